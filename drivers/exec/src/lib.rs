@@ -1,0 +1,105 @@
+//! The `exec` driver: runs a command in its own mount namespace, chrooted into the task
+//! directory with the host's system directories bound read-only, and honours volume
+//! mounts (mount-configs `all`).
+
+use berth_plugin_sdk::host::process::{self, BindMount, Isolation, SpawnRequest};
+use berth_plugin_sdk::{
+    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
+    DriverInfo, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
+};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecConfig {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+fn parse_config(json: &str) -> Result<ExecConfig, String> {
+    let config: ExecConfig =
+        serde_json::from_str(json).map_err(|e| format!("invalid exec config: {e}"))?;
+    if !config.command.starts_with('/') {
+        return Err(format!(
+            "command {:?} must be an absolute path inside the task's chroot",
+            config.command
+        ));
+    }
+    Ok(config)
+}
+
+struct Exec;
+
+impl Driver for Exec {
+    fn plugin_info() -> DriverInfo {
+        DriverInfo { name: "exec".into(), version: env!("CARGO_PKG_VERSION").into() }
+    }
+
+    fn capabilities() -> DriverCapabilities {
+        DriverCapabilities {
+            send_signals: true,
+            exec: false,
+            fs_isolation: FsIsolation::Chroot,
+            mount_configs: MountConfigs::All,
+        }
+    }
+
+    fn fingerprint() -> DriverFingerprint {
+        DriverFingerprint {
+            health: HealthState::Healthy,
+            health_description: "healthy".into(),
+            attributes: vec![("driver.exec".into(), "1".into())],
+        }
+    }
+
+    fn validate_task_config(config: String) -> Result<(), String> {
+        parse_config(&config).map(|_| ())
+    }
+
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
+        let exec = parse_config(&config.config)?;
+        let mut argv = vec![exec.command];
+        argv.extend(exec.args);
+        let mounts = config
+            .mounts
+            .iter()
+            .map(|m| BindMount {
+                host_path: m.host_path.clone(),
+                task_path: m.task_path.clone(),
+                read_only: m.read_only,
+                propagation: m.propagation,
+            })
+            .collect();
+        let process = process::spawn(&SpawnRequest {
+            argv,
+            env: config.env,
+            cwd: None,
+            isolation: Isolation::Chroot,
+            mounts,
+        })?;
+        Ok(process_task::handle(config.id, process))
+    }
+
+    fn recover_task(handle: TaskHandle) -> Result<(), String> {
+        process_task::recover(&handle)
+    }
+
+    fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
+        process_task::wait(&handle)
+    }
+
+    fn stop_task(handle: TaskHandle, timeout_millis: u64, signal: String) -> Result<(), String> {
+        process_task::stop(&handle, timeout_millis, &signal)
+    }
+
+    fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
+        process_task::inspect(&handle)
+    }
+
+    fn signal_task(handle: TaskHandle, signal: String) -> Result<(), String> {
+        process_task::signal(&handle, &signal)
+    }
+}
+
+export_driver!(Exec);

@@ -1,0 +1,91 @@
+//! The `raw_exec` driver: runs a command with no isolation, in the task directory, as the
+//! agent's user. It cannot honour volume mounts, and says so (mount-configs `none`).
+
+use berth_plugin_sdk::host::process::{self, Isolation, SpawnRequest};
+use berth_plugin_sdk::{
+    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
+    DriverInfo, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
+};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExecConfig {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+fn parse_config(json: &str) -> Result<RawExecConfig, String> {
+    let config: RawExecConfig =
+        serde_json::from_str(json).map_err(|e| format!("invalid raw_exec config: {e}"))?;
+    if config.command.is_empty() {
+        return Err("command must not be empty".into());
+    }
+    Ok(config)
+}
+
+struct RawExec;
+
+impl Driver for RawExec {
+    fn plugin_info() -> DriverInfo {
+        DriverInfo { name: "raw_exec".into(), version: env!("CARGO_PKG_VERSION").into() }
+    }
+
+    fn capabilities() -> DriverCapabilities {
+        DriverCapabilities {
+            send_signals: true,
+            exec: false,
+            fs_isolation: FsIsolation::None,
+            mount_configs: MountConfigs::None,
+        }
+    }
+
+    fn fingerprint() -> DriverFingerprint {
+        DriverFingerprint {
+            health: HealthState::Healthy,
+            health_description: "healthy".into(),
+            attributes: vec![("driver.raw_exec".into(), "1".into())],
+        }
+    }
+
+    fn validate_task_config(config: String) -> Result<(), String> {
+        parse_config(&config).map(|_| ())
+    }
+
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
+        let raw = parse_config(&config.config)?;
+        let mut argv = vec![raw.command];
+        argv.extend(raw.args);
+        let process = process::spawn(&SpawnRequest {
+            argv,
+            env: config.env,
+            cwd: Some(config.task_dir),
+            isolation: Isolation::None,
+            mounts: vec![],
+        })?;
+        Ok(process_task::handle(config.id, process))
+    }
+
+    fn recover_task(handle: TaskHandle) -> Result<(), String> {
+        process_task::recover(&handle)
+    }
+
+    fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
+        process_task::wait(&handle)
+    }
+
+    fn stop_task(handle: TaskHandle, timeout_millis: u64, signal: String) -> Result<(), String> {
+        process_task::stop(&handle, timeout_millis, &signal)
+    }
+
+    fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
+        process_task::inspect(&handle)
+    }
+
+    fn signal_task(handle: TaskHandle, signal: String) -> Result<(), String> {
+        process_task::signal(&handle, &signal)
+    }
+}
+
+export_driver!(RawExec);

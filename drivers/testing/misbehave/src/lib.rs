@@ -1,0 +1,120 @@
+//! A hostile driver for tests. It declares mount-configs `none`, and what it does wrong is
+//! chosen by the `behave` field of the task config:
+//!
+//! - `trap`: panics (a trap) in the call;
+//! - `loop`: spins forever without yielding to the host;
+//! - `hog`: allocates memory until the host's cap stops it;
+//! - `undeclared-mounts`: asks the host to bind `/etc` although it declared `none`;
+//! - `invented-mount`: same, but on a path the host never handed it (as if it were `all`);
+//! - `wrong-id`: returns a task handle for another task;
+//! - `huge-state`: returns 8 MiB of driver state;
+//! - `ok`: behaves (so the host can be shown to keep serving).
+
+use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
+use berth_plugin_sdk::{
+    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
+    DriverInfo, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
+};
+
+#[derive(serde::Deserialize)]
+struct Config {
+    behave: String,
+}
+
+fn misbehave(config_json: &str) -> Result<(), String> {
+    let config: Config = serde_json::from_str(config_json).map_err(|e| e.to_string())?;
+    match config.behave.as_str() {
+        "trap" => panic!("misbehave: deliberate panic"),
+        "loop" => {
+            let mut counter: u64 = 0;
+            loop {
+                counter = std::hint::black_box(counter.wrapping_add(1));
+            }
+        }
+        "hog" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(vec![1u8; 4 << 20]);
+                std::hint::black_box(&hoard);
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+struct Misbehave;
+
+impl Driver for Misbehave {
+    fn plugin_info() -> DriverInfo {
+        DriverInfo { name: "misbehave".into(), version: "0.0.1".into() }
+    }
+
+    fn capabilities() -> DriverCapabilities {
+        DriverCapabilities {
+            send_signals: false,
+            exec: false,
+            fs_isolation: FsIsolation::None,
+            mount_configs: MountConfigs::None,
+        }
+    }
+
+    fn fingerprint() -> DriverFingerprint {
+        DriverFingerprint {
+            health: HealthState::Healthy,
+            health_description: "pretending".into(),
+            attributes: vec![],
+        }
+    }
+
+    fn validate_task_config(config: String) -> Result<(), String> {
+        misbehave(&config)
+    }
+
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
+        misbehave(&config.config)?;
+        let behave: Config = serde_json::from_str(&config.config).map_err(|e| e.to_string())?;
+        let mount = |host_path: &str| BindMount {
+            host_path: host_path.into(),
+            task_path: "/mnt".into(),
+            read_only: false,
+            propagation: Propagation::Private,
+        };
+        let spawn = |mounts| {
+            process::spawn(&SpawnRequest {
+                argv: vec!["/bin/true".into()],
+                env: vec![],
+                cwd: None,
+                isolation: Isolation::Chroot,
+                mounts,
+            })
+        };
+        match behave.behave.as_str() {
+            "undeclared-mounts" => {
+                spawn(vec![mount(&config.task_dir)])?;
+            }
+            "invented-mount" => {
+                spawn(vec![mount("/etc")])?;
+            }
+            "wrong-id" => return Ok(TaskHandle { id: "someone-else".into(), driver_state: vec![] }),
+            "huge-state" => {
+                return Ok(TaskHandle { id: config.id, driver_state: vec![7u8; 8 << 20] });
+            }
+            _ => {}
+        }
+        Ok(TaskHandle { id: config.id, driver_state: vec![] })
+    }
+
+    fn wait_task(_handle: TaskHandle) -> Result<ExitResult, String> {
+        Ok(ExitResult { exit_code: 0, signal: 0, oom_killed: false })
+    }
+
+    fn stop_task(_handle: TaskHandle, _timeout: u64, _signal: String) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
+        Ok(TaskStatus { id: handle.id, state: TaskState::Exited, exit_result: None })
+    }
+}
+
+export_driver!(Misbehave);

@@ -1,0 +1,79 @@
+//! The drivers an agent offers: the built-in ones plus every `*.wasm` in the plugin dir.
+//! A file that fails to load is reported and skipped; the rest keep working.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::builtin;
+use crate::runtime::Runtime;
+use crate::runtime::driver::{Driver, DriverOrigin, LoadError};
+
+#[derive(Default, Clone)]
+pub struct DriverSet {
+    drivers: Vec<Arc<Driver>>,
+}
+
+impl DriverSet {
+    /// Loads the built-in drivers and those in `plugin_dir`. Returns the problems with
+    /// files that were skipped, each naming the file.
+    pub async fn load(runtime: &Runtime, plugin_dir: Option<&Path>) -> (DriverSet, Vec<LoadError>) {
+        let mut set = DriverSet::default();
+        let mut problems = Vec::new();
+        for (name, bytes) in builtin::DRIVERS {
+            match Driver::load(runtime, DriverOrigin::Builtin, bytes).await {
+                Ok(driver) => set.drivers.push(Arc::new(driver)),
+                Err(error) => {
+                    tracing::error!(driver = name, %error, "built-in driver failed to load");
+                    problems.push(error);
+                }
+            }
+        }
+        if let Some(dir) = plugin_dir {
+            match plugin_files(dir) {
+                Ok(files) => {
+                    for file in files {
+                        match Driver::load_file(runtime, &file).await {
+                            Ok(driver) => set.add(driver, &mut problems),
+                            Err(error) => problems.push(error),
+                        }
+                    }
+                }
+                Err(source) => problems.push(LoadError::Read { origin: dir.display().to_string(), source }),
+            }
+        }
+        (set, problems)
+    }
+
+    fn add(&mut self, driver: Driver, problems: &mut Vec<LoadError>) {
+        if let Some(existing) = self.get(driver.name()) {
+            problems.push(LoadError::Nonsense {
+                origin: driver.origin().to_string(),
+                problem: format!(
+                    "name {:?}, already taken by the driver from {}",
+                    driver.name(),
+                    existing.origin()
+                ),
+            });
+            return;
+        }
+        self.drivers.push(Arc::new(driver));
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Driver>> {
+        self.drivers.iter().find(|d| d.name() == name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Driver>> {
+        self.drivers.iter()
+    }
+}
+
+/// `*.wasm` files in `dir`, sorted so load order (and duplicate resolution) is stable.
+fn plugin_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+        .collect();
+    files.sort();
+    Ok(files)
+}

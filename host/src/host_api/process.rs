@@ -1,0 +1,166 @@
+//! `berth:host/process`: the host spawns, waits on and signals processes for drivers.
+//!
+//! A spawn is checked before anything happens: it must come while the host is asking
+//! the driver to start a task, its mounts must be ones the host handed the driver for
+//! that task (a driver cannot invent a bind of `/etc`), and a driver that declared
+//! mount-configs `none` may pass none at all. A refused request is also recorded as a
+//! violation, so the call fails even if the guest swallows the error.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::mount::Propagation;
+use crate::process::isolation::{ChrootSpec, VolumeMount};
+use crate::process::{self as host_process, Isolation, SpawnSpec};
+use crate::runtime::bindings::host::process::{
+    self as wit, ExitStatus, Host, ProcessRef, SpawnRequest,
+};
+use crate::runtime::sandbox::{HandedMount, PluginCtx};
+
+/// Longest single wait a guest may ask for; it can always wait again.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+impl Host for PluginCtx {
+    async fn spawn(&mut self, request: SpawnRequest) -> wasmtime::Result<Result<ProcessRef, String>> {
+        let spec = match self.check_spawn(request) {
+            Ok(spec) => spec,
+            Err(refusal) => {
+                self.violations.push(refusal.clone());
+                return Ok(Err(refusal));
+            }
+        };
+        let spawned = self.processes.spawn(&self.plugin.name, &spec);
+        Ok(spawned.map(to_wit_ref).map_err(|e| e.to_string()))
+    }
+
+    async fn wait(
+        &mut self,
+        process: ProcessRef,
+        timeout_millis: Option<u64>,
+    ) -> wasmtime::Result<Result<Option<ExitStatus>, String>> {
+        let processes = self.processes.clone();
+        let owner = self.plugin.name.clone();
+        let timeout = timeout_millis.map(Duration::from_millis).unwrap_or(MAX_WAIT).min(MAX_WAIT);
+        let waited = self
+            .clock
+            .exempt(processes.wait(&owner, from_wit_ref(process), Some(timeout)))
+            .await;
+        Ok(waited
+            .map(|status| status.map(|s| ExitStatus { code: s.code, signal: s.signal }))
+            .map_err(|e| e.to_string()))
+    }
+
+    async fn signal(&mut self, process: ProcessRef, signal: String) -> wasmtime::Result<Result<(), String>> {
+        Ok(self
+            .processes
+            .signal(&self.plugin.name, from_wit_ref(process), &signal)
+            .map_err(|e| e.to_string()))
+    }
+
+    async fn adopt(&mut self, process: ProcessRef) -> wasmtime::Result<Result<(), String>> {
+        Ok(self.processes.adopt(&self.plugin.name, from_wit_ref(process)).map_err(|e| e.to_string()))
+    }
+}
+
+impl PluginCtx {
+    fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, String> {
+        let plugin = &*self.plugin.name;
+        let Some(task) = &self.task else {
+            return Err(format!(
+                "driver {plugin:?} may only spawn processes while starting a task"
+            ));
+        };
+        if request.argv.is_empty() {
+            return Err("spawn needs a program: argv is empty".into());
+        }
+        let mut mounts = Vec::with_capacity(request.mounts.len());
+        for asked in &request.mounts {
+            let mount = HandedMount {
+                host_path: PathBuf::from(&asked.host_path),
+                task_path: PathBuf::from(&asked.task_path),
+                read_only: asked.read_only,
+                propagation: from_wit_propagation(asked.propagation),
+            };
+            let handed = task.mounts.iter().find(|h| {
+                h.host_path == mount.host_path
+                    && h.task_path == mount.task_path
+                    && h.propagation == mount.propagation
+                    && (mount.read_only || !h.read_only)
+            });
+            if handed.is_none() {
+                return Err(format!(
+                    "driver {plugin:?} asked to mount {} at {} ({}{}), which the host did not hand it for task {}",
+                    asked.host_path,
+                    asked.task_path,
+                    if asked.read_only { "read-only, " } else { "" },
+                    mount.propagation,
+                    task.task_id,
+                ));
+            }
+            mounts.push(VolumeMount {
+                host_path: mount.host_path,
+                task_path: mount.task_path,
+                read_only: mount.read_only,
+                propagation: mount.propagation,
+            });
+        }
+        if let Some(first) = request.mounts.first().filter(|_| !self.plugin.may_mount) {
+            return Err(format!(
+                "driver {plugin:?} declared mount-configs \"none\" but asked to mount {} at {}",
+                first.host_path, first.task_path
+            ));
+        }
+        let isolation = match request.isolation {
+            wit::Isolation::None => {
+                if !mounts.is_empty() {
+                    return Err(format!(
+                        "driver {plugin:?} asked for mounts without isolation: mounts need isolation \"chroot\""
+                    ));
+                }
+                let cwd = request.cwd.map(PathBuf::from).unwrap_or_else(|| task.task_dir.clone());
+                Isolation::None { cwd }
+            }
+            wit::Isolation::Chroot => {
+                let cwd = PathBuf::from(request.cwd.as_deref().unwrap_or("/"));
+                if !cwd.is_absolute() {
+                    return Err(format!("working dir {cwd:?} must be absolute inside the task's root"));
+                }
+                Isolation::Chroot(ChrootSpec { root: task.task_dir.clone(), cwd, mounts })
+            }
+        };
+        if !Path::new(&request.argv[0]).is_absolute() {
+            return Err(format!("program {:?} must be an absolute path", request.argv[0]));
+        }
+        Ok(SpawnSpec {
+            argv: request.argv,
+            env: request.env,
+            isolation,
+            stdout: task.stdout.clone(),
+            stderr: task.stderr.clone(),
+        })
+    }
+}
+
+fn from_wit_ref(process: ProcessRef) -> host_process::ProcessRef {
+    host_process::ProcessRef { pid: process.pid, start_time: process.start_time }
+}
+
+fn to_wit_ref(process: host_process::ProcessRef) -> ProcessRef {
+    ProcessRef { pid: process.pid, start_time: process.start_time }
+}
+
+fn from_wit_propagation(propagation: wit::Propagation) -> Propagation {
+    match propagation {
+        wit::Propagation::Private => Propagation::Private,
+        wit::Propagation::HostToTask => Propagation::HostToTask,
+        wit::Propagation::Bidirectional => Propagation::Bidirectional,
+    }
+}
+
+pub(crate) fn to_wit_propagation(propagation: Propagation) -> wit::Propagation {
+    match propagation {
+        Propagation::Private => wit::Propagation::Private,
+        Propagation::HostToTask => wit::Propagation::HostToTask,
+        Propagation::Bidirectional => wit::Propagation::Bidirectional,
+    }
+}

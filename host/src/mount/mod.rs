@@ -1,0 +1,151 @@
+//! Mount syscalls: the only module that calls `mount(2)`.
+//!
+//! Mounts for a task are described up front as a list of [`MountStep`]s (see
+//! [`crate::process::isolation`]) and executed in the child between `fork` and `exec`,
+//! where only async-signal-safe work is allowed: every step holds its paths as
+//! [`CString`]s already, so executing one allocates nothing.
+//!
+//! [`mountinfo`] reads `/proc/<pid>/mountinfo`, which tests use to check what a task sees.
+
+pub mod mountinfo;
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::io;
+
+use rustix::mount::{MountFlags, MountPropagationFlags};
+
+/// How mount events propagate between the host and a task's bind mount.
+/// Nomad's names, and the flags they map to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Propagation {
+    /// `rprivate`: nothing propagates either way.
+    Private,
+    /// `rslave`: mounts made on the host under the source appear in the task.
+    HostToTask,
+    /// `rshared`: mounts propagate both ways. Needs a read-write volume.
+    Bidirectional,
+}
+
+impl Propagation {
+    /// The recursive propagation flags `mount(2)` takes for this mode.
+    pub fn flags(self) -> MountPropagationFlags {
+        let mode = match self {
+            Propagation::Private => MountPropagationFlags::PRIVATE,
+            Propagation::HostToTask => MountPropagationFlags::DOWNSTREAM,
+            Propagation::Bidirectional => MountPropagationFlags::SHARED,
+        };
+        mode | MountPropagationFlags::REC
+    }
+
+    /// The name used in jobspecs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Propagation::Private => "private",
+            Propagation::HostToTask => "host-to-task",
+            Propagation::Bidirectional => "bidirectional",
+        }
+    }
+}
+
+impl fmt::Display for Propagation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One mount operation, with its paths ready for the syscall.
+#[derive(Debug, Clone)]
+pub enum MountStep {
+    /// Leave the host's mount namespace: `unshare(CLONE_NEWNS)`.
+    UnshareNamespace,
+    /// Change propagation of `target` (and, with `REC`, of everything below it).
+    SetPropagation { target: CString, flags: MountPropagationFlags },
+    /// `mount --rbind source target`.
+    BindRecursive { source: CString, target: CString },
+    /// Make an existing bind mount read-only.
+    RemountReadOnly { target: CString },
+    /// A fresh procfs at `target`.
+    MountProc { target: CString },
+    /// `chroot(root)` then `chdir(cwd)`, both as the task will see them.
+    Chroot { root: CString, cwd: CString },
+    /// `chdir(dir)` without a chroot.
+    Chdir { dir: CString },
+}
+
+impl MountStep {
+    /// Runs the step. Async-signal-safe: no allocation, no locks.
+    pub fn execute(&self) -> io::Result<()> {
+        use rustix::mount;
+        match self {
+            MountStep::UnshareNamespace => {
+                // SAFETY: unsharing the mount namespace only affects this (single-threaded,
+                // about-to-exec) child; it cannot break invariants of other threads.
+                unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
+            }
+            MountStep::SetPropagation { target, flags } => {
+                mount::mount_change(target.as_c_str(), *flags)?;
+            }
+            MountStep::BindRecursive { source, target } => {
+                mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
+            }
+            MountStep::RemountReadOnly { target } => {
+                mount::mount_remount(
+                    target.as_c_str(),
+                    MountFlags::BIND | MountFlags::RDONLY,
+                    c"",
+                )?;
+            }
+            MountStep::MountProc { target } => {
+                mount::mount(
+                    c"proc",
+                    target.as_c_str(),
+                    c"proc",
+                    MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                    None::<&CStr>,
+                )?;
+            }
+            MountStep::Chroot { root, cwd } => {
+                rustix::process::chroot(root.as_c_str())?;
+                rustix::process::chdir(cwd.as_c_str())?;
+            }
+            MountStep::Chdir { dir } => {
+                rustix::process::chdir(dir.as_c_str())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for MountStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |c: &CString| c.to_string_lossy().into_owned();
+        match self {
+            MountStep::UnshareNamespace => write!(f, "create a mount namespace"),
+            MountStep::SetPropagation { target, flags } => {
+                write!(f, "set propagation {flags:?} on {}", show(target))
+            }
+            MountStep::BindRecursive { source, target } => {
+                write!(f, "bind {} to {}", show(source), show(target))
+            }
+            MountStep::RemountReadOnly { target } => {
+                write!(f, "make {} read-only", show(target))
+            }
+            MountStep::MountProc { target } => write!(f, "mount proc at {}", show(target)),
+            MountStep::Chroot { root, cwd } => {
+                write!(f, "chroot into {} (working dir {})", show(root), show(cwd))
+            }
+            MountStep::Chdir { dir } => write!(f, "change directory to {}", show(dir)),
+        }
+    }
+}
+
+/// Converts a path to a C string, naming the path when it holds a NUL byte.
+pub fn c_path(path: impl AsRef<std::path::Path>) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = path.as_ref();
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("path {path:?} contains a NUL byte"))
+    })
+}

@@ -1,0 +1,214 @@
+//! Plans the mount steps that put a task into its own mount namespace, chrooted into its
+//! task directory. Planning is pure (it only reads the host's mount table), so the plan
+//! can be checked in unit tests without forking.
+//!
+//! # Propagation
+//!
+//! With no bidirectional volume, the task's namespace starts as `rslave` of the host:
+//! the task receives the host's mount events but can never send any back. A
+//! bidirectional volume must stay a peer of the host's mount, so in that case only the
+//! mount holding the task root is made private (as runc does for `rshared` rootfs
+//! propagation) and the system directories are made `rslave` one by one.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use rustix::mount::MountPropagationFlags;
+
+use crate::mount::mountinfo::{self, MountEntry};
+use crate::mount::{MountStep, Propagation, c_path};
+
+/// Host directories bound read-only into every chroot, when the host has them. A
+/// directory that is a symlink on the host (`/bin -> usr/bin`) becomes the same symlink.
+pub const SYSTEM_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc"];
+
+/// A volume bind mount, already checked against what the driver was handed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    pub host_path: PathBuf,
+    /// Absolute path inside the task's root.
+    pub task_path: PathBuf,
+    pub read_only: bool,
+    pub propagation: Propagation,
+}
+
+/// Everything needed to chroot a task.
+#[derive(Debug, Clone)]
+pub struct ChrootSpec {
+    /// Host path of the task directory, which becomes `/`.
+    pub root: PathBuf,
+    /// Working directory inside the root.
+    pub cwd: PathBuf,
+    pub mounts: Vec<VolumeMount>,
+}
+
+/// Prepares the task root on the host (mount point directories, system symlinks) and
+/// returns the steps the child runs after `fork`.
+pub fn prepare(spec: &ChrootSpec) -> io::Result<Vec<MountStep>> {
+    let root = spec.root.canonicalize().map_err(|e| {
+        io::Error::new(e.kind(), format!("task dir {}: {e}", spec.root.display()))
+    })?;
+    let host_mounts = mountinfo::read_self()?;
+    let mut system = Vec::new();
+    for name in SYSTEM_DIRS {
+        let host = Path::new("/").join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else { continue };
+        let inside = root.join(name);
+        if meta.file_type().is_symlink() {
+            if std::fs::symlink_metadata(&inside).is_err() {
+                std::os::unix::fs::symlink(std::fs::read_link(&host)?, &inside)?;
+            }
+        } else if meta.is_dir() {
+            std::fs::create_dir_all(&inside)?;
+            system.push(host);
+        }
+    }
+    for dir in ["dev", "proc", "tmp"] {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    for mount in &spec.mounts {
+        create_mount_point(&root, mount)?;
+    }
+    plan(&root, &host_mounts, &system, spec)
+}
+
+/// Creates the mount point for `mount` inside `root`, refusing one that resolves outside
+/// the root (a symlink planted by an earlier run of the task, say).
+fn create_mount_point(root: &Path, mount: &VolumeMount) -> io::Result<()> {
+    let target = join_inside(root, &mount.task_path);
+    if mount.host_path.is_dir() {
+        std::fs::create_dir_all(&target)?;
+    } else {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if std::fs::symlink_metadata(&target).is_err() {
+            std::fs::File::create(&target)?;
+        }
+    }
+    let resolved = target.canonicalize()?;
+    if !resolved.starts_with(root) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "mount point {} resolves to {}, outside the task dir",
+                mount.task_path.display(),
+                resolved.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `root` joined with an absolute task path.
+fn join_inside(root: &Path, task_path: &Path) -> PathBuf {
+    root.join(task_path.strip_prefix("/").unwrap_or(task_path))
+}
+
+/// The steps, from already-prepared directories. `system` are host dirs to bind.
+fn plan(
+    root: &Path,
+    host_mounts: &[MountEntry],
+    system: &[PathBuf],
+    spec: &ChrootSpec,
+) -> io::Result<Vec<MountStep>> {
+    let bidirectional = spec.mounts.iter().any(|m| m.propagation == Propagation::Bidirectional);
+    let slave_rec = MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC;
+    let mut steps = vec![MountStep::UnshareNamespace];
+    if bidirectional {
+        let parent = mountinfo::containing_mount(host_mounts, root)
+            .map(|m| m.mount_point.clone())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        steps.push(MountStep::SetPropagation {
+            target: c_path(parent)?,
+            flags: MountPropagationFlags::PRIVATE,
+        });
+    } else {
+        steps.push(MountStep::SetPropagation { target: c"/".into(), flags: slave_rec });
+    }
+    let mut bind_system = |source: &Path, read_only: bool| -> io::Result<()> {
+        let target = c_path(join_inside(root, source))?;
+        steps.push(MountStep::BindRecursive { source: c_path(source)?, target: target.clone() });
+        if read_only {
+            steps.push(MountStep::RemountReadOnly { target: target.clone() });
+        }
+        if bidirectional {
+            steps.push(MountStep::SetPropagation { target, flags: slave_rec });
+        }
+        Ok(())
+    };
+    for dir in system {
+        bind_system(dir, true)?;
+    }
+    bind_system(Path::new("/dev"), false)?;
+    steps.push(MountStep::MountProc { target: c_path(root.join("proc"))? });
+    for mount in &spec.mounts {
+        let target = c_path(join_inside(root, &mount.task_path))?;
+        steps.push(MountStep::BindRecursive {
+            source: c_path(&mount.host_path)?,
+            target: target.clone(),
+        });
+        if mount.read_only {
+            steps.push(MountStep::RemountReadOnly { target: target.clone() });
+        }
+        steps.push(MountStep::SetPropagation { target, flags: mount.propagation.flags() });
+    }
+    steps.push(MountStep::Chroot { root: c_path(root)?, cwd: c_path(&spec.cwd)? });
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(propagation: Propagation, read_only: bool) -> VolumeMount {
+        VolumeMount {
+            host_path: "/srv/data".into(),
+            task_path: "/local/data".into(),
+            read_only,
+            propagation,
+        }
+    }
+
+    fn steps_for(mounts: Vec<VolumeMount>) -> Vec<String> {
+        let host = mountinfo::parse(
+            "1 0 8:1 / / rw shared:1 - ext4 /dev/vda rw\n2 1 0:3 / /tmp rw shared:2 - tmpfs t rw\n",
+        );
+        let spec = ChrootSpec { root: "/tmp/t".into(), cwd: "/".into(), mounts };
+        plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn without_bidirectional_the_namespace_is_a_slave_of_the_host() {
+        let steps = steps_for(vec![volume(Propagation::Private, true)]);
+        assert_eq!(steps[0], "create a mount namespace");
+        assert_eq!(steps[1], "set propagation MountPropagationFlags(DOWNSTREAM | REC) on /");
+        assert!(steps.contains(&"bind /usr to /tmp/t/usr".to_string()));
+        assert!(steps.contains(&"make /tmp/t/usr read-only".to_string()));
+        let bind = steps.iter().position(|s| s == "bind /srv/data to /tmp/t/local/data").unwrap();
+        assert_eq!(steps[bind + 1], "make /tmp/t/local/data read-only");
+        assert_eq!(
+            steps[bind + 2],
+            "set propagation MountPropagationFlags(PRIVATE | REC) on /tmp/t/local/data"
+        );
+        assert_eq!(steps.last().unwrap(), "chroot into /tmp/t (working dir /)");
+    }
+
+    #[test]
+    fn bidirectional_keeps_the_volume_a_peer_and_privatises_only_the_root_mount() {
+        let steps = steps_for(vec![volume(Propagation::Bidirectional, false)]);
+        assert_eq!(steps[1], "set propagation MountPropagationFlags(PRIVATE) on /tmp");
+        assert!(steps.contains(
+            &"set propagation MountPropagationFlags(DOWNSTREAM | REC) on /tmp/t/usr".to_string()
+        ));
+        assert!(steps.contains(
+            &"set propagation MountPropagationFlags(SHARED | REC) on /tmp/t/local/data"
+                .to_string()
+        ));
+        assert!(!steps.contains(&"make /tmp/t/local/data read-only".to_string()));
+    }
+}

@@ -1,0 +1,347 @@
+//! Processes the host runs for drivers: spawn (optionally in a mount namespace, chrooted),
+//! supervise, signal, and adopt again after an agent restart.
+//!
+//! Reaping blocks no thread per task: own children are reaped by tokio's SIGCHLD-driven
+//! reaper, adopted processes are watched through a pidfd registered with the reactor.
+//! Every process is addressed by a [`ProcessRef`] (pid + start time), and signals go
+//! through a pidfd, so a recycled pid is never signalled by mistake.
+
+pub mod isolation;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::process::{Pid, PidfdFlags, Signal};
+use tokio::sync::watch;
+
+use crate::mount::MountStep;
+use isolation::ChrootSpec;
+
+/// Names a process across agent restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ProcessRef {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+    pub start_time: u64,
+}
+
+/// How a process ended. Both fields are `None` for an adopted process, whose status
+/// only its real parent could collect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// What to run and where.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub argv: Vec<String>,
+    /// The whole environment; nothing is inherited.
+    pub env: Vec<(String, String)>,
+    pub isolation: Isolation,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub enum Isolation {
+    /// The host's namespace, in `cwd`.
+    None { cwd: PathBuf },
+    /// A new mount namespace, chrooted.
+    Chroot(ChrootSpec),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("preparing the task's filesystem: {0}")]
+    Prepare(io::Error),
+    #[error("opening the task's log file {path}: {source}")]
+    LogFile { path: PathBuf, source: io::Error },
+    #[error("setting up the task failed at step \"{step}\": {source}")]
+    Setup { step: String, source: io::Error },
+    #[error("starting {program:?}: {source}")]
+    Exec { program: String, source: io::Error },
+    #[error("process {0} is not known to this agent")]
+    Unknown(u32),
+    #[error("process {pid} belongs to driver {owner:?}")]
+    NotOwner { pid: u32, owner: String },
+    #[error("process {0} is gone or its pid was reused")]
+    Gone(u32),
+    #[error("unknown signal {0:?}")]
+    UnknownSignal(String),
+    #[error("signalling process {pid}: {source}")]
+    Signal { pid: u32, source: io::Error },
+}
+
+struct Tracked {
+    owner: Arc<str>,
+    pidfd: Arc<OwnedFd>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+}
+
+/// The processes this agent runs, by reference, with the driver that owns each.
+#[derive(Default)]
+pub struct ProcessTable {
+    processes: Mutex<HashMap<ProcessRef, Tracked>>,
+}
+
+impl ProcessTable {
+    /// Spawns `spec` for driver `owner`. Must be called within a tokio runtime.
+    pub fn spawn(&self, owner: &Arc<str>, spec: &SpawnSpec) -> Result<ProcessRef, ProcessError> {
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let steps = match &spec.isolation {
+            Isolation::None { cwd } => vec![MountStep::Chdir {
+                dir: crate::mount::c_path(cwd).map_err(ProcessError::Prepare)?,
+            }],
+            Isolation::Chroot(chroot) => isolation::prepare(chroot).map_err(ProcessError::Prepare)?,
+        };
+        let step_names: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        let open_log = |path: &Path| {
+            File::options()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|source| ProcessError::LogFile { path: path.to_path_buf(), source })
+        };
+        let stdout = open_log(&spec.stdout)?;
+        let stderr = open_log(&spec.stderr)?;
+
+        let (report_read, report_write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| ProcessError::Prepare(e.into()))?;
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .args(&spec.argv[1..])
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0)
+            .kill_on_drop(false);
+        let report_fd = report_write.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec. It only runs the
+        // prepared steps (syscalls on C strings built above) and `write(2)`: no
+        // allocation, no locks.
+        unsafe {
+            command.pre_exec(move || {
+                for (index, step) in steps.iter().enumerate() {
+                    if let Err(error) = step.execute() {
+                        let bytes = (index as u32).to_le_bytes();
+                        let fd = std::os::fd::BorrowedFd::borrow_raw(report_fd);
+                        let _ = rustix::io::write(fd, &bytes);
+                        return Err(error.into());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let spawned = command.spawn();
+        drop(report_write);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(source) => {
+                let mut report = [0u8; 4];
+                let mut reader = File::from(report_read);
+                if reader.read_exact(&mut report).is_ok() {
+                    let index = u32::from_le_bytes(report) as usize;
+                    let step = step_names.get(index).cloned().unwrap_or_default();
+                    return Err(ProcessError::Setup { step, source });
+                }
+                if source.kind() == io::ErrorKind::NotFound {
+                    let source = io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "no such program (paths are resolved inside the task's root)",
+                    );
+                    return Err(ProcessError::Exec { program, source });
+                }
+                return Err(ProcessError::Exec { program, source });
+            }
+        };
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let pidfd = rustix::process::pidfd_open(pid_of(pid)?, PidfdFlags::empty())
+            .map_err(|e| ProcessError::Signal { pid, source: e.into() })?;
+        let start_time = start_time(pid).map_err(|_| ProcessError::Gone(pid))?;
+        let process = ProcessRef { pid, start_time };
+        let (sender, exit) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = match child.wait().await {
+                Ok(status) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    ExitStatus { code: status.code(), signal: status.signal() }
+                }
+                Err(_) => ExitStatus { code: None, signal: None },
+            };
+            let _ = sender.send(Some(status));
+        });
+        self.processes.lock().unwrap().insert(
+            process,
+            Tracked { owner: owner.clone(), pidfd: Arc::new(pidfd), exit },
+        );
+        Ok(process)
+    }
+
+    /// Takes back a process started before an agent restart. Its start time must match,
+    /// so a recycled pid is refused.
+    pub fn adopt(&self, owner: &Arc<str>, process: ProcessRef) -> Result<(), ProcessError> {
+        if let Some(tracked) = self.processes.lock().unwrap().get(&process) {
+            return check_owner(owner, tracked, process);
+        }
+        let pidfd = rustix::process::pidfd_open(pid_of(process.pid)?, PidfdFlags::NONBLOCK)
+            .map_err(|_| ProcessError::Gone(process.pid))?;
+        if start_time(process.pid).ok() != Some(process.start_time) {
+            return Err(ProcessError::Gone(process.pid));
+        }
+        let pidfd = Arc::new(pidfd);
+        let (sender, exit) = watch::channel(None);
+        let watched = pidfd.clone();
+        tokio::spawn(async move {
+            // SAFETY: `DupFd` holds the Arc'd pidfd, so the descriptor stays open and
+            // the same for the AsyncFd's whole life.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    DupFd(watched),
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            if let Ok(readable) = registered {
+                let _ = readable.readable().await;
+            }
+            let _ = sender.send(Some(ExitStatus { code: None, signal: None }));
+        });
+        self.processes
+            .lock()
+            .unwrap()
+            .insert(process, Tracked { owner: owner.clone(), pidfd, exit });
+        Ok(())
+    }
+
+    /// Waits for the process to exit, at most `timeout` when given (`Ok(None)`: still
+    /// running).
+    pub async fn wait(
+        &self,
+        owner: &Arc<str>,
+        process: ProcessRef,
+        timeout: Option<Duration>,
+    ) -> Result<Option<ExitStatus>, ProcessError> {
+        let mut exit = self.lookup(owner, process, |t| t.exit.clone())?;
+        let exited = async {
+            let status = exit.wait_for(Option::is_some).await;
+            status.ok().and_then(|s| *s)
+        };
+        match timeout {
+            None => Ok(exited.await),
+            Some(limit) => Ok(tokio::time::timeout(limit, exited).await.ok().flatten()),
+        }
+    }
+
+    /// Sends a signal by name. Signalling a process that already exited succeeds.
+    pub fn signal(
+        &self,
+        owner: &Arc<str>,
+        process: ProcessRef,
+        signal: &str,
+    ) -> Result<(), ProcessError> {
+        let signal = parse_signal(signal)?;
+        let (pidfd, exit) = self.lookup(owner, process, |t| (t.pidfd.clone(), t.exit.clone()))?;
+        if exit.borrow().is_some() {
+            return Ok(());
+        }
+        match rustix::process::pidfd_send_signal(pidfd.as_fd(), signal) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(e) => Err(ProcessError::Signal { pid: process.pid, source: e.into() }),
+        }
+    }
+
+    /// Stops tracking a process (after its task is destroyed).
+    pub fn forget(&self, process: ProcessRef) {
+        self.processes.lock().unwrap().remove(&process);
+    }
+
+    fn lookup<R>(
+        &self,
+        owner: &Arc<str>,
+        process: ProcessRef,
+        read: impl FnOnce(&Tracked) -> R,
+    ) -> Result<R, ProcessError> {
+        let processes = self.processes.lock().unwrap();
+        let tracked = processes.get(&process).ok_or(ProcessError::Unknown(process.pid))?;
+        check_owner(owner, tracked, process)?;
+        Ok(read(tracked))
+    }
+}
+
+fn check_owner(owner: &Arc<str>, tracked: &Tracked, process: ProcessRef) -> Result<(), ProcessError> {
+    if *tracked.owner != **owner {
+        return Err(ProcessError::NotOwner { pid: process.pid, owner: tracked.owner.to_string() });
+    }
+    Ok(())
+}
+
+/// A pidfd shared with the table, registered with the reactor while it is watched.
+struct DupFd(Arc<OwnedFd>);
+
+impl AsRawFd for DupFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+fn pid_of(pid: u32) -> Result<Pid, ProcessError> {
+    Pid::from_raw(pid as i32).ok_or(ProcessError::Unknown(pid))
+}
+
+/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
+pub fn start_time(pid: u32) -> io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may hold spaces and parentheses: skip past the last ')'.
+    let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    after_name
+        .split_whitespace()
+        .nth(19)
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))
+}
+
+/// Signal names drivers may use, with or without the `SIG` prefix.
+pub fn parse_signal(name: &str) -> Result<Signal, ProcessError> {
+    let bare = name.trim().trim_start_matches("SIG");
+    Ok(match bare {
+        "TERM" => Signal::TERM,
+        "KILL" => Signal::KILL,
+        "INT" => Signal::INT,
+        "HUP" => Signal::HUP,
+        "QUIT" => Signal::QUIT,
+        "USR1" => Signal::USR1,
+        "USR2" => Signal::USR2,
+        "CONT" => Signal::CONT,
+        "STOP" => Signal::STOP,
+        _ => return Err(ProcessError::UnknownSignal(name.to_string())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_its_own_start_time() {
+        let me = std::process::id();
+        let first = start_time(me).unwrap();
+        assert!(first > 0);
+        assert_eq!(first, start_time(me).unwrap());
+    }
+
+    #[test]
+    fn parses_signal_names_with_and_without_prefix() {
+        assert_eq!(parse_signal("SIGTERM").unwrap(), Signal::TERM);
+        assert_eq!(parse_signal("KILL").unwrap(), Signal::KILL);
+        assert!(matches!(parse_signal("SIGBOGUS"), Err(ProcessError::UnknownSignal(_))));
+    }
+}

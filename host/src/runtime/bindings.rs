@@ -1,0 +1,33 @@
+//! Generated bindings for every WIT world the host speaks, in one place. The rest of the
+//! host uses the re-exports below, never the generated modules directly.
+
+#![allow(missing_docs, clippy::all, reason = "generated code")]
+
+/// `berth:driver/plugin@0.2.0`, which also generates the host-side `berth:host` traits
+/// and the driver types every version shares.
+pub mod driver_v0_2 {
+    wasmtime::component::bindgen!({
+        world: "berth:driver/plugin@0.2.0",
+        path: ["../wit/host", "../wit/driver"],
+        imports: { default: async | trappable },
+        exports: { default: async },
+    });
+}
+
+/// `berth:driver/plugin@0.1.0`: the same functions without `capabilities`. Its types are
+/// structurally those of 0.2.0, so they map onto the same Rust types.
+pub mod driver_v0_1 {
+    wasmtime::component::bindgen!({
+        world: "berth:driver/plugin@0.1.0",
+        path: ["../wit/host", "../wit/driver-0.1"],
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: {
+            "berth:host": super::driver_v0_2::berth::host,
+            "berth:driver/types@0.1.0": super::driver_v0_2::berth::driver::types,
+        },
+    });
+}
+
+pub use driver_v0_2::berth::driver::types as driver_types;
+pub use driver_v0_2::berth::host;

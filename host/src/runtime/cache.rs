@@ -1,0 +1,64 @@
+//! Compiled components on disk, keyed by the component's content hash and the engine's
+//! compatibility hash, so an artifact is only ever loaded by an engine that could have
+//! written it.
+
+use std::hash::{Hash as _, Hasher as _};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+pub struct ComponentCache {
+    dir: Option<PathBuf>,
+}
+
+impl ComponentCache {
+    pub fn new(dir: Option<PathBuf>) -> Self {
+        ComponentCache { dir }
+    }
+
+    /// Compiles `bytes`, or loads the artifact compiled from them earlier.
+    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> anyhow::Result<Component> {
+        let Some(dir) = &self.dir else {
+            return Component::new(engine, bytes).map_err(wasm_error);
+        };
+        let artifact = dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
+        if artifact.exists() {
+            // SAFETY: the file was written by `precompile_component` of an engine with
+            // the same compatibility hash (it is part of the name) into our own cache.
+            match unsafe { Component::deserialize_file(engine, &artifact) } {
+                Ok(component) => return Ok(component),
+                Err(error) => {
+                    tracing::warn!(artifact = %artifact.display(), %error, "recompiling a stale cache entry");
+                }
+            }
+        }
+        let compiled = engine.precompile_component(bytes).map_err(wasm_error)?;
+        write_atomically(dir, &artifact, &compiled)?;
+        // SAFETY: as above; we just wrote it.
+        unsafe { Component::deserialize_file(engine, &artifact) }.map_err(wasm_error)
+    }
+}
+
+fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
+    let content = Sha256::digest(bytes);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let hex: String = content.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{hex}-{:016x}", hasher.finish())
+}
+
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::format_err!("creating the component cache {}: {e}", dir.display()))?;
+    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&temporary, bytes)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|e| anyhow::format_err!("writing {}: {e}", path.display()))
+}
+
+/// wasmtime's error, as the anyhow error the rest of the host uses, with its causes.
+pub fn wasm_error(error: wasmtime::Error) -> anyhow::Error {
+    anyhow::format_err!("{error:#}")
+}

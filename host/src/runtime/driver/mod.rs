@@ -1,0 +1,364 @@
+//! Task drivers as components: loading (with world-version negotiation), and every
+//! driver call, each in a fresh sandboxed instance.
+//!
+//! # Versions
+//!
+//! A component is tried against `berth:driver@0.2.0` first and `@0.1.0` second; both
+//! checks happen before anything is instantiated. A 0.1.0 driver has no `capabilities`
+//! function, and the host assumes mount-configs `all` for it ("supports all"), so
+//! community drivers built before capabilities keep working.
+
+mod error;
+pub mod types;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use wasmtime::Store;
+use wasmtime::component::Linker;
+
+pub use error::{DriverError, LoadError};
+pub use types::*;
+
+use super::Runtime;
+use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
+use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
+
+/// Largest driver state the host persists per task.
+pub const MAX_DRIVER_STATE: usize = 1 << 20;
+/// Wall-clock bound on calls that have no reason to block for long.
+const QUICK_CALL_WALL: Duration = Duration::from_secs(60);
+
+/// Where a driver component came from, for messages.
+#[derive(Debug, Clone)]
+pub enum DriverOrigin {
+    Builtin,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for DriverOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverOrigin::Builtin => f.write_str("built-in"),
+            DriverOrigin::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+enum DriverPre {
+    V0_2(driver_v0_2::PluginPre<PluginCtx>),
+    V0_1(driver_v0_1::PluginPre<PluginCtx>),
+}
+
+enum Bindings {
+    V0_2(driver_v0_2::Plugin),
+    V0_1(driver_v0_1::Plugin),
+}
+
+/// Calls the same export on whichever world version the driver speaks.
+macro_rules! on_driver {
+    ($bindings:expr, $store:expr, $method:ident($($arg:expr),*)) => {
+        match $bindings {
+            Bindings::V0_2(b) => b.berth_driver_driver().$method($store, $($arg),*).await,
+            Bindings::V0_1(b) => b.berth_driver_driver().$method($store, $($arg),*).await,
+        }
+    };
+}
+
+/// A loaded task driver.
+pub struct Driver {
+    runtime: Runtime,
+    origin: DriverOrigin,
+    pre: DriverPre,
+    info: DriverInfo,
+    capabilities: Capabilities,
+}
+
+impl Driver {
+    /// Loads a driver from a `.wasm` file.
+    pub async fn load_file(runtime: &Runtime, path: &Path) -> Result<Driver, LoadError> {
+        let origin = DriverOrigin::File(path.to_path_buf());
+        let bytes = std::fs::read(path)
+            .map_err(|source| LoadError::Read { origin: origin.to_string(), source })?;
+        Self::load(runtime, origin, &bytes).await
+    }
+
+    /// Loads a driver from component bytes.
+    pub async fn load(runtime: &Runtime, origin: DriverOrigin, bytes: &[u8]) -> Result<Driver, LoadError> {
+        let shown = origin.to_string();
+        let component = runtime
+            .cache()
+            .load(runtime.engine(), bytes)
+            .map_err(|e| LoadError::Invalid { origin: shown.clone(), reason: format!("{e:#}") })?;
+        let mut linker = Linker::new(runtime.engine());
+        crate::host_api::add_to_linker(&mut linker)
+            .map_err(|e| LoadError::Invalid { origin: shown.clone(), reason: format!("{e:#}") })?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld {
+            origin: shown.clone(),
+            reason: format!("it imports something the host does not offer: {e:#}"),
+        })?;
+        let pre = match driver_v0_2::PluginPre::new(instance_pre.clone()) {
+            Ok(pre) => DriverPre::V0_2(pre),
+            Err(newest) => match driver_v0_1::PluginPre::new(instance_pre) {
+                Ok(pre) => DriverPre::V0_1(pre),
+                Err(_) => {
+                    return Err(LoadError::WrongWorld {
+                        origin: shown,
+                        reason: format!(
+                            "it exports neither berth:driver/driver@0.2.0 nor @0.1.0 ({newest:#})"
+                        ),
+                    });
+                }
+            },
+        };
+        // Name and capabilities are asked once, under a provisional identity.
+        let mut driver = Driver {
+            runtime: runtime.clone(),
+            origin,
+            pre,
+            info: DriverInfo { name: "(loading)".into(), version: String::new() },
+            capabilities: Capabilities::assumed_for_legacy(),
+        };
+        let info: DriverInfo = driver
+            .call("plugin-info", None, Some(QUICK_CALL_WALL), async |store, b| {
+                on_driver!(b, store, call_plugin_info())
+            })
+            .await
+            .map_err(|e| LoadError::Call { origin: shown.clone(), source: Box::new(e) })?
+            .into();
+        check_info(&info).map_err(|problem| LoadError::Nonsense { origin: shown.clone(), problem })?;
+        driver.info = info;
+        if matches!(driver.pre, DriverPre::V0_2(_)) {
+            driver.capabilities = driver
+                .call("capabilities", None, Some(QUICK_CALL_WALL), async |store, b| match b {
+                    Bindings::V0_2(b) => b.berth_driver_driver().call_capabilities(store).await,
+                    Bindings::V0_1(_) => unreachable!("checked above"),
+                })
+                .await
+                .map_err(|e| LoadError::Call { origin: shown.clone(), source: Box::new(e) })?
+                .into();
+        }
+        Ok(driver)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    pub fn info(&self) -> &DriverInfo {
+        &self.info
+    }
+
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    pub fn origin(&self) -> &DriverOrigin {
+        &self.origin
+    }
+
+    pub fn world(&self) -> WorldVersion {
+        match self.pre {
+            DriverPre::V0_2(_) => WorldVersion::V0_2,
+            DriverPre::V0_1(_) => WorldVersion::V0_1,
+        }
+    }
+
+    pub async fn fingerprint(&self) -> Result<Fingerprint, DriverError> {
+        let fingerprint: Fingerprint = self
+            .call("fingerprint", None, Some(QUICK_CALL_WALL), async |store, b| {
+                on_driver!(b, store, call_fingerprint())
+            })
+            .await?
+            .into();
+        if fingerprint.attributes.len() > 256
+            || fingerprint.attributes.iter().any(|(k, v)| k.len() + v.len() > 4096)
+        {
+            return Err(self.nonsense("fingerprint", "more than 256 attributes or an attribute over 4 KiB"));
+        }
+        Ok(fingerprint)
+    }
+
+    /// Runs the driver's check of a task's `config` block (JSON).
+    pub async fn validate_task_config(&self, config: &str) -> Result<(), DriverError> {
+        let result = self
+            .call("validate-task-config", None, Some(QUICK_CALL_WALL), async |store, b| {
+                on_driver!(b, store, call_validate_task_config(config))
+            })
+            .await?;
+        result.map_err(|message| self.refused("validate-task-config", message))
+    }
+
+    pub async fn start_task(&self, request: &TaskRequest) -> Result<TaskHandle, DriverError> {
+        let scope = TaskScope {
+            task_id: request.id.clone(),
+            task_dir: request.task_dir.clone(),
+            mounts: request.mounts.clone(),
+            stdout: request.stdout.clone(),
+            stderr: request.stderr.clone(),
+        };
+        let config = wit::TaskConfig::from(request);
+        let handle = self
+            .call("start-task", Some(scope), Some(QUICK_CALL_WALL * 5), async |store, b| {
+                on_driver!(b, store, call_start_task(&config))
+            })
+            .await?
+            .map_err(|message| self.refused("start-task", message))?;
+        if handle.id != request.id {
+            return Err(self.nonsense(
+                "start-task",
+                &format!("a handle for task {:?} when starting {:?}", handle.id, request.id),
+            ));
+        }
+        if handle.driver_state.len() > MAX_DRIVER_STATE {
+            return Err(self.nonsense(
+                "start-task",
+                &format!(
+                    "{} bytes of driver state (the limit is {} KiB)",
+                    handle.driver_state.len(),
+                    MAX_DRIVER_STATE >> 10
+                ),
+            ));
+        }
+        Ok(TaskHandle { id: handle.id, driver_state: handle.driver_state })
+    }
+
+    pub async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+        let handle = wit::TaskHandle::from(handle);
+        self.call("recover-task", None, Some(QUICK_CALL_WALL), async |store, b| {
+            on_driver!(b, store, call_recover_task(&handle))
+        })
+        .await?
+        .map_err(|message| self.refused("recover-task", message))
+    }
+
+    /// Blocks until the task exits. No wall-clock bound: only guest compute time counts.
+    pub async fn wait_task(&self, handle: &TaskHandle) -> Result<ExitResult, DriverError> {
+        let handle = wit::TaskHandle::from(handle);
+        let exit = self
+            .call("wait-task", None, None, async |store, b| {
+                on_driver!(b, store, call_wait_task(&handle))
+            })
+            .await?
+            .map_err(|message| self.refused("wait-task", message))?;
+        Ok(exit.into())
+    }
+
+    pub async fn stop_task(
+        &self,
+        handle: &TaskHandle,
+        timeout: Duration,
+        signal: &str,
+    ) -> Result<(), DriverError> {
+        let handle = wit::TaskHandle::from(handle);
+        let millis = timeout.as_millis() as u64;
+        self.call("stop-task", None, Some(timeout + QUICK_CALL_WALL), async |store, b| {
+            on_driver!(b, store, call_stop_task(&handle, millis, signal))
+        })
+        .await?
+        .map_err(|message| self.refused("stop-task", message))
+    }
+
+    pub async fn destroy_task(&self, handle: &TaskHandle, force: bool) -> Result<(), DriverError> {
+        let handle = wit::TaskHandle::from(handle);
+        self.call("destroy-task", None, Some(QUICK_CALL_WALL), async |store, b| {
+            on_driver!(b, store, call_destroy_task(&handle, force))
+        })
+        .await?
+        .map_err(|message| self.refused("destroy-task", message))
+    }
+
+    pub async fn inspect_task(&self, handle: &TaskHandle) -> Result<TaskStatus, DriverError> {
+        let handle = wit::TaskHandle::from(handle);
+        let status = self
+            .call("inspect-task", None, Some(QUICK_CALL_WALL), async |store, b| {
+                on_driver!(b, store, call_inspect_task(&handle))
+            })
+            .await?
+            .map_err(|message| self.refused("inspect-task", message))?;
+        Ok(status.into())
+    }
+
+    pub async fn signal_task(&self, handle: &TaskHandle, signal: &str) -> Result<(), DriverError> {
+        let handle = wit::TaskHandle::from(handle);
+        self.call("signal-task", None, Some(QUICK_CALL_WALL), async |store, b| {
+            on_driver!(b, store, call_signal_task(&handle, signal))
+        })
+        .await?
+        .map_err(|message| self.refused("signal-task", message))
+    }
+
+    /// One guest call in a fresh instance: instantiate, run `body`, then turn traps,
+    /// deadline overruns, memory cap hits and refused host requests into a
+    /// [`DriverError`] that names the driver and the call.
+    async fn call<R>(
+        &self,
+        call: &'static str,
+        task: Option<TaskScope>,
+        wall: Option<Duration>,
+        body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
+    ) -> Result<R, DriverError> {
+        let identity = PluginIdentity {
+            name: self.info.name.as_str().into(),
+            may_mount: self.capabilities.mount_configs == MountConfigs::All,
+        };
+        let mut store =
+            sandbox::new_store(&self.runtime, identity, task, self.runtime.limits().call_deadline);
+        let run = async {
+            let bindings = match &self.pre {
+                DriverPre::V0_2(pre) => Bindings::V0_2(pre.instantiate_async(&mut store).await?),
+                DriverPre::V0_1(pre) => Bindings::V0_1(pre.instantiate_async(&mut store).await?),
+            };
+            body(&mut store, &bindings).await
+        };
+        let outcome = match wall {
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(outcome) => outcome,
+                Err(_) => return Err(DriverError::WallTimeout { driver: self.label(), call, limit }),
+            },
+            None => run.await,
+        };
+        if let Some(violation) = store.data().violations.first() {
+            return Err(DriverError::Violation {
+                driver: self.label(),
+                call,
+                violation: violation.clone(),
+            });
+        }
+        outcome.map_err(|error| DriverError::Fault {
+            driver: self.label(),
+            call,
+            fault: sandbox::classify(&error, store.data()),
+        })
+    }
+
+    /// `driver "exec" (built-in)`, `driver "x" (/plugins/x.wasm)`: how errors name us.
+    pub fn label(&self) -> String {
+        format!("driver {:?} ({})", self.info.name, self.origin)
+    }
+
+    fn refused(&self, call: &'static str, message: String) -> DriverError {
+        DriverError::Refused { driver: self.label(), call, message }
+    }
+
+    fn nonsense(&self, call: &'static str, problem: &str) -> DriverError {
+        DriverError::Nonsense { driver: self.label(), call, problem: problem.to_string() }
+    }
+}
+
+/// Names must be usable in jobspecs and paths.
+fn check_info(info: &DriverInfo) -> Result<(), String> {
+    let valid_name = !info.name.is_empty()
+        && info.name.len() <= 64
+        && info.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !valid_name {
+        return Err(format!(
+            "driver name {:?} (use 1 to 64 of a-z, 0-9, '_' and '-')",
+            info.name
+        ));
+    }
+    if info.version.is_empty() || info.version.len() > 64 {
+        return Err(format!("version {:?} (must be 1 to 64 characters)", info.version));
+    }
+    Ok(())
+}

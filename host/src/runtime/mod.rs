@@ -1,0 +1,168 @@
+//! The WebAssembly runtime: one wasmtime [`Engine`] (pooling allocator, epoch
+//! interruption), the on-disk cache of compiled components, and the sandbox every guest
+//! call runs in.
+//!
+//! # Per-call instances
+//!
+//! Drivers are stateless between calls (their state travels in task handles), so every
+//! call gets a fresh store and instance from the pooling allocator (a few µs). A guest
+//! that traps or overruns its deadline poisons only that instance, which is dropped with
+//! its store; the next call starts clean.
+
+pub mod bindings;
+pub mod cache;
+pub mod driver;
+pub mod sandbox;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::process::ProcessTable;
+use cache::ComponentCache;
+
+/// How often the epoch advances: the granularity of deadlines and of yielding to tokio.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Limits every guest call runs under.
+#[derive(Debug, Clone)]
+pub struct SandboxLimits {
+    /// Guest compute time allowed per call. Time the guest spends blocked in host
+    /// waits (`process.wait`, `timer.sleep`) does not count.
+    pub call_deadline: Duration,
+    /// Linear memory a single instance may grow to.
+    pub memory_max: usize,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits { call_deadline: Duration::from_secs(5), memory_max: 256 << 20 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled components are cached; `None` compiles in memory every time.
+    pub cache_dir: Option<PathBuf>,
+    pub limits: SandboxLimits,
+    /// Instances that may exist at once (pooling allocator slots).
+    pub max_instances: u32,
+}
+
+impl RuntimeConfig {
+    pub fn new(cache_dir: Option<PathBuf>) -> Self {
+        RuntimeConfig { cache_dir, limits: SandboxLimits::default(), max_instances: 256 }
+    }
+}
+
+/// Shared by every plugin the agent loads. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    engine: Engine,
+    cache: ComponentCache,
+    limits: SandboxLimits,
+    processes: Arc<ProcessTable>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Runtime> {
+        Self::with_processes(config, Arc::new(ProcessTable::default()))
+    }
+
+    /// A runtime whose drivers share `processes` with other parts of the agent.
+    pub fn with_processes(
+        config: RuntimeConfig,
+        processes: Arc<ProcessTable>,
+    ) -> anyhow::Result<Runtime> {
+        let engine = Engine::new(&engine_config(&config))
+            .map_err(|e| anyhow::format_err!("creating the WebAssembly engine: {e}"))?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(&engine, ticker_stop.clone());
+        let cache = ComponentCache::new(config.cache_dir.clone());
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                cache,
+                limits: config.limits,
+                processes,
+                ticker_stop,
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub fn cache(&self) -> &ComponentCache {
+        &self.inner.cache
+    }
+
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.inner.limits
+    }
+
+    pub fn processes(&self) -> &Arc<ProcessTable> {
+        &self.inner.processes
+    }
+}
+
+fn engine_config(config: &RuntimeConfig) -> Config {
+    let mut wasm = Config::new();
+    wasm.wasm_component_model(true);
+    wasm.epoch_interruption(true);
+    // Guests get a bounded stack; a runaway recursion traps instead of growing.
+    wasm.max_wasm_stack(1 << 20);
+    wasm.async_stack_size(2 << 20);
+
+    let mut pooling = PoolingAllocationConfig::default();
+    let slots = config.max_instances;
+    pooling.total_component_instances(slots);
+    pooling.total_core_instances(slots * 8);
+    pooling.total_memories(slots * 2);
+    pooling.total_tables(slots * 4);
+    pooling.total_stacks(slots);
+    pooling.max_core_instances_per_component(64);
+    pooling.max_memories_per_component(8);
+    pooling.max_tables_per_component(16);
+    pooling.max_core_instance_size(4 << 20);
+    pooling.max_component_instance_size(4 << 20);
+    pooling.table_elements(100_000);
+    pooling.max_memory_size(config.limits.memory_max.max(64 << 20) * 2);
+    // Keep some slots warm: reusing a slot skips the page faults of a fresh one.
+    pooling.max_unused_warm_slots(16);
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    wasm
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until the runtime is dropped.
+/// Holds only a weak reference, so it never keeps the engine alive.
+fn spawn_epoch_ticker(engine: &Engine, stop: Arc<AtomicBool>) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("berth-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => return,
+                }
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}

@@ -1,0 +1,207 @@
+//! What every guest call runs inside: the store data ([`PluginCtx`]), its memory cap,
+//! its deadline clock, and the classification of what went wrong.
+//!
+//! The deadline counts guest time only: the epoch callback compares the time since the
+//! call began, minus the time the guest spent blocked in host waits, with the budget.
+//! A guest spinning in a loop is stopped; a driver waiting on its task is not.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::{Runtime, SandboxLimits};
+use crate::mount::Propagation;
+use crate::process::ProcessTable;
+
+/// What the host knows about the plugin a store belongs to.
+#[derive(Debug, Clone)]
+pub struct PluginIdentity {
+    pub name: Arc<str>,
+    /// False for drivers that declared mount-configs `none`.
+    pub may_mount: bool,
+}
+
+/// A mount the host handed to the driver for the task at hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandedMount {
+    pub host_path: PathBuf,
+    pub task_path: PathBuf,
+    pub read_only: bool,
+    pub propagation: Propagation,
+}
+
+/// The task a call is about, with what the host handed the driver for it. Spawning is
+/// only possible within such a scope and only with what it holds.
+#[derive(Debug, Clone)]
+pub struct TaskScope {
+    pub task_id: String,
+    pub task_dir: PathBuf,
+    pub mounts: Vec<HandedMount>,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+/// Guest time bookkeeping for one call.
+#[derive(Debug)]
+pub struct CallClock {
+    started: Instant,
+    blocked: Duration,
+    budget: Duration,
+}
+
+impl CallClock {
+    fn new(budget: Duration) -> Self {
+        CallClock { started: Instant::now(), blocked: Duration::ZERO, budget }
+    }
+
+    fn guest_time(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.blocked)
+    }
+
+    /// Runs a host wait without counting its time against the guest.
+    pub async fn exempt<F: std::future::Future>(&mut self, wait: F) -> F::Output {
+        let started = Instant::now();
+        let output = wait.await;
+        self.blocked += started.elapsed();
+        output
+    }
+}
+
+/// Caps linear memory and remembers that the cap was hit, for a clear error.
+#[derive(Debug)]
+pub struct MemoryCap {
+    max: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.hit = true;
+            return Err(wasmtime::format_err!("memory cap of {} MiB reached", self.max >> 20));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The store data of every plugin instance.
+pub struct PluginCtx {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryCap,
+    stderr: MemoryOutputPipe,
+    pub(crate) clock: CallClock,
+    pub(crate) plugin: PluginIdentity,
+    pub(crate) task: Option<TaskScope>,
+    pub(crate) processes: Arc<ProcessTable>,
+    /// Requests the host refused; they fail the call even if the guest ignores them.
+    pub(crate) violations: Vec<String>,
+}
+
+impl WasiView for PluginCtx {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Bytes of guest stderr kept per call (panic messages land there).
+const STDERR_CAPACITY: usize = 16 << 10;
+
+/// A store for one call: no preopened dirs, no env, no args, no network; stderr captured.
+pub fn new_store(
+    runtime: &Runtime,
+    plugin: PluginIdentity,
+    task: Option<TaskScope>,
+    budget: Duration,
+) -> Store<PluginCtx> {
+    let SandboxLimits { memory_max, .. } = *runtime.limits();
+    let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+    let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
+    let ctx = PluginCtx {
+        wasi,
+        table: ResourceTable::new(),
+        memory: MemoryCap { max: memory_max, hit: false },
+        stderr,
+        clock: CallClock::new(budget),
+        plugin,
+        task,
+        processes: runtime.processes().clone(),
+        violations: Vec::new(),
+    };
+    let mut store = Store::new(runtime.engine(), ctx);
+    store.limiter(|ctx| &mut ctx.memory);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        let clock = &ctx.data().clock;
+        if clock.guest_time() > clock.budget {
+            return Err(wasmtime::Error::new(DeadlineExceeded(clock.budget)));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+    store
+}
+
+/// The trap raised when a call overruns its guest-time budget.
+#[derive(Debug, thiserror::Error)]
+#[error("exceeded its deadline of {0:?}")]
+pub struct DeadlineExceeded(pub Duration);
+
+/// Why a guest call failed, as far as the sandbox can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    Deadline(Duration),
+    Memory(usize),
+    /// A trap: a panic, an unreachable, a bad memory access. Holds what the guest last
+    /// wrote to stderr (the panic message) or the trap's text.
+    Trap(String),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Deadline(budget) => write!(f, "ran past its deadline of {budget:?} and was stopped"),
+            Fault::Memory(max) => write!(f, "tried to use more than its memory cap of {} MiB", max >> 20),
+            Fault::Trap(message) => write!(f, "crashed: {message}"),
+        }
+    }
+}
+
+/// Classifies a failed call from its error and the store it ran in.
+pub fn classify(error: &wasmtime::Error, ctx: &PluginCtx) -> Fault {
+    if let Some(deadline) = error.downcast_ref::<DeadlineExceeded>() {
+        return Fault::Deadline(deadline.0);
+    }
+    if ctx.memory.hit {
+        return Fault::Memory(ctx.memory.max);
+    }
+    let stderr = ctx.stderr.contents();
+    let stderr = String::from_utf8_lossy(&stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with("note: "));
+    match last {
+        Some(line) => Fault::Trap(line.chars().take(500).collect()),
+        None => Fault::Trap(format!("{error}")),
+    }
+}

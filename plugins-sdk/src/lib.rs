@@ -1,0 +1,310 @@
+//! Write berth task drivers as WebAssembly components.
+//!
+//! A berth task driver is a component that exports the `berth:driver/driver@0.2.0`
+//! interface and imports what the host offers (`berth:host/log`, `timer`, `process`).
+//! This crate generates the bindings once, gives you the [`Driver`] trait with sensible
+//! defaults, and the [`export_driver!`] macro that wires your type to the component's
+//! exports. Build with `cargo build --target wasm32-wasip2`: that target emits a
+//! component directly.
+//!
+//! # Contract in one paragraph
+//!
+//! A driver is **stateless between calls**: the host may instantiate it afresh for every
+//! call. Whatever a driver must remember about a task goes into
+//! [`TaskHandle::driver_state`], bytes the host persists and hands back on every later
+//! call for that task, including [`Driver::recover_task`] after an agent restart. Drivers
+//! never make syscalls: they ask the host to spawn, wait on and signal processes through
+//! [`host::process`], and the host checks every request against the driver's declared
+//! [`DriverCapabilities`] and the task it is working on.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use berth_plugin_sdk::{
+//!     export_driver, host, Driver, ExitResult, DriverFingerprint, HealthState, DriverInfo,
+//!     TaskConfig, TaskHandle, TaskState, TaskStatus,
+//! };
+//!
+//! struct Hello;
+//!
+//! impl Driver for Hello {
+//!     fn plugin_info() -> DriverInfo {
+//!         DriverInfo { name: "hello".into(), version: "0.1.0".into() }
+//!     }
+//!
+//!     fn fingerprint() -> DriverFingerprint {
+//!         DriverFingerprint {
+//!             health: HealthState::Healthy,
+//!             health_description: "ready".into(),
+//!             attributes: vec![],
+//!         }
+//!     }
+//!
+//!     fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
+//!         let process = host::process::spawn(&host::process::SpawnRequest {
+//!             argv: vec!["/bin/echo".into(), format!("hello from {}", config.name)],
+//!             env: config.env.clone(),
+//!             cwd: None,
+//!             isolation: host::process::Isolation::None,
+//!             mounts: vec![],
+//!         })?;
+//!         let state = format!("{} {}", process.pid, process.start_time);
+//!         Ok(TaskHandle { id: config.id, driver_state: state.into_bytes() })
+//!     }
+//!
+//!     fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
+//!         let process = parse(&handle)?;
+//!         let status = host::process::wait(process, None)?.expect("no timeout was given");
+//!         Ok(ExitResult {
+//!             exit_code: status.code.unwrap_or(-1),
+//!             signal: status.signal.unwrap_or(0),
+//!             oom_killed: false,
+//!         })
+//!     }
+//!
+//!     fn stop_task(handle: TaskHandle, _timeout_millis: u64, signal: String) -> Result<(), String> {
+//!         host::process::signal(parse(&handle)?, &signal)
+//!     }
+//!
+//!     fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
+//!         Ok(TaskStatus { id: handle.id, state: TaskState::Unknown, exit_result: None })
+//!     }
+//! }
+//!
+//! fn parse(handle: &TaskHandle) -> Result<host::process::ProcessRef, String> {
+//!     let text = String::from_utf8_lossy(&handle.driver_state);
+//!     let (pid, start) = text.split_once(' ').ok_or("corrupt driver state")?;
+//!     Ok(host::process::ProcessRef {
+//!         pid: pid.parse().map_err(|_| "corrupt pid")?,
+//!         start_time: start.parse().map_err(|_| "corrupt start time")?,
+//!     })
+//! }
+//!
+//! export_driver!(Hello);
+//! ```
+
+/// The generated bindings for the driver world. Prefer the re-exports at the crate root.
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "berth:driver/plugin@0.2.0",
+        path: ["../wit/host", "../wit/driver"],
+        pub_export_macro: true,
+        export_macro_name: "__export_driver_world",
+        default_bindings_module: "berth_plugin_sdk::bindings",
+        generate_all,
+    });
+}
+
+/// What the host offers to drivers: logging, timers and processes.
+pub mod host {
+    pub use crate::bindings::berth::host::{log, process, timer};
+
+    /// Logs `message` into the agent's log at info level, tagged with the driver's name.
+    pub fn info(message: &str) {
+        log::log(log::Level::Info, message);
+    }
+
+    /// Logs `message` into the agent's log at warn level.
+    pub fn warn(message: &str) {
+        log::log(log::Level::Warn, message);
+    }
+}
+
+pub use bindings::berth::driver::types::{
+    DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfig,
+    MountConfigs, DriverInfo, TaskConfig, TaskHandle, TaskState, TaskStatus,
+};
+
+/// A task driver. Implement the required methods; the rest have defaults that suit a
+/// simple driver. Export the type with [`export_driver!`].
+pub trait Driver {
+    /// Name and version, as shown by `berth driver list`.
+    fn plugin_info() -> DriverInfo;
+
+    /// What the driver can do. The default declares mount-configs `all`, signals, no exec
+    /// and no filesystem isolation. A driver that cannot honour volume mounts must
+    /// declare [`MountConfigs::None`]: the host then rejects jobs that ask it for mounts.
+    fn capabilities() -> DriverCapabilities {
+        DriverCapabilities {
+            send_signals: true,
+            exec: false,
+            fs_isolation: FsIsolation::None,
+            mount_configs: MountConfigs::All,
+        }
+    }
+
+    /// Health and attributes of the driver on this node.
+    fn fingerprint() -> DriverFingerprint;
+
+    /// Checks a task's `config` block (JSON) at job submit. The default accepts anything.
+    fn validate_task_config(config: String) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// Starts the task and returns the handle the host persists.
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String>;
+
+    /// Re-attaches to a task after an agent restart. The default fails, which makes the
+    /// host treat the task as lost.
+    fn recover_task(handle: TaskHandle) -> Result<(), String> {
+        Err(format!("task {} cannot be recovered by this driver", handle.id))
+    }
+
+    /// Blocks until the task exits.
+    fn wait_task(handle: TaskHandle) -> Result<ExitResult, String>;
+
+    /// Asks the task to stop with `signal`, killing it after `timeout_millis`.
+    fn stop_task(handle: TaskHandle, timeout_millis: u64, signal: String) -> Result<(), String>;
+
+    /// Releases what the driver holds for the task. The default has nothing to release.
+    fn destroy_task(handle: TaskHandle, force: bool) -> Result<(), String> {
+        let _ = (handle, force);
+        Ok(())
+    }
+
+    /// Reports the task's state.
+    fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String>;
+
+    /// Sends a signal to the task. The default refuses.
+    fn signal_task(handle: TaskHandle, signal: String) -> Result<(), String> {
+        let _ = handle;
+        Err(format!("this driver cannot send signals ({signal})"))
+    }
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::bindings::exports::berth::driver::driver::Guest as DriverGuest;
+}
+
+/// Exports a [`Driver`] implementation as the component's `berth:driver/driver` interface.
+#[macro_export]
+macro_rules! export_driver {
+    ($driver:ty) => {
+        const _: () = {
+            struct __BerthDriverExport;
+
+            impl $crate::__private::DriverGuest for __BerthDriverExport {
+                fn plugin_info() -> $crate::DriverInfo {
+                    <$driver as $crate::Driver>::plugin_info()
+                }
+                fn capabilities() -> $crate::DriverCapabilities {
+                    <$driver as $crate::Driver>::capabilities()
+                }
+                fn fingerprint() -> $crate::DriverFingerprint {
+                    <$driver as $crate::Driver>::fingerprint()
+                }
+                fn validate_task_config(config: String) -> Result<(), String> {
+                    <$driver as $crate::Driver>::validate_task_config(config)
+                }
+                fn start_task(config: $crate::TaskConfig) -> Result<$crate::TaskHandle, String> {
+                    <$driver as $crate::Driver>::start_task(config)
+                }
+                fn recover_task(handle: $crate::TaskHandle) -> Result<(), String> {
+                    <$driver as $crate::Driver>::recover_task(handle)
+                }
+                fn wait_task(handle: $crate::TaskHandle) -> Result<$crate::ExitResult, String> {
+                    <$driver as $crate::Driver>::wait_task(handle)
+                }
+                fn stop_task(
+                    handle: $crate::TaskHandle,
+                    timeout_millis: u64,
+                    signal: String,
+                ) -> Result<(), String> {
+                    <$driver as $crate::Driver>::stop_task(handle, timeout_millis, signal)
+                }
+                fn destroy_task(handle: $crate::TaskHandle, force: bool) -> Result<(), String> {
+                    <$driver as $crate::Driver>::destroy_task(handle, force)
+                }
+                fn inspect_task(handle: $crate::TaskHandle) -> Result<$crate::TaskStatus, String> {
+                    <$driver as $crate::Driver>::inspect_task(handle)
+                }
+                fn signal_task(handle: $crate::TaskHandle, signal: String) -> Result<(), String> {
+                    <$driver as $crate::Driver>::signal_task(handle, signal)
+                }
+            }
+
+            $crate::bindings::__export_driver_world!(
+                __BerthDriverExport with_types_in $crate::bindings
+            );
+        };
+    };
+}
+
+/// Helpers for drivers whose tasks are one host process: keep the [`ProcessRef`] in the
+/// task handle, and wait, stop, signal and inspect through the host.
+///
+/// [`ProcessRef`]: host::process::ProcessRef
+pub mod process_task {
+    use crate::host::process::{self, ProcessRef};
+    use crate::{ExitResult, TaskHandle, TaskState, TaskStatus};
+
+    /// Encodes the process in the handle's driver state (`"<pid> <start-time>"`).
+    pub fn handle(task_id: String, process: ProcessRef) -> TaskHandle {
+        TaskHandle {
+            id: task_id,
+            driver_state: format!("{} {}", process.pid, process.start_time).into_bytes(),
+        }
+    }
+
+    /// Decodes what [`handle`] encoded.
+    pub fn process_of(handle: &TaskHandle) -> Result<ProcessRef, String> {
+        let corrupt = || format!("task {}: driver state is not a process reference", handle.id);
+        let text = std::str::from_utf8(&handle.driver_state).map_err(|_| corrupt())?;
+        let (pid, start_time) = text.split_once(' ').ok_or_else(corrupt)?;
+        Ok(ProcessRef {
+            pid: pid.parse().map_err(|_| corrupt())?,
+            start_time: start_time.parse().map_err(|_| corrupt())?,
+        })
+    }
+
+    /// Turns a host exit status into the driver's exit result.
+    pub fn exit_result(status: process::ExitStatus) -> ExitResult {
+        ExitResult {
+            exit_code: status.code.unwrap_or(-1),
+            signal: status.signal.unwrap_or(0),
+            oom_killed: false,
+        }
+    }
+
+    /// Blocks until the process exits.
+    pub fn wait(handle: &TaskHandle) -> Result<ExitResult, String> {
+        let status = process::wait(process_of(handle)?, None)?
+            .ok_or_else(|| format!("task {}: host returned from an untimed wait early", handle.id))?;
+        Ok(exit_result(status))
+    }
+
+    /// Sends `signal`, waits up to `timeout_millis`, then sends `SIGKILL`.
+    pub fn stop(handle: &TaskHandle, timeout_millis: u64, signal: &str) -> Result<(), String> {
+        let process = process_of(handle)?;
+        let signal = if signal.is_empty() { "SIGTERM" } else { signal };
+        process::signal(process, signal)?;
+        if process::wait(process, Some(timeout_millis))?.is_none() {
+            process::signal(process, "SIGKILL")?;
+            process::wait(process, None)?;
+        }
+        Ok(())
+    }
+
+    /// Reports running or exited, with the exit result when known.
+    pub fn inspect(handle: &TaskHandle) -> Result<TaskStatus, String> {
+        let status = process::wait(process_of(handle)?, Some(0))?;
+        Ok(TaskStatus {
+            id: handle.id.clone(),
+            state: if status.is_some() { TaskState::Exited } else { TaskState::Running },
+            exit_result: status.map(exit_result),
+        })
+    }
+
+    /// Takes the process back after an agent restart.
+    pub fn recover(handle: &TaskHandle) -> Result<(), String> {
+        process::adopt(process_of(handle)?)
+    }
+
+    /// Sends a signal by name.
+    pub fn signal(handle: &TaskHandle, signal: &str) -> Result<(), String> {
+        process::signal(process_of(handle)?, signal)
+    }
+}

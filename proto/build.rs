@@ -1,0 +1,7 @@
+//! Compiles the protocol definitions with tonic/prost (needs `protoc`).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tonic_prost_build::configure().compile_protos(&["berth/bench/v1/plugin.proto"], &["."])?;
+    println!("cargo:rerun-if-changed=berth");
+    Ok(())
+}

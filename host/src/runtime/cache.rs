@@ -20,6 +20,7 @@ impl ComponentCache {
 
     /// Compiles `bytes`, or loads the artifact compiled from them earlier.
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> anyhow::Result<Component> {
+        check_header(bytes)?;
         let Some(dir) = &self.dir else {
             return Component::new(engine, bytes).map_err(wasm_error);
         };
@@ -52,7 +53,10 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::format_err!("creating the component cache {}: {e}", dir.display()))?;
-    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per writer, so concurrent loaders (threads or processes) never interleave.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temporary = path.with_extension(format!("tmp{}-{n}", std::process::id()));
     std::fs::write(&temporary, bytes)
         .and_then(|()| std::fs::rename(&temporary, path))
         .map_err(|e| anyhow::format_err!("writing {}: {e}", path.display()))
@@ -61,4 +65,21 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()>
 /// wasmtime's error, as the anyhow error the rest of the host uses, with its causes.
 pub fn wasm_error(error: wasmtime::Error) -> anyhow::Error {
     anyhow::format_err!("{error:#}")
+}
+
+/// Says plainly what a file is when it is not a component, before wasmtime tries to
+/// read it (it would otherwise try to parse it as text and report a syntax error).
+fn check_header(bytes: &[u8]) -> anyhow::Result<()> {
+    const MAGIC: &[u8] = b"\0asm";
+    const COMPONENT_LAYER: [u8; 2] = [0x01, 0x00];
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        anyhow::bail!("the file does not start with the WebAssembly magic bytes (\\0asm)");
+    }
+    if bytes[6..8] != COMPONENT_LAYER {
+        anyhow::bail!(
+            "it is a core WebAssembly module, not a component (build for wasm32-wasip2, \
+             or wrap the module with `wasm-tools component new`)"
+        );
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! - `trap`: panics (a trap) in the call;
 //! - `loop`: spins forever without yielding to the host;
 //! - `hog`: allocates memory until the host's cap stops it;
-//! - `undeclared-mounts`: asks the host to bind `/etc` although it declared `none`;
+//! - `undeclared-mounts`: passes on the mounts it was handed although it declared `none`;
 //! - `invented-mount`: same, but on a path the host never handed it (as if it were `all`);
 //! - `wrong-id`: returns a task handle for another task;
 //! - `huge-state`: returns 8 MiB of driver state;
@@ -90,7 +90,8 @@ impl Driver for Misbehave {
         };
         match behave.behave.as_str() {
             "undeclared-mounts" => {
-                spawn(vec![mount(&config.task_dir)])?;
+                let handed = config.mounts.iter().map(|m| mount(&m.host_path)).collect();
+                spawn(handed)?;
             }
             "invented-mount" => {
                 spawn(vec![mount("/etc")])?;

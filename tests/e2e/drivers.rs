@@ -1,0 +1,182 @@
+//! The first-party drivers, the 0.1.0 driver and the Python driver, running real tasks.
+
+use std::time::{Duration, Instant};
+
+use berth::mount::Propagation;
+use berth::runtime::driver::{DriverError, MountConfigs, TaskState, WorldVersion};
+use serde_json::json;
+
+use crate::support::{self, TaskDir, mount};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_runs_in_its_chroot_with_read_only_and_read_write_mounts() {
+    let runtime = support::runtime();
+    let exec = support::builtin(&runtime, "exec").await;
+    let sources = tempfile::tempdir_in("/tmp").unwrap();
+    let ro = sources.path().join("ro");
+    let rw = sources.path().join("rw");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::create_dir_all(&rw).unwrap();
+    std::fs::write(ro.join("hello.txt"), "from the host\n").unwrap();
+    // A file next to the task dir that the chrooted task must not see.
+    let outside = sources.path().join("outside-marker");
+    std::fs::write(&outside, "secret").unwrap();
+
+    let task = TaskDir::new();
+    let script = format!(
+        "cat /local/ro/hello.txt; echo \"env=$GREETING\"; \
+         echo written > /local/rw/out.txt && echo rw-ok; \
+         if echo x > /local/ro/nope 2>/dev/null; then echo RO-WRITABLE; else echo ro-refused; fi; \
+         if [ -e {outside} ]; then echo ESCAPED; else echo confined; fi; \
+         if [ -e /usr/bin/env ]; then echo has-usr; fi; \
+         if touch /usr/berth-probe 2>/dev/null; then echo USR-WRITABLE; else echo usr-readonly; fi",
+        outside = outside.display()
+    );
+    let request = task.request(
+        "web",
+        json!({"command": "/bin/sh", "args": ["-c", script]}),
+        vec![
+            mount(&ro, "/local/ro", true, Propagation::Private),
+            mount(&rw, "/local/rw", false, Propagation::Private),
+        ],
+    );
+    let handle = exec.start_task(&request).await.unwrap();
+    let exit = exec.wait_task(&handle).await.unwrap();
+    let stdout = task.read_stdout();
+    assert!(exit.successful(), "exit {exit:?}, stdout {stdout}, stderr {}", task.read_stderr());
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["from the host", "env=hello", "rw-ok", "ro-refused", "confined", "has-usr", "usr-readonly"],
+    );
+    assert_eq!(std::fs::read_to_string(rw.join("out.txt")).unwrap(), "written\n");
+    assert!(!ro.join("nope").exists());
+    assert!(!std::path::Path::new("/usr/berth-probe").exists());
+    // The task's mounts lived in its own namespace: nothing is left on the host.
+    assert!(support::host_mounts_under(task.path()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn raw_exec_runs_in_the_task_dir_without_isolation() {
+    let runtime = support::runtime();
+    let raw = support::builtin(&runtime, "raw_exec").await;
+    assert_eq!(raw.capabilities().mount_configs, MountConfigs::None);
+    let task = TaskDir::new();
+    let request = task.request("raw", json!({"command": "/bin/sh", "args": ["-c", "pwd; exit 7"]}), vec![]);
+    let handle = raw.start_task(&request).await.unwrap();
+    let exit = raw.wait_task(&handle).await.unwrap();
+    assert_eq!(exit.exit_code, 7);
+    assert_eq!(task.read_stdout().trim(), task.path().to_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_exit_codes_start_errors_and_run_time_come_through() {
+    let runtime = support::runtime();
+    let mock = support::builtin(&runtime, "mock").await;
+    let task = TaskDir::new();
+
+    let started = Instant::now();
+    let handle = mock
+        .start_task(&task.request("m", json!({"run_for": "300ms", "exit_code": 3}), vec![]))
+        .await
+        .unwrap();
+    assert_eq!(mock.inspect_task(&handle).await.unwrap().state, TaskState::Running);
+    let exit = mock.wait_task(&handle).await.unwrap();
+    assert_eq!(exit.exit_code, 3);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let status = mock.inspect_task(&handle).await.unwrap();
+    assert_eq!(status.state, TaskState::Exited);
+    assert_eq!(status.exit.unwrap().exit_code, 3);
+
+    let error = mock
+        .start_task(&task.request("m", json!({"start_error": "disk on fire"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Refused { .. }));
+    assert_eq!(error.to_string(), "driver \"mock\" (built-in): start-task: disk on fire");
+
+    let error = mock.validate_task_config(&json!({"run_for": "soon"}).to_string()).await.unwrap_err();
+    assert!(error.to_string().contains("invalid duration \"soon\""), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_task_signals_and_the_exit_reports_the_signal() {
+    let runtime = support::runtime();
+    let exec = support::builtin(&runtime, "exec").await;
+    let task = TaskDir::new();
+    let request = task.request("sleepy", json!({"command": "/bin/sleep", "args": ["30"]}), vec![]);
+    let handle = exec.start_task(&request).await.unwrap();
+    assert_eq!(exec.inspect_task(&handle).await.unwrap().state, TaskState::Running);
+    let started = Instant::now();
+    exec.stop_task(&handle, Duration::from_secs(5), "SIGTERM").await.unwrap();
+    let exit = exec.wait_task(&handle).await.unwrap();
+    assert_eq!(exit.signal, 15);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
+    let task = TaskDir::new();
+    let handle = {
+        let first_agent = support::runtime();
+        let raw = support::builtin(&first_agent, "raw_exec").await;
+        let request = task.request("long", json!({"command": "/bin/sleep", "args": ["1"]}), vec![]);
+        raw.start_task(&request).await.unwrap()
+    };
+    // A new runtime has an empty process table, as after a restart.
+    let second_agent = support::runtime();
+    let raw = support::builtin(&second_agent, "raw_exec").await;
+    raw.recover_task(&handle).await.unwrap();
+    assert_eq!(raw.inspect_task(&handle).await.unwrap().state, TaskState::Running);
+    let exit = tokio::time::timeout(Duration::from_secs(10), raw.wait_task(&handle)).await.unwrap().unwrap();
+    // Only the real parent could collect the exit code of an adopted process.
+    assert_eq!(exit.exit_code, -1);
+
+    let mut forged = handle.clone();
+    forged.driver_state = format!("{} 1", std::process::id()).into_bytes();
+    let error = raw.recover_task(&forged).await.unwrap_err();
+    assert!(error.to_string().contains("is gone or its pid was reused"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_built_against_0_1_0_loads_as_mount_configs_all_and_mounts() {
+    let runtime = support::runtime();
+    let legacy = support::from_file(&runtime, berth::builtin::test_components::LEGACY_V01).await;
+    assert_eq!(legacy.world(), WorldVersion::V0_1);
+    assert_eq!(legacy.capabilities().mount_configs, MountConfigs::All);
+    assert!(!legacy.capabilities().declared);
+
+    let data = tempfile::tempdir_in("/tmp").unwrap();
+    std::fs::write(data.path().join("v"), "legacy can mount\n").unwrap();
+    let task = TaskDir::new();
+    let request = task.request(
+        "old",
+        json!({"command": "/bin/cat", "args": ["/data/v"]}),
+        vec![mount(data.path(), "/data", true, Propagation::Private)],
+    );
+    let handle = legacy.start_task(&request).await.unwrap();
+    assert!(legacy.wait_task(&handle).await.unwrap().successful(), "{}", task.read_stderr());
+    assert_eq!(task.read_stdout(), "legacy can mount\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_written_in_python_runs_a_task() {
+    let runtime = support::runtime();
+    let python = support::from_file(&runtime, support::python_driver().to_str().unwrap()).await;
+    assert_eq!(python.info().name, "pyexec");
+    assert_eq!(python.capabilities().mount_configs, MountConfigs::None);
+    let fingerprint = python.fingerprint().await.unwrap();
+    assert_eq!(fingerprint.attributes, [("driver.pyexec.language".to_string(), "python".to_string())]);
+
+    let task = TaskDir::new();
+    let request = task.request(
+        "py",
+        json!({"command": "/bin/sh", "args": ["-c", "echo \"python says $GREETING\"; exit 4"]}),
+        vec![],
+    );
+    let handle = python.start_task(&request).await.unwrap();
+    assert_eq!(python.wait_task(&handle).await.unwrap().exit_code, 4);
+    assert_eq!(task.read_stdout(), "python says hello\n");
+
+    let error = python.validate_task_config("{\"command\": \"relative\"}").await.unwrap_err();
+    assert!(error.to_string().ends_with("validate-task-config: pyexec needs an absolute `command`"), "{error}");
+}

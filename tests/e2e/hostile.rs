@@ -1,0 +1,151 @@
+//! Drivers that misbehave: each is contained with a clear error naming the driver, and
+//! the host keeps serving other calls.
+
+use std::time::{Duration, Instant};
+
+use berth::mount::Propagation;
+use berth::runtime::driver::{Driver, DriverError, LoadError};
+use berth::runtime::sandbox::Fault;
+use serde_json::json;
+
+use crate::support::{self, TaskDir, mount};
+
+const MISBEHAVE: &str = berth::builtin::test_components::MISBEHAVE;
+
+fn behave(what: &str) -> String {
+    json!({ "behave": what }).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trapping_driver_gives_its_panic_message_and_the_next_call_works() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let error = driver.validate_task_config(&behave("trap")).await.unwrap_err();
+    let DriverError::Fault { fault: Fault::Trap(message), .. } = &error else {
+        panic!("expected a trap, got {error:?}");
+    };
+    assert!(message.contains("misbehave: deliberate panic"), "{message}");
+    assert!(error.to_string().starts_with(&format!("driver \"misbehave\" ({MISBEHAVE}) crashed:")), "{error}");
+    driver.validate_task_config(&behave("ok")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_looping_driver_is_stopped_at_its_deadline_while_others_are_served() {
+    let deadline = Duration::from_millis(300);
+    let runtime = support::strict_runtime(deadline, 64 << 20);
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let mock = support::builtin(&runtime, "mock").await;
+
+    let started = Instant::now();
+    let spin = behave("loop");
+    let looping = driver.validate_task_config(&spin);
+    let others = async {
+        // While the guest spins, other guests keep getting answers.
+        let mut slowest = Duration::ZERO;
+        for _ in 0..5 {
+            let call = Instant::now();
+            mock.fingerprint().await.unwrap();
+            slowest = slowest.max(call.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        slowest
+    };
+    let (looped, slowest_other) = tokio::join!(looping, others);
+    let elapsed = started.elapsed();
+    let error = looped.unwrap_err();
+    assert!(
+        matches!(error, DriverError::Fault { fault: Fault::Deadline(d), .. } if d == deadline),
+        "{error:?}"
+    );
+    assert!(elapsed >= deadline && elapsed < deadline * 4, "stopped after {elapsed:?}");
+    assert!(slowest_other < Duration::from_millis(250), "other calls took {slowest_other:?}");
+    assert!(error.to_string().contains("ran past its deadline of 300ms"), "{error}");
+    driver.validate_task_config(&behave("ok")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_memory_hog_is_stopped_at_its_cap() {
+    let runtime = support::strict_runtime(Duration::from_secs(10), 64 << 20);
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let error = driver.validate_task_config(&behave("hog")).await.unwrap_err();
+    assert!(matches!(error, DriverError::Fault { fault: Fault::Memory(_), .. }), "{error:?}");
+    assert!(error.to_string().contains("more than its memory cap of 64 MiB"), "{error}");
+    driver.validate_task_config(&behave("ok")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_that_declared_none_cannot_pass_mounts() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let data = tempfile::tempdir_in("/tmp").unwrap();
+    let task = TaskDir::new();
+    // The host hands the mount (as a job that skipped submit checks would get it); the
+    // driver declared `none`, so passing it on is refused.
+    let request = task.request(
+        "t",
+        json!({"behave": "undeclared-mounts"}),
+        vec![mount(data.path(), "/mnt", false, Propagation::Private)],
+    );
+    let error = driver.start_task(&request).await.unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("declared mount-configs \"none\" but asked to mount"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_cannot_mount_what_it_was_not_handed() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let task = TaskDir::new();
+    let error = driver
+        .start_task(&task.request("t", json!({"behave": "invented-mount"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("asked to mount /etc at /mnt (private), which the host did not hand it"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nonsense_handles_are_refused() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let task = TaskDir::new();
+    let error = driver.start_task(&task.request("t", json!({"behave": "wrong-id"}), vec![])).await.unwrap_err();
+    assert!(error.to_string().contains("a handle for task \"someone-else\""), "{error}");
+    let error = driver.start_task(&task.request("t", json!({"behave": "huge-state"}), vec![])).await.unwrap_err();
+    assert!(error.to_string().contains("8388608 bytes of driver state"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_files_are_refused_at_load_with_the_file_named() {
+    let runtime = support::runtime();
+    let hook = berth::builtin::test_components::HOOK_NOOP;
+    let error = Driver::load_file(&runtime, hook.as_ref()).await.err().unwrap();
+    assert!(matches!(error, LoadError::WrongWorld { .. }), "{error:?}");
+    assert!(error.to_string().starts_with(&format!("{hook}: not a berth task driver")), "{error}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, "definitely not wasm").unwrap();
+    let error = Driver::load_file(&runtime, &garbage).await.err().unwrap();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}: not a valid WebAssembly component: the file does not start with the WebAssembly magic bytes (\\0asm)",
+            garbage.display()
+        )
+    );
+
+    let module = dir.path().join("module.wasm");
+    std::fs::write(&module, b"\0asm\x01\0\0\0").unwrap();
+    let error = Driver::load_file(&runtime, &module).await.err().unwrap();
+    assert!(error.to_string().contains("is a core WebAssembly module, not a component"), "{error}");
+
+    let missing = dir.path().join("missing.wasm");
+    let error = Driver::load_file(&runtime, &missing).await.err().unwrap();
+    assert!(error.to_string().starts_with(&format!("{}: cannot read the driver", missing.display())));
+}

@@ -1,0 +1,11 @@
+//! End-to-end tests: real components built from `drivers/`, real processes, real mount
+//! namespaces and bind mounts (the tests run as root), real gRPC where it is compared.
+//!
+//! One test binary with a module per area, as wasmtime does.
+
+mod support;
+
+mod cli;
+mod drivers;
+mod hostile;
+mod isolation;

@@ -1,0 +1,161 @@
+//! Shared fixtures: a runtime with a shared component cache, task directories, mounts
+//! that clean up after themselves, and the Python driver built with componentize-py.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use berth::mount::Propagation;
+use berth::runtime::driver::{Driver, DriverOrigin, TaskRequest};
+use berth::runtime::sandbox::HandedMount;
+use berth::runtime::{Runtime, RuntimeConfig, SandboxLimits};
+
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
+}
+
+pub fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig::new(Some(cache_dir()))).unwrap()
+}
+
+/// A runtime with a short call deadline and a small memory cap, for hostile guests.
+pub fn strict_runtime(deadline: Duration, memory_max: usize) -> Runtime {
+    let mut config = RuntimeConfig::new(Some(cache_dir()));
+    config.limits = SandboxLimits { call_deadline: deadline, memory_max };
+    Runtime::new(config).unwrap()
+}
+
+pub async fn builtin(runtime: &Runtime, name: &str) -> Driver {
+    let bytes = berth::builtin::DRIVERS.iter().find(|(n, _)| *n == name).unwrap().1;
+    Driver::load(runtime, DriverOrigin::Builtin, bytes).await.unwrap()
+}
+
+pub async fn from_file(runtime: &Runtime, path: &str) -> Driver {
+    Driver::load_file(runtime, Path::new(path)).await.unwrap()
+}
+
+/// A task directory with log files, removed on drop.
+pub struct TaskDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl TaskDir {
+    pub fn new() -> TaskDir {
+        TaskDir { dir: tempfile::Builder::new().prefix("berth-e2e-").tempdir_in("/tmp").unwrap() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn stdout(&self) -> PathBuf {
+        self.path().join("stdout.log")
+    }
+
+    pub fn stderr(&self) -> PathBuf {
+        self.path().join("stderr.log")
+    }
+
+    pub fn read_stdout(&self) -> String {
+        std::fs::read_to_string(self.stdout()).unwrap_or_default()
+    }
+
+    pub fn read_stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr()).unwrap_or_default()
+    }
+
+    pub fn request(&self, name: &str, config: serde_json::Value, mounts: Vec<HandedMount>) -> TaskRequest {
+        TaskRequest {
+            id: format!("alloc-1/{name}"),
+            name: name.into(),
+            alloc_id: "alloc-1".into(),
+            job_name: "e2e".into(),
+            group_name: "g".into(),
+            config: config.to_string(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into()), ("GREETING".into(), "hello".into())],
+            task_dir: self.path().to_path_buf(),
+            mounts,
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+        }
+    }
+}
+
+pub fn mount(host: &Path, task: &str, read_only: bool, propagation: Propagation) -> HandedMount {
+    HandedMount { host_path: host.to_path_buf(), task_path: task.into(), read_only, propagation }
+}
+
+/// Mounts the test made on the host, unmounted (detached) in reverse order on drop, so
+/// a failing assertion leaves nothing behind.
+#[derive(Default)]
+pub struct HostMounts {
+    mounted: Vec<PathBuf>,
+}
+
+impl HostMounts {
+    /// Makes `dir` a mount point of its own in a new shared peer group, as a volume
+    /// source for host-to-task and bidirectional propagation must be.
+    pub fn make_shared(&mut self, dir: &Path) {
+        rustix::mount::mount_bind(dir, dir).unwrap();
+        self.mounted.push(dir.to_path_buf());
+        rustix::mount::mount_change(dir, rustix::mount::MountPropagationFlags::SHARED).unwrap();
+    }
+
+    pub fn tmpfs(&mut self, dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        rustix::mount::mount("tmpfs", dir, "tmpfs", rustix::mount::MountFlags::empty(), None)
+            .unwrap();
+        self.mounted.push(dir.to_path_buf());
+    }
+
+    /// Records a mount that appeared on the host by propagation, so it is cleaned up too.
+    pub fn adopt(&mut self, dir: &Path) {
+        self.mounted.push(dir.to_path_buf());
+    }
+}
+
+impl Drop for HostMounts {
+    fn drop(&mut self) {
+        for dir in self.mounted.iter().rev() {
+            let _ = rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH);
+        }
+    }
+}
+
+/// Host mounts whose mount point starts with `prefix`.
+pub fn host_mounts_under(prefix: &Path) -> Vec<berth::mount::mountinfo::MountEntry> {
+    berth::mount::mountinfo::read_self()
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.mount_point.starts_with(prefix))
+        .collect()
+}
+
+/// The Python driver (`tests/fixtures/py-driver`), built once per test run with
+/// componentize-py. Fails with a clear message when componentize-py is missing: CI
+/// installs it (`.ci/run`), so its absence is a broken setup, not a skip.
+pub fn python_driver() -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap();
+    if let Some(path) = built.as_ref() {
+        return path.clone();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let output = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pyexec.wasm");
+    let status = std::process::Command::new("componentize-py")
+        .arg("-d")
+        .arg(repo.join("wit/host"))
+        .arg("-d")
+        .arg(repo.join("wit/driver"))
+        .args(["-w", "berth:driver/plugin@0.2.0", "componentize", "--python-path"])
+        .arg(repo.join("tests/fixtures/py-driver"))
+        .arg("app")
+        .arg("-o")
+        .arg(&output)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("componentize-py is needed to build the Python driver: pip install componentize-py==0.25.1");
+    assert!(status.success(), "componentize-py failed to build the Python driver");
+    *built = Some(output.clone());
+    output
+}

@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Guest crates (lib names) the `berth` binary embeds.
-const EMBEDDED: &[(&str, &str)] =
-    &[("EXEC", "berth_driver_exec"), ("RAW_EXEC", "berth_driver_raw_exec"), ("MOCK", "berth_driver_mock")];
+const EMBEDDED: &[(&str, &str)] = &[
+    ("EXEC", "berth_driver_exec"),
+    ("RAW_EXEC", "berth_driver_raw_exec"),
+    ("MOCK", "berth_driver_mock"),
+];
 
 /// Guest crates only tests use; exposed as paths.
 const TEST_ONLY: &[(&str, &str)] = &[
@@ -45,7 +48,9 @@ fn main() {
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET")
         .env_remove("RUSTC_WORKSPACE_WRAPPER");
-    let status = build.status().expect("failed to run cargo for the guest components");
+    let status = build
+        .status()
+        .expect("failed to run cargo for the guest components");
     if !status.success() {
         panic!(
             "building the guest components failed; is the target installed? \
@@ -57,12 +62,21 @@ fn main() {
     let mut generated = String::new();
     for (name, lib) in EMBEDDED {
         let path = artifacts.join(format!("{lib}.wasm"));
-        writeln!(generated, "pub const {name}: &[u8] = include_bytes!({path:?});").unwrap();
+        writeln!(
+            generated,
+            "pub const {name}: &[u8] = include_bytes!({path:?});"
+        )
+        .unwrap();
     }
     generated.push_str("pub mod test_components {\n");
     for (name, lib) in TEST_ONLY {
         let path = artifacts.join(format!("{lib}.wasm"));
-        writeln!(generated, "    pub const {name}: &str = {:?};", path.to_str().unwrap()).unwrap();
+        writeln!(
+            generated,
+            "    pub const {name}: &str = {:?};",
+            path.to_str().unwrap()
+        )
+        .unwrap();
     }
     generated.push_str("}\n");
     std::fs::write(out_dir.join("guests.rs"), generated).unwrap();
@@ -71,7 +85,9 @@ fn main() {
 /// Asks cargo to rerun this script when a source file below `dir` changes, skipping
 /// build output.
 fn watch(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     println!("cargo:rerun-if-changed={}", dir.display());
     for entry in entries.flatten() {
         let path = entry.path();

@@ -9,5 +9,8 @@ mod guests {
 pub use guests::test_components;
 
 /// The embedded drivers, by the name they are expected to report.
-pub const DRIVERS: &[(&str, &[u8])] =
-    &[("exec", guests::EXEC), ("raw_exec", guests::RAW_EXEC), ("mock", guests::MOCK)];
+pub const DRIVERS: &[(&str, &[u8])] = &[
+    ("exec", guests::EXEC),
+    ("raw_exec", guests::RAW_EXEC),
+    ("mock", guests::MOCK),
+];

@@ -38,7 +38,10 @@ impl DriverSet {
                         }
                     }
                 }
-                Err(source) => problems.push(LoadError::Read { origin: dir.display().to_string(), source }),
+                Err(source) => problems.push(LoadError::Read {
+                    origin: dir.display().to_string(),
+                    source,
+                }),
             }
         }
         (set, problems)

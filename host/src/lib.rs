@@ -1,10 +1,16 @@
 //! berth: a node agent whose task drivers and lifecycle hooks are WebAssembly
 //! components. See ARCHITECTURE.md for the map.
 
+pub mod alloc_runner;
 pub mod builtin;
 pub mod cli;
+pub mod config;
 pub mod driver_set;
+pub mod events;
 pub mod host_api;
+pub mod jobspec;
 pub mod mount;
 pub mod process;
 pub mod runtime;
+pub mod task_runner;
+pub mod validate;

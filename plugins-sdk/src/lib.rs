@@ -112,8 +112,8 @@ pub mod host {
 }
 
 pub use bindings::berth::driver::types::{
-    DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfig,
-    MountConfigs, DriverInfo, TaskConfig, TaskHandle, TaskState, TaskStatus,
+    DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation, HealthState,
+    MountConfig, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus,
 };
 
 /// A task driver. Implement the required methods; the rest have defaults that suit a
@@ -149,7 +149,10 @@ pub trait Driver {
     /// Re-attaches to a task after an agent restart. The default fails, which makes the
     /// host treat the task as lost.
     fn recover_task(handle: TaskHandle) -> Result<(), String> {
-        Err(format!("task {} cannot be recovered by this driver", handle.id))
+        Err(format!(
+            "task {} cannot be recovered by this driver",
+            handle.id
+        ))
     }
 
     /// Blocks until the task exits.
@@ -251,7 +254,12 @@ pub mod process_task {
 
     /// Decodes what [`handle`] encoded.
     pub fn process_of(handle: &TaskHandle) -> Result<ProcessRef, String> {
-        let corrupt = || format!("task {}: driver state is not a process reference", handle.id);
+        let corrupt = || {
+            format!(
+                "task {}: driver state is not a process reference",
+                handle.id
+            )
+        };
         let text = std::str::from_utf8(&handle.driver_state).map_err(|_| corrupt())?;
         let (pid, start_time) = text.split_once(' ').ok_or_else(corrupt)?;
         Ok(ProcessRef {
@@ -271,8 +279,12 @@ pub mod process_task {
 
     /// Blocks until the process exits.
     pub fn wait(handle: &TaskHandle) -> Result<ExitResult, String> {
-        let status = process::wait(process_of(handle)?, None)?
-            .ok_or_else(|| format!("task {}: host returned from an untimed wait early", handle.id))?;
+        let status = process::wait(process_of(handle)?, None)?.ok_or_else(|| {
+            format!(
+                "task {}: host returned from an untimed wait early",
+                handle.id
+            )
+        })?;
         Ok(exit_result(status))
     }
 
@@ -293,7 +305,11 @@ pub mod process_task {
         let status = process::wait(process_of(handle)?, Some(0))?;
         Ok(TaskStatus {
             id: handle.id.clone(),
-            state: if status.is_some() { TaskState::Exited } else { TaskState::Running },
+            state: if status.is_some() {
+                TaskState::Exited
+            } else {
+                TaskState::Running
+            },
             exit_result: status.map(exit_result),
         })
     }

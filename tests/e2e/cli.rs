@@ -7,7 +7,11 @@ use crate::support;
 #[test]
 fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     let plugins = tempfile::tempdir().unwrap();
-    std::fs::copy(berth::builtin::test_components::LEGACY_V01, plugins.path().join("legacy.wasm")).unwrap();
+    std::fs::copy(
+        berth::builtin::test_components::LEGACY_V01,
+        plugins.path().join("legacy.wasm"),
+    )
+    .unwrap();
     std::fs::copy(support::python_driver(), plugins.path().join("pyexec.wasm")).unwrap();
     std::fs::write(plugins.path().join("broken.wasm"), "nope").unwrap();
     let data = tempfile::tempdir().unwrap();
@@ -23,17 +27,43 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(output.status.success(), "{stderr}");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split_whitespace().collect()).collect();
-    let row = |name: &str| rows.iter().find(|r| r.first() == Some(&name)).unwrap_or_else(|| panic!("{name} missing:\n{stdout}"));
-    assert_eq!(row("exec")[..5], ["exec", "0.1.0", "0.2.0", "all", "chroot"]);
-    assert_eq!(row("raw_exec")[..5], ["raw_exec", "0.1.0", "0.2.0", "none", "none"]);
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r.first() == Some(&name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{stdout}"))
+    };
+    assert_eq!(
+        row("exec")[..5],
+        ["exec", "0.1.0", "0.2.0", "all", "chroot"]
+    );
+    assert_eq!(
+        row("raw_exec")[..5],
+        ["raw_exec", "0.1.0", "0.2.0", "none", "none"]
+    );
     assert_eq!(row("mock")[3], "all");
-    assert_eq!(row("legacy_exec")[..5], ["legacy_exec", "0.1.0", "0.1.0", "all", "(default)"]);
+    assert_eq!(
+        row("legacy_exec")[..5],
+        ["legacy_exec", "0.1.0", "0.1.0", "all", "(default)"]
+    );
     assert_eq!(row("pyexec")[..4], ["pyexec", "0.1.0", "0.2.0", "none"]);
     for name in ["exec", "raw_exec", "mock", "legacy_exec", "pyexec"] {
         assert!(row(name).contains(&"healthy"), "{name}: {stdout}");
     }
-    assert!(stdout.contains("legacy_exec is built against berth:driver@0.1.0, which predates capabilities"));
+    assert!(
+        stdout.contains(
+            "legacy_exec is built against berth:driver@0.1.0, which predates capabilities"
+        )
+    );
     let broken = plugins.path().join("broken.wasm");
-    assert!(stderr.contains(&format!("Warning: skipped a driver: {}: not a valid WebAssembly component", broken.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Warning: skipped a driver: {}: not a valid WebAssembly component",
+            broken.display()
+        )),
+        "{stderr}"
+    );
 }

@@ -43,12 +43,27 @@ async fn exec_runs_in_its_chroot_with_read_only_and_read_write_mounts() {
     let handle = exec.start_task(&request).await.unwrap();
     let exit = exec.wait_task(&handle).await.unwrap();
     let stdout = task.read_stdout();
-    assert!(exit.successful(), "exit {exit:?}, stdout {stdout}, stderr {}", task.read_stderr());
+    assert!(
+        exit.successful(),
+        "exit {exit:?}, stdout {stdout}, stderr {}",
+        task.read_stderr()
+    );
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
-        ["from the host", "env=hello", "rw-ok", "ro-refused", "confined", "has-usr", "usr-readonly"],
+        [
+            "from the host",
+            "env=hello",
+            "rw-ok",
+            "ro-refused",
+            "confined",
+            "has-usr",
+            "usr-readonly"
+        ],
     );
-    assert_eq!(std::fs::read_to_string(rw.join("out.txt")).unwrap(), "written\n");
+    assert_eq!(
+        std::fs::read_to_string(rw.join("out.txt")).unwrap(),
+        "written\n"
+    );
     assert!(!ro.join("nope").exists());
     assert!(!std::path::Path::new("/usr/berth-probe").exists());
     // The task's mounts lived in its own namespace: nothing is left on the host.
@@ -61,7 +76,11 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
     let raw = support::builtin(&runtime, "raw_exec").await;
     assert_eq!(raw.capabilities().mount_configs, MountConfigs::None);
     let task = TaskDir::new();
-    let request = task.request("raw", json!({"command": "/bin/sh", "args": ["-c", "pwd; exit 7"]}), vec![]);
+    let request = task.request(
+        "raw",
+        json!({"command": "/bin/sh", "args": ["-c", "pwd; exit 7"]}),
+        vec![],
+    );
     let handle = raw.start_task(&request).await.unwrap();
     let exit = raw.wait_task(&handle).await.unwrap();
     assert_eq!(exit.exit_code, 7);
@@ -79,7 +98,10 @@ async fn mock_exit_codes_start_errors_and_run_time_come_through() {
         .start_task(&task.request("m", json!({"run_for": "300ms", "exit_code": 3}), vec![]))
         .await
         .unwrap();
-    assert_eq!(mock.inspect_task(&handle).await.unwrap().state, TaskState::Running);
+    assert_eq!(
+        mock.inspect_task(&handle).await.unwrap().state,
+        TaskState::Running
+    );
     let exit = mock.wait_task(&handle).await.unwrap();
     assert_eq!(exit.exit_code, 3);
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -92,10 +114,19 @@ async fn mock_exit_codes_start_errors_and_run_time_come_through() {
         .await
         .unwrap_err();
     assert!(matches!(error, DriverError::Refused { .. }));
-    assert_eq!(error.to_string(), "driver \"mock\" (built-in): start-task: disk on fire");
+    assert_eq!(
+        error.to_string(),
+        "driver \"mock\" (built-in): start-task: disk on fire"
+    );
 
-    let error = mock.validate_task_config(&json!({"run_for": "soon"}).to_string()).await.unwrap_err();
-    assert!(error.to_string().contains("invalid duration \"soon\""), "{error}");
+    let error = mock
+        .validate_task_config(&json!({"run_for": "soon"}).to_string())
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("invalid duration \"soon\""),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -103,11 +134,20 @@ async fn stop_task_signals_and_the_exit_reports_the_signal() {
     let runtime = support::runtime();
     let exec = support::builtin(&runtime, "exec").await;
     let task = TaskDir::new();
-    let request = task.request("sleepy", json!({"command": "/bin/sleep", "args": ["30"]}), vec![]);
+    let request = task.request(
+        "sleepy",
+        json!({"command": "/bin/sleep", "args": ["30"]}),
+        vec![],
+    );
     let handle = exec.start_task(&request).await.unwrap();
-    assert_eq!(exec.inspect_task(&handle).await.unwrap().state, TaskState::Running);
+    assert_eq!(
+        exec.inspect_task(&handle).await.unwrap().state,
+        TaskState::Running
+    );
     let started = Instant::now();
-    exec.stop_task(&handle, Duration::from_secs(5), "SIGTERM").await.unwrap();
+    exec.stop_task(&handle, Duration::from_secs(5), "SIGTERM")
+        .await
+        .unwrap();
     let exit = exec.wait_task(&handle).await.unwrap();
     assert_eq!(exit.signal, 15);
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -119,22 +159,35 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     let handle = {
         let first_agent = support::runtime();
         let raw = support::builtin(&first_agent, "raw_exec").await;
-        let request = task.request("long", json!({"command": "/bin/sleep", "args": ["1"]}), vec![]);
+        let request = task.request(
+            "long",
+            json!({"command": "/bin/sleep", "args": ["1"]}),
+            vec![],
+        );
         raw.start_task(&request).await.unwrap()
     };
     // A new runtime has an empty process table, as after a restart.
     let second_agent = support::runtime();
     let raw = support::builtin(&second_agent, "raw_exec").await;
     raw.recover_task(&handle).await.unwrap();
-    assert_eq!(raw.inspect_task(&handle).await.unwrap().state, TaskState::Running);
-    let exit = tokio::time::timeout(Duration::from_secs(10), raw.wait_task(&handle)).await.unwrap().unwrap();
+    assert_eq!(
+        raw.inspect_task(&handle).await.unwrap().state,
+        TaskState::Running
+    );
+    let exit = tokio::time::timeout(Duration::from_secs(10), raw.wait_task(&handle))
+        .await
+        .unwrap()
+        .unwrap();
     // Only the real parent could collect the exit code of an adopted process.
     assert_eq!(exit.exit_code, -1);
 
     let mut forged = handle.clone();
     forged.driver_state = format!("{} 1", std::process::id()).into_bytes();
     let error = raw.recover_task(&forged).await.unwrap_err();
-    assert!(error.to_string().contains("is gone or its pid was reused"), "{error}");
+    assert!(
+        error.to_string().contains("is gone or its pid was reused"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -154,7 +207,11 @@ async fn a_driver_built_against_0_1_0_loads_as_mount_configs_all_and_mounts() {
         vec![mount(data.path(), "/data", true, Propagation::Private)],
     );
     let handle = legacy.start_task(&request).await.unwrap();
-    assert!(legacy.wait_task(&handle).await.unwrap().successful(), "{}", task.read_stderr());
+    assert!(
+        legacy.wait_task(&handle).await.unwrap().successful(),
+        "{}",
+        task.read_stderr()
+    );
     assert_eq!(task.read_stdout(), "legacy can mount\n");
 }
 
@@ -165,7 +222,10 @@ async fn a_driver_written_in_python_runs_a_task() {
     assert_eq!(python.info().name, "pyexec");
     assert_eq!(python.capabilities().mount_configs, MountConfigs::None);
     let fingerprint = python.fingerprint().await.unwrap();
-    assert_eq!(fingerprint.attributes, [("driver.pyexec.language".to_string(), "python".to_string())]);
+    assert_eq!(
+        fingerprint.attributes,
+        [("driver.pyexec.language".to_string(), "python".to_string())]
+    );
 
     let task = TaskDir::new();
     let request = task.request(
@@ -177,6 +237,14 @@ async fn a_driver_written_in_python_runs_a_task() {
     assert_eq!(python.wait_task(&handle).await.unwrap().exit_code, 4);
     assert_eq!(task.read_stdout(), "python says hello\n");
 
-    let error = python.validate_task_config("{\"command\": \"relative\"}").await.unwrap_err();
-    assert!(error.to_string().ends_with("validate-task-config: pyexec needs an absolute `command`"), "{error}");
+    let error = python
+        .validate_task_config("{\"command\": \"relative\"}")
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with("validate-task-config: pyexec needs an absolute `command`"),
+        "{error}"
+    );
 }

@@ -20,12 +20,24 @@ fn behave(what: &str) -> String {
 async fn a_trapping_driver_gives_its_panic_message_and_the_next_call_works() {
     let runtime = support::runtime();
     let driver = support::from_file(&runtime, MISBEHAVE).await;
-    let error = driver.validate_task_config(&behave("trap")).await.unwrap_err();
-    let DriverError::Fault { fault: Fault::Trap(message), .. } = &error else {
+    let error = driver
+        .validate_task_config(&behave("trap"))
+        .await
+        .unwrap_err();
+    let DriverError::Fault {
+        fault: Fault::Trap(message),
+        ..
+    } = &error
+    else {
         panic!("expected a trap, got {error:?}");
     };
     assert!(message.contains("misbehave: deliberate panic"), "{message}");
-    assert!(error.to_string().starts_with(&format!("driver \"misbehave\" ({MISBEHAVE}) crashed:")), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("driver \"misbehave\" ({MISBEHAVE}) crashed:")),
+        "{error}"
+    );
     driver.validate_task_config(&behave("ok")).await.unwrap();
 }
 
@@ -57,9 +69,18 @@ async fn a_looping_driver_is_stopped_at_its_deadline_while_others_are_served() {
         matches!(error, DriverError::Fault { fault: Fault::Deadline(d), .. } if d == deadline),
         "{error:?}"
     );
-    assert!(elapsed >= deadline && elapsed < deadline * 4, "stopped after {elapsed:?}");
-    assert!(slowest_other < Duration::from_millis(250), "other calls took {slowest_other:?}");
-    assert!(error.to_string().contains("ran past its deadline of 300ms"), "{error}");
+    assert!(
+        elapsed >= deadline && elapsed < deadline * 4,
+        "stopped after {elapsed:?}"
+    );
+    assert!(
+        slowest_other < Duration::from_millis(250),
+        "other calls took {slowest_other:?}"
+    );
+    assert!(
+        error.to_string().contains("ran past its deadline of 300ms"),
+        "{error}"
+    );
     driver.validate_task_config(&behave("ok")).await.unwrap();
 }
 
@@ -67,9 +88,26 @@ async fn a_looping_driver_is_stopped_at_its_deadline_while_others_are_served() {
 async fn a_memory_hog_is_stopped_at_its_cap() {
     let runtime = support::strict_runtime(Duration::from_secs(10), 64 << 20);
     let driver = support::from_file(&runtime, MISBEHAVE).await;
-    let error = driver.validate_task_config(&behave("hog")).await.unwrap_err();
-    assert!(matches!(error, DriverError::Fault { fault: Fault::Memory(_), .. }), "{error:?}");
-    assert!(error.to_string().contains("more than its memory cap of 64 MiB"), "{error}");
+    let error = driver
+        .validate_task_config(&behave("hog"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            DriverError::Fault {
+                fault: Fault::Memory(_),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("more than its memory cap of 64 MiB"),
+        "{error}"
+    );
     driver.validate_task_config(&behave("ok")).await.unwrap();
 }
 
@@ -89,7 +127,9 @@ async fn a_driver_that_declared_none_cannot_pass_mounts() {
     let error = driver.start_task(&request).await.unwrap_err();
     assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
     assert!(
-        error.to_string().contains("declared mount-configs \"none\" but asked to mount"),
+        error
+            .to_string()
+            .contains("declared mount-configs \"none\" but asked to mount"),
         "{error}"
     );
 }
@@ -104,7 +144,9 @@ async fn a_driver_cannot_mount_what_it_was_not_handed() {
         .await
         .unwrap_err();
     assert!(
-        error.to_string().contains("asked to mount /etc at /mnt (private), which the host did not hand it"),
+        error
+            .to_string()
+            .contains("asked to mount /etc at /mnt (private), which the host did not hand it"),
         "{error}"
     );
 }
@@ -114,19 +156,41 @@ async fn nonsense_handles_are_refused() {
     let runtime = support::runtime();
     let driver = support::from_file(&runtime, MISBEHAVE).await;
     let task = TaskDir::new();
-    let error = driver.start_task(&task.request("t", json!({"behave": "wrong-id"}), vec![])).await.unwrap_err();
-    assert!(error.to_string().contains("a handle for task \"someone-else\""), "{error}");
-    let error = driver.start_task(&task.request("t", json!({"behave": "huge-state"}), vec![])).await.unwrap_err();
-    assert!(error.to_string().contains("8388608 bytes of driver state"), "{error}");
+    let error = driver
+        .start_task(&task.request("t", json!({"behave": "wrong-id"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("a handle for task \"someone-else\""),
+        "{error}"
+    );
+    let error = driver
+        .start_task(&task.request("t", json!({"behave": "huge-state"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("8388608 bytes of driver state"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_files_are_refused_at_load_with_the_file_named() {
     let runtime = support::runtime();
     let hook = berth::builtin::test_components::HOOK_NOOP;
-    let error = Driver::load_file(&runtime, hook.as_ref()).await.err().unwrap();
+    let error = Driver::load_file(&runtime, hook.as_ref())
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(error, LoadError::WrongWorld { .. }), "{error:?}");
-    assert!(error.to_string().starts_with(&format!("{hook}: not a berth task driver")), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("{hook}: not a berth task driver")),
+        "{error}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.wasm");
@@ -143,9 +207,18 @@ async fn bad_files_are_refused_at_load_with_the_file_named() {
     let module = dir.path().join("module.wasm");
     std::fs::write(&module, b"\0asm\x01\0\0\0").unwrap();
     let error = Driver::load_file(&runtime, &module).await.err().unwrap();
-    assert!(error.to_string().contains("is a core WebAssembly module, not a component"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("is a core WebAssembly module, not a component"),
+        "{error}"
+    );
 
     let missing = dir.path().join("missing.wasm");
     let error = Driver::load_file(&runtime, &missing).await.err().unwrap();
-    assert!(error.to_string().starts_with(&format!("{}: cannot read the driver", missing.display())));
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("{}: cannot read the driver", missing.display()))
+    );
 }

@@ -19,14 +19,22 @@ fn entry<'a>(entries: &'a [MountEntry], mount_point: &str) -> &'a MountEntry {
 
 fn host_group(path: &Path) -> u32 {
     let mounts = mountinfo::read_self().unwrap();
-    mounts.iter().rev().find(|m| m.mount_point == path).and_then(|m| m.shared_group()).unwrap()
+    mounts
+        .iter()
+        .rev()
+        .find(|m| m.mount_point == path)
+        .and_then(|m| m.shared_group())
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn private_and_host_to_task_propagation_as_the_task_sees_it() {
     let runtime = support::runtime();
     let exec = support::builtin(&runtime, "exec").await;
-    let sources = tempfile::Builder::new().prefix("berth-e2e-src").tempdir_in("/tmp").unwrap();
+    let sources = tempfile::Builder::new()
+        .prefix("berth-e2e-src")
+        .tempdir_in("/tmp")
+        .unwrap();
     let private = sources.path().join("private");
     let shared = sources.path().join("shared");
     std::fs::create_dir_all(&private).unwrap();
@@ -56,7 +64,10 @@ async fn private_and_host_to_task_propagation_as_the_task_sees_it() {
 
     let seen = mountinfo::parse(&std::fs::read_to_string(private.join("mountinfo")).unwrap());
     let priv_entry = entry(&seen, "/local/priv");
-    assert_eq!((priv_entry.shared_group(), priv_entry.master_group()), (None, None));
+    assert_eq!(
+        (priv_entry.shared_group(), priv_entry.master_group()),
+        (None, None)
+    );
     assert!(!priv_entry.is_read_only());
     let h2t = entry(&seen, "/local/h2t");
     assert_eq!(h2t.master_group(), Some(host_group(&shared)), "{h2t:?}");
@@ -69,7 +80,10 @@ async fn private_and_host_to_task_propagation_as_the_task_sees_it() {
 async fn bidirectional_propagation_sends_task_mounts_to_the_host() {
     let runtime = support::runtime();
     let exec = support::builtin(&runtime, "exec").await;
-    let sources = tempfile::Builder::new().prefix("berth-e2e-src").tempdir_in("/tmp").unwrap();
+    let sources = tempfile::Builder::new()
+        .prefix("berth-e2e-src")
+        .tempdir_in("/tmp")
+        .unwrap();
     let out = sources.path().join("out");
     let shared = sources.path().join("shared");
     std::fs::create_dir_all(&out).unwrap();
@@ -100,10 +114,15 @@ async fn bidirectional_propagation_sends_task_mounts_to_the_host() {
     assert_eq!(bidi.shared_group(), Some(host_group(&shared)), "{bidi:?}");
     let on_host = support::host_mounts_under(&shared.join("sub"));
     assert!(
-        on_host.iter().any(|m| m.fs_type == "tmpfs" && m.source == "from-task"),
+        on_host
+            .iter()
+            .any(|m| m.fs_type == "tmpfs" && m.source == "from-task"),
         "the task's mount did not reach the host: {on_host:?}"
     );
     // System dirs stay one-way even in this mode.
     let usr = entry(&seen, "/usr");
-    assert!(usr.shared_group().is_none() && usr.is_read_only(), "{usr:?}");
+    assert!(
+        usr.shared_group().is_none() && usr.is_read_only(),
+        "{usr:?}"
+    );
 }

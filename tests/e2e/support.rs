@@ -21,13 +21,22 @@ pub fn runtime() -> Runtime {
 /// A runtime with a short call deadline and a small memory cap, for hostile guests.
 pub fn strict_runtime(deadline: Duration, memory_max: usize) -> Runtime {
     let mut config = RuntimeConfig::new(Some(cache_dir()));
-    config.limits = SandboxLimits { call_deadline: deadline, memory_max };
+    config.limits = SandboxLimits {
+        call_deadline: deadline,
+        memory_max,
+    };
     Runtime::new(config).unwrap()
 }
 
 pub async fn builtin(runtime: &Runtime, name: &str) -> Driver {
-    let bytes = berth::builtin::DRIVERS.iter().find(|(n, _)| *n == name).unwrap().1;
-    Driver::load(runtime, DriverOrigin::Builtin, bytes).await.unwrap()
+    let bytes = berth::builtin::DRIVERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap()
+        .1;
+    Driver::load(runtime, DriverOrigin::Builtin, bytes)
+        .await
+        .unwrap()
 }
 
 pub async fn from_file(runtime: &Runtime, path: &str) -> Driver {
@@ -41,7 +50,12 @@ pub struct TaskDir {
 
 impl TaskDir {
     pub fn new() -> TaskDir {
-        TaskDir { dir: tempfile::Builder::new().prefix("berth-e2e-").tempdir_in("/tmp").unwrap() }
+        TaskDir {
+            dir: tempfile::Builder::new()
+                .prefix("berth-e2e-")
+                .tempdir_in("/tmp")
+                .unwrap(),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -64,7 +78,12 @@ impl TaskDir {
         std::fs::read_to_string(self.stderr()).unwrap_or_default()
     }
 
-    pub fn request(&self, name: &str, config: serde_json::Value, mounts: Vec<HandedMount>) -> TaskRequest {
+    pub fn request(
+        &self,
+        name: &str,
+        config: serde_json::Value,
+        mounts: Vec<HandedMount>,
+    ) -> TaskRequest {
         TaskRequest {
             id: format!("alloc-1/{name}"),
             name: name.into(),
@@ -72,7 +91,10 @@ impl TaskDir {
             job_name: "e2e".into(),
             group_name: "g".into(),
             config: config.to_string(),
-            env: vec![("PATH".into(), "/usr/bin:/bin".into()), ("GREETING".into(), "hello".into())],
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("GREETING".into(), "hello".into()),
+            ],
             task_dir: self.path().to_path_buf(),
             mounts,
             stdout: self.stdout(),
@@ -82,7 +104,12 @@ impl TaskDir {
 }
 
 pub fn mount(host: &Path, task: &str, read_only: bool, propagation: Propagation) -> HandedMount {
-    HandedMount { host_path: host.to_path_buf(), task_path: task.into(), read_only, propagation }
+    HandedMount {
+        host_path: host.to_path_buf(),
+        task_path: task.into(),
+        read_only,
+        propagation,
+    }
 }
 
 /// Mounts the test made on the host, unmounted (detached) in reverse order on drop, so
@@ -103,8 +130,14 @@ impl HostMounts {
 
     pub fn tmpfs(&mut self, dir: &Path) {
         std::fs::create_dir_all(dir).unwrap();
-        rustix::mount::mount("tmpfs", dir, "tmpfs", rustix::mount::MountFlags::empty(), None)
-            .unwrap();
+        rustix::mount::mount(
+            "tmpfs",
+            dir,
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .unwrap();
         self.mounted.push(dir.to_path_buf());
     }
 
@@ -155,7 +188,10 @@ pub fn python_driver() -> PathBuf {
         .stdout(std::process::Stdio::null())
         .status()
         .expect("componentize-py is needed to build the Python driver: pip install componentize-py==0.25.1");
-    assert!(status.success(), "componentize-py failed to build the Python driver");
+    assert!(
+        status.success(),
+        "componentize-py failed to build the Python driver"
+    );
     *built = Some(output.clone());
     output
 }

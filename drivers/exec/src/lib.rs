@@ -4,8 +4,8 @@
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, SpawnRequest};
 use berth_plugin_sdk::{
-    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
-    DriverInfo, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
+    Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
+    HealthState, MountConfigs, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
 };
 use serde::Deserialize;
 
@@ -33,7 +33,10 @@ struct Exec;
 
 impl Driver for Exec {
     fn plugin_info() -> DriverInfo {
-        DriverInfo { name: "exec".into(), version: env!("CARGO_PKG_VERSION").into() }
+        DriverInfo {
+            name: "exec".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
     }
 
     fn capabilities() -> DriverCapabilities {

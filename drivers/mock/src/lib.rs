@@ -15,8 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use berth_plugin_sdk::host::timer;
 use berth_plugin_sdk::{
-    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
-    DriverInfo, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
+    Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
+    HealthState, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
 };
 use serde::{Deserialize, Serialize};
 
@@ -47,15 +47,23 @@ struct MockState {
 /// Parses durations in Nomad's style: `250ms`, `5s`, `2m`, `1h`.
 fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("invalid duration {text:?}"))?;
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
     let scale = match unit {
         "ms" => 1,
         "s" | "" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("invalid duration {text:?}: unit must be ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: unit must be ms, s, m or h"
+            ));
+        }
     };
     Ok(number * scale)
 }
@@ -63,14 +71,20 @@ fn parse_duration_ms(text: &str) -> Result<u64, String> {
 fn parse_config(json: &str) -> Result<MockConfig, String> {
     let config: MockConfig =
         serde_json::from_str(json).map_err(|e| format!("invalid mock config: {e}"))?;
-    for duration in [&config.run_for, &config.start_block_for].into_iter().flatten() {
+    for duration in [&config.run_for, &config.start_block_for]
+        .into_iter()
+        .flatten()
+    {
         parse_duration_ms(duration)?;
     }
     Ok(config)
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn state_of(handle: &TaskHandle) -> Result<MockState, String> {
@@ -79,14 +93,21 @@ fn state_of(handle: &TaskHandle) -> Result<MockState, String> {
 }
 
 fn exit_result(state: &MockState) -> ExitResult {
-    ExitResult { exit_code: state.exit_code, signal: state.exit_signal, oom_killed: false }
+    ExitResult {
+        exit_code: state.exit_code,
+        signal: state.exit_signal,
+        oom_killed: false,
+    }
 }
 
 struct Mock;
 
 impl Driver for Mock {
     fn plugin_info() -> DriverInfo {
-        DriverInfo { name: "mock".into(), version: env!("CARGO_PKG_VERSION").into() }
+        DriverInfo {
+            name: "mock".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
     }
 
     fn capabilities() -> DriverCapabilities {
@@ -120,12 +141,20 @@ impl Driver for Mock {
         }
         let state = MockState {
             started_at_ms: now_ms(),
-            run_for_ms: mock.run_for.as_deref().map(parse_duration_ms).transpose()?.unwrap_or(0),
+            run_for_ms: mock
+                .run_for
+                .as_deref()
+                .map(parse_duration_ms)
+                .transpose()?
+                .unwrap_or(0),
             exit_code: mock.exit_code,
             exit_signal: mock.exit_signal,
         };
         let driver_state = serde_json::to_vec(&state).map_err(|e| e.to_string())?;
-        Ok(TaskHandle { id: config.id, driver_state })
+        Ok(TaskHandle {
+            id: config.id,
+            driver_state,
+        })
     }
 
     fn recover_task(handle: TaskHandle) -> Result<(), String> {
@@ -152,7 +181,11 @@ impl Driver for Mock {
         let exited = now_ms() >= state.started_at_ms + state.run_for_ms;
         Ok(TaskStatus {
             id: handle.id,
-            state: if exited { TaskState::Exited } else { TaskState::Running },
+            state: if exited {
+                TaskState::Exited
+            } else {
+                TaskState::Running
+            },
             exit_result: exited.then(|| exit_result(&state)),
         })
     }

@@ -3,8 +3,8 @@
 
 use berth_plugin_sdk::host::process::{self, Isolation, SpawnRequest};
 use berth_plugin_sdk::{
-    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
-    DriverInfo, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
+    Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
+    HealthState, MountConfigs, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
 };
 use serde::Deserialize;
 
@@ -29,7 +29,10 @@ struct RawExec;
 
 impl Driver for RawExec {
     fn plugin_info() -> DriverInfo {
-        DriverInfo { name: "raw_exec".into(), version: env!("CARGO_PKG_VERSION").into() }
+        DriverInfo {
+            name: "raw_exec".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
     }
 
     fn capabilities() -> DriverCapabilities {

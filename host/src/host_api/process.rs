@@ -21,7 +21,10 @@ use crate::runtime::sandbox::{HandedMount, PluginCtx};
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 impl Host for PluginCtx {
-    async fn spawn(&mut self, request: SpawnRequest) -> wasmtime::Result<Result<ProcessRef, String>> {
+    async fn spawn(
+        &mut self,
+        request: SpawnRequest,
+    ) -> wasmtime::Result<Result<ProcessRef, String>> {
         let spec = match self.check_spawn(request) {
             Ok(spec) => spec,
             Err(refusal) => {
@@ -40,17 +43,29 @@ impl Host for PluginCtx {
     ) -> wasmtime::Result<Result<Option<ExitStatus>, String>> {
         let processes = self.processes.clone();
         let owner = self.plugin.name.clone();
-        let timeout = timeout_millis.map(Duration::from_millis).unwrap_or(MAX_WAIT).min(MAX_WAIT);
+        let timeout = timeout_millis
+            .map(Duration::from_millis)
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT);
         let waited = self
             .clock
             .exempt(processes.wait(&owner, from_wit_ref(process), Some(timeout)))
             .await;
         Ok(waited
-            .map(|status| status.map(|s| ExitStatus { code: s.code, signal: s.signal }))
+            .map(|status| {
+                status.map(|s| ExitStatus {
+                    code: s.code,
+                    signal: s.signal,
+                })
+            })
             .map_err(|e| e.to_string()))
     }
 
-    async fn signal(&mut self, process: ProcessRef, signal: String) -> wasmtime::Result<Result<(), String>> {
+    async fn signal(
+        &mut self,
+        process: ProcessRef,
+        signal: String,
+    ) -> wasmtime::Result<Result<(), String>> {
         Ok(self
             .processes
             .signal(&self.plugin.name, from_wit_ref(process), &signal)
@@ -58,7 +73,10 @@ impl Host for PluginCtx {
     }
 
     async fn adopt(&mut self, process: ProcessRef) -> wasmtime::Result<Result<(), String>> {
-        Ok(self.processes.adopt(&self.plugin.name, from_wit_ref(process)).map_err(|e| e.to_string()))
+        Ok(self
+            .processes
+            .adopt(&self.plugin.name, from_wit_ref(process))
+            .map_err(|e| e.to_string()))
     }
 }
 
@@ -117,19 +135,31 @@ impl PluginCtx {
                         "driver {plugin:?} asked for mounts without isolation: mounts need isolation \"chroot\""
                     ));
                 }
-                let cwd = request.cwd.map(PathBuf::from).unwrap_or_else(|| task.task_dir.clone());
+                let cwd = request
+                    .cwd
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| task.task_dir.clone());
                 Isolation::None { cwd }
             }
             wit::Isolation::Chroot => {
                 let cwd = PathBuf::from(request.cwd.as_deref().unwrap_or("/"));
                 if !cwd.is_absolute() {
-                    return Err(format!("working dir {cwd:?} must be absolute inside the task's root"));
+                    return Err(format!(
+                        "working dir {cwd:?} must be absolute inside the task's root"
+                    ));
                 }
-                Isolation::Chroot(ChrootSpec { root: task.task_dir.clone(), cwd, mounts })
+                Isolation::Chroot(ChrootSpec {
+                    root: task.task_dir.clone(),
+                    cwd,
+                    mounts,
+                })
             }
         };
         if !Path::new(&request.argv[0]).is_absolute() {
-            return Err(format!("program {:?} must be an absolute path", request.argv[0]));
+            return Err(format!(
+                "program {:?} must be an absolute path",
+                request.argv[0]
+            ));
         }
         Ok(SpawnSpec {
             argv: request.argv,
@@ -142,11 +172,17 @@ impl PluginCtx {
 }
 
 fn from_wit_ref(process: ProcessRef) -> host_process::ProcessRef {
-    host_process::ProcessRef { pid: process.pid, start_time: process.start_time }
+    host_process::ProcessRef {
+        pid: process.pid,
+        start_time: process.start_time,
+    }
 }
 
 fn to_wit_ref(process: host_process::ProcessRef) -> ProcessRef {
-    ProcessRef { pid: process.pid, start_time: process.start_time }
+    ProcessRef {
+        pid: process.pid,
+        start_time: process.start_time,
+    }
 }
 
 fn from_wit_propagation(propagation: wit::Propagation) -> Propagation {

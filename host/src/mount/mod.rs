@@ -61,7 +61,10 @@ pub enum MountStep {
     /// Leave the host's mount namespace: `unshare(CLONE_NEWNS)`.
     UnshareNamespace,
     /// Change propagation of `target` (and, with `REC`, of everything below it).
-    SetPropagation { target: CString, flags: MountPropagationFlags },
+    SetPropagation {
+        target: CString,
+        flags: MountPropagationFlags,
+    },
     /// `mount --rbind source target`.
     BindRecursive { source: CString, target: CString },
     /// Make an existing bind mount read-only.
@@ -146,6 +149,9 @@ pub fn c_path(path: impl AsRef<std::path::Path>) -> io::Result<CString> {
     use std::os::unix::ffi::OsStrExt;
     let path = path.as_ref();
     CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        io::Error::new(io::ErrorKind::InvalidInput, format!("path {path:?} contains a NUL byte"))
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("path {path:?} contains a NUL byte"),
+        )
     })
 }

@@ -36,7 +36,9 @@ impl MountEntry {
     }
 
     fn tag(&self, prefix: &str) -> Option<u32> {
-        self.optional_fields.iter().find_map(|f| f.strip_prefix(prefix)?.parse().ok())
+        self.optional_fields
+            .iter()
+            .find_map(|f| f.strip_prefix(prefix)?.parse().ok())
     }
 }
 
@@ -54,7 +56,10 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     let root = PathBuf::from(unescape(fields.next()?));
     let mount_point = PathBuf::from(unescape(fields.next()?));
     let options = fields.next()?.to_string();
-    let optional_fields = fields.filter(|f| !f.is_empty()).map(str::to_string).collect();
+    let optional_fields = fields
+        .filter(|f| !f.is_empty())
+        .map(str::to_string)
+        .collect();
     let mut right = right.split(' ');
     let fs_type = right.next()?.to_string();
     let source = unescape(right.next().unwrap_or(""));
@@ -76,9 +81,15 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
         if let (b'\\', Some(digits)) = (bytes[i], octal) {
-            out.push(digits.iter().fold(0u8, |acc, d| acc.wrapping_mul(8).wrapping_add(d - b'0')));
+            out.push(
+                digits
+                    .iter()
+                    .fold(0u8, |acc, d| acc.wrapping_mul(8).wrapping_add(d - b'0')),
+            );
             i += 4;
             continue;
         }
@@ -124,7 +135,10 @@ mod tests {
         assert_eq!(entries[2].shared_group(), None);
         assert!(entries[2].is_read_only());
         assert!(!entries[1].is_read_only());
-        assert_eq!(entries[3].mount_point, PathBuf::from("/tmp/task/local/with space"));
+        assert_eq!(
+            entries[3].mount_point,
+            PathBuf::from("/tmp/task/local/with space")
+        );
         assert_eq!(entries[3].root, PathBuf::from("/srv/my dir"));
         assert!(entries[3].optional_fields.is_empty());
     }

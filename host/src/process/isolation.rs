@@ -20,7 +20,9 @@ use crate::mount::{MountStep, Propagation, c_path};
 
 /// Host directories bound read-only into every chroot, when the host has them. A
 /// directory that is a symlink on the host (`/bin -> usr/bin`) becomes the same symlink.
-pub const SYSTEM_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc"];
+pub const SYSTEM_DIRS: &[&str] = &[
+    "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc",
+];
 
 /// A volume bind mount, already checked against what the driver was handed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,14 +47,17 @@ pub struct ChrootSpec {
 /// Prepares the task root on the host (mount point directories, system symlinks) and
 /// returns the steps the child runs after `fork`.
 pub fn prepare(spec: &ChrootSpec) -> io::Result<Vec<MountStep>> {
-    let root = spec.root.canonicalize().map_err(|e| {
-        io::Error::new(e.kind(), format!("task dir {}: {e}", spec.root.display()))
-    })?;
+    let root = spec
+        .root
+        .canonicalize()
+        .map_err(|e| io::Error::new(e.kind(), format!("task dir {}: {e}", spec.root.display())))?;
     let host_mounts = mountinfo::read_self()?;
     let mut system = Vec::new();
     for name in SYSTEM_DIRS {
         let host = Path::new("/").join(name);
-        let Ok(meta) = std::fs::symlink_metadata(&host) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
         let inside = root.join(name);
         if meta.file_type().is_symlink() {
             if std::fs::symlink_metadata(&inside).is_err() {
@@ -112,7 +117,10 @@ fn plan(
     system: &[PathBuf],
     spec: &ChrootSpec,
 ) -> io::Result<Vec<MountStep>> {
-    let bidirectional = spec.mounts.iter().any(|m| m.propagation == Propagation::Bidirectional);
+    let bidirectional = spec
+        .mounts
+        .iter()
+        .any(|m| m.propagation == Propagation::Bidirectional);
     let slave_rec = MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC;
     let mut steps = vec![MountStep::UnshareNamespace];
     if bidirectional {
@@ -124,16 +132,27 @@ fn plan(
             flags: MountPropagationFlags::PRIVATE,
         });
     } else {
-        steps.push(MountStep::SetPropagation { target: c"/".into(), flags: slave_rec });
+        steps.push(MountStep::SetPropagation {
+            target: c"/".into(),
+            flags: slave_rec,
+        });
     }
     let mut bind_system = |source: &Path, read_only: bool| -> io::Result<()> {
         let target = c_path(join_inside(root, source))?;
-        steps.push(MountStep::BindRecursive { source: c_path(source)?, target: target.clone() });
+        steps.push(MountStep::BindRecursive {
+            source: c_path(source)?,
+            target: target.clone(),
+        });
         if read_only {
-            steps.push(MountStep::RemountReadOnly { target: target.clone() });
+            steps.push(MountStep::RemountReadOnly {
+                target: target.clone(),
+            });
         }
         if bidirectional {
-            steps.push(MountStep::SetPropagation { target, flags: slave_rec });
+            steps.push(MountStep::SetPropagation {
+                target,
+                flags: slave_rec,
+            });
         }
         Ok(())
     };
@@ -141,7 +160,9 @@ fn plan(
         bind_system(dir, true)?;
     }
     bind_system(Path::new("/dev"), false)?;
-    steps.push(MountStep::MountProc { target: c_path(root.join("proc"))? });
+    steps.push(MountStep::MountProc {
+        target: c_path(root.join("proc"))?,
+    });
     for mount in &spec.mounts {
         let target = c_path(join_inside(root, &mount.task_path))?;
         steps.push(MountStep::BindRecursive {
@@ -149,11 +170,19 @@ fn plan(
             target: target.clone(),
         });
         if mount.read_only {
-            steps.push(MountStep::RemountReadOnly { target: target.clone() });
+            steps.push(MountStep::RemountReadOnly {
+                target: target.clone(),
+            });
         }
-        steps.push(MountStep::SetPropagation { target, flags: mount.propagation.flags() });
+        steps.push(MountStep::SetPropagation {
+            target,
+            flags: mount.propagation.flags(),
+        });
     }
-    steps.push(MountStep::Chroot { root: c_path(root)?, cwd: c_path(&spec.cwd)? });
+    steps.push(MountStep::Chroot {
+        root: c_path(root)?,
+        cwd: c_path(&spec.cwd)?,
+    });
     Ok(steps)
 }
 
@@ -174,7 +203,11 @@ mod tests {
         let host = mountinfo::parse(
             "1 0 8:1 / / rw shared:1 - ext4 /dev/vda rw\n2 1 0:3 / /tmp rw shared:2 - tmpfs t rw\n",
         );
-        let spec = ChrootSpec { root: "/tmp/t".into(), cwd: "/".into(), mounts };
+        let spec = ChrootSpec {
+            root: "/tmp/t".into(),
+            cwd: "/".into(),
+            mounts,
+        };
         plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec)
             .unwrap()
             .iter()
@@ -186,10 +219,16 @@ mod tests {
     fn without_bidirectional_the_namespace_is_a_slave_of_the_host() {
         let steps = steps_for(vec![volume(Propagation::Private, true)]);
         assert_eq!(steps[0], "create a mount namespace");
-        assert_eq!(steps[1], "set propagation MountPropagationFlags(DOWNSTREAM | REC) on /");
+        assert_eq!(
+            steps[1],
+            "set propagation MountPropagationFlags(DOWNSTREAM | REC) on /"
+        );
         assert!(steps.contains(&"bind /usr to /tmp/t/usr".to_string()));
         assert!(steps.contains(&"make /tmp/t/usr read-only".to_string()));
-        let bind = steps.iter().position(|s| s == "bind /srv/data to /tmp/t/local/data").unwrap();
+        let bind = steps
+            .iter()
+            .position(|s| s == "bind /srv/data to /tmp/t/local/data")
+            .unwrap();
         assert_eq!(steps[bind + 1], "make /tmp/t/local/data read-only");
         assert_eq!(
             steps[bind + 2],
@@ -201,13 +240,15 @@ mod tests {
     #[test]
     fn bidirectional_keeps_the_volume_a_peer_and_privatises_only_the_root_mount() {
         let steps = steps_for(vec![volume(Propagation::Bidirectional, false)]);
-        assert_eq!(steps[1], "set propagation MountPropagationFlags(PRIVATE) on /tmp");
+        assert_eq!(
+            steps[1],
+            "set propagation MountPropagationFlags(PRIVATE) on /tmp"
+        );
         assert!(steps.contains(
             &"set propagation MountPropagationFlags(DOWNSTREAM | REC) on /tmp/t/usr".to_string()
         ));
         assert!(steps.contains(
-            &"set propagation MountPropagationFlags(SHARED | REC) on /tmp/t/local/data"
-                .to_string()
+            &"set propagation MountPropagationFlags(SHARED | REC) on /tmp/t/local/data".to_string()
         ));
         assert!(!steps.contains(&"make /tmp/t/local/data read-only".to_string()));
     }

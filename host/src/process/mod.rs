@@ -99,7 +99,9 @@ impl ProcessTable {
             Isolation::None { cwd } => vec![MountStep::Chdir {
                 dir: crate::mount::c_path(cwd).map_err(ProcessError::Prepare)?,
             }],
-            Isolation::Chroot(chroot) => isolation::prepare(chroot).map_err(ProcessError::Prepare)?,
+            Isolation::Chroot(chroot) => {
+                isolation::prepare(chroot).map_err(ProcessError::Prepare)?
+            }
         };
         let step_names: Vec<String> = steps.iter().map(ToString::to_string).collect();
         let open_log = |path: &Path| {
@@ -107,14 +109,16 @@ impl ProcessTable {
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|source| ProcessError::LogFile { path: path.to_path_buf(), source })
+                .map_err(|source| ProcessError::LogFile {
+                    path: path.to_path_buf(),
+                    source,
+                })
         };
         let stdout = open_log(&spec.stdout)?;
         let stderr = open_log(&spec.stderr)?;
 
-        let (report_read, report_write) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                .map_err(|e| ProcessError::Prepare(e.into()))?;
+        let (report_read, report_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| ProcessError::Prepare(e.into()))?;
         let mut command = tokio::process::Command::new(&program);
         command
             .args(&spec.argv[1..])
@@ -165,8 +169,13 @@ impl ProcessTable {
             }
         };
         let pid = child.id().expect("a just-spawned child has a pid");
-        let pidfd = rustix::process::pidfd_open(pid_of(pid)?, PidfdFlags::empty())
-            .map_err(|e| ProcessError::Signal { pid, source: e.into() })?;
+        let pidfd =
+            rustix::process::pidfd_open(pid_of(pid)?, PidfdFlags::empty()).map_err(|e| {
+                ProcessError::Signal {
+                    pid,
+                    source: e.into(),
+                }
+            })?;
         let start_time = start_time(pid).map_err(|_| ProcessError::Gone(pid))?;
         let process = ProcessRef { pid, start_time };
         let (sender, exit) = watch::channel(None);
@@ -174,15 +183,25 @@ impl ProcessTable {
             let status = match child.wait().await {
                 Ok(status) => {
                     use std::os::unix::process::ExitStatusExt;
-                    ExitStatus { code: status.code(), signal: status.signal() }
+                    ExitStatus {
+                        code: status.code(),
+                        signal: status.signal(),
+                    }
                 }
-                Err(_) => ExitStatus { code: None, signal: None },
+                Err(_) => ExitStatus {
+                    code: None,
+                    signal: None,
+                },
             };
             let _ = sender.send(Some(status));
         });
         self.processes.lock().unwrap().insert(
             process,
-            Tracked { owner: owner.clone(), pidfd: Arc::new(pidfd), exit },
+            Tracked {
+                owner: owner.clone(),
+                pidfd: Arc::new(pidfd),
+                exit,
+            },
         );
         Ok(process)
     }
@@ -213,12 +232,19 @@ impl ProcessTable {
             if let Ok(readable) = registered {
                 let _ = readable.readable().await;
             }
-            let _ = sender.send(Some(ExitStatus { code: None, signal: None }));
+            let _ = sender.send(Some(ExitStatus {
+                code: None,
+                signal: None,
+            }));
         });
-        self.processes
-            .lock()
-            .unwrap()
-            .insert(process, Tracked { owner: owner.clone(), pidfd, exit });
+        self.processes.lock().unwrap().insert(
+            process,
+            Tracked {
+                owner: owner.clone(),
+                pidfd,
+                exit,
+            },
+        );
         Ok(())
     }
 
@@ -255,7 +281,10 @@ impl ProcessTable {
         }
         match rustix::process::pidfd_send_signal(pidfd.as_fd(), signal) {
             Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-            Err(e) => Err(ProcessError::Signal { pid: process.pid, source: e.into() }),
+            Err(e) => Err(ProcessError::Signal {
+                pid: process.pid,
+                source: e.into(),
+            }),
         }
     }
 
@@ -271,15 +300,24 @@ impl ProcessTable {
         read: impl FnOnce(&Tracked) -> R,
     ) -> Result<R, ProcessError> {
         let processes = self.processes.lock().unwrap();
-        let tracked = processes.get(&process).ok_or(ProcessError::Unknown(process.pid))?;
+        let tracked = processes
+            .get(&process)
+            .ok_or(ProcessError::Unknown(process.pid))?;
         check_owner(owner, tracked, process)?;
         Ok(read(tracked))
     }
 }
 
-fn check_owner(owner: &Arc<str>, tracked: &Tracked, process: ProcessRef) -> Result<(), ProcessError> {
+fn check_owner(
+    owner: &Arc<str>,
+    tracked: &Tracked,
+    process: ProcessRef,
+) -> Result<(), ProcessError> {
     if *tracked.owner != **owner {
-        return Err(ProcessError::NotOwner { pid: process.pid, owner: tracked.owner.to_string() });
+        return Err(ProcessError::NotOwner {
+            pid: process.pid,
+            owner: tracked.owner.to_string(),
+        });
     }
     Ok(())
 }
@@ -342,6 +380,9 @@ mod tests {
     fn parses_signal_names_with_and_without_prefix() {
         assert_eq!(parse_signal("SIGTERM").unwrap(), Signal::TERM);
         assert_eq!(parse_signal("KILL").unwrap(), Signal::KILL);
-        assert!(matches!(parse_signal("SIGBOGUS"), Err(ProcessError::UnknownSignal(_))));
+        assert!(matches!(
+            parse_signal("SIGBOGUS"),
+            Err(ProcessError::UnknownSignal(_))
+        ));
     }
 }

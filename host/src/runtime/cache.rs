@@ -46,7 +46,11 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     let content = Sha256::digest(bytes);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
-    let hex: String = content.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let hex: String = content
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("{hex}-{:016x}", hasher.finish())
 }
 

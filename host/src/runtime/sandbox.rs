@@ -56,7 +56,11 @@ pub struct CallClock {
 
 impl CallClock {
     fn new(budget: Duration) -> Self {
-        CallClock { started: Instant::now(), blocked: Duration::ZERO, budget }
+        CallClock {
+            started: Instant::now(),
+            blocked: Duration::ZERO,
+            budget,
+        }
     }
 
     fn guest_time(&self) -> Duration {
@@ -88,7 +92,10 @@ impl ResourceLimiter for MemoryCap {
     ) -> wasmtime::Result<bool> {
         if desired > self.max {
             self.hit = true;
-            return Err(wasmtime::format_err!("memory cap of {} MiB reached", self.max >> 20));
+            return Err(wasmtime::format_err!(
+                "memory cap of {} MiB reached",
+                self.max >> 20
+            ));
         }
         Ok(true)
     }
@@ -119,7 +126,10 @@ pub struct PluginCtx {
 
 impl WasiView for PluginCtx {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -139,7 +149,10 @@ pub fn new_store(
     let ctx = PluginCtx {
         wasi,
         table: ResourceTable::new(),
-        memory: MemoryCap { max: memory_max, hit: false },
+        memory: MemoryCap {
+            max: memory_max,
+            hit: false,
+        },
         stderr,
         clock: CallClock::new(budget),
         plugin,
@@ -178,8 +191,14 @@ pub enum Fault {
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Fault::Deadline(budget) => write!(f, "ran past its deadline of {budget:?} and was stopped"),
-            Fault::Memory(max) => write!(f, "tried to use more than its memory cap of {} MiB", max >> 20),
+            Fault::Deadline(budget) => {
+                write!(f, "ran past its deadline of {budget:?} and was stopped")
+            }
+            Fault::Memory(max) => write!(
+                f,
+                "tried to use more than its memory cap of {} MiB",
+                max >> 20
+            ),
             Fault::Trap(message) => write!(f, "crashed: {message}"),
         }
     }

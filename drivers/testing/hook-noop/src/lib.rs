@@ -7,14 +7,17 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::berth::hook::lifecycle::Guest;
 use berth::hook::types::{ExitInfo, PrestartResponse, TaskContext};
+use exports::berth::hook::lifecycle::Guest;
 
 struct Noop;
 
 impl Guest for Noop {
     fn prestart(_context: TaskContext) -> Result<PrestartResponse, String> {
-        Ok(PrestartResponse { env: vec![], events: vec![] })
+        Ok(PrestartResponse {
+            env: vec![],
+            events: vec![],
+        })
     }
     fn poststart(_context: TaskContext) {}
     fn exited(_context: TaskContext, _exit: ExitInfo) {}

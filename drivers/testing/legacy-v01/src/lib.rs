@@ -10,12 +10,12 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use berth::host::process::{self, BindMount, Isolation, ProcessRef, SpawnRequest};
-use exports::berth::driver::driver::Guest;
 use berth::driver::types::{
-    ExitResult, DriverFingerprint, HealthState, DriverInfo, TaskConfig, TaskHandle, TaskState,
+    DriverFingerprint, DriverInfo, ExitResult, HealthState, TaskConfig, TaskHandle, TaskState,
     TaskStatus,
 };
+use berth::host::process::{self, BindMount, Isolation, ProcessRef, SpawnRequest};
+use exports::berth::driver::driver::Guest;
 
 #[derive(serde::Deserialize)]
 struct Config {
@@ -27,7 +27,10 @@ struct Config {
 fn process_of(handle: &TaskHandle) -> Result<ProcessRef, String> {
     let state: (u32, u64) =
         serde_json::from_slice(&handle.driver_state).map_err(|e| e.to_string())?;
-    Ok(ProcessRef { pid: state.0, start_time: state.1 })
+    Ok(ProcessRef {
+        pid: state.0,
+        start_time: state.1,
+    })
 }
 
 fn exit(status: process::ExitStatus) -> ExitResult {
@@ -42,7 +45,10 @@ struct Legacy;
 
 impl Guest for Legacy {
     fn plugin_info() -> DriverInfo {
-        DriverInfo { name: "legacy_exec".into(), version: "0.1.0".into() }
+        DriverInfo {
+            name: "legacy_exec".into(),
+            version: "0.1.0".into(),
+        }
     }
 
     fn fingerprint() -> DriverFingerprint {
@@ -54,7 +60,9 @@ impl Guest for Legacy {
     }
 
     fn validate_task_config(config: String) -> Result<(), String> {
-        serde_json::from_str::<Config>(&config).map(|_| ()).map_err(|e| e.to_string())
+        serde_json::from_str::<Config>(&config)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
@@ -79,7 +87,10 @@ impl Guest for Legacy {
             mounts,
         })?;
         let driver_state = serde_json::to_vec(&(process.pid, process.start_time)).unwrap();
-        Ok(TaskHandle { id: config.id, driver_state })
+        Ok(TaskHandle {
+            id: config.id,
+            driver_state,
+        })
     }
 
     fn recover_task(handle: TaskHandle) -> Result<(), String> {
@@ -108,7 +119,11 @@ impl Guest for Legacy {
         let status = process::wait(process_of(&handle)?, Some(0))?;
         Ok(TaskStatus {
             id: handle.id,
-            state: if status.is_some() { TaskState::Exited } else { TaskState::Running },
+            state: if status.is_some() {
+                TaskState::Exited
+            } else {
+                TaskState::Running
+            },
             exit_result: status.map(exit),
         })
     }

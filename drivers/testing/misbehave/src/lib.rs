@@ -12,8 +12,8 @@
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
 use berth_plugin_sdk::{
-    Driver, DriverCapabilities, ExitResult, DriverFingerprint, FsIsolation, HealthState, MountConfigs,
-    DriverInfo, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
+    Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
+    HealthState, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
 };
 
 #[derive(serde::Deserialize)]
@@ -46,7 +46,10 @@ struct Misbehave;
 
 impl Driver for Misbehave {
     fn plugin_info() -> DriverInfo {
-        DriverInfo { name: "misbehave".into(), version: "0.0.1".into() }
+        DriverInfo {
+            name: "misbehave".into(),
+            version: "0.0.1".into(),
+        }
     }
 
     fn capabilities() -> DriverCapabilities {
@@ -96,17 +99,32 @@ impl Driver for Misbehave {
             "invented-mount" => {
                 spawn(vec![mount("/etc")])?;
             }
-            "wrong-id" => return Ok(TaskHandle { id: "someone-else".into(), driver_state: vec![] }),
+            "wrong-id" => {
+                return Ok(TaskHandle {
+                    id: "someone-else".into(),
+                    driver_state: vec![],
+                });
+            }
             "huge-state" => {
-                return Ok(TaskHandle { id: config.id, driver_state: vec![7u8; 8 << 20] });
+                return Ok(TaskHandle {
+                    id: config.id,
+                    driver_state: vec![7u8; 8 << 20],
+                });
             }
             _ => {}
         }
-        Ok(TaskHandle { id: config.id, driver_state: vec![] })
+        Ok(TaskHandle {
+            id: config.id,
+            driver_state: vec![],
+        })
     }
 
     fn wait_task(_handle: TaskHandle) -> Result<ExitResult, String> {
-        Ok(ExitResult { exit_code: 0, signal: 0, oom_killed: false })
+        Ok(ExitResult {
+            exit_code: 0,
+            signal: 0,
+            oom_killed: false,
+        })
     }
 
     fn stop_task(_handle: TaskHandle, _timeout: u64, _signal: String) -> Result<(), String> {
@@ -114,7 +132,11 @@ impl Driver for Misbehave {
     }
 
     fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
-        Ok(TaskStatus { id: handle.id, state: TaskState::Exited, exit_result: None })
+        Ok(TaskStatus {
+            id: handle.id,
+            state: TaskState::Exited,
+            exit_result: None,
+        })
     }
 }
 

@@ -8,13 +8,19 @@ use crate::runtime::sandbox::Fault;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("{origin}: cannot read the driver: {source}")]
-    Read { origin: String, source: std::io::Error },
+    Read {
+        origin: String,
+        source: std::io::Error,
+    },
     #[error("{origin}: not a valid WebAssembly component: {reason}")]
     Invalid { origin: String, reason: String },
     #[error("{origin}: not a berth task driver: {reason}")]
     WrongWorld { origin: String, reason: String },
     #[error("{origin}: {source}")]
-    Call { origin: String, source: Box<DriverError> },
+    Call {
+        origin: String,
+        source: Box<DriverError>,
+    },
     #[error("{origin}: the driver reported an unusable {problem}")]
     Nonsense { origin: String, problem: String },
 }
@@ -24,16 +30,36 @@ pub enum LoadError {
 pub enum DriverError {
     /// The guest itself returned an error: its message is for the user.
     #[error("{driver}: {call}: {message}")]
-    Refused { driver: String, call: &'static str, message: String },
+    Refused {
+        driver: String,
+        call: &'static str,
+        message: String,
+    },
     /// The sandbox stopped the guest.
     #[error("{driver} {fault} (during {call})")]
-    Fault { driver: String, call: &'static str, fault: Fault },
+    Fault {
+        driver: String,
+        call: &'static str,
+        fault: Fault,
+    },
     /// The guest asked the host for something it may not have.
     #[error("{driver} was refused during {call}: {violation}")]
-    Violation { driver: String, call: &'static str, violation: String },
+    Violation {
+        driver: String,
+        call: &'static str,
+        violation: String,
+    },
     /// The guest returned something the host cannot use.
     #[error("{driver} returned {problem} from {call}")]
-    Nonsense { driver: String, call: &'static str, problem: String },
+    Nonsense {
+        driver: String,
+        call: &'static str,
+        problem: String,
+    },
     #[error("{driver} did not finish {call} within {limit:?}")]
-    WallTimeout { driver: String, call: &'static str, limit: Duration },
+    WallTimeout {
+        driver: String,
+        call: &'static str,
+        limit: Duration,
+    },
 }

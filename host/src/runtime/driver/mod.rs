@@ -78,25 +78,40 @@ impl Driver {
     /// Loads a driver from a `.wasm` file.
     pub async fn load_file(runtime: &Runtime, path: &Path) -> Result<Driver, LoadError> {
         let origin = DriverOrigin::File(path.to_path_buf());
-        let bytes = std::fs::read(path)
-            .map_err(|source| LoadError::Read { origin: origin.to_string(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            origin: origin.to_string(),
+            source,
+        })?;
         Self::load(runtime, origin, &bytes).await
     }
 
     /// Loads a driver from component bytes.
-    pub async fn load(runtime: &Runtime, origin: DriverOrigin, bytes: &[u8]) -> Result<Driver, LoadError> {
+    pub async fn load(
+        runtime: &Runtime,
+        origin: DriverOrigin,
+        bytes: &[u8],
+    ) -> Result<Driver, LoadError> {
         let shown = origin.to_string();
-        let component = runtime
-            .cache()
-            .load(runtime.engine(), bytes)
-            .map_err(|e| LoadError::Invalid { origin: shown.clone(), reason: format!("{e:#}") })?;
+        let component =
+            runtime
+                .cache()
+                .load(runtime.engine(), bytes)
+                .map_err(|e| LoadError::Invalid {
+                    origin: shown.clone(),
+                    reason: format!("{e:#}"),
+                })?;
         let mut linker = Linker::new(runtime.engine());
-        crate::host_api::add_to_linker(&mut linker)
-            .map_err(|e| LoadError::Invalid { origin: shown.clone(), reason: format!("{e:#}") })?;
-        let instance_pre = linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld {
+        crate::host_api::add_to_linker(&mut linker).map_err(|e| LoadError::Invalid {
             origin: shown.clone(),
-            reason: format!("it imports something the host does not offer: {e:#}"),
+            reason: format!("{e:#}"),
         })?;
+        let instance_pre =
+            linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::WrongWorld {
+                    origin: shown.clone(),
+                    reason: format!("it imports something the host does not offer: {e:#}"),
+                })?;
         let pre = match driver_v0_2::PluginPre::new(instance_pre.clone()) {
             Ok(pre) => DriverPre::V0_2(pre),
             Err(newest) => match driver_v0_1::PluginPre::new(instance_pre) {
@@ -116,26 +131,46 @@ impl Driver {
             runtime: runtime.clone(),
             origin,
             pre,
-            info: DriverInfo { name: "(loading)".into(), version: String::new() },
+            info: DriverInfo {
+                name: "(loading)".into(),
+                version: String::new(),
+            },
             capabilities: Capabilities::assumed_for_legacy(),
         };
         let info: DriverInfo = driver
-            .call("plugin-info", None, Some(QUICK_CALL_WALL), async |store, b| {
-                on_driver!(b, store, call_plugin_info())
-            })
+            .call(
+                "plugin-info",
+                None,
+                Some(QUICK_CALL_WALL),
+                async |store, b| on_driver!(b, store, call_plugin_info()),
+            )
             .await
-            .map_err(|e| LoadError::Call { origin: shown.clone(), source: Box::new(e) })?
+            .map_err(|e| LoadError::Call {
+                origin: shown.clone(),
+                source: Box::new(e),
+            })?
             .into();
-        check_info(&info).map_err(|problem| LoadError::Nonsense { origin: shown.clone(), problem })?;
+        check_info(&info).map_err(|problem| LoadError::Nonsense {
+            origin: shown.clone(),
+            problem,
+        })?;
         driver.info = info;
         if matches!(driver.pre, DriverPre::V0_2(_)) {
             driver.capabilities = driver
-                .call("capabilities", None, Some(QUICK_CALL_WALL), async |store, b| match b {
-                    Bindings::V0_2(b) => b.berth_driver_driver().call_capabilities(store).await,
-                    Bindings::V0_1(_) => unreachable!("checked above"),
-                })
+                .call(
+                    "capabilities",
+                    None,
+                    Some(QUICK_CALL_WALL),
+                    async |store, b| match b {
+                        Bindings::V0_2(b) => b.berth_driver_driver().call_capabilities(store).await,
+                        Bindings::V0_1(_) => unreachable!("checked above"),
+                    },
+                )
                 .await
-                .map_err(|e| LoadError::Call { origin: shown.clone(), source: Box::new(e) })?
+                .map_err(|e| LoadError::Call {
+                    origin: shown.clone(),
+                    source: Box::new(e),
+                })?
                 .into();
         }
         Ok(driver)
@@ -166,15 +201,24 @@ impl Driver {
 
     pub async fn fingerprint(&self) -> Result<Fingerprint, DriverError> {
         let fingerprint: Fingerprint = self
-            .call("fingerprint", None, Some(QUICK_CALL_WALL), async |store, b| {
-                on_driver!(b, store, call_fingerprint())
-            })
+            .call(
+                "fingerprint",
+                None,
+                Some(QUICK_CALL_WALL),
+                async |store, b| on_driver!(b, store, call_fingerprint()),
+            )
             .await?
             .into();
         if fingerprint.attributes.len() > 256
-            || fingerprint.attributes.iter().any(|(k, v)| k.len() + v.len() > 4096)
+            || fingerprint
+                .attributes
+                .iter()
+                .any(|(k, v)| k.len() + v.len() > 4096)
         {
-            return Err(self.nonsense("fingerprint", "more than 256 attributes or an attribute over 4 KiB"));
+            return Err(self.nonsense(
+                "fingerprint",
+                "more than 256 attributes or an attribute over 4 KiB",
+            ));
         }
         Ok(fingerprint)
     }
@@ -182,9 +226,12 @@ impl Driver {
     /// Runs the driver's check of a task's `config` block (JSON).
     pub async fn validate_task_config(&self, config: &str) -> Result<(), DriverError> {
         let result = self
-            .call("validate-task-config", None, Some(QUICK_CALL_WALL), async |store, b| {
-                on_driver!(b, store, call_validate_task_config(config))
-            })
+            .call(
+                "validate-task-config",
+                None,
+                Some(QUICK_CALL_WALL),
+                async |store, b| on_driver!(b, store, call_validate_task_config(config)),
+            )
             .await?;
         result.map_err(|message| self.refused("validate-task-config", message))
     }
@@ -199,15 +246,21 @@ impl Driver {
         };
         let config = wit::TaskConfig::from(request);
         let handle = self
-            .call("start-task", Some(scope), Some(QUICK_CALL_WALL * 5), async |store, b| {
-                on_driver!(b, store, call_start_task(&config))
-            })
+            .call(
+                "start-task",
+                Some(scope),
+                Some(QUICK_CALL_WALL * 5),
+                async |store, b| on_driver!(b, store, call_start_task(&config)),
+            )
             .await?
             .map_err(|message| self.refused("start-task", message))?;
         if handle.id != request.id {
             return Err(self.nonsense(
                 "start-task",
-                &format!("a handle for task {:?} when starting {:?}", handle.id, request.id),
+                &format!(
+                    "a handle for task {:?} when starting {:?}",
+                    handle.id, request.id
+                ),
             ));
         }
         if handle.driver_state.len() > MAX_DRIVER_STATE {
@@ -220,14 +273,20 @@ impl Driver {
                 ),
             ));
         }
-        Ok(TaskHandle { id: handle.id, driver_state: handle.driver_state })
+        Ok(TaskHandle {
+            id: handle.id,
+            driver_state: handle.driver_state,
+        })
     }
 
     pub async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
         let handle = wit::TaskHandle::from(handle);
-        self.call("recover-task", None, Some(QUICK_CALL_WALL), async |store, b| {
-            on_driver!(b, store, call_recover_task(&handle))
-        })
+        self.call(
+            "recover-task",
+            None,
+            Some(QUICK_CALL_WALL),
+            async |store, b| on_driver!(b, store, call_recover_task(&handle)),
+        )
         .await?
         .map_err(|message| self.refused("recover-task", message))
     }
@@ -252,18 +311,24 @@ impl Driver {
     ) -> Result<(), DriverError> {
         let handle = wit::TaskHandle::from(handle);
         let millis = timeout.as_millis() as u64;
-        self.call("stop-task", None, Some(timeout + QUICK_CALL_WALL), async |store, b| {
-            on_driver!(b, store, call_stop_task(&handle, millis, signal))
-        })
+        self.call(
+            "stop-task",
+            None,
+            Some(timeout + QUICK_CALL_WALL),
+            async |store, b| on_driver!(b, store, call_stop_task(&handle, millis, signal)),
+        )
         .await?
         .map_err(|message| self.refused("stop-task", message))
     }
 
     pub async fn destroy_task(&self, handle: &TaskHandle, force: bool) -> Result<(), DriverError> {
         let handle = wit::TaskHandle::from(handle);
-        self.call("destroy-task", None, Some(QUICK_CALL_WALL), async |store, b| {
-            on_driver!(b, store, call_destroy_task(&handle, force))
-        })
+        self.call(
+            "destroy-task",
+            None,
+            Some(QUICK_CALL_WALL),
+            async |store, b| on_driver!(b, store, call_destroy_task(&handle, force)),
+        )
         .await?
         .map_err(|message| self.refused("destroy-task", message))
     }
@@ -271,9 +336,12 @@ impl Driver {
     pub async fn inspect_task(&self, handle: &TaskHandle) -> Result<TaskStatus, DriverError> {
         let handle = wit::TaskHandle::from(handle);
         let status = self
-            .call("inspect-task", None, Some(QUICK_CALL_WALL), async |store, b| {
-                on_driver!(b, store, call_inspect_task(&handle))
-            })
+            .call(
+                "inspect-task",
+                None,
+                Some(QUICK_CALL_WALL),
+                async |store, b| on_driver!(b, store, call_inspect_task(&handle)),
+            )
             .await?
             .map_err(|message| self.refused("inspect-task", message))?;
         Ok(status.into())
@@ -281,9 +349,12 @@ impl Driver {
 
     pub async fn signal_task(&self, handle: &TaskHandle, signal: &str) -> Result<(), DriverError> {
         let handle = wit::TaskHandle::from(handle);
-        self.call("signal-task", None, Some(QUICK_CALL_WALL), async |store, b| {
-            on_driver!(b, store, call_signal_task(&handle, signal))
-        })
+        self.call(
+            "signal-task",
+            None,
+            Some(QUICK_CALL_WALL),
+            async |store, b| on_driver!(b, store, call_signal_task(&handle, signal)),
+        )
         .await?
         .map_err(|message| self.refused("signal-task", message))
     }
@@ -302,8 +373,12 @@ impl Driver {
             name: self.info.name.as_str().into(),
             may_mount: self.capabilities.mount_configs == MountConfigs::All,
         };
-        let mut store =
-            sandbox::new_store(&self.runtime, identity, task, self.runtime.limits().call_deadline);
+        let mut store = sandbox::new_store(
+            &self.runtime,
+            identity,
+            task,
+            self.runtime.limits().call_deadline,
+        );
         let run = async {
             let bindings = match &self.pre {
                 DriverPre::V0_2(pre) => Bindings::V0_2(pre.instantiate_async(&mut store).await?),
@@ -314,7 +389,13 @@ impl Driver {
         let outcome = match wall {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(outcome) => outcome,
-                Err(_) => return Err(DriverError::WallTimeout { driver: self.label(), call, limit }),
+                Err(_) => {
+                    return Err(DriverError::WallTimeout {
+                        driver: self.label(),
+                        call,
+                        limit,
+                    });
+                }
             },
             None => run.await,
         };
@@ -338,11 +419,19 @@ impl Driver {
     }
 
     fn refused(&self, call: &'static str, message: String) -> DriverError {
-        DriverError::Refused { driver: self.label(), call, message }
+        DriverError::Refused {
+            driver: self.label(),
+            call,
+            message,
+        }
     }
 
     fn nonsense(&self, call: &'static str, problem: &str) -> DriverError {
-        DriverError::Nonsense { driver: self.label(), call, problem: problem.to_string() }
+        DriverError::Nonsense {
+            driver: self.label(),
+            call,
+            problem: problem.to_string(),
+        }
     }
 }
 
@@ -350,7 +439,10 @@ impl Driver {
 fn check_info(info: &DriverInfo) -> Result<(), String> {
     let valid_name = !info.name.is_empty()
         && info.name.len() <= 64
-        && info.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        && info
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if !valid_name {
         return Err(format!(
             "driver name {:?} (use 1 to 64 of a-z, 0-9, '_' and '-')",
@@ -358,7 +450,10 @@ fn check_info(info: &DriverInfo) -> Result<(), String> {
         ));
     }
     if info.version.is_empty() || info.version.len() > 64 {
-        return Err(format!("version {:?} (must be 1 to 64 characters)", info.version));
+        return Err(format!(
+            "version {:?} (must be 1 to 64 characters)",
+            info.version
+        ));
     }
     Ok(())
 }

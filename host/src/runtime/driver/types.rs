@@ -144,7 +144,10 @@ pub struct TaskStatus {
 
 impl From<wit::DriverInfo> for DriverInfo {
     fn from(info: wit::DriverInfo) -> Self {
-        DriverInfo { name: info.name, version: info.version }
+        DriverInfo {
+            name: info.name,
+            version: info.version,
+        }
     }
 }
 
@@ -208,13 +211,20 @@ impl From<&TaskRequest> for wit::TaskConfig {
 
 impl From<&TaskHandle> for wit::TaskHandle {
     fn from(handle: &TaskHandle) -> Self {
-        wit::TaskHandle { id: handle.id.clone(), driver_state: handle.driver_state.clone() }
+        wit::TaskHandle {
+            id: handle.id.clone(),
+            driver_state: handle.driver_state.clone(),
+        }
     }
 }
 
 impl From<wit::ExitResult> for ExitResult {
     fn from(exit: wit::ExitResult) -> Self {
-        ExitResult { exit_code: exit.exit_code, signal: exit.signal, oom_killed: exit.oom_killed }
+        ExitResult {
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            oom_killed: exit.oom_killed,
+        }
     }
 }
 

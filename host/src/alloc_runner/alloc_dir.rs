@@ -1,0 +1,61 @@
+//! The alloc directory, in Nomad's layout:
+//!
+//! ```text
+//! <data_dir>/allocs/<alloc_id>/
+//!   alloc/{data,logs,tmp}     shared by the alloc's tasks (`/alloc` inside them)
+//!   <task>/{local,secrets,tmp}  each task's own directory
+//! ```
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocDir {
+    root: PathBuf,
+}
+
+impl AllocDir {
+    pub fn new(data_dir: &Path, alloc_id: &str) -> Self {
+        AllocDir {
+            root: data_dir.join("allocs").join(alloc_id),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory shared by every task of the alloc.
+    pub fn shared(&self) -> PathBuf {
+        self.root.join("alloc")
+    }
+
+    pub fn task_dir(&self, task: &str) -> PathBuf {
+        self.root.join(task)
+    }
+
+    pub fn stdout(&self, task: &str) -> PathBuf {
+        self.shared().join("logs").join(format!("{task}.stdout.0"))
+    }
+
+    pub fn stderr(&self, task: &str) -> PathBuf {
+        self.shared().join("logs").join(format!("{task}.stderr.0"))
+    }
+
+    /// Creates the shared part (idempotent).
+    pub fn build(&self) -> io::Result<()> {
+        for dir in ["data", "logs", "tmp"] {
+            std::fs::create_dir_all(self.shared().join(dir))?;
+        }
+        Ok(())
+    }
+
+    /// Creates a task's directory (idempotent).
+    pub fn build_task(&self, task: &str) -> io::Result<PathBuf> {
+        let task_dir = self.task_dir(task);
+        for dir in ["local", "secrets", "tmp"] {
+            std::fs::create_dir_all(task_dir.join(dir))?;
+        }
+        Ok(task_dir)
+    }
+}

@@ -1,0 +1,111 @@
+//! `berth driver list`.
+
+use crate::driver_set::DriverSet;
+use crate::runtime::driver::{Driver, MountConfigs, WorldVersion};
+
+pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for driver in drivers.iter() {
+        let health = match driver.fingerprint().await {
+            Ok(fingerprint) => serde_json::to_value(fingerprint.health)?
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            Err(error) => format!("unhealthy: {error}"),
+        };
+        rows.push((driver, health));
+    }
+    if json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|(d, health)| {
+                serde_json::json!({
+                    "name": d.info().name,
+                    "version": d.info().version,
+                    "world": d.world().as_str(),
+                    "capabilities": d.capabilities(),
+                    "health": health,
+                    "origin": d.origin().to_string(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    let header = [
+        "Name",
+        "Version",
+        "World",
+        "Mount-Configs",
+        "FS-Isolation",
+        "Signals",
+        "Exec",
+        "Health",
+        "Origin",
+    ];
+    let table: Vec<[String; 9]> = rows
+        .iter()
+        .map(|(d, health)| {
+            let caps = d.capabilities();
+            let mounts = match (caps.mount_configs, caps.declared) {
+                (MountConfigs::All, true) => "all",
+                (MountConfigs::None, _) => "none",
+                (MountConfigs::All, false) => "all (default)",
+            };
+            [
+                d.info().name.clone(),
+                d.info().version.clone(),
+                d.world().as_str().to_string(),
+                mounts.to_string(),
+                serde_json::to_value(caps.fs_isolation)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                yes_no(caps.send_signals),
+                yes_no(caps.exec),
+                health.clone(),
+                d.origin().to_string(),
+            ]
+        })
+        .collect();
+    print_table(&header, &table);
+    let legacy: Vec<&&std::sync::Arc<Driver>> = rows
+        .iter()
+        .map(|(d, _)| d)
+        .filter(|d| d.world() == WorldVersion::V0_1)
+        .collect();
+    for driver in legacy {
+        println!(
+            "\n{} is built against berth:driver@0.1.0, which predates capabilities: \
+             mount-configs \"all\" is the default.",
+            driver.info().name
+        );
+    }
+    Ok(())
+}
+
+fn yes_no(value: bool) -> String {
+    if value { "yes" } else { "no" }.to_string()
+}
+
+fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}

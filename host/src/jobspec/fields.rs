@@ -1,0 +1,366 @@
+//! A cursor over one HCL block's body that knows the block's path, hands out attributes
+//! and sub-blocks by name, and at the end names whatever was left unread: unknown
+//! fields are errors, listed with the fields that are allowed. Shared by the jobspec
+//! and the agent config.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::hcl::{BlockNode, BodyNode, Located, Location, Value};
+use super::{Problem, parse_duration};
+
+/// Reads one block's body.
+pub(crate) struct Fields<'a> {
+    body: &'a BodyNode,
+    pub(crate) path: String,
+    at: Location,
+    read: HashSet<&'a str>,
+    allowed: &'static [&'static str],
+}
+
+impl<'a> Fields<'a> {
+    pub(crate) fn new(
+        body: &'a BodyNode,
+        path: String,
+        at: Location,
+        allowed: &'static [&'static str],
+    ) -> Self {
+        Fields {
+            body,
+            path,
+            at,
+            read: HashSet::new(),
+            allowed,
+        }
+    }
+
+    pub(crate) fn problem(
+        &self,
+        problems: &mut Vec<Problem>,
+        field: &str,
+        at: Location,
+        message: String,
+    ) {
+        let path = if field.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}.{field}", self.path)
+        };
+        problems.push(Problem {
+            path,
+            at: Some(at),
+            message,
+        });
+    }
+
+    pub(crate) fn attr(&mut self, name: &'static str) -> Option<&'a Located<Value>> {
+        self.read.insert(name);
+        self.body
+            .attrs
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| &a.value)
+    }
+
+    pub(crate) fn string(
+        &mut self,
+        name: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Option<String> {
+        let value = self.attr(name)?;
+        match &value.value {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                self.problem(
+                    problems,
+                    name,
+                    value.at,
+                    format!("expected a string, found {}", other.kind()),
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn required_string(
+        &mut self,
+        name: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Option<String> {
+        let value = self.string(name, problems);
+        if value.is_none() && !self.body.attrs.iter().any(|a| a.name == name) {
+            self.problem(problems, name, self.at, "is required".into());
+        }
+        value
+    }
+
+    pub(crate) fn bool(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<bool> {
+        let value = self.attr(name)?;
+        match &value.value {
+            Value::Bool(b) => Some(*b),
+            other => {
+                self.problem(
+                    problems,
+                    name,
+                    value.at,
+                    format!("expected true or false, found {}", other.kind()),
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn number(
+        &mut self,
+        name: &'static str,
+        max: u64,
+        problems: &mut Vec<Problem>,
+    ) -> Option<u64> {
+        let value = self.attr(name)?;
+        match &value.value {
+            Value::Number(n) if n.as_u64().is_some_and(|n| n <= max) => n.as_u64(),
+            Value::Number(n) => {
+                self.problem(
+                    problems,
+                    name,
+                    value.at,
+                    format!("{n} is out of range (0 to {max})"),
+                );
+                None
+            }
+            other => {
+                self.problem(
+                    problems,
+                    name,
+                    value.at,
+                    format!("expected a number, found {}", other.kind()),
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn duration(
+        &mut self,
+        name: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Duration> {
+        let value = self.attr(name)?;
+        let parsed = match &value.value {
+            Value::String(s) => parse_duration(s),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.problem(
+                problems,
+                name,
+                value.at,
+                "expected a duration such as \"30s\", \"5m\" or \"1h30m\"".into(),
+            );
+        }
+        parsed
+    }
+
+    pub(crate) fn string_list(
+        &mut self,
+        name: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Vec<String> {
+        let Some(value) = self.attr(name) else {
+            return Vec::new();
+        };
+        match &value.value {
+            Value::Array(items) => items
+                .iter()
+                .filter_map(|item| match &item.value {
+                    Value::String(s) => Some(s.clone()),
+                    other => {
+                        self.problem(
+                            problems,
+                            name,
+                            item.at,
+                            format!("expected strings, found {}", other.kind()),
+                        );
+                        None
+                    }
+                })
+                .collect(),
+            other => {
+                self.problem(
+                    problems,
+                    name,
+                    value.at,
+                    format!("expected a list of strings, found {}", other.kind()),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// A string map, written as an attribute (`env = { A = "1" }`) or a block (`env { A = "1" }`).
+    pub(crate) fn string_map(
+        &mut self,
+        name: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Vec<(String, String)> {
+        let mut pairs = Vec::new();
+        let mut push = |key: &str,
+                        value: &Located<Value>,
+                        problems: &mut Vec<Problem>,
+                        this: &Self| match &value.value {
+            Value::String(s) => pairs.push((key.to_string(), s.clone())),
+            Value::Number(n) => pairs.push((key.to_string(), n.to_string())),
+            Value::Bool(b) => pairs.push((key.to_string(), b.to_string())),
+            other => this.problem(
+                problems,
+                &format!("{name}.{key}"),
+                value.at,
+                format!("expected a string, found {}", other.kind()),
+            ),
+        };
+        if let Some(value) = self.attr(name) {
+            match &value.value {
+                Value::Object(fields) => {
+                    for (key, v) in fields {
+                        push(key, v, problems, self);
+                    }
+                }
+                other => self.problem(
+                    problems,
+                    name,
+                    value.at,
+                    format!("expected a map, found {}", other.kind()),
+                ),
+            }
+        }
+        for block in self.blocks(name) {
+            for attr in &block.body.attrs {
+                push(&attr.name, &attr.value, problems, self);
+            }
+        }
+        pairs
+    }
+
+    pub(crate) fn blocks(&mut self, kind: &'static str) -> Vec<&'a BlockNode> {
+        self.read.insert(kind);
+        self.body.blocks.iter().filter(|b| b.kind == kind).collect()
+    }
+
+    /// At most one unlabeled block of this kind.
+    pub(crate) fn single_block(
+        &mut self,
+        kind: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Option<&'a BlockNode> {
+        let blocks = self.blocks(kind);
+        if let Some(extra) = blocks.get(1) {
+            self.problem(
+                problems,
+                kind,
+                extra.at,
+                format!(
+                    "only one {kind} block is allowed (the first is at line {})",
+                    blocks[0].at.line
+                ),
+            );
+        }
+        for block in &blocks {
+            if !block.labels.is_empty() {
+                self.problem(
+                    problems,
+                    kind,
+                    block.at,
+                    format!("a {kind} block takes no label"),
+                );
+            }
+        }
+        blocks.first().copied()
+    }
+
+    /// Labeled blocks (`group "web"`), refusing duplicate labels, which HCL decoders
+    /// would otherwise merge silently.
+    pub(crate) fn labeled_blocks(
+        &mut self,
+        kind: &'static str,
+        problems: &mut Vec<Problem>,
+    ) -> Vec<(String, &'a BlockNode)> {
+        let mut seen: Vec<(String, Location)> = Vec::new();
+        let mut out = Vec::new();
+        for block in self.blocks(kind) {
+            let [label] = block.labels.as_slice() else {
+                self.problem(problems, kind, block.at, format!("a {kind} block takes exactly one label, its name: {kind} \"name\" {{ ... }}"));
+                continue;
+            };
+            if let Some((_, first)) = seen.iter().find(|(l, _)| l == label) {
+                self.problem(
+                    problems,
+                    &format!("{kind}.{label}"),
+                    block.at,
+                    format!(
+                        "duplicate {kind} {label:?} (the first is at line {})",
+                        first.line
+                    ),
+                );
+                continue;
+            }
+            seen.push((label.clone(), block.at));
+            out.push((label.clone(), block));
+        }
+        out
+    }
+
+    /// Reports attributes and blocks nobody asked for.
+    pub(crate) fn finish(self, problems: &mut Vec<Problem>) {
+        let allowed = || self.allowed.join(", ");
+        for attr in &self.body.attrs {
+            if !self.read.contains(attr.name.as_str()) {
+                self.problem(
+                    problems,
+                    &attr.name,
+                    attr.at,
+                    format!(
+                        "unknown field {:?} (allowed here: {})",
+                        attr.name,
+                        allowed()
+                    ),
+                );
+            }
+        }
+        for block in &self.body.blocks {
+            if !self.read.contains(block.kind.as_str()) {
+                self.problem(
+                    problems,
+                    &block.kind,
+                    block.at,
+                    format!(
+                        "unknown block {:?} (allowed here: {})",
+                        block.kind,
+                        allowed()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The `config` block (or any free-form block) as a JSON object.
+pub(crate) fn block_json(body: &BodyNode) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    for attr in &body.attrs {
+        object.insert(attr.name.clone(), attr.value.value.to_json());
+    }
+    for block in &body.blocks {
+        let mut value = block_json(&block.body);
+        for label in block.labels.iter().rev() {
+            value = serde_json::json!({ label.clone(): value });
+        }
+        match object.get_mut(&block.kind) {
+            Some(serde_json::Value::Array(items)) => items.push(value),
+            Some(existing) => *existing = serde_json::Value::Array(vec![existing.take(), value]),
+            None => {
+                object.insert(block.kind.clone(), value);
+            }
+        }
+    }
+    serde_json::Value::Object(object)
+}

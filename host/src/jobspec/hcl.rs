@@ -1,0 +1,277 @@
+//! HCL into a small tree that remembers where everything was written.
+//!
+//! hcl-edit parses with spans; this module keeps only what jobspecs use (attributes with
+//! literal values, blocks with labels) and the line and column of each, so every later
+//! error can point at the file. Expressions other than literals are refused here, with
+//! their location, rather than half-evaluated.
+
+use hcl_edit::Span as _;
+use hcl_edit::expr::{Expression, ObjectKey};
+use hcl_edit::structure::{Body, Structure};
+
+/// A 1-based line and column in the jobspec file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(String),
+    Array(Vec<Located<Value>>),
+    Object(Vec<(String, Located<Value>)>),
+}
+
+impl Value {
+    /// The kind of value, for "expected a string, found a number".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "a bool",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "a list",
+            Value::Object(_) => "an object",
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Null => serde_json::Value::Null,
+            Value::Bool(b) => serde_json::Value::Bool(*b),
+            Value::Number(n) => serde_json::Value::Number(n.clone()),
+            Value::String(s) => serde_json::Value::String(s.clone()),
+            Value::Array(items) => items.iter().map(|i| i.value.to_json()).collect(),
+            Value::Object(fields) => fields
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.to_json()))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Located<T> {
+    pub value: T,
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attr {
+    pub name: String,
+    pub value: Located<Value>,
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockNode {
+    pub kind: String,
+    pub labels: Vec<String>,
+    pub body: BodyNode,
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BodyNode {
+    pub attrs: Vec<Attr>,
+    pub blocks: Vec<BlockNode>,
+}
+
+/// A problem found while reading the HCL itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntaxProblem {
+    pub at: Location,
+    pub message: String,
+}
+
+/// Parses `source`, reporting every unsupported expression (not only the first).
+pub fn parse(source: &str) -> Result<BodyNode, Vec<SyntaxProblem>> {
+    let body = hcl_edit::parser::parse_body(source).map_err(|error| {
+        let location = error.location();
+        vec![SyntaxProblem {
+            at: Location {
+                line: location.line(),
+                column: location.column(),
+            },
+            message: error.message().to_string(),
+        }]
+    })?;
+    let lines = LineIndex::new(source);
+    let mut problems = Vec::new();
+    let tree = convert_body(&body, &lines, &mut problems);
+    if problems.is_empty() {
+        Ok(tree)
+    } else {
+        Err(problems)
+    }
+}
+
+fn convert_body(body: &Body, lines: &LineIndex, problems: &mut Vec<SyntaxProblem>) -> BodyNode {
+    let mut node = BodyNode::default();
+    for structure in body.iter() {
+        match structure {
+            Structure::Attribute(attr) => {
+                let at = lines.at(attr.span());
+                let value = convert_expr(&attr.value, lines, problems);
+                node.attrs.push(Attr {
+                    name: attr.key.as_str().to_string(),
+                    value,
+                    at,
+                });
+            }
+            Structure::Block(block) => {
+                let labels = block
+                    .labels
+                    .iter()
+                    .map(|l| l.as_str().to_string())
+                    .collect();
+                node.blocks.push(BlockNode {
+                    kind: block.ident.as_str().to_string(),
+                    labels,
+                    body: convert_body(&block.body, lines, problems),
+                    at: lines.at(block.span()),
+                });
+            }
+        }
+    }
+    node
+}
+
+fn convert_expr(
+    expr: &Expression,
+    lines: &LineIndex,
+    problems: &mut Vec<SyntaxProblem>,
+) -> Located<Value> {
+    let at = lines.at(expr.span());
+    let value = match expr {
+        Expression::Null(_) => Value::Null,
+        Expression::Bool(b) => Value::Bool(*b.value()),
+        Expression::Number(n) => {
+            let number = n.value();
+            let json = if let Some(i) = number.as_i64() {
+                serde_json::Number::from(i)
+            } else if let Some(u) = number.as_u64() {
+                serde_json::Number::from(u)
+            } else {
+                number
+                    .as_f64()
+                    .and_then(serde_json::Number::from_f64)
+                    .unwrap_or_else(|| 0.into())
+            };
+            Value::Number(json)
+        }
+        Expression::String(s) => Value::String(s.value().to_string()),
+        // Templates keep their text: `${NOMAD_TASK_DIR}`-style references are resolved
+        // at run time by the agent, not by the parser.
+        Expression::StringTemplate(template) => {
+            let text = template.to_string();
+            Value::String(text.trim_matches('"').to_string())
+        }
+        Expression::HeredocTemplate(heredoc) => Value::String(heredoc.template.to_string()),
+        Expression::Array(array) => Value::Array(
+            array
+                .iter()
+                .map(|item| convert_expr(item, lines, problems))
+                .collect(),
+        ),
+        Expression::Object(object) => {
+            let mut fields = Vec::new();
+            for (key, value) in object.iter() {
+                let name = match key {
+                    ObjectKey::Ident(ident) => ident.as_str().to_string(),
+                    ObjectKey::Expression(Expression::String(s)) => s.value().to_string(),
+                    ObjectKey::Expression(other) => {
+                        problems.push(SyntaxProblem {
+                            at: lines.at(other.span()),
+                            message: "object keys must be names or plain strings".into(),
+                        });
+                        continue;
+                    }
+                };
+                fields.push((name, convert_expr(value.expr(), lines, problems)));
+            }
+            Value::Object(fields)
+        }
+        Expression::Parenthesis(inner) => return convert_expr(inner.inner(), lines, problems),
+        _ => {
+            problems.push(SyntaxProblem {
+                at,
+                message: "only literal values are supported here (strings, numbers, bools, lists, objects)".into(),
+            });
+            Value::Null
+        }
+    };
+    Located { value, at }
+}
+
+/// Byte offsets to 1-based line and column.
+struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(source: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(source.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
+    }
+
+    fn at(&self, span: Option<std::ops::Range<usize>>) -> Location {
+        let Some(span) = span else {
+            return Location::default();
+        };
+        let line = self.starts.partition_point(|&start| start <= span.start);
+        Location {
+            line,
+            column: span.start - self.starts[line - 1] + 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_locations_of_attributes_and_blocks() {
+        let tree =
+            parse("job \"web\" {\n  type = \"batch\"\n  group \"g\" { count = 2 }\n}\n").unwrap();
+        let job = &tree.blocks[0];
+        assert_eq!(
+            (job.kind.as_str(), job.labels.as_slice()),
+            ("job", ["web".to_string()].as_slice())
+        );
+        assert_eq!(job.at, Location { line: 1, column: 1 });
+        assert_eq!(job.body.attrs[0].at, Location { line: 2, column: 3 });
+        assert_eq!(
+            job.body.blocks[0].body.attrs[0].value.value,
+            Value::Number(2.into())
+        );
+    }
+
+    #[test]
+    fn refuses_expressions_with_their_location() {
+        let problems = parse("a = 1\nb = var.x\n").unwrap_err();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].at.line, 2);
+    }
+
+    #[test]
+    fn syntax_errors_carry_line_and_column() {
+        let problems = parse("job \"x\" {\n  type = \n}\n").unwrap_err();
+        assert_eq!(problems[0].at.line, 2);
+    }
+
+    #[test]
+    fn templates_keep_their_text() {
+        let tree = parse("a = \"${NOMAD_TASK_DIR}/x\"\n").unwrap();
+        assert_eq!(
+            tree.attrs[0].value.value,
+            Value::String("${NOMAD_TASK_DIR}/x".into())
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! Jobspecs: HCL in Nomad's shape (`job` / `group` / `task`, `volume`, `volume_mount`,
+//! `csi_plugin`, `service`), parsed into typed structures with errors that point at the
+//! file, the line and the path (`job.web.group.g.task.t.driver`).
+//!
+//! Parsing reports every problem it finds, not only the first.
+
+mod decode;
+pub(crate) mod fields;
+pub mod hcl;
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::mount::Propagation;
+pub use hcl::Location;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    pub name: String,
+    pub job_type: JobType,
+    pub datacenters: Vec<String>,
+    pub meta: Vec<(String, String)>,
+    pub groups: Vec<Group>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    Service,
+    Batch,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group {
+    pub name: String,
+    pub count: u32,
+    pub volumes: Vec<VolumeRequest>,
+    pub services: Vec<Service>,
+    pub restart: RestartPolicy,
+    pub meta: Vec<(String, String)>,
+    pub tasks: Vec<Task>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeType {
+    Host,
+    Csi,
+}
+
+/// A group's `volume "alias" { ... }`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VolumeRequest {
+    pub name: String,
+    pub volume_type: VolumeType,
+    pub source: String,
+    pub read_only: bool,
+    pub access_mode: Option<String>,
+    pub attachment_mode: Option<String>,
+    pub per_alloc: bool,
+    #[serde(skip)]
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Task {
+    pub name: String,
+    pub driver: String,
+    /// The `config` block, as JSON for the driver.
+    pub config: serde_json::Value,
+    pub env: Vec<(String, String)>,
+    pub meta: Vec<(String, String)>,
+    pub resources: Resources,
+    #[serde(with = "duration_ms")]
+    pub kill_timeout: Duration,
+    pub kill_signal: String,
+    pub volume_mounts: Vec<VolumeMount>,
+    pub csi_plugin: Option<CsiPlugin>,
+    pub services: Vec<Service>,
+    pub lifecycle: Option<Lifecycle>,
+    #[serde(skip)]
+    pub at: Location,
+    #[serde(skip)]
+    pub driver_at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Resources {
+    pub cpu: u32,
+    pub memory_mb: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VolumeMount {
+    pub volume: String,
+    pub destination: String,
+    pub read_only: bool,
+    pub propagation: Propagation,
+    #[serde(skip)]
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CsiPluginType {
+    Node,
+    Controller,
+    Monolith,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CsiPlugin {
+    pub id: String,
+    pub plugin_type: CsiPluginType,
+    pub mount_dir: String,
+    pub stage_publish_base_dir: String,
+    #[serde(with = "duration_ms")]
+    pub health_timeout: Duration,
+}
+
+/// A `service` block: the same parser serves groups and tasks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Service {
+    pub name: String,
+    pub port: Option<String>,
+    pub tags: Vec<String>,
+    pub enable_tag_override: bool,
+    pub connect: Option<Connect>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Connect {
+    pub sidecar_service: Option<SidecarService>,
+    /// The `sidecar_task` block, kept as given.
+    pub sidecar_task: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SidecarService {
+    pub port: Option<String>,
+    pub upstreams: Vec<Upstream>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Upstream {
+    pub destination_name: String,
+    pub local_bind_port: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lifecycle {
+    Prestart,
+    Poststart,
+    Poststop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    Fail,
+    Delay,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RestartPolicy {
+    pub attempts: u32,
+    #[serde(with = "duration_ms")]
+    pub interval: Duration,
+    #[serde(with = "duration_ms")]
+    pub delay: Duration,
+    pub mode: RestartMode,
+}
+
+impl RestartPolicy {
+    /// Nomad's defaults differ by job type: batch jobs retry more slowly.
+    pub fn default_for(job_type: JobType) -> Self {
+        match job_type {
+            JobType::Service => RestartPolicy {
+                attempts: 2,
+                interval: Duration::from_secs(30 * 60),
+                delay: Duration::from_secs(15),
+                mode: RestartMode::Fail,
+            },
+            JobType::Batch => RestartPolicy {
+                attempts: 3,
+                interval: Duration::from_secs(24 * 3600),
+                delay: Duration::from_secs(15),
+                mode: RestartMode::Fail,
+            },
+        }
+    }
+}
+
+/// One thing wrong with a jobspec, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `job.web.group.g.task.t.driver`.
+    pub path: String,
+    pub at: Option<Location>,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Some(at) if at.line > 0 => write!(
+                f,
+                "{}:{}: {}: {}",
+                at.line, at.column, self.path, self.message
+            ),
+            _ => write!(f, "{}: {}", self.path, self.message),
+        }
+    }
+}
+
+/// Every problem found in one jobspec file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct JobspecError {
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for JobspecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.problems.len();
+        write!(
+            f,
+            "{} has {count} problem{}:",
+            self.file,
+            if count == 1 { "" } else { "s" }
+        )?;
+        for problem in &self.problems {
+            write!(f, "\n  {}:{problem}", self.file)?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses a jobspec. `file` is used in messages only.
+pub fn parse(file: &str, source: &str) -> Result<Job, JobspecError> {
+    let fail = |problems| JobspecError {
+        file: file.to_string(),
+        problems,
+    };
+    let tree = hcl::parse(source).map_err(|problems| {
+        fail(
+            problems
+                .into_iter()
+                .map(|p| Problem {
+                    path: "jobspec".into(),
+                    at: Some(p.at),
+                    message: p.message,
+                })
+                .collect(),
+        )
+    })?;
+    let mut problems = Vec::new();
+    let job = decode::job(&tree, &mut problems);
+    match job {
+        Some(job) if problems.is_empty() => Ok(job),
+        _ => Err(fail(problems)),
+    }
+}
+
+/// Reads and parses a jobspec file.
+pub fn parse_file(path: &Path) -> Result<Job, JobspecError> {
+    let file = path.display().to_string();
+    let source = std::fs::read_to_string(path).map_err(|e| JobspecError {
+        file: file.clone(),
+        problems: vec![Problem {
+            path: "jobspec".into(),
+            at: None,
+            message: format!("cannot read the file: {e}"),
+        }],
+    })?;
+    parse(&file, &source)
+}
+
+/// Parses Nomad-style durations: `250ms`, `5s`, `2m`, `1h`, `1m30s`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let number: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        total += match unit {
+            "ms" => Duration::from_millis(number),
+            "s" => Duration::from_secs(number),
+            "m" => Duration::from_secs(number * 60),
+            "h" => Duration::from_secs(number * 3600),
+            _ => return None,
+        };
+    }
+    Some(total)
+}
+
+mod duration_ms {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests;

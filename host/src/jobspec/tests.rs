@@ -1,0 +1,216 @@
+use super::*;
+
+fn problems(source: &str) -> Vec<String> {
+    match parse("job.hcl", source) {
+        Ok(job) => panic!("expected problems, parsed {job:?}"),
+        Err(error) => error.problems.iter().map(ToString::to_string).collect(),
+    }
+}
+
+const FULL: &str = r#"
+job "web" {
+  type = "batch"
+  meta = { owner = "ops" }
+
+  group "g" {
+    count = 2
+
+    volume "data" {
+      type      = "host"
+      source    = "shared-data"
+      read_only = false
+    }
+
+    restart {
+      attempts = 1
+      delay    = "1s"
+      mode     = "fail"
+    }
+
+    service {
+      name = "api"
+      port = "http"
+      tags = ["v1"]
+      connect {
+        sidecar_service {
+          proxy {
+            upstreams {
+              destination_name = "db"
+              local_bind_port  = 5432
+            }
+          }
+        }
+      }
+    }
+
+    task "server" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hi"]
+      }
+      env {
+        GREETING = "hello"
+        PORT     = 8080
+      }
+      kill_timeout = "10s"
+
+      volume_mount {
+        volume           = "data"
+        destination      = "/srv"
+        propagation_mode = "host-to-task"
+      }
+
+      service {
+        name = "task-svc"
+        port = 9090
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn parses_a_full_job() {
+    let job = parse("job.hcl", FULL).unwrap();
+    assert_eq!(job.name, "web");
+    assert_eq!(job.job_type, JobType::Batch);
+    assert_eq!(job.meta, [("owner".to_string(), "ops".to_string())]);
+    let group = &job.groups[0];
+    assert_eq!(group.count, 2);
+    assert_eq!(group.volumes[0].volume_type, VolumeType::Host);
+    assert_eq!(group.volumes[0].source, "shared-data");
+    assert_eq!(group.restart.attempts, 1);
+    assert_eq!(group.restart.delay, Duration::from_secs(1));
+    let upstreams = &group.services[0]
+        .connect
+        .as_ref()
+        .unwrap()
+        .sidecar_service
+        .as_ref()
+        .unwrap()
+        .upstreams;
+    assert_eq!(
+        upstreams[0],
+        Upstream {
+            destination_name: "db".into(),
+            local_bind_port: 5432
+        }
+    );
+    let task = &group.tasks[0];
+    assert_eq!(task.driver, "exec");
+    assert_eq!(
+        task.config,
+        serde_json::json!({"command": "/bin/sh", "args": ["-c", "echo hi"]})
+    );
+    assert_eq!(
+        task.env,
+        [
+            ("GREETING".into(), "hello".into()),
+            ("PORT".into(), "8080".into())
+        ]
+    );
+    assert_eq!(task.kill_timeout, Duration::from_secs(10));
+    assert_eq!(task.volume_mounts[0].propagation, Propagation::HostToTask);
+    // Group and task services go through the same parser.
+    assert_eq!(task.services[0].port.as_deref(), Some("9090"));
+}
+
+#[test]
+fn reports_every_problem_with_line_and_path() {
+    let found = problems(
+        r#"job "web" {
+  group "g" {
+    task "t" {
+      drivr = "exec"
+      kill_timeout = 5
+    }
+  }
+}
+"#,
+    );
+    assert_eq!(
+        found,
+        [
+            "3:5: job.web.group.g.task.t.driver: is required",
+            "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\"",
+            "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, user, template, artifact, logs)",
+        ]
+    );
+}
+
+#[test]
+fn duplicate_labels_are_refused_not_merged() {
+    let found = problems(
+        "job \"web\" {\n  group \"g\" {\n    task \"t\" { driver = \"exec\" }\n  }\n  group \"g\" {\n    task \"u\" { driver = \"exec\" }\n  }\n}\n",
+    );
+    assert_eq!(
+        found,
+        ["5:3: job.web.group.g: duplicate group \"g\" (the first is at line 2)"]
+    );
+}
+
+#[test]
+fn the_old_volume_config_form_gets_a_migration_hint() {
+    let found = problems(
+        r#"job "web" {
+  group "g" {
+    volume "data" {
+      type = "host"
+      config {
+        source = "shared-data"
+      }
+    }
+    task "t" { driver = "exec" }
+  }
+}
+"#,
+    );
+    assert_eq!(
+        found,
+        [
+            "5:7: job.web.group.g.volume.data.config: volume \"config\" blocks are no longer supported: move `source` into the volume block, as in: volume \"data\" { type = \"host\", source = \"shared-data\" }"
+        ]
+    );
+}
+
+#[test]
+fn invalid_propagation_mode_uses_nomads_words() {
+    let found = problems(
+        "job \"w\" {\n group \"g\" {\n  task \"t\" {\n   driver = \"exec\"\n   volume_mount {\n    volume = \"v\"\n    destination = \"/v\"\n    propagation_mode = \"sideways\"\n   }\n  }\n }\n}\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "8:24: job.w.group.g.task.t.volume_mount.propagation_mode: volume mount has an invalid propagation mode: \"sideways\" (use private, host-to-task or bidirectional)"
+        ]
+    );
+}
+
+#[test]
+fn a_number_is_not_silently_a_string() {
+    let found = problems("job \"w\" {\n group \"g\" {\n  task \"t\" { driver = 5 }\n }\n}\n");
+    assert_eq!(
+        found,
+        ["3:23: job.w.group.g.task.t.driver: expected a string, found a number"]
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_file_line_and_column() {
+    let error = parse("broken.hcl", "job \"w\" {\n  group \"g\" {\n").unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "broken.hcl has 1 problem:\n  broken.hcl:2:15: jobspec: invalid block body"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn durations_in_nomads_style() {
+    assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("5"), None);
+    assert_eq!(parse_duration("5x"), None);
+}

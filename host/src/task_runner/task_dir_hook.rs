@@ -1,0 +1,80 @@
+//! Builds the task's directory and its environment. Chrooted tasks also get the alloc's
+//! shared directory at `/alloc`.
+
+use std::path::PathBuf;
+
+use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use crate::mount::Propagation;
+use crate::runtime::driver::FsIsolation;
+use crate::runtime::sandbox::HandedMount;
+
+pub struct TaskDirHook;
+
+impl TaskHook for TaskDirHook {
+    fn name(&self) -> &'static str {
+        "task_dir"
+    }
+
+    fn prestart<'a>(
+        &'a self,
+        ctx: &'a TaskHookContext,
+        prepare: &'a mut TaskPrepare,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async move {
+            let fail = |e: std::io::Error| HookError {
+                hook: "task_dir",
+                message: format!("building the task directory: {e}"),
+            };
+            ctx.alloc_dir.build().map_err(fail)?;
+            let task_dir = ctx.alloc_dir.build_task(&ctx.task.name).map_err(fail)?;
+            let chrooted = ctx.driver.capabilities().fs_isolation == FsIsolation::Chroot;
+            let (task_view, alloc_view) = if chrooted {
+                (PathBuf::from("/local"), PathBuf::from("/alloc"))
+            } else {
+                (task_dir.join("local"), ctx.alloc_dir.shared())
+            };
+            if chrooted {
+                prepare.mounts.push(HandedMount {
+                    host_path: ctx.alloc_dir.shared(),
+                    task_path: "/alloc".into(),
+                    read_only: false,
+                    propagation: Propagation::Private,
+                });
+            }
+            let show = |p: &PathBuf| p.display().to_string();
+            let mut env = vec![(
+                "PATH".to_string(),
+                "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_string(),
+            )];
+            for prefix in ["BERTH", "NOMAD"] {
+                env.extend([
+                    (format!("{prefix}_ALLOC_ID"), ctx.alloc_id.clone()),
+                    (format!("{prefix}_JOB_NAME"), ctx.job.name.clone()),
+                    (format!("{prefix}_GROUP_NAME"), ctx.group.name.clone()),
+                    (format!("{prefix}_TASK_NAME"), ctx.task.name.clone()),
+                    (format!("{prefix}_TASK_DIR"), show(&task_view)),
+                    (format!("{prefix}_ALLOC_DIR"), show(&alloc_view)),
+                ]);
+            }
+            for (key, value) in &ctx.task.meta {
+                env.push((format!("NOMAD_META_{key}"), value.clone()));
+            }
+            // The task's own env comes last, so it wins.
+            env.extend(ctx.task.env.iter().cloned());
+            prepare.env = dedupe_last_wins(env);
+            prepare.task_dir = task_dir;
+            Ok(())
+        })
+    }
+}
+
+fn dedupe_last_wins(env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(env.len());
+    for (key, value) in env {
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some(existing) => existing.1 = value,
+            None => out.push((key, value)),
+        }
+    }
+    out
+}

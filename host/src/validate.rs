@@ -1,0 +1,193 @@
+//! Checks a job before it runs, against the drivers this agent has and its config.
+//! The same checks back `berth job validate` (no agent needed) and every job run, and
+//! they report every problem found, not only the first.
+//!
+//! MountConfig is checked here, at submit, against the driver's declared capabilities
+//! (Nomad's server could not: it did not know them), and again by the `volumes` task
+//! hook, so a job that skipped this still fails cleanly.
+
+use crate::config::AgentConfig;
+use crate::driver_set::DriverSet;
+use crate::jobspec::{Job, Problem, Task, VolumeMount, VolumeRequest, VolumeType};
+use crate::mount::Propagation;
+use crate::runtime::driver::{Driver, MountConfigs};
+
+/// Why a volume mount cannot be given to a task. Shared with the `volumes` hook so
+/// both say the same thing.
+pub fn mount_config_refusal(task: &str, driver: &Driver, mount: &VolumeMount) -> Option<String> {
+    (driver.capabilities().mount_configs == MountConfigs::None).then(|| {
+        format!(
+            "task {task:?}: driver {:?} cannot mount volumes, but volume_mount {:?} asks for one",
+            driver.name(),
+            mount.volume
+        )
+    })
+}
+
+/// Why a bidirectional mount is not allowed, if it is not: it needs a read-write volume,
+/// and neither the volume, the mount nor the agent's host volume may be read-only.
+pub fn bidirectional_refusal(
+    task: &str,
+    mount: &VolumeMount,
+    volume: &VolumeRequest,
+    host_read_only: bool,
+) -> Option<String> {
+    if mount.propagation != Propagation::Bidirectional {
+        return None;
+    }
+    let read_only = if volume.read_only {
+        Some(format!("volume {:?} is read-only", volume.name))
+    } else if mount.read_only {
+        Some("the volume_mount is read-only".to_string())
+    } else if host_read_only {
+        Some(format!(
+            "the agent's host_volume {:?} is read-only",
+            volume.source
+        ))
+    } else {
+        None
+    };
+    read_only.map(|why| {
+        format!(
+            "task {task:?}: volume_mount {:?} uses bidirectional propagation, which needs a read-write volume, but {why}",
+            mount.volume
+        )
+    })
+}
+
+/// Every problem with `job` on this agent.
+pub async fn validate(job: &Job, drivers: &DriverSet, config: &AgentConfig) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let job_path = format!("job.{}", job.name);
+    for group in &job.groups {
+        let group_path = format!("{job_path}.group.{}", group.name);
+        for volume in &group.volumes {
+            let path = format!("{group_path}.volume.{}", volume.name);
+            match volume.volume_type {
+                VolumeType::Host if config.host_volume(&volume.source).is_none() => {
+                    let configured: Vec<&str> = config
+                        .host_volumes
+                        .iter()
+                        .map(|v| v.name.as_str())
+                        .collect();
+                    problems.push(Problem {
+                        path,
+                        at: Some(volume.at),
+                        message: format!(
+                            "host volume {:?} is not configured on this agent ({})",
+                            volume.source,
+                            if configured.is_empty() {
+                                "it has no host_volume blocks".to_string()
+                            } else {
+                                format!("configured: {}", configured.join(", "))
+                            }
+                        ),
+                    });
+                }
+                VolumeType::Host => {}
+                VolumeType::Csi => problems.push(Problem {
+                    path,
+                    at: Some(volume.at),
+                    message: format!(
+                        "no CSI plugin serves volume {:?} on this agent",
+                        volume.source
+                    ),
+                }),
+            }
+        }
+        for task in &group.tasks {
+            let task_path = format!("{group_path}.task.{}", task.name);
+            check_task(
+                task,
+                &task_path,
+                &group.volumes,
+                drivers,
+                config,
+                &mut problems,
+            )
+            .await;
+        }
+    }
+    problems
+}
+
+async fn check_task(
+    task: &Task,
+    task_path: &str,
+    volumes: &[VolumeRequest],
+    drivers: &DriverSet,
+    config: &AgentConfig,
+    problems: &mut Vec<Problem>,
+) {
+    let driver = drivers.get(&task.driver);
+    match driver {
+        None => {
+            let known: Vec<&str> = drivers.iter().map(|d| d.name()).collect();
+            problems.push(Problem {
+                path: format!("{task_path}.driver"),
+                at: Some(task.driver_at),
+                message: format!(
+                    "unknown driver {:?} (this agent has: {})",
+                    task.driver,
+                    known.join(", ")
+                ),
+            });
+        }
+        Some(driver) => {
+            if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
+                problems.push(Problem {
+                    path: format!("{task_path}.config"),
+                    at: Some(task.at),
+                    message: format!("{error}"),
+                });
+            }
+        }
+    }
+    for mount in &task.volume_mounts {
+        let path = format!("{task_path}.volume_mount");
+        let Some(volume) = volumes.iter().find(|v| v.name == mount.volume) else {
+            let declared: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+            problems.push(Problem {
+                path,
+                at: Some(mount.at),
+                message: format!(
+                    "volume_mount refers to volume {:?}, which the group does not declare{}",
+                    mount.volume,
+                    if declared.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (declared: {})", declared.join(", "))
+                    }
+                ),
+            });
+            continue;
+        };
+        if let Some(refusal) = driver.and_then(|d| mount_config_refusal(&task.name, d, mount)) {
+            problems.push(Problem {
+                path: path.clone(),
+                at: Some(mount.at),
+                message: refusal,
+            });
+        }
+        let host_read_only = config
+            .host_volume(&volume.source)
+            .is_some_and(|v| v.read_only);
+        if let Some(refusal) = bidirectional_refusal(&task.name, mount, volume, host_read_only) {
+            problems.push(Problem {
+                path: path.clone(),
+                at: Some(mount.at),
+                message: refusal,
+            });
+        }
+        if !mount.destination.starts_with('/') {
+            problems.push(Problem {
+                path,
+                at: Some(mount.at),
+                message: format!(
+                    "destination {:?} must be an absolute path inside the task",
+                    mount.destination
+                ),
+            });
+        }
+    }
+}

@@ -68,8 +68,7 @@ async fn run() {
     let instantiate = median_of(SAMPLES, async || {
         let started = Instant::now();
         let mut store = sandbox::new_store(&runtime, identity.clone(), None, budget);
-        let instance = pre.instantiate_async(&mut store).await.unwrap();
-        drop(instance);
+        pre.instantiate_async(&mut store).await.unwrap();
         drop(store);
         started.elapsed()
     })

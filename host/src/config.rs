@@ -74,16 +74,14 @@ impl AgentConfig {
             );
             let path = volume.required_string("path", &mut problems);
             let read_only = volume.bool("read_only", &mut problems).unwrap_or(false);
-            if let Some(path) = &path {
-                if !Path::new(path).is_absolute() {
-                    let at = volume.attr("path").map(|v| v.at).unwrap_or(block.at);
-                    volume.problem(
-                        &mut problems,
-                        "path",
-                        at,
-                        format!("{path:?} must be an absolute path"),
-                    );
-                }
+            if let Some(path) = path.as_ref().filter(|p| !Path::new(p).is_absolute()) {
+                let at = volume.attr("path").map(|v| v.at).unwrap_or(block.at);
+                volume.problem(
+                    &mut problems,
+                    "path",
+                    at,
+                    format!("{path:?} must be an absolute path"),
+                );
             }
             volume.finish(&mut problems);
             if let Some(path) = path {

@@ -9,3 +9,4 @@ mod cli;
 mod drivers;
 mod hostile;
 mod isolation;
+mod jobs;

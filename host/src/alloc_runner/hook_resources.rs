@@ -41,3 +41,71 @@ impl HookResources {
         self.inner.lock().unwrap().csi_mounts.get(volume).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Many task runners read while an alloc hook keeps replacing the mounts: every read
+    /// sees one whole generation, never a mix of two.
+    #[test]
+    fn readers_never_see_a_torn_update() {
+        let resources = Arc::new(HookResources::default());
+        let generation = |n: u32| -> BTreeMap<String, MountedVolume> {
+            (0..8)
+                .map(|v| {
+                    let mount = MountedVolume {
+                        host_path: format!("/gen/{n}/{v}").into(),
+                        read_only: false,
+                    };
+                    (format!("vol{v}"), mount)
+                })
+                .collect()
+        };
+        resources.set_csi_mounts(generation(0));
+        let writer = {
+            let resources = resources.clone();
+            std::thread::spawn(move || {
+                for n in 1..=2_000 {
+                    resources.set_csi_mounts(generation(n));
+                }
+            })
+        };
+        let readers: Vec<_> = (0..8)
+            .map(|_| {
+                let resources = resources.clone();
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    for _ in 0..5_000 {
+                        let mounts = resources.csi_mounts();
+                        let generations: std::collections::BTreeSet<_> = mounts
+                            .values()
+                            .map(|m| {
+                                m.host_path
+                                    .components()
+                                    .nth(2)
+                                    .unwrap()
+                                    .as_os_str()
+                                    .to_owned()
+                            })
+                            .collect();
+                        assert_eq!(mounts.len(), 8);
+                        assert_eq!(generations.len(), 1, "torn read: {mounts:?}");
+                        seen += 1;
+                    }
+                    seen
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for reader in readers {
+            assert_eq!(reader.join().unwrap(), 5_000);
+        }
+        assert_eq!(
+            resources.csi_mount("vol3").unwrap().host_path,
+            std::path::PathBuf::from("/gen/2000/3")
+        );
+    }
+}

@@ -140,7 +140,7 @@ impl ProcessTable {
                         let bytes = (index as u32).to_le_bytes();
                         let fd = std::os::fd::BorrowedFd::borrow_raw(report_fd);
                         let _ = rustix::io::write(fd, &bytes);
-                        return Err(error.into());
+                        return Err(error);
                     }
                 }
                 Ok(())

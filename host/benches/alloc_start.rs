@@ -1,0 +1,196 @@
+//! Host overhead to start an allocation, next to the bare syscalls a task start needs,
+//! measured in the same run.
+//!
+//! - **berth, mock driver**: 100 allocs, one host volume each; time from `run()` to the
+//!   task's Started event (alloc hooks, task hooks, a driver call in a fresh instance).
+//! - **berth, exec driver**: the same with a real process in a mount namespace and
+//!   chroot (system dirs bound read-only, the volume bound, procfs).
+//! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
+//!   `/bin/true`, wait: the least a task start with one volume costs.
+//!
+//! Run as root: `cargo bench -p berth --bench alloc_start`.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth::alloc_runner::AllocRunner;
+use berth::config::{AgentConfig, HostVolume};
+use berth::driver_set::DriverSet;
+use berth::events::EventKind;
+use berth::runtime::{Runtime, RuntimeConfig};
+
+const ALLOCS: usize = 100;
+
+fn main() {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio.block_on(run());
+}
+
+fn job(driver: &str, config: &str) -> String {
+    format!(
+        r#"job "bench" {{
+  type = "batch"
+  group "g" {{
+    volume "data" {{
+      type   = "host"
+      source = "data"
+    }}
+    task "t" {{
+      driver = "{driver}"
+      config {{ {config} }}
+      volume_mount {{
+        volume      = "data"
+        destination = "/data"
+      }}
+    }}
+  }}
+}}"#
+    )
+}
+
+async fn run() {
+    let scratch = tempfile::Builder::new()
+        .prefix("berth-bench")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let source = scratch.path().join("volume");
+    std::fs::create_dir_all(&source).unwrap();
+    let runtime = Runtime::new(RuntimeConfig::new(Some(
+        std::env::temp_dir().join("berth-bench-cache"),
+    )))
+    .unwrap();
+    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let config = Arc::new(AgentConfig {
+        host_volumes: vec![HostVolume {
+            name: "data".into(),
+            path: source.clone(),
+            read_only: false,
+        }],
+        ..AgentConfig::default()
+    });
+
+    let mock = alloc_starts(
+        &job("mock", "run_for = \"0s\""),
+        &drivers,
+        &config,
+        scratch.path(),
+    )
+    .await;
+    let exec = alloc_starts(
+        &job("exec", "command = \"/bin/true\""),
+        &drivers,
+        &config,
+        scratch.path(),
+    )
+    .await;
+    let bare = bare_starts(&source, &scratch.path().join("target"));
+
+    println!("alloc start, medians of {ALLOCS} (one host volume each, release build)");
+    println!(
+        "  berth, mock driver (hooks + driver call)      {:>9.1} µs",
+        micros(mock)
+    );
+    println!(
+        "  berth, exec driver (all of it + namespace)    {:>9.1} µs",
+        micros(exec)
+    );
+    println!(
+        "  bare: fork + unshare + bind mount + exec      {:>9.1} µs",
+        micros(bare)
+    );
+    println!("ratios (same run)");
+    println!(
+        "  exec alloc start / bare syscalls   {:>6.2}x  (target <= 2x)",
+        ratio(exec, bare)
+    );
+    println!(
+        "  mock alloc start / bare syscalls   {:>6.2}x",
+        ratio(mock, bare)
+    );
+}
+
+async fn alloc_starts(
+    jobspec: &str,
+    drivers: &DriverSet,
+    config: &Arc<AgentConfig>,
+    data: &Path,
+) -> Duration {
+    let job = Arc::new(berth::jobspec::parse("bench.hcl", jobspec).unwrap());
+    let mut times = Vec::with_capacity(ALLOCS);
+    for index in 0..ALLOCS + 5 {
+        let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let alloc = AllocRunner::new(
+            job.clone(),
+            0,
+            index as u32,
+            data,
+            drivers.clone(),
+            config.clone(),
+            sender,
+        );
+        let started = Instant::now();
+        let running = tokio::spawn(alloc.clone().run());
+        let mut start_time = None;
+        while let Some(event) = events.recv().await {
+            if event.event.kind == EventKind::Started {
+                start_time = Some(started.elapsed());
+                break;
+            }
+        }
+        running.await.unwrap();
+        // The first few warm the component cache and the pooling allocator's slots.
+        if index >= 5 {
+            times.push(start_time.expect("the task never started"));
+        }
+        let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
+    }
+    median(times)
+}
+
+fn bare_starts(source: &Path, target: &Path) -> Duration {
+    std::fs::create_dir_all(target).unwrap();
+    let mut times = Vec::with_capacity(ALLOCS);
+    for index in 0..ALLOCS + 5 {
+        let source = berth::mount::c_path(source).unwrap();
+        let target = berth::mount::c_path(target).unwrap();
+        let started = Instant::now();
+        let mut command = std::process::Command::new("/bin/true");
+        // SAFETY: only syscalls on prepared C strings run in the child.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)?;
+                rustix::mount::mount_change(
+                    c"/",
+                    rustix::mount::MountPropagationFlags::DOWNSTREAM
+                        | rustix::mount::MountPropagationFlags::REC,
+                )?;
+                rustix::mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
+                Ok(())
+            });
+        }
+        let status = command.status().unwrap();
+        assert!(status.success());
+        if index >= 5 {
+            times.push(started.elapsed());
+        }
+    }
+    median(times)
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}

@@ -1,0 +1,370 @@
+//! Jobs end to end: jobspec, submit checks, alloc and task runners, host volumes, and the
+//! `berth` commands a person runs.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use berth::alloc_runner::{AllocRunner, ClientStatus};
+use berth::config::AgentConfig;
+use berth::driver_set::DriverSet;
+use berth::events::{EventKind, TaskStateKind};
+
+use crate::support;
+
+const MOUNT_REFUSAL: &str =
+    "task \"db\": driver \"raw_exec\" cannot mount volumes, but volume_mount \"data\" asks for one";
+
+/// A temp dir holding host volume sources, an agent config naming them, and a data dir.
+struct Agent {
+    dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn new(read_only_greetings: bool) -> Agent {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-e2e-agent")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::create_dir_all(dir.path().join("greetings")).unwrap();
+        std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+        std::fs::write(dir.path().join("greetings/message.txt"), "hi there\n").unwrap();
+        let config = format!(
+            "data_dir = \"{root}/data\"\n\
+             host_volume \"greetings\" {{\n  path = \"{root}/greetings\"\n  read_only = {read_only_greetings}\n}}\n\
+             host_volume \"scratch\" {{\n  path = \"{root}/scratch\"\n}}\n",
+            root = dir.path().display()
+        );
+        std::fs::write(dir.path().join("agent.hcl"), config).unwrap();
+        Agent { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn config(&self) -> AgentConfig {
+        AgentConfig::parse_file(&self.path().join("agent.hcl")).unwrap()
+    }
+
+    fn berth(&self, args: &[&str]) -> (i32, String, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--config")
+            .arg(self.path().join("agent.hcl"))
+            .args(args)
+            .env("BERTH_DATA_DIR", self.path().join("data"))
+            .output()
+            .unwrap();
+        std::fs::create_dir_all(self.path().join("data")).ok();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    }
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn link_cache(agent: &Agent) {
+    std::fs::create_dir_all(agent.path().join("data")).unwrap();
+    let link = agent.path().join("data/component-cache");
+    if !link.exists() {
+        std::os::unix::fs::symlink(support::cache_dir(), link).unwrap();
+    }
+}
+
+#[test]
+fn berth_run_runs_the_demo_with_read_only_and_read_write_host_volumes() {
+    let agent = Agent::new(true);
+    link_cache(&agent);
+    let (code, stdout, stderr) = agent.berth(&["run", &example("hello.hcl")]);
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for expected in [
+        "hello.greeter[0]  hello  Received        Task received by client",
+        "Task Setup      Building Task Directory",
+        "Started         Task started by client",
+        "Terminated      Exit Code: 0",
+        "the greeting volume says: hi there",
+        "wrote /scratch/last-run",
+        "the read-only mount refused a write, as it should",
+        ": Complete",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    // The task wrote through the read-write mount onto the host...
+    assert!(agent.path().join("scratch/last-run").exists());
+    // ...and could not write through the read-only one.
+    assert!(!agent.path().join("greetings/nope").exists());
+}
+
+#[test]
+fn job_validate_refuses_mounts_for_a_driver_that_declared_none() {
+    let agent = Agent::new(false);
+    link_cache(&agent);
+    let (code, _, stderr) = agent.berth(&["job", "validate", &example("mount-config-error.hcl")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "mount-config-error.hcl:20:7: job.db.group.db.task.db.volume_mount: {MOUNT_REFUSAL}"
+        )),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = agent.berth(&["run", &example("mount-config-error.hcl")]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains(MOUNT_REFUSAL), "{stderr}");
+    assert!(
+        !stdout.contains("Started"),
+        "the job must not run: {stdout}"
+    );
+}
+
+#[test]
+fn validate_reports_every_problem_and_the_old_volume_form() {
+    let agent = Agent::new(true);
+    link_cache(&agent);
+    let job = agent.path().join("bad.hcl");
+    std::fs::write(
+        &job,
+        r#"job "bad" {
+  group "g" {
+    volume "ro" {
+      type      = "host"
+      source    = "greetings"
+    }
+    volume "missing" {
+      type   = "host"
+      source = "nowhere"
+    }
+    task "a" {
+      driver = "exec"
+      config { command = "relative" }
+      volume_mount {
+        volume           = "ro"
+        destination      = "/ro"
+        propagation_mode = "bidirectional"
+      }
+    }
+    task "b" {
+      driver = "docker"
+    }
+  }
+}
+"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = agent.berth(&["job", "validate", job.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("has 4 problems"), "{stderr}");
+    assert!(stderr.contains("host volume \"nowhere\" is not configured on this agent (configured: greetings, scratch)"), "{stderr}");
+    assert!(
+        stderr.contains("validate-task-config: command \"relative\" must be an absolute path"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("volume_mount \"ro\" uses bidirectional propagation, which needs a read-write volume, but the agent's host_volume \"greetings\" is read-only"), "{stderr}");
+    assert!(
+        stderr.contains("unknown driver \"docker\" (this agent has: exec, raw_exec, mock)"),
+        "{stderr}"
+    );
+
+    let old = agent.path().join("old.hcl");
+    std::fs::write(&old, "job \"o\" {\n  group \"g\" {\n    volume \"v\" {\n      type = \"host\"\n      config { source = \"scratch\" }\n    }\n    task \"t\" { driver = \"mock\" }\n  }\n}\n").unwrap();
+    let (code, _, stderr) = agent.berth(&["job", "validate", old.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("move `source` into the volume block, as in: volume \"v\" { type = \"host\", source = \"scratch\" }"), "{stderr}");
+}
+
+async fn run_unvalidated(agent: &Agent, jobspec: &str) -> Arc<AllocRunner> {
+    let runtime = support::runtime();
+    let (drivers, problems) = DriverSet::load(&runtime, None).await;
+    assert!(problems.is_empty());
+    let job = Arc::new(berth::jobspec::parse("job.hcl", jobspec).unwrap());
+    let (sender, _events) = tokio::sync::mpsc::unbounded_channel();
+    let alloc = AllocRunner::new(
+        job,
+        0,
+        0,
+        &agent.path().join("data"),
+        drivers,
+        Arc::new(agent.config()),
+        sender,
+    );
+    alloc.clone().run().await;
+    alloc
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_volumes_hook_refuses_what_submit_would_have_refused() {
+    let agent = Agent::new(false);
+    // The job never went through validation: the hook still refuses, with the same words.
+    let alloc = run_unvalidated(
+        &agent,
+        r#"job "db" {
+  group "db" {
+    volume "data" {
+      type   = "host"
+      source = "scratch"
+    }
+    task "db" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      volume_mount {
+        volume      = "data"
+        destination = "/var/lib/db"
+      }
+    }
+  }
+}
+"#,
+    )
+    .await;
+    let status = alloc.status();
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    let task = &status.tasks["db"];
+    assert_eq!((task.state, task.failed), (TaskStateKind::Dead, true));
+    let failure = task
+        .events
+        .iter()
+        .find(|e| e.kind == EventKind::SetupFailure)
+        .unwrap();
+    assert_eq!(failure.message, format!("volumes: {MOUNT_REFUSAL}"));
+    assert!(!task.events.iter().any(|e| e.kind == EventKind::Started));
+
+    let alloc = run_unvalidated(
+        &agent,
+        r#"job "bidi" {
+  group "g" {
+    volume "data" {
+      type      = "host"
+      source    = "scratch"
+      read_only = true
+    }
+    task "t" {
+      driver = "exec"
+      config { command = "/bin/true" }
+      volume_mount {
+        volume           = "data"
+        destination      = "/data"
+        propagation_mode = "bidirectional"
+      }
+    }
+  }
+}
+"#,
+    )
+    .await;
+    let task = &alloc.status().tasks["t"];
+    let failure = task
+        .events
+        .iter()
+        .find(|e| e.kind == EventKind::SetupFailure)
+        .unwrap();
+    assert_eq!(
+        failure.message,
+        "volumes: task \"t\": volume_mount \"data\" uses bidirectional propagation, which needs a read-write volume, but volume \"data\" is read-only"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_restart_policy_restarts_then_gives_up() {
+    let agent = Agent::new(false);
+    let alloc = run_unvalidated(
+        &agent,
+        r#"job "flaky" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 2
+      delay    = "10ms"
+      interval = "1m"
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "mock"
+      config {
+        run_for   = "10ms"
+        exit_code = 3
+      }
+    }
+  }
+}
+"#,
+    )
+    .await;
+    let status = alloc.status();
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    let task = &status.tasks["t"];
+    assert_eq!(task.restarts, 2);
+    assert_eq!(task.exit_code, Some(3));
+    let kinds: Vec<EventKind> = task.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == EventKind::Started).count(),
+        3
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EventKind::Restarting)
+            .count(),
+        2
+    );
+    assert_eq!(kinds.last(), Some(&EventKind::NotRestarting));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_an_alloc_kills_its_tasks() {
+    let agent = Agent::new(false);
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let job = berth::jobspec::parse(
+        "job.hcl",
+        "job \"svc\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"2s\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let (sender, _events) = tokio::sync::mpsc::unbounded_channel();
+    let alloc = AllocRunner::new(
+        Arc::new(job),
+        0,
+        0,
+        &agent.path().join("data"),
+        drivers,
+        Arc::new(agent.config()),
+        sender,
+    );
+    let running = tokio::spawn(alloc.clone().run());
+    for _ in 0..100 {
+        if alloc
+            .status()
+            .tasks
+            .get("t")
+            .is_some_and(|t| t.state == TaskStateKind::Running)
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let started = std::time::Instant::now();
+    alloc.stop();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), running)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, ClientStatus::Complete);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    let task = &alloc.status().tasks["t"];
+    let kinds: Vec<EventKind> = task.events.iter().map(|e| e.kind).collect();
+    assert!(
+        kinds.ends_with(&[EventKind::Killing, EventKind::Terminated, EventKind::Killed]),
+        "{kinds:?}"
+    );
+    assert_eq!((task.state, task.failed), (TaskStateKind::Dead, false));
+}

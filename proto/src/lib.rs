@@ -3,6 +3,11 @@
 
 /// The go-plugin-shaped driver RPC the benchmarks compare WebAssembly calls with.
 pub mod bench {
-    #![allow(missing_docs, clippy::all, clippy::allow_attributes_without_reason, reason = "generated code")]
+    #![allow(
+        missing_docs,
+        clippy::all,
+        clippy::allow_attributes_without_reason,
+        reason = "generated code"
+    )]
     tonic::include_proto!("berth.bench.v1");
 }

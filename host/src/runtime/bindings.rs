@@ -1,7 +1,12 @@
 //! Generated bindings for every WIT world the host speaks, in one place. The rest of the
 //! host uses the re-exports below, never the generated modules directly.
 
-#![allow(missing_docs, clippy::all, clippy::allow_attributes_without_reason, reason = "generated code")]
+#![allow(
+    missing_docs,
+    clippy::all,
+    clippy::allow_attributes_without_reason,
+    reason = "generated code"
+)]
 
 /// `berth:driver/plugin@0.2.0`, which also generates the host-side `berth:host` traits
 /// and the driver types every version shares.

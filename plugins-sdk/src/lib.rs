@@ -177,6 +177,69 @@ pub trait Driver {
     }
 }
 
+/// A driver whose task is one host process: implement how to start it, and waiting,
+/// stopping, inspecting, signalling and recovering come from [`process_task`]. Every
+/// `ProcessDriver` is a [`Driver`]; export it with [`export_driver!`].
+pub trait ProcessDriver {
+    /// Name and version, as shown by `berth driver list`.
+    fn plugin_info() -> DriverInfo;
+
+    /// As [`Driver::capabilities`]; the default declares mount-configs `all`.
+    fn capabilities() -> DriverCapabilities {
+        DriverCapabilities {
+            send_signals: true,
+            exec: false,
+            fs_isolation: FsIsolation::None,
+            mount_configs: MountConfigs::All,
+        }
+    }
+
+    /// Health and attributes of the driver on this node.
+    fn fingerprint() -> DriverFingerprint;
+
+    /// Checks a task's `config` block (JSON) at job submit. The default accepts anything.
+    fn validate_task_config(config: String) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// Spawns the task's process and returns [`process_task::handle`] for it.
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String>;
+}
+
+impl<T: ProcessDriver> Driver for T {
+    fn plugin_info() -> DriverInfo {
+        <T as ProcessDriver>::plugin_info()
+    }
+    fn capabilities() -> DriverCapabilities {
+        <T as ProcessDriver>::capabilities()
+    }
+    fn fingerprint() -> DriverFingerprint {
+        <T as ProcessDriver>::fingerprint()
+    }
+    fn validate_task_config(config: String) -> Result<(), String> {
+        <T as ProcessDriver>::validate_task_config(config)
+    }
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
+        <T as ProcessDriver>::start_task(config)
+    }
+    fn recover_task(handle: TaskHandle) -> Result<(), String> {
+        process_task::recover(&handle)
+    }
+    fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
+        process_task::wait(&handle)
+    }
+    fn stop_task(handle: TaskHandle, timeout_millis: u64, signal: String) -> Result<(), String> {
+        process_task::stop(&handle, timeout_millis, &signal)
+    }
+    fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
+        process_task::inspect(&handle)
+    }
+    fn signal_task(handle: TaskHandle, signal: String) -> Result<(), String> {
+        process_task::signal(&handle, &signal)
+    }
+}
+
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bindings::exports::berth::driver::driver::Guest as DriverGuest;

@@ -4,8 +4,8 @@
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, SpawnRequest};
 use berth_plugin_sdk::{
-    Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
-    HealthState, MountConfigs, TaskConfig, TaskHandle, TaskStatus, export_driver, process_task,
+    DriverCapabilities, DriverFingerprint, DriverInfo, FsIsolation, HealthState, MountConfigs,
+    ProcessDriver, TaskConfig, TaskHandle, export_driver, process_task,
 };
 use serde::Deserialize;
 
@@ -31,7 +31,7 @@ fn parse_config(json: &str) -> Result<ExecConfig, String> {
 
 struct Exec;
 
-impl Driver for Exec {
+impl ProcessDriver for Exec {
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "exec".into(),
@@ -82,26 +82,6 @@ impl Driver for Exec {
             mounts,
         })?;
         Ok(process_task::handle(config.id, process))
-    }
-
-    fn recover_task(handle: TaskHandle) -> Result<(), String> {
-        process_task::recover(&handle)
-    }
-
-    fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
-        process_task::wait(&handle)
-    }
-
-    fn stop_task(handle: TaskHandle, timeout_millis: u64, signal: String) -> Result<(), String> {
-        process_task::stop(&handle, timeout_millis, &signal)
-    }
-
-    fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
-        process_task::inspect(&handle)
-    }
-
-    fn signal_task(handle: TaskHandle, signal: String) -> Result<(), String> {
-        process_task::signal(&handle, &signal)
     }
 }
 

@@ -10,6 +10,8 @@
 //!
 //! Run as root: `cargo bench -p berth --bench alloc_start`.
 
+mod common;
+
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use berth::config::{AgentConfig, HostVolume};
 use berth::driver_set::DriverSet;
 use berth::events::EventKind;
 use berth::runtime::{Runtime, RuntimeConfig};
+use common::{median, micros, ratio};
 
 const ALLOCS: usize = 100;
 
@@ -180,17 +183,4 @@ fn bare_starts(source: &Path, target: &Path) -> Duration {
         }
     }
     median(times)
-}
-
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64()
 }

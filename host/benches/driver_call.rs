@@ -5,6 +5,8 @@
 //!
 //! Run with `cargo bench -p berth --bench driver_call`. It prints medians and ratios.
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use berth::runtime::{Runtime, RuntimeConfig};
 use berth_proto::bench::driver_plugin_client::DriverPluginClient;
 use berth_proto::bench::driver_plugin_server::{DriverPlugin, DriverPluginServer};
 use berth_proto::bench::{CapabilitiesRequest, CapabilitiesResponse};
+use common::{median, micros, ratio};
 use wasmtime::component::Linker;
 
 const SAMPLES: usize = 2_000;
@@ -129,16 +132,7 @@ async fn median_of(samples: usize, mut sample: impl AsyncFnMut() -> Duration) ->
     for _ in 0..samples {
         times.push(sample().await);
     }
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64()
+    median(times)
 }
 
 /// A go-plugin-shaped driver service answering `Capabilities`.

@@ -126,12 +126,7 @@ pub trait Driver {
     /// and no filesystem isolation. A driver that cannot honour volume mounts must
     /// declare [`MountConfigs::None`]: the host then rejects jobs that ask it for mounts.
     fn capabilities() -> DriverCapabilities {
-        DriverCapabilities {
-            send_signals: true,
-            exec: false,
-            fs_isolation: FsIsolation::None,
-            mount_configs: MountConfigs::All,
-        }
+        default_capabilities()
     }
 
     /// Health and attributes of the driver on this node.
@@ -177,6 +172,17 @@ pub trait Driver {
     }
 }
 
+/// What a driver that declares nothing gets: signals, no exec, no filesystem isolation,
+/// and mount-configs `all`.
+pub fn default_capabilities() -> DriverCapabilities {
+    DriverCapabilities {
+        send_signals: true,
+        exec: false,
+        fs_isolation: FsIsolation::None,
+        mount_configs: MountConfigs::All,
+    }
+}
+
 /// A driver whose task is one host process: implement how to start it, and waiting,
 /// stopping, inspecting, signalling and recovering come from [`process_task`]. Every
 /// `ProcessDriver` is a [`Driver`]; export it with [`export_driver!`].
@@ -186,12 +192,7 @@ pub trait ProcessDriver {
 
     /// As [`Driver::capabilities`]; the default declares mount-configs `all`.
     fn capabilities() -> DriverCapabilities {
-        DriverCapabilities {
-            send_signals: true,
-            exec: false,
-            fs_isolation: FsIsolation::None,
-            mount_configs: MountConfigs::All,
-        }
+        default_capabilities()
     }
 
     /// Health and attributes of the driver on this node.

@@ -41,20 +41,16 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
             "priority",
         ],
     );
-    let job_type = match fields.string("type", problems).as_deref() {
-        None | Some("service") => JobType::Service,
-        Some("batch") => JobType::Batch,
-        Some(other) => {
-            let at = fields.attr("type").map(|v| v.at).unwrap_or(block.at);
-            fields.problem(
-                problems,
-                "type",
-                at,
-                format!("unknown job type {other:?} (use \"service\" or \"batch\")"),
-            );
-            JobType::Service
-        }
-    };
+    let job_type_text = fields.string("type", problems);
+    let job_type = fields
+        .choose(
+            job_type_text,
+            "type",
+            &[("service", JobType::Service), ("batch", JobType::Batch)],
+            problems,
+            |other| format!("unknown job type {other:?} (use \"service\" or \"batch\")"),
+        )
+        .unwrap_or(JobType::Service);
     let datacenters = fields.string_list("datacenters", problems);
     let meta = fields.string_map("meta", problems);
     for ignored in ["region", "namespace"] {
@@ -186,21 +182,14 @@ fn volume(
             "mount_options",
         ],
     );
-    let volume_type = match fields.required_string("type", problems).as_deref() {
-        Some("host") => Some(VolumeType::Host),
-        Some("csi") => Some(VolumeType::Csi),
-        Some(other) => {
-            let at = fields.attr("type").map(|v| v.at).unwrap_or(block.at);
-            fields.problem(
-                problems,
-                "type",
-                at,
-                format!("unknown volume type {other:?} (use \"host\" or \"csi\")"),
-            );
-            None
-        }
-        None => None,
-    };
+    let volume_type_text = fields.required_string("type", problems);
+    let volume_type = fields.choose(
+        volume_type_text,
+        "type",
+        &[("host", VolumeType::Host), ("csi", VolumeType::Csi)],
+        problems,
+        |other| format!("unknown volume type {other:?} (use \"host\" or \"csi\")"),
+    );
     let source = fields.required_string("source", problems);
     let read_only = fields.bool("read_only", problems).unwrap_or(false);
     let access_mode = fields.string("access_mode", problems);
@@ -233,21 +222,16 @@ fn restart(
         block.at,
         &["attempts", "interval", "delay", "mode"],
     );
-    let mode = match fields.string("mode", problems).as_deref() {
-        None => defaults.mode,
-        Some("fail") => RestartMode::Fail,
-        Some("delay") => RestartMode::Delay,
-        Some(other) => {
-            let at = fields.attr("mode").map(|v| v.at).unwrap_or(block.at);
-            fields.problem(
-                problems,
-                "mode",
-                at,
-                format!("unknown restart mode {other:?} (use \"fail\" or \"delay\")"),
-            );
-            defaults.mode
-        }
-    };
+    let mode_text = fields.string("mode", problems);
+    let mode = fields
+        .choose(
+            mode_text,
+            "mode",
+            &[("fail", RestartMode::Fail), ("delay", RestartMode::Delay)],
+            problems,
+            |other| format!("unknown restart mode {other:?} (use \"fail\" or \"delay\")"),
+        )
+        .unwrap_or(defaults.mode);
     let policy = RestartPolicy {
         attempts: fields
             .number("attempts", 1000, problems)
@@ -347,24 +331,22 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
                 block.at,
                 &["hook", "sidecar"],
             );
-            let hook = match l.required_string("hook", problems).as_deref() {
-                Some("prestart") => Some(Lifecycle::Prestart),
-                Some("poststart") => Some(Lifecycle::Poststart),
-                Some("poststop") => Some(Lifecycle::Poststop),
-                Some(other) => {
-                    let at = l.attr("hook").map(|v| v.at).unwrap_or(block.at);
-                    l.problem(
-                        problems,
-                        "hook",
-                        at,
-                        format!(
-                            "unknown lifecycle hook {other:?} (use prestart, poststart or poststop)"
-                        ),
-                    );
-                    None
-                }
-                None => None,
-            };
+            let hook_text = l.required_string("hook", problems);
+            let hook = l.choose(
+                hook_text,
+                "hook",
+                &[
+                    ("prestart", Lifecycle::Prestart),
+                    ("poststart", Lifecycle::Poststart),
+                    ("poststop", Lifecycle::Poststop),
+                ],
+                problems,
+                |other| {
+                    format!(
+                        "unknown lifecycle hook {other:?} (use prestart, poststart or poststop)"
+                    )
+                },
+            );
             l.bool("sidecar", problems);
             l.finish(problems);
             hook
@@ -412,21 +394,24 @@ fn volume_mount(
     let volume = fields.required_string("volume", problems);
     let destination = fields.required_string("destination", problems);
     let read_only = fields.bool("read_only", problems).unwrap_or(false);
-    let propagation = match fields.string("propagation_mode", problems).as_deref() {
-        None | Some("private") => Some(Propagation::Private),
-        Some("host-to-task") => Some(Propagation::HostToTask),
-        Some("bidirectional") => Some(Propagation::Bidirectional),
-        Some(other) => {
-            let at = fields
-                .attr("propagation_mode")
-                .map(|v| v.at)
-                .unwrap_or(block.at);
-            fields.problem(problems, "propagation_mode", at, format!(
+    let propagation_text = fields
+        .string("propagation_mode", problems)
+        .unwrap_or_else(|| "private".into());
+    let propagation = fields.choose(
+        Some(propagation_text),
+        "propagation_mode",
+        &[
+            ("private", Propagation::Private),
+            ("host-to-task", Propagation::HostToTask),
+            ("bidirectional", Propagation::Bidirectional),
+        ],
+        problems,
+        |other| {
+            format!(
                 "volume mount has an invalid propagation mode: {other:?} (use private, host-to-task or bidirectional)"
-            ));
-            None
-        }
-    };
+            )
+        },
+    );
     fields.string("selinux_label", problems);
     fields.finish(problems);
     Some(VolumeMount {
@@ -452,22 +437,18 @@ fn csi_plugin(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> O
         ],
     );
     let id = fields.required_string("id", problems);
-    let plugin_type = match fields.required_string("type", problems).as_deref() {
-        Some("node") => Some(CsiPluginType::Node),
-        Some("controller") => Some(CsiPluginType::Controller),
-        Some("monolith") => Some(CsiPluginType::Monolith),
-        Some(other) => {
-            let at = fields.attr("type").map(|v| v.at).unwrap_or(block.at);
-            fields.problem(
-                problems,
-                "type",
-                at,
-                format!("unknown CSI plugin type {other:?} (use node, controller or monolith)"),
-            );
-            None
-        }
-        None => None,
-    };
+    let plugin_type_text = fields.required_string("type", problems);
+    let plugin_type = fields.choose(
+        plugin_type_text,
+        "type",
+        &[
+            ("node", CsiPluginType::Node),
+            ("controller", CsiPluginType::Controller),
+            ("monolith", CsiPluginType::Monolith),
+        ],
+        problems,
+        |other| format!("unknown CSI plugin type {other:?} (use node, controller or monolith)"),
+    );
     let mount_dir = fields
         .string("mount_dir", problems)
         .unwrap_or_else(|| "/csi".into());

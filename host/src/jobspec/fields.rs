@@ -241,6 +241,25 @@ impl<'a> Fields<'a> {
         pairs
     }
 
+    /// Maps a string already read from `name` onto one of `choices`. Anything else is
+    /// reported at the attribute with the message `unknown` words for the value.
+    pub(crate) fn choose<T: Copy>(
+        &mut self,
+        value: Option<String>,
+        name: &'static str,
+        choices: &[(&str, T)],
+        problems: &mut Vec<Problem>,
+        unknown: impl Fn(&str) -> String,
+    ) -> Option<T> {
+        let value = value?;
+        if let Some((_, choice)) = choices.iter().find(|(text, _)| *text == value) {
+            return Some(*choice);
+        }
+        let at = self.attr(name).map(|v| v.at).unwrap_or(self.at);
+        self.problem(problems, name, at, unknown(&value));
+        None
+    }
+
     pub(crate) fn blocks(&mut self, kind: &'static str) -> Vec<&'a BlockNode> {
         self.read.insert(kind);
         self.body.blocks.iter().filter(|b| b.kind == kind).collect()

@@ -1,8 +1,10 @@
 //! Host overhead to start an allocation, next to the bare syscalls a task start needs,
 //! measured in the same run.
 //!
-//! - **berth, mock driver**: 100 allocs, one host volume each; time from `run()` to the
-//!   task's Started event (alloc hooks, task hooks, a driver call in a fresh instance).
+//! - **berth, mock driver**: 100 allocs, one host volume each; time from creating the
+//!   alloc to the task's Started event (alloc record, alloc hooks, task hooks, a driver
+//!   call in a fresh instance, and every state write, made durable in a redb file as the
+//!   agent does). The same with state in memory shows what durability costs.
 //! - **berth, exec driver**: the same with a real process in a mount namespace and
 //!   chroot (system dirs bound read-only, the volume bound, procfs).
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
@@ -17,11 +19,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::AllocRunner;
+use berth::alloc_runner::{AllocRunner, NodeContext};
 use berth::config::{AgentConfig, HostVolume};
 use berth::driver_set::DriverSet;
 use berth::events::EventKind;
 use berth::runtime::{Runtime, RuntimeConfig};
+use berth::state::StateStore;
 use common::{median, micros, ratio};
 
 const ALLOCS: usize = 100;
@@ -77,26 +80,29 @@ async fn run() {
         ..AgentConfig::default()
     });
 
-    let mock = alloc_starts(
-        &job("mock", "run_for = \"0s\""),
-        &drivers,
-        &config,
-        scratch.path(),
-    )
-    .await;
-    let exec = alloc_starts(
-        &job("exec", "command = \"/bin/true\""),
-        &drivers,
-        &config,
-        scratch.path(),
-    )
-    .await;
+    let (on_disk, _) = StateStore::open(&scratch.path().join("state.db")).unwrap();
+    let on_disk = Arc::new(on_disk);
+    let in_memory = Arc::new(StateStore::in_memory());
+    let node = |store: &Arc<StateStore>| NodeContext {
+        data_dir: scratch.path().to_path_buf(),
+        drivers: drivers.clone(),
+        config: config.clone(),
+        store: store.clone(),
+        events: tokio::sync::mpsc::unbounded_channel().0,
+    };
+    let mock = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&on_disk)).await;
+    let mock_memory = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&in_memory)).await;
+    let exec = alloc_starts(&job("exec", "command = \"/bin/true\""), &node(&on_disk)).await;
     let bare = bare_starts(&source, &scratch.path().join("target"));
 
     println!("alloc start, medians of {ALLOCS} (one host volume each, release build)");
     println!(
         "  berth, mock driver (hooks + driver call)      {:>9.1} µs",
         micros(mock)
+    );
+    println!(
+        "  berth, mock driver, state in memory           {:>9.1} µs",
+        micros(mock_memory)
     );
     println!(
         "  berth, exec driver (all of it + namespace)    {:>9.1} µs",
@@ -117,26 +123,17 @@ async fn run() {
     );
 }
 
-async fn alloc_starts(
-    jobspec: &str,
-    drivers: &DriverSet,
-    config: &Arc<AgentConfig>,
-    data: &Path,
-) -> Duration {
+async fn alloc_starts(jobspec: &str, shared: &NodeContext) -> Duration {
     let job = Arc::new(berth::jobspec::parse("bench.hcl", jobspec).unwrap());
     let mut times = Vec::with_capacity(ALLOCS);
     for index in 0..ALLOCS + 5 {
         let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-        let alloc = AllocRunner::new(
-            job.clone(),
-            0,
-            index as u32,
-            data,
-            drivers.clone(),
-            config.clone(),
-            sender,
-        );
+        let node = NodeContext {
+            events: sender,
+            ..shared.clone()
+        };
         let started = Instant::now();
+        let alloc = AllocRunner::new(job.clone(), 0, index as u32, node).unwrap();
         let running = tokio::spawn(alloc.clone().run());
         let mut start_time = None;
         while let Some(event) = events.recv().await {
@@ -151,6 +148,7 @@ async fn alloc_starts(
             times.push(start_time.expect("the task never started"));
         }
         let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
+        let _ = shared.store.remove_alloc(&alloc.id);
     }
     median(times)
 }

@@ -4,9 +4,11 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+use crate::runtime::sandbox::HandedMount;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     Received,
     #[serde(rename = "Task Setup")]
@@ -31,7 +33,7 @@ impl fmt::Display for EventKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskEvent {
     /// Milliseconds since the Unix epoch.
     pub time_ms: u64,
@@ -53,7 +55,7 @@ impl TaskEvent {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStateKind {
     Pending,
@@ -62,12 +64,15 @@ pub enum TaskStateKind {
 }
 
 /// A task's state as shown to people.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskState {
     pub state: TaskStateKind,
     pub failed: bool,
     pub restarts: u32,
     pub exit_code: Option<i32>,
+    /// What the task was given to mount on its last start.
+    #[serde(default)]
+    pub mounts: Vec<HandedMount>,
     pub events: Vec<TaskEvent>,
 }
 
@@ -78,13 +83,14 @@ impl Default for TaskState {
             failed: false,
             restarts: 0,
             exit_code: None,
+            mounts: Vec::new(),
             events: Vec::new(),
         }
     }
 }
 
 /// An event of one task of one alloc, as streamed to watchers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllocEvent {
     pub alloc_id: String,
     /// `job.group[index]`.

@@ -1,7 +1,9 @@
 //! berth: a node agent whose task drivers and lifecycle hooks are WebAssembly
 //! components. See ARCHITECTURE.md for the map.
 
+pub mod agent;
 pub mod alloc_runner;
+pub mod api;
 pub mod builtin;
 pub mod cli;
 pub mod config;
@@ -12,5 +14,6 @@ pub mod jobspec;
 pub mod mount;
 pub mod process;
 pub mod runtime;
+pub mod state;
 pub mod task_runner;
 pub mod validate;

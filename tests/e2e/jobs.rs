@@ -5,10 +5,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use berth::alloc_runner::{AllocRunner, ClientStatus};
+use berth::alloc_runner::{AllocRunner, ClientStatus, NodeContext};
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
 use berth::events::{EventKind, TaskStateKind};
+use berth::state::StateStore;
 
 use crate::support;
 
@@ -45,6 +46,18 @@ impl Agent {
 
     fn config(&self) -> AgentConfig {
         AgentConfig::parse_file(&self.path().join("agent.hcl")).unwrap()
+    }
+
+    /// What an alloc runner of this agent shares, with state kept in memory.
+    fn node(&self, drivers: DriverSet) -> NodeContext {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        NodeContext {
+            data_dir: self.path().join("data"),
+            drivers,
+            config: Arc::new(self.config()),
+            store: Arc::new(StateStore::in_memory()),
+            events,
+        }
     }
 
     fn berth(&self, args: &[&str]) -> (i32, String, String) {
@@ -188,16 +201,7 @@ async fn run_unvalidated(agent: &Agent, jobspec: &str) -> Arc<AllocRunner> {
     let (drivers, problems) = DriverSet::load(&runtime, None).await;
     assert!(problems.is_empty());
     let job = Arc::new(berth::jobspec::parse("job.hcl", jobspec).unwrap());
-    let (sender, _events) = tokio::sync::mpsc::unbounded_channel();
-    let alloc = AllocRunner::new(
-        job,
-        0,
-        0,
-        &agent.path().join("data"),
-        drivers,
-        Arc::new(agent.config()),
-        sender,
-    );
+    let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     alloc.clone().run().await;
     alloc
 }
@@ -330,16 +334,7 @@ async fn stopping_an_alloc_kills_its_tasks() {
         "job \"svc\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"2s\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
     )
     .unwrap();
-    let (sender, _events) = tokio::sync::mpsc::unbounded_channel();
-    let alloc = AllocRunner::new(
-        Arc::new(job),
-        0,
-        0,
-        &agent.path().join("data"),
-        drivers,
-        Arc::new(agent.config()),
-        sender,
-    );
+    let alloc = AllocRunner::new(Arc::new(job), 0, 0, agent.node(drivers)).unwrap();
     let running = tokio::spawn(alloc.clone().run());
     for _ in 0..100 {
         if alloc
@@ -367,4 +362,117 @@ async fn stopping_an_alloc_kills_its_tasks() {
         "{kinds:?}"
     );
     assert_eq!((task.state, task.failed), (TaskStateKind::Dead, false));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lifecycle_tasks_run_in_order_and_sidecars_stop_with_the_main_task() {
+    let agent = Agent::new(false);
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let step = |name: &str, hook: &str, sidecar: bool, script: &str| {
+        let lifecycle = if hook.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "lifecycle {{\n        hook = \"{hook}\"\n        sidecar = {sidecar}\n      }}"
+            )
+        };
+        format!(
+            "    task \"{name}\" {{\n      driver = \"exec\"\n      kill_timeout = \"1s\"\n      {lifecycle}\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", \"{script}\"]\n      }}\n    }}\n"
+        )
+    };
+    let tasks = [
+        step(
+            "cleanup",
+            "poststop",
+            false,
+            "echo post >> /alloc/data/order",
+        ),
+        step(
+            "main",
+            "",
+            false,
+            "sleep 0.2; echo main >> /alloc/data/order",
+        ),
+        step(
+            "side",
+            "prestart",
+            true,
+            "echo side-up >> /alloc/data/side; exec sleep 60",
+        ),
+        step(
+            "after",
+            "poststart",
+            false,
+            "echo poststart >> /alloc/data/poststart",
+        ),
+        step(
+            "prep",
+            "prestart",
+            false,
+            "sleep 0.2; echo pre >> /alloc/data/order",
+        ),
+    ]
+    .concat();
+    let source =
+        format!("job \"order\" {{\n  type = \"batch\"\n  group \"g\" {{\n{tasks}  }}\n}}\n");
+    let job = Arc::new(berth::jobspec::parse("order.hcl", &source).unwrap());
+    let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), alloc.clone().run())
+        .await
+        .expect("the alloc finished");
+    let shown = alloc.status();
+    assert_eq!(status, ClientStatus::Complete, "{shown:#?}");
+    let data = alloc.alloc_dir.shared().join("data");
+    let order = std::fs::read_to_string(data.join("order")).unwrap();
+    assert_eq!(order, "pre\nmain\npost\n");
+    assert_eq!(
+        std::fs::read_to_string(data.join("side")).unwrap(),
+        "side-up\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("poststart")).unwrap(),
+        "poststart\n"
+    );
+    // The sidecar was stopped once the main task was done, and that is not a failure.
+    let side = &shown.tasks["side"];
+    assert_eq!(side.state, TaskStateKind::Dead);
+    assert!(!side.failed, "{side:#?}");
+    assert!(side.events.iter().any(|e| e.kind == EventKind::Killed));
+    for task in ["prep", "main", "after", "cleanup"] {
+        assert_eq!(shown.tasks[task].exit_code, Some(0), "{task}: {shown:#?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_prestart_task_keeps_the_main_task_from_starting() {
+    let agent = Agent::new(false);
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let source = r#"job "gate" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "check" {
+      driver = "mock"
+      lifecycle { hook = "prestart" }
+      config { exit_code = 4 }
+    }
+    task "main" {
+      driver = "mock"
+      config { run_for = "0s" }
+    }
+  }
+}
+"#;
+    let job = Arc::new(berth::jobspec::parse("gate.hcl", source).unwrap());
+    let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
+    assert_eq!(alloc.clone().run().await, ClientStatus::Failed);
+    let status = alloc.status();
+    assert!(status.tasks["check"].failed);
+    assert_eq!(status.tasks["main"].state, TaskStateKind::Pending);
+    assert!(status.tasks["main"].events.is_empty());
 }

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod agent;
 mod cli;
 mod drivers;
 mod hostile;

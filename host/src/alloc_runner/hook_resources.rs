@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use serde::{Deserialize, Serialize};
+
 /// A volume an alloc hook mounted on the host, ready to be bound into tasks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountedVolume {
     pub host_path: PathBuf,
     pub read_only: bool,
@@ -21,7 +23,7 @@ pub struct HookResources {
     inner: Mutex<Inner>,
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Inner {
     csi_mounts: BTreeMap<String, MountedVolume>,
 }
@@ -39,6 +41,19 @@ impl HookResources {
 
     pub fn csi_mount(&self, volume: &str) -> Option<MountedVolume> {
         self.inner.lock().unwrap().csi_mounts.get(volume).cloned()
+    }
+
+    /// Everything, as bytes for the state store.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let inner = self.inner.lock().unwrap().clone();
+        serde_json::to_vec(&inner).expect("hook resources always serialise")
+    }
+
+    /// Resources as recorded before an agent restart.
+    pub fn from_bytes(bytes: &[u8]) -> Result<HookResources, serde_json::Error> {
+        Ok(HookResources {
+            inner: Mutex::new(serde_json::from_slice(bytes)?),
+        })
     }
 }
 

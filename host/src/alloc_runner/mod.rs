@@ -1,33 +1,43 @@
-//! Runs one allocation: its alloc hooks, then its task runners, then postrun.
+//! Runs one allocation: its alloc hooks, then its task runners in lifecycle order, then
+//! postrun.
 //!
 //! ```text
-//!   prerun hooks (alloc_dir, csi*) ──► task runners (concurrently) ──► postrun hooks
+//!   prerun hooks (alloc_dir, csi*) ──► tasks by lifecycle (lifecycle.rs) ──► postrun hooks
 //!        │ failure: unwind the hooks that ran, in reverse
 //!        ▼
 //!   alloc failed, tasks never start
 //! ```
 //! (*) the CSI hook slot is filled by the CSI work.
+//!
+//! The alloc's record, its hook resources and its tasks' states are written to the
+//! [`StateStore`] as they change; [`AllocRunner::restore`] rebuilds a runner from them.
 
 pub mod alloc_dir;
 pub mod hook_resources;
+mod lifecycle;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
-use tokio::sync::{mpsc, watch};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
-use crate::jobspec::{Group, Job};
+use crate::jobspec::{Group, Job, Task};
+use crate::runtime::driver::TaskHandle;
+use crate::state::{AllocRecord, DesiredStatus, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
 use crate::task_runner::{EventSink, Outcome, TaskRunner};
 use alloc_dir::AllocDir;
 use hook_resources::HookResources;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The hook state key under which an alloc's hook resources are recorded.
+const HOOK_RESOURCES_KEY: &str = "hook_resources";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClientStatus {
     Pending,
@@ -37,10 +47,12 @@ pub enum ClientStatus {
 }
 
 /// What `berth alloc status` shows.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AllocStatus {
     pub id: String,
     pub name: String,
+    pub job_id: String,
+    pub desired_status: DesiredStatus,
     pub client_status: ClientStatus,
     pub alloc_dir: PathBuf,
     pub tasks: BTreeMap<String, TaskState>,
@@ -84,67 +96,192 @@ impl AllocHook for AllocDirHook {
     }
 }
 
+/// What every alloc runner of an agent shares.
+#[derive(Clone)]
+pub struct NodeContext {
+    pub data_dir: PathBuf,
+    pub drivers: DriverSet,
+    pub config: Arc<AgentConfig>,
+    pub store: Arc<StateStore>,
+    pub events: mpsc::UnboundedSender<AllocEvent>,
+}
+
 pub struct AllocRunner {
     pub id: String,
     pub name: String,
     pub job: Arc<Job>,
     pub group: Arc<Group>,
     pub alloc_dir: AllocDir,
-    pub drivers: DriverSet,
-    pub config: Arc<AgentConfig>,
-    /// Exists from construction on, before any hook runs.
+    node: NodeContext,
+    /// Exists from construction on, before any hook runs, also when restored.
     pub resources: Arc<HookResources>,
-    status: Mutex<ClientStatus>,
-    task_states: Mutex<BTreeMap<String, Arc<Mutex<TaskState>>>>,
-    events: mpsc::UnboundedSender<AllocEvent>,
+    record: Mutex<AllocRecord>,
+    /// Every task of the group, from construction on (pending until its runner starts).
+    task_states: BTreeMap<String, Arc<Mutex<TaskState>>>,
+    /// Handles recorded before an agent restart, taken by the task runners.
+    restored_handles: Mutex<BTreeMap<String, TaskHandle>>,
+    restored: bool,
+    /// Wakes the lifecycle when any task state changes.
+    changed: Arc<Notify>,
     stop: watch::Sender<bool>,
 }
 
 impl AllocRunner {
+    /// A new alloc of `job`'s group `group_index`. The record is written before this
+    /// returns, so the alloc is known to a restarted agent from the start.
     pub fn new(
         job: Arc<Job>,
         group_index: usize,
         alloc_index: u32,
-        data_dir: &std::path::Path,
-        drivers: DriverSet,
-        config: Arc<AgentConfig>,
-        events: mpsc::UnboundedSender<AllocEvent>,
+        node: NodeContext,
+    ) -> Result<Arc<AllocRunner>, StateError> {
+        let group = &job.groups[group_index];
+        let record = AllocRecord {
+            id: new_alloc_id(),
+            job_id: job.name.clone(),
+            group_index,
+            alloc_index,
+            name: format!("{}.{}[{alloc_index}]", job.name, group.name),
+            desired_status: DesiredStatus::Run,
+            client_status: ClientStatus::Pending,
+        };
+        node.store.put_alloc(&record)?;
+        let states = group
+            .tasks
+            .iter()
+            .map(|task| (task.name.clone(), TaskState::default()))
+            .collect();
+        Ok(Self::build(
+            job,
+            record,
+            node,
+            HookResources::default(),
+            states,
+            BTreeMap::new(),
+            false,
+        ))
+    }
+
+    /// The runner of an alloc recorded before an agent restart. Fails only when the
+    /// record does not match the job (the job changed shape under it).
+    pub fn restore(
+        job: Arc<Job>,
+        record: AllocRecord,
+        node: NodeContext,
+    ) -> Result<Arc<AllocRunner>, String> {
+        let Some(group) = job.groups.get(record.group_index) else {
+            return Err(format!(
+                "alloc {} refers to group #{} of job {:?}, which has {} group(s)",
+                record.id,
+                record.group_index,
+                job.name,
+                job.groups.len()
+            ));
+        };
+        let (mut recorded, unreadable) = node
+            .store
+            .task_states(&record.id)
+            .map_err(|e| e.to_string())?;
+        for problem in unreadable {
+            tracing::error!("{problem}");
+        }
+        let mut states = BTreeMap::new();
+        let mut handles = BTreeMap::new();
+        for task in &group.tasks {
+            let state = recorded
+                .iter()
+                .position(|(name, _)| *name == task.name)
+                .map(|i| recorded.swap_remove(i).1)
+                .unwrap_or_default();
+            match node.store.task_handle(&record.id, &task.name) {
+                Ok(Some(stored)) => {
+                    handles.insert(task.name.clone(), stored.handle);
+                }
+                Ok(None) => {}
+                Err(error) => tracing::error!(alloc = %record.id, task = %task.name, %error,
+                    "the task's driver handle is unreadable; the task will be started anew"),
+            }
+            states.insert(task.name.clone(), state);
+        }
+        let resources = match node.store.hook_state(&record.id, HOOK_RESOURCES_KEY) {
+            Ok(Some(bytes)) => HookResources::from_bytes(&bytes).unwrap_or_else(|error| {
+                tracing::error!(alloc = %record.id, %error, "recorded hook resources are unreadable");
+                HookResources::default()
+            }),
+            Ok(None) => HookResources::default(),
+            Err(error) => {
+                tracing::error!(alloc = %record.id, %error, "reading hook resources");
+                HookResources::default()
+            }
+        };
+        Ok(Self::build(
+            job, record, node, resources, states, handles, true,
+        ))
+    }
+
+    fn build(
+        job: Arc<Job>,
+        record: AllocRecord,
+        node: NodeContext,
+        resources: HookResources,
+        states: BTreeMap<String, TaskState>,
+        handles: BTreeMap<String, TaskHandle>,
+        restored: bool,
     ) -> Arc<AllocRunner> {
-        let group = Arc::new(job.groups[group_index].clone());
-        let id = new_alloc_id();
-        let name = format!("{}.{}[{alloc_index}]", job.name, group.name);
-        let (stop, _) = watch::channel(false);
+        let group = Arc::new(job.groups[record.group_index].clone());
+        let (stop, _) = watch::channel(record.desired_status == DesiredStatus::Stop);
         Arc::new(AllocRunner {
-            alloc_dir: AllocDir::new(data_dir, &id),
-            id,
-            name,
+            id: record.id.clone(),
+            name: record.name.clone(),
+            alloc_dir: AllocDir::new(&node.data_dir, &record.id),
             job,
             group,
-            drivers,
-            config,
-            resources: Arc::default(),
-            status: Mutex::new(ClientStatus::Pending),
-            task_states: Mutex::default(),
-            events,
+            node,
+            resources: Arc::new(resources),
+            record: Mutex::new(record),
+            task_states: states
+                .into_iter()
+                .map(|(name, state)| (name, Arc::new(Mutex::new(state))))
+                .collect(),
+            restored_handles: Mutex::new(handles),
+            restored,
+            changed: Arc::default(),
             stop,
         })
     }
 
-    /// Asks every task to stop.
+    /// Asks every task to stop. Recorded first, so a restarted agent finishes the stop.
     pub fn stop(&self) {
+        {
+            let mut record = self.record.lock().unwrap();
+            record.desired_status = DesiredStatus::Stop;
+            self.write_record(&record);
+        }
         let _ = self.stop.send(true);
     }
 
+    pub fn client_status(&self) -> ClientStatus {
+        self.record.lock().unwrap().client_status
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self.client_status(),
+            ClientStatus::Complete | ClientStatus::Failed
+        )
+    }
+
     pub fn status(&self) -> AllocStatus {
+        let record = self.record.lock().unwrap().clone();
         AllocStatus {
-            id: self.id.clone(),
-            name: self.name.clone(),
-            client_status: *self.status.lock().unwrap(),
+            id: record.id,
+            name: record.name,
+            job_id: record.job_id,
+            desired_status: record.desired_status,
+            client_status: record.client_status,
             alloc_dir: self.alloc_dir.root().to_path_buf(),
             tasks: self
                 .task_states
-                .lock()
-                .unwrap()
                 .iter()
                 .map(|(name, state)| (name.clone(), state.lock().unwrap().clone()))
                 .collect(),
@@ -152,7 +289,15 @@ impl AllocRunner {
     }
 
     fn set_status(&self, status: ClientStatus) {
-        *self.status.lock().unwrap() = status;
+        let mut record = self.record.lock().unwrap();
+        record.client_status = status;
+        self.write_record(&record);
+    }
+
+    fn write_record(&self, record: &AllocRecord) {
+        if let Err(error) = self.node.store.put_alloc(record) {
+            tracing::error!(alloc = %record.id, %error, "recording the alloc");
+        }
     }
 
     /// Runs the alloc to the end and returns its final status.
@@ -168,43 +313,17 @@ impl AllocRunner {
                 return ClientStatus::Failed;
             }
         }
-        self.set_status(ClientStatus::Running);
-        let mut runners = tokio::task::JoinSet::new();
-        for task in &self.group.tasks {
-            let Some(driver) = self.drivers.get(&task.driver).cloned() else {
-                self.fail_task(
-                    &task.name,
-                    EventKind::DriverFailure,
-                    &format!("unknown driver {:?}", task.driver),
-                );
-                continue;
-            };
-            let ctx = TaskHookContext {
-                alloc_id: self.id.clone(),
-                job: self.job.clone(),
-                group: self.group.clone(),
-                task: task.clone(),
-                alloc_dir: self.alloc_dir.clone(),
-                driver,
-                config: self.config.clone(),
-                resources: self.resources.clone(),
-            };
-            let sink = EventSink {
-                alloc_id: self.id.clone(),
-                alloc_name: self.name.clone(),
-                sender: self.events.clone(),
-            };
-            let runner = TaskRunner::new(ctx, sink, self.stop.subscribe());
-            self.task_states
-                .lock()
-                .unwrap()
-                .insert(task.name.clone(), runner.state());
-            runners.spawn(runner.run());
+        if let Err(error) =
+            self.node
+                .store
+                .put_hook_state(&self.id, HOOK_RESOURCES_KEY, &self.resources.to_bytes())
+        {
+            tracing::error!(alloc = %self.id, %error, "recording hook resources");
         }
-        let mut failed = self.status.lock().unwrap().eq(&ClientStatus::Failed);
-        while let Some(outcome) = runners.join_next().await {
-            failed |= !matches!(outcome, Ok(Outcome::Succeeded | Outcome::Stopped));
+        if self.client_status() == ClientStatus::Pending {
+            self.set_status(ClientStatus::Running);
         }
+        let failed = self.run_tasks().await;
         for hook in hooks.iter().rev() {
             hook.postrun(&self).await;
         }
@@ -217,6 +336,50 @@ impl AllocRunner {
         status
     }
 
+    /// Spawns the runner of one task onto `set`. Returns false (after failing the task)
+    /// when its driver is not loaded.
+    fn spawn_task(
+        &self,
+        task: &Task,
+        stop: watch::Receiver<bool>,
+        set: &mut tokio::task::JoinSet<Outcome>,
+    ) -> bool {
+        let Some(driver) = self.node.drivers.get(&task.driver).cloned() else {
+            self.fail_task(
+                &task.name,
+                EventKind::DriverFailure,
+                &format!("unknown driver {:?}", task.driver),
+            );
+            return false;
+        };
+        let ctx = TaskHookContext {
+            alloc_id: self.id.clone(),
+            job: self.job.clone(),
+            group: self.group.clone(),
+            task: task.clone(),
+            alloc_dir: self.alloc_dir.clone(),
+            driver,
+            config: self.node.config.clone(),
+            resources: self.resources.clone(),
+        };
+        let sink = EventSink {
+            alloc_id: self.id.clone(),
+            alloc_name: self.name.clone(),
+            sender: self.node.events.clone(),
+            store: self.node.store.clone(),
+            changed: self.changed.clone(),
+        };
+        let state = self.task_states[&task.name].clone();
+        let runner = if self.restored {
+            let handle = self.restored_handles.lock().unwrap().remove(&task.name);
+            TaskRunner::restored(ctx, sink, stop, state, handle)
+        } else {
+            TaskRunner::new(ctx, sink, stop, state)
+        };
+        set.spawn(runner.run());
+        true
+    }
+
     fn fail_all_tasks(&self, message: &str) {
         for task in &self.group.tasks {
             self.fail_task(&task.name, EventKind::SetupFailure, message);
@@ -225,18 +388,18 @@ impl AllocRunner {
 
     fn fail_task(&self, task: &str, kind: EventKind, message: &str) {
         let event = TaskEvent::new(kind, message);
-        let state = TaskState {
-            state: TaskStateKind::Dead,
-            failed: true,
-            events: vec![event.clone()],
-            ..TaskState::default()
+        let snapshot = {
+            let mut state = self.task_states[task].lock().unwrap();
+            state.state = TaskStateKind::Dead;
+            state.failed = true;
+            state.events.push(event.clone());
+            state.clone()
         };
-        self.task_states
-            .lock()
-            .unwrap()
-            .insert(task.to_string(), Arc::new(Mutex::new(state)));
-        *self.status.lock().unwrap() = ClientStatus::Failed;
-        let _ = self.events.send(AllocEvent {
+        if let Err(error) = self.node.store.put_task_state(&self.id, task, &snapshot) {
+            tracing::error!(alloc = %self.id, task, %error, "recording the task state");
+        }
+        self.changed.notify_waiters();
+        let _ = self.node.events.send(AllocEvent {
             alloc_id: self.id.clone(),
             alloc_name: self.name.clone(),
             task: task.to_string(),

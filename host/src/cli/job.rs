@@ -1,15 +1,19 @@
-//! `berth job validate` and `berth run`: a one-shot embedded agent that runs a job,
-//! streams its events as they happen, prints the tasks' output and exits with the job's
-//! outcome.
+//! `berth job validate|run|status|stop` and `berth run`: a one-shot embedded agent (state
+//! in memory) that runs a job, streams its events as they happen, prints the tasks'
+//! output and exits with the job's outcome.
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::time::Duration;
 
-use crate::alloc_runner::{AllocRunner, ClientStatus};
+use super::output::{clock, print_event};
+use crate::agent::{Agent, AgentOptions, JobStatus, StateLocation, SubmitError, Submitted};
+use crate::alloc_runner::{AllocStatus, ClientStatus};
+use crate::api::client::{Client, ClientError};
+use crate::api::{Stopped, SubmitRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::events::AllocEvent;
+use crate::events::TaskStateKind;
 use crate::jobspec::{self, Job, JobspecError};
 
 /// Exit code for a jobspec that does not pass validation.
@@ -55,55 +59,50 @@ pub(super) async fn validate(
 
 pub(super) async fn run(
     path: &Path,
-    drivers: &DriverSet,
+    drivers: DriverSet,
     config: AgentConfig,
     data_dir: &Path,
 ) -> anyhow::Result<ExitCode> {
-    let job = match parse_and_check(path, drivers, &config).await {
-        Ok(job) => Arc::new(job),
-        Err(error) => {
+    let source = match std::fs::read_to_string(path) {
+        Ok(source) => source,
+        Err(error) => anyhow::bail!("reading {}: {error}", path.display()),
+    };
+    let agent = Agent::start(AgentOptions {
+        data_dir: data_dir.to_path_buf(),
+        config,
+        drivers,
+        state: StateLocation::Memory,
+    })
+    .await?;
+    let mut events = agent.subscribe();
+    let submitted = match agent.submit(&path.display().to_string(), &source).await {
+        Ok(submitted) => submitted,
+        Err(SubmitError::Invalid(error)) => {
             eprintln!("Job validation failed: {error}");
             return Ok(ExitCode::from(INVALID));
         }
+        Err(error) => return Err(error.into()),
     };
-    let config = Arc::new(config);
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let mut allocs = Vec::new();
-    for (group_index, group) in job.groups.iter().enumerate() {
-        for alloc_index in 0..group.count {
-            allocs.push(AllocRunner::new(
-                job.clone(),
-                group_index,
-                alloc_index,
-                data_dir,
-                drivers.clone(),
-                config.clone(),
-                sender.clone(),
-            ));
-        }
-    }
-    drop(sender);
+    let allocs: Vec<_> = submitted
+        .alloc_ids
+        .iter()
+        .filter_map(|id| agent.alloc_runner(id))
+        .collect();
     println!(
         "==> Running job {:?}: {} allocation(s)",
-        job.name,
+        submitted.job_id,
         allocs.len()
     );
     for alloc in &allocs {
         println!("    {} {}", alloc.id, alloc.name);
     }
-    let mut running = tokio::task::JoinSet::new();
-    for alloc in &allocs {
-        running.spawn(alloc.clone().run());
-    }
+    let finished = agent.wait_job(&submitted.job_id);
+    tokio::pin!(finished);
     let mut interrupted = false;
     loop {
         tokio::select! {
-            Some(event) = events.recv() => print_event(&event),
-            finished = running.join_next() => {
-                if finished.is_none() {
-                    break;
-                }
-            }
+            Ok(event) = events.recv() => print_event(&event),
+            _ = &mut finished => break,
             _ = tokio::signal::ctrl_c(), if !interrupted => {
                 interrupted = true;
                 println!("==> Interrupted: stopping the allocations");
@@ -138,15 +137,142 @@ pub(super) async fn run(
     })
 }
 
-fn print_event(event: &AllocEvent) {
+/// `berth job run`: submit to the running agent, then follow the allocs until each has
+/// left `pending` (or a deadline passes).
+pub(super) async fn submit(client: &Client, path: &Path, detach: bool) -> anyhow::Result<ExitCode> {
+    let source = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::format_err!("reading {}: {e}", path.display()))?;
+    let request = SubmitRequest {
+        source_name: path.display().to_string(),
+        source,
+    };
+    let submitted: Submitted = match client.post("/v1/jobs", &request).await {
+        Ok(submitted) => submitted,
+        Err(ClientError::Api(error, status)) if status.is_client_error() => {
+            eprintln!("Job validation failed: {}", error.error);
+            for problem in &error.problems {
+                eprintln!("  {problem}");
+            }
+            return Ok(ExitCode::from(INVALID));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    println!("==> Job {:?} submitted", submitted.job_id);
+    if !submitted.replaced.is_empty() {
+        println!(
+            "    replaced the previous version: stopped {}",
+            submitted.replaced.join(", ")
+        );
+    }
+    for id in &submitted.alloc_ids {
+        println!("    alloc {id}");
+    }
+    if detach {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut failed = false;
+    for id in &submitted.alloc_ids {
+        let status = loop {
+            let status: AllocStatus = client.get(&format!("/v1/allocation/{id}")).await?;
+            let settled = status.client_status != ClientStatus::Pending
+                && status
+                    .tasks
+                    .values()
+                    .all(|t| t.state != TaskStateKind::Pending || t.failed);
+            if settled || tokio::time::Instant::now() >= deadline {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        failed |= status.client_status == ClientStatus::Failed;
+        println!(
+            "==> {} {}: {:?}",
+            status.name, status.id, status.client_status
+        );
+        for (name, task) in &status.tasks {
+            let last = task.events.last().map(|e| e.message.as_str()).unwrap_or("");
+            println!(
+                "    {name:<16} {:<8} {last}",
+                format!("{:?}", task.state).to_lowercase()
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<ExitCode> {
+    let Some(id) = id else {
+        let jobs: Vec<JobStatus> = client.get("/v1/jobs").await?;
+        if jobs.is_empty() {
+            println!("No jobs");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!("{:<24} {:<8} {:<8} Allocs", "ID", "Type", "Status");
+        for job in jobs {
+            println!(
+                "{:<24} {:<8} {:<8} {}",
+                job.id,
+                format!("{:?}", job.job_type).to_lowercase(),
+                status_word(&job),
+                job.allocs.len()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let job: JobStatus = client.get(&format!("/v1/job/{id}")).await?;
+    println!("ID        = {}", job.id);
     println!(
-        "    {}  {}  {}  {:<15} {}",
-        clock(event.event.time_ms),
-        event.alloc_name,
-        event.task,
-        event.event.kind.to_string(),
-        event.event.message
+        "Type      = {}",
+        format!("{:?}", job.job_type).to_lowercase()
     );
+    println!("Status    = {}", status_word(&job));
+    println!(
+        "Submitted = {} (from {})",
+        clock(job.submitted_ms),
+        job.source_name
+    );
+    println!();
+    println!("Allocations");
+    println!("{:<36}  {:<16} {:<8} Status", "ID", "Name", "Desired");
+    for alloc in &job.allocs {
+        println!(
+            "{:<36}  {:<16} {:<8} {}",
+            alloc.id,
+            alloc.name,
+            format!("{:?}", alloc.desired_status).to_lowercase(),
+            format!("{:?}", alloc.client_status).to_lowercase()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status_word(job: &JobStatus) -> String {
+    let state = format!("{:?}", job.status).to_lowercase();
+    if job.stopped {
+        format!("{state} (stopped)")
+    } else {
+        state
+    }
+}
+
+pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
+    let stopped: Stopped = client.delete(&format!("/v1/job/{id}")).await?;
+    if stopped.stopping.is_empty() {
+        println!("==> Job {:?} stopped; no alloc was running", stopped.job_id);
+    } else {
+        println!(
+            "==> Job {:?} stopping {} alloc(s): {}",
+            stopped.job_id,
+            stopped.stopping.len(),
+            stopped.stopping.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_log(alloc: &str, task: &str, stream: &str, path: &Path) {
@@ -161,16 +287,4 @@ fn print_log(alloc: &str, task: &str, stream: &str, path: &Path) {
     if !text.ends_with('\n') {
         println!();
     }
-}
-
-/// `HH:MM:SS.mmm` UTC.
-fn clock(time_ms: u64) -> String {
-    let seconds = time_ms / 1000;
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        seconds / 3600 % 24,
-        seconds / 60 % 60,
-        seconds % 60,
-        time_ms % 1000
-    )
 }

@@ -5,8 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent;
+mod alloc;
 mod driver;
 mod job;
+mod output;
 
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
@@ -28,12 +31,25 @@ struct Cli {
     /// The agent's configuration file (host volumes, plugin dir, data dir).
     #[arg(long, global = true, env = "BERTH_CONFIG")]
     config: Option<PathBuf>,
+    /// The agent's HTTP API, for commands that talk to a running agent.
+    #[arg(long, global = true, env = "BERTH_ADDR", default_value = crate::api::client::DEFAULT_ADDRESS)]
+    address: String,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the agent: the HTTP API, the jobs, restore after a restart.
+    Agent {
+        /// Development mode: data dir /tmp/berth-dev unless one is given, info logs.
+        /// Nomad's `-dev` spelling works too.
+        #[arg(long)]
+        dev: bool,
+        /// Where the HTTP API listens. Loopback unless you say otherwise.
+        #[arg(long, default_value = "127.0.0.1:4646")]
+        http_addr: std::net::SocketAddr,
+    },
     /// Run a job to completion on an embedded agent, streaming its events.
     Run {
         /// The jobspec (HCL).
@@ -43,6 +59,11 @@ enum Command {
     Job {
         #[command(subcommand)]
         command: JobCommand,
+    },
+    /// Allocations.
+    Alloc {
+        #[command(subcommand)]
+        command: AllocCommand,
     },
     /// Task drivers.
     Driver {
@@ -57,6 +78,30 @@ enum JobCommand {
     Validate {
         /// The jobspec (HCL).
         jobspec: PathBuf,
+    },
+    /// Submit a job to the running agent and wait until its allocs have started.
+    Run {
+        /// The jobspec (HCL).
+        jobspec: PathBuf,
+        /// Return once the job is submitted.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Show all jobs, or one job with its allocs.
+    Status { id: Option<String> },
+    /// Stop a job's allocs.
+    Stop { id: String },
+}
+
+#[derive(Subcommand)]
+enum AllocCommand {
+    /// Show an alloc's tasks, their states, events and mounts. A unique prefix of the
+    /// id is enough.
+    Status {
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -73,12 +118,17 @@ enum DriverCommand {
 pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| {
+                let agent = std::env::args().any(|a| a == "agent");
+                if agent { "info" } else { "warn" }.into()
+            }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
+    // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
+    let args = std::env::args_os().map(|arg| if arg == "-dev" { "--dev".into() } else { arg });
+    let cli = Cli::parse_from(args);
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
@@ -90,6 +140,24 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Commands that only talk to a running agent need no drivers.
+    let client = crate::api::client::Client::new(&cli.address);
+    match &cli.command {
+        Command::Job {
+            command: JobCommand::Run { jobspec, detach },
+        } => return job::submit(&client, jobspec, *detach).await,
+        Command::Job {
+            command: JobCommand::Status { id },
+        } => return job::status(&client, id.as_deref()).await,
+        Command::Job {
+            command: JobCommand::Stop { id },
+        } => return job::stop(&client, id).await,
+        Command::Alloc {
+            command: AllocCommand::Status { id, json },
+        } => return alloc::status(&client, id, *json).await,
+        _ => {}
+    }
+    let dev = matches!(cli.command, Command::Agent { dev: true, .. });
     let config = match &cli.config {
         Some(path) => AgentConfig::parse_file(path).map_err(|e| anyhow::format_err!("{e}"))?,
         None => AgentConfig::default(),
@@ -98,7 +166,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .data_dir
         .clone()
         .or(config.data_dir.clone())
-        .unwrap_or_else(default_data_dir);
+        .unwrap_or_else(|| {
+            if dev {
+                PathBuf::from("/tmp/berth-dev")
+            } else {
+                default_data_dir()
+            }
+        });
     let plugin_dir = cli.plugin_dir.clone().or(config.plugin_dir.clone());
     let runtime = Runtime::new(RuntimeConfig::new(Some(data_dir.join("component-cache"))))?;
     let (drivers, problems) = DriverSet::load(&runtime, plugin_dir.as_deref()).await;
@@ -115,7 +189,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Job {
             command: JobCommand::Validate { jobspec },
         } => job::validate(&jobspec, &drivers, &config).await,
-        Command::Run { jobspec } => job::run(&jobspec, &drivers, config, &data_dir).await,
+        Command::Run { jobspec } => job::run(&jobspec, drivers, config, &data_dir).await,
+        Command::Agent { http_addr, .. } => agent::run(http_addr, drivers, config, data_dir).await,
+        Command::Job { .. } | Command::Alloc { .. } => unreachable!("handled above"),
     }
 }
 

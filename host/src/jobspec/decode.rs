@@ -336,9 +336,9 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
                 hook_text,
                 "hook",
                 &[
-                    ("prestart", Lifecycle::Prestart),
-                    ("poststart", Lifecycle::Poststart),
-                    ("poststop", Lifecycle::Poststop),
+                    ("prestart", LifecycleHook::Prestart),
+                    ("poststart", LifecycleHook::Poststart),
+                    ("poststop", LifecycleHook::Poststop),
                 ],
                 problems,
                 |other| {
@@ -347,9 +347,9 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
                     )
                 },
             );
-            l.bool("sidecar", problems);
+            let sidecar = l.bool("sidecar", problems).unwrap_or(false);
             l.finish(problems);
-            hook
+            hook.map(|hook| Lifecycle { hook, sidecar })
         });
     fields.string("user", problems);
     for accepted in ["template", "artifact", "logs"] {

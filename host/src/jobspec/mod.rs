@@ -26,7 +26,7 @@ pub struct Job {
     pub groups: Vec<Group>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobType {
     Service,
@@ -150,9 +150,17 @@ pub struct Upstream {
     pub local_bind_port: u16,
 }
 
+/// When a task runs relative to the group's main tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Lifecycle {
+    pub hook: LifecycleHook,
+    /// Keeps running beside the main tasks instead of running to completion.
+    pub sidecar: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Lifecycle {
+pub enum LifecycleHook {
     Prestart,
     Poststart,
     Poststop,

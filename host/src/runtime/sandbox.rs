@@ -27,7 +27,7 @@ pub struct PluginIdentity {
 }
 
 /// A mount the host handed to the driver for the task at hand.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HandedMount {
     pub host_path: PathBuf,
     pub task_path: PathBuf,

@@ -1,5 +1,11 @@
 //! Runs one task through its lifecycle: prestart hooks, driver start, poststart, wait,
 //! exited, and the restart policy; stop on request. Every step emits a task event.
+//!
+//! State is written through to the [`StateStore`] on every change, and the driver's
+//! handle is stored *before* the task is reported started. A runner built with
+//! [`TaskRunner::restored`] starts from that record: a dead task stays dead, a running
+//! one is recovered through the driver and supervised again without re-running its
+//! prestart hooks (so nothing is mounted twice).
 
 pub mod hooks;
 mod task_dir_hook;
@@ -8,19 +14,23 @@ mod volumes_hook;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::jobspec::{JobType, RestartMode};
 use crate::runtime::driver::{ExitResult, TaskHandle, TaskRequest};
+use crate::state::{StateStore, StoredHandle};
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
-/// Where a task runner reports.
+/// Where a task runner reports: watchers get events, the store gets every change, and
+/// `changed` wakes whoever waits on task states (the alloc runner's lifecycle).
 #[derive(Clone)]
 pub struct EventSink {
     pub alloc_id: String,
     pub alloc_name: String,
     pub sender: mpsc::UnboundedSender<AllocEvent>,
+    pub store: Arc<StateStore>,
+    pub changed: Arc<Notify>,
 }
 
 pub struct TaskRunner {
@@ -29,6 +39,9 @@ pub struct TaskRunner {
     state: Arc<Mutex<TaskState>>,
     events: EventSink,
     stop: watch::Receiver<bool>,
+    /// A handle from before an agent restart, to recover instead of starting anew.
+    restored_handle: Option<TaskHandle>,
+    restored: bool,
 }
 
 /// How a task run ended.
@@ -40,23 +53,42 @@ pub enum Outcome {
 }
 
 impl TaskRunner {
-    pub fn new(ctx: TaskHookContext, events: EventSink, stop: watch::Receiver<bool>) -> Self {
+    /// `state` is shared with the alloc runner, which shows it in `berth alloc status`.
+    pub fn new(
+        ctx: TaskHookContext,
+        events: EventSink,
+        stop: watch::Receiver<bool>,
+        state: Arc<Mutex<TaskState>>,
+    ) -> Self {
         TaskRunner {
             ctx,
             hooks: hooks::task_hooks(),
-            state: Arc::default(),
+            state,
             events,
             stop,
+            restored_handle: None,
+            restored: false,
         }
     }
 
-    pub fn state(&self) -> Arc<Mutex<TaskState>> {
-        self.state.clone()
+    /// A runner that continues from what the store recorded before an agent restart.
+    pub fn restored(
+        ctx: TaskHookContext,
+        events: EventSink,
+        stop: watch::Receiver<bool>,
+        state: Arc<Mutex<TaskState>>,
+        handle: Option<TaskHandle>,
+    ) -> Self {
+        let mut runner = TaskRunner::new(ctx, events, stop, state);
+        runner.restored_handle = handle;
+        runner.restored = true;
+        runner
     }
 
     fn emit(&self, kind: EventKind, message: impl Into<String>) {
         let event = TaskEvent::new(kind, message);
         self.state.lock().unwrap().events.push(event.clone());
+        self.persist();
         let _ = self.events.sender.send(AllocEvent {
             alloc_id: self.events.alloc_id.clone(),
             alloc_name: self.events.alloc_name.clone(),
@@ -66,13 +98,41 @@ impl TaskRunner {
     }
 
     fn set_state(&self, state: TaskStateKind, failed: bool) {
-        let mut current = self.state.lock().unwrap();
-        current.state = state;
-        current.failed = failed;
+        {
+            let mut current = self.state.lock().unwrap();
+            current.state = state;
+            current.failed = failed;
+        }
+        self.persist();
+    }
+
+    fn persist(&self) {
+        let snapshot = self.state.lock().unwrap().clone();
+        let sink = &self.events;
+        if let Err(error) =
+            sink.store
+                .put_task_state(&sink.alloc_id, &self.ctx.task.name, &snapshot)
+        {
+            tracing::error!(alloc = %sink.alloc_id, task = %self.ctx.task.name, %error,
+                "recording the task state");
+        }
+        sink.changed.notify_waiters();
     }
 
     pub async fn run(mut self) -> Outcome {
-        self.emit(EventKind::Received, "Task received by client");
+        if self.restored {
+            let recorded = self.state.lock().unwrap().clone();
+            if recorded.state == TaskStateKind::Dead {
+                return if recorded.failed {
+                    Outcome::Failed
+                } else {
+                    Outcome::Succeeded
+                };
+            }
+            self.recover().await;
+        } else {
+            self.emit(EventKind::Received, "Task received by client");
+        }
         let policy = self.ctx.group.restart.clone();
         let mut restarts_in_interval: Vec<Instant> = Vec::new();
         loop {
@@ -83,8 +143,11 @@ impl TaskRunner {
                 RunOnce::DriverFailed => None,
             };
             if let Some(exit) = exit {
-                let batch_done = self.ctx.job.job_type == JobType::Batch && exit.successful();
-                if batch_done {
+                // Batch tasks and non-sidecar lifecycle tasks run to completion; service
+                // tasks are restarted whatever their exit.
+                let runs_to_completion = self.ctx.job.job_type == JobType::Batch
+                    || self.ctx.task.lifecycle.is_some_and(|l| !l.sidecar);
+                if runs_to_completion && exit.successful() {
                     return self.finish(Outcome::Succeeded);
                 }
             }
@@ -139,13 +202,60 @@ impl TaskRunner {
         }
     }
 
+    /// Picks up the task from before an agent restart. Without a usable handle the task
+    /// is started anew by the normal path.
+    async fn recover(&mut self) {
+        let Some(handle) = self.restored_handle.take() else {
+            return;
+        };
+        match self.ctx.driver.recover_task(&handle).await {
+            Ok(()) => {
+                tracing::info!(alloc = %self.events.alloc_id, task = %self.ctx.task.name,
+                    "recovered the task after an agent restart");
+                self.restored_handle = Some(handle);
+            }
+            Err(error) => {
+                self.emit(
+                    EventKind::DriverFailure,
+                    format!("could not recover the task after an agent restart: {error}"),
+                );
+                self.forget_handle();
+            }
+        }
+    }
+
+    fn forget_handle(&self) {
+        let sink = &self.events;
+        if let Err(error) = sink
+            .store
+            .remove_task_handle(&sink.alloc_id, &self.ctx.task.name)
+        {
+            tracing::error!(alloc = %sink.alloc_id, task = %self.ctx.task.name, %error,
+                "forgetting the task's driver handle");
+        }
+    }
+
     async fn run_once(&mut self) -> RunOnce {
+        let handle = match self.restored_handle.take() {
+            Some(handle) => handle,
+            None if *self.stop.borrow() => return RunOnce::Stopped,
+            None => match self.start().await {
+                Ok(handle) => handle,
+                Err(failed) => return failed,
+            },
+        };
+        self.supervise(handle).await
+    }
+
+    /// Prestart hooks, then the driver's start. The handle is stored before the task is
+    /// reported started.
+    async fn start(&mut self) -> Result<TaskHandle, RunOnce> {
         self.emit(EventKind::TaskSetup, "Building Task Directory");
         let mut prepare = TaskPrepare::default();
         for hook in &self.hooks {
             if let Err(error) = hook.prestart(&self.ctx, &mut prepare).await {
                 self.emit(EventKind::SetupFailure, error.to_string());
-                return RunOnce::SetupFailed;
+                return Err(RunOnce::SetupFailed);
             }
         }
         let task = &self.ctx.task;
@@ -166,14 +276,33 @@ impl TaskRunner {
             Ok(handle) => handle,
             Err(error) => {
                 self.emit(EventKind::DriverFailure, error.to_string());
-                return RunOnce::DriverFailed;
+                return Err(RunOnce::DriverFailed);
             }
         };
+        let stored = StoredHandle {
+            driver: self.ctx.driver.name().to_string(),
+            handle: handle.clone(),
+        };
+        let sink = &self.events;
+        if let Err(error) = sink
+            .store
+            .put_task_handle(&sink.alloc_id, &task.name, &stored)
+        {
+            tracing::error!(alloc = %sink.alloc_id, task = %task.name, %error,
+                "recording the task's driver handle: the task cannot be recovered after an agent restart");
+        }
+        self.state.lock().unwrap().mounts = request.mounts;
         self.set_state(TaskStateKind::Running, false);
         self.emit(EventKind::Started, "Task started by client");
         for hook in &self.hooks {
             hook.poststart(&self.ctx).await;
         }
+        Ok(handle)
+    }
+
+    /// Waits for the task (or a stop), then runs the exited hooks and drops the handle.
+    async fn supervise(&mut self, handle: TaskHandle) -> RunOnce {
+        let task = &self.ctx.task;
         let driver = self.ctx.driver.clone();
         let waited = {
             let wait = driver.wait_task(&handle);
@@ -206,10 +335,21 @@ impl TaskRunner {
         if let Err(error) = driver.destroy_task(&handle, true).await {
             tracing::warn!(task = %task.name, %error, "destroying the task's driver state");
         }
+        self.forget_handle();
         outcome
     }
 
     fn terminated(&self, exit: &ExitResult) {
+        if exit.exit_code < 0 && exit.signal == 0 {
+            // Exit codes are 0..=255: a negative one is the driver saying it could not
+            // read the status, which happens for a task adopted after an agent restart.
+            self.emit(
+                EventKind::Terminated,
+                "Exit status unknown: the task was recovered after an agent restart, and \
+                 only the process that started it could read its status",
+            );
+            return;
+        }
         self.state.lock().unwrap().exit_code = Some(exit.exit_code);
         let mut message = format!("Exit Code: {}", exit.exit_code);
         if exit.signal != 0 {

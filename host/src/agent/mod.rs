@@ -1,0 +1,562 @@
+//! The agent: owns the state store, the jobs and their alloc runners, and restores them
+//! after a restart. The HTTP API ([`crate::api`]) and `berth run` both drive it.
+//!
+//! ```text
+//!   submit(HCL) ─► parse + validate ─► job record ─► alloc records ─► alloc runners
+//!   start()     ─► open state.db ─► jobs (re-parsed from their source) ─► allocs:
+//!                    live ones restored and run again, finished ones kept for status
+//! ```
+//!
+//! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
+//! recovers them through their drivers.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::alloc_runner::{AllocRunner, AllocStatus, ClientStatus, NodeContext};
+use crate::config::AgentConfig;
+use crate::driver_set::DriverSet;
+use crate::events::AllocEvent;
+use crate::jobspec::{self, Job, JobType, JobspecError};
+use crate::state::{DesiredStatus, JobRecord, OpenOutcome, StateError, StateStore};
+
+/// Where the agent keeps its state.
+pub enum StateLocation {
+    /// `<data_dir>/state.db`: survives restarts.
+    DataDir,
+    /// Nothing survives the process (`berth run`).
+    Memory,
+}
+
+pub struct AgentOptions {
+    pub data_dir: PathBuf,
+    pub config: AgentConfig,
+    pub drivers: DriverSet,
+    pub state: StateLocation,
+}
+
+/// Something the operator should know about the start, e.g. a state file moved aside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    pub level: NoticeLevel,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoticeLevel {
+    Info,
+    Warning,
+    Error,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("{0}")]
+    Invalid(JobspecError),
+    #[error("recording the job: {0}")]
+    State(#[from] StateError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("no {kind} matches {id:?}")]
+    NotFound { kind: &'static str, id: String },
+    #[error("{id:?} matches several allocs ({}): give more of the id", matches.join(", "))]
+    Ambiguous { id: String, matches: Vec<String> },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Submitted {
+    pub job_id: String,
+    pub alloc_ids: Vec<String>,
+    /// Allocs of an earlier version of the job that were stopped first.
+    pub replaced: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllocSummary {
+    pub id: String,
+    pub name: String,
+    pub desired_status: DesiredStatus,
+    pub client_status: ClientStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Pending,
+    Running,
+    Dead,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+    pub source_name: String,
+    pub submitted_ms: u64,
+    pub stopped: bool,
+    pub status: JobState,
+    pub allocs: Vec<AllocSummary>,
+}
+
+struct JobEntry {
+    record: JobRecord,
+    job: Arc<Job>,
+}
+
+struct AllocEntry {
+    runner: Arc<AllocRunner>,
+    /// Becomes true when the runner has finished (or was never run: already terminal).
+    finished: watch::Receiver<bool>,
+}
+
+pub struct Agent {
+    node: NodeContext,
+    jobs: Mutex<BTreeMap<String, JobEntry>>,
+    allocs: Mutex<BTreeMap<String, AllocEntry>>,
+    events: broadcast::Sender<AllocEvent>,
+    notices: Vec<Notice>,
+    /// Serialises submits and stops, so two versions of a job never run at once.
+    submitting: tokio::sync::Mutex<()>,
+}
+
+impl Agent {
+    /// Opens the state and restores what it records. Problems with single records are
+    /// notices, not errors: the agent runs with everything it could read.
+    pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StateError> {
+        let mut notices = Vec::new();
+        let store = match options.state {
+            StateLocation::Memory => StateStore::in_memory(),
+            StateLocation::DataDir => {
+                std::fs::create_dir_all(&options.data_dir).map_err(|e| StateError::Open {
+                    path: options.data_dir.clone(),
+                    message: format!("creating the data dir: {e}"),
+                })?;
+                let path = options.data_dir.join("state.db");
+                let (store, outcome) = StateStore::open(&path)?;
+                match outcome {
+                    OpenOutcome::Opened => {}
+                    OpenOutcome::Created => notices.push(Notice {
+                        level: NoticeLevel::Info,
+                        message: format!("no state file at {}: starting fresh", path.display()),
+                    }),
+                    OpenOutcome::MovedAside { reason, moved_to } => notices.push(Notice {
+                        level: NoticeLevel::Error,
+                        message: format!(
+                            "the state file {} could not be read: {reason}. It was kept at {} \
+                             and the agent started with empty state; tasks it recorded are \
+                             not supervised",
+                            path.display(),
+                            moved_to.display()
+                        ),
+                    }),
+                }
+                store
+            }
+        };
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let (events, _) = broadcast::channel(4096);
+        tokio::spawn(forward_events(receiver, events.clone()));
+        let mut agent = Agent {
+            node: NodeContext {
+                data_dir: options.data_dir,
+                drivers: options.drivers,
+                config: Arc::new(options.config),
+                store: Arc::new(store),
+                events: sender,
+            },
+            jobs: Mutex::default(),
+            allocs: Mutex::default(),
+            events,
+            notices,
+            submitting: tokio::sync::Mutex::new(()),
+        };
+        let mut restore_notices = agent.restore()?;
+        agent.notices.append(&mut restore_notices);
+        let agent = Arc::new(agent);
+        agent.run_restored();
+        Ok(agent)
+    }
+
+    pub fn notices(&self) -> &[Notice] {
+        &self.notices
+    }
+
+    pub fn drivers(&self) -> &DriverSet {
+        &self.node.drivers
+    }
+
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.node.data_dir
+    }
+
+    pub fn state_file(&self) -> Option<&std::path::Path> {
+        self.node.store.path()
+    }
+
+    /// Every task event from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<AllocEvent> {
+        self.events.subscribe()
+    }
+
+    /// Reads the recorded jobs and allocs. Live allocs are started by `run_restored`.
+    fn restore(&self) -> Result<Vec<Notice>, StateError> {
+        let store = &self.node.store;
+        let mut notices = Vec::new();
+        let unreadable_notice = |u: crate::state::Unreadable| Notice {
+            level: NoticeLevel::Error,
+            message: u.to_string(),
+        };
+        let (records, unreadable) = store.jobs()?;
+        notices.extend(unreadable.into_iter().map(unreadable_notice));
+        let mut jobs = self.jobs.lock().unwrap();
+        for record in records {
+            match jobspec::parse(&record.source_name, &record.source) {
+                Ok(job) => {
+                    jobs.insert(
+                        record.id.clone(),
+                        JobEntry {
+                            record,
+                            job: Arc::new(job),
+                        },
+                    );
+                }
+                Err(error) => notices.push(Notice {
+                    level: NoticeLevel::Error,
+                    message: format!(
+                        "job {:?} is recorded but no longer parses, so its allocs are left \
+                         alone: {error}",
+                        record.id
+                    ),
+                }),
+            }
+        }
+        let (records, unreadable) = store.allocs()?;
+        notices.extend(unreadable.into_iter().map(unreadable_notice));
+        let mut allocs = self.allocs.lock().unwrap();
+        for record in records {
+            let Some(entry) = jobs.get(&record.job_id) else {
+                notices.push(Notice {
+                    level: NoticeLevel::Warning,
+                    message: format!(
+                        "alloc {} belongs to job {:?}, which is not recorded; left alone",
+                        record.id, record.job_id
+                    ),
+                });
+                continue;
+            };
+            let id = record.id.clone();
+            let terminal = matches!(
+                record.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            );
+            match AllocRunner::restore(entry.job.clone(), record, self.node.clone()) {
+                Ok(runner) => {
+                    let (done, finished) = watch::channel(terminal);
+                    // A terminal alloc is kept for `alloc status` only.
+                    drop(done);
+                    allocs.insert(id, AllocEntry { runner, finished });
+                }
+                Err(message) => notices.push(Notice {
+                    level: NoticeLevel::Error,
+                    message,
+                }),
+            }
+        }
+        let live = allocs.values().filter(|a| !*a.finished.borrow()).count();
+        if live > 0 {
+            notices.push(Notice {
+                level: NoticeLevel::Info,
+                message: format!("restoring {live} alloc(s) from {}", store_name(store)),
+            });
+        }
+        Ok(notices)
+    }
+
+    fn run_restored(&self) {
+        let mut allocs = self.allocs.lock().unwrap();
+        for entry in allocs.values_mut() {
+            if !*entry.finished.borrow() {
+                entry.finished = spawn_runner(entry.runner.clone());
+            }
+        }
+    }
+
+    /// Parses, validates and runs a job. A job with the name of a running one replaces
+    /// it: the old allocs are stopped (and waited for) before the new ones start.
+    pub async fn submit(&self, source_name: &str, source: &str) -> Result<Submitted, SubmitError> {
+        let job = jobspec::parse(source_name, source).map_err(SubmitError::Invalid)?;
+        let problems = crate::validate::validate(&job, &self.node.drivers, &self.node.config).await;
+        if !problems.is_empty() {
+            return Err(SubmitError::Invalid(JobspecError {
+                file: source_name.to_string(),
+                problems,
+            }));
+        }
+        let _one_at_a_time = self.submitting.lock().await;
+        let replaced = self.stop_allocs_of(&job.name).await;
+        self.forget_allocs_of(&job.name);
+        let record = JobRecord {
+            id: job.name.clone(),
+            source_name: source_name.to_string(),
+            source: source.to_string(),
+            submitted_ms: now_ms(),
+            stopped: false,
+        };
+        self.node.store.put_job(&record)?;
+        let job = Arc::new(job);
+        self.jobs.lock().unwrap().insert(
+            record.id.clone(),
+            JobEntry {
+                record,
+                job: job.clone(),
+            },
+        );
+        let mut runners = Vec::new();
+        for (group_index, group) in job.groups.iter().enumerate() {
+            for alloc_index in 0..group.count {
+                runners.push(AllocRunner::new(
+                    job.clone(),
+                    group_index,
+                    alloc_index,
+                    self.node.clone(),
+                )?);
+            }
+        }
+        let alloc_ids = runners.iter().map(|r| r.id.clone()).collect();
+        let mut allocs = self.allocs.lock().unwrap();
+        for runner in runners {
+            let finished = spawn_runner(runner.clone());
+            allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
+        }
+        Ok(Submitted {
+            job_id: job.name.clone(),
+            alloc_ids,
+            replaced,
+        })
+    }
+
+    /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
+    /// to stop.
+    pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, LookupError> {
+        let _one_at_a_time = self.submitting.lock().await;
+        {
+            let mut jobs = self.jobs.lock().unwrap();
+            let entry = jobs.get_mut(id).ok_or_else(|| LookupError::NotFound {
+                kind: "job",
+                id: id.to_string(),
+            })?;
+            entry.record.stopped = true;
+            if let Err(error) = self.node.store.put_job(&entry.record) {
+                tracing::error!(job = id, %error, "recording the job as stopped");
+            }
+        }
+        let stopping: Vec<String> = self
+            .allocs_of(id)
+            .into_iter()
+            .filter(|a| !a.runner.is_terminal())
+            .map(|a| {
+                a.runner.stop();
+                a.runner.id.clone()
+            })
+            .collect();
+        Ok(stopping)
+    }
+
+    /// Waits until every alloc of the job has finished.
+    pub async fn wait_job(&self, id: &str) {
+        let waits: Vec<watch::Receiver<bool>> =
+            self.allocs_of(id).into_iter().map(|a| a.finished).collect();
+        for mut finished in waits {
+            let _ = finished.wait_for(|done| *done).await;
+        }
+    }
+
+    pub fn jobs(&self) -> Vec<JobStatus> {
+        let ids: Vec<String> = self.jobs.lock().unwrap().keys().cloned().collect();
+        ids.iter().filter_map(|id| self.job(id).ok()).collect()
+    }
+
+    pub fn job(&self, id: &str) -> Result<JobStatus, LookupError> {
+        let (record, job_type) = {
+            let jobs = self.jobs.lock().unwrap();
+            let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
+                kind: "job",
+                id: id.to_string(),
+            })?;
+            (entry.record.clone(), entry.job.job_type)
+        };
+        let allocs: Vec<AllocSummary> = self
+            .allocs_of(id)
+            .iter()
+            .map(|a| summary(&a.runner.status()))
+            .collect();
+        let status = if allocs
+            .iter()
+            .any(|a| a.client_status == ClientStatus::Running)
+        {
+            JobState::Running
+        } else if allocs
+            .iter()
+            .any(|a| a.client_status == ClientStatus::Pending)
+        {
+            JobState::Pending
+        } else {
+            JobState::Dead
+        };
+        Ok(JobStatus {
+            id: record.id,
+            job_type,
+            source_name: record.source_name,
+            submitted_ms: record.submitted_ms,
+            stopped: record.stopped,
+            status,
+            allocs,
+        })
+    }
+
+    pub fn allocs(&self) -> Vec<AllocSummary> {
+        self.allocs
+            .lock()
+            .unwrap()
+            .values()
+            .map(|a| summary(&a.runner.status()))
+            .collect()
+    }
+
+    /// An alloc by id or by a unique prefix of it (as Nomad's short ids).
+    pub fn alloc(&self, id: &str) -> Result<AllocStatus, LookupError> {
+        let allocs = self.allocs.lock().unwrap();
+        if let Some(entry) = allocs.get(id) {
+            return Ok(entry.runner.status());
+        }
+        let matches: Vec<&AllocEntry> = allocs
+            .iter()
+            .filter(|(key, _)| !id.is_empty() && key.starts_with(id))
+            .map(|(_, entry)| entry)
+            .collect();
+        match matches.as_slice() {
+            [] => Err(LookupError::NotFound {
+                kind: "alloc",
+                id: id.to_string(),
+            }),
+            [one] => Ok(one.runner.status()),
+            many => Err(LookupError::Ambiguous {
+                id: id.to_string(),
+                matches: many.iter().map(|a| a.runner.id.clone()).collect(),
+            }),
+        }
+    }
+
+    /// The alloc runner itself, for callers in the same process (`berth run`, tests).
+    pub fn alloc_runner(&self, id: &str) -> Option<Arc<AllocRunner>> {
+        self.allocs
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|a| a.runner.clone())
+    }
+
+    fn allocs_of(&self, job_id: &str) -> Vec<AllocEntryView> {
+        self.allocs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|a| a.runner.job.name == job_id)
+            .map(|a| AllocEntryView {
+                runner: a.runner.clone(),
+                finished: a.finished.clone(),
+            })
+            .collect()
+    }
+
+    /// Stops the live allocs of a job and waits for them to finish.
+    async fn stop_allocs_of(&self, job_id: &str) -> Vec<String> {
+        let live: Vec<AllocEntryView> = self
+            .allocs_of(job_id)
+            .into_iter()
+            .filter(|a| !*a.finished.borrow())
+            .collect();
+        for alloc in &live {
+            alloc.runner.stop();
+        }
+        let mut stopped = Vec::new();
+        for mut alloc in live {
+            let _ = alloc.finished.wait_for(|done| *done).await;
+            stopped.push(alloc.runner.id.clone());
+        }
+        stopped
+    }
+
+    /// Drops the finished allocs of a job being replaced, from memory and from the store.
+    fn forget_allocs_of(&self, job_id: &str) {
+        let mut allocs = self.allocs.lock().unwrap();
+        let finished: Vec<String> = allocs
+            .values()
+            .filter(|a| a.runner.job.name == job_id && *a.finished.borrow())
+            .map(|a| a.runner.id.clone())
+            .collect();
+        for id in finished {
+            allocs.remove(&id);
+            if let Err(error) = self.node.store.remove_alloc(&id) {
+                tracing::error!(alloc = %id, %error, "forgetting a replaced alloc");
+            }
+        }
+    }
+}
+
+/// A copy of an [`AllocEntry`] that can be used without holding the map's lock.
+struct AllocEntryView {
+    runner: Arc<AllocRunner>,
+    finished: watch::Receiver<bool>,
+}
+
+fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
+    let (done, finished) = watch::channel(false);
+    tokio::spawn(async move {
+        runner.run().await;
+        let _ = done.send(true);
+    });
+    finished
+}
+
+async fn forward_events(
+    mut receiver: mpsc::UnboundedReceiver<AllocEvent>,
+    events: broadcast::Sender<AllocEvent>,
+) {
+    while let Some(event) = receiver.recv().await {
+        tracing::info!(alloc = %event.alloc_id, task = %event.task, kind = %event.event.kind,
+            "{}", event.event.message);
+        let _ = events.send(event);
+    }
+}
+
+fn summary(status: &AllocStatus) -> AllocSummary {
+    AllocSummary {
+        id: status.id.clone(),
+        name: status.name.clone(),
+        desired_status: status.desired_status,
+        client_status: status.client_status,
+    }
+}
+
+fn store_name(store: &StateStore) -> String {
+    store
+        .path()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "memory".into())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

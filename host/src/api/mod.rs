@@ -1,0 +1,198 @@
+//! The agent's JSON HTTP API, in Nomad's spirit. Loopback by default; the CLI is its
+//! client ([`client`]).
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/v1/agent/self` | data dir, state file, drivers, start notices |
+//! | GET | `/v1/jobs` | every job with its allocs |
+//! | POST | `/v1/jobs` | submit `{"source_name": "web.hcl", "source": "<HCL>"}` |
+//! | GET | `/v1/job/{id}` | one job |
+//! | DELETE | `/v1/job/{id}` | stop a job's allocs |
+//! | GET | `/v1/allocations` | every alloc |
+//! | GET | `/v1/allocation/{id}` | one alloc (a unique id prefix is enough) |
+//!
+//! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 404 (unknown
+//! id) or 500 (the agent could not record something).
+
+pub mod client;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{Agent, LookupError, Notice, SubmitError};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    /// Where the source came from, for messages (e.g. the file name).
+    pub source_name: String,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiError {
+    pub error: String,
+    /// One line per problem, for a jobspec that does not pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentSelf {
+    pub data_dir: String,
+    pub state_file: Option<String>,
+    pub drivers: Vec<String>,
+    pub notices: Vec<String>,
+}
+
+struct Failure(StatusCode, ApiError);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.0, Json(self.1)).into_response()
+    }
+}
+
+impl From<LookupError> for Failure {
+    fn from(error: LookupError) -> Self {
+        let status = match error {
+            LookupError::NotFound { .. } => StatusCode::NOT_FOUND,
+            LookupError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+        };
+        Failure(
+            status,
+            ApiError {
+                error: error.to_string(),
+                problems: Vec::new(),
+            },
+        )
+    }
+}
+
+impl From<SubmitError> for Failure {
+    fn from(error: SubmitError) -> Self {
+        match error {
+            SubmitError::Invalid(invalid) => Failure(
+                StatusCode::BAD_REQUEST,
+                ApiError {
+                    error: format!(
+                        "{} does not pass validation ({} problem(s))",
+                        invalid.file,
+                        invalid.problems.len()
+                    ),
+                    problems: invalid
+                        .problems
+                        .iter()
+                        .map(|p| format!("{}:{p}", invalid.file))
+                        .collect(),
+                },
+            ),
+            SubmitError::State(state) => Failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ApiError {
+                    error: state.to_string(),
+                    problems: Vec::new(),
+                },
+            ),
+        }
+    }
+}
+
+type Reply<T> = Result<Json<T>, Failure>;
+
+pub fn router(agent: Arc<Agent>) -> Router {
+    Router::new()
+        .route("/v1/agent/self", get(agent_self))
+        .route("/v1/jobs", get(list_jobs).post(submit_job))
+        .route("/v1/job/{id}", get(job).delete(stop_job))
+        .route("/v1/allocations", get(list_allocs))
+        .route("/v1/allocation/{id}", get(alloc))
+        .fallback(|| async {
+            Failure(
+                StatusCode::NOT_FOUND,
+                ApiError {
+                    error: "no such endpoint; see the table in host/src/api/mod.rs".into(),
+                    problems: Vec::new(),
+                },
+            )
+        })
+        .with_state(agent)
+}
+
+/// Binds `addr` and serves until the process ends. Binding is separate from serving so
+/// the caller can report a taken port before it claims to be up.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+pub async fn serve(listener: tokio::net::TcpListener, agent: Arc<Agent>) -> std::io::Result<()> {
+    axum::serve(listener, router(agent)).await
+}
+
+async fn agent_self(State(agent): State<Arc<Agent>>) -> Json<AgentSelf> {
+    Json(AgentSelf {
+        data_dir: agent.data_dir().display().to_string(),
+        state_file: agent.state_file().map(|p| p.display().to_string()),
+        drivers: agent
+            .drivers()
+            .iter()
+            .map(|d| d.name().to_string())
+            .collect(),
+        notices: agent.notices().iter().map(notice_line).collect(),
+    })
+}
+
+pub fn notice_line(notice: &Notice) -> String {
+    format!("[{:?}] {}", notice.level, notice.message)
+}
+
+async fn list_jobs(State(agent): State<Arc<Agent>>) -> Json<Vec<crate::agent::JobStatus>> {
+    Json(agent.jobs())
+}
+
+async fn submit_job(
+    State(agent): State<Arc<Agent>>,
+    Json(request): Json<SubmitRequest>,
+) -> Reply<crate::agent::Submitted> {
+    Ok(Json(
+        agent.submit(&request.source_name, &request.source).await?,
+    ))
+}
+
+async fn job(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> Reply<crate::agent::JobStatus> {
+    Ok(Json(agent.job(&id)?))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stopped {
+    pub job_id: String,
+    pub stopping: Vec<String>,
+}
+
+async fn stop_job(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Reply<Stopped> {
+    let stopping = agent.stop_job(&id).await?;
+    Ok(Json(Stopped {
+        job_id: id,
+        stopping,
+    }))
+}
+
+async fn list_allocs(State(agent): State<Arc<Agent>>) -> Json<Vec<crate::agent::AllocSummary>> {
+    Json(agent.allocs())
+}
+
+async fn alloc(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> Reply<crate::alloc_runner::AllocStatus> {
+    Ok(Json(agent.alloc(&id)?))
+}

@@ -1,0 +1,62 @@
+//! `berth alloc status`.
+
+use std::process::ExitCode;
+
+use super::output::clock;
+use crate::alloc_runner::AllocStatus;
+use crate::api::client::Client;
+
+pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let alloc: AllocStatus = client.get(&format!("/v1/allocation/{id}")).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&alloc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let lower = |v: &dyn std::fmt::Debug| format!("{v:?}").to_lowercase();
+    println!("ID             = {}", alloc.id);
+    println!("Name           = {}", alloc.name);
+    println!("Job ID         = {}", alloc.job_id);
+    println!("Desired Status = {}", lower(&alloc.desired_status));
+    println!("Client Status  = {}", lower(&alloc.client_status));
+    println!("Alloc Dir      = {}", alloc.alloc_dir.display());
+    for (name, task) in &alloc.tasks {
+        println!();
+        let failed = if task.failed { ", failed" } else { "" };
+        let exit = task
+            .exit_code
+            .map(|c| format!(", exit code {c}"))
+            .unwrap_or_default();
+        println!(
+            "Task {name:?} is {:?}{failed}{exit} (restarts: {})",
+            lower(&task.state),
+            task.restarts
+        );
+        if !task.mounts.is_empty() {
+            println!("Mounts");
+            println!(
+                "{:<28} {:<44} {:<4} Propagation",
+                "Destination", "Source", "Mode"
+            );
+            for mount in &task.mounts {
+                println!(
+                    "{:<28} {:<44} {:<4} {}",
+                    mount.task_path.display(),
+                    mount.host_path.display(),
+                    if mount.read_only { "ro" } else { "rw" },
+                    mount.propagation.as_str()
+                );
+            }
+        }
+        println!("Recent Events");
+        println!("{:<12}  {:<16} Description", "Time", "Type");
+        for event in task.events.iter().rev().take(10) {
+            println!(
+                "{:<12}  {:<16} {}",
+                clock(event.time_ms),
+                event.kind.to_string(),
+                event.message
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

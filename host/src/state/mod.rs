@@ -1,0 +1,450 @@
+//! The agent's local state: jobs, allocs, task states, driver handles and hook state,
+//! in one redb file under the data dir.
+//!
+//! Every write is its own durable transaction (redb's `Durability::Immediate`), made
+//! *before* the agent relies on what it records: a driver handle is stored before the
+//! task is reported started, so an agent killed right after can still recover the task.
+//!
+//! Records are JSON, so a person can read them and a newer agent can add fields. A record
+//! that does not decode is reported and skipped, never deleted: nothing recorded is lost
+//! because one entry is unreadable. A file that redb cannot open as a database is moved
+//! aside (kept, with a name that says why) and the agent starts with empty state.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::alloc_runner::ClientStatus;
+use crate::events::TaskState;
+use crate::runtime::driver::TaskHandle;
+
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
+const ALLOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("allocs");
+/// Keyed `alloc_id/task`.
+const TASK_STATES: TableDefinition<&str, &[u8]> = TableDefinition::new("task_states");
+/// Keyed `alloc_id/task`.
+const TASK_HANDLES: TableDefinition<&str, &[u8]> = TableDefinition::new("task_handles");
+/// Keyed `alloc_id/hook`.
+const HOOK_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("hook_state");
+
+const SCHEMA_VERSION: &str = "1";
+
+/// The records that decoded, and the ones that did not.
+pub type Scanned<T> = (Vec<T>, Vec<Unreadable>);
+
+/// A submitted job, kept as the source the user sent so a restored agent decodes it with
+/// exactly the rules that accepted it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job's name, which is its id.
+    pub id: String,
+    /// Where the source came from (a file name), for messages.
+    pub source_name: String,
+    pub source: String,
+    pub submitted_ms: u64,
+    pub stopped: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DesiredStatus {
+    Run,
+    Stop,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocRecord {
+    pub id: String,
+    pub job_id: String,
+    pub group_index: usize,
+    pub alloc_index: u32,
+    pub name: String,
+    pub desired_status: DesiredStatus,
+    pub client_status: ClientStatus,
+}
+
+/// A started task's driver handle, with the driver that issued it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredHandle {
+    pub driver: String,
+    pub handle: TaskHandle,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(
+        "the state file {path} is in use by another process (is another berth agent running \
+         with this data dir?)"
+    )]
+    InUse { path: PathBuf },
+    #[error("opening the state file {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("writing state: {0}")]
+    Write(String),
+    #[error("reading state: {0}")]
+    Read(String),
+}
+
+/// What happened when the state file was opened, for the agent to tell its operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenOutcome {
+    Opened,
+    /// There was no state file: a first start, or one was removed.
+    Created,
+    /// The file was not a readable database; it was kept at `moved_to`.
+    MovedAside {
+        reason: String,
+        moved_to: PathBuf,
+    },
+}
+
+/// A record that is present but could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub table: &'static str,
+    pub key: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} record {:?} is unreadable ({}); it is kept as is",
+            self.table, self.key, self.reason
+        )
+    }
+}
+
+pub struct StateStore {
+    db: Database,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl StateStore {
+    /// Opens (or creates) the state file at `path`.
+    pub fn open(path: &Path) -> Result<(StateStore, OpenOutcome), StateError> {
+        let existed = path.exists();
+        let mut outcome = if existed {
+            OpenOutcome::Opened
+        } else {
+            OpenOutcome::Created
+        };
+        let db = match Database::create(path) {
+            Ok(db) => db,
+            Err(error) => match unreadable_file(&error) {
+                None => return Err(open_error(path, &error)),
+                Some(reason) => {
+                    let moved_to = aside_path(path);
+                    std::fs::rename(path, &moved_to).map_err(|e| StateError::Open {
+                        path: path.to_path_buf(),
+                        message: format!(
+                            "{reason}, and it could not be moved aside to {}: {e}",
+                            moved_to.display()
+                        ),
+                    })?;
+                    outcome = OpenOutcome::MovedAside { reason, moved_to };
+                    Database::create(path).map_err(|e| open_error(path, &e))?
+                }
+            },
+        };
+        let store = StateStore {
+            db,
+            path: Some(path.to_path_buf()),
+        };
+        store.init()?;
+        Ok((store, outcome))
+    }
+
+    /// A store that lives only as long as the process: for `berth run`, which has
+    /// nothing to restore.
+    pub fn in_memory() -> StateStore {
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .expect("an in-memory database always opens");
+        let store = StateStore { db, path: None };
+        store
+            .init()
+            .expect("an in-memory database always initialises");
+        store
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn init(&self) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(write_error)?;
+        {
+            let mut meta = txn.open_table(META).map_err(write_error)?;
+            if meta.get("schema").map_err(write_error)?.is_none() {
+                meta.insert("schema", SCHEMA_VERSION).map_err(write_error)?;
+            }
+            for table in [JOBS, ALLOCS, TASK_STATES, TASK_HANDLES, HOOK_STATE] {
+                txn.open_table(table).map_err(write_error)?;
+            }
+        }
+        txn.commit().map_err(write_error)
+    }
+
+    pub fn put_job(&self, job: &JobRecord) -> Result<(), StateError> {
+        self.put(JOBS, &job.id, job)
+    }
+
+    pub fn remove_job(&self, id: &str) -> Result<(), StateError> {
+        self.remove(JOBS, id)
+    }
+
+    pub fn jobs(&self) -> Result<(Vec<JobRecord>, Vec<Unreadable>), StateError> {
+        self.scan(JOBS, "jobs", "")
+    }
+
+    pub fn put_alloc(&self, alloc: &AllocRecord) -> Result<(), StateError> {
+        self.put(ALLOCS, &alloc.id, alloc)
+    }
+
+    pub fn allocs(&self) -> Result<(Vec<AllocRecord>, Vec<Unreadable>), StateError> {
+        self.scan(ALLOCS, "allocs", "")
+    }
+
+    pub fn put_task_state(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        state: &TaskState,
+    ) -> Result<(), StateError> {
+        self.put(TASK_STATES, &task_key(alloc_id, task), state)
+    }
+
+    /// The task states of one alloc, by task name.
+    pub fn task_states(&self, alloc_id: &str) -> Result<Scanned<(String, TaskState)>, StateError> {
+        self.scan_keyed(TASK_STATES, "task_states", &format!("{alloc_id}/"))
+    }
+
+    pub fn put_task_handle(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        handle: &StoredHandle,
+    ) -> Result<(), StateError> {
+        self.put(TASK_HANDLES, &task_key(alloc_id, task), handle)
+    }
+
+    pub fn remove_task_handle(&self, alloc_id: &str, task: &str) -> Result<(), StateError> {
+        self.remove(TASK_HANDLES, &task_key(alloc_id, task))
+    }
+
+    pub fn task_handle(
+        &self,
+        alloc_id: &str,
+        task: &str,
+    ) -> Result<Option<StoredHandle>, StateError> {
+        let key = task_key(alloc_id, task);
+        match self.get_bytes(TASK_HANDLES, &key)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                StateError::Read(
+                    Unreadable {
+                        table: "task_handles",
+                        key,
+                        reason: e.to_string(),
+                    }
+                    .to_string(),
+                )
+            }),
+        }
+    }
+
+    /// Opaque state a hook keeps for an alloc (e.g. what it mounted), by hook name.
+    pub fn put_hook_state(
+        &self,
+        alloc_id: &str,
+        hook: &str,
+        data: &[u8],
+    ) -> Result<(), StateError> {
+        let key = task_key(alloc_id, hook);
+        let txn = self.db.begin_write().map_err(write_error)?;
+        txn.open_table(HOOK_STATE)
+            .map_err(write_error)?
+            .insert(key.as_str(), data)
+            .map_err(write_error)?;
+        txn.commit().map_err(write_error)
+    }
+
+    pub fn hook_state(&self, alloc_id: &str, hook: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.get_bytes(HOOK_STATE, &task_key(alloc_id, hook))
+    }
+
+    /// Forgets an alloc and everything recorded under it, in one transaction.
+    pub fn remove_alloc(&self, alloc_id: &str) -> Result<(), StateError> {
+        let prefix = format!("{alloc_id}/");
+        let txn = self.db.begin_write().map_err(write_error)?;
+        txn.open_table(ALLOCS)
+            .map_err(write_error)?
+            .remove(alloc_id)
+            .map_err(write_error)?;
+        for table in [TASK_STATES, TASK_HANDLES, HOOK_STATE] {
+            let mut table = txn.open_table(table).map_err(write_error)?;
+            let keys: Vec<String> = table
+                .range(prefix.as_str()..)
+                .map_err(write_error)?
+                .map_while(|entry| {
+                    let key = entry.ok()?.0.value().to_string();
+                    key.starts_with(&prefix).then_some(key)
+                })
+                .collect();
+            for key in keys {
+                table.remove(key.as_str()).map_err(write_error)?;
+            }
+        }
+        txn.commit().map_err(write_error)
+    }
+
+    fn put<T: Serialize>(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+        value: &T,
+    ) -> Result<(), StateError> {
+        let bytes = serde_json::to_vec(value).map_err(|e| StateError::Write(e.to_string()))?;
+        let txn = self.db.begin_write().map_err(write_error)?;
+        txn.open_table(table)
+            .map_err(write_error)?
+            .insert(key, bytes.as_slice())
+            .map_err(write_error)?;
+        txn.commit().map_err(write_error)
+    }
+
+    fn remove(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(write_error)?;
+        txn.open_table(table)
+            .map_err(write_error)?
+            .remove(key)
+            .map_err(write_error)?;
+        txn.commit().map_err(write_error)
+    }
+
+    fn get_bytes(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        let txn = self.db.begin_read().map_err(read_error)?;
+        let table = txn.open_table(table).map_err(read_error)?;
+        Ok(table
+            .get(key)
+            .map_err(read_error)?
+            .map(|value| value.value().to_vec()))
+    }
+
+    fn scan<T: DeserializeOwned>(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        name: &'static str,
+        prefix: &str,
+    ) -> Result<(Vec<T>, Vec<Unreadable>), StateError> {
+        let (keyed, unreadable) = self.scan_keyed(table, name, prefix)?;
+        Ok((keyed.into_iter().map(|(_, v)| v).collect(), unreadable))
+    }
+
+    /// Every record whose key starts with `prefix`, with the key minus the prefix.
+    fn scan_keyed<T: DeserializeOwned>(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        name: &'static str,
+        prefix: &str,
+    ) -> Result<Scanned<(String, T)>, StateError> {
+        let txn = self.db.begin_read().map_err(read_error)?;
+        let table = txn.open_table(table).map_err(read_error)?;
+        let mut records = Vec::new();
+        let mut unreadable = Vec::new();
+        for entry in table.range(prefix..).map_err(read_error)? {
+            let (key, value) = entry.map_err(read_error)?;
+            let key = key.value();
+            let Some(short) = key.strip_prefix(prefix) else {
+                break;
+            };
+            match serde_json::from_slice(value.value()) {
+                Ok(record) => records.push((short.to_string(), record)),
+                Err(error) => unreadable.push(Unreadable {
+                    table: name,
+                    key: key.to_string(),
+                    reason: error.to_string(),
+                }),
+            }
+        }
+        Ok((records, unreadable))
+    }
+}
+
+fn task_key(alloc_id: &str, name: &str) -> String {
+    format!("{alloc_id}/{name}")
+}
+
+/// Why the file at hand is not a database we can use, when that is the problem (rather
+/// than, say, a permission or a lock).
+fn unreadable_file(error: &redb::DatabaseError) -> Option<String> {
+    use redb::{DatabaseError, StorageError};
+    match error {
+        DatabaseError::DatabaseAlreadyOpen
+        | DatabaseError::LockProtocolMismatch
+        | DatabaseError::TransactionInProgress
+        | DatabaseError::UpgradeRequired(_) => None,
+        DatabaseError::Storage(StorageError::Io(io))
+            if io.kind() != std::io::ErrorKind::UnexpectedEof
+                && io.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            None
+        }
+        other => Some(format!("it is not a readable state database ({other})")),
+    }
+}
+
+fn open_error(path: &Path, error: &redb::DatabaseError) -> StateError {
+    match error {
+        redb::DatabaseError::DatabaseAlreadyOpen => StateError::InUse {
+            path: path.to_path_buf(),
+        },
+        other => StateError::Open {
+            path: path.to_path_buf(),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// `state.db` → `state.db.unreadable-<unix seconds>`, never overwriting an earlier one.
+fn aside_path(path: &Path) -> PathBuf {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut candidate = PathBuf::from(format!("{}.unreadable-{seconds}", path.display()));
+    let mut n = 1;
+    while candidate.exists() {
+        candidate = PathBuf::from(format!("{}.unreadable-{seconds}-{n}", path.display()));
+        n += 1;
+    }
+    candidate
+}
+
+fn write_error(error: impl std::fmt::Display) -> StateError {
+    StateError::Write(error.to_string())
+}
+
+fn read_error(error: impl std::fmt::Display) -> StateError {
+    StateError::Read(error.to_string())
+}
+
+#[cfg(test)]
+mod tests;

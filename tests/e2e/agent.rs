@@ -1,0 +1,448 @@
+//! The agent as a person runs it: `berth agent` in its own process, driven through the
+//! HTTP API and the CLI, killed with SIGKILL and restarted on the same data dir.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth::agent::{JobStatus, Submitted};
+use berth::alloc_runner::{AllocStatus, ClientStatus};
+use berth::api::client::{Client, ClientError};
+use berth::api::{AgentSelf, SubmitRequest};
+use berth::events::{EventKind, TaskStateKind};
+
+use crate::support;
+
+/// A data dir, a host volume, and (while running) an agent process on a free port.
+struct AgentProcess {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    runs: u32,
+}
+
+impl AgentProcess {
+    fn new() -> AgentProcess {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-e2e-agentproc")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        std::os::unix::fs::symlink(
+            support::cache_dir(),
+            dir.path().join("data/component-cache"),
+        )
+        .unwrap();
+        let config = format!(
+            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n",
+            dir.path().display()
+        );
+        std::fs::write(dir.path().join("agent.hcl"), config).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        AgentProcess {
+            dir,
+            port,
+            child: None,
+            runs: 0,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.address())
+    }
+
+    fn log(&self, run: u32) -> PathBuf {
+        self.path().join(format!("agent-{run}.log"))
+    }
+
+    /// Starts the agent and waits until its API answers.
+    async fn start(&mut self) -> AgentSelf {
+        self.runs += 1;
+        let log = std::fs::File::create(self.log(self.runs)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--config")
+            .arg(self.path().join("agent.hcl"))
+            .arg("--data-dir")
+            .arg(self.path().join("data"))
+            .args(["agent", "-dev", "--http-addr"])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.client().get::<AgentSelf>("/v1/agent/self").await {
+                Ok(me) => return me,
+                Err(ClientError::Unreachable { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(error) => panic!("agent did not come up: {error}\n{}", self.output()),
+            }
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(self.log(self.runs)).unwrap_or_default()
+    }
+
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("the agent is running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["--address", &self.address()])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    }
+
+    async fn submit(&self, name: &str, source: &str) -> Result<Submitted, ClientError> {
+        let request = SubmitRequest {
+            source_name: name.to_string(),
+            source: source.to_string(),
+        };
+        self.client().post("/v1/jobs", &request).await
+    }
+
+    async fn alloc(&self, id: &str) -> AllocStatus {
+        self.client()
+            .get(&format!("/v1/allocation/{id}"))
+            .await
+            .unwrap()
+    }
+
+    /// Polls an alloc until `done` holds for it.
+    async fn wait_alloc(&self, id: &str, what: &str, done: impl Fn(&AllocStatus) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = self.alloc(id).await;
+            if done(&status) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "alloc never got to {what}: {status:#?}\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A service task that records its pid and runs until a file appears in its `local/`.
+const WAITER: &str = r#"job "waiter" {
+  group "g" {
+    restart {
+      attempts = 3
+      delay    = "0s"
+      mode     = "fail"
+    }
+    volume "scratch" {
+      type   = "host"
+      source = "scratch"
+    }
+    task "prep" {
+      driver = "exec"
+      lifecycle { hook = "prestart" }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo prepared > /alloc/data/prep"]
+      }
+    }
+    task "web" {
+      driver = "exec"
+      kill_timeout = "2s"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "test -f /alloc/data/prep || exit 9; echo $$ > /local/pid; while [ ! -f /local/stop ]; do sleep 0.05; done; rm /local/stop; exit 3"]
+      }
+      volume_mount {
+        volume      = "scratch"
+        destination = "/scratch"
+      }
+    }
+  }
+}
+"#;
+
+/// Running, not gone or a zombie (an orphan is reaped by whatever init the machine has).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+fn mount_count(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap()
+        .lines()
+        .count()
+}
+
+fn host_mount_count() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+fn task_running(status: &AllocStatus, task: &str) -> bool {
+    status.tasks[task].state == TaskStateKind::Running
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let submitted = agent.submit("waiter.hcl", WAITER).await.unwrap();
+    let id = submitted.alloc_ids[0].clone();
+    agent
+        .wait_alloc(&id, "web running", |s| task_running(s, "web"))
+        .await;
+    let status = agent.alloc(&id).await;
+    // The prestart task ran to completion before the main task started.
+    assert_eq!(status.tasks["prep"].state, TaskStateKind::Dead);
+    assert_eq!(status.tasks["prep"].exit_code, Some(0));
+    let local = status.alloc_dir.join("web/local");
+    let pid_file = local.join("pid");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pid_file.exists() {
+        assert!(Instant::now() < deadline, "the task never wrote its pid");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let task_mounts = mount_count(pid);
+    let host_mounts = host_mount_count();
+
+    agent.kill9();
+    assert!(alive(pid), "the task died with the agent");
+
+    let me = agent.start().await;
+    assert!(
+        me.notices
+            .iter()
+            .any(|n| n.contains("restoring 1 alloc(s)")),
+        "{:?}",
+        me.notices
+    );
+    let restored = agent.alloc(&id).await;
+    assert_eq!(restored.client_status, ClientStatus::Running);
+    assert!(task_running(&restored, "web"), "{restored:#?}");
+    assert_eq!(restored.tasks["web"].restarts, 0);
+    // Recovered, not started again: the same process, with the same mounts, and
+    // nothing new mounted on the host.
+    assert!(
+        !restored.tasks["web"]
+            .events
+            .iter()
+            .skip(3)
+            .any(|e| e.kind == EventKind::Started),
+        "{restored:#?}"
+    );
+    assert_eq!(mount_count(pid), task_mounts);
+    assert_eq!(host_mount_count(), host_mounts);
+    assert!(
+        agent
+            .output()
+            .contains("recovered the task after an agent restart"),
+        "{}",
+        agent.output()
+    );
+
+    // Its later exit is observed by the new agent.
+    std::fs::write(local.join("stop"), "").unwrap();
+    agent
+        .wait_alloc(&id, "the recovered task's exit", |s| {
+            s.tasks["web"]
+                .events
+                .iter()
+                .any(|e| e.kind == EventKind::Terminated)
+        })
+        .await;
+    assert!(!alive(pid));
+    // The restart policy applies as before: the task runs again.
+    agent
+        .wait_alloc(&id, "web restarted", |s| {
+            s.tasks["web"].restarts == 1 && task_running(s, "web")
+        })
+        .await;
+
+    // Stopping the job through the CLI kills the restarted task and records the stop.
+    let (code, stdout, stderr) = agent.cli(&["job", "stop", "waiter"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("stopping 1 alloc(s)"), "{stdout}");
+    agent
+        .wait_alloc(&id, "complete", |s| {
+            s.client_status == ClientStatus::Complete
+        })
+        .await;
+    let (code, stdout, _) = agent.cli(&["alloc", "status", &id[..8]]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Desired Status = stop"), "{stdout}");
+    assert!(stdout.contains("/scratch"), "mounts are shown: {stdout}");
+    assert!(stdout.contains("Killed"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let good = r#"job "ok" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "mock"
+      config { run_for = "0s" }
+    }
+  }
+}
+"#;
+    let submitted = agent.submit("ok.hcl", good).await.unwrap();
+    agent
+        .wait_alloc(&submitted.alloc_ids[0], "complete", |s| {
+            s.client_status == ClientStatus::Complete
+        })
+        .await;
+
+    let cases = [
+        (
+            "broken.hcl",
+            "job \"x\" {\n  group \"g\" {\n",
+            "broken.hcl:",
+        ),
+        (
+            "docker.hcl",
+            "job \"x\" {\n  group \"g\" {\n    task \"t\" { driver = \"docker\" }\n  }\n}\n",
+            "unknown driver \"docker\"",
+        ),
+        (
+            "novol.hcl",
+            "job \"x\" {\n  group \"g\" {\n    volume \"v\" {\n      type = \"host\"\n      source = \"nowhere\"\n    }\n    task \"t\" {\n      driver = \"exec\"\n      config { command = \"/bin/true\" }\n      volume_mount {\n        volume = \"v\"\n        destination = \"/v\"\n      }\n    }\n  }\n}\n",
+            "nowhere",
+        ),
+    ];
+    for (name, source, expected) in cases {
+        let Err(ClientError::Api(error, status)) = agent.submit(name, source).await else {
+            panic!("{name} was accepted");
+        };
+        assert_eq!(status.as_u16(), 400, "{name}");
+        let all = format!("{}\n{}", error.error, error.problems.join("\n"));
+        assert!(all.contains(expected), "{name}: {all}");
+    }
+    // The CLI shows the same problems, and exits 2.
+    std::fs::write(agent.path().join("docker.hcl"), cases[1].1).unwrap();
+    let (code, _, stderr) = agent.cli(&[
+        "job",
+        "run",
+        agent.path().join("docker.hcl").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("unknown driver \"docker\""), "{stderr}");
+    let (code, _, stderr) = agent.cli(&["alloc", "status", "nope"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no alloc matches \"nope\""), "{stderr}");
+
+    // Nothing recorded was lost, and the agent still answers.
+    let jobs: Vec<JobStatus> = agent.client().get("/v1/jobs").await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].id, "ok");
+
+    // A state file that is not a database: one clear error, the file kept, the agent up.
+    agent.kill9();
+    let state = agent.path().join("data/state.db");
+    std::fs::write(&state, vec![0x42_u8; 8192]).unwrap();
+    let me = agent.start().await;
+    let notice = me
+        .notices
+        .iter()
+        .find(|n| n.contains("could not be read"))
+        .unwrap_or_else(|| panic!("{:?}", me.notices));
+    assert!(notice.contains("It was kept at"), "{notice}");
+    let kept: Vec<_> = std::fs::read_dir(agent.path().join("data"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .contains("state.db.unreadable-")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(std::fs::read(kept[0].path()).unwrap(), vec![0x42_u8; 8192]);
+    assert!(
+        agent.output().contains("Error: the state file"),
+        "{}",
+        agent.output()
+    );
+    let submitted = agent.submit("ok.hcl", good).await.unwrap();
+    assert_eq!(submitted.alloc_ids.len(), 1);
+
+    // A missing state file: a fresh start, said so.
+    agent.kill9();
+    std::fs::remove_file(&state).unwrap();
+    let me = agent.start().await;
+    assert!(
+        me.notices.iter().any(|n| n.contains("starting fresh")),
+        "{:?}",
+        me.notices
+    );
+}
+
+#[test]
+fn the_cli_says_when_no_agent_is_listening() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["--address", &format!("http://127.0.0.1:{port}")])
+        .args(["job", "status"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("cannot reach the berth agent"), "{stderr}");
+    assert!(stderr.contains("berth agent -dev"), "{stderr}");
+}

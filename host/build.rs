@@ -19,7 +19,10 @@ const EMBEDDED: &[(&str, &str)] = &[
 const TEST_ONLY: &[(&str, &str)] = &[
     ("LEGACY_V01", "berth_test_legacy_v01"),
     ("MISBEHAVE", "berth_test_misbehave"),
-    ("HOOK_NOOP", "berth_test_hook_noop"),
+    ("HOSTILE_HOOK", "berth_hook_hostile_hook"),
+    ("INJECT_ENV_HOOK", "berth_hook_inject_env"),
+    ("RENDER_TEMPLATE_HOOK", "berth_hook_render_template"),
+    ("DENY_POLICY_HOOK", "berth_hook_deny_policy"),
 ];
 
 fn main() {

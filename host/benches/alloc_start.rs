@@ -86,6 +86,7 @@ async fn run() {
     let node = |store: &Arc<StateStore>| NodeContext {
         data_dir: scratch.path().to_path_buf(),
         drivers: drivers.clone(),
+        hooks: berth::hook_set::HookSet::default(),
         config: config.clone(),
         store: store.clone(),
         events: tokio::sync::mpsc::unbounded_channel().0,

@@ -8,19 +8,30 @@
 //!   path      = "/srv/data"
 //!   read_only = false
 //! }
+//!
+//! hook "policy" {
+//!   path       = "/etc/berth/hooks/policy.wasm"
+//!   config     = { deny_drivers = "raw_exec" }
+//!   timeout    = "2s"
+//!   memory_max = "32MiB"
+//!   on_failure = "fail"     # or "ignore"
+//!   all_tasks  = true       # otherwise tasks opt in with `hooks = ["policy"]`
+//! }
 //! ```
 
 use std::path::{Path, PathBuf};
 
 use crate::jobspec::fields::Fields;
-use crate::jobspec::hcl::{self, Location};
+use crate::jobspec::hcl::{self, Location, Value};
 use crate::jobspec::{JobspecError, Problem};
+use crate::runtime::hook::{HookSpec, OnFailure};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentConfig {
     pub data_dir: Option<PathBuf>,
     pub plugin_dir: Option<PathBuf>,
     pub host_volumes: Vec<HostVolume>,
+    pub hooks: Vec<HookSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -58,7 +69,7 @@ impl AgentConfig {
             &tree,
             "config".into(),
             Location::default(),
-            &["data_dir", "plugin_dir", "host_volume"],
+            &["data_dir", "plugin_dir", "host_volume", "hook"],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
         let plugin_dir = fields
@@ -92,6 +103,12 @@ impl AgentConfig {
                 });
             }
         }
+        let mut hooks = Vec::new();
+        for (name, block) in fields.labeled_blocks("hook", &mut problems) {
+            if let Some(hook) = hook_spec(name, block, &mut problems) {
+                hooks.push(hook);
+            }
+        }
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
@@ -100,6 +117,7 @@ impl AgentConfig {
             data_dir,
             plugin_dir,
             host_volumes,
+            hooks,
         })
     }
 
@@ -115,6 +133,99 @@ impl AgentConfig {
         })?;
         Self::parse(&file, &source)
     }
+}
+
+fn hook_spec(
+    name: String,
+    block: &hcl::BlockNode,
+    problems: &mut Vec<Problem>,
+) -> Option<HookSpec> {
+    let mut hook = Fields::new(
+        &block.body,
+        format!("config.hook.{name}"),
+        block.at,
+        &[
+            "path",
+            "config",
+            "timeout",
+            "memory_max",
+            "on_failure",
+            "all_tasks",
+        ],
+    );
+    let path = hook.required_string("path", problems);
+    if let Some(path) = path.as_ref().filter(|p| !Path::new(p).is_absolute()) {
+        let at = hook.attr("path").map(|v| v.at).unwrap_or(block.at);
+        hook.problem(
+            problems,
+            "path",
+            at,
+            format!("{path:?} must be an absolute path"),
+        );
+    }
+    let config = hook.string_map("config", problems);
+    let timeout = hook
+        .duration("timeout", problems)
+        .unwrap_or(HookSpec::DEFAULT_TIMEOUT);
+    let memory_max = match hook.attr("memory_max") {
+        None => HookSpec::DEFAULT_MEMORY_MAX,
+        Some(value) => {
+            let at = value.at;
+            let parsed = match &value.value {
+                Value::String(text) => parse_size(text),
+                _ => None,
+            };
+            parsed.unwrap_or_else(|| {
+                hook.problem(
+                    problems,
+                    "memory_max",
+                    at,
+                    "expected a size such as \"32MiB\" or \"512KiB\" (at least 1MiB, at most 4GiB)"
+                        .into(),
+                );
+                HookSpec::DEFAULT_MEMORY_MAX
+            })
+        }
+    };
+    let on_failure_text = hook.string("on_failure", problems);
+    let on_failure = match on_failure_text {
+        None => Some(OnFailure::Fail),
+        text => hook.choose(
+            text,
+            "on_failure",
+            &[("fail", OnFailure::Fail), ("ignore", OnFailure::Ignore)],
+            problems,
+            |other| format!("unknown on_failure {other:?} (use \"fail\" or \"ignore\")"),
+        ),
+    };
+    let all_tasks = hook.bool("all_tasks", problems).unwrap_or(false);
+    hook.finish(problems);
+    Some(HookSpec {
+        name,
+        path: PathBuf::from(path?),
+        config,
+        timeout,
+        memory_max,
+        on_failure: on_failure?,
+        all_tasks,
+    })
+}
+
+/// `32MiB`, `512KiB`, `1GiB` (also `MB`/`KB`/`GB`, read as binary units), within 1 MiB
+/// and 4 GiB.
+fn parse_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let number: usize = number.parse().ok()?;
+    let scale = match unit.trim() {
+        "KiB" | "KB" | "K" => 1 << 10,
+        "MiB" | "MB" | "M" => 1 << 20,
+        "GiB" | "GB" | "G" => 1 << 30,
+        _ => return None,
+    };
+    let bytes = number.checked_mul(scale)?;
+    (1 << 20..=4 << 30).contains(&bytes).then_some(bytes)
 }
 
 #[cfg(test)]
@@ -137,6 +248,45 @@ mod tests {
                 read_only: true
             })
         );
+    }
+
+    #[test]
+    fn parses_hooks_with_their_limits() {
+        let config = AgentConfig::parse(
+            "agent.hcl",
+            "hook \"policy\" {\n  path = \"/h/policy.wasm\"\n  config = { deny = \"raw_exec\" }\n  timeout = \"250ms\"\n  memory_max = \"16MiB\"\n  on_failure = \"ignore\"\n  all_tasks = true\n}\nhook \"env\" {\n  path = \"/h/env.wasm\"\n}\n",
+        )
+        .unwrap();
+        let policy = &config.hooks[0];
+        assert_eq!(policy.name, "policy");
+        assert_eq!(policy.config, vec![("deny".into(), "raw_exec".into())]);
+        assert_eq!(policy.timeout, std::time::Duration::from_millis(250));
+        assert_eq!(policy.memory_max, 16 << 20);
+        assert_eq!(policy.on_failure, OnFailure::Ignore);
+        assert!(policy.all_tasks);
+        let env = &config.hooks[1];
+        assert_eq!(env.timeout, HookSpec::DEFAULT_TIMEOUT);
+        assert_eq!(env.on_failure, OnFailure::Fail);
+        assert!(!env.all_tasks);
+    }
+
+    #[test]
+    fn bad_hook_settings_are_named() {
+        let error = AgentConfig::parse(
+            "agent.hcl",
+            "hook \"h\" {\n  path = \"h.wasm\"\n  memory_max = \"lots\"\n  on_failure = \"retry\"\n}\n",
+        )
+        .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("config.hook.h.path: \"h.wasm\" must be an absolute path"),
+            "{text}"
+        );
+        assert!(
+            text.contains("config.hook.h.memory_max: expected a size"),
+            "{text}"
+        );
+        assert!(text.contains("unknown on_failure \"retry\""), "{text}");
     }
 
     #[test]

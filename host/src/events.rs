@@ -24,6 +24,9 @@ pub enum EventKind {
     SetupFailure,
     #[serde(rename = "Driver Failure")]
     DriverFailure,
+    /// Something a lifecycle hook said, or its failure when ignored.
+    #[serde(rename = "Task Hook")]
+    TaskHook,
 }
 
 impl fmt::Display for EventKind {

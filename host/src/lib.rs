@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod driver_set;
 pub mod events;
+pub mod hook_set;
 pub mod host_api;
 pub mod jobspec;
 pub mod mount;

@@ -8,6 +8,7 @@
 
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
+use crate::hook_set::HookSet;
 use crate::jobspec::{Job, Problem, Task, VolumeMount, VolumeRequest, VolumeType};
 use crate::mount::Propagation;
 use crate::runtime::driver::{Driver, MountConfigs};
@@ -56,7 +57,12 @@ pub fn bidirectional_refusal(
 }
 
 /// Every problem with `job` on this agent.
-pub async fn validate(job: &Job, drivers: &DriverSet, config: &AgentConfig) -> Vec<Problem> {
+pub async fn validate(
+    job: &Job,
+    drivers: &DriverSet,
+    hooks: &HookSet,
+    config: &AgentConfig,
+) -> Vec<Problem> {
     let mut problems = Vec::new();
     let job_path = format!("job.{}", job.name);
     for group in &job.groups {
@@ -97,6 +103,15 @@ pub async fn validate(job: &Job, drivers: &DriverSet, config: &AgentConfig) -> V
         }
         for task in &group.tasks {
             let task_path = format!("{group_path}.task.{}", task.name);
+            for name in &task.hooks {
+                if let Some(message) = hooks.problem_with(name) {
+                    problems.push(Problem {
+                        path: format!("{task_path}.hooks"),
+                        at: Some(task.hooks_at),
+                        message: format!("task {:?}: {message}", task.name),
+                    });
+                }
+            }
             check_task(
                 task,
                 &task_path,

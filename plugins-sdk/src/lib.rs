@@ -1,4 +1,7 @@
-//! Write berth task drivers as WebAssembly components.
+//! Write berth task drivers and lifecycle hooks as WebAssembly components.
+//!
+//! Drivers: the crate root (feature `driver`, on by default). Hooks: the [`hook`]
+//! module and [`export_hook!`] (feature `hook`).
 //!
 //! A berth task driver is a component that exports the `berth:driver/driver@0.2.0`
 //! interface and imports what the host offers (`berth:host/log`, `timer`, `process`).
@@ -84,6 +87,7 @@
 //! ```
 
 /// The generated bindings for the driver world. Prefer the re-exports at the crate root.
+#[cfg(feature = "driver")]
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -97,6 +101,7 @@ pub mod bindings {
 }
 
 /// What the host offers to drivers: logging, timers and processes.
+#[cfg(feature = "driver")]
 pub mod host {
     pub use crate::bindings::berth::host::{log, process, timer};
 
@@ -111,6 +116,7 @@ pub mod host {
     }
 }
 
+#[cfg(feature = "driver")]
 pub use bindings::berth::driver::types::{
     DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation, HealthState,
     MountConfig, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus,
@@ -118,6 +124,7 @@ pub use bindings::berth::driver::types::{
 
 /// A task driver. Implement the required methods; the rest have defaults that suit a
 /// simple driver. Export the type with [`export_driver!`].
+#[cfg(feature = "driver")]
 pub trait Driver {
     /// Name and version, as shown by `berth driver list`.
     fn plugin_info() -> DriverInfo;
@@ -174,6 +181,7 @@ pub trait Driver {
 
 /// What a driver that declares nothing gets: signals, no exec, no filesystem isolation,
 /// and mount-configs `all`.
+#[cfg(feature = "driver")]
 pub fn default_capabilities() -> DriverCapabilities {
     DriverCapabilities {
         send_signals: true,
@@ -186,6 +194,7 @@ pub fn default_capabilities() -> DriverCapabilities {
 /// A driver whose task is one host process: implement how to start it, and waiting,
 /// stopping, inspecting, signalling and recovering come from [`process_task`]. Every
 /// `ProcessDriver` is a [`Driver`]; export it with [`export_driver!`].
+#[cfg(feature = "driver")]
 pub trait ProcessDriver {
     /// Name and version, as shown by `berth driver list`.
     fn plugin_info() -> DriverInfo;
@@ -208,6 +217,7 @@ pub trait ProcessDriver {
     fn start_task(config: TaskConfig) -> Result<TaskHandle, String>;
 }
 
+#[cfg(feature = "driver")]
 impl<T: ProcessDriver> Driver for T {
     fn plugin_info() -> DriverInfo {
         <T as ProcessDriver>::plugin_info()
@@ -241,12 +251,14 @@ impl<T: ProcessDriver> Driver for T {
     }
 }
 
+#[cfg(feature = "driver")]
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bindings::exports::berth::driver::driver::Guest as DriverGuest;
 }
 
 /// Exports a [`Driver`] implementation as the component's `berth:driver/driver` interface.
+#[cfg(feature = "driver")]
 #[macro_export]
 macro_rules! export_driver {
     ($driver:ty) => {
@@ -304,6 +316,7 @@ macro_rules! export_driver {
 /// task handle, and wait, stop, signal and inspect through the host.
 ///
 /// [`ProcessRef`]: host::process::ProcessRef
+#[cfg(feature = "driver")]
 pub mod process_task {
     use crate::host::process::{self, ProcessRef};
     use crate::{ExitResult, TaskHandle, TaskState, TaskStatus};
@@ -387,4 +400,110 @@ pub mod process_task {
     pub fn signal(handle: &TaskHandle, signal: &str) -> Result<(), String> {
         process::signal(process_of(handle)?, signal)
     }
+}
+
+/// Lifecycle hooks: implement [`hook::Hook`] and export it with [`export_hook!`].
+///
+/// A hook runs sandboxed: WASI with only the task's `local/` directory (at `/local`), no
+/// network, no environment of its own, a deadline per call and a memory cap, all set by
+/// the operator. It is instantiated afresh for every call. In `prestart` it can add
+/// environment variables, ask the host to write files into `local/`, emit events, or
+/// refuse the task with a reason the user sees.
+///
+/// ```no_run
+/// use berth_plugin_sdk::export_hook;
+/// use berth_plugin_sdk::hook::{Hook, PrestartResponse, TaskContext};
+///
+/// struct Greeting;
+///
+/// impl Hook for Greeting {
+///     fn prestart(context: TaskContext) -> Result<PrestartResponse, String> {
+///         let mut response = berth_plugin_sdk::hook::response();
+///         response.env.push(("GREETING".into(), format!("hello {}", context.task_name)));
+///         Ok(response)
+///     }
+/// }
+///
+/// export_hook!(Greeting);
+/// ```
+#[cfg(feature = "hook")]
+pub mod hook {
+    /// The generated bindings for the hook world. Prefer the re-exports below.
+    #[doc(hidden)]
+    pub mod bindings {
+        wit_bindgen::generate!({
+            world: "berth:hook/hook@0.1.0",
+            path: ["../wit/host", "../wit/hook"],
+            pub_export_macro: true,
+            export_macro_name: "__export_hook_world",
+            default_bindings_module: "berth_plugin_sdk::hook::bindings",
+            generate_all,
+        });
+    }
+
+    pub use bindings::berth::hook::types::{ExitInfo, File, PrestartResponse, TaskContext, Volume};
+    pub use bindings::berth::host::log;
+
+    /// A lifecycle hook. Every method has a do-nothing default.
+    pub trait Hook {
+        /// Before the driver starts the task. `Err(reason)` refuses the task.
+        fn prestart(_context: TaskContext) -> Result<PrestartResponse, String> {
+            Ok(response())
+        }
+        fn poststart(_context: TaskContext) {}
+        fn exited(_context: TaskContext, _exit: ExitInfo) {}
+        fn stop(_context: TaskContext) {}
+    }
+
+    /// A prestart response that changes nothing; push onto its fields.
+    pub fn response() -> PrestartResponse {
+        PrestartResponse {
+            env: Vec::new(),
+            files: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Looks a key up in one of the context's key/value lists.
+    pub fn lookup<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+        pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[doc(hidden)]
+    pub use bindings::exports::berth::hook::lifecycle::Guest as HookGuest;
+}
+
+/// Exports a [`hook::Hook`] implementation as the component's `berth:hook/lifecycle`.
+#[cfg(feature = "hook")]
+#[macro_export]
+macro_rules! export_hook {
+    ($hook:ty) => {
+        const _: () = {
+            struct __BerthHookExport;
+
+            impl $crate::hook::HookGuest for __BerthHookExport {
+                fn prestart(
+                    context: $crate::hook::TaskContext,
+                ) -> Result<$crate::hook::PrestartResponse, String> {
+                    <$hook as $crate::hook::Hook>::prestart(context)
+                }
+                fn poststart(context: $crate::hook::TaskContext) {
+                    <$hook as $crate::hook::Hook>::poststart(context)
+                }
+                fn exited(context: $crate::hook::TaskContext, exit: $crate::hook::ExitInfo) {
+                    <$hook as $crate::hook::Hook>::exited(context, exit)
+                }
+                fn stop(context: $crate::hook::TaskContext) {
+                    <$hook as $crate::hook::Hook>::stop(context)
+                }
+            }
+
+            $crate::hook::bindings::__export_hook_world!(
+                __BerthHookExport with_types_in $crate::hook::bindings
+            );
+        };
+    };
 }

@@ -179,7 +179,7 @@ async fn nonsense_handles_are_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_files_are_refused_at_load_with_the_file_named() {
     let runtime = support::runtime();
-    let hook = berth::builtin::test_components::HOOK_NOOP;
+    let hook = berth::builtin::test_components::HOSTILE_HOOK;
     let error = Driver::load_file(&runtime, hook.as_ref())
         .await
         .err()

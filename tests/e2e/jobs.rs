@@ -54,6 +54,7 @@ impl Agent {
         NodeContext {
             data_dir: self.path().join("data"),
             drivers,
+            hooks: berth::hook_set::HookSet::default(),
             config: Arc::new(self.config()),
             store: Arc::new(StateStore::in_memory()),
             events,

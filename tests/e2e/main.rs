@@ -8,6 +8,7 @@ mod support;
 mod agent;
 mod cli;
 mod drivers;
+mod hooks;
 mod hostile;
 mod isolation;
 mod jobs;

@@ -21,6 +21,7 @@ use crate::alloc_runner::{AllocRunner, AllocStatus, ClientStatus, NodeContext};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::events::AllocEvent;
+use crate::hook_set::HookSet;
 use crate::jobspec::{self, Job, JobType, JobspecError};
 use crate::state::{DesiredStatus, JobRecord, OpenOutcome, StateError, StateStore};
 
@@ -36,6 +37,7 @@ pub struct AgentOptions {
     pub data_dir: PathBuf,
     pub config: AgentConfig,
     pub drivers: DriverSet,
+    pub hooks: HookSet,
     pub state: StateLocation,
 }
 
@@ -168,6 +170,7 @@ impl Agent {
             node: NodeContext {
                 data_dir: options.data_dir,
                 drivers: options.drivers,
+                hooks: options.hooks,
                 config: Arc::new(options.config),
                 store: Arc::new(store),
                 events: sender,
@@ -191,6 +194,10 @@ impl Agent {
 
     pub fn drivers(&self) -> &DriverSet {
         &self.node.drivers
+    }
+
+    pub fn hooks(&self) -> &HookSet {
+        &self.node.hooks
     }
 
     pub fn data_dir(&self) -> &std::path::Path {
@@ -293,7 +300,13 @@ impl Agent {
     /// it: the old allocs are stopped (and waited for) before the new ones start.
     pub async fn submit(&self, source_name: &str, source: &str) -> Result<Submitted, SubmitError> {
         let job = jobspec::parse(source_name, source).map_err(SubmitError::Invalid)?;
-        let problems = crate::validate::validate(&job, &self.node.drivers, &self.node.config).await;
+        let problems = crate::validate::validate(
+            &job,
+            &self.node.drivers,
+            &self.node.hooks,
+            &self.node.config,
+        )
+        .await;
         if !problems.is_empty() {
             return Err(SubmitError::Invalid(JobspecError {
                 file: source_name.to_string(),

@@ -26,6 +26,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
+use crate::hook_set::HookSet;
 use crate::jobspec::{Group, Job, Task};
 use crate::runtime::driver::TaskHandle;
 use crate::state::{AllocRecord, DesiredStatus, StateError, StateStore};
@@ -89,7 +90,7 @@ impl AllocHook for AllocDirHook {
     fn prerun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
             alloc.alloc_dir.build().map_err(|e| HookError {
-                hook: "alloc_dir",
+                hook: "alloc_dir".into(),
                 message: format!("creating {}: {e}", alloc.alloc_dir.root().display()),
             })
         })
@@ -101,6 +102,7 @@ impl AllocHook for AllocDirHook {
 pub struct NodeContext {
     pub data_dir: PathBuf,
     pub drivers: DriverSet,
+    pub hooks: HookSet,
     pub config: Arc<AgentConfig>,
     pub store: Arc<StateStore>,
     pub events: mpsc::UnboundedSender<AllocEvent>,
@@ -361,6 +363,8 @@ impl AllocRunner {
             driver,
             config: self.node.config.clone(),
             resources: self.resources.clone(),
+            plugin_hooks: self.node.hooks.for_task(task),
+            reports: Arc::default(),
         };
         let sink = EventSink {
             alloc_id: self.id.clone(),

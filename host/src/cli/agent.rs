@@ -8,10 +8,12 @@ use std::process::ExitCode;
 use crate::agent::{Agent, AgentOptions, NoticeLevel, StateLocation};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
+use crate::hook_set::HookSet;
 
 pub(super) async fn run(
     http_addr: SocketAddr,
     drivers: DriverSet,
+    hooks: HookSet,
     config: AgentConfig,
     data_dir: PathBuf,
 ) -> anyhow::Result<ExitCode> {
@@ -29,6 +31,7 @@ pub(super) async fn run(
         data_dir: data_dir.clone(),
         config,
         drivers,
+        hooks,
         state: StateLocation::DataDir,
     })
     .await?;
@@ -37,6 +40,13 @@ pub(super) async fn run(
     println!("    data dir:   {}", data_dir.display());
     let drivers: Vec<&str> = agent.drivers().iter().map(|d| d.name()).collect();
     println!("    drivers:    {}", drivers.join(", "));
+    let hooks: Vec<&str> = agent.hooks().loaded().iter().map(|h| h.name()).collect();
+    if !hooks.is_empty() {
+        println!("    hooks:      {}", hooks.join(", "));
+    }
+    for (_, reason) in agent.hooks().refused() {
+        println!("    Error: refused a hook: {reason}");
+    }
     for notice in agent.notices() {
         let label = match notice.level {
             NoticeLevel::Info => "    ",

@@ -14,6 +14,7 @@ use crate::api::{Stopped, SubmitRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::events::TaskStateKind;
+use crate::hook_set::HookSet;
 use crate::jobspec::{self, Job, JobspecError};
 
 /// Exit code for a jobspec that does not pass validation.
@@ -22,10 +23,11 @@ const INVALID: u8 = 2;
 async fn parse_and_check(
     path: &Path,
     drivers: &DriverSet,
+    hooks: &HookSet,
     config: &AgentConfig,
 ) -> Result<Job, JobspecError> {
     let job = jobspec::parse_file(path)?;
-    let problems = crate::validate::validate(&job, drivers, config).await;
+    let problems = crate::validate::validate(&job, drivers, hooks, config).await;
     if problems.is_empty() {
         Ok(job)
     } else {
@@ -39,9 +41,10 @@ async fn parse_and_check(
 pub(super) async fn validate(
     path: &Path,
     drivers: &DriverSet,
+    hooks: &HookSet,
     config: &AgentConfig,
 ) -> anyhow::Result<ExitCode> {
-    match parse_and_check(path, drivers, config).await {
+    match parse_and_check(path, drivers, hooks, config).await {
         Ok(job) => {
             println!(
                 "Job validation successful: job {:?}, {} group(s)",
@@ -60,6 +63,7 @@ pub(super) async fn validate(
 pub(super) async fn run(
     path: &Path,
     drivers: DriverSet,
+    hooks: HookSet,
     config: AgentConfig,
     data_dir: &Path,
 ) -> anyhow::Result<ExitCode> {
@@ -71,6 +75,7 @@ pub(super) async fn run(
         data_dir: data_dir.to_path_buf(),
         config,
         drivers,
+        hooks,
         state: StateLocation::Memory,
     })
     .await?;

@@ -8,11 +8,13 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod alloc;
 mod driver;
+mod hook;
 mod job;
 mod output;
 
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
+use crate::hook_set::HookSet;
 use crate::runtime::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
@@ -70,6 +72,11 @@ enum Command {
         #[command(subcommand)]
         command: DriverCommand,
     },
+    /// The operator's WASM lifecycle hooks (declared in the agent config).
+    Hook {
+        #[command(subcommand)]
+        command: HookCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -100,6 +107,16 @@ enum AllocCommand {
     Status {
         id: String,
         /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum HookCommand {
+    /// List the declared hooks: loaded or refused, with their limits.
+    List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -179,6 +196,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     for problem in &problems {
         eprintln!("Warning: skipped a driver: {problem}");
     }
+    let hooks = HookSet::load(&runtime, &config.hooks).await;
+    let listing_hooks = matches!(cli.command, Command::Hook { .. });
+    for (_, reason) in hooks.refused() {
+        if !listing_hooks {
+            eprintln!("Warning: refused a hook: {reason}");
+        }
+    }
     match cli.command {
         Command::Driver {
             command: DriverCommand::List { json },
@@ -188,9 +212,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Job {
             command: JobCommand::Validate { jobspec },
-        } => job::validate(&jobspec, &drivers, &config).await,
-        Command::Run { jobspec } => job::run(&jobspec, drivers, config, &data_dir).await,
-        Command::Agent { http_addr, .. } => agent::run(http_addr, drivers, config, data_dir).await,
+        } => job::validate(&jobspec, &drivers, &hooks, &config).await,
+        Command::Hook {
+            command: HookCommand::List { json },
+        } => hook::hook_list(&hooks, json),
+        Command::Run { jobspec } => job::run(&jobspec, drivers, hooks, config, &data_dir).await,
+        Command::Agent { http_addr, .. } => {
+            agent::run(http_addr, drivers, hooks, config, data_dir).await
+        }
         Command::Job { .. } | Command::Alloc { .. } => unreachable!("handled above"),
     }
 }

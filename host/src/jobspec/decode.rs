@@ -265,6 +265,7 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
             "csi_plugin",
             "service",
             "lifecycle",
+            "hooks",
             "user",
             "template",
             "artifact",
@@ -281,6 +282,8 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
     };
     let env = fields.string_map("env", problems);
     let meta = fields.string_map("meta", problems);
+    let hooks_at = fields.attr("hooks").map(|v| v.at).unwrap_or(block.at);
+    let hooks = fields.string_list("hooks", problems);
     let resources = match fields.single_block("resources", problems) {
         Some(block) => {
             let mut r = Fields::new(
@@ -369,8 +372,10 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
         csi_plugin,
         services,
         lifecycle,
+        hooks,
         at: block.at,
         driver_at,
+        hooks_at,
     }
 }
 

@@ -81,10 +81,14 @@ pub struct Task {
     pub csi_plugin: Option<CsiPlugin>,
     pub services: Vec<Service>,
     pub lifecycle: Option<Lifecycle>,
+    /// Operator-loaded WASM hooks this task opts into, by name, in order.
+    pub hooks: Vec<String>,
     #[serde(skip)]
     pub at: Location,
     #[serde(skip)]
     pub driver_at: Location,
+    #[serde(skip)]
+    pub hooks_at: Location,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

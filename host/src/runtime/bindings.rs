@@ -36,3 +36,17 @@ pub mod driver_v0_1 {
 
 pub use driver_v0_2::berth::driver::types as driver_types;
 pub use driver_v0_2::berth::host;
+
+/// `berth:hook/hook@0.1.0`: third-party lifecycle hooks. They import only `berth:host/log`
+/// (plus WASI, which the sandbox narrows to the task's `local/` directory).
+pub mod hook_v0_1 {
+    wasmtime::component::bindgen!({
+        world: "berth:hook/hook@0.1.0",
+        path: ["../wit/host", "../wit/hook"],
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: {
+            "berth:host": super::driver_v0_2::berth::host,
+        },
+    });
+}

@@ -12,6 +12,7 @@
 pub mod bindings;
 pub mod cache;
 pub mod driver;
+pub mod hook;
 pub mod sandbox;
 
 use std::path::PathBuf;

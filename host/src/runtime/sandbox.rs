@@ -146,6 +146,41 @@ pub fn new_store(
     let SandboxLimits { memory_max, .. } = *runtime.limits();
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
     let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
+    build_store(runtime, plugin, task, budget, memory_max, wasi, stderr)
+}
+
+/// A store for one hook call: like [`new_store`], with the hook's own limits and one
+/// directory (the task's `local/`) preopened at `/local`.
+pub fn new_hook_store(
+    runtime: &Runtime,
+    plugin: PluginIdentity,
+    budget: Duration,
+    memory_max: usize,
+    local_dir: &std::path::Path,
+) -> wasmtime::Result<Store<PluginCtx>> {
+    let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+    let wasi = WasiCtx::builder()
+        .stderr(stderr.clone())
+        .preopened_dir(
+            local_dir,
+            "/local",
+            wasmtime_wasi::filesystem::FsPerms::ReadWrite,
+        )?
+        .build();
+    Ok(build_store(
+        runtime, plugin, None, budget, memory_max, wasi, stderr,
+    ))
+}
+
+fn build_store(
+    runtime: &Runtime,
+    plugin: PluginIdentity,
+    task: Option<TaskScope>,
+    budget: Duration,
+    memory_max: usize,
+    wasi: WasiCtx,
+    stderr: MemoryOutputPipe,
+) -> Store<PluginCtx> {
     let ctx = PluginCtx {
         wasi,
         table: ResourceTable::new(),

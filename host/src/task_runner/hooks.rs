@@ -11,13 +11,15 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::alloc_runner::alloc_dir::AllocDir;
 use crate::alloc_runner::hook_resources::HookResources;
 use crate::config::AgentConfig;
+use crate::events::EventKind;
 use crate::jobspec::{Group, Job, Task};
-use crate::runtime::driver::Driver;
+use crate::runtime::driver::{Driver, ExitResult};
+use crate::runtime::hook::Hook;
 use crate::runtime::sandbox::HandedMount;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -32,6 +34,17 @@ pub struct TaskHookContext {
     pub driver: Arc<Driver>,
     pub config: Arc<AgentConfig>,
     pub resources: Arc<HookResources>,
+    /// The operator's WASM hooks that run for this task, in order.
+    pub plugin_hooks: Vec<Arc<Hook>>,
+    /// Events hooks want shown; the runner emits them after each hook phase.
+    pub reports: Arc<Mutex<Vec<(EventKind, String)>>>,
+}
+
+impl TaskHookContext {
+    /// Queues a task event from a hook.
+    pub fn report(&self, kind: EventKind, message: impl Into<String>) {
+        self.reports.lock().unwrap().push((kind, message.into()));
+    }
 }
 
 /// What prestart hooks build up for the driver.
@@ -46,7 +59,8 @@ pub struct TaskPrepare {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{hook}: {message}")]
 pub struct HookError {
-    pub hook: &'static str,
+    /// `task_dir`, or for a WASM hook its label (`hook "policy" (/h/policy.wasm)`).
+    pub hook: String,
     pub message: String,
 }
 
@@ -65,7 +79,12 @@ pub trait TaskHook: Send + Sync {
         Box::pin(async {})
     }
 
-    fn exited<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
+    /// `exit` is `None` when the driver could not say how the task ended.
+    fn exited<'a>(
+        &'a self,
+        _ctx: &'a TaskHookContext,
+        _exit: Option<&'a ExitResult>,
+    ) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
 
@@ -74,10 +93,12 @@ pub trait TaskHook: Send + Sync {
     }
 }
 
-/// The hooks, in the order they run. Later hooks see what earlier ones prepared.
+/// The hooks, in the order they run. Later hooks see what earlier ones prepared: the
+/// operator's WASM hooks run last, with the task's env and mounts in hand.
 pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
     vec![
         Box::new(super::task_dir_hook::TaskDirHook),
         Box::new(super::volumes_hook::VolumesHook),
+        Box::new(super::wasm_hooks::WasmHooks),
     ]
 }

@@ -10,6 +10,7 @@
 pub mod hooks;
 mod task_dir_hook;
 mod volumes_hook;
+mod wasm_hooks;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -104,6 +105,14 @@ impl TaskRunner {
             current.failed = failed;
         }
         self.persist();
+    }
+
+    /// Emits the events hooks queued.
+    fn flush_reports(&self) {
+        let reports = std::mem::take(&mut *self.ctx.reports.lock().unwrap());
+        for (kind, message) in reports {
+            self.emit(kind, message);
+        }
     }
 
     fn persist(&self) {
@@ -253,7 +262,9 @@ impl TaskRunner {
         self.emit(EventKind::TaskSetup, "Building Task Directory");
         let mut prepare = TaskPrepare::default();
         for hook in &self.hooks {
-            if let Err(error) = hook.prestart(&self.ctx, &mut prepare).await {
+            let result = hook.prestart(&self.ctx, &mut prepare).await;
+            self.flush_reports();
+            if let Err(error) = result {
                 self.emit(EventKind::SetupFailure, error.to_string());
                 return Err(RunOnce::SetupFailed);
             }
@@ -297,6 +308,7 @@ impl TaskRunner {
         for hook in &self.hooks {
             hook.poststart(&self.ctx).await;
         }
+        self.flush_reports();
         Ok(handle)
     }
 
@@ -329,9 +341,14 @@ impl TaskRunner {
                 RunOnce::Stopped
             }
         };
+        let exit = match &outcome {
+            RunOnce::Exited(exit) => *exit,
+            _ => None,
+        };
         for hook in &self.hooks {
-            hook.exited(&self.ctx).await;
+            hook.exited(&self.ctx, exit.as_ref()).await;
         }
+        self.flush_reports();
         if let Err(error) = driver.destroy_task(&handle, true).await {
             tracing::warn!(task = %task.name, %error, "destroying the task's driver state");
         }
@@ -365,6 +382,7 @@ impl TaskRunner {
         for hook in &self.hooks {
             hook.stop(&self.ctx).await;
         }
+        self.flush_reports();
         let task = &self.ctx.task;
         self.emit(
             EventKind::Killing,

@@ -22,7 +22,7 @@ impl TaskHook for TaskDirHook {
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
             let fail = |e: std::io::Error| HookError {
-                hook: "task_dir",
+                hook: "task_dir".into(),
                 message: format!("building the task directory: {e}"),
             };
             ctx.alloc_dir.build().map_err(fail)?;

@@ -21,7 +21,7 @@ impl TaskHook for VolumesHook {
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
             let fail = |message: String| HookError {
-                hook: "volumes",
+                hook: "volumes".into(),
                 message,
             };
             for mount in &ctx.task.volume_mounts {

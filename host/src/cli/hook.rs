@@ -1,0 +1,71 @@
+//! `berth hook list`.
+
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use crate::hook_set::HookSet;
+use crate::runtime::hook::HookSpec;
+
+#[derive(Serialize)]
+struct Row<'a> {
+    #[serde(flatten)]
+    spec: &'a HookSpec,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+}
+
+pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode> {
+    let mut rows: Vec<Row> = hooks
+        .loaded()
+        .iter()
+        .map(|h| Row {
+            spec: h.spec(),
+            status: "loaded",
+            reason: None,
+        })
+        .collect();
+    rows.extend(hooks.refused().iter().map(|(spec, reason)| Row {
+        spec,
+        status: "refused",
+        reason: Some(reason),
+    }));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!(
+            "No hooks are declared (add `hook \"name\" {{ path = ... }}` to the agent config)"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} Path",
+        "Name", "Status", "Timeout", "Memory", "OnFailure", "Applies"
+    );
+    for row in &rows {
+        let spec = row.spec;
+        println!(
+            "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} {}",
+            spec.name,
+            row.status,
+            format!("{:?}", spec.timeout),
+            format!("{}MiB", spec.memory_max >> 20),
+            format!("{:?}", spec.on_failure).to_lowercase(),
+            if spec.all_tasks {
+                "all tasks"
+            } else {
+                "opt-in"
+            },
+            spec.path.display()
+        );
+    }
+    for row in &rows {
+        if let Some(reason) = row.reason {
+            println!("\n{reason}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

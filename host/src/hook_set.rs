@@ -1,0 +1,89 @@
+//! The WASM lifecycle hooks the operator declared in the agent config, loaded once. A
+//! hook that fails to load is refused with its reason and everything else keeps
+//! working; a job that names it fails validation with that reason.
+
+use std::sync::Arc;
+
+use crate::jobspec::Task;
+use crate::runtime::Runtime;
+use crate::runtime::hook::{Hook, HookSpec};
+
+#[derive(Clone, Default)]
+pub struct HookSet {
+    loaded: Arc<Vec<Arc<Hook>>>,
+    refused: Arc<Vec<(HookSpec, String)>>,
+}
+
+impl HookSet {
+    pub async fn load(runtime: &Runtime, specs: &[HookSpec]) -> HookSet {
+        let mut loaded = Vec::new();
+        let mut refused = Vec::new();
+        for spec in specs {
+            match Hook::load(runtime, spec.clone()).await {
+                Ok(hook) => loaded.push(Arc::new(hook)),
+                Err(error) => {
+                    tracing::error!("refused a hook: {error}");
+                    refused.push((spec.clone(), error.to_string()));
+                }
+            }
+        }
+        HookSet {
+            loaded: Arc::new(loaded),
+            refused: Arc::new(refused),
+        }
+    }
+
+    pub fn loaded(&self) -> &[Arc<Hook>] {
+        &self.loaded
+    }
+
+    /// Hooks that did not load, with why.
+    pub fn refused(&self) -> &[(HookSpec, String)] {
+        &self.refused
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Hook>> {
+        self.loaded.iter().find(|h| h.name() == name)
+    }
+
+    /// Why a declared hook is not usable, or a list of what is, for a name nobody
+    /// declared. `None` when the hook is loaded.
+    pub fn problem_with(&self, name: &str) -> Option<String> {
+        if self.get(name).is_some() {
+            return None;
+        }
+        if let Some((_, reason)) = self.refused.iter().find(|(spec, _)| spec.name == name) {
+            return Some(format!(
+                "hook {name:?} did not load on this agent: {reason}"
+            ));
+        }
+        let names: Vec<&str> = self.loaded.iter().map(|h| h.name()).collect();
+        Some(format!(
+            "unknown hook {name:?} ({})",
+            if names.is_empty() {
+                "this agent loads no hooks".to_string()
+            } else {
+                format!("this agent has: {}", names.join(", "))
+            }
+        ))
+    }
+
+    /// The hooks that run for `task`, in order: the operator's `all_tasks` hooks, then
+    /// the ones the task names; each once.
+    pub fn for_task(&self, task: &Task) -> Vec<Arc<Hook>> {
+        let mut hooks: Vec<Arc<Hook>> = self
+            .loaded
+            .iter()
+            .filter(|h| h.spec().all_tasks)
+            .cloned()
+            .collect();
+        for name in &task.hooks {
+            if let Some(hook) = self.get(name)
+                && !hooks.iter().any(|h| h.name() == name)
+            {
+                hooks.push(hook.clone());
+            }
+        }
+        hooks
+    }
+}

@@ -1,0 +1,531 @@
+//! Third-party lifecycle hooks as components (`berth:hook/hook@0.1.0`): loading, and
+//! every call in a fresh sandboxed instance with the hook's own limits.
+//!
+//! The sandbox: WASI with only the task's `local/` directory preopened (at `/local`),
+//! no environment, no arguments, no network; a deadline per call (epoch interruption
+//! for guest time, a wall-clock bound for everything else); a memory cap. What a hook
+//! returns is bounded ([`Bounds`]) and its files are written by the host, beneath
+//! `local/` only ([`write_beneath`]).
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, Linker};
+
+use super::Runtime;
+use super::bindings::hook_v0_1::{self as wit, Hook as HookBindings, HookPre};
+use super::sandbox::{self, Fault, PluginCtx, PluginIdentity};
+
+/// What a failing hook does to its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// The task fails with the hook's message (the default).
+    Fail,
+    /// The task proceeds; an event says the hook failed and was ignored.
+    Ignore,
+}
+
+/// A hook as the operator declared it in the agent config.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HookSpec {
+    pub name: String,
+    pub path: PathBuf,
+    pub config: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub memory_max: usize,
+    pub on_failure: OnFailure,
+    /// Runs for every task, not only for tasks that name it in `hooks`.
+    pub all_tasks: bool,
+}
+
+impl HookSpec {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    pub const DEFAULT_MEMORY_MAX: usize = 32 << 20;
+}
+
+/// Limits on what a hook may return from prestart.
+pub struct Bounds;
+
+impl Bounds {
+    pub const ENV_VARS: usize = 64;
+    pub const ENV_KEY_BYTES: usize = 128;
+    pub const ENV_VALUE_BYTES: usize = 4096;
+    pub const FILES: usize = 16;
+    pub const FILE_BYTES: usize = 1 << 20;
+    pub const EVENTS: usize = 8;
+    pub const EVENT_CHARS: usize = 512;
+    pub const PATH_DEPTH: usize = 8;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookLoadError {
+    #[error("hook {name:?}: cannot read {path}: {source}")]
+    Read {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("hook {name:?}: {path} is not a valid WebAssembly component: {reason}")]
+    Invalid {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("hook {name:?}: {path} is not a berth hook: {reason}")]
+    WrongWorld {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// Why a hook call did not give a usable answer. Displayed after the hook's label.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    /// The hook returned an error: its reason is for the user.
+    #[error("{0}")]
+    Refused(String),
+    #[error("{fault} (during {call})")]
+    Fault { call: &'static str, fault: Fault },
+    #[error("returned too much: {0}")]
+    TooMuch(String),
+    #[error("asked for something it may not have: {0}")]
+    Denied(String),
+    #[error("could not be run: {0}")]
+    Setup(String),
+}
+
+/// What a prestart call changes for the task, checked against [`Bounds`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrestartOutput {
+    pub env: Vec<(String, String)>,
+    pub files: Vec<PathBuf>,
+    pub events: Vec<String>,
+}
+
+/// What a hook is told about the task.
+#[derive(Debug, Clone, Default)]
+pub struct HookTaskContext {
+    pub job_name: String,
+    pub group_name: String,
+    pub task_name: String,
+    pub alloc_id: String,
+    pub driver: String,
+    pub task_config: String,
+    pub env: Vec<(String, String)>,
+    pub meta: Vec<(String, String)>,
+    pub volumes: Vec<(String, String, bool)>,
+}
+
+/// The lifecycle notifications after prestart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notification {
+    Poststart,
+    Exited {
+        exit_code: i32,
+        signal: i32,
+        failed: bool,
+    },
+    Stop,
+}
+
+/// A loaded hook.
+pub struct Hook {
+    runtime: Runtime,
+    spec: HookSpec,
+    pre: HookPre<PluginCtx>,
+}
+
+impl Hook {
+    pub async fn load(runtime: &Runtime, spec: HookSpec) -> Result<Hook, HookLoadError> {
+        let bytes = std::fs::read(&spec.path).map_err(|source| HookLoadError::Read {
+            name: spec.name.clone(),
+            path: spec.path.clone(),
+            source,
+        })?;
+        let invalid = |reason: String| HookLoadError::Invalid {
+            name: spec.name.clone(),
+            path: spec.path.clone(),
+            reason,
+        };
+        let component = runtime
+            .cache()
+            .load(runtime.engine(), &bytes)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let mut linker: Linker<PluginCtx> = Linker::new(runtime.engine());
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| {
+                super::bindings::host::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |c| c)
+            })
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let wrong_world = |reason: String| HookLoadError::WrongWorld {
+            name: spec.name.clone(),
+            path: spec.path.clone(),
+            reason,
+        };
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+            wrong_world(format!(
+                "it imports something the hook sandbox does not offer (hooks get WASI and \
+                 berth:host/log only): {e:#}"
+            ))
+        })?;
+        let pre = HookPre::new(instance_pre).map_err(|e| {
+            wrong_world(format!(
+                "it does not export berth:hook/lifecycle@0.1.0 ({e:#})"
+            ))
+        })?;
+        Ok(Hook {
+            runtime: runtime.clone(),
+            spec,
+            pre,
+        })
+    }
+
+    pub fn spec(&self) -> &HookSpec {
+        &self.spec
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// `hook "policy" (/etc/berth/policy.wasm)`: how messages name a hook.
+    pub fn label(&self) -> String {
+        format!("hook {:?} ({})", self.spec.name, self.spec.path.display())
+    }
+
+    /// Calls prestart, checks what came back, and writes the hook's files beneath
+    /// `local_dir`.
+    pub async fn prestart(
+        &self,
+        context: &HookTaskContext,
+        local_dir: &Path,
+    ) -> Result<PrestartOutput, HookFailure> {
+        let wit_context = self.wit_context(context);
+        let response = self
+            .call("prestart", local_dir, async |store, b| {
+                b.berth_hook_lifecycle()
+                    .call_prestart(store, &wit_context)
+                    .await
+            })
+            .await?
+            .map_err(|reason| HookFailure::Refused(clip(&reason, Bounds::EVENT_CHARS)))?;
+        let output = check_response(&response)?;
+        for file in &response.files {
+            write_beneath(local_dir, Path::new(&file.path), &file.contents)
+                .map_err(HookFailure::Denied)?;
+        }
+        Ok(output)
+    }
+
+    pub async fn notify(
+        &self,
+        notification: Notification,
+        context: &HookTaskContext,
+        local_dir: &Path,
+    ) -> Result<(), HookFailure> {
+        let wit_context = self.wit_context(context);
+        match notification {
+            Notification::Poststart => {
+                self.call("poststart", local_dir, async |store, b| {
+                    b.berth_hook_lifecycle()
+                        .call_poststart(store, &wit_context)
+                        .await
+                })
+                .await
+            }
+            Notification::Stop => {
+                self.call("stop", local_dir, async |store, b| {
+                    b.berth_hook_lifecycle()
+                        .call_stop(store, &wit_context)
+                        .await
+                })
+                .await
+            }
+            Notification::Exited {
+                exit_code,
+                signal,
+                failed,
+            } => {
+                let exit = wit::berth::hook::types::ExitInfo {
+                    exit_code,
+                    signal,
+                    failed,
+                };
+                self.call("exited", local_dir, async |store, b| {
+                    b.berth_hook_lifecycle()
+                        .call_exited(store, &wit_context, exit)
+                        .await
+                })
+                .await
+            }
+        }
+    }
+
+    fn wit_context(&self, context: &HookTaskContext) -> wit::berth::hook::types::TaskContext {
+        wit::berth::hook::types::TaskContext {
+            job_name: context.job_name.clone(),
+            group_name: context.group_name.clone(),
+            task_name: context.task_name.clone(),
+            alloc_id: context.alloc_id.clone(),
+            driver: context.driver.clone(),
+            task_config: context.task_config.clone(),
+            env: context.env.clone(),
+            meta: context.meta.clone(),
+            volumes: context
+                .volumes
+                .iter()
+                .map(
+                    |(name, destination, read_only)| wit::berth::hook::types::Volume {
+                        name: name.clone(),
+                        destination: destination.clone(),
+                        read_only: *read_only,
+                    },
+                )
+                .collect(),
+            hook_config: self.spec.config.clone(),
+        }
+    }
+
+    /// One call in a fresh instance with the hook's limits.
+    async fn call<R>(
+        &self,
+        call: &'static str,
+        local_dir: &Path,
+        body: impl AsyncFnOnce(&mut Store<PluginCtx>, &HookBindings) -> wasmtime::Result<R>,
+    ) -> Result<R, HookFailure> {
+        let identity = PluginIdentity {
+            name: self.spec.name.as_str().into(),
+            may_mount: false,
+        };
+        let mut store = sandbox::new_hook_store(
+            &self.runtime,
+            identity,
+            self.spec.timeout,
+            self.spec.memory_max,
+            local_dir,
+        )
+        .map_err(|e| HookFailure::Setup(format!("preopening {}: {e}", local_dir.display())))?;
+        let run = async {
+            let bindings = self.pre.instantiate_async(&mut store).await?;
+            body(&mut store, &bindings).await
+        };
+        // Guest time is bounded by the epoch deadline; the wall-clock bound covers a
+        // guest blocked in a WASI wait (a sleep, a poll).
+        let outcome = match tokio::time::timeout(self.spec.timeout, run).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                return Err(HookFailure::Fault {
+                    call,
+                    fault: Fault::Deadline(self.spec.timeout),
+                });
+            }
+        };
+        outcome.map_err(|error| HookFailure::Fault {
+            call,
+            fault: sandbox::classify(&error, store.data()),
+        })
+    }
+}
+
+fn check_response(
+    response: &wit::berth::hook::types::PrestartResponse,
+) -> Result<PrestartOutput, HookFailure> {
+    let too_much = |what: String| Err(HookFailure::TooMuch(what));
+    if response.env.len() > Bounds::ENV_VARS {
+        return too_much(format!(
+            "{} environment variables (at most {})",
+            response.env.len(),
+            Bounds::ENV_VARS
+        ));
+    }
+    for (key, value) in &response.env {
+        let valid_key = !key.is_empty()
+            && key.len() <= Bounds::ENV_KEY_BYTES
+            && !key.contains('=')
+            && !key.contains('\0');
+        if !valid_key {
+            return Err(HookFailure::Denied(format!(
+                "environment variable name {:?} (1 to {} bytes, no '=' or NUL)",
+                clip(key, 64),
+                Bounds::ENV_KEY_BYTES
+            )));
+        }
+        if value.len() > Bounds::ENV_VALUE_BYTES || value.contains('\0') {
+            return too_much(format!(
+                "environment variable {key} of {} bytes (at most {}, no NUL)",
+                value.len(),
+                Bounds::ENV_VALUE_BYTES
+            ));
+        }
+    }
+    if response.files.len() > Bounds::FILES {
+        return too_much(format!(
+            "{} files (at most {})",
+            response.files.len(),
+            Bounds::FILES
+        ));
+    }
+    let mut files = Vec::new();
+    for file in &response.files {
+        if file.contents.len() > Bounds::FILE_BYTES {
+            return too_much(format!(
+                "file {:?} of {} bytes (at most {})",
+                clip(&file.path, 128),
+                file.contents.len(),
+                Bounds::FILE_BYTES
+            ));
+        }
+        files.push(checked_relative(&file.path).map_err(HookFailure::Denied)?);
+    }
+    if response.events.len() > Bounds::EVENTS {
+        return too_much(format!(
+            "{} events (at most {})",
+            response.events.len(),
+            Bounds::EVENTS
+        ));
+    }
+    Ok(PrestartOutput {
+        env: response.env.clone(),
+        files,
+        events: response
+            .events
+            .iter()
+            .map(|e| clip(e, Bounds::EVENT_CHARS))
+            .collect(),
+    })
+}
+
+/// A path made only of plain names: not absolute, no `..`, no `.`, not too deep.
+fn checked_relative(path: &str) -> Result<PathBuf, String> {
+    let shown = clip(path, 128);
+    let parsed = Path::new(path);
+    if path.is_empty() || path.contains('\0') {
+        return Err(format!("file path {shown:?} is empty or has a NUL"));
+    }
+    let mut depth = 0;
+    for component in parsed.components() {
+        match component {
+            Component::Normal(_) => depth += 1,
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "file path {shown:?} is absolute; paths are relative to local/"
+                ));
+            }
+            Component::ParentDir | Component::CurDir => {
+                return Err(format!(
+                    "file path {shown:?} leaves (or wanders in) local/; use plain names"
+                ));
+            }
+        }
+    }
+    if depth > Bounds::PATH_DEPTH {
+        return Err(format!(
+            "file path {shown:?} is deeper than {} levels",
+            Bounds::PATH_DEPTH
+        ));
+    }
+    Ok(parsed.to_path_buf())
+}
+
+/// Writes `contents` at `relative` beneath `root`, creating parent directories. The
+/// kernel resolves every step beneath `root` and refuses symlinks
+/// (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so a link planted in the task dir cannot
+/// redirect the write.
+pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<(), String> {
+    let relative = checked_relative(&relative.to_string_lossy())?;
+    let shown = relative.display().to_string();
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let refuse = |e: rustix::io::Errno| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => {
+            format!("file path {shown:?} goes through a symlink or out of local/")
+        }
+        // O_DIRECTORY | O_NOFOLLOW on a symlink to a directory.
+        rustix::io::Errno::NOTDIR => {
+            format!("file path {shown:?} goes through a symlink or a non-directory")
+        }
+        other => format!("writing {shown:?} in local/: {other}"),
+    };
+    let mut dir = rustix::fs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("opening {}: {e}", root.display()))?;
+    let mut parts: Vec<_> = relative.components().collect();
+    let name = parts.pop().expect("checked_relative allows no empty path");
+    for part in parts {
+        let open_dir = |dir: &rustix::fd::OwnedFd| {
+            rustix::fs::openat2(
+                dir,
+                part.as_os_str(),
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+                resolve,
+            )
+        };
+        dir = match open_dir(&dir) {
+            Ok(next) => next,
+            Err(rustix::io::Errno::NOENT) => {
+                rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o755))
+                    .map_err(refuse)?;
+                open_dir(&dir).map_err(refuse)?
+            }
+            Err(e) => return Err(refuse(e)),
+        };
+    }
+    let file = rustix::fs::openat2(
+        &dir,
+        name.as_os_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o644),
+        resolve,
+    )
+    .map_err(refuse)?;
+    let mut file = std::fs::File::from(file);
+    std::io::Write::write_all(&mut file, contents).map_err(|e| format!("writing {shown:?}: {e}"))
+}
+
+/// At most `max` characters of `text`, marked when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut clipped: String = text.chars().take(max).collect();
+    clipped.push('…');
+    clipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_must_stay_plain_and_relative() {
+        assert!(checked_relative("app.conf").is_ok());
+        assert!(checked_relative("conf.d/app.conf").is_ok());
+        for bad in ["/etc/passwd", "../x", "a/../../x", "./a", "", "a\0b"] {
+            assert!(checked_relative(bad).is_err(), "{bad:?}");
+        }
+        assert!(checked_relative(&"d/".repeat(9).to_string()).is_err());
+    }
+
+    #[test]
+    fn writes_stay_beneath_the_root_even_through_planted_symlinks() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("target"), root.path().join("file-link"))
+            .unwrap();
+        write_beneath(root.path(), Path::new("a/b/c.txt"), b"ok").unwrap();
+        assert_eq!(std::fs::read(root.path().join("a/b/c.txt")).unwrap(), b"ok");
+        let through_dir = write_beneath(root.path(), Path::new("link/x"), b"no").unwrap_err();
+        assert!(through_dir.contains("symlink"), "{through_dir}");
+        let through_file = write_beneath(root.path(), Path::new("file-link"), b"no").unwrap_err();
+        assert!(through_file.contains("symlink"), "{through_file}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+}

@@ -1,0 +1,360 @@
+//! Third-party WASM lifecycle hooks end to end: the example hooks change what a task
+//! sees, and hostile ones are contained with a readable event while a healthy alloc on
+//! the same agent is unaffected.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth::agent::{Agent, AgentOptions, StateLocation};
+use berth::alloc_runner::{AllocStatus, ClientStatus};
+use berth::builtin::test_components as components;
+use berth::config::AgentConfig;
+use berth::driver_set::DriverSet;
+use berth::events::EventKind;
+use berth::hook_set::HookSet;
+use berth::runtime::hook::{HookSpec, OnFailure};
+
+use crate::support;
+
+fn spec(name: &str, path: &str, config: &[(&str, &str)]) -> HookSpec {
+    HookSpec {
+        name: name.to_string(),
+        path: PathBuf::from(path),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        timeout: Duration::from_millis(500),
+        memory_max: 16 << 20,
+        on_failure: OnFailure::Fail,
+        all_tasks: false,
+    }
+}
+
+struct HookAgent {
+    agent: Arc<Agent>,
+    _dir: tempfile::TempDir,
+}
+
+async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-hooks")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let hook_set = HookSet::load(&runtime, &hooks).await;
+    let config = AgentConfig {
+        hooks,
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(AgentOptions {
+        data_dir: dir.path().to_path_buf(),
+        config,
+        drivers,
+        hooks: hook_set,
+        state: StateLocation::Memory,
+    })
+    .await
+    .unwrap();
+    HookAgent { agent, _dir: dir }
+}
+
+/// Runs a job to the end and returns its first alloc.
+async fn run(agent: &Agent, source: &str) -> AllocStatus {
+    let submitted = agent.submit("job.hcl", source).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), agent.wait_job(&submitted.job_id))
+        .await
+        .expect("the job finished");
+    agent.alloc(&submitted.alloc_ids[0]).unwrap()
+}
+
+fn messages(status: &AllocStatus, task: &str) -> Vec<String> {
+    status.tasks[task]
+        .events
+        .iter()
+        .map(|e| format!("{}: {}", e.kind, e.message))
+        .collect()
+}
+
+fn batch(name: &str, task: &str) -> String {
+    format!(
+        "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n      mode = \"fail\"\n    }}\n{task}  }}\n}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
+    let mut policy = spec(
+        "policy",
+        components::DENY_POLICY_HOOK,
+        &[("deny_drivers", "raw_exec")],
+    );
+    policy.all_tasks = true;
+    let hooks = vec![
+        policy,
+        spec("inject-env", components::INJECT_ENV_HOOK, &[]),
+        spec(
+            "render",
+            components::RENDER_TEMPLATE_HOOK,
+            &[
+                (
+                    "template",
+                    "job={{ job }} tier={{ meta.tier }} seen={{ env.APP_TIER }}\n",
+                ),
+                ("destination", "conf/app.conf"),
+            ],
+        ),
+    ];
+    let h = agent_with(hooks).await;
+    let task = r#"    task "app" {
+      driver = "exec"
+      hooks  = ["inject-env", "render"]
+      meta { tier = "gold" }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo env=$APP_TIER; cat /local/conf/app.conf"]
+      }
+    }
+"#;
+    let status = run(&h.agent, &batch("hooked", task)).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/app.stdout.0")).unwrap();
+    assert_eq!(stdout, "env=gold\njob=hooked tier=gold seen=gold\n");
+    let events = messages(&status, "app");
+    assert!(
+        events.contains(&"Task Hook: hook \"inject-env\": injected 1 variable(s) from meta".into()),
+        "{events:#?}"
+    );
+    assert!(
+        events.contains(&"Task Hook: hook \"render\" wrote local/conf/app.conf".into()),
+        "{events:#?}"
+    );
+
+    // The policy applies to every task and refuses raw_exec, with its reason.
+    let denied = r#"    task "shell" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+"#;
+    let status = run(&h.agent, &batch("denied", denied)).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    let events = messages(&status, "shell");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Setup Failure: hook \"policy\"")
+                && e.ends_with(
+                    "task \"shell\" uses driver \"raw_exec\", which this node's policy denies"
+                )),
+        "{events:#?}"
+    );
+    assert!(!events.iter().any(|e| e.starts_with("Started")));
+
+    // A job naming a hook the agent does not have is refused at submit.
+    let unknown = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"nope\"]\n    }\n";
+    let error = h
+        .agent
+        .submit("unknown.hcl", &batch("unknown", unknown))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("unknown hook \"nope\" (this agent has: policy, inject-env, render)"),
+        "{error}"
+    );
+}
+
+/// Each hostile behaviour, the words its Setup Failure must contain, and how long the
+/// task may take to fail.
+const HOSTILE: &[(&str, &str, u64)] = &[
+    (
+        "loop",
+        "ran past its deadline of 500ms and was stopped (during prestart)",
+        5,
+    ),
+    (
+        "sleep",
+        "ran past its deadline of 500ms and was stopped (during prestart)",
+        5,
+    ),
+    ("hog", "tried to use more than its memory cap of 16 MiB", 5),
+    ("trap", "crashed: ", 5),
+    (
+        "flood",
+        "returned too much: 100000 environment variables (at most 64)",
+        5,
+    ),
+    (
+        "escape-dotdot",
+        "file path \"../escaped\" leaves (or wanders in) local/",
+        5,
+    ),
+    (
+        "escape-absolute",
+        "file path \"/tmp/escaped\" is absolute",
+        5,
+    ),
+    (
+        "escape-symlink",
+        "file path \"link/escaped\" goes through a symlink",
+        5,
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
+    let outside = tempfile::Builder::new()
+        .prefix("berth-e2e-outside")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut hooks: Vec<HookSpec> = HOSTILE
+        .iter()
+        .map(|(behave, _, _)| spec(behave, components::HOSTILE_HOOK, &[("behave", behave)]))
+        .collect();
+    hooks.push(spec(
+        "wasi-escape",
+        components::HOSTILE_HOOK,
+        &[("behave", "wasi-escape")],
+    ));
+    let mut ignored = spec("ignored", components::HOSTILE_HOOK, &[("behave", "trap")]);
+    ignored.on_failure = OnFailure::Ignore;
+    hooks.push(ignored);
+    let h = agent_with(hooks).await;
+
+    // A healthy service alloc keeps running beside the hostile ones.
+    let healthy = h
+        .agent
+        .submit(
+            "healthy.hcl",
+            "job \"healthy\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n    }\n  }\n}\n",
+        )
+        .await
+        .unwrap();
+
+    // The prestart task plants `local/link` -> a dir outside, before the hooks run.
+    let plant = |victim: &str| {
+        format!(
+            "    task \"plant\" {{\n      driver = \"raw_exec\"\n      lifecycle {{ hook = \"prestart\" }}\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../{victim}/local && ln -s {} $NOMAD_ALLOC_DIR/../{victim}/local/link\"]\n      }}\n    }}\n",
+            outside.path().display()
+        )
+    };
+    let mut runs = Vec::new();
+    for (behave, expected, within) in HOSTILE {
+        let task = format!(
+            "{}    task \"victim\" {{\n      driver = \"exec\"\n      hooks = [\"{behave}\"]\n      config {{ command = \"/bin/true\" }}\n    }}\n",
+            plant("victim")
+        );
+        let agent = h.agent.clone();
+        let source = batch(&format!("hostile-{behave}"), &task);
+        runs.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let status = run(&agent, &source).await;
+            (*behave, *expected, *within, started.elapsed(), status)
+        }));
+    }
+    for run in runs {
+        let (behave, expected, within, took, status) = run.await.unwrap();
+        assert_eq!(status.client_status, ClientStatus::Failed, "{behave}");
+        let events = messages(&status, "victim");
+        let failure = events
+            .iter()
+            .find(|e| e.starts_with("Setup Failure: "))
+            .unwrap_or_else(|| panic!("{behave}: {events:#?}"));
+        assert!(
+            failure.contains(&format!("hook \"{behave}\"")) && failure.contains(expected),
+            "{behave}: {failure}"
+        );
+        assert!(took < Duration::from_secs(within), "{behave} took {took:?}");
+        assert!(!events.iter().any(|e| e.starts_with("Started")), "{behave}");
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "something was written outside local/"
+    );
+
+    // Through WASI itself the hook reaches nothing outside /local either.
+    let task = format!(
+        "{}    task \"victim\" {{\n      driver = \"mock\"\n      hooks = [\"wasi-escape\"]\n      config {{ run_for = \"0s\" }}\n    }}\n",
+        plant("victim")
+    );
+    let status = run(&h.agent, &batch("wasi", &task)).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let events = messages(&status, "victim");
+    assert!(
+        events.iter().any(|e| e.contains(
+            "hook \"wasi-escape\": contained: 4 attempts outside /local denied; inside write ok: true"
+        )),
+        "{events:#?}"
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+
+    // on_failure = "ignore": the task runs, and the event says the hook was ignored.
+    let task = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"ignored\"]\n      config { run_for = \"0s\" }\n    }\n";
+    let status = run(&h.agent, &batch("ignoring", task)).await;
+    assert_eq!(status.client_status, ClientStatus::Complete);
+    let events = messages(&status, "t");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Task Hook: hook \"ignored\"")
+                && e.contains("failed and was ignored (on_failure = \"ignore\"): crashed: ")),
+        "{events:#?}"
+    );
+
+    // The healthy alloc never noticed.
+    let status = h.agent.alloc(&healthy.alloc_ids[0]).unwrap();
+    assert_eq!(status.client_status, ClientStatus::Running);
+    assert_eq!(status.tasks["t"].restarts, 0);
+    assert!(
+        status.tasks["t"]
+            .events
+            .iter()
+            .all(|e| e.kind != EventKind::SetupFailure)
+    );
+    h.agent.stop_job("healthy").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_hook_files_are_refused_at_load_and_the_rest_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, "not a component").unwrap();
+    let runtime = support::runtime();
+    let hooks = HookSet::load(
+        &runtime,
+        &[
+            spec("missing", "/nonexistent/hook.wasm", &[]),
+            spec("garbage", garbage.to_str().unwrap(), &[]),
+            // A driver imports berth:host/process, which hooks are not offered.
+            spec("a-driver", components::MISBEHAVE, &[]),
+            spec("fine", components::INJECT_ENV_HOOK, &[]),
+        ],
+    )
+    .await;
+    let names: Vec<&str> = hooks.loaded().iter().map(|h| h.name()).collect();
+    assert_eq!(names, vec!["fine"]);
+    let reasons: Vec<&str> = hooks.refused().iter().map(|(_, r)| r.as_str()).collect();
+    assert!(
+        reasons[0].starts_with("hook \"missing\": cannot read /nonexistent/hook.wasm"),
+        "{}",
+        reasons[0]
+    );
+    assert!(
+        reasons[1].contains("is not a valid WebAssembly component"),
+        "{}",
+        reasons[1]
+    );
+    assert!(
+        reasons[2].contains("imports something the hook sandbox does not offer"),
+        "{}",
+        reasons[2]
+    );
+    assert_eq!(
+        hooks.problem_with("garbage").unwrap().split(':').next(),
+        Some("hook \"garbage\" did not load on this agent")
+    );
+}

@@ -89,7 +89,7 @@ async fn run() {
         hooks: berth::hook_set::HookSet::default(),
         config: config.clone(),
         store: store.clone(),
-        events: tokio::sync::mpsc::unbounded_channel().0,
+        events: tokio::sync::broadcast::channel(16).0,
     };
     let mock = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&on_disk)).await;
     let mock_memory = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&in_memory)).await;
@@ -128,7 +128,7 @@ async fn alloc_starts(jobspec: &str, shared: &NodeContext) -> Duration {
     let job = Arc::new(berth::jobspec::parse("bench.hcl", jobspec).unwrap());
     let mut times = Vec::with_capacity(ALLOCS);
     for index in 0..ALLOCS + 5 {
-        let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let (sender, mut events) = tokio::sync::broadcast::channel(64);
         let node = NodeContext {
             events: sender,
             ..shared.clone()
@@ -137,7 +137,7 @@ async fn alloc_starts(jobspec: &str, shared: &NodeContext) -> Duration {
         let alloc = AllocRunner::new(job.clone(), 0, index as u32, node).unwrap();
         let running = tokio::spawn(alloc.clone().run());
         let mut start_time = None;
-        while let Some(event) = events.recv().await {
+        while let Ok(event) = events.recv().await {
             if event.event.kind == EventKind::Started {
                 start_time = Some(started.elapsed());
                 break;

@@ -50,7 +50,7 @@ impl Agent {
 
     /// What an alloc runner of this agent shares, with state kept in memory.
     fn node(&self, drivers: DriverSet) -> NodeContext {
-        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let (events, _) = tokio::sync::broadcast::channel(1024);
         NodeContext {
             data_dir: self.path().join("data"),
             drivers,

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, watch};
 
 use crate::alloc_runner::{AllocRunner, AllocStatus, ClientStatus, NodeContext};
 use crate::config::AgentConfig;
@@ -163,9 +163,8 @@ impl Agent {
                 store
             }
         };
-        let (sender, receiver) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(4096);
-        tokio::spawn(forward_events(receiver, events.clone()));
+        tokio::spawn(log_events(events.subscribe()));
         let mut agent = Agent {
             node: NodeContext {
                 data_dir: options.data_dir,
@@ -173,7 +172,7 @@ impl Agent {
                 hooks: options.hooks,
                 config: Arc::new(options.config),
                 store: Arc::new(store),
-                events: sender,
+                events: events.clone(),
             },
             jobs: Mutex::default(),
             allocs: Mutex::default(),
@@ -540,14 +539,17 @@ fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
     finished
 }
 
-async fn forward_events(
-    mut receiver: mpsc::UnboundedReceiver<AllocEvent>,
-    events: broadcast::Sender<AllocEvent>,
-) {
-    while let Some(event) = receiver.recv().await {
-        tracing::info!(alloc = %event.alloc_id, task = %event.task, kind = %event.event.kind,
-            "{}", event.event.message);
-        let _ = events.send(event);
+/// Every task event also goes to the agent's log.
+async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {
+    loop {
+        match events.recv().await {
+            Ok(event) => tracing::info!(alloc = %event.alloc_id, task = %event.task,
+                kind = %event.event.kind, "{}", event.event.message),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!("the event log fell behind and skipped {missed} event(s)")
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, broadcast, watch};
 
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
@@ -105,7 +105,8 @@ pub struct NodeContext {
     pub hooks: HookSet,
     pub config: Arc<AgentConfig>,
     pub store: Arc<StateStore>,
-    pub events: mpsc::UnboundedSender<AllocEvent>,
+    /// Every task event, as it happens (sending never blocks; nobody listening is fine).
+    pub events: broadcast::Sender<AllocEvent>,
 }
 
 pub struct AllocRunner {

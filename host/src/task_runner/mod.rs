@@ -15,7 +15,7 @@ mod wasm_hooks;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, broadcast, watch};
 
 use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::jobspec::{JobType, RestartMode};
@@ -29,7 +29,7 @@ use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 pub struct EventSink {
     pub alloc_id: String,
     pub alloc_name: String,
-    pub sender: mpsc::UnboundedSender<AllocEvent>,
+    pub sender: broadcast::Sender<AllocEvent>,
     pub store: Arc<StateStore>,
     pub changed: Arc<Notify>,
 }

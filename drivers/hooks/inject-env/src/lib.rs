@@ -15,9 +15,17 @@ impl Hook for InjectEnv {
         for (key, value) in &context.meta {
             let name: String = key
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() {
+                        c.to_ascii_uppercase()
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
-            response.env.push((format!("{prefix}{name}"), value.clone()));
+            response
+                .env
+                .push((format!("{prefix}{name}"), value.clone()));
         }
         response.events.push(format!(
             "injected {} variable(s) from meta",

@@ -23,6 +23,11 @@ struct AgentProcess {
 
 impl AgentProcess {
     fn new() -> AgentProcess {
+        Self::with_config("")
+    }
+
+    /// An agent whose config has `extra` after its host volume.
+    fn with_config(extra: &str) -> AgentProcess {
         let dir = tempfile::Builder::new()
             .prefix("berth-e2e-agentproc")
             .tempdir_in("/tmp")
@@ -35,7 +40,7 @@ impl AgentProcess {
         )
         .unwrap();
         let config = format!(
-            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n",
+            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n{extra}",
             dir.path().display()
         );
         std::fs::write(dir.path().join("agent.hcl"), config).unwrap();
@@ -85,7 +90,7 @@ impl AgentProcess {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match self.client().get::<AgentSelf>("/v1/agent/self").await {
                 Ok(me) => return me,
@@ -110,6 +115,10 @@ impl AgentProcess {
     fn cli(&self, args: &[&str]) -> (i32, String, String) {
         let output = Command::new(env!("CARGO_BIN_EXE_berth"))
             .args(["--address", &self.address()])
+            .arg("--config")
+            .arg(self.path().join("agent.hcl"))
+            .arg("--data-dir")
+            .arg(self.path().join("data"))
             .args(args)
             .output()
             .unwrap();
@@ -445,4 +454,83 @@ fn the_cli_says_when_no_agent_is_listening() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr.contains("cannot reach the berth agent"), "{stderr}");
     assert!(stderr.contains("berth agent -dev"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
+    let hook = support::python_hook();
+    // Compile it once into the shared cache (a Python component takes seconds), so the
+    // agent below starts from the cache as it would on its second start.
+    let warm = berth::hook_set::HookSet::load(
+        &support::runtime(),
+        &[berth::runtime::hook::HookSpec {
+            name: "warm".into(),
+            path: hook.clone(),
+            config: Vec::new(),
+            timeout: std::time::Duration::from_secs(10),
+            memory_max: 256 << 20,
+            on_failure: berth::runtime::hook::OnFailure::Fail,
+            all_tasks: false,
+        }],
+    )
+    .await;
+    assert!(warm.refused().is_empty(), "{:?}", warm.refused());
+    let mut agent = AgentProcess::with_config(&format!(
+        "hook \"deny-list\" {{\n  path = \"{}\"\n  config = {{ deny_drivers = \"raw_exec\", deny_commands = \"/usr/bin/wget\" }}\n  timeout = \"10s\"\n  memory_max = \"256MiB\"\n  all_tasks = true\n}}\n",
+        hook.display()
+    ));
+    agent.start().await;
+    let (code, stdout, _) = agent.cli(&["hook", "list"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("deny-list"), "{stdout}");
+
+    let job = |name: &str, driver: &str, command: &str| {
+        format!(
+            "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n      mode = \"fail\"\n    }}\n    task \"t\" {{\n      driver = \"{driver}\"\n      config {{ command = \"{command}\" }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let denied = agent
+        .submit("shell.hcl", &job("shell", "raw_exec", "/bin/true"))
+        .await
+        .unwrap();
+    let fetch = agent
+        .submit("fetch.hcl", &job("fetch", "exec", "/usr/bin/wget"))
+        .await
+        .unwrap();
+    let allowed = agent
+        .submit("ok.hcl", &job("ok", "exec", "/bin/true"))
+        .await
+        .unwrap();
+    for submitted in [&denied, &fetch, &allowed] {
+        agent
+            .wait_alloc(&submitted.alloc_ids[0], "finished", |s| {
+                matches!(
+                    s.client_status,
+                    ClientStatus::Complete | ClientStatus::Failed
+                )
+            })
+            .await;
+    }
+    let (code, stdout, _) = agent.cli(&["alloc", "status", &denied.alloc_ids[0]]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Client Status  = failed"), "{stdout}");
+    assert!(
+        stdout.contains("Setup Failure    hook \"deny-list\"")
+            && stdout.contains("policy: task 't' may not use driver 'raw_exec' on this node"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = agent.cli(&["alloc", "status", &fetch.alloc_ids[0]]);
+    assert!(
+        stdout.contains("policy: command '/usr/bin/wget' is on this node's deny-list"),
+        "{stdout}"
+    );
+    let ok = agent.alloc(&allowed.alloc_ids[0]).await;
+    assert_eq!(ok.client_status, ClientStatus::Complete, "{ok:#?}");
+    assert!(
+        ok.tasks["t"]
+            .events
+            .iter()
+            .any(|e| e.message == "hook \"deny-list\": policy: task 't' allowed"),
+        "{ok:#?}"
+    );
 }

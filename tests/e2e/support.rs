@@ -169,29 +169,54 @@ pub fn host_mounts_under(prefix: &Path) -> Vec<berth::mount::mountinfo::MountEnt
 /// installs it (`.ci/run`), so its absence is a broken setup, not a skip.
 pub fn python_driver() -> PathBuf {
     static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap();
+    componentize_py(
+        &BUILT,
+        "wit/driver",
+        "berth:driver/plugin@0.2.0",
+        "tests/fixtures/py-driver",
+        "pyexec.wasm",
+    )
+}
+
+/// The Python policy hook (`examples/hooks/py-deny-list`), built like the driver.
+pub fn python_hook() -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    componentize_py(
+        &BUILT,
+        "wit/hook",
+        "berth:hook/hook@0.1.0",
+        "examples/hooks/py-deny-list",
+        "deny_list.wasm",
+    )
+}
+
+fn componentize_py(
+    built: &Mutex<Option<PathBuf>>,
+    wit: &str,
+    world: &str,
+    source: &str,
+    name: &str,
+) -> PathBuf {
+    let mut built = built.lock().unwrap();
     if let Some(path) = built.as_ref() {
         return path.clone();
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let output = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pyexec.wasm");
+    let output = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let status = std::process::Command::new("componentize-py")
         .arg("-d")
         .arg(repo.join("wit/host"))
         .arg("-d")
-        .arg(repo.join("wit/driver"))
-        .args(["-w", "berth:driver/plugin@0.2.0", "componentize", "--python-path"])
-        .arg(repo.join("tests/fixtures/py-driver"))
+        .arg(repo.join(wit))
+        .args(["-w", world, "componentize", "--python-path"])
+        .arg(repo.join(source))
         .arg("app")
         .arg("-o")
         .arg(&output)
         .stdout(std::process::Stdio::null())
         .status()
-        .expect("componentize-py is needed to build the Python driver: pip install componentize-py==0.25.1");
-    assert!(
-        status.success(),
-        "componentize-py failed to build the Python driver"
-    );
+        .expect("componentize-py is needed to build the Python components: pip install componentize-py==0.25.1");
+    assert!(status.success(), "componentize-py failed to build {source}");
     *built = Some(output.clone());
     output
 }

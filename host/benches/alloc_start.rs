@@ -96,7 +96,12 @@ async fn run() {
     let exec = alloc_starts(&job("exec", "command = \"/bin/true\""), &node(&on_disk)).await;
     let bare = bare_starts(&source, &scratch.path().join("target"));
 
-    println!("alloc start, medians of {ALLOCS} (one host volume each, release build)");
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    println!("alloc start, medians of {ALLOCS} (one host volume each, {build} build)");
     println!(
         "  berth, mock driver (hooks + driver call)      {:>9.1} µs",
         micros(mock)

@@ -10,7 +10,7 @@
 pub mod hooks;
 mod task_dir_hook;
 mod volumes_hook;
-mod wasm_hooks;
+pub mod wasm_hooks;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -219,6 +219,14 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
         components::HOSTILE_HOOK,
         &[("behave", "wasi-escape")],
     ));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    hooks.push(spec(
+        "net",
+        components::HOSTILE_HOOK,
+        &[("behave", "net"), ("address", &address)],
+    ));
     let mut ignored = spec("ignored", components::HOSTILE_HOOK, &[("behave", "trap")]);
     ignored.on_failure = OnFailure::Ignore;
     hooks.push(ignored);
@@ -291,6 +299,18 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
         "{events:#?}"
     );
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+
+    // No network: the connection attempt fails inside the sandbox and nothing arrives.
+    let task = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"net\"]\n      config { run_for = \"0s\" }\n    }\n";
+    let status = run(&h.agent, &batch("net", task)).await;
+    let events = messages(&status, "t");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Task Hook: hook \"net\": network denied: ")),
+        "{events:#?}"
+    );
+    assert!(listener.accept().is_err(), "the hook reached the network");
 
     // on_failure = "ignore": the task runs, and the event says the hook was ignored.
     let task = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"ignored\"]\n      config { run_for = \"0s\" }\n    }\n";

@@ -29,7 +29,7 @@ use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::hook_set::HookSet;
 use crate::jobspec::{Group, Job, Task};
 use crate::runtime::driver::TaskHandle;
-use crate::state::{AllocRecord, DesiredStatus, StateError, StateStore};
+use crate::state::{AllocRecord, Commit, DesiredStatus, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
 use crate::task_runner::{EventSink, Outcome, TaskRunner};
 use alloc_dir::AllocDir;
@@ -316,11 +316,13 @@ impl AllocRunner {
                 return ClientStatus::Failed;
             }
         }
-        if let Err(error) =
-            self.node
-                .store
-                .put_hook_state(&self.id, HOOK_RESOURCES_KEY, &self.resources.to_bytes())
-        {
+        // Lazy: the status write below (or, on restore, the record it came from) is durable.
+        if let Err(error) = self.node.store.put_hook_state(
+            &self.id,
+            HOOK_RESOURCES_KEY,
+            &self.resources.to_bytes(),
+            Commit::Lazy,
+        ) {
             tracing::error!(alloc = %self.id, %error, "recording hook resources");
         }
         if self.client_status() == ClientStatus::Pending {
@@ -400,7 +402,11 @@ impl AllocRunner {
             state.events.push(event.clone());
             state.clone()
         };
-        if let Err(error) = self.node.store.put_task_state(&self.id, task, &snapshot) {
+        if let Err(error) =
+            self.node
+                .store
+                .put_task_state(&self.id, task, &snapshot, Commit::Durable)
+        {
             tracing::error!(alloc = %self.id, task, %error, "recording the task state");
         }
         self.changed.notify_waiters();

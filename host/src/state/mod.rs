@@ -1,9 +1,11 @@
 //! The agent's local state: jobs, allocs, task states, driver handles and hook state,
 //! in one redb file under the data dir.
 //!
-//! Every write is its own durable transaction (redb's `Durability::Immediate`), made
-//! *before* the agent relies on what it records: a driver handle is stored before the
-//! task is reported started, so an agent killed right after can still recover the task.
+//! Every write the agent relies on is its own durable transaction (redb's
+//! `Durability::Immediate`), made *before* the agent relies on what it records: a driver
+//! handle is stored before the task is reported started, so an agent killed right after
+//! can still recover the task. Purely informative writes (a task event between two state
+//! transitions) are [`Commit::Lazy`]: they reach the disk with the next durable commit.
 //!
 //! Records are JSON, so a person can read them and a newer agent can add fields. A record
 //! that does not decode is reported and skipped, never deleted: nothing recorded is lost
@@ -34,6 +36,17 @@ const SCHEMA_VERSION: &str = "1";
 
 /// The records that decoded, and the ones that did not.
 pub type Scanned<T> = (Vec<T>, Vec<Unreadable>);
+
+/// How soon a write must be on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// On disk when the call returns: for what the agent relies on (handles, records,
+    /// state transitions).
+    Durable,
+    /// On disk with the next durable commit: for what is informative only (a task
+    /// event between two state transitions). A crash may lose it; nothing depends on it.
+    Lazy,
+}
 
 /// A submitted job, kept as the source the user sent so a restored agent decodes it with
 /// exactly the rules that accepted it.
@@ -223,8 +236,9 @@ impl StateStore {
         alloc_id: &str,
         task: &str,
         state: &TaskState,
+        commit: Commit,
     ) -> Result<(), StateError> {
-        self.put(TASK_STATES, &task_key(alloc_id, task), state)
+        self.put_with(TASK_STATES, &task_key(alloc_id, task), state, commit)
     }
 
     /// The task states of one alloc, by task name.
@@ -272,9 +286,10 @@ impl StateStore {
         alloc_id: &str,
         hook: &str,
         data: &[u8],
+        commit: Commit,
     ) -> Result<(), StateError> {
         let key = task_key(alloc_id, hook);
-        let txn = self.db.begin_write().map_err(write_error)?;
+        let txn = self.begin_write(commit)?;
         txn.open_table(HOOK_STATE)
             .map_err(write_error)?
             .insert(key.as_str(), data)
@@ -317,8 +332,27 @@ impl StateStore {
         key: &str,
         value: &T,
     ) -> Result<(), StateError> {
+        self.put_with(table, key, value, Commit::Durable)
+    }
+
+    fn begin_write(&self, commit: Commit) -> Result<redb::WriteTransaction, StateError> {
+        let mut txn = self.db.begin_write().map_err(write_error)?;
+        if commit == Commit::Lazy {
+            txn.set_durability(redb::Durability::None)
+                .map_err(write_error)?;
+        }
+        Ok(txn)
+    }
+
+    fn put_with<T: Serialize>(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+        value: &T,
+        commit: Commit,
+    ) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(value).map_err(|e| StateError::Write(e.to_string()))?;
-        let txn = self.db.begin_write().map_err(write_error)?;
+        let txn = self.begin_write(commit)?;
         txn.open_table(table)
             .map_err(write_error)?
             .insert(key, bytes.as_slice())

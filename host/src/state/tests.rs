@@ -23,7 +23,9 @@ fn records_survive_reopening() {
         store.put_alloc(&alloc("a1")).unwrap();
         let mut state = TaskState::default();
         state.events.push(TaskEvent::new(EventKind::Started, "go"));
-        store.put_task_state("a1", "t", &state).unwrap();
+        store
+            .put_task_state("a1", "t", &state, Commit::Durable)
+            .unwrap();
         let handle = StoredHandle {
             driver: "exec".into(),
             handle: TaskHandle {
@@ -32,12 +34,16 @@ fn records_survive_reopening() {
             },
         };
         store.put_task_handle("a1", "t", &handle).unwrap();
-        store.put_hook_state("a1", "csi", b"opaque").unwrap();
+        store
+            .put_hook_state("a1", "csi", b"opaque", Commit::Lazy)
+            .unwrap();
+        // A lazy commit reaches the disk with the next durable one.
+        store.put_alloc(&alloc("a2")).unwrap();
     }
     let (store, outcome) = StateStore::open(&path).unwrap();
     assert_eq!(outcome, OpenOutcome::Opened);
     let (allocs, unreadable) = store.allocs().unwrap();
-    assert_eq!(allocs, vec![alloc("a1")]);
+    assert_eq!(allocs, vec![alloc("a1"), alloc("a2")]);
     assert!(unreadable.is_empty());
     let (states, _) = store.task_states("a1").unwrap();
     assert_eq!(states.len(), 1);
@@ -57,7 +63,7 @@ fn prefixes_do_not_leak_between_allocs() {
     for id in ["a1", "a10", "a2"] {
         store.put_alloc(&alloc(id)).unwrap();
         store
-            .put_task_state(id, "t", &TaskState::default())
+            .put_task_state(id, "t", &TaskState::default(), Commit::Durable)
             .unwrap();
     }
     assert_eq!(store.task_states("a1").unwrap().0.len(), 1);

@@ -20,7 +20,7 @@ use tokio::sync::{Notify, broadcast, watch};
 use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::jobspec::{JobType, RestartMode};
 use crate::runtime::driver::{ExitResult, TaskHandle, TaskRequest};
-use crate::state::{StateStore, StoredHandle};
+use crate::state::{Commit, StateStore, StoredHandle};
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
 /// Where a task runner reports: watchers get events, the store gets every change, and
@@ -89,7 +89,7 @@ impl TaskRunner {
     fn emit(&self, kind: EventKind, message: impl Into<String>) {
         let event = TaskEvent::new(kind, message);
         self.state.lock().unwrap().events.push(event.clone());
-        self.persist();
+        self.persist(Commit::Lazy);
         let _ = self.events.sender.send(AllocEvent {
             alloc_id: self.events.alloc_id.clone(),
             alloc_name: self.events.alloc_name.clone(),
@@ -104,7 +104,7 @@ impl TaskRunner {
             current.state = state;
             current.failed = failed;
         }
-        self.persist();
+        self.persist(Commit::Durable);
     }
 
     /// Emits the events hooks queued.
@@ -115,12 +115,13 @@ impl TaskRunner {
         }
     }
 
-    fn persist(&self) {
+    /// Writes the task's state: durably for transitions, lazily for events in between.
+    fn persist(&self, commit: Commit) {
         let snapshot = self.state.lock().unwrap().clone();
         let sink = &self.events;
         if let Err(error) =
             sink.store
-                .put_task_state(&sink.alloc_id, &self.ctx.task.name, &snapshot)
+                .put_task_state(&sink.alloc_id, &self.ctx.task.name, &snapshot, commit)
         {
             tracing::error!(alloc = %sink.alloc_id, task = %self.ctx.task.name, %error,
                 "recording the task state");

@@ -12,6 +12,7 @@
 //!   pointing outside).
 //! - `wasi-escape`: tries to reach outside `/local` through WASI itself and reports, as
 //!   an event, how many attempts were denied.
+//! - `net`: tries to connect to the config's `address` and reports what happened.
 
 use berth_plugin_sdk::export_hook;
 use berth_plugin_sdk::hook::{self, File, Hook, PrestartResponse, TaskContext};
@@ -79,6 +80,15 @@ impl Hook for Hostile {
                 } else {
                     format!("ESCAPED through {escaped:?}")
                 });
+            }
+            "net" => {
+                let address = hook::lookup(&context.hook_config, "address").unwrap_or("");
+                response
+                    .events
+                    .push(match std::net::TcpStream::connect(address) {
+                        Ok(_) => format!("CONNECTED to {address}"),
+                        Err(error) => format!("network denied: {error}"),
+                    });
             }
             other => return Err(format!("unknown behaviour {other:?}")),
         }

@@ -30,11 +30,7 @@ use common::{median, micros, ratio};
 const ALLOCS: usize = 100;
 
 fn main() {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tokio.block_on(run());
+    common::block_on(run());
 }
 
 fn job(driver: &str, config: &str) -> String {

@@ -24,11 +24,7 @@ const SAMPLES: usize = 2_000;
 const WARM_BATCH: usize = 100;
 
 fn main() {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tokio.block_on(run());
+    common::block_on(run());
 }
 
 async fn run() {

@@ -46,11 +46,7 @@ impl TaskHook for NativeNoop {
 }
 
 fn main() {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tokio.block_on(run());
+    common::block_on(run());
 }
 
 async fn run() {

@@ -207,6 +207,23 @@ const WAITER: &str = r#"job "waiter" {
 }
 "#;
 
+/// Kills a task process the test started through an agent, whatever the test's outcome.
+/// Holds a pidfd, so a pid reused after the task is gone is never hit.
+struct KillOnDrop(rustix::fd::OwnedFd);
+
+impl KillOnDrop {
+    fn new(pid: u32) -> KillOnDrop {
+        let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        KillOnDrop(rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap())
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = rustix::process::pidfd_send_signal(&self.0, rustix::process::Signal::KILL);
+    }
+}
+
 /// Running, not gone or a zombie (an orphan is reaped by whatever init the machine has).
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -261,6 +278,8 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
         .trim()
         .parse()
         .unwrap();
+    // If an assertion below fails, the task must not outlive the test.
+    let _reaper = KillOnDrop::new(pid);
     let task_mounts = mount_count(pid);
     let host_mounts = host_mount_count();
 

@@ -10,8 +10,12 @@ use berth::runtime::driver::{Driver, DriverOrigin, TaskRequest};
 use berth::runtime::sandbox::HandedMount;
 use berth::runtime::{Runtime, RuntimeConfig, SandboxLimits};
 
+/// The component cache the tests share. It exists when this returns, so a symlink to it
+/// (agents in their own data dirs) never dangles.
 pub fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 pub fn runtime() -> Runtime {

@@ -1,6 +1,16 @@
 //! Helpers the benchmarks share: medians and how figures are printed.
 
+use std::future::Future;
 use std::time::Duration;
+
+/// Runs a benchmark's body on a multi-threaded tokio runtime, as the agent does.
+pub fn block_on<F: Future>(body: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("starting the tokio runtime")
+        .block_on(body)
+}
 
 pub fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();

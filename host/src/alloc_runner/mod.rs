@@ -291,10 +291,18 @@ impl AllocRunner {
         }
     }
 
+    /// Terminal statuses are durable; `running` is informative (a restarted agent runs
+    /// every alloc that is not terminal) and goes to disk with the next durable commit.
     fn set_status(&self, status: ClientStatus) {
         let mut record = self.record.lock().unwrap();
         record.client_status = status;
-        self.write_record(&record);
+        if status == ClientStatus::Running {
+            if let Err(error) = self.node.store.put_alloc_lazily(&record) {
+                tracing::error!(alloc = %record.id, %error, "recording the alloc");
+            }
+        } else {
+            self.write_record(&record);
+        }
     }
 
     fn write_record(&self, record: &AllocRecord) {
@@ -316,7 +324,8 @@ impl AllocRunner {
                 return ClientStatus::Failed;
             }
         }
-        // Lazy: the status write below (or, on restore, the record it came from) is durable.
+        // Lazy: the first task's durable state transition puts it on disk before any task
+        // starts (and on restore it came from disk).
         if let Err(error) = self.node.store.put_hook_state(
             &self.id,
             HOOK_RESOURCES_KEY,

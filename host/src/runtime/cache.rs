@@ -36,7 +36,12 @@ impl ComponentCache {
             }
         }
         let compiled = engine.precompile_component(bytes).map_err(wasm_error)?;
-        write_atomically(dir, &artifact, &compiled)?;
+        if let Err(error) = write_atomically(dir, &artifact, &compiled) {
+            // A cache that cannot be written costs a compile next time, nothing more.
+            tracing::warn!(%error, "the component cache is not writable; using the compiled component from memory");
+            // SAFETY: `compiled` was produced by this engine a moment ago.
+            return unsafe { Component::deserialize(engine, &compiled) }.map_err(wasm_error);
+        }
         // SAFETY: as above; we just wrote it.
         unsafe { Component::deserialize_file(engine, &artifact) }.map_err(wasm_error)
     }
@@ -86,4 +91,23 @@ fn check_header(bytes: &[u8]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unwritable_cache_costs_a_compile_not_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocked = dir.path().join("cache");
+        std::fs::write(&blocked, "a file where the cache dir should be").unwrap();
+        let cache = ComponentCache::new(Some(blocked));
+        let (_, mock) = crate::builtin::DRIVERS
+            .iter()
+            .find(|(name, _)| *name == "mock")
+            .unwrap();
+        let engine = Engine::default();
+        assert!(cache.load(&engine, mock).is_ok());
+    }
 }

@@ -227,6 +227,12 @@ impl StateStore {
         self.put(ALLOCS, &alloc.id, alloc)
     }
 
+    /// An alloc record update that nothing relies on until a durable commit follows
+    /// (e.g. pending → running).
+    pub fn put_alloc_lazily(&self, alloc: &AllocRecord) -> Result<(), StateError> {
+        self.put_with(ALLOCS, &alloc.id, alloc, Commit::Lazy)
+    }
+
     pub fn allocs(&self) -> Result<(Vec<AllocRecord>, Vec<Unreadable>), StateError> {
         self.scan(ALLOCS, "allocs", "")
     }
@@ -251,8 +257,9 @@ impl StateStore {
         alloc_id: &str,
         task: &str,
         handle: &StoredHandle,
+        commit: Commit,
     ) -> Result<(), StateError> {
-        self.put(TASK_HANDLES, &task_key(alloc_id, task), handle)
+        self.put_with(TASK_HANDLES, &task_key(alloc_id, task), handle, commit)
     }
 
     pub fn remove_task_handle(&self, alloc_id: &str, task: &str) -> Result<(), StateError> {

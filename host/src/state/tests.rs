@@ -33,7 +33,9 @@ fn records_survive_reopening() {
                 driver_state: vec![1, 2, 3],
             },
         };
-        store.put_task_handle("a1", "t", &handle).unwrap();
+        store
+            .put_task_handle("a1", "t", &handle, Commit::Lazy)
+            .unwrap();
         store
             .put_hook_state("a1", "csi", b"opaque", Commit::Lazy)
             .unwrap();

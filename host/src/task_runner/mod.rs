@@ -295,10 +295,12 @@ impl TaskRunner {
             driver: self.ctx.driver.name().to_string(),
             handle: handle.clone(),
         };
+        // Lazy, because the Running transition right below is a durable commit, which
+        // puts the handle on disk with it, before Started is reported.
         let sink = &self.events;
-        if let Err(error) = sink
-            .store
-            .put_task_handle(&sink.alloc_id, &task.name, &stored)
+        if let Err(error) =
+            sink.store
+                .put_task_handle(&sink.alloc_id, &task.name, &stored, Commit::Lazy)
         {
             tracing::error!(alloc = %sink.alloc_id, task = %task.name, %error,
                 "recording the task's driver handle: the task cannot be recovered after an agent restart");

@@ -79,6 +79,21 @@ pub struct TaskState {
     pub events: Vec<TaskEvent>,
 }
 
+impl TaskState {
+    /// Events kept per task. The whole state is written on every event, so a task in a
+    /// restart loop must not make each write bigger than the last.
+    pub const MAX_EVENTS: usize = 50;
+
+    /// Appends an event, dropping the oldest beyond [`Self::MAX_EVENTS`].
+    pub fn push_event(&mut self, event: TaskEvent) {
+        if self.events.len() >= Self::MAX_EVENTS {
+            let excess = self.events.len() + 1 - Self::MAX_EVENTS;
+            self.events.drain(..excess);
+        }
+        self.events.push(event);
+    }
+}
+
 impl Default for TaskState {
     fn default() -> Self {
         TaskState {
@@ -100,4 +115,23 @@ pub struct AllocEvent {
     pub alloc_name: String,
     pub task: String,
     pub event: TaskEvent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_keeps_its_latest_events_only() {
+        let mut state = TaskState::default();
+        for n in 0..TaskState::MAX_EVENTS + 7 {
+            state.push_event(TaskEvent::new(EventKind::Restarting, n.to_string()));
+        }
+        assert_eq!(state.events.len(), TaskState::MAX_EVENTS);
+        assert_eq!(state.events[0].message, "7");
+        assert_eq!(
+            state.events.last().unwrap().message,
+            (TaskState::MAX_EVENTS + 6).to_string()
+        );
+    }
 }

@@ -113,6 +113,7 @@ struct JobEntry {
     job: Arc<Job>,
 }
 
+#[derive(Clone)]
 struct AllocEntry {
     runner: Arc<AllocRunner>,
     /// Becomes true when the runner has finished (or was never run: already terminal).
@@ -476,22 +477,20 @@ impl Agent {
             .map(|a| a.runner.clone())
     }
 
-    fn allocs_of(&self, job_id: &str) -> Vec<AllocEntryView> {
+    /// Copies of a job's entries, usable without holding the map's lock.
+    fn allocs_of(&self, job_id: &str) -> Vec<AllocEntry> {
         self.allocs
             .lock()
             .unwrap()
             .values()
             .filter(|a| a.runner.job.name == job_id)
-            .map(|a| AllocEntryView {
-                runner: a.runner.clone(),
-                finished: a.finished.clone(),
-            })
+            .cloned()
             .collect()
     }
 
     /// Stops the live allocs of a job and waits for them to finish.
     async fn stop_allocs_of(&self, job_id: &str) -> Vec<String> {
-        let live: Vec<AllocEntryView> = self
+        let live: Vec<AllocEntry> = self
             .allocs_of(job_id)
             .into_iter()
             .filter(|a| !*a.finished.borrow())
@@ -522,12 +521,6 @@ impl Agent {
             }
         }
     }
-}
-
-/// A copy of an [`AllocEntry`] that can be used without holding the map's lock.
-struct AllocEntryView {
-    runner: Arc<AllocRunner>,
-    finished: watch::Receiver<bool>,
 }
 
 fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {

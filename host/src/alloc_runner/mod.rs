@@ -408,7 +408,7 @@ impl AllocRunner {
             let mut state = self.task_states[task].lock().unwrap();
             state.state = TaskStateKind::Dead;
             state.failed = true;
-            state.events.push(event.clone());
+            state.push_event(event.clone());
             state.clone()
         };
         if let Err(error) =

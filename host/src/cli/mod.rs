@@ -196,10 +196,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     for problem in &problems {
         eprintln!("Warning: skipped a driver: {problem}");
     }
-    let hooks = HookSet::load(&runtime, &config.hooks).await;
-    let listing_hooks = matches!(cli.command, Command::Hook { .. });
-    for (_, reason) in hooks.refused() {
-        if !listing_hooks {
+    // Hooks are compiled (seconds for a Python one) only for the commands that use them.
+    let hooks = match cli.command {
+        Command::Driver { .. } => HookSet::default(),
+        _ => HookSet::load(&runtime, &config.hooks).await,
+    };
+    if !matches!(cli.command, Command::Hook { .. }) {
+        for (_, reason) in hooks.refused() {
             eprintln!("Warning: refused a hook: {reason}");
         }
     }

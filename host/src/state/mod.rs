@@ -295,13 +295,7 @@ impl StateStore {
         data: &[u8],
         commit: Commit,
     ) -> Result<(), StateError> {
-        let key = task_key(alloc_id, hook);
-        let txn = self.begin_write(commit)?;
-        txn.open_table(HOOK_STATE)
-            .map_err(write_error)?
-            .insert(key.as_str(), data)
-            .map_err(write_error)?;
-        txn.commit().map_err(write_error)
+        self.put_bytes(HOOK_STATE, &task_key(alloc_id, hook), data, commit)
     }
 
     pub fn hook_state(&self, alloc_id: &str, hook: &str) -> Result<Option<Vec<u8>>, StateError> {
@@ -359,10 +353,20 @@ impl StateStore {
         commit: Commit,
     ) -> Result<(), StateError> {
         let bytes = serde_json::to_vec(value).map_err(|e| StateError::Write(e.to_string()))?;
+        self.put_bytes(table, key, &bytes, commit)
+    }
+
+    fn put_bytes(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+        bytes: &[u8],
+        commit: Commit,
+    ) -> Result<(), StateError> {
         let txn = self.begin_write(commit)?;
         txn.open_table(table)
             .map_err(write_error)?
-            .insert(key, bytes.as_slice())
+            .insert(key, bytes)
             .map_err(write_error)?;
         txn.commit().map_err(write_error)
     }

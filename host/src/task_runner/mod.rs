@@ -88,7 +88,7 @@ impl TaskRunner {
 
     fn emit(&self, kind: EventKind, message: impl Into<String>) {
         let event = TaskEvent::new(kind, message);
-        self.state.lock().unwrap().events.push(event.clone());
+        self.state.lock().unwrap().push_event(event.clone());
         self.persist(Commit::Lazy);
         let _ = self.events.sender.send(AllocEvent {
             alloc_id: self.events.alloc_id.clone(),

@@ -86,6 +86,7 @@ async fn run() {
         config: config.clone(),
         store: store.clone(),
         events: tokio::sync::broadcast::channel(16).0,
+        csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
     };
     let mock = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&on_disk)).await;
     let mock_memory = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&in_memory)).await;

@@ -88,6 +88,11 @@ async fn run() {
         };
         hooks.push(Arc::new(Hook::load(&runtime, spec).await.unwrap()));
     }
+    let csi = berth::csi::CsiNode::start(
+        &task_dir,
+        Arc::new(berth::state::StateStore::in_memory()),
+        Default::default(),
+    );
     let context = |plugin_hooks: Vec<Arc<Hook>>| TaskHookContext {
         alloc_id: "bench-alloc".into(),
         job: job.clone(),
@@ -99,6 +104,9 @@ async fn run() {
         resources: Arc::new(HookResources::default()),
         plugin_hooks,
         reports: Arc::default(),
+        csi: csi.clone(),
+        events: None,
+        restart: None,
     };
     let prepare = TaskPrepare {
         task_dir,

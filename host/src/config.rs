@@ -17,10 +17,18 @@
 //!   on_failure = "fail"     # or "ignore"
 //!   all_tasks  = true       # otherwise tasks opt in with `hooks = ["policy"]`
 //! }
+//!
+//! csi {
+//!   rpc_timeout       = "10s"  # one CSI call
+//!   operation_timeout = "30s"  # one operation with its retries
+//!   plugin_wait       = "30s"  # how long an alloc waits for its volume's plugin
+//! }
 //! ```
 
 use std::path::{Path, PathBuf};
 
+use crate::csi::client::Timeouts;
+use crate::csi::manager::CsiSettings;
 use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::{self, Location, Value};
 use crate::jobspec::{JobspecError, Problem};
@@ -32,6 +40,7 @@ pub struct AgentConfig {
     pub plugin_dir: Option<PathBuf>,
     pub host_volumes: Vec<HostVolume>,
     pub hooks: Vec<HookSpec>,
+    pub csi: CsiSettings,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,7 +78,7 @@ impl AgentConfig {
             &tree,
             "config".into(),
             Location::default(),
-            &["data_dir", "plugin_dir", "host_volume", "hook"],
+            &["data_dir", "plugin_dir", "host_volume", "hook", "csi"],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
         let plugin_dir = fields
@@ -109,6 +118,28 @@ impl AgentConfig {
                 hooks.push(hook);
             }
         }
+        let mut csi = CsiSettings::default();
+        if let Some(block) = fields.single_block("csi", &mut problems) {
+            let mut settings = Fields::new(
+                &block.body,
+                "config.csi".into(),
+                block.at,
+                &["rpc_timeout", "operation_timeout", "plugin_wait"],
+            );
+            let Timeouts { call, total } = csi.timeouts;
+            csi.timeouts = Timeouts {
+                call: settings
+                    .duration("rpc_timeout", &mut problems)
+                    .unwrap_or(call),
+                total: settings
+                    .duration("operation_timeout", &mut problems)
+                    .unwrap_or(total),
+            };
+            if let Some(wait) = settings.duration("plugin_wait", &mut problems) {
+                csi.plugin_wait = wait;
+            }
+            settings.finish(&mut problems);
+        }
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
@@ -118,6 +149,7 @@ impl AgentConfig {
             plugin_dir,
             host_volumes,
             hooks,
+            csi,
         })
     }
 

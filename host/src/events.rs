@@ -27,6 +27,14 @@ pub enum EventKind {
     /// Something a lifecycle hook said, or its failure when ignored.
     #[serde(rename = "Task Hook")]
     TaskHook,
+    /// A CSI plugin task's health changed (its supervisor probes it).
+    #[serde(rename = "Plugin became healthy")]
+    PluginHealthy,
+    #[serde(rename = "Plugin became unhealthy")]
+    PluginUnhealthy,
+    /// A hook asked for the task to be restarted (e.g. a plugin that never got healthy).
+    #[serde(rename = "Restart Signaled")]
+    RestartSignaled,
 }
 
 impl fmt::Display for EventKind {

@@ -6,6 +6,7 @@
 //! (Nomad's server could not: it did not know them), and again by the `volumes` task
 //! hook, so a job that skipped this still fails cleanly.
 
+use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
@@ -56,12 +57,76 @@ pub fn bidirectional_refusal(
     })
 }
 
+/// What is wrong with a CSI volume request, checked against the catalog when there is
+/// one (`berth job validate` runs without an agent, so without the catalog).
+fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) -> Vec<String> {
+    use crate::csi::{AccessMode, AttachmentMode};
+    let mut problems = Vec::new();
+    let access_mode = match volume.access_mode.as_deref() {
+        None => {
+            problems.push(format!(
+                "CSI volume {:?} needs an access_mode (e.g. \"single-node-writer\")",
+                volume.name
+            ));
+            None
+        }
+        Some(text) => AccessMode::parse(text)
+            .map_err(|why| problems.push(why))
+            .ok(),
+    };
+    let attachment_mode =
+        AttachmentMode::parse(volume.attachment_mode.as_deref().unwrap_or("file-system"))
+            .map_err(|why| problems.push(why))
+            .ok();
+    if attachment_mode == Some(AttachmentMode::BlockDevice) {
+        problems.push(
+            "attachment_mode \"block-device\" is not supported: berth mounts CSI volumes as file systems"
+                .into(),
+        );
+    }
+    if let Some(mode) = access_mode.filter(|m| m.read_only() && !volume.read_only) {
+        problems.push(format!(
+            "access_mode {mode} cannot be written to: set read_only = true on volume {:?}",
+            volume.name
+        ));
+    }
+    let Some(catalog) = catalog else {
+        return problems;
+    };
+    match catalog.volume(&volume.source) {
+        Err(error) => problems.push(format!(
+            "{error}; register it with `berth volume register FILE` or create it with `berth volume create FILE`"
+        )),
+        Ok(status) => {
+            if let (Some(access_mode), Some(attachment_mode)) = (access_mode, attachment_mode) {
+                let offered = &status.volume.capabilities;
+                let fits = offered.iter().any(|c| {
+                    c.access_mode == access_mode && c.attachment_mode == attachment_mode
+                });
+                if !offered.is_empty() && !fits {
+                    let list: Vec<String> = offered
+                        .iter()
+                        .map(|c| format!("{} / {}", c.access_mode, c.attachment_mode))
+                        .collect();
+                    problems.push(format!(
+                        "CSI volume {:?} does not offer {access_mode} / {attachment_mode} (it offers: {})",
+                        volume.source,
+                        list.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
 /// Every problem with `job` on this agent.
 pub async fn validate(
     job: &Job,
     drivers: &DriverSet,
     hooks: &HookSet,
     config: &AgentConfig,
+    catalog: Option<&dyn Catalog>,
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     let job_path = format!("job.{}", job.name);
@@ -91,14 +156,15 @@ pub async fn validate(
                     });
                 }
                 VolumeType::Host => {}
-                VolumeType::Csi => problems.push(Problem {
-                    path,
-                    at: Some(volume.at),
-                    message: format!(
-                        "no CSI plugin serves volume {:?} on this agent",
-                        volume.source
-                    ),
-                }),
+                VolumeType::Csi => {
+                    for message in csi_volume_problems(volume, catalog) {
+                        problems.push(Problem {
+                            path: path.clone(),
+                            at: Some(volume.at),
+                            message,
+                        });
+                    }
+                }
             }
         }
         for task in &group.tasks {

@@ -51,12 +51,15 @@ impl Agent {
     /// What an alloc runner of this agent shares, with state kept in memory.
     fn node(&self, drivers: DriverSet) -> NodeContext {
         let (events, _) = tokio::sync::broadcast::channel(1024);
+        let store = Arc::new(StateStore::in_memory());
+        let data_dir = self.path().join("data");
         NodeContext {
-            data_dir: self.path().join("data"),
+            csi: berth::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
+            data_dir,
             drivers,
             hooks: berth::hook_set::HookSet::default(),
             config: Arc::new(self.config()),
-            store: Arc::new(StateStore::in_memory()),
+            store,
             events,
         }
     }

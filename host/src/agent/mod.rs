@@ -10,6 +10,10 @@
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
 //! recovers them through their drivers.
 
+mod volumes;
+
+pub use volumes::VolumeError;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -166,14 +170,17 @@ impl Agent {
         };
         let (events, _) = broadcast::channel(4096);
         tokio::spawn(log_events(events.subscribe()));
+        let store = Arc::new(store);
+        let csi = crate::csi::CsiNode::start(&options.data_dir, store.clone(), options.config.csi);
         let mut agent = Agent {
             node: NodeContext {
                 data_dir: options.data_dir,
                 drivers: options.drivers,
                 hooks: options.hooks,
                 config: Arc::new(options.config),
-                store: Arc::new(store),
+                store,
                 events: events.clone(),
+                csi,
             },
             jobs: Mutex::default(),
             allocs: Mutex::default(),
@@ -202,6 +209,10 @@ impl Agent {
 
     pub fn data_dir(&self) -> &std::path::Path {
         &self.node.data_dir
+    }
+
+    pub fn csi(&self) -> &Arc<crate::csi::CsiNode> {
+        &self.node.csi
     }
 
     pub fn state_file(&self) -> Option<&std::path::Path> {
@@ -305,6 +316,7 @@ impl Agent {
             &self.node.drivers,
             &self.node.hooks,
             &self.node.config,
+            Some(self.node.csi.catalog.as_ref()),
         )
         .await;
         if !problems.is_empty() {

@@ -2,17 +2,17 @@
 //! postrun.
 //!
 //! ```text
-//!   prerun hooks (alloc_dir, csi*) ──► tasks by lifecycle (lifecycle.rs) ──► postrun hooks
+//!   prerun hooks (alloc_dir, csi_hook) ──► tasks by lifecycle (lifecycle.rs) ──► postrun hooks
 //!        │ failure: unwind the hooks that ran, in reverse
 //!        ▼
 //!   alloc failed, tasks never start
 //! ```
-//! (*) the CSI hook slot is filled by the CSI work.
 //!
 //! The alloc's record, its hook resources and its tasks' states are written to the
 //! [`StateStore`] as they change; [`AllocRunner::restore`] rebuilds a runner from them.
 
 pub mod alloc_dir;
+mod csi_hook;
 pub mod hook_resources;
 mod lifecycle;
 
@@ -76,7 +76,7 @@ pub trait AllocHook: Send + Sync {
 
 /// The alloc hooks, in order.
 fn alloc_hooks() -> Vec<Box<dyn AllocHook>> {
-    vec![Box::new(AllocDirHook)]
+    vec![Box::new(AllocDirHook), Box::new(csi_hook::CsiHook)]
 }
 
 /// Creates the alloc directory.
@@ -107,6 +107,7 @@ pub struct NodeContext {
     pub store: Arc<StateStore>,
     /// Every task event, as it happens (sending never blocks; nobody listening is fine).
     pub events: broadcast::Sender<AllocEvent>,
+    pub csi: Arc<crate::csi::CsiNode>,
 }
 
 pub struct AllocRunner {
@@ -311,6 +312,17 @@ impl AllocRunner {
         }
     }
 
+    fn save_resources(&self, commit: Commit) {
+        if let Err(error) = self.node.store.put_hook_state(
+            &self.id,
+            HOOK_RESOURCES_KEY,
+            &self.resources.to_bytes(),
+            commit,
+        ) {
+            tracing::error!(alloc = %self.id, %error, "recording hook resources");
+        }
+    }
+
     /// Runs the alloc to the end and returns its final status.
     pub async fn run(self: Arc<Self>) -> ClientStatus {
         let hooks = alloc_hooks();
@@ -326,14 +338,7 @@ impl AllocRunner {
         }
         // Lazy: the first task's durable state transition puts it on disk before any task
         // starts (and on restore it came from disk).
-        if let Err(error) = self.node.store.put_hook_state(
-            &self.id,
-            HOOK_RESOURCES_KEY,
-            &self.resources.to_bytes(),
-            Commit::Lazy,
-        ) {
-            tracing::error!(alloc = %self.id, %error, "recording hook resources");
-        }
+        self.save_resources(Commit::Lazy);
         if self.client_status() == ClientStatus::Pending {
             self.set_status(ClientStatus::Running);
         }
@@ -377,6 +382,9 @@ impl AllocRunner {
             resources: self.resources.clone(),
             plugin_hooks: self.node.hooks.for_task(task),
             reports: Arc::default(),
+            csi: self.node.csi.clone(),
+            events: None,
+            restart: None,
         };
         let sink = EventSink {
             alloc_id: self.id.clone(),

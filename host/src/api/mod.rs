@@ -10,6 +10,13 @@
 //! | DELETE | `/v1/job/{id}` | stop a job's allocs |
 //! | GET | `/v1/allocations` | every alloc |
 //! | GET | `/v1/allocation/{id}` | one alloc (a unique id prefix is enough) |
+//! | GET | `/v1/volumes` | CSI volumes with their claims |
+//! | POST | `/v1/volumes/register` | register `{"source_name", "source"}` (a volume spec) |
+//! | POST | `/v1/volumes/create` | create through the plugin's controller, then register |
+//! | GET | `/v1/volume/{id}` | one volume |
+//! | DELETE | `/v1/volume/{id}` | deregister a volume nobody claims |
+//! | GET | `/v1/plugins` | CSI plugins, their providers and health |
+//! | GET | `/v1/plugin/{id}` | one plugin |
 //!
 //! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 404 (unknown
 //! id) or 500 (the agent could not record something).
@@ -26,7 +33,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, LookupError, Notice, SubmitError};
+use crate::agent::{Agent, LookupError, Notice, SubmitError, VolumeError};
+use crate::catalog::{PluginStatus, VolumeStatus};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmitRequest {
@@ -104,6 +112,33 @@ impl From<SubmitError> for Failure {
     }
 }
 
+impl From<VolumeError> for Failure {
+    fn from(error: VolumeError) -> Self {
+        let (status, problems) = match &error {
+            VolumeError::Invalid(invalid) => (
+                StatusCode::BAD_REQUEST,
+                invalid
+                    .problems
+                    .iter()
+                    .map(|p| format!("{}:{p}", invalid.file))
+                    .collect(),
+            ),
+            VolumeError::Refused(_) => (StatusCode::BAD_REQUEST, Vec::new()),
+            VolumeError::NotFound(_) => (StatusCode::NOT_FOUND, Vec::new()),
+            VolumeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, Vec::new()),
+        };
+        let error = match &error {
+            VolumeError::Invalid(invalid) => format!(
+                "{} is not a valid volume specification ({} problem(s))",
+                invalid.file,
+                invalid.problems.len()
+            ),
+            other => other.to_string(),
+        };
+        Failure(status, ApiError { error, problems })
+    }
+}
+
 type Reply<T> = Result<Json<T>, Failure>;
 
 pub fn router(agent: Arc<Agent>) -> Router {
@@ -113,6 +148,12 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/job/{id}", get(job).delete(stop_job))
         .route("/v1/allocations", get(list_allocs))
         .route("/v1/allocation/{id}", get(alloc))
+        .route("/v1/volumes", get(list_volumes))
+        .route("/v1/volumes/register", axum::routing::post(register_volume))
+        .route("/v1/volumes/create", axum::routing::post(create_volume))
+        .route("/v1/volume/{id}", get(volume).delete(deregister_volume))
+        .route("/v1/plugins", get(list_plugins))
+        .route("/v1/plugin/{id}", get(plugin))
         .fallback(|| async {
             Failure(
                 StatusCode::NOT_FOUND,
@@ -195,4 +236,47 @@ async fn alloc(
     Path(id): Path<String>,
 ) -> Reply<crate::alloc_runner::AllocStatus> {
     Ok(Json(agent.alloc(&id)?))
+}
+
+async fn list_volumes(State(agent): State<Arc<Agent>>) -> Reply<Vec<VolumeStatus>> {
+    Ok(Json(agent.volumes()?))
+}
+
+async fn register_volume(
+    State(agent): State<Arc<Agent>>,
+    Json(request): Json<SubmitRequest>,
+) -> Reply<VolumeStatus> {
+    Ok(Json(
+        agent.register_volume(&request.source_name, &request.source)?,
+    ))
+}
+
+async fn create_volume(
+    State(agent): State<Arc<Agent>>,
+    Json(request): Json<SubmitRequest>,
+) -> Reply<VolumeStatus> {
+    Ok(Json(
+        agent
+            .create_volume(&request.source_name, &request.source)
+            .await?,
+    ))
+}
+
+async fn volume(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Reply<VolumeStatus> {
+    Ok(Json(agent.volume(&id)?))
+}
+
+async fn deregister_volume(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> Reply<VolumeStatus> {
+    Ok(Json(agent.deregister_volume(&id)?))
+}
+
+async fn list_plugins(State(agent): State<Arc<Agent>>) -> Reply<Vec<PluginStatus>> {
+    Ok(Json(agent.plugins()?))
+}
+
+async fn plugin(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Reply<PluginStatus> {
+    Ok(Json(agent.plugin(&id)?))
 }

@@ -48,10 +48,10 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
             }
         }
         println!("Recent Events");
-        println!("{:<12}  {:<16} Description", "Time", "Type");
+        println!("{:<12}  {:<24} Description", "Time", "Type");
         for event in task.events.iter().rev().take(10) {
             println!(
-                "{:<12}  {:<16} {}",
+                "{:<12}  {:<24} {}",
                 clock(event.time_ms),
                 event.kind.to_string(),
                 event.message

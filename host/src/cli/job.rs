@@ -27,7 +27,7 @@ async fn parse_and_check(
     config: &AgentConfig,
 ) -> Result<Job, JobspecError> {
     let job = jobspec::parse_file(path)?;
-    let problems = crate::validate::validate(&job, drivers, hooks, config).await;
+    let problems = crate::validate::validate(&job, drivers, hooks, config, None).await;
     if problems.is_empty() {
         Ok(job)
     } else {

@@ -11,6 +11,7 @@ mod driver;
 mod hook;
 mod job;
 mod output;
+mod volume;
 
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
@@ -76,6 +77,44 @@ enum Command {
     Hook {
         #[command(subcommand)]
         command: HookCommand,
+    },
+    /// CSI volumes: register, create, status.
+    Volume {
+        #[command(subcommand)]
+        command: VolumeCommand,
+    },
+    /// CSI plugins (run as tasks with a `csi_plugin` block).
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum VolumeCommand {
+    /// Register an existing volume of a running plugin (a volume spec file, HCL).
+    Register { spec: PathBuf },
+    /// Create a volume through the plugin's controller (CreateVolume), then register it.
+    Create { spec: PathBuf },
+    /// Show all volumes, or one with its claims.
+    Status {
+        id: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a volume nobody claims (its data stays with the plugin).
+    Deregister { id: String },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Show all CSI plugins, or one with its providers and their health.
+    Status {
+        id: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -172,6 +211,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Alloc {
             command: AllocCommand::Status { id, json },
         } => return alloc::status(&client, id, *json).await,
+        Command::Volume { command } => {
+            return match command {
+                VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
+                VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,
+                VolumeCommand::Status { id, json } => {
+                    volume::status(&client, id.as_deref(), *json).await
+                }
+                VolumeCommand::Deregister { id } => volume::deregister(&client, id).await,
+            };
+        }
+        Command::Plugin {
+            command: PluginCommand::Status { id, json },
+        } => return volume::plugin_status(&client, id.as_deref(), *json).await,
         _ => {}
     }
     let dev = matches!(cli.command, Command::Agent { dev: true, .. });
@@ -223,7 +275,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent { http_addr, .. } => {
             agent::run(http_addr, drivers, hooks, config, data_dir).await
         }
-        Command::Job { .. } | Command::Alloc { .. } => unreachable!("handled above"),
+        Command::Job { .. }
+        | Command::Alloc { .. }
+        | Command::Volume { .. }
+        | Command::Plugin { .. } => unreachable!("handled above"),
     }
 }
 

@@ -32,6 +32,46 @@ const TASK_HANDLES: TableDefinition<&str, &[u8]> = TableDefinition::new("task_ha
 /// Keyed `alloc_id/hook`.
 const HOOK_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("hook_state");
 
+/// Tables of the CSI parts and the embedded catalog, read and written as whole JSON
+/// records by key (see [`StateStore::put_record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordTable {
+    /// The dynamic plugin registry, keyed `kind/plugin_id`.
+    CsiPlugins,
+    /// Which allocs use a staged volume, keyed by volume id (the CSI manager's usage).
+    CsiUsage,
+    /// Catalog: registered volumes, keyed by volume id.
+    Volumes,
+    /// Catalog: claims, keyed `volume_id/alloc_id`.
+    Claims,
+    /// Catalog: plugin providers, keyed `plugin_id/kind/alloc_id`.
+    PluginProviders,
+}
+
+impl RecordTable {
+    const ALL: [RecordTable; 5] = [
+        RecordTable::CsiPlugins,
+        RecordTable::CsiUsage,
+        RecordTable::Volumes,
+        RecordTable::Claims,
+        RecordTable::PluginProviders,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            RecordTable::CsiPlugins => "csi_plugins",
+            RecordTable::CsiUsage => "csi_usage",
+            RecordTable::Volumes => "volumes",
+            RecordTable::Claims => "claims",
+            RecordTable::PluginProviders => "plugin_providers",
+        }
+    }
+
+    fn definition(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
+        TableDefinition::new(self.name())
+    }
+}
+
 const SCHEMA_VERSION: &str = "1";
 
 /// The records that decoded, and the ones that did not.
@@ -207,6 +247,9 @@ impl StateStore {
             for table in [JOBS, ALLOCS, TASK_STATES, TASK_HANDLES, HOOK_STATE] {
                 txn.open_table(table).map_err(write_error)?;
             }
+            for table in RecordTable::ALL {
+                txn.open_table(table.definition()).map_err(write_error)?;
+            }
         }
         txn.commit().map_err(write_error)
     }
@@ -325,6 +368,57 @@ impl StateStore {
             }
         }
         txn.commit().map_err(write_error)
+    }
+
+    /// Writes one record durably: these records are relied on (a claim, a staged
+    /// volume's users) as soon as the call returns.
+    pub fn put_record<T: Serialize>(
+        &self,
+        table: RecordTable,
+        key: &str,
+        value: &T,
+    ) -> Result<(), StateError> {
+        self.put(table.definition(), key, value)
+    }
+
+    pub fn remove_record(&self, table: RecordTable, key: &str) -> Result<(), StateError> {
+        self.remove(table.definition(), key)
+    }
+
+    pub fn record<T: DeserializeOwned>(
+        &self,
+        table: RecordTable,
+        key: &str,
+    ) -> Result<Option<T>, StateError> {
+        match self.get_bytes(table.definition(), key)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                StateError::Read(
+                    Unreadable {
+                        table: table.name(),
+                        key: key.to_string(),
+                        reason: e.to_string(),
+                    }
+                    .to_string(),
+                )
+            }),
+        }
+    }
+
+    /// Every record whose key starts with `prefix`, with its full key.
+    pub fn records<T: DeserializeOwned>(
+        &self,
+        table: RecordTable,
+        prefix: &str,
+    ) -> Result<Scanned<(String, T)>, StateError> {
+        let (records, unreadable) = self.scan_keyed(table.definition(), table.name(), prefix)?;
+        Ok((
+            records
+                .into_iter()
+                .map(|(short, value)| (format!("{prefix}{short}"), value))
+                .collect(),
+            unreadable,
+        ))
     }
 
     fn put<T: Serialize>(

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use crate::alloc_runner::alloc_dir::AllocDir;
 use crate::alloc_runner::hook_resources::HookResources;
 use crate::config::AgentConfig;
+use crate::csi::CsiNode;
 use crate::events::EventKind;
 use crate::jobspec::{Group, Job, Task};
 use crate::runtime::driver::{Driver, ExitResult};
@@ -38,6 +39,12 @@ pub struct TaskHookContext {
     pub plugin_hooks: Vec<Arc<Hook>>,
     /// Events hooks want shown; the runner emits them after each hook phase.
     pub reports: Arc<Mutex<Vec<(EventKind, String)>>>,
+    pub csi: Arc<CsiNode>,
+    /// Set by the task runner: emits an event at once, for hooks that watch the task in
+    /// the background (the CSI plugin supervisor).
+    pub events: Option<super::TaskEvents>,
+    /// Set by the task runner: asks it to restart the task, with the reason.
+    pub restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl TaskHookContext {
@@ -91,6 +98,12 @@ pub trait TaskHook: Send + Sync {
     fn stop<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
+
+    /// The task was recovered after an agent restart: prestart and poststart ran in
+    /// the previous agent and are not run again.
+    fn recovered<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// The hooks, in the order they run. Later hooks see what earlier ones prepared: the
@@ -99,6 +112,7 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
     vec![
         Box::new(super::task_dir_hook::TaskDirHook),
         Box::new(super::volumes_hook::VolumesHook),
+        Box::new(super::csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
         Box::new(super::wasm_hooks::WasmHooks),
     ]
 }

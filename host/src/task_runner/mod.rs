@@ -7,6 +7,7 @@
 //! one is recovered through the driver and supervised again without re-running its
 //! prestart hooks (so nothing is mounted twice).
 
+mod csi_plugin_supervisor_hook;
 pub mod hooks;
 mod task_dir_hook;
 mod volumes_hook;
@@ -34,8 +35,47 @@ pub struct EventSink {
     pub changed: Arc<Notify>,
 }
 
+/// Emits one task's events: into its state (shown by `alloc status`), the store, and
+/// the broadcast. Cloned into hooks that report from the background.
+#[derive(Clone)]
+pub struct TaskEvents {
+    state: Arc<Mutex<TaskState>>,
+    sink: EventSink,
+    task: String,
+}
+
+impl TaskEvents {
+    pub fn emit(&self, kind: EventKind, message: impl Into<String>) {
+        let event = TaskEvent::new(kind, message);
+        self.state.lock().unwrap().push_event(event.clone());
+        self.persist(Commit::Lazy);
+        let _ = self.sink.sender.send(AllocEvent {
+            alloc_id: self.sink.alloc_id.clone(),
+            alloc_name: self.sink.alloc_name.clone(),
+            task: self.task.clone(),
+            event,
+        });
+    }
+
+    /// Writes the task's state: durably for transitions, lazily for events in between.
+    fn persist(&self, commit: Commit) {
+        let snapshot = self.state.lock().unwrap().clone();
+        let sink = &self.sink;
+        if let Err(error) = sink
+            .store
+            .put_task_state(&sink.alloc_id, &self.task, &snapshot, commit)
+        {
+            tracing::error!(alloc = %sink.alloc_id, task = %self.task, %error,
+                "recording the task state");
+        }
+        sink.changed.notify_waiters();
+    }
+}
+
 pub struct TaskRunner {
     ctx: TaskHookContext,
+    task_events: TaskEvents,
+    restart_requests: tokio::sync::mpsc::UnboundedReceiver<String>,
     hooks: Vec<Box<dyn TaskHook>>,
     state: Arc<Mutex<TaskState>>,
     events: EventSink,
@@ -56,13 +96,23 @@ pub enum Outcome {
 impl TaskRunner {
     /// `state` is shared with the alloc runner, which shows it in `berth alloc status`.
     pub fn new(
-        ctx: TaskHookContext,
+        mut ctx: TaskHookContext,
         events: EventSink,
         stop: watch::Receiver<bool>,
         state: Arc<Mutex<TaskState>>,
     ) -> Self {
+        let task_events = TaskEvents {
+            state: state.clone(),
+            sink: events.clone(),
+            task: ctx.task.name.clone(),
+        };
+        let (restart, restart_requests) = tokio::sync::mpsc::unbounded_channel();
+        ctx.events = Some(task_events.clone());
+        ctx.restart = Some(restart);
         TaskRunner {
             ctx,
+            task_events,
+            restart_requests,
             hooks: hooks::task_hooks(),
             state,
             events,
@@ -87,15 +137,7 @@ impl TaskRunner {
     }
 
     fn emit(&self, kind: EventKind, message: impl Into<String>) {
-        let event = TaskEvent::new(kind, message);
-        self.state.lock().unwrap().push_event(event.clone());
-        self.persist(Commit::Lazy);
-        let _ = self.events.sender.send(AllocEvent {
-            alloc_id: self.events.alloc_id.clone(),
-            alloc_name: self.events.alloc_name.clone(),
-            task: self.ctx.task.name.clone(),
-            event,
-        });
+        self.task_events.emit(kind, message);
     }
 
     fn set_state(&self, state: TaskStateKind, failed: bool) {
@@ -115,18 +157,8 @@ impl TaskRunner {
         }
     }
 
-    /// Writes the task's state: durably for transitions, lazily for events in between.
     fn persist(&self, commit: Commit) {
-        let snapshot = self.state.lock().unwrap().clone();
-        let sink = &self.events;
-        if let Err(error) =
-            sink.store
-                .put_task_state(&sink.alloc_id, &self.ctx.task.name, &snapshot, commit)
-        {
-            tracing::error!(alloc = %sink.alloc_id, task = %self.ctx.task.name, %error,
-                "recording the task state");
-        }
-        sink.changed.notify_waiters();
+        self.task_events.persist(commit);
     }
 
     pub async fn run(mut self) -> Outcome {
@@ -223,6 +255,10 @@ impl TaskRunner {
                 tracing::info!(alloc = %self.events.alloc_id, task = %self.ctx.task.name,
                     "recovered the task after an agent restart");
                 self.restored_handle = Some(handle);
+                for hook in &self.hooks {
+                    hook.recovered(&self.ctx).await;
+                }
+                self.flush_reports();
             }
             Err(error) => {
                 self.emit(
@@ -319,29 +355,43 @@ impl TaskRunner {
     async fn supervise(&mut self, handle: TaskHandle) -> RunOnce {
         let task = &self.ctx.task;
         let driver = self.ctx.driver.clone();
+        enum Waited {
+            Exit(Result<ExitResult, crate::runtime::driver::DriverError>),
+            Stop,
+            Restart,
+        }
         let waited = {
             let wait = driver.wait_task(&handle);
             tokio::pin!(wait);
             tokio::select! {
-                exit = &mut wait => Some(exit),
-                _ = self.stop.wait_for(|stop| *stop) => None,
+                exit = &mut wait => Waited::Exit(exit),
+                _ = self.stop.wait_for(|stop| *stop) => Waited::Stop,
+                Some(reason) = self.restart_requests.recv() => {
+                    self.task_events.emit(EventKind::RestartSignaled, reason);
+                    Waited::Restart
+                }
             }
         };
         let outcome = match waited {
-            Some(Ok(exit)) => {
+            Waited::Exit(Ok(exit)) => {
                 self.terminated(&exit);
                 RunOnce::Exited(Some(exit))
             }
-            Some(Err(error)) => {
+            Waited::Exit(Err(error)) => {
                 self.emit(
                     EventKind::DriverFailure,
                     format!("waiting for the task: {error}"),
                 );
                 RunOnce::Exited(None)
             }
-            None => {
+            Waited::Stop => {
                 self.kill(&handle).await;
                 RunOnce::Stopped
+            }
+            // The restart policy decides what happens next, as for a failed exit.
+            Waited::Restart => {
+                self.kill(&handle).await;
+                RunOnce::Exited(None)
             }
         };
         let exit = match &outcome {

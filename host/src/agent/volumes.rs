@@ -1,0 +1,134 @@
+//! The agent's CSI volume and plugin operations, as the API and CLI use them:
+//! register, create, deregister, status.
+
+use crate::catalog::volume_spec::{self, SpecPurpose};
+use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
+use crate::jobspec::JobspecError;
+
+use super::Agent;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// The spec file does not parse.
+    #[error("{0}")]
+    Invalid(JobspecError),
+    /// Understood, but not possible now (unknown plugin, claimed volume, plugin error).
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+impl From<CatalogError> for VolumeError {
+    fn from(error: CatalogError) -> Self {
+        match error {
+            CatalogError::NoSuchVolume(_) => VolumeError::NotFound(error.to_string()),
+            CatalogError::Refused(why) => VolumeError::Refused(why),
+            CatalogError::Store(_) => VolumeError::Store(error.to_string()),
+        }
+    }
+}
+
+fn shown(mut status: VolumeStatus) -> VolumeStatus {
+    status.volume.secrets.clear();
+    status
+}
+
+impl Agent {
+    /// Registers an existing volume of a plugin this node runs.
+    pub fn register_volume(
+        &self,
+        source_name: &str,
+        source: &str,
+    ) -> Result<VolumeStatus, VolumeError> {
+        let spec = volume_spec::parse(source_name, source, SpecPurpose::Register)
+            .map_err(VolumeError::Invalid)?;
+        self.check_plugin_known(&spec.volume.plugin_id)?;
+        let id = spec.volume.id.clone();
+        self.node.csi.catalog.register_volume(spec.volume)?;
+        Ok(shown(self.node.csi.catalog.volume(&id)?))
+    }
+
+    /// Creates a volume through the plugin's controller (CreateVolume), then registers it.
+    pub async fn create_volume(
+        &self,
+        source_name: &str,
+        source: &str,
+    ) -> Result<VolumeStatus, VolumeError> {
+        let spec = volume_spec::parse(source_name, source, SpecPurpose::Create)
+            .map_err(VolumeError::Invalid)?;
+        self.check_plugin_known(&spec.volume.plugin_id)?;
+        if let Ok(existing) = self.node.csi.catalog.volume(&spec.volume.id) {
+            return Err(VolumeError::Refused(format!(
+                "volume {:?} already exists (plugin {:?}, external id {:?})",
+                existing.volume.id, existing.volume.plugin_id, existing.volume.external_id
+            )));
+        }
+        let id = spec.volume.id.clone();
+        let volume = self
+            .node
+            .csi
+            .manager
+            .create_volume(spec.volume, spec.capacity)
+            .await
+            .map_err(VolumeError::Refused)?;
+        self.node.csi.catalog.register_volume(volume)?;
+        Ok(shown(self.node.csi.catalog.volume(&id)?))
+    }
+
+    /// Forgets a volume nobody claims (the data stays where the plugin keeps it).
+    pub fn deregister_volume(&self, id: &str) -> Result<VolumeStatus, VolumeError> {
+        let volume = self.node.csi.catalog.deregister_volume(id)?;
+        Ok(shown(VolumeStatus {
+            volume,
+            claims: Vec::new(),
+        }))
+    }
+
+    pub fn volumes(&self) -> Result<Vec<VolumeStatus>, VolumeError> {
+        Ok(self
+            .node
+            .csi
+            .catalog
+            .volumes()?
+            .into_iter()
+            .map(shown)
+            .collect())
+    }
+
+    pub fn volume(&self, id: &str) -> Result<VolumeStatus, VolumeError> {
+        Ok(shown(self.node.csi.catalog.volume(id)?))
+    }
+
+    pub fn plugins(&self) -> Result<Vec<PluginStatus>, VolumeError> {
+        Ok(self.node.csi.catalog.plugins()?)
+    }
+
+    pub fn plugin(&self, id: &str) -> Result<PluginStatus, VolumeError> {
+        self.plugins()?
+            .into_iter()
+            .find(|p| p.id == id)
+            .ok_or_else(|| {
+                VolumeError::NotFound(format!("no CSI plugin {id:?} is running on this agent"))
+            })
+    }
+
+    fn check_plugin_known(&self, plugin_id: &str) -> Result<(), VolumeError> {
+        let registered = self.node.csi.registry.list();
+        if registered.iter().any(|p| p.id == plugin_id) {
+            return Ok(());
+        }
+        let mut known: Vec<String> = registered.into_iter().map(|p| p.id).collect();
+        known.dedup();
+        Err(VolumeError::Refused(format!(
+            "no CSI plugin {plugin_id:?} is registered on this agent ({}); run the plugin's job first",
+            if known.is_empty() {
+                "it runs none".to_string()
+            } else {
+                format!("registered: {}", known.join(", "))
+            }
+        )))
+    }
+}

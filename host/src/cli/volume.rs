@@ -1,0 +1,242 @@
+//! `berth volume register|create|status|deregister` and `berth plugin status`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::api::SubmitRequest;
+use crate::api::client::{Client, ClientError};
+use crate::catalog::{PluginStatus, VolumeStatus, short_id};
+
+/// Exit code for a spec or request the agent refused.
+const REFUSED: u8 = 2;
+
+/// Prints the agent's refusal and turns it into the exit code; other errors pass.
+fn refused<T>(result: Result<T, ClientError>) -> anyhow::Result<Result<T, ExitCode>> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(ClientError::Api(error, status)) if status.is_client_error() => {
+            eprintln!("Error: {}", error.error);
+            for problem in &error.problems {
+                eprintln!("  {problem}");
+            }
+            Ok(Err(ExitCode::from(REFUSED)))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+pub(super) async fn register(
+    client: &Client,
+    path: &Path,
+    create: bool,
+) -> anyhow::Result<ExitCode> {
+    let source = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::format_err!("reading {}: {e}", path.display()))?;
+    let request = SubmitRequest {
+        source_name: path.display().to_string(),
+        source,
+    };
+    let endpoint = if create {
+        "/v1/volumes/create"
+    } else {
+        "/v1/volumes/register"
+    };
+    let status: VolumeStatus = match refused(client.post(endpoint, &request).await)? {
+        Ok(status) => status,
+        Err(code) => return Ok(code),
+    };
+    let volume = &status.volume;
+    println!(
+        "{} volume {:?} (plugin {:?}, external id {:?})",
+        if create { "Created" } else { "Registered" },
+        volume.id,
+        volume.plugin_id,
+        volume.external_id
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
+    match refused(
+        client
+            .delete::<VolumeStatus>(&format!("/v1/volume/{id}"))
+            .await,
+    )? {
+        Ok(status) => {
+            println!("Deregistered volume {:?}", status.volume.id);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(code) => Ok(code),
+    }
+}
+
+pub(super) async fn status(
+    client: &Client,
+    id: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let volumes: Vec<VolumeStatus> = match id {
+        Some(id) => match refused(client.get(&format!("/v1/volume/{id}")).await)? {
+            Ok(volume) => vec![volume],
+            Err(code) => return Ok(code),
+        },
+        None => client.get("/v1/volumes").await?,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&volumes)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if id.is_none() {
+        if volumes.is_empty() {
+            println!("No CSI volumes");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<20} {:<20} {:<16} {:<26} Claims",
+            "ID", "Name", "Plugin", "Access Mode"
+        );
+        for status in &volumes {
+            let v = &status.volume;
+            let modes: Vec<&str> = v
+                .capabilities
+                .iter()
+                .map(|c| c.access_mode.as_str())
+                .collect();
+            println!(
+                "{:<20} {:<20} {:<16} {:<26} {}",
+                v.id,
+                v.name,
+                v.plugin_id,
+                modes.join(","),
+                status.claims.len()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let status = &volumes[0];
+    let v = &status.volume;
+    println!("ID              = {}", v.id);
+    println!("Name            = {}", v.name);
+    println!("External ID     = {}", v.external_id);
+    println!("Plugin ID       = {}", v.plugin_id);
+    println!("Origin          = {}", v.origin);
+    println!(
+        "Capacity        = {}",
+        if v.capacity_bytes > 0 {
+            format!("{} bytes", v.capacity_bytes)
+        } else {
+            "unknown".into()
+        }
+    );
+    for capability in &v.capabilities {
+        println!(
+            "Capability      = {} / {}",
+            capability.access_mode, capability.attachment_mode
+        );
+    }
+    println!();
+    if status.claims.is_empty() {
+        println!("No claims");
+    } else {
+        println!("Claims");
+        println!(
+            "{:<10} {:<32} {:<6} {:<26} Node",
+            "Alloc", "Name", "Mode", "Access Mode"
+        );
+        for claim in &status.claims {
+            println!(
+                "{:<10} {:<32} {:<6} {:<26} {}",
+                short_id(&claim.alloc_id),
+                claim.alloc_name,
+                format!("{:?}", claim.mode).to_lowercase(),
+                claim.access_mode,
+                claim.node
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn plugin_status(
+    client: &Client,
+    id: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let plugins: Vec<PluginStatus> = match id {
+        Some(id) => match refused(client.get(&format!("/v1/plugin/{id}")).await)? {
+            Ok(plugin) => vec![plugin],
+            Err(code) => return Ok(code),
+        },
+        None => client.get("/v1/plugins").await?,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plugins)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if id.is_none() {
+        if plugins.is_empty() {
+            println!("No CSI plugins");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<20} {:<22} {:<22} Volumes",
+            "ID", "Controllers Healthy", "Nodes Healthy"
+        );
+        for p in &plugins {
+            println!(
+                "{:<20} {:<22} {:<22} {}",
+                p.id,
+                format!("{}/{}", p.controllers_healthy, p.controllers_expected),
+                format!("{}/{}", p.nodes_healthy, p.nodes_expected),
+                p.volumes.len()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let p = &plugins[0];
+    println!("ID                  = {}", p.id);
+    println!(
+        "Controllers Healthy = {}/{}",
+        p.controllers_healthy, p.controllers_expected
+    );
+    println!(
+        "Nodes Healthy       = {}/{}",
+        p.nodes_healthy, p.nodes_expected
+    );
+    println!(
+        "Volumes             = {}",
+        if p.volumes.is_empty() {
+            "none".into()
+        } else {
+            p.volumes.join(", ")
+        }
+    );
+    println!();
+    println!("Providers");
+    println!(
+        "{:<10} {:<11} {:<9} {:<28} Health",
+        "Alloc", "Kind", "Healthy", "Plugin"
+    );
+    for provider in &p.providers {
+        let name = provider
+            .fingerprint
+            .as_ref()
+            .map(|f| {
+                if f.name.is_empty() {
+                    "not fingerprinted".to_string()
+                } else {
+                    format!("{} {}", f.name, f.vendor_version)
+                }
+            })
+            .unwrap_or_else(|| "not fingerprinted".into());
+        println!(
+            "{:<10} {:<11} {:<9} {:<28} {}",
+            short_id(&provider.alloc_id),
+            provider.kind.as_str(),
+            provider.healthy,
+            name,
+            provider.health
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,539 @@
+//! A CSI client over a Unix socket. Every call has a deadline; ABORTED, UNAVAILABLE,
+//! DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED are retried with backoff until the
+//! operation's budget is spent; UNIMPLEMENTED and every other code are not. NOT_FOUND
+//! from an unpublish or unstage means the work is already undone, which is success.
+//! Errors name the plugin, the RPC, the volume and what to check.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::Usage;
+use berth_proto::csi as pb;
+use pb::controller_client::ControllerClient;
+use pb::identity_client::IdentityClient;
+use pb::node_client::NodeClient;
+
+/// How long calls may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// One attempt.
+    pub call: Duration,
+    /// All attempts of one operation, with the backoff between them.
+    pub total: Duration,
+}
+
+impl Timeouts {
+    /// For the volume operations of an alloc.
+    pub const OPERATIONS: Timeouts = Timeouts {
+        call: Duration::from_secs(10),
+        total: Duration::from_secs(30),
+    };
+    /// For a health probe: one short attempt.
+    pub const PROBE: Timeouts = Timeouts {
+        call: Duration::from_secs(2),
+        total: Duration::from_secs(2),
+    };
+}
+
+/// Why a CSI call failed, in words a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiError {
+    pub plugin: String,
+    pub rpc: &'static str,
+    pub volume: Option<String>,
+    pub code: Code,
+    pub message: String,
+    /// Attempts made (more than one when the code was retryable).
+    pub attempts: u32,
+    pub socket: PathBuf,
+}
+
+impl CsiError {
+    fn hint(&self) -> String {
+        match self.code {
+            Code::Unavailable => format!(
+                "is the plugin task running, and is its socket at {}?",
+                self.socket.display()
+            ),
+            Code::DeadlineExceeded => {
+                "the plugin did not answer in time; it may be hung (see its task logs)".into()
+            }
+            Code::NotFound => "the plugin does not know this volume: check its external_id".into(),
+            Code::AlreadyExists => {
+                "the volume is already published there with other settings".into()
+            }
+            Code::FailedPrecondition => {
+                "the plugin says a step that must come first has not happened".into()
+            }
+            Code::InvalidArgument => "the plugin refused the request's arguments".into(),
+            Code::Unimplemented => format!("the plugin does not implement {}", self.rpc),
+            Code::ResourceExhausted => "the plugin or its storage is out of capacity".into(),
+            Code::PermissionDenied | Code::Unauthenticated => "check the volume's secrets".into(),
+            Code::Aborted => "another operation on this volume is still pending".into(),
+            _ => "see the plugin task's logs".into(),
+        }
+    }
+}
+
+impl fmt::Display for CsiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CSI plugin {:?}: {}", self.plugin, self.rpc)?;
+        if let Some(volume) = &self.volume {
+            write!(f, " of volume {volume:?}")?;
+        }
+        let message = if self.message.is_empty() {
+            "(no message)"
+        } else {
+            self.message.as_str()
+        };
+        write!(f, " failed: {message} [{:?}", self.code)?;
+        if self.attempts > 1 {
+            write!(f, ", {} attempts", self.attempts)?;
+        }
+        write!(f, "]; {}", self.hint())
+    }
+}
+
+impl std::error::Error for CsiError {}
+
+fn retryable(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Aborted | Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted
+    )
+}
+
+/// A client for one plugin socket. Cheap to clone.
+#[derive(Clone)]
+pub struct CsiClient {
+    plugin: String,
+    socket: PathBuf,
+    channel: Channel,
+    timeouts: Timeouts,
+}
+
+/// What NodeGetCapabilities / ControllerGetCapabilities / GetPluginCapabilities say,
+/// flattened to what berth uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Capabilities {
+    pub controller_service: bool,
+    pub stage_unstage: bool,
+    pub controller_publish: bool,
+    pub create_delete: bool,
+}
+
+/// A volume the controller created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedVolume {
+    pub external_id: String,
+    pub capacity_bytes: i64,
+    pub context: HashMap<String, String>,
+}
+
+/// The arguments shared by stage and publish.
+#[derive(Debug, Clone)]
+pub struct NodeVolume<'a> {
+    pub external_id: &'a str,
+    pub usage: Usage,
+    pub publish_context: &'a HashMap<String, String>,
+    pub volume_context: &'a HashMap<String, String>,
+    pub secrets: &'a HashMap<String, String>,
+}
+
+impl CsiClient {
+    /// A client for the plugin listening at `socket`. Connects lazily: a plugin that is
+    /// not listening yet makes each call fail with UNAVAILABLE (retried), not this.
+    pub fn new(plugin: &str, socket: &Path, timeouts: Timeouts) -> CsiClient {
+        let path = socket.to_path_buf();
+        // The URI is required by tonic and never used: the connector dials the socket.
+        let channel = Endpoint::from_static("http://csi.invalid")
+            .connect_timeout(timeouts.call)
+            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }));
+        CsiClient {
+            plugin: plugin.to_string(),
+            socket: socket.to_path_buf(),
+            channel,
+            timeouts,
+        }
+    }
+
+    pub fn with_timeouts(&self, timeouts: Timeouts) -> CsiClient {
+        CsiClient {
+            timeouts,
+            ..self.clone()
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Runs `attempt` until it succeeds, fails with a code that is not retryable, or
+    /// the budget is spent.
+    async fn call<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        volume: Option<&str>,
+        mut attempt: F,
+    ) -> Result<T, CsiError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(50);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let status =
+                match tokio::time::timeout(self.timeouts.call, attempt(self.channel.clone())).await
+                {
+                    Ok(Ok(response)) => return Ok(response.into_inner()),
+                    Ok(Err(status)) => status,
+                    Err(_) => tonic::Status::deadline_exceeded(format!(
+                        "no answer within {:?}",
+                        self.timeouts.call
+                    )),
+                };
+            let spent = started.elapsed();
+            if !retryable(status.code()) || spent + backoff >= self.timeouts.total {
+                return Err(CsiError {
+                    plugin: self.plugin.clone(),
+                    rpc,
+                    volume: volume.map(str::to_string),
+                    code: status.code(),
+                    message: status_message(&status),
+                    attempts,
+                    socket: self.socket.clone(),
+                });
+            }
+            tracing::debug!(plugin = %self.plugin, rpc, code = ?status.code(), "retrying a CSI call");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.timeouts.call);
+        request
+    }
+
+    /// Whether the plugin is ready; an unset `ready` means ready.
+    pub async fn probe(&self) -> Result<bool, CsiError> {
+        let response = self
+            .call("Probe", None, |channel| async move {
+                IdentityClient::new(channel)
+                    .probe(self.request(pb::ProbeRequest {}))
+                    .await
+            })
+            .await?;
+        Ok(response.ready.unwrap_or(true))
+    }
+
+    pub async fn plugin_info(&self) -> Result<(String, String), CsiError> {
+        let info = self
+            .call("GetPluginInfo", None, |channel| async move {
+                IdentityClient::new(channel)
+                    .get_plugin_info(self.request(pb::GetPluginInfoRequest {}))
+                    .await
+            })
+            .await?;
+        Ok((info.name, info.vendor_version))
+    }
+
+    pub async fn plugin_capabilities(&self) -> Result<bool, CsiError> {
+        use pb::plugin_capability::{Type, service};
+        let response = self
+            .call("GetPluginCapabilities", None, |channel| async move {
+                IdentityClient::new(channel)
+                    .get_plugin_capabilities(self.request(pb::GetPluginCapabilitiesRequest {}))
+                    .await
+            })
+            .await?;
+        Ok(response.capabilities.iter().any(|c| {
+            matches!(&c.r#type, Some(Type::Service(s)) if s.r#type == service::Type::ControllerService as i32)
+        }))
+    }
+
+    pub async fn node_info(&self) -> Result<String, CsiError> {
+        let info = self
+            .call("NodeGetInfo", None, |channel| async move {
+                NodeClient::new(channel)
+                    .node_get_info(self.request(pb::NodeGetInfoRequest {}))
+                    .await
+            })
+            .await?;
+        Ok(info.node_id)
+    }
+
+    /// Whether the node service stages (STAGE_UNSTAGE_VOLUME).
+    pub async fn node_stages(&self) -> Result<bool, CsiError> {
+        use pb::node_service_capability::{Type, rpc};
+        let response = self
+            .call("NodeGetCapabilities", None, |channel| async move {
+                NodeClient::new(channel)
+                    .node_get_capabilities(self.request(pb::NodeGetCapabilitiesRequest {}))
+                    .await
+            })
+            .await?;
+        Ok(response.capabilities.iter().any(|c| {
+            matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == rpc::Type::StageUnstageVolume as i32)
+        }))
+    }
+
+    /// (PUBLISH_UNPUBLISH_VOLUME, CREATE_DELETE_VOLUME) of the controller service.
+    pub async fn controller_capabilities(&self) -> Result<(bool, bool), CsiError> {
+        use pb::controller_service_capability::{Type, rpc};
+        let response = self
+            .call("ControllerGetCapabilities", None, |channel| async move {
+                ControllerClient::new(channel)
+                    .controller_get_capabilities(
+                        self.request(pb::ControllerGetCapabilitiesRequest {}),
+                    )
+                    .await
+            })
+            .await?;
+        let has = |wanted: rpc::Type| {
+            response
+                .capabilities
+                .iter()
+                .any(|c| matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == wanted as i32))
+        };
+        Ok((
+            has(rpc::Type::PublishUnpublishVolume),
+            has(rpc::Type::CreateDeleteVolume),
+        ))
+    }
+
+    pub async fn create_volume(
+        &self,
+        name: &str,
+        capacity: (i64, i64),
+        usages: &[Usage],
+        parameters: &HashMap<String, String>,
+        secrets: &HashMap<String, String>,
+    ) -> Result<CreatedVolume, CsiError> {
+        let response = self
+            .call("CreateVolume", Some(name), |channel| async move {
+                ControllerClient::new(channel)
+                    .create_volume(self.request(pb::CreateVolumeRequest {
+                        name: name.to_string(),
+                        capacity_range: (capacity != (0, 0)).then_some(pb::CapacityRange {
+                            required_bytes: capacity.0,
+                            limit_bytes: capacity.1,
+                        }),
+                        volume_capabilities: usages.iter().map(Usage::capability).collect(),
+                        parameters: parameters.clone(),
+                        secrets: secrets.clone(),
+                        ..Default::default()
+                    }))
+                    .await
+            })
+            .await?;
+        let volume = response.volume.unwrap_or_default();
+        if volume.volume_id.is_empty() {
+            return Err(CsiError {
+                plugin: self.plugin.clone(),
+                rpc: "CreateVolume",
+                volume: Some(name.to_string()),
+                code: Code::Internal,
+                message: "the plugin answered without a volume id".into(),
+                attempts: 1,
+                socket: self.socket.clone(),
+            });
+        }
+        Ok(CreatedVolume {
+            external_id: volume.volume_id,
+            capacity_bytes: volume.capacity_bytes,
+            context: volume.volume_context,
+        })
+    }
+
+    pub async fn controller_publish(
+        &self,
+        volume: &NodeVolume<'_>,
+        node_id: &str,
+    ) -> Result<HashMap<String, String>, CsiError> {
+        let response = self
+            .call(
+                "ControllerPublishVolume",
+                Some(volume.external_id),
+                |channel| async move {
+                    ControllerClient::new(channel)
+                        .controller_publish_volume(self.request(
+                            pb::ControllerPublishVolumeRequest {
+                                volume_id: volume.external_id.to_string(),
+                                node_id: node_id.to_string(),
+                                volume_capability: Some(volume.usage.capability()),
+                                readonly: volume.usage.read_only,
+                                secrets: volume.secrets.clone(),
+                                volume_context: volume.volume_context.clone(),
+                            },
+                        ))
+                        .await
+                },
+            )
+            .await?;
+        Ok(response.publish_context)
+    }
+
+    pub async fn controller_unpublish(
+        &self,
+        external_id: &str,
+        node_id: &str,
+        secrets: &HashMap<String, String>,
+    ) -> Result<(), CsiError> {
+        let result = self
+            .call(
+                "ControllerUnpublishVolume",
+                Some(external_id),
+                |channel| async move {
+                    ControllerClient::new(channel)
+                        .controller_unpublish_volume(self.request(
+                            pb::ControllerUnpublishVolumeRequest {
+                                volume_id: external_id.to_string(),
+                                node_id: node_id.to_string(),
+                                secrets: secrets.clone(),
+                            },
+                        ))
+                        .await
+                },
+            )
+            .await;
+        already_undone(result.map(|_| ()))
+    }
+
+    pub async fn node_stage(
+        &self,
+        volume: &NodeVolume<'_>,
+        staging_path: &Path,
+    ) -> Result<(), CsiError> {
+        self.call(
+            "NodeStageVolume",
+            Some(volume.external_id),
+            |channel| async move {
+                NodeClient::new(channel)
+                    .node_stage_volume(self.request(pb::NodeStageVolumeRequest {
+                        volume_id: volume.external_id.to_string(),
+                        publish_context: volume.publish_context.clone(),
+                        staging_target_path: staging_path.display().to_string(),
+                        volume_capability: Some(volume.usage.capability()),
+                        secrets: volume.secrets.clone(),
+                        volume_context: volume.volume_context.clone(),
+                    }))
+                    .await
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn node_unstage(
+        &self,
+        external_id: &str,
+        staging_path: &Path,
+    ) -> Result<(), CsiError> {
+        let result = self
+            .call(
+                "NodeUnstageVolume",
+                Some(external_id),
+                |channel| async move {
+                    NodeClient::new(channel)
+                        .node_unstage_volume(self.request(pb::NodeUnstageVolumeRequest {
+                            volume_id: external_id.to_string(),
+                            staging_target_path: staging_path.display().to_string(),
+                        }))
+                        .await
+                },
+            )
+            .await;
+        already_undone(result.map(|_| ()))
+    }
+
+    /// `staging_path` is `None` when the plugin does not stage.
+    pub async fn node_publish(
+        &self,
+        volume: &NodeVolume<'_>,
+        staging_path: Option<&Path>,
+        target_path: &Path,
+    ) -> Result<(), CsiError> {
+        self.call(
+            "NodePublishVolume",
+            Some(volume.external_id),
+            |channel| async move {
+                NodeClient::new(channel)
+                    .node_publish_volume(
+                        self.request(pb::NodePublishVolumeRequest {
+                            volume_id: volume.external_id.to_string(),
+                            publish_context: volume.publish_context.clone(),
+                            staging_target_path: staging_path
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            target_path: target_path.display().to_string(),
+                            volume_capability: Some(volume.usage.capability()),
+                            readonly: volume.usage.read_only,
+                            secrets: volume.secrets.clone(),
+                            volume_context: volume.volume_context.clone(),
+                        }),
+                    )
+                    .await
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn node_unpublish(
+        &self,
+        external_id: &str,
+        target_path: &Path,
+    ) -> Result<(), CsiError> {
+        let result = self
+            .call(
+                "NodeUnpublishVolume",
+                Some(external_id),
+                |channel| async move {
+                    NodeClient::new(channel)
+                        .node_unpublish_volume(self.request(pb::NodeUnpublishVolumeRequest {
+                            volume_id: external_id.to_string(),
+                            target_path: target_path.display().to_string(),
+                        }))
+                        .await
+                },
+            )
+            .await;
+        already_undone(result.map(|_| ()))
+    }
+}
+
+/// NOT_FOUND from an undo means there is nothing left to undo.
+fn already_undone(result: Result<(), CsiError>) -> Result<(), CsiError> {
+    match result {
+        Err(error) if error.code == Code::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// tonic's message, minus the transport noise a person cannot act on.
+fn status_message(status: &tonic::Status) -> String {
+    let message = status.message().trim();
+    if status.code() == Code::Unavailable && message.contains("transport error") {
+        "cannot connect to the plugin's socket".to_string()
+    } else if status.code() == Code::Unknown && message.is_empty() {
+        "the plugin's answer was not a gRPC response".to_string()
+    } else {
+        message.to_string()
+    }
+}

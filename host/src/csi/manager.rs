@@ -1,0 +1,627 @@
+//! The CSI manager: follows the plugin registry (subscribed, so it hears of a plugin
+//! the moment it registers), fingerprints each plugin, keeps the catalog's plugin view
+//! current, and mounts volumes for allocs.
+//!
+//! Mounting a volume for an alloc, with the volume's operations serialised:
+//!
+//! ```text
+//!   ControllerPublishVolume  once per volume on this node (controller has PUBLISH_UNPUBLISH)
+//!   NodeStageVolume          once per volume and usage (node has STAGE_UNSTAGE)
+//!   NodePublishVolume        once per alloc
+//! ```
+//!
+//! Unmounting walks back: NodeUnpublish, then NodeUnstage when no alloc uses the stage
+//! any more, then ControllerUnpublish when no stage is left. Which allocs use which
+//! stage is persisted ([`RecordTable::CsiUsage`]) before and after each step, so after an
+//! agent restart an unstage never pulls a volume from under a live alloc.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use super::client::{Capabilities, CsiClient, NodeVolume, Timeouts};
+use super::layout::{self, SharedPath};
+use super::registry::{PluginRegistration, PluginRegistry, RegistryEvent};
+use super::{PluginKind, Usage};
+use crate::catalog::{Catalog, PluginProvider, Volume};
+use crate::state::{RecordTable, StateStore};
+
+/// What fingerprinting a plugin found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub name: String,
+    pub vendor_version: String,
+    /// NodeGetInfo's node id (node plugins).
+    pub node_id: Option<String>,
+    pub capabilities: Capabilities,
+    /// Set when a fingerprint call failed.
+    pub error: Option<String>,
+}
+
+/// How long the manager waits and how long its calls may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CsiSettings {
+    pub timeouts: Timeouts,
+    /// How long an alloc waits for its volume's plugin to be registered and healthy.
+    pub plugin_wait: Duration,
+}
+
+impl Default for CsiSettings {
+    fn default() -> Self {
+        CsiSettings {
+            timeouts: Timeouts::OPERATIONS,
+            plugin_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One volume's use on this node, persisted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct VolumeUsage {
+    plugin_id: String,
+    external_id: String,
+    #[serde(default)]
+    secrets: HashMap<String, String>,
+    /// The node id the controller published to, and the publish context it returned.
+    controller_published: Option<(String, HashMap<String, String>)>,
+    /// By usage key.
+    stages: BTreeMap<String, StageUsage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StageUsage {
+    staged: bool,
+    /// Allocs the volume is published to with this usage.
+    allocs: BTreeSet<String>,
+}
+
+pub struct CsiManager {
+    registry: Arc<PluginRegistry>,
+    store: Arc<StateStore>,
+    catalog: Arc<dyn Catalog>,
+    node_name: String,
+    settings: CsiSettings,
+    fingerprints: Mutex<BTreeMap<(PluginKind, String), (String, Fingerprint)>>,
+    volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A step done while mounting, undone if a later one fails.
+enum Done {
+    ControllerPublished,
+    Staged(String),
+}
+
+impl CsiManager {
+    pub fn new(
+        registry: Arc<PluginRegistry>,
+        store: Arc<StateStore>,
+        catalog: Arc<dyn Catalog>,
+        node_name: String,
+        settings: CsiSettings,
+    ) -> Arc<CsiManager> {
+        Arc::new(CsiManager {
+            registry,
+            store,
+            catalog,
+            node_name,
+            settings,
+            fingerprints: Mutex::default(),
+            volume_locks: Mutex::default(),
+        })
+    }
+
+    pub fn settings(&self) -> CsiSettings {
+        self.settings
+    }
+
+    /// Brings the catalog's plugin view in line with the registry, then follows the
+    /// registry's updates for as long as the agent runs.
+    pub fn start(self: &Arc<Self>) {
+        let events = self.registry.subscribe();
+        if let Ok(plugins) = self.catalog.plugins() {
+            for plugin in plugins {
+                for provider in plugin.providers {
+                    let current = self
+                        .registry
+                        .get(provider.kind, &provider.plugin_id)
+                        .is_some_and(|r| r.alloc_id == provider.alloc_id);
+                    if !current {
+                        let _ = self.catalog.remove_plugin_provider(
+                            &provider.plugin_id,
+                            provider.kind,
+                            &provider.alloc_id,
+                        );
+                    }
+                }
+            }
+        }
+        for plugin in self.registry.list() {
+            self.publish_provider(&plugin);
+        }
+        tokio::spawn(self.clone().follow(events));
+    }
+
+    async fn follow(self: Arc<Self>, mut events: broadcast::Receiver<RegistryEvent>) {
+        loop {
+            match events.recv().await {
+                Ok(RegistryEvent::Updated(plugin)) => {
+                    if plugin.healthy {
+                        self.fingerprint(&plugin).await;
+                    }
+                    self.publish_provider(&plugin);
+                }
+                Ok(RegistryEvent::Removed { kind, id, alloc_id }) => {
+                    self.fingerprints
+                        .lock()
+                        .unwrap()
+                        .remove(&(kind, id.clone()));
+                    if let Err(error) = self.catalog.remove_plugin_provider(&id, kind, &alloc_id) {
+                        tracing::error!(plugin = %id, %error, "removing the plugin from the catalog");
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "the CSI manager fell behind the plugin registry; resyncing"
+                    );
+                    for plugin in self.registry.list() {
+                        self.publish_provider(&plugin);
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    fn publish_provider(&self, plugin: &PluginRegistration) {
+        let provider = PluginProvider {
+            plugin_id: plugin.id.clone(),
+            kind: plugin.kind,
+            alloc_id: plugin.alloc_id.clone(),
+            node: self.node_name.clone(),
+            healthy: plugin.healthy,
+            health: plugin.health.clone(),
+            fingerprint: self.fingerprint_of(plugin),
+        };
+        if let Err(error) = self.catalog.put_plugin_provider(provider) {
+            tracing::error!(plugin = %plugin.id, %error, "recording the plugin in the catalog");
+        }
+    }
+
+    fn fingerprint_of(&self, plugin: &PluginRegistration) -> Option<Fingerprint> {
+        self.fingerprints
+            .lock()
+            .unwrap()
+            .get(&(plugin.kind, plugin.id.clone()))
+            .filter(|(alloc, _)| *alloc == plugin.alloc_id)
+            .map(|(_, fingerprint)| fingerprint.clone())
+    }
+
+    pub fn client(&self, plugin: &PluginRegistration) -> CsiClient {
+        CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts)
+    }
+
+    /// Asks the plugin who it is and what it can do; cached per providing alloc.
+    pub async fn fingerprint(&self, plugin: &PluginRegistration) -> Fingerprint {
+        if let Some(known) = self.fingerprint_of(plugin).filter(|f| f.error.is_none()) {
+            return known;
+        }
+        let client = self.client(plugin);
+        let result = async {
+            let (name, vendor_version) = client.plugin_info().await?;
+            let controller_service = client.plugin_capabilities().await?;
+            let mut fingerprint = Fingerprint {
+                name,
+                vendor_version,
+                node_id: None,
+                capabilities: Capabilities {
+                    controller_service,
+                    ..Capabilities::default()
+                },
+                error: None,
+            };
+            match plugin.kind {
+                PluginKind::Node => {
+                    fingerprint.node_id = Some(client.node_info().await?);
+                    fingerprint.capabilities.stage_unstage = client.node_stages().await?;
+                }
+                PluginKind::Controller => {
+                    let (publish, create) = client.controller_capabilities().await?;
+                    fingerprint.capabilities.controller_publish = publish;
+                    fingerprint.capabilities.create_delete = create;
+                }
+            }
+            Ok::<_, super::client::CsiError>(fingerprint)
+        }
+        .await;
+        let fingerprint = result.unwrap_or_else(|error| Fingerprint {
+            error: Some(error.to_string()),
+            ..Fingerprint::default()
+        });
+        self.fingerprints.lock().unwrap().insert(
+            (plugin.kind, plugin.id.clone()),
+            (plugin.alloc_id.clone(), fingerprint.clone()),
+        );
+        fingerprint
+    }
+
+    /// The healthy, fingerprinted plugin, waiting for it up to the plugin wait.
+    async fn ready(
+        &self,
+        kind: PluginKind,
+        id: &str,
+    ) -> Result<(PluginRegistration, CsiClient, Fingerprint), String> {
+        let plugin = self
+            .registry
+            .wait_for_healthy(kind, id, self.settings.plugin_wait)
+            .await?;
+        let fingerprint = self.fingerprint(&plugin).await;
+        if let Some(error) = &fingerprint.error {
+            return Err(format!("fingerprinting CSI plugin {id:?}: {error}"));
+        }
+        let client = self.client(&plugin);
+        Ok((plugin, client, fingerprint))
+    }
+
+    fn volume_lock(&self, volume_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.volume_locks
+            .lock()
+            .unwrap()
+            .entry(volume_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    fn usage_record(&self, volume_id: &str) -> Result<Option<VolumeUsage>, String> {
+        self.store
+            .record(RecordTable::CsiUsage, volume_id)
+            .map_err(|e| format!("reading the usage of volume {volume_id:?}: {e}"))
+    }
+
+    fn save_usage(&self, volume_id: &str, usage: &VolumeUsage) -> Result<(), String> {
+        let result = if usage.stages.is_empty() && usage.controller_published.is_none() {
+            self.store.remove_record(RecordTable::CsiUsage, volume_id)
+        } else {
+            self.store
+                .put_record(RecordTable::CsiUsage, volume_id, usage)
+        };
+        result.map_err(|e| format!("recording the usage of volume {volume_id:?}: {e}"))
+    }
+
+    /// How many allocs use `volume_id` on this node, by usage key (for status and tests).
+    pub fn users(&self, volume_id: &str) -> BTreeMap<String, BTreeSet<String>> {
+        self.usage_record(volume_id)
+            .ok()
+            .flatten()
+            .map(|u| u.stages.into_iter().map(|(k, s)| (k, s.allocs)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Stages (once per usage) and publishes `volume` for `alloc_id`; returns the host
+    /// path to bind into the alloc's tasks. On failure, what this call did is undone.
+    pub async fn mount_volume(
+        &self,
+        alloc_id: &str,
+        volume: &Volume,
+        usage: Usage,
+    ) -> Result<PathBuf, String> {
+        let lock = self.volume_lock(&volume.id);
+        let _serialised = lock.lock().await;
+        let (node, client, fingerprint) = self.ready(PluginKind::Node, &volume.plugin_id).await?;
+        let mut record = self
+            .usage_record(&volume.id)?
+            .unwrap_or_else(|| VolumeUsage {
+                plugin_id: volume.plugin_id.clone(),
+                external_id: volume.external_id.clone(),
+                secrets: volume.secrets.clone(),
+                ..VolumeUsage::default()
+            });
+        let key = usage.key();
+        let mut done = Vec::new();
+        let result = self
+            .mount_steps(
+                alloc_id,
+                volume,
+                usage,
+                &node,
+                &client,
+                &fingerprint,
+                &mut record,
+                &mut done,
+            )
+            .await;
+        match result {
+            Ok(path) => Ok(path),
+            Err(error) => {
+                for step in done.into_iter().rev() {
+                    let undone = match step {
+                        Done::Staged(key) => {
+                            self.unstage(&client, &node, volume.id.as_str(), &key, &mut record)
+                                .await
+                        }
+                        Done::ControllerPublished => {
+                            self.controller_unpublish(&volume.id, &mut record).await
+                        }
+                    };
+                    if let Err(undo_error) = undone {
+                        tracing::error!(volume = %volume.id, %undo_error, "undoing a failed mount");
+                    }
+                }
+                let _ = self.save_usage(&volume.id, &record);
+                let _ = key;
+                Err(error)
+            }
+        }
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one step list, split out for its undo"
+    )]
+    async fn mount_steps(
+        &self,
+        alloc_id: &str,
+        volume: &Volume,
+        usage: Usage,
+        node: &PluginRegistration,
+        client: &CsiClient,
+        fingerprint: &Fingerprint,
+        record: &mut VolumeUsage,
+        done: &mut Vec<Done>,
+    ) -> Result<PathBuf, String> {
+        let key = usage.key();
+        let no_context = HashMap::new();
+        if record.controller_published.is_none() {
+            if let Some(context) = self.controller_publish(volume, usage, fingerprint).await? {
+                record.controller_published = Some(context);
+                self.save_usage(&volume.id, record)?;
+                done.push(Done::ControllerPublished);
+            }
+        }
+        let publish_context = record
+            .controller_published
+            .as_ref()
+            .map(|(_, c)| c)
+            .unwrap_or(&no_context);
+        let request = NodeVolume {
+            external_id: &volume.external_id,
+            usage,
+            publish_context,
+            volume_context: &volume.context,
+            secrets: &volume.secrets,
+        };
+        let staging = node.dirs.staging(&volume.id, &key);
+        let stages = fingerprint.capabilities.stage_unstage;
+        let stage = record.stages.entry(key.clone()).or_insert(StageUsage {
+            staged: false,
+            allocs: BTreeSet::new(),
+        });
+        if stages && !stage.staged {
+            create_dir(&staging.host)?;
+            client
+                .node_stage(&request, &staging.plugin)
+                .await
+                .map_err(|e| e.to_string())?;
+            stage.staged = true;
+            self.save_usage(&volume.id, record)?;
+            done.push(Done::Staged(key.clone()));
+        }
+        let target = node.dirs.publish(alloc_id, &volume.id, &key);
+        if let Some(parent) = target.host.parent() {
+            create_dir(parent)?;
+        }
+        client
+            .node_publish(
+                &request,
+                stages.then_some(staging.plugin.as_path()),
+                &target.plugin,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if !layout::is_mount_point(&target.host) {
+            let _ = client
+                .node_unpublish(&volume.external_id, &target.plugin)
+                .await;
+            remove_empty_dirs(&target.host, &node.dirs.host);
+            return Err(format!(
+                "CSI plugin {:?} said it published volume {:?} at {}, but nothing is mounted at {} \
+                 on the host: does the plugin task mount its stage_publish_base_dir with \
+                 bidirectional propagation?",
+                volume.plugin_id,
+                volume.id,
+                target.plugin.display(),
+                target.host.display()
+            ));
+        }
+        record
+            .stages
+            .get_mut(&key)
+            .expect("the stage entry was made above")
+            .allocs
+            .insert(alloc_id.to_string());
+        self.save_usage(&volume.id, record)?;
+        Ok(target.host)
+    }
+
+    /// ControllerPublishVolume when the plugin has a controller that publishes; the
+    /// node id and publish context, or `None` when there is nothing to do.
+    async fn controller_publish(
+        &self,
+        volume: &Volume,
+        usage: Usage,
+        node: &Fingerprint,
+    ) -> Result<Option<(String, HashMap<String, String>)>, String> {
+        let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
+            return Ok(None);
+        };
+        let (controller, client, fingerprint) =
+            self.ready(PluginKind::Controller, &controller.id).await?;
+        if !fingerprint.capabilities.controller_publish {
+            return Ok(None);
+        }
+        let node_id = node.node_id.clone().unwrap_or_default();
+        let no_context = HashMap::new();
+        let request = NodeVolume {
+            external_id: &volume.external_id,
+            usage,
+            publish_context: &no_context,
+            volume_context: &volume.context,
+            secrets: &volume.secrets,
+        };
+        let _ = controller;
+        let context = client
+            .controller_publish(&request, &node_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Some((node_id, context)))
+    }
+
+    async fn controller_unpublish(
+        &self,
+        volume_id: &str,
+        record: &mut VolumeUsage,
+    ) -> Result<(), String> {
+        let Some((node_id, _)) = record.controller_published.clone() else {
+            return Ok(());
+        };
+        let (_, client, _) = self
+            .ready(PluginKind::Controller, &record.plugin_id)
+            .await?;
+        client
+            .controller_unpublish(&record.external_id, &node_id, &record.secrets)
+            .await
+            .map_err(|e| e.to_string())?;
+        record.controller_published = None;
+        self.save_usage(volume_id, record)
+    }
+
+    async fn unstage(
+        &self,
+        client: &CsiClient,
+        node: &PluginRegistration,
+        volume_id: &str,
+        key: &str,
+        record: &mut VolumeUsage,
+    ) -> Result<(), String> {
+        let staging = node.dirs.staging(volume_id, key);
+        if record.stages.get(key).is_some_and(|s| s.staged) {
+            client
+                .node_unstage(&record.external_id, &staging.plugin)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        record.stages.remove(key);
+        self.save_usage(volume_id, record)?;
+        remove_empty_dirs(&staging.host, &node.dirs.host);
+        Ok(())
+    }
+
+    /// Unpublishes `volume_id` from `alloc_id`; unstages when no other alloc uses the
+    /// stage; controller-unpublishes when no stage is left. A volume this node does not
+    /// record as published to the alloc is already done.
+    pub async fn unmount_volume(
+        &self,
+        alloc_id: &str,
+        volume_id: &str,
+        usage: Usage,
+    ) -> Result<(), String> {
+        let lock = self.volume_lock(volume_id);
+        let _serialised = lock.lock().await;
+        let Some(mut record) = self.usage_record(volume_id)? else {
+            return Ok(());
+        };
+        let key = usage.key();
+        let Some(stage) = record.stages.get(&key) else {
+            return Ok(());
+        };
+        let publishes = stage.allocs.contains(alloc_id);
+        let (node, client, _) = self
+            .ready(PluginKind::Node, &record.plugin_id)
+            .await
+            .map_err(|e| format!("{e}; volume {volume_id:?} stays mounted for alloc {alloc_id} until the plugin is back"))?;
+        if publishes {
+            let target: SharedPath = node.dirs.publish(alloc_id, volume_id, &key);
+            client
+                .node_unpublish(&record.external_id, &target.plugin)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(stage) = record.stages.get_mut(&key) {
+                stage.allocs.remove(alloc_id);
+            }
+            self.save_usage(volume_id, &record)?;
+            remove_empty_dirs(&target.host, &node.dirs.host);
+        }
+        if record.stages.get(&key).is_some_and(|s| s.allocs.is_empty()) {
+            self.unstage(&client, &node, volume_id, &key, &mut record)
+                .await?;
+        }
+        if record.stages.is_empty() {
+            self.controller_unpublish(volume_id, &mut record).await?;
+        }
+        self.save_usage(volume_id, &record)
+    }
+
+    /// CreateVolume through the plugin's controller; the volume as the catalog keeps it.
+    pub async fn create_volume(
+        &self,
+        mut volume: Volume,
+        capacity: (i64, i64),
+    ) -> Result<Volume, String> {
+        let (_, client, fingerprint) = self
+            .ready(PluginKind::Controller, &volume.plugin_id)
+            .await
+            .map_err(|e| format!("{e} (creating a volume needs the plugin's controller)"))?;
+        if !fingerprint.capabilities.create_delete {
+            return Err(format!(
+                "CSI plugin {:?} cannot create volumes (its controller lacks CREATE_DELETE_VOLUME); \
+                 register an existing one with `berth volume register`",
+                volume.plugin_id
+            ));
+        }
+        let usages: Vec<Usage> = volume
+            .capabilities
+            .iter()
+            .map(|c| Usage {
+                access_mode: c.access_mode,
+                attachment_mode: c.attachment_mode,
+                read_only: c.access_mode.read_only(),
+            })
+            .collect();
+        let created = client
+            .create_volume(
+                &volume.name,
+                capacity,
+                &usages,
+                &volume.parameters,
+                &volume.secrets,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        volume.external_id = created.external_id;
+        volume.capacity_bytes = created.capacity_bytes;
+        volume.context = created.context;
+        Ok(volume)
+    }
+}
+
+fn create_dir(path: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(path).map_err(|e| format!("creating {}: {e}", path.display()))
+}
+
+/// Removes `path` and its empty parents up to (not including) `stop`.
+fn remove_empty_dirs(path: &Path, stop: &Path) {
+    let mut current = Some(path);
+    while let Some(dir) = current {
+        if dir == stop || !dir.starts_with(stop) || layout::is_mount_point(dir) {
+            return;
+        }
+        if std::fs::remove_dir(dir).is_err() && dir.exists() {
+            return;
+        }
+        current = dir.parent();
+    }
+}

@@ -1,0 +1,619 @@
+//! csi-hostpath: berth's reference CSI plugin. Volumes are directories under a data
+//! directory; staging bind-mounts a volume's directory at the staging path, publishing
+//! bind-mounts the staging path at the target. It runs as a berth task (a `csi_plugin`
+//! block) and is strict to the CSI spec, so it also checks the agent's side of it:
+//!
+//! - ControllerPublishVolume returns a publish context that NodeStageVolume requires;
+//! - publishing an unstaged volume is FAILED_PRECONDITION; an unknown volume NOT_FOUND;
+//!   re-publishing at a target with other settings ALREADY_EXISTS;
+//! - unpublish and unstage unmount and remove what the plugin created.
+//!
+//! Every RPC is logged on stdout, one line each, so tests can count them.
+//!
+//! ```text
+//! csi-hostpath --data-dir DIR [--node-id ID] [--endpoint unix:///csi/csi.sock]
+//!              [--hang RPC] [--die RPC] [--not-ready-for SECS] [--garbage] [--no-socket]
+//! ```
+//! The endpoint defaults to `$CSI_ENDPOINT`. `--hang`, `--die`, `--garbage`,
+//! `--no-socket` and `--not-ready-for` make it misbehave, for the agent's tests.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use berth_proto::csi as pb;
+use tonic::{Request, Response, Status};
+
+#[derive(Clone)]
+struct Plugin {
+    data_dir: PathBuf,
+    node_id: String,
+    hang: Option<String>,
+    die: Option<String>,
+    ready_at: Instant,
+}
+
+const PUBLISHED_KEY: &str = "hostpath.berth/published-to";
+
+fn log(line: String) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+impl Plugin {
+    /// Logs the call and misbehaves if asked to.
+    async fn enter(&self, rpc: &str, detail: String) {
+        log(format!("{rpc} {detail}"));
+        if self.die.as_deref() == Some(rpc) {
+            log(format!("dying in {rpc}, as asked"));
+            std::process::exit(3);
+        }
+        if self.hang.as_deref() == Some(rpc) {
+            log(format!("hanging in {rpc}, as asked"));
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn volume_dir(&self, id: &str) -> Result<PathBuf, Status> {
+        if id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if id.contains('/') || id == "." || id == ".." {
+            return Err(Status::not_found(format!("no volume {id:?}")));
+        }
+        let dir = self.data_dir.join(id);
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(Status::not_found(format!(
+                "no volume {id:?} in {}",
+                self.data_dir.display()
+            )))
+        }
+    }
+}
+
+fn require_path(name: &str, path: &str) -> Result<PathBuf, Status> {
+    if path.is_empty() || !path.starts_with('/') {
+        return Err(Status::invalid_argument(format!(
+            "{name} must be an absolute path, got {path:?}"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn require_capability(
+    capability: &Option<pb::VolumeCapability>,
+) -> Result<&pb::VolumeCapability, Status> {
+    use pb::volume_capability::AccessType;
+    let capability = capability
+        .as_ref()
+        .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+    match capability.access_type {
+        Some(AccessType::Mount(_)) => Ok(capability),
+        Some(AccessType::Block(_)) => Err(Status::invalid_argument(
+            "hostpath volumes are file systems, not block devices",
+        )),
+        None => Err(Status::invalid_argument(
+            "volume_capability.access_type is required",
+        )),
+    }
+}
+
+/// The mount at `path`, if `path` is a mount point: (device:root, read-only).
+fn mount_at(path: &Path) -> Option<(String, bool)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let wanted = path.to_str()?;
+    text.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.get(4) == Some(&wanted)).then(|| {
+            let source = format!("{}:{}", fields[2], fields[3]);
+            let read_only = fields[5].split(',').any(|o| o == "ro");
+            (source, read_only)
+        })
+    })
+}
+
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
+    let internal = |what: &str, e: rustix::io::Errno| {
+        Status::internal(format!(
+            "{what} {} at {}: {e}",
+            source.display(),
+            target.display()
+        ))
+    };
+    rustix::mount::mount_bind(source, target).map_err(|e| internal("binding", e))?;
+    if read_only {
+        rustix::mount::mount_remount(
+            target,
+            rustix::mount::MountFlags::BIND | rustix::mount::MountFlags::RDONLY,
+            c"",
+        )
+        .map_err(|e| internal("making read-only", e))?;
+    }
+    Ok(())
+}
+
+fn unmount(target: &Path) -> Result<(), Status> {
+    rustix::mount::unmount(target, rustix::mount::UnmountFlags::empty())
+        .map_err(|e| Status::internal(format!("unmounting {}: {e}", target.display())))
+}
+
+#[tonic::async_trait]
+impl pb::identity_server::Identity for Plugin {
+    async fn get_plugin_info(
+        &self,
+        _: Request<pb::GetPluginInfoRequest>,
+    ) -> Result<Response<pb::GetPluginInfoResponse>, Status> {
+        self.enter("GetPluginInfo", String::new()).await;
+        Ok(Response::new(pb::GetPluginInfoResponse {
+            name: "hostpath.csi.berth.dev".into(),
+            vendor_version: env!("CARGO_PKG_VERSION").into(),
+            manifest: HashMap::new(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<pb::GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<pb::GetPluginCapabilitiesResponse>, Status> {
+        use pb::plugin_capability::{Service, Type, service};
+        self.enter("GetPluginCapabilities", String::new()).await;
+        Ok(Response::new(pb::GetPluginCapabilitiesResponse {
+            capabilities: vec![pb::PluginCapability {
+                r#type: Some(Type::Service(Service {
+                    r#type: service::Type::ControllerService as i32,
+                })),
+            }],
+        }))
+    }
+
+    async fn probe(
+        &self,
+        _: Request<pb::ProbeRequest>,
+    ) -> Result<Response<pb::ProbeResponse>, Status> {
+        // Probes are frequent; not logged.
+        if self.hang.as_deref() == Some("Probe") {
+            std::future::pending::<()>().await;
+        }
+        let ready = Instant::now() >= self.ready_at;
+        // Unset means ready: say so the short way when ready.
+        Ok(Response::new(pb::ProbeResponse {
+            ready: (!ready).then_some(false),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::controller_server::Controller for Plugin {
+    async fn create_volume(
+        &self,
+        request: Request<pb::CreateVolumeRequest>,
+    ) -> Result<Response<pb::CreateVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter("CreateVolume", format!("name={}", request.name))
+            .await;
+        if request.name.is_empty() || request.name.contains('/') || request.name.starts_with('.') {
+            return Err(Status::invalid_argument(format!(
+                "unusable volume name {:?}",
+                request.name
+            )));
+        }
+        if request.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities is required"));
+        }
+        for capability in &request.volume_capabilities {
+            require_capability(&Some(capability.clone()))?;
+        }
+        let dir = self.data_dir.join(&request.name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Status::internal(format!("creating {}: {e}", dir.display())))?;
+        let capacity = request
+            .capacity_range
+            .map(|c| c.required_bytes)
+            .unwrap_or(0);
+        Ok(Response::new(pb::CreateVolumeResponse {
+            volume: Some(pb::Volume {
+                capacity_bytes: capacity,
+                volume_id: request.name.clone(),
+                volume_context: HashMap::from([(
+                    "hostpath.berth/dir".to_string(),
+                    dir.display().to_string(),
+                )]),
+                ..Default::default()
+            }),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<pb::DeleteVolumeRequest>,
+    ) -> Result<Response<pb::DeleteVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter("DeleteVolume", format!("volume={}", request.volume_id))
+            .await;
+        match self.volume_dir(&request.volume_id) {
+            Ok(dir) => std::fs::remove_dir_all(&dir)
+                .map_err(|e| Status::internal(format!("removing {}: {e}", dir.display())))?,
+            // Deleting what is not there is success.
+            Err(status) if status.code() == tonic::Code::NotFound => {}
+            Err(status) => return Err(status),
+        }
+        Ok(Response::new(pb::DeleteVolumeResponse {}))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<pb::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<pb::ControllerPublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "ControllerPublishVolume",
+            format!("volume={} node={}", request.volume_id, request.node_id),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        require_capability(&request.volume_capability)?;
+        if request.node_id != self.node_id {
+            return Err(Status::not_found(format!(
+                "no node {:?} (this plugin serves {:?})",
+                request.node_id, self.node_id
+            )));
+        }
+        Ok(Response::new(pb::ControllerPublishVolumeResponse {
+            publish_context: HashMap::from([(PUBLISHED_KEY.to_string(), request.node_id)]),
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<pb::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<pb::ControllerUnpublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "ControllerUnpublishVolume",
+            format!("volume={} node={}", request.volume_id, request.node_id),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        Ok(Response::new(pb::ControllerUnpublishVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<pb::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<pb::ValidateVolumeCapabilitiesResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "ValidateVolumeCapabilities",
+            format!("volume={}", request.volume_id),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        for capability in &request.volume_capabilities {
+            require_capability(&Some(capability.clone()))?;
+        }
+        Ok(Response::new(pb::ValidateVolumeCapabilitiesResponse {
+            confirmed: Some(pb::validate_volume_capabilities_response::Confirmed {
+                volume_context: request.volume_context,
+                volume_capabilities: request.volume_capabilities,
+                parameters: request.parameters,
+                mutable_parameters: HashMap::new(),
+            }),
+            message: String::new(),
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<pb::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<pb::ControllerGetCapabilitiesResponse>, Status> {
+        use pb::controller_service_capability::{Rpc, Type, rpc};
+        self.enter("ControllerGetCapabilities", String::new()).await;
+        let rpc = |t: rpc::Type| pb::ControllerServiceCapability {
+            r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+        };
+        Ok(Response::new(pb::ControllerGetCapabilitiesResponse {
+            capabilities: vec![
+                rpc(rpc::Type::CreateDeleteVolume),
+                rpc(rpc::Type::PublishUnpublishVolume),
+            ],
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::node_server::Node for Plugin {
+    async fn node_stage_volume(
+        &self,
+        request: Request<pb::NodeStageVolumeRequest>,
+    ) -> Result<Response<pb::NodeStageVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "NodeStageVolume",
+            format!(
+                "volume={} staging={}",
+                request.volume_id, request.staging_target_path
+            ),
+        )
+        .await;
+        let dir = self.volume_dir(&request.volume_id)?;
+        let staging = require_path("staging_target_path", &request.staging_target_path)?;
+        require_capability(&request.volume_capability)?;
+        if request.publish_context.get(PUBLISHED_KEY) != Some(&self.node_id) {
+            return Err(Status::failed_precondition(format!(
+                "volume {:?} was not published to node {:?} by the controller (no {PUBLISHED_KEY} in the publish context)",
+                request.volume_id, self.node_id
+            )));
+        }
+        if !staging.is_dir() {
+            return Err(Status::failed_precondition(format!(
+                "the staging path {} does not exist: the CO creates it",
+                staging.display()
+            )));
+        }
+        let wanted = mount_at(&dir).map(|(source, _)| source);
+        match mount_at(&staging) {
+            // Staged already: fine if it is this volume.
+            Some((source, _)) if Some(&source) == wanted.as_ref() || wanted.is_none() => {}
+            Some(_) => {
+                return Err(Status::already_exists(format!(
+                    "another volume is staged at {}",
+                    staging.display()
+                )));
+            }
+            None => bind(&dir, &staging, false)?,
+        }
+        Ok(Response::new(pb::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<pb::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<pb::NodeUnstageVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "NodeUnstageVolume",
+            format!(
+                "volume={} staging={}",
+                request.volume_id, request.staging_target_path
+            ),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        let staging = require_path("staging_target_path", &request.staging_target_path)?;
+        while mount_at(&staging).is_some() {
+            unmount(&staging)?;
+        }
+        Ok(Response::new(pb::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<pb::NodePublishVolumeRequest>,
+    ) -> Result<Response<pb::NodePublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "NodePublishVolume",
+            format!(
+                "volume={} target={} readonly={}",
+                request.volume_id, request.target_path, request.readonly
+            ),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        let staging = require_path("staging_target_path", &request.staging_target_path)?;
+        let target = require_path("target_path", &request.target_path)?;
+        require_capability(&request.volume_capability)?;
+        if mount_at(&staging).is_none() {
+            return Err(Status::failed_precondition(format!(
+                "volume {:?} is not staged at {}: NodeStageVolume comes first",
+                request.volume_id,
+                staging.display()
+            )));
+        }
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        if !parent.is_dir() {
+            return Err(Status::failed_precondition(format!(
+                "the target's parent {} does not exist: the CO creates it",
+                parent.display()
+            )));
+        }
+        if let Some((_, read_only)) = mount_at(&target) {
+            if read_only == request.readonly {
+                return Ok(Response::new(pb::NodePublishVolumeResponse {}));
+            }
+            return Err(Status::already_exists(format!(
+                "{} is already published {}",
+                target.display(),
+                if read_only { "read-only" } else { "read-write" }
+            )));
+        }
+        std::fs::create_dir_all(&target)
+            .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
+        bind(&staging, &target, request.readonly)?;
+        Ok(Response::new(pb::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<pb::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<pb::NodeUnpublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "NodeUnpublishVolume",
+            format!(
+                "volume={} target={}",
+                request.volume_id, request.target_path
+            ),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        let target = require_path("target_path", &request.target_path)?;
+        while mount_at(&target).is_some() {
+            unmount(&target)?;
+        }
+        // The plugin created the target; it removes it.
+        match std::fs::remove_dir(&target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Status::internal(format!(
+                    "removing {}: {e}",
+                    target.display()
+                )));
+            }
+        }
+        Ok(Response::new(pb::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<pb::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<pb::NodeGetCapabilitiesResponse>, Status> {
+        use pb::node_service_capability::{Rpc, Type, rpc};
+        self.enter("NodeGetCapabilities", String::new()).await;
+        Ok(Response::new(pb::NodeGetCapabilitiesResponse {
+            capabilities: vec![pb::NodeServiceCapability {
+                r#type: Some(Type::Rpc(Rpc {
+                    r#type: rpc::Type::StageUnstageVolume as i32,
+                })),
+            }],
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<pb::NodeGetInfoRequest>,
+    ) -> Result<Response<pb::NodeGetInfoResponse>, Status> {
+        self.enter("NodeGetInfo", String::new()).await;
+        Ok(Response::new(pb::NodeGetInfoResponse {
+            node_id: self.node_id.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}
+
+struct Args {
+    data_dir: PathBuf,
+    node_id: String,
+    endpoint: String,
+    hang: Option<String>,
+    die: Option<String>,
+    not_ready_for: Duration,
+    garbage: bool,
+    no_socket: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        data_dir: PathBuf::new(),
+        node_id: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "node".into()),
+        endpoint: std::env::var("CSI_ENDPOINT").unwrap_or_default(),
+        hang: None,
+        die: None,
+        not_ready_for: Duration::ZERO,
+        garbage: false,
+        no_socket: false,
+    };
+    let mut iter = std::env::args().skip(1);
+    while let Some(flag) = iter.next() {
+        let mut value = || iter.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--data-dir" => args.data_dir = PathBuf::from(value()?),
+            "--node-id" => args.node_id = value()?,
+            "--endpoint" => args.endpoint = value()?,
+            "--hang" => args.hang = Some(value()?),
+            "--die" => args.die = Some(value()?),
+            "--not-ready-for" => {
+                let secs: f64 = value()?
+                    .parse()
+                    .map_err(|e| format!("--not-ready-for: {e}"))?;
+                args.not_ready_for = Duration::from_secs_f64(secs);
+            }
+            "--garbage" => args.garbage = true,
+            "--no-socket" => args.no_socket = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if args.data_dir.as_os_str().is_empty() {
+        return Err("--data-dir is required".into());
+    }
+    if !args.endpoint.starts_with("unix://") {
+        return Err(format!(
+            "the endpoint must be unix:///path, got {:?} (set CSI_ENDPOINT)",
+            args.endpoint
+        ));
+    }
+    Ok(args)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(why) => {
+            eprintln!("csi-hostpath: {why}");
+            std::process::exit(2);
+        }
+    };
+    if args.no_socket {
+        log("not creating a socket, as asked".into());
+        std::future::pending::<()>().await;
+    }
+    let socket = PathBuf::from(args.endpoint.trim_start_matches("unix://"));
+    let _ = std::fs::remove_file(&socket);
+    if let Err(e) = std::fs::create_dir_all(&args.data_dir) {
+        eprintln!("csi-hostpath: creating {}: {e}", args.data_dir.display());
+        std::process::exit(1);
+    }
+    let listener = match tokio::net::UnixListener::bind(&socket) {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("csi-hostpath: listening on {}: {e}", socket.display());
+            std::process::exit(1);
+        }
+    };
+    log(format!(
+        "listening on {} (data in {})",
+        socket.display(),
+        args.data_dir.display()
+    ));
+    if args.garbage {
+        loop {
+            if let Ok((mut stream, _)) = listener.accept().await {
+                use tokio::io::AsyncWriteExt;
+                let _ = stream
+                    .write_all(b"this is not HTTP/2, let alone gRPC\r\n\r\n")
+                    .await;
+            }
+        }
+    }
+    let plugin = Plugin {
+        data_dir: args.data_dir,
+        node_id: args.node_id,
+        hang: args.hang,
+        die: args.die,
+        ready_at: Instant::now() + args.not_ready_for,
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(pb::identity_server::IdentityServer::new(plugin.clone()))
+        .add_service(pb::controller_server::ControllerServer::new(plugin.clone()))
+        .add_service(pb::node_server::NodeServer::new(plugin))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        )
+        .await;
+    if let Err(e) = served {
+        eprintln!("csi-hostpath: serving: {e}");
+        std::process::exit(1);
+    }
+}

@@ -6,7 +6,9 @@
 mod support;
 
 mod agent;
+mod agent_process;
 mod cli;
+mod csi;
 mod drivers;
 mod hooks;
 mod hostile;

@@ -159,6 +159,43 @@ impl Drop for HostMounts {
     }
 }
 
+/// Processes whose root directory (their chroot) is below `dir`: the tasks of an agent
+/// whose data dir is there.
+pub fn processes_rooted_under(dir: &Path) -> Vec<rustix::process::Pid> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        if std::fs::read_link(entry.path().join("root")).is_ok_and(|root| root.starts_with(&dir)) {
+            pids.extend(rustix::process::Pid::from_raw(pid));
+        }
+    }
+    pids
+}
+
+/// Detaches every mount below `dir`, deepest first.
+pub fn unmount_everything_under(dir: &Path) {
+    let Ok(dir) = dir.canonicalize() else {
+        return;
+    };
+    let mut mounts = host_mounts_under(&dir);
+    mounts.reverse();
+    for mount in mounts {
+        let _ = rustix::mount::unmount(&mount.mount_point, rustix::mount::UnmountFlags::DETACH);
+    }
+}
+
 /// Host mounts whose mount point starts with `prefix`.
 pub fn host_mounts_under(prefix: &Path) -> Vec<berth::mount::mountinfo::MountEntry> {
     berth::mount::mountinfo::read_self()

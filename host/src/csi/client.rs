@@ -196,15 +196,27 @@ impl CsiClient {
         let mut attempts = 0;
         loop {
             attempts += 1;
+            let attempt_started = Instant::now();
+            let no_answer = || {
+                tonic::Status::deadline_exceeded(format!(
+                    "no answer within {:?}",
+                    self.timeouts.call
+                ))
+            };
             let status =
                 match tokio::time::timeout(self.timeouts.call, attempt(self.channel.clone())).await
                 {
                     Ok(Ok(response)) => return Ok(response.into_inner()),
+                    // tonic reports its own enforcement of the request's timeout as
+                    // CANCELLED; for the caller it is a deadline that passed.
+                    Ok(Err(status))
+                        if status.code() == Code::Cancelled
+                            && attempt_started.elapsed() >= self.timeouts.call =>
+                    {
+                        no_answer()
+                    }
                     Ok(Err(status)) => status,
-                    Err(_) => tonic::Status::deadline_exceeded(format!(
-                        "no answer within {:?}",
-                        self.timeouts.call
-                    )),
+                    Err(_) => no_answer(),
                 };
             let spent = started.elapsed();
             if !retryable(status.code()) || spent + backoff >= self.timeouts.total {

@@ -151,6 +151,9 @@ impl CsiManager {
                 Ok(RegistryEvent::Updated(plugin)) => {
                     if plugin.healthy {
                         self.fingerprint(&plugin).await;
+                        if plugin.kind == PluginKind::Node {
+                            tokio::spawn(self.clone().reconcile(plugin.clone()));
+                        }
                     }
                     self.publish_provider(&plugin);
                 }
@@ -299,6 +302,59 @@ impl CsiManager {
             .flatten()
             .map(|u| u.stages.into_iter().map(|(k, s)| (k, s.allocs)).collect())
             .unwrap_or_default()
+    }
+
+    /// Finishes undoing what could not be undone while the plugin was away (it died
+    /// mid-operation, say): stages no alloc uses any more are unstaged, and a volume with
+    /// no stage left is controller-unpublished. Runs whenever a node plugin turns
+    /// healthy; the persisted usage says what is left.
+    async fn reconcile(self: Arc<Self>, plugin: PluginRegistration) {
+        let volume_ids: Vec<String> =
+            match self.store.records::<VolumeUsage>(RecordTable::CsiUsage, "") {
+                Ok((records, _)) => records
+                    .into_iter()
+                    .filter(|(_, usage)| usage.plugin_id == plugin.id)
+                    .map(|(id, _)| id)
+                    .collect(),
+                Err(error) => {
+                    tracing::error!(%error, "reading CSI volume usage");
+                    return;
+                }
+            };
+        let client = self.client(&plugin);
+        for volume_id in volume_ids {
+            let lock = self.volume_lock(&volume_id);
+            let _serialised = lock.lock().await;
+            let Ok(Some(mut record)) = self.usage_record(&volume_id) else {
+                continue;
+            };
+            let idle: Vec<String> = record
+                .stages
+                .iter()
+                .filter(|(_, stage)| stage.allocs.is_empty())
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in idle {
+                match self
+                    .unstage(&client, &plugin, &volume_id, &key, &mut record)
+                    .await
+                {
+                    Ok(()) => tracing::info!(volume = %volume_id, usage = %key,
+                        "unstaged a volume that no alloc uses any more"),
+                    Err(error) => tracing::warn!(volume = %volume_id, %error,
+                        "could not unstage an unused volume yet"),
+                }
+            }
+            if record.stages.is_empty() {
+                if let Err(error) = self.controller_unpublish(&volume_id, &mut record).await {
+                    tracing::warn!(volume = %volume_id, %error,
+                        "could not controller-unpublish an unused volume yet");
+                }
+            }
+            if let Err(error) = self.save_usage(&volume_id, &record) {
+                tracing::error!(volume = %volume_id, %error);
+            }
+        }
     }
 
     /// Stages (once per usage) and publishes `volume` for `alloc_id`; returns the host

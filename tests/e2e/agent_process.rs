@@ -1,0 +1,178 @@
+//! `berth agent` in its own process on a free port, with a data dir and a host volume,
+//! driven through the HTTP API and the CLI. Dropping it kills the agent, every task
+//! process chrooted below its dir, and unmounts whatever is left below it, so a failed
+//! test leaks nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth::agent::Submitted;
+use berth::alloc_runner::AllocStatus;
+use berth::api::client::{Client, ClientError};
+use berth::api::{AgentSelf, SubmitRequest};
+
+use crate::support;
+
+/// A data dir, a host volume, and (while running) an agent process on a free port.
+pub struct AgentProcess {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    runs: u32,
+}
+
+impl AgentProcess {
+    pub fn new() -> AgentProcess {
+        Self::with_config("")
+    }
+
+    /// An agent whose config has `extra` after its host volume.
+    pub fn with_config(extra: &str) -> AgentProcess {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-e2e-agentproc")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        std::os::unix::fs::symlink(
+            support::cache_dir(),
+            dir.path().join("data/component-cache"),
+        )
+        .unwrap();
+        let config = format!(
+            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n{extra}",
+            dir.path().display()
+        );
+        std::fs::write(dir.path().join("agent.hcl"), config).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        AgentProcess {
+            dir,
+            port,
+            child: None,
+            runs: 0,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.address())
+    }
+
+    pub fn log(&self, run: u32) -> PathBuf {
+        self.path().join(format!("agent-{run}.log"))
+    }
+
+    /// Starts the agent and waits until its API answers.
+    pub async fn start(&mut self) -> AgentSelf {
+        self.runs += 1;
+        let log = std::fs::File::create(self.log(self.runs)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--config")
+            .arg(self.path().join("agent.hcl"))
+            .arg("--data-dir")
+            .arg(self.path().join("data"))
+            .args(["agent", "-dev", "--http-addr"])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            match self.client().get::<AgentSelf>("/v1/agent/self").await {
+                Ok(me) => return me,
+                Err(ClientError::Unreachable { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(error) => panic!("agent did not come up: {error}\n{}", self.output()),
+            }
+        }
+    }
+
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(self.log(self.runs)).unwrap_or_default()
+    }
+
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("the agent is running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["--address", &self.address()])
+            .arg("--config")
+            .arg(self.path().join("agent.hcl"))
+            .arg("--data-dir")
+            .arg(self.path().join("data"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    }
+
+    pub async fn submit(&self, name: &str, source: &str) -> Result<Submitted, ClientError> {
+        let request = SubmitRequest {
+            source_name: name.to_string(),
+            source: source.to_string(),
+        };
+        self.client().post("/v1/jobs", &request).await
+    }
+
+    pub async fn alloc(&self, id: &str) -> AllocStatus {
+        self.client()
+            .get(&format!("/v1/allocation/{id}"))
+            .await
+            .unwrap()
+    }
+
+    /// Polls an alloc until `done` holds for it.
+    pub async fn wait_alloc(&self, id: &str, what: &str, done: impl Fn(&AllocStatus) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = self.alloc(id).await;
+            if done(&status) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "alloc never got to {what}: {status:#?}\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for pid in support::processes_rooted_under(self.path()) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        support::unmount_everything_under(self.path());
+    }
+}

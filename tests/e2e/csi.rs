@@ -1,0 +1,862 @@
+//! CSI end to end, as a user runs it: the reference plugin (`tests/csi-hostpath`) runs
+//! as an exec task with a `csi_plugin` block under a real `berth agent`; volumes are
+//! created through its controller, staged and published with real bind mounts that
+//! propagate out of the plugin's mount namespace, and bound into consuming tasks.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use berth::alloc_runner::{AllocStatus, ClientStatus};
+use berth::catalog::{PluginStatus, VolumeStatus};
+use berth::events::{EventKind, TaskStateKind};
+
+use crate::agent_process::AgentProcess;
+use crate::support;
+
+/// An agent with the plugin binary in a read-only host volume and a data host volume for
+/// the plugin's volumes; CSI deadlines short enough for tests.
+fn agent() -> AgentProcess {
+    let agent = AgentProcess::with_config("");
+    let dir = agent.path().to_path_buf();
+    let bin = dir.join("csi-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(dir.join("csi-data")).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_csi-hostpath"), bin.join("csi-hostpath")).unwrap();
+    let config = format!(
+        r#"host_volume "csi-bin" {{
+  path      = "{dir}/csi-bin"
+  read_only = true
+}}
+host_volume "csi-data" {{
+  path = "{dir}/csi-data"
+}}
+csi {{
+  rpc_timeout       = "2s"
+  operation_timeout = "4s"
+  plugin_wait       = "10s"
+}}
+"#,
+        dir = dir.display()
+    );
+    std::fs::write(dir.join("agent.hcl"), config).unwrap();
+    agent
+}
+
+/// The plugin job: `id` is the plugin id, `args` extra arguments (misbehaviour).
+fn plugin_job(job: &str, id: &str, args: &[&str], health_timeout: &str) -> String {
+    let args: Vec<String> = ["--data-dir", "/data"]
+        .iter()
+        .chain(args)
+        .map(|a| format!("{a:?}"))
+        .collect();
+    format!(
+        r#"job "{job}" {{
+  group "p" {{
+    volume "bin" {{
+      type      = "host"
+      source    = "csi-bin"
+      read_only = true
+    }}
+    volume "data" {{
+      type   = "host"
+      source = "csi-data"
+    }}
+    restart {{
+      attempts = 5
+      delay    = "500ms"
+      interval = "1m"
+      mode     = "fail"
+    }}
+    task "hostpath" {{
+      driver = "exec"
+      config {{
+        command = "/opt/csi/csi-hostpath"
+        args    = [{args}]
+      }}
+      volume_mount {{
+        volume      = "bin"
+        destination = "/opt/csi"
+        read_only   = true
+      }}
+      volume_mount {{
+        volume      = "data"
+        destination = "/data"
+      }}
+      csi_plugin {{
+        id             = "{id}"
+        type           = "monolith"
+        health_timeout = "{health_timeout}"
+      }}
+    }}
+  }}
+}}
+"#,
+        args = args.join(", ")
+    )
+}
+
+/// A job whose one task mounts CSI volume `source` at /vol and runs `script`.
+fn consumer_job(job: &str, job_type: &str, source: &str, read_only: bool, script: &str) -> String {
+    format!(
+        r#"job "{job}" {{
+  type = "{job_type}"
+  group "g" {{
+    volume "v" {{
+      type            = "csi"
+      source          = "{source}"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+      read_only       = {read_only}
+    }}
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {script:?}]
+      }}
+      volume_mount {{
+        volume      = "v"
+        destination = "/vol"
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+fn volume_spec(id: &str, plugin: &str) -> String {
+    format!(
+        r#"id        = "{id}"
+name      = "{id}"
+type      = "csi"
+plugin_id = "{plugin}"
+capacity_min = "1MiB"
+capability {{
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}}
+"#
+    )
+}
+
+impl AgentProcess {
+    async fn run_job(&self, name: &str, source: &str) -> String {
+        let submitted = self
+            .submit(name, source)
+            .await
+            .unwrap_or_else(|e| panic!("submitting {name}: {e:?}\n{}", self.output()));
+        submitted.alloc_ids[0].clone()
+    }
+
+    /// Runs a plugin job and waits until the plugin is healthy as node and controller.
+    async fn run_plugin(&self, job: &str, id: &str, args: &[&str]) -> String {
+        let alloc = self.run_job(job, &plugin_job(job, id, args, "10s")).await;
+        self.wait_plugin(id, "healthy", |p| {
+            p.is_some_and(|p| p.nodes_healthy == 1 && p.controllers_healthy == 1)
+        })
+        .await;
+        alloc
+    }
+
+    async fn plugin(&self, id: &str) -> Option<PluginStatus> {
+        let plugins: Vec<PluginStatus> = self.client().get("/v1/plugins").await.unwrap();
+        plugins.into_iter().find(|p| p.id == id)
+    }
+
+    async fn wait_plugin(
+        &self,
+        id: &str,
+        what: &str,
+        done: impl Fn(Option<&PluginStatus>) -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let plugin = self.plugin(id).await;
+            if done(plugin.as_ref()) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {id} never got {what}: {plugin:#?}\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn write_file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    async fn volume(&self, id: &str) -> VolumeStatus {
+        self.client()
+            .get(&format!("/v1/volume/{id}"))
+            .await
+            .unwrap()
+    }
+
+    fn plugin_log(&self, plugin_alloc: &str) -> String {
+        let logs = self
+            .path()
+            .join("data/allocs")
+            .join(plugin_alloc)
+            .join("alloc/logs");
+        let mut text = String::new();
+        for entry in std::fs::read_dir(logs).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("hostpath.stdout") {
+                text.push_str(&std::fs::read_to_string(entry.path()).unwrap());
+            }
+        }
+        text
+    }
+
+    fn task_stdout(&self, alloc: &str, task: &str) -> String {
+        let path = self
+            .path()
+            .join("data/allocs")
+            .join(alloc)
+            .join(format!("alloc/logs/{task}.stdout.0"));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// Mounts on the host below the agent's CSI dir other than the CSI dir itself.
+    fn csi_mounts(&self) -> Vec<PathBuf> {
+        let root = self
+            .path()
+            .join("data/csi")
+            .canonicalize()
+            .unwrap_or_default();
+        support::host_mounts_under(&root)
+            .into_iter()
+            .map(|m| m.mount_point)
+            .filter(|p| *p != root)
+            .collect()
+    }
+}
+
+fn rpc_count(log: &str, rpc: &str) -> usize {
+    log.lines()
+        .filter(|l| l.starts_with(&format!("{rpc} ")))
+        .count()
+}
+
+fn events(alloc: &AllocStatus, task: &str) -> Vec<(EventKind, String)> {
+    alloc.tasks[task]
+        .events
+        .iter()
+        .map(|e| (e.kind, e.message.clone()))
+        .collect()
+}
+
+fn setup_failure(alloc: &AllocStatus) -> String {
+    events(alloc, "t")
+        .into_iter()
+        .find(|(kind, _)| *kind == EventKind::SetupFailure)
+        .map(|(_, message)| message)
+        .unwrap_or_else(|| panic!("no Setup Failure: {alloc:#?}"))
+}
+
+fn is_dead(alloc: &AllocStatus) -> bool {
+    matches!(
+        alloc.client_status,
+        ClientStatus::Complete | ClientStatus::Failed
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_created_volume_is_written_by_one_job_refused_to_a_second_writer_and_read_by_the_next() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let (code, out, err) = agent.cli(&["plugin", "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("hostpath") && out.contains("1/1"), "{out}");
+    let (code, out, _) = agent.cli(&["plugin", "status", "hostpath"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("hostpath.csi.berth.dev"),
+        "fingerprint shown: {out}"
+    );
+
+    let spec = agent.write_file("shared.hcl", &volume_spec("shared", "hostpath"));
+    let (code, out, err) = agent.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}\n{}", agent.output());
+    assert!(out.contains("Created volume \"shared\""), "{out}");
+    assert!(
+        agent.path().join("csi-data/shared").is_dir(),
+        "CreateVolume made the dir"
+    );
+
+    // B writes, then waits to be stopped.
+    let writer = agent
+        .run_job(
+            "writer",
+            &consumer_job(
+                "writer",
+                "service",
+                "shared",
+                false,
+                "echo written-by-b > /vol/file; while true; do sleep 0.1; done",
+            ),
+        )
+        .await;
+    agent
+        .wait_alloc(&writer, "running", |a| {
+            a.tasks["t"].state == TaskStateKind::Running
+        })
+        .await;
+    let file = agent.path().join("csi-data/shared/file");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "B never wrote through the volume"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let published: Vec<PathBuf> = agent
+        .csi_mounts()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(&format!("per-alloc/{writer}")))
+        .collect();
+    assert_eq!(
+        published.len(),
+        1,
+        "B's target is mounted on the host: {:?}",
+        agent.csi_mounts()
+    );
+    let status = agent.volume("shared").await;
+    assert_eq!(status.claims.len(), 1);
+    assert_eq!(status.claims[0].alloc_id, writer);
+    let (_, out, _) = agent.cli(&["volume", "status", "shared"]);
+    assert!(
+        out.contains("writer.g[0]") && out.contains("write"),
+        "{out}"
+    );
+
+    // A second writer of a single-node-writer volume is refused, readably, and holds
+    // nothing afterwards.
+    let second = agent
+        .run_job(
+            "second",
+            &consumer_job(
+                "second",
+                "batch",
+                "shared",
+                false,
+                "echo never > /vol/other",
+            ),
+        )
+        .await;
+    agent.wait_alloc(&second, "failed", is_dead).await;
+    let refusal = setup_failure(&agent.alloc(&second).await);
+    assert!(
+        refusal.contains("volume \"v\" (CSI volume \"shared\")")
+            && refusal.contains("a second writer is refused")
+            && refusal.contains("writer.g[0]"),
+        "{refusal}"
+    );
+    assert_eq!(agent.volume("shared").await.claims.len(), 1);
+    assert!(
+        !agent
+            .csi_mounts()
+            .iter()
+            .any(|p| p.to_string_lossy().contains(&second))
+    );
+
+    // B stops: unpublished, unstaged, claim released, nothing left mounted.
+    let (code, _, err) = agent.cli(&["job", "stop", "writer"]);
+    assert_eq!(code, 0, "{err}");
+    agent.wait_alloc(&writer, "stopped", is_dead).await;
+    assert_eq!(
+        agent.csi_mounts(),
+        Vec::<PathBuf>::new(),
+        "nothing left mounted"
+    );
+    assert!(
+        agent.volume("shared").await.claims.is_empty(),
+        "claim released"
+    );
+    let log = agent.plugin_log(&plugin_alloc);
+    for rpc in [
+        "ControllerPublishVolume",
+        "NodeStageVolume",
+        "NodePublishVolume",
+        "NodeUnpublishVolume",
+        "NodeUnstageVolume",
+        "ControllerUnpublishVolume",
+    ] {
+        assert_eq!(rpc_count(&log, rpc), 1, "{rpc} once:\n{log}");
+    }
+
+    // C reads what B wrote.
+    let reader = agent
+        .run_job(
+            "reader",
+            &consumer_job("reader", "batch", "shared", true, "cat /vol/file"),
+        )
+        .await;
+    agent.wait_alloc(&reader, "done", is_dead).await;
+    assert_eq!(
+        agent.alloc(&reader).await.client_status,
+        ClientStatus::Complete
+    );
+    assert_eq!(agent.task_stdout(&reader, "t").trim(), "written-by-b");
+    assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+
+    // The plugin job stops: deregistered, gone from plugin status, socket dir removed.
+    let (code, _, _) = agent.cli(&["job", "stop", "plugin"]);
+    assert_eq!(code, 0);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+    agent.wait_plugin("hostpath", "gone", |p| p.is_none()).await;
+    let (_, out, _) = agent.cli(&["plugin", "status"]);
+    assert!(out.contains("No CSI plugins"), "{out}");
+    assert!(
+        !agent
+            .path()
+            .join("data/csi/plugins")
+            .join(&plugin_alloc)
+            .exists()
+    );
+    assert!(
+        support::host_mounts_under(agent.path()).is_empty(),
+        "the shared CSI dir is released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn when_the_second_volume_fails_the_first_is_fully_given_back() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let good = agent.write_file("good.hcl", &volume_spec("good", "hostpath"));
+    assert_eq!(
+        agent.cli(&["volume", "create", good.to_str().unwrap()]).0,
+        0
+    );
+    // Registered, but the plugin has no such volume.
+    let ghost = agent.write_file(
+        "ghost.hcl",
+        &volume_spec("ghost", "hostpath")
+            .replace("capacity_min = \"1MiB\"", "external_id = \"ghost\""),
+    );
+    let (code, out, err) = agent.cli(&["volume", "register", ghost.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let job = r#"job "two" {
+  type = "batch"
+  group "g" {
+    volume "a" {
+      type            = "csi"
+      source          = "good"
+      access_mode     = "single-node-writer"
+    }
+    volume "b" {
+      type            = "csi"
+      source          = "ghost"
+      access_mode     = "single-node-writer"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/true"
+      }
+      volume_mount {
+        volume      = "a"
+        destination = "/a"
+      }
+      volume_mount {
+        volume      = "b"
+        destination = "/b"
+      }
+    }
+  }
+}"#;
+    let alloc = agent.run_job("two", job).await;
+    agent.wait_alloc(&alloc, "failed", is_dead).await;
+    let status = agent.alloc(&alloc).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    assert_ne!(
+        status.tasks["t"]
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Started)
+            .count(),
+        1
+    );
+    let message = setup_failure(&status);
+    assert!(
+        message.contains("volume \"b\" (CSI volume \"ghost\")")
+            && message.contains("does not know this volume")
+            && message.contains("volume(s) a mounted before it were given back"),
+        "{message}"
+    );
+    assert_eq!(
+        agent.csi_mounts(),
+        Vec::<PathBuf>::new(),
+        "the first volume is unmounted"
+    );
+    assert!(agent.volume("good").await.claims.is_empty());
+    assert!(agent.volume("ghost").await.claims.is_empty());
+    let log = agent.plugin_log(&plugin_alloc);
+    for rpc in [
+        "NodeUnpublishVolume",
+        "NodeUnstageVolume",
+        "ControllerUnpublishVolume",
+    ] {
+        assert_eq!(
+            rpc_count(&log, rpc),
+            1,
+            "{rpc} for the first volume:\n{log}"
+        );
+    }
+    let (code, out, _) = agent.cli(&["alloc", "status", &alloc[..8]]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Setup Failure") && out.contains("CSI volume \"ghost\""),
+        "{out}"
+    );
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}
+
+/// The plugin task's pid (its root is below the agent's dir).
+fn plugin_pid(agent: &AgentProcess) -> rustix::process::Pid {
+    support::processes_rooted_under(agent.path())
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("csi-hostpath"))
+        })
+        .expect("the plugin process")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_plugin_becomes_unhealthy_then_healthy_and_a_stopped_one_is_deregistered() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let pid = plugin_pid(&agent);
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    agent
+        .wait_alloc(&plugin_alloc, "healthy again", |a| {
+            let events = events(a, "hostpath");
+            let unhealthy = events.iter().position(|(k, m)| {
+                *k == EventKind::PluginUnhealthy && m.contains("the plugin task exited")
+            });
+            unhealthy.is_some_and(|at| {
+                events[at..]
+                    .iter()
+                    .any(|(k, _)| *k == EventKind::PluginHealthy)
+            })
+        })
+        .await;
+    agent
+        .wait_plugin("hostpath", "healthy again", |p| {
+            p.is_some_and(|p| p.nodes_healthy == 1)
+        })
+        .await;
+    let status = agent.alloc(&plugin_alloc).await;
+    let kinds: Vec<EventKind> = status.tasks["hostpath"]
+        .events
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EventKind::PluginHealthy)
+            .count(),
+        2,
+        "events only on health changes: {kinds:?}"
+    );
+    assert_eq!(status.tasks["hostpath"].restarts, 1);
+    let (code, _, _) = agent.cli(&["job", "stop", "plugin"]);
+    assert_eq!(code, 0);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+    agent.wait_plugin("hostpath", "gone", |p| p.is_none()).await;
+    assert!(
+        !agent
+            .path()
+            .join("data/csi/plugins")
+            .join(&plugin_alloc)
+            .exists()
+    );
+    assert!(support::processes_rooted_under(agent.path()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_of_the_agent_the_volume_stays_and_is_unstaged_exactly_once() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let spec = agent.write_file("v.hcl", &volume_spec("kept", "hostpath"));
+    assert_eq!(
+        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
+        0
+    );
+    let b = agent
+        .run_job(
+            "b",
+            &consumer_job(
+                "b",
+                "service",
+                "kept",
+                false,
+                "n=0; while true; do n=$((n+1)); echo $n > /vol/count; sleep 0.05; done",
+            ),
+        )
+        .await;
+    agent
+        .wait_alloc(&b, "running", |a| {
+            a.tasks["t"].state == TaskStateKind::Running
+        })
+        .await;
+    let mounts_before = agent.csi_mounts();
+    assert_eq!(
+        mounts_before.len(),
+        2,
+        "staging + target: {mounts_before:?}"
+    );
+
+    agent.kill9();
+    agent.start().await;
+    agent
+        .wait_plugin("hostpath", "healthy after the restart", |p| {
+            p.is_some_and(|p| p.nodes_healthy == 1 && p.controllers_healthy == 1)
+        })
+        .await;
+    agent
+        .wait_alloc(&b, "running", |a| {
+            a.tasks["t"].state == TaskStateKind::Running
+        })
+        .await;
+    assert_eq!(
+        agent.csi_mounts(),
+        mounts_before,
+        "same mounts, nothing mounted twice"
+    );
+    // B still writes through its volume.
+    let count = agent.path().join("csi-data/kept/count");
+    let first = std::fs::read_to_string(&count).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_ne!(
+        std::fs::read_to_string(&count).unwrap(),
+        first,
+        "B keeps writing"
+    );
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "NodeStageVolume"), 1, "{log}");
+    assert_eq!(rpc_count(&log, "NodePublishVolume"), 1, "{log}");
+
+    let (code, _, _) = agent.cli(&["job", "stop", "b"]);
+    assert_eq!(code, 0);
+    agent.wait_alloc(&b, "stopped", is_dead).await;
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "NodeUnpublishVolume"), 1, "{log}");
+    assert_eq!(rpc_count(&log, "NodeUnstageVolume"), 1, "{log}");
+    assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+    assert!(agent.volume("kept").await.claims.is_empty());
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_csi_input_gets_clear_errors() {
+    let mut agent = agent();
+    agent.start().await;
+    // A driver that cannot mount, given a CSI volume; and an unknown access mode.
+    let job = r#"job "raw" {
+  group "g" {
+    volume "v" {
+      type        = "csi"
+      source      = "nowhere"
+      access_mode = "single-node-scribbler"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+      volume_mount {
+        volume      = "v"
+        destination = "/vol"
+      }
+    }
+  }
+}"#;
+    let path = agent.write_file("raw.hcl", job);
+    let (code, _, err) = agent.cli(&["job", "run", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "driver \"raw_exec\" cannot mount volumes, but volume_mount \"v\" asks for one"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("unknown access mode \"single-node-scribbler\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("no CSI volume \"nowhere\" is registered"),
+        "{err}"
+    );
+    // A volume for a plugin this agent does not run.
+    let spec = agent.write_file("v.hcl", &volume_spec("v", "nope"));
+    let (code, _, err) = agent.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no CSI plugin \"nope\" is registered"),
+        "{err}"
+    );
+    // A spec with an unknown access mode names the line.
+    let bad = agent.write_file(
+        "bad.hcl",
+        &volume_spec("v", "nope").replace("single-node-writer", "everyone"),
+    );
+    let (code, _, err) = agent.cli(&["volume", "register", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown access mode \"everyone\"") && err.contains("bad.hcl:7:"),
+        "{err}"
+    );
+    let (code, out, _) = agent.cli(&["volume", "status"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("No CSI volumes"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn misbehaving_plugins_hit_deadlines_and_leak_no_mount_or_claim() {
+    let mut agent = agent();
+    agent.start().await;
+    // Never creates its socket / answers garbage: restarted after health_timeout, with
+    // the reason.
+    let silent = agent
+        .run_job(
+            "silent",
+            &plugin_job("silent", "silent", &["--no-socket"], "1s"),
+        )
+        .await;
+    let garbage = agent
+        .run_job(
+            "garbage",
+            &plugin_job("garbage", "garbage", &["--garbage"], "1s"),
+        )
+        .await;
+    for (alloc, why) in [
+        (&silent, "has not created its socket"),
+        (&garbage, "did not become healthy"),
+    ] {
+        agent
+            .wait_alloc(alloc, "restarted", |a| {
+                events(a, "hostpath")
+                    .iter()
+                    .any(|(k, m)| *k == EventKind::RestartSignaled && m.contains(why))
+            })
+            .await;
+    }
+    let garbage_status = agent.alloc(&garbage).await;
+    let reason = events(&garbage_status, "hostpath")
+        .into_iter()
+        .find(|(k, _)| *k == EventKind::RestartSignaled)
+        .unwrap()
+        .1;
+    assert!(
+        reason.contains("CSI plugin \"garbage\": Probe failed"),
+        "{reason}"
+    );
+    assert!(
+        agent
+            .plugin("silent")
+            .await
+            .is_none_or(|p| p.nodes_healthy == 0)
+    );
+    agent.cli(&["job", "stop", "silent"]);
+    agent.cli(&["job", "stop", "garbage"]);
+
+    // Hangs in NodePublishVolume: the alloc fails within the operation deadline and the
+    // staged volume is unstaged again.
+    let hang_alloc = agent
+        .run_plugin("hang", "hang", &["--hang", "NodePublishVolume"])
+        .await;
+    let spec = agent.write_file("h.hcl", &volume_spec("h", "hang"));
+    assert_eq!(
+        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
+        0
+    );
+    let started = Instant::now();
+    let consumer = agent
+        .run_job("hc", &consumer_job("hc", "batch", "h", false, "true"))
+        .await;
+    agent.wait_alloc(&consumer, "failed", is_dead).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let message = setup_failure(&agent.alloc(&consumer).await);
+    assert!(
+        message.contains("NodePublishVolume") && message.contains("did not answer in time"),
+        "{message}"
+    );
+    assert_eq!(
+        agent.csi_mounts(),
+        Vec::<PathBuf>::new(),
+        "unstaged after the hang"
+    );
+    assert!(agent.volume("h").await.claims.is_empty());
+    assert_eq!(
+        rpc_count(&agent.plugin_log(&hang_alloc), "NodeUnstageVolume"),
+        1
+    );
+
+    // Dies in NodePublishVolume: the alloc fails; once the plugin is back (restarted by
+    // its restart policy) the stage is undone too.
+    let die_alloc = agent
+        .run_plugin("die", "die", &["--die", "NodePublishVolume"])
+        .await;
+    let spec = agent.write_file("d.hcl", &volume_spec("d", "die"));
+    assert_eq!(
+        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
+        0
+    );
+    let consumer = agent
+        .run_job("dc", &consumer_job("dc", "batch", "d", false, "true"))
+        .await;
+    agent.wait_alloc(&consumer, "failed", is_dead).await;
+    let message = setup_failure(&agent.alloc(&consumer).await);
+    assert!(message.contains("NodePublishVolume"), "{message}");
+    // The undo may not have reached the dead plugin; then the agent finishes it once
+    // the plugin is healthy again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !agent.csi_mounts().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the stage was never undone: {:?}\n{}",
+            agent.csi_mounts(),
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(agent.volume("d").await.claims.is_empty());
+    assert_eq!(
+        rpc_count(&agent.plugin_log(&die_alloc), "NodeUnstageVolume"),
+        1
+    );
+
+    for job in ["hang", "die"] {
+        agent.cli(&["job", "stop", job]);
+    }
+    for alloc in [&silent, &garbage, &hang_alloc, &die_alloc] {
+        agent.wait_alloc(alloc, "stopped", is_dead).await;
+    }
+    assert!(support::host_mounts_under(agent.path()).is_empty());
+}

@@ -9,6 +9,7 @@ mod agent;
 mod agent_process;
 mod cli;
 mod csi;
+mod csi_client;
 mod drivers;
 mod hooks;
 mod hostile;

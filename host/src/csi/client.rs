@@ -225,7 +225,7 @@ impl CsiClient {
                     rpc,
                     volume: volume.map(str::to_string),
                     code: status.code(),
-                    message: status_message(&status),
+                    message: status_message(&status, &self.socket),
                     attempts,
                     socket: self.socket.clone(),
                 });
@@ -539,9 +539,11 @@ fn already_undone(result: Result<(), CsiError>) -> Result<(), CsiError> {
 }
 
 /// tonic's message, minus the transport noise a person cannot act on.
-fn status_message(status: &tonic::Status) -> String {
+fn status_message(status: &tonic::Status, socket: &Path) -> String {
     let message = status.message().trim();
-    if status.code() == Code::Unavailable && message.contains("transport error") {
+    if status.code() == Code::Unavailable && !socket.exists() {
+        "cannot connect to the plugin's socket: it does not exist".to_string()
+    } else if status.code() == Code::Unavailable && message.contains("transport error") {
         "cannot connect to the plugin's socket".to_string()
     } else if status.code() == Code::Unknown && message.is_empty() {
         "the plugin's answer was not a gRPC response".to_string()

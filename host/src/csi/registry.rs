@@ -226,3 +226,75 @@ impl PluginRegistry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration(alloc: &str) -> PluginRegistration {
+        PluginRegistration {
+            id: "hostpath".into(),
+            kind: PluginKind::Node,
+            alloc_id: alloc.into(),
+            task: "plugin".into(),
+            socket: "/csi/csi.sock".into(),
+            dirs: PluginDirs {
+                host: "/data/csi/node/hostpath".into(),
+                plugin: "/local/csi".into(),
+            },
+            healthy: true,
+            health: "probe succeeded".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn registrations_survive_a_restart_unhealthy_and_only_their_provider_removes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let store = Arc::new(StateStore::open(&path).unwrap().0);
+            let registry = PluginRegistry::restore(store);
+            let mut events = registry.subscribe();
+            registry.register(registration("a1"));
+            assert!(
+                matches!(events.recv().await.unwrap(), RegistryEvent::Updated(p) if p.alloc_id == "a1")
+            );
+            // Another alloc cannot change or remove what a1 provides.
+            assert!(!registry.set_health(PluginKind::Node, "hostpath", "a2", false, "x"));
+            assert!(!registry.deregister(PluginKind::Node, "hostpath", "a2"));
+            let found = registry
+                .wait_for_healthy(PluginKind::Node, "hostpath", Duration::from_millis(10))
+                .await
+                .unwrap();
+            assert_eq!(found.alloc_id, "a1");
+        }
+        let store = Arc::new(StateStore::open(&path).unwrap().0);
+        let registry = Arc::new(PluginRegistry::restore(store));
+        let restored = registry.get(PluginKind::Node, "hostpath").unwrap();
+        assert!(!restored.healthy, "unhealthy until probed again");
+        assert_eq!(restored.health, "not probed since the agent started");
+        let error = registry
+            .wait_for_healthy(PluginKind::Node, "hostpath", Duration::from_millis(20))
+            .await
+            .unwrap_err();
+        assert!(error.contains("registered but not healthy"), "{error}");
+        // A waiter is woken by the health change, not by polling.
+        let waiter = {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                registry
+                    .wait_for_healthy(PluginKind::Node, "hostpath", Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(registry.set_health(PluginKind::Node, "hostpath", "a1", true, "probe succeeded"));
+        assert!(waiter.await.unwrap().unwrap().healthy);
+        assert!(registry.deregister(PluginKind::Node, "hostpath", "a1"));
+        let error = registry
+            .wait_for_healthy(PluginKind::Controller, "other", Duration::from_millis(10))
+            .await
+            .unwrap_err();
+        assert!(error.contains("no CSI plugins are running"), "{error}");
+    }
+}

@@ -282,3 +282,116 @@ async fn probe_reads_an_unset_ready_as_ready_and_a_missing_socket_says_where() {
         "{text}"
     );
 }
+
+/// The reference plugin, run as a plain process on the host, holds the agent's side of
+/// the spec to account: these are the answers the agent's unwinding relies on.
+#[tokio::test]
+async fn the_reference_plugin_is_strict_to_the_spec() {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-hostpath")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let data = root.join("data");
+    std::fs::create_dir_all(data.join("vol")).unwrap();
+    let socket = root.join("csi.sock");
+    let plugin = std::process::Command::new(env!("CARGO_BIN_EXE_csi-hostpath"))
+        .args(["--data-dir", data.to_str().unwrap(), "--node-id", "n1"])
+        .args(["--endpoint", &format!("unix://{}", socket.display())])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = PluginGuard {
+        child: plugin,
+        root: root.clone(),
+    };
+    let client = CsiClient::new("hostpath", &socket, FAST);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.probe().await.is_err() {
+        assert!(Instant::now() < deadline, "the plugin never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let staging = root.join("staging");
+    let target = root.join("per-alloc/a1/target");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    let empty = Default::default();
+    let request = NodeVolume {
+        external_id: "vol",
+        usage: usage(),
+        publish_context: &empty,
+        volume_context: &empty,
+        secrets: &empty,
+    };
+    // Unknown volume: NOT_FOUND.
+    let unknown = NodeVolume {
+        external_id: "nope",
+        ..request.clone()
+    };
+    let error = client.node_stage(&unknown, &staging).await.unwrap_err();
+    assert_eq!(error.code, Code::NotFound, "{error}");
+    // Stage without the controller's publish context: FAILED_PRECONDITION.
+    let error = client.node_stage(&request, &staging).await.unwrap_err();
+    assert_eq!(error.code, Code::FailedPrecondition, "{error}");
+    let context = client.controller_publish(&request, "n1").await.unwrap();
+    let request = NodeVolume {
+        publish_context: &context,
+        ..request
+    };
+    // Publish before stage: FAILED_PRECONDITION.
+    let error = client
+        .node_publish(&request, Some(&staging), &target)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, Code::FailedPrecondition, "{error}");
+    client.node_stage(&request, &staging).await.unwrap();
+    client.node_stage(&request, &staging).await.unwrap(); // idempotent
+    client
+        .node_publish(&request, Some(&staging), &target)
+        .await
+        .unwrap();
+    client
+        .node_publish(&request, Some(&staging), &target)
+        .await
+        .unwrap(); // idempotent
+    std::fs::write(target.join("f"), "x").unwrap();
+    assert!(data.join("vol/f").exists(), "the target is the volume");
+    // The same target read-only: incompatible, ALREADY_EXISTS.
+    let read_only = NodeVolume {
+        usage: Usage {
+            read_only: true,
+            ..usage()
+        },
+        ..request.clone()
+    };
+    let error = client
+        .node_publish(&read_only, Some(&staging), &target)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, Code::AlreadyExists, "{error}");
+    // Undo removes what the plugin made; undoing twice is fine.
+    client.node_unpublish("vol", &target).await.unwrap();
+    assert!(!target.exists(), "the plugin removes the target it created");
+    client.node_unpublish("vol", &target).await.unwrap();
+    client.node_unstage("vol", &staging).await.unwrap();
+    client.node_unstage("vol", &staging).await.unwrap();
+    client
+        .controller_unpublish("vol", "n1", &empty)
+        .await
+        .unwrap();
+    assert!(crate::support::host_mounts_under(&root).is_empty());
+}
+
+/// Kills the plugin and undoes its mounts, also when a test fails half-way.
+struct PluginGuard {
+    child: std::process::Child,
+    root: PathBuf,
+}
+
+impl Drop for PluginGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        crate::support::unmount_everything_under(&self.root);
+    }
+}

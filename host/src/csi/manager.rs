@@ -86,6 +86,9 @@ pub struct CsiManager {
     node_name: String,
     settings: CsiSettings,
     fingerprints: Mutex<BTreeMap<(PluginKind, String), (String, Fingerprint)>>,
+    /// One connection per plugin provider, reused by every operation: a new HTTP/2
+    /// connection per call would cost more than the call.
+    clients: Mutex<BTreeMap<(PluginKind, String), (String, CsiClient)>>,
     volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -110,6 +113,7 @@ impl CsiManager {
             node_name,
             settings,
             fingerprints: Mutex::default(),
+            clients: Mutex::default(),
             volume_locks: Mutex::default(),
         })
     }
@@ -162,6 +166,7 @@ impl CsiManager {
                         .lock()
                         .unwrap()
                         .remove(&(kind, id.clone()));
+                    self.clients.lock().unwrap().remove(&(kind, id.clone()));
                     if let Err(error) = self.catalog.remove_plugin_provider(&id, kind, &alloc_id) {
                         tracing::error!(plugin = %id, %error, "removing the plugin from the catalog");
                     }
@@ -204,11 +209,23 @@ impl CsiManager {
             .map(|(_, fingerprint)| fingerprint.clone())
     }
 
+    /// The client of the plugin's current provider (a new one when the provider or its
+    /// socket changed).
     pub fn client(&self, plugin: &PluginRegistration) -> CsiClient {
-        CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts)
+        let mut clients = self.clients.lock().unwrap();
+        let key = (plugin.kind, plugin.id.clone());
+        if let Some((alloc, client)) = clients.get(&key) {
+            if *alloc == plugin.alloc_id && client.socket() == plugin.socket {
+                return client.clone();
+            }
+        }
+        let client = CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts);
+        clients.insert(key, (plugin.alloc_id.clone(), client.clone()));
+        client
     }
 
-    /// Asks the plugin who it is and what it can do; cached per providing alloc.
+    /// Asks the plugin who it is, whether it is ready, and what it can do; cached per
+    /// providing alloc.
     pub async fn fingerprint(&self, plugin: &PluginRegistration) -> Fingerprint {
         if let Some(known) = self.fingerprint_of(plugin).filter(|f| f.error.is_none()) {
             return known;
@@ -217,6 +234,7 @@ impl CsiManager {
         let result = async {
             let (name, vendor_version) = client.plugin_info().await?;
             let controller_service = client.plugin_capabilities().await?;
+            let ready = client.probe().await?;
             let mut fingerprint = Fingerprint {
                 name,
                 vendor_version,
@@ -225,7 +243,7 @@ impl CsiManager {
                     controller_service,
                     ..Capabilities::default()
                 },
-                error: None,
+                error: (!ready).then(|| "its Probe says it is not ready yet".to_string()),
             };
             match plugin.kind {
                 PluginKind::Node => {
@@ -293,15 +311,6 @@ impl CsiManager {
                 .put_record(RecordTable::CsiUsage, volume_id, usage)
         };
         result.map_err(|e| format!("recording the usage of volume {volume_id:?}: {e}"))
-    }
-
-    /// How many allocs use `volume_id` on this node, by usage key (for status and tests).
-    pub fn users(&self, volume_id: &str) -> BTreeMap<String, BTreeSet<String>> {
-        self.usage_record(volume_id)
-            .ok()
-            .flatten()
-            .map(|u| u.stages.into_iter().map(|(k, s)| (k, s.allocs)).collect())
-            .unwrap_or_default()
     }
 
     /// Finishes undoing what could not be undone while the plugin was away (it died
@@ -376,7 +385,6 @@ impl CsiManager {
                 secrets: volume.secrets.clone(),
                 ..VolumeUsage::default()
             });
-        let key = usage.key();
         let mut done = Vec::new();
         let result = self
             .mount_steps(
@@ -408,7 +416,6 @@ impl CsiManager {
                     }
                 }
                 let _ = self.save_usage(&volume.id, &record);
-                let _ = key;
                 Err(error)
             }
         }
@@ -456,6 +463,11 @@ impl CsiManager {
             staged: false,
             allocs: BTreeSet::new(),
         });
+        // Recorded as staged but not mounted (the host rebooted, say): staging again is
+        // safe, NodeStageVolume is idempotent.
+        if stage.staged && !layout::is_mount_point(&staging.host) {
+            stage.staged = false;
+        }
         if stages && !stage.staged {
             create_dir(&staging.host)?;
             client
@@ -514,8 +526,7 @@ impl CsiManager {
         let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
             return Ok(None);
         };
-        let (controller, client, fingerprint) =
-            self.ready(PluginKind::Controller, &controller.id).await?;
+        let (_, client, fingerprint) = self.ready(PluginKind::Controller, &controller.id).await?;
         if !fingerprint.capabilities.controller_publish {
             return Ok(None);
         }
@@ -528,7 +539,6 @@ impl CsiManager {
             volume_context: &volume.context,
             secrets: &volume.secrets,
         };
-        let _ = controller;
         let context = client
             .controller_publish(&request, &node_id)
             .await

@@ -211,19 +211,33 @@ async fn run() {
     bare_grpc(VOLUMES).await;
     syscalls(VOLUMES);
     let mut samples: [Vec<Duration>; 8] = Default::default();
+    // Interleaved, in an order that changes every volume, so drift and position in the
+    // round do not favour one of them.
     for i in 0..VOLUMES {
-        let (m, u) = berth_mount(&on_disk, "berth", i).await;
-        samples[0].push(m);
-        samples[1].push(u);
-        let (m, u) = berth_mount(&in_memory, "mem", i).await;
-        samples[6].push(m);
-        samples[7].push(u);
-        let (m, u) = bare_grpc(i).await;
-        samples[2].push(m);
-        samples[3].push(u);
-        let (m, u) = syscalls(i);
-        samples[4].push(m);
-        samples[5].push(u);
+        for step in 0..4 {
+            match (i + step) % 4 {
+                0 => {
+                    let (m, u) = berth_mount(&on_disk, "berth", i).await;
+                    samples[0].push(m);
+                    samples[1].push(u);
+                }
+                1 => {
+                    let (m, u) = berth_mount(&in_memory, "mem", i).await;
+                    samples[6].push(m);
+                    samples[7].push(u);
+                }
+                2 => {
+                    let (m, u) = bare_grpc(i).await;
+                    samples[2].push(m);
+                    samples[3].push(u);
+                }
+                _ => {
+                    let (m, u) = syscalls(i);
+                    samples[4].push(m);
+                    samples[5].push(u);
+                }
+            }
+        }
     }
     let [berth_m, berth_u, grpc_m, grpc_u, sys_m, sys_u, mem_m, mem_u] = samples.map(median);
     let leftover = berth::mount::mountinfo::read_self()

@@ -61,18 +61,7 @@ impl AgentConfig {
             file: file.to_string(),
             problems,
         };
-        let tree = hcl::parse(source).map_err(|found| {
-            fail(
-                found
-                    .into_iter()
-                    .map(|p| Problem {
-                        path: "config".into(),
-                        at: Some(p.at),
-                        message: p.message,
-                    })
-                    .collect(),
-            )
-        })?;
+        let tree = crate::jobspec::parse_tree(file, source, "config")?;
         let mut problems = Vec::new();
         let mut fields = Fields::new(
             &tree,

@@ -375,7 +375,9 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
     assert_eq!(code, 0);
     assert!(stdout.contains("Client Status  = failed"), "{stdout}");
     assert!(
-        stdout.contains("Setup Failure    hook \"deny-list\"")
+        stdout
+            .lines()
+            .any(|l| l.contains("Setup Failure") && l.contains("hook \"deny-list\""))
             && stdout.contains("policy: task 't' may not use driver 'raw_exec' on this node"),
         "{stdout}"
     );

@@ -145,32 +145,31 @@ pub fn claim_refusal(volume: &Volume, existing: &[Claim], claim: &Claim) -> Opti
         claim.access_mode,
         AccessMode::SingleNodeWriter | AccessMode::MultiNodeSingleWriter
     );
-    if claim.mode == ClaimMode::Write && single_writer {
-        if let Some(writer) = others.iter().find(|c| c.mode == ClaimMode::Write) {
-            return Some(format!(
-                "volume {:?} is {} and alloc {} ({}) already writes to it: a second writer is refused \
+    if claim.mode == ClaimMode::Write
+        && single_writer
+        && let Some(writer) = others.iter().find(|c| c.mode == ClaimMode::Write)
+    {
+        return Some(format!(
+            "volume {:?} is {} and alloc {} ({}) already writes to it: a second writer is refused \
                  until that alloc stops",
-                volume.id,
-                claim.access_mode,
-                short_id(&writer.alloc_id),
-                writer.alloc_name
-            ));
-        }
+            volume.id,
+            claim.access_mode,
+            short_id(&writer.alloc_id),
+            writer.alloc_name
+        ));
     }
     let single_node = matches!(
         claim.access_mode,
         AccessMode::SingleNodeWriter | AccessMode::SingleNodeReaderOnly
     );
-    if single_node {
-        if let Some(elsewhere) = others.iter().find(|c| c.node != claim.node) {
-            return Some(format!(
-                "volume {:?} is {} and is in use on node {:?} by alloc {}",
-                volume.id,
-                claim.access_mode,
-                elsewhere.node,
-                short_id(&elsewhere.alloc_id)
-            ));
-        }
+    if single_node && let Some(elsewhere) = others.iter().find(|c| c.node != claim.node) {
+        return Some(format!(
+            "volume {:?} is {} and is in use on node {:?} by alloc {}",
+            volume.id,
+            claim.access_mode,
+            elsewhere.node,
+            short_id(&elsewhere.alloc_id)
+        ));
     }
     None
 }
@@ -215,14 +214,23 @@ mod tests {
         let v = volume();
         let writer = claim("a", Write, SingleNodeWriter);
         // A second writer of a single-writer volume is refused, a reader is not.
-        let refusal = claim_refusal(&v, &[writer.clone()], &claim("b", Write, SingleNodeWriter))
-            .expect("second writer refused");
+        let refusal = claim_refusal(
+            &v,
+            std::slice::from_ref(&writer),
+            &claim("b", Write, SingleNodeWriter),
+        )
+        .expect("second writer refused");
         assert!(refusal.contains("a second writer is refused"), "{refusal}");
         assert!(
-            claim_refusal(&v, &[writer.clone()], &claim("b", Read, SingleNodeWriter)).is_none()
+            claim_refusal(
+                &v,
+                std::slice::from_ref(&writer),
+                &claim("b", Read, SingleNodeWriter)
+            )
+            .is_none()
         );
         // The same alloc claiming again is fine.
-        assert!(claim_refusal(&v, &[writer.clone()], &writer).is_none());
+        assert!(claim_refusal(&v, std::slice::from_ref(&writer), &writer).is_none());
         // Reader-only modes refuse any writer.
         assert!(
             claim_refusal(&v, &[], &claim("c", Write, MultiNodeReaderOnly))

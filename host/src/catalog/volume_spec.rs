@@ -25,9 +25,9 @@ use std::collections::HashMap;
 
 use super::{Capability, Volume};
 use crate::csi::{AccessMode, AttachmentMode, check_volume_id};
+use crate::jobspec::JobspecError;
 use crate::jobspec::fields::Fields;
-use crate::jobspec::hcl::{self, Location};
-use crate::jobspec::{JobspecError, Problem};
+use crate::jobspec::hcl::Location;
 
 /// What the file asks for: register an existing volume, or create one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,18 +49,7 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
         file: file.to_string(),
         problems,
     };
-    let tree = hcl::parse(source).map_err(|found| {
-        fail(
-            found
-                .into_iter()
-                .map(|p| Problem {
-                    path: "volume".into(),
-                    at: Some(p.at),
-                    message: p.message,
-                })
-                .collect(),
-        )
-    })?;
+    let tree = crate::jobspec::parse_tree(file, source, "volume")?;
     let mut problems = Vec::new();
     let mut fields = Fields::new(
         &tree,

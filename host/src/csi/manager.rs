@@ -214,10 +214,11 @@ impl CsiManager {
     pub fn client(&self, plugin: &PluginRegistration) -> CsiClient {
         let mut clients = self.clients.lock().unwrap();
         let key = (plugin.kind, plugin.id.clone());
-        if let Some((alloc, client)) = clients.get(&key) {
-            if *alloc == plugin.alloc_id && client.socket() == plugin.socket {
-                return client.clone();
-            }
+        if let Some((alloc, client)) = clients.get(&key)
+            && *alloc == plugin.alloc_id
+            && client.socket() == plugin.socket
+        {
+            return client.clone();
         }
         let client = CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts);
         clients.insert(key, (plugin.alloc_id.clone(), client.clone()));
@@ -354,11 +355,11 @@ impl CsiManager {
                         "could not unstage an unused volume yet"),
                 }
             }
-            if record.stages.is_empty() {
-                if let Err(error) = self.controller_unpublish(&volume_id, &mut record).await {
-                    tracing::warn!(volume = %volume_id, %error,
+            if record.stages.is_empty()
+                && let Err(error) = self.controller_unpublish(&volume_id, &mut record).await
+            {
+                tracing::warn!(volume = %volume_id, %error,
                         "could not controller-unpublish an unused volume yet");
-                }
             }
             if let Err(error) = self.save_usage(&volume_id, &record) {
                 tracing::error!(volume = %volume_id, %error);
@@ -438,12 +439,12 @@ impl CsiManager {
     ) -> Result<PathBuf, String> {
         let key = usage.key();
         let no_context = HashMap::new();
-        if record.controller_published.is_none() {
-            if let Some(context) = self.controller_publish(volume, usage, fingerprint).await? {
-                record.controller_published = Some(context);
-                self.save_usage(&volume.id, record)?;
-                done.push(Done::ControllerPublished);
-            }
+        if record.controller_published.is_none()
+            && let Some(context) = self.controller_publish(volume, usage, fingerprint).await?
+        {
+            record.controller_published = Some(context);
+            self.save_usage(&volume.id, record)?;
+            done.push(Done::ControllerPublished);
         }
         let publish_context = record
             .controller_published

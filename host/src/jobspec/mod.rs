@@ -252,24 +252,33 @@ impl fmt::Display for JobspecError {
     }
 }
 
+/// Parses HCL into a tree; syntax errors become problems at `root` (the path shown for
+/// them: `jobspec`, `config`, `volume`). Shared by every HCL file berth reads.
+pub(crate) fn parse_tree(
+    file: &str,
+    source: &str,
+    root: &str,
+) -> Result<hcl::BodyNode, JobspecError> {
+    hcl::parse(source).map_err(|problems| JobspecError {
+        file: file.to_string(),
+        problems: problems
+            .into_iter()
+            .map(|p| Problem {
+                path: root.into(),
+                at: Some(p.at),
+                message: p.message,
+            })
+            .collect(),
+    })
+}
+
 /// Parses a jobspec. `file` is used in messages only.
 pub fn parse(file: &str, source: &str) -> Result<Job, JobspecError> {
     let fail = |problems| JobspecError {
         file: file.to_string(),
         problems,
     };
-    let tree = hcl::parse(source).map_err(|problems| {
-        fail(
-            problems
-                .into_iter()
-                .map(|p| Problem {
-                    path: "jobspec".into(),
-                    at: Some(p.at),
-                    message: p.message,
-                })
-                .collect(),
-        )
-    })?;
+    let tree = parse_tree(file, source, "jobspec")?;
     let mut problems = Vec::new();
     let job = decode::job(&tree, &mut problems);
     match job {

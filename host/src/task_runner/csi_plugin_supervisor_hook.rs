@@ -222,16 +222,16 @@ impl TaskHook for CsiPluginSupervisorHook {
                 }
             }
             let places = places(ctx, plugin);
-            if let Err(error) = std::fs::remove_dir_all(&places.socket_dir) {
-                if error.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %places.socket_dir.display(), %error,
+            if let Err(error) = std::fs::remove_dir_all(&places.socket_dir)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %places.socket_dir.display(), %error,
                         "removing the plugin's socket dir");
-                }
             }
-            if ctx.csi.registry.list().is_empty() {
-                if let Err(error) = layout::release_shared_if_unused(&ctx.csi.root) {
-                    tracing::warn!(%error, "releasing the shared CSI mount");
-                }
+            if ctx.csi.registry.list().is_empty()
+                && let Err(error) = layout::release_shared_if_unused(&ctx.csi.root)
+            {
+                tracing::warn!(%error, "releasing the shared CSI mount");
             }
         })
     }

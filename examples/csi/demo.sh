@@ -10,7 +10,7 @@ berth=./target/release/berth
 export BERTH_ADDR=http://127.0.0.1:4656
 
 # A previous run's mounts, if it was interrupted.
-grep -o " $demo/[^ ]*" /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l
+{ grep -o " $demo/[^ ]*" /proc/self/mountinfo || true; } | sort -r | xargs -r -n1 umount -l
 rm -rf "$demo"
 mkdir -p "$demo/bin" "$demo/data"
 cp target/release/csi-hostpath "$demo/bin/"

@@ -264,6 +264,10 @@ fn setup_failure(alloc: &AllocStatus) -> String {
         .unwrap_or_else(|| panic!("no Setup Failure: {alloc:#?}"))
 }
 
+fn is_running(alloc: &AllocStatus) -> bool {
+    alloc.tasks["t"].state == TaskStateKind::Running
+}
+
 fn is_dead(alloc: &AllocStatus) -> bool {
     matches!(
         alloc.client_status,
@@ -308,11 +312,7 @@ async fn a_created_volume_is_written_by_one_job_refused_to_a_second_writer_and_r
             ),
         )
         .await;
-    agent
-        .wait_alloc(&writer, "running", |a| {
-            a.tasks["t"].state == TaskStateKind::Running
-        })
-        .await;
+    agent.wait_alloc(&writer, "running", is_running).await;
     let file = agent.path().join("csi-data/shared/file");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !file.exists() {
@@ -614,11 +614,7 @@ async fn after_kill_9_of_the_agent_the_volume_stays_and_is_unstaged_exactly_once
             ),
         )
         .await;
-    agent
-        .wait_alloc(&b, "running", |a| {
-            a.tasks["t"].state == TaskStateKind::Running
-        })
-        .await;
+    agent.wait_alloc(&b, "running", is_running).await;
     let mounts_before = agent.csi_mounts();
     assert_eq!(
         mounts_before.len(),
@@ -633,11 +629,7 @@ async fn after_kill_9_of_the_agent_the_volume_stays_and_is_unstaged_exactly_once
             p.is_some_and(|p| p.nodes_healthy == 1 && p.controllers_healthy == 1)
         })
         .await;
-    agent
-        .wait_alloc(&b, "running", |a| {
-            a.tasks["t"].state == TaskStateKind::Running
-        })
-        .await;
+    agent.wait_alloc(&b, "running", is_running).await;
     assert_eq!(
         agent.csi_mounts(),
         mounts_before,

@@ -121,6 +121,7 @@ impl Agent {
             return Ok(());
         }
         let mut known: Vec<String> = registered.into_iter().map(|p| p.id).collect();
+        known.sort();
         known.dedup();
         Err(VolumeError::Refused(format!(
             "no CSI plugin {plugin_id:?} is registered on this agent ({}); run the plugin's job first",

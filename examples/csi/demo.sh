@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
-cargo build --release -p berth
+cargo build --release -p berth -p berth-csi-hostpath
 demo=/tmp/berth-csi
 berth=./target/release/berth
 export BERTH_ADDR=http://127.0.0.1:4656

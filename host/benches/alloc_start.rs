@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use berth::alloc_runner::{AllocRunner, NodeContext};
 use berth::config::{AgentConfig, HostVolume};
 use berth::driver_set::DriverSet;
-use berth::events::EventKind;
+use berth::model::events::EventKind;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::state::StateStore;
 use common::{median, micros, ratio};

@@ -14,6 +14,8 @@
 //! Run as root: `cargo bench -p berth --bench csi_volume`.
 
 mod common;
+#[path = "../../tests/e2e/fixture_bins.rs"]
+mod fixture_bins;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,10 +23,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth::catalog::{Capability, Claim, ClaimMode, Volume};
-use berth::csi::client::{CsiClient, NodeVolume, Timeouts};
+use berth::csi::CsiNode;
+use berth::csi::client::{CsiClient, NodeVolume};
 use berth::csi::layout::PluginDirs;
 use berth::csi::registry::PluginRegistration;
-use berth::csi::{AccessMode, AttachmentMode, CsiNode, PluginKind, Usage};
+use berth::model::csi::Timeouts;
+use berth::model::csi::{AccessMode, AttachmentMode, PluginKind, Usage};
 use berth::state::StateStore;
 use common::{median, micros, ratio};
 
@@ -85,7 +89,7 @@ async fn run() {
         }
     }
     let _plugin = Plugin(
-        std::process::Command::new(env!("CARGO_BIN_EXE_csi-hostpath"))
+        std::process::Command::new(fixture_bins::csi_hostpath())
             .args(["--data-dir", data.to_str().unwrap(), "--node-id", "bench"])
             .args(["--endpoint", &format!("unix://{}", socket.display())])
             .stdout(std::process::Stdio::null())

@@ -38,7 +38,7 @@ async fn run() {
 
     let component = runtime.cache().load(runtime.engine(), bytes).unwrap();
     let mut linker = Linker::new(runtime.engine());
-    berth::host_api::add_to_linker(&mut linker).unwrap();
+    berth::runtime::host_api::add_to_linker(&mut linker).unwrap();
     let pre = PluginPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
     let identity = PluginIdentity {
         name: "mock".into(),

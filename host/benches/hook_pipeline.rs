@@ -12,12 +12,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::alloc_dir::AllocDir;
-use berth::alloc_runner::hook_resources::HookResources;
+use berth::alloc_dir::AllocDir;
 use berth::builtin::test_components;
 use berth::config::AgentConfig;
+use berth::model::hook::{HookSpec, OnFailure};
+use berth::model::hook_resources::HookResources;
 use berth::runtime::driver::{Driver, DriverOrigin};
-use berth::runtime::hook::{Hook, HookSpec, OnFailure};
+use berth::runtime::hook::Hook;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::task_runner::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
 use berth::task_runner::wasm_hooks::WasmHooks;

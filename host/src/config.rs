@@ -27,12 +27,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::csi::client::Timeouts;
-use crate::csi::manager::CsiSettings;
 use crate::jobspec::fields::Fields;
-use crate::jobspec::hcl::{self, Location, Value};
+use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::{JobspecError, Problem};
-use crate::runtime::hook::{HookSpec, OnFailure};
+use crate::model::csi::CsiSettings;
+use crate::model::csi::Timeouts;
+use crate::model::hook::{HookSpec, OnFailure};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentConfig {
@@ -188,24 +188,18 @@ fn hook_spec(
     let timeout = hook
         .duration("timeout", problems)
         .unwrap_or(HookSpec::DEFAULT_TIMEOUT);
-    let memory_max = match hook.attr("memory_max") {
+    let memory_max = match hook.size("memory_max", problems) {
         None => HookSpec::DEFAULT_MEMORY_MAX,
-        Some(value) => {
-            let at = value.at;
-            let parsed = match &value.value {
-                Value::String(text) => parse_size(text),
-                _ => None,
-            };
-            parsed.unwrap_or_else(|| {
-                hook.problem(
-                    problems,
-                    "memory_max",
-                    at,
-                    "expected a size such as \"32MiB\" or \"512KiB\" (at least 1MiB, at most 4GiB)"
-                        .into(),
-                );
-                HookSpec::DEFAULT_MEMORY_MAX
-            })
+        Some(bytes) if (HookSpec::MEMORY_MAX_RANGE).contains(&bytes) => bytes as usize,
+        Some(_) => {
+            let at = hook.attr("memory_max").map(|a| a.at).unwrap_or_default();
+            hook.problem(
+                problems,
+                "memory_max",
+                at,
+                "must be at least 1MiB and at most 4GiB".into(),
+            );
+            HookSpec::DEFAULT_MEMORY_MAX
         }
     };
     let on_failure_text = hook.string("on_failure", problems);
@@ -230,23 +224,6 @@ fn hook_spec(
         on_failure: on_failure?,
         all_tasks,
     })
-}
-
-/// `32MiB`, `512KiB`, `1GiB` (also `MB`/`KB`/`GB`, read as binary units), within 1 MiB
-/// and 4 GiB.
-fn parse_size(text: &str) -> Option<usize> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
-    let number: usize = number.parse().ok()?;
-    let scale = match unit.trim() {
-        "KiB" | "KB" | "K" => 1 << 10,
-        "MiB" | "MB" | "M" => 1 << 20,
-        "GiB" | "GB" | "G" => 1 << 30,
-        _ => return None,
-    };
-    let bytes = number.checked_mul(scale)?;
-    (1 << 20..=4 << 30).contains(&bytes).then_some(bytes)
 }
 
 #[cfg(test)]
@@ -304,10 +281,34 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("config.hook.h.memory_max: expected a size"),
+            text.contains(
+                "config.hook.h.memory_max: \"lots\" is not a size: unknown unit \"lots\""
+            ),
             "{text}"
         );
         assert!(text.contains("unknown on_failure \"retry\""), "{text}");
+    }
+
+    #[test]
+    fn absurd_sizes_and_durations_are_errors_not_panics() {
+        let error = AgentConfig::parse(
+            "agent.hcl",
+            "hook \"h\" {\n  path = \"/h.wasm\"\n  memory_max = \"99999999999999GiB\"\n  timeout = \"9999999999999999h\"\n}\nhook \"small\" {\n  path = \"/s.wasm\"\n  memory_max = \"512KiB\"\n}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "agent.hcl:3:",
+            "config.hook.h.memory_max: \"99999999999999GiB\" is not a size: is too large (at most 8EiB)",
+            "agent.hcl:4:",
+            "config.hook.h.timeout: \"9999999999999999h\" is not a duration: is too large (at most 876000h)",
+            "config.hook.small.memory_max: must be at least 1MiB and at most 4GiB",
+        ] {
+            assert!(
+                error.contains(expected),
+                "missing {expected:?} in:\n{error}"
+            );
+        }
     }
 
     #[test]

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use crate::jobspec::Task;
+use crate::model::hook::HookSpec;
 use crate::runtime::Runtime;
-use crate::runtime::hook::{Hook, HookSpec};
+use crate::runtime::hook::Hook;
 
 #[derive(Clone, Default)]
 pub struct HookSet {

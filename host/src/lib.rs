@@ -2,18 +2,19 @@
 //! components. See ARCHITECTURE.md for the map.
 
 pub mod agent;
+pub mod alloc_dir;
 pub mod alloc_runner;
 pub mod api;
+pub mod blocking;
 pub mod builtin;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod csi;
 pub mod driver_set;
-pub mod events;
 pub mod hook_set;
-pub mod host_api;
 pub mod jobspec;
+pub mod model;
 pub mod mount;
 pub mod process;
 pub mod runtime;

@@ -11,8 +11,9 @@ use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::{Job, Problem, Task, VolumeMount, VolumeRequest, VolumeType};
-use crate::mount::Propagation;
-use crate::runtime::driver::{Driver, MountConfigs};
+use crate::model::driver::MountConfigs;
+use crate::model::mount::Propagation;
+use crate::runtime::driver::Driver;
 
 /// Why a volume mount cannot be given to a task. Shared with the `volumes` hook so
 /// both say the same thing.
@@ -60,7 +61,7 @@ pub fn bidirectional_refusal(
 /// What is wrong with a CSI volume request, checked against the catalog when there is
 /// one (`berth job validate` runs without an agent, so without the catalog).
 fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) -> Vec<String> {
-    use crate::csi::{AccessMode, AttachmentMode};
+    use crate::model::csi::{AccessMode, AttachmentMode};
     let mut problems = Vec::new();
     let access_mode = match volume.access_mode.as_deref() {
         None => {
@@ -71,12 +72,12 @@ fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) ->
             None
         }
         Some(text) => AccessMode::parse(text)
-            .map_err(|why| problems.push(why))
+            .map_err(|why| problems.push(why.to_string()))
             .ok(),
     };
     let attachment_mode =
         AttachmentMode::parse(volume.attachment_mode.as_deref().unwrap_or("file-system"))
-            .map_err(|why| problems.push(why))
+            .map_err(|why| problems.push(why.to_string()))
             .ok();
     if attachment_mode == Some(AttachmentMode::BlockDevice) {
         problems.push(

@@ -5,9 +5,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use berth::agent::JobStatus;
-use berth::alloc_runner::{AllocStatus, ClientStatus};
+use berth::alloc_runner::AllocStatus;
 use berth::api::client::ClientError;
-use berth::events::{EventKind, TaskStateKind};
+use berth::model::events::{EventKind, TaskStateKind};
+use berth::model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 use crate::support;
@@ -323,13 +324,13 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
     // agent below starts from the cache as it would on its second start.
     let warm = berth::hook_set::HookSet::load(
         &support::runtime(),
-        &[berth::runtime::hook::HookSpec {
+        &[berth::model::hook::HookSpec {
             name: "warm".into(),
             path: hook.clone(),
             config: Vec::new(),
             timeout: std::time::Duration::from_secs(10),
             memory_max: 256 << 20,
-            on_failure: berth::runtime::hook::OnFailure::Fail,
+            on_failure: berth::model::hook::OnFailure::Fail,
             all_tasks: false,
         }],
     )
@@ -394,5 +395,42 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
             .iter()
             .any(|e| e.message == "hook \"deny-list\": policy: task 't' allowed"),
         "{ok:#?}"
+    );
+}
+
+/// A line a driver logs through `berth:host/log` carries, without the driver or the host
+/// repeating them, the alloc, the task and the call it was made in (tracing spans).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drivers_log_line_carries_its_alloc_task_and_call() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let job = r#"job "spans" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "mock"
+      config { run_for = "0s" }
+    }
+  }
+}
+"#;
+    let submitted = agent.submit("spans.hcl", job).await.unwrap();
+    let alloc_id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(alloc_id, "complete", |s| {
+            s.client_status == ClientStatus::Complete
+        })
+        .await;
+    let output = agent.output();
+    let line = output
+        .lines()
+        .find(|line| line.contains("starting mock task t"))
+        .unwrap_or_else(|| panic!("the mock driver's log line is missing:\n{output}"));
+    let expected = format!(
+        "alloc{{alloc_id={alloc_id} job=spans}}:task{{task=t driver=mock}}:plugin_call{{plugin=mock function=start-task}}"
+    );
+    assert!(
+        line.contains(&expected),
+        "expected {expected:?} in:\n{line}"
     );
 }

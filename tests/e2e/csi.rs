@@ -6,9 +6,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::{AllocStatus, ClientStatus};
+use berth::alloc_runner::AllocStatus;
 use berth::catalog::{PluginStatus, VolumeStatus};
-use berth::events::{EventKind, TaskStateKind};
+use berth::model::events::{EventKind, TaskStateKind};
+use berth::model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 use crate::support;
@@ -21,7 +22,11 @@ fn agent() -> AgentProcess {
     let bin = dir.join("csi-bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(dir.join("csi-data")).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_csi-hostpath"), bin.join("csi-hostpath")).unwrap();
+    std::fs::copy(
+        crate::fixture_bins::csi_hostpath(),
+        bin.join("csi-hostpath"),
+    )
+    .unwrap();
     let config = format!(
         r#"host_volume "csi-bin" {{
   path      = "{dir}/csi-bin"

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use berth::csi::client::{CsiClient, NodeVolume, Timeouts};
-use berth::csi::{AccessMode, AttachmentMode, Usage};
+use berth::csi::client::{CsiClient, NodeVolume};
+use berth::model::csi::Timeouts;
+use berth::model::csi::{AccessMode, AttachmentMode, Usage};
 use berth_proto::csi as pb;
 use tonic::{Code, Request, Response, Status};
 
@@ -295,7 +296,7 @@ async fn the_reference_plugin_is_strict_to_the_spec() {
     let data = root.join("data");
     std::fs::create_dir_all(data.join("vol")).unwrap();
     let socket = root.join("csi.sock");
-    let plugin = std::process::Command::new(env!("CARGO_BIN_EXE_csi-hostpath"))
+    let plugin = std::process::Command::new(crate::fixture_bins::csi_hostpath())
         .args(["--data-dir", data.to_str().unwrap(), "--node-id", "n1"])
         .args(["--endpoint", &format!("unix://{}", socket.display())])
         .stdout(std::process::Stdio::null())

@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth::mount::Propagation;
-use berth::runtime::driver::{DriverError, MountConfigs, TaskState, WorldVersion};
+use berth::model::driver::{MountConfigs, TaskState, WorldVersion};
+use berth::model::mount::Propagation;
+use berth::runtime::driver::DriverError;
 use serde_json::json;
 
 use crate::support::{self, TaskDir, mount};

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth::mount::Propagation;
+use berth::model::mount::Propagation;
 use berth::runtime::driver::{Driver, DriverError, LoadError};
 use berth::runtime::sandbox::Fault;
 use serde_json::json;
@@ -126,11 +126,28 @@ async fn a_driver_that_declared_none_cannot_pass_mounts() {
     );
     let error = driver.start_task(&request).await.unwrap_err();
     assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "driver \"misbehave\" ({MISBEHAVE}) was refused during start-task: \
+             driver \"misbehave\" declared mount-configs \"none\" but asked to mount {} at /mnt",
+            data.path().display()
+        )
+    );
+    assert_nothing_spawned(&runtime, &task);
+}
+
+/// The refusal is real: no process was started (none tracked for the driver, and its
+/// log file, which a spawn opens first, does not exist).
+fn assert_nothing_spawned(runtime: &berth::runtime::Runtime, task: &TaskDir) {
+    assert_eq!(
+        runtime.processes().owned_by("misbehave"),
+        0,
+        "a process was spawned"
+    );
     assert!(
-        error
-            .to_string()
-            .contains("declared mount-configs \"none\" but asked to mount"),
-        "{error}"
+        !task.stdout().exists(),
+        "a spawn got as far as opening the task's log"
     );
 }
 
@@ -143,12 +160,16 @@ async fn a_driver_cannot_mount_what_it_was_not_handed() {
         .start_task(&task.request("t", json!({"behave": "invented-mount"}), vec![]))
         .await
         .unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .contains("asked to mount /etc at /mnt (private), which the host did not hand it"),
-        "{error}"
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "driver \"misbehave\" ({MISBEHAVE}) was refused during start-task: \
+             driver \"misbehave\" asked to mount /etc at /mnt (private), which the host did \
+             not hand it for task alloc-1/t"
+        )
     );
+    assert_nothing_spawned(&runtime, &task);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use berth::mount::Propagation;
+use berth::model::mount::Propagation;
 use berth::mount::mountinfo::{self, MountEntry};
 use serde_json::json;
 

@@ -5,10 +5,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use berth::alloc_runner::{AllocRunner, ClientStatus, NodeContext};
+use berth::alloc_runner::{AllocRunner, NodeContext};
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
-use berth::events::{EventKind, TaskStateKind};
+use berth::model::events::{EventKind, TaskStateKind};
+use berth::model::status::ClientStatus;
 use berth::state::StateStore;
 
 use crate::support;

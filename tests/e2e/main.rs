@@ -3,6 +3,7 @@
 //!
 //! One test binary with a module per area, as wasmtime does.
 
+mod fixture_bins;
 mod support;
 
 mod agent;

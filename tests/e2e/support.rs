@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use berth::mount::Propagation;
-use berth::runtime::driver::{Driver, DriverOrigin, TaskRequest};
-use berth::runtime::sandbox::HandedMount;
+use berth::model::driver::TaskRequest;
+use berth::model::mount::HandedMount;
+use berth::model::mount::Propagation;
+use berth::runtime::driver::{Driver, DriverOrigin};
 use berth::runtime::{Runtime, RuntimeConfig, SandboxLimits};
 
 /// The component cache the tests share. It exists when this returns, so a symlink to it

@@ -13,7 +13,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use berth_plugin_sdk::host::timer;
+use berth_plugin_sdk::host::{self, timer};
 use berth_plugin_sdk::{
     Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
     HealthState, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
@@ -133,6 +133,7 @@ impl Driver for Mock {
 
     fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
         let mock = parse_config(&config.config)?;
+        host::info(&format!("starting mock task {}", config.name));
         if let Some(block) = &mock.start_block_for {
             timer::sleep(parse_duration_ms(block)?);
         }

@@ -21,13 +21,15 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
-use crate::alloc_runner::{AllocRunner, AllocStatus, ClientStatus, NodeContext};
+use crate::alloc_runner::{AllocRunner, AllocStatus, NodeContext};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::events::AllocEvent;
 use crate::hook_set::HookSet;
 use crate::jobspec::{self, Job, JobType, JobspecError};
-use crate::state::{DesiredStatus, JobRecord, OpenOutcome, StateError, StateStore};
+use crate::model::events::AllocEvent;
+use crate::model::status::ClientStatus;
+use crate::model::status::DesiredStatus;
+use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
 
 /// Where the agent keeps its state.
 pub enum StateLocation {
@@ -282,9 +284,9 @@ impl Agent {
                     drop(done);
                     allocs.insert(id, AllocEntry { runner, finished });
                 }
-                Err(message) => notices.push(Notice {
+                Err(error) => notices.push(Notice {
                     level: NoticeLevel::Error,
-                    message,
+                    message: error.to_string(),
                 }),
             }
         }

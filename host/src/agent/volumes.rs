@@ -73,7 +73,7 @@ impl Agent {
             .manager
             .create_volume(spec.volume, spec.capacity)
             .await
-            .map_err(VolumeError::Refused)?;
+            .map_err(|e| VolumeError::Refused(e.to_string()))?;
         self.node.csi.catalog.register_volume(volume)?;
         Ok(shown(self.node.csi.catalog.volume(&id)?))
     }

@@ -13,18 +13,31 @@
 
 use std::collections::BTreeMap;
 
-use super::hook_resources::MountedVolume;
 use super::{AllocHook, AllocRunner};
-use crate::catalog::{Claim, ClaimMode, short_id};
-use crate::csi::layout;
-use crate::csi::{AccessMode, AttachmentMode, Usage};
+use crate::catalog::{CatalogError, Claim, ClaimMode, short_id};
+use crate::csi::manager::CsiVolumeError;
 use crate::jobspec::{VolumeRequest, VolumeType};
+use crate::model::csi::{AccessMode, AttachmentMode, CsiNameError, Usage};
+use crate::model::hook_resources::MountedVolume;
 use crate::task_runner::hooks::{BoxFuture, HookError};
 
 pub struct CsiHook;
 
+/// Why one CSI volume could not be claimed, mounted or given back.
+#[derive(Debug, thiserror::Error)]
+enum CsiHookError {
+    #[error(transparent)]
+    Mode(#[from] CsiNameError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("claiming the volume: {0}")]
+    Claim(CatalogError),
+    #[error(transparent)]
+    Volume(#[from] CsiVolumeError),
+}
+
 /// The usage a volume request asks for. Validation made sure the modes parse.
-pub fn usage_of(request: &VolumeRequest) -> Result<Usage, String> {
+pub fn usage_of(request: &VolumeRequest) -> Result<Usage, CsiNameError> {
     let access_mode = AccessMode::parse(request.access_mode.as_deref().unwrap_or(""))?;
     let attachment_mode =
         AttachmentMode::parse(request.attachment_mode.as_deref().unwrap_or("file-system"))?;
@@ -70,17 +83,13 @@ impl CsiHook {
         alloc: &AllocRunner,
         request: &VolumeRequest,
         done: &mut Vec<Done>,
-    ) -> Result<MountedVolume, String> {
+    ) -> Result<MountedVolume, CsiHookError> {
         let csi = &alloc.node.csi;
         let usage = usage_of(request)?;
-        let volume = csi
-            .catalog
-            .volume(&request.source)
-            .map_err(|e| e.to_string())?
-            .volume;
+        let volume = csi.catalog.volume(&request.source)?.volume;
         csi.catalog
             .claim(&volume.id, Self::claim_for(alloc, usage))
-            .map_err(|e| format!("claiming the volume: {e}"))?;
+            .map_err(CsiHookError::Claim)?;
         done.push(Done::Claimed {
             volume_id: volume.id.clone(),
         });
@@ -110,17 +119,17 @@ impl CsiHook {
                     if result.is_err() {
                         still_mounted.push(volume_id.clone());
                     }
-                    result
+                    result.map_err(CsiHookError::from)
                 }
                 Done::Claimed { volume_id } if still_mounted.contains(volume_id) => Ok(()),
                 Done::Claimed { volume_id } => csi
                     .catalog
                     .release(volume_id, &alloc.id)
-                    .map_err(|e| e.to_string()),
+                    .map_err(CsiHookError::from),
             };
             if let Err(problem) = result {
                 tracing::error!(alloc = %alloc.id, %problem, "giving back a CSI volume");
-                problems.push(problem);
+                problems.push(problem.to_string());
             }
         }
         problems
@@ -164,7 +173,7 @@ impl AllocHook for CsiHook {
                 let intact = requests.iter().all(|r| {
                     recorded
                         .get(&r.name)
-                        .is_some_and(|m| layout::is_mount_point(&m.host_path))
+                        .is_some_and(|m| crate::mount::shared::is_mount_point(&m.host_path))
                 });
                 if intact {
                     tracing::info!(alloc = %alloc.id, "reusing the alloc's CSI mounts after an agent restart");

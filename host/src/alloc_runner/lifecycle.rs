@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::AllocRunner;
-use crate::events::TaskStateKind;
 use crate::jobspec::{LifecycleHook, Task};
+use crate::model::events::TaskStateKind;
 use crate::task_runner::Outcome;
 
 /// Where a task sits in the order.

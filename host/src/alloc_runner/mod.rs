@@ -11,9 +11,7 @@
 //! The alloc's record, its hook resources and its tasks' states are written to the
 //! [`StateStore`] as they change; [`AllocRunner::restore`] rebuilds a runner from them.
 
-pub mod alloc_dir;
 mod csi_hook;
-pub mod hook_resources;
 mod lifecycle;
 
 use std::collections::BTreeMap;
@@ -23,29 +21,24 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, watch};
 
+use tracing::Instrument;
+
+use crate::alloc_dir::AllocDir;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::hook_set::HookSet;
 use crate::jobspec::{Group, Job, Task};
-use crate::runtime::driver::TaskHandle;
-use crate::state::{AllocRecord, Commit, DesiredStatus, StateError, StateStore};
+use crate::model::driver::TaskHandle;
+use crate::model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
+use crate::model::hook_resources::HookResources;
+use crate::model::status::ClientStatus;
+use crate::model::status::DesiredStatus;
+use crate::state::{AllocRecord, Commit, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
 use crate::task_runner::{EventSink, Outcome, TaskRunner};
-use alloc_dir::AllocDir;
-use hook_resources::HookResources;
 
 /// The hook state key under which an alloc's hook resources are recorded.
 const HOOK_RESOURCES_KEY: &str = "hook_resources";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ClientStatus {
-    Pending,
-    Running,
-    Complete,
-    Failed,
-}
 
 /// What `berth alloc status` shows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,6 +103,20 @@ pub struct NodeContext {
     pub csi: Arc<crate::csi::CsiNode>,
 }
 
+/// Why a recorded alloc could not be restored after an agent restart.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("alloc {alloc} refers to group #{index} of job {job:?}, which has {groups} group(s)")]
+    NoSuchGroup {
+        alloc: String,
+        index: usize,
+        job: String,
+        groups: usize,
+    },
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
 pub struct AllocRunner {
     pub id: String,
     pub name: String,
@@ -172,20 +179,16 @@ impl AllocRunner {
         job: Arc<Job>,
         record: AllocRecord,
         node: NodeContext,
-    ) -> Result<Arc<AllocRunner>, String> {
+    ) -> Result<Arc<AllocRunner>, RestoreError> {
         let Some(group) = job.groups.get(record.group_index) else {
-            return Err(format!(
-                "alloc {} refers to group #{} of job {:?}, which has {} group(s)",
-                record.id,
-                record.group_index,
-                job.name,
-                job.groups.len()
-            ));
+            return Err(RestoreError::NoSuchGroup {
+                alloc: record.id.clone(),
+                index: record.group_index,
+                job: job.name.clone(),
+                groups: job.groups.len(),
+            });
         };
-        let (mut recorded, unreadable) = node
-            .store
-            .task_states(&record.id)
-            .map_err(|e| e.to_string())?;
+        let (mut recorded, unreadable) = node.store.task_states(&record.id)?;
         for problem in unreadable {
             tracing::error!("{problem}");
         }
@@ -323,8 +326,14 @@ impl AllocRunner {
         }
     }
 
-    /// Runs the alloc to the end and returns its final status.
+    /// Runs the alloc to the end and returns its final status. Everything it does, its
+    /// task runners included, is logged within an `alloc` span (`alloc_id`, `job`).
     pub async fn run(self: Arc<Self>) -> ClientStatus {
+        let span = tracing::info_span!("alloc", alloc_id = %self.id, job = %self.job.name);
+        self.run_in_span().instrument(span).await
+    }
+
+    async fn run_in_span(self: Arc<Self>) -> ClientStatus {
         let hooks = alloc_hooks();
         for (index, hook) in hooks.iter().enumerate() {
             if let Err(error) = hook.prerun(&self).await {
@@ -400,7 +409,8 @@ impl AllocRunner {
         } else {
             TaskRunner::new(ctx, sink, stop, state)
         };
-        set.spawn(runner.run());
+        // The task's future runs as its own tokio task: it takes the alloc span along.
+        set.spawn(runner.run().in_current_span());
         true
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use super::{
     Catalog, CatalogError, Claim, PluginProvider, PluginStatus, Volume, VolumeStatus, claim_refusal,
 };
-use crate::csi::PluginKind;
+use crate::model::csi::PluginKind;
 use crate::state::{RecordTable, StateStore};
 
 pub struct EmbeddedCatalog {

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::csi::{AccessMode, AttachmentMode, PluginKind};
+use crate::model::csi::{AccessMode, AttachmentMode, PluginKind};
 
 /// A CSI volume known to the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ pub struct PluginProvider {
     pub health: String,
     /// What fingerprinting found (name, version, capabilities), once it ran.
     #[serde(default)]
-    pub fingerprint: Option<crate::csi::manager::Fingerprint>,
+    pub fingerprint: Option<crate::model::csi::Fingerprint>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

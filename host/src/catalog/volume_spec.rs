@@ -24,10 +24,10 @@
 use std::collections::HashMap;
 
 use super::{Capability, Volume};
-use crate::csi::{AccessMode, AttachmentMode, check_volume_id};
 use crate::jobspec::JobspecError;
 use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::Location;
+use crate::model::csi::{AccessMode, AttachmentMode, check_volume_id};
 
 /// What the file asks for: register an existing volume, or create one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
     let id = fields.required_string("id", &mut problems);
     if let Some(Err(why)) = id.as_deref().map(check_volume_id) {
         let at = fields.attr("id").map(|a| a.at).unwrap_or_default();
-        fields.problem(&mut problems, "id", at, why);
+        fields.problem(&mut problems, "id", at, why.to_string());
     }
     let name = fields.string("name", &mut problems);
     let volume_type = fields.required_string("type", &mut problems);
@@ -104,19 +104,9 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
     };
     let mut capacity = [0i64; 2];
     for (slot, field) in [(0, "capacity_min"), (1, "capacity_max")] {
-        if let Some(text) = fields.string(field, &mut problems) {
-            match parse_bytes(&text) {
-                Some(bytes) => capacity[slot] = bytes,
-                None => {
-                    let at = fields.attr(field).map(|a| a.at).unwrap_or_default();
-                    fields.problem(
-                        &mut problems,
-                        field,
-                        at,
-                        format!("{text:?} is not a size (e.g. \"10MiB\", \"1GiB\")"),
-                    );
-                }
-            }
+        if let Some(bytes) = fields.size(field, &mut problems) {
+            // parse_size stops at i64::MAX: CSI capacities are int64.
+            capacity[slot] = i64::try_from(bytes).unwrap_or(i64::MAX);
         }
     }
     if capacity[1] != 0 && capacity[0] > capacity[1] {
@@ -142,7 +132,7 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
             AccessMode::parse(&text)
                 .map_err(|why| {
                     let at = cap.attr("access_mode").map(|a| a.at).unwrap_or(block.at);
-                    cap.problem(&mut problems, "access_mode", at, why)
+                    cap.problem(&mut problems, "access_mode", at, why.to_string())
                 })
                 .ok()
         });
@@ -153,7 +143,7 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
                         .attr("attachment_mode")
                         .map(|a| a.at)
                         .unwrap_or(block.at);
-                    cap.problem(&mut problems, "attachment_mode", at, why)
+                    cap.problem(&mut problems, "attachment_mode", at, why.to_string())
                 })
                 .ok()
         });
@@ -201,28 +191,6 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
         },
         capacity: (capacity[0], capacity[1]),
     })
-}
-
-/// "10MiB", "1GiB", "512KiB", "100MB" or a plain number of bytes.
-fn parse_bytes(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: i64 = number.parse().ok()?;
-    let scale: i64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "KB" | "K" => 1_000,
-        "MB" | "M" => 1_000_000,
-        "GB" | "G" => 1_000_000_000,
-        _ => return None,
-    };
-    number.checked_mul(scale)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! `berth driver list`.
 
 use crate::driver_set::DriverSet;
-use crate::runtime::driver::{Driver, MountConfigs, WorldVersion};
+use crate::model::driver::{MountConfigs, WorldVersion};
+use crate::runtime::driver::Driver;
 
 pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Result<()> {
     let mut rows = Vec::new();

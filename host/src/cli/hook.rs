@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::hook_set::HookSet;
-use crate::runtime::hook::HookSpec;
+use crate::model::hook::HookSpec;
 
 #[derive(Serialize)]
 struct Row<'a> {

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use super::output::{clock, print_event};
 use crate::agent::{Agent, AgentOptions, JobStatus, StateLocation, SubmitError, Submitted};
-use crate::alloc_runner::{AllocStatus, ClientStatus};
+use crate::alloc_runner::AllocStatus;
 use crate::api::client::{Client, ClientError};
 use crate::api::{Stopped, SubmitRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::events::TaskStateKind;
 use crate::hook_set::HookSet;
 use crate::jobspec::{self, Job, JobspecError};
+use crate::model::events::TaskStateKind;
+use crate::model::status::ClientStatus;
 
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;

@@ -1,6 +1,6 @@
 //! How events and times look on a terminal.
 
-use crate::events::AllocEvent;
+use crate::model::events::AllocEvent;
 
 pub(super) fn print_event(event: &AllocEvent) {
     println!(

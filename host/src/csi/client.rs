@@ -11,34 +11,14 @@ use std::time::{Duration, Instant};
 
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint, Uri};
+use tracing::Instrument;
 
-use super::Usage;
+use crate::model::csi::Timeouts;
+use crate::model::csi::Usage;
 use berth_proto::csi as pb;
 use pb::controller_client::ControllerClient;
 use pb::identity_client::IdentityClient;
 use pb::node_client::NodeClient;
-
-/// How long calls may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// One attempt.
-    pub call: Duration,
-    /// All attempts of one operation, with the backoff between them.
-    pub total: Duration,
-}
-
-impl Timeouts {
-    /// For the volume operations of an alloc.
-    pub const OPERATIONS: Timeouts = Timeouts {
-        call: Duration::from_secs(10),
-        total: Duration::from_secs(30),
-    };
-    /// For a health probe: one short attempt.
-    pub const PROBE: Timeouts = Timeouts {
-        call: Duration::from_secs(2),
-        total: Duration::from_secs(2),
-    };
-}
 
 /// Why a CSI call failed, in words a person can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,16 +97,6 @@ pub struct CsiClient {
     timeouts: Timeouts,
 }
 
-/// What NodeGetCapabilities / ControllerGetCapabilities / GetPluginCapabilities say,
-/// flattened to what berth uses.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Capabilities {
-    pub controller_service: bool,
-    pub stage_unstage: bool,
-    pub controller_publish: bool,
-    pub create_delete: bool,
-}
-
 /// A volume the controller created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreatedVolume {
@@ -185,6 +155,27 @@ impl CsiClient {
         &self,
         rpc: &'static str,
         volume: Option<&str>,
+        attempt: F,
+    ) -> Result<T, CsiError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let span = tracing::info_span!(
+            "csi_rpc",
+            plugin = %self.plugin,
+            rpc = %rpc,
+            volume = %volume.unwrap_or("-")
+        );
+        self.call_in_span(rpc, volume, attempt)
+            .instrument(span)
+            .await
+    }
+
+    async fn call_in_span<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        volume: Option<&str>,
         mut attempt: F,
     ) -> Result<T, CsiError>
     where
@@ -230,7 +221,7 @@ impl CsiClient {
                     socket: self.socket.clone(),
                 });
             }
-            tracing::debug!(plugin = %self.plugin, rpc, code = ?status.code(), "retrying a CSI call");
+            tracing::debug!(code = ?status.code(), "retrying a CSI call");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }

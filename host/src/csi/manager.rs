@@ -18,46 +18,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use super::client::{Capabilities, CsiClient, NodeVolume, Timeouts};
-use super::layout::{self, SharedPath};
-use super::registry::{PluginRegistration, PluginRegistry, RegistryEvent};
-use super::{PluginKind, Usage};
+use super::layout::SharedPath;
+use super::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
 use crate::catalog::{Catalog, PluginProvider, Volume};
-use crate::state::{RecordTable, StateStore};
-
-/// What fingerprinting a plugin found.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fingerprint {
-    pub name: String,
-    pub vendor_version: String,
-    /// NodeGetInfo's node id (node plugins).
-    pub node_id: Option<String>,
-    pub capabilities: Capabilities,
-    /// Set when a fingerprint call failed.
-    pub error: Option<String>,
-}
-
-/// How long the manager waits and how long its calls may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CsiSettings {
-    pub timeouts: Timeouts,
-    /// How long an alloc waits for its volume's plugin to be registered and healthy.
-    pub plugin_wait: Duration,
-}
-
-impl Default for CsiSettings {
-    fn default() -> Self {
-        CsiSettings {
-            timeouts: Timeouts::OPERATIONS,
-            plugin_wait: Duration::from_secs(30),
-        }
-    }
-}
+use crate::csi::client::{CsiClient, CsiError, NodeVolume};
+use crate::model::csi::Capabilities;
+use crate::model::csi::{CsiSettings, Fingerprint};
+use crate::model::csi::{PluginKind, Usage};
+use crate::state::{RecordTable, StateError, StateStore};
 
 /// One volume's use on this node, persisted.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -77,6 +49,54 @@ struct StageUsage {
     staged: bool,
     /// Allocs the volume is published to with this usage.
     allocs: BTreeSet<String>,
+}
+
+/// Why mounting, unmounting or creating a volume failed, in words a person can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum CsiVolumeError {
+    #[error(transparent)]
+    Rpc(#[from] CsiError),
+    #[error(transparent)]
+    PluginUnavailable(#[from] PluginUnavailable),
+    #[error("fingerprinting CSI plugin {plugin:?}: {reason}")]
+    Fingerprint { plugin: String, reason: String },
+    #[error("{action} the usage of volume {volume:?}: {source}")]
+    Usage {
+        action: &'static str,
+        volume: String,
+        source: StateError,
+    },
+    #[error("creating {}: {source}", path.display())]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "CSI plugin {plugin:?} said it published volume {volume:?} at {}, but nothing is mounted at {} \
+         on the host: does the plugin task mount its stage_publish_base_dir with \
+         bidirectional propagation?",
+        plugin_path.display(),
+        host_path.display()
+    )]
+    NotPropagated {
+        plugin: String,
+        volume: String,
+        plugin_path: PathBuf,
+        host_path: PathBuf,
+    },
+    #[error("{source}; volume {volume:?} stays mounted for alloc {alloc} until the plugin is back")]
+    StaysMounted {
+        volume: String,
+        alloc: String,
+        source: Box<CsiVolumeError>,
+    },
+    #[error("{0} (creating a volume needs the plugin's controller)")]
+    NeedsController(Box<CsiVolumeError>),
+    #[error(
+        "CSI plugin {plugin:?} cannot create volumes (its controller lacks CREATE_DELETE_VOLUME); \
+         register an existing one with `berth volume register`"
+    )]
+    CannotCreate { plugin: String },
 }
 
 pub struct CsiManager {
@@ -276,14 +296,17 @@ impl CsiManager {
         &self,
         kind: PluginKind,
         id: &str,
-    ) -> Result<(PluginRegistration, CsiClient, Fingerprint), String> {
+    ) -> Result<(PluginRegistration, CsiClient, Fingerprint), CsiVolumeError> {
         let plugin = self
             .registry
             .wait_for_healthy(kind, id, self.settings.plugin_wait)
             .await?;
         let fingerprint = self.fingerprint(&plugin).await;
         if let Some(error) = &fingerprint.error {
-            return Err(format!("fingerprinting CSI plugin {id:?}: {error}"));
+            return Err(CsiVolumeError::Fingerprint {
+                plugin: id.to_string(),
+                reason: error.clone(),
+            });
         }
         let client = self.client(&plugin);
         Ok((plugin, client, fingerprint))
@@ -298,20 +321,28 @@ impl CsiManager {
             .clone()
     }
 
-    fn usage_record(&self, volume_id: &str) -> Result<Option<VolumeUsage>, String> {
+    fn usage_record(&self, volume_id: &str) -> Result<Option<VolumeUsage>, CsiVolumeError> {
         self.store
             .record(RecordTable::CsiUsage, volume_id)
-            .map_err(|e| format!("reading the usage of volume {volume_id:?}: {e}"))
+            .map_err(|source| CsiVolumeError::Usage {
+                action: "reading",
+                volume: volume_id.to_string(),
+                source,
+            })
     }
 
-    fn save_usage(&self, volume_id: &str, usage: &VolumeUsage) -> Result<(), String> {
+    fn save_usage(&self, volume_id: &str, usage: &VolumeUsage) -> Result<(), CsiVolumeError> {
         let result = if usage.stages.is_empty() && usage.controller_published.is_none() {
             self.store.remove_record(RecordTable::CsiUsage, volume_id)
         } else {
             self.store
                 .put_record(RecordTable::CsiUsage, volume_id, usage)
         };
-        result.map_err(|e| format!("recording the usage of volume {volume_id:?}: {e}"))
+        result.map_err(|source| CsiVolumeError::Usage {
+            action: "recording",
+            volume: volume_id.to_string(),
+            source,
+        })
     }
 
     /// Finishes undoing what could not be undone while the plugin was away (it died
@@ -374,7 +405,7 @@ impl CsiManager {
         alloc_id: &str,
         volume: &Volume,
         usage: Usage,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, CsiVolumeError> {
         let lock = self.volume_lock(&volume.id);
         let _serialised = lock.lock().await;
         let (node, client, fingerprint) = self.ready(PluginKind::Node, &volume.plugin_id).await?;
@@ -436,7 +467,7 @@ impl CsiManager {
         fingerprint: &Fingerprint,
         record: &mut VolumeUsage,
         done: &mut Vec<Done>,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, CsiVolumeError> {
         let key = usage.key();
         let no_context = HashMap::new();
         if record.controller_published.is_none()
@@ -466,15 +497,12 @@ impl CsiManager {
         });
         // Recorded as staged but not mounted (the host rebooted, say): staging again is
         // safe, NodeStageVolume is idempotent.
-        if stage.staged && !layout::is_mount_point(&staging.host) {
+        if stage.staged && !crate::mount::shared::is_mount_point(&staging.host) {
             stage.staged = false;
         }
         if stages && !stage.staged {
             create_dir(&staging.host)?;
-            client
-                .node_stage(&request, &staging.plugin)
-                .await
-                .map_err(|e| e.to_string())?;
+            client.node_stage(&request, &staging.plugin).await?;
             stage.staged = true;
             self.save_usage(&volume.id, record)?;
             done.push(Done::Staged(key.clone()));
@@ -489,22 +517,18 @@ impl CsiManager {
                 stages.then_some(staging.plugin.as_path()),
                 &target.plugin,
             )
-            .await
-            .map_err(|e| e.to_string())?;
-        if !layout::is_mount_point(&target.host) {
+            .await?;
+        if !crate::mount::shared::is_mount_point(&target.host) {
             let _ = client
                 .node_unpublish(&volume.external_id, &target.plugin)
                 .await;
             remove_empty_dirs(&target.host, &node.dirs.host);
-            return Err(format!(
-                "CSI plugin {:?} said it published volume {:?} at {}, but nothing is mounted at {} \
-                 on the host: does the plugin task mount its stage_publish_base_dir with \
-                 bidirectional propagation?",
-                volume.plugin_id,
-                volume.id,
-                target.plugin.display(),
-                target.host.display()
-            ));
+            return Err(CsiVolumeError::NotPropagated {
+                plugin: volume.plugin_id.clone(),
+                volume: volume.id.clone(),
+                plugin_path: target.plugin.clone(),
+                host_path: target.host.clone(),
+            });
         }
         record
             .stages
@@ -523,7 +547,7 @@ impl CsiManager {
         volume: &Volume,
         usage: Usage,
         node: &Fingerprint,
-    ) -> Result<Option<(String, HashMap<String, String>)>, String> {
+    ) -> Result<Option<(String, HashMap<String, String>)>, CsiVolumeError> {
         let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
             return Ok(None);
         };
@@ -540,10 +564,7 @@ impl CsiManager {
             volume_context: &volume.context,
             secrets: &volume.secrets,
         };
-        let context = client
-            .controller_publish(&request, &node_id)
-            .await
-            .map_err(|e| e.to_string())?;
+        let context = client.controller_publish(&request, &node_id).await?;
         Ok(Some((node_id, context)))
     }
 
@@ -551,7 +572,7 @@ impl CsiManager {
         &self,
         volume_id: &str,
         record: &mut VolumeUsage,
-    ) -> Result<(), String> {
+    ) -> Result<(), CsiVolumeError> {
         let Some((node_id, _)) = record.controller_published.clone() else {
             return Ok(());
         };
@@ -560,8 +581,7 @@ impl CsiManager {
             .await?;
         client
             .controller_unpublish(&record.external_id, &node_id, &record.secrets)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         record.controller_published = None;
         self.save_usage(volume_id, record)
     }
@@ -573,13 +593,12 @@ impl CsiManager {
         volume_id: &str,
         key: &str,
         record: &mut VolumeUsage,
-    ) -> Result<(), String> {
+    ) -> Result<(), CsiVolumeError> {
         let staging = node.dirs.staging(volume_id, key);
         if record.stages.get(key).is_some_and(|s| s.staged) {
             client
                 .node_unstage(&record.external_id, &staging.plugin)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
         }
         record.stages.remove(key);
         self.save_usage(volume_id, record)?;
@@ -595,7 +614,7 @@ impl CsiManager {
         alloc_id: &str,
         volume_id: &str,
         usage: Usage,
-    ) -> Result<(), String> {
+    ) -> Result<(), CsiVolumeError> {
         let lock = self.volume_lock(volume_id);
         let _serialised = lock.lock().await;
         let Some(mut record) = self.usage_record(volume_id)? else {
@@ -609,13 +628,16 @@ impl CsiManager {
         let (node, client, _) = self
             .ready(PluginKind::Node, &record.plugin_id)
             .await
-            .map_err(|e| format!("{e}; volume {volume_id:?} stays mounted for alloc {alloc_id} until the plugin is back"))?;
+            .map_err(|e| CsiVolumeError::StaysMounted {
+                volume: volume_id.to_string(),
+                alloc: alloc_id.to_string(),
+                source: Box::new(e),
+            })?;
         if publishes {
             let target: SharedPath = node.dirs.publish(alloc_id, volume_id, &key);
             client
                 .node_unpublish(&record.external_id, &target.plugin)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             if let Some(stage) = record.stages.get_mut(&key) {
                 stage.allocs.remove(alloc_id);
             }
@@ -637,17 +659,15 @@ impl CsiManager {
         &self,
         mut volume: Volume,
         capacity: (i64, i64),
-    ) -> Result<Volume, String> {
+    ) -> Result<Volume, CsiVolumeError> {
         let (_, client, fingerprint) = self
             .ready(PluginKind::Controller, &volume.plugin_id)
             .await
-            .map_err(|e| format!("{e} (creating a volume needs the plugin's controller)"))?;
+            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
         if !fingerprint.capabilities.create_delete {
-            return Err(format!(
-                "CSI plugin {:?} cannot create volumes (its controller lacks CREATE_DELETE_VOLUME); \
-                 register an existing one with `berth volume register`",
-                volume.plugin_id
-            ));
+            return Err(CsiVolumeError::CannotCreate {
+                plugin: volume.plugin_id.clone(),
+            });
         }
         let usages: Vec<Usage> = volume
             .capabilities
@@ -666,8 +686,7 @@ impl CsiManager {
                 &volume.parameters,
                 &volume.secrets,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         volume.external_id = created.external_id;
         volume.capacity_bytes = created.capacity_bytes;
         volume.context = created.context;
@@ -675,15 +694,18 @@ impl CsiManager {
     }
 }
 
-fn create_dir(path: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(path).map_err(|e| format!("creating {}: {e}", path.display()))
+fn create_dir(path: &Path) -> Result<(), CsiVolumeError> {
+    std::fs::create_dir_all(path).map_err(|source| CsiVolumeError::Dir {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Removes `path` and its empty parents up to (not including) `stop`.
 fn remove_empty_dirs(path: &Path, stop: &Path) {
     let mut current = Some(path);
     while let Some(dir) = current {
-        if dir == stop || !dir.starts_with(stop) || layout::is_mount_point(dir) {
+        if dir == stop || !dir.starts_with(stop) || crate::mount::shared::is_mount_point(dir) {
             return;
         }
         if std::fs::remove_dir(dir).is_err() && dir.exists() {

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
-use super::PluginKind;
 use super::layout::PluginDirs;
+use crate::model::csi::PluginKind;
 use crate::state::{RecordTable, StateStore};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,7 +188,7 @@ impl PluginRegistry {
         kind: PluginKind,
         id: &str,
         timeout: Duration,
-    ) -> Result<PluginRegistration, String> {
+    ) -> Result<PluginRegistration, PluginUnavailable> {
         let mut version = self.version.subscribe();
         let wait = async {
             loop {
@@ -203,28 +203,51 @@ impl PluginRegistry {
         match tokio::time::timeout(timeout, wait).await {
             Ok(plugin) => Ok(plugin),
             Err(_) => Err(match self.get(kind, id) {
-                Some(plugin) => format!(
-                    "CSI plugin {id:?} ({kind}) is registered but not healthy after {timeout:?}: {}",
-                    plugin.health
-                ),
-                None => {
-                    let known: Vec<String> = self
+                Some(plugin) => PluginUnavailable::NotHealthy {
+                    id: id.to_string(),
+                    kind,
+                    waited: timeout,
+                    health: plugin.health,
+                },
+                None => PluginUnavailable::NotRegistered {
+                    id: id.to_string(),
+                    kind,
+                    waited: timeout,
+                    registered: self
                         .list()
                         .into_iter()
                         .map(|p| format!("{} ({})", p.id, p.kind))
-                        .collect();
-                    format!(
-                        "no {kind} plugin {id:?} registered on this node within {timeout:?} ({})",
-                        if known.is_empty() {
-                            "no CSI plugins are running: start the plugin's job".to_string()
-                        } else {
-                            format!("registered: {}", known.join(", "))
-                        }
-                    )
-                }
+                        .collect(),
+                },
             }),
         }
     }
+}
+
+/// Why [`PluginRegistry::wait_for_healthy`] gave up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginUnavailable {
+    #[error("CSI plugin {id:?} ({kind}) is registered but not healthy after {waited:?}: {health}")]
+    NotHealthy {
+        id: String,
+        kind: PluginKind,
+        waited: Duration,
+        health: String,
+    },
+    #[error(
+        "no {kind} plugin {id:?} registered on this node within {waited:?} ({})",
+        if registered.is_empty() {
+            "no CSI plugins are running: start the plugin's job".to_string()
+        } else {
+            format!("registered: {}", registered.join(", "))
+        }
+    )]
+    NotRegistered {
+        id: String,
+        kind: PluginKind,
+        waited: Duration,
+        registered: Vec<String>,
+    },
 }
 
 #[cfg(test)]
@@ -277,7 +300,15 @@ mod tests {
             .wait_for_healthy(PluginKind::Node, "hostpath", Duration::from_millis(20))
             .await
             .unwrap_err();
-        assert!(error.contains("registered but not healthy"), "{error}");
+        assert_eq!(
+            error,
+            PluginUnavailable::NotHealthy {
+                id: "hostpath".into(),
+                kind: PluginKind::Node,
+                waited: Duration::from_millis(20),
+                health: "not probed since the agent started".into(),
+            }
+        );
         // A waiter is woken by the health change, not by polling.
         let waiter = {
             let registry = registry.clone();
@@ -295,6 +326,10 @@ mod tests {
             .wait_for_healthy(PluginKind::Controller, "other", Duration::from_millis(10))
             .await
             .unwrap_err();
-        assert!(error.contains("no CSI plugins are running"), "{error}");
+        assert_eq!(
+            error.to_string(),
+            "no controller plugin \"other\" registered on this node within 10ms \
+             (no CSI plugins are running: start the plugin's job)"
+        );
     }
 }

@@ -6,8 +6,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::Problem;
 use super::hcl::{BlockNode, BodyNode, Located, Location, Value};
-use super::{Problem, parse_duration};
+use crate::model::units::{self, UnitError};
 
 /// Reads one block's body.
 pub(crate) struct Fields<'a> {
@@ -140,25 +141,51 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A duration written as a string (`"30s"`, `"1h30m"`); see [`units::parse_duration`].
     pub(crate) fn duration(
         &mut self,
         name: &'static str,
         problems: &mut Vec<Problem>,
     ) -> Option<Duration> {
+        self.unit(
+            name,
+            "duration",
+            "a duration such as \"30s\", \"5m\" or \"1h30m\"",
+            units::parse_duration,
+            problems,
+        )
+    }
+
+    /// A size in bytes written as a string (`"32MiB"`, `"1GB"`); see [`units::parse_size`].
+    pub(crate) fn size(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<u64> {
+        self.unit(
+            name,
+            "size",
+            "a size such as \"32MiB\" or \"1GB\"",
+            units::parse_size,
+            problems,
+        )
+    }
+
+    fn unit<T>(
+        &mut self,
+        name: &'static str,
+        what: &str,
+        example: &str,
+        parse: fn(&str) -> Result<T, UnitError>,
+        problems: &mut Vec<Problem>,
+    ) -> Option<T> {
         let value = self.attr(name)?;
-        let parsed = match &value.value {
-            Value::String(s) => parse_duration(s),
-            _ => None,
+        let at = value.at;
+        let message = match &value.value {
+            Value::String(text) => match parse(text) {
+                Ok(parsed) => return Some(parsed),
+                Err(e) => format!("{text:?} is not a {what}: {e}"),
+            },
+            other => format!("expected {example}, found {}", other.kind()),
         };
-        if parsed.is_none() {
-            self.problem(
-                problems,
-                name,
-                value.at,
-                "expected a duration such as \"30s\", \"5m\" or \"1h30m\"".into(),
-            );
-        }
-        parsed
+        self.problem(problems, name, at, message);
+        None
     }
 
     pub(crate) fn string_list(

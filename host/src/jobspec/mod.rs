@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::mount::Propagation;
+use crate::model::mount::Propagation;
 pub use hcl::Location;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -299,38 +299,6 @@ pub fn parse_file(path: &Path) -> Result<Job, JobspecError> {
         }],
     })?;
     parse(&file, &source)
-}
-
-/// Parses Nomad-style durations: `250ms`, `5s`, `2m`, `1h`, `1m30s`.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return None;
-        }
-        let number: u64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        total += match unit {
-            "ms" => Duration::from_millis(number),
-            "s" => Duration::from_secs(number),
-            "m" => Duration::from_secs(number * 60),
-            "h" => Duration::from_secs(number * 3600),
-            _ => return None,
-        };
-    }
-    Some(total)
 }
 
 mod duration_ms {

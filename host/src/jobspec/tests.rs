@@ -1,3 +1,5 @@
+//! Jobspec parsing: what parses, and the positioned problems for what does not.
+
 use super::*;
 
 fn problems(source: &str) -> Vec<String> {
@@ -133,7 +135,7 @@ fn reports_every_problem_with_line_and_path() {
         found,
         [
             "3:5: job.web.group.g.task.t.driver: is required",
-            "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\"",
+            "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\", found a number",
             "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, hooks, user, template, artifact, logs)",
         ]
     );
@@ -208,9 +210,20 @@ fn syntax_errors_name_the_file_line_and_column() {
 }
 
 #[test]
-fn durations_in_nomads_style() {
-    assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
-    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-    assert_eq!(parse_duration("5"), None);
-    assert_eq!(parse_duration("5x"), None);
+fn bad_durations_and_counts_are_positioned_errors_not_panics() {
+    let source = "job \"w\" {\n  group \"g\" {\n    restart {\n      interval = \"9999999999999999h\"\n      delay = \"\"\n      attempts = -1\n    }\n    task \"t\" {\n      driver = \"mock\"\n      kill_timeout = \"-5s\"\n    }\n  }\n}\n";
+    let error = parse("bad.hcl", source).unwrap_err().to_string();
+    for expected in [
+        "bad.hcl:4:",
+        "interval: \"9999999999999999h\" is not a duration: is too large (at most 876000h)",
+        "bad.hcl:5:",
+        "delay: \"\" is not a duration: is empty",
+        "bad.hcl:10:",
+        "kill_timeout: \"-5s\" is not a duration: must not be negative",
+    ] {
+        assert!(
+            error.contains(expected),
+            "missing {expected:?} in:\n{error}"
+        );
+    }
 }

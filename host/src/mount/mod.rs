@@ -8,25 +8,14 @@
 //! [`mountinfo`] reads `/proc/<pid>/mountinfo`, which tests use to check what a task sees.
 
 pub mod mountinfo;
+pub mod shared;
 
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 
+use crate::model::mount::Propagation;
 use rustix::mount::{MountFlags, MountPropagationFlags};
-
-/// How mount events propagate between the host and a task's bind mount.
-/// Nomad's names, and the flags they map to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Propagation {
-    /// `rprivate`: nothing propagates either way.
-    Private,
-    /// `rslave`: mounts made on the host under the source appear in the task.
-    HostToTask,
-    /// `rshared`: mounts propagate both ways. Needs a read-write volume.
-    Bidirectional,
-}
 
 impl Propagation {
     /// The recursive propagation flags `mount(2)` takes for this mode.
@@ -37,21 +26,6 @@ impl Propagation {
             Propagation::Bidirectional => MountPropagationFlags::SHARED,
         };
         mode | MountPropagationFlags::REC
-    }
-
-    /// The name used in jobspecs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Propagation::Private => "private",
-            Propagation::HostToTask => "host-to-task",
-            Propagation::Bidirectional => "bidirectional",
-        }
-    }
-}
-
-impl fmt::Display for Propagation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

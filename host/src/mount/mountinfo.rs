@@ -101,7 +101,8 @@ fn unescape(field: &str) -> String {
 
 /// Mounts the calling process sees.
 pub fn read_self() -> io::Result<Vec<MountEntry>> {
-    Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    // The kernel renders the whole table on read: thousands of lines on a busy node.
+    crate::blocking::run(|| Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?)))
 }
 
 /// The mount that `path` lives on: the last-mounted entry whose mount point is the

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::mount::MountPropagationFlags;
 
+use crate::model::mount::Propagation;
 use crate::mount::mountinfo::{self, MountEntry};
-use crate::mount::{MountStep, Propagation, c_path};
+use crate::mount::{MountStep, c_path};
 
 /// Host directories bound read-only into every chroot, when the host has them. A
 /// directory that is a symlink on the host (`/bin -> usr/bin`) becomes the same symlink.

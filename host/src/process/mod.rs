@@ -288,6 +288,12 @@ impl ProcessTable {
         }
     }
 
+    /// How many processes driver `owner` has running or not yet released.
+    pub fn owned_by(&self, owner: &str) -> usize {
+        let processes = self.processes.lock().unwrap();
+        processes.values().filter(|t| &*t.owner == owner).count()
+    }
+
     /// Stops tracking a process (after its task is destroyed).
     pub fn forget(&self, process: ProcessRef) {
         self.processes.lock().unwrap().remove(&process);

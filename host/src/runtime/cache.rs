@@ -19,10 +19,10 @@ impl ComponentCache {
     }
 
     /// Compiles `bytes`, or loads the artifact compiled from them earlier.
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> anyhow::Result<Component> {
+    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, CacheError> {
         check_header(bytes)?;
         let Some(dir) = &self.dir else {
-            return Component::new(engine, bytes).map_err(wasm_error);
+            return Component::new(engine, bytes).map_err(compile_error);
         };
         let artifact = dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
         if artifact.exists() {
@@ -35,15 +35,16 @@ impl ComponentCache {
                 }
             }
         }
-        let compiled = engine.precompile_component(bytes).map_err(wasm_error)?;
+        let compiled = engine.precompile_component(bytes).map_err(compile_error)?;
         if let Err(error) = write_atomically(dir, &artifact, &compiled) {
             // A cache that cannot be written costs a compile next time, nothing more.
-            tracing::warn!(%error, "the component cache is not writable; using the compiled component from memory");
+            tracing::warn!(artifact = %artifact.display(), %error,
+                "the component cache is not writable; using the compiled component from memory");
             // SAFETY: `compiled` was produced by this engine a moment ago.
-            return unsafe { Component::deserialize(engine, &compiled) }.map_err(wasm_error);
+            return unsafe { Component::deserialize(engine, &compiled) }.map_err(compile_error);
         }
         // SAFETY: as above; we just wrote it.
-        unsafe { Component::deserialize_file(engine, &artifact) }.map_err(wasm_error)
+        unsafe { Component::deserialize_file(engine, &artifact) }.map_err(compile_error)
     }
 }
 
@@ -59,36 +60,44 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     format!("{hex}-{:016x}", hasher.finish())
 }
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::format_err!("creating the component cache {}: {e}", dir.display()))?;
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
     // Unique per writer, so concurrent loaders (threads or processes) never interleave.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let temporary = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-    std::fs::write(&temporary, bytes)
-        .and_then(|()| std::fs::rename(&temporary, path))
-        .map_err(|e| anyhow::format_err!("writing {}: {e}", path.display()))
+    std::fs::write(&temporary, bytes).and_then(|()| std::fs::rename(&temporary, path))
 }
 
-/// wasmtime's error, as the anyhow error the rest of the host uses, with its causes.
-pub fn wasm_error(error: wasmtime::Error) -> anyhow::Error {
-    anyhow::format_err!("{error:#}")
+/// Why a component could not be compiled or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("the file does not start with the WebAssembly magic bytes (\\0asm)")]
+    NotWasm,
+    #[error(
+        "it is a core WebAssembly module, not a component (build for wasm32-wasip2, \
+         or wrap the module with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    /// wasmtime's error with its causes, as text: it is shown, never matched on.
+    #[error("{0}")]
+    Compile(String),
+}
+
+fn compile_error(error: wasmtime::Error) -> CacheError {
+    CacheError::Compile(format!("{error:#}"))
 }
 
 /// Says plainly what a file is when it is not a component, before wasmtime tries to
 /// read it (it would otherwise try to parse it as text and report a syntax error).
-fn check_header(bytes: &[u8]) -> anyhow::Result<()> {
+fn check_header(bytes: &[u8]) -> Result<(), CacheError> {
     const MAGIC: &[u8] = b"\0asm";
     const COMPONENT_LAYER: [u8; 2] = [0x01, 0x00];
     if bytes.len() < 8 || &bytes[..4] != MAGIC {
-        anyhow::bail!("the file does not start with the WebAssembly magic bytes (\\0asm)");
+        return Err(CacheError::NotWasm);
     }
     if bytes[6..8] != COMPONENT_LAYER {
-        anyhow::bail!(
-            "it is a core WebAssembly module, not a component (build for wasm32-wasip2, \
-             or wrap the module with `wasm-tools component new`)"
-        );
+        return Err(CacheError::CoreModule);
     }
     Ok(())
 }

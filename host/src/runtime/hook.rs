@@ -8,43 +8,16 @@
 //! `local/` only ([`write_beneath`]).
 
 use std::path::{Component, Path, PathBuf};
-use std::time::Duration;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
+use tracing::Instrument;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::Runtime;
 use super::bindings::hook_v0_1::{self as wit, Hook as HookBindings, HookPre};
 use super::sandbox::{self, Fault, PluginCtx, PluginIdentity};
-
-/// What a failing hook does to its task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnFailure {
-    /// The task fails with the hook's message (the default).
-    Fail,
-    /// The task proceeds; an event says the hook failed and was ignored.
-    Ignore,
-}
-
-/// A hook as the operator declared it in the agent config.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HookSpec {
-    pub name: String,
-    pub path: PathBuf,
-    pub config: Vec<(String, String)>,
-    pub timeout: Duration,
-    pub memory_max: usize,
-    pub on_failure: OnFailure,
-    /// Runs for every task, not only for tasks that name it in `hooks`.
-    pub all_tasks: bool,
-}
-
-impl HookSpec {
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-    pub const DEFAULT_MEMORY_MAX: usize = 32 << 20;
-}
+use crate::model::hook::HookSpec;
 
 /// Limits on what a hook may return from prestart.
 pub struct Bounds;
@@ -216,7 +189,7 @@ impl Hook {
         let output = check_response(&response)?;
         for file in &response.files {
             write_beneath(local_dir, Path::new(&file.path), &file.contents)
-                .map_err(HookFailure::Denied)?;
+                .map_err(|e| HookFailure::Denied(e.to_string()))?;
         }
         Ok(output)
     }
@@ -292,6 +265,18 @@ impl Hook {
 
     /// One call in a fresh instance with the hook's limits.
     async fn call<R>(
+        &self,
+        call: &'static str,
+        local_dir: &Path,
+        body: impl AsyncFnOnce(&mut Store<PluginCtx>, &HookBindings) -> wasmtime::Result<R>,
+    ) -> Result<R, HookFailure> {
+        let span = tracing::info_span!("plugin_call", plugin = %self.spec.name, function = %call);
+        self.call_in_span(call, local_dir, body)
+            .instrument(span)
+            .await
+    }
+
+    async fn call_in_span<R>(
         &self,
         call: &'static str,
         local_dir: &Path,
@@ -379,7 +364,7 @@ fn check_response(
                 Bounds::FILE_BYTES
             ));
         }
-        files.push(checked_relative(&file.path).map_err(HookFailure::Denied)?);
+        files.push(checked_relative(&file.path).map_err(|e| HookFailure::Denied(e.to_string()))?);
     }
     if response.events.len() > Bounds::EVENTS {
         return too_much(format!(
@@ -399,34 +384,54 @@ fn check_response(
     })
 }
 
+/// Why a file a hook returned was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum HookFileError {
+    #[error("file path {0:?} is empty or has a NUL")]
+    EmptyOrNul(String),
+    #[error("file path {0:?} is absolute; paths are relative to local/")]
+    Absolute(String),
+    #[error("file path {0:?} leaves (or wanders in) local/; use plain names")]
+    Wanders(String),
+    #[error("file path {0:?} is deeper than {depth} levels", depth = Bounds::PATH_DEPTH)]
+    TooDeep(String),
+    #[error("file path {0:?} goes through a symlink or out of local/")]
+    Escapes(String),
+    #[error("file path {0:?} goes through a symlink or a non-directory")]
+    NotADirectory(String),
+    #[error("opening {}: {source}", root.display())]
+    OpenRoot {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {path:?} in local/: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
 /// A path made only of plain names: not absolute, no `..`, no `.`, not too deep.
-fn checked_relative(path: &str) -> Result<PathBuf, String> {
+fn checked_relative(path: &str) -> Result<PathBuf, HookFileError> {
     let shown = clip(path, 128);
     let parsed = Path::new(path);
     if path.is_empty() || path.contains('\0') {
-        return Err(format!("file path {shown:?} is empty or has a NUL"));
+        return Err(HookFileError::EmptyOrNul(shown));
     }
     let mut depth = 0;
     for component in parsed.components() {
         match component {
             Component::Normal(_) => depth += 1,
             Component::RootDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "file path {shown:?} is absolute; paths are relative to local/"
-                ));
+                return Err(HookFileError::Absolute(shown));
             }
             Component::ParentDir | Component::CurDir => {
-                return Err(format!(
-                    "file path {shown:?} leaves (or wanders in) local/; use plain names"
-                ));
+                return Err(HookFileError::Wanders(shown));
             }
         }
     }
     if depth > Bounds::PATH_DEPTH {
-        return Err(format!(
-            "file path {shown:?} is deeper than {} levels",
-            Bounds::PATH_DEPTH
-        ));
+        return Err(HookFileError::TooDeep(shown));
     }
     Ok(parsed.to_path_buf())
 }
@@ -435,26 +440,28 @@ fn checked_relative(path: &str) -> Result<PathBuf, String> {
 /// kernel resolves every step beneath `root` and refuses symlinks
 /// (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so a link planted in the task dir cannot
 /// redirect the write.
-pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<(), String> {
+pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<(), HookFileError> {
     let relative = checked_relative(&relative.to_string_lossy())?;
     let shown = relative.display().to_string();
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     let refuse = |e: rustix::io::Errno| match e {
-        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => {
-            format!("file path {shown:?} goes through a symlink or out of local/")
-        }
+        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => HookFileError::Escapes(shown.clone()),
         // O_DIRECTORY | O_NOFOLLOW on a symlink to a directory.
-        rustix::io::Errno::NOTDIR => {
-            format!("file path {shown:?} goes through a symlink or a non-directory")
-        }
-        other => format!("writing {shown:?} in local/: {other}"),
+        rustix::io::Errno::NOTDIR => HookFileError::NotADirectory(shown.clone()),
+        other => HookFileError::Write {
+            path: shown.clone(),
+            source: other.into(),
+        },
     };
     let mut dir = rustix::fs::open(
         root,
         OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
     )
-    .map_err(|e| format!("opening {}: {e}", root.display()))?;
+    .map_err(|e| HookFileError::OpenRoot {
+        root: root.to_path_buf(),
+        source: e.into(),
+    })?;
     let mut parts: Vec<_> = relative.components().collect();
     let name = parts.pop().expect("checked_relative allows no empty path");
     for part in parts {
@@ -486,7 +493,10 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
     )
     .map_err(refuse)?;
     let mut file = std::fs::File::from(file);
-    std::io::Write::write_all(&mut file, contents).map_err(|e| format!("writing {shown:?}: {e}"))
+    std::io::Write::write_all(&mut file, contents).map_err(|source| HookFileError::Write {
+        path: shown.clone(),
+        source,
+    })
 }
 
 /// At most `max` characters of `text`, marked when cut.
@@ -523,9 +533,15 @@ mod tests {
         write_beneath(root.path(), Path::new("a/b/c.txt"), b"ok").unwrap();
         assert_eq!(std::fs::read(root.path().join("a/b/c.txt")).unwrap(), b"ok");
         let through_dir = write_beneath(root.path(), Path::new("link/x"), b"no").unwrap_err();
-        assert!(through_dir.contains("symlink"), "{through_dir}");
+        assert!(
+            matches!(through_dir, HookFileError::Escapes(ref p) | HookFileError::NotADirectory(ref p) if p == "link/x"),
+            "{through_dir}"
+        );
         let through_file = write_beneath(root.path(), Path::new("file-link"), b"no").unwrap_err();
-        assert!(through_file.contains("symlink"), "{through_file}");
+        assert!(
+            matches!(through_file, HookFileError::Escapes(ref p) if p == "file-link"),
+            "{through_file}"
+        );
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 }

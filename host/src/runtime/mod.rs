@@ -13,6 +13,7 @@ pub mod bindings;
 pub mod cache;
 pub mod driver;
 pub mod hook;
+pub mod host_api;
 pub mod sandbox;
 
 use std::path::PathBuf;
@@ -66,6 +67,12 @@ impl RuntimeConfig {
     }
 }
 
+/// wasmtime refused the engine configuration (the pooling allocator could not reserve
+/// its address space, say).
+#[derive(Debug, thiserror::Error)]
+#[error("creating the WebAssembly engine: {0}")]
+pub struct EngineError(String);
+
 /// Shared by every plugin the agent loads. Cheap to clone.
 #[derive(Clone)]
 pub struct Runtime {
@@ -87,7 +94,7 @@ impl Drop for RuntimeInner {
 }
 
 impl Runtime {
-    pub fn new(config: RuntimeConfig) -> anyhow::Result<Runtime> {
+    pub fn new(config: RuntimeConfig) -> Result<Runtime, EngineError> {
         Self::with_processes(config, Arc::new(ProcessTable::default()))
     }
 
@@ -95,9 +102,9 @@ impl Runtime {
     pub fn with_processes(
         config: RuntimeConfig,
         processes: Arc<ProcessTable>,
-    ) -> anyhow::Result<Runtime> {
-        let engine = Engine::new(&engine_config(&config))
-            .map_err(|e| anyhow::format_err!("creating the WebAssembly engine: {e}"))?;
+    ) -> Result<Runtime, EngineError> {
+        let engine =
+            Engine::new(&engine_config(&config)).map_err(|e| EngineError(format!("{e:#}")))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(&engine, ticker_stop.clone());
         let cache = ComponentCache::new(config.cache_dir.clone());

@@ -15,7 +15,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::{Runtime, SandboxLimits};
-use crate::mount::Propagation;
+use crate::model::mount::HandedMount;
 use crate::process::ProcessTable;
 
 /// What the host knows about the plugin a store belongs to.
@@ -24,15 +24,6 @@ pub struct PluginIdentity {
     pub name: Arc<str>,
     /// False for drivers that declared mount-configs `none`.
     pub may_mount: bool,
-}
-
-/// A mount the host handed to the driver for the task at hand.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HandedMount {
-    pub host_path: PathBuf,
-    pub task_path: PathBuf,
-    pub read_only: bool,
-    pub propagation: Propagation,
 }
 
 /// The task a call is about, with what the host handed the driver for it. Spawning is

@@ -18,9 +18,11 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::alloc_runner::ClientStatus;
-use crate::events::TaskState;
-use crate::runtime::driver::TaskHandle;
+use crate::blocking;
+use crate::model::driver::TaskHandle;
+use crate::model::events::TaskState;
+use crate::model::status::ClientStatus;
+use crate::model::status::DesiredStatus;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
@@ -99,13 +101,6 @@ pub struct JobRecord {
     pub source: String,
     pub submitted_ms: u64,
     pub stopped: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DesiredStatus {
-    Run,
-    Stop,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -348,26 +343,27 @@ impl StateStore {
     /// Forgets an alloc and everything recorded under it, in one transaction.
     pub fn remove_alloc(&self, alloc_id: &str) -> Result<(), StateError> {
         let prefix = format!("{alloc_id}/");
-        let txn = self.db.begin_write().map_err(write_error)?;
-        txn.open_table(ALLOCS)
-            .map_err(write_error)?
-            .remove(alloc_id)
-            .map_err(write_error)?;
-        for table in [TASK_STATES, TASK_HANDLES, HOOK_STATE] {
-            let mut table = txn.open_table(table).map_err(write_error)?;
-            let keys: Vec<String> = table
-                .range(prefix.as_str()..)
+        self.write(Commit::Durable, |txn| {
+            txn.open_table(ALLOCS)
                 .map_err(write_error)?
-                .map_while(|entry| {
-                    let key = entry.ok()?.0.value().to_string();
-                    key.starts_with(&prefix).then_some(key)
-                })
-                .collect();
-            for key in keys {
-                table.remove(key.as_str()).map_err(write_error)?;
+                .remove(alloc_id)
+                .map_err(write_error)?;
+            for table in [TASK_STATES, TASK_HANDLES, HOOK_STATE] {
+                let mut table = txn.open_table(table).map_err(write_error)?;
+                let keys: Vec<String> = table
+                    .range(prefix.as_str()..)
+                    .map_err(write_error)?
+                    .map_while(|entry| {
+                        let key = entry.ok()?.0.value().to_string();
+                        key.starts_with(&prefix).then_some(key)
+                    })
+                    .collect();
+                for key in keys {
+                    table.remove(key.as_str()).map_err(write_error)?;
+                }
             }
-        }
-        txn.commit().map_err(write_error)
+            Ok(())
+        })
     }
 
     /// Writes one record durably: these records are relied on (a claim, a staged
@@ -457,21 +453,42 @@ impl StateStore {
         bytes: &[u8],
         commit: Commit,
     ) -> Result<(), StateError> {
-        let txn = self.begin_write(commit)?;
-        txn.open_table(table)
-            .map_err(write_error)?
-            .insert(key, bytes)
-            .map_err(write_error)?;
-        txn.commit().map_err(write_error)
+        self.write(commit, |txn| {
+            txn.open_table(table)
+                .map_err(write_error)?
+                .insert(key, bytes)
+                .map_err(write_error)?;
+            Ok(())
+        })
     }
 
     fn remove(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<(), StateError> {
-        let txn = self.db.begin_write().map_err(write_error)?;
-        txn.open_table(table)
-            .map_err(write_error)?
-            .remove(key)
-            .map_err(write_error)?;
-        txn.commit().map_err(write_error)
+        self.write(Commit::Durable, |txn| {
+            txn.open_table(table)
+                .map_err(write_error)?
+                .remove(key)
+                .map_err(write_error)?;
+            Ok(())
+        })
+    }
+
+    /// One write transaction. A durable one waits for the disk (fsync), so it runs
+    /// through [`blocking::run`] and the async workers keep serving other tasks; a lazy
+    /// one only touches memory.
+    fn write(
+        &self,
+        commit: Commit,
+        body: impl FnOnce(&redb::WriteTransaction) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        let transact = || {
+            let txn = self.begin_write(commit)?;
+            body(&txn)?;
+            txn.commit().map_err(write_error)
+        };
+        match commit {
+            Commit::Durable => blocking::run(transact),
+            Commit::Lazy => transact(),
+        }
     }
 
     fn get_bytes(

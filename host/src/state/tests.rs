@@ -1,5 +1,7 @@
+//! The state store: round trips, lazy and durable commits, unreadable records kept.
+
 use super::*;
-use crate::events::{EventKind, TaskEvent};
+use crate::model::events::{EventKind, TaskEvent};
 
 fn alloc(id: &str) -> AllocRecord {
     AllocRecord {

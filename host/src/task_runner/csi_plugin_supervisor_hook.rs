@@ -17,15 +17,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
-use crate::csi::client::{CsiClient, Timeouts};
+use crate::csi::client::CsiClient;
 use crate::csi::layout::{self, PluginDirs};
 use crate::csi::registry::PluginRegistration;
-use crate::csi::{PluginKind, check_volume_id};
-use crate::events::EventKind;
 use crate::jobspec::{CsiPlugin, CsiPluginType};
-use crate::mount::Propagation;
-use crate::runtime::driver::FsIsolation;
-use crate::runtime::sandbox::HandedMount;
+use crate::model::csi::Timeouts;
+use crate::model::csi::{PluginKind, check_plugin_id};
+use crate::model::driver::ExitResult;
+use crate::model::driver::FsIsolation;
+use crate::model::events::EventKind;
+use crate::model::mount::HandedMount;
+use crate::model::mount::Propagation;
 
 /// How often a plugin is probed until it is healthy, and afterwards.
 const PROBE_STARTING: Duration = Duration::from_millis(500);
@@ -136,11 +138,9 @@ impl TaskHook for CsiPluginSupervisorHook {
                 hook: "csi_plugin_supervisor".into(),
                 message,
             };
-            check_volume_id(&plugin.id).map_err(|why| {
-                fail(format!("CSI plugin id: {}", why.replace("volume id", "id")))
-            })?;
+            check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
             let places = places(ctx, plugin);
-            layout::ensure_shared(&ctx.csi.root).map_err(|e| {
+            crate::mount::shared::ensure_shared(&ctx.csi.root).map_err(|e| {
                 fail(format!(
                     "making {} a shared mount for the plugin's volumes: {e}",
                     ctx.csi.root.display()
@@ -185,7 +185,7 @@ impl TaskHook for CsiPluginSupervisorHook {
     fn exited<'a>(
         &'a self,
         ctx: &'a TaskHookContext,
-        _exit: Option<&'a crate::runtime::driver::ExitResult>,
+        _exit: Option<&'a ExitResult>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let Some(plugin) = &ctx.task.csi_plugin else {
@@ -222,14 +222,14 @@ impl TaskHook for CsiPluginSupervisorHook {
                 }
             }
             let places = places(ctx, plugin);
-            if let Err(error) = std::fs::remove_dir_all(&places.socket_dir)
+            if let Err(error) = crate::blocking::run(|| std::fs::remove_dir_all(&places.socket_dir))
                 && error.kind() != std::io::ErrorKind::NotFound
             {
                 tracing::warn!(dir = %places.socket_dir.display(), %error,
                         "removing the plugin's socket dir");
             }
             if ctx.csi.registry.list().is_empty()
-                && let Err(error) = layout::release_shared_if_unused(&ctx.csi.root)
+                && let Err(error) = crate::mount::shared::release_shared_if_unused(&ctx.csi.root)
             {
                 tracing::warn!(%error, "releasing the shared CSI mount");
             }
@@ -247,18 +247,26 @@ struct Supervisor {
     health_timeout: Duration,
 }
 
+/// Why a health probe failed; shown in the "Plugin became unhealthy" event.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailure {
+    #[error("the plugin has not created its socket {} yet", .0.display())]
+    NoSocket(std::path::PathBuf),
+    #[error("the plugin says it is not ready yet")]
+    NotReady,
+    #[error(transparent)]
+    Rpc(crate::csi::client::CsiError),
+}
+
 impl Supervisor {
-    async fn probe(&self) -> Result<(), String> {
+    async fn probe(&self) -> Result<(), ProbeFailure> {
         if !self.client.socket().exists() {
-            return Err(format!(
-                "the plugin has not created its socket {} yet",
-                self.client.socket().display()
-            ));
+            return Err(ProbeFailure::NoSocket(self.client.socket().to_path_buf()));
         }
         match self.client.probe().await {
             Ok(true) => Ok(()),
-            Ok(false) => Err("the plugin says it is not ready yet".into()),
-            Err(error) => Err(error.to_string()),
+            Ok(false) => Err(ProbeFailure::NotReady),
+            Err(error) => Err(ProbeFailure::Rpc(error)),
         }
     }
 
@@ -331,7 +339,7 @@ impl Supervisor {
             tokio::time::sleep(HEARTBEAT).await;
             match self.probe().await {
                 Ok(()) => self.set_health(true, "probe succeeded"),
-                Err(why) => self.set_health(false, &why),
+                Err(why) => self.set_health(false, &why.to_string()),
             }
         }
     }

@@ -13,15 +13,16 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use crate::alloc_runner::alloc_dir::AllocDir;
-use crate::alloc_runner::hook_resources::HookResources;
+use crate::alloc_dir::AllocDir;
 use crate::config::AgentConfig;
 use crate::csi::CsiNode;
-use crate::events::EventKind;
 use crate::jobspec::{Group, Job, Task};
-use crate::runtime::driver::{Driver, ExitResult};
+use crate::model::driver::ExitResult;
+use crate::model::events::EventKind;
+use crate::model::hook_resources::HookResources;
+use crate::model::mount::HandedMount;
+use crate::runtime::driver::Driver;
 use crate::runtime::hook::Hook;
-use crate::runtime::sandbox::HandedMount;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

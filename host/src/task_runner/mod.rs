@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, broadcast, watch};
 
-use crate::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
+use tracing::Instrument;
+
 use crate::jobspec::{JobType, RestartMode};
-use crate::runtime::driver::{ExitResult, TaskHandle, TaskRequest};
+use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
+use crate::model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::state::{Commit, StateStore, StoredHandle};
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
@@ -161,7 +163,18 @@ impl TaskRunner {
         self.task_events.persist(commit);
     }
 
-    pub async fn run(mut self) -> Outcome {
+    /// Runs the task to the end, within a `task` span (`task`, `driver`) nested in its
+    /// alloc's span.
+    pub async fn run(self) -> Outcome {
+        let span = tracing::info_span!(
+            "task",
+            task = %self.ctx.task.name,
+            driver = %self.ctx.task.driver
+        );
+        self.run_in_span().instrument(span).await
+    }
+
+    async fn run_in_span(mut self) -> Outcome {
         if self.restored {
             let recorded = self.state.lock().unwrap().clone();
             if recorded.state == TaskStateKind::Dead {

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
-use crate::mount::Propagation;
-use crate::runtime::driver::FsIsolation;
-use crate::runtime::sandbox::HandedMount;
+use crate::model::driver::FsIsolation;
+use crate::model::mount::HandedMount;
+use crate::model::mount::Propagation;
 
 pub struct TaskDirHook;
 

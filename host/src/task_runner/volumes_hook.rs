@@ -4,7 +4,7 @@
 
 use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
 use crate::jobspec::VolumeType;
-use crate::runtime::sandbox::HandedMount;
+use crate::model::mount::HandedMount;
 use crate::validate::{bidirectional_refusal, mount_config_refusal};
 
 pub struct VolumesHook;

@@ -7,9 +7,10 @@
 use std::path::PathBuf;
 
 use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
-use crate::events::EventKind;
-use crate::runtime::driver::ExitResult;
-use crate::runtime::hook::{Hook, HookFailure, HookTaskContext, Notification, OnFailure};
+use crate::model::driver::ExitResult;
+use crate::model::events::EventKind;
+use crate::model::hook::OnFailure;
+use crate::runtime::hook::{Hook, HookFailure, HookTaskContext, Notification};
 
 pub struct WasmHooks;
 

@@ -9,20 +9,24 @@
 //! community drivers built before capabilities keep working.
 
 mod error;
-pub mod types;
+mod types;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tracing::Instrument;
 use wasmtime::Store;
 use wasmtime::component::Linker;
 
 pub use error::{DriverError, LoadError};
-pub use types::*;
 
 use super::Runtime;
 use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
+use crate::model::driver::{
+    Capabilities, DriverInfo, ExitResult, Fingerprint, MountConfigs, TaskHandle, TaskRequest,
+    TaskStatus, WorldVersion,
+};
 
 /// Largest driver state the host persists per task.
 pub const MAX_DRIVER_STATE: usize = 1 << 20;
@@ -101,7 +105,7 @@ impl Driver {
                     reason: format!("{e:#}"),
                 })?;
         let mut linker = Linker::new(runtime.engine());
-        crate::host_api::add_to_linker(&mut linker).map_err(|e| LoadError::Invalid {
+        crate::runtime::host_api::add_to_linker(&mut linker).map_err(|e| LoadError::Invalid {
             origin: shown.clone(),
             reason: format!("{e:#}"),
         })?;
@@ -152,7 +156,7 @@ impl Driver {
             .into();
         check_info(&info).map_err(|problem| LoadError::Nonsense {
             origin: shown.clone(),
-            problem,
+            problem: problem.to_string(),
         })?;
         driver.info = info;
         if matches!(driver.pre, DriverPre::V0_2(_)) {
@@ -369,6 +373,19 @@ impl Driver {
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<R, DriverError> {
+        let span = tracing::info_span!("plugin_call", plugin = %self.info.name, function = %call);
+        self.call_in_span(call, task, wall, body)
+            .instrument(span)
+            .await
+    }
+
+    async fn call_in_span<R>(
+        &self,
+        call: &'static str,
+        task: Option<TaskScope>,
+        wall: Option<Duration>,
+        body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
+    ) -> Result<R, DriverError> {
         let identity = PluginIdentity {
             name: self.info.name.as_str().into(),
             may_mount: self.capabilities.mount_configs == MountConfigs::All,
@@ -435,8 +452,17 @@ impl Driver {
     }
 }
 
+/// What is wrong with the name or version a driver reports.
+#[derive(Debug, thiserror::Error)]
+enum InfoProblem {
+    #[error("driver name {0:?} (use 1 to 64 of a-z, 0-9, '_' and '-')")]
+    Name(String),
+    #[error("version {0:?} (must be 1 to 64 characters)")]
+    Version(String),
+}
+
 /// Names must be usable in jobspecs and paths.
-fn check_info(info: &DriverInfo) -> Result<(), String> {
+fn check_info(info: &DriverInfo) -> Result<(), InfoProblem> {
     let valid_name = !info.name.is_empty()
         && info.name.len() <= 64
         && info
@@ -444,16 +470,10 @@ fn check_info(info: &DriverInfo) -> Result<(), String> {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if !valid_name {
-        return Err(format!(
-            "driver name {:?} (use 1 to 64 of a-z, 0-9, '_' and '-')",
-            info.name
-        ));
+        return Err(InfoProblem::Name(info.name.clone()));
     }
     if info.version.is_empty() || info.version.len() > 64 {
-        return Err(format!(
-            "version {:?} (must be 1 to 64 characters)",
-            info.version
-        ));
+        return Err(InfoProblem::Version(info.version.clone()));
     }
     Ok(())
 }

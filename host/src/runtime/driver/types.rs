@@ -2,143 +2,11 @@
 //! uses, independent of the WIT version a driver was built against. Conversions to and
 //! from the generated types live at the bottom.
 
-use std::path::PathBuf;
-
-use serde::{Deserialize, Serialize};
-
+use crate::model::driver::{
+    Capabilities, DriverInfo, ExitResult, Fingerprint, FsIsolation, Health, MountConfigs,
+    TaskHandle, TaskRequest, TaskState, TaskStatus,
+};
 use crate::runtime::bindings::driver_types as wit;
-use crate::runtime::sandbox::HandedMount;
-
-/// The WIT world a driver component was built against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum WorldVersion {
-    #[serde(rename = "0.1.0")]
-    V0_1,
-    #[serde(rename = "0.2.0")]
-    V0_2,
-}
-
-impl WorldVersion {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorldVersion::V0_1 => "0.1.0",
-            WorldVersion::V0_2 => "0.2.0",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DriverInfo {
-    pub name: String,
-    pub version: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MountConfigs {
-    All,
-    None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FsIsolation {
-    None,
-    Chroot,
-    Image,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Capabilities {
-    pub send_signals: bool,
-    pub exec: bool,
-    pub fs_isolation: FsIsolation,
-    pub mount_configs: MountConfigs,
-    /// False when the driver predates `capabilities` (world 0.1.0) and these are the
-    /// host's defaults.
-    pub declared: bool,
-}
-
-impl Capabilities {
-    /// What the host assumes for a driver that declares nothing: "supports all", so
-    /// community drivers built before capabilities keep working.
-    pub fn assumed_for_legacy() -> Self {
-        Capabilities {
-            send_signals: true,
-            exec: false,
-            fs_isolation: FsIsolation::None,
-            mount_configs: MountConfigs::All,
-            declared: false,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Health {
-    Undetected,
-    Unhealthy,
-    Healthy,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Fingerprint {
-    pub health: Health,
-    pub description: String,
-    pub attributes: Vec<(String, String)>,
-}
-
-/// Everything the host hands a driver to start a task.
-#[derive(Debug, Clone)]
-pub struct TaskRequest {
-    pub id: String,
-    pub name: String,
-    pub alloc_id: String,
-    pub job_name: String,
-    pub group_name: String,
-    /// The task's `config` block as JSON.
-    pub config: String,
-    pub env: Vec<(String, String)>,
-    pub task_dir: PathBuf,
-    pub mounts: Vec<HandedMount>,
-    pub stdout: PathBuf,
-    pub stderr: PathBuf,
-}
-
-/// What a driver returns for a started task; persisted by the host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskHandle {
-    pub id: String,
-    pub driver_state: Vec<u8>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitResult {
-    pub exit_code: i32,
-    pub signal: i32,
-    pub oom_killed: bool,
-}
-
-impl ExitResult {
-    pub fn successful(&self) -> bool {
-        self.exit_code == 0 && self.signal == 0 && !self.oom_killed
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskState {
-    Unknown,
-    Running,
-    Exited,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TaskStatus {
-    pub id: String,
-    pub state: TaskState,
-    pub exit: Option<ExitResult>,
-}
 
 // Conversions from and to the generated types.
 
@@ -202,7 +70,7 @@ impl From<&TaskRequest> for wit::TaskConfig {
                     host_path: m.host_path.to_string_lossy().into_owned(),
                     task_path: m.task_path.to_string_lossy().into_owned(),
                     read_only: m.read_only,
-                    propagation: crate::host_api::to_wit_propagation(m.propagation),
+                    propagation: crate::runtime::host_api::to_wit_propagation(m.propagation),
                 })
                 .collect(),
         }

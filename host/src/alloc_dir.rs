@@ -44,18 +44,22 @@ impl AllocDir {
 
     /// Creates the shared part (idempotent).
     pub fn build(&self) -> io::Result<()> {
-        for dir in ["data", "logs", "tmp"] {
-            std::fs::create_dir_all(self.shared().join(dir))?;
-        }
-        Ok(())
+        crate::blocking::run(|| {
+            for dir in ["data", "logs", "tmp"] {
+                std::fs::create_dir_all(self.shared().join(dir))?;
+            }
+            Ok(())
+        })
     }
 
     /// Creates a task's directory (idempotent).
     pub fn build_task(&self, task: &str) -> io::Result<PathBuf> {
         let task_dir = self.task_dir(task);
-        for dir in ["local", "secrets", "tmp"] {
-            std::fs::create_dir_all(task_dir.join(dir))?;
-        }
-        Ok(task_dir)
+        crate::blocking::run(|| {
+            for dir in ["local", "secrets", "tmp"] {
+                std::fs::create_dir_all(task_dir.join(dir))?;
+            }
+            Ok(task_dir)
+        })
     }
 }

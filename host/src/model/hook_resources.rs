@@ -59,14 +59,18 @@ impl HookResources {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Barrier};
 
     use super::*;
 
     /// Many task runners read while an alloc hook keeps replacing the mounts: every read
-    /// sees one whole generation, never a mix of two.
+    /// sees one whole generation, never a mix of two, and generations only move forward.
+    /// The readers start together with the writer and the test checks that they did
+    /// overlap, so it cannot pass by reading before or after all the writes.
     #[test]
     fn readers_never_see_a_torn_update() {
+        const WRITES: u32 = 2_000;
         let resources = Arc::new(HookResources::default());
         let generation = |n: u32| -> BTreeMap<String, MountedVolume> {
             (0..8)
@@ -79,48 +83,56 @@ mod tests {
                 })
                 .collect()
         };
+        let generation_of = |mount: &MountedVolume| -> u32 {
+            let text = mount.host_path.to_string_lossy();
+            text.split('/').nth(2).unwrap().parse().unwrap()
+        };
         resources.set_csi_mounts(generation(0));
+        let start = Arc::new(Barrier::new(9));
         let writer = {
-            let resources = resources.clone();
+            let (resources, start) = (resources.clone(), start.clone());
             std::thread::spawn(move || {
-                for n in 1..=2_000 {
+                start.wait();
+                for n in 1..=WRITES {
                     resources.set_csi_mounts(generation(n));
                 }
             })
         };
         let readers: Vec<_> = (0..8)
             .map(|_| {
-                let resources = resources.clone();
+                let (resources, start) = (resources.clone(), start.clone());
                 std::thread::spawn(move || {
-                    let mut seen = 0;
-                    for _ in 0..5_000 {
+                    start.wait();
+                    let mut seen = BTreeSet::new();
+                    let mut last = 0;
+                    loop {
                         let mounts = resources.csi_mounts();
-                        let generations: std::collections::BTreeSet<_> = mounts
-                            .values()
-                            .map(|m| {
-                                m.host_path
-                                    .components()
-                                    .nth(2)
-                                    .unwrap()
-                                    .as_os_str()
-                                    .to_owned()
-                            })
-                            .collect();
-                        assert_eq!(mounts.len(), 8);
+                        let generations: BTreeSet<u32> =
+                            mounts.values().map(generation_of).collect();
+                        assert_eq!(mounts.len(), 8, "torn read: {mounts:?}");
                         assert_eq!(generations.len(), 1, "torn read: {mounts:?}");
-                        seen += 1;
+                        let current = *generations.first().unwrap();
+                        assert!(current >= last, "went back from {last} to {current}");
+                        last = current;
+                        seen.insert(current);
+                        if current == WRITES {
+                            return seen.len();
+                        }
                     }
-                    seen
                 })
             })
             .collect();
         writer.join().unwrap();
-        for reader in readers {
-            assert_eq!(reader.join().unwrap(), 5_000);
-        }
+        let distinct: Vec<usize> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        // Reads and writes overlapped: some reader saw a generation strictly between the
+        // first and the last.
+        assert!(
+            distinct.iter().any(|&n| n > 2),
+            "no reader overlapped the writer: {distinct:?}"
+        );
         assert_eq!(
             resources.csi_mount("vol3").unwrap().host_path,
-            std::path::PathBuf::from("/gen/2000/3")
+            std::path::PathBuf::from(format!("/gen/{WRITES}/3"))
         );
     }
 }

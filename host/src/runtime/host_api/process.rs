@@ -9,13 +9,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::mount::Propagation;
+use crate::model::mount::HandedMount;
+use crate::model::mount::Propagation;
 use crate::process::isolation::{ChrootSpec, VolumeMount};
 use crate::process::{self as host_process, Isolation, SpawnSpec};
 use crate::runtime::bindings::host::process::{
     self as wit, ExitStatus, Host, ProcessRef, SpawnRequest,
 };
-use crate::runtime::sandbox::{HandedMount, PluginCtx};
+use crate::runtime::sandbox::PluginCtx;
 
 /// Longest single wait a guest may ask for; it can always wait again.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
@@ -28,6 +29,7 @@ impl Host for PluginCtx {
         let spec = match self.check_spawn(request) {
             Ok(spec) => spec,
             Err(refusal) => {
+                let refusal = refusal.to_string();
                 self.violations.push(refusal.clone());
                 return Ok(Err(refusal));
             }
@@ -80,16 +82,54 @@ impl Host for PluginCtx {
     }
 }
 
+/// Why the host refused a driver's spawn request. The guest gets the text; the call is
+/// also failed as a violation, even if the guest ignores the error.
+#[derive(Debug, thiserror::Error)]
+enum SpawnRefusal {
+    #[error("driver {driver:?} may only spawn processes while starting a task")]
+    OutsideTaskStart { driver: String },
+    #[error("spawn needs a program: argv is empty")]
+    EmptyArgv,
+    #[error(
+        "driver {driver:?} asked to mount {} at {} ({}{}), which the host did not hand it for task {task}",
+        mount.host_path.display(),
+        mount.task_path.display(),
+        if mount.read_only { "read-only, " } else { "" },
+        mount.propagation
+    )]
+    MountNotHanded {
+        driver: String,
+        mount: HandedMount,
+        task: String,
+    },
+    #[error(
+        "driver {driver:?} declared mount-configs \"none\" but asked to mount {host_path} at {task_path}"
+    )]
+    MountsDeclaredNone {
+        driver: String,
+        host_path: String,
+        task_path: String,
+    },
+    #[error(
+        "driver {driver:?} asked for mounts without isolation: mounts need isolation \"chroot\""
+    )]
+    MountsWithoutIsolation { driver: String },
+    #[error("working dir {0:?} must be absolute inside the task's root")]
+    RelativeCwd(PathBuf),
+    #[error("program {0:?} must be an absolute path")]
+    RelativeProgram(String),
+}
+
 impl PluginCtx {
-    fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, String> {
+    fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, SpawnRefusal> {
         let plugin = &*self.plugin.name;
         let Some(task) = &self.task else {
-            return Err(format!(
-                "driver {plugin:?} may only spawn processes while starting a task"
-            ));
+            return Err(SpawnRefusal::OutsideTaskStart {
+                driver: plugin.to_string(),
+            });
         };
         if request.argv.is_empty() {
-            return Err("spawn needs a program: argv is empty".into());
+            return Err(SpawnRefusal::EmptyArgv);
         }
         let mut mounts = Vec::with_capacity(request.mounts.len());
         for asked in &request.mounts {
@@ -106,14 +146,11 @@ impl PluginCtx {
                     && (mount.read_only || !h.read_only)
             });
             if handed.is_none() {
-                return Err(format!(
-                    "driver {plugin:?} asked to mount {} at {} ({}{}), which the host did not hand it for task {}",
-                    asked.host_path,
-                    asked.task_path,
-                    if asked.read_only { "read-only, " } else { "" },
-                    mount.propagation,
-                    task.task_id,
-                ));
+                return Err(SpawnRefusal::MountNotHanded {
+                    driver: plugin.to_string(),
+                    mount,
+                    task: task.task_id.clone(),
+                });
             }
             mounts.push(VolumeMount {
                 host_path: mount.host_path,
@@ -123,17 +160,18 @@ impl PluginCtx {
             });
         }
         if let Some(first) = request.mounts.first().filter(|_| !self.plugin.may_mount) {
-            return Err(format!(
-                "driver {plugin:?} declared mount-configs \"none\" but asked to mount {} at {}",
-                first.host_path, first.task_path
-            ));
+            return Err(SpawnRefusal::MountsDeclaredNone {
+                driver: plugin.to_string(),
+                host_path: first.host_path.clone(),
+                task_path: first.task_path.clone(),
+            });
         }
         let isolation = match request.isolation {
             wit::Isolation::None => {
                 if !mounts.is_empty() {
-                    return Err(format!(
-                        "driver {plugin:?} asked for mounts without isolation: mounts need isolation \"chroot\""
-                    ));
+                    return Err(SpawnRefusal::MountsWithoutIsolation {
+                        driver: plugin.to_string(),
+                    });
                 }
                 let cwd = request
                     .cwd
@@ -144,9 +182,7 @@ impl PluginCtx {
             wit::Isolation::Chroot => {
                 let cwd = PathBuf::from(request.cwd.as_deref().unwrap_or("/"));
                 if !cwd.is_absolute() {
-                    return Err(format!(
-                        "working dir {cwd:?} must be absolute inside the task's root"
-                    ));
+                    return Err(SpawnRefusal::RelativeCwd(cwd));
                 }
                 Isolation::Chroot(ChrootSpec {
                     root: task.task_dir.clone(),
@@ -156,10 +192,7 @@ impl PluginCtx {
             }
         };
         if !Path::new(&request.argv[0]).is_absolute() {
-            return Err(format!(
-                "program {:?} must be an absolute path",
-                request.argv[0]
-            ));
+            return Err(SpawnRefusal::RelativeProgram(request.argv[0].clone()));
         }
         Ok(SpawnSpec {
             argv: request.argv,

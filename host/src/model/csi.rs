@@ -1,0 +1,239 @@
+//! CSI's vocabulary as berth uses it: plugin kinds, access and attachment modes, a
+//! volume's usage on this node, what fingerprinting found, and the deadlines CSI calls
+//! get. Plain data: the gRPC mapping lives in `csi/`.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What a plugin task provides: the node service, the controller service, or both
+/// (a `monolith` registers one of each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginKind {
+    Node,
+    Controller,
+}
+
+impl PluginKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginKind::Node => "node",
+            PluginKind::Controller => "controller",
+        }
+    }
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// CSI access modes, by Nomad's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessMode {
+    SingleNodeReaderOnly,
+    SingleNodeWriter,
+    MultiNodeReaderOnly,
+    MultiNodeSingleWriter,
+    MultiNodeMultiWriter,
+}
+
+impl AccessMode {
+    pub const ALL: [AccessMode; 5] = [
+        AccessMode::SingleNodeReaderOnly,
+        AccessMode::SingleNodeWriter,
+        AccessMode::MultiNodeReaderOnly,
+        AccessMode::MultiNodeSingleWriter,
+        AccessMode::MultiNodeMultiWriter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::SingleNodeReaderOnly => "single-node-reader-only",
+            AccessMode::SingleNodeWriter => "single-node-writer",
+            AccessMode::MultiNodeReaderOnly => "multi-node-reader-only",
+            AccessMode::MultiNodeSingleWriter => "multi-node-single-writer",
+            AccessMode::MultiNodeMultiWriter => "multi-node-multi-writer",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<AccessMode, CsiNameError> {
+        AccessMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == text)
+            .ok_or_else(|| CsiNameError::AccessMode(text.to_string()))
+    }
+
+    /// Modes in which nobody may write.
+    pub fn read_only(self) -> bool {
+        matches!(
+            self,
+            AccessMode::SingleNodeReaderOnly | AccessMode::MultiNodeReaderOnly
+        )
+    }
+}
+
+impl fmt::Display for AccessMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the volume reaches the task. berth mounts file systems; block devices are named
+/// so that a spec asking for one gets a clear refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttachmentMode {
+    FileSystem,
+    BlockDevice,
+}
+
+impl AttachmentMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachmentMode::FileSystem => "file-system",
+            AttachmentMode::BlockDevice => "block-device",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<AttachmentMode, CsiNameError> {
+        match text {
+            "file-system" => Ok(AttachmentMode::FileSystem),
+            "block-device" => Ok(AttachmentMode::BlockDevice),
+            other => Err(CsiNameError::AttachmentMode(other.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for AttachmentMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One way a volume is used on this node: staged once per usage, published per alloc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub access_mode: AccessMode,
+    pub attachment_mode: AttachmentMode,
+    pub read_only: bool,
+}
+
+impl Usage {
+    /// Nomad's usage key, e.g. `rw-file-system-single-node-writer`; also a path segment.
+    pub fn key(&self) -> String {
+        format!(
+            "{}-{}-{}",
+            if self.read_only { "ro" } else { "rw" },
+            self.attachment_mode,
+            self.access_mode
+        )
+    }
+}
+
+/// Whether a volume id can be used as a path segment and a key: CSI volume ids in berth
+/// are `[A-Za-z0-9._-]`, at most 128 characters, and not `.` or `..`.
+pub fn check_volume_id(id: &str) -> Result<(), CsiNameError> {
+    if usable_id(id) {
+        Ok(())
+    } else {
+        Err(CsiNameError::VolumeId(id.to_string()))
+    }
+}
+
+/// Plugin ids follow the rule of volume ids: they name directories and keys too.
+pub fn check_plugin_id(id: &str) -> Result<(), CsiNameError> {
+    if usable_id(id) {
+        Ok(())
+    } else {
+        Err(CsiNameError::PluginId(id.to_string()))
+    }
+}
+
+fn usable_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A CSI name or mode berth does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CsiNameError {
+    #[error("unknown access mode {0:?} (use {known})", known = AccessMode::ALL.map(AccessMode::as_str).join(", "))]
+    AccessMode(String),
+    #[error("unknown attachment mode {0:?} (use file-system or block-device)")]
+    AttachmentMode(String),
+    #[error("volume id {0:?} must be 1 to 128 letters, digits, '.', '_' or '-'")]
+    VolumeId(String),
+    #[error("CSI plugin id {0:?} must be 1 to 128 letters, digits, '.', '_' or '-'")]
+    PluginId(String),
+}
+
+/// How long calls may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// One attempt.
+    pub call: Duration,
+    /// All attempts of one operation, with the backoff between them.
+    pub total: Duration,
+}
+
+impl Timeouts {
+    /// For the volume operations of an alloc.
+    pub const OPERATIONS: Timeouts = Timeouts {
+        call: Duration::from_secs(10),
+        total: Duration::from_secs(30),
+    };
+    /// For a health probe: one short attempt.
+    pub const PROBE: Timeouts = Timeouts {
+        call: Duration::from_secs(2),
+        total: Duration::from_secs(2),
+    };
+}
+
+/// What NodeGetCapabilities / ControllerGetCapabilities / GetPluginCapabilities say,
+/// flattened to what berth uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Capabilities {
+    pub controller_service: bool,
+    pub stage_unstage: bool,
+    pub controller_publish: bool,
+    pub create_delete: bool,
+}
+
+/// What fingerprinting a plugin found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub name: String,
+    pub vendor_version: String,
+    /// NodeGetInfo's node id (node plugins).
+    pub node_id: Option<String>,
+    pub capabilities: Capabilities,
+    /// Set when a fingerprint call failed.
+    pub error: Option<String>,
+}
+
+/// How long the manager waits and how long its calls may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CsiSettings {
+    pub timeouts: Timeouts,
+    /// How long an alloc waits for its volume's plugin to be registered and healthy.
+    pub plugin_wait: Duration,
+}
+
+impl Default for CsiSettings {
+    fn default() -> Self {
+        CsiSettings {
+            timeouts: Timeouts::OPERATIONS,
+            plugin_wait: Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! A lifecycle hook as the operator declared it in the agent config.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a failing hook does to its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// The task fails with the hook's message (the default).
+    Fail,
+    /// The task proceeds; an event says the hook failed and was ignored.
+    Ignore,
+}
+
+/// A hook as the operator declared it in the agent config.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HookSpec {
+    pub name: String,
+    pub path: PathBuf,
+    pub config: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub memory_max: usize,
+    pub on_failure: OnFailure,
+    /// Runs for every task, not only for tasks that name it in `hooks`.
+    pub all_tasks: bool,
+}
+
+impl HookSpec {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    pub const DEFAULT_MEMORY_MAX: usize = 32 << 20;
+    /// What `memory_max` may be, in bytes.
+    pub const MEMORY_MAX_RANGE: std::ops::RangeInclusive<u64> = 1 << 20..=4 << 30;
+}

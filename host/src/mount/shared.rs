@@ -1,0 +1,58 @@
+//! Shared subtrees on the host: a directory made a shared mount so that what a plugin
+//! mounts below it inside its own mount namespace (bidirectional propagation) appears on
+//! the host, and released once nothing is mounted below it. Used for `<data_dir>/csi`.
+
+use std::io;
+use std::path::Path;
+
+use rustix::mount::{self, MountPropagationFlags, UnmountFlags};
+
+use super::mountinfo;
+
+/// Makes `root` a shared mount (bound onto itself first if it is not a mount point), so
+/// mounts made below it in a plugin's namespace propagate to the host.
+pub fn ensure_shared(root: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    let root = root.canonicalize()?;
+    let mounts = mountinfo::read_self()?;
+    let here = mounts.iter().rev().find(|m| m.mount_point == root);
+    match here {
+        Some(entry) if entry.shared_group().is_some() => return Ok(()),
+        Some(_) => {}
+        None => mount::mount_bind(&root, &root)?,
+    }
+    mount::mount_change(&root, MountPropagationFlags::SHARED)?;
+    Ok(())
+}
+
+/// Whether anything is mounted at or below `path` (other than `path` itself).
+pub fn mounted_below(path: &Path) -> io::Result<bool> {
+    let path = match path.canonicalize() {
+        Ok(path) => path,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    Ok(mountinfo::read_self()?
+        .iter()
+        .any(|m| m.mount_point != path && m.mount_point.starts_with(&path)))
+}
+
+/// Whether `path` is itself a mount point.
+pub fn is_mount_point(path: &Path) -> bool {
+    let Ok(path) = path.canonicalize() else {
+        return false;
+    };
+    mountinfo::read_self()
+        .map(|mounts| mounts.iter().any(|m| m.mount_point == path))
+        .unwrap_or(false)
+}
+
+/// Undoes [`ensure_shared`] once nothing is mounted below `root` any more: the last
+/// plugin is gone and no volume is staged.
+pub fn release_shared_if_unused(root: &Path) -> io::Result<()> {
+    if !is_mount_point(root) || mounted_below(root)? {
+        return Ok(());
+    }
+    mount::unmount(root, UnmountFlags::DETACH)?;
+    Ok(())
+}

@@ -59,6 +59,11 @@ impl AllocDir {
             for dir in ["local", "secrets", "tmp"] {
                 std::fs::create_dir_all(task_dir.join(dir))?;
             }
+            // Secrets are for the task alone (fixed on every start, also for old dirs).
+            std::fs::set_permissions(
+                task_dir.join("secrets"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )?;
             Ok(task_dir)
         })
     }

@@ -23,6 +23,12 @@
 //!   operation_timeout = "30s"  # one operation with its retries
 //!   plugin_wait       = "30s"  # how long an alloc waits for its volume's plugin
 //! }
+//!
+//! plugin "raw_exec" {
+//!   config {
+//!     enabled = true           # raw_exec is off unless the operator turns it on
+//!   }
+//! }
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -41,6 +47,16 @@ pub struct AgentConfig {
     pub host_volumes: Vec<HostVolume>,
     pub hooks: Vec<HookSpec>,
     pub csi: CsiSettings,
+    /// `plugin "NAME" { ... }` blocks, by driver name.
+    pub plugins: Vec<PluginConfig>,
+}
+
+/// What the operator says about one driver plugin, as Nomad's `plugin` block.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PluginConfig {
+    pub name: String,
+    /// `config { enabled = ... }`: drivers that are off by default (raw_exec) need it.
+    pub enabled: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +71,16 @@ impl AgentConfig {
         self.host_volumes.iter().find(|v| v.name == name)
     }
 
+    pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    /// Whether the operator turned `raw_exec` on. It runs tasks unconfined, as the agent's
+    /// user (root), so it is off unless the agent config says `enabled = true` (as Nomad).
+    pub fn raw_exec_enabled(&self) -> bool {
+        self.plugin("raw_exec").and_then(|p| p.enabled) == Some(true)
+    }
+
     /// Parses an agent config; errors have the same shape as jobspec errors.
     pub fn parse(file: &str, source: &str) -> Result<AgentConfig, JobspecError> {
         let fail = |problems| JobspecError {
@@ -67,7 +93,14 @@ impl AgentConfig {
             &tree,
             "config".into(),
             Location::default(),
-            &["data_dir", "plugin_dir", "host_volume", "hook", "csi"],
+            &[
+                "data_dir",
+                "plugin_dir",
+                "host_volume",
+                "hook",
+                "csi",
+                "plugin",
+            ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
         let plugin_dir = fields
@@ -129,6 +162,10 @@ impl AgentConfig {
             }
             settings.finish(&mut problems);
         }
+        let mut plugins = Vec::new();
+        for (name, block) in fields.labeled_blocks("plugin", &mut problems) {
+            plugins.push(plugin_config(name, block, &mut problems));
+        }
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
@@ -139,6 +176,7 @@ impl AgentConfig {
             host_volumes,
             hooks,
             csi,
+            plugins,
         })
     }
 
@@ -154,6 +192,28 @@ impl AgentConfig {
         })?;
         Self::parse(&file, &source)
     }
+}
+
+fn plugin_config(
+    name: String,
+    block: &hcl::BlockNode,
+    problems: &mut Vec<Problem>,
+) -> PluginConfig {
+    let path = format!("config.plugin.{name}");
+    let mut plugin = Fields::new(&block.body, path.clone(), block.at, &["config"]);
+    let mut enabled = None;
+    if let Some(config) = plugin.single_block("config", problems) {
+        let mut settings = Fields::new(
+            &config.body,
+            format!("{path}.config"),
+            config.at,
+            &["enabled"],
+        );
+        enabled = settings.bool("enabled", problems);
+        settings.finish(problems);
+    }
+    plugin.finish(problems);
+    PluginConfig { name, enabled }
 }
 
 fn hook_spec(
@@ -312,6 +372,38 @@ mod tests {
     }
 
     #[test]
+    fn raw_exec_is_off_unless_the_operator_turns_it_on() {
+        let off = AgentConfig::parse("agent.hcl", "").unwrap();
+        assert!(!off.raw_exec_enabled());
+        let on = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n",
+        )
+        .unwrap();
+        assert!(on.raw_exec_enabled());
+        let explicit_off = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"raw_exec\" {\n  config {\n    enabled = false\n  }\n}\n",
+        )
+        .unwrap();
+        assert!(!explicit_off.raw_exec_enabled());
+        let error = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"raw_exec\" {\n  config {\n    enabled = \"yes\"\n    volumes = true\n  }\n}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("agent.hcl:3:"), "{error}");
+        assert!(
+            error.contains(
+                "config.plugin.raw_exec.config.enabled: expected true or false, found a string"
+            ),
+            "{error}"
+        );
+        assert!(error.contains("unknown field \"volumes\""), "{error}");
+    }
+
+    #[test]
     fn relative_host_volume_paths_are_refused() {
         let error = AgentConfig::parse("agent.hcl", "host_volume \"d\" {\n  path = \"srv\"\n}\n")
             .unwrap_err();
@@ -319,5 +411,36 @@ mod tests {
             error.problems[0].to_string(),
             "2:10: config.host_volume.d.path: \"srv\" must be an absolute path"
         );
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        const REAL: &str = include_str!("../../examples/csi/agent.hcl");
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            /// Arbitrary text, and a real config with a stretch replaced, either parse or
+            /// fail with problems: never a panic.
+            #[test]
+            fn any_text_or_edit(
+                source in "\\PC{0,300}",
+                at in any::<usize>(),
+                patch in "[{}\"=a-z0-9 \n._-]{0,8}",
+            ) {
+                let _ = AgentConfig::parse("fuzz.hcl", &source);
+                let mut at = at % (REAL.len() + 1);
+                while !REAL.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let edited = format!("{}{patch}{}", &REAL[..at], &REAL[at..]);
+                if let Err(error) = AgentConfig::parse("fuzz.hcl", &edited) {
+                    prop_assert!(!error.problems.is_empty());
+                }
+            }
+        }
     }
 }

@@ -27,6 +27,20 @@ pub fn mount_config_refusal(task: &str, driver: &Driver, mount: &VolumeMount) ->
     })
 }
 
+/// Why a task may not use its driver on this agent: `raw_exec` runs tasks unconfined,
+/// as the agent's user, so it is refused unless the operator enabled it (as Nomad does).
+/// Shared with the task runner, which checks again before it starts a task (a job
+/// accepted earlier may be restored under a config that no longer allows it).
+pub fn disabled_driver_refusal(task: &str, driver: &str, config: &AgentConfig) -> Option<String> {
+    (driver == "raw_exec" && !config.raw_exec_enabled()).then(|| {
+        format!(
+            "task {task:?}: driver \"raw_exec\" is disabled on this agent: it runs tasks \
+             unconfined, as the agent's user; an operator enables it with \
+             plugin \"raw_exec\" {{ config {{ enabled = true }} }} in the agent config"
+        )
+    })
+}
+
 /// Why a bidirectional mount is not allowed, if it is not: it needs a read-write volume,
 /// and neither the volume, the mount nor the agent's host volume may be read-only.
 pub fn bidirectional_refusal(
@@ -215,6 +229,15 @@ async fn check_task(
                 ),
             });
         }
+        Some(_)
+            if let Some(refusal) = disabled_driver_refusal(&task.name, &task.driver, config) =>
+        {
+            problems.push(Problem {
+                path: format!("{task_path}.driver"),
+                at: Some(task.driver_at),
+                message: refusal,
+            });
+        }
         Some(driver) => {
             if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
                 problems.push(Problem {
@@ -259,16 +282,6 @@ async fn check_task(
                 path: path.clone(),
                 at: Some(mount.at),
                 message: refusal,
-            });
-        }
-        if !mount.destination.starts_with('/') {
-            problems.push(Problem {
-                path,
-                at: Some(mount.at),
-                message: format!(
-                    "destination {:?} must be an absolute path inside the task",
-                    mount.destination
-                ),
             });
         }
     }

@@ -336,8 +336,9 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
     )
     .await;
     assert!(warm.refused().is_empty(), "{:?}", warm.refused());
+    // raw_exec is enabled, so it is the hook's policy that refuses it.
     let mut agent = AgentProcess::with_config(&format!(
-        "hook \"deny-list\" {{\n  path = \"{}\"\n  config = {{ deny_drivers = \"raw_exec\", deny_commands = \"/usr/bin/wget\" }}\n  timeout = \"10s\"\n  memory_max = \"256MiB\"\n  all_tasks = true\n}}\n",
+        "plugin \"raw_exec\" {{\n  config {{\n    enabled = true\n  }}\n}}\nhook \"deny-list\" {{\n  path = \"{}\"\n  config = {{ deny_drivers = \"raw_exec\", deny_commands = \"/usr/bin/wget\" }}\n  timeout = \"10s\"\n  memory_max = \"256MiB\"\n  all_tasks = true\n}}\n",
         hook.display()
     ));
     agent.start().await;

@@ -46,8 +46,13 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
     let runtime = support::runtime();
     let (drivers, _) = DriverSet::load(&runtime, None).await;
     let hook_set = HookSet::load(&runtime, &hooks).await;
+    // raw_exec on: the policy hooks below are what refuses it.
     let config = AgentConfig {
         hooks,
+        plugins: vec![berth::config::PluginConfig {
+            name: "raw_exec".into(),
+            enabled: Some(true),
+        }],
         ..AgentConfig::default()
     };
     let agent = Agent::start(AgentOptions {

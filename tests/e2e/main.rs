@@ -12,6 +12,7 @@ mod cli;
 mod csi;
 mod csi_client;
 mod drivers;
+mod front_door;
 mod hooks;
 mod hostile;
 mod isolation;

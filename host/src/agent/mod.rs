@@ -144,9 +144,9 @@ impl Agent {
         let store = match options.state {
             StateLocation::Memory => StateStore::in_memory(),
             StateLocation::DataDir => {
-                std::fs::create_dir_all(&options.data_dir).map_err(|e| StateError::Open {
+                create_private_dir(&options.data_dir).map_err(|e| StateError::Open {
                     path: options.data_dir.clone(),
-                    message: format!("creating the data dir: {e}"),
+                    message: format!("creating the data dir (mode 0700): {e}"),
                 })?;
                 let path = options.data_dir.join("state.db");
                 let (store, outcome) = StateStore::open(&path)?;
@@ -547,6 +547,14 @@ fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
 }
 
 /// Every task event also goes to the agent's log.
+/// The data dir holds the state file, task dirs with their secrets, and plugin sockets:
+/// only its owner may enter it. An existing one is fixed.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {
     loop {
         match events.recv().await {

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::output::clock;
+use super::output::{clock, one_line};
 use crate::alloc_runner::AllocStatus;
 use crate::api::client::Client;
 
@@ -54,7 +54,7 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
                 "{:<12}  {:<24} {}",
                 clock(event.time_ms),
                 event.kind.to_string(),
-                event.message
+                one_line(&event.message)
             );
         }
     }

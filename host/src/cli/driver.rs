@@ -55,7 +55,8 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
             };
             [
                 d.info().name.clone(),
-                d.info().version.clone(),
+                // A driver chooses its version string: print it escaped.
+                super::output::one_line(&d.info().version).into_owned(),
                 d.world().as_str().to_string(),
                 mounts.to_string(),
                 serde_json::to_value(caps.fs_isolation)

@@ -55,7 +55,10 @@ pub(super) async fn validate(
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("Job validation failed: {error}");
+            eprintln!(
+                "Job validation failed: {}",
+                super::output::text(&error.to_string())
+            );
             Ok(ExitCode::from(INVALID))
         }
     }
@@ -84,7 +87,10 @@ pub(super) async fn run(
     let submitted = match agent.submit(&path.display().to_string(), &source).await {
         Ok(submitted) => submitted,
         Err(SubmitError::Invalid(error)) => {
-            eprintln!("Job validation failed: {error}");
+            eprintln!(
+                "Job validation failed: {}",
+                super::output::text(&error.to_string())
+            );
             return Ok(ExitCode::from(INVALID));
         }
         Err(error) => return Err(error.into()),
@@ -155,9 +161,12 @@ pub(super) async fn submit(client: &Client, path: &Path, detach: bool) -> anyhow
     let submitted: Submitted = match client.post("/v1/jobs", &request).await {
         Ok(submitted) => submitted,
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
-            eprintln!("Job validation failed: {}", error.error);
+            eprintln!(
+                "Job validation failed: {}",
+                super::output::text(&error.error)
+            );
             for problem in &error.problems {
-                eprintln!("  {problem}");
+                eprintln!("  {}", super::output::one_line(problem));
             }
             return Ok(ExitCode::from(INVALID));
         }
@@ -289,7 +298,7 @@ fn print_log(alloc: &str, task: &str, stream: &str, path: &Path) {
         return;
     }
     println!("--- {alloc} {task} {stream} ({}) ---", path.display());
-    print!("{text}");
+    print!("{}", super::output::text(&text));
     if !text.ends_with('\n') {
         println!();
     }

@@ -175,7 +175,9 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| {
-                let agent = std::env::args().any(|a| a == "agent");
+                // args_os: an argument that is not UTF-8 must reach clap (a clear error), not
+                // panic here.
+                let agent = std::env::args_os().any(|a| a == "agent");
                 if agent { "info" } else { "warn" }.into()
             }),
         )
@@ -189,7 +191,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("Error: {error:#}");
+            eprintln!("Error: {}", output::one_line(&format!("{error:#}")));
             ExitCode::FAILURE
         }
     }

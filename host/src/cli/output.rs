@@ -1,4 +1,11 @@
-//! How events and times look on a terminal.
+//! How events, times and untrusted text look on a terminal.
+//!
+//! Event messages, errors and logs hold text that drivers, hooks, plugins and tasks
+//! wrote. None of them may repaint the operator's terminal or forge a line, so every such
+//! text is printed through [`one_line`] (control characters, newlines included, escaped)
+//! or [`text`] (newlines and tabs kept, every other control character escaped).
+
+use std::borrow::Cow;
 
 use crate::model::events::AllocEvent;
 
@@ -6,11 +13,62 @@ pub(super) fn print_event(event: &AllocEvent) {
     println!(
         "    {}  {}  {}  {:<15} {}",
         clock(event.event.time_ms),
-        event.alloc_name,
-        event.task,
+        one_line(&event.alloc_name),
+        one_line(&event.task),
         event.event.kind.to_string(),
-        event.event.message
+        one_line(&event.event.message)
     );
+}
+
+/// `text` for a single line: every control character (ESC, CR, LF, ...) and the
+/// Unicode bidirectional overrides escaped as `\u{..}`.
+pub(super) fn one_line(text: &str) -> Cow<'_, str> {
+    escape(text, |c| c.is_control() || is_bidi_override(c))
+}
+
+/// `text` over several lines (a task's output): newlines and tabs kept, every other
+/// control character escaped.
+pub(super) fn text(text: &str) -> Cow<'_, str> {
+    escape(text, |c| {
+        (c.is_control() && c != '\n' && c != '\t') || is_bidi_override(c)
+    })
+}
+
+fn escape(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Characters that reorder what follows them on screen (the "Trojan Source" ones).
+fn is_bidi_override(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_what_could_repaint_a_terminal() {
+        assert_eq!(one_line("plain words"), "plain words");
+        assert!(matches!(one_line("plain"), Cow::Borrowed(_)));
+        assert_eq!(one_line("\x1b[2Jgone"), "\\u{1b}[2Jgone");
+        assert_eq!(one_line("a\nforged line"), "a\\u{a}forged line");
+        assert_eq!(one_line("back\rover"), "back\\u{d}over");
+        assert_eq!(one_line("rtl\u{202e}txt"), "rtl\\u{202e}txt");
+        assert_eq!(text("line 1\n\tline 2\n"), "line 1\n\tline 2\n");
+        assert_eq!(text("red \x1b[31mtext\x07"), "red \\u{1b}[31mtext\\u{7}");
+    }
 }
 
 /// `HH:MM:SS.mmm` UTC.

@@ -15,9 +15,9 @@ fn refused<T>(result: Result<T, ClientError>) -> anyhow::Result<Result<T, ExitCo
     match result {
         Ok(value) => Ok(Ok(value)),
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
-            eprintln!("Error: {}", error.error);
+            eprintln!("Error: {}", super::output::text(&error.error));
             for problem in &error.problems {
-                eprintln!("  {problem}");
+                eprintln!("  {}", super::output::one_line(problem));
             }
             Ok(Err(ExitCode::from(REFUSED)))
         }
@@ -229,13 +229,14 @@ pub(super) async fn plugin_status(
                 }
             })
             .unwrap_or_else(|| "not fingerprinted".into());
+        // The fingerprint and the health text are the plugin's own words.
         println!(
             "{:<10} {:<11} {:<9} {:<28} {}",
             short_id(&provider.alloc_id),
             provider.kind.as_str(),
             provider.healthy,
-            name,
-            provider.health
+            super::output::one_line(&name),
+            super::output::one_line(&provider.health)
         );
     }
     Ok(ExitCode::SUCCESS)

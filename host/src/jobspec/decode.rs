@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::fields::{Fields, block_json};
 use super::hcl::{BlockNode, BodyNode, Location, Value};
+use super::names::{NameKind, check_name, normalise_task_path};
 use super::*;
 
 pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
@@ -27,6 +28,7 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
         return None;
     };
     let path = format!("job.{name}");
+    check_label(NameKind::Job, name, &path, block.at, problems);
     let mut fields = Fields::new(
         &block.body,
         path.clone(),
@@ -88,6 +90,7 @@ fn group(
     problems: &mut Vec<Problem>,
 ) -> Group {
     let path = format!("{parent}.group.{name}");
+    check_label(NameKind::Group, name, &path, block.at, problems);
     let mut fields = Fields::new(
         &block.body,
         path.clone(),
@@ -146,6 +149,7 @@ fn volume(
     problems: &mut Vec<Problem>,
 ) -> Option<VolumeRequest> {
     let path = format!("{parent}.volume.{name}");
+    check_label(NameKind::Volume, name, &path, block.at, problems);
     // The old form kept the source in a `config` block; say how to write it now.
     if let Some(config) = block.body.blocks.iter().find(|b| b.kind == "config") {
         let source = config
@@ -249,6 +253,7 @@ fn restart(
 
 fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> Task {
     let path = format!("{parent}.task.{name}");
+    check_label(NameKind::Task, name, &path, block.at, problems);
     let mut fields = Fields::new(
         &block.body,
         path.clone(),
@@ -397,7 +402,9 @@ fn volume_mount(
         ],
     );
     let volume = fields.required_string("volume", problems);
-    let destination = fields.required_string("destination", problems);
+    let destination = fields
+        .required_string("destination", problems)
+        .and_then(|d| task_path(&mut fields, "destination", &d, block.at, problems));
     let read_only = fields.bool("read_only", problems).unwrap_or(false);
     let propagation_text = fields
         .string("propagation_mode", problems)
@@ -457,9 +464,17 @@ fn csi_plugin(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> O
     let mount_dir = fields
         .string("mount_dir", problems)
         .unwrap_or_else(|| "/csi".into());
+    let mount_dir = task_path(&mut fields, "mount_dir", &mount_dir, block.at, problems);
     let stage_publish_base_dir = fields
         .string("stage_publish_base_dir", problems)
         .unwrap_or_else(|| "/local/csi".into());
+    let stage_publish_base_dir = task_path(
+        &mut fields,
+        "stage_publish_base_dir",
+        &stage_publish_base_dir,
+        block.at,
+        problems,
+    );
     let health_timeout = fields
         .duration("health_timeout", problems)
         .unwrap_or(Duration::from_secs(30));
@@ -467,10 +482,39 @@ fn csi_plugin(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> O
     Some(CsiPlugin {
         id: id?,
         plugin_type: plugin_type?,
-        mount_dir,
-        stage_publish_base_dir,
+        mount_dir: mount_dir?,
+        stage_publish_base_dir: stage_publish_base_dir?,
         health_timeout,
     })
+}
+
+/// A problem at the block for a job, group, task or volume label that is not a safe name.
+fn check_label(kind: NameKind, name: &str, path: &str, at: Location, problems: &mut Vec<Problem>) {
+    if let Err(error) = check_name(kind, name) {
+        problems.push(Problem {
+            path: path.to_string(),
+            at: Some(at),
+            message: error.to_string(),
+        });
+    }
+}
+
+/// `value` of field `name` as a normalised path inside the task, or a problem at it.
+fn task_path(
+    fields: &mut Fields,
+    name: &'static str,
+    value: &str,
+    block_at: Location,
+    problems: &mut Vec<Problem>,
+) -> Option<String> {
+    match normalise_task_path(value) {
+        Ok(path) => Some(path),
+        Err(error) => {
+            let at = fields.attr(name).map(|a| a.at).unwrap_or(block_at);
+            fields.problem(problems, name, at, format!("{name} {error}"));
+            None
+        }
+    }
 }
 
 fn service(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> Service {

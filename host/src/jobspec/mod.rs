@@ -7,6 +7,7 @@
 mod decode;
 pub(crate) mod fields;
 pub mod hcl;
+pub mod names;
 
 use std::fmt;
 use std::path::Path;

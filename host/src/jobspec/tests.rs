@@ -227,3 +227,61 @@ fn bad_durations_and_counts_are_positioned_errors_not_panics() {
         );
     }
 }
+
+// Arbitrary input never panics the parser: it parses, or it fails with positioned
+// problems. Random text finds the lexer's edges; random edits of a real jobspec reach
+// the decoders. Failing cases proptest finds are kept in proptest-regressions/.
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const REAL: &str = include_str!("../../../examples/hello.hcl");
+
+    /// `REAL` with `edits` applied: (position, replacement) pairs, positions taken modulo
+    /// the length and moved back to a char boundary.
+    fn edited(edits: &[(usize, String)]) -> String {
+        let mut text = REAL.to_string();
+        for (at, replacement) in edits {
+            let mut at = at % (text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let end = (at + replacement.len().min(3)).min(text.len());
+            let mut end = end.max(at);
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            text.replace_range(at..end, replacement);
+        }
+        text
+    }
+
+    fn check(source: &str) {
+        if let Err(error) = parse("fuzz.hcl", source) {
+            assert!(!error.problems.is_empty());
+            for problem in &error.problems {
+                assert!(!problem.message.is_empty(), "{problem:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn any_text(source in "\\PC{0,400}") {
+            check(&source);
+        }
+
+        #[test]
+        fn edits_of_a_real_jobspec(
+            edits in prop::collection::vec(
+                (any::<usize>(), "[{}\\[\\]\"=$#/\\\\a-z0-9 \n.-]{0,6}"),
+                1..8,
+            )
+        ) {
+            check(&edited(&edits));
+        }
+    }
+}

@@ -308,4 +308,46 @@ mod tests {
             "is too large (at most 8EiB)"
         );
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+
+            /// Any text, and numbers of any length with a real unit: a value within
+            /// bounds, or an error; never a panic.
+            #[test]
+            fn any_text(
+                text in "\\PC{0,40}",
+                whole in "[0-9]{1,45}",
+                fraction in "(\\.[0-9]{0,24})?",
+                unit in prop::sample::select(vec![
+                    "", "B", "KB", "kib", "MB", "MiB", "GiB", "TiB", "ns", "us", "ms", "s", "m",
+                    "h", "x",
+                ]),
+            ) {
+                let number = format!("{whole}{fraction}{unit}");
+                for input in [&text, &number] {
+                    if let Ok(size) = parse_size(input) {
+                        prop_assert!(size <= MAX_SIZE);
+                    }
+                    if let Ok(duration) = parse_duration(input) {
+                        prop_assert!(duration <= MAX_DURATION);
+                    }
+                }
+            }
+
+            /// What berth prints for a duration it parsed, it parses back.
+            #[test]
+            fn whole_seconds_round_trip(seconds in 0u64..=MAX_DURATION.as_secs()) {
+                prop_assert_eq!(
+                    parse_duration(&format!("{seconds}s")),
+                    Ok(Duration::from_secs(seconds))
+                );
+            }
+        }
+    }
 }

@@ -81,6 +81,21 @@ pub fn prepare(spec: &ChrootSpec) -> io::Result<Vec<MountStep>> {
 /// Creates the mount point for `mount` inside `root`, refusing one that resolves outside
 /// the root (a symlink planted by an earlier run of the task, say).
 fn create_mount_point(root: &Path, mount: &VolumeMount) -> io::Result<()> {
+    // Jobspecs refuse `..` in task paths already; refuse it here too, before the first
+    // directory is created, whoever built the mount.
+    let climbs = mount
+        .task_path
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir));
+    if climbs {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "mount point {} climbs out of the task dir ('..')",
+                mount.task_path.display()
+            ),
+        ));
+    }
     let target = join_inside(root, &mount.task_path);
     if mount.host_path.is_dir() {
         std::fs::create_dir_all(&target)?;

@@ -544,4 +544,56 @@ mod tests {
         );
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use wit::berth::hook::types::{File, PrestartResponse};
+
+        fn response() -> impl Strategy<Value = PrestartResponse> {
+            let text = "\\PC{0,24}|[A-Z_=\\x00./]{0,12}";
+            let env = prop::collection::vec((text, text), 0..70);
+            let path = "[a-z./]{0,20}|\\PC{0,10}|(\\.\\./)+[a-z]{1,4}|/[a-z]{1,8}";
+            let files = prop::collection::vec(
+                (path, prop::collection::vec(any::<u8>(), 0..16))
+                    .prop_map(|(path, contents)| File { path, contents }),
+                0..18,
+            );
+            let events = prop::collection::vec("\\PC{0,600}", 0..10);
+            (env, files, events).prop_map(|(env, files, events)| PrestartResponse {
+                env,
+                files,
+                events,
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2048))]
+
+            /// Whatever a hook returns, the host's check answers without panicking, and
+            /// what it lets through is within the bounds it promises.
+            #[test]
+            fn checked_output_is_within_bounds(response in response()) {
+                let Ok(output) = check_response(&response) else {
+                    return Ok(());
+                };
+                prop_assert!(output.env.len() <= Bounds::ENV_VARS);
+                for (key, value) in &output.env {
+                    prop_assert!(!key.is_empty() && key.len() <= Bounds::ENV_KEY_BYTES);
+                    prop_assert!(!key.contains('=') && !key.contains('\0'));
+                    prop_assert!(value.len() <= Bounds::ENV_VALUE_BYTES && !value.contains('\0'));
+                }
+                prop_assert!(output.files.len() <= Bounds::FILES);
+                for path in &output.files {
+                    prop_assert!(path.is_relative());
+                    prop_assert!(path.components().all(|c| matches!(c, Component::Normal(_))));
+                }
+                prop_assert!(output.events.len() <= Bounds::EVENTS);
+                for event in &output.events {
+                    prop_assert!(event.chars().count() <= Bounds::EVENT_CHARS + 1);
+                }
+            }
+        }
+    }
 }

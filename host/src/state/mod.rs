@@ -184,6 +184,10 @@ impl StateStore {
     /// Opens (or creates) the state file at `path`.
     pub fn open(path: &Path) -> Result<(StateStore, OpenOutcome), StateError> {
         let existed = path.exists();
+        restrict_to_owner(path).map_err(|e| StateError::Open {
+            path: path.to_path_buf(),
+            message: format!("making the state file readable by its owner only: {e}"),
+        })?;
         let mut outcome = if existed {
             OpenOutcome::Opened
         } else {
@@ -203,6 +207,10 @@ impl StateStore {
                         ),
                     })?;
                     outcome = OpenOutcome::MovedAside { reason, moved_to };
+                    restrict_to_owner(path).map_err(|e| StateError::Open {
+                        path: path.to_path_buf(),
+                        message: format!("creating a new state file (mode 0600): {e}"),
+                    })?;
                     Database::create(path).map_err(|e| open_error(path, &e))?
                 }
             },
@@ -592,6 +600,25 @@ fn aside_path(path: &Path) -> PathBuf {
         n += 1;
     }
     candidate
+}
+
+/// The state file holds task env, hook output and volume secrets: mode 0600. A missing
+/// file is created empty with that mode (redb initialises an empty file), so it is never
+/// readable by others, not even for a moment; an existing one is fixed.
+fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn write_error(error: impl std::fmt::Display) -> StateError {

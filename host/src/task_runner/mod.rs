@@ -24,6 +24,7 @@ use crate::jobspec::{JobType, RestartMode};
 use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
 use crate::model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use crate::state::{Commit, StateStore, StoredHandle};
+use crate::validate::disabled_driver_refusal;
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
 /// Where a task runner reports: watchers get events, the store gets every change, and
@@ -309,6 +310,11 @@ impl TaskRunner {
     /// Prestart hooks, then the driver's start. The handle is stored before the task is
     /// reported started.
     async fn start(&mut self) -> Result<TaskHandle, RunOnce> {
+        let task = &self.ctx.task;
+        if let Some(refusal) = disabled_driver_refusal(&task.name, &task.driver, &self.ctx.config) {
+            self.emit(EventKind::SetupFailure, refusal);
+            return Err(RunOnce::SetupFailed);
+        }
         self.emit(EventKind::TaskSetup, "Building Task Directory");
         let mut prepare = TaskPrepare::default();
         for hook in &self.hooks {
@@ -468,7 +474,7 @@ impl TaskRunner {
             );
         }
         match tokio::time::timeout(
-            task.kill_timeout + Duration::from_secs(5),
+            task.kill_timeout.saturating_add(Duration::from_secs(5)),
             driver.wait_task(handle),
         )
         .await

@@ -314,11 +314,11 @@ impl Driver {
         signal: &str,
     ) -> Result<(), DriverError> {
         let handle = wit::TaskHandle::from(handle);
-        let millis = timeout.as_millis() as u64;
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         self.call(
             "stop-task",
             None,
-            Some(timeout + QUICK_CALL_WALL),
+            Some(timeout.saturating_add(QUICK_CALL_WALL)),
             async |store, b| on_driver!(b, store, call_stop_task(&handle, millis, signal)),
         )
         .await?

@@ -1,0 +1,218 @@
+//! The front door, tried as a hostile job author or a careless operator would: names and
+//! paths that would leave the data dir, raw_exec without the operator's consent, text
+//! that would repaint the operator's terminal, arguments that are not UTF-8, and the
+//! modes of the files that hold secrets.
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use berth::model::status::ClientStatus;
+
+use crate::agent_process::AgentProcess;
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// Every directory below `dir`, as paths relative to it.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() && !path.is_symlink() {
+                found.push(path.strip_prefix(dir).unwrap().display().to_string());
+                stack.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn names_and_paths_that_would_leave_the_task_dir_are_refused_before_any_disk_work() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let escape = agent.path().join("escaped");
+    let before = tree(agent.path());
+    let cases = [
+        (
+            "dotdot-task.hcl",
+            "job \"j\" {\n  group \"g\" {\n    task \"../x\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+            "dotdot-task.hcl:3:5: job.j.group.g.task.../x: task name \"../x\" is not allowed",
+        ),
+        (
+            "absolute-job.hcl",
+            "job \"/etc\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+            "absolute-job.hcl:1:1: job./etc: job name \"/etc\" is not allowed",
+        ),
+        (
+            "dotdot-destination.hcl",
+            &format!(
+                "job \"j\" {{\n  group \"g\" {{\n    volume \"v\" {{\n      type = \"host\"\n      source = \"scratch\"\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n      volume_mount {{\n        volume = \"v\"\n        destination = \"/data/../../../../../..{}\"\n      }}\n    }}\n  }}\n}}\n",
+                escape.display()
+            ),
+            "dotdot-destination.hcl:14:23: job.j.group.g.task.t.volume_mount.destination: destination \"/data/../../",
+        ),
+    ];
+    for (name, source, expected) in cases {
+        let path = agent.path().join(name);
+        std::fs::write(&path, source).unwrap();
+        let (code, _, stderr) = agent.cli(&["job", "run", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{name}: expected {expected:?} in:\n{stderr}"
+        );
+    }
+    assert!(
+        !escape.exists(),
+        "a refused destination created {}",
+        escape.display()
+    );
+    assert_eq!(
+        tree(agent.path()),
+        before,
+        "a refused job created directories"
+    );
+    let jobs: serde_json::Value = agent.client().get("/v1/jobs").await.unwrap();
+    assert_eq!(jobs, serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn raw_exec_is_refused_unless_the_operator_enables_it() {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-rawexec")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let job = dir.path().join("shell.hcl");
+    std::fs::write(
+        &job,
+        "job \"shell\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"sh\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/echo\"\n        args = [\"ran as\", \"the agent\"]\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let run = |config: &str| {
+        let config_path = dir.path().join("agent.hcl");
+        std::fs::write(&config_path, config).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("run")
+            .arg(&job)
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run("");
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "shell.hcl:5:16: job.shell.group.g.task.sh.driver: task \"sh\": driver \"raw_exec\" is \
+             disabled on this agent: it runs tasks unconfined, as the agent's user; an operator \
+             enables it with plugin \"raw_exec\" { config { enabled = true } } in the agent config"
+        ),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("ran as the agent"), "{stdout}");
+    let (code, stdout, stderr) =
+        run("plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n");
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("ran as the agent"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn escape_sequences_from_a_driver_are_shown_escaped() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    // The driver's error text is the job author's: clear the screen, then paint.
+    let job = "job \"paint\" {\n  type = \"batch\"\n  group \"g\" {\n    restart {\n      attempts = 0\n      mode = \"fail\"\n    }\n    task \"t\" {\n      driver = \"mock\"\n      config {\n        start_error = \"\\u001b[2J\\u001b[31mall is well\\nForged line\"\n      }\n    }\n  }\n}\n";
+    let submitted = agent.submit("paint.hcl", job).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "failed", |s| s.client_status == ClientStatus::Failed)
+        .await;
+    let status = agent.alloc(id).await;
+    let raw = &status.tasks["t"].events;
+    assert!(
+        raw.iter().any(|e| e.message.contains("\u{1b}[2J")),
+        "the test needs the raw escape in the recorded event: {raw:?}"
+    );
+    let (code, stdout, stderr) = agent.cli(&["alloc", "status", id]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\u{1b}'),
+        "a raw ESC reached the terminal:\n{stdout:?}"
+    );
+    assert!(
+        stdout.contains("\\u{1b}[2J\\u{1b}[31mall is well\\u{a}Forged line"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.lines().any(|line| line.starts_with("Forged line")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn arguments_that_are_not_utf8_are_errors_not_panics() {
+    let berth = |args: &[&[u8]]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (output.status.code(), stderr)
+    };
+    // A text option: clap says so.
+    let (code, stderr) = berth(&[b"--address", b"http://\xff", b"job", b"status"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("invalid UTF-8"), "{stderr}");
+    // A file name: any bytes are a path; this one does not exist.
+    let (code, stderr) = berth(&[b"job", b"validate", b"/nonexistent/job-\xff.hcl"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot read the file"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_data_dir_and_state_file_are_private_also_on_an_old_install() {
+    let mut agent = AgentProcess::new();
+    let data = agent.path().join("data");
+    // An install from before: a data dir anyone may enter.
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    agent.start().await;
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("state.db")), 0o600);
+    let job = "job \"s\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"0s\" }\n    }\n  }\n}\n";
+    let submitted = agent.submit("s.hcl", job).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "complete", |s| {
+            s.client_status == ClientStatus::Complete
+        })
+        .await;
+    let status = agent.alloc(id).await;
+    assert_eq!(mode(&status.alloc_dir.join("t/secrets")), 0o700);
+    // A state file left readable by an older agent is fixed at the next start.
+    agent.kill9();
+    std::fs::set_permissions(
+        data.join("state.db"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    agent.start().await;
+    assert_eq!(mode(&data.join("state.db")), 0o600);
+}

@@ -29,6 +29,16 @@
 //!     enabled = true           # raw_exec is off unless the operator turns it on
 //!   }
 //! }
+//!
+//! http {
+//!   socket_group = "berth"             # the API socket becomes 0660 for this group
+//!   address      = "127.0.0.1:4646"    # a TCP listener too (opt-in), which needs tokens:
+//!   token_file   = "/var/lib/berth/api-token"  # created 0600 at first start (submit scope)
+//!   token "ci-reader" {
+//!     secret = "at least 16 characters"
+//!     scope  = "read"                  # or "submit"
+//!   }
+//! }
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -49,7 +59,48 @@ pub struct AgentConfig {
     pub csi: CsiSettings,
     /// `plugin "NAME" { ... }` blocks, by driver name.
     pub plugins: Vec<PluginConfig>,
+    pub http: HttpConfig,
 }
+
+/// Who may reach the HTTP API, and how.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HttpConfig {
+    /// A TCP listener besides the Unix socket; it requires a token.
+    pub address: Option<std::net::SocketAddr>,
+    /// The group that may use the Unix socket (0660); by default only its owner (0600).
+    pub socket_group: Option<String>,
+    /// A file holding a submit-scope token; the agent creates it (0600) if missing.
+    pub token_file: Option<PathBuf>,
+    pub tokens: Vec<ApiToken>,
+}
+
+/// A bearer token the TCP listener accepts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    pub name: String,
+    pub secret: String,
+    pub scope: TokenScope,
+}
+
+impl std::fmt::Debug for ApiToken {
+    /// Never the secret, even in a debug dump.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a token allows: `read` (GET only) or `submit` (everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenScope {
+    Read,
+    Submit,
+}
+
+/// The shortest token secret accepted: guessing one must be hopeless.
+pub const MIN_TOKEN_SECRET: usize = 16;
 
 /// What the operator says about one driver plugin, as Nomad's `plugin` block.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -100,6 +151,7 @@ impl AgentConfig {
                 "hook",
                 "csi",
                 "plugin",
+                "http",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -166,6 +218,10 @@ impl AgentConfig {
         for (name, block) in fields.labeled_blocks("plugin", &mut problems) {
             plugins.push(plugin_config(name, block, &mut problems));
         }
+        let http = match fields.single_block("http", &mut problems) {
+            Some(block) => http_config(block, &mut problems),
+            None => HttpConfig::default(),
+        };
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
@@ -177,6 +233,7 @@ impl AgentConfig {
             hooks,
             csi,
             plugins,
+            http,
         })
     }
 
@@ -191,6 +248,86 @@ impl AgentConfig {
             }],
         })?;
         Self::parse(&file, &source)
+    }
+}
+
+fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfig {
+    let mut fields = Fields::new(
+        &block.body,
+        "config.http".into(),
+        block.at,
+        &["address", "socket_group", "token_file", "token"],
+    );
+    let address = fields.string("address", problems).and_then(|text| {
+        let parsed = text.parse::<std::net::SocketAddr>().ok();
+        if parsed.is_none() {
+            let at = fields.attr("address").map(|a| a.at).unwrap_or(block.at);
+            fields.problem(
+                problems,
+                "address",
+                at,
+                format!("{text:?} is not an address such as \"127.0.0.1:4646\""),
+            );
+        }
+        parsed
+    });
+    let socket_group = fields.string("socket_group", problems);
+    let token_file = fields.string("token_file", problems).map(PathBuf::from);
+    if let Some(file) = token_file.as_ref().filter(|f| !f.is_absolute()) {
+        let at = fields.attr("token_file").map(|a| a.at).unwrap_or(block.at);
+        fields.problem(
+            problems,
+            "token_file",
+            at,
+            format!("{:?} must be an absolute path", file.display()),
+        );
+    }
+    let mut tokens = Vec::new();
+    for (name, token) in fields.labeled_blocks("token", problems) {
+        let path = format!("config.http.token.{name}");
+        let mut token_fields = Fields::new(&token.body, path, token.at, &["secret", "scope"]);
+        let secret = token_fields.required_string("secret", problems);
+        let long_enough = secret
+            .as_ref()
+            .is_some_and(|s| s.chars().count() >= MIN_TOKEN_SECRET);
+        if let Some(short) = secret.as_ref().filter(|_| !long_enough) {
+            let at = token_fields
+                .attr("secret")
+                .map(|a| a.at)
+                .unwrap_or(token.at);
+            token_fields.problem(
+                problems,
+                "secret",
+                at,
+                format!(
+                    "is {} characters; a token secret needs at least {MIN_TOKEN_SECRET}",
+                    short.chars().count()
+                ),
+            );
+        }
+        let scope_text = token_fields.required_string("scope", problems);
+        let scope = token_fields.choose(
+            scope_text,
+            "scope",
+            &[("read", TokenScope::Read), ("submit", TokenScope::Submit)],
+            problems,
+            |other| format!("unknown scope {other:?} (use \"read\" or \"submit\")"),
+        );
+        token_fields.finish(problems);
+        if let (Some(secret), Some(scope), true) = (secret, scope, long_enough) {
+            tokens.push(ApiToken {
+                name,
+                secret,
+                scope,
+            });
+        }
+    }
+    fields.finish(problems);
+    HttpConfig {
+        address,
+        socket_group,
+        token_file,
+        tokens,
     }
 }
 

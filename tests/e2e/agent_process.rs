@@ -20,6 +20,9 @@ pub struct AgentProcess {
     port: u16,
     child: Option<Child>,
     runs: u32,
+    /// `berth agent -dev` with an open TCP listener (most tests), or a production agent
+    /// driven through its Unix socket.
+    dev: bool,
 }
 
 impl AgentProcess {
@@ -29,6 +32,16 @@ impl AgentProcess {
 
     /// An agent whose config has `extra` after its host volume.
     pub fn with_config(extra: &str) -> AgentProcess {
+        Self::build(|_, _| extra.to_string(), true)
+    }
+
+    /// A production agent (no `-dev`): its API is the Unix socket in the data dir, plus
+    /// whatever the `http` block that `extra(port, dir)` writes asks for.
+    pub fn production(extra: impl FnOnce(u16, &Path) -> String) -> AgentProcess {
+        Self::build(extra, false)
+    }
+
+    fn build(extra: impl FnOnce(u16, &Path) -> String, dev: bool) -> AgentProcess {
         let dir = tempfile::Builder::new()
             .prefix("berth-e2e-agentproc")
             .tempdir_in("/tmp")
@@ -40,22 +53,32 @@ impl AgentProcess {
             dir.path().join("data/component-cache"),
         )
         .unwrap();
-        let config = format!(
-            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n{extra}",
-            dir.path().display()
-        );
-        std::fs::write(dir.path().join("agent.hcl"), config).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
+        let config = format!(
+            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n{}",
+            dir.path().display(),
+            extra(port, dir.path())
+        );
+        std::fs::write(dir.path().join("agent.hcl"), config).unwrap();
         AgentProcess {
             dir,
             port,
             child: None,
             runs: 0,
+            dev,
         }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path().join("data/api.sock")
     }
 
     pub fn path(&self) -> &Path {
@@ -67,7 +90,11 @@ impl AgentProcess {
     }
 
     pub fn client(&self) -> Client {
-        Client::new(&self.address())
+        if self.dev {
+            Client::new(&self.address()).unwrap()
+        } else {
+            Client::unix(&self.socket())
+        }
     }
 
     pub fn log(&self, run: u32) -> PathBuf {
@@ -78,13 +105,19 @@ impl AgentProcess {
     pub async fn start(&mut self) -> AgentSelf {
         self.runs += 1;
         let log = std::fs::File::create(self.log(self.runs)).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
             .arg("--config")
             .arg(self.path().join("agent.hcl"))
             .arg("--data-dir")
             .arg(self.path().join("data"))
-            .args(["agent", "-dev", "--http-addr"])
-            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("agent");
+        if self.dev {
+            command
+                .args(["-dev", "--http-addr"])
+                .arg(format!("127.0.0.1:{}", self.port));
+        }
+        let child = command
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(Stdio::null())
@@ -114,8 +147,13 @@ impl AgentProcess {
     }
 
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let address = if self.dev {
+            self.address()
+        } else {
+            format!("unix://{}", self.socket().display())
+        };
         let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["--address", &self.address()])
+            .args(["--address", &address])
             .arg("--config")
             .arg(self.path().join("agent.hcl"))
             .arg("--data-dir")

@@ -216,3 +216,288 @@ async fn the_data_dir_and_state_file_are_private_also_on_an_old_install() {
     agent.start().await;
     assert_eq!(mode(&data.join("state.db")), 0o600);
 }
+
+/// `berth` run as `uid`/`gid` (no supplementary groups).
+fn berth_as(uid: u32, gid: u32, args: &[&str]) -> (i32, String, String) {
+    use std::os::unix::process::CommandExt;
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .env("HOME", "/nonexistent")
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+const NOBODY: u32 = 65534;
+const NOGROUP: u32 = 65534;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_socket_admits_its_owner_and_its_group_only() {
+    // Without socket_group: root only.
+    let mut private = AgentProcess::production(|_, _| String::new());
+    private.start().await;
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(mode(&private.socket()), 0o600);
+    let address = format!("unix://{}", private.socket().display());
+    let (code, _, stderr) = berth_as(NOBODY, NOGROUP, &["--address", &address, "job", "status"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    let (code, stdout, stderr) = private.cli(&["job", "status"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("No jobs"), "{stdout}");
+
+    // With socket_group: that group's members, and nobody else.
+    let mut shared =
+        AgentProcess::production(|_, _| "http {\n  socket_group = \"nogroup\"\n}\n".into());
+    shared.start().await;
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(mode(&shared.socket()), 0o660);
+    assert_eq!(mode(&shared.path().join("data")), 0o710);
+    let address = format!("unix://{}", shared.socket().display());
+    let (code, stdout, stderr) =
+        berth_as(NOBODY, NOGROUP, &["--address", &address, "job", "status"]);
+    assert_eq!(
+        code, 0,
+        "a member of the socket group was refused: {stderr}"
+    );
+    assert!(stdout.contains("No jobs"), "{stdout}");
+    let (code, _, stderr) = berth_as(NOBODY, 65533, &["--address", &address, "job", "status"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+}
+
+/// One raw HTTP/1.1 request, so the test controls every header; the status code.
+fn status_of(port: u16, method: &str, headers: &[(&str, &str)], body: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut request = format!("{method} /v1/jobs HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tcp_needs_a_valid_token_of_the_right_scope_and_its_own_host() {
+    let mut agent = AgentProcess::production(|port, dir| {
+        format!(
+            "http {{\n  address = \"127.0.0.1:{port}\"\n  token_file = \"{}/api-token\"\n  token \"viewer\" {{\n    secret = \"viewer-secret-0123456789\"\n    scope  = \"read\"\n  }}\n}}\n",
+            dir.display()
+        )
+    });
+    agent.start().await;
+    let port = agent.port();
+    let token_file = agent.path().join("api-token");
+    assert_eq!(mode(&token_file), 0o600);
+    let submit = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let output = agent.output();
+    assert!(
+        output.contains(&token_file.display().to_string()),
+        "{output}"
+    );
+    assert!(
+        !output.contains(&submit),
+        "the agent logged the token itself:\n{output}"
+    );
+
+    let job = serde_json::json!({
+        "source_name": "t.hcl",
+        "source": "job \"t\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+    })
+    .to_string();
+    let bearer = format!("Bearer {submit}");
+    assert_eq!(status_of(port, "GET", &[], ""), 401);
+    assert_eq!(
+        status_of(
+            port,
+            "GET",
+            &[("X-Berth-Token", "not-the-token-0123456789")],
+            ""
+        ),
+        403
+    );
+    assert_eq!(
+        status_of(
+            port,
+            "GET",
+            &[("X-Berth-Token", "viewer-secret-0123456789")],
+            ""
+        ),
+        200
+    );
+    assert_eq!(
+        status_of(
+            port,
+            "POST",
+            &[("X-Berth-Token", "viewer-secret-0123456789")],
+            &job
+        ),
+        403
+    );
+    // DNS rebinding and other sites: refused even with the right token.
+    assert_eq!(
+        status_of(
+            port,
+            "GET",
+            &[
+                ("Host", &format!("rebound.example:{port}")),
+                ("Authorization", &bearer)
+            ],
+            ""
+        ),
+        403
+    );
+    assert_eq!(
+        status_of(
+            port,
+            "POST",
+            &[
+                ("Origin", "http://evil.example"),
+                ("Authorization", &bearer)
+            ],
+            &job
+        ),
+        403
+    );
+    let jobs: serde_json::Value = agent.client().get("/v1/jobs").await.unwrap();
+    assert_eq!(
+        jobs,
+        serde_json::json!([]),
+        "a refused request submitted a job"
+    );
+    assert_eq!(
+        status_of(port, "POST", &[("Authorization", &bearer)], &job),
+        200
+    );
+
+    // The CLI over TCP with BERTH_TOKEN.
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args([
+            "--address",
+            &format!("http://127.0.0.1:{port}"),
+            "job",
+            "status",
+        ])
+        .env("BERTH_TOKEN", &submit)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains('t'), "{stdout}");
+}
+
+/// Runs `berth agent` on `dir` with `config` and returns its exit code and output; it is
+/// expected to refuse to start.
+fn refused_start(dir: &Path, config: &str) -> (Option<i32>, String) {
+    std::fs::write(dir.join("agent.hcl"), config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--config")
+        .arg(dir.join("agent.hcl"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("agent")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the agent started although it should have refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), text)
+}
+
+#[test]
+fn a_misconfigured_front_door_keeps_the_agent_from_starting() {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-doors")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (code, output) = refused_start(
+        dir.path(),
+        &format!("http {{\n  address = \"127.0.0.1:{port}\"\n}}\n"),
+    );
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output.contains(&format!(
+            "http.address 127.0.0.1:{port} opens a TCP listener, which needs a token"
+        )),
+        "{output}"
+    );
+
+    let token_file = dir.path().join("loose-token");
+    std::fs::write(&token_file, "loose-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, output) = refused_start(
+        dir.path(),
+        &format!(
+            "http {{\n  address = \"127.0.0.1:{port}\"\n  token_file = \"{}\"\n}}\n",
+            token_file.display()
+        ),
+    );
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output.contains(&format!(
+            "is open to others (mode 644): run `chmod 600 {}`",
+            token_file.display()
+        )),
+        "{output}"
+    );
+
+    std::fs::create_dir_all(dir.path().join("data/api.sock")).unwrap();
+    let (code, output) = refused_start(dir.path(), "");
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output.contains("api.sock exists and is not a socket: move it away"),
+        "{output}"
+    );
+    assert!(
+        dir.path().join("data/api.sock").is_dir(),
+        "the agent removed what it did not own"
+    );
+}

@@ -1,10 +1,10 @@
 //! A small client of the HTTP API, for the CLI and the tests.
 
+use std::path::{Path, PathBuf};
+
 use http_body_util::BodyExt;
 use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -12,31 +12,70 @@ use super::ApiError;
 
 type Body = http_body_util::Full<hyper::body::Bytes>;
 
-/// The agent's address when none is given (Nomad's port).
+/// The agent's TCP address when nothing else is found (Nomad's port; a `-dev` agent).
 pub const DEFAULT_ADDRESS: &str = "http://127.0.0.1:4646";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach the berth agent at {address} ({reason}); is `berth agent -dev` running?")]
+    #[error("cannot reach the berth agent at {address} ({reason}); is `berth agent` running?")]
     Unreachable { address: String, reason: String },
     /// The agent answered with an error; the message is the agent's.
     #[error("{}", .0.error)]
     Api(ApiError, StatusCode),
     #[error("the agent at {address} sent an answer this client does not understand: {reason}")]
     Garbled { address: String, reason: String },
+    #[error("{0:?} is not an agent address: use unix:///path/to/api.sock or http://host:port")]
+    BadAddress(String),
+}
+
+/// Where the agent listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Endpoint {
+    Unix(PathBuf),
+    /// `host:port`.
+    Tcp(String),
 }
 
 pub struct Client {
     address: String,
-    http: HyperClient<HttpConnector, Body>,
+    endpoint: Endpoint,
+    token: Option<String>,
 }
 
 impl Client {
-    pub fn new(address: &str) -> Client {
+    /// A client of the agent at `address`: `unix:///path/api.sock` or `http://host:port`.
+    pub fn new(address: &str) -> Result<Client, ClientError> {
+        let trimmed = address.trim_end_matches('/');
+        let endpoint = if let Some(path) = trimmed.strip_prefix("unix://") {
+            Endpoint::Unix(PathBuf::from(path))
+        } else if let Some(authority) = trimmed.strip_prefix("http://") {
+            if authority.is_empty() || authority.contains('/') {
+                return Err(ClientError::BadAddress(address.to_string()));
+            }
+            Endpoint::Tcp(authority.to_string())
+        } else {
+            return Err(ClientError::BadAddress(address.to_string()));
+        };
+        Ok(Client {
+            address: trimmed.to_string(),
+            endpoint,
+            token: None,
+        })
+    }
+
+    /// A client of the agent whose Unix socket is `socket`.
+    pub fn unix(socket: &Path) -> Client {
         Client {
-            address: address.trim_end_matches('/').to_string(),
-            http: HyperClient::builder(TokioExecutor::new()).build_http(),
+            address: format!("unix://{}", socket.display()),
+            endpoint: Endpoint::Unix(socket.to_path_buf()),
+            token: None,
         }
+    }
+
+    /// Sends `token` with every request (`Authorization: Bearer`).
+    pub fn with_token(mut self, token: Option<String>) -> Client {
+        self.token = token.filter(|t| !t.is_empty());
+        self
     }
 
     pub fn address(&self) -> &str {
@@ -69,24 +108,49 @@ impl Client {
             address: self.address.clone(),
             reason,
         };
+        let unreachable = |reason: String| ClientError::Unreachable {
+            address: self.address.clone(),
+            reason,
+        };
         let bytes = match body {
             Some(body) => serde_json::to_vec(body).map_err(|e| garbled(e.to_string()))?,
             None => Vec::new(),
         };
-        let request = Request::builder()
+        let host = match &self.endpoint {
+            Endpoint::Unix(_) => "localhost",
+            Endpoint::Tcp(authority) => authority.as_str(),
+        };
+        let mut request = Request::builder()
             .method(method)
-            .uri(format!("{}{path}", self.address))
-            .header("content-type", "application/json")
+            .uri(path)
+            .header("host", host)
+            .header("content-type", "application/json");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request
             .body(Body::from(bytes))
             .map_err(|e| garbled(e.to_string()))?;
-        let response = self
-            .http
-            .request(request)
+        // One connection per request: the CLI makes a few, and there is no pool to go stale.
+        let mut sender = match &self.endpoint {
+            Endpoint::Unix(socket) => {
+                let stream = tokio::net::UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                handshake(stream).await
+            }
+            Endpoint::Tcp(authority) => {
+                let stream = tokio::net::TcpStream::connect(authority)
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                handshake(stream).await
+            }
+        }
+        .map_err(|e| unreachable(root_cause(&e)))?;
+        let response = sender
+            .send_request(request)
             .await
-            .map_err(|e| ClientError::Unreachable {
-                address: self.address.clone(),
-                reason: root_cause(&e),
-            })?;
+            .map_err(|e| unreachable(root_cause(&e)))?;
         let status = response.status();
         let body = response
             .into_body()
@@ -103,6 +167,21 @@ impl Client {
         }
         serde_json::from_slice(&body).map_err(|e| garbled(e.to_string()))
     }
+}
+
+async fn handshake<S>(
+    stream: S,
+) -> Result<hyper::client::conn::http1::SendRequest<Body>, hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "the API connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 /// The innermost error's text: "Connection refused (os error 111)" rather than

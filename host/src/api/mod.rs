@@ -1,4 +1,5 @@
-//! The agent's JSON HTTP API, in Nomad's spirit. Loopback by default; the CLI is its
+//! The agent's JSON HTTP API, in Nomad's spirit, on a Unix socket in the data dir by
+//! default and on TCP when the operator asks, with tokens ([`access`]); the CLI is its
 //! client ([`client`]).
 //!
 //! | method | path | what |
@@ -21,9 +22,10 @@
 //! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 404 (unknown
 //! id) or 500 (the agent could not record something).
 
+pub mod access;
 pub mod client;
 
-use std::net::SocketAddr;
+use std::future::IntoFuture;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -166,14 +168,34 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .with_state(agent)
 }
 
-/// Binds `addr` and serves until the process ends. Binding is separate from serving so
-/// the caller can report a taken port before it claims to be up.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await
+/// Where the API is served: the Unix socket always, TCP when configured.
+pub struct Listeners {
+    pub socket: tokio::net::UnixListener,
+    pub tcp: Option<(tokio::net::TcpListener, access::AccessPolicy)>,
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, agent: Arc<Agent>) -> std::io::Result<()> {
-    axum::serve(listener, router(agent)).await
+/// Serves every listener, each behind its own access policy, until one fails.
+pub async fn serve(listeners: Listeners, agent: Arc<Agent>) -> std::io::Result<()> {
+    let guarded = |policy: access::AccessPolicy| {
+        router(agent.clone()).layer(axum::middleware::from_fn_with_state(
+            Arc::new(policy),
+            access::enforce,
+        ))
+    };
+    let socket = axum::serve(listeners.socket, guarded(access::AccessPolicy::socket()));
+    match listeners.tcp {
+        None => socket.await,
+        Some((tcp, policy)) => {
+            let tcp = axum::serve(tcp, guarded(policy));
+            tokio::try_join!(socket.into_future(), tcp.into_future()).map(|_| ())
+        }
+    }
+}
+
+/// Binds a TCP listener. Separate from serving, so a taken port is reported before the
+/// agent restores anything.
+pub async fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
 }
 
 async fn agent_self(State(agent): State<Arc<Agent>>) -> Json<AgentSelf> {

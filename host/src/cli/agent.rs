@@ -6,37 +6,77 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::agent::{Agent, AgentOptions, NoticeLevel, StateLocation};
+use crate::api::Listeners;
+use crate::api::access::{AccessError, AccessPolicy, SOCKET_NAME, bind_socket, tcp_tokens};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 
+/// Where a dev agent listens on TCP unless told otherwise (Nomad's port).
+const DEV_ADDRESS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4646);
+
 pub(super) async fn run(
-    http_addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
+    dev: bool,
     drivers: DriverSet,
     hooks: HookSet,
     config: AgentConfig,
     data_dir: PathBuf,
 ) -> anyhow::Result<ExitCode> {
-    if !http_addr.ip().is_loopback() {
-        eprintln!(
-            "Warning: the HTTP API listens on {http_addr}, beyond loopback, and has no \
-             authentication"
-        );
-    }
-    // Bind first: a taken port is reported before anything is restored.
-    let listener = crate::api::bind(http_addr)
-        .await
-        .map_err(|e| anyhow::format_err!("listening on {http_addr}: {e}"))?;
+    // The TCP listener first: a taken port or a missing token is reported before anything
+    // is restored.
+    let tcp = match (http_addr, dev) {
+        (None, false) => None,
+        (address, dev) => {
+            let address = address.unwrap_or(DEV_ADDRESS);
+            let tokens = match tcp_tokens(&config.http, address) {
+                Ok(tokens) => tokens,
+                // Dev mode may listen without a token; it says so below.
+                Err(AccessError::TcpWithoutToken(_)) if dev => Vec::new(),
+                Err(error) => return Err(error.into()),
+            };
+            let open = tokens.is_empty();
+            let listener = crate::api::bind_tcp(address)
+                .await
+                .map_err(|e| anyhow::format_err!("listening on {address}: {e}"))?;
+            Some((
+                listener,
+                address,
+                open,
+                AccessPolicy::tcp(address, tokens, open),
+            ))
+        }
+    };
     let agent = Agent::start(AgentOptions {
         data_dir: data_dir.clone(),
-        config,
+        config: config.clone(),
         drivers,
         hooks,
         state: StateLocation::DataDir,
     })
     .await?;
+    let socket = bind_socket(&data_dir, config.http.socket_group.as_deref())?;
     println!("==> berth agent started");
-    println!("    HTTP API:   http://{http_addr}");
+    let socket_mode = match &config.http.socket_group {
+        Some(group) => format!("mode 0660, group {group:?}"),
+        None => "mode 0600".to_string(),
+    };
+    println!(
+        "    HTTP API:   unix://{} ({socket_mode})",
+        data_dir.join(SOCKET_NAME).display()
+    );
+    if let Some((_, address, open, _)) = &tcp {
+        if *open {
+            println!("    HTTP API:   http://{address} (OPEN: no token needed, dev mode)");
+            eprintln!(
+                "Warning: dev mode: the HTTP API on {address} takes requests from any local \
+                 user without a token. Do not run a dev agent on a shared machine."
+            );
+        } else {
+            println!("    HTTP API:   http://{address} (token required)");
+        }
+    }
     println!("    data dir:   {}", data_dir.display());
     let drivers: Vec<&str> = agent.drivers().iter().map(|d| d.name()).collect();
     println!("    drivers:    {}", drivers.join(", "));
@@ -61,7 +101,11 @@ pub(super) async fn run(
             super::output::print_event(&event);
         }
     });
-    let serve = crate::api::serve(listener, agent.clone());
+    let listeners = Listeners {
+        socket,
+        tcp: tcp.map(|(listener, _, _, policy)| (listener, policy)),
+    };
+    let serve = crate::api::serve(listeners, agent.clone());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         served = serve => served.map_err(|e| anyhow::format_err!("serving the HTTP API: {e}"))?,

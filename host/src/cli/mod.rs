@@ -1,6 +1,6 @@
 //! The `berth` command line, in Nomad's shape.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,6 +13,8 @@ mod job;
 mod output;
 mod volume;
 
+use crate::api::access::SOCKET_NAME;
+use crate::api::client::{Client, ClientError, DEFAULT_ADDRESS};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
@@ -34,9 +36,14 @@ struct Cli {
     /// The agent's configuration file (host volumes, plugin dir, data dir).
     #[arg(long, global = true, env = "BERTH_CONFIG")]
     config: Option<PathBuf>,
-    /// The agent's HTTP API, for commands that talk to a running agent.
-    #[arg(long, global = true, env = "BERTH_ADDR", default_value = crate::api::client::DEFAULT_ADDRESS)]
-    address: String,
+    /// The agent's API, for commands that talk to a running agent: `unix:///path` or
+    /// `http://host:port`. By default the Unix socket in the data dir (`api.sock`), then a
+    /// dev agent's (`/tmp/berth-dev/api.sock`), then http://127.0.0.1:4646.
+    #[arg(long, global = true, env = "BERTH_ADDR")]
+    address: Option<String>,
+    /// The token for an agent's TCP listener.
+    #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,9 +56,11 @@ enum Command {
         /// Nomad's `-dev` spelling works too.
         #[arg(long)]
         dev: bool,
-        /// Where the HTTP API listens. Loopback unless you say otherwise.
-        #[arg(long, default_value = "127.0.0.1:4646")]
-        http_addr: std::net::SocketAddr,
+        /// A TCP listener for the API besides the Unix socket (as `http.address` in the
+        /// config): it needs a token, except in dev mode, which listens on
+        /// 127.0.0.1:4646 without one unless told otherwise.
+        #[arg(long)]
+        http_addr: Option<std::net::SocketAddr>,
     },
     /// Run a job to completion on an embedded agent, streaming its events.
     Run {
@@ -198,36 +207,6 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    // Commands that only talk to a running agent need no drivers.
-    let client = crate::api::client::Client::new(&cli.address);
-    match &cli.command {
-        Command::Job {
-            command: JobCommand::Run { jobspec, detach },
-        } => return job::submit(&client, jobspec, *detach).await,
-        Command::Job {
-            command: JobCommand::Status { id },
-        } => return job::status(&client, id.as_deref()).await,
-        Command::Job {
-            command: JobCommand::Stop { id },
-        } => return job::stop(&client, id).await,
-        Command::Alloc {
-            command: AllocCommand::Status { id, json },
-        } => return alloc::status(&client, id, *json).await,
-        Command::Volume { command } => {
-            return match command {
-                VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
-                VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,
-                VolumeCommand::Status { id, json } => {
-                    volume::status(&client, id.as_deref(), *json).await
-                }
-                VolumeCommand::Deregister { id } => volume::deregister(&client, id).await,
-            };
-        }
-        Command::Plugin {
-            command: PluginCommand::Status { id, json },
-        } => return volume::plugin_status(&client, id.as_deref(), *json).await,
-        _ => {}
-    }
     let dev = matches!(cli.command, Command::Agent { dev: true, .. });
     let config = match &cli.config {
         Some(path) => AgentConfig::parse_file(path).map_err(|e| anyhow::format_err!("{e}"))?,
@@ -239,11 +218,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .or(config.data_dir.clone())
         .unwrap_or_else(|| {
             if dev {
-                PathBuf::from("/tmp/berth-dev")
+                PathBuf::from(DEV_DATA_DIR)
             } else {
                 default_data_dir()
             }
         });
+    // Commands that only talk to a running agent need no drivers.
+    if let Some(result) = run_client_command(&cli, &data_dir).await {
+        return result;
+    }
     let plugin_dir = cli.plugin_dir.clone().or(config.plugin_dir.clone());
     let runtime = Runtime::new(RuntimeConfig::new(Some(data_dir.join("component-cache"))))?;
     let (drivers, problems) = DriverSet::load(&runtime, plugin_dir.as_deref()).await;
@@ -274,13 +257,78 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: HookCommand::List { json },
         } => hook::hook_list(&hooks, json),
         Command::Run { jobspec } => job::run(&jobspec, drivers, hooks, config, &data_dir).await,
-        Command::Agent { http_addr, .. } => {
-            agent::run(http_addr, drivers, hooks, config, data_dir).await
+        Command::Agent { http_addr, dev } => {
+            let http_addr = http_addr.or(config.http.address);
+            agent::run(http_addr, dev, drivers, hooks, config, data_dir).await
         }
         Command::Job { .. }
         | Command::Alloc { .. }
         | Command::Volume { .. }
         | Command::Plugin { .. } => unreachable!("handled above"),
+    }
+}
+
+/// Where `berth agent -dev` keeps its state unless told otherwise.
+const DEV_DATA_DIR: &str = "/tmp/berth-dev";
+
+/// The commands that talk to a running agent; `None` for the others.
+async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result<ExitCode>> {
+    let is_client = matches!(
+        cli.command,
+        Command::Job {
+            command: JobCommand::Run { .. } | JobCommand::Status { .. } | JobCommand::Stop { .. }
+        } | Command::Alloc { .. }
+            | Command::Volume { .. }
+            | Command::Plugin { .. }
+    );
+    if !is_client {
+        return None;
+    }
+    let client = match agent_client(cli.address.as_deref(), data_dir) {
+        Ok(client) => client.with_token(cli.token.clone()),
+        Err(error) => return Some(Err(error.into())),
+    };
+    Some(match &cli.command {
+        Command::Job {
+            command: JobCommand::Run { jobspec, detach },
+        } => job::submit(&client, jobspec, *detach).await,
+        Command::Job {
+            command: JobCommand::Status { id },
+        } => job::status(&client, id.as_deref()).await,
+        Command::Job {
+            command: JobCommand::Stop { id },
+        } => job::stop(&client, id).await,
+        Command::Alloc {
+            command: AllocCommand::Status { id, json },
+        } => alloc::status(&client, id, *json).await,
+        Command::Volume { command } => match command {
+            VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
+            VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,
+            VolumeCommand::Status { id, json } => {
+                volume::status(&client, id.as_deref(), *json).await
+            }
+            VolumeCommand::Deregister { id } => volume::deregister(&client, id).await,
+        },
+        Command::Plugin {
+            command: PluginCommand::Status { id, json },
+        } => volume::plugin_status(&client, id.as_deref(), *json).await,
+        _ => unreachable!("is_client covers exactly these"),
+    })
+}
+
+/// The agent to talk to: `--address` when given; else the Unix socket of the data dir,
+/// then a dev agent's, when they exist; else Nomad's TCP address.
+fn agent_client(address: Option<&str>, data_dir: &Path) -> Result<Client, ClientError> {
+    if let Some(address) = address {
+        return Client::new(address);
+    }
+    let sockets = [
+        data_dir.join(SOCKET_NAME),
+        Path::new(DEV_DATA_DIR).join(SOCKET_NAME),
+    ];
+    match sockets.iter().find(|s| s.exists()) {
+        Some(socket) => Ok(Client::unix(socket)),
+        None => Client::new(DEFAULT_ADDRESS),
     }
 }
 

@@ -7,7 +7,9 @@ rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 cargo build --release -p berth -p berth-csi-hostpath
 demo=/tmp/berth-csi
 berth=./target/release/berth
-export BERTH_ADDR=http://127.0.0.1:4656
+# The agent and the CLI read the same config, so the CLI finds the agent's API socket in
+# its data dir (/tmp/berth-csi/state/api.sock).
+export BERTH_CONFIG=examples/csi/agent.hcl
 
 # A previous run's mounts, if it was interrupted.
 { grep -o " $demo/[^ ]*" /proc/self/mountinfo || true; } | sort -r | xargs -r -n1 umount -l
@@ -15,7 +17,7 @@ rm -rf "$demo"
 mkdir -p "$demo/bin" "$demo/data"
 cp target/release/csi-hostpath "$demo/bin/"
 
-"$berth" --config examples/csi/agent.hcl agent --http-addr 127.0.0.1:4656 >"$demo/agent.log" 2>&1 &
+"$berth" agent >"$demo/agent.log" 2>&1 &
 agent=$!
 cleanup() {
   "$berth" job stop csi-hostpath >/dev/null 2>&1 || true

@@ -25,7 +25,7 @@ use berth::driver_set::DriverSet;
 use berth::model::events::EventKind;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::state::StateStore;
-use common::{median, micros, ratio};
+use common::{median, micros, ratio, summary};
 
 const ALLOCS: usize = 100;
 
@@ -66,7 +66,7 @@ async fn run() {
         std::env::temp_dir().join("berth-bench-cache"),
     )))
     .unwrap();
-    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let config = Arc::new(AgentConfig {
         host_volumes: vec![HostVolume {
             name: "data".into(),
@@ -124,6 +124,12 @@ async fn run() {
         "  mock alloc start / bare syscalls   {:>6.2}x",
         ratio(mock, bare)
     );
+    summary("mock_alloc_start_us", micros(mock));
+    summary("mock_alloc_start_in_memory_us", micros(mock_memory));
+    summary("exec_alloc_start_us", micros(exec));
+    summary("bare_syscalls_us", micros(bare));
+    summary("exec_over_bare", ratio(exec, bare));
+    summary("mock_over_bare", ratio(mock, bare));
 }
 
 async fn alloc_starts(jobspec: &str, shared: &NodeContext) -> Duration {

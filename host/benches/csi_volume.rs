@@ -30,7 +30,7 @@ use berth::csi::registry::PluginRegistration;
 use berth::model::csi::Timeouts;
 use berth::model::csi::{AccessMode, AttachmentMode, PluginKind, Usage};
 use berth::state::StateStore;
-use common::{median, micros, ratio};
+use common::{median, micros, ratio, summary};
 
 const VOLUMES: usize = 100;
 
@@ -280,6 +280,15 @@ async fn run() {
     );
     println!("mounts left behind: {leftover}");
     assert_eq!(leftover, 0);
+    summary("mount_us", micros(berth_m));
+    summary("unmount_us", micros(berth_u));
+    summary("mount_in_memory_us", micros(mem_m));
+    summary("unmount_in_memory_us", micros(mem_u));
+    summary("bare_grpc_mount_us", micros(grpc_m));
+    summary("bare_grpc_unmount_us", micros(grpc_u));
+    summary("mount_over_bare_grpc", ratio(berth_m, grpc_m));
+    summary("unmount_over_bare_grpc", ratio(berth_u, grpc_u));
+    summary("mounts_left_behind", leftover as f64);
 }
 
 fn bind(source: &Path, target: &PathBuf) {

@@ -17,7 +17,7 @@ use berth::runtime::{Runtime, RuntimeConfig};
 use berth_proto::bench::driver_plugin_client::DriverPluginClient;
 use berth_proto::bench::driver_plugin_server::{DriverPlugin, DriverPluginServer};
 use berth_proto::bench::{CapabilitiesRequest, CapabilitiesResponse};
-use common::{median, micros, ratio};
+use common::{median, micros, ratio, summary};
 use wasmtime::component::Linker;
 
 const SAMPLES: usize = 2_000;
@@ -121,6 +121,12 @@ async fn run() {
             "missed"
         }
     );
+    summary("warm_call_us", micros(warm_call));
+    summary("fresh_instance_us", micros(instantiate));
+    summary("berth_call_us", micros(berth_call));
+    summary("grpc_call_us", micros(grpc));
+    summary("grpc_over_warm_call", ratio(grpc, warm_call));
+    summary("grpc_over_berth_call", ratio(grpc, berth_call));
 }
 
 async fn median_of(samples: usize, mut sample: impl AsyncFnMut() -> Duration) -> Duration {

@@ -22,7 +22,7 @@ use berth::runtime::hook::Hook;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::task_runner::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
 use berth::task_runner::wasm_hooks::WasmHooks;
-use common::{median, micros, ratio};
+use common::{median, micros, ratio, summary};
 
 const RUNS: usize = 300;
 
@@ -86,8 +86,9 @@ async fn run() {
             memory_max: 32 << 20,
             on_failure: OnFailure::Fail,
             all_tasks: true,
+            sha256: None,
         };
-        hooks.push(Arc::new(Hook::load(&runtime, spec).await.unwrap()));
+        hooks.push(Arc::new(Hook::load(&runtime, spec, false).await.unwrap()));
     }
     let csi = berth::csi::CsiNode::start(
         &task_dir,
@@ -142,11 +143,19 @@ async fn run() {
         rows.push((n, wasm, native));
     }
     println!("ratios (same run)");
-    for (n, wasm, native) in rows {
+    for &(n, wasm, native) in &rows {
         println!(
             "  {n:>2} hook(s): WASM / native no-op  {:>9.0}x   (added per task start: {:.1} µs)",
             ratio(wasm, native),
             micros(wasm.saturating_sub(native))
+        );
+    }
+    for (n, wasm, native) in rows {
+        summary(&format!("wasm_{n}_hooks_us"), micros(wasm));
+        summary(&format!("native_{n}_hooks_us"), micros(native));
+        summary(
+            &format!("wasm_{n}_hooks_added_us"),
+            micros(wasm.saturating_sub(native)),
         );
     }
 }

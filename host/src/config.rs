@@ -49,6 +49,7 @@ use crate::jobspec::{JobspecError, Problem};
 use crate::model::csi::CsiSettings;
 use crate::model::csi::Timeouts;
 use crate::model::hook::{HookSpec, OnFailure};
+use crate::model::pins::{DriverPins, parse_sha256};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentConfig {
@@ -60,6 +61,8 @@ pub struct AgentConfig {
     /// `plugin "NAME" { ... }` blocks, by driver name.
     pub plugins: Vec<PluginConfig>,
     pub http: HttpConfig,
+    /// Refuse every driver or hook component that no `sha256` pins.
+    pub require_pinned: bool,
 }
 
 /// Who may reach the HTTP API, and how.
@@ -108,6 +111,8 @@ pub struct PluginConfig {
     pub name: String,
     /// `config { enabled = ... }`: drivers that are off by default (raw_exec) need it.
     pub enabled: Option<bool>,
+    /// The driver component's SHA-256, as approved by the operator.
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +129,18 @@ impl AgentConfig {
 
     pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
         self.plugins.iter().find(|p| p.name == name)
+    }
+
+    /// The digests drivers are pinned to, by name.
+    pub fn driver_pins(&self) -> DriverPins {
+        DriverPins {
+            require_pinned: self.require_pinned,
+            by_name: self
+                .plugins
+                .iter()
+                .filter_map(|p| Some((p.name.clone(), p.sha256.clone()?)))
+                .collect(),
+        }
     }
 
     /// Whether the operator turned `raw_exec` on. It runs tasks unconfined, as the agent's
@@ -152,6 +169,7 @@ impl AgentConfig {
                 "csi",
                 "plugin",
                 "http",
+                "require_pinned",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -218,6 +236,9 @@ impl AgentConfig {
         for (name, block) in fields.labeled_blocks("plugin", &mut problems) {
             plugins.push(plugin_config(name, block, &mut problems));
         }
+        let require_pinned = fields
+            .bool("require_pinned", &mut problems)
+            .unwrap_or(false);
         let http = match fields.single_block("http", &mut problems) {
             Some(block) => http_config(block, &mut problems),
             None => HttpConfig::default(),
@@ -234,6 +255,7 @@ impl AgentConfig {
             csi,
             plugins,
             http,
+            require_pinned,
         })
     }
 
@@ -337,7 +359,8 @@ fn plugin_config(
     problems: &mut Vec<Problem>,
 ) -> PluginConfig {
     let path = format!("config.plugin.{name}");
-    let mut plugin = Fields::new(&block.body, path.clone(), block.at, &["config"]);
+    let mut plugin = Fields::new(&block.body, path.clone(), block.at, &["config", "sha256"]);
+    let sha256 = pin(&mut plugin, block.at, problems);
     let mut enabled = None;
     if let Some(config) = plugin.single_block("config", problems) {
         let mut settings = Fields::new(
@@ -350,7 +373,24 @@ fn plugin_config(
         settings.finish(problems);
     }
     plugin.finish(problems);
-    PluginConfig { name, enabled }
+    PluginConfig {
+        name,
+        enabled,
+        sha256,
+    }
+}
+
+/// The `sha256` field of a plugin or hook block, checked.
+fn pin(fields: &mut Fields, block_at: Location, problems: &mut Vec<Problem>) -> Option<String> {
+    let text = fields.string("sha256", problems)?;
+    match parse_sha256(&text) {
+        Ok(digest) => Some(digest),
+        Err(error) => {
+            let at = fields.attr("sha256").map(|a| a.at).unwrap_or(block_at);
+            fields.problem(problems, "sha256", at, error.to_string());
+            None
+        }
+    }
 }
 
 fn hook_spec(
@@ -369,8 +409,10 @@ fn hook_spec(
             "memory_max",
             "on_failure",
             "all_tasks",
+            "sha256",
         ],
     );
+    let sha256 = pin(&mut hook, block.at, problems);
     let path = hook.required_string("path", problems);
     if let Some(path) = path.as_ref().filter(|p| !Path::new(p).is_absolute()) {
         let at = hook.attr("path").map(|v| v.at).unwrap_or(block.at);
@@ -420,6 +462,7 @@ fn hook_spec(
         memory_max,
         on_failure: on_failure?,
         all_tasks,
+        sha256,
     })
 }
 

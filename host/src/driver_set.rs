@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::builtin;
+use crate::model::pins::{DriverPins, sha256_hex};
 use crate::runtime::Runtime;
 use crate::runtime::driver::{Driver, DriverOrigin, LoadError};
 
@@ -14,9 +15,13 @@ pub struct DriverSet {
 }
 
 impl DriverSet {
-    /// Loads the built-in drivers and those in `plugin_dir`. Returns the problems with
-    /// files that were skipped, each naming the file.
-    pub async fn load(runtime: &Runtime, plugin_dir: Option<&Path>) -> (DriverSet, Vec<LoadError>) {
+    /// Loads the built-in drivers and those in `plugin_dir`, held to `pins`. Returns the
+    /// problems with files that were skipped, each naming the file.
+    pub async fn load(
+        runtime: &Runtime,
+        plugin_dir: Option<&Path>,
+        pins: &DriverPins,
+    ) -> (DriverSet, Vec<LoadError>) {
         let mut set = DriverSet::default();
         let mut problems = Vec::new();
         for (name, bytes) in builtin::DRIVERS {
@@ -32,7 +37,7 @@ impl DriverSet {
             match plugin_files(dir) {
                 Ok(files) => {
                     for file in files {
-                        match Driver::load_file(runtime, &file).await {
+                        match load_pinned(runtime, &file, pins).await {
                             Ok(driver) => set.add(driver, &mut problems),
                             Err(error) => problems.push(error),
                         }
@@ -68,6 +73,47 @@ impl DriverSet {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Driver>> {
         self.drivers.iter()
+    }
+}
+
+/// Loads the driver in `file` if the operator's pins allow it. Under `require_pinned`
+/// a digest no pin names is refused before any of its code runs; a driver whose name is
+/// pinned to another digest is refused after it tells its name.
+async fn load_pinned(
+    runtime: &Runtime,
+    file: &Path,
+    pins: &DriverPins,
+) -> Result<Driver, LoadError> {
+    let origin = DriverOrigin::File(file.to_path_buf());
+    let bytes = std::fs::read(file).map_err(|source| LoadError::Read {
+        origin: origin.to_string(),
+        source,
+    })?;
+    let digest = sha256_hex(&bytes);
+    let pinned_as = pins.name_for(&digest).map(str::to_string);
+    if pins.require_pinned && pinned_as.is_none() {
+        return Err(LoadError::Unpinned {
+            origin: origin.to_string(),
+            actual: digest,
+        });
+    }
+    let shown = origin.to_string();
+    let driver = Driver::load(runtime, origin, &bytes).await?;
+    let name = driver.name().to_string();
+    match pins.by_name.get(&name) {
+        Some(pinned) if *pinned != digest => Err(LoadError::DigestMismatch {
+            origin: shown,
+            name,
+            pinned: pinned.clone(),
+            actual: digest,
+        }),
+        // Approved bytes that now call themselves something else are not what was approved.
+        None if pins.require_pinned => Err(LoadError::PinnedUnderOtherName {
+            origin: shown,
+            name,
+            pinned_as: pinned_as.unwrap_or_default(),
+        }),
+        _ => Ok(driver),
     }
 }
 

@@ -16,11 +16,12 @@ pub struct HookSet {
 }
 
 impl HookSet {
-    pub async fn load(runtime: &Runtime, specs: &[HookSpec]) -> HookSet {
+    /// Loads every declared hook; with `require_pinned`, only those with a `sha256` pin.
+    pub async fn load(runtime: &Runtime, specs: &[HookSpec], require_pinned: bool) -> HookSet {
         let mut loaded = Vec::new();
         let mut refused = Vec::new();
         for spec in specs {
-            match Hook::load(runtime, spec.clone()).await {
+            match Hook::load(runtime, spec.clone(), require_pinned).await {
                 Ok(hook) => loaded.push(Arc::new(hook)),
                 Err(error) => {
                     tracing::error!("refused a hook: {error}");

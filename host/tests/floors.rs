@@ -195,44 +195,43 @@ fn mount_syscalls_outside_mount(source: &Source) -> Vec<Violation> {
 
 /// Only `host/src/runtime/` touches wasmtime and the generated WIT bindings.
 fn bindings_outside_runtime(source: &Source) -> Vec<Violation> {
-    if source.path.starts_with("host/src/runtime/") {
-        return Vec::new();
-    }
-    let mut violations = Vec::new();
-    for (line, code) in source.code_lines() {
-        let touches = ["wasmtime", "bindgen!", "bindings::"]
-            .iter()
-            .any(|needle| code.contains(needle));
-        if touches {
-            violations.push(Violation {
-                file: source.path.clone(),
-                line,
-                message: "wasmtime or generated bindings outside host/src/runtime/: convert to a `model` type inside `runtime`".into(),
-            });
-        }
-    }
-    violations
+    mentions_outside(
+        source,
+        "host/src/runtime/",
+        &["wasmtime", "bindgen!", "bindings::"],
+        "wasmtime or generated bindings outside host/src/runtime/: convert to a `model` type inside `runtime`",
+    )
 }
 
 /// Only `host/src/csi/` touches tonic and the protobuf types.
 fn grpc_outside_csi(source: &Source) -> Vec<Violation> {
-    if source.path.starts_with("host/src/csi/") {
+    mentions_outside(
+        source,
+        "host/src/csi/",
+        &["tonic::", "prost::", "berth_proto"],
+        "tonic or protobuf types outside host/src/csi/: convert to a `model` type inside `csi`",
+    )
+}
+
+/// A violation for every line of code outside `home` that mentions one of `needles`.
+fn mentions_outside(
+    source: &Source,
+    home: &str,
+    needles: &[&str],
+    message: &str,
+) -> Vec<Violation> {
+    if source.path.starts_with(home) {
         return Vec::new();
     }
-    let mut violations = Vec::new();
-    for (line, code) in source.code_lines() {
-        let touches = ["tonic::", "prost::", "berth_proto"]
-            .iter()
-            .any(|needle| code.contains(needle));
-        if touches {
-            violations.push(Violation {
-                file: source.path.clone(),
-                line,
-                message: "tonic or protobuf types outside host/src/csi/: convert to a `model` type inside `csi`".into(),
-            });
-        }
-    }
-    violations
+    source
+        .code_lines()
+        .filter(|(_, code)| needles.iter().any(|needle| code.contains(needle)))
+        .map(|(line, _)| Violation {
+            file: source.path.clone(),
+            line,
+            message: message.to_string(),
+        })
+        .collect()
 }
 
 /// Errors are typed: no `Result<_, String>` outside tests.

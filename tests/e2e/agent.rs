@@ -332,7 +332,9 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
             memory_max: 256 << 20,
             on_failure: berth::model::hook::OnFailure::Fail,
             all_tasks: false,
+            sha256: None,
         }],
+        false,
     )
     .await;
     assert!(warm.refused().is_empty(), "{:?}", warm.refused());

@@ -501,3 +501,120 @@ fn a_misconfigured_front_door_keeps_the_agent_from_starting() {
         "the agent removed what it did not own"
     );
 }
+
+/// `berth` with a config and a plugin dir, not talking to any agent.
+fn berth_offline(dir: &Path, config: &str, args: &[&str]) -> (i32, String, String) {
+    std::fs::write(dir.join("agent.hcl"), config).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--config")
+        .arg(dir.join("agent.hcl"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--plugin-dir")
+        .arg(dir.join("plugins"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn components_are_held_to_the_operators_pins() {
+    use berth::builtin::test_components::{INJECT_ENV_HOOK, LEGACY_V01};
+    use berth::model::pins::sha256_hex;
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-pins")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::os::unix::fs::symlink(
+        crate::support::cache_dir(),
+        dir.path().join("data/component-cache"),
+    )
+    .unwrap();
+    let driver_file = dir.path().join("plugins/legacy.wasm");
+    std::fs::copy(LEGACY_V01, &driver_file).unwrap();
+    let driver_digest = sha256_hex(&std::fs::read(LEGACY_V01).unwrap());
+    let hook_digest = sha256_hex(&std::fs::read(INJECT_ENV_HOOK).unwrap());
+    let wrong = "0".repeat(64);
+    let listed = |stdout: &str| stdout.lines().any(|l| l.starts_with("legacy_exec "));
+
+    // Pinned to another digest: refused, with both digests.
+    let (code, stdout, stderr) = berth_offline(
+        dir.path(),
+        &format!("plugin \"legacy_exec\" {{\n  sha256 = \"{wrong}\"\n}}\n"),
+        &["driver", "list"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: driver \"legacy_exec\" is pinned to sha256 {wrong}, but this file is sha256 {driver_digest}: refused",
+            driver_file.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!listed(&stdout), "{stdout}");
+
+    // Pinned to its digest: loaded, and the digest is shown.
+    let (code, stdout, stderr) = berth_offline(
+        dir.path(),
+        &format!(
+            "require_pinned = true\nplugin \"legacy_exec\" {{\n  sha256 = \"sha256:{}\"\n}}\n",
+            driver_digest.to_uppercase()
+        ),
+        &["driver", "list"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(listed(&stdout), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("legacy_exec  {driver_digest}")),
+        "{stdout}"
+    );
+
+    // require_pinned and no pin: refused before it runs.
+    let (_, stdout, stderr) =
+        berth_offline(dir.path(), "require_pinned = true\n", &["driver", "list"]);
+    assert!(
+        stderr.contains(&format!(
+            "sha256 {driver_digest} is not pinned by any plugin block"
+        )),
+        "{stderr}"
+    );
+    assert!(!listed(&stdout), "{stdout}");
+    // Built-in drivers are pinned by the build: still there.
+    assert!(stdout.lines().any(|l| l.starts_with("exec ")), "{stdout}");
+
+    // Hooks: a wrong pin, and require_pinned without one.
+    let hook = |extra: &str| {
+        format!(
+            "{extra}hook \"env\" {{\n  path = \"{INJECT_ENV_HOOK}\"\n  all_tasks = true\n}}\nhook \"pinned\" {{\n  path = \"{INJECT_ENV_HOOK}\"\n  sha256 = \"{wrong}\"\n}}\n"
+        )
+    };
+    let (_, stdout, _) = berth_offline(dir.path(), &hook(""), &["hook", "list"]);
+    assert!(
+        stdout.contains(&format!("env              {hook_digest}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "hook \"pinned\": {INJECT_ENV_HOOK} is sha256 {hook_digest}, but the agent config pins sha256 {wrong}: refused"
+        )),
+        "{stdout}"
+    );
+    let (_, stdout, _) = berth_offline(
+        dir.path(),
+        &hook("require_pinned = true\n"),
+        &["hook", "list"],
+    );
+    assert!(
+        stdout.contains(&format!(
+            "hook \"env\": {INJECT_ENV_HOOK} (sha256 {hook_digest}) has no sha256 pin, and require_pinned = true refuses unpinned components"
+        )),
+        "{stdout}"
+    );
+}

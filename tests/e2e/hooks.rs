@@ -30,6 +30,7 @@ fn spec(name: &str, path: &str, config: &[(&str, &str)]) -> HookSpec {
         memory_max: 16 << 20,
         on_failure: OnFailure::Fail,
         all_tasks: false,
+        sha256: None,
     }
 }
 
@@ -44,14 +45,15 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
         .tempdir_in("/tmp")
         .unwrap();
     let runtime = support::runtime();
-    let (drivers, _) = DriverSet::load(&runtime, None).await;
-    let hook_set = HookSet::load(&runtime, &hooks).await;
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
+    let hook_set = HookSet::load(&runtime, &hooks, false).await;
     // raw_exec on: the policy hooks below are what refuses it.
     let config = AgentConfig {
         hooks,
         plugins: vec![berth::config::PluginConfig {
             name: "raw_exec".into(),
             enabled: Some(true),
+            sha256: None,
         }],
         ..AgentConfig::default()
     };
@@ -365,6 +367,7 @@ async fn bad_hook_files_are_refused_at_load_and_the_rest_keeps_working() {
             spec("a-driver", components::MISBEHAVE, &[]),
             spec("fine", components::INJECT_ENV_HOOK, &[]),
         ],
+        false,
     )
     .await;
     let names: Vec<&str> = hooks.loaded().iter().map(|h| h.name()).collect();

@@ -204,7 +204,7 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
 
 async fn run_unvalidated(agent: &Agent, jobspec: &str) -> Arc<AllocRunner> {
     let runtime = support::runtime();
-    let (drivers, problems) = DriverSet::load(&runtime, None).await;
+    let (drivers, problems) = DriverSet::load(&runtime, None, &Default::default()).await;
     assert!(problems.is_empty());
     let job = Arc::new(berth::jobspec::parse("job.hcl", jobspec).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
@@ -334,7 +334,7 @@ async fn the_restart_policy_restarts_then_gives_up() {
 async fn stopping_an_alloc_kills_its_tasks() {
     let agent = Agent::new(false);
     let runtime = support::runtime();
-    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let job = berth::jobspec::parse(
         "job.hcl",
         "job \"svc\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"2s\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
@@ -374,7 +374,7 @@ async fn stopping_an_alloc_kills_its_tasks() {
 async fn lifecycle_tasks_run_in_order_and_sidecars_stop_with_the_main_task() {
     let agent = Agent::new(false);
     let runtime = support::runtime();
-    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let step = |name: &str, hook: &str, sidecar: bool, script: &str| {
         let lifecycle = if hook.is_empty() {
             String::new()
@@ -454,7 +454,7 @@ async fn lifecycle_tasks_run_in_order_and_sidecars_stop_with_the_main_task() {
 async fn a_failed_prestart_task_keeps_the_main_task_from_starting() {
     let agent = Agent::new(false);
     let runtime = support::runtime();
-    let (drivers, _) = DriverSet::load(&runtime, None).await;
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let source = r#"job "gate" {
   type = "batch"
   group "g" {

@@ -24,3 +24,10 @@ pub fn micros(duration: Duration) -> f64 {
 pub fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
 }
+
+/// The closing lines every bench prints, one figure each, for scripts and CI logs:
+/// `summary: name = value`. Durations are in µs; ratios are berth over its baseline
+/// unless the name says otherwise.
+pub fn summary(name: &str, value: f64) {
+    println!("summary: {name} = {value:.2}");
+}

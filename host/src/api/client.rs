@@ -17,8 +17,12 @@ pub const DEFAULT_ADDRESS: &str = "http://127.0.0.1:4646";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach the berth agent at {address} ({reason}); is `berth agent` running?")]
-    Unreachable { address: String, reason: String },
+    #[error("cannot reach the berth agent at {address} ({reason}); {hint}")]
+    Unreachable {
+        address: String,
+        reason: String,
+        hint: &'static str,
+    },
     /// The agent answered with an error; the message is the agent's.
     #[error("{}", .0.error)]
     Api(ApiError, StatusCode),
@@ -111,6 +115,12 @@ impl Client {
         let unreachable = |reason: String| ClientError::Unreachable {
             address: self.address.clone(),
             reason,
+            hint: match self.endpoint {
+                Endpoint::Unix(_) => {
+                    "is `berth agent` running with this data dir (--data-dir, or data_dir in --config)?"
+                }
+                Endpoint::Tcp(_) => "is `berth agent -dev` running, or is the address right?",
+            },
         };
         let bytes = match body {
             Some(body) => serde_json::to_vec(body).map_err(|e| garbled(e.to_string()))?,

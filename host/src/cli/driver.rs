@@ -27,6 +27,7 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
                     "capabilities": d.capabilities(),
                     "health": health,
                     "origin": d.origin().to_string(),
+                    "sha256": d.digest(),
                 })
             })
             .collect();
@@ -83,6 +84,11 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
              mount-configs \"all\" is the default.",
             driver.info().name
         );
+    }
+    // What an operator pins: plugin "NAME" { sha256 = "..." }.
+    println!("\nSHA-256");
+    for (driver, _) in &rows {
+        println!("{:<12} {}", driver.info().name, driver.digest());
     }
     Ok(())
 }

@@ -12,6 +12,9 @@ struct Row<'a> {
     #[serde(flatten)]
     spec: &'a HookSpec,
     status: &'static str,
+    /// The file's SHA-256, when it loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'a str>,
 }
@@ -23,12 +26,14 @@ pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode>
         .map(|h| Row {
             spec: h.spec(),
             status: "loaded",
+            digest: Some(h.digest()),
             reason: None,
         })
         .collect();
     rows.extend(hooks.refused().iter().map(|(spec, reason)| Row {
         spec,
         status: "refused",
+        digest: None,
         reason: Some(reason),
     }));
     if json {
@@ -62,9 +67,17 @@ pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode>
             spec.path.display()
         );
     }
+    println!("\nSHA-256");
+    for row in &rows {
+        println!(
+            "{:<16} {}",
+            row.spec.name,
+            row.digest.unwrap_or("(not loaded)")
+        );
+    }
     for row in &rows {
         if let Some(reason) = row.reason {
-            println!("\n{reason}");
+            println!("\n{}", super::output::one_line(reason));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -229,14 +229,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let plugin_dir = cli.plugin_dir.clone().or(config.plugin_dir.clone());
     let runtime = Runtime::new(RuntimeConfig::new(Some(data_dir.join("component-cache"))))?;
-    let (drivers, problems) = DriverSet::load(&runtime, plugin_dir.as_deref()).await;
+    let (drivers, problems) =
+        DriverSet::load(&runtime, plugin_dir.as_deref(), &config.driver_pins()).await;
     for problem in &problems {
         eprintln!("Warning: skipped a driver: {problem}");
     }
     // Hooks are compiled (seconds for a Python one) only for the commands that use them.
     let hooks = match cli.command {
         Command::Driver { .. } => HookSet::default(),
-        _ => HookSet::load(&runtime, &config.hooks).await,
+        _ => HookSet::load(&runtime, &config.hooks, config.require_pinned).await,
     };
     if !matches!(cli.command, Command::Hook { .. }) {
         for (_, reason) in hooks.refused() {

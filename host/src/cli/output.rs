@@ -54,6 +54,18 @@ fn is_bidi_override(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// `HH:MM:SS.mmm` UTC.
+pub(super) fn clock(time_ms: u64) -> String {
+    let seconds = time_ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60,
+        time_ms % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,16 +81,4 @@ mod tests {
         assert_eq!(text("line 1\n\tline 2\n"), "line 1\n\tline 2\n");
         assert_eq!(text("red \x1b[31mtext\x07"), "red \\u{1b}[31mtext\\u{7}");
     }
-}
-
-/// `HH:MM:SS.mmm` UTC.
-pub(super) fn clock(time_ms: u64) -> String {
-    let seconds = time_ms / 1000;
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        seconds / 3600 % 24,
-        seconds / 60 % 60,
-        seconds % 60,
-        time_ms % 1000
-    )
 }

@@ -24,6 +24,8 @@ pub struct HookSpec {
     pub on_failure: OnFailure,
     /// Runs for every task, not only for tasks that name it in `hooks`.
     pub all_tasks: bool,
+    /// The component's SHA-256 as the operator approved it; a file that differs is refused.
+    pub sha256: Option<String>,
 }
 
 impl HookSpec {

@@ -13,5 +13,6 @@ pub mod events;
 pub mod hook;
 pub mod hook_resources;
 pub mod mount;
+pub mod pins;
 pub mod status;
 pub mod units;

@@ -35,6 +35,27 @@ impl Bounds {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HookLoadError {
+    #[error(
+        "hook {name:?}: {} is sha256 {actual}, but the agent config pins sha256 {pinned}: refused \
+         (update the pin if the new file is approved)",
+        path.display()
+    )]
+    DigestMismatch {
+        name: String,
+        path: PathBuf,
+        pinned: String,
+        actual: String,
+    },
+    #[error(
+        "hook {name:?}: {} (sha256 {actual}) has no sha256 pin, and require_pinned = true \
+         refuses unpinned components",
+        path.display()
+    )]
+    Unpinned {
+        name: String,
+        path: PathBuf,
+        actual: String,
+    },
     #[error("hook {name:?}: cannot read {path}: {source}")]
     Read {
         name: String,
@@ -108,17 +129,44 @@ pub enum Notification {
 /// A loaded hook.
 pub struct Hook {
     runtime: Runtime,
+    /// The component's SHA-256, for `berth hook list`.
+    digest: String,
     spec: HookSpec,
     pre: HookPre<PluginCtx>,
 }
 
 impl Hook {
-    pub async fn load(runtime: &Runtime, spec: HookSpec) -> Result<Hook, HookLoadError> {
+    /// Loads the hook `spec` declares, if its file is what the operator pinned (and, with
+    /// `require_pinned`, if there is a pin at all). Checked before any of its code runs.
+    pub async fn load(
+        runtime: &Runtime,
+        spec: HookSpec,
+        require_pinned: bool,
+    ) -> Result<Hook, HookLoadError> {
         let bytes = std::fs::read(&spec.path).map_err(|source| HookLoadError::Read {
             name: spec.name.clone(),
             path: spec.path.clone(),
             source,
         })?;
+        let digest = crate::model::pins::sha256_hex(&bytes);
+        match &spec.sha256 {
+            Some(pinned) if *pinned != digest => {
+                return Err(HookLoadError::DigestMismatch {
+                    name: spec.name.clone(),
+                    path: spec.path.clone(),
+                    pinned: pinned.clone(),
+                    actual: digest,
+                });
+            }
+            None if require_pinned => {
+                return Err(HookLoadError::Unpinned {
+                    name: spec.name.clone(),
+                    path: spec.path.clone(),
+                    actual: digest,
+                });
+            }
+            _ => {}
+        }
         let invalid = |reason: String| HookLoadError::Invalid {
             name: spec.name.clone(),
             path: spec.path.clone(),
@@ -152,9 +200,15 @@ impl Hook {
         })?;
         Ok(Hook {
             runtime: runtime.clone(),
+            digest,
             spec,
             pre,
         })
+    }
+
+    /// The component's SHA-256, as `sha256sum` prints it.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     pub fn spec(&self) -> &HookSpec {

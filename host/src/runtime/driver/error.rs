@@ -23,6 +23,31 @@ pub enum LoadError {
     },
     #[error("{origin}: the driver reported an unusable {problem}")]
     Nonsense { origin: String, problem: String },
+    #[error(
+        "{origin}: driver {name:?} is pinned to sha256 {pinned}, but this file is sha256 \
+         {actual}: refused (update the pin if the new file is approved)"
+    )]
+    DigestMismatch {
+        origin: String,
+        name: String,
+        pinned: String,
+        actual: String,
+    },
+    #[error(
+        "{origin}: sha256 {actual} is not pinned by any plugin block, and require_pinned = true \
+         refuses unpinned components: add plugin \"<name>\" {{ sha256 = \"{actual}\" }} if it \
+         is approved"
+    )]
+    Unpinned { origin: String, actual: String },
+    #[error(
+        "{origin}: this file's digest is pinned for driver {pinned_as:?}, but it calls itself \
+         {name:?}: refused"
+    )]
+    PinnedUnderOtherName {
+        origin: String,
+        name: String,
+        pinned_as: String,
+    },
 }
 
 /// A call into a loaded driver failed. `driver` reads `driver "name" (origin)`.

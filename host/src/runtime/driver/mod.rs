@@ -76,6 +76,8 @@ pub struct Driver {
     pre: DriverPre,
     info: DriverInfo,
     capabilities: Capabilities,
+    /// The component's SHA-256 (hex), for pins and `berth driver list`.
+    digest: String,
 }
 
 impl Driver {
@@ -140,6 +142,7 @@ impl Driver {
                 version: String::new(),
             },
             capabilities: Capabilities::assumed_for_legacy(),
+            digest: crate::model::pins::sha256_hex(bytes),
         };
         let info: DriverInfo = driver
             .call(
@@ -190,6 +193,11 @@ impl Driver {
 
     pub fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    /// The component's SHA-256, as `sha256sum` prints it.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     pub fn origin(&self) -> &DriverOrigin {

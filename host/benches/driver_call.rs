@@ -43,6 +43,7 @@ async fn run() {
     let identity = PluginIdentity {
         name: "mock".into(),
         may_mount: true,
+        isolation: berth::model::driver::FsIsolation::None,
     };
     let budget = Duration::from_secs(60);
 

@@ -87,6 +87,7 @@ async fn run() {
             on_failure: OnFailure::Fail,
             all_tasks: true,
             sha256: None,
+            quota: Default::default(),
         };
         hooks.push(Arc::new(Hook::load(&runtime, spec, false).await.unwrap()));
     }

@@ -16,6 +16,8 @@
 //!   memory_max = "32MiB"
 //!   on_failure = "fail"     # or "ignore"
 //!   all_tasks  = true       # otherwise tasks opt in with `hooks = ["policy"]`
+//!   quota_bytes  = "4MiB"   # what one call may write into local/ (files it returns)
+//!   quota_inodes = 64       # files plus the directories their paths create
 //! }
 //!
 //! csi {
@@ -48,7 +50,7 @@ use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::{JobspecError, Problem};
 use crate::model::csi::CsiSettings;
 use crate::model::csi::Timeouts;
-use crate::model::hook::{HookSpec, OnFailure};
+use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
 use crate::model::pins::{DriverPins, parse_sha256};
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -410,8 +412,17 @@ fn hook_spec(
             "on_failure",
             "all_tasks",
             "sha256",
+            "quota_bytes",
+            "quota_inodes",
         ],
     );
+    let defaults = WriteQuota::default();
+    let quota = WriteQuota {
+        bytes: hook.size("quota_bytes", problems).unwrap_or(defaults.bytes),
+        inodes: hook
+            .number("quota_inodes", 1_000_000, problems)
+            .unwrap_or(defaults.inodes),
+    };
     let sha256 = pin(&mut hook, block.at, problems);
     let path = hook.required_string("path", problems);
     if let Some(path) = path.as_ref().filter(|p| !Path::new(p).is_absolute()) {
@@ -463,6 +474,7 @@ fn hook_spec(
         on_failure: on_failure?,
         all_tasks,
         sha256,
+        quota,
     })
 }
 

@@ -333,6 +333,7 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
             on_failure: berth::model::hook::OnFailure::Fail,
             all_tasks: false,
             sha256: None,
+            quota: Default::default(),
         }],
         false,
     )

@@ -31,6 +31,7 @@ fn spec(name: &str, path: &str, config: &[(&str, &str)]) -> HookSpec {
         on_failure: OnFailure::Fail,
         all_tasks: false,
         sha256: None,
+        quota: Default::default(),
     }
 }
 
@@ -302,7 +303,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
     let events = messages(&status, "victim");
     assert!(
         events.iter().any(|e| e.contains(
-            "hook \"wasi-escape\": contained: 4 attempts outside /local denied; inside write ok: true"
+            "hook \"wasi-escape\": contained: 4 attempts outside /local denied; inside write ok: false"
         )),
         "{events:#?}"
     );
@@ -392,4 +393,133 @@ async fn bad_hook_files_are_refused_at_load_and_the_rest_keeps_working() {
         hooks.problem_with("garbage").unwrap().split(':').next(),
         Some("hook \"garbage\" did not load on this agent")
     );
+}
+
+/// A hook author trying to reach root through what the task is given: a preloaded shared
+/// object, the variables a shell or loader reads first, variables berth owns, names that
+/// are not names, unbounded writes through WASI or through returned files, and an
+/// executable the task will run. Each is refused with an event naming the hook and the
+/// rule, or contained; the task beside them runs as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
+    let env_cases: &[(&str, &str, &str)] = &[
+        (
+            "env-path",
+            "PATH",
+            "environment variable \"PATH\": it changes how the task's shell, loader or runtime starts",
+        ),
+        (
+            "env-bash",
+            "BASH_ENV",
+            "environment variable \"BASH_ENV\": it changes how the task's shell",
+        ),
+        (
+            "env-python",
+            "PYTHONSTARTUP",
+            "environment variable \"PYTHONSTARTUP\": PYTHON* variables change",
+        ),
+        (
+            "env-nomad",
+            "NOMAD_ALLOC_DIR",
+            "environment variable \"NOMAD_ALLOC_DIR\": NOMAD_* variables are set by berth",
+        ),
+        (
+            "env-berth",
+            "BERTH_TASK",
+            "environment variable \"BERTH_TASK\": BERTH_* variables are set by berth",
+        ),
+        (
+            "env-equals",
+            "A=B",
+            "environment variable \"A=B\": a name is 1 to 128 of [A-Za-z0-9_]",
+        ),
+        (
+            "env-newline",
+            "A\\nB",
+            "environment variable \"A\\nB\": a name is 1 to 128 of [A-Za-z0-9_]",
+        ),
+    ];
+    let mut hooks: Vec<HookSpec> = env_cases
+        .iter()
+        .map(|(hook, name, _)| {
+            spec(
+                hook,
+                components::HOSTILE_HOOK,
+                &[("behave", "env"), ("name", name), ("value", "/local")],
+            )
+        })
+        .collect();
+    for behave in ["ld-preload", "wasi-flood", "file-flood", "overwrite"] {
+        hooks.push(spec(
+            behave,
+            components::HOSTILE_HOOK,
+            &[("behave", behave)],
+        ));
+    }
+    let h = agent_with(hooks).await;
+    let healthy = h
+        .agent
+        .submit(
+            "healthy.hcl",
+            "job \"healthy\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n    }\n  }\n}\n",
+        )
+        .await
+        .unwrap();
+
+    let mut refusals: Vec<(&str, &str)> = env_cases.iter().map(|(h, _, e)| (*h, *e)).collect();
+    refusals.push((
+        "ld-preload",
+        "environment variable \"LD_PRELOAD\": LD_* variables change how the task's loader or runtime starts; hooks may not set them",
+    ));
+    refusals.push((
+        "file-flood",
+        "files of 8388608 bytes in all (this hook's quota_bytes is 4194304)",
+    ));
+    for (hook, expected) in refusals {
+        let task = format!(
+            "    task \"victim\" {{\n      driver = \"exec\"\n      hooks = [\"{hook}\"]\n      config {{ command = \"/bin/true\" }}\n    }}\n"
+        );
+        let status = run(&h.agent, &batch(&format!("hostile-{hook}"), &task)).await;
+        assert_eq!(status.client_status, ClientStatus::Failed, "{hook}");
+        let events = messages(&status, "victim");
+        let failure = events
+            .iter()
+            .find(|e| e.starts_with("Setup Failure: "))
+            .unwrap_or_else(|| panic!("{hook}: {events:#?}"));
+        assert!(
+            failure.contains(&format!("hook \"{hook}\"")) && failure.contains(expected),
+            "{hook}: expected {expected:?} in {failure:?}"
+        );
+        assert!(!events.iter().any(|e| e.starts_with("Started")), "{hook}");
+        // Nothing of a refused answer reaches the disk: no shared object, no flood.
+        let local = status.alloc_dir.join("victim/local");
+        assert!(!local.join("evil.so").exists(), "{hook}");
+        assert!(!local.join("a0").exists(), "{hook}");
+    }
+
+    // WASI writes are not a way around the quota: local/ is read-only to the hook.
+    let task = "    task \"victim\" {\n      driver = \"mock\"\n      hooks = [\"wasi-flood\"]\n      config { run_for = \"0s\" }\n    }\n";
+    let status = run(&h.agent, &batch("hostile-wasi-flood", task)).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let events = messages(&status, "victim");
+    assert!(
+        events.contains(&"Task Hook: hook \"wasi-flood\": wasi-flood wrote 0 files".to_string()),
+        "{events:#?}"
+    );
+    let flooded = std::fs::read_dir(status.alloc_dir.join("victim/local"))
+        .unwrap()
+        .count();
+    assert_eq!(flooded, 0, "the hook wrote into local/ through WASI");
+
+    // A file a hook returns is never executable, even over a file that was.
+    let task = "    task \"prep\" {\n      driver = \"raw_exec\"\n      lifecycle { hook = \"prestart\" }\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../victim/local && printf '#!/bin/sh\\\\necho original\\\\n' > $NOMAD_ALLOC_DIR/../victim/local/run.sh && chmod 755 $NOMAD_ALLOC_DIR/../victim/local/run.sh\"]\n      }\n    }\n    task \"victim\" {\n      driver = \"exec\"\n      hooks = [\"overwrite\"]\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"stat -c %a /local/run.sh; /local/run.sh || echo refused to run\"]\n      }\n    }\n";
+    let status = run(&h.agent, &batch("hostile-overwrite", task)).await;
+    let stdout =
+        std::fs::read_to_string(status.alloc_dir.join("alloc/logs/victim.stdout.0")).unwrap();
+    assert_eq!(stdout, "644\nrefused to run\n", "{status:#?}");
+
+    // The healthy alloc never noticed.
+    let status = h.agent.alloc(&healthy.alloc_ids[0]).unwrap();
+    assert_eq!(status.client_status, ClientStatus::Running);
+    h.agent.stop_job("healthy").await.unwrap();
 }

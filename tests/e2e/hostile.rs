@@ -243,3 +243,61 @@ async fn bad_files_are_refused_at_load_with_the_file_named() {
             .starts_with(&format!("{}: cannot read the driver", missing.display()))
     );
 }
+
+/// A driver that declared `chroot` asks for a process without any isolation (which, with
+/// the agent as root, would be root on the host): refused, and nothing runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_cannot_spawn_below_the_isolation_it_declared() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let task = TaskDir::new();
+    let error = driver
+        .start_task(&task.request("t", json!({"behave": "downgrade"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().ends_with(
+            "driver \"misbehave\" declared fs-isolation Chroot but asked to spawn without \
+             isolation: a driver gets at most the isolation it declared, never less"
+        ),
+        "{error}"
+    );
+    assert_nothing_spawned(&runtime, &task);
+}
+
+/// What a driver returns or asks for is bounded: an 8 MiB error is kept as 4 KiB and a
+/// note; 100 000 arguments are refused before anything is spawned.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drivers_huge_error_is_clipped_and_huge_argv_refused() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let task = TaskDir::new();
+    let error = driver
+        .start_task(&task.request("t", json!({"behave": "huge-error"}), vec![]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.len() < 5_000,
+        "an error of {} bytes was kept",
+        error.len()
+    );
+    assert!(
+        error.ends_with(&format!("… ({} more bytes cut)", (8 << 20) - 4096)),
+        "{}",
+        &error[error.len().saturating_sub(200)..]
+    );
+    let error = driver
+        .start_task(&task.request("t", json!({"behave": "huge-argv"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("asked to spawn with 100000 arguments"),
+        "{error}"
+    );
+    assert_nothing_spawned(&runtime, &task);
+}

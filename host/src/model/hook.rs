@@ -26,6 +26,26 @@ pub struct HookSpec {
     pub all_tasks: bool,
     /// The component's SHA-256 as the operator approved it; a file that differs is refused.
     pub sha256: Option<String>,
+    /// What one call may write into the task's `local/`.
+    pub quota: WriteQuota,
+}
+
+/// The most one hook call may write: bytes in all, and inodes (files plus the
+/// directories their paths create). Files are the hook's only way to write: its WASI view
+/// of `local/` is read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct WriteQuota {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+impl Default for WriteQuota {
+    fn default() -> Self {
+        WriteQuota {
+            bytes: 4 << 20,
+            inodes: 64,
+        }
+    }
 }
 
 impl HookSpec {

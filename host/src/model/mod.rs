@@ -15,4 +15,5 @@ pub mod hook_resources;
 pub mod mount;
 pub mod pins;
 pub mod status;
+pub mod text;
 pub mod units;

@@ -17,7 +17,8 @@ use wasmtime::component::{HasSelf, Linker};
 use super::Runtime;
 use super::bindings::hook_v0_1::{self as wit, Hook as HookBindings, HookPre};
 use super::sandbox::{self, Fault, PluginCtx, PluginIdentity};
-use crate::model::hook::HookSpec;
+use crate::model::hook::{HookSpec, WriteQuota};
+use crate::model::text::clip;
 
 /// Limits on what a hook may return from prestart.
 pub struct Bounds;
@@ -240,7 +241,7 @@ impl Hook {
             })
             .await?
             .map_err(|reason| HookFailure::Refused(clip(&reason, Bounds::EVENT_CHARS)))?;
-        let output = check_response(&response)?;
+        let output = check_response(&response, &self.spec.quota)?;
         for file in &response.files {
             write_beneath(local_dir, Path::new(&file.path), &file.contents)
                 .map_err(|e| HookFailure::Denied(e.to_string()))?;
@@ -339,6 +340,8 @@ impl Hook {
         let identity = PluginIdentity {
             name: self.spec.name.as_str().into(),
             may_mount: false,
+            // Hooks cannot spawn at all (no berth:host/process); the strictest anyway.
+            isolation: crate::model::driver::FsIsolation::Chroot,
         };
         let mut store = sandbox::new_hook_store(
             &self.runtime,
@@ -370,8 +373,73 @@ impl Hook {
     }
 }
 
+/// Names a hook may not set, exactly: they change how the task's loader, shell or
+/// language runtime behaves before the task's own code runs, or what the task is told
+/// about itself.
+const DENIED_ENV: &[&str] = &[
+    "PATH",
+    "BASH_ENV",
+    "ENV",
+    "IFS",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "CDPATH",
+    "GLOBIGNORE",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "RES_OPTIONS",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+];
+
+/// Prefixes a hook may not set: the dynamic loader's (`LD_`, and `DYLD_` for good
+/// measure), glibc's allocator hooks, Python's interpreter settings, and the variables
+/// berth itself gives the task.
+const DENIED_ENV_PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_", "PYTHON", "NOMAD_", "BERTH_"];
+
+/// Why a hook may not set environment variable `name`, if it may not.
+pub fn env_refusal(name: &str) -> Option<String> {
+    let well_formed = name.len() <= Bounds::ENV_KEY_BYTES
+        && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Some(format!(
+            "a name is 1 to {} of [A-Za-z0-9_], not starting with a digit",
+            Bounds::ENV_KEY_BYTES
+        ));
+    }
+    let upper = name.to_ascii_uppercase();
+    if DENIED_ENV.contains(&upper.as_str()) {
+        return Some(
+            "it changes how the task's shell, loader or runtime starts; hooks may not set it"
+                .into(),
+        );
+    }
+    DENIED_ENV_PREFIXES
+        .iter()
+        .find(|prefix| upper.starts_with(*prefix))
+        .map(|prefix| match *prefix {
+            "NOMAD_" | "BERTH_" => format!("{prefix}* variables are set by berth; hooks may not set them"),
+            _ => format!("{prefix}* variables change how the task's loader or runtime starts; hooks may not set them"),
+        })
+}
+
 fn check_response(
     response: &wit::berth::hook::types::PrestartResponse,
+    quota: &WriteQuota,
 ) -> Result<PrestartOutput, HookFailure> {
     let too_much = |what: String| Err(HookFailure::TooMuch(what));
     if response.env.len() > Bounds::ENV_VARS {
@@ -382,15 +450,10 @@ fn check_response(
         ));
     }
     for (key, value) in &response.env {
-        let valid_key = !key.is_empty()
-            && key.len() <= Bounds::ENV_KEY_BYTES
-            && !key.contains('=')
-            && !key.contains('\0');
-        if !valid_key {
+        if let Some(rule) = env_refusal(key) {
             return Err(HookFailure::Denied(format!(
-                "environment variable name {:?} (1 to {} bytes, no '=' or NUL)",
-                clip(key, 64),
-                Bounds::ENV_KEY_BYTES
+                "environment variable {:?}: {rule}",
+                clip(key, 64)
             )));
         }
         if value.len() > Bounds::ENV_VALUE_BYTES || value.contains('\0') {
@@ -409,6 +472,9 @@ fn check_response(
         ));
     }
     let mut files = Vec::new();
+    let mut bytes = 0u64;
+    // Every file and every directory its path needs: the inodes the write may create.
+    let mut inodes = std::collections::BTreeSet::new();
     for file in &response.files {
         if file.contents.len() > Bounds::FILE_BYTES {
             return too_much(format!(
@@ -418,7 +484,27 @@ fn check_response(
                 Bounds::FILE_BYTES
             ));
         }
-        files.push(checked_relative(&file.path).map_err(|e| HookFailure::Denied(e.to_string()))?);
+        let path = checked_relative(&file.path).map_err(|e| HookFailure::Denied(e.to_string()))?;
+        bytes = bytes.saturating_add(file.contents.len() as u64);
+        inodes.extend(
+            path.ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .map(Path::to_path_buf),
+        );
+        files.push(path);
+    }
+    if bytes > quota.bytes {
+        return too_much(format!(
+            "files of {bytes} bytes in all (this hook's quota_bytes is {})",
+            quota.bytes
+        ));
+    }
+    if inodes.len() as u64 > quota.inodes {
+        return too_much(format!(
+            "files and directories making {} inodes (this hook's quota_inodes is {})",
+            inodes.len(),
+            quota.inodes
+        ));
     }
     if response.events.len() > Bounds::EVENTS {
         return too_much(format!(
@@ -546,21 +632,13 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
         resolve,
     )
     .map_err(refuse)?;
+    // Never executable, also when the hook overwrites a file that was.
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644)).map_err(refuse)?;
     let mut file = std::fs::File::from(file);
     std::io::Write::write_all(&mut file, contents).map_err(|source| HookFileError::Write {
         path: shown.clone(),
         source,
     })
-}
-
-/// At most `max` characters of `text`, marked when cut.
-fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut clipped: String = text.chars().take(max).collect();
-    clipped.push('…');
-    clipped
 }
 
 #[cfg(test)]
@@ -629,7 +707,7 @@ mod tests {
             /// what it lets through is within the bounds it promises.
             #[test]
             fn checked_output_is_within_bounds(response in response()) {
-                let Ok(output) = check_response(&response) else {
+                let Ok(output) = check_response(&response, &WriteQuota::default()) else {
                     return Ok(());
                 };
                 prop_assert!(output.env.len() <= Bounds::ENV_VARS);
@@ -645,7 +723,8 @@ mod tests {
                 }
                 prop_assert!(output.events.len() <= Bounds::EVENTS);
                 for event in &output.events {
-                    prop_assert!(event.chars().count() <= Bounds::EVENT_CHARS + 1);
+                    // The cut note adds at most ~32 characters.
+                    prop_assert!(event.chars().count() <= Bounds::EVENT_CHARS + 32);
                 }
             }
         }

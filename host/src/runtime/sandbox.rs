@@ -15,6 +15,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::{Runtime, SandboxLimits};
+use crate::model::driver::FsIsolation;
 use crate::model::mount::HandedMount;
 use crate::process::ProcessTable;
 
@@ -24,6 +25,8 @@ pub struct PluginIdentity {
     pub name: Arc<str>,
     /// False for drivers that declared mount-configs `none`.
     pub may_mount: bool,
+    /// The isolation the driver declared: it may not spawn with less.
+    pub isolation: FsIsolation,
 }
 
 /// The task a call is about, with what the host handed the driver for it. Spawning is
@@ -152,10 +155,12 @@ pub fn new_hook_store(
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
     let wasi = WasiCtx::builder()
         .stderr(stderr.clone())
+        // Read-only: a hook changes what is on disk only through the files it returns,
+        // which the host checks, bounds and writes (a WASI write would be unbounded).
         .preopened_dir(
             local_dir,
             "/local",
-            wasmtime_wasi::filesystem::FsPerms::ReadWrite,
+            wasmtime_wasi::filesystem::FsPerms::ReadOnly,
         )?
         .build();
     Ok(build_store(

@@ -13,6 +13,14 @@
 //! - `wasi-escape`: tries to reach outside `/local` through WASI itself and reports, as
 //!   an event, how many attempts were denied.
 //! - `net`: tries to connect to the config's `address` and reports what happened.
+//! - `ld-preload`: returns a shared object for `local/evil.so` and `LD_PRELOAD` pointing at
+//!   it, so a task run as root would load the hook's code.
+//! - `env`: sets the variable named by the config's `name` (PATH, BASH_ENV, NOMAD_*, a
+//!   name with `=` or a newline) to the config's `value`.
+//! - `wasi-flood`: writes files into `/local` through WASI as fast as it can for a
+//!   second and reports how many it managed.
+//! - `file-flood`: returns more directories and bytes than the quota allows.
+//! - `overwrite`: returns `local/run.sh` with new contents (the test made it executable).
 
 use berth_plugin_sdk::export_hook;
 use berth_plugin_sdk::hook::{self, File, Hook, PrestartResponse, TaskContext};
@@ -89,6 +97,47 @@ impl Hook for Hostile {
                         Ok(_) => format!("CONNECTED to {address}"),
                         Err(error) => format!("network denied: {error}"),
                     });
+            }
+            "ld-preload" => {
+                response.files.push(File {
+                    path: "evil.so".into(),
+                    contents: b"\x7fELF pretend shared object".to_vec(),
+                });
+                response
+                    .env
+                    .push(("LD_PRELOAD".into(), "/local/evil.so".into()));
+            }
+            "env" => {
+                let name = hook::lookup(&context.hook_config, "name").unwrap_or("PATH");
+                let value = hook::lookup(&context.hook_config, "value").unwrap_or("/local");
+                response.env.push((name.replace("\\n", "\n"), value.into()));
+            }
+            "wasi-flood" => {
+                let start = std::time::Instant::now();
+                let mut written = 0;
+                while start.elapsed() < std::time::Duration::from_secs(1) {
+                    if std::fs::write(format!("/local/flood-{written}"), [0u8; 4096]).is_err() {
+                        break;
+                    }
+                    written += 1;
+                }
+                response
+                    .events
+                    .push(format!("wasi-flood wrote {written} files"));
+            }
+            "file-flood" => {
+                for i in 0..16 {
+                    response.files.push(File {
+                        path: format!("a{i}/b/c/d/e/f/g"),
+                        contents: vec![b'x'; 512 << 10],
+                    });
+                }
+            }
+            "overwrite" => {
+                response.files.push(File {
+                    path: "run.sh".into(),
+                    contents: b"#!/bin/sh\necho replaced by the hook\n".to_vec(),
+                });
             }
             other => return Err(format!("unknown behaviour {other:?}")),
         }

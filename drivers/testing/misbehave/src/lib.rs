@@ -1,5 +1,5 @@
-//! A hostile driver for tests. It declares mount-configs `none`, and what it does wrong is
-//! chosen by the `behave` field of the task config:
+//! A hostile driver for tests. It declares mount-configs `none` and fs-isolation
+//! `chroot`, and what it does wrong is chosen by the `behave` field of the task config:
 //!
 //! - `trap`: panics (a trap) in the call;
 //! - `loop`: spins forever without yielding to the host;
@@ -8,6 +8,9 @@
 //! - `invented-mount`: same, but on a path the host never handed it (as if it were `all`);
 //! - `wrong-id`: returns a task handle for another task;
 //! - `huge-state`: returns 8 MiB of driver state;
+//! - `downgrade`: spawns `/bin/true` without isolation, below the `chroot` it declared;
+//! - `huge-error`: fails with an 8 MiB error message;
+//! - `huge-argv`: spawns with 100 000 arguments;
 //! - `ok`: behaves (so the host can be shown to keep serving).
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
@@ -56,7 +59,7 @@ impl Driver for Misbehave {
         DriverCapabilities {
             send_signals: false,
             exec: false,
-            fs_isolation: FsIsolation::None,
+            fs_isolation: FsIsolation::Chroot,
             mount_configs: MountConfigs::None,
         }
     }
@@ -98,6 +101,25 @@ impl Driver for Misbehave {
             }
             "invented-mount" => {
                 spawn(vec![mount("/etc")])?;
+            }
+            "downgrade" => {
+                process::spawn(&SpawnRequest {
+                    argv: vec!["/bin/true".into()],
+                    env: vec![],
+                    cwd: None,
+                    isolation: Isolation::None,
+                    mounts: vec![],
+                })?;
+            }
+            "huge-error" => return Err("e".repeat(8 << 20)),
+            "huge-argv" => {
+                process::spawn(&SpawnRequest {
+                    argv: (0..100_000).map(|i| format!("/arg{i}")).collect(),
+                    env: vec![],
+                    cwd: None,
+                    isolation: Isolation::Chroot,
+                    mounts: vec![],
+                })?;
             }
             "wrong-id" => {
                 return Ok(TaskHandle {

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tracing::Instrument;
+
+use crate::model::text::clip;
 use wasmtime::Store;
 use wasmtime::component::Linker;
 
@@ -30,6 +32,10 @@ use crate::model::driver::{
 
 /// Largest driver state the host persists per task.
 pub const MAX_DRIVER_STATE: usize = 1 << 20;
+
+/// The most characters of any text a driver returns (an error, a handle id, a health
+/// description) that the host keeps; the rest is cut, with a note.
+pub const MAX_GUEST_TEXT: usize = 4096;
 /// Wall-clock bound on calls that have no reason to block for long.
 const QUICK_CALL_WALL: Duration = Duration::from_secs(60);
 
@@ -221,6 +227,8 @@ impl Driver {
             )
             .await?
             .into();
+        let mut fingerprint = fingerprint;
+        fingerprint.description = clip(&fingerprint.description, MAX_GUEST_TEXT);
         if fingerprint.attributes.len() > 256
             || fingerprint
                 .attributes
@@ -271,7 +279,8 @@ impl Driver {
                 "start-task",
                 &format!(
                     "a handle for task {:?} when starting {:?}",
-                    handle.id, request.id
+                    clip(&handle.id, 256),
+                    request.id
                 ),
             ));
         }
@@ -397,6 +406,7 @@ impl Driver {
         let identity = PluginIdentity {
             name: self.info.name.as_str().into(),
             may_mount: self.capabilities.mount_configs == MountConfigs::All,
+            isolation: self.capabilities.fs_isolation,
         };
         let mut store = sandbox::new_store(
             &self.runtime,
@@ -443,11 +453,12 @@ impl Driver {
         format!("driver {:?} ({})", self.info.name, self.origin)
     }
 
+    /// The driver's own error, clipped: it is stored in task events and shown.
     fn refused(&self, call: &'static str, message: String) -> DriverError {
         DriverError::Refused {
             driver: self.label(),
             call,
-            message,
+            message: clip(&message, MAX_GUEST_TEXT),
         }
     }
 

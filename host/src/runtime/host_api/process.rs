@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::model::driver::FsIsolation;
 use crate::model::mount::HandedMount;
 use crate::model::mount::Propagation;
 use crate::process::isolation::{ChrootSpec, VolumeMount};
@@ -118,7 +119,30 @@ enum SpawnRefusal {
     RelativeCwd(PathBuf),
     #[error("program {0:?} must be an absolute path")]
     RelativeProgram(String),
+    #[error(
+        "driver {driver:?} declared fs-isolation {declared:?} but asked to spawn without \
+         isolation: a driver gets at most the isolation it declared, never less"
+    )]
+    BelowDeclaredIsolation {
+        driver: String,
+        declared: FsIsolation,
+    },
+    #[error(
+        "driver {driver:?} asked to spawn with {args} arguments, {vars} environment variables \
+         and {bytes} bytes of them (at most {MAX_ARGS} each and {MAX_ARG_BYTES} bytes in all)"
+    )]
+    TooLarge {
+        driver: String,
+        args: usize,
+        vars: usize,
+        bytes: usize,
+    },
 }
+
+/// The most arguments (and, separately, environment variables) a spawn may carry.
+const MAX_ARGS: usize = 4096;
+/// The most bytes of arguments and environment together (Linux allows 2 MiB per exec).
+const MAX_ARG_BYTES: usize = 1 << 20;
 
 impl PluginCtx {
     fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, SpawnRefusal> {
@@ -130,6 +154,19 @@ impl PluginCtx {
         };
         if request.argv.is_empty() {
             return Err(SpawnRefusal::EmptyArgv);
+        }
+        let argv_bytes: usize = request.argv.iter().map(String::len).sum();
+        let env_bytes: usize = request.env.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if request.argv.len() > MAX_ARGS
+            || request.env.len() > MAX_ARGS
+            || argv_bytes + env_bytes > MAX_ARG_BYTES
+        {
+            return Err(SpawnRefusal::TooLarge {
+                driver: plugin.to_string(),
+                args: request.argv.len(),
+                vars: request.env.len(),
+                bytes: argv_bytes + env_bytes,
+            });
         }
         let mut mounts = Vec::with_capacity(request.mounts.len());
         for asked in &request.mounts {
@@ -167,6 +204,12 @@ impl PluginCtx {
             });
         }
         let isolation = match request.isolation {
+            wit::Isolation::None if self.plugin.isolation != FsIsolation::None => {
+                return Err(SpawnRefusal::BelowDeclaredIsolation {
+                    driver: plugin.to_string(),
+                    declared: self.plugin.isolation,
+                });
+            }
             wit::Isolation::None => {
                 if !mounts.is_empty() {
                     return Err(SpawnRefusal::MountsWithoutIsolation {

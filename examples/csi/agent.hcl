@@ -13,4 +13,6 @@ host_volume "csi-data" {
 
 csi {
   plugin_wait = "30s"
+  # The hostpath plugin mounts volumes, so its task keeps root's capabilities.
+  privileged_plugins = ["hostpath"]
 }

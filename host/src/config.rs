@@ -24,6 +24,7 @@
 //!   rpc_timeout       = "10s"  # one CSI call
 //!   operation_timeout = "30s"  # one operation with its retries
 //!   plugin_wait       = "30s"  # how long an alloc waits for its volume's plugin
+//!   privileged_plugins = ["hostpath"]  # plugin tasks that keep root's capabilities
 //! }
 //!
 //! plugin "raw_exec" {
@@ -145,6 +146,11 @@ impl AgentConfig {
         }
     }
 
+    /// Whether the operator lets the tasks of CSI plugin `id` keep root's capabilities.
+    pub fn csi_privileged(&self, id: &str) -> bool {
+        self.csi.privileged_plugins.iter().any(|p| p == id)
+    }
+
     /// Whether the operator turned `raw_exec` on. It runs tasks unconfined, as the agent's
     /// user (root), so it is off unless the agent config says `enabled = true` (as Nomad).
     pub fn raw_exec_enabled(&self) -> bool {
@@ -218,7 +224,12 @@ impl AgentConfig {
                 &block.body,
                 "config.csi".into(),
                 block.at,
-                &["rpc_timeout", "operation_timeout", "plugin_wait"],
+                &[
+                    "rpc_timeout",
+                    "operation_timeout",
+                    "plugin_wait",
+                    "privileged_plugins",
+                ],
             );
             let Timeouts { call, total } = csi.timeouts;
             csi.timeouts = Timeouts {
@@ -232,6 +243,7 @@ impl AgentConfig {
             if let Some(wait) = settings.duration("plugin_wait", &mut problems) {
                 csi.plugin_wait = wait;
             }
+            csi.privileged_plugins = settings.string_list("privileged_plugins", &mut problems);
             settings.finish(&mut problems);
         }
         let mut plugins = Vec::new();

@@ -39,6 +39,7 @@ csi {{
   rpc_timeout       = "2s"
   operation_timeout = "4s"
   plugin_wait       = "10s"
+  privileged_plugins = ["hostpath", "hang", "die", "silent", "garbage"]
 }}
 "#,
         dir = dir.display()

@@ -96,7 +96,7 @@ async fn bidirectional_propagation_sends_task_mounts_to_the_host() {
     let task = TaskDir::new();
     let script = "mount -t tmpfs from-task /local/bidi/sub && echo mounted; \
                   cat /proc/self/mountinfo > /local/out/mountinfo";
-    let request = task.request(
+    let mut request = task.request(
         "bidi",
         json!({"command": "/bin/sh", "args": ["-c", script]}),
         vec![
@@ -104,6 +104,8 @@ async fn bidirectional_propagation_sends_task_mounts_to_the_host() {
             mount(&shared, "/local/bidi", false, Propagation::Bidirectional),
         ],
     );
+    // Only a privileged task (an operator-approved CSI plugin) may mount at all.
+    request.privileged = true;
     let handle = exec.start_task(&request).await.unwrap();
     let exit = exec.wait_task(&handle).await.unwrap();
     assert!(exit.successful(), "{exit:?}: {}", task.read_stderr());

@@ -9,6 +9,7 @@ mod support;
 mod agent;
 mod agent_process;
 mod cli;
+mod confinement;
 mod csi;
 mod csi_client;
 mod drivers;

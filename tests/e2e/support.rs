@@ -104,6 +104,7 @@ impl TaskDir {
             mounts,
             stdout: self.stdout(),
             stderr: self.stderr(),
+            privileged: false,
         }
     }
 }

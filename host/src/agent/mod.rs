@@ -173,7 +173,11 @@ impl Agent {
         let (events, _) = broadcast::channel(4096);
         tokio::spawn(log_events(events.subscribe()));
         let store = Arc::new(store);
-        let csi = crate::csi::CsiNode::start(&options.data_dir, store.clone(), options.config.csi);
+        let csi = crate::csi::CsiNode::start(
+            &options.data_dir,
+            store.clone(),
+            options.config.csi.clone(),
+        );
         let mut agent = Agent {
             node: NodeContext {
                 data_dir: options.data_dir,

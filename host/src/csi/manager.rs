@@ -139,7 +139,7 @@ impl CsiManager {
     }
 
     pub fn settings(&self) -> CsiSettings {
-        self.settings
+        self.settings.clone()
     }
 
     /// Brings the catalog's plugin view in line with the registry, then follows the

@@ -222,8 +222,11 @@ pub struct Fingerprint {
 }
 
 /// How long the manager waits and how long its calls may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CsiSettings {
+    /// CSI plugin ids whose tasks keep root's capabilities in their chroot (a node plugin
+    /// mounts volumes). Every other task is confined; a plugin not named here cannot mount.
+    pub privileged_plugins: Vec<String>,
     pub timeouts: Timeouts,
     /// How long an alloc waits for its volume's plugin to be registered and healthy.
     pub plugin_wait: Duration,
@@ -232,6 +235,7 @@ pub struct CsiSettings {
 impl Default for CsiSettings {
     fn default() -> Self {
         CsiSettings {
+            privileged_plugins: Vec::new(),
             timeouts: Timeouts::OPERATIONS,
             plugin_wait: Duration::from_secs(30),
         }

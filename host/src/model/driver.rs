@@ -102,6 +102,9 @@ pub struct TaskRequest {
     pub mounts: Vec<HandedMount>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// Keeps root's capabilities in its chroot: only a CSI plugin task the operator
+    /// named in `csi { privileged_plugins }`.
+    pub privileged: bool,
 }
 
 /// What a driver returns for a started task; persisted by the host.

@@ -49,6 +49,30 @@ pub enum MountStep {
     Chroot { root: CString, cwd: CString },
     /// `chdir(dir)` without a chroot.
     Chdir { dir: CString },
+    /// A tmpfs at `target` (nosuid; `noexec` unless it holds device nodes).
+    MountTmpfs {
+        target: CString,
+        options: CString,
+        noexec: bool,
+    },
+    /// A private devpts instance at `target`.
+    MountDevpts { target: CString },
+    /// A character device node at `path`.
+    MakeDevice {
+        path: CString,
+        major: u32,
+        minor: u32,
+    },
+    /// A symlink at `link` pointing to `target`.
+    Symlink { target: CString, link: CString },
+    /// Hides `target` (a file or a directory) behind an empty read-only mount.
+    Mask { target: CString, directory: bool },
+    /// New IPC and UTS namespaces (System V IPC and the host name stay the task's own).
+    UnshareIpcUts,
+    /// Makes `target` read-only (bound onto itself); nothing when it does not exist.
+    ProtectReadOnly { target: CString },
+    /// `mkdir(path)`.
+    MakeDir { path: CString },
 }
 
 impl MountStep {
@@ -90,6 +114,85 @@ impl MountStep {
             MountStep::Chdir { dir } => {
                 rustix::process::chdir(dir.as_c_str())?;
             }
+            MountStep::MountTmpfs {
+                target,
+                options,
+                noexec,
+            } => {
+                let mut flags = MountFlags::NOSUID;
+                if *noexec {
+                    flags |= MountFlags::NOEXEC | MountFlags::NODEV;
+                }
+                mount::mount(
+                    c"tmpfs",
+                    target.as_c_str(),
+                    c"tmpfs",
+                    flags,
+                    Some(options.as_c_str()),
+                )?;
+            }
+            MountStep::MountDevpts { target } => {
+                mount::mount(
+                    c"devpts",
+                    target.as_c_str(),
+                    c"devpts",
+                    MountFlags::NOSUID | MountFlags::NOEXEC,
+                    Some(c"newinstance,ptmxmode=0666,mode=0620"),
+                )?;
+            }
+            MountStep::MakeDevice { path, major, minor } => {
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    path.as_c_str(),
+                    rustix::fs::FileType::CharacterDevice,
+                    rustix::fs::Mode::from_raw_mode(0o666),
+                    rustix::fs::makedev(*major, *minor),
+                )?;
+            }
+            MountStep::Symlink { target, link } => {
+                rustix::fs::symlink(target.as_c_str(), link.as_c_str())?;
+            }
+            MountStep::Mask { target, directory } => {
+                // A read-only empty tmpfs over a directory; /dev/null over a file. A
+                // path the kernel does not have is nothing to hide.
+                let result = if *directory {
+                    mount::mount(
+                        c"tmpfs",
+                        target.as_c_str(),
+                        c"tmpfs",
+                        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                        Some(c"size=0"),
+                    )
+                } else {
+                    mount::mount_bind(c"/dev/null", target.as_c_str())
+                };
+                match result {
+                    Err(rustix::io::Errno::NOENT) => {}
+                    other => other?,
+                }
+            }
+            MountStep::ProtectReadOnly { target } => {
+                match mount::mount_bind_recursive(target.as_c_str(), target.as_c_str()) {
+                    Err(rustix::io::Errno::NOENT) => return Ok(()),
+                    other => other?,
+                }
+                mount::mount_remount(
+                    target.as_c_str(),
+                    MountFlags::BIND | MountFlags::RDONLY,
+                    c"",
+                )?;
+            }
+            MountStep::MakeDir { path } => {
+                rustix::fs::mkdir(path.as_c_str(), rustix::fs::Mode::from_raw_mode(0o755))?;
+            }
+            MountStep::UnshareIpcUts => {
+                // SAFETY: as for the mount namespace: only this about-to-exec child.
+                unsafe {
+                    rustix::thread::unshare_unsafe(
+                        rustix::thread::UnshareFlags::NEWIPC | rustix::thread::UnshareFlags::NEWUTS,
+                    )
+                }?;
+            }
         }
         Ok(())
     }
@@ -114,6 +217,18 @@ impl fmt::Display for MountStep {
                 write!(f, "chroot into {} (working dir {})", show(root), show(cwd))
             }
             MountStep::Chdir { dir } => write!(f, "change directory to {}", show(dir)),
+            MountStep::MountTmpfs { target, .. } => write!(f, "mount a tmpfs at {}", show(target)),
+            MountStep::MountDevpts { target } => write!(f, "mount devpts at {}", show(target)),
+            MountStep::MakeDevice { path, major, minor } => {
+                write!(f, "create device {major}:{minor} at {}", show(path))
+            }
+            MountStep::Symlink { target, link } => {
+                write!(f, "link {} to {}", show(link), show(target))
+            }
+            MountStep::Mask { target, .. } => write!(f, "mask {}", show(target)),
+            MountStep::UnshareIpcUts => write!(f, "create IPC and UTS namespaces"),
+            MountStep::ProtectReadOnly { target } => write!(f, "make {} read-only", show(target)),
+            MountStep::MakeDir { path } => write!(f, "create directory {}", show(path)),
         }
     }
 }

@@ -43,6 +43,10 @@ pub struct ChrootSpec {
     /// Working directory inside the root.
     pub cwd: PathBuf,
     pub mounts: Vec<VolumeMount>,
+    /// Keeps root's capabilities: only for a CSI plugin the operator named in
+    /// `csi { privileged_plugins }` (it mounts volumes). Everything else is confined
+    /// ([`super::confine`]).
+    pub privileged: bool,
 }
 
 /// Prepares the task root on the host (mount point directories, system symlinks) and
@@ -121,6 +125,85 @@ fn create_mount_point(root: &Path, mount: &VolumeMount) -> io::Result<()> {
     Ok(())
 }
 
+/// The devices a task gets: a fresh tmpfs at `/dev` with the harmless character devices,
+/// a private devpts, its own shm, and the usual links. Never the host's `/dev` (its disks).
+pub const TASK_DEVICES: &[(&str, u32, u32)] = &[
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
+
+fn minimal_dev(root: &Path, steps: &mut Vec<MountStep>) -> io::Result<()> {
+    let dev = root.join("dev");
+    steps.push(MountStep::MountTmpfs {
+        target: c_path(&dev)?,
+        options: c"mode=755,size=1024k".into(),
+        noexec: false,
+    });
+    for (name, major, minor) in TASK_DEVICES {
+        steps.push(MountStep::MakeDevice {
+            path: c_path(dev.join(name))?,
+            major: *major,
+            minor: *minor,
+        });
+    }
+    for dir in ["pts", "shm"] {
+        steps.push(MountStep::MakeDir {
+            path: c_path(dev.join(dir))?,
+        });
+    }
+    steps.push(MountStep::MountDevpts {
+        target: c_path(dev.join("pts"))?,
+    });
+    steps.push(MountStep::MountTmpfs {
+        target: c_path(dev.join("shm"))?,
+        options: c"mode=1777,size=65536k".into(),
+        noexec: true,
+    });
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(MountStep::Symlink {
+            target: c_path(target)?,
+            link: c_path(dev.join(link))?,
+        });
+    }
+    Ok(())
+}
+
+/// What a task may not change or read in `/proc` (as container runtimes do): kernel
+/// settings are read-only (root owns `/proc/sys/kernel/core_pattern`, and writing it would
+/// run a program on the host), and what leaks kernel memory or keys is hidden.
+fn protect_proc(root: &Path, steps: &mut Vec<MountStep>) -> io::Result<()> {
+    let proc = root.join("proc");
+    for read_only in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+        steps.push(MountStep::ProtectReadOnly {
+            target: c_path(proc.join(read_only))?,
+        });
+    }
+    for (masked, directory) in [
+        ("kcore", false),
+        ("keys", false),
+        ("timer_list", false),
+        ("sched_debug", false),
+        ("acpi", true),
+        ("scsi", true),
+    ] {
+        steps.push(MountStep::Mask {
+            target: c_path(proc.join(masked))?,
+            directory,
+        });
+    }
+    Ok(())
+}
+
 /// `root` joined with an absolute task path.
 fn join_inside(root: &Path, task_path: &Path) -> PathBuf {
     root.join(task_path.strip_prefix("/").unwrap_or(task_path))
@@ -138,7 +221,7 @@ fn plan(
         .iter()
         .any(|m| m.propagation == Propagation::Bidirectional);
     let slave_rec = MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC;
-    let mut steps = vec![MountStep::UnshareNamespace];
+    let mut steps = vec![MountStep::UnshareNamespace, MountStep::UnshareIpcUts];
     if bidirectional {
         let parent = mountinfo::containing_mount(host_mounts, root)
             .map(|m| m.mount_point.clone())
@@ -175,10 +258,11 @@ fn plan(
     for dir in system {
         bind_system(dir, true)?;
     }
-    bind_system(Path::new("/dev"), false)?;
+    minimal_dev(root, &mut steps)?;
     steps.push(MountStep::MountProc {
         target: c_path(root.join("proc"))?,
     });
+    protect_proc(root, &mut steps)?;
     for mount in &spec.mounts {
         let target = c_path(join_inside(root, &mount.task_path))?;
         steps.push(MountStep::BindRecursive {
@@ -223,6 +307,7 @@ mod tests {
             root: "/tmp/t".into(),
             cwd: "/".into(),
             mounts,
+            privileged: false,
         };
         plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec)
             .unwrap()
@@ -235,8 +320,9 @@ mod tests {
     fn without_bidirectional_the_namespace_is_a_slave_of_the_host() {
         let steps = steps_for(vec![volume(Propagation::Private, true)]);
         assert_eq!(steps[0], "create a mount namespace");
+        assert_eq!(steps[1], "create IPC and UTS namespaces");
         assert_eq!(
-            steps[1],
+            steps[2],
             "set propagation MountPropagationFlags(DOWNSTREAM | REC) on /"
         );
         assert!(steps.contains(&"bind /usr to /tmp/t/usr".to_string()));
@@ -257,7 +343,7 @@ mod tests {
     fn bidirectional_keeps_the_volume_a_peer_and_privatises_only_the_root_mount() {
         let steps = steps_for(vec![volume(Propagation::Bidirectional, false)]);
         assert_eq!(
-            steps[1],
+            steps[2],
             "set propagation MountPropagationFlags(PRIVATE) on /tmp"
         );
         assert!(steps.contains(
@@ -267,5 +353,35 @@ mod tests {
             &"set propagation MountPropagationFlags(SHARED | REC) on /tmp/t/local/data".to_string()
         ));
         assert!(!steps.contains(&"make /tmp/t/local/data read-only".to_string()));
+    }
+
+    #[test]
+    fn the_task_gets_its_own_dev_and_a_proc_it_cannot_change() {
+        let steps = steps_for(Vec::new());
+        assert!(
+            !steps.iter().any(|s| s.starts_with("bind /dev")),
+            "the host's /dev is bound into the task: {steps:#?}"
+        );
+        let dev = steps
+            .iter()
+            .position(|s| s == "mount a tmpfs at /tmp/t/dev")
+            .unwrap();
+        for (name, major, minor) in TASK_DEVICES {
+            assert!(steps.contains(&format!(
+                "create device {major}:{minor} at /tmp/t/dev/{name}"
+            )));
+        }
+        let devices: Vec<&String> = steps
+            .iter()
+            .filter(|s| s.starts_with("create device"))
+            .collect();
+        assert_eq!(devices.len(), TASK_DEVICES.len(), "{devices:#?}");
+        assert!(steps[dev..].contains(&"mount devpts at /tmp/t/dev/pts".to_string()));
+        let proc = steps
+            .iter()
+            .position(|s| s == "mount proc at /tmp/t/proc")
+            .unwrap();
+        assert!(steps[proc..].contains(&"make /tmp/t/proc/sys read-only".to_string()));
+        assert!(steps[proc..].contains(&"mask /tmp/t/proc/kcore".to_string()));
     }
 }

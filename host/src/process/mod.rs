@@ -6,6 +6,7 @@
 //! Every process is addressed by a [`ProcessRef`] (pid + start time), and signals go
 //! through a pidfd, so a recycled pid is never signalled by mistake.
 
+pub mod confine;
 pub mod isolation;
 
 use std::collections::HashMap;
@@ -103,7 +104,9 @@ impl ProcessTable {
                 isolation::prepare(chroot).map_err(ProcessError::Prepare)?
             }
         };
-        let step_names: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        let confine = matches!(&spec.isolation, Isolation::Chroot(chroot) if !chroot.privileged);
+        let mut step_names: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        step_names.push("drop capabilities and set no_new_privs".into());
         let open_log = |path: &Path| {
             File::options()
                 .create(true)
@@ -135,13 +138,20 @@ impl ProcessTable {
         // allocation, no locks.
         unsafe {
             command.pre_exec(move || {
+                let report = |index: usize| {
+                    let bytes = (index as u32).to_le_bytes();
+                    let fd = std::os::fd::BorrowedFd::borrow_raw(report_fd);
+                    let _ = rustix::io::write(fd, &bytes);
+                };
                 for (index, step) in steps.iter().enumerate() {
                     if let Err(error) = step.execute() {
-                        let bytes = (index as u32).to_le_bytes();
-                        let fd = std::os::fd::BorrowedFd::borrow_raw(report_fd);
-                        let _ = rustix::io::write(fd, &bytes);
+                        report(index);
                         return Err(error);
                     }
+                }
+                if confine && let Err(error) = confine::drop_privileges() {
+                    report(steps.len());
+                    return Err(error);
                 }
                 Ok(())
             });

@@ -38,6 +38,8 @@ pub struct TaskScope {
     pub mounts: Vec<HandedMount>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// The task may keep root's capabilities (an operator-approved CSI plugin).
+    pub privileged: bool,
 }
 
 /// Guest time bookkeeping for one call.

@@ -138,6 +138,19 @@ impl TaskHook for CsiPluginSupervisorHook {
                 hook: "csi_plugin_supervisor".into(),
                 message,
             };
+            if !ctx.config.csi_privileged(&plugin.id)
+                && plugin.plugin_type != CsiPluginType::Controller
+            {
+                ctx.report(
+                    EventKind::TaskHook,
+                    format!(
+                        "CSI plugin {:?} runs confined, without the capabilities to mount volumes; \
+                         an operator allows it with csi {{ privileged_plugins = [{:?}] }} in the \
+                         agent config",
+                        plugin.id, plugin.id
+                    ),
+                );
+            }
             check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
             let places = places(ctx, plugin);
             crate::mount::shared::ensure_shared(&ctx.csi.root).map_err(|e| {

@@ -338,6 +338,10 @@ impl TaskRunner {
             mounts: prepare.mounts,
             stdout: self.ctx.alloc_dir.stdout(&task.name),
             stderr: self.ctx.alloc_dir.stderr(&task.name),
+            privileged: task
+                .csi_plugin
+                .as_ref()
+                .is_some_and(|p| self.ctx.config.csi_privileged(&p.id)),
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

@@ -263,6 +263,7 @@ impl Driver {
             mounts: request.mounts.clone(),
             stdout: request.stdout.clone(),
             stderr: request.stderr.clone(),
+            privileged: request.privileged,
         };
         let config = wit::TaskConfig::from(request);
         let handle = self

@@ -231,6 +231,7 @@ impl PluginCtx {
                     root: task.task_dir.clone(),
                     cwd,
                     mounts,
+                    privileged: task.privileged,
                 })
             }
         };

@@ -1,0 +1,58 @@
+//! What a confined task keeps of root: the last thing its process does before `exec`,
+//! after its mounts (which still need `CAP_SYS_ADMIN`) and its chroot.
+//!
+//! - The capability bounding set, permitted and effective sets are cut to
+//!   [`TASK_CAPABILITIES`] (Nomad's default `exec` set less `CAP_MKNOD`: without a devices
+//!   cgroup, a task that can make device nodes can open the host's disks). Inheritable is
+//!   empty.
+//! - `no_new_privs`: no setuid binary, no file capability gives any of it back.
+//!
+//! With `CAP_SYS_PTRACE` gone and its capabilities a strict subset of the agent's, a task
+//! also cannot read `/proc/<pid>/root`, `environ` or `mem` of the agent or any other
+//! fully privileged process (the kernel's ptrace access check), even as root.
+
+use std::io;
+
+use rustix::thread::{CapabilitySet, CapabilitySets};
+
+/// Nomad's default capabilities for `exec` tasks (drivers/shared/capabilities), without
+/// `MKNOD`.
+pub const TASK_CAPABILITIES: CapabilitySet = CapabilitySet::AUDIT_WRITE
+    .union(CapabilitySet::CHOWN)
+    .union(CapabilitySet::DAC_OVERRIDE)
+    .union(CapabilitySet::FOWNER)
+    .union(CapabilitySet::FSETID)
+    .union(CapabilitySet::KILL)
+    .union(CapabilitySet::NET_BIND_SERVICE)
+    .union(CapabilitySet::SETFCAP)
+    .union(CapabilitySet::SETGID)
+    .union(CapabilitySet::SETPCAP)
+    .union(CapabilitySet::SETUID)
+    .union(CapabilitySet::SYS_CHROOT);
+
+/// Drops every capability outside [`TASK_CAPABILITIES`] for good and sets
+/// `no_new_privs`. Async-signal-safe: raw syscalls, no allocation; runs between `fork`
+/// and `exec`.
+pub fn drop_privileges() -> io::Result<()> {
+    for bit in 0..64 {
+        let capability = CapabilitySet::from_bits_retain(1 << bit);
+        if TASK_CAPABILITIES.contains(capability) {
+            continue;
+        }
+        match rustix::thread::remove_capability_from_bounding_set(capability) {
+            // A capability this kernel does not know: nothing to drop.
+            Err(rustix::io::Errno::INVAL) => {}
+            other => other?,
+        }
+    }
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: TASK_CAPABILITIES,
+            permitted: TASK_CAPABILITIES,
+            inheritable: CapabilitySet::empty(),
+        },
+    )?;
+    rustix::thread::set_no_new_privs(true)?;
+    Ok(())
+}

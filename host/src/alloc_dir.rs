@@ -52,6 +52,23 @@ impl AllocDir {
         })
     }
 
+    /// Hands a task's own directories (`local/`, `secrets/`, `tmp/`) to the user it runs
+    /// as, so it can write where it should and nowhere else.
+    pub fn give_task_dirs(
+        &self,
+        task: &str,
+        user: crate::model::driver::TaskUser,
+    ) -> io::Result<()> {
+        let owner = Some(rustix::fs::Uid::from_raw(user.uid));
+        let group = Some(rustix::fs::Gid::from_raw(user.gid));
+        crate::blocking::run(|| {
+            for dir in ["local", "secrets", "tmp"] {
+                rustix::fs::chown(self.task_dir(task).join(dir), owner, group)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Creates a task's directory (idempotent).
     pub fn build_task(&self, task: &str) -> io::Result<PathBuf> {
         let task_dir = self.task_dir(task);

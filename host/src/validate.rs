@@ -248,6 +248,15 @@ async fn check_task(
             }
         }
     }
+    if let Some(user) = &task.user
+        && let Err(error) = crate::process::users::lookup(user)
+    {
+        problems.push(Problem {
+            path: format!("{task_path}.user"),
+            at: Some(task.at),
+            message: format!("task {:?}: {error}", task.name),
+        });
+    }
     for mount in &task.volume_mounts {
         let path = format!("{task_path}.volume_mount");
         let Some(volume) = volumes.iter().find(|v| v.name == mount.volume) else {

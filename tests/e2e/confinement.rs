@@ -67,3 +67,48 @@ async fn an_exec_task_cannot_reach_the_host_through_proc_devices_mounts_or_sysct
     assert_eq!(stdout.matches("proc-root denied").count(), 2, "{stdout}");
     assert!(!stdout.contains("ESCAPED"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_task_runs_as_its_user_with_no_capabilities_and_an_unknown_user_is_refused() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let script = "id -u; id -g; grep '^CapEff:' /proc/self/status; \
+                  echo ok > /local/mine && echo local writable; \
+                  echo no > /etc/berth-test 2>/dev/null || echo etc read-only";
+    let job = format!(
+        "job \"nobody\" {{\n  type = \"batch\"\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n      user = \"nobody\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
+        serde_json::to_string(script).unwrap()
+    );
+    let submitted = agent.submit("nobody.hcl", &job).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "complete", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+    let status = agent.alloc(id).await;
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(
+        stdout, "65534\n65534\nCapEff:\t0000000000000000\nlocal writable\netc read-only\n",
+        "{status:#?}"
+    );
+    assert_eq!(status.client_status, ClientStatus::Complete);
+
+    let ghost = job.replace("user = \"nobody\"", "user = \"no-such-user-here\"");
+    let Err(berth::api::client::ClientError::Api(error, _)) =
+        agent.submit("ghost.hcl", &ghost).await
+    else {
+        panic!("a job with an unknown user was accepted");
+    };
+    assert!(
+        error
+            .problems
+            .iter()
+            .any(|p| p
+                .contains("task \"t\": user \"no-such-user-here\" does not exist on this node")),
+        "{error:?}"
+    );
+}

@@ -105,6 +105,7 @@ impl TaskDir {
             stdout: self.stdout(),
             stderr: self.stderr(),
             privileged: false,
+            user: None,
         }
     }
 }

@@ -359,7 +359,7 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
             l.finish(problems);
             hook.map(|hook| Lifecycle { hook, sidecar })
         });
-    fields.string("user", problems);
+    let user = fields.string("user", problems);
     for accepted in ["template", "artifact", "logs"] {
         fields.blocks(accepted);
     }
@@ -373,6 +373,7 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
         resources,
         kill_timeout,
         kill_signal,
+        user,
         volume_mounts,
         csi_plugin,
         services,

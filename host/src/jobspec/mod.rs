@@ -78,6 +78,8 @@ pub struct Task {
     #[serde(with = "duration_ms")]
     pub kill_timeout: Duration,
     pub kill_signal: String,
+    /// Run the task as this user (looked up on the host), as Nomad's `user`.
+    pub user: Option<String>,
     pub volume_mounts: Vec<VolumeMount>,
     pub csi_plugin: Option<CsiPlugin>,
     pub services: Vec<Service>,

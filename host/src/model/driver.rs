@@ -87,6 +87,13 @@ pub struct Fingerprint {
     pub attributes: Vec<(String, String)>,
 }
 
+/// The user a task runs as, resolved on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// Everything the host hands a driver to start a task.
 #[derive(Debug, Clone)]
 pub struct TaskRequest {
@@ -105,6 +112,8 @@ pub struct TaskRequest {
     /// Keeps root's capabilities in its chroot: only a CSI plugin task the operator
     /// named in `csi { privileged_plugins }`.
     pub privileged: bool,
+    /// Every process the driver spawns for the task runs as this user.
+    pub user: Option<TaskUser>,
 }
 
 /// What a driver returns for a started task; persisted by the host.

@@ -56,3 +56,14 @@ pub fn drop_privileges() -> io::Result<()> {
     rustix::thread::set_no_new_privs(true)?;
     Ok(())
 }
+
+/// Becomes `user` (its primary group only) for good. Async-signal-safe, as above. Leaving
+/// uid 0 makes the kernel clear the permitted and effective capabilities.
+pub fn become_user(user: crate::model::driver::TaskUser) -> io::Result<()> {
+    let gid = rustix::process::Gid::from_raw(user.gid);
+    rustix::thread::set_thread_groups(&[gid])?;
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    let uid = rustix::process::Uid::from_raw(user.uid);
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
+}

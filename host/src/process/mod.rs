@@ -8,6 +8,7 @@
 
 pub mod confine;
 pub mod isolation;
+pub mod users;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -48,6 +49,9 @@ pub struct SpawnSpec {
     pub isolation: Isolation,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// Runs as this user: the last step before `exec` (the kernel then clears its
+    /// capabilities).
+    pub user: Option<users::TaskUser>,
 }
 
 #[derive(Debug, Clone)]
@@ -107,6 +111,8 @@ impl ProcessTable {
         let confine = matches!(&spec.isolation, Isolation::Chroot(chroot) if !chroot.privileged);
         let mut step_names: Vec<String> = steps.iter().map(ToString::to_string).collect();
         step_names.push("drop capabilities and set no_new_privs".into());
+        step_names.push("switch to the task's user".into());
+        let user = spec.user;
         let open_log = |path: &Path| {
             File::options()
                 .create(true)
@@ -151,6 +157,12 @@ impl ProcessTable {
                 }
                 if confine && let Err(error) = confine::drop_privileges() {
                     report(steps.len());
+                    return Err(error);
+                }
+                if let Some(user) = user
+                    && let Err(error) = confine::become_user(user)
+                {
+                    report(steps.len() + 1);
                     return Err(error);
                 }
                 Ok(())

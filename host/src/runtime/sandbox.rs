@@ -40,6 +40,8 @@ pub struct TaskScope {
     pub stderr: PathBuf,
     /// The task may keep root's capabilities (an operator-approved CSI plugin).
     pub privileged: bool,
+    /// The user every spawn of the task runs as.
+    pub user: Option<crate::model::driver::TaskUser>,
 }
 
 /// Guest time bookkeeping for one call.

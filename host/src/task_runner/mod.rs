@@ -326,6 +326,27 @@ impl TaskRunner {
             }
         }
         let task = &self.ctx.task;
+        let user = match task
+            .user
+            .as_deref()
+            .map(crate::process::users::lookup)
+            .transpose()
+        {
+            Ok(user) => user,
+            Err(error) => {
+                self.emit(EventKind::SetupFailure, format!("user: {error}"));
+                return Err(RunOnce::SetupFailed);
+            }
+        };
+        if let Some(user) = user
+            && let Err(error) = self.ctx.alloc_dir.give_task_dirs(&task.name, user)
+        {
+            self.emit(
+                EventKind::SetupFailure,
+                format!("giving the task's directories to uid {}: {error}", user.uid),
+            );
+            return Err(RunOnce::SetupFailed);
+        }
         let request = TaskRequest {
             id: format!("{}/{}", self.ctx.alloc_id, task.name),
             name: task.name.clone(),
@@ -342,6 +363,7 @@ impl TaskRunner {
                 .csi_plugin
                 .as_ref()
                 .is_some_and(|p| self.ctx.config.csi_privileged(&p.id)),
+            user,
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

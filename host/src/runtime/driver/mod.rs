@@ -264,6 +264,7 @@ impl Driver {
             stdout: request.stdout.clone(),
             stderr: request.stderr.clone(),
             privileged: request.privileged,
+            user: request.user,
         };
         let config = wit::TaskConfig::from(request);
         let handle = self

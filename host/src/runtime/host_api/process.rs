@@ -244,6 +244,7 @@ impl PluginCtx {
             isolation,
             stdout: task.stdout.clone(),
             stderr: task.stderr.clone(),
+            user: task.user,
         })
     }
 }

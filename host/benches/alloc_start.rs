@@ -5,12 +5,15 @@
 //!   alloc to the task's Started event (alloc record, alloc hooks, task hooks, a driver
 //!   call in a fresh instance, and every state write, made durable in a redb file as the
 //!   agent does). The same with state in memory shows what durability costs.
-//! - **berth, exec driver**: the same with a real process in a mount namespace and
-//!   chroot (system dirs bound read-only, the volume bound, procfs).
+//! - **berth, exec driver**: the same with a real process confined as every exec task
+//!   is: mount, IPC and UTS namespaces, chroot (system dirs bound read-only, the volume
+//!   bound), a minimal /dev, procfs with its knobs read-only, capabilities dropped.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
 //!
 //! Run as root: `cargo bench -p berth --bench alloc_start`.
+//!
+//! It ends with `summary: name = value` lines, one figure each (`common::summary`).
 
 mod common;
 

@@ -12,6 +12,8 @@
 //! - **bare syscalls**: the two bind mounts (two unmounts) the plugin makes, in-process.
 //!
 //! Run as root: `cargo bench -p berth --bench csi_volume`.
+//!
+//! It ends with `summary: name = value` lines, one figure each (`common::summary`).
 
 mod common;
 #[path = "../../tests/e2e/fixture_bins.rs"]

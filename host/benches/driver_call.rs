@@ -4,6 +4,8 @@
 //! the transport of the go-plugin mechanism Nomad's task drivers use.
 //!
 //! Run with `cargo bench -p berth --bench driver_call`. It prints medians and ratios.
+//!
+//! It ends with `summary: name = value` lines, one figure each (`common::summary`).
 
 mod common;
 

@@ -6,6 +6,8 @@
 //! the task context, checks what comes back and merges it, exactly as a task start does.
 //!
 //! `cargo bench -p berth --bench hook_pipeline`
+//!
+//! It ends with `summary: name = value` lines, one figure each (`common::summary`).
 
 mod common;
 

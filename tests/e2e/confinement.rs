@@ -7,6 +7,33 @@ use berth::model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 
+/// Runs `script` in an exec task (with `task_extra` in its task block) until it ends; its
+/// alloc's status and the task's stdout.
+async fn run_script(
+    agent: &AgentProcess,
+    job: &str,
+    task_extra: &str,
+    script: &str,
+) -> (berth::alloc_runner::AllocStatus, String) {
+    let source = format!(
+        "job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{task_extra}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
+        serde_json::to_string(script).unwrap()
+    );
+    let submitted = agent.submit(&format!("{job}.hcl"), &source).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "finished", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+    let status = agent.alloc(id).await;
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    (status, stdout)
+}
+
 /// Each probe prints one line: `<what> denied` when contained, `ESCAPED <what>` when not.
 const PROBES: &str = r#"
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status
@@ -29,23 +56,7 @@ if [ $disk = ESCAPED ]; then echo "ESCAPED disk"; else echo "disk denied"; fi
 async fn an_exec_task_cannot_reach_the_host_through_proc_devices_mounts_or_sysctl() {
     let mut agent = AgentProcess::new();
     agent.start().await;
-    let job = format!(
-        "job \"prober\" {{\n  type = \"batch\"\n  group \"g\" {{\n    task \"probe\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
-        serde_json::to_string(PROBES).unwrap()
-    );
-    let submitted = agent.submit("prober.hcl", &job).await.unwrap();
-    let id = &submitted.alloc_ids[0];
-    agent
-        .wait_alloc(id, "complete", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    let status = agent.alloc(id).await;
-    let stdout =
-        std::fs::read_to_string(status.alloc_dir.join("alloc/logs/probe.stdout.0")).unwrap();
+    let (_, stdout) = run_script(&agent, "prober", "", PROBES).await;
     let kept = format!("{:016x}", berth::process::confine::TASK_CAPABILITIES.bits());
     assert!(stdout.contains(&format!("CapEff:\t{kept}")), "{stdout}");
     assert!(stdout.contains(&format!("CapBnd:\t{kept}")), "{stdout}");
@@ -75,31 +86,17 @@ async fn an_exec_task_runs_as_its_user_with_no_capabilities_and_an_unknown_user_
     let script = "id -u; id -g; grep '^CapEff:' /proc/self/status; \
                   echo ok > /local/mine && echo local writable; \
                   echo no > /etc/berth-test 2>/dev/null || echo etc read-only";
-    let job = format!(
-        "job \"nobody\" {{\n  type = \"batch\"\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n      user = \"nobody\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
-        serde_json::to_string(script).unwrap()
-    );
-    let submitted = agent.submit("nobody.hcl", &job).await.unwrap();
-    let id = &submitted.alloc_ids[0];
-    agent
-        .wait_alloc(id, "complete", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    let status = agent.alloc(id).await;
-    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    let user = "      user = \"nobody\"\n";
+    let (status, stdout) = run_script(&agent, "nobody", user, script).await;
     assert_eq!(
         stdout, "65534\n65534\nCapEff:\t0000000000000000\nlocal writable\netc read-only\n",
         "{status:#?}"
     );
     assert_eq!(status.client_status, ClientStatus::Complete);
 
-    let ghost = job.replace("user = \"nobody\"", "user = \"no-such-user-here\"");
+    let ghost = "job \"ghost\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      user = \"no-such-user-here\"\n      config {\n        command = \"/bin/true\"\n      }\n    }\n  }\n}\n";
     let Err(berth::api::client::ClientError::Api(error, _)) =
-        agent.submit("ghost.hcl", &ghost).await
+        agent.submit("ghost.hcl", ghost).await
     else {
         panic!("a job with an unknown user was accepted");
     };

@@ -1,10 +1,12 @@
 //! `berth:host/process`: the host spawns, waits on and signals processes for drivers.
 //!
 //! A spawn is checked before anything happens: it must come while the host is asking
-//! the driver to start a task, its mounts must be ones the host handed the driver for
-//! that task (a driver cannot invent a bind of `/etc`), and a driver that declared
-//! mount-configs `none` may pass none at all. A refused request is also recorded as a
-//! violation, so the call fails even if the guest swallows the error.
+//! the driver to start a task; it may not ask for less isolation than the driver
+//! declared; its argv and env are bounded; its mounts must be ones the host handed the
+//! driver for that task (a driver cannot invent a bind of `/etc`), and a driver that
+//! declared mount-configs `none` may pass none at all. The task's user and privilege
+//! come from the host (the task scope), never from the driver. A refused request is also
+//! recorded as a violation, so the call fails even if the guest swallows the error.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

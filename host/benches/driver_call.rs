@@ -46,6 +46,7 @@ async fn run() {
         name: "mock".into(),
         may_mount: true,
         isolation: berth::model::driver::FsIsolation::None,
+        recovering: false,
     };
     let budget = Duration::from_secs(60);
 

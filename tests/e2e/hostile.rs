@@ -301,3 +301,32 @@ async fn a_drivers_huge_error_is_clipped_and_huge_argv_refused() {
     );
     assert_nothing_spawned(&runtime, &task);
 }
+
+/// A driver that knows (or guesses) a host process's pid and start time cannot adopt it
+/// while starting a task, so it can never signal it: adopting is for recover-task only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_cannot_adopt_a_host_process_outside_recovery() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let task = TaskDir::new();
+    // This test process: its real pid and start time, the best guess a driver could make.
+    let pid = std::process::id();
+    let start_time = berth::process::start_time(pid).unwrap();
+    let error = driver
+        .start_task(&task.request(
+            "t",
+            json!({"behave": "adopt", "pid": pid, "start_time": start_time}),
+            vec![],
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().ends_with(&format!(
+            "driver \"misbehave\" tried to adopt process {pid} outside recover-task: a driver \
+             adopts only the processes of a task it recovers after an agent restart"
+        )),
+        "{error}"
+    );
+    assert_eq!(runtime.processes().owned_by("misbehave"), 0);
+}

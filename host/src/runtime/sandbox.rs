@@ -27,6 +27,9 @@ pub struct PluginIdentity {
     pub may_mount: bool,
     /// The isolation the driver declared: it may not spawn with less.
     pub isolation: FsIsolation,
+    /// The call is `recover-task` after an agent restart: the only time a driver may
+    /// adopt a process it did not spawn in this agent's lifetime.
+    pub recovering: bool,
 }
 
 /// The task a call is about, with what the host handed the driver for it. Spawning is

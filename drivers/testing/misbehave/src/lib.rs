@@ -11,6 +11,7 @@
 //! - `downgrade`: spawns `/bin/true` without isolation, below the `chroot` it declared;
 //! - `huge-error`: fails with an 8 MiB error message;
 //! - `huge-argv`: spawns with 100 000 arguments;
+//! - `adopt`: adopts the process `pid` (started at `start_time`) while starting a task;
 //! - `ok`: behaves (so the host can be shown to keep serving).
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
@@ -22,6 +23,10 @@ use berth_plugin_sdk::{
 #[derive(serde::Deserialize)]
 struct Config {
     behave: String,
+    #[serde(default)]
+    pid: u32,
+    #[serde(default)]
+    start_time: u64,
 }
 
 fn misbehave(config_json: &str) -> Result<(), String> {
@@ -112,6 +117,12 @@ impl Driver for Misbehave {
                 })?;
             }
             "huge-error" => return Err("e".repeat(8 << 20)),
+            "adopt" => {
+                process::adopt(process::ProcessRef {
+                    pid: behave.pid,
+                    start_time: behave.start_time,
+                })?;
+            }
             "huge-argv" => {
                 process::spawn(&SpawnRequest {
                     argv: (0..100_000).map(|i| format!("/arg{i}")).collect(),

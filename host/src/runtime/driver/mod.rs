@@ -409,6 +409,7 @@ impl Driver {
             name: self.info.name.as_str().into(),
             may_mount: self.capabilities.mount_configs == MountConfigs::All,
             isolation: self.capabilities.fs_isolation,
+            recovering: call == "recover-task",
         };
         let mut store = sandbox::new_store(
             &self.runtime,

@@ -78,6 +78,17 @@ impl Host for PluginCtx {
     }
 
     async fn adopt(&mut self, process: ProcessRef) -> wasmtime::Result<Result<(), String>> {
+        // Outside recovery a driver has no business with processes it did not spawn: a
+        // guessed pid and start time would otherwise let it signal any host process.
+        if !self.plugin.recovering {
+            let refusal = SpawnRefusal::AdoptOutsideRecovery {
+                driver: self.plugin.name.to_string(),
+                pid: process.pid,
+            }
+            .to_string();
+            self.violations.push(refusal.clone());
+            return Ok(Err(refusal));
+        }
         Ok(self
             .processes
             .adopt(&self.plugin.name, from_wit_ref(process))
@@ -93,6 +104,11 @@ enum SpawnRefusal {
     OutsideTaskStart { driver: String },
     #[error("spawn needs a program: argv is empty")]
     EmptyArgv,
+    #[error(
+        "driver {driver:?} tried to adopt process {pid} outside recover-task: a driver adopts \
+         only the processes of a task it recovers after an agent restart"
+    )]
+    AdoptOutsideRecovery { driver: String, pid: u32 },
     #[error(
         "driver {driver:?} asked to mount {} at {} ({}{}), which the host did not hand it for task {task}",
         mount.host_path.display(),

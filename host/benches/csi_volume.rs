@@ -29,8 +29,7 @@ use berth::csi::CsiNode;
 use berth::csi::client::{CsiClient, NodeVolume};
 use berth::csi::layout::PluginDirs;
 use berth::csi::registry::PluginRegistration;
-use berth::model::csi::Timeouts;
-use berth::model::csi::{AccessMode, AttachmentMode, PluginKind, Usage};
+use berth::model::csi::{AccessMode, AttachmentMode, PluginKind, Timeouts, Usage};
 use berth::state::StateStore;
 use common::{median, micros, ratio, summary};
 

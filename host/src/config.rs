@@ -49,8 +49,7 @@ use std::path::{Path, PathBuf};
 use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::{JobspecError, Problem};
-use crate::model::csi::CsiSettings;
-use crate::model::csi::Timeouts;
+use crate::model::csi::{CsiSettings, Timeouts};
 use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
 use crate::model::pins::{DriverPins, parse_sha256};
 

@@ -6,8 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use berth::model::driver::TaskRequest;
-use berth::model::mount::HandedMount;
-use berth::model::mount::Propagation;
+use berth::model::mount::{HandedMount, Propagation};
 use berth::runtime::driver::{Driver, DriverOrigin};
 use berth::runtime::{Runtime, RuntimeConfig, SandboxLimits};
 

@@ -27,8 +27,7 @@ use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::{self, Job, JobType, JobspecError};
 use crate::model::events::AllocEvent;
-use crate::model::status::ClientStatus;
-use crate::model::status::DesiredStatus;
+use crate::model::status::{ClientStatus, DesiredStatus};
 use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
 
 /// Where the agent keeps its state.

@@ -13,8 +13,7 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::Instrument;
 
-use crate::model::csi::Timeouts;
-use crate::model::csi::Usage;
+use crate::model::csi::{Timeouts, Usage};
 use berth_proto::csi as pb;
 use pb::controller_client::ControllerClient;
 use pb::identity_client::IdentityClient;

@@ -26,9 +26,7 @@ use super::layout::SharedPath;
 use super::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
 use crate::catalog::{Catalog, PluginProvider, Volume};
 use crate::csi::client::{CsiClient, CsiError, NodeVolume};
-use crate::model::csi::Capabilities;
-use crate::model::csi::{CsiSettings, Fingerprint};
-use crate::model::csi::{PluginKind, Usage};
+use crate::model::csi::{Capabilities, CsiSettings, Fingerprint, PluginKind, Usage};
 use crate::state::{RecordTable, StateError, StateStore};
 
 /// One volume's use on this node, persisted.

@@ -22,8 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::catalog::Catalog;
-use crate::model::csi::CsiSettings;
-use crate::model::csi::{AccessMode, AttachmentMode, Usage};
+use crate::model::csi::{AccessMode, AttachmentMode, CsiSettings, Usage};
 use berth_proto::csi as pb;
 
 // The wire forms of the model's CSI types: only this module speaks protobuf.

@@ -21,8 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::blocking;
 use crate::model::driver::TaskHandle;
 use crate::model::events::TaskState;
-use crate::model::status::ClientStatus;
-use crate::model::status::DesiredStatus;
+use crate::model::status::{ClientStatus, DesiredStatus};
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");

@@ -21,13 +21,10 @@ use crate::csi::client::CsiClient;
 use crate::csi::layout::{self, PluginDirs};
 use crate::csi::registry::PluginRegistration;
 use crate::jobspec::{CsiPlugin, CsiPluginType};
-use crate::model::csi::Timeouts;
-use crate::model::csi::{PluginKind, check_plugin_id};
-use crate::model::driver::ExitResult;
-use crate::model::driver::FsIsolation;
+use crate::model::csi::{PluginKind, Timeouts, check_plugin_id};
+use crate::model::driver::{ExitResult, FsIsolation};
 use crate::model::events::EventKind;
-use crate::model::mount::HandedMount;
-use crate::model::mount::Propagation;
+use crate::model::mount::{HandedMount, Propagation};
 
 /// How often a plugin is probed until it is healthy, and afterwards.
 const PROBE_STARTING: Duration = Duration::from_millis(500);
@@ -138,6 +135,7 @@ impl TaskHook for CsiPluginSupervisorHook {
                 hook: "csi_plugin_supervisor".into(),
                 message,
             };
+            check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
             if !ctx.config.csi_privileged(&plugin.id)
                 && plugin.plugin_type != CsiPluginType::Controller
             {
@@ -151,7 +149,6 @@ impl TaskHook for CsiPluginSupervisorHook {
                     ),
                 );
             }
-            check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
             let places = places(ctx, plugin);
             crate::mount::shared::ensure_shared(&ctx.csi.root).map_err(|e| {
                 fail(format!(

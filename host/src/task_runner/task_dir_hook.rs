@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
 use crate::model::driver::FsIsolation;
-use crate::model::mount::HandedMount;
-use crate::model::mount::Propagation;
+use crate::model::mount::{HandedMount, Propagation};
 
 pub struct TaskDirHook;
 

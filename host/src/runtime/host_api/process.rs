@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::model::driver::FsIsolation;
-use crate::model::mount::HandedMount;
-use crate::model::mount::Propagation;
+use crate::model::mount::{HandedMount, Propagation};
 use crate::process::isolation::{ChrootSpec, VolumeMount};
 use crate::process::{self as host_process, Isolation, SpawnSpec};
 use crate::runtime::bindings::host::process::{

@@ -49,6 +49,13 @@ const WAITER: &str = r#"job "waiter" {
 }
 "#;
 
+/// A batch job `name` with one mock task `t` that finishes at once.
+fn mock_batch(name: &str) -> String {
+    format!(
+        "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n      config {{ run_for = \"0s\" }}\n    }}\n  }}\n}}\n"
+    )
+}
+
 /// Kills a task process the test started through an agent, whatever the test's outcome.
 /// Holds a pidfd, so a pid reused after the task is gone is never hit.
 struct KillOnDrop(rustix::fd::OwnedFd);
@@ -198,17 +205,8 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
 async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
     let mut agent = AgentProcess::new();
     agent.start().await;
-    let good = r#"job "ok" {
-  type = "batch"
-  group "g" {
-    task "t" {
-      driver = "mock"
-      config { run_for = "0s" }
-    }
-  }
-}
-"#;
-    let submitted = agent.submit("ok.hcl", good).await.unwrap();
+    let good = mock_batch("ok");
+    let submitted = agent.submit("ok.hcl", &good).await.unwrap();
     agent
         .wait_alloc(&submitted.alloc_ids[0], "complete", |s| {
             s.client_status == ClientStatus::Complete
@@ -285,7 +283,7 @@ async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
         "{}",
         agent.output()
     );
-    let submitted = agent.submit("ok.hcl", good).await.unwrap();
+    let submitted = agent.submit("ok.hcl", &good).await.unwrap();
     assert_eq!(submitted.alloc_ids.len(), 1);
 
     // A missing state file: a fresh start, said so.
@@ -408,17 +406,10 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
 async fn a_drivers_log_line_carries_its_alloc_task_and_call() {
     let mut agent = AgentProcess::new();
     agent.start().await;
-    let job = r#"job "spans" {
-  type = "batch"
-  group "g" {
-    task "t" {
-      driver = "mock"
-      config { run_for = "0s" }
-    }
-  }
-}
-"#;
-    let submitted = agent.submit("spans.hcl", job).await.unwrap();
+    let submitted = agent
+        .submit("spans.hcl", &mock_batch("spans"))
+        .await
+        .unwrap();
     let alloc_id = &submitted.alloc_ids[0];
     agent
         .wait_alloc(alloc_id, "complete", |s| {

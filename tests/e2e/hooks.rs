@@ -87,6 +87,13 @@ fn messages(status: &AllocStatus, task: &str) -> Vec<String> {
         .collect()
 }
 
+/// A service alloc that runs for an hour beside the hostile ones; the tests check it
+/// never noticed them.
+async fn submit_healthy(agent: &Agent) -> berth::agent::Submitted {
+    let job = "job \"healthy\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n    }\n  }\n}\n";
+    agent.submit("healthy.hcl", job).await.unwrap()
+}
+
 fn batch(name: &str, task: &str) -> String {
     format!(
         "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n      mode = \"fail\"\n    }}\n{task}  }}\n}}\n"
@@ -242,14 +249,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
     let h = agent_with(hooks).await;
 
     // A healthy service alloc keeps running beside the hostile ones.
-    let healthy = h
-        .agent
-        .submit(
-            "healthy.hcl",
-            "job \"healthy\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n    }\n  }\n}\n",
-        )
-        .await
-        .unwrap();
+    let healthy = submit_healthy(&h.agent).await;
 
     // The prestart task plants `local/link` -> a dir outside, before the hooks run.
     let plant = |victim: &str| {
@@ -457,14 +457,7 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
         ));
     }
     let h = agent_with(hooks).await;
-    let healthy = h
-        .agent
-        .submit(
-            "healthy.hcl",
-            "job \"healthy\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n    }\n  }\n}\n",
-        )
-        .await
-        .unwrap();
+    let healthy = submit_healthy(&h.agent).await;
 
     let mut refusals: Vec<(&str, &str)> = env_cases.iter().map(|(h, _, e)| (*h, *e)).collect();
     refusals.push((

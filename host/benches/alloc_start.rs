@@ -82,6 +82,7 @@ async fn run() {
     let (on_disk, _) = StateStore::open(&scratch.path().join("state.db")).unwrap();
     let on_disk = Arc::new(on_disk);
     let in_memory = Arc::new(StateStore::in_memory());
+    let cgroups = Arc::new(berth::cgroup::Cgroups::detect(config.cgroups.clone()));
     let node = |store: &Arc<StateStore>| NodeContext {
         data_dir: scratch.path().to_path_buf(),
         drivers: drivers.clone(),
@@ -90,6 +91,7 @@ async fn run() {
         store: store.clone(),
         events: tokio::sync::broadcast::channel(16).0,
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
+        cgroups: cgroups.clone(),
     };
     let mock = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&on_disk)).await;
     let mock_memory = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&in_memory)).await;

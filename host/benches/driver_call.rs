@@ -46,7 +46,7 @@ async fn run() {
         name: "mock".into(),
         may_mount: true,
         isolation: berth::model::driver::FsIsolation::None,
-        recovering: false,
+        adoptable: None,
     };
     let budget = Duration::from_secs(60);
 

@@ -98,6 +98,7 @@ async fn run() {
         Arc::new(berth::state::StateStore::in_memory()),
         Default::default(),
     );
+    let cgroups = Arc::new(berth::cgroup::Cgroups::detect(Default::default()));
     let context = |plugin_hooks: Vec<Arc<Hook>>| TaskHookContext {
         alloc_id: "bench-alloc".into(),
         job: job.clone(),
@@ -110,6 +111,7 @@ async fn run() {
         plugin_hooks,
         reports: Arc::default(),
         csi: csi.clone(),
+        cgroups: cgroups.clone(),
         events: None,
         restart: None,
     };

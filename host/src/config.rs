@@ -27,6 +27,18 @@
 //!   privileged_plugins = ["hostpath"]  # plugin tasks that keep root's capabilities
 //! }
 //!
+//! cgroups {
+//!   parent   = "berth"  # every task's cgroup is <parent>/<alloc id>.<task>
+//!   pids_max = 4096     # processes and threads one task may have at once
+//!   allow_missing_controllers = false  # true: run tasks unlimited where memory, cpu
+//!                                      # or pids is missing (an event says so)
+//! }
+//!
+//! plugin "exec" {
+//!   allow_unconfined = false   # true lets a driver that declared fs-isolation "none"
+//!                              # spawn processes unconfined, as root on the host
+//! }
+//!
 //! plugin "raw_exec" {
 //!   config {
 //!     enabled = true           # raw_exec is off unless the operator turns it on
@@ -48,9 +60,11 @@ use std::path::{Path, PathBuf};
 
 use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::{self, Location};
+use crate::jobspec::names::{NameKind, check_name};
 use crate::jobspec::{JobspecError, Problem};
 use crate::model::csi::{CsiSettings, Timeouts};
 use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
+use crate::model::limits::CgroupSettings;
 use crate::model::pins::{DriverPins, parse_sha256};
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,6 +74,7 @@ pub struct AgentConfig {
     pub host_volumes: Vec<HostVolume>,
     pub hooks: Vec<HookSpec>,
     pub csi: CsiSettings,
+    pub cgroups: CgroupSettings,
     /// `plugin "NAME" { ... }` blocks, by driver name.
     pub plugins: Vec<PluginConfig>,
     pub http: HttpConfig,
@@ -115,6 +130,9 @@ pub struct PluginConfig {
     pub enabled: Option<bool>,
     /// The driver component's SHA-256, as approved by the operator.
     pub sha256: Option<String>,
+    /// The operator lets this driver spawn processes without isolation (as root, in the
+    /// host's namespaces) when it declared fs-isolation `none`.
+    pub allow_unconfined: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +174,15 @@ impl AgentConfig {
         self.plugin("raw_exec").and_then(|p| p.enabled) == Some(true)
     }
 
+    /// Whether driver `name` may spawn processes unconfined: `raw_exec` once enabled,
+    /// any other driver only with `allow_unconfined = true` in its plugin block.
+    pub fn allows_unconfined(&self, name: &str) -> bool {
+        if name == "raw_exec" {
+            return self.raw_exec_enabled();
+        }
+        self.plugin(name).is_some_and(|p| p.allow_unconfined)
+    }
+
     /// Parses an agent config; errors have the same shape as jobspec errors.
     pub fn parse(file: &str, source: &str) -> Result<AgentConfig, JobspecError> {
         let fail = |problems| JobspecError {
@@ -174,6 +201,7 @@ impl AgentConfig {
                 "host_volume",
                 "hook",
                 "csi",
+                "cgroups",
                 "plugin",
                 "http",
                 "require_pinned",
@@ -245,6 +273,10 @@ impl AgentConfig {
             csi.privileged_plugins = settings.string_list("privileged_plugins", &mut problems);
             settings.finish(&mut problems);
         }
+        let cgroups = match fields.single_block("cgroups", &mut problems) {
+            Some(block) => cgroup_settings(block, &mut problems),
+            None => CgroupSettings::default(),
+        };
         let mut plugins = Vec::new();
         for (name, block) in fields.labeled_blocks("plugin", &mut problems) {
             plugins.push(plugin_config(name, block, &mut problems));
@@ -266,6 +298,7 @@ impl AgentConfig {
             host_volumes,
             hooks,
             csi,
+            cgroups,
             plugins,
             http,
             require_pinned,
@@ -372,8 +405,14 @@ fn plugin_config(
     problems: &mut Vec<Problem>,
 ) -> PluginConfig {
     let path = format!("config.plugin.{name}");
-    let mut plugin = Fields::new(&block.body, path.clone(), block.at, &["config", "sha256"]);
+    let mut plugin = Fields::new(
+        &block.body,
+        path.clone(),
+        block.at,
+        &["config", "sha256", "allow_unconfined"],
+    );
     let sha256 = pin(&mut plugin, block.at, problems);
+    let allow_unconfined = plugin.bool("allow_unconfined", problems).unwrap_or(false);
     let mut enabled = None;
     if let Some(config) = plugin.single_block("config", problems) {
         let mut settings = Fields::new(
@@ -390,6 +429,54 @@ fn plugin_config(
         name,
         enabled,
         sha256,
+        allow_unconfined,
+    }
+}
+
+fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> CgroupSettings {
+    let mut fields = Fields::new(
+        &block.body,
+        "config.cgroups".into(),
+        block.at,
+        &["parent", "pids_max", "allow_missing_controllers"],
+    );
+    let defaults = CgroupSettings::default();
+    let parent = fields.string("parent", problems).unwrap_or(defaults.parent);
+    let parent_ok = !parent.is_empty()
+        && parent
+            .split('/')
+            .all(|part| check_name(NameKind::Job, part).is_ok());
+    if !parent_ok {
+        let at = fields.attr("parent").map(|a| a.at).unwrap_or(block.at);
+        fields.problem(
+            problems,
+            "parent",
+            at,
+            format!(
+                "{parent:?} is not a cgroup path berth can use: names of letters, digits,                  '.', '_' and '-', separated by '/'"
+            ),
+        );
+    }
+    let pids_max = fields
+        .number("pids_max", 4_194_304, problems)
+        .unwrap_or(defaults.pids_max);
+    if pids_max < 8 {
+        let at = fields.attr("pids_max").map(|a| a.at).unwrap_or(block.at);
+        fields.problem(
+            problems,
+            "pids_max",
+            at,
+            format!("{pids_max} is too few processes for any task (at least 8)"),
+        );
+    }
+    let allow_missing_controllers = fields
+        .bool("allow_missing_controllers", problems)
+        .unwrap_or(false);
+    fields.finish(problems);
+    CgroupSettings {
+        parent,
+        pids_max,
+        allow_missing_controllers,
     }
 }
 
@@ -572,6 +659,58 @@ mod tests {
                 "missing {expected:?} in:\n{error}"
             );
         }
+    }
+
+    #[test]
+    fn only_the_operator_lets_a_driver_run_unconfined() {
+        let config = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"exec\" {\n  allow_unconfined = false\n}\nplugin \"vendor\" {\n  allow_unconfined = true\n}\n",
+        )
+        .unwrap();
+        assert!(!config.allows_unconfined("exec"));
+        assert!(config.allows_unconfined("vendor"));
+        assert!(!config.allows_unconfined("unlisted"));
+        assert!(
+            !config.allows_unconfined("raw_exec"),
+            "raw_exec needs enabled = true"
+        );
+    }
+
+    #[test]
+    fn cgroup_settings_have_defaults_and_checked_values() {
+        let defaults = AgentConfig::parse("agent.hcl", "").unwrap().cgroups;
+        assert_eq!(defaults, CgroupSettings::default());
+        let set = AgentConfig::parse(
+            "agent.hcl",
+            "cgroups {\n  parent = \"ops/berth\"\n  pids_max = 512\n  allow_missing_controllers = true\n}\n",
+        )
+        .unwrap()
+        .cgroups;
+        assert_eq!(
+            set,
+            CgroupSettings {
+                parent: "ops/berth".into(),
+                pids_max: 512,
+                allow_missing_controllers: true,
+            }
+        );
+        let error = AgentConfig::parse(
+            "agent.hcl",
+            "cgroups {\n  parent = \"../escape\"\n  pids_max = 2\n}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("agent.hcl:2:"), "{error}");
+        assert!(
+            error.contains("\"../escape\" is not a cgroup path berth can use"),
+            "{error}"
+        );
+        assert!(error.contains("agent.hcl:3:"), "{error}");
+        assert!(
+            error.contains("2 is too few processes for any task (at least 8)"),
+            "{error}"
+        );
     }
 
     #[test]

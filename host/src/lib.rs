@@ -8,6 +8,7 @@ pub mod api;
 pub mod blocking;
 pub mod builtin;
 pub mod catalog;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod csi;

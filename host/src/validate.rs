@@ -248,6 +248,23 @@ async fn check_task(
             }
         }
     }
+    let asked = task
+        .resources
+        .memory_max_mb
+        .unwrap_or(task.resources.memory_mb);
+    if let Some(node) = crate::cgroup::node_memory()
+        && u64::from(asked) * crate::model::limits::MIB > node
+    {
+        problems.push(Problem {
+            path: format!("{task_path}.resources.memory"),
+            at: Some(task.at),
+            message: format!(
+                "task {:?} asks for {asked} MiB of memory; this node has {} MiB",
+                task.name,
+                node / crate::model::limits::MIB
+            ),
+        });
+    }
     if let Some(user) = &task.user
         && let Err(error) = crate::process::users::lookup(user)
     {

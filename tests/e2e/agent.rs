@@ -122,11 +122,13 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
         assert!(Instant::now() < deadline, "the task never wrote its pid");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let pid: u32 = std::fs::read_to_string(&pid_file)
+    let ns_pid: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    // The task wrote its pid in its own namespace; the host knows it by another.
+    let pid = support::host_pid_of(&status.alloc_dir, ns_pid).expect("the task's host pid");
     // If an assertion below fails, the task must not outlive the test.
     let _reaper = KillOnDrop::new(pid);
     let task_mounts = mount_count(pid);

@@ -212,5 +212,6 @@ impl Drop for AgentProcess {
         }
         std::thread::sleep(Duration::from_millis(100));
         support::unmount_everything_under(self.path());
+        support::remove_task_cgroups(&self.path().join("data"));
     }
 }

@@ -1,14 +1,18 @@
 //! An `exec` task tries, from inside, the ways a root process reaches the host: another
 //! process's root through /proc, a device node for the host's disk, a mount, the kernel's
 //! core_pattern, and the host's /dev. Each is refused, and the task keeps only the
-//! capabilities it is given.
+//! capabilities it is given. It sees only its own processes (a pid namespace), lives in
+//! a cgroup that OOM-kills it past `resources.memory` and stops a fork bomb at
+//! `pids_max`, and a seccomp filter refuses what its other limits would not (the host
+//! root's keyring).
 
+use berth::model::events::EventKind;
 use berth::model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 
-/// Runs `script` in an exec task (with `task_extra` in its task block) until it ends; its
-/// alloc's status and the task's stdout.
+/// Runs `script` in an exec task (with `task_extra` in its task block) until it ends, with
+/// no restart; its alloc's status and the task's stdout.
 async fn run_script(
     agent: &AgentProcess,
     job: &str,
@@ -16,7 +20,7 @@ async fn run_script(
     script: &str,
 ) -> (berth::alloc_runner::AllocStatus, String) {
     let source = format!(
-        "job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{task_extra}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
+        "job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n{task_extra}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
         serde_json::to_string(script).unwrap()
     );
     let submitted = agent.submit(&format!("{job}.hcl"), &source).await.unwrap();
@@ -38,8 +42,14 @@ async fn run_script(
 const PROBES: &str = r#"
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status
 echo "dev: $(ls /dev | tr '\n' ' ')"
+# In its pid namespace, pid 1 is berth's init (the task's parent), chrooted with it: a
+# /proc/<pid>/root that is not the task's own root would be a way out, and the init, a
+# copy of the agent, must not give the agent's memory or environment away.
 for pid in 1 $PPID; do
-  if ls /proc/$pid/root/ >/dev/null 2>&1; then echo "ESCAPED proc-root"; else echo "proc-root denied"; fi
+  if [ -e /proc/$pid/root/ ] && [ "$(stat -L -c %d:%i /proc/$pid/root/)" != "$(stat -c %d:%i /)" ]; then echo "ESCAPED proc-root"; else echo "proc-root denied"; fi
+done
+for file in mem environ; do
+  if (exec 3< /proc/1/$file) 2>/dev/null; then echo "ESCAPED init-$file"; else echo "init-$file denied"; fi
 done
 if mknod /tmp/disk b 8 0 2>/dev/null; then echo "ESCAPED mknod"; else echo "mknod denied"; fi
 if mount -t tmpfs none /tmp 2>/dev/null; then echo "ESCAPED mount"; else echo "mount denied"; fi
@@ -69,7 +79,14 @@ async fn an_exec_task_cannot_reach_the_host_through_proc_devices_mounts_or_sysct
     );
     // The listing above is what proves the host's disks are out of reach: on machines whose
     // own sandbox denies block devices even to the agent, the disk probe cannot fail.
-    for contained in ["mknod", "mount", "core_pattern", "disk"] {
+    for contained in [
+        "mknod",
+        "mount",
+        "core_pattern",
+        "disk",
+        "init-mem",
+        "init-environ",
+    ] {
         assert!(
             stdout.contains(&format!("{contained} denied")),
             "{contained}: {stdout}"
@@ -108,4 +125,131 @@ async fn an_exec_task_runs_as_its_user_with_no_capabilities_and_an_unknown_user_
                 .contains("task \"t\": user \"no-such-user-here\" does not exist on this node")),
         "{error:?}"
     );
+}
+
+/// Tasks this test suite's processes would recognise by their command line.
+fn processes_running(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nobody_task_with_64_mib_sees_only_itself_and_is_oom_killed_at_256_mib() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let script = "id -u; grep '^CapEff:' /proc/self/status; \
+                  echo \"pids: $(ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' ')\"; \
+                  echo \"me: $$\"; \
+                  for dev in /dev/sda /dev/vda /dev/nvme0n1; do \
+                    if head -c 1 $dev >/dev/null 2>&1; then echo ESCAPED $dev; fi; done; \
+                  exec /usr/bin/python3 -c 'b = b\"x\" * (256 << 20); print(\"survived\")'";
+    let extra = "      user = \"nobody\"\n      resources {\n        memory = 64\n      }\n";
+    let (status, stdout) = run_script(&agent, "oom", extra, script).await;
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "65534", "{stdout}");
+    assert_eq!(lines[1], "CapEff:\t0000000000000000", "{stdout}");
+    // Its own namespace: pid 1 is berth's init, the task's shell is pid 2, and only the
+    // task's few processes (with the listing's subshell, `ls`, `grep` and `tr`) are there.
+    let pids: Vec<u32> = lines[2]
+        .trim_start_matches("pids: ")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(
+        pids.starts_with(&[1, 2]) && pids.len() <= 7 && pids.iter().all(|p| *p < 16),
+        "host pids are visible: {stdout}"
+    );
+    assert!(!pids.contains(&std::process::id()), "{stdout}");
+    assert_eq!(lines[3], "me: 2", "{stdout}");
+    assert!(
+        !stdout.contains("ESCAPED") && !stdout.contains("survived"),
+        "{stdout}"
+    );
+    assert_eq!(status.client_status, ClientStatus::Failed, "{status:#?}");
+    let events = &status.tasks["t"].events;
+    let terminated = events
+        .iter()
+        .find(|e| e.kind == EventKind::Terminated)
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(
+        terminated.message.contains("Signal: 9") && terminated.message.contains("OOM Killed"),
+        "{events:#?}"
+    );
+    assert_no_task_cgroup_left(&status.id);
+}
+
+/// The alloc's task cgroups are gone from every hierarchy once it has finished.
+fn assert_no_task_cgroup_left(alloc_id: &str) {
+    for controller in ["memory", "cpu", "pids", "devices", "unified"] {
+        let parent = std::path::Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join("berth");
+        let left: Vec<_> = std::fs::read_dir(&parent)
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(alloc_id))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(left.is_empty(), "cgroups left behind: {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_bomb_stops_at_pids_max_dies_with_its_task_and_its_neighbour_runs() {
+    let mut agent = AgentProcess::with_config("cgroups {\n  pids_max = 64\n}\n");
+    agent.start().await;
+    // Bounded, so that without the limit the test fails instead of exhausting the node.
+    let bomb = "i=0; while [ $i -lt 2000 ]; do sleep 7777 & i=$((i+1)); done; echo forked $i";
+    let (bombed, neighbour) = tokio::join!(
+        run_script(&agent, "bomb", "", bomb),
+        run_script(&agent, "neighbour", "", "echo fine")
+    );
+    let (status, stdout) = bombed;
+    let stderr = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stderr.0")).unwrap();
+    assert!(!stdout.contains("forked 2000"), "{stdout}");
+    assert!(stderr.contains("Cannot fork"), "{stderr}");
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    assert!(
+        processes_running("sleep\u{0}7777").is_empty(),
+        "the bomb's processes outlived its task"
+    );
+    assert_no_task_cgroup_left(&status.id);
+    assert_eq!(neighbour.1, "fine\n");
+    assert_eq!(neighbour.0.client_status, ClientStatus::Complete);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seccomp_refuses_the_host_roots_keyring_to_a_root_task() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    // keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING): keyrings are per uid and not
+    // namespaced, so without the filter a task running as uid 0 gets the host root's.
+    let probe = r#"import ctypes, os
+numbers = {"x86_64": 250, "aarch64": 219}
+libc = ctypes.CDLL(None, use_errno=True)
+ring = libc.syscall(numbers[os.uname().machine], 0, -4, 0)
+print("keyctl", "ESCAPED" if ring >= 0 else "denied", os.strerror(ctypes.get_errno()))
+"#;
+    let script = format!(
+        "/usr/bin/python3 -c {}; grep '^Seccomp:' /proc/self/status",
+        shell_quote(probe)
+    );
+    let (status, stdout) = run_script(&agent, "keys", "", &script).await;
+    assert_eq!(
+        stdout, "keyctl denied Operation not permitted\nSeccomp:\t2\n",
+        "{status:#?}"
+    );
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }

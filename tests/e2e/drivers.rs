@@ -77,10 +77,9 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
     let raw = support::builtin(&runtime, "raw_exec").await;
     assert_eq!(raw.capabilities().mount_configs, MountConfigs::None);
     let task = TaskDir::new();
-    let request = task.request(
+    let request = task.unconfined_request(
         "raw",
         json!({"command": "/bin/sh", "args": ["-c", "pwd; exit 7"]}),
-        vec![],
     );
     let handle = raw.start_task(&request).await.unwrap();
     let exit = raw.wait_task(&handle).await.unwrap();
@@ -160,11 +159,8 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     let handle = {
         let first_agent = support::runtime();
         let raw = support::builtin(&first_agent, "raw_exec").await;
-        let request = task.request(
-            "long",
-            json!({"command": "/bin/sleep", "args": ["1"]}),
-            vec![],
-        );
+        let request =
+            task.unconfined_request("long", json!({"command": "/bin/sleep", "args": ["1"]}));
         raw.start_task(&request).await.unwrap()
     };
     // A new runtime has an empty process table, as after a restart.
@@ -185,6 +181,22 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     let mut forged = handle.clone();
     forged.driver_state = format!("{} 1", std::process::id()).into_bytes();
     let error = raw.recover_task(&forged).await.unwrap_err();
+    assert!(
+        error.to_string().contains(&format!(
+            "driver \"raw_exec\" tried to adopt process {}, which berth did not spawn for \
+             the task it recovers",
+            std::process::id()
+        )),
+        "{error}"
+    );
+    // A recorded process whose pid was reused since is refused too.
+    let mut reused = handle.clone();
+    reused.driver_state = format!("{} 1", std::process::id()).into_bytes();
+    reused.spawned = vec![berth::process::ProcessRef {
+        pid: std::process::id(),
+        start_time: 1,
+    }];
+    let error = raw.recover_task(&reused).await.unwrap_err();
     assert!(
         error.to_string().contains("is gone or its pid was reused"),
         "{error}"
@@ -229,10 +241,9 @@ async fn a_driver_written_in_python_runs_a_task() {
     );
 
     let task = TaskDir::new();
-    let request = task.request(
+    let request = task.unconfined_request(
         "py",
         json!({"command": "/bin/sh", "args": ["-c", "echo \"python says $GREETING\"; exit 4"]}),
-        vec![],
     );
     let handle = python.start_task(&request).await.unwrap();
     assert_eq!(python.wait_task(&handle).await.unwrap().exit_code, 4);

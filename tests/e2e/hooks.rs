@@ -37,7 +37,13 @@ fn spec(name: &str, path: &str, config: &[(&str, &str)]) -> HookSpec {
 
 struct HookAgent {
     agent: Arc<Agent>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for HookAgent {
+    fn drop(&mut self) {
+        support::remove_task_cgroups(self.dir.path());
+    }
 }
 
 async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
@@ -54,7 +60,7 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
         plugins: vec![berth::config::PluginConfig {
             name: "raw_exec".into(),
             enabled: Some(true),
-            sha256: None,
+            ..Default::default()
         }],
         ..AgentConfig::default()
     };
@@ -67,7 +73,7 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
     })
     .await
     .unwrap();
-    HookAgent { agent, _dir: dir }
+    HookAgent { agent, dir }
 }
 
 /// Runs a job to the end and returns its first alloc.

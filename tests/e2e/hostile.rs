@@ -266,6 +266,32 @@ async fn a_driver_cannot_spawn_below_the_isolation_it_declared() {
     assert_nothing_spawned(&runtime, &task);
 }
 
+/// A driver that declared no isolation (raw_exec here, called as a third-party driver
+/// would be) asks for a process as root in the host's namespaces, on an agent whose
+/// operator did not allow that driver to: refused, and nothing runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_that_declared_no_isolation_spawns_nothing_the_operator_did_not_allow() {
+    let runtime = support::runtime();
+    let raw = support::builtin(&runtime, "raw_exec").await;
+    let task = TaskDir::new();
+    let error = raw
+        .start_task(&task.request("t", json!({"command": "/bin/true"}), vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().ends_with(
+            "driver \"raw_exec\" asked to spawn without isolation (as root, in the host's \
+             namespaces), which the operator has not allowed for this driver: plugin \
+             \"raw_exec\" { allow_unconfined = true } allows it (for raw_exec, \
+             config { enabled = true })"
+        ),
+        "{error}"
+    );
+    assert_eq!(runtime.processes().owned_by("raw_exec"), 0);
+    assert!(!task.stdout().exists());
+}
+
 /// What a driver returns or asks for is bounded: an 8 MiB error is kept as 4 KiB and a
 /// note; 100 000 arguments are refused before anything is spawned.
 #[tokio::test(flavor = "multi_thread")]

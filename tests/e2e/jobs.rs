@@ -6,6 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use berth::alloc_runner::{AllocRunner, NodeContext};
+use berth::cgroup::Cgroups;
+use berth::cgroup::layout::Layout;
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
 use berth::model::events::{EventKind, TaskStateKind};
@@ -45,7 +47,15 @@ impl Agent {
     fn path(&self) -> &Path {
         self.dir.path()
     }
+}
 
+impl Drop for Agent {
+    fn drop(&mut self) {
+        support::remove_task_cgroups(&self.path().join("data"));
+    }
+}
+
+impl Agent {
     fn config(&self) -> AgentConfig {
         AgentConfig::parse_file(&self.path().join("agent.hcl")).unwrap()
     }
@@ -55,12 +65,14 @@ impl Agent {
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let store = Arc::new(StateStore::in_memory());
         let data_dir = self.path().join("data");
+        let config = self.config();
         NodeContext {
             csi: berth::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
+            cgroups: Arc::new(berth::cgroup::Cgroups::detect(config.cgroups.clone())),
             data_dir,
             drivers,
             hooks: berth::hook_set::HookSet::default(),
-            config: Arc::new(self.config()),
+            config: Arc::new(config),
             store,
             events,
         }
@@ -176,6 +188,12 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     task "b" {
       driver = "docker"
     }
+    task "c" {
+      driver = "mock"
+      resources {
+        memory = 900000
+      }
+    }
   }
 }
 "#,
@@ -183,7 +201,11 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     .unwrap();
     let (code, _, stderr) = agent.berth(&["job", "validate", job.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("has 4 problems"), "{stderr}");
+    assert!(stderr.contains("has 5 problems"), "{stderr}");
+    assert!(
+        stderr.contains("task \"c\" asks for 900000 MiB of memory; this node has "),
+        "{stderr}"
+    );
     assert!(stderr.contains("host volume \"nowhere\" is not configured on this agent (configured: greetings, scratch)"), "{stderr}");
     assert!(
         stderr.contains("validate-task-config: command \"relative\" must be an absolute path"),
@@ -328,6 +350,50 @@ async fn the_restart_policy_restarts_then_gives_up() {
         2
     );
     assert_eq!(kinds.last(), Some(&EventKind::NotRestarting));
+}
+
+/// A cgroup hierarchy the agent cannot write: the task fails to start with an event
+/// that says why, and nothing is left behind (no cgroup, no process).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_cgroup_hierarchy_fails_the_task_with_an_event_and_leaves_nothing() {
+    let agent = Agent::new(false);
+    let hierarchy = agent.path().join("cgroup-ro");
+    let mut mounts = support::HostMounts::default();
+    mounts.read_only_tmpfs(&hierarchy);
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
+    let mut node = agent.node(drivers);
+    let controllers = ["memory", "cpu", "pids", "devices"]
+        .map(|c| (c.to_string(), hierarchy.clone()))
+        .into();
+    node.cgroups = Arc::new(Cgroups::with_layout(
+        Some(Layout::Legacy { controllers }),
+        Default::default(),
+    ));
+    let job = berth::jobspec::parse(
+        "job.hcl",
+        "job \"ro\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let alloc = AllocRunner::new(Arc::new(job), 0, 0, node).unwrap();
+    let status = alloc.clone().run().await;
+    assert_eq!(status, ClientStatus::Failed);
+    let events = &alloc.status().tasks["t"].events;
+    let failure = events
+        .iter()
+        .find(|e| e.kind == EventKind::SetupFailure)
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert_eq!(
+        failure.message,
+        format!(
+            "cgroup: the cgroup hierarchy at {} is read-only: berth cannot create the task's \
+             cgroup there (the agent needs it mounted read-write)",
+            hierarchy.join("berth").display()
+        )
+    );
+    assert!(!events.iter().any(|e| e.kind == EventKind::Started));
+    assert_eq!(std::fs::read_dir(&hierarchy).unwrap().count(), 0);
+    assert!(support::processes_rooted_under(agent.path()).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -105,6 +105,17 @@ impl TaskDir {
             stderr: self.stderr(),
             privileged: false,
             user: None,
+            allow_unconfined: false,
+            cgroup_procs: Vec::new(),
+        }
+    }
+
+    /// A request for a driver the operator allowed to run tasks unconfined (raw_exec
+    /// enabled, or `allow_unconfined` in its plugin block).
+    pub fn unconfined_request(&self, name: &str, config: serde_json::Value) -> TaskRequest {
+        TaskRequest {
+            allow_unconfined: true,
+            ..self.request(name, config, Vec::new())
         }
     }
 }
@@ -141,6 +152,20 @@ impl HostMounts {
             dir,
             "tmpfs",
             rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .unwrap();
+        self.mounted.push(dir.to_path_buf());
+    }
+
+    /// An empty tmpfs nobody can write, not even root.
+    pub fn read_only_tmpfs(&mut self, dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        rustix::mount::mount(
+            "tmpfs",
+            dir,
+            "tmpfs",
+            rustix::mount::MountFlags::RDONLY,
             None,
         )
         .unwrap();
@@ -184,6 +209,51 @@ pub fn processes_rooted_under(dir: &Path) -> Vec<rustix::process::Pid> {
         }
     }
     pids
+}
+
+/// The host pid of the process rooted under `dir` that is `ns_pid` in its own pid
+/// namespace (what a task sees as `$$`).
+pub fn host_pid_of(dir: &Path, ns_pid: u32) -> Option<u32> {
+    processes_rooted_under(dir).into_iter().find_map(|pid| {
+        let pid = pid.as_raw_nonzero().get() as u32;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let inner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))?
+            .split_whitespace()
+            .last()?
+            .parse::<u32>()
+            .ok()?;
+        (inner == ns_pid).then_some(pid)
+    })
+}
+
+/// Kills and removes the task cgroups of every alloc under `data_dir/allocs`: what an
+/// agent killed mid-run (as tests do) leaves for its next start to clean up.
+pub fn remove_task_cgroups(data_dir: &Path) {
+    let cgroups = berth::cgroup::Cgroups::detect(Default::default());
+    let Ok(allocs) = std::fs::read_dir(data_dir.join("allocs")) else {
+        return;
+    };
+    for alloc in allocs.flatten() {
+        let Ok(tasks) = std::fs::read_dir(alloc.path()) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let name = berth::cgroup::Cgroups::task_name(
+                &alloc.file_name().to_string_lossy(),
+                &task.file_name().to_string_lossy(),
+            );
+            let limits = berth::model::limits::TaskLimits {
+                memory_bytes: 0,
+                memory_soft_bytes: None,
+                cpu_shares: 0,
+                pids_max: 0,
+                restrict_devices: true,
+            };
+            let _ = cgroups.existing(&name, &limits).kill_and_remove();
+        }
+    }
 }
 
 /// Detaches every mount below `dir`, deepest first.

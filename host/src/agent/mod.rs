@@ -177,8 +177,28 @@ impl Agent {
             store.clone(),
             options.config.csi.clone(),
         );
+        let cgroups = crate::cgroup::Cgroups::detect(options.config.cgroups.clone());
+        let missing = cgroups.missing();
+        if !missing.is_empty() {
+            notices.push(Notice {
+                level: NoticeLevel::Warning,
+                message: format!(
+                    "this node has no cgroup controller for {} ({}): {}",
+                    missing.join(", "),
+                    cgroups.describe(),
+                    if cgroups.settings().allow_missing_controllers {
+                        "tasks run without those limits (allow_missing_controllers = true)"
+                    } else {
+                        "tasks that need them fail to start; an operator may allow it with \
+                         cgroups { allow_missing_controllers = true }"
+                    }
+                ),
+            });
+        }
+        tracing::info!(cgroups = %cgroups.describe(), "task cgroups");
         let mut agent = Agent {
             node: NodeContext {
+                cgroups: Arc::new(cgroups),
                 data_dir: options.data_dir,
                 drivers: options.drivers,
                 hooks: options.hooks,

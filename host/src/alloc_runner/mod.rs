@@ -100,6 +100,7 @@ pub struct NodeContext {
     /// Every task event, as it happens (sending never blocks; nobody listening is fine).
     pub events: broadcast::Sender<AllocEvent>,
     pub csi: Arc<crate::csi::CsiNode>,
+    pub cgroups: Arc<crate::cgroup::Cgroups>,
 }
 
 /// Why a recorded alloc could not be restored after an agent restart.
@@ -391,6 +392,7 @@ impl AllocRunner {
             plugin_hooks: self.node.hooks.for_task(task),
             reports: Arc::default(),
             csi: self.node.csi.clone(),
+            cgroups: self.node.cgroups.clone(),
             events: None,
             restart: None,
         };

@@ -6,6 +6,7 @@ use super::fields::{Fields, block_json};
 use super::hcl::{BlockNode, BodyNode, Location, Value};
 use super::names::{NameKind, check_name, normalise_task_path};
 use super::*;
+use crate::model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
 
 pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
     let mut top = Fields::new(tree, "jobspec".into(), Location::default(), &["job"]);
@@ -297,11 +298,41 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
                 block.at,
                 &["cpu", "memory", "memory_max", "cores"],
             );
+            let cpu = r.number("cpu", 1_000_000, problems).unwrap_or(100);
+            let memory = r.number("memory", 1_000_000, problems).unwrap_or(300);
+            let memory_max = r.number("memory_max", 1_000_000, problems);
+            if cpu < MIN_CPU_MHZ {
+                let at = r.attr("cpu").map(|a| a.at).unwrap_or(block.at);
+                r.problem(
+                    problems,
+                    "cpu",
+                    at,
+                    format!("minimum CPU value is {MIN_CPU_MHZ} (MHz); got {cpu}"),
+                );
+            }
+            if memory < MIN_MEMORY_MB {
+                let at = r.attr("memory").map(|a| a.at).unwrap_or(block.at);
+                r.problem(
+                    problems,
+                    "memory",
+                    at,
+                    format!("minimum memory value is {MIN_MEMORY_MB} (MiB); got {memory}"),
+                );
+            }
+            if let Some(max) = memory_max.filter(|max| *max < memory) {
+                let at = r.attr("memory_max").map(|a| a.at).unwrap_or(block.at);
+                r.problem(
+                    problems,
+                    "memory_max",
+                    at,
+                    format!("memory_max ({max}) may not be below memory ({memory})"),
+                );
+            }
             let resources = Resources {
-                cpu: r.number("cpu", 1_000_000, problems).unwrap_or(100) as u32,
-                memory_mb: r.number("memory", 1_000_000, problems).unwrap_or(300) as u32,
+                cpu: cpu as u32,
+                memory_mb: memory as u32,
+                memory_max_mb: memory_max.map(|m| m as u32),
             };
-            r.number("memory_max", 1_000_000, problems);
             r.number("cores", 1024, problems);
             r.finish(problems);
             resources
@@ -309,6 +340,7 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
         None => Resources {
             cpu: 100,
             memory_mb: 300,
+            memory_max_mb: None,
         },
     };
     let kill_timeout = fields

@@ -96,8 +96,12 @@ pub struct Task {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Resources {
+    /// MHz; becomes the task's CPU shares.
     pub cpu: u32,
+    /// MiB (Nomad's "MB"); the hard memory limit unless `memory_max` is set.
     pub memory_mb: u32,
+    /// MiB: the hard limit, with `memory` then the soft one (Nomad's oversubscription).
+    pub memory_max_mb: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

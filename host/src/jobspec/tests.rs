@@ -228,6 +228,36 @@ fn bad_durations_and_counts_are_positioned_errors_not_panics() {
     }
 }
 
+#[test]
+fn resources_below_nomads_minimums_are_refused_with_their_line() {
+    let source = "job \"w\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      resources {\n        cpu = 0\n        memory = 0\n      }\n    }\n  }\n}\n";
+    let error = parse("res.hcl", source).unwrap_err().to_string();
+    for expected in [
+        "res.hcl:6:",
+        "minimum CPU value is 1 (MHz); got 0",
+        "res.hcl:7:",
+        "minimum memory value is 10 (MiB); got 0",
+    ] {
+        assert!(
+            error.contains(expected),
+            "missing {expected:?} in:\n{error}"
+        );
+    }
+    let over = "job \"w\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      resources {\n        memory = 256\n        memory_max = 128\n      }\n    }\n  }\n}\n";
+    let error = parse("res.hcl", over).unwrap_err().to_string();
+    assert!(
+        error.contains("memory_max (128) may not be below memory (256)"),
+        "{error}"
+    );
+    let fine = "job \"w\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      resources {\n        memory = 64\n        memory_max = 128\n      }\n    }\n  }\n}\n";
+    let job = parse("res.hcl", fine).unwrap();
+    let resources = &job.groups[0].tasks[0].resources;
+    assert_eq!(
+        (resources.memory_mb, resources.memory_max_mb),
+        (64, Some(128))
+    );
+}
+
 // Arbitrary input never panics the parser: it parses, or it fails with positioned
 // problems. Random text finds the lexer's edges; random edits of a real jobspec reach
 // the decoders. Failing cases proptest finds are kept in proptest-regressions/.

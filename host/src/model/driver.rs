@@ -114,6 +114,11 @@ pub struct TaskRequest {
     pub privileged: bool,
     /// Every process the driver spawns for the task runs as this user.
     pub user: Option<TaskUser>,
+    /// The operator lets this driver spawn unconfined (`raw_exec` enabled, or
+    /// `allow_unconfined` in its plugin block); otherwise every spawn is confined.
+    pub allow_unconfined: bool,
+    /// The `cgroup.procs` files of the task's cgroup, which every spawn joins.
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 /// What a driver returns for a started task; persisted by the host.
@@ -121,6 +126,19 @@ pub struct TaskRequest {
 pub struct TaskHandle {
     pub id: String,
     pub driver_state: Vec<u8>,
+    /// The processes the host spawned for the driver while it started the task: the only
+    /// ones it may adopt when it recovers the task after an agent restart. Recorded by
+    /// the host, never taken from the driver.
+    #[serde(default)]
+    pub spawned: Vec<ProcessRef>,
+}
+
+/// Names a process across agent restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessRef {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+    pub start_time: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

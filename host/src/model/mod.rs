@@ -1,6 +1,6 @@
 //! The bottom floor: plain domain types that every other module shares (alloc and task
 //! states, task events, driver capabilities and handles, mounts, CSI modes and
-//! settings, hook settings) and the one parser of sizes and durations.
+//! settings, hook settings, task limits) and the one parser of sizes and durations.
 //!
 //! **Architecture Invariant:** `model` imports nothing from the rest of the host, and
 //! nothing here does I/O, calls a syscall, or knows a wire format (WIT, protobuf): the
@@ -12,6 +12,7 @@ pub mod driver;
 pub mod events;
 pub mod hook;
 pub mod hook_resources;
+pub mod limits;
 pub mod mount;
 pub mod pins;
 pub mod status;

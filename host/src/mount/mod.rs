@@ -29,6 +29,21 @@ impl Propagation {
     }
 }
 
+/// Every system call that mounts, unmounts or moves a mount, by number: what a seccomp
+/// filter refuses to a confined task (`process/seccomp.rs`).
+pub const SYSCALLS: &[i64] = &[
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+];
+
 /// One mount operation, with its paths ready for the syscall.
 #[derive(Debug, Clone)]
 pub enum MountStep {
@@ -67,8 +82,9 @@ pub enum MountStep {
     Symlink { target: CString, link: CString },
     /// Hides `target` (a file or a directory) behind an empty read-only mount.
     Mask { target: CString, directory: bool },
-    /// New IPC and UTS namespaces (System V IPC and the host name stay the task's own).
-    UnshareIpcUts,
+    /// New IPC, UTS and PID namespaces (System V IPC and the host name stay the task's
+    /// own; the PID namespace holds the children forked after this step).
+    UnshareIpcUtsPid,
     /// Makes `target` read-only (bound onto itself); nothing when it does not exist.
     ProtectReadOnly { target: CString },
     /// `mkdir(path)`.
@@ -185,11 +201,12 @@ impl MountStep {
             MountStep::MakeDir { path } => {
                 rustix::fs::mkdir(path.as_c_str(), rustix::fs::Mode::from_raw_mode(0o755))?;
             }
-            MountStep::UnshareIpcUts => {
+            MountStep::UnshareIpcUtsPid => {
+                use rustix::thread::UnshareFlags;
                 // SAFETY: as for the mount namespace: only this about-to-exec child.
                 unsafe {
                     rustix::thread::unshare_unsafe(
-                        rustix::thread::UnshareFlags::NEWIPC | rustix::thread::UnshareFlags::NEWUTS,
+                        UnshareFlags::NEWIPC | UnshareFlags::NEWUTS | UnshareFlags::NEWPID,
                     )
                 }?;
             }
@@ -226,7 +243,7 @@ impl fmt::Display for MountStep {
                 write!(f, "link {} to {}", show(link), show(target))
             }
             MountStep::Mask { target, .. } => write!(f, "mask {}", show(target)),
-            MountStep::UnshareIpcUts => write!(f, "create IPC and UTS namespaces"),
+            MountStep::UnshareIpcUtsPid => write!(f, "create IPC, UTS and PID namespaces"),
             MountStep::ProtectReadOnly { target } => write!(f, "make {} read-only", show(target)),
             MountStep::MakeDir { path } => write!(f, "create directory {}", show(path)),
         }

@@ -18,6 +18,8 @@ pub struct MountEntry {
     pub optional_fields: Vec<String>,
     pub fs_type: String,
     pub source: String,
+    /// Per-superblock options: for a cgroup v1 mount, its controllers (`rw,memory`).
+    pub super_options: String,
 }
 
 impl MountEntry {
@@ -63,6 +65,7 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     let mut right = right.split(' ');
     let fs_type = right.next()?.to_string();
     let source = unescape(right.next().unwrap_or(""));
+    let super_options = right.next().unwrap_or("").to_string();
     Some(MountEntry {
         mount_id,
         parent_id,
@@ -72,6 +75,7 @@ fn parse_line(line: &str) -> Option<MountEntry> {
         optional_fields,
         fs_type,
         source,
+        super_options,
     })
 }
 

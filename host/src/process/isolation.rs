@@ -49,9 +49,19 @@ pub struct ChrootSpec {
     pub privileged: bool,
 }
 
+/// The steps of a chroot, split where the task's process forks into its pid namespace
+/// ([`super::shim`]): a fresh `/proc` must be mounted from inside that namespace.
+#[derive(Debug, Clone)]
+pub struct ChrootPlan {
+    /// Run by the shim: namespaces, system directories, `/dev`, volumes.
+    pub before_fork: Vec<MountStep>,
+    /// Run by the task, pid 1 of its namespace: `/proc`, then the chroot.
+    pub after_fork: Vec<MountStep>,
+}
+
 /// Prepares the task root on the host (mount point directories, system symlinks) and
 /// returns the steps the child runs after `fork`.
-pub fn prepare(spec: &ChrootSpec) -> io::Result<Vec<MountStep>> {
+pub fn prepare(spec: &ChrootSpec) -> io::Result<ChrootPlan> {
     let root = spec
         .root
         .canonicalize()
@@ -215,13 +225,13 @@ fn plan(
     host_mounts: &[MountEntry],
     system: &[PathBuf],
     spec: &ChrootSpec,
-) -> io::Result<Vec<MountStep>> {
+) -> io::Result<ChrootPlan> {
     let bidirectional = spec
         .mounts
         .iter()
         .any(|m| m.propagation == Propagation::Bidirectional);
     let slave_rec = MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC;
-    let mut steps = vec![MountStep::UnshareNamespace, MountStep::UnshareIpcUts];
+    let mut steps = vec![MountStep::UnshareNamespace, MountStep::UnshareIpcUtsPid];
     if bidirectional {
         let parent = mountinfo::containing_mount(host_mounts, root)
             .map(|m| m.mount_point.clone())
@@ -259,10 +269,6 @@ fn plan(
         bind_system(dir, true)?;
     }
     minimal_dev(root, &mut steps)?;
-    steps.push(MountStep::MountProc {
-        target: c_path(root.join("proc"))?,
-    });
-    protect_proc(root, &mut steps)?;
     for mount in &spec.mounts {
         let target = c_path(join_inside(root, &mount.task_path))?;
         steps.push(MountStep::BindRecursive {
@@ -279,11 +285,18 @@ fn plan(
             flags: mount.propagation.flags(),
         });
     }
-    steps.push(MountStep::Chroot {
+    let mut after_fork = vec![MountStep::MountProc {
+        target: c_path(root.join("proc"))?,
+    }];
+    protect_proc(root, &mut after_fork)?;
+    after_fork.push(MountStep::Chroot {
         root: c_path(root)?,
         cwd: c_path(&spec.cwd)?,
     });
-    Ok(steps)
+    Ok(ChrootPlan {
+        before_fork: steps,
+        after_fork,
+    })
 }
 
 #[cfg(test)]
@@ -309,18 +322,37 @@ mod tests {
             mounts,
             privileged: false,
         };
-        plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec)
-            .unwrap()
+        let plan = plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec).unwrap();
+        let mut steps: Vec<String> = plan.before_fork.iter().map(ToString::to_string).collect();
+        steps.push(FORK.into());
+        steps.extend(plan.after_fork.iter().map(ToString::to_string));
+        steps
+    }
+
+    const FORK: &str = "(fork into the pid namespace)";
+
+    #[test]
+    fn proc_is_mounted_after_the_fork_into_the_pid_namespace() {
+        let steps = steps_for(vec![volume(Propagation::Private, true)]);
+        let fork = steps.iter().position(|s| s == FORK).unwrap();
+        let proc = steps
             .iter()
-            .map(ToString::to_string)
-            .collect()
+            .position(|s| s == "mount proc at /tmp/t/proc")
+            .unwrap();
+        let chroot = steps.iter().position(|s| s.starts_with("chroot")).unwrap();
+        assert!(fork < proc && proc < chroot, "{steps:#?}");
+        let volume = steps
+            .iter()
+            .position(|s| s == "bind /srv/data to /tmp/t/local/data")
+            .unwrap();
+        assert!(volume < fork, "volumes are mounted by the shim: {steps:#?}");
     }
 
     #[test]
     fn without_bidirectional_the_namespace_is_a_slave_of_the_host() {
         let steps = steps_for(vec![volume(Propagation::Private, true)]);
         assert_eq!(steps[0], "create a mount namespace");
-        assert_eq!(steps[1], "create IPC and UTS namespaces");
+        assert_eq!(steps[1], "create IPC, UTS and PID namespaces");
         assert_eq!(
             steps[2],
             "set propagation MountPropagationFlags(DOWNSTREAM | REC) on /"

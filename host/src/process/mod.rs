@@ -1,5 +1,19 @@
-//! Processes the host runs for drivers: spawn (optionally in a mount namespace, chrooted),
-//! supervise, signal, and adopt again after an agent restart.
+//! Processes the host runs for drivers: spawn (optionally confined: namespaces, a
+//! chroot, a cgroup, dropped capabilities, a seccomp filter), supervise, signal, and
+//! adopt again after an agent restart.
+//!
+//! A confined spawn, in the order the child runs it (each step named in the error
+//! when it fails):
+//!
+//! ```text
+//! agent ─fork─► shim: join the task's cgroup ─► unshare mount/ipc/uts/pid ─► binds,
+//!                      /dev, volumes ─► fork ─┐ (stays: forwards signals, mirrors exit)
+//!   init, pid 1: /proc ─► chroot ─► drop capabilities ─► user ─► seccomp ─► fork ─┐
+//!                                       (stays: reaps, forwards, reports the status)
+//!   task, pid 2: exec
+//! ```
+//!
+//! See [`shim`] for why a task is three processes.
 //!
 //! Reaping blocks no thread per task: own children are reaped by tokio's SIGCHLD-driven
 //! reaper, adopted processes are watched through a pidfd registered with the reactor.
@@ -8,6 +22,8 @@
 
 pub mod confine;
 pub mod isolation;
+pub mod seccomp;
+pub mod shim;
 pub mod users;
 
 use std::collections::HashMap;
@@ -15,7 +31,7 @@ use std::fs::File;
 use std::io::{self, Read as _};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rustix::process::{Pid, PidfdFlags, Signal};
@@ -24,13 +40,7 @@ use tokio::sync::watch;
 use crate::mount::MountStep;
 use isolation::ChrootSpec;
 
-/// Names a process across agent restarts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct ProcessRef {
-    pub pid: u32,
-    /// Start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
-    pub start_time: u64,
-}
+pub use crate::model::driver::ProcessRef;
 
 /// How a process ended. Both fields are `None` for an adopted process, whose status
 /// only its real parent could collect.
@@ -52,6 +62,9 @@ pub struct SpawnSpec {
     /// Runs as this user: the last step before `exec` (the kernel then clears its
     /// capabilities).
     pub user: Option<users::TaskUser>,
+    /// The `cgroup.procs` files of the task's cgroup: the process joins them first, so
+    /// everything it does and forks is limited and accounted.
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +79,10 @@ pub enum Isolation {
 pub enum ProcessError {
     #[error("preparing the task's filesystem: {0}")]
     Prepare(io::Error),
+    #[error("opening {} to join the task's cgroup: {source}", path.display())]
+    Cgroup { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::FilterError),
     #[error("opening the task's log file {path}: {source}")]
     LogFile { path: PathBuf, source: io::Error },
     #[error("setting up the task failed at step \"{step}\": {source}")]
@@ -94,25 +111,53 @@ struct Tracked {
 #[derive(Default)]
 pub struct ProcessTable {
     processes: Mutex<HashMap<ProcessRef, Tracked>>,
+    /// Compiled at the first confined spawn.
+    filter: OnceLock<seccomp::TaskFilter>,
 }
 
 impl ProcessTable {
     /// Spawns `spec` for driver `owner`. Must be called within a tokio runtime.
     pub fn spawn(&self, owner: &Arc<str>, spec: &SpawnSpec) -> Result<ProcessRef, ProcessError> {
         let program = spec.argv.first().cloned().unwrap_or_default();
-        let steps = match &spec.isolation {
-            Isolation::None { cwd } => vec![MountStep::Chdir {
-                dir: crate::mount::c_path(cwd).map_err(ProcessError::Prepare)?,
-            }],
+        let (before_fork, after_fork, pid_namespace) = match &spec.isolation {
+            Isolation::None { cwd } => (
+                vec![MountStep::Chdir {
+                    dir: crate::mount::c_path(cwd).map_err(ProcessError::Prepare)?,
+                }],
+                Vec::new(),
+                false,
+            ),
             Isolation::Chroot(chroot) => {
-                isolation::prepare(chroot).map_err(ProcessError::Prepare)?
+                let plan = isolation::prepare(chroot).map_err(ProcessError::Prepare)?;
+                (plan.before_fork, plan.after_fork, true)
             }
         };
         let confine = matches!(&spec.isolation, Isolation::Chroot(chroot) if !chroot.privileged);
-        let mut step_names: Vec<String> = steps.iter().map(ToString::to_string).collect();
-        step_names.push("drop capabilities and set no_new_privs".into());
-        step_names.push("switch to the task's user".into());
-        let user = spec.user;
+        let filter = match confine {
+            true => Some(self.filter()?.clone()),
+            false => None,
+        };
+        let plan = SpawnPlan {
+            cgroup: spec
+                .cgroup_procs
+                .iter()
+                .map(|path| {
+                    let file = File::options().write(true).open(path);
+                    file.map(OwnedFd::from)
+                        .map_err(|source| ProcessError::Cgroup {
+                            path: path.clone(),
+                            source,
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+            before_fork,
+            pid_namespace,
+            after_fork,
+            confine,
+            user: spec.user,
+            filter,
+        };
+        let step_names = plan.step_names();
         let open_log = |path: &Path| {
             File::options()
                 .create(true)
@@ -140,32 +185,16 @@ impl ProcessTable {
             .kill_on_drop(false);
         let report_fd = report_write.as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec. It only runs the
-        // prepared steps (syscalls on C strings built above) and `write(2)`: no
+        // prepared plan (system calls on data built above) and `write(2)`: no
         // allocation, no locks.
         unsafe {
             command.pre_exec(move || {
-                let report = |index: usize| {
+                plan.run().map_err(|(index, error)| {
                     let bytes = (index as u32).to_le_bytes();
                     let fd = std::os::fd::BorrowedFd::borrow_raw(report_fd);
                     let _ = rustix::io::write(fd, &bytes);
-                };
-                for (index, step) in steps.iter().enumerate() {
-                    if let Err(error) = step.execute() {
-                        report(index);
-                        return Err(error);
-                    }
-                }
-                if confine && let Err(error) = confine::drop_privileges() {
-                    report(steps.len());
-                    return Err(error);
-                }
-                if let Some(user) = user
-                    && let Err(error) = confine::become_user(user)
-                {
-                    report(steps.len() + 1);
-                    return Err(error);
-                }
-                Ok(())
+                    error
+                })
             });
         }
         let spawned = command.spawn();
@@ -226,6 +255,14 @@ impl ProcessTable {
             },
         );
         Ok(process)
+    }
+
+    fn filter(&self) -> Result<&seccomp::TaskFilter, ProcessError> {
+        if let Some(filter) = self.filter.get() {
+            return Ok(filter);
+        }
+        let compiled = seccomp::TaskFilter::compile()?;
+        Ok(self.filter.get_or_init(|| compiled))
     }
 
     /// Takes back a process started before an agent restart. Its start time must match,
@@ -348,6 +385,79 @@ fn check_owner(
         });
     }
     Ok(())
+}
+
+/// Everything the child does between `fork` and `exec`, prepared by the agent.
+struct SpawnPlan {
+    /// Open `cgroup.procs` files of the task's cgroup.
+    cgroup: Vec<OwnedFd>,
+    before_fork: Vec<MountStep>,
+    /// Fork into the pid namespace `before_fork` made ([`shim`]).
+    pid_namespace: bool,
+    after_fork: Vec<MountStep>,
+    confine: bool,
+    user: Option<users::TaskUser>,
+    filter: Option<seccomp::TaskFilter>,
+}
+
+impl SpawnPlan {
+    /// The names of the steps [`SpawnPlan::run`] counts, for errors.
+    fn step_names(&self) -> Vec<String> {
+        let mut names = vec!["join the task's cgroup".to_string()];
+        names.extend(self.before_fork.iter().map(ToString::to_string));
+        names.push("fork into the pid namespace".into());
+        names.extend(self.after_fork.iter().map(ToString::to_string));
+        names.push("drop capabilities and set no_new_privs".into());
+        names.push("switch to the task's user".into());
+        names.push("install the seccomp filter".into());
+        names.push("fork the task from its namespace's init".into());
+        names
+    }
+
+    /// Runs in the child. On failure, the index of the failed step in
+    /// [`SpawnPlan::step_names`]. Async-signal-safe.
+    fn run(&self) -> Result<(), (usize, io::Error)> {
+        for fd in &self.cgroup {
+            // "0" is the writing process.
+            rustix::io::write(fd, b"0").map_err(|e| (0, e.into()))?;
+        }
+        let mut index = 1;
+        for step in &self.before_fork {
+            step.execute().map_err(|e| (index, e))?;
+            index += 1;
+        }
+        if self.pid_namespace {
+            // SAFETY: between fork and exec, one thread, after unsharing the pid
+            // namespace (the first steps of `before_fork`).
+            unsafe { shim::fork(shim::Role::Shim) }.map_err(|e| (index, e))?;
+        }
+        index += 1;
+        for step in &self.after_fork {
+            step.execute().map_err(|e| (index, e))?;
+            index += 1;
+        }
+        if self.confine {
+            confine::drop_privileges().map_err(|e| (index, e))?;
+        }
+        index += 1;
+        if let Some(user) = self.user {
+            confine::become_user(user).map_err(|e| (index, e))?;
+            if self.pid_namespace {
+                // Changing user cleared the parent-death signal: set it again.
+                shim::die_with_parent().map_err(|e| (index, e))?;
+            }
+        }
+        index += 1;
+        if let Some(filter) = &self.filter {
+            filter.install().map_err(|e| (index, e))?;
+        }
+        index += 1;
+        if self.pid_namespace {
+            // SAFETY: between fork and exec, one thread, pid 1 of the namespace.
+            unsafe { shim::fork(shim::Role::Init) }.map_err(|e| (index, e))?;
+        }
+        Ok(())
+    }
 }
 
 /// A pidfd shared with the table, registered with the reactor while it is watched.

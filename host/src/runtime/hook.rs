@@ -342,7 +342,7 @@ impl Hook {
             may_mount: false,
             // Hooks cannot spawn at all (no berth:host/process); the strictest anyway.
             isolation: crate::model::driver::FsIsolation::Chroot,
-            recovering: false,
+            adoptable: None,
         };
         let mut store = sandbox::new_hook_store(
             &self.runtime,

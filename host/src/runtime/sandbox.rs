@@ -27,9 +27,10 @@ pub struct PluginIdentity {
     pub may_mount: bool,
     /// The isolation the driver declared: it may not spawn with less.
     pub isolation: FsIsolation,
-    /// The call is `recover-task` after an agent restart: the only time a driver may
-    /// adopt a process it did not spawn in this agent's lifetime.
-    pub recovering: bool,
+    /// Set for `recover-task` after an agent restart, the only time a driver may adopt a
+    /// process it did not spawn in this agent's lifetime: the processes the host
+    /// recorded spawning for the task being recovered, the only ones it may adopt.
+    pub adoptable: Option<Vec<crate::model::driver::ProcessRef>>,
 }
 
 /// The task a call is about, with what the host handed the driver for it. Spawning is
@@ -45,6 +46,10 @@ pub struct TaskScope {
     pub privileged: bool,
     /// The user every spawn of the task runs as.
     pub user: Option<crate::model::driver::TaskUser>,
+    /// The operator lets the driver spawn this task's processes unconfined.
+    pub allow_unconfined: bool,
+    /// The task's cgroup, joined by every spawn.
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 /// Guest time bookkeeping for one call.
@@ -123,6 +128,8 @@ pub struct PluginCtx {
     pub(crate) processes: Arc<ProcessTable>,
     /// Requests the host refused; they fail the call even if the guest ignores them.
     pub(crate) violations: Vec<String>,
+    /// What this call spawned, recorded in the task's handle.
+    pub(crate) spawned: Vec<crate::model::driver::ProcessRef>,
 }
 
 impl WasiView for PluginCtx {
@@ -197,6 +204,7 @@ fn build_store(
         task,
         processes: runtime.processes().clone(),
         violations: Vec::new(),
+        spawned: Vec::new(),
     };
     let mut store = Store::new(runtime.engine(), ctx);
     store.limiter(|ctx| &mut ctx.memory);

@@ -33,6 +33,7 @@ fn records_survive_reopening() {
             handle: TaskHandle {
                 id: "a1/t".into(),
                 driver_state: vec![1, 2, 3],
+                spawned: Vec::new(),
             },
         };
         store

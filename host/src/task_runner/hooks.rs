@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use crate::alloc_dir::AllocDir;
+use crate::cgroup::Cgroups;
 use crate::config::AgentConfig;
 use crate::csi::CsiNode;
 use crate::jobspec::{Group, Job, Task};
@@ -41,6 +42,7 @@ pub struct TaskHookContext {
     /// Events hooks want shown; the runner emits them after each hook phase.
     pub reports: Arc<Mutex<Vec<(EventKind, String)>>>,
     pub csi: Arc<CsiNode>,
+    pub cgroups: Arc<Cgroups>,
     /// Set by the task runner: emits an event at once, for hooks that watch the task in
     /// the background (the CSI plugin supervisor).
     pub events: Option<super::TaskEvents>,

@@ -6,6 +6,11 @@
 //! [`TaskRunner::restored`] starts from that record: a dead task stays dead, a running
 //! one is recovered through the driver and supervised again without re-running its
 //! prestart hooks (so nothing is mounted twice).
+//!
+//! Each run of the task has a cgroup of its own ([`crate::cgroup`]), made before the
+//! driver starts it and emptied and removed after the driver destroyed it: whatever
+//! the task forked dies with the run. Whether the kernel OOM-killed the task is read
+//! from that cgroup, not taken from the driver.
 
 mod csi_plugin_supervisor_hook;
 pub mod hooks;
@@ -20,9 +25,11 @@ use tokio::sync::{Notify, broadcast, watch};
 
 use tracing::Instrument;
 
+use crate::cgroup::{Cgroups, TaskCgroup};
 use crate::jobspec::{JobType, RestartMode};
 use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
 use crate::model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
+use crate::model::limits::{MIB, TaskLimits, cpu_shares};
 use crate::state::{Commit, StateStore, StoredHandle};
 use crate::validate::disabled_driver_refusal;
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
@@ -86,6 +93,8 @@ pub struct TaskRunner {
     /// A handle from before an agent restart, to recover instead of starting anew.
     restored_handle: Option<TaskHandle>,
     restored: bool,
+    /// The cgroup of the current run.
+    cgroup: Option<TaskCgroup>,
 }
 
 /// How a task run ended.
@@ -122,6 +131,7 @@ impl TaskRunner {
             stop,
             restored_handle: None,
             restored: false,
+            cgroup: None,
         }
     }
 
@@ -179,6 +189,9 @@ impl TaskRunner {
         if self.restored {
             let recorded = self.state.lock().unwrap().clone();
             if recorded.state == TaskStateKind::Dead {
+                // A crash may have come between the task's end and its cgroup's removal.
+                self.cgroup = Some(self.existing_cgroup());
+                self.release_cgroup();
                 return if recorded.failed {
                     Outcome::Failed
                 } else {
@@ -269,6 +282,7 @@ impl TaskRunner {
                 tracing::info!(alloc = %self.events.alloc_id, task = %self.ctx.task.name,
                     "recovered the task after an agent restart");
                 self.restored_handle = Some(handle);
+                self.cgroup = Some(self.existing_cgroup());
                 for hook in &self.hooks {
                     hook.recovered(&self.ctx).await;
                 }
@@ -280,6 +294,9 @@ impl TaskRunner {
                     format!("could not recover the task after an agent restart: {error}"),
                 );
                 self.forget_handle();
+                // Whatever is left of the lost run must not outlive it.
+                self.cgroup = Some(self.existing_cgroup());
+                self.release_cgroup();
             }
         }
     }
@@ -347,6 +364,28 @@ impl TaskRunner {
             );
             return Err(RunOnce::SetupFailed);
         }
+        let limits = self.limits();
+        let cgroup = match self.ctx.cgroups.create(&self.cgroup_name(), &limits) {
+            Ok(cgroup) => cgroup,
+            Err(error) => {
+                self.emit(EventKind::SetupFailure, format!("cgroup: {error}"));
+                return Err(RunOnce::SetupFailed);
+            }
+        };
+        let missing = self.ctx.cgroups.missing();
+        if !missing.is_empty() {
+            self.emit(
+                EventKind::TaskSetup,
+                format!(
+                    "running without the {} cgroup controller(s): those limits are not \
+                     enforced (the operator allowed it)",
+                    missing.join(", ")
+                ),
+            );
+        }
+        let cgroup_procs = cgroup.procs_files().to_vec();
+        self.cgroup = Some(cgroup);
+        let task = &self.ctx.task;
         let request = TaskRequest {
             id: format!("{}/{}", self.ctx.alloc_id, task.name),
             name: task.name.clone(),
@@ -364,11 +403,14 @@ impl TaskRunner {
                 .as_ref()
                 .is_some_and(|p| self.ctx.config.csi_privileged(&p.id)),
             user,
+            allow_unconfined: self.ctx.config.allows_unconfined(&task.driver),
+            cgroup_procs,
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,
             Err(error) => {
                 self.emit(EventKind::DriverFailure, error.to_string());
+                self.release_cgroup();
                 return Err(RunOnce::DriverFailed);
             }
         };
@@ -419,6 +461,7 @@ impl TaskRunner {
         };
         let outcome = match waited {
             Waited::Exit(Ok(exit)) => {
+                let exit = self.with_oom_kills(exit);
                 self.terminated(&exit);
                 RunOnce::Exited(Some(exit))
             }
@@ -450,8 +493,65 @@ impl TaskRunner {
         if let Err(error) = driver.destroy_task(&handle, true).await {
             tracing::warn!(task = %task.name, %error, "destroying the task's driver state");
         }
+        self.release_cgroup();
         self.forget_handle();
         outcome
+    }
+
+    /// The task's limits: `resources` and the operator's cgroup settings.
+    fn limits(&self) -> TaskLimits {
+        let task = &self.ctx.task;
+        let resources = &task.resources;
+        let memory = u64::from(resources.memory_mb) * MIB;
+        let privileged = task
+            .csi_plugin
+            .as_ref()
+            .is_some_and(|p| self.ctx.config.csi_privileged(&p.id));
+        TaskLimits {
+            memory_bytes: resources
+                .memory_max_mb
+                .map_or(memory, |max| u64::from(max) * MIB),
+            memory_soft_bytes: resources.memory_max_mb.map(|_| memory),
+            cpu_shares: cpu_shares(resources.cpu.into()),
+            pids_max: self.ctx.cgroups.settings().pids_max,
+            // Privileged CSI plugins attach block devices; unconfined drivers are root on
+            // the host by the operator's choice.
+            restrict_devices: !privileged && !self.ctx.config.allows_unconfined(&task.driver),
+        }
+    }
+
+    fn cgroup_name(&self) -> String {
+        Cgroups::task_name(&self.ctx.alloc_id, &self.ctx.task.name)
+    }
+
+    /// The cgroup a run before an agent restart made.
+    fn existing_cgroup(&self) -> TaskCgroup {
+        self.ctx
+            .cgroups
+            .existing(&self.cgroup_name(), &self.limits())
+    }
+
+    /// Kills what is left in the run's cgroup and removes it.
+    fn release_cgroup(&mut self) {
+        let Some(cgroup) = self.cgroup.take() else {
+            return;
+        };
+        if let Err(error) = crate::blocking::run(|| cgroup.kill_and_remove()) {
+            tracing::error!(alloc = %self.ctx.alloc_id, task = %self.ctx.task.name, %error,
+                "releasing the task's cgroup");
+            self.emit(
+                EventKind::Killing,
+                format!("the task's processes could not all be stopped: {error}"),
+            );
+        }
+    }
+
+    /// The exit as the host saw it: an OOM kill is read from the task's cgroup.
+    fn with_oom_kills(&self, mut exit: ExitResult) -> ExitResult {
+        if self.cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0) {
+            exit.oom_killed = true;
+        }
+        exit
     }
 
     fn terminated(&self, exit: &ExitResult) {
@@ -505,7 +605,7 @@ impl TaskRunner {
         )
         .await
         {
-            Ok(Ok(exit)) => self.terminated(&exit),
+            Ok(Ok(exit)) => self.terminated(&self.with_oom_kills(exit)),
             Ok(Err(error)) => {
                 tracing::warn!(task = %task.name, %error, "waiting for a killed task")
             }

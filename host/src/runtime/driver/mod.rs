@@ -26,9 +26,20 @@ use super::Runtime;
 use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
 use crate::model::driver::{
-    Capabilities, DriverInfo, ExitResult, Fingerprint, MountConfigs, TaskHandle, TaskRequest,
-    TaskStatus, WorldVersion,
+    Capabilities, DriverInfo, ExitResult, Fingerprint, MountConfigs, ProcessRef, TaskHandle,
+    TaskRequest, TaskStatus, WorldVersion,
 };
+
+/// What a call may do besides its own work.
+enum CallScope {
+    /// Nothing with processes but wait on and signal the driver's own.
+    Plain,
+    /// Start a task: spawn its processes with what the host handed over.
+    Start(TaskScope),
+    /// Recover a task after an agent restart: adopt these processes (the ones the host
+    /// recorded for it), no others.
+    Recover(Vec<ProcessRef>),
+}
 
 /// Largest driver state the host persists per task.
 pub const MAX_DRIVER_STATE: usize = 1 << 20;
@@ -153,7 +164,7 @@ impl Driver {
         let info: DriverInfo = driver
             .call(
                 "plugin-info",
-                None,
+                CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_plugin_info()),
             )
@@ -172,7 +183,7 @@ impl Driver {
             driver.capabilities = driver
                 .call(
                     "capabilities",
-                    None,
+                    CallScope::Plain,
                     Some(QUICK_CALL_WALL),
                     async |store, b| match b {
                         Bindings::V0_2(b) => b.berth_driver_driver().call_capabilities(store).await,
@@ -221,7 +232,7 @@ impl Driver {
         let fingerprint: Fingerprint = self
             .call(
                 "fingerprint",
-                None,
+                CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_fingerprint()),
             )
@@ -248,7 +259,7 @@ impl Driver {
         let result = self
             .call(
                 "validate-task-config",
-                None,
+                CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_validate_task_config(config)),
             )
@@ -265,17 +276,19 @@ impl Driver {
             stderr: request.stderr.clone(),
             privileged: request.privileged,
             user: request.user,
+            allow_unconfined: request.allow_unconfined,
+            cgroup_procs: request.cgroup_procs.clone(),
         };
         let config = wit::TaskConfig::from(request);
-        let handle = self
-            .call(
+        let (started, spawned) = self
+            .call_recording_spawns(
                 "start-task",
-                Some(scope),
+                CallScope::Start(scope),
                 Some(QUICK_CALL_WALL * 5),
                 async |store, b| on_driver!(b, store, call_start_task(&config)),
             )
-            .await?
-            .map_err(|message| self.refused("start-task", message))?;
+            .await?;
+        let handle = started.map_err(|message| self.refused("start-task", message))?;
         if handle.id != request.id {
             return Err(self.nonsense(
                 "start-task",
@@ -299,14 +312,16 @@ impl Driver {
         Ok(TaskHandle {
             id: handle.id,
             driver_state: handle.driver_state,
+            spawned,
         })
     }
 
     pub async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+        let adoptable = handle.spawned.clone();
         let handle = wit::TaskHandle::from(handle);
         self.call(
             "recover-task",
-            None,
+            CallScope::Recover(adoptable),
             Some(QUICK_CALL_WALL),
             async |store, b| on_driver!(b, store, call_recover_task(&handle)),
         )
@@ -318,7 +333,7 @@ impl Driver {
     pub async fn wait_task(&self, handle: &TaskHandle) -> Result<ExitResult, DriverError> {
         let handle = wit::TaskHandle::from(handle);
         let exit = self
-            .call("wait-task", None, None, async |store, b| {
+            .call("wait-task", CallScope::Plain, None, async |store, b| {
                 on_driver!(b, store, call_wait_task(&handle))
             })
             .await?
@@ -336,7 +351,7 @@ impl Driver {
         let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         self.call(
             "stop-task",
-            None,
+            CallScope::Plain,
             Some(timeout.saturating_add(QUICK_CALL_WALL)),
             async |store, b| on_driver!(b, store, call_stop_task(&handle, millis, signal)),
         )
@@ -348,7 +363,7 @@ impl Driver {
         let handle = wit::TaskHandle::from(handle);
         self.call(
             "destroy-task",
-            None,
+            CallScope::Plain,
             Some(QUICK_CALL_WALL),
             async |store, b| on_driver!(b, store, call_destroy_task(&handle, force)),
         )
@@ -361,7 +376,7 @@ impl Driver {
         let status = self
             .call(
                 "inspect-task",
-                None,
+                CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_inspect_task(&handle)),
             )
@@ -374,7 +389,7 @@ impl Driver {
         let handle = wit::TaskHandle::from(handle);
         self.call(
             "signal-task",
-            None,
+            CallScope::Plain,
             Some(QUICK_CALL_WALL),
             async |store, b| on_driver!(b, store, call_signal_task(&handle, signal)),
         )
@@ -388,12 +403,24 @@ impl Driver {
     async fn call<R>(
         &self,
         call: &'static str,
-        task: Option<TaskScope>,
+        scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<R, DriverError> {
+        let (result, _) = self.call_recording_spawns(call, scope, wall, body).await?;
+        Ok(result)
+    }
+
+    /// A call, with the processes the driver spawned during it.
+    async fn call_recording_spawns<R>(
+        &self,
+        call: &'static str,
+        scope: CallScope,
+        wall: Option<Duration>,
+        body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
+    ) -> Result<(R, Vec<ProcessRef>), DriverError> {
         let span = tracing::info_span!("plugin_call", plugin = %self.info.name, function = %call);
-        self.call_in_span(call, task, wall, body)
+        self.call_in_span(call, scope, wall, body)
             .instrument(span)
             .await
     }
@@ -401,15 +428,20 @@ impl Driver {
     async fn call_in_span<R>(
         &self,
         call: &'static str,
-        task: Option<TaskScope>,
+        scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
-    ) -> Result<R, DriverError> {
+    ) -> Result<(R, Vec<ProcessRef>), DriverError> {
+        let (task, adoptable) = match scope {
+            CallScope::Plain => (None, None),
+            CallScope::Start(task) => (Some(task), None),
+            CallScope::Recover(adoptable) => (None, Some(adoptable)),
+        };
         let identity = PluginIdentity {
             name: self.info.name.as_str().into(),
             may_mount: self.capabilities.mount_configs == MountConfigs::All,
             isolation: self.capabilities.fs_isolation,
-            recovering: call == "recover-task",
+            adoptable,
         };
         let mut store = sandbox::new_store(
             &self.runtime,
@@ -444,11 +476,14 @@ impl Driver {
                 violation: violation.clone(),
             });
         }
-        outcome.map_err(|error| DriverError::Fault {
-            driver: self.label(),
-            call,
-            fault: sandbox::classify(&error, store.data()),
-        })
+        let spawned = std::mem::take(&mut store.data_mut().spawned);
+        outcome
+            .map(|result| (result, spawned))
+            .map_err(|error| DriverError::Fault {
+                driver: self.label(),
+                call,
+                fault: sandbox::classify(&error, store.data()),
+            })
     }
 
     /// `driver "exec" (built-in)`, `driver "x" (/plugins/x.wasm)`: how errors name us.

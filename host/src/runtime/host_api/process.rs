@@ -2,7 +2,8 @@
 //!
 //! A spawn is checked before anything happens: it must come while the host is asking
 //! the driver to start a task; it may not ask for less isolation than the driver
-//! declared; its argv and env are bounded; its mounts must be ones the host handed the
+//! declared, nor spawn unconfined unless the operator allows that driver to; its argv
+//! and env are bounded; its mounts must be ones the host handed the
 //! driver for that task (a driver cannot invent a bind of `/etc`), and a driver that
 //! declared mount-configs `none` may pass none at all. The task's user and privilege
 //! come from the host (the task scope), never from the driver. A refused request is also
@@ -37,6 +38,9 @@ impl Host for PluginCtx {
             }
         };
         let spawned = self.processes.spawn(&self.plugin.name, &spec);
+        if let Ok(process) = &spawned {
+            self.spawned.push(*process);
+        }
         Ok(spawned.map(to_wit_ref).map_err(|e| e.to_string()))
     }
 
@@ -77,14 +81,25 @@ impl Host for PluginCtx {
     }
 
     async fn adopt(&mut self, process: ProcessRef) -> wasmtime::Result<Result<(), String>> {
-        // Outside recovery a driver has no business with processes it did not spawn: a
-        // guessed pid and start time would otherwise let it signal any host process.
-        if !self.plugin.recovering {
-            let refusal = SpawnRefusal::AdoptOutsideRecovery {
-                driver: self.plugin.name.to_string(),
+        // Outside recovery a driver has no business with processes it did not spawn, and
+        // in recovery only with those the host recorded spawning for that task: a guessed
+        // pid and start time would otherwise let it signal any host process.
+        let driver = self.plugin.name.to_string();
+        let refusal = match &self.plugin.adoptable {
+            None => Some(SpawnRefusal::AdoptOutsideRecovery {
+                driver,
                 pid: process.pid,
+            }),
+            Some(recorded) if !recorded.contains(&from_wit_ref(process)) => {
+                Some(SpawnRefusal::AdoptUnrecorded {
+                    driver,
+                    pid: process.pid,
+                })
             }
-            .to_string();
+            Some(_) => None,
+        };
+        if let Some(refusal) = refusal {
+            let refusal = refusal.to_string();
             self.violations.push(refusal.clone());
             return Ok(Err(refusal));
         }
@@ -108,6 +123,11 @@ enum SpawnRefusal {
          only the processes of a task it recovers after an agent restart"
     )]
     AdoptOutsideRecovery { driver: String, pid: u32 },
+    #[error(
+        "driver {driver:?} tried to adopt process {pid}, which berth did not spawn for the \
+         task it recovers: a driver adopts only the processes the host recorded for that task"
+    )]
+    AdoptUnrecorded { driver: String, pid: u32 },
     #[error(
         "driver {driver:?} asked to mount {} at {} ({}{}), which the host did not hand it for task {task}",
         mount.host_path.display(),
@@ -144,6 +164,13 @@ enum SpawnRefusal {
         driver: String,
         declared: FsIsolation,
     },
+    #[error(
+        "driver {driver:?} asked to spawn without isolation (as root, in the host's \
+         namespaces), which the operator has not allowed for this driver: plugin \
+         {driver:?} {{ allow_unconfined = true }} allows it (for raw_exec, \
+         config {{ enabled = true }})"
+    )]
+    UnconfinedNotAllowed { driver: String },
     #[error(
         "driver {driver:?} asked to spawn with {args} arguments, {vars} environment variables \
          and {bytes} bytes of them (at most {MAX_ARGS} each and {MAX_ARG_BYTES} bytes in all)"
@@ -227,6 +254,11 @@ impl PluginCtx {
                     declared: self.plugin.isolation,
                 });
             }
+            wit::Isolation::None if !task.allow_unconfined => {
+                return Err(SpawnRefusal::UnconfinedNotAllowed {
+                    driver: plugin.to_string(),
+                });
+            }
             wit::Isolation::None => {
                 if !mounts.is_empty() {
                     return Err(SpawnRefusal::MountsWithoutIsolation {
@@ -262,6 +294,7 @@ impl PluginCtx {
             stdout: task.stdout.clone(),
             stderr: task.stderr.clone(),
             user: task.user,
+            cgroup_procs: task.cgroup_procs.clone(),
         })
     }
 }

@@ -1,0 +1,358 @@
+//! A cgroup per task run: created with the task's limits before its driver starts it,
+//! joined by every process the task's driver spawns (before any other setup step), read
+//! for OOM kills when the task exits, and emptied (SIGKILL) and removed when the run
+//! ends. So no process of a task outlives it, whatever it forked, and the host, not the
+//! driver, says whether the kernel OOM-killed it.
+//!
+//! The task's cgroup is `<parent>/<alloc id>.<task>` (Nomad's naming) under each
+//! hierarchy: a restarted agent finds it again from the name alone. The file logic for
+//! cgroup v1 and v2 is in [`layout`].
+
+pub mod layout;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::model::limits::{CgroupSettings, TaskLimits};
+use crate::mount::mountinfo;
+use layout::{Layout, Plan};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(
+        "this node has no cgroup controller for {} ({}), so the task's limits cannot be \
+         enforced; an operator may run tasks without them with \
+         cgroups {{ allow_missing_controllers = true }} in the agent config",
+        missing.join(", "),
+        hierarchy
+    )]
+    MissingControllers {
+        missing: Vec<&'static str>,
+        hierarchy: String,
+    },
+    #[error(
+        "the cgroup hierarchy at {} is read-only: berth cannot create the task's cgroup \
+         there (the agent needs it mounted read-write)",
+        path.display()
+    )]
+    ReadOnly { path: PathBuf },
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error(
+        "processes of the task's cgroup {} were still alive after {waited:?} of SIGKILL",
+        path.display()
+    )]
+    Unkillable { path: PathBuf, waited: Duration },
+}
+
+impl CgroupError {
+    fn io(action: &'static str, path: &Path, source: io::Error) -> CgroupError {
+        if source.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) {
+            return CgroupError::ReadOnly {
+                path: path.to_path_buf(),
+            };
+        }
+        CgroupError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The node's cgroups, as detected at agent start, with the operator's settings.
+#[derive(Debug, Clone)]
+pub struct Cgroups {
+    layout: Option<Layout>,
+    settings: CgroupSettings,
+}
+
+/// How long to keep killing a cgroup's processes before giving up.
+const KILL_PATIENCE: Duration = Duration::from_secs(5);
+
+impl Cgroups {
+    /// Reads the mount table. A node without cgroups gives a value that refuses tasks
+    /// (or, if the operator allows it, runs them unlimited).
+    pub fn detect(settings: CgroupSettings) -> Cgroups {
+        let mounts = mountinfo::read_self().unwrap_or_default();
+        let layout = Layout::detect(&mounts, |root| {
+            std::fs::read_to_string(root.join("cgroup.controllers")).ok()
+        });
+        Cgroups { layout, settings }
+    }
+
+    pub fn with_layout(layout: Option<Layout>, settings: CgroupSettings) -> Cgroups {
+        Cgroups { layout, settings }
+    }
+
+    pub fn settings(&self) -> &CgroupSettings {
+        &self.settings
+    }
+
+    /// For the agent's start-up log and for errors.
+    pub fn describe(&self) -> String {
+        self.layout
+            .as_ref()
+            .map(Layout::describe)
+            .unwrap_or_else(|| "no cgroup filesystem mounted".into())
+    }
+
+    /// The needed controllers the node lacks.
+    pub fn missing(&self) -> Vec<&'static str> {
+        match &self.layout {
+            Some(layout) => layout.missing(),
+            None => layout::NEEDED.to_vec(),
+        }
+    }
+
+    /// The task cgroup's name under the parent.
+    pub fn task_name(alloc_id: &str, task: &str) -> String {
+        format!("{alloc_id}.{task}")
+    }
+
+    /// Creates the cgroup of one task run and writes its limits. A cgroup of the same
+    /// name left by an earlier run is emptied and made anew. On failure nothing is left.
+    pub fn create(&self, name: &str, limits: &TaskLimits) -> Result<TaskCgroup, CgroupError> {
+        let missing = self.missing();
+        if !missing.is_empty() && !self.settings.allow_missing_controllers {
+            return Err(CgroupError::MissingControllers {
+                missing,
+                hierarchy: self.describe(),
+            });
+        }
+        let Some(layout) = &self.layout else {
+            return Ok(TaskCgroup::none());
+        };
+        let plan = layout::plan(layout, &self.settings.parent, name, limits);
+        let cgroup = TaskCgroup { plan };
+        crate::blocking::run(|| {
+            cgroup.kill_and_remove()?;
+            cgroup.build().inspect_err(|_| {
+                let _ = cgroup.kill_and_remove();
+            })
+        })?;
+        Ok(cgroup)
+    }
+
+    /// The cgroup of a run from before an agent restart, to read and remove; nothing is
+    /// created or written.
+    pub fn existing(&self, name: &str, limits: &TaskLimits) -> TaskCgroup {
+        match &self.layout {
+            Some(layout) => TaskCgroup {
+                plan: layout::plan(layout, &self.settings.parent, name, limits),
+            },
+            None => TaskCgroup::none(),
+        }
+    }
+}
+
+/// The node's memory in bytes (`MemTotal` of `/proc/meminfo`), to refuse a task that
+/// asks for more than the node has.
+pub fn node_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// One task run's cgroup.
+#[derive(Debug, Clone)]
+pub struct TaskCgroup {
+    plan: Plan,
+}
+
+impl TaskCgroup {
+    /// No cgroup (a node without cgroups where the operator allowed it).
+    fn none() -> TaskCgroup {
+        TaskCgroup {
+            plan: Plan {
+                parents: Vec::new(),
+                dirs: Vec::new(),
+                writes: Vec::new(),
+                procs: Vec::new(),
+                oom_kills: None,
+                kill: None,
+            },
+        }
+    }
+
+    fn build(&self) -> Result<(), CgroupError> {
+        for parent in &self.plan.parents {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| CgroupError::io("creating the cgroup", parent, e))?;
+        }
+        for dir in &self.plan.dirs {
+            std::fs::create_dir(dir).map_err(|e| CgroupError::io("creating the cgroup", dir, e))?;
+        }
+        for write in &self.plan.writes {
+            match std::fs::write(&write.file, &write.value) {
+                Ok(()) => {}
+                Err(error) if write.best_effort => {
+                    tracing::debug!(file = %write.file.display(), %error,
+                        "optional cgroup setting not applied");
+                }
+                Err(error) => {
+                    return Err(CgroupError::io("writing", &write.file, error));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The `cgroup.procs` files a process writes itself into to join.
+    pub fn procs_files(&self) -> &[PathBuf] {
+        &self.plan.procs
+    }
+
+    /// How many times the kernel OOM-killed a process of this cgroup.
+    pub fn oom_kills(&self) -> u64 {
+        let Some((file, key)) = &self.plan.oom_kills else {
+            return 0;
+        };
+        std::fs::read_to_string(file)
+            .ok()
+            .and_then(|text| layout::keyed_value(&text, key))
+            .unwrap_or(0)
+    }
+
+    /// The pids in the cgroup now.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .plan
+            .procs
+            .iter()
+            .filter_map(|procs| std::fs::read_to_string(procs).ok())
+            .flat_map(|text| {
+                text.lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// SIGKILLs every process in the cgroup until it is empty, then removes its
+    /// directories. Blocking (it polls); call from `blocking::run`. A cgroup that does
+    /// not exist is fine.
+    pub fn kill_and_remove(&self) -> Result<(), CgroupError> {
+        let started = Instant::now();
+        if let Some(kill) = &self.plan.kill
+            && self.plan.dirs.iter().all(|d| d.exists())
+        {
+            // v2: one write kills the whole subtree, forks in flight included.
+            let _ = std::fs::write(kill, "1");
+        }
+        loop {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            if started.elapsed() > KILL_PATIENCE {
+                return Err(CgroupError::Unkillable {
+                    path: self.plan.dirs[0].clone(),
+                    waited: KILL_PATIENCE,
+                });
+            }
+            for pid in pids {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for dir in self.plan.dirs.iter().rev() {
+            // A killed process leaves the cgroup a moment after it is gone from
+            // `cgroup.procs` as a zombie is reaped: retry EBUSY briefly.
+            loop {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
+                            && started.elapsed() < KILL_PATIENCE =>
+                    {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return Err(CgroupError::io("removing the cgroup", dir, e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any of the cgroup's directories exist.
+    pub fn exists(&self) -> bool {
+        self.plan.dirs.iter().any(|d| d.exists())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> TaskLimits {
+        TaskLimits {
+            memory_bytes: 64 << 20,
+            memory_soft_bytes: None,
+            cpu_shares: 100,
+            pids_max: 64,
+            restrict_devices: true,
+        }
+    }
+
+    #[test]
+    fn a_node_without_cgroups_refuses_tasks_unless_the_operator_allows_it() {
+        let strict = Cgroups::with_layout(None, CgroupSettings::default());
+        let error = strict.create("a.t", &limits()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "this node has no cgroup controller for memory, cpu, pids (no cgroup filesystem \
+             mounted), so the task's limits cannot be enforced; an operator may run tasks \
+             without them with cgroups { allow_missing_controllers = true } in the agent config"
+        );
+        let lenient = Cgroups::with_layout(
+            None,
+            CgroupSettings {
+                allow_missing_controllers: true,
+                ..CgroupSettings::default()
+            },
+        );
+        let cgroup = lenient.create("a.t", &limits()).unwrap();
+        assert!(cgroup.procs_files().is_empty());
+        assert_eq!(cgroup.oom_kills(), 0);
+        cgroup.kill_and_remove().unwrap();
+    }
+
+    #[test]
+    fn a_v2_node_without_pids_names_the_missing_controller() {
+        let layout = Layout::Unified {
+            root: "/nonexistent".into(),
+            controllers: vec!["memory".into(), "cpu".into()],
+        };
+        let error = Cgroups::with_layout(Some(layout), CgroupSettings::default())
+            .create("a.t", &limits())
+            .unwrap_err();
+        assert!(
+            matches!(&error, CgroupError::MissingControllers { missing, .. } if missing == &["pids"]),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn reads_the_nodes_memory() {
+        assert!(node_memory().unwrap() > 64 << 20);
+    }
+}

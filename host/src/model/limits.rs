@@ -1,0 +1,81 @@
+//! What a task may use of the node: the limits its cgroup enforces, and the operator's
+//! settings for task cgroups. Plain data: the cgroupfs files live in `cgroup/`.
+
+/// A task's limits, from its `resources` block and the agent config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskLimits {
+    /// The hard memory limit in bytes (`memory_max` when set, else `memory`); the
+    /// kernel OOM-kills the task past it.
+    pub memory_bytes: u64,
+    /// With `memory_max` set, `memory` becomes the soft limit (reclaimed first).
+    pub memory_soft_bytes: Option<u64>,
+    /// CPU shares, from `cpu` in MHz as Nomad maps them (at least 2).
+    pub cpu_shares: u64,
+    /// The most processes and threads the task may have at once.
+    pub pids_max: u64,
+    /// Only the harmless character devices (the task's `/dev`), for confined tasks.
+    pub restrict_devices: bool,
+}
+
+/// Nomad's resources count memory in MB meaning MiB (`memory = 256` is 256 × 2^20 bytes).
+pub const MIB: u64 = 1 << 20;
+
+/// The least memory a task may ask for, in MiB (Nomad's minimum).
+pub const MIN_MEMORY_MB: u64 = 10;
+
+/// The least CPU a task may ask for, in MHz (Nomad's minimum).
+pub const MIN_CPU_MHZ: u64 = 1;
+
+/// The operator's settings for task cgroups (`cgroups { ... }` in the agent config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupSettings {
+    /// The cgroup, under each hierarchy's root, that holds every task's cgroup.
+    pub parent: String,
+    /// `pids.max` of every task.
+    pub pids_max: u64,
+    /// Start tasks even when the node lacks a controller berth needs (memory, cpu,
+    /// pids): the task then runs without that limit, and an event says so.
+    pub allow_missing_controllers: bool,
+}
+
+impl Default for CgroupSettings {
+    fn default() -> Self {
+        CgroupSettings {
+            parent: "berth".into(),
+            pids_max: 4096,
+            allow_missing_controllers: false,
+        }
+    }
+}
+
+/// `cpu.shares` for `cpu` MHz, as Nomad sets it (the kernel's minimum is 2).
+pub fn cpu_shares(cpu_mhz: u64) -> u64 {
+    cpu_mhz.clamp(2, 262_144)
+}
+
+/// cgroup v2's `cpu.weight` for v1 shares, by the kernel's documented mapping (the one
+/// runc and Nomad use): 2 → 1, 1024 → 39, 262144 → 10000.
+pub fn cpu_weight(shares: u64) -> u64 {
+    let shares = shares.clamp(2, 262_144);
+    1 + ((shares - 2) * 9999) / 262_142
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_follow_the_kernel_mapping() {
+        assert_eq!(cpu_weight(2), 1);
+        assert_eq!(cpu_weight(1024), 39);
+        assert_eq!(cpu_weight(262_144), 10_000);
+        assert_eq!(cpu_weight(0), 1);
+        assert_eq!(cpu_weight(u64::MAX), 10_000);
+    }
+
+    #[test]
+    fn shares_never_fall_below_the_kernel_minimum() {
+        assert_eq!(cpu_shares(0), 2);
+        assert_eq!(cpu_shares(500), 500);
+    }
+}

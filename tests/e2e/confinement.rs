@@ -253,3 +253,33 @@ print("keyctl", "ESCAPED" if ring >= 0 else "denied", os.strerror(ctypes.get_err
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
+
+/// raw_exec has no pid namespace to take a task's children down with it: its cgroup does.
+/// A task that leaves a process running in the background and exits takes it along.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_an_unconfined_task_leaves_running_dies_with_it() {
+    let mut agent = AgentProcess::with_config(
+        "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n",
+    );
+    agent.start().await;
+    let job = "job \"leaver\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"setsid sleep 7778 > /dev/null 2>&1 & echo left it\"]\n      }\n    }\n  }\n}\n";
+    let submitted = agent.submit("leaver.hcl", job).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "finished", |s| {
+            s.client_status == ClientStatus::Complete
+        })
+        .await;
+    let status = agent.alloc(id).await;
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(stdout, "left it\n");
+    let left = processes_running("sleep\u{0}7778");
+    for pid in &left {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(*pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    assert!(left.is_empty(), "the task's background process outlived it");
+    assert_no_task_cgroup_left(id);
+}

@@ -1,13 +1,19 @@
 //! Host overhead to start an allocation, next to the bare syscalls a task start needs,
-//! measured in the same run.
+//! measured in the same run, interleaved: each round starts one alloc of each kind and
+//! one bare process, so a noisy neighbour slows them all alike.
 //!
-//! - **berth, mock driver**: 100 allocs, one host volume each; time from creating the
-//!   alloc to the task's Started event (alloc record, alloc hooks, task hooks, a driver
-//!   call in a fresh instance, and every state write, made durable in a redb file as the
-//!   agent does). The same with state in memory shows what durability costs.
+//! - **berth, mock driver**: an alloc with one host volume; time from creating the alloc
+//!   to the task's Started event (alloc record, alloc hooks, task hooks, a driver call
+//!   in a fresh instance, the task's cgroup, and every state write, made durable in a
+//!   redb file as the agent does). The same with state in memory shows what durability
+//!   costs.
 //! - **berth, exec driver**: the same with a real process confined as every exec task
-//!   is: mount, IPC and UTS namespaces, chroot (system dirs bound read-only, the volume
-//!   bound), a minimal /dev, procfs with its knobs read-only, capabilities dropped.
+//!   is: its cgroup (memory, cpu, pids, devices), mount, IPC, UTS and PID namespaces
+//!   with the shim and init forks, chroot (system dirs bound read-only, the volume
+//!   bound), a minimal /dev, procfs with its knobs read-only, capabilities dropped, the
+//!   seccomp filter.
+//! - **berth, confined spawn alone**: the same process through `ProcessTable::spawn` and
+//!   its cgroup, without the alloc runner, the driver or the state: where the time goes.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
 //!
@@ -93,10 +99,39 @@ async fn run() {
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         cgroups: cgroups.clone(),
     };
-    let mock = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&on_disk)).await;
-    let mock_memory = alloc_starts(&job("mock", "run_for = \"0s\""), &node(&in_memory)).await;
-    let exec = alloc_starts(&job("exec", "command = \"/bin/true\""), &node(&on_disk)).await;
-    let bare = bare_starts(&source, &scratch.path().join("target"));
+    let mock_job = parse(&job("mock", "run_for = \"0s\""));
+    let exec_job = parse(&job("exec", "command = \"/bin/true\""));
+    let (on_disk_node, in_memory_node) = (node(&on_disk), node(&in_memory));
+    let target = scratch.path().join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let spawn_root = scratch.path().join("spawn-root");
+    let processes = berth::process::ProcessTable::default();
+    let mut rounds = Rounds::default();
+    // The first rounds warm the component cache and the pooling allocator's slots.
+    for index in 0..ALLOCS + 5 {
+        let mock = alloc_start(&mock_job, &on_disk_node, index).await;
+        let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
+        let exec = alloc_start(&exec_job, &on_disk_node, index).await;
+        let spawn = confined_spawn(&processes, &cgroups, &spawn_root, &source).await;
+        let bare = bare_start(&source, &target);
+        if index >= 5 {
+            rounds.push(mock, mock_memory, exec, spawn, bare);
+        }
+    }
+    let Rounds {
+        mock,
+        mock_memory,
+        exec,
+        spawn,
+        bare,
+    } = rounds;
+    let (mock, mock_memory, exec, spawn, bare) = (
+        median(mock),
+        median(mock_memory),
+        median(exec),
+        median(spawn),
+        median(bare),
+    );
 
     let build = if cfg!(debug_assertions) {
         "debug"
@@ -117,6 +152,10 @@ async fn run() {
         micros(exec)
     );
     println!(
+        "  berth, confined spawn + cgroup alone          {:>9.1} µs",
+        micros(spawn)
+    );
+    println!(
         "  bare: fork + unshare + bind mount + exec      {:>9.1} µs",
         micros(bare)
     );
@@ -129,70 +168,154 @@ async fn run() {
         "  mock alloc start / bare syscalls   {:>6.2}x",
         ratio(mock, bare)
     );
+    println!("where the exec alloc start goes");
+    println!(
+        "  confinement (spawn alone - bare)              {:>9.1} µs",
+        micros(spawn.saturating_sub(bare))
+    );
+    println!(
+        "  runner, driver call, state (exec - spawn)     {:>9.1} µs",
+        micros(exec.saturating_sub(spawn))
+    );
     summary("mock_alloc_start_us", micros(mock));
     summary("mock_alloc_start_in_memory_us", micros(mock_memory));
     summary("exec_alloc_start_us", micros(exec));
+    summary("confined_spawn_us", micros(spawn));
     summary("bare_syscalls_us", micros(bare));
+    summary("spawn_over_bare", ratio(spawn, bare));
     summary("exec_over_bare", ratio(exec, bare));
     summary("mock_over_bare", ratio(mock, bare));
 }
 
-async fn alloc_starts(jobspec: &str, shared: &NodeContext) -> Duration {
-    let job = Arc::new(berth::jobspec::parse("bench.hcl", jobspec).unwrap());
-    let mut times = Vec::with_capacity(ALLOCS);
-    for index in 0..ALLOCS + 5 {
-        let (sender, mut events) = tokio::sync::broadcast::channel(64);
-        let node = NodeContext {
-            events: sender,
-            ..shared.clone()
-        };
-        let started = Instant::now();
-        let alloc = AllocRunner::new(job.clone(), 0, index as u32, node).unwrap();
-        let running = tokio::spawn(alloc.clone().run());
-        let mut start_time = None;
-        while let Ok(event) = events.recv().await {
-            if event.event.kind == EventKind::Started {
-                start_time = Some(started.elapsed());
-                break;
-            }
-        }
-        running.await.unwrap();
-        // The first few warm the component cache and the pooling allocator's slots.
-        if index >= 5 {
-            times.push(start_time.expect("the task never started"));
-        }
-        let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
-        let _ = shared.store.remove_alloc(&alloc.id);
-    }
-    median(times)
+/// Every round's times, by kind.
+#[derive(Default)]
+struct Rounds {
+    mock: Vec<Duration>,
+    mock_memory: Vec<Duration>,
+    exec: Vec<Duration>,
+    spawn: Vec<Duration>,
+    bare: Vec<Duration>,
 }
 
-fn bare_starts(source: &Path, target: &Path) -> Duration {
-    std::fs::create_dir_all(target).unwrap();
-    let mut times = Vec::with_capacity(ALLOCS);
-    for index in 0..ALLOCS + 5 {
-        let source = berth::mount::c_path(source).unwrap();
-        let target = berth::mount::c_path(target).unwrap();
-        let started = Instant::now();
-        let mut command = std::process::Command::new("/bin/true");
-        // SAFETY: only syscalls on prepared C strings run in the child.
-        unsafe {
-            command.pre_exec(move || {
-                rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)?;
-                rustix::mount::mount_change(
-                    c"/",
-                    rustix::mount::MountPropagationFlags::DOWNSTREAM
-                        | rustix::mount::MountPropagationFlags::REC,
-                )?;
-                rustix::mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
-                Ok(())
-            });
-        }
-        let status = command.status().unwrap();
-        assert!(status.success());
-        if index >= 5 {
-            times.push(started.elapsed());
+impl Rounds {
+    fn push(
+        &mut self,
+        mock: Duration,
+        mock_memory: Duration,
+        exec: Duration,
+        spawn: Duration,
+        bare: Duration,
+    ) {
+        self.mock.push(mock);
+        self.mock_memory.push(mock_memory);
+        self.exec.push(exec);
+        self.spawn.push(spawn);
+        self.bare.push(bare);
+    }
+}
+
+fn parse(jobspec: &str) -> Arc<berth::jobspec::Job> {
+    Arc::new(berth::jobspec::parse("bench.hcl", jobspec).unwrap())
+}
+
+/// One alloc, from its creation to its task's Started event; then it is run to the end
+/// and its directory and records removed.
+async fn alloc_start(
+    job: &Arc<berth::jobspec::Job>,
+    shared: &NodeContext,
+    index: usize,
+) -> Duration {
+    let (sender, mut events) = tokio::sync::broadcast::channel(64);
+    let node = NodeContext {
+        events: sender,
+        ..shared.clone()
+    };
+    let started = Instant::now();
+    let alloc = AllocRunner::new(job.clone(), 0, index as u32, node).unwrap();
+    let running = tokio::spawn(alloc.clone().run());
+    let mut start_time = None;
+    while let Ok(event) = events.recv().await {
+        if event.event.kind == EventKind::Started {
+            start_time = Some(started.elapsed());
+            break;
         }
     }
-    median(times)
+    running.await.unwrap();
+    let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
+    let _ = shared.store.remove_alloc(&alloc.id);
+    start_time.expect("the task never started")
+}
+
+/// The exec task's process alone: its cgroup, then a confined spawn of `/bin/true` with
+/// the volume, until the spawn returns (the task runs); then it is reaped and the cgroup
+/// removed, outside the timing.
+async fn confined_spawn(
+    processes: &berth::process::ProcessTable,
+    cgroups: &berth::cgroup::Cgroups,
+    root: &Path,
+    volume: &Path,
+) -> Duration {
+    use berth::model::mount::Propagation;
+    use berth::process::isolation::{ChrootSpec, VolumeMount};
+    use berth::process::{Isolation, SpawnSpec};
+    std::fs::create_dir_all(root).unwrap();
+    let owner: Arc<str> = "bench".into();
+    let limits = berth::model::limits::TaskLimits {
+        memory_bytes: 300 << 20,
+        memory_soft_bytes: None,
+        cpu_shares: 100,
+        pids_max: 4096,
+        restrict_devices: true,
+    };
+    let started = Instant::now();
+    let cgroup = cgroups.create("bench-spawn.t", &limits).unwrap();
+    let spec = SpawnSpec {
+        argv: vec!["/bin/true".into()],
+        env: Vec::new(),
+        isolation: Isolation::Chroot(ChrootSpec {
+            root: root.to_path_buf(),
+            cwd: "/".into(),
+            mounts: vec![VolumeMount {
+                host_path: volume.to_path_buf(),
+                task_path: "/data".into(),
+                read_only: false,
+                propagation: Propagation::Private,
+            }],
+            privileged: false,
+        }),
+        stdout: root.join("stdout"),
+        stderr: root.join("stderr"),
+        user: None,
+        cgroup_procs: cgroup.procs_files().to_vec(),
+    };
+    let process = processes.spawn(&owner, &spec).unwrap();
+    let elapsed = started.elapsed();
+    let exit = processes.wait(&owner, process, None).await.unwrap();
+    assert_eq!(exit.and_then(|e| e.code), Some(0), "{exit:?}");
+    processes.forget(process);
+    cgroup.kill_and_remove().unwrap();
+    elapsed
+}
+
+fn bare_start(source: &Path, target: &Path) -> Duration {
+    let source = berth::mount::c_path(source).unwrap();
+    let target = berth::mount::c_path(target).unwrap();
+    let started = Instant::now();
+    let mut command = std::process::Command::new("/bin/true");
+    // SAFETY: only syscalls on prepared C strings run in the child.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)?;
+            rustix::mount::mount_change(
+                c"/",
+                rustix::mount::MountPropagationFlags::DOWNSTREAM
+                    | rustix::mount::MountPropagationFlags::REC,
+            )?;
+            rustix::mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
+            Ok(())
+        });
+    }
+    let status = command.status().unwrap();
+    assert!(status.success());
+    started.elapsed()
 }

@@ -169,7 +169,8 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
         agent.output()
     );
 
-    // Its later exit is observed by the new agent.
+    // Its later exit is observed by the new agent, with its real exit code (from the
+    // exit record its shim writes), although the new agent is not its parent.
     std::fs::write(local.join("stop"), "").unwrap();
     agent
         .wait_alloc(&id, "the recovered task's exit", |s| {
@@ -180,6 +181,8 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
         })
         .await;
     assert!(!alive(pid));
+    let terminated = terminated_messages(&agent.alloc(&id).await, "web");
+    assert_eq!(terminated, ["Exit Code: 3"]);
     // The restart policy applies as before: the task runs again.
     agent
         .wait_alloc(&id, "web restarted", |s| {
@@ -201,6 +204,60 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
     assert!(stdout.contains("Desired Status = stop"), "{stdout}");
     assert!(stdout.contains("/scratch"), "mounts are shown: {stdout}");
     assert!(stdout.contains("Killed"), "{stdout}");
+}
+
+fn terminated_messages(status: &AllocStatus, task: &str) -> Vec<String> {
+    status.tasks[task]
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Terminated)
+        .map(|e| e.message.clone())
+        .collect()
+}
+
+/// The task ends while no agent runs: the next agent reports its real exit code (its
+/// shim left an exit record), and the restart policy goes on from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_that_ends_while_the_agent_is_down_is_reported_with_its_exit_code() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let submitted = agent.submit("waiter.hcl", WAITER).await.unwrap();
+    let id = submitted.alloc_ids[0].clone();
+    agent
+        .wait_alloc(&id, "web running", |s| task_running(s, "web"))
+        .await;
+    let status = agent.alloc(&id).await;
+    let local = status.alloc_dir.join("web/local");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !local.join("pid").exists() {
+        assert!(Instant::now() < deadline, "the task never wrote its pid");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ns_pid: u32 = std::fs::read_to_string(local.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pid = support::host_pid_of(&status.alloc_dir, ns_pid).expect("the task's host pid");
+    let _reaper = KillOnDrop::new(pid);
+
+    agent.kill9();
+    std::fs::write(local.join("stop"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) || !support::processes_rooted_under(&status.alloc_dir.join("web")).is_empty() {
+        assert!(Instant::now() < deadline, "the task did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    agent.start().await;
+    agent
+        .wait_alloc(&id, "web restarted after its recorded exit", |s| {
+            s.tasks["web"].restarts == 1 && task_running(s, "web")
+        })
+        .await;
+    let status = agent.alloc(&id).await;
+    assert_eq!(terminated_messages(&status, "web"), ["Exit Code: 3"]);
+    assert_eq!(status.tasks["web"].exit_code, Some(3));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -396,6 +396,86 @@ async fn a_read_only_cgroup_hierarchy_fails_the_task_with_an_event_and_leaves_no
     assert!(support::processes_rooted_under(agent.path()).is_empty());
 }
 
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// 100 exec tasks started and run to the end, one after the other: the agent's open
+/// descriptors and tracked processes are where they were, and no process is left.
+/// Descriptors are counted for the whole process, so the test runs itself again alone
+/// in a process of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hundred_task_runs_leave_no_descriptor_process_or_cgroup_behind() {
+    const ALONE: &str = "BERTH_E2E_ALONE";
+    if std::env::var_os(ALONE).is_none() {
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "jobs::a_hundred_task_runs_leave_no_descriptor_process_or_cgroup_behind",
+                "--test-threads",
+                "1",
+            ])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return;
+    }
+    let agent = Agent::new(false);
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
+    let node = agent.node(drivers);
+    let job = Arc::new(
+        berth::jobspec::parse(
+            "job.hcl",
+            "job \"cycle\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"sleep 30 & exit 0\"]\n      }\n    }\n  }\n}\n",
+        )
+        .unwrap(),
+    );
+    let run = async |index: u32| {
+        let alloc = AllocRunner::new(job.clone(), 0, index, node.clone()).unwrap();
+        assert_eq!(alloc.clone().run().await, ClientStatus::Complete);
+        alloc
+    };
+    // The first run compiles the filter and warms the runtime's caches.
+    run(0).await;
+    let (fds, tracked) = (open_fds(), runtime.processes().len());
+    for index in 1..=100 {
+        run(index).await;
+    }
+    assert_eq!(open_fds(), fds, "descriptors leaked across 100 task runs");
+    assert_eq!(runtime.processes().len(), tracked);
+    assert_eq!(tracked, 0);
+    assert!(support::processes_rooted_under(agent.path()).is_empty());
+    let parent = std::path::Path::new("/sys/fs/cgroup/pids/berth");
+    let cycle_cgroups = std::fs::read_dir(parent)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("cgroup.procs").exists())
+                .filter(|e| {
+                    agent
+                        .path()
+                        .join("data/allocs")
+                        .join(
+                            e.file_name()
+                                .to_string_lossy()
+                                .split('.')
+                                .next()
+                                .unwrap_or(""),
+                        )
+                        .exists()
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(cycle_cgroups, 0, "task cgroups left behind");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_an_alloc_kills_its_tasks() {
     let agent = Agent::new(false);

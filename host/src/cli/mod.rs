@@ -18,6 +18,7 @@ use crate::api::client::{Client, ClientError, DEFAULT_ADDRESS};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
+use crate::process::ProcessTable;
 use crate::runtime::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
@@ -228,7 +229,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return result;
     }
     let plugin_dir = cli.plugin_dir.clone().or(config.plugin_dir.clone());
-    let runtime = Runtime::new(RuntimeConfig::new(Some(data_dir.join("component-cache"))))?;
+    // Exit records let an agent restarted after `kill -9` report how tasks that ended
+    // meanwhile ended.
+    let processes = ProcessTable::with_exit_records(data_dir.join("exits"));
+    let runtime = Runtime::with_processes(
+        RuntimeConfig::new(Some(data_dir.join("component-cache"))),
+        std::sync::Arc::new(processes),
+    )?;
     let (drivers, problems) =
         DriverSet::load(&runtime, plugin_dir.as_deref(), &config.driver_pins()).await;
     for problem in &problems {

@@ -83,6 +83,8 @@ pub enum ProcessError {
     Cgroup { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Seccomp(#[from] seccomp::FilterError),
+    #[error("creating the task's exit record: {0}")]
+    ExitRecord(io::Error),
     #[error("opening the task's log file {path}: {source}")]
     LogFile { path: PathBuf, source: io::Error },
     #[error("setting up the task failed at step \"{step}\": {source}")]
@@ -103,7 +105,8 @@ pub enum ProcessError {
 
 struct Tracked {
     owner: Arc<str>,
-    pidfd: Arc<OwnedFd>,
+    /// `None` for a process that had already exited when it was adopted.
+    pidfd: Option<Arc<OwnedFd>>,
     exit: watch::Receiver<Option<ExitStatus>>,
 }
 
@@ -113,9 +116,20 @@ pub struct ProcessTable {
     processes: Mutex<HashMap<ProcessRef, Tracked>>,
     /// Compiled at the first confined spawn.
     filter: OnceLock<seccomp::TaskFilter>,
+    /// Where shims leave their task's exit record (`<pid>.<start time>`), for an agent
+    /// that adopts the process after a restart. `None`: no records (tests, benches).
+    exit_records: Option<PathBuf>,
 }
 
 impl ProcessTable {
+    /// A table whose processes leave exit records in `dir` (created 0700 when missing).
+    pub fn with_exit_records(dir: PathBuf) -> ProcessTable {
+        ProcessTable {
+            exit_records: Some(dir),
+            ..ProcessTable::default()
+        }
+    }
+
     /// Spawns `spec` for driver `owner`. Must be called within a tokio runtime.
     pub fn spawn(&self, owner: &Arc<str>, spec: &SpawnSpec) -> Result<ProcessRef, ProcessError> {
         let program = spec.argv.first().cloned().unwrap_or_default();
@@ -156,6 +170,16 @@ impl ProcessTable {
             confine,
             user: spec.user,
             filter,
+            exit_record: None,
+        };
+        let mut plan = plan;
+        let pending_record = match &self.exit_records {
+            Some(dir) => {
+                let (path, file) = new_exit_record(dir).map_err(ProcessError::ExitRecord)?;
+                plan.exit_record = Some(OwnedFd::from(file));
+                Some(path)
+            }
+            None => None,
         };
         let step_names = plan.step_names();
         let open_log = |path: &Path| {
@@ -202,6 +226,9 @@ impl ProcessTable {
         let mut child = match spawned {
             Ok(child) => child,
             Err(source) => {
+                if let Some(path) = &pending_record {
+                    let _ = std::fs::remove_file(path);
+                }
                 let mut report = [0u8; 4];
                 let mut reader = File::from(report_read);
                 if reader.read_exact(&mut report).is_ok() {
@@ -229,9 +256,21 @@ impl ProcessTable {
             })?;
         let start_time = start_time(pid).map_err(|_| ProcessError::Gone(pid))?;
         let process = ProcessRef { pid, start_time };
+        // Named after the process now that it has a pid and start time: where the next
+        // agent looks for it. The shim writes through its descriptor, renamed or not.
+        let record = pending_record.and_then(|pending| {
+            let named = self.exit_record_path(process)?;
+            std::fs::rename(&pending, &named).ok()?;
+            Some(named)
+        });
         let (sender, exit) = watch::channel(None);
         tokio::spawn(async move {
-            let status = match child.wait().await {
+            let waited = child.wait().await;
+            // This agent read the status itself: the record is for an agent that cannot.
+            if let Some(record) = record {
+                let _ = std::fs::remove_file(record);
+            }
+            let status = match waited {
                 Ok(status) => {
                     use std::os::unix::process::ExitStatusExt;
                     ExitStatus {
@@ -250,11 +289,29 @@ impl ProcessTable {
             process,
             Tracked {
                 owner: owner.clone(),
-                pidfd: Arc::new(pidfd),
+                pidfd: Some(Arc::new(pidfd)),
                 exit,
             },
         );
         Ok(process)
+    }
+
+    /// Where the exit record of `process` is, when this table keeps records.
+    fn exit_record_path(&self, process: ProcessRef) -> Option<PathBuf> {
+        let dir = self.exit_records.as_ref()?;
+        Some(dir.join(format!("{}.{}", process.pid, process.start_time)))
+    }
+
+    /// Reads and removes the exit record of `process`, if its shim left one.
+    fn take_exit_record(&self, process: ProcessRef) -> Option<ExitStatus> {
+        let path = self.exit_record_path(process)?;
+        let bytes = std::fs::read(&path).ok()?;
+        let record = shim::ExitRecord::parse(&bytes)?;
+        let _ = std::fs::remove_file(&path);
+        Some(ExitStatus {
+            code: record.code,
+            signal: record.signal,
+        })
     }
 
     fn filter(&self) -> Result<&seccomp::TaskFilter, ProcessError> {
@@ -266,19 +323,38 @@ impl ProcessTable {
     }
 
     /// Takes back a process started before an agent restart. Its start time must match,
-    /// so a recycled pid is refused.
-    pub fn adopt(&self, owner: &Arc<str>, process: ProcessRef) -> Result<(), ProcessError> {
+    /// so a recycled pid is refused. A process that already ended is taken back as ended
+    /// when its shim left an exit record, with the status and time the record holds.
+    pub fn adopt(
+        self: &Arc<Self>,
+        owner: &Arc<str>,
+        process: ProcessRef,
+    ) -> Result<(), ProcessError> {
         if let Some(tracked) = self.processes.lock().unwrap().get(&process) {
             return check_owner(owner, tracked, process);
         }
-        let pidfd = rustix::process::pidfd_open(pid_of(process.pid)?, PidfdFlags::NONBLOCK)
-            .map_err(|_| ProcessError::Gone(process.pid))?;
-        if start_time(process.pid).ok() != Some(process.start_time) {
-            return Err(ProcessError::Gone(process.pid));
-        }
+        let alive = rustix::process::pidfd_open(pid_of(process.pid)?, PidfdFlags::NONBLOCK)
+            .ok()
+            .filter(|_| start_time(process.pid).ok() == Some(process.start_time));
+        let Some(pidfd) = alive else {
+            let status = self
+                .take_exit_record(process)
+                .ok_or(ProcessError::Gone(process.pid))?;
+            let (_, exit) = watch::channel(Some(status));
+            self.processes.lock().unwrap().insert(
+                process,
+                Tracked {
+                    owner: owner.clone(),
+                    pidfd: None,
+                    exit,
+                },
+            );
+            return Ok(());
+        };
         let pidfd = Arc::new(pidfd);
         let (sender, exit) = watch::channel(None);
         let watched = pidfd.clone();
+        let table = Arc::downgrade(self);
         tokio::spawn(async move {
             // SAFETY: `DupFd` holds the Arc'd pidfd, so the descriptor stays open and
             // the same for the AsyncFd's whole life.
@@ -291,16 +367,17 @@ impl ProcessTable {
             if let Ok(readable) = registered {
                 let _ = readable.readable().await;
             }
-            let _ = sender.send(Some(ExitStatus {
+            let recorded = table.upgrade().and_then(|t| t.take_exit_record(process));
+            let _ = sender.send(Some(recorded.unwrap_or(ExitStatus {
                 code: None,
                 signal: None,
-            }));
+            })));
         });
         self.processes.lock().unwrap().insert(
             process,
             Tracked {
                 owner: owner.clone(),
-                pidfd,
+                pidfd: Some(pidfd),
                 exit,
             },
         );
@@ -335,9 +412,9 @@ impl ProcessTable {
     ) -> Result<(), ProcessError> {
         let signal = parse_signal(signal)?;
         let (pidfd, exit) = self.lookup(owner, process, |t| (t.pidfd.clone(), t.exit.clone()))?;
-        if exit.borrow().is_some() {
+        let Some(pidfd) = pidfd.filter(|_| exit.borrow().is_none()) else {
             return Ok(());
-        }
+        };
         match rustix::process::pidfd_send_signal(pidfd.as_fd(), signal) {
             Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
             Err(e) => Err(ProcessError::Signal {
@@ -353,9 +430,18 @@ impl ProcessTable {
         processes.values().filter(|t| &*t.owner == owner).count()
     }
 
-    /// Stops tracking a process (after its task is destroyed).
+    /// Stops tracking a process (after its task is destroyed): its pidfd is closed.
     pub fn forget(&self, process: ProcessRef) {
         self.processes.lock().unwrap().remove(&process);
+    }
+
+    /// How many processes the table tracks.
+    pub fn len(&self) -> usize {
+        self.processes.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn lookup<R>(
@@ -398,6 +484,9 @@ struct SpawnPlan {
     confine: bool,
     user: Option<users::TaskUser>,
     filter: Option<seccomp::TaskFilter>,
+    /// The open exit record the shim writes (a shim is forked for it even without a pid
+    /// namespace).
+    exit_record: Option<OwnedFd>,
 }
 
 impl SpawnPlan {
@@ -405,7 +494,11 @@ impl SpawnPlan {
     fn step_names(&self) -> Vec<String> {
         let mut names = vec!["join the task's cgroup".to_string()];
         names.extend(self.before_fork.iter().map(ToString::to_string));
-        names.push("fork into the pid namespace".into());
+        names.push(if self.pid_namespace {
+            "fork into the pid namespace".into()
+        } else {
+            "fork the task's shim".into()
+        });
         names.extend(self.after_fork.iter().map(ToString::to_string));
         names.push("drop capabilities and set no_new_privs".into());
         names.push("switch to the task's user".into());
@@ -426,10 +519,11 @@ impl SpawnPlan {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
         }
-        if self.pid_namespace {
-            // SAFETY: between fork and exec, one thread, after unsharing the pid
-            // namespace (the first steps of `before_fork`).
-            unsafe { shim::fork(shim::Role::Shim) }.map_err(|e| (index, e))?;
+        if self.pid_namespace || self.exit_record.is_some() {
+            let record = self.exit_record.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+            // SAFETY: between fork and exec, one thread; with a pid namespace, after
+            // unsharing it (the first steps of `before_fork`).
+            unsafe { shim::fork(shim::Role::Shim { record }) }.map_err(|e| (index, e))?;
         }
         index += 1;
         for step in &self.after_fork {
@@ -458,6 +552,24 @@ impl SpawnPlan {
         }
         Ok(())
     }
+}
+
+/// A new, empty exit record in `dir` (made 0700 when missing), open for the shim.
+fn new_exit_record(dir: &Path) -> io::Result<(PathBuf, File)> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mut suffix = [0u8; 8];
+    rustix::rand::getrandom(&mut suffix, rustix::rand::GetRandomFlags::empty())?;
+    let path = dir.join(format!(".spawning-{:016x}", u64::from_le_bytes(suffix)));
+    let file = File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    Ok((path, file))
 }
 
 /// A pidfd shared with the table, registered with the reactor while it is watched.

@@ -20,6 +20,11 @@
 //!   init dies the kernel kills every process left in the namespace: SIGKILL to the
 //!   shim, after a task's kill timeout, takes everything with it.
 //!
+//! The shim also writes the task's exit status and time to an **exit record** (a file
+//! the agent opened for it): a shim outlives an agent killed with `kill -9`, and the
+//! next agent, no longer its parent, reads there how the task ended. For that, an
+//! unconfined task (no pid namespace) gets a shim too, without the init.
+//!
 //! The shim and the init are copies of the agent that never `exec`: they are made
 //! non-dumpable before the task forks, so the task, although it can see the init, can
 //! neither read its memory nor attach to it. Everything here runs between `fork` and
@@ -60,10 +65,43 @@ extern "C" fn forward(signal: libc::c_int) {
 /// What the caller becomes while the forked child goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// In the agent's namespace, after `unshare(CLONE_NEWPID)`: the child is pid 1.
-    Shim,
+    /// The agent's child: after `unshare(CLONE_NEWPID)` its child is pid 1 (the init),
+    /// otherwise the task itself. Writes the exit record to `record` (-1: none).
+    Shim { record: RawFd },
     /// pid 1: the child is the task.
     Init,
+}
+
+/// The bytes of an exit record: the raw wait status (i32) and the exit time in seconds
+/// since the epoch (i64), little-endian.
+pub const EXIT_RECORD_LEN: usize = 12;
+
+/// How a task ended, from its exit record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitRecord {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub exited_at_unix: i64,
+}
+
+impl ExitRecord {
+    /// `None` for anything but a whole record (a shim killed while writing it).
+    pub fn parse(bytes: &[u8]) -> Option<ExitRecord> {
+        let status = i32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
+        let exited_at_unix = i64::from_le_bytes(bytes.get(4..12)?.try_into().ok()?);
+        let (code, signal) = if libc::WIFEXITED(status) {
+            (Some(libc::WEXITSTATUS(status)), None)
+        } else if libc::WIFSIGNALED(status) {
+            (None, Some(libc::WTERMSIG(status)))
+        } else {
+            return None;
+        };
+        Some(ExitRecord {
+            code,
+            signal,
+            exited_at_unix,
+        })
+    }
 }
 
 /// Forks. Returns `Ok` in the child; the caller becomes `role` and never returns.
@@ -78,7 +116,9 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         let mut status_pipe: [libc::c_int; 2] = [-1, -1];
-        if role == Role::Shim && libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+        if matches!(role, Role::Shim { .. })
+            && libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0
+        {
             return Err(io::Error::last_os_error());
         }
         // Every signal blocked across the fork: none reaches the parent before its
@@ -94,8 +134,11 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
             return Err(error);
         }
         if child == 0 {
-            if role == Role::Shim {
+            if let Role::Shim { record } = role {
                 libc::close(status_pipe[0]);
+                if record >= 0 {
+                    libc::close(record);
+                }
                 REPORT_STATUS_TO.store(status_pipe[1], Ordering::Relaxed);
             }
             die_with_parent()?;
@@ -103,11 +146,11 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
             return Ok(());
         }
         match role {
-            Role::Shim => {
+            Role::Shim { record } => {
                 libc::close(status_pipe[1]);
-                supervise(child, status_pipe[0], -1)
+                supervise(child, status_pipe[0], -1, record)
             }
-            Role::Init => supervise(child, -1, REPORT_STATUS_TO.load(Ordering::Relaxed)),
+            Role::Init => supervise(child, -1, REPORT_STATUS_TO.load(Ordering::Relaxed), -1),
         }
     }
 }
@@ -131,29 +174,33 @@ pub fn die_with_parent() -> io::Result<()> {
     Ok(())
 }
 
-/// Closes every descriptor from 3 up except `keep` (-1: none).
-unsafe fn close_all_but(keep: RawFd) {
+/// Closes every descriptor from 3 up except those in `keep` (-1: none).
+unsafe fn close_all_but(mut keep: [RawFd; 2]) {
+    keep.sort_unstable();
+    let mut from: u32 = 3;
     // SAFETY: close_range on integer arguments.
     unsafe {
-        if keep >= 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, (keep - 1) as u32, 0u32);
-            libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
-        } else {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        for fd in keep.into_iter().filter(|fd| *fd >= 3) {
+            let fd = fd as u32;
+            if fd > from {
+                libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32);
+            }
+            from = fd + 1;
         }
+        libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32);
     }
 }
 
 /// Forwards signals to `child`, reaps every child until `child` exits, then ends the
 /// way it did: with the status read from `status_from` (the init's report) when there
-/// is one, after writing it to `status_to` when there is one.
-unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd) -> ! {
+/// is one, after writing it to `status_to` and the exit record `record` when there are.
+unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd, record: RawFd) -> ! {
     // SAFETY (whole function): plain system calls on valid pointers to local data.
     unsafe {
         CHILD.store(child, Ordering::Relaxed);
         // What the agent's copy left open (among it the pipe that tells the agent whether
         // `exec` succeeded) belongs to the task now.
-        close_all_but(status_from.max(status_to));
+        close_all_but([status_from.max(status_to), record]);
         let no_core = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -188,6 +235,14 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd) ->
         if status_to >= 0 {
             libc::write(status_to, status.to_ne_bytes().as_ptr().cast(), 4);
         }
+        if record >= 0 {
+            let mut now: libc::timespec = std::mem::zeroed();
+            libc::clock_gettime(libc::CLOCK_REALTIME, &mut now);
+            let mut bytes = [0u8; EXIT_RECORD_LEN];
+            bytes[..4].copy_from_slice(&status.to_le_bytes());
+            bytes[4..].copy_from_slice(&(now.tv_sec as i64).to_le_bytes());
+            libc::pwrite(record, bytes.as_ptr().cast(), EXIT_RECORD_LEN, 0);
+        }
         if libc::WIFEXITED(status) {
             libc::_exit(libc::WEXITSTATUS(status));
         }
@@ -197,5 +252,36 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd) ->
         libc::sigaction(signal, &action, std::ptr::null_mut());
         libc::kill(libc::getpid(), signal);
         libc::_exit(128 + signal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_records_read_back_codes_and_signals() {
+        let mut bytes = Vec::from(0x0300i32.to_le_bytes());
+        bytes.extend(1_700_000_000i64.to_le_bytes());
+        assert_eq!(
+            ExitRecord::parse(&bytes),
+            Some(ExitRecord {
+                code: Some(3),
+                signal: None,
+                exited_at_unix: 1_700_000_000
+            })
+        );
+        let mut killed = Vec::from(9i32.to_le_bytes());
+        killed.extend(5i64.to_le_bytes());
+        assert_eq!(
+            ExitRecord::parse(&killed).map(|r| (r.code, r.signal)),
+            Some((None, Some(9)))
+        );
+        assert_eq!(ExitRecord::parse(&[]), None);
+        assert_eq!(
+            ExitRecord::parse(&bytes[..11]),
+            None,
+            "a torn record is no record"
+        );
     }
 }

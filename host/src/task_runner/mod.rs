@@ -494,6 +494,7 @@ impl TaskRunner {
             tracing::warn!(task = %task.name, %error, "destroying the task's driver state");
         }
         self.release_cgroup();
+        driver.release(&handle);
         self.forget_handle();
         outcome
     }

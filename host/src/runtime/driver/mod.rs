@@ -371,6 +371,14 @@ impl Driver {
         .map_err(|message| self.refused("destroy-task", message))
     }
 
+    /// Stops tracking the task's processes (closing their pidfds): after the task was
+    /// destroyed and its cgroup emptied, nothing of them is left to wait on or signal.
+    pub fn release(&self, handle: &TaskHandle) {
+        for process in &handle.spawned {
+            self.runtime.processes().forget(*process);
+        }
+    }
+
     pub async fn inspect_task(&self, handle: &TaskHandle) -> Result<TaskStatus, DriverError> {
         let handle = wit::TaskHandle::from(handle);
         let status = self

@@ -476,6 +476,42 @@ async fn a_hundred_task_runs_leave_no_descriptor_process_or_cgroup_behind() {
     assert_eq!(cycle_cgroups, 0, "task cgroups left behind");
 }
 
+/// A driver spawns a process for a task and then fails the start: the task fails with
+/// the driver's error, and the process does not outlive the failed start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_start_leaves_no_process_behind() {
+    let agent = Agent::new(false);
+    let plugins = agent.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(
+        berth::builtin::test_components::MISBEHAVE,
+        plugins.join("misbehave.wasm"),
+    )
+    .unwrap();
+    let runtime = support::runtime();
+    let (drivers, problems) = DriverSet::load(&runtime, Some(&plugins), &Default::default()).await;
+    assert!(problems.is_empty(), "{problems:?}");
+    let job = berth::jobspec::parse(
+        "job.hcl",
+        "job \"failing\" {\n  type = \"batch\"\n  group \"g\" {\n    restart {\n      attempts = 0\n    }\n    task \"t\" {\n      driver = \"misbehave\"\n      config {\n        behave = \"spawn-then-fail\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let alloc = AllocRunner::new(Arc::new(job), 0, 0, agent.node(drivers)).unwrap();
+    assert_eq!(alloc.clone().run().await, ClientStatus::Failed);
+    let events = &alloc.status().tasks["t"].events;
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::DriverFailure
+            && e.message
+                .contains("misbehave: failing the start after a spawn")),
+        "{events:#?}"
+    );
+    assert!(
+        support::processes_rooted_under(agent.path()).is_empty(),
+        "the failed start's process outlived it"
+    );
+    assert_eq!(runtime.processes().owned_by("misbehave"), 0);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_an_alloc_kills_its_tasks() {
     let agent = Agent::new(false);

@@ -12,6 +12,7 @@
 //! - `huge-error`: fails with an 8 MiB error message;
 //! - `huge-argv`: spawns with 100 000 arguments;
 //! - `adopt`: adopts the process `pid` (started at `start_time`) while starting a task;
+//! - `spawn-then-fail`: spawns a long `sleep` for the task, then fails the start;
 //! - `ok`: behaves (so the host can be shown to keep serving).
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
@@ -117,6 +118,16 @@ impl Driver for Misbehave {
                 })?;
             }
             "huge-error" => return Err("e".repeat(8 << 20)),
+            "spawn-then-fail" => {
+                process::spawn(&SpawnRequest {
+                    argv: vec!["/bin/sleep".into(), "7779".into()],
+                    env: vec![],
+                    cwd: None,
+                    isolation: Isolation::Chroot,
+                    mounts: vec![],
+                })?;
+                return Err("misbehave: failing the start after a spawn".into());
+            }
             "adopt" => {
                 process::adopt(process::ProcessRef {
                     pid: behave.pid,

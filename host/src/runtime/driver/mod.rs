@@ -288,6 +288,26 @@ impl Driver {
                 async |store, b| on_driver!(b, store, call_start_task(&config)),
             )
             .await?;
+        let checked = self.check_started(request, started);
+        match checked {
+            Ok(handle) => Ok(TaskHandle {
+                id: handle.id,
+                driver_state: handle.driver_state,
+                spawned,
+            }),
+            Err(error) => {
+                self.forget_all(&spawned);
+                Err(error)
+            }
+        }
+    }
+
+    /// The driver's answer to start-task, checked.
+    fn check_started(
+        &self,
+        request: &TaskRequest,
+        started: Result<wit::TaskHandle, String>,
+    ) -> Result<wit::TaskHandle, DriverError> {
         let handle = started.map_err(|message| self.refused("start-task", message))?;
         if handle.id != request.id {
             return Err(self.nonsense(
@@ -309,11 +329,7 @@ impl Driver {
                 ),
             ));
         }
-        Ok(TaskHandle {
-            id: handle.id,
-            driver_state: handle.driver_state,
-            spawned,
-        })
+        Ok(handle)
     }
 
     pub async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
@@ -374,9 +390,7 @@ impl Driver {
     /// Stops tracking the task's processes (closing their pidfds): after the task was
     /// destroyed and its cgroup emptied, nothing of them is left to wait on or signal.
     pub fn release(&self, handle: &TaskHandle) {
-        for process in &handle.spawned {
-            self.runtime.processes().forget(*process);
-        }
+        self.forget_all(&handle.spawned);
     }
 
     pub async fn inspect_task(&self, handle: &TaskHandle) -> Result<TaskStatus, DriverError> {
@@ -465,33 +479,43 @@ impl Driver {
             body(&mut store, &bindings).await
         };
         let outcome = match wall {
-            Some(limit) => match tokio::time::timeout(limit, run).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    return Err(DriverError::WallTimeout {
-                        driver: self.label(),
-                        call,
-                        limit,
-                    });
-                }
-            },
-            None => run.await,
+            Some(limit) => tokio::time::timeout(limit, run).await.ok(),
+            None => Some(run.await),
         };
-        if let Some(violation) = store.data().violations.first() {
-            return Err(DriverError::Violation {
-                driver: self.label(),
-                call,
-                violation: violation.clone(),
-            });
-        }
         let spawned = std::mem::take(&mut store.data_mut().spawned);
-        outcome
-            .map(|result| (result, spawned))
-            .map_err(|error| DriverError::Fault {
+        let failure = match &outcome {
+            None => Some(DriverError::WallTimeout {
                 driver: self.label(),
                 call,
-                fault: sandbox::classify(&error, store.data()),
-            })
+                limit: wall.unwrap_or_default(),
+            }),
+            Some(_) if !store.data().violations.is_empty() => Some(DriverError::Violation {
+                driver: self.label(),
+                call,
+                violation: store.data().violations[0].clone(),
+            }),
+            Some(Err(error)) => Some(DriverError::Fault {
+                driver: self.label(),
+                call,
+                fault: sandbox::classify(error, store.data()),
+            }),
+            Some(Ok(_)) => None,
+        };
+        match (failure, outcome) {
+            (None, Some(Ok(result))) => Ok((result, spawned)),
+            (failure, _) => {
+                // A failed call hands no process to anyone: stop tracking what it spawned
+                // (the task's cgroup ends the processes themselves).
+                self.forget_all(&spawned);
+                Err(failure.unwrap_or_else(|| self.nonsense(call, "no outcome")))
+            }
+        }
+    }
+
+    fn forget_all(&self, spawned: &[ProcessRef]) {
+        for process in spawned {
+            self.runtime.processes().forget(*process);
+        }
     }
 
     /// `driver "exec" (built-in)`, `driver "x" (/plugins/x.wasm)`: how errors name us.

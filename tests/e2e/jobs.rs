@@ -512,6 +512,50 @@ async fn a_failed_start_leaves_no_process_behind() {
     assert_eq!(runtime.processes().owned_by("misbehave"), 0);
 }
 
+/// A task that ignores SIGTERM, with a child that ignores it too, is killed after its
+/// `kill_timeout`, the child with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_that_ignores_sigterm_is_killed_after_its_kill_timeout_with_its_children() {
+    let agent = Agent::new(false);
+    let runtime = support::runtime();
+    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
+    let job = berth::jobspec::parse(
+        "job.hcl",
+        "job \"stubborn\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"1s\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"trap '' TERM; sleep 7780 & echo up > /local/up; while true; do sleep 1; done\"]\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let alloc = AllocRunner::new(Arc::new(job), 0, 0, agent.node(drivers)).unwrap();
+    let running = tokio::spawn(alloc.clone().run());
+    let up = alloc.alloc_dir.root().join("t/local/up");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !up.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task never came up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let started = std::time::Instant::now();
+    alloc.stop();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), running)
+        .await
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(status, ClientStatus::Complete);
+    assert!(
+        took >= std::time::Duration::from_secs(1) && took < std::time::Duration::from_secs(4),
+        "stopped after {took:?}"
+    );
+    let events = &alloc.status().tasks["t"].events;
+    let terminated = events
+        .iter()
+        .find(|e| e.kind == EventKind::Terminated)
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(terminated.message.ends_with("Signal: 9"), "{events:#?}");
+    assert!(support::processes_rooted_under(agent.path()).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_an_alloc_kills_its_tasks() {
     let agent = Agent::new(false);

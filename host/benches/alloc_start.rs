@@ -71,9 +71,14 @@ async fn run() {
         .unwrap();
     let source = scratch.path().join("volume");
     std::fs::create_dir_all(&source).unwrap();
-    let runtime = Runtime::new(RuntimeConfig::new(Some(
-        std::env::temp_dir().join("berth-bench-cache"),
-    )))
+    // The agent's tasks' shims re-execute its binary; so do these.
+    let processes = Arc::new(
+        berth::process::ProcessTable::default().supervised_by(env!("CARGO_BIN_EXE_berth").into()),
+    );
+    let runtime = Runtime::with_processes(
+        RuntimeConfig::new(Some(std::env::temp_dir().join("berth-bench-cache"))),
+        processes.clone(),
+    )
     .unwrap();
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let config = Arc::new(AgentConfig {
@@ -105,14 +110,13 @@ async fn run() {
     let target = scratch.path().join("target");
     std::fs::create_dir_all(&target).unwrap();
     let spawn_root = scratch.path().join("spawn-root");
-    let processes = berth::process::ProcessTable::default();
     let mut rounds = Rounds::default();
     // The first rounds warm the component cache and the pooling allocator's slots.
     for index in 0..ALLOCS + 5 {
         let mock = alloc_start(&mock_job, &on_disk_node, index).await;
         let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
-        let spawn = confined_spawn(&processes, &cgroups, &spawn_root, &source).await;
+        let spawn = confined_spawn(processes.as_ref(), &cgroups, &spawn_root, &source).await;
         let bare = bare_start(&source, &target);
         if index >= 5 {
             rounds.push(mock, mock_memory, exec, spawn, bare);
@@ -123,6 +127,8 @@ async fn run() {
         mock_memory,
         exec,
         spawn,
+        cgroup_create,
+        cgroup_remove,
         bare,
     } = rounds;
     let (mock, mock_memory, exec, spawn, bare) = (
@@ -132,6 +138,7 @@ async fn run() {
         median(spawn),
         median(bare),
     );
+    let (cgroup_create, cgroup_remove) = (median(cgroup_create), median(cgroup_remove));
 
     let build = if cfg!(debug_assertions) {
         "debug"
@@ -170,8 +177,16 @@ async fn run() {
     );
     println!("where the exec alloc start goes");
     println!(
-        "  confinement (spawn alone - bare)              {:>9.1} µs",
-        micros(spawn.saturating_sub(bare))
+        "  the task's cgroup: create (in the start)      {:>9.1} µs",
+        micros(cgroup_create)
+    );
+    println!(
+        "  namespaces, mounts, forks (spawn - cgroup - bare) {:>5.1} µs",
+        micros(spawn.saturating_sub(cgroup_create).saturating_sub(bare))
+    );
+    println!(
+        "  the task's cgroup: kill and remove (after)    {:>9.1} µs",
+        micros(cgroup_remove)
     );
     println!(
         "  runner, driver call, state (exec - spawn)     {:>9.1} µs",
@@ -181,6 +196,8 @@ async fn run() {
     summary("mock_alloc_start_in_memory_us", micros(mock_memory));
     summary("exec_alloc_start_us", micros(exec));
     summary("confined_spawn_us", micros(spawn));
+    summary("cgroup_create_us", micros(cgroup_create));
+    summary("cgroup_remove_us", micros(cgroup_remove));
     summary("bare_syscalls_us", micros(bare));
     summary("spawn_over_bare", ratio(spawn, bare));
     summary("exec_over_bare", ratio(exec, bare));
@@ -194,6 +211,8 @@ struct Rounds {
     mock_memory: Vec<Duration>,
     exec: Vec<Duration>,
     spawn: Vec<Duration>,
+    cgroup_create: Vec<Duration>,
+    cgroup_remove: Vec<Duration>,
     bare: Vec<Duration>,
 }
 
@@ -203,13 +222,15 @@ impl Rounds {
         mock: Duration,
         mock_memory: Duration,
         exec: Duration,
-        spawn: Duration,
+        spawn: SpawnTimes,
         bare: Duration,
     ) {
         self.mock.push(mock);
         self.mock_memory.push(mock_memory);
         self.exec.push(exec);
-        self.spawn.push(spawn);
+        self.spawn.push(spawn.total);
+        self.cgroup_create.push(spawn.cgroup_create);
+        self.cgroup_remove.push(spawn.cgroup_remove);
         self.bare.push(bare);
     }
 }
@@ -254,7 +275,7 @@ async fn confined_spawn(
     cgroups: &berth::cgroup::Cgroups,
     root: &Path,
     volume: &Path,
-) -> Duration {
+) -> SpawnTimes {
     use berth::model::mount::Propagation;
     use berth::process::isolation::{ChrootSpec, VolumeMount};
     use berth::process::{Isolation, SpawnSpec};
@@ -269,6 +290,7 @@ async fn confined_spawn(
     };
     let started = Instant::now();
     let cgroup = cgroups.create("bench-spawn.t", &limits).unwrap();
+    let created = started.elapsed();
     let spec = SpawnSpec {
         argv: vec!["/bin/true".into()],
         env: Vec::new(),
@@ -293,8 +315,20 @@ async fn confined_spawn(
     let exit = processes.wait(&owner, process, None).await.unwrap();
     assert_eq!(exit.and_then(|e| e.code), Some(0), "{exit:?}");
     processes.forget(process);
+    let removing = Instant::now();
     cgroup.kill_and_remove().unwrap();
-    elapsed
+    SpawnTimes {
+        total: elapsed,
+        cgroup_create: created,
+        cgroup_remove: removing.elapsed(),
+    }
+}
+
+/// One confined spawn: the whole of it, and its cgroup's share.
+struct SpawnTimes {
+    total: Duration,
+    cgroup_create: Duration,
+    cgroup_remove: Duration,
 }
 
 fn bare_start(source: &Path, target: &Path) -> Duration {

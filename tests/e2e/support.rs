@@ -19,7 +19,15 @@ pub fn cache_dir() -> PathBuf {
 }
 
 pub fn runtime() -> Runtime {
-    Runtime::new(RuntimeConfig::new(Some(cache_dir()))).unwrap()
+    Runtime::with_processes(RuntimeConfig::new(Some(cache_dir())), processes()).unwrap()
+}
+
+/// A process table whose tasks' shims re-execute the `berth` binary, as the agent's do.
+pub fn processes() -> std::sync::Arc<berth::process::ProcessTable> {
+    std::sync::Arc::new(
+        berth::process::ProcessTable::default()
+            .supervised_by(PathBuf::from(env!("CARGO_BIN_EXE_berth"))),
+    )
 }
 
 /// A runtime with a short call deadline and a small memory cap, for hostile guests.
@@ -29,7 +37,7 @@ pub fn strict_runtime(deadline: Duration, memory_max: usize) -> Runtime {
         call_deadline: deadline,
         memory_max,
     };
-    Runtime::new(config).unwrap()
+    Runtime::with_processes(config, processes()).unwrap()
 }
 
 pub async fn builtin(runtime: &Runtime, name: &str) -> Driver {

@@ -231,7 +231,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let plugin_dir = cli.plugin_dir.clone().or(config.plugin_dir.clone());
     // Exit records let an agent restarted after `kill -9` report how tasks that ended
     // meanwhile ended.
-    let processes = ProcessTable::with_exit_records(data_dir.join("exits"));
+    let mut processes = ProcessTable::with_exit_records(data_dir.join("exits"));
+    // Tasks' shims re-execute this binary, so that they hold none of the agent's memory.
+    if let Ok(berth) = std::env::current_exe() {
+        processes = processes.supervised_by(berth);
+    }
     let runtime = Runtime::with_processes(
         RuntimeConfig::new(Some(data_dir.join("component-cache"))),
         std::sync::Arc::new(processes),

@@ -85,6 +85,8 @@ pub enum ProcessError {
     Seccomp(#[from] seccomp::FilterError),
     #[error("creating the task's exit record: {0}")]
     ExitRecord(io::Error),
+    #[error("opening {} to supervise the task: {source}", path.display())]
+    Supervisor { path: PathBuf, source: io::Error },
     #[error("opening the task's log file {path}: {source}")]
     LogFile { path: PathBuf, source: io::Error },
     #[error("setting up the task failed at step \"{step}\": {source}")]
@@ -119,6 +121,9 @@ pub struct ProcessTable {
     /// Where shims leave their task's exit record (`<pid>.<start time>`), for an agent
     /// that adopts the process after a restart. `None`: no records (tests, benches).
     exit_records: Option<PathBuf>,
+    /// The `berth` binary a task's shim and init re-execute (see [`shim`]). `None`: they
+    /// stay forked copies of the agent.
+    supervisor: Option<PathBuf>,
 }
 
 impl ProcessTable {
@@ -127,6 +132,14 @@ impl ProcessTable {
         ProcessTable {
             exit_records: Some(dir),
             ..ProcessTable::default()
+        }
+    }
+
+    /// Tasks' shims and inits re-execute `berth` (the agent's own binary) once forked.
+    pub fn supervised_by(self, berth: PathBuf) -> ProcessTable {
+        ProcessTable {
+            supervisor: Some(berth),
+            ..self
         }
     }
 
@@ -171,6 +184,10 @@ impl ProcessTable {
             user: spec.user,
             filter,
             exit_record: None,
+            supervisor: match &self.supervisor {
+                Some(path) => Some(open_supervisor(path)?),
+                None => None,
+            },
         };
         let mut plan = plan;
         let pending_record = match &self.exit_records {
@@ -487,9 +504,15 @@ struct SpawnPlan {
     /// The open exit record the shim writes (a shim is forked for it even without a pid
     /// namespace).
     exit_record: Option<OwnedFd>,
+    /// The `berth` binary the shim and init re-execute, open from before the chroot.
+    supervisor: Option<OwnedFd>,
 }
 
 impl SpawnPlan {
+    fn supervisor_fd(&self) -> std::os::fd::RawFd {
+        self.supervisor.as_ref().map_or(-1, |fd| fd.as_raw_fd())
+    }
+
     /// The names of the steps [`SpawnPlan::run`] counts, for errors.
     fn step_names(&self) -> Vec<String> {
         let mut names = vec!["join the task's cgroup".to_string()];
@@ -523,7 +546,8 @@ impl SpawnPlan {
             let record = self.exit_record.as_ref().map_or(-1, |fd| fd.as_raw_fd());
             // SAFETY: between fork and exec, one thread; with a pid namespace, after
             // unsharing it (the first steps of `before_fork`).
-            unsafe { shim::fork(shim::Role::Shim { record }) }.map_err(|e| (index, e))?;
+            unsafe { shim::fork(shim::Role::Shim { record }, self.supervisor_fd()) }
+                .map_err(|e| (index, e))?;
         }
         index += 1;
         for step in &self.after_fork {
@@ -548,10 +572,25 @@ impl SpawnPlan {
         index += 1;
         if self.pid_namespace {
             // SAFETY: between fork and exec, one thread, pid 1 of the namespace.
-            unsafe { shim::fork(shim::Role::Init) }.map_err(|e| (index, e))?;
+            unsafe { shim::fork(shim::Role::Init, self.supervisor_fd()) }
+                .map_err(|e| (index, e))?;
         }
         Ok(())
     }
+}
+
+/// The `berth` binary, opened for the shim and init to execute from inside the task's
+/// root (where its path does not exist).
+fn open_supervisor(path: &Path) -> Result<OwnedFd, ProcessError> {
+    rustix::fs::open(
+        path,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| ProcessError::Supervisor {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })
 }
 
 /// A new, empty exit record in `dir` (made 0700 when missing), open for the shim.

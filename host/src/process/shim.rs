@@ -25,10 +25,15 @@
 //! next agent, no longer its parent, reads there how the task ended. For that, an
 //! unconfined task (no pid namespace) gets a shim too, without the init.
 //!
-//! The shim and the init are copies of the agent that never `exec`: they are made
-//! non-dumpable before the task forks, so the task, although it can see the init, can
-//! neither read its memory nor attach to it. Everything here runs between `fork` and
-//! `exec` in a copy of a threaded process: raw system calls only, no allocation.
+//! Forked from the agent, the shim and the init would share every page of its memory,
+//! and pin an old copy of each page the agent writes afterwards, for as long as the
+//! task runs. So, once it has forked its child, each **re-executes the `berth`
+//! binary** (`berth __task-shim` / `berth __task-init`, through a descriptor opened
+//! before the chroot) and carries on as a small process of its own. Without a binary to
+//! run (a table built without one), they stay forked copies, made non-dumpable so that
+//! the task, which can see the init, can neither read its memory nor attach to it.
+//! Everything before the re-exec runs between `fork` and `exec` in a copy of a
+//! threaded process: raw system calls only, no allocation.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -104,12 +109,14 @@ impl ExitRecord {
     }
 }
 
-/// Forks. Returns `Ok` in the child; the caller becomes `role` and never returns.
+/// Forks. Returns `Ok` in the child; the caller becomes `role` and never returns: it
+/// re-executes `program` (an open `berth` binary; -1: none) as a supervisor, or
+/// supervises in place when it cannot.
 ///
 /// # Safety
 /// Only between `fork` and `exec`, in a process with one thread; `Role::Shim` after
 /// `unshare(CLONE_NEWPID)`, `Role::Init` in the child that returned from the shim's.
-pub unsafe fn fork(role: Role) -> io::Result<()> {
+pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
     // SAFETY (whole function): plain system calls on valid pointers to local data.
     unsafe {
         if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
@@ -145,13 +152,113 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
             libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
             return Ok(());
         }
-        match role {
+        let (name, status_from, status_to, record) = match role {
             Role::Shim { record } => {
                 libc::close(status_pipe[1]);
-                supervise(child, status_pipe[0], -1, record)
+                (SHIM_COMMAND, status_pipe[0], -1, record)
             }
-            Role::Init => supervise(child, -1, REPORT_STATUS_TO.load(Ordering::Relaxed), -1),
+            Role::Init => (
+                INIT_COMMAND,
+                -1,
+                REPORT_STATUS_TO.load(Ordering::Relaxed),
+                -1,
+            ),
+        };
+        if program >= 0 {
+            reexec(program, name, [child, status_from, status_to, record]);
         }
+        supervise(child, status_from, status_to, record)
+    }
+}
+
+/// The hidden commands of the `berth` binary that run a supervisor.
+const SHIM_COMMAND: &std::ffi::CStr = c"__task-shim";
+const INIT_COMMAND: &std::ffi::CStr = c"__task-init";
+
+/// Executes `program` as `berth <name> <child> <status-from> <status-to> <record>`,
+/// keeping those descriptors open. Returns only if the exec failed.
+unsafe fn reexec(program: RawFd, name: &std::ffi::CStr, numbers: [libc::c_int; 4]) {
+    // SAFETY (whole function): plain system calls on valid pointers to local data.
+    unsafe {
+        for fd in &numbers[1..] {
+            if *fd >= 0 {
+                libc::fcntl(*fd, libc::F_SETFD, 0);
+            }
+        }
+        let mut texts = [[0u8; 16]; 4];
+        for (text, number) in texts.iter_mut().zip(numbers) {
+            write_decimal(text, number);
+        }
+        let argv: [*const libc::c_char; 7] = [
+            c"berth".as_ptr(),
+            name.as_ptr(),
+            texts[0].as_ptr().cast(),
+            texts[1].as_ptr().cast(),
+            texts[2].as_ptr().cast(),
+            texts[3].as_ptr().cast(),
+            std::ptr::null(),
+        ];
+        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+        libc::syscall(
+            libc::SYS_execveat,
+            program,
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        );
+    }
+}
+
+/// Writes `number` in decimal, NUL-terminated, without allocating.
+fn write_decimal(out: &mut [u8; 16], number: libc::c_int) {
+    let mut digits = [0u8; 12];
+    let mut value = i64::from(number).unsigned_abs();
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (value % 10) as u8;
+        value /= 10;
+        count += 1;
+        if value == 0 {
+            break;
+        }
+    }
+    let mut at = 0;
+    if number < 0 {
+        out[0] = b'-';
+        at = 1;
+    }
+    for digit in digits[..count].iter().rev() {
+        out[at] = *digit;
+        at += 1;
+    }
+    out[at] = 0;
+}
+
+/// The entry point of a re-executed supervisor: `Some` never returns. `None` when the
+/// process was not started as one (the normal `berth` command line).
+pub fn supervisor_main() -> Option<std::convert::Infallible> {
+    let args: Vec<String> = std::env::args().collect();
+    let role = args.get(1)?;
+    let init = role.as_bytes() == INIT_COMMAND.to_bytes();
+    if !init && role.as_bytes() != SHIM_COMMAND.to_bytes() {
+        return None;
+    }
+    let number = |index: usize| -> libc::c_int {
+        args.get(index)
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(-1)
+    };
+    let (child, status_from, status_to, record) = (number(2), number(3), number(4), number(5));
+    if child <= 0 {
+        eprintln!("berth {role}: internal command, started by the agent only");
+        std::process::exit(2);
+    }
+    // SAFETY: plain system calls; this process has one thread.
+    unsafe {
+        // A re-executed image is dumpable again: the task can see the init.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        supervise(child, status_from, status_to, record)
     }
 }
 
@@ -258,6 +365,19 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd, re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_decimals_without_allocating() {
+        let mut out = [0xffu8; 16];
+        for (number, text) in [(0, "0"), (7, "7"), (-1, "-1"), (2147483647, "2147483647")] {
+            write_decimal(&mut out, number);
+            let end = out.iter().position(|b| *b == 0).unwrap();
+            assert_eq!(std::str::from_utf8(&out[..end]).unwrap(), text);
+        }
+        write_decimal(&mut out, i32::MIN);
+        let end = out.iter().position(|b| *b == 0).unwrap();
+        assert_eq!(std::str::from_utf8(&out[..end]).unwrap(), "-2147483648");
+    }
 
     #[test]
     fn exit_records_read_back_codes_and_signals() {

@@ -13,9 +13,17 @@
 //!   bound), a minimal /dev, procfs with its knobs read-only, capabilities dropped, the
 //!   seccomp filter.
 //! - **berth, confined spawn alone**: the same process through `ProcessTable::spawn` and
-//!   its cgroup, without the alloc runner, the driver or the state: where the time goes.
+//!   its cgroup, without the alloc runner, the driver or the state; and the same spawn
+//!   without a cgroup: where the time goes.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
+//!
+//! On cgroup v1, moving a process into a cgroup (the first write to `cgroup.procs`)
+//! waits for an RCU grace period when no migration happened just before: 5-20 ms on
+//! these machines after a quiet moment, next to nothing right after another one. The
+//! exec alloc start pays it (its spawn follows two mock allocs that move no process);
+//! the confined spawn alone, right after it, usually does not, and its "join" row is
+//! then near zero. `clone3(CLONE_INTO_CGROUP)` on cgroup v2 avoids the migration.
 //!
 //! Run as root: `cargo bench -p berth --bench alloc_start`.
 //!
@@ -111,15 +119,25 @@ async fn run() {
     std::fs::create_dir_all(&target).unwrap();
     let spawn_root = scratch.path().join("spawn-root");
     let mut rounds = Rounds::default();
+    // The same spawn on a node without cgroups: what creating and joining one costs.
+    let none = berth::cgroup::Cgroups::with_layout(
+        None,
+        berth::model::limits::CgroupSettings {
+            allow_missing_controllers: true,
+            ..Default::default()
+        },
+    );
     // The first rounds warm the component cache and the pooling allocator's slots.
     for index in 0..ALLOCS + 5 {
         let mock = alloc_start(&mock_job, &on_disk_node, index).await;
         let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
         let spawn = confined_spawn(processes.as_ref(), &cgroups, &spawn_root, &source).await;
+        let uncgrouped = confined_spawn(processes.as_ref(), &none, &spawn_root, &source).await;
         let bare = bare_start(&source, &target);
         if index >= 5 {
             rounds.push(mock, mock_memory, exec, spawn, bare);
+            rounds.uncgrouped.push(uncgrouped.total);
         }
     }
     let Rounds {
@@ -129,8 +147,10 @@ async fn run() {
         spawn,
         cgroup_create,
         cgroup_remove,
+        uncgrouped,
         bare,
     } = rounds;
+    let uncgrouped = median(uncgrouped);
     let (mock, mock_memory, exec, spawn, bare) = (
         median(mock),
         median(mock_memory),
@@ -181,8 +201,16 @@ async fn run() {
         micros(cgroup_create)
     );
     println!(
-        "  namespaces, mounts, forks (spawn - cgroup - bare) {:>5.1} µs",
-        micros(spawn.saturating_sub(cgroup_create).saturating_sub(bare))
+        "  the task's cgroup: join (spawn - uncgrouped - create) {:>5.1} µs",
+        micros(
+            spawn
+                .saturating_sub(uncgrouped)
+                .saturating_sub(cgroup_create)
+        )
+    );
+    println!(
+        "  namespaces, mounts, forks (uncgrouped - bare) {:>9.1} µs",
+        micros(uncgrouped.saturating_sub(bare))
     );
     println!(
         "  the task's cgroup: kill and remove (after)    {:>9.1} µs",
@@ -197,6 +225,7 @@ async fn run() {
     summary("exec_alloc_start_us", micros(exec));
     summary("confined_spawn_us", micros(spawn));
     summary("cgroup_create_us", micros(cgroup_create));
+    summary("confined_spawn_without_cgroup_us", micros(uncgrouped));
     summary("cgroup_remove_us", micros(cgroup_remove));
     summary("bare_syscalls_us", micros(bare));
     summary("spawn_over_bare", ratio(spawn, bare));
@@ -213,6 +242,7 @@ struct Rounds {
     spawn: Vec<Duration>,
     cgroup_create: Vec<Duration>,
     cgroup_remove: Vec<Duration>,
+    uncgrouped: Vec<Duration>,
     bare: Vec<Duration>,
 }
 

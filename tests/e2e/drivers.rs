@@ -153,6 +153,36 @@ async fn stop_task_signals_and_the_exit_reports_the_signal() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// Without a `berth` binary to re-execute (a table built without one), a confined
+/// task's shim and init supervise in place: exit codes and signals still come through.
+#[tokio::test(flavor = "multi_thread")]
+async fn shims_that_cannot_reexecute_still_supervise() {
+    let runtime = berth::runtime::Runtime::new(berth::runtime::RuntimeConfig::new(Some(
+        support::cache_dir(),
+    )))
+    .unwrap();
+    let exec = support::builtin(&runtime, "exec").await;
+    let task = TaskDir::new();
+    let exits = task.request(
+        "exits",
+        json!({"command": "/bin/sh", "args": ["-c", "echo in place; exit 5"]}),
+        vec![],
+    );
+    let handle = exec.start_task(&exits).await.unwrap();
+    assert_eq!(exec.wait_task(&handle).await.unwrap().exit_code, 5);
+    assert_eq!(task.read_stdout(), "in place\n");
+    let sleeps = task.request(
+        "sleeps",
+        json!({"command": "/bin/sleep", "args": ["30"]}),
+        vec![],
+    );
+    let handle = exec.start_task(&sleeps).await.unwrap();
+    exec.stop_task(&handle, Duration::from_secs(5), "SIGTERM")
+        .await
+        .unwrap();
+    assert_eq!(exec.wait_task(&handle).await.unwrap().signal, 15);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     let task = TaskDir::new();

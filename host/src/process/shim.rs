@@ -238,20 +238,25 @@ fn write_decimal(out: &mut [u8; 16], number: libc::c_int) {
 /// The entry point of a re-executed supervisor: `Some` never returns. `None` when the
 /// process was not started as one (the normal `berth` command line).
 pub fn supervisor_main() -> Option<std::convert::Infallible> {
-    let args: Vec<String> = std::env::args().collect();
-    let role = args.get(1)?;
-    let init = role.as_bytes() == INIT_COMMAND.to_bytes();
-    if !init && role.as_bytes() != SHIM_COMMAND.to_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    // Not `args()`: it panics on a command line that is not UTF-8, which is the CLI's
+    // to refuse politely.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let role = args.get(1)?.as_bytes();
+    if role != INIT_COMMAND.to_bytes() && role != SHIM_COMMAND.to_bytes() {
         return None;
     }
     let number = |index: usize| -> libc::c_int {
         args.get(index)
-            .and_then(|text| text.parse().ok())
+            .and_then(|text| text.to_str()?.parse().ok())
             .unwrap_or(-1)
     };
     let (child, status_from, status_to, record) = (number(2), number(3), number(4), number(5));
     if child <= 0 {
-        eprintln!("berth {role}: internal command, started by the agent only");
+        eprintln!(
+            "berth {}: internal command, started by the agent only",
+            String::from_utf8_lossy(role)
+        );
         std::process::exit(2);
     }
     // SAFETY: plain system calls; this process has one thread.

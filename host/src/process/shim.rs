@@ -165,6 +165,9 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
             ),
         };
         if program >= 0 {
+            // First let go of what belongs to the task, above all the pipe on which the
+            // agent waits for the task's `exec`: the agent need not wait for this one.
+            close_all_but([status_from, status_to, record, program]);
             reexec(program, name, [child, status_from, status_to, record]);
         }
         supervise(child, status_from, status_to, record)
@@ -287,7 +290,7 @@ pub fn die_with_parent() -> io::Result<()> {
 }
 
 /// Closes every descriptor from 3 up except those in `keep` (-1: none).
-unsafe fn close_all_but(mut keep: [RawFd; 2]) {
+unsafe fn close_all_but<const N: usize>(mut keep: [RawFd; N]) {
     keep.sort_unstable();
     let mut from: u32 = 3;
     // SAFETY: close_range on integer arguments.
@@ -312,7 +315,7 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd, re
         CHILD.store(child, Ordering::Relaxed);
         // What the agent's copy left open (among it the pipe that tells the agent whether
         // `exec` succeeded) belongs to the task now.
-        close_all_but([status_from.max(status_to), record]);
+        close_all_but([status_from, status_to, record]);
         let no_core = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,

@@ -102,9 +102,9 @@ fn task_running(status: &AllocStatus, task: &str) -> bool {
     status.tasks[task].state == TaskStateKind::Running
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
-    let mut agent = AgentProcess::new();
+/// Starts the agent, runs WAITER until its `web` task has written its pid: the alloc's
+/// id and status, and the task's pid on the host (it wrote the one of its namespace).
+async fn waiter_running(agent: &mut AgentProcess) -> (String, AllocStatus, u32) {
     agent.start().await;
     let submitted = agent.submit("waiter.hcl", WAITER).await.unwrap();
     let id = submitted.alloc_ids[0].clone();
@@ -112,11 +112,7 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
         .wait_alloc(&id, "web running", |s| task_running(s, "web"))
         .await;
     let status = agent.alloc(&id).await;
-    // The prestart task ran to completion before the main task started.
-    assert_eq!(status.tasks["prep"].state, TaskStateKind::Dead);
-    assert_eq!(status.tasks["prep"].exit_code, Some(0));
-    let local = status.alloc_dir.join("web/local");
-    let pid_file = local.join("pid");
+    let pid_file = status.alloc_dir.join("web/local/pid");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pid_file.exists() {
         assert!(Instant::now() < deadline, "the task never wrote its pid");
@@ -127,8 +123,18 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
         .trim()
         .parse()
         .unwrap();
-    // The task wrote its pid in its own namespace; the host knows it by another.
     let pid = support::host_pid_of(&status.alloc_dir, ns_pid).expect("the task's host pid");
+    (id, status, pid)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
+    let mut agent = AgentProcess::new();
+    let (id, status, pid) = waiter_running(&mut agent).await;
+    // The prestart task ran to completion before the main task started.
+    assert_eq!(status.tasks["prep"].state, TaskStateKind::Dead);
+    assert_eq!(status.tasks["prep"].exit_code, Some(0));
+    let local = status.alloc_dir.join("web/local");
     // If an assertion below fails, the task must not outlive the test.
     let _reaper = KillOnDrop::new(pid);
     let task_mounts = mount_count(pid);
@@ -220,25 +226,8 @@ fn terminated_messages(status: &AllocStatus, task: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_that_ends_while_the_agent_is_down_is_reported_with_its_exit_code() {
     let mut agent = AgentProcess::new();
-    agent.start().await;
-    let submitted = agent.submit("waiter.hcl", WAITER).await.unwrap();
-    let id = submitted.alloc_ids[0].clone();
-    agent
-        .wait_alloc(&id, "web running", |s| task_running(s, "web"))
-        .await;
-    let status = agent.alloc(&id).await;
+    let (id, status, pid) = waiter_running(&mut agent).await;
     let local = status.alloc_dir.join("web/local");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !local.join("pid").exists() {
-        assert!(Instant::now() < deadline, "the task never wrote its pid");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let ns_pid: u32 = std::fs::read_to_string(local.join("pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let pid = support::host_pid_of(&status.alloc_dir, ns_pid).expect("the task's host pid");
     let _reaper = KillOnDrop::new(pid);
 
     agent.kill9();

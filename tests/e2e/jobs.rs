@@ -224,13 +224,24 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     assert!(stderr.contains("move `source` into the volume block, as in: volume \"v\" { type = \"host\", source = \"scratch\" }"), "{stderr}");
 }
 
-async fn run_unvalidated(agent: &Agent, jobspec: &str) -> Arc<AllocRunner> {
+/// Starts an alloc of `jobspec` with the built-in drivers, skipping submit checks; it
+/// runs in the background.
+async fn start_unvalidated(
+    agent: &Agent,
+    jobspec: &str,
+) -> (Arc<AllocRunner>, tokio::task::JoinHandle<ClientStatus>) {
     let runtime = support::runtime();
     let (drivers, problems) = DriverSet::load(&runtime, None, &Default::default()).await;
     assert!(problems.is_empty());
     let job = Arc::new(berth::jobspec::parse("job.hcl", jobspec).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
-    alloc.clone().run().await;
+    let running = tokio::spawn(alloc.clone().run());
+    (alloc, running)
+}
+
+async fn run_unvalidated(agent: &Agent, jobspec: &str) -> Arc<AllocRunner> {
+    let (alloc, running) = start_unvalidated(agent, jobspec).await;
+    running.await.unwrap();
     alloc
 }
 
@@ -517,15 +528,11 @@ async fn a_failed_start_leaves_no_process_behind() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_that_ignores_sigterm_is_killed_after_its_kill_timeout_with_its_children() {
     let agent = Agent::new(false);
-    let runtime = support::runtime();
-    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
-    let job = berth::jobspec::parse(
-        "job.hcl",
+    let (alloc, running) = start_unvalidated(
+        &agent,
         "job \"stubborn\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"1s\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"trap '' TERM; sleep 7780 & echo up > /local/up; while true; do sleep 1; done\"]\n      }\n    }\n  }\n}\n",
     )
-    .unwrap();
-    let alloc = AllocRunner::new(Arc::new(job), 0, 0, agent.node(drivers)).unwrap();
-    let running = tokio::spawn(alloc.clone().run());
+    .await;
     let up = alloc.alloc_dir.root().join("t/local/up");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !up.exists() {
@@ -559,15 +566,11 @@ async fn a_task_that_ignores_sigterm_is_killed_after_its_kill_timeout_with_its_c
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_an_alloc_kills_its_tasks() {
     let agent = Agent::new(false);
-    let runtime = support::runtime();
-    let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
-    let job = berth::jobspec::parse(
-        "job.hcl",
+    let (alloc, running) = start_unvalidated(
+        &agent,
         "job \"svc\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"2s\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
     )
-    .unwrap();
-    let alloc = AllocRunner::new(Arc::new(job), 0, 0, agent.node(drivers)).unwrap();
-    let running = tokio::spawn(alloc.clone().run());
+    .await;
     for _ in 0..100 {
         if alloc
             .status()

@@ -172,6 +172,20 @@ pub struct Plan {
     pub kill: Option<PathBuf>,
 }
 
+impl Plan {
+    /// No cgroup at all: nothing to create, join, read or remove.
+    pub fn empty() -> Plan {
+        Plan {
+            parents: Vec::new(),
+            dirs: Vec::new(),
+            writes: Vec::new(),
+            procs: Vec::new(),
+            oom_kills: None,
+            kill: None,
+        }
+    }
+}
+
 fn write(file: PathBuf, value: impl ToString) -> Write {
     Write {
         file,
@@ -241,14 +255,7 @@ fn legacy_plan(
     name: &str,
     limits: &TaskLimits,
 ) -> Plan {
-    let mut plan = Plan {
-        parents: Vec::new(),
-        dirs: Vec::new(),
-        writes: Vec::new(),
-        procs: Vec::new(),
-        oom_kills: None,
-        kill: None,
-    };
+    let mut plan = Plan::empty();
     let mut used = vec!["memory", "cpu", "pids"];
     if limits.restrict_devices {
         used.push("devices");

@@ -176,14 +176,7 @@ impl TaskCgroup {
     /// No cgroup (a node without cgroups where the operator allowed it).
     fn none() -> TaskCgroup {
         TaskCgroup {
-            plan: Plan {
-                parents: Vec::new(),
-                dirs: Vec::new(),
-                writes: Vec::new(),
-                procs: Vec::new(),
-                oom_kills: None,
-                kill: None,
-            },
+            plan: Plan::empty(),
         }
     }
 

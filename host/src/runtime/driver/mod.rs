@@ -288,7 +288,9 @@ impl Driver {
                 async |store, b| on_driver!(b, store, call_start_task(&config)),
             )
             .await?;
-        let checked = self.check_started(request, started);
+        let checked = started
+            .map_err(|message| self.refused("start-task", message))
+            .and_then(|handle| self.check_started(request, handle));
         match checked {
             Ok(handle) => Ok(TaskHandle {
                 id: handle.id,
@@ -302,13 +304,12 @@ impl Driver {
         }
     }
 
-    /// The driver's answer to start-task, checked.
+    /// The handle a driver returned from start-task, checked.
     fn check_started(
         &self,
         request: &TaskRequest,
-        started: Result<wit::TaskHandle, String>,
+        handle: wit::TaskHandle,
     ) -> Result<wit::TaskHandle, DriverError> {
-        let handle = started.map_err(|message| self.refused("start-task", message))?;
         if handle.id != request.id {
             return Err(self.nonsense(
                 "start-task",

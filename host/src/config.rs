@@ -27,6 +27,9 @@
 //!   privileged_plugins = ["hostpath"]  # plugin tasks that keep root's capabilities
 //! }
 //!
+//! max_plugin_instances = 256   # WebAssembly instances at once: one per running task,
+//!                              # plus the calls in flight (raise it for more tasks)
+//!
 //! cgroups {
 //!   parent   = "berth"  # every task's cgroup is <parent>/<alloc id>.<task>
 //!   pids_max = 4096     # processes and threads one task may have at once
@@ -80,6 +83,9 @@ pub struct AgentConfig {
     pub http: HttpConfig,
     /// Refuse every driver or hook component that no `sha256` pins.
     pub require_pinned: bool,
+    /// WebAssembly instances that may exist at once (`max_plugin_instances`): each
+    /// running task keeps one while its driver waits on it. `None`: the default.
+    pub max_plugin_instances: Option<u32>,
 }
 
 /// Who may reach the HTTP API, and how.
@@ -205,6 +211,7 @@ impl AgentConfig {
                 "plugin",
                 "http",
                 "require_pinned",
+                "max_plugin_instances",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -284,6 +291,9 @@ impl AgentConfig {
         let require_pinned = fields
             .bool("require_pinned", &mut problems)
             .unwrap_or(false);
+        let max_plugin_instances = fields
+            .number("max_plugin_instances", 65_536, &mut problems)
+            .map(|n| n.max(16) as u32);
         let http = match fields.single_block("http", &mut problems) {
             Some(block) => http_config(block, &mut problems),
             None => HttpConfig::default(),
@@ -302,6 +312,7 @@ impl AgentConfig {
             plugins,
             http,
             require_pinned,
+            max_plugin_instances,
         })
     }
 
@@ -675,6 +686,20 @@ mod tests {
             !config.allows_unconfined("raw_exec"),
             "raw_exec needs enabled = true"
         );
+    }
+
+    #[test]
+    fn the_instance_pool_is_sized_by_the_operator() {
+        let unset = AgentConfig::parse("agent.hcl", "").unwrap();
+        assert_eq!(unset.max_plugin_instances, None);
+        let set = AgentConfig::parse("agent.hcl", "max_plugin_instances = 2048\n").unwrap();
+        assert_eq!(set.max_plugin_instances, Some(2048));
+        let tiny = AgentConfig::parse("agent.hcl", "max_plugin_instances = 1\n").unwrap();
+        assert_eq!(tiny.max_plugin_instances, Some(16), "a floor that loading needs");
+        let error = AgentConfig::parse("agent.hcl", "max_plugin_instances = 9999999\n")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("agent.hcl:1:"), "{error}");
     }
 
     #[test]

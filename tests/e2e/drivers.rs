@@ -87,6 +87,59 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
     assert_eq!(task.read_stdout().trim(), task.path().to_str().unwrap());
 }
 
+/// Every running task keeps an instance while its driver waits on it. With every slot
+/// taken, a call fails with an error that names the setting to raise, and works again
+/// once a slot is free.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
+    let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    config.max_instances = 4;
+    let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let mock = std::sync::Arc::new(support::builtin(&runtime, "mock").await);
+    let task = TaskDir::new();
+    let mut waits = Vec::new();
+    for index in 0..4 {
+        let handle = mock
+            .start_task(&task.request(&format!("m{index}"), json!({"run_for": "60s"}), vec![]))
+            .await
+            .unwrap();
+        let driver = mock.clone();
+        waits.push(tokio::spawn(async move { driver.wait_task(&handle).await }));
+    }
+    // The pool is full once the four waits hold their instances.
+    let live = || {
+        runtime
+            .engine()
+            .pooling_allocator_metrics()
+            .map_or(0, |m| m.component_instances())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while live() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the waits never held their instances"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let error = mock.fingerprint().await.unwrap_err();
+    assert!(
+        error.to_string().contains(
+            "could not run: no free WebAssembly instance slot (maximum concurrent limit of 4"
+        ) && error
+            .to_string()
+            .contains("raise max_plugin_instances in the agent config"),
+        "{error}"
+    );
+    for wait in &waits {
+        wait.abort();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mock.fingerprint().await.is_err() {
+        assert!(Instant::now() < deadline, "slots were not given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mock_exit_codes_start_errors_and_run_time_come_through() {
     let runtime = support::runtime();

@@ -236,10 +236,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Ok(berth) = std::env::current_exe() {
         processes = processes.supervised_by(berth);
     }
-    let runtime = Runtime::with_processes(
-        RuntimeConfig::new(Some(data_dir.join("component-cache"))),
-        std::sync::Arc::new(processes),
-    )?;
+    let mut runtime_config = RuntimeConfig::new(Some(data_dir.join("component-cache")));
+    if let Some(instances) = config.max_plugin_instances {
+        runtime_config.max_instances = instances;
+    }
+    let runtime = Runtime::with_processes(runtime_config, std::sync::Arc::new(processes))?;
     let (drivers, problems) =
         DriverSet::load(&runtime, plugin_dir.as_deref(), &config.driver_pins()).await;
     for problem in &problems {

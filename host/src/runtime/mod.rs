@@ -48,6 +48,12 @@ impl Default for SandboxLimits {
     }
 }
 
+/// Instances at once unless the operator says otherwise (`max_plugin_instances`). Each
+/// running task keeps one while its driver waits on it. Every slot is a reserved region
+/// of the agent's address space, and more regions make every fork of the agent (each
+/// task start) slower: 256 slots are about 600 mappings, 1280 about 2,600.
+pub const DEFAULT_MAX_INSTANCES: u32 = 256;
+
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Where compiled components are cached; `None` compiles in memory every time.
@@ -62,7 +68,7 @@ impl RuntimeConfig {
         RuntimeConfig {
             cache_dir,
             limits: SandboxLimits::default(),
-            max_instances: 256,
+            max_instances: DEFAULT_MAX_INSTANCES,
         }
     }
 }

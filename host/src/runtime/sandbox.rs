@@ -232,6 +232,8 @@ pub enum Fault {
     /// A trap: a panic, an unreachable, a bad memory access. Holds what the guest last
     /// wrote to stderr (the panic message) or the trap's text.
     Trap(String),
+    /// No instance could be made: every slot of the pool is taken (wasmtime's words).
+    NoInstanceSlot(String),
 }
 
 impl std::fmt::Display for Fault {
@@ -246,6 +248,12 @@ impl std::fmt::Display for Fault {
                 max >> 20
             ),
             Fault::Trap(message) => write!(f, "crashed: {message}"),
+            Fault::NoInstanceSlot(limit) => write!(
+                f,
+                "could not run: no free WebAssembly instance slot ({limit}); every running \
+                 task keeps one while its driver waits on it, so raise max_plugin_instances \
+                 in the agent config"
+            ),
         }
     }
 }
@@ -257,6 +265,9 @@ pub fn classify(error: &wasmtime::Error, ctx: &PluginCtx) -> Fault {
     }
     if ctx.memory.hit {
         return Fault::Memory(ctx.memory.max);
+    }
+    if let Some(limit) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+        return Fault::NoInstanceSlot(limit.to_string());
     }
     let stderr = ctx.stderr.contents();
     let stderr = String::from_utf8_lossy(&stderr);

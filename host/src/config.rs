@@ -695,7 +695,11 @@ mod tests {
         let set = AgentConfig::parse("agent.hcl", "max_plugin_instances = 2048\n").unwrap();
         assert_eq!(set.max_plugin_instances, Some(2048));
         let tiny = AgentConfig::parse("agent.hcl", "max_plugin_instances = 1\n").unwrap();
-        assert_eq!(tiny.max_plugin_instances, Some(16), "a floor that loading needs");
+        assert_eq!(
+            tiny.max_plugin_instances,
+            Some(16),
+            "a floor that loading needs"
+        );
         let error = AgentConfig::parse("agent.hcl", "max_plugin_instances = 9999999\n")
             .unwrap_err()
             .to_string();

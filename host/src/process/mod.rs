@@ -509,6 +509,11 @@ struct SpawnPlan {
 }
 
 impl SpawnPlan {
+    /// A shim is forked for a pid namespace, and for an exit record without one.
+    fn forks_shim(&self) -> bool {
+        self.pid_namespace || self.exit_record.is_some()
+    }
+
     fn supervisor_fd(&self) -> std::os::fd::RawFd {
         self.supervisor.as_ref().map_or(-1, |fd| fd.as_raw_fd())
     }
@@ -542,7 +547,7 @@ impl SpawnPlan {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
         }
-        if self.pid_namespace || self.exit_record.is_some() {
+        if self.forks_shim() {
             let record = self.exit_record.as_ref().map_or(-1, |fd| fd.as_raw_fd());
             // SAFETY: between fork and exec, one thread; with a pid namespace, after
             // unsharing it (the first steps of `before_fork`).
@@ -560,7 +565,7 @@ impl SpawnPlan {
         index += 1;
         if let Some(user) = self.user {
             confine::become_user(user).map_err(|e| (index, e))?;
-            if self.pid_namespace {
+            if self.forks_shim() {
                 // Changing user cleared the parent-death signal: set it again.
                 shim::die_with_parent().map_err(|e| (index, e))?;
             }

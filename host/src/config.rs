@@ -30,6 +30,11 @@
 //! max_plugin_instances = 256   # WebAssembly instances at once: one per running task,
 //!                              # plus the calls in flight (raise it for more tasks)
 //!
+//! gc {
+//!   interval   = "1m"   # how often finished allocs are collected (Nomad's gc_interval)
+//!   max_allocs = 50     # finished allocs kept, newest first (Nomad's gc_max_allocs)
+//! }
+//!
 //! cgroups {
 //!   parent   = "berth"  # every task's cgroup is <parent>/<alloc id>.<task>
 //!   pids_max = 4096     # processes and threads one task may have at once
@@ -86,6 +91,24 @@ pub struct AgentConfig {
     /// WebAssembly instances that may exist at once (`max_plugin_instances`): each
     /// running task keeps one while its driver waits on it. `None`: the default.
     pub max_plugin_instances: Option<u32>,
+    pub gc: GcSettings,
+}
+
+/// Garbage collection of finished allocs, in Nomad's client's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcSettings {
+    pub interval: std::time::Duration,
+    /// Finished allocs kept (their directories and records), newest first.
+    pub max_allocs: usize,
+}
+
+impl Default for GcSettings {
+    fn default() -> Self {
+        GcSettings {
+            interval: std::time::Duration::from_secs(60),
+            max_allocs: 50,
+        }
+    }
 }
 
 /// Who may reach the HTTP API, and how.
@@ -212,6 +235,7 @@ impl AgentConfig {
                 "http",
                 "require_pinned",
                 "max_plugin_instances",
+                "gc",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -291,6 +315,29 @@ impl AgentConfig {
         let require_pinned = fields
             .bool("require_pinned", &mut problems)
             .unwrap_or(false);
+        let gc = match fields.single_block("gc", &mut problems) {
+            Some(block) => {
+                let mut settings = Fields::new(
+                    &block.body,
+                    "config.gc".into(),
+                    block.at,
+                    &["interval", "max_allocs"],
+                );
+                let defaults = GcSettings::default();
+                let gc = GcSettings {
+                    interval: settings
+                        .duration("interval", &mut problems)
+                        .unwrap_or(defaults.interval)
+                        .max(std::time::Duration::from_secs(1)),
+                    max_allocs: settings
+                        .number("max_allocs", 1_000_000, &mut problems)
+                        .map_or(defaults.max_allocs, |n| n as usize),
+                };
+                settings.finish(&mut problems);
+                gc
+            }
+            None => GcSettings::default(),
+        };
         let max_plugin_instances = fields
             .number("max_plugin_instances", 65_536, &mut problems)
             .map(|n| n.max(16) as u32);
@@ -313,6 +360,7 @@ impl AgentConfig {
             http,
             require_pinned,
             max_plugin_instances,
+            gc,
         })
     }
 

@@ -249,6 +249,64 @@ async fn a_task_that_ends_while_the_agent_is_down_is_reported_with_its_exit_code
     assert_eq!(status.tasks["web"].exit_code, Some(3));
 }
 
+/// Finished allocs beyond `gc { max_allocs }` lose their records and directories,
+/// oldest first; one with something still mounted in it is kept, and the mount's data
+/// with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_allocs_beyond_max_allocs_are_collected_but_never_through_a_mount() {
+    let mut agent = AgentProcess::with_config("gc {\n  max_allocs = 1\n  interval = \"1h\"\n}\n");
+    agent.start().await;
+    let mut allocs = Vec::new();
+    for name in ["first", "second", "third", "fourth"] {
+        let submitted = agent
+            .submit(&format!("{name}.hcl"), &mock_batch(name))
+            .await
+            .unwrap();
+        let id = submitted.alloc_ids[0].clone();
+        agent
+            .wait_alloc(&id, "complete", |s| {
+                s.client_status == ClientStatus::Complete
+            })
+            .await;
+        allocs.push((id.clone(), agent.alloc(&id).await.alloc_dir));
+        // Finish times are in milliseconds: keep them apart.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The oldest has a mount in it, as a volume that could not be unmounted would.
+    let mut mounts = support::HostMounts::default();
+    let mounted = allocs[0].1.join("alloc/data/volume");
+    mounts.tmpfs(&mounted);
+    std::fs::write(mounted.join("precious"), "user data").unwrap();
+
+    let (code, stdout, stderr) = agent.cli(&["system", "gc"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("Collected 2 finished alloc(s)"), "{stdout}");
+    for (id, dir) in &allocs[1..3] {
+        assert!(stdout.contains(id.as_str()), "{stdout}");
+        assert!(!dir.exists(), "{} was not removed", dir.display());
+        let (code, _, stderr) = agent.cli(&["alloc", "status", id]);
+        assert_ne!(code, 0);
+        assert!(stderr.contains("no alloc matches"), "{stderr}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(mounted.join("precious")).unwrap(),
+        "user data"
+    );
+    assert!(allocs[3].1.exists());
+    assert_eq!(
+        agent.alloc(&allocs[0].0).await.client_status,
+        ClientStatus::Complete
+    );
+    drop(mounts);
+    let (_, stdout, _) = agent.cli(&["system", "gc"]);
+    assert!(
+        stdout.contains(&format!("Collected 1 finished alloc(s): {}", allocs[0].0)),
+        "{stdout}"
+    );
+    let (_, stdout, _) = agent.cli(&["system", "gc"]);
+    assert!(stdout.contains("Nothing to collect"), "{stdout}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
     let mut agent = AgentProcess::new();

@@ -217,7 +217,56 @@ impl Agent {
         agent.notices.append(&mut restore_notices);
         let agent = Arc::new(agent);
         agent.run_restored();
+        spawn_garbage_collector(&agent);
         Ok(agent)
+    }
+
+    /// Collects the finished allocs beyond the newest `gc { max_allocs }`: their records
+    /// first, then their directories. An alloc with anything still mounted below its
+    /// directory is kept (removing the directory would reach into the mount) and the
+    /// agent's log says so. The ids collected, oldest last.
+    pub fn collect_garbage(&self) -> Vec<String> {
+        let keep = self.node.config.gc.max_allocs;
+        let mut finished: Vec<(u64, AllocEntry)> = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|a| *a.finished.borrow())
+            .map(|a| (finished_at(&a.runner.status()), a.clone()))
+            .collect();
+        if finished.len() <= keep {
+            return Vec::new();
+        }
+        finished.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+            tracing::warn!("garbage collection skipped: the mount table is unreadable");
+            return Vec::new();
+        };
+        let mut collected = Vec::new();
+        for (_, entry) in finished.into_iter().skip(keep) {
+            let id = entry.runner.id.clone();
+            let root = entry.runner.alloc_dir.root();
+            let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+            if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
+                tracing::warn!(alloc = %id, mount = %mount.mount_point.display(),
+                    "not collecting a finished alloc: something is still mounted in it");
+                continue;
+            }
+            if let Err(error) = self.node.store.remove_alloc(&id) {
+                tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
+                continue;
+            }
+            self.allocs.lock().unwrap().remove(&id);
+            match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!(alloc = %id, %error,
+                    "removing a collected alloc's directory"),
+            }
+            collected.push(id);
+        }
+        collected
     }
 
     pub fn notices(&self) -> &[Notice] {
@@ -558,6 +607,35 @@ impl Agent {
             }
         }
     }
+}
+
+/// Collects finished allocs every `gc { interval }`, for as long as the agent lives.
+fn spawn_garbage_collector(agent: &Arc<Agent>) {
+    let interval = agent.node.config.gc.interval;
+    let agent = Arc::downgrade(agent);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let Some(agent) = agent.upgrade() else {
+                return;
+            };
+            let collected = agent.collect_garbage();
+            if !collected.is_empty() {
+                tracing::info!(count = collected.len(), "collected finished allocs");
+            }
+        }
+    });
+}
+
+/// When an alloc finished: its last task event (0 without any).
+fn finished_at(status: &AllocStatus) -> u64 {
+    status
+        .tasks
+        .values()
+        .filter_map(|task| task.events.last())
+        .map(|event| event.time_ms)
+        .max()
+        .unwrap_or(0)
 }
 
 fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {

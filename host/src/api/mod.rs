@@ -149,6 +149,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/jobs", get(list_jobs).post(submit_job))
         .route("/v1/job/{id}", get(job).delete(stop_job))
         .route("/v1/allocations", get(list_allocs))
+        .route("/v1/system/gc", axum::routing::post(system_gc))
         .route("/v1/allocation/{id}", get(alloc))
         .route("/v1/volumes", get(list_volumes))
         .route("/v1/volumes/register", axum::routing::post(register_volume))
@@ -247,6 +248,18 @@ async fn stop_job(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Re
         job_id: id,
         stopping,
     }))
+}
+
+/// What `POST /v1/system/gc` collected.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Collected {
+    pub collected: Vec<String>,
+}
+
+async fn system_gc(State(agent): State<Arc<Agent>>) -> Json<Collected> {
+    Json(Collected {
+        collected: agent.collect_garbage(),
+    })
 }
 
 async fn list_allocs(State(agent): State<Arc<Agent>>) -> Json<Vec<crate::agent::AllocSummary>> {

@@ -60,3 +60,18 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `berth system gc`.
+pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode> {
+    let done: crate::api::Collected = client.post("/v1/system/gc", &()).await?;
+    if done.collected.is_empty() {
+        println!("==> Nothing to collect");
+    } else {
+        println!(
+            "==> Collected {} finished alloc(s): {}",
+            done.collected.len(),
+            done.collected.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

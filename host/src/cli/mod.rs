@@ -98,6 +98,18 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// The agent's housekeeping.
+    System {
+        #[command(subcommand)]
+        command: SystemCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SystemCommand {
+    /// Collect finished allocs now, beyond the newest `gc { max_allocs }` (their
+    /// records and directories), as the agent does every `gc { interval }`.
+    Gc,
 }
 
 #[derive(Subcommand)]
@@ -277,7 +289,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Job { .. }
         | Command::Alloc { .. }
         | Command::Volume { .. }
-        | Command::Plugin { .. } => unreachable!("handled above"),
+        | Command::Plugin { .. }
+        | Command::System { .. } => unreachable!("handled above"),
     }
 }
 
@@ -293,6 +306,7 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         } | Command::Alloc { .. }
             | Command::Volume { .. }
             | Command::Plugin { .. }
+            | Command::System { .. }
     );
     if !is_client {
         return None;
@@ -325,6 +339,9 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::Plugin {
             command: PluginCommand::Status { id, json },
         } => volume::plugin_status(&client, id.as_deref(), *json).await,
+        Command::System {
+            command: SystemCommand::Gc,
+        } => alloc::collect_garbage(&client).await,
         _ => unreachable!("is_client covers exactly these"),
     })
 }

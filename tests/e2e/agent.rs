@@ -307,6 +307,33 @@ async fn finished_allocs_beyond_max_allocs_are_collected_but_never_through_a_mou
     assert!(stdout.contains("Nothing to collect"), "{stdout}");
 }
 
+/// Submitting a job again replaces it: the finished allocs of the old version are
+/// collected, records and directories.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replaced_jobs_finished_allocs_are_collected() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let mut allocs = Vec::new();
+    for _ in 0..2 {
+        let submitted = agent
+            .submit("again.hcl", &mock_batch("again"))
+            .await
+            .unwrap();
+        let id = submitted.alloc_ids[0].clone();
+        agent
+            .wait_alloc(&id, "complete", |s| {
+                s.client_status == ClientStatus::Complete
+            })
+            .await;
+        allocs.push((id.clone(), agent.alloc(&id).await.alloc_dir));
+    }
+    let (old_id, old_dir) = &allocs[0];
+    assert!(!old_dir.exists(), "{} was left", old_dir.display());
+    let (code, _, _) = agent.cli(&["alloc", "status", old_id]);
+    assert_ne!(code, 0);
+    assert!(allocs[1].1.exists());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
     let mut agent = AgentProcess::new();

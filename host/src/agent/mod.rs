@@ -243,30 +243,37 @@ impl Agent {
             tracing::warn!("garbage collection skipped: the mount table is unreadable");
             return Vec::new();
         };
-        let mut collected = Vec::new();
-        for (_, entry) in finished.into_iter().skip(keep) {
-            let id = entry.runner.id.clone();
-            let root = entry.runner.alloc_dir.root();
-            let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-            if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
-                tracing::warn!(alloc = %id, mount = %mount.mount_point.display(),
-                    "not collecting a finished alloc: something is still mounted in it");
-                continue;
-            }
-            if let Err(error) = self.node.store.remove_alloc(&id) {
-                tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
-                continue;
-            }
-            self.allocs.lock().unwrap().remove(&id);
-            match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => tracing::warn!(alloc = %id, %error,
-                    "removing a collected alloc's directory"),
-            }
-            collected.push(id);
+        finished
+            .into_iter()
+            .skip(keep)
+            .filter(|(_, entry)| self.collect(entry, &mounts))
+            .map(|(_, entry)| entry.runner.id.clone())
+            .collect()
+    }
+
+    /// Forgets one finished alloc: its records, then its directory. Refused (false) while
+    /// anything is mounted below the directory.
+    fn collect(&self, entry: &AllocEntry, mounts: &[crate::mount::mountinfo::MountEntry]) -> bool {
+        let id = &entry.runner.id;
+        let root = entry.runner.alloc_dir.root();
+        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
+            tracing::warn!(alloc = %id, mount = %mount.mount_point.display(),
+                "not collecting a finished alloc: something is still mounted in it");
+            return false;
         }
-        collected
+        if let Err(error) = self.node.store.remove_alloc(id) {
+            tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
+            return false;
+        }
+        self.allocs.lock().unwrap().remove(id);
+        match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(alloc = %id, %error,
+                "removing a collected alloc's directory"),
+        }
+        true
     }
 
     pub fn notices(&self) -> &[Notice] {
@@ -592,19 +599,26 @@ impl Agent {
         stopped
     }
 
-    /// Drops the finished allocs of a job being replaced, from memory and from the store.
+    /// Collects the finished allocs of a job being replaced: records and directories
+    /// (what is still mounted stays, as for any collection).
     fn forget_allocs_of(&self, job_id: &str) {
-        let mut allocs = self.allocs.lock().unwrap();
-        let finished: Vec<String> = allocs
-            .values()
-            .filter(|a| a.runner.job.name == job_id && *a.finished.borrow())
-            .map(|a| a.runner.id.clone())
+        let finished: Vec<AllocEntry> = self
+            .allocs_of(job_id)
+            .into_iter()
+            .filter(|a| *a.finished.borrow())
             .collect();
-        for id in finished {
-            allocs.remove(&id);
-            if let Err(error) = self.node.store.remove_alloc(&id) {
-                tracing::error!(alloc = %id, %error, "forgetting a replaced alloc");
-            }
+        if finished.is_empty() {
+            return;
+        }
+        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+            tracing::warn!(
+                job = job_id,
+                "the mount table is unreadable: replaced allocs kept"
+            );
+            return;
+        };
+        for entry in &finished {
+            self.collect(entry, &mounts);
         }
     }
 }

@@ -249,6 +249,22 @@ async fn a_task_that_ends_while_the_agent_is_down_is_reported_with_its_exit_code
     assert_eq!(status.tasks["web"].exit_code, Some(3));
 }
 
+/// Runs `mock_batch(name)` to completion: its alloc's id and directory.
+async fn run_mock_batch(agent: &AgentProcess, name: &str) -> (String, std::path::PathBuf) {
+    let submitted = agent
+        .submit(&format!("{name}.hcl"), &mock_batch(name))
+        .await
+        .unwrap();
+    let id = submitted.alloc_ids[0].clone();
+    agent
+        .wait_alloc(&id, "complete", |s| {
+            s.client_status == ClientStatus::Complete
+        })
+        .await;
+    let dir = agent.alloc(&id).await.alloc_dir;
+    (id, dir)
+}
+
 /// Finished allocs beyond `gc { max_allocs }` lose their records and directories,
 /// oldest first; one with something still mounted in it is kept, and the mount's data
 /// with it.
@@ -258,17 +274,7 @@ async fn finished_allocs_beyond_max_allocs_are_collected_but_never_through_a_mou
     agent.start().await;
     let mut allocs = Vec::new();
     for name in ["first", "second", "third", "fourth"] {
-        let submitted = agent
-            .submit(&format!("{name}.hcl"), &mock_batch(name))
-            .await
-            .unwrap();
-        let id = submitted.alloc_ids[0].clone();
-        agent
-            .wait_alloc(&id, "complete", |s| {
-                s.client_status == ClientStatus::Complete
-            })
-            .await;
-        allocs.push((id.clone(), agent.alloc(&id).await.alloc_dir));
+        allocs.push(run_mock_batch(&agent, name).await);
         // Finish times are in milliseconds: keep them apart.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -315,17 +321,7 @@ async fn a_replaced_jobs_finished_allocs_are_collected() {
     agent.start().await;
     let mut allocs = Vec::new();
     for _ in 0..2 {
-        let submitted = agent
-            .submit("again.hcl", &mock_batch("again"))
-            .await
-            .unwrap();
-        let id = submitted.alloc_ids[0].clone();
-        agent
-            .wait_alloc(&id, "complete", |s| {
-                s.client_status == ClientStatus::Complete
-            })
-            .await;
-        allocs.push((id.clone(), agent.alloc(&id).await.alloc_dir));
+        allocs.push(run_mock_batch(&agent, "again").await);
     }
     let (old_id, old_dir) = &allocs[0];
     assert!(!old_dir.exists(), "{} was left", old_dir.display());

@@ -506,11 +506,9 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
             .split('/')
             .all(|part| check_name(NameKind::Job, part).is_ok());
     if !parent_ok {
-        let at = fields.attr("parent").map(|a| a.at).unwrap_or(block.at);
-        fields.problem(
+        fields.problem_with(
             problems,
             "parent",
-            at,
             format!(
                 "{parent:?} is not a cgroup path berth can use: names of letters, digits,                  '.', '_' and '-', separated by '/'"
             ),
@@ -520,11 +518,9 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
         .number("pids_max", 4_194_304, problems)
         .unwrap_or(defaults.pids_max);
     if pids_max < 8 {
-        let at = fields.attr("pids_max").map(|a| a.at).unwrap_or(block.at);
-        fields.problem(
+        fields.problem_with(
             problems,
             "pids_max",
-            at,
             format!("{pids_max} is too few processes for any task (at least 8)"),
         );
     }

@@ -302,29 +302,23 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
             let memory = r.number("memory", 1_000_000, problems).unwrap_or(300);
             let memory_max = r.number("memory_max", 1_000_000, problems);
             if cpu < MIN_CPU_MHZ {
-                let at = r.attr("cpu").map(|a| a.at).unwrap_or(block.at);
-                r.problem(
+                r.problem_with(
                     problems,
                     "cpu",
-                    at,
                     format!("minimum CPU value is {MIN_CPU_MHZ} (MHz); got {cpu}"),
                 );
             }
             if memory < MIN_MEMORY_MB {
-                let at = r.attr("memory").map(|a| a.at).unwrap_or(block.at);
-                r.problem(
+                r.problem_with(
                     problems,
                     "memory",
-                    at,
                     format!("minimum memory value is {MIN_MEMORY_MB} (MiB); got {memory}"),
                 );
             }
             if let Some(max) = memory_max.filter(|max| *max < memory) {
-                let at = r.attr("memory_max").map(|a| a.at).unwrap_or(block.at);
-                r.problem(
+                r.problem_with(
                     problems,
                     "memory_max",
-                    at,
                     format!("memory_max ({max}) may not be below memory ({memory})"),
                 );
             }

@@ -54,6 +54,18 @@ impl<'a> Fields<'a> {
         });
     }
 
+    /// A problem with attribute `name`, placed at the attribute (or at the block, when
+    /// the attribute is absent).
+    pub(crate) fn problem_with(
+        &mut self,
+        problems: &mut Vec<Problem>,
+        name: &'static str,
+        message: String,
+    ) {
+        let at = self.attr(name).map_or(self.at, |a| a.at);
+        self.problem(problems, name, at, message);
+    }
+
     pub(crate) fn attr(&mut self, name: &'static str) -> Option<&'a Located<Value>> {
         self.read.insert(name);
         self.body

@@ -40,6 +40,8 @@
 //!   pids_max = 4096     # processes and threads one task may have at once
 //!   allow_missing_controllers = false  # true: run tasks unlimited where memory, cpu
 //!                                      # or pids is missing (an event says so)
+//!   favor_dynmods = false  # true: turn on the kernel's node-wide favordynmods, so a
+//!                          # task joins its cgroup in ~0.3 ms instead of 5-17 ms
 //! }
 //!
 //! plugin "exec" {
@@ -497,7 +499,12 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
         &block.body,
         "config.cgroups".into(),
         block.at,
-        &["parent", "pids_max", "allow_missing_controllers"],
+        &[
+            "parent",
+            "pids_max",
+            "allow_missing_controllers",
+            "favor_dynmods",
+        ],
     );
     let defaults = CgroupSettings::default();
     let parent = fields.string("parent", problems).unwrap_or(defaults.parent);
@@ -510,7 +517,8 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
             problems,
             "parent",
             format!(
-                "{parent:?} is not a cgroup path berth can use: names of letters, digits,                  '.', '_' and '-', separated by '/'"
+                "{parent:?} is not a cgroup path berth can use: names of letters, digits, \
+                 '.', '_' and '-', separated by '/'"
             ),
         );
     }
@@ -527,11 +535,13 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
     let allow_missing_controllers = fields
         .bool("allow_missing_controllers", problems)
         .unwrap_or(false);
+    let favor_dynmods = fields.bool("favor_dynmods", problems).unwrap_or(false);
     fields.finish(problems);
     CgroupSettings {
         parent,
         pids_max,
         allow_missing_controllers,
+        favor_dynmods,
     }
 }
 
@@ -756,7 +766,8 @@ mod tests {
         assert_eq!(defaults, CgroupSettings::default());
         let set = AgentConfig::parse(
             "agent.hcl",
-            "cgroups {\n  parent = \"ops/berth\"\n  pids_max = 512\n  allow_missing_controllers = true\n}\n",
+            "cgroups {\n  parent = \"ops/berth\"\n  pids_max = 512\n  allow_missing_controllers = true\n  \
+             favor_dynmods = true\n}\n",
         )
         .unwrap()
         .cgroups;
@@ -766,6 +777,7 @@ mod tests {
                 parent: "ops/berth".into(),
                 pids_max: 512,
                 allow_missing_controllers: true,
+                favor_dynmods: true,
             }
         );
         let error = AgentConfig::parse(
@@ -776,7 +788,10 @@ mod tests {
         .to_string();
         assert!(error.contains("agent.hcl:2:"), "{error}");
         assert!(
-            error.contains("\"../escape\" is not a cgroup path berth can use"),
+            error.contains(
+                "\"../escape\" is not a cgroup path berth can use: names of letters, digits, \
+                 '.', '_' and '-', separated by '/'"
+            ),
             "{error}"
         );
         assert!(error.contains("agent.hcl:3:"), "{error}");

@@ -283,3 +283,37 @@ async fn what_an_unconfined_task_leaves_running_dies_with_it() {
     assert!(left.is_empty(), "the task's background process outlived it");
     assert_no_task_cgroup_left(id);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn favor_dynmods_is_turned_on_once_and_a_task_still_gets_its_cgroup() {
+    let mut agent = AgentProcess::with_config("cgroups {\n  favor_dynmods = true\n}\n");
+    let warnings = |notices: Vec<String>| -> Vec<String> {
+        notices
+            .into_iter()
+            .filter(|n| !n.starts_with("[Info]"))
+            .collect()
+    };
+    let me = agent.start().await;
+    assert_eq!(warnings(me.notices), Vec::<String>::new());
+    // This node is cgroup v1 (see the issue): a controller-less hierarchy carries the
+    // option, under the agent's data directory.
+    let keeper = agent.path().join("data/cgroup-favordynmods");
+    let carriers = || crate::support::host_mounts_under(&keeper);
+    let mounted = carriers();
+    assert_eq!(mounted.len(), 1, "{mounted:#?}");
+    let options: Vec<&str> = mounted[0].super_options.split(',').collect();
+    assert_eq!(mounted[0].fs_type, "cgroup");
+    assert!(options.contains(&"favordynmods"), "{options:?}");
+    assert!(options.contains(&"name=berth_favordynmods"), "{options:?}");
+    let (status, stdout) = run_script(&agent, "favoured", "", "cat /proc/self/cgroup").await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{stdout}");
+    assert!(
+        stdout.contains(&format!("memory:/berth/{}.t", status.id)),
+        "{stdout}"
+    );
+    // A restarted agent finds it and mounts nothing more.
+    agent.kill9();
+    let me = agent.start().await;
+    assert_eq!(warnings(me.notices), Vec::<String>::new());
+    assert_eq!(carriers().len(), 1, "{:#?}", carriers());
+}

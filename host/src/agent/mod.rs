@@ -195,6 +195,16 @@ impl Agent {
                 ),
             });
         }
+        if cgroups.settings().favor_dynmods {
+            match cgroups.favor_dynamic_modifications(&options.data_dir.join("cgroup-favordynmods"))
+            {
+                Ok(step) => tracing::info!(step = ?step.map(|s| s.to_string()), "favordynmods"),
+                Err(error) => notices.push(Notice {
+                    level: NoticeLevel::Warning,
+                    message: error.to_string(),
+                }),
+            }
+        }
         tracing::info!(cgroups = %cgroups.describe(), "task cgroups");
         let mut agent = Agent {
             node: NodeContext {

@@ -8,6 +8,7 @@
 //! hierarchy: a restarted agent finds it again from the name alone. The file logic for
 //! cgroup v1 and v2 is in [`layout`].
 
+pub mod favor;
 pub mod layout;
 
 use std::io;
@@ -48,6 +49,14 @@ pub enum CgroupError {
         path.display()
     )]
     Unkillable { path: PathBuf, waited: Duration },
+    #[error(
+        "cgroups {{ favor_dynmods = true }}: could not {step}: {source}; task starts wait \
+         for the kernel's cgroup migration lock as before"
+    )]
+    Favor {
+        step: favor::FavorStep,
+        source: io::Error,
+    },
 }
 
 impl CgroupError {
@@ -108,6 +117,41 @@ impl Cgroups {
             Some(layout) => layout.missing(),
             None => layout::NEEDED.to_vec(),
         }
+    }
+
+    /// Turns on the kernel's `favordynmods` (see [`favor`]), keeping under `keeper` what
+    /// a cgroup v1 node needs for it. Returns what it took.
+    pub fn favor_dynamic_modifications(
+        &self,
+        keeper: &Path,
+    ) -> Result<Option<favor::FavorStep>, CgroupError> {
+        let Some(layout) = &self.layout else {
+            return Ok(None);
+        };
+        let mounts = mountinfo::read_self().unwrap_or_default();
+        let step = favor::plan(layout, &mounts, keeper);
+        let failed = |source| CgroupError::Favor {
+            step: step.clone(),
+            source,
+        };
+        match &step {
+            favor::FavorStep::Already { .. } => {}
+            favor::FavorStep::ReconfigureUnified { root, options } => {
+                let options: Vec<&str> = options.iter().map(String::as_str).collect();
+                crate::mount::cgroupfs::reconfigure_cgroup2(root, &options, favor::OPTION)
+                    .map_err(failed)?;
+            }
+            favor::FavorStep::MountNamed { target } => {
+                std::fs::create_dir_all(target).map_err(failed)?;
+                crate::mount::cgroupfs::mount_named_cgroup1(
+                    target,
+                    favor::NAMED_HIERARCHY,
+                    favor::OPTION,
+                )
+                .map_err(failed)?;
+            }
+        }
+        Ok(Some(step))
     }
 
     /// The task cgroup's name under the parent.

@@ -36,6 +36,9 @@ pub struct CgroupSettings {
     /// Start tasks even when the node lacks a controller berth needs (memory, cpu,
     /// pids): the task then runs without that limit, and an event says so.
     pub allow_missing_controllers: bool,
+    /// Turn on the kernel's node-wide `favordynmods` at agent start, so that putting a
+    /// task in its cgroup does not wait for an RCU grace period (`cgroup::favor`).
+    pub favor_dynmods: bool,
 }
 
 impl Default for CgroupSettings {
@@ -44,6 +47,7 @@ impl Default for CgroupSettings {
             parent: "berth".into(),
             pids_max: 4096,
             allow_missing_controllers: false,
+            favor_dynmods: false,
         }
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! [`mountinfo`] reads `/proc/<pid>/mountinfo`, which tests use to check what a task sees.
 
+pub mod cgroupfs;
 pub mod mountinfo;
 pub mod shared;
 

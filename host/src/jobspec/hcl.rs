@@ -88,9 +88,25 @@ pub struct SyntaxProblem {
     pub message: String,
 }
 
-/// Parses `source`, reporting every unsupported expression (not only the first).
+/// Parses `source` with literal values only (agent config, volume specs), reporting every
+/// unsupported expression (not only the first).
 pub fn parse(source: &str) -> Result<BodyNode, Vec<SyntaxProblem>> {
-    let body = hcl_edit::parser::parse_body(source).map_err(|error| {
+    parse_in(source, None)
+}
+
+/// Parses a jobspec: HCL2 with variables, locals and functions ([`super::eval`]).
+pub fn parse_evaluated(
+    source: &str,
+    inputs: &super::eval::VariableInputs,
+) -> Result<BodyNode, Vec<SyntaxProblem>> {
+    parse_in(source, Some(inputs))
+}
+
+fn parse_in(
+    source: &str,
+    inputs: Option<&super::eval::VariableInputs>,
+) -> Result<BodyNode, Vec<SyntaxProblem>> {
+    let mut body = hcl_edit::parser::parse_body(source).map_err(|error| {
         let location = error.location();
         vec![SyntaxProblem {
             at: Location {
@@ -102,7 +118,22 @@ pub fn parse(source: &str) -> Result<BodyNode, Vec<SyntaxProblem>> {
     })?;
     let lines = LineIndex::new(source);
     let mut problems = Vec::new();
-    let tree = convert_body(&body, &lines, &mut problems);
+    let mut scope = inputs.map(|inputs| {
+        super::eval::Scope::build(
+            &mut body,
+            source,
+            inputs,
+            &|span| lines.at(span),
+            &mut problems,
+        )
+    });
+    let mut reader = Reader {
+        lines: &lines,
+        source,
+        scope: scope.as_mut(),
+        problems: &mut problems,
+    };
+    let tree = reader.body(&body);
     if problems.is_empty() {
         Ok(tree)
     } else {
@@ -110,13 +141,28 @@ pub fn parse(source: &str) -> Result<BodyNode, Vec<SyntaxProblem>> {
     }
 }
 
-fn convert_body(body: &Body, lines: &LineIndex, problems: &mut Vec<SyntaxProblem>) -> BodyNode {
+/// Converts hcl-edit's tree, evaluating with `scope` when there is one.
+struct Reader<'a> {
+    lines: &'a LineIndex,
+    source: &'a str,
+    scope: Option<&'a mut super::eval::Scope>,
+    problems: &'a mut Vec<SyntaxProblem>,
+}
+
+impl Reader<'_> {
+    fn body(&mut self, body: &Body) -> BodyNode {
+        convert_body(body, self)
+    }
+}
+
+fn convert_body(body: &Body, reader: &mut Reader) -> BodyNode {
+    let lines = reader.lines;
     let mut node = BodyNode::default();
     for structure in body.iter() {
         match structure {
             Structure::Attribute(attr) => {
                 let at = lines.at(attr.span());
-                let value = convert_expr(&attr.value, lines, problems);
+                let value = convert_expr(&attr.value, reader);
                 node.attrs.push(Attr {
                     name: attr.key.as_str().to_string(),
                     value,
@@ -132,7 +178,7 @@ fn convert_body(body: &Body, lines: &LineIndex, problems: &mut Vec<SyntaxProblem
                 node.blocks.push(BlockNode {
                     kind: block.ident.as_str().to_string(),
                     labels,
-                    body: convert_body(&block.body, lines, problems),
+                    body: convert_body(&block.body, reader),
                     at: lines.at(block.span()),
                 });
             }
@@ -141,12 +187,49 @@ fn convert_body(body: &Body, lines: &LineIndex, problems: &mut Vec<SyntaxProblem
     node
 }
 
-fn convert_expr(
-    expr: &Expression,
-    lines: &LineIndex,
-    problems: &mut Vec<SyntaxProblem>,
-) -> Located<Value> {
+fn convert_expr(expr: &Expression, reader: &mut Reader) -> Located<Value> {
+    let lines = reader.lines;
     let at = lines.at(expr.span());
+    if let Some(scope) = reader.scope.as_deref_mut() {
+        let evaluated = match expr {
+            Expression::StringTemplate(template) => Some(
+                scope
+                    .count(expr)
+                    .and_then(|()| scope.template(template, expr, reader.source))
+                    .map(Value::String),
+            ),
+            Expression::HeredocTemplate(heredoc) => Some(
+                scope
+                    .count(expr)
+                    .and_then(|()| scope.template(&heredoc.template, expr, reader.source))
+                    .map(Value::String),
+            ),
+            Expression::Variable(_)
+            | Expression::Traversal(_)
+            | Expression::FuncCall(_)
+            | Expression::BinaryOp(_)
+            | Expression::UnaryOp(_)
+            | Expression::Conditional(_)
+            | Expression::ForExpr(_) => Some(
+                scope
+                    .count(expr)
+                    .and_then(|()| scope.evaluate(expr))
+                    .map(|value| from_evaluated(&value, at)),
+            ),
+            _ => None,
+        };
+        match evaluated {
+            Some(Ok(value)) => return Located { value, at },
+            Some(Err(message)) => {
+                reader.problems.push(SyntaxProblem { at, message });
+                return Located {
+                    value: Value::Null,
+                    at,
+                };
+            }
+            None => {}
+        }
+    }
     let value = match expr {
         Expression::Null(_) => Value::Null,
         Expression::Bool(b) => Value::Bool(*b.value()),
@@ -175,7 +258,7 @@ fn convert_expr(
         Expression::Array(array) => Value::Array(
             array
                 .iter()
-                .map(|item| convert_expr(item, lines, problems))
+                .map(|item| convert_expr(item, reader))
                 .collect(),
         ),
         Expression::Object(object) => {
@@ -185,20 +268,20 @@ fn convert_expr(
                     ObjectKey::Ident(ident) => ident.as_str().to_string(),
                     ObjectKey::Expression(Expression::String(s)) => s.value().to_string(),
                     ObjectKey::Expression(other) => {
-                        problems.push(SyntaxProblem {
+                        reader.problems.push(SyntaxProblem {
                             at: lines.at(other.span()),
                             message: "object keys must be names or plain strings".into(),
                         });
                         continue;
                     }
                 };
-                fields.push((name, convert_expr(value.expr(), lines, problems)));
+                fields.push((name, convert_expr(value.expr(), reader)));
             }
             Value::Object(fields)
         }
-        Expression::Parenthesis(inner) => return convert_expr(inner.inner(), lines, problems),
+        Expression::Parenthesis(inner) => return convert_expr(inner.inner(), reader),
         _ => {
-            problems.push(SyntaxProblem {
+            reader.problems.push(SyntaxProblem {
                 at,
                 message: "only literal values are supported here (strings, numbers, bools, lists, objects)".into(),
             });
@@ -208,19 +291,43 @@ fn convert_expr(
     Located { value, at }
 }
 
+/// An evaluated value, every part of it at the place of the expression.
+fn from_evaluated(value: &hcl::Value, at: Location) -> Value {
+    let located = |v: &hcl::Value| Located {
+        value: from_evaluated(v, at),
+        at,
+    };
+    match value {
+        hcl::Value::Null => Value::Null,
+        hcl::Value::Bool(b) => Value::Bool(*b),
+        hcl::Value::Number(n) => match super::functions::number_json(n) {
+            serde_json::Value::Number(n) => Value::Number(n),
+            _ => Value::Null,
+        },
+        hcl::Value::String(s) => Value::String(s.clone()),
+        hcl::Value::Array(items) => Value::Array(items.iter().map(located).collect()),
+        hcl::Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), located(v)))
+                .collect(),
+        ),
+    }
+}
+
 /// Byte offsets to 1-based line and column.
-struct LineIndex {
+pub(crate) struct LineIndex {
     starts: Vec<usize>,
 }
 
 impl LineIndex {
-    fn new(source: &str) -> Self {
+    pub(crate) fn new(source: &str) -> Self {
         let mut starts = vec![0];
         starts.extend(source.match_indices('\n').map(|(i, _)| i + 1));
         LineIndex { starts }
     }
 
-    fn at(&self, span: Option<std::ops::Range<usize>>) -> Location {
+    pub(crate) fn at(&self, span: Option<std::ops::Range<usize>>) -> Location {
         let Some(span) = span else {
             return Location::default();
         };

@@ -5,7 +5,9 @@
 //! Parsing reports every problem it finds, not only the first.
 
 mod decode;
+pub mod eval;
 pub(crate) mod fields;
+pub mod functions;
 pub mod hcl;
 pub mod names;
 
@@ -279,13 +281,34 @@ pub(crate) fn parse_tree(
     })
 }
 
-/// Parses a jobspec. `file` is used in messages only.
+/// Parses a jobspec without variable values (its variables take their defaults).
 pub fn parse(file: &str, source: &str) -> Result<Job, JobspecError> {
+    parse_with(file, source, &eval::VariableInputs::default())
+}
+
+/// Parses and evaluates a jobspec with values for its variables. `file` is used in
+/// messages only.
+pub fn parse_with(
+    file: &str,
+    source: &str,
+    inputs: &eval::VariableInputs,
+) -> Result<Job, JobspecError> {
     let fail = |problems| JobspecError {
         file: file.to_string(),
         problems,
     };
-    let tree = parse_tree(file, source, "jobspec")?;
+    let tree = hcl::parse_evaluated(source, inputs).map_err(|problems| {
+        fail(
+            problems
+                .into_iter()
+                .map(|p| Problem {
+                    path: "jobspec".into(),
+                    at: Some(p.at),
+                    message: p.message,
+                })
+                .collect(),
+        )
+    })?;
     let mut problems = Vec::new();
     let job = decode::job(&tree, &mut problems);
     match job {
@@ -319,3 +342,6 @@ mod duration_ms {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod eval_tests;

@@ -1,0 +1,272 @@
+//! HCL2 evaluation of jobspecs: variables, locals, functions, what is left for run time,
+//! and the bounds on what a job author can make the agent build.
+
+use super::eval::{VariableInputs, inline_files};
+use super::*;
+
+fn job_with(source: &str, inputs: &VariableInputs) -> Result<Job, Vec<String>> {
+    parse_with("job.hcl", source, inputs)
+        .map_err(|e| e.problems.iter().map(ToString::to_string).collect())
+}
+
+fn task_of(job: &Job) -> &Task {
+    &job.groups[0].tasks[0]
+}
+
+const VARIABLES: &str = r#"
+variable "name" {
+  type    = string
+  default = "web"
+}
+
+variable "replicas" {
+  type    = number
+  default = 1
+  validation {
+    condition     = var.replicas >= 1 && var.replicas <= 5
+    error_message = "replicas must be between 1 and 5."
+  }
+}
+
+variable "dcs" {
+  type    = list(string)
+  default = ["dc1"]
+}
+
+locals {
+  label   = "${local.prefix}-${var.name}"
+  prefix  = upper(var.name)
+  args    = concat(["-c"], [format("echo %s x%d", local.label, var.replicas)])
+}
+
+job "app" {
+  datacenters = var.dcs
+  group "g" {
+    count = var.replicas
+    task "t" {
+      driver = "exec"
+      config {
+        command = "sh"
+        args    = local.args
+      }
+      env {
+        WHERE = "${NOMAD_ALLOC_DIR}/${var.name}/${attr.kernel.name}"
+        ITEMS = join(",", [for d in var.dcs : upper(d)])
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn variables_take_defaults_and_locals_resolve_in_dependency_order() {
+    let job = job_with(VARIABLES, &VariableInputs::default()).unwrap();
+    assert_eq!(job.datacenters, ["dc1"]);
+    assert_eq!(job.groups[0].count, 1);
+    let task = task_of(&job);
+    assert_eq!(
+        task.config["args"],
+        serde_json::json!(["-c", "echo WEB-web x1"])
+    );
+    let env: std::collections::BTreeMap<_, _> = task.env.iter().cloned().collect();
+    // Run-time variables stay for the task runner; var.* is evaluated around them.
+    assert_eq!(env["WHERE"], "${NOMAD_ALLOC_DIR}/web/${attr.kernel.name}");
+    assert_eq!(env["ITEMS"], "DC1");
+}
+
+#[test]
+fn inputs_override_defaults_in_nomads_order_and_are_typed() {
+    let inputs = VariableInputs {
+        env: vec![
+            ("name".into(), "from-env".into()),
+            ("replicas".into(), "4".into()),
+        ],
+        files: vec![(
+            "prod.vars.hcl".into(),
+            "name = \"from-file\"\ndcs = [\"eu-1\", \"eu-2\"]\n".into(),
+        )],
+        args: vec![("replicas".into(), "3".into())],
+    };
+    let job = job_with(VARIABLES, &inputs).unwrap();
+    assert_eq!(job.groups[0].count, 3, "-var beats NOMAD_VAR_");
+    assert_eq!(job.datacenters, ["eu-1", "eu-2"]);
+    assert_eq!(
+        task_of(&job).config["args"],
+        serde_json::json!(["-c", "echo FROM-FILE-from-file x3"]),
+        "a var file beats NOMAD_VAR_"
+    );
+    let list_from_text = VariableInputs {
+        args: vec![("dcs".into(), "[\"a\", \"b\"]".into())],
+        ..Default::default()
+    };
+    assert_eq!(
+        job_with(VARIABLES, &list_from_text).unwrap().datacenters,
+        ["a", "b"]
+    );
+}
+
+#[test]
+fn variable_problems_are_all_reported_with_their_place() {
+    let inputs = VariableInputs {
+        args: vec![("replicas".into(), "9".into()), ("nope".into(), "1".into())],
+        ..Default::default()
+    };
+    let source = VARIABLES.replace("  default = [\"dc1\"]\n", "");
+    let problems = job_with(&source, &inputs).unwrap_err();
+    let text = problems.join("\n");
+    assert!(text.contains("replicas must be between 1 and 5."), "{text}");
+    assert!(
+        text.contains("-var nope=…: the jobspec declares no variable \"nope\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("variable \"dcs\" has no value: give it one with -var dcs=…"),
+        "{text}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("10:3:") && p.contains("replicas must")),
+        "{text}"
+    );
+    let wrong_type = VariableInputs {
+        args: vec![("replicas".into(), "three".into())],
+        ..Default::default()
+    };
+    let text = job_with(VARIABLES, &wrong_type).unwrap_err().join("\n");
+    assert!(
+        text.contains("variable \"replicas\" (from -var replicas): \"three\" is not a number"),
+        "{text}"
+    );
+}
+
+#[test]
+fn locals_in_a_cycle_or_unknown_are_refused() {
+    let cyclic = "locals {\n  a = local.b\n  b = \"${local.c}x\"\n  c = local.a\n}\njob \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n    }\n  }\n}\n";
+    let text = job_with(cyclic, &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains(
+            "locals refer to each other in a cycle: local.a → local.b → local.c → local.a"
+        ),
+        "{text}"
+    );
+    let unknown = cyclic.replace("c = local.a", "c = local.zzz");
+    let text = job_with(&unknown, &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains("local \"c\" refers to local.zzz, which is not defined"),
+        "{text}"
+    );
+}
+
+#[test]
+fn run_time_names_outside_strings_and_unknown_functions_are_explained() {
+    let source = "job \"j\" {\n  group \"g\" {\n    count = attr.cpu.numcores\n    task \"t\" {\n      driver = nosuch(\"exec\")\n    }\n  }\n}\n";
+    let problems = job_with(source, &VariableInputs::default()).unwrap_err();
+    let text = problems.join("\n");
+    assert!(
+        text.contains(
+            "3:13: jobspec: attr is known only when the task starts; use it inside a string"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("5:16: jobspec: unknown function nosuch() (berth has: abs,"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_agent_reads_no_file_and_the_cli_inlines_them_on_the_same_line() {
+    let source = "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      env {\n        CONF = file(\"app.conf\")\n      }\n      meta = { after = \"still line 8\" }\n    }\n  }\n}\n";
+    let text = job_with(source, &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains("6:16: jobspec: file() reads the disk of the machine"),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.conf"), "a = \"${x}\"\n\tb\\c %{y}\n").unwrap();
+    let inlined = inline_files(source, dir.path()).unwrap();
+    assert_eq!(inlined.lines().count(), source.lines().count());
+    let job = job_with(&inlined, &VariableInputs::default()).unwrap();
+    assert_eq!(
+        task_of(&job).env,
+        [(
+            "CONF".to_string(),
+            "a = \"${x}\"\n\tb\\c %{y}\n".to_string()
+        )]
+    );
+
+    let missing = inline_files(&source.replace("app.conf", "gone.conf"), dir.path()).unwrap_err();
+    assert_eq!(missing[0].at.line, 6);
+    assert!(
+        missing[0].message.contains("file(\"gone.conf\")"),
+        "{:?}",
+        missing
+    );
+}
+
+/// A job author can make the agent evaluate what they like; each way to make it build
+/// something huge is refused before it gets there.
+#[test]
+fn evaluation_is_bounded_for_a_hostile_job_author() {
+    let wrap = |body: &str| {
+        format!(
+            "{body}\njob \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n    }}\n  }}\n}}\n"
+        )
+    };
+    let mut doubling = String::from("locals {\n  l0 = \"xxxxxxxxxxxxxxxx\"\n");
+    for i in 1..40 {
+        doubling.push_str(&format!(
+            "  l{i} = \"${{local.l{}}}${{local.l{}}}\"\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    doubling.push_str("}\n");
+    let text = job_with(&wrap(&doubling), &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(text.contains("bytes as JSON; berth allows 65536"), "{text}");
+
+    let nested = "locals {\n  n = [for a in range(1000) : [for b in range(1000) : b]]\n}\n";
+    let text = job_with(&wrap(nested), &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains("a for expression inside another is not supported"),
+        "{text}"
+    );
+
+    let huge_range = "locals {\n  n = range(100000000)\n}\n";
+    let text = job_with(&wrap(huge_range), &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(text.contains("berth allows 1024"), "{text}");
+
+    let mut many = String::from("locals {\n  a = \"x\"\n  b = \"");
+    for _ in 0..1100 {
+        many.push_str("${local.a}");
+    }
+    many.push_str("\"\n}\n");
+    let source = wrap(&many).replace(
+        "driver = \"exec\"",
+        &format!(
+            "driver = \"exec\"\n      meta = {{ m = \"{}\" }}",
+            "${local.a}".repeat(1100)
+        ),
+    );
+    let text = job_with(&source, &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains("more than 1024 references to variables and locals"),
+        "{text}"
+    );
+}

@@ -172,6 +172,7 @@ impl AgentProcess {
         let request = SubmitRequest {
             source_name: name.to_string(),
             source: source.to_string(),
+            variables: Default::default(),
         };
         self.client().post("/v1/jobs", &request).await
     }

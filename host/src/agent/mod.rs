@@ -327,7 +327,7 @@ impl Agent {
         notices.extend(unreadable.into_iter().map(unreadable_notice));
         let mut jobs = self.jobs.lock().unwrap();
         for record in records {
-            match jobspec::parse(&record.source_name, &record.source) {
+            match jobspec::parse_with(&record.source_name, &record.source, &record.variables) {
                 Ok(job) => {
                     jobs.insert(
                         record.id.clone(),
@@ -401,7 +401,19 @@ impl Agent {
     /// Parses, validates and runs a job. A job with the name of a running one replaces
     /// it: the old allocs are stopped (and waited for) before the new ones start.
     pub async fn submit(&self, source_name: &str, source: &str) -> Result<Submitted, SubmitError> {
-        let job = jobspec::parse(source_name, source).map_err(SubmitError::Invalid)?;
+        self.submit_with(source_name, source, &Default::default())
+            .await
+    }
+
+    /// [`Agent::submit`] with values for the jobspec's variables.
+    pub async fn submit_with(
+        &self,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<Submitted, SubmitError> {
+        let job =
+            jobspec::parse_with(source_name, source, variables).map_err(SubmitError::Invalid)?;
         let problems = crate::validate::validate(
             &job,
             &self.node.drivers,
@@ -423,6 +435,7 @@ impl Agent {
             id: job.name.clone(),
             source_name: source_name.to_string(),
             source: source.to_string(),
+            variables: variables.clone(),
             submitted_ms: now_ms(),
             stopped: false,
         };

@@ -43,6 +43,9 @@ pub struct SubmitRequest {
     /// Where the source came from, for messages (e.g. the file name).
     pub source_name: String,
     pub source: String,
+    /// Values for the jobspec's variables (`-var`, `-var-file`, `NOMAD_VAR_*`).
+    #[serde(default)]
+    pub variables: crate::jobspec::eval::VariableInputs,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -225,7 +228,9 @@ async fn submit_job(
     Json(request): Json<SubmitRequest>,
 ) -> Reply<crate::agent::Submitted> {
     Ok(Json(
-        agent.submit(&request.source_name, &request.source).await?,
+        agent
+            .submit_with(&request.source_name, &request.source, &request.variables)
+            .await?,
     ))
 }
 

@@ -14,6 +14,7 @@ use crate::api::{Stopped, SubmitRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
+use crate::jobspec::eval::VariableInputs;
 use crate::jobspec::{self, Job, JobspecError};
 use crate::model::events::TaskStateKind;
 use crate::model::status::ClientStatus;
@@ -21,13 +22,87 @@ use crate::model::status::ClientStatus;
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
 
+/// Values for a jobspec's variables, as Nomad's CLI takes them.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(super) struct VarArgs {
+    /// A variable's value, `name=value` (repeatable; beats -var-file and NOMAD_VAR_*).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// A file of `name = value` lines for the jobspec's variables (repeatable, in order).
+    #[arg(long = "var-file", value_name = "FILE")]
+    var_files: Vec<std::path::PathBuf>,
+}
+
+/// What leaves the CLI for a jobspec: its text with every `file("…")` replaced by the
+/// file's content (read here, with the user's rights, never by the agent), and the
+/// values for its variables from the flags and from `NOMAD_VAR_*` in the environment.
+pub(super) struct JobspecInput {
+    pub name: String,
+    pub source: String,
+    pub inputs: VariableInputs,
+}
+
+pub(super) fn read_jobspec(path: &Path, vars: &VarArgs) -> Result<JobspecInput, JobspecError> {
+    let name = path.display().to_string();
+    let fail = |message: String, at: Option<jobspec::Location>| JobspecError {
+        file: name.clone(),
+        problems: vec![jobspec::Problem {
+            path: "jobspec".into(),
+            at,
+            message,
+        }],
+    };
+    let source = std::fs::read_to_string(path)
+        .map_err(|e| fail(format!("cannot read the file: {e}"), None))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let source = jobspec::eval::inline_files(&source, base).map_err(|problems| JobspecError {
+        file: name.clone(),
+        problems: problems
+            .into_iter()
+            .map(|p| jobspec::Problem {
+                path: "jobspec".into(),
+                at: Some(p.at),
+                message: p.message,
+            })
+            .collect(),
+    })?;
+    let mut inputs = VariableInputs {
+        env: VariableInputs::from_env(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        ),
+        ..Default::default()
+    };
+    for file in &vars.var_files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| fail(format!("-var-file {}: {e}", file.display()), None))?;
+        inputs.files.push((file.display().to_string(), text));
+    }
+    for pair in &vars.vars {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(fail(
+                format!("-var {pair:?}: a variable is given as name=value"),
+                None,
+            ));
+        };
+        inputs.args.push((key.to_string(), value.to_string()));
+    }
+    Ok(JobspecInput {
+        name,
+        source,
+        inputs,
+    })
+}
+
 async fn parse_and_check(
     path: &Path,
+    vars: &VarArgs,
     drivers: &DriverSet,
     hooks: &HookSet,
     config: &AgentConfig,
 ) -> Result<Job, JobspecError> {
-    let job = jobspec::parse_file(path)?;
+    let input = read_jobspec(path, vars)?;
+    let job = jobspec::parse_with(&input.name, &input.source, &input.inputs)?;
     let problems = crate::validate::validate(&job, drivers, hooks, config, None).await;
     if problems.is_empty() {
         Ok(job)
@@ -41,11 +116,12 @@ async fn parse_and_check(
 
 pub(super) async fn validate(
     path: &Path,
+    vars: &VarArgs,
     drivers: &DriverSet,
     hooks: &HookSet,
     config: &AgentConfig,
 ) -> anyhow::Result<ExitCode> {
-    match parse_and_check(path, drivers, hooks, config).await {
+    match parse_and_check(path, vars, drivers, hooks, config).await {
         Ok(job) => {
             println!(
                 "Job validation successful: job {:?}, {} group(s)",
@@ -66,14 +142,21 @@ pub(super) async fn validate(
 
 pub(super) async fn run(
     path: &Path,
+    vars: &VarArgs,
     drivers: DriverSet,
     hooks: HookSet,
     config: AgentConfig,
     data_dir: &Path,
 ) -> anyhow::Result<ExitCode> {
-    let source = match std::fs::read_to_string(path) {
-        Ok(source) => source,
-        Err(error) => anyhow::bail!("reading {}: {error}", path.display()),
+    let input = match read_jobspec(path, vars) {
+        Ok(input) => input,
+        Err(error) => {
+            eprintln!(
+                "Job validation failed: {}",
+                super::output::text(&error.to_string())
+            );
+            return Ok(ExitCode::from(INVALID));
+        }
     };
     let agent = Agent::start(AgentOptions {
         data_dir: data_dir.to_path_buf(),
@@ -84,7 +167,10 @@ pub(super) async fn run(
     })
     .await?;
     let mut events = agent.subscribe();
-    let submitted = match agent.submit(&path.display().to_string(), &source).await {
+    let submitted = match agent
+        .submit_with(&input.name, &input.source, &input.inputs)
+        .await
+    {
         Ok(submitted) => submitted,
         Err(SubmitError::Invalid(error)) => {
             eprintln!(
@@ -151,12 +237,26 @@ pub(super) async fn run(
 
 /// `berth job run`: submit to the running agent, then follow the allocs until each has
 /// left `pending` (or a deadline passes).
-pub(super) async fn submit(client: &Client, path: &Path, detach: bool) -> anyhow::Result<ExitCode> {
-    let source = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::format_err!("reading {}: {e}", path.display()))?;
+pub(super) async fn submit(
+    client: &Client,
+    path: &Path,
+    vars: &VarArgs,
+    detach: bool,
+) -> anyhow::Result<ExitCode> {
+    let input = match read_jobspec(path, vars) {
+        Ok(input) => input,
+        Err(error) => {
+            eprintln!(
+                "Job validation failed: {}",
+                super::output::text(&error.to_string())
+            );
+            return Ok(ExitCode::from(INVALID));
+        }
+    };
     let request = SubmitRequest {
-        source_name: path.display().to_string(),
-        source,
+        source_name: input.name,
+        source: input.source,
+        variables: input.inputs,
     };
     let submitted: Submitted = match client.post("/v1/jobs", &request).await {
         Ok(submitted) => submitted,

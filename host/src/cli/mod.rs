@@ -67,6 +67,8 @@ enum Command {
     Run {
         /// The jobspec (HCL).
         jobspec: PathBuf,
+        #[command(flatten)]
+        vars: job::VarArgs,
     },
     /// Jobs.
     Job {
@@ -146,11 +148,15 @@ enum JobCommand {
     Validate {
         /// The jobspec (HCL).
         jobspec: PathBuf,
+        #[command(flatten)]
+        vars: job::VarArgs,
     },
     /// Submit a job to the running agent and wait until its allocs have started.
     Run {
         /// The jobspec (HCL).
         jobspec: PathBuf,
+        #[command(flatten)]
+        vars: job::VarArgs,
         /// Return once the job is submitted.
         #[arg(long)]
         detach: bool,
@@ -207,7 +213,18 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
-    let args = std::env::args_os().map(|arg| if arg == "-dev" { "--dev".into() } else { arg });
+    let args = std::env::args_os().map(|arg| {
+        if ["-dev", "-var", "-var-file", "-detach"]
+            .iter()
+            .any(|f| arg == *f)
+        {
+            let mut long = std::ffi::OsString::from("-");
+            long.push(&arg);
+            long
+        } else {
+            arg
+        }
+    });
     let cli = Cli::parse_from(args);
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
     match runtime.block_on(run(cli)) {
@@ -276,12 +293,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Job {
-            command: JobCommand::Validate { jobspec },
-        } => job::validate(&jobspec, &drivers, &hooks, &config).await,
+            command: JobCommand::Validate { jobspec, vars },
+        } => job::validate(&jobspec, &vars, &drivers, &hooks, &config).await,
         Command::Hook {
             command: HookCommand::List { json },
         } => hook::hook_list(&hooks, json),
-        Command::Run { jobspec } => job::run(&jobspec, drivers, hooks, config, &data_dir).await,
+        Command::Run { jobspec, vars } => {
+            job::run(&jobspec, &vars, drivers, hooks, config, &data_dir).await
+        }
         Command::Agent { http_addr, dev } => {
             let http_addr = http_addr.or(config.http.address);
             agent::run(http_addr, dev, drivers, hooks, config, data_dir).await
@@ -317,8 +336,13 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
     };
     Some(match &cli.command {
         Command::Job {
-            command: JobCommand::Run { jobspec, detach },
-        } => job::submit(&client, jobspec, *detach).await,
+            command:
+                JobCommand::Run {
+                    jobspec,
+                    vars,
+                    detach,
+                },
+        } => job::submit(&client, jobspec, vars, *detach).await,
         Command::Job {
             command: JobCommand::Status { id },
         } => job::status(&client, id.as_deref()).await,

@@ -35,6 +35,7 @@ pub(super) async fn register(
     let request = SubmitRequest {
         source_name: path.display().to_string(),
         source,
+        variables: Default::default(),
     };
     let endpoint = if create {
         "/v1/volumes/create"

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::blocking;
+use crate::jobspec::eval::VariableInputs;
 use crate::model::driver::TaskHandle;
 use crate::model::events::TaskState;
 use crate::model::status::{ClientStatus, DesiredStatus};
@@ -98,6 +99,9 @@ pub struct JobRecord {
     /// Where the source came from (a file name), for messages.
     pub source_name: String,
     pub source: String,
+    /// The values its variables were given, to evaluate it the same way on restore.
+    #[serde(default, skip_serializing_if = "VariableInputs::is_empty")]
+    pub variables: VariableInputs,
     pub submitted_ms: u64,
     pub stopped: bool,
 }

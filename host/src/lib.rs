@@ -17,6 +17,7 @@ pub mod hook_set;
 pub mod jobspec;
 pub mod model;
 pub mod mount;
+pub mod node;
 pub mod process;
 pub mod runtime;
 pub mod state;

@@ -8,7 +8,7 @@ use super::names::{NameKind, check_name, normalise_task_path};
 use super::*;
 use crate::model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
 
-pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
+pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     let mut top = Fields::new(tree, "jobspec".into(), Location::default(), &["job"]);
     let jobs = top.labeled_blocks("job", problems);
     top.finish(problems);
@@ -42,18 +42,55 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
             "region",
             "namespace",
             "priority",
+            "constraint",
+            "affinity",
+            "spread",
+            "update",
+            "migrate",
+            "reschedule",
+            "multiregion",
+            "all_at_once",
+            "node_pool",
+            "ui",
+            "consul",
+            "vault",
+            "vault_token",
+            "consul_token",
+            "periodic",
+            "parameterized",
+            "id",
+            "name",
         ],
     );
     let job_type_text = fields.string("type", problems);
+    // On one node, a system job (one alloc per node) is a service with one alloc, and a
+    // sysbatch job a batch job with one.
+    let single = matches!(job_type_text.as_deref(), Some("system" | "sysbatch"));
     let job_type = fields
         .choose(
             job_type_text,
             "type",
-            &[("service", JobType::Service), ("batch", JobType::Batch)],
+            &[
+                ("service", JobType::Service),
+                ("batch", JobType::Batch),
+                ("system", JobType::Service),
+                ("sysbatch", JobType::Batch),
+            ],
             problems,
-            |other| format!("unknown job type {other:?} (use \"service\" or \"batch\")"),
+            |other| {
+                format!(
+                    "unknown job type {other:?} (use \"service\", \"batch\", \"system\" or \
+                     \"sysbatch\")"
+                )
+            },
         )
         .unwrap_or(JobType::Service);
+    scheduler_level(&mut fields, &block.body, JOB_SCHEDULER_LEVEL, problems);
+    unsupported(&mut fields, &block.body, JOB_UNSUPPORTED, problems);
+    for ignored in ["vault_token", "consul_token", "id", "name", "node_pool"] {
+        fields.string(ignored, problems);
+    }
+    let constraints = constraints(&mut fields, problems);
     let datacenters = fields.string_list("datacenters", problems);
     let meta = fields.string_map("meta", problems);
     for ignored in ["region", "namespace"] {
@@ -63,7 +100,7 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
     let groups: Vec<Group> = fields
         .labeled_blocks("group", problems)
         .into_iter()
-        .map(|(name, block)| group(&path, &name, block, job_type, problems))
+        .map(|(name, block)| group(&path, &name, block, job_type, single, problems))
         .collect();
     if groups.is_empty() && !block.body.blocks.iter().any(|b| b.kind == "group") {
         fields.problem(
@@ -79,7 +116,9 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Vec<Problem>) -> Option<Job> {
         job_type,
         datacenters,
         meta,
+        constraints,
         groups,
+        warnings: Vec::new(),
     })
 }
 
@@ -88,7 +127,8 @@ fn group(
     name: &str,
     block: &BlockNode,
     job_type: JobType,
-    problems: &mut Vec<Problem>,
+    single: bool,
+    problems: &mut Findings,
 ) -> Group {
     let path = format!("{parent}.group.{name}");
     check_label(NameKind::Group, name, &path, block.at, problems);
@@ -97,10 +137,41 @@ fn group(
         path.clone(),
         block.at,
         &[
-            "count", "volume", "service", "restart", "meta", "task", "network",
+            "count",
+            "volume",
+            "service",
+            "restart",
+            "meta",
+            "task",
+            "network",
+            "constraint",
+            "affinity",
+            "spread",
+            "update",
+            "migrate",
+            "reschedule",
+            "scaling",
+            "ephemeral_disk",
+            "shutdown_delay",
+            "stop_after_client_disconnect",
+            "max_client_disconnect",
+            "prevent_reschedule_on_lost",
+            "disconnect",
+            "consul",
+            "vault",
         ],
     );
     let count = fields.number("count", 10_000, problems).unwrap_or(1) as u32;
+    if single && count != 1 {
+        fields.problem_with(
+            problems,
+            "count",
+            "a system or sysbatch job runs one alloc per node: leave count out".into(),
+        );
+    }
+    scheduler_level(&mut fields, &block.body, GROUP_SCHEDULER_LEVEL, problems);
+    unsupported(&mut fields, &block.body, GROUP_UNSUPPORTED, problems);
+    let constraints = constraints(&mut fields, problems);
     let volumes = fields
         .labeled_blocks("volume", problems)
         .into_iter()
@@ -116,8 +187,8 @@ fn group(
         None => RestartPolicy::default_for(job_type),
     };
     let meta = fields.string_map("meta", problems);
-    // Ports are declared here in Nomad; accepted and kept for the service blocks.
-    fields.blocks("network");
+    // Ports are declared here in Nomad: berth gives tasks the host's network.
+    scheduler_level(&mut fields, &block.body, &[NETWORK], problems);
     let tasks: Vec<Task> = fields
         .labeled_blocks("task", problems)
         .into_iter()
@@ -139,6 +210,7 @@ fn group(
         services,
         restart,
         meta,
+        constraints,
         tasks,
     }
 }
@@ -147,7 +219,7 @@ fn volume(
     parent: &str,
     name: &str,
     block: &BlockNode,
-    problems: &mut Vec<Problem>,
+    problems: &mut Findings,
 ) -> Option<VolumeRequest> {
     let path = format!("{parent}.volume.{name}");
     check_label(NameKind::Volume, name, &path, block.at, problems);
@@ -218,7 +290,7 @@ fn restart(
     parent: &str,
     block: &BlockNode,
     job_type: JobType,
-    problems: &mut Vec<Problem>,
+    problems: &mut Findings,
 ) -> RestartPolicy {
     let defaults = RestartPolicy::default_for(job_type);
     let mut fields = Fields::new(
@@ -252,7 +324,7 @@ fn restart(
     policy
 }
 
-fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> Task {
+fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Findings) -> Task {
     let path = format!("{parent}.task.{name}");
     check_label(NameKind::Task, name, &path, block.at, problems);
     let mut fields = Fields::new(
@@ -276,8 +348,29 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
             "template",
             "artifact",
             "logs",
+            "constraint",
+            "affinity",
+            "leader",
+            "shutdown_delay",
+            "max_run_duration",
+            "vault",
+            "identity",
+            "secret",
+            "dispatch_payload",
+            "scaling",
+            "kind",
+            "consul",
         ],
     );
+    scheduler_level(&mut fields, &block.body, TASK_SCHEDULER_LEVEL, problems);
+    unsupported(&mut fields, &block.body, TASK_UNSUPPORTED, problems);
+    let constraints = constraints(&mut fields, problems);
+    let templates = fields
+        .blocks("template")
+        .into_iter()
+        .filter_map(|b| template(&path, b, problems))
+        .collect();
+    fields.string("kind", problems);
     let driver_at = fields.attr("driver").map(|v| v.at).unwrap_or(block.at);
     let driver = fields
         .required_string("driver", problems)
@@ -296,8 +389,20 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
                 &block.body,
                 format!("{path}.resources"),
                 block.at,
-                &["cpu", "memory", "memory_max", "cores"],
+                &[
+                    "cpu",
+                    "memory",
+                    "memory_max",
+                    "cores",
+                    "disk",
+                    "iops",
+                    "network",
+                    "device",
+                    "numa",
+                ],
             );
+            scheduler_level(&mut r, &block.body, RESOURCES_SCHEDULER_LEVEL, problems);
+            unsupported(&mut r, &block.body, RESOURCES_UNSUPPORTED, problems);
             let cpu = r.number("cpu", 1_000_000, problems).unwrap_or(100);
             let memory = r.number("memory", 1_000_000, problems).unwrap_or(300);
             let memory_max = r.number("memory_max", 1_000_000, problems);
@@ -386,9 +491,6 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
             hook.map(|hook| Lifecycle { hook, sidecar })
         });
     let user = fields.string("user", problems);
-    for accepted in ["template", "artifact", "logs"] {
-        fields.blocks(accepted);
-    }
     fields.finish(problems);
     Task {
         name: name.to_string(),
@@ -405,17 +507,15 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Vec<Problem>
         services,
         lifecycle,
         hooks,
+        constraints,
+        templates,
         at: block.at,
         driver_at,
         hooks_at,
     }
 }
 
-fn volume_mount(
-    parent: &str,
-    block: &BlockNode,
-    problems: &mut Vec<Problem>,
-) -> Option<VolumeMount> {
+fn volume_mount(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<VolumeMount> {
     let mut fields = Fields::new(
         &block.body,
         format!("{parent}.volume_mount"),
@@ -462,7 +562,7 @@ fn volume_mount(
     })
 }
 
-fn csi_plugin(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> Option<CsiPlugin> {
+fn csi_plugin(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<CsiPlugin> {
     let mut fields = Fields::new(
         &block.body,
         format!("{parent}.csi_plugin"),
@@ -516,7 +616,7 @@ fn csi_plugin(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> O
 }
 
 /// A problem at the block for a job, group, task or volume label that is not a safe name.
-fn check_label(kind: NameKind, name: &str, path: &str, at: Location, problems: &mut Vec<Problem>) {
+fn check_label(kind: NameKind, name: &str, path: &str, at: Location, problems: &mut Findings) {
     if let Err(error) = check_name(kind, name) {
         problems.push(Problem {
             path: path.to_string(),
@@ -532,7 +632,7 @@ fn task_path(
     name: &'static str,
     value: &str,
     block_at: Location,
-    problems: &mut Vec<Problem>,
+    problems: &mut Findings,
 ) -> Option<String> {
     match normalise_task_path(value) {
         Ok(path) => Some(path),
@@ -544,7 +644,7 @@ fn task_path(
     }
 }
 
-fn service(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> Service {
+fn service(parent: &str, block: &BlockNode, problems: &mut Findings) -> Service {
     let mut fields = Fields::new(
         &block.body,
         format!("{parent}.service"),
@@ -643,7 +743,7 @@ fn service(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> Serv
 }
 
 /// Ports are a label (`"http"`) or a number (`8080`).
-fn port_value(fields: &mut Fields<'_>, problems: &mut Vec<Problem>) -> Option<String> {
+fn port_value(fields: &mut Fields<'_>, problems: &mut Findings) -> Option<String> {
     let value = fields.attr("port")?;
     match &value.value {
         Value::String(s) => Some(s.clone()),
@@ -658,4 +758,376 @@ fn port_value(fields: &mut Fields<'_>, problems: &mut Vec<Problem>) -> Option<St
             None
         }
     }
+}
+
+/// A construct for Nomad's scheduler, and why it has no effect on one node.
+type Ignored = (&'static str, &'static str);
+
+const NETWORK: Ignored = (
+    "network",
+    "berth gives tasks the host's network; port labels are kept for services, but no \
+     port is mapped or reserved",
+);
+
+const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
+    ("affinity", "it is a placement preference among nodes"),
+    ("spread", "it spreads allocs across nodes"),
+    (
+        "update",
+        "rolling updates and canaries are deployments across nodes",
+    ),
+    ("migrate", "it moves allocs off draining nodes"),
+    (
+        "reschedule",
+        "it places failed allocs on other nodes (restart still applies)",
+    ),
+    ("multiregion", "it deploys across regions"),
+    (
+        "all_at_once",
+        "it is how Nomad's scheduler places the job's allocs",
+    ),
+    ("ui", "it describes the job in Nomad's web UI"),
+    ("consul", "berth registers no services in Consul yet"),
+];
+
+const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
+    ("affinity", "it is a placement preference among nodes"),
+    ("spread", "it spreads allocs across nodes"),
+    (
+        "update",
+        "rolling updates and canaries are deployments across nodes",
+    ),
+    ("migrate", "it moves allocs off draining nodes"),
+    (
+        "reschedule",
+        "it places failed allocs on other nodes (restart still applies)",
+    ),
+    ("scaling", "it is read by Nomad's autoscaler"),
+    (
+        "ephemeral_disk",
+        "berth keeps each alloc's directory on the node's disk, without a size reservation or migration",
+    ),
+    (
+        "shutdown_delay",
+        "berth registers no services to deregister before the delay",
+    ),
+    (
+        "stop_after_client_disconnect",
+        "it concerns a client that loses its servers",
+    ),
+    (
+        "max_client_disconnect",
+        "it concerns a client that loses its servers",
+    ),
+    (
+        "prevent_reschedule_on_lost",
+        "it concerns a client that loses its servers",
+    ),
+    ("disconnect", "it concerns a client that loses its servers"),
+    ("consul", "berth registers no services in Consul yet"),
+];
+
+const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
+    ("affinity", "it is a placement preference among nodes"),
+    (
+        "leader",
+        "berth does not stop a group's other tasks when this one ends",
+    ),
+    (
+        "shutdown_delay",
+        "berth registers no services to deregister before the delay",
+    ),
+    (
+        "max_run_duration",
+        "berth does not stop a task after a run time yet",
+    ),
+    ("logs", "berth does not rotate task logs yet"),
+    ("scaling", "it is read by Nomad's autoscaler"),
+    ("consul", "berth registers no services in Consul yet"),
+];
+
+const RESOURCES_SCHEDULER_LEVEL: &[Ignored] = &[
+    ("disk", "berth reserves no disk for a task"),
+    ("iops", "berth reserves no IOPS for a task"),
+    ("network", "berth gives tasks the host's network"),
+    ("numa", "berth does not pin tasks to NUMA nodes"),
+];
+
+/// Constructs that change what the task gets, which berth cannot give: refused, so that
+/// no task starts without what its author counted on.
+const JOB_UNSUPPORTED: &[Ignored] = &[
+    (
+        "vault",
+        "berth cannot fetch Vault tokens or secrets, and the tasks would start without them",
+    ),
+    (
+        "periodic",
+        "berth has no scheduler to launch a periodic job: run `berth job run` from cron or a systemd timer",
+    ),
+    (
+        "parameterized",
+        "berth has no dispatch: submit one job per payload instead",
+    ),
+];
+
+const GROUP_UNSUPPORTED: &[Ignored] = &[(
+    "vault",
+    "berth cannot fetch Vault tokens or secrets, and the tasks would start without them",
+)];
+
+const TASK_UNSUPPORTED: &[Ignored] = &[
+    (
+        "vault",
+        "berth cannot fetch Vault tokens or secrets, and the task would start without them",
+    ),
+    (
+        "identity",
+        "berth issues no workload identity tokens, and the task would start without one",
+    ),
+    (
+        "secret",
+        "berth cannot fetch secrets from a secrets provider",
+    ),
+    (
+        "artifact",
+        "berth does not download artifacts, and the task would start without them: put the files on a host volume",
+    ),
+    (
+        "dispatch_payload",
+        "berth has no dispatch (parameterized jobs)",
+    ),
+];
+
+const RESOURCES_UNSUPPORTED: &[Ignored] =
+    &[("device", "berth cannot give a task devices such as GPUs")];
+
+/// Where `name` (an attribute or a block) is written in `body`, if it is.
+fn written(body: &BodyNode, name: &str) -> Option<Location> {
+    body.attrs
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| a.at)
+        .or_else(|| body.blocks.iter().find(|b| b.kind == name).map(|b| b.at))
+}
+
+/// One warning for each of `constructs` the block has: it is accepted and has no effect.
+fn scheduler_level(
+    fields: &mut Fields,
+    body: &BodyNode,
+    constructs: &[Ignored],
+    problems: &mut Findings,
+) {
+    for (name, why) in constructs {
+        if let Some(at) = written(body, name) {
+            fields.attr(name);
+            fields.blocks(name);
+            problems.warnings.push(Problem {
+                path: format!("{}.{name}", fields.path),
+                at: Some(at),
+                message: format!("{name} has no effect on a single berth node: {why}"),
+            });
+        }
+    }
+}
+
+/// A problem for each of `constructs` the block has.
+fn unsupported(
+    fields: &mut Fields,
+    body: &BodyNode,
+    constructs: &[Ignored],
+    problems: &mut Findings,
+) {
+    for (name, why) in constructs {
+        if let Some(at) = written(body, name) {
+            fields.attr(name);
+            fields.blocks(name);
+            fields.problem(
+                problems,
+                name,
+                at,
+                format!("{name} is not supported: {why}"),
+            );
+        }
+    }
+}
+
+/// The operators of Nomad's constraints.
+pub const CONSTRAINT_OPERATORS: &[&str] = &[
+    "=",
+    "==",
+    "is",
+    "!=",
+    "not",
+    ">",
+    ">=",
+    "<",
+    "<=",
+    "regexp",
+    "version",
+    "semver",
+    "set_contains",
+    "set_contains_all",
+    "set_contains_any",
+    "distinct_hosts",
+    "distinct_property",
+    "is_set",
+    "is_not_set",
+];
+
+fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<Constraint> {
+    let path = format!("{}.constraint", fields.path);
+    fields
+        .blocks("constraint")
+        .into_iter()
+        .filter_map(|block| {
+            let mut c = Fields::new(
+                &block.body,
+                path.clone(),
+                block.at,
+                &[
+                    "attribute",
+                    "operator",
+                    "value",
+                    "distinct_hosts",
+                    "distinct_property",
+                ],
+            );
+            let attribute = c.string("attribute", problems).unwrap_or_default();
+            let mut operator = c.string("operator", problems).unwrap_or_else(|| "=".into());
+            let mut value = c.string("value", problems).unwrap_or_default();
+            if c.bool("distinct_hosts", problems).unwrap_or(false) {
+                operator = "distinct_hosts".into();
+            }
+            if let Some(property) = c.string("distinct_property", problems) {
+                operator = "distinct_property".into();
+                value = property;
+            }
+            if !CONSTRAINT_OPERATORS.contains(&operator.as_str()) {
+                c.problem_with(
+                    problems,
+                    "operator",
+                    format!(
+                        "unknown constraint operator {operator:?} (Nomad's are: {})",
+                        CONSTRAINT_OPERATORS.join(", ")
+                    ),
+                );
+            }
+            let needs_attribute =
+                !matches!(operator.as_str(), "distinct_hosts" | "distinct_property");
+            if needs_attribute && attribute.is_empty() {
+                c.problem_with(
+                    problems,
+                    "attribute",
+                    "a constraint needs an attribute, as attribute = \"${attr.kernel.name}\""
+                        .into(),
+                );
+            }
+            if operator == "regexp" {
+                if let Err(error) = regex::Regex::new(&value) {
+                    c.problem_with(
+                        problems,
+                        "value",
+                        format!("{value:?} is not a regular expression: {error}"),
+                    );
+                }
+            }
+            c.finish(problems);
+            Some(Constraint {
+                attribute,
+                operator,
+                value,
+                at: block.at,
+                path: path.clone(),
+            })
+        })
+        .collect()
+}
+
+fn template(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<Template> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.template"),
+        block.at,
+        &[
+            "data",
+            "destination",
+            "env",
+            "perms",
+            "source",
+            "change_mode",
+            "change_signal",
+            "change_script",
+            "splay",
+            "wait",
+            "once",
+            "uid",
+            "gid",
+            "left_delimiter",
+            "right_delimiter",
+            "error_on_missing_key",
+        ],
+    );
+    if let Some(at) = written(&block.body, "source") {
+        fields.attr("source");
+        fields.problem(
+            problems,
+            "source",
+            at,
+            "template files are not supported (berth downloads no artifacts): inline it with data = file(\"…\")".into(),
+        );
+    }
+    for delimiter in ["left_delimiter", "right_delimiter"] {
+        if written(&block.body, delimiter).is_some() {
+            fields.problem_with(
+                problems,
+                delimiter,
+                format!("{delimiter} is not supported: berth renders {{{{ }}}} templates"),
+            );
+        }
+    }
+    // Re-rendering on change: the only data berth renders (the task's env) does not
+    // change while the task runs.
+    for accepted in ["change_mode", "change_signal", "splay", "uid", "gid"] {
+        fields.attr(accepted);
+    }
+    fields.blocks("wait");
+    fields.blocks("change_script");
+    fields.bool("once", problems);
+    fields.bool("error_on_missing_key", problems);
+    let data = fields.string("data", problems).unwrap_or_default();
+    if let Err(message) = super::template::check(&data) {
+        fields.problem_with(problems, "data", message);
+    }
+    let destination = fields
+        .required_string("destination", problems)
+        .and_then(|d| match super::template::destination(&d) {
+            Ok(d) => Some(d),
+            Err(message) => {
+                fields.problem_with(problems, "destination", message);
+                None
+            }
+        });
+    let env = fields.bool("env", problems).unwrap_or(false);
+    let perms_text = fields
+        .string("perms", problems)
+        .unwrap_or_else(|| "0644".into());
+    let perms = match u32::from_str_radix(&perms_text, 8) {
+        Ok(perms) if perms <= 0o777 => Some(perms),
+        _ => {
+            fields.problem_with(
+                problems,
+                "perms",
+                format!("{perms_text:?} is not an octal file mode such as \"0644\""),
+            );
+            None
+        }
+    };
+    fields.finish(problems);
+    Some(Template {
+        data,
+        destination: destination?,
+        env,
+        perms: perms?,
+        at: block.at,
+    })
 }

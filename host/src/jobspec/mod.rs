@@ -9,7 +9,9 @@ pub mod eval;
 pub(crate) mod fields;
 pub mod functions;
 pub mod hcl;
+pub mod interpolate;
 pub mod names;
+pub mod template;
 
 use std::fmt;
 use std::path::Path;
@@ -26,7 +28,41 @@ pub struct Job {
     pub job_type: JobType,
     pub datacenters: Vec<String>,
     pub meta: Vec<(String, String)>,
+    pub constraints: Vec<Constraint>,
     pub groups: Vec<Group>,
+    /// What the jobspec asks for that has no effect on one node (Nomad's scheduler
+    /// blocks): the job runs, and the user is told.
+    #[serde(skip)]
+    pub warnings: Vec<Problem>,
+}
+
+/// A `constraint` block: where the job may run, checked against this node's attributes
+/// at submit time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Constraint {
+    /// `${attr.kernel.name}`, `${meta.rack}`, … (may be empty for `distinct_hosts`).
+    pub attribute: String,
+    pub operator: String,
+    pub value: String,
+    #[serde(skip)]
+    pub at: Location,
+    /// `job.web.group.g.constraint`.
+    #[serde(skip)]
+    pub path: String,
+}
+
+/// A `template` block: a file rendered into the task's directory before it starts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Template {
+    /// The template text (consul-template's syntax; berth renders `{{ env "X" }}`).
+    pub data: String,
+    /// Relative to the task's directory (`local/app.conf`).
+    pub destination: String,
+    /// Read the rendered file as `KEY=value` lines into the task's env.
+    pub env: bool,
+    pub perms: u32,
+    #[serde(skip)]
+    pub at: Location,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -44,6 +80,7 @@ pub struct Group {
     pub services: Vec<Service>,
     pub restart: RestartPolicy,
     pub meta: Vec<(String, String)>,
+    pub constraints: Vec<Constraint>,
     pub tasks: Vec<Task>,
 }
 
@@ -88,6 +125,8 @@ pub struct Task {
     pub lifecycle: Option<Lifecycle>,
     /// Operator-loaded WASM hooks this task opts into, by name, in order.
     pub hooks: Vec<String>,
+    pub constraints: Vec<Constraint>,
+    pub templates: Vec<Template>,
     #[serde(skip)]
     pub at: Location,
     #[serde(skip)]
@@ -238,6 +277,28 @@ impl fmt::Display for Problem {
     }
 }
 
+/// What decoding a jobspec found: problems (it is refused) and warnings (it runs, and
+/// the user is told what has no effect). Derefs to the problems, so the field readers
+/// take it where they take a problem list.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    pub problems: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+impl std::ops::Deref for Findings {
+    type Target = Vec<Problem>;
+    fn deref(&self) -> &Vec<Problem> {
+        &self.problems
+    }
+}
+
+impl std::ops::DerefMut for Findings {
+    fn deref_mut(&mut self) -> &mut Vec<Problem> {
+        &mut self.problems
+    }
+}
+
 /// Every problem found in one jobspec file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct JobspecError {
@@ -309,11 +370,14 @@ pub fn parse_with(
                 .collect(),
         )
     })?;
-    let mut problems = Vec::new();
-    let job = decode::job(&tree, &mut problems);
+    let mut findings = Findings::default();
+    let job = decode::job(&tree, &mut findings);
     match job {
-        Some(job) if problems.is_empty() => Ok(job),
-        _ => Err(fail(problems)),
+        Some(mut job) if findings.problems.is_empty() => {
+            job.warnings = findings.warnings;
+            Ok(job)
+        }
+        _ => Err(fail(findings.problems)),
     }
 }
 

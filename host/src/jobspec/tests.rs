@@ -136,7 +136,7 @@ fn reports_every_problem_with_line_and_path() {
         [
             "3:5: job.web.group.g.task.t.driver: is required",
             "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\", found a number",
-            "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, hooks, user, template, artifact, logs)",
+            "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, hooks, user, template, artifact, logs, constraint, affinity, leader, shutdown_delay, max_run_duration, vault, identity, secret, dispatch_payload, scaling, kind, consul)",
         ]
     );
 }

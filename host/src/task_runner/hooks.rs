@@ -63,6 +63,8 @@ pub struct TaskPrepare {
     pub task_dir: PathBuf,
     pub env: Vec<(String, String)>,
     pub mounts: Vec<HandedMount>,
+    /// The driver config with run-time names interpolated (`None`: as in the jobspec).
+    pub config: Option<serde_json::Value>,
 }
 
 /// A hook's failure; the message is shown in the Setup Failure event.
@@ -116,6 +118,7 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(super::task_dir_hook::TaskDirHook),
         Box::new(super::volumes_hook::VolumesHook),
         Box::new(super::csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
+        Box::new(super::interpolate_hook::InterpolateHook),
         Box::new(super::wasm_hooks::WasmHooks),
     ]
 }

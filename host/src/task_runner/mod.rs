@@ -14,6 +14,7 @@
 
 mod csi_plugin_supervisor_hook;
 pub mod hooks;
+mod interpolate_hook;
 mod task_dir_hook;
 mod volumes_hook;
 pub mod wasm_hooks;
@@ -392,7 +393,7 @@ impl TaskRunner {
             alloc_id: self.ctx.alloc_id.clone(),
             job_name: self.ctx.job.name.clone(),
             group_name: self.ctx.group.name.clone(),
-            config: task.config.to_string(),
+            config: prepare.config.as_ref().unwrap_or(&task.config).to_string(),
             env: prepare.env,
             task_dir: prepare.task_dir,
             mounts: prepare.mounts,

@@ -1,0 +1,117 @@
+//! What this node is, in the words of Nomad's fingerprinters: `attr.kernel.name`,
+//! `attr.cpu.arch`, `node.unique.name`, … Jobspecs use them in run-time interpolation
+//! (`${attr.kernel.name}`) and in `constraint` blocks. Read once, at first use: they do
+//! not change while the agent runs.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// Every attribute, by its full name (`attr.kernel.name`, `node.unique.name`).
+pub fn facts() -> &'static BTreeMap<String, String> {
+    static FACTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+    FACTS.get_or_init(read)
+}
+
+fn read() -> BTreeMap<String, String> {
+    let uname = rustix::system::uname();
+    let text = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();
+    let hostname = text(uname.nodename());
+    let release = text(uname.release());
+    let machine = text(uname.machine());
+    let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let memory = crate::cgroup::node_memory();
+    let mut facts = BTreeMap::new();
+    let mut set = |key: &str, value: String| {
+        facts.insert(key.to_string(), value);
+    };
+    set("attr.kernel.name", text(uname.sysname()).to_lowercase());
+    set("attr.kernel.version", version_of(&release));
+    set("attr.kernel.release", release);
+    set("attr.kernel.arch", machine.clone());
+    set("attr.cpu.arch", go_arch(&machine).to_string());
+    set(
+        "attr.cpu.numcores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .to_string(),
+    );
+    if let Some(bytes) = memory {
+        set("attr.memory.totalbytes", bytes.to_string());
+    }
+    if let Some(id) = os_field(&os_release, "ID") {
+        set("attr.os.name", id);
+    }
+    if let Some(version) = os_field(&os_release, "VERSION_ID") {
+        set("attr.os.version", version);
+    }
+    set("attr.unique.hostname", hostname.clone());
+    set("node.unique.name", hostname);
+    if let Ok(id) = std::fs::read_to_string("/etc/machine-id") {
+        set("node.unique.id", id.trim().to_string());
+    }
+    set("node.datacenter", "dc1".into());
+    set("node.region", "global".into());
+    set("node.class", String::new());
+    facts
+}
+
+/// `6.18.44` of `6.18.44-fc-v669`: what Nomad's `version` constraints compare.
+fn version_of(release: &str) -> String {
+    release
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('.')
+        .to_string()
+}
+
+/// Go's name for the architecture, as Nomad reports it.
+fn go_arch(machine: &str) -> &str {
+    match machine {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "i686" | "i386" => "386",
+        other => other,
+    }
+}
+
+fn os_field(os_release: &str, key: &str) -> Option<String> {
+    os_release.lines().find_map(|line| {
+        let value = line.strip_prefix(key)?.strip_prefix('=')?;
+        Some(value.trim_matches('"').to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_node_has_nomads_basic_attributes() {
+        let facts = facts();
+        assert_eq!(facts["attr.kernel.name"], "linux");
+        assert!(
+            facts["attr.kernel.version"]
+                .split('.')
+                .all(|p| p.parse::<u32>().is_ok()),
+            "{facts:?}"
+        );
+        assert!(facts["attr.cpu.numcores"].parse::<u32>().unwrap() >= 1);
+        assert!(!facts["node.unique.name"].is_empty());
+    }
+
+    #[test]
+    fn versions_and_arches_in_nomads_words() {
+        assert_eq!(version_of("6.18.44-fc-v669"), "6.18.44");
+        assert_eq!(version_of("5.10.0"), "5.10.0");
+        assert_eq!(go_arch("x86_64"), "amd64");
+        assert_eq!(
+            os_field(
+                "NAME=\"Debian\"\nID=debian\nVERSION_ID=\"12\"\n",
+                "VERSION_ID"
+            ),
+            Some("12".into())
+        );
+    }
+}

@@ -121,6 +121,7 @@ async fn run() {
             .map(|i| (format!("VAR_{i}"), "value".to_string()))
             .collect(),
         mounts: Vec::new(),
+        config: None,
     };
 
     let build = if cfg!(debug_assertions) {

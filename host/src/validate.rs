@@ -136,6 +136,42 @@ fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) ->
 }
 
 /// Every problem with `job` on this agent.
+/// The job's, groups' and tasks' constraints that this node does not meet, each with
+/// the attribute's actual value. A task's constraints see its merged meta (job, group,
+/// task) and every driver this agent has (`attr.driver.<name>`).
+fn constraint_problems(job: &Job, drivers: &DriverSet) -> Vec<Problem> {
+    let mut names = crate::node::facts().clone();
+    for driver in drivers.iter() {
+        names.insert(format!("attr.driver.{}", driver.name()), "1".into());
+    }
+    let mut problems = Vec::new();
+    let mut check = |constraints: &[crate::jobspec::Constraint], meta: &[&[(String, String)]]| {
+        let mut names = names.clone();
+        for (key, value) in meta.iter().flat_map(|m| m.iter()) {
+            names.insert(format!("meta.{key}"), value.clone());
+        }
+        for constraint in constraints {
+            if let Err(message) =
+                crate::jobspec::constraint::check(constraint, &|n| names.get(n).cloned())
+            {
+                problems.push(Problem {
+                    path: constraint.path.clone(),
+                    at: Some(constraint.at),
+                    message,
+                });
+            }
+        }
+    };
+    check(&job.constraints, &[&job.meta]);
+    for group in &job.groups {
+        check(&group.constraints, &[&job.meta, &group.meta]);
+        for task in &group.tasks {
+            check(&task.constraints, &[&job.meta, &group.meta, &task.meta]);
+        }
+    }
+    problems
+}
+
 pub async fn validate(
     job: &Job,
     drivers: &DriverSet,
@@ -145,6 +181,7 @@ pub async fn validate(
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     let job_path = format!("job.{}", job.name);
+    problems.extend(constraint_problems(job, drivers));
     for group in &job.groups {
         let group_path = format!("{job_path}.group.{}", group.name);
         for volume in &group.volumes {

@@ -178,7 +178,7 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     }
     task "a" {
       driver = "exec"
-      config { command = "relative" }
+      config { command = "bin/relative" }
       volume_mount {
         volume           = "ro"
         destination      = "/ro"
@@ -208,7 +208,10 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     );
     assert!(stderr.contains("host volume \"nowhere\" is not configured on this agent (configured: greetings, scratch)"), "{stderr}");
     assert!(
-        stderr.contains("validate-task-config: command \"relative\" must be an absolute path"),
+        stderr.contains(
+            "validate-task-config: command \"bin/relative\" must be an absolute path inside \
+             the task's chroot, or a bare name looked up in the task's PATH"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains("volume_mount \"ro\" uses bidirectional propagation, which needs a read-write volume, but the agent's host_volume \"greetings\" is read-only"), "{stderr}");

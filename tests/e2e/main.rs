@@ -18,3 +18,4 @@ mod hooks;
 mod hostile;
 mod isolation;
 mod jobs;
+mod nomad_jobspecs;

@@ -83,6 +83,9 @@ pub struct Submitted {
     pub alloc_ids: Vec<String>,
     /// Allocs of an earlier version of the job that were stopped first.
     pub replaced: Vec<String>,
+    /// What the jobspec asks for that has no effect here (`file:line:col: path: why`).
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -469,6 +472,11 @@ impl Agent {
             job_id: job.name.clone(),
             alloc_ids,
             replaced,
+            warnings: job
+                .warnings
+                .iter()
+                .map(|w| format!("{source_name}:{w}"))
+                .collect(),
         })
     }
 

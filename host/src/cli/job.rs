@@ -22,6 +22,18 @@ use crate::model::status::ClientStatus;
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
 
+/// Prints a jobspec's warnings as Nomad does, before the outcome.
+fn print_warnings(warnings: impl Iterator<Item = String>) {
+    let warnings: Vec<String> = warnings.collect();
+    if warnings.is_empty() {
+        return;
+    }
+    eprintln!("Job Warnings:");
+    for warning in &warnings {
+        eprintln!("  * {}", super::output::one_line(warning));
+    }
+}
+
 /// Values for a jobspec's variables, as Nomad's CLI takes them.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(super) struct VarArgs {
@@ -123,6 +135,11 @@ pub(super) async fn validate(
 ) -> anyhow::Result<ExitCode> {
     match parse_and_check(path, vars, drivers, hooks, config).await {
         Ok(job) => {
+            print_warnings(
+                job.warnings
+                    .iter()
+                    .map(|w| format!("{}:{w}", path.display())),
+            );
             println!(
                 "Job validation successful: job {:?}, {} group(s)",
                 job.name,
@@ -181,6 +198,7 @@ pub(super) async fn run(
         }
         Err(error) => return Err(error.into()),
     };
+    print_warnings(submitted.warnings.iter().cloned());
     let allocs: Vec<_> = submitted
         .alloc_ids
         .iter()
@@ -272,6 +290,7 @@ pub(super) async fn submit(
         }
         Err(error) => return Err(error.into()),
     };
+    print_warnings(submitted.warnings.iter().cloned());
     println!("==> Job {:?} submitted", submitted.job_id);
     if !submitted.replaced.is_empty() {
         println!(

@@ -4,6 +4,7 @@
 //!
 //! Parsing reports every problem it finds, not only the first.
 
+pub mod constraint;
 mod decode;
 pub mod eval;
 pub(crate) mod fields;

@@ -119,6 +119,7 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(super::volumes_hook::VolumesHook),
         Box::new(super::csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
         Box::new(super::interpolate_hook::InterpolateHook),
+        Box::new(super::template_hook::TemplateHook),
         Box::new(super::wasm_hooks::WasmHooks),
     ]
 }

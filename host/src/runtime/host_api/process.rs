@@ -154,7 +154,7 @@ enum SpawnRefusal {
     MountsWithoutIsolation { driver: String },
     #[error("working dir {0:?} must be absolute inside the task's root")]
     RelativeCwd(PathBuf),
-    #[error("program {0:?} must be an absolute path")]
+    #[error("program {0:?} must be an absolute path, or a bare name looked up in the task's PATH")]
     RelativeProgram(String),
     #[error(
         "driver {driver:?} declared fs-isolation {declared:?} but asked to spawn without \
@@ -284,7 +284,10 @@ impl PluginCtx {
                 })
             }
         };
-        if !Path::new(&request.argv[0]).is_absolute() {
+        // A bare name is looked up in the task's PATH by the child, after its chroot (as
+        // Nomad does); a relative path would depend on the working directory.
+        let program = &request.argv[0];
+        if program.is_empty() || (!Path::new(program).is_absolute() && program.contains('/')) {
             return Err(SpawnRefusal::RelativeProgram(request.argv[0].clone()));
         }
         Ok(SpawnSpec {

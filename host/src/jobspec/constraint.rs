@@ -1,0 +1,208 @@
+//! Nomad's constraint operators, checked against what a node says of itself. On a single
+//! node a constraint either holds, or the job cannot run here: the message gives the
+//! attribute's actual value.
+
+use super::Constraint;
+use super::interpolate::interpolate;
+
+/// Whether `constraint` holds, with `lookup` resolving `${...}` names. `Err` says why not.
+pub fn check(
+    constraint: &Constraint,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    let operator = constraint.operator.as_str();
+    if matches!(operator, "distinct_hosts" | "distinct_property") {
+        // One node: every alloc is on a distinct host, and a property has one value.
+        return Ok(());
+    }
+    let resolved = resolve(&constraint.attribute, lookup);
+    let value = interpolate(&constraint.value, lookup);
+    let shown = || format!("{} {operator} {:?}", constraint.attribute, constraint.value);
+    let Some(actual) = resolved else {
+        return match operator {
+            "is_not_set" => Ok(()),
+            _ => Err(format!(
+                "constraint {} is not met: this node has no {}",
+                shown(),
+                constraint
+                    .attribute
+                    .trim_start_matches("${")
+                    .trim_end_matches('}')
+            )),
+        };
+    };
+    let holds = match operator {
+        "is_set" => true,
+        "is_not_set" => false,
+        "=" | "==" | "is" => actual == value,
+        "!=" | "not" => actual != value,
+        "<" | "<=" | ">" | ">=" => {
+            let ordering = match (actual.trim().parse::<f64>(), value.trim().parse::<f64>()) {
+                (Ok(a), Ok(b)) => a.partial_cmp(&b),
+                _ => Some(actual.as_str().cmp(value.as_str())),
+            };
+            ordering.is_some_and(|o| match operator {
+                "<" => o.is_lt(),
+                "<=" => o.is_le(),
+                ">" => o.is_gt(),
+                _ => o.is_ge(),
+            })
+        }
+        "regexp" => regex::Regex::new(&value)
+            .map_err(|e| format!("constraint {}: not a regular expression: {e}", shown()))?
+            .is_match(&actual),
+        "version" | "semver" => {
+            version_matches(&actual, &value).map_err(|e| format!("constraint {}: {e}", shown()))?
+        }
+        "set_contains" | "set_contains_all" | "set_contains_any" => {
+            let set: Vec<&str> = actual.split(',').map(str::trim).collect();
+            let mut wanted = value.split(',').map(str::trim).filter(|v| !v.is_empty());
+            if operator == "set_contains_any" {
+                wanted.any(|w| set.contains(&w))
+            } else {
+                wanted.all(|w| set.contains(&w))
+            }
+        }
+        other => return Err(format!("unknown constraint operator {other:?}")),
+    };
+    if holds {
+        Ok(())
+    } else {
+        Err(format!(
+            "constraint {} is not met: on this node it is {actual:?}",
+            shown()
+        ))
+    }
+}
+
+/// The attribute's value: `${attr.x}` resolved, `None` when the node has no such name.
+fn resolve(attribute: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let trimmed = attribute.trim();
+    if let Some(name) = trimmed.strip_prefix("${").and_then(|n| n.strip_suffix('}'))
+        && !name.contains("${")
+    {
+        return lookup(name.trim());
+    }
+    Some(interpolate(trimmed, lookup))
+}
+
+/// A version: its numeric parts (`6.18.44`), missing parts as 0.
+fn parse_version(text: &str) -> Result<Vec<u64>, String> {
+    let core = text.trim().trim_start_matches('v');
+    let core = core.split(['-', '+']).next().unwrap_or("");
+    core.split('.')
+        .map(|part| part.parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| format!("{text:?} is not a version"))
+        .and_then(|parts| {
+            if parts.is_empty() || parts.len() > 4 {
+                Err(format!("{text:?} is not a version"))
+            } else {
+                Ok(parts)
+            }
+        })
+}
+
+fn compare(a: &[u64], b: &[u64]) -> std::cmp::Ordering {
+    let len = a.len().max(b.len());
+    let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+    (0..len)
+        .map(|i| at(a, i).cmp(&at(b, i)))
+        .find(|o| o.is_ne())
+        .unwrap_or(std::cmp::Ordering::Equal)
+}
+
+/// `actual` against a go-version constraint list: `>= 1.2, < 2.0`, `~> 1.4`, `= 6.1`.
+fn version_matches(actual: &str, constraints: &str) -> Result<bool, String> {
+    let have = parse_version(actual)?;
+    for clause in constraints.split(',') {
+        let clause = clause.trim();
+        let (operator, version) = ["~>", ">=", "<=", "!=", ">", "<", "="]
+            .iter()
+            .find_map(|op| clause.strip_prefix(op).map(|rest| (*op, rest)))
+            .unwrap_or(("=", clause));
+        let want = parse_version(version)?;
+        let ordering = compare(&have, &want);
+        let ok = match operator {
+            "=" => ordering.is_eq(),
+            "!=" => ordering.is_ne(),
+            ">" => ordering.is_gt(),
+            "<" => ordering.is_lt(),
+            ">=" => ordering.is_ge(),
+            "<=" => ordering.is_le(),
+            // ~> 1.4 means >= 1.4, < 2; ~> 1.4.2 means >= 1.4.2, < 1.5.
+            _ => {
+                let mut upper = want[..want.len().saturating_sub(1).max(1)].to_vec();
+                if let Some(last) = upper.last_mut() {
+                    *last += 1;
+                }
+                if want.len() == 1 {
+                    upper = vec![want[0] + 1];
+                }
+                ordering.is_ge() && compare(&have, &upper).is_lt()
+            }
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Option<String> {
+        match name {
+            "attr.kernel.name" => Some("linux".into()),
+            "attr.kernel.version" => Some("6.18.44".into()),
+            "attr.cpu.numcores" => Some("2".into()),
+            "meta.tags" => Some("ssd, gpu-less, eu".into()),
+            _ => None,
+        }
+    }
+
+    fn holds(attribute: &str, operator: &str, value: &str) -> Result<(), String> {
+        check(
+            &Constraint {
+                attribute: attribute.into(),
+                operator: operator.into(),
+                value: value.into(),
+                at: Default::default(),
+                path: String::new(),
+            },
+            &node,
+        )
+    }
+
+    #[test]
+    fn nomads_operators_on_this_nodes_values() {
+        assert!(holds("${attr.kernel.name}", "=", "linux").is_ok());
+        assert!(holds("${attr.cpu.numcores}", ">=", "2").is_ok());
+        assert!(
+            holds("${attr.cpu.numcores}", ">", "10").is_err(),
+            "numbers, not text"
+        );
+        assert!(holds("${attr.kernel.name}", "regexp", "^lin").is_ok());
+        assert!(holds("${attr.kernel.version}", "version", ">= 5.10, < 7").is_ok());
+        assert!(holds("${attr.kernel.version}", "version", "~> 6.18.0").is_ok());
+        assert!(holds("${attr.kernel.version}", "version", "~> 6.17.0").is_err());
+        assert!(holds("${meta.tags}", "set_contains", "ssd,eu").is_ok());
+        assert!(holds("${meta.tags}", "set_contains_any", "hdd,eu").is_ok());
+        assert!(holds("${meta.rack}", "is_not_set", "").is_ok());
+        assert!(holds("", "distinct_hosts", "true").is_ok());
+    }
+
+    #[test]
+    fn an_unmet_constraint_shows_the_actual_value() {
+        assert_eq!(
+            holds("${attr.kernel.name}", "=", "windows").unwrap_err(),
+            "constraint ${attr.kernel.name} = \"windows\" is not met: on this node it is \"linux\""
+        );
+        assert_eq!(
+            holds("${meta.rack}", "=", "r1").unwrap_err(),
+            "constraint ${meta.rack} = \"r1\" is not met: this node has no meta.rack"
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! Renders the task's `template` blocks into its directory before it starts, and adds
+//! the `env = true` ones to its environment.
+//!
+//! The task's directory is the task's to write, and a task restarts: by then a
+//! destination may be a symlink it planted to a host file. So each file is opened with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the task's directory: the
+//! agent, as root, never writes outside it, whatever the task did there.
+
+use std::io::Write as _;
+use std::os::fd::AsFd as _;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use crate::jobspec::template::{env_lines, render};
+
+pub struct TemplateHook;
+
+impl TaskHook for TemplateHook {
+    fn name(&self) -> &'static str {
+        "template"
+    }
+
+    fn prestart<'a>(
+        &'a self,
+        ctx: &'a TaskHookContext,
+        prepare: &'a mut TaskPrepare,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async move {
+            if ctx.task.templates.is_empty() {
+                return Ok(());
+            }
+            let env: std::collections::BTreeMap<String, String> =
+                prepare.env.iter().cloned().collect();
+            let mut added = Vec::new();
+            for template in &ctx.task.templates {
+                let fail = |message: String| HookError {
+                    hook: "template".into(),
+                    message: format!("{}: {message}", template.destination),
+                };
+                let rendered =
+                    render(&template.data, &|name| env.get(name).cloned()).map_err(fail)?;
+                write_beneath(
+                    &prepare.task_dir,
+                    &template.destination,
+                    rendered.as_bytes(),
+                    template.perms,
+                )
+                .map_err(|e| fail(e.to_string()))?;
+                if template.env {
+                    for (key, value) in env_lines(&rendered).map_err(fail)? {
+                        let valid = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                        if !valid || value.contains('\0') {
+                            return Err(fail(format!(
+                                "{key:?} is not an environment variable name"
+                            )));
+                        }
+                        added.push((key, value));
+                    }
+                }
+            }
+            for (key, value) in added {
+                match prepare.env.iter_mut().find(|(k, _)| *k == key) {
+                    Some(existing) => existing.1 = value,
+                    None => prepare.env.push((key, value)),
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Writes `bytes` to `relative` under `root`, never through a symlink or out of `root`.
+fn write_beneath(
+    root: &std::path::Path,
+    relative: &str,
+    bytes: &[u8],
+    perms: u32,
+) -> std::io::Result<()> {
+    let dir = std::fs::File::open(root)?;
+    let refused = |e: rustix::io::Errno| -> std::io::Error {
+        if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
+            std::io::Error::other(
+                "the path leads out of the task's directory or through a symlink; berth \
+                 does not follow it",
+            )
+        } else {
+            e.into()
+        }
+    };
+    let fd = rustix::fs::openat2(
+        dir.as_fd(),
+        relative,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(perms),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(refused)?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! Nomad jobspecs as Nomad users write them, through `berth job run` and
+//! `berth job validate`: HCL2 variables and locals, constraints checked on this node,
+//! run-time interpolation, templates, a bare command name, and every problem reported
+//! at once.
+
+use berth::model::status::ClientStatus;
+
+use crate::agent_process::AgentProcess;
+
+const JOB: &str = r#"
+variable "greeting" {
+  type = string
+}
+
+variable "who" {
+  type    = string
+  default = "nobody"
+}
+
+locals {
+  message = "${upper(var.greeting)}, ${var.who}"
+}
+
+job "interp" {
+  type = "batch"
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+
+  group "g" {
+    restart {
+      attempts = 0
+    }
+
+    update {
+      max_parallel = 1
+    }
+
+    task "t" {
+      driver = "exec"
+
+      env {
+        MESSAGE = local.message
+      }
+
+      template {
+        data        = "from-template={{ env \"MESSAGE\" }} task={{ env \"NOMAD_TASK_NAME\" }}\n"
+        destination = "local/out.txt"
+      }
+
+      template {
+        data        = "FROM_ENV_TEMPLATE={{ env \"NOMAD_JOB_NAME\" }}\n"
+        destination = "${NOMAD_SECRETS_DIR}/vars.env"
+        env         = true
+      }
+
+      config {
+        command = "sh"
+        args    = ["-c", "echo alloc_dir=${NOMAD_ALLOC_DIR} kernel=${attr.kernel.name} msg=$MESSAGE env_tpl=$FROM_ENV_TEMPLATE; cat ${NOMAD_TASK_DIR}/out.txt"]
+      }
+    }
+  }
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn job_run_evaluates_variables_locals_constraints_interpolation_and_templates() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let jobspec = agent.path().join("interp.nomad.hcl");
+    std::fs::write(&jobspec, JOB).unwrap();
+    let vars = agent.path().join("prod.vars.hcl");
+    std::fs::write(&vars, "who = \"world\"\n").unwrap();
+    let (code, stdout, stderr) = agent.cli(&[
+        "job",
+        "run",
+        "-var",
+        "greeting=hi",
+        "-var-file",
+        vars.to_str().unwrap(),
+        jobspec.to_str().unwrap(),
+    ]);
+    let id = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("alloc "))
+        .unwrap_or_else(|| panic!("{stdout}\n{stderr}"))
+        .to_string();
+    let (_, alloc_status, _) = agent.cli(&["alloc", "status", &id]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}\n{alloc_status}");
+    assert!(
+        stderr.contains("Job Warnings:")
+            && stderr.contains("update has no effect on a single berth node"),
+        "{stderr}"
+    );
+    agent
+        .wait_alloc(&id, "finished", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+    let status = agent.alloc(&id).await;
+    let output = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(status.client_status, ClientStatus::Complete, "{output}");
+    assert_eq!(
+        output,
+        "alloc_dir=/alloc kernel=linux msg=HI, world env_tpl=interp\n\
+         from-template=HI, world task=t\n"
+    );
+
+    // The same job on a node it does not fit: refused, with this node's value.
+    let elsewhere = agent.path().join("elsewhere.hcl");
+    std::fs::write(
+        &elsewhere,
+        JOB.replace("value     = \"linux\"", "value     = \"windows\""),
+    )
+    .unwrap();
+    let (code, _, stderr) = agent.cli(&[
+        "job",
+        "run",
+        "-var",
+        "greeting=hi",
+        elsewhere.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(
+            "job.interp.constraint: constraint ${attr.kernel.name} = \"windows\" is not met: on \
+             this node it is \"linux\""
+        ),
+        "{stderr}"
+    );
+    // Without a value for a variable that has no default: told how to give one.
+    let (code, _, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("variable \"greeting\" has no value: give it one with -var greeting=…"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn job_validate_reports_five_independent_errors_each_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobspec = dir.path().join("broken.hcl");
+    std::fs::write(
+        &jobspec,
+        r#"job "broken" {
+  type = "sytem"
+  vault {
+    policies = ["db"]
+  }
+  group "g" {
+    count = "two"
+    task "t" {
+      driver = "exec"
+      artifact {
+        source = "https://example.com/app.tgz"
+      }
+      template {
+        data        = "{{ key \"app/config\" }}"
+        destination = "/etc/app.conf"
+      }
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+"#,
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["job", "validate"])
+        .arg(&jobspec)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for (line, text) in [
+        (2, "unknown job type \"sytem\""),
+        (3, "vault is not supported: berth cannot fetch Vault tokens"),
+        (7, "count: expected a number"),
+        (
+            10,
+            "artifact is not supported: berth does not download artifacts",
+        ),
+        (14, "template function \"key\" is not supported"),
+        (
+            15,
+            "\"/etc/app.conf\" must be a file in the task's local/ or secrets/ directory",
+        ),
+    ] {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(&format!(":{line}:")) && l.contains(text)),
+            "line {line}: {text}\n{stderr}"
+        );
+    }
+}
+
+/// A task owns its directory, and restarts: a symlink it plants where a template goes
+/// must not make the agent, as root, write a host file on the next start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_destination_turned_symlink_by_the_task_writes_nothing_outside() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let victim = agent.path().join("victim");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    let script = format!(
+        "if [ -L /local/out.txt ]; then echo still-a-link; exit 0; fi; rm -f /local/out.txt; \
+         ln -s {} /local/out.txt; exit 1",
+        victim.display()
+    );
+    let source = format!(
+        r#"job "planter" {{
+  type = "batch"
+  group "g" {{
+    restart {{
+      attempts = 1
+      delay    = "1s"
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "exec"
+      template {{
+        data        = "overwritten by the agent\n"
+        destination = "local/out.txt"
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {}]
+      }}
+    }}
+  }}
+}}
+"#,
+        serde_json::to_string(&script).unwrap()
+    );
+    let submitted = agent.submit("planter.hcl", &source).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "failed", |s| s.client_status == ClientStatus::Failed)
+        .await;
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    let status = agent.alloc(id).await;
+    let events = format!("{:#?}", status.tasks["t"].events);
+    assert!(
+        events.contains(
+            "local/out.txt: the path leads out of the task's directory or through a symlink"
+        ),
+        "{events}"
+    );
+}

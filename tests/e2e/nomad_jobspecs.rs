@@ -256,3 +256,78 @@ async fn a_template_destination_turned_symlink_by_the_task_writes_nothing_outsid
         "{events}"
     );
 }
+
+/// The corpus in `tests/fixtures/jobspecs`: jobspecs written the way Nomad users write
+/// them, each ending with what `berth job validate` must say of it (`# expect: accepted`,
+/// `# expect: warning LINE TEXT`, `# expect: error LINE TEXT`; at the end, so that
+/// adding one moves no line). Every expectation must be met, and nothing else may be
+/// reported.
+#[test]
+fn the_nomad_style_corpus_gets_exactly_its_expected_outcomes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/jobspecs");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "hcl"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 14, "{files:?}");
+    let mut failures = Vec::new();
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        let expected: Vec<(&str, usize, &str)> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect: "))
+            .filter(|e| *e != "accepted")
+            .map(|e| {
+                let mut parts = e.splitn(3, ' ');
+                let kind = parts.next().unwrap();
+                let line = parts.next().unwrap().parse().unwrap();
+                (kind, line, parts.next().unwrap())
+            })
+            .collect();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["job", "validate"])
+            .arg(file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        let name = file.display().to_string();
+        let reported: Vec<(&str, &str)> = stderr
+            .lines()
+            .filter(|l| l.contains(&format!("{name}:")))
+            .map(|l| {
+                let kind = if l.trim_start().starts_with("* ") {
+                    "warning"
+                } else {
+                    "error"
+                };
+                (kind, l)
+            })
+            .collect();
+        let errors_expected = expected.iter().any(|(kind, _, _)| *kind == "error");
+        let code = output.status.code();
+        if code != Some(if errors_expected { 2 } else { 0 }) {
+            failures.push(format!("{name}: exit {code:?}\n{stderr}"));
+            continue;
+        }
+        for (kind, line, text) in &expected {
+            let found = reported.iter().any(|(k, l)| {
+                k == kind && l.contains(&format!("{name}:{line}:")) && l.contains(text)
+            });
+            if !found {
+                failures.push(format!(
+                    "{name}: no {kind} at line {line}: {text}\n{stderr}"
+                ));
+            }
+        }
+        if reported.len() != expected.len() {
+            failures.push(format!(
+                "{name}: {} reported, {} expected\n{stderr}",
+                reported.len(),
+                expected.len()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

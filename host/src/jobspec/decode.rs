@@ -731,7 +731,15 @@ fn service(parent: &str, block: &BlockNode, problems: &mut Findings) -> Service 
         }
     });
     fields.string("provider", problems);
-    fields.blocks("check");
+    scheduler_level(
+        &mut fields,
+        &block.body,
+        &[(
+            "check",
+            "berth runs no service checks yet (services are not registered anywhere)",
+        )],
+        problems,
+    );
     fields.finish(problems);
     Service {
         name,

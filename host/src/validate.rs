@@ -157,7 +157,7 @@ fn constraint_problems(job: &Job, drivers: &DriverSet) -> Vec<Problem> {
                 problems.push(Problem {
                     path: constraint.path.clone(),
                     at: Some(constraint.at),
-                    message,
+                    message: message.to_string(),
                 });
             }
         }

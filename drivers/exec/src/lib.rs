@@ -22,7 +22,9 @@ fn parse_config(json: &str) -> Result<ExecConfig, String> {
         serde_json::from_str(json).map_err(|e| format!("invalid exec config: {e}"))?;
     // A bare name is looked up in the task's PATH inside its chroot, as Nomad does; a
     // relative path would depend on a working directory the task does not choose.
-    if config.command.is_empty() || (!config.command.starts_with('/') && config.command.contains('/')) {
+    if config.command.is_empty()
+        || (!config.command.starts_with('/') && config.command.contains('/'))
+    {
         return Err(format!(
             "command {:?} must be an absolute path inside the task's chroot, or a bare \
              name looked up in the task's PATH",

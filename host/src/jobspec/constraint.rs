@@ -5,11 +5,26 @@
 use super::Constraint;
 use super::interpolate::interpolate;
 
+/// Why a constraint does not hold here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConstraintError {
+    #[error("constraint {shown} is not met: this node has no {name}")]
+    NoSuchAttribute { shown: String, name: String },
+    #[error("constraint {shown} is not met: on this node it is {actual:?}")]
+    Unmet { shown: String, actual: String },
+    #[error("constraint {shown}: not a regular expression: {reason}")]
+    BadRegex { shown: String, reason: String },
+    #[error("constraint {shown}: {version:?} is not a version")]
+    NotAVersion { shown: String, version: String },
+    #[error("unknown constraint operator {0:?}")]
+    UnknownOperator(String),
+}
+
 /// Whether `constraint` holds, with `lookup` resolving `${...}` names. `Err` says why not.
 pub fn check(
     constraint: &Constraint,
     lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), String> {
+) -> Result<(), ConstraintError> {
     let operator = constraint.operator.as_str();
     if matches!(operator, "distinct_hosts" | "distinct_property") {
         // One node: every alloc is on a distinct host, and a property has one value.
@@ -17,18 +32,19 @@ pub fn check(
     }
     let resolved = resolve(&constraint.attribute, lookup);
     let value = interpolate(&constraint.value, lookup);
-    let shown = || format!("{} {operator} {:?}", constraint.attribute, constraint.value);
+    let shown = format!("{} {operator} {:?}", constraint.attribute, constraint.value);
     let Some(actual) = resolved else {
         return match operator {
             "is_not_set" => Ok(()),
-            _ => Err(format!(
-                "constraint {} is not met: this node has no {}",
-                shown(),
-                constraint
+            _ => Err(ConstraintError::NoSuchAttribute {
+                shown,
+                name: constraint
                     .attribute
+                    .trim()
                     .trim_start_matches("${")
                     .trim_end_matches('}')
-            )),
+                    .to_string(),
+            }),
         };
     };
     let holds = match operator {
@@ -49,10 +65,18 @@ pub fn check(
             })
         }
         "regexp" => regex::Regex::new(&value)
-            .map_err(|e| format!("constraint {}: not a regular expression: {e}", shown()))?
+            .map_err(|e| ConstraintError::BadRegex {
+                shown: shown.clone(),
+                reason: e.to_string(),
+            })?
             .is_match(&actual),
         "version" | "semver" => {
-            version_matches(&actual, &value).map_err(|e| format!("constraint {}: {e}", shown()))?
+            version_matches(&actual, &value).map_err(|BadVersion(version)| {
+                ConstraintError::NotAVersion {
+                    shown: shown.clone(),
+                    version,
+                }
+            })?
         }
         "set_contains" | "set_contains_all" | "set_contains_any" => {
             let set: Vec<&str> = actual.split(',').map(str::trim).collect();
@@ -63,15 +87,12 @@ pub fn check(
                 wanted.all(|w| set.contains(&w))
             }
         }
-        other => return Err(format!("unknown constraint operator {other:?}")),
+        other => return Err(ConstraintError::UnknownOperator(other.to_string())),
     };
     if holds {
         Ok(())
     } else {
-        Err(format!(
-            "constraint {} is not met: on this node it is {actual:?}",
-            shown()
-        ))
+        Err(ConstraintError::Unmet { shown, actual })
     }
 }
 
@@ -86,21 +107,15 @@ fn resolve(attribute: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Option<S
     Some(interpolate(trimmed, lookup))
 }
 
-/// A version: its numeric parts (`6.18.44`), missing parts as 0.
-fn parse_version(text: &str) -> Result<Vec<u64>, String> {
+/// A version's numeric parts (`6.18.44`); `None` when `text` is not one.
+fn parse_version(text: &str) -> Option<Vec<u64>> {
     let core = text.trim().trim_start_matches('v');
     let core = core.split(['-', '+']).next().unwrap_or("");
-    core.split('.')
-        .map(|part| part.parse::<u64>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| format!("{text:?} is not a version"))
-        .and_then(|parts| {
-            if parts.is_empty() || parts.len() > 4 {
-                Err(format!("{text:?} is not a version"))
-            } else {
-                Ok(parts)
-            }
-        })
+    let parts = core
+        .split('.')
+        .map(|part| part.parse::<u64>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    (!parts.is_empty() && parts.len() <= 4).then_some(parts)
 }
 
 fn compare(a: &[u64], b: &[u64]) -> std::cmp::Ordering {
@@ -112,16 +127,21 @@ fn compare(a: &[u64], b: &[u64]) -> std::cmp::Ordering {
         .unwrap_or(std::cmp::Ordering::Equal)
 }
 
+/// The text that is not a version.
+struct BadVersion(String);
+
 /// `actual` against a go-version constraint list: `>= 1.2, < 2.0`, `~> 1.4`, `= 6.1`.
-fn version_matches(actual: &str, constraints: &str) -> Result<bool, String> {
-    let have = parse_version(actual)?;
+fn version_matches(actual: &str, constraints: &str) -> Result<bool, BadVersion> {
+    let version =
+        |text: &str| parse_version(text).ok_or_else(|| BadVersion(text.trim().to_string()));
+    let have = version(actual)?;
     for clause in constraints.split(',') {
         let clause = clause.trim();
-        let (operator, version) = ["~>", ">=", "<=", "!=", ">", "<", "="]
+        let (operator, wanted) = ["~>", ">=", "<=", "!=", ">", "<", "="]
             .iter()
             .find_map(|op| clause.strip_prefix(op).map(|rest| (*op, rest)))
             .unwrap_or(("=", clause));
-        let want = parse_version(version)?;
+        let want = version(wanted)?;
         let ordering = compare(&have, &want);
         let ok = match operator {
             "=" => ordering.is_eq(),
@@ -132,13 +152,15 @@ fn version_matches(actual: &str, constraints: &str) -> Result<bool, String> {
             "<=" => ordering.is_le(),
             // ~> 1.4 means >= 1.4, < 2; ~> 1.4.2 means >= 1.4.2, < 1.5.
             _ => {
-                let mut upper = want[..want.len().saturating_sub(1).max(1)].to_vec();
-                if let Some(last) = upper.last_mut() {
-                    *last += 1;
-                }
-                if want.len() == 1 {
-                    upper = vec![want[0] + 1];
-                }
+                let upper = if want.len() == 1 {
+                    vec![want[0] + 1]
+                } else {
+                    let mut upper = want[..want.len() - 1].to_vec();
+                    if let Some(last) = upper.last_mut() {
+                        *last += 1;
+                    }
+                    upper
+                };
                 ordering.is_ge() && compare(&have, &upper).is_lt()
             }
         };
@@ -174,6 +196,7 @@ mod tests {
             },
             &node,
         )
+        .map_err(|e| e.to_string())
     }
 
     #[test]

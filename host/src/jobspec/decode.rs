@@ -987,7 +987,7 @@ fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<Constraint> 
     fields
         .blocks("constraint")
         .into_iter()
-        .filter_map(|block| {
+        .map(|block| {
             let mut c = Fields::new(
                 &block.body,
                 path.clone(),
@@ -1030,23 +1030,23 @@ fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<Constraint> 
                         .into(),
                 );
             }
-            if operator == "regexp" {
-                if let Err(error) = regex::Regex::new(&value) {
-                    c.problem_with(
-                        problems,
-                        "value",
-                        format!("{value:?} is not a regular expression: {error}"),
-                    );
-                }
+            if operator == "regexp"
+                && let Err(error) = regex::Regex::new(&value)
+            {
+                c.problem_with(
+                    problems,
+                    "value",
+                    format!("{value:?} is not a regular expression: {error}"),
+                );
             }
             c.finish(problems);
-            Some(Constraint {
+            Constraint {
                 attribute,
                 operator,
                 value,
                 at: block.at,
                 path: path.clone(),
-            })
+            }
         })
         .collect()
 }
@@ -1104,14 +1104,14 @@ fn template(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
     fields.bool("error_on_missing_key", problems);
     let data = fields.string("data", problems).unwrap_or_default();
     if let Err(message) = super::template::check(&data) {
-        fields.problem_with(problems, "data", message);
+        fields.problem_with(problems, "data", message.to_string());
     }
     let destination = fields
         .required_string("destination", problems)
         .and_then(|d| match super::template::destination(&d) {
             Ok(d) => Some(d),
             Err(message) => {
-                fields.problem_with(problems, "destination", message);
+                fields.problem_with(problems, "destination", message.to_string());
                 None
             }
         });

@@ -62,6 +62,76 @@ impl VariableInputs {
     }
 }
 
+/// Why an expression, a variable value or a file could not be evaluated.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    #[error(
+        "{name} is known only when the task starts; use it inside a string, as \
+         \"${{{name}…}}\""
+    )]
+    RunTimeName { name: String },
+    #[error("a for expression inside another is not supported")]
+    NestedFor,
+    #[error(
+        "file() reads the disk of the machine that evaluates it: `berth job run` and \
+         `berth job validate` replace each file(\"…\") by the file's text before the agent \
+         sees the jobspec; the agent reads no files for a job author"
+    )]
+    FileOnAgent,
+    #[error("unknown function {name}() (berth has: {})", super::functions::NAMES.join(", "))]
+    UnknownFunction { name: String },
+    #[error("{0}")]
+    Hcl(String),
+    #[error(
+        "the jobspec makes more than {MAX_REFERENCES} references to variables and locals; \
+         berth allows {MAX_REFERENCES}"
+    )]
+    TooManyReferences,
+    #[error("the value is {size} bytes as JSON; berth allows {MAX_VALUE_BYTES}")]
+    TooLarge { size: usize },
+    #[error("cannot put {kind} in a string")]
+    NotText { kind: &'static str },
+    #[error(
+        "a template directive (%{{ if }} / %{{ for }}) mixed with run-time variables is not \
+         supported"
+    )]
+    DirectiveAtRunTime,
+    #[error("unknown type {0:?}")]
+    UnknownType(String),
+    #[error(
+        "a type is a name (string, number, bool, any) or list(…), set(…), map(…), \
+         object(…), tuple(…)"
+    )]
+    NotAType,
+    #[error("expected {want}, got {got}")]
+    WrongType { want: String, got: &'static str },
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    #[error("{0:?} is not an HCL value of the declared type")]
+    NotAValue(String),
+    #[error("{line}:{column}: {message}")]
+    VarFileSyntax {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("a var file holds name = value lines only, not blocks ({0:?})")]
+    VarFileBlock(String),
+    #[error("{name}: {source}")]
+    VarFileValue {
+        name: String,
+        source: Box<EvalError>,
+    },
+    #[error("file() takes one literal path, as file(\"config/app.conf\"): {written}")]
+    FilePath { written: String },
+    #[error("file({path:?}): {reason}")]
+    FileRead { path: String, reason: String },
+    #[error("file({path:?}) is {size} bytes; berth inlines at most {MAX_FILE_BYTES}")]
+    FileTooLarge { path: String, size: u64 },
+    #[error("file({path:?}) is not UTF-8 text")]
+    FileNotText { path: String },
+}
+
 /// The scope a jobspec body is evaluated in.
 pub struct Scope {
     ctx: Context<'static>,
@@ -69,10 +139,10 @@ pub struct Scope {
 }
 
 /// Where a problem was, before it gets the jobspec path of the block around it.
-fn problem(at: Location, message: impl Into<String>) -> SyntaxProblem {
+fn problem(at: Location, message: impl ToString) -> SyntaxProblem {
     SyntaxProblem {
         at,
-        message: message.into(),
+        message: message.to_string(),
     }
 }
 
@@ -418,19 +488,16 @@ impl Scope {
     }
 
     /// Evaluates an expression that names only `var`, `local` and functions.
-    pub fn evaluate(&self, expr: &Expression) -> Result<hcl::Value, String> {
+    pub fn evaluate(&self, expr: &Expression) -> Result<hcl::Value, EvalError> {
         let roots = roots_of(expr);
         if roots.nested_for {
-            return Err("a for expression inside another is not supported".into());
+            return Err(EvalError::NestedFor);
         }
         if roots.calls_file {
-            return Err(FILE_ON_AGENT.into());
+            return Err(EvalError::FileOnAgent);
         }
         if let Some(name) = roots.names.iter().find(|n| *n != "var" && *n != "local") {
-            return Err(format!(
-                "{name} is known only when the task starts; use it inside a string, as \
-                 \"${{{name}…}}\""
-            ));
+            return Err(EvalError::RunTimeName { name: name.clone() });
         }
         hcl::Expression::from(expr.clone())
             .evaluate(&self.ctx)
@@ -438,13 +505,10 @@ impl Scope {
     }
 
     /// Counts references; past [`MAX_REFERENCES`], refuses.
-    pub fn count(&mut self, expr: &Expression) -> Result<(), String> {
+    pub fn count(&mut self, expr: &Expression) -> Result<(), EvalError> {
         self.references += roots_of(expr).references;
         if self.references > MAX_REFERENCES {
-            return Err(format!(
-                "the jobspec makes more than {MAX_REFERENCES} references to variables and \
-                 locals; berth allows {MAX_REFERENCES}"
-            ));
+            return Err(EvalError::TooManyReferences);
         }
         Ok(())
     }
@@ -461,7 +525,7 @@ impl Scope {
         template: &hcl_edit::template::Template,
         whole: &Expression,
         source: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, EvalError> {
         let roots = roots_of(whole);
         if evaluable(&roots) {
             return match self.evaluate(whole)? {
@@ -480,14 +544,13 @@ impl Scope {
                             hcl::Value::Number(n) => out.push_str(&n.to_string()),
                             hcl::Value::Bool(b) => out.push_str(&b.to_string()),
                             other => {
-                                return Err(format!(
-                                    "cannot put {} in a string",
-                                    if other.is_array() {
+                                return Err(EvalError::NotText {
+                                    kind: if other.is_array() {
                                         "a list"
                                     } else {
                                         "an object or null"
-                                    }
-                                ));
+                                    },
+                                });
                             }
                         }
                     } else {
@@ -495,18 +558,14 @@ impl Scope {
                             .expr
                             .span()
                             .and_then(|span| source.get(span))
-                            .ok_or("an interpolation without its text")?;
+                            .ok_or(EvalError::DirectiveAtRunTime)?;
                         out.push_str("${");
                         out.push_str(text.trim());
                         out.push('}');
                     }
                 }
                 hcl_edit::template::Element::Directive(_) => {
-                    return Err(
-                        "a template directive (%{ if } / %{ for }) mixed with run-time \
-                         variables is not supported"
-                            .into(),
-                    );
+                    return Err(EvalError::DirectiveAtRunTime);
                 }
             }
         }
@@ -514,33 +573,23 @@ impl Scope {
     }
 }
 
-const FILE_ON_AGENT: &str = "file() reads the disk of the machine that evaluates it: \
-     `berth job run` and `berth job validate` replace each file(\"…\") by the file's text \
-     before the agent sees the jobspec; the agent reads no files for a job author";
-
-/// An evaluation error in a user's words.
-fn explain(error: &hcl::eval::Error) -> String {
-    use hcl::eval::ErrorKind;
+/// An hcl-rs evaluation error in a user's words.
+fn explain(error: &hcl::eval::Error) -> EvalError {
     match error.kind() {
-        ErrorKind::UndefinedFunc(name) => {
-            format!(
-                "unknown function {name}() (berth has: {})",
-                super::functions::NAMES.join(", ")
-            )
-        }
-        _ => error.to_string(),
+        hcl::eval::ErrorKind::UndefinedFunc(name) => EvalError::UnknownFunction {
+            name: name.to_string(),
+        },
+        _ => EvalError::Hcl(error.to_string()),
     }
 }
 
 /// Refuses a value larger than [`MAX_VALUE_BYTES`] as JSON.
-fn bounded(value: &hcl::Value) -> Result<(), String> {
+fn bounded(value: &hcl::Value) -> Result<(), EvalError> {
     let size = serde_json::to_vec(&super::functions::to_json(value))
         .map(|v| v.len())
         .unwrap_or(usize::MAX);
     if size > MAX_VALUE_BYTES {
-        return Err(format!(
-            "the value is {size} bytes as JSON; berth allows {MAX_VALUE_BYTES}"
-        ));
+        return Err(EvalError::TooLarge { size });
     }
     Ok(())
 }
@@ -653,17 +702,17 @@ enum TypeConstraint {
 }
 
 impl TypeConstraint {
-    fn parse(expr: &Expression) -> Result<TypeConstraint, String> {
+    fn parse(expr: &Expression) -> Result<TypeConstraint, EvalError> {
         match expr {
             Expression::Variable(ident) => match ident.as_str() {
                 "any" => Ok(TypeConstraint::Any),
                 "string" => Ok(TypeConstraint::String),
                 "number" => Ok(TypeConstraint::Number),
                 "bool" => Ok(TypeConstraint::Bool),
-                other => Err(format!("unknown type {other:?}")),
+                other => Err(EvalError::UnknownType(other.to_string())),
             },
             Expression::FuncCall(call) => {
-                let inner = || -> Result<TypeConstraint, String> {
+                let inner = || -> Result<TypeConstraint, EvalError> {
                     match call.args.iter().next() {
                         Some(arg) => TypeConstraint::parse(arg),
                         None => Ok(TypeConstraint::Any),
@@ -674,17 +723,17 @@ impl TypeConstraint {
                     "map" => Ok(TypeConstraint::Map(Box::new(inner()?))),
                     "object" => Ok(TypeConstraint::Object),
                     "tuple" => Ok(TypeConstraint::Tuple),
-                    other => Err(format!("unknown type constructor {other}(…)")),
+                    other => Err(EvalError::UnknownType(format!("{other}(…)"))),
                 }
             }
-            _ => Err("a type is a name (string, number, bool, any) or list(…), set(…), map(…), object(…), tuple(…)".into()),
+            _ => Err(EvalError::NotAType),
         }
     }
 
     /// Converts `value` to this type, as HCL does (`"5"` is a number, `5` a string). A
     /// string from the command line or the environment is parsed as HCL for the complex
     /// types (`-var 'dcs=["a","b"]'`).
-    fn convert(&self, value: hcl::Value, from_text: bool) -> Result<hcl::Value, String> {
+    fn convert(&self, value: hcl::Value, from_text: bool) -> Result<hcl::Value, EvalError> {
         use hcl::Value as V;
         let kind = |v: &V| match v {
             V::Null => "null",
@@ -705,7 +754,7 @@ impl TypeConstraint {
             V::String(text) if from_text && complex => {
                 let expr: Expression = text
                     .parse()
-                    .map_err(|_| format!("{text:?} is not an HCL value of the declared type"))?;
+                    .map_err(|_| EvalError::NotAValue(text.clone()))?;
                 Scope::empty().evaluate(&expr)?
             }
             other => other,
@@ -725,7 +774,7 @@ impl TypeConstraint {
                     Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => V::from(f as i64),
                     _ => V::Number(n),
                 })
-                .ok_or_else(|| format!("{s:?} is not a number")),
+                .ok_or(EvalError::NotANumber(s)),
             (TypeConstraint::Bool, V::Bool(b)) => Ok(V::Bool(b)),
             (TypeConstraint::Bool, V::String(s)) if s == "true" || s == "false" => {
                 Ok(V::Bool(s == "true"))
@@ -738,11 +787,14 @@ impl TypeConstraint {
             (TypeConstraint::Map(inner), V::Object(map)) => map
                 .into_iter()
                 .map(|(k, v)| Ok((k, inner.convert(v, false)?)))
-                .collect::<Result<hcl::Map<_, _>, String>>()
+                .collect::<Result<hcl::Map<_, _>, EvalError>>()
                 .map(V::Object),
             (TypeConstraint::Object, V::Object(map)) => Ok(V::Object(map)),
             (TypeConstraint::Tuple, V::Array(items)) => Ok(V::Array(items)),
-            (want, got) => Err(format!("expected {}, got {}", want.describe(), kind(&got))),
+            (want, got) => Err(EvalError::WrongType {
+                want: want.describe(),
+                got: kind(&got),
+            }),
         }
     }
 
@@ -761,10 +813,14 @@ impl TypeConstraint {
 }
 
 /// A `-var-file`: `name = value` attributes with literal values (functions allowed).
-fn parse_var_file(source: &str) -> Result<Vec<(String, hcl::Value)>, String> {
+fn parse_var_file(source: &str) -> Result<Vec<(String, hcl::Value)>, EvalError> {
     let body = hcl_edit::parser::parse_body(source).map_err(|e| {
         let at = e.location();
-        format!("{}:{}: {}", at.line(), at.column(), e.message())
+        EvalError::VarFileSyntax {
+            line: at.line(),
+            column: at.column(),
+            message: e.message().to_string(),
+        }
     })?;
     let scope = Scope::empty();
     let mut values = Vec::new();
@@ -773,14 +829,14 @@ fn parse_var_file(source: &str) -> Result<Vec<(String, hcl::Value)>, String> {
             Structure::Attribute(attr) => {
                 let value = scope
                     .evaluate(&attr.value)
-                    .map_err(|m| format!("{}: {m}", attr.key.as_str()))?;
+                    .map_err(|e| EvalError::VarFileValue {
+                        name: attr.key.as_str().to_string(),
+                        source: Box::new(e),
+                    })?;
                 values.push((attr.key.as_str().to_string(), value));
             }
             Structure::Block(block) => {
-                return Err(format!(
-                    "a var file holds name = value lines only, not blocks ({:?})",
-                    block.ident.as_str()
-                ));
+                return Err(EvalError::VarFileBlock(block.ident.as_str().to_string()));
             }
         }
     }
@@ -796,7 +852,7 @@ pub fn inline_files(source: &str, base: &Path) -> Result<String, Vec<SyntaxProbl
         return Ok(source.to_string());
     };
     struct Calls<'a> {
-        found: Vec<(std::ops::Range<usize>, Result<String, String>)>,
+        found: Vec<(std::ops::Range<usize>, Result<String, EvalError>)>,
         source: &'a str,
     }
     impl Visit for Calls<'_> {
@@ -808,10 +864,9 @@ pub fn inline_files(source: &str, base: &Path) -> Result<String, Vec<SyntaxProbl
             let args: Vec<&Expression> = call.args.iter().collect();
             let path = match args.as_slice() {
                 [Expression::String(s)] => Ok(s.value().to_string()),
-                _ => Err(format!(
-                    "file() takes one literal path, as file(\"config/app.conf\"): {}",
-                    self.source.get(span.clone()).unwrap_or("")
-                )),
+                _ => Err(EvalError::FilePath {
+                    written: self.source.get(span.clone()).unwrap_or("").to_string(),
+                }),
             };
             self.found.push((span, path));
         }
@@ -828,15 +883,19 @@ pub fn inline_files(source: &str, base: &Path) -> Result<String, Vec<SyntaxProbl
         let at = lines.at(Some(span.clone()));
         let text = path.and_then(|path| {
             let full = base.join(&path);
-            let meta = std::fs::metadata(&full).map_err(|e| format!("file({path:?}): {e}"))?;
+            let read_error = |e: std::io::Error| EvalError::FileRead {
+                path: path.clone(),
+                reason: e.to_string(),
+            };
+            let meta = std::fs::metadata(&full).map_err(read_error)?;
             if meta.len() > MAX_FILE_BYTES as u64 {
-                return Err(format!(
-                    "file({path:?}) is {} bytes; berth inlines at most {MAX_FILE_BYTES}",
-                    meta.len()
-                ));
+                return Err(EvalError::FileTooLarge {
+                    path: path.clone(),
+                    size: meta.len(),
+                });
             }
-            let bytes = std::fs::read(&full).map_err(|e| format!("file({path:?}): {e}"))?;
-            String::from_utf8(bytes).map_err(|_| format!("file({path:?}) is not UTF-8 text"))
+            let bytes = std::fs::read(&full).map_err(read_error)?;
+            String::from_utf8(bytes).map_err(|_| EvalError::FileNotText { path: path.clone() })
         });
         match text {
             Ok(text) => out.replace_range(span, &quote(&text)),

@@ -15,7 +15,9 @@ pub const MAX_STRING: usize = 64 * 1024;
 /// The most elements a function returns in a list or object.
 pub const MAX_ITEMS: usize = 1024;
 
-type Result = std::result::Result<Value, String>;
+/// What hcl-rs's function signature (`hcl::eval::Func`) returns: the error is the text
+/// hcl-rs shows the user.
+type Result = std::result::Result<hcl::Value, String>;
 
 /// Declares every function in `ctx`.
 pub fn declare_all(ctx: &mut Context) {
@@ -603,25 +605,24 @@ fn element(args: FuncArgs) -> Result {
 }
 
 fn flatten(args: FuncArgs) -> Result {
-    fn walk(list: &[Value], out: &mut Vec<Value>, depth: usize) -> std::result::Result<(), String> {
-        if depth > 32 {
-            return Err("lists nested more than 32 deep".into());
-        }
-        for item in list {
-            match item {
-                Value::Array(inner) => walk(inner, out, depth + 1)?,
-                other => out.push(other.clone()),
-            }
-            if out.len() > MAX_ITEMS {
-                return Err(format!(
-                    "the result would have more than {MAX_ITEMS} elements"
-                ));
-            }
-        }
-        Ok(())
+    /// Appends the leaves of `list`; false once they pass the bounds.
+    fn walk(list: &[Value], out: &mut Vec<Value>, depth: usize) -> bool {
+        depth <= 32
+            && list.iter().all(|item| {
+                match item {
+                    Value::Array(inner) => return walk(inner, out, depth + 1),
+                    other => out.push(other.clone()),
+                }
+                out.len() <= MAX_ITEMS
+            })
     }
     let mut out = Vec::new();
-    walk(array(&args[0]), &mut out, 0)?;
+    if !walk(array(&args[0]), &mut out, 0) {
+        return Err(format!(
+            "the result would be nested more than 32 deep or have more than {MAX_ITEMS} \
+             elements"
+        ));
+    }
     items(Some(out))
 }
 
@@ -658,7 +659,7 @@ fn range(args: FuncArgs) -> Result {
     (0..count as usize)
         .map(|i| number(start + step * i as f64))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map(|list| Value::Array(list))
+        .map(Value::Array)
 }
 
 pub fn to_json(value: &Value) -> serde_json::Value {

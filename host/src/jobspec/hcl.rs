@@ -221,7 +221,10 @@ fn convert_expr(expr: &Expression, reader: &mut Reader) -> Located<Value> {
         match evaluated {
             Some(Ok(value)) => return Located { value, at },
             Some(Err(message)) => {
-                reader.problems.push(SyntaxProblem { at, message });
+                reader.problems.push(SyntaxProblem {
+                    at,
+                    message: message.to_string(),
+                });
                 return Located {
                     value: Value::Null,
                     at,

@@ -34,25 +34,25 @@ impl TaskHook for TemplateHook {
                 prepare.env.iter().cloned().collect();
             let mut added = Vec::new();
             for template in &ctx.task.templates {
-                let fail = |message: String| HookError {
+                let fail = |message: &dyn std::fmt::Display| HookError {
                     hook: "template".into(),
                     message: format!("{}: {message}", template.destination),
                 };
                 let rendered =
-                    render(&template.data, &|name| env.get(name).cloned()).map_err(fail)?;
+                    render(&template.data, &|name| env.get(name).cloned()).map_err(|e| fail(&e))?;
                 write_beneath(
                     &prepare.task_dir,
                     &template.destination,
                     rendered.as_bytes(),
                     template.perms,
                 )
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(&e))?;
                 if template.env {
-                    for (key, value) in env_lines(&rendered).map_err(fail)? {
+                    for (key, value) in env_lines(&rendered).map_err(|e| fail(&e))? {
                         let valid = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
                             && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                         if !valid || value.contains('\0') {
-                            return Err(fail(format!(
+                            return Err(fail(&format!(
                                 "{key:?} is not an environment variable name"
                             )));
                         }

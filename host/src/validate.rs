@@ -277,10 +277,11 @@ async fn check_task(
         }
         Some(driver) => {
             if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
+                let (at, message) = task.place_config_error(&error.to_string());
                 problems.push(Problem {
                     path: format!("{task_path}.config"),
-                    at: Some(task.at),
-                    message: format!("{error}"),
+                    at: Some(at),
+                    message,
                 });
             }
         }

@@ -375,10 +375,16 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Findings) ->
     let driver = fields
         .required_string("driver", problems)
         .unwrap_or_default();
-    let config = match fields.single_block("config", problems) {
+    let config_block = fields.single_block("config", problems);
+    let config = match config_block {
         Some(config) => block_json(&config.body),
         None => serde_json::json!({}),
     };
+    let config_at = config_block.map(|config| {
+        let keys = config.body.attrs.iter().map(|a| (a.name.clone(), a.at));
+        let blocks = config.body.blocks.iter().map(|b| (b.kind.clone(), b.at));
+        (config.at, keys.chain(blocks).collect())
+    });
     let env = fields.string_map("env", problems);
     let meta = fields.string_map("meta", problems);
     let hooks_at = fields.attr("hooks").map(|v| v.at).unwrap_or(block.at);
@@ -512,6 +518,7 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Findings) ->
         at: block.at,
         driver_at,
         hooks_at,
+        config_at: config_at.unwrap_or_default(),
     }
 }
 

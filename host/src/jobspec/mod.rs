@@ -134,6 +134,33 @@ pub struct Task {
     pub driver_at: Location,
     #[serde(skip)]
     pub hooks_at: Location,
+    /// Where the `config` block and each of its keys are written, to place a driver's
+    /// complaint about one of them.
+    #[serde(skip)]
+    pub config_at: (Location, Vec<(String, Location)>),
+}
+
+impl Task {
+    /// Where a driver's config error belongs: at the key it names (serde's
+    /// "unknown field `comand`" or "missing field `command`"), else at the config block,
+    /// with serde's position in the JSON the driver was given cut off (the user wrote HCL).
+    pub fn place_config_error(&self, error: &str) -> (Location, String) {
+        let message = match error.rfind(" at line ") {
+            Some(at) if error[at..].contains(" column ") => error[..at].to_string(),
+            _ => error.to_string(),
+        };
+        let named = message
+            .split('`')
+            .nth(1)
+            .and_then(|key| self.config_at.1.iter().find(|(k, _)| k == key))
+            .map(|(_, at)| *at);
+        let block = if self.config_at.0.line > 0 {
+            self.config_at.0
+        } else {
+            self.at
+        };
+        (named.unwrap_or(block), message)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

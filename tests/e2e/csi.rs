@@ -77,7 +77,8 @@ fn plugin_job(job: &str, id: &str, args: &[&str], health_timeout: &str) -> Strin
       driver = "exec"
       config {{
         command = "/opt/csi/csi-hostpath"
-        args    = [{args}]
+        # Interpolated when the task starts, as in Nomad (the plugin refuses a literal).
+        args    = ["--endpoint", "${{CSI_ENDPOINT}}", {args}]
       }}
       volume_mount {{
         volume      = "bin"

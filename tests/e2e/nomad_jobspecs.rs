@@ -38,8 +38,18 @@ job "interp" {
       max_parallel = 1
     }
 
+    volume "scratch" {
+      type   = "host"
+      source = "scratch"
+    }
+
     task "t" {
       driver = "exec"
+
+      volume_mount {
+        volume      = "scratch"
+        destination = "${NOMAD_TASK_DIR}/scratch"
+      }
 
       env {
         MESSAGE = local.message
@@ -58,7 +68,7 @@ job "interp" {
 
       config {
         command = "sh"
-        args    = ["-c", "echo alloc_dir=${NOMAD_ALLOC_DIR} kernel=${attr.kernel.name} msg=$MESSAGE env_tpl=$FROM_ENV_TEMPLATE; cat ${NOMAD_TASK_DIR}/out.txt"]
+        args    = ["-c", "echo alloc_dir=${NOMAD_ALLOC_DIR} kernel=${attr.kernel.name} msg=$MESSAGE env_tpl=$FROM_ENV_TEMPLATE; cat ${NOMAD_TASK_DIR}/out.txt; echo from-task > ${NOMAD_TASK_DIR}/scratch/note"]
       }
     }
   }
@@ -109,6 +119,11 @@ async fn job_run_evaluates_variables_locals_constraints_interpolation_and_templa
         output,
         "alloc_dir=/alloc kernel=linux msg=HI, world env_tpl=interp\n\
          from-template=HI, world task=t\n"
+    );
+    // The volume went where its interpolated destination says.
+    assert_eq!(
+        std::fs::read_to_string(agent.path().join("scratch/note")).unwrap(),
+        "from-task\n"
     );
 
     // The same job on a node it does not fit: refused, with this node's value.

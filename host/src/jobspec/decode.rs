@@ -536,9 +536,15 @@ fn volume_mount(parent: &str, block: &BlockNode, problems: &mut Findings) -> Opt
         ],
     );
     let volume = fields.required_string("volume", problems);
+    // `${NOMAD_ALLOC_DIR}/data` is interpolated when the task starts, and checked then
+    // (the `volumes` hook); what is written around the names is checked now.
     let destination = fields
         .required_string("destination", problems)
-        .and_then(|d| task_path(&mut fields, "destination", &d, block.at, problems));
+        .and_then(|d| {
+            let literal = super::interpolate::interpolate(&d, &|_| Some("/x".into()));
+            task_path(&mut fields, "destination", &literal, block.at, problems)
+                .map(|_| if d.contains("${") { d } else { literal })
+        });
     let read_only = fields.bool("read_only", problems).unwrap_or(false);
     let propagation_text = fields
         .string("propagation_mode", problems)

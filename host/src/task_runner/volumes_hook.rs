@@ -4,6 +4,8 @@
 
 use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
 use crate::jobspec::VolumeType;
+use crate::jobspec::interpolate::interpolate;
+use crate::jobspec::names::normalise_task_path;
 use crate::model::mount::HandedMount;
 use crate::validate::{bidirectional_refusal, mount_config_refusal};
 
@@ -71,9 +73,22 @@ impl TaskHook for VolumesHook {
                         host_path.display()
                     )));
                 }
+                let destination = if mount.destination.contains("${") {
+                    let lookup = super::interpolate_hook::runtime_names(ctx, &prepare.env);
+                    let interpolated = interpolate(&mount.destination, &lookup);
+                    normalise_task_path(&interpolated).map_err(|error| {
+                        fail(format!(
+                            "volume_mount {:?}: destination {:?} is {interpolated:?} here, \
+                             and {error}",
+                            mount.volume, mount.destination
+                        ))
+                    })?
+                } else {
+                    mount.destination.clone()
+                };
                 prepare.mounts.push(HandedMount {
                     host_path,
-                    task_path: mount.destination.clone().into(),
+                    task_path: destination.into(),
                     read_only: volume.read_only || mount.read_only || host_read_only,
                     propagation: mount.propagation,
                 });

@@ -558,3 +558,47 @@ async fn a_drivers_log_line_carries_its_alloc_task_and_call() {
         "expected {expected:?} in:\n{line}"
     );
 }
+
+/// A finished job whose allocs are all collected is collected too: nothing of it is left
+/// to show. A running one, or one submitted again, is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_with_nothing_left_are_collected_and_the_job_list_pages() {
+    let mut agent = AgentProcess::with_config("gc {\n  max_allocs = 0\n  interval = \"1h\"\n}\n");
+    agent.start().await;
+    for name in ["a-job", "b-job", "c-job", "d-job", "e-job"] {
+        run_mock_batch(&agent, name).await;
+    }
+    // Pages of two, in id order, each naming where the next starts.
+    let client = agent.client();
+    let mut seen = Vec::new();
+    let mut path = "/v1/jobs?per_page=2".to_string();
+    loop {
+        let (page, next): (Vec<berth::agent::JobStatus>, Option<String>) =
+            client.get_page(&path).await.unwrap();
+        assert!(page.len() <= 2);
+        seen.extend(page.into_iter().map(|j| j.id));
+        match next {
+            Some(next) => path = format!("/v1/jobs?per_page=2&next_token={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a-job", "b-job", "c-job", "d-job", "e-job"]);
+    let (prefixed, _): (Vec<berth::agent::JobStatus>, _) =
+        client.get_page("/v1/jobs?prefix=c-").await.unwrap();
+    assert_eq!(prefixed.len(), 1);
+
+    let (code, stdout, stderr) = agent.cli(&["system", "gc"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("Collected 5 finished alloc(s)"), "{stdout}");
+    assert!(
+        stdout.contains("Collected 5 job(s) with nothing left: a-job, b-job, c-job, d-job, e-job"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = agent.cli(&["job", "status"]);
+    assert!(stdout.contains("No jobs"), "{stdout}");
+    // And they stay gone after a restart: their records went too.
+    agent.kill9();
+    agent.start().await;
+    let (_, stdout, _) = agent.cli(&["job", "status"]);
+    assert!(stdout.contains("No jobs"), "{stdout}");
+}

@@ -121,6 +121,53 @@ struct JobEntry {
     job: Arc<Job>,
 }
 
+/// What one garbage collection forgot: finished allocs, and the jobs that had nothing
+/// left once they went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Garbage {
+    pub allocs: Vec<String>,
+    #[serde(default)]
+    pub jobs: Vec<String>,
+}
+
+struct CollectedAlloc {
+    alloc: String,
+    job: Option<String>,
+}
+
+/// `GET /v1/jobs` parameters, as Nomad names them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobsQuery {
+    pub prefix: Option<String>,
+    pub per_page: Option<usize>,
+    pub next_token: Option<String>,
+}
+
+fn job_status(record: JobRecord, job_type: JobType, allocs: Vec<AllocSummary>) -> JobStatus {
+    let status = if allocs
+        .iter()
+        .any(|a| a.client_status == ClientStatus::Running)
+    {
+        JobState::Running
+    } else if allocs
+        .iter()
+        .any(|a| a.client_status == ClientStatus::Pending)
+    {
+        JobState::Pending
+    } else {
+        JobState::Dead
+    };
+    JobStatus {
+        id: record.id,
+        job_type,
+        source_name: record.source_name,
+        submitted_ms: record.submitted_ms,
+        stopped: record.stopped,
+        status,
+        allocs,
+    }
+}
+
 #[derive(Clone)]
 struct AllocEntry {
     runner: Arc<AllocRunner>,
@@ -238,7 +285,19 @@ impl Agent {
     /// first, then their directories. An alloc with anything still mounted below its
     /// directory is kept (removing the directory would reach into the mount) and the
     /// agent's log says so. The ids collected, oldest last.
-    pub fn collect_garbage(&self) -> Vec<String> {
+    pub fn collect_garbage(&self) -> Garbage {
+        let mut garbage = Garbage::default();
+        for id in self.collect_allocs() {
+            garbage.allocs.push(id.alloc);
+            garbage.jobs.extend(id.job);
+        }
+        garbage.jobs.sort();
+        garbage
+    }
+
+    /// The finished allocs beyond `max_allocs`, oldest first, and each job whose last
+    /// alloc that was.
+    fn collect_allocs(&self) -> Vec<CollectedAlloc> {
         let keep = self.node.config.gc.max_allocs;
         let mut finished: Vec<(u64, AllocEntry)> = self
             .allocs
@@ -260,8 +319,37 @@ impl Agent {
             .into_iter()
             .skip(keep)
             .filter(|(_, entry)| self.collect(entry, &mounts))
-            .map(|(_, entry)| entry.runner.id.clone())
+            .map(|(_, entry)| CollectedAlloc {
+                alloc: entry.runner.id.clone(),
+                job: self.collect_job_of(&entry),
+            })
             .collect()
+    }
+
+    /// Forgets the job of a collected alloc when nothing of it is left: no other alloc,
+    /// and the job is still the version that alloc ran (a job submitted again since is a
+    /// new version, kept). Returns the job's id when it was collected.
+    fn collect_job_of(&self, collected: &AllocEntry) -> Option<String> {
+        let name = &collected.runner.job.name;
+        let mut jobs = self.jobs.lock().unwrap();
+        let same_version = jobs
+            .get(name)
+            .is_some_and(|entry| Arc::ptr_eq(&entry.job, &collected.runner.job));
+        let others = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .any(|a| &a.runner.job.name == name);
+        if !same_version || others {
+            return None;
+        }
+        if let Err(error) = self.node.store.remove_job(name) {
+            tracing::error!(job = %name, %error, "collecting a finished job's record");
+            return None;
+        }
+        jobs.remove(name);
+        Some(name.clone())
     }
 
     /// Forgets one finished alloc: its records, then its directory. Refused (false) while
@@ -517,8 +605,52 @@ impl Agent {
     }
 
     pub fn jobs(&self) -> Vec<JobStatus> {
-        let ids: Vec<String> = self.jobs.lock().unwrap().keys().cloned().collect();
-        ids.iter().filter_map(|id| self.job(id).ok()).collect()
+        self.jobs_page(&JobsQuery::default()).0
+    }
+
+    /// One page of jobs in id order, from `next_token` (inclusive) on, and the id that
+    /// starts the next page when there is one (Nomad's `per_page` / `next_token`).
+    /// One pass over the allocs, whatever the number of jobs.
+    pub fn jobs_page(&self, query: &JobsQuery) -> (Vec<JobStatus>, Option<String>) {
+        let per_page = query.per_page.filter(|n| *n > 0).unwrap_or(usize::MAX);
+        let mut page: Vec<(JobRecord, JobType)> = Vec::new();
+        let mut next = None;
+        {
+            let jobs = self.jobs.lock().unwrap();
+            let start = query.next_token.clone().unwrap_or_default();
+            let prefix = query.prefix.as_deref().unwrap_or("");
+            for (id, entry) in jobs.range(start..) {
+                if !id.starts_with(prefix) {
+                    if id.as_str() > prefix {
+                        break;
+                    }
+                    continue;
+                }
+                if page.len() == per_page {
+                    next = Some(id.clone());
+                    break;
+                }
+                page.push((entry.record.clone(), entry.job.job_type));
+            }
+        }
+        let mut allocs: BTreeMap<String, Vec<AllocSummary>> = page
+            .iter()
+            .map(|(record, _)| (record.id.clone(), Vec::new()))
+            .collect();
+        let entries: Vec<AllocEntry> = self.allocs.lock().unwrap().values().cloned().collect();
+        for entry in entries {
+            if let Some(list) = allocs.get_mut(&entry.runner.job.name) {
+                list.push(summary(&entry.runner.status()));
+            }
+        }
+        let statuses = page
+            .into_iter()
+            .map(|(record, job_type)| {
+                let allocs = allocs.remove(&record.id).unwrap_or_default();
+                job_status(record, job_type, allocs)
+            })
+            .collect();
+        (statuses, next)
     }
 
     pub fn job(&self, id: &str) -> Result<JobStatus, LookupError> {
@@ -535,28 +667,7 @@ impl Agent {
             .iter()
             .map(|a| summary(&a.runner.status()))
             .collect();
-        let status = if allocs
-            .iter()
-            .any(|a| a.client_status == ClientStatus::Running)
-        {
-            JobState::Running
-        } else if allocs
-            .iter()
-            .any(|a| a.client_status == ClientStatus::Pending)
-        {
-            JobState::Pending
-        } else {
-            JobState::Dead
-        };
-        Ok(JobStatus {
-            id: record.id,
-            job_type,
-            source_name: record.source_name,
-            submitted_ms: record.submitted_ms,
-            stopped: record.stopped,
-            status,
-            allocs,
-        })
+        Ok(job_status(record, job_type, allocs))
     }
 
     pub fn allocs(&self) -> Vec<AllocSummary> {
@@ -665,8 +776,12 @@ fn spawn_garbage_collector(agent: &Arc<Agent>) {
                 return;
             };
             let collected = agent.collect_garbage();
-            if !collected.is_empty() {
-                tracing::info!(count = collected.len(), "collected finished allocs");
+            if !collected.allocs.is_empty() {
+                tracing::info!(
+                    allocs = collected.allocs.len(),
+                    jobs = collected.jobs.len(),
+                    "collected finished allocs and jobs"
+                );
             }
         }
     });

@@ -87,6 +87,16 @@ impl Client {
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.call(Method::GET, path, None::<&()>)
+            .await
+            .map(|(v, _)| v)
+    }
+
+    /// A paged GET: the value and the `next_token` of the next page, if any.
+    pub async fn get_page<T: DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<(T, Option<String>), ClientError> {
         self.call(Method::GET, path, None::<&()>).await
     }
 
@@ -95,11 +105,15 @@ impl Client {
         path: &str,
         body: &B,
     ) -> Result<T, ClientError> {
-        self.call(Method::POST, path, Some(body)).await
+        self.call(Method::POST, path, Some(body))
+            .await
+            .map(|(v, _)| v)
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.call(Method::DELETE, path, None::<&()>).await
+        self.call(Method::DELETE, path, None::<&()>)
+            .await
+            .map(|(v, _)| v)
     }
 
     async fn call<B: Serialize, T: DeserializeOwned>(
@@ -107,7 +121,7 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<&B>,
-    ) -> Result<T, ClientError> {
+    ) -> Result<(T, Option<String>), ClientError> {
         let garbled = |reason: String| ClientError::Garbled {
             address: self.address.clone(),
             reason,
@@ -162,6 +176,11 @@ impl Client {
             .await
             .map_err(|e| unreachable(root_cause(&e)))?;
         let status = response.status();
+        let next_token = response
+            .headers()
+            .get(super::NEXT_TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let body = response
             .into_body()
             .collect()
@@ -175,7 +194,8 @@ impl Client {
             });
             return Err(ClientError::Api(error, status));
         }
-        serde_json::from_slice(&body).map_err(|e| garbled(e.to_string()))
+        let value = serde_json::from_slice(&body).map_err(|e| garbled(e.to_string()))?;
+        Ok((value, next_token))
     }
 }
 

@@ -219,8 +219,21 @@ pub fn notice_line(notice: &Notice) -> String {
     format!("[{:?}] {}", notice.level, notice.message)
 }
 
-async fn list_jobs(State(agent): State<Arc<Agent>>) -> Json<Vec<crate::agent::JobStatus>> {
-    Json(agent.jobs())
+/// The header that carries the id the next page starts at, as Nomad names it.
+pub const NEXT_TOKEN_HEADER: &str = "x-nomad-nexttoken";
+
+/// `GET /v1/jobs[?prefix=&per_page=&next_token=]`: jobs in id order; with `per_page`,
+/// one page, and the next page's `next_token` in the `X-Nomad-NextToken` header.
+async fn list_jobs(
+    State(agent): State<Arc<Agent>>,
+    axum::extract::Query(query): axum::extract::Query<crate::agent::JobsQuery>,
+) -> Response {
+    let (jobs, next) = agent.jobs_page(&query);
+    let mut response = Json(jobs).into_response();
+    if let Some(next) = next.and_then(|n| axum::http::HeaderValue::from_str(&n).ok()) {
+        response.headers_mut().insert(NEXT_TOKEN_HEADER, next);
+    }
+    response
 }
 
 async fn submit_job(
@@ -258,12 +271,18 @@ async fn stop_job(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Re
 /// What `POST /v1/system/gc` collected.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Collected {
+    /// Allocs.
     pub collected: Vec<String>,
+    /// Jobs that had nothing left.
+    #[serde(default)]
+    pub jobs: Vec<String>,
 }
 
 async fn system_gc(State(agent): State<Arc<Agent>>) -> Json<Collected> {
+    let garbage = agent.collect_garbage();
     Json(Collected {
-        collected: agent.collect_garbage(),
+        collected: garbage.allocs,
+        jobs: garbage.jobs,
     })
 }
 

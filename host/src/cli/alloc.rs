@@ -73,5 +73,12 @@ pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode>
             done.collected.join(", ")
         );
     }
+    if !done.jobs.is_empty() {
+        println!(
+            "==> Collected {} job(s) with nothing left: {}",
+            done.jobs.len(),
+            done.jobs.join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -22,6 +22,20 @@ use crate::model::status::ClientStatus;
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
 
+/// Jobs per `GET /v1/jobs` page for `berth job status`.
+const JOBS_PAGE: usize = 500;
+
+/// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
+/// escaped all the same).
+fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 /// Prints a jobspec's warnings as Nomad does, before the outcome.
 fn print_warnings(warnings: impl Iterator<Item = String>) {
     let warnings: Vec<String> = warnings.collect();
@@ -341,7 +355,24 @@ pub(super) async fn submit(
 
 pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<ExitCode> {
     let Some(id) = id else {
-        let jobs: Vec<JobStatus> = client.get("/v1/jobs").await?;
+        // Page through, so that no single answer holds every job the agent keeps.
+        let mut jobs: Vec<JobStatus> = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let path = match &next {
+                Some(token) => format!(
+                    "/v1/jobs?per_page={JOBS_PAGE}&next_token={}",
+                    query_escape(token)
+                ),
+                None => format!("/v1/jobs?per_page={JOBS_PAGE}"),
+            };
+            let (page, token): (Vec<JobStatus>, _) = client.get_page(&path).await?;
+            jobs.extend(page);
+            match token {
+                Some(token) if next.as_ref() != Some(&token) => next = Some(token),
+                _ => break,
+            }
+        }
         if jobs.is_empty() {
             println!("No jobs");
             return Ok(ExitCode::SUCCESS);

@@ -6,6 +6,9 @@
 //! - ControllerPublishVolume returns a publish context that NodeStageVolume requires;
 //! - publishing an unstaged volume is FAILED_PRECONDITION; an unknown volume NOT_FOUND;
 //!   re-publishing at a target with other settings ALREADY_EXISTS;
+//! - a volume has one staging_target_path per node: staging it at a second path while it
+//!   is staged at a first is ALREADY_EXISTS (kept in `<data-dir>/.staged/`, so a
+//!   restarted plugin still refuses);
 //! - unpublish and unstage unmount and remove what the plugin created.
 //!
 //! Every RPC is logged on stdout, one line each, so tests can count them.
@@ -54,6 +57,25 @@ impl Plugin {
             log(format!("hanging in {rpc}, as asked"));
             std::future::pending::<()>().await;
         }
+    }
+
+    /// Where each volume is staged, kept in the data dir so that a restarted plugin
+    /// still knows: `<data_dir>/.staged/<volume>` holds the staging path.
+    fn staged_at(&self, volume: &str) -> Option<PathBuf> {
+        std::fs::read_to_string(self.data_dir.join(".staged").join(volume))
+            .ok()
+            .map(PathBuf::from)
+    }
+
+    fn record_stage(&self, volume: &str, at: Option<&Path>) -> Result<(), Status> {
+        let dir = self.data_dir.join(".staged");
+        let file = dir.join(volume);
+        let result = match at {
+            Some(at) => std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&file, at.as_os_str().as_encoded_bytes())),
+            None => std::fs::remove_file(&file),
+        };
+        result.map_err(|e| Status::internal(format!("recording the stage of {volume:?}: {e}")))
     }
 
     fn volume_dir(&self, id: &str) -> Result<PathBuf, Status> {
@@ -354,6 +376,16 @@ impl pb::node_server::Node for Plugin {
                 staging.display()
             )));
         }
+        // One staging_target_path per volume per node (CSI spec, NodeStageVolume): a
+        // strict plugin refuses a second one, and so does this one.
+        if let Some(other) = self.staged_at(&request.volume_id).filter(|p| *p != staging) {
+            return Err(Status::already_exists(format!(
+                "volume {:?} is already staged at {} on this node; a volume has one \
+                 staging_target_path per node",
+                request.volume_id,
+                other.display()
+            )));
+        }
         let wanted = mount_at(&dir).map(|(source, _)| source);
         match mount_at(&staging) {
             // Staged already: fine if it is this volume.
@@ -366,6 +398,7 @@ impl pb::node_server::Node for Plugin {
             }
             None => bind(&dir, &staging, false)?,
         }
+        self.record_stage(&request.volume_id, Some(&staging))?;
         Ok(Response::new(pb::NodeStageVolumeResponse {}))
     }
 
@@ -386,6 +419,9 @@ impl pb::node_server::Node for Plugin {
         let staging = require_path("staging_target_path", &request.staging_target_path)?;
         while mount_at(&staging).is_some() {
             unmount(&staging)?;
+        }
+        if self.staged_at(&request.volume_id).as_deref() == Some(staging.as_path()) {
+            self.record_stage(&request.volume_id, None)?;
         }
         Ok(Response::new(pb::NodeUnstageVolumeResponse {}))
     }

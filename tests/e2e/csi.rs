@@ -859,3 +859,82 @@ async fn misbehaving_plugins_hit_deadlines_and_leak_no_mount_or_claim() {
     }
     assert!(support::host_mounts_under(agent.path()).is_empty());
 }
+
+/// One alloc uses one volume read-write in one place and read-only in another: the CSI
+/// spec has one staging path per volume per node, so the volume is staged once and
+/// published twice, each with its own readonly flag; it is unstaged once, after both
+/// publications are gone. The plugin refuses a second staging path, as strict ones do.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_used_twice_by_one_alloc_is_staged_once_and_published_twice() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let spec = agent.write_file("twice.hcl", &volume_spec("twice", "hostpath"));
+    let (code, out, err) = agent.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let job = r#"job "both" {
+  type = "batch"
+  group "g" {
+    volume "rw" {
+      type            = "csi"
+      source          = "twice"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    volume "ro" {
+      type            = "csi"
+      source          = "twice"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+      read_only       = true
+    }
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello > /rw/file && cat /ro/file && if echo no > /ro/other 2>/dev/null; then echo WROTE-RO; else echo ro-refused; fi"]
+      }
+      volume_mount {
+        volume      = "rw"
+        destination = "/rw"
+      }
+      volume_mount {
+        volume      = "ro"
+        destination = "/ro"
+      }
+    }
+  }
+}
+"#;
+    let alloc = agent.run_job("both.hcl", job).await;
+    agent.wait_alloc(&alloc, "finished", is_dead).await;
+    let status = agent.alloc(&alloc).await;
+    assert_eq!(
+        status.client_status,
+        ClientStatus::Complete,
+        "{status:#?}\n{}",
+        agent.plugin_log(&plugin_alloc)
+    );
+    assert_eq!(agent.task_stdout(&alloc, "t"), "hello\nro-refused\n");
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "NodeStageVolume"), 1, "{log}");
+    assert_eq!(rpc_count(&log, "NodePublishVolume"), 2, "{log}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = agent.plugin_log(&plugin_alloc);
+        if rpc_count(&log, "NodeUnstageVolume") == 1 && agent.csi_mounts().is_empty() {
+            assert_eq!(rpc_count(&log, "NodeUnpublishVolume"), 2, "{log}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not given back: {log}\n{:?}",
+            agent.csi_mounts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

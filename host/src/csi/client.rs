@@ -43,9 +43,20 @@ impl CsiError {
                 "the plugin did not answer in time; it may be hung (see its task logs)".into()
             }
             Code::NotFound => "the plugin does not know this volume: check its external_id".into(),
-            Code::AlreadyExists => {
-                "the volume is already published there with other settings".into()
-            }
+            Code::AlreadyExists => match self.rpc {
+                "NodeStageVolume" => {
+                    "the volume is already staged on this node with other settings or at \
+                     another path"
+                        .into()
+                }
+                "NodePublishVolume" => {
+                    "the volume is already published at that target with other settings".into()
+                }
+                "CreateVolume" => {
+                    "a volume of that name exists with other parameters or capacity".into()
+                }
+                _ => "the plugin has this already, with other settings".into(),
+            },
             Code::FailedPrecondition => {
                 "the plugin says a step that must come first has not happened".into()
             }

@@ -4,7 +4,9 @@
 //!   <data_dir>/csi/                       shared mount (bound onto itself, MS_SHARED)
 //!     plugins/<plugin_alloc>/csi.sock     bound into the plugin at `mount_dir`
 //!     node/<plugin_id>/                   bound into the plugin at `stage_publish_base_dir`
-//!       staging/<volume>/<usage>/         NodeStageVolume's staging_target_path
+//!       staging/<volume>/                 NodeStageVolume's staging_target_path (one per
+//!                                         volume, as the CSI spec has it; older berths
+//!                                         staged at staging/<volume>/<usage>/)
 //!       per-alloc/<alloc>/<volume>/<usage>  NodePublishVolume's target_path
 //! ```
 //!
@@ -52,6 +54,12 @@ impl PluginDirs {
         }
     }
 
+    /// The one staging path of a volume on this node.
+    pub fn staging_volume(&self, volume: &str) -> SharedPath {
+        self.both(Path::new("staging").join(volume))
+    }
+
+    /// Where berth staged a volume per usage before it staged once per volume.
     pub fn staging(&self, volume: &str, usage: &str) -> SharedPath {
         self.both(Path::new("staging").join(volume).join(usage))
     }

@@ -38,15 +38,45 @@ struct VolumeUsage {
     secrets: HashMap<String, String>,
     /// The node id the controller published to, and the publish context it returned.
     controller_published: Option<(String, HashMap<String, String>)>,
-    /// By usage key.
+    /// How the volume is staged on this node, at its one staging path
+    /// (`staging/<volume>`), when it is.
+    #[serde(default)]
+    staged: Option<StagedAs>,
+    /// Publications, by usage key.
     stages: BTreeMap<String, StageUsage>,
+}
+
+/// The capability a volume was staged with: every publication shares the stage, so
+/// they must agree on it (their readonly flags may differ).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct StagedAs {
+    attachment_mode: String,
+    access_mode: String,
+}
+
+impl StagedAs {
+    fn of(usage: &Usage) -> StagedAs {
+        StagedAs {
+            attachment_mode: usage.attachment_mode.to_string(),
+            access_mode: usage.access_mode.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StageUsage {
+    /// Staged at this usage's own path (`staging/<volume>/<usage>`), as berth did before
+    /// it staged once per volume: such a stage is unstaged there.
+    #[serde(default)]
     staged: bool,
     /// Allocs the volume is published to with this usage.
     allocs: BTreeSet<String>,
+}
+
+impl VolumeUsage {
+    fn publications(&self) -> usize {
+        self.stages.values().map(|s| s.allocs.len()).sum()
+    }
 }
 
 /// Why mounting, unmounting or creating a volume failed, in words a person can act on.
@@ -95,6 +125,16 @@ pub enum CsiVolumeError {
          register an existing one with `berth volume register`"
     )]
     CannotCreate { plugin: String },
+    #[error(
+        "volume {volume:?} is staged on this node as {staged} for other allocs, and \
+         {wanted} needs another stage; a volume has one staging path per node, so it can be \
+         used {wanted} only once those allocs have stopped"
+    )]
+    StagedOtherwise {
+        volume: String,
+        staged: String,
+        wanted: String,
+    },
 }
 
 pub struct CsiManager {
@@ -113,7 +153,7 @@ pub struct CsiManager {
 /// A step done while mounting, undone if a later one fails.
 enum Done {
     ControllerPublished,
-    Staged(String),
+    Staged,
 }
 
 impl CsiManager {
@@ -330,7 +370,10 @@ impl CsiManager {
     }
 
     fn save_usage(&self, volume_id: &str, usage: &VolumeUsage) -> Result<(), CsiVolumeError> {
-        let result = if usage.stages.is_empty() && usage.controller_published.is_none() {
+        let result = if usage.stages.is_empty()
+            && usage.staged.is_none()
+            && usage.controller_published.is_none()
+        {
             self.store.remove_record(RecordTable::CsiUsage, volume_id)
         } else {
             self.store
@@ -374,17 +417,27 @@ impl CsiManager {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in idle {
-                match self
-                    .unstage(&client, &plugin, &volume_id, &key, &mut record)
+                if let Err(error) = self
+                    .unstage_legacy(&client, &plugin, &volume_id, &key, &mut record)
                     .await
                 {
-                    Ok(()) => tracing::info!(volume = %volume_id, usage = %key,
+                    tracing::warn!(volume = %volume_id, %error,
+                        "could not unstage an unused volume yet");
+                }
+            }
+            if record.publications() == 0 && record.staged.is_some() {
+                match self
+                    .unstage(&client, &plugin, &volume_id, &mut record)
+                    .await
+                {
+                    Ok(()) => tracing::info!(volume = %volume_id,
                         "unstaged a volume that no alloc uses any more"),
                     Err(error) => tracing::warn!(volume = %volume_id, %error,
                         "could not unstage an unused volume yet"),
                 }
             }
             if record.stages.is_empty()
+                && record.staged.is_none()
                 && let Err(error) = self.controller_unpublish(&volume_id, &mut record).await
             {
                 tracing::warn!(volume = %volume_id, %error,
@@ -396,7 +449,7 @@ impl CsiManager {
         }
     }
 
-    /// Stages (once per usage) and publishes `volume` for `alloc_id`; returns the host
+    /// Stages (once per volume) and publishes `volume` for `alloc_id`; returns the host
     /// path to bind into the alloc's tasks. On failure, what this call did is undone.
     pub async fn mount_volume(
         &self,
@@ -433,10 +486,12 @@ impl CsiManager {
             Err(error) => {
                 for step in done.into_iter().rev() {
                     let undone = match step {
-                        Done::Staged(key) => {
-                            self.unstage(&client, &node, volume.id.as_str(), &key, &mut record)
+                        // Only when no other alloc is published from the stage.
+                        Done::Staged if record.publications() == 0 => {
+                            self.unstage(&client, &node, volume.id.as_str(), &mut record)
                                 .await
                         }
+                        Done::Staged => Ok(()),
                         Done::ControllerPublished => {
                             self.controller_unpublish(&volume.id, &mut record).await
                         }
@@ -478,32 +533,44 @@ impl CsiManager {
         let publish_context = record
             .controller_published
             .as_ref()
-            .map(|(_, c)| c)
-            .unwrap_or(&no_context);
+            .map(|(_, c)| c.clone())
+            .unwrap_or(no_context);
         let request = NodeVolume {
             external_id: &volume.external_id,
             usage,
-            publish_context,
+            publish_context: &publish_context,
             volume_context: &volume.context,
             secrets: &volume.secrets,
         };
-        let staging = node.dirs.staging(&volume.id, &key);
+        // One staging path per volume per node (the CSI spec): every usage publishes
+        // from the same stage, each with its own readonly flag and target.
+        let staging = node.dirs.staging_volume(&volume.id);
         let stages = fingerprint.capabilities.stage_unstage;
-        let stage = record.stages.entry(key.clone()).or_insert(StageUsage {
-            staged: false,
-            allocs: BTreeSet::new(),
-        });
+        let wanted = StagedAs::of(&usage);
+        if let Some(staged) = record.staged.clone()
+            && staged != wanted
+        {
+            if record.publications() > 0 {
+                return Err(CsiVolumeError::StagedOtherwise {
+                    volume: volume.id.clone(),
+                    staged: format!("{}/{}", staged.attachment_mode, staged.access_mode),
+                    wanted: format!("{}/{}", wanted.attachment_mode, wanted.access_mode),
+                });
+            }
+            // Nobody is published from it: a stage left by a crash, undone first.
+            self.unstage(client, node, &volume.id, record).await?;
+        }
         // Recorded as staged but not mounted (the host rebooted, say): staging again is
         // safe, NodeStageVolume is idempotent.
-        if stage.staged && !crate::mount::shared::is_mount_point(&staging.host) {
-            stage.staged = false;
+        if record.staged.is_some() && !crate::mount::shared::is_mount_point(&staging.host) {
+            record.staged = None;
         }
-        if stages && !stage.staged {
+        if stages && record.staged.is_none() {
             create_dir(&staging.host)?;
             client.node_stage(&request, &staging.plugin).await?;
-            stage.staged = true;
+            record.staged = Some(wanted);
             self.save_usage(&volume.id, record)?;
-            done.push(Done::Staged(key.clone()));
+            done.push(Done::Staged);
         }
         let target = node.dirs.publish(alloc_id, &volume.id, &key);
         if let Some(parent) = target.host.parent() {
@@ -530,8 +597,11 @@ impl CsiManager {
         }
         record
             .stages
-            .get_mut(&key)
-            .expect("the stage entry was made above")
+            .entry(key)
+            .or_insert(StageUsage {
+                staged: false,
+                allocs: BTreeSet::new(),
+            })
             .allocs
             .insert(alloc_id.to_string());
         self.save_usage(&volume.id, record)?;
@@ -584,7 +654,30 @@ impl CsiManager {
         self.save_usage(volume_id, record)
     }
 
+    /// Unstages the volume from its one staging path; the caller has checked that no
+    /// publication is left.
     async fn unstage(
+        &self,
+        client: &CsiClient,
+        node: &PluginRegistration,
+        volume_id: &str,
+        record: &mut VolumeUsage,
+    ) -> Result<(), CsiVolumeError> {
+        let staging = node.dirs.staging_volume(volume_id);
+        if record.staged.is_some() {
+            client
+                .node_unstage(&record.external_id, &staging.plugin)
+                .await?;
+        }
+        record.staged = None;
+        self.save_usage(volume_id, record)?;
+        remove_empty_dirs(&staging.host, &node.dirs.host);
+        Ok(())
+    }
+
+    /// Forgets usage `key`, which no alloc is published with any more; a stage at its
+    /// own path (recorded by an older berth) is unstaged there.
+    async fn unstage_legacy(
         &self,
         client: &CsiClient,
         node: &PluginRegistration,
@@ -643,10 +736,13 @@ impl CsiManager {
             remove_empty_dirs(&target.host, &node.dirs.host);
         }
         if record.stages.get(&key).is_some_and(|s| s.allocs.is_empty()) {
-            self.unstage(&client, &node, volume_id, &key, &mut record)
+            self.unstage_legacy(&client, &node, volume_id, &key, &mut record)
                 .await?;
         }
-        if record.stages.is_empty() {
+        if record.publications() == 0 && record.staged.is_some() {
+            self.unstage(&client, &node, volume_id, &mut record).await?;
+        }
+        if record.stages.is_empty() && record.staged.is_none() {
             self.controller_unpublish(volume_id, &mut record).await?;
         }
         self.save_usage(volume_id, &record)

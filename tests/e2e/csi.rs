@@ -938,3 +938,57 @@ async fn a_volume_used_twice_by_one_alloc_is_staged_once_and_published_twice() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The plugin is gone when a volume's user stops: the volume cannot be unpublished, so
+/// the claim and the mounts stay (nothing is pulled from under the plugin's feet), and
+/// giving them back is retried, across an agent restart, until the plugin is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_whose_plugin_is_down_is_given_back_once_the_plugin_returns() {
+    let mut agent = agent();
+    agent.start().await;
+    agent.run_plugin("plugin", "hostpath", &[]).await;
+    let spec = agent.write_file("v.hcl", &volume_spec("stuck", "hostpath"));
+    assert_eq!(
+        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
+        0
+    );
+    let user = agent
+        .run_job(
+            "user",
+            &consumer_job(
+                "user",
+                "service",
+                "stuck",
+                false,
+                "while true; do sleep 0.1; done",
+            ),
+        )
+        .await;
+    agent.wait_alloc(&user, "running", is_running).await;
+    assert_eq!(agent.csi_mounts().len(), 2);
+
+    assert_eq!(agent.cli(&["job", "stop", "plugin"]).0, 0);
+    agent.wait_plugin("hostpath", "gone", |p| p.is_none()).await;
+    assert_eq!(agent.cli(&["job", "stop", "user"]).0, 0);
+    agent.wait_alloc(&user, "stopped", is_dead).await;
+    assert_eq!(agent.volume("stuck").await.claims.len(), 1, "still claimed");
+    assert_eq!(agent.csi_mounts().len(), 2, "still mounted");
+
+    // The retries outlive the agent: its successor resumes them from the state file.
+    agent.kill9();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(agent.volume("stuck").await.claims.is_empty() && agent.csi_mounts().is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "never given back: {:?}\n{}",
+            agent.csi_mounts(),
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "NodeUnpublishVolume"), 1, "{log}");
+    assert_eq!(rpc_count(&log, "NodeUnstageVolume"), 1, "{log}");
+}

@@ -356,6 +356,10 @@ impl Agent {
     /// anything is mounted below the directory.
     fn collect(&self, entry: &AllocEntry, mounts: &[crate::mount::mountinfo::MountEntry]) -> bool {
         let id = &entry.runner.id;
+        if entry.runner.holds_csi_volumes() {
+            // Its record says what to give back, and the give-back is still trying.
+            return false;
+        }
         let root = entry.runner.alloc_dir.root();
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
         if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
@@ -485,6 +489,9 @@ impl Agent {
         for entry in allocs.values_mut() {
             if !*entry.finished.borrow() {
                 entry.finished = spawn_runner(entry.runner.clone());
+            } else {
+                // Finished before the restart with volumes its plugin could not take back.
+                entry.runner.give_back_csi();
             }
         }
     }

@@ -135,6 +135,25 @@ impl CsiHook {
         problems
     }
 
+    /// Gives back what the alloc holds; true when nothing is left. The alloc's resources
+    /// keep its mounts until every one is given back.
+    pub(super) async fn give_back(alloc: &AllocRunner) -> bool {
+        let held = Self::held(alloc);
+        if held.is_empty() {
+            return true;
+        }
+        let problems = Self::undo(alloc, held).await;
+        if problems.is_empty() {
+            alloc.resources.set_csi_mounts(BTreeMap::new());
+            alloc.save_resources(crate::state::Commit::Durable);
+            true
+        } else {
+            tracing::error!(alloc = %short_id(&alloc.id),
+                "some CSI volumes could not be given back: {}", problems.join("; "));
+            false
+        }
+    }
+
     /// The steps that a finished (or restored) alloc holds for its CSI volumes.
     fn held(alloc: &AllocRunner) -> Vec<Done> {
         let mounted = alloc.resources.csi_mounts();
@@ -221,18 +240,8 @@ impl AllocHook for CsiHook {
 
     fn postrun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let held = Self::held(alloc);
-            if held.is_empty() {
-                return;
-            }
-            let problems = Self::undo(alloc, held).await;
-            if problems.is_empty() {
-                alloc.resources.set_csi_mounts(BTreeMap::new());
-                alloc.save_resources(crate::state::Commit::Durable);
-            } else {
-                tracing::error!(alloc = %short_id(&alloc.id),
-                    "some CSI volumes could not be given back: {}", problems.join("; "));
-            }
+            // What fails here is retried by `AllocRunner::give_back_csi`.
+            Self::give_back(alloc).await;
         })
     }
 }

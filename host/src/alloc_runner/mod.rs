@@ -326,6 +326,40 @@ impl AllocRunner {
         }
     }
 
+    /// Whether this alloc still holds CSI volumes (mounted for it, or claimed).
+    pub fn holds_csi_volumes(&self) -> bool {
+        !self.resources.csi_mounts().is_empty()
+    }
+
+    /// Gives back, in the background, the CSI volumes this finished alloc still holds
+    /// because their plugin could not be reached when it stopped: unpublish, unstage,
+    /// controller unpublish and release, retried with backoff (1 s per failure so far,
+    /// at most 30 s) until the plugin is back. A restarted agent starts this again for
+    /// such allocs, from what the state file says they hold.
+    pub fn give_back_csi(self: &Arc<Self>) {
+        if !self.holds_csi_volumes() {
+            return;
+        }
+        let alloc = self.clone();
+        let span = tracing::info_span!("alloc", alloc_id = %self.id, job = %self.job.name);
+        tokio::spawn(
+            async move {
+                let mut failures: u64 = 0;
+                while alloc.holds_csi_volumes() {
+                    if csi_hook::CsiHook::give_back(&alloc).await {
+                        tracing::info!("gave back the alloc's CSI volumes");
+                        return;
+                    }
+                    failures += 1;
+                    let wait = std::time::Duration::from_secs(failures.min(30));
+                    tracing::warn!(retry_in = ?wait, "CSI volumes still held: retrying");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            .instrument(span),
+        );
+    }
+
     /// Runs the alloc to the end and returns its final status. Everything it does, its
     /// task runners included, is logged within an `alloc` span (`alloc_id`, `job`).
     pub async fn run(self: Arc<Self>) -> ClientStatus {
@@ -340,6 +374,7 @@ impl AllocRunner {
                 for done in hooks[..index].iter().rev() {
                     done.postrun(&self).await;
                 }
+                self.give_back_csi();
                 self.fail_all_tasks(&format!("alloc hook {error}"));
                 self.set_status(ClientStatus::Failed);
                 return ClientStatus::Failed;
@@ -355,6 +390,7 @@ impl AllocRunner {
         for hook in hooks.iter().rev() {
             hook.postrun(&self).await;
         }
+        self.give_back_csi();
         let status = if failed {
             ClientStatus::Failed
         } else {

@@ -183,7 +183,7 @@ fn group(
         .map(|b| service(&path, b, problems))
         .collect();
     let restart = match fields.single_block("restart", problems) {
-        Some(block) => restart(&path, block, job_type, problems),
+        Some(block) => restart(&path, block, RestartPolicy::default_for(job_type), problems),
         None => RestartPolicy::default_for(job_type),
     };
     let meta = fields.string_map("meta", problems);
@@ -192,7 +192,7 @@ fn group(
     let tasks: Vec<Task> = fields
         .labeled_blocks("task", problems)
         .into_iter()
-        .map(|(name, block)| task(&path, &name, block, problems))
+        .map(|(name, block)| task(&path, &name, block, &restart, problems))
         .collect();
     if tasks.is_empty() && !block.body.blocks.iter().any(|b| b.kind == "task") {
         fields.problem(
@@ -286,13 +286,14 @@ fn volume(
     })
 }
 
+/// A `restart` block; what it leaves out comes from `defaults` (Nomad's for the job type
+/// in a group, the group's policy in a task).
 fn restart(
     parent: &str,
     block: &BlockNode,
-    job_type: JobType,
+    defaults: RestartPolicy,
     problems: &mut Findings,
 ) -> RestartPolicy {
-    let defaults = RestartPolicy::default_for(job_type);
     let mut fields = Fields::new(
         &block.body,
         format!("{parent}.restart"),
@@ -324,7 +325,13 @@ fn restart(
     policy
 }
 
-fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Findings) -> Task {
+fn task(
+    parent: &str,
+    name: &str,
+    block: &BlockNode,
+    group_restart: &RestartPolicy,
+    problems: &mut Findings,
+) -> Task {
     let path = format!("{parent}.task.{name}");
     check_label(NameKind::Task, name, &path, block.at, problems);
     let mut fields = Fields::new(
@@ -360,9 +367,14 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Findings) ->
             "scaling",
             "kind",
             "consul",
+            "restart",
+            "action",
         ],
     );
     scheduler_level(&mut fields, &block.body, TASK_SCHEDULER_LEVEL, problems);
+    let restart = fields
+        .single_block("restart", problems)
+        .map(|b| restart(&path, b, group_restart.clone(), problems));
     unsupported(&mut fields, &block.body, TASK_UNSUPPORTED, problems);
     let constraints = constraints(&mut fields, problems);
     let templates = fields
@@ -515,6 +527,7 @@ fn task(parent: &str, name: &str, block: &BlockNode, problems: &mut Findings) ->
         hooks,
         constraints,
         templates,
+        restart,
         at: block.at,
         driver_at,
         hooks_at,
@@ -865,6 +878,7 @@ const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
     ("logs", "berth does not rotate task logs yet"),
     ("scaling", "it is read by Nomad's autoscaler"),
     ("consul", "berth registers no services in Consul yet"),
+    ("action", "berth has no API to run a task's actions yet"),
 ];
 
 const RESOURCES_SCHEDULER_LEVEL: &[Ignored] = &[

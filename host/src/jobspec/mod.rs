@@ -128,6 +128,8 @@ pub struct Task {
     pub hooks: Vec<String>,
     pub constraints: Vec<Constraint>,
     pub templates: Vec<Template>,
+    /// The task's own `restart` block, over the group's policy; `None`: the group's.
+    pub restart: Option<RestartPolicy>,
     #[serde(skip)]
     pub at: Location,
     #[serde(skip)]

@@ -136,7 +136,7 @@ fn reports_every_problem_with_line_and_path() {
         [
             "3:5: job.web.group.g.task.t.driver: is required",
             "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\", found a number",
-            "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, hooks, user, template, artifact, logs, constraint, affinity, leader, shutdown_delay, max_run_duration, vault, identity, secret, dispatch_payload, scaling, kind, consul)",
+            "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, hooks, user, template, artifact, logs, constraint, affinity, leader, shutdown_delay, max_run_duration, vault, identity, secret, dispatch_payload, scaling, kind, consul, restart, action)",
         ]
     );
 }
@@ -314,4 +314,19 @@ mod properties {
             check(&edited(&edits));
         }
     }
+}
+
+#[test]
+fn a_task_restart_block_overrides_the_groups_policy_field_by_field() {
+    let job = parse(
+        "j.hcl",
+        "job \"j\" {\n  group \"g\" {\n    restart {\n      attempts = 5\n      delay = \"2s\"\n    }\n    task \"a\" {\n      driver = \"exec\"\n      restart {\n        attempts = 1\n      }\n    }\n    task \"b\" {\n      driver = \"exec\"\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let group = &job.groups[0];
+    let own = group.tasks[0].restart.as_ref().unwrap();
+    assert_eq!(own.attempts, 1);
+    assert_eq!(own.delay, Duration::from_secs(2), "the rest from the group");
+    assert_eq!(group.tasks[1].restart, None);
+    assert_eq!(group.restart.attempts, 5);
 }

@@ -204,7 +204,8 @@ impl TaskRunner {
         } else {
             self.emit(EventKind::Received, "Task received by client");
         }
-        let policy = self.ctx.group.restart.clone();
+        let policy =
+            (self.ctx.task.restart.clone()).unwrap_or_else(|| self.ctx.group.restart.clone());
         let mut restarts_in_interval: Vec<Instant> = Vec::new();
         loop {
             let exit = match self.run_once().await {

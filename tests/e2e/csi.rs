@@ -378,6 +378,16 @@ async fn a_created_volume_is_written_by_one_job_refused_to_a_second_writer_and_r
             .iter()
             .any(|p| p.to_string_lossy().contains(&second))
     );
+    // Deleting a claimed volume is refused, naming who holds it; nothing is deleted.
+    let (code, _, err) = agent.cli(&["volume", "delete", "shared"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!(
+            "volume \"shared\" is claimed by alloc(s) {writer}: stop them before deleting it"
+        )),
+        "{err}"
+    );
+    assert!(agent.path().join("csi-data/shared/file").exists());
 
     // B stops: unpublished, unstaged, claim released, nothing left mounted.
     let (code, _, err) = agent.cli(&["job", "stop", "writer"]);
@@ -418,6 +428,18 @@ async fn a_created_volume_is_written_by_one_job_refused_to_a_second_writer_and_r
     );
     assert_eq!(agent.task_stdout(&reader, "t").trim(), "written-by-b");
     assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+
+    // Nobody claims it now: deleted through the plugin (its data gone) and forgotten.
+    let (code, out, err) = agent.cli(&["volume", "delete", "shared"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Deleted volume \"shared\""), "{out}");
+    assert!(!agent.path().join("csi-data/shared").exists());
+    assert_eq!(
+        rpc_count(&agent.plugin_log(&plugin_alloc), "DeleteVolume"),
+        1
+    );
+    let (code, _, err) = agent.cli(&["volume", "status", "shared"]);
+    assert_ne!(code, 0, "{err}");
 
     // The plugin job stops: deregistered, gone from plugin status, socket dir removed.
     let (code, _, _) = agent.cli(&["job", "stop", "plugin"]);

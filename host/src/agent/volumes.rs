@@ -1,5 +1,5 @@
 //! The agent's CSI volume and plugin operations, as the API and CLI use them:
-//! register, create, deregister, status.
+//! register, create, delete, deregister, status.
 
 use crate::catalog::volume_spec::{self, SpecPurpose};
 use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
@@ -76,6 +76,26 @@ impl Agent {
             .map_err(|e| VolumeError::Refused(e.to_string()))?;
         self.node.csi.catalog.register_volume(volume)?;
         Ok(shown(self.node.csi.catalog.volume(&id)?))
+    }
+
+    /// Deletes a volume nobody claims through its plugin's controller (DeleteVolume:
+    /// the data is gone), then forgets it. Refused, saying who, while it is claimed.
+    pub async fn delete_volume(&self, id: &str) -> Result<VolumeStatus, VolumeError> {
+        let status = self.node.csi.catalog.volume(id)?;
+        if !status.claims.is_empty() {
+            let allocs: Vec<&str> = status.claims.iter().map(|c| c.alloc_id.as_str()).collect();
+            return Err(VolumeError::Refused(format!(
+                "volume {id:?} is claimed by alloc(s) {}: stop them before deleting it",
+                allocs.join(", ")
+            )));
+        }
+        self.node
+            .csi
+            .manager
+            .delete_volume(&status.volume)
+            .await
+            .map_err(|e| VolumeError::Refused(e.to_string()))?;
+        self.deregister_volume(id)
     }
 
     /// Forgets a volume nobody claims (the data stays where the plugin keeps it).

@@ -158,6 +158,10 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/volumes/register", axum::routing::post(register_volume))
         .route("/v1/volumes/create", axum::routing::post(create_volume))
         .route("/v1/volume/{id}", get(volume).delete(deregister_volume))
+        .route(
+            "/v1/volume/{id}/delete",
+            axum::routing::delete(delete_volume),
+        )
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugin/{id}", get(plugin))
         .fallback(|| async {
@@ -330,6 +334,15 @@ async fn deregister_volume(
     Path(id): Path<String>,
 ) -> Reply<VolumeStatus> {
     Ok(Json(agent.deregister_volume(&id)?))
+}
+
+/// `DELETE /v1/volume/{id}/delete`: DeleteVolume through the plugin, then deregister
+/// (Nomad's `/v1/volume/csi/{id}/delete`).
+async fn delete_volume(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> Reply<VolumeStatus> {
+    Ok(Json(agent.delete_volume(&id).await?))
 }
 
 async fn list_plugins(State(agent): State<Arc<Agent>>) -> Reply<Vec<PluginStatus>> {

@@ -129,6 +129,8 @@ enum VolumeCommand {
     },
     /// Forget a volume nobody claims (its data stays with the plugin).
     Deregister { id: String },
+    /// Delete a volume nobody claims through its plugin (DeleteVolume: its data is gone).
+    Delete { id: String },
 }
 
 #[derive(Subcommand)]
@@ -359,6 +361,7 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
                 volume::status(&client, id.as_deref(), *json).await
             }
             VolumeCommand::Deregister { id } => volume::deregister(&client, id).await,
+            VolumeCommand::Delete { id } => volume::delete(&client, id).await,
         },
         Command::Plugin {
             command: PluginCommand::Status { id, json },

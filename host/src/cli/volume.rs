@@ -71,6 +71,20 @@ pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<Exit
     }
 }
 
+pub(super) async fn delete(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
+    match refused(
+        client
+            .delete::<VolumeStatus>(&format!("/v1/volume/{id}/delete"))
+            .await,
+    )? {
+        Ok(status) => {
+            println!("Deleted volume {:?}", status.volume.id);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(code) => Ok(code),
+    }
+}
+
 pub(super) async fn status(
     client: &Client,
     id: Option<&str>,

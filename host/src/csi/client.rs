@@ -428,6 +428,26 @@ impl CsiClient {
         already_undone(result.map(|_| ()))
     }
 
+    /// DeleteVolume; a volume the plugin does not know is already deleted.
+    pub async fn delete_volume(
+        &self,
+        external_id: &str,
+        secrets: &HashMap<String, String>,
+    ) -> Result<(), CsiError> {
+        let result = self
+            .call("DeleteVolume", Some(external_id), |channel| async move {
+                ControllerClient::new(channel)
+                    .delete_volume(self.request(pb::DeleteVolumeRequest {
+                        volume_id: external_id.to_string(),
+                        secrets: secrets.clone(),
+                        ..Default::default()
+                    }))
+                    .await
+            })
+            .await;
+        already_undone(result.map(|_| ()))
+    }
+
     pub async fn node_stage(
         &self,
         volume: &NodeVolume<'_>,

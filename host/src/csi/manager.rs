@@ -126,6 +126,17 @@ pub enum CsiVolumeError {
     )]
     CannotCreate { plugin: String },
     #[error(
+        "CSI plugin {plugin:?} cannot delete volumes (its controller lacks \
+         CREATE_DELETE_VOLUME); deregister it with `berth volume deregister` and remove it \
+         where the storage lives"
+    )]
+    CannotDelete { plugin: String },
+    #[error(
+        "volume {volume:?} is still staged or published on this node (an alloc is giving \
+         it back); delete it once it is released"
+    )]
+    StillInUse { volume: String },
+    #[error(
         "volume {volume:?} is staged on this node as {staged} for other allocs, and \
          {wanted} needs another stage; a volume has one staging path per node, so it can be \
          used {wanted} only once those allocs have stopped"
@@ -785,6 +796,34 @@ impl CsiManager {
         volume.capacity_bytes = created.capacity_bytes;
         volume.context = created.context;
         Ok(volume)
+    }
+}
+
+impl CsiManager {
+    /// DeleteVolume through the plugin's controller. The caller has checked that
+    /// nothing claims the volume; a volume this node still stages or publishes (its
+    /// usage record says so) is refused here too.
+    pub async fn delete_volume(&self, volume: &Volume) -> Result<(), CsiVolumeError> {
+        let lock = self.volume_lock(&volume.id);
+        let _serialised = lock.lock().await;
+        if self.usage_record(&volume.id)?.is_some() {
+            return Err(CsiVolumeError::StillInUse {
+                volume: volume.id.clone(),
+            });
+        }
+        let (_, client, fingerprint) = self
+            .ready(PluginKind::Controller, &volume.plugin_id)
+            .await
+            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
+        if !fingerprint.capabilities.create_delete {
+            return Err(CsiVolumeError::CannotDelete {
+                plugin: volume.plugin_id.clone(),
+            });
+        }
+        client
+            .delete_volume(&volume.external_id, &volume.secrets)
+            .await?;
+        Ok(())
     }
 }
 

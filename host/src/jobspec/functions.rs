@@ -769,6 +769,20 @@ mod tests {
     }
 
     #[test]
+    fn every_listed_name_is_declared_and_only_file_is_the_clis() {
+        let mut ctx = Context::new();
+        declare_all(&mut ctx);
+        for name in NAMES {
+            let expr: hcl::Expression = format!("{name}()").parse().unwrap();
+            let undefined = matches!(
+                expr.evaluate(&ctx).map_err(|e| e.kind().clone()),
+                Err(hcl::eval::ErrorKind::UndefinedFunc(_))
+            );
+            assert_eq!(undefined, *name == "file", "{name}");
+        }
+    }
+
+    #[test]
     fn every_result_is_bounded() {
         let too_many = eval("range(100000)").unwrap_err();
         assert!(too_many.contains("berth allows 1024"), "{too_many}");

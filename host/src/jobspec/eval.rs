@@ -238,7 +238,6 @@ impl Scope {
     /// them with `inputs`. Every problem is reported, each at its place.
     pub fn build(
         body: &mut Body,
-        source: &str,
         inputs: &VariableInputs,
         lines: &dyn Fn(Option<std::ops::Range<usize>>) -> Location,
         problems: &mut Vec<SyntaxProblem>,
@@ -289,7 +288,7 @@ impl Scope {
             }
         }
         *body = kept.into_iter().collect();
-        let values = scope.variable_values(&declared, source, inputs, problems);
+        let values = scope.variable_values(&declared, inputs, problems);
         scope.ctx.declare_var("var", hcl::Value::Object(values));
         scope.evaluate_locals(locals, problems);
         scope
@@ -299,7 +298,6 @@ impl Scope {
     fn variable_values(
         &mut self,
         declared: &[Declared],
-        _source: &str,
         inputs: &VariableInputs,
         problems: &mut Vec<SyntaxProblem>,
     ) -> hcl::Map<String, hcl::Value> {
@@ -402,14 +400,18 @@ impl Scope {
                 problems.push(problem(d.at, format!("variable {:?}: {message}", d.name)));
                 continue;
             }
-            let mut ctx = Context::new();
-            super::functions::declare_all(&mut ctx);
-            ctx.declare_var(
+            // A condition sees this variable only, under the same bounds as the rest.
+            let mut check = Scope::empty();
+            check.references = self.references;
+            check.ctx.declare_var(
                 "var",
                 hcl::Value::Object(hcl::Map::from_iter([(d.name.clone(), value.clone())])),
             );
             for (condition, message, at) in &d.validations {
-                match hcl::Expression::from(condition.clone()).evaluate(&ctx) {
+                let evaluated = check
+                    .count(condition)
+                    .and_then(|()| check.evaluate(condition));
+                match evaluated {
                     Ok(hcl::Value::Bool(true)) => {}
                     Ok(hcl::Value::Bool(false)) => {
                         problems.push(problem(*at, format!("variable {:?}: {message}", d.name)))
@@ -427,6 +429,7 @@ impl Scope {
                     )),
                 }
             }
+            self.references = check.references;
             values.insert(d.name.clone(), value);
         }
         values
@@ -441,8 +444,13 @@ impl Scope {
         let names: BTreeSet<String> = locals.iter().map(|(n, _, _)| n.clone()).collect();
         let mut pending: Vec<(String, Expression, Location, BTreeSet<String>)> = Vec::new();
         for (name, expr, at) in locals {
+            // Counted before anything is evaluated: a local is where a template of many
+            // references to a large value would be built.
+            if let Err(error) = self.count(&expr) {
+                problems.push(problem(at, format!("local {name:?}: {error}")));
+                return;
+            }
             let roots = roots_of(&expr);
-            self.references += roots.references;
             if let Some(unknown) = roots.locals.iter().find(|l| !names.contains(*l)) {
                 problems.push(problem(
                     at,

@@ -269,4 +269,24 @@ fn evaluation_is_bounded_for_a_hostile_job_author() {
         text.contains("more than 1024 references to variables and locals"),
         "{text}"
     );
+
+    // Counted before evaluating: in one local, and in a variable's validation.
+    let text = job_with(&wrap(&many), &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains("local \"b\": the jobspec makes more than 1024 references"),
+        "{text}"
+    );
+    let condition = format!(
+        "variable \"v\" {{\n  default = \"x\"\n  validation {{\n    condition = \"{}\" != \"\"\n    error_message = \"no\"\n  }}\n}}\n",
+        "${var.v}".repeat(1100)
+    );
+    let text = job_with(&wrap(&condition), &VariableInputs::default())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        text.contains("validation: the jobspec makes more than 1024 references"),
+        "{text}"
+    );
 }

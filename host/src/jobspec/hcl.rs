@@ -119,13 +119,7 @@ fn parse_in(
     let lines = LineIndex::new(source);
     let mut problems = Vec::new();
     let mut scope = inputs.map(|inputs| {
-        super::eval::Scope::build(
-            &mut body,
-            source,
-            inputs,
-            &|span| lines.at(span),
-            &mut problems,
-        )
+        super::eval::Scope::build(&mut body, inputs, &|span| lines.at(span), &mut problems)
     });
     let mut reader = Reader {
         lines: &lines,

@@ -602,3 +602,52 @@ async fn jobs_with_nothing_left_are_collected_and_the_job_list_pages() {
     let (_, stdout, _) = agent.cli(&["job", "status"]);
     assert!(stdout.contains("No jobs"), "{stdout}");
 }
+
+/// `berth alloc logs` prints a task's own stdout or stderr, byte for byte into a pipe,
+/// from a unique prefix of the alloc id; `-f` follows until the alloc has finished.
+#[tokio::test(flavor = "multi_thread")]
+async fn alloc_logs_prints_a_tasks_own_output_and_follows_it() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let job = r#"job "talk" {
+  type = "batch"
+  group "g" {
+    task "a" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "printf 'one\ntwo \033[2J\n'; echo oops >&2; sleep 1; echo three"]
+      }
+    }
+    task "b" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo from-b"]
+      }
+    }
+  }
+}
+"#;
+    let submitted = agent.submit("talk.hcl", job).await.unwrap();
+    let id = submitted.alloc_ids[0].clone();
+    let prefix = &id[..8];
+    // Followed while it runs: everything up to the end, then it returns by itself.
+    let (code, out, err) = agent.cli(&["alloc", "logs", "-f", prefix, "a"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "one\ntwo \u{1b}[2J\nthree\n");
+    let (code, out, err) = agent.cli(&["alloc", "logs", "-stderr", prefix, "a"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "oops\n");
+    let (_, out, _) = agent.cli(&["alloc", "logs", prefix, "b"]);
+    assert_eq!(out, "from-b\n");
+    let (code, _, err) = agent.cli(&["alloc", "logs", prefix]);
+    assert_ne!(code, 0);
+    assert!(err.contains("has several tasks (a, b): name one"), "{err}");
+    let (code, _, err) = agent.cli(&["alloc", "logs", prefix, "../etc"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("has no task \"../etc\" (its tasks: a, b)"),
+        "{err}"
+    );
+}

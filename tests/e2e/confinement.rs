@@ -317,3 +317,18 @@ async fn favor_dynmods_is_turned_on_once_and_a_task_still_gets_its_cgroup() {
     assert_eq!(warnings(me.notices), Vec::<String>::new());
     assert_eq!(carriers().len(), 1, "{:#?}", carriers());
 }
+
+/// The task's init re-executes `berth` and is dumpable from that `exec` until its `main`
+/// says otherwise; a task that opens `/proc/1/mem` from its first instruction must never
+/// find that window (it waits until the init is closed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_racing_its_init_never_opens_the_inits_memory() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let script = "i=0; while [ $i -lt 300 ]; do if (exec 3< /proc/1/mem) 2>/dev/null; then echo ESCAPED; fi; i=$((i+1)); done; echo done";
+    for round in 0..5 {
+        let (status, stdout) = run_script(&agent, &format!("race{round}"), "", script).await;
+        assert_eq!(status.client_status, ClientStatus::Complete, "{stdout}");
+        assert_eq!(stdout, "done\n", "round {round}");
+    }
+}

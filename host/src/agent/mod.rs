@@ -10,6 +10,7 @@
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
 //! recovers them through their drivers.
 
+pub mod logs;
 mod volumes;
 
 pub use volumes::VolumeError;

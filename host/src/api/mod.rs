@@ -88,6 +88,28 @@ impl From<LookupError> for Failure {
     }
 }
 
+impl From<crate::agent::logs::LogError> for Failure {
+    fn from(error: crate::agent::logs::LogError) -> Self {
+        use crate::agent::logs::LogError;
+        let status = match &error {
+            LogError::Lookup(lookup) => match lookup {
+                LookupError::NotFound { .. } => StatusCode::NOT_FOUND,
+                LookupError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+            },
+            LogError::NoSuchTask { .. } => StatusCode::NOT_FOUND,
+            LogError::WhichTask { .. } | LogError::Stream(_) => StatusCode::BAD_REQUEST,
+            LogError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Failure(
+            status,
+            ApiError {
+                error: error.to_string(),
+                problems: Vec::new(),
+            },
+        )
+    }
+}
+
 impl From<SubmitError> for Failure {
     fn from(error: SubmitError) -> Self {
         match error {
@@ -154,6 +176,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/allocations", get(list_allocs))
         .route("/v1/system/gc", axum::routing::post(system_gc))
         .route("/v1/allocation/{id}", get(alloc))
+        .route("/v1/client/fs/logs/{alloc}", get(task_log))
         .route("/v1/volumes", get(list_volumes))
         .route("/v1/volumes/register", axum::routing::post(register_volume))
         .route("/v1/volumes/create", axum::routing::post(create_volume))
@@ -299,6 +322,18 @@ async fn alloc(
     Path(id): Path<String>,
 ) -> Reply<crate::alloc_runner::AllocStatus> {
     Ok(Json(agent.alloc(&id)?))
+}
+
+/// `GET /v1/client/fs/logs/{alloc}?task=&type=stdout|stderr&offset=`: a chunk of a
+/// task's log (Nomad's path; the answer is berth's `LogChunk`).
+async fn task_log(
+    State(agent): State<Arc<Agent>>,
+    Path(alloc): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<crate::agent::logs::LogQuery>,
+) -> Reply<crate::agent::logs::LogChunk> {
+    Ok(Json(crate::blocking::run(|| {
+        agent.task_log(&alloc, &query)
+    })?))
 }
 
 async fn list_volumes(State(agent): State<Arc<Agent>>) -> Reply<Vec<VolumeStatus>> {

@@ -1,4 +1,4 @@
-//! `berth alloc status`.
+//! `berth alloc status` and `berth alloc logs`.
 
 use std::process::ExitCode;
 
@@ -81,4 +81,52 @@ pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode>
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `berth alloc logs [-stderr] [-f] ALLOC [TASK]`: the task's log from the start, and
+/// with `-f` what it writes next, until the alloc has finished. On a terminal the task's
+/// control characters are escaped; into a pipe or a file its bytes go as they are.
+pub(super) async fn logs(
+    client: &Client,
+    alloc: &str,
+    task: Option<&str>,
+    stderr: bool,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::{IsTerminal as _, Write as _};
+    let escape = super::job::query_escape;
+    let stream = if stderr { "stderr" } else { "stdout" };
+    let terminal = std::io::stdout().is_terminal();
+    let mut offset = 0u64;
+    loop {
+        let mut path = format!(
+            "/v1/client/fs/logs/{}?type={stream}&offset={offset}",
+            escape(alloc)
+        );
+        if let Some(task) = task {
+            path.push_str(&format!("&task={}", escape(task)));
+        }
+        let chunk: crate::agent::logs::LogChunk = client.get(&path).await?;
+        let bytes = chunk.bytes();
+        offset = chunk.offset;
+        {
+            let mut out = std::io::stdout().lock();
+            if terminal {
+                write!(
+                    out,
+                    "{}",
+                    super::output::text(&String::from_utf8_lossy(&bytes))
+                )?;
+            } else {
+                out.write_all(&bytes)?;
+            }
+            out.flush()?;
+        }
+        if bytes.is_empty() {
+            if !follow || chunk.finished {
+                return Ok(ExitCode::SUCCESS);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
 }

@@ -27,7 +27,7 @@ const JOBS_PAGE: usize = 500;
 
 /// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
 /// escaped all the same).
-fn query_escape(text: &str) -> String {
+pub(super) fn query_escape(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),

@@ -179,6 +179,16 @@ enum AllocCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print a task's log (stdout unless -stderr); -f follows it until the alloc ends.
+    Logs {
+        id: String,
+        /// The task; may be left out when the alloc has one.
+        task: Option<String>,
+        #[arg(long)]
+        stderr: bool,
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -216,7 +226,7 @@ pub fn main() -> ExitCode {
         .init();
     // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
     let args = std::env::args_os().map(|arg| {
-        if ["-dev", "-var", "-var-file", "-detach"]
+        if ["-dev", "-var", "-var-file", "-detach", "-stderr"]
             .iter()
             .any(|f| arg == *f)
         {
@@ -354,6 +364,15 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::Alloc {
             command: AllocCommand::Status { id, json },
         } => alloc::status(&client, id, *json).await,
+        Command::Alloc {
+            command:
+                AllocCommand::Logs {
+                    id,
+                    task,
+                    stderr,
+                    follow,
+                },
+        } => alloc::logs(&client, id, task.as_deref(), *stderr, *follow).await,
         Command::Volume { command } => match command {
             VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
             VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,

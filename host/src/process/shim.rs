@@ -34,6 +34,11 @@
 //! the task, which can see the init, can neither read its memory nor attach to it.
 //! Everything before the re-exec runs between `fork` and `exec` in a copy of a
 //! threaded process: raw system calls only, no allocation.
+//!
+//! A re-executed image is dumpable until its `main` says otherwise, and the task can see
+//! the init (pid 1 of its namespace, with the task's own credentials): in that moment
+//! `/proc/1/mem` would open for it. So the task waits, before its `exec`, until the init
+//! says it is non-dumpable again (a byte on a pipe: the *ready* pipe).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -128,6 +133,10 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
         {
             return Err(io::Error::last_os_error());
         }
+        let mut ready_pipe: [libc::c_int; 2] = [-1, -1];
+        if role == Role::Init && libc::pipe2(ready_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
         // Every signal blocked across the fork: none reaches the parent before its
         // handlers are in place, or the child before it is set up.
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -150,8 +159,29 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
             }
             die_with_parent()?;
             libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+            if role == Role::Init {
+                // The task: not one instruction of its own until the init is closed.
+                libc::close(ready_pipe[1]);
+                let mut byte = [0u8; 1];
+                let read = loop {
+                    let n = libc::read(ready_pipe[0], byte.as_mut_ptr().cast(), 1);
+                    if n >= 0 || *libc::__errno_location() != libc::EINTR {
+                        break n;
+                    }
+                };
+                libc::close(ready_pipe[0]);
+                if read != 1 {
+                    return Err(io::Error::other(
+                        "the task's init ended before it was ready",
+                    ));
+                }
+            }
             return Ok(());
         }
+        if role == Role::Init {
+            libc::close(ready_pipe[0]);
+        }
+        let ready_to = ready_pipe[1];
         let (name, status_from, status_to, record) = match role {
             Role::Shim { record } => {
                 libc::close(status_pipe[1]);
@@ -167,9 +197,15 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
         if program >= 0 {
             // First let go of what belongs to the task, above all the pipe on which the
             // agent waits for the task's `exec`: the agent need not wait for this one.
-            close_all_but([status_from, status_to, record, program]);
-            reexec(program, name, [child, status_from, status_to, record]);
+            close_all_but([status_from, status_to, record, program, ready_to]);
+            reexec(
+                program,
+                name,
+                [child, status_from, status_to, record, ready_to],
+            );
         }
+        // A forked copy stays non-dumpable (set above, before the fork).
+        signal_ready(ready_to);
         supervise(child, status_from, status_to, record)
     }
 }
@@ -178,9 +214,20 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
 const SHIM_COMMAND: &std::ffi::CStr = c"__task-shim";
 const INIT_COMMAND: &std::ffi::CStr = c"__task-init";
 
-/// Executes `program` as `berth <name> <child> <status-from> <status-to> <record>`,
-/// keeping those descriptors open. Returns only if the exec failed.
-unsafe fn reexec(program: RawFd, name: &std::ffi::CStr, numbers: [libc::c_int; 4]) {
+/// Tells the task its init is non-dumpable (`ready_to` -1: nobody waits).
+fn signal_ready(ready_to: RawFd) {
+    if ready_to >= 0 {
+        // SAFETY: write and close on a descriptor this process owns.
+        unsafe {
+            libc::write(ready_to, [1u8].as_ptr().cast(), 1);
+            libc::close(ready_to);
+        }
+    }
+}
+
+/// Executes `program` as `berth <name> <child> <status-from> <status-to> <record>
+/// <ready-to>`, keeping those descriptors open. Returns only if the exec failed.
+unsafe fn reexec(program: RawFd, name: &std::ffi::CStr, numbers: [libc::c_int; 5]) {
     // SAFETY (whole function): plain system calls on valid pointers to local data.
     unsafe {
         for fd in &numbers[1..] {
@@ -188,17 +235,18 @@ unsafe fn reexec(program: RawFd, name: &std::ffi::CStr, numbers: [libc::c_int; 4
                 libc::fcntl(*fd, libc::F_SETFD, 0);
             }
         }
-        let mut texts = [[0u8; 16]; 4];
+        let mut texts = [[0u8; 16]; 5];
         for (text, number) in texts.iter_mut().zip(numbers) {
             write_decimal(text, number);
         }
-        let argv: [*const libc::c_char; 7] = [
+        let argv: [*const libc::c_char; 8] = [
             c"berth".as_ptr(),
             name.as_ptr(),
             texts[0].as_ptr().cast(),
             texts[1].as_ptr().cast(),
             texts[2].as_ptr().cast(),
             texts[3].as_ptr().cast(),
+            texts[4].as_ptr().cast(),
             std::ptr::null(),
         ];
         let envp: [*const libc::c_char; 1] = [std::ptr::null()];
@@ -255,6 +303,7 @@ pub fn supervisor_main() -> Option<std::convert::Infallible> {
             .unwrap_or(-1)
     };
     let (child, status_from, status_to, record) = (number(2), number(3), number(4), number(5));
+    let ready_to = number(6);
     if child <= 0 {
         eprintln!(
             "berth {}: internal command, started by the agent only",
@@ -264,8 +313,10 @@ pub fn supervisor_main() -> Option<std::convert::Infallible> {
     }
     // SAFETY: plain system calls; this process has one thread.
     unsafe {
-        // A re-executed image is dumpable again: the task can see the init.
+        // A re-executed image is dumpable again: the task can see the init, and waits
+        // for this before it runs.
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        signal_ready(ready_to);
         supervise(child, status_from, status_to, record)
     }
 }

@@ -616,7 +616,7 @@ async fn alloc_logs_prints_a_tasks_own_output_and_follows_it() {
       driver = "exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "printf 'one\ntwo \033[2J\n'; echo oops >&2; sleep 1; echo three"]
+        args    = ["-c", "printf 'one\\ntwo \\033[2J\\n'; echo oops >&2; sleep 1; echo three"]
       }
     }
     task "b" {

@@ -440,7 +440,6 @@ impl CsiClient {
                     .delete_volume(self.request(pb::DeleteVolumeRequest {
                         volume_id: external_id.to_string(),
                         secrets: secrets.clone(),
-                        ..Default::default()
                     }))
                     .await
             })

@@ -57,7 +57,7 @@ job "interp" {
 
       template {
         data        = "from-template={{ env \"MESSAGE\" }} task={{ env \"NOMAD_TASK_NAME\" }}\n"
-        destination = "local/out.txt"
+        destination = "local/conf/d/out.txt"
       }
 
       template {
@@ -68,7 +68,7 @@ job "interp" {
 
       config {
         command = "sh"
-        args    = ["-c", "echo alloc_dir=${NOMAD_ALLOC_DIR} kernel=${attr.kernel.name} msg=$MESSAGE env_tpl=$FROM_ENV_TEMPLATE; cat ${NOMAD_TASK_DIR}/out.txt; echo from-task > ${NOMAD_TASK_DIR}/scratch/note"]
+        args    = ["-c", "echo alloc_dir=${NOMAD_ALLOC_DIR} kernel=${attr.kernel.name} msg=$MESSAGE env_tpl=$FROM_ENV_TEMPLATE; cat ${NOMAD_TASK_DIR}/conf/d/out.txt; echo from-task > ${NOMAD_TASK_DIR}/scratch/note"]
       }
     }
   }

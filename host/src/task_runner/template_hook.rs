@@ -78,7 +78,6 @@ fn write_beneath(
     bytes: &[u8],
     perms: u32,
 ) -> std::io::Result<()> {
-    let dir = std::fs::File::open(root)?;
     let refused = |e: rustix::io::Errno| -> std::io::Error {
         if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
             std::io::Error::other(
@@ -89,12 +88,34 @@ fn write_beneath(
             e.into()
         }
     };
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    // The directories on the way are made as Nomad makes them, one at a time from the
+    // one before, never through a symlink.
+    let mut current: std::os::fd::OwnedFd = std::fs::File::open(root)?.into();
+    let parts: Vec<&str> = relative.split('/').collect();
+    let Some((name, parents)) = parts.split_last() else {
+        return Err(std::io::Error::other("an empty destination"));
+    };
+    for part in parents {
+        match rustix::fs::mkdirat(&current, *part, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(error) => return Err(refused(error)),
+        }
+        current = rustix::fs::openat2(
+            &current,
+            *part,
+            OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            resolve,
+        )
+        .map_err(refused)?;
+    }
     let fd = rustix::fs::openat2(
-        dir.as_fd(),
-        relative,
+        current.as_fd(),
+        *name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::from_raw_mode(perms),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        resolve,
     )
     .map_err(refused)?;
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;

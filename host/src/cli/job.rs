@@ -68,6 +68,15 @@ pub(super) struct JobspecInput {
     pub inputs: VariableInputs,
 }
 
+/// Says why a jobspec does not pass, and the exit code for it.
+fn invalid(error: &JobspecError) -> ExitCode {
+    eprintln!(
+        "Job validation failed: {}",
+        super::output::text(&error.to_string())
+    );
+    ExitCode::from(INVALID)
+}
+
 pub(super) fn read_jobspec(path: &Path, vars: &VarArgs) -> Result<JobspecInput, JobspecError> {
     let name = path.display().to_string();
     let fail = |message: String, at: Option<jobspec::Location>| JobspecError {
@@ -181,13 +190,7 @@ pub(super) async fn run(
 ) -> anyhow::Result<ExitCode> {
     let input = match read_jobspec(path, vars) {
         Ok(input) => input,
-        Err(error) => {
-            eprintln!(
-                "Job validation failed: {}",
-                super::output::text(&error.to_string())
-            );
-            return Ok(ExitCode::from(INVALID));
-        }
+        Err(error) => return Ok(invalid(&error)),
     };
     let agent = Agent::start(AgentOptions {
         data_dir: data_dir.to_path_buf(),
@@ -277,13 +280,7 @@ pub(super) async fn submit(
 ) -> anyhow::Result<ExitCode> {
     let input = match read_jobspec(path, vars) {
         Ok(input) => input,
-        Err(error) => {
-            eprintln!(
-                "Job validation failed: {}",
-                super::output::text(&error.to_string())
-            );
-            return Ok(ExitCode::from(INVALID));
-        }
+        Err(error) => return Ok(invalid(&error)),
     };
     let request = SubmitRequest {
         source_name: input.name,

@@ -85,6 +85,7 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
             },
         )
         .unwrap_or(JobType::Service);
+    scheduler_level(&mut fields, &block.body, PLACEMENT, problems);
     scheduler_level(&mut fields, &block.body, JOB_SCHEDULER_LEVEL, problems);
     unsupported(&mut fields, &block.body, JOB_UNSUPPORTED, problems);
     for ignored in ["vault_token", "consul_token", "id", "name", "node_pool"] {
@@ -169,6 +170,7 @@ fn group(
             "a system or sysbatch job runs one alloc per node: leave count out".into(),
         );
     }
+    scheduler_level(&mut fields, &block.body, PLACEMENT, problems);
     scheduler_level(&mut fields, &block.body, GROUP_SCHEDULER_LEVEL, problems);
     unsupported(&mut fields, &block.body, GROUP_UNSUPPORTED, problems);
     let constraints = constraints(&mut fields, problems);
@@ -803,7 +805,8 @@ const NETWORK: Ignored = (
      port is mapped or reserved",
 );
 
-const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
+/// Where allocs go among nodes: jobs and groups both have these.
+const PLACEMENT: &[Ignored] = &[
     ("affinity", "it is a placement preference among nodes"),
     ("spread", "it spreads allocs across nodes"),
     (
@@ -815,6 +818,9 @@ const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
         "reschedule",
         "it places failed allocs on other nodes (restart still applies)",
     ),
+];
+
+const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
     ("multiregion", "it deploys across regions"),
     (
         "all_at_once",
@@ -825,17 +831,6 @@ const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
 ];
 
 const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
-    ("affinity", "it is a placement preference among nodes"),
-    ("spread", "it spreads allocs across nodes"),
-    (
-        "update",
-        "rolling updates and canaries are deployments across nodes",
-    ),
-    ("migrate", "it moves allocs off draining nodes"),
-    (
-        "reschedule",
-        "it places failed allocs on other nodes (restart still applies)",
-    ),
     ("scaling", "it is read by Nomad's autoscaler"),
     (
         "ephemeral_disk",
@@ -952,16 +947,12 @@ fn scheduler_level(
     constructs: &[Ignored],
     problems: &mut Findings,
 ) {
-    for (name, why) in constructs {
-        if let Some(at) = written(body, name) {
-            fields.attr(name);
-            fields.blocks(name);
-            problems.warnings.push(Problem {
-                path: format!("{}.{name}", fields.path),
-                at: Some(at),
-                message: format!("{name} has no effect on a single berth node: {why}"),
-            });
-        }
+    for (name, at, why) in present(fields, body, constructs) {
+        problems.warnings.push(Problem {
+            path: format!("{}.{name}", fields.path),
+            at: Some(at),
+            message: format!("{name} has no effect on a single berth node: {why}"),
+        });
     }
 }
 
@@ -972,18 +963,31 @@ fn unsupported(
     constructs: &[Ignored],
     problems: &mut Findings,
 ) {
+    for (name, at, why) in present(fields, body, constructs) {
+        fields.problem(
+            problems,
+            name,
+            at,
+            format!("{name} is not supported: {why}"),
+        );
+    }
+}
+
+/// Which of `constructs` the block has, and where; each is marked read.
+fn present(
+    fields: &mut Fields,
+    body: &BodyNode,
+    constructs: &[Ignored],
+) -> Vec<(&'static str, Location, &'static str)> {
+    let mut found = Vec::new();
     for (name, why) in constructs {
         if let Some(at) = written(body, name) {
             fields.attr(name);
             fields.blocks(name);
-            fields.problem(
-                problems,
-                name,
-                at,
-                format!("{name} is not supported: {why}"),
-            );
+            found.push((*name, at, *why));
         }
     }
+    found
 }
 
 /// The operators of Nomad's constraints.

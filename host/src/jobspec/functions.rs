@@ -135,18 +135,7 @@ pub fn declare_all(ctx: &mut Context) {
         ),
         ("element", fixed(vec![list(), Number], element)),
         ("flatten", fixed(vec![list()], flatten)),
-        (
-            "distinct",
-            fixed(vec![list()], |a| {
-                let mut out: Vec<Value> = Vec::new();
-                for item in array(&a[0]) {
-                    if !out.contains(item) {
-                        out.push(item.clone());
-                    }
-                }
-                items(Some(out))
-            }),
-        ),
+        ("distinct", fixed(vec![list()], distinct)),
         (
             "compact",
             fixed(vec![list()], |a| {
@@ -234,18 +223,7 @@ pub fn declare_all(ctx: &mut Context) {
             }),
         ),
         ("tolist", fixed(vec![list()], |a| Ok(a[0].clone()))),
-        (
-            "toset",
-            fixed(vec![list()], |a| {
-                let mut out: Vec<Value> = Vec::new();
-                for item in array(&a[0]) {
-                    if !out.contains(item) {
-                        out.push(item.clone());
-                    }
-                }
-                items(Some(out))
-            }),
-        ),
+        ("toset", fixed(vec![list()], distinct)),
         ("tomap", fixed(vec![object()], |a| Ok(a[0].clone()))),
         (
             "jsonencode",
@@ -519,6 +497,17 @@ fn format(args: FuncArgs) -> Result {
         }
     }
     text(out)
+}
+
+/// The list without repeats, first occurrences kept (also `toset`: berth's sets are lists).
+fn distinct(args: FuncArgs) -> Result {
+    let mut out: Vec<Value> = Vec::new();
+    for item in array(&args[0]) {
+        if !out.contains(item) {
+            out.push(item.clone());
+        }
+    }
+    items(Some(out))
 }
 
 fn join(args: FuncArgs) -> Result {

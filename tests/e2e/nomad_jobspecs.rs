@@ -346,3 +346,59 @@ fn the_nomad_style_corpus_gets_exactly_its_expected_outcomes() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// A volume_mount destination is interpolated at start from values the job author
+/// controls (its env): whatever it becomes is checked again, so `..` cannot take the
+/// mount out of the task's root, and the task does not start.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interpolated_destination_that_leaves_the_task_root_is_refused() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = r#"job "escape" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+    }
+    volume "scratch" {
+      type   = "host"
+      source = "scratch"
+    }
+    task "t" {
+      driver = "exec"
+      env {
+        WHERE = "/../../../../../../tmp/berth-escaped"
+      }
+      volume_mount {
+        volume      = "scratch"
+        destination = "${WHERE}"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo ran"]
+      }
+    }
+  }
+}
+"#;
+    let submitted = agent.submit("escape.hcl", source).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "failed", |s| s.client_status == ClientStatus::Failed)
+        .await;
+    let status = agent.alloc(id).await;
+    let events = format!("{:#?}", status.tasks["t"].events);
+    assert!(
+        events.contains(
+            "volume_mount \\\"scratch\\\": destination \\\"${WHERE}\\\" is \\\"/../../../../../../tmp/berth-escaped\\\" here"
+        ),
+        "{events}"
+    );
+    assert!(!std::path::Path::new("/tmp/berth-escaped").exists());
+    assert!(
+        crate::support::host_mounts_under(std::path::Path::new("/tmp/berth-escaped")).is_empty()
+    );
+    let stdout =
+        std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap_or_default();
+    assert_eq!(stdout, "", "the task ran");
+}

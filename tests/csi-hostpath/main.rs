@@ -9,9 +9,18 @@
 //! - a volume has one staging_target_path per node: staging it at a second path while it
 //!   is staged at a first is ALREADY_EXISTS (kept in `<data-dir>/.staged/`, so a
 //!   restarted plugin still refuses);
-//! - unpublish and unstage unmount and remove what the plugin created.
+//! - unpublish and unstage unmount and remove what the plugin created;
+//! - a volume still published (kept in `<data-dir>/.published/`) is not unstaged, and a
+//!   volume still staged is not controller-unpublished: FAILED_PRECONDITION, and a
+//!   `SPEC VIOLATION` line in the log.
 //!
 //! Every RPC is logged on stdout, one line each, so tests can count them.
+//!
+//! For crash tests, a file `<data-dir>/.pause-after` naming an RPC makes the plugin, once
+//! that RPC has done its work and before it answers, replace the file with
+//! `<data-dir>/.paused` and wait until that is removed: the agent waits for an answer
+//! the test can kill it before it gets. `RPC always` pauses every such call, so the
+//! agent's deadline passes after the plugin acted.
 //!
 //! ```text
 //! csi-hostpath --data-dir DIR [--node-id ID] [--endpoint unix:///csi/csi.sock]
@@ -57,6 +66,70 @@ impl Plugin {
             log(format!("hanging in {rpc}, as asked"));
             std::future::pending::<()>().await;
         }
+    }
+
+    /// Called when an RPC has done its work, before it answers: pauses there if a crash
+    /// test asked for it.
+    async fn leave(&self, rpc: &str) {
+        let armed = self.data_dir.join(".pause-after");
+        let Ok(wanted) = std::fs::read_to_string(&armed) else {
+            return;
+        };
+        let mut words = wanted.split_whitespace();
+        if words.next() == Some(rpc) {
+            let paused = self.data_dir.join(".paused");
+            let _ = std::fs::write(&paused, rpc);
+            if words.next() != Some("always") {
+                let _ = std::fs::remove_file(&armed);
+            }
+            log(format!("paused after {rpc}, as asked"));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while paused.exists() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    /// Refuses what the CSI spec forbids the CO to do, saying so in the log.
+    fn violation(&self, rule: String) -> Status {
+        log(format!("SPEC VIOLATION by the CO: {rule}"));
+        Status::failed_precondition(rule)
+    }
+
+    /// The targets a volume is published at, kept in the data dir like its stage.
+    fn published_at(&self, volume: &str) -> Vec<PathBuf> {
+        std::fs::read_to_string(self.data_dir.join(".published").join(volume))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    fn record_publication(
+        &self,
+        volume: &str,
+        target: &Path,
+        published: bool,
+    ) -> Result<(), Status> {
+        let mut targets = self.published_at(volume);
+        targets.retain(|t| t != target);
+        if published {
+            targets.push(target.to_path_buf());
+        }
+        let dir = self.data_dir.join(".published");
+        let file = dir.join(volume);
+        let result = if targets.is_empty() {
+            match std::fs::remove_file(&file) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        } else {
+            let text: Vec<String> = targets.iter().map(|t| t.display().to_string()).collect();
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, text.join("\n")))
+        };
+        result
+            .map_err(|e| Status::internal(format!("recording the publications of {volume:?}: {e}")))
     }
 
     /// Where each volume is staged, kept in the data dir so that a restarted plugin
@@ -284,6 +357,7 @@ impl pb::controller_server::Controller for Plugin {
                 request.node_id, self.node_id
             )));
         }
+        self.leave("ControllerPublishVolume").await;
         Ok(Response::new(pb::ControllerPublishVolumeResponse {
             publish_context: HashMap::from([(PUBLISHED_KEY.to_string(), request.node_id)]),
         }))
@@ -300,6 +374,17 @@ impl pb::controller_server::Controller for Plugin {
         )
         .await;
         self.volume_dir(&request.volume_id)?;
+        // CSI spec, ControllerUnpublishVolume: called after all NodeUnstageVolume and
+        // NodeUnpublishVolume calls for the volume have succeeded.
+        if let Some(staging) = self.staged_at(&request.volume_id) {
+            return Err(self.violation(format!(
+                "volume {:?} is still staged at {}: NodeUnstageVolume comes before \
+                 ControllerUnpublishVolume",
+                request.volume_id,
+                staging.display()
+            )));
+        }
+        self.leave("ControllerUnpublishVolume").await;
         Ok(Response::new(pb::ControllerUnpublishVolumeResponse {}))
     }
 
@@ -399,6 +484,7 @@ impl pb::node_server::Node for Plugin {
             None => bind(&dir, &staging, false)?,
         }
         self.record_stage(&request.volume_id, Some(&staging))?;
+        self.leave("NodeStageVolume").await;
         Ok(Response::new(pb::NodeStageVolumeResponse {}))
     }
 
@@ -417,12 +503,27 @@ impl pb::node_server::Node for Plugin {
         .await;
         self.volume_dir(&request.volume_id)?;
         let staging = require_path("staging_target_path", &request.staging_target_path)?;
+        // CSI spec, NodeUnstageVolume: called after all NodeUnpublishVolume calls for the
+        // volume have succeeded.
+        if let Some(target) = self
+            .published_at(&request.volume_id)
+            .into_iter()
+            .find(|t| mount_at(t).is_some())
+        {
+            return Err(self.violation(format!(
+                "volume {:?} is still published at {}: NodeUnpublishVolume comes before \
+                 NodeUnstageVolume",
+                request.volume_id,
+                target.display()
+            )));
+        }
         while mount_at(&staging).is_some() {
             unmount(&staging)?;
         }
         if self.staged_at(&request.volume_id).as_deref() == Some(staging.as_path()) {
             self.record_stage(&request.volume_id, None)?;
         }
+        self.leave("NodeUnstageVolume").await;
         Ok(Response::new(pb::NodeUnstageVolumeResponse {}))
     }
 
@@ -459,6 +560,7 @@ impl pb::node_server::Node for Plugin {
         }
         if let Some((_, read_only)) = mount_at(&target) {
             if read_only == request.readonly {
+                self.leave("NodePublishVolume").await;
                 return Ok(Response::new(pb::NodePublishVolumeResponse {}));
             }
             return Err(Status::already_exists(format!(
@@ -470,6 +572,8 @@ impl pb::node_server::Node for Plugin {
         std::fs::create_dir_all(&target)
             .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
         bind(&staging, &target, request.readonly)?;
+        self.record_publication(&request.volume_id, &target, true)?;
+        self.leave("NodePublishVolume").await;
         Ok(Response::new(pb::NodePublishVolumeResponse {}))
     }
 
@@ -502,6 +606,8 @@ impl pb::node_server::Node for Plugin {
                 )));
             }
         }
+        self.record_publication(&request.volume_id, &target, false)?;
+        self.leave("NodeUnpublishVolume").await;
         Ok(Response::new(pb::NodeUnpublishVolumeResponse {}))
     }
 

@@ -993,8 +993,28 @@ async fn a_volume_whose_plugin_is_down_is_given_back_once_the_plugin_returns() {
     agent.wait_plugin("hostpath", "gone", |p| p.is_none()).await;
     assert_eq!(agent.cli(&["job", "stop", "user"]).0, 0);
     agent.wait_alloc(&user, "stopped", is_dead).await;
-    assert_eq!(agent.volume("stuck").await.claims.len(), 1, "still claimed");
+    let status = agent.volume("stuck").await;
+    assert_eq!(status.claims.len(), 1, "still claimed");
     assert_eq!(agent.csi_mounts().len(), 2, "still mounted");
+    assert_eq!(
+        status.releasing.get(&user).map(String::as_str),
+        Some("releasing (waiting for plugin \"hostpath\")"),
+        "{status:#?}"
+    );
+    let on_node = status.on_node.expect("staged and published here");
+    assert_eq!(
+        on_node.staged.as_deref(),
+        Some("file-system/single-node-writer")
+    );
+    assert_eq!(on_node.publications.len(), 1);
+    assert_eq!(on_node.publications[0].alloc_id, user);
+    let (code, shown, _) = agent.cli(&["volume", "status", "stuck"]);
+    assert_eq!(code, 0);
+    assert!(
+        shown.contains("releasing (waiting for plugin \"hostpath\")")
+            && shown.contains("Staged          = file-system/single-node-writer"),
+        "{shown}"
+    );
 
     // The retries outlive the agent: its successor resumes them from the state file.
     agent.kill9();
@@ -1013,4 +1033,167 @@ async fn a_volume_whose_plugin_is_down_is_given_back_once_the_plugin_returns() {
     let log = agent.plugin_log(&plugin_alloc);
     assert_eq!(rpc_count(&log, "NodeUnpublishVolume"), 1, "{log}");
     assert_eq!(rpc_count(&log, "NodeUnstageVolume"), 1, "{log}");
+}
+
+/// Makes the plugin hold on after `rpc` has done its work, before it answers.
+fn pause_plugin_after(agent: &AgentProcess, rpc: &str) {
+    std::fs::write(agent.path().join("csi-data/.pause-after"), rpc).unwrap();
+}
+
+/// Once the plugin holds after `rpc`, kills the agent (the worst moment: the plugin
+/// acted, the agent never heard), lets the plugin go and starts the agent again.
+async fn kill_agent_when_paused(agent: &mut AgentProcess, rpc: &str) {
+    let paused = agent.path().join("csi-data/.paused");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !paused.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the plugin never reached {rpc}\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    agent.kill9();
+    std::fs::remove_file(&paused).unwrap();
+    agent.start().await;
+}
+
+/// No crash point of a volume's mount or release leaves a mount berth does not know of,
+/// a stage twice, a claim without a mount, or a call out of the spec's order: the agent
+/// is killed right after each RPC has acted (before it hears the answer), and what its
+/// successor does converges.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_9_right_after_any_csi_call_converges_with_no_leaked_mount_or_double_stage() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let spec = agent.write_file("v.hcl", &volume_spec("crashy", "hostpath"));
+    assert_eq!(
+        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
+        0
+    );
+    let staged_dir = agent.path().join("csi-data/.staged");
+    let published_file = agent.path().join("csi-data/.published/crashy");
+    let script = "while true; do date +%s%N > /vol/alive; sleep 0.05; done";
+
+    for (round, rpc) in [
+        "ControllerPublishVolume",
+        "NodeStageVolume",
+        "NodePublishVolume",
+        "NodeUnpublishVolume",
+        "NodeUnstageVolume",
+        "ControllerUnpublishVolume",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let job = format!("user{round}");
+        let source = consumer_job(&job, "service", "crashy", false, script);
+        let mounting =
+            rpc.contains("Publish") && !rpc.contains("Unpublish") || rpc == "NodeStageVolume";
+        let publishes_before = rpc_count(&agent.plugin_log(&plugin_alloc), "NodePublishVolume");
+        let alloc = if mounting {
+            pause_plugin_after(&agent, rpc);
+            let alloc = agent.run_job(&job, &source).await;
+            kill_agent_when_paused(&mut agent, rpc).await;
+            agent.wait_alloc(&alloc, "running", is_running).await;
+            assert_eq!(
+                agent.csi_mounts().len(),
+                2,
+                "after a crash in {rpc}: one stage and one publication, nothing twice"
+            );
+            alloc
+        } else {
+            let alloc = agent.run_job(&job, &source).await;
+            agent.wait_alloc(&alloc, "running", is_running).await;
+            pause_plugin_after(&agent, rpc);
+            assert_eq!(agent.cli(&["job", "stop", &job]).0, 0);
+            kill_agent_when_paused(&mut agent, rpc).await;
+            alloc
+        };
+        if mounting {
+            assert_eq!(agent.cli(&["job", "stop", &job]).0, 0);
+        }
+        agent.wait_alloc(&alloc, "stopped", is_dead).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let volume = agent.volume("crashy").await;
+            let released = volume.claims.is_empty() && volume.on_node.is_none();
+            if released && agent.csi_mounts().is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after a crash in {rpc}, never given back: {volume:#?} {:?}\n{}",
+                agent.csi_mounts(),
+                agent.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            std::fs::read_dir(&staged_dir).map_or(true, |d| d.count() == 0),
+            "after a crash in {rpc}, the plugin still has a stage"
+        );
+        assert!(
+            !published_file.exists(),
+            "after a crash in {rpc}, the plugin still has a publication"
+        );
+        let log = agent.plugin_log(&plugin_alloc);
+        assert!(
+            log.contains(&format!("paused after {rpc}, as asked")),
+            "the agent was killed in {rpc}:\n{log}"
+        );
+        assert!(
+            !log.contains("SPEC VIOLATION"),
+            "after a crash in {rpc}:\n{log}"
+        );
+        if !mounting {
+            assert_eq!(
+                rpc_count(&log, "NodePublishVolume"),
+                publishes_before + 1,
+                "a stopping alloc is not mounted again after a crash in {rpc}:\n{log}"
+            );
+        }
+    }
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}
+
+/// A NodePublishVolume whose deadline passes after the plugin has mounted: the outcome
+/// is unknown, so berth unpublishes before it unstages (the spec's order) and leaves no
+/// mount behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publish_that_times_out_after_the_plugin_acted_is_unpublished_before_the_unstage() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let spec = agent.write_file("v.hcl", &volume_spec("slow", "hostpath"));
+    assert_eq!(
+        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
+        0
+    );
+    let data = agent.path().join("csi-data");
+    std::fs::write(data.join(".pause-after"), "NodePublishVolume always").unwrap();
+    let alloc = agent
+        .run_job(
+            "user",
+            &consumer_job("user", "batch", "slow", false, "echo never"),
+        )
+        .await;
+    agent.wait_alloc(&alloc, "failed", is_dead).await;
+    let message = setup_failure(&agent.alloc(&alloc).await);
+    assert!(message.contains("NodePublishVolume"), "{message}");
+    std::fs::remove_file(data.join(".pause-after")).unwrap();
+    let _ = std::fs::remove_file(data.join(".paused"));
+    assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+    let status = agent.volume("slow").await;
+    assert!(
+        status.claims.is_empty() && status.on_node.is_none(),
+        "{status:#?}"
+    );
+    let log = agent.plugin_log(&plugin_alloc);
+    assert!(!log.contains("SPEC VIOLATION"), "{log}");
+    assert!(!data.join(".published/slow").exists(), "{log}");
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }

@@ -4,6 +4,7 @@
 use crate::catalog::volume_spec::{self, SpecPurpose};
 use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
 use crate::jobspec::JobspecError;
+use crate::model::csi::PluginKind;
 
 use super::Agent;
 
@@ -104,6 +105,8 @@ impl Agent {
         Ok(shown(VolumeStatus {
             volume,
             claims: Vec::new(),
+            on_node: None,
+            releasing: Default::default(),
         }))
     }
 
@@ -114,12 +117,41 @@ impl Agent {
             .catalog
             .volumes()?
             .into_iter()
-            .map(shown)
+            .map(|status| self.detailed(status))
             .collect())
     }
 
     pub fn volume(&self, id: &str) -> Result<VolumeStatus, VolumeError> {
-        Ok(shown(self.node.csi.catalog.volume(id)?))
+        Ok(self.detailed(self.node.csi.catalog.volume(id)?))
+    }
+
+    /// The catalog's view of a volume with this node's: its stage and publications,
+    /// and which claims belong to finished allocs still giving it back (and why).
+    fn detailed(&self, mut status: VolumeStatus) -> VolumeStatus {
+        status.on_node = self.node.csi.manager.on_node(&status.volume.id);
+        let plugin = &status.volume.plugin_id;
+        let plugin_healthy = self
+            .node
+            .csi
+            .registry
+            .get(PluginKind::Node, plugin)
+            .is_some_and(|p| p.healthy);
+        let allocs = self.allocs.lock().unwrap();
+        for claim in &status.claims {
+            let finished = allocs
+                .get(&claim.alloc_id)
+                .is_none_or(|entry| *entry.finished.borrow());
+            if finished {
+                let why = if plugin_healthy {
+                    "releasing".to_string()
+                } else {
+                    format!("releasing (waiting for plugin {plugin:?})")
+                };
+                status.releasing.insert(claim.alloc_id.clone(), why);
+            }
+        }
+        drop(allocs);
+        shown(status)
     }
 
     pub fn plugins(&self) -> Result<Vec<PluginStatus>, VolumeError> {

@@ -9,7 +9,8 @@
 //! leaves no mount and no claim behind.
 //!
 //! After an agent restart, mounts recorded in the hook resources that are still
-//! mounted are reused as they are: nothing is staged or published twice.
+//! mounted are reused as they are: nothing is staged or published twice. An alloc that
+//! was stopping when the agent died is not mounted again; its give-back finishes.
 
 use std::collections::BTreeMap;
 
@@ -76,6 +77,10 @@ impl CsiHook {
             },
             access_mode: usage.access_mode,
             node: alloc.node.csi.node_name.clone(),
+            since: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
         }
     }
 
@@ -196,6 +201,15 @@ impl AllocHook for CsiHook {
                 });
                 if intact {
                     tracing::info!(alloc = %alloc.id, "reusing the alloc's CSI mounts after an agent restart");
+                    return Ok(());
+                }
+                // Asked to stop before the restart and partly given back already: its
+                // running tasks keep what they have bound, and the rest of the give-back
+                // (from the recorded mounts) finishes it; mounting again would only be
+                // undone.
+                if alloc.stop_requested() && !recorded.is_empty() {
+                    tracing::info!(alloc = %alloc.id,
+                        "not mounting the CSI volumes of a stopping alloc again after an agent restart");
                     return Ok(());
                 }
             }

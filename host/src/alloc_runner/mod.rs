@@ -267,6 +267,11 @@ impl AllocRunner {
         let _ = self.stop.send(true);
     }
 
+    /// Whether the alloc was asked to stop (before or, restored, after a restart).
+    pub fn stop_requested(&self) -> bool {
+        self.record.lock().unwrap().desired_status == DesiredStatus::Stop
+    }
+
     pub fn client_status(&self) -> ClientStatus {
         self.record.lock().unwrap().client_status
     }

@@ -88,6 +88,8 @@ impl Catalog for EmbeddedCatalog {
         Ok(VolumeStatus {
             volume: self.get_volume(id)?,
             claims: self.claims_of(id)?,
+            on_node: None,
+            releasing: Default::default(),
         })
     }
 
@@ -102,6 +104,8 @@ impl Catalog for EmbeddedCatalog {
                 Ok(VolumeStatus {
                     claims: self.claims_of(&volume.id)?,
                     volume,
+                    on_node: None,
+                    releasing: Default::default(),
                 })
             })
             .collect()
@@ -111,7 +115,7 @@ impl Catalog for EmbeddedCatalog {
         let _lock = self.writing.lock().unwrap();
         let volume = self.get_volume(volume_id)?;
         let existing = self.claims_of(volume_id)?;
-        if existing.contains(&claim) {
+        if existing.iter().any(|c| c.same_use(&claim)) {
             return Ok(());
         }
         if let Some(refusal) = claim_refusal(&volume, &existing, &claim) {

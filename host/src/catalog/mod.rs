@@ -9,7 +9,7 @@
 pub mod embedded;
 pub mod volume_spec;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +55,21 @@ pub struct Claim {
     pub mode: ClaimMode,
     pub access_mode: AccessMode,
     pub node: String,
+    /// When the claim was made (seconds since the epoch; 0 for claims recorded before
+    /// berth kept it).
+    #[serde(default)]
+    pub since: u64,
+}
+
+impl Claim {
+    /// The same alloc claiming the same way: claiming again (after an agent restart) is
+    /// the claim it already has, made when it was first made.
+    pub fn same_use(&self, other: &Claim) -> bool {
+        self.alloc_id == other.alloc_id
+            && self.mode == other.mode
+            && self.access_mode == other.access_mode
+            && self.node == other.node
+    }
 }
 
 /// A volume with its claims, as `berth volume status` shows it (without secrets).
@@ -62,6 +77,33 @@ pub struct Claim {
 pub struct VolumeStatus {
     pub volume: Volume,
     pub claims: Vec<Claim>,
+    /// How this node stages and publishes the volume, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_node: Option<VolumeOnNode>,
+    /// Claims of allocs that have finished and are still giving the volume back, by
+    /// alloc id: what they wait for.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub releasing: BTreeMap<String, String>,
+}
+
+/// A volume's stage and publications on this node, as the CSI manager records them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeOnNode {
+    /// `attachment/access` of its one stage, when staged.
+    pub staged: Option<String>,
+    /// Attached to this node by the plugin's controller (ControllerPublishVolume).
+    pub controller_published: bool,
+    /// One per alloc the volume is published to.
+    pub publications: Vec<Publication>,
+    /// The CSI call under way, or cut short and still to be resolved.
+    pub pending: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publication {
+    pub alloc_id: String,
+    /// The usage key: access mode, attachment mode, `ro` or `rw`.
+    pub usage: String,
 }
 
 /// One alloc providing one kind of a plugin.
@@ -204,6 +246,7 @@ mod tests {
             mode,
             access_mode,
             node: "n1".into(),
+            since: 0,
         }
     }
 

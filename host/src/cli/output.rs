@@ -66,9 +66,43 @@ pub(super) fn clock(time_ms: u64) -> String {
     )
 }
 
+/// A time in seconds since the epoch as a UTC date and time; "-" for 0 (not recorded).
+pub(super) fn date_time(seconds: u64) -> String {
+    if seconds == 0 {
+        return "-".into();
+    }
+    let (year, month, day) = civil_from_days(seconds / 86_400);
+    let (h, m, s) = (seconds % 86_400 / 3600, seconds % 3600 / 60, seconds % 60);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// civil-from-days algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_shown_as_utc_dates() {
+        assert_eq!(date_time(0), "-");
+        assert_eq!(date_time(1), "1970-01-01T00:00:01Z");
+        // A leap day of a century year, and today.
+        assert_eq!(date_time(951_782_400 + 3_723), "2000-02-29T01:02:03Z");
+        assert_eq!(date_time(1_795_478_400 + 86_399), "2026-11-24T23:59:59Z");
+    }
 
     #[test]
     fn escapes_what_could_repaint_a_terminal() {

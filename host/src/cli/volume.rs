@@ -155,18 +155,48 @@ pub(super) async fn status(
     } else {
         println!("Claims");
         println!(
-            "{:<10} {:<32} {:<6} {:<26} Node",
-            "Alloc", "Name", "Mode", "Access Mode"
+            "{:<10} {:<32} {:<6} {:<26} {:<20} State",
+            "Alloc", "Name", "Mode", "Access Mode", "Since"
         );
         for claim in &status.claims {
+            let state = status
+                .releasing
+                .get(&claim.alloc_id)
+                .map_or("in use", String::as_str);
             println!(
-                "{:<10} {:<32} {:<6} {:<26} {}",
+                "{:<10} {:<32} {:<6} {:<26} {:<20} {state}",
                 short_id(&claim.alloc_id),
                 claim.alloc_name,
                 format!("{:?}", claim.mode).to_lowercase(),
                 claim.access_mode,
-                claim.node
+                super::output::date_time(claim.since),
             );
+        }
+    }
+    if let Some(on_node) = &status.on_node {
+        println!();
+        println!("On this node");
+        println!(
+            "Controller      = {}",
+            if on_node.controller_published {
+                "published to this node"
+            } else {
+                "not published"
+            }
+        );
+        println!(
+            "Staged          = {}",
+            on_node.staged.as_deref().unwrap_or("no")
+        );
+        for publication in &on_node.publications {
+            println!(
+                "Published       = alloc {} ({})",
+                short_id(&publication.alloc_id),
+                publication.usage
+            );
+        }
+        if let Some(pending) = &on_node.pending {
+            println!("Pending         = {pending}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -91,6 +91,23 @@ impl fmt::Display for CsiError {
 
 impl std::error::Error for CsiError {}
 
+impl CsiError {
+    /// Whether the plugin may have acted although the call failed: it timed out, the
+    /// connection went, or the plugin failed inside. A refusal (NOT_FOUND,
+    /// FAILED_PRECONDITION, INVALID_ARGUMENT, …) says it did not.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self.code,
+            Code::DeadlineExceeded
+                | Code::Unavailable
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::Internal
+                | Code::DataLoss
+        )
+    }
+}
+
 fn retryable(code: Code) -> bool {
     matches!(
         code,

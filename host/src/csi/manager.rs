@@ -14,6 +14,13 @@
 //! any more, then ControllerUnpublish when no stage is left. Which allocs use which
 //! stage is persisted ([`RecordTable::CsiUsage`]) before and after each step, so after an
 //! agent restart an unstage never pulls a volume from under a live alloc.
+//!
+//! Every one of those RPCs is preceded by a durable [`Intent`] in the same record and
+//! followed by its outcome. A crash between the two leaves the intent: before anything
+//! else is done with the volume (a mount, an unmount, the reconcile when its plugin turns
+//! healthy), the intent is resolved with the idempotent call that undoes a half-done
+//! mount step or finishes a half-done release step, so no crash point leaves a mount
+//! berth does not know of, or an unstage under a publication it did not record.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,7 +31,7 @@ use tokio::sync::broadcast;
 
 use super::layout::SharedPath;
 use super::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
-use crate::catalog::{Catalog, PluginProvider, Volume};
+use crate::catalog::{Catalog, PluginProvider, Publication, Volume, VolumeOnNode};
 use crate::csi::client::{CsiClient, CsiError, NodeVolume};
 use crate::model::csi::{Capabilities, CsiSettings, Fingerprint, PluginKind, Usage};
 use crate::state::{RecordTable, StateError, StateStore};
@@ -44,6 +51,46 @@ struct VolumeUsage {
     staged: Option<StagedAs>,
     /// Publications, by usage key.
     stages: BTreeMap<String, StageUsage>,
+    /// The RPC under way (or cut short by a crash) whose outcome is not recorded yet.
+    #[serde(default)]
+    pending: Option<Intent>,
+}
+
+/// An RPC about to be made for a volume on this node, recorded durably before it is
+/// made and cleared when its outcome is recorded. Operations on one volume are
+/// serialised, so there is at most one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rpc", rename_all = "snake_case")]
+enum Intent {
+    ControllerPublish { node_id: String },
+    Stage { staged_as: StagedAs },
+    Publish { alloc_id: String, key: String },
+    Unpublish { alloc_id: String, key: String },
+    Unstage,
+    ControllerUnpublish,
+}
+
+impl Intent {
+    /// What is under way, as `berth volume status` says it.
+    fn describe(&self) -> String {
+        match self {
+            Intent::ControllerPublish { node_id } => {
+                format!("ControllerPublishVolume to node {node_id:?}")
+            }
+            Intent::Stage { staged_as } => format!(
+                "NodeStageVolume as {}/{}",
+                staged_as.attachment_mode, staged_as.access_mode
+            ),
+            Intent::Publish { alloc_id, key } => {
+                format!("NodePublishVolume for alloc {alloc_id} ({key})")
+            }
+            Intent::Unpublish { alloc_id, key } => {
+                format!("NodeUnpublishVolume for alloc {alloc_id} ({key})")
+            }
+            Intent::Unstage => "NodeUnstageVolume".into(),
+            Intent::ControllerUnpublish => "ControllerUnpublishVolume".into(),
+        }
+    }
 }
 
 /// The capability a volume was staged with: every publication shares the stage, so
@@ -74,8 +121,18 @@ struct StageUsage {
 }
 
 impl VolumeUsage {
+    /// Publications from the stage, a publication under way included: the stage is not
+    /// idle while its outcome is unknown.
     fn publications(&self) -> usize {
-        self.stages.values().map(|s| s.allocs.len()).sum()
+        let pending = matches!(self.pending, Some(Intent::Publish { .. }));
+        self.stages.values().map(|s| s.allocs.len()).sum::<usize>() + usize::from(pending)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+            && self.staged.is_none()
+            && self.controller_published.is_none()
+            && self.pending.is_none()
     }
 }
 
@@ -381,10 +438,7 @@ impl CsiManager {
     }
 
     fn save_usage(&self, volume_id: &str, usage: &VolumeUsage) -> Result<(), CsiVolumeError> {
-        let result = if usage.stages.is_empty()
-            && usage.staged.is_none()
-            && usage.controller_published.is_none()
-        {
+        let result = if usage.is_empty() {
             self.store.remove_record(RecordTable::CsiUsage, volume_id)
         } else {
             self.store
@@ -395,6 +449,82 @@ impl CsiManager {
             volume: volume_id.to_string(),
             source,
         })
+    }
+
+    /// Records, durably, the RPC about to be made for the volume.
+    fn begin(
+        &self,
+        volume_id: &str,
+        record: &mut VolumeUsage,
+        intent: Intent,
+    ) -> Result<(), CsiVolumeError> {
+        record.pending = Some(intent);
+        self.save_usage(volume_id, record)
+    }
+
+    /// Resolves an RPC whose outcome was never recorded (the agent died, or the call
+    /// failed or timed out after the plugin may have acted): a mount step is undone, a
+    /// release step finished, each with the call the CSI spec makes idempotent
+    /// (unpublishing or unstaging what is not there is success). Until it is resolved the
+    /// volume is treated as possibly published, so its stage is not pulled.
+    async fn resolve_pending(
+        &self,
+        client: &CsiClient,
+        node: &PluginRegistration,
+        volume_id: &str,
+        record: &mut VolumeUsage,
+    ) -> Result<(), CsiVolumeError> {
+        let Some(intent) = record.pending.clone() else {
+            return Ok(());
+        };
+        tracing::info!(volume = %volume_id, intent = %intent.describe(),
+            "resolving a CSI call whose outcome was not recorded");
+        match &intent {
+            Intent::Publish { alloc_id, key } | Intent::Unpublish { alloc_id, key } => {
+                let target = node.dirs.publish(alloc_id, volume_id, key);
+                client
+                    .node_unpublish(&record.external_id, &target.plugin)
+                    .await?;
+                if let Some(stage) = record.stages.get_mut(key) {
+                    stage.allocs.remove(alloc_id);
+                }
+                remove_empty_dirs(&target.host, &node.dirs.host);
+            }
+            // Nothing is published from a stage whose outcome is unknown: a stage is made
+            // only when the volume has none, and a release only when nothing uses it.
+            Intent::Stage { .. } | Intent::Unstage => {
+                let staging = node.dirs.staging_volume(volume_id);
+                client
+                    .node_unstage(&record.external_id, &staging.plugin)
+                    .await?;
+                record.staged = None;
+                remove_empty_dirs(&staging.host, &node.dirs.host);
+            }
+            // The publish context went with the crash, and a mount asks for it again.
+            Intent::ControllerPublish { node_id } => {
+                if record.staged.is_none() && record.stages.is_empty() {
+                    let (_, controller, _) = self
+                        .ready(PluginKind::Controller, &record.plugin_id)
+                        .await?;
+                    controller
+                        .controller_unpublish(&record.external_id, node_id, &record.secrets)
+                        .await?;
+                }
+            }
+            Intent::ControllerUnpublish => {
+                if let Some((node_id, _)) = record.controller_published.clone() {
+                    let (_, controller, _) = self
+                        .ready(PluginKind::Controller, &record.plugin_id)
+                        .await?;
+                    controller
+                        .controller_unpublish(&record.external_id, &node_id, &record.secrets)
+                        .await?;
+                }
+                record.controller_published = None;
+            }
+        }
+        record.pending = None;
+        self.save_usage(volume_id, record)
     }
 
     /// Finishes undoing what could not be undone while the plugin was away (it died
@@ -421,6 +551,14 @@ impl CsiManager {
             let Ok(Some(mut record)) = self.usage_record(&volume_id) else {
                 continue;
             };
+            if let Err(error) = self
+                .resolve_pending(&client, &plugin, &volume_id, &mut record)
+                .await
+            {
+                tracing::warn!(volume = %volume_id, %error,
+                    "could not resolve an interrupted CSI call yet");
+                continue;
+            }
             let idle: Vec<String> = record
                 .stages
                 .iter()
@@ -479,6 +617,8 @@ impl CsiManager {
                 secrets: volume.secrets.clone(),
                 ..VolumeUsage::default()
             });
+        self.resolve_pending(&client, &node, &volume.id, &mut record)
+            .await?;
         let mut done = Vec::new();
         let result = self
             .mount_steps(
@@ -495,6 +635,18 @@ impl CsiManager {
         match result {
             Ok(path) => Ok(path),
             Err(error) => {
+                // A call that failed may still have acted (a deadline passed after the
+                // plugin mounted, say): undone first, so the stage is not pulled from under
+                // a publication. If the plugin is gone, the intent stays for the reconcile.
+                // A plain refusal did nothing, so there is nothing to undo.
+                if matches!(&error, CsiVolumeError::Rpc(e) if !e.outcome_unknown()) {
+                    record.pending = None;
+                } else if let Err(undo_error) = self
+                    .resolve_pending(&client, &node, &volume.id, &mut record)
+                    .await
+                {
+                    tracing::error!(volume = %volume.id, %undo_error, "undoing a failed mount");
+                }
                 for step in done.into_iter().rev() {
                     let undone = match step {
                         // Only when no other alloc is published from the stage.
@@ -535,9 +687,12 @@ impl CsiManager {
         let key = usage.key();
         let no_context = HashMap::new();
         if record.controller_published.is_none()
-            && let Some(context) = self.controller_publish(volume, usage, fingerprint).await?
+            && let Some(context) = self
+                .controller_publish(volume, usage, fingerprint, record)
+                .await?
         {
             record.controller_published = Some(context);
+            record.pending = None;
             self.save_usage(&volume.id, record)?;
             done.push(Done::ControllerPublished);
         }
@@ -578,8 +733,16 @@ impl CsiManager {
         }
         if stages && record.staged.is_none() {
             create_dir(&staging.host)?;
+            self.begin(
+                &volume.id,
+                record,
+                Intent::Stage {
+                    staged_as: wanted.clone(),
+                },
+            )?;
             client.node_stage(&request, &staging.plugin).await?;
             record.staged = Some(wanted);
+            record.pending = None;
             self.save_usage(&volume.id, record)?;
             done.push(Done::Staged);
         }
@@ -587,6 +750,14 @@ impl CsiManager {
         if let Some(parent) = target.host.parent() {
             create_dir(parent)?;
         }
+        self.begin(
+            &volume.id,
+            record,
+            Intent::Publish {
+                alloc_id: alloc_id.to_string(),
+                key: key.clone(),
+            },
+        )?;
         client
             .node_publish(
                 &request,
@@ -595,10 +766,7 @@ impl CsiManager {
             )
             .await?;
         if !crate::mount::shared::is_mount_point(&target.host) {
-            let _ = client
-                .node_unpublish(&volume.external_id, &target.plugin)
-                .await;
-            remove_empty_dirs(&target.host, &node.dirs.host);
+            // The pending publication is undone by the caller.
             return Err(CsiVolumeError::NotPropagated {
                 plugin: volume.plugin_id.clone(),
                 volume: volume.id.clone(),
@@ -615,6 +783,7 @@ impl CsiManager {
             })
             .allocs
             .insert(alloc_id.to_string());
+        record.pending = None;
         self.save_usage(&volume.id, record)?;
         Ok(target.host)
     }
@@ -626,6 +795,7 @@ impl CsiManager {
         volume: &Volume,
         usage: Usage,
         node: &Fingerprint,
+        record: &mut VolumeUsage,
     ) -> Result<Option<(String, HashMap<String, String>)>, CsiVolumeError> {
         let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
             return Ok(None);
@@ -643,6 +813,13 @@ impl CsiManager {
             volume_context: &volume.context,
             secrets: &volume.secrets,
         };
+        self.begin(
+            &volume.id,
+            record,
+            Intent::ControllerPublish {
+                node_id: node_id.clone(),
+            },
+        )?;
         let context = client.controller_publish(&request, &node_id).await?;
         Ok(Some((node_id, context)))
     }
@@ -655,13 +832,20 @@ impl CsiManager {
         let Some((node_id, _)) = record.controller_published.clone() else {
             return Ok(());
         };
+        // Only once nothing is staged or published on this node (the spec's order); what
+        // is left is unpublished when the last stage goes.
+        if record.staged.is_some() || !record.stages.is_empty() || record.pending.is_some() {
+            return Ok(());
+        }
         let (_, client, _) = self
             .ready(PluginKind::Controller, &record.plugin_id)
             .await?;
+        self.begin(volume_id, record, Intent::ControllerUnpublish)?;
         client
             .controller_unpublish(&record.external_id, &node_id, &record.secrets)
             .await?;
         record.controller_published = None;
+        record.pending = None;
         self.save_usage(volume_id, record)
     }
 
@@ -676,11 +860,13 @@ impl CsiManager {
     ) -> Result<(), CsiVolumeError> {
         let staging = node.dirs.staging_volume(volume_id);
         if record.staged.is_some() {
+            self.begin(volume_id, record, Intent::Unstage)?;
             client
                 .node_unstage(&record.external_id, &staging.plugin)
                 .await?;
         }
         record.staged = None;
+        record.pending = None;
         self.save_usage(volume_id, record)?;
         remove_empty_dirs(&staging.host, &node.dirs.host);
         Ok(())
@@ -723,10 +909,12 @@ impl CsiManager {
             return Ok(());
         };
         let key = usage.key();
-        let Some(stage) = record.stages.get(&key) else {
+        let pending_here = matches!(&record.pending,
+            Some(Intent::Publish { alloc_id: a, key: k } | Intent::Unpublish { alloc_id: a, key: k })
+                if a == alloc_id && *k == key);
+        if !record.stages.contains_key(&key) && !pending_here {
             return Ok(());
-        };
-        let publishes = stage.allocs.contains(alloc_id);
+        }
         let (node, client, _) = self
             .ready(PluginKind::Node, &record.plugin_id)
             .await
@@ -735,14 +923,29 @@ impl CsiManager {
                 alloc: alloc_id.to_string(),
                 source: Box::new(e),
             })?;
+        self.resolve_pending(&client, &node, volume_id, &mut record)
+            .await?;
+        let publishes = record
+            .stages
+            .get(&key)
+            .is_some_and(|stage| stage.allocs.contains(alloc_id));
         if publishes {
             let target: SharedPath = node.dirs.publish(alloc_id, volume_id, &key);
+            self.begin(
+                volume_id,
+                &mut record,
+                Intent::Unpublish {
+                    alloc_id: alloc_id.to_string(),
+                    key: key.clone(),
+                },
+            )?;
             client
                 .node_unpublish(&record.external_id, &target.plugin)
                 .await?;
             if let Some(stage) = record.stages.get_mut(&key) {
                 stage.allocs.remove(alloc_id);
             }
+            record.pending = None;
             self.save_usage(volume_id, &record)?;
             remove_empty_dirs(&target.host, &node.dirs.host);
         }
@@ -800,6 +1003,31 @@ impl CsiManager {
 }
 
 impl CsiManager {
+    /// How this node stages and publishes the volume, from its usage record; `None` when
+    /// it does not use it.
+    pub fn on_node(&self, volume_id: &str) -> Option<VolumeOnNode> {
+        let record = self.usage_record(volume_id).ok().flatten()?;
+        let publications = record
+            .stages
+            .iter()
+            .flat_map(|(key, stage)| {
+                stage.allocs.iter().map(|alloc| Publication {
+                    alloc_id: alloc.clone(),
+                    usage: key.clone(),
+                })
+            })
+            .collect();
+        Some(VolumeOnNode {
+            staged: record
+                .staged
+                .as_ref()
+                .map(|s| format!("{}/{}", s.attachment_mode, s.access_mode)),
+            controller_published: record.controller_published.is_some(),
+            publications,
+            pending: record.pending.as_ref().map(Intent::describe),
+        })
+    }
+
     /// DeleteVolume through the plugin's controller. The caller has checked that
     /// nothing claims the volume; a volume this node still stages or publishes (its
     /// usage record says so) is refused here too.

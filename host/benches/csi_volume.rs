@@ -146,6 +146,7 @@ async fn run() {
             mode: ClaimMode::Write,
             access_mode: AccessMode::SingleNodeWriter,
             node: csi.node_name.clone(),
+            since: 0,
         };
         csi.catalog.claim(&v.id, claim).unwrap();
         let path = csi.manager.mount_volume(&alloc, &v, usage()).await.unwrap();

@@ -196,6 +196,13 @@ impl AgentProcess {
         }
     }
 
+    /// Creates volume `id` of `plugin` through `berth volume create`.
+    fn create_volume(&self, id: &str, plugin: &str) {
+        let spec = self.write_file(&format!("{id}.hcl"), &volume_spec(id, plugin));
+        let (code, out, err) = self.cli(&["volume", "create", spec.to_str().unwrap()]);
+        assert_eq!(code, 0, "creating volume {id}: {out}{err}");
+    }
+
     fn write_file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.path().join(name);
         std::fs::write(&path, text).unwrap();
@@ -466,11 +473,7 @@ async fn when_the_second_volume_fails_the_first_is_fully_given_back() {
     let mut agent = agent();
     agent.start().await;
     let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
-    let good = agent.write_file("good.hcl", &volume_spec("good", "hostpath"));
-    assert_eq!(
-        agent.cli(&["volume", "create", good.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("good", "hostpath");
     // Registered, but the plugin has no such volume.
     let ghost = agent.write_file(
         "ghost.hcl",
@@ -626,11 +629,7 @@ async fn after_kill_9_of_the_agent_the_volume_stays_and_is_unstaged_exactly_once
     let mut agent = agent();
     agent.start().await;
     let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
-    let spec = agent.write_file("v.hcl", &volume_spec("kept", "hostpath"));
-    assert_eq!(
-        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("kept", "hostpath");
     let b = agent
         .run_job(
             "b",
@@ -808,11 +807,7 @@ async fn misbehaving_plugins_hit_deadlines_and_leak_no_mount_or_claim() {
     let hang_alloc = agent
         .run_plugin("hang", "hang", &["--hang", "NodePublishVolume"])
         .await;
-    let spec = agent.write_file("h.hcl", &volume_spec("h", "hang"));
-    assert_eq!(
-        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("h", "hang");
     let started = Instant::now();
     let consumer = agent
         .run_job("hc", &consumer_job("hc", "batch", "h", false, "true"))
@@ -844,11 +839,7 @@ async fn misbehaving_plugins_hit_deadlines_and_leak_no_mount_or_claim() {
     let die_alloc = agent
         .run_plugin("die", "die", &["--die", "NodePublishVolume"])
         .await;
-    let spec = agent.write_file("d.hcl", &volume_spec("d", "die"));
-    assert_eq!(
-        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("d", "die");
     let consumer = agent
         .run_job("dc", &consumer_job("dc", "batch", "d", false, "true"))
         .await;
@@ -969,11 +960,7 @@ async fn a_volume_whose_plugin_is_down_is_given_back_once_the_plugin_returns() {
     let mut agent = agent();
     agent.start().await;
     agent.run_plugin("plugin", "hostpath", &[]).await;
-    let spec = agent.write_file("v.hcl", &volume_spec("stuck", "hostpath"));
-    assert_eq!(
-        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("stuck", "hostpath");
     let user = agent
         .run_job(
             "user",
@@ -1067,11 +1054,7 @@ async fn a_kill_9_right_after_any_csi_call_converges_with_no_leaked_mount_or_dou
     let mut agent = agent();
     agent.start().await;
     let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
-    let spec = agent.write_file("v.hcl", &volume_spec("crashy", "hostpath"));
-    assert_eq!(
-        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("crashy", "hostpath");
     let staged_dir = agent.path().join("csi-data/.staged");
     let published_file = agent.path().join("csi-data/.published/crashy");
     let script = "while true; do date +%s%N > /vol/alive; sleep 0.05; done";
@@ -1167,11 +1150,7 @@ async fn a_publish_that_times_out_after_the_plugin_acted_is_unpublished_before_t
     let mut agent = agent();
     agent.start().await;
     let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
-    let spec = agent.write_file("v.hcl", &volume_spec("slow", "hostpath"));
-    assert_eq!(
-        agent.cli(&["volume", "create", spec.to_str().unwrap()]).0,
-        0
-    );
+    agent.create_volume("slow", "hostpath");
     let data = agent.path().join("csi-data");
     std::fs::write(data.join(".pause-after"), "NodePublishVolume always").unwrap();
     let alloc = agent

@@ -155,8 +155,8 @@ pub(super) async fn status(
     } else {
         println!("Claims");
         println!(
-            "{:<10} {:<32} {:<6} {:<26} {:<20} State",
-            "Alloc", "Name", "Mode", "Access Mode", "Since"
+            "{:<10} {:<32} {:<6} {:<26} {:<16} {:<20} State",
+            "Alloc", "Name", "Mode", "Access Mode", "Node", "Since"
         );
         for claim in &status.claims {
             let state = status
@@ -164,11 +164,12 @@ pub(super) async fn status(
                 .get(&claim.alloc_id)
                 .map_or("in use", String::as_str);
             println!(
-                "{:<10} {:<32} {:<6} {:<26} {:<20} {state}",
+                "{:<10} {:<32} {:<6} {:<26} {:<16} {:<20} {state}",
                 short_id(&claim.alloc_id),
                 claim.alloc_name,
                 format!("{:?}", claim.mode).to_lowercase(),
                 claim.access_mode,
+                claim.node,
                 super::output::date_time(claim.since),
             );
         }

@@ -18,4 +18,5 @@ mod hooks;
 mod hostile;
 mod isolation;
 mod jobs;
+mod launched_jobs;
 mod nomad_jobspecs;

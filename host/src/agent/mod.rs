@@ -10,6 +10,7 @@
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
 //! recovers them through their drivers.
 
+mod launch;
 pub mod logs;
 mod volumes;
 
@@ -66,6 +67,11 @@ pub enum NoticeLevel {
 pub enum SubmitError {
     #[error("{0}")]
     Invalid(JobspecError),
+    /// A dispatch or forced launch the job does not allow (what it lacks, in words).
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
     #[error("recording the job: {0}")]
     State(#[from] StateError),
 }
@@ -115,6 +121,13 @@ pub struct JobStatus {
     pub stopped: bool,
     pub status: JobState,
     pub allocs: Vec<AllocSummary>,
+    /// `periodic` or `parameterized`: the job launches children instead of placing
+    /// allocs itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches: Option<String>,
+    /// The job a child was launched from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 struct JobEntry {
@@ -144,10 +157,20 @@ pub struct JobsQuery {
     pub next_token: Option<String>,
 }
 
-fn job_status(record: JobRecord, job_type: JobType, allocs: Vec<AllocSummary>) -> JobStatus {
-    let status = if allocs
-        .iter()
-        .any(|a| a.client_status == ClientStatus::Running)
+fn job_status(record: JobRecord, job: &Job, allocs: Vec<AllocSummary>) -> JobStatus {
+    let launches = if job.periodic.is_some() {
+        Some("periodic".to_string())
+    } else if job.parameterized.is_some() {
+        Some("parameterized".to_string())
+    } else {
+        None
+    };
+    // A job that launches children runs for as long as it is not stopped, as in Nomad.
+    let launching = launches.is_some() && !record.stopped;
+    let status = if launching
+        || allocs
+            .iter()
+            .any(|a| a.client_status == ClientStatus::Running)
     {
         JobState::Running
     } else if allocs
@@ -160,7 +183,9 @@ fn job_status(record: JobRecord, job_type: JobType, allocs: Vec<AllocSummary>) -
     };
     JobStatus {
         id: record.id,
-        job_type,
+        job_type: job.job_type,
+        parent: job.parent.clone(),
+        launches,
         source_name: record.source_name,
         submitted_ms: record.submitted_ms,
         stopped: record.stopped,
@@ -279,6 +304,7 @@ impl Agent {
         let agent = Arc::new(agent);
         agent.run_restored();
         spawn_garbage_collector(&agent);
+        launch::spawn_periodic_launcher(&agent);
         Ok(agent)
     }
 
@@ -425,6 +451,10 @@ impl Agent {
         for record in records {
             match jobspec::parse_with(&record.source_name, &record.source, &record.variables) {
                 Ok(job) => {
+                    let job = match &record.child_of {
+                        Some(child) => launch::child_job(job, &record.id, child),
+                        None => job,
+                    };
                     jobs.insert(
                         record.id.clone(),
                         JobEntry {
@@ -537,16 +567,45 @@ impl Agent {
             variables: variables.clone(),
             submitted_ms: now_ms(),
             stopped: false,
+            child_of: None,
         };
-        self.node.store.put_job(&record)?;
         let job = Arc::new(job);
-        self.jobs.lock().unwrap().insert(
-            record.id.clone(),
-            JobEntry {
-                record,
-                job: job.clone(),
-            },
-        );
+        // A periodic or parameterized job places nothing itself: its children do.
+        let alloc_ids = if job.periodic.is_some() || job.parameterized.is_some() {
+            self.record_job(record, job.clone())?;
+            Vec::new()
+        } else {
+            self.record_and_place(record, job.clone())?
+        };
+        Ok(Submitted {
+            job_id: job.name.clone(),
+            alloc_ids,
+            replaced,
+            warnings: job
+                .warnings
+                .iter()
+                .map(|w| format!("{source_name}:{w}"))
+                .collect(),
+        })
+    }
+
+    /// Records the job (durably) and keeps it in the job table.
+    fn record_job(&self, record: JobRecord, job: Arc<Job>) -> Result<(), SubmitError> {
+        self.node.store.put_job(&record)?;
+        self.jobs
+            .lock()
+            .unwrap()
+            .insert(record.id.clone(), JobEntry { record, job });
+        Ok(())
+    }
+
+    /// Records the job and starts its allocs; their ids.
+    fn record_and_place(
+        &self,
+        record: JobRecord,
+        job: Arc<Job>,
+    ) -> Result<Vec<String>, SubmitError> {
+        self.record_job(record, job.clone())?;
         let mut runners = Vec::new();
         for (group_index, group) in job.groups.iter().enumerate() {
             for alloc_index in 0..group.count {
@@ -564,16 +623,7 @@ impl Agent {
             let finished = spawn_runner(runner.clone());
             allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
         }
-        Ok(Submitted {
-            job_id: job.name.clone(),
-            alloc_ids,
-            replaced,
-            warnings: job
-                .warnings
-                .iter()
-                .map(|w| format!("{source_name}:{w}"))
-                .collect(),
-        })
+        Ok(alloc_ids)
     }
 
     /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
@@ -621,7 +671,7 @@ impl Agent {
     /// One pass over the allocs, whatever the number of jobs.
     pub fn jobs_page(&self, query: &JobsQuery) -> (Vec<JobStatus>, Option<String>) {
         let per_page = query.per_page.filter(|n| *n > 0).unwrap_or(usize::MAX);
-        let mut page: Vec<(JobRecord, JobType)> = Vec::new();
+        let mut page: Vec<(JobRecord, Arc<Job>)> = Vec::new();
         let mut next = None;
         {
             let jobs = self.jobs.lock().unwrap();
@@ -638,7 +688,7 @@ impl Agent {
                     next = Some(id.clone());
                     break;
                 }
-                page.push((entry.record.clone(), entry.job.job_type));
+                page.push((entry.record.clone(), entry.job.clone()));
             }
         }
         let mut allocs: BTreeMap<String, Vec<AllocSummary>> = page
@@ -653,29 +703,29 @@ impl Agent {
         }
         let statuses = page
             .into_iter()
-            .map(|(record, job_type)| {
+            .map(|(record, job)| {
                 let allocs = allocs.remove(&record.id).unwrap_or_default();
-                job_status(record, job_type, allocs)
+                job_status(record, &job, allocs)
             })
             .collect();
         (statuses, next)
     }
 
     pub fn job(&self, id: &str) -> Result<JobStatus, LookupError> {
-        let (record, job_type) = {
+        let (record, job) = {
             let jobs = self.jobs.lock().unwrap();
             let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
                 kind: "job",
                 id: id.to_string(),
             })?;
-            (entry.record.clone(), entry.job.job_type)
+            (entry.record.clone(), entry.job.clone())
         };
         let allocs: Vec<AllocSummary> = self
             .allocs_of(id)
             .iter()
             .map(|a| summary(&a.runner.status()))
             .collect();
-        Ok(job_status(record, job_type, allocs))
+        Ok(job_status(record, &job, allocs))
     }
 
     pub fn allocs(&self) -> Vec<AllocSummary> {

@@ -128,6 +128,14 @@ impl From<SubmitError> for Failure {
                         .collect(),
                 },
             ),
+            SubmitError::Refused(why) => Failure(
+                StatusCode::BAD_REQUEST,
+                ApiError {
+                    error: why,
+                    problems: Vec::new(),
+                },
+            ),
+            SubmitError::Lookup(lookup) => Failure::from(lookup),
             SubmitError::State(state) => Failure(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ApiError {
@@ -173,6 +181,11 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/jobs", get(list_jobs).post(submit_job))
         .route("/v1/job/{id}", get(job).delete(stop_job))
+        .route("/v1/job/{id}/dispatch", axum::routing::post(dispatch_job))
+        .route(
+            "/v1/job/{id}/periodic/force",
+            axum::routing::post(force_periodic),
+        )
         .route("/v1/allocations", get(list_allocs))
         .route("/v1/system/gc", axum::routing::post(system_gc))
         .route("/v1/allocation/{id}", get(alloc))
@@ -279,6 +292,43 @@ async fn job(
     Path(id): Path<String>,
 ) -> Reply<crate::agent::JobStatus> {
     Ok(Json(agent.job(&id)?))
+}
+
+/// `POST /v1/job/{id}/dispatch`: Nomad's dispatch request (`Payload` base64, `Meta`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DispatchRequest {
+    #[serde(rename = "Payload", default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    #[serde(rename = "Meta", default)]
+    pub meta: std::collections::BTreeMap<String, String>,
+}
+
+async fn dispatch_job(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Json(request): Json<DispatchRequest>,
+) -> Reply<crate::agent::Submitted> {
+    use base64::Engine as _;
+    let payload = match request.payload {
+        Some(text) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|e| {
+                    Failure::from(SubmitError::Refused(format!(
+                        "the payload is not base64: {e}"
+                    )))
+                })?,
+        ),
+        None => None,
+    };
+    Ok(Json(agent.dispatch(&id, request.meta, payload).await?))
+}
+
+async fn force_periodic(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> Reply<crate::agent::Submitted> {
+    Ok(Json(agent.force_periodic(&id).await?))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

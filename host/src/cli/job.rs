@@ -1,10 +1,12 @@
-//! `berth job validate|run|status|stop` and `berth run`: a one-shot embedded agent (state
+//! `berth job validate|run|status|stop|dispatch|periodic force` and `berth run`: a one-shot embedded agent (state
 //! in memory) that runs a job, streams its events as they happen, prints the tasks'
 //! output and exits with the job's outcome.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
+
+use anyhow::Context as _;
 
 use super::output::{clock, print_event};
 use crate::agent::{Agent, AgentOptions, JobStatus, StateLocation, SubmitError, Submitted};
@@ -216,6 +218,14 @@ pub(super) async fn run(
         Err(error) => return Err(error.into()),
     };
     print_warnings(submitted.warnings.iter().cloned());
+    if submitted.alloc_ids.is_empty() {
+        eprintln!(
+            "Job {:?} placed no allocation: a periodic or parameterized job launches its \
+             children from a running agent (start `berth agent`, then `berth job run`)",
+            submitted.job_id
+        );
+        return Ok(ExitCode::from(INVALID));
+    }
     let allocs: Vec<_> = submitted
         .alloc_ids
         .iter()
@@ -386,13 +396,19 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let job: JobStatus = client.get(&format!("/v1/job/{id}")).await?;
+    let job: JobStatus = client.get(&format!("/v1/job/{}", query_escape(id))).await?;
     println!("ID        = {}", job.id);
     println!(
         "Type      = {}",
         format!("{:?}", job.job_type).to_lowercase()
     );
     println!("Status    = {}", status_word(&job));
+    if let Some(launches) = &job.launches {
+        println!("{:<9} = true (it launches child jobs)", launches.as_str());
+    }
+    if let Some(parent) = &job.parent {
+        println!("Parent    = {parent}");
+    }
     println!(
         "Submitted = {} (from {})",
         clock(job.submitted_ms),
@@ -423,7 +439,9 @@ fn status_word(job: &JobStatus) -> String {
 }
 
 pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
-    let stopped: Stopped = client.delete(&format!("/v1/job/{id}")).await?;
+    let stopped: Stopped = client
+        .delete(&format!("/v1/job/{}", query_escape(id)))
+        .await?;
     if stopped.stopping.is_empty() {
         println!("==> Job {:?} stopped; no alloc was running", stopped.job_id);
     } else {
@@ -433,6 +451,67 @@ pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> 
             stopped.stopping.len(),
             stopped.stopping.join(", ")
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth job dispatch`: the meta as KEY=VALUE, the payload from a file or stdin.
+pub(super) async fn dispatch(
+    client: &Client,
+    id: &str,
+    meta: &[String],
+    input: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    use base64::Engine as _;
+    let mut request = crate::api::DispatchRequest::default();
+    for pair in meta {
+        let Some((key, value)) = pair.split_once('=') else {
+            eprintln!("Error: -meta {pair:?} is not KEY=VALUE");
+            return Ok(ExitCode::from(INVALID));
+        };
+        request.meta.insert(key.to_string(), value.to_string());
+    }
+    if let Some(input) = input {
+        let bytes = if input == Path::new("-") {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                .context("reading the payload from standard input")?;
+            bytes
+        } else {
+            std::fs::read(input).with_context(|| format!("reading {}", input.display()))?
+        };
+        request.payload = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    let path = format!("/v1/job/{}/dispatch", query_escape(id));
+    let launched: Submitted = match client.post(&path, &request).await {
+        Ok(launched) => launched,
+        Err(ClientError::Api(error, _)) => {
+            eprintln!("Error: {}", super::output::text(&error.error));
+            return Ok(ExitCode::from(INVALID));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    println!("Dispatched Job ID = {}", launched.job_id);
+    for alloc in &launched.alloc_ids {
+        println!("    alloc {alloc}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth job periodic force`.
+pub(super) async fn force_periodic(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
+    let path = format!("/v1/job/{}/periodic/force", query_escape(id));
+    let launched: Submitted = match client.post(&path, &serde_json::json!({})).await {
+        Ok(launched) => launched,
+        Err(ClientError::Api(error, _)) => {
+            eprintln!("Error: {}", super::output::text(&error.error));
+            return Ok(ExitCode::from(INVALID));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    println!("Launched Job ID = {}", launched.job_id);
+    for alloc in &launched.alloc_ids {
+        println!("    alloc {alloc}");
     }
     Ok(ExitCode::SUCCESS)
 }

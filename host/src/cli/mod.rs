@@ -167,6 +167,28 @@ enum JobCommand {
     Status { id: Option<String> },
     /// Stop a job's allocs.
     Stop { id: String },
+    /// Launch a child of a parameterized job, with meta and a payload (a file, or - to
+    /// read standard input), written to its tasks' dispatch_payload files.
+    Dispatch {
+        /// KEY=VALUE, once per key; the job's parameterized block says which it takes.
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
+        /// The parameterized job.
+        id: String,
+        /// The payload: a file, or - for standard input.
+        input: Option<PathBuf>,
+    },
+    /// Periodic jobs.
+    Periodic {
+        #[command(subcommand)]
+        command: PeriodicCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PeriodicCommand {
+    /// Launch a child of a periodic job now, whatever its schedule.
+    Force { id: String },
 }
 
 #[derive(Subcommand)]
@@ -226,7 +248,7 @@ pub fn main() -> ExitCode {
         .init();
     // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
     let args = std::env::args_os().map(|arg| {
-        if ["-dev", "-var", "-var-file", "-detach", "-stderr"]
+        if ["-dev", "-var", "-var-file", "-detach", "-stderr", "-meta"]
             .iter()
             .any(|f| arg == *f)
         {
@@ -330,14 +352,16 @@ const DEV_DATA_DIR: &str = "/tmp/berth-dev";
 
 /// The commands that talk to a running agent; `None` for the others.
 async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result<ExitCode>> {
-    let is_client = matches!(
+    // Everything but what runs here (the agent, a one-shot run, validate, listings of
+    // what this binary loads) talks to an agent.
+    let is_client = !matches!(
         cli.command,
         Command::Job {
-            command: JobCommand::Run { .. } | JobCommand::Status { .. } | JobCommand::Stop { .. }
-        } | Command::Alloc { .. }
-            | Command::Volume { .. }
-            | Command::Plugin { .. }
-            | Command::System { .. }
+            command: JobCommand::Validate { .. }
+        } | Command::Run { .. }
+            | Command::Agent { .. }
+            | Command::Driver { .. }
+            | Command::Hook { .. }
     );
     if !is_client {
         return None;
@@ -361,6 +385,15 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::Job {
             command: JobCommand::Stop { id },
         } => job::stop(&client, id).await,
+        Command::Job {
+            command: JobCommand::Dispatch { meta, id, input },
+        } => job::dispatch(&client, id, meta, input.as_deref()).await,
+        Command::Job {
+            command:
+                JobCommand::Periodic {
+                    command: PeriodicCommand::Force { id },
+                },
+        } => job::force_periodic(&client, id).await,
         Command::Alloc {
             command: AllocCommand::Status { id, json },
         } => alloc::status(&client, id, *json).await,

@@ -88,6 +88,29 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     scheduler_level(&mut fields, &block.body, PLACEMENT, problems);
     scheduler_level(&mut fields, &block.body, JOB_SCHEDULER_LEVEL, problems);
     unsupported(&mut fields, &block.body, JOB_UNSUPPORTED, problems);
+    let periodic = fields
+        .single_block("periodic", problems)
+        .and_then(|b| periodic(&path, b, problems));
+    let parameterized = fields
+        .single_block("parameterized", problems)
+        .and_then(|b| parameterized(&path, b, problems));
+    if let (Some(_), Some(_)) = (&periodic, &parameterized) {
+        fields.problem(
+            problems,
+            "parameterized",
+            written(&block.body, "parameterized").unwrap_or(block.at),
+            "a job is periodic or parameterized, not both".into(),
+        );
+    }
+    if (periodic.is_some() || parameterized.is_some()) && job_type != JobType::Batch {
+        fields.problem_with(
+            problems,
+            "type",
+            "periodic and parameterized jobs must be of type \"batch\" or \"sysbatch\", as \
+             in Nomad"
+                .into(),
+        );
+    }
     for ignored in ["vault_token", "consul_token", "id", "name", "node_pool"] {
         fields.string(ignored, problems);
     }
@@ -119,8 +142,129 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         meta,
         constraints,
         groups,
+        periodic,
+        parameterized,
+        parent: None,
+        payload: None,
         warnings: Vec::new(),
     })
+}
+
+fn periodic(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<Periodic> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.periodic"),
+        block.at,
+        &["cron", "crons", "prohibit_overlap", "time_zone", "enabled"],
+    );
+    let mut crons = fields.string_list("crons", problems);
+    crons.extend(fields.string("cron", problems));
+    if crons.is_empty() {
+        fields.problem(
+            problems,
+            "crons",
+            block.at,
+            "a periodic block needs cron or crons".into(),
+        );
+    }
+    let written_as = if fields.attr("cron").is_some() {
+        "cron"
+    } else {
+        "crons"
+    };
+    for text in &crons {
+        if let Err(error) = text.parse::<croner::Cron>() {
+            fields.problem_with(
+                problems,
+                written_as,
+                format!("{text:?} is not a cron expression: {error}"),
+            );
+        }
+    }
+    if let Some(zone) = fields.string("time_zone", problems)
+        && !matches!(zone.as_str(), "UTC" | "Etc/UTC" | "")
+    {
+        fields.problem_with(
+            problems,
+            "time_zone",
+            format!("time zone {zone:?} is not supported: berth launches periodic jobs in UTC"),
+        );
+    }
+    let prohibit_overlap = fields.bool("prohibit_overlap", problems).unwrap_or(false);
+    let enabled = fields.bool("enabled", problems).unwrap_or(true);
+    fields.finish(problems);
+    Some(Periodic {
+        crons,
+        prohibit_overlap,
+        enabled,
+    })
+}
+
+fn parameterized(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<Parameterized> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.parameterized"),
+        block.at,
+        &["payload", "meta_required", "meta_optional"],
+    );
+    let payload_text = fields.string("payload", problems);
+    let payload = fields
+        .choose(
+            payload_text,
+            "payload",
+            &[
+                ("optional", PayloadRule::Optional),
+                ("required", PayloadRule::Required),
+                ("forbidden", PayloadRule::Forbidden),
+            ],
+            problems,
+            |other| {
+                format!(
+                    "unknown payload rule {other:?} (use \"optional\", \"required\" or \
+                     \"forbidden\")"
+                )
+            },
+        )
+        .unwrap_or(PayloadRule::Optional);
+    let meta_required = fields.string_list("meta_required", problems);
+    let meta_optional = fields.string_list("meta_optional", problems);
+    fields.finish(problems);
+    Some(Parameterized {
+        payload,
+        meta_required,
+        meta_optional,
+    })
+}
+
+fn dispatch_payload(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<String> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.dispatch_payload"),
+        block.at,
+        &["file"],
+    );
+    let file = fields.required_string("file", problems)?;
+    let safe = !file.is_empty()
+        && !file.starts_with('/')
+        && file
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+    if !safe {
+        fields.problem_with(
+            problems,
+            "file",
+            format!(
+                "{file:?} must be a relative path below the task's local/ directory, without \
+                 \"..\""
+            ),
+        );
+    }
+    fields.finish(problems);
+    safe.then(|| format!("local/{file}"))
 }
 
 fn group(
@@ -379,6 +523,9 @@ fn task(
         .map(|b| restart(&path, b, group_restart.clone(), problems));
     unsupported(&mut fields, &block.body, TASK_UNSUPPORTED, problems);
     let constraints = constraints(&mut fields, problems);
+    let dispatch_payload = fields
+        .single_block("dispatch_payload", problems)
+        .and_then(|b| dispatch_payload(&path, b, problems));
     let templates = fields
         .blocks("template")
         .into_iter()
@@ -530,6 +677,7 @@ fn task(
         constraints,
         templates,
         restart,
+        dispatch_payload,
         at: block.at,
         driver_at,
         hooks_at,
@@ -885,20 +1033,10 @@ const RESOURCES_SCHEDULER_LEVEL: &[Ignored] = &[
 
 /// Constructs that change what the task gets, which berth cannot give: refused, so that
 /// no task starts without what its author counted on.
-const JOB_UNSUPPORTED: &[Ignored] = &[
-    (
-        "vault",
-        "berth cannot fetch Vault tokens or secrets, and the tasks would start without them",
-    ),
-    (
-        "periodic",
-        "berth has no scheduler to launch a periodic job: run `berth job run` from cron or a systemd timer",
-    ),
-    (
-        "parameterized",
-        "berth has no dispatch: submit one job per payload instead",
-    ),
-];
+const JOB_UNSUPPORTED: &[Ignored] = &[(
+    "vault",
+    "berth cannot fetch Vault tokens or secrets, and the tasks would start without them",
+)];
 
 const GROUP_UNSUPPORTED: &[Ignored] = &[(
     "vault",
@@ -921,10 +1059,6 @@ const TASK_UNSUPPORTED: &[Ignored] = &[
     (
         "artifact",
         "berth does not download artifacts, and the task would start without them: put the files on a host volume",
-    ),
-    (
-        "dispatch_payload",
-        "berth has no dispatch (parameterized jobs)",
     ),
 ];
 

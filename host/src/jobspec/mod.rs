@@ -31,11 +31,67 @@ pub struct Job {
     pub meta: Vec<(String, String)>,
     pub constraints: Vec<Constraint>,
     pub groups: Vec<Group>,
+    /// A `periodic` block: the job places nothing when submitted; the agent launches a
+    /// child job (`<job>/periodic-<unix time>`) on its schedule.
+    pub periodic: Option<Periodic>,
+    /// A `parameterized` block: the job places nothing when submitted; `berth job
+    /// dispatch` launches a child job (`<job>/dispatch-<unix time>-<random>`).
+    pub parameterized: Option<Parameterized>,
+    /// The job this one was launched from (periodic or dispatch), for a child job.
+    #[serde(skip)]
+    pub parent: Option<String>,
+    /// The payload a dispatched child was given, written to the tasks'
+    /// `dispatch_payload` files.
+    #[serde(skip)]
+    pub payload: Option<Vec<u8>>,
     /// What the jobspec asks for that has no effect on one node (Nomad's scheduler
     /// blocks): the job runs, and the user is told.
     #[serde(skip)]
     pub warnings: Vec<Problem>,
 }
+
+/// Nomad's `periodic` block. Times are UTC (Nomad's default `time_zone`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Periodic {
+    /// Cron expressions: 5 fields, or 6 with seconds first, or `@hourly`-style.
+    pub crons: Vec<String>,
+    /// Skip a launch while a child launched before is still running.
+    pub prohibit_overlap: bool,
+    pub enabled: bool,
+}
+
+impl Periodic {
+    /// The first launch time after `after` (UTC) of any of the crons.
+    pub fn next_after(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.crons
+            .iter()
+            .filter_map(|text| text.parse::<croner::Cron>().ok())
+            .filter_map(|cron| cron.find_next_occurrence(&after, false).ok())
+            .min()
+    }
+}
+
+/// Nomad's `parameterized` block: what a dispatch must and may bring.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Parameterized {
+    pub payload: PayloadRule,
+    pub meta_required: Vec<String>,
+    pub meta_optional: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadRule {
+    Optional,
+    Required,
+    Forbidden,
+}
+
+/// The largest dispatch payload, as in Nomad (16 KiB).
+pub const MAX_DISPATCH_PAYLOAD: usize = 16 * 1024;
 
 /// A `constraint` block: where the job may run, checked against this node's attributes
 /// at submit time.
@@ -130,6 +186,9 @@ pub struct Task {
     pub templates: Vec<Template>,
     /// The task's own `restart` block, over the group's policy; `None`: the group's.
     pub restart: Option<RestartPolicy>,
+    /// Where a dispatched job's payload is written, relative to the task's directory
+    /// (`local/<dispatch_payload.file>`).
+    pub dispatch_payload: Option<String>,
     #[serde(skip)]
     pub at: Location,
     #[serde(skip)]

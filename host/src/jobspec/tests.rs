@@ -330,3 +330,69 @@ fn a_task_restart_block_overrides_the_groups_policy_field_by_field() {
     assert_eq!(group.tasks[1].restart, None);
     assert_eq!(group.restart.attempts, 5);
 }
+
+#[test]
+fn a_periodic_job_launches_at_its_crons_next_times_in_utc() {
+    use chrono::{TimeZone, Utc};
+    let job = parse(
+        "p.hcl",
+        r#"job "p" {
+  type = "batch"
+  periodic {
+    crons = ["30 2 * * *", "15 * * * * *"]
+  }
+  group "g" {
+    task "t" {
+      driver = "mock"
+    }
+  }
+}"#,
+    )
+    .unwrap();
+    let periodic = job.periodic.unwrap();
+    assert!(periodic.enabled && !periodic.prohibit_overlap);
+    // 02:29:00: the seconds cron (second 15 of every minute) comes first.
+    let at = Utc.with_ymd_and_hms(2026, 11, 24, 2, 29, 0).unwrap();
+    assert_eq!(
+        periodic.next_after(at),
+        Some(Utc.with_ymd_and_hms(2026, 11, 24, 2, 29, 15).unwrap())
+    );
+    // 02:29:50: the daily cron at 02:30:00 comes before 02:30:15.
+    let at = Utc.with_ymd_and_hms(2026, 11, 24, 2, 29, 50).unwrap();
+    assert_eq!(
+        periodic.next_after(at),
+        Some(Utc.with_ymd_and_hms(2026, 11, 24, 2, 30, 0).unwrap())
+    );
+}
+
+#[test]
+fn a_parameterized_job_says_what_a_dispatch_brings() {
+    let job = parse(
+        "d.hcl",
+        r#"job "d" {
+  type = "batch"
+  parameterized {
+    payload       = "forbidden"
+    meta_required = ["a"]
+    meta_optional = ["b", "c"]
+  }
+  group "g" {
+    task "t" {
+      driver = "mock"
+      dispatch_payload {
+        file = "in/payload.bin"
+      }
+    }
+  }
+}"#,
+    )
+    .unwrap();
+    let rules = job.parameterized.unwrap();
+    assert_eq!(rules.payload, PayloadRule::Forbidden);
+    assert_eq!(rules.meta_required, ["a"]);
+    assert_eq!(rules.meta_optional, ["b", "c"]);
+    assert_eq!(
+        job.groups[0].tasks[0].dispatch_payload.as_deref(),
+        Some("local/in/payload.bin")
+    );
+}

@@ -104,6 +104,21 @@ pub struct JobRecord {
     pub variables: VariableInputs,
     pub submitted_ms: u64,
     pub stopped: bool,
+    /// Set for a job launched from a periodic or parameterized one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_of: Option<ChildOf>,
+}
+
+/// What a child job was launched from and with; its source is its parent's at launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildOf {
+    pub parent: String,
+    /// A dispatch's meta, over the job's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub meta: Vec<(String, String)>,
+    /// A dispatch's payload, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -49,13 +49,30 @@ impl TaskHook for TaskDirHook {
                 env.extend([
                     (format!("{prefix}_ALLOC_ID"), ctx.alloc_id.clone()),
                     (format!("{prefix}_JOB_NAME"), ctx.job.name.clone()),
+                    (format!("{prefix}_JOB_ID"), ctx.job.name.clone()),
                     (format!("{prefix}_GROUP_NAME"), ctx.group.name.clone()),
                     (format!("{prefix}_TASK_NAME"), ctx.task.name.clone()),
                     (format!("{prefix}_TASK_DIR"), show(&task_view)),
                     (format!("{prefix}_ALLOC_DIR"), show(&alloc_view)),
                 ]);
             }
-            for (key, value) in &ctx.task.meta {
+            if let Some(parent) = &ctx.job.parent {
+                env.push(("NOMAD_JOB_PARENT_ID".to_string(), parent.clone()));
+            }
+            // As in Nomad: the job's meta, then the group's, then the task's, each over
+            // the one before (a dispatch's meta is part of the job's).
+            let mut meta: Vec<(&String, &String)> = Vec::new();
+            for (key, value) in ctx
+                .job
+                .meta
+                .iter()
+                .chain(&ctx.group.meta)
+                .chain(&ctx.task.meta)
+            {
+                meta.retain(|(k, _)| *k != key);
+                meta.push((key, value));
+            }
+            for (key, value) in meta {
                 env.push((format!("NOMAD_META_{key}"), value.clone()));
             }
             // The task's own env comes last, so it wins.

@@ -1,5 +1,6 @@
 //! Renders the task's `template` blocks into its directory before it starts, and adds
-//! the `env = true` ones to its environment.
+//! the `env = true` ones to its environment; writes a dispatched job's payload to the
+//! task's `dispatch_payload` file.
 //!
 //! The task's directory is the task's to write, and a task restarts: by then a
 //! destination may be a symlink it planted to a host file. So each file is opened with
@@ -27,6 +28,12 @@ impl TaskHook for TemplateHook {
         prepare: &'a mut TaskPrepare,
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
+            if let (Some(file), Some(payload)) = (&ctx.task.dispatch_payload, &ctx.job.payload) {
+                write_beneath(&prepare.task_dir, file, payload, 0o644).map_err(|e| HookError {
+                    hook: "template".into(),
+                    message: format!("writing the dispatch payload to {file}: {e}"),
+                })?;
+            }
             if ctx.task.templates.is_empty() {
                 return Ok(());
             }

@@ -31,6 +31,9 @@ use super::hcl::{Location, SyntaxProblem};
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 /// The most `var.*` / `local.*` references one jobspec may make.
 pub const MAX_REFERENCES: usize = 1024;
+/// The most blocks the `dynamic` blocks of one jobspec may make, nested ones counted
+/// as many times as they are made.
+pub const MAX_DYNAMIC_BLOCKS: usize = 4096;
 /// The largest file `file()` inlines.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 
@@ -87,6 +90,11 @@ pub enum EvalError {
          berth allows {MAX_REFERENCES}"
     )]
     TooManyReferences,
+    #[error(
+        "the dynamic blocks would make more than {MAX_DYNAMIC_BLOCKS} blocks; a node runs \
+         fewer tasks than that"
+    )]
+    TooManyDynamicBlocks,
     #[error("the value is {size} bytes as JSON; berth allows {MAX_VALUE_BYTES}")]
     TooLarge { size: usize },
     #[error("cannot put {kind} in a string")]
@@ -136,6 +144,10 @@ pub enum EvalError {
 pub struct Scope {
     ctx: Context<'static>,
     references: usize,
+    /// The iterators of the `dynamic` blocks being expanded, innermost last.
+    iterators: Vec<String>,
+    /// Blocks made by `dynamic` blocks so far.
+    dynamic_blocks: usize,
 }
 
 /// Where a problem was, before it gets the jobspec path of the block around it.
@@ -221,9 +233,13 @@ fn roots_of(expr: &Expression) -> Roots {
     roots
 }
 
-/// Whether every variable `roots` names is known at parse time.
-fn evaluable(roots: &Roots) -> bool {
-    roots.names.iter().all(|n| n == "var" || n == "local")
+/// Whether every variable `roots` names is known at parse time: `var`, `local`, and the
+/// iterators of the `dynamic` blocks around.
+fn evaluable(roots: &Roots, iterators: &[String]) -> bool {
+    roots
+        .names
+        .iter()
+        .all(|n| n == "var" || n == "local" || iterators.contains(n))
 }
 
 impl Scope {
@@ -231,7 +247,12 @@ impl Scope {
     pub fn empty() -> Scope {
         let mut ctx = Context::new();
         super::functions::declare_all(&mut ctx);
-        Scope { ctx, references: 0 }
+        Scope {
+            ctx,
+            references: 0,
+            iterators: Vec::new(),
+            dynamic_blocks: 0,
+        }
     }
 
     /// Takes the `variable`, `variables` and `locals` blocks out of `body` and evaluates
@@ -504,7 +525,11 @@ impl Scope {
         if roots.calls_file {
             return Err(EvalError::FileOnAgent);
         }
-        if let Some(name) = roots.names.iter().find(|n| *n != "var" && *n != "local") {
+        if let Some(name) = roots
+            .names
+            .iter()
+            .find(|n| *n != "var" && *n != "local" && !self.iterators.contains(n))
+        {
             return Err(EvalError::RunTimeName { name: name.clone() });
         }
         hcl::Expression::from(expr.clone())
@@ -522,8 +547,38 @@ impl Scope {
     }
 
     /// Whether `expr` can be evaluated now (it names no run-time variable).
-    pub fn is_static(expr: &Expression) -> bool {
-        evaluable(&roots_of(expr))
+    pub fn is_static(&self, expr: &Expression) -> bool {
+        evaluable(&roots_of(expr), &self.iterators)
+    }
+
+    /// Declares a `dynamic` block's iterator (`{ key, value }`) for its `content`.
+    pub fn enter_iterator(&mut self, name: &str, key: hcl::Value, value: hcl::Value) {
+        let mut item = hcl::Map::new();
+        item.insert("key".to_string(), key);
+        item.insert("value".to_string(), value);
+        self.ctx
+            .declare_var(name.to_string(), hcl::Value::Object(item));
+        self.iterators.push(name.to_string());
+    }
+
+    /// Counts blocks a `dynamic` block is about to make; past [`MAX_DYNAMIC_BLOCKS`] for
+    /// the jobspec, refuses.
+    pub fn count_dynamic_blocks(&mut self, made: usize) -> Result<(), EvalError> {
+        self.dynamic_blocks += made;
+        if self.dynamic_blocks > MAX_DYNAMIC_BLOCKS {
+            return Err(EvalError::TooManyDynamicBlocks);
+        }
+        Ok(())
+    }
+
+    /// Whether a `dynamic` block around uses `name` as its iterator.
+    pub fn is_iterating(&self, name: &str) -> bool {
+        self.iterators.iter().any(|i| i == name)
+    }
+
+    /// Ends the innermost iterator's `content`.
+    pub fn leave_iterator(&mut self) {
+        self.iterators.pop();
     }
 
     /// A template's text, its `var`/`local` interpolations evaluated and the others kept
@@ -535,7 +590,7 @@ impl Scope {
         source: &str,
     ) -> Result<String, EvalError> {
         let roots = roots_of(whole);
-        if evaluable(&roots) {
+        if evaluable(&roots, &self.iterators) {
             return match self.evaluate(whole)? {
                 hcl::Value::String(s) => Ok(s),
                 other => Ok(other.to_string()),
@@ -546,7 +601,7 @@ impl Scope {
             match element {
                 hcl_edit::template::Element::Literal(literal) => out.push_str(literal.value()),
                 hcl_edit::template::Element::Interpolation(interpolation) => {
-                    if Scope::is_static(&interpolation.expr) {
+                    if self.is_static(&interpolation.expr) {
                         match self.evaluate(&interpolation.expr)? {
                             hcl::Value::String(s) => out.push_str(&s),
                             hcl::Value::Number(n) => out.push_str(&n.to_string()),

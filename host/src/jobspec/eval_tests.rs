@@ -290,3 +290,89 @@ fn evaluation_is_bounded_for_a_hostile_job_author() {
         "{text}"
     );
 }
+
+#[test]
+fn dynamic_blocks_make_one_block_per_element_with_the_iterators_key_and_value() {
+    let source = r#"
+locals {
+  workers = { alpha = "1", beta = "2" }
+  ports   = ["http", "metrics"]
+}
+job "fanout" {
+  type = "batch"
+  group "g" {
+    dynamic "task" {
+      for_each = local.workers
+      iterator = worker
+      labels   = ["worker-${worker.key}"]
+      content {
+        driver = "exec"
+        config {
+          command = "/bin/echo"
+          args    = ["shard", worker.value, "${NOMAD_ALLOC_DIR}"]
+        }
+        dynamic "template" {
+          for_each = local.ports
+          content {
+            data        = "${template.key}=${template.value} on ${worker.key}"
+            destination = "local/${template.value}.txt"
+          }
+        }
+      }
+    }
+  }
+}"#;
+    let job = job_with(source, &VariableInputs::default()).unwrap();
+    let tasks = &job.groups[0].tasks;
+    let names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["worker-alpha", "worker-beta"]);
+    assert_eq!(
+        tasks[1].config["args"],
+        serde_json::json!(["shard", "2", "${NOMAD_ALLOC_DIR}"])
+    );
+    let templates: Vec<(&str, &str)> = tasks[1]
+        .templates
+        .iter()
+        .map(|t| (t.data.as_str(), t.destination.as_str()))
+        .collect();
+    assert_eq!(
+        templates,
+        [
+            ("0=http on beta", "local/http.txt"),
+            ("1=metrics on beta", "local/metrics.txt")
+        ]
+    );
+}
+
+#[test]
+fn dynamic_blocks_that_cannot_be_expanded_say_why() {
+    let with = |dynamic: &str| {
+        let source = format!(
+            "job \"j\" {{\n  group \"g\" {{\n{dynamic}\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}"
+        );
+        job_with(&source, &VariableInputs::default())
+            .unwrap_err()
+            .join("\n")
+    };
+    let not_a_collection = with(
+        "    dynamic \"meta\" {\n      for_each = 3\n      content {\n        a = \"b\"\n      }\n    }",
+    );
+    assert!(
+        not_a_collection.starts_with("3:5:")
+            && not_a_collection.contains("for_each must be a list, a set or a map, not 3"),
+        "{not_a_collection}"
+    );
+    let no_content = with("    dynamic \"meta\" {\n      for_each = [1]\n    }");
+    assert!(
+        no_content.contains("a dynamic block needs for_each and a content block"),
+        "{no_content}"
+    );
+    // Nested, they multiply: 64 × 65 blocks are refused, not built.
+    let too_many = with(
+        "    dynamic \"volume\" {\n      for_each = range(64)\n      iterator = outer\n      labels = [\"v${outer.value}\"]\n      content {\n        type = \"host\"\n        dynamic \"mount_options\" {\n          for_each = range(65)\n          content {\n            fs_type = \"x\"\n          }\n        }\n      }\n    }",
+    );
+    assert!(
+        too_many.contains("the dynamic blocks would make more than 4096 blocks"),
+        "{too_many}"
+    );
+}

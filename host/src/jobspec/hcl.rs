@@ -163,6 +163,11 @@ fn convert_body(body: &Body, reader: &mut Reader) -> BodyNode {
                     at,
                 });
             }
+            Structure::Block(block)
+                if block.ident.as_str() == "dynamic" && reader.scope.is_some() =>
+            {
+                node.blocks.extend(expand_dynamic(block, reader));
+            }
             Structure::Block(block) => {
                 let labels = block
                     .labels
@@ -179,6 +184,134 @@ fn convert_body(body: &Body, reader: &mut Reader) -> BodyNode {
         }
     }
     node
+}
+
+/// A `dynamic "KIND" { for_each, iterator, labels, content { ... } }` block, as HCL2 has
+/// it: one `KIND` block per element of `for_each`, its `content` evaluated with the
+/// iterator (`KIND` unless named) holding the element's `key` and `value`.
+fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader) -> Vec<BlockNode> {
+    let lines = reader.lines;
+    let at = lines.at(block.span());
+    let fail = |reader: &mut Reader, message: String| {
+        reader.problems.push(SyntaxProblem { at, message });
+        Vec::new()
+    };
+    let [kind] = block.labels.as_slice() else {
+        return fail(
+            reader,
+            "a dynamic block takes one label: the kind of block it makes (dynamic \"task\")".into(),
+        );
+    };
+    let kind = kind.as_str().to_string();
+    let mut for_each = None;
+    let mut iterator = kind.clone();
+    let mut labels = Vec::new();
+    let mut content = None;
+    for structure in block.body.iter() {
+        match structure {
+            Structure::Attribute(attr) => match attr.key.as_str() {
+                "for_each" => for_each = Some(&attr.value),
+                "iterator" => match &attr.value {
+                    Expression::Variable(name) => iterator = name.as_str().to_string(),
+                    _ => return fail(reader, "iterator must be a bare name".into()),
+                },
+                "labels" => match &attr.value {
+                    Expression::Array(items) => labels = items.iter().collect(),
+                    _ => return fail(reader, "labels must be a list".into()),
+                },
+                other => {
+                    return fail(
+                        reader,
+                        format!(
+                            "unknown attribute {other:?} in a dynamic block (use for_each, \
+                             iterator, labels and a content block)"
+                        ),
+                    );
+                }
+            },
+            Structure::Block(inner) if inner.ident.as_str() == "content" => content = Some(inner),
+            Structure::Block(inner) => {
+                return fail(
+                    reader,
+                    format!(
+                        "a dynamic block holds a content block, not {:?}",
+                        inner.ident.as_str()
+                    ),
+                );
+            }
+        }
+    }
+    let (Some(for_each), Some(content)) = (for_each, content) else {
+        return fail(
+            reader,
+            "a dynamic block needs for_each and a content block".into(),
+        );
+    };
+    let Some(scope) = reader.scope.as_deref_mut() else {
+        return Vec::new();
+    };
+    if scope.is_iterating(&iterator) {
+        return fail(
+            reader,
+            format!("nested dynamic blocks need different iterators; {iterator:?} is taken"),
+        );
+    }
+    let items: Vec<(hcl::Value, hcl::Value)> = match scope
+        .count(for_each)
+        .and_then(|()| scope.evaluate(for_each))
+    {
+        Ok(hcl::Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (hcl::Value::from(i as u64), v))
+            .collect(),
+        Ok(hcl::Value::Object(map)) => map
+            .into_iter()
+            .map(|(k, v)| (hcl::Value::String(k), v))
+            .collect(),
+        Ok(other) => {
+            return fail(
+                reader,
+                format!("for_each must be a list, a set or a map, not {other}"),
+            );
+        }
+        Err(error) => return fail(reader, format!("for_each: {error}")),
+    };
+    if let Some(scope) = reader.scope.as_deref_mut()
+        && let Err(error) = scope.count_dynamic_blocks(items.len())
+    {
+        return fail(reader, error.to_string());
+    }
+    let mut made = Vec::new();
+    for (key, value) in items {
+        if let Some(scope) = reader.scope.as_deref_mut() {
+            scope.enter_iterator(&iterator, key, value);
+        }
+        let mut block_labels = Vec::new();
+        for label in &labels {
+            match convert_expr(label, reader).value {
+                Value::String(text) => block_labels.push(text),
+                Value::Number(n) => block_labels.push(n.to_string()),
+                _ => {
+                    reader.problems.push(SyntaxProblem {
+                        at: lines.at(label.span()),
+                        message: "a dynamic block's labels must be strings".into(),
+                    });
+                }
+            }
+        }
+        let body = convert_body(&content.body, reader);
+        if let Some(scope) = reader.scope.as_deref_mut() {
+            scope.leave_iterator();
+        }
+        made.push(BlockNode {
+            kind: kind.clone(),
+            labels: block_labels,
+            body,
+            at,
+        });
+    }
+    made
 }
 
 fn convert_expr(expr: &Expression, reader: &mut Reader) -> Located<Value> {

@@ -21,3 +21,7 @@ pub mod csi {
     )]
     tonic::include_proto!("csi.v1");
 }
+
+/// The well-known types the generated code uses (`Timestamp`), for servers that build
+/// messages.
+pub use prost_types;

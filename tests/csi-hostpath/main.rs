@@ -10,6 +10,10 @@
 //!   is staged at a first is ALREADY_EXISTS (kept in `<data-dir>/.staged/`, so a
 //!   restarted plugin still refuses);
 //! - unpublish and unstage unmount and remove what the plugin created;
+//! - snapshots are copies of a volume's directory under `<data-dir>/.snapshots/<name>`
+//!   (the name is the id: the same name of another volume is ALREADY_EXISTS);
+//!   expansion records the capacity in `<data-dir>/.capacity/<volume>`, refuses to
+//!   shrink (OUT_OF_RANGE), and asks the node to follow, which wants a published path;
 //! - a volume still published (kept in `<data-dir>/.published/`) is not unstaged, and a
 //!   volume still staged is not controller-unpublished: FAILED_PRECONDITION, and a
 //!   `SPEC VIOLATION` line in the log.
@@ -25,6 +29,7 @@
 //! ```text
 //! csi-hostpath --data-dir DIR [--node-id ID] [--endpoint unix:///csi/csi.sock]
 //!              [--hang RPC] [--die RPC] [--not-ready-for SECS] [--garbage] [--no-socket]
+//!              [--no-snapshots]
 //! ```
 //! The endpoint defaults to `$CSI_ENDPOINT`. `--hang`, `--die`, `--garbage`,
 //! `--no-socket` and `--not-ready-for` make it misbehave, for the agent's tests.
@@ -44,6 +49,7 @@ struct Plugin {
     hang: Option<String>,
     die: Option<String>,
     ready_at: Instant,
+    snapshots: bool,
 }
 
 const PUBLISHED_KEY: &str = "hostpath.berth/published-to";
@@ -422,13 +428,198 @@ impl pb::controller_server::Controller for Plugin {
         let rpc = |t: rpc::Type| pb::ControllerServiceCapability {
             r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
         };
+        let mut capabilities = vec![
+            rpc(rpc::Type::CreateDeleteVolume),
+            rpc(rpc::Type::PublishUnpublishVolume),
+            rpc(rpc::Type::ExpandVolume),
+        ];
+        if self.snapshots {
+            capabilities.push(rpc(rpc::Type::CreateDeleteSnapshot));
+            capabilities.push(rpc(rpc::Type::ListSnapshots));
+        }
         Ok(Response::new(pb::ControllerGetCapabilitiesResponse {
-            capabilities: vec![
-                rpc(rpc::Type::CreateDeleteVolume),
-                rpc(rpc::Type::PublishUnpublishVolume),
-            ],
+            capabilities,
         }))
     }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<pb::CreateSnapshotRequest>,
+    ) -> Result<Response<pb::CreateSnapshotResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "CreateSnapshot",
+            format!("volume={} name={}", request.source_volume_id, request.name),
+        )
+        .await;
+        if !self.snapshots {
+            return Err(Status::unimplemented("snapshots are off (--no-snapshots)"));
+        }
+        let source = self.volume_dir(&request.source_volume_id)?;
+        let name = &request.name;
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(Status::invalid_argument(format!(
+                "unusable snapshot name {name:?}"
+            )));
+        }
+        let snapshots = self.data_dir.join(".snapshots");
+        let dir = snapshots.join(name);
+        let source_file = snapshots.join(format!("{name}.source"));
+        match std::fs::read_to_string(&source_file) {
+            // The same name again: the same snapshot, if of the same volume.
+            Ok(of) if of == request.source_volume_id => {}
+            Ok(of) => {
+                return Err(Status::already_exists(format!(
+                    "snapshot {name:?} exists, of volume {of:?}"
+                )));
+            }
+            Err(_) => {
+                copy_dir(&source, &dir)
+                    .and_then(|()| std::fs::write(&source_file, &request.source_volume_id))
+                    .map_err(|e| Status::internal(format!("copying {}: {e}", source.display())))?;
+            }
+        }
+        Ok(Response::new(pb::CreateSnapshotResponse {
+            snapshot: Some(self.snapshot(name)?),
+        }))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<pb::DeleteSnapshotRequest>,
+    ) -> Result<Response<pb::DeleteSnapshotResponse>, Status> {
+        let request = request.into_inner();
+        self.enter(
+            "DeleteSnapshot",
+            format!("snapshot={}", request.snapshot_id),
+        )
+        .await;
+        let name = &request.snapshot_id;
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(Status::invalid_argument(format!(
+                "unusable snapshot id {name:?}"
+            )));
+        }
+        let snapshots = self.data_dir.join(".snapshots");
+        // Deleting what is not there is success.
+        let _ = std::fs::remove_dir_all(snapshots.join(name));
+        let _ = std::fs::remove_file(snapshots.join(format!("{name}.source")));
+        Ok(Response::new(pb::DeleteSnapshotResponse {}))
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<pb::ListSnapshotsRequest>,
+    ) -> Result<Response<pb::ListSnapshotsResponse>, Status> {
+        self.enter("ListSnapshots", String::new()).await;
+        let mut entries = Vec::new();
+        if let Ok(dir) = std::fs::read_dir(self.data_dir.join(".snapshots")) {
+            for entry in dir.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(name) = name.strip_suffix(".source") {
+                    entries.push(pb::list_snapshots_response::Entry {
+                        snapshot: Some(self.snapshot(name)?),
+                    });
+                }
+            }
+        }
+        Ok(Response::new(pb::ListSnapshotsResponse {
+            entries,
+            next_token: String::new(),
+        }))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<pb::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<pb::ControllerExpandVolumeResponse>, Status> {
+        let request = request.into_inner();
+        let required = request.capacity_range.map_or(0, |r| r.required_bytes);
+        self.enter(
+            "ControllerExpandVolume",
+            format!("volume={} required={required}", request.volume_id),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        let current = self.capacity(&request.volume_id);
+        if required < current {
+            return Err(Status::out_of_range(format!(
+                "volume {:?} has {current} bytes; it is not shrunk to {required}",
+                request.volume_id
+            )));
+        }
+        let dir = self.data_dir.join(".capacity");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join(&request.volume_id), required.to_string()))
+            .map_err(|e| Status::internal(format!("recording the capacity: {e}")))?;
+        Ok(Response::new(pb::ControllerExpandVolumeResponse {
+            capacity_bytes: required,
+            node_expansion_required: true,
+        }))
+    }
+}
+
+impl Plugin {
+    /// A snapshot as the spec describes it, from what the data dir holds.
+    fn snapshot(&self, name: &str) -> Result<pb::Snapshot, Status> {
+        let snapshots = self.data_dir.join(".snapshots");
+        let source = std::fs::read_to_string(snapshots.join(format!("{name}.source")))
+            .map_err(|_| Status::not_found(format!("no snapshot {name:?}")))?;
+        let created = std::fs::metadata(snapshots.join(name))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .unwrap_or_default();
+        Ok(pb::Snapshot {
+            size_bytes: dir_size(&snapshots.join(name)) as i64,
+            snapshot_id: name.to_string(),
+            source_volume_id: source,
+            creation_time: Some(berth_proto::prost_types::Timestamp {
+                seconds: created.as_secs() as i64,
+                nanos: 0,
+            }),
+            ready_to_use: true,
+            group_snapshot_id: String::new(),
+        })
+    }
+
+    /// The capacity a volume was expanded to (0: never).
+    fn capacity(&self, volume: &str) -> i64 {
+        std::fs::read_to_string(self.data_dir.join(".capacity").join(volume))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Copies a directory tree of plain files and directories (a hostpath volume).
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => dir_size(&e.path()),
+                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 #[tonic::async_trait]
@@ -617,12 +808,43 @@ impl pb::node_server::Node for Plugin {
     ) -> Result<Response<pb::NodeGetCapabilitiesResponse>, Status> {
         use pb::node_service_capability::{Rpc, Type, rpc};
         self.enter("NodeGetCapabilities", String::new()).await;
+        let rpc = |t: rpc::Type| pb::NodeServiceCapability {
+            r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+        };
         Ok(Response::new(pb::NodeGetCapabilitiesResponse {
-            capabilities: vec![pb::NodeServiceCapability {
-                r#type: Some(Type::Rpc(Rpc {
-                    r#type: rpc::Type::StageUnstageVolume as i32,
-                })),
-            }],
+            capabilities: vec![
+                rpc(rpc::Type::StageUnstageVolume),
+                rpc(rpc::Type::ExpandVolume),
+            ],
+        }))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<pb::NodeExpandVolumeRequest>,
+    ) -> Result<Response<pb::NodeExpandVolumeResponse>, Status> {
+        let request = request.into_inner();
+        let required = request.capacity_range.map_or(0, |r| r.required_bytes);
+        self.enter(
+            "NodeExpandVolume",
+            format!(
+                "volume={} path={} required={required}",
+                request.volume_id, request.volume_path
+            ),
+        )
+        .await;
+        self.volume_dir(&request.volume_id)?;
+        let path = require_path("volume_path", &request.volume_path)?;
+        // The spec: volume_path is where the volume is published (or staged).
+        if mount_at(&path).is_none() {
+            return Err(Status::not_found(format!(
+                "volume {:?} is not published at {}",
+                request.volume_id,
+                path.display()
+            )));
+        }
+        Ok(Response::new(pb::NodeExpandVolumeResponse {
+            capacity_bytes: required,
         }))
     }
 
@@ -648,6 +870,7 @@ struct Args {
     not_ready_for: Duration,
     garbage: bool,
     no_socket: bool,
+    no_snapshots: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -662,6 +885,7 @@ fn parse_args() -> Result<Args, String> {
         not_ready_for: Duration::ZERO,
         garbage: false,
         no_socket: false,
+        no_snapshots: false,
     };
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
@@ -680,6 +904,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--garbage" => args.garbage = true,
             "--no-socket" => args.no_socket = true,
+            "--no-snapshots" => args.no_snapshots = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -742,6 +967,7 @@ async fn main() {
         hang: args.hang,
         die: args.die,
         ready_at: Instant::now() + args.not_ready_for,
+        snapshots: !args.no_snapshots,
     };
     let served = tonic::transport::Server::builder()
         .add_service(pb::identity_server::IdentityServer::new(plugin.clone()))

@@ -1176,3 +1176,147 @@ async fn a_publish_that_times_out_after_the_plugin_acted_is_unpublished_before_t
     agent.cli(&["job", "stop", "plugin"]);
     agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }
+
+/// Snapshots through the plugin's controller (CreateSnapshot idempotent by name,
+/// ListSnapshots, DeleteSnapshot), and a volume in use expanded by raising its
+/// capacity_min: ControllerExpandVolume, then NodeExpandVolume where it is published;
+/// never shrunk.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_are_taken_listed_and_deleted_and_a_volume_in_use_is_expanded() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    agent.create_volume("data", "hostpath");
+    let data = agent.path().join("csi-data");
+    std::fs::write(data.join("data/note"), "kept\n").unwrap();
+
+    for _ in 0..2 {
+        // The same name twice is the same snapshot, as the spec has it.
+        let (code, out, err) =
+            agent.cli(&["volume", "snapshot", "create", "data", "before-upgrade"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.contains(
+                "Snapshot \"before-upgrade\" of volume \"data\" created by plugin \"hostpath\""
+            ),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(data.join(".snapshots/before-upgrade/note")).unwrap(),
+        "kept\n"
+    );
+    let listed: Vec<berth::model::csi::SnapshotInfo> = agent
+        .client()
+        .get("/v1/volumes/snapshot?plugin_id=hostpath")
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (
+            listed[0].snapshot_id.as_str(),
+            listed[0].source_volume_id.as_str()
+        ),
+        ("before-upgrade", "data")
+    );
+    assert!(listed[0].ready_to_use && listed[0].size_bytes == 5 && listed[0].created_at > 0);
+    let (code, out, _) = agent.cli(&["volume", "snapshot", "list", "-plugin", "hostpath"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("before-upgrade") && out.contains("data"),
+        "{out}"
+    );
+    let (code, out, err) =
+        agent.cli(&["volume", "snapshot", "delete", "hostpath", "before-upgrade"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!data.join(".snapshots/before-upgrade").exists());
+    let (_, out, _) = agent.cli(&["volume", "snapshot", "list"]);
+    assert_eq!(out.trim(), "No snapshots");
+
+    // Expanded while an alloc uses it.
+    let user = agent
+        .run_job(
+            "user",
+            &consumer_job(
+                "user",
+                "service",
+                "data",
+                false,
+                "while true; do sleep 0.1; done",
+            ),
+        )
+        .await;
+    agent.wait_alloc(&user, "running", is_running).await;
+    let bigger = agent.write_file(
+        "bigger.hcl",
+        &volume_spec("data", "hostpath").replace("\"1MiB\"", "\"2MiB\""),
+    );
+    let (code, out, err) = agent.cli(&["volume", "create", bigger.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "Expanded volume \"data\" (plugin \"hostpath\") from 1048576 to 2097152 bytes"
+        ),
+        "{out}"
+    );
+    assert_eq!(agent.volume("data").await.volume.capacity_bytes, 2_097_152);
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "ControllerExpandVolume"), 1, "{log}");
+    assert_eq!(rpc_count(&log, "NodeExpandVolume"), 1, "{log}");
+    assert!(
+        log.contains(&format!("path=/local/csi/per-alloc/{user}/data/")),
+        "NodeExpandVolume at the publication: {log}"
+    );
+    // Never shrunk: refused with both sizes, and nothing is called.
+    let smaller = agent.write_file("smaller.hcl", &volume_spec("data", "hostpath"));
+    let (code, _, err) = agent.cli(&["volume", "create", smaller.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "volume \"data\" has 2097152 bytes and asks for 1048576: CSI volumes are expanded, \
+             never shrunk"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        rpc_count(&agent.plugin_log(&plugin_alloc), "ControllerExpandVolume"),
+        1
+    );
+    agent.cli(&["job", "stop", "user"]);
+    agent.wait_alloc(&user, "stopped", is_dead).await;
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}
+
+/// A plugin whose controller cannot take snapshots: refused, naming the plugin, the
+/// capability and the volume; nothing is called.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_of_a_plugin_without_the_capability_are_refused_by_name() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent
+        .run_plugin("plugin", "hostpath", &["--no-snapshots"])
+        .await;
+    agent.create_volume("plain", "hostpath");
+    let (code, _, err) = agent.cli(&["volume", "snapshot", "create", "plain"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "CSI plugin \"hostpath\" cannot take snapshots (its controller lacks \
+             CREATE_DELETE_SNAPSHOT); volume \"plain\" is unchanged"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = agent.cli(&["volume", "snapshot", "list", "-plugin", "hostpath"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot list snapshots (its controller lacks LIST_SNAPSHOTS)"),
+        "{err}"
+    );
+    let (code, _, err) = agent.cli(&["volume", "snapshot", "list", "-plugin", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "CreateSnapshot"), 0, "{log}");
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}

@@ -87,6 +87,12 @@ impl pb::node_server::Node for Scripted {
             ..Default::default()
         }))
     }
+    async fn node_expand_volume(
+        &self,
+        _: Request<pb::NodeExpandVolumeRequest>,
+    ) -> Result<Response<pb::NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
 }
 
 #[tonic::async_trait]

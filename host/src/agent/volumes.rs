@@ -4,7 +4,7 @@
 use crate::catalog::volume_spec::{self, SpecPurpose};
 use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
 use crate::jobspec::JobspecError;
-use crate::model::csi::PluginKind;
+use crate::model::csi::{PluginKind, SnapshotInfo};
 
 use super::Agent;
 
@@ -62,8 +62,15 @@ impl Agent {
             .map_err(VolumeError::Invalid)?;
         self.check_plugin_known(&spec.volume.plugin_id)?;
         if let Ok(existing) = self.node.csi.catalog.volume(&spec.volume.id) {
+            let wanted = spec.capacity.0;
+            if wanted > 0 && wanted != existing.volume.capacity_bytes {
+                // As `nomad volume create` does: a different capacity_min on an existing
+                // volume is a request to expand it (and refused if it would shrink it).
+                return self.expand_volume(&existing.volume, wanted).await;
+            }
             return Err(VolumeError::Refused(format!(
-                "volume {:?} already exists (plugin {:?}, external id {:?})",
+                "volume {:?} already exists (plugin {:?}, external id {:?}); raise its \
+                 capacity_min to expand it",
                 existing.volume.id, existing.volume.plugin_id, existing.volume.external_id
             )));
         }
@@ -77,6 +84,92 @@ impl Agent {
             .map_err(|e| VolumeError::Refused(e.to_string()))?;
         self.node.csi.catalog.register_volume(volume)?;
         Ok(shown(self.node.csi.catalog.volume(&id)?))
+    }
+
+    /// Expands a volume through its plugin (ControllerExpandVolume, and NodeExpandVolume
+    /// where this node publishes it), then records its new capacity.
+    async fn expand_volume(
+        &self,
+        volume: &crate::catalog::Volume,
+        required: i64,
+    ) -> Result<VolumeStatus, VolumeError> {
+        let capacity = self
+            .node
+            .csi
+            .manager
+            .expand_volume(volume, required)
+            .await
+            .map_err(|e| VolumeError::Refused(e.to_string()))?;
+        self.node.csi.catalog.set_capacity(&volume.id, capacity)?;
+        let mut status = self.volume(&volume.id)?;
+        status.expanded_from = Some(volume.capacity_bytes);
+        Ok(status)
+    }
+
+    /// CreateSnapshot of a registered volume through its plugin's controller.
+    pub async fn create_snapshot(
+        &self,
+        volume_id: &str,
+        name: Option<&str>,
+    ) -> Result<SnapshotInfo, VolumeError> {
+        let volume = self.node.csi.catalog.volume(volume_id)?.volume;
+        let name = match name {
+            Some(name) => name.to_string(),
+            None => format!("{volume_id}-{}", super::now_ms() / 1000),
+        };
+        self.node
+            .csi
+            .manager
+            .create_snapshot(&volume, &name)
+            .await
+            .map_err(|e| VolumeError::Refused(e.to_string()))
+    }
+
+    /// DeleteSnapshot through a plugin's controller.
+    pub async fn delete_snapshot(
+        &self,
+        plugin_id: &str,
+        snapshot_id: &str,
+    ) -> Result<(), VolumeError> {
+        self.check_plugin_known(plugin_id)?;
+        self.node
+            .csi
+            .manager
+            .delete_snapshot(plugin_id, snapshot_id)
+            .await
+            .map_err(|e| VolumeError::Refused(e.to_string()))
+    }
+
+    /// The snapshots of one plugin, or of every plugin with a controller that lists them.
+    pub async fn snapshots(
+        &self,
+        plugin_id: Option<&str>,
+    ) -> Result<Vec<SnapshotInfo>, VolumeError> {
+        let manager = &self.node.csi.manager;
+        if let Some(plugin_id) = plugin_id {
+            self.check_plugin_known(plugin_id)?;
+            return manager
+                .list_snapshots(plugin_id)
+                .await
+                .map_err(|e| VolumeError::Refused(e.to_string()));
+        }
+        let mut all = Vec::new();
+        let controllers: Vec<String> = self
+            .node
+            .csi
+            .registry
+            .list()
+            .into_iter()
+            .filter(|p| p.kind == PluginKind::Controller)
+            .map(|p| p.id)
+            .collect();
+        for plugin in controllers {
+            match manager.list_snapshots(&plugin).await {
+                Ok(listed) => all.extend(listed),
+                Err(error) => tracing::debug!(%plugin, %error, "not listing snapshots"),
+            }
+        }
+        Ok(all)
     }
 
     /// Deletes a volume nobody claims through its plugin's controller (DeleteVolume:
@@ -107,6 +200,7 @@ impl Agent {
             claims: Vec::new(),
             on_node: None,
             releasing: Default::default(),
+            expanded_from: None,
         }))
     }
 

@@ -193,6 +193,12 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/volumes", get(list_volumes))
         .route("/v1/volumes/register", axum::routing::post(register_volume))
         .route("/v1/volumes/create", axum::routing::post(create_volume))
+        .route(
+            "/v1/volumes/snapshot",
+            get(list_snapshots)
+                .post(create_snapshot)
+                .delete(delete_snapshot),
+        )
         .route("/v1/volume/{id}", get(volume).delete(deregister_volume))
         .route(
             "/v1/volume/{id}/delete",
@@ -408,6 +414,54 @@ async fn create_volume(
             .create_volume(&request.source_name, &request.source)
             .await?,
     ))
+}
+
+/// `POST /v1/volumes/snapshot`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    pub volume_id: String,
+    /// The snapshot's name (the plugin's idempotency key); `<volume>-<unix time>` if
+    /// left out.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `GET` and `DELETE /v1/volumes/snapshot` parameters, as Nomad names them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SnapshotQuery {
+    pub plugin_id: Option<String>,
+    pub snapshot_id: Option<String>,
+}
+
+async fn create_snapshot(
+    State(agent): State<Arc<Agent>>,
+    Json(request): Json<SnapshotRequest>,
+) -> Reply<crate::model::csi::SnapshotInfo> {
+    Ok(Json(
+        agent
+            .create_snapshot(&request.volume_id, request.name.as_deref())
+            .await?,
+    ))
+}
+
+async fn list_snapshots(
+    State(agent): State<Arc<Agent>>,
+    axum::extract::Query(query): axum::extract::Query<SnapshotQuery>,
+) -> Reply<Vec<crate::model::csi::SnapshotInfo>> {
+    Ok(Json(agent.snapshots(query.plugin_id.as_deref()).await?))
+}
+
+async fn delete_snapshot(
+    State(agent): State<Arc<Agent>>,
+    axum::extract::Query(query): axum::extract::Query<SnapshotQuery>,
+) -> Reply<SnapshotQuery> {
+    let (Some(plugin), Some(snapshot)) = (&query.plugin_id, &query.snapshot_id) else {
+        return Err(Failure::from(VolumeError::Refused(
+            "deleting a snapshot needs plugin_id and snapshot_id".into(),
+        )));
+    };
+    agent.delete_snapshot(plugin, snapshot).await?;
+    Ok(Json(query))
 }
 
 async fn volume(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Reply<VolumeStatus> {

@@ -69,6 +69,14 @@ impl Catalog for EmbeddedCatalog {
         Ok(())
     }
 
+    fn set_capacity(&self, id: &str, capacity_bytes: i64) -> Result<(), CatalogError> {
+        let _lock = self.writing.lock().unwrap();
+        let mut volume = self.get_volume(id)?;
+        volume.capacity_bytes = capacity_bytes;
+        self.store.put_record(RecordTable::Volumes, id, &volume)?;
+        Ok(())
+    }
+
     fn deregister_volume(&self, id: &str) -> Result<Volume, CatalogError> {
         let _lock = self.writing.lock().unwrap();
         let volume = self.get_volume(id)?;
@@ -90,6 +98,7 @@ impl Catalog for EmbeddedCatalog {
             claims: self.claims_of(id)?,
             on_node: None,
             releasing: Default::default(),
+            expanded_from: None,
         })
     }
 
@@ -106,6 +115,7 @@ impl Catalog for EmbeddedCatalog {
                     volume,
                     on_node: None,
                     releasing: Default::default(),
+                    expanded_from: None,
                 })
             })
             .collect()

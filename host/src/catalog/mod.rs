@@ -84,6 +84,10 @@ pub struct VolumeStatus {
     /// alloc id: what they wait for.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub releasing: BTreeMap<String, String>,
+    /// In the answer to a `volume create` that expanded an existing volume: its capacity
+    /// before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expanded_from: Option<i64>,
 }
 
 /// A volume's stage and publications on this node, as the CSI manager records them.
@@ -153,6 +157,8 @@ pub trait Catalog: Send + Sync {
     fn register_volume(&self, volume: Volume) -> Result<(), CatalogError>;
     /// Removes a volume nobody claims.
     fn deregister_volume(&self, id: &str) -> Result<Volume, CatalogError>;
+    /// Records a volume's new capacity after its plugin expanded it (claimed or not).
+    fn set_capacity(&self, id: &str, capacity_bytes: i64) -> Result<(), CatalogError>;
     fn volume(&self, id: &str) -> Result<VolumeStatus, CatalogError>;
     fn volumes(&self) -> Result<Vec<VolumeStatus>, CatalogError>;
     /// Claims `volume_id` for an alloc, or refuses what its access mode forbids.

@@ -131,6 +131,31 @@ enum VolumeCommand {
     Deregister { id: String },
     /// Delete a volume nobody claims through its plugin (DeleteVolume: its data is gone).
     Delete { id: String },
+    /// Snapshots through the volume's plugin (CreateSnapshot, ListSnapshots,
+    /// DeleteSnapshot).
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// Snapshot a volume; the name defaults to <volume>-<unix time>.
+    Create {
+        volume: String,
+        name: Option<String>,
+    },
+    /// List the snapshots of one plugin, or of every plugin that lists them.
+    List {
+        #[arg(long)]
+        plugin: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a snapshot: the plugin that holds it, and its id.
+    Delete { plugin: String, snapshot: String },
 }
 
 #[derive(Subcommand)]
@@ -248,9 +273,17 @@ pub fn main() -> ExitCode {
         .init();
     // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
     let args = std::env::args_os().map(|arg| {
-        if ["-dev", "-var", "-var-file", "-detach", "-stderr", "-meta"]
-            .iter()
-            .any(|f| arg == *f)
+        if [
+            "-dev",
+            "-var",
+            "-var-file",
+            "-detach",
+            "-stderr",
+            "-meta",
+            "-plugin",
+        ]
+        .iter()
+        .any(|f| arg == *f)
         {
             let mut long = std::ffi::OsString::from("-");
             long.push(&arg);
@@ -414,6 +447,17 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
             }
             VolumeCommand::Deregister { id } => volume::deregister(&client, id).await,
             VolumeCommand::Delete { id } => volume::delete(&client, id).await,
+            VolumeCommand::Snapshot { command } => match command {
+                SnapshotCommand::Create { volume, name } => {
+                    volume::snapshot_create(&client, volume, name.as_deref()).await
+                }
+                SnapshotCommand::List { plugin, json } => {
+                    volume::snapshot_list(&client, plugin.as_deref(), *json).await
+                }
+                SnapshotCommand::Delete { plugin, snapshot } => {
+                    volume::snapshot_delete(&client, plugin, snapshot).await
+                }
+            },
         },
         Command::Plugin {
             command: PluginCommand::Status { id, json },

@@ -1,4 +1,5 @@
-//! `berth volume register|create|status|deregister` and `berth plugin status`.
+//! `berth volume register|create|status|deregister|delete|snapshot` and `berth plugin
+//! status`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -6,6 +7,7 @@ use std::process::ExitCode;
 use crate::api::SubmitRequest;
 use crate::api::client::{Client, ClientError};
 use crate::catalog::{PluginStatus, VolumeStatus, short_id};
+use crate::model::csi::SnapshotInfo;
 
 /// Exit code for a spec or request the agent refused.
 const REFUSED: u8 = 2;
@@ -47,6 +49,13 @@ pub(super) async fn register(
         Err(code) => return Ok(code),
     };
     let volume = &status.volume;
+    if let Some(before) = status.expanded_from {
+        println!(
+            "Expanded volume {:?} (plugin {:?}) from {before} to {} bytes",
+            volume.id, volume.plugin_id, volume.capacity_bytes
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "{} volume {:?} (plugin {:?}, external id {:?})",
         if create { "Created" } else { "Registered" },
@@ -285,5 +294,93 @@ pub(super) async fn plugin_status(
             super::output::one_line(&provider.health)
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn snapshot_create(
+    client: &Client,
+    volume: &str,
+    name: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let request = crate::api::SnapshotRequest {
+        volume_id: volume.to_string(),
+        name: name.map(str::to_string),
+    };
+    let snapshot: SnapshotInfo = match refused(client.post("/v1/volumes/snapshot", &request).await)?
+    {
+        Ok(snapshot) => snapshot,
+        Err(code) => return Ok(code),
+    };
+    println!(
+        "Snapshot {:?} of volume {volume:?} created by plugin {:?} ({} bytes, {})",
+        snapshot.snapshot_id,
+        snapshot.plugin_id,
+        snapshot.size_bytes,
+        if snapshot.ready_to_use {
+            "ready"
+        } else {
+            "not ready yet"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn snapshot_list(
+    client: &Client,
+    plugin: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = match plugin {
+        Some(plugin) => format!(
+            "/v1/volumes/snapshot?plugin_id={}",
+            super::job::query_escape(plugin)
+        ),
+        None => "/v1/volumes/snapshot".to_string(),
+    };
+    let snapshots: Vec<SnapshotInfo> = match refused(client.get(&path).await)? {
+        Ok(snapshots) => snapshots,
+        Err(code) => return Ok(code),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&snapshots)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if snapshots.is_empty() {
+        println!("No snapshots");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<32} {:<16} {:<24} {:>12} {:<20} Ready",
+        "Snapshot ID", "Plugin", "External Volume ID", "Size", "Created"
+    );
+    for s in &snapshots {
+        println!(
+            "{:<32} {:<16} {:<24} {:>12} {:<20} {}",
+            super::output::one_line(&s.snapshot_id),
+            s.plugin_id,
+            super::output::one_line(&s.source_volume_id),
+            s.size_bytes,
+            super::output::date_time(u64::try_from(s.created_at).unwrap_or(0)),
+            s.ready_to_use
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn snapshot_delete(
+    client: &Client,
+    plugin: &str,
+    snapshot: &str,
+) -> anyhow::Result<ExitCode> {
+    let path = format!(
+        "/v1/volumes/snapshot?plugin_id={}&snapshot_id={}",
+        super::job::query_escape(plugin),
+        super::job::query_escape(snapshot)
+    );
+    let deleted: Result<crate::api::SnapshotQuery, ExitCode> = refused(client.delete(&path).await)?;
+    if let Err(code) = deleted {
+        return Ok(code);
+    }
+    println!("Deleted snapshot {snapshot:?} of plugin {plugin:?}");
     Ok(ExitCode::SUCCESS)
 }

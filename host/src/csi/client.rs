@@ -13,7 +13,12 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::Instrument;
 
-use crate::model::csi::{Timeouts, Usage};
+use crate::model::csi::{Capabilities, SnapshotInfo, Timeouts, Usage};
+
+/// The most snapshots `ListSnapshots` reads from one plugin.
+pub const MAX_LISTED_SNAPSHOTS: usize = 4096;
+/// The longest id of a plugin's berth keeps (the CSI spec allows 128 bytes).
+const MAX_ID_BYTES: usize = 256;
 use berth_proto::csi as pb;
 use pb::controller_client::ControllerClient;
 use pb::identity_client::IdentityClient;
@@ -308,8 +313,9 @@ impl CsiClient {
         Ok(info.node_id)
     }
 
-    /// Whether the node service stages (STAGE_UNSTAGE_VOLUME).
-    pub async fn node_stages(&self) -> Result<bool, CsiError> {
+    /// Whether the node service stages (STAGE_UNSTAGE_VOLUME) and expands
+    /// (EXPAND_VOLUME).
+    pub async fn node_capabilities(&self) -> Result<(bool, bool), CsiError> {
         use pb::node_service_capability::{Type, rpc};
         let response = self
             .call("NodeGetCapabilities", None, |channel| async move {
@@ -318,13 +324,23 @@ impl CsiClient {
                     .await
             })
             .await?;
-        Ok(response.capabilities.iter().any(|c| {
-            matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == rpc::Type::StageUnstageVolume as i32)
-        }))
+        let has = |wanted: rpc::Type| {
+            response
+                .capabilities
+                .iter()
+                .any(|c| matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == wanted as i32))
+        };
+        Ok((
+            has(rpc::Type::StageUnstageVolume),
+            has(rpc::Type::ExpandVolume),
+        ))
     }
 
-    /// (PUBLISH_UNPUBLISH_VOLUME, CREATE_DELETE_VOLUME) of the controller service.
-    pub async fn controller_capabilities(&self) -> Result<(bool, bool), CsiError> {
+    /// What the controller service can do, into `capabilities`.
+    pub async fn controller_capabilities(
+        &self,
+        capabilities: &mut Capabilities,
+    ) -> Result<(), CsiError> {
         use pb::controller_service_capability::{Type, rpc};
         let response = self
             .call("ControllerGetCapabilities", None, |channel| async move {
@@ -341,10 +357,192 @@ impl CsiClient {
                 .iter()
                 .any(|c| matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == wanted as i32))
         };
-        Ok((
-            has(rpc::Type::PublishUnpublishVolume),
-            has(rpc::Type::CreateDeleteVolume),
-        ))
+        capabilities.controller_publish = has(rpc::Type::PublishUnpublishVolume);
+        capabilities.create_delete = has(rpc::Type::CreateDeleteVolume);
+        capabilities.snapshots = has(rpc::Type::CreateDeleteSnapshot);
+        capabilities.list_snapshots = has(rpc::Type::ListSnapshots);
+        capabilities.controller_expand = has(rpc::Type::ExpandVolume);
+        Ok(())
+    }
+
+    /// CreateSnapshot of the plugin's volume `source`, named `name` (the spec's
+    /// idempotency key).
+    pub async fn create_snapshot(
+        &self,
+        source: &str,
+        name: &str,
+        secrets: &HashMap<String, String>,
+    ) -> Result<SnapshotInfo, CsiError> {
+        let response = self
+            .call("CreateSnapshot", Some(source), |channel| async move {
+                ControllerClient::new(channel)
+                    .create_snapshot(self.request(pb::CreateSnapshotRequest {
+                        source_volume_id: source.to_string(),
+                        name: name.to_string(),
+                        secrets: secrets.clone(),
+                        parameters: HashMap::new(),
+                    }))
+                    .await
+            })
+            .await?;
+        match response.snapshot {
+            Some(snapshot) if !snapshot.snapshot_id.is_empty() => Ok(self.snapshot_info(snapshot)),
+            _ => Err(self.malformed(
+                "CreateSnapshot",
+                source,
+                "the plugin answered without a snapshot id",
+            )),
+        }
+    }
+
+    /// DeleteSnapshot; a snapshot the plugin does not know is already deleted.
+    pub async fn delete_snapshot(
+        &self,
+        snapshot_id: &str,
+        secrets: &HashMap<String, String>,
+    ) -> Result<(), CsiError> {
+        let result = self
+            .call("DeleteSnapshot", None, |channel| async move {
+                ControllerClient::new(channel)
+                    .delete_snapshot(self.request(pb::DeleteSnapshotRequest {
+                        snapshot_id: snapshot_id.to_string(),
+                        secrets: secrets.clone(),
+                    }))
+                    .await
+            })
+            .await;
+        already_undone(result.map(|_| ()))
+    }
+
+    /// ListSnapshots, page by page, at most [`MAX_LISTED_SNAPSHOTS`] in all.
+    pub async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>, CsiError> {
+        let mut listed = Vec::new();
+        let mut token = String::new();
+        loop {
+            let starting_token = token.clone();
+            let response = self
+                .call("ListSnapshots", None, |channel| {
+                    let starting_token = starting_token.clone();
+                    async move {
+                        ControllerClient::new(channel)
+                            .list_snapshots(self.request(pb::ListSnapshotsRequest {
+                                max_entries: 256,
+                                starting_token,
+                                ..Default::default()
+                            }))
+                            .await
+                    }
+                })
+                .await?;
+            listed.extend(
+                response
+                    .entries
+                    .into_iter()
+                    .filter_map(|entry| entry.snapshot)
+                    .map(|snapshot| self.snapshot_info(snapshot)),
+            );
+            if listed.len() >= MAX_LISTED_SNAPSHOTS {
+                listed.truncate(MAX_LISTED_SNAPSHOTS);
+                return Ok(listed);
+            }
+            if response.next_token.is_empty() || response.next_token == token {
+                return Ok(listed);
+            }
+            token = response.next_token;
+        }
+    }
+
+    /// ControllerExpandVolume to at least `required` bytes: the capacity the plugin gave
+    /// and whether the nodes must expand too.
+    pub async fn controller_expand(
+        &self,
+        external_id: &str,
+        required: i64,
+        usage: Usage,
+        secrets: &HashMap<String, String>,
+    ) -> Result<(i64, bool), CsiError> {
+        let response = self
+            .call(
+                "ControllerExpandVolume",
+                Some(external_id),
+                |channel| async move {
+                    ControllerClient::new(channel)
+                        .controller_expand_volume(self.request(pb::ControllerExpandVolumeRequest {
+                            volume_id: external_id.to_string(),
+                            capacity_range: Some(pb::CapacityRange {
+                                required_bytes: required,
+                                limit_bytes: 0,
+                            }),
+                            secrets: secrets.clone(),
+                            volume_capability: Some(usage.capability()),
+                        }))
+                        .await
+                },
+            )
+            .await?;
+        Ok((response.capacity_bytes, response.node_expansion_required))
+    }
+
+    /// NodeExpandVolume of the volume published at `volume_path` (plugin paths).
+    pub async fn node_expand(
+        &self,
+        external_id: &str,
+        volume_path: &Path,
+        staging_path: Option<&Path>,
+        required: i64,
+        usage: Usage,
+    ) -> Result<i64, CsiError> {
+        let response = self
+            .call(
+                "NodeExpandVolume",
+                Some(external_id),
+                |channel| async move {
+                    NodeClient::new(channel)
+                        .node_expand_volume(
+                            self.request(pb::NodeExpandVolumeRequest {
+                                volume_id: external_id.to_string(),
+                                volume_path: volume_path.display().to_string(),
+                                capacity_range: Some(pb::CapacityRange {
+                                    required_bytes: required,
+                                    limit_bytes: 0,
+                                }),
+                                staging_target_path: staging_path
+                                    .map(|p| p.display().to_string())
+                                    .unwrap_or_default(),
+                                volume_capability: Some(usage.capability()),
+                                secrets: HashMap::new(),
+                            }),
+                        )
+                        .await
+                },
+            )
+            .await?;
+        Ok(response.capacity_bytes)
+    }
+
+    /// A snapshot in berth's terms, its strings clipped: the plugin is not trusted to
+    /// keep them short.
+    fn snapshot_info(&self, snapshot: pb::Snapshot) -> SnapshotInfo {
+        SnapshotInfo {
+            plugin_id: self.plugin.clone(),
+            snapshot_id: crate::model::text::clip(&snapshot.snapshot_id, MAX_ID_BYTES),
+            source_volume_id: crate::model::text::clip(&snapshot.source_volume_id, MAX_ID_BYTES),
+            size_bytes: snapshot.size_bytes.max(0),
+            created_at: snapshot.creation_time.map_or(0, |t| t.seconds),
+            ready_to_use: snapshot.ready_to_use,
+        }
+    }
+
+    fn malformed(&self, rpc: &'static str, volume: &str, message: &str) -> CsiError {
+        CsiError {
+            plugin: self.plugin.clone(),
+            rpc,
+            volume: Some(volume.to_string()),
+            code: Code::Internal,
+            message: message.into(),
+            attempts: 1,
+            socket: self.socket.clone(),
+        }
     }
 
     pub async fn create_volume(

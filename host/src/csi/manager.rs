@@ -33,7 +33,7 @@ use super::layout::SharedPath;
 use super::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
 use crate::catalog::{Catalog, PluginProvider, Publication, Volume, VolumeOnNode};
 use crate::csi::client::{CsiClient, CsiError, NodeVolume};
-use crate::model::csi::{Capabilities, CsiSettings, Fingerprint, PluginKind, Usage};
+use crate::model::csi::{Capabilities, CsiSettings, Fingerprint, PluginKind, SnapshotInfo, Usage};
 use crate::state::{RecordTable, StateError, StateStore};
 
 /// One volume's use on this node, persisted.
@@ -193,6 +193,25 @@ pub enum CsiVolumeError {
          it back); delete it once it is released"
     )]
     StillInUse { volume: String },
+    #[error(
+        "CSI plugin {plugin:?} cannot {what} (its controller lacks {capability}); volume \
+         {volume:?} is unchanged"
+    )]
+    Lacks {
+        plugin: String,
+        volume: String,
+        what: &'static str,
+        capability: &'static str,
+    },
+    #[error(
+        "volume {volume:?} has {current} bytes and asks for {wanted}: CSI volumes are \
+         expanded, never shrunk"
+    )]
+    Shrink {
+        volume: String,
+        current: i64,
+        wanted: i64,
+    },
     #[error(
         "volume {volume:?} is staged on this node as {staged} for other allocs, and \
          {wanted} needs another stage; a volume has one staging path per node, so it can be \
@@ -375,12 +394,14 @@ impl CsiManager {
             match plugin.kind {
                 PluginKind::Node => {
                     fingerprint.node_id = Some(client.node_info().await?);
-                    fingerprint.capabilities.stage_unstage = client.node_stages().await?;
+                    let (stages, expands) = client.node_capabilities().await?;
+                    fingerprint.capabilities.stage_unstage = stages;
+                    fingerprint.capabilities.node_expand = expands;
                 }
                 PluginKind::Controller => {
-                    let (publish, create) = client.controller_capabilities().await?;
-                    fingerprint.capabilities.controller_publish = publish;
-                    fingerprint.capabilities.create_delete = create;
+                    client
+                        .controller_capabilities(&mut fingerprint.capabilities)
+                        .await?;
                 }
             }
             Ok::<_, super::client::CsiError>(fingerprint)
@@ -1052,6 +1073,152 @@ impl CsiManager {
             .delete_volume(&volume.external_id, &volume.secrets)
             .await?;
         Ok(())
+    }
+}
+
+impl CsiManager {
+    /// The plugin's controller, which must have `capability` (`has`) to `what`.
+    async fn controller_for(
+        &self,
+        plugin_id: &str,
+        volume: &str,
+        what: &'static str,
+        capability: &'static str,
+        has: fn(&Capabilities) -> bool,
+    ) -> Result<CsiClient, CsiVolumeError> {
+        let (_, client, fingerprint) = self
+            .ready(PluginKind::Controller, plugin_id)
+            .await
+            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
+        if !has(&fingerprint.capabilities) {
+            return Err(CsiVolumeError::Lacks {
+                plugin: plugin_id.to_string(),
+                volume: volume.to_string(),
+                what,
+                capability,
+            });
+        }
+        Ok(client)
+    }
+
+    /// CreateSnapshot of `volume`, named `name` (the spec's idempotency key: the same
+    /// name again is the same snapshot).
+    pub async fn create_snapshot(
+        &self,
+        volume: &Volume,
+        name: &str,
+    ) -> Result<SnapshotInfo, CsiVolumeError> {
+        let client = self
+            .controller_for(
+                &volume.plugin_id,
+                &volume.id,
+                "take snapshots",
+                "CREATE_DELETE_SNAPSHOT",
+                |c| c.snapshots,
+            )
+            .await?;
+        Ok(client
+            .create_snapshot(&volume.external_id, name, &volume.secrets)
+            .await?)
+    }
+
+    /// DeleteSnapshot through `plugin_id`'s controller.
+    pub async fn delete_snapshot(
+        &self,
+        plugin_id: &str,
+        snapshot_id: &str,
+    ) -> Result<(), CsiVolumeError> {
+        let client = self
+            .controller_for(
+                plugin_id,
+                snapshot_id,
+                "delete snapshots",
+                "CREATE_DELETE_SNAPSHOT",
+                |c| c.snapshots,
+            )
+            .await?;
+        Ok(client.delete_snapshot(snapshot_id, &HashMap::new()).await?)
+    }
+
+    /// ListSnapshots of `plugin_id`'s controller.
+    pub async fn list_snapshots(
+        &self,
+        plugin_id: &str,
+    ) -> Result<Vec<SnapshotInfo>, CsiVolumeError> {
+        let client = self
+            .controller_for(plugin_id, "", "list snapshots", "LIST_SNAPSHOTS", |c| {
+                c.list_snapshots
+            })
+            .await?;
+        Ok(client.list_snapshots().await?)
+    }
+
+    /// Expands `volume` to at least `required` bytes: ControllerExpandVolume, then, when
+    /// the plugin says the nodes must follow and this node publishes it,
+    /// NodeExpandVolume at each publication. The new capacity.
+    pub async fn expand_volume(
+        &self,
+        volume: &Volume,
+        required: i64,
+    ) -> Result<i64, CsiVolumeError> {
+        if required < volume.capacity_bytes {
+            return Err(CsiVolumeError::Shrink {
+                volume: volume.id.clone(),
+                current: volume.capacity_bytes,
+                wanted: required,
+            });
+        }
+        let lock = self.volume_lock(&volume.id);
+        let _serialised = lock.lock().await;
+        let client = self
+            .controller_for(
+                &volume.plugin_id,
+                &volume.id,
+                "expand volumes",
+                "EXPAND_VOLUME",
+                |c| c.controller_expand,
+            )
+            .await?;
+        let usage = volume
+            .capabilities
+            .first()
+            .map(|c| Usage {
+                access_mode: c.access_mode,
+                attachment_mode: c.attachment_mode,
+                read_only: false,
+            })
+            .unwrap_or(Usage {
+                access_mode: crate::model::csi::AccessMode::SingleNodeWriter,
+                attachment_mode: crate::model::csi::AttachmentMode::FileSystem,
+                read_only: false,
+            });
+        let (capacity, node_required) = client
+            .controller_expand(&volume.external_id, required, usage, &volume.secrets)
+            .await?;
+        let record = self.usage_record(&volume.id)?;
+        if let Some(record) = record.filter(|_| node_required) {
+            let (node, node_client, fingerprint) =
+                self.ready(PluginKind::Node, &volume.plugin_id).await?;
+            if fingerprint.capabilities.node_expand {
+                let staging = node.dirs.staging_volume(&volume.id);
+                let staged = record.staged.is_some().then_some(staging.plugin.as_path());
+                for (key, stage) in &record.stages {
+                    for alloc in &stage.allocs {
+                        let target = node.dirs.publish(alloc, &volume.id, key);
+                        node_client
+                            .node_expand(
+                                &volume.external_id,
+                                &target.plugin,
+                                staged,
+                                required,
+                                usage,
+                            )
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(if capacity > 0 { capacity } else { required })
     }
 }
 

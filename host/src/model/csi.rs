@@ -207,6 +207,31 @@ pub struct Capabilities {
     pub stage_unstage: bool,
     pub controller_publish: bool,
     pub create_delete: bool,
+    /// CREATE_DELETE_SNAPSHOT.
+    #[serde(default)]
+    pub snapshots: bool,
+    /// LIST_SNAPSHOTS.
+    #[serde(default)]
+    pub list_snapshots: bool,
+    /// The controller's EXPAND_VOLUME.
+    #[serde(default)]
+    pub controller_expand: bool,
+    /// The node's EXPAND_VOLUME.
+    #[serde(default)]
+    pub node_expand: bool,
+}
+
+/// A snapshot as a plugin's controller describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub plugin_id: String,
+    pub snapshot_id: String,
+    /// The plugin's id of the volume it was taken of.
+    pub source_volume_id: String,
+    pub size_bytes: i64,
+    /// Seconds since the epoch; 0 when the plugin did not say.
+    pub created_at: i64,
+    pub ready_to_use: bool,
 }
 
 /// What fingerprinting a plugin found.

@@ -1320,3 +1320,75 @@ async fn snapshots_of_a_plugin_without_the_capability_are_refused_by_name() {
     agent.cli(&["job", "stop", "plugin"]);
     agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }
+
+/// An operator who gives up on a plugin that is gone for good: `volume detach` says why
+/// it waits, `-force` unmounts the volume here and releases the claims without the
+/// plugin, and the give-back stops; a running alloc's volume is never detached.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forced_detach_gives_up_on_a_gone_plugin_but_never_takes_a_running_allocs_volume() {
+    let mut agent = agent();
+    agent.start().await;
+    agent.run_plugin("plugin", "hostpath", &[]).await;
+    agent.create_volume("orphan", "hostpath");
+    let script = "while true; do sleep 0.1; done";
+    let user = agent
+        .run_job(
+            "user",
+            &consumer_job("user", "service", "orphan", false, script),
+        )
+        .await;
+    agent.wait_alloc(&user, "running", is_running).await;
+    let (code, _, err) = agent.cli(&["volume", "detach", "-force", "orphan"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("volume \"orphan\" is in use by running alloc(s)")
+            && err.contains("a detach never takes a volume from a running alloc"),
+        "{err}"
+    );
+    assert_eq!(agent.csi_mounts().len(), 2);
+
+    assert_eq!(agent.cli(&["job", "stop", "plugin"]).0, 0);
+    agent.wait_plugin("hostpath", "gone", |p| p.is_none()).await;
+    assert_eq!(agent.cli(&["job", "stop", "user"]).0, 0);
+    agent.wait_alloc(&user, "stopped", is_dead).await;
+    let (code, _, err) = agent.cli(&["volume", "detach", "orphan"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("releasing (waiting for plugin \"hostpath\")")
+            && err.contains("`berth volume detach -force orphan` gives up on the plugin"),
+        "{err}"
+    );
+    assert_eq!(agent.csi_mounts().len(), 2, "nothing done without -force");
+
+    let (code, out, err) = agent.cli(&["volume", "detach", "-force", "orphan"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("Detached volume \"orphan\" without its plugin"),
+        "{out}"
+    );
+    assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+    let status = agent.volume("orphan").await;
+    assert!(
+        status.claims.is_empty() && status.on_node.is_none() && status.releasing.is_empty(),
+        "{status:#?}"
+    );
+    // The give-back has stopped: a plugin that returns is asked for nothing.
+    let plugin_alloc = agent.run_plugin("plugin2", "hostpath", &[]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "NodeUnpublishVolume"), 0, "{log}");
+    // And the volume is usable again.
+    let next = agent
+        .run_job(
+            "next",
+            &consumer_job("next", "batch", "orphan", false, "ls /vol"),
+        )
+        .await;
+    agent.wait_alloc(&next, "done", is_dead).await;
+    assert_eq!(
+        agent.alloc(&next).await.client_status,
+        ClientStatus::Complete
+    );
+    agent.cli(&["job", "stop", "plugin2"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}

@@ -14,7 +14,7 @@ mod launch;
 pub mod logs;
 mod volumes;
 
-pub use volumes::VolumeError;
+pub use volumes::{Detached, VolumeError};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -8,6 +8,16 @@ use crate::model::csi::{PluginKind, SnapshotInfo};
 
 use super::Agent;
 
+/// What a forced detach did.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Detached {
+    pub volume: String,
+    /// Allocs whose claims were released.
+    pub released: Vec<String>,
+    /// Host paths unmounted.
+    pub unmounted: Vec<std::path::PathBuf>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
     /// The spec file does not parse.
@@ -104,6 +114,78 @@ impl Agent {
         let mut status = self.volume(&volume.id)?;
         status.expanded_from = Some(volume.capacity_bytes);
         Ok(status)
+    }
+
+    /// Detaches a volume from the finished allocs still giving it back. Without `force`
+    /// that is what the give-back retries do, so it only says why it waits; with `force`
+    /// the operator gives up on the plugin: the volume is unmounted here and the claims
+    /// released without it. A volume a running alloc uses is never detached.
+    pub async fn detach_volume(&self, id: &str, force: bool) -> Result<Detached, VolumeError> {
+        let status = self.volume(id)?;
+        let running: Vec<String> = status
+            .claims
+            .iter()
+            .filter(|c| !status.releasing.contains_key(&c.alloc_id))
+            .map(|c| {
+                format!(
+                    "{} ({})",
+                    crate::catalog::short_id(&c.alloc_id),
+                    c.alloc_name
+                )
+            })
+            .collect();
+        if !running.is_empty() {
+            return Err(VolumeError::Refused(format!(
+                "volume {id:?} is in use by running alloc(s) {}: stop them first; a detach \
+                 never takes a volume from a running alloc",
+                running.join(", ")
+            )));
+        }
+        let releasing: Vec<String> = status.releasing.keys().cloned().collect();
+        if releasing.is_empty() && status.on_node.is_none() {
+            return Ok(Detached {
+                volume: id.to_string(),
+                released: Vec::new(),
+                unmounted: Vec::new(),
+            });
+        }
+        if !force {
+            let why = status
+                .releasing
+                .values()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| "releasing".into());
+            let allocs: Vec<&str> = releasing
+                .iter()
+                .map(|a| crate::catalog::short_id(a))
+                .collect();
+            return Err(VolumeError::Refused(format!(
+                "volume {id:?} is still held by finished alloc(s) {}, {why}, and berth retries \
+                 until its plugin answers; `berth volume detach -force {id}` gives up on the \
+                 plugin: it unmounts the volume here and releases the claims without telling \
+                 the plugin, which may still hold it attached",
+                allocs.join(", ")
+            )));
+        }
+        let unmounted = self
+            .node
+            .csi
+            .manager
+            .force_detach(id, &releasing, &self.node.csi.root)
+            .await
+            .map_err(|e| VolumeError::Refused(e.to_string()))?;
+        for alloc in &releasing {
+            self.node.csi.catalog.release(id, alloc)?;
+            if let Some(runner) = self.alloc_runner(alloc) {
+                runner.forget_csi_volume(id);
+            }
+        }
+        Ok(Detached {
+            volume: id.to_string(),
+            released: releasing,
+            unmounted,
+        })
     }
 
     /// CreateSnapshot of a registered volume through its plugin's controller.

@@ -331,6 +331,22 @@ impl AllocRunner {
         }
     }
 
+    /// Forgets the alloc's mounts of CSI volume `volume_id`, which an operator detached
+    /// by force: the give-back stops trying for it.
+    pub fn forget_csi_volume(&self, volume_id: &str) {
+        let names: Vec<String> = self
+            .group
+            .volumes
+            .iter()
+            .filter(|v| v.volume_type == crate::jobspec::VolumeType::Csi && v.source == volume_id)
+            .map(|v| v.name.clone())
+            .collect();
+        let mut mounts = self.resources.csi_mounts();
+        mounts.retain(|name, _| !names.contains(name));
+        self.resources.set_csi_mounts(mounts);
+        self.save_resources(Commit::Durable);
+    }
+
     /// Whether this alloc still holds CSI volumes (mounted for it, or claimed).
     pub fn holds_csi_volumes(&self) -> bool {
         !self.resources.csi_mounts().is_empty()

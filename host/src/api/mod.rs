@@ -204,6 +204,10 @@ pub fn router(agent: Arc<Agent>) -> Router {
             "/v1/volume/{id}/delete",
             axum::routing::delete(delete_volume),
         )
+        .route(
+            "/v1/volume/{id}/detach",
+            axum::routing::delete(detach_volume),
+        )
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugin/{id}", get(plugin))
         .fallback(|| async {
@@ -482,6 +486,21 @@ async fn delete_volume(
     Path(id): Path<String>,
 ) -> Reply<VolumeStatus> {
     Ok(Json(agent.delete_volume(&id).await?))
+}
+
+/// `DELETE /v1/volume/{id}/detach[?force=true]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DetachQuery {
+    #[serde(default)]
+    pub force: bool,
+}
+
+async fn detach_volume(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<DetachQuery>,
+) -> Reply<crate::agent::Detached> {
+    Ok(Json(agent.detach_volume(&id, query.force).await?))
 }
 
 async fn list_plugins(State(agent): State<Arc<Agent>>) -> Reply<Vec<PluginStatus>> {

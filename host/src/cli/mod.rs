@@ -131,6 +131,13 @@ enum VolumeCommand {
     Deregister { id: String },
     /// Delete a volume nobody claims through its plugin (DeleteVolume: its data is gone).
     Delete { id: String },
+    /// Detach a volume from the finished allocs still giving it back; -force gives up on
+    /// its plugin (unmounts here and releases the claims without it).
+    Detach {
+        #[arg(long)]
+        force: bool,
+        id: String,
+    },
     /// Snapshots through the volume's plugin (CreateSnapshot, ListSnapshots,
     /// DeleteSnapshot).
     Snapshot {
@@ -281,6 +288,7 @@ pub fn main() -> ExitCode {
             "-stderr",
             "-meta",
             "-plugin",
+            "-force",
         ]
         .iter()
         .any(|f| arg == *f)
@@ -447,6 +455,7 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
             }
             VolumeCommand::Deregister { id } => volume::deregister(&client, id).await,
             VolumeCommand::Delete { id } => volume::delete(&client, id).await,
+            VolumeCommand::Detach { force, id } => volume::detach(&client, id, *force).await,
             VolumeCommand::Snapshot { command } => match command {
                 SnapshotCommand::Create { volume, name } => {
                     volume::snapshot_create(&client, volume, name.as_deref()).await

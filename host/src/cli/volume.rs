@@ -384,3 +384,32 @@ pub(super) async fn snapshot_delete(
     println!("Deleted snapshot {snapshot:?} of plugin {plugin:?}");
     Ok(ExitCode::SUCCESS)
 }
+
+pub(super) async fn detach(client: &Client, id: &str, force: bool) -> anyhow::Result<ExitCode> {
+    let path = format!(
+        "/v1/volume/{}/detach{}",
+        super::job::query_escape(id),
+        if force { "?force=true" } else { "" }
+    );
+    let detached: crate::agent::Detached = match refused(client.delete(&path).await)? {
+        Ok(detached) => detached,
+        Err(code) => return Ok(code),
+    };
+    if detached.released.is_empty() && detached.unmounted.is_empty() {
+        println!("Volume {id:?} is not attached here");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "Detached volume {id:?} without its plugin: released the claims of alloc(s) {}",
+        detached
+            .released
+            .iter()
+            .map(|a| short_id(a))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for path in &detached.unmounted {
+        println!("    unmounted {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use super::layout::SharedPath;
+use super::layout::{PluginDirs, SharedPath};
 use super::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
 use crate::catalog::{Catalog, PluginProvider, Publication, Volume, VolumeOnNode};
 use crate::csi::client::{CsiClient, CsiError, NodeVolume};
@@ -202,6 +202,12 @@ pub enum CsiVolumeError {
         volume: String,
         what: &'static str,
         capability: &'static str,
+    },
+    #[error("unmounting {} for volume {volume:?}: {source}", path.display())]
+    Unmount {
+        volume: String,
+        path: PathBuf,
+        source: std::io::Error,
     },
     #[error(
         "volume {volume:?} has {current} bytes and asks for {wanted}: CSI volumes are \
@@ -1077,6 +1083,76 @@ impl CsiManager {
 }
 
 impl CsiManager {
+    /// Gives up on the plugin for `volume_id` on this node, as an operator forcing a
+    /// detach asks: unmounts its publications of `allocs` (finished allocs; the caller
+    /// checked) and, once none is left, its stage, on the host, and forgets them; the
+    /// plugin is not called and is not told. `csi_root` is `<data_dir>/csi`. What was
+    /// unmounted, host paths.
+    pub async fn force_detach(
+        &self,
+        volume_id: &str,
+        allocs: &[String],
+        csi_root: &Path,
+    ) -> Result<Vec<PathBuf>, CsiVolumeError> {
+        let lock = self.volume_lock(volume_id);
+        let _serialised = lock.lock().await;
+        let Some(mut record) = self.usage_record(volume_id)? else {
+            return Ok(Vec::new());
+        };
+        let dirs = PluginDirs::new(csi_root, &record.plugin_id, "/");
+        let mut unmounted = Vec::new();
+        let mut unmount = |path: PathBuf| -> Result<(), CsiVolumeError> {
+            match crate::mount::shared::unmount_all_at(&path) {
+                Ok(0) => {}
+                Ok(_) => unmounted.push(path.clone()),
+                Err(source) => {
+                    return Err(CsiVolumeError::Unmount {
+                        volume: volume_id.to_string(),
+                        path,
+                        source,
+                    });
+                }
+            }
+            remove_empty_dirs(&path, &dirs.host);
+            Ok(())
+        };
+        if let Some(Intent::Publish { alloc_id, key } | Intent::Unpublish { alloc_id, key }) =
+            &record.pending
+            && allocs.contains(alloc_id)
+        {
+            unmount(dirs.publish(alloc_id, volume_id, key).host)?;
+            record.pending = None;
+        }
+        for (key, stage) in record.stages.iter_mut() {
+            for alloc in allocs {
+                if stage.allocs.remove(alloc) {
+                    unmount(dirs.publish(alloc, volume_id, key).host)?;
+                }
+            }
+        }
+        let idle: Vec<String> = record
+            .stages
+            .iter()
+            .filter(|(_, stage)| stage.allocs.is_empty())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in idle {
+            unmount(dirs.staging(volume_id, &key).host)?;
+            record.stages.remove(&key);
+        }
+        if record.publications() == 0 {
+            unmount(dirs.staging_volume(volume_id).host)?;
+            record.staged = None;
+            record.pending = None;
+            // Left attached in the plugin's controller, which is not there to ask.
+            record.controller_published = None;
+        }
+        self.save_usage(volume_id, &record)?;
+        tracing::warn!(volume = %volume_id, unmounted = unmounted.len(),
+            "forced a detach without the plugin");
+        Ok(unmounted)
+    }
+
     /// The plugin's controller, which must have `capability` (`has`) to `what`.
     async fn controller_for(
         &self,

@@ -47,6 +47,23 @@ pub fn is_mount_point(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Unmounts whatever is mounted at `path` (stacked mounts included), lazily: for an
+/// operator who gives up on the plugin that should have unmounted it. How many.
+pub fn unmount_all_at(path: &Path) -> io::Result<usize> {
+    let mut unmounted = 0;
+    while is_mount_point(path) {
+        mount::unmount(path, UnmountFlags::DETACH)?;
+        unmounted += 1;
+        if unmounted > 64 {
+            return Err(io::Error::other(format!(
+                "{} stays mounted after 64 unmounts",
+                path.display()
+            )));
+        }
+    }
+    Ok(unmounted)
+}
+
 /// Undoes [`ensure_shared`] once nothing is mounted below `root` any more: the last
 /// plugin is gone and no volume is staged.
 pub fn release_shared_if_unused(root: &Path) -> io::Result<()> {

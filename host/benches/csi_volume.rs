@@ -62,6 +62,7 @@ fn volume(id: &str) -> Volume {
         context: HashMap::new(),
         secrets: HashMap::new(),
         origin: "registered".into(),
+        accessible_topology: Vec::new(),
     }
 }
 

@@ -29,7 +29,7 @@
 //! ```text
 //! csi-hostpath --data-dir DIR [--node-id ID] [--endpoint unix:///csi/csi.sock]
 //!              [--hang RPC] [--die RPC] [--not-ready-for SECS] [--garbage] [--no-socket]
-//!              [--no-snapshots]
+//!              [--no-snapshots] [--topology KEY=VALUE]
 //! ```
 //! The endpoint defaults to `$CSI_ENDPOINT`. `--hang`, `--die`, `--garbage`,
 //! `--no-socket` and `--not-ready-for` make it misbehave, for the agent's tests.
@@ -50,6 +50,8 @@ struct Plugin {
     die: Option<String>,
     ready_at: Instant,
     snapshots: bool,
+    /// Where this node is (NodeGetInfo); the volumes it creates are accessible there.
+    topology: HashMap<String, String>,
 }
 
 const PUBLISHED_KEY: &str = "hostpath.berth/published-to";
@@ -315,10 +317,18 @@ impl pb::controller_server::Controller for Plugin {
             .capacity_range
             .map(|c| c.required_bytes)
             .unwrap_or(0);
+        let accessible_topology = if self.topology.is_empty() {
+            Vec::new()
+        } else {
+            vec![pb::Topology {
+                segments: self.topology.clone(),
+            }]
+        };
         Ok(Response::new(pb::CreateVolumeResponse {
             volume: Some(pb::Volume {
                 capacity_bytes: capacity,
                 volume_id: request.name.clone(),
+                accessible_topology,
                 volume_context: HashMap::from([(
                     "hostpath.berth/dir".to_string(),
                     dir.display().to_string(),
@@ -856,7 +866,9 @@ impl pb::node_server::Node for Plugin {
         Ok(Response::new(pb::NodeGetInfoResponse {
             node_id: self.node_id.clone(),
             max_volumes_per_node: 0,
-            accessible_topology: None,
+            accessible_topology: (!self.topology.is_empty()).then(|| pb::Topology {
+                segments: self.topology.clone(),
+            }),
         }))
     }
 }
@@ -871,6 +883,7 @@ struct Args {
     garbage: bool,
     no_socket: bool,
     no_snapshots: bool,
+    topology: HashMap<String, String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -886,6 +899,7 @@ fn parse_args() -> Result<Args, String> {
         garbage: false,
         no_socket: false,
         no_snapshots: false,
+        topology: HashMap::new(),
     };
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
@@ -905,6 +919,13 @@ fn parse_args() -> Result<Args, String> {
             "--garbage" => args.garbage = true,
             "--no-socket" => args.no_socket = true,
             "--no-snapshots" => args.no_snapshots = true,
+            "--topology" => {
+                let pair = value()?;
+                let (key, value) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("--topology {pair:?} is not KEY=VALUE"))?;
+                args.topology.insert(key.to_string(), value.to_string());
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -968,6 +989,7 @@ async fn main() {
         die: args.die,
         ready_at: Instant::now() + args.not_ready_for,
         snapshots: !args.no_snapshots,
+        topology: args.topology,
     };
     let served = tonic::transport::Server::builder()
         .add_service(pb::identity_server::IdentityServer::new(plugin.clone()))

@@ -1392,3 +1392,50 @@ async fn a_forced_detach_gives_up_on_a_gone_plugin_but_never_takes_a_running_all
     agent.cli(&["job", "stop", "plugin2"]);
     agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }
+
+/// A volume created where its plugin says it is accessible (`zone=a`) is refused on a
+/// node its plugin now puts elsewhere (`zone=b`), saying both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_is_refused_on_a_node_outside_its_accessible_topology() {
+    let mut agent = agent();
+    agent.start().await;
+    let zone_a = agent
+        .run_plugin("plugin-a", "hostpath", &["--topology", "zone=a"])
+        .await;
+    agent.create_volume("zonal", "hostpath");
+    let volume = agent.volume("zonal").await.volume;
+    assert_eq!(
+        volume.accessible_topology,
+        [std::collections::BTreeMap::from([(
+            "zone".to_string(),
+            "a".to_string()
+        )])]
+    );
+    assert_eq!(agent.cli(&["job", "stop", "plugin-a"]).0, 0);
+    agent.wait_alloc(&zone_a, "stopped", is_dead).await;
+    agent.wait_plugin("hostpath", "gone", |p| p.is_none()).await;
+    let zone_b = agent
+        .run_plugin("plugin-b", "hostpath", &["--topology", "zone=b"])
+        .await;
+    let user = agent
+        .run_job(
+            "user",
+            &consumer_job("user", "batch", "zonal", false, "true"),
+        )
+        .await;
+    agent.wait_alloc(&user, "failed", is_dead).await;
+    let message = setup_failure(&agent.alloc(&user).await);
+    assert!(
+        message.contains(
+            "volume \"zonal\" is accessible from {zone=a} only, and CSI plugin \"hostpath\" \
+             puts this node at {zone=b}"
+        ),
+        "{message}"
+    );
+    assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+    assert!(agent.volume("zonal").await.claims.is_empty());
+    let log = agent.plugin_log(&zone_b);
+    assert_eq!(rpc_count(&log, "NodeStageVolume"), 0, "{log}");
+    agent.cli(&["job", "stop", "plugin-b"]);
+    agent.wait_alloc(&zone_b, "stopped", is_dead).await;
+}

@@ -33,6 +33,10 @@ pub struct Volume {
     pub secrets: HashMap<String, String>,
     /// `registered` or `created`.
     pub origin: String,
+    /// Where the volume can be used, as CreateVolume said (`zone = "a"`, …; any one
+    /// of them); empty: anywhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accessible_topology: Vec<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,6 +246,7 @@ mod tests {
             context: HashMap::new(),
             secrets: HashMap::new(),
             origin: "registered".into(),
+            accessible_topology: Vec::new(),
         }
     }
 

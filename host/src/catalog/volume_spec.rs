@@ -188,6 +188,7 @@ pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpe
                 SpecPurpose::Register => "registered".into(),
                 SpecPurpose::Create => "created".into(),
             },
+            accessible_topology: Vec::new(),
         },
         capacity: (capacity[0], capacity[1]),
     })

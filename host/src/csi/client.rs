@@ -135,6 +135,7 @@ pub struct CreatedVolume {
     pub external_id: String,
     pub capacity_bytes: i64,
     pub context: HashMap<String, String>,
+    pub accessible_topology: Vec<std::collections::BTreeMap<String, String>>,
 }
 
 /// The arguments shared by stage and publish.
@@ -302,7 +303,10 @@ impl CsiClient {
         }))
     }
 
-    pub async fn node_info(&self) -> Result<String, CsiError> {
+    /// NodeGetInfo: the node id, and where the node is (its accessible topology).
+    pub async fn node_info(
+        &self,
+    ) -> Result<(String, std::collections::BTreeMap<String, String>), CsiError> {
         let info = self
             .call("NodeGetInfo", None, |channel| async move {
                 NodeClient::new(channel)
@@ -310,7 +314,11 @@ impl CsiClient {
                     .await
             })
             .await?;
-        Ok(info.node_id)
+        let topology = info
+            .accessible_topology
+            .map(|t| t.segments.into_iter().collect())
+            .unwrap_or_default();
+        Ok((info.node_id, topology))
     }
 
     /// Whether the node service stages (STAGE_UNSTAGE_VOLUME) and expands
@@ -586,6 +594,11 @@ impl CsiClient {
             external_id: volume.volume_id,
             capacity_bytes: volume.capacity_bytes,
             context: volume.volume_context,
+            accessible_topology: volume
+                .accessible_topology
+                .into_iter()
+                .map(|t| t.segments.into_iter().collect())
+                .collect(),
         })
     }
 

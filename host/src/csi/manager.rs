@@ -203,6 +203,16 @@ pub enum CsiVolumeError {
         what: &'static str,
         capability: &'static str,
     },
+    #[error(
+        "volume {volume:?} is accessible from {accessible} only, and CSI plugin {plugin:?} \
+         puts this node at {node}"
+    )]
+    NotAccessible {
+        volume: String,
+        plugin: String,
+        accessible: String,
+        node: String,
+    },
     #[error("unmounting {} for volume {volume:?}: {source}", path.display())]
     Unmount {
         volume: String,
@@ -391,6 +401,7 @@ impl CsiManager {
                 name,
                 vendor_version,
                 node_id: None,
+                topology: BTreeMap::new(),
                 capabilities: Capabilities {
                     controller_service,
                     ..Capabilities::default()
@@ -399,7 +410,9 @@ impl CsiManager {
             };
             match plugin.kind {
                 PluginKind::Node => {
-                    fingerprint.node_id = Some(client.node_info().await?);
+                    let (node_id, topology) = client.node_info().await?;
+                    fingerprint.node_id = Some(node_id);
+                    fingerprint.topology = topology;
                     let (stages, expands) = client.node_capabilities().await?;
                     fingerprint.capabilities.stage_unstage = stages;
                     fingerprint.capabilities.node_expand = expands;
@@ -636,6 +649,19 @@ impl CsiManager {
         let lock = self.volume_lock(&volume.id);
         let _serialised = lock.lock().await;
         let (node, client, fingerprint) = self.ready(PluginKind::Node, &volume.plugin_id).await?;
+        if !accessible_from(&volume.accessible_topology, &fingerprint.topology) {
+            return Err(CsiVolumeError::NotAccessible {
+                volume: volume.id.clone(),
+                plugin: volume.plugin_id.clone(),
+                accessible: volume
+                    .accessible_topology
+                    .iter()
+                    .map(segments)
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                node: segments(&fingerprint.topology),
+            });
+        }
         let mut record = self
             .usage_record(&volume.id)?
             .unwrap_or_else(|| VolumeUsage {
@@ -1025,6 +1051,7 @@ impl CsiManager {
         volume.external_id = created.external_id;
         volume.capacity_bytes = created.capacity_bytes;
         volume.context = created.context;
+        volume.accessible_topology = created.accessible_topology;
         Ok(volume)
     }
 }
@@ -1296,6 +1323,24 @@ impl CsiManager {
         }
         Ok(if capacity > 0 { capacity } else { required })
     }
+}
+
+/// Whether a volume accessible from `accessible` (any one of them; none: anywhere) can be
+/// used on a node at `node` (CSI: a topology matches when all its segments do).
+fn accessible_from(
+    accessible: &[BTreeMap<String, String>],
+    node: &BTreeMap<String, String>,
+) -> bool {
+    accessible.is_empty()
+        || accessible
+            .iter()
+            .any(|topology| topology.iter().all(|(k, v)| node.get(k) == Some(v)))
+}
+
+/// `{zone=a, rack=r1}`; `{}` for none.
+fn segments(topology: &BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = topology.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(", "))
 }
 
 fn create_dir(path: &Path) -> Result<(), CsiVolumeError> {

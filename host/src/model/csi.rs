@@ -241,6 +241,9 @@ pub struct Fingerprint {
     pub vendor_version: String,
     /// NodeGetInfo's node id (node plugins).
     pub node_id: Option<String>,
+    /// NodeGetInfo's accessible topology: where this node is (`zone = "a"`, …).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub topology: std::collections::BTreeMap<String, String>,
     pub capabilities: Capabilities,
     /// Set when a fingerprint call failed.
     pub error: Option<String>,

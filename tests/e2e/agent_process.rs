@@ -23,6 +23,9 @@ pub struct AgentProcess {
     /// `berth agent -dev` with an open TCP listener (most tests), or a production agent
     /// driven through its Unix socket.
     dev: bool,
+    /// A file the agent inherits open, without close-on-exec, as descriptor
+    /// [`AgentProcess::INHERITED_FD`] (as a careless parent would leave it).
+    inherited: Option<PathBuf>,
 }
 
 impl AgentProcess {
@@ -70,6 +73,7 @@ impl AgentProcess {
             child: None,
             runs: 0,
             dev,
+            inherited: None,
         }
     }
 
@@ -101,6 +105,15 @@ impl AgentProcess {
         self.path().join(format!("agent-{run}.log"))
     }
 
+    /// The descriptor number of the file [`AgentProcess::inherit`] leaves open.
+    pub const INHERITED_FD: i32 = 77;
+
+    /// From the next start on, the agent inherits `path` open (read-write) as
+    /// descriptor [`AgentProcess::INHERITED_FD`], without close-on-exec.
+    pub fn inherit(&mut self, path: &Path) {
+        self.inherited = Some(path.to_path_buf());
+    }
+
     /// Starts the agent and waits until its API answers.
     pub async fn start(&mut self) -> AgentSelf {
         self.runs += 1;
@@ -116,6 +129,29 @@ impl AgentProcess {
             command
                 .args(["-dev", "--http-addr"])
                 .arg(format!("127.0.0.1:{}", self.port));
+        }
+        // Open until the spawn below has run the `pre_exec`.
+        let mut _inherited = None;
+        if let Some(path) = &self.inherited {
+            use std::os::fd::AsRawFd as _;
+            use std::os::unix::process::CommandExt as _;
+            let file = std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(path)
+                .unwrap();
+            // SAFETY: dup2(2) in the forked child; the file outlives the spawn below.
+            unsafe {
+                let fd = file.as_raw_fd();
+                command.pre_exec(move || {
+                    // dup2 leaves the new descriptor without close-on-exec.
+                    if libc::dup2(fd, Self::INHERITED_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            _inherited = Some(file);
         }
         let child = command
             .stdout(log.try_clone().unwrap())

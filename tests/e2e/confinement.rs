@@ -332,3 +332,66 @@ async fn a_task_racing_its_init_never_opens_the_inits_memory() {
         assert_eq!(stdout, "done\n", "round {round}");
     }
 }
+
+/// A task starts with stdin, stdout and stderr, and nothing else of the agent's: not its
+/// API listeners, not a descriptor the agent itself inherited without close-on-exec (a
+/// careless parent's open file, a jobserver pipe). Checked for a confined and an
+/// unconfined task of an agent that inherited an open file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_gets_no_descriptor_of_the_agent_beyond_its_stdio() {
+    let mut agent = AgentProcess::with_config(
+        "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n",
+    );
+    let secret = agent.path().join("agent-secret");
+    std::fs::write(&secret, "not for tasks").unwrap();
+    agent.inherit(&secret);
+    agent.start().await;
+    // The shell's descriptors, listed by a child (`ls`) so that the listing's own do not
+    // count.
+    let list = serde_json::to_string("ls -l /proc/$$/fd").unwrap();
+    let job = format!(
+        "job \"fds\" {{\n  type = \"batch\"\n  group \"g\" {{\n{}{}  }}\n}}\n",
+        ["exec", "raw_exec"]
+            .map(|driver| format!(
+                "    task \"{driver}\" {{\n      driver = \"{driver}\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {list}]\n      }}\n    }}\n"
+            ))
+            .concat(),
+        ""
+    );
+    let submitted = agent.submit("fds.hcl", &job).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "finished", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+    let status = agent.alloc(id).await;
+    for driver in ["exec", "raw_exec"] {
+        let listed = std::fs::read_to_string(
+            status
+                .alloc_dir
+                .join(format!("alloc/logs/{driver}.stdout.0")),
+        )
+        .unwrap();
+        // "lrwx------ 1 root root 64 Nov 25 10:43 1 -> /path"
+        let fds: Vec<(&str, &str)> = listed
+            .lines()
+            .filter_map(|line| line.split_once(" -> "))
+            .filter_map(|(before, target)| Some((before.rsplit(' ').next()?, target)))
+            .collect();
+        let numbers: Vec<&str> = fds.iter().map(|(fd, _)| *fd).collect();
+        assert_eq!(
+            numbers,
+            ["0", "1", "2"],
+            "{driver} task's descriptors:\n{listed}"
+        );
+        assert_eq!(fds[0].1, "/dev/null", "{listed}");
+        assert!(
+            fds[1].1.ends_with(&format!("{driver}.stdout.0")),
+            "{listed}"
+        );
+    }
+}

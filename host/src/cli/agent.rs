@@ -2,6 +2,7 @@
 //! agent on the same data dir recovers them.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,8 +41,9 @@ pub(super) async fn run(
             let listener = crate::api::bind_tcp(address)
                 .await
                 .map_err(|e| anyhow::format_err!("listening on {address}: {e}"))?;
+            let private = crate::private_fds::PrivateFd::register(listener.as_fd());
             Some((
-                listener,
+                (listener, private),
                 address,
                 open,
                 AccessPolicy::tcp(address, tokens, open),
@@ -57,6 +59,7 @@ pub(super) async fn run(
     })
     .await?;
     let socket = bind_socket(&data_dir, config.http.socket_group.as_deref())?;
+    let _socket_private = crate::private_fds::PrivateFd::register(socket.as_fd());
     println!("==> berth agent started");
     let socket_mode = match &config.http.socket_group {
         Some(group) => format!("mode 0660, group {group:?}"),
@@ -101,9 +104,15 @@ pub(super) async fn run(
             super::output::print_event(&event);
         }
     });
+    // Registered as private for as long as the listeners are served (the end of this
+    // function, past `serve`).
+    let mut _tcp_private = None;
     let listeners = Listeners {
         socket,
-        tcp: tcp.map(|(listener, _, _, policy)| (listener, policy)),
+        tcp: tcp.map(|((listener, private), _, _, policy)| {
+            _tcp_private = Some(private);
+            (listener, policy)
+        }),
     };
     let serve = crate::api::serve(listeners, agent.clone());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -490,6 +490,45 @@ fn check_owner(
     Ok(())
 }
 
+/// In a forked child, last before `exec`: every descriptor above stderr becomes
+/// close-on-exec, so the task starts with stdin, stdout and stderr only, whatever the
+/// agent inherited or opened without `O_CLOEXEC` (a jobserver pipe, a descriptor its
+/// parent leaked). Nothing is closed before the `exec`: the spawn's own error pipe stays
+/// until then. Async-signal-safe.
+fn cloexec_all_but_stdio() -> io::Result<()> {
+    // SAFETY: close_range(2) on integer arguments.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if done == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11 lack the flag: set it one descriptor at a time.
+    // SAFETY: getrlimit and fcntl on integer arguments.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let end = limit.rlim_cur.min(1 << 20) as libc::c_int;
+        for fd in 3..end {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Everything the child does between `fork` and `exec`, prepared by the agent.
 struct SpawnPlan {
     /// Open `cgroup.procs` files of the task's cgroup.
@@ -532,12 +571,14 @@ impl SpawnPlan {
         names.push("switch to the task's user".into());
         names.push("install the seccomp filter".into());
         names.push("fork the task from its namespace's init".into());
+        names.push("mark descriptors above stderr close-on-exec".into());
         names
     }
 
     /// Runs in the child. On failure, the index of the failed step in
     /// [`SpawnPlan::step_names`]. Async-signal-safe.
     fn run(&self) -> Result<(), (usize, io::Error)> {
+        crate::private_fds::close_in_child();
         for fd in &self.cgroup {
             // "0" is the writing process.
             rustix::io::write(fd, b"0").map_err(|e| (0, e.into()))?;
@@ -580,7 +621,8 @@ impl SpawnPlan {
             unsafe { shim::fork(shim::Role::Init, self.supervisor_fd()) }
                 .map_err(|e| (index, e))?;
         }
-        Ok(())
+        index += 1;
+        cloexec_all_but_stdio().map_err(|e| (index, e))
     }
 }
 

@@ -12,6 +12,7 @@
 //! because one entry is unreadable. A file that redb cannot open as a database is moved
 //! aside (kept, with a name that says why) and the agent starts with empty state.
 
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -23,6 +24,7 @@ use crate::jobspec::eval::VariableInputs;
 use crate::model::driver::TaskHandle;
 use crate::model::events::TaskState;
 use crate::model::status::{ClientStatus, DesiredStatus};
+use crate::private_fds::PrivateFd;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
@@ -186,6 +188,8 @@ impl std::fmt::Display for Unreadable {
 }
 
 pub struct StateStore {
+    /// Before `db`: unregistered before the file closes.
+    _private: Option<PrivateFd>,
     db: Database,
     path: Option<PathBuf>,
 }
@@ -211,8 +215,8 @@ impl StateStore {
         } else {
             OpenOutcome::Created
         };
-        let db = match Database::create(path) {
-            Ok(db) => db,
+        let (db, private) = match create_database(path) {
+            Ok(created) => created,
             Err(error) => match unreadable_file(&error) {
                 None => return Err(open_error(path, &error)),
                 Some(reason) => {
@@ -229,11 +233,12 @@ impl StateStore {
                         path: path.to_path_buf(),
                         message: format!("creating a new state file (mode 0600): {e}"),
                     })?;
-                    Database::create(path).map_err(|e| open_error(path, &e))?
+                    create_database(path).map_err(|e| open_error(path, &e))?
                 }
             },
         };
         let store = StateStore {
+            _private: Some(private),
             db,
             path: Some(path.to_path_buf()),
         };
@@ -247,7 +252,11 @@ impl StateStore {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .expect("an in-memory database always opens");
-        let store = StateStore { db, path: None };
+        let store = StateStore {
+            _private: None,
+            db,
+            path: None,
+        };
         store
             .init()
             .expect("an in-memory database always initialises");
@@ -637,6 +646,24 @@ fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// `Database::create`, on a file this module opened: its descriptor is registered as the
+/// agent's alone, so that no forked child keeps the file (and its lock) open.
+fn create_database(path: &Path) -> Result<(Database, PrivateFd), redb::DatabaseError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    let raw = file.as_raw_fd();
+    let db = Database::builder().create_with_backend(redb::backends::FileBackend::new(file)?)?;
+    // Registered once the database holds the file, so never while it could be closed.
+    // SAFETY: `raw` is the file `db` owns and keeps open until it is dropped, after the
+    // guard (the store's field order).
+    let private = PrivateFd::register(unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) });
+    Ok((db, private))
 }
 
 fn write_error(error: impl std::fmt::Display) -> StateError {

@@ -10,6 +10,7 @@ mod agent;
 mod agent_process;
 mod cli;
 mod confinement;
+mod crash_points;
 mod csi;
 mod csi_client;
 mod drivers;

@@ -599,24 +599,32 @@ impl Agent {
         Ok(())
     }
 
-    /// Records the job and starts its allocs; their ids.
+    /// Records the job and all its allocs in one transaction, then starts the allocs;
+    /// their ids. An agent killed in between comes back with the job and every alloc,
+    /// or with neither.
     fn record_and_place(
         &self,
         record: JobRecord,
         job: Arc<Job>,
     ) -> Result<Vec<String>, SubmitError> {
-        self.record_job(record, job.clone())?;
-        let mut runners = Vec::new();
+        let mut allocs = Vec::new();
         for (group_index, group) in job.groups.iter().enumerate() {
             for alloc_index in 0..group.count {
-                runners.push(AllocRunner::new(
-                    job.clone(),
-                    group_index,
-                    alloc_index,
-                    self.node.clone(),
-                )?);
+                allocs.push(AllocRunner::new_record(&job, group_index, alloc_index));
             }
         }
+        self.node.store.put_job_and_allocs(&record, &allocs)?;
+        self.jobs.lock().unwrap().insert(
+            record.id.clone(),
+            JobEntry {
+                record,
+                job: job.clone(),
+            },
+        );
+        let runners: Vec<Arc<AllocRunner>> = allocs
+            .into_iter()
+            .map(|alloc| AllocRunner::recorded(job.clone(), alloc, self.node.clone()))
+            .collect();
         let alloc_ids = runners.iter().map(|r| r.id.clone()).collect();
         let mut allocs = self.allocs.lock().unwrap();
         for runner in runners {

@@ -146,8 +146,16 @@ impl AllocRunner {
         alloc_index: u32,
         node: NodeContext,
     ) -> Result<Arc<AllocRunner>, StateError> {
+        let record = Self::new_record(&job, group_index, alloc_index);
+        node.store.put_alloc(&record)?;
+        Ok(Self::recorded(job, record, node))
+    }
+
+    /// The record of a new alloc of `job`'s group `group_index`, to be written (with its
+    /// job's and its siblings', in one transaction) before [`AllocRunner::recorded`].
+    pub fn new_record(job: &Job, group_index: usize, alloc_index: u32) -> AllocRecord {
         let group = &job.groups[group_index];
-        let record = AllocRecord {
+        AllocRecord {
             id: new_alloc_id(),
             job_id: job.name.clone(),
             group_index,
@@ -155,14 +163,18 @@ impl AllocRunner {
             name: format!("{}.{}[{alloc_index}]", job.name, group.name),
             desired_status: DesiredStatus::Run,
             client_status: ClientStatus::Pending,
-        };
-        node.store.put_alloc(&record)?;
+        }
+    }
+
+    /// The runner of a new alloc whose record the caller has written.
+    pub fn recorded(job: Arc<Job>, record: AllocRecord, node: NodeContext) -> Arc<AllocRunner> {
+        let group = &job.groups[record.group_index];
         let states = group
             .tasks
             .iter()
             .map(|task| (task.name.clone(), TaskState::default()))
             .collect();
-        Ok(Self::build(
+        Self::build(
             job,
             record,
             node,
@@ -170,7 +182,7 @@ impl AllocRunner {
             states,
             BTreeMap::new(),
             false,
-        ))
+        )
     }
 
     /// The runner of an alloc recorded before an agent restart. Fails only when the

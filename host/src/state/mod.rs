@@ -288,6 +288,33 @@ impl StateStore {
         self.put(JOBS, &job.id, job)
     }
 
+    /// A job and all its new allocs, in one durable transaction: an agent killed at any
+    /// moment of a submit comes back with all of them or none.
+    pub fn put_job_and_allocs(
+        &self,
+        job: &JobRecord,
+        allocs: &[AllocRecord],
+    ) -> Result<(), StateError> {
+        let job_bytes = encode(job)?;
+        let alloc_bytes: Vec<(String, Vec<u8>)> = allocs
+            .iter()
+            .map(|a| Ok((a.id.clone(), encode(a)?)))
+            .collect::<Result<_, StateError>>()?;
+        self.write(Commit::Durable, |txn| {
+            txn.open_table(JOBS)
+                .map_err(write_error)?
+                .insert(job.id.as_str(), job_bytes.as_slice())
+                .map_err(write_error)?;
+            let mut table = txn.open_table(ALLOCS).map_err(write_error)?;
+            for (id, bytes) in &alloc_bytes {
+                table
+                    .insert(id.as_str(), bytes.as_slice())
+                    .map_err(write_error)?;
+            }
+            Ok(())
+        })
+    }
+
     pub fn remove_job(&self, id: &str) -> Result<(), StateError> {
         self.remove(JOBS, id)
     }
@@ -477,8 +504,7 @@ impl StateStore {
         value: &T,
         commit: Commit,
     ) -> Result<(), StateError> {
-        let bytes = serde_json::to_vec(value).map_err(|e| StateError::Write(e.to_string()))?;
-        self.put_bytes(table, key, &bytes, commit)
+        self.put_bytes(table, key, &encode(value)?, commit)
     }
 
     fn put_bytes(
@@ -672,6 +698,11 @@ fn write_error(error: impl std::fmt::Display) -> StateError {
 
 fn read_error(error: impl std::fmt::Display) -> StateError {
     StateError::Read(error.to_string())
+}
+
+/// A record as the state file keeps it (JSON).
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StateError> {
+    serde_json::to_vec(value).map_err(|e| StateError::Write(e.to_string()))
 }
 
 #[cfg(test)]

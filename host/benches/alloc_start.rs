@@ -128,6 +128,7 @@ async fn run() {
         events: tokio::sync::broadcast::channel(16).0,
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         cgroups: cgroups.clone(),
+        services: Arc::new(berth::consul::ServiceClient::new(None).unwrap()),
     };
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));

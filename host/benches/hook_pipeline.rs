@@ -112,6 +112,7 @@ async fn run() {
         reports: Arc::default(),
         csi: csi.clone(),
         cgroups: cgroups.clone(),
+        services: Arc::new(berth::consul::ServiceClient::new(None).unwrap()),
         events: None,
         restart: None,
     };

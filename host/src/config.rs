@@ -94,6 +94,50 @@ pub struct AgentConfig {
     /// running task keeps one while its driver waits on it. `None`: the default.
     pub max_plugin_instances: Option<u32>,
     pub gc: GcSettings,
+    /// The local Consul agent services are registered with; `None`: no `consul` block.
+    pub consul: Option<ConsulSettings>,
+}
+
+/// The `consul` block, in Nomad's terms.
+#[derive(Clone, PartialEq)]
+pub struct ConsulSettings {
+    /// `host:port` of the local Consul agent's HTTP API.
+    pub address: String,
+    pub token: Option<String>,
+    /// A file holding the token, read when the agent starts.
+    pub token_file: Option<PathBuf>,
+    /// How often anti-entropy compares berth's registrations with Consul's.
+    pub sync_interval: std::time::Duration,
+    /// The address services are registered with when they name none.
+    pub service_address: Option<String>,
+}
+
+impl std::fmt::Debug for ConsulSettings {
+    /// Never the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsulSettings")
+            .field("address", &self.address)
+            .field("token_file", &self.token_file)
+            .field("sync_interval", &self.sync_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsulSettings {
+    /// The token: `token`, or the first line of `token_file`.
+    pub fn token(&self) -> Result<Option<String>, String> {
+        if let Some(token) = &self.token {
+            return Ok(Some(token.clone()));
+        }
+        let Some(path) = &self.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading consul.token_file {}: {e}", path.display()))?;
+        Ok(Some(
+            text.lines().next().unwrap_or_default().trim().to_string(),
+        ))
+    }
 }
 
 /// Garbage collection of finished allocs, in Nomad's client's terms.
@@ -238,6 +282,7 @@ impl AgentConfig {
                 "require_pinned",
                 "max_plugin_instances",
                 "gc",
+                "consul",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -347,6 +392,9 @@ impl AgentConfig {
             Some(block) => http_config(block, &mut problems),
             None => HttpConfig::default(),
         };
+        let consul = fields
+            .single_block("consul", &mut problems)
+            .map(|block| consul_settings(block, &mut problems));
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
@@ -363,6 +411,7 @@ impl AgentConfig {
             require_pinned,
             max_plugin_instances,
             gc,
+            consul,
         })
     }
 
@@ -377,6 +426,58 @@ impl AgentConfig {
             }],
         })?;
         Self::parse(&file, &source)
+    }
+}
+
+fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> ConsulSettings {
+    let mut fields = Fields::new(
+        &block.body,
+        "config.consul".into(),
+        block.at,
+        &[
+            "address",
+            "token",
+            "token_file",
+            "sync_interval",
+            "service_address",
+            "ssl",
+            "scheme",
+        ],
+    );
+    let address = fields
+        .string("address", problems)
+        .unwrap_or_else(|| "127.0.0.1:8500".into());
+    let address = address
+        .strip_prefix("http://")
+        .unwrap_or(&address)
+        .trim_end_matches('/')
+        .to_string();
+    if address.starts_with("https://")
+        || fields.bool("ssl", problems) == Some(true)
+        || fields.string("scheme", problems).as_deref() == Some("https")
+    {
+        fields.problem(
+            problems,
+            "ssl",
+            block.at,
+            "berth talks plain HTTP to the local Consul agent; TLS to Consul is not built yet"
+                .into(),
+        );
+    }
+    let token = fields.string("token", problems);
+    let token_file = fields.string("token_file", problems).map(PathBuf::from);
+    let sync_interval = fields
+        .duration("sync_interval", problems)
+        .unwrap_or(std::time::Duration::from_secs(30))
+        .max(std::time::Duration::from_secs(1));
+    let service_address = fields.string("service_address", problems);
+    fields.finish(problems);
+    ConsulSettings {
+        address,
+        token,
+        token_file,
+        sync_interval,
+        service_address,
     }
 }
 

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+pub mod consul;
 pub mod csi;
 pub mod driver_set;
 pub mod hook_set;

@@ -10,7 +10,7 @@ use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{Job, Problem, Task, VolumeMount, VolumeRequest, VolumeType};
+use crate::jobspec::{Job, Problem, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
 use crate::model::driver::MountConfigs;
 use crate::model::mount::Propagation;
 use crate::runtime::driver::Driver;
@@ -217,6 +217,42 @@ pub async fn validate(
                         });
                     }
                 }
+            }
+        }
+        if config.consul.is_none() {
+            let consul_services = group
+                .services
+                .iter()
+                .map(|s| (None, s))
+                .chain(
+                    group
+                        .tasks
+                        .iter()
+                        .flat_map(|t| t.services.iter().map(move |s| (Some(&t.name), s))),
+                )
+                .filter(|(_, s)| s.provider == ServiceProvider::Consul);
+            for (task, service) in consul_services {
+                let (path, whose) = match task {
+                    Some(task) => (
+                        format!("{group_path}.task.{task}.service"),
+                        format!("task {task:?}"),
+                    ),
+                    None => (
+                        format!("{group_path}.service"),
+                        format!("group {:?}", group.name),
+                    ),
+                };
+                problems.push(Problem {
+                    path,
+                    at: Some(service.at),
+                    message: format!(
+                        "{whose}: service {:?} is registered in Consul, and this agent has no \
+                         consul block: add consul {{ address = \"127.0.0.1:8500\" }} to the \
+                         agent config, or set provider = \"nomad\" to keep the service in \
+                         berth's own list",
+                        service.name
+                    ),
+                });
             }
         }
         for task in &group.tasks {

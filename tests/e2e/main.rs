@@ -10,6 +10,8 @@ mod agent;
 mod agent_process;
 mod cli;
 mod confinement;
+mod consul;
+mod consul_double;
 mod crash_points;
 mod csi;
 mod csi_client;

@@ -302,6 +302,8 @@ fn the_nomad_style_corpus_gets_exactly_its_expected_outcomes() {
             })
             .collect();
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--config")
+            .arg(dir.join("../corpus-agent.hcl"))
             .args(["job", "validate"])
             .arg(file)
             .output()

@@ -282,6 +282,14 @@ impl Agent {
             }
         }
         tracing::info!(cgroups = %cgroups.describe(), "task cgroups");
+        let services = crate::consul::ServiceClient::new(options.config.consul.as_ref())
+            .unwrap_or_else(|error| {
+                notices.push(Notice {
+                    level: NoticeLevel::Warning,
+                    message: format!("consul: {error}; services are registered without a token"),
+                });
+                crate::consul::ServiceClient::new(None).unwrap_or_else(|_| unreachable!())
+            });
         let mut agent = Agent {
             node: NodeContext {
                 cgroups: Arc::new(cgroups),
@@ -292,6 +300,7 @@ impl Agent {
                 store,
                 events: events.clone(),
                 csi,
+                services: Arc::new(services),
             },
             jobs: Mutex::default(),
             allocs: Mutex::default(),
@@ -303,9 +312,17 @@ impl Agent {
         agent.notices.append(&mut restore_notices);
         let agent = Arc::new(agent);
         agent.run_restored();
+        // After restore: the first sync must not take restored tasks' services for
+        // orphans (their runners register them again as they recover).
+        tokio::spawn(agent.node.services.clone().run());
         spawn_garbage_collector(&agent);
         launch::spawn_periodic_launcher(&agent);
         Ok(agent)
+    }
+
+    /// The services of running tasks and groups, and how their sync with Consul goes.
+    pub fn services(&self) -> crate::consul::ServicesStatus {
+        self.node.services.status()
     }
 
     /// Collects the finished allocs beyond the newest `gc { max_allocs }`: their records

@@ -68,7 +68,74 @@ pub trait AllocHook: Send + Sync {
 
 /// The alloc hooks, in order.
 fn alloc_hooks() -> Vec<Box<dyn AllocHook>> {
-    vec![Box::new(AllocDirHook), Box::new(csi_hook::CsiHook)]
+    vec![
+        Box::new(AllocDirHook),
+        Box::new(csi_hook::CsiHook),
+        Box::new(GroupServicesHook),
+    ]
+}
+
+/// The group's `service` blocks: registered before its tasks start (as Nomad's group
+/// service hook), and with every service of the alloc deregistered after they end.
+struct GroupServicesHook;
+
+impl AllocHook for GroupServicesHook {
+    fn name(&self) -> &'static str {
+        "group_services"
+    }
+
+    fn prerun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async move {
+            if alloc.group.services.is_empty() {
+                return Ok(());
+            }
+            let names = |name: &str| -> Option<String> {
+                match name {
+                    "NOMAD_ALLOC_ID" => Some(alloc.id.clone()),
+                    "NOMAD_JOB_NAME" | "NOMAD_JOB_ID" => Some(alloc.job.name.clone()),
+                    "NOMAD_GROUP_NAME" => Some(alloc.group.name.clone()),
+                    _ => name
+                        .strip_prefix("meta.")
+                        .and_then(|key| {
+                            alloc
+                                .group
+                                .meta
+                                .iter()
+                                .chain(&alloc.job.meta)
+                                .find(|(k, _)| k == key)
+                                .map(|(_, v)| v.clone())
+                        })
+                        .or_else(|| crate::node::facts().get(name).cloned()),
+                }
+            };
+            let address = crate::consul::service_address(alloc.node.config.consul.as_ref());
+            let source = crate::consul::build::ServiceSource {
+                alloc_id: &alloc.id,
+                task: None,
+                group: &alloc.group.name,
+                ports: &alloc.group.ports,
+                address: &address,
+                lookup: &names,
+            };
+            let registrations = crate::consul::build::registrations(&alloc.group.services, &source)
+                .map_err(|e| HookError {
+                    hook: "group_services".into(),
+                    message: e.to_string(),
+                })?;
+            alloc.node.services.set(
+                crate::consul::Owner {
+                    alloc: alloc.id.clone(),
+                    task: None,
+                },
+                registrations,
+            );
+            Ok(())
+        })
+    }
+
+    fn postrun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, ()> {
+        Box::pin(async move { alloc.node.services.remove_alloc(&alloc.id) })
+    }
 }
 
 /// Creates the alloc directory.
@@ -101,6 +168,8 @@ pub struct NodeContext {
     pub events: broadcast::Sender<AllocEvent>,
     pub csi: Arc<crate::csi::CsiNode>,
     pub cgroups: Arc<crate::cgroup::Cgroups>,
+    /// The services of running tasks and groups, kept registered in Consul.
+    pub services: Arc<crate::consul::ServiceClient>,
 }
 
 /// Why a recorded alloc could not be restored after an agent restart.
@@ -462,6 +531,7 @@ impl AllocRunner {
             reports: Arc::default(),
             csi: self.node.csi.clone(),
             cgroups: self.node.cgroups.clone(),
+            services: self.node.services.clone(),
             events: None,
             restart: None,
         };

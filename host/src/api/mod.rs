@@ -188,6 +188,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
         )
         .route("/v1/allocations", get(list_allocs))
         .route("/v1/system/gc", axum::routing::post(system_gc))
+        .route("/v1/services", get(list_services))
         .route("/v1/allocation/{id}", get(alloc))
         .route("/v1/client/fs/logs/{alloc}", get(task_log))
         .route("/v1/volumes", get(list_volumes))
@@ -371,6 +372,10 @@ async fn system_gc(State(agent): State<Arc<Agent>>) -> Json<Collected> {
         collected: garbage.allocs,
         jobs: garbage.jobs,
     })
+}
+
+async fn list_services(State(agent): State<Arc<Agent>>) -> Json<crate::consul::ServicesStatus> {
+    Json(agent.services())
 }
 
 async fn list_allocs(State(agent): State<Arc<Agent>>) -> Json<Vec<crate::agent::AllocSummary>> {

@@ -25,6 +25,10 @@ pub(super) async fn run(
     config: AgentConfig,
     data_dir: PathBuf,
 ) -> anyhow::Result<ExitCode> {
+    // An unreadable Consul token file stops the agent here, with its path.
+    if let Some(consul) = &config.consul {
+        consul.token().map_err(|e| anyhow::format_err!("{e}"))?;
+    }
     // The TCP listener first: a taken port or a missing token is reported before anything
     // is restored.
     let tcp = match (http_addr, dev) {

@@ -11,6 +11,7 @@ mod driver;
 mod hook;
 mod job;
 mod output;
+mod service;
 mod volume;
 
 use crate::api::access::SOCKET_NAME;
@@ -104,6 +105,21 @@ enum Command {
     System {
         #[command(subcommand)]
         command: SystemCommand,
+    },
+    /// The services of running tasks and groups (`service` blocks).
+    Service {
+        #[command(subcommand)]
+        command: ServiceCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ServiceCommand {
+    /// List the services, where each is registered, and whether Consul holds it.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -384,7 +400,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Alloc { .. }
         | Command::Volume { .. }
         | Command::Plugin { .. }
-        | Command::System { .. } => unreachable!("handled above"),
+        | Command::System { .. }
+        | Command::Service { .. } => unreachable!("handled above"),
     }
 }
 
@@ -474,6 +491,9 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::System {
             command: SystemCommand::Gc,
         } => alloc::collect_garbage(&client).await,
+        Command::Service {
+            command: ServiceCommand::List { json },
+        } => service::list(&client, *json).await,
         _ => unreachable!("is_client covers exactly these"),
     })
 }

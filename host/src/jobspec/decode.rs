@@ -323,22 +323,21 @@ fn group(
         .into_iter()
         .filter_map(|(name, block)| volume(&path, &name, block, problems))
         .collect();
+    let ports = network(&mut fields, problems);
     let services = fields
         .blocks("service")
         .into_iter()
-        .map(|b| service(&path, b, problems))
+        .map(|b| service(&path, b, &ports, problems))
         .collect();
     let restart = match fields.single_block("restart", problems) {
         Some(block) => restart(&path, block, RestartPolicy::default_for(job_type), problems),
         None => RestartPolicy::default_for(job_type),
     };
     let meta = fields.string_map("meta", problems);
-    // Ports are declared here in Nomad: berth gives tasks the host's network.
-    scheduler_level(&mut fields, &block.body, &[NETWORK], problems);
     let tasks: Vec<Task> = fields
         .labeled_blocks("task", problems)
         .into_iter()
-        .map(|(name, block)| task(&path, &name, block, &restart, problems))
+        .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
     if tasks.is_empty() && !block.body.blocks.iter().any(|b| b.kind == "task") {
         fields.problem(
@@ -358,6 +357,7 @@ fn group(
         meta,
         constraints,
         tasks,
+        ports,
     }
 }
 
@@ -476,6 +476,7 @@ fn task(
     name: &str,
     block: &BlockNode,
     group_restart: &RestartPolicy,
+    ports: &[PortLabel],
     problems: &mut Findings,
 ) -> Task {
     let path = format!("{parent}.task.{name}");
@@ -626,7 +627,7 @@ fn task(
     let services = fields
         .blocks("service")
         .into_iter()
-        .map(|b| service(&path, b, problems))
+        .map(|b| service(&path, b, ports, problems))
         .collect();
     let lifecycle = fields
         .single_block("lifecycle", problems)
@@ -820,7 +821,12 @@ fn task_path(
     }
 }
 
-fn service(parent: &str, block: &BlockNode, problems: &mut Findings) -> Service {
+fn service(
+    parent: &str,
+    block: &BlockNode,
+    ports: &[PortLabel],
+    problems: &mut Findings,
+) -> Service {
     let mut fields = Fields::new(
         &block.body,
         format!("{parent}.service"),
@@ -833,6 +839,10 @@ fn service(parent: &str, block: &BlockNode, problems: &mut Findings) -> Service 
             "connect",
             "provider",
             "check",
+            "address",
+            "meta",
+            "canary_tags",
+            "canary_meta",
         ],
     );
     let name = fields.string("name", problems).unwrap_or_default();
@@ -906,16 +916,61 @@ fn service(parent: &str, block: &BlockNode, problems: &mut Findings) -> Service 
             sidecar_task,
         }
     });
-    fields.string("provider", problems);
+    let provider = match fields.string("provider", problems).as_deref() {
+        None | Some("consul") => ServiceProvider::Consul,
+        Some("nomad") => ServiceProvider::Nomad,
+        Some(other) => {
+            fields.problem_with(
+                problems,
+                "provider",
+                format!("unknown service provider {other:?} (use \"consul\" or \"nomad\")"),
+            );
+            ServiceProvider::Consul
+        }
+    };
+    let address = fields.string("address", problems);
+    let meta = fields.string_map("meta", problems);
+    let path = fields.path.clone();
+    let checks: Vec<ServiceCheck> = fields
+        .blocks("check")
+        .into_iter()
+        .filter_map(|b| check(&path, b, problems))
+        .collect();
     scheduler_level(
         &mut fields,
         &block.body,
-        &[(
-            "check",
-            "berth runs no service checks yet (services are not registered anywhere)",
-        )],
+        &[
+            ("canary_tags", "canaries are deployments across nodes"),
+            ("canary_meta", "canaries are deployments across nodes"),
+        ],
         problems,
     );
+    if !name.contains("${") && !name.is_empty() && !super::names::is_dns_label(&name) {
+        fields.problem_with(
+            problems,
+            "name",
+            format!(
+                "service name {name:?} is not valid: Consul and Nomad take letters, digits \
+                 and dashes, at most 63, not starting or ending with a dash"
+            ),
+        );
+    }
+    let port_at = fields.attr("port").map_or(block.at, |a| a.at);
+    for (wanted, at) in port
+        .iter()
+        .map(|p| (p, port_at))
+        .chain(checks_ports(&checks, block.at))
+    {
+        // A warning, not an error: most Nomad jobspecs use dynamic ports, and the task
+        // runs all the same; only the service is not registered (an event says so).
+        if let Some(why) = unusable_port(wanted, ports) {
+            problems.warnings.push(Problem {
+                path: format!("{}.port", fields.path),
+                at: Some(at),
+                message: format!("{why}; the service will not be registered"),
+            });
+        }
+    }
     fields.finish(problems);
     Service {
         name,
@@ -923,6 +978,244 @@ fn service(parent: &str, block: &BlockNode, problems: &mut Findings) -> Service 
         tags,
         enable_tag_override,
         connect,
+        provider,
+        address,
+        meta,
+        checks,
+        at: block.at,
+    }
+}
+
+/// A service's `check` block; `None` when it cannot be run (a problem says why).
+fn check(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<ServiceCheck> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.check"),
+        block.at,
+        &[
+            "type",
+            "name",
+            "path",
+            "protocol",
+            "method",
+            "interval",
+            "timeout",
+            "port",
+            "command",
+            "args",
+            "header",
+            "check_restart",
+            "initial_status",
+            "tls_skip_verify",
+            "address_mode",
+            "task",
+            "on_update",
+            "success_before_passing",
+            "failures_before_critical",
+            "expose",
+        ],
+    );
+    let kind_name = fields.required_string("type", problems);
+    let name = fields.string("name", problems);
+    let path = fields.string("path", problems);
+    let protocol = fields.string("protocol", problems);
+    let method = fields.string("method", problems);
+    let interval = fields.duration("interval", problems);
+    let timeout = fields.duration("timeout", problems);
+    let port = port_value(&mut fields, problems);
+    fields.string("command", problems);
+    fields.string_list("args", problems);
+    for (required, value) in [("interval", interval), ("timeout", timeout)] {
+        if value.is_none() && fields.attr(required).is_none() {
+            fields.problem(problems, required, block.at, "is required".into());
+        }
+    }
+    scheduler_level(
+        &mut fields,
+        &block.body,
+        &[
+            (
+                "check_restart",
+                "berth does not restart tasks on failing checks yet",
+            ),
+            ("header", "berth does not pass check headers to Consul yet"),
+            ("tls_skip_verify", "berth does not pass it to Consul yet"),
+            ("initial_status", "berth does not pass it to Consul yet"),
+            (
+                "success_before_passing",
+                "berth does not pass it to Consul yet",
+            ),
+            (
+                "failures_before_critical",
+                "berth does not pass it to Consul yet",
+            ),
+            ("on_update", "it concerns Nomad's deployments"),
+            ("expose", "berth gives tasks the host's network"),
+            ("address_mode", "berth gives tasks the host's network"),
+            (
+                "task",
+                "a group service's checks run in Consul, not in a task",
+            ),
+        ],
+        problems,
+    );
+    let kind = match kind_name.as_deref() {
+        Some("http") => {
+            let Some(path) = path else {
+                fields.problem(
+                    problems,
+                    "path",
+                    block.at,
+                    "is required for an http check".into(),
+                );
+                fields.finish(problems);
+                return None;
+            };
+            CheckKind::Http {
+                path,
+                protocol: protocol.unwrap_or_else(|| "http".into()),
+                method,
+            }
+        }
+        Some("tcp") => CheckKind::Tcp,
+        Some(other) => {
+            fields.problem_with(
+                problems,
+                "type",
+                format!(
+                    "check type {other:?} is not supported: berth has Consul run its checks, \
+                     of type \"http\" or \"tcp\""
+                ),
+            );
+            fields.finish(problems);
+            return None;
+        }
+        None => {
+            fields.finish(problems);
+            return None;
+        }
+    };
+    fields.finish(problems);
+    Some(ServiceCheck {
+        name: name.unwrap_or_default(),
+        kind,
+        interval: interval?,
+        timeout: timeout?,
+        port,
+    })
+}
+
+/// A group's `network` block: its ports. Tasks get the host's network, so a static port
+/// is used as written and nothing is mapped; what that leaves without effect is said.
+fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Vec<PortLabel> {
+    let Some(block) = fields.single_block("network", problems) else {
+        return Vec::new();
+    };
+    let path = format!("{}.network", fields.path);
+    let mut network = Fields::new(
+        &block.body,
+        path.clone(),
+        block.at,
+        &[
+            "mode",
+            "port",
+            "dns",
+            "hostname",
+            "mbits",
+            "reserved_ports",
+            "cni",
+        ],
+    );
+    if let Some(mode) = network.string("mode", problems)
+        && mode != "host"
+    {
+        let at = network.attr("mode").map(|a| a.at).unwrap_or(block.at);
+        problems.warnings.push(Problem {
+            path: format!("{path}.mode"),
+            at: Some(at),
+            message: format!("mode {mode:?} has no effect on berth: tasks get the host's network"),
+        });
+    }
+    let mut ports = Vec::new();
+    for (label, port) in network.labeled_blocks("port", problems) {
+        let mut p = Fields::new(
+            &port.body,
+            format!("{path}.port.{label}"),
+            port.at,
+            &["static", "to", "host_network"],
+        );
+        let number = p
+            .number("static", u16::MAX as u64, problems)
+            .map(|n| n as u16);
+        p.number("to", u16::MAX as u64, problems);
+        scheduler_level(
+            &mut p,
+            &port.body,
+            &[
+                (
+                    "to",
+                    "berth gives tasks the host's network and maps no port",
+                ),
+                ("host_network", "berth gives tasks the host's network"),
+            ],
+            problems,
+        );
+        p.finish(problems);
+        ports.push(PortLabel { label, number });
+    }
+    scheduler_level(
+        &mut network,
+        &block.body,
+        &[
+            ("dns", "berth gives tasks the host's network and resolver"),
+            ("hostname", "berth gives tasks the host's network"),
+            ("mbits", "berth reserves no bandwidth"),
+            ("reserved_ports", "berth reserves no ports"),
+            ("cni", "berth gives tasks the host's network"),
+        ],
+        problems,
+    );
+    network.finish(problems);
+    ports
+}
+
+/// The ports the checks name, with where (the service block's line: a check's own
+/// port attribute is not kept).
+fn checks_ports(
+    checks: &[ServiceCheck],
+    at: Location,
+) -> impl Iterator<Item = (&String, Location)> {
+    checks
+        .iter()
+        .filter_map(move |c| Some((c.port.as_ref()?, at)))
+}
+
+/// Why a service cannot register on `port`: berth needs a number, or a label of the
+/// group's network with a static number.
+fn unusable_port(port: &str, ports: &[PortLabel]) -> Option<String> {
+    if port.parse::<u16>().is_ok() {
+        return None;
+    }
+    match ports.iter().find(|p| p.label == port) {
+        Some(PortLabel {
+            number: Some(_), ..
+        }) => None,
+        Some(_) => Some(format!(
+            "port {port:?} is dynamic: berth allocates no dynamic ports yet, give it a \
+             static number"
+        )),
+        None => Some(format!(
+            "port {port:?} is not a port of the group's network block (its ports: {})",
+            if ports.is_empty() {
+                "none".to_string()
+            } else {
+                ports
+                    .iter()
+                    .map(|p| p.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )),
     }
 }
 
@@ -947,12 +1240,6 @@ fn port_value(fields: &mut Fields<'_>, problems: &mut Findings) -> Option<String
 /// A construct for Nomad's scheduler, and why it has no effect on one node.
 type Ignored = (&'static str, &'static str);
 
-const NETWORK: Ignored = (
-    "network",
-    "berth gives tasks the host's network; port labels are kept for services, but no \
-     port is mapped or reserved",
-);
-
 /// Where allocs go among nodes: jobs and groups both have these.
 const PLACEMENT: &[Ignored] = &[
     ("affinity", "it is a placement preference among nodes"),
@@ -975,7 +1262,10 @@ const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
         "it is how Nomad's scheduler places the job's allocs",
     ),
     ("ui", "it describes the job in Nomad's web UI"),
-    ("consul", "berth registers no services in Consul yet"),
+    (
+        "consul",
+        "berth registers services with the Consul agent of its own config",
+    ),
 ];
 
 const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
@@ -986,7 +1276,7 @@ const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
     ),
     (
         "shutdown_delay",
-        "berth registers no services to deregister before the delay",
+        "berth deregisters a task's services and stops it without the delay",
     ),
     (
         "stop_after_client_disconnect",
@@ -1001,7 +1291,10 @@ const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
         "it concerns a client that loses its servers",
     ),
     ("disconnect", "it concerns a client that loses its servers"),
-    ("consul", "berth registers no services in Consul yet"),
+    (
+        "consul",
+        "berth registers services with the Consul agent of its own config",
+    ),
 ];
 
 const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
@@ -1012,7 +1305,7 @@ const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
     ),
     (
         "shutdown_delay",
-        "berth registers no services to deregister before the delay",
+        "berth deregisters a task's services and stops it without the delay",
     ),
     (
         "max_run_duration",
@@ -1020,7 +1313,10 @@ const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
     ),
     ("logs", "berth does not rotate task logs yet"),
     ("scaling", "it is read by Nomad's autoscaler"),
-    ("consul", "berth registers no services in Consul yet"),
+    (
+        "consul",
+        "berth registers services with the Consul agent of its own config",
+    ),
     ("action", "berth has no API to run a task's actions yet"),
 ];
 

@@ -139,6 +139,8 @@ pub struct Group {
     pub meta: Vec<(String, String)>,
     pub constraints: Vec<Constraint>,
     pub tasks: Vec<Task>,
+    /// The ports of its `network` block (berth gives tasks the host's network).
+    pub ports: Vec<PortLabel>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -266,10 +268,58 @@ pub struct CsiPlugin {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Service {
     pub name: String,
+    /// A port label of the group's `network` block, or a number.
     pub port: Option<String>,
     pub tags: Vec<String>,
     pub enable_tag_override: bool,
     pub connect: Option<Connect>,
+    pub provider: ServiceProvider,
+    /// The address to register; by default the node's.
+    pub address: Option<String>,
+    pub meta: Vec<(String, String)>,
+    pub checks: Vec<ServiceCheck>,
+    #[serde(skip)]
+    pub at: hcl::Location,
+}
+
+/// Where a service is registered (`provider`): Consul, or Nomad's own catalog, which
+/// on one berth node is the list `berth service list` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceProvider {
+    Consul,
+    Nomad,
+}
+
+/// A service's `check` block, run by Consul.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceCheck {
+    pub name: String,
+    pub kind: CheckKind,
+    #[serde(with = "duration_ms")]
+    pub interval: Duration,
+    #[serde(with = "duration_ms")]
+    pub timeout: Duration,
+    /// A port label or number; by default the service's.
+    pub port: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckKind {
+    Http {
+        path: String,
+        protocol: String,
+        method: Option<String>,
+    },
+    Tcp,
+}
+
+/// A port of the group's `network` block: its label, and its number when static.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortLabel {
+    pub label: String,
+    pub number: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -98,6 +98,17 @@ pub fn normalise_task_path(path: &str) -> Result<String, TaskPathError> {
     Ok(format!("/{}", parts.join("/")))
 }
 
+/// An RFC 1123 label, as Nomad validates service names (and Consul takes them).
+pub fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

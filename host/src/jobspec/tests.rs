@@ -396,3 +396,82 @@ fn a_parameterized_job_says_what_a_dispatch_brings() {
         Some("local/in/payload.bin")
     );
 }
+
+#[test]
+fn service_ports_and_checks_say_what_berth_can_register() {
+    let source = r#"job "shop" {
+  group "g" {
+    network {
+      mode = "bridge"
+      port "http" {
+        static = 8080
+      }
+      port "admin" {}
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/true"
+      }
+      service {
+        name = "web"
+        port = "http"
+        check {
+          type     = "tcp"
+          interval = "5s"
+          timeout  = "1s"
+        }
+      }
+      service {
+        name = "admin"
+        port = "admin"
+      }
+    }
+  }
+}
+"#;
+    let job = parse("job.hcl", source).unwrap();
+    let group = &job.groups[0];
+    assert_eq!(
+        group.ports,
+        [
+            PortLabel {
+                label: "http".into(),
+                number: Some(8080)
+            },
+            PortLabel {
+                label: "admin".into(),
+                number: None
+            }
+        ]
+    );
+    assert_eq!(group.tasks[0].services[0].checks[0].kind, CheckKind::Tcp);
+    let warnings: Vec<String> = job.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        warnings.iter().any(|w| w.contains(
+            "port \"admin\" is dynamic: berth allocates no dynamic ports yet, give it a static number; the service will not be registered"
+        )),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("mode \"bridge\" has no effect on berth")),
+        "{warnings:#?}"
+    );
+
+    let script = source.replace("type     = \"tcp\"", "type     = \"script\"");
+    let error = parse("job.hcl", &script).unwrap_err().to_string();
+    assert!(
+        error.contains(
+            "check type \"script\" is not supported: berth has Consul run its checks, of type \"http\" or \"tcp\""
+        ),
+        "{error}"
+    );
+    let bad_name = source.replace("name = \"web\"", "name = \"web_1\"");
+    let error = parse("job.hcl", &bad_name).unwrap_err().to_string();
+    assert!(
+        error.contains("service name \"web_1\" is not valid"),
+        "{error}"
+    );
+}

@@ -43,6 +43,7 @@ pub struct TaskHookContext {
     pub reports: Arc<Mutex<Vec<(EventKind, String)>>>,
     pub csi: Arc<CsiNode>,
     pub cgroups: Arc<Cgroups>,
+    pub services: Arc<crate::consul::ServiceClient>,
     /// Set by the task runner: emits an event at once, for hooks that watch the task in
     /// the background (the CSI plugin supervisor).
     pub events: Option<super::TaskEvents>,
@@ -121,5 +122,6 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(super::interpolate_hook::InterpolateHook),
         Box::new(super::template_hook::TemplateHook),
         Box::new(super::wasm_hooks::WasmHooks),
+        Box::new(super::services_hook::ServicesHook),
     ]
 }

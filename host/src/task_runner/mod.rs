@@ -15,6 +15,7 @@
 mod csi_plugin_supervisor_hook;
 pub mod hooks;
 mod interpolate_hook;
+mod services_hook;
 mod task_dir_hook;
 mod template_hook;
 mod volumes_hook;

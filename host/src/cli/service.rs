@@ -1,0 +1,55 @@
+//! `berth service list`: the services of running tasks and groups, where they are
+//! registered, and whether Consul holds them as berth wants.
+
+use std::process::ExitCode;
+
+use crate::api::client::Client;
+use crate::consul::ServicesStatus;
+
+pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
+    let status: ServicesStatus = client.get("/v1/services").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &status.consul {
+        None => println!("Consul: none (no consul block in the agent config)"),
+        Some(address) => {
+            let synced = status.last_sync.map_or("never".to_string(), |at| {
+                let seconds = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                super::output::date_time(seconds)
+            });
+            println!("Consul: {address} (last sync: {synced})");
+            if let Some(error) = &status.last_error {
+                println!(
+                    "  failing ({} in a row, retrying): {}",
+                    status.failures,
+                    super::output::one_line(error)
+                );
+            }
+        }
+    }
+    if status.services.is_empty() {
+        println!("No services");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} Tags",
+        "Name", "Provider", "State", "Address", "Alloc", "Task"
+    );
+    for service in &status.services {
+        println!(
+            "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} {}",
+            super::output::one_line(&service.name),
+            service.provider,
+            service.state,
+            format!("{}:{}", service.address, service.port),
+            service.alloc.get(..8).unwrap_or(&service.alloc),
+            service.task.as_deref().unwrap_or("(group)"),
+            super::output::one_line(&service.tags.join(","))
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

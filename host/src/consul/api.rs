@@ -1,0 +1,267 @@
+//! The few endpoints of the local Consul agent's HTTP API that berth calls, with
+//! Consul's JSON shapes (`/v1/agent/service/register`, `/v1/agent/service/deregister/:id`,
+//! `/v1/agent/services`, `/v1/agent/checks`). One connection per request, a deadline on
+//! each, and a bounded response: Consul is trusted by the operator, but a wrong address
+//! must not hang or flood the agent.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// How long one call may take, connection included.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest response read (the list of every service on the Consul agent).
+const MAX_RESPONSE: usize = 16 << 20;
+
+/// A call to Consul that failed, in words an operator acts on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConsulError {
+    #[error("Consul at {address} is unreachable: {reason}")]
+    Unreachable { address: String, reason: String },
+    #[error("Consul at {address} did not answer {call} within {}s", CALL_TIMEOUT.as_secs())]
+    Timeout { address: String, call: String },
+    /// Consul said no: 403 is its ACL refusal, with the reason in the body.
+    #[error("Consul refused {call}: {status}: {message}")]
+    Refused {
+        call: String,
+        status: u16,
+        message: String,
+    },
+    #[error("Consul's answer to {call} could not be read: {reason}")]
+    Garbled { call: String, reason: String },
+}
+
+impl ConsulError {
+    /// Whether the ACL system refused the call (a token without the permission).
+    pub fn is_permission(&self) -> bool {
+        matches!(self, ConsulError::Refused { status: 403, .. })
+    }
+}
+
+/// A service as berth registers it: `PUT /v1/agent/service/register`'s body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServiceRegistration {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub name: String,
+    pub tags: Vec<String>,
+    pub address: String,
+    pub port: u16,
+    pub meta: BTreeMap<String, String>,
+    pub enable_tag_override: bool,
+    pub checks: Vec<CheckRegistration>,
+}
+
+/// A check of a registered service (`AgentServiceCheck`): Consul runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CheckRegistration {
+    #[serde(rename = "CheckID")]
+    pub check_id: String,
+    pub name: String,
+    /// A Go duration ("10s").
+    pub interval: String,
+    pub timeout: String,
+    #[serde(rename = "HTTP", skip_serializing_if = "Option::is_none", default)]
+    pub http: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub method: Option<String>,
+    #[serde(rename = "TCP", skip_serializing_if = "Option::is_none", default)]
+    pub tcp: Option<String>,
+}
+
+/// A service as `GET /v1/agent/services` shows it (`AgentService`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AgentService {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub service: String,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub meta: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub port: u16,
+    #[serde(default)]
+    pub address: String,
+    #[serde(default)]
+    pub enable_tag_override: bool,
+}
+
+/// A check as `GET /v1/agent/checks` shows it (`AgentCheck`), the parts berth reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AgentCheck {
+    #[serde(rename = "CheckID")]
+    pub check_id: String,
+    #[serde(rename = "ServiceID", default)]
+    pub service_id: String,
+    #[serde(default)]
+    pub status: String,
+}
+
+/// The local Consul agent's API.
+#[derive(Clone)]
+pub struct ConsulApi {
+    /// `host:port`.
+    address: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for ConsulApi {
+    /// Never the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsulApi")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsulApi {
+    pub fn new(address: String, token: Option<String>) -> ConsulApi {
+        ConsulApi { address, token }
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub async fn register(&self, service: &ServiceRegistration) -> Result<(), ConsulError> {
+        let body = serde_json::to_vec(service).map_err(|e| ConsulError::Garbled {
+            call: "service register".into(),
+            reason: e.to_string(),
+        })?;
+        self.call(
+            Method::PUT,
+            // Checks the registration no longer has are removed with it.
+            "/v1/agent/service/register?replace-existing-checks=true",
+            body,
+            &format!("registering service {:?}", service.name),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn deregister(&self, id: &str) -> Result<(), ConsulError> {
+        self.call(
+            Method::PUT,
+            &format!("/v1/agent/service/deregister/{}", path_escape(id)),
+            Vec::new(),
+            &format!("deregistering service ID {id:?}"),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn services(&self) -> Result<BTreeMap<String, AgentService>, ConsulError> {
+        self.get("/v1/agent/services", "listing the agent's services")
+            .await
+    }
+
+    pub async fn checks(&self) -> Result<BTreeMap<String, AgentCheck>, ConsulError> {
+        self.get("/v1/agent/checks", "listing the agent's checks")
+            .await
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str, call: &str) -> Result<T, ConsulError> {
+        let body = self.call(Method::GET, path, Vec::new(), call).await?;
+        serde_json::from_slice(&body).map_err(|e| ConsulError::Garbled {
+            call: call.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        call: &str,
+    ) -> Result<Bytes, ConsulError> {
+        match tokio::time::timeout(CALL_TIMEOUT, self.exchange(method, path, body, call)).await {
+            Ok(result) => result,
+            Err(_) => Err(ConsulError::Timeout {
+                address: self.address.clone(),
+                call: call.to_string(),
+            }),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        call: &str,
+    ) -> Result<Bytes, ConsulError> {
+        let unreachable = |reason: String| ConsulError::Unreachable {
+            address: self.address.clone(),
+            reason,
+        };
+        let garbled = |reason: String| ConsulError::Garbled {
+            call: call.to_string(),
+            reason,
+        };
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", &self.address)
+            .header("content-type", "application/json");
+        if let Some(token) = &self.token {
+            request = request.header("x-consul-token", token);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| garbled(e.to_string()))?;
+        let stream = tokio::net::TcpStream::connect(&self.address)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(|e| garbled(e.to_string()))?
+            .to_bytes();
+        if status != StatusCode::OK {
+            let message = String::from_utf8_lossy(&body);
+            return Err(ConsulError::Refused {
+                call: call.to_string(),
+                status: status.as_u16(),
+                message: crate::model::text::clip(message.trim(), 512),
+            });
+        }
+        Ok(body)
+    }
+}
+
+/// A service ID as one path segment: berth's IDs hold `[A-Za-z0-9._-]` and job, group,
+/// task and service names, which may hold more.
+fn path_escape(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,402 @@
+//! Service registration in Consul, as Nomad's client does it: the services of running
+//! tasks (and of their groups) are registered with the local Consul agent and kept
+//! there by a sync loop with anti-entropy.
+//!
+//! ```text
+//!  task hook / alloc runner ──set/remove──► ServiceClient (desired registrations)
+//!                                              │ wake (a change) or every sync_interval
+//!                                              ▼
+//!                          GET services + checks ─► compare ─► register / deregister
+//! ```
+//!
+//! - **IDs** are berth's and deterministic: `_berth-task-<alloc>-<task>-<service>-<port>`
+//!   (group services: `_berth-task-<alloc>-group-<group>-<service>-<port>`), so an agent
+//!   restarted after `kill -9` registers the same IDs again, never duplicates; a service
+//!   with berth's prefix that no running task wants (an orphan) is deregistered.
+//! - **Anti-entropy**: each sync compares what berth wants with what Consul has (name,
+//!   port, address, tags as a set, meta, `EnableTagOverride`, the checks) and fixes the
+//!   difference. With `enable_tag_override`, a *periodic* sync first copies Consul's
+//!   current tags into berth's registration, so tags edited in Consul by others are
+//!   kept; a sync triggered by a change of berth's own (a task started again, a job
+//!   updated) pushes berth's tags.
+//! - **Failures** are retried with backoff (1 s × failures in a row, at most 30 s); tasks
+//!   keep running, and `berth service list` shows the last error.
+//!
+//! The Consul agent's address and token come from the agent config's `consul` block.
+//! The tests run against a double of Consul's HTTP API (`tests/e2e/consul_double.rs`):
+//! Consul itself is not installed where berth is built.
+
+pub mod api;
+pub mod build;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use self::api::{AgentCheck, AgentService, ConsulApi, ConsulError, ServiceRegistration};
+use crate::config::ConsulSettings;
+use crate::jobspec::ServiceProvider;
+
+/// The prefix of every service ID berth registers: what it may deregister as an orphan.
+pub const ID_PREFIX: &str = "_berth-";
+
+/// The longest backoff between failed syncs.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The address services are registered with when they name none: the config's
+/// `service_address`, or the node's address on its default route (found by a UDP
+/// `connect`, which sends nothing), or loopback on a node without one.
+pub fn service_address(settings: Option<&ConsulSettings>) -> String {
+    if let Some(address) = settings.and_then(|s| s.service_address.clone()) {
+        return address;
+    }
+    static NODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NODE.get_or_init(|| {
+        std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|socket| {
+                socket.connect("192.0.2.1:9")?;
+                socket.local_addr()
+            })
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|_| "127.0.0.1".into())
+    })
+    .clone()
+}
+
+/// Who wants a registration: an alloc's task, or its group (`task: None`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Owner {
+    pub alloc: String,
+    pub task: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Desired {
+    owner: Owner,
+    /// Consul's, or only in berth's list (provider "nomad").
+    provider: ServiceProvider,
+    registration: ServiceRegistration,
+    /// Consul holds it as berth wants it, as of the last sync.
+    in_sync: bool,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    desired: BTreeMap<String, Desired>,
+    /// IDs to deregister: services of stopped tasks.
+    leaving: BTreeSet<String>,
+    failures: u32,
+    last_error: Option<String>,
+    last_sync: Option<SystemTime>,
+}
+
+/// One service as `berth service list` and `GET /v1/services` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceView {
+    pub id: String,
+    pub name: String,
+    pub alloc: String,
+    pub task: Option<String>,
+    pub address: String,
+    pub port: u16,
+    pub tags: Vec<String>,
+    /// "consul" or "nomad" (berth's own list).
+    pub provider: String,
+    /// "registered"; "pending" while Consul does not hold it as berth wants; "local"
+    /// for berth's own list.
+    pub state: String,
+}
+
+/// What `GET /v1/services` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServicesStatus {
+    /// The Consul agent's address; `None` without a `consul` block.
+    pub consul: Option<String>,
+    pub services: Vec<ServiceView>,
+    /// Failed syncs in a row, and the last failure.
+    pub failures: u32,
+    pub last_error: Option<String>,
+    pub last_sync: Option<SystemTime>,
+}
+
+/// The desired registrations and the loop that keeps Consul in line with them.
+pub struct ServiceClient {
+    api: Option<ConsulApi>,
+    interval: Duration,
+    registry: Mutex<Registry>,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for ServiceClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceClient")
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServiceClient {
+    /// A client of the Consul agent the settings name; `None`: no `consul` block, and
+    /// no service is ever registered (submit refuses jobs that have consul services).
+    pub fn new(settings: Option<&ConsulSettings>) -> Result<ServiceClient, String> {
+        let api = match settings {
+            None => None,
+            Some(settings) => Some(ConsulApi::new(settings.address.clone(), settings.token()?)),
+        };
+        Ok(ServiceClient {
+            api,
+            interval: settings.map_or(Duration::from_secs(30), |s| s.sync_interval),
+            registry: Mutex::default(),
+            wake: Notify::new(),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.api.is_some()
+    }
+
+    /// The registrations `owner` wants, replacing what it wanted before; a sync follows.
+    pub fn set(&self, owner: Owner, registrations: Vec<(ServiceProvider, ServiceRegistration)>) {
+        let mut registry = self.registry.lock().unwrap();
+        let wanted: BTreeSet<&str> = registrations.iter().map(|(_, r)| r.id.as_str()).collect();
+        let gone: Vec<String> = registry
+            .desired
+            .iter()
+            .filter(|(id, d)| d.owner == owner && !wanted.contains(id.as_str()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            if let Some(Desired {
+                provider: ServiceProvider::Consul,
+                ..
+            }) = registry.desired.remove(&id)
+            {
+                registry.leaving.insert(id);
+            }
+        }
+        for (provider, registration) in registrations {
+            registry.leaving.remove(&registration.id);
+            registry.desired.insert(
+                registration.id.clone(),
+                Desired {
+                    owner: owner.clone(),
+                    provider,
+                    registration,
+                    in_sync: false,
+                },
+            );
+        }
+        drop(registry);
+        self.wake.notify_one();
+    }
+
+    /// Everything `owner` registered goes; a sync follows.
+    pub fn remove(&self, owner: &Owner) {
+        self.set(owner.clone(), Vec::new());
+    }
+
+    /// Everything an alloc registered (its tasks' and its group's) goes.
+    pub fn remove_alloc(&self, alloc: &str) {
+        let owners: BTreeSet<Owner> = self
+            .registry
+            .lock()
+            .unwrap()
+            .desired
+            .values()
+            .filter(|d| d.owner.alloc == alloc)
+            .map(|d| d.owner.clone())
+            .collect();
+        for owner in owners {
+            self.remove(&owner);
+        }
+    }
+
+    pub fn status(&self) -> ServicesStatus {
+        let registry = self.registry.lock().unwrap();
+        ServicesStatus {
+            consul: self.api.as_ref().map(|api| api.address().to_string()),
+            services: registry
+                .desired
+                .iter()
+                .map(|(id, d)| ServiceView {
+                    id: id.clone(),
+                    name: d.registration.name.clone(),
+                    alloc: d.owner.alloc.clone(),
+                    task: d.owner.task.clone(),
+                    address: d.registration.address.clone(),
+                    port: d.registration.port,
+                    tags: d.registration.tags.clone(),
+                    provider: match d.provider {
+                        ServiceProvider::Consul => "consul",
+                        ServiceProvider::Nomad => "nomad",
+                    }
+                    .into(),
+                    state: match (d.provider, d.in_sync) {
+                        (ServiceProvider::Nomad, _) => "local",
+                        (_, true) => "registered",
+                        (_, false) => "pending",
+                    }
+                    .into(),
+                })
+                .collect(),
+            failures: registry.failures,
+            last_error: registry.last_error.clone(),
+            last_sync: registry.last_sync,
+        }
+    }
+
+    /// Syncs at once, on every change, and every `sync_interval`; after a failure, again
+    /// after a backoff. Runs for as long as the agent (start it once restore is done, so
+    /// that the first sync does not take the restored tasks' services for orphans).
+    pub async fn run(self: Arc<Self>) {
+        if self.api.is_none() {
+            return;
+        }
+        let mut next_periodic = tokio::time::Instant::now() + self.interval;
+        let mut periodic = false;
+        loop {
+            let result = self.sync(periodic).await;
+            let backoff = {
+                let mut registry = self.registry.lock().unwrap();
+                match result {
+                    Ok(()) => {
+                        registry.failures = 0;
+                        registry.last_error = None;
+                        registry.last_sync = Some(SystemTime::now());
+                        None
+                    }
+                    Err(error) => {
+                        registry.failures = registry.failures.saturating_add(1);
+                        let backoff = (Duration::from_secs(1) * registry.failures).min(MAX_BACKOFF);
+                        tracing::warn!(
+                            %error,
+                            failures = registry.failures,
+                            retry_in = ?backoff,
+                            "syncing services with Consul failed"
+                        );
+                        registry.last_error = Some(error.to_string());
+                        Some(backoff)
+                    }
+                }
+            };
+            periodic = match backoff {
+                Some(backoff) => {
+                    tokio::time::sleep(backoff).await;
+                    false
+                }
+                None => tokio::select! {
+                    _ = self.wake.notified() => false,
+                    _ = tokio::time::sleep_until(next_periodic) => true,
+                },
+            };
+            if periodic {
+                next_periodic = tokio::time::Instant::now() + self.interval;
+            }
+        }
+    }
+
+    /// One pass of anti-entropy. `periodic`: a timed sync, which keeps tags edited in
+    /// Consul for services with `enable_tag_override`.
+    async fn sync(&self, periodic: bool) -> Result<(), ConsulError> {
+        let Some(api) = &self.api else {
+            return Ok(());
+        };
+        let services = api.services().await?;
+        let checks = api.checks().await?;
+        let (desired, leaving) = {
+            let mut registry = self.registry.lock().unwrap();
+            if periodic {
+                for (id, wanted) in registry.desired.iter_mut() {
+                    let registration = &mut wanted.registration;
+                    if let Some(theirs) = services.get(id)
+                        && registration.enable_tag_override
+                    {
+                        registration.tags = theirs.tags.clone().unwrap_or_default();
+                    }
+                }
+            }
+            let desired: Vec<ServiceRegistration> = registry
+                .desired
+                .values()
+                .filter(|d| d.provider == ServiceProvider::Consul)
+                .map(|d| d.registration.clone())
+                .collect();
+            (desired, registry.leaving.clone())
+        };
+        let wanted: BTreeSet<&str> = desired.iter().map(|r| r.id.as_str()).collect();
+        // Stopped tasks' services, and orphans of berth's an earlier agent left.
+        let mut first_error = None;
+        let mut failed = BTreeSet::new();
+        for id in services.keys() {
+            let orphan = id.starts_with(ID_PREFIX) && !wanted.contains(id.as_str());
+            if (orphan || leaving.contains(id))
+                && let Err(error) = api.deregister(id).await
+            {
+                failed.insert(id.clone());
+                first_error.get_or_insert(error);
+            }
+        }
+        {
+            // Gone from Consul now (or never there): no longer leaving. Those set to
+            // leave during this sync stay for the next.
+            let mut registry = self.registry.lock().unwrap();
+            registry
+                .leaving
+                .retain(|id| !leaving.contains(id) || failed.contains(id));
+        }
+        for registration in &desired {
+            if !differs(services.get(&registration.id), registration, &checks) {
+                self.mark_in_sync(registration);
+                continue;
+            }
+            match api.register(registration).await {
+                Ok(()) => self.mark_in_sync(registration),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks `registration` as held by Consul, unless it changed since the sync read it.
+    fn mark_in_sync(&self, registration: &ServiceRegistration) {
+        let mut registry = self.registry.lock().unwrap();
+        if let Some(wanted) = registry.desired.get_mut(&registration.id)
+            && wanted.registration == *registration
+        {
+            wanted.in_sync = true;
+        }
+    }
+}
+
+/// Whether Consul's copy (`theirs`, with the agent's checks) differs from berth's.
+fn differs(
+    theirs: Option<&AgentService>,
+    ours: &ServiceRegistration,
+    checks: &BTreeMap<String, AgentCheck>,
+) -> bool {
+    let Some(theirs) = theirs else {
+        return true;
+    };
+    let set = |tags: &[String]| tags.iter().cloned().collect::<BTreeSet<String>>();
+    let their_tags = theirs.tags.clone().unwrap_or_default();
+    let their_meta = theirs.meta.clone().unwrap_or_default();
+    theirs.service != ours.name
+        || theirs.port != ours.port
+        || theirs.address != ours.address
+        || set(&their_tags) != set(&ours.tags)
+        || their_meta != ours.meta
+        || theirs.enable_tag_override != ours.enable_tag_override
+        || ours.checks.iter().any(|check| {
+            checks
+                .get(&check.check_id)
+                .is_none_or(|c| c.service_id != ours.id)
+        })
+}

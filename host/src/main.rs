@@ -6,5 +6,9 @@ fn main() -> std::process::ExitCode {
     if let Some(never) = berth::process::shim::supervisor_main() {
         match never {}
     }
+    // A task's log collector (see `process::logmon`).
+    if let Some(never) = berth::process::logmon::logmon_main() {
+        match never {}
+    }
     berth::cli::main()
 }

@@ -22,4 +22,5 @@ mod hostile;
 mod isolation;
 mod jobs;
 mod launched_jobs;
+mod logs;
 mod nomad_jobspecs;

@@ -74,12 +74,14 @@ impl TaskDir {
         self.dir.path()
     }
 
+    /// Named as the agent names them (`<task>.<stream>.0`): the log collector rotates
+    /// from there.
     pub fn stdout(&self) -> PathBuf {
-        self.path().join("stdout.log")
+        self.path().join("t.stdout.0")
     }
 
     pub fn stderr(&self) -> PathBuf {
-        self.path().join("stderr.log")
+        self.path().join("t.stderr.0")
     }
 
     pub fn read_stdout(&self) -> String {
@@ -97,6 +99,7 @@ impl TaskDir {
         mounts: Vec<HandedMount>,
     ) -> TaskRequest {
         TaskRequest {
+            logs: Default::default(),
             id: format!("alloc-1/{name}"),
             name: name.into(),
             alloc_id: "alloc-1".into(),

@@ -4,6 +4,8 @@
 //! stopped. Each task has its own files, so no line of one task is shown as another's.
 
 use std::io::{Read as _, Seek as _, SeekFrom};
+use std::os::fd::AsFd as _;
+use std::path::Path;
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -94,11 +96,6 @@ impl Agent {
         if stream != "stdout" && stream != "stderr" {
             return Err(LogError::Stream(stream.to_string()));
         }
-        // Task names are checked path segments, and this one is the alloc's own.
-        let path = status
-            .alloc_dir
-            .join("alloc/logs")
-            .join(format!("{task}.{stream}.0"));
         let offset = query.offset.unwrap_or(0);
         let finished = matches!(
             status.client_status,
@@ -108,19 +105,67 @@ impl Agent {
             task: task.clone(),
             source,
         };
-        let mut bytes = Vec::new();
-        match std::fs::File::open(&path) {
-            Ok(mut file) => {
-                file.seek(SeekFrom::Start(offset)).map_err(io)?;
-                file.take(MAX_CHUNK).read_to_end(&mut bytes).map_err(io)?;
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(io(error)),
-        }
+        // Task names are checked path segments, and this one is the alloc's own.
+        let (bytes, offset) = read_rotated(
+            &status.alloc_dir.join("alloc"),
+            &format!("{task}.{stream}"),
+            offset,
+        )
+        .map_err(io)?;
         Ok(LogChunk {
-            offset: offset + bytes.len() as u64,
+            offset,
             data: base64::engine::general_purpose::STANDARD.encode(&bytes),
             finished,
         })
     }
+}
+
+/// An offset names a file of the stream (its index, in the high bits) and a place in
+/// it: files rotate, and the oldest are deleted while a client follows.
+const INDEX_SHIFT: u32 = 40;
+
+/// Up to [`MAX_CHUNK`] bytes of stream `base` (`web.stdout`) in `<shared>/logs/` from
+/// `offset`, and the offset after them: from the named file on, or from the oldest file
+/// left when it is gone; on to the next file at the end of one. The task can write into
+/// `logs/`: nothing there is followed through a symlink, and only regular files are
+/// read.
+fn read_rotated(shared: &Path, base: &str, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    use rustix::fs::{Mode, OFlags};
+    let shared = rustix::fs::open(
+        shared,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let dir = match rustix::fs::openat(
+        &shared,
+        "logs",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(dir) => dir,
+        // Not made yet, or not a directory any more: nothing to show.
+        Err(_) => return Ok((Vec::new(), offset)),
+    };
+    let (mut index, mut position) = (offset >> INDEX_SHIFT, offset & ((1 << INDEX_SHIFT) - 1));
+    for file_index in crate::process::logmon::indices(dir.as_fd(), base) {
+        if file_index < index {
+            continue;
+        }
+        if file_index > index {
+            (index, position) = (file_index, 0);
+        }
+        let name = crate::process::logmon::file_name(base, file_index);
+        let Ok(mut file) = crate::process::logmon::open_regular(dir.as_fd(), &name, OFlags::RDONLY)
+        else {
+            continue;
+        };
+        file.seek(SeekFrom::Start(position))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_CHUNK).read_to_end(&mut bytes)?;
+        if !bytes.is_empty() {
+            let next = (index << INDEX_SHIFT) | (position + bytes.len() as u64);
+            return Ok((bytes, next));
+        }
+    }
+    Ok((Vec::new(), (index << INDEX_SHIFT) | position))
 }

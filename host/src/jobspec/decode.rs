@@ -240,6 +240,42 @@ fn parameterized(
     })
 }
 
+/// A task's `logs` block, in Nomad's units: `max_file_size` in MB.
+fn logs(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> crate::model::driver::LogRotation {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.logs"),
+        block.at,
+        &["max_files", "max_file_size", "disabled", "enabled"],
+    );
+    let defaults = crate::model::driver::LogRotation::default();
+    let max_files = fields
+        .number("max_files", 1_000, problems)
+        .map_or(defaults.max_files, |n| n.max(1) as u32);
+    let max_file_size = fields
+        .number("max_file_size", 100_000, problems)
+        .map_or(defaults.max_file_size, |mb| mb.max(1) << 20);
+    // `enabled = false` is the older spelling of `disabled = true`.
+    let enabled = fields.bool("enabled", problems);
+    if fields.bool("disabled", problems) == Some(true) || enabled == Some(false) {
+        problems.warnings.push(Problem {
+            path: format!("{parent}.logs"),
+            at: Some(block.at),
+            message: "logs are collected all the same: berth keeps every task's output, rotated"
+                .into(),
+        });
+    }
+    fields.finish(problems);
+    crate::model::driver::LogRotation {
+        max_files,
+        max_file_size,
+    }
+}
+
 fn dispatch_payload(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<String> {
     let mut fields = Fields::new(
         &block.body,
@@ -527,6 +563,10 @@ fn task(
     let dispatch_payload = fields
         .single_block("dispatch_payload", problems)
         .and_then(|b| dispatch_payload(&path, b, problems));
+    let logs = fields
+        .single_block("logs", problems)
+        .map(|b| logs(&path, b, problems))
+        .unwrap_or_default();
     let templates = fields
         .blocks("template")
         .into_iter()
@@ -679,6 +719,7 @@ fn task(
         templates,
         restart,
         dispatch_payload,
+        logs,
         at: block.at,
         driver_at,
         hooks_at,
@@ -1311,7 +1352,6 @@ const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
         "max_run_duration",
         "berth does not stop a task after a run time yet",
     ),
-    ("logs", "berth does not rotate task logs yet"),
     ("scaling", "it is read by Nomad's autoscaler"),
     (
         "consul",

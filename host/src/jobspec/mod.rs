@@ -191,6 +191,8 @@ pub struct Task {
     /// Where a dispatched job's payload is written, relative to the task's directory
     /// (`local/<dispatch_payload.file>`).
     pub dispatch_payload: Option<String>,
+    /// How its stdout and stderr files rotate (`logs`).
+    pub logs: crate::model::driver::LogRotation,
     #[serde(skip)]
     pub at: Location,
     #[serde(skip)]

@@ -109,6 +109,8 @@ pub struct TaskRequest {
     pub mounts: Vec<HandedMount>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// How `stdout` and `stderr` rotate.
+    pub logs: LogRotation,
     /// Keeps root's capabilities in its chroot: only a CSI plugin task the operator
     /// named in `csi { privileged_plugins }`.
     pub privileged: bool,
@@ -131,6 +133,24 @@ pub struct TaskHandle {
     /// the host, never taken from the driver.
     #[serde(default)]
     pub spawned: Vec<ProcessRef>,
+}
+
+/// How a task's `stdout` and `stderr` files rotate (the jobspec's `logs` block): at most
+/// `max_files` files of `max_file_size` bytes each, per stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRotation {
+    pub max_files: u32,
+    pub max_file_size: u64,
+}
+
+impl Default for LogRotation {
+    /// Nomad's: 10 files of 10 MB.
+    fn default() -> Self {
+        LogRotation {
+            max_files: 10,
+            max_file_size: 10 << 20,
+        }
+    }
 }
 
 /// Names a process across agent restarts.

@@ -22,6 +22,7 @@
 
 pub mod confine;
 pub mod isolation;
+pub mod logmon;
 pub mod seccomp;
 pub mod shim;
 pub mod users;
@@ -59,6 +60,10 @@ pub struct SpawnSpec {
     pub isolation: Isolation,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// With a supervisor binary, the output goes through a pipe to a log collector
+    /// (`berth __task-logmon`) that rotates the files; without one, to the files as
+    /// they are.
+    pub logs: crate::model::driver::LogRotation,
     /// Runs as this user: the last step before `exec` (the kernel then clears its
     /// capabilities).
     pub user: Option<users::TaskUser>,
@@ -199,18 +204,13 @@ impl ProcessTable {
             None => None,
         };
         let step_names = plan.step_names();
-        let open_log = |path: &Path| {
-            File::options()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|source| ProcessError::LogFile {
-                    path: path.to_path_buf(),
-                    source,
-                })
+        let (stdout, stderr, collected) = match &self.supervisor {
+            Some(berth) => {
+                let (stdout, stderr, collected) = start_log_collector(berth, spec)?;
+                (stdout, stderr, Some(collected))
+            }
+            None => (open_log(&spec.stdout)?, open_log(&spec.stderr)?, None),
         };
-        let stdout = open_log(&spec.stdout)?;
-        let stderr = open_log(&spec.stderr)?;
 
         let (report_read, report_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| ProcessError::Prepare(e.into()))?;
@@ -283,6 +283,13 @@ impl ProcessTable {
         let (sender, exit) = watch::channel(None);
         tokio::spawn(async move {
             let waited = child.wait().await;
+            // The task's last words reach its log before its end is told: whoever reads
+            // the log once the task is over gets all of it. Bounded, because a process the
+            // task left behind can keep the pipe open until its cgroup is emptied, which
+            // comes after this.
+            if let Some(collected) = collected {
+                let _ = tokio::time::timeout(COLLECTOR_GRACE, collected).await;
+            }
             // This agent read the status itself: the record is for an agent that cannot.
             if let Some(record) = record {
                 let _ = std::fs::remove_file(record);
@@ -496,11 +503,16 @@ fn check_owner(
 /// parent leaked). Nothing is closed before the `exec`: the spawn's own error pipe stays
 /// until then. Async-signal-safe.
 fn cloexec_all_but_stdio() -> io::Result<()> {
+    cloexec_from(3)
+}
+
+/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe.
+fn cloexec_from(first: libc::c_int) -> io::Result<()> {
     // SAFETY: close_range(2) on integer arguments.
     let done = unsafe {
         libc::syscall(
             libc::SYS_close_range,
-            3u32,
+            first as u32,
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         )
@@ -519,7 +531,7 @@ fn cloexec_all_but_stdio() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         let end = limit.rlim_cur.min(1 << 20) as libc::c_int;
-        for fd in 3..end {
+        for fd in first..end {
             let flags = libc::fcntl(fd, libc::F_GETFD);
             if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
                 libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
@@ -624,6 +636,134 @@ impl SpawnPlan {
         index += 1;
         cloexec_all_but_stdio().map_err(|e| (index, e))
     }
+}
+
+/// The directory of a task's log file, opened without following a symlink at its last
+/// component: the task can write into the shared alloc dir that holds it.
+fn open_log_dir(log_file: &Path) -> io::Result<OwnedFd> {
+    let missing = || io::Error::other("a log file path without its directories");
+    let logs = log_file.parent().ok_or_else(missing)?;
+    let shared = logs.parent().ok_or_else(missing)?;
+    let name = logs.file_name().ok_or_else(missing)?;
+    let shared = rustix::fs::open(
+        shared,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    Ok(rustix::fs::openat(
+        &shared,
+        name,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}
+
+/// A task's log file, opened for appending without following a symlink the task may
+/// have put in its place (without a log collector: tests and benches).
+fn open_log(path: &Path) -> Result<OwnedFd, ProcessError> {
+    let fail = |source| ProcessError::LogFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = open_log_dir(path).map_err(fail)?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    logmon::open_regular(
+        dir.as_fd(),
+        name,
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::APPEND,
+    )
+    .map(OwnedFd::from)
+    .map_err(fail)
+}
+
+/// Starts the task's log collector (`berth __task-logmon`, see [`logmon`]): the write
+/// ends of its stdout and stderr pipes are what the task gets.
+/// How long a task's end waits for its log collector to write what the task wrote last.
+const COLLECTOR_GRACE: Duration = Duration::from_secs(2);
+
+/// With the pipes' write ends: when the collector has ended.
+type Collected = tokio::sync::oneshot::Receiver<()>;
+
+fn start_log_collector(
+    berth: &Path,
+    spec: &SpawnSpec,
+) -> Result<(OwnedFd, OwnedFd, Collected), ProcessError> {
+    let fail = |source| ProcessError::LogFile {
+        path: spec.stdout.clone(),
+        source,
+    };
+    let base = |path: &Path| -> io::Result<String> {
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".0"))
+            .map(str::to_string)
+            .ok_or_else(|| io::Error::other(format!("unexpected log file name {}", path.display())))
+    };
+    let (stdout_base, stderr_base) = (
+        base(&spec.stdout).map_err(fail)?,
+        base(&spec.stderr).map_err(fail)?,
+    );
+    let dir = open_log_dir(&spec.stdout).map_err(fail)?;
+    let pipe =
+        || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| fail(e.into()));
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let mut command = tokio::process::Command::new(berth);
+    command
+        .arg(logmon::COMMAND)
+        .args([
+            stdout_base,
+            stderr_base,
+            spec.logs.max_files.to_string(),
+            spec.logs.max_file_size.to_string(),
+        ])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(false);
+    let handed = [
+        stdout_read.as_raw_fd(),
+        stderr_read.as_raw_fd(),
+        dir.as_raw_fd(),
+    ];
+    // SAFETY: runs in the forked child before exec: close(2), fcntl(2), dup2(2) and
+    // close_range(2) on integers; no allocation, no locks.
+    unsafe {
+        command.pre_exec(move || {
+            crate::private_fds::close_in_child();
+            // Out of the way first (a source may sit on a target number), then down.
+            let mut high = [-1; 3];
+            for (slot, fd) in high.iter_mut().zip(handed) {
+                *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                if *slot < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            let targets = [logmon::STDOUT_FD, logmon::STDERR_FD, logmon::DIR_FD];
+            for (fd, target) in high.into_iter().zip(targets) {
+                if libc::dup2(fd, target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            cloexec_from(logmon::DIR_FD + 1)
+        });
+    }
+    let mut collector = command.spawn().map_err(fail)?;
+    // Reaped when it ends (after the task and everything it started closed the pipes).
+    let (ended, collected) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = collector.wait().await;
+        let _ = ended.send(());
+    });
+    Ok((stdout_write, stderr_write, collected))
 }
 
 /// The `berth` binary, opened for the shim and init to execute from inside the task's

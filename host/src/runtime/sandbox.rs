@@ -42,6 +42,7 @@ pub struct TaskScope {
     pub mounts: Vec<HandedMount>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    pub logs: crate::model::driver::LogRotation,
     /// The task may keep root's capabilities (an operator-approved CSI plugin).
     pub privileged: bool,
     /// The user every spawn of the task runs as.

@@ -402,6 +402,7 @@ impl TaskRunner {
             mounts: prepare.mounts,
             stdout: self.ctx.alloc_dir.stdout(&task.name),
             stderr: self.ctx.alloc_dir.stderr(&task.name),
+            logs: task.logs,
             privileged: task
                 .csi_plugin
                 .as_ref()

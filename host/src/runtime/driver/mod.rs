@@ -274,6 +274,7 @@ impl Driver {
             mounts: request.mounts.clone(),
             stdout: request.stdout.clone(),
             stderr: request.stderr.clone(),
+            logs: request.logs,
             privileged: request.privileged,
             user: request.user,
             allow_unconfined: request.allow_unconfined,

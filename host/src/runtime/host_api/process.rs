@@ -296,6 +296,7 @@ impl PluginCtx {
             isolation,
             stdout: task.stdout.clone(),
             stderr: task.stderr.clone(),
+            logs: task.logs,
             user: task.user,
             cgroup_procs: task.cgroup_procs.clone(),
         })

@@ -128,7 +128,7 @@ async fn run() {
         events: tokio::sync::broadcast::channel(16).0,
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         cgroups: cgroups.clone(),
-        services: Arc::new(berth::consul::ServiceClient::new(None).unwrap()),
+        services: Arc::new(berth::consul::ServiceClient::disabled()),
     };
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
@@ -362,8 +362,9 @@ async fn confined_spawn(
             }],
             privileged: false,
         }),
-        stdout: root.join("stdout"),
-        stderr: root.join("stderr"),
+        stdout: root.join("t.stdout.0"),
+        stderr: root.join("t.stderr.0"),
+        logs: Default::default(),
         user: None,
         cgroup_procs: cgroup.procs_files().to_vec(),
     };

@@ -112,7 +112,7 @@ async fn run() {
         reports: Arc::default(),
         csi: csi.clone(),
         cgroups: cgroups.clone(),
-        services: Arc::new(berth::consul::ServiceClient::new(None).unwrap()),
+        services: Arc::new(berth::consul::ServiceClient::disabled()),
         events: None,
         restart: None,
     };

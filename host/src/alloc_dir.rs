@@ -30,6 +30,13 @@ impl AllocDir {
         self.root.join("alloc")
     }
 
+    /// The accessors of the service identity tokens derived for the alloc's Connect
+    /// sidecars, one per line, revoked when the alloc ends. Beside the tasks' dirs, not
+    /// in one.
+    pub fn si_token_accessors(&self) -> PathBuf {
+        self.root.join("si-token-accessors")
+    }
+
     pub fn task_dir(&self, task: &str) -> PathBuf {
         self.root.join(task)
     }

@@ -110,6 +110,13 @@ pub struct ConsulSettings {
     pub sync_interval: std::time::Duration,
     /// The address services are registered with when they name none.
     pub service_address: Option<String>,
+    /// How long deriving a Connect sidecar's service identity token may take, retries
+    /// included, before its task fails.
+    pub service_identity_timeout: std::time::Duration,
+    /// The Consul agent's gRPC address, for Envoy (`consul connect envoy -grpc-addr`).
+    pub grpc_address: String,
+    /// The `consul` program that writes Envoy's bootstrap (looked up in `PATH`).
+    pub binary: String,
 }
 
 impl std::fmt::Debug for ConsulSettings {
@@ -125,19 +132,29 @@ impl std::fmt::Debug for ConsulSettings {
 
 impl ConsulSettings {
     /// The token: `token`, or the first line of `token_file`.
-    pub fn token(&self) -> Result<Option<String>, String> {
+    pub fn token(&self) -> Result<Option<String>, ConsulTokenError> {
         if let Some(token) = &self.token {
             return Ok(Some(token.clone()));
         }
         let Some(path) = &self.token_file else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading consul.token_file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConsulTokenError {
+            path: path.clone(),
+            source,
+        })?;
         Ok(Some(
             text.lines().next().unwrap_or_default().trim().to_string(),
         ))
     }
+}
+
+/// `consul { token_file }` could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("reading consul.token_file {}: {source}", path.display())]
+pub struct ConsulTokenError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }
 
 /// Garbage collection of finished allocs, in Nomad's client's terms.
@@ -442,6 +459,9 @@ fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Consu
             "service_address",
             "ssl",
             "scheme",
+            "service_identity_timeout",
+            "grpc_address",
+            "binary",
         ],
     );
     let address = fields
@@ -471,6 +491,15 @@ fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Consu
         .unwrap_or(std::time::Duration::from_secs(30))
         .max(std::time::Duration::from_secs(1));
     let service_address = fields.string("service_address", problems);
+    let service_identity_timeout = fields
+        .duration("service_identity_timeout", problems)
+        .unwrap_or(std::time::Duration::from_secs(300));
+    let grpc_address = fields
+        .string("grpc_address", problems)
+        .unwrap_or_else(|| "127.0.0.1:8502".into());
+    let binary = fields
+        .string("binary", problems)
+        .unwrap_or_else(|| "consul".into());
     fields.finish(problems);
     ConsulSettings {
         address,
@@ -478,6 +507,9 @@ fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Consu
         token_file,
         sync_interval,
         service_address,
+        service_identity_timeout,
+        grpc_address,
+        binary,
     }
 }
 

@@ -280,3 +280,235 @@ async fn a_consul_service_without_a_consul_block_is_refused_and_provider_nomad_i
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A double of the `consul` program for `consul connect envoy -bootstrap`: records its
+/// arguments (one per line) in `argv`, prints a small bootstrap JSON.
+fn fake_consul(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let program = dir.join("fake-consul");
+    let argv = dir.join("argv");
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\necho '{{\"admin\":{{\"access_log_path\":\"/dev/null\"}},\"node\":{{\"cluster\":\"count-api\"}}}}'\n",
+            argv.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    program
+}
+
+/// A group with a Connect service whose sidecar task prints what it was given.
+const COUNTDASH: &str = r#"job "countdash" {
+  group "api" {
+    service {
+      name = "count-api"
+      port = "9001"
+      connect {
+        sidecar_service {
+          proxy {
+            upstreams {
+              destination_name = "count-db"
+              local_bind_port  = 8081
+            }
+          }
+        }
+        sidecar_task {
+          driver = "exec"
+          config {
+            command = "/bin/sh"
+            args    = ["-c", "ls -ln /secrets; cat /secrets/si_token; echo; cat /secrets/envoy_bootstrap.json; sleep 600"]
+          }
+        }
+      }
+    }
+    task "web" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+    }
+  }
+}
+"#;
+
+async fn proxy_output(agent: &AgentProcess, alloc: &str) -> String {
+    let status = agent.alloc(alloc).await;
+    let path = status
+        .alloc_dir
+        .join("alloc/logs/connect-proxy-count-api.stdout.0");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = std::fs::read_to_string(&path).unwrap_or_default();
+        if out.contains("cluster") || Instant::now() > deadline {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connect_sidecar_gets_a_service_identity_token_and_an_envoy_bootstrap_and_the_token_is_revoked()
+ {
+    let consul = ConsulDouble::start().await;
+    consul.require_token("operator-token");
+    let scratch = tempfile::tempdir().unwrap();
+    let program = fake_consul(scratch.path());
+    let mut agent = agent_with(
+        &consul,
+        &format!(
+            "  token = \"operator-token\"\n  binary = \"{}\"\n",
+            program.display()
+        ),
+    );
+    agent.start().await;
+    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
+    let alloc = &submitted.alloc_ids[0];
+    let out = proxy_output(&agent, alloc).await;
+
+    // One token, for the service, whose secret the sidecar holds (0440).
+    let tokens = consul.tokens();
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    let token = tokens.values().next().unwrap();
+    assert_eq!(
+        token["ServiceIdentities"],
+        json!([{ "ServiceName": "count-api" }])
+    );
+    let secret = token["SecretID"].as_str().unwrap();
+    assert!(out.contains(&format!("\n{secret}\n")), "{out}");
+    let si_line = out.lines().find(|l| l.ends_with(" si_token")).unwrap();
+    assert!(si_line.starts_with("-r--r-----"), "{out}");
+    assert!(out.contains("{\"admin\":"), "{out}");
+
+    // The bootstrap was asked for the sidecar of berth's service ID, with the token.
+    let service_id = format!("_berth-task-{alloc}-group-api-count-api-9001");
+    let argv: Vec<String> = std::fs::read_to_string(scratch.path().join("argv"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let after = |flag: &str| {
+        argv.iter()
+            .position(|a| a == flag)
+            .and_then(|i| argv.get(i + 1))
+            .cloned()
+    };
+    assert_eq!(argv[..2], ["connect", "envoy"]);
+    assert!(argv.contains(&"-bootstrap".to_string()), "{argv:?}");
+    assert_eq!(
+        after("-proxy-id"),
+        Some(format!("{service_id}-sidecar-proxy"))
+    );
+    assert_eq!(after("-token").as_deref(), Some(secret));
+    assert_eq!(after("-http-addr"), Some(consul.address()));
+
+    // The service went to Consul with its Connect sidecar, which anti-entropy keeps.
+    let register = consul
+        .requests()
+        .into_iter()
+        .find(|r| r.body["ID"] == json!(service_id))
+        .unwrap();
+    assert_eq!(
+        register.body["Connect"]["SidecarService"]["Proxy"]["Upstreams"],
+        json!([{ "DestinationName": "count-db", "LocalBindPort": 8081 }])
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        consul
+            .services()
+            .contains_key(&format!("{service_id}-sidecar-proxy"))
+    );
+
+    // Stopped: the token is revoked, the services gone.
+    assert_eq!(agent.cli(&["job", "stop", "countdash"]).0, 0);
+    wait_until("the token revoked", || consul.tokens().is_empty()).await;
+    wait_until("deregistered", || consul.services().is_empty()).await;
+    drop(agent);
+
+    // Without ACLs: no token, and no -token.
+    let consul = ConsulDouble::start().await;
+    let mut agent = agent_with(&consul, &format!("  binary = \"{}\"\n", program.display()));
+    agent.start().await;
+    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
+    let out = proxy_output(&agent, &submitted.alloc_ids[0]).await;
+    assert!(out.contains("{\"admin\":"), "{out}");
+    assert!(!out.contains("si_token"), "{out}");
+    let argv = std::fs::read_to_string(scratch.path().join("argv")).unwrap();
+    assert!(!argv.lines().any(|l| l == "-token"), "{argv}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sidecar_whose_token_cannot_be_derived_fails_with_an_event_saying_why() {
+    let scratch = tempfile::tempdir().unwrap();
+    let program = fake_consul(scratch.path());
+    let events = |status: &berth::alloc_runner::AllocStatus| -> String {
+        status.tasks["connect-proxy-count-api"]
+            .events
+            .iter()
+            .map(|e| format!("{}: {}\n", e.kind, e.message))
+            .collect()
+    };
+    let failed = |s: &berth::alloc_runner::AllocStatus| {
+        s.tasks["connect-proxy-count-api"]
+            .events
+            .iter()
+            .any(|e| e.kind == berth::model::events::EventKind::SetupFailure)
+    };
+    // A token the ACL system does not know: refused at once.
+    let consul = ConsulDouble::start().await;
+    consul.require_token("the-right-one");
+    let mut agent = agent_with(
+        &consul,
+        &format!(
+            "  token = \"a-wrong-one\"\n  binary = \"{}\"\n",
+            program.display()
+        ),
+    );
+    agent.start().await;
+    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
+    agent
+        .wait_alloc(&submitted.alloc_ids[0], "the sidecar failed", failed)
+        .await;
+    let status = agent.alloc(&submitted.alloc_ids[0]).await;
+    assert!(
+        events(&status).contains(
+            "connect: deriving the service identity token of \"count-api\": Consul refused \
+             creating a service identity token for \"count-api\": 403: ACL not found (the \
+             consul token needs acl:write)"
+        ),
+        "{}",
+        events(&status)
+    );
+    drop(agent);
+
+    // Consul failing for longer than service_identity_timeout: timed out.
+    let consul = ConsulDouble::start().await;
+    consul.fail_next(1_000_000);
+    let mut agent = agent_with(
+        &consul,
+        &format!(
+            "  token = \"t\"\n  service_identity_timeout = \"2s\"\n  binary = \"{}\"\n",
+            program.display()
+        ),
+    );
+    agent.start().await;
+    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
+    agent
+        .wait_alloc(&submitted.alloc_ids[0], "the sidecar failed", failed)
+        .await;
+    let status = agent.alloc(&submitted.alloc_ids[0]).await;
+    assert!(
+        events(&status).contains(
+            "deriving the service identity token of \"count-api\" timed out after 2s \
+             (service_identity_timeout)"
+        ),
+        "{}",
+        events(&status)
+    );
+    assert!(
+        !scratch.path().join("argv").exists(),
+        "no bootstrap without a token"
+    );
+}

@@ -2,9 +2,11 @@
 //! where berth is built. It answers the endpoints berth calls with the request and
 //! response shapes of Consul's documentation (`/v1/agent/service/register` with
 //! `replace-existing-checks`, `/v1/agent/service/deregister/:id`, `/v1/agent/services`,
-//! `/v1/agent/service/:id`, `/v1/agent/checks`; the token in `X-Consul-Token`, 403 with
-//! "ACL not found" for a wrong one), records every request, edits tags as an operator
-//! would in Consul, and fails on demand.
+//! `/v1/agent/service/:id`, `/v1/agent/checks`, `PUT /v1/acl/token` and
+//! `DELETE /v1/acl/token/:accessor`; the token in `X-Consul-Token`, 403 with "ACL not
+//! found" for a wrong one; a Connect service's sidecar registered as
+//! `<ID>-sidecar-proxy`), records every request, edits tags as an operator would in
+//! Consul, and fails on demand.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,6 +35,8 @@ pub struct Recorded {
 struct DoubleState {
     services: BTreeMap<String, Value>,
     checks: BTreeMap<String, Value>,
+    /// ACL tokens by accessor.
+    tokens: BTreeMap<String, Value>,
     requests: Vec<Recorded>,
     /// Answer this many next requests with a 500.
     fail_next: u32,
@@ -64,6 +68,11 @@ impl ConsulDouble {
             .route("/v1/agent/services", get(services))
             .route("/v1/agent/service/{id}", get(service))
             .route("/v1/agent/checks", get(checks))
+            .route("/v1/acl/token", put(create_token))
+            .route(
+                "/v1/acl/token/{accessor}",
+                axum::routing::delete(delete_token),
+            )
             .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -98,6 +107,11 @@ impl ConsulDouble {
 
     pub fn checks(&self) -> BTreeMap<String, Value> {
         self.state.lock().unwrap().checks.clone()
+    }
+
+    /// The ACL tokens made and not deleted, by accessor.
+    pub fn tokens(&self) -> BTreeMap<String, Value> {
+        self.state.lock().unwrap().tokens.clone()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -246,8 +260,58 @@ async fn register(
             }),
         );
     }
+    // Consul registers a Connect service's sidecar proxy with it.
+    if let Some(sidecar) = registration
+        .get("Connect")
+        .and_then(|c| c.get("SidecarService"))
+        .filter(|s| !s.is_null())
+    {
+        let sidecar_id = format!("{id}-sidecar-proxy");
+        let mut proxy = agent_service(&json!({
+            "ID": sidecar_id,
+            "Name": format!("{name}-sidecar-proxy"),
+            "Port": sidecar.get("Port").cloned().unwrap_or(json!(21000)),
+            "Address": service["Address"],
+        }));
+        proxy["Kind"] = json!("connect-proxy");
+        proxy["Proxy"] = json!({
+            "DestinationServiceName": name,
+            "DestinationServiceID": id,
+            "Upstreams": sidecar["Proxy"]["Upstreams"],
+        });
+        state.services.insert(sidecar_id, proxy);
+    }
     state.services.insert(id, service);
     StatusCode::OK.into_response()
+}
+
+/// `PUT /v1/acl/token`: a new token with fresh accessor and secret IDs.
+async fn create_token(State(state): State<Shared>, body: Bytes) -> Response {
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "Request decode failed").into_response();
+    };
+    let mut state = state.lock().unwrap();
+    let serial = state.tokens.len() + state.requests.len();
+    let token = json!({
+        "AccessorID": format!("6a1253d2-1785-24fd-91c2-{serial:012x}"),
+        "SecretID": format!("45a3bd52-07c7-47a4-52fd-{serial:012x}"),
+        "Description": request["Description"],
+        "ServiceIdentities": request["ServiceIdentities"],
+        "Local": request["Local"],
+        "CreateIndex": 59,
+        "ModifyIndex": 59,
+    });
+    let accessor = token["AccessorID"].as_str().unwrap().to_string();
+    state.tokens.insert(accessor, token.clone());
+    axum::Json(token).into_response()
+}
+
+/// `DELETE /v1/acl/token/:accessor`: `true`, or 404 for a token that is not there.
+async fn delete_token(State(state): State<Shared>, Path(accessor): Path<String>) -> Response {
+    match state.lock().unwrap().tokens.remove(&accessor) {
+        Some(_) => axum::Json(true).into_response(),
+        None => (StatusCode::NOT_FOUND, "ACL not found").into_response(),
+    }
 }
 
 async fn deregister(State(state): State<Shared>, Path(id): Path<String>) -> Response {
@@ -258,6 +322,8 @@ async fn deregister(State(state): State<Shared>, Path(id): Path<String>) -> Resp
     state
         .checks
         .retain(|_, check| check["ServiceID"] != json!(id));
+    // The sidecar goes with its service.
+    state.services.remove(&format!("{id}-sidecar-proxy"));
     StatusCode::OK.into_response()
 }
 

@@ -288,7 +288,7 @@ impl Agent {
                     level: NoticeLevel::Warning,
                     message: format!("consul: {error}; services are registered without a token"),
                 });
-                crate::consul::ServiceClient::new(None).unwrap_or_else(|_| unreachable!())
+                crate::consul::ServiceClient::disabled()
             });
         let mut agent = Agent {
             node: NodeContext {

@@ -134,7 +134,12 @@ impl AllocHook for GroupServicesHook {
     }
 
     fn postrun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, ()> {
-        Box::pin(async move { alloc.node.services.remove_alloc(&alloc.id) })
+        Box::pin(async move {
+            alloc.node.services.remove_alloc(&alloc.id);
+            if let Some(api) = alloc.node.services.api() {
+                crate::task_runner::revoke_tokens(api, &alloc.alloc_dir.si_token_accessors()).await;
+            }
+        })
     }
 }
 

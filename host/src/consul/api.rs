@@ -57,6 +57,58 @@ pub struct ServiceRegistration {
     pub meta: BTreeMap<String, String>,
     pub enable_tag_override: bool,
     pub checks: Vec<CheckRegistration>,
+    /// A Connect service: Consul registers its sidecar proxy service with it
+    /// (`<ID>-sidecar-proxy`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub connect: Option<ConnectRegistration>,
+}
+
+/// `Connect` of a registration: the sidecar service Consul makes for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ConnectRegistration {
+    pub sidecar_service: SidecarRegistration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SidecarRegistration {
+    /// `None`: Consul picks one from its sidecar port range.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub port: Option<u16>,
+    pub proxy: ProxyRegistration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ProxyRegistration {
+    pub upstreams: Vec<UpstreamRegistration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UpstreamRegistration {
+    pub destination_name: String,
+    pub local_bind_port: u16,
+}
+
+/// A token Consul's ACL system made (`PUT /v1/acl/token`), the parts berth keeps.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclToken {
+    #[serde(rename = "AccessorID")]
+    pub accessor_id: String,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+}
+
+impl std::fmt::Debug for AclToken {
+    /// Never the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AclToken")
+            .field("accessor_id", &self.accessor_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A check of a registered service (`AgentServiceCheck`): Consul runs it.
@@ -156,6 +208,45 @@ impl ConsulApi {
             &format!("/v1/agent/service/deregister/{}", path_escape(id)),
             Vec::new(),
             &format!("deregistering service ID {id:?}"),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A Service Identity token for `service` (`PUT /v1/acl/token`), local to the
+    /// datacenter, as Nomad derives one for a Connect sidecar.
+    pub async fn create_service_identity_token(
+        &self,
+        service: &str,
+        description: &str,
+    ) -> Result<AclToken, ConsulError> {
+        let call = format!("creating a service identity token for {service:?}");
+        let body = serde_json::json!({
+            "Description": description,
+            "ServiceIdentities": [{ "ServiceName": service }],
+            "Local": true,
+        });
+        let bytes = self
+            .call(
+                Method::PUT,
+                "/v1/acl/token",
+                body.to_string().into_bytes(),
+                &call,
+            )
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| ConsulError::Garbled {
+            call,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Revokes a token (`DELETE /v1/acl/token/:accessor`).
+    pub async fn delete_token(&self, accessor: &str) -> Result<(), ConsulError> {
+        self.call(
+            Method::DELETE,
+            &format!("/v1/acl/token/{}", path_escape(accessor)),
+            Vec::new(),
+            &format!("revoking token {accessor}"),
         )
         .await
         .map(drop)

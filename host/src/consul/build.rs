@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use super::api::{CheckRegistration, ServiceRegistration};
+use super::api::{
+    CheckRegistration, ConnectRegistration, ProxyRegistration, ServiceRegistration,
+    SidecarRegistration, UpstreamRegistration,
+};
 use crate::jobspec::names::is_dns_label;
 use crate::jobspec::{CheckKind, PortLabel, Service, ServiceProvider};
 
@@ -121,7 +124,30 @@ fn registration(
         registration.check_id = format!("{}check-{}", super::ID_PREFIX, hex(&digest[..8]));
         checks.push(registration);
     }
+    let connect = service
+        .connect
+        .as_ref()
+        .and_then(|c| c.sidecar_service.as_ref())
+        .map(|sidecar| ConnectRegistration {
+            sidecar_service: SidecarRegistration {
+                port: sidecar
+                    .port
+                    .as_deref()
+                    .and_then(|p| port_number(p, source.ports)),
+                proxy: ProxyRegistration {
+                    upstreams: sidecar
+                        .upstreams
+                        .iter()
+                        .map(|u| UpstreamRegistration {
+                            destination_name: u.destination_name.clone(),
+                            local_bind_port: u.local_bind_port,
+                        })
+                        .collect(),
+                },
+            },
+        });
     Ok(ServiceRegistration {
+        connect,
         id,
         name,
         tags: service.tags.iter().map(|t| interpolate(t)).collect(),

@@ -141,21 +141,51 @@ impl std::fmt::Debug for ServiceClient {
 impl ServiceClient {
     /// A client of the Consul agent the settings name; `None`: no `consul` block, and
     /// no service is ever registered (submit refuses jobs that have consul services).
-    pub fn new(settings: Option<&ConsulSettings>) -> Result<ServiceClient, String> {
-        let api = match settings {
-            None => None,
-            Some(settings) => Some(ConsulApi::new(settings.address.clone(), settings.token()?)),
+    pub fn new(
+        settings: Option<&ConsulSettings>,
+    ) -> Result<ServiceClient, crate::config::ConsulTokenError> {
+        let Some(settings) = settings else {
+            return Ok(ServiceClient::disabled());
         };
+        let api = ConsulApi::new(settings.address.clone(), settings.token()?);
         Ok(ServiceClient {
-            api,
-            interval: settings.map_or(Duration::from_secs(30), |s| s.sync_interval),
+            api: Some(api),
+            interval: settings.sync_interval,
             registry: Mutex::default(),
             wake: Notify::new(),
         })
     }
 
+    /// No Consul: services of provider "nomad" are listed, nothing is registered.
+    pub fn disabled() -> ServiceClient {
+        ServiceClient {
+            api: None,
+            interval: Duration::from_secs(30),
+            registry: Mutex::default(),
+            wake: Notify::new(),
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         self.api.is_some()
+    }
+
+    /// The ID of the group service `name` of `alloc`, once set.
+    pub fn group_service_id(&self, alloc: &str, name: &str) -> Option<String> {
+        self.registry
+            .lock()
+            .unwrap()
+            .desired
+            .iter()
+            .find(|(_, d)| {
+                d.owner.alloc == alloc && d.owner.task.is_none() && d.registration.name == name
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    /// The Consul agent's API, for the Connect hooks (tokens); `None` without Consul.
+    pub fn api(&self) -> Option<&ConsulApi> {
+        self.api.as_ref()
     }
 
     /// The registrations `owner` wants, replacing what it wanted before; a sync follows.
@@ -326,7 +356,17 @@ impl ServiceClient {
                 .collect();
             (desired, registry.leaving.clone())
         };
-        let wanted: BTreeSet<&str> = desired.iter().map(|r| r.id.as_str()).collect();
+        // A Connect service's sidecar is Consul's doing, and wanted with it.
+        let sidecars: Vec<String> = desired
+            .iter()
+            .filter(|r| r.connect.is_some())
+            .map(|r| sidecar_id(&r.id))
+            .collect();
+        let wanted: BTreeSet<&str> = desired
+            .iter()
+            .map(|r| r.id.as_str())
+            .chain(sidecars.iter().map(String::as_str))
+            .collect();
         // Stopped tasks' services, and orphans of berth's an earlier agent left.
         let mut first_error = None;
         let mut failed = BTreeSet::new();
@@ -348,7 +388,9 @@ impl ServiceClient {
                 .retain(|id| !leaving.contains(id) || failed.contains(id));
         }
         for registration in &desired {
-            if !differs(services.get(&registration.id), registration, &checks) {
+            let sidecar_missing = registration.connect.is_some()
+                && !services.contains_key(&sidecar_id(&registration.id));
+            if !sidecar_missing && !differs(services.get(&registration.id), registration, &checks) {
                 self.mark_in_sync(registration);
                 continue;
             }
@@ -374,6 +416,12 @@ impl ServiceClient {
             wanted.in_sync = true;
         }
     }
+}
+
+/// The ID Consul gives a Connect service's sidecar proxy service, which the Envoy
+/// bootstrap names with `-proxy-id`.
+pub fn sidecar_id(service_id: &str) -> String {
+    format!("{service_id}-sidecar-proxy")
 }
 
 /// Whether Consul's copy (`theirs`, with the agent's checks) differs from berth's.

@@ -360,21 +360,29 @@ fn group(
         .filter_map(|(name, block)| volume(&path, &name, block, problems))
         .collect();
     let ports = network(&mut fields, problems);
-    let services = fields
-        .blocks("service")
-        .into_iter()
+    let service_blocks = fields.blocks("service");
+    let services: Vec<Service> = service_blocks
+        .iter()
         .map(|b| service(&path, b, &ports, problems))
         .collect();
     let restart = match fields.single_block("restart", problems) {
         Some(block) => restart(&path, block, RestartPolicy::default_for(job_type), problems),
         None => RestartPolicy::default_for(job_type),
     };
+    let proxies: Vec<Task> = service_blocks
+        .iter()
+        .zip(&services)
+        .filter_map(|(block, service)| {
+            connect_proxy(&path, block, service, &restart, &ports, problems)
+        })
+        .collect();
     let meta = fields.string_map("meta", problems);
-    let tasks: Vec<Task> = fields
+    let mut tasks: Vec<Task> = fields
         .labeled_blocks("task", problems)
         .into_iter()
         .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
+    tasks.extend(proxies);
     if tasks.is_empty() && !block.body.blocks.iter().any(|b| b.kind == "task") {
         fields.problem(
             problems,
@@ -720,6 +728,7 @@ fn task(
         restart,
         dispatch_payload,
         logs,
+        connect_proxy_for: None,
         at: block.at,
         driver_at,
         hooks_at,
@@ -1258,6 +1267,57 @@ fn unusable_port(port: &str, ports: &[PortLabel]) -> Option<String> {
             }
         )),
     }
+}
+
+/// The sidecar proxy task of a group service with `connect { sidecar_service {} }`, as
+/// Nomad injects it: `connect-proxy-<service>`, a prestart sidecar, from the service's
+/// `sidecar_task` block. Nomad's default runs Envoy's image in Docker, which berth does
+/// not have, so here the block must say how to run Envoy.
+fn connect_proxy(
+    parent: &str,
+    block: &BlockNode,
+    service: &Service,
+    restart: &RestartPolicy,
+    ports: &[PortLabel],
+    problems: &mut Findings,
+) -> Option<Task> {
+    service.connect.as_ref()?.sidecar_service.as_ref()?;
+    let sidecar = block
+        .body
+        .blocks
+        .iter()
+        .filter(|b| b.kind == "connect")
+        .flat_map(|c| &c.body.blocks)
+        .find(|b| b.kind == "sidecar_task");
+    let Some(sidecar) = sidecar else {
+        problems.problems.push(Problem {
+            path: format!("{parent}.service.{}.connect", service.name),
+            at: Some(service.at),
+            message: format!(
+                "service {:?}: connect sidecar_service needs a sidecar_task {{ driver, config }} \
+                 on berth: Nomad's default sidecar runs Envoy's image in Docker, which berth \
+                 does not have",
+                service.name
+            ),
+        });
+        return None;
+    };
+    // `name` renames the task; the rest is a task's body.
+    let mut body = sidecar.clone();
+    let name = match body.body.attrs.iter().position(|a| a.name == "name") {
+        Some(index) => match body.body.attrs.remove(index).value.value {
+            Value::String(name) => name,
+            _ => format!("connect-proxy-{}", service.name),
+        },
+        None => format!("connect-proxy-{}", service.name),
+    };
+    let mut task = task(parent, &name, &body, restart, ports, problems);
+    task.lifecycle = Some(Lifecycle {
+        hook: LifecycleHook::Prestart,
+        sidecar: true,
+    });
+    task.connect_proxy_for = Some(service.name.clone());
+    Some(task)
 }
 
 /// Ports are a label (`"http"`) or a number (`8080`).

@@ -193,6 +193,9 @@ pub struct Task {
     pub dispatch_payload: Option<String>,
     /// How its stdout and stderr files rotate (`logs`).
     pub logs: crate::model::driver::LogRotation,
+    /// Set on the sidecar proxy task berth adds for a Connect service: the service's
+    /// name. It gets a service identity token and an Envoy bootstrap before it starts.
+    pub connect_proxy_for: Option<String>,
     #[serde(skip)]
     pub at: Location,
     #[serde(skip)]

@@ -698,17 +698,20 @@ fn start_log_collector(
         path: spec.stdout.clone(),
         source,
     };
-    let base = |path: &Path| -> io::Result<String> {
-        path.file_name()
+    let base = |path: &Path| {
+        let name = path
+            .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".0"))
-            .map(str::to_string)
-            .ok_or_else(|| io::Error::other(format!("unexpected log file name {}", path.display())))
+            .unwrap_or_default();
+        match name.strip_suffix(".0") {
+            Some(base) => Ok(base.to_string()),
+            None => Err(fail(io::Error::other(format!(
+                "unexpected log file name {}",
+                path.display()
+            )))),
+        }
     };
-    let (stdout_base, stderr_base) = (
-        base(&spec.stdout).map_err(fail)?,
-        base(&spec.stderr).map_err(fail)?,
-    );
+    let (stdout_base, stderr_base) = (base(&spec.stdout)?, base(&spec.stderr)?);
     let dir = open_log_dir(&spec.stdout).map_err(fail)?;
     let pipe =
         || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| fail(e.into()));
@@ -756,11 +759,34 @@ fn start_log_collector(
             cloexec_from(logmon::DIR_FD + 1)
         });
     }
-    let mut collector = command.spawn().map_err(fail)?;
-    // Reaped when it ends (after the task and everything it started closed the pipes).
+    // Started beside the task rather than before it, off the task's start: what the task
+    // writes meanwhile waits in the pipes (64 KiB each). Reaped when it ends, after the
+    // task and everything it started closed the pipes.
     let (ended, collected) = tokio::sync::oneshot::channel();
+    let files = (spec.stdout.clone(), spec.stderr.clone());
     tokio::spawn(async move {
-        let _ = collector.wait().await;
+        match command.spawn() {
+            Ok(mut collector) => {
+                // The collector has its copies now: the agent's go.
+                drop((stdout_read, stderr_read, dir));
+                let _ = collector.wait().await;
+            }
+            Err(error) => {
+                // Never leave the task writing into a pipe nobody reads: the agent copies
+                // (unrotated) for as long as it lives.
+                tracing::error!(%error, "starting a task's log collector; the agent copies the task's output itself");
+                drop(dir);
+                let copy = |from: OwnedFd, to: PathBuf| {
+                    std::thread::spawn(move || {
+                        if let Ok(to) = open_log(&to) {
+                            let _ = io::copy(&mut File::from(from), &mut File::from(to));
+                        }
+                    })
+                };
+                let threads = [copy(stdout_read, files.0), copy(stderr_read, files.1)];
+                let _ = tokio::task::spawn_blocking(move || threads.map(|t| t.join())).await;
+            }
+        }
         let _ = ended.send(());
     });
     Ok((stdout_write, stderr_write, collected))

@@ -117,6 +117,7 @@ pub trait TaskHook: Send + Sync {
 pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
     vec![
         Box::new(super::task_dir_hook::TaskDirHook),
+        Box::new(super::connect_hook::ConnectHook),
         Box::new(super::volumes_hook::VolumesHook),
         Box::new(super::csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
         Box::new(super::interpolate_hook::InterpolateHook),

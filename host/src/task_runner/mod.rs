@@ -12,6 +12,8 @@
 //! the task forked dies with the run. Whether the kernel OOM-killed the task is read
 //! from that cgroup, not taken from the driver.
 
+mod connect_hook;
+pub use connect_hook::revoke_tokens;
 mod csi_plugin_supervisor_hook;
 pub mod hooks;
 mod interpolate_hook;

@@ -85,6 +85,17 @@ fn write_beneath(
     bytes: &[u8],
     perms: u32,
 ) -> std::io::Result<()> {
+    write_beneath_for(root, relative, bytes, perms, None)
+}
+
+/// [`write_beneath`], the file then given to `owner` (the task's user).
+pub(super) fn write_beneath_for(
+    root: &std::path::Path,
+    relative: &str,
+    bytes: &[u8],
+    perms: u32,
+    owner: Option<crate::model::driver::TaskUser>,
+) -> std::io::Result<()> {
     let refused = |e: rustix::io::Errno| -> std::io::Error {
         if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
             std::io::Error::other(
@@ -126,6 +137,13 @@ fn write_beneath(
     )
     .map_err(refused)?;
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;
+    if let Some(user) = owner {
+        rustix::fs::fchown(
+            &fd,
+            Some(rustix::fs::Uid::from_raw(user.uid)),
+            Some(rustix::fs::Gid::from_raw(user.gid)),
+        )?;
+    }
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;
     Ok(())

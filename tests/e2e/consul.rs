@@ -163,6 +163,7 @@ async fn an_agent_killed_and_restarted_registers_the_same_ids_and_removes_only_i
     // Meanwhile: a berth service of an alloc that is gone, and someone else's service.
     consul.add_service("_berth-task-0000-gone-old-http", "old");
     consul.add_service("billing-1", "billing");
+    let seen = consul.requests().len();
     agent.start().await;
     wait_until("the orphan removed", || {
         !consul
@@ -178,6 +179,18 @@ async fn an_agent_killed_and_restarted_registers_the_same_ids_and_removes_only_i
     assert_eq!(
         after, expected,
         "the same IDs, once each, and the other tool's service"
+    );
+    // And they never flapped: the restored tasks' services were not taken for orphans
+    // before their runners set them again.
+    let flapped: Vec<String> = consul.requests()[seen..]
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/agent/service/deregister/"))
+        .map(|r| r.path.clone())
+        .filter(|path| before.iter().any(|id| path.ends_with(id.as_str())))
+        .collect();
+    assert!(
+        flapped.is_empty(),
+        "deregistered after the restart: {flapped:?}"
     );
 }
 

@@ -534,6 +534,14 @@ impl Agent {
 
     fn run_restored(&self) {
         let mut allocs = self.allocs.lock().unwrap();
+        // Their services are theirs until they say otherwise: the first sync must not
+        // take them for orphans before the restored runners have set them again.
+        self.node.services.expect_allocs(
+            allocs
+                .values()
+                .filter(|entry| !*entry.finished.borrow())
+                .map(|entry| entry.runner.id.clone()),
+        );
         for entry in allocs.values_mut() {
             if !*entry.finished.borrow() {
                 entry.finished = spawn_runner(entry.runner.clone());

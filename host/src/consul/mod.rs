@@ -73,6 +73,24 @@ pub struct Owner {
     pub task: Option<String>,
 }
 
+impl Owner {
+    /// The start of the IDs of its services (see [`build`]).
+    fn id_prefix(&self) -> String {
+        match &self.task {
+            Some(task) => format!("{ID_PREFIX}task-{}-{task}-", self.alloc),
+            None => format!("{ID_PREFIX}task-{}-group-", self.alloc),
+        }
+    }
+}
+
+/// Whether `id` may belong to a restored alloc's owner not heard from yet.
+fn still_expected(id: &str, expected: &BTreeMap<String, BTreeSet<String>>) -> bool {
+    expected.iter().any(|(alloc, heard)| {
+        id.starts_with(&format!("{ID_PREFIX}task-{alloc}-"))
+            && !heard.iter().any(|prefix| id.starts_with(prefix.as_str()))
+    })
+}
+
 #[derive(Debug, Clone)]
 struct Desired {
     owner: Owner,
@@ -88,6 +106,10 @@ struct Registry {
     desired: BTreeMap<String, Desired>,
     /// IDs to deregister: services of stopped tasks.
     leaving: BTreeSet<String>,
+    /// Allocs restored after an agent restart, with the ID prefixes of the owners
+    /// (tasks, group) that have set or removed their services since: what Consul holds
+    /// under the alloc's other prefixes is not an orphan yet.
+    expected: BTreeMap<String, BTreeSet<String>>,
     failures: u32,
     last_error: Option<String>,
     last_sync: Option<SystemTime>,
@@ -188,9 +210,20 @@ impl ServiceClient {
         self.api.as_ref()
     }
 
+    /// Restored allocs whose services are theirs until their runners set or remove them.
+    pub fn expect_allocs(&self, allocs: impl IntoIterator<Item = String>) {
+        let mut registry = self.registry.lock().unwrap();
+        for alloc in allocs {
+            registry.expected.entry(alloc).or_default();
+        }
+    }
+
     /// The registrations `owner` wants, replacing what it wanted before; a sync follows.
     pub fn set(&self, owner: Owner, registrations: Vec<(ServiceProvider, ServiceRegistration)>) {
         let mut registry = self.registry.lock().unwrap();
+        if let Some(heard) = registry.expected.get_mut(&owner.alloc) {
+            heard.insert(owner.id_prefix());
+        }
         let wanted: BTreeSet<&str> = registrations.iter().map(|(_, r)| r.id.as_str()).collect();
         let gone: Vec<String> = registry
             .desired
@@ -230,6 +263,7 @@ impl ServiceClient {
 
     /// Everything an alloc registered (its tasks' and its group's) goes.
     pub fn remove_alloc(&self, alloc: &str) {
+        self.registry.lock().unwrap().expected.remove(alloc);
         let owners: BTreeSet<Owner> = self
             .registry
             .lock()
@@ -336,7 +370,7 @@ impl ServiceClient {
         };
         let services = api.services().await?;
         let checks = api.checks().await?;
-        let (desired, leaving) = {
+        let (desired, leaving, expected) = {
             let mut registry = self.registry.lock().unwrap();
             if periodic {
                 for (id, wanted) in registry.desired.iter_mut() {
@@ -354,7 +388,7 @@ impl ServiceClient {
                 .filter(|d| d.provider == ServiceProvider::Consul)
                 .map(|d| d.registration.clone())
                 .collect();
-            (desired, registry.leaving.clone())
+            (desired, registry.leaving.clone(), registry.expected.clone())
         };
         // A Connect service's sidecar is Consul's doing, and wanted with it.
         let sidecars: Vec<String> = desired
@@ -371,7 +405,9 @@ impl ServiceClient {
         let mut first_error = None;
         let mut failed = BTreeSet::new();
         for id in services.keys() {
-            let orphan = id.starts_with(ID_PREFIX) && !wanted.contains(id.as_str());
+            let orphan = id.starts_with(ID_PREFIX)
+                && !wanted.contains(id.as_str())
+                && !still_expected(id, &expected);
             if (orphan || leaving.contains(id))
                 && let Err(error) = api.deregister(id).await
             {
@@ -447,4 +483,39 @@ fn differs(
                 .get(&check.check_id)
                 .is_none_or(|c| c.service_id != ours.id)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restored_allocs_services_are_no_orphans_until_their_owner_is_heard_from() {
+        let client = ServiceClient::disabled();
+        client.expect_allocs(["a1".to_string()]);
+        let expected = || client.registry.lock().unwrap().expected.clone();
+        let web = "_berth-task-a1-web-shop-http";
+        let api = "_berth-task-a1-api-api-9001";
+        let group = "_berth-task-a1-group-g-count-api-9001-sidecar-proxy";
+        for id in [web, api, group] {
+            assert!(still_expected(id, &expected()), "{id}");
+        }
+        // Another alloc's services are not protected.
+        assert!(!still_expected("_berth-task-a2-web-shop-http", &expected()));
+        // Once task "web" has said what it wants, what else Consul holds under its
+        // prefix is an orphan; the others are still expected.
+        client.set(
+            Owner {
+                alloc: "a1".into(),
+                task: Some("web".into()),
+            },
+            Vec::new(),
+        );
+        assert!(!still_expected(web, &expected()));
+        assert!(still_expected(api, &expected()));
+        assert!(still_expected(group, &expected()));
+        // The alloc's end ends every expectation.
+        client.remove_alloc("a1");
+        assert!(!still_expected(api, &expected()));
+    }
 }

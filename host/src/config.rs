@@ -163,13 +163,21 @@ pub struct GcSettings {
     pub interval: std::time::Duration,
     /// Finished allocs kept (their directories and records), newest first.
     pub max_allocs: usize,
+    /// Above this share of the data dir's disk in use (percent), finished allocs are
+    /// collected, oldest first, however few, until it is below.
+    pub disk_usage_threshold: u8,
+    /// The same for inodes.
+    pub inode_usage_threshold: u8,
 }
 
 impl Default for GcSettings {
+    /// Nomad's client defaults.
     fn default() -> Self {
         GcSettings {
             interval: std::time::Duration::from_secs(60),
             max_allocs: 50,
+            disk_usage_threshold: 80,
+            inode_usage_threshold: 70,
         }
     }
 }
@@ -385,7 +393,12 @@ impl AgentConfig {
                     &block.body,
                     "config.gc".into(),
                     block.at,
-                    &["interval", "max_allocs"],
+                    &[
+                        "interval",
+                        "max_allocs",
+                        "disk_usage_threshold",
+                        "inode_usage_threshold",
+                    ],
                 );
                 let defaults = GcSettings::default();
                 let gc = GcSettings {
@@ -396,6 +409,12 @@ impl AgentConfig {
                     max_allocs: settings
                         .number("max_allocs", 1_000_000, &mut problems)
                         .map_or(defaults.max_allocs, |n| n as usize),
+                    disk_usage_threshold: settings
+                        .number("disk_usage_threshold", 100, &mut problems)
+                        .map_or(defaults.disk_usage_threshold, |n| n as u8),
+                    inode_usage_threshold: settings
+                        .number("inode_usage_threshold", 100, &mut problems)
+                        .map_or(defaults.inode_usage_threshold, |n| n as u8),
                 };
                 settings.finish(&mut problems);
                 gc

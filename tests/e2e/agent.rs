@@ -313,6 +313,47 @@ async fn finished_allocs_beyond_max_allocs_are_collected_but_never_through_a_mou
     assert!(stdout.contains("Nothing to collect"), "{stdout}");
 }
 
+/// A data dir whose disk is fuller than `gc { disk_usage_threshold }` gets its finished
+/// allocs collected, oldest first, even within `max_allocs` (as Nomad's client does);
+/// below the threshold, `max_allocs` alone decides.
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_allocs_within_max_allocs_are_collected_when_the_disk_is_fuller_than_the_threshold()
+ {
+    let used_percent = {
+        let stats = rustix::fs::statvfs("/tmp").unwrap();
+        100 * (stats.f_blocks - stats.f_bfree) / stats.f_blocks
+    };
+    assert!(
+        used_percent >= 1,
+        "the test needs a disk with something on it"
+    );
+    // Below the usage: under pressure. At 100: never.
+    for (threshold, collected) in [(0, true), (100, false)] {
+        let mut agent = AgentProcess::with_config(&format!(
+            "gc {{\n  max_allocs = 50\n  interval = \"1h\"\n  disk_usage_threshold = {threshold}\n}}\n"
+        ));
+        agent.start().await;
+        let first = run_mock_batch(&agent, "first").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = run_mock_batch(&agent, "second").await;
+        let (code, stdout, stderr) = agent.cli(&["system", "gc"]);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        if collected {
+            assert!(
+                stdout.contains(&format!(
+                    "Collected 2 finished alloc(s): {}, {}",
+                    first.0, second.0
+                )),
+                "{stdout}"
+            );
+            assert!(!first.1.exists() && !second.1.exists());
+        } else {
+            assert!(stdout.contains("Nothing to collect"), "{stdout}");
+            assert!(first.1.exists() && second.1.exists());
+        }
+    }
+}
+
 /// Submitting a job again replaces it: the finished allocs of the old version are
 /// collected, records and directories.
 #[tokio::test(flavor = "multi_thread")]

@@ -325,10 +325,11 @@ impl Agent {
         self.node.services.status()
     }
 
-    /// Collects the finished allocs beyond the newest `gc { max_allocs }`: their records
-    /// first, then their directories. An alloc with anything still mounted below its
+    /// Collects the finished allocs beyond the newest `gc { max_allocs }`, and more while
+    /// the data dir's disk is fuller than `gc`'s thresholds: their records first, then
+    /// their directories. An alloc with anything still mounted below its
     /// directory is kept (removing the directory would reach into the mount) and the
-    /// agent's log says so. The ids collected, oldest last.
+    /// agent's log says so. The ids collected, oldest first.
     pub fn collect_garbage(&self) -> Garbage {
         let mut garbage = Garbage::default();
         for id in self.collect_allocs() {
@@ -339,8 +340,8 @@ impl Agent {
         garbage
     }
 
-    /// The finished allocs beyond `max_allocs`, oldest first, and each job whose last
-    /// alloc that was.
+    /// The finished allocs beyond `max_allocs`, and more while the data dir's disk is
+    /// fuller than the thresholds, oldest first; and each job whose last alloc that was.
     fn collect_allocs(&self) -> Vec<CollectedAlloc> {
         let keep = self.node.config.gc.max_allocs;
         let mut finished: Vec<(u64, AllocEntry)> = self
@@ -351,23 +352,58 @@ impl Agent {
             .filter(|a| *a.finished.borrow())
             .map(|a| (finished_at(&a.runner.status()), a.clone()))
             .collect();
-        if finished.len() <= keep {
+        if finished.len() <= keep && self.disk_pressure().is_none() {
             return Vec::new();
         }
-        finished.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        finished.sort_by_key(|(at, _)| *at);
         let Ok(mounts) = crate::mount::mountinfo::read_self() else {
             tracing::warn!("garbage collection skipped: the mount table is unreadable");
             return Vec::new();
         };
-        finished
-            .into_iter()
-            .skip(keep)
-            .filter(|(_, entry)| self.collect(entry, &mounts))
-            .map(|(_, entry)| CollectedAlloc {
-                alloc: entry.runner.id.clone(),
-                job: self.collect_job_of(&entry),
-            })
-            .collect()
+        let mut left = finished.len();
+        let mut collected = Vec::new();
+        for (_, entry) in finished {
+            if left <= keep {
+                match self.disk_pressure() {
+                    None => break,
+                    Some(why) => tracing::info!(alloc = %entry.runner.id, %why,
+                        "collecting a finished alloc within max_allocs: the disk is full"),
+                }
+            }
+            left -= 1;
+            if self.collect(&entry, &mounts) {
+                collected.push(CollectedAlloc {
+                    alloc: entry.runner.id.clone(),
+                    job: self.collect_job_of(&entry),
+                });
+            }
+        }
+        collected
+    }
+
+    /// Why the data dir's filesystem is fuller than `gc`'s thresholds, if it is.
+    fn disk_pressure(&self) -> Option<String> {
+        let gc = &self.node.config.gc;
+        let stats = rustix::fs::statvfs(&self.node.data_dir).ok()?;
+        let percent =
+            |free: u64, total: u64| (total > 0).then(|| 100 * total.saturating_sub(free) / total);
+        if let Some(used) = percent(stats.f_bfree, stats.f_blocks)
+            && used > u64::from(gc.disk_usage_threshold)
+        {
+            return Some(format!(
+                "{used}% of its disk in use (disk_usage_threshold = {})",
+                gc.disk_usage_threshold
+            ));
+        }
+        if let Some(used) = percent(stats.f_ffree, stats.f_files)
+            && used > u64::from(gc.inode_usage_threshold)
+        {
+            return Some(format!(
+                "{used}% of its inodes in use (inode_usage_threshold = {})",
+                gc.inode_usage_threshold
+            ));
+        }
+        None
     }
 
     /// Forgets the job of a collected alloc when nothing of it is left: no other alloc,

@@ -525,3 +525,50 @@ async fn a_sidecar_whose_token_cannot_be_derived_fails_with_an_event_saying_why(
         "no bootstrap without a token"
     );
 }
+
+/// `shutdown_delay`: a stopped task's services leave Consul first, and only after the
+/// delay does the task get its kill signal, so that clients stop sending it work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_services_leave_consul_its_shutdown_delay_before_it_is_killed() {
+    use berth::model::events::{EventKind, TaskStateKind};
+    let consul = ConsulDouble::start().await;
+    let mut agent = agent_with(&consul, "");
+    agent.start().await;
+    let job = SHOP.replace(
+        "      driver = \"exec\"\n",
+        "      driver = \"exec\"\n      shutdown_delay = \"2s\"\n",
+    );
+    let submitted = agent.submit("shop.hcl", &job).await.unwrap();
+    let alloc = submitted.alloc_ids[0].clone();
+    wait_until("both services registered", || consul.services().len() == 2).await;
+    let stopping = {
+        let client = agent.client();
+        tokio::spawn(async move { client.delete::<serde_json::Value>("/v1/job/shop").await })
+    };
+    wait_until("both services deregistered", || {
+        consul.services().is_empty()
+    })
+    .await;
+    let status = agent.alloc(&alloc).await;
+    assert_eq!(
+        status.tasks["server"].state,
+        TaskStateKind::Running,
+        "the task still runs once its services are gone"
+    );
+    let _ = stopping.await;
+    agent
+        .wait_alloc(&alloc, "stopped", |s| {
+            s.tasks["server"].state == TaskStateKind::Dead
+        })
+        .await;
+    let events = agent.alloc(&alloc).await.tasks["server"].events.clone();
+    let at = |kind: EventKind| {
+        events
+            .iter()
+            .find(|e| e.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} event: {events:#?}"))
+            .time_ms
+    };
+    let waited = at(EventKind::Killing) - at(EventKind::WaitingShutdownDelay);
+    assert!(waited >= 1900, "killed {waited} ms after the delay began");
+}

@@ -661,6 +661,9 @@ fn task(
     let kill_timeout = fields
         .duration("kill_timeout", problems)
         .unwrap_or(Duration::from_secs(5));
+    let shutdown_delay = fields
+        .duration("shutdown_delay", problems)
+        .unwrap_or_default();
     let kill_signal = fields
         .string("kill_signal", problems)
         .unwrap_or_else(|| "SIGTERM".into());
@@ -716,6 +719,7 @@ fn task(
         meta,
         resources,
         kill_timeout,
+        shutdown_delay,
         kill_signal,
         user,
         volume_mounts,
@@ -1403,10 +1407,6 @@ const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
     (
         "leader",
         "berth does not stop a group's other tasks when this one ends",
-    ),
-    (
-        "shutdown_delay",
-        "berth deregisters a task's services and stops it without the delay",
     ),
     (
         "max_run_duration",

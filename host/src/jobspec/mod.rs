@@ -173,6 +173,10 @@ pub struct Task {
     pub env: Vec<(String, String)>,
     pub meta: Vec<(String, String)>,
     pub resources: Resources,
+    /// Between deregistering its services and its kill signal (`shutdown_delay`), so
+    /// that clients stop sending it work first.
+    #[serde(with = "duration_ms")]
+    pub shutdown_delay: Duration,
     #[serde(with = "duration_ms")]
     pub kill_timeout: Duration,
     pub kill_signal: String,

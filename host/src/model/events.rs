@@ -35,6 +35,9 @@ pub enum EventKind {
     /// A hook asked for the task to be restarted (e.g. a plugin that never got healthy).
     #[serde(rename = "Restart Signaled")]
     RestartSignaled,
+    /// Its services are gone; the kill signal waits for `shutdown_delay`.
+    #[serde(rename = "Waiting for shutdown delay")]
+    WaitingShutdownDelay,
 }
 
 impl fmt::Display for EventKind {

@@ -590,6 +590,16 @@ impl TaskRunner {
         }
         self.flush_reports();
         let task = &self.ctx.task;
+        if !task.shutdown_delay.is_zero() {
+            self.emit(
+                EventKind::WaitingShutdownDelay,
+                format!(
+                    "Waiting for shutdown_delay of {:?} before killing the task.",
+                    task.shutdown_delay
+                ),
+            );
+            tokio::time::sleep(task.shutdown_delay).await;
+        }
         self.emit(
             EventKind::Killing,
             format!(

@@ -1381,7 +1381,7 @@ const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
     ),
     (
         "shutdown_delay",
-        "berth deregisters a task's services and stops it without the delay",
+        "berth does not wait between deregistering a group's services and stopping its tasks yet (a task's shutdown_delay is honoured)",
     ),
     (
         "stop_after_client_disconnect",

@@ -572,3 +572,71 @@ async fn a_tasks_services_leave_consul_its_shutdown_delay_before_it_is_killed() 
     let waited = at(EventKind::Killing) - at(EventKind::WaitingShutdownDelay);
     assert!(waited >= 1900, "killed {waited} ms after the delay began");
 }
+
+/// A dynamic port (`port "http" {}`) is numbered when the alloc is placed, from Nomad's
+/// 20000–32000, different for each alloc; the task gets it as `NOMAD_PORT_http` and
+/// `NOMAD_ADDR_http`, its service is registered with it, and an agent restarted after
+/// `kill -9` keeps it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dynamic_port_is_numbered_at_placement_given_to_the_task_and_registered() {
+    let consul = ConsulDouble::start().await;
+    let mut agent = agent_with(&consul, "");
+    agent.start().await;
+    let job = r#"job "dyn" {
+  group "g" {
+    count = 2
+    network {
+      port "http" {}
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo $NOMAD_PORT_http $NOMAD_ADDR_http; exec sleep 600"]
+      }
+      service {
+        name = "dyn"
+        port = "http"
+      }
+    }
+  }
+}
+"#;
+    let submitted = agent.submit("dyn.hcl", job).await.unwrap();
+    wait_until("both allocs' services registered", || {
+        consul.services().len() == 2
+    })
+    .await;
+    let mut ports = Vec::new();
+    for alloc in &submitted.alloc_ids {
+        let status = agent.alloc(alloc).await;
+        let log = status.alloc_dir.join("alloc/logs/t.stdout.0");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let printed = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if !text.is_empty() || Instant::now() > deadline {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let (port, addr) = printed.trim().split_once(' ').unwrap();
+        let port: u16 = port.parse().unwrap();
+        assert!((20000..=32000).contains(&port), "{printed}");
+        assert_eq!(addr, format!("127.0.0.1:{port}"));
+        let id = format!("_berth-task-{alloc}-t-dyn-http");
+        assert_eq!(consul.services()[&id]["Port"], json!(port));
+        ports.push((id, port));
+    }
+    assert_ne!(ports[0].1, ports[1].1, "each alloc its own port");
+
+    agent.kill9();
+    agent.start().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (id, port) in &ports {
+        assert_eq!(
+            consul.services()[id]["Port"],
+            json!(port),
+            "kept after a restart"
+        );
+    }
+}

@@ -668,10 +668,26 @@ impl Agent {
         record: JobRecord,
         job: Arc<Job>,
     ) -> Result<Vec<String>, SubmitError> {
+        // The ports running allocs hold, static and dynamic.
+        let mut in_use: std::collections::BTreeSet<u16> = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|entry| !*entry.finished.borrow())
+            .flat_map(|entry| entry.runner.group.ports.iter().filter_map(|p| p.number))
+            .collect();
         let mut allocs = Vec::new();
         for (group_index, group) in job.groups.iter().enumerate() {
             for alloc_index in 0..group.count {
-                allocs.push(AllocRunner::new_record(&job, group_index, alloc_index));
+                let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)
+                    .map_err(|e| SubmitError::Refused(format!("group {:?}: {e}", group.name)))?;
+                allocs.push(AllocRunner::new_record(
+                    &job,
+                    group_index,
+                    alloc_index,
+                    ports,
+                ));
             }
         }
         self.node.store.put_job_and_allocs(&record, &allocs)?;

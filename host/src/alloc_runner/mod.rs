@@ -13,6 +13,7 @@
 
 mod csi_hook;
 mod lifecycle;
+pub mod ports;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -220,16 +221,25 @@ impl AllocRunner {
         alloc_index: u32,
         node: NodeContext,
     ) -> Result<Arc<AllocRunner>, StateError> {
-        let record = Self::new_record(&job, group_index, alloc_index);
+        let ports = ports::allocate(&job.groups[group_index].ports, &mut Default::default())
+            .unwrap_or_default();
+        let record = Self::new_record(&job, group_index, alloc_index, ports);
         node.store.put_alloc(&record)?;
         Ok(Self::recorded(job, record, node))
     }
 
-    /// The record of a new alloc of `job`'s group `group_index`, to be written (with its
-    /// job's and its siblings', in one transaction) before [`AllocRunner::recorded`].
-    pub fn new_record(job: &Job, group_index: usize, alloc_index: u32) -> AllocRecord {
+    /// The record of a new alloc of `job`'s group `group_index` with its dynamic ports'
+    /// numbers, to be written (with its job's and its siblings', in one transaction)
+    /// before [`AllocRunner::recorded`].
+    pub fn new_record(
+        job: &Job,
+        group_index: usize,
+        alloc_index: u32,
+        ports: BTreeMap<String, u16>,
+    ) -> AllocRecord {
         let group = &job.groups[group_index];
         AllocRecord {
+            ports,
             id: new_alloc_id(),
             job_id: job.name.clone(),
             group_index,
@@ -321,7 +331,9 @@ impl AllocRunner {
         handles: BTreeMap<String, TaskHandle>,
         restored: bool,
     ) -> Arc<AllocRunner> {
-        let group = Arc::new(job.groups[record.group_index].clone());
+        let mut group = job.groups[record.group_index].clone();
+        group.ports = ports::resolve(&group.ports, &record.ports);
+        let group = Arc::new(group);
         let (stop, _) = watch::channel(record.desired_status == DesiredStatus::Stop);
         Arc::new(AllocRunner {
             id: record.id.clone(),

@@ -1244,20 +1244,14 @@ fn checks_ports(
         .filter_map(move |c| Some((c.port.as_ref()?, at)))
 }
 
-/// Why a service cannot register on `port`: berth needs a number, or a label of the
-/// group's network with a static number.
+/// Why a service cannot register on `port`: it must be a number, or a label of the
+/// group's network (static, or dynamic: numbered when the alloc is placed).
 fn unusable_port(port: &str, ports: &[PortLabel]) -> Option<String> {
     if port.parse::<u16>().is_ok() {
         return None;
     }
     match ports.iter().find(|p| p.label == port) {
-        Some(PortLabel {
-            number: Some(_), ..
-        }) => None,
-        Some(_) => Some(format!(
-            "port {port:?} is dynamic: berth allocates no dynamic ports yet, give it a \
-             static number"
-        )),
+        Some(_) => None,
         None => Some(format!(
             "port {port:?} is not a port of the group's network block (its ports: {})",
             if ports.is_empty() {

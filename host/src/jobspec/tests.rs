@@ -42,6 +42,13 @@ job "web" {
             }
           }
         }
+        sidecar_task {
+          driver = "raw_exec"
+          config {
+            command = "/usr/bin/envoy"
+            args    = ["-c", "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json"]
+          }
+        }
       }
     }
 
@@ -98,6 +105,18 @@ fn parses_a_full_job() {
             destination_name: "db".into(),
             local_bind_port: 5432
         }
+    );
+    // The sidecar is a prestart sidecar task after the group's own.
+    let proxy = group.tasks.last().unwrap();
+    assert_eq!(proxy.name, "connect-proxy-api");
+    assert_eq!(proxy.driver, "raw_exec");
+    assert_eq!(proxy.connect_proxy_for.as_deref(), Some("api"));
+    assert_eq!(
+        proxy.lifecycle,
+        Some(Lifecycle {
+            hook: LifecycleHook::Prestart,
+            sidecar: true
+        })
     );
     let task = &group.tasks[0];
     assert_eq!(task.driver, "exec");
@@ -447,11 +466,22 @@ fn service_ports_and_checks_say_what_berth_can_register() {
     );
     assert_eq!(group.tasks[0].services[0].checks[0].kind, CheckKind::Tcp);
     let warnings: Vec<String> = job.warnings.iter().map(|w| w.to_string()).collect();
+    // A dynamic port is fine (numbered at placement); a label the network lacks is not.
     assert!(
-        warnings.iter().any(|w| w.contains(
-            "port \"admin\" is dynamic: berth allocates no dynamic ports yet, give it a static number; the service will not be registered"
-        )),
+        !warnings.iter().any(|w| w.contains("admin")),
         "{warnings:#?}"
+    );
+    let unknown = parse(
+        "job.hcl",
+        &source.replace("port = \"admin\"", "port = \"nope\""),
+    )
+    .unwrap();
+    assert!(
+        unknown.warnings.iter().any(|w| w.to_string().contains(
+            "port \"nope\" is not a port of the group's network block (its ports: http, admin); the service will not be registered"
+        )),
+        "{:#?}",
+        unknown.warnings
     );
     assert!(
         warnings

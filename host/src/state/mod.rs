@@ -12,6 +12,7 @@
 //! because one entry is unreadable. A file that redb cannot open as a database is moved
 //! aside (kept, with a name that says why) and the agent starts with empty state.
 
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
@@ -132,6 +133,9 @@ pub struct AllocRecord {
     pub name: String,
     pub desired_status: DesiredStatus,
     pub client_status: ClientStatus,
+    /// The numbers of the group's dynamic ports, by label.
+    #[serde(default)]
+    pub ports: BTreeMap<String, u16>,
 }
 
 /// A started task's driver handle, with the driver that issued it.

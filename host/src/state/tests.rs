@@ -12,6 +12,7 @@ fn alloc(id: &str) -> AllocRecord {
         name: "web.g[0]".to_string(),
         desired_status: DesiredStatus::Run,
         client_status: ClientStatus::Running,
+        ports: Default::default(),
     }
 }
 

@@ -56,6 +56,21 @@ impl TaskHook for TaskDirHook {
                     (format!("{prefix}_ALLOC_DIR"), show(&alloc_view)),
                 ]);
             }
+            // The group's ports, as Nomad names them. Tasks share the host's network, so
+            // the task's port is the host's.
+            let ip = crate::consul::service_address(ctx.config.consul.as_ref());
+            for port in &ctx.group.ports {
+                let Some(number) = port.number else { continue };
+                let label = &port.label;
+                env.extend([
+                    (format!("NOMAD_PORT_{label}"), number.to_string()),
+                    (format!("NOMAD_HOST_PORT_{label}"), number.to_string()),
+                    (format!("NOMAD_IP_{label}"), ip.clone()),
+                    (format!("NOMAD_HOST_IP_{label}"), ip.clone()),
+                    (format!("NOMAD_ADDR_{label}"), format!("{ip}:{number}")),
+                    (format!("NOMAD_HOST_ADDR_{label}"), format!("{ip}:{number}")),
+                ]);
+            }
             if let Some(parent) = &ctx.job.parent {
                 env.push(("NOMAD_JOB_PARENT_ID".to_string(), parent.clone()));
             }

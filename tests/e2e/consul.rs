@@ -452,73 +452,70 @@ async fn a_connect_sidecar_gets_a_service_identity_token_and_an_envoy_bootstrap_
     assert!(!argv.lines().any(|l| l == "-token"), "{argv}");
 }
 
+/// Runs the Connect job on an agent with `extra` in its consul block until the sidecar
+/// fails its setup; the sidecar's events, one per line.
+async fn sidecar_failure(consul: &ConsulDouble, extra: &str) -> String {
+    use berth::model::events::EventKind;
+    let mut agent = agent_with(consul, extra);
+    agent.start().await;
+    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
+    let alloc = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(alloc, "the sidecar failed", |s| {
+            s.tasks["connect-proxy-count-api"]
+                .events
+                .iter()
+                .any(|e| e.kind == EventKind::SetupFailure)
+        })
+        .await;
+    agent.alloc(alloc).await.tasks["connect-proxy-count-api"]
+        .events
+        .iter()
+        .map(|e| format!("{}: {}\n", e.kind, e.message))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sidecar_whose_token_cannot_be_derived_fails_with_an_event_saying_why() {
     let scratch = tempfile::tempdir().unwrap();
     let program = fake_consul(scratch.path());
-    let events = |status: &berth::alloc_runner::AllocStatus| -> String {
-        status.tasks["connect-proxy-count-api"]
-            .events
-            .iter()
-            .map(|e| format!("{}: {}\n", e.kind, e.message))
-            .collect()
-    };
-    let failed = |s: &berth::alloc_runner::AllocStatus| {
-        s.tasks["connect-proxy-count-api"]
-            .events
-            .iter()
-            .any(|e| e.kind == berth::model::events::EventKind::SetupFailure)
-    };
     // A token the ACL system does not know: refused at once.
     let consul = ConsulDouble::start().await;
     consul.require_token("the-right-one");
-    let mut agent = agent_with(
+    let events = sidecar_failure(
         &consul,
         &format!(
             "  token = \"a-wrong-one\"\n  binary = \"{}\"\n",
             program.display()
         ),
-    );
-    agent.start().await;
-    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
-    agent
-        .wait_alloc(&submitted.alloc_ids[0], "the sidecar failed", failed)
-        .await;
-    let status = agent.alloc(&submitted.alloc_ids[0]).await;
+    )
+    .await;
     assert!(
-        events(&status).contains(
+        events.contains(
             "connect: deriving the service identity token of \"count-api\": Consul refused \
              creating a service identity token for \"count-api\": 403: ACL not found (the \
              consul token needs acl:write)"
         ),
-        "{}",
-        events(&status)
+        "{events}"
     );
-    drop(agent);
 
     // Consul failing for longer than service_identity_timeout: timed out.
     let consul = ConsulDouble::start().await;
     consul.fail_next(1_000_000);
-    let mut agent = agent_with(
+    let events = sidecar_failure(
         &consul,
         &format!(
             "  token = \"t\"\n  service_identity_timeout = \"2s\"\n  binary = \"{}\"\n",
             program.display()
         ),
-    );
-    agent.start().await;
-    let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
-    agent
-        .wait_alloc(&submitted.alloc_ids[0], "the sidecar failed", failed)
-        .await;
-    let status = agent.alloc(&submitted.alloc_ids[0]).await;
+    )
+    .await;
     assert!(
-        events(&status).contains(
+        events.contains(
             "deriving the service identity token of \"count-api\" timed out after 2s \
              (service_identity_timeout)"
         ),
-        "{}",
-        events(&status)
+        "{events}"
     );
     assert!(
         !scratch.path().join("argv").exists(),

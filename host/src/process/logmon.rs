@@ -34,6 +34,10 @@ pub const STDOUT_FD: i32 = 3;
 pub const STDERR_FD: i32 = 4;
 pub const DIR_FD: i32 = 5;
 
+/// Indices from here on are not berth's (a task can name files in `logs/` as it likes):
+/// a log reader's offset holds the index in 24 bits.
+pub const MAX_INDEX: u64 = (1 << 24) - 1;
+
 /// The file `index` of a stream: `<base>.<index>`.
 pub fn file_name(base: &str, index: u64) -> String {
     format!("{base}.{index}")
@@ -62,7 +66,7 @@ pub fn indices(dir: BorrowedFd<'_>, base: &str) -> Vec<u64> {
             if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
                 return None;
             }
-            digits.parse().ok()
+            digits.parse().ok().filter(|index| *index <= MAX_INDEX)
         })
         .collect();
     found.sort_unstable();
@@ -131,14 +135,14 @@ impl Rotator {
                     self.purge();
                     return;
                 }
-                Err(_) => self.index += 1,
+                Err(_) => self.index = (self.index + 1).min(MAX_INDEX),
             }
         }
         self.file = None;
     }
 
     fn rotate(&mut self) {
-        self.index += 1;
+        self.index = (self.index + 1).min(MAX_INDEX);
         self.file = None;
         self.open_current();
     }
@@ -158,6 +162,11 @@ impl Rotator {
     fn write(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             if self.size >= self.rotation.max_file_size {
+                if self.index >= MAX_INDEX {
+                    // The last index is full (a task that named a file so): drop, rather
+                    // than reopen one file for every byte.
+                    return;
+                }
                 self.rotate();
             }
             let room = self.rotation.max_file_size.saturating_sub(self.size).max(1);
@@ -283,5 +292,26 @@ mod tests {
         assert_eq!(read("t.stdout.3"), "uvwxy12345");
         assert_eq!(read("t.stdout.5"), "678901");
         assert!(names(dir.path()).contains(&"outside".to_string()));
+    }
+
+    #[test]
+    fn indices_a_task_planted_do_not_overflow_or_spin() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = || OwnedFd::from(File::open(dir.path()).unwrap());
+        std::fs::write(dir.path().join("t.stdout.18446744073709551615"), "").unwrap();
+        std::fs::write(
+            dir.path().join(file_name("t.stdout", MAX_INDEX)),
+            "0123456789",
+        )
+        .unwrap();
+        let rotation = LogRotation {
+            max_files: 2,
+            max_file_size: 10,
+        };
+        let mut rotator = Rotator::new(handle(), "t.stdout".into(), rotation);
+        assert_eq!(rotator.index, MAX_INDEX);
+        // The last index is full: dropped, at once.
+        rotator.write(&[b'x'; 1 << 16]);
+        assert_eq!(rotator.size, 10);
     }
 }

@@ -682,14 +682,14 @@ fn open_log(path: &Path) -> Result<OwnedFd, ProcessError> {
     .map_err(fail)
 }
 
-/// Starts the task's log collector (`berth __task-logmon`, see [`logmon`]): the write
-/// ends of its stdout and stderr pipes are what the task gets.
 /// How long a task's end waits for its log collector to write what the task wrote last.
 const COLLECTOR_GRACE: Duration = Duration::from_secs(2);
 
 /// With the pipes' write ends: when the collector has ended.
 type Collected = tokio::sync::oneshot::Receiver<()>;
 
+/// Starts the task's log collector (`berth __task-logmon`, see [`logmon`]): the write
+/// ends of its stdout and stderr pipes are what the task gets.
 fn start_log_collector(
     berth: &Path,
     spec: &SpawnSpec,
@@ -774,7 +774,10 @@ fn start_log_collector(
             Err(error) => {
                 // Never leave the task writing into a pipe nobody reads: the agent copies
                 // (unrotated) for as long as it lives.
-                tracing::error!(%error, "starting a task's log collector; the agent copies the task's output itself");
+                tracing::error!(
+                    %error,
+                    "starting a task's log collector; the agent copies the task's output itself"
+                );
                 drop(dir);
                 let copy = |from: OwnedFd, to: PathBuf| {
                     std::thread::spawn(move || {

@@ -637,3 +637,66 @@ async fn a_dynamic_port_is_numbered_at_placement_given_to_the_task_and_registere
         );
     }
 }
+
+/// A group's `shutdown_delay`: its services leave Consul at once, and its tasks are told
+/// to stop only after the delay.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_groups_services_leave_consul_its_shutdown_delay_before_its_tasks_stop() {
+    use berth::model::events::{EventKind, TaskStateKind};
+    let consul = ConsulDouble::start().await;
+    let mut agent = agent_with(&consul, "");
+    agent.start().await;
+    let job = r#"job "grouped" {
+  group "g" {
+    shutdown_delay = "2s"
+    service {
+      name = "front"
+      port = "8080"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+    }
+  }
+}
+"#;
+    let submitted = agent.submit("grouped.hcl", job).await.unwrap();
+    let alloc = submitted.alloc_ids[0].clone();
+    wait_until("the group service registered", || {
+        consul.services().len() == 1
+    })
+    .await;
+    let asked = Instant::now();
+    let stopping = {
+        let client = agent.client();
+        tokio::spawn(async move { client.delete::<serde_json::Value>("/v1/job/grouped").await })
+    };
+    wait_until("the group service deregistered", || {
+        consul.services().is_empty()
+    })
+    .await;
+    assert_eq!(
+        agent.alloc(&alloc).await.tasks["t"].state,
+        TaskStateKind::Running,
+        "the task still runs once the group's services are gone"
+    );
+    let _ = stopping.await;
+    agent
+        .wait_alloc(&alloc, "stopped", |s| {
+            s.tasks["t"].state == TaskStateKind::Dead
+        })
+        .await;
+    let killing = agent.alloc(&alloc).await.tasks["t"]
+        .events
+        .iter()
+        .any(|e| e.kind == EventKind::Killing);
+    assert!(killing);
+    assert!(
+        asked.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        asked.elapsed()
+    );
+}

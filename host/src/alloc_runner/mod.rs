@@ -356,13 +356,32 @@ impl AllocRunner {
     }
 
     /// Asks every task to stop. Recorded first, so a restarted agent finishes the stop.
+    /// The group's services leave first, and with a group `shutdown_delay` the tasks are
+    /// told after it.
     pub fn stop(&self) {
         {
             let mut record = self.record.lock().unwrap();
             record.desired_status = DesiredStatus::Stop;
             self.write_record(&record);
         }
-        let _ = self.stop.send(true);
+        self.node.services.remove(&crate::consul::Owner {
+            alloc: self.id.clone(),
+            task: None,
+        });
+        let delay = self.group.shutdown_delay;
+        let runtime = tokio::runtime::Handle::try_current();
+        match runtime {
+            Ok(runtime) if !delay.is_zero() => {
+                let stop = self.stop.clone();
+                runtime.spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let _ = stop.send(true);
+                });
+            }
+            _ => {
+                let _ = self.stop.send(true);
+            }
+        }
     }
 
     /// Whether the alloc was asked to stop (before or, restored, after a restart).

@@ -376,6 +376,9 @@ fn group(
             connect_proxy(&path, block, service, &restart, &ports, problems)
         })
         .collect();
+    let shutdown_delay = fields
+        .duration("shutdown_delay", problems)
+        .unwrap_or_default();
     let meta = fields.string_map("meta", problems);
     let mut tasks: Vec<Task> = fields
         .labeled_blocks("task", problems)
@@ -402,6 +405,7 @@ fn group(
         constraints,
         tasks,
         ports,
+        shutdown_delay,
     }
 }
 
@@ -1372,10 +1376,6 @@ const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
     (
         "ephemeral_disk",
         "berth keeps each alloc's directory on the node's disk, without a size reservation or migration",
-    ),
-    (
-        "shutdown_delay",
-        "berth does not wait between deregistering a group's services and stopping its tasks yet (a task's shutdown_delay is honoured)",
     ),
     (
         "stop_after_client_disconnect",

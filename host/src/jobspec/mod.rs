@@ -141,6 +141,9 @@ pub struct Group {
     pub tasks: Vec<Task>,
     /// The ports of its `network` block (berth gives tasks the host's network).
     pub ports: Vec<PortLabel>,
+    /// Between deregistering the group's services and stopping its tasks.
+    #[serde(with = "duration_ms")]
+    pub shutdown_delay: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

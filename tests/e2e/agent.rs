@@ -692,3 +692,40 @@ async fn alloc_logs_prints_a_tasks_own_output_and_follows_it() {
         "{err}"
     );
 }
+
+/// A static port is one alloc's on this node, as Nomad's scheduler has it: another job
+/// that asks for it is refused, and so is a version of the job that would have two
+/// allocs share it, before its running version is touched. A replacement may reuse it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_static_port_is_one_allocs_and_a_clash_is_refused_before_anything_stops() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let job = |name: &str, count: u32, note: &str| {
+        format!(
+            "job \"{name}\" {{\n  meta {{\n    note = \"{note}\"\n  }}\n  group \"g\" {{\n    count = {count}\n    network {{\n      port \"http\" {{\n        static = 18181\n      }}\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/sleep\"\n        args    = [\"600\"]\n      }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let first = agent.submit("web.hcl", &job("web", 1, "a")).await.unwrap();
+    let running = first.alloc_ids[0].clone();
+    agent
+        .wait_alloc(&running, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    let refusal = |result: Result<berth::agent::Submitted, ClientError>| match result {
+        Err(ClientError::Api(error, _)) => error.error,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(
+        refusal(agent.submit("other.hcl", &job("other", 1, "a")).await),
+        "other.g[0] cannot have static port 18181 (port \"http\"): web.g[0] holds it on this node"
+    );
+    assert_eq!(
+        refusal(agent.submit("web.hcl", &job("web", 2, "b")).await),
+        "web.g[1] cannot have static port 18181 (port \"http\"): web.g[0] holds it on this node"
+    );
+    let status = agent.alloc(&running).await;
+    assert_eq!(status.client_status, ClientStatus::Running, "untouched");
+    let replaced = agent.submit("web.hcl", &job("web", 1, "c")).await.unwrap();
+    assert_eq!(replaced.replaced, [running]);
+}

@@ -619,6 +619,10 @@ impl Agent {
             }));
         }
         let _one_at_a_time = self.submitting.lock().await;
+        let places = job.periodic.is_none() && job.parameterized.is_none();
+        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
+            return Err(SubmitError::Refused(why));
+        }
         let replaced = self.stop_allocs_of(&job.name).await;
         self.forget_allocs_of(&job.name);
         let record = JobRecord {
@@ -650,6 +654,44 @@ impl Agent {
         })
     }
 
+    /// The ports the running allocs hold (static and dynamic), and which alloc holds
+    /// each; without the allocs of job `except`, which are about to be replaced.
+    fn port_holders(&self, except: Option<&str>) -> BTreeMap<u16, String> {
+        let mut holders = BTreeMap::new();
+        for entry in self.allocs.lock().unwrap().values() {
+            if *entry.finished.borrow() || Some(entry.runner.job.name.as_str()) == except {
+                continue;
+            }
+            for number in entry.runner.group.ports.iter().filter_map(|p| p.number) {
+                holders.insert(number, entry.runner.name.clone());
+            }
+        }
+        holders
+    }
+
+    /// Why `job` cannot be placed here for its static ports: one a running alloc holds,
+    /// or one its own allocs would share (`count` > 1). A static port is one alloc's on a
+    /// node, as Nomad's scheduler has it. Checked before an older version is stopped.
+    fn static_port_clash(&self, job: &Job) -> Option<String> {
+        let mut holders = self.port_holders(Some(&job.name));
+        for group in &job.groups {
+            for alloc_index in 0..group.count {
+                let name = format!("{}.{}[{alloc_index}]", job.name, group.name);
+                for port in &group.ports {
+                    let Some(number) = port.number else { continue };
+                    if let Some(holder) = holders.insert(number, name.clone()) {
+                        return Some(format!(
+                            "{name} cannot have static port {number} (port {:?}): {holder} \
+                             holds it on this node",
+                            port.label
+                        ));
+                    }
+                }
+            }
+        }
+        None
+    }
+
     /// Records the job (durably) and keeps it in the job table.
     fn record_job(&self, record: JobRecord, job: Arc<Job>) -> Result<(), SubmitError> {
         self.node.store.put_job(&record)?;
@@ -668,14 +710,15 @@ impl Agent {
         record: JobRecord,
         job: Arc<Job>,
     ) -> Result<Vec<String>, SubmitError> {
-        // The ports running allocs hold, static and dynamic.
+        // Dynamic ports avoid what running allocs hold and this job's static ports.
         let mut in_use: std::collections::BTreeSet<u16> = self
-            .allocs
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|entry| !*entry.finished.borrow())
-            .flat_map(|entry| entry.runner.group.ports.iter().filter_map(|p| p.number))
+            .port_holders(None)
+            .into_keys()
+            .chain(
+                job.groups
+                    .iter()
+                    .flat_map(|g| g.ports.iter().filter_map(|p| p.number)),
+            )
             .collect();
         let mut allocs = Vec::new();
         for (group_index, group) in job.groups.iter().enumerate() {

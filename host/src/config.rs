@@ -27,8 +27,9 @@
 //!   privileged_plugins = ["hostpath"]  # plugin tasks that keep root's capabilities
 //! }
 //!
-//! max_plugin_instances = 256   # WebAssembly instances at once: one per running task,
-//!                              # plus the calls in flight (raise it for more tasks)
+//! max_plugin_instances = 256   # WebAssembly instances at once: one per call in flight,
+//!                              # and one per running task of a driver that waits in its
+//!                              # own code (not exec or raw_exec)
 //!
 //! gc {
 //!   interval   = "1m"   # how often finished allocs are collected (Nomad's gc_interval)
@@ -90,8 +91,9 @@ pub struct AgentConfig {
     pub http: HttpConfig,
     /// Refuse every driver or hook component that no `sha256` pins.
     pub require_pinned: bool,
-    /// WebAssembly instances that may exist at once (`max_plugin_instances`): each
-    /// running task keeps one while its driver waits on it. `None`: the default.
+    /// WebAssembly instances that may exist at once (`max_plugin_instances`): one per
+    /// call in flight, and one per running task whose driver waits in its own code.
+    /// `None`: the default.
     pub max_plugin_instances: Option<u32>,
     pub gc: GcSettings,
     /// The local Consul agent services are registered with; `None`: no `consul` block.

@@ -213,7 +213,9 @@ pub trait ProcessDriver {
         Ok(())
     }
 
-    /// Spawns the task's process and returns [`process_task::handle`] for it.
+    /// Spawns the task's process and returns [`process_task::handle`] for it. The task
+    /// then ends with that process ([`process_task::ends_with`] is called for you), and
+    /// a running task holds no instance of the driver.
     fn start_task(config: TaskConfig) -> Result<TaskHandle, String>;
 }
 
@@ -232,7 +234,9 @@ impl<T: ProcessDriver> Driver for T {
         <T as ProcessDriver>::validate_task_config(config)
     }
     fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
-        <T as ProcessDriver>::start_task(config)
+        let handle = <T as ProcessDriver>::start_task(config)?;
+        process_task::ends_with(&handle)?;
+        Ok(handle)
     }
     fn recover_task(handle: TaskHandle) -> Result<(), String> {
         process_task::recover(&handle)
@@ -389,6 +393,13 @@ pub mod process_task {
             },
             exit_result: status.map(exit_result),
         })
+    }
+
+    /// Tells the host that the task ends with the handle's process, so that the host
+    /// waits for it without keeping an instance of the driver for the task's life.
+    /// Call it in `start-task`, after the spawn.
+    pub fn ends_with(handle: &TaskHandle) -> Result<(), String> {
+        process::task_ends_with(process_of(handle)?)
     }
 
     /// Takes the process back after an agent restart.

@@ -87,9 +87,9 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
     assert_eq!(task.read_stdout().trim(), task.path().to_str().unwrap());
 }
 
-/// Every running task keeps an instance while its driver waits on it. With every slot
-/// taken, a call fails with an error that names the setting to raise, and works again
-/// once a slot is free.
+/// A running task of a driver that waits in its own code (the mock driver sleeps through
+/// the host's timer) keeps an instance. With every slot taken, a call fails with an error
+/// that names the setting to raise, and works again once a slot is free.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
     let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
@@ -138,6 +138,65 @@ async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
         assert!(Instant::now() < deadline, "slots were not given back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A driver that said which process its task ends with (exec, through the SDK) leaves
+/// the waiting to the host: three times more exec tasks run than the pool has slots,
+/// no slot is held while they run, other calls find one, and each task's end still comes
+/// through its driver's wait-task.
+#[tokio::test(flavor = "multi_thread")]
+async fn running_exec_tasks_hold_no_instance_slot() {
+    const SLOTS: u32 = 4;
+    let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    config.max_instances = SLOTS;
+    let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let exec = std::sync::Arc::new(support::builtin(&runtime, "exec").await);
+    let live = || {
+        runtime
+            .engine()
+            .pooling_allocator_metrics()
+            .map_or(0, |m| m.component_instances())
+    };
+    let task = TaskDir::new();
+    let mut running = Vec::new();
+    for index in 0..SLOTS * 3 {
+        let request = task.request(
+            &format!("e{index}"),
+            json!({"command": "/bin/sleep", "args": ["60"]}),
+            vec![],
+        );
+        let handle = exec.start_task(&request).await.unwrap();
+        assert!(handle.ends_with.is_some(), "{handle:?}");
+        let driver = exec.clone();
+        let waited = handle.clone();
+        running.push((
+            handle,
+            tokio::spawn(async move { driver.wait_task(&waited).await }),
+        ));
+    }
+    // Twelve tasks wait; give any wait that would take a slot the time to take it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(live(), 0, "running tasks hold instances");
+    exec.fingerprint().await.unwrap();
+    for (handle, wait) in &running {
+        assert!(!wait.is_finished(), "{} ended early", handle.id);
+    }
+    for (handle, _) in &running {
+        exec.stop_task(handle, Duration::from_secs(5), "SIGTERM")
+            .await
+            .unwrap();
+    }
+    for (handle, wait) in running {
+        let exit = tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("wait-task after the task ended")
+            .unwrap()
+            .unwrap();
+        assert_eq!(exit.signal, 15, "{}: {exit:?}", handle.id);
+        exec.destroy_task(&handle, true).await.unwrap();
+        exec.release(&handle);
+    }
+    assert_eq!(live(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

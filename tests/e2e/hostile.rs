@@ -356,3 +356,33 @@ async fn a_driver_cannot_adopt_a_host_process_outside_recovery() {
     );
     assert_eq!(runtime.processes().owned_by("misbehave"), 0);
 }
+
+/// A driver may say its task ends with a process only for one it spawned while starting
+/// that task: the host would otherwise wait on, and report the end of, a process that is
+/// not the task's (here, the agent's own).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_cannot_make_its_task_end_with_a_process_it_did_not_spawn() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let task = TaskDir::new();
+    let pid = std::process::id();
+    let start_time = berth::process::start_time(pid).unwrap();
+    let error = driver
+        .start_task(&task.request(
+            "t",
+            json!({"behave": "ends-with-foreign", "pid": pid, "start_time": start_time}),
+            vec![],
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().ends_with(&format!(
+            "driver \"misbehave\" said its task ends with process {pid}, which it did not \
+             spawn while starting this task"
+        )),
+        "{error}"
+    );
+    // What the call spawned is released with the failed start.
+    assert_eq!(runtime.processes().owned_by("misbehave"), 0);
+}

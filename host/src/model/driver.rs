@@ -133,6 +133,11 @@ pub struct TaskHandle {
     /// the host, never taken from the driver.
     #[serde(default)]
     pub spawned: Vec<ProcessRef>,
+    /// The one of `spawned` the driver said the task ends with: the host waits for it
+    /// itself before it asks the driver to `wait-task`, so a running task holds no
+    /// instance of its driver. `None` for drivers that did not say.
+    #[serde(default)]
+    pub ends_with: Option<ProcessRef>,
 }
 
 /// How a task's `stdout` and `stderr` files rotate (the jobspec's `logs` block): at most

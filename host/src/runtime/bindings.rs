@@ -8,7 +8,7 @@
     reason = "generated code"
 )]
 
-/// `berth:driver/plugin@0.2.0`, which also generates the host-side `berth:host` traits
+/// `berth:driver/plugin@0.2.0`, which also generates the host-side `berth:host@0.1.1` traits
 /// and the driver types every version shares.
 pub mod driver_v0_2 {
     wasmtime::component::bindgen!({
@@ -19,16 +19,20 @@ pub mod driver_v0_2 {
     });
 }
 
-/// `berth:driver/plugin@0.1.0`: the same functions without `capabilities`. Its types are
-/// structurally those of 0.2.0, so they map onto the same Rust types.
+/// `berth:driver/plugin@0.1.0`: the same functions without `capabilities`, importing
+/// `berth:host@0.1.0`, which 0.1.1 extends. Its types are structurally those of 0.2.0,
+/// so they map onto the same Rust types; the linker's 0.1.1 functions serve its 0.1.0
+/// imports.
 pub mod driver_v0_1 {
     wasmtime::component::bindgen!({
         world: "berth:driver/plugin@0.1.0",
-        path: ["../wit/host", "../wit/driver-0.1"],
+        path: ["../wit/host-0.1.0", "../wit/driver-0.1"],
         imports: { default: async | trappable },
         exports: { default: async },
         with: {
-            "berth:host": super::driver_v0_2::berth::host,
+            "berth:host/log@0.1.0": super::driver_v0_2::berth::host::log,
+            "berth:host/timer@0.1.0": super::driver_v0_2::berth::host::timer,
+            "berth:host/process@0.1.0": super::driver_v0_2::berth::host::process,
             "berth:driver/types@0.1.0": super::driver_v0_2::berth::driver::types,
         },
     });

@@ -48,8 +48,10 @@ impl Default for SandboxLimits {
     }
 }
 
-/// Instances at once unless the operator says otherwise (`max_plugin_instances`). Each
-/// running task keeps one while its driver waits on it. Every slot is a reserved region
+/// Instances at once unless the operator says otherwise (`max_plugin_instances`). A call
+/// holds one while it runs; a running task holds one only if its driver waits in its own
+/// code instead of saying which process the task ends with (`process.task-ends-with`,
+/// which exec and raw_exec do). Every slot is a reserved region
 /// of the agent's address space, and more regions make every fork of the agent (each
 /// task start) slower: 256 slots are about 600 mappings, 1280 about 2,600.
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;

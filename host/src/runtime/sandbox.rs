@@ -131,6 +131,8 @@ pub struct PluginCtx {
     pub(crate) violations: Vec<String>,
     /// What this call spawned, recorded in the task's handle.
     pub(crate) spawned: Vec<crate::model::driver::ProcessRef>,
+    /// The process the driver said its task ends with (`process.task-ends-with`).
+    pub(crate) task_ends_with: Option<crate::model::driver::ProcessRef>,
 }
 
 impl WasiView for PluginCtx {
@@ -206,6 +208,7 @@ fn build_store(
         processes: runtime.processes().clone(),
         violations: Vec::new(),
         spawned: Vec::new(),
+        task_ends_with: None,
     };
     let mut store = Store::new(runtime.engine(), ctx);
     store.limiter(|ctx| &mut ctx.memory);
@@ -251,9 +254,9 @@ impl std::fmt::Display for Fault {
             Fault::Trap(message) => write!(f, "crashed: {message}"),
             Fault::NoInstanceSlot(limit) => write!(
                 f,
-                "could not run: no free WebAssembly instance slot ({limit}); every running \
-                 task keeps one while its driver waits on it, so raise max_plugin_instances \
-                 in the agent config"
+                "could not run: no free WebAssembly instance slot ({limit}); every call in \
+                 flight, and every running task whose driver waits on it in its own code, \
+                 holds one, so raise max_plugin_instances in the agent config"
             ),
         }
     }

@@ -35,6 +35,7 @@ fn records_survive_reopening() {
                 id: "a1/t".into(),
                 driver_state: vec![1, 2, 3],
                 spawned: Vec::new(),
+                ends_with: None,
             },
         };
         store

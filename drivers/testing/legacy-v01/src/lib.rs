@@ -6,7 +6,7 @@
 
 wit_bindgen::generate!({
     world: "berth:driver/plugin@0.1.0",
-    path: ["../../../wit/host", "../../../wit/driver-0.1"],
+    path: ["../../../wit/host-0.1.0", "../../../wit/driver-0.1"],
     generate_all,
 });
 

@@ -13,6 +13,8 @@
 //! - `huge-argv`: spawns with 100 000 arguments;
 //! - `adopt`: adopts the process `pid` (started at `start_time`) while starting a task;
 //! - `spawn-then-fail`: spawns a long `sleep` for the task, then fails the start;
+//! - `ends-with-foreign`: spawns `/bin/true`, then says the task ends with the process
+//!   `pid` (started at `start_time`) instead;
 //! - `ok`: behaves (so the host can be shown to keep serving).
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
@@ -127,6 +129,19 @@ impl Driver for Misbehave {
                     mounts: vec![],
                 })?;
                 return Err("misbehave: failing the start after a spawn".into());
+            }
+            "ends-with-foreign" => {
+                process::spawn(&SpawnRequest {
+                    argv: vec!["/bin/true".into()],
+                    env: vec![],
+                    cwd: None,
+                    isolation: Isolation::Chroot,
+                    mounts: vec![],
+                })?;
+                process::task_ends_with(process::ProcessRef {
+                    pid: behave.pid,
+                    start_time: behave.start_time,
+                })?;
             }
             "adopt" => {
                 process::adopt(process::ProcessRef {

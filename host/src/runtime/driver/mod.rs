@@ -41,6 +41,12 @@ enum CallScope {
     Recover(Vec<ProcessRef>),
 }
 
+/// What a call spawned, and which of it the driver said the task ends with.
+struct Spawned {
+    spawned: Vec<ProcessRef>,
+    ends_with: Option<ProcessRef>,
+}
+
 /// Largest driver state the host persists per task.
 pub const MAX_DRIVER_STATE: usize = 1 << 20;
 
@@ -281,7 +287,7 @@ impl Driver {
             cgroup_procs: request.cgroup_procs.clone(),
         };
         let config = wit::TaskConfig::from(request);
-        let (started, spawned) = self
+        let (started, Spawned { spawned, ends_with }) = self
             .call_recording_spawns(
                 "start-task",
                 CallScope::Start(scope),
@@ -297,6 +303,7 @@ impl Driver {
                 id: handle.id,
                 driver_state: handle.driver_state,
                 spawned,
+                ends_with,
             }),
             Err(error) => {
                 self.forget_all(&spawned);
@@ -348,7 +355,16 @@ impl Driver {
     }
 
     /// Blocks until the task exits. No wall-clock bound: only guest compute time counts.
+    ///
+    /// When the driver said which process the task ends with, the host waits for that
+    /// process itself first, holding no instance: a running task costs no slot of the
+    /// instance pool, and the driver's `wait-task` then returns at once.
     pub async fn wait_task(&self, handle: &TaskHandle) -> Result<ExitResult, DriverError> {
+        if let Some(process) = handle.ends_with {
+            // An error (a process this table no longer tracks) is the driver's to report.
+            let owner: std::sync::Arc<str> = self.info.name.as_str().into();
+            let _ = self.runtime.processes().wait(&owner, process, None).await;
+        }
         let handle = wit::TaskHandle::from(handle);
         let exit = self
             .call("wait-task", CallScope::Plain, None, async |store, b| {
@@ -442,7 +458,7 @@ impl Driver {
         scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
-    ) -> Result<(R, Vec<ProcessRef>), DriverError> {
+    ) -> Result<(R, Spawned), DriverError> {
         let span = tracing::info_span!("plugin_call", plugin = %self.info.name, function = %call);
         self.call_in_span(call, scope, wall, body)
             .instrument(span)
@@ -455,7 +471,7 @@ impl Driver {
         scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
-    ) -> Result<(R, Vec<ProcessRef>), DriverError> {
+    ) -> Result<(R, Spawned), DriverError> {
         let (task, adoptable) = match scope {
             CallScope::Plain => (None, None),
             CallScope::Start(task) => (Some(task), None),
@@ -485,6 +501,7 @@ impl Driver {
             None => Some(run.await),
         };
         let spawned = std::mem::take(&mut store.data_mut().spawned);
+        let ends_with = store.data().task_ends_with;
         let failure = match &outcome {
             None => Some(DriverError::WallTimeout {
                 driver: self.label(),
@@ -504,7 +521,7 @@ impl Driver {
             Some(Ok(_)) => None,
         };
         match (failure, outcome) {
-            (None, Some(Ok(result))) => Ok((result, spawned)),
+            (None, Some(Ok(result))) => Ok((result, Spawned { spawned, ends_with })),
             (failure, _) => {
                 // A failed call hands no process to anyone: stop tracking what it spawned
                 // (the task's cgroup ends the processes themselves).

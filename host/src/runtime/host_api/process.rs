@@ -108,6 +108,33 @@ impl Host for PluginCtx {
             .adopt(&self.plugin.name, from_wit_ref(process))
             .map_err(|e| e.to_string()))
     }
+
+    async fn task_ends_with(
+        &mut self,
+        process: ProcessRef,
+    ) -> wasmtime::Result<Result<(), String>> {
+        // The host will wait on this process for the task: only one this very start
+        // spawned, or a driver could make the host watch a process of another task.
+        let driver = self.plugin.name.to_string();
+        let process = from_wit_ref(process);
+        let refusal = if self.task.is_none() {
+            Some(SpawnRefusal::EndsWithOutsideTaskStart { driver })
+        } else if !self.spawned.contains(&process) {
+            Some(SpawnRefusal::EndsWithNotSpawned {
+                driver,
+                pid: process.pid,
+            })
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            let refusal = refusal.to_string();
+            self.violations.push(refusal.clone());
+            return Ok(Err(refusal));
+        }
+        self.task_ends_with = Some(process);
+        Ok(Ok(()))
+    }
 }
 
 /// Why the host refused a driver's spawn request. The guest gets the text; the call is
@@ -116,6 +143,16 @@ impl Host for PluginCtx {
 enum SpawnRefusal {
     #[error("driver {driver:?} may only spawn processes while starting a task")]
     OutsideTaskStart { driver: String },
+    #[error(
+        "driver {driver:?} said which process its task ends with outside start-task: only a \
+         task being started can say so"
+    )]
+    EndsWithOutsideTaskStart { driver: String },
+    #[error(
+        "driver {driver:?} said its task ends with process {pid}, which it did not spawn while \
+         starting this task"
+    )]
+    EndsWithNotSpawned { driver: String, pid: u32 },
     #[error("spawn needs a program: argv is empty")]
     EmptyArgv,
     #[error(

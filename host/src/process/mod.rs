@@ -717,59 +717,25 @@ fn start_log_collector(
         || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| fail(e.into()));
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
-    let mut command = tokio::process::Command::new(berth);
-    command
-        .arg(logmon::COMMAND)
-        .args([
-            stdout_base,
-            stderr_base,
-            spec.logs.max_files.to_string(),
-            spec.logs.max_file_size.to_string(),
-        ])
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .kill_on_drop(false);
-    let handed = [
-        stdout_read.as_raw_fd(),
-        stderr_read.as_raw_fd(),
-        dir.as_raw_fd(),
+    let args = [
+        stdout_base,
+        stderr_base,
+        spec.logs.max_files.to_string(),
+        spec.logs.max_file_size.to_string(),
     ];
-    // SAFETY: runs in the forked child before exec: close(2), fcntl(2), dup2(2) and
-    // close_range(2) on integers; no allocation, no locks.
-    unsafe {
-        command.pre_exec(move || {
-            crate::private_fds::close_in_child();
-            // Out of the way first (a source may sit on a target number), then down.
-            let mut high = [-1; 3];
-            for (slot, fd) in high.iter_mut().zip(handed) {
-                *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-                if *slot < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            let targets = [logmon::STDOUT_FD, logmon::STDERR_FD, logmon::DIR_FD];
-            for (fd, target) in high.into_iter().zip(targets) {
-                if libc::dup2(fd, target) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            cloexec_from(logmon::DIR_FD + 1)
-        });
-    }
+    let berth = berth.to_path_buf();
     // Started beside the task rather than before it, off the task's start: what the task
     // writes meanwhile waits in the pipes (64 KiB each). Reaped when it ends, after the
     // task and everything it started closed the pipes.
     let (ended, collected) = tokio::sync::oneshot::channel();
     let files = (spec.stdout.clone(), spec.stderr.clone());
     tokio::spawn(async move {
-        match command.spawn() {
-            Ok(mut collector) => {
+        let handed = [stdout_read.as_fd(), stderr_read.as_fd(), dir.as_fd()];
+        match logmon::spawn(&berth, &args, handed) {
+            Ok(pid) => {
                 // The collector has its copies now: the agent's go.
                 drop((stdout_read, stderr_read, dir));
-                let _ = collector.wait().await;
+                reap(pid).await;
             }
             Err(error) => {
                 // Never leave the task writing into a pipe nobody reads: the agent copies
@@ -793,6 +759,29 @@ fn start_log_collector(
         let _ = ended.send(());
     });
     Ok((stdout_write, stderr_write, collected))
+}
+
+/// Waits for a child this agent started outside tokio's process handling, without a
+/// thread: its pidfd turns readable when it exits, then `waitpid` collects it.
+async fn reap(pid: i32) {
+    let Some(raw) = Pid::from_raw(pid) else {
+        return;
+    };
+    if let Ok(pidfd) = rustix::process::pidfd_open(raw, PidfdFlags::NONBLOCK) {
+        // SAFETY: the AsyncFd owns the pidfd, which stays open for its whole life.
+        let registered = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+        };
+        if let Ok(watched) = registered {
+            let _ = watched.readable().await;
+        }
+    }
+    // The child has exited (or could not be watched: then this blocks a blocking-pool
+    // thread until it does, which is still correct).
+    let _ = tokio::task::spawn_blocking(move || {
+        rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::empty())
+    })
+    .await;
 }
 
 /// The `berth` binary, opened for the shim and init to execute from inside the task's

@@ -26,6 +26,7 @@ pub struct AgentProcess {
     /// A file the agent inherits open, without close-on-exec, as descriptor
     /// [`AgentProcess::INHERITED_FD`] (as a careless parent would leave it).
     inherited: Option<PathBuf>,
+    open_files_soft: Option<u64>,
 }
 
 impl AgentProcess {
@@ -74,6 +75,7 @@ impl AgentProcess {
             runs: 0,
             dev,
             inherited: None,
+            open_files_soft: None,
         }
     }
 
@@ -114,6 +116,17 @@ impl AgentProcess {
         self.inherited = Some(path.to_path_buf());
     }
 
+    /// The running agent's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the agent is running").id()
+    }
+
+    /// From the next start on, the agent starts with this soft open-files limit (the hard
+    /// one stays).
+    pub fn open_files_limit(&mut self, soft: u64) {
+        self.open_files_soft = Some(soft);
+    }
+
     /// Starts the agent and waits until its API answers.
     pub async fn start(&mut self) -> AgentSelf {
         self.runs += 1;
@@ -152,6 +165,23 @@ impl AgentProcess {
                 });
             }
             _inherited = Some(file);
+        }
+        if let Some(soft) = self.open_files_soft {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: getrlimit(2) and setrlimit(2) on a local struct, in the forked child.
+            unsafe {
+                command.pre_exec(move || {
+                    let mut limit: libc::rlimit = std::mem::zeroed();
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    limit.rlim_cur = soft.min(limit.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = command
             .stdout(log.try_clone().unwrap())

@@ -394,3 +394,54 @@ async fn a_task_gets_no_descriptor_of_the_agent_beyond_its_stdio() {
         assert!(fds[2].1.starts_with("pipe:"), "{listed}");
     }
 }
+
+/// The agent raises its own soft open-files limit to the hard one (a thousand tasks cost
+/// it a few thousand descriptors), and gives its tasks the limit it started with back:
+/// programs that use select(2) break above 1024.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_raises_its_open_files_limit_and_tasks_get_the_nodes_back() {
+    let mut agent = AgentProcess::with_config(
+        "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n",
+    );
+    agent.open_files_limit(512);
+    agent.start().await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", agent.pid())).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect();
+    assert_eq!(open_files[0], open_files[1], "{limits}");
+    assert_ne!(open_files[0], "512", "{limits}");
+    let job = format!(
+        "job \"limits\" {{\n  type = \"batch\"\n  group \"g\" {{\n{}  }}\n}}\n",
+        ["exec", "raw_exec"]
+            .map(|driver| format!(
+                "    task \"{driver}\" {{\n      driver = \"{driver}\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", \"ulimit -n\"]\n      }}\n    }}\n"
+            ))
+            .concat(),
+    );
+    let submitted = agent.submit("limits.hcl", &job).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "finished", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+    let status = agent.alloc(id).await;
+    for driver in ["exec", "raw_exec"] {
+        let said = std::fs::read_to_string(
+            status
+                .alloc_dir
+                .join(format!("alloc/logs/{driver}.stdout.0")),
+        )
+        .unwrap();
+        assert_eq!(said.trim(), "512", "{driver} task's open-files limit");
+    }
+}

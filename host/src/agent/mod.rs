@@ -253,6 +253,19 @@ impl Agent {
             store.clone(),
             options.config.csi.clone(),
         );
+        match crate::process::raise_open_files_limit() {
+            Ok((before, after)) if after > before => {
+                tracing::info!(before, after, "raised the agent's open-files limit");
+            }
+            Ok(_) => {}
+            Err(error) => notices.push(Notice {
+                level: NoticeLevel::Warning,
+                message: format!(
+                    "could not raise the agent's open-files limit ({error}): with many tasks \
+                     the agent may run out of descriptors"
+                ),
+            }),
+        }
         let cgroups = crate::cgroup::Cgroups::detect(options.config.cgroups.clone());
         let missing = cgroups.missing();
         if !missing.is_empty() {

@@ -583,6 +583,7 @@ impl SpawnPlan {
         names.push("switch to the task's user".into());
         names.push("install the seccomp filter".into());
         names.push("fork the task from its namespace's init".into());
+        names.push("give the task the node's open-files limit".into());
         names.push("mark descriptors above stderr close-on-exec".into());
         names
     }
@@ -634,8 +635,56 @@ impl SpawnPlan {
                 .map_err(|e| (index, e))?;
         }
         index += 1;
+        restore_open_files_limit().map_err(|e| (index, e))?;
+        index += 1;
         cloexec_all_but_stdio().map_err(|e| (index, e))
     }
+}
+
+/// The open-files limit the agent started with, when it raised its own.
+static NODE_OPEN_FILES_LIMIT: OnceLock<libc::rlimit> = OnceLock::new();
+
+/// Raises the agent's soft open-files limit to the hard one, as Go programs (Nomad's
+/// client among them) do at start: every running task costs the agent a few descriptors
+/// (pidfds, pipes), and the common soft limit of 1024 would cap a node below a thousand
+/// tasks. Tasks get the limit the agent started with back ([`SpawnPlan::run`]), since
+/// programs that use `select(2)` break above 1024. Returns the limits before and after.
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on a valid local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let before = limit.rlim_cur;
+        if limit.rlim_cur >= limit.rlim_max {
+            return Ok((before, before));
+        }
+        let _ = NODE_OPEN_FILES_LIMIT.set(limit);
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((before, raised.rlim_cur))
+    }
+}
+
+/// In the child: the open-files limit the agent started with, if it raised its own.
+fn restore_open_files_limit() -> io::Result<()> {
+    let Some(limit) = NODE_OPEN_FILES_LIMIT.get() else {
+        return Ok(());
+    };
+    // SAFETY: setrlimit on a valid struct; async-signal-safe.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The directory of a task's log file, opened without following a symlink at its last

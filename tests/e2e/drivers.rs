@@ -88,12 +88,14 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
 }
 
 /// A running task of a driver that waits in its own code (the mock driver sleeps through
-/// the host's timer) keeps an instance. With every slot taken, a call fails with an error
-/// that names the setting to raise, and works again once a slot is free.
+/// the host's timer) keeps an instance. With every slot taken, a call waits for one for
+/// the runtime's slot_wait, then fails with an error that names the setting to raise,
+/// and works again once a slot is free.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
     let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = 4;
+    config.slot_wait = Duration::from_millis(300);
     let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let mock = std::sync::Arc::new(support::builtin(&runtime, "mock").await);
     let task = TaskDir::new();
@@ -141,9 +143,9 @@ async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
 }
 
 /// A driver that said which process its task ends with (exec, through the SDK) leaves
-/// the waiting to the host: three times more exec tasks run than the pool has slots,
-/// no slot is held while they run, other calls find one, and each task's end still comes
-/// through its driver's wait-task.
+/// the waiting to the host: three times more exec tasks than the pool has slots start at
+/// once (the starts queue for slots), no slot is held while they run, other calls find
+/// one, and each task's end still comes through its driver's wait-task.
 #[tokio::test(flavor = "multi_thread")]
 async fn running_exec_tasks_hold_no_instance_slot() {
     const SLOTS: u32 = 4;
@@ -157,15 +159,23 @@ async fn running_exec_tasks_hold_no_instance_slot() {
             .pooling_allocator_metrics()
             .map_or(0, |m| m.component_instances())
     };
-    let task = TaskDir::new();
+    let task = std::sync::Arc::new(TaskDir::new());
+    let starts: Vec<_> = (0..SLOTS * 3)
+        .map(|index| {
+            let (exec, task) = (exec.clone(), task.clone());
+            tokio::spawn(async move {
+                let request = task.request(
+                    &format!("e{index}"),
+                    json!({"command": "/bin/sleep", "args": ["60"]}),
+                    vec![],
+                );
+                exec.start_task(&request).await
+            })
+        })
+        .collect();
     let mut running = Vec::new();
-    for index in 0..SLOTS * 3 {
-        let request = task.request(
-            &format!("e{index}"),
-            json!({"command": "/bin/sleep", "args": ["60"]}),
-            vec![],
-        );
-        let handle = exec.start_task(&request).await.unwrap();
+    for start in starts {
+        let handle = start.await.unwrap().unwrap();
         assert!(handle.ends_with.is_some(), "{handle:?}");
         let driver = exec.clone();
         let waited = handle.clone();

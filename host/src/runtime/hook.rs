@@ -344,6 +344,15 @@ impl Hook {
             isolation: crate::model::driver::FsIsolation::Chroot,
             adoptable: None,
         };
+        // Declared before the store, so it is given back after the store is gone.
+        let _slot = self
+            .runtime
+            .instance_slot()
+            .await
+            .map_err(|no_slot| HookFailure::Fault {
+                call,
+                fault: Fault::NoInstanceSlot(no_slot.to_string()),
+            })?;
         let mut store = sandbox::new_hook_store(
             &self.runtime,
             identity,

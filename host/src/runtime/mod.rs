@@ -56,6 +56,18 @@ impl Default for SandboxLimits {
 /// task start) slower: 256 slots are about 600 mappings, 1280 about 2,600.
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 
+/// How long a call waits for a slot by default. Long enough for a burst of starts to
+/// drain through the pool; short enough that a pool held by waiting tasks is reported.
+pub const DEFAULT_SLOT_WAIT: Duration = Duration::from_secs(30);
+
+/// No slot came free within the wait: the error names the setting to raise.
+#[derive(Debug, thiserror::Error)]
+#[error("maximum concurrent limit of {limit} for component instances reached, waited {waited:?}")]
+pub struct NoSlot {
+    pub limit: u32,
+    pub waited: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Where compiled components are cached; `None` compiles in memory every time.
@@ -63,6 +75,9 @@ pub struct RuntimeConfig {
     pub limits: SandboxLimits,
     /// Instances that may exist at once (pooling allocator slots).
     pub max_instances: u32,
+    /// How long a call waits for a free slot before it fails: a burst of calls (a job
+    /// of count 1,000 starting) queues for slots instead of failing past the pool size.
+    pub slot_wait: Duration,
 }
 
 impl RuntimeConfig {
@@ -71,6 +86,7 @@ impl RuntimeConfig {
             cache_dir,
             limits: SandboxLimits::default(),
             max_instances: DEFAULT_MAX_INSTANCES,
+            slot_wait: DEFAULT_SLOT_WAIT,
         }
     }
 }
@@ -93,6 +109,11 @@ struct RuntimeInner {
     limits: SandboxLimits,
     processes: Arc<ProcessTable>,
     ticker_stop: Arc<AtomicBool>,
+    /// One permit per pool slot: a call holds one from before it instantiates until its
+    /// store is gone, so the pool itself is never what refuses an instance.
+    slots: Arc<tokio::sync::Semaphore>,
+    max_instances: u32,
+    slot_wait: Duration,
 }
 
 impl Drop for RuntimeInner {
@@ -123,6 +144,9 @@ impl Runtime {
                 limits: config.limits,
                 processes,
                 ticker_stop,
+                slots: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
+                max_instances: config.max_instances,
+                slot_wait: config.slot_wait,
             }),
         })
     }
@@ -141,6 +165,21 @@ impl Runtime {
 
     pub fn processes(&self) -> &Arc<ProcessTable> {
         &self.inner.processes
+    }
+
+    /// A slot of the instance pool, for one call: waits for one to come free, at most
+    /// the configured `slot_wait`. Drop it after the call's store.
+    pub async fn instance_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, NoSlot> {
+        let slots = self.inner.slots.clone();
+        let no_slot = || NoSlot {
+            limit: self.inner.max_instances,
+            waited: self.inner.slot_wait,
+        };
+        match tokio::time::timeout(self.inner.slot_wait, slots.acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            // Closed (never: the runtime owns the semaphore) or timed out.
+            Ok(Err(_)) | Err(_) => Err(no_slot()),
+        }
     }
 }
 

@@ -236,7 +236,8 @@ pub enum Fault {
     /// A trap: a panic, an unreachable, a bad memory access. Holds what the guest last
     /// wrote to stderr (the panic message) or the trap's text.
     Trap(String),
-    /// No instance could be made: every slot of the pool is taken (wasmtime's words).
+    /// No instance could be made: every slot of the pool stayed taken for the runtime's
+    /// `slot_wait`.
     NoInstanceSlot(String),
 }
 

@@ -483,6 +483,16 @@ impl Driver {
             isolation: self.capabilities.fs_isolation,
             adoptable,
         };
+        // Declared before the store, so it is given back after the store is gone.
+        let _slot = self
+            .runtime
+            .instance_slot()
+            .await
+            .map_err(|no_slot| DriverError::Fault {
+                driver: self.label(),
+                call,
+                fault: sandbox::Fault::NoInstanceSlot(no_slot.to_string()),
+            })?;
         let mut store = sandbox::new_store(
             &self.runtime,
             identity,

@@ -363,6 +363,7 @@ impl Hook {
         .map_err(|e| HookFailure::Setup(format!("preopening {}: {e}", local_dir.display())))?;
         let run = async {
             let bindings = self.pre.instantiate_async(&mut store).await?;
+            store.data_mut().clock.restart();
             body(&mut store, &bindings).await
         };
         // Guest time is bounded by the epoch deadline; the wall-clock bound covers a

@@ -53,33 +53,97 @@ pub struct TaskScope {
     pub cgroup_procs: Vec<PathBuf>,
 }
 
-/// Guest time bookkeeping for one call.
+/// Guest time bookkeeping for one call: the CPU time the guest's thread spent running
+/// it, so that neither the host's work and waits inside the call nor a busy node count
+/// against the guest. With a thousand tasks starting on two cores, a worker thread gets
+/// a sliver of the CPU, and wall time inflated a microseconds-long start-task past its
+/// 5 s budget.
+///
+/// Time is counted in intervals between checkpoints: the start of the guest, each epoch
+/// check (the guest was running when the epoch moved, or is resuming from a yield), and
+/// the start and end of each host call that does real work or waits. An interval that
+/// began and ended on one thread counts that thread's CPU time. One that moved (a guest
+/// resumed by another worker after a yield) counts its wall time, at most
+/// [`MAX_PER_TICK`].
 #[derive(Debug)]
 pub struct CallClock {
-    started: Instant,
-    blocked: Duration,
+    /// Guest time of the closed intervals.
+    counted: Duration,
+    /// The open interval: its thread, that thread's CPU time and the wall time then.
+    open: Option<(i32, Duration, Instant)>,
     budget: Duration,
+}
+
+/// The most guest time an interval that moved between threads counts: one epoch tick,
+/// with room for the ticker thread's lateness.
+const MAX_PER_TICK: Duration = Duration::from_millis(2 * super::EPOCH_TICK.as_millis() as u64);
+
+/// The calling thread's id and CPU time.
+fn thread_cpu() -> (i32, Duration) {
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (tid, Duration::new(cpu.tv_sec as u64, cpu.tv_nsec as u32))
 }
 
 impl CallClock {
     fn new(budget: Duration) -> Self {
-        CallClock {
-            started: Instant::now(),
-            blocked: Duration::ZERO,
+        let mut clock = CallClock {
+            counted: Duration::ZERO,
+            open: None,
             budget,
-        }
+        };
+        clock.open_interval();
+        clock
     }
 
     fn guest_time(&self) -> Duration {
-        self.started.elapsed().saturating_sub(self.blocked)
+        self.counted
+    }
+
+    fn open_interval(&mut self) {
+        let (tid, cpu) = thread_cpu();
+        self.open = Some((tid, cpu, Instant::now()));
+    }
+
+    fn close_interval(&mut self) {
+        let Some((tid, cpu_then, wall_then)) = self.open.take() else {
+            return;
+        };
+        let (now_tid, cpu_now) = thread_cpu();
+        self.counted += if now_tid == tid {
+            cpu_now.saturating_sub(cpu_then)
+        } else {
+            wall_then.elapsed().min(MAX_PER_TICK)
+        };
+    }
+
+    /// At an epoch check.
+    fn epoch_check(&mut self) {
+        self.close_interval();
+        self.open_interval();
     }
 
     /// Runs a host wait without counting its time against the guest.
     pub async fn exempt<F: std::future::Future>(&mut self, wait: F) -> F::Output {
-        let started = Instant::now();
+        self.close_interval();
         let output = wait.await;
-        self.blocked += started.elapsed();
+        self.open_interval();
         output
+    }
+
+    /// Runs host work (a spawn: forks, mounts, a cgroup join) without counting its time
+    /// against the guest.
+    pub fn exempt_work<T>(&mut self, work: impl FnOnce() -> T) -> T {
+        self.close_interval();
+        let output = work();
+        self.open_interval();
+        output
+    }
+
+    /// Starts counting from now: what came before (instantiating the component) was the
+    /// host's.
+    pub fn restart(&mut self) {
+        *self = CallClock::new(self.budget);
     }
 }
 
@@ -213,8 +277,9 @@ fn build_store(
     let mut store = Store::new(runtime.engine(), ctx);
     store.limiter(|ctx| &mut ctx.memory);
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|ctx| {
-        let clock = &ctx.data().clock;
+    store.epoch_deadline_callback(|mut ctx| {
+        let clock = &mut ctx.data_mut().clock;
+        clock.epoch_check();
         if clock.guest_time() > clock.budget {
             return Err(wasmtime::Error::new(DeadlineExceeded(clock.budget)));
         }
@@ -284,5 +349,50 @@ pub fn classify(error: &wasmtime::Error, ctx: &PluginCtx) -> Fault {
     match last {
         Some(line) => Fault::Trap(line.chars().take(500).collect()),
         None => Fault::Trap(format!("{error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spin(for_at_least: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < for_at_least {
+            std::hint::black_box(0u64);
+        }
+    }
+
+    /// What the guest's thread ran counts; host work inside the call, what came before
+    /// the guest ran (instantiation), time the thread was off the CPU, and time yielded
+    /// before another thread resumed the guest do not.
+    #[test]
+    fn a_calls_clock_counts_the_guests_running_only() {
+        let mut clock = CallClock::new(Duration::from_millis(100));
+        spin(Duration::from_millis(150));
+        clock.epoch_check();
+        assert!(
+            clock.guest_time() >= Duration::from_millis(140),
+            "{clock:?}"
+        );
+        clock.restart();
+        clock.exempt_work(|| spin(Duration::from_millis(150)));
+        // Off the CPU (a busy node): not the guest's.
+        std::thread::sleep(Duration::from_millis(300));
+        clock.epoch_check();
+        assert!(clock.guest_time() < Duration::from_millis(20), "{clock:?}");
+        // Yielded, then resumed on another thread: one tick at most.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                clock.epoch_check();
+            });
+        });
+        assert!(clock.guest_time() < Duration::from_millis(40), "{clock:?}");
+        // Running, on one thread: all of it counts, and the budget runs out.
+        clock.epoch_check();
+        spin(Duration::from_millis(120));
+        clock.epoch_check();
+        assert!(clock.guest_time() > clock.budget, "{clock:?}");
     }
 }

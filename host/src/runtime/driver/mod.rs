@@ -504,6 +504,7 @@ impl Driver {
                 DriverPre::V0_2(pre) => Bindings::V0_2(pre.instantiate_async(&mut store).await?),
                 DriverPre::V0_1(pre) => Bindings::V0_1(pre.instantiate_async(&mut store).await?),
             };
+            store.data_mut().clock.restart();
             body(&mut store, &bindings).await
         };
         let outcome = match wall {

@@ -37,7 +37,8 @@ impl Host for PluginCtx {
                 return Ok(Err(refusal));
             }
         };
-        let spawned = self.processes.spawn(&self.plugin.name, &spec);
+        let (processes, owner) = (self.processes.clone(), self.plugin.name.clone());
+        let spawned = self.clock.exempt_work(|| processes.spawn(&owner, &spec));
         if let Ok(process) = &spawned {
             self.spawned.push(*process);
         }

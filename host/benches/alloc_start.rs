@@ -89,7 +89,8 @@ async fn run() {
     std::fs::create_dir_all(&source).unwrap();
     // The agent's tasks' shims re-execute its binary; so do these.
     let processes = Arc::new(
-        berth::process::ProcessTable::default().supervised_by(env!("CARGO_BIN_EXE_berth").into()),
+        berth::process::ProcessTable::default()
+            .supervised_by(env!("CARGO_BIN_EXE_berth-keeper").into()),
     );
     let runtime = Runtime::with_processes(
         RuntimeConfig::new(Some(std::env::temp_dir().join("berth-bench-cache"))),

@@ -729,3 +729,44 @@ async fn a_static_port_is_one_allocs_and_a_clash_is_refused_before_anything_stop
     let replaced = agent.submit("web.hcl", &job("web", 1, "c")).await.unwrap();
     assert_eq!(replaced.replaced, [running]);
 }
+
+/// The processes an agent runs beside a task (its shim, its init, its log collector) are
+/// the small `berth-keeper` installed beside `berth`, not copies of the agent's binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_shim_init_and_log_collector_run_berth_keeper() {
+    let mut agent = AgentProcess::new();
+    let (_, _, task) = waiter_running(&mut agent).await;
+    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let parent = |pid: u32| -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        after_name
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
+    };
+    let keeper = std::path::PathBuf::from(env!("CARGO_BIN_EXE_berth-keeper"));
+    let init = parent(task);
+    let shim = parent(init);
+    assert_eq!(parent(shim), agent.pid(), "the shim is the agent's child");
+    assert_eq!(exe(init), keeper, "the task's init");
+    assert_eq!(exe(shim), keeper, "the task's shim");
+    // The log collector: the agent's other child whose pipes the task writes into.
+    let collectors: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent(pid) == agent.pid() && pid != shim)
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .unwrap_or_default()
+                .split(|&b| b == 0)
+                .any(|arg| arg == b"__task-logmon")
+        })
+        .collect();
+    assert!(!collectors.is_empty(), "no log collector under the agent");
+    for collector in collectors {
+        assert_eq!(exe(collector), keeper, "a log collector");
+    }
+}

@@ -26,7 +26,7 @@ pub fn runtime() -> Runtime {
 pub fn processes() -> std::sync::Arc<berth::process::ProcessTable> {
     std::sync::Arc::new(
         berth::process::ProcessTable::default()
-            .supervised_by(PathBuf::from(env!("CARGO_BIN_EXE_berth"))),
+            .supervised_by(PathBuf::from(env!("CARGO_BIN_EXE_berth-keeper"))),
     )
 }
 

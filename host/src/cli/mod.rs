@@ -352,9 +352,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Exit records let an agent restarted after `kill -9` report how tasks that ended
     // meanwhile ended.
     let mut processes = ProcessTable::with_exit_records(data_dir.join("exits"));
-    // Tasks' shims re-execute this binary, so that they hold none of the agent's memory.
+    // Tasks' shims, inits and log collectors execute `berth-keeper`, installed beside
+    // this binary (or this binary itself, which answers the same hidden commands), so
+    // that they hold none of the agent's memory.
     if let Ok(berth) = std::env::current_exe() {
-        processes = processes.supervised_by(berth);
+        let keeper = berth.with_file_name("berth-keeper");
+        processes = processes.supervised_by(if keeper.is_file() { keeper } else { berth });
     }
     let mut runtime_config = RuntimeConfig::new(Some(data_dir.join("component-cache")));
     if let Some(instances) = config.max_plugin_instances {

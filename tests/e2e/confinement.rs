@@ -348,34 +348,7 @@ async fn a_task_gets_no_descriptor_of_the_agent_beyond_its_stdio() {
     agent.start().await;
     // The shell's descriptors, listed by a child (`ls`) so that the listing's own do not
     // count.
-    let list = serde_json::to_string("ls -l /proc/$$/fd").unwrap();
-    let job = format!(
-        "job \"fds\" {{\n  type = \"batch\"\n  group \"g\" {{\n{}{}  }}\n}}\n",
-        ["exec", "raw_exec"]
-            .map(|driver| format!(
-                "    task \"{driver}\" {{\n      driver = \"{driver}\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {list}]\n      }}\n    }}\n"
-            ))
-            .concat(),
-        ""
-    );
-    let submitted = agent.submit("fds.hcl", &job).await.unwrap();
-    let id = &submitted.alloc_ids[0];
-    agent
-        .wait_alloc(id, "finished", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    let status = agent.alloc(id).await;
-    for driver in ["exec", "raw_exec"] {
-        let listed = std::fs::read_to_string(
-            status
-                .alloc_dir
-                .join(format!("alloc/logs/{driver}.stdout.0")),
-        )
-        .unwrap();
+    for (driver, listed) in both_drivers_say(&agent, "fds", "ls -l /proc/$$/fd").await {
         // "lrwx------ 1 root root 64 Nov 25 10:43 1 -> /path"
         let fds: Vec<(&str, &str)> = listed
             .lines()
@@ -416,15 +389,29 @@ async fn the_agent_raises_its_open_files_limit_and_tasks_get_the_nodes_back() {
         .collect();
     assert_eq!(open_files[0], open_files[1], "{limits}");
     assert_ne!(open_files[0], "512", "{limits}");
-    let job = format!(
-        "job \"limits\" {{\n  type = \"batch\"\n  group \"g\" {{\n{}  }}\n}}\n",
-        ["exec", "raw_exec"]
-            .map(|driver| format!(
-                "    task \"{driver}\" {{\n      driver = \"{driver}\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", \"ulimit -n\"]\n      }}\n    }}\n"
-            ))
-            .concat(),
-    );
-    let submitted = agent.submit("limits.hcl", &job).await.unwrap();
+    for (driver, said) in both_drivers_say(&agent, "limits", "ulimit -n").await {
+        assert_eq!(said.trim(), "512", "{driver} task's open-files limit");
+    }
+}
+
+/// Runs `script` with `/bin/sh -c` as an exec task and as a raw_exec task of one batch
+/// job on `agent` (raw_exec enabled), and returns what each wrote to its stdout.
+async fn both_drivers_say(
+    agent: &AgentProcess,
+    job: &str,
+    script: &str,
+) -> Vec<(&'static str, String)> {
+    let script = serde_json::to_string(script).unwrap();
+    let tasks: String = ["exec", "raw_exec"]
+        .map(|driver| {
+            format!(
+                "    task \"{driver}\" {{\n      driver = \"{driver}\"\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {script}]\n      }}\n    }}\n"
+            )
+        })
+        .concat();
+    let source =
+        format!("job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n{tasks}  }}\n}}\n");
+    let submitted = agent.submit(&format!("{job}.hcl"), &source).await.unwrap();
     let id = &submitted.alloc_ids[0];
     agent
         .wait_alloc(id, "finished", |s| {
@@ -435,13 +422,13 @@ async fn the_agent_raises_its_open_files_limit_and_tasks_get_the_nodes_back() {
         })
         .await;
     let status = agent.alloc(id).await;
-    for driver in ["exec", "raw_exec"] {
-        let said = std::fs::read_to_string(
-            status
+    ["exec", "raw_exec"]
+        .into_iter()
+        .map(|driver| {
+            let log = status
                 .alloc_dir
-                .join(format!("alloc/logs/{driver}.stdout.0")),
-        )
-        .unwrap();
-        assert_eq!(said.trim(), "512", "{driver} task's open-files limit");
-    }
+                .join(format!("alloc/logs/{driver}.stdout.0"));
+            (driver, std::fs::read_to_string(log).unwrap())
+        })
+        .collect()
 }

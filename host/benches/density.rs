@@ -6,7 +6,8 @@
 //!   from creating the first alloc to the N-th task's Started event; then, with all N
 //!   running, the proportional memory (PSS) of every process berth runs for them (per
 //!   task: its shim, its init, the task itself, its log collector), the agent's own
-//!   resident memory growth, and how many WebAssembly instances are live (a running exec
+//!   resident memory (this process runs the agent's runners, drivers and state) and its
+//!   growth, and how many WebAssembly instances are live (a running exec
 //!   task holds none: the host waits on its process, not the driver). Then every alloc
 //!   is stopped and the bench checks that no process is left.
 //! - **bare**: N `sleep` processes forked and executed straight from this process, no
@@ -46,6 +47,8 @@ struct Round {
     start_all: Duration,
     pss_per_task_kib: u64,
     agent_growth_per_task_kib: u64,
+    /// The agent's (this process's) resident memory with all N running.
+    agent_rss_kib: u64,
     instances_live: u64,
 }
 
@@ -117,6 +120,7 @@ async fn run() {
     let berth_pss = pick(&berth_rounds, &|r| r.pss_per_task_kib);
     let bare_pss = pick(&bare_rounds, &|r| r.pss_per_task_kib);
     let growth = pick(&berth_rounds, &|r| r.agent_growth_per_task_kib);
+    let agent_rss = pick(&berth_rounds, &|r| r.agent_rss_kib);
     let instances = berth_rounds
         .iter()
         .map(|r| r.instances_live)
@@ -141,6 +145,10 @@ async fn run() {
     );
     println!("  bare:  memory per task (PSS)        {bare_pss:>9} KiB  (the process)");
     println!("  berth: agent growth per task (RSS)  {growth:>9} KiB");
+    println!(
+        "  berth: agent RSS with all running   {:>9} MiB",
+        agent_rss >> 10
+    );
     println!("  berth: WebAssembly instances live while all run: {instances}");
     summary("density_tasks", tasks as f64);
     summary("berth_start_all_ms", micros(berth_start) / 1e3);
@@ -152,6 +160,7 @@ async fn run() {
     summary("berth_pss_per_task_kib", berth_pss as f64);
     summary("bare_pss_per_task_kib", bare_pss as f64);
     summary("agent_rss_growth_per_task_kib", growth as f64);
+    summary("agent_rss_all_running_mib", (agent_rss >> 10) as f64);
     summary("instances_live_while_running", instances as f64);
 }
 
@@ -194,7 +203,8 @@ async fn berth_round(
     let me = std::process::id();
     let descendants = descendants_of(me);
     let pss: u64 = descendants.iter().map(|&pid| pss_kib(pid)).sum();
-    let agent_growth = resident_kib(me).saturating_sub(agent_before);
+    let agent_rss_kib = resident_kib(me);
+    let agent_growth = agent_rss_kib.saturating_sub(agent_before);
     let instances_live = runtime
         .engine()
         .pooling_allocator_metrics()
@@ -216,6 +226,7 @@ async fn berth_round(
         start_all,
         pss_per_task_kib: pss / tasks as u64,
         agent_growth_per_task_kib: agent_growth / tasks as u64,
+        agent_rss_kib,
         instances_live,
     }
 }
@@ -247,6 +258,7 @@ fn bare_round(tasks: usize) -> Round {
         start_all,
         pss_per_task_kib: pss / tasks as u64,
         agent_growth_per_task_kib: 0,
+        agent_rss_kib: 0,
         instances_live: 0,
     }
 }

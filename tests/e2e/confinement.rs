@@ -23,17 +23,7 @@ async fn run_script(
         "job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n{task_extra}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
         serde_json::to_string(script).unwrap()
     );
-    let submitted = agent.submit(&format!("{job}.hcl"), &source).await.unwrap();
-    let id = &submitted.alloc_ids[0];
-    agent
-        .wait_alloc(id, "finished", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    let status = agent.alloc(id).await;
+    let status = run_to_the_end(agent, job, &source).await;
     let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
     (status, stdout)
 }
@@ -411,17 +401,7 @@ async fn both_drivers_say(
         .concat();
     let source =
         format!("job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n{tasks}  }}\n}}\n");
-    let submitted = agent.submit(&format!("{job}.hcl"), &source).await.unwrap();
-    let id = &submitted.alloc_ids[0];
-    agent
-        .wait_alloc(id, "finished", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    let status = agent.alloc(id).await;
+    let status = run_to_the_end(agent, job, &source).await;
     ["exec", "raw_exec"]
         .into_iter()
         .map(|driver| {
@@ -431,4 +411,23 @@ async fn both_drivers_say(
             (driver, std::fs::read_to_string(log).unwrap())
         })
         .collect()
+}
+
+/// Submits `source` as `job` and waits until its (first) alloc has finished.
+async fn run_to_the_end(
+    agent: &AgentProcess,
+    job: &str,
+    source: &str,
+) -> berth::alloc_runner::AllocStatus {
+    let submitted = agent.submit(&format!("{job}.hcl"), source).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    agent
+        .wait_alloc(id, "finished", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+    agent.alloc(id).await
 }

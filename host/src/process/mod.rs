@@ -140,9 +140,9 @@ impl ProcessTable {
         }
     }
 
-    /// Tasks' shims and inits re-execute `berth` once forked, and their log collectors
-    /// run it: `berth-keeper`, or the agent's own binary, which answers the same hidden
-    /// commands.
+    /// The binary tasks' shims and inits re-execute once forked, and their log
+    /// collectors run: `berth-keeper`, or the agent's own binary, which answers the same
+    /// hidden commands.
     pub fn supervised_by(self, berth: PathBuf) -> ProcessTable {
         ProcessTable {
             supervisor: Some(berth),

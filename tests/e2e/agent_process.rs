@@ -11,6 +11,7 @@ use berth::agent::Submitted;
 use berth::alloc_runner::AllocStatus;
 use berth::api::client::{Client, ClientError};
 use berth::api::{AgentSelf, SubmitRequest};
+use berth::model::status::ClientStatus;
 
 use crate::support;
 
@@ -248,6 +249,18 @@ impl AgentProcess {
             .get(&format!("/v1/allocation/{id}"))
             .await
             .unwrap()
+    }
+
+    /// Waits until the alloc has finished (complete or failed), and returns its status.
+    pub async fn finished(&self, id: &str) -> AllocStatus {
+        self.wait_alloc(id, "finished", |s| {
+            matches!(
+                s.client_status,
+                ClientStatus::Complete | ClientStatus::Failed
+            )
+        })
+        .await;
+        self.alloc(id).await
     }
 
     /// Polls an alloc until `done` holds for it.

@@ -420,14 +420,5 @@ async fn run_to_the_end(
     source: &str,
 ) -> berth::alloc_runner::AllocStatus {
     let submitted = agent.submit(&format!("{job}.hcl"), source).await.unwrap();
-    let id = &submitted.alloc_ids[0];
-    agent
-        .wait_alloc(id, "finished", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    agent.alloc(id).await
+    agent.finished(&submitted.alloc_ids[0]).await
 }

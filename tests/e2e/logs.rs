@@ -8,18 +8,6 @@ use berth::model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 
-async fn finished(agent: &AgentProcess, id: &str) -> berth::alloc_runner::AllocStatus {
-    agent
-        .wait_alloc(id, "finished", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    agent.alloc(id).await
-}
-
 fn log_files(dir: &std::path::Path, base: &str) -> Vec<(String, u64)> {
     let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
         .unwrap()
@@ -60,7 +48,7 @@ async fn a_tasks_logs_rotate_at_max_file_size_and_keep_max_files() {
 "#;
     let submitted = agent.submit("chatty.hcl", job).await.unwrap();
     let id = &submitted.alloc_ids[0];
-    let status = finished(&agent, id).await;
+    let status = agent.finished(id).await;
     assert_eq!(status.client_status, ClientStatus::Complete);
     let logs = status.alloc_dir.join("alloc/logs");
     let files = log_files(&logs, "t.stdout.");
@@ -120,7 +108,7 @@ async fn a_task_cannot_turn_its_log_into_a_link_to_a_host_file() {
     );
     let submitted = agent.submit("liar.hcl", &job).await.unwrap();
     let id = &submitted.alloc_ids[0];
-    let status = finished(&agent, id).await;
+    let status = agent.finished(id).await;
     assert_eq!(
         status.tasks["t"].restarts, 1,
         "{:#?}",

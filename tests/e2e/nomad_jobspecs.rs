@@ -104,15 +104,7 @@ async fn job_run_evaluates_variables_locals_constraints_interpolation_and_templa
             && stderr.contains("update has no effect on a single berth node"),
         "{stderr}"
     );
-    agent
-        .wait_alloc(&id, "finished", |s| {
-            matches!(
-                s.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            )
-        })
-        .await;
-    let status = agent.alloc(&id).await;
+    let status = agent.finished(&id).await;
     let output = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
     assert_eq!(status.client_status, ClientStatus::Complete, "{output}");
     assert_eq!(

@@ -41,6 +41,29 @@ async fn a_trapping_driver_gives_its_panic_message_and_the_next_call_works() {
     driver.validate_task_config(&behave("ok")).await.unwrap();
 }
 
+/// Host waits are not a guest's time, but what it computes between them is: a guest that
+/// spins a little between many short host sleeps still runs out of its deadline (its
+/// CPU time is counted up to each host call, and again from its end).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_spinning_between_host_sleeps_is_stopped_at_its_deadline() {
+    let deadline = Duration::from_millis(300);
+    let runtime = support::strict_runtime(deadline, 64 << 20);
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let started = Instant::now();
+    let error = tokio::time::timeout(
+        Duration::from_secs(20),
+        driver.validate_task_config(&behave("spin-between-sleeps")),
+    )
+    .await
+    .expect("the guest's spinning was never counted against its deadline")
+    .unwrap_err();
+    assert!(
+        matches!(error, DriverError::Fault { fault: Fault::Deadline(d), .. } if d == deadline),
+        "{error:?} after {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_looping_driver_is_stopped_at_its_deadline_while_others_are_served() {
     let deadline = Duration::from_millis(300);

@@ -3,6 +3,7 @@
 //!
 //! - `trap`: panics (a trap) in the call;
 //! - `loop`: spins forever without yielding to the host;
+//! - `spin-between-sleeps`: spins forever, with a 1 ms host sleep after every bit of work;
 //! - `hog`: allocates memory until the host's cap stops it;
 //! - `undeclared-mounts`: passes on the mounts it was handed although it declared `none`;
 //! - `invented-mount`: same, but on a path the host never handed it (as if it were `all`);
@@ -40,6 +41,17 @@ fn misbehave(config_json: &str) -> Result<(), String> {
             let mut counter: u64 = 0;
             loop {
                 counter = std::hint::black_box(counter.wrapping_add(1));
+            }
+        }
+        "spin-between-sleeps" => {
+            // Most of its wall time in host sleeps, which are not its time; the spinning
+            // between them is, and adds up to the deadline.
+            let mut counter: u64 = 0;
+            loop {
+                for _ in 0..200_000 {
+                    counter = std::hint::black_box(counter.wrapping_add(1));
+                }
+                berth_plugin_sdk::host::timer::sleep(1);
             }
         }
         "hog" => {

@@ -159,9 +159,14 @@ async fn running_exec_tasks_hold_no_instance_slot() {
             .pooling_allocator_metrics()
             .map_or(0, |m| m.component_instances())
     };
-    let task = std::sync::Arc::new(TaskDir::new());
-    let starts: Vec<_> = (0..SLOTS * 3)
-        .map(|index| {
+    // A task dir each, as the agent gives every task: chroot spawns prepare their root.
+    let tasks: Vec<_> = (0..SLOTS * 3)
+        .map(|_| std::sync::Arc::new(TaskDir::new()))
+        .collect();
+    let starts: Vec<_> = tasks
+        .iter()
+        .enumerate()
+        .map(|(index, task)| {
             let (exec, task) = (exec.clone(), task.clone());
             tokio::spawn(async move {
                 let request = task.request(

@@ -87,7 +87,7 @@ async fn run() {
         .unwrap();
     let source = scratch.path().join("volume");
     std::fs::create_dir_all(&source).unwrap();
-    // The agent's tasks' shims re-execute its binary; so do these.
+    // The agent's tasks are started by berth-keeper; so are these.
     let processes = Arc::new(
         berth::process::ProcessTable::default()
             .supervised_by(env!("CARGO_BIN_EXE_berth-keeper").into()),

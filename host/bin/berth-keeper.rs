@@ -1,14 +1,15 @@
 //! `berth-keeper`: what runs beside every task, kept out of the agent's binary.
 //!
-//! A task's shim and init (`process::shim`) and its log collector (`process::logmon`)
-//! are executed once per task start each. From the 47 MB `berth` binary every exec paid
-//! for the dynamic loader's 60,000 relocations and about 2 MB of private memory per
-//! process; this binary holds only their code. The agent runs it from beside its own
-//! executable and falls back to `berth` itself (which still answers the same hidden
-//! commands) when it is missing.
+//! The agent starts it (with `posix_spawn`, never a fork of itself) to start a task: it
+//! runs the task's spawn plan, stays as the task's shim and init, and executes the task
+//! (`process::spawn_plan`). It is also each task's log collector (`process::logmon`).
+//! From the 47 MB `berth` binary every exec paid for the dynamic loader's 60,000
+//! relocations and about 2 MB of private memory per process; this binary holds only
+//! that code. The agent runs it from beside its own executable and falls back to
+//! `berth` itself (which answers the same hidden commands) when it is missing.
 
 fn main() -> std::process::ExitCode {
-    if let Some(never) = berth::process::shim::supervisor_main() {
+    if let Some(never) = berth::process::spawn_plan::keeper_main() {
         match never {}
     }
     if let Some(never) = berth::process::logmon::logmon_main() {

@@ -19,7 +19,6 @@ pub mod jobspec;
 pub mod model;
 pub mod mount;
 pub mod node;
-pub mod private_fds;
 pub mod process;
 pub mod runtime;
 pub mod state;

@@ -1,12 +1,12 @@
 //! The `berth` binary: everything lives in the library; see [`berth::cli`].
 
 fn main() -> std::process::ExitCode {
-    // A task's shim or init, re-executed by the agent's child (see `process::shim`):
-    // nothing of the command line below runs in it.
-    if let Some(never) = berth::process::shim::supervisor_main() {
+    // The binary answers `berth-keeper`'s hidden commands too, for an install without
+    // `berth-keeper` beside it: a task's start (`process::spawn_plan`) and its log
+    // collector (`process::logmon`). Nothing of the command line below runs in them.
+    if let Some(never) = berth::process::spawn_plan::keeper_main() {
         match never {}
     }
-    // A task's log collector (see `process::logmon`).
     if let Some(never) = berth::process::logmon::logmon_main() {
         match never {}
     }

@@ -308,9 +308,9 @@ async fn favor_dynmods_is_turned_on_once_and_a_task_still_gets_its_cgroup() {
     assert_eq!(carriers().len(), 1, "{:#?}", carriers());
 }
 
-/// The task's init re-executes `berth` and is dumpable from that `exec` until its `main`
-/// says otherwise; a task that opens `/proc/1/mem` from its first instruction must never
-/// find that window (it waits until the init is closed).
+/// The task's init (pid 1 of its namespace, with the task's credentials) is never
+/// dumpable, not even for a moment after the task exists: a task that opens `/proc/1/mem`
+/// from its first instruction never gets in.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_racing_its_init_never_opens_the_inits_memory() {
     let mut agent = AgentProcess::new();

@@ -280,34 +280,40 @@ async fn stop_task_signals_and_the_exit_reports_the_signal() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-/// Without a `berth` binary to re-execute (a table built without one), a confined
-/// task's shim and init supervise in place: exit codes and signals still come through.
+/// A task is started by `berth-keeper`. Without one, or with a program in its place that
+/// is not one (an install that lost it, a wrong path), the start fails with an error that
+/// names the keeper, and leaves nothing running.
 #[tokio::test(flavor = "multi_thread")]
-async fn shims_that_cannot_reexecute_still_supervise() {
-    let runtime = berth::runtime::Runtime::new(berth::runtime::RuntimeConfig::new(Some(
+async fn a_task_without_a_working_keeper_fails_to_start_saying_why() {
+    let without = berth::runtime::Runtime::new(berth::runtime::RuntimeConfig::new(Some(
         support::cache_dir(),
     )))
     .unwrap();
-    let exec = support::builtin(&runtime, "exec").await;
-    let task = TaskDir::new();
-    let exits = task.request(
-        "exits",
-        json!({"command": "/bin/sh", "args": ["-c", "echo in place; exit 5"]}),
-        vec![],
-    );
-    let handle = exec.start_task(&exits).await.unwrap();
-    assert_eq!(exec.wait_task(&handle).await.unwrap().exit_code, 5);
-    assert_eq!(task.read_stdout(), "in place\n");
-    let sleeps = task.request(
-        "sleeps",
-        json!({"command": "/bin/sleep", "args": ["30"]}),
-        vec![],
-    );
-    let handle = exec.start_task(&sleeps).await.unwrap();
-    exec.stop_task(&handle, Duration::from_secs(5), "SIGTERM")
-        .await
-        .unwrap();
-    assert_eq!(exec.wait_task(&handle).await.unwrap().signal, 15);
+    let not_a_keeper = berth::runtime::Runtime::with_processes(
+        berth::runtime::RuntimeConfig::new(Some(support::cache_dir())),
+        std::sync::Arc::new(
+            berth::process::ProcessTable::default().supervised_by("/bin/true".into()),
+        ),
+    )
+    .unwrap();
+    for (runtime, expected) in [
+        (&without, "no berth-keeper to start the task with"),
+        (
+            &not_a_keeper,
+            "starting the task's keeper /bin/true: it ended before it took the task",
+        ),
+    ] {
+        let exec = support::builtin(runtime, "exec").await;
+        let task = TaskDir::new();
+        let request = task.request(
+            "sleeps",
+            json!({"command": "/bin/sleep", "args": ["30"]}),
+            vec![],
+        );
+        let error = exec.start_task(&request).await.unwrap_err().to_string();
+        assert!(error.contains(expected), "{error}");
+        assert_eq!(runtime.processes().len(), 0, "{error}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

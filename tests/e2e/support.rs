@@ -22,7 +22,7 @@ pub fn runtime() -> Runtime {
     Runtime::with_processes(RuntimeConfig::new(Some(cache_dir())), processes()).unwrap()
 }
 
-/// A process table whose tasks' shims re-execute the `berth` binary, as the agent's do.
+/// A process table whose tasks are started by `berth-keeper`, as the agent's are.
 pub fn processes() -> std::sync::Arc<berth::process::ProcessTable> {
     std::sync::Arc::new(
         berth::process::ProcessTable::default()

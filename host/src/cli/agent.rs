@@ -2,7 +2,6 @@
 //! agent on the same data dir recovers them.
 
 use std::net::SocketAddr;
-use std::os::fd::AsFd as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -45,9 +44,8 @@ pub(super) async fn run(
             let listener = crate::api::bind_tcp(address)
                 .await
                 .map_err(|e| anyhow::format_err!("listening on {address}: {e}"))?;
-            let private = crate::private_fds::PrivateFd::register(listener.as_fd());
             Some((
-                (listener, private),
+                listener,
                 address,
                 open,
                 AccessPolicy::tcp(address, tokens, open),
@@ -63,7 +61,6 @@ pub(super) async fn run(
     })
     .await?;
     let socket = bind_socket(&data_dir, config.http.socket_group.as_deref())?;
-    let _socket_private = crate::private_fds::PrivateFd::register(socket.as_fd());
     println!("==> berth agent started");
     let socket_mode = match &config.http.socket_group {
         Some(group) => format!("mode 0660, group {group:?}"),
@@ -108,15 +105,9 @@ pub(super) async fn run(
             super::output::print_event(&event);
         }
     });
-    // Registered as private for as long as the listeners are served (the end of this
-    // function, past `serve`).
-    let mut _tcp_private = None;
     let listeners = Listeners {
         socket,
-        tcp: tcp.map(|((listener, private), _, _, policy)| {
-            _tcp_private = Some(private);
-            (listener, policy)
-        }),
+        tcp: tcp.map(|(listener, _, _, policy)| (listener, policy)),
     };
     let serve = crate::api::serve(listeners, agent.clone());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -1,9 +1,10 @@
 //! Mount syscalls: the only module that calls `mount(2)`.
 //!
 //! Mounts for a task are described up front as a list of [`MountStep`]s (see
-//! [`crate::process::isolation`]) and executed in the child between `fork` and `exec`,
-//! where only async-signal-safe work is allowed: every step holds its paths as
-//! [`CString`]s already, so executing one allocates nothing.
+//! [`crate::process::isolation`]), handed to the task's keeper in its spawn plan
+//! ([`crate::process::spawn_plan`]) and executed there, partly between `fork` and
+//! `exec`: every step holds its paths as [`CString`]s already, so executing one
+//! allocates nothing.
 //!
 //! [`mountinfo`] reads `/proc/<pid>/mountinfo`, which tests use to check what a task sees.
 
@@ -46,13 +47,14 @@ pub const SYSCALLS: &[i64] = &[
 ];
 
 /// One mount operation, with its paths ready for the syscall.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum MountStep {
     /// Leave the host's mount namespace: `unshare(CLONE_NEWNS)`.
     UnshareNamespace,
     /// Change propagation of `target` (and, with `REC`, of everything below it).
     SetPropagation {
         target: CString,
+        #[serde(with = "propagation_bits")]
         flags: MountPropagationFlags,
     },
     /// `mount --rbind source target`.
@@ -90,6 +92,25 @@ pub enum MountStep {
     ProtectReadOnly { target: CString },
     /// `mkdir(path)`.
     MakeDir { path: CString },
+}
+
+/// Propagation flags in a spawn plan: their bits.
+mod propagation_bits {
+    use rustix::mount::MountPropagationFlags;
+
+    pub fn serialize<S: serde::Serializer>(
+        flags: &MountPropagationFlags,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u32(flags.bits())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<MountPropagationFlags, D::Error> {
+        let bits = <u32 as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(MountPropagationFlags::from_bits_retain(bits))
+    }
 }
 
 impl MountStep {

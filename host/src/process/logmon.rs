@@ -1,4 +1,4 @@
-//! A task's log collector, as Nomad's logmon: `berth __task-logmon`, one small process
+//! A task's log collector, as Nomad's logmon: `berth-keeper __task-logmon`, one small process
 //! per task that reads the task's stdout and stderr from pipes and writes them to
 //! `<task>.stdout.<n>` / `<task>.stderr.<n>` in the alloc's `logs/`, starting a new file
 //! when one reaches `max_file_size` and deleting the oldest beyond `max_files` (Nomad's
@@ -13,10 +13,7 @@
 //!   descriptor of the directory opened by the agent, opens files with `O_NOFOLLOW` and
 //!   `O_NONBLOCK`, keeps only regular files, and skips an index it cannot use; deleting
 //!   removes names, never what a link points to.
-//!
-//! - It is started with `posix_spawn(3)` (a `vfork`-style clone), not a fork of the
-//!   agent: a fork copies the agent's page tables, a cost that grows with the agent (a
-//!   thousand tasks make it bigger), and leaves every page copy-on-write behind it.
+//! - It runs in `berth-keeper`, started without a fork of the agent ([`keeper`]).
 //!
 //! Descriptors: 3 the stdout pipe, 4 the stderr pipe, 5 the `logs/` directory; every
 //! other one above stderr is closed first thing.
@@ -29,10 +26,11 @@ use std::os::fd::{AsFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 
 use rustix::fs::{Mode, OFlags};
 
+use super::keeper;
 use crate::model::driver::LogRotation;
 
-/// The hidden command of the `berth` binary.
-pub const COMMAND: &str = "__task-logmon";
+/// The hidden command of `berth-keeper` (and of `berth`).
+pub const COMMAND: &std::ffi::CStr = c"__task-logmon";
 
 /// The descriptors the collector starts with.
 pub const STDOUT_FD: i32 = 3;
@@ -208,120 +206,23 @@ fn collect(input: OwnedFd, dir: OwnedFd, base: String, rotation: LogRotation) {
     }
 }
 
-/// Starts `berth __task-logmon` with `args` and the three descriptors at 3, 4 and 5, in a
-/// process group of its own, with stdin, stdout and stderr on `/dev/null`, no
-/// environment and default signal dispositions. Returns its pid; the caller reaps it.
+/// Starts `berth-keeper __task-logmon` with `args` and the stdout pipe, the stderr pipe
+/// and the `logs/` directory at 3, 4 and 5 ([`keeper::launch`]). Returns its pid; the
+/// caller reaps it.
 pub fn spawn(
-    berth: &std::path::Path,
+    keeper: &std::path::Path,
     args: &[String],
     handed: [BorrowedFd<'_>; 3],
 ) -> io::Result<i32> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt as _;
-    let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "NUL in an argument");
-    let program = CString::new(berth.as_os_str().as_bytes()).map_err(|_| invalid())?;
-    let mut owned = vec![
-        program.clone(),
-        CString::new(COMMAND).map_err(|_| invalid())?,
-    ];
-    for arg in args {
-        owned.push(CString::new(arg.as_str()).map_err(|_| invalid())?);
-    }
-    let mut argv: Vec<*mut libc::c_char> = owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
-    argv.push(std::ptr::null_mut());
-    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
-    // Copies above every target number first, close-on-exec in this process, so that no
-    // source sits on a target (a dup2 onto itself would keep close-on-exec) and the copies
-    // are gone in the child once it executes.
-    let mut high = Vec::with_capacity(3);
-    for fd in handed {
-        high.push(rustix::io::fcntl_dupfd_cloexec(fd, 10)?);
-    }
-    let targets = [STDOUT_FD, STDERR_FD, DIR_FD];
-    let null = c"/dev/null";
-    // SAFETY: the attribute and file-action objects are initialised before use and
-    // destroyed on every path; every pointer handed to posix_spawn (program, argv, envp,
-    // the path) outlives the call.
-    unsafe {
-        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
-        let mut attributes: libc::posix_spawnattr_t = std::mem::zeroed();
-        check(libc::posix_spawn_file_actions_init(&mut actions))?;
-        if let Err(error) = check(libc::posix_spawnattr_init(&mut attributes)) {
-            libc::posix_spawn_file_actions_destroy(&mut actions);
-            return Err(error);
-        }
-        let spawned = (|| {
-            for (fd, flags) in [
-                (0, libc::O_RDONLY),
-                (1, libc::O_WRONLY),
-                (2, libc::O_WRONLY),
-            ] {
-                check(libc::posix_spawn_file_actions_addopen(
-                    &mut actions,
-                    fd,
-                    null.as_ptr(),
-                    flags,
-                    0,
-                ))?;
-            }
-            for (fd, target) in high.iter().zip(targets) {
-                check(libc::posix_spawn_file_actions_adddup2(
-                    &mut actions,
-                    std::os::fd::AsRawFd::as_raw_fd(fd),
-                    target,
-                ))?;
-            }
-            let mut no_signals: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut no_signals);
-            let mut all_signals: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all_signals);
-            check(libc::posix_spawnattr_setsigmask(
-                &mut attributes,
-                &no_signals,
-            ))?;
-            // The agent ignores SIGPIPE; an ignored signal stays ignored across exec.
-            check(libc::posix_spawnattr_setsigdefault(
-                &mut attributes,
-                &all_signals,
-            ))?;
-            check(libc::posix_spawnattr_setpgroup(&mut attributes, 0))?;
-            let flags = libc::POSIX_SPAWN_SETPGROUP
-                | libc::POSIX_SPAWN_SETSIGMASK
-                | libc::POSIX_SPAWN_SETSIGDEF;
-            check(libc::posix_spawnattr_setflags(
-                &mut attributes,
-                flags as libc::c_short,
-            ))?;
-            let mut pid: libc::pid_t = 0;
-            check(libc::posix_spawn(
-                &mut pid,
-                program.as_ptr(),
-                &actions,
-                &attributes,
-                argv.as_ptr(),
-                envp.as_ptr(),
-            ))?;
-            Ok(pid)
-        })();
-        libc::posix_spawn_file_actions_destroy(&mut actions);
-        libc::posix_spawnattr_destroy(&mut attributes);
-        spawned
-    }
-}
-
-/// posix_spawn's functions return the error number instead of setting errno.
-fn check(code: libc::c_int) -> io::Result<()> {
-    match code {
-        0 => Ok(()),
-        code => Err(io::Error::from_raw_os_error(code)),
-    }
+    debug_assert_eq!(keeper::FIRST_HANDED_FD, STDOUT_FD);
+    keeper::launch(keeper, COMMAND, args, [None, None, None], &handed)
 }
 
 /// The entry point of `berth __task-logmon`: `Some` never returns; `None` when the
 /// process was not started as one.
 pub fn logmon_main() -> Option<Infallible> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1)?.to_str()? != COMMAND {
+    if args.get(1)?.as_encoded_bytes() != COMMAND.to_bytes() {
         return None;
     }
     let text = |index: usize| args.get(index).and_then(|a| a.to_str()).unwrap_or("");
@@ -337,14 +238,10 @@ pub fn logmon_main() -> Option<Infallible> {
         || rotation.max_files == 0
         || rotation.max_file_size == 0
     {
-        eprintln!("berth {COMMAND}: internal command, started by the agent only");
+        eprintln!("berth __task-logmon: internal command, started by the agent only");
         std::process::exit(2);
     }
-    // Whatever the agent itself inherited without close-on-exec is not the collector's.
-    // SAFETY: close_range(2) on integer arguments; nothing in this process owns them.
-    unsafe {
-        libc::syscall(libc::SYS_close_range, (DIR_FD + 1) as u32, u32::MAX, 0u32);
-    }
+    keeper::close_from(DIR_FD + 1);
     // SAFETY: the agent hands these descriptors over at exactly these numbers, and
     // nothing else in this process owns them.
     let (stdout, stderr, dir) = unsafe {

@@ -2,34 +2,29 @@
 //! chroot, a cgroup, dropped capabilities, a seccomp filter), supervise, signal, and
 //! adopt again after an agent restart.
 //!
-//! A confined spawn, in the order the child runs it (each step named in the error
-//! when it fails):
+//! The agent never forks: a task is started by `berth-keeper` ([`keeper`]), which runs
+//! the task's spawn plan ([`spawn_plan`], where the steps are drawn) and becomes its shim
+//! ([`shim`], for why a task is three processes). Every step that fails is named in the
+//! error.
 //!
-//! ```text
-//! agent ─fork─► shim: join the task's cgroup ─► unshare mount/ipc/uts/pid ─► binds,
-//!                      /dev, volumes ─► fork ─┐ (stays: forwards signals, mirrors exit)
-//!   init, pid 1: /proc ─► chroot ─► drop capabilities ─► user ─► seccomp ─► fork ─┐
-//!                                       (stays: reaps, forwards, reports the status)
-//!   task, pid 2: exec
-//! ```
-//!
-//! See [`shim`] for why a task is three processes.
-//!
-//! Reaping blocks no thread per task: own children are reaped by tokio's SIGCHLD-driven
-//! reaper, adopted processes are watched through a pidfd registered with the reactor.
-//! Every process is addressed by a [`ProcessRef`] (pid + start time), and signals go
-//! through a pidfd, so a recycled pid is never signalled by mistake.
+//! Reaping blocks no thread per task: every child and adopted process is watched
+//! through a pidfd registered with the reactor. Every process is addressed by a
+//! [`ProcessRef`] (pid + start time), and signals go through a pidfd, so a recycled pid
+//! is never signalled by mistake.
 
 pub mod confine;
 pub mod isolation;
+pub mod keeper;
 pub mod logmon;
 pub mod seccomp;
 pub mod shim;
+pub mod spawn_plan;
 pub mod users;
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, Read as _};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -40,6 +35,7 @@ use tokio::sync::watch;
 
 use crate::mount::MountStep;
 use isolation::ChrootSpec;
+use spawn_plan::{Report, SpawnPlan};
 
 pub use crate::model::driver::ProcessRef;
 
@@ -60,11 +56,10 @@ pub struct SpawnSpec {
     pub isolation: Isolation,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
-    /// With a supervisor binary, the output goes through a pipe to a log collector
-    /// (`berth __task-logmon`) that rotates the files; without one, to the files as
-    /// they are.
+    /// The output goes through pipes to a log collector (`berth-keeper
+    /// __task-logmon`) that rotates the files.
     pub logs: crate::model::driver::LogRotation,
-    /// Runs as this user: the last step before `exec` (the kernel then clears its
+    /// Runs as this user, from before the seccomp filter on (the kernel then clears its
     /// capabilities).
     pub user: Option<users::TaskUser>,
     /// The `cgroup.procs` files of the task's cgroup: the process joins them first, so
@@ -90,8 +85,10 @@ pub enum ProcessError {
     Seccomp(#[from] seccomp::FilterError),
     #[error("creating the task's exit record: {0}")]
     ExitRecord(io::Error),
-    #[error("opening {} to supervise the task: {source}", path.display())]
-    Supervisor { path: PathBuf, source: io::Error },
+    #[error("no berth-keeper to start the task with (this process table was built without one)")]
+    NoKeeper,
+    #[error("starting the task's keeper {}: {source}", path.display())]
+    Keeper { path: PathBuf, source: io::Error },
     #[error("opening the task's log file {path}: {source}")]
     LogFile { path: PathBuf, source: io::Error },
     #[error("setting up the task failed at step \"{step}\": {source}")]
@@ -126,9 +123,9 @@ pub struct ProcessTable {
     /// Where shims leave their task's exit record (`<pid>.<start time>`), for an agent
     /// that adopts the process after a restart. `None`: no records (tests, benches).
     exit_records: Option<PathBuf>,
-    /// The `berth` binary a task's shim and init re-execute (see [`shim`]). `None`: they
-    /// stay forked copies of the agent.
-    supervisor: Option<PathBuf>,
+    /// The binary that starts tasks and collects their logs ([`keeper`]). `None`: this
+    /// table cannot spawn.
+    keeper: Option<PathBuf>,
 }
 
 impl ProcessTable {
@@ -140,18 +137,21 @@ impl ProcessTable {
         }
     }
 
-    /// The binary tasks' shims and inits re-execute once forked, and their log
-    /// collectors run: `berth-keeper`, or the agent's own binary, which answers the same
-    /// hidden commands.
-    pub fn supervised_by(self, berth: PathBuf) -> ProcessTable {
+    /// The binary that starts tasks, becomes their shims and inits, and collects their
+    /// logs: `berth-keeper`, or the agent's own binary, which answers the same hidden
+    /// commands.
+    pub fn supervised_by(self, keeper: PathBuf) -> ProcessTable {
         ProcessTable {
-            supervisor: Some(berth),
+            keeper: Some(keeper),
             ..self
         }
     }
 
-    /// Spawns `spec` for driver `owner`. Must be called within a tokio runtime.
+    /// Spawns `spec` for driver `owner`: starts `berth-keeper` on the task's spawn plan
+    /// and returns once the task executes, or with the step that failed. Must be called
+    /// within a tokio runtime.
     pub fn spawn(&self, owner: &Arc<str>, spec: &SpawnSpec) -> Result<ProcessRef, ProcessError> {
+        let keeper = self.keeper.as_ref().ok_or(ProcessError::NoKeeper)?;
         let program = spec.argv.first().cloned().unwrap_or_default();
         let (before_fork, after_fork, pid_namespace) = match &spec.isolation {
             Isolation::None { cwd } => (
@@ -171,110 +171,112 @@ impl ProcessTable {
             true => Some(self.filter()?.clone()),
             false => None,
         };
+        let nul = || ProcessError::Exec {
+            program: program.clone(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a NUL byte in an argument or variable",
+            ),
+        };
+        let argv = spec
+            .argv
+            .iter()
+            .map(|arg| CString::new(arg.as_str()).map_err(|_| nul()))
+            .collect::<Result<_, _>>()?;
+        let env = spec
+            .env
+            .iter()
+            .map(|(name, value)| CString::new(format!("{name}={value}")).map_err(|_| nul()))
+            .collect::<Result<_, _>>()?;
+        let mut handed = spawn_plan::Handed::default();
+        let mut cgroup_procs = Vec::with_capacity(spec.cgroup_procs.len());
+        for path in &spec.cgroup_procs {
+            let file = File::options().write(true).open(path);
+            let file = file.map_err(|source| ProcessError::Cgroup {
+                path: path.clone(),
+                source,
+            })?;
+            cgroup_procs.push(handed.add(file.into()));
+        }
+        let pending_record = match &self.exit_records {
+            Some(dir) => Some(new_exit_record(dir).map_err(ProcessError::ExitRecord)?),
+            None => None,
+        };
+        let exit_record = pending_record
+            .as_ref()
+            .map(|(_, file)| file.try_clone().map_err(ProcessError::ExitRecord))
+            .transpose()?
+            .map(|file| handed.add(file.into()));
         let plan = SpawnPlan {
-            cgroup: spec
-                .cgroup_procs
-                .iter()
-                .map(|path| {
-                    let file = File::options().write(true).open(path);
-                    file.map(OwnedFd::from)
-                        .map_err(|source| ProcessError::Cgroup {
-                            path: path.clone(),
-                            source,
-                        })
-                })
-                .collect::<Result<_, _>>()?,
+            argv,
+            env,
+            cgroup_procs,
             before_fork,
             pid_namespace,
             after_fork,
             confine,
             user: spec.user,
             filter,
-            exit_record: None,
-            supervisor: match &self.supervisor {
-                Some(path) => Some(open_supervisor(path)?),
-                None => None,
-            },
+            exit_record,
+            open_files_limit: NODE_OPEN_FILES_LIMIT
+                .get()
+                .map(|limit| (limit.rlim_cur, limit.rlim_max)),
         };
-        let mut plan = plan;
-        let pending_record = match &self.exit_records {
-            Some(dir) => {
-                let (path, file) = new_exit_record(dir).map_err(ProcessError::ExitRecord)?;
-                plan.exit_record = Some(OwnedFd::from(file));
-                Some(path)
-            }
-            None => None,
-        };
-        let step_names = plan.step_names();
-        let (stdout, stderr, collected) = match &self.supervisor {
-            Some(berth) => {
-                let (stdout, stderr, collected) = start_log_collector(berth, spec)?;
-                (stdout, stderr, Some(collected))
-            }
-            None => (open_log(&spec.stdout)?, open_log(&spec.stderr)?, None),
-        };
-
-        let (report_read, report_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| ProcessError::Prepare(e.into()))?;
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(&spec.argv[1..])
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(std::process::Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .process_group(0)
-            .kill_on_drop(false);
-        let report_fd = report_write.as_raw_fd();
-        // SAFETY: the closure runs in the forked child before exec. It only runs the
-        // prepared plan (system calls on data built above) and `write(2)`: no
-        // allocation, no locks.
-        unsafe {
-            command.pre_exec(move || {
-                plan.run().map_err(|(index, error)| {
-                    let bytes = (index as u32).to_le_bytes();
-                    let fd = std::os::fd::BorrowedFd::borrow_raw(report_fd);
-                    let _ = rustix::io::write(fd, &bytes);
-                    error
-                })
-            });
-        }
-        let spawned = command.spawn();
-        drop(report_write);
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(source) => {
-                if let Some(path) = &pending_record {
-                    let _ = std::fs::remove_file(path);
-                }
-                let mut report = [0u8; 4];
-                let mut reader = File::from(report_read);
-                if reader.read_exact(&mut report).is_ok() {
-                    let index = u32::from_le_bytes(report) as usize;
-                    let step = step_names.get(index).cloned().unwrap_or_default();
-                    return Err(ProcessError::Setup { step, source });
-                }
-                if source.kind() == io::ErrorKind::NotFound {
-                    let source = io::Error::new(
-                        io::ErrorKind::NotFound,
-                        "no such program (paths are resolved inside the task's root)",
-                    );
-                    return Err(ProcessError::Exec { program, source });
-                }
-                return Err(ProcessError::Exec { program, source });
+        let pending_record = pending_record.map(|(path, _)| path);
+        let forget_record = || {
+            if let Some(path) = &pending_record {
+                let _ = std::fs::remove_file(path);
             }
         };
-        let pid = child.id().expect("a just-spawned child has a pid");
-        let pidfd =
-            rustix::process::pidfd_open(pid_of(pid)?, PidfdFlags::empty()).map_err(|e| {
-                ProcessError::Signal {
-                    pid,
-                    source: e.into(),
-                }
+        let (stdout, stderr, collected) = start_log_collector(keeper, spec)?;
+        let keeper_error = |source| ProcessError::Keeper {
+            path: keeper.clone(),
+            source,
+        };
+        let (pid, report) = plan
+            .launch(keeper, stdout, stderr, handed)
+            .inspect_err(|_| forget_record())
+            .map_err(keeper_error)?;
+        // The keeper is this agent's child and not reaped yet: its pid is still its own.
+        let pidfd = rustix::process::pidfd_open(pid_of(pid as u32)?, PidfdFlags::NONBLOCK)
+            .map_err(|e| ProcessError::Signal {
+                pid: pid as u32,
+                source: e.into(),
             })?;
-        let start_time = start_time(pid).map_err(|_| ProcessError::Gone(pid))?;
-        let process = ProcessRef { pid, start_time };
+        let pidfd = Arc::new(pidfd);
+        let failure = match report {
+            Report::Started => None,
+            Report::StepFailed { step, error } => Some(ProcessError::Setup {
+                step: plan.step_names().get(step).cloned().unwrap_or_default(),
+                source: error,
+            }),
+            Report::ExecFailed(source) if source.kind() == io::ErrorKind::NotFound => {
+                let source = io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no such program (paths are resolved inside the task's root)",
+                );
+                Some(ProcessError::Exec { program, source })
+            }
+            Report::ExecFailed(source) => Some(ProcessError::Exec { program, source }),
+            Report::NotAccepted => Some(keeper_error(io::Error::other(
+                "it ended before it took the task: is it berth-keeper, from this agent's build?",
+            ))),
+            Report::UnreadablePlan => Some(keeper_error(io::Error::other(
+                "it could not read the task's spawn plan: it is from another build of berth \
+                 (its own words are in the task's stderr)",
+            ))),
+        };
+        if let Some(failure) = failure {
+            forget_record();
+            // The keeper (and whatever it forked) ends by itself once a step failed.
+            tokio::spawn(wait_exit(pidfd));
+            return Err(failure);
+        }
+        let start_time = start_time(pid as u32).map_err(|_| ProcessError::Gone(pid as u32))?;
+        let process = ProcessRef {
+            pid: pid as u32,
+            start_time,
+        };
         // Named after the process now that it has a pid and start time: where the next
         // agent looks for it. The shim writes through its descriptor, renamed or not.
         let record = pending_record.and_then(|pending| {
@@ -283,39 +285,25 @@ impl ProcessTable {
             Some(named)
         });
         let (sender, exit) = watch::channel(None);
+        let watched = pidfd.clone();
         tokio::spawn(async move {
-            let waited = child.wait().await;
+            let status = wait_exit(watched).await;
             // The task's last words reach its log before its end is told: whoever reads
             // the log once the task is over gets all of it. Bounded, because a process the
             // task left behind can keep the pipe open until its cgroup is emptied, which
             // comes after this.
-            if let Some(collected) = collected {
-                let _ = tokio::time::timeout(COLLECTOR_GRACE, collected).await;
-            }
+            let _ = tokio::time::timeout(COLLECTOR_GRACE, collected).await;
             // This agent read the status itself: the record is for an agent that cannot.
             if let Some(record) = record {
                 let _ = std::fs::remove_file(record);
             }
-            let status = match waited {
-                Ok(status) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    ExitStatus {
-                        code: status.code(),
-                        signal: status.signal(),
-                    }
-                }
-                Err(_) => ExitStatus {
-                    code: None,
-                    signal: None,
-                },
-            };
             let _ = sender.send(Some(status));
         });
         self.processes.lock().unwrap().insert(
             process,
             Tracked {
                 owner: owner.clone(),
-                pidfd: Some(Arc::new(pidfd)),
+                pidfd: Some(pidfd),
                 exit,
             },
         );
@@ -499,17 +487,12 @@ fn check_owner(
     Ok(())
 }
 
-/// In a forked child, last before `exec`: every descriptor above stderr becomes
-/// close-on-exec, so the task starts with stdin, stdout and stderr only, whatever the
-/// agent inherited or opened without `O_CLOEXEC` (a jobserver pipe, a descriptor its
-/// parent leaked). Nothing is closed before the `exec`: the spawn's own error pipe stays
-/// until then. Async-signal-safe.
-fn cloexec_all_but_stdio() -> io::Result<()> {
-    cloexec_from(3)
-}
-
-/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe.
-fn cloexec_from(first: libc::c_int) -> io::Result<()> {
+/// Marks every descriptor from `first` up close-on-exec: the last step before a task's
+/// `exec`, so the task starts with stdin, stdout and stderr only, whatever the agent
+/// inherited or opened without `O_CLOEXEC` (a jobserver pipe, a descriptor its parent
+/// leaked). Nothing is closed before the `exec`: the report pipe stays until then.
+/// Async-signal-safe.
+pub(crate) fn cloexec_from(first: libc::c_int) -> io::Result<()> {
     // SAFETY: close_range(2) on integer arguments.
     let done = unsafe {
         libc::syscall(
@@ -541,106 +524,6 @@ fn cloexec_from(first: libc::c_int) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Everything the child does between `fork` and `exec`, prepared by the agent.
-struct SpawnPlan {
-    /// Open `cgroup.procs` files of the task's cgroup.
-    cgroup: Vec<OwnedFd>,
-    before_fork: Vec<MountStep>,
-    /// Fork into the pid namespace `before_fork` made ([`shim`]).
-    pid_namespace: bool,
-    after_fork: Vec<MountStep>,
-    confine: bool,
-    user: Option<users::TaskUser>,
-    filter: Option<seccomp::TaskFilter>,
-    /// The open exit record the shim writes (a shim is forked for it even without a pid
-    /// namespace).
-    exit_record: Option<OwnedFd>,
-    /// The `berth` binary the shim and init re-execute, open from before the chroot.
-    supervisor: Option<OwnedFd>,
-}
-
-impl SpawnPlan {
-    /// A shim is forked for a pid namespace, and for an exit record without one.
-    fn forks_shim(&self) -> bool {
-        self.pid_namespace || self.exit_record.is_some()
-    }
-
-    fn supervisor_fd(&self) -> std::os::fd::RawFd {
-        self.supervisor.as_ref().map_or(-1, |fd| fd.as_raw_fd())
-    }
-
-    /// The names of the steps [`SpawnPlan::run`] counts, for errors.
-    fn step_names(&self) -> Vec<String> {
-        let mut names = vec!["join the task's cgroup".to_string()];
-        names.extend(self.before_fork.iter().map(ToString::to_string));
-        names.push(if self.pid_namespace {
-            "fork into the pid namespace".into()
-        } else {
-            "fork the task's shim".into()
-        });
-        names.extend(self.after_fork.iter().map(ToString::to_string));
-        names.push("drop capabilities and set no_new_privs".into());
-        names.push("switch to the task's user".into());
-        names.push("install the seccomp filter".into());
-        names.push("fork the task from its namespace's init".into());
-        names.push("give the task the node's open-files limit".into());
-        names.push("mark descriptors above stderr close-on-exec".into());
-        names
-    }
-
-    /// Runs in the child. On failure, the index of the failed step in
-    /// [`SpawnPlan::step_names`]. Async-signal-safe.
-    fn run(&self) -> Result<(), (usize, io::Error)> {
-        crate::private_fds::close_in_child();
-        for fd in &self.cgroup {
-            // "0" is the writing process.
-            rustix::io::write(fd, b"0").map_err(|e| (0, e.into()))?;
-        }
-        let mut index = 1;
-        for step in &self.before_fork {
-            step.execute().map_err(|e| (index, e))?;
-            index += 1;
-        }
-        if self.forks_shim() {
-            let record = self.exit_record.as_ref().map_or(-1, |fd| fd.as_raw_fd());
-            // SAFETY: between fork and exec, one thread; with a pid namespace, after
-            // unsharing it (the first steps of `before_fork`).
-            unsafe { shim::fork(shim::Role::Shim { record }, self.supervisor_fd()) }
-                .map_err(|e| (index, e))?;
-        }
-        index += 1;
-        for step in &self.after_fork {
-            step.execute().map_err(|e| (index, e))?;
-            index += 1;
-        }
-        if self.confine {
-            confine::drop_privileges().map_err(|e| (index, e))?;
-        }
-        index += 1;
-        if let Some(user) = self.user {
-            confine::become_user(user).map_err(|e| (index, e))?;
-            if self.forks_shim() {
-                // Changing user cleared the parent-death signal: set it again.
-                shim::die_with_parent().map_err(|e| (index, e))?;
-            }
-        }
-        index += 1;
-        if let Some(filter) = &self.filter {
-            filter.install().map_err(|e| (index, e))?;
-        }
-        index += 1;
-        if self.pid_namespace {
-            // SAFETY: between fork and exec, one thread, pid 1 of the namespace.
-            unsafe { shim::fork(shim::Role::Init, self.supervisor_fd()) }
-                .map_err(|e| (index, e))?;
-        }
-        index += 1;
-        restore_open_files_limit().map_err(|e| (index, e))?;
-        index += 1;
-        cloexec_all_but_stdio().map_err(|e| (index, e))
-    }
 }
 
 /// The open-files limit the agent started with, when it raised its own.
@@ -677,18 +560,6 @@ pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
     }
 }
 
-/// In the child: the open-files limit the agent started with, if it raised its own.
-fn restore_open_files_limit() -> io::Result<()> {
-    let Some(limit) = NODE_OPEN_FILES_LIMIT.get() else {
-        return Ok(());
-    };
-    // SAFETY: setrlimit on a valid struct; async-signal-safe.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The directory of a task's log file, opened without following a symlink at its last
 /// component: the task can write into the shared alloc dir that holds it.
 fn open_log_dir(log_file: &Path) -> io::Result<OwnedFd> {
@@ -713,7 +584,7 @@ fn open_log_dir(log_file: &Path) -> io::Result<OwnedFd> {
 }
 
 /// A task's log file, opened for appending without following a symlink the task may
-/// have put in its place (without a log collector: tests and benches).
+/// have put in its place (when its log collector could not be started).
 fn open_log(path: &Path) -> Result<OwnedFd, ProcessError> {
     let fail = |source| ProcessError::LogFile {
         path: path.to_path_buf(),
@@ -742,7 +613,7 @@ type Collected = tokio::sync::oneshot::Receiver<()>;
 /// Starts the task's log collector (`berth __task-logmon`, see [`logmon`]): the write
 /// ends of its stdout and stderr pipes are what the task gets.
 fn start_log_collector(
-    berth: &Path,
+    keeper: &Path,
     spec: &SpawnSpec,
 ) -> Result<(OwnedFd, OwnedFd, Collected), ProcessError> {
     let fail = |source| ProcessError::LogFile {
@@ -774,7 +645,7 @@ fn start_log_collector(
         spec.logs.max_files.to_string(),
         spec.logs.max_file_size.to_string(),
     ];
-    let berth = berth.to_path_buf();
+    let keeper = keeper.to_path_buf();
     // Started beside the task rather than before it, off the task's start: what the task
     // writes meanwhile waits in the pipes (64 KiB each). Reaped when it ends, after the
     // task and everything it started closed the pipes.
@@ -782,7 +653,7 @@ fn start_log_collector(
     let files = (spec.stdout.clone(), spec.stderr.clone());
     tokio::spawn(async move {
         let handed = [stdout_read.as_fd(), stderr_read.as_fd(), dir.as_fd()];
-        match logmon::spawn(&berth, &args, handed) {
+        match logmon::spawn(&keeper, &args, handed) {
             Ok(pid) => {
                 // The collector has its copies now: the agent's go.
                 drop((stdout_read, stderr_read, dir));
@@ -812,41 +683,63 @@ fn start_log_collector(
     Ok((stdout_write, stderr_write, collected))
 }
 
-/// Waits for a child this agent started outside tokio's process handling, without a
-/// thread: its pidfd turns readable when it exits, then `waitpid` collects it.
+/// Waits for a child of this agent (the keeper of a task or of its log collector) to
+/// exit and collects it, without a thread: its pidfd turns readable when it exits.
+async fn wait_exit(pidfd: Arc<OwnedFd>) -> ExitStatus {
+    use rustix::process::{WaitId, WaitIdOptions};
+    // SAFETY: `DupFd` holds the Arc'd pidfd, so the descriptor stays open and the same
+    // for the AsyncFd's whole life.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            DupFd(pidfd.clone()),
+            tokio::io::Interest::READABLE,
+        )
+    };
+    if let Ok(watched) = registered {
+        let _ = watched.readable().await;
+        drop(watched);
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG;
+        if let Ok(Some(status)) = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options) {
+            return exit_status(&status);
+        }
+    }
+    // Not watchable, or not exited after all: wait on the blocking pool.
+    let waited = tokio::task::spawn_blocking(move || {
+        rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED)
+    })
+    .await;
+    match waited {
+        Ok(Ok(Some(status))) => exit_status(&status),
+        _ => ExitStatus {
+            code: None,
+            signal: None,
+        },
+    }
+}
+
+fn exit_status(status: &rustix::process::WaitIdStatus) -> ExitStatus {
+    ExitStatus {
+        code: status.exit_status(),
+        signal: status.terminating_signal(),
+    }
+}
+
+/// Collects a child of this agent once it exits (see [`wait_exit`]).
 async fn reap(pid: i32) {
     let Some(raw) = Pid::from_raw(pid) else {
         return;
     };
-    if let Ok(pidfd) = rustix::process::pidfd_open(raw, PidfdFlags::NONBLOCK) {
-        // SAFETY: the AsyncFd owns the pidfd, which stays open for its whole life.
-        let registered = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
-        };
-        if let Ok(watched) = registered {
-            let _ = watched.readable().await;
+    match rustix::process::pidfd_open(raw, PidfdFlags::NONBLOCK) {
+        Ok(pidfd) => {
+            wait_exit(Arc::new(pidfd)).await;
+        }
+        Err(_) => {
+            let _ = tokio::task::spawn_blocking(move || {
+                rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::empty())
+            })
+            .await;
         }
     }
-    // The child has exited (or could not be watched: then this blocks a blocking-pool
-    // thread until it does, which is still correct).
-    let _ = tokio::task::spawn_blocking(move || {
-        rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::empty())
-    })
-    .await;
-}
-
-/// The `berth` binary, opened for the shim and init to execute from inside the task's
-/// root (where its path does not exist).
-fn open_supervisor(path: &Path) -> Result<OwnedFd, ProcessError> {
-    rustix::fs::open(
-        path,
-        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| ProcessError::Supervisor {
-        path: path.to_path_buf(),
-        source: e.into(),
-    })
 }
 
 /// A new, empty exit record in `dir` (made 0700 when missing), open for the shim.

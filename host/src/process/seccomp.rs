@@ -15,8 +15,9 @@
 //! - `ptrace` except `PTRACE_TRACEME`: a process can be traced only by the parent it
 //!   asked (a debugger that starts its program), never attached to.
 //!
-//! The filter is compiled in the agent (it allocates) and installed by the task's process
-//! as the very last step before `exec`, after `no_new_privs`.
+//! The filter is compiled once in the agent, handed to each task's keeper in its spawn
+//! plan, and installed by the task's init before it forks the task, after
+//! `no_new_privs`.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -71,9 +72,39 @@ const CLONE_NEW_FLAGS: &[u64] = &[
 ];
 
 /// The compiled filters, installed in order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TaskFilter {
+    #[serde(with = "instructions")]
     programs: Vec<BpfProgram>,
+}
+
+/// BPF programs in a spawn plan: each instruction's four fields.
+mod instructions {
+    use seccompiler::{BpfProgram, sock_filter};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    type Fields = (u16, u8, u8, u32);
+
+    pub fn serialize<S: Serializer>(programs: &[BpfProgram], to: S) -> Result<S::Ok, S::Error> {
+        let fields: Vec<Vec<Fields>> = programs
+            .iter()
+            .map(|program| program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+            .collect();
+        fields.serialize(to)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Vec<BpfProgram>, D::Error> {
+        let fields = Vec::<Vec<Fields>>::deserialize(from)?;
+        Ok(fields
+            .into_iter()
+            .map(|program| {
+                program
+                    .into_iter()
+                    .map(|(code, jt, jf, k)| sock_filter { code, jt, jf, k })
+                    .collect()
+            })
+            .collect())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +161,7 @@ impl TaskFilter {
     }
 
     /// Installs the filters on the calling thread. Async-signal-safe (one `prctl` and one
-    /// `seccomp` call per program, no allocation): runs between `fork` and `exec`.
+    /// `seccomp` call per program, no allocation).
     pub fn install(&self) -> io::Result<()> {
         for program in &self.programs {
             seccompiler::apply_filter(program).map_err(|_| io::Error::last_os_error())?;
@@ -148,5 +179,19 @@ mod tests {
         let filter = TaskFilter::compile().unwrap();
         assert_eq!(filter.programs.len(), 2);
         assert!(filter.programs.iter().all(|p| !p.is_empty()));
+    }
+
+    #[test]
+    fn reaches_the_keeper_instruction_for_instruction() {
+        let filter = TaskFilter::compile().unwrap();
+        let bytes = postcard::to_allocvec(&filter).unwrap();
+        let read: TaskFilter = postcard::from_bytes(&bytes).unwrap();
+        let fields = |f: &TaskFilter| -> Vec<Vec<(u16, u8, u8, u32)>> {
+            f.programs
+                .iter()
+                .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+                .collect()
+        };
+        assert_eq!(fields(&read), fields(&filter));
     }
 }

@@ -3,10 +3,12 @@
 //! `unshare(CLONE_NEWPID)` puts only the caller's *future children* in the new
 //! namespace, and the first of them is the namespace's pid 1, which the kernel treats
 //! as an init: a signal it has no handler for is dropped. So a confined task is three
-//! processes, all forked from the agent's child before `exec`:
+//! processes, the first two `berth-keeper` running the task's spawn plan
+//! ([`super::spawn_plan`]):
 //!
 //! ```text
-//! agent ─► shim (agent's pid namespace) ─► init (pid 1) ─► task (pid 2, exec)
+//! agent ─posix_spawn─► shim (keeper, agent's pid namespace) ─fork─► init (pid 1)
+//!   ─fork─► task (pid 2, exec)
 //! ```
 //!
 //! - The **shim** is what the agent tracks (pidfd, reaping, exit status, adoption after
@@ -18,27 +20,19 @@
 //!   signal, so the driver reads the task's own status.
 //! - Each child gets SIGKILL when its parent dies (`PR_SET_PDEATHSIG`), and when the
 //!   init dies the kernel kills every process left in the namespace: SIGKILL to the
-//!   shim, after a task's kill timeout, takes everything with it.
+//!   shim, after a task's kill timeout, takes everything with it. The shim itself does
+//!   not die with the agent.
 //!
 //! The shim also writes the task's exit status and time to an **exit record** (a file
 //! the agent opened for it): a shim outlives an agent killed with `kill -9`, and the
 //! next agent, no longer its parent, reads there how the task ended. For that, an
 //! unconfined task (no pid namespace) gets a shim too, without the init.
 //!
-//! Forked from the agent, the shim and the init would share every page of its memory,
-//! and pin an old copy of each page the agent writes afterwards, for as long as the
-//! task runs. So, once it has forked its child, each **re-executes the `berth`
-//! binary** (`berth __task-shim` / `berth __task-init`, through a descriptor opened
-//! before the chroot) and carries on as a small process of its own. Without a binary to
-//! run (a table built without one), they stay forked copies, made non-dumpable so that
-//! the task, which can see the init, can neither read its memory nor attach to it.
-//! Everything before the re-exec runs between `fork` and `exec` in a copy of a
-//! threaded process: raw system calls only, no allocation.
-//!
-//! A re-executed image is dumpable until its `main` says otherwise, and the task can see
-//! the init (pid 1 of its namespace, with the task's own credentials): in that moment
-//! `/proc/1/mem` would open for it. So the task waits, before its `exec`, until the init
-//! says it is non-dumpable again (a byte on a pipe: the *ready* pipe).
+//! The task can see the init (pid 1 of its namespace, with the task's own credentials),
+//! so the init must never be dumpable, or `/proc/1/mem` would open for the task. Each
+//! supervisor makes itself non-dumpable before it forks, never executes anything
+//! afterwards (an `exec` would make it dumpable again), and the task is forked only
+//! after that.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -114,16 +108,18 @@ impl ExitRecord {
     }
 }
 
-/// Forks. Returns `Ok` in the child; the caller becomes `role` and never returns: it
-/// re-executes `program` (an open `berth` binary; -1: none) as a supervisor, or
-/// supervises in place when it cannot.
+/// Forks. Returns `Ok` in the child; the caller becomes `role`, supervises its child and
+/// never returns.
 ///
 /// # Safety
-/// Only between `fork` and `exec`, in a process with one thread; `Role::Shim` after
-/// `unshare(CLONE_NEWPID)`, `Role::Init` in the child that returned from the shim's.
-pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
+/// Only in a process with one thread; `Role::Shim` after `unshare(CLONE_NEWPID)` when the
+/// child is to be the namespace's init, `Role::Init` in the child that returned from the
+/// shim's.
+pub unsafe fn fork(role: Role) -> io::Result<()> {
     // SAFETY (whole function): plain system calls on valid pointers to local data.
     unsafe {
+        // Before the fork, so the child (and the task, forked from the init) is never
+        // in a moment where the supervisor above it is dumpable.
         if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -131,10 +127,6 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
         if matches!(role, Role::Shim { .. })
             && libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0
         {
-            return Err(io::Error::last_os_error());
-        }
-        let mut ready_pipe: [libc::c_int; 2] = [-1, -1];
-        if role == Role::Init && libc::pipe2(ready_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return Err(io::Error::last_os_error());
         }
         // Every signal blocked across the fork: none reaches the parent before its
@@ -159,164 +151,15 @@ pub unsafe fn fork(role: Role, program: RawFd) -> io::Result<()> {
             }
             die_with_parent()?;
             libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
-            if role == Role::Init {
-                // The task: not one instruction of its own until the init is closed.
-                libc::close(ready_pipe[1]);
-                let mut byte = [0u8; 1];
-                let read = loop {
-                    let n = libc::read(ready_pipe[0], byte.as_mut_ptr().cast(), 1);
-                    if n >= 0 || *libc::__errno_location() != libc::EINTR {
-                        break n;
-                    }
-                };
-                libc::close(ready_pipe[0]);
-                if read != 1 {
-                    return Err(io::Error::other(
-                        "the task's init ended before it was ready",
-                    ));
-                }
-            }
             return Ok(());
         }
-        if role == Role::Init {
-            libc::close(ready_pipe[0]);
-        }
-        let ready_to = ready_pipe[1];
-        let (name, status_from, status_to, record) = match role {
+        let (status_from, status_to, record) = match role {
             Role::Shim { record } => {
                 libc::close(status_pipe[1]);
-                (SHIM_COMMAND, status_pipe[0], -1, record)
+                (status_pipe[0], -1, record)
             }
-            Role::Init => (
-                INIT_COMMAND,
-                -1,
-                REPORT_STATUS_TO.load(Ordering::Relaxed),
-                -1,
-            ),
+            Role::Init => (-1, REPORT_STATUS_TO.load(Ordering::Relaxed), -1),
         };
-        if program >= 0 {
-            // First let go of what belongs to the task, above all the pipe on which the
-            // agent waits for the task's `exec`: the agent need not wait for this one.
-            close_all_but([status_from, status_to, record, program, ready_to]);
-            reexec(
-                program,
-                name,
-                [child, status_from, status_to, record, ready_to],
-            );
-        }
-        // A forked copy stays non-dumpable (set above, before the fork).
-        signal_ready(ready_to);
-        supervise(child, status_from, status_to, record)
-    }
-}
-
-/// The hidden commands of the `berth` binary that run a supervisor.
-const SHIM_COMMAND: &std::ffi::CStr = c"__task-shim";
-const INIT_COMMAND: &std::ffi::CStr = c"__task-init";
-
-/// Tells the task its init is non-dumpable (`ready_to` -1: nobody waits).
-fn signal_ready(ready_to: RawFd) {
-    if ready_to >= 0 {
-        // SAFETY: write and close on a descriptor this process owns.
-        unsafe {
-            libc::write(ready_to, [1u8].as_ptr().cast(), 1);
-            libc::close(ready_to);
-        }
-    }
-}
-
-/// Executes `program` as `berth <name> <child> <status-from> <status-to> <record>
-/// <ready-to>`, keeping those descriptors open. Returns only if the exec failed.
-unsafe fn reexec(program: RawFd, name: &std::ffi::CStr, numbers: [libc::c_int; 5]) {
-    // SAFETY (whole function): plain system calls on valid pointers to local data.
-    unsafe {
-        for fd in &numbers[1..] {
-            if *fd >= 0 {
-                libc::fcntl(*fd, libc::F_SETFD, 0);
-            }
-        }
-        let mut texts = [[0u8; 16]; 5];
-        for (text, number) in texts.iter_mut().zip(numbers) {
-            write_decimal(text, number);
-        }
-        let argv: [*const libc::c_char; 8] = [
-            c"berth".as_ptr(),
-            name.as_ptr(),
-            texts[0].as_ptr().cast(),
-            texts[1].as_ptr().cast(),
-            texts[2].as_ptr().cast(),
-            texts[3].as_ptr().cast(),
-            texts[4].as_ptr().cast(),
-            std::ptr::null(),
-        ];
-        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-        libc::syscall(
-            libc::SYS_execveat,
-            program,
-            c"".as_ptr(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-            libc::AT_EMPTY_PATH,
-        );
-    }
-}
-
-/// Writes `number` in decimal, NUL-terminated, without allocating.
-fn write_decimal(out: &mut [u8; 16], number: libc::c_int) {
-    let mut digits = [0u8; 12];
-    let mut value = i64::from(number).unsigned_abs();
-    let mut count = 0;
-    loop {
-        digits[count] = b'0' + (value % 10) as u8;
-        value /= 10;
-        count += 1;
-        if value == 0 {
-            break;
-        }
-    }
-    let mut at = 0;
-    if number < 0 {
-        out[0] = b'-';
-        at = 1;
-    }
-    for digit in digits[..count].iter().rev() {
-        out[at] = *digit;
-        at += 1;
-    }
-    out[at] = 0;
-}
-
-/// The entry point of a re-executed supervisor: `Some` never returns. `None` when the
-/// process was not started as one (the normal `berth` command line).
-pub fn supervisor_main() -> Option<std::convert::Infallible> {
-    use std::os::unix::ffi::OsStrExt;
-    // Not `args()`: it panics on a command line that is not UTF-8, which is the CLI's
-    // to refuse politely.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let role = args.get(1)?.as_bytes();
-    if role != INIT_COMMAND.to_bytes() && role != SHIM_COMMAND.to_bytes() {
-        return None;
-    }
-    let number = |index: usize| -> libc::c_int {
-        args.get(index)
-            .and_then(|text| text.to_str()?.parse().ok())
-            .unwrap_or(-1)
-    };
-    let (child, status_from, status_to, record) = (number(2), number(3), number(4), number(5));
-    let ready_to = number(6);
-    if child <= 0 {
-        eprintln!(
-            "berth {}: internal command, started by the agent only",
-            String::from_utf8_lossy(role)
-        );
-        std::process::exit(2);
-    }
-    // SAFETY: plain system calls; this process has one thread.
-    unsafe {
-        // A re-executed image is dumpable again: the task can see the init, and waits
-        // for this before it runs.
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        signal_ready(ready_to);
         supervise(child, status_from, status_to, record)
     }
 }
@@ -364,8 +207,8 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd, re
     // SAFETY (whole function): plain system calls on valid pointers to local data.
     unsafe {
         CHILD.store(child, Ordering::Relaxed);
-        // What the agent's copy left open (among it the pipe that tells the agent whether
-        // `exec` succeeded) belongs to the task now.
+        // What the keeper was handed (among it the pipe that tells the agent whether the
+        // task's `exec` succeeded, and the task's cgroup files) is not the supervisor's.
         close_all_but([status_from, status_to, record]);
         let no_core = libc::rlimit {
             rlim_cur: 0,
@@ -424,19 +267,6 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd, re
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn writes_decimals_without_allocating() {
-        let mut out = [0xffu8; 16];
-        for (number, text) in [(0, "0"), (7, "7"), (-1, "-1"), (2147483647, "2147483647")] {
-            write_decimal(&mut out, number);
-            let end = out.iter().position(|b| *b == 0).unwrap();
-            assert_eq!(std::str::from_utf8(&out[..end]).unwrap(), text);
-        }
-        write_decimal(&mut out, i32::MIN);
-        let end = out.iter().position(|b| *b == 0).unwrap();
-        assert_eq!(std::str::from_utf8(&out[..end]).unwrap(), "-2147483648");
-    }
 
     #[test]
     fn exit_records_read_back_codes_and_signals() {

@@ -13,7 +13,6 @@
 //! aside (kept, with a name that says why) and the agent starts with empty state.
 
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -25,7 +24,6 @@ use crate::jobspec::eval::VariableInputs;
 use crate::model::driver::TaskHandle;
 use crate::model::events::TaskState;
 use crate::model::status::{ClientStatus, DesiredStatus};
-use crate::private_fds::PrivateFd;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
@@ -192,8 +190,6 @@ impl std::fmt::Display for Unreadable {
 }
 
 pub struct StateStore {
-    /// Before `db`: unregistered before the file closes.
-    _private: Option<PrivateFd>,
     db: Database,
     path: Option<PathBuf>,
 }
@@ -219,7 +215,7 @@ impl StateStore {
         } else {
             OpenOutcome::Created
         };
-        let (db, private) = match create_database(path) {
+        let db = match Database::create(path) {
             Ok(created) => created,
             Err(error) => match unreadable_file(&error) {
                 None => return Err(open_error(path, &error)),
@@ -237,12 +233,11 @@ impl StateStore {
                         path: path.to_path_buf(),
                         message: format!("creating a new state file (mode 0600): {e}"),
                     })?;
-                    create_database(path).map_err(|e| open_error(path, &e))?
+                    Database::create(path).map_err(|e| open_error(path, &e))?
                 }
             },
         };
         let store = StateStore {
-            _private: Some(private),
             db,
             path: Some(path.to_path_buf()),
         };
@@ -256,11 +251,7 @@ impl StateStore {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .expect("an in-memory database always opens");
-        let store = StateStore {
-            _private: None,
-            db,
-            path: None,
-        };
+        let store = StateStore { db, path: None };
         store
             .init()
             .expect("an in-memory database always initialises");
@@ -676,24 +667,6 @@ fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
         }
         Err(e) => Err(e),
     }
-}
-
-/// `Database::create`, on a file this module opened: its descriptor is registered as the
-/// agent's alone, so that no forked child keeps the file (and its lock) open.
-fn create_database(path: &Path) -> Result<(Database, PrivateFd), redb::DatabaseError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    let raw = file.as_raw_fd();
-    let db = Database::builder().create_with_backend(redb::backends::FileBackend::new(file)?)?;
-    // Registered once the database holds the file, so never while it could be closed.
-    // SAFETY: `raw` is the file `db` owns and keeps open until it is dropped, after the
-    // guard (the store's field order).
-    let private = PrivateFd::register(unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) });
-    Ok((db, private))
 }
 
 fn write_error(error: impl std::fmt::Display) -> StateError {

@@ -316,6 +316,52 @@ async fn a_task_without_a_working_keeper_fails_to_start_saying_why() {
     }
 }
 
+/// A task's keeper reports how far it got: a start that fails names the step that
+/// failed, or the program that is not in the task's root, and leaves no process behind
+/// (keeper, shim, init and task end with the failure and are collected).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_spawn_names_its_step_or_program_and_leaves_no_process() {
+    let runtime = support::runtime();
+    let exec = support::builtin(&runtime, "exec").await;
+    let missing_volume = TaskDir::new();
+    let gone = missing_volume.path().join("removed-before-the-start");
+    let missing_program = TaskDir::new();
+    let cases = [
+        (
+            &missing_volume,
+            missing_volume.request(
+                "volume",
+                json!({"command": "/bin/true"}),
+                vec![mount(&gone, "/data", false, Propagation::Private)],
+            ),
+            format!(
+                "setting up the task failed at step \"bind {} to ",
+                gone.display()
+            ),
+        ),
+        (
+            &missing_program,
+            missing_program.request("program", json!({"command": "no-such-program"}), vec![]),
+            "starting \"no-such-program\": no such program (paths are resolved inside the \
+             task's root)"
+                .to_string(),
+        ),
+    ];
+    for (task, request, expected) in cases {
+        let error = exec.start_task(&request).await.unwrap_err().to_string();
+        assert!(error.contains(&expected), "{error}");
+        assert_eq!(runtime.processes().len(), 0, "{error}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !support::processes_rooted_under(task.path()).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "a process of the failed start is left"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     let task = TaskDir::new();

@@ -237,13 +237,23 @@ impl ProcessTable {
             .launch(keeper, stdout, stderr, handed)
             .inspect_err(|_| forget_record())
             .map_err(keeper_error)?;
-        // The keeper is this agent's child and not reaped yet: its pid is still its own.
-        let pidfd = rustix::process::pidfd_open(pid_of(pid as u32)?, PidfdFlags::NONBLOCK)
-            .map_err(|e| ProcessError::Signal {
-                pid: pid as u32,
-                source: e.into(),
-            })?;
-        let pidfd = Arc::new(pidfd);
+        // The keeper is this agent's child and not collected yet: its pid is still its
+        // own, for its pidfd and its start time.
+        let raw_pid = pid_of(pid as u32)?;
+        let watched = rustix::process::pidfd_open(raw_pid, PidfdFlags::NONBLOCK)
+            .map_err(io::Error::from)
+            .and_then(|pidfd| Ok((Arc::new(pidfd), start_time(pid as u32)?)));
+        let (pidfd, start_time) = match watched {
+            Ok(watched) => watched,
+            Err(source) => {
+                // Not trackable (out of descriptors, say): it must not run untracked.
+                forget_record();
+                let _ = rustix::process::kill_process(raw_pid, Signal::KILL);
+                tokio::spawn(wait_exit(raw_pid, None));
+                let why = format!("tracking it (pid {pid}): {source}");
+                return Err(keeper_error(io::Error::new(source.kind(), why)));
+            }
+        };
         let failure = match report {
             Report::Started => None,
             Report::StepFailed { step, error } => Some(ProcessError::Setup {
@@ -269,10 +279,9 @@ impl ProcessTable {
         if let Some(failure) = failure {
             forget_record();
             // The keeper (and whatever it forked) ends by itself once a step failed.
-            tokio::spawn(wait_exit(pidfd));
+            tokio::spawn(wait_exit(raw_pid, Some(pidfd)));
             return Err(failure);
         }
-        let start_time = start_time(pid as u32).map_err(|_| ProcessError::Gone(pid as u32))?;
         let process = ProcessRef {
             pid: pid as u32,
             start_time,
@@ -287,7 +296,7 @@ impl ProcessTable {
         let (sender, exit) = watch::channel(None);
         let watched = pidfd.clone();
         tokio::spawn(async move {
-            let status = wait_exit(watched).await;
+            let status = wait_exit(raw_pid, Some(watched)).await;
             // The task's last words reach its log before its end is told: whoever reads
             // the log once the task is over gets all of it. Bounded, because a process the
             // task left behind can keep the pipe open until its cgroup is emptied, which
@@ -683,33 +692,44 @@ fn start_log_collector(
     Ok((stdout_write, stderr_write, collected))
 }
 
-/// Waits for a child of this agent (the keeper of a task or of its log collector) to
-/// exit and collects it, without a thread: its pidfd turns readable when it exits.
-async fn wait_exit(pidfd: Arc<OwnedFd>) -> ExitStatus {
+/// Waits for child `pid` of this agent (the keeper of a task or of its log collector) to
+/// exit and collects it, without a thread while it runs: its pidfd turns readable when
+/// it exits.
+async fn wait_exit(pid: Pid, pidfd: Option<Arc<OwnedFd>>) -> ExitStatus {
     use rustix::process::{WaitId, WaitIdOptions};
-    // SAFETY: `DupFd` holds the Arc'd pidfd, so the descriptor stays open and the same
-    // for the AsyncFd's whole life.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(
-            DupFd(pidfd.clone()),
-            tokio::io::Interest::READABLE,
-        )
-    };
-    if let Ok(watched) = registered {
-        let _ = watched.readable().await;
-        drop(watched);
-        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG;
-        if let Ok(Some(status)) = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options) {
-            return exit_status(&status);
+    if let Some(pidfd) = pidfd {
+        // SAFETY: `DupFd` holds the Arc'd pidfd, so the descriptor stays open and the
+        // same for the AsyncFd's whole life.
+        let registered = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                DupFd(pidfd.clone()),
+                tokio::io::Interest::READABLE,
+            )
+        };
+        if let Ok(watched) = registered {
+            let _ = watched.readable().await;
+            drop(watched);
+            let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG;
+            let collected = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options);
+            if let Ok(Some(status)) = collected {
+                return ExitStatus {
+                    code: status.exit_status(),
+                    signal: status.terminating_signal(),
+                };
+            }
         }
     }
-    // Not watchable, or not exited after all: wait on the blocking pool.
+    // Not watchable: a blocking-pool thread waits, by pid (the pidfd does not block). A
+    // child's pid stays its own until it is collected.
     let waited = tokio::task::spawn_blocking(move || {
-        rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED)
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
     })
     .await;
     match waited {
-        Ok(Ok(Some(status))) => exit_status(&status),
+        Ok(Ok(Some((_, status)))) => ExitStatus {
+            code: status.exit_status(),
+            signal: status.terminating_signal(),
+        },
         _ => ExitStatus {
             code: None,
             signal: None,
@@ -717,29 +737,13 @@ async fn wait_exit(pidfd: Arc<OwnedFd>) -> ExitStatus {
     }
 }
 
-fn exit_status(status: &rustix::process::WaitIdStatus) -> ExitStatus {
-    ExitStatus {
-        code: status.exit_status(),
-        signal: status.terminating_signal(),
-    }
-}
-
 /// Collects a child of this agent once it exits (see [`wait_exit`]).
 async fn reap(pid: i32) {
-    let Some(raw) = Pid::from_raw(pid) else {
+    let Some(pid) = Pid::from_raw(pid) else {
         return;
     };
-    match rustix::process::pidfd_open(raw, PidfdFlags::NONBLOCK) {
-        Ok(pidfd) => {
-            wait_exit(Arc::new(pidfd)).await;
-        }
-        Err(_) => {
-            let _ = tokio::task::spawn_blocking(move || {
-                rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::empty())
-            })
-            .await;
-        }
-    }
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK).ok();
+    wait_exit(pid, pidfd.map(Arc::new)).await;
 }
 
 /// A new, empty exit record in `dir` (made 0700 when missing), open for the shim.

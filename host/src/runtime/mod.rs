@@ -123,6 +123,9 @@ impl Drop for RuntimeInner {
 }
 
 impl Runtime {
+    /// A runtime whose drivers cannot start processes (its process table has no
+    /// `berth-keeper`: a spawn fails saying so); [`Runtime::with_processes`] gives it
+    /// one.
     pub fn new(config: RuntimeConfig) -> Result<Runtime, EngineError> {
         Self::with_processes(config, Arc::new(ProcessTable::default()))
     }

@@ -33,11 +33,11 @@
 //! 6.18 kernel it stays on until reboot once any hierarchy carried it (this bench, or
 //! the end-to-end test of the setting).
 //!
-//! Whether the carrier hierarchy was mounted before the bench (as an agent with the
-//! option keeps it: "already on") or by the bench itself moves the whole non-spawn part
-//! of an alloc start, hooks and driver call included: on these machines about 1.6 ms
-//! more per alloc when the bench mounts it, for the mock driver as much as for exec.
-//! The cause is not known; compare runs made in the same condition.
+//! On these (virtual) machines the non-spawn part of an alloc start, hooks and driver
+//! call above all, drifts between periods of a session by up to 2x (the mock alloc
+//! start from 2.9 to 5.6 ms), while the spawn alone stays put: compare builds with runs
+//! made one after the other, alternating, and read the spawn's own ratio beside the
+//! alloc's.
 //!
 //! Run as root: `cargo bench -p berth --bench alloc_start`.
 //!

@@ -198,15 +198,15 @@ impl ProcessTable {
             })?;
             cgroup_procs.push(handed.add(file.into()));
         }
-        let pending_record = match &self.exit_records {
-            Some(dir) => Some(new_exit_record(dir).map_err(ProcessError::ExitRecord)?),
-            None => None,
+        // The shim writes through the open file; the path is renamed once the shim's pid
+        // is known, or removed if the start fails.
+        let (pending_record, exit_record) = match &self.exit_records {
+            Some(dir) => {
+                let (path, file) = new_exit_record(dir).map_err(ProcessError::ExitRecord)?;
+                (Some(path), Some(handed.add(file.into())))
+            }
+            None => (None, None),
         };
-        let exit_record = pending_record
-            .as_ref()
-            .map(|(_, file)| file.try_clone().map_err(ProcessError::ExitRecord))
-            .transpose()?
-            .map(|file| handed.add(file.into()));
         let plan = SpawnPlan {
             argv,
             env,
@@ -222,7 +222,6 @@ impl ProcessTable {
                 .get()
                 .map(|limit| (limit.rlim_cur, limit.rlim_max)),
         };
-        let pending_record = pending_record.map(|(path, _)| path);
         let forget_record = || {
             if let Some(path) = &pending_record {
                 let _ = std::fs::remove_file(path);

@@ -1,5 +1,5 @@
-# The README demo: an exec task in its own mount namespace and chroot, with a host
-# volume mounted read-only and another read-write.
+# The README demo: an exec task in its own mount namespace and root (as nobody, exec's
+# default user), with a host volume mounted read-only and another read-write.
 #
 #   berth run --config examples/agent.hcl examples/hello.hcl
 job "hello" {

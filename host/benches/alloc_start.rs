@@ -9,8 +9,8 @@
 //!   costs.
 //! - **berth, exec driver**: the same with a real process confined as every exec task
 //!   is: its cgroup (memory, cpu, pids, devices), mount, IPC, UTS and PID namespaces
-//!   with the shim and init forks, chroot (system dirs bound read-only, the volume
-//!   bound), a minimal /dev, procfs with its knobs read-only, capabilities dropped, the
+//!   with the shim and init forks, pivot_root into the task dir (bound onto itself;
+//!   system dirs bound read-only, the volume bound, all nosuid,nodev), a minimal /dev, procfs with its knobs read-only, capabilities dropped, the
 //!   seccomp filter.
 //! - **berth, confined spawn alone**: the same process through `ProcessTable::spawn` and
 //!   its cgroup, without the alloc runner, the driver or the state; and the same spawn
@@ -109,6 +109,7 @@ async fn run() {
             name: "data".into(),
             path: source.clone(),
             read_only: false,
+            allow_setuid: false,
         }],
         ..AgentConfig::default()
     });
@@ -366,6 +367,7 @@ async fn confined_spawn(
                 task_path: "/data".into(),
                 read_only: false,
                 propagation: Propagation::Private,
+                allow_setuid: false,
             }],
             privileged: false,
         }),

@@ -49,11 +49,19 @@ impl AllocDir {
         self.shared().join("logs").join(format!("{task}.stderr.0"))
     }
 
-    /// Creates the shared part (idempotent).
+    /// Creates the shared part (idempotent). `data/` and `tmp/` are writable by every
+    /// task of the alloc, whatever its user (Nomad makes them world-writable, so a
+    /// prestart task can hand files to the main task); sticky, as `/tmp` is, so one task
+    /// user cannot remove another's files. `logs/` is written by berth alone.
     pub fn build(&self) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
         crate::blocking::run(|| {
-            for dir in ["data", "logs", "tmp"] {
-                std::fs::create_dir_all(self.shared().join(dir))?;
+            std::fs::create_dir_all(self.shared())?;
+            std::fs::set_permissions(self.shared(), std::fs::Permissions::from_mode(0o755))?;
+            for (dir, mode) in [("data", 0o1777), ("logs", 0o755), ("tmp", 0o1777)] {
+                let path = self.shared().join(dir);
+                create_dir_if_missing(&path)?;
+                set_dir_mode(&path, mode, None)?;
             }
             Ok(())
         })
@@ -70,7 +78,9 @@ impl AllocDir {
         let group = Some(rustix::fs::Gid::from_raw(user.gid));
         crate::blocking::run(|| {
             for dir in ["local", "secrets", "tmp"] {
-                rustix::fs::chown(self.task_dir(task).join(dir), owner, group)?;
+                let path = self.task_dir(task).join(dir);
+                let mode = if dir == "secrets" { 0o700 } else { 0o755 };
+                set_dir_mode(&path, mode, Some((owner, group)))?;
             }
             Ok(())
         })
@@ -80,15 +90,49 @@ impl AllocDir {
     pub fn build_task(&self, task: &str) -> io::Result<PathBuf> {
         let task_dir = self.task_dir(task);
         crate::blocking::run(|| {
+            std::fs::create_dir_all(&task_dir)?;
             for dir in ["local", "secrets", "tmp"] {
-                std::fs::create_dir_all(task_dir.join(dir))?;
+                create_dir_if_missing(&task_dir.join(dir))?;
             }
             // Secrets are for the task alone (fixed on every start, also for old dirs).
-            std::fs::set_permissions(
-                task_dir.join("secrets"),
-                std::os::unix::fs::PermissionsExt::from_mode(0o700),
-            )?;
+            set_dir_mode(&task_dir.join("secrets"), 0o700, None)?;
             Ok(task_dir)
         })
     }
+}
+
+/// `mkdir`, unless something is there already (which [`set_dir_mode`] then checks).
+fn create_dir_if_missing(path: &Path) -> io::Result<()> {
+    match std::fs::create_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// Sets the mode (and owner) of the directory at `path` without following a link: a
+/// task can replace its own `local/` or the alloc's `data/` with a symlink (to `/etc`,
+/// say), and the agent, root on the host, must not then change what it points to.
+fn set_dir_mode(
+    path: &Path,
+    mode: u32,
+    owner: Option<(Option<rustix::fs::Uid>, Option<rustix::fs::Gid>)>,
+) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let dir = rustix::fs::open(
+        path,
+        OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(
+            e.kind(),
+            format!("{} is not a directory berth made ({e})", path.display()),
+        )
+    })?;
+    if let Some((uid, gid)) = owner {
+        rustix::fs::fchown(&dir, uid, gid)?;
+    }
+    rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode))?;
+    Ok(())
 }

@@ -7,6 +7,7 @@
 //! host_volume "shared-data" {
 //!   path      = "/srv/data"
 //!   read_only = false
+//!   allow_setuid = false    # true: tasks see it without nosuid,nodev (berth's own key)
 //! }
 //!
 //! hook "policy" {
@@ -39,6 +40,8 @@
 //! cgroups {
 //!   parent   = "berth"  # every task's cgroup is <parent>/<alloc id>.<task>
 //!   pids_max = 4096     # processes and threads one task may have at once
+//!   all_tasks_pids_max = 24576  # all tasks together (default: the host's pid_max
+//!                               # less max(4096, pid_max / 4))
 //!   allow_missing_controllers = false  # true: run tasks unlimited where memory, cpu
 //!                                      # or pids is missing (an event says so)
 //!   favor_dynmods = false  # true: turn on the kernel's node-wide favordynmods, so a
@@ -55,6 +58,11 @@
 //!     enabled = true           # raw_exec is off unless the operator turns it on
 //!   }
 //! }
+//!
+//! user {
+//!   denylist        = ["root", "Administrator"]  # Nomad's defaults: users tasks of the
+//!   checked_drivers = ["exec", "java", "qemu"]   # checked drivers may not run as
+//! }                                              # (exec tasks default to "nobody")
 //!
 //! http {
 //!   socket_group = "berth"             # the API socket becomes 0660 for this group
@@ -98,6 +106,26 @@ pub struct AgentConfig {
     pub gc: GcSettings,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
+    /// `user { denylist, checked_drivers }`: which users tasks may not run as.
+    pub users: UserPolicy,
+}
+
+/// Nomad's `user.denylist` and `user.checked_drivers` (client config): a task of a
+/// checked driver may not run as a denied user. The defaults are Nomad's, so `exec`
+/// tasks are refused `root` unless the operator says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserPolicy {
+    pub denylist: Vec<String>,
+    pub checked_drivers: Vec<String>,
+}
+
+impl Default for UserPolicy {
+    fn default() -> Self {
+        UserPolicy {
+            denylist: vec!["root".into(), "Administrator".into()],
+            checked_drivers: vec!["exec".into(), "java".into(), "qemu".into()],
+        }
+    }
 }
 
 /// The `consul` block, in Nomad's terms.
@@ -242,6 +270,10 @@ pub struct HostVolume {
     pub name: String,
     pub path: PathBuf,
     pub read_only: bool,
+    /// Tasks see the volume without `nosuid,nodev` (berth's own key: Nomad has no such
+    /// setting). Off by default: a setuid file a task plants there would otherwise run as
+    /// its owner for the next task that mounts the volume.
+    pub allow_setuid: bool,
 }
 
 impl AgentConfig {
@@ -310,6 +342,7 @@ impl AgentConfig {
                 "max_plugin_instances",
                 "gc",
                 "consul",
+                "user",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -322,10 +355,11 @@ impl AgentConfig {
                 &block.body,
                 format!("config.host_volume.{name}"),
                 block.at,
-                &["path", "read_only"],
+                &["path", "read_only", "allow_setuid"],
             );
             let path = volume.required_string("path", &mut problems);
             let read_only = volume.bool("read_only", &mut problems).unwrap_or(false);
+            let allow_setuid = volume.bool("allow_setuid", &mut problems).unwrap_or(false);
             if let Some(path) = path.as_ref().filter(|p| !Path::new(p).is_absolute()) {
                 let at = volume.attr("path").map(|v| v.at).unwrap_or(block.at);
                 volume.problem(
@@ -341,6 +375,7 @@ impl AgentConfig {
                     name,
                     path: PathBuf::from(path),
                     read_only,
+                    allow_setuid,
                 });
             }
         }
@@ -433,6 +468,31 @@ impl AgentConfig {
         let consul = fields
             .single_block("consul", &mut problems)
             .map(|block| consul_settings(block, &mut problems));
+        let users = match fields.single_block("user", &mut problems) {
+            Some(block) => {
+                let mut settings = Fields::new(
+                    &block.body,
+                    "config.user".into(),
+                    block.at,
+                    &["denylist", "checked_drivers"],
+                );
+                let defaults = UserPolicy::default();
+                let mut list = |name: &'static str, default: Vec<String>| {
+                    if settings.attr(name).is_some() {
+                        settings.string_list(name, &mut problems)
+                    } else {
+                        default
+                    }
+                };
+                let policy = UserPolicy {
+                    denylist: list("denylist", defaults.denylist),
+                    checked_drivers: list("checked_drivers", defaults.checked_drivers),
+                };
+                settings.finish(&mut problems);
+                policy
+            }
+            None => UserPolicy::default(),
+        };
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
@@ -450,6 +510,7 @@ impl AgentConfig {
             max_plugin_instances,
             gc,
             consul,
+            users,
         })
     }
 
@@ -656,6 +717,7 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
         &[
             "parent",
             "pids_max",
+            "all_tasks_pids_max",
             "allow_missing_controllers",
             "favor_dynmods",
         ],
@@ -686,6 +748,14 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
             format!("{pids_max} is too few processes for any task (at least 8)"),
         );
     }
+    let all_tasks_pids_max = fields.number("all_tasks_pids_max", 4_194_304, problems);
+    if let Some(max) = all_tasks_pids_max.filter(|max| *max < pids_max) {
+        fields.problem_with(
+            problems,
+            "all_tasks_pids_max",
+            format!("{max} is fewer processes than one task may have (pids_max = {pids_max})"),
+        );
+    }
     let allow_missing_controllers = fields
         .bool("allow_missing_controllers", problems)
         .unwrap_or(false);
@@ -694,6 +764,7 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
     CgroupSettings {
         parent,
         pids_max,
+        all_tasks_pids_max,
         allow_missing_controllers,
         favor_dynmods,
     }
@@ -812,7 +883,8 @@ mod tests {
             Some(&HostVolume {
                 name: "data".into(),
                 path: "/srv/data".into(),
-                read_only: true
+                read_only: true,
+                allow_setuid: false,
             })
         );
     }
@@ -930,6 +1002,7 @@ mod tests {
             CgroupSettings {
                 parent: "ops/berth".into(),
                 pids_max: 512,
+                all_tasks_pids_max: None,
                 allow_missing_controllers: true,
                 favor_dynmods: true,
             }

@@ -11,7 +11,7 @@ use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::{Job, Problem, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
-use crate::model::driver::MountConfigs;
+use crate::model::driver::{FsIsolation, MountConfigs, TaskUser};
 use crate::model::mount::Propagation;
 use crate::runtime::driver::Driver;
 
@@ -39,6 +39,84 @@ pub fn disabled_driver_refusal(task: &str, driver: &str, config: &AgentConfig) -
              plugin \"raw_exec\" {{ config {{ enabled = true }} }} in the agent config"
         )
     })
+}
+
+/// The user a confining driver runs a task as when its job names none, as Nomad's
+/// `exec` driver does.
+pub const DEFAULT_TASK_USER: &str = "nobody";
+
+/// The user `task` runs as (name and ids), or `None` for the agent's own user (root):
+/// its `user`; else [`DEFAULT_TASK_USER`] when its driver confines tasks (fs-isolation
+/// `chroot`: `exec`); a CSI plugin the operator granted privilege (`csi {
+/// privileged_plugins }`) keeps root. Refused when the user does not exist, or when the
+/// operator's `user { denylist }` names it for a driver of `checked_drivers` (by name or
+/// by uid, so `user = "0"` is `root`). Shared with the task runner, which checks again
+/// before every start (a job accepted earlier may be restored under a stricter config).
+pub fn task_user(
+    task: &Task,
+    isolation: FsIsolation,
+    config: &AgentConfig,
+) -> Result<Option<(String, TaskUser)>, UserRefusal> {
+    let privileged = task
+        .csi_plugin
+        .as_ref()
+        .is_some_and(|p| config.csi_privileged(&p.id));
+    let name = match &task.user {
+        Some(user) => Some(user.clone()),
+        None if privileged => None,
+        None if isolation == FsIsolation::Chroot => Some(DEFAULT_TASK_USER.to_string()),
+        None => None,
+    };
+    let user =
+        match &name {
+            Some(name) => Some(crate::process::users::lookup(name).map_err(|source| {
+                UserRefusal::Unknown {
+                    task: task.name.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
+    let policy = &config.users;
+    if privileged || !policy.checked_drivers.contains(&task.driver) {
+        return Ok(name.zip(user));
+    }
+    // Without a user the task runs as the agent's.
+    let uid = user.map_or_else(|| rustix::process::geteuid().as_raw(), |u| u.uid);
+    let denied = policy.denylist.iter().find(|denied| {
+        name.as_deref() == Some(denied.as_str())
+            || crate::process::users::lookup(denied).is_ok_and(|d| d.uid == uid)
+    });
+    if let Some(denied) = denied {
+        return Err(UserRefusal::Denied {
+            task: task.name.clone(),
+            user: name.unwrap_or_else(|| "the agent's user".into()),
+            driver: task.driver.clone(),
+            denied: denied.clone(),
+        });
+    }
+    Ok(name.zip(user))
+}
+
+/// Why a task may not run as its user.
+#[derive(Debug, thiserror::Error)]
+pub enum UserRefusal {
+    #[error("task {task:?}: {source}")]
+    Unknown {
+        task: String,
+        source: crate::process::users::UserError,
+    },
+    #[error(
+        "task {task:?}: user {user:?} is denied for driver {driver:?} on this agent (the agent \
+         config's user {{ denylist }} names {denied:?}); run the task as another user, or an \
+         operator changes the list (user {{ denylist = [...] }})"
+    )]
+    Denied {
+        task: String,
+        user: String,
+        driver: String,
+        denied: String,
+    },
 }
 
 /// Why a bidirectional mount is not allowed, if it is not: it needs a read-write volume,
@@ -339,13 +417,12 @@ async fn check_task(
             ),
         });
     }
-    if let Some(user) = &task.user
-        && let Err(error) = crate::process::users::lookup(user)
-    {
+    let isolation = driver.map_or(FsIsolation::None, |d| d.capabilities().fs_isolation);
+    if let Err(refusal) = task_user(task, isolation, config) {
         problems.push(Problem {
             path: format!("{task_path}.user"),
             at: Some(task.at),
-            message: format!("task {:?}: {error}", task.name),
+            message: refusal.to_string(),
         });
     }
     for mount in &task.volume_mounts {

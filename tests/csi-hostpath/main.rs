@@ -311,7 +311,12 @@ impl pb::controller_server::Controller for Plugin {
             require_capability(&Some(capability.clone()))?;
         }
         let dir = self.data_dir.join(&request.name);
+        // Writable by the tasks that mount it, whatever their user (exec tasks run as
+        // nobody unless their job says otherwise).
         std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            })
             .map_err(|e| Status::internal(format!("creating {}: {e}", dir.display())))?;
         let capacity = request
             .capacity_range

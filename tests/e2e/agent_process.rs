@@ -52,6 +52,12 @@ impl AgentProcess {
             .tempdir_in("/tmp")
             .unwrap();
         std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+        // Writable by the tasks that mount it: exec tasks run as nobody by default.
+        std::fs::set_permissions(
+            dir.path().join("scratch"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
         std::fs::create_dir_all(dir.path().join("data")).unwrap();
         std::os::unix::fs::symlink(
             support::cache_dir(),

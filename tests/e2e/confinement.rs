@@ -29,10 +29,11 @@ async fn run_script(
 }
 
 /// Each probe prints one line: `<what> denied` when contained, `ESCAPED <what>` when not.
+/// `$HOST_MARKER` names a file the test made in the host's `/tmp`.
 const PROBES: &str = r#"
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status
 echo "dev: $(ls /dev | tr '\n' ' ')"
-# In its pid namespace, pid 1 is berth's init (the task's parent), chrooted with it: a
+# In its pid namespace, pid 1 is berth's init (the task's parent), rooted with it: a
 # /proc/<pid>/root that is not the task's own root would be a way out, and the init, a
 # copy of the agent, must not give the agent's memory or environment away.
 for pid in 1 $PPID; do
@@ -45,22 +46,28 @@ if mknod /tmp/disk b 8 0 2>/dev/null; then echo "ESCAPED mknod"; else echo "mkno
 if mount -t tmpfs none /tmp 2>/dev/null; then echo "ESCAPED mount"; else echo "mount denied"; fi
 # Writes the value already there, so a failing defence changes nothing on the host.
 if cat /proc/sys/kernel/core_pattern > /tmp/pattern && cat /tmp/pattern > /proc/sys/kernel/core_pattern 2>/dev/null; then echo "ESCAPED core_pattern"; else echo "core_pattern denied"; fi
+# /sys holds every task's cgroup limits on the host: the same value written back.
+if cat /sys/fs/cgroup/pids/berth/pids.max > /tmp/sys 2>/dev/null && cat /tmp/sys > /sys/fs/cgroup/pids/berth/pids.max 2>/dev/null; then echo "ESCAPED sys"; else echo "sys denied"; fi
 disk=denied
 for dev in /dev/sda /dev/vda /dev/xvda /dev/nvme0n1; do
   if [ "$(head -c 512 $dev 2>/dev/null | wc -c)" = 512 ]; then disk=ESCAPED; fi
 done
 if [ $disk = ESCAPED ]; then echo "ESCAPED disk"; else echo "disk denied"; fi
+# The classic way out of a chroot, for a process that may still chroot: a jail below the
+# working directory, then ".." until the real root. Under pivot_root the task's root is
+# the namespace's: the climb ends there, and the file lands in the task's own /tmp.
+perl -e 'mkdir "/tmp/x"; chroot("/tmp/x") or exit 1; for (1..64) { chdir("..") } chroot(".") or exit 1; chdir("/"); open(F, ">/tmp/PWNED-$ENV{NOMAD_ALLOC_ID}") or exit 1; print F "x"; exit(-e "/tmp/$ENV{HOST_MARKER}" ? 0 : 2)'
+case $? in 0) echo "ESCAPED breakout";; 1) echo "breakout denied (no chroot)";; *) echo "breakout denied (climbed to the task's own root)";; esac
+# A setuid copy of a shell, planted where the task can write: never runs with privilege.
+if cp /bin/dash /alloc/data/suid-sh 2>/dev/null && chmod 4755 /alloc/data/suid-sh 2>/dev/null; then echo "planted setuid"; fi
+# Writable mounts are nosuid,nodev (/dev keeps its devices, and /proc's masks are the null
+# device; the mount's own options are the sixth field of mountinfo).
+awk '$6 ~ /(^|,)rw(,|$)/ && $5 != "/dev" && $5 != "/dev/pts" && $5 !~ /^\/proc\// && ($6 !~ /nosuid/ || $6 !~ /nodev/) { print "ESCAPED suid-mount " $5 " " $6 }' /proc/self/mountinfo
+awk '$5 == "/" || $5 == "/alloc" { print "mount " $5 " " $6 }' /proc/self/mountinfo
 "#;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_exec_task_cannot_reach_the_host_through_proc_devices_mounts_or_sysctl() {
-    let mut agent = AgentProcess::new();
-    agent.start().await;
-    let (_, stdout) = run_script(&agent, "prober", "", PROBES).await;
-    let kept = format!("{:016x}", berth::process::confine::TASK_CAPABILITIES.bits());
-    assert!(stdout.contains(&format!("CapEff:\t{kept}")), "{stdout}");
-    assert!(stdout.contains(&format!("CapBnd:\t{kept}")), "{stdout}");
-    assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
+/// What every confined task must show, root or not: the probes above all denied.
+fn assert_contained(stdout: &str) {
     assert!(
         stdout.contains(
             "dev: fd full null ptmx pts random shm stderr stdin stdout tty urandom zero "
@@ -73,9 +80,11 @@ async fn an_exec_task_cannot_reach_the_host_through_proc_devices_mounts_or_sysct
         "mknod",
         "mount",
         "core_pattern",
+        "sys",
         "disk",
         "init-mem",
         "init-environ",
+        "breakout",
     ] {
         assert!(
             stdout.contains(&format!("{contained} denied")),
@@ -84,6 +93,129 @@ async fn an_exec_task_cannot_reach_the_host_through_proc_devices_mounts_or_sysct
     }
     assert_eq!(stdout.matches("proc-root denied").count(), 2, "{stdout}");
     assert!(!stdout.contains("ESCAPED"), "{stdout}");
+}
+
+/// Runs the probes as `user` (or the default user) on `agent`; checks the host saw none
+/// of the breakout, and that a setuid file planted in `/alloc/data` runs without
+/// privilege for any user of the host. Returns the task's stdout.
+async fn probe_as(agent: &AgentProcess, job: &str, user: Option<&str>) -> String {
+    let marker = format!("berth-host-marker-{}-{job}", std::process::id());
+    let host_marker = std::path::Path::new("/tmp").join(&marker);
+    std::fs::write(&host_marker, "host").unwrap();
+    let extra = format!(
+        "{}      env {{\n        HOST_MARKER = \"{marker}\"\n      }}\n",
+        user.map(|u| format!("      user = \"{u}\"\n"))
+            .unwrap_or_default()
+    );
+    let (status, stdout) = run_script(agent, job, &extra, PROBES).await;
+    let _ = std::fs::remove_file(&host_marker);
+    let pwned = std::path::Path::new("/tmp").join(format!("PWNED-{}", status.id));
+    let escaped = pwned.exists();
+    let _ = std::fs::remove_file(&pwned);
+    assert!(
+        !escaped,
+        "the breakout wrote {} on the host: {stdout}",
+        pwned.display()
+    );
+    let planted = status.alloc_dir.join("alloc/data/suid-sh");
+    if planted.exists() {
+        // As nobody on the host: the data dir (0700) keeps every other user out.
+        use std::os::unix::process::CommandExt as _;
+        let outside = std::process::Command::new(&planted)
+            .args(["-p", "-c", "id -u"])
+            .uid(65534)
+            .gid(65534)
+            .output();
+        if let Ok(outside) = outside {
+            let said = String::from_utf8_lossy(&outside.stdout);
+            assert_ne!(
+                said.trim(),
+                "0",
+                "a planted setuid file ran as root on the host"
+            );
+        }
+    }
+    stdout
+}
+
+/// The probes as a root task (on an agent whose deny-list allows it) and as a task with
+/// no `user` (nobody, the default): the root task keeps its capability set and may still
+/// chroot, and nothing leads out of its root; the default task keeps no capability.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_task_root_or_not_cannot_reach_the_host_through_chroot_proc_devices_mounts_or_sysfs()
+ {
+    let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
+    agent.start().await;
+    let stdout = probe_as(&agent, "prober-root", Some("root")).await;
+    let kept = format!("{:016x}", berth::process::confine::TASK_CAPABILITIES.bits());
+    assert!(stdout.contains(&format!("CapEff:\t{kept}")), "{stdout}");
+    assert!(stdout.contains(&format!("CapBnd:\t{kept}")), "{stdout}");
+    assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
+    // Root may chroot (CAP_SYS_CHROOT is Nomad's default), and climbs only to its own root.
+    assert!(
+        stdout.contains("breakout denied (climbed to the task's own root)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("planted setuid"), "{stdout}");
+    for mount in ["/", "/alloc"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("mount {mount} ")))
+            .unwrap_or_else(|| panic!("{mount} is not a mount of the task: {stdout}"));
+        assert!(line.contains("nosuid") && line.contains("nodev"), "{line}");
+    }
+    assert_contained(&stdout);
+
+    let stdout = probe_as(&agent, "prober-default", None).await;
+    assert!(stdout.contains("CapEff:\t0000000000000000"), "{stdout}");
+    assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
+    assert!(stdout.contains("breakout denied (no chroot)"), "{stdout}");
+    assert_contained(&stdout);
+}
+
+/// A setuid shell a root prestart task plants in `/alloc/data` gives the main task (as
+/// nobody) nothing: the mount is nosuid and the task has no_new_privs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_task() {
+    let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
+    agent.start().await;
+    let source = r#"job "plant" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+    }
+    task "planter" {
+      driver = "exec"
+      user   = "root"
+      lifecycle {
+        hook = "prestart"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cp /bin/dash /alloc/data/suid-sh && chmod 4755 /alloc/data/suid-sh && echo planted"]
+      }
+    }
+    task "main" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "id -u; /alloc/data/suid-sh -p -c 'id -u; id -ru'"]
+      }
+    }
+  }
+}
+"#;
+    let status = run_to_the_end(&agent, "plant", source).await;
+    let logs = status.alloc_dir.join("alloc/logs");
+    let planter = std::fs::read_to_string(logs.join("planter.stdout.0")).unwrap();
+    assert_eq!(planter, "planted\n", "{status:#?}");
+    let mode = std::fs::metadata(status.alloc_dir.join("alloc/data/suid-sh"))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+        .unwrap();
+    assert_eq!(mode & 0o4000, 0o4000, "the plant is setuid on disk");
+    let main = std::fs::read_to_string(logs.join("main.stdout.0")).unwrap();
+    assert_eq!(main, "65534\n65534\n65534\n", "{status:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,7 +351,7 @@ async fn a_fork_bomb_stops_at_pids_max_dies_with_its_task_and_its_neighbour_runs
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seccomp_refuses_the_host_roots_keyring_to_a_root_task() {
-    let mut agent = AgentProcess::new();
+    let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
     agent.start().await;
     // keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING): keyrings are per uid and not
     // namespaced, so without the filter a task running as uid 0 gets the host root's.
@@ -233,7 +365,8 @@ print("keyctl", "ESCAPED" if ring >= 0 else "denied", os.strerror(ctypes.get_err
         "/usr/bin/python3 -c {}; grep '^Seccomp:' /proc/self/status",
         shell_quote(probe)
     );
-    let (status, stdout) = run_script(&agent, "keys", "", &script).await;
+    let root = "      user = \"root\"\n";
+    let (status, stdout) = run_script(&agent, "keys", root, &script).await;
     assert_eq!(
         stdout, "keyctl denied Operation not permitted\nSeccomp:\t2\n",
         "{status:#?}"
@@ -421,4 +554,155 @@ async fn run_to_the_end(
 ) -> berth::alloc_runner::AllocStatus {
     let submitted = agent.submit(&format!("{job}.hcl"), source).await.unwrap();
     agent.finished(&submitted.alloc_ids[0]).await
+}
+
+fn read_number(path: impl AsRef<std::path::Path>) -> u64 {
+    let path = path.as_ref();
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Nine tasks, each allowed an eighth of the host's pids, start threads until they are
+/// refused, at once: the node-wide ceiling on the parent cgroup stops them together
+/// short of the host's `pid_max`, and the host can still start a process.
+#[tokio::test(flavor = "multi_thread")]
+async fn nine_fork_bombs_at_once_leave_the_host_able_to_start_a_process() {
+    let pid_max = read_number("/proc/sys/kernel/pid_max");
+    assert!(
+        pid_max <= 131_072,
+        "this test exhausts the host's pids without the ceiling: it needs a pid_max of at \
+         most 131072 (this host has {pid_max})"
+    );
+    let per_task = pid_max / 8 + 64;
+    let parent = format!("berth-bombs-{}", std::process::id());
+    let mut agent = AgentProcess::with_config(&format!(
+        "cgroups {{\n  parent = \"{parent}\"\n  pids_max = {per_task}\n}}\n"
+    ));
+    agent.start().await;
+    let parent_dir = std::path::Path::new("/sys/fs/cgroup/pids").join(&parent);
+    let ceiling = read_number(parent_dir.join("pids.max"));
+    assert_eq!(
+        ceiling,
+        berth::cgroup::layout::default_all_tasks_pids(pid_max)
+    );
+    // Threads count against pids.max as processes do, and cost little memory. Each
+    // task stops at its own limit (bounded), says how far it got, and holds them.
+    let bomb = format!(
+        "import threading, time\nthreading.stack_size(64 * 1024)\nhold = threading.Event()\nn = 0\ntry:\n    while n < {per_task}:\n        threading.Thread(target=hold.wait, daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint('peak', n, flush=True)\ntime.sleep(300)\n"
+    );
+    let source = format!(
+        "job \"bombs\" {{\n  group \"g\" {{\n    count = 9\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/usr/bin/python3\"\n        args = [\"-c\", {}]\n      }}\n      resources {{\n        memory = 1024\n      }}\n    }}\n  }}\n}}\n",
+        serde_json::to_string(&bomb).unwrap()
+    );
+    let submitted = agent.submit("bombs.hcl", &source).await.unwrap();
+    assert_eq!(submitted.alloc_ids.len(), 9);
+    let started = std::time::Instant::now();
+    let mut peaks = Vec::new();
+    loop {
+        peaks.clear();
+        for id in &submitted.alloc_ids {
+            let status = agent.alloc(id).await;
+            let out = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0"))
+                .unwrap_or_default();
+            if let Some(peak) = out.strip_prefix("peak ") {
+                peaks.push(peak.trim().parse::<u64>().unwrap());
+            }
+        }
+        if peaks.len() == 9 || started.elapsed() > std::time::Duration::from_secs(120) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let in_use = read_number(parent_dir.join("pids.current"));
+    // While every bomb holds what it got, the host still starts processes.
+    let host_can_start = (0..20).all(|_| {
+        std::process::Command::new("/bin/true")
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    let _ = agent
+        .client()
+        .delete::<serde_json::Value>("/v1/job/bombs")
+        .await;
+    eprintln!("threads each bomb got: {peaks:?}; pids in the parent: {in_use} of {ceiling}");
+    assert_eq!(peaks.len(), 9, "not every bomb reported: {peaks:?}");
+    assert!(host_can_start, "the host could not start a process");
+    assert!(in_use <= ceiling, "{in_use} pids in use past {ceiling}");
+    let total: u64 = peaks.iter().sum();
+    assert!(
+        total < ceiling && peaks.iter().any(|p| *p < per_task),
+        "the bombs were not stopped by the ceiling: {peaks:?} of {ceiling}"
+    );
+    for id in &submitted.alloc_ids {
+        agent.finished(id).await;
+    }
+    drop(agent);
+    for controller in ["memory", "cpu", "pids", "devices"] {
+        let _ = std::fs::remove_dir(
+            std::path::Path::new("/sys/fs/cgroup")
+                .join(controller)
+                .join(&parent),
+        );
+    }
+}
+
+/// An alloc that writes past its `ephemeral_disk` size is stopped with an event that says
+/// why, what its tasks wrote is removed, and its logs stay; `alloc status` shows the
+/// usage. A size larger than the node's disk is refused at submit.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alloc_past_its_ephemeral_disk_is_stopped_and_its_files_removed() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = "job \"filler\" {\n  type = \"batch\"\n  group \"g\" {\n    ephemeral_disk {\n      size = 20\n    }\n    restart {\n      attempts = 0\n    }\n    task \"t\" {\n      driver = \"exec\"\n      logs {\n        max_files     = 1\n        max_file_size = 1\n      }\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"echo filling; head -c 12000000 /dev/zero > /local/a; head -c 12000000 /dev/zero > /alloc/data/b; sleep 60; echo survived\"]\n      }\n    }\n  }\n}\n";
+    let submitted = agent.submit("filler.hcl", source).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    let started = std::time::Instant::now();
+    let status = agent.finished(id).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the alloc ran on past its disk size"
+    );
+    assert_eq!(status.client_status, ClientStatus::Failed, "{status:#?}");
+    let events = &status.tasks["t"].events;
+    let exceeded = events
+        .iter()
+        .find(|e| e.kind == EventKind::DiskExceeded)
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(
+        exceeded
+            .message
+            .contains("more than its ephemeral_disk size of 20 MB"),
+        "{exceeded:?}"
+    );
+    assert!(
+        !status.alloc_dir.join("t").exists(),
+        "the task's dir stayed"
+    );
+    assert!(!status.alloc_dir.join("alloc/data").exists());
+    let logs = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(logs, "filling\n");
+    assert_eq!(status.disk_limit_bytes, 20 << 20);
+    assert!(
+        status.disk_used_bytes.is_some_and(|used| used < 1 << 20),
+        "{status:#?}"
+    );
+    let (code, shown, _) = agent.cli(&["alloc", "status", id]);
+    assert_eq!(code, 0);
+    assert!(shown.contains(" MB used of 20 MB"), "{shown}");
+
+    let huge = source.replace("size = 20", "size = 1000000000");
+    let Err(berth::api::client::ClientError::Api(error, _)) = agent.submit("huge.hcl", &huge).await
+    else {
+        panic!("an ephemeral_disk larger than the node was accepted");
+    };
+    assert!(
+        error
+            .problems
+            .iter()
+            .any(|p| p.contains("asks for 1000000000 MB of ephemeral_disk")),
+        "{error:?}"
+    );
 }

@@ -32,6 +32,12 @@ impl Agent {
             .unwrap();
         std::fs::create_dir_all(dir.path().join("greetings")).unwrap();
         std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+        // The demo's task runs as nobody, exec's default user: the operator lets it write.
+        std::fs::set_permissions(
+            dir.path().join("scratch"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("greetings/message.txt"), "hi there\n").unwrap();
         let config = format!(
             "data_dir = \"{root}/data\"\n\

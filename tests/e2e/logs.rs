@@ -73,10 +73,10 @@ async fn a_tasks_logs_rotate_at_max_file_size_and_keep_max_files() {
 
 /// The task removes its log file and puts a symlink to a host file in its place, then
 /// fails; its restart must not write into the host file, and `berth alloc logs` must not
-/// read it.
+/// read it. A root task (the logs are root's), on an agent that allows one.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_cannot_turn_its_log_into_a_link_to_a_host_file() {
-    let mut agent = AgentProcess::new();
+    let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
     agent.start().await;
     let victim = agent.path().join("victim");
     std::fs::write(&victim, "host secret\n").unwrap();
@@ -96,6 +96,7 @@ async fn a_task_cannot_turn_its_log_into_a_link_to_a_host_file() {
     }}
     task "t" {{
       driver = "exec"
+      user   = "root"
       config {{
         command = "/bin/sh"
         args    = ["-c", {}]

@@ -24,3 +24,4 @@ mod jobs;
 mod launched_jobs;
 mod logs;
 mod nomad_jobspecs;
+mod task_users;

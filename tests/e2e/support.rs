@@ -137,6 +137,7 @@ pub fn mount(host: &Path, task: &str, read_only: bool, propagation: Propagation)
         task_path: task.into(),
         read_only,
         propagation,
+        allow_setuid: false,
     }
 }
 
@@ -197,12 +198,33 @@ impl Drop for HostMounts {
     }
 }
 
-/// Processes whose root directory (their chroot) is below `dir`: the tasks of an agent
-/// whose data dir is there.
+/// Processes whose root directory is `dir` or a directory below it: the tasks of an agent
+/// whose data dir is there. A task's root is its own namespace's after `pivot_root`, so
+/// the link `/proc/<pid>/root` reads `/`; what it leads to is the task dir itself (the
+/// same device and inode), which is what is compared.
 pub fn processes_rooted_under(dir: &Path) -> Vec<rustix::process::Pid> {
+    use std::os::unix::fs::MetadataExt as _;
     let Ok(dir) = dir.canonicalize() else {
         return Vec::new();
     };
+    // Task dirs sit at <agent>/data/allocs/<alloc>/<task>: five levels are enough.
+    let mut roots = std::collections::HashSet::new();
+    let mut pending = vec![(dir, 0)];
+    while let Some((path, depth)) = pending.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        roots.insert((meta.dev(), meta.ino()));
+        if depth == 5 {
+            continue;
+        }
+        if let Ok(entries) = std::fs::read_dir(&path) {
+            pending.extend(entries.flatten().map(|e| (e.path(), depth + 1)));
+        }
+    }
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry
@@ -215,7 +237,8 @@ pub fn processes_rooted_under(dir: &Path) -> Vec<rustix::process::Pid> {
         if pid == std::process::id() as i32 {
             continue;
         }
-        if std::fs::read_link(entry.path().join("root")).is_ok_and(|root| root.starts_with(&dir)) {
+        let root = std::fs::metadata(entry.path().join("root"));
+        if root.is_ok_and(|root| roots.contains(&(root.dev(), root.ino()))) {
             pids.extend(rustix::process::Pid::from_raw(pid));
         }
     }

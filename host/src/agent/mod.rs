@@ -216,13 +216,15 @@ impl Agent {
     /// notices, not errors: the agent runs with everything it could read.
     pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StateError> {
         let mut notices = Vec::new();
+        // With state in memory too (`berth run`): the data dir still holds task dirs,
+        // whose files a root task may have made setuid.
+        create_private_dir(&options.data_dir).map_err(|e| StateError::Open {
+            path: options.data_dir.clone(),
+            message: format!("creating the data dir (mode 0700): {e}"),
+        })?;
         let store = match options.state {
             StateLocation::Memory => StateStore::in_memory(),
             StateLocation::DataDir => {
-                create_private_dir(&options.data_dir).map_err(|e| StateError::Open {
-                    path: options.data_dir.clone(),
-                    message: format!("creating the data dir (mode 0700): {e}"),
-                })?;
                 let path = options.data_dir.join("state.db");
                 let (store, outcome) = StateStore::open(&path)?;
                 match outcome {
@@ -293,6 +295,17 @@ impl Agent {
                     message: error.to_string(),
                 }),
             }
+        }
+        match cgroups.limit_all_tasks() {
+            Ok(Some(pids)) => tracing::info!(pids, "node-wide ceiling on tasks' processes"),
+            Ok(None) => {}
+            Err(error) => notices.push(Notice {
+                level: NoticeLevel::Warning,
+                message: format!(
+                    "could not set the node-wide ceiling on tasks' processes ({error}): tasks \
+                     together may exhaust the host's pids"
+                ),
+            }),
         }
         tracing::info!(cgroups = %cgroups.describe(), "task cgroups");
         let services = crate::consul::ServiceClient::new(options.config.consul.as_ref())
@@ -392,6 +405,27 @@ impl Agent {
             }
         }
         collected
+    }
+
+    /// Groups whose `ephemeral_disk` is larger than the data dir's whole filesystem.
+    fn disk_problems(&self, job: &jobspec::Job) -> Vec<jobspec::Problem> {
+        let Ok(stats) = rustix::fs::statvfs(&self.node.data_dir) else {
+            return Vec::new();
+        };
+        let node_mb = stats.f_blocks.saturating_mul(stats.f_frsize) / crate::model::limits::MIB;
+        job.groups
+            .iter()
+            .filter(|g| g.ephemeral_disk_mb > node_mb)
+            .map(|g| jobspec::Problem {
+                path: format!("job.{}.group.{}.ephemeral_disk", job.name, g.name),
+                at: None,
+                message: format!(
+                    "group {:?} asks for {} MB of ephemeral_disk; this node's data dir has {} MB \
+                     in all",
+                    g.name, g.ephemeral_disk_mb, node_mb
+                ),
+            })
+            .collect()
     }
 
     /// Why the data dir's filesystem is fuller than `gc`'s thresholds, if it is.
@@ -625,6 +659,8 @@ impl Agent {
             Some(self.node.csi.catalog.as_ref()),
         )
         .await;
+        let mut problems = problems;
+        problems.extend(self.disk_problems(&job));
         if !problems.is_empty() {
             return Err(SubmitError::Invalid(JobspecError {
                 file: source_name.to_string(),

@@ -12,6 +12,7 @@
 //! [`StateStore`] as they change; [`AllocRunner::restore`] rebuilds a runner from them.
 
 mod csi_hook;
+mod disk;
 mod lifecycle;
 pub mod ports;
 
@@ -50,6 +51,12 @@ pub struct AllocStatus {
     pub client_status: ClientStatus,
     pub alloc_dir: PathBuf,
     pub tasks: BTreeMap<String, TaskState>,
+    /// What the alloc's directory held when last measured (`None`: not yet).
+    #[serde(default)]
+    pub disk_used_bytes: Option<u64>,
+    /// Its `ephemeral_disk` size.
+    #[serde(default)]
+    pub disk_limit_bytes: u64,
 }
 
 /// An alloc hook: one method per phase, no-op by default.
@@ -210,6 +217,8 @@ pub struct AllocRunner {
     /// Wakes the lifecycle when any task state changes.
     changed: Arc<Notify>,
     stop: watch::Sender<bool>,
+    /// Bytes in the alloc's directory when last measured ([`disk`]); `u64::MAX`: not yet.
+    disk_used: std::sync::atomic::AtomicU64,
 }
 
 impl AllocRunner {
@@ -352,6 +361,7 @@ impl AllocRunner {
             restored,
             changed: Arc::default(),
             stop,
+            disk_used: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 
@@ -414,6 +424,9 @@ impl AllocRunner {
                 .iter()
                 .map(|(name, state)| (name.clone(), state.lock().unwrap().clone()))
                 .collect(),
+            disk_used_bytes: Some(self.disk_used.load(std::sync::atomic::Ordering::Relaxed))
+                .filter(|used| *used != u64::MAX),
+            disk_limit_bytes: self.disk_limit(),
         }
     }
 
@@ -524,11 +537,25 @@ impl AllocRunner {
         if self.client_status() == ClientStatus::Pending {
             self.set_status(ClientStatus::Running);
         }
-        let failed = self.run_tasks().await;
+        let tasks = self.run_tasks();
+        tokio::pin!(tasks);
+        let (failed, over_disk) = tokio::select! {
+            failed = &mut tasks => (failed, false),
+            used = self.watch_disk() => {
+                self.disk_exceeded(used);
+                tasks.await;
+                (true, true)
+            }
+        };
         for hook in hooks.iter().rev() {
             hook.postrun(&self).await;
         }
         self.give_back_csi();
+        if over_disk {
+            self.remove_written_files();
+        } else {
+            self.measure_disk();
+        }
         let status = if failed {
             ClientStatus::Failed
         } else {
@@ -597,11 +624,21 @@ impl AllocRunner {
     }
 
     fn fail_task(&self, task: &str, kind: EventKind, message: &str) {
-        let event = TaskEvent::new(kind, message);
+        self.record_task_event(task, TaskEvent::new(kind, message), true);
+    }
+
+    /// Adds `event` to a task's state, as it is.
+    fn task_event(&self, task: &str, event: TaskEvent) {
+        self.record_task_event(task, event, false);
+    }
+
+    fn record_task_event(&self, task: &str, event: TaskEvent, dead: bool) {
         let snapshot = {
             let mut state = self.task_states[task].lock().unwrap();
-            state.state = TaskStateKind::Dead;
-            state.failed = true;
+            if dead {
+                state.state = TaskStateKind::Dead;
+                state.failed = true;
+            }
             state.push_event(event.clone());
             state.clone()
         };

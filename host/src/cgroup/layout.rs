@@ -305,6 +305,40 @@ fn legacy_plan(
     plan
 }
 
+/// The `pids.max` of `parent`, the cgroup holding every task's, for the node-wide
+/// ceiling on tasks' processes: the directory to create and the writes (v2 enables the
+/// pids controller for the root's children first). `None` without a pids controller.
+pub fn all_tasks_pids_plan(
+    layout: &Layout,
+    parent: &str,
+    pids_max: u64,
+) -> Option<(PathBuf, Vec<Write>)> {
+    match layout {
+        Layout::Unified { root, controllers } => {
+            if !controllers.iter().any(|c| c == "pids") {
+                return None;
+            }
+            let dir = root.join(parent);
+            let mut writes = vec![write(root.join("cgroup.subtree_control"), "+pids")];
+            writes.push(write(dir.join("pids.max"), pids_max));
+            Some((dir, writes))
+        }
+        Layout::Legacy { controllers } => {
+            let dir = controllers.get("pids")?.join(parent);
+            let writes = vec![write(dir.join("pids.max"), pids_max)];
+            Some((dir, writes))
+        }
+    }
+}
+
+/// The default node-wide ceiling on tasks' processes: the host's `pid_max` less a reserve
+/// for everything else on the host (at least 4,096, or a quarter of `pid_max`, whichever
+/// is larger), so tasks together cannot take the last pids the host needs.
+pub fn default_all_tasks_pids(pid_max: u64) -> u64 {
+    let reserve = (pid_max / 4).max(4096);
+    pid_max.saturating_sub(reserve).max(8)
+}
+
 /// The value of `key` in a flat keyed file (`memory.events`, `memory.oom_control`).
 pub fn keyed_value(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
@@ -317,6 +351,33 @@ pub fn keyed_value(text: &str, key: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::mount::mountinfo;
+
+    #[test]
+    fn the_node_wide_ceiling_leaves_the_host_a_reserve() {
+        assert_eq!(default_all_tasks_pids(32_768), 24_576);
+        assert_eq!(default_all_tasks_pids(4_194_304), 3_145_728);
+        // A small pid_max keeps its 4,096 reserve.
+        assert_eq!(default_all_tasks_pids(12_000), 7_904);
+        assert_eq!(default_all_tasks_pids(100), 8);
+        let legacy = Layout::Legacy {
+            controllers: [("pids".to_string(), PathBuf::from("/sys/fs/cgroup/pids"))].into(),
+        };
+        let (dir, writes) = all_tasks_pids_plan(&legacy, "berth", 100).unwrap();
+        assert_eq!(dir, Path::new("/sys/fs/cgroup/pids/berth"));
+        assert_eq!(writes, vec![write(dir.join("pids.max"), 100)]);
+        let unified = Layout::Unified {
+            root: "/sys/fs/cgroup".into(),
+            controllers: vec!["pids".into()],
+        };
+        let (dir, writes) = all_tasks_pids_plan(&unified, "a/b", 7).unwrap();
+        assert_eq!(dir, Path::new("/sys/fs/cgroup/a/b"));
+        assert_eq!(writes.last().unwrap(), &write(dir.join("pids.max"), 7));
+        let no_pids = Layout::Unified {
+            root: "/sys/fs/cgroup".into(),
+            controllers: vec![],
+        };
+        assert!(all_tasks_pids_plan(&no_pids, "berth", 7).is_none());
+    }
 
     const HYBRID: &str = "\
 30 25 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755

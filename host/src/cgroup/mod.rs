@@ -154,6 +154,37 @@ impl Cgroups {
         Ok(Some(step))
     }
 
+    /// Sets the node-wide ceiling on the processes of all tasks together: `pids.max` of the
+    /// parent cgroup (the operator's `all_tasks_pids_max`, else the host's `pid_max` less
+    /// a reserve). Returns the ceiling set; `None` on a node without a pids controller.
+    pub fn limit_all_tasks(&self) -> Result<Option<u64>, CgroupError> {
+        let Some(layout) = &self.layout else {
+            return Ok(None);
+        };
+        let pids_max = match self.settings.all_tasks_pids_max {
+            Some(max) => max,
+            None => {
+                let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok())
+                    .unwrap_or(32_768);
+                layout::default_all_tasks_pids(pid_max)
+            }
+        };
+        let Some((dir, writes)) =
+            layout::all_tasks_pids_plan(layout, &self.settings.parent, pids_max)
+        else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CgroupError::io("creating the cgroup", &dir, e))?;
+        for write in writes {
+            std::fs::write(&write.file, &write.value)
+                .map_err(|e| CgroupError::io("writing", &write.file, e))?;
+        }
+        Ok(Some(pids_max))
+    }
+
     /// The task cgroup's name under the parent.
     pub fn task_name(alloc_id: &str, task: &str) -> String {
         format!("{alloc_id}.{task}")

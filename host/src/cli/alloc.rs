@@ -19,6 +19,15 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
     println!("Desired Status = {}", lower(&alloc.desired_status));
     println!("Client Status  = {}", lower(&alloc.client_status));
     println!("Alloc Dir      = {}", alloc.alloc_dir.display());
+    let mb = |bytes: u64| bytes.div_ceil(crate::model::limits::MIB);
+    let limit = mb(alloc.disk_limit_bytes);
+    match alloc.disk_used_bytes {
+        Some(used) => println!(
+            "Disk           = {} MB used of {limit} MB (ephemeral_disk, logs included)",
+            mb(used)
+        ),
+        None => println!("Disk           = not measured yet ({limit} MB of ephemeral_disk)"),
+    }
     for (name, task) in &alloc.tasks {
         println!();
         let failed = if task.failed { ", failed" } else { "" };

@@ -379,6 +379,10 @@ fn group(
     let shutdown_delay = fields
         .duration("shutdown_delay", problems)
         .unwrap_or_default();
+    let ephemeral_disk_mb = match fields.single_block("ephemeral_disk", problems) {
+        Some(disk) => ephemeral_disk(&path, disk, problems),
+        None => DEFAULT_EPHEMERAL_DISK_MB,
+    };
     let meta = fields.string_map("meta", problems);
     let mut tasks: Vec<Task> = fields
         .labeled_blocks("task", problems)
@@ -394,6 +398,24 @@ fn group(
             "a group needs at least one task".into(),
         );
     }
+    // Nomad's check: the logs a task may keep (one stream's worth) must fit in the
+    // alloc's disk, with room to spare.
+    for task in &tasks {
+        let log_storage_mb = u64::from(task.logs.max_files) * (task.logs.max_file_size >> 20);
+        if log_storage_mb >= ephemeral_disk_mb {
+            fields.problem(
+                problems,
+                "ephemeral_disk",
+                block.at,
+                format!(
+                    "task {:?}: log storage ({log_storage_mb} MB: logs {{ max_files × \
+                     max_file_size }}) must be less than the group's ephemeral_disk size \
+                     ({ephemeral_disk_mb} MB)",
+                    task.name
+                ),
+            );
+        }
+    }
     fields.finish(problems);
     Group {
         name: name.to_string(),
@@ -406,7 +428,38 @@ fn group(
         tasks,
         ports,
         shutdown_delay,
+        ephemeral_disk_mb,
     }
+}
+
+/// Nomad's default `ephemeral_disk { size }`, in MB (meaning MiB, as for memory).
+pub const DEFAULT_EPHEMERAL_DISK_MB: u64 = 300;
+
+/// A group's `ephemeral_disk { size, sticky, migrate }`: `size` in MB (MiB), the most the
+/// alloc's directory may hold, logs included. `sticky` and `migrate` move data between
+/// nodes in Nomad; on one node an alloc's replacement starts fresh, so they are accepted
+/// and have no effect.
+fn ephemeral_disk(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> u64 {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.ephemeral_disk"),
+        block.at,
+        &["size", "sticky", "migrate"],
+    );
+    let size = fields
+        .number("size", 1 << 30, problems)
+        .unwrap_or(DEFAULT_EPHEMERAL_DISK_MB);
+    if size < 10 {
+        fields.problem_with(
+            problems,
+            "size",
+            format!("{size} MB is too little for an alloc (at least 10 MB)"),
+        );
+    }
+    let _ = fields.bool("sticky", problems);
+    let _ = fields.bool("migrate", problems);
+    fields.finish(problems);
+    size
 }
 
 fn volume(
@@ -1373,10 +1426,6 @@ const JOB_SCHEDULER_LEVEL: &[Ignored] = &[
 
 const GROUP_SCHEDULER_LEVEL: &[Ignored] = &[
     ("scaling", "it is read by Nomad's autoscaler"),
-    (
-        "ephemeral_disk",
-        "berth keeps each alloc's directory on the node's disk, without a size reservation or migration",
-    ),
     (
         "stop_after_client_disconnect",
         "it concerns a client that loses its servers",

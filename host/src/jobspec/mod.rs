@@ -144,6 +144,9 @@ pub struct Group {
     /// Between deregistering the group's services and stopping its tasks.
     #[serde(with = "duration_ms")]
     pub shutdown_delay: Duration,
+    /// `ephemeral_disk { size }` in MB (MiB): what the alloc's directory may hold, logs
+    /// included (300 when the block is absent, as Nomad).
+    pub ephemeral_disk_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

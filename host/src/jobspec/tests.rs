@@ -505,3 +505,38 @@ fn service_ports_and_checks_say_what_berth_can_register() {
         "{error}"
     );
 }
+
+#[test]
+fn ephemeral_disk_is_the_groups_disk_size_with_nomads_log_rule() {
+    let job = parse(
+        "job.hcl",
+        "job \"j\" {\n  group \"g\" {\n    ephemeral_disk {\n      size   = 500\n      sticky = true\n    }\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(job.groups[0].ephemeral_disk_mb, 500);
+    let job = parse(
+        "job.hcl",
+        "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(job.groups[0].ephemeral_disk_mb, 300);
+    // Default logs keep 10 × 10 MB a stream: they do not fit in 100 MB.
+    let found = problems(
+        "job \"j\" {\n  group \"g\" {\n    ephemeral_disk {\n      size = 100\n    }\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "2:3: job.j.group.g.ephemeral_disk: task \"t\": log storage (100 MB: logs { max_files × \
+          max_file_size }) must be less than the group's ephemeral_disk size (100 MB)"
+        ]
+    );
+    let found = problems(
+        "job \"j\" {\n  group \"g\" {\n    ephemeral_disk {\n      size = 5\n    }\n    task \"t\" {\n      driver = \"mock\"\n      logs {\n        max_files = 1\n        max_file_size = 1\n      }\n    }\n  }\n}\n",
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("5 MB is too little for an alloc (at least 10 MB)"),
+        "{found:?}"
+    );
+}

@@ -38,6 +38,9 @@ pub enum EventKind {
     /// Its services are gone; the kill signal waits for `shutdown_delay`.
     #[serde(rename = "Waiting for shutdown delay")]
     WaitingShutdownDelay,
+    /// The alloc's directory holds more than its `ephemeral_disk` size (Nomad's name).
+    #[serde(rename = "Disk Resources Exceeded")]
+    DiskExceeded,
 }
 
 impl fmt::Display for EventKind {

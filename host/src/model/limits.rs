@@ -33,6 +33,9 @@ pub struct CgroupSettings {
     pub parent: String,
     /// `pids.max` of every task.
     pub pids_max: u64,
+    /// `pids.max` of the parent: the processes of all tasks together. `None`: the host's
+    /// `pid_max` less a reserve (`cgroup::layout::default_all_tasks_pids`).
+    pub all_tasks_pids_max: Option<u64>,
     /// Start tasks even when the node lacks a controller berth needs (memory, cpu,
     /// pids): the task then runs without that limit, and an event says so.
     pub allow_missing_controllers: bool,
@@ -46,6 +49,7 @@ impl Default for CgroupSettings {
         CgroupSettings {
             parent: "berth".into(),
             pids_max: 4096,
+            all_tasks_pids_max: None,
             allow_missing_controllers: false,
             favor_dynmods: false,
         }

@@ -41,4 +41,9 @@ pub struct HandedMount {
     pub task_path: PathBuf,
     pub read_only: bool,
     pub propagation: Propagation,
+    /// Setuid files and device nodes under it keep their powers in the task: only for a
+    /// host volume the operator marked `allow_setuid = true`. Every other mount a task
+    /// gets is `nosuid,nodev`.
+    #[serde(default)]
+    pub allow_setuid: bool,
 }

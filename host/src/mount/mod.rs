@@ -59,12 +59,19 @@ pub enum MountStep {
     },
     /// `mount --rbind source target`.
     BindRecursive { source: CString, target: CString },
-    /// Make an existing bind mount read-only.
-    RemountReadOnly { target: CString },
+    /// Restricts an existing bind mount: adds `restrict` to the flags it already has
+    /// (a bind remount replaces them, so they are read first: a host `noexec` stays).
+    Restrict {
+        target: CString,
+        restrict: Restriction,
+    },
     /// A fresh procfs at `target`.
     MountProc { target: CString },
-    /// `chroot(root)` then `chdir(cwd)`, both as the task will see them.
-    Chroot { root: CString, cwd: CString },
+    /// Makes `root` (a mount point: the task root bound onto itself) the root of the
+    /// mount namespace with `pivot_root(2)` and detaches the old root, so no path leads
+    /// back to the host, whatever capabilities remain (a `chroot` would leave the old
+    /// root one `chroot(".."...)` away); then `chdir(cwd)` as the task sees it.
+    PivotRoot { root: CString, cwd: CString },
     /// `chdir(dir)` without a chroot.
     Chdir { dir: CString },
     /// A tmpfs at `target` (nosuid; `noexec` unless it holds device nodes).
@@ -92,6 +99,99 @@ pub enum MountStep {
     ProtectReadOnly { target: CString },
     /// `mkdir(path)`.
     MakeDir { path: CString },
+}
+
+/// What [`MountStep::Restrict`] adds to a mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Restriction {
+    pub read_only: bool,
+    /// `nosuid` and `nodev`: a setuid file or a device node planted there is inert.
+    pub nosuid_nodev: bool,
+}
+
+impl Restriction {
+    pub const READ_ONLY: Restriction = Restriction {
+        read_only: true,
+        nosuid_nodev: true,
+    };
+    pub const WRITABLE: Restriction = Restriction {
+        read_only: false,
+        nosuid_nodev: true,
+    };
+
+    fn flags(self) -> MountFlags {
+        let mut flags = MountFlags::empty();
+        if self.read_only {
+            flags |= MountFlags::RDONLY;
+        }
+        if self.nosuid_nodev {
+            flags |= MountFlags::NOSUID | MountFlags::NODEV;
+        }
+        flags
+    }
+}
+
+impl fmt::Display for Restriction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.read_only, self.nosuid_nodev) {
+            (true, true) => write!(f, "read-only, nosuid, nodev"),
+            (true, false) => write!(f, "read-only"),
+            (false, true) => write!(f, "nosuid, nodev"),
+            (false, false) => write!(f, "unchanged"),
+        }
+    }
+}
+
+/// The per-mount flags `target` has now, as `mount(2)` flags, so a bind remount keeps
+/// them. Async-signal-safe (`statvfs(2)`).
+fn current_mount_flags(target: &CStr) -> io::Result<MountFlags> {
+    use rustix::fs::StatVfsMountFlags as Has;
+    let has = rustix::fs::statvfs(target)?.f_flag;
+    let mut flags = MountFlags::empty();
+    for (have, flag) in [
+        (Has::RDONLY, MountFlags::RDONLY),
+        (Has::NOSUID, MountFlags::NOSUID),
+        (Has::NODEV, MountFlags::NODEV),
+        (Has::NOEXEC, MountFlags::NOEXEC),
+        (Has::NOATIME, MountFlags::NOATIME),
+        (Has::NODIRATIME, MountFlags::NODIRATIME),
+        (Has::RELATIME, MountFlags::RELATIME),
+    ] {
+        if has.contains(have) {
+            flags |= flag;
+        }
+    }
+    Ok(flags)
+}
+
+/// `pivot_root(2)` into `root` as runc does it: `pivot_root(".", ".")` stacks the old
+/// root on the new one; the old root's tree is made a slave first, so detaching it
+/// unmounts nothing of the host's (an unmount under a shared mount propagates).
+/// Async-signal-safe: raw system calls.
+fn pivot_into(root: &CStr) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let old_root = rustix::fs::open(
+        c"/",
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let new_root = rustix::fs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::process::fchdir(&new_root)?;
+    rustix::process::pivot_root(c".", c".")?;
+    // The kernel leaves the working directory where it was; go to the old root,
+    // stacked on "/", by its descriptor rather than by trusting that.
+    rustix::process::fchdir(&old_root)?;
+    rustix::mount::mount_change(
+        c".",
+        MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC,
+    )?;
+    rustix::mount::unmount(c".", rustix::mount::UnmountFlags::DETACH)?;
+    rustix::process::chdir(c"/")?;
+    Ok(())
 }
 
 /// Propagation flags in a spawn plan: their bits.
@@ -129,12 +229,9 @@ impl MountStep {
             MountStep::BindRecursive { source, target } => {
                 mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
             }
-            MountStep::RemountReadOnly { target } => {
-                mount::mount_remount(
-                    target.as_c_str(),
-                    MountFlags::BIND | MountFlags::RDONLY,
-                    c"",
-                )?;
+            MountStep::Restrict { target, restrict } => {
+                let flags = current_mount_flags(target)? | restrict.flags();
+                mount::mount_remount(target.as_c_str(), MountFlags::BIND | flags, c"")?;
             }
             MountStep::MountProc { target } => {
                 mount::mount(
@@ -145,8 +242,8 @@ impl MountStep {
                     None::<&CStr>,
                 )?;
             }
-            MountStep::Chroot { root, cwd } => {
-                rustix::process::chroot(root.as_c_str())?;
+            MountStep::PivotRoot { root, cwd } => {
+                pivot_into(root)?;
                 rustix::process::chdir(cwd.as_c_str())?;
             }
             MountStep::Chdir { dir } => {
@@ -186,6 +283,8 @@ impl MountStep {
                     rustix::fs::Mode::from_raw_mode(0o666),
                     rustix::fs::makedev(*major, *minor),
                 )?;
+                // mknod(2) applies the umask: set the mode runc gives these nodes.
+                rustix::fs::chmod(path.as_c_str(), rustix::fs::Mode::from_raw_mode(0o666))?;
             }
             MountStep::Symlink { target, link } => {
                 rustix::fs::symlink(target.as_c_str(), link.as_c_str())?;
@@ -214,11 +313,8 @@ impl MountStep {
                     Err(rustix::io::Errno::NOENT) => return Ok(()),
                     other => other?,
                 }
-                mount::mount_remount(
-                    target.as_c_str(),
-                    MountFlags::BIND | MountFlags::RDONLY,
-                    c"",
-                )?;
+                let flags = current_mount_flags(target)? | MountFlags::RDONLY;
+                mount::mount_remount(target.as_c_str(), MountFlags::BIND | flags, c"")?;
             }
             MountStep::MakeDir { path } => {
                 rustix::fs::mkdir(path.as_c_str(), rustix::fs::Mode::from_raw_mode(0o755))?;
@@ -248,12 +344,17 @@ impl fmt::Display for MountStep {
             MountStep::BindRecursive { source, target } => {
                 write!(f, "bind {} to {}", show(source), show(target))
             }
-            MountStep::RemountReadOnly { target } => {
-                write!(f, "make {} read-only", show(target))
+            MountStep::Restrict { target, restrict } => {
+                write!(f, "make {} {restrict}", show(target))
             }
             MountStep::MountProc { target } => write!(f, "mount proc at {}", show(target)),
-            MountStep::Chroot { root, cwd } => {
-                write!(f, "chroot into {} (working dir {})", show(root), show(cwd))
+            MountStep::PivotRoot { root, cwd } => {
+                write!(
+                    f,
+                    "pivot_root into {} (working dir {})",
+                    show(root),
+                    show(cwd)
+                )
             }
             MountStep::Chdir { dir } => write!(f, "change directory to {}", show(dir)),
             MountStep::MountTmpfs { target, .. } => write!(f, "mount a tmpfs at {}", show(target)),

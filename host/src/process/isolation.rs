@@ -1,6 +1,18 @@
-//! Plans the mount steps that put a task into its own mount namespace, chrooted into its
+//! Plans the mount steps that put a task into its own mount namespace, rooted in its
 //! task directory. Planning is pure (it only reads the host's mount table), so the plan
 //! can be checked in unit tests without forking.
+//!
+//! # The root
+//!
+//! The task directory is bound onto itself, so it is a mount point, and made
+//! `nosuid,nodev` (its `local/`, `secrets/` and `tmp/` with it); the system directories,
+//! `/dev`, `/alloc` and the volumes are mounted inside it; then the task's init
+//! `pivot_root`s into it and detaches the host's root (as runc does). Nothing of the
+//! host's tree is left in the namespace, so a task that keeps `CAP_SYS_CHROOT` (a root
+//! task) cannot climb out with the `chroot(".."...)` trick: there is no outside to
+//! climb to. Every mount a task gets is `nosuid,nodev`, the system directories and
+//! read-only volumes also `ro`; a host volume the operator marked `allow_setuid` keeps
+//! its setuid files and devices.
 //!
 //! # Propagation
 //!
@@ -17,7 +29,7 @@ use rustix::mount::MountPropagationFlags;
 
 use crate::model::mount::Propagation;
 use crate::mount::mountinfo::{self, MountEntry};
-use crate::mount::{MountStep, c_path};
+use crate::mount::{MountStep, Restriction, c_path};
 
 /// Host directories bound read-only into every chroot, when the host has them. A
 /// directory that is a symlink on the host (`/bin -> usr/bin`) becomes the same symlink.
@@ -33,9 +45,13 @@ pub struct VolumeMount {
     pub task_path: PathBuf,
     pub read_only: bool,
     pub propagation: Propagation,
+    /// Not `nosuid,nodev` ([`HandedMount::allow_setuid`]).
+    ///
+    /// [`HandedMount::allow_setuid`]: crate::model::mount::HandedMount::allow_setuid
+    pub allow_setuid: bool,
 }
 
-/// Everything needed to chroot a task.
+/// Everything needed to put a task in its own root.
 #[derive(Debug, Clone)]
 pub struct ChrootSpec {
     /// Host path of the task directory, which becomes `/`.
@@ -231,6 +247,7 @@ fn plan(
         .iter()
         .any(|m| m.propagation == Propagation::Bidirectional);
     let slave_rec = MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC;
+    let root_c = c_path(root)?;
     let mut steps = vec![MountStep::UnshareNamespace, MountStep::UnshareIpcUtsPid];
     if bidirectional {
         let parent = mountinfo::containing_mount(host_mounts, root)
@@ -246,17 +263,26 @@ fn plan(
             flags: slave_rec,
         });
     }
-    let mut bind_system = |source: &Path, read_only: bool| -> io::Result<()> {
+    // The root becomes a mount point (pivot_root needs one), before anything is mounted
+    // inside it.
+    steps.push(MountStep::BindRecursive {
+        source: root_c.clone(),
+        target: root_c.clone(),
+    });
+    steps.push(MountStep::Restrict {
+        target: root_c.clone(),
+        restrict: Restriction::WRITABLE,
+    });
+    let mut bind_system = |source: &Path| -> io::Result<()> {
         let target = c_path(join_inside(root, source))?;
         steps.push(MountStep::BindRecursive {
             source: c_path(source)?,
             target: target.clone(),
         });
-        if read_only {
-            steps.push(MountStep::RemountReadOnly {
-                target: target.clone(),
-            });
-        }
+        steps.push(MountStep::Restrict {
+            target: target.clone(),
+            restrict: Restriction::READ_ONLY,
+        });
         if bidirectional {
             steps.push(MountStep::SetPropagation {
                 target,
@@ -266,7 +292,7 @@ fn plan(
         Ok(())
     };
     for dir in system {
-        bind_system(dir, true)?;
+        bind_system(dir)?;
     }
     minimal_dev(root, &mut steps)?;
     for mount in &spec.mounts {
@@ -275,9 +301,19 @@ fn plan(
             source: c_path(&mount.host_path)?,
             target: target.clone(),
         });
-        if mount.read_only {
-            steps.push(MountStep::RemountReadOnly {
+        let restrict = Restriction {
+            read_only: mount.read_only,
+            nosuid_nodev: !mount.allow_setuid,
+        };
+        if restrict
+            != (Restriction {
+                read_only: false,
+                nosuid_nodev: false,
+            })
+        {
+            steps.push(MountStep::Restrict {
                 target: target.clone(),
+                restrict,
             });
         }
         steps.push(MountStep::SetPropagation {
@@ -289,8 +325,8 @@ fn plan(
         target: c_path(root.join("proc"))?,
     }];
     protect_proc(root, &mut after_fork)?;
-    after_fork.push(MountStep::Chroot {
-        root: c_path(root)?,
+    after_fork.push(MountStep::PivotRoot {
+        root: root_c,
         cwd: c_path(&spec.cwd)?,
     });
     Ok(ChrootPlan {
@@ -309,6 +345,7 @@ mod tests {
             task_path: "/local/data".into(),
             read_only,
             propagation,
+            allow_setuid: false,
         }
     }
 
@@ -339,8 +376,11 @@ mod tests {
             .iter()
             .position(|s| s == "mount proc at /tmp/t/proc")
             .unwrap();
-        let chroot = steps.iter().position(|s| s.starts_with("chroot")).unwrap();
-        assert!(fork < proc && proc < chroot, "{steps:#?}");
+        let pivot = steps
+            .iter()
+            .position(|s| s.starts_with("pivot_root"))
+            .unwrap();
+        assert!(fork < proc && proc < pivot, "{steps:#?}");
         let volume = steps
             .iter()
             .position(|s| s == "bind /srv/data to /tmp/t/local/data")
@@ -358,17 +398,23 @@ mod tests {
             "set propagation MountPropagationFlags(DOWNSTREAM | REC) on /"
         );
         assert!(steps.contains(&"bind /usr to /tmp/t/usr".to_string()));
-        assert!(steps.contains(&"make /tmp/t/usr read-only".to_string()));
+        assert!(steps.contains(&"make /tmp/t/usr read-only, nosuid, nodev".to_string()));
         let bind = steps
             .iter()
             .position(|s| s == "bind /srv/data to /tmp/t/local/data")
             .unwrap();
-        assert_eq!(steps[bind + 1], "make /tmp/t/local/data read-only");
+        assert_eq!(
+            steps[bind + 1],
+            "make /tmp/t/local/data read-only, nosuid, nodev"
+        );
         assert_eq!(
             steps[bind + 2],
             "set propagation MountPropagationFlags(PRIVATE | REC) on /tmp/t/local/data"
         );
-        assert_eq!(steps.last().unwrap(), "chroot into /tmp/t (working dir /)");
+        assert_eq!(
+            steps.last().unwrap(),
+            "pivot_root into /tmp/t (working dir /)"
+        );
     }
 
     #[test]
@@ -384,7 +430,41 @@ mod tests {
         assert!(steps.contains(
             &"set propagation MountPropagationFlags(SHARED | REC) on /tmp/t/local/data".to_string()
         ));
-        assert!(!steps.contains(&"make /tmp/t/local/data read-only".to_string()));
+        assert!(steps.contains(&"make /tmp/t/local/data nosuid, nodev".to_string()));
+    }
+
+    #[test]
+    fn the_root_is_its_own_nosuid_mount_before_anything_is_mounted_in_it() {
+        let steps = steps_for(vec![volume(Propagation::Private, false)]);
+        let root = steps
+            .iter()
+            .position(|s| s == "bind /tmp/t to /tmp/t")
+            .unwrap_or_else(|| panic!("{steps:#?}"));
+        assert_eq!(steps[root + 1], "make /tmp/t nosuid, nodev");
+        let first_inside = steps
+            .iter()
+            .position(|s| s.starts_with("bind /usr") || s.starts_with("mount a tmpfs"))
+            .unwrap();
+        assert!(root < first_inside, "{steps:#?}");
+        // Every mount of the plan is restricted: writable ones nosuid,nodev.
+        assert!(steps.contains(&"make /tmp/t/local/data nosuid, nodev".to_string()));
+    }
+
+    #[test]
+    fn a_volume_the_operator_allows_setuid_on_keeps_it() {
+        let mut allowed = volume(Propagation::Private, false);
+        allowed.allow_setuid = true;
+        let steps = steps_for(vec![allowed]);
+        assert!(
+            !steps
+                .iter()
+                .any(|s| s.starts_with("make /tmp/t/local/data")),
+            "{steps:#?}"
+        );
+        let mut read_only = volume(Propagation::Private, true);
+        read_only.allow_setuid = true;
+        let steps = steps_for(vec![read_only]);
+        assert!(steps.contains(&"make /tmp/t/local/data read-only".to_string()));
     }
 
     #[test]

@@ -59,13 +59,12 @@ impl TaskHook for ConnectHook {
                      consul block"
                 )));
             };
-            let user: Option<TaskUser> = ctx
-                .task
-                .user
-                .as_deref()
-                .map(crate::process::users::lookup)
-                .transpose()
-                .map_err(|e| failure(format!("user: {e}")))?;
+            // The user the task will run as (nobody for exec when the job names none).
+            let isolation = ctx.driver.capabilities().fs_isolation;
+            let user: Option<TaskUser> =
+                crate::validate::task_user(&ctx.task, isolation, &ctx.config)
+                    .map_err(|e| failure(e.to_string()))?
+                    .map(|(_, user)| user);
             let Some(service_id) = ctx.services.group_service_id(&ctx.alloc_id, service) else {
                 return Err(failure(format!(
                     "service {service:?} is not registered for this alloc"

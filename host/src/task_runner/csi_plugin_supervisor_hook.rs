@@ -172,6 +172,7 @@ impl TaskHook for CsiPluginSupervisorHook {
                         task_path: task_path.into(),
                         read_only: false,
                         propagation: Propagation::Bidirectional,
+                        allow_setuid: false,
                     });
                 }
             }

@@ -349,15 +349,11 @@ impl TaskRunner {
             }
         }
         let task = &self.ctx.task;
-        let user = match task
-            .user
-            .as_deref()
-            .map(crate::process::users::lookup)
-            .transpose()
-        {
-            Ok(user) => user,
-            Err(error) => {
-                self.emit(EventKind::SetupFailure, format!("user: {error}"));
+        let isolation = self.ctx.driver.capabilities().fs_isolation;
+        let user = match crate::validate::task_user(task, isolation, &self.ctx.config) {
+            Ok(user) => user.map(|(_, user)| user),
+            Err(refusal) => {
+                self.emit(EventKind::SetupFailure, refusal.to_string());
                 return Err(RunOnce::SetupFailed);
             }
         };

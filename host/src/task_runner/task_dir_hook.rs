@@ -38,6 +38,7 @@ impl TaskHook for TaskDirHook {
                     task_path: "/alloc".into(),
                     read_only: false,
                     propagation: Propagation::Private,
+                    allow_setuid: false,
                 });
             }
             let show = |p: &PathBuf| p.display().to_string();

@@ -41,7 +41,7 @@ impl TaskHook for VolumesHook {
                             mount.volume, ctx.group.name
                         ))
                     })?;
-                let (host_path, host_read_only) = match volume.volume_type {
+                let (host_path, host_read_only, allow_setuid) = match volume.volume_type {
                     VolumeType::Host => {
                         let host = ctx.config.host_volume(&volume.source).ok_or_else(|| {
                             fail(format!(
@@ -49,7 +49,7 @@ impl TaskHook for VolumesHook {
                                 volume.source
                             ))
                         })?;
-                        (host.path.clone(), host.read_only)
+                        (host.path.clone(), host.read_only, host.allow_setuid)
                     }
                     VolumeType::Csi => {
                         let mounted = ctx.resources.csi_mount(&volume.name).ok_or_else(|| {
@@ -58,7 +58,7 @@ impl TaskHook for VolumesHook {
                                 volume.name
                             ))
                         })?;
-                        (mounted.host_path, mounted.read_only)
+                        (mounted.host_path, mounted.read_only, false)
                     }
                 };
                 if let Some(refusal) =
@@ -91,6 +91,7 @@ impl TaskHook for VolumesHook {
                     task_path: destination.into(),
                     read_only: volume.read_only || mount.read_only || host_read_only,
                     propagation: mount.propagation,
+                    allow_setuid,
                 });
             }
             Ok(())

@@ -257,6 +257,7 @@ impl PluginCtx {
                 task_path: PathBuf::from(&asked.task_path),
                 read_only: asked.read_only,
                 propagation: from_wit_propagation(asked.propagation),
+                allow_setuid: false,
             };
             let handed = task.mounts.iter().find(|h| {
                 h.host_path == mount.host_path
@@ -264,18 +265,20 @@ impl PluginCtx {
                     && h.propagation == mount.propagation
                     && (mount.read_only || !h.read_only)
             });
-            if handed.is_none() {
+            let Some(handed) = handed else {
                 return Err(SpawnRefusal::MountNotHanded {
                     driver: plugin.to_string(),
                     mount,
                     task: task.task_id.clone(),
                 });
-            }
+            };
             mounts.push(VolumeMount {
                 host_path: mount.host_path,
                 task_path: mount.task_path,
                 read_only: mount.read_only,
                 propagation: mount.propagation,
+                // The operator's word, from the host's own record, never the driver's.
+                allow_setuid: handed.allow_setuid,
             });
         }
         if let Some(first) = request.mounts.first().filter(|_| !self.plugin.may_mount) {

@@ -13,6 +13,9 @@ host_volume "csi-data" {
 
 csi {
   plugin_wait = "30s"
-  # The hostpath plugin mounts volumes, so its task keeps root's capabilities.
-  privileged_plugins = ["hostpath"]
+  # The hostpath plugin mounts volumes: its task, run by the csi-hostpath job (and no
+  # other), may mount (as root, with CAP_SYS_ADMIN, bind mounts only).
+  privileged_plugin "hostpath" {
+    jobs = ["csi-hostpath"]
+  }
 }

@@ -25,7 +25,9 @@
 //!   rpc_timeout       = "10s"  # one CSI call
 //!   operation_timeout = "30s"  # one operation with its retries
 //!   plugin_wait       = "30s"  # how long an alloc waits for its volume's plugin
-//!   privileged_plugins = ["hostpath"]  # plugin tasks that keep root's capabilities
+//!   privileged_plugin "hostpath" {     # plugin tasks that may mount (as root, with
+//!     jobs = ["csi-hostpath"]          # CAP_SYS_ADMIN): the plugin id and the jobs
+//!   }                                  # that may run it so
 //! }
 //!
 //! max_plugin_instances = 256   # WebAssembly instances at once: one per call in flight,
@@ -70,7 +72,8 @@
 //!   token_file   = "/var/lib/berth/api-token"  # created 0600 at first start (submit scope)
 //!   token "ci-reader" {
 //!     secret = "at least 16 characters"
-//!     scope  = "read"                  # or "submit"
+//!     scope  = "read"                  # or "submit", or "plugin" (submit, and jobs
+//!                                      # that run CSI plugins)
 //!   }
 //! }
 //! ```
@@ -242,11 +245,16 @@ impl std::fmt::Debug for ApiToken {
     }
 }
 
-/// What a token allows: `read` (GET only) or `submit` (everything).
+/// What a token allows: `read` (GET only), `submit` (everything but plugin jobs) or
+/// `plugin` (everything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenScope {
     Read,
     Submit,
+    /// Submit, and jobs that run CSI plugins (Nomad's `csi-register-plugin`
+    /// capability): a plugin task sees every volume it serves, and one the operator grants
+    /// mounting mounts on the node.
+    Plugin,
 }
 
 /// The shortest token secret accepted: guessing one must be hopeless.
@@ -297,9 +305,13 @@ impl AgentConfig {
         }
     }
 
-    /// Whether the operator lets the tasks of CSI plugin `id` keep root's capabilities.
-    pub fn csi_privileged(&self, id: &str) -> bool {
-        self.csi.privileged_plugins.iter().any(|p| p == id)
+    /// Whether the operator lets the tasks of CSI plugin `id` in job `job` mount
+    /// (`csi { privileged_plugin "id" { jobs = ["job"] } }`).
+    pub fn csi_privileged(&self, id: &str, job: &str) -> bool {
+        self.csi
+            .privileged_plugins
+            .iter()
+            .any(|grant| grant.id == id && grant.jobs.iter().any(|j| j == job))
     }
 
     /// Whether the operator turned `raw_exec` on. It runs tasks unconfined, as the agent's
@@ -396,6 +408,7 @@ impl AgentConfig {
                     "operation_timeout",
                     "plugin_wait",
                     "privileged_plugins",
+                    "privileged_plugin",
                 ],
             );
             let Timeouts { call, total } = csi.timeouts;
@@ -410,7 +423,40 @@ impl AgentConfig {
             if let Some(wait) = settings.duration("plugin_wait", &mut problems) {
                 csi.plugin_wait = wait;
             }
-            csi.privileged_plugins = settings.string_list("privileged_plugins", &mut problems);
+            if settings.attr("privileged_plugins").is_some() {
+                let ids = settings.string_list("privileged_plugins", &mut problems);
+                let example = ids.first().map_or("hostpath", String::as_str);
+                settings.problem_with(
+                    &mut problems,
+                    "privileged_plugins",
+                    format!(
+                        "a grant by plugin id alone is refused: any job author can write a \
+                         plugin id. Name the jobs that may run it too: privileged_plugin \
+                         {example:?} {{ jobs = [\"<the plugin's job>\"] }}"
+                    ),
+                );
+            }
+            for (id, block) in settings.labeled_blocks("privileged_plugin", &mut problems) {
+                let mut grant = Fields::new(
+                    &block.body,
+                    format!("config.csi.privileged_plugin.{id}"),
+                    block.at,
+                    &["jobs"],
+                );
+                let jobs = grant.string_list("jobs", &mut problems);
+                if jobs.is_empty() {
+                    grant.problem(
+                        &mut problems,
+                        "jobs",
+                        block.at,
+                        "name the jobs that may run this plugin with mounts (jobs = [\"...\"])"
+                            .into(),
+                    );
+                }
+                grant.finish(&mut problems);
+                csi.privileged_plugins
+                    .push(crate::model::csi::PluginGrant { id, jobs });
+            }
             settings.finish(&mut problems);
         }
         let cgroups = match fields.single_block("cgroups", &mut problems) {
@@ -653,9 +699,13 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
         let scope = token_fields.choose(
             scope_text,
             "scope",
-            &[("read", TokenScope::Read), ("submit", TokenScope::Submit)],
+            &[
+                ("read", TokenScope::Read),
+                ("submit", TokenScope::Submit),
+                ("plugin", TokenScope::Plugin),
+            ],
             problems,
-            |other| format!("unknown scope {other:?} (use \"read\" or \"submit\")"),
+            |other| format!("unknown scope {other:?} (use \"read\", \"submit\" or \"plugin\")"),
         );
         token_fields.finish(problems);
         if let (Some(secret), Some(scope), true) = (secret, scope, long_enough) {

@@ -47,12 +47,13 @@ pub const DEFAULT_TASK_USER: &str = "nobody";
 
 /// The user `task` runs as (name and ids), or `None` for the agent's own user (root):
 /// its `user`; else [`DEFAULT_TASK_USER`] when its driver confines tasks (fs-isolation
-/// `chroot`: `exec`); a CSI plugin the operator granted privilege (`csi {
-/// privileged_plugins }`) keeps root. Refused when the user does not exist, or when the
+/// `chroot`: `exec`); a CSI plugin the operator granted mounting (`csi {
+/// privileged_plugin }`, for this job) keeps root. Refused when the user does not exist, or when the
 /// operator's `user { denylist }` names it for a driver of `checked_drivers` (by name or
 /// by uid, so `user = "0"` is `root`). Shared with the task runner, which checks again
 /// before every start (a job accepted earlier may be restored under a stricter config).
 pub fn task_user(
+    job: &str,
     task: &Task,
     isolation: FsIsolation,
     config: &AgentConfig,
@@ -60,7 +61,7 @@ pub fn task_user(
     let privileged = task
         .csi_plugin
         .as_ref()
-        .is_some_and(|p| config.csi_privileged(&p.id));
+        .is_some_and(|p| config.csi_privileged(&p.id, job));
     let name = match &task.user {
         Some(user) => Some(user.clone()),
         None if privileged => None,
@@ -345,6 +346,7 @@ pub async fn validate(
                 }
             }
             check_task(
+                &job.name,
                 task,
                 &task_path,
                 &group.volumes,
@@ -359,6 +361,7 @@ pub async fn validate(
 }
 
 async fn check_task(
+    job: &str,
     task: &Task,
     task_path: &str,
     volumes: &[VolumeRequest],
@@ -418,7 +421,7 @@ async fn check_task(
         });
     }
     let isolation = driver.map_or(FsIsolation::None, |d| d.capabilities().fs_isolation);
-    if let Err(refusal) = task_user(task, isolation, config) {
+    if let Err(refusal) = task_user(job, task, isolation, config) {
         problems.push(Problem {
             path: format!("{task_path}.user"),
             at: Some(task.at),

@@ -102,12 +102,10 @@ impl AgentProcess {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The operator's client: the Unix socket, as the CLI uses by default (a dev agent's
+    /// open TCP listener is anyone's on the machine, and may not run plugin jobs).
     pub fn client(&self) -> Client {
-        if self.dev {
-            Client::new(&self.address()).unwrap()
-        } else {
-            Client::unix(&self.socket())
-        }
+        Client::unix(&self.socket())
     }
 
     pub fn log(&self, run: u32) -> PathBuf {

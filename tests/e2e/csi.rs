@@ -39,7 +39,21 @@ csi {{
   rpc_timeout       = "2s"
   operation_timeout = "4s"
   plugin_wait       = "10s"
-  privileged_plugins = ["hostpath", "hang", "die", "silent", "garbage"]
+  privileged_plugin "hostpath" {{
+    jobs = ["plugin", "plugin2", "plugin-a", "plugin-b"]
+  }}
+  privileged_plugin "hang" {{
+    jobs = ["hang"]
+  }}
+  privileged_plugin "die" {{
+    jobs = ["die"]
+  }}
+  privileged_plugin "silent" {{
+    jobs = ["silent"]
+  }}
+  privileged_plugin "garbage" {{
+    jobs = ["garbage"]
+  }}
 }}
 "#,
         dir = dir.display()

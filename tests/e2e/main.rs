@@ -24,4 +24,5 @@ mod jobs;
 mod launched_jobs;
 mod logs;
 mod nomad_jobspecs;
+mod plugin_grants;
 mod task_users;

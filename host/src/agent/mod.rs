@@ -642,15 +642,35 @@ impl Agent {
             .await
     }
 
-    /// [`Agent::submit`] with values for the jobspec's variables.
+    /// [`Agent::submit`] with values for the jobspec's variables, as the operator.
     pub async fn submit_with(
         &self,
         source_name: &str,
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
+        self.submit_as(Submitter::Operator, source_name, source, variables)
+            .await
+    }
+
+    /// [`Agent::submit_with`] for `submitter`: a job that runs a CSI plugin needs the
+    /// operator, or a token of scope `plugin`.
+    pub async fn submit_as(
+        &self,
+        submitter: Submitter,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<Submitted, SubmitError> {
         let job =
             jobspec::parse_with(source_name, source, variables).map_err(SubmitError::Invalid)?;
+        let refused = plugin_tasks_refused(&job, submitter);
+        if !refused.is_empty() {
+            return Err(SubmitError::Invalid(JobspecError {
+                file: source_name.to_string(),
+                problems: refused,
+            }));
+        }
         let problems = crate::validate::validate(
             &job,
             &self.node.drivers,
@@ -1043,6 +1063,48 @@ fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
 }
 
 /// Every task event also goes to the agent's log.
+/// Who submits a job, as the API's access check found it: what they may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitter {
+    /// The operator: the Unix socket's owner (or its group), `berth run`.
+    Operator,
+    /// A TCP request: with a token of scope `plugin`, it may run CSI plugin jobs.
+    Token { may_run_plugins: bool },
+}
+
+/// The `csi_plugin` tasks of `job` that `submitter` may not run: a plugin task sees the
+/// volumes it serves and, granted by the operator, mounts on the node, so it needs more
+/// than a submit token (Nomad's `csi-register-plugin` capability).
+fn plugin_tasks_refused(job: &jobspec::Job, submitter: Submitter) -> Vec<jobspec::Problem> {
+    if matches!(
+        submitter,
+        Submitter::Operator
+            | Submitter::Token {
+                may_run_plugins: true
+            }
+    ) {
+        return Vec::new();
+    }
+    job.groups
+        .iter()
+        .flat_map(|g| g.tasks.iter().map(move |t| (g, t)))
+        .filter(|(_, t)| t.csi_plugin.is_some())
+        .map(|(group, task)| jobspec::Problem {
+            path: format!(
+                "job.{}.group.{}.task.{}.csi_plugin",
+                job.name, group.name, task.name
+            ),
+            at: Some(task.at),
+            message: format!(
+                "task {:?} runs a CSI plugin, which needs the operator's authorization: \
+                 submit it through the agent's Unix socket, or with a token of scope \
+                 \"plugin\"",
+                task.name
+            ),
+        })
+        .collect()
+}
+
 /// The data dir holds the state file, task dirs with their secrets, and plugin sockets:
 /// only its owner may enter it. An existing one is fixed.
 fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {

@@ -25,6 +25,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
+use crate::agent::Submitter;
 use crate::config::{ApiToken, HttpConfig, TokenScope};
 
 /// The API socket's name in the data dir.
@@ -102,8 +103,12 @@ impl AccessPolicy {
         }
     }
 
-    /// Whether `request` may pass; the refusal otherwise.
-    fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+    /// Whether `request` may pass, and who it comes from; the refusal otherwise.
+    fn check(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Submitter, (StatusCode, String)> {
         if let Some(hosts) = &self.hosts {
             let host = headers
                 .get(header::HOST)
@@ -140,7 +145,14 @@ impl AccessPolicy {
             }
         }
         if self.open {
-            return Ok(());
+            // The socket's mode is the operator's word; an open (-dev) TCP listener is
+            // anyone's on this machine.
+            return Ok(match self.hosts {
+                None => Submitter::Operator,
+                Some(_) => Submitter::Token {
+                    may_run_plugins: false,
+                },
+            });
         }
         let Some(presented) = presented_token(headers) else {
             return Err((
@@ -166,18 +178,23 @@ impl AccessPolicy {
                 ),
             ));
         }
-        Ok(())
+        Ok(Submitter::Token {
+            may_run_plugins: token.scope == TokenScope::Plugin,
+        })
     }
 }
 
 /// The axum middleware that applies a listener's policy.
 pub async fn enforce(
     State(policy): State<Arc<AccessPolicy>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     match policy.check(request.method(), request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(submitter) => {
+            request.extensions_mut().insert(submitter);
+            next.run(request).await
+        }
         Err((status, error)) => (
             status,
             Json(ApiError {
@@ -355,6 +372,7 @@ mod tests {
             vec![
                 token("ci", "submit-secret-0123456789", TokenScope::Submit),
                 token("viewer", "read-secret-0123456789", TokenScope::Read),
+                token("csi", "plugin-secret-0123456789", TokenScope::Plugin),
             ],
             false,
         );
@@ -371,9 +389,12 @@ mod tests {
             code(Method::GET, &[("x-berth-token", "wrong-secret-0123456789")]),
             Err(StatusCode::FORBIDDEN)
         );
+        let token = Ok(Submitter::Token {
+            may_run_plugins: false,
+        });
         assert_eq!(
             code(Method::GET, &[("x-berth-token", "read-secret-0123456789")]),
-            Ok(())
+            token
         );
         assert_eq!(
             code(
@@ -387,7 +408,17 @@ mod tests {
                 Method::POST,
                 &[("authorization", "Bearer submit-secret-0123456789")]
             ),
-            Ok(())
+            token
+        );
+        // Only a token of scope "plugin" may run plugin jobs.
+        assert_eq!(
+            code(
+                Method::POST,
+                &[("authorization", "Bearer plugin-secret-0123456789")]
+            ),
+            Ok(Submitter::Token {
+                may_run_plugins: true
+            })
         );
         let rebound = policy.check(
             &Method::GET,
@@ -418,14 +449,25 @@ mod tests {
                     ("x-berth-token", "read-secret-0123456789")
                 ]
             ),
-            Ok(())
+            token
         );
     }
 
     #[test]
     fn the_socket_needs_no_token_and_checks_no_host() {
         let policy = AccessPolicy::socket();
-        assert_eq!(policy.check(&Method::POST, &headers(&[])), Ok(()));
+        assert_eq!(
+            policy.check(&Method::POST, &headers(&[])),
+            Ok(Submitter::Operator)
+        );
+        // An open (-dev) TCP listener is anyone's on the machine: not the operator.
+        let open = AccessPolicy::tcp("127.0.0.1:4646".parse().unwrap(), Vec::new(), true);
+        assert_eq!(
+            open.check(&Method::POST, &headers(&[("host", "127.0.0.1:4646")])),
+            Ok(Submitter::Token {
+                may_run_plugins: false
+            })
+        );
     }
 
     #[test]

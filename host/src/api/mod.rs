@@ -289,11 +289,17 @@ async fn list_jobs(
 
 async fn submit_job(
     State(agent): State<Arc<Agent>>,
+    axum::Extension(submitter): axum::Extension<crate::agent::Submitter>,
     Json(request): Json<SubmitRequest>,
 ) -> Reply<crate::agent::Submitted> {
     Ok(Json(
         agent
-            .submit_with(&request.source_name, &request.source, &request.variables)
+            .submit_as(
+                submitter,
+                &request.source_name,
+                &request.source,
+                &request.variables,
+            )
             .await?,
     ))
 }

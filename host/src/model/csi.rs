@@ -252,12 +252,21 @@ pub struct Fingerprint {
 /// How long the manager waits and how long its calls may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CsiSettings {
-    /// CSI plugin ids whose tasks keep root's capabilities in their chroot (a node plugin
-    /// mounts volumes). Every other task is confined; a plugin not named here cannot mount.
-    pub privileged_plugins: Vec<String>,
+    /// The operator's grants of mounting to CSI plugin tasks (a node plugin mounts
+    /// volumes): each names the plugin id and the jobs that may run it so, since a job
+    /// author writes the plugin id. Every other plugin task is confined and cannot mount.
+    pub privileged_plugins: Vec<PluginGrant>,
     pub timeouts: Timeouts,
     /// How long an alloc waits for its volume's plugin to be registered and healthy.
     pub plugin_wait: Duration,
+}
+
+/// `csi { privileged_plugin "ID" { jobs = [...] } }`: plugin `id`, run by one of `jobs`,
+/// may mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginGrant {
+    pub id: String,
+    pub jobs: Vec<String>,
 }
 
 impl Default for CsiSettings {

@@ -65,8 +65,9 @@ pub enum MountStep {
         target: CString,
         restrict: Restriction,
     },
-    /// A fresh procfs at `target`.
-    MountProc { target: CString },
+    /// A fresh procfs at `target`; with `pids_only`, only the processes' own entries
+    /// (`subset=pid`: no `/proc/sys`, no kernel files at all).
+    MountProc { target: CString, pids_only: bool },
     /// Makes `root` (a mount point: the task root bound onto itself) the root of the
     /// mount namespace with `pivot_root(2)` and detaches the old root, so no path leads
     /// back to the host, whatever capabilities remain (a `chroot` would leave the old
@@ -233,13 +234,13 @@ impl MountStep {
                 let flags = current_mount_flags(target)? | restrict.flags();
                 mount::mount_remount(target.as_c_str(), MountFlags::BIND | flags, c"")?;
             }
-            MountStep::MountProc { target } => {
+            MountStep::MountProc { target, pids_only } => {
                 mount::mount(
                     c"proc",
                     target.as_c_str(),
                     c"proc",
                     MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-                    None::<&CStr>,
+                    pids_only.then_some(c"subset=pid"),
                 )?;
             }
             MountStep::PivotRoot { root, cwd } => {
@@ -347,7 +348,10 @@ impl fmt::Display for MountStep {
             MountStep::Restrict { target, restrict } => {
                 write!(f, "make {} {restrict}", show(target))
             }
-            MountStep::MountProc { target } => write!(f, "mount proc at {}", show(target)),
+            MountStep::MountProc { target, pids_only } => {
+                let subset = if *pids_only { " (processes only)" } else { "" };
+                write!(f, "mount proc at {}{subset}", show(target))
+            }
             MountStep::PivotRoot { root, cwd } => {
                 write!(
                     f,

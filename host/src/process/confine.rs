@@ -1,10 +1,12 @@
 //! What a confined task keeps of root: the last thing its process does before `exec`,
-//! after its mounts (which still need `CAP_SYS_ADMIN`) and its chroot.
+//! after its mounts (which still need `CAP_SYS_ADMIN`) and its `pivot_root`.
 //!
 //! - The capability bounding set, permitted and effective sets are cut to
 //!   [`TASK_CAPABILITIES`] (Nomad's default `exec` set less `CAP_MKNOD`: without a devices
-//!   cgroup, a task that can make device nodes can open the host's disks). Inheritable is
-//!   empty.
+//!   cgroup, a task that can make device nodes can open the host's disks), or, for a CSI
+//!   plugin the operator granted mounting, to [`MOUNTING_PLUGIN_CAPABILITIES`] (the same
+//!   plus `CAP_SYS_ADMIN`, which its seccomp filter narrows to bind mounts). Inheritable
+//!   is empty.
 //! - `no_new_privs`: no setuid binary, no file capability gives any of it back.
 //!
 //! With `CAP_SYS_PTRACE` gone and its capabilities a strict subset of the agent's, a task
@@ -30,13 +32,38 @@ pub const TASK_CAPABILITIES: CapabilitySet = CapabilitySet::AUDIT_WRITE
     .union(CapabilitySet::SETUID)
     .union(CapabilitySet::SYS_CHROOT);
 
-/// Drops every capability outside [`TASK_CAPABILITIES`] for good and sets
-/// `no_new_privs`. Async-signal-safe: raw syscalls, no allocation; runs between `fork`
-/// and `exec`.
-pub fn drop_privileges() -> io::Result<()> {
+/// What a CSI node plugin needs to mount volumes, and no more: [`TASK_CAPABILITIES`] and
+/// `CAP_SYS_ADMIN`. Never `CAP_DAC_READ_SEARCH` (`open_by_handle_at` opens any file of a
+/// filesystem the task can see, the host's root among them), `CAP_MKNOD`,
+/// `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_SYS_PTRACE` or `CAP_NET_ADMIN`.
+pub const MOUNTING_PLUGIN_CAPABILITIES: CapabilitySet =
+    TASK_CAPABILITIES.union(CapabilitySet::SYS_ADMIN);
+
+/// How much of root a confined task keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Confinement {
+    /// [`TASK_CAPABILITIES`].
+    Task,
+    /// [`MOUNTING_PLUGIN_CAPABILITIES`]: a CSI plugin the operator granted mounting.
+    MountingPlugin,
+}
+
+impl Confinement {
+    pub fn capabilities(self) -> CapabilitySet {
+        match self {
+            Confinement::Task => TASK_CAPABILITIES,
+            Confinement::MountingPlugin => MOUNTING_PLUGIN_CAPABILITIES,
+        }
+    }
+}
+
+/// Drops every capability outside `confinement`'s for good and sets `no_new_privs`.
+/// Async-signal-safe: raw syscalls, no allocation; runs between `fork` and `exec`.
+pub fn drop_privileges(confinement: Confinement) -> io::Result<()> {
+    let kept = confinement.capabilities();
     for bit in 0..64 {
         let capability = CapabilitySet::from_bits_retain(1 << bit);
-        if TASK_CAPABILITIES.contains(capability) {
+        if kept.contains(capability) {
             continue;
         }
         match rustix::thread::remove_capability_from_bounding_set(capability) {
@@ -48,8 +75,8 @@ pub fn drop_privileges() -> io::Result<()> {
     rustix::thread::set_capabilities(
         None,
         CapabilitySets {
-            effective: TASK_CAPABILITIES,
-            permitted: TASK_CAPABILITIES,
+            effective: kept,
+            permitted: kept,
             inheritable: CapabilitySet::empty(),
         },
     )?;

@@ -59,9 +59,10 @@ pub struct ChrootSpec {
     /// Working directory inside the root.
     pub cwd: PathBuf,
     pub mounts: Vec<VolumeMount>,
-    /// Keeps root's capabilities: only for a CSI plugin the operator named in
-    /// `csi { privileged_plugins }` (it mounts volumes). Everything else is confined
-    /// ([`super::confine`]).
+    /// May mount (bind mounts only): only for a CSI plugin the operator granted it to, in
+    /// `csi { privileged_plugin }` for its job. It keeps `CAP_SYS_ADMIN`
+    /// ([`super::confine::Confinement::MountingPlugin`]) and sees no kernel settings in
+    /// `/proc`.
     pub privileged: bool,
 }
 
@@ -321,8 +322,11 @@ fn plan(
             flags: mount.propagation.flags(),
         });
     }
+    // A task that may mount must not find the kernel's settings in /proc: it could
+    // unmount their read-only cover. It gets its processes' entries only.
     let mut after_fork = vec![MountStep::MountProc {
         target: c_path(root.join("proc"))?,
+        pids_only: spec.privileged,
     }];
     protect_proc(root, &mut after_fork)?;
     after_fork.push(MountStep::PivotRoot {

@@ -120,6 +120,8 @@ pub struct ProcessTable {
     processes: Mutex<HashMap<ProcessRef, Tracked>>,
     /// Compiled at the first confined spawn.
     filter: OnceLock<seccomp::TaskFilter>,
+    /// Compiled at the first spawn of a CSI plugin granted mounting.
+    plugin_filter: OnceLock<seccomp::TaskFilter>,
     /// Where shims leave their task's exit record (`<pid>.<start time>`), for an agent
     /// that adopts the process after a restart. `None`: no records (tests, benches).
     exit_records: Option<PathBuf>,
@@ -166,10 +168,18 @@ impl ProcessTable {
                 (plan.before_fork, plan.after_fork, true)
             }
         };
-        let confine = matches!(&spec.isolation, Isolation::Chroot(chroot) if !chroot.privileged);
+        // Every isolated task is confined; a CSI plugin the operator granted mounting
+        // keeps CAP_SYS_ADMIN, narrowed by its filter to bind mounts.
+        let confine = match &spec.isolation {
+            Isolation::None { .. } => None,
+            Isolation::Chroot(chroot) if chroot.privileged => {
+                Some(confine::Confinement::MountingPlugin)
+            }
+            Isolation::Chroot(_) => Some(confine::Confinement::Task),
+        };
         let filter = match confine {
-            true => Some(self.filter()?.clone()),
-            false => None,
+            Some(confinement) => Some(self.filter(confinement)?.clone()),
+            None => None,
         };
         let nul = || ProcessError::Exec {
             program: program.clone(),
@@ -336,12 +346,19 @@ impl ProcessTable {
         })
     }
 
-    fn filter(&self) -> Result<&seccomp::TaskFilter, ProcessError> {
-        if let Some(filter) = self.filter.get() {
+    fn filter(
+        &self,
+        confinement: confine::Confinement,
+    ) -> Result<&seccomp::TaskFilter, ProcessError> {
+        let cell = match confinement {
+            confine::Confinement::Task => &self.filter,
+            confine::Confinement::MountingPlugin => &self.plugin_filter,
+        };
+        if let Some(filter) = cell.get() {
             return Ok(filter);
         }
-        let compiled = seccomp::TaskFilter::compile()?;
-        Ok(self.filter.get_or_init(|| compiled))
+        let compiled = seccomp::TaskFilter::compile(confinement)?;
+        Ok(cell.get_or_init(|| compiled))
     }
 
     /// Takes back a process started before an agent restart. Its start time must match,

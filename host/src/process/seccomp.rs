@@ -15,7 +15,14 @@
 //! - `ptrace` except `PTRACE_TRACEME`: a process can be traced only by the parent it
 //!   asked (a debugger that starts its program), never attached to.
 //!
-//! The filter is compiled once in the agent, handed to each task's keeper in its spawn
+//! A CSI plugin the operator granted mounting keeps `CAP_SYS_ADMIN`, and its filter lets
+//! it `umount2` and `mount` with only the flags of a bind mount, a propagation change, or
+//! a remount of a bind **read-only**: never a new filesystem (a fresh `proc` or `sysfs`
+//! would give it the host's kernel settings), a superblock remount (which changes the
+//! host's filesystem for everyone), a bind remounted writable (its read-only `/usr` is the
+//! host's), or a move. Everything else above is refused to it as to any task.
+//!
+//! The filters are compiled once in the agent, handed to each task's keeper in its spawn
 //! plan, and installed by the task's init before it forks the task, after
 //! `no_new_privs`.
 
@@ -111,15 +118,50 @@ mod instructions {
 #[error("building the task's seccomp filter: {0}")]
 pub struct FilterError(#[from] seccompiler::BackendError);
 
+/// The `mount(2)` calls a mounting plugin may not make, each a rule on the flags (the
+/// kernel's order: a remount with `MS_BIND` reconfigures a bind, a remount without it the
+/// superblock, `MS_BIND` binds, a propagation flag changes propagation, the rest moves or
+/// mounts a new filesystem).
+fn plugin_mount_refusals() -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+    // `mount(2)`'s flags are an unsigned long, as libc spells them here.
+    let (bind, remount, read_only): (u64, u64, u64) =
+        (libc::MS_BIND, libc::MS_REMOUNT, libc::MS_RDONLY);
+    let propagation: u64 =
+        libc::MS_SHARED | libc::MS_PRIVATE | libc::MS_SLAVE | libc::MS_UNBINDABLE;
+    let flags = |mask: u64, value: u64| {
+        SeccompCondition::new(
+            3,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(mask),
+            value,
+        )
+    };
+    Ok(vec![
+        // Neither a remount, a bind nor a propagation change: a new mount or a move.
+        SeccompRule::new(vec![flags(remount | bind | propagation, 0)?])?,
+        // A superblock remount.
+        SeccompRule::new(vec![flags(remount | bind, remount)?])?,
+        // A bind remounted without MS_RDONLY.
+        SeccompRule::new(vec![flags(remount | bind | read_only, remount | bind)?])?,
+    ])
+}
+
 impl TaskFilter {
-    /// Compiles the filter for this machine's architecture.
-    pub fn compile() -> Result<TaskFilter, FilterError> {
+    /// Compiles the filter of `confinement` for this machine's architecture.
+    pub fn compile(
+        confinement: crate::process::confine::Confinement,
+    ) -> Result<TaskFilter, FilterError> {
         let arch: TargetArch = std::env::consts::ARCH.try_into()?;
+        let mounting = confinement == crate::process::confine::Confinement::MountingPlugin;
         let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED
             .iter()
             .chain(crate::mount::SYSCALLS)
+            .filter(|&&call| !(mounting && call == libc::SYS_umount2))
             .map(|&call| (call, Vec::new()))
             .collect();
+        if mounting {
+            denied.insert(libc::SYS_mount, plugin_mount_refusals()?);
+        }
         let traceme_only = SeccompCondition::new(
             0,
             SeccompCmpArgLen::Dword,
@@ -174,16 +216,20 @@ impl TaskFilter {
 mod tests {
     use super::*;
 
+    use crate::process::confine::Confinement;
+
     #[test]
     fn compiles_for_this_machine() {
-        let filter = TaskFilter::compile().unwrap();
-        assert_eq!(filter.programs.len(), 2);
-        assert!(filter.programs.iter().all(|p| !p.is_empty()));
+        for confinement in [Confinement::Task, Confinement::MountingPlugin] {
+            let filter = TaskFilter::compile(confinement).unwrap();
+            assert_eq!(filter.programs.len(), 2);
+            assert!(filter.programs.iter().all(|p| !p.is_empty()));
+        }
     }
 
     #[test]
     fn reaches_the_keeper_instruction_for_instruction() {
-        let filter = TaskFilter::compile().unwrap();
+        let filter = TaskFilter::compile(Confinement::Task).unwrap();
         let bytes = postcard::to_allocvec(&filter).unwrap();
         let read: TaskFilter = postcard::from_bytes(&bytes).unwrap();
         let fields = |f: &TaskFilter| -> Vec<Vec<(u16, u8, u8, u32)>> {
@@ -193,5 +239,87 @@ mod tests {
                 .collect()
         };
         assert_eq!(fields(&read), fields(&filter));
+    }
+}
+
+#[cfg(test)]
+mod plugin_filter_tests {
+    use super::*;
+    use crate::process::confine::Confinement;
+
+    /// What `mount(2)` answers (0 or an errno) for each of `calls` in a child that installed
+    /// `confinement`'s filter: the filter answers EPERM; the kernel, for a path that does
+    /// not exist, ENOENT.
+    fn answers(confinement: Confinement, calls: &[(u64, bool)]) -> Vec<i32> {
+        let filter = TaskFilter::compile(confinement).unwrap();
+        let target = c"/nonexistent/berth-seccomp-test";
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        // SAFETY: the child makes raw system calls only, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            if filter.install().is_err() {
+                unsafe { libc::_exit(99) };
+            }
+            for &(flags, umount) in calls {
+                let result = if umount {
+                    unsafe { libc::umount2(target.as_ptr(), 0) }
+                } else {
+                    unsafe {
+                        libc::mount(
+                            c"none".as_ptr(),
+                            target.as_ptr(),
+                            c"proc".as_ptr(),
+                            flags,
+                            std::ptr::null(),
+                        )
+                    }
+                };
+                let errno = if result == 0 {
+                    0
+                } else {
+                    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+                };
+                let _ = rustix::io::write(&write, &errno.to_le_bytes());
+            }
+            unsafe { libc::_exit(0) };
+        }
+        drop(write);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read), &mut bytes).unwrap();
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "the child failed");
+        bytes
+            .chunks(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_mounting_plugin_may_bind_and_change_propagation_and_nothing_else() {
+        use libc::{EPERM, MS_BIND, MS_MOVE, MS_PRIVATE, MS_RDONLY, MS_REC, MS_REMOUNT, MS_SHARED};
+        let refused = EPERM;
+        let passed = libc::ENOENT;
+        let calls: Vec<(u64, bool, i32)> = [
+            (0, false, refused),                               // a new proc
+            (MS_REC, false, refused),                          // still a new mount
+            (MS_REMOUNT, false, refused),                      // the superblock
+            (MS_REMOUNT | MS_BIND, false, refused),            // a bind made writable
+            (MS_MOVE, false, refused),                         // a move
+            (MS_BIND, false, passed),                          // a bind
+            (MS_BIND | MS_REC, false, passed),                 // a recursive bind
+            (MS_REMOUNT | MS_BIND | MS_RDONLY, false, passed), // a bind made read-only
+            (MS_PRIVATE | MS_REC, false, passed),              // propagation
+            (MS_SHARED, false, passed),
+            (0, true, passed), // umount2
+        ]
+        .to_vec();
+        let asked: Vec<(u64, bool)> = calls.iter().map(|(f, u, _)| (*f, *u)).collect();
+        let expected: Vec<i32> = calls.iter().map(|(_, _, e)| *e).collect();
+        assert_eq!(answers(Confinement::MountingPlugin, &asked), expected);
+        // Any other confined task may do none of it.
+        let all_refused = vec![refused; asked.len()];
+        assert_eq!(answers(Confinement::Task, &asked), all_refused);
     }
 }

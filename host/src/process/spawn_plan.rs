@@ -65,7 +65,7 @@ struct Build {
 impl Build {
     fn this() -> Build {
         Build {
-            format: 1,
+            format: 2,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -86,8 +86,9 @@ pub struct SpawnPlan {
     /// Fork into the pid namespace `before_fork` made ([`shim`]).
     pub pid_namespace: bool,
     pub after_fork: Vec<MountStep>,
-    /// Drop capabilities and set `no_new_privs` ([`confine`]).
-    pub confine: bool,
+    /// Drop capabilities (to what the confinement keeps) and set `no_new_privs`
+    /// ([`confine`]); `None` for an unconfined task.
+    pub confine: Option<confine::Confinement>,
     pub user: Option<TaskUser>,
     pub filter: Option<seccomp::TaskFilter>,
     /// The exit record the shim writes; a shim is forked for it even without a pid
@@ -218,8 +219,8 @@ impl SpawnPlan {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
         }
-        if self.confine {
-            confine::drop_privileges().map_err(|e| (index, e))?;
+        if let Some(confinement) = self.confine {
+            confine::drop_privileges(confinement).map_err(|e| (index, e))?;
         }
         index += 1;
         if let Some(user) = self.user {
@@ -455,7 +456,7 @@ mod tests {
             before_fork: vec![MountStep::UnshareNamespace],
             pid_namespace: true,
             after_fork: vec![MountStep::Chdir { dir: c"/".into() }],
-            confine: true,
+            confine: Some(confine::Confinement::Task),
             user: Some(TaskUser {
                 uid: 65534,
                 gid: 65534,

@@ -136,16 +136,16 @@ impl TaskHook for CsiPluginSupervisorHook {
                 message,
             };
             check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
-            if !ctx.config.csi_privileged(&plugin.id)
+            if !ctx.config.csi_privileged(&plugin.id, &ctx.job.name)
                 && plugin.plugin_type != CsiPluginType::Controller
             {
                 ctx.report(
                     EventKind::TaskHook,
                     format!(
                         "CSI plugin {:?} runs confined, without the capabilities to mount volumes; \
-                         an operator allows it with csi {{ privileged_plugins = [{:?}] }} in the \
-                         agent config",
-                        plugin.id, plugin.id
+                         an operator allows it for this job with csi {{ privileged_plugin {:?} \
+                         {{ jobs = [{:?}] }} }} in the agent config",
+                        plugin.id, plugin.id, ctx.job.name
                     ),
                 );
             }

@@ -350,13 +350,15 @@ impl TaskRunner {
         }
         let task = &self.ctx.task;
         let isolation = self.ctx.driver.capabilities().fs_isolation;
-        let user = match crate::validate::task_user(task, isolation, &self.ctx.config) {
-            Ok(user) => user.map(|(_, user)| user),
-            Err(refusal) => {
-                self.emit(EventKind::SetupFailure, refusal.to_string());
-                return Err(RunOnce::SetupFailed);
-            }
-        };
+        let user =
+            match crate::validate::task_user(&self.ctx.job.name, task, isolation, &self.ctx.config)
+            {
+                Ok(user) => user.map(|(_, user)| user),
+                Err(refusal) => {
+                    self.emit(EventKind::SetupFailure, refusal.to_string());
+                    return Err(RunOnce::SetupFailed);
+                }
+            };
         if let Some(user) = user
             && let Err(error) = self.ctx.alloc_dir.give_task_dirs(&task.name, user)
         {
@@ -404,7 +406,7 @@ impl TaskRunner {
             privileged: task
                 .csi_plugin
                 .as_ref()
-                .is_some_and(|p| self.ctx.config.csi_privileged(&p.id)),
+                .is_some_and(|p| self.ctx.config.csi_privileged(&p.id, &self.ctx.job.name)),
             user,
             allow_unconfined: self.ctx.config.allows_unconfined(&task.driver),
             cgroup_procs,
@@ -507,10 +509,6 @@ impl TaskRunner {
         let task = &self.ctx.task;
         let resources = &task.resources;
         let memory = u64::from(resources.memory_mb) * MIB;
-        let privileged = task
-            .csi_plugin
-            .as_ref()
-            .is_some_and(|p| self.ctx.config.csi_privileged(&p.id));
         TaskLimits {
             memory_bytes: resources
                 .memory_max_mb
@@ -518,9 +516,9 @@ impl TaskRunner {
             memory_soft_bytes: resources.memory_max_mb.map(|_| memory),
             cpu_shares: cpu_shares(resources.cpu.into()),
             pids_max: self.ctx.cgroups.settings().pids_max,
-            // Privileged CSI plugins attach block devices; unconfined drivers are root on
-            // the host by the operator's choice.
-            restrict_devices: !privileged && !self.ctx.config.allows_unconfined(&task.driver),
+            // Unconfined drivers are root on the host by the operator's choice. A CSI
+            // plugin granted mounting binds directories: it gets no device either.
+            restrict_devices: !self.ctx.config.allows_unconfined(&task.driver),
         }
     }
 

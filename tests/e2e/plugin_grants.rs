@@ -1,0 +1,209 @@
+//! Who may run a CSI plugin, and what a plugin the operator granted mounting may do.
+//!
+//! A job author writes the plugin id, so a grant by id alone made any job author root on
+//! the node: a job with `csi_plugin { id = "hostpath" }` got every capability. Now a
+//! plugin job needs the operator (the Unix socket) or a token of scope `plugin`, the
+//! grant names the jobs as well as the id, and a granted plugin keeps only
+//! `CAP_SYS_ADMIN` beyond a task's set, narrowed by seccomp to bind mounts, with no kernel
+//! settings in its `/proc`, under `pivot_root`.
+
+use berth::api::SubmitRequest;
+use berth::api::client::{Client, ClientError};
+use berth::process::confine::{MOUNTING_PLUGIN_CAPABILITIES, TASK_CAPABILITIES};
+
+use crate::agent_process::AgentProcess;
+
+/// Mount probes, by the system call (as a CSI plugin mounts), one line each.
+const MOUNT_PROBES: &str = r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+MS_BIND, MS_REMOUNT = 4096, 32
+def mount(source, target, fs, flags):
+    return libc.mount(source, target, fs, ctypes.c_ulong(flags), None) == 0
+os.makedirs("/tmp/m", exist_ok=True)
+print("ESCAPED new-proc" if mount(b"proc", b"/tmp/m", b"proc", 0) else "new-proc denied")
+wrote = False
+if mount(None, b"/usr", None, MS_REMOUNT | MS_BIND):
+    try:
+        open("/usr/berth-plugin-wrote", "w").close()
+        wrote = True
+    except OSError:
+        pass
+print("ESCAPED usr-rw" if wrote else "usr-rw denied")
+if mount(b"/local", b"/tmp/m", None, MS_BIND):
+    print("bind allowed")
+    libc.umount2(b"/tmp/m", 0)
+else:
+    print("bind denied")
+"#;
+
+/// A plugin job whose task (`user` if given) probes what it may do, prints one line per
+/// probe, and waits to be stopped. `marker` names a file in the host's `/tmp` that a
+/// breakout would see.
+fn plugin_job(job: &str, user: Option<&str>, marker: &str) -> String {
+    let script = format!(
+        r#"grep -E '^CapEff:' /proc/self/status
+if [ -e /proc/sys ]; then echo "proc-sys present"; else echo "proc-sys absent"; fi
+if cat /proc/sys/kernel/core_pattern > /tmp/cp 2>/dev/null && cat /tmp/cp > /proc/sys/kernel/core_pattern 2>/dev/null; then echo "ESCAPED core_pattern"; else echo "core_pattern denied"; fi
+/usr/bin/python3 -c '{MOUNT_PROBES}'
+perl -e 'mkdir "/tmp/x"; chroot("/tmp/x") or exit 1; for (1..64) {{ chdir("..") }} chroot(".") or exit 1; exit(-e "/tmp/{marker}" ? 0 : 2)'
+case $? in 0) echo "ESCAPED breakout";; *) echo "breakout contained";; esac
+echo done
+sleep 600
+"#
+    );
+    let user = user
+        .map(|u| format!("      user = \"{u}\"\n"))
+        .unwrap_or_default();
+    format!(
+        "job \"{job}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{user}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n      csi_plugin {{\n        id             = \"hostpath\"\n        type           = \"node\"\n        health_timeout = \"5m\"\n      }}\n    }}\n  }}\n}}\n",
+        serde_json::to_string(&script).unwrap()
+    )
+}
+
+/// Runs `source` until its task printed `done`; its stdout.
+async fn probes(agent: &AgentProcess, job: &str, source: &str) -> String {
+    let submitted = agent
+        .submit(&format!("{job}.hcl"), source)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let id = submitted.alloc_ids[0].clone();
+    let started = std::time::Instant::now();
+    loop {
+        let status = agent.alloc(&id).await;
+        let out = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0"))
+            .unwrap_or_default();
+        if out.contains("done\n") {
+            let _ = agent
+                .client()
+                .delete::<serde_json::Value>(&format!("/v1/job/{job}"))
+                .await;
+            agent.finished(&id).await;
+            return out;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the plugin task never finished its probes: {out}\n{status:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+fn caps(set: rustix::thread::CapabilitySet) -> String {
+    format!("CapEff:\t{:016x}", set.bits())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_gets_nothing() {
+    let mut agent = AgentProcess::production(|port, _| {
+        format!(
+            "csi {{\n  privileged_plugin \"hostpath\" {{\n    jobs = [\"csi-hostpath\"]\n  }}\n}}\n\
+             http {{\n  address = \"127.0.0.1:{port}\"\n  token \"author\" {{\n    secret = \"author-secret-0123456789\"\n    scope  = \"submit\"\n  }}\n  token \"csi\" {{\n    secret = \"plugin-secret-0123456789\"\n    scope  = \"plugin\"\n  }}\n}}\n"
+        )
+    });
+    agent.start().await;
+    let marker = format!("berth-plugin-marker-{}", std::process::id());
+    let marker_path = std::path::Path::new("/tmp").join(&marker);
+    std::fs::write(&marker_path, "host").unwrap();
+
+    // The granted job, from the operator: CAP_SYS_ADMIN on top of a task's set, and what
+    // it can do with it is bind mounts.
+    let granted = probes(
+        &agent,
+        "csi-hostpath",
+        &plugin_job("csi-hostpath", None, &marker),
+    )
+    .await;
+    assert!(
+        granted.contains(&caps(MOUNTING_PLUGIN_CAPABILITIES)),
+        "{granted}"
+    );
+    for line in [
+        "proc-sys absent",
+        "new-proc denied",
+        "usr-rw denied",
+        "bind allowed",
+        "breakout contained",
+    ] {
+        assert!(granted.contains(line), "{line}: {granted}");
+    }
+
+    // A job author's job claiming the granted id, submitted by the operator under
+    // another name: confined like any task (nobody, no capabilities).
+    let claimed = probes(&agent, "squatter", &plugin_job("squatter", None, &marker)).await;
+    assert!(
+        claimed.contains(&caps(rustix::thread::CapabilitySet::empty())),
+        "{claimed}"
+    );
+    assert!(claimed.contains("bind denied"), "{claimed}");
+    // Even as root, where the operator allowed root: a task's set, no mounting.
+    let mut open = AgentProcess::with_config(
+        "user {\n  denylist = []\n}\ncsi {\n  privileged_plugin \"hostpath\" {\n    jobs = [\"csi-hostpath\"]\n  }\n}\n",
+    );
+    open.start().await;
+    let rooted = probes(
+        &open,
+        "squatter",
+        &plugin_job("squatter", Some("root"), &marker),
+    )
+    .await;
+    assert!(rooted.contains(&caps(TASK_CAPABILITIES)), "{rooted}");
+    assert!(rooted.contains("bind denied"), "{rooted}");
+    assert!(rooted.contains("breakout contained"), "{rooted}");
+    let _ = std::fs::remove_file(&marker_path);
+    for out in [&granted, &claimed, &rooted] {
+        assert!(!out.contains("ESCAPED"), "{out}");
+    }
+    assert!(!std::path::Path::new("/usr/berth-plugin-wrote").exists());
+
+    // Through TCP, a submit token may not run a plugin job at all, whatever its name; a
+    // plugin token may.
+    let tcp = |token: &str| {
+        Client::new(&format!("http://127.0.0.1:{}", agent.port()))
+            .unwrap()
+            .with_token(Some(token.to_string()))
+    };
+    let request = SubmitRequest {
+        source_name: "csi-hostpath.hcl".into(),
+        source: plugin_job("csi-hostpath", None, &marker),
+        variables: Default::default(),
+    };
+    let refused = tcp("author-secret-0123456789")
+        .post::<_, serde_json::Value>("/v1/jobs", &request)
+        .await;
+    let Err(ClientError::Api(error, _)) = refused else {
+        panic!("a submit token ran a plugin job: {refused:?}");
+    };
+    assert!(
+        error.problems.iter().any(|p| p.contains(
+            "task \"t\" runs a CSI plugin, which needs the operator's authorization: submit it \
+             through the agent's Unix socket, or with a token of scope \"plugin\""
+        )),
+        "{error:?}"
+    );
+    let accepted: serde_json::Value = tcp("plugin-secret-0123456789")
+        .post("/v1/jobs", &request)
+        .await
+        .unwrap();
+    assert_eq!(accepted["alloc_ids"].as_array().map(Vec::len), Some(1));
+    let _ = agent
+        .client()
+        .delete::<serde_json::Value>("/v1/job/csi-hostpath")
+        .await;
+}
+
+#[test]
+fn a_grant_by_plugin_id_alone_is_refused_with_the_new_form() {
+    let error = berth::config::AgentConfig::parse(
+        "agent.hcl",
+        "csi {\n  privileged_plugins = [\"hostpath\"]\n}\n",
+    )
+    .unwrap_err();
+    assert!(
+        error.problems.iter().any(|p| p.message.contains(
+            "a grant by plugin id alone is refused: any job author can write a plugin id. Name \
+             the jobs that may run it too: privileged_plugin \"hostpath\" { jobs = [\"<the \
+             plugin's job>\"] }"
+        )),
+        "{error:?}"
+    );
+}

@@ -367,6 +367,7 @@ async fn confined_spawn(
                 task_path: "/data".into(),
                 read_only: false,
                 propagation: Propagation::Private,
+                source_below: None,
                 allow_setuid: false,
             }],
             privileged: false,

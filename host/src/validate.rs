@@ -82,11 +82,21 @@ pub fn task_user(
     if privileged || !policy.checked_drivers.contains(&task.driver) {
         return Ok(name.zip(user));
     }
-    // Without a user the task runs as the agent's.
-    let uid = user.map_or_else(|| rustix::process::geteuid().as_raw(), |u| u.uid);
+    // Without a user the task runs as the agent's. A denied user is matched by name, by
+    // uid, and for root also by primary group 0 (root's files' group).
+    let (uid, gid) = user.map_or_else(
+        || {
+            (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            )
+        },
+        |u| (u.uid, u.gid),
+    );
     let denied = policy.denylist.iter().find(|denied| {
         name.as_deref() == Some(denied.as_str())
-            || crate::process::users::lookup(denied).is_ok_and(|d| d.uid == uid)
+            || crate::process::users::lookup(denied)
+                .is_ok_and(|d| d.uid == uid || (d.uid == 0 && gid == 0))
     });
     if let Some(denied) = denied {
         return Err(UserRefusal::Denied {

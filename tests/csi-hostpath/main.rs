@@ -229,9 +229,11 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
     };
     rustix::mount::mount_bind(source, target).map_err(|e| internal("binding", e))?;
     if read_only {
+        // nosuid and nodev too: berth lets a plugin remount a bind read-only only so.
+        use rustix::mount::MountFlags;
         rustix::mount::mount_remount(
             target,
-            rustix::mount::MountFlags::BIND | rustix::mount::MountFlags::RDONLY,
+            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
             c"",
         )
         .map_err(|e| internal("making read-only", e))?;

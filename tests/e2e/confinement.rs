@@ -706,3 +706,54 @@ async fn an_alloc_past_its_ephemeral_disk_is_stopped_and_its_files_removed() {
         "{error:?}"
     );
 }
+
+/// The ways around a measured disk limit: a file held open after its unlink, and a tree
+/// too deep for path-based reads. Both stop the alloc.
+#[tokio::test(flavor = "multi_thread")]
+async fn hidden_and_deeply_nested_files_do_not_evade_ephemeral_disk() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let job = |name: &str, script: &str| {
+        format!(
+            "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    ephemeral_disk {{\n      size = 20\n    }}\n    restart {{\n      attempts = 0\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      logs {{\n        max_files     = 1\n        max_file_size = 1\n      }}\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
+            serde_json::to_string(script).unwrap()
+        )
+    };
+    let hidden = job(
+        "hidden",
+        "exec 3>/local/hidden; rm /local/hidden; head -c 30000000 /dev/zero >&3; sleep 60",
+    );
+    // 300 directories deep (the measure stops at 256), names of 200 bytes: past PATH_MAX.
+    let deep = job(
+        "deep",
+        "cd /local && perl -e 'for (1..300) { mkdir(\"d\" x 200) or die \"$!\"; chdir(\"d\" x 200) or die \"$!\" } print \"deep\\n\"' ; sleep 60",
+    );
+    for (name, source, expected) in [
+        (
+            "hidden",
+            hidden,
+            "more than its ephemeral_disk size of 20 MB",
+        ),
+        ("deep", deep, "nests directories deeper than 256"),
+    ] {
+        let submitted = agent.submit(&format!("{name}.hcl"), &source).await.unwrap();
+        let started = std::time::Instant::now();
+        let status = agent.finished(&submitted.alloc_ids[0]).await;
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{name}: ran on past its disk size"
+        );
+        assert_eq!(
+            status.client_status,
+            ClientStatus::Failed,
+            "{name}: {status:#?}"
+        );
+        let events = &status.tasks["t"].events;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.kind == EventKind::DiskExceeded && e.message.contains(expected)),
+            "{name}: {events:#?}"
+        );
+    }
+}

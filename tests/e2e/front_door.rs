@@ -5,6 +5,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -419,13 +420,24 @@ async fn tcp_needs_a_valid_token_of_the_right_scope_and_its_own_host() {
 /// Runs `berth agent` on `dir` with `config` and returns its exit code and output; it is
 /// expected to refuse to start.
 fn refused_start(dir: &Path, config: &str) -> (Option<i32>, String) {
+    refused_start_with(dir, config, &dir.join("data"), &[])
+}
+
+/// [`refused_start`] with its data dir and `agent`'s arguments.
+fn refused_start_with(
+    dir: &Path,
+    config: &str,
+    data_dir: &Path,
+    agent_args: &[&str],
+) -> (Option<i32>, String) {
     std::fs::write(dir.join("agent.hcl"), config).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
         .arg("--config")
         .arg(dir.join("agent.hcl"))
         .arg("--data-dir")
-        .arg(dir.join("data"))
+        .arg(data_dir)
         .arg("agent")
+        .args(agent_args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -500,6 +512,44 @@ fn a_misconfigured_front_door_keeps_the_agent_from_starting() {
         dir.path().join("data/api.sock").is_dir(),
         "the agent removed what it did not own"
     );
+
+    // Dev mode answers without a token on loopback only.
+    let anywhere = format!("0.0.0.0:{port}");
+    let (code, output) = refused_start_with(
+        dir.path(),
+        "",
+        &dir.path().join("dev-data"),
+        &["-dev", "--http-addr", &anywhere],
+    );
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output.contains(&format!(
+            "dev mode answers without a token only on loopback, and {anywhere} is reachable \
+             from other machines"
+        )),
+        "{output}"
+    );
+
+    // A data dir another user made first (the dev default's case: /tmp/berth-dev).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let squatted = dir.path().join("squatted");
+    let made = Command::new("/bin/sh")
+        .args(["-c", &format!("mkdir {}", squatted.display())])
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (code, output) = refused_start_with(dir.path(), "", &squatted, &[]);
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output.contains(&format!(
+            "{} is owned by uid 65534, not by the agent's user (uid 0) or root",
+            squatted.display()
+        )),
+        "{output}"
+    );
+    assert!(!squatted.join("api.sock").exists(), "the agent used it");
 }
 
 /// `berth` with a config and a plugin dir, not talking to any agent.

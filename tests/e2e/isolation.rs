@@ -94,7 +94,8 @@ async fn bidirectional_propagation_sends_task_mounts_to_the_host() {
     host.adopt(&shared.join("sub"));
 
     let task = TaskDir::new();
-    let script = "mount -t tmpfs from-task /local/bidi/sub && echo mounted; \
+    // A bind mount: what a CSI node plugin makes, and all a task granted mounting may.
+    let script = "mount --bind /local/out /local/bidi/sub && echo mounted; \
                   cat /proc/self/mountinfo > /local/out/mountinfo";
     let mut request = task.request(
         "bidi",
@@ -118,7 +119,7 @@ async fn bidirectional_propagation_sends_task_mounts_to_the_host() {
     assert!(
         on_host
             .iter()
-            .any(|m| m.fs_type == "tmpfs" && m.source == "from-task"),
+            .any(|m| m.mount_point == shared.join("sub") && m.root.ends_with("out")),
         "the task's mount did not reach the host: {on_host:?}"
     );
     // System dirs stay one-way even in this mode.

@@ -7,6 +7,7 @@ mod fixture_bins;
 mod support;
 
 mod agent;
+mod agent_limits;
 mod agent_process;
 mod cli;
 mod confinement;
@@ -24,5 +25,6 @@ mod jobs;
 mod launched_jobs;
 mod logs;
 mod nomad_jobspecs;
+mod planted_links;
 mod plugin_grants;
 mod task_users;

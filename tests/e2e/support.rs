@@ -138,6 +138,7 @@ pub fn mount(host: &Path, task: &str, read_only: bool, propagation: Propagation)
         read_only,
         propagation,
         allow_setuid: false,
+        source_below: None,
     }
 }
 

@@ -10,6 +10,7 @@
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
 //! recovers them through their drivers.
 
+pub mod data_dir;
 mod launch;
 pub mod logs;
 mod volumes;
@@ -218,9 +219,10 @@ impl Agent {
         let mut notices = Vec::new();
         // With state in memory too (`berth run`): the data dir still holds task dirs,
         // whose files a root task may have made setuid.
-        create_private_dir(&options.data_dir).map_err(|e| StateError::Open {
+        let mut options = options;
+        options.data_dir = data_dir::prepare(&options.data_dir).map_err(|e| StateError::Open {
             path: options.data_dir.clone(),
-            message: format!("creating the data dir (mode 0700): {e}"),
+            message: format!("the data dir: {e}"),
         })?;
         let store = match options.state {
             StateLocation::Memory => StateStore::in_memory(),
@@ -1103,14 +1105,6 @@ fn plugin_tasks_refused(job: &jobspec::Job, submitter: Submitter) -> Vec<jobspec
             ),
         })
         .collect()
-}
-
-/// The data dir holds the state file, task dirs with their secrets, and plugin sockets:
-/// only its owner may enter it. An existing one is fixed.
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {

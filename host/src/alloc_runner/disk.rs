@@ -1,8 +1,12 @@
 //! The alloc's `ephemeral_disk { size }`, enforced by measuring: every
 //! [`CHECK_INTERVAL`] the alloc directory is walked (allocated blocks, links not
-//! followed, no other filesystem entered) and, past the size, every task is told why and
-//! stopped, the alloc fails, and what its tasks wrote (their directories, `alloc/data`,
-//! `alloc/tmp`) is removed once they are gone; the logs stay for `berth alloc logs`.
+//! followed, no other filesystem entered, each directory read through a descriptor
+//! opened in its parent) and the files its tasks hold open after unlinking them are
+//! added (from their processes' descriptors). Past the size, or when the tree cannot be
+//! measured (nested deeper than [`MAX_DEPTH`]: only a hostile task builds that), every
+//! task is told why and stopped, the alloc fails, and what its tasks wrote (their
+//! directories, `alloc/data`, `alloc/tmp`) is removed once they are gone; the logs stay
+//! for `berth alloc logs`.
 //!
 //! Measured, not a filesystem quota: project quotas need a data dir on XFS or on ext4
 //! made with the `project` feature and mounted with `prjquota`, which the data dirs of
@@ -11,7 +15,7 @@
 //! within one interval before it is stopped.
 
 use std::io;
-use std::os::unix::fs::MetadataExt as _;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -23,32 +27,110 @@ use crate::model::limits::MIB;
 /// How often an alloc's directory is measured.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How deep the measurement descends.
+pub const MAX_DEPTH: usize = 256;
+
+/// Why an alloc's directory could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum Unmeasurable {
+    #[error("it nests directories deeper than {MAX_DEPTH}")]
+    TooDeep,
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Why an alloc is stopped for its disk.
+#[derive(Debug)]
+pub enum DiskVerdict {
+    /// It holds this many bytes, more than its size.
+    Over(u64),
+    /// It cannot be measured.
+    Unmeasurable(Unmeasurable),
+}
+
 /// Bytes allocated on disk under `root`: files, directories and links (not what sparse
 /// files pretend to hold), without following links or entering another filesystem.
-pub fn usage(root: &Path) -> io::Result<u64> {
-    let device = std::fs::symlink_metadata(root)?.dev();
+pub fn usage(root: &Path) -> Result<u64, Unmeasurable> {
+    use rustix::fs::{Mode, OFlags};
+    let dir = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io::Error::from)?;
+    let device = rustix::fs::fstat(&dir).map_err(io::Error::from)?.st_dev;
     let mut total = 0u64;
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            // Removed while walking (a task's temporary files): nothing to count.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
+    walk(&dir, device, 0, &mut total)?;
+    Ok(total)
+}
+
+fn walk(dir: &OwnedFd, device: u64, depth: usize, total: &mut u64) -> Result<(), Unmeasurable> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let entries = rustix::fs::Dir::read_from(dir).map_err(io::Error::from)?;
+    for entry in entries {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        // Removed meanwhile (a task's temporary file): nothing to count.
+        let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
         };
-        for entry in entries {
-            let Ok(entry) = entry else { continue };
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.dev() != device {
-                continue;
+        if stat.st_dev != device {
+            continue;
+        }
+        *total = total.saturating_add((stat.st_blocks as u64).saturating_mul(512));
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+            if depth + 1 > MAX_DEPTH {
+                return Err(Unmeasurable::TooDeep);
             }
-            total = total.saturating_add(meta.blocks().saturating_mul(512));
-            if meta.is_dir() {
-                pending.push(entry.path());
+            let Ok(child) = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            walk(&child, device, depth + 1, total)?;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of regular files on `device` that `pids` hold open after unlinking them: gone
+/// from the directory, still on the disk while the task runs.
+pub fn held_unlinked(pids: &[u32], device: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut total = 0u64;
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(meta) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            if meta.is_file()
+                && meta.nlink() == 0
+                && meta.dev() == device
+                && seen.insert(meta.ino())
+            {
+                total = total.saturating_add(meta.blocks().saturating_mul(512));
             }
         }
     }
-    Ok(total)
+    total
+}
+
+/// What the alloc's directory and its tasks' unlinked open files take.
+fn measure(root: &Path, pids: &[u32]) -> Result<u64, Unmeasurable> {
+    use std::os::unix::fs::MetadataExt as _;
+    let used = usage(root)?;
+    let device = std::fs::symlink_metadata(root)?.dev();
+    Ok(used.saturating_add(held_unlinked(pids, device)))
 }
 
 impl AllocRunner {
@@ -58,38 +140,74 @@ impl AllocRunner {
     }
 
     /// Measures the alloc's directory until it holds more than its `ephemeral_disk`
-    /// size; returns the usage then. Never returns while the alloc stays within it.
-    pub(super) async fn watch_disk(&self) -> u64 {
+    /// size, or cannot be measured. Never returns while the alloc stays within it.
+    pub(super) async fn watch_disk(&self) -> DiskVerdict {
         loop {
             tokio::time::sleep(CHECK_INTERVAL).await;
             let root = self.alloc_dir.root().to_path_buf();
-            let measured = tokio::task::spawn_blocking(move || usage(&root)).await;
-            let Ok(Ok(used)) = measured else {
-                continue;
-            };
-            self.disk_used.store(used, Ordering::Relaxed);
-            if used > self.disk_limit() {
-                return used;
+            let pids = self.task_pids();
+            let measured = tokio::task::spawn_blocking(move || measure(&root, &pids)).await;
+            match measured {
+                Ok(Ok(used)) => {
+                    self.disk_used.store(used, Ordering::Relaxed);
+                    if used > self.disk_limit() {
+                        return DiskVerdict::Over(used);
+                    }
+                }
+                Ok(Err(Unmeasurable::TooDeep)) => {
+                    return DiskVerdict::Unmeasurable(Unmeasurable::TooDeep);
+                }
+                // A passing failure (the directory being made or removed): measured again.
+                Ok(Err(Unmeasurable::Io(error))) => {
+                    tracing::debug!(alloc = %self.id, %error, "measuring the alloc's directory");
+                }
+                Err(_) => {}
             }
         }
     }
 
+    /// Every process of the alloc's tasks, from their cgroups.
+    fn task_pids(&self) -> Vec<u32> {
+        let nothing = crate::model::limits::TaskLimits {
+            memory_bytes: 0,
+            memory_soft_bytes: None,
+            cpu_shares: 0,
+            pids_max: 0,
+            restrict_devices: false,
+        };
+        self.group
+            .tasks
+            .iter()
+            .flat_map(|task| {
+                let name = crate::cgroup::Cgroups::task_name(&self.id, &task.name);
+                self.node.cgroups.existing(&name, &nothing).pids()
+            })
+            .collect()
+    }
+
     /// Measures once more (what the alloc's status shows once it is over).
     pub(super) fn measure_disk(&self) {
-        if let Ok(used) = crate::blocking::run(|| usage(self.alloc_dir.root())) {
+        let root = self.alloc_dir.root();
+        if let Ok(used) = crate::blocking::run(|| measure(root, &[]).map_err(io::Error::other)) {
             self.disk_used.store(used, Ordering::Relaxed);
         }
     }
 
     /// Tells every task why, and stops them all.
-    pub(super) fn disk_exceeded(&self, used: u64) {
-        let message = format!(
-            "the alloc's directory holds {} MB, more than its ephemeral_disk size of {} MB \
-             (logs included): its tasks are stopped and what they wrote is removed",
-            used.div_ceil(MIB),
-            self.group.ephemeral_disk_mb
-        );
-        tracing::warn!(alloc = %self.id, used, limit = self.disk_limit(), "{message}");
+    pub(super) fn disk_exceeded(&self, verdict: DiskVerdict) {
+        let size = self.group.ephemeral_disk_mb;
+        let message = match verdict {
+            DiskVerdict::Over(used) => format!(
+                "the alloc's directory holds {} MB, more than its ephemeral_disk size of \
+                 {size} MB (logs included): its tasks are stopped and what they wrote is removed",
+                used.div_ceil(MIB)
+            ),
+            DiskVerdict::Unmeasurable(why) => format!(
+                "the alloc's directory cannot be measured against its ephemeral_disk size of \
+                 {size} MB ({why}): its tasks are stopped and what they wrote is removed"
+            ),
+        };
+        tracing::warn!(alloc = %self.id, limit = self.disk_limit(), "{message}");
         for task in &self.group.tasks {
             self.task_event(
                 &task.name,
@@ -155,5 +273,77 @@ mod tests {
         std::os::unix::fs::symlink("/usr", dir.path().join("usr")).unwrap();
         let used = usage(dir.path()).unwrap() - empty;
         assert!((1 << 20..(1 << 20) + (64 << 10)).contains(&used), "{used}");
+    }
+
+    #[test]
+    fn long_paths_are_measured_and_a_tree_too_deep_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // 18 names of 250 bytes: a path of 4,500 bytes, past PATH_MAX, made in the dir
+        // opened before as a task would.
+        let open = |at: &OwnedFd, name: &str| {
+            rustix::fs::openat(
+                at,
+                name,
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap()
+        };
+        let mut at: OwnedFd = rustix::fs::open(
+            dir.path(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let name = "a".repeat(250);
+        for _ in 0..18 {
+            rustix::fs::mkdirat(&at, name.as_str(), rustix::fs::Mode::from_raw_mode(0o755))
+                .unwrap();
+            at = open(&at, &name);
+        }
+        let file = rustix::fs::openat(
+            &at,
+            "deep-file",
+            rustix::fs::OFlags::CREATE | rustix::fs::OFlags::WRONLY,
+            rustix::fs::Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        rustix::io::write(&file, &vec![1u8; 1 << 20]).unwrap();
+        let used = usage(dir.path()).unwrap();
+        assert!(used >= 1 << 20, "{used}");
+        let deep = tempfile::tempdir().unwrap();
+        let fd = rustix::fs::open(
+            deep.path(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut current = fd;
+        for _ in 0..=MAX_DEPTH {
+            rustix::fs::mkdirat(&current, c"d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+            current = rustix::fs::openat(
+                &current,
+                c"d",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
+        }
+        assert!(matches!(usage(deep.path()), Err(Unmeasurable::TooDeep)));
+    }
+
+    #[test]
+    fn a_file_held_open_after_its_unlink_counts() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hidden");
+        std::fs::write(&path, vec![1u8; 1 << 20]).unwrap();
+        let held = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let device = std::fs::metadata(dir.path()).unwrap().dev();
+        let counted = held_unlinked(&[std::process::id()], device);
+        assert!(counted >= 1 << 20, "{counted}");
+        drop(held);
+        assert_eq!(held_unlinked(&[std::process::id()], device), 0);
     }
 }

@@ -541,8 +541,8 @@ impl AllocRunner {
         tokio::pin!(tasks);
         let (failed, over_disk) = tokio::select! {
             failed = &mut tasks => (failed, false),
-            used = self.watch_disk() => {
-                self.disk_exceeded(used);
+            verdict = self.watch_disk() => {
+                self.disk_exceeded(verdict);
                 tasks.await;
                 (true, true)
             }

@@ -41,6 +41,12 @@ pub enum AccessError {
     )]
     TcpWithoutToken(SocketAddr),
     #[error(
+        "dev mode answers without a token only on loopback, and {0} is reachable from other \
+         machines: anyone there could run jobs on this node as root. Listen on 127.0.0.1, or \
+         add token_file = \"/path\" (or a token block) to the agent config's http block"
+    )]
+    DevOffLoopback(SocketAddr),
+    #[error(
         "the token file {} is open to others (mode {mode:03o}): run `chmod 600 {}`",
         path.display(),
         path.display()

@@ -36,8 +36,13 @@ pub(super) async fn run(
             let address = address.unwrap_or(DEV_ADDRESS);
             let tokens = match tcp_tokens(&config.http, address) {
                 Ok(tokens) => tokens,
-                // Dev mode may listen without a token; it says so below.
-                Err(AccessError::TcpWithoutToken(_)) if dev => Vec::new(),
+                // Dev mode may listen without a token on loopback; it says so below.
+                Err(AccessError::TcpWithoutToken(_)) if dev && address.ip().is_loopback() => {
+                    Vec::new()
+                }
+                Err(AccessError::TcpWithoutToken(_)) if dev => {
+                    return Err(AccessError::DevOffLoopback(address).into());
+                }
                 Err(error) => return Err(error.into()),
             };
             let open = tokens.is_empty();
@@ -75,7 +80,9 @@ pub(super) async fn run(
             println!("    HTTP API:   http://{address} (OPEN: no token needed, dev mode)");
             eprintln!(
                 "Warning: dev mode: the HTTP API on {address} takes requests from any local \
-                 user without a token. Do not run a dev agent on a shared machine."
+                 user without a token (jobs, run as any user the deny-list allows; CSI plugin \
+                 jobs only through the Unix socket). Do not run a dev agent on a shared \
+                 machine."
             );
         } else {
             println!("    HTTP API:   http://{address} (token required)");

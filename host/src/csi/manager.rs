@@ -785,7 +785,7 @@ impl CsiManager {
             record.staged = None;
         }
         if stages && record.staged.is_none() {
-            create_dir(&staging.host)?;
+            create_dir(&node.dirs.host, &staging.host)?;
             self.begin(
                 &volume.id,
                 record,
@@ -801,7 +801,7 @@ impl CsiManager {
         }
         let target = node.dirs.publish(alloc_id, &volume.id, &key);
         if let Some(parent) = target.host.parent() {
-            create_dir(parent)?;
+            create_dir(&node.dirs.host, parent)?;
         }
         self.begin(
             &volume.id,
@@ -1343,11 +1343,21 @@ fn segments(topology: &BTreeMap<String, String>) -> String {
     format!("{{{}}}", pairs.join(", "))
 }
 
-fn create_dir(path: &Path) -> Result<(), CsiVolumeError> {
-    std::fs::create_dir_all(path).map_err(|source| CsiVolumeError::Dir {
+/// Makes `path`, below the plugin's tree `base`, through no link: the plugin writes in
+/// its tree and could otherwise make the agent create directories anywhere.
+fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError> {
+    let error = |source| CsiVolumeError::Dir {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    std::fs::create_dir_all(base).map_err(error)?;
+    let relative = path.strip_prefix(base).map_err(|_| {
+        error(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not below {}", base.display()),
+        ))
+    })?;
+    crate::mount::beneath::create(base, relative, false, 0o755).map_err(error)
 }
 
 /// Removes `path` and its empty parents up to (not including) `stop`.

@@ -143,6 +143,8 @@ pub enum EvalError {
 /// The scope a jobspec body is evaluated in.
 pub struct Scope {
     ctx: Context<'static>,
+    /// What a reference to each variable and local copies (`value_size`), by name.
+    sizes: BTreeMap<(bool, String), usize>,
     references: usize,
     /// The iterators of the `dynamic` blocks being expanded, innermost last.
     iterators: Vec<String>,
@@ -165,6 +167,9 @@ struct Roots {
     /// `local.<name>` references.
     locals: BTreeSet<String>,
     references: usize,
+    /// Each reference: whether it is a local, its name, and whether it sits in a `for`
+    /// body (where it is evaluated once per element).
+    referenced: Vec<(bool, String, bool)>,
     bound: Vec<String>,
     for_depth: usize,
     nested_for: bool,
@@ -185,6 +190,15 @@ impl Visit for Roots {
                     let name = ident.as_str();
                     if (name == "var" || name == "local") && !self.bound.iter().any(|b| b == name) {
                         self.references += 1;
+                        if let Some(TraversalOperator::GetAttr(attr)) =
+                            traversal.operators.first().map(|o| o.value())
+                        {
+                            self.referenced.push((
+                                name == "local",
+                                attr.as_str().to_string(),
+                                self.for_depth > 0,
+                            ));
+                        }
                         if let (Some(TraversalOperator::GetAttr(attr)), "local") =
                             (traversal.operators.first().map(|o| o.value()), name)
                         {
@@ -249,6 +263,7 @@ impl Scope {
         super::functions::declare_all(&mut ctx);
         Scope {
             ctx,
+            sizes: BTreeMap::new(),
             references: 0,
             iterators: Vec::new(),
             dynamic_blocks: 0,
@@ -310,6 +325,7 @@ impl Scope {
         }
         *body = kept.into_iter().collect();
         let values = scope.variable_values(&declared, inputs, problems);
+        scope.record_sizes(false, &values);
         scope.ctx.declare_var("var", hcl::Value::Object(values));
         scope.evaluate_locals(locals, problems);
         scope
@@ -424,6 +440,10 @@ impl Scope {
             // A condition sees this variable only, under the same bounds as the rest.
             let mut check = Scope::empty();
             check.references = self.references;
+            check.sizes.insert(
+                (false, d.name.clone()),
+                super::functions::value_size(&value),
+            );
             check.ctx.declare_var(
                 "var",
                 hcl::Value::Object(hcl::Map::from_iter([(d.name.clone(), value.clone())])),
@@ -505,6 +525,8 @@ impl Scope {
                 .declare_var("local", hcl::Value::Object(done.clone()));
             match self.evaluate(&expr).and_then(|v| bounded(&v).map(|()| v)) {
                 Ok(value) => {
+                    self.sizes
+                        .insert((true, name.clone()), super::functions::value_size(&value));
                     done.insert(name, value);
                 }
                 Err(message) => {
@@ -532,9 +554,36 @@ impl Scope {
         {
             return Err(EvalError::RunTimeName { name: name.clone() });
         }
+        // What its references will copy, taken from the budget before they are made.
+        let copies = roots
+            .referenced
+            .iter()
+            .map(|(local, name, in_for)| {
+                let size = self
+                    .sizes
+                    .get(&(*local, name.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                let times = if *in_for {
+                    super::functions::MAX_ITEMS
+                } else {
+                    1
+                };
+                size.saturating_mul(times)
+            })
+            .fold(0, usize::saturating_add);
+        super::functions::charge(copies).map_err(EvalError::Hcl)?;
         hcl::Expression::from(expr.clone())
             .evaluate(&self.ctx)
             .map_err(|e| explain(&e))
+    }
+
+    /// Remembers what a reference to each of `values` copies.
+    fn record_sizes(&mut self, local: bool, values: &hcl::Map<String, hcl::Value>) {
+        for (name, value) in values {
+            self.sizes
+                .insert((local, name.clone()), super::functions::value_size(value));
+        }
     }
 
     /// Counts references; past [`MAX_REFERENCES`], refuses.

@@ -14,6 +14,71 @@ use hcl::eval::{Context, FuncArgs, FuncDef, ParamType};
 pub const MAX_STRING: usize = 64 * 1024;
 /// The most elements a function returns in a list or object.
 pub const MAX_ITEMS: usize = 1024;
+/// What evaluating one jobspec may build in all: every function's result, and every
+/// copy of a variable or local that a reference makes (`"${var.big}${var.big}…"`, or one
+/// reference in a `for` body, counted for every element it may run over). Past it the
+/// evaluation stops with an error, before the bytes are built where they can be counted
+/// first, so a refused jobspec costs the agent about this much memory at most.
+pub const EVALUATION_BUDGET: usize = 16 << 20;
+
+thread_local! {
+    /// The bytes the jobspec evaluated on this thread may still build (`None`: no
+    /// evaluation is bounded here).
+    static REMAINING: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Bounds the evaluations made on this thread until it is dropped. hcl-rs's functions are
+/// plain `fn`s, so the budget they draw from is the thread's.
+pub struct BudgetScope {
+    previous: Option<usize>,
+}
+
+impl BudgetScope {
+    pub fn start(bytes: usize) -> BudgetScope {
+        BudgetScope {
+            previous: REMAINING.with(|r| r.replace(Some(bytes))),
+        }
+    }
+}
+
+impl Drop for BudgetScope {
+    fn drop(&mut self) {
+        REMAINING.with(|r| r.set(self.previous));
+    }
+}
+
+/// Takes `bytes` from the thread's evaluation budget; refused once it is spent.
+pub fn charge(bytes: usize) -> std::result::Result<(), String> {
+    REMAINING.with(|r| match r.get() {
+        None => Ok(()),
+        Some(left) if bytes <= left => {
+            r.set(Some(left - bytes));
+            Ok(())
+        }
+        Some(_) => Err(format!(
+            "evaluating this jobspec would build more than {} MiB (its functions' results and \
+             the copies its references make); berth allows {} MiB",
+            EVALUATION_BUDGET >> 20,
+            EVALUATION_BUDGET >> 20
+        )),
+    })
+}
+
+/// About how many bytes `value` takes: its strings, plus a word per element.
+pub fn value_size(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| value_size(v).saturating_add(16))
+            .fold(0, usize::saturating_add),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| k.len().saturating_add(value_size(v)).saturating_add(16))
+            .fold(0, usize::saturating_add),
+        _ => 16,
+    }
+}
 
 /// What hcl-rs's function signature (`hcl::eval::Func`) returns: the error is the text
 /// hcl-rs shows the user.
@@ -89,12 +154,7 @@ pub fn declare_all(ctx: &mut Context) {
                 Ok(Value::Bool(string(&a[0]).ends_with(string(&a[1]))))
             }),
         ),
-        (
-            "replace",
-            fixed(vec![Str, Str, Str], |a| {
-                text(string(&a[0]).replace(string(&a[1]), string(&a[2])))
-            }),
-        ),
+        ("replace", fixed(vec![Str, Str, Str], replace)),
         ("substr", fixed(vec![Str, Number, Number], substr)),
         (
             "strlen",
@@ -169,8 +229,8 @@ pub fn declare_all(ctx: &mut Context) {
             variadic(vec![], Any, |a| {
                 a.iter()
                     .find(|v| !v.is_null() && v.as_str() != Some(""))
-                    .cloned()
                     .ok_or_else(|| "no non-null, non-empty argument".to_string())
+                    .and_then(cloned)
             }),
         ),
         (
@@ -196,7 +256,7 @@ pub fn declare_all(ctx: &mut Context) {
         (
             "tostring",
             fixed(vec![Any], |a| match &a[0] {
-                Value::String(_) => Ok(a[0].clone()),
+                Value::String(_) => cloned(&a[0]),
                 Value::Number(n) => text(n.to_string()),
                 Value::Bool(b) => text(b.to_string()),
                 other => Err(format!("cannot convert {} to a string", kind(other))),
@@ -222,9 +282,9 @@ pub fn declare_all(ctx: &mut Context) {
                 other => Err(format!("cannot convert {} to a bool", describe(other))),
             }),
         ),
-        ("tolist", fixed(vec![list()], |a| Ok(a[0].clone()))),
+        ("tolist", fixed(vec![list()], |a| cloned(&a[0]))),
         ("toset", fixed(vec![list()], distinct)),
-        ("tomap", fixed(vec![object()], |a| Ok(a[0].clone()))),
+        ("tomap", fixed(vec![object()], |a| cloned(&a[0]))),
         (
             "jsonencode",
             fixed(vec![Any], |a| {
@@ -238,7 +298,9 @@ pub fn declare_all(ctx: &mut Context) {
             fixed(vec![Str], |a| {
                 let json: serde_json::Value =
                     serde_json::from_str(string(&a[0])).map_err(|e| format!("not JSON: {e}"))?;
-                Ok(from_json(json))
+                let value = from_json(json);
+                charge(value_size(&value))?;
+                Ok(value)
             }),
         ),
         (
@@ -348,24 +410,61 @@ fn describe(value: &Value) -> String {
 /// A string result, refused past [`MAX_STRING`].
 fn text(s: String) -> Result {
     if s.len() > MAX_STRING {
-        return Err(format!(
-            "the result would be {} bytes long; berth allows {MAX_STRING}",
-            s.len()
-        ));
+        return Err(too_long(s.len()));
     }
+    charge(s.len())?;
     Ok(Value::String(s))
+}
+
+/// The refusal of a string result of `len` bytes. Functions whose result can be many
+/// times their arguments' size compute `len` first and never build such a string.
+fn too_long(len: usize) -> String {
+    format!("the result would be {len} bytes long; berth allows {MAX_STRING}")
+}
+
+/// The refusal of a list argument of more than [`MAX_ITEMS`] elements, for a function
+/// whose work grows with its square.
+fn too_many_to_compare(len: usize) -> String {
+    format!("the list has {len} elements; berth compares at most {MAX_ITEMS}")
+}
+
+/// `replace(string, substring, replacement)`: the result's length is computed from the
+/// number of matches before it is built (60,000 matches of a 60,000-byte replacement
+/// would otherwise be 3.6 GB, built and then refused).
+fn replace(args: FuncArgs) -> Result {
+    let (s, from, to) = (string(&args[0]), string(&args[1]), string(&args[2]));
+    let matches = if from.is_empty() {
+        // Go and Rust both insert at every character boundary, both ends included.
+        s.chars().count() + 1
+    } else {
+        s.matches(from).count()
+    };
+    let len = (s.len() - matches * from.len()).saturating_add(matches.saturating_mul(to.len()));
+    if len > MAX_STRING {
+        return Err(too_long(len));
+    }
+    text(s.replace(from, to))
+}
+
+/// A copy of an argument as the result, charged as one.
+fn cloned(value: &Value) -> Result {
+    charge(value_size(value))?;
+    Ok(value.clone())
 }
 
 /// A list result, refused past [`MAX_ITEMS`].
 fn items(list: Option<Vec<Value>>) -> Result {
     let list = list.unwrap_or_default();
     if list.len() > MAX_ITEMS {
-        return Err(format!(
-            "the result would have {} elements; berth allows {MAX_ITEMS}",
-            list.len()
-        ));
+        return Err(too_many_items(list.len()));
     }
-    Ok(Value::Array(list))
+    let list = Value::Array(list);
+    charge(value_size(&list))?;
+    Ok(list)
+}
+
+fn too_many_items(len: usize) -> String {
+    format!("the result would have {len} elements; berth allows {MAX_ITEMS}")
 }
 
 fn number(n: f64) -> Result {
@@ -501,8 +600,12 @@ fn format(args: FuncArgs) -> Result {
 
 /// The list without repeats, first occurrences kept (also `toset`: berth's sets are lists).
 fn distinct(args: FuncArgs) -> Result {
+    let list = array(&args[0]);
+    if list.len() > MAX_ITEMS {
+        return Err(too_many_to_compare(list.len()));
+    }
     let mut out: Vec<Value> = Vec::new();
-    for item in array(&args[0]) {
+    for item in list {
         if !out.contains(item) {
             out.push(item.clone());
         }
@@ -517,9 +620,13 @@ fn join(args: FuncArgs) -> Result {
         .skip(1)
         .flat_map(|list| array(list).iter().map(string))
         .collect();
-    let total: usize = parts.iter().map(|p| p.len() + separator.len()).sum();
-    if total > MAX_STRING + separator.len() {
-        return text("x".repeat(MAX_STRING + 1));
+    let total: usize = parts
+        .iter()
+        .map(|p| p.len().saturating_add(separator.len()))
+        .fold(0, usize::saturating_add)
+        .saturating_sub(separator.len());
+    if total > MAX_STRING {
+        return Err(too_long(total));
     }
     text(parts.join(separator))
 }
@@ -540,7 +647,7 @@ fn split(args: FuncArgs) -> Result {
 fn concat(args: FuncArgs) -> Result {
     let total: usize = args.iter().map(|l| array(l).len()).sum();
     if total > MAX_ITEMS {
-        return items(Some(vec![Value::Null; total]));
+        return Err(too_many_items(total));
     }
     items(Some(
         args.iter().flat_map(|l| array(l).iter().cloned()).collect(),
@@ -554,20 +661,22 @@ fn merge(args: FuncArgs) -> Result {
             out.insert(key.clone(), value.clone());
         }
         if out.len() > MAX_ITEMS {
-            return items(Some(vec![Value::Null; out.len()]));
+            return Err(too_many_items(out.len()));
         }
     }
-    Ok(Value::Object(out))
+    let out = Value::Object(out);
+    charge(value_size(&out))?;
+    Ok(out)
 }
 
 fn lookup(args: FuncArgs) -> Result {
     let key = string(&args[1]);
     match args[0].as_object().and_then(|o| o.get(key)) {
-        Some(value) => Ok(value.clone()),
+        Some(value) => cloned(value),
         None => args
             .get(2)
-            .cloned()
-            .ok_or_else(|| format!("the object has no key {key:?} and no default was given")),
+            .ok_or_else(|| format!("the object has no key {key:?} and no default was given"))
+            .and_then(cloned),
     }
 }
 
@@ -590,7 +699,7 @@ fn element(args: FuncArgs) -> Result {
     if index < 0.0 {
         return Err("element needs an index of 0 or more".into());
     }
-    Ok(list[index as usize % list.len()].clone())
+    cloned(&list[index as usize % list.len()])
 }
 
 fn flatten(args: FuncArgs) -> Result {
@@ -648,7 +757,7 @@ fn range(args: FuncArgs) -> Result {
     (0..count as usize)
         .map(|i| number(start + step * i as f64))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map(Value::Array)
+        .and_then(|list| items(Some(list)))
 }
 
 pub fn to_json(value: &Value) -> serde_json::Value {
@@ -779,6 +888,27 @@ mod tests {
             .map(|v| v.to_string().len())
             .unwrap_err();
         assert!(too_long.contains("berth allows 65536"), "{too_long}");
+        // 60,000 matches of a 60,000-byte replacement: 3.6 GB, refused by its length.
+        let (many, long) = ("a".repeat(60_000), "b".repeat(60_000));
+        let refused = eval(&format!(r#"replace("{many}", "a", "{long}")"#)).unwrap_err();
+        assert!(
+            refused.contains("the result would be 3600000000 bytes long; berth allows 65536"),
+            "{refused}"
+        );
+        assert_eq!(eval(r#"replace("abc", "", "-")"#), Ok("-a-b-c-".into()));
+        assert_eq!(eval(r#"replace("a.b.c", ".", "::")"#), Ok("a::b::c".into()));
+        let list = format!("[{}]", vec!["1"; 2000].join(", "));
+        let compared = eval(&format!("distinct({list})")).unwrap_err();
+        assert!(
+            compared.contains("berth compares at most 1024"),
+            "{compared}"
+        );
+        let joined = eval(&format!(
+            r#"join("", [{}])"#,
+            vec![format!("{:?}", "x".repeat(40_000)); 2].join(", ")
+        ))
+        .unwrap_err();
+        assert!(joined.contains("80000 bytes long"), "{joined}");
         let never = eval("range(0, 5, -1)").unwrap_err();
         assert!(never.contains("never ends"), "{never}");
         assert!(eval(r#"jsondecode("{")"#).unwrap_err().contains("not JSON"));

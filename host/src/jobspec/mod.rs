@@ -512,7 +512,11 @@ pub fn parse_with(
         file: file.to_string(),
         problems,
     };
-    let tree = hcl::parse_evaluated(source, inputs).map_err(|problems| {
+    // Everything the evaluation builds draws from one budget (functions::EVALUATION_BUDGET).
+    let budget = functions::BudgetScope::start(functions::EVALUATION_BUDGET);
+    let tree = hcl::parse_evaluated(source, inputs);
+    drop(budget);
+    let tree = tree.map_err(|problems| {
         fail(
             problems
                 .into_iter()

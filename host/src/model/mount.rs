@@ -46,4 +46,8 @@ pub struct HandedMount {
     /// gets is `nosuid,nodev`.
     #[serde(default)]
     pub allow_setuid: bool,
+    /// The host directory `host_path` is below when others write inside it (the CSI
+    /// root, which plugins write): the source is then resolved from there through no link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_below: Option<PathBuf>,
 }

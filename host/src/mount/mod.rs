@@ -8,6 +8,7 @@
 //!
 //! [`mountinfo`] reads `/proc/<pid>/mountinfo`, which tests use to check what a task sees.
 
+pub mod beneath;
 pub mod cgroupfs;
 pub mod mountinfo;
 pub mod shared;
@@ -53,21 +54,21 @@ pub enum MountStep {
     UnshareNamespace,
     /// Change propagation of `target` (and, with `REC`, of everything below it).
     SetPropagation {
-        target: CString,
+        target: Target,
         #[serde(with = "propagation_bits")]
         flags: MountPropagationFlags,
     },
     /// `mount --rbind source target`.
-    BindRecursive { source: CString, target: CString },
+    BindRecursive { source: Target, target: Target },
     /// Restricts an existing bind mount: adds `restrict` to the flags it already has
     /// (a bind remount replaces them, so they are read first: a host `noexec` stays).
     Restrict {
-        target: CString,
+        target: Target,
         restrict: Restriction,
     },
     /// A fresh procfs at `target`; with `pids_only`, only the processes' own entries
     /// (`subset=pid`: no `/proc/sys`, no kernel files at all).
-    MountProc { target: CString, pids_only: bool },
+    MountProc { target: Target, pids_only: bool },
     /// Makes `root` (a mount point: the task root bound onto itself) the root of the
     /// mount namespace with `pivot_root(2)` and detaches the old root, so no path leads
     /// back to the host, whatever capabilities remain (a `chroot` would leave the old
@@ -77,7 +78,7 @@ pub enum MountStep {
     Chdir { dir: CString },
     /// A tmpfs at `target` (nosuid; `noexec` unless it holds device nodes).
     MountTmpfs {
-        target: CString,
+        target: Target,
         options: CString,
         noexec: bool,
     },
@@ -100,6 +101,70 @@ pub enum MountStep {
     ProtectReadOnly { target: CString },
     /// `mkdir(path)`.
     MakeDir { path: CString },
+}
+
+/// Where a mount step acts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Target {
+    /// A path no untrusted party can change: `/`, the task root itself, host volumes'
+    /// sources (the operator's), fresh mounts of the step's own making.
+    Path(CString),
+    /// `relative` below `root`, a directory a task or plugin writes into: resolved when the
+    /// step runs, through no link and never out of `root` ([`beneath`]).
+    Beneath { root: CString, relative: CString },
+}
+
+impl Target {
+    /// A target `path` below `root` (both absolute, `path` inside `root`).
+    pub fn beneath(root: &std::path::Path, path: &std::path::Path) -> io::Result<Target> {
+        let relative = path.strip_prefix(root).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not below {}", path.display(), root.display()),
+            )
+        })?;
+        Ok(Target::Beneath {
+            root: c_path(root)?,
+            relative: c_path(if relative.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                relative
+            })?,
+        })
+    }
+
+    pub fn path(path: impl AsRef<std::path::Path>) -> io::Result<Target> {
+        Ok(Target::Path(c_path(path)?))
+    }
+
+    /// Runs `f` on a path that names the target now. Async-signal-safe: a `Beneath`
+    /// target is opened (`O_PATH`) and named `/proc/self/fd/<n>` from a stack buffer.
+    fn with<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+        match self {
+            Target::Path(path) => f(path),
+            Target::Beneath { root, relative } => {
+                let dir = beneath::open_root(root)?;
+                let target = beneath::open(&dir, relative)?;
+                let mut buffer = [0u8; 32];
+                f(beneath::fd_path(&target, &mut buffer))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Path(path) => f.write_str(&path.to_string_lossy()),
+            Target::Beneath { root, relative } => {
+                let relative = relative.to_string_lossy();
+                match relative.as_ref() {
+                    "." => f.write_str(&root.to_string_lossy()),
+                    _ => write!(f, "{}/{relative}", root.to_string_lossy()),
+                }
+            }
+        }
+    }
 }
 
 /// What [`MountStep::Restrict`] adds to a mount.
@@ -225,23 +290,29 @@ impl MountStep {
                 unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
             }
             MountStep::SetPropagation { target, flags } => {
-                mount::mount_change(target.as_c_str(), *flags)?;
+                target.with(|target| Ok(mount::mount_change(target, *flags)?))?;
             }
             MountStep::BindRecursive { source, target } => {
-                mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
+                source.with(|source| {
+                    target.with(|target| Ok(mount::mount_bind_recursive(source, target)?))
+                })?;
             }
             MountStep::Restrict { target, restrict } => {
-                let flags = current_mount_flags(target)? | restrict.flags();
-                mount::mount_remount(target.as_c_str(), MountFlags::BIND | flags, c"")?;
+                target.with(|target| {
+                    let flags = current_mount_flags(target)? | restrict.flags();
+                    Ok(mount::mount_remount(target, MountFlags::BIND | flags, c"")?)
+                })?;
             }
             MountStep::MountProc { target, pids_only } => {
-                mount::mount(
-                    c"proc",
-                    target.as_c_str(),
-                    c"proc",
-                    MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-                    pids_only.then_some(c"subset=pid"),
-                )?;
+                target.with(|target| {
+                    Ok(mount::mount(
+                        c"proc",
+                        target,
+                        c"proc",
+                        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                        pids_only.then_some(c"subset=pid"),
+                    )?)
+                })?;
             }
             MountStep::PivotRoot { root, cwd } => {
                 pivot_into(root)?;
@@ -259,13 +330,15 @@ impl MountStep {
                 if *noexec {
                     flags |= MountFlags::NOEXEC | MountFlags::NODEV;
                 }
-                mount::mount(
-                    c"tmpfs",
-                    target.as_c_str(),
-                    c"tmpfs",
-                    flags,
-                    Some(options.as_c_str()),
-                )?;
+                target.with(|target| {
+                    Ok(mount::mount(
+                        c"tmpfs",
+                        target,
+                        c"tmpfs",
+                        flags,
+                        Some(options.as_c_str()),
+                    )?)
+                })?;
             }
             MountStep::MountDevpts { target } => {
                 mount::mount(
@@ -340,17 +413,17 @@ impl fmt::Display for MountStep {
         match self {
             MountStep::UnshareNamespace => write!(f, "create a mount namespace"),
             MountStep::SetPropagation { target, flags } => {
-                write!(f, "set propagation {flags:?} on {}", show(target))
+                write!(f, "set propagation {flags:?} on {target}")
             }
             MountStep::BindRecursive { source, target } => {
-                write!(f, "bind {} to {}", show(source), show(target))
+                write!(f, "bind {source} to {target}")
             }
             MountStep::Restrict { target, restrict } => {
-                write!(f, "make {} {restrict}", show(target))
+                write!(f, "make {target} {restrict}")
             }
             MountStep::MountProc { target, pids_only } => {
                 let subset = if *pids_only { " (processes only)" } else { "" };
-                write!(f, "mount proc at {}{subset}", show(target))
+                write!(f, "mount proc at {target}{subset}")
             }
             MountStep::PivotRoot { root, cwd } => {
                 write!(
@@ -361,7 +434,7 @@ impl fmt::Display for MountStep {
                 )
             }
             MountStep::Chdir { dir } => write!(f, "change directory to {}", show(dir)),
-            MountStep::MountTmpfs { target, .. } => write!(f, "mount a tmpfs at {}", show(target)),
+            MountStep::MountTmpfs { target, .. } => write!(f, "mount a tmpfs at {target}"),
             MountStep::MountDevpts { target } => write!(f, "mount devpts at {}", show(target)),
             MountStep::MakeDevice { path, major, minor } => {
                 write!(f, "create device {major}:{minor} at {}", show(path))

@@ -37,11 +37,14 @@ pub fn mounted_below(path: &Path) -> io::Result<bool> {
         .any(|m| m.mount_point != path && m.mount_point.starts_with(&path)))
 }
 
-/// Whether `path` is itself a mount point.
+/// Whether `path` is itself a mount point. A path that passes through a link is not one:
+/// a plugin that left a link at its publish path (to `/`, say) must not make the agent
+/// take the link's target for the volume, nor unmount it.
 pub fn is_mount_point(path: &Path) -> bool {
-    let Ok(path) = path.canonicalize() else {
-        return false;
-    };
+    match path.canonicalize() {
+        Ok(resolved) if resolved == path => {}
+        _ => return false,
+    }
     mountinfo::read_self()
         .map(|mounts| mounts.iter().any(|m| m.mount_point == path))
         .unwrap_or(false)
@@ -72,4 +75,21 @@ pub fn release_shared_if_unused(root: &Path) -> io::Result<()> {
     }
     mount::unmount(root, UnmountFlags::DETACH)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plugin that leaves a link at its publish path (to `/`) must not make the agent take
+    /// the link's target for a mounted volume, nor unmount it.
+    #[test]
+    fn a_link_is_no_mount_point_and_nothing_is_unmounted_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("rw-file-system-single-node-writer");
+        std::os::unix::fs::symlink("/", &link).unwrap();
+        assert!(is_mount_point(Path::new("/")));
+        assert!(!is_mount_point(&link));
+        assert_eq!(unmount_all_at(&link).unwrap(), 0);
+    }
 }

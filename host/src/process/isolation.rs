@@ -29,7 +29,7 @@ use rustix::mount::MountPropagationFlags;
 
 use crate::model::mount::Propagation;
 use crate::mount::mountinfo::{self, MountEntry};
-use crate::mount::{MountStep, Restriction, c_path};
+use crate::mount::{MountStep, Restriction, Target, beneath, c_path};
 
 /// Host directories bound read-only into every chroot, when the host has them. A
 /// directory that is a symlink on the host (`/bin -> usr/bin`) becomes the same symlink.
@@ -45,6 +45,9 @@ pub struct VolumeMount {
     pub task_path: PathBuf,
     pub read_only: bool,
     pub propagation: Propagation,
+    /// A directory the source is below, whose contents others write (a CSI plugin's
+    /// publish tree): the source is then resolved through no link from it.
+    pub source_below: Option<PathBuf>,
     /// Not `nosuid,nodev` ([`HandedMount::allow_setuid`]).
     ///
     /// [`HandedMount::allow_setuid`]: crate::model::mount::HandedMount::allow_setuid
@@ -85,23 +88,25 @@ pub fn prepare(spec: &ChrootSpec) -> io::Result<ChrootPlan> {
         .map_err(|e| io::Error::new(e.kind(), format!("task dir {}: {e}", spec.root.display())))?;
     let host_mounts = mountinfo::read_self()?;
     let mut system = Vec::new();
+    // A root task may have replaced anything in its root on an earlier run (its `usr`
+    // with a link to /etc, say): nothing here follows a link ([`beneath`]).
     for name in SYSTEM_DIRS {
         let host = Path::new("/").join(name);
         let Ok(meta) = std::fs::symlink_metadata(&host) else {
             continue;
         };
-        let inside = root.join(name);
         if meta.file_type().is_symlink() {
+            let inside = root.join(name);
             if std::fs::symlink_metadata(&inside).is_err() {
                 std::os::unix::fs::symlink(std::fs::read_link(&host)?, &inside)?;
             }
         } else if meta.is_dir() {
-            std::fs::create_dir_all(&inside)?;
+            beneath::create(&root, Path::new(name), false, 0o755)?;
             system.push(host);
         }
     }
     for dir in ["dev", "proc", "tmp"] {
-        std::fs::create_dir_all(root.join(dir))?;
+        beneath::create(&root, Path::new(dir), false, 0o755)?;
     }
     for mount in &spec.mounts {
         create_mount_point(&root, mount)?;
@@ -109,8 +114,8 @@ pub fn prepare(spec: &ChrootSpec) -> io::Result<ChrootPlan> {
     plan(&root, &host_mounts, &system, spec)
 }
 
-/// Creates the mount point for `mount` inside `root`, refusing one that resolves outside
-/// the root (a symlink planted by an earlier run of the task, say).
+/// Creates the mount point for `mount` inside `root` without following a link (one
+/// planted by an earlier run of the task, say) and without leaving the root.
 fn create_mount_point(root: &Path, mount: &VolumeMount) -> io::Result<()> {
     // Jobspecs refuse `..` in task paths already; refuse it here too, before the first
     // directory is created, whoever built the mount.
@@ -127,29 +132,17 @@ fn create_mount_point(root: &Path, mount: &VolumeMount) -> io::Result<()> {
             ),
         ));
     }
-    let target = join_inside(root, &mount.task_path);
-    if mount.host_path.is_dir() {
-        std::fs::create_dir_all(&target)?;
-    } else {
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        if std::fs::symlink_metadata(&target).is_err() {
-            std::fs::File::create(&target)?;
-        }
-    }
-    let resolved = target.canonicalize()?;
-    if !resolved.starts_with(root) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "mount point {} resolves to {}, outside the task dir",
-                mount.task_path.display(),
-                resolved.display()
-            ),
-        ));
-    }
-    Ok(())
+    let relative = mount
+        .task_path
+        .strip_prefix("/")
+        .unwrap_or(&mount.task_path);
+    let file = !mount.host_path.is_dir();
+    beneath::create(root, relative, file, 0o755).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("mount point {}: {e}", mount.task_path.display()),
+        )
+    })
 }
 
 /// The devices a task gets: a fresh tmpfs at `/dev` with the harmless character devices,
@@ -166,7 +159,7 @@ pub const TASK_DEVICES: &[(&str, u32, u32)] = &[
 fn minimal_dev(root: &Path, steps: &mut Vec<MountStep>) -> io::Result<()> {
     let dev = root.join("dev");
     steps.push(MountStep::MountTmpfs {
-        target: c_path(&dev)?,
+        target: Target::beneath(root, &dev)?,
         options: c"mode=755,size=1024k".into(),
         noexec: false,
     });
@@ -185,8 +178,9 @@ fn minimal_dev(root: &Path, steps: &mut Vec<MountStep>) -> io::Result<()> {
     steps.push(MountStep::MountDevpts {
         target: c_path(dev.join("pts"))?,
     });
+    // Inside the fresh tmpfs just mounted: nothing of the task's is there.
     steps.push(MountStep::MountTmpfs {
-        target: c_path(dev.join("shm"))?,
+        target: Target::path(dev.join("shm"))?,
         options: c"mode=1777,size=65536k".into(),
         noexec: true,
     });
@@ -255,29 +249,33 @@ fn plan(
             .map(|m| m.mount_point.clone())
             .unwrap_or_else(|| PathBuf::from("/"));
         steps.push(MountStep::SetPropagation {
-            target: c_path(parent)?,
+            target: Target::path(parent)?,
             flags: MountPropagationFlags::PRIVATE,
         });
     } else {
         steps.push(MountStep::SetPropagation {
-            target: c"/".into(),
+            target: Target::Path(c"/".into()),
             flags: slave_rec,
         });
     }
     // The root becomes a mount point (pivot_root needs one), before anything is mounted
     // inside it.
     steps.push(MountStep::BindRecursive {
-        source: root_c.clone(),
-        target: root_c.clone(),
+        source: Target::Path(root_c.clone()),
+        target: Target::Path(root_c.clone()),
     });
     steps.push(MountStep::Restrict {
-        target: root_c.clone(),
+        target: Target::Path(root_c.clone()),
         restrict: Restriction::WRITABLE,
     });
+    // Every mount point inside the root is resolved when the step runs, through no link:
+    // the task writes its root, the alloc's dir and its volumes, and may have planted a
+    // link on an earlier run (or a sibling task, through /alloc) to redirect a mount onto
+    // the host.
     let mut bind_system = |source: &Path| -> io::Result<()> {
-        let target = c_path(join_inside(root, source))?;
+        let target = Target::beneath(root, &join_inside(root, source))?;
         steps.push(MountStep::BindRecursive {
-            source: c_path(source)?,
+            source: Target::path(source)?,
             target: target.clone(),
         });
         steps.push(MountStep::Restrict {
@@ -297,9 +295,13 @@ fn plan(
     }
     minimal_dev(root, &mut steps)?;
     for mount in &spec.mounts {
-        let target = c_path(join_inside(root, &mount.task_path))?;
+        let target = Target::beneath(root, &join_inside(root, &mount.task_path))?;
+        let source = match &mount.source_below {
+            Some(trusted) => Target::beneath(trusted, &mount.host_path)?,
+            None => Target::path(&mount.host_path)?,
+        };
         steps.push(MountStep::BindRecursive {
-            source: c_path(&mount.host_path)?,
+            source,
             target: target.clone(),
         });
         let restrict = Restriction {
@@ -325,7 +327,7 @@ fn plan(
     // A task that may mount must not find the kernel's settings in /proc: it could
     // unmount their read-only cover. It gets its processes' entries only.
     let mut after_fork = vec![MountStep::MountProc {
-        target: c_path(root.join("proc"))?,
+        target: Target::beneath(root, &root.join("proc"))?,
         pids_only: spec.privileged,
     }];
     protect_proc(root, &mut after_fork)?;
@@ -349,6 +351,7 @@ mod tests {
             task_path: "/local/data".into(),
             read_only,
             propagation,
+            source_below: None,
             allow_setuid: false,
         }
     }

@@ -17,7 +17,7 @@
 //!
 //! A CSI plugin the operator granted mounting keeps `CAP_SYS_ADMIN`, and its filter lets
 //! it `umount2` and `mount` with only the flags of a bind mount, a propagation change, or
-//! a remount of a bind **read-only**: never a new filesystem (a fresh `proc` or `sysfs`
+//! a remount of a bind **read-only, nosuid and nodev**: never a new filesystem (a fresh `proc` or `sysfs`
 //! would give it the host's kernel settings), a superblock remount (which changes the
 //! host's filesystem for everyone), a bind remounted writable (its read-only `/usr` is the
 //! host's), or a move. Everything else above is refused to it as to any task.
@@ -124,8 +124,13 @@ pub struct FilterError(#[from] seccompiler::BackendError);
 /// mounts a new filesystem).
 fn plugin_mount_refusals() -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
     // `mount(2)`'s flags are an unsigned long, as libc spells them here.
-    let (bind, remount, read_only): (u64, u64, u64) =
-        (libc::MS_BIND, libc::MS_REMOUNT, libc::MS_RDONLY);
+    let (bind, remount, read_only, nosuid, nodev): (u64, u64, u64, u64, u64) = (
+        libc::MS_BIND,
+        libc::MS_REMOUNT,
+        libc::MS_RDONLY,
+        libc::MS_NOSUID,
+        libc::MS_NODEV,
+    );
     let propagation: u64 =
         libc::MS_SHARED | libc::MS_PRIVATE | libc::MS_SLAVE | libc::MS_UNBINDABLE;
     let flags = |mask: u64, value: u64| {
@@ -141,8 +146,11 @@ fn plugin_mount_refusals() -> Result<Vec<SeccompRule>, seccompiler::BackendError
         SeccompRule::new(vec![flags(remount | bind | propagation, 0)?])?,
         // A superblock remount.
         SeccompRule::new(vec![flags(remount | bind, remount)?])?,
-        // A bind remounted without MS_RDONLY.
+        // A bind remounted without MS_RDONLY, MS_NOSUID or MS_NODEV: read-only, and it
+        // keeps the setuid and device bits inert (a remount replaces a mount's flags).
         SeccompRule::new(vec![flags(remount | bind | read_only, remount | bind)?])?,
+        SeccompRule::new(vec![flags(remount | bind | nosuid, remount | bind)?])?,
+        SeccompRule::new(vec![flags(remount | bind | nodev, remount | bind)?])?,
     ])
 }
 
@@ -298,19 +306,27 @@ mod plugin_filter_tests {
 
     #[test]
     fn a_mounting_plugin_may_bind_and_change_propagation_and_nothing_else() {
-        use libc::{EPERM, MS_BIND, MS_MOVE, MS_PRIVATE, MS_RDONLY, MS_REC, MS_REMOUNT, MS_SHARED};
+        use libc::{
+            EPERM, MS_BIND, MS_MOVE, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC,
+            MS_REMOUNT, MS_SHARED,
+        };
         let refused = EPERM;
         let passed = libc::ENOENT;
         let calls: Vec<(u64, bool, i32)> = [
-            (0, false, refused),                               // a new proc
-            (MS_REC, false, refused),                          // still a new mount
-            (MS_REMOUNT, false, refused),                      // the superblock
-            (MS_REMOUNT | MS_BIND, false, refused),            // a bind made writable
-            (MS_MOVE, false, refused),                         // a move
-            (MS_BIND, false, passed),                          // a bind
-            (MS_BIND | MS_REC, false, passed),                 // a recursive bind
-            (MS_REMOUNT | MS_BIND | MS_RDONLY, false, passed), // a bind made read-only
-            (MS_PRIVATE | MS_REC, false, passed),              // propagation
+            (0, false, refused),                                // a new proc
+            (MS_REC, false, refused),                           // still a new mount
+            (MS_REMOUNT, false, refused),                       // the superblock
+            (MS_REMOUNT | MS_BIND, false, refused),             // a bind made writable
+            (MS_MOVE, false, refused),                          // a move
+            (MS_BIND, false, passed),                           // a bind
+            (MS_BIND | MS_REC, false, passed),                  // a recursive bind
+            (MS_REMOUNT | MS_BIND | MS_RDONLY, false, refused), // dropping nosuid, nodev
+            (
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                false,
+                passed,
+            ),
+            (MS_PRIVATE | MS_REC, false, passed), // propagation
             (MS_SHARED, false, passed),
             (0, true, passed), // umount2
         ]

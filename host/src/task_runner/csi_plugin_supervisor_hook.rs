@@ -173,6 +173,7 @@ impl TaskHook for CsiPluginSupervisorHook {
                         read_only: false,
                         propagation: Propagation::Bidirectional,
                         allow_setuid: false,
+                        source_below: None,
                     });
                 }
             }

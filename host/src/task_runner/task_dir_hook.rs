@@ -39,6 +39,7 @@ impl TaskHook for TaskDirHook {
                     read_only: false,
                     propagation: Propagation::Private,
                     allow_setuid: false,
+                    source_below: None,
                 });
             }
             let show = |p: &PathBuf| p.display().to_string();

@@ -41,7 +41,9 @@ impl TaskHook for VolumesHook {
                             mount.volume, ctx.group.name
                         ))
                     })?;
-                let (host_path, host_read_only, allow_setuid) = match volume.volume_type {
+                let (host_path, host_read_only, allow_setuid, source_below) = match volume
+                    .volume_type
+                {
                     VolumeType::Host => {
                         let host = ctx.config.host_volume(&volume.source).ok_or_else(|| {
                             fail(format!(
@@ -49,7 +51,7 @@ impl TaskHook for VolumesHook {
                                 volume.source
                             ))
                         })?;
-                        (host.path.clone(), host.read_only, host.allow_setuid)
+                        (host.path.clone(), host.read_only, host.allow_setuid, None)
                     }
                     VolumeType::Csi => {
                         let mounted = ctx.resources.csi_mount(&volume.name).ok_or_else(|| {
@@ -58,7 +60,13 @@ impl TaskHook for VolumesHook {
                                 volume.name
                             ))
                         })?;
-                        (mounted.host_path, mounted.read_only, false)
+                        // The plugin writes below the CSI root: no link of its is followed.
+                        (
+                            mounted.host_path,
+                            mounted.read_only,
+                            false,
+                            Some(ctx.csi.root.clone()),
+                        )
                     }
                 };
                 if let Some(refusal) =
@@ -92,6 +100,7 @@ impl TaskHook for VolumesHook {
                     read_only: volume.read_only || mount.read_only || host_read_only,
                     propagation: mount.propagation,
                     allow_setuid,
+                    source_below,
                 });
             }
             Ok(())

@@ -175,7 +175,7 @@ enum SpawnRefusal {
     )]
     MountNotHanded {
         driver: String,
-        mount: HandedMount,
+        mount: Box<HandedMount>,
         task: String,
     },
     #[error(
@@ -258,6 +258,7 @@ impl PluginCtx {
                 read_only: asked.read_only,
                 propagation: from_wit_propagation(asked.propagation),
                 allow_setuid: false,
+                source_below: None,
             };
             let handed = task.mounts.iter().find(|h| {
                 h.host_path == mount.host_path
@@ -268,7 +269,7 @@ impl PluginCtx {
             let Some(handed) = handed else {
                 return Err(SpawnRefusal::MountNotHanded {
                     driver: plugin.to_string(),
-                    mount,
+                    mount: Box::new(mount),
                     task: task.task_id.clone(),
                 });
             };
@@ -279,6 +280,7 @@ impl PluginCtx {
                 propagation: mount.propagation,
                 // The operator's word, from the host's own record, never the driver's.
                 allow_setuid: handed.allow_setuid,
+                source_below: handed.source_below.clone(),
             });
         }
         if let Some(first) = request.mounts.first().filter(|_| !self.plugin.may_mount) {

@@ -1,0 +1,174 @@
+//! Paths below a directory that untrusted parties write into (a task's root, the alloc's
+//! shared dir, a CSI plugin's staging tree), resolved and created **without following a
+//! link and without leaving the directory**: `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, and `mkdirat` in the directory opened
+//! before. A mount aimed at such a path goes to `/proc/self/fd/<n>` of the descriptor so
+//! opened (as runc does), so a link a task or plugin swapped in never redirects the mount
+//! onto the host.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+const NO_LINKS: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// Opens `relative` (a path inside `root`, no `..`) as an `O_PATH` descriptor, refusing
+/// any link on the way (`ELOOP`) and any way out (`EXDEV`). Async-signal-safe.
+pub fn open(root: impl AsFd, relative: &CStr) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat2(
+        root,
+        relative,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        NO_LINKS,
+    )?)
+}
+
+/// Opens the directory `root` itself (`O_PATH`), to resolve paths below it.
+pub fn open_root(root: &CStr) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// `/proc/self/fd/<fd>` in `buffer`, as a C string, without allocating.
+pub fn fd_path<'a>(fd: &impl AsFd, buffer: &'a mut [u8; 32]) -> &'a CStr {
+    use std::os::fd::AsRawFd as _;
+    let prefix = b"/proc/self/fd/";
+    buffer[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 12];
+    let mut n = fd.as_fd().as_raw_fd().max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buffer[prefix.len() + i] = digits[len - 1 - i];
+    }
+    buffer[prefix.len() + len] = 0;
+    // A NUL was written right after the digits.
+    CStr::from_bytes_until_nul(&buffer[..]).unwrap_or(c"/proc/self/fd/")
+}
+
+/// Makes the directories of `relative` below `root` (each `mkdirat` in the one opened
+/// before, `mode` for new ones), and, with `file`, an empty file as its last component:
+/// a mount point that cannot have been redirected. An existing link anywhere is refused.
+pub fn create(root: &Path, relative: &Path, file: bool, mode: u32) -> io::Result<()> {
+    let mut dir: OwnedFd = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    let parts: Vec<&std::ffi::OsStr> = relative
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(Ok(name)),
+            Component::CurDir | Component::RootDir => None,
+            _ => Some(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} climbs out ('..')", relative.display()),
+            ))),
+        })
+        .collect::<io::Result<_>>()?;
+    for (index, name) in parts.iter().enumerate() {
+        let last = index + 1 == parts.len();
+        if last && file {
+            match rustix::fs::openat(
+                &dir,
+                *name,
+                OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            ) {
+                Ok(_) => {}
+                // An existing link or FIFO is not a file berth made: refused.
+                Err(rustix::io::Errno::LOOP) => return Err(link_refused(relative)),
+                Err(e) => return Err(e.into()),
+            }
+            // What is there now must be a regular file, not a link.
+            open(&dir, &c_name(name)?)?;
+            return Ok(());
+        }
+        match rustix::fs::mkdirat(&dir, *name, Mode::from_raw_mode(mode)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        dir = rustix::fs::openat(
+            &dir,
+            *name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => link_refused(relative),
+            other => other.into(),
+        })?;
+    }
+    Ok(())
+}
+
+fn c_name(name: &std::ffi::OsStr) -> io::Result<std::ffi::CString> {
+    super::c_path(name)
+}
+
+fn link_refused(relative: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} passes through a link or something that is not a directory: berth follows no \
+             link below a directory others write",
+            relative.display()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fd_path_is_written_without_allocating() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let mut buffer = [0u8; 32];
+        let path = fd_path(&file, &mut buffer).to_str().unwrap().to_string();
+        use std::os::fd::AsRawFd as _;
+        assert_eq!(path, format!("/proc/self/fd/{}", file.as_raw_fd()));
+    }
+
+    #[test]
+    fn nothing_is_created_or_opened_through_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("link")).unwrap();
+        let error = create(root.path(), Path::new("link/made"), false, 0o755).unwrap_err();
+        assert!(
+            error.to_string().contains("passes through a link"),
+            "{error}"
+        );
+        assert!(!outside.path().join("made").exists());
+        let error = create(root.path(), Path::new("a/../b"), false, 0o755).unwrap_err();
+        assert!(error.to_string().contains("climbs out"), "{error}");
+        create(root.path(), Path::new("a/b/c"), false, 0o755).unwrap();
+        create(root.path(), Path::new("a/b/f"), true, 0o755).unwrap();
+        assert!(root.path().join("a/b/c").is_dir());
+        assert!(root.path().join("a/b/f").is_file());
+        std::os::unix::fs::symlink("/etc/passwd", root.path().join("a/target")).unwrap();
+        assert!(create(root.path(), Path::new("a/target"), true, 0o755).is_err());
+        let dir = open_root(&crate::mount::c_path(root.path()).unwrap()).unwrap();
+        assert!(open(&dir, c"a/b/c").is_ok());
+        assert!(open(&dir, c"link").is_err());
+        assert!(open(&dir, c"link/x").is_err());
+        assert!(open(&dir, c"../x").is_err());
+    }
+}

@@ -572,7 +572,7 @@ impl Scope {
                 size.saturating_mul(times)
             })
             .fold(0, usize::saturating_add);
-        super::functions::charge(copies).map_err(EvalError::Hcl)?;
+        super::functions::charge(copies).map_err(|spent| EvalError::Hcl(spent.to_string()))?;
         hcl::Expression::from(expr.clone())
             .evaluate(&self.ctx)
             .map_err(|e| explain(&e))

@@ -47,21 +47,31 @@ impl Drop for BudgetScope {
     }
 }
 
+/// The evaluation budget is spent.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "evaluating this jobspec would build more than {} MiB (its functions' results and the \
+     copies its references make); berth allows {} MiB",
+    EVALUATION_BUDGET >> 20,
+    EVALUATION_BUDGET >> 20
+)]
+pub struct BudgetSpent;
+
 /// Takes `bytes` from the thread's evaluation budget; refused once it is spent.
-pub fn charge(bytes: usize) -> std::result::Result<(), String> {
+pub fn charge(bytes: usize) -> std::result::Result<(), BudgetSpent> {
     REMAINING.with(|r| match r.get() {
         None => Ok(()),
         Some(left) if bytes <= left => {
             r.set(Some(left - bytes));
             Ok(())
         }
-        Some(_) => Err(format!(
-            "evaluating this jobspec would build more than {} MiB (its functions' results and \
-             the copies its references make); berth allows {} MiB",
-            EVALUATION_BUDGET >> 20,
-            EVALUATION_BUDGET >> 20
-        )),
+        Some(_) => Err(BudgetSpent),
     })
+}
+
+/// The text hcl-rs shows for a spent budget.
+fn spent(error: BudgetSpent) -> String {
+    error.to_string()
 }
 
 /// About how many bytes `value` takes: its strings, plus a word per element.
@@ -299,7 +309,7 @@ pub fn declare_all(ctx: &mut Context) {
                 let json: serde_json::Value =
                     serde_json::from_str(string(&a[0])).map_err(|e| format!("not JSON: {e}"))?;
                 let value = from_json(json);
-                charge(value_size(&value))?;
+                charge(value_size(&value)).map_err(spent)?;
                 Ok(value)
             }),
         ),
@@ -412,7 +422,7 @@ fn text(s: String) -> Result {
     if s.len() > MAX_STRING {
         return Err(too_long(s.len()));
     }
-    charge(s.len())?;
+    charge(s.len()).map_err(spent)?;
     Ok(Value::String(s))
 }
 
@@ -448,7 +458,7 @@ fn replace(args: FuncArgs) -> Result {
 
 /// A copy of an argument as the result, charged as one.
 fn cloned(value: &Value) -> Result {
-    charge(value_size(value))?;
+    charge(value_size(value)).map_err(spent)?;
     Ok(value.clone())
 }
 
@@ -459,7 +469,7 @@ fn items(list: Option<Vec<Value>>) -> Result {
         return Err(too_many_items(list.len()));
     }
     let list = Value::Array(list);
-    charge(value_size(&list))?;
+    charge(value_size(&list)).map_err(spent)?;
     Ok(list)
 }
 
@@ -665,7 +675,7 @@ fn merge(args: FuncArgs) -> Result {
         }
     }
     let out = Value::Object(out);
-    charge(value_size(&out))?;
+    charge(value_size(&out)).map_err(spent)?;
     Ok(out)
 }
 

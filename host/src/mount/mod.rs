@@ -47,6 +47,37 @@ pub const SYSCALLS: &[i64] = &[
     libc::SYS_mount_setattr,
 ];
 
+/// `mount(2)`'s and `umount2(2)`'s numbers, for the filter that lets a mounting plugin
+/// make some calls (`process/seccomp.rs`).
+pub const MOUNT_SYSCALL: i64 = libc::SYS_mount;
+pub const UNMOUNT_SYSCALL: i64 = libc::SYS_umount2;
+
+/// What `mount(2)` with `flags` at `target` (or `umount2(2)` with `unmount`) answers: 0 or
+/// the error number. For the tests of what a seccomp filter lets through; raw and
+/// async-signal-safe, so a forked child can call it.
+#[cfg(test)]
+pub fn raw_answer(target: &CStr, flags: u64, unmount: bool) -> i32 {
+    // SAFETY: system calls on a valid C string; no memory is shared.
+    let result = unsafe {
+        if unmount {
+            libc::umount2(target.as_ptr(), 0)
+        } else {
+            libc::mount(
+                c"none".as_ptr(),
+                target.as_ptr(),
+                c"proc".as_ptr(),
+                flags,
+                std::ptr::null(),
+            )
+        }
+    };
+    if result == 0 {
+        0
+    } else {
+        io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    }
+}
+
 /// One mount operation, with its paths ready for the syscall.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum MountStep {

@@ -164,11 +164,11 @@ impl TaskFilter {
         let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED
             .iter()
             .chain(crate::mount::SYSCALLS)
-            .filter(|&&call| !(mounting && call == libc::SYS_umount2))
+            .filter(|&&call| !(mounting && call == crate::mount::UNMOUNT_SYSCALL))
             .map(|&call| (call, Vec::new()))
             .collect();
         if mounting {
-            denied.insert(libc::SYS_mount, plugin_mount_refusals()?);
+            denied.insert(crate::mount::MOUNT_SYSCALL, plugin_mount_refusals()?);
         }
         let traceme_only = SeccompCondition::new(
             0,
@@ -270,24 +270,7 @@ mod plugin_filter_tests {
                 unsafe { libc::_exit(99) };
             }
             for &(flags, umount) in calls {
-                let result = if umount {
-                    unsafe { libc::umount2(target.as_ptr(), 0) }
-                } else {
-                    unsafe {
-                        libc::mount(
-                            c"none".as_ptr(),
-                            target.as_ptr(),
-                            c"proc".as_ptr(),
-                            flags,
-                            std::ptr::null(),
-                        )
-                    }
-                };
-                let errno = if result == 0 {
-                    0
-                } else {
-                    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-                };
+                let errno = crate::mount::raw_answer(target, flags, umount);
                 let _ = rustix::io::write(&write, &errno.to_le_bytes());
             }
             unsafe { libc::_exit(0) };

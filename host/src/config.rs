@@ -50,7 +50,9 @@
 //!                          # task joins its cgroup in ~0.3 ms instead of 5-17 ms
 //! }
 //!
-//! plugin "exec" {
+//! plugin "mydriver" {
+//!   path             = "/etc/berth/plugins/mydriver.wasm"  # the file these settings
+//!                              # are for (or a sha256 pin): any file can report a name
 //!   allow_unconfined = false   # true lets a driver that declared fs-isolation "none"
 //!                              # spawn processes unconfined, as root on the host
 //! }
@@ -269,8 +271,11 @@ pub struct PluginConfig {
     /// The driver component's SHA-256, as approved by the operator.
     pub sha256: Option<String>,
     /// The operator lets this driver spawn processes without isolation (as root, in the
-    /// host's namespaces) when it declared fs-isolation `none`.
+    /// host's namespaces) when it declared fs-isolation `none`. Bound to the file: the
+    /// block must name it (`path`, or `sha256`), since any file can report any name.
     pub allow_unconfined: bool,
+    /// The driver file these settings are for (a plugin dir file's path).
+    pub path: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -320,13 +325,22 @@ impl AgentConfig {
         self.plugin("raw_exec").and_then(|p| p.enabled) == Some(true)
     }
 
-    /// Whether driver `name` may spawn processes unconfined: `raw_exec` once enabled,
-    /// any other driver only with `allow_unconfined = true` in its plugin block.
-    pub fn allows_unconfined(&self, name: &str) -> bool {
-        if name == "raw_exec" {
+    /// Whether driver `name`, loaded from `file` (`None`: built in), may spawn processes
+    /// unconfined: `raw_exec` once enabled, any other driver only with `allow_unconfined
+    /// = true` in a plugin block that names that file (its `path`; a `sha256` pin is held
+    /// at load, where a file of another digest reporting the name is refused).
+    pub fn allows_unconfined(&self, name: &str, file: Option<&Path>) -> bool {
+        if name == "raw_exec" && file.is_none() {
             return self.raw_exec_enabled();
         }
-        self.plugin(name).is_some_and(|p| p.allow_unconfined)
+        self.plugin(name).is_some_and(|p| {
+            p.allow_unconfined
+                && match (&p.path, file) {
+                    (Some(path), Some(file)) => path == file,
+                    (Some(_), None) => false,
+                    (None, _) => p.sha256.is_some(),
+                }
+        })
     }
 
     /// Parses an agent config; errors have the same shape as jobspec errors.
@@ -560,6 +574,32 @@ impl AgentConfig {
         })
     }
 
+    /// A warning when the file at `path` holds secrets inline (API tokens, the Consul
+    /// token) and users other than its owner can read it.
+    pub fn exposed_secrets_warning(&self, path: &Path) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let inline: Vec<&str> = [
+            (!self.http.tokens.is_empty()).then_some("http token secrets"),
+            self.consul
+                .as_ref()
+                .and_then(|c| c.token.as_ref())
+                .map(|_| "the consul token"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (!inline.is_empty() && mode & 0o044 != 0).then(|| {
+            format!(
+                "{} holds {} and other users can read it (mode {mode:03o}): run `chmod 600 {}`, \
+                 or keep secrets in a token_file",
+                path.display(),
+                inline.join(" and "),
+                path.display()
+            )
+        })
+    }
+
     pub fn parse_file(path: &Path) -> Result<AgentConfig, JobspecError> {
         let file = path.display().to_string();
         let source = std::fs::read_to_string(path).map_err(|e| JobspecError {
@@ -735,10 +775,27 @@ fn plugin_config(
         &block.body,
         path.clone(),
         block.at,
-        &["config", "sha256", "allow_unconfined"],
+        &["config", "sha256", "allow_unconfined", "path"],
     );
     let sha256 = pin(&mut plugin, block.at, problems);
     let allow_unconfined = plugin.bool("allow_unconfined", problems).unwrap_or(false);
+    let file = plugin.string("path", problems).map(PathBuf::from);
+    if allow_unconfined && file.is_none() && sha256.is_none() {
+        let at = plugin
+            .attr("allow_unconfined")
+            .map(|a| a.at)
+            .unwrap_or(block.at);
+        plugin.problem(
+            problems,
+            "allow_unconfined",
+            at,
+            format!(
+                "allow_unconfined names no file: any driver file can report the name {name:?}, \
+                 so the grant must name the file it is for: add path = \"/path/to/{name}.wasm\" \
+                 or sha256 = \"...\" to this block"
+            ),
+        );
+    }
     let mut enabled = None;
     if let Some(config) = plugin.single_block("config", problems) {
         let mut settings = Fields::new(
@@ -756,6 +813,7 @@ fn plugin_config(
         enabled,
         sha256,
         allow_unconfined,
+        path: file,
     }
 }
 
@@ -1003,18 +1061,61 @@ mod tests {
     }
 
     #[test]
+    fn inline_secrets_in_a_readable_config_are_warned_about() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.hcl");
+        let text = "http {\n  address = \"127.0.0.1:4646\"\n  token \"ci\" {\n    secret = \"ci-secret-0123456789\"\n    scope = \"submit\"\n  }\n}\n";
+        std::fs::write(&path, text).unwrap();
+        let config = AgentConfig::parse_file(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let warning = config.exposed_secrets_warning(&path).unwrap();
+        assert!(
+            warning.contains("holds http token secrets and other users can read it (mode 644)"),
+            "{warning}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(config.exposed_secrets_warning(&path), None);
+        // No inline secret, nothing to say.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(AgentConfig::default().exposed_secrets_warning(&path), None);
+    }
+
+    #[test]
     fn only_the_operator_lets_a_driver_run_unconfined() {
         let config = AgentConfig::parse(
             "agent.hcl",
-            "plugin \"exec\" {\n  allow_unconfined = false\n}\nplugin \"vendor\" {\n  allow_unconfined = true\n}\n",
+            "plugin \"exec\" {\n  allow_unconfined = false\n}\nplugin \"vendor\" {\n  path = \"/p/vendor.wasm\"\n  allow_unconfined = true\n}\n",
         )
         .unwrap();
-        assert!(!config.allows_unconfined("exec"));
-        assert!(config.allows_unconfined("vendor"));
-        assert!(!config.allows_unconfined("unlisted"));
+        let vendor = Path::new("/p/vendor.wasm");
+        assert!(!config.allows_unconfined("exec", None));
+        assert!(config.allows_unconfined("vendor", Some(vendor)));
+        // Another file that reports the name gets nothing of the grant.
+        assert!(!config.allows_unconfined("vendor", Some(Path::new("/p/squatter.wasm"))));
+        assert!(!config.allows_unconfined("unlisted", Some(vendor)));
         assert!(
-            !config.allows_unconfined("raw_exec"),
+            !config.allows_unconfined("raw_exec", None),
             "raw_exec needs enabled = true"
+        );
+        // A file reporting raw_exec is not the built-in raw_exec.
+        let enabled = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n",
+        )
+        .unwrap();
+        assert!(enabled.allows_unconfined("raw_exec", None));
+        assert!(!enabled.allows_unconfined("raw_exec", Some(vendor)));
+        let unnamed = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"vendor\" {\n  allow_unconfined = true\n}\n",
+        )
+        .unwrap_err();
+        assert!(
+            unnamed
+                .to_string()
+                .contains("allow_unconfined names no file"),
+            "{unnamed}"
         );
     }
 

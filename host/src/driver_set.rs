@@ -36,12 +36,14 @@ impl DriverSet {
         if let Some(dir) = plugin_dir {
             match plugin_files(dir) {
                 Ok(files) => {
+                    let mut loaded = Vec::new();
                     for file in files {
                         match load_pinned(runtime, &file, pins).await {
-                            Ok(driver) => set.add(driver, &mut problems),
+                            Ok(driver) => loaded.push(driver),
                             Err(error) => problems.push(error),
                         }
                     }
+                    set.add_files(loaded, &mut problems);
                 }
                 Err(source) => problems.push(LoadError::Read {
                     origin: dir.display().to_string(),
@@ -52,19 +54,40 @@ impl DriverSet {
         (set, problems)
     }
 
-    fn add(&mut self, driver: Driver, problems: &mut Vec<LoadError>) {
-        if let Some(existing) = self.get(driver.name()) {
+    /// Adds the plugin dir's drivers. A name taken by a built-in driver, or reported by
+    /// two files, is refused for every file that reports it: which file is meant is not
+    /// for load order to decide (an operator's grant to one name must not pass to a
+    /// squatter that sorts first).
+    fn add_files(&mut self, loaded: Vec<Driver>, problems: &mut Vec<LoadError>) {
+        let mut origins: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for driver in &loaded {
+            origins
+                .entry(driver.name().to_string())
+                .or_default()
+                .push(driver.origin().to_string());
+        }
+        for driver in loaded {
+            let name = driver.name().to_string();
+            let problem = if let Some(existing) = self.get(&name) {
+                format!(
+                    "name {name:?}, already taken by the driver from {}",
+                    existing.origin()
+                )
+            } else if origins[&name].len() > 1 {
+                format!(
+                    "name {name:?}, which {} all report: none of them is loaded; remove all \
+                     but one",
+                    origins[&name].join(", ")
+                )
+            } else {
+                self.drivers.push(Arc::new(driver));
+                continue;
+            };
             problems.push(LoadError::Nonsense {
                 origin: driver.origin().to_string(),
-                problem: format!(
-                    "name {:?}, already taken by the driver from {}",
-                    driver.name(),
-                    existing.origin()
-                ),
+                problem,
             });
-            return;
         }
-        self.drivers.push(Arc::new(driver));
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Driver>> {
@@ -117,7 +140,7 @@ async fn load_pinned(
     }
 }
 
-/// `*.wasm` files in `dir`, sorted so load order (and duplicate resolution) is stable.
+/// `*.wasm` files in `dir`, sorted so load order (and the order of problems) is stable.
 fn plugin_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))

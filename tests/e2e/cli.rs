@@ -67,3 +67,43 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
         "{stderr}"
     );
 }
+
+/// Two files reporting one driver name: neither is loaded (load order must not decide
+/// which file an operator's grant to that name goes to).
+#[test]
+fn two_files_reporting_one_driver_name_are_both_refused() {
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["a.wasm", "b.wasm"] {
+        std::fs::copy(
+            berth::builtin::test_components::LEGACY_V01,
+            plugins.path().join(name),
+        )
+        .unwrap();
+    }
+    let data = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["driver", "list", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("legacy_exec")),
+        "{stdout}"
+    );
+    for (file, other) in [("a.wasm", "b.wasm"), ("b.wasm", "a.wasm")] {
+        let expected = format!(
+            "{}: the driver reported an unusable name \"legacy_exec\", which {}, {} all report: \
+             none of them is loaded",
+            plugins.path().join(file).display(),
+            plugins.path().join("a.wasm").display(),
+            plugins.path().join("b.wasm").display(),
+        );
+        let _ = other;
+        assert!(stderr.contains(&expected), "{expected}\n{stderr}");
+    }
+}

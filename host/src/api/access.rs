@@ -52,6 +52,18 @@ pub enum AccessError {
         path.display()
     )]
     TokenFileOpen { path: PathBuf, mode: u32 },
+    #[error(
+        "the token file {} is owned by uid {owner}, not by the agent's user (uid {agent}): \
+         that user could read or change the token. Run `chown {agent} {}`, or remove it and \
+         let the agent make one",
+        path.display(),
+        path.display()
+    )]
+    TokenFileOwner {
+        path: PathBuf,
+        owner: u32,
+        agent: u32,
+    },
     #[error("the token file {} is not a regular file", .0.display())]
     TokenFileNotAFile(PathBuf),
     #[error("the token file {} holds no token", .0.display())]
@@ -116,6 +128,16 @@ impl AccessPolicy {
         headers: &HeaderMap,
     ) -> Result<Submitter, (StatusCode, String)> {
         if let Some(hosts) = &self.hosts {
+            // Two Host or Origin headers: which one a proxy or the browser meant is not
+            // for the agent to guess.
+            for name in [header::HOST, header::ORIGIN] {
+                if headers.get_all(&name).iter().count() > 1 {
+                    return Err((
+                        StatusCode::BAD_REQUEST,
+                        format!("the request has more than one {name} header"),
+                    ));
+                }
+            }
             let host = headers
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
@@ -132,8 +154,12 @@ impl AccessPolicy {
             }
             if let Some(origin) = headers.get(header::ORIGIN) {
                 let origin = origin.to_str().unwrap_or("");
-                let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
-                if !hosts.iter().any(|h| h.eq_ignore_ascii_case(origin_host)) {
+                // The listener speaks plain HTTP: its own pages' origin is http://host.
+                let same = origin
+                    .split_once("://")
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("http"))
+                    .is_some_and(|(_, host)| hosts.iter().any(|h| h.eq_ignore_ascii_case(host)));
+                if !same {
                     return Err((
                         StatusCode::FORBIDDEN,
                         format!("cross-origin requests are refused (Origin {origin:?})"),
@@ -212,13 +238,15 @@ pub async fn enforce(
     }
 }
 
+/// The token as presented, compared exactly (no trimming: a secret with a space is
+/// another secret).
 fn presented_token(headers: &HeaderMap) -> Option<&str> {
     if let Some(token) = headers.get("x-berth-token").and_then(|v| v.to_str().ok()) {
-        return Some(token.trim());
+        return Some(token);
     }
     let authorization = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (kind, token) = authorization.split_once(' ')?;
-    kind.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    kind.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// Compares without an early exit, so the time taken says nothing about the secret.
@@ -256,6 +284,14 @@ fn load_or_create_token_file(path: &Path) -> Result<String, AccessError> {
         Ok(meta) => {
             if !meta.file_type().is_file() {
                 return Err(AccessError::TokenFileNotAFile(path.to_path_buf()));
+            }
+            let agent = rustix::process::geteuid().as_raw();
+            if meta.uid() != agent {
+                return Err(AccessError::TokenFileOwner {
+                    path: path.to_path_buf(),
+                    owner: meta.uid(),
+                    agent,
+                });
             }
             let mode = meta.mode() & 0o777;
             if mode & 0o077 != 0 {
@@ -456,6 +492,78 @@ mod tests {
                 ]
             ),
             token
+        );
+    }
+
+    #[test]
+    fn duplicated_headers_another_scheme_and_padded_tokens_are_refused() {
+        let policy = AccessPolicy::tcp(
+            "127.0.0.1:4646".parse().unwrap(),
+            vec![token("ci", "submit-secret-0123456789", TokenScope::Submit)],
+            false,
+        );
+        let check = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(*name, HeaderValue::from_str(value).unwrap());
+            }
+            policy
+                .check(&Method::GET, &map)
+                .map(|_| ())
+                .map_err(|(code, _)| code)
+        };
+        let good = ("x-berth-token", "submit-secret-0123456789");
+        assert_eq!(check(&[("host", "127.0.0.1:4646"), good]), Ok(()));
+        assert_eq!(
+            check(&[("host", "127.0.0.1:4646"), ("host", "evil.example"), good]),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            check(&[
+                ("host", "127.0.0.1:4646"),
+                ("origin", "http://127.0.0.1:4646"),
+                ("origin", "http://evil.example"),
+                good
+            ]),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            check(&[
+                ("host", "127.0.0.1:4646"),
+                ("origin", "https://127.0.0.1:4646"),
+                good
+            ]),
+            Err(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(
+            check(&[("host", "127.0.0.1:4646"), ("origin", "null"), good]),
+            Err(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(
+            check(&[
+                ("host", "127.0.0.1:4646"),
+                ("x-berth-token", " submit-secret-0123456789")
+            ]),
+            Err(StatusCode::FORBIDDEN)
+        );
+    }
+
+    #[test]
+    fn a_token_file_another_user_owns_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "someone-elses-token-0123\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        rustix::fs::chown(
+            &path,
+            Some(rustix::fs::Uid::from_raw(65534)),
+            Some(rustix::fs::Gid::from_raw(65534)),
+        )
+        .unwrap();
+        let error = load_or_create_token_file(&path).unwrap_err();
+        assert!(
+            error.to_string().contains("is owned by uid 65534"),
+            "{error}"
         );
     }
 

@@ -318,14 +318,23 @@ pub fn main() -> ExitCode {
     });
     let cli = Cli::parse_from(args);
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("Error: {}", output::one_line(&format!("{error:#}")));
             ExitCode::FAILURE
         }
-    }
+    };
+    // Dropping a runtime waits for every blocking call to return, and one stuck in the
+    // kernel (an open of a FIFO a task planted, a mount that hangs) would hold the exit
+    // forever: the agent gives them this long. Its tasks keep running either way, and
+    // the next agent recovers them.
+    runtime.shutdown_timeout(SHUTDOWN_BOUND);
+    code
 }
+
+/// The most the agent waits, once asked to stop, for blocking calls still running.
+pub const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let dev = matches!(cli.command, Command::Agent { dev: true, .. });
@@ -333,6 +342,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(path) => AgentConfig::parse_file(path).map_err(|e| anyhow::format_err!("{e}"))?,
         None => AgentConfig::default(),
     };
+    if let (Some(path), Command::Agent { .. }) = (&cli.config, &cli.command)
+        && let Some(warning) = config.exposed_secrets_warning(path)
+    {
+        eprintln!("Warning: {warning}");
+    }
     let data_dir = cli
         .data_dir
         .clone()

@@ -550,6 +550,11 @@ pub enum HookFileError {
     Escapes(String),
     #[error("file path {0:?} goes through a symlink or a non-directory")]
     NotADirectory(String),
+    #[error(
+        "file path {0:?} is not a regular file (the task left a FIFO, a device or a socket \
+         there): it is not written"
+    )]
+    NotAFile(String),
     #[error("opening {}: {source}", root.display())]
     OpenRoot {
         root: PathBuf,
@@ -597,6 +602,8 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     let refuse = |e: rustix::io::Errno| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => HookFileError::Escapes(shown.clone()),
+        // A FIFO nobody reads, opened without blocking.
+        rustix::io::Errno::NXIO => HookFileError::NotAFile(shown.clone()),
         // O_DIRECTORY | O_NOFOLLOW on a symlink to a directory.
         rustix::io::Errno::NOTDIR => HookFileError::NotADirectory(shown.clone()),
         other => HookFileError::Write {
@@ -635,14 +642,25 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
             Err(e) => return Err(refuse(e)),
         };
     }
+    // Non-blocking: a FIFO the task left here would otherwise hold the open (and the
+    // thread) until someone reads it. Only a regular file is written.
     let file = rustix::fs::openat2(
         &dir,
         name.as_os_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::TRUNC
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK,
         Mode::from_raw_mode(0o644),
         resolve,
     )
     .map_err(refuse)?;
+    let kind = rustix::fs::fstat(&file).map_err(refuse)?.st_mode;
+    if rustix::fs::FileType::from_raw_mode(kind) != rustix::fs::FileType::RegularFile {
+        return Err(HookFileError::NotAFile(shown.clone()));
+    }
     // Never executable, also when the hook overwrites a file that was.
     rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644)).map_err(refuse)?;
     let mut file = std::fs::File::from(file);
@@ -686,6 +704,33 @@ mod tests {
             "{through_file}"
         );
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    /// A FIFO the task left where the hook writes: refused at once, never a blocked open
+    /// (the test would hang).
+    #[test]
+    fn a_fifo_in_place_of_the_file_is_refused_without_blocking() {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let root = tempfile::tempdir().unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.path().join("conf.txt"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let error = write_beneath(root.path(), Path::new("conf.txt"), b"x").unwrap_err();
+        assert!(matches!(error, HookFileError::NotAFile(_)), "{error}");
+        // With a reader waiting, the open succeeds and the type check refuses it.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(root.path().join("conf.txt"))
+            .unwrap();
+        let error = write_beneath(root.path(), Path::new("conf.txt"), b"x").unwrap_err();
+        assert!(matches!(error, HookFileError::NotAFile(_)), "{error}");
+        drop(reader);
     }
 
     mod properties {

@@ -233,6 +233,14 @@ pub fn new_hook_store(
     memory_max: usize,
     local_dir: &std::path::Path,
 ) -> wasmtime::Result<Store<PluginCtx>> {
+    // A hook's open of a FIFO the task left would block a thread of the blocking pool
+    // for good (WASI opens without O_NONBLOCK): a hook is not run over one.
+    if let Some(special) = special_file_below(local_dir) {
+        wasmtime::bail!(
+            "local/ holds {special}, which a hook could block on forever: the hook is not run \
+             (remove it, or leave such files outside local/)"
+        );
+    }
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
     let wasi = WasiCtx::builder()
         .stderr(stderr.clone())
@@ -247,6 +255,70 @@ pub fn new_hook_store(
     Ok(build_store(
         runtime, plugin, None, budget, memory_max, wasi, stderr,
     ))
+}
+
+/// The most entries and depth of `local/` looked at for special files.
+const SCAN_ENTRIES: usize = 65_536;
+const SCAN_DEPTH: usize = 64;
+
+/// A FIFO, socket or device below `dir` (its path, for the message), read through
+/// descriptors (no path grows long, no link is followed); a tree past the scan's bounds
+/// counts as one, since what is beyond them is unknown.
+fn special_file_below(dir: &std::path::Path) -> Option<String> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    fn walk(
+        dir: &std::os::fd::OwnedFd,
+        shown: &str,
+        depth: usize,
+        seen: &mut usize,
+    ) -> Option<String> {
+        let entries = rustix::fs::Dir::read_from(dir).ok()?;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            *seen += 1;
+            let path = format!("{shown}/{}", name.to_string_lossy());
+            if *seen > SCAN_ENTRIES {
+                return Some(format!("more than {SCAN_ENTRIES} entries (at {path})"));
+            }
+            let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            match FileType::from_raw_mode(stat.st_mode) {
+                FileType::Fifo => return Some(format!("a FIFO ({path})")),
+                FileType::Socket => return Some(format!("a socket ({path})")),
+                FileType::CharacterDevice | FileType::BlockDevice => {
+                    return Some(format!("a device node ({path})"));
+                }
+                FileType::Directory if depth >= SCAN_DEPTH => {
+                    return Some(format!("directories deeper than {SCAN_DEPTH} (at {path})"));
+                }
+                FileType::Directory => {
+                    let child = rustix::fs::openat(
+                        dir,
+                        name,
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .ok()?;
+                    if let Some(found) = walk(&child, &path, depth + 1, seen) {
+                        return Some(found);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+    let root = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    walk(&root, "local", 0, &mut 0)
 }
 
 fn build_store(
@@ -355,6 +427,27 @@ pub fn classify(error: &wasmtime::Error, ctx: &PluginCtx) -> Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn special_files_a_task_leaves_in_local_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("conf/d")).unwrap();
+        std::fs::write(dir.path().join("conf/d/app.conf"), "x").unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("conf/null")).unwrap();
+        assert_eq!(special_file_below(dir.path()), None);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.path().join("conf/d/pipe"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            special_file_below(dir.path()).as_deref(),
+            Some("a FIFO (local/conf/d/pipe)")
+        );
+    }
 
     /// Runs on this thread's CPU for at least `cpu` (however long that takes in wall
     /// time, with other tests beside it).

@@ -408,7 +408,7 @@ impl TaskRunner {
                 .as_ref()
                 .is_some_and(|p| self.ctx.config.csi_privileged(&p.id, &self.ctx.job.name)),
             user,
-            allow_unconfined: self.ctx.config.allows_unconfined(&task.driver),
+            allow_unconfined: self.allows_unconfined(),
             cgroup_procs,
         };
         let handle = match self.ctx.driver.start_task(&request).await {
@@ -504,6 +504,18 @@ impl TaskRunner {
         outcome
     }
 
+    /// Whether the operator lets this task's driver, from the file it was loaded from,
+    /// spawn unconfined.
+    fn allows_unconfined(&self) -> bool {
+        let file = match self.ctx.driver.origin() {
+            crate::runtime::driver::DriverOrigin::Builtin => None,
+            crate::runtime::driver::DriverOrigin::File(path) => Some(path.as_path()),
+        };
+        self.ctx
+            .config
+            .allows_unconfined(self.ctx.driver.name(), file)
+    }
+
     /// The task's limits: `resources` and the operator's cgroup settings.
     fn limits(&self) -> TaskLimits {
         let task = &self.ctx.task;
@@ -518,7 +530,7 @@ impl TaskRunner {
             pids_max: self.ctx.cgroups.settings().pids_max,
             // Unconfined drivers are root on the host by the operator's choice. A CSI
             // plugin granted mounting binds directories: it gets no device either.
-            restrict_devices: !self.ctx.config.allows_unconfined(&task.driver),
+            restrict_devices: !self.allows_unconfined(),
         }
     }
 

@@ -36,9 +36,26 @@ impl DriverSet {
         if let Some(dir) = plugin_dir {
             match plugin_files(dir) {
                 Ok(files) => {
+                    // In parallel: one slow file (its load-time calls run up to
+                    // LOAD_CALL_WALL) holds up none of the others.
+                    let mut loading = tokio::task::JoinSet::new();
+                    for (index, file) in files.into_iter().enumerate() {
+                        let (runtime, pins) = (runtime.clone(), pins.clone());
+                        loading.spawn(
+                            async move { (index, load_pinned(&runtime, &file, &pins).await) },
+                        );
+                    }
+                    let mut results = Vec::new();
+                    while let Some(joined) = loading.join_next().await {
+                        if let Ok(result) = joined {
+                            results.push(result);
+                        }
+                    }
+                    // In file order, as before: the problems read the same every time.
+                    results.sort_by_key(|(index, _)| *index);
                     let mut loaded = Vec::new();
-                    for file in files {
-                        match load_pinned(runtime, &file, pins).await {
+                    for (_, result) in results {
+                        match result {
                             Ok(driver) => loaded.push(driver),
                             Err(error) => problems.push(error),
                         }

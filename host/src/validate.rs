@@ -404,7 +404,9 @@ async fn check_task(
         }
         Some(driver) => {
             if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
-                let (at, message) = task.place_config_error(&error.to_string());
+                // The driver wrote it: one line, or a line break forges the next problem.
+                let error = crate::model::text::one_line(&error.to_string()).into_owned();
+                let (at, message) = task.place_config_error(&error);
                 problems.push(Problem {
                     path: format!("{task_path}.config"),
                     at: Some(at),

@@ -107,3 +107,53 @@ fn two_files_reporting_one_driver_name_are_both_refused() {
         assert!(stderr.contains(&expected), "{expected}\n{stderr}");
     }
 }
+
+/// A driver whose plugin-info takes two minutes holds nothing up: it is refused at its
+/// load-time deadline, and three of them load beside the others in about one deadline,
+/// not three.
+#[test]
+fn slow_drivers_are_refused_at_their_load_deadline_and_delay_nothing_else() {
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["slow1.wasm", "slow2.wasm", "slow3.wasm"] {
+        std::fs::copy(
+            berth::builtin::test_components::SLOW_INFO,
+            plugins.path().join(name),
+        )
+        .unwrap();
+    }
+    std::fs::copy(
+        berth::builtin::test_components::LEGACY_V01,
+        plugins.path().join("legacy.wasm"),
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["driver", "list", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stdout.lines().any(|l| l.starts_with("legacy_exec")),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("did not finish plugin-info within 5s")
+            .count(),
+        3,
+        "{stderr}"
+    );
+    // One at a time, three slow files would take three deadlines (15 s).
+    let deadline = berth::runtime::driver::LOAD_CALL_WALL;
+    assert!(
+        elapsed < deadline * 3 - std::time::Duration::from_secs(1),
+        "loading took {elapsed:?}"
+    );
+}

@@ -409,3 +409,63 @@ async fn a_driver_cannot_make_its_task_end_with_a_process_it_did_not_spawn() {
     // What the call spawned is released with the failed start.
     assert_eq!(runtime.processes().owned_by("misbehave"), 0);
 }
+
+/// The agent's log as a test reads it.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+
+    fn make_writer(&'a self) -> CapturedLog {
+        self.clone()
+    }
+}
+
+/// A driver that logs 100,000 messages in one call, each with a line break and a forged
+/// line after it: a thousand are logged, one line each, and one warning counts the rest.
+/// (The guest runs on this test's one thread, where the capturing subscriber is.)
+#[tokio::test]
+async fn a_driver_that_floods_the_log_is_cut_at_its_budget_and_forges_no_line() {
+    let log = CapturedLog::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    driver
+        .validate_task_config(&behave("flood-log"))
+        .await
+        .unwrap();
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let logged = text.lines().filter(|l| l.contains("flood ")).count();
+    assert_eq!(
+        logged,
+        berth::runtime::host_api::log::MAX_MESSAGES_PER_CALL as usize,
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("FORGED")),
+        "a guest's line break started a line of its own"
+    );
+    assert!(
+        text.contains("dropped=99000"),
+        "{}",
+        &text[text.len().saturating_sub(2000)..]
+    );
+}

@@ -1110,8 +1110,9 @@ fn plugin_tasks_refused(job: &jobspec::Job, submitter: Submitter) -> Vec<jobspec
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {
     loop {
         match events.recv().await {
+            // Drivers, hooks and tasks write event messages: one line each in the log.
             Ok(event) => tracing::info!(alloc = %event.alloc_id, task = %event.task,
-                kind = %event.event.kind, "{}", event.event.message),
+                kind = %event.event.kind, "{}", crate::model::text::one_line(&event.event.message)),
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::warn!("the event log fell behind and skipped {missed} event(s)")
             }

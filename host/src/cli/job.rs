@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use super::output::{clock, print_event};
+use super::output::{clock, one_line, print_event};
 use crate::agent::{Agent, AgentOptions, JobStatus, StateLocation, SubmitError, Submitted};
 use crate::alloc_runner::AllocStatus;
 use crate::api::client::{Client, ClientError};
@@ -412,7 +412,7 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
     println!(
         "Submitted = {} (from {})",
         clock(job.submitted_ms),
-        job.source_name
+        one_line(&job.source_name)
     );
     println!();
     println!("Allocations");

@@ -23,35 +23,15 @@ pub(super) fn print_event(event: &AllocEvent) {
 /// `text` for a single line: every control character (ESC, CR, LF, ...) and the
 /// Unicode bidirectional overrides escaped as `\u{..}`.
 pub(super) fn one_line(text: &str) -> Cow<'_, str> {
-    escape(text, |c| c.is_control() || is_bidi_override(c))
+    crate::model::text::one_line(text)
 }
 
 /// `text` over several lines (a task's output): newlines and tabs kept, every other
 /// control character escaped.
 pub(super) fn text(text: &str) -> Cow<'_, str> {
-    escape(text, |c| {
-        (c.is_control() && c != '\n' && c != '\t') || is_bidi_override(c)
+    crate::model::text::escape(text, |c| {
+        (c.is_control() && c != '\n' && c != '\t') || crate::model::text::is_bidi_override(c)
     })
-}
-
-fn escape(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
-    if !text.chars().any(&unsafe_char) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// Characters that reorder what follows them on screen (the "Trojan Source" ones).
-fn is_bidi_override(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `HH:MM:SS.mmm` UTC.

@@ -1,4 +1,36 @@
-//! Text from untrusted guests, cut to size before the host keeps or shows it.
+//! Text from untrusted guests, cut to size before the host keeps or shows it, and
+//! escaped before it is written where a line break or a terminal escape would forge
+//! something (the agent's log, the CLI).
+
+use std::borrow::Cow;
+
+/// `text` for a single line: every control character (ESC, CR, LF, ...) and the Unicode
+/// bidirectional overrides escaped as `\u{..}`, so it can neither start a new line nor
+/// repaint a terminal.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    escape(text, |c| c.is_control() || is_bidi_override(c))
+}
+
+/// `text` with every character `unsafe_char` picks escaped as `\u{..}`.
+pub fn escape(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Characters that reorder what follows them on screen (the "Trojan Source" ones).
+pub fn is_bidi_override(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
 
 /// At most `max` characters of `text`; when cut, a note says how much was left out, so
 /// a reader knows the message is not whole.
@@ -12,6 +44,15 @@ pub fn clip(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_escapes_what_would_forge_a_line() {
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(
+            one_line("ok\nERROR forged\r\u{1b}[2J\u{202e}"),
+            "ok\\u{a}ERROR forged\\u{d}\\u{1b}[2J\\u{202e}"
+        );
+    }
 
     #[test]
     fn clips_on_characters_and_says_so() {

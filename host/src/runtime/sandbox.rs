@@ -197,6 +197,8 @@ pub struct PluginCtx {
     pub(crate) spawned: Vec<crate::model::driver::ProcessRef>,
     /// The process the driver said its task ends with (`process.task-ends-with`).
     pub(crate) task_ends_with: Option<crate::model::driver::ProcessRef>,
+    /// What this call may still log through `berth:host/log`.
+    pub(crate) log: crate::runtime::host_api::log::LogBudget,
 }
 
 impl WasiView for PluginCtx {
@@ -339,6 +341,7 @@ fn build_store(
         },
         stderr,
         clock: CallClock::new(budget),
+        log: crate::runtime::host_api::log::LogBudget::new(plugin.name.clone()),
         plugin,
         task,
         processes: runtime.processes().clone(),

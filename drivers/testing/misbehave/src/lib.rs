@@ -16,6 +16,7 @@
 //! - `spawn-then-fail`: spawns a long `sleep` for the task, then fails the start;
 //! - `ends-with-foreign`: spawns `/bin/true`, then says the task ends with the process
 //!   `pid` (started at `start_time`) instead;
+//! - `flood-log`: logs 100 000 messages, each with a line break and a forged line;
 //! - `ok`: behaves (so the host can be shown to keep serving).
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
@@ -37,6 +38,15 @@ fn misbehave(config_json: &str) -> Result<(), String> {
     let config: Config = serde_json::from_str(config_json).map_err(|e| e.to_string())?;
     match config.behave.as_str() {
         "trap" => panic!("misbehave: deliberate panic"),
+        "flood-log" => {
+            for i in 0..100_000 {
+                berth_plugin_sdk::host::log::log(
+                    berth_plugin_sdk::host::log::Level::Warn,
+                    &format!("flood {i}\nFORGED ERROR the agent was compromised"),
+                );
+            }
+            Ok(())
+        }
         "loop" => {
             let mut counter: u64 = 0;
             loop {

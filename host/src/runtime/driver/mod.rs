@@ -55,6 +55,10 @@ pub const MAX_DRIVER_STATE: usize = 1 << 20;
 pub const MAX_GUEST_TEXT: usize = 4096;
 /// Wall-clock bound on calls that have no reason to block for long.
 const QUICK_CALL_WALL: Duration = Duration::from_secs(60);
+/// Wall-clock bound on the calls made while loading a driver (`plugin-info`,
+/// `capabilities`): a driver that takes longer is refused, and holds up no other plugin
+/// (the plugin dir loads in parallel) nor the agent's start for longer than this.
+pub const LOAD_CALL_WALL: Duration = Duration::from_secs(5);
 
 /// Where a driver component came from, for messages.
 #[derive(Debug, Clone)]
@@ -171,7 +175,7 @@ impl Driver {
             .call(
                 "plugin-info",
                 CallScope::Plain,
-                Some(QUICK_CALL_WALL),
+                Some(LOAD_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_plugin_info()),
             )
             .await
@@ -190,7 +194,7 @@ impl Driver {
                 .call(
                     "capabilities",
                     CallScope::Plain,
-                    Some(QUICK_CALL_WALL),
+                    Some(LOAD_CALL_WALL),
                     async |store, b| match b {
                         Bindings::V0_2(b) => b.berth_driver_driver().call_capabilities(store).await,
                         Bindings::V0_1(_) => unreachable!("checked above"),

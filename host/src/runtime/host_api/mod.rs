@@ -2,7 +2,7 @@
 //! checks the request against the plugin's identity and task scope, then calls into
 //! [`crate::process`]; logic does not live here.
 
-mod log;
+pub mod log;
 mod process;
 
 pub(crate) use process::to_wit_propagation;

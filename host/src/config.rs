@@ -69,6 +69,9 @@
 //! }                                              # (exec tasks default to "nobody")
 //!
 //! http {
+//!   max_connections = 1024             # TCP connections at once (the socket has 256 of
+//!   header_timeout  = "10s"            # its own); a request's headers within this, and
+//!   idle_timeout    = "60s"            # a connection idle between requests this long
 //!   socket_group = "berth"             # the API socket becomes 0660 for this group
 //!   address      = "127.0.0.1:4646"    # a TCP listener too (opt-in), which needs tokens:
 //!   token_file   = "/var/lib/berth/api-token"  # created 0600 at first start (submit scope)
@@ -88,7 +91,7 @@ use crate::jobspec::names::{NameKind, check_name};
 use crate::jobspec::{JobspecError, Problem};
 use crate::model::csi::{CsiSettings, Timeouts};
 use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
-use crate::model::limits::CgroupSettings;
+use crate::model::limits::{CgroupSettings, ConnectionLimits};
 use crate::model::pins::{DriverPins, parse_sha256};
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -218,7 +221,7 @@ impl Default for GcSettings {
 }
 
 /// Who may reach the HTTP API, and how.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
     /// A TCP listener besides the Unix socket; it requires a token.
     pub address: Option<std::net::SocketAddr>,
@@ -227,6 +230,24 @@ pub struct HttpConfig {
     /// A file holding a submit-scope token; the agent creates it (0600) if missing.
     pub token_file: Option<PathBuf>,
     pub tokens: Vec<ApiToken>,
+    /// The TCP listener's connection limits (`max_connections`, `header_timeout`,
+    /// `idle_timeout`).
+    pub tcp_limits: ConnectionLimits,
+    /// The Unix socket's own, so its owner is answered whatever holds the TCP listener.
+    pub socket_limits: ConnectionLimits,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            address: None,
+            socket_group: None,
+            token_file: None,
+            tokens: Vec::new(),
+            tcp_limits: ConnectionLimits::TCP,
+            socket_limits: ConnectionLimits::SOCKET,
+        }
+    }
 }
 
 /// A bearer token the TCP listener accepts.
@@ -686,7 +707,15 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
         &block.body,
         "config.http".into(),
         block.at,
-        &["address", "socket_group", "token_file", "token"],
+        &[
+            "address",
+            "socket_group",
+            "token_file",
+            "token",
+            "max_connections",
+            "header_timeout",
+            "idle_timeout",
+        ],
     );
     let address = fields.string("address", problems).and_then(|text| {
         let parsed = text.parse::<std::net::SocketAddr>().ok();
@@ -756,12 +785,28 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
             });
         }
     }
+    let defaults = ConnectionLimits::TCP;
+    let tcp_limits = ConnectionLimits {
+        max_connections: fields
+            .number("max_connections", 1_000_000, problems)
+            .map_or(defaults.max_connections, |n| n.max(1) as usize),
+        header_timeout: fields
+            .duration("header_timeout", problems)
+            .unwrap_or(defaults.header_timeout)
+            .max(std::time::Duration::from_millis(100)),
+        idle_timeout: fields
+            .duration("idle_timeout", problems)
+            .unwrap_or(defaults.idle_timeout)
+            .max(std::time::Duration::from_millis(100)),
+    };
     fields.finish(problems);
     HttpConfig {
         address,
         socket_group,
         token_file,
         tokens,
+        tcp_limits,
+        socket_limits: ConnectionLimits::SOCKET,
     }
 }
 

@@ -112,3 +112,131 @@ async fn an_agent_in_256_mib_survives_jobspecs_that_ask_for_gigabytes() {
     // Two refused jobspecs at once: 64 MiB each at most.
     assert!(peak < 128 << 20, "{} MiB", peak >> 20);
 }
+
+/// Opens `count` connections to `port` as `nobody`, each with half a request sent, and
+/// holds them; prints `held <n>` once they are open.
+const HOLDER: &str = r#"
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+port, count = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for i in range(count):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.send(b"GET /v1/agent/self HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        held.append(s)
+    except OSError:
+        pass
+print("held", len(held), flush=True)
+time.sleep(120)
+"#;
+
+/// `nobody`, with no token, opens 20,000 connections to the TCP listener and sends half a
+/// request on each: the agent keeps at most its cap of them, its descriptors stay
+/// bounded, and root is answered on the Unix socket meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn root_is_answered_on_the_socket_while_nobody_holds_twenty_thousand_connections() {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut agent = AgentProcess::production(|port, dir| {
+        format!(
+            "http {{\n  address = \"127.0.0.1:{port}\"\n  token_file = \"{}/api-token\"\n  header_timeout = \"60s\"\n}}\n",
+            dir.display()
+        )
+    });
+    agent.start().await;
+    let mut holder = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", HOLDER, &agent.port().to_string(), "20000"])
+        .uid(65534)
+        .gid(65534)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let descriptors = std::fs::read_dir(format!("/proc/{}/fd", agent.pid()))
+        .unwrap()
+        .count();
+    let started = std::time::Instant::now();
+    let answered: Result<berth::api::AgentSelf, _> =
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            agent.client().get("/v1/agent/self").await
+        })
+        .await
+        .expect("root got no answer on the socket within 10 s");
+    let took = started.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(line.starts_with("held "), "{line}");
+    assert!(answered.is_ok(), "{answered:?}");
+    eprintln!(
+        "{} by nobody; the agent held {descriptors} descriptors; root answered in {took:?}",
+        line.trim()
+    );
+    let cap = berth::model::limits::ConnectionLimits::TCP.max_connections;
+    assert!(descriptors < cap + 512, "{descriptors} descriptors");
+}
+
+/// A client that sends half a request is cut at `header_timeout`; one that keeps an
+/// answered connection open is cut at `idle_timeout`.
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
+    use std::io::{Read as _, Write as _};
+    let mut agent = AgentProcess::production(|port, dir| {
+        format!(
+            "http {{\n  address = \"127.0.0.1:{port}\"\n  token_file = \"{}/api-token\"\n  header_timeout = \"1s\"\n  idle_timeout = \"2s\"\n}}\n",
+            dir.display()
+        )
+    });
+    agent.start().await;
+    let token = std::fs::read_to_string(agent.path().join("api-token")).unwrap();
+    let connect = || {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", agent.port())).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        stream
+    };
+    // Until the server closes: what it sent, and how long that took.
+    let until_closed = |mut stream: std::net::TcpStream| {
+        let started = std::time::Instant::now();
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
+        }
+        (
+            String::from_utf8_lossy(&seen).into_owned(),
+            started.elapsed(),
+        )
+    };
+    let mut slow = connect();
+    slow.write_all(b"GET /v1/agent/self HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    let (_, waited) = tokio::task::spawn_blocking(move || until_closed(slow))
+        .await
+        .unwrap();
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    let mut idle = connect();
+    write!(
+        idle,
+        "GET /v1/agent/self HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Berth-Token: {}\r\n\r\n",
+        agent.port(),
+        token.trim()
+    )
+    .unwrap();
+    let (answer, waited) = tokio::task::spawn_blocking(move || until_closed(idle))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        waited >= std::time::Duration::from_secs(1) && waited < std::time::Duration::from_secs(8),
+        "{waited:?}"
+    );
+}

@@ -24,8 +24,8 @@
 
 pub mod access;
 pub mod client;
+pub mod listen;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -226,10 +226,13 @@ pub fn router(agent: Arc<Agent>) -> Router {
 /// Where the API is served: the Unix socket always, TCP when configured.
 pub struct Listeners {
     pub socket: tokio::net::UnixListener,
+    pub socket_limits: listen::ConnectionLimits,
     pub tcp: Option<(tokio::net::TcpListener, access::AccessPolicy)>,
+    pub tcp_limits: listen::ConnectionLimits,
 }
 
-/// Serves every listener, each behind its own access policy, until one fails.
+/// Serves every listener, each behind its own access policy and connection limits, until
+/// one fails.
 pub async fn serve(listeners: Listeners, agent: Arc<Agent>) -> std::io::Result<()> {
     let guarded = |policy: access::AccessPolicy| {
         router(agent.clone()).layer(axum::middleware::from_fn_with_state(
@@ -237,12 +240,16 @@ pub async fn serve(listeners: Listeners, agent: Arc<Agent>) -> std::io::Result<(
             access::enforce,
         ))
     };
-    let socket = axum::serve(listeners.socket, guarded(access::AccessPolicy::socket()));
+    let socket = listen::serve(
+        listeners.socket,
+        guarded(access::AccessPolicy::socket()),
+        listeners.socket_limits,
+    );
     match listeners.tcp {
         None => socket.await,
         Some((tcp, policy)) => {
-            let tcp = axum::serve(tcp, guarded(policy));
-            tokio::try_join!(socket.into_future(), tcp.into_future()).map(|_| ())
+            let tcp = listen::serve(tcp, guarded(policy), listeners.tcp_limits);
+            tokio::try_join!(socket, tcp).map(|_| ())
         }
     }
 }

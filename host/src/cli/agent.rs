@@ -114,7 +114,9 @@ pub(super) async fn run(
     });
     let listeners = Listeners {
         socket,
+        socket_limits: config.http.socket_limits,
         tcp: tcp.map(|(listener, _, _, policy)| (listener, policy)),
+        tcp_limits: config.http.tcp_limits,
     };
     let serve = crate::api::serve(listeners, agent.clone());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

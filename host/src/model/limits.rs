@@ -56,6 +56,29 @@ impl Default for CgroupSettings {
     }
 }
 
+/// What one listener allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_timeout: std::time::Duration,
+    pub idle_timeout: std::time::Duration,
+}
+
+impl ConnectionLimits {
+    /// The TCP listener's defaults.
+    pub const TCP: ConnectionLimits = ConnectionLimits {
+        max_connections: 1024,
+        header_timeout: std::time::Duration::from_secs(10),
+        idle_timeout: std::time::Duration::from_secs(60),
+    };
+    /// The Unix socket's own: only its owner (and its group) can connect.
+    pub const SOCKET: ConnectionLimits = ConnectionLimits {
+        max_connections: 256,
+        header_timeout: std::time::Duration::from_secs(10),
+        idle_timeout: std::time::Duration::from_secs(60),
+    };
+}
+
 /// `cpu.shares` for `cpu` MHz, as Nomad sets it (the kernel's minimum is 2).
 pub fn cpu_shares(cpu_mhz: u64) -> u64 {
     cpu_mhz.clamp(2, 262_144)

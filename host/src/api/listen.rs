@@ -1,0 +1,205 @@
+//! Serving the API on one listener within limits, so that no local user (nor a remote one,
+//! on TCP) can stop the agent answering: at most `max_connections` at once (past it a new
+//! connection is closed at once, and the listener stays free for the next), a request's
+//! headers within `header_timeout` (a slow client holds nothing for long), and a
+//! connection idle between requests for `idle_timeout` at most (a request being answered
+//! is not idle). The Unix socket has its own limits, so the operator is answered there
+//! whatever holds the TCP listener.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+pub use crate::model::limits::ConnectionLimits;
+
+/// A listener the API is served on.
+pub trait Listener: Send + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept(&self) -> impl Future<Output = io::Result<Self::Io>> + Send;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept(&self) -> io::Result<Self::Io> {
+        let (stream, _) = tokio::net::TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept(&self) -> io::Result<Self::Io> {
+        let (stream, _) = tokio::net::UnixListener::accept(self).await?;
+        Ok(stream)
+    }
+}
+
+/// Serves `router` on `listener` until accepting fails for good.
+pub async fn serve(
+    listener: impl Listener,
+    router: Router,
+    limits: ConnectionLimits,
+) -> io::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    loop {
+        let io = match listener.accept().await {
+            Ok(io) => io,
+            // Out of descriptors, or a client that left before it was accepted: the
+            // listener lives on.
+            Err(error) if is_transient(&error) => {
+                tracing::warn!(%error, "accepting an API connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Full: closed at once, so the backlog does not fill with waiting clients.
+            drop(io);
+            continue;
+        };
+        let router = router.clone();
+        tokio::spawn(async move {
+            let busy = Arc::new(AtomicUsize::new(0));
+            let service = hyper_util::service::TowerToHyperService::new(CountBusy {
+                inner: router,
+                busy: busy.clone(),
+            });
+            let io = hyper_util::rt::TokioIo::new(IdleLimit::new(io, limits.idle_timeout, busy));
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(io, service);
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+}
+
+fn is_transient(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    ) || matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// The router, counting the requests of one connection being answered.
+#[derive(Clone)]
+struct CountBusy {
+    inner: Router,
+    busy: Arc<AtomicUsize>,
+}
+
+impl<B> tower::Service<axum::http::Request<B>> for CountBusy
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower::Service::<axum::http::Request<B>>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let busy = self.busy.clone();
+        busy.fetch_add(1, Ordering::SeqCst);
+        let answer = tower::Service::call(&mut self.inner, request);
+        Box::pin(async move {
+            let response = answer.await;
+            busy.fetch_sub(1, Ordering::SeqCst);
+            response
+        })
+    }
+}
+
+/// A connection that ends once no byte has moved for `idle` while no request of it is
+/// being answered.
+struct IdleLimit<T> {
+    inner: T,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    busy: Arc<AtomicUsize>,
+}
+
+impl<T> IdleLimit<T> {
+    fn new(inner: T, idle: Duration, busy: Arc<AtomicUsize>) -> IdleLimit<T> {
+        IdleLimit {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+            busy,
+        }
+    }
+
+    fn refresh(&mut self) {
+        let next = tokio::time::Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleLimit<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    self.refresh();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                if self.busy.load(Ordering::SeqCst) > 0 {
+                    // Answering: not idle; the wait starts when the answer is out.
+                    self.refresh();
+                    return Poll::Pending;
+                }
+                match self.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the connection was idle too long",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleLimit<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.refresh();
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Runs one bench of two builds in the same session, alternating, so that a change's cost
+# is measured against the build before it on the same machine at the same time (these
+# virtual machines drift by up to 2x between periods of a session: two runs made apart
+# compare the periods, not the builds).
+#
+#   bash host/benches/compare_builds.sh BENCH BEFORE_REV [ROUNDS] [AFTER_REV]
+#
+# BEFORE_REV (and AFTER_REV, when given) is built from a detached worktree (in a
+# temporary directory, removed at the end) with its own target directory; without
+# AFTER_REV the working tree is the "after" build. Each round
+# runs before then after (odd rounds) or after then before (even rounds). It prints each
+# run's summary lines, then the median of every summary figure for both builds and their
+# ratio, and ends with `summary: <name>_after_over_before = <ratio>` lines.
+#
+# As root for alloc_start (it mounts and creates cgroups), like the bench itself.
+set -euo pipefail
+bench=${1:?usage: compare_builds.sh BENCH BEFORE_REV [ROUNDS]}
+before_rev=${2:?usage: compare_builds.sh BENCH BEFORE_REV [ROUNDS]}
+rounds=${3:-5}
+after_rev=${4:-}
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+after_tree=$repo
+export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+
+scratch=$(mktemp -d /tmp/berth-compare.XXXXXX)
+cleanup() {
+  for tree in before after; do
+    git -C "$repo" worktree remove --force "$scratch/$tree" >/dev/null 2>&1 || true
+  done
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+git worktree add --detach "$scratch/before" "$before_rev" >/dev/null
+after_target=
+if [ -n "$after_rev" ]; then
+  git worktree add --detach "$scratch/after" "$after_rev" >/dev/null
+  after_tree=$scratch/after
+  after_target=$scratch/target-after
+fi
+
+# The bench executable of the tree in $1 (built in release, as `cargo bench` does).
+build() {
+  (cd "$1" && cargo bench -p berth --bench "$bench" --no-run --message-format=json 2>/dev/null) |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        continue
+    if message.get("reason") == "compiler-artifact" and message.get("executable") \
+            and message["target"]["name"] == sys.argv[1]:
+        print(message["executable"])
+' "$bench" | tail -n 1
+}
+echo "building $bench at $before_rev and at ${after_rev:-the working tree}"
+before_bin=$(CARGO_TARGET_DIR="$scratch/target" build "$scratch/before")
+if [ -n "$after_target" ]; then
+  after_bin=$(CARGO_TARGET_DIR="$after_target" build "$after_tree")
+else
+  after_bin=$(build "$after_tree")
+fi
+[ -x "$before_bin" ] && [ -x "$after_bin" ] || { echo "a build failed" >&2; exit 1; }
+
+run() { # build-name executable
+  echo "--- $1"
+  "$2" --bench | tee "$scratch/run.out" | grep '^summary:' || true
+  sed -n 's/^summary: \([^ ]*\) = \(.*\)$/\1 \2/p' "$scratch/run.out" | sed "s/^/$1 /" >> "$scratch/figures"
+}
+for round in $(seq 1 "$rounds"); do
+  echo "=== round $round of $rounds"
+  if [ $((round % 2)) = 1 ]; then
+    run before "$before_bin"; run after "$after_bin"
+  else
+    run after "$after_bin"; run before "$before_bin"
+  fi
+done
+
+python3 - "$scratch/figures" <<'EOF'
+import statistics, sys
+figures = {}
+for line in open(sys.argv[1]):
+    build, name, value = line.split()
+    figures.setdefault(name, {}).setdefault(build, []).append(float(value))
+print()
+print(f"{'figure':<36} {'before':>12} {'after':>12} {'after/before':>13}  (medians)")
+ratios = []
+for name, builds in figures.items():
+    if "before" not in builds or "after" not in builds:
+        continue
+    before, after = statistics.median(builds["before"]), statistics.median(builds["after"])
+    ratio = after / before if before else float("nan")
+    print(f"{name:<36} {before:>12.2f} {after:>12.2f} {ratio:>13.3f}")
+    ratios.append((name, ratio))
+for name, ratio in ratios:
+    print(f"summary: {name}_after_over_before = {ratio:.3f}")
+EOF

@@ -14,19 +14,8 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     .unwrap();
     std::fs::copy(support::python_driver(), plugins.path().join("pyexec.wasm")).unwrap();
     std::fs::write(plugins.path().join("broken.wasm"), "nope").unwrap();
-    let data = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
-
-    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["driver", "list", "--plugin-dir"])
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(output.status.success(), "{stderr}");
+    let (stdout, stderr, success, _) = driver_list(plugins.path());
+    assert!(success, "{stderr}");
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -68,6 +57,27 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     );
 }
 
+/// `berth driver list` over `plugins`, with the shared component cache: its stdout, its
+/// stderr, whether it succeeded, and how long it took.
+fn driver_list(plugins: &std::path::Path) -> (String, String, bool, std::time::Duration) {
+    let data = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["driver", "list", "--plugin-dir"])
+        .arg(plugins)
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .unwrap();
+    (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+        output.status.success(),
+        started.elapsed(),
+    )
+}
+
 /// Two files reporting one driver name: neither is loaded (load order must not decide
 /// which file an operator's grant to that name goes to).
 #[test]
@@ -80,22 +90,12 @@ fn two_files_reporting_one_driver_name_are_both_refused() {
         )
         .unwrap();
     }
-    let data = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["driver", "list", "--plugin-dir"])
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let (stdout, stderr, _, _) = driver_list(plugins.path());
     assert!(
         !stdout.lines().any(|l| l.starts_with("legacy_exec")),
         "{stdout}"
     );
-    for (file, other) in [("a.wasm", "b.wasm"), ("b.wasm", "a.wasm")] {
+    for file in ["a.wasm", "b.wasm"] {
         let expected = format!(
             "{}: the driver reported an unusable name \"legacy_exec\", which {}, {} all report: \
              none of them is loaded",
@@ -103,7 +103,6 @@ fn two_files_reporting_one_driver_name_are_both_refused() {
             plugins.path().join("a.wasm").display(),
             plugins.path().join("b.wasm").display(),
         );
-        let _ = other;
         assert!(stderr.contains(&expected), "{expected}\n{stderr}");
     }
 }
@@ -126,19 +125,7 @@ fn slow_drivers_are_refused_at_their_load_deadline_and_delay_nothing_else() {
         plugins.path().join("legacy.wasm"),
     )
     .unwrap();
-    let data = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
-    let started = std::time::Instant::now();
-    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["driver", "list", "--plugin-dir"])
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .output()
-        .unwrap();
-    let elapsed = started.elapsed();
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let (stdout, stderr, _, elapsed) = driver_list(plugins.path());
     assert!(
         stdout.lines().any(|l| l.starts_with("legacy_exec")),
         "{stdout}\n{stderr}"

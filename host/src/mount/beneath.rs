@@ -29,6 +29,49 @@ pub fn open(root: impl AsFd, relative: &CStr) -> io::Result<OwnedFd> {
     )?)
 }
 
+/// Why [`open_file_for_writing`] refused.
+#[derive(Debug)]
+pub enum WriteOpenError {
+    /// Something other than a regular file is there (a FIFO, a device, a socket).
+    NotAFile,
+    Open(rustix::io::Errno),
+}
+
+/// Opens (creating and truncating) the regular file `name` in `dir` for writing, through
+/// no link and never out of `dir`, and **without blocking**: a FIFO a task left there
+/// would otherwise hold the open, and the thread, until someone reads it. Anything but a
+/// regular file is refused.
+pub fn open_file_for_writing(
+    dir: impl AsFd,
+    name: impl rustix::path::Arg,
+    mode: u32,
+) -> Result<OwnedFd, WriteOpenError> {
+    let file = rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::TRUNC
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK,
+        Mode::from_raw_mode(mode),
+        NO_LINKS,
+    )
+    .map_err(|e| match e {
+        // A FIFO nobody reads, opened without blocking.
+        rustix::io::Errno::NXIO => WriteOpenError::NotAFile,
+        other => WriteOpenError::Open(other),
+    })?;
+    let kind = rustix::fs::fstat(&file)
+        .map_err(WriteOpenError::Open)?
+        .st_mode;
+    if rustix::fs::FileType::from_raw_mode(kind) != rustix::fs::FileType::RegularFile {
+        return Err(WriteOpenError::NotAFile);
+    }
+    Ok(file)
+}
+
 /// Opens the directory `root` itself (`O_PATH`), to resolve paths below it.
 pub fn open_root(root: &CStr) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(

@@ -602,8 +602,6 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     let refuse = |e: rustix::io::Errno| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => HookFileError::Escapes(shown.clone()),
-        // A FIFO nobody reads, opened without blocking.
-        rustix::io::Errno::NXIO => HookFileError::NotAFile(shown.clone()),
         // O_DIRECTORY | O_NOFOLLOW on a symlink to a directory.
         rustix::io::Errno::NOTDIR => HookFileError::NotADirectory(shown.clone()),
         other => HookFileError::Write {
@@ -642,25 +640,11 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
             Err(e) => return Err(refuse(e)),
         };
     }
-    // Non-blocking: a FIFO the task left here would otherwise hold the open (and the
-    // thread) until someone reads it. Only a regular file is written.
-    let file = rustix::fs::openat2(
-        &dir,
-        name.as_os_str(),
-        OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::TRUNC
-            | OFlags::CLOEXEC
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK,
-        Mode::from_raw_mode(0o644),
-        resolve,
-    )
-    .map_err(refuse)?;
-    let kind = rustix::fs::fstat(&file).map_err(refuse)?.st_mode;
-    if rustix::fs::FileType::from_raw_mode(kind) != rustix::fs::FileType::RegularFile {
-        return Err(HookFileError::NotAFile(shown.clone()));
-    }
+    use crate::mount::beneath::{WriteOpenError, open_file_for_writing};
+    let file = open_file_for_writing(&dir, name.as_os_str(), 0o644).map_err(|e| match e {
+        WriteOpenError::NotAFile => HookFileError::NotAFile(shown.clone()),
+        WriteOpenError::Open(e) => refuse(e),
+    })?;
     // Never executable, also when the hook overwrites a file that was.
     rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644)).map_err(refuse)?;
     let mut file = std::fs::File::from(file);

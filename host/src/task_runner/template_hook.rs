@@ -103,9 +103,7 @@ pub(super) fn write_beneath_for(
         )
     };
     let refused = |e: rustix::io::Errno| -> std::io::Error {
-        if e == rustix::io::Errno::NXIO {
-            not_a_file()
-        } else if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
+        if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
             std::io::Error::other(
                 "the path leads out of the task's directory or through a symlink; berth \
                  does not follow it",
@@ -136,25 +134,11 @@ pub(super) fn write_beneath_for(
         )
         .map_err(refused)?;
     }
-    // Non-blocking: a FIFO the task left here would otherwise hold the open (and the
-    // thread) until someone reads it. Only a regular file is written.
-    let fd = rustix::fs::openat2(
-        current.as_fd(),
-        *name,
-        OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::TRUNC
-            | OFlags::CLOEXEC
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK,
-        Mode::from_raw_mode(perms),
-        resolve,
-    )
-    .map_err(refused)?;
-    let kind = rustix::fs::fstat(&fd)?.st_mode;
-    if rustix::fs::FileType::from_raw_mode(kind) != rustix::fs::FileType::RegularFile {
-        return Err(not_a_file());
-    }
+    use crate::mount::beneath::{WriteOpenError, open_file_for_writing};
+    let fd = open_file_for_writing(current.as_fd(), *name, perms).map_err(|e| match e {
+        WriteOpenError::NotAFile => not_a_file(),
+        WriteOpenError::Open(e) => refused(e),
+    })?;
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;
     if let Some(user) = owner {
         rustix::fs::fchown(

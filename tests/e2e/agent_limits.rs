@@ -239,4 +239,18 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
         waited >= std::time::Duration::from_secs(1) && waited < std::time::Duration::from_secs(8),
         "{waited:?}"
     );
+    // Whole headers and a body that never comes: the body has its own deadline (the idle
+    // timeout), as the request being answered keeps the connection from counting as idle.
+    let mut stalled = connect();
+    write!(
+        stalled,
+        "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Berth-Token: {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{",
+        agent.port(),
+        token.trim()
+    )
+    .unwrap();
+    let (_, waited) = tokio::task::spawn_blocking(move || until_closed(stalled))
+        .await
+        .unwrap();
+    assert!(waited < std::time::Duration::from_secs(8), "{waited:?}");
 }

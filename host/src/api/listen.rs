@@ -71,6 +71,7 @@ pub async fn serve(
             let service = hyper_util::service::TowerToHyperService::new(CountBusy {
                 inner: router,
                 busy: busy.clone(),
+                body_deadline: limits.idle_timeout,
             });
             let io = hyper_util::rt::TokioIo::new(IdleLimit::new(io, limits.idle_timeout, busy));
             let connection = hyper::server::conn::http1::Builder::new()
@@ -98,6 +99,8 @@ fn is_transient(error: &io::Error) -> bool {
 struct CountBusy {
     inner: Router,
     busy: Arc<AtomicUsize>,
+    /// How long a request's whole body may take to arrive.
+    body_deadline: Duration,
 }
 
 impl<B> tower::Service<axum::http::Request<B>> for CountBusy
@@ -116,12 +119,65 @@ where
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
         let busy = self.busy.clone();
         busy.fetch_add(1, Ordering::SeqCst);
+        // Busy, so not idle: the body then has its own deadline, or a client that sends
+        // headers and never the body would hold the connection for good.
+        let deadline = self.body_deadline;
+        let request = request.map(|body| axum::body::Body::new(BodyDeadline::new(body, deadline)));
         let answer = tower::Service::call(&mut self.inner, request);
         Box::pin(async move {
             let response = answer.await;
             busy.fetch_sub(1, Ordering::SeqCst);
             response
         })
+    }
+}
+
+/// A request body that fails once it has not arrived whole within its deadline (counted
+/// from the headers): a client that stalls or trickles it holds a connection that long
+/// at most.
+struct BodyDeadline<B> {
+    inner: Pin<Box<B>>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> BodyDeadline<B> {
+    fn new(inner: B, within: Duration) -> BodyDeadline<B> {
+        BodyDeadline {
+            inner: Box::pin(inner),
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+impl<B> hyper::body::Body for BodyDeadline<B>
+where
+    B: hyper::body::Body<Data = axum::body::Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = self.inner.as_mut().poll_frame(cx) {
+            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                Poll::Ready(Some(Err("the request body did not arrive in time".into())))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -167,13 +167,55 @@ struct Roots {
     /// `local.<name>` references.
     locals: BTreeSet<String>,
     references: usize,
-    /// Each reference: whether it is a local, its name, and whether it sits in a `for`
-    /// body (where it is evaluated once per element).
-    referenced: Vec<(bool, String, bool)>,
+    /// Each reference: whether it is a local, its name, and how many times it may be
+    /// evaluated (inside a `for` expression or `%{for}` directive, once per element).
+    referenced: Vec<(bool, String, usize)>,
     bound: Vec<String>,
     for_depth: usize,
     nested_for: bool,
     calls_file: bool,
+    /// How many times what is being visited may be evaluated: 1 outside loops, the
+    /// loop's element count (at most [`super::functions::MAX_ITEMS`]) inside one.
+    times: usize,
+    /// The bytes the literals inside loops produce, counted as many times as their loop
+    /// may run: a literal body repeated by a `%{for}` costs little to write and a lot to
+    /// build.
+    looped_literals: usize,
+}
+
+impl Roots {
+    /// How many times a loop over `collection` may run: a literal list's length, else
+    /// the most elements a function or a value may have.
+    fn iterations(collection: &Expression) -> usize {
+        match collection {
+            Expression::Array(items) => items.len(),
+            Expression::Object(items) => items.len(),
+            _ => super::functions::MAX_ITEMS,
+        }
+    }
+
+    /// Visits a loop's body with `vars` bound, as many times as costly as `iterations`.
+    fn in_loop(&mut self, vars: Vec<String>, iterations: usize, visit: impl FnOnce(&mut Roots)) {
+        if self.for_depth > 0 {
+            self.nested_for = true;
+        }
+        self.for_depth += 1;
+        let (bound_before, times_before) = (self.bound.len(), self.times);
+        self.bound.extend(vars);
+        self.times = self.times.max(1).saturating_mul(iterations.max(1));
+        visit(self);
+        self.bound.truncate(bound_before);
+        self.times = times_before;
+        self.for_depth -= 1;
+    }
+
+    fn literal(&mut self, len: usize) {
+        if self.times > 1 {
+            self.looped_literals = self
+                .looped_literals
+                .saturating_add(len.saturating_mul(self.times));
+        }
+    }
 }
 
 impl Visit for Roots {
@@ -196,7 +238,7 @@ impl Visit for Roots {
                             self.referenced.push((
                                 name == "local",
                                 attr.as_str().to_string(),
-                                self.for_depth > 0,
+                                self.times.max(1),
                             ));
                         }
                         if let (Some(TraversalOperator::GetAttr(attr)), "local") =
@@ -210,25 +252,24 @@ impl Visit for Roots {
             }
             Expression::ForExpr(for_expr) => {
                 self.visit_expr(&for_expr.intro.collection_expr);
-                if self.for_depth > 0 {
-                    self.nested_for = true;
-                }
-                self.for_depth += 1;
-                let before = self.bound.len();
-                self.bound
-                    .push(for_expr.intro.value_var.as_str().to_string());
-                if let Some(key) = &for_expr.intro.key_var {
-                    self.bound.push(key.as_str().to_string());
-                }
-                if let Some(key) = &for_expr.key_expr {
-                    self.visit_expr(key);
-                }
-                self.visit_expr(&for_expr.value_expr);
-                if let Some(cond) = &for_expr.cond {
-                    self.visit_expr(&cond.expr);
-                }
-                self.bound.truncate(before);
-                self.for_depth -= 1;
+                let mut vars = vec![for_expr.intro.value_var.as_str().to_string()];
+                vars.extend(
+                    for_expr
+                        .intro
+                        .key_var
+                        .as_ref()
+                        .map(|k| k.as_str().to_string()),
+                );
+                let iterations = Roots::iterations(&for_expr.intro.collection_expr);
+                self.in_loop(vars, iterations, |roots| {
+                    if let Some(key) = &for_expr.key_expr {
+                        roots.visit_expr(key);
+                    }
+                    roots.visit_expr(&for_expr.value_expr);
+                    if let Some(cond) = &for_expr.cond {
+                        roots.visit_expr(&cond.expr);
+                    }
+                });
             }
             Expression::FuncCall(call) => {
                 if call.name.name.as_str() == "file" && call.name.namespace.is_empty() {
@@ -238,6 +279,26 @@ impl Visit for Roots {
             }
             other => hcl_edit::visit::visit_expr(self, other),
         }
+    }
+
+    /// A template's `%{for}`: a loop like a `for` expression (hcl-edit's default visit
+    /// skips its collection).
+    fn visit_for_template_expr(&mut self, node: &hcl_edit::template::ForTemplateExpr) {
+        self.visit_expr(&node.collection_expr);
+        let mut vars = vec![node.value_var.as_str().to_string()];
+        vars.extend(node.key_var.as_ref().map(|k| k.as_str().to_string()));
+        let iterations = Roots::iterations(&node.collection_expr);
+        self.in_loop(vars, iterations, |roots| {
+            roots.visit_template(&node.template)
+        });
+    }
+
+    fn visit_literal(&mut self, node: &hcl_edit::Spanned<String>) {
+        self.literal(node.len());
+    }
+
+    fn visit_string(&mut self, node: &hcl_edit::Decorated<String>) {
+        self.literal(node.len());
     }
 }
 
@@ -554,24 +615,20 @@ impl Scope {
         {
             return Err(EvalError::RunTimeName { name: name.clone() });
         }
-        // What its references will copy, taken from the budget before they are made.
+        // What its references will copy, and what its loops will build from literals,
+        // taken from the budget before they are made.
         let copies = roots
             .referenced
             .iter()
-            .map(|(local, name, in_for)| {
+            .map(|(local, name, times)| {
                 let size = self
                     .sizes
                     .get(&(*local, name.clone()))
                     .copied()
                     .unwrap_or(0);
-                let times = if *in_for {
-                    super::functions::MAX_ITEMS
-                } else {
-                    1
-                };
-                size.saturating_mul(times)
+                size.saturating_mul(*times)
             })
-            .fold(0, usize::saturating_add);
+            .fold(roots.looped_literals, usize::saturating_add);
         super::functions::charge(copies).map_err(|spent| EvalError::Hcl(spent.to_string()))?;
         hcl::Expression::from(expr.clone())
             .evaluate(&self.ctx)

@@ -55,7 +55,8 @@ pub fn is_mount_point(path: &Path) -> bool {
 pub fn unmount_all_at(path: &Path) -> io::Result<usize> {
     let mut unmounted = 0;
     while is_mount_point(path) {
-        mount::unmount(path, UnmountFlags::DETACH)?;
+        // Not through a link put there since the check (a plugin still running).
+        mount::unmount(path, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW)?;
         unmounted += 1;
         if unmounted > 64 {
             return Err(io::Error::other(format!(

@@ -826,14 +826,9 @@ fn plugin_config(
     let allow_unconfined = plugin.bool("allow_unconfined", problems).unwrap_or(false);
     let file = plugin.string("path", problems).map(PathBuf::from);
     if allow_unconfined && file.is_none() && sha256.is_none() {
-        let at = plugin
-            .attr("allow_unconfined")
-            .map(|a| a.at)
-            .unwrap_or(block.at);
-        plugin.problem(
+        plugin.problem_with(
             problems,
             "allow_unconfined",
-            at,
             format!(
                 "allow_unconfined names no file: any driver file can report the name {name:?}, \
                  so the grant must name the file it is for: add path = \"/path/to/{name}.wasm\" \

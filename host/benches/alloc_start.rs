@@ -135,7 +135,7 @@ async fn run() {
         store: store.clone(),
         events: tokio::sync::broadcast::channel(16).0,
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
-        cgroups: cgroups.clone(),
+        sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
     };
     let mock_job = parse(&job("mock", "run_for = \"0s\""));

@@ -82,7 +82,7 @@ async fn run() {
         store: store.clone(),
         events,
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
-        cgroups,
+        sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
     };
     let job = Arc::new(

@@ -98,7 +98,9 @@ async fn run() {
         Arc::new(berth::state::StateStore::in_memory()),
         Default::default(),
     );
-    let cgroups = Arc::new(berth::cgroup::Cgroups::detect(Default::default()));
+    let sys: Arc<dyn berth::sys::Sys> = Arc::new(berth::sys::LinuxSys::new(
+        berth::cgroup::Cgroups::detect(Default::default()),
+    ));
     let context = |plugin_hooks: Vec<Arc<Hook>>| TaskHookContext {
         alloc_id: "bench-alloc".into(),
         job: job.clone(),
@@ -111,7 +113,7 @@ async fn run() {
         plugin_hooks,
         reports: Arc::default(),
         csi: csi.clone(),
-        cgroups: cgroups.clone(),
+        sys: sys.clone(),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
         events: None,
         restart: None,

@@ -22,5 +22,6 @@ pub mod node;
 pub mod process;
 pub mod runtime;
 pub mod state;
+pub mod sys;
 pub mod task_runner;
 pub mod validate;

@@ -52,11 +52,13 @@ pub const DEFAULT_TASK_USER: &str = "nobody";
 /// operator's `user { denylist }` names it for a driver of `checked_drivers` (by name or
 /// by uid, so `user = "0"` is `root`). Shared with the task runner, which checks again
 /// before every start (a job accepted earlier may be restored under a stricter config).
+/// Users are found with `lookup` (the runners pass their `sys::Sys`'s).
 pub fn task_user(
     job: &str,
     task: &Task,
     isolation: FsIsolation,
     config: &AgentConfig,
+    lookup: &dyn Fn(&str) -> Result<TaskUser, crate::process::users::UserError>,
 ) -> Result<Option<(String, TaskUser)>, UserRefusal> {
     let privileged = task
         .csi_plugin
@@ -68,16 +70,13 @@ pub fn task_user(
         None if isolation == FsIsolation::Chroot => Some(DEFAULT_TASK_USER.to_string()),
         None => None,
     };
-    let user =
-        match &name {
-            Some(name) => Some(crate::process::users::lookup(name).map_err(|source| {
-                UserRefusal::Unknown {
-                    task: task.name.clone(),
-                    source,
-                }
-            })?),
-            None => None,
-        };
+    let user = match &name {
+        Some(name) => Some(lookup(name).map_err(|source| UserRefusal::Unknown {
+            task: task.name.clone(),
+            source,
+        })?),
+        None => None,
+    };
     let policy = &config.users;
     if privileged || !policy.checked_drivers.contains(&task.driver) {
         return Ok(name.zip(user));
@@ -95,8 +94,7 @@ pub fn task_user(
     );
     let denied = policy.denylist.iter().find(|denied| {
         name.as_deref() == Some(denied.as_str())
-            || crate::process::users::lookup(denied)
-                .is_ok_and(|d| d.uid == uid || (d.uid == 0 && gid == 0))
+            || lookup(denied).is_ok_and(|d| d.uid == uid || (d.uid == 0 && gid == 0))
     });
     if let Some(denied) = denied {
         return Err(UserRefusal::Denied {
@@ -433,7 +431,7 @@ async fn check_task(
         });
     }
     let isolation = driver.map_or(FsIsolation::None, |d| d.capabilities().fs_isolation);
-    if let Err(refusal) = task_user(job, task, isolation, config) {
+    if let Err(refusal) = task_user(job, task, isolation, config, &crate::process::users::lookup) {
         problems.push(Problem {
             path: format!("{task_path}.user"),
             at: Some(task.at),

@@ -112,7 +112,7 @@ async fn waiter_running(agent: &mut AgentProcess) -> (String, AllocStatus, u32) 
         .wait_alloc(&id, "web running", |s| task_running(s, "web"))
         .await;
     let status = agent.alloc(&id).await;
-    let pid_file = status.alloc_dir.join("web/local/pid");
+    let pid_file = status.alloc_dir.join("tasks/web/local/pid");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pid_file.exists() {
         assert!(Instant::now() < deadline, "the task never wrote its pid");
@@ -134,7 +134,7 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
     // The prestart task ran to completion before the main task started.
     assert_eq!(status.tasks["prep"].state, TaskStateKind::Dead);
     assert_eq!(status.tasks["prep"].exit_code, Some(0));
-    let local = status.alloc_dir.join("web/local");
+    let local = status.alloc_dir.join("tasks/web/local");
     // If an assertion below fails, the task must not outlive the test.
     let _reaper = KillOnDrop::new(pid);
     let task_mounts = mount_count(pid);
@@ -227,13 +227,15 @@ fn terminated_messages(status: &AllocStatus, task: &str) -> Vec<String> {
 async fn a_task_that_ends_while_the_agent_is_down_is_reported_with_its_exit_code() {
     let mut agent = AgentProcess::new();
     let (id, status, pid) = waiter_running(&mut agent).await;
-    let local = status.alloc_dir.join("web/local");
+    let local = status.alloc_dir.join("tasks/web/local");
     let _reaper = KillOnDrop::new(pid);
 
     agent.kill9();
     std::fs::write(local.join("stop"), "").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(pid) || !support::processes_rooted_under(&status.alloc_dir.join("web")).is_empty() {
+    while alive(pid)
+        || !support::processes_rooted_under(&status.alloc_dir.join("tasks/web")).is_empty()
+    {
         assert!(Instant::now() < deadline, "the task did not end");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

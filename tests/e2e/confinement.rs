@@ -678,7 +678,7 @@ async fn an_alloc_past_its_ephemeral_disk_is_stopped_and_its_files_removed() {
         "{exceeded:?}"
     );
     assert!(
-        !status.alloc_dir.join("t").exists(),
+        !status.alloc_dir.join("tasks/t").exists(),
         "the task's dir stayed"
     );
     assert!(!status.alloc_dir.join("alloc/data").exists());

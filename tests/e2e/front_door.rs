@@ -206,7 +206,7 @@ async fn the_data_dir_and_state_file_are_private_also_on_an_old_install() {
         })
         .await;
     let status = agent.alloc(id).await;
-    assert_eq!(mode(&status.alloc_dir.join("t/secrets")), 0o700);
+    assert_eq!(mode(&status.alloc_dir.join("tasks/t/secrets")), 0o700);
     // A state file left readable by an older agent is fixed at the next start.
     agent.kill9();
     std::fs::set_permissions(

@@ -260,7 +260,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
     // The prestart task plants `local/link` -> a dir outside, before the hooks run.
     let plant = |victim: &str| {
         format!(
-            "    task \"plant\" {{\n      driver = \"raw_exec\"\n      lifecycle {{ hook = \"prestart\" }}\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../{victim}/local && ln -s {} $NOMAD_ALLOC_DIR/../{victim}/local/link\"]\n      }}\n    }}\n",
+            "    task \"plant\" {{\n      driver = \"raw_exec\"\n      lifecycle {{ hook = \"prestart\" }}\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../tasks/{victim}/local && ln -s {} $NOMAD_ALLOC_DIR/../tasks/{victim}/local/link\"]\n      }}\n    }}\n",
             outside.path().display()
         )
     };
@@ -491,7 +491,7 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
         );
         assert!(!events.iter().any(|e| e.starts_with("Started")), "{hook}");
         // Nothing of a refused answer reaches the disk: no shared object, no flood.
-        let local = status.alloc_dir.join("victim/local");
+        let local = status.alloc_dir.join("tasks/victim/local");
         assert!(!local.join("evil.so").exists(), "{hook}");
         assert!(!local.join("a0").exists(), "{hook}");
     }
@@ -505,13 +505,13 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
         events.contains(&"Task Hook: hook \"wasi-flood\": wasi-flood wrote 0 files".to_string()),
         "{events:#?}"
     );
-    let flooded = std::fs::read_dir(status.alloc_dir.join("victim/local"))
+    let flooded = std::fs::read_dir(status.alloc_dir.join("tasks/victim/local"))
         .unwrap()
         .count();
     assert_eq!(flooded, 0, "the hook wrote into local/ through WASI");
 
     // A file a hook returns is never executable, even over a file that was.
-    let task = "    task \"prep\" {\n      driver = \"raw_exec\"\n      lifecycle { hook = \"prestart\" }\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../victim/local && printf '#!/bin/sh\\\\necho original\\\\n' > $NOMAD_ALLOC_DIR/../victim/local/run.sh && chmod 755 $NOMAD_ALLOC_DIR/../victim/local/run.sh\"]\n      }\n    }\n    task \"victim\" {\n      driver = \"exec\"\n      hooks = [\"overwrite\"]\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"stat -c %a /local/run.sh; /local/run.sh || echo refused to run\"]\n      }\n    }\n";
+    let task = "    task \"prep\" {\n      driver = \"raw_exec\"\n      lifecycle { hook = \"prestart\" }\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../tasks/victim/local && printf '#!/bin/sh\\\\necho original\\\\n' > $NOMAD_ALLOC_DIR/../tasks/victim/local/run.sh && chmod 755 $NOMAD_ALLOC_DIR/../tasks/victim/local/run.sh\"]\n      }\n    }\n    task \"victim\" {\n      driver = \"exec\"\n      hooks = [\"overwrite\"]\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"stat -c %a /local/run.sh; /local/run.sh || echo refused to run\"]\n      }\n    }\n";
     let status = run(&h.agent, &batch("hostile-overwrite", task)).await;
     let stdout =
         std::fs::read_to_string(status.alloc_dir.join("alloc/logs/victim.stdout.0")).unwrap();

@@ -74,7 +74,9 @@ impl Agent {
         let config = self.config();
         NodeContext {
             csi: berth::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
-            cgroups: Arc::new(berth::cgroup::Cgroups::detect(config.cgroups.clone())),
+            sys: Arc::new(berth::sys::LinuxSys::new(berth::cgroup::Cgroups::detect(
+                config.cgroups.clone(),
+            ))),
             data_dir,
             drivers,
             hooks: berth::hook_set::HookSet::default(),
@@ -387,10 +389,10 @@ async fn a_read_only_cgroup_hierarchy_fails_the_task_with_an_event_and_leaves_no
     let controllers = ["memory", "cpu", "pids", "devices"]
         .map(|c| (c.to_string(), hierarchy.clone()))
         .into();
-    node.cgroups = Arc::new(Cgroups::with_layout(
+    node.sys = Arc::new(berth::sys::LinuxSys::new(Cgroups::with_layout(
         Some(Layout::Legacy { controllers }),
         Default::default(),
-    ));
+    )));
     let job = berth::jobspec::parse(
         "job.hcl",
         "job \"ro\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
@@ -543,7 +545,7 @@ async fn a_task_that_ignores_sigterm_is_killed_after_its_kill_timeout_with_its_c
         "job \"stubborn\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = \"1s\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"trap '' TERM; sleep 7780 & echo up > /local/up; while true; do sleep 1; done\"]\n      }\n    }\n  }\n}\n",
     )
     .await;
-    let up = alloc.alloc_dir.root().join("t/local/up");
+    let up = alloc.alloc_dir.task_dir("t").join("local/up");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !up.exists() {
         assert!(

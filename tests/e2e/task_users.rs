@@ -145,3 +145,52 @@ fn berth_run_makes_its_data_dir_private() {
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&data).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700);
 }
+
+/// A task may be named `alloc` (or `tasks`, or after anything else berth keeps in the alloc
+/// dir): its directory lives in a namespace of its own, so its root is not built inside
+/// the shared `/alloc` the other tasks see, and their files there are untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_named_alloc_does_not_disturb_its_group() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let prestart = "      lifecycle {\n        hook = \"prestart\"\n      }\n";
+    let tasks = [
+        task(
+            "main",
+            prestart,
+            "echo kept > /alloc/data/mine && echo local > /local/mine && echo done",
+        ),
+        task(
+            "alloc",
+            "",
+            "cat /alloc/data/mine; echo own > /local/own; ls /alloc | tr '\\n' ' '; echo",
+        ),
+        task("tasks", "", "ls /local | tr '\\n' ' '; echo"),
+    ]
+    .concat();
+    let status = run(&agent, "named-alloc", &job("named-alloc", &tasks)).await;
+    assert_eq!(stdout(&status, "main"), "done\n", "{status:#?}");
+    // `/alloc` holds the shared dirs only: no `bin`, `etc`, `local` of a task's root.
+    assert_eq!(
+        stdout(&status, "alloc"),
+        "kept\ndata logs tmp \n",
+        "{status:#?}"
+    );
+    assert_eq!(stdout(&status, "tasks"), "\n", "{status:#?}");
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let shared: Vec<String> = std::fs::read_dir(status.alloc_dir.join("alloc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(shared, ["data", "logs", "tmp"]);
+    assert_eq!(
+        std::fs::read_to_string(status.alloc_dir.join("tasks/main/local/mine")).unwrap(),
+        "local\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(status.alloc_dir.join("tasks/alloc/local/own")).unwrap(),
+        "own\n"
+    );
+}

@@ -320,7 +320,7 @@ impl Agent {
             });
         let mut agent = Agent {
             node: NodeContext {
-                cgroups: Arc::new(cgroups),
+                sys: Arc::new(crate::sys::LinuxSys::new(cgroups)),
                 data_dir: options.data_dir,
                 drivers: options.drivers,
                 hooks: options.hooks,

@@ -180,7 +180,7 @@ impl AllocRunner {
             .iter()
             .flat_map(|task| {
                 let name = crate::cgroup::Cgroups::task_name(&self.id, &task.name);
-                self.node.cgroups.existing(&name, &nothing).pids()
+                self.node.sys.existing_cgroup(&name, &nothing).pids()
             })
             .collect()
     }

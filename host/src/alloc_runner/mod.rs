@@ -180,7 +180,8 @@ pub struct NodeContext {
     /// Every task event, as it happens (sending never blocks; nobody listening is fine).
     pub events: broadcast::Sender<AllocEvent>,
     pub csi: Arc<crate::csi::CsiNode>,
-    pub cgroups: Arc<crate::cgroup::Cgroups>,
+    /// The privileged operations (cgroups, ownership, users).
+    pub sys: Arc<dyn crate::sys::Sys>,
     /// The services of running tasks and groups, kept registered in Consul.
     pub services: Arc<crate::consul::ServiceClient>,
 }
@@ -326,6 +327,13 @@ impl AllocRunner {
                 HookResources::default()
             }
         };
+        let alloc_dir = AllocDir::new(&node.data_dir, &record.id);
+        if let Err(error) =
+            alloc_dir.adopt_legacy_task_dirs(group.tasks.iter().map(|t| t.name.as_str()))
+        {
+            tracing::error!(alloc = %record.id, %error,
+                "moving the alloc's task directories into the current layout");
+        }
         Ok(Self::build(
             job, record, node, resources, states, handles, true,
         ))
@@ -593,7 +601,7 @@ impl AllocRunner {
             plugin_hooks: self.node.hooks.for_task(task),
             reports: Arc::default(),
             csi: self.node.csi.clone(),
-            cgroups: self.node.cgroups.clone(),
+            sys: self.node.sys.clone(),
             services: self.node.services.clone(),
             events: None,
             restart: None,
@@ -679,3 +687,6 @@ pub fn new_alloc_id() -> String {
         &hex[20..]
     )
 }
+
+#[cfg(test)]
+mod tests;

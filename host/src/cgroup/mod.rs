@@ -60,7 +60,7 @@ pub enum CgroupError {
 }
 
 impl CgroupError {
-    fn io(action: &'static str, path: &Path, source: io::Error) -> CgroupError {
+    pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> CgroupError {
         if source.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) {
             return CgroupError::ReadOnly {
                 path: path.to_path_buf(),

@@ -18,7 +18,7 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{HookError, Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use super::template_hook::write_beneath_for;
 use crate::consul::api::{AclToken, ConsulError};
 use crate::model::driver::TaskUser;
@@ -47,7 +47,7 @@ impl TaskHook for ConnectHook {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
             let Some(service) = &ctx.task.connect_proxy_for else {
                 return Ok(());
@@ -61,10 +61,15 @@ impl TaskHook for ConnectHook {
             };
             // The user the task will run as (nobody for exec when the job names none).
             let isolation = ctx.driver.capabilities().fs_isolation;
-            let user: Option<TaskUser> =
-                crate::validate::task_user(&ctx.job.name, &ctx.task, isolation, &ctx.config)
-                    .map_err(|e| failure(e.to_string()))?
-                    .map(|(_, user)| user);
+            let user: Option<TaskUser> = crate::validate::task_user(
+                &ctx.job.name,
+                &ctx.task,
+                isolation,
+                &ctx.config,
+                &|name| ctx.sys.lookup_user(name),
+            )
+            .map_err(|e| failure(e.to_string()))?
+            .map(|(_, user)| user);
             let Some(service_id) = ctx.services.group_service_id(&ctx.alloc_id, service) else {
                 return Err(failure(format!(
                     "service {service:?} is not registered for this alloc"

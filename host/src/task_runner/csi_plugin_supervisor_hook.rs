@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::csi::client::CsiClient;
 use crate::csi::layout::{self, PluginDirs};
 use crate::csi::registry::PluginRegistration;
@@ -126,15 +126,12 @@ impl TaskHook for CsiPluginSupervisorHook {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
             let Some(plugin) = &ctx.task.csi_plugin else {
                 return Ok(());
             };
-            let fail = |message: String| HookError {
-                hook: "csi_plugin_supervisor".into(),
-                message,
-            };
+            let fail = |message: String| self.fail(message);
             check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
             if !ctx.config.csi_privileged(&plugin.id, &ctx.job.name)
                 && plugin.plugin_type != CsiPluginType::Controller
@@ -253,7 +250,7 @@ struct Supervisor {
     registrations: Vec<PluginRegistration>,
     client: CsiClient,
     registry: Arc<crate::csi::registry::PluginRegistry>,
-    events: Option<super::TaskEvents>,
+    events: Option<super::events::TaskEvents>,
     restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     health: Arc<Mutex<Option<bool>>>,
     health_timeout: Duration,

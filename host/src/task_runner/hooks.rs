@@ -1,5 +1,5 @@
 //! The task runner's hooks: one trait with a default no-op per phase, one file per
-//! hook, and the order in one list ([`task_hooks`]).
+//! hook, and the order in one list (`task_hooks` in the runner).
 //!
 //! ```text
 //!   prestart ──► driver start ──► poststart ──► (wait) ──► exited ──► restart? ─┐
@@ -14,7 +14,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use crate::alloc_dir::AllocDir;
-use crate::cgroup::Cgroups;
 use crate::config::AgentConfig;
 use crate::csi::CsiNode;
 use crate::jobspec::{Group, Job, Task};
@@ -26,6 +25,9 @@ use crate::runtime::driver::Driver;
 use crate::runtime::hook::Hook;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a hook's prestart returns.
+pub type Prestart<'a> = BoxFuture<'a, Result<(), HookError>>;
 
 /// What every task hook can see.
 pub struct TaskHookContext {
@@ -42,11 +44,12 @@ pub struct TaskHookContext {
     /// Events hooks want shown; the runner emits them after each hook phase.
     pub reports: Arc<Mutex<Vec<(EventKind, String)>>>,
     pub csi: Arc<CsiNode>,
-    pub cgroups: Arc<Cgroups>,
+    /// The privileged operations (cgroups, ownership, users).
+    pub sys: Arc<dyn crate::sys::Sys>,
     pub services: Arc<crate::consul::ServiceClient>,
     /// Set by the task runner: emits an event at once, for hooks that watch the task in
     /// the background (the CSI plugin supervisor).
-    pub events: Option<super::TaskEvents>,
+    pub events: Option<super::events::TaskEvents>,
     /// Set by the task runner: asks it to restart the task, with the reason.
     pub restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
@@ -84,8 +87,19 @@ pub trait TaskHook: Send + Sync {
         &'a self,
         _ctx: &'a TaskHookContext,
         _prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// This hook's failure, shown as `<name>: <message>` in the Setup Failure event.
+    fn fail(&self, message: impl std::fmt::Display) -> HookError
+    where
+        Self: Sized,
+    {
+        HookError {
+            hook: self.name().into(),
+            message: message.to_string(),
+        }
     }
 
     fn poststart<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
@@ -110,19 +124,4 @@ pub trait TaskHook: Send + Sync {
     fn recovered<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
-}
-
-/// The hooks, in the order they run. Later hooks see what earlier ones prepared: the
-/// operator's WASM hooks run last, with the task's env and mounts in hand.
-pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
-    vec![
-        Box::new(super::task_dir_hook::TaskDirHook),
-        Box::new(super::connect_hook::ConnectHook),
-        Box::new(super::volumes_hook::VolumesHook),
-        Box::new(super::csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
-        Box::new(super::interpolate_hook::InterpolateHook),
-        Box::new(super::template_hook::TemplateHook),
-        Box::new(super::wasm_hooks::WasmHooks),
-        Box::new(super::services_hook::ServicesHook),
-    ]
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::jobspec::interpolate::{interpolate, interpolate_json};
 
 pub struct InterpolateHook;
@@ -43,7 +43,7 @@ impl TaskHook for InterpolateHook {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
             let lookup = runtime_names(ctx, &prepare.env);
             for (_, value) in prepare.env.iter_mut() {

@@ -15,6 +15,8 @@
 mod connect_hook;
 pub use connect_hook::revoke_tokens;
 mod csi_plugin_supervisor_hook;
+mod events;
+pub use events::{EventSink, TaskEvents};
 pub mod hooks;
 mod interpolate_hook;
 mod services_hook;
@@ -26,65 +28,33 @@ pub mod wasm_hooks;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::watch;
 
 use tracing::Instrument;
 
-use crate::cgroup::{Cgroups, TaskCgroup};
+use crate::cgroup::Cgroups;
 use crate::jobspec::{JobType, RestartMode};
 use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
-use crate::model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
+use crate::model::events::{EventKind, TaskState, TaskStateKind};
 use crate::model::limits::{MIB, TaskLimits, cpu_shares};
-use crate::state::{Commit, StateStore, StoredHandle};
+use crate::state::{Commit, StoredHandle};
+use crate::sys::RunCgroup;
 use crate::validate::disabled_driver_refusal;
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
-/// Where a task runner reports: watchers get events, the store gets every change, and
-/// `changed` wakes whoever waits on task states (the alloc runner's lifecycle).
-#[derive(Clone)]
-pub struct EventSink {
-    pub alloc_id: String,
-    pub alloc_name: String,
-    pub sender: broadcast::Sender<AllocEvent>,
-    pub store: Arc<StateStore>,
-    pub changed: Arc<Notify>,
-}
-
-/// Emits one task's events: into its state (shown by `alloc status`), the store, and
-/// the broadcast. Cloned into hooks that report from the background.
-#[derive(Clone)]
-pub struct TaskEvents {
-    state: Arc<Mutex<TaskState>>,
-    sink: EventSink,
-    task: String,
-}
-
-impl TaskEvents {
-    pub fn emit(&self, kind: EventKind, message: impl Into<String>) {
-        let event = TaskEvent::new(kind, message);
-        self.state.lock().unwrap().push_event(event.clone());
-        self.persist(Commit::Lazy);
-        let _ = self.sink.sender.send(AllocEvent {
-            alloc_id: self.sink.alloc_id.clone(),
-            alloc_name: self.sink.alloc_name.clone(),
-            task: self.task.clone(),
-            event,
-        });
-    }
-
-    /// Writes the task's state: durably for transitions, lazily for events in between.
-    fn persist(&self, commit: Commit) {
-        let snapshot = self.state.lock().unwrap().clone();
-        let sink = &self.sink;
-        if let Err(error) = sink
-            .store
-            .put_task_state(&sink.alloc_id, &self.task, &snapshot, commit)
-        {
-            tracing::error!(alloc = %sink.alloc_id, task = %self.task, %error,
-                "recording the task state");
-        }
-        sink.changed.notify_waiters();
-    }
+/// The hooks, in the order they run. Later hooks see what earlier ones prepared: the
+/// operator's WASM hooks run last, with the task's env and mounts in hand.
+fn task_hooks() -> Vec<Box<dyn TaskHook>> {
+    vec![
+        Box::new(task_dir_hook::TaskDirHook),
+        Box::new(connect_hook::ConnectHook),
+        Box::new(volumes_hook::VolumesHook),
+        Box::new(csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
+        Box::new(interpolate_hook::InterpolateHook),
+        Box::new(template_hook::TemplateHook),
+        Box::new(wasm_hooks::WasmHooks),
+        Box::new(services_hook::ServicesHook),
+    ]
 }
 
 pub struct TaskRunner {
@@ -99,7 +69,7 @@ pub struct TaskRunner {
     restored_handle: Option<TaskHandle>,
     restored: bool,
     /// The cgroup of the current run.
-    cgroup: Option<TaskCgroup>,
+    cgroup: Option<Box<dyn RunCgroup>>,
 }
 
 /// How a task run ended.
@@ -130,7 +100,7 @@ impl TaskRunner {
             ctx,
             task_events,
             restart_requests,
-            hooks: hooks::task_hooks(),
+            hooks: task_hooks(),
             state,
             events,
             stop,
@@ -350,17 +320,22 @@ impl TaskRunner {
         }
         let task = &self.ctx.task;
         let isolation = self.ctx.driver.capabilities().fs_isolation;
-        let user =
-            match crate::validate::task_user(&self.ctx.job.name, task, isolation, &self.ctx.config)
-            {
-                Ok(user) => user.map(|(_, user)| user),
-                Err(refusal) => {
-                    self.emit(EventKind::SetupFailure, refusal.to_string());
-                    return Err(RunOnce::SetupFailed);
-                }
-            };
+        let user = match crate::validate::task_user(
+            &self.ctx.job.name,
+            task,
+            isolation,
+            &self.ctx.config,
+            &|name| self.ctx.sys.lookup_user(name),
+        ) {
+            Ok(user) => user.map(|(_, user)| user),
+            Err(refusal) => {
+                self.emit(EventKind::SetupFailure, refusal.to_string());
+                return Err(RunOnce::SetupFailed);
+            }
+        };
         if let Some(user) = user
-            && let Err(error) = self.ctx.alloc_dir.give_task_dirs(&task.name, user)
+            && let Err(error) =
+                (self.ctx.sys).give_dirs(&self.ctx.alloc_dir.task_owned_dirs(&task.name), user)
         {
             self.emit(
                 EventKind::SetupFailure,
@@ -369,14 +344,14 @@ impl TaskRunner {
             return Err(RunOnce::SetupFailed);
         }
         let limits = self.limits();
-        let cgroup = match self.ctx.cgroups.create(&self.cgroup_name(), &limits) {
+        let cgroup = match self.ctx.sys.create_cgroup(&self.cgroup_name(), &limits) {
             Ok(cgroup) => cgroup,
             Err(error) => {
                 self.emit(EventKind::SetupFailure, format!("cgroup: {error}"));
                 return Err(RunOnce::SetupFailed);
             }
         };
-        let missing = self.ctx.cgroups.missing();
+        let missing = self.ctx.sys.missing_controllers();
         if !missing.is_empty() {
             self.emit(
                 EventKind::TaskSetup,
@@ -527,7 +502,7 @@ impl TaskRunner {
                 .map_or(memory, |max| u64::from(max) * MIB),
             memory_soft_bytes: resources.memory_max_mb.map(|_| memory),
             cpu_shares: cpu_shares(resources.cpu.into()),
-            pids_max: self.ctx.cgroups.settings().pids_max,
+            pids_max: self.ctx.sys.cgroup_settings().pids_max,
             // Unconfined drivers are root on the host by the operator's choice. A CSI
             // plugin granted mounting binds directories: it gets no device either.
             restrict_devices: !self.allows_unconfined(),
@@ -539,10 +514,10 @@ impl TaskRunner {
     }
 
     /// The cgroup a run before an agent restart made.
-    fn existing_cgroup(&self) -> TaskCgroup {
+    fn existing_cgroup(&self) -> Box<dyn RunCgroup> {
         self.ctx
-            .cgroups
-            .existing(&self.cgroup_name(), &self.limits())
+            .sys
+            .existing_cgroup(&self.cgroup_name(), &self.limits())
     }
 
     /// Kills what is left in the run's cgroup and removes it.

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::model::driver::FsIsolation;
 use crate::model::mount::{HandedMount, Propagation};
 
@@ -18,12 +18,9 @@ impl TaskHook for TaskDirHook {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
-            let fail = |e: std::io::Error| HookError {
-                hook: "task_dir".into(),
-                message: format!("building the task directory: {e}"),
-            };
+            let fail = |e: std::io::Error| self.fail(format!("building the task directory: {e}"));
             ctx.alloc_dir.build().map_err(fail)?;
             let task_dir = ctx.alloc_dir.build_task(&ctx.task.name).map_err(fail)?;
             let chrooted = ctx.driver.capabilities().fs_isolation == FsIsolation::Chroot;

@@ -12,7 +12,7 @@ use std::os::fd::AsFd as _;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::jobspec::template::{env_lines, render};
 
 pub struct TemplateHook;
@@ -26,12 +26,11 @@ impl TaskHook for TemplateHook {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
             if let (Some(file), Some(payload)) = (&ctx.task.dispatch_payload, &ctx.job.payload) {
-                write_beneath(&prepare.task_dir, file, payload, 0o644).map_err(|e| HookError {
-                    hook: "template".into(),
-                    message: format!("writing the dispatch payload to {file}: {e}"),
+                write_beneath(&prepare.task_dir, file, payload, 0o644).map_err(|e| {
+                    self.fail(format!("writing the dispatch payload to {file}: {e}"))
                 })?;
             }
             if ctx.task.templates.is_empty() {
@@ -41,9 +40,8 @@ impl TaskHook for TemplateHook {
                 prepare.env.iter().cloned().collect();
             let mut added = Vec::new();
             for template in &ctx.task.templates {
-                let fail = |message: &dyn std::fmt::Display| HookError {
-                    hook: "template".into(),
-                    message: format!("{}: {message}", template.destination),
+                let fail = |message: &dyn std::fmt::Display| {
+                    self.fail(format!("{}: {message}", template.destination))
                 };
                 let rendered =
                     render(&template.data, &|name| env.get(name).cloned()).map_err(|e| fail(&e))?;

@@ -2,7 +2,7 @@
 //! checks MountConfig again (with the message of the submit-time check), so a job that
 //! skipped validation still fails cleanly here.
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::jobspec::VolumeType;
 use crate::jobspec::interpolate::interpolate;
 use crate::jobspec::names::normalise_task_path;
@@ -20,12 +20,9 @@ impl TaskHook for VolumesHook {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
-            let fail = |message: String| HookError {
-                hook: "volumes".into(),
-                message,
-            };
+            let fail = |message: String| self.fail(message);
             for mount in &ctx.task.volume_mounts {
                 if let Some(refusal) = mount_config_refusal(&ctx.task.name, &ctx.driver, mount) {
                     return Err(fail(refusal));

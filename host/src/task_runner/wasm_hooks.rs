@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use super::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
+use super::hooks::{BoxFuture, HookError, Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::model::driver::ExitResult;
 use crate::model::events::EventKind;
 use crate::model::hook::OnFailure;
@@ -64,7 +64,7 @@ impl TaskHook for WasmHooks {
         &'a self,
         ctx: &'a TaskHookContext,
         prepare: &'a mut TaskPrepare,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> Prestart<'a> {
         Box::pin(async move {
             let local = prepare.task_dir.join("local");
             for hook in &ctx.plugin_hooks {

@@ -1,0 +1,294 @@
+//! The alloc and task runners' logic against `sys::fake::FakeSys`: task start, restart,
+//! stop, a task's user, and the unwind after a failed setup, with the `mock` driver
+//! (which spawns nothing). No root needed: nothing here makes a cgroup, changes an
+//! owner or reads `/etc/passwd`; the fake records what the runners asked for.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::{AllocRunner, NodeContext};
+use crate::config::AgentConfig;
+use crate::driver_set::DriverSet;
+use crate::model::events::{EventKind, TaskStateKind};
+use crate::model::status::ClientStatus;
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::sys::fake::{Call, FakeSys};
+
+/// The built-in drivers, compiled once for every test of this binary.
+fn drivers() -> DriverSet {
+    static DRIVERS: OnceLock<DriverSet> = OnceLock::new();
+    DRIVERS
+        .get_or_init(|| {
+            std::thread::spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let runtime = Runtime::new(RuntimeConfig::new(None)).unwrap();
+                    let (set, problems) =
+                        DriverSet::load(&runtime, None, &Default::default()).await;
+                    assert!(problems.is_empty(), "{problems:?}");
+                    set
+                })
+            })
+            .join()
+            .unwrap()
+        })
+        .clone()
+}
+
+struct Node {
+    node: NodeContext,
+    sys: FakeSys,
+    _data: tempfile::TempDir,
+}
+
+fn node() -> Node {
+    let data = tempfile::tempdir().unwrap();
+    let sys = FakeSys::default();
+    let store = Arc::new(crate::state::StateStore::in_memory());
+    let config = AgentConfig::parse("agent.hcl", "").unwrap();
+    let (events, _) = tokio::sync::broadcast::channel(1024);
+    let node = NodeContext {
+        data_dir: data.path().to_path_buf(),
+        drivers: drivers(),
+        hooks: Default::default(),
+        csi: crate::csi::CsiNode::start(data.path(), store.clone(), config.csi.clone()),
+        config: Arc::new(config),
+        store,
+        events,
+        sys: Arc::new(sys.clone()),
+        services: Arc::new(crate::consul::ServiceClient::disabled()),
+    };
+    Node {
+        node,
+        sys,
+        _data: data,
+    }
+}
+
+/// A batch job of mock tasks: `tasks` is the HCL of the group's task blocks.
+fn alloc(node: &Node, restart: &str, tasks: &str) -> Arc<AllocRunner> {
+    let source = format!(
+        "job \"j\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n{restart}    }}\n{tasks}  }}\n}}\n"
+    );
+    let job = Arc::new(crate::jobspec::parse("j.hcl", &source).unwrap());
+    AllocRunner::new(job, 0, 0, node.node.clone()).unwrap()
+}
+
+fn mock_task(name: &str, extra: &str, config: &str) -> String {
+    format!(
+        "    task \"{name}\" {{\n      driver = \"mock\"\n{extra}      config {{\n{config}      }}\n    }}\n"
+    )
+}
+
+fn cgroup(alloc: &AllocRunner, task: &str) -> String {
+    crate::cgroup::Cgroups::task_name(&alloc.id, task)
+}
+
+fn events(alloc: &AllocRunner, task: &str) -> Vec<(EventKind, String)> {
+    alloc.status().tasks[task]
+        .events
+        .iter()
+        .map(|e| (e.kind, e.message.clone()))
+        .collect()
+}
+
+async fn finish(alloc: &Arc<AllocRunner>) -> ClientStatus {
+    tokio::time::timeout(Duration::from_secs(60), alloc.clone().run())
+        .await
+        .expect("the alloc finished within a minute")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_run_makes_its_cgroup_before_the_start_and_removes_it_after() {
+    let node = node();
+    let alloc = alloc(&node, "      attempts = 0\n", &mock_task("t", "", ""));
+    assert_eq!(finish(&alloc).await, ClientStatus::Complete);
+    let name = cgroup(&alloc, "t");
+    assert_eq!(
+        node.sys.calls(),
+        [
+            Call::CreateCgroup {
+                name: name.clone(),
+                memory_bytes: 300 << 20,
+            },
+            Call::KillAndRemove(name),
+        ]
+    );
+    assert!(node.sys.live_cgroups().is_empty());
+    let state = &alloc.status().tasks["t"];
+    assert_eq!((state.state, state.failed), (TaskStateKind::Dead, false));
+}
+
+/// `attempts = 2` restarts: three runs, each with a cgroup of its own that is gone
+/// before the next; then the fail mode fails the alloc.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_task_is_restarted_by_its_policy_with_a_fresh_cgroup_each_run() {
+    let node = node();
+    let restart = "      attempts = 2\n      delay = \"10ms\"\n      interval = \"1h\"\n      mode = \"fail\"\n";
+    let alloc = alloc(
+        &node,
+        restart,
+        &mock_task("t", "", "        exit_code = 3\n"),
+    );
+    assert_eq!(finish(&alloc).await, ClientStatus::Failed);
+    let name = cgroup(&alloc, "t");
+    let runs: Vec<Call> = node
+        .sys
+        .calls()
+        .into_iter()
+        .map(|call| match call {
+            Call::CreateCgroup { name, .. } => Call::CreateCgroup {
+                name,
+                memory_bytes: 0,
+            },
+            other => other,
+        })
+        .collect();
+    let one_run = [
+        Call::CreateCgroup {
+            name: name.clone(),
+            memory_bytes: 0,
+        },
+        Call::KillAndRemove(name.clone()),
+    ];
+    assert_eq!(
+        runs,
+        one_run.iter().cycle().take(6).cloned().collect::<Vec<_>>()
+    );
+    let state = &alloc.status().tasks["t"];
+    assert_eq!(state.restarts, 2);
+    assert!(state.failed);
+    let kinds: Vec<EventKind> = events(&alloc, "t").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EventKind::Terminated)
+            .count(),
+        3,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&EventKind::NotRestarting));
+}
+
+/// A stop kills the running task through its driver and removes its cgroup; the alloc
+/// ends complete, as Nomad's stopped allocs do.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_alloc_kills_its_task_and_removes_its_cgroup() {
+    let node = node();
+    let task = mock_task(
+        "t",
+        "      kill_timeout = \"1s\"\n",
+        "        run_for = \"1h\"\n",
+    );
+    let alloc = alloc(&node, "      attempts = 0\n", &task);
+    let running = tokio::spawn(alloc.clone().run());
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while alloc.status().tasks["t"].state != TaskStateKind::Running {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the task started");
+    assert_eq!(node.sys.live_cgroups(), [cgroup(&alloc, "t")]);
+    alloc.stop();
+    let status = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the alloc stopped")
+        .unwrap();
+    assert_eq!(status, ClientStatus::Complete);
+    assert!(node.sys.live_cgroups().is_empty());
+    let kinds: Vec<EventKind> = events(&alloc, "t").into_iter().map(|(k, _)| k).collect();
+    assert!(kinds.contains(&EventKind::Killing), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&EventKind::Killed), "{kinds:?}");
+}
+
+/// A task's `user` is looked up and its own directories are handed to it before its
+/// cgroup is made; the shared alloc dirs are not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_user_gets_its_directories_before_it_starts() {
+    let node = node();
+    let alloc = alloc(
+        &node,
+        "      attempts = 0\n",
+        &mock_task("t", "      user = \"daemon\"\n", ""),
+    );
+    assert_eq!(finish(&alloc).await, ClientStatus::Complete);
+    let calls = node.sys.calls();
+    let task_dir = alloc.alloc_dir.task_dir("t");
+    assert_eq!(calls[0], Call::LookupUser("daemon".into()));
+    assert_eq!(
+        calls[1],
+        Call::GiveDirs {
+            dirs: vec![
+                task_dir.join("local"),
+                task_dir.join("secrets"),
+                task_dir.join("tmp")
+            ],
+            uid: 1,
+        }
+    );
+    assert!(matches!(&calls[2], Call::CreateCgroup { .. }), "{calls:?}");
+}
+
+/// A user the node does not know fails the task's setup, naming the user; nothing is
+/// handed over and no cgroup is made.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_user_fails_the_setup_before_anything_is_made() {
+    let node = node();
+    let alloc = alloc(
+        &node,
+        "      attempts = 0\n",
+        &mock_task("t", "      user = \"nosuchuser\"\n", ""),
+    );
+    assert_eq!(finish(&alloc).await, ClientStatus::Failed);
+    assert_eq!(node.sys.calls(), [Call::LookupUser("nosuchuser".into())]);
+    let (kind, message) = events(&alloc, "t").pop().unwrap();
+    assert_eq!(kind, EventKind::SetupFailure);
+    assert!(
+        message.contains("\"nosuchuser\" does not exist"),
+        "{message}"
+    );
+}
+
+/// When a prestart task cannot get its cgroup, the main task never starts, nothing is
+/// left made, and the alloc fails with the reason on the task that failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_setup_unwinds_and_the_main_task_never_starts() {
+    let node = node();
+    let prestart = "      lifecycle {\n        hook = \"prestart\"\n      }\n";
+    let tasks = [mock_task("prep", prestart, ""), mock_task("app", "", "")].concat();
+    let alloc = alloc(&node, "      attempts = 0\n", &tasks);
+    node.sys.fail_cgroup(&cgroup(&alloc, "prep"));
+    assert_eq!(finish(&alloc).await, ClientStatus::Failed);
+    let calls = node.sys.calls();
+    assert!(
+        !calls.iter().any(
+            |c| matches!(c, Call::CreateCgroup { name, .. } if *name == cgroup(&alloc, "app"))
+        ),
+        "{calls:?}"
+    );
+    assert!(node.sys.live_cgroups().is_empty());
+    let (kind, message) = events(&alloc, "prep").pop().unwrap();
+    assert_eq!(kind, EventKind::SetupFailure);
+    assert!(message.starts_with("cgroup: "), "{message}");
+    let app = &alloc.status().tasks["app"];
+    assert_eq!(app.state, TaskStateKind::Pending);
+    assert!(app.events.is_empty(), "{:?}", app.events);
+}
+
+/// An OOM kill is read from the task's cgroup, not taken from the driver.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oom_kill_is_read_from_the_cgroup() {
+    let node = node();
+    let alloc = alloc(&node, "      attempts = 0\n", &mock_task("t", "", ""));
+    node.sys.oom_kill(&cgroup(&alloc, "t"));
+    finish(&alloc).await;
+    let terminated = events(&alloc, "t")
+        .into_iter()
+        .find(|(k, _)| *k == EventKind::Terminated)
+        .unwrap();
+    assert_eq!(terminated.1, "Exit Code: 0, OOM Killed");
+}

@@ -1,0 +1,79 @@
+//! The seam on the host: cgroupfs through [`Cgroups`], `fchown`, `/etc/passwd`.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::{RunCgroup, Sys};
+use crate::alloc_dir::open_dir_nofollow;
+use crate::cgroup::{CgroupError, Cgroups, TaskCgroup};
+use crate::model::driver::TaskUser;
+use crate::model::limits::{CgroupSettings, TaskLimits};
+use crate::process::users::UserError;
+
+/// The privileged operations, done on this host.
+pub struct LinuxSys {
+    cgroups: Cgroups,
+}
+
+impl LinuxSys {
+    pub fn new(cgroups: Cgroups) -> LinuxSys {
+        LinuxSys { cgroups }
+    }
+}
+
+impl Sys for LinuxSys {
+    fn create_cgroup(
+        &self,
+        name: &str,
+        limits: &TaskLimits,
+    ) -> Result<Box<dyn RunCgroup>, CgroupError> {
+        Ok(Box::new(self.cgroups.create(name, limits)?))
+    }
+
+    fn existing_cgroup(&self, name: &str, limits: &TaskLimits) -> Box<dyn RunCgroup> {
+        Box::new(self.cgroups.existing(name, limits))
+    }
+
+    fn missing_controllers(&self) -> Vec<&'static str> {
+        self.cgroups.missing()
+    }
+
+    fn cgroup_settings(&self) -> &CgroupSettings {
+        self.cgroups.settings()
+    }
+
+    fn give_dirs(&self, dirs: &[(PathBuf, u32)], user: TaskUser) -> io::Result<()> {
+        let owner = Some(rustix::fs::Uid::from_raw(user.uid));
+        let group = Some(rustix::fs::Gid::from_raw(user.gid));
+        crate::blocking::run(|| {
+            for (path, mode) in dirs {
+                let dir = open_dir_nofollow(path)?;
+                rustix::fs::fchown(&dir, owner, group)?;
+                rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(*mode))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError> {
+        crate::process::users::lookup(name)
+    }
+}
+
+impl RunCgroup for TaskCgroup {
+    fn procs_files(&self) -> &[PathBuf] {
+        TaskCgroup::procs_files(self)
+    }
+
+    fn oom_kills(&self) -> u64 {
+        TaskCgroup::oom_kills(self)
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        TaskCgroup::pids(self)
+    }
+
+    fn kill_and_remove(&self) -> Result<(), CgroupError> {
+        TaskCgroup::kill_and_remove(self)
+    }
+}

@@ -1,0 +1,69 @@
+//! The seam between the runners and the privileged operations they need: a task run's
+//! cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill and
+//! remove), handing a task's directories to its user (`fchown`), and looking the user
+//! up. The runners reach these only through [`Sys`], which they get in their context:
+//! [`LinuxSys`] does them on the host (as root), and `fake::FakeSys` (tests only)
+//! records them, so the task and alloc runners' logic is unit-tested without root.
+//!
+//! What is not here, and why: spawning a task's processes, with their rlimits, user and
+//! confinement, is the driver's (a WebAssembly component, itself a seam: the `mock`
+//! driver spawns nothing) through the host API in `runtime/host_api` and `process/`;
+//! mounts are `mount/`'s, reached through the CSI node and the task's spawn plan.
+//! `host/tests/floors.rs` keeps cgroup and ownership calls out of the runners.
+
+#[cfg(test)]
+pub mod fake;
+mod linux;
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+pub use linux::LinuxSys;
+
+use crate::cgroup::CgroupError;
+use crate::model::driver::TaskUser;
+use crate::model::limits::{CgroupSettings, TaskLimits};
+use crate::process::users::UserError;
+
+/// The privileged operations of the task and alloc runners.
+pub trait Sys: Send + Sync {
+    /// Makes the cgroup of one task run, with its limits.
+    fn create_cgroup(
+        &self,
+        name: &str,
+        limits: &TaskLimits,
+    ) -> Result<Box<dyn RunCgroup>, CgroupError>;
+
+    /// The cgroup a run made before an agent restart (it may be gone).
+    fn existing_cgroup(&self, name: &str, limits: &TaskLimits) -> Box<dyn RunCgroup>;
+
+    /// The cgroup controllers this node lacks (the operator allowed running without).
+    fn missing_controllers(&self) -> Vec<&'static str>;
+
+    /// The operator's cgroup settings.
+    fn cgroup_settings(&self) -> &CgroupSettings;
+
+    /// Gives each directory (with its mode) to `user`, following no link: a task may
+    /// have replaced its own directory with a symlink to a host path.
+    fn give_dirs(&self, dirs: &[(PathBuf, u32)], user: TaskUser) -> io::Result<()>;
+
+    /// The uid and primary gid of a user name (or number).
+    fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError>;
+}
+
+/// One task run's cgroup.
+pub trait RunCgroup: Send + Sync + fmt::Debug {
+    /// The `cgroup.procs` files a process writes itself into to join.
+    fn procs_files(&self) -> &[PathBuf];
+
+    /// How many times the kernel OOM-killed a process of this cgroup.
+    fn oom_kills(&self) -> u64;
+
+    /// The pids in the cgroup now.
+    fn pids(&self) -> Vec<u32>;
+
+    /// Kills every process in it and removes it. Blocking (it polls); call from
+    /// `blocking::run`. A cgroup that does not exist is fine.
+    fn kill_and_remove(&self) -> Result<(), CgroupError>;
+}

@@ -11,8 +11,12 @@
 //! recovers them through their drivers.
 
 pub mod data_dir;
+mod gc;
+pub use gc::Garbage;
 mod launch;
 pub mod logs;
+mod restore;
+mod submit;
 mod volumes;
 
 pub use volumes::{Detached, VolumeError};
@@ -28,7 +32,7 @@ use crate::alloc_runner::{AllocRunner, AllocStatus, NodeContext};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{self, Job, JobType, JobspecError};
+use crate::jobspec::{Job, JobType, JobspecError};
 use crate::model::events::AllocEvent;
 use crate::model::status::{ClientStatus, DesiredStatus};
 use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
@@ -134,20 +138,6 @@ pub struct JobStatus {
 struct JobEntry {
     record: JobRecord,
     job: Arc<Job>,
-}
-
-/// What one garbage collection forgot: finished allocs, and the jobs that had nothing
-/// left once they went.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Garbage {
-    pub allocs: Vec<String>,
-    #[serde(default)]
-    pub jobs: Vec<String>,
-}
-
-struct CollectedAlloc {
-    alloc: String,
-    job: Option<String>,
 }
 
 /// `GET /v1/jobs` parameters, as Nomad names them.
@@ -343,7 +333,7 @@ impl Agent {
         // After restore: the first sync must not take restored tasks' services for
         // orphans (their runners register them again as they recover).
         tokio::spawn(agent.node.services.clone().run());
-        spawn_garbage_collector(&agent);
+        gc::spawn_garbage_collector(&agent);
         launch::spawn_periodic_launcher(&agent);
         Ok(agent)
     }
@@ -351,163 +341,6 @@ impl Agent {
     /// The services of running tasks and groups, and how their sync with Consul goes.
     pub fn services(&self) -> crate::consul::ServicesStatus {
         self.node.services.status()
-    }
-
-    /// Collects the finished allocs beyond the newest `gc { max_allocs }`, and more while
-    /// the data dir's disk is fuller than `gc`'s thresholds: their records first, then
-    /// their directories. An alloc with anything still mounted below its
-    /// directory is kept (removing the directory would reach into the mount) and the
-    /// agent's log says so. The ids collected, oldest first.
-    pub fn collect_garbage(&self) -> Garbage {
-        let mut garbage = Garbage::default();
-        for id in self.collect_allocs() {
-            garbage.allocs.push(id.alloc);
-            garbage.jobs.extend(id.job);
-        }
-        garbage.jobs.sort();
-        garbage
-    }
-
-    /// The finished allocs beyond `max_allocs`, and more while the data dir's disk is
-    /// fuller than the thresholds, oldest first; and each job whose last alloc that was.
-    fn collect_allocs(&self) -> Vec<CollectedAlloc> {
-        let keep = self.node.config.gc.max_allocs;
-        let mut finished: Vec<(u64, AllocEntry)> = self
-            .allocs
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|a| *a.finished.borrow())
-            .map(|a| (finished_at(&a.runner.status()), a.clone()))
-            .collect();
-        if finished.len() <= keep && self.disk_pressure().is_none() {
-            return Vec::new();
-        }
-        finished.sort_by_key(|(at, _)| *at);
-        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
-            tracing::warn!("garbage collection skipped: the mount table is unreadable");
-            return Vec::new();
-        };
-        let mut left = finished.len();
-        let mut collected = Vec::new();
-        for (_, entry) in finished {
-            if left <= keep {
-                match self.disk_pressure() {
-                    None => break,
-                    Some(why) => tracing::info!(alloc = %entry.runner.id, %why,
-                        "collecting a finished alloc within max_allocs: the disk is full"),
-                }
-            }
-            left -= 1;
-            if self.collect(&entry, &mounts) {
-                collected.push(CollectedAlloc {
-                    alloc: entry.runner.id.clone(),
-                    job: self.collect_job_of(&entry),
-                });
-            }
-        }
-        collected
-    }
-
-    /// Groups whose `ephemeral_disk` is larger than the data dir's whole filesystem.
-    fn disk_problems(&self, job: &jobspec::Job) -> Vec<jobspec::Problem> {
-        let Ok(stats) = rustix::fs::statvfs(&self.node.data_dir) else {
-            return Vec::new();
-        };
-        let node_mb = stats.f_blocks.saturating_mul(stats.f_frsize) / crate::model::limits::MIB;
-        job.groups
-            .iter()
-            .filter(|g| g.ephemeral_disk_mb > node_mb)
-            .map(|g| jobspec::Problem {
-                path: format!("job.{}.group.{}.ephemeral_disk", job.name, g.name),
-                at: None,
-                message: format!(
-                    "group {:?} asks for {} MB of ephemeral_disk; this node's data dir has {} MB \
-                     in all",
-                    g.name, g.ephemeral_disk_mb, node_mb
-                ),
-            })
-            .collect()
-    }
-
-    /// Why the data dir's filesystem is fuller than `gc`'s thresholds, if it is.
-    fn disk_pressure(&self) -> Option<String> {
-        let gc = &self.node.config.gc;
-        let stats = rustix::fs::statvfs(&self.node.data_dir).ok()?;
-        let percent =
-            |free: u64, total: u64| (total > 0).then(|| 100 * total.saturating_sub(free) / total);
-        if let Some(used) = percent(stats.f_bfree, stats.f_blocks)
-            && used > u64::from(gc.disk_usage_threshold)
-        {
-            return Some(format!(
-                "{used}% of its disk in use (disk_usage_threshold = {})",
-                gc.disk_usage_threshold
-            ));
-        }
-        if let Some(used) = percent(stats.f_ffree, stats.f_files)
-            && used > u64::from(gc.inode_usage_threshold)
-        {
-            return Some(format!(
-                "{used}% of its inodes in use (inode_usage_threshold = {})",
-                gc.inode_usage_threshold
-            ));
-        }
-        None
-    }
-
-    /// Forgets the job of a collected alloc when nothing of it is left: no other alloc,
-    /// and the job is still the version that alloc ran (a job submitted again since is a
-    /// new version, kept). Returns the job's id when it was collected.
-    fn collect_job_of(&self, collected: &AllocEntry) -> Option<String> {
-        let name = &collected.runner.job.name;
-        let mut jobs = self.jobs.lock().unwrap();
-        let same_version = jobs
-            .get(name)
-            .is_some_and(|entry| Arc::ptr_eq(&entry.job, &collected.runner.job));
-        let others = self
-            .allocs
-            .lock()
-            .unwrap()
-            .values()
-            .any(|a| &a.runner.job.name == name);
-        if !same_version || others {
-            return None;
-        }
-        if let Err(error) = self.node.store.remove_job(name) {
-            tracing::error!(job = %name, %error, "collecting a finished job's record");
-            return None;
-        }
-        jobs.remove(name);
-        Some(name.clone())
-    }
-
-    /// Forgets one finished alloc: its records, then its directory. Refused (false) while
-    /// anything is mounted below the directory.
-    fn collect(&self, entry: &AllocEntry, mounts: &[crate::mount::mountinfo::MountEntry]) -> bool {
-        let id = &entry.runner.id;
-        if entry.runner.holds_csi_volumes() {
-            // Its record says what to give back, and the give-back is still trying.
-            return false;
-        }
-        let root = entry.runner.alloc_dir.root();
-        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-        if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
-            tracing::warn!(alloc = %id, mount = %mount.mount_point.display(),
-                "not collecting a finished alloc: something is still mounted in it");
-            return false;
-        }
-        if let Err(error) = self.node.store.remove_alloc(id) {
-            tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
-            return false;
-        }
-        self.allocs.lock().unwrap().remove(id);
-        match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => tracing::warn!(alloc = %id, %error,
-                "removing a collected alloc's directory"),
-        }
-        true
     }
 
     pub fn notices(&self) -> &[Notice] {
@@ -537,292 +370,6 @@ impl Agent {
     /// Every task event from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<AllocEvent> {
         self.events.subscribe()
-    }
-
-    /// Reads the recorded jobs and allocs. Live allocs are started by `run_restored`.
-    fn restore(&self) -> Result<Vec<Notice>, StateError> {
-        let store = &self.node.store;
-        let mut notices = Vec::new();
-        let unreadable_notice = |u: crate::state::Unreadable| Notice {
-            level: NoticeLevel::Error,
-            message: u.to_string(),
-        };
-        let (records, unreadable) = store.jobs()?;
-        notices.extend(unreadable.into_iter().map(unreadable_notice));
-        let mut jobs = self.jobs.lock().unwrap();
-        for record in records {
-            match jobspec::parse_with(&record.source_name, &record.source, &record.variables) {
-                Ok(job) => {
-                    let job = match &record.child_of {
-                        Some(child) => launch::child_job(job, &record.id, child),
-                        None => job,
-                    };
-                    jobs.insert(
-                        record.id.clone(),
-                        JobEntry {
-                            record,
-                            job: Arc::new(job),
-                        },
-                    );
-                }
-                Err(error) => notices.push(Notice {
-                    level: NoticeLevel::Error,
-                    message: format!(
-                        "job {:?} is recorded but no longer parses, so its allocs are left \
-                         alone: {error}",
-                        record.id
-                    ),
-                }),
-            }
-        }
-        let (records, unreadable) = store.allocs()?;
-        notices.extend(unreadable.into_iter().map(unreadable_notice));
-        let mut allocs = self.allocs.lock().unwrap();
-        for record in records {
-            let Some(entry) = jobs.get(&record.job_id) else {
-                notices.push(Notice {
-                    level: NoticeLevel::Warning,
-                    message: format!(
-                        "alloc {} belongs to job {:?}, which is not recorded; left alone",
-                        record.id, record.job_id
-                    ),
-                });
-                continue;
-            };
-            let id = record.id.clone();
-            let terminal = matches!(
-                record.client_status,
-                ClientStatus::Complete | ClientStatus::Failed
-            );
-            match AllocRunner::restore(entry.job.clone(), record, self.node.clone()) {
-                Ok(runner) => {
-                    let (done, finished) = watch::channel(terminal);
-                    // A terminal alloc is kept for `alloc status` only.
-                    drop(done);
-                    allocs.insert(id, AllocEntry { runner, finished });
-                }
-                Err(error) => notices.push(Notice {
-                    level: NoticeLevel::Error,
-                    message: error.to_string(),
-                }),
-            }
-        }
-        let live = allocs.values().filter(|a| !*a.finished.borrow()).count();
-        if live > 0 {
-            notices.push(Notice {
-                level: NoticeLevel::Info,
-                message: format!("restoring {live} alloc(s) from {}", store_name(store)),
-            });
-        }
-        Ok(notices)
-    }
-
-    fn run_restored(&self) {
-        let mut allocs = self.allocs.lock().unwrap();
-        // Their services are theirs until they say otherwise: the first sync must not
-        // take them for orphans before the restored runners have set them again.
-        self.node.services.expect_allocs(
-            allocs
-                .values()
-                .filter(|entry| !*entry.finished.borrow())
-                .map(|entry| entry.runner.id.clone()),
-        );
-        for entry in allocs.values_mut() {
-            if !*entry.finished.borrow() {
-                entry.finished = spawn_runner(entry.runner.clone());
-            } else {
-                // Finished before the restart with volumes its plugin could not take back.
-                entry.runner.give_back_csi();
-            }
-        }
-    }
-
-    /// Parses, validates and runs a job. A job with the name of a running one replaces
-    /// it: the old allocs are stopped (and waited for) before the new ones start.
-    pub async fn submit(&self, source_name: &str, source: &str) -> Result<Submitted, SubmitError> {
-        self.submit_with(source_name, source, &Default::default())
-            .await
-    }
-
-    /// [`Agent::submit`] with values for the jobspec's variables, as the operator.
-    pub async fn submit_with(
-        &self,
-        source_name: &str,
-        source: &str,
-        variables: &jobspec::eval::VariableInputs,
-    ) -> Result<Submitted, SubmitError> {
-        self.submit_as(Submitter::Operator, source_name, source, variables)
-            .await
-    }
-
-    /// [`Agent::submit_with`] for `submitter`: a job that runs a CSI plugin needs the
-    /// operator, or a token of scope `plugin`.
-    pub async fn submit_as(
-        &self,
-        submitter: Submitter,
-        source_name: &str,
-        source: &str,
-        variables: &jobspec::eval::VariableInputs,
-    ) -> Result<Submitted, SubmitError> {
-        let job =
-            jobspec::parse_with(source_name, source, variables).map_err(SubmitError::Invalid)?;
-        let refused = plugin_tasks_refused(&job, submitter);
-        if !refused.is_empty() {
-            return Err(SubmitError::Invalid(JobspecError {
-                file: source_name.to_string(),
-                problems: refused,
-            }));
-        }
-        let problems = crate::validate::validate(
-            &job,
-            &self.node.drivers,
-            &self.node.hooks,
-            &self.node.config,
-            Some(self.node.csi.catalog.as_ref()),
-        )
-        .await;
-        let mut problems = problems;
-        problems.extend(self.disk_problems(&job));
-        if !problems.is_empty() {
-            return Err(SubmitError::Invalid(JobspecError {
-                file: source_name.to_string(),
-                problems,
-            }));
-        }
-        let _one_at_a_time = self.submitting.lock().await;
-        let places = job.periodic.is_none() && job.parameterized.is_none();
-        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
-            return Err(SubmitError::Refused(why));
-        }
-        let replaced = self.stop_allocs_of(&job.name).await;
-        self.forget_allocs_of(&job.name);
-        let record = JobRecord {
-            id: job.name.clone(),
-            source_name: source_name.to_string(),
-            source: source.to_string(),
-            variables: variables.clone(),
-            submitted_ms: now_ms(),
-            stopped: false,
-            child_of: None,
-        };
-        let job = Arc::new(job);
-        // A periodic or parameterized job places nothing itself: its children do.
-        let alloc_ids = if job.periodic.is_some() || job.parameterized.is_some() {
-            self.record_job(record, job.clone())?;
-            Vec::new()
-        } else {
-            self.record_and_place(record, job.clone())?
-        };
-        Ok(Submitted {
-            job_id: job.name.clone(),
-            alloc_ids,
-            replaced,
-            warnings: job
-                .warnings
-                .iter()
-                .map(|w| format!("{source_name}:{w}"))
-                .collect(),
-        })
-    }
-
-    /// The ports the running allocs hold (static and dynamic), and which alloc holds
-    /// each; without the allocs of job `except`, which are about to be replaced.
-    fn port_holders(&self, except: Option<&str>) -> BTreeMap<u16, String> {
-        let mut holders = BTreeMap::new();
-        for entry in self.allocs.lock().unwrap().values() {
-            if *entry.finished.borrow() || Some(entry.runner.job.name.as_str()) == except {
-                continue;
-            }
-            for number in entry.runner.group.ports.iter().filter_map(|p| p.number) {
-                holders.insert(number, entry.runner.name.clone());
-            }
-        }
-        holders
-    }
-
-    /// Why `job` cannot be placed here for its static ports: one a running alloc holds,
-    /// or one its own allocs would share (`count` > 1). A static port is one alloc's on a
-    /// node, as Nomad's scheduler has it. Checked before an older version is stopped.
-    fn static_port_clash(&self, job: &Job) -> Option<String> {
-        let mut holders = self.port_holders(Some(&job.name));
-        for group in &job.groups {
-            for alloc_index in 0..group.count {
-                let name = format!("{}.{}[{alloc_index}]", job.name, group.name);
-                for port in &group.ports {
-                    let Some(number) = port.number else { continue };
-                    if let Some(holder) = holders.insert(number, name.clone()) {
-                        return Some(format!(
-                            "{name} cannot have static port {number} (port {:?}): {holder} \
-                             holds it on this node",
-                            port.label
-                        ));
-                    }
-                }
-            }
-        }
-        None
-    }
-
-    /// Records the job (durably) and keeps it in the job table.
-    fn record_job(&self, record: JobRecord, job: Arc<Job>) -> Result<(), SubmitError> {
-        self.node.store.put_job(&record)?;
-        self.jobs
-            .lock()
-            .unwrap()
-            .insert(record.id.clone(), JobEntry { record, job });
-        Ok(())
-    }
-
-    /// Records the job and all its allocs in one transaction, then starts the allocs;
-    /// their ids. An agent killed in between comes back with the job and every alloc,
-    /// or with neither.
-    fn record_and_place(
-        &self,
-        record: JobRecord,
-        job: Arc<Job>,
-    ) -> Result<Vec<String>, SubmitError> {
-        // Dynamic ports avoid what running allocs hold and this job's static ports.
-        let mut in_use: std::collections::BTreeSet<u16> = self
-            .port_holders(None)
-            .into_keys()
-            .chain(
-                job.groups
-                    .iter()
-                    .flat_map(|g| g.ports.iter().filter_map(|p| p.number)),
-            )
-            .collect();
-        let mut allocs = Vec::new();
-        for (group_index, group) in job.groups.iter().enumerate() {
-            for alloc_index in 0..group.count {
-                let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)
-                    .map_err(|e| SubmitError::Refused(format!("group {:?}: {e}", group.name)))?;
-                allocs.push(AllocRunner::new_record(
-                    &job,
-                    group_index,
-                    alloc_index,
-                    ports,
-                ));
-            }
-        }
-        self.node.store.put_job_and_allocs(&record, &allocs)?;
-        self.jobs.lock().unwrap().insert(
-            record.id.clone(),
-            JobEntry {
-                record,
-                job: job.clone(),
-            },
-        );
-        let runners: Vec<Arc<AllocRunner>> = allocs
-            .into_iter()
-            .map(|alloc| AllocRunner::recorded(job.clone(), alloc, self.node.clone()))
-            .collect();
-        let alloc_ids = runners.iter().map(|r| r.id.clone()).collect();
-        let mut allocs = self.allocs.lock().unwrap();
-        for runner in runners {
-            let finished = spawn_runner(runner.clone());
-            allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
-        }
-        Ok(alloc_ids)
     }
 
     /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
@@ -1022,39 +569,6 @@ impl Agent {
     }
 }
 
-/// Collects finished allocs every `gc { interval }`, for as long as the agent lives.
-fn spawn_garbage_collector(agent: &Arc<Agent>) {
-    let interval = agent.node.config.gc.interval;
-    let agent = Arc::downgrade(agent);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            let Some(agent) = agent.upgrade() else {
-                return;
-            };
-            let collected = agent.collect_garbage();
-            if !collected.allocs.is_empty() {
-                tracing::info!(
-                    allocs = collected.allocs.len(),
-                    jobs = collected.jobs.len(),
-                    "collected finished allocs and jobs"
-                );
-            }
-        }
-    });
-}
-
-/// When an alloc finished: its last task event (0 without any).
-fn finished_at(status: &AllocStatus) -> u64 {
-    status
-        .tasks
-        .values()
-        .filter_map(|task| task.events.last())
-        .map(|event| event.time_ms)
-        .max()
-        .unwrap_or(0)
-}
-
 fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
     let (done, finished) = watch::channel(false);
     tokio::spawn(async move {
@@ -1072,39 +586,6 @@ pub enum Submitter {
     Operator,
     /// A TCP request: with a token of scope `plugin`, it may run CSI plugin jobs.
     Token { may_run_plugins: bool },
-}
-
-/// The `csi_plugin` tasks of `job` that `submitter` may not run: a plugin task sees the
-/// volumes it serves and, granted by the operator, mounts on the node, so it needs more
-/// than a submit token (Nomad's `csi-register-plugin` capability).
-fn plugin_tasks_refused(job: &jobspec::Job, submitter: Submitter) -> Vec<jobspec::Problem> {
-    if matches!(
-        submitter,
-        Submitter::Operator
-            | Submitter::Token {
-                may_run_plugins: true
-            }
-    ) {
-        return Vec::new();
-    }
-    job.groups
-        .iter()
-        .flat_map(|g| g.tasks.iter().map(move |t| (g, t)))
-        .filter(|(_, t)| t.csi_plugin.is_some())
-        .map(|(group, task)| jobspec::Problem {
-            path: format!(
-                "job.{}.group.{}.task.{}.csi_plugin",
-                job.name, group.name, task.name
-            ),
-            at: Some(task.at),
-            message: format!(
-                "task {:?} runs a CSI plugin, which needs the operator's authorization: \
-                 submit it through the agent's Unix socket, or with a token of scope \
-                 \"plugin\"",
-                task.name
-            ),
-        })
-        .collect()
 }
 
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {

@@ -1,59 +1,40 @@
-//! The CSI manager: follows the plugin registry (subscribed, so it hears of a plugin
-//! the moment it registers), fingerprints each plugin, keeps the catalog's plugin view
-//! current, and mounts volumes for allocs.
-//!
-//! Mounting a volume for an alloc, with the volume's operations serialised:
-//!
-//! ```text
-//!   ControllerPublishVolume  once per volume on this node (controller has PUBLISH_UNPUBLISH)
-//!   NodeStageVolume          once per volume and usage (node has STAGE_UNSTAGE)
-//!   NodePublishVolume        once per alloc
-//! ```
-//!
-//! Unmounting walks back: NodeUnpublish, then NodeUnstage when no alloc uses the stage
-//! any more, then ControllerUnpublish when no stage is left. Which allocs use which
-//! stage is persisted ([`RecordTable::CsiUsage`]) before and after each step, so after an
-//! agent restart an unstage never pulls a volume from under a live alloc.
-//!
-//! Every one of those RPCs is preceded by a durable [`Intent`] in the same record and
-//! followed by its outcome. A crash between the two leaves the intent: before anything
-//! else is done with the volume (a mount, an unmount, the reconcile when its plugin turns
-//! healthy), the intent is resolved with the idempotent call that undoes a half-done
-//! mount step or finishes a half-done release step, so no crash point leaves a mount
-//! berth does not know of, or an unstage under a publication it did not record.
+//! The node side of a volume: the intent-recorded stage, publish, unpublish and
+//! unstage steps (see the module above for their order), their recovery after a crash,
+//! and a forced detach.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
 
-use super::layout::{PluginDirs, SharedPath};
-use super::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
-use crate::catalog::{Catalog, PluginProvider, Publication, Volume, VolumeOnNode};
-use crate::csi::client::{CsiClient, CsiError, NodeVolume};
-use crate::model::csi::{Capabilities, CsiSettings, Fingerprint, PluginKind, SnapshotInfo, Usage};
-use crate::state::{RecordTable, StateError, StateStore};
+use super::topology::{accessible_from, segments};
+use super::{CsiManager, CsiVolumeError};
+use crate::catalog::{Publication, Volume, VolumeOnNode};
+use crate::csi::client::{CsiClient, NodeVolume};
+use crate::csi::layout::{PluginDirs, SharedPath};
+use crate::csi::registry::PluginRegistration;
+use crate::model::csi::{Fingerprint, PluginKind, Usage};
+use crate::state::RecordTable;
 
 /// One volume's use on this node, persisted.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct VolumeUsage {
-    plugin_id: String,
-    external_id: String,
+pub(super) struct VolumeUsage {
+    pub(super) plugin_id: String,
+    pub(super) external_id: String,
     #[serde(default)]
-    secrets: HashMap<String, String>,
+    pub(super) secrets: HashMap<String, String>,
     /// The node id the controller published to, and the publish context it returned.
-    controller_published: Option<(String, HashMap<String, String>)>,
+    pub(super) controller_published: Option<(String, HashMap<String, String>)>,
     /// How the volume is staged on this node, at its one staging path
     /// (`staging/<volume>`), when it is.
     #[serde(default)]
-    staged: Option<StagedAs>,
+    pub(super) staged: Option<StagedAs>,
     /// Publications, by usage key.
-    stages: BTreeMap<String, StageUsage>,
+    pub(super) stages: BTreeMap<String, StageUsage>,
     /// The RPC under way (or cut short by a crash) whose outcome is not recorded yet.
     #[serde(default)]
-    pending: Option<Intent>,
+    pub(super) pending: Option<Intent>,
 }
 
 /// An RPC about to be made for a volume on this node, recorded durably before it is
@@ -61,7 +42,7 @@ struct VolumeUsage {
 /// serialised, so there is at most one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "rpc", rename_all = "snake_case")]
-enum Intent {
+pub(super) enum Intent {
     ControllerPublish { node_id: String },
     Stage { staged_as: StagedAs },
     Publish { alloc_id: String, key: String },
@@ -72,7 +53,7 @@ enum Intent {
 
 impl Intent {
     /// What is under way, as `berth volume status` says it.
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match self {
             Intent::ControllerPublish { node_id } => {
                 format!("ControllerPublishVolume to node {node_id:?}")
@@ -96,13 +77,13 @@ impl Intent {
 /// The capability a volume was staged with: every publication shares the stage, so
 /// they must agree on it (their readonly flags may differ).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct StagedAs {
+pub(super) struct StagedAs {
     attachment_mode: String,
     access_mode: String,
 }
 
 impl StagedAs {
-    fn of(usage: &Usage) -> StagedAs {
+    pub(super) fn of(usage: &Usage) -> StagedAs {
         StagedAs {
             attachment_mode: usage.attachment_mode.to_string(),
             access_mode: usage.access_mode.to_string(),
@@ -111,24 +92,24 @@ impl StagedAs {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct StageUsage {
+pub(super) struct StageUsage {
     /// Staged at this usage's own path (`staging/<volume>/<usage>`), as berth did before
     /// it staged once per volume: such a stage is unstaged there.
     #[serde(default)]
-    staged: bool,
+    pub(super) staged: bool,
     /// Allocs the volume is published to with this usage.
-    allocs: BTreeSet<String>,
+    pub(super) allocs: BTreeSet<String>,
 }
 
 impl VolumeUsage {
     /// Publications from the stage, a publication under way included: the stage is not
     /// idle while its outcome is unknown.
-    fn publications(&self) -> usize {
+    pub(super) fn publications(&self) -> usize {
         let pending = matches!(self.pending, Some(Intent::Publish { .. }));
         self.stages.values().map(|s| s.allocs.len()).sum::<usize>() + usize::from(pending)
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.stages.is_empty()
             && self.staged.is_none()
             && self.controller_published.is_none()
@@ -136,338 +117,17 @@ impl VolumeUsage {
     }
 }
 
-/// Why mounting, unmounting or creating a volume failed, in words a person can act on.
-#[derive(Debug, thiserror::Error)]
-pub enum CsiVolumeError {
-    #[error(transparent)]
-    Rpc(#[from] CsiError),
-    #[error(transparent)]
-    PluginUnavailable(#[from] PluginUnavailable),
-    #[error("fingerprinting CSI plugin {plugin:?}: {reason}")]
-    Fingerprint { plugin: String, reason: String },
-    #[error("{action} the usage of volume {volume:?}: {source}")]
-    Usage {
-        action: &'static str,
-        volume: String,
-        source: StateError,
-    },
-    #[error("creating {}: {source}", path.display())]
-    Dir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "CSI plugin {plugin:?} said it published volume {volume:?} at {}, but nothing is mounted at {} \
-         on the host: does the plugin task mount its stage_publish_base_dir with \
-         bidirectional propagation?",
-        plugin_path.display(),
-        host_path.display()
-    )]
-    NotPropagated {
-        plugin: String,
-        volume: String,
-        plugin_path: PathBuf,
-        host_path: PathBuf,
-    },
-    #[error("{source}; volume {volume:?} stays mounted for alloc {alloc} until the plugin is back")]
-    StaysMounted {
-        volume: String,
-        alloc: String,
-        source: Box<CsiVolumeError>,
-    },
-    #[error("{0} (creating a volume needs the plugin's controller)")]
-    NeedsController(Box<CsiVolumeError>),
-    #[error(
-        "CSI plugin {plugin:?} cannot create volumes (its controller lacks CREATE_DELETE_VOLUME); \
-         register an existing one with `berth volume register`"
-    )]
-    CannotCreate { plugin: String },
-    #[error(
-        "CSI plugin {plugin:?} cannot delete volumes (its controller lacks \
-         CREATE_DELETE_VOLUME); deregister it with `berth volume deregister` and remove it \
-         where the storage lives"
-    )]
-    CannotDelete { plugin: String },
-    #[error(
-        "volume {volume:?} is still staged or published on this node (an alloc is giving \
-         it back); delete it once it is released"
-    )]
-    StillInUse { volume: String },
-    #[error(
-        "CSI plugin {plugin:?} cannot {what} (its controller lacks {capability}); volume \
-         {volume:?} is unchanged"
-    )]
-    Lacks {
-        plugin: String,
-        volume: String,
-        what: &'static str,
-        capability: &'static str,
-    },
-    #[error(
-        "volume {volume:?} is accessible from {accessible} only, and CSI plugin {plugin:?} \
-         puts this node at {node}"
-    )]
-    NotAccessible {
-        volume: String,
-        plugin: String,
-        accessible: String,
-        node: String,
-    },
-    #[error("unmounting {} for volume {volume:?}: {source}", path.display())]
-    Unmount {
-        volume: String,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "volume {volume:?} has {current} bytes and asks for {wanted}: CSI volumes are \
-         expanded, never shrunk"
-    )]
-    Shrink {
-        volume: String,
-        current: i64,
-        wanted: i64,
-    },
-    #[error(
-        "volume {volume:?} is staged on this node as {staged} for other allocs, and \
-         {wanted} needs another stage; a volume has one staging path per node, so it can be \
-         used {wanted} only once those allocs have stopped"
-    )]
-    StagedOtherwise {
-        volume: String,
-        staged: String,
-        wanted: String,
-    },
-}
-
-pub struct CsiManager {
-    registry: Arc<PluginRegistry>,
-    store: Arc<StateStore>,
-    catalog: Arc<dyn Catalog>,
-    node_name: String,
-    settings: CsiSettings,
-    fingerprints: Mutex<BTreeMap<(PluginKind, String), (String, Fingerprint)>>,
-    /// One connection per plugin provider, reused by every operation: a new HTTP/2
-    /// connection per call would cost more than the call.
-    clients: Mutex<BTreeMap<(PluginKind, String), (String, CsiClient)>>,
-    volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
 /// A step done while mounting, undone if a later one fails.
-enum Done {
+pub(super) enum Done {
     ControllerPublished,
     Staged,
 }
 
 impl CsiManager {
-    pub fn new(
-        registry: Arc<PluginRegistry>,
-        store: Arc<StateStore>,
-        catalog: Arc<dyn Catalog>,
-        node_name: String,
-        settings: CsiSettings,
-    ) -> Arc<CsiManager> {
-        Arc::new(CsiManager {
-            registry,
-            store,
-            catalog,
-            node_name,
-            settings,
-            fingerprints: Mutex::default(),
-            clients: Mutex::default(),
-            volume_locks: Mutex::default(),
-        })
-    }
-
-    pub fn settings(&self) -> CsiSettings {
-        self.settings.clone()
-    }
-
-    /// Brings the catalog's plugin view in line with the registry, then follows the
-    /// registry's updates for as long as the agent runs.
-    pub fn start(self: &Arc<Self>) {
-        let events = self.registry.subscribe();
-        if let Ok(plugins) = self.catalog.plugins() {
-            for plugin in plugins {
-                for provider in plugin.providers {
-                    let current = self
-                        .registry
-                        .get(provider.kind, &provider.plugin_id)
-                        .is_some_and(|r| r.alloc_id == provider.alloc_id);
-                    if !current {
-                        let _ = self.catalog.remove_plugin_provider(
-                            &provider.plugin_id,
-                            provider.kind,
-                            &provider.alloc_id,
-                        );
-                    }
-                }
-            }
-        }
-        for plugin in self.registry.list() {
-            self.publish_provider(&plugin);
-        }
-        tokio::spawn(self.clone().follow(events));
-    }
-
-    async fn follow(self: Arc<Self>, mut events: broadcast::Receiver<RegistryEvent>) {
-        loop {
-            match events.recv().await {
-                Ok(RegistryEvent::Updated(plugin)) => {
-                    if plugin.healthy {
-                        self.fingerprint(&plugin).await;
-                        if plugin.kind == PluginKind::Node {
-                            tokio::spawn(self.clone().reconcile(plugin.clone()));
-                        }
-                    }
-                    self.publish_provider(&plugin);
-                }
-                Ok(RegistryEvent::Removed { kind, id, alloc_id }) => {
-                    self.fingerprints
-                        .lock()
-                        .unwrap()
-                        .remove(&(kind, id.clone()));
-                    self.clients.lock().unwrap().remove(&(kind, id.clone()));
-                    if let Err(error) = self.catalog.remove_plugin_provider(&id, kind, &alloc_id) {
-                        tracing::error!(plugin = %id, %error, "removing the plugin from the catalog");
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(
-                        missed,
-                        "the CSI manager fell behind the plugin registry; resyncing"
-                    );
-                    for plugin in self.registry.list() {
-                        self.publish_provider(&plugin);
-                    }
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    }
-
-    fn publish_provider(&self, plugin: &PluginRegistration) {
-        let provider = PluginProvider {
-            plugin_id: plugin.id.clone(),
-            kind: plugin.kind,
-            alloc_id: plugin.alloc_id.clone(),
-            node: self.node_name.clone(),
-            healthy: plugin.healthy,
-            health: plugin.health.clone(),
-            fingerprint: self.fingerprint_of(plugin),
-        };
-        if let Err(error) = self.catalog.put_plugin_provider(provider) {
-            tracing::error!(plugin = %plugin.id, %error, "recording the plugin in the catalog");
-        }
-    }
-
-    fn fingerprint_of(&self, plugin: &PluginRegistration) -> Option<Fingerprint> {
-        self.fingerprints
-            .lock()
-            .unwrap()
-            .get(&(plugin.kind, plugin.id.clone()))
-            .filter(|(alloc, _)| *alloc == plugin.alloc_id)
-            .map(|(_, fingerprint)| fingerprint.clone())
-    }
-
-    /// The client of the plugin's current provider (a new one when the provider or its
-    /// socket changed).
-    pub fn client(&self, plugin: &PluginRegistration) -> CsiClient {
-        let mut clients = self.clients.lock().unwrap();
-        let key = (plugin.kind, plugin.id.clone());
-        if let Some((alloc, client)) = clients.get(&key)
-            && *alloc == plugin.alloc_id
-            && client.socket() == plugin.socket
-        {
-            return client.clone();
-        }
-        let client = CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts);
-        clients.insert(key, (plugin.alloc_id.clone(), client.clone()));
-        client
-    }
-
-    /// Asks the plugin who it is, whether it is ready, and what it can do; cached per
-    /// providing alloc.
-    pub async fn fingerprint(&self, plugin: &PluginRegistration) -> Fingerprint {
-        if let Some(known) = self.fingerprint_of(plugin).filter(|f| f.error.is_none()) {
-            return known;
-        }
-        let client = self.client(plugin);
-        let result = async {
-            let (name, vendor_version) = client.plugin_info().await?;
-            let controller_service = client.plugin_capabilities().await?;
-            let ready = client.probe().await?;
-            let mut fingerprint = Fingerprint {
-                name,
-                vendor_version,
-                node_id: None,
-                topology: BTreeMap::new(),
-                capabilities: Capabilities {
-                    controller_service,
-                    ..Capabilities::default()
-                },
-                error: (!ready).then(|| "its Probe says it is not ready yet".to_string()),
-            };
-            match plugin.kind {
-                PluginKind::Node => {
-                    let (node_id, topology) = client.node_info().await?;
-                    fingerprint.node_id = Some(node_id);
-                    fingerprint.topology = topology;
-                    let (stages, expands) = client.node_capabilities().await?;
-                    fingerprint.capabilities.stage_unstage = stages;
-                    fingerprint.capabilities.node_expand = expands;
-                }
-                PluginKind::Controller => {
-                    client
-                        .controller_capabilities(&mut fingerprint.capabilities)
-                        .await?;
-                }
-            }
-            Ok::<_, super::client::CsiError>(fingerprint)
-        }
-        .await;
-        let fingerprint = result.unwrap_or_else(|error| Fingerprint {
-            error: Some(error.to_string()),
-            ..Fingerprint::default()
-        });
-        self.fingerprints.lock().unwrap().insert(
-            (plugin.kind, plugin.id.clone()),
-            (plugin.alloc_id.clone(), fingerprint.clone()),
-        );
-        fingerprint
-    }
-
-    /// The healthy, fingerprinted plugin, waiting for it up to the plugin wait.
-    async fn ready(
+    pub(super) fn usage_record(
         &self,
-        kind: PluginKind,
-        id: &str,
-    ) -> Result<(PluginRegistration, CsiClient, Fingerprint), CsiVolumeError> {
-        let plugin = self
-            .registry
-            .wait_for_healthy(kind, id, self.settings.plugin_wait)
-            .await?;
-        let fingerprint = self.fingerprint(&plugin).await;
-        if let Some(error) = &fingerprint.error {
-            return Err(CsiVolumeError::Fingerprint {
-                plugin: id.to_string(),
-                reason: error.clone(),
-            });
-        }
-        let client = self.client(&plugin);
-        Ok((plugin, client, fingerprint))
-    }
-
-    fn volume_lock(&self, volume_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.volume_locks
-            .lock()
-            .unwrap()
-            .entry(volume_id.to_string())
-            .or_default()
-            .clone()
-    }
-
-    fn usage_record(&self, volume_id: &str) -> Result<Option<VolumeUsage>, CsiVolumeError> {
+        volume_id: &str,
+    ) -> Result<Option<VolumeUsage>, CsiVolumeError> {
         self.store
             .record(RecordTable::CsiUsage, volume_id)
             .map_err(|source| CsiVolumeError::Usage {
@@ -477,7 +137,11 @@ impl CsiManager {
             })
     }
 
-    fn save_usage(&self, volume_id: &str, usage: &VolumeUsage) -> Result<(), CsiVolumeError> {
+    pub(super) fn save_usage(
+        &self,
+        volume_id: &str,
+        usage: &VolumeUsage,
+    ) -> Result<(), CsiVolumeError> {
         let result = if usage.is_empty() {
             self.store.remove_record(RecordTable::CsiUsage, volume_id)
         } else {
@@ -492,7 +156,7 @@ impl CsiManager {
     }
 
     /// Records, durably, the RPC about to be made for the volume.
-    fn begin(
+    pub(super) fn begin(
         &self,
         volume_id: &str,
         record: &mut VolumeUsage,
@@ -507,7 +171,7 @@ impl CsiManager {
     /// release step finished, each with the call the CSI spec makes idempotent
     /// (unpublishing or unstaging what is not there is success). Until it is resolved the
     /// volume is treated as possibly published, so its stage is not pulled.
-    async fn resolve_pending(
+    pub(super) async fn resolve_pending(
         &self,
         client: &CsiClient,
         node: &PluginRegistration,
@@ -571,7 +235,7 @@ impl CsiManager {
     /// mid-operation, say): stages no alloc uses any more are unstaged, and a volume with
     /// no stage left is controller-unpublished. Runs whenever a node plugin turns
     /// healthy; the persisted usage says what is left.
-    async fn reconcile(self: Arc<Self>, plugin: PluginRegistration) {
+    pub(super) async fn reconcile(self: Arc<Self>, plugin: PluginRegistration) {
         let volume_ids: Vec<String> =
             match self.store.records::<VolumeUsage>(RecordTable::CsiUsage, "") {
                 Ok((records, _)) => records
@@ -726,7 +390,7 @@ impl CsiManager {
         clippy::too_many_arguments,
         reason = "one step list, split out for its undo"
     )]
-    async fn mount_steps(
+    pub(super) async fn mount_steps(
         &self,
         alloc_id: &str,
         volume: &Volume,
@@ -841,70 +505,9 @@ impl CsiManager {
         Ok(target.host)
     }
 
-    /// ControllerPublishVolume when the plugin has a controller that publishes; the
-    /// node id and publish context, or `None` when there is nothing to do.
-    async fn controller_publish(
-        &self,
-        volume: &Volume,
-        usage: Usage,
-        node: &Fingerprint,
-        record: &mut VolumeUsage,
-    ) -> Result<Option<(String, HashMap<String, String>)>, CsiVolumeError> {
-        let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
-            return Ok(None);
-        };
-        let (_, client, fingerprint) = self.ready(PluginKind::Controller, &controller.id).await?;
-        if !fingerprint.capabilities.controller_publish {
-            return Ok(None);
-        }
-        let node_id = node.node_id.clone().unwrap_or_default();
-        let no_context = HashMap::new();
-        let request = NodeVolume {
-            external_id: &volume.external_id,
-            usage,
-            publish_context: &no_context,
-            volume_context: &volume.context,
-            secrets: &volume.secrets,
-        };
-        self.begin(
-            &volume.id,
-            record,
-            Intent::ControllerPublish {
-                node_id: node_id.clone(),
-            },
-        )?;
-        let context = client.controller_publish(&request, &node_id).await?;
-        Ok(Some((node_id, context)))
-    }
-
-    async fn controller_unpublish(
-        &self,
-        volume_id: &str,
-        record: &mut VolumeUsage,
-    ) -> Result<(), CsiVolumeError> {
-        let Some((node_id, _)) = record.controller_published.clone() else {
-            return Ok(());
-        };
-        // Only once nothing is staged or published on this node (the spec's order); what
-        // is left is unpublished when the last stage goes.
-        if record.staged.is_some() || !record.stages.is_empty() || record.pending.is_some() {
-            return Ok(());
-        }
-        let (_, client, _) = self
-            .ready(PluginKind::Controller, &record.plugin_id)
-            .await?;
-        self.begin(volume_id, record, Intent::ControllerUnpublish)?;
-        client
-            .controller_unpublish(&record.external_id, &node_id, &record.secrets)
-            .await?;
-        record.controller_published = None;
-        record.pending = None;
-        self.save_usage(volume_id, record)
-    }
-
     /// Unstages the volume from its one staging path; the caller has checked that no
     /// publication is left.
-    async fn unstage(
+    pub(super) async fn unstage(
         &self,
         client: &CsiClient,
         node: &PluginRegistration,
@@ -927,7 +530,7 @@ impl CsiManager {
 
     /// Forgets usage `key`, which no alloc is published with any more; a stage at its
     /// own path (recorded by an older berth) is unstaged there.
-    async fn unstage_legacy(
+    pub(super) async fn unstage_legacy(
         &self,
         client: &CsiClient,
         node: &PluginRegistration,
@@ -1015,48 +618,6 @@ impl CsiManager {
         self.save_usage(volume_id, &record)
     }
 
-    /// CreateVolume through the plugin's controller; the volume as the catalog keeps it.
-    pub async fn create_volume(
-        &self,
-        mut volume: Volume,
-        capacity: (i64, i64),
-    ) -> Result<Volume, CsiVolumeError> {
-        let (_, client, fingerprint) = self
-            .ready(PluginKind::Controller, &volume.plugin_id)
-            .await
-            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
-        if !fingerprint.capabilities.create_delete {
-            return Err(CsiVolumeError::CannotCreate {
-                plugin: volume.plugin_id.clone(),
-            });
-        }
-        let usages: Vec<Usage> = volume
-            .capabilities
-            .iter()
-            .map(|c| Usage {
-                access_mode: c.access_mode,
-                attachment_mode: c.attachment_mode,
-                read_only: c.access_mode.read_only(),
-            })
-            .collect();
-        let created = client
-            .create_volume(
-                &volume.name,
-                capacity,
-                &usages,
-                &volume.parameters,
-                &volume.secrets,
-            )
-            .await?;
-        volume.external_id = created.external_id;
-        volume.capacity_bytes = created.capacity_bytes;
-        volume.context = created.context;
-        volume.accessible_topology = created.accessible_topology;
-        Ok(volume)
-    }
-}
-
-impl CsiManager {
     /// How this node stages and publishes the volume, from its usage record; `None` when
     /// it does not use it.
     pub fn on_node(&self, volume_id: &str) -> Option<VolumeOnNode> {
@@ -1082,34 +643,6 @@ impl CsiManager {
         })
     }
 
-    /// DeleteVolume through the plugin's controller. The caller has checked that
-    /// nothing claims the volume; a volume this node still stages or publishes (its
-    /// usage record says so) is refused here too.
-    pub async fn delete_volume(&self, volume: &Volume) -> Result<(), CsiVolumeError> {
-        let lock = self.volume_lock(&volume.id);
-        let _serialised = lock.lock().await;
-        if self.usage_record(&volume.id)?.is_some() {
-            return Err(CsiVolumeError::StillInUse {
-                volume: volume.id.clone(),
-            });
-        }
-        let (_, client, fingerprint) = self
-            .ready(PluginKind::Controller, &volume.plugin_id)
-            .await
-            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
-        if !fingerprint.capabilities.create_delete {
-            return Err(CsiVolumeError::CannotDelete {
-                plugin: volume.plugin_id.clone(),
-            });
-        }
-        client
-            .delete_volume(&volume.external_id, &volume.secrets)
-            .await?;
-        Ok(())
-    }
-}
-
-impl CsiManager {
     /// Gives up on the plugin for `volume_id` on this node, as an operator forcing a
     /// detach asks: unmounts its publications of `allocs` (finished allocs; the caller
     /// checked) and, once none is left, its stage, on the host, and forgets them; the
@@ -1179,173 +712,11 @@ impl CsiManager {
             "forced a detach without the plugin");
         Ok(unmounted)
     }
-
-    /// The plugin's controller, which must have `capability` (`has`) to `what`.
-    async fn controller_for(
-        &self,
-        plugin_id: &str,
-        volume: &str,
-        what: &'static str,
-        capability: &'static str,
-        has: fn(&Capabilities) -> bool,
-    ) -> Result<CsiClient, CsiVolumeError> {
-        let (_, client, fingerprint) = self
-            .ready(PluginKind::Controller, plugin_id)
-            .await
-            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
-        if !has(&fingerprint.capabilities) {
-            return Err(CsiVolumeError::Lacks {
-                plugin: plugin_id.to_string(),
-                volume: volume.to_string(),
-                what,
-                capability,
-            });
-        }
-        Ok(client)
-    }
-
-    /// CreateSnapshot of `volume`, named `name` (the spec's idempotency key: the same
-    /// name again is the same snapshot).
-    pub async fn create_snapshot(
-        &self,
-        volume: &Volume,
-        name: &str,
-    ) -> Result<SnapshotInfo, CsiVolumeError> {
-        let client = self
-            .controller_for(
-                &volume.plugin_id,
-                &volume.id,
-                "take snapshots",
-                "CREATE_DELETE_SNAPSHOT",
-                |c| c.snapshots,
-            )
-            .await?;
-        Ok(client
-            .create_snapshot(&volume.external_id, name, &volume.secrets)
-            .await?)
-    }
-
-    /// DeleteSnapshot through `plugin_id`'s controller.
-    pub async fn delete_snapshot(
-        &self,
-        plugin_id: &str,
-        snapshot_id: &str,
-    ) -> Result<(), CsiVolumeError> {
-        let client = self
-            .controller_for(
-                plugin_id,
-                snapshot_id,
-                "delete snapshots",
-                "CREATE_DELETE_SNAPSHOT",
-                |c| c.snapshots,
-            )
-            .await?;
-        Ok(client.delete_snapshot(snapshot_id, &HashMap::new()).await?)
-    }
-
-    /// ListSnapshots of `plugin_id`'s controller.
-    pub async fn list_snapshots(
-        &self,
-        plugin_id: &str,
-    ) -> Result<Vec<SnapshotInfo>, CsiVolumeError> {
-        let client = self
-            .controller_for(plugin_id, "", "list snapshots", "LIST_SNAPSHOTS", |c| {
-                c.list_snapshots
-            })
-            .await?;
-        Ok(client.list_snapshots().await?)
-    }
-
-    /// Expands `volume` to at least `required` bytes: ControllerExpandVolume, then, when
-    /// the plugin says the nodes must follow and this node publishes it,
-    /// NodeExpandVolume at each publication. The new capacity.
-    pub async fn expand_volume(
-        &self,
-        volume: &Volume,
-        required: i64,
-    ) -> Result<i64, CsiVolumeError> {
-        if required < volume.capacity_bytes {
-            return Err(CsiVolumeError::Shrink {
-                volume: volume.id.clone(),
-                current: volume.capacity_bytes,
-                wanted: required,
-            });
-        }
-        let lock = self.volume_lock(&volume.id);
-        let _serialised = lock.lock().await;
-        let client = self
-            .controller_for(
-                &volume.plugin_id,
-                &volume.id,
-                "expand volumes",
-                "EXPAND_VOLUME",
-                |c| c.controller_expand,
-            )
-            .await?;
-        let usage = volume
-            .capabilities
-            .first()
-            .map(|c| Usage {
-                access_mode: c.access_mode,
-                attachment_mode: c.attachment_mode,
-                read_only: false,
-            })
-            .unwrap_or(Usage {
-                access_mode: crate::model::csi::AccessMode::SingleNodeWriter,
-                attachment_mode: crate::model::csi::AttachmentMode::FileSystem,
-                read_only: false,
-            });
-        let (capacity, node_required) = client
-            .controller_expand(&volume.external_id, required, usage, &volume.secrets)
-            .await?;
-        let record = self.usage_record(&volume.id)?;
-        if let Some(record) = record.filter(|_| node_required) {
-            let (node, node_client, fingerprint) =
-                self.ready(PluginKind::Node, &volume.plugin_id).await?;
-            if fingerprint.capabilities.node_expand {
-                let staging = node.dirs.staging_volume(&volume.id);
-                let staged = record.staged.is_some().then_some(staging.plugin.as_path());
-                for (key, stage) in &record.stages {
-                    for alloc in &stage.allocs {
-                        let target = node.dirs.publish(alloc, &volume.id, key);
-                        node_client
-                            .node_expand(
-                                &volume.external_id,
-                                &target.plugin,
-                                staged,
-                                required,
-                                usage,
-                            )
-                            .await?;
-                    }
-                }
-            }
-        }
-        Ok(if capacity > 0 { capacity } else { required })
-    }
-}
-
-/// Whether a volume accessible from `accessible` (any one of them; none: anywhere) can be
-/// used on a node at `node` (CSI: a topology matches when all its segments do).
-fn accessible_from(
-    accessible: &[BTreeMap<String, String>],
-    node: &BTreeMap<String, String>,
-) -> bool {
-    accessible.is_empty()
-        || accessible
-            .iter()
-            .any(|topology| topology.iter().all(|(k, v)| node.get(k) == Some(v)))
-}
-
-/// `{zone=a, rack=r1}`; `{}` for none.
-fn segments(topology: &BTreeMap<String, String>) -> String {
-    let pairs: Vec<String> = topology.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{{{}}}", pairs.join(", "))
 }
 
 /// Makes `path`, below the plugin's tree `base`, through no link: the plugin writes in
 /// its tree and could otherwise make the agent create directories anywhere.
-fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError> {
+pub(super) fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError> {
     let error = |source| CsiVolumeError::Dir {
         path: path.to_path_buf(),
         source,
@@ -1361,7 +732,7 @@ fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError> {
 }
 
 /// Removes `path` and its empty parents up to (not including) `stop`.
-fn remove_empty_dirs(path: &Path, stop: &Path) {
+pub(super) fn remove_empty_dirs(path: &Path, stop: &Path) {
     let mut current = Some(path);
     while let Some(dir) = current {
         if dir == stop || !dir.starts_with(stop) || crate::mount::shared::is_mount_point(dir) {
@@ -1371,5 +742,68 @@ fn remove_empty_dirs(path: &Path, stop: &Path) {
             return;
         }
         current = dir.parent();
+    }
+}
+
+impl CsiManager {
+    /// ControllerPublishVolume when the plugin has a controller that publishes; the
+    /// node id and publish context, or `None` when there is nothing to do.
+    pub(super) async fn controller_publish(
+        &self,
+        volume: &Volume,
+        usage: Usage,
+        node: &Fingerprint,
+        record: &mut VolumeUsage,
+    ) -> Result<Option<(String, HashMap<String, String>)>, CsiVolumeError> {
+        let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
+            return Ok(None);
+        };
+        let (_, client, fingerprint) = self.ready(PluginKind::Controller, &controller.id).await?;
+        if !fingerprint.capabilities.controller_publish {
+            return Ok(None);
+        }
+        let node_id = node.node_id.clone().unwrap_or_default();
+        let no_context = HashMap::new();
+        let request = NodeVolume {
+            external_id: &volume.external_id,
+            usage,
+            publish_context: &no_context,
+            volume_context: &volume.context,
+            secrets: &volume.secrets,
+        };
+        self.begin(
+            &volume.id,
+            record,
+            Intent::ControllerPublish {
+                node_id: node_id.clone(),
+            },
+        )?;
+        let context = client.controller_publish(&request, &node_id).await?;
+        Ok(Some((node_id, context)))
+    }
+
+    pub(super) async fn controller_unpublish(
+        &self,
+        volume_id: &str,
+        record: &mut VolumeUsage,
+    ) -> Result<(), CsiVolumeError> {
+        let Some((node_id, _)) = record.controller_published.clone() else {
+            return Ok(());
+        };
+        // Only once nothing is staged or published on this node (the spec's order); what
+        // is left is unpublished when the last stage goes.
+        if record.staged.is_some() || !record.stages.is_empty() || record.pending.is_some() {
+            return Ok(());
+        }
+        let (_, client, _) = self
+            .ready(PluginKind::Controller, &record.plugin_id)
+            .await?;
+        self.begin(volume_id, record, Intent::ControllerUnpublish)?;
+        client
+            .controller_unpublish(&record.external_id, &node_id, &record.secrets)
+            .await?;
+        record.controller_published = None;
+        record.pending = None;
+        self.save_usage(volume_id, record)
     }
 }

@@ -1,0 +1,221 @@
+//! Garbage collection of finished allocs and jobs, as Nomad's client does it:
+//! beyond `gc { max_allocs }`, or oldest first while the data dir's disk is past
+//! `disk_usage_threshold`; a periodic pass and one after each alloc ends.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Agent, AllocEntry};
+use crate::alloc_runner::AllocStatus;
+use crate::jobspec::{self};
+
+/// What one garbage collection forgot: finished allocs, and the jobs that had nothing
+/// left once they went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Garbage {
+    pub allocs: Vec<String>,
+    #[serde(default)]
+    pub jobs: Vec<String>,
+}
+
+pub(super) struct CollectedAlloc {
+    alloc: String,
+    job: Option<String>,
+}
+
+impl Agent {
+    /// Collects the finished allocs beyond the newest `gc { max_allocs }`, and more while
+    /// the data dir's disk is fuller than `gc`'s thresholds: their records first, then
+    /// their directories. An alloc with anything still mounted below its
+    /// directory is kept (removing the directory would reach into the mount) and the
+    /// agent's log says so. The ids collected, oldest first.
+    pub fn collect_garbage(&self) -> Garbage {
+        let mut garbage = Garbage::default();
+        for id in self.collect_allocs() {
+            garbage.allocs.push(id.alloc);
+            garbage.jobs.extend(id.job);
+        }
+        garbage.jobs.sort();
+        garbage
+    }
+
+    /// The finished allocs beyond `max_allocs`, and more while the data dir's disk is
+    /// fuller than the thresholds, oldest first; and each job whose last alloc that was.
+    pub(super) fn collect_allocs(&self) -> Vec<CollectedAlloc> {
+        let keep = self.node.config.gc.max_allocs;
+        let mut finished: Vec<(u64, AllocEntry)> = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|a| *a.finished.borrow())
+            .map(|a| (finished_at(&a.runner.status()), a.clone()))
+            .collect();
+        if finished.len() <= keep && self.disk_pressure().is_none() {
+            return Vec::new();
+        }
+        finished.sort_by_key(|(at, _)| *at);
+        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+            tracing::warn!("garbage collection skipped: the mount table is unreadable");
+            return Vec::new();
+        };
+        let mut left = finished.len();
+        let mut collected = Vec::new();
+        for (_, entry) in finished {
+            if left <= keep {
+                match self.disk_pressure() {
+                    None => break,
+                    Some(why) => tracing::info!(alloc = %entry.runner.id, %why,
+                        "collecting a finished alloc within max_allocs: the disk is full"),
+                }
+            }
+            left -= 1;
+            if self.collect(&entry, &mounts) {
+                collected.push(CollectedAlloc {
+                    alloc: entry.runner.id.clone(),
+                    job: self.collect_job_of(&entry),
+                });
+            }
+        }
+        collected
+    }
+
+    /// Groups whose `ephemeral_disk` is larger than the data dir's whole filesystem.
+    pub(super) fn disk_problems(&self, job: &jobspec::Job) -> Vec<jobspec::Problem> {
+        let Ok(stats) = rustix::fs::statvfs(&self.node.data_dir) else {
+            return Vec::new();
+        };
+        let node_mb = stats.f_blocks.saturating_mul(stats.f_frsize) / crate::model::limits::MIB;
+        job.groups
+            .iter()
+            .filter(|g| g.ephemeral_disk_mb > node_mb)
+            .map(|g| jobspec::Problem {
+                path: format!("job.{}.group.{}.ephemeral_disk", job.name, g.name),
+                at: None,
+                message: format!(
+                    "group {:?} asks for {} MB of ephemeral_disk; this node's data dir has {} MB \
+                     in all",
+                    g.name, g.ephemeral_disk_mb, node_mb
+                ),
+            })
+            .collect()
+    }
+
+    /// Why the data dir's filesystem is fuller than `gc`'s thresholds, if it is.
+    pub(super) fn disk_pressure(&self) -> Option<String> {
+        let gc = &self.node.config.gc;
+        let stats = rustix::fs::statvfs(&self.node.data_dir).ok()?;
+        let percent =
+            |free: u64, total: u64| (total > 0).then(|| 100 * total.saturating_sub(free) / total);
+        if let Some(used) = percent(stats.f_bfree, stats.f_blocks)
+            && used > u64::from(gc.disk_usage_threshold)
+        {
+            return Some(format!(
+                "{used}% of its disk in use (disk_usage_threshold = {})",
+                gc.disk_usage_threshold
+            ));
+        }
+        if let Some(used) = percent(stats.f_ffree, stats.f_files)
+            && used > u64::from(gc.inode_usage_threshold)
+        {
+            return Some(format!(
+                "{used}% of its inodes in use (inode_usage_threshold = {})",
+                gc.inode_usage_threshold
+            ));
+        }
+        None
+    }
+
+    /// Forgets the job of a collected alloc when nothing of it is left: no other alloc,
+    /// and the job is still the version that alloc ran (a job submitted again since is a
+    /// new version, kept). Returns the job's id when it was collected.
+    pub(super) fn collect_job_of(&self, collected: &AllocEntry) -> Option<String> {
+        let name = &collected.runner.job.name;
+        let mut jobs = self.jobs.lock().unwrap();
+        let same_version = jobs
+            .get(name)
+            .is_some_and(|entry| Arc::ptr_eq(&entry.job, &collected.runner.job));
+        let others = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .any(|a| &a.runner.job.name == name);
+        if !same_version || others {
+            return None;
+        }
+        if let Err(error) = self.node.store.remove_job(name) {
+            tracing::error!(job = %name, %error, "collecting a finished job's record");
+            return None;
+        }
+        jobs.remove(name);
+        Some(name.clone())
+    }
+
+    /// Forgets one finished alloc: its records, then its directory. Refused (false) while
+    /// anything is mounted below the directory.
+    pub(super) fn collect(
+        &self,
+        entry: &AllocEntry,
+        mounts: &[crate::mount::mountinfo::MountEntry],
+    ) -> bool {
+        let id = &entry.runner.id;
+        if entry.runner.holds_csi_volumes() {
+            // Its record says what to give back, and the give-back is still trying.
+            return false;
+        }
+        let root = entry.runner.alloc_dir.root();
+        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
+            tracing::warn!(alloc = %id, mount = %mount.mount_point.display(),
+                "not collecting a finished alloc: something is still mounted in it");
+            return false;
+        }
+        if let Err(error) = self.node.store.remove_alloc(id) {
+            tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
+            return false;
+        }
+        self.allocs.lock().unwrap().remove(id);
+        match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(alloc = %id, %error,
+                "removing a collected alloc's directory"),
+        }
+        true
+    }
+}
+
+/// Collects finished allocs every `gc { interval }`, for as long as the agent lives.
+pub(super) fn spawn_garbage_collector(agent: &Arc<Agent>) {
+    let interval = agent.node.config.gc.interval;
+    let agent = Arc::downgrade(agent);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let Some(agent) = agent.upgrade() else {
+                return;
+            };
+            let collected = agent.collect_garbage();
+            if !collected.allocs.is_empty() {
+                tracing::info!(
+                    allocs = collected.allocs.len(),
+                    jobs = collected.jobs.len(),
+                    "collected finished allocs and jobs"
+                );
+            }
+        }
+    });
+}
+
+/// When an alloc finished: its last task event (0 without any).
+pub(super) fn finished_at(status: &AllocStatus) -> u64 {
+    status
+        .tasks
+        .values()
+        .filter_map(|task| task.events.last())
+        .map(|event| event.time_ms)
+        .max()
+        .unwrap_or(0)
+}

@@ -1,0 +1,237 @@
+//! Submitting a job: the checks (who may run what, ports, the jobspec against this
+//! node), then its record and its allocs' records in one transaction before any alloc
+//! runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Agent, AllocEntry, JobEntry, SubmitError, Submitted, Submitter, now_ms, spawn_runner};
+use crate::alloc_runner::AllocRunner;
+use crate::jobspec::{self, Job, JobspecError};
+use crate::state::JobRecord;
+
+impl Agent {
+    /// Parses, validates and runs a job. A job with the name of a running one replaces
+    /// it: the old allocs are stopped (and waited for) before the new ones start.
+    pub async fn submit(&self, source_name: &str, source: &str) -> Result<Submitted, SubmitError> {
+        self.submit_with(source_name, source, &Default::default())
+            .await
+    }
+
+    /// [`Agent::submit`] with values for the jobspec's variables, as the operator.
+    pub async fn submit_with(
+        &self,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<Submitted, SubmitError> {
+        self.submit_as(Submitter::Operator, source_name, source, variables)
+            .await
+    }
+
+    /// [`Agent::submit_with`] for `submitter`: a job that runs a CSI plugin needs the
+    /// operator, or a token of scope `plugin`.
+    pub async fn submit_as(
+        &self,
+        submitter: Submitter,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<Submitted, SubmitError> {
+        let job =
+            jobspec::parse_with(source_name, source, variables).map_err(SubmitError::Invalid)?;
+        let refused = plugin_tasks_refused(&job, submitter);
+        if !refused.is_empty() {
+            return Err(SubmitError::Invalid(JobspecError {
+                file: source_name.to_string(),
+                problems: refused,
+            }));
+        }
+        let problems = crate::validate::validate(
+            &job,
+            &self.node.drivers,
+            &self.node.hooks,
+            &self.node.config,
+            Some(self.node.csi.catalog.as_ref()),
+        )
+        .await;
+        let mut problems = problems;
+        problems.extend(self.disk_problems(&job));
+        if !problems.is_empty() {
+            return Err(SubmitError::Invalid(JobspecError {
+                file: source_name.to_string(),
+                problems,
+            }));
+        }
+        let _one_at_a_time = self.submitting.lock().await;
+        let places = job.periodic.is_none() && job.parameterized.is_none();
+        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
+            return Err(SubmitError::Refused(why));
+        }
+        let replaced = self.stop_allocs_of(&job.name).await;
+        self.forget_allocs_of(&job.name);
+        let record = JobRecord {
+            id: job.name.clone(),
+            source_name: source_name.to_string(),
+            source: source.to_string(),
+            variables: variables.clone(),
+            submitted_ms: now_ms(),
+            stopped: false,
+            child_of: None,
+        };
+        let job = Arc::new(job);
+        // A periodic or parameterized job places nothing itself: its children do.
+        let alloc_ids = if job.periodic.is_some() || job.parameterized.is_some() {
+            self.record_job(record, job.clone())?;
+            Vec::new()
+        } else {
+            self.record_and_place(record, job.clone())?
+        };
+        Ok(Submitted {
+            job_id: job.name.clone(),
+            alloc_ids,
+            replaced,
+            warnings: job
+                .warnings
+                .iter()
+                .map(|w| format!("{source_name}:{w}"))
+                .collect(),
+        })
+    }
+
+    /// The ports the running allocs hold (static and dynamic), and which alloc holds
+    /// each; without the allocs of job `except`, which are about to be replaced.
+    pub(super) fn port_holders(&self, except: Option<&str>) -> BTreeMap<u16, String> {
+        let mut holders = BTreeMap::new();
+        for entry in self.allocs.lock().unwrap().values() {
+            if *entry.finished.borrow() || Some(entry.runner.job.name.as_str()) == except {
+                continue;
+            }
+            for number in entry.runner.group.ports.iter().filter_map(|p| p.number) {
+                holders.insert(number, entry.runner.name.clone());
+            }
+        }
+        holders
+    }
+
+    /// Why `job` cannot be placed here for its static ports: one a running alloc holds,
+    /// or one its own allocs would share (`count` > 1). A static port is one alloc's on a
+    /// node, as Nomad's scheduler has it. Checked before an older version is stopped.
+    pub(super) fn static_port_clash(&self, job: &Job) -> Option<String> {
+        let mut holders = self.port_holders(Some(&job.name));
+        for group in &job.groups {
+            for alloc_index in 0..group.count {
+                let name = format!("{}.{}[{alloc_index}]", job.name, group.name);
+                for port in &group.ports {
+                    let Some(number) = port.number else { continue };
+                    if let Some(holder) = holders.insert(number, name.clone()) {
+                        return Some(format!(
+                            "{name} cannot have static port {number} (port {:?}): {holder} \
+                             holds it on this node",
+                            port.label
+                        ));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Records the job (durably) and keeps it in the job table.
+    pub(super) fn record_job(&self, record: JobRecord, job: Arc<Job>) -> Result<(), SubmitError> {
+        self.node.store.put_job(&record)?;
+        self.jobs
+            .lock()
+            .unwrap()
+            .insert(record.id.clone(), JobEntry { record, job });
+        Ok(())
+    }
+
+    /// Records the job and all its allocs in one transaction, then starts the allocs;
+    /// their ids. An agent killed in between comes back with the job and every alloc,
+    /// or with neither.
+    pub(super) fn record_and_place(
+        &self,
+        record: JobRecord,
+        job: Arc<Job>,
+    ) -> Result<Vec<String>, SubmitError> {
+        // Dynamic ports avoid what running allocs hold and this job's static ports.
+        let mut in_use: std::collections::BTreeSet<u16> = self
+            .port_holders(None)
+            .into_keys()
+            .chain(
+                job.groups
+                    .iter()
+                    .flat_map(|g| g.ports.iter().filter_map(|p| p.number)),
+            )
+            .collect();
+        let mut allocs = Vec::new();
+        for (group_index, group) in job.groups.iter().enumerate() {
+            for alloc_index in 0..group.count {
+                let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)
+                    .map_err(|e| SubmitError::Refused(format!("group {:?}: {e}", group.name)))?;
+                allocs.push(AllocRunner::new_record(
+                    &job,
+                    group_index,
+                    alloc_index,
+                    ports,
+                ));
+            }
+        }
+        self.node.store.put_job_and_allocs(&record, &allocs)?;
+        self.jobs.lock().unwrap().insert(
+            record.id.clone(),
+            JobEntry {
+                record,
+                job: job.clone(),
+            },
+        );
+        let runners: Vec<Arc<AllocRunner>> = allocs
+            .into_iter()
+            .map(|alloc| AllocRunner::recorded(job.clone(), alloc, self.node.clone()))
+            .collect();
+        let alloc_ids = runners.iter().map(|r| r.id.clone()).collect();
+        let mut allocs = self.allocs.lock().unwrap();
+        for runner in runners {
+            let finished = spawn_runner(runner.clone());
+            allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
+        }
+        Ok(alloc_ids)
+    }
+}
+
+/// The `csi_plugin` tasks of `job` that `submitter` may not run: a plugin task sees the
+/// volumes it serves and, granted by the operator, mounts on the node, so it needs more
+/// than a submit token (Nomad's `csi-register-plugin` capability).
+pub(super) fn plugin_tasks_refused(
+    job: &jobspec::Job,
+    submitter: Submitter,
+) -> Vec<jobspec::Problem> {
+    if matches!(
+        submitter,
+        Submitter::Operator
+            | Submitter::Token {
+                may_run_plugins: true
+            }
+    ) {
+        return Vec::new();
+    }
+    job.groups
+        .iter()
+        .flat_map(|g| g.tasks.iter().map(move |t| (g, t)))
+        .filter(|(_, t)| t.csi_plugin.is_some())
+        .map(|(group, task)| jobspec::Problem {
+            path: format!(
+                "job.{}.group.{}.task.{}.csi_plugin",
+                job.name, group.name, task.name
+            ),
+            at: Some(task.at),
+            message: format!(
+                "task {:?} runs a CSI plugin, which needs the operator's authorization: \
+                 submit it through the agent's Unix socket, or with a token of scope \
+                 \"plugin\"",
+                task.name
+            ),
+        })
+        .collect()
+}

@@ -1,0 +1,221 @@
+//! The controller side: ControllerPublish/Unpublish, and creating, deleting,
+//! snapshotting and expanding volumes through the plugin that controls them.
+
+use std::collections::HashMap;
+
+use super::{CsiManager, CsiVolumeError};
+use crate::catalog::Volume;
+use crate::csi::client::CsiClient;
+use crate::model::csi::{Capabilities, PluginKind, SnapshotInfo, Usage};
+
+impl CsiManager {
+    /// CreateVolume through the plugin's controller; the volume as the catalog keeps it.
+    pub async fn create_volume(
+        &self,
+        mut volume: Volume,
+        capacity: (i64, i64),
+    ) -> Result<Volume, CsiVolumeError> {
+        let (_, client, fingerprint) = self
+            .ready(PluginKind::Controller, &volume.plugin_id)
+            .await
+            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
+        if !fingerprint.capabilities.create_delete {
+            return Err(CsiVolumeError::CannotCreate {
+                plugin: volume.plugin_id.clone(),
+            });
+        }
+        let usages: Vec<Usage> = volume
+            .capabilities
+            .iter()
+            .map(|c| Usage {
+                access_mode: c.access_mode,
+                attachment_mode: c.attachment_mode,
+                read_only: c.access_mode.read_only(),
+            })
+            .collect();
+        let created = client
+            .create_volume(
+                &volume.name,
+                capacity,
+                &usages,
+                &volume.parameters,
+                &volume.secrets,
+            )
+            .await?;
+        volume.external_id = created.external_id;
+        volume.capacity_bytes = created.capacity_bytes;
+        volume.context = created.context;
+        volume.accessible_topology = created.accessible_topology;
+        Ok(volume)
+    }
+
+    /// DeleteVolume through the plugin's controller. The caller has checked that
+    /// nothing claims the volume; a volume this node still stages or publishes (its
+    /// usage record says so) is refused here too.
+    pub async fn delete_volume(&self, volume: &Volume) -> Result<(), CsiVolumeError> {
+        let lock = self.volume_lock(&volume.id);
+        let _serialised = lock.lock().await;
+        if self.usage_record(&volume.id)?.is_some() {
+            return Err(CsiVolumeError::StillInUse {
+                volume: volume.id.clone(),
+            });
+        }
+        let (_, client, fingerprint) = self
+            .ready(PluginKind::Controller, &volume.plugin_id)
+            .await
+            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
+        if !fingerprint.capabilities.create_delete {
+            return Err(CsiVolumeError::CannotDelete {
+                plugin: volume.plugin_id.clone(),
+            });
+        }
+        client
+            .delete_volume(&volume.external_id, &volume.secrets)
+            .await?;
+        Ok(())
+    }
+
+    /// The plugin's controller, which must have `capability` (`has`) to `what`.
+    pub(super) async fn controller_for(
+        &self,
+        plugin_id: &str,
+        volume: &str,
+        what: &'static str,
+        capability: &'static str,
+        has: fn(&Capabilities) -> bool,
+    ) -> Result<CsiClient, CsiVolumeError> {
+        let (_, client, fingerprint) = self
+            .ready(PluginKind::Controller, plugin_id)
+            .await
+            .map_err(|e| CsiVolumeError::NeedsController(Box::new(e)))?;
+        if !has(&fingerprint.capabilities) {
+            return Err(CsiVolumeError::Lacks {
+                plugin: plugin_id.to_string(),
+                volume: volume.to_string(),
+                what,
+                capability,
+            });
+        }
+        Ok(client)
+    }
+
+    /// CreateSnapshot of `volume`, named `name` (the spec's idempotency key: the same
+    /// name again is the same snapshot).
+    pub async fn create_snapshot(
+        &self,
+        volume: &Volume,
+        name: &str,
+    ) -> Result<SnapshotInfo, CsiVolumeError> {
+        let client = self
+            .controller_for(
+                &volume.plugin_id,
+                &volume.id,
+                "take snapshots",
+                "CREATE_DELETE_SNAPSHOT",
+                |c| c.snapshots,
+            )
+            .await?;
+        Ok(client
+            .create_snapshot(&volume.external_id, name, &volume.secrets)
+            .await?)
+    }
+
+    /// DeleteSnapshot through `plugin_id`'s controller.
+    pub async fn delete_snapshot(
+        &self,
+        plugin_id: &str,
+        snapshot_id: &str,
+    ) -> Result<(), CsiVolumeError> {
+        let client = self
+            .controller_for(
+                plugin_id,
+                snapshot_id,
+                "delete snapshots",
+                "CREATE_DELETE_SNAPSHOT",
+                |c| c.snapshots,
+            )
+            .await?;
+        Ok(client.delete_snapshot(snapshot_id, &HashMap::new()).await?)
+    }
+
+    /// ListSnapshots of `plugin_id`'s controller.
+    pub async fn list_snapshots(
+        &self,
+        plugin_id: &str,
+    ) -> Result<Vec<SnapshotInfo>, CsiVolumeError> {
+        let client = self
+            .controller_for(plugin_id, "", "list snapshots", "LIST_SNAPSHOTS", |c| {
+                c.list_snapshots
+            })
+            .await?;
+        Ok(client.list_snapshots().await?)
+    }
+
+    /// Expands `volume` to at least `required` bytes: ControllerExpandVolume, then, when
+    /// the plugin says the nodes must follow and this node publishes it,
+    /// NodeExpandVolume at each publication. The new capacity.
+    pub async fn expand_volume(
+        &self,
+        volume: &Volume,
+        required: i64,
+    ) -> Result<i64, CsiVolumeError> {
+        if required < volume.capacity_bytes {
+            return Err(CsiVolumeError::Shrink {
+                volume: volume.id.clone(),
+                current: volume.capacity_bytes,
+                wanted: required,
+            });
+        }
+        let lock = self.volume_lock(&volume.id);
+        let _serialised = lock.lock().await;
+        let client = self
+            .controller_for(
+                &volume.plugin_id,
+                &volume.id,
+                "expand volumes",
+                "EXPAND_VOLUME",
+                |c| c.controller_expand,
+            )
+            .await?;
+        let usage = volume
+            .capabilities
+            .first()
+            .map(|c| Usage {
+                access_mode: c.access_mode,
+                attachment_mode: c.attachment_mode,
+                read_only: false,
+            })
+            .unwrap_or(Usage {
+                access_mode: crate::model::csi::AccessMode::SingleNodeWriter,
+                attachment_mode: crate::model::csi::AttachmentMode::FileSystem,
+                read_only: false,
+            });
+        let (capacity, node_required) = client
+            .controller_expand(&volume.external_id, required, usage, &volume.secrets)
+            .await?;
+        let record = self.usage_record(&volume.id)?;
+        if let Some(record) = record.filter(|_| node_required) {
+            let (node, node_client, fingerprint) =
+                self.ready(PluginKind::Node, &volume.plugin_id).await?;
+            if fingerprint.capabilities.node_expand {
+                let staging = node.dirs.staging_volume(&volume.id);
+                let staged = record.staged.is_some().then_some(staging.plugin.as_path());
+                for (key, stage) in &record.stages {
+                    for alloc in &stage.allocs {
+                        let target = node.dirs.publish(alloc, &volume.id, key);
+                        node_client
+                            .node_expand(
+                                &volume.external_id,
+                                &target.plugin,
+                                staged,
+                                required,
+                                usage,
+                            )
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(if capacity > 0 { capacity } else { required })
+    }
+}

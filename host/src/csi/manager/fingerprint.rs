@@ -1,0 +1,92 @@
+//! Fingerprinting a plugin: its info, capabilities and readiness, probed until it
+//! answers, then kept for the catalog.
+
+use std::collections::BTreeMap;
+
+use super::{CsiManager, CsiVolumeError};
+use crate::csi::client::CsiClient;
+use crate::csi::registry::PluginRegistration;
+use crate::model::csi::{Capabilities, Fingerprint, PluginKind};
+
+impl CsiManager {
+    pub(super) fn fingerprint_of(&self, plugin: &PluginRegistration) -> Option<Fingerprint> {
+        self.fingerprints
+            .lock()
+            .unwrap()
+            .get(&(plugin.kind, plugin.id.clone()))
+            .filter(|(alloc, _)| *alloc == plugin.alloc_id)
+            .map(|(_, fingerprint)| fingerprint.clone())
+    }
+
+    /// Asks the plugin who it is, whether it is ready, and what it can do; cached per
+    /// providing alloc.
+    pub async fn fingerprint(&self, plugin: &PluginRegistration) -> Fingerprint {
+        if let Some(known) = self.fingerprint_of(plugin).filter(|f| f.error.is_none()) {
+            return known;
+        }
+        let client = self.client(plugin);
+        let result = async {
+            let (name, vendor_version) = client.plugin_info().await?;
+            let controller_service = client.plugin_capabilities().await?;
+            let ready = client.probe().await?;
+            let mut fingerprint = Fingerprint {
+                name,
+                vendor_version,
+                node_id: None,
+                topology: BTreeMap::new(),
+                capabilities: Capabilities {
+                    controller_service,
+                    ..Capabilities::default()
+                },
+                error: (!ready).then(|| "its Probe says it is not ready yet".to_string()),
+            };
+            match plugin.kind {
+                PluginKind::Node => {
+                    let (node_id, topology) = client.node_info().await?;
+                    fingerprint.node_id = Some(node_id);
+                    fingerprint.topology = topology;
+                    let (stages, expands) = client.node_capabilities().await?;
+                    fingerprint.capabilities.stage_unstage = stages;
+                    fingerprint.capabilities.node_expand = expands;
+                }
+                PluginKind::Controller => {
+                    client
+                        .controller_capabilities(&mut fingerprint.capabilities)
+                        .await?;
+                }
+            }
+            Ok::<_, crate::csi::client::CsiError>(fingerprint)
+        }
+        .await;
+        let fingerprint = result.unwrap_or_else(|error| Fingerprint {
+            error: Some(error.to_string()),
+            ..Fingerprint::default()
+        });
+        self.fingerprints.lock().unwrap().insert(
+            (plugin.kind, plugin.id.clone()),
+            (plugin.alloc_id.clone(), fingerprint.clone()),
+        );
+        fingerprint
+    }
+
+    /// The healthy, fingerprinted plugin, waiting for it up to the plugin wait.
+    pub(super) async fn ready(
+        &self,
+        kind: PluginKind,
+        id: &str,
+    ) -> Result<(PluginRegistration, CsiClient, Fingerprint), CsiVolumeError> {
+        let plugin = self
+            .registry
+            .wait_for_healthy(kind, id, self.settings.plugin_wait)
+            .await?;
+        let fingerprint = self.fingerprint(&plugin).await;
+        if let Some(error) = &fingerprint.error {
+            return Err(CsiVolumeError::Fingerprint {
+                plugin: id.to_string(),
+                reason: error.clone(),
+            });
+        }
+        let client = self.client(&plugin);
+        Ok((plugin, client, fingerprint))
+    }
+}

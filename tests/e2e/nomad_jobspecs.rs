@@ -210,6 +210,74 @@ fn job_validate_reports_five_independent_errors_each_at_its_line() {
     }
 }
 
+/// An undeclared variable, a misplaced attribute and a type error, in three places of
+/// one jobspec: `berth job validate` and a submit to the agent each report all three, at
+/// their lines, in the order written, and nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_undeclared_variable_hides_no_other_mistake_from_validate_or_submit() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/jobspecs/three-independent-mistakes.nomad.hcl");
+    let expected = [
+        (
+            13,
+            19,
+            "job.greeter.group.g.task.announce.config.command: var.nope is not declared: add \
+             a variable \"nope\" block, or use one of the declared variables (greeting)",
+        ),
+        (
+            19,
+            7,
+            "job.greeter.group.g.task.greet.memory: unknown field \"memory\" (allowed here: \
+             driver, config,",
+        ),
+        (
+            25,
+            18,
+            "job.greeter.group.g.task.greet.env.REPEAT: binary operator `+` is not \
+             applicable to `1` and `\"hello\"`",
+        ),
+    ];
+    let check = |file: &str, problems: &[&str], output: &str| {
+        assert_eq!(problems.len(), expected.len(), "{output}");
+        for (problem, (line, column, text)) in problems.iter().zip(expected) {
+            assert!(
+                problem.starts_with(&format!("{file}:{line}:{column}: {text}")),
+                "{file}:{line}:{column}: {text}\n{output}"
+            );
+        }
+    };
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["job", "validate"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let file = fixture.display().to_string();
+    assert!(
+        stderr.contains(&format!("{file} has 3 problems:")),
+        "{stderr}"
+    );
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with(&format!("{file}:")))
+        .collect();
+    check(&file, &lines, &stderr);
+
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = std::fs::read_to_string(&fixture).unwrap();
+    let Err(berth::api::client::ClientError::Api(error, _)) =
+        agent.submit("greeter.hcl", &source).await
+    else {
+        panic!("a jobspec with three mistakes was accepted");
+    };
+    let problems: Vec<&str> = error.problems.iter().map(String::as_str).collect();
+    check("greeter.hcl", &problems, &error.problems.join("\n"));
+}
+
 /// A task owns its directory, and restarts: a symlink it plants where a template goes
 /// must not make the agent, as root, write a host file on the next start.
 #[tokio::test(flavor = "multi_thread")]

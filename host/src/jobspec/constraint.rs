@@ -2,8 +2,8 @@
 //! node a constraint either holds, or the job cannot run here: the message gives the
 //! attribute's actual value.
 
-use super::Constraint;
 use super::interpolate::interpolate;
+use super::spec::Constraint;
 
 /// Why a constraint does not hold here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,12 +1,15 @@
-//! From the located HCL tree to typed jobspec structures, collecting every problem.
+//! From the located HCL tree to typed jobspec structures, collecting every problem. A
+//! value that could not be evaluated ([`Value::Failed`]) was reported already: it draws
+//! no second problem here (neither its type, nor "required", nor "needs").
 
 use std::time::Duration;
 
 use super::fields::{Fields, block_json};
 use super::hcl::{BlockNode, BodyNode, Location, Value};
 use super::names::{NameKind, check_name, normalise_task_path};
-use super::*;
+use super::spec::*;
 use crate::model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
+use crate::model::mount::Propagation;
 
 pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     let mut top = Fields::new(tree, "jobspec".into(), Location::default(), &["job"]);
@@ -102,7 +105,10 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
             "a job is periodic or parameterized, not both".into(),
         );
     }
-    if (periodic.is_some() || parameterized.is_some()) && job_type != JobType::Batch {
+    if (periodic.is_some() || parameterized.is_some())
+        && job_type != JobType::Batch
+        && !fields.failed("type")
+    {
         fields.problem_with(
             problems,
             "type",
@@ -126,7 +132,7 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         .into_iter()
         .map(|(name, block)| group(&path, &name, block, job_type, single, problems))
         .collect();
-    if groups.is_empty() && !block.body.blocks.iter().any(|b| b.kind == "group") {
+    if groups.is_empty() && !block.body.writes_block("group") {
         fields.problem(
             problems,
             "",
@@ -159,7 +165,7 @@ fn periodic(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
     );
     let mut crons = fields.string_list("crons", problems);
     crons.extend(fields.string("cron", problems));
-    if crons.is_empty() {
+    if crons.is_empty() && !fields.failed("cron") && !fields.failed("crons") {
         fields.problem(
             problems,
             "crons",
@@ -390,7 +396,7 @@ fn group(
         .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
     tasks.extend(proxies);
-    if tasks.is_empty() && !block.body.blocks.iter().any(|b| b.kind == "task") {
+    if tasks.is_empty() && !block.body.writes_block("task") {
         fields.problem(
             problems,
             "",
@@ -1381,6 +1387,7 @@ fn port_value(fields: &mut Fields<'_>, problems: &mut Findings) -> Option<String
     match &value.value {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
+        Value::Failed => None,
         other => {
             fields.problem(
                 problems,
@@ -1626,7 +1633,7 @@ fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<Constraint> 
             }
             let needs_attribute =
                 !matches!(operator.as_str(), "distinct_hosts" | "distinct_property");
-            if needs_attribute && attribute.is_empty() {
+            if needs_attribute && attribute.is_empty() && !c.failed("attribute") {
                 c.problem_with(
                     problems,
                     "attribute",

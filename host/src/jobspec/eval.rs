@@ -1,6 +1,7 @@
-//! HCL2 evaluation as Nomad's jobspec parser does it: `variable` blocks (with `default`,
-//! `type` and `validation`), values from `-var`, `-var-file` and `NOMAD_VAR_*`, `locals`,
-//! `var.x` / `local.x` references and the function library of [`super::functions`].
+//! HCL2 expression evaluation as Nomad's jobspec parser does it: `var.x` / `local.x`
+//! references and the function library of [`super::functions`], in a [`Scope`] that
+//! [`super::variables`] fills from the `variable` and `locals` blocks and that
+//! [`super::string_template`] uses for strings with `${…}` and `%{…}`.
 //!
 //! What is known only when a task starts (`${NOMAD_ALLOC_DIR}`, `${attr.kernel.name}`,
 //! `${meta.x}`, `${env["X"]}`, …) is left in its string, verbatim, for the task runner
@@ -21,11 +22,10 @@ use std::path::Path;
 use hcl::eval::{Context, Evaluate};
 use hcl_edit::Span as _;
 use hcl_edit::expr::{Expression, TraversalOperator};
-use hcl_edit::structure::{Block, Body, Structure};
 use hcl_edit::visit::Visit;
 use serde::{Deserialize, Serialize};
 
-use super::hcl::{Location, SyntaxProblem};
+use super::location::{LineIndex, SyntaxProblem, problem};
 
 /// The largest value a variable or local may hold, as JSON.
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
@@ -85,6 +85,20 @@ pub enum EvalError {
     UnknownFunction { name: String },
     #[error("{0}")]
     Hcl(String),
+    /// `others`: ", or use one of the declared variables (a, b)", or nothing.
+    #[error("var.{name} is not declared: add a variable \"{name}\" block{others}")]
+    UndeclaredVariable { name: String, others: String },
+    /// `others`: " (defined: a, b)", or nothing.
+    #[error("local.{name} is not defined in a locals block{others}")]
+    UndefinedLocal { name: String, others: String },
+    #[error(
+        "the expression cannot be evaluated: its arithmetic divides by zero, overflows or \
+         gives a number that is not finite"
+    )]
+    Panicked,
+    /// A reference to a variable or local whose own problem is already reported.
+    #[error("refers to a variable or local that has no value (see its own problem)")]
+    Unresolved,
     #[error(
         "the jobspec makes more than {MAX_REFERENCES} references to variables and locals; \
          berth allows {MAX_REFERENCES}"
@@ -142,30 +156,30 @@ pub enum EvalError {
 
 /// The scope a jobspec body is evaluated in.
 pub struct Scope {
-    ctx: Context<'static>,
-    /// What a reference to each variable and local copies (`value_size`), by name.
-    sizes: BTreeMap<(bool, String), usize>,
-    references: usize,
+    pub(super) ctx: Context<'static>,
+    /// What a reference to each variable and local copies (`value_size`), by
+    /// `(is a local, name)`: every variable and local that has a value.
+    pub(super) sizes: BTreeMap<(bool, String), usize>,
+    pub(super) references: usize,
     /// The iterators of the `dynamic` blocks being expanded, innermost last.
-    iterators: Vec<String>,
+    pub(super) iterators: Vec<String>,
     /// Blocks made by `dynamic` blocks so far.
     dynamic_blocks: usize,
-}
-
-/// Where a problem was, before it gets the jobspec path of the block around it.
-fn problem(at: Location, message: impl ToString) -> SyntaxProblem {
-    SyntaxProblem {
-        at,
-        message: message.to_string(),
-    }
+    /// Variables and locals that are declared and have no value: their problem is
+    /// reported where they are declared, and what refers to them fails without another
+    /// ([`EvalError::Unresolved`]).
+    pub(super) unresolved: BTreeSet<(bool, String)>,
+    /// Whether every variable and local of the jobspec is known, so that a reference to
+    /// any other is refused with its name (a default's or a var file's scope has none).
+    pub(super) complete: bool,
 }
 
 /// What names a reference or interpolation uses, outside `for` variables.
 #[derive(Default)]
-struct Roots {
+pub(super) struct Roots {
     names: BTreeSet<String>,
     /// `local.<name>` references.
-    locals: BTreeSet<String>,
+    pub(super) locals: BTreeSet<String>,
     references: usize,
     /// Each reference: whether it is a local, its name, and how many times it may be
     /// evaluated (inside a `for` expression or `%{for}` directive, once per element).
@@ -302,7 +316,7 @@ impl Visit for Roots {
     }
 }
 
-fn roots_of(expr: &Expression) -> Roots {
+pub(super) fn roots_of(expr: &Expression) -> Roots {
     let mut roots = Roots::default();
     roots.visit_expr(expr);
     roots
@@ -310,7 +324,7 @@ fn roots_of(expr: &Expression) -> Roots {
 
 /// Whether every variable `roots` names is known at parse time: `var`, `local`, and the
 /// iterators of the `dynamic` blocks around.
-fn evaluable(roots: &Roots, iterators: &[String]) -> bool {
+pub(super) fn evaluable(roots: &Roots, iterators: &[String]) -> bool {
     roots
         .names
         .iter()
@@ -328,275 +342,18 @@ impl Scope {
             references: 0,
             iterators: Vec::new(),
             dynamic_blocks: 0,
+            unresolved: BTreeSet::new(),
+            complete: false,
         }
     }
 
-    /// Takes the `variable`, `variables` and `locals` blocks out of `body` and evaluates
-    /// them with `inputs`. Every problem is reported, each at its place.
-    pub fn build(
-        body: &mut Body,
-        inputs: &VariableInputs,
-        lines: &dyn Fn(Option<std::ops::Range<usize>>) -> Location,
-        problems: &mut Vec<SyntaxProblem>,
-    ) -> Scope {
-        let mut scope = Scope::empty();
-        let mut declared: Vec<Declared> = Vec::new();
-        let mut locals: Vec<(String, Expression, Location)> = Vec::new();
-        let mut kept = Vec::new();
-        for structure in std::mem::take(body).into_iter() {
-            match structure {
-                Structure::Block(block) if block.ident.as_str() == "variable" => {
-                    if let Some(d) = declare(&block, lines, problems) {
-                        if declared.iter().any(|o| o.name == d.name) {
-                            problems.push(problem(
-                                d.at,
-                                format!("variable {:?} is declared twice", d.name),
-                            ));
-                        } else {
-                            declared.push(d);
-                        }
-                    }
-                }
-                Structure::Block(block) if block.ident.as_str() == "variables" => {
-                    for attr in block.body.attributes() {
-                        declared.push(Declared {
-                            name: attr.key.as_str().to_string(),
-                            default: Some(attr.value.clone()),
-                            kind: TypeConstraint::Any,
-                            validations: Vec::new(),
-                            at: lines(attr.span()),
-                        });
-                    }
-                }
-                Structure::Block(block) if block.ident.as_str() == "locals" => {
-                    for attr in block.body.attributes() {
-                        let name = attr.key.as_str().to_string();
-                        if locals.iter().any(|(n, _, _)| *n == name) {
-                            problems.push(problem(
-                                lines(attr.span()),
-                                format!("local {name:?} is defined twice"),
-                            ));
-                            continue;
-                        }
-                        locals.push((name, attr.value.clone(), lines(attr.span())));
-                    }
-                }
-                other => kept.push(other),
-            }
-        }
-        *body = kept.into_iter().collect();
-        let values = scope.variable_values(&declared, inputs, problems);
-        scope.record_sizes(false, &values);
-        scope.ctx.declare_var("var", hcl::Value::Object(values));
-        scope.evaluate_locals(locals, problems);
-        scope
-    }
-
-    /// Every declared variable's value: the last input that gives one, else its default.
-    fn variable_values(
-        &mut self,
-        declared: &[Declared],
-        inputs: &VariableInputs,
-        problems: &mut Vec<SyntaxProblem>,
-    ) -> hcl::Map<String, hcl::Value> {
-        let mut given: BTreeMap<&str, (hcl::Value, String)> = BTreeMap::new();
-        for (name, text) in &inputs.env {
-            if let Some(d) = declared.iter().find(|d| d.name == *name) {
-                given.insert(
-                    &d.name,
-                    (
-                        hcl::Value::String(text.clone()),
-                        format!("NOMAD_VAR_{name}"),
-                    ),
-                );
-            }
-        }
-        for (file, text) in &inputs.files {
-            match parse_var_file(text) {
-                Ok(values) => {
-                    for (name, value) in values {
-                        match declared.iter().find(|d| d.name == name) {
-                            Some(d) => {
-                                given.insert(&d.name, (value, format!("the var file {file}")));
-                            }
-                            None => problems.push(problem(
-                                Location::default(),
-                                format!(
-                                    "the var file {file} sets {name:?}, which the jobspec does not \
-                                     declare (add a variable \"{name}\" block)"
-                                ),
-                            )),
-                        }
-                    }
-                }
-                Err(message) => problems.push(problem(
-                    Location::default(),
-                    format!("the var file {file}: {message}"),
-                )),
-            }
-        }
-        for (name, text) in &inputs.args {
-            match declared.iter().find(|d| d.name == *name) {
-                Some(d) => {
-                    given.insert(
-                        &d.name,
-                        (hcl::Value::String(text.clone()), format!("-var {name}")),
-                    );
-                }
-                None => problems.push(problem(
-                    Location::default(),
-                    format!(
-                        "-var {name}=…: the jobspec declares no variable {name:?} (add a \
-                         variable \"{name}\" block)"
-                    ),
-                )),
-            }
-        }
-        let functions_only = Scope::empty();
-        let mut values = hcl::Map::new();
-        for d in declared {
-            let (raw, origin) = match given.remove(d.name.as_str()) {
-                Some((value, origin)) => (value, origin),
-                None => match &d.default {
-                    Some(expr) => match functions_only.evaluate(expr) {
-                        Ok(value) => (value, "its default".to_string()),
-                        Err(message) => {
-                            problems.push(problem(
-                                d.at,
-                                format!("variable {:?}: default: {message}", d.name),
-                            ));
-                            continue;
-                        }
-                    },
-                    None => {
-                        problems.push(problem(
-                            d.at,
-                            format!(
-                                "variable {:?} has no value: give it one with -var {0}=…, a \
-                                 -var-file, NOMAD_VAR_{0} in the environment, or a default",
-                                d.name
-                            ),
-                        ));
-                        continue;
-                    }
-                },
-            };
-            let value = match d.kind.convert(
-                raw,
-                origin.starts_with("-var ") || origin.starts_with("NOMAD_VAR_"),
-            ) {
-                Ok(value) => value,
-                Err(message) => {
-                    problems.push(problem(
-                        d.at,
-                        format!("variable {:?} (from {origin}): {message}", d.name),
-                    ));
-                    continue;
-                }
-            };
-            if let Err(message) = bounded(&value) {
-                problems.push(problem(d.at, format!("variable {:?}: {message}", d.name)));
-                continue;
-            }
-            // A condition sees this variable only, under the same bounds as the rest.
-            let mut check = Scope::empty();
-            check.references = self.references;
-            check.sizes.insert(
-                (false, d.name.clone()),
-                super::functions::value_size(&value),
-            );
-            check.ctx.declare_var(
-                "var",
-                hcl::Value::Object(hcl::Map::from_iter([(d.name.clone(), value.clone())])),
-            );
-            for (condition, message, at) in &d.validations {
-                let evaluated = check
-                    .count(condition)
-                    .and_then(|()| check.evaluate(condition));
-                match evaluated {
-                    Ok(hcl::Value::Bool(true)) => {}
-                    Ok(hcl::Value::Bool(false)) => {
-                        problems.push(problem(*at, format!("variable {:?}: {message}", d.name)))
-                    }
-                    Ok(other) => problems.push(problem(
-                        *at,
-                        format!(
-                            "variable {:?}: the validation condition gave {other}, not a bool",
-                            d.name
-                        ),
-                    )),
-                    Err(error) => problems.push(problem(
-                        *at,
-                        format!("variable {:?}: validation: {error}", d.name),
-                    )),
-                }
-            }
-            self.references = check.references;
-            values.insert(d.name.clone(), value);
-        }
-        values
-    }
-
-    /// Evaluates the locals in dependency order; a cycle or an unknown local is reported.
-    fn evaluate_locals(
-        &mut self,
-        locals: Vec<(String, Expression, Location)>,
-        problems: &mut Vec<SyntaxProblem>,
-    ) {
-        let names: BTreeSet<String> = locals.iter().map(|(n, _, _)| n.clone()).collect();
-        let mut pending: Vec<(String, Expression, Location, BTreeSet<String>)> = Vec::new();
-        for (name, expr, at) in locals {
-            // Counted before anything is evaluated: a local is where a template of many
-            // references to a large value would be built.
-            if let Err(error) = self.count(&expr) {
-                problems.push(problem(at, format!("local {name:?}: {error}")));
-                return;
-            }
-            let roots = roots_of(&expr);
-            if let Some(unknown) = roots.locals.iter().find(|l| !names.contains(*l)) {
-                problems.push(problem(
-                    at,
-                    format!("local {name:?} refers to local.{unknown}, which is not defined"),
-                ));
-                continue;
-            }
-            pending.push((name, expr, at, roots.locals));
-        }
-        let mut done = hcl::Map::new();
-        let mut failed: BTreeSet<String> = BTreeSet::new();
-        while !pending.is_empty() {
-            let ready = pending.iter().position(|(_, _, _, deps)| {
-                deps.iter()
-                    .all(|d| done.contains_key(d) || failed.contains(d))
-            });
-            let Some(index) = ready else {
-                let cycle = describe_cycle(&pending);
-                problems.push(problem(
-                    pending[0].2,
-                    format!("locals refer to each other in a cycle: {cycle}"),
-                ));
-                return;
-            };
-            let (name, expr, at, deps) = pending.remove(index);
-            if deps.iter().any(|d| failed.contains(d)) {
-                failed.insert(name);
-                continue;
-            }
-            self.ctx
-                .declare_var("local", hcl::Value::Object(done.clone()));
-            match self.evaluate(&expr).and_then(|v| bounded(&v).map(|()| v)) {
-                Ok(value) => {
-                    self.sizes
-                        .insert((true, name.clone()), super::functions::value_size(&value));
-                    done.insert(name, value);
-                }
-                Err(message) => {
-                    problems.push(problem(at, format!("local {name:?}: {message}")));
-                    failed.insert(name);
-                }
-            }
-        }
-        self.ctx.declare_var("local", hcl::Value::Object(done));
+    /// Whether evaluation reached one of its bounds (the evaluation budget, the
+    /// references, the dynamic blocks): the jobspec is refused for it, and what was
+    /// evaluated is not worth reading further.
+    pub fn bound_reached(&self) -> bool {
+        self.references > MAX_REFERENCES
+            || self.dynamic_blocks > MAX_DYNAMIC_BLOCKS
+            || super::functions::budget_refused()
     }
 
     /// Evaluates an expression that names only `var`, `local` and functions.
@@ -615,6 +372,7 @@ impl Scope {
         {
             return Err(EvalError::RunTimeName { name: name.clone() });
         }
+        self.check_references(&roots)?;
         // What its references will copy, and what its loops will build from literals,
         // taken from the budget before they are made.
         let copies = roots
@@ -630,13 +388,57 @@ impl Scope {
             })
             .fold(roots.looped_literals, usize::saturating_add);
         super::functions::charge(copies).map_err(|spent| EvalError::Hcl(spent.to_string()))?;
-        hcl::Expression::from(expr.clone())
-            .evaluate(&self.ctx)
-            .map_err(|e| explain(&e))
+        let expr = hcl::Expression::from(expr.clone());
+        guarded(|| expr.evaluate(&self.ctx).map_err(|e| explain(&e)))
+    }
+
+    /// Refuses a reference to a variable or local that has no value, naming it when it
+    /// is not declared at all.
+    fn check_references(&self, roots: &Roots) -> Result<(), EvalError> {
+        if !self.complete {
+            return Ok(());
+        }
+        for (local, name, _) in &roots.referenced {
+            let key = (*local, name.clone());
+            if self.sizes.contains_key(&key) {
+                continue;
+            }
+            if self.unresolved.contains(&key) {
+                return Err(EvalError::Unresolved);
+            }
+            let known: Vec<&str> = self
+                .sizes
+                .keys()
+                .chain(&self.unresolved)
+                .filter(|(l, _)| l == local)
+                .map(|(_, n)| n.as_str())
+                .collect();
+            let known = known.join(", ");
+            return Err(if *local {
+                EvalError::UndefinedLocal {
+                    name: name.clone(),
+                    others: if known.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (defined: {known})")
+                    },
+                }
+            } else {
+                EvalError::UndeclaredVariable {
+                    name: name.clone(),
+                    others: if known.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", or use one of the declared variables ({known})")
+                    },
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Remembers what a reference to each of `values` copies.
-    fn record_sizes(&mut self, local: bool, values: &hcl::Map<String, hcl::Value>) {
+    pub(super) fn record_sizes(&mut self, local: bool, values: &hcl::Map<String, hcl::Value>) {
         for (name, value) in values {
             self.sizes
                 .insert((local, name.clone()), super::functions::value_size(value));
@@ -686,60 +488,32 @@ impl Scope {
     pub fn leave_iterator(&mut self) {
         self.iterators.pop();
     }
+}
 
-    /// A template's text, its `var`/`local` interpolations evaluated and the others kept
-    /// as written (`source` is the jobspec text the spans point into).
-    pub fn template(
-        &self,
-        template: &hcl_edit::template::Template,
-        whole: &Expression,
-        source: &str,
-    ) -> Result<String, EvalError> {
-        let roots = roots_of(whole);
-        if evaluable(&roots, &self.iterators) {
-            return match self.evaluate(whole)? {
-                hcl::Value::String(s) => Ok(s),
-                other => Ok(other.to_string()),
-            };
-        }
-        let mut out = String::new();
-        for element in template.iter() {
-            match element {
-                hcl_edit::template::Element::Literal(literal) => out.push_str(literal.value()),
-                hcl_edit::template::Element::Interpolation(interpolation) => {
-                    if self.is_static(&interpolation.expr) {
-                        match self.evaluate(&interpolation.expr)? {
-                            hcl::Value::String(s) => out.push_str(&s),
-                            hcl::Value::Number(n) => out.push_str(&n.to_string()),
-                            hcl::Value::Bool(b) => out.push_str(&b.to_string()),
-                            other => {
-                                return Err(EvalError::NotText {
-                                    kind: if other.is_array() {
-                                        "a list"
-                                    } else {
-                                        "an object or null"
-                                    },
-                                });
-                            }
-                        }
-                    } else {
-                        let text = interpolation
-                            .expr
-                            .span()
-                            .and_then(|span| source.get(span))
-                            .ok_or(EvalError::DirectiveAtRunTime)?;
-                        out.push_str("${");
-                        out.push_str(text.trim());
-                        out.push('}');
-                    }
-                }
-                hcl_edit::template::Element::Directive(_) => {
-                    return Err(EvalError::DirectiveAtRunTime);
-                }
+thread_local! {
+    /// Whether this thread is inside [`guarded`].
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs an hcl-rs evaluation, a panic in it becoming [`EvalError::Panicked`]: its
+/// arithmetic panics on what a job author may write (`1 % 0`, an integer overflow, a
+/// result that is not finite). The panic is not printed: it is the jobspec's problem.
+fn guarded(
+    evaluate: impl FnOnce() -> Result<hcl::Value, EvalError>,
+) -> Result<hcl::Value, EvalError> {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !GUARDED.with(|g| g.get()) {
+                previous(info);
             }
-        }
-        Ok(out)
-    }
+        }));
+    });
+    let outer = GUARDED.with(|g| g.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(evaluate));
+    GUARDED.with(|g| g.set(outer));
+    result.unwrap_or(Err(EvalError::Panicked))
 }
 
 /// An hcl-rs evaluation error in a user's words.
@@ -753,7 +527,7 @@ fn explain(error: &hcl::eval::Error) -> EvalError {
 }
 
 /// Refuses a value larger than [`MAX_VALUE_BYTES`] as JSON.
-fn bounded(value: &hcl::Value) -> Result<(), EvalError> {
+pub(super) fn bounded(value: &hcl::Value) -> Result<(), EvalError> {
     let size = serde_json::to_vec(&super::functions::to_json(value))
         .map(|v| v.len())
         .unwrap_or(usize::MAX);
@@ -761,255 +535,6 @@ fn bounded(value: &hcl::Value) -> Result<(), EvalError> {
         return Err(EvalError::TooLarge { size });
     }
     Ok(())
-}
-
-fn describe_cycle(pending: &[(String, Expression, Location, BTreeSet<String>)]) -> String {
-    let mut path = vec![pending[0].0.clone()];
-    let mut current = &pending[0];
-    while let Some(next) = current
-        .3
-        .iter()
-        .find_map(|d| pending.iter().find(|(n, _, _, _)| n == d))
-    {
-        if let Some(start) = path.iter().position(|n| *n == next.0) {
-            let mut cycle: Vec<String> =
-                path[start..].iter().map(|n| format!("local.{n}")).collect();
-            cycle.push(format!("local.{}", next.0));
-            return cycle.join(" → ");
-        }
-        path.push(next.0.clone());
-        current = next;
-    }
-    path.join(" → ")
-}
-
-/// One `variable "name" { ... }` block.
-struct Declared {
-    name: String,
-    default: Option<Expression>,
-    kind: TypeConstraint,
-    /// `(condition, error_message, where)`.
-    validations: Vec<(Expression, String, Location)>,
-    at: Location,
-}
-
-fn declare(
-    block: &Block,
-    lines: &dyn Fn(Option<std::ops::Range<usize>>) -> Location,
-    problems: &mut Vec<SyntaxProblem>,
-) -> Option<Declared> {
-    let at = lines(block.span());
-    let [label] = block.labels.as_slice() else {
-        problems.push(problem(
-            at,
-            "a variable block takes one label: variable \"name\" { … }",
-        ));
-        return None;
-    };
-    let name = label.as_str().to_string();
-    let mut declared = Declared {
-        name: name.clone(),
-        default: None,
-        kind: TypeConstraint::Any,
-        validations: Vec::new(),
-        at,
-    };
-    for structure in block.body.iter() {
-        match structure {
-            Structure::Attribute(attr) => match attr.key.as_str() {
-                "default" => declared.default = Some(attr.value.clone()),
-                "type" => match TypeConstraint::parse(&attr.value) {
-                    Ok(kind) => declared.kind = kind,
-                    Err(message) => problems.push(problem(lines(attr.span()), format!("variable {name:?}: {message}"))),
-                },
-                "description" | "sensitive" | "nullable" => {}
-                other => problems.push(problem(
-                    lines(attr.span()),
-                    format!("variable {name:?}: unknown attribute {other:?} (a variable has default, type, description, sensitive, validation)"),
-                )),
-            },
-            Structure::Block(inner) if inner.ident.as_str() == "validation" => {
-                let condition = inner.body.get_attribute("condition").map(|a| a.value.clone());
-                let message = inner
-                    .body
-                    .get_attribute("error_message")
-                    .and_then(|a| match &a.value {
-                        Expression::String(s) => Some(s.value().to_string()),
-                        _ => None,
-                    });
-                match (condition, message) {
-                    (Some(condition), Some(message)) => {
-                        declared.validations.push((condition, message, lines(inner.span())))
-                    }
-                    _ => problems.push(problem(
-                        lines(inner.span()),
-                        format!("variable {name:?}: a validation block needs condition and a literal error_message"),
-                    )),
-                }
-            }
-            Structure::Block(inner) => problems.push(problem(
-                lines(inner.span()),
-                format!("variable {name:?}: unknown block {:?}", inner.ident.as_str()),
-            )),
-        }
-    }
-    Some(declared)
-}
-
-/// A variable's `type`.
-#[derive(Debug, Clone, PartialEq)]
-enum TypeConstraint {
-    Any,
-    String,
-    Number,
-    Bool,
-    List(Box<TypeConstraint>),
-    Map(Box<TypeConstraint>),
-    /// `object({...})` and `tuple([...])`: checked as an object or a list only.
-    Object,
-    Tuple,
-}
-
-impl TypeConstraint {
-    fn parse(expr: &Expression) -> Result<TypeConstraint, EvalError> {
-        match expr {
-            Expression::Variable(ident) => match ident.as_str() {
-                "any" => Ok(TypeConstraint::Any),
-                "string" => Ok(TypeConstraint::String),
-                "number" => Ok(TypeConstraint::Number),
-                "bool" => Ok(TypeConstraint::Bool),
-                other => Err(EvalError::UnknownType(other.to_string())),
-            },
-            Expression::FuncCall(call) => {
-                let inner = || -> Result<TypeConstraint, EvalError> {
-                    match call.args.iter().next() {
-                        Some(arg) => TypeConstraint::parse(arg),
-                        None => Ok(TypeConstraint::Any),
-                    }
-                };
-                match call.name.name.as_str() {
-                    "list" | "set" => Ok(TypeConstraint::List(Box::new(inner()?))),
-                    "map" => Ok(TypeConstraint::Map(Box::new(inner()?))),
-                    "object" => Ok(TypeConstraint::Object),
-                    "tuple" => Ok(TypeConstraint::Tuple),
-                    other => Err(EvalError::UnknownType(format!("{other}(…)"))),
-                }
-            }
-            _ => Err(EvalError::NotAType),
-        }
-    }
-
-    /// Converts `value` to this type, as HCL does (`"5"` is a number, `5` a string). A
-    /// string from the command line or the environment is parsed as HCL for the complex
-    /// types (`-var 'dcs=["a","b"]'`).
-    fn convert(&self, value: hcl::Value, from_text: bool) -> Result<hcl::Value, EvalError> {
-        use hcl::Value as V;
-        let kind = |v: &V| match v {
-            V::Null => "null",
-            V::Bool(_) => "a bool",
-            V::Number(_) => "a number",
-            V::String(_) => "a string",
-            V::Array(_) => "a list",
-            V::Object(_) => "an object",
-        };
-        let complex = matches!(
-            self,
-            TypeConstraint::List(_)
-                | TypeConstraint::Map(_)
-                | TypeConstraint::Object
-                | TypeConstraint::Tuple
-        );
-        let value = match value {
-            V::String(text) if from_text && complex => {
-                let expr: Expression = text
-                    .parse()
-                    .map_err(|_| EvalError::NotAValue(text.clone()))?;
-                Scope::empty().evaluate(&expr)?
-            }
-            other => other,
-        };
-        match (self, value) {
-            (TypeConstraint::Any, v) => Ok(v),
-            (TypeConstraint::String, V::String(s)) => Ok(V::String(s)),
-            (TypeConstraint::String, V::Number(n)) => Ok(V::String(n.to_string())),
-            (TypeConstraint::String, V::Bool(b)) => Ok(V::String(b.to_string())),
-            (TypeConstraint::Number, V::Number(n)) => Ok(V::Number(n)),
-            (TypeConstraint::Number, V::String(s)) => s
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .and_then(hcl::Number::from_f64)
-                .map(|n| match n.as_f64() {
-                    Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => V::from(f as i64),
-                    _ => V::Number(n),
-                })
-                .ok_or(EvalError::NotANumber(s)),
-            (TypeConstraint::Bool, V::Bool(b)) => Ok(V::Bool(b)),
-            (TypeConstraint::Bool, V::String(s)) if s == "true" || s == "false" => {
-                Ok(V::Bool(s == "true"))
-            }
-            (TypeConstraint::List(inner), V::Array(items)) => items
-                .into_iter()
-                .map(|v| inner.convert(v, false))
-                .collect::<Result<Vec<_>, _>>()
-                .map(V::Array),
-            (TypeConstraint::Map(inner), V::Object(map)) => map
-                .into_iter()
-                .map(|(k, v)| Ok((k, inner.convert(v, false)?)))
-                .collect::<Result<hcl::Map<_, _>, EvalError>>()
-                .map(V::Object),
-            (TypeConstraint::Object, V::Object(map)) => Ok(V::Object(map)),
-            (TypeConstraint::Tuple, V::Array(items)) => Ok(V::Array(items)),
-            (want, got) => Err(EvalError::WrongType {
-                want: want.describe(),
-                got: kind(&got),
-            }),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            TypeConstraint::Any => "any value".into(),
-            TypeConstraint::String => "a string".into(),
-            TypeConstraint::Number => "a number".into(),
-            TypeConstraint::Bool => "a bool".into(),
-            TypeConstraint::List(inner) => format!("a list of {}", inner.describe()),
-            TypeConstraint::Map(inner) => format!("a map of {}", inner.describe()),
-            TypeConstraint::Object => "an object".into(),
-            TypeConstraint::Tuple => "a list".into(),
-        }
-    }
-}
-
-/// A `-var-file`: `name = value` attributes with literal values (functions allowed).
-fn parse_var_file(source: &str) -> Result<Vec<(String, hcl::Value)>, EvalError> {
-    let body = hcl_edit::parser::parse_body(source).map_err(|e| {
-        let at = e.location();
-        EvalError::VarFileSyntax {
-            line: at.line(),
-            column: at.column(),
-            message: e.message().to_string(),
-        }
-    })?;
-    let scope = Scope::empty();
-    let mut values = Vec::new();
-    for structure in body.iter() {
-        match structure {
-            Structure::Attribute(attr) => {
-                let value = scope
-                    .evaluate(&attr.value)
-                    .map_err(|e| EvalError::VarFileValue {
-                        name: attr.key.as_str().to_string(),
-                        source: Box::new(e),
-                    })?;
-                values.push((attr.key.as_str().to_string(), value));
-            }
-            Structure::Block(block) => {
-                return Err(EvalError::VarFileBlock(block.ident.as_str().to_string()));
-            }
-        }
-    }
-    Ok(values)
 }
 
 /// Replaces each `file("path")` call in `source` by the text of the file (relative to
@@ -1045,7 +570,7 @@ pub fn inline_files(source: &str, base: &Path) -> Result<String, Vec<SyntaxProbl
         source,
     };
     calls.visit_body(&body);
-    let lines = super::hcl::LineIndex::new(source);
+    let lines = LineIndex::new(source);
     let mut problems = Vec::new();
     let mut out = source.to_string();
     for (span, path) in calls.found.into_iter().rev() {

@@ -169,12 +169,14 @@ fn run_time_names_outside_strings_and_unknown_functions_are_explained() {
     let text = problems.join("\n");
     assert!(
         text.contains(
-            "3:13: jobspec: attr is known only when the task starts; use it inside a string"
+            "3:13: job.j.group.g.count: attr is known only when the task starts; use it inside a string"
         ),
         "{text}"
     );
     assert!(
-        text.contains("5:16: jobspec: unknown function nosuch() (berth has: abs,"),
+        text.contains(
+            "5:16: job.j.group.g.task.t.driver: unknown function nosuch() (berth has: abs,"
+        ),
         "{text}"
     );
 }
@@ -186,7 +188,7 @@ fn the_agent_reads_no_file_and_the_cli_inlines_them_on_the_same_line() {
         .unwrap_err()
         .join("\n");
     assert!(
-        text.contains("6:16: jobspec: file() reads the disk of the machine"),
+        text.contains("6:16: job.j.group.g.task.t.env.CONF: file() reads the disk of the machine"),
         "{text}"
     );
 

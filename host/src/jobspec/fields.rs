@@ -2,12 +2,16 @@
 //! and sub-blocks by name, and at the end names whatever was left unread: unknown
 //! fields are errors, listed with the fields that are allowed. Shared by the jobspec
 //! and the agent config.
+//!
+//! A value that could not be evaluated ([`Value::Failed`]) has had its problem reported:
+//! the readers give nothing for it and say nothing more, and it still counts as written
+//! (it is not "required", nor unknown when it is allowed).
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::Problem;
 use super::hcl::{BlockNode, BodyNode, Located, Location, Value};
+use super::spec::Problem;
 use crate::model::units::{self, UnitError};
 
 /// Reads one block's body.
@@ -66,6 +70,7 @@ impl<'a> Fields<'a> {
         self.problem(problems, name, at, message);
     }
 
+    /// Attribute `name` as written, a [`Value::Failed`] included.
     pub(crate) fn attr(&mut self, name: &'static str) -> Option<&'a Located<Value>> {
         self.read.insert(name);
         self.body
@@ -75,12 +80,26 @@ impl<'a> Fields<'a> {
             .map(|a| &a.value)
     }
 
+    /// Attribute `name` when it has a value: absent and failed alike give `None`.
+    fn value(&mut self, name: &'static str) -> Option<&'a Located<Value>> {
+        self.attr(name).filter(|v| !v.value.is_failed())
+    }
+
+    /// Whether attribute `name` is written and could not be evaluated (its problem is
+    /// reported): a check that it is missing or empty would only repeat that problem.
+    pub(crate) fn failed(&self, name: &str) -> bool {
+        self.body
+            .attrs
+            .iter()
+            .any(|a| a.name == name && a.value.value.is_failed())
+    }
+
     pub(crate) fn string(
         &mut self,
         name: &'static str,
         problems: &mut Vec<Problem>,
     ) -> Option<String> {
-        let value = self.attr(name)?;
+        let value = self.value(name)?;
         match &value.value {
             Value::String(s) => Some(s.clone()),
             other => {
@@ -108,7 +127,7 @@ impl<'a> Fields<'a> {
     }
 
     pub(crate) fn bool(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<bool> {
-        let value = self.attr(name)?;
+        let value = self.value(name)?;
         match &value.value {
             Value::Bool(b) => Some(*b),
             other => {
@@ -129,7 +148,7 @@ impl<'a> Fields<'a> {
         max: u64,
         problems: &mut Vec<Problem>,
     ) -> Option<u64> {
-        let value = self.attr(name)?;
+        let value = self.value(name)?;
         match &value.value {
             Value::Number(n) if n.as_u64().is_some_and(|n| n <= max) => n.as_u64(),
             Value::Number(n) => {
@@ -187,7 +206,7 @@ impl<'a> Fields<'a> {
         parse: fn(&str) -> Result<T, UnitError>,
         problems: &mut Vec<Problem>,
     ) -> Option<T> {
-        let value = self.attr(name)?;
+        let value = self.value(name)?;
         let at = value.at;
         let message = match &value.value {
             Value::String(text) => match parse(text) {
@@ -205,7 +224,7 @@ impl<'a> Fields<'a> {
         name: &'static str,
         problems: &mut Vec<Problem>,
     ) -> Vec<String> {
-        let Some(value) = self.attr(name) else {
+        let Some(value) = self.value(name) else {
             return Vec::new();
         };
         match &value.value {
@@ -213,6 +232,7 @@ impl<'a> Fields<'a> {
                 .iter()
                 .filter_map(|item| match &item.value {
                     Value::String(s) => Some(s.clone()),
+                    Value::Failed => None,
                     other => {
                         self.problem(
                             problems,
@@ -250,6 +270,7 @@ impl<'a> Fields<'a> {
             Value::String(s) => pairs.push((key.to_string(), s.clone())),
             Value::Number(n) => pairs.push((key.to_string(), n.to_string())),
             Value::Bool(b) => pairs.push((key.to_string(), b.to_string())),
+            Value::Failed => {}
             other => this.problem(
                 problems,
                 &format!("{name}.{key}"),
@@ -257,7 +278,7 @@ impl<'a> Fields<'a> {
                 format!("expected a string, found {}", other.kind()),
             ),
         };
-        if let Some(value) = self.attr(name) {
+        if let Some(value) = self.value(name) {
             match &value.value {
                 Value::Object(fields) => {
                     for (key, v) in fields {

@@ -25,18 +25,22 @@ thread_local! {
     /// The bytes the jobspec evaluated on this thread may still build (`None`: no
     /// evaluation is bounded here).
     static REMAINING: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// Whether a charge was refused since the scope started.
+    static REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Bounds the evaluations made on this thread until it is dropped. hcl-rs's functions are
 /// plain `fn`s, so the budget they draw from is the thread's.
 pub struct BudgetScope {
     previous: Option<usize>,
+    previously_refused: bool,
 }
 
 impl BudgetScope {
     pub fn start(bytes: usize) -> BudgetScope {
         BudgetScope {
             previous: REMAINING.with(|r| r.replace(Some(bytes))),
+            previously_refused: REFUSED.with(|r| r.replace(false)),
         }
     }
 }
@@ -44,7 +48,14 @@ impl BudgetScope {
 impl Drop for BudgetScope {
     fn drop(&mut self) {
         REMAINING.with(|r| r.set(self.previous));
+        REFUSED.with(|r| r.set(self.previously_refused));
     }
+}
+
+/// Whether the budget of the scope in force refused a charge: the evaluation it bounds
+/// is refused, and what it made is not read further.
+pub fn budget_refused() -> bool {
+    REFUSED.with(|r| r.get())
 }
 
 /// The evaluation budget is spent.
@@ -65,7 +76,10 @@ pub fn charge(bytes: usize) -> std::result::Result<(), BudgetSpent> {
             r.set(Some(left - bytes));
             Ok(())
         }
-        Some(_) => Err(BudgetSpent),
+        Some(_) => {
+            REFUSED.with(|refused| refused.set(true));
+            Err(BudgetSpent)
+        }
     })
 }
 

@@ -2,19 +2,20 @@
 //!
 //! hcl-edit parses with spans; this module keeps only what jobspecs use (attributes with
 //! literal values, blocks with labels) and the line and column of each, so every later
-//! error can point at the file. Expressions other than literals are refused here, with
-//! their location, rather than half-evaluated.
+//! error can point at the file. Without a scope (agent config, volume specs) expressions
+//! other than literals are refused here, with their location, rather than
+//! half-evaluated. A jobspec is evaluated as it is read ([`super::variables`],
+//! [`super::eval`], [`super::string_template`]); an expression that cannot be evaluated
+//! is reported and stands in the tree as [`Value::Failed`], so that reading goes on and
+//! later problems are found too.
 
 use hcl_edit::Span as _;
 use hcl_edit::expr::{Expression, ObjectKey};
 use hcl_edit::structure::{Body, Structure};
 
-/// A 1-based line and column in the jobspec file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Location {
-    pub line: usize,
-    pub column: usize,
-}
+use super::eval::{EvalError, Scope, VariableInputs};
+use super::location::LineIndex;
+pub use super::location::{Location, SyntaxProblem};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -24,6 +25,9 @@ pub enum Value {
     String(String),
     Array(Vec<Located<Value>>),
     Object(Vec<(String, Located<Value>)>),
+    /// An expression that could not be evaluated. Its problem is reported where it is
+    /// written; whoever reads the value says nothing more of it.
+    Failed,
 }
 
 impl Value {
@@ -36,12 +40,18 @@ impl Value {
             Value::String(_) => "a string",
             Value::Array(_) => "a list",
             Value::Object(_) => "an object",
+            Value::Failed => "a value that could not be evaluated",
         }
+    }
+
+    /// Whether the value could not be evaluated (its problem is reported already).
+    pub fn is_failed(&self) -> bool {
+        matches!(self, Value::Failed)
     }
 
     pub fn to_json(&self) -> serde_json::Value {
         match self {
-            Value::Null => serde_json::Value::Null,
+            Value::Null | Value::Failed => serde_json::Value::Null,
             Value::Bool(b) => serde_json::Value::Bool(*b),
             Value::Number(n) => serde_json::Value::Number(n.clone()),
             Value::String(s) => serde_json::Value::String(s.clone()),
@@ -79,55 +89,42 @@ pub struct BlockNode {
 pub struct BodyNode {
     pub attrs: Vec<Attr>,
     pub blocks: Vec<BlockNode>,
+    /// The kinds of the `dynamic` blocks that could not be expanded (their problem is
+    /// reported): the body may have been meant to hold blocks of these kinds.
+    pub unmade: Vec<String>,
 }
 
-/// A problem found while reading the HCL itself.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SyntaxProblem {
-    pub at: Location,
-    pub message: String,
+impl BodyNode {
+    /// Whether the body holds a block of `kind`, or a `dynamic` block meant to make some.
+    pub fn writes_block(&self, kind: &str) -> bool {
+        self.blocks.iter().any(|b| b.kind == kind) || self.unmade.iter().any(|k| k == kind)
+    }
+}
+
+/// A jobspec's tree, evaluated, with the problems evaluation found.
+#[derive(Debug)]
+pub struct Evaluated {
+    pub tree: BodyNode,
+    pub problems: Vec<SyntaxProblem>,
+    /// Evaluation reached one of its bounds (budget, references, dynamic blocks): the
+    /// jobspec is refused for it alone, and the tree is not read further.
+    pub bound_reached: bool,
 }
 
 /// Parses `source` with literal values only (agent config, volume specs), reporting every
 /// unsupported expression (not only the first).
 pub fn parse(source: &str) -> Result<BodyNode, Vec<SyntaxProblem>> {
-    parse_in(source, None)
-}
-
-/// Parses a jobspec: HCL2 with variables, locals and functions ([`super::eval`]).
-pub fn parse_evaluated(
-    source: &str,
-    inputs: &super::eval::VariableInputs,
-) -> Result<BodyNode, Vec<SyntaxProblem>> {
-    parse_in(source, Some(inputs))
-}
-
-fn parse_in(
-    source: &str,
-    inputs: Option<&super::eval::VariableInputs>,
-) -> Result<BodyNode, Vec<SyntaxProblem>> {
-    let mut body = hcl_edit::parser::parse_body(source).map_err(|error| {
-        let location = error.location();
-        vec![SyntaxProblem {
-            at: Location {
-                line: location.line(),
-                column: location.column(),
-            },
-            message: error.message().to_string(),
-        }]
-    })?;
+    let body = syntax(source)?;
     let lines = LineIndex::new(source);
     let mut problems = Vec::new();
-    let mut scope = inputs.map(|inputs| {
-        super::eval::Scope::build(&mut body, inputs, &|span| lines.at(span), &mut problems)
-    });
     let mut reader = Reader {
         lines: &lines,
         source,
-        scope: scope.as_mut(),
+        scope: None,
         problems: &mut problems,
+        path: Vec::new(),
     };
-    let tree = reader.body(&body);
+    let tree = convert_body(&body, &mut reader);
     if problems.is_empty() {
         Ok(tree)
     } else {
@@ -135,17 +132,80 @@ fn parse_in(
     }
 }
 
+/// Parses a jobspec: HCL2 with variables, locals and functions. Only a syntax error is
+/// an `Err`: what cannot be evaluated is in [`Evaluated::problems`], every one of them.
+pub fn parse_evaluated(
+    source: &str,
+    inputs: &VariableInputs,
+) -> Result<Evaluated, Vec<SyntaxProblem>> {
+    let mut body = syntax(source)?;
+    let lines = LineIndex::new(source);
+    let mut problems = Vec::new();
+    let mut scope =
+        super::variables::scope_of(&mut body, inputs, &|span| lines.at(span), &mut problems);
+    let mut reader = Reader {
+        lines: &lines,
+        source,
+        scope: Some(&mut scope),
+        problems: &mut problems,
+        path: Vec::new(),
+    };
+    let tree = convert_body(&body, &mut reader);
+    Ok(Evaluated {
+        tree,
+        bound_reached: scope.bound_reached(),
+        problems,
+    })
+}
+
+/// hcl-edit's tree, or the syntax error with its place.
+fn syntax(source: &str) -> Result<Body, Vec<SyntaxProblem>> {
+    hcl_edit::parser::parse_body(source).map_err(|error| {
+        let location = error.location();
+        vec![super::location::problem(
+            Location {
+                line: location.line(),
+                column: location.column(),
+            },
+            error.message(),
+        )]
+    })
+}
+
 /// Converts hcl-edit's tree, evaluating with `scope` when there is one.
 struct Reader<'a> {
     lines: &'a LineIndex,
     source: &'a str,
-    scope: Option<&'a mut super::eval::Scope>,
+    scope: Option<&'a mut Scope>,
     problems: &'a mut Vec<SyntaxProblem>,
+    /// Where the reader is, as the decoder names it: `job`, `web`, `group`, `g`, …
+    path: Vec<String>,
 }
 
 impl Reader<'_> {
-    fn body(&mut self, body: &Body) -> BodyNode {
-        convert_body(body, self)
+    /// Reports a problem at `at`, under the current path and `field` (when not empty).
+    fn problem(&mut self, at: Location, field: &str, message: impl ToString) {
+        let mut path = self.path.join(".");
+        if !field.is_empty() {
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(field);
+        }
+        self.problems.push(SyntaxProblem {
+            at,
+            path,
+            message: message.to_string(),
+        });
+    }
+
+    /// Reads `body` with `segments` added to the path.
+    fn within<T>(&mut self, segments: &[String], read: impl FnOnce(&mut Self) -> T) -> T {
+        let depth = self.path.len();
+        self.path.extend(segments.iter().cloned());
+        let out = read(self);
+        self.path.truncate(depth);
+        out
     }
 }
 
@@ -156,28 +216,31 @@ fn convert_body(body: &Body, reader: &mut Reader) -> BodyNode {
         match structure {
             Structure::Attribute(attr) => {
                 let at = lines.at(attr.span());
-                let value = convert_expr(&attr.value, reader);
-                node.attrs.push(Attr {
-                    name: attr.key.as_str().to_string(),
-                    value,
-                    at,
+                let name = attr.key.as_str().to_string();
+                let value = reader.within(std::slice::from_ref(&name), |r| {
+                    convert_expr(&attr.value, r)
                 });
+                node.attrs.push(Attr { name, value, at });
             }
             Structure::Block(block)
                 if block.ident.as_str() == "dynamic" && reader.scope.is_some() =>
             {
-                node.blocks.extend(expand_dynamic(block, reader));
+                expand_dynamic(block, reader, &mut node);
             }
             Structure::Block(block) => {
-                let labels = block
+                let labels: Vec<String> = block
                     .labels
                     .iter()
                     .map(|l| l.as_str().to_string())
                     .collect();
+                let kind = block.ident.as_str().to_string();
+                let mut segments = vec![kind.clone()];
+                segments.extend(labels.iter().cloned());
+                let body = reader.within(&segments, |r| convert_body(&block.body, r));
                 node.blocks.push(BlockNode {
-                    kind: block.ident.as_str().to_string(),
+                    kind,
                     labels,
-                    body: convert_body(&block.body, reader),
+                    body,
                     at: lines.at(block.span()),
                 });
             }
@@ -188,21 +251,25 @@ fn convert_body(body: &Body, reader: &mut Reader) -> BodyNode {
 
 /// A `dynamic "KIND" { for_each, iterator, labels, content { ... } }` block, as HCL2 has
 /// it: one `KIND` block per element of `for_each`, its `content` evaluated with the
-/// iterator (`KIND` unless named) holding the element's `key` and `value`.
-fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader) -> Vec<BlockNode> {
+/// iterator (`KIND` unless named) holding the element's `key` and `value`. What it makes
+/// goes into `node`; when it cannot be expanded, its problem is reported and `node`
+/// remembers that it meant to make blocks of `KIND` ([`BodyNode::unmade`]).
+fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader, node: &mut BodyNode) {
     let lines = reader.lines;
     let at = lines.at(block.span());
-    let fail = |reader: &mut Reader, message: String| {
-        reader.problems.push(SyntaxProblem { at, message });
-        Vec::new()
-    };
     let [kind] = block.labels.as_slice() else {
-        return fail(
-            reader,
-            "a dynamic block takes one label: the kind of block it makes (dynamic \"task\")".into(),
+        return reader.problem(
+            at,
+            "dynamic",
+            "a dynamic block takes one label: the kind of block it makes (dynamic \"task\")",
         );
     };
     let kind = kind.as_str().to_string();
+    let field = format!("dynamic.{kind}");
+    let fail = |reader: &mut Reader, node: &mut BodyNode, message: String| {
+        reader.problem(at, &field, message);
+        node.unmade.push(kind.clone());
+    };
     let mut for_each = None;
     let mut iterator = kind.clone();
     let mut labels = Vec::new();
@@ -213,15 +280,16 @@ fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader) -> Ve
                 "for_each" => for_each = Some(&attr.value),
                 "iterator" => match &attr.value {
                     Expression::Variable(name) => iterator = name.as_str().to_string(),
-                    _ => return fail(reader, "iterator must be a bare name".into()),
+                    _ => return fail(reader, node, "iterator must be a bare name".into()),
                 },
                 "labels" => match &attr.value {
                     Expression::Array(items) => labels = items.iter().collect(),
-                    _ => return fail(reader, "labels must be a list".into()),
+                    _ => return fail(reader, node, "labels must be a list".into()),
                 },
                 other => {
                     return fail(
                         reader,
+                        node,
                         format!(
                             "unknown attribute {other:?} in a dynamic block (use for_each, \
                              iterator, labels and a content block)"
@@ -233,6 +301,7 @@ fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader) -> Ve
             Structure::Block(inner) => {
                 return fail(
                     reader,
+                    node,
                     format!(
                         "a dynamic block holds a content block, not {:?}",
                         inner.ident.as_str()
@@ -244,15 +313,17 @@ fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader) -> Ve
     let (Some(for_each), Some(content)) = (for_each, content) else {
         return fail(
             reader,
+            node,
             "a dynamic block needs for_each and a content block".into(),
         );
     };
     let Some(scope) = reader.scope.as_deref_mut() else {
-        return Vec::new();
+        return;
     };
     if scope.is_iterating(&iterator) {
         return fail(
             reader,
+            node,
             format!("nested dynamic blocks need different iterators; {iterator:?} is taken"),
         );
     }
@@ -272,65 +343,76 @@ fn expand_dynamic(block: &hcl_edit::structure::Block, reader: &mut Reader) -> Ve
         Ok(other) => {
             return fail(
                 reader,
+                node,
                 format!("for_each must be a list, a set or a map, not {other}"),
             );
         }
-        Err(error) => return fail(reader, format!("for_each: {error}")),
+        Err(EvalError::Unresolved) => return node.unmade.push(kind.clone()),
+        Err(error) => return fail(reader, node, format!("for_each: {error}")),
     };
     if let Some(scope) = reader.scope.as_deref_mut()
         && let Err(error) = scope.count_dynamic_blocks(items.len())
     {
-        return fail(reader, error.to_string());
+        return fail(reader, node, error.to_string());
     }
-    let mut made = Vec::new();
     for (key, value) in items {
         if let Some(scope) = reader.scope.as_deref_mut() {
             scope.enter_iterator(&iterator, key, value);
         }
         let mut block_labels = Vec::new();
+        let mut labelled = true;
         for label in &labels {
-            match convert_expr(label, reader).value {
+            match reader
+                .within(std::slice::from_ref(&field), |r| convert_expr(label, r))
+                .value
+            {
                 Value::String(text) => block_labels.push(text),
                 Value::Number(n) => block_labels.push(n.to_string()),
+                Value::Failed => labelled = false,
                 _ => {
-                    reader.problems.push(SyntaxProblem {
-                        at: lines.at(label.span()),
-                        message: "a dynamic block's labels must be strings".into(),
-                    });
+                    labelled = false;
+                    reader.problem(
+                        lines.at(label.span()),
+                        &field,
+                        "a dynamic block's labels must be strings",
+                    );
                 }
             }
         }
-        let body = convert_body(&content.body, reader);
+        let mut segments = vec![kind.clone()];
+        segments.extend(block_labels.iter().cloned());
+        let body = reader.within(&segments, |r| convert_body(&content.body, r));
         if let Some(scope) = reader.scope.as_deref_mut() {
             scope.leave_iterator();
         }
-        made.push(BlockNode {
-            kind: kind.clone(),
-            labels: block_labels,
-            body,
-            at,
-        });
+        // A block without its labels would only draw problems of its own.
+        if labelled {
+            node.blocks.push(BlockNode {
+                kind: kind.clone(),
+                labels: block_labels,
+                body,
+                at,
+            });
+        } else if !node.unmade.contains(&kind) {
+            node.unmade.push(kind.clone());
+        }
     }
-    made
 }
 
 fn convert_expr(expr: &Expression, reader: &mut Reader) -> Located<Value> {
     let lines = reader.lines;
     let at = lines.at(expr.span());
     if let Some(scope) = reader.scope.as_deref_mut() {
+        let source = reader.source;
+        let template = |scope: &mut Scope, template| {
+            scope
+                .count(expr)
+                .and_then(|()| super::string_template::render(scope, template, expr, source))
+                .map(Value::String)
+        };
         let evaluated = match expr {
-            Expression::StringTemplate(template) => Some(
-                scope
-                    .count(expr)
-                    .and_then(|()| scope.template(template, expr, reader.source))
-                    .map(Value::String),
-            ),
-            Expression::HeredocTemplate(heredoc) => Some(
-                scope
-                    .count(expr)
-                    .and_then(|()| scope.template(&heredoc.template, expr, reader.source))
-                    .map(Value::String),
-            ),
+            Expression::StringTemplate(t) => Some(template(scope, t)),
+            Expression::HeredocTemplate(heredoc) => Some(template(scope, &heredoc.template)),
             Expression::Variable(_)
             | Expression::Traversal(_)
             | Expression::FuncCall(_)
@@ -347,13 +429,17 @@ fn convert_expr(expr: &Expression, reader: &mut Reader) -> Located<Value> {
         };
         match evaluated {
             Some(Ok(value)) => return Located { value, at },
-            Some(Err(message)) => {
-                reader.problems.push(SyntaxProblem {
-                    at,
-                    message: message.to_string(),
-                });
+            // Reported where the variable or local it names is declared.
+            Some(Err(EvalError::Unresolved)) => {
                 return Located {
-                    value: Value::Null,
+                    value: Value::Failed,
+                    at,
+                };
+            }
+            Some(Err(message)) => {
+                reader.problem(at, "", message);
+                return Located {
+                    value: Value::Failed,
                     at,
                 };
             }
@@ -398,23 +484,28 @@ fn convert_expr(expr: &Expression, reader: &mut Reader) -> Located<Value> {
                     ObjectKey::Ident(ident) => ident.as_str().to_string(),
                     ObjectKey::Expression(Expression::String(s)) => s.value().to_string(),
                     ObjectKey::Expression(other) => {
-                        reader.problems.push(SyntaxProblem {
-                            at: lines.at(other.span()),
-                            message: "object keys must be names or plain strings".into(),
-                        });
+                        reader.problem(
+                            lines.at(other.span()),
+                            "",
+                            "object keys must be names or plain strings",
+                        );
                         continue;
                     }
                 };
-                fields.push((name, convert_expr(value.expr(), reader)));
+                let value = reader.within(std::slice::from_ref(&name), |r| {
+                    convert_expr(value.expr(), r)
+                });
+                fields.push((name, value));
             }
             Value::Object(fields)
         }
         Expression::Parenthesis(inner) => return convert_expr(inner.inner(), reader),
         _ => {
-            reader.problems.push(SyntaxProblem {
+            reader.problem(
                 at,
-                message: "only literal values are supported here (strings, numbers, bools, lists, objects)".into(),
-            });
+                "",
+                "only literal values are supported here (strings, numbers, bools, lists, objects)",
+            );
             Value::Null
         }
     };
@@ -442,30 +533,6 @@ fn from_evaluated(value: &hcl::Value, at: Location) -> Value {
                 .map(|(k, v)| (k.clone(), located(v)))
                 .collect(),
         ),
-    }
-}
-
-/// Byte offsets to 1-based line and column.
-pub(crate) struct LineIndex {
-    starts: Vec<usize>,
-}
-
-impl LineIndex {
-    pub(crate) fn new(source: &str) -> Self {
-        let mut starts = vec![0];
-        starts.extend(source.match_indices('\n').map(|(i, _)| i + 1));
-        LineIndex { starts }
-    }
-
-    pub(crate) fn at(&self, span: Option<std::ops::Range<usize>>) -> Location {
-        let Some(span) = span else {
-            return Location::default();
-        };
-        let line = self.starts.partition_point(|&start| start <= span.start);
-        Location {
-            line,
-            column: span.start - self.starts[line - 1] + 1,
-        }
     }
 }
 

@@ -2,7 +2,15 @@
 //! `csi_plugin`, `service`), parsed into typed structures with errors that point at the
 //! file, the line and the path (`job.web.group.g.task.t.driver`).
 //!
-//! Parsing reports every problem it finds, not only the first.
+//! Parsing reports every problem it finds, not only the first: what cannot be evaluated
+//! (an undeclared variable, an unknown function, a type error) is reported with its
+//! place, and the rest of the jobspec is still evaluated and decoded, so that one run
+//! finds every independent mistake.
+//!
+//! The files of this folder import one another in one direction only: `location` at the
+//! bottom, then `eval`, then `variables` and `string_template`, then `hcl`, then
+//! `fields` and `decode` (with `spec`, the typed job); this file uses them, and none of
+//! them uses it.
 
 pub mod constraint;
 mod decode;
@@ -11,470 +19,17 @@ pub(crate) mod fields;
 pub mod functions;
 pub mod hcl;
 pub mod interpolate;
+mod location;
 pub mod names;
+mod spec;
+mod string_template;
 pub mod template;
+mod variables;
 
-use std::fmt;
 use std::path::Path;
-use std::time::Duration;
 
-use serde::Serialize;
-
-use crate::model::mount::Propagation;
-pub use hcl::Location;
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Job {
-    pub name: String,
-    pub job_type: JobType,
-    pub datacenters: Vec<String>,
-    pub meta: Vec<(String, String)>,
-    pub constraints: Vec<Constraint>,
-    pub groups: Vec<Group>,
-    /// A `periodic` block: the job places nothing when submitted; the agent launches a
-    /// child job (`<job>/periodic-<unix time>`) on its schedule.
-    pub periodic: Option<Periodic>,
-    /// A `parameterized` block: the job places nothing when submitted; `berth job
-    /// dispatch` launches a child job (`<job>/dispatch-<unix time>-<random>`).
-    pub parameterized: Option<Parameterized>,
-    /// The job this one was launched from (periodic or dispatch), for a child job.
-    #[serde(skip)]
-    pub parent: Option<String>,
-    /// The payload a dispatched child was given, written to the tasks'
-    /// `dispatch_payload` files.
-    #[serde(skip)]
-    pub payload: Option<Vec<u8>>,
-    /// What the jobspec asks for that has no effect on one node (Nomad's scheduler
-    /// blocks): the job runs, and the user is told.
-    #[serde(skip)]
-    pub warnings: Vec<Problem>,
-}
-
-/// Nomad's `periodic` block. Times are UTC (Nomad's default `time_zone`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Periodic {
-    /// Cron expressions: 5 fields, or 6 with seconds first, or `@hourly`-style.
-    pub crons: Vec<String>,
-    /// Skip a launch while a child launched before is still running.
-    pub prohibit_overlap: bool,
-    pub enabled: bool,
-}
-
-impl Periodic {
-    /// The first launch time after `after` (UTC) of any of the crons.
-    pub fn next_after(
-        &self,
-        after: chrono::DateTime<chrono::Utc>,
-    ) -> Option<chrono::DateTime<chrono::Utc>> {
-        self.crons
-            .iter()
-            .filter_map(|text| text.parse::<croner::Cron>().ok())
-            .filter_map(|cron| cron.find_next_occurrence(&after, false).ok())
-            .min()
-    }
-}
-
-/// Nomad's `parameterized` block: what a dispatch must and may bring.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Parameterized {
-    pub payload: PayloadRule,
-    pub meta_required: Vec<String>,
-    pub meta_optional: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PayloadRule {
-    Optional,
-    Required,
-    Forbidden,
-}
-
-/// The largest dispatch payload, as in Nomad (16 KiB).
-pub const MAX_DISPATCH_PAYLOAD: usize = 16 * 1024;
-
-/// A `constraint` block: where the job may run, checked against this node's attributes
-/// at submit time.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Constraint {
-    /// `${attr.kernel.name}`, `${meta.rack}`, … (may be empty for `distinct_hosts`).
-    pub attribute: String,
-    pub operator: String,
-    pub value: String,
-    #[serde(skip)]
-    pub at: Location,
-    /// `job.web.group.g.constraint`.
-    #[serde(skip)]
-    pub path: String,
-}
-
-/// A `template` block: a file rendered into the task's directory before it starts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Template {
-    /// The template text (consul-template's syntax; berth renders `{{ env "X" }}`).
-    pub data: String,
-    /// Relative to the task's directory (`local/app.conf`).
-    pub destination: String,
-    /// Read the rendered file as `KEY=value` lines into the task's env.
-    pub env: bool,
-    pub perms: u32,
-    #[serde(skip)]
-    pub at: Location,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobType {
-    Service,
-    Batch,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Group {
-    pub name: String,
-    pub count: u32,
-    pub volumes: Vec<VolumeRequest>,
-    pub services: Vec<Service>,
-    pub restart: RestartPolicy,
-    pub meta: Vec<(String, String)>,
-    pub constraints: Vec<Constraint>,
-    pub tasks: Vec<Task>,
-    /// The ports of its `network` block (berth gives tasks the host's network).
-    pub ports: Vec<PortLabel>,
-    /// Between deregistering the group's services and stopping its tasks.
-    #[serde(with = "duration_ms")]
-    pub shutdown_delay: Duration,
-    /// `ephemeral_disk { size }` in MB (MiB): what the alloc's directory may hold, logs
-    /// included (300 when the block is absent, as Nomad).
-    pub ephemeral_disk_mb: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VolumeType {
-    Host,
-    Csi,
-}
-
-/// A group's `volume "alias" { ... }`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct VolumeRequest {
-    pub name: String,
-    pub volume_type: VolumeType,
-    pub source: String,
-    pub read_only: bool,
-    pub access_mode: Option<String>,
-    pub attachment_mode: Option<String>,
-    pub per_alloc: bool,
-    #[serde(skip)]
-    pub at: Location,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Task {
-    pub name: String,
-    pub driver: String,
-    /// The `config` block, as JSON for the driver.
-    pub config: serde_json::Value,
-    pub env: Vec<(String, String)>,
-    pub meta: Vec<(String, String)>,
-    pub resources: Resources,
-    /// Between deregistering its services and its kill signal (`shutdown_delay`), so
-    /// that clients stop sending it work first.
-    #[serde(with = "duration_ms")]
-    pub shutdown_delay: Duration,
-    #[serde(with = "duration_ms")]
-    pub kill_timeout: Duration,
-    pub kill_signal: String,
-    /// Run the task as this user (looked up on the host), as Nomad's `user`.
-    pub user: Option<String>,
-    pub volume_mounts: Vec<VolumeMount>,
-    pub csi_plugin: Option<CsiPlugin>,
-    pub services: Vec<Service>,
-    pub lifecycle: Option<Lifecycle>,
-    /// Operator-loaded WASM hooks this task opts into, by name, in order.
-    pub hooks: Vec<String>,
-    pub constraints: Vec<Constraint>,
-    pub templates: Vec<Template>,
-    /// The task's own `restart` block, over the group's policy; `None`: the group's.
-    pub restart: Option<RestartPolicy>,
-    /// Where a dispatched job's payload is written, relative to the task's directory
-    /// (`local/<dispatch_payload.file>`).
-    pub dispatch_payload: Option<String>,
-    /// How its stdout and stderr files rotate (`logs`).
-    pub logs: crate::model::driver::LogRotation,
-    /// Set on the sidecar proxy task berth adds for a Connect service: the service's
-    /// name. It gets a service identity token and an Envoy bootstrap before it starts.
-    pub connect_proxy_for: Option<String>,
-    #[serde(skip)]
-    pub at: Location,
-    #[serde(skip)]
-    pub driver_at: Location,
-    #[serde(skip)]
-    pub hooks_at: Location,
-    /// Where the `config` block and each of its keys are written, to place a driver's
-    /// complaint about one of them.
-    #[serde(skip)]
-    pub config_at: (Location, Vec<(String, Location)>),
-}
-
-impl Task {
-    /// Where a driver's config error belongs: at the key it names (serde's
-    /// "unknown field `comand`" or "missing field `command`"), else at the config block,
-    /// with serde's position in the JSON the driver was given cut off (the user wrote HCL).
-    pub fn place_config_error(&self, error: &str) -> (Location, String) {
-        let message = match error.rfind(" at line ") {
-            Some(at) if error[at..].contains(" column ") => error[..at].to_string(),
-            _ => error.to_string(),
-        };
-        let named = message
-            .split('`')
-            .nth(1)
-            .and_then(|key| self.config_at.1.iter().find(|(k, _)| k == key))
-            .map(|(_, at)| *at);
-        let block = if self.config_at.0.line > 0 {
-            self.config_at.0
-        } else {
-            self.at
-        };
-        (named.unwrap_or(block), message)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Resources {
-    /// MHz; becomes the task's CPU shares.
-    pub cpu: u32,
-    /// MiB (Nomad's "MB"); the hard memory limit unless `memory_max` is set.
-    pub memory_mb: u32,
-    /// MiB: the hard limit, with `memory` then the soft one (Nomad's oversubscription).
-    pub memory_max_mb: Option<u32>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct VolumeMount {
-    pub volume: String,
-    pub destination: String,
-    pub read_only: bool,
-    pub propagation: Propagation,
-    #[serde(skip)]
-    pub at: Location,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CsiPluginType {
-    Node,
-    Controller,
-    Monolith,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CsiPlugin {
-    pub id: String,
-    pub plugin_type: CsiPluginType,
-    pub mount_dir: String,
-    pub stage_publish_base_dir: String,
-    #[serde(with = "duration_ms")]
-    pub health_timeout: Duration,
-}
-
-/// A `service` block: the same parser serves groups and tasks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Service {
-    pub name: String,
-    /// A port label of the group's `network` block, or a number.
-    pub port: Option<String>,
-    pub tags: Vec<String>,
-    pub enable_tag_override: bool,
-    pub connect: Option<Connect>,
-    pub provider: ServiceProvider,
-    /// The address to register; by default the node's.
-    pub address: Option<String>,
-    pub meta: Vec<(String, String)>,
-    pub checks: Vec<ServiceCheck>,
-    #[serde(skip)]
-    pub at: hcl::Location,
-}
-
-/// Where a service is registered (`provider`): Consul, or Nomad's own catalog, which
-/// on one berth node is the list `berth service list` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ServiceProvider {
-    Consul,
-    Nomad,
-}
-
-/// A service's `check` block, run by Consul.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ServiceCheck {
-    pub name: String,
-    pub kind: CheckKind,
-    #[serde(with = "duration_ms")]
-    pub interval: Duration,
-    #[serde(with = "duration_ms")]
-    pub timeout: Duration,
-    /// A port label or number; by default the service's.
-    pub port: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckKind {
-    Http {
-        path: String,
-        protocol: String,
-        method: Option<String>,
-    },
-    Tcp,
-}
-
-/// A port of the group's `network` block: its label, and its number when static.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PortLabel {
-    pub label: String,
-    pub number: Option<u16>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Connect {
-    pub sidecar_service: Option<SidecarService>,
-    /// The `sidecar_task` block, kept as given.
-    pub sidecar_task: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SidecarService {
-    pub port: Option<String>,
-    pub upstreams: Vec<Upstream>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Upstream {
-    pub destination_name: String,
-    pub local_bind_port: u16,
-}
-
-/// When a task runs relative to the group's main tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Lifecycle {
-    pub hook: LifecycleHook,
-    /// Keeps running beside the main tasks instead of running to completion.
-    pub sidecar: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LifecycleHook {
-    Prestart,
-    Poststart,
-    Poststop,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RestartMode {
-    Fail,
-    Delay,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RestartPolicy {
-    pub attempts: u32,
-    #[serde(with = "duration_ms")]
-    pub interval: Duration,
-    #[serde(with = "duration_ms")]
-    pub delay: Duration,
-    pub mode: RestartMode,
-}
-
-impl RestartPolicy {
-    /// Nomad's defaults differ by job type: batch jobs retry more slowly.
-    pub fn default_for(job_type: JobType) -> Self {
-        match job_type {
-            JobType::Service => RestartPolicy {
-                attempts: 2,
-                interval: Duration::from_secs(30 * 60),
-                delay: Duration::from_secs(15),
-                mode: RestartMode::Fail,
-            },
-            JobType::Batch => RestartPolicy {
-                attempts: 3,
-                interval: Duration::from_secs(24 * 3600),
-                delay: Duration::from_secs(15),
-                mode: RestartMode::Fail,
-            },
-        }
-    }
-}
-
-/// One thing wrong with a jobspec, with where it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// `job.web.group.g.task.t.driver`.
-    pub path: String,
-    pub at: Option<Location>,
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.at {
-            Some(at) if at.line > 0 => write!(
-                f,
-                "{}:{}: {}: {}",
-                at.line, at.column, self.path, self.message
-            ),
-            _ => write!(f, "{}: {}", self.path, self.message),
-        }
-    }
-}
-
-/// What decoding a jobspec found: problems (it is refused) and warnings (it runs, and
-/// the user is told what has no effect). Derefs to the problems, so the field readers
-/// take it where they take a problem list.
-#[derive(Debug, Default)]
-pub(crate) struct Findings {
-    pub problems: Vec<Problem>,
-    pub warnings: Vec<Problem>,
-}
-
-impl std::ops::Deref for Findings {
-    type Target = Vec<Problem>;
-    fn deref(&self) -> &Vec<Problem> {
-        &self.problems
-    }
-}
-
-impl std::ops::DerefMut for Findings {
-    fn deref_mut(&mut self) -> &mut Vec<Problem> {
-        &mut self.problems
-    }
-}
-
-/// Every problem found in one jobspec file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct JobspecError {
-    pub file: String,
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for JobspecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = self.problems.len();
-        write!(
-            f,
-            "{} has {count} problem{}:",
-            self.file,
-            if count == 1 { "" } else { "s" }
-        )?;
-        for problem in &self.problems {
-            write!(f, "\n  {}:{problem}", self.file)?;
-        }
-        Ok(())
-    }
-}
+pub use location::Location;
+pub use spec::*;
 
 /// Parses HCL into a tree; syntax errors become problems at `root` (the path shown for
 /// them: `jobspec`, `config`, `volume`). Shared by every HCL file berth reads.
@@ -512,31 +67,45 @@ pub fn parse_with(
         file: file.to_string(),
         problems,
     };
+    let placed = |problems: Vec<location::SyntaxProblem>| -> Vec<Problem> {
+        problems
+            .into_iter()
+            .map(|p| Problem {
+                path: if p.path.is_empty() {
+                    "jobspec".into()
+                } else {
+                    p.path
+                },
+                at: Some(p.at),
+                message: p.message,
+            })
+            .collect()
+    };
     // Everything the evaluation builds draws from one budget (functions::EVALUATION_BUDGET).
     let budget = functions::BudgetScope::start(functions::EVALUATION_BUDGET);
-    let tree = hcl::parse_evaluated(source, inputs);
+    let evaluated = hcl::parse_evaluated(source, inputs);
     drop(budget);
-    let tree = tree.map_err(|problems| {
-        fail(
-            problems
-                .into_iter()
-                .map(|p| Problem {
-                    path: "jobspec".into(),
-                    at: Some(p.at),
-                    message: p.message,
-                })
-                .collect(),
-        )
-    })?;
-    let mut findings = Findings::default();
-    let job = decode::job(&tree, &mut findings);
-    match job {
-        Some(mut job) if findings.problems.is_empty() => {
-            job.warnings = findings.warnings;
-            Ok(job)
-        }
-        _ => Err(fail(findings.problems)),
+    let evaluated = evaluated.map_err(|problems| fail(placed(problems)))?;
+    let mut problems = placed(evaluated.problems);
+    // A bound is a defence against a hostile jobspec: it is refused for that alone.
+    if evaluated.bound_reached {
+        return Err(fail(problems));
     }
+    // What could not be evaluated is `Value::Failed` in the tree, which the decoder
+    // passes over: its problems are the others, independent of those above.
+    let mut findings = Findings::default();
+    let job = decode::job(&evaluated.tree, &mut findings);
+    if problems.is_empty()
+        && findings.problems.is_empty()
+        && let Some(mut job) = job
+    {
+        job.warnings = findings.warnings;
+        return Ok(job);
+    }
+    problems.append(&mut findings.problems);
+    // In the order they are written (a stable sort: problems without a place first).
+    problems.sort_by_key(|p| p.at.map(|at| (at.line, at.column)));
+    Err(fail(problems))
 }
 
 /// Reads and parses a jobspec file.
@@ -553,17 +122,11 @@ pub fn parse_file(path: &Path) -> Result<Job, JobspecError> {
     parse(&file, &source)
 }
 
-mod duration_ms {
-    pub fn serialize<S: serde::Serializer>(
-        d: &std::time::Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-}
-
 #[cfg(test)]
 mod tests;
 
 #[cfg(test)]
 mod eval_tests;
+
+#[cfg(test)]
+mod all_problems_tests;

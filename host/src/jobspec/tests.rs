@@ -1,6 +1,9 @@
 //! Jobspec parsing: what parses, and the positioned problems for what does not.
 
+use std::time::Duration;
+
 use super::*;
+use crate::model::mount::Propagation;
 
 fn problems(source: &str) -> Vec<String> {
     match parse("job.hcl", source) {
@@ -138,7 +141,7 @@ fn parses_a_full_job() {
 }
 
 #[test]
-fn reports_every_problem_with_line_and_path() {
+fn reports_every_problem_with_line_and_path_in_the_order_written() {
     let found = problems(
         r#"job "web" {
   group "g" {
@@ -154,8 +157,8 @@ fn reports_every_problem_with_line_and_path() {
         found,
         [
             "3:5: job.web.group.g.task.t.driver: is required",
-            "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\", found a number",
             "4:7: job.web.group.g.task.t.drivr: unknown field \"drivr\" (allowed here: driver, config, env, meta, resources, kill_timeout, kill_signal, volume_mount, csi_plugin, service, lifecycle, hooks, user, template, artifact, logs, constraint, affinity, leader, shutdown_delay, max_run_duration, vault, identity, secret, dispatch_payload, scaling, kind, consul, restart, action)",
+            "5:22: job.web.group.g.task.t.kill_timeout: expected a duration such as \"30s\", \"5m\" or \"1h30m\", found a number",
         ]
     );
 }

@@ -1376,6 +1376,55 @@ fn mount_syscalls_outside_mount(analysis: &Analysis) -> Vec<Violation> {
     )
 }
 
+/// The runners reach privileged operations only through `sys::Sys` (its Linux side, or
+/// the recording fake in their unit tests): no cgroup, ownership, user-database or
+/// rlimit call in `task_runner/` or `alloc_runner/`. `Cgroups::task_name` is a pure
+/// naming function and allowed.
+fn privileged_calls_in_runners(analysis: &Analysis) -> Vec<Violation> {
+    const EXTERN_CALLS: &[&str] = &[
+        "chown",
+        "fchown",
+        "lchown",
+        "chownat",
+        "fchownat",
+        "setrlimit",
+        "prlimit",
+        "kill_process",
+        "kill_process_group",
+    ];
+    let forbidden = |target: &Target| match target {
+        Target::Crate(path) => {
+            let at = |i: usize| path.get(i).map(String::as_str);
+            (at(0) == Some("cgroup") && !(at(1) == Some("Cgroups") && at(2) == Some("task_name")))
+                || (at(0) == Some("process") && at(1) == Some("users"))
+        }
+        Target::Extern(path) => {
+            (path[0] == "rustix" || path[0] == "libc" || path[0] == "nix")
+                && path
+                    .last()
+                    .is_some_and(|name| EXTERN_CALLS.contains(&name.as_str()))
+        }
+        _ => false,
+    };
+    let mut violations = Vec::new();
+    for unit in analysis.units.iter().filter(|u| {
+        u.home.starts_with("host/src/task_runner/") || u.home.starts_with("host/src/alloc_runner/")
+    }) {
+        for r in unit.refs.iter().filter(|r| forbidden(&r.target)) {
+            violations.push(Violation {
+                file: unit.label.clone(),
+                line: r.line,
+                key: r.target.to_string(),
+                message: format!(
+                    "a privileged call in a runner: go through `sys::Sys` (`{}`)",
+                    r.target
+                ),
+            });
+        }
+    }
+    dedup(violations)
+}
+
 /// Only `host/src/runtime/` touches wasmtime and the generated WIT bindings.
 fn bindings_outside_runtime(analysis: &Analysis) -> Vec<Violation> {
     places_outside(
@@ -1913,41 +1962,11 @@ const ALLOWED: &[Allowed] = &[
     // Circles inside a folder (the file is the folder).
     Allowed {
         rule: "circles",
-        file: "host/src/jobspec/",
-        key: "eval <-> hcl",
-        reason: "eval.rs uses hcl.rs's Location and SyntaxProblem; hcl.rs's parse_evaluated takes eval's VariableInputs",
-    },
-    Allowed {
-        rule: "circles",
         file: "host/src/runtime/",
         key: "host_api <-> sandbox",
         reason: "sandbox's PluginCtx holds host_api::log::LogBudget; host_api implements its interfaces on PluginCtx",
     },
-    Allowed {
-        rule: "circles",
-        file: "host/src/task_runner/",
-        key: "connect_hook <-> csi_plugin_supervisor_hook <-> hooks <-> interpolate_hook <-> services_hook <-> task_dir_hook <-> template_hook <-> volumes_hook <-> wasm_hooks",
-        reason: "hooks.rs holds both the TaskHook trait every hook implements and task_hooks(), the list that builds them all",
-    },
     // Files over MAX_LINES.
-    Allowed {
-        rule: "file size",
-        file: "host/src/csi/manager.rs",
-        key: "size",
-        reason: "being split (issue 25)",
-    },
-    Allowed {
-        rule: "file size",
-        file: "host/src/agent/mod.rs",
-        key: "size",
-        reason: "being split (issue 25)",
-    },
-    Allowed {
-        rule: "file size",
-        file: "host/src/jobspec/eval.rs",
-        key: "size",
-        reason: "being split (issue 25)",
-    },
     Allowed {
         rule: "file size",
         file: "host/src/jobspec/decode.rs",
@@ -2142,6 +2161,11 @@ fn no_module_imports_upward() {
 #[test]
 fn only_mount_calls_mount_syscalls() {
     assert_clean("mount syscalls", mount_syscalls_outside_mount(&host().1));
+}
+
+#[test]
+fn runners_reach_privileged_calls_only_through_sys() {
+    assert_clean("privileged calls", privileged_calls_in_runners(&host().1));
 }
 
 #[test]
@@ -2471,6 +2495,27 @@ fn checker_catches_mount_syscalls_elsewhere() {
         "fn f() { rustix::mount::mount_bind(a, b)?; }\n",
     )]);
     assert!(mount_syscalls_outside_mount(&inside).is_empty());
+}
+
+#[test]
+fn checker_catches_privileged_calls_in_runners() {
+    let runner = planted(&[(
+        "host/src/task_runner/volumes_hook.rs",
+        "use crate::cgroup::Cgroups;\n\
+         fn f() { rustix::fs::fchown(&dir, None, None)?; }\n\
+         fn g() { crate::process::users::lookup(\"nobody\"); }\n\
+         fn h() { crate::cgroup::Cgroups::task_name(a, t); }\n\
+         fn i() { unsafe { libc::setrlimit(0, &l) }; }\n",
+    )]);
+    assert_eq!(
+        lines_of(&privileged_calls_in_runners(&runner)),
+        vec![1, 2, 3, 5]
+    );
+    let seam = planted(&[(
+        "host/src/sys/linux.rs",
+        "fn f() { rustix::fs::fchown(&dir, None, None)?; }\n",
+    )]);
+    assert!(privileged_calls_in_runners(&seam).is_empty());
 }
 
 #[test]

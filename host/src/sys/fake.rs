@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +21,7 @@ pub enum Call {
     ExistingCgroup(String),
     KillAndRemove(String),
     GiveDirs { dirs: Vec<PathBuf>, uid: u32 },
+    GiveFile { uid: u32 },
     LookupUser(String),
 }
 
@@ -149,6 +151,11 @@ impl Sys for FakeSys {
             dirs: dirs.iter().map(|(path, _)| path.clone()).collect(),
             uid: user.uid,
         });
+        Ok(())
+    }
+
+    fn give_file(&self, _file: BorrowedFd<'_>, user: TaskUser) -> io::Result<()> {
+        self.record(Call::GiveFile { uid: user.uid });
         Ok(())
     }
 

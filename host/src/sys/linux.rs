@@ -1,6 +1,7 @@
 //! The seam on the host: cgroupfs through [`Cgroups`], `fchown`, `/etc/passwd`.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
 use super::{RunCgroup, Sys};
@@ -53,6 +54,15 @@ impl Sys for LinuxSys {
             }
             Ok(())
         })
+    }
+
+    fn give_file(&self, file: BorrowedFd<'_>, user: TaskUser) -> io::Result<()> {
+        rustix::fs::fchown(
+            file,
+            Some(rustix::fs::Uid::from_raw(user.uid)),
+            Some(rustix::fs::Gid::from_raw(user.gid)),
+        )?;
+        Ok(())
     }
 
     fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError> {

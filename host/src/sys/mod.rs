@@ -1,7 +1,7 @@
 //! The seam between the runners and the privileged operations they need: a task run's
 //! cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill and
-//! remove), handing a task's directories to its user (`fchown`), and looking the user
-//! up. The runners reach these only through [`Sys`], which they get in their context:
+//! remove), handing a task's directories and secrets to its user (`fchown`), and looking
+//! the user up. The runners reach these only through [`Sys`], which they get in their context:
 //! [`LinuxSys`] does them on the host (as root), and `fake::FakeSys` (tests only)
 //! records them, so the task and alloc runners' logic is unit-tested without root.
 //!
@@ -17,6 +17,7 @@ mod linux;
 
 use std::fmt;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
 pub use linux::LinuxSys;
@@ -47,6 +48,9 @@ pub trait Sys: Send + Sync {
     /// Gives each directory (with its mode) to `user`, following no link: a task may
     /// have replaced its own directory with a symlink to a host path.
     fn give_dirs(&self, dirs: &[(PathBuf, u32)], user: TaskUser) -> io::Result<()>;
+
+    /// Gives an open file berth wrote for the task (a secret) to `user`.
+    fn give_file(&self, file: BorrowedFd<'_>, user: TaskUser) -> io::Result<()>;
 
     /// The uid and primary gid of a user name (or number).
     fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError>;

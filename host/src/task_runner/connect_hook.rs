@@ -96,7 +96,7 @@ impl TaskHook for ConnectHook {
                         "secrets/si_token",
                         token.secret_id.as_bytes(),
                         0o440,
-                        user,
+                        user.map(|user| (user, &*ctx.sys)),
                     )
                     .map_err(|e| failure(format!("writing secrets/si_token: {e}")))?;
                     Some(token)
@@ -113,7 +113,7 @@ impl TaskHook for ConnectHook {
                 "secrets/envoy_bootstrap.json",
                 &bootstrap,
                 0o440,
-                user,
+                user.map(|user| (user, &*ctx.sys)),
             )
             .map_err(|e| failure(format!("writing secrets/envoy_bootstrap.json: {e}")))?;
             Ok(())

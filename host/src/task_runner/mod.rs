@@ -32,7 +32,6 @@ use tokio::sync::watch;
 
 use tracing::Instrument;
 
-use crate::cgroup::Cgroups;
 use crate::jobspec::{JobType, RestartMode};
 use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
 use crate::model::events::{EventKind, TaskState, TaskStateKind};
@@ -510,7 +509,7 @@ impl TaskRunner {
     }
 
     fn cgroup_name(&self) -> String {
-        Cgroups::task_name(&self.ctx.alloc_id, &self.ctx.task.name)
+        crate::cgroup::Cgroups::task_name(&self.ctx.alloc_id, &self.ctx.task.name)
     }
 
     /// The cgroup a run before an agent restart made.

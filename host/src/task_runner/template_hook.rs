@@ -86,13 +86,13 @@ fn write_beneath(
     write_beneath_for(root, relative, bytes, perms, None)
 }
 
-/// [`write_beneath`], the file then given to `owner` (the task's user).
+/// [`write_beneath`], the file then given to `owner` (the task's user) through `sys`.
 pub(super) fn write_beneath_for(
     root: &std::path::Path,
     relative: &str,
     bytes: &[u8],
     perms: u32,
-    owner: Option<crate::model::driver::TaskUser>,
+    owner: Option<(crate::model::driver::TaskUser, &dyn crate::sys::Sys)>,
 ) -> std::io::Result<()> {
     let not_a_file = || {
         std::io::Error::other(
@@ -138,12 +138,8 @@ pub(super) fn write_beneath_for(
         WriteOpenError::Open(e) => refused(e),
     })?;
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;
-    if let Some(user) = owner {
-        rustix::fs::fchown(
-            &fd,
-            Some(rustix::fs::Uid::from_raw(user.uid)),
-            Some(rustix::fs::Gid::from_raw(user.gid)),
-        )?;
+    if let Some((user, sys)) = owner {
+        sys.give_file(fd.as_fd(), user)?;
     }
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;

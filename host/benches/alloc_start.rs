@@ -58,7 +58,9 @@ use berth::runtime::{Runtime, RuntimeConfig};
 use berth::state::StateStore;
 use common::{median, micros, ratio, summary};
 
-const ALLOCS: usize = 100;
+fn allocs() -> usize {
+    common::sized(100, 10)
+}
 
 fn main() {
     common::block_on(run());
@@ -154,7 +156,7 @@ async fn run() {
         },
     );
     // The first rounds warm the component cache and the pooling allocator's slots.
-    for index in 0..ALLOCS + 5 {
+    for index in 0..allocs() + 5 {
         let mock = alloc_start(&mock_job, &on_disk_node, index).await;
         let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
@@ -191,7 +193,8 @@ async fn run() {
     } else {
         "release"
     };
-    println!("alloc start, medians of {ALLOCS} (one host volume each, {build} build)");
+    let allocs = allocs();
+    println!("alloc start, medians of {allocs} (one host volume each, {build} build)");
     println!("  favordynmods: {favoured}");
     println!(
         "  berth, mock driver (hooks + driver call)      {:>9.1} µs",

@@ -33,7 +33,9 @@ use berth::model::csi::{AccessMode, AttachmentMode, PluginKind, Timeouts, Usage}
 use berth::state::StateStore;
 use common::{median, micros, ratio, summary};
 
-const VOLUMES: usize = 100;
+fn volumes() -> usize {
+    common::sized(100, 10)
+}
 
 fn main() {
     common::block_on(run());
@@ -85,7 +87,7 @@ async fn run() {
     let socket_dir = root.join("csi/plugins/bench");
     std::fs::create_dir_all(&socket_dir).unwrap();
     let socket = socket_dir.join("csi.sock");
-    for i in 0..=VOLUMES {
+    for i in 0..=volumes() {
         for kind in ["berth", "mem", "bare"] {
             std::fs::create_dir_all(data.join(format!("{kind}-{i}"))).unwrap();
         }
@@ -130,7 +132,7 @@ async fn run() {
                 health: "probe succeeded".into(),
             });
         }
-        for i in 0..=VOLUMES {
+        for i in 0..=volumes() {
             csi.catalog
                 .register_volume(volume(&format!("{prefix}-{i}")))
                 .unwrap();
@@ -213,14 +215,14 @@ async fn run() {
     };
 
     // Warm-up: connection, fingerprint, page cache.
-    berth_mount(&on_disk, "berth", VOLUMES).await;
-    berth_mount(&in_memory, "mem", VOLUMES).await;
-    bare_grpc(VOLUMES).await;
-    syscalls(VOLUMES);
+    berth_mount(&on_disk, "berth", volumes()).await;
+    berth_mount(&in_memory, "mem", volumes()).await;
+    bare_grpc(volumes()).await;
+    syscalls(volumes());
     let mut samples: [Vec<Duration>; 8] = Default::default();
     // Interleaved, in an order that changes every volume, so drift and position in the
     // round do not favour one of them.
-    for i in 0..VOLUMES {
+    for i in 0..volumes() {
         for step in 0..4 {
             match (i + step) % 4 {
                 0 => {
@@ -252,7 +254,8 @@ async fn run() {
         .into_iter()
         .filter(|m| m.mount_point.starts_with(&root))
         .count();
-    println!("csi_volume: medians of {VOLUMES} volumes, each mounted and unmounted once");
+    let volumes = volumes();
+    println!("csi_volume: medians of {volumes} volumes, each mounted and unmounted once");
     println!("                         mount (claim+publish+stage+publish)   unmount");
     println!(
         "berth (CsiManager)       {:>10.1} µs {:>28.1} µs",

@@ -22,7 +22,9 @@ use berth_proto::bench::{CapabilitiesRequest, CapabilitiesResponse};
 use common::{median, micros, ratio, summary};
 use wasmtime::component::Linker;
 
-const SAMPLES: usize = 2_000;
+fn samples() -> usize {
+    common::sized(2_000, 50)
+}
 const WARM_BATCH: usize = 100;
 
 fn main() {
@@ -57,7 +59,7 @@ async fn run() {
     for _ in 0..1_000 {
         driver.call_capabilities(&mut store).await.unwrap();
     }
-    let warm_call = median_of(SAMPLES / 10, async || {
+    let warm_call = median_of(samples() / 10, async || {
         let started = Instant::now();
         for _ in 0..WARM_BATCH {
             driver.call_capabilities(&mut store).await.unwrap();
@@ -68,7 +70,7 @@ async fn run() {
     drop(store);
 
     // A fresh instance from the pooling allocator: new store, instantiate, drop.
-    let instantiate = median_of(SAMPLES, async || {
+    let instantiate = median_of(samples(), async || {
         let started = Instant::now();
         let mut store = sandbox::new_store(&runtime, identity.clone(), None, budget);
         pre.instantiate_async(&mut store).await.unwrap();
@@ -81,7 +83,7 @@ async fn run() {
     let mock = Driver::load(&runtime, DriverOrigin::Builtin, bytes)
         .await
         .unwrap();
-    let berth_call = median_of(SAMPLES, async || {
+    let berth_call = median_of(samples(), async || {
         let started = Instant::now();
         mock.fingerprint().await.unwrap();
         started.elapsed()
@@ -90,7 +92,8 @@ async fn run() {
 
     let grpc = grpc_unary_over_unix_socket().await;
 
-    println!("driver call cost, medians of {SAMPLES} samples (mock driver, release build)");
+    let samples = samples();
+    println!("driver call cost, medians of {samples} samples (mock driver, release build)");
     println!(
         "  call into a warm instance (capabilities) {:>10.2} µs",
         micros(warm_call)
@@ -184,7 +187,7 @@ async fn grpc_unary_over_unix_socket() -> Duration {
     for _ in 0..200 {
         client.capabilities(CapabilitiesRequest {}).await.unwrap();
     }
-    let median = median_of(SAMPLES, async || {
+    let median = median_of(samples(), async || {
         let started = Instant::now();
         client.capabilities(CapabilitiesRequest {}).await.unwrap();
         started.elapsed()

@@ -26,7 +26,9 @@ use berth::task_runner::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext,
 use berth::task_runner::wasm_hooks::WasmHooks;
 use common::{median, micros, ratio, summary};
 
-const RUNS: usize = 300;
+fn runs() -> usize {
+    common::sized(300, 20)
+}
 
 /// A native hook that does nothing, to price the pipeline itself.
 struct NativeNoop;
@@ -132,7 +134,8 @@ async fn run() {
     } else {
         "release"
     };
-    println!("task hook pipeline per task start, medians of {RUNS} ({build} build)");
+    let runs = runs();
+    println!("task hook pipeline per task start, medians of {runs} ({build} build)");
     let mut rows = Vec::new();
     for n in [1, 5, 20] {
         let wasm_ctx = context(hooks[..n].to_vec());
@@ -174,8 +177,8 @@ async fn time_pipeline(
     ctx: &TaskHookContext,
     prepare: &TaskPrepare,
 ) -> Duration {
-    let mut times = Vec::with_capacity(RUNS);
-    for run in 0..RUNS + 10 {
+    let mut times = Vec::with_capacity(runs());
+    for run in 0..runs() + 10 {
         let mut prepare = prepare.clone();
         let started = Instant::now();
         for hook in pipeline {

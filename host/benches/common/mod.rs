@@ -12,6 +12,17 @@ pub fn block_on<F: Future>(body: F) -> F::Output {
         .block_on(body)
 }
 
+/// `full`, or `small` when `BERTH_BENCH_SMALL=1`: CI runs every bench at a small size
+/// (`host/benches/small.sh`) so its assertions run on every change; its figures are not
+/// the ones to quote.
+pub fn sized(full: usize, small: usize) -> usize {
+    if std::env::var("BERTH_BENCH_SMALL").is_ok_and(|v| v == "1") {
+        small
+    } else {
+        full
+    }
+}
+
 pub fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
     times[times.len() / 2]

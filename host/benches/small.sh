@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Every bench at a small size, in the test profile (the test build's artifacts, no
+# release build of wasmtime), so their assertions and `summary:` lines run on every
+# change. The figures are not the ones to quote: host/benches/README.md has the
+# full-size runs. Run as root (alloc_start, csi_volume, density and restore mount and
+# make cgroups).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export BERTH_BENCH_SMALL=1 BERTH_DENSITY_TASKS=20 BERTH_DENSITY_ROUNDS=1 BERTH_RESTORE_TASKS=20
+for bench in driver_call alloc_start hook_pipeline csi_volume density restore; do
+  echo "== bench $bench (small)"
+  cargo test -p berth --bench "$bench"
+done

@@ -1,24 +1,61 @@
-//! The alloc directory, in Nomad's layout:
+//! The alloc directory, in Nomad's layout but for where task directories live:
 //!
 //! ```text
 //! <data_dir>/allocs/<alloc_id>/
-//!   alloc/{data,logs,tmp}     shared by the alloc's tasks (`/alloc` inside them)
-//!   <task>/{local,secrets,tmp}  each task's own directory
+//!   alloc/{data,logs,tmp}             shared by the alloc's tasks (`/alloc` inside them)
+//!   tasks/<task>/{local,secrets,tmp}  each task's own directory
+//!   .layout-tasks                     berth's marker of this layout
+//!   si-token-accessors                berth's record of the alloc's Consul tokens
 //! ```
+//!
+//! Nomad keeps a task's directory beside `alloc/` (`<alloc_id>/<task>`), so a task named
+//! `alloc` gets the shared directory as its own and builds its root inside what every
+//! other task sees at `/alloc`. Here task directories live in a namespace of their own,
+//! `tasks/`, where no task name can meet anything berth keeps. An alloc made by a build
+//! with the old layout keeps it until it ends (its root has no layout marker): nothing is
+//! moved under a running task, and a task that restarts finds its `local/` where it was.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// Written in the alloc root by [`AllocDir::build`] when the alloc uses the `tasks/`
+/// layout. The root is the agent's (no task writes it), so the marker is berth's word.
+const LAYOUT_MARKER: &str = ".layout-tasks";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocDir {
     root: PathBuf,
+    /// Where task directories live: `<root>/tasks`, or `<root>` for an alloc of the old
+    /// layout.
+    tasks: PathBuf,
 }
 
 impl AllocDir {
+    /// The directory of a new alloc.
     pub fn new(data_dir: &Path, alloc_id: &str) -> Self {
+        let root = data_dir.join("allocs").join(alloc_id);
         AllocDir {
-            root: data_dir.join("allocs").join(alloc_id),
+            tasks: root.join("tasks"),
+            root,
         }
+    }
+
+    /// The directory of an alloc recorded before an agent restart: the old layout when
+    /// its root exists without the layout marker (made by a build before `tasks/`).
+    pub fn existing(data_dir: &Path, alloc_id: &str) -> Self {
+        let mut dir = AllocDir::new(data_dir, alloc_id);
+        let marked =
+            std::fs::symlink_metadata(dir.root.join(LAYOUT_MARKER)).is_ok_and(|m| m.is_file());
+        let made = std::fs::symlink_metadata(&dir.root).is_ok_and(|m| m.is_dir());
+        if made && !marked {
+            dir.tasks = dir.root.clone();
+        }
+        dir
+    }
+
+    /// Whether task directories live in `tasks/` (false: an alloc of the old layout).
+    pub fn has_task_namespace(&self) -> bool {
+        self.tasks != self.root
     }
 
     pub fn root(&self) -> &Path {
@@ -37,54 +74,8 @@ impl AllocDir {
         self.root.join("si-token-accessors")
     }
 
-    /// The directory every task directory lives in.
-    fn tasks(&self) -> PathBuf {
-        self.root.join("tasks")
-    }
-
     pub fn task_dir(&self, task: &str) -> PathBuf {
-        self.tasks().join(task)
-    }
-
-    /// Moves task directories of the old layout (`<alloc_id>/<task>`) to
-    /// `<alloc_id>/tasks/<task>`, so a restored alloc's tasks keep what they wrote in
-    /// `local/` and `secrets/`. Idempotent; a task named `alloc` had the shared directory as
-    /// its own and is left where it is, since moving it would take the others' `/alloc`.
-    /// A running task is not disturbed: its root is a mount in its own namespace, which
-    /// follows the directory.
-    pub fn adopt_legacy_task_dirs<'a>(
-        &self,
-        tasks: impl IntoIterator<Item = &'a str>,
-    ) -> io::Result<()> {
-        let tasks: Vec<&str> = tasks.into_iter().collect();
-        crate::blocking::run(|| {
-            let legacy: Vec<&str> = tasks
-                .iter()
-                .copied()
-                .filter(|task| *task != "alloc" && !self.tasks().join(task).join("local").is_dir())
-                .filter(|task| self.root.join(task).join("local").is_dir())
-                .collect();
-            if legacy.is_empty() {
-                return Ok(());
-            }
-            // A task once named `tasks` owns the directory the new layout needs: move it
-            // aside first.
-            let aside = self.root.join(".tasks-legacy");
-            if legacy.contains(&"tasks") {
-                std::fs::rename(self.tasks(), &aside)?;
-            }
-            create_dir_if_missing(&self.tasks())?;
-            set_dir_mode(&self.tasks(), 0o755)?;
-            for task in legacy {
-                let from = if task == "tasks" {
-                    aside.clone()
-                } else {
-                    self.root.join(task)
-                };
-                std::fs::rename(from, self.task_dir(task))?;
-            }
-            Ok(())
-        })
+        self.tasks.join(task)
     }
 
     pub fn stdout(&self, task: &str) -> PathBuf {
@@ -103,6 +94,10 @@ impl AllocDir {
         use std::os::unix::fs::PermissionsExt as _;
         crate::blocking::run(|| {
             std::fs::create_dir_all(self.shared())?;
+            if self.has_task_namespace() {
+                // Before any task dir: from here on a restarted agent reads this layout.
+                std::fs::write(self.root.join(LAYOUT_MARKER), "tasks/<task>\n")?;
+            }
             std::fs::set_permissions(self.shared(), std::fs::Permissions::from_mode(0o755))?;
             for (dir, mode) in [("data", 0o1777), ("logs", 0o755), ("tmp", 0o1777)] {
                 let path = self.shared().join(dir);
@@ -130,9 +125,13 @@ impl AllocDir {
     pub fn build_task(&self, task: &str) -> io::Result<PathBuf> {
         let task_dir = self.task_dir(task);
         crate::blocking::run(|| {
-            std::fs::create_dir_all(self.tasks())?;
-            set_dir_mode(&self.tasks(), 0o755)?;
+            if self.has_task_namespace() {
+                create_dir_if_missing(&self.tasks)?;
+                set_dir_mode(&self.tasks, 0o755)?;
+            }
             create_dir_if_missing(&task_dir)?;
+            // Not a link a task planted: what follows is made inside it.
+            set_dir_mode(&task_dir, 0o755)?;
             for dir in ["local", "secrets", "tmp"] {
                 create_dir_if_missing(&task_dir.join(dir))?;
             }
@@ -181,48 +180,58 @@ pub fn open_dir_nofollow(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
 mod tests {
     use super::*;
 
-    fn write(path: &Path, text: &str) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
-
-    /// Task dirs of the old layout, including one of a task once named `tasks`, move
-    /// under `tasks/` with what the tasks wrote; the shared dir stays; twice is once.
+    /// A new alloc is marked and keeps its task dirs in `tasks/`; read back after a
+    /// restart it is the same layout, even with a task named `tasks` or `local`.
     #[test]
-    fn legacy_task_dirs_are_adopted_with_their_files() {
+    fn a_new_alloc_keeps_its_layout_across_a_restart() {
         let data = tempfile::tempdir().unwrap();
         let dir = AllocDir::new(data.path(), "a1");
-        write(&dir.root().join("web/local/state"), "web");
-        write(&dir.root().join("tasks/local/state"), "tasks");
-        write(&dir.root().join("alloc/data/shared"), "shared");
-        for _ in 0..2 {
-            dir.adopt_legacy_task_dirs(["web", "tasks", "alloc", "absent"])
-                .unwrap();
-        }
-        let read =
-            |task: &str| std::fs::read_to_string(dir.task_dir(task).join("local/state")).unwrap();
-        assert_eq!(read("web"), "web");
-        assert_eq!(read("tasks"), "tasks");
-        assert!(!dir.root().join("web").exists());
-        assert!(!dir.root().join(".tasks-legacy").exists());
+        dir.build().unwrap();
+        dir.build_task("local").unwrap();
+        let again = AllocDir::existing(data.path(), "a1");
+        assert_eq!(again, dir);
+        assert_eq!(again.task_dir("tasks"), dir.root().join("tasks/tasks"));
+        assert!(again.task_dir("local").join("secrets").is_dir());
         assert_eq!(
-            std::fs::read_to_string(dir.shared().join("data/shared")).unwrap(),
-            "shared"
+            AllocDir::existing(data.path(), "never-built"),
+            AllocDir::new(data.path(), "never-built")
         );
-        assert!(!dir.task_dir("absent").exists());
     }
 
-    /// A task dir of the current layout is never replaced by an old one.
+    /// An alloc made before `tasks/` keeps its task dirs where they are: nothing is
+    /// moved, and a restarted task finds what it wrote.
     #[test]
-    fn a_current_task_dir_wins_over_a_legacy_one() {
+    fn an_alloc_of_the_old_layout_keeps_it() {
         let data = tempfile::tempdir().unwrap();
-        let dir = AllocDir::new(data.path(), "a1");
-        write(&dir.root().join("web/local/state"), "old");
-        write(&dir.task_dir("web").join("local/state"), "new");
-        dir.adopt_legacy_task_dirs(["web"]).unwrap();
+        let root = data.path().join("allocs/a1");
+        std::fs::create_dir_all(root.join("web/local")).unwrap();
+        std::fs::write(root.join("web/local/state"), "kept").unwrap();
+        let dir = AllocDir::existing(data.path(), "a1");
+        assert!(!dir.has_task_namespace());
+        dir.build().unwrap();
+        assert!(!root.join(LAYOUT_MARKER).exists());
+        let task_dir = dir.build_task("web").unwrap();
+        assert_eq!(task_dir, root.join("web"));
         assert_eq!(
-            std::fs::read_to_string(dir.task_dir("web").join("local/state")).unwrap(),
-            "new"
+            std::fs::read_to_string(task_dir.join("local/state")).unwrap(),
+            "kept"
         );
+    }
+
+    /// A task dir that is a link (a task replaced it) is refused, not built through.
+    #[test]
+    fn a_task_dir_that_is_a_link_is_refused() {
+        let data = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let dir = AllocDir::new(data.path(), "a1");
+        dir.build().unwrap();
+        std::fs::create_dir_all(dir.task_dir("x").parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.task_dir("web")).unwrap();
+        let error = dir.build_task("web").unwrap_err();
+        assert!(
+            error.to_string().contains("is not a directory berth made"),
+            "{error}"
+        );
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     }
 }

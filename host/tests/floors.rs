@@ -1934,30 +1934,12 @@ const ALLOWED: &[Allowed] = &[
         key: "CsiError",
         reason: "implements Display (with a hint from its code and RPC) and std::error::Error by hand",
     },
-    Allowed {
-        rule: "thiserror",
-        file: "host/src/mount/beneath.rs",
-        key: "WriteOpenError",
-        reason: "a plain enum its callers match (not a file, or an errno), with no Display or Error impl",
-    },
     // Model types' public methods that return another crate's types.
-    Allowed {
-        rule: "model types",
-        file: "host/src/csi/mod.rs",
-        key: "Usage::capability",
-        reason: "the protobuf form of `model::csi::Usage` lives in csi/ as it should, but `pub` lets any module call it; only csi/client.rs does",
-    },
     Allowed {
         rule: "model types",
         file: "host/src/mount/mod.rs",
         key: "Propagation::flags",
         reason: "rustix's flags for `model::mount::Propagation`, called by process/isolation.rs while planning mount steps",
-    },
-    Allowed {
-        rule: "model types",
-        file: "host/src/model/hook_resources.rs",
-        key: "HookResources::from_bytes",
-        reason: "the persisted form's parse returns `serde_json::Error` instead of an error type of `model`",
     },
     // Circles inside a folder (the file is the folder).
     Allowed {

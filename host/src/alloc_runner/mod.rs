@@ -327,13 +327,6 @@ impl AllocRunner {
                 HookResources::default()
             }
         };
-        let alloc_dir = AllocDir::new(&node.data_dir, &record.id);
-        if let Err(error) =
-            alloc_dir.adopt_legacy_task_dirs(group.tasks.iter().map(|t| t.name.as_str()))
-        {
-            tracing::error!(alloc = %record.id, %error,
-                "moving the alloc's task directories into the current layout");
-        }
         Ok(Self::build(
             job, record, node, resources, states, handles, true,
         ))
@@ -355,7 +348,11 @@ impl AllocRunner {
         Arc::new(AllocRunner {
             id: record.id.clone(),
             name: record.name.clone(),
-            alloc_dir: AllocDir::new(&node.data_dir, &record.id),
+            alloc_dir: if restored {
+                AllocDir::existing(&node.data_dir, &record.id)
+            } else {
+                AllocDir::new(&node.data_dir, &record.id)
+            },
             job,
             group,
             node,

@@ -292,3 +292,34 @@ async fn an_oom_kill_is_read_from_the_cgroup() {
         .unwrap();
     assert_eq!(terminated.1, "Exit Code: 0, OOM Killed");
 }
+
+/// The operator's deny-list holds for the checked drivers by uid as well as by name:
+/// `user = "0"` is root. The task fails its setup before anything is made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_denied_user_by_number_fails_the_setup() {
+    let mut node = node();
+    let config = AgentConfig::parse(
+        "agent.hcl",
+        "user {\n  denylist = [\"root\"]\n  checked_drivers = [\"mock\"]\n}\n",
+    )
+    .unwrap();
+    node.node.config = Arc::new(config);
+    let alloc = alloc(
+        &node,
+        "      attempts = 0\n",
+        &mock_task("t", "      user = \"0\"\n", ""),
+    );
+    assert_eq!(finish(&alloc).await, ClientStatus::Failed);
+    assert!(
+        !node
+            .sys
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::CreateCgroup { .. } | Call::GiveDirs { .. })),
+        "{:?}",
+        node.sys.calls()
+    );
+    let (kind, message) = events(&alloc, "t").pop().unwrap();
+    assert_eq!(kind, EventKind::SetupFailure);
+    assert!(message.contains("root"), "{message}");
+}

@@ -482,7 +482,7 @@ impl CsiClient {
                                 limit_bytes: 0,
                             }),
                             secrets: secrets.clone(),
-                            volume_capability: Some(usage.capability()),
+                            volume_capability: Some(super::volume_capability(&usage)),
                         }))
                         .await
                 },
@@ -517,7 +517,7 @@ impl CsiClient {
                                 staging_target_path: staging_path
                                     .map(|p| p.display().to_string())
                                     .unwrap_or_default(),
-                                volume_capability: Some(usage.capability()),
+                                volume_capability: Some(super::volume_capability(&usage)),
                                 secrets: HashMap::new(),
                             }),
                         )
@@ -570,7 +570,7 @@ impl CsiClient {
                             required_bytes: capacity.0,
                             limit_bytes: capacity.1,
                         }),
-                        volume_capabilities: usages.iter().map(Usage::capability).collect(),
+                        volume_capabilities: usages.iter().map(super::volume_capability).collect(),
                         parameters: parameters.clone(),
                         secrets: secrets.clone(),
                         ..Default::default()
@@ -617,7 +617,7 @@ impl CsiClient {
                             pb::ControllerPublishVolumeRequest {
                                 volume_id: volume.external_id.to_string(),
                                 node_id: node_id.to_string(),
-                                volume_capability: Some(volume.usage.capability()),
+                                volume_capability: Some(super::volume_capability(&volume.usage)),
                                 readonly: volume.usage.read_only,
                                 secrets: volume.secrets.clone(),
                                 volume_context: volume.volume_context.clone(),
@@ -689,7 +689,7 @@ impl CsiClient {
                         volume_id: volume.external_id.to_string(),
                         publish_context: volume.publish_context.clone(),
                         staging_target_path: staging_path.display().to_string(),
-                        volume_capability: Some(volume.usage.capability()),
+                        volume_capability: Some(super::volume_capability(&volume.usage)),
                         secrets: volume.secrets.clone(),
                         volume_context: volume.volume_context.clone(),
                     }))
@@ -742,7 +742,7 @@ impl CsiClient {
                                 .map(|p| p.display().to_string())
                                 .unwrap_or_default(),
                             target_path: target_path.display().to_string(),
-                            volume_capability: Some(volume.usage.capability()),
+                            volume_capability: Some(super::volume_capability(&volume.usage)),
                             readonly: volume.usage.read_only,
                             secrets: volume.secrets.clone(),
                             volume_context: volume.volume_context.clone(),

@@ -39,18 +39,17 @@ impl AccessMode {
     }
 }
 
-impl Usage {
-    pub fn capability(&self) -> pb::VolumeCapability {
-        use pb::volume_capability::{AccessMode as PbAccess, AccessType, BlockVolume, MountVolume};
-        pb::VolumeCapability {
-            access_type: Some(match self.attachment_mode {
-                AttachmentMode::FileSystem => AccessType::Mount(MountVolume::default()),
-                AttachmentMode::BlockDevice => AccessType::Block(BlockVolume {}),
-            }),
-            access_mode: Some(PbAccess {
-                mode: self.access_mode.to_proto() as i32,
-            }),
-        }
+/// The protobuf form of a usage, for the RPCs that carry a volume capability.
+pub(crate) fn volume_capability(usage: &Usage) -> pb::VolumeCapability {
+    use pb::volume_capability::{AccessMode as PbAccess, AccessType, BlockVolume, MountVolume};
+    pb::VolumeCapability {
+        access_type: Some(match usage.attachment_mode {
+            AttachmentMode::FileSystem => AccessType::Mount(MountVolume::default()),
+            AttachmentMode::BlockDevice => AccessType::Block(BlockVolume {}),
+        }),
+        access_mode: Some(PbAccess {
+            mode: usage.access_mode.to_proto() as i32,
+        }),
     }
 }
 

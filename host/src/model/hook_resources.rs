@@ -50,12 +50,20 @@ impl HookResources {
     }
 
     /// Resources as recorded before an agent restart.
-    pub fn from_bytes(bytes: &[u8]) -> Result<HookResources, serde_json::Error> {
+    pub fn from_bytes(bytes: &[u8]) -> Result<HookResources, UnreadableResources> {
         Ok(HookResources {
-            inner: Mutex::new(serde_json::from_slice(bytes)?),
+            inner: Mutex::new(
+                serde_json::from_slice(bytes).map_err(|e| UnreadableResources(e.to_string()))?,
+            ),
         })
     }
 }
+
+/// Recorded hook resources that do not parse (a state file from another version, or a
+/// damaged one).
+#[derive(Debug, thiserror::Error)]
+#[error("recorded hook resources do not parse: {0}")]
+pub struct UnreadableResources(String);
 
 #[cfg(test)]
 mod tests {

@@ -30,10 +30,12 @@ pub fn open(root: impl AsFd, relative: &CStr) -> io::Result<OwnedFd> {
 }
 
 /// Why [`open_file_for_writing`] refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum WriteOpenError {
     /// Something other than a regular file is there (a FIFO, a device, a socket).
+    #[error("not a regular file (a FIFO, a device or a socket)")]
     NotAFile,
+    #[error("{0}")]
     Open(rustix::io::Errno),
 }
 

@@ -161,8 +161,13 @@ impl Sys for FakeSys {
 
     fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError> {
         self.record(Call::LookupUser(name.to_string()));
+        // By name, or by number as `/etc/passwd`'s lookup does (`user = "0"` is root).
         self.users
             .get(name)
+            .or_else(|| {
+                let uid: u32 = name.parse().ok()?;
+                self.users.values().find(|user| user.uid == uid)
+            })
             .copied()
             .ok_or_else(|| UserError::Unknown(name.to_string()))
     }

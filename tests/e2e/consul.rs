@@ -210,7 +210,8 @@ async fn an_agent_killed_and_restarted_registers_the_same_ids_and_removes_only_i
             .contains_key("_berth-task-0000-gone-old-http")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A few syncs more, however slow the node: nothing else goes or comes.
+    wait_for_syncs(&consul, 2).await;
     let after: Vec<String> = consul.services().into_keys().collect();
     let mut expected = before.clone();
     expected.push("billing-1".into());
@@ -466,7 +467,7 @@ async fn a_connect_sidecar_gets_a_service_identity_token_and_an_envoy_bootstrap_
         register.body["Connect"]["SidecarService"]["Proxy"]["Upstreams"],
         json!([{ "DestinationName": "count-db", "LocalBindPort": 8081 }])
     );
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    wait_for_syncs(&consul, 3).await;
     assert!(
         consul
             .services()
@@ -696,7 +697,7 @@ async fn a_dynamic_port_is_numbered_at_placement_given_to_the_task_and_registere
 
     agent.kill9();
     agent.start().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for_syncs(&consul, 2).await;
     for (id, port) in &ports {
         assert_eq!(
             consul.services()[id]["Port"],

@@ -304,23 +304,43 @@ async fn a_nobody_task_with_64_mib_sees_only_itself_and_is_oom_killed_at_256_mib
         terminated.message.contains("Signal: 9") && terminated.message.contains("OOM Killed"),
         "{events:#?}"
     );
-    assert_no_task_cgroup_left(&status.id);
+    assert_no_task_cgroup_left(&status.id, true);
 }
 
-/// The alloc's task cgroups are gone from every hierarchy once it has finished.
-fn assert_no_task_cgroup_left(alloc_id: &str) {
-    for controller in ["memory", "cpu", "pids", "devices", "unified"] {
-        let parent = std::path::Path::new("/sys/fs/cgroup")
-            .join(controller)
-            .join("berth");
-        let left: Vec<_> = std::fs::read_dir(&parent)
-            .map(|dir| {
-                dir.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with(alloc_id))
-                    .map(|e| e.path())
-                    .collect()
-            })
-            .unwrap_or_default();
+/// The alloc's task cgroups are gone from every hierarchy once it has finished. Where to
+/// look is where berth puts them on this node (its own layout detection and plan: v1,
+/// one directory per controller; v2, one tree), for a task `confined` (exec: with the
+/// devices controller) or not (raw_exec). Each of those parents is created at a task's
+/// start and never removed, so one that is not there is a failure, not a pass: the
+/// check would have looked nowhere.
+fn assert_no_task_cgroup_left(alloc_id: &str, confined: bool) {
+    use berth::cgroup::layout::{self, Layout};
+    let mounts = berth::mount::mountinfo::read_self().unwrap();
+    let layout = Layout::detect(&mounts, |root| {
+        std::fs::read_to_string(root.join("cgroup.controllers")).ok()
+    })
+    .expect("this node mounts cgroups");
+    let limits = berth::model::limits::TaskLimits {
+        memory_bytes: 0,
+        memory_soft_bytes: None,
+        cpu_shares: 0,
+        pids_max: 0,
+        restrict_devices: confined,
+    };
+    let plan = layout::plan(&layout, "berth", "any-task", &limits);
+    assert!(!plan.parents.is_empty(), "nowhere to look: {layout:?}");
+    for parent in &plan.parents {
+        let entries = std::fs::read_dir(parent).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: the parent of the alloc's task cgroups is not there to look in",
+                parent.display()
+            )
+        });
+        let left: Vec<_> = entries
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(alloc_id))
+            .map(|e| e.path())
+            .collect();
         assert!(left.is_empty(), "cgroups left behind: {left:?}");
     }
 }
@@ -344,7 +364,7 @@ async fn a_fork_bomb_stops_at_pids_max_dies_with_its_task_and_its_neighbour_runs
         processes_running("sleep\u{0}7777").is_empty(),
         "the bomb's processes outlived its task"
     );
-    assert_no_task_cgroup_left(&status.id);
+    assert_no_task_cgroup_left(&status.id, true);
     assert_eq!(neighbour.1, "fine\n");
     assert_eq!(neighbour.0.client_status, ClientStatus::Complete);
 }
@@ -404,7 +424,7 @@ async fn what_an_unconfined_task_leaves_running_dies_with_it() {
         );
     }
     assert!(left.is_empty(), "the task's background process outlived it");
-    assert_no_task_cgroup_left(id);
+    assert_no_task_cgroup_left(id, false);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,12 +1,29 @@
-//! **A double of Consul's agent HTTP API**, for tests only: Consul cannot be installed
-//! where berth is built. It answers the endpoints berth calls with the request and
-//! response shapes of Consul's documentation (`/v1/agent/service/register` with
-//! `replace-existing-checks`, `/v1/agent/service/deregister/:id`, `/v1/agent/services`,
-//! `/v1/agent/service/:id`, `/v1/agent/checks`, `PUT /v1/acl/token` and
-//! `DELETE /v1/acl/token/:accessor`; the token in `X-Consul-Token`, 403 with "ACL not
-//! found" for a wrong one; a Connect service's sidecar registered as
-//! `<ID>-sidecar-proxy`), records every request, edits tags as an operator would in
-//! Consul, and fails on demand.
+//! **`ConsulDouble`: a double of Consul's HTTP API**, for tests only (Consul cannot be
+//! installed where berth is built). It answers the endpoints berth calls, with the
+//! request and response shapes, status codes and bodies of Consul's documentation and
+//! of its agent's HTTP handlers:
+//!
+//! - the local agent's services and checks: `PUT /v1/agent/service/register` (with
+//!   `replace-existing-checks`; a Connect service's sidecar registered as
+//!   `<ID>-sidecar-proxy`), `PUT /v1/agent/service/deregister/:id`,
+//!   `GET /v1/agent/services`, `GET /v1/agent/service/:id`, `GET /v1/agent/checks`;
+//! - ACL tokens: `PUT /v1/acl/token`, and `DELETE /v1/acl/token/:accessor`, which
+//!   answers 200 `true` also for a token that is not there (Consul: "the token does not
+//!   exist - return early as there is nothing to do");
+//! - ACLs, when a test turns them on: the token in `X-Consul-Token`; a token Consul
+//!   does not know is refused with 403 "ACL not found" (and `DELETE /v1/acl/token`
+//!   with 404 "Cannot find token to delete", as Consul's handler maps it); a known token
+//!   that lacks a permission gets 403 `Permission denied: token with AccessorID '…'
+//!   lacks permission 'service:write' on "api"` on writes, and lists
+//!   (`/v1/agent/services`, `/v1/agent/checks`) come back 200 with what it may not read
+//!   left out and `X-Consul-Results-Filtered-By-ACLs: true`; no token is the anonymous
+//!   token, which may do nothing (`default_policy = "deny"`);
+//! - the agent's anti-entropy as a client of the agent sees it: an edit of a service's
+//!   tags in the catalog ([`ConsulDouble::edit_catalog_tags`]) shows on the agent only
+//!   for a service registered with `EnableTagOverride`; without it Consul restores the
+//!   agent's tags in the catalog and the agent's copy never changes.
+//!
+//! It records every request, and fails on demand (500 "No cluster leader").
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,8 +32,8 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{Method, StatusCode};
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::{Value, json};
@@ -29,6 +46,84 @@ pub struct Recorded {
     pub path: String,
     pub body: Value,
     pub status: u16,
+    /// Answered with `X-Consul-Results-Filtered-By-ACLs: true`.
+    pub filtered: bool,
+}
+
+/// What a token may do: the few rules of a Consul ACL policy that berth meets.
+/// `service_prefix "<p>" { policy = "write" }` for each of `service_write` (write
+/// implies read), `policy = "read"` for each of `service_read`, and `acl = "write"`.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub service_write: Vec<String>,
+    pub service_read: Vec<String>,
+    pub acl_write: bool,
+}
+
+impl Policy {
+    /// Everything (the `global-management` policy).
+    pub fn management() -> Policy {
+        Policy {
+            service_write: vec![String::new()],
+            service_read: Vec::new(),
+            acl_write: true,
+        }
+    }
+
+    fn may_read(&self, service: &str) -> bool {
+        self.may_write(service) || self.service_read.iter().any(|p| service.starts_with(p))
+    }
+
+    fn may_write(&self, service: &str) -> bool {
+        self.service_write.iter().any(|p| service.starts_with(p))
+    }
+}
+
+/// The anonymous token's accessor, as Consul names it.
+const ANONYMOUS: &str = "00000000-0000-0000-0000-000000000002";
+
+/// The token a request came with, resolved: its accessor and what it may do.
+#[derive(Debug, Clone)]
+struct Authz {
+    accessor: String,
+    /// The request named a token (the filtered header is only set then).
+    named: bool,
+    policy: Policy,
+}
+
+impl Authz {
+    fn everything() -> Authz {
+        Authz {
+            accessor: ANONYMOUS.into(),
+            named: false,
+            policy: Policy::management(),
+        }
+    }
+
+    /// Consul's 403 for a permission the token lacks, with its exact body.
+    fn denied(&self, permission: &str, on: Option<&str>) -> Response {
+        let on = on.map(|name| format!(" on \"{name}\"")).unwrap_or_default();
+        (
+            StatusCode::FORBIDDEN,
+            format!(
+                "Permission denied: token with AccessorID '{}' lacks permission '{permission}'{on}",
+                self.accessor
+            ),
+        )
+            .into_response()
+    }
+}
+
+/// Marks a list response whose items the token could not all read.
+fn filtered_list(authz: &Authz, list: Value, removed: bool) -> Response {
+    let mut response = axum::Json(list).into_response();
+    if removed && authz.named {
+        response.headers_mut().insert(
+            "X-Consul-Results-Filtered-By-ACLs",
+            HeaderValue::from_static("true"),
+        );
+    }
+    response
 }
 
 #[derive(Default)]
@@ -40,8 +135,9 @@ struct DoubleState {
     requests: Vec<Recorded>,
     /// Answer this many next requests with a 500.
     fail_next: u32,
-    /// The token requests need, when ACLs are on.
-    token: Option<String>,
+    /// ACL tokens a test gave out, by secret, with their accessor and policy; `None`:
+    /// ACLs are off and every request may do everything.
+    acl: Option<BTreeMap<String, (String, Policy)>>,
 }
 
 /// A Consul agent API double on a free port of 127.0.0.1, for as long as it lives.
@@ -92,8 +188,20 @@ impl ConsulDouble {
         self.address.to_string()
     }
 
+    /// Turns ACLs on with `token` as a management token (it may do everything); any
+    /// other token is one Consul does not know.
     pub fn require_token(&self, token: &str) {
-        self.state.lock().unwrap().token = Some(token.to_string());
+        self.add_token(token, Policy::management());
+    }
+
+    /// Turns ACLs on (if they are not) and adds a token that may do what `policy`
+    /// grants. Returns its accessor, which Consul's refusals name.
+    pub fn add_token(&self, secret: &str, policy: Policy) -> String {
+        let mut state = self.state.lock().unwrap();
+        let acl = state.acl.get_or_insert_default();
+        let accessor = format!("b1c2d3e4-0000-4000-8000-{:012x}", acl.len() + 1);
+        acl.insert(secret.to_string(), (accessor.clone(), policy));
+        accessor
     }
 
     pub fn fail_next(&self, requests: u32) {
@@ -127,13 +235,119 @@ impl ConsulDouble {
         );
     }
 
-    /// Tags edited in Consul by an operator: with `EnableTagOverride`, Consul keeps them
-    /// on the agent's copy too (its anti-entropy takes the catalog's tags).
-    pub fn edit_tags(&self, id: &str, tags: &[&str]) {
+    /// A check of service `service_id` that something other than berth registered.
+    pub fn add_check(&self, check_id: &str, service_id: &str) {
+        let mut state = self.state.lock().unwrap();
+        let name = state.services[service_id]["Service"].clone();
+        state.checks.insert(
+            check_id.to_string(),
+            json!({
+                "Node": "double",
+                "CheckID": check_id,
+                "Name": check_id,
+                "Status": "passing",
+                "ServiceID": service_id,
+                "ServiceName": name,
+                "Type": "tcp",
+            }),
+        );
+    }
+
+    /// An operator edits a service's tags in the catalog (`PUT /v1/catalog/register`).
+    /// Consul's anti-entropy then syncs the agent and the catalog: with
+    /// `EnableTagOverride`, the agent takes the catalog's tags into its own copy, which
+    /// `/v1/agent/services` shows; without it, the agent's copy wins and the catalog's
+    /// tags are restored, so the agent's copy never changes. Returns whether the edit
+    /// stuck.
+    pub fn edit_catalog_tags(&self, id: &str, tags: &[&str]) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let service = state.services.get_mut(id).expect("a registered service");
+        if service["EnableTagOverride"] != json!(true) {
+            return false;
+        }
+        service["Tags"] = json!(tags);
+        true
+    }
+
+    /// Another client of the same Consul agent registers a service with berth's ID
+    /// (`PUT /v1/agent/service/register`), with other tags: the agent takes it as it
+    /// takes any registration, whatever `EnableTagOverride` says. Not in the request log.
+    pub fn register_as_another_client(&self, id: &str, tags: &[&str]) {
         let mut state = self.state.lock().unwrap();
         let service = state.services.get_mut(id).expect("a registered service");
         service["Tags"] = json!(tags);
     }
+
+    /// An operator deletes a token a test gave out (berth's own): Consul no longer
+    /// knows it.
+    pub fn forget_acl_token(&self, secret: &str) {
+        if let Some(acl) = self.state.lock().unwrap().acl.as_mut() {
+            acl.remove(secret);
+        }
+    }
+
+    /// An operator deletes an ACL token in Consul (`consul acl token delete`).
+    pub fn delete_token_as_operator(&self, accessor: &str) {
+        self.state.lock().unwrap().tokens.remove(accessor);
+    }
+}
+
+/// The token of a request, resolved, or Consul's answer to a token it does not know.
+fn resolve(
+    state: &DoubleState,
+    token: Option<&str>,
+    method: &Method,
+    path: &str,
+) -> Result<Authz, Response> {
+    let Some(acl) = &state.acl else {
+        return Ok(Authz::everything());
+    };
+    let secret = token.filter(|t| !t.is_empty());
+    let Some(secret) = secret else {
+        // The anonymous token, which default_policy = "deny" leaves nothing.
+        return Ok(Authz {
+            accessor: ANONYMOUS.into(),
+            named: false,
+            policy: Policy::default(),
+        });
+    };
+    if let Some((accessor, policy)) = acl.get(secret) {
+        return Ok(Authz {
+            accessor: accessor.clone(),
+            named: true,
+            policy: policy.clone(),
+        });
+    }
+    // A service identity token made here: service:write on its services and their
+    // sidecars, read on all services.
+    if let Some(made) = state
+        .tokens
+        .values()
+        .find(|t| t["SecretID"] == json!(secret))
+    {
+        let names: Vec<String> = made["ServiceIdentities"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["ServiceName"].as_str())
+            .flat_map(|n| [n.to_string(), format!("{n}-sidecar-proxy")])
+            .collect();
+        return Ok(Authz {
+            accessor: made["AccessorID"].as_str().unwrap_or_default().to_string(),
+            named: true,
+            policy: Policy {
+                service_write: names,
+                service_read: vec![String::new()],
+                acl_write: false,
+            },
+        });
+    }
+    // Consul's ACL resolver says "ACL not found"; the HTTP layer makes that a 403,
+    // except where the token-delete handler maps it to a 404 of its own.
+    if *method == Method::DELETE && path.starts_with("/v1/acl/token/") {
+        return Err((StatusCode::NOT_FOUND, "Cannot find token to delete").into_response());
+    }
+    Err((StatusCode::FORBIDDEN, "ACL not found").into_response())
 }
 
 /// Records each request, answers the failures asked for, and checks the token.
@@ -162,29 +376,36 @@ async fn gate(
         let mut state = state.lock().unwrap();
         if state.fail_next > 0 {
             state.fail_next -= 1;
-            Some((
+            Err((
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "rpc error: No cluster leader",
-            ))
-        } else if state.token.is_some() && state.token != token {
-            Some((StatusCode::FORBIDDEN, "ACL not found"))
+            )
+                .into_response())
         } else {
-            None
+            let bare = path.split('?').next().unwrap_or_default();
+            resolve(&state, token.as_deref(), &method, bare)
         }
     };
     let response = match refusal {
-        Some(refusal) => refusal.into_response(),
-        None => {
-            let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+        Err(refusal) => refusal,
+        Ok(authz) => {
+            let mut request =
+                axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+            request.extensions_mut().insert(authz);
             next.run(request).await
         }
     };
+    let filtered = response
+        .headers()
+        .get("X-Consul-Results-Filtered-By-ACLs")
+        .is_some_and(|v| v == "true");
     state.lock().unwrap().requests.push(Recorded {
         at: Instant::now(),
         method,
         path,
         body: body_json,
         status: response.status().as_u16(),
+        filtered,
     });
     response
 }
@@ -212,6 +433,7 @@ fn agent_service(registration: &Value) -> Value {
 
 async fn register(
     State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
     Query(query): Query<BTreeMap<String, String>>,
     body: Bytes,
 ) -> Response {
@@ -221,6 +443,19 @@ async fn register(
     let name = registration["Name"].as_str().unwrap_or_default();
     if name.is_empty() {
         return (StatusCode::BAD_REQUEST, "Missing service name").into_response();
+    }
+    // The service, then its sidecar, need service:write (Consul vets both before it
+    // registers either).
+    if !authz.policy.may_write(name) {
+        return authz.denied("service:write", Some(name));
+    }
+    let sidecar_name = format!("{name}-sidecar-proxy");
+    let has_sidecar = registration
+        .get("Connect")
+        .and_then(|c| c.get("SidecarService"))
+        .is_some_and(|s| !s.is_null());
+    if has_sidecar && !authz.policy.may_write(&sidecar_name) {
+        return authz.denied("service:write", Some(&sidecar_name));
     }
     let service = agent_service(&registration);
     let id = service["ID"].as_str().unwrap_or_default().to_string();
@@ -286,7 +521,14 @@ async fn register(
 }
 
 /// `PUT /v1/acl/token`: a new token with fresh accessor and secret IDs.
-async fn create_token(State(state): State<Shared>, body: Bytes) -> Response {
+async fn create_token(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+    body: Bytes,
+) -> Response {
+    if !authz.policy.acl_write {
+        return authz.denied("acl:write", None);
+    }
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "Request decode failed").into_response();
     };
@@ -306,19 +548,34 @@ async fn create_token(State(state): State<Shared>, body: Bytes) -> Response {
     axum::Json(token).into_response()
 }
 
-/// `DELETE /v1/acl/token/:accessor`: `true`, or 404 for a token that is not there.
-async fn delete_token(State(state): State<Shared>, Path(accessor): Path<String>) -> Response {
-    match state.lock().unwrap().tokens.remove(&accessor) {
-        Some(_) => axum::Json(true).into_response(),
-        None => (StatusCode::NOT_FOUND, "ACL not found").into_response(),
+/// `DELETE /v1/acl/token/:accessor`: `true`, also for a token that is not there (Consul
+/// returns early: nothing to do).
+async fn delete_token(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+    Path(accessor): Path<String>,
+) -> Response {
+    if !authz.policy.acl_write {
+        return authz.denied("acl:write", None);
     }
+    state.lock().unwrap().tokens.remove(&accessor);
+    axum::Json(true).into_response()
 }
 
-async fn deregister(State(state): State<Shared>, Path(id): Path<String>) -> Response {
+async fn deregister(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+    Path(id): Path<String>,
+) -> Response {
     let mut state = state.lock().unwrap();
-    if state.services.remove(&id).is_none() {
+    let Some(service) = state.services.get(&id) else {
         return (StatusCode::NOT_FOUND, format!("Unknown service ID {id:?}")).into_response();
+    };
+    let name = service["Service"].as_str().unwrap_or_default().to_string();
+    if !authz.policy.may_write(&name) {
+        return authz.denied("service:write", Some(&name));
     }
+    state.services.remove(&id);
     state
         .checks
         .retain(|_, check| check["ServiceID"] != json!(id));
@@ -327,17 +584,51 @@ async fn deregister(State(state): State<Shared>, Path(id): Path<String>) -> Resp
     StatusCode::OK.into_response()
 }
 
-async fn services(State(state): State<Shared>) -> Response {
-    axum::Json(state.lock().unwrap().services.clone()).into_response()
+/// The agent's services the token may read; the others left out, and said so.
+async fn services(State(state): State<Shared>, Extension(authz): Extension<Authz>) -> Response {
+    let all = state.lock().unwrap().services.clone();
+    let total = all.len();
+    let readable: BTreeMap<String, Value> = all
+        .into_iter()
+        .filter(|(_, s)| {
+            authz
+                .policy
+                .may_read(s["Service"].as_str().unwrap_or_default())
+        })
+        .collect();
+    let removed = readable.len() != total;
+    filtered_list(&authz, json!(readable), removed)
 }
 
-async fn service(State(state): State<Shared>, Path(id): Path<String>) -> Response {
+async fn service(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+    Path(id): Path<String>,
+) -> Response {
     match state.lock().unwrap().services.get(&id) {
-        Some(service) => axum::Json(service.clone()).into_response(),
+        Some(service) => {
+            let name = service["Service"].as_str().unwrap_or_default();
+            if !authz.policy.may_read(name) {
+                return authz.denied("service:read", Some(name));
+            }
+            axum::Json(service.clone()).into_response()
+        }
         None => (StatusCode::NOT_FOUND, format!("unknown service ID: {id}")).into_response(),
     }
 }
 
-async fn checks(State(state): State<Shared>) -> Response {
-    axum::Json(state.lock().unwrap().checks.clone()).into_response()
+/// The agent's checks of services the token may read; the others left out, and said so.
+async fn checks(State(state): State<Shared>, Extension(authz): Extension<Authz>) -> Response {
+    let all = state.lock().unwrap().checks.clone();
+    let total = all.len();
+    let readable: BTreeMap<String, Value> = all
+        .into_iter()
+        .filter(|(_, c)| {
+            authz
+                .policy
+                .may_read(c["ServiceName"].as_str().unwrap_or_default())
+        })
+        .collect();
+    let removed = readable.len() != total;
+    filtered_list(&authz, json!(readable), removed)
 }

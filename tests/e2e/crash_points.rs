@@ -3,6 +3,12 @@
 //! processes run as the job has tasks (none left over from the killed agent next to
 //! their restarted copies), and none is left once the job stops.
 //!
+//! A submit is answered within milliseconds, so kills at random moments of a few hundred
+//! would nearly all land after it: every other round aims its kill within the shortest
+//! submit seen answered so far, and the test asserts that at least one kill interrupted a submit
+//! in flight (the request sent, the answer never received), with extra aimed rounds
+//! (at most ten) until one has.
+//!
 //! `BERTH_CRASH_COUNT` (default 100) and `BERTH_CRASH_ROUNDS` (default 5) size it; the
 //! issue's figure, 200 tasks 20 times, is `BERTH_CRASH_COUNT=200 BERTH_CRASH_ROUNDS=20`.
 
@@ -73,7 +79,14 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
         seed >> 33
     };
     let mut outcomes = Vec::new();
-    for round in 0..rounds {
+    // The shortest submit answered before its kill: an aimed kill lands within it, so
+    // that it comes after the request was sent and before the answer.
+    let mut submit_window: Option<Duration> = None;
+    let mut interrupted = 0;
+    for round in 0.. {
+        if round >= rounds && (interrupted > 0 || round >= rounds + 10) {
+            break;
+        }
         let job = format!("crowd{round}");
         let mark = format!("7{round:03}");
         let source = format!(
@@ -96,19 +109,46 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
             source,
             variables: Default::default(),
         };
-        let submit =
-            tokio::spawn(async move { client.post::<_, Submitted>("/v1/jobs", &request).await });
-        let kill_after = Duration::from_millis(next() % 300);
+        let sent = Instant::now();
+        let submit = tokio::spawn(async move {
+            let answer = client.post::<_, Submitted>("/v1/jobs", &request).await;
+            (answer, sent.elapsed())
+        });
+        let aimed = round % 2 == 1 || round >= rounds;
+        let kill_after = match submit_window {
+            Some(window) if aimed => {
+                Duration::from_micros(next() % (window.as_micros() as u64).max(1))
+            }
+            _ => Duration::from_millis(next() % 300),
+        };
         tokio::time::sleep(kill_after).await;
         agent.kill9();
-        let _ = submit.await;
+        let (answer, took) = submit.await.unwrap();
+        // Answered: the kill came after. Refused: before the request was sent. Any other
+        // failure to reach the agent: the request was sent and never answered.
+        let submit_outcome = match &answer {
+            Ok(_) => {
+                submit_window = Some(submit_window.map_or(took, |w| w.min(took)));
+                "answered"
+            }
+            Err(ClientError::Unreachable { reason, .. })
+                if reason.contains("Connection refused") =>
+            {
+                "never sent"
+            }
+            Err(ClientError::Unreachable { .. }) => {
+                interrupted += 1;
+                "interrupted in flight"
+            }
+            Err(other) => panic!("round {round}: the submit failed otherwise: {other}"),
+        };
         agent.start().await;
 
         let status: Result<JobStatus, ClientError> =
             agent.client().get(&format!("/v1/job/{job}")).await;
         let Ok(status) = status else {
             // Killed before the job was recorded: nothing of it may run.
-            outcomes.push(format!("{kill_after:?}: not recorded"));
+            outcomes.push(format!("{kill_after:?}: {submit_outcome}, not recorded"));
             tokio::time::sleep(Duration::from_millis(500)).await;
             assert_eq!(
                 sleepers(&mark),
@@ -122,7 +162,10 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
             count,
             "round {round} (killed after {kill_after:?}): every alloc or none"
         );
-        outcomes.push(format!("{kill_after:?}: {} allocs", status.allocs.len()));
+        outcomes.push(format!(
+            "{kill_after:?}: {submit_outcome}, {} allocs",
+            status.allocs.len()
+        ));
         wait_for("all running", &agent, async || {
             let status: JobStatus = agent.client().get(&format!("/v1/job/{job}")).await.unwrap();
             status
@@ -157,4 +200,8 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
         wait_for("no process left", &agent, async || sleepers(&mark) == 0).await;
     }
     eprintln!("crash points: {outcomes:?}");
+    assert!(
+        interrupted > 0,
+        "no kill landed while a submit was in flight: {outcomes:?}"
+    );
 }

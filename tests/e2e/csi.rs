@@ -1187,6 +1187,32 @@ async fn a_publish_that_times_out_after_the_plugin_acted_is_unpublished_before_t
     let log = agent.plugin_log(&plugin_alloc);
     assert!(!log.contains("SPEC VIOLATION"), "{log}");
     assert!(!data.join(".published/slow").exists(), "{log}");
+    // The undo reached the plugin, each call once and in the spec's order: after the
+    // last publish the plugin made (its answer never heard), the publication
+    // unpublished, then the stage unstaged, then the volume unpublished from the node
+    // by the controller.
+    let lines_of = |what: &str| -> Vec<usize> {
+        log.lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with(what))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let line_of = |what: &str| {
+        let lines = lines_of(what);
+        assert_eq!(lines.len(), 1, "{what:?} once:\n{log}");
+        lines[0]
+    };
+    let published = *lines_of("paused after NodePublishVolume")
+        .last()
+        .unwrap_or_else(|| panic!("the plugin never published:\n{log}"));
+    let unpublished = line_of("NodeUnpublishVolume ");
+    let unstaged = line_of("NodeUnstageVolume ");
+    let detached = line_of("ControllerUnpublishVolume ");
+    assert!(
+        published < unpublished && unpublished < unstaged && unstaged < detached,
+        "out of order:\n{log}"
+    );
     agent.cli(&["job", "stop", "plugin"]);
     agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }

@@ -365,11 +365,16 @@ async fn a_failed_spawn_names_its_step_or_program_and_leaves_no_process() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     let task = TaskDir::new();
+    // Runs until the test makes `stop`, however long the recovery takes on a busy node.
+    let stop = task.path().join("stop");
     let handle = {
         let first_agent = support::runtime();
         let raw = support::builtin(&first_agent, "raw_exec").await;
-        let request =
-            task.unconfined_request("long", json!({"command": "/bin/sleep", "args": ["1"]}));
+        let script = format!("while [ ! -e {} ]; do sleep 0.1; done", stop.display());
+        let request = task.unconfined_request(
+            "long",
+            json!({"command": "/bin/sh", "args": ["-c", script]}),
+        );
         raw.start_task(&request).await.unwrap()
     };
     // A new runtime has an empty process table, as after a restart.
@@ -380,7 +385,8 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
         raw.inspect_task(&handle).await.unwrap().state,
         TaskState::Running
     );
-    let exit = tokio::time::timeout(Duration::from_secs(10), raw.wait_task(&handle))
+    std::fs::write(&stop, "").unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(60), raw.wait_task(&handle))
         .await
         .unwrap()
         .unwrap();

@@ -189,40 +189,46 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
     );
 }
 
-/// Each hostile behaviour, the words its Setup Failure must contain, and how long the
-/// task may take to fail.
-const HOSTILE: &[(&str, &str, u64)] = &[
+/// Each hostile behaviour, the words its Setup Failure must contain, and whether it is
+/// stopped at the hook's deadline (it would run for an hour or forever): such a run may
+/// take the deadline and some slack more than the slowest of the others, which fail as
+/// soon as the hook returns and run beside it on the same (perhaps busy) node.
+const HOSTILE: &[(&str, &str, bool)] = &[
     (
         "loop",
         "ran past its deadline of 500ms and was stopped (during prestart)",
-        5,
+        true,
     ),
     (
         "sleep",
         "ran past its deadline of 500ms and was stopped (during prestart)",
-        5,
+        true,
     ),
-    ("hog", "tried to use more than its memory cap of 16 MiB", 5),
-    ("trap", "crashed: ", 5),
+    (
+        "hog",
+        "tried to use more than its memory cap of 16 MiB",
+        false,
+    ),
+    ("trap", "crashed: ", false),
     (
         "flood",
         "returned too much: 100000 environment variables (at most 64)",
-        5,
+        false,
     ),
     (
         "escape-dotdot",
         "file path \"../escaped\" leaves (or wanders in) local/",
-        5,
+        false,
     ),
     (
         "escape-absolute",
         "file path \"/tmp/escaped\" is absolute",
-        5,
+        false,
     ),
     (
         "escape-symlink",
         "file path \"link/escaped\" goes through a symlink",
-        5,
+        false,
     ),
 ];
 
@@ -265,7 +271,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
         )
     };
     let mut runs = Vec::new();
-    for (behave, expected, within) in HOSTILE {
+    for (behave, expected, at_deadline) in HOSTILE {
         let task = format!(
             "{}    task \"victim\" {{\n      driver = \"exec\"\n      hooks = [\"{behave}\"]\n      config {{ command = \"/bin/true\" }}\n    }}\n",
             plant("victim")
@@ -275,11 +281,20 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
         runs.push(tokio::spawn(async move {
             let started = Instant::now();
             let status = run(&agent, &source).await;
-            (*behave, *expected, *within, started.elapsed(), status)
+            (*behave, *expected, *at_deadline, started.elapsed(), status)
         }));
     }
+    let mut finished = Vec::new();
     for run in runs {
-        let (behave, expected, within, took, status) = run.await.unwrap();
+        finished.push(run.await.unwrap());
+    }
+    let slowest_immediate = finished
+        .iter()
+        .filter(|(_, _, at_deadline, _, _)| !at_deadline)
+        .map(|(_, _, _, took, _)| *took)
+        .max()
+        .unwrap();
+    for (behave, expected, at_deadline, took, status) in finished {
         assert_eq!(status.client_status, ClientStatus::Failed, "{behave}");
         let events = messages(&status, "victim");
         let failure = events
@@ -290,7 +305,12 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
             failure.contains(&format!("hook \"{behave}\"")) && failure.contains(expected),
             "{behave}: {failure}"
         );
-        assert!(took < Duration::from_secs(within), "{behave} took {took:?}");
+        if at_deadline {
+            assert!(
+                took < slowest_immediate + Duration::from_secs(5),
+                "{behave} took {took:?}; the slowest of the others {slowest_immediate:?}"
+            );
+        }
         assert!(!events.iter().any(|e| e.starts_with("Started")), "{behave}");
     }
     assert_eq!(

@@ -965,9 +965,6 @@ async fn revoking_a_token_already_deleted_in_consul_succeeds_and_it_is_forgotten
 /// the *request's* token), so the service identity token was not revoked and must be
 /// kept for a later try.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "berth takes any 404 from DELETE /v1/acl/token for an already-deleted token \
-            and forgets the accessor (connect_hook::revoke_tokens); Consul answers 200 for \
-            that, and 404 only when the request's own token is unknown"]
 async fn a_revoke_refused_for_berths_own_unknown_token_keeps_the_accessor() {
     let consul = ConsulDouble::start().await;
     consul.require_token("operator-token");

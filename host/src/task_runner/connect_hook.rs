@@ -183,9 +183,9 @@ pub async fn revoke_tokens(api: &crate::consul::api::ConsulApi, accessors: &std:
         if let Err(error) = api.delete_token(accessor).await {
             tracing::warn!(%error, accessor, "revoking a service identity token");
             // Kept, and tried again when the alloc is collected or the agent restarts.
-            if !matches!(error, ConsulError::Refused { status: 404, .. }) {
-                kept.push(accessor.to_string());
-            }
+            // Consul answers 200 for a token already gone; a 404 means berth's own
+            // token is unknown (rotated or deleted), and the token is still live.
+            kept.push(accessor.to_string());
         }
     }
     let _ = if kept.is_empty() {

@@ -424,7 +424,7 @@ async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
     assert!(stderr.contains("no alloc matches \"nope\""), "{stderr}");
 
     // Nothing recorded was lost, and the agent still answers.
-    let jobs: Vec<JobStatus> = agent.client().get("/v1/jobs").await.unwrap();
+    let jobs: Vec<JobStatus> = agent.client().get("/v1/berth/jobs").await.unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, "ok");
 
@@ -614,20 +614,20 @@ async fn jobs_with_nothing_left_are_collected_and_the_job_list_pages() {
     // Pages of two, in id order, each naming where the next starts.
     let client = agent.client();
     let mut seen = Vec::new();
-    let mut path = "/v1/jobs?per_page=2".to_string();
+    let mut path = "/v1/berth/jobs?per_page=2".to_string();
     loop {
         let (page, next): (Vec<berth::agent::JobStatus>, Option<String>) =
             client.get_page(&path).await.unwrap();
         assert!(page.len() <= 2);
         seen.extend(page.into_iter().map(|j| j.id));
         match next {
-            Some(next) => path = format!("/v1/jobs?per_page=2&next_token={next}"),
+            Some(next) => path = format!("/v1/berth/jobs?per_page=2&next_token={next}"),
             None => break,
         }
     }
     assert_eq!(seen, ["a-job", "b-job", "c-job", "d-job", "e-job"]);
     let (prefixed, _): (Vec<berth::agent::JobStatus>, _) =
-        client.get_page("/v1/jobs?prefix=c-").await.unwrap();
+        client.get_page("/v1/berth/jobs?prefix=c-").await.unwrap();
     assert_eq!(prefixed.len(), 1);
 
     let (code, stdout, stderr) = agent.cli(&["system", "gc"]);

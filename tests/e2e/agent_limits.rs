@@ -107,7 +107,7 @@ async fn an_agent_in_256_mib_survives_jobspecs_that_ask_for_gigabytes() {
     );
     assert_eq!(cage.oom_kills(), 0);
     // Still there, and answering.
-    let me: berth::api::AgentSelf = agent.client().get("/v1/agent/self").await.unwrap();
+    let me: berth::api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
     assert!(!me.drivers.is_empty());
     // Two refused jobspecs at once: 64 MiB each at most.
     assert!(peak < 128 << 20, "{} MiB", peak >> 20);
@@ -124,7 +124,7 @@ held = []
 for i in range(count):
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        s.send(b"GET /v1/agent/self HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        s.send(b"GET /v1/berth/agent/self HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         held.append(s)
     except OSError:
         pass
@@ -163,7 +163,7 @@ async fn root_is_answered_on_the_socket_while_nobody_holds_twenty_thousand_conne
     let started = std::time::Instant::now();
     let answered: Result<berth::api::AgentSelf, _> =
         tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            agent.client().get("/v1/agent/self").await
+            agent.client().get("/v1/berth/agent/self").await
         })
         .await
         .expect("root got no answer on the socket within 10 s");
@@ -217,7 +217,7 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
         )
     };
     let mut slow = connect();
-    slow.write_all(b"GET /v1/agent/self HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    slow.write_all(b"GET /v1/berth/agent/self HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .unwrap();
     let (_, waited) = tokio::task::spawn_blocking(move || until_closed(slow))
         .await
@@ -226,7 +226,7 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
     let mut idle = connect();
     write!(
         idle,
-        "GET /v1/agent/self HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Berth-Token: {}\r\n\r\n",
+        "GET /v1/berth/agent/self HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Berth-Token: {}\r\n\r\n",
         agent.port(),
         token.trim()
     )
@@ -244,7 +244,7 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
     let mut stalled = connect();
     write!(
         stalled,
-        "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Berth-Token: {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{",
+        "POST /v1/berth/jobs HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Berth-Token: {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{",
         agent.port(),
         token.trim()
     )

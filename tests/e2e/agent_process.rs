@@ -197,7 +197,7 @@ impl AgentProcess {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            match self.client().get::<AgentSelf>("/v1/agent/self").await {
+            match self.client().get::<AgentSelf>("/v1/berth/agent/self").await {
                 Ok(me) => return me,
                 Err(ClientError::Unreachable { .. }) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await
@@ -245,12 +245,12 @@ impl AgentProcess {
             source: source.to_string(),
             variables: Default::default(),
         };
-        self.client().post("/v1/jobs", &request).await
+        self.client().post("/v1/berth/jobs", &request).await
     }
 
     pub async fn alloc(&self, id: &str) -> AllocStatus {
         self.client()
-            .get(&format!("/v1/allocation/{id}"))
+            .get(&format!("/v1/berth/allocation/{id}"))
             .await
             .unwrap()
     }

@@ -645,7 +645,7 @@ async fn nine_fork_bombs_at_once_leave_the_host_able_to_start_a_process() {
     });
     let _ = agent
         .client()
-        .delete::<serde_json::Value>("/v1/job/bombs")
+        .delete::<serde_json::Value>("/v1/berth/job/bombs")
         .await;
     eprintln!("threads each bomb got: {peaks:?}; pids in the parent: {in_use} of {ceiling}");
     assert_eq!(peaks.len(), 9, "not every bomb reported: {peaks:?}");

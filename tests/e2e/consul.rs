@@ -609,7 +609,11 @@ async fn a_tasks_services_leave_consul_its_shutdown_delay_before_it_is_killed() 
     wait_until("both services registered", || consul.services().len() == 2).await;
     let stopping = {
         let client = agent.client();
-        tokio::spawn(async move { client.delete::<serde_json::Value>("/v1/job/shop").await })
+        tokio::spawn(async move {
+            client
+                .delete::<serde_json::Value>("/v1/berth/job/shop")
+                .await
+        })
     };
     wait_until("both services deregistered", || {
         consul.services().is_empty()
@@ -741,7 +745,11 @@ async fn a_groups_services_leave_consul_its_shutdown_delay_before_its_tasks_stop
     let asked = Instant::now();
     let stopping = {
         let client = agent.client();
-        tokio::spawn(async move { client.delete::<serde_json::Value>("/v1/job/grouped").await })
+        tokio::spawn(async move {
+            client
+                .delete::<serde_json::Value>("/v1/berth/job/grouped")
+                .await
+        })
     };
     wait_until("the group service deregistered", || {
         consul.services().is_empty()

@@ -111,7 +111,9 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
         };
         let sent = Instant::now();
         let submit = tokio::spawn(async move {
-            let answer = client.post::<_, Submitted>("/v1/jobs", &request).await;
+            let answer = client
+                .post::<_, Submitted>("/v1/berth/jobs", &request)
+                .await;
             (answer, sent.elapsed())
         });
         let aimed = round % 2 == 1 || round >= rounds;
@@ -145,7 +147,7 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
         agent.start().await;
 
         let status: Result<JobStatus, ClientError> =
-            agent.client().get(&format!("/v1/job/{job}")).await;
+            agent.client().get(&format!("/v1/berth/job/{job}")).await;
         let Ok(status) = status else {
             // Killed before the job was recorded: nothing of it may run.
             outcomes.push(format!("{kill_after:?}: {submit_outcome}, not recorded"));
@@ -167,7 +169,11 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
             status.allocs.len()
         ));
         wait_for("all running", &agent, async || {
-            let status: JobStatus = agent.client().get(&format!("/v1/job/{job}")).await.unwrap();
+            let status: JobStatus = agent
+                .client()
+                .get(&format!("/v1/berth/job/{job}"))
+                .await
+                .unwrap();
             status
                 .allocs
                 .iter()
@@ -188,7 +194,11 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
 
         assert_eq!(agent.cli(&["job", "stop", &job]).0, 0);
         wait_for("stopped", &agent, async || {
-            let status: JobStatus = agent.client().get(&format!("/v1/job/{job}")).await.unwrap();
+            let status: JobStatus = agent
+                .client()
+                .get(&format!("/v1/berth/job/{job}"))
+                .await
+                .unwrap();
             status.allocs.iter().all(|a| {
                 matches!(
                     a.client_status,

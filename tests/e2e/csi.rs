@@ -185,7 +185,7 @@ impl AgentProcess {
     }
 
     async fn plugin(&self, id: &str) -> Option<PluginStatus> {
-        let plugins: Vec<PluginStatus> = self.client().get("/v1/plugins").await.unwrap();
+        let plugins: Vec<PluginStatus> = self.client().get("/v1/berth/plugins").await.unwrap();
         plugins.into_iter().find(|p| p.id == id)
     }
 
@@ -225,7 +225,7 @@ impl AgentProcess {
 
     async fn volume(&self, id: &str) -> VolumeStatus {
         self.client()
-            .get(&format!("/v1/volume/{id}"))
+            .get(&format!("/v1/berth/volume/{id}"))
             .await
             .unwrap()
     }
@@ -1248,7 +1248,7 @@ async fn snapshots_are_taken_listed_and_deleted_and_a_volume_in_use_is_expanded(
     );
     let listed: Vec<berth::model::csi::SnapshotInfo> = agent
         .client()
-        .get("/v1/volumes/snapshot?plugin_id=hostpath")
+        .get("/v1/berth/volumes/snapshot?plugin_id=hostpath")
         .await
         .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");

@@ -83,7 +83,7 @@ async fn names_and_paths_that_would_leave_the_task_dir_are_refused_before_any_di
         before,
         "a refused job created directories"
     );
-    let jobs: serde_json::Value = agent.client().get("/v1/jobs").await.unwrap();
+    let jobs: serde_json::Value = agent.client().get("/v1/berth/jobs").await.unwrap();
     assert_eq!(jobs, serde_json::json!([]));
 }
 
@@ -277,7 +277,7 @@ async fn the_api_socket_admits_its_owner_and_its_group_only() {
 fn status_of(port: u16, method: &str, headers: &[(&str, &str)], body: &str) -> u16 {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut request = format!("{method} /v1/jobs HTTP/1.1\r\nConnection: close\r\n");
+    let mut request = format!("{method} /v1/berth/jobs HTTP/1.1\r\nConnection: close\r\n");
     if !headers
         .iter()
         .any(|(name, _)| name.eq_ignore_ascii_case("host"))
@@ -386,7 +386,7 @@ async fn tcp_needs_a_valid_token_of_the_right_scope_and_its_own_host() {
         ),
         403
     );
-    let jobs: serde_json::Value = agent.client().get("/v1/jobs").await.unwrap();
+    let jobs: serde_json::Value = agent.client().get("/v1/berth/jobs").await.unwrap();
     assert_eq!(
         jobs,
         serde_json::json!([]),

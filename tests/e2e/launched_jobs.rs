@@ -176,7 +176,7 @@ async fn a_parameterized_job_is_dispatched_with_its_payload_and_meta() {
     agent.start().await;
     let job: JobStatus = agent
         .client()
-        .get(&format!("/v1/job/{}", child.replace('/', "%2F")))
+        .get(&format!("/v1/berth/job/{}", child.replace('/', "%2F")))
         .await
         .unwrap();
     assert_eq!(job.parent.as_deref(), Some("render"));
@@ -187,7 +187,7 @@ async fn a_parameterized_job_is_dispatched_with_its_payload_and_meta() {
 async fn children(agent: &AgentProcess) -> Vec<(String, ClientStatus)> {
     let jobs: Vec<JobStatus> = agent
         .client()
-        .get("/v1/jobs?prefix=tick%2Fperiodic-")
+        .get("/v1/berth/jobs?prefix=tick%2Fperiodic-")
         .await
         .unwrap();
     jobs.into_iter()

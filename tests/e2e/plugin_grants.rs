@@ -75,7 +75,7 @@ async fn probes(agent: &AgentProcess, job: &str, source: &str) -> String {
         if out.contains("done\n") {
             let _ = agent
                 .client()
-                .delete::<serde_json::Value>(&format!("/v1/job/{job}"))
+                .delete::<serde_json::Value>(&format!("/v1/berth/job/{job}"))
                 .await;
             agent.finished(&id).await;
             return out;
@@ -168,7 +168,7 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         variables: Default::default(),
     };
     let refused = tcp("author-secret-0123456789")
-        .post::<_, serde_json::Value>("/v1/jobs", &request)
+        .post::<_, serde_json::Value>("/v1/berth/jobs", &request)
         .await;
     let Err(ClientError::Api(error, _)) = refused else {
         panic!("a submit token ran a plugin job: {refused:?}");
@@ -181,13 +181,13 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         "{error:?}"
     );
     let accepted: serde_json::Value = tcp("plugin-secret-0123456789")
-        .post("/v1/jobs", &request)
+        .post("/v1/berth/jobs", &request)
         .await
         .unwrap();
     assert_eq!(accepted["alloc_ids"].as_array().map(Vec::len), Some(1));
     let _ = agent
         .client()
-        .delete::<serde_json::Value>("/v1/job/csi-hostpath")
+        .delete::<serde_json::Value>("/v1/berth/job/csi-hostpath")
         .await;
 }
 

@@ -37,6 +37,9 @@ impl Agent {
             garbage.jobs.extend(id.job);
         }
         garbage.jobs.sort();
+        if !garbage.allocs.is_empty() {
+            self.index.bump();
+        }
         garbage
     }
 
@@ -125,6 +128,31 @@ impl Agent {
             ));
         }
         None
+    }
+
+    /// Stops a job (the caller did), waits for its allocs to finish (a minute at most),
+    /// and forgets them and the job: Nomad's `purge`. A job whose allocs are still
+    /// running after the wait, or hold something mounted, is kept, stopped, for the
+    /// collector; returns whether the job is gone.
+    pub async fn purge_job(&self, id: &str) -> bool {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(60), self.wait_job(id)).await;
+        self.forget_allocs_of(id);
+        let alone = !self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .any(|a| a.runner.job.name == id);
+        if !alone {
+            return false;
+        }
+        if let Err(error) = self.node.store.remove_job(id) {
+            tracing::error!(job = %id, %error, "purging a job's record");
+            return false;
+        }
+        self.jobs.lock().unwrap().remove(id);
+        self.index.bump();
+        true
     }
 
     /// Forgets the job of a collected alloc when nothing of it is left: no other alloc,

@@ -12,6 +12,7 @@
 
 pub mod data_dir;
 mod gc;
+pub mod index;
 pub use gc::Garbage;
 mod launch;
 pub mod logs;
@@ -200,6 +201,8 @@ pub struct Agent {
     notices: Vec<Notice>,
     /// Serialises submits and stops, so two versions of a job never run at once.
     submitting: tokio::sync::Mutex<()>,
+    /// Raised on every change a client could watch (Nomad's `X-Nomad-Index`).
+    index: Arc<index::ChangeIndex>,
 }
 
 impl Agent {
@@ -241,6 +244,8 @@ impl Agent {
         };
         let (events, _) = broadcast::channel(4096);
         tokio::spawn(log_events(events.subscribe()));
+        let change_index = Arc::new(index::ChangeIndex::default());
+        tokio::spawn(follow_events(events.subscribe(), change_index.clone()));
         let store = Arc::new(store);
         let csi = crate::csi::CsiNode::start(
             &options.data_dir,
@@ -322,6 +327,7 @@ impl Agent {
             },
             jobs: Mutex::default(),
             allocs: Mutex::default(),
+            index: change_index,
             events,
             notices,
             submitting: tokio::sync::Mutex::new(()),
@@ -372,6 +378,34 @@ impl Agent {
         self.events.subscribe()
     }
 
+    /// The operator's host volumes: name, path, read-only.
+    pub fn host_volumes(&self) -> Vec<(String, String, bool)> {
+        self.node
+            .config
+            .host_volumes
+            .iter()
+            .map(|v| (v.name.clone(), v.path.display().to_string(), v.read_only))
+            .collect()
+    }
+
+    /// The change index (Nomad's `X-Nomad-Index`), for blocking queries.
+    pub fn change_index(&self) -> &index::ChangeIndex {
+        &self.index
+    }
+
+    /// A job's jobspec as the agent runs it, with its status.
+    pub fn job_spec(&self, id: &str) -> Result<(JobStatus, Arc<Job>), LookupError> {
+        let job = {
+            let jobs = self.jobs.lock().unwrap();
+            let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
+                kind: "job",
+                id: id.to_string(),
+            })?;
+            entry.job.clone()
+        };
+        Ok((self.job(id)?, job))
+    }
+
     /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
     /// to stop.
     pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, LookupError> {
@@ -396,6 +430,7 @@ impl Agent {
                 a.runner.id.clone()
             })
             .collect();
+        self.index.bump();
         Ok(stopping)
     }
 
@@ -547,7 +582,7 @@ impl Agent {
 
     /// Collects the finished allocs of a job being replaced: records and directories
     /// (what is still mounted stays, as for any collection).
-    fn forget_allocs_of(&self, job_id: &str) {
+    pub(super) fn forget_allocs_of(&self, job_id: &str) {
         let finished: Vec<AllocEntry> = self
             .allocs_of(job_id)
             .into_iter()
@@ -586,6 +621,19 @@ pub enum Submitter {
     Operator,
     /// A TCP request: with a token of scope `plugin`, it may run CSI plugin jobs.
     Token { may_run_plugins: bool },
+}
+
+/// Every task event raises the change index.
+async fn follow_events(
+    mut events: broadcast::Receiver<AllocEvent>,
+    index: Arc<index::ChangeIndex>,
+) {
+    loop {
+        match events.recv().await {
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => index.bump(),
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
 }
 
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {

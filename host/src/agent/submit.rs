@@ -31,6 +31,31 @@ impl Agent {
 
     /// [`Agent::submit_with`] for `submitter`: a job that runs a CSI plugin needs the
     /// operator, or a token of scope `plugin`.
+    /// The problems submitting `source` would meet, without submitting it (Nomad's
+    /// `POST /v1/validate/job`): each as `file:line:col: path: message`.
+    pub async fn validate_source(
+        &self,
+        source_name: &str,
+        source: &str,
+    ) -> Result<(), Vec<String>> {
+        let job = jobspec::parse(source_name, source)
+            .map_err(|e| e.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>())?;
+        let mut problems = crate::validate::validate(
+            &job,
+            &self.node.drivers,
+            &self.node.hooks,
+            &self.node.config,
+            Some(self.node.csi.catalog.as_ref()),
+        )
+        .await;
+        problems.extend(self.disk_problems(&job));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.iter().map(ToString::to_string).collect())
+        }
+    }
+
     pub async fn submit_as(
         &self,
         submitter: Submitter,
@@ -87,6 +112,7 @@ impl Agent {
         } else {
             self.record_and_place(record, job.clone())?
         };
+        self.index.bump();
         Ok(Submitted {
             job_id: job.name.clone(),
             alloc_ids,

@@ -241,8 +241,10 @@ pub async fn enforce(
 /// The token as presented, compared exactly (no trimming: a secret with a space is
 /// another secret).
 fn presented_token(headers: &HeaderMap) -> Option<&str> {
-    if let Some(token) = headers.get("x-berth-token").and_then(|v| v.to_str().ok()) {
-        return Some(token);
+    for name in ["x-berth-token", "x-nomad-token"] {
+        if let Some(token) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            return Some(token);
+        }
     }
     let authorization = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (kind, token) = authorization.split_once(' ')?;

@@ -1,23 +1,30 @@
-//! The agent's JSON HTTP API, in Nomad's spirit, on a Unix socket in the data dir by
-//! default and on TCP when the operator asks, with tokens ([`access`]); the CLI is its
-//! client ([`client`]).
+//! The agent's HTTP API, on a Unix socket in the data dir by default and on TCP when the
+//! operator asks, with tokens ([`access`]). Two sets of paths:
+//!
+//! - Nomad's (`/v1/jobs`, `/v1/allocation/:id`, …, in [`nomad`]): Nomad's shapes, for
+//!   Nomad's tools;
+//! - berth's own, under `/v1/berth/` (below), which the CLI ([`client`]) uses today: what
+//!   Nomad has no endpoint for (volume snapshots, `system gc`, services) and berth's own
+//!   shapes of jobs and allocs.
+//!
+//! A path neither serves answers 404 naming the nearest one that exists.
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/v1/agent/self` | data dir, state file, drivers, start notices |
-//! | GET | `/v1/jobs` | every job with its allocs |
-//! | POST | `/v1/jobs` | submit `{"source_name": "web.hcl", "source": "<HCL>"}` |
-//! | GET | `/v1/job/{id}` | one job |
-//! | DELETE | `/v1/job/{id}` | stop a job's allocs |
-//! | GET | `/v1/allocations` | every alloc |
-//! | GET | `/v1/allocation/{id}` | one alloc (a unique id prefix is enough) |
-//! | GET | `/v1/volumes` | CSI volumes with their claims |
-//! | POST | `/v1/volumes/register` | register `{"source_name", "source"}` (a volume spec) |
-//! | POST | `/v1/volumes/create` | create through the plugin's controller, then register |
-//! | GET | `/v1/volume/{id}` | one volume |
-//! | DELETE | `/v1/volume/{id}` | deregister a volume nobody claims |
-//! | GET | `/v1/plugins` | CSI plugins, their providers and health |
-//! | GET | `/v1/plugin/{id}` | one plugin |
+//! | GET | `/v1/berth/agent/self` | data dir, state file, drivers, start notices |
+//! | GET | `/v1/berth/jobs` | every job with its allocs |
+//! | POST | `/v1/berth/jobs` | submit `{"source_name": "web.hcl", "source": "<HCL>"}` |
+//! | GET | `/v1/berth/job/{id}` | one job |
+//! | DELETE | `/v1/berth/job/{id}` | stop a job's allocs |
+//! | GET | `/v1/berth/allocations` | every alloc |
+//! | GET | `/v1/berth/allocation/{id}` | one alloc (a unique id prefix is enough) |
+//! | GET | `/v1/berth/volumes` | CSI volumes with their claims |
+//! | POST | `/v1/berth/volumes/register` | register `{"source_name", "source"}` (a volume spec) |
+//! | POST | `/v1/berth/volumes/create` | create through the plugin's controller, then register |
+//! | GET | `/v1/berth/volume/{id}` | one volume |
+//! | DELETE | `/v1/berth/volume/{id}` | deregister a volume nobody claims |
+//! | GET | `/v1/berth/plugins` | CSI plugins, their providers and health |
+//! | GET | `/v1/berth/plugin/{id}` | one plugin |
 //!
 //! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 404 (unknown
 //! id) or 500 (the agent could not record something).
@@ -25,6 +32,7 @@
 pub mod access;
 pub mod client;
 pub mod listen;
+pub mod nomad;
 
 use std::sync::Arc;
 
@@ -178,48 +186,57 @@ type Reply<T> = Result<Json<T>, Failure>;
 
 pub fn router(agent: Arc<Agent>) -> Router {
     Router::new()
-        .route("/v1/agent/self", get(agent_self))
-        .route("/v1/jobs", get(list_jobs).post(submit_job))
-        .route("/v1/job/{id}", get(job).delete(stop_job))
-        .route("/v1/job/{id}/dispatch", axum::routing::post(dispatch_job))
+        .route("/v1/berth/agent/self", get(agent_self))
+        .route("/v1/berth/jobs", get(list_jobs).post(submit_job))
+        .route("/v1/berth/job/{id}", get(job).delete(stop_job))
         .route(
-            "/v1/job/{id}/periodic/force",
+            "/v1/berth/job/{id}/dispatch",
+            axum::routing::post(dispatch_job),
+        )
+        .route(
+            "/v1/berth/job/{id}/periodic/force",
             axum::routing::post(force_periodic),
         )
-        .route("/v1/allocations", get(list_allocs))
-        .route("/v1/system/gc", axum::routing::post(system_gc))
-        .route("/v1/services", get(list_services))
-        .route("/v1/allocation/{id}", get(alloc))
-        .route("/v1/client/fs/logs/{alloc}", get(task_log))
-        .route("/v1/volumes", get(list_volumes))
-        .route("/v1/volumes/register", axum::routing::post(register_volume))
-        .route("/v1/volumes/create", axum::routing::post(create_volume))
+        .route("/v1/berth/allocations", get(list_allocs))
+        .route("/v1/berth/system/gc", axum::routing::post(system_gc))
+        .route("/v1/berth/services", get(list_services))
+        .route("/v1/berth/allocation/{id}", get(alloc))
+        .route("/v1/berth/client/fs/logs/{alloc}", get(task_log))
+        .route("/v1/berth/volumes", get(list_volumes))
         .route(
-            "/v1/volumes/snapshot",
+            "/v1/berth/volumes/register",
+            axum::routing::post(register_volume),
+        )
+        .route(
+            "/v1/berth/volumes/create",
+            axum::routing::post(create_volume),
+        )
+        .route(
+            "/v1/berth/volumes/snapshot",
             get(list_snapshots)
                 .post(create_snapshot)
                 .delete(delete_snapshot),
         )
-        .route("/v1/volume/{id}", get(volume).delete(deregister_volume))
         .route(
-            "/v1/volume/{id}/delete",
+            "/v1/berth/volume/{id}",
+            get(volume).delete(deregister_volume),
+        )
+        .route(
+            "/v1/berth/volume/{id}/delete",
             axum::routing::delete(delete_volume),
         )
         .route(
-            "/v1/volume/{id}/detach",
+            "/v1/berth/volume/{id}/detach",
             axum::routing::delete(detach_volume),
         )
-        .route("/v1/plugins", get(list_plugins))
-        .route("/v1/plugin/{id}", get(plugin))
-        .fallback(|| async {
-            Failure(
-                StatusCode::NOT_FOUND,
-                ApiError {
-                    error: "no such endpoint; see the table in host/src/api/mod.rs".into(),
-                    problems: Vec::new(),
-                },
-            )
-        })
+        .route("/v1/berth/plugins", get(list_plugins))
+        .route("/v1/berth/plugin/{id}", get(plugin))
+        .merge(nomad::router())
+        .fallback(
+            |method: axum::http::Method, uri: axum::http::Uri| async move {
+                nomad::not_found(uri.path(), method.as_str())
+            },
+        )
         .with_state(agent)
 }
 

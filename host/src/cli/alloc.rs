@@ -7,7 +7,9 @@ use crate::alloc_runner::AllocStatus;
 use crate::api::client::Client;
 
 pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let alloc: AllocStatus = client.get(&format!("/v1/allocation/{id}")).await?;
+    let alloc: AllocStatus = client
+        .get(&format!("/v1/berth/berth/allocation/{id}"))
+        .await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&alloc)?);
         return Ok(ExitCode::SUCCESS);
@@ -72,7 +74,7 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
 
 /// `berth system gc`.
 pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode> {
-    let done: crate::api::Collected = client.post("/v1/system/gc", &()).await?;
+    let done: crate::api::Collected = client.post("/v1/berth/system/gc", &()).await?;
     if done.collected.is_empty() {
         println!("==> Nothing to collect");
     } else {
@@ -109,7 +111,7 @@ pub(super) async fn logs(
     let mut offset = 0u64;
     loop {
         let mut path = format!(
-            "/v1/client/fs/logs/{}?type={stream}&offset={offset}",
+            "/v1/berth/client/fs/logs/{}?type={stream}&offset={offset}",
             escape(alloc)
         );
         if let Some(task) = task {

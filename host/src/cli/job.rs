@@ -24,7 +24,7 @@ use crate::model::status::ClientStatus;
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
 
-/// Jobs per `GET /v1/jobs` page for `berth job status`.
+/// Jobs per `GET /v1/berth/jobs` page for `berth job status`.
 const JOBS_PAGE: usize = 500;
 
 /// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
@@ -297,7 +297,7 @@ pub(super) async fn submit(
         source: input.source,
         variables: input.inputs,
     };
-    let submitted: Submitted = match client.post("/v1/jobs", &request).await {
+    let submitted: Submitted = match client.post("/v1/berth/jobs", &request).await {
         Ok(submitted) => submitted,
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
             eprintln!(
@@ -329,7 +329,9 @@ pub(super) async fn submit(
     let mut failed = false;
     for id in &submitted.alloc_ids {
         let status = loop {
-            let status: AllocStatus = client.get(&format!("/v1/allocation/{id}")).await?;
+            let status: AllocStatus = client
+                .get(&format!("/v1/berth/berth/allocation/{id}"))
+                .await?;
             let settled = status.client_status != ClientStatus::Pending
                 && status
                     .tasks
@@ -368,10 +370,10 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         loop {
             let path = match &next {
                 Some(token) => format!(
-                    "/v1/jobs?per_page={JOBS_PAGE}&next_token={}",
+                    "/v1/berth/jobs?per_page={JOBS_PAGE}&next_token={}",
                     query_escape(token)
                 ),
-                None => format!("/v1/jobs?per_page={JOBS_PAGE}"),
+                None => format!("/v1/berth/berth/jobs?per_page={JOBS_PAGE}"),
             };
             let (page, token): (Vec<JobStatus>, _) = client.get_page(&path).await?;
             jobs.extend(page);
@@ -396,7 +398,9 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let job: JobStatus = client.get(&format!("/v1/job/{}", query_escape(id))).await?;
+    let job: JobStatus = client
+        .get(&format!("/v1/berth/berth/job/{}", query_escape(id)))
+        .await?;
     println!("ID        = {}", job.id);
     println!(
         "Type      = {}",
@@ -440,7 +444,7 @@ fn status_word(job: &JobStatus) -> String {
 
 pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     let stopped: Stopped = client
-        .delete(&format!("/v1/job/{}", query_escape(id)))
+        .delete(&format!("/v1/berth/berth/job/{}", query_escape(id)))
         .await?;
     if stopped.stopping.is_empty() {
         println!("==> Job {:?} stopped; no alloc was running", stopped.job_id);
@@ -482,7 +486,7 @@ pub(super) async fn dispatch(
         };
         request.payload = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
-    let path = format!("/v1/job/{}/dispatch", query_escape(id));
+    let path = format!("/v1/berth/berth/job/{}/dispatch", query_escape(id));
     let launched: Submitted = match client.post(&path, &request).await {
         Ok(launched) => launched,
         Err(ClientError::Api(error, _)) => {
@@ -500,7 +504,7 @@ pub(super) async fn dispatch(
 
 /// `berth job periodic force`.
 pub(super) async fn force_periodic(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
-    let path = format!("/v1/job/{}/periodic/force", query_escape(id));
+    let path = format!("/v1/berth/berth/job/{}/periodic/force", query_escape(id));
     let launched: Submitted = match client.post(&path, &serde_json::json!({})).await {
         Ok(launched) => launched,
         Err(ClientError::Api(error, _)) => {

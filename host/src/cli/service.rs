@@ -7,7 +7,7 @@ use crate::api::client::Client;
 use crate::consul::ServicesStatus;
 
 pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
-    let status: ServicesStatus = client.get("/v1/services").await?;
+    let status: ServicesStatus = client.get("/v1/berth/services").await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
         return Ok(ExitCode::SUCCESS);

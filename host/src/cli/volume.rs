@@ -40,9 +40,9 @@ pub(super) async fn register(
         variables: Default::default(),
     };
     let endpoint = if create {
-        "/v1/volumes/create"
+        "/v1/berth/volumes/create"
     } else {
-        "/v1/volumes/register"
+        "/v1/berth/volumes/register"
     };
     let status: VolumeStatus = match refused(client.post(endpoint, &request).await)? {
         Ok(status) => status,
@@ -69,7 +69,7 @@ pub(super) async fn register(
 pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     match refused(
         client
-            .delete::<VolumeStatus>(&format!("/v1/volume/{id}"))
+            .delete::<VolumeStatus>(&format!("/v1/berth/berth/volume/{id}"))
             .await,
     )? {
         Ok(status) => {
@@ -83,7 +83,7 @@ pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<Exit
 pub(super) async fn delete(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     match refused(
         client
-            .delete::<VolumeStatus>(&format!("/v1/volume/{id}/delete"))
+            .delete::<VolumeStatus>(&format!("/v1/berth/berth/volume/{id}/delete"))
             .await,
     )? {
         Ok(status) => {
@@ -100,11 +100,11 @@ pub(super) async fn status(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let volumes: Vec<VolumeStatus> = match id {
-        Some(id) => match refused(client.get(&format!("/v1/volume/{id}")).await)? {
+        Some(id) => match refused(client.get(&format!("/v1/berth/berth/volume/{id}")).await)? {
             Ok(volume) => vec![volume],
             Err(code) => return Ok(code),
         },
-        None => client.get("/v1/volumes").await?,
+        None => client.get("/v1/berth/volumes").await?,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&volumes)?);
@@ -218,11 +218,11 @@ pub(super) async fn plugin_status(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let plugins: Vec<PluginStatus> = match id {
-        Some(id) => match refused(client.get(&format!("/v1/plugin/{id}")).await)? {
+        Some(id) => match refused(client.get(&format!("/v1/berth/berth/plugin/{id}")).await)? {
             Ok(plugin) => vec![plugin],
             Err(code) => return Ok(code),
         },
-        None => client.get("/v1/plugins").await?,
+        None => client.get("/v1/berth/plugins").await?,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&plugins)?);
@@ -306,11 +306,11 @@ pub(super) async fn snapshot_create(
         volume_id: volume.to_string(),
         name: name.map(str::to_string),
     };
-    let snapshot: SnapshotInfo = match refused(client.post("/v1/volumes/snapshot", &request).await)?
-    {
-        Ok(snapshot) => snapshot,
-        Err(code) => return Ok(code),
-    };
+    let snapshot: SnapshotInfo =
+        match refused(client.post("/v1/berth/volumes/snapshot", &request).await)? {
+            Ok(snapshot) => snapshot,
+            Err(code) => return Ok(code),
+        };
     println!(
         "Snapshot {:?} of volume {volume:?} created by plugin {:?} ({} bytes, {})",
         snapshot.snapshot_id,
@@ -332,10 +332,10 @@ pub(super) async fn snapshot_list(
 ) -> anyhow::Result<ExitCode> {
     let path = match plugin {
         Some(plugin) => format!(
-            "/v1/volumes/snapshot?plugin_id={}",
+            "/v1/berth/volumes/snapshot?plugin_id={}",
             super::job::query_escape(plugin)
         ),
-        None => "/v1/volumes/snapshot".to_string(),
+        None => "/v1/berth/volumes/snapshot".to_string(),
     };
     let snapshots: Vec<SnapshotInfo> = match refused(client.get(&path).await)? {
         Ok(snapshots) => snapshots,
@@ -373,7 +373,7 @@ pub(super) async fn snapshot_delete(
     snapshot: &str,
 ) -> anyhow::Result<ExitCode> {
     let path = format!(
-        "/v1/volumes/snapshot?plugin_id={}&snapshot_id={}",
+        "/v1/berth/volumes/snapshot?plugin_id={}&snapshot_id={}",
         super::job::query_escape(plugin),
         super::job::query_escape(snapshot)
     );
@@ -387,7 +387,7 @@ pub(super) async fn snapshot_delete(
 
 pub(super) async fn detach(client: &Client, id: &str, force: bool) -> anyhow::Result<ExitCode> {
     let path = format!(
-        "/v1/volume/{}/detach{}",
+        "/v1/berth/volume/{}/detach{}",
         super::job::query_escape(id),
         if force { "?force=true" } else { "" }
     );

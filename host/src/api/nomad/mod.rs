@@ -1,0 +1,662 @@
+//! Nomad's HTTP API on berth: the paths, JSON shapes, status codes and headers of
+//! Nomad's documentation, so Nomad's tools (client libraries, `curl` examples,
+//! dashboards) work against a berth agent, which is a one-node cluster: its own server,
+//! in region `global`, namespace `default`.
+//!
+//! Every read answers with `X-Nomad-Index` (the agent's change index) and is a
+//! blocking query with `?index=N&wait=D` (default 5 minutes, at most 10): it answers
+//! once the index is past `N`. Errors are Nomad's: a status code and a plain-text body.
+//!
+//! | method | path |
+//! |---|---|
+//! | GET | `/v1/jobs` (`?prefix=`) |
+//! | PUT, POST | `/v1/jobs` (register `{"Job": {...}}`) |
+//! | POST | `/v1/jobs/parse` (`{"JobHCL": "...", "Canonicalize": true}`) |
+//! | POST | `/v1/validate/job` |
+//! | GET, DELETE | `/v1/job/:id` (`?purge=true`) |
+//! | PUT, POST | `/v1/job/:id` (register) |
+//! | GET | `/v1/job/:id/allocations`, `/v1/job/:id/summary` |
+//! | GET | `/v1/allocations`, `/v1/allocation/:id` |
+//! | POST, PUT | `/v1/allocation/:id/stop` |
+//! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
+//! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
+
+pub mod register;
+pub mod shapes;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::agent::{Agent, LookupError, SubmitError, Submitter};
+use shapes::ThisNode;
+
+/// The longest wait of a blocking query, as Nomad's.
+const MAX_WAIT: Duration = Duration::from_secs(600);
+const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+
+/// A Nomad-style error: the status and a plain-text body.
+#[derive(Debug, thiserror::Error)]
+#[error("{1}")]
+pub struct NomadError(StatusCode, String);
+
+impl IntoResponse for NomadError {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            [("content-type", "text/plain; charset=utf-8")],
+            self.1,
+        )
+            .into_response()
+    }
+}
+
+impl From<LookupError> for NomadError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::NotFound { kind, .. } => {
+                NomadError(StatusCode::NOT_FOUND, format!("{kind} not found"))
+            }
+            ambiguous @ LookupError::Ambiguous { .. } => {
+                NomadError(StatusCode::BAD_REQUEST, ambiguous.to_string())
+            }
+        }
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> NomadError {
+    NomadError(StatusCode::BAD_REQUEST, message.into())
+}
+
+/// `?index=` and `?wait=` of a blocking query.
+#[derive(Debug, Default, Deserialize)]
+pub struct Blocking {
+    index: Option<String>,
+    wait: Option<String>,
+}
+
+impl Blocking {
+    fn parse(&self) -> Result<Option<(u64, Duration)>, NomadError> {
+        let Some(index) = self.index.as_deref().filter(|i| !i.is_empty()) else {
+            return Ok(None);
+        };
+        let index: u64 = index
+            .parse()
+            .map_err(|_| bad_request(format!("Invalid index: {index:?} is not a number")))?;
+        let wait = match self.wait.as_deref().filter(|w| !w.is_empty()) {
+            None => DEFAULT_WAIT,
+            Some(text) => {
+                // Nomad takes a Go duration; a bare number is seconds.
+                let wait = match text.parse::<u64>() {
+                    Ok(seconds) => Duration::from_secs(seconds),
+                    Err(_) => crate::model::units::parse_duration(text)
+                        .map_err(|e| bad_request(format!("Invalid wait time: {e}")))?,
+                };
+                wait.min(MAX_WAIT)
+            }
+        };
+        Ok(Some((index, wait)))
+    }
+
+    /// Waits as the query asks, then answers with the index in Nomad's headers.
+    async fn answer(
+        &self,
+        agent: &Agent,
+        make: impl FnOnce() -> Result<Value, NomadError>,
+    ) -> Response {
+        let index = match self.parse() {
+            Err(error) => return error.into_response(),
+            Ok(None) => agent.change_index().current(),
+            Ok(Some((index, wait))) => agent.change_index().wait_past(index, wait).await,
+        };
+        match make() {
+            Ok(value) => with_index(axum::Json(value).into_response(), index),
+            Err(error) => with_index(error.into_response(), index),
+        }
+    }
+}
+
+fn with_index(mut response: Response, index: u64) -> Response {
+    let headers = response.headers_mut();
+    headers.insert("x-nomad-index", HeaderValue::from(index));
+    headers.insert("x-nomad-knownleader", HeaderValue::from_static("true"));
+    headers.insert("x-nomad-lastcontact", HeaderValue::from_static("0"));
+    response
+}
+
+/// Nomad's paths, beside berth's own under `/v1/berth/`.
+pub fn router() -> Router<Arc<Agent>> {
+    Router::new()
+        .route("/v1/jobs", get(list_jobs).put(register).post(register))
+        .route("/v1/jobs/parse", post(parse_job).put(parse_job))
+        .route("/v1/validate/job", post(validate_job).put(validate_job))
+        .route(
+            "/v1/job/{id}",
+            get(read_job)
+                .delete(deregister_job)
+                .put(register_at)
+                .post(register_at),
+        )
+        .route("/v1/job/{id}/allocations", get(job_allocations))
+        .route("/v1/job/{id}/summary", get(job_summary))
+        .route("/v1/allocations", get(list_allocations))
+        .route("/v1/allocation/{id}", get(read_allocation))
+        .route(
+            "/v1/allocation/{id}/stop",
+            post(stop_allocation).put(stop_allocation),
+        )
+        .route("/v1/nodes", get(list_nodes))
+        .route("/v1/node/{id}", get(read_node))
+        .route("/v1/node/{id}/allocations", get(node_allocations))
+        .route("/v1/agent/self", get(agent_self))
+        .route("/v1/agent/health", get(agent_health))
+        .route("/v1/agent/members", get(agent_members))
+        .route("/v1/status/leader", get(status_leader))
+        .route("/v1/status/peers", get(status_peers))
+        .route("/v1/regions", get(regions))
+}
+
+/// Nomad's paths berth knows, for the 404 of one it does not.
+pub const KNOWN_PATHS: &[&str] = &[
+    "/v1/jobs",
+    "/v1/jobs/parse",
+    "/v1/validate/job",
+    "/v1/job/:id",
+    "/v1/job/:id/allocations",
+    "/v1/job/:id/summary",
+    "/v1/allocations",
+    "/v1/allocation/:id",
+    "/v1/allocation/:id/stop",
+    "/v1/nodes",
+    "/v1/node/:id",
+    "/v1/node/:id/allocations",
+    "/v1/agent/self",
+    "/v1/agent/health",
+    "/v1/agent/members",
+    "/v1/status/leader",
+    "/v1/status/peers",
+    "/v1/regions",
+];
+
+#[derive(Debug, Default, Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    prefix: Option<String>,
+    #[serde(flatten)]
+    blocking: Blocking,
+}
+
+async fn list_jobs(State(agent): State<Arc<Agent>>, Query(query): Query<ListQuery>) -> Response {
+    query
+        .blocking
+        .answer(&agent, || {
+            let prefix = query.prefix.as_deref().unwrap_or("");
+            let stubs: Vec<Value> = agent
+                .jobs()
+                .iter()
+                .filter(|status| status.id.starts_with(prefix))
+                .filter_map(|status| {
+                    let (status, job) = agent.job_spec(&status.id).ok()?;
+                    Some(shapes::job_stub(&status, &job))
+                })
+                .collect();
+            Ok(Value::Array(stubs))
+        })
+        .await
+}
+
+async fn read_job(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let (status, job) = agent.job_spec(&id)?;
+            Ok(shapes::job(&job, Some(&status)))
+        })
+        .await
+}
+
+async fn job_summary(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let (status, job) = agent.job_spec(&id)?;
+            let allocs: Vec<_> = status
+                .allocs
+                .iter()
+                .filter_map(|a| agent.alloc(&a.id).ok())
+                .collect();
+            Ok(shapes::job_summary(&status, &job, &allocs))
+        })
+        .await
+}
+
+async fn job_allocations(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let (status, job) = agent.job_spec(&id)?;
+            let node = ThisNode::get();
+            Ok(Value::Array(
+                status
+                    .allocs
+                    .iter()
+                    .filter_map(|a| agent.alloc(&a.id).ok())
+                    .map(|alloc| shapes::alloc_stub(&alloc, job.job_type, &node))
+                    .collect(),
+            ))
+        })
+        .await
+}
+
+fn alloc_stubs(agent: &Agent, prefix: &str) -> Vec<Value> {
+    let node = ThisNode::get();
+    agent
+        .allocs()
+        .iter()
+        .filter(|summary| summary.id.starts_with(prefix))
+        .filter_map(|summary| {
+            let alloc = agent.alloc(&summary.id).ok()?;
+            let (_, job) = agent.job_spec(&alloc.job_id).ok()?;
+            Some(shapes::alloc_stub(&alloc, job.job_type, &node))
+        })
+        .collect()
+}
+
+async fn list_allocations(
+    State(agent): State<Arc<Agent>>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    query
+        .blocking
+        .answer(&agent, || {
+            Ok(Value::Array(alloc_stubs(
+                &agent,
+                query.prefix.as_deref().unwrap_or(""),
+            )))
+        })
+        .await
+}
+
+async fn read_allocation(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let alloc = agent.alloc(&id)?;
+            let (_, job) = agent.job_spec(&alloc.job_id)?;
+            Ok(shapes::allocation(&alloc, &job, &ThisNode::get()))
+        })
+        .await
+}
+
+async fn stop_allocation(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> Result<Response, NomadError> {
+    let alloc = agent.alloc(&id)?;
+    let runner = agent
+        .alloc_runner(&alloc.id)
+        .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "alloc not found".into()))?;
+    runner.stop();
+    agent.change_index().bump();
+    let index = agent.change_index().current();
+    Ok(with_index(
+        axum::Json(json!({"EvalID": "", "Index": index})).into_response(),
+        index,
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct ParseRequest {
+    #[serde(rename = "JobHCL")]
+    job_hcl: String,
+    #[serde(rename = "Canonicalize", default)]
+    _canonicalize: bool,
+}
+
+async fn parse_job(body: Bytes) -> Result<axum::Json<Value>, NomadError> {
+    let request: ParseRequest = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
+    let job = crate::jobspec::parse("job.nomad.hcl", &request.job_hcl)
+        .map_err(|e| bad_request(e.to_string()))?;
+    Ok(axum::Json(shapes::job(&job, None)))
+}
+
+async fn validate_job(
+    State(agent): State<Arc<Agent>>,
+    body: Bytes,
+) -> Result<axum::Json<Value>, NomadError> {
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
+    let converted = register::job_hcl(&body).map_err(|e| bad_request(e.to_string()))?;
+    let problems = match agent
+        .validate_source(&format!("{}.json", converted.id), &converted.hcl)
+        .await
+    {
+        Ok(()) => Vec::new(),
+        Err(problems) => problems,
+    };
+    Ok(axum::Json(json!({
+        "DriverConfigValidated": problems.is_empty(),
+        "ValidationErrors": problems,
+        "Error": problems.join("\n"),
+        "Warnings": converted.warnings.join("\n"),
+    })))
+}
+
+async fn register(
+    State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
+    body: Bytes,
+) -> Result<Response, NomadError> {
+    register_job(agent, submitter, None, body).await
+}
+
+async fn register_at(
+    State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, NomadError> {
+    register_job(agent, submitter, Some(id), body).await
+}
+
+async fn register_job(
+    agent: Arc<Agent>,
+    submitter: Option<Extension<Submitter>>,
+    at: Option<String>,
+    body: Bytes,
+) -> Result<Response, NomadError> {
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
+    let converted = register::job_hcl(&body).map_err(|e| bad_request(e.to_string()))?;
+    if let Some(at) = at
+        && at != converted.id
+    {
+        return Err(bad_request("Job ID does not match name"));
+    }
+    let submitter = submitter.map_or(Submitter::Operator, |Extension(s)| s);
+    let submitted = agent
+        .submit_as(
+            submitter,
+            &format!("{}.json", converted.id),
+            &converted.hcl,
+            &Default::default(),
+        )
+        .await
+        .map_err(|error| match error {
+            SubmitError::Invalid(invalid) => bad_request(invalid.to_string()),
+            other => NomadError(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        })?;
+    let index = agent.change_index().current();
+    let mut warnings = converted.warnings;
+    warnings.extend(submitted.warnings);
+    Ok(with_index(
+        axum::Json(json!({
+            "EvalID": "",
+            "EvalCreateIndex": index,
+            "JobModifyIndex": index,
+            "Warnings": warnings.join("\n"),
+            "Index": index,
+            "LastContact": 0,
+            "KnownLeader": true,
+        }))
+        .into_response(),
+        index,
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DeregisterQuery {
+    #[serde(default)]
+    purge: Option<String>,
+}
+
+async fn deregister_job(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(query): Query<DeregisterQuery>,
+) -> Result<Response, NomadError> {
+    agent.stop_job(&id).await?;
+    // Go's strconv.ParseBool, as Nomad reads it (python-nomad sends `True`).
+    let purge = matches!(
+        query.purge.as_deref(),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True")
+    );
+    if purge {
+        agent.purge_job(&id).await;
+    }
+    let index = agent.change_index().current();
+    Ok(with_index(
+        axum::Json(json!({
+            "EvalID": "",
+            "EvalCreateIndex": index,
+            "JobModifyIndex": index,
+            "Index": index,
+            "LastContact": 0,
+            "KnownLeader": true,
+        }))
+        .into_response(),
+        index,
+    ))
+}
+
+fn node_stub(agent: &Agent, node: &ThisNode) -> Value {
+    let drivers: BTreeMap<String, Value> = agent
+        .drivers()
+        .iter()
+        .map(|driver| {
+            (
+                driver.name().to_string(),
+                json!({
+                    "Attributes": {},
+                    "Detected": true,
+                    "Healthy": true,
+                    "HealthDescription": "Healthy",
+                }),
+            )
+        })
+        .collect();
+    json!({
+        "ID": node.id,
+        "Name": node.name,
+        "Datacenter": node.datacenter,
+        "NodeClass": "",
+        "NodePool": "default",
+        "Version": env!("CARGO_PKG_VERSION"),
+        "Drain": false,
+        "SchedulingEligibility": "eligible",
+        "Status": "ready",
+        "StatusDescription": "",
+        "Drivers": drivers,
+        "Address": "127.0.0.1",
+        "CreateIndex": 1,
+        "ModifyIndex": 1,
+    })
+}
+
+async fn list_nodes(State(agent): State<Arc<Agent>>, Query(query): Query<ListQuery>) -> Response {
+    query
+        .blocking
+        .answer(&agent, || {
+            let node = ThisNode::get();
+            let prefix = query.prefix.as_deref().unwrap_or("");
+            Ok(Value::Array(
+                node.id
+                    .starts_with(prefix)
+                    .then(|| node_stub(&agent, &node))
+                    .into_iter()
+                    .collect(),
+            ))
+        })
+        .await
+}
+
+fn this_node_or_404(id: &str) -> Result<ThisNode, NomadError> {
+    let node = ThisNode::get();
+    if id == node.id || (id.len() >= 4 && node.id.starts_with(id)) {
+        Ok(node)
+    } else {
+        Err(NomadError(StatusCode::NOT_FOUND, "node not found".into()))
+    }
+}
+
+async fn read_node(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let node = this_node_or_404(&id)?;
+            let mut value = node_stub(&agent, &node);
+            let attributes: BTreeMap<&str, &str> = crate::node::facts()
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
+                .collect();
+            let host_volumes: BTreeMap<String, Value> = agent
+                .host_volumes()
+                .into_iter()
+                .map(|(name, path, read_only)| (name, json!({"Path": path, "ReadOnly": read_only})))
+                .collect();
+            if let Value::Object(fields) = &mut value {
+                fields.insert("Attributes".into(), json!(attributes));
+                fields.insert("Meta".into(), json!({}));
+                fields.insert("HostVolumes".into(), json!(host_volumes));
+                fields.insert("CSINodePlugins".into(), json!({}));
+                fields.insert("CSIControllerPlugins".into(), json!({}));
+                fields.insert("TLSEnabled".into(), json!(false));
+                fields.insert("HTTPAddr".into(), json!(""));
+            }
+            Ok(value)
+        })
+        .await
+}
+
+async fn node_allocations(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            this_node_or_404(&id)?;
+            Ok(Value::Array(alloc_stubs(&agent, "")))
+        })
+        .await
+}
+
+async fn agent_self(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {
+    let node = ThisNode::get();
+    axum::Json(json!({
+        "config": {
+            "Region": shapes::REGION,
+            "Datacenter": node.datacenter,
+            "NodeName": node.name,
+            "DataDir": agent.data_dir().display().to_string(),
+            "Version": {"Version": env!("CARGO_PKG_VERSION"), "VersionPrerelease": "", "VersionMetadata": "berth"},
+            "Client": {"Enabled": true},
+            "Server": {"Enabled": true},
+        },
+        "member": {
+            "Name": format!("{}.{}", node.name, shapes::REGION),
+            "Addr": "127.0.0.1",
+            "Port": 4648,
+            "Status": "alive",
+            "Tags": {"region": shapes::REGION, "dc": node.datacenter, "role": "nomad", "build": env!("CARGO_PKG_VERSION")},
+        },
+        "stats": {},
+    }))
+}
+
+async fn agent_health() -> axum::Json<Value> {
+    axum::Json(json!({
+        "client": {"ok": true, "message": "ok"},
+        "server": {"ok": true, "message": "ok"},
+    }))
+}
+
+async fn agent_members() -> axum::Json<Value> {
+    let node = ThisNode::get();
+    axum::Json(json!({
+        "ServerName": node.name,
+        "ServerRegion": shapes::REGION,
+        "ServerDC": node.datacenter,
+        "Members": [{
+            "Name": format!("{}.{}", node.name, shapes::REGION),
+            "Addr": "127.0.0.1",
+            "Port": 4648,
+            "Status": "alive",
+            "Tags": {"region": shapes::REGION, "dc": node.datacenter, "role": "nomad"},
+        }],
+    }))
+}
+
+async fn status_leader() -> axum::Json<Value> {
+    axum::Json(json!("127.0.0.1:4647"))
+}
+
+async fn status_peers() -> axum::Json<Value> {
+    axum::Json(json!(["127.0.0.1:4647"]))
+}
+
+async fn regions() -> axum::Json<Value> {
+    axum::Json(json!([shapes::REGION]))
+}
+
+/// The 404 of a path berth does not serve: Nomad's plain text, naming the nearest path
+/// it does.
+pub fn not_found(path: &str, method: &str) -> Response {
+    let nearest = KNOWN_PATHS
+        .iter()
+        .chain(["/v1/berth/jobs", "/v1/berth/agent/self"].iter())
+        .min_by_key(|known| distance(known, path))
+        .copied()
+        .unwrap_or("/v1/jobs");
+    NomadError(
+        StatusCode::NOT_FOUND,
+        format!("Invalid method or path: {method} {path} (the nearest berth serves is {nearest})"),
+    )
+    .into_response()
+}
+
+/// Levenshtein distance between two short paths.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().take(256).collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().take(256).enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(current + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! The Nomad shapes and the job JSON front end: a jobspec shown as Nomad's job JSON and
+//! registered back is the same job; what berth does not take is named; bad JSON is
+//! refused with the field's path.
+
+use serde_json::{Value, json};
+
+use super::register::{JobJsonError, job_hcl};
+use super::shapes;
+
+const HCL: &str = r#"job "web" {
+  type        = "service"
+  datacenters = ["dc1"]
+  meta {
+    owner = "ops"
+  }
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+  group "g" {
+    count = 2
+    restart {
+      attempts = 3
+      interval = "10m"
+      delay    = "15s"
+      mode     = "delay"
+    }
+    ephemeral_disk {
+      size = 200
+    }
+    volume "data" {
+      type      = "host"
+      source    = "scratch"
+      read_only = true
+    }
+    task "prep" {
+      driver = "mock"
+      lifecycle {
+        hook = "prestart"
+      }
+      config {
+        run_for = "0s"
+      }
+    }
+    task "app" {
+      driver       = "exec"
+      user         = "nobody"
+      kill_timeout = "7s"
+      kill_signal  = "SIGTERM"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo ${NOMAD_TASK_DIR} and $${HOME}"]
+      }
+      env {
+        GREETING = "hi ${NOMAD_ALLOC_ID}"
+      }
+      resources {
+        cpu        = 250
+        memory     = 64
+        memory_max = 128
+      }
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+        read_only   = true
+      }
+      template {
+        data        = "port={{ env \"NOMAD_PORT_http\" }}"
+        destination = "local/app.conf"
+        perms       = "600"
+      }
+      logs {
+        max_files     = 3
+        max_file_size = 5
+      }
+    }
+  }
+}
+"#;
+
+/// The jobspec as a comparable value: what the agent runs, without source locations.
+fn comparable(job: &crate::jobspec::Job) -> Value {
+    shapes::job(job, None)
+}
+
+#[test]
+fn a_job_shown_as_nomad_json_registers_back_as_the_same_job() {
+    let job = crate::jobspec::parse("web.nomad.hcl", HCL).unwrap();
+    let json = shapes::job(&job, None);
+    assert_eq!(json["ID"], "web");
+    assert_eq!(
+        json["TaskGroups"][0]["Tasks"][1]["Resources"]["MemoryMB"],
+        64
+    );
+    assert_eq!(
+        json["TaskGroups"][0]["RestartPolicy"]["Delay"],
+        15_000_000_000u64
+    );
+    let converted = job_hcl(&json!({ "Job": json })).unwrap();
+    assert_eq!(converted.id, "web");
+    assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
+    let again = crate::jobspec::parse("web.json", &converted.hcl)
+        .unwrap_or_else(|e| panic!("{e}\n{}", converted.hcl));
+    assert_eq!(comparable(&again), comparable(&job), "{}", converted.hcl);
+}
+
+/// Strings of a JSON job are literal, as Nomad reads them: `${...}` is not evaluated as
+/// HCL (an unknown variable is no error), and runtime names stay for the task's start.
+#[test]
+fn json_strings_stay_literal() {
+    let body = json!({"Job": {"ID": "lit", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "mock",
+        "Config": {"run_for": "0s", "note": "${var.nope} %{ if true }x%{ endif }"},
+        "Env": {"DIR": "${NOMAD_TASK_DIR}/x"},
+    }]}]}});
+    let converted = job_hcl(&body).unwrap();
+    let job = crate::jobspec::parse("lit.json", &converted.hcl)
+        .unwrap_or_else(|e| panic!("{e}\n{}", converted.hcl));
+    let task = &job.groups[0].tasks[0];
+    assert_eq!(task.config["note"], "${var.nope} %{ if true }x%{ endif }");
+    assert_eq!(
+        task.env,
+        [("DIR".to_string(), "${NOMAD_TASK_DIR}/x".to_string())]
+    );
+}
+
+/// Fields berth does not take are ignored, as Nomad ignores unknown ones, and named;
+/// the server's own fields are ignored quietly.
+#[test]
+fn ignored_fields_are_named_in_warnings() {
+    let body = json!({"Job": {
+        "ID": "w", "Type": "batch", "Region": "global", "Priority": 50, "CreateIndex": 9,
+        "Update": {"MaxParallel": 1},
+        "Frobnicate": true,
+        "TaskGroups": [{"Name": "g", "Networks": [{"Mode": "bridge"}], "Tasks": [{
+            "Name": "t", "Driver": "mock", "Services": [{"Name": "s"}],
+        }]}],
+    }});
+    let converted = job_hcl(&body).unwrap();
+    assert_eq!(
+        converted.warnings,
+        [
+            "Job.TaskGroups[0].Tasks[0].Services is not supported by berth and was ignored",
+            "Job.TaskGroups[0].Networks is not supported by berth and was ignored",
+            "Job.Frobnicate is not supported by berth and was ignored",
+            "Job.Update is not supported by berth and was ignored",
+        ]
+    );
+}
+
+#[test]
+fn a_wrong_type_is_refused_with_its_path() {
+    let cases = [
+        (
+            json!({"Job": {"ID": "x", "TaskGroups": "no"}}),
+            "Job.TaskGroups must be a list",
+        ),
+        (
+            json!({"Job": {"ID": "x", "TaskGroups": [{"Name": "g", "Count": -1}]}}),
+            "Job.TaskGroups[0].Count must be a whole number of at least 0",
+        ),
+        (
+            json!({"Job": {"ID": "x", "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Env": ["A=1"]}]}]}}),
+            "Job.TaskGroups[0].Tasks[0].Env must be an object",
+        ),
+        (
+            json!({"Job": {"Type": "batch"}}),
+            "the job has no ID (nor Name)",
+        ),
+        (json!({"Jobs": {}}), "the body has no \"Job\" object"),
+        (json!({"Job": [1]}), "Job must be an object"),
+    ];
+    for (body, expected) in cases {
+        assert_eq!(job_hcl(&body).unwrap_err().to_string(), expected);
+    }
+    assert!(matches!(
+        job_hcl(&json!({"Job": {"ID": 7}})),
+        Err(JobJsonError::WrongType { .. })
+    ));
+}
+
+/// A name chosen to break out of the HCL it becomes is still only a name: the front
+/// end's checks see it as written.
+#[test]
+fn names_cannot_inject_hcl() {
+    let body = json!({"Job": {"ID": "x\" {\n}\njob \"y", "TaskGroups": []}});
+    let converted = job_hcl(&body).unwrap();
+    let error = crate::jobspec::parse("x.json", &converted.hcl)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("is not allowed"), "{error}");
+}
+
+#[test]
+fn the_nearest_path_is_named_for_an_unknown_one() {
+    let response = super::not_found("/v1/job", "GET");
+    assert_eq!(response.status(), axum::http::StatusCode::NOT_FOUND);
+    assert_eq!(super::distance("/v1/jobz", "/v1/jobs"), 1);
+}

@@ -69,6 +69,7 @@
 //! }                                              # (exec tasks default to "nobody")
 //!
 //! http {
+//!   max_connections_per_client = 100   # of them from one address (Nomad's default)
 //!   max_connections = 1024             # TCP connections at once (the socket has 256 of
 //!   header_timeout  = "10s"            # its own); a request's headers within this, and
 //!   idle_timeout    = "60s"            # a connection idle between requests this long
@@ -713,6 +714,7 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
             "token_file",
             "token",
             "max_connections",
+            "max_connections_per_client",
             "header_timeout",
             "idle_timeout",
         ],
@@ -790,6 +792,9 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
         max_connections: fields
             .number("max_connections", 1_000_000, problems)
             .map_or(defaults.max_connections, |n| n.max(1) as usize),
+        max_connections_per_client: fields
+            .number("max_connections_per_client", 1_000_000, problems)
+            .map_or(defaults.max_connections_per_client, |n| n.max(1) as usize),
         header_timeout: fields
             .duration("header_timeout", problems)
             .unwrap_or(defaults.header_timeout)

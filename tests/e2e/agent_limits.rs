@@ -254,3 +254,77 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
         .unwrap();
     assert!(waited < std::time::Duration::from_secs(8), "{waited:?}");
 }
+
+/// One address may hold `max_connections_per_client` connections (Nomad's
+/// `http_max_conns_per_client`): past them its next is closed at once, while another
+/// address is still answered, and a freed connection is its again.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_client_cannot_take_every_connection() {
+    use std::io::{Read, Write};
+    let mut agent = AgentProcess::production(|port, dir| {
+        format!(
+            "http {{\n  address = \"0.0.0.0:{port}\"\n  token_file = \"{}/api-token\"\n  max_connections_per_client = 3\n}}\n",
+            dir.display()
+        )
+    });
+    agent.start().await;
+    let port = agent.port();
+    let from = |local: &str| {
+        let socket = socket2_free_connect(local, port);
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        socket
+    };
+    let mut held: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = from("127.0.0.1");
+            s.write_all(b"GET /v1/jobs HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    // Let the agent accept the three before the fourth comes.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let status = |mut s: std::net::TcpStream| {
+        let request = format!(
+            "GET /v1/agent/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        );
+        let _ = s.write_all(request.as_bytes());
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.split(' ').nth(1).unwrap_or("closed").to_string()
+    };
+    assert_eq!(status(from("127.0.0.1")), "closed");
+    // Another address is answered (401: it sent no token), so is the first once one of
+    // its connections ends.
+    assert_eq!(status(from("127.0.0.2")), "401");
+    drop(held.pop());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(status(from("127.0.0.1")), "401");
+}
+
+/// A TCP connection to the agent from the local address `local` (a loopback address).
+fn socket2_free_connect(local: &str, port: u16) -> std::net::TcpStream {
+    // std has no bind-then-connect; a tokio socket does it (on a thread of its own, out
+    // of the test's runtime), then hands the stream over.
+    let local = local.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+            let stream = socket
+                .connect(format!("127.0.0.1:{port}").parse().unwrap())
+                .await
+                .unwrap();
+            let stream = stream.into_std().unwrap();
+            stream.set_nonblocking(false).unwrap();
+            stream
+        })
+    })
+    .join()
+    .unwrap()
+}

@@ -1,12 +1,15 @@
 //! Serving the API on one listener within limits, so that no local user (nor a remote one,
 //! on TCP) can stop the agent answering: at most `max_connections` at once (past it a new
-//! connection is closed at once, and the listener stays free for the next), a request's
+//! connection is closed at once, and the listener stays free for the next), at most
+//! `max_connections_per_client` of them from one address, a request's
 //! headers within `header_timeout` (a slow client holds nothing for long), and a
 //! connection idle between requests for `idle_timeout` at most (a request being answered
 //! is not idle). The Unix socket has its own limits, so the operator is answered there
 //! whatever holds the TCP listener.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,23 +24,63 @@ pub use crate::model::limits::ConnectionLimits;
 /// A listener the API is served on.
 pub trait Listener: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
-    fn accept(&self) -> impl Future<Output = io::Result<Self::Io>> + Send;
+    /// A connection, and the address of its peer (`None`: a Unix socket's).
+    fn accept(&self) -> impl Future<Output = io::Result<(Self::Io, Option<IpAddr>)>> + Send;
 }
 
 impl Listener for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
-    async fn accept(&self) -> io::Result<Self::Io> {
-        let (stream, _) = tokio::net::TcpListener::accept(self).await?;
+    async fn accept(&self) -> io::Result<(Self::Io, Option<IpAddr>)> {
+        let (stream, peer) = tokio::net::TcpListener::accept(self).await?;
         let _ = stream.set_nodelay(true);
-        Ok(stream)
+        Ok((stream, Some(peer.ip())))
     }
 }
 
 impl Listener for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
-    async fn accept(&self) -> io::Result<Self::Io> {
+    async fn accept(&self) -> io::Result<(Self::Io, Option<IpAddr>)> {
         let (stream, _) = tokio::net::UnixListener::accept(self).await?;
-        Ok(stream)
+        Ok((stream, None))
+    }
+}
+
+/// Connections at once per peer address.
+#[derive(Default)]
+struct PerClient {
+    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection of a peer, counted while it lives.
+struct ClientSlot {
+    clients: Arc<PerClient>,
+    peer: IpAddr,
+}
+
+impl PerClient {
+    fn enter(self: &Arc<Self>, peer: IpAddr, max: usize) -> Option<ClientSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(peer).or_default();
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.peer);
+            }
+        }
     }
 }
 
@@ -48,9 +91,10 @@ pub async fn serve(
     limits: ConnectionLimits,
 ) -> io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let clients = Arc::new(PerClient::default());
     loop {
-        let io = match listener.accept().await {
-            Ok(io) => io,
+        let (io, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             // Out of descriptors, or a client that left before it was accepted: the
             // listener lives on.
             Err(error) if is_transient(&error) => {
@@ -59,6 +103,14 @@ pub async fn serve(
                 continue;
             }
             Err(error) => return Err(error),
+        };
+        let client = match peer {
+            Some(peer) => match clients.enter(peer, limits.max_connections_per_client) {
+                Some(client) => Some(client),
+                // That client has its share: closed at once, the others are served.
+                None => continue,
+            },
+            None => None,
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Full: closed at once, so the backlog does not fill with waiting clients.
@@ -80,6 +132,7 @@ pub async fn serve(
                 .serve_connection(io, service);
             let _ = connection.await;
             drop(slot);
+            drop(client);
         });
     }
 }

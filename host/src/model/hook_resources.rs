@@ -97,18 +97,28 @@ mod tests {
         };
         resources.set_csi_mounts(generation(0));
         let start = Arc::new(Barrier::new(9));
+        // The newest generation any reader saw: the writer lets the readers catch up
+        // now and then, so reads and writes overlap even on a busy two-core machine,
+        // where the writer could otherwise be done before a reader ran.
+        let observed = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let writer = {
-            let (resources, start) = (resources.clone(), start.clone());
+            let (resources, start, observed) = (resources.clone(), start.clone(), observed.clone());
             std::thread::spawn(move || {
                 start.wait();
                 for n in 1..=WRITES {
                     resources.set_csi_mounts(generation(n));
+                    let mut patience = 100_000;
+                    while observed.load(std::sync::atomic::Ordering::SeqCst) < n && patience > 0 {
+                        std::thread::yield_now();
+                        patience -= 1;
+                    }
                 }
             })
         };
         let readers: Vec<_> = (0..8)
             .map(|_| {
-                let (resources, start) = (resources.clone(), start.clone());
+                let (resources, start, observed) =
+                    (resources.clone(), start.clone(), observed.clone());
                 std::thread::spawn(move || {
                     start.wait();
                     let mut seen = BTreeSet::new();
@@ -122,6 +132,7 @@ mod tests {
                         let current = *generations.first().unwrap();
                         assert!(current >= last, "went back from {last} to {current}");
                         last = current;
+                        observed.fetch_max(current, std::sync::atomic::Ordering::SeqCst);
                         seen.insert(current);
                         if current == WRITES {
                             return seen.len();

@@ -60,6 +60,9 @@ impl Default for CgroupSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// Connections at once from one address (Nomad's `http_max_conns_per_client`), so
+    /// one client cannot take them all.
+    pub max_connections_per_client: usize,
     pub header_timeout: std::time::Duration,
     pub idle_timeout: std::time::Duration,
 }
@@ -68,12 +71,15 @@ impl ConnectionLimits {
     /// The TCP listener's defaults.
     pub const TCP: ConnectionLimits = ConnectionLimits {
         max_connections: 1024,
+        max_connections_per_client: 100,
         header_timeout: std::time::Duration::from_secs(10),
         idle_timeout: std::time::Duration::from_secs(60),
     };
     /// The Unix socket's own: only its owner (and its group) can connect.
     pub const SOCKET: ConnectionLimits = ConnectionLimits {
         max_connections: 256,
+        // A Unix socket's peers have no address: the socket's limit is theirs.
+        max_connections_per_client: 256,
         header_timeout: std::time::Duration::from_secs(10),
         idle_timeout: std::time::Duration::from_secs(60),
     };

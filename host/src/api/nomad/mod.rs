@@ -5,7 +5,8 @@
 //!
 //! Every read answers with `X-Nomad-Index` (the agent's change index) and is a
 //! blocking query with `?index=N&wait=D` (default 5 minutes, at most 10): it answers
-//! once the index is past `N`. Errors are Nomad's: a status code and a plain-text body.
+//! once the index is past `N` (with more than 256 waiting at once, a second at most).
+//! Errors are Nomad's: a status code and a plain-text body.
 //!
 //! | method | path |
 //! |---|---|
@@ -43,6 +44,36 @@ use shapes::ThisNode;
 /// The longest wait of a blocking query, as Nomad's.
 const MAX_WAIT: Duration = Duration::from_secs(600);
 const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+/// Blocking queries that may wait at once, on all listeners. Each holds a connection:
+/// past this many, a query waits [`CROWDED_WAIT`] at most, so long-polls never take
+/// the connections other requests need (the TCP listener's `max_connections` is 1024 by
+/// default; the operator's socket has its own).
+const MAX_WAITING: usize = 256;
+const CROWDED_WAIT: Duration = Duration::from_secs(1);
+
+static WAITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One waiting blocking query, counted while it lives.
+struct Waiting;
+
+impl Waiting {
+    /// A place among the waiting queries, or `None` when they are crowded.
+    fn enter() -> Option<Waiting> {
+        use std::sync::atomic::Ordering;
+        let before = WAITING.fetch_add(1, Ordering::SeqCst);
+        if before >= MAX_WAITING {
+            WAITING.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Waiting)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// A Nomad-style error: the status and a plain-text body.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +147,17 @@ impl Blocking {
         let index = match self.parse() {
             Err(error) => return error.into_response(),
             Ok(None) => agent.change_index().current(),
-            Ok(Some((index, wait))) => agent.change_index().wait_past(index, wait).await,
+            Ok(Some((index, wait))) => {
+                let place = Waiting::enter();
+                let wait = if place.is_some() {
+                    wait
+                } else {
+                    wait.min(CROWDED_WAIT)
+                };
+                let index = agent.change_index().wait_past(index, wait).await;
+                drop(place);
+                index
+            }
         };
         match make() {
             Ok(value) => with_index(axum::Json(value).into_response(), index),
@@ -303,8 +344,8 @@ async fn read_allocation(
     blocking
         .answer(&agent, || {
             let alloc = agent.alloc(&id)?;
-            let (_, job) = agent.job_spec(&alloc.job_id)?;
-            Ok(shapes::allocation(&alloc, &job, &ThisNode::get()))
+            let (status, job) = agent.job_spec(&alloc.job_id)?;
+            Ok(shapes::allocation(&alloc, &job, &status, &ThisNode::get()))
         })
         .await
 }
@@ -444,7 +485,13 @@ async fn deregister_job(
         Some("1" | "t" | "T" | "true" | "TRUE" | "True")
     );
     if purge {
-        agent.purge_job(&id).await;
+        // Purged in the background, as Nomad does it: a job whose allocs stop at once is
+        // gone before the answer; a slow one is answered now and purged once they end.
+        let purging = {
+            let (agent, id) = (agent.clone(), id.clone());
+            tokio::spawn(async move { agent.purge_job(&id).await })
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), purging).await;
     }
     let index = agent.change_index().current();
     Ok(with_index(

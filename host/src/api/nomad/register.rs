@@ -5,7 +5,7 @@
 //! task starts. A field berth does not take is ignored, as Nomad ignores unknown ones,
 //! and named in a warning; fields the server sets (indexes, status) are ignored quietly.
 
-use hcl::expr::{Expression, Object, ObjectKey};
+use hcl::expr::{Expression, Object, ObjectKey, TemplateExpr};
 use hcl::structure::{Attribute, Block, Body};
 use serde_json::{Map, Value};
 
@@ -169,6 +169,72 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A JSON string as an HCL string that means exactly it: escapes, and every `${` and
+/// `%{` doubled so no template is evaluated. Written here, not left to the printer:
+/// hcl-primitives 0.1.13's `escape_markers` misses a marker right after a `$` or `%`
+/// (`%${3*7}` stays live), which would let a JSON job run HCL expressions on the agent.
+fn text(value: &str) -> Expression {
+    let chars: Vec<char> = value.chars().collect();
+    let mut out = String::with_capacity(value.len() + 2);
+    for (i, c) in chars.iter().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(*c))),
+            '$' | '%' if chars.get(i + 1) == Some(&'{') => {
+                out.push(*c);
+                out.push(*c);
+            }
+            c => out.push(*c),
+        }
+    }
+    Expression::TemplateExpr(Box::new(TemplateExpr::QuotedString(out)))
+}
+
+/// What an attribute's value can be made from.
+trait IntoHcl {
+    fn into_hcl(self) -> Expression;
+}
+
+impl IntoHcl for &str {
+    fn into_hcl(self) -> Expression {
+        text(self)
+    }
+}
+
+impl IntoHcl for &String {
+    fn into_hcl(self) -> Expression {
+        text(self)
+    }
+}
+
+impl IntoHcl for String {
+    fn into_hcl(self) -> Expression {
+        text(&self)
+    }
+}
+
+impl IntoHcl for u64 {
+    fn into_hcl(self) -> Expression {
+        Expression::from(self)
+    }
+}
+
+impl IntoHcl for bool {
+    fn into_hcl(self) -> Expression {
+        Expression::Bool(self)
+    }
+}
+
+impl IntoHcl for Expression {
+    fn into_hcl(self) -> Expression {
+        self
+    }
+}
+
 fn expression(value: &Value) -> Expression {
     match value {
         Value::Null => Expression::Null,
@@ -179,23 +245,20 @@ fn expression(value: &Value) -> Expression {
             (_, _, Some(f)) => Expression::from(f),
             _ => Expression::Null,
         },
-        Value::String(s) => Expression::String(s.clone()),
+        Value::String(s) => text(s),
         Value::Array(items) => Expression::Array(items.iter().map(expression).collect()),
         Value::Object(fields) => {
             let mut object = Object::new();
             for (key, value) in fields {
-                object.insert(
-                    ObjectKey::Expression(Expression::String(key.clone())),
-                    expression(value),
-                );
+                object.insert(ObjectKey::Expression(text(key)), expression(value));
             }
             Expression::Object(object)
         }
     }
 }
 
-fn attr(body: &mut Vec<hcl::structure::Structure>, key: &str, value: impl Into<Expression>) {
-    body.push(Attribute::new(key.to_string(), value.into()).into());
+fn attr(body: &mut Vec<hcl::structure::Structure>, key: &str, value: impl IntoHcl) {
+    body.push(Attribute::new(key.to_string(), value.into_hcl()).into());
 }
 
 fn string_map(

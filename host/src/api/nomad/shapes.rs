@@ -414,10 +414,15 @@ pub fn alloc_stub(alloc: &AllocStatus, job_type_of: JobType, node: &ThisNode) ->
 }
 
 /// `GET /v1/allocation/:id`: the stub's fields and the job.
-pub fn allocation(alloc: &AllocStatus, job_spec: &Job, node: &ThisNode) -> Value {
+pub fn allocation(
+    alloc: &AllocStatus,
+    job_spec: &Job,
+    status: &JobStatus,
+    node: &ThisNode,
+) -> Value {
     let mut value = alloc_stub(alloc, job_spec.job_type, node);
     if let Value::Object(fields) = &mut value {
-        fields.insert("Job".into(), job(job_spec, None));
+        fields.insert("Job".into(), job(job_spec, Some(status)));
     }
     value
 }

@@ -197,3 +197,49 @@ fn the_nearest_path_is_named_for_an_unknown_one() {
     assert_eq!(response.status(), axum::http::StatusCode::NOT_FOUND);
     assert_eq!(super::distance("/v1/jobz", "/v1/jobs"), 1);
 }
+
+/// Past the cap, a blocking query waits a second at most; a place is given back when
+/// its query ends.
+#[test]
+fn waiting_queries_are_capped() {
+    let places: Vec<_> = std::iter::from_fn(super::Waiting::enter)
+        .take(1000)
+        .collect();
+    assert_eq!(places.len(), super::MAX_WAITING);
+    assert!(super::Waiting::enter().is_none());
+    drop(places);
+    assert!(super::Waiting::enter().is_some());
+}
+
+/// Every string of a JSON job means what it says, whatever markers, escapes and control
+/// characters it holds: nothing is evaluated (a review found `%${3*7}` computed to `%21`
+/// through the HCL printer's escaping).
+#[test]
+fn no_string_of_a_json_job_is_evaluated() {
+    let strings = [
+        "${HOME} %${3*7}",
+        "${} %${jsonencode({a=range(3)})}",
+        "${A} $${B} $$${C}",
+        "$%{ if true }x%{ endif }",
+        "%%{ x } %{ y",
+        "trailing $ and %",
+        "quote \" backslash \\ newline \n tab \t nul-free \u{1} bell \u{7}",
+        "unicode é ✓ 🚢",
+    ];
+    for (i, value) in strings.iter().enumerate() {
+        let key = format!("K{i} {value}");
+        let body = json!({"Job": {"ID": "lit", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "t", "Driver": "mock",
+            "Config": {"run_for": "0s", "note": value},
+            "Env": {"E": value},
+            "Meta": {key.clone(): value},
+        }]}]}});
+        let converted = job_hcl(&body).unwrap();
+        let job = crate::jobspec::parse("lit.json", &converted.hcl)
+            .unwrap_or_else(|e| panic!("{value:?}: {e}\n{}", converted.hcl));
+        let task = &job.groups[0].tasks[0];
+        assert_eq!(task.config["note"], *value, "{}", converted.hcl);
+        assert_eq!(task.env, [("E".to_string(), value.to_string())]);
+        assert_eq!(task.meta, [(key, value.to_string())]);
+    }
+}

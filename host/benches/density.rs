@@ -53,8 +53,8 @@ struct Round {
 }
 
 async fn run() {
-    let tasks = setting("BERTH_DENSITY_TASKS", 1000);
-    let rounds = setting("BERTH_DENSITY_ROUNDS", 3);
+    let tasks = setting("BERTH_DENSITY_TASKS", common::sized(1000, 20));
+    let rounds = setting("BERTH_DENSITY_ROUNDS", common::sized(3, 1));
     let scratch = tempfile::Builder::new()
         .prefix("berth-density")
         .tempdir_in("/tmp")

@@ -142,7 +142,7 @@ async fn run() {
     let tasks: usize = std::env::var("BERTH_RESTORE_TASKS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(common::sized(1000, 20));
     let scratch = tempfile::Builder::new()
         .prefix("berth-restore")
         .tempdir_in("/tmp")

@@ -6,7 +6,7 @@
 # make cgroups).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export BERTH_BENCH_SMALL=1 BERTH_DENSITY_TASKS=20 BERTH_DENSITY_ROUNDS=1 BERTH_RESTORE_TASKS=20
+export BERTH_BENCH_SMALL=1
 for bench in driver_call alloc_start hook_pipeline csi_volume density restore; do
   echo "== bench $bench (small)"
   cargo test -p berth --bench "$bench"

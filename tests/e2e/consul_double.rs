@@ -298,7 +298,7 @@ fn resolve(
     token: Option<&str>,
     method: &Method,
     path: &str,
-) -> Result<Authz, Response> {
+) -> Result<Authz, (StatusCode, &'static str)> {
     let Some(acl) = &state.acl else {
         return Ok(Authz::everything());
     };
@@ -345,9 +345,9 @@ fn resolve(
     // Consul's ACL resolver says "ACL not found"; the HTTP layer makes that a 403,
     // except where the token-delete handler maps it to a 404 of its own.
     if *method == Method::DELETE && path.starts_with("/v1/acl/token/") {
-        return Err((StatusCode::NOT_FOUND, "Cannot find token to delete").into_response());
+        return Err((StatusCode::NOT_FOUND, "Cannot find token to delete"));
     }
-    Err((StatusCode::FORBIDDEN, "ACL not found").into_response())
+    Err((StatusCode::FORBIDDEN, "ACL not found"))
 }
 
 /// Records each request, answers the failures asked for, and checks the token.
@@ -383,7 +383,7 @@ async fn gate(
                 .into_response())
         } else {
             let bare = path.split('?').next().unwrap_or_default();
-            resolve(&state, token.as_deref(), &method, bare)
+            resolve(&state, token.as_deref(), &method, bare).map_err(IntoResponse::into_response)
         }
     };
     let response = match refusal {

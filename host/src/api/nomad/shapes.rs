@@ -120,7 +120,7 @@ pub fn job_summary(status: &JobStatus, job: &Job, allocs: &[AllocStatus]) -> Val
         let group = allocs
             .iter()
             .find(|a| a.id == alloc.id)
-            .map(|a| group_of(a))
+            .map(group_of)
             .or_else(|| (job.groups.len() == 1).then(|| job.groups[0].name.clone()));
         let Some(group) = group else { continue };
         let Some(counts) = summary.get_mut(group.as_str()) else {

@@ -214,7 +214,7 @@ mod properties {
             "[a-z]{1,4}/\\.\\./\\.\\./[a-z]{1,4}",
             "\\./[a-z]{1,4}",
             "[a-z]{1,4}\\x00[a-z]{1,4}",
-            Just(vec!["d"; Bounds::PATH_DEPTH + 1].join("/")),
+            Just(["d"; Bounds::PATH_DEPTH + 1].join("/")),
         ];
         prop_oneof![
             (Bounds::ENV_VARS + 1..Bounds::ENV_VARS + 8).prop_map(Excess::EnvVars),

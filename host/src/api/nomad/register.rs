@@ -6,7 +6,7 @@
 //! and named in a warning; fields the server sets (indexes, status) are ignored quietly.
 
 use hcl::expr::{Expression, Object, ObjectKey, TemplateExpr};
-use hcl::structure::{Attribute, Block, Body};
+use hcl::structure::{Attribute, Block, Body, Structure};
 use serde_json::{Map, Value};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -257,25 +257,17 @@ fn expression(value: &Value) -> Expression {
     }
 }
 
-fn attr(body: &mut Vec<hcl::structure::Structure>, key: &str, value: impl IntoHcl) {
+fn attr(body: &mut Vec<Structure>, key: &str, value: impl IntoHcl) {
     body.push(Attribute::new(key.to_string(), value.into_hcl()).into());
 }
 
-fn string_map(
-    body: &mut Vec<hcl::structure::Structure>,
-    key: &str,
-    map: Option<&Map<String, Value>>,
-) {
+fn string_map(body: &mut Vec<Structure>, key: &str, map: Option<&Map<String, Value>>) {
     if let Some(map) = map.filter(|m| !m.is_empty()) {
         attr(body, key, expression(&Value::Object(map.clone())));
     }
 }
 
-fn block(
-    name: &str,
-    labels: &[&str],
-    body: Vec<hcl::structure::Structure>,
-) -> hcl::structure::Structure {
+fn block(name: &str, labels: &[&str], body: Vec<hcl::structure::Structure>) -> Structure {
     let mut builder = Block::builder(name.to_string());
     for label in labels {
         builder = builder.add_label(label.to_string());
@@ -283,29 +275,145 @@ fn block(
     builder.add_structures(body).build().into()
 }
 
-fn constraints(
+/// How a JSON field becomes an HCL attribute.
+#[derive(Debug, Clone, Copy)]
+enum As {
+    Text,
+    Number,
+    /// A number where 0 means "not set" (Nomad's `MemoryMaxMB`).
+    Positive,
+    Bool,
+    /// Nanoseconds, written as berth's duration text.
+    Duration,
+    /// A list, as it is.
+    List,
+}
+
+/// One JSON field (`json`) and the attribute it becomes (`hcl`).
+type Field = (&'static str, &'static str, As);
+
+impl Fields<'_> {
+    /// Copies each field of `table` that has a value into `body`.
+    fn copy(&mut self, body: &mut Vec<Structure>, table: &[Field]) -> Result<(), JobJsonError> {
+        for &(json, hcl, kind) in table {
+            match kind {
+                As::Text => {
+                    if let Some(v) = self.string(json)? {
+                        attr(body, hcl, v);
+                    }
+                }
+                As::Number => {
+                    if let Some(v) = self.number(json)? {
+                        attr(body, hcl, v);
+                    }
+                }
+                As::Positive => {
+                    if let Some(v) = self.number(json)?.filter(|v| *v > 0) {
+                        attr(body, hcl, v);
+                    }
+                }
+                As::Bool => {
+                    if let Some(v) = self.bool(json)? {
+                        attr(body, hcl, v);
+                    }
+                }
+                As::Duration => {
+                    if let Some(v) = self.duration(json)? {
+                        attr(body, hcl, v);
+                    }
+                }
+                As::List => {
+                    let list = self.list(json)?;
+                    if !list.is_empty() {
+                        attr(body, hcl, expression(&Value::Array(list.to_vec())));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fields read elsewhere or of no effect here: taken without a warning.
+    fn accept(&mut self, names: &[&'static str]) {
+        self.taken.extend_from_slice(names);
+    }
+}
+
+/// A JSON object as an HCL block `name "label" { ... }`: its fields by `table`, the
+/// rest named in warnings.
+fn object_block(
+    path: String,
+    value: &Value,
+    name: &str,
+    labels: &[&str],
+    table: &[Field],
+    accepted: &[&'static str],
+    warnings: &mut Vec<String>,
+) -> Result<Structure, JobJsonError> {
+    let mut fields = Fields::new(path, value)?;
+    let mut body = Vec::new();
+    fields.copy(&mut body, table)?;
+    fields.accept(accepted);
+    fields.finish(warnings);
+    Ok(block(name, labels, body))
+}
+
+/// Each object of the list field `json`, as a block `name`.
+fn list_blocks(
     fields: &mut Fields,
-    body: &mut Vec<hcl::structure::Structure>,
+    json: &'static str,
+    name: &str,
+    table: &[Field],
+    accepted: &[&'static str],
+    body: &mut Vec<Structure>,
     warnings: &mut Vec<String>,
 ) -> Result<(), JobJsonError> {
     let path = fields.path.clone();
-    for (i, item) in fields.list("Constraints")?.iter().enumerate() {
-        let mut c = Fields::new(format!("{path}.Constraints[{i}]"), item)?;
-        let mut inner = Vec::new();
-        if let Some(a) = c.string("LTarget")? {
-            attr(&mut inner, "attribute", a);
-        }
-        if let Some(o) = c.string("Operand")? {
-            attr(&mut inner, "operator", o);
-        }
-        if let Some(v) = c.string("RTarget")? {
-            attr(&mut inner, "value", v);
-        }
-        c.finish(warnings);
-        body.push(block("constraint", &[], inner));
+    for (i, item) in fields.list(json)?.iter().enumerate() {
+        let path = format!("{path}.{json}[{i}]");
+        body.push(object_block(
+            path,
+            item,
+            name,
+            &[],
+            table,
+            accepted,
+            warnings,
+        )?);
     }
     Ok(())
 }
+
+/// The object field `json`, when set, as a block `name`.
+fn optional_block(
+    fields: &mut Fields,
+    json: &'static str,
+    name: &str,
+    table: &[Field],
+    accepted: &[&'static str],
+    body: &mut Vec<Structure>,
+    warnings: &mut Vec<String>,
+) -> Result<(), JobJsonError> {
+    if let Some(value) = fields.get(json) {
+        let path = format!("{}.{json}", fields.path);
+        body.push(object_block(
+            path,
+            value,
+            name,
+            &[],
+            table,
+            accepted,
+            warnings,
+        )?);
+    }
+    Ok(())
+}
+
+const CONSTRAINT: &[Field] = &[
+    ("LTarget", "attribute", As::Text),
+    ("Operand", "operator", As::Text),
+    ("RTarget", "value", As::Text),
+];
 
 /// `{"Job": {...}}` (or the job object itself) to jobspec HCL.
 pub fn job_hcl(body: &Value) -> Result<Converted, JobJsonError> {
@@ -327,19 +435,23 @@ pub fn job_hcl(body: &Value) -> Result<Converted, JobJsonError> {
             .to_string(),
     };
     let mut inner = Vec::new();
-    if let Some(job_type) = fields.string("Type")? {
-        attr(&mut inner, "type", job_type);
-    }
-    let datacenters = fields.list("Datacenters")?;
-    if !datacenters.is_empty() {
-        attr(
-            &mut inner,
-            "datacenters",
-            expression(&Value::Array(datacenters.to_vec())),
-        );
-    }
+    fields.copy(
+        &mut inner,
+        &[
+            ("Type", "type", As::Text),
+            ("Datacenters", "datacenters", As::List),
+        ],
+    )?;
     string_map(&mut inner, "meta", fields.object("Meta")?);
-    constraints(&mut fields, &mut inner, &mut warnings)?;
+    list_blocks(
+        &mut fields,
+        "Constraints",
+        "constraint",
+        CONSTRAINT,
+        &[],
+        &mut inner,
+        &mut warnings,
+    )?;
     if let Some(periodic) = fields.get("Periodic") {
         let mut p = Fields::new("Job.Periodic".into(), periodic)?;
         let mut body = Vec::new();
@@ -350,37 +462,33 @@ pub fn job_hcl(body: &Value) -> Result<Converted, JobJsonError> {
             specs.push(Value::String(spec.to_string()));
         }
         attr(&mut body, "crons", expression(&Value::Array(specs)));
-        if let Some(b) = p.bool("ProhibitOverlap")? {
-            attr(&mut body, "prohibit_overlap", b);
-        }
-        if let Some(b) = p.bool("Enabled")? {
-            attr(&mut body, "enabled", b);
-        }
-        p.string("SpecType")?;
+        p.copy(
+            &mut body,
+            &[
+                ("ProhibitOverlap", "prohibit_overlap", As::Bool),
+                ("Enabled", "enabled", As::Bool),
+            ],
+        )?;
+        p.accept(&["SpecType"]);
         if p.string("TimeZone")?.is_some_and(|tz| tz != "UTC") {
             warnings.push("Job.Periodic.TimeZone: berth evaluates crons in UTC".into());
         }
         p.finish(&mut warnings);
         inner.push(block("periodic", &[], body));
     }
-    if let Some(parameterized) = fields.get("ParameterizedJob") {
-        let mut p = Fields::new("Job.ParameterizedJob".into(), parameterized)?;
-        let mut body = Vec::new();
-        if let Some(payload) = p.string("Payload")? {
-            attr(&mut body, "payload", payload);
-        }
-        for (json, hcl) in [
-            ("MetaRequired", "meta_required"),
-            ("MetaOptional", "meta_optional"),
-        ] {
-            let list = p.list(json)?;
-            if !list.is_empty() {
-                attr(&mut body, hcl, expression(&Value::Array(list.to_vec())));
-            }
-        }
-        p.finish(&mut warnings);
-        inner.push(block("parameterized", &[], body));
-    }
+    optional_block(
+        &mut fields,
+        "ParameterizedJob",
+        "parameterized",
+        &[
+            ("Payload", "payload", As::Text),
+            ("MetaRequired", "meta_required", As::List),
+            ("MetaOptional", "meta_optional", As::List),
+        ],
+        &[],
+        &mut inner,
+        &mut warnings,
+    )?;
     for (i, group) in fields.list("TaskGroups")?.iter().enumerate() {
         inner.push(task_group(
             &format!("Job.TaskGroups[{i}]"),
@@ -403,70 +511,68 @@ fn task_group(
     path: &str,
     value: &Value,
     warnings: &mut Vec<String>,
-) -> Result<hcl::structure::Structure, JobJsonError> {
+) -> Result<Structure, JobJsonError> {
     let mut fields = Fields::new(path.to_string(), value)?;
     let name = fields.string("Name")?.unwrap_or("").to_string();
     let mut inner = Vec::new();
-    if let Some(count) = fields.number("Count")? {
-        attr(&mut inner, "count", count);
-    }
+    fields.copy(
+        &mut inner,
+        &[
+            ("Count", "count", As::Number),
+            ("ShutdownDelay", "shutdown_delay", As::Duration),
+        ],
+    )?;
     string_map(&mut inner, "meta", fields.object("Meta")?);
-    constraints(&mut fields, &mut inner, warnings)?;
-    if let Some(restart) = fields.get("RestartPolicy") {
-        let mut r = Fields::new(format!("{path}.RestartPolicy"), restart)?;
-        let mut body = Vec::new();
-        if let Some(n) = r.number("Attempts")? {
-            attr(&mut body, "attempts", n);
-        }
-        if let Some(d) = r.duration("Interval")? {
-            attr(&mut body, "interval", d);
-        }
-        if let Some(d) = r.duration("Delay")? {
-            attr(&mut body, "delay", d);
-        }
-        if let Some(mode) = r.string("Mode")? {
-            attr(&mut body, "mode", mode);
-        }
-        r.bool("RenderTemplates")?;
-        r.finish(warnings);
-        inner.push(block("restart", &[], body));
-    }
-    if let Some(disk) = fields.get("EphemeralDisk") {
-        let mut d = Fields::new(format!("{path}.EphemeralDisk"), disk)?;
-        let mut body = Vec::new();
-        if let Some(size) = d.number("SizeMB")? {
-            attr(&mut body, "size", size);
-        }
-        d.bool("Sticky")?;
-        d.bool("Migrate")?;
-        d.finish(warnings);
-        inner.push(block("ephemeral_disk", &[], body));
-    }
-    if let Some(d) = fields.duration("ShutdownDelay")? {
-        attr(&mut inner, "shutdown_delay", d);
-    }
+    list_blocks(
+        &mut fields,
+        "Constraints",
+        "constraint",
+        CONSTRAINT,
+        &[],
+        &mut inner,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        "RestartPolicy",
+        "restart",
+        &[
+            ("Attempts", "attempts", As::Number),
+            ("Interval", "interval", As::Duration),
+            ("Delay", "delay", As::Duration),
+            ("Mode", "mode", As::Text),
+        ],
+        &["RenderTemplates"],
+        &mut inner,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        "EphemeralDisk",
+        "ephemeral_disk",
+        &[("SizeMB", "size", As::Number)],
+        &["Sticky", "Migrate"],
+        &mut inner,
+        warnings,
+    )?;
     if let Some(volumes) = fields.object("Volumes")? {
         for (name, volume) in volumes {
-            let mut v = Fields::new(format!("{path}.Volumes.{name}"), volume)?;
-            let mut body = Vec::new();
-            v.string("Name")?;
-            for (json, hcl) in [
-                ("Type", "type"),
-                ("Source", "source"),
-                ("AccessMode", "access_mode"),
-                ("AttachmentMode", "attachment_mode"),
-            ] {
-                if let Some(s) = v.string(json)? {
-                    attr(&mut body, hcl, s);
-                }
-            }
-            for (key, hcl) in [("ReadOnly", "read_only"), ("PerAlloc", "per_alloc")] {
-                if let Some(b) = v.bool(key)? {
-                    attr(&mut body, hcl, b);
-                }
-            }
-            v.finish(warnings);
-            inner.push(block("volume", &[name], body));
+            inner.push(object_block(
+                format!("{path}.Volumes.{name}"),
+                volume,
+                "volume",
+                &[name],
+                &[
+                    ("Type", "type", As::Text),
+                    ("Source", "source", As::Text),
+                    ("AccessMode", "access_mode", As::Text),
+                    ("AttachmentMode", "attachment_mode", As::Text),
+                    ("ReadOnly", "read_only", As::Bool),
+                    ("PerAlloc", "per_alloc", As::Bool),
+                ],
+                &["Name"],
+                warnings,
+            )?);
         }
     }
     for (i, task) in fields.list("Tasks")?.iter().enumerate() {
@@ -476,20 +582,20 @@ fn task_group(
     Ok(block("group", &[&name], inner))
 }
 
-fn task(
-    path: &str,
-    value: &Value,
-    warnings: &mut Vec<String>,
-) -> Result<hcl::structure::Structure, JobJsonError> {
+fn task(path: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Structure, JobJsonError> {
     let mut fields = Fields::new(path.to_string(), value)?;
     let name = fields.string("Name")?.unwrap_or("").to_string();
     let mut inner = Vec::new();
-    if let Some(driver) = fields.string("Driver")? {
-        attr(&mut inner, "driver", driver);
-    }
-    if let Some(user) = fields.string("User")? {
-        attr(&mut inner, "user", user);
-    }
+    fields.copy(
+        &mut inner,
+        &[
+            ("Driver", "driver", As::Text),
+            ("User", "user", As::Text),
+            ("KillTimeout", "kill_timeout", As::Duration),
+            ("ShutdownDelay", "shutdown_delay", As::Duration),
+            ("KillSignal", "kill_signal", As::Text),
+        ],
+    )?;
     if let Some(config) = fields.object("Config")? {
         let mut body = Vec::new();
         for (key, value) in config {
@@ -499,113 +605,93 @@ fn task(
     }
     string_map(&mut inner, "env", fields.object("Env")?);
     string_map(&mut inner, "meta", fields.object("Meta")?);
-    constraints(&mut fields, &mut inner, warnings)?;
-    if let Some(resources) = fields.get("Resources") {
-        let mut r = Fields::new(format!("{path}.Resources"), resources)?;
-        let mut body = Vec::new();
-        if let Some(cpu) = r.number("CPU")? {
-            attr(&mut body, "cpu", cpu);
-        }
-        if let Some(memory) = r.number("MemoryMB")? {
-            attr(&mut body, "memory", memory);
-        }
-        if let Some(max) = r.number("MemoryMaxMB")?.filter(|m| *m > 0) {
-            attr(&mut body, "memory_max", max);
-        }
-        r.finish(warnings);
-        inner.push(block("resources", &[], body));
-    }
-    for (json, hcl) in [
-        ("KillTimeout", "kill_timeout"),
-        ("ShutdownDelay", "shutdown_delay"),
-    ] {
-        if let Some(d) = fields.duration(json)? {
-            attr(&mut inner, hcl, d);
-        }
-    }
-    if let Some(signal) = fields.string("KillSignal")? {
-        attr(&mut inner, "kill_signal", signal);
-    }
-    if let Some(lifecycle) = fields.get("Lifecycle") {
-        let mut l = Fields::new(format!("{path}.Lifecycle"), lifecycle)?;
-        let mut body = Vec::new();
-        if let Some(hook) = l.string("Hook")? {
-            attr(&mut body, "hook", hook);
-        }
-        if let Some(sidecar) = l.bool("Sidecar")? {
-            attr(&mut body, "sidecar", sidecar);
-        }
-        l.finish(warnings);
-        inner.push(block("lifecycle", &[], body));
-    }
-    for (i, mount) in fields.list("VolumeMounts")?.iter().enumerate() {
-        let mut m = Fields::new(format!("{path}.VolumeMounts[{i}]"), mount)?;
-        let mut body = Vec::new();
-        if let Some(v) = m.string("Volume")? {
-            attr(&mut body, "volume", v);
-        }
-        if let Some(d) = m.string("Destination")? {
-            attr(&mut body, "destination", d);
-        }
-        if let Some(b) = m.bool("ReadOnly")? {
-            attr(&mut body, "read_only", b);
-        }
-        if let Some(p) = m.string("PropagationMode")? {
-            attr(&mut body, "propagation_mode", p);
-        }
-        m.string("SELinuxLabel")?;
-        m.finish(warnings);
-        inner.push(block("volume_mount", &[], body));
-    }
-    for (i, template) in fields.list("Templates")?.iter().enumerate() {
-        let mut t = Fields::new(format!("{path}.Templates[{i}]"), template)?;
-        let mut body = Vec::new();
-        if let Some(data) = t.string("EmbeddedTmpl")? {
-            attr(&mut body, "data", data);
-        }
-        if let Some(dest) = t.string("DestPath")? {
-            attr(&mut body, "destination", dest);
-        }
-        if let Some(env) = t.bool("Envvars")? {
-            attr(&mut body, "env", env);
-        }
-        if let Some(perms) = t.string("Perms")? {
-            attr(&mut body, "perms", perms);
-        }
-        for quiet in [
+    list_blocks(
+        &mut fields,
+        "Constraints",
+        "constraint",
+        CONSTRAINT,
+        &[],
+        &mut inner,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        "Resources",
+        "resources",
+        &[
+            ("CPU", "cpu", As::Number),
+            ("MemoryMB", "memory", As::Number),
+            ("MemoryMaxMB", "memory_max", As::Positive),
+        ],
+        &[],
+        &mut inner,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        "Lifecycle",
+        "lifecycle",
+        &[("Hook", "hook", As::Text), ("Sidecar", "sidecar", As::Bool)],
+        &[],
+        &mut inner,
+        warnings,
+    )?;
+    list_blocks(
+        &mut fields,
+        "VolumeMounts",
+        "volume_mount",
+        &[
+            ("Volume", "volume", As::Text),
+            ("Destination", "destination", As::Text),
+            ("ReadOnly", "read_only", As::Bool),
+            ("PropagationMode", "propagation_mode", As::Text),
+        ],
+        &["SELinuxLabel"],
+        &mut inner,
+        warnings,
+    )?;
+    list_blocks(
+        &mut fields,
+        "Templates",
+        "template",
+        &[
+            ("EmbeddedTmpl", "data", As::Text),
+            ("DestPath", "destination", As::Text),
+            ("Envvars", "env", As::Bool),
+            ("Perms", "perms", As::Text),
+        ],
+        // Re-rendering on change: what berth renders does not change while a task runs.
+        &[
             "ChangeMode",
             "ChangeSignal",
             "Splay",
             "LeftDelim",
             "RightDelim",
-        ] {
-            t.taken.push(quiet);
-        }
-        t.finish(warnings);
-        inner.push(block("template", &[], body));
-    }
-    if let Some(payload) = fields.get("DispatchPayload") {
-        let mut p = Fields::new(format!("{path}.DispatchPayload"), payload)?;
-        let mut body = Vec::new();
-        if let Some(file) = p.string("File")? {
-            attr(&mut body, "file", file);
-        }
-        p.finish(warnings);
-        inner.push(block("dispatch_payload", &[], body));
-    }
-    if let Some(logs) = fields.get("LogConfig") {
-        let mut l = Fields::new(format!("{path}.LogConfig"), logs)?;
-        let mut body = Vec::new();
-        if let Some(n) = l.number("MaxFiles")? {
-            attr(&mut body, "max_files", n);
-        }
-        if let Some(n) = l.number("MaxFileSizeMB")? {
-            attr(&mut body, "max_file_size", n);
-        }
-        l.bool("Disabled")?;
-        l.finish(warnings);
-        inner.push(block("logs", &[], body));
-    }
+        ],
+        &mut inner,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        "DispatchPayload",
+        "dispatch_payload",
+        &[("File", "file", As::Text)],
+        &[],
+        &mut inner,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        "LogConfig",
+        "logs",
+        &[
+            ("MaxFiles", "max_files", As::Number),
+            ("MaxFileSizeMB", "max_file_size", As::Number),
+        ],
+        &["Disabled"],
+        &mut inner,
+        warnings,
+    )?;
     fields.finish(warnings);
     Ok(block("task", &[&name], inner))
 }

@@ -8,7 +8,7 @@ use crate::api::client::Client;
 
 pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let alloc: AllocStatus = client
-        .get(&format!("/v1/berth/berth/allocation/{id}"))
+        .get(&format!("/v1/berth/allocation/{id}"))
         .await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&alloc)?);

@@ -330,7 +330,7 @@ pub(super) async fn submit(
     for id in &submitted.alloc_ids {
         let status = loop {
             let status: AllocStatus = client
-                .get(&format!("/v1/berth/berth/allocation/{id}"))
+                .get(&format!("/v1/berth/allocation/{id}"))
                 .await?;
             let settled = status.client_status != ClientStatus::Pending
                 && status
@@ -373,7 +373,7 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
                     "/v1/berth/jobs?per_page={JOBS_PAGE}&next_token={}",
                     query_escape(token)
                 ),
-                None => format!("/v1/berth/berth/jobs?per_page={JOBS_PAGE}"),
+                None => format!("/v1/berth/jobs?per_page={JOBS_PAGE}"),
             };
             let (page, token): (Vec<JobStatus>, _) = client.get_page(&path).await?;
             jobs.extend(page);
@@ -399,7 +399,7 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         return Ok(ExitCode::SUCCESS);
     };
     let job: JobStatus = client
-        .get(&format!("/v1/berth/berth/job/{}", query_escape(id)))
+        .get(&format!("/v1/berth/job/{}", query_escape(id)))
         .await?;
     println!("ID        = {}", job.id);
     println!(
@@ -444,7 +444,7 @@ fn status_word(job: &JobStatus) -> String {
 
 pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     let stopped: Stopped = client
-        .delete(&format!("/v1/berth/berth/job/{}", query_escape(id)))
+        .delete(&format!("/v1/berth/job/{}", query_escape(id)))
         .await?;
     if stopped.stopping.is_empty() {
         println!("==> Job {:?} stopped; no alloc was running", stopped.job_id);
@@ -486,7 +486,7 @@ pub(super) async fn dispatch(
         };
         request.payload = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
-    let path = format!("/v1/berth/berth/job/{}/dispatch", query_escape(id));
+    let path = format!("/v1/berth/job/{}/dispatch", query_escape(id));
     let launched: Submitted = match client.post(&path, &request).await {
         Ok(launched) => launched,
         Err(ClientError::Api(error, _)) => {
@@ -504,7 +504,7 @@ pub(super) async fn dispatch(
 
 /// `berth job periodic force`.
 pub(super) async fn force_periodic(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
-    let path = format!("/v1/berth/berth/job/{}/periodic/force", query_escape(id));
+    let path = format!("/v1/berth/job/{}/periodic/force", query_escape(id));
     let launched: Submitted = match client.post(&path, &serde_json::json!({})).await {
         Ok(launched) => launched,
         Err(ClientError::Api(error, _)) => {

@@ -69,7 +69,7 @@ pub(super) async fn register(
 pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     match refused(
         client
-            .delete::<VolumeStatus>(&format!("/v1/berth/berth/volume/{id}"))
+            .delete::<VolumeStatus>(&format!("/v1/berth/volume/{id}"))
             .await,
     )? {
         Ok(status) => {
@@ -83,7 +83,7 @@ pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<Exit
 pub(super) async fn delete(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     match refused(
         client
-            .delete::<VolumeStatus>(&format!("/v1/berth/berth/volume/{id}/delete"))
+            .delete::<VolumeStatus>(&format!("/v1/berth/volume/{id}/delete"))
             .await,
     )? {
         Ok(status) => {
@@ -100,7 +100,7 @@ pub(super) async fn status(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let volumes: Vec<VolumeStatus> = match id {
-        Some(id) => match refused(client.get(&format!("/v1/berth/berth/volume/{id}")).await)? {
+        Some(id) => match refused(client.get(&format!("/v1/berth/volume/{id}")).await)? {
             Ok(volume) => vec![volume],
             Err(code) => return Ok(code),
         },
@@ -218,7 +218,7 @@ pub(super) async fn plugin_status(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let plugins: Vec<PluginStatus> = match id {
-        Some(id) => match refused(client.get(&format!("/v1/berth/berth/plugin/{id}")).await)? {
+        Some(id) => match refused(client.get(&format!("/v1/berth/plugin/{id}")).await)? {
             Ok(plugin) => vec![plugin],
             Err(code) => return Ok(code),
         },

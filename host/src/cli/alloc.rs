@@ -7,9 +7,7 @@ use crate::alloc_runner::AllocStatus;
 use crate::api::client::Client;
 
 pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let alloc: AllocStatus = client
-        .get(&format!("/v1/berth/allocation/{id}"))
-        .await?;
+    let alloc: AllocStatus = client.get(&format!("/v1/berth/allocation/{id}")).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&alloc)?);
         return Ok(ExitCode::SUCCESS);

@@ -329,9 +329,7 @@ pub(super) async fn submit(
     let mut failed = false;
     for id in &submitted.alloc_ids {
         let status = loop {
-            let status: AllocStatus = client
-                .get(&format!("/v1/berth/allocation/{id}"))
-                .await?;
+            let status: AllocStatus = client.get(&format!("/v1/berth/allocation/{id}")).await?;
             let settled = status.client_status != ClientStatus::Pending
                 && status
                     .tasks

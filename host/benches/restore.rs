@@ -82,7 +82,7 @@ impl Agent {
         let client = self.client();
         loop {
             if client
-                .get::<serde_json::Value>("/v1/agent/self")
+                .get::<serde_json::Value>("/v1/berth/agent/self")
                 .await
                 .is_ok()
             {
@@ -116,7 +116,7 @@ impl Agent {
     }
 
     async fn running(&self) -> usize {
-        let allocs: Vec<AllocSummary> = self.client().get("/v1/allocations").await.unwrap();
+        let allocs: Vec<AllocSummary> = self.client().get("/v1/berth/allocations").await.unwrap();
         allocs
             .iter()
             .filter(|a| a.client_status == ClientStatus::Running)
@@ -167,7 +167,11 @@ async fn run() {
         source: job,
         variables: Default::default(),
     };
-    let submitted: Submitted = agent.client().post("/v1/jobs", &request).await.unwrap();
+    let submitted: Submitted = agent
+        .client()
+        .post("/v1/berth/jobs", &request)
+        .await
+        .unwrap();
     assert_eq!(submitted.alloc_ids.len(), tasks);
     // An alloc is "running" as soon as its runner is; its task has started when the
     // log says so.
@@ -195,7 +199,11 @@ async fn run() {
     empty_starts.push(empty_start(&mut empty).await);
     let empty = median(empty_starts);
 
-    let _: serde_json::Value = agent.client().delete("/v1/job/restore").await.unwrap();
+    let _: serde_json::Value = agent
+        .client()
+        .delete("/v1/berth/job/restore")
+        .await
+        .unwrap();
     wait_for(Duration::from_secs(600), "every task stopped", async || {
         agent.running().await == 0
     })

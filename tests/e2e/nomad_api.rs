@@ -135,6 +135,9 @@ out["running"] = running is not None and running["JobID"] == "hello"
 alloc = n.allocation.get_allocation(running["ID"])
 out["alloc"] = [alloc["TaskGroup"], alloc["Job"]["ID"], [e["Type"] for e in alloc["TaskStates"]["t"]["Events"]][:2]]
 out["allocs"] = len([a for a in n.allocations.get_allocations() if a["JobID"] == "from-json"])
+out["versions"] = [v["ID"] for v in n.job.get_versions("hello")["Versions"]]
+out["evaluations"] = n.job.get_evaluations("hello")
+out["deployments"] = n.job.get_deployments("hello")
 summary = n.job.get_summary("from-json")
 out["summary_groups"] = sorted(summary["Summary"].keys())
 
@@ -197,6 +200,9 @@ print(json.dumps(out))
         serde_json::json!(["g", "hello", ["Received", "Task Setup"]])
     );
     assert_eq!(out["allocs"], 2);
+    assert_eq!(out["versions"], serde_json::json!(["hello"]));
+    assert_eq!(out["evaluations"], serde_json::json!([]));
+    assert_eq!(out["deployments"], serde_json::json!([]));
     assert_eq!(out["summary_groups"], serde_json::json!(["g"]));
     assert_eq!(out["node"], serde_json::json!([1, "ready", "linux", true]));
     assert_eq!(out["agent"], "global");

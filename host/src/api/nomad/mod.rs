@@ -16,7 +16,9 @@
 //! | POST | `/v1/validate/job` |
 //! | GET, DELETE | `/v1/job/:id` (`?purge=true`) |
 //! | PUT, POST | `/v1/job/:id` (register) |
-//! | GET | `/v1/job/:id/allocations`, `/v1/job/:id/summary` |
+//! | GET | `/v1/job/:id/allocations`, `/v1/job/:id/summary`, `/v1/job/:id/versions` |
+//! | GET | `/v1/job/:id/evaluations`, `/v1/job/:id/deployments` (always empty: a job is |
+//! |     | placed on this node when submitted, with no evaluation or deployment) |
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
@@ -189,6 +191,9 @@ pub fn router() -> Router<Arc<Agent>> {
         )
         .route("/v1/job/{id}/allocations", get(job_allocations))
         .route("/v1/job/{id}/summary", get(job_summary))
+        .route("/v1/job/{id}/versions", get(job_versions))
+        .route("/v1/job/{id}/evaluations", get(job_none))
+        .route("/v1/job/{id}/deployments", get(job_none))
         .route("/v1/allocations", get(list_allocations))
         .route("/v1/allocation/{id}", get(read_allocation))
         .route(
@@ -214,6 +219,9 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/job/:id",
     "/v1/job/:id/allocations",
     "/v1/job/:id/summary",
+    "/v1/job/:id/versions",
+    "/v1/job/:id/evaluations",
+    "/v1/job/:id/deployments",
     "/v1/allocations",
     "/v1/allocation/:id",
     "/v1/allocation/:id/stop",
@@ -282,6 +290,34 @@ async fn job_summary(
                 .filter_map(|a| agent.alloc(&a.id).ok())
                 .collect();
             Ok(shapes::job_summary(&status, &job, &allocs))
+        })
+        .await
+}
+
+/// One version: berth keeps the job as last submitted.
+async fn job_versions(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let (status, job) = agent.job_spec(&id)?;
+            Ok(json!({"Versions": [shapes::job(&job, Some(&status))], "Diffs": null}))
+        })
+        .await
+}
+
+/// A job's evaluations or deployments: none (see the module's table).
+async fn job_none(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            agent.job_spec(&id)?;
+            Ok(json!([]))
         })
         .await
 }

@@ -81,8 +81,8 @@ fn header(headers: &[(String, String)], name: &str) -> Option<String> {
 }
 
 /// python-nomad, unchanged, through parse and register (from HCL and from JSON), lists
-/// and reads of jobs, allocs and nodes, a blocking query, the agent and status
-/// endpoints, stop and purge.
+/// and reads of jobs, allocs and nodes, a blocking query, a task's logs, the agent and
+/// status endpoints, stop and purge.
 #[tokio::test(flavor = "multi_thread")]
 async fn python_nomad_drives_a_berth_agent() {
     let (agent, token) = agent_on_tcp().await;
@@ -140,6 +140,28 @@ out["evaluations"] = n.job.get_evaluations("hello")
 out["deployments"] = n.job.get_deployments("hello")
 summary = n.job.get_summary("from-json")
 out["summary_groups"] = sorted(summary["Summary"].keys())
+
+# Logs of a finished exec task, plain and framed, from the start and from the end.
+n.jobs.register_job({"Job": {"ID": "say", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [
+    {"Name": "t", "Driver": "exec", "Config": {"command": "/bin/echo", "args": ["hello-from-berth"]}}]}]}})
+said, index = None, 0
+deadline = time.time() + 60
+while time.time() < deadline and said is None:
+    response = n.job.request("say", "allocations", method="get", params={"index": index, "wait": "10s"})
+    index = int(response.headers["X-Nomad-Index"])
+    said = next((a for a in response.json() if a["ClientStatus"] == "complete"), None)
+import base64
+logs = n.client.stream_logs
+out["logs"] = [
+    logs.stream(said["ID"], "t", "stdout", plain=True),
+    logs.stream(said["ID"], "t", "stdout", offset=5, origin="end", plain=True),
+    base64.b64decode(json.loads(logs.stream(said["ID"], "t", "stdout"))["Data"]).decode(),
+]
+try:
+    logs.stream(said["ID"], "nosuchtask", "stdout", plain=True)
+    out["logs_unknown_task"] = "found"
+except errors.URLNotFoundNomadException:
+    out["logs_unknown_task"] = "404"
 
 nodes = n.nodes.get_nodes()
 node = n.node.get_node(nodes[0]["ID"])
@@ -204,6 +226,11 @@ print(json.dumps(out))
     assert_eq!(out["evaluations"], serde_json::json!([]));
     assert_eq!(out["deployments"], serde_json::json!([]));
     assert_eq!(out["summary_groups"], serde_json::json!(["g"]));
+    assert_eq!(
+        out["logs"],
+        serde_json::json!(["hello-from-berth\n", "erth\n", "hello-from-berth\n"])
+    );
+    assert_eq!(out["logs_unknown_task"], "404");
     assert_eq!(out["node"], serde_json::json!([1, "ready", "linux", true]));
     assert_eq!(out["agent"], "global");
     assert_eq!(out["leader"], true);

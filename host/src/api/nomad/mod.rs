@@ -22,6 +22,7 @@
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
+//! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`; not `follow` yet) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
 
 pub mod register;
@@ -203,6 +204,7 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/node/{id}", get(read_node))
         .route("/v1/node/{id}/allocations", get(node_allocations))
+        .route("/v1/client/fs/logs/{alloc}", get(task_logs))
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/health", get(agent_health))
         .route("/v1/agent/members", get(agent_members))
@@ -228,6 +230,7 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/nodes",
     "/v1/node/:id",
     "/v1/node/:id/allocations",
+    "/v1/client/fs/logs/:alloc_id",
     "/v1/agent/self",
     "/v1/agent/health",
     "/v1/agent/members",
@@ -647,6 +650,116 @@ async fn node_allocations(
             Ok(Value::Array(alloc_stubs(&agent, "")))
         })
         .await
+}
+
+/// The most of a log one answer carries: its last bytes, with `origin=end`.
+const MAX_LOG_ANSWER: usize = 8 << 20;
+
+#[derive(Debug, Default, Deserialize)]
+struct LogsQuery {
+    task: Option<String>,
+    #[serde(rename = "type")]
+    stream: Option<String>,
+    origin: Option<String>,
+    offset: Option<String>,
+    plain: Option<String>,
+    follow: Option<String>,
+}
+
+/// Go's `strconv.ParseBool`, as Nomad reads a query flag (python-nomad sends `True`).
+fn flag(value: Option<&str>) -> bool {
+    matches!(value, Some("1" | "t" | "T" | "true" | "TRUE" | "True"))
+}
+
+/// A task's stdout or stderr, as Nomad's logs endpoint answers without `follow`: the
+/// bytes (`plain=true`) or one frame `{"Data", "File", "Offset"}`. `offset` counts bytes
+/// from the `origin` (`start` or `end`) of what the rotated files hold.
+async fn task_logs(
+    State(agent): State<Arc<Agent>>,
+    Path(alloc): Path<String>,
+    Query(query): Query<LogsQuery>,
+) -> Result<Response, NomadError> {
+    if flag(query.follow.as_deref()) {
+        return Err(bad_request(
+            "berth does not follow logs on this endpoint yet: ask again without follow \
+             (or use `berth alloc logs -f`)",
+        ));
+    }
+    let offset: usize = match query.offset.as_deref().filter(|o| !o.is_empty()) {
+        None => 0,
+        Some(text) => text
+            .parse()
+            .map_err(|_| bad_request(format!("invalid offset {text:?}")))?,
+    };
+    let from_end = match query.origin.as_deref().unwrap_or("start") {
+        "start" => false,
+        "end" => true,
+        other => {
+            return Err(bad_request(format!(
+                "origin must be start or end, not {other:?}"
+            )));
+        }
+    };
+    let stream = query.stream.clone().unwrap_or_else(|| "stdout".into());
+    let log_query = crate::agent::logs::LogQuery {
+        task: query.task.clone(),
+        stream: Some(stream.clone()),
+        offset: None,
+    };
+    let (task, bytes) = crate::blocking::run(|| read_whole_log(&agent, &alloc, log_query))?;
+    let start = if from_end {
+        bytes.len().saturating_sub(offset)
+    } else {
+        offset.min(bytes.len())
+    };
+    let bytes = &bytes[start..];
+    if flag(query.plain.as_deref()) {
+        return Ok((
+            [("content-type", "text/plain; charset=utf-8")],
+            bytes.to_vec(),
+        )
+            .into_response());
+    }
+    use base64::Engine as _;
+    Ok(axum::Json(json!({
+        "Data": base64::engine::general_purpose::STANDARD.encode(bytes),
+        "File": format!("alloc/logs/{task}.{stream}.0"),
+        "Offset": start + bytes.len(),
+    }))
+    .into_response())
+}
+
+/// Every chunk of a task's log (its last [`MAX_LOG_ANSWER`] bytes at most), and the task.
+fn read_whole_log(
+    agent: &Agent,
+    alloc: &str,
+    mut query: crate::agent::logs::LogQuery,
+) -> Result<(String, Vec<u8>), NomadError> {
+    use crate::agent::logs::LogError;
+    let status = agent.alloc(alloc)?;
+    let task = match &query.task {
+        Some(task) => task.clone(),
+        None => status.tasks.keys().next().cloned().unwrap_or_default(),
+    };
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = agent.task_log(alloc, &query).map_err(|error| match error {
+            LogError::Lookup(lookup) => NomadError::from(lookup),
+            LogError::NoSuchTask { .. } => NomadError(StatusCode::NOT_FOUND, error.to_string()),
+            LogError::WhichTask { .. } | LogError::Stream(_) => bad_request(error.to_string()),
+            LogError::Io { .. } => NomadError(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+        })?;
+        let data = chunk.bytes();
+        if data.is_empty() {
+            break;
+        }
+        bytes.extend_from_slice(&data);
+        if bytes.len() > MAX_LOG_ANSWER {
+            bytes.drain(..bytes.len() - MAX_LOG_ANSWER);
+        }
+        query.offset = Some(chunk.offset);
+    }
+    Ok((task, bytes))
 }
 
 async fn agent_self(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {

@@ -68,6 +68,18 @@
 //!   checked_drivers = ["exec", "java", "qemu"]   # checked drivers may not run as
 //! }                                              # (exec tasks default to "nobody")
 //!
+//! name       = "web-1"         # the node's name (Nomad's; default: the hostname)
+//! datacenter = "dc1"           # the node's datacenter (Nomad's default)
+//!
+//! cluster {                    # several agents sharing one etcd (default: embedded,
+//!   store        = "etcd"      # one node on its own)
+//!   endpoints    = ["http://127.0.0.1:2379"]
+//!   prefix       = "/berth"    # one prefix is one berth cluster
+//!   dial_timeout = "5s"        # connecting at start
+//!   heartbeat_ttl = "10s"      # a node not heard from this long is down
+//!   lost_claim_grace = "1m"    # a down node's CSI claims are released after this
+//! }
+//!
 //! http {
 //!   max_connections_per_client = 100   # of them from one address (Nomad's default)
 //!   max_connections = 1024             # TCP connections at once (the socket has 256 of
@@ -90,6 +102,7 @@ use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::names::{NameKind, check_name};
 use crate::jobspec::{JobspecError, Problem};
+use crate::model::cluster::{ClusterSettings, StoreKind};
 use crate::model::csi::{CsiSettings, Timeouts};
 use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
 use crate::model::limits::{CgroupSettings, ConnectionLimits};
@@ -117,6 +130,12 @@ pub struct AgentConfig {
     pub consul: Option<ConsulSettings>,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
     pub users: UserPolicy,
+    /// The node's `name`; `None`: the hostname.
+    pub name: Option<String>,
+    /// The node's `datacenter`; `None`: `dc1`.
+    pub datacenter: Option<String>,
+    /// `cluster { ... }`: the cluster store (embedded unless configured).
+    pub cluster: ClusterSettings,
 }
 
 /// Nomad's `user.denylist` and `user.checked_drivers` (client config): a task of a
@@ -391,6 +410,9 @@ impl AgentConfig {
                 "gc",
                 "consul",
                 "user",
+                "name",
+                "datacenter",
+                "cluster",
             ],
         );
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
@@ -575,11 +597,20 @@ impl AgentConfig {
             }
             None => UserPolicy::default(),
         };
+        let name = fields.string("name", &mut problems);
+        let datacenter = fields.string("datacenter", &mut problems);
+        let cluster = match fields.single_block("cluster", &mut problems) {
+            Some(block) => cluster_settings(block, &mut problems),
+            None => ClusterSettings::default(),
+        };
         fields.finish(&mut problems);
         if !problems.is_empty() {
             return Err(fail(problems));
         }
         Ok(AgentConfig {
+            name,
+            datacenter,
+            cluster,
             data_dir,
             plugin_dir,
             host_volumes,
@@ -700,6 +731,107 @@ fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Consu
         service_identity_timeout,
         grpc_address,
         binary,
+    }
+}
+
+fn cluster_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> ClusterSettings {
+    let mut fields = Fields::new(
+        &block.body,
+        "config.cluster".into(),
+        block.at,
+        &[
+            "store",
+            "endpoints",
+            "prefix",
+            "dial_timeout",
+            "heartbeat_ttl",
+            "lost_claim_grace",
+        ],
+    );
+    let defaults = ClusterSettings::default();
+    let store_text = fields.string("store", problems);
+    let store = match store_text {
+        None => StoreKind::Embedded,
+        Some(text) => fields
+            .choose(
+                Some(text),
+                "store",
+                &[("embedded", StoreKind::Embedded), ("etcd", StoreKind::Etcd)],
+                problems,
+                |other| format!("unknown store {other:?} (use \"embedded\" or \"etcd\")"),
+            )
+            .unwrap_or_default(),
+    };
+    let endpoints = if fields.attr("endpoints").is_some() {
+        fields.string_list("endpoints", problems)
+    } else {
+        defaults.endpoints.clone()
+    };
+    for endpoint in &endpoints {
+        let problem = if endpoint.starts_with("https://") {
+            Some(format!(
+                "{endpoint:?}: berth does not speak TLS to etcd yet; use an http:// \
+                 endpoint on a trusted network (or a local TLS proxy)"
+            ))
+        } else if !endpoint.starts_with("http://") {
+            Some(format!(
+                "{endpoint:?} is not an etcd client URL such as \"http://127.0.0.1:2379\""
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            fields.problem_with(problems, "endpoints", problem);
+        }
+    }
+    if endpoints.is_empty() {
+        fields.problem_with(
+            problems,
+            "endpoints",
+            "name at least one etcd endpoint".into(),
+        );
+    }
+    let prefix = fields.string("prefix", problems).unwrap_or(defaults.prefix);
+    let prefix_ok = prefix.starts_with('/')
+        && prefix.len() > 1
+        && !prefix.ends_with('/')
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.'));
+    if !prefix_ok {
+        fields.problem_with(
+            problems,
+            "prefix",
+            format!(
+                "{prefix:?} must start with / and not end with one, in letters, digits, \
+                 '-', '_', '.' and '/' (e.g. \"/berth\")"
+            ),
+        );
+    }
+    let dial_timeout = fields
+        .duration("dial_timeout", problems)
+        .unwrap_or(defaults.dial_timeout);
+    let heartbeat_ttl = fields
+        .duration("heartbeat_ttl", problems)
+        .unwrap_or(defaults.heartbeat_ttl);
+    if heartbeat_ttl < std::time::Duration::from_secs(1) {
+        fields.problem_with(
+            problems,
+            "heartbeat_ttl",
+            "must be at least 1s (etcd's leases count whole seconds)".into(),
+        );
+    }
+    let lost_claim_grace = fields
+        .duration("lost_claim_grace", problems)
+        .unwrap_or(defaults.lost_claim_grace);
+    fields.finish(problems);
+    ClusterSettings {
+        store,
+        endpoints,
+        prefix,
+        dial_timeout,
+        heartbeat_ttl,
+        lost_claim_grace,
     }
 }
 

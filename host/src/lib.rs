@@ -10,6 +10,7 @@ pub mod builtin;
 pub mod catalog;
 pub mod cgroup;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod consul;
 pub mod csi;

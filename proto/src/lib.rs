@@ -25,3 +25,30 @@ pub mod csi {
 /// The well-known types the generated code uses (`Timestamp`), for servers that build
 /// messages.
 pub use prost_types;
+
+/// etcd's v3 API: key-values, transactions, leases, watches and leader election, the
+/// client side only (berth's cluster store; `host/src/cluster/etcd/`).
+pub mod etcd {
+    #![allow(
+        missing_docs,
+        clippy::all,
+        clippy::allow_attributes_without_reason,
+        reason = "generated code"
+    )]
+    pub mod etcdserverpb {
+        #![allow(missing_docs, clippy::all, reason = "generated code")]
+        tonic::include_proto!("etcdserverpb");
+    }
+    pub mod mvccpb {
+        #![allow(missing_docs, clippy::all, reason = "generated code")]
+        tonic::include_proto!("mvccpb");
+    }
+    pub mod authpb {
+        #![allow(missing_docs, clippy::all, reason = "generated code")]
+        tonic::include_proto!("authpb");
+    }
+    pub mod v3electionpb {
+        #![allow(missing_docs, clippy::all, reason = "generated code")]
+        tonic::include_proto!("v3electionpb");
+    }
+}

@@ -2,7 +2,6 @@
 //! `plugin_providers`). A claim is checked and written under one lock, so two allocs
 //! racing for a single-writer volume cannot both win.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::{
@@ -177,36 +176,9 @@ impl Catalog for EmbeddedCatalog {
             tracing::error!("{problem}");
         }
         let volumes = self.volumes()?;
-        let mut by_plugin: BTreeMap<String, Vec<PluginProvider>> = BTreeMap::new();
-        for (_, provider) in providers {
-            by_plugin
-                .entry(provider.plugin_id.clone())
-                .or_default()
-                .push(provider);
-        }
-        Ok(by_plugin
-            .into_iter()
-            .map(|(id, providers)| {
-                let count = |kind: PluginKind, healthy_only: bool| {
-                    providers
-                        .iter()
-                        .filter(|p| p.kind == kind && (p.healthy || !healthy_only))
-                        .count()
-                };
-                PluginStatus {
-                    nodes_healthy: count(PluginKind::Node, true),
-                    nodes_expected: count(PluginKind::Node, false),
-                    controllers_healthy: count(PluginKind::Controller, true),
-                    controllers_expected: count(PluginKind::Controller, false),
-                    volumes: volumes
-                        .iter()
-                        .filter(|v| v.volume.plugin_id == id)
-                        .map(|v| v.volume.id.clone())
-                        .collect(),
-                    id,
-                    providers,
-                }
-            })
-            .collect())
+        Ok(super::plugin_statuses(
+            providers.into_iter().map(|(_, p)| p),
+            &volumes,
+        ))
     }
 }

@@ -226,6 +226,45 @@ pub fn claim_refusal(volume: &Volume, existing: &[Claim], claim: &Claim) -> Opti
     None
 }
 
+/// Plugins with their providers, as [`Catalog::plugins`] shows them: counts of healthy
+/// and expected controllers and nodes, and the volumes registered for each.
+pub fn plugin_statuses(
+    providers: impl IntoIterator<Item = PluginProvider>,
+    volumes: &[VolumeStatus],
+) -> Vec<PluginStatus> {
+    let mut by_plugin: BTreeMap<String, Vec<PluginProvider>> = BTreeMap::new();
+    for provider in providers {
+        by_plugin
+            .entry(provider.plugin_id.clone())
+            .or_default()
+            .push(provider);
+    }
+    by_plugin
+        .into_iter()
+        .map(|(id, providers)| {
+            let count = |kind: PluginKind, healthy_only: bool| {
+                providers
+                    .iter()
+                    .filter(|p| p.kind == kind && (p.healthy || !healthy_only))
+                    .count()
+            };
+            PluginStatus {
+                nodes_healthy: count(PluginKind::Node, true),
+                nodes_expected: count(PluginKind::Node, false),
+                controllers_healthy: count(PluginKind::Controller, true),
+                controllers_expected: count(PluginKind::Controller, false),
+                volumes: volumes
+                    .iter()
+                    .filter(|v| v.volume.plugin_id == id)
+                    .map(|v| v.volume.id.clone())
+                    .collect(),
+                id,
+                providers,
+            }
+        })
+        .collect()
+}
+
 pub fn short_id(id: &str) -> &str {
     &id[..id.len().min(8)]
 }

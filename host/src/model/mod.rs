@@ -7,6 +7,7 @@
 //! conversions to those live with the module that speaks them (`runtime`, `csi`). The
 //! floors test (`host/tests/floors.rs`) enforces the first half.
 
+pub mod cluster;
 pub mod csi;
 pub mod driver;
 pub mod events;

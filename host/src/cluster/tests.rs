@@ -1,0 +1,232 @@
+//! The cluster store against a real etcd (started per test in a temp dir).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::catalog::EtcdCatalog;
+use super::testing::EtcdServer;
+use super::*;
+use crate::catalog::{Catalog, CatalogError, Claim, ClaimMode, Volume};
+use crate::model::cluster::{ClusterSettings, StoreKind};
+use crate::model::csi::AccessMode;
+
+fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
+    ClusterSettings {
+        store: StoreKind::Etcd,
+        endpoints: vec![server.endpoint()],
+        prefix: prefix.into(),
+        dial_timeout: Duration::from_secs(2),
+        heartbeat_ttl: Duration::from_secs(2),
+        ..ClusterSettings::default()
+    }
+}
+
+fn node(name: &str) -> NodeRecord {
+    NodeRecord {
+        id: random_id(),
+        name: name.into(),
+        datacenter: "dc1".into(),
+        node_pool: "default".into(),
+        node_class: String::new(),
+        http_addr: None,
+        attributes: Default::default(),
+        drivers: Default::default(),
+        host_volumes: Vec::new(),
+        eligibility: "eligible".into(),
+        drain: false,
+        cpu_mhz: 1000,
+        memory_mb: 1024,
+        registered_ms: 0,
+    }
+}
+
+fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::join(&settings(server, "/berth"), dir.path(), node(name)).unwrap();
+    (cluster, dir)
+}
+
+fn volume(id: &str) -> Volume {
+    Volume {
+        id: id.into(),
+        name: id.into(),
+        plugin_id: "hostpath".into(),
+        external_id: id.into(),
+        capabilities: vec![],
+        capacity_bytes: 0,
+        parameters: Default::default(),
+        context: Default::default(),
+        secrets: Default::default(),
+        origin: "registered".into(),
+        accessible_topology: Vec::new(),
+    }
+}
+
+fn writer(alloc: &str, node: &str) -> Claim {
+    Claim {
+        alloc_id: alloc.into(),
+        alloc_name: format!("job.g[{alloc}]"),
+        mode: ClaimMode::Write,
+        access_mode: AccessMode::SingleNodeWriter,
+        node: node.into(),
+        since: 0,
+    }
+}
+
+#[test]
+fn two_agents_claiming_one_single_writer_volume_at_once_never_both_hold_it() {
+    let server = EtcdServer::start();
+    let (a, _da) = join(&server, "a");
+    let (b, _db) = join(&server, "b");
+    let catalog_a = Arc::new(EtcdCatalog::new(a));
+    let catalog_b = Arc::new(EtcdCatalog::new(b));
+    catalog_a.register_volume(volume("data")).unwrap();
+    for round in 0..100 {
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let race = |catalog: Arc<EtcdCatalog>, node: &'static str| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                catalog.claim("data", writer(&format!("{node}-{round}"), node))
+            })
+        };
+        let first = race(catalog_a.clone(), "a");
+        let second = race(catalog_b.clone(), "b");
+        let results = [first.join().unwrap(), second.join().unwrap()];
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 1, "round {round}: {results:?}");
+        let refusal = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert!(
+            matches!(refusal, CatalogError::Refused(m) if m.contains("already writes to it")),
+            "round {round}: the loser is told who holds it: {refusal}"
+        );
+        let holders = catalog_b.volume("data").unwrap().claims;
+        assert_eq!(holders.len(), 1, "round {round}: {holders:?}");
+        catalog_a.release("data", &holders[0].alloc_id).unwrap();
+        assert!(catalog_b.volume("data").unwrap().claims.is_empty());
+    }
+}
+
+#[test]
+fn nodes_register_under_leases_and_a_silent_node_is_gone_within_its_ttl() {
+    let server = EtcdServer::start();
+    let (a, _da) = join(&server, "a");
+    let (b, _db) = join(&server, "b");
+    let names = |c: &Cluster| -> Vec<String> {
+        c.nodes()
+            .unwrap()
+            .into_iter()
+            .map(|n| n.record.name)
+            .collect()
+    };
+    assert_eq!(names(&a), ["a", "b"]);
+    // b's agent goes away without a word (its keep-alives stop): its lease runs out.
+    let started = std::time::Instant::now();
+    drop_without_revoking(b);
+    while names(&a) != ["a"] {
+        assert!(
+            started.elapsed() < Duration::from_secs(2 + 3),
+            "b was still listed {:?} after its 2 s TTL",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // a kept its lease alive all along, past several TTLs.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(names(&a), ["a"]);
+}
+
+/// Stops a member's keep-alives as a killed agent would (no revoke).
+fn drop_without_revoking(cluster: Arc<Cluster>) {
+    let cluster = Arc::into_inner(cluster).expect("the only handle");
+    cluster.lease.abandon();
+}
+
+#[test]
+fn a_prefix_of_another_cluster_and_a_newer_layout_are_refused_with_both_sides_named() {
+    let server = EtcdServer::start();
+    let (_a, dir) = join(&server, "a");
+    // The same data dir against a prefix another cluster made first.
+    let other = tempfile::tempdir().unwrap();
+    let _b = Cluster::join(&settings(&server, "/other"), other.path(), node("b")).unwrap();
+    let error = Cluster::join(&settings(&server, "/other"), dir.path(), node("a")).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, ClusterError::OtherCluster { .. }) && message.contains("\"/other\""),
+        "{message}"
+    );
+    // A layout version from a newer berth.
+    let etcd = etcd::Etcd::connect(&[server.endpoint()], Duration::from_secs(2)).unwrap();
+    let writer = etcd.clone();
+    etcd.block(async move { writer.put("/newer/meta/cluster-id", b"x".to_vec(), 0).await })
+        .unwrap();
+    let writer = etcd.clone();
+    etcd.block(async move { writer.put("/newer/meta/schema", b"7".to_vec(), 0).await })
+        .unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let message = Cluster::join(&settings(&server, "/newer"), fresh.path(), node("c"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("layout version 7") && message.contains(&format!("version {SCHEMA}")),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_unreachable_store_is_a_clear_error_within_the_dial_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut settings = ClusterSettings {
+        store: StoreKind::Etcd,
+        endpoints: vec![format!("http://127.0.0.1:{port}")],
+        ..ClusterSettings::default()
+    };
+    settings.dial_timeout = Duration::from_millis(500);
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let message = Cluster::join(&settings, dir.path(), node("a"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("is unavailable") && message.contains(&format!("127.0.0.1:{port}")),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_claim_made_while_etcd_is_down_fails_clearly_and_nothing_is_double_granted_after() {
+    let mut server = EtcdServer::start();
+    let (a, _da) = join(&server, "a");
+    let (b, _db) = join(&server, "b");
+    let catalog_a = EtcdCatalog::new(a);
+    let catalog_b = EtcdCatalog::new(b);
+    catalog_a.register_volume(volume("data")).unwrap();
+    catalog_a.claim("data", writer("first", "a")).unwrap();
+    server.stop();
+    let error = catalog_b.claim("data", writer("second", "b")).unwrap_err();
+    assert!(error.to_string().contains("unavailable"), "{error}");
+    server.resume();
+    // Back: the holder is still the first, and the second is refused, not granted.
+    let mut answer = catalog_b.claim("data", writer("second", "b"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while matches!(answer, Err(CatalogError::Store(_))) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        answer = catalog_b.claim("data", writer("second", "b"));
+    }
+    assert!(
+        matches!(answer, Err(CatalogError::Refused(_))),
+        "{answer:?}"
+    );
+    let claims = catalog_a.volume("data").unwrap().claims;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].alloc_id, "first");
+}

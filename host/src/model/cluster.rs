@@ -1,0 +1,49 @@
+//! The operator's `cluster { ... }` block: where the cluster store is. Plain data; the
+//! store itself is `cluster/`.
+
+use std::time::Duration;
+
+/// Where the catalog and the cluster's state live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// The agent's own state file: one node, no cluster (the default).
+    #[default]
+    Embedded,
+    /// An etcd cluster shared by every agent of the berth cluster.
+    Etcd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    pub store: StoreKind,
+    /// etcd's client URLs (`http://host:2379`).
+    pub endpoints: Vec<String>,
+    /// Every key berth writes starts with this; one prefix is one berth cluster.
+    pub prefix: String,
+    /// How long connecting to etcd may take at start.
+    pub dial_timeout: Duration,
+    /// A node's lease: a node whose agent has not renewed it for this long is down.
+    pub heartbeat_ttl: Duration,
+    /// How long a down node's CSI claims are kept before they are released (Nomad's
+    /// `max_client_disconnect` idea): its allocs may still be writing.
+    pub lost_claim_grace: Duration,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            store: StoreKind::Embedded,
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/berth".into(),
+            dial_timeout: Duration::from_secs(5),
+            heartbeat_ttl: Duration::from_secs(10),
+            lost_claim_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ClusterSettings {
+    pub fn uses_etcd(&self) -> bool {
+        self.store == StoreKind::Etcd
+    }
+}

@@ -10,6 +10,7 @@
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
 //! recovers them through their drivers.
 
+pub mod cluster;
 pub mod data_dir;
 mod gc;
 pub mod index;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
 use crate::alloc_runner::{AllocRunner, AllocStatus, NodeContext};
+use crate::cluster::ClusterError;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
@@ -193,8 +195,19 @@ struct AllocEntry {
     finished: watch::Receiver<bool>,
 }
 
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
 pub struct Agent {
     node: NodeContext,
+    /// The cluster this agent is a member of, when configured.
+    cluster: Option<Arc<crate::cluster::Cluster>>,
     jobs: Mutex<BTreeMap<String, JobEntry>>,
     allocs: Mutex<BTreeMap<String, AllocEntry>>,
     events: broadcast::Sender<AllocEvent>,
@@ -208,7 +221,7 @@ pub struct Agent {
 impl Agent {
     /// Opens the state and restores what it records. Problems with single records are
     /// notices, not errors: the agent runs with everything it could read.
-    pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StateError> {
+    pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StartError> {
         let mut notices = Vec::new();
         // With state in memory too (`berth run`): the data dir still holds task dirs,
         // whose files a root task may have made setuid.
@@ -247,11 +260,30 @@ impl Agent {
         let change_index = Arc::new(index::ChangeIndex::default());
         tokio::spawn(follow_events(events.subscribe(), change_index.clone()));
         let store = Arc::new(store);
-        let csi = crate::csi::CsiNode::start(
-            &options.data_dir,
-            store.clone(),
-            options.config.csi.clone(),
-        );
+        let cluster = {
+            let (data_dir, config, drivers) = (
+                options.data_dir.clone(),
+                options.config.clone(),
+                options.drivers.clone(),
+            );
+            tokio::task::spawn_blocking(move || cluster::join(&data_dir, &config, &drivers))
+                .await
+                .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
+        };
+        let csi = match &cluster {
+            None => crate::csi::CsiNode::start(
+                &options.data_dir,
+                store.clone(),
+                options.config.csi.clone(),
+            ),
+            Some(cluster) => crate::csi::CsiNode::start_with(
+                &options.data_dir,
+                store.clone(),
+                options.config.csi.clone(),
+                cluster.node_name().to_string(),
+                Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
+            ),
+        };
         match crate::process::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 tracing::info!(before, after, "raised the agent's open-files limit");
@@ -314,6 +346,7 @@ impl Agent {
                 crate::consul::ServiceClient::disabled()
             });
         let mut agent = Agent {
+            cluster,
             node: NodeContext {
                 sys: Arc::new(crate::sys::LinuxSys::new(cgroups)),
                 data_dir: options.data_dir,
@@ -342,6 +375,11 @@ impl Agent {
         gc::spawn_garbage_collector(&agent);
         launch::spawn_periodic_launcher(&agent);
         Ok(agent)
+    }
+
+    /// The cluster this agent is a member of (`None`: a node on its own).
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// The services of running tasks and groups, and how their sync with Consul goes.

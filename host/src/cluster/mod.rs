@@ -18,6 +18,8 @@
 
 pub mod catalog;
 pub mod etcd;
+pub mod scheduler;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -114,6 +116,7 @@ pub struct Cluster {
     etcd: Etcd,
     settings: ClusterSettings,
     node_id: String,
+    node_name: String,
     lease: KeptLease,
     cluster_id: String,
     /// The keys this node writes under its lease (its node record, its plugin
@@ -170,6 +173,7 @@ impl Cluster {
             etcd,
             settings: settings.clone(),
             node_id: node.id.clone(),
+            node_name: node.name.clone(),
             lease,
             cluster_id,
             owned,
@@ -192,6 +196,11 @@ impl Cluster {
 
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// This node's name: how claims and plugin providers name it.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
     }
 
     /// The lease this node's keys are written under (it changes when etcd lost the old
@@ -256,6 +265,13 @@ impl Cluster {
         let etcd = self.etcd.clone();
         Ok(self.etcd.block(async move { etcd.revision().await })?)
     }
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `P/a/b` from the prefix and the parts (each part is one key segment).

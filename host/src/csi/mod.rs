@@ -75,10 +75,21 @@ impl CsiNode {
         let node_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_string())
             .unwrap_or_else(|_| "localhost".into());
-        let registry = Arc::new(registry::PluginRegistry::restore(store.clone()));
         let catalog: Arc<dyn Catalog> = Arc::new(crate::catalog::embedded::EmbeddedCatalog::new(
             store.clone(),
         ));
+        CsiNode::start_with(data_dir, store, settings, node_name, catalog)
+    }
+
+    /// [`CsiNode::start`] with another catalog (the cluster's) and the node's name in it.
+    pub fn start_with(
+        data_dir: &std::path::Path,
+        store: Arc<crate::state::StateStore>,
+        settings: CsiSettings,
+        node_name: String,
+        catalog: Arc<dyn Catalog>,
+    ) -> Arc<CsiNode> {
+        let registry = Arc::new(registry::PluginRegistry::restore(store.clone()));
         let manager = manager::CsiManager::new(
             registry.clone(),
             store,

@@ -11,6 +11,19 @@ pub enum ClientStatus {
     Running,
     Complete,
     Failed,
+    /// Its node went down (a cluster's scheduler says so; a node never says it of
+    /// itself): replaced elsewhere.
+    Lost,
+}
+
+impl ClientStatus {
+    /// Done: it will not run again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+        )
+    }
 }
 
 /// What the agent wants of an alloc: recorded before the stop signal is sent.

@@ -51,6 +51,7 @@ fn client_status(status: ClientStatus) -> &'static str {
         ClientStatus::Running => "running",
         ClientStatus::Complete => "complete",
         ClientStatus::Failed => "failed",
+        ClientStatus::Lost => "lost",
     }
 }
 
@@ -131,6 +132,7 @@ pub fn job_summary(status: &JobStatus, job: &Job, allocs: &[AllocStatus]) -> Val
             ClientStatus::Running => "Running",
             ClientStatus::Complete => "Complete",
             ClientStatus::Failed => "Failed",
+            ClientStatus::Lost => "Lost",
         };
         *counts.entry(key).or_default() += 1;
     }

@@ -186,7 +186,12 @@ impl CsiManager {
         let events = self.registry.subscribe();
         if let Ok(plugins) = self.catalog.plugins() {
             for plugin in plugins {
-                for provider in plugin.providers {
+                // Other nodes' providers (in a cluster's catalog) are theirs to keep.
+                for provider in plugin
+                    .providers
+                    .into_iter()
+                    .filter(|p| p.node == self.node_name)
+                {
                     let current = self
                         .registry
                         .get(provider.kind, &provider.plugin_id)

@@ -1,0 +1,494 @@
+//! The cluster's scheduler: one agent at a time (elected through etcd's election
+//! service, under that agent's lease) reads the cluster at one revision and decides
+//! where each alloc runs, as Nomad's `service` and `batch` schedulers do on one
+//! region:
+//!
+//! - **feasibility**: a node is ready (its lease lives), eligible and not draining, has
+//!   every driver the group's tasks use, meets the job's, group's and tasks'
+//!   constraints, has the group's host volumes, has room for the group's CPU and memory
+//!   beside what is placed there, and has the group's static ports free;
+//! - **ranking**: Nomad's bin-packing score (how full the node would be), averaged with
+//!   its job anti-affinity penalty (allocs of one group on one node), so a group's
+//!   `count` spreads across equal nodes while a busy cluster still packs;
+//! - **lost nodes**: an alloc whose node is down is marked `lost` and replaced at once
+//!   (Nomad replaces lost allocs without the reschedule delay); a completed batch alloc
+//!   is never placed again;
+//! - **drain**: allocs on a draining node are replaced elsewhere, then stopped there.
+//!
+//! [`plan`] is a pure function of a [`Snapshot`]; the leader writes its result in one
+//! transaction that holds only while it is still the leader.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::state::{AllocReport, ClusterJob, Placement, Snapshot};
+use super::{Cluster, NodeView};
+use crate::jobspec::{self, Job};
+use crate::model::status::ClientStatus;
+
+/// What the scheduler decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub place: Vec<Placement>,
+    /// Placements to remove (their node stops the alloc): `(node id, alloc id)`.
+    pub stop: Vec<(String, String)>,
+    /// Allocs whose node is down, to be reported `lost`.
+    pub lost: Vec<AllocReport>,
+    /// Allocs that fit nowhere: `(job, group, alloc name, why)` as `job plan` says it.
+    pub blocked: Vec<Blocked>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub job_id: String,
+    pub group: String,
+    pub name: String,
+    /// "3 nodes: missing driver \"docker\" (2), memory exhausted (1)".
+    pub why: String,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.place.is_empty() && self.stop.is_empty() && self.lost.is_empty()
+    }
+}
+
+/// A group's needs on a node.
+#[derive(Debug, Clone, Default)]
+struct Needs {
+    drivers: BTreeSet<String>,
+    host_volumes: Vec<String>,
+    cpu_mhz: u64,
+    memory_mb: u64,
+    static_ports: Vec<u16>,
+}
+
+fn needs(group: &jobspec::Group) -> Needs {
+    Needs {
+        drivers: group.tasks.iter().map(|t| t.driver.clone()).collect(),
+        host_volumes: group
+            .volumes
+            .iter()
+            .filter(|v| v.volume_type == jobspec::VolumeType::Host)
+            .map(|v| v.source.clone())
+            .collect(),
+        cpu_mhz: group.tasks.iter().map(|t| u64::from(t.resources.cpu)).sum(),
+        memory_mb: group
+            .tasks
+            .iter()
+            .map(|t| u64::from(t.resources.memory_mb))
+            .sum(),
+        static_ports: group.ports.iter().filter_map(|p| p.number).collect(),
+    }
+}
+
+/// What is taken on one node by the placements the plan keeps and makes.
+#[derive(Debug, Clone, Default)]
+struct Usage {
+    cpu_mhz: u64,
+    memory_mb: u64,
+    ports: BTreeSet<u16>,
+    /// Allocs per `(job, group)`, for the anti-affinity penalty.
+    per_group: BTreeMap<(String, String), u32>,
+}
+
+/// Why a node cannot take an alloc (one reason, the first found).
+fn infeasible(
+    node: &NodeView,
+    usage: &Usage,
+    needs: &Needs,
+    job: &Job,
+    group: &jobspec::Group,
+) -> Option<String> {
+    let record = &node.record;
+    if record.eligibility != "eligible" || record.drain {
+        return Some("node is ineligible or draining".into());
+    }
+    if let Some(driver) = needs
+        .drivers
+        .iter()
+        .find(|d| !record.drivers.contains_key(*d))
+    {
+        return Some(format!("missing driver {driver:?}"));
+    }
+    if let Some(volume) = needs
+        .host_volumes
+        .iter()
+        .find(|v| !record.host_volumes.contains(v))
+    {
+        return Some(format!("missing host volume {volume:?}"));
+    }
+    let mut names = record.attributes.clone();
+    for driver in record.drivers.keys() {
+        names.insert(format!("attr.driver.{driver}"), "1".into());
+    }
+    for (key, value) in job.meta.iter().chain(group.meta.iter()) {
+        names.insert(format!("meta.{key}"), value.clone());
+    }
+    let constraints = job
+        .constraints
+        .iter()
+        .chain(group.constraints.iter())
+        .chain(group.tasks.iter().flat_map(|t| t.constraints.iter()));
+    for constraint in constraints {
+        if constraint.operator == "distinct_hosts"
+            && usage
+                .per_group
+                .get(&(job.name.clone(), group.name.clone()))
+                .is_some_and(|n| *n > 0)
+        {
+            return Some("constraint distinct_hosts".into());
+        }
+        if crate::jobspec::constraint::check(constraint, &|n| names.get(n).cloned()).is_err() {
+            return Some(format!(
+                "constraint {} {} {:?}",
+                constraint.attribute, constraint.operator, constraint.value
+            ));
+        }
+    }
+    if usage.cpu_mhz + needs.cpu_mhz > record.cpu_mhz {
+        return Some("cpu exhausted".into());
+    }
+    if usage.memory_mb + needs.memory_mb > record.memory_mb {
+        return Some("memory exhausted".into());
+    }
+    if let Some(port) = needs.static_ports.iter().find(|p| usage.ports.contains(p)) {
+        return Some(format!("port {port} in use"));
+    }
+    None
+}
+
+/// Nomad's bin-packing fit (higher: fuller after placing), between 0 and 1.
+fn binpack(node: &NodeView, usage: &Usage, needs: &Needs) -> f64 {
+    let free = |total: u64, used: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            1.0 - (used as f64 / total as f64).min(1.0)
+        }
+    };
+    let cpu = free(node.record.cpu_mhz, usage.cpu_mhz + needs.cpu_mhz);
+    let memory = free(node.record.memory_mb, usage.memory_mb + needs.memory_mb);
+    // Nomad: 20 - (10^free_cpu + 10^free_mem), normalised by 18.
+    let score = 20.0 - (10f64.powf(cpu) + 10f64.powf(memory));
+    (score / 18.0).clamp(0.0, 1.0)
+}
+
+/// The scheduler's decision for everything in `snapshot`.
+pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
+    let mut plan = Plan::default();
+    let live: BTreeMap<&str, &NodeView> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.record.id.as_str(), n))
+        .collect();
+    let reports: BTreeMap<&str, &AllocReport> = snapshot
+        .reports
+        .iter()
+        .map(|r| (r.alloc_id.as_str(), r))
+        .collect();
+    // What every live node has taken, counting only placements the plan keeps.
+    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    let jobs: BTreeMap<&str, (&ClusterJob, i64, Option<Job>)> = snapshot
+        .jobs
+        .iter()
+        .map(|(job, version)| {
+            let parsed = jobspec::parse_with(&job.source_name, &job.source, &job.variables).ok();
+            (job.id.as_str(), (job, *version, parsed))
+        })
+        .collect();
+    // Placements by (job, group, index): the current one is kept, the rest go.
+    let mut kept: BTreeMap<(String, String, u32), &Placement> = BTreeMap::new();
+    for placement in &snapshot.placements {
+        let wanted = jobs
+            .get(placement.job_id.as_str())
+            .and_then(|(job, version, parsed)| {
+                let parsed = parsed.as_ref()?;
+                let group = parsed.groups.iter().find(|g| g.name == placement.group)?;
+                let current = !job.stopped
+                    && *version == placement.job_version
+                    && placement.alloc_index < group.count
+                    && job_places(parsed);
+                current.then_some(())
+            });
+        let node = live.get(placement.node_id.as_str());
+        let report = reports.get(placement.alloc_id.as_str());
+        if node.is_none() {
+            // Its node is down: lost (and replaced below if still wanted).
+            let already_lost = report.is_some_and(|r| r.client_status == ClientStatus::Lost);
+            let finished = report.is_some_and(|r| r.client_status.is_terminal());
+            if !already_lost && !finished {
+                plan.lost.push(AllocReport {
+                    alloc_id: placement.alloc_id.clone(),
+                    job_id: placement.job_id.clone(),
+                    name: placement.name.clone(),
+                    node_id: placement.node_id.clone(),
+                    node_name: report.map(|r| r.node_name.clone()).unwrap_or_default(),
+                    client_status: ClientStatus::Lost,
+                    description: "its node is down (no heartbeat within heartbeat_ttl)".into(),
+                    updated_ms: now_ms,
+                });
+            }
+            plan.stop
+                .push((placement.node_id.clone(), placement.alloc_id.clone()));
+            // A completed batch alloc stays done, wherever its node went.
+            if wanted.is_some() && report.is_some_and(|r| r.client_status == ClientStatus::Complete)
+            {
+                kept.insert(
+                    (
+                        placement.job_id.clone(),
+                        placement.group.clone(),
+                        placement.alloc_index,
+                    ),
+                    placement,
+                );
+            }
+            continue;
+        }
+        let node = node.copied();
+        let draining = node.is_some_and(|n| n.record.drain);
+        let key = (
+            placement.job_id.clone(),
+            placement.group.clone(),
+            placement.alloc_index,
+        );
+        if wanted.is_none() || kept.contains_key(&key) {
+            plan.stop
+                .push((placement.node_id.clone(), placement.alloc_id.clone()));
+            continue;
+        }
+        if draining && !report.is_some_and(|r| r.client_status.is_terminal()) {
+            // Replaced elsewhere below, then stopped here.
+            plan.stop
+                .push((placement.node_id.clone(), placement.alloc_id.clone()));
+            continue;
+        }
+        let entry = usage.entry(placement.node_id.clone()).or_default();
+        if !report.is_some_and(|r| r.client_status.is_terminal()) {
+            entry.cpu_mhz += placement.cpu_mhz;
+            entry.memory_mb += placement.memory_mb;
+            entry.ports.extend(placement.static_ports.iter().copied());
+        }
+        *entry
+            .per_group
+            .entry((placement.job_id.clone(), placement.group.clone()))
+            .or_default() += 1;
+        kept.insert(key, placement);
+    }
+    // Place what is missing.
+    for (job_id, (job, version, parsed)) in &jobs {
+        let Some(parsed) = parsed else { continue };
+        if job.stopped || !job_places(parsed) {
+            continue;
+        }
+        for (group_index, group) in parsed.groups.iter().enumerate() {
+            let needs = needs(group);
+            for alloc_index in 0..group.count {
+                let key = (job_id.to_string(), group.name.clone(), alloc_index);
+                if kept.contains_key(&key) {
+                    continue;
+                }
+                let name = format!("{}.{}[{alloc_index}]", job.id, group.name);
+                let replaces = snapshot
+                    .placements
+                    .iter()
+                    .find(|p| {
+                        p.job_id == *job_id && p.group == group.name && p.alloc_index == alloc_index
+                    })
+                    .map(|p| p.alloc_id.clone());
+                let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+                let mut best: Option<(f64, &NodeView)> = None;
+                for node in &snapshot.nodes {
+                    let taken = usage.get(&node.record.id).cloned().unwrap_or_default();
+                    if let Some(why) = infeasible(node, &taken, &needs, parsed, group) {
+                        *reasons.entry(why).or_default() += 1;
+                        continue;
+                    }
+                    let collisions = taken
+                        .per_group
+                        .get(&(job.id.clone(), group.name.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    let fit = binpack(node, &taken, &needs);
+                    let score = if collisions > 0 {
+                        let penalty = -f64::from(collisions + 1) / f64::from(group.count.max(1));
+                        (fit + penalty) / 2.0
+                    } else {
+                        fit
+                    };
+                    if best.is_none_or(|(s, _)| score > s) {
+                        best = Some((score, node));
+                    }
+                }
+                let Some((_, node)) = best else {
+                    let why = reasons
+                        .iter()
+                        .map(|(why, n)| format!("{why} ({n})"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    plan.blocked.push(Blocked {
+                        job_id: job.id.clone(),
+                        group: group.name.clone(),
+                        name,
+                        why: if snapshot.nodes.is_empty() {
+                            "no node is ready".into()
+                        } else {
+                            format!("{} node(s) evaluated: {why}", snapshot.nodes.len())
+                        },
+                    });
+                    continue;
+                };
+                let placement = Placement {
+                    alloc_id: super::random_id(),
+                    job_id: job.id.clone(),
+                    job_version: *version,
+                    group: group.name.clone(),
+                    group_index,
+                    alloc_index,
+                    name,
+                    node_id: node.record.id.clone(),
+                    cpu_mhz: needs.cpu_mhz,
+                    memory_mb: needs.memory_mb,
+                    static_ports: needs.static_ports.clone(),
+                    replaces,
+                    placed_ms: now_ms,
+                };
+                let entry = usage.entry(node.record.id.clone()).or_default();
+                entry.cpu_mhz += needs.cpu_mhz;
+                entry.memory_mb += needs.memory_mb;
+                entry.ports.extend(needs.static_ports.iter().copied());
+                *entry
+                    .per_group
+                    .entry((job.id.clone(), group.name.clone()))
+                    .or_default() += 1;
+                plan.place.push(placement);
+            }
+        }
+    }
+    plan
+}
+
+/// Whether a job places allocs itself (periodic and parameterized jobs do not: their
+/// children do).
+fn job_places(job: &Job) -> bool {
+    job.periodic.is_none() && job.parameterized.is_none()
+}
+
+/// Writes `plan` in one transaction that holds only while `leader_key` (this agent's
+/// leadership) is still at `leader_revision`. `Ok(false)`: no longer the leader.
+pub async fn apply(
+    cluster: &Cluster,
+    plan: &Plan,
+    leader_key: &str,
+    leader_revision: i64,
+) -> Result<bool, super::ClusterError> {
+    use super::etcd::{Condition, Write};
+    let mut writes = Vec::new();
+    for (node, alloc) in &plan.stop {
+        writes.push(Write::Delete(cluster.key(&["allocs", node, alloc])));
+    }
+    for report in &plan.lost {
+        writes.push(Write::Put {
+            key: cluster.key(&["status", &report.alloc_id]),
+            value: serde_json::to_vec(report)
+                .map_err(|e| super::ClusterError::Local(e.to_string()))?,
+            lease: 0,
+        });
+    }
+    for placement in &plan.place {
+        writes.push(Write::Put {
+            key: cluster.key(&["allocs", &placement.node_id, &placement.alloc_id]),
+            value: serde_json::to_vec(placement)
+                .map_err(|e| super::ClusterError::Local(e.to_string()))?,
+            lease: 0,
+        });
+    }
+    if writes.is_empty() {
+        return Ok(true);
+    }
+    // etcd caps the operations of one transaction (128 by default): write in chunks,
+    // each guarded by the leadership.
+    for chunk in writes.chunks(100) {
+        let held = cluster
+            .etcd()
+            .transaction(
+                vec![Condition::ModRevision(
+                    leader_key.to_string(),
+                    leader_revision,
+                )],
+                chunk.to_vec(),
+            )
+            .await?;
+        if !held {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Runs for as long as the agent does: campaign for leadership; while leader, plan and
+/// apply on every change of the cluster's state.
+pub async fn run(
+    cluster: std::sync::Arc<Cluster>,
+    blocked: std::sync::Arc<std::sync::Mutex<Vec<Blocked>>>,
+) {
+    let election = cluster.key(&["leader"]);
+    loop {
+        let leader = match cluster
+            .etcd()
+            .campaign(&election, cluster.lease(), cluster.node_id())
+            .await
+        {
+            Ok(leader) => leader,
+            Err(error) => {
+                tracing::warn!(%error, "campaigning for the scheduler's leadership");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let leader_key = String::from_utf8_lossy(&leader.key).into_owned();
+        tracing::info!(node = %cluster.node_id(), "this agent is the cluster's scheduler");
+        let mut changes = cluster
+            .etcd()
+            .watch(&format!("{}/", cluster.settings().prefix), 0);
+        loop {
+            let snapshot = {
+                let cluster = cluster.clone();
+                match tokio::task::spawn_blocking(move || cluster.snapshot()).await {
+                    Ok(Ok(snapshot)) => snapshot,
+                    _ => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                }
+            };
+            let plan = plan(&snapshot, super::now_ms());
+            *blocked.lock().unwrap_or_else(|p| p.into_inner()) = plan.blocked.clone();
+            match apply(&cluster, &plan, &leader_key, leader.rev).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!("no longer the cluster's scheduler");
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "writing the scheduler's placements");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            }
+            // Wait for a change, then take every change that follows within 20 ms.
+            if changes.recv().await.is_none() {
+                break;
+            }
+            let settle = tokio::time::sleep(Duration::from_millis(20));
+            tokio::pin!(settle);
+            loop {
+                tokio::select! {
+                    () = &mut settle => break,
+                    change = changes.recv() => if change.is_none() { break },
+                }
+            }
+        }
+        let _ = cluster.etcd().resign(leader).await;
+    }
+}

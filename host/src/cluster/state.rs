@@ -1,0 +1,216 @@
+//! What the cluster records about jobs and allocs, and how it reads them: the jobs as
+//! submitted (`P/jobs/<id>`), the placements the scheduler made (`P/allocs/<node>/<alloc>`,
+//! which the node's agent runs), and what each node reports of its allocs
+//! (`P/status/<alloc>`).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cluster, ClusterError, NodeRecord, NodeView};
+use crate::jobspec::eval::VariableInputs;
+use crate::model::status::ClientStatus;
+
+/// A job as submitted to any agent: its source, so every agent reads it the same way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterJob {
+    pub id: String,
+    pub source_name: String,
+    pub source: String,
+    #[serde(default)]
+    pub variables: VariableInputs,
+    pub submitted_ms: u64,
+    /// Stopped: its allocs are stopped, the job is kept (Nomad's `job stop`).
+    #[serde(default)]
+    pub stopped: bool,
+}
+
+/// One alloc placed on one node by the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub alloc_id: String,
+    pub job_id: String,
+    /// The job key's revision this alloc was placed for: a newer one replaces it.
+    pub job_version: i64,
+    pub group: String,
+    pub group_index: usize,
+    pub alloc_index: u32,
+    /// `job.group[index]`.
+    pub name: String,
+    pub node_id: String,
+    pub cpu_mhz: u64,
+    pub memory_mb: u64,
+    /// Static ports the alloc holds on its node.
+    #[serde(default)]
+    pub static_ports: Vec<u16>,
+    /// The alloc this one replaces (on a lost node), if any.
+    #[serde(default)]
+    pub replaces: Option<String>,
+    pub placed_ms: u64,
+}
+
+/// What a node says of one of its allocs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocReport {
+    pub alloc_id: String,
+    pub job_id: String,
+    pub name: String,
+    pub node_id: String,
+    pub node_name: String,
+    pub client_status: ClientStatus,
+    /// Why it is in that state, when it is not plain (`lost`: its node went down).
+    #[serde(default)]
+    pub description: String,
+    pub updated_ms: u64,
+}
+
+/// Everything the scheduler reads, at one revision.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub revision: i64,
+    /// Jobs with the revision of their key (their version).
+    pub jobs: Vec<(ClusterJob, i64)>,
+    pub nodes: Vec<NodeView>,
+    pub placements: Vec<Placement>,
+    pub reports: Vec<AllocReport>,
+    /// Operator settings per node id: eligibility and drain, kept apart from the node's
+    /// own record (which its agent rewrites).
+    pub node_settings: Vec<(String, NodeSettings)>,
+}
+
+/// What an operator set on a node (`node eligibility`, `node drain`); survives the
+/// node's restarts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSettings {
+    #[serde(default)]
+    pub ineligible: bool,
+    /// Draining: allocs are moved off; `drain_deadline_ms` is when they are stopped
+    /// anyway (0: no deadline).
+    #[serde(default)]
+    pub drain: bool,
+    #[serde(default)]
+    pub drain_deadline_ms: u64,
+}
+
+impl Cluster {
+    /// Reads jobs, nodes, placements, reports and node settings at one revision.
+    pub fn snapshot(&self) -> Result<Snapshot, ClusterError> {
+        let etcd = self.etcd().clone();
+        let prefix = format!("{}/", self.settings().prefix);
+        let listed = prefix.clone();
+        let (entries, revision) = self.etcd().block(async move { etcd.list(&listed).await })?;
+        let mut snapshot = Snapshot {
+            revision,
+            ..Snapshot::default()
+        };
+        for entry in entries {
+            let Some(rest) = entry.key.strip_prefix(&prefix) else {
+                continue;
+            };
+            let kind = rest.split('/').next().unwrap_or("");
+            let problem = |e: serde_json::Error| {
+                tracing::warn!(key = %entry.key, error = %e,
+                    "a record in the cluster store cannot be read; it is left out");
+            };
+            match kind {
+                "jobs" => match serde_json::from_slice::<ClusterJob>(&entry.value) {
+                    Ok(job) => snapshot.jobs.push((job, entry.mod_revision)),
+                    Err(e) => problem(e),
+                },
+                "nodes" => match serde_json::from_slice::<NodeRecord>(&entry.value) {
+                    Ok(record) => snapshot.nodes.push(NodeView {
+                        record,
+                        status: "ready",
+                    }),
+                    Err(e) => problem(e),
+                },
+                "allocs" => match serde_json::from_slice::<Placement>(&entry.value) {
+                    Ok(placement) => snapshot.placements.push(placement),
+                    Err(e) => problem(e),
+                },
+                "status" => match serde_json::from_slice::<AllocReport>(&entry.value) {
+                    Ok(report) => snapshot.reports.push(report),
+                    Err(e) => problem(e),
+                },
+                "node-settings" => match serde_json::from_slice::<NodeSettings>(&entry.value) {
+                    Ok(settings) => {
+                        let id = rest.trim_start_matches("node-settings/").to_string();
+                        snapshot.node_settings.push((id, settings));
+                    }
+                    Err(e) => problem(e),
+                },
+                _ => {}
+            }
+        }
+        // Operator settings show in the node's view.
+        for node in &mut snapshot.nodes {
+            if let Some((_, settings)) = snapshot
+                .node_settings
+                .iter()
+                .find(|(id, _)| *id == node.record.id)
+            {
+                node.record.drain = settings.drain;
+                if settings.ineligible || settings.drain {
+                    node.record.eligibility = "ineligible".into();
+                }
+            }
+        }
+        snapshot
+            .nodes
+            .sort_by(|a, b| a.record.name.cmp(&b.record.name));
+        Ok(snapshot)
+    }
+
+    /// Submits (or replaces) a job; the key's new revision is its version.
+    pub fn put_job(&self, job: &ClusterJob) -> Result<i64, ClusterError> {
+        let key = self.key(&["jobs", &job.id]);
+        let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let etcd = self.etcd().clone();
+        self.etcd().block(async move {
+            etcd.put(&key, value, 0).await?;
+            Ok::<_, ClusterError>(etcd.get(&key).await?.map_or(0, |e| e.mod_revision))
+        })
+    }
+
+    /// Removes a job (purge); the scheduler then stops its allocs.
+    pub fn delete_job(&self, id: &str) -> Result<(), ClusterError> {
+        let key = self.key(&["jobs", id]);
+        let etcd = self.etcd().clone();
+        self.etcd()
+            .block(async move { Ok::<_, ClusterError>(etcd.delete(&key).await?) })
+    }
+
+    /// Records what this node says of one of its allocs.
+    pub fn report(&self, report: &AllocReport) -> Result<(), ClusterError> {
+        let key = self.key(&["status", &report.alloc_id]);
+        let value = serde_json::to_vec(report).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let etcd = self.etcd().clone();
+        self.etcd()
+            .block(async move { Ok::<_, ClusterError>(etcd.put(&key, value, 0).await?) })
+    }
+
+    /// Sets an operator setting of a node (eligibility, drain).
+    pub fn set_node_settings(
+        &self,
+        node_id: &str,
+        settings: &NodeSettings,
+    ) -> Result<(), ClusterError> {
+        let key = self.key(&["node-settings", node_id]);
+        let value = serde_json::to_vec(settings).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let etcd = self.etcd().clone();
+        self.etcd()
+            .block(async move { Ok::<_, ClusterError>(etcd.put(&key, value, 0).await?) })
+    }
+
+    /// The placements on this node, as its agent runs them.
+    pub fn own_placements(&self) -> Result<(Vec<Placement>, i64), ClusterError> {
+        let prefix = format!("{}/", self.key(&["allocs", self.node_id()]));
+        let etcd = self.etcd().clone();
+        let (entries, revision) = self.etcd().block(async move { etcd.list(&prefix).await })?;
+        Ok((
+            entries
+                .iter()
+                .filter_map(|e| serde_json::from_slice::<Placement>(&e.value).ok())
+                .collect(),
+            revision,
+        ))
+    }
+}

@@ -6,7 +6,8 @@
 //! Every read answers with `X-Nomad-Index` (the agent's change index) and is a
 //! blocking query with `?index=N&wait=D` (default 5 minutes, at most 10): it answers
 //! once the index is past `N` (with more than 256 waiting at once, a second at most).
-//! Errors are Nomad's: a status code and a plain-text body.
+//! Errors are Nomad's: a status code and a plain-text body. Streams (a log followed,
+//! the event stream) are capped at 128 open at once (`streams.rs`; past it 429).
 //!
 //! | method | path |
 //! |---|---|
@@ -22,7 +23,10 @@
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
-//! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`; not `follow` yet) |
+//! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`, `follow`: a stream, `follow_logs.rs`) |
+//! | GET | `/v1/client/fs/ls/:alloc_id`, `/v1/client/fs/stat/:alloc_id`, `/v1/client/fs/cat/:alloc_id`, |
+//! |     | `/v1/client/fs/readat/:alloc_id` (`path`; `offset`, `limit`): Nomad's view of berth's alloc dir, no link followed (`alloc_fs.rs`) |
+//! | GET | `/v1/event/stream` (`topic=Topic:Key`, `index`): a stream (`event_stream.rs`) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
 
 mod alloc_fs;

@@ -26,6 +26,7 @@ mod launched_jobs;
 mod logs;
 mod nomad_api;
 mod nomad_jobspecs;
+mod nomad_streams;
 mod planted_links;
 mod plugin_grants;
 mod task_users;

@@ -146,12 +146,16 @@ impl Agent {
         if !alone {
             return false;
         }
+        let last_seen = self.job_spec(id).ok();
         if let Err(error) = self.node.store.remove_job(id) {
             tracing::error!(job = %id, %error, "purging a job's record");
             return false;
         }
         self.jobs.lock().unwrap().remove(id);
         self.index.bump();
+        if let Some((status, job)) = last_seen {
+            self.publish_job_snapshot("JobDeregistered", status, job);
+        }
         true
     }
 

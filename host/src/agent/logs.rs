@@ -124,6 +124,11 @@ impl Agent {
 /// it: files rotate, and the oldest are deleted while a client follows.
 const INDEX_SHIFT: u32 = 40;
 
+/// The file index and the place in that file an offset of [`LogChunk`] names.
+pub fn offset_in_file(offset: u64) -> (u64, u64) {
+    (offset >> INDEX_SHIFT, offset & ((1 << INDEX_SHIFT) - 1))
+}
+
 /// Up to [`MAX_CHUNK`] bytes of stream `base` (`web.stdout`) in `<shared>/logs/` from
 /// `offset`, and the offset after them: from the named file on, or from the oldest file
 /// left when it is gone; on to the next file at the end of one. The task can write into
@@ -146,7 +151,7 @@ fn read_rotated(shared: &Path, base: &str, offset: u64) -> std::io::Result<(Vec<
         // Not made yet, or not a directory any more: nothing to show.
         Err(_) => return Ok((Vec::new(), offset)),
     };
-    let (mut index, mut position) = (offset >> INDEX_SHIFT, offset & ((1 << INDEX_SHIFT) - 1));
+    let (mut index, mut position) = offset_in_file(offset);
     for file_index in crate::process::logmon::indices(dir.as_fd(), base) {
         if file_index < index {
             continue;

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod data_dir;
+pub mod event_hub;
 mod gc;
 pub mod index;
 pub use gc::Garbage;
@@ -216,6 +217,10 @@ pub struct Agent {
     submitting: tokio::sync::Mutex<()>,
     /// Raised on every change a client could watch (Nomad's `X-Nomad-Index`).
     index: Arc<index::ChangeIndex>,
+    /// What changed, for Nomad's event stream.
+    event_hub: Arc<event_hub::EventHub>,
+    /// Becomes true when the agent stops serving: long answers (streams) end then.
+    shutting_down: watch::Sender<bool>,
 }
 
 impl Agent {
@@ -258,7 +263,8 @@ impl Agent {
         let (events, _) = broadcast::channel(4096);
         tokio::spawn(log_events(events.subscribe()));
         let change_index = Arc::new(index::ChangeIndex::default());
-        tokio::spawn(follow_events(events.subscribe(), change_index.clone()));
+        // Followed once the agent exists (below); what happens before waits in the channel.
+        let task_events = events.subscribe();
         let store = Arc::new(store);
         let cluster = {
             let (data_dir, config, drivers) = (
@@ -361,13 +367,26 @@ impl Agent {
             jobs: Mutex::default(),
             allocs: Mutex::default(),
             index: change_index,
+            event_hub: Arc::default(),
+            shutting_down: watch::Sender::new(false),
             events,
             notices,
             submitting: tokio::sync::Mutex::new(()),
         };
+        agent.publish(
+            event_hub::Topic::Node,
+            "NodeRegistration",
+            crate::node::facts()
+                .get("node.unique.id")
+                .cloned()
+                .unwrap_or_default(),
+            Vec::new(),
+            event_hub::Payload::Node,
+        );
         let mut restore_notices = agent.restore()?;
         agent.notices.append(&mut restore_notices);
         let agent = Arc::new(agent);
+        tokio::spawn(follow_events(task_events, Arc::downgrade(&agent)));
         agent.run_restored();
         // After restore: the first sync must not take restored tasks' services for
         // orphans (their runners register them again as they recover).
@@ -431,6 +450,63 @@ impl Agent {
         &self.index
     }
 
+    /// Events for Nomad's event stream: those kept from `from_index` on, then new ones.
+    pub fn subscribe_changes(&self, from_index: Option<u64>) -> event_hub::Subscription {
+        self.event_hub.subscribe(from_index)
+    }
+
+    /// The agent stops serving: streams end.
+    pub fn shut_down(&self) {
+        self.shutting_down.send_replace(true);
+    }
+
+    /// Becomes true when the agent stops serving.
+    pub fn shutting_down(&self) -> watch::Receiver<bool> {
+        self.shutting_down.subscribe()
+    }
+
+    fn publish(
+        &self,
+        topic: event_hub::Topic,
+        kind: &'static str,
+        key: String,
+        filter_keys: Vec<String>,
+        payload: event_hub::Payload,
+    ) {
+        self.event_hub.publish(event_hub::ClusterEvent {
+            index: self.index.current(),
+            topic,
+            kind,
+            key,
+            filter_keys,
+            payload,
+        });
+    }
+
+    /// A job's event, with the job as it is now (nothing when it is gone).
+    pub(crate) fn publish_job(&self, kind: &'static str, id: &str) {
+        if let Ok((status, job)) = self.job_spec(id) {
+            self.publish_job_snapshot(kind, status, job);
+        }
+    }
+
+    fn publish_job_snapshot(&self, kind: &'static str, status: JobStatus, job: Arc<Job>) {
+        self.publish(
+            event_hub::Topic::Job,
+            kind,
+            status.id.clone(),
+            Vec::new(),
+            event_hub::Payload::Job { status, job },
+        );
+    }
+
+    /// An alloc's event, with the alloc as it is now.
+    pub fn publish_alloc(&self, kind: &'static str, id: &str) {
+        if let Some(runner) = self.alloc_runner(id) {
+            publish_alloc_status(&self.event_hub, self.index.current(), kind, runner.status());
+        }
+    }
+
     /// A job's jobspec as the agent runs it, with its status.
     pub fn job_spec(&self, id: &str) -> Result<(JobStatus, Arc<Job>), LookupError> {
         let job = {
@@ -469,6 +545,10 @@ impl Agent {
             })
             .collect();
         self.index.bump();
+        self.publish_job("JobDeregistered", id);
+        for alloc in &stopping {
+            self.publish_alloc("AllocationUpdateDesiredStatus", alloc);
+        }
         Ok(stopping)
     }
 
@@ -642,13 +722,37 @@ impl Agent {
     }
 }
 
-fn spawn_runner(runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
+/// Runs an alloc; once it has finished (its last status set after its tasks' last
+/// events), the change is an index and an event of its own.
+fn spawn_runner(
+    runner: Arc<AllocRunner>,
+    index: Arc<index::ChangeIndex>,
+    hub: Arc<event_hub::EventHub>,
+) -> watch::Receiver<bool> {
     let (done, finished) = watch::channel(false);
     tokio::spawn(async move {
-        runner.run().await;
+        runner.clone().run().await;
+        index.bump();
+        publish_alloc_status(&hub, index.current(), "AllocationUpdated", runner.status());
         let _ = done.send(true);
     });
     finished
+}
+
+fn publish_alloc_status(
+    hub: &event_hub::EventHub,
+    index: u64,
+    kind: &'static str,
+    status: AllocStatus,
+) {
+    hub.publish(event_hub::ClusterEvent {
+        index,
+        topic: event_hub::Topic::Allocation,
+        kind,
+        key: status.id.clone(),
+        filter_keys: vec![status.job_id.clone()],
+        payload: event_hub::Payload::Allocation(Box::new(status)),
+    });
 }
 
 /// Every task event also goes to the agent's log.
@@ -661,14 +765,19 @@ pub enum Submitter {
     Token { may_run_plugins: bool },
 }
 
-/// Every task event raises the change index.
-async fn follow_events(
-    mut events: broadcast::Receiver<AllocEvent>,
-    index: Arc<index::ChangeIndex>,
-) {
+/// Every task event raises the change index and is an update of its alloc.
+async fn follow_events(mut events: broadcast::Receiver<AllocEvent>, agent: std::sync::Weak<Agent>) {
     loop {
-        match events.recv().await {
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => index.bump(),
+        let event = events.recv().await;
+        let Some(agent) = agent.upgrade() else {
+            return;
+        };
+        match event {
+            Ok(event) => {
+                agent.index.bump();
+                agent.publish_alloc("AllocationUpdated", &event.alloc_id);
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => agent.index.bump(),
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }

@@ -102,7 +102,11 @@ impl Agent {
         );
         for entry in allocs.values_mut() {
             if !*entry.finished.borrow() {
-                entry.finished = spawn_runner(entry.runner.clone());
+                entry.finished = spawn_runner(
+                    entry.runner.clone(),
+                    self.index.clone(),
+                    self.event_hub.clone(),
+                );
             } else {
                 // Finished before the restart with volumes its plugin could not take back.
                 entry.runner.give_back_csi();

@@ -113,6 +113,10 @@ impl Agent {
             self.record_and_place(record, job.clone())?
         };
         self.index.bump();
+        self.publish_job("JobRegistered", &job.name);
+        for alloc in &alloc_ids {
+            self.publish_alloc("AllocationUpdated", alloc);
+        }
         Ok(Submitted {
             job_id: job.name.clone(),
             alloc_ids,
@@ -219,7 +223,7 @@ impl Agent {
         let alloc_ids = runners.iter().map(|r| r.id.clone()).collect();
         let mut allocs = self.allocs.lock().unwrap();
         for runner in runners {
-            let finished = spawn_runner(runner.clone());
+            let finished = spawn_runner(runner.clone(), self.index.clone(), self.event_hub.clone());
             allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
         }
         Ok(alloc_ids)

@@ -4,7 +4,7 @@
 //! `max_connections_per_client` of them from one address, a request's
 //! headers within `header_timeout` (a slow client holds nothing for long), and a
 //! connection idle between requests for `idle_timeout` at most (a request being answered
-//! is not idle). The Unix socket has its own limits, so the operator is answered there
+//! is not idle, until the last byte of its answer is out: a quiet stream stays up). The Unix socket has its own limits, so the operator is answered there
 //! whatever holds the TCP listener.
 
 use std::collections::HashMap;
@@ -170,8 +170,9 @@ where
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        let busy = self.busy.clone();
-        busy.fetch_add(1, Ordering::SeqCst);
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        // Counted back when the answer is sent, or dropped unsent.
+        let busy = Busy(self.busy.clone());
         // Busy, so not idle: the body then has its own deadline, or a client that sends
         // headers and never the body would hold the connection for good.
         let deadline = self.body_deadline;
@@ -179,9 +180,46 @@ where
         let answer = tower::Service::call(&mut self.inner, request);
         Box::pin(async move {
             let response = answer.await;
-            busy.fetch_sub(1, Ordering::SeqCst);
-            response
+            // Busy until the whole body is out: a stream (a log followed, the event
+            // stream) is an answer being sent, however quiet, not an idle connection.
+            Ok(response?.map(|body| axum::body::Body::new(BusyUntilSent { body, _busy: busy })))
         })
+    }
+}
+
+/// One request of a connection being answered, counted while it lives.
+struct Busy(Arc<AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its connection busy until it is sent or dropped.
+struct BusyUntilSent {
+    body: axum::body::Body,
+    /// Held, not read: dropped with the body.
+    _busy: Busy,
+}
+
+impl hyper::body::Body for BusyUntilSent {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -126,6 +126,8 @@ pub(super) async fn run(
         _ = terminate.recv() => {}
     }
     printer.abort();
+    // Streams (log follows, event streams) end now, not when the process is torn down.
+    agent.shut_down();
     println!("==> berth agent stopping; tasks keep running and are recovered by the next agent");
     Ok(ExitCode::SUCCESS)
 }

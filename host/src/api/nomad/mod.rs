@@ -6,7 +6,8 @@
 //! Every read answers with `X-Nomad-Index` (the agent's change index) and is a
 //! blocking query with `?index=N&wait=D` (default 5 minutes, at most 10): it answers
 //! once the index is past `N` (with more than 256 waiting at once, a second at most).
-//! Errors are Nomad's: a status code and a plain-text body.
+//! Errors are Nomad's: a status code and a plain-text body. Streams (a log followed,
+//! the event stream) are capped at 128 open at once (`streams.rs`; past it 429).
 //!
 //! | method | path |
 //! |---|---|
@@ -22,11 +23,18 @@
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
-//! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`; not `follow` yet) |
+//! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`, `follow`: a stream, `follow_logs.rs`) |
+//! | GET | `/v1/client/fs/ls/:alloc_id`, `/v1/client/fs/stat/:alloc_id`, `/v1/client/fs/cat/:alloc_id`, |
+//! |     | `/v1/client/fs/readat/:alloc_id` (`path`; `offset`, `limit`): Nomad's view of berth's alloc dir, no link followed (`alloc_fs.rs`) |
+//! | GET | `/v1/event/stream` (`topic=Topic:Key`, `index`): a stream (`event_stream.rs`) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
 
+mod alloc_fs;
+mod event_stream;
+mod follow_logs;
 pub mod register;
 pub mod shapes;
+mod streams;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -205,6 +213,11 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/node/{id}", get(read_node))
         .route("/v1/node/{id}/allocations", get(node_allocations))
         .route("/v1/client/fs/logs/{alloc}", get(task_logs))
+        .route("/v1/client/fs/ls/{alloc}", get(alloc_fs::list))
+        .route("/v1/client/fs/stat/{alloc}", get(alloc_fs::stat))
+        .route("/v1/client/fs/cat/{alloc}", get(alloc_fs::cat))
+        .route("/v1/client/fs/readat/{alloc}", get(alloc_fs::read_at))
+        .route("/v1/event/stream", get(event_stream::stream))
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/health", get(agent_health))
         .route("/v1/agent/members", get(agent_members))
@@ -231,6 +244,11 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/node/:id",
     "/v1/node/:id/allocations",
     "/v1/client/fs/logs/:alloc_id",
+    "/v1/client/fs/ls/:alloc_id",
+    "/v1/client/fs/stat/:alloc_id",
+    "/v1/client/fs/cat/:alloc_id",
+    "/v1/client/fs/readat/:alloc_id",
+    "/v1/event/stream",
     "/v1/agent/self",
     "/v1/agent/health",
     "/v1/agent/members",
@@ -399,6 +417,7 @@ async fn stop_allocation(
         .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "alloc not found".into()))?;
     runner.stop();
     agent.change_index().bump();
+    agent.publish_alloc("AllocationUpdateDesiredStatus", &alloc.id);
     let index = agent.change_index().current();
     Ok(with_index(
         axum::Json(json!({"EvalID": "", "Index": index})).into_response(),
@@ -679,12 +698,6 @@ async fn task_logs(
     Path(alloc): Path<String>,
     Query(query): Query<LogsQuery>,
 ) -> Result<Response, NomadError> {
-    if flag(query.follow.as_deref()) {
-        return Err(bad_request(
-            "berth does not follow logs on this endpoint yet: ask again without follow \
-             (or use `berth alloc logs -f`)",
-        ));
-    }
     let offset: usize = match query.offset.as_deref().filter(|o| !o.is_empty()) {
         None => 0,
         Some(text) => text
@@ -701,12 +714,27 @@ async fn task_logs(
         }
     };
     let stream = query.stream.clone().unwrap_or_else(|| "stdout".into());
+    if flag(query.follow.as_deref()) {
+        let start = if from_end {
+            follow_logs::Start::End { bytes: offset }
+        } else {
+            follow_logs::Start::Beginning { skip: offset }
+        };
+        let follow = follow_logs::Follow {
+            alloc,
+            task: query.task.clone(),
+            stream,
+            plain: flag(query.plain.as_deref()),
+            start,
+        };
+        return follow_logs::answer(agent, follow);
+    }
     let log_query = crate::agent::logs::LogQuery {
         task: query.task.clone(),
         stream: Some(stream.clone()),
         offset: None,
     };
-    let (task, bytes) = crate::blocking::run(|| read_whole_log(&agent, &alloc, log_query))?;
+    let (task, bytes, _) = crate::blocking::run(|| read_whole_log(&agent, &alloc, log_query))?;
     let start = if from_end {
         bytes.len().saturating_sub(offset)
     } else {
@@ -729,13 +757,23 @@ async fn task_logs(
     .into_response())
 }
 
-/// Every chunk of a task's log (its last [`MAX_LOG_ANSWER`] bytes at most), and the task.
+fn log_error(error: crate::agent::logs::LogError) -> NomadError {
+    use crate::agent::logs::LogError;
+    match error {
+        LogError::Lookup(lookup) => NomadError::from(lookup),
+        LogError::NoSuchTask { .. } => NomadError(StatusCode::NOT_FOUND, error.to_string()),
+        LogError::WhichTask { .. } | LogError::Stream(_) => bad_request(error.to_string()),
+        LogError::Io { .. } => NomadError(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+    }
+}
+
+/// Every chunk of a task's log (its last [`MAX_LOG_ANSWER`] bytes at most), the task,
+/// and the offset after them.
 fn read_whole_log(
     agent: &Agent,
     alloc: &str,
     mut query: crate::agent::logs::LogQuery,
-) -> Result<(String, Vec<u8>), NomadError> {
-    use crate::agent::logs::LogError;
+) -> Result<(String, Vec<u8>, u64), NomadError> {
     let status = agent.alloc(alloc)?;
     let task = match &query.task {
         Some(task) => task.clone(),
@@ -743,14 +781,10 @@ fn read_whole_log(
     };
     let mut bytes = Vec::new();
     loop {
-        let chunk = agent.task_log(alloc, &query).map_err(|error| match error {
-            LogError::Lookup(lookup) => NomadError::from(lookup),
-            LogError::NoSuchTask { .. } => NomadError(StatusCode::NOT_FOUND, error.to_string()),
-            LogError::WhichTask { .. } | LogError::Stream(_) => bad_request(error.to_string()),
-            LogError::Io { .. } => NomadError(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
-        })?;
+        let chunk = agent.task_log(alloc, &query).map_err(log_error)?;
         let data = chunk.bytes();
         if data.is_empty() {
+            query.offset = Some(chunk.offset);
             break;
         }
         bytes.extend_from_slice(&data);
@@ -759,7 +793,7 @@ fn read_whole_log(
         }
         query.offset = Some(chunk.offset);
     }
-    Ok((task, bytes))
+    Ok((task, bytes, query.offset.unwrap_or(0)))
 }
 
 async fn agent_self(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {

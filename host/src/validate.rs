@@ -266,15 +266,40 @@ pub async fn validate(
     config: &AgentConfig,
     catalog: Option<&dyn Catalog>,
 ) -> Vec<Problem> {
+    validate_for(job, drivers, hooks, config, catalog, Placing::ThisNode).await
+}
+
+/// Where a job is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placing {
+    /// It runs here: this node's constraints and host volumes count.
+    ThisNode,
+    /// A cluster's scheduler picks the node: what this node has or lacks (its
+    /// attributes, its host volumes) is the scheduler's to weigh, not a refusal.
+    AnyNode,
+}
+
+/// [`validate`] for a job placed as `placing` says.
+pub async fn validate_for(
+    job: &Job,
+    drivers: &DriverSet,
+    hooks: &HookSet,
+    config: &AgentConfig,
+    catalog: Option<&dyn Catalog>,
+    placing: Placing,
+) -> Vec<Problem> {
     let mut problems = Vec::new();
     let job_path = format!("job.{}", job.name);
-    problems.extend(constraint_problems(job, drivers));
+    let this_node = placing == Placing::ThisNode;
+    if this_node {
+        problems.extend(constraint_problems(job, drivers));
+    }
     for group in &job.groups {
         let group_path = format!("{job_path}.group.{}", group.name);
         for volume in &group.volumes {
             let path = format!("{group_path}.volume.{}", volume.name);
             match volume.volume_type {
-                VolumeType::Host if config.host_volume(&volume.source).is_none() => {
+                VolumeType::Host if this_node && config.host_volume(&volume.source).is_none() => {
                     let configured: Vec<&str> = config
                         .host_volumes
                         .iter()

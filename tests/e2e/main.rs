@@ -10,6 +10,7 @@ mod agent;
 mod agent_limits;
 mod agent_process;
 mod cli;
+mod cluster;
 mod confinement;
 mod consul;
 mod consul_double;

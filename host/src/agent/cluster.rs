@@ -1,11 +1,21 @@
 //! This agent as a member of a cluster (`cluster { store = "etcd" }`): joining at start
-//! with a record of what the node is and has, and the catalog on etcd.
+//! with a record of what the node is and has; jobs submitted here go to the cluster,
+//! whose scheduler places them; this node runs what is placed on it (a placement is
+//! durable intent: recorded locally before its runner starts) and reports what became
+//! of it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::{Agent, AllocEntry, JobEntry, SubmitError, Submitted, spawn_runner};
+use crate::alloc_runner::AllocRunner;
+use crate::cluster::state::{AllocReport, ClusterJob, Placement};
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
+use crate::jobspec::{self, Job};
+use crate::state::JobRecord;
 
 /// Joins the configured cluster, if one is configured. Blocking (it waits for etcd up
 /// to the dial timeout): run it off the async workers.
@@ -26,6 +36,41 @@ pub(super) fn join(
         "joined the cluster"
     );
     Ok(Some(cluster))
+}
+
+/// The change index of an agent in `cluster`: etcd's revision from now on.
+pub(super) fn follow_revision(cluster: &Arc<Cluster>) -> super::index::ChangeIndex {
+    let start = cluster.revision().unwrap_or(1);
+    super::index::ChangeIndex::following_store(u64::try_from(start).unwrap_or(1))
+}
+
+/// Moves `index` with every change under the cluster's prefix (a cut watch reads the
+/// revision again).
+pub(super) fn spawn_revision_follower(
+    cluster: &Arc<Cluster>,
+    index: Arc<super::index::ChangeIndex>,
+) {
+    let cluster = cluster.clone();
+    let start = i64::try_from(index.current()).unwrap_or(0) + 1;
+    tokio::spawn(async move {
+        let mut changes = cluster
+            .etcd()
+            .watch(&format!("{}/", cluster.settings().prefix), start);
+        while let Some(change) = changes.recv().await {
+            let revision = match change {
+                crate::cluster::etcd::Change::Put(entry) => entry.mod_revision,
+                crate::cluster::etcd::Change::Delete { mod_revision, .. } => mod_revision,
+                crate::cluster::etcd::Change::Reset => {
+                    let cluster = cluster.clone();
+                    match tokio::task::spawn_blocking(move || cluster.revision()).await {
+                        Ok(Ok(revision)) => revision,
+                        _ => continue,
+                    }
+                }
+            };
+            index.advance_to(u64::try_from(revision).unwrap_or(0));
+        }
+    });
 }
 
 /// What this node is and has, as the cluster's scheduler and `node status` see it.
@@ -78,4 +123,252 @@ fn cpu_mhz_per_core() -> u64 {
                 .and_then(|v| v.trim().parse::<f64>().ok())
         })
         .map_or(1000, |mhz| mhz as u64)
+}
+
+impl Agent {
+    /// Submits a checked job to the cluster: the scheduler places it (on any node).
+    pub(super) async fn submit_to_cluster(
+        &self,
+        cluster: &Arc<Cluster>,
+        job: Job,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<Submitted, SubmitError> {
+        let record = ClusterJob {
+            id: job.name.clone(),
+            source_name: source_name.to_string(),
+            source: source.to_string(),
+            variables: variables.clone(),
+            submitted_ms: super::now_ms(),
+            stopped: false,
+        };
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || cluster.put_job(&record))
+            .await
+            .map_err(|e| ClusterError::Local(e.to_string()))??;
+        Ok(Submitted {
+            job_id: job.name.clone(),
+            alloc_ids: Vec::new(),
+            replaced: Vec::new(),
+            warnings: job
+                .warnings
+                .iter()
+                .map(|w| format!("{source_name}:{w}"))
+                .collect(),
+        })
+    }
+
+    /// Stops a cluster job (its allocs stop wherever they run) or purges it.
+    pub async fn stop_cluster_job(&self, id: &str, purge: bool) -> Result<(), ClusterError> {
+        let Some(cluster) = self.cluster.clone() else {
+            return Ok(());
+        };
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || {
+            if purge {
+                return cluster.delete_job(&id);
+            }
+            let snapshot = cluster.snapshot()?;
+            let Some((mut job, _)) = snapshot.jobs.into_iter().find(|(j, _)| j.id == id) else {
+                return Err(ClusterError::Local(format!("job {id:?} not found")));
+            };
+            job.stopped = true;
+            cluster.put_job(&job).map(|_| ())
+        })
+        .await
+        .map_err(|e| ClusterError::Local(e.to_string()))?
+    }
+
+    /// Runs this node's placements for as long as the agent runs: a new placement is
+    /// started, a removed one stopped; every alloc's status is reported to the cluster.
+    pub(super) fn follow_placements(self: &Arc<Self>) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let agent = Arc::downgrade(self);
+        let mut local_events = self.subscribe();
+        tokio::spawn(async move {
+            let prefix = format!("{}/", cluster.key(&["allocs", cluster.node_id()]));
+            let mut changes = cluster.etcd().watch(&prefix, 0);
+            let mut reported: BTreeMap<String, AllocReport> = BTreeMap::new();
+            loop {
+                let Some(agent) = agent.upgrade() else { return };
+                let placements = {
+                    let cluster = cluster.clone();
+                    tokio::task::spawn_blocking(move || cluster.own_placements()).await
+                };
+                match placements {
+                    Ok(Ok((placements, _))) => agent.run_placements(&cluster, placements).await,
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "reading this node's placements");
+                    }
+                    Err(_) => return,
+                }
+                agent.report_allocs(&cluster, &mut reported).await;
+                drop(agent);
+                tokio::select! {
+                    change = changes.recv() => if change.is_none() { return },
+                    _ = local_events.recv() => {}
+                    () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                }
+                // Take whatever else arrives within a moment in the same round.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                while changes.try_recv().is_ok() {}
+                while local_events.try_recv().is_ok() {}
+            }
+        });
+    }
+
+    /// Starts the placements not running here and stops the allocs no longer placed.
+    async fn run_placements(&self, cluster: &Arc<Cluster>, placements: Vec<Placement>) {
+        let placed: BTreeSet<&str> = placements.iter().map(|p| p.alloc_id.as_str()).collect();
+        let local: Vec<AllocEntry> = self.allocs.lock().unwrap().values().cloned().collect();
+        for entry in &local {
+            if !placed.contains(entry.runner.id.as_str()) && !entry.runner.is_terminal() {
+                tracing::info!(alloc = %entry.runner.id, "the cluster no longer places this alloc here; stopping it");
+                entry.runner.stop();
+                self.index.bump();
+            }
+        }
+        let known: BTreeSet<String> = local.iter().map(|e| e.runner.id.clone()).collect();
+        let new: Vec<Placement> = placements
+            .into_iter()
+            .filter(|p| !known.contains(&p.alloc_id))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let snapshot = {
+            let cluster = cluster.clone();
+            match tokio::task::spawn_blocking(move || cluster.snapshot()).await {
+                Ok(Ok(snapshot)) => snapshot,
+                _ => return,
+            }
+        };
+        for placement in new {
+            let Some((job, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == placement.job_id)
+            else {
+                continue;
+            };
+            if *version != placement.job_version || job.stopped {
+                // About to be replaced by the scheduler.
+                continue;
+            }
+            if let Err(error) = self.run_placement(job, &placement) {
+                tracing::error!(alloc = %placement.alloc_id, %error, "starting a placed alloc");
+                let report = AllocReport {
+                    alloc_id: placement.alloc_id.clone(),
+                    job_id: placement.job_id.clone(),
+                    name: placement.name.clone(),
+                    node_id: cluster.node_id().to_string(),
+                    node_name: cluster.node_name().to_string(),
+                    client_status: crate::model::status::ClientStatus::Failed,
+                    description: error.to_string(),
+                    updated_ms: super::now_ms(),
+                };
+                let cluster = cluster.clone();
+                let _ = tokio::task::spawn_blocking(move || cluster.report(&report)).await;
+            }
+        }
+    }
+
+    /// Records and starts one placed alloc.
+    fn run_placement(
+        &self,
+        cluster_job: &ClusterJob,
+        placement: &Placement,
+    ) -> Result<(), SubmitError> {
+        let job = jobspec::parse_with(
+            &cluster_job.source_name,
+            &cluster_job.source,
+            &cluster_job.variables,
+        )
+        .map_err(SubmitError::Invalid)?;
+        let group = job
+            .groups
+            .get(placement.group_index)
+            .filter(|g| g.name == placement.group);
+        let Some(group) = group else {
+            return Err(SubmitError::Refused(format!(
+                "job {:?} has no group {:?} at {}",
+                job.name, placement.group, placement.group_index
+            )));
+        };
+        let mut in_use: BTreeSet<u16> = self.port_holders(None).into_keys().collect();
+        let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)
+            .map_err(|e| SubmitError::Refused(format!("group {:?}: {e}", group.name)))?;
+        let mut alloc =
+            AllocRunner::new_record(&job, placement.group_index, placement.alloc_index, ports);
+        alloc.id = placement.alloc_id.clone();
+        let record = JobRecord {
+            id: job.name.clone(),
+            source_name: cluster_job.source_name.clone(),
+            source: cluster_job.source.clone(),
+            variables: cluster_job.variables.clone(),
+            submitted_ms: cluster_job.submitted_ms,
+            stopped: false,
+            child_of: None,
+        };
+        self.node
+            .store
+            .put_job_and_allocs(&record, std::slice::from_ref(&alloc))?;
+        let job = Arc::new(job);
+        self.jobs.lock().unwrap().insert(
+            record.id.clone(),
+            JobEntry {
+                record,
+                job: job.clone(),
+            },
+        );
+        let runner = AllocRunner::recorded(job, alloc, self.node.clone());
+        let finished = spawn_runner(runner.clone(), self.index.clone(), self.event_hub.clone());
+        self.allocs
+            .lock()
+            .unwrap()
+            .insert(runner.id.clone(), AllocEntry { runner, finished });
+        self.index.bump();
+        Ok(())
+    }
+
+    /// Tells the cluster what became of this node's allocs (only what changed).
+    async fn report_allocs(
+        &self,
+        cluster: &Arc<Cluster>,
+        reported: &mut BTreeMap<String, AllocReport>,
+    ) {
+        let statuses: Vec<crate::alloc_runner::AllocStatus> = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .map(|a| a.runner.status())
+            .collect();
+        let reports: Vec<AllocReport> = statuses
+            .into_iter()
+            .map(|alloc| AllocReport {
+                job_id: alloc.job_id,
+                alloc_id: alloc.id,
+                name: alloc.name,
+                node_id: cluster.node_id().to_string(),
+                node_name: cluster.node_name().to_string(),
+                client_status: alloc.client_status,
+                description: String::new(),
+                updated_ms: 0,
+            })
+            .filter(|report| {
+                reported
+                    .get(&report.alloc_id)
+                    .is_none_or(|before| before.client_status != report.client_status)
+            })
+            .collect();
+        for mut report in reports {
+            report.updated_ms = super::now_ms();
+            let writer = cluster.clone();
+            let sent = report.clone();
+            if let Ok(Ok(())) = tokio::task::spawn_blocking(move || writer.report(&sent)).await {
+                reported.insert(report.alloc_id.clone(), report);
+            }
+        }
+    }
 }

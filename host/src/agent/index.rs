@@ -13,6 +13,10 @@ use tokio::sync::watch;
 
 pub struct ChangeIndex {
     current: watch::Sender<u64>,
+    /// In a cluster the index is the cluster store's revision (every change a client
+    /// could watch is written there): local bumps do nothing, [`ChangeIndex::advance_to`]
+    /// moves it.
+    follows_store: bool,
 }
 
 fn now_ms() -> u64 {
@@ -25,6 +29,7 @@ impl Default for ChangeIndex {
     fn default() -> Self {
         ChangeIndex {
             current: watch::Sender::new(now_ms().max(1)),
+            follows_store: false,
         }
     }
 }
@@ -34,8 +39,28 @@ impl ChangeIndex {
         *self.current.borrow()
     }
 
+    /// An index that is the cluster store's revision, from `revision` on.
+    pub fn following_store(revision: u64) -> ChangeIndex {
+        ChangeIndex {
+            current: watch::Sender::new(revision.max(1)),
+            follows_store: true,
+        }
+    }
+
+    /// The store is at `revision` (never moves the index back).
+    pub fn advance_to(&self, revision: u64) {
+        self.current.send_if_modified(|index| {
+            let moved = revision > *index;
+            *index = (*index).max(revision);
+            moved
+        });
+    }
+
     /// Something changed.
     pub fn bump(&self) {
+        if self.follows_store {
+            return;
+        }
         let now = now_ms();
         self.current
             .send_modify(|index| *index = index.saturating_add(1).max(now));

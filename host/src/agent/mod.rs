@@ -83,6 +83,8 @@ pub enum SubmitError {
     Lookup(#[from] LookupError),
     #[error("recording the job: {0}")]
     State(#[from] StateError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +211,8 @@ pub struct Agent {
     node: NodeContext,
     /// The cluster this agent is a member of, when configured.
     cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// What the cluster's scheduler could not place, when this agent is the scheduler.
+    blocked_placements: Arc<Mutex<Vec<crate::cluster::scheduler::Blocked>>>,
     jobs: Mutex<BTreeMap<String, JobEntry>>,
     allocs: Mutex<BTreeMap<String, AllocEntry>>,
     events: broadcast::Sender<AllocEvent>,
@@ -262,7 +266,6 @@ impl Agent {
         };
         let (events, _) = broadcast::channel(4096);
         tokio::spawn(log_events(events.subscribe()));
-        let change_index = Arc::new(index::ChangeIndex::default());
         // Followed once the agent exists (below); what happens before waits in the channel.
         let task_events = events.subscribe();
         let store = Arc::new(store);
@@ -276,6 +279,10 @@ impl Agent {
                 .await
                 .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };
+        let change_index = Arc::new(match &cluster {
+            None => index::ChangeIndex::default(),
+            Some(cluster) => crate::blocking::run(|| cluster::follow_revision(cluster)),
+        });
         let csi = match &cluster {
             None => crate::csi::CsiNode::start(
                 &options.data_dir,
@@ -353,6 +360,7 @@ impl Agent {
             });
         let mut agent = Agent {
             cluster,
+            blocked_placements: Arc::default(),
             node: NodeContext {
                 sys: Arc::new(crate::sys::LinuxSys::new(cgroups)),
                 data_dir: options.data_dir,
@@ -393,6 +401,14 @@ impl Agent {
         tokio::spawn(agent.node.services.clone().run());
         gc::spawn_garbage_collector(&agent);
         launch::spawn_periodic_launcher(&agent);
+        if let Some(cluster) = agent.cluster.clone() {
+            cluster::spawn_revision_follower(&cluster, agent.index.clone());
+            agent.follow_placements();
+            tokio::spawn(crate::cluster::scheduler::run(
+                cluster,
+                agent.blocked_placements.clone(),
+            ));
+        }
         Ok(agent)
     }
 
@@ -523,6 +539,17 @@ impl Agent {
     /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
     /// to stop.
     pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, LookupError> {
+        if self.cluster.is_some() {
+            // The scheduler removes the placements; each node stops its allocs.
+            self.stop_cluster_job(id, false)
+                .await
+                .map_err(|_| LookupError::NotFound {
+                    kind: "job",
+                    id: id.to_string(),
+                })?;
+            self.publish_job("JobDeregistered", id);
+            return Ok(Vec::new());
+        }
         let _one_at_a_time = self.submitting.lock().await;
         {
             let mut jobs = self.jobs.lock().unwrap();

@@ -72,21 +72,34 @@ impl Agent {
                 problems: refused,
             }));
         }
-        let problems = crate::validate::validate(
+        let placing = if self.cluster.is_some() {
+            crate::validate::Placing::AnyNode
+        } else {
+            crate::validate::Placing::ThisNode
+        };
+        let problems = crate::validate::validate_for(
             &job,
             &self.node.drivers,
             &self.node.hooks,
             &self.node.config,
             Some(self.node.csi.catalog.as_ref()),
+            placing,
         )
         .await;
         let mut problems = problems;
-        problems.extend(self.disk_problems(&job));
+        if placing == crate::validate::Placing::ThisNode {
+            problems.extend(self.disk_problems(&job));
+        }
         if !problems.is_empty() {
             return Err(SubmitError::Invalid(JobspecError {
                 file: source_name.to_string(),
                 problems,
             }));
+        }
+        if let Some(cluster) = &self.cluster {
+            return self
+                .submit_to_cluster(cluster, job, source_name, source, variables)
+                .await;
         }
         let _one_at_a_time = self.submitting.lock().await;
         let places = job.periodic.is_none() && job.parameterized.is_none();

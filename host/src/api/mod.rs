@@ -151,6 +151,14 @@ impl From<SubmitError> for Failure {
                     problems: Vec::new(),
                 },
             ),
+            // The cluster store is away: the job was not submitted; try again.
+            SubmitError::Cluster(cluster) => Failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ApiError {
+                    error: cluster.to_string(),
+                    problems: Vec::new(),
+                },
+            ),
         }
     }
 }

@@ -104,6 +104,8 @@ pub struct Etcd {
     _runtime: Arc<Runtime>,
     handle: tokio::runtime::Handle,
     channel: Channel,
+    /// The same endpoints without the call deadline: a campaign waits until elected.
+    waiting_channel: Channel,
     endpoints: String,
 }
 
@@ -130,24 +132,24 @@ impl Etcd {
         for endpoint in endpoints {
             let uri = Endpoint::from_shared(endpoint.clone())
                 .map_err(|_| EtcdError::BadEndpoint(endpoint.clone()))?;
-            parsed.push(
-                uri.connect_timeout(dial_timeout)
-                    .timeout(CALL_DEADLINE)
-                    .tcp_nodelay(true),
-            );
+            parsed.push(uri.connect_timeout(dial_timeout).tcp_nodelay(true));
         }
         if parsed.is_empty() {
             return Err(EtcdError::BadEndpoint(String::new()));
         }
         let joined = endpoints.join(", ");
-        let channel = {
+        let (channel, waiting_channel) = {
             let _entered = handle.enter();
-            Channel::balance_list(parsed.into_iter())
+            (
+                Channel::balance_list(parsed.iter().map(|e| e.clone().timeout(CALL_DEADLINE))),
+                Channel::balance_list(parsed.into_iter()),
+            )
         };
         let etcd = Etcd {
             _runtime: runtime,
             handle,
             channel,
+            waiting_channel,
             endpoints: joined,
         };
         // A first read proves the store answers (and warms the connection).
@@ -486,7 +488,7 @@ impl Etcd {
         lease: i64,
         value: &str,
     ) -> Result<election::LeaderKey, EtcdError> {
-        let response = ElectionClient::new(self.channel.clone())
+        let response = ElectionClient::new(self.waiting_channel.clone())
             .campaign(election::CampaignRequest {
                 name: name.as_bytes().to_vec(),
                 lease,

@@ -407,7 +407,8 @@ fn is_uuid(text: &str) -> bool {
         })
 }
 
-#[cfg(test)]
-pub(crate) mod testing;
+/// A real etcd for tests and benches (not used by the agent).
+#[doc(hidden)]
+pub mod testing;
 #[cfg(test)]
 mod tests;

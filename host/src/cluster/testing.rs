@@ -1,4 +1,4 @@
-//! A real etcd for tests: the `etcd` binary (Debian's `etcd-server`) in a temp dir on
+//! A real etcd for tests and benches (the agent never uses this): the `etcd` binary (Debian's `etcd-server`) in a temp dir on
 //! free loopback ports, stopped and its dir removed when dropped. It can be stopped and
 //! started again on the same ports and data (an outage).
 
@@ -23,7 +23,10 @@ fn free_port() -> u16 {
 impl EtcdServer {
     pub fn start() -> EtcdServer {
         let mut server = EtcdServer {
-            dir: tempfile::tempdir().expect("a temp dir for etcd"),
+            dir: tempfile::Builder::new()
+                .prefix("berth-etcd")
+                .tempdir()
+                .expect("a temp dir for etcd"),
             client_port: free_port(),
             peer_port: free_port(),
             child: None,

@@ -24,9 +24,10 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use super::cluster::node_stub;
 use super::shapes::{self, ThisNode};
 use super::streams::{self, Ended, Feed};
-use super::{NomadError, bad_request, node_stub};
+use super::{NomadError, bad_request};
 use crate::agent::Agent;
 use crate::agent::event_hub::{ClusterEvent, Payload, Received, Subscription, Topic};
 

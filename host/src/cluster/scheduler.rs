@@ -38,12 +38,15 @@ pub struct Plan {
     pub blocked: Vec<Blocked>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Blocked {
     pub job_id: String,
     pub group: String,
     pub name: String,
-    /// "3 nodes: missing driver \"docker\" (2), memory exhausted (1)".
+    pub nodes_evaluated: usize,
+    /// How many nodes each reason ruled out (`missing driver "docker"`: 2).
+    pub reasons: BTreeMap<String, usize>,
+    /// "3 node(s) evaluated: missing driver \"docker\" (2), memory exhausted (1)".
     pub why: String,
 }
 
@@ -330,6 +333,8 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                         job_id: job.id.clone(),
                         group: group.name.clone(),
                         name,
+                        nodes_evaluated: snapshot.nodes.len(),
+                        reasons: reasons.clone(),
                         why: if snapshot.nodes.is_empty() {
                             "no node is ready".into()
                         } else {
@@ -379,11 +384,36 @@ fn job_places(job: &Job) -> bool {
 pub async fn apply(
     cluster: &Cluster,
     plan: &Plan,
+    recorded_blocked: &BTreeMap<String, Vec<Blocked>>,
     leader_key: &str,
     leader_revision: i64,
 ) -> Result<bool, super::ClusterError> {
     use super::etcd::{Condition, Write};
     let mut writes = Vec::new();
+    // What could not be placed, per job, as `job status` and evaluations show it:
+    // written when it changed.
+    let mut blocked: BTreeMap<String, Vec<Blocked>> = BTreeMap::new();
+    for entry in &plan.blocked {
+        blocked
+            .entry(entry.job_id.clone())
+            .or_default()
+            .push(entry.clone());
+    }
+    for (job, entries) in &blocked {
+        if recorded_blocked.get(job) != Some(entries) {
+            writes.push(Write::Put {
+                key: cluster.key(&["blocked", job]),
+                value: serde_json::to_vec(entries)
+                    .map_err(|e| super::ClusterError::Local(e.to_string()))?,
+                lease: 0,
+            });
+        }
+    }
+    for job in recorded_blocked.keys() {
+        if !blocked.contains_key(job) {
+            writes.push(Write::Delete(cluster.key(&["blocked", job])));
+        }
+    }
     for (node, alloc) in &plan.stop {
         writes.push(Write::Delete(cluster.key(&["allocs", node, alloc])));
     }
@@ -428,10 +458,7 @@ pub async fn apply(
 
 /// Runs for as long as the agent does: campaign for leadership; while leader, plan and
 /// apply on every change of the cluster's state.
-pub async fn run(
-    cluster: std::sync::Arc<Cluster>,
-    blocked: std::sync::Arc<std::sync::Mutex<Vec<Blocked>>>,
-) {
+pub async fn run(cluster: std::sync::Arc<Cluster>) {
     let election = cluster.key(&["leader"]);
     loop {
         let leader = match cluster
@@ -463,8 +490,7 @@ pub async fn run(
                 }
             };
             let plan = plan(&snapshot, super::now_ms());
-            *blocked.lock().unwrap_or_else(|p| p.into_inner()) = plan.blocked.clone();
-            match apply(&cluster, &plan, &leader_key, leader.rev).await {
+            match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!("no longer the cluster's scheduler");
@@ -490,5 +516,230 @@ pub async fn run(
             }
         }
         let _ = cluster.etcd().resign(leader).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{NodeRecord, NodeView};
+
+    fn node(name: &str, cpu_mhz: u64, memory_mb: u64) -> NodeView {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("attr.kernel.name".into(), "linux".into());
+        attributes.insert("node.unique.name".into(), name.into());
+        NodeView {
+            record: NodeRecord {
+                id: format!("id-{name}"),
+                name: name.into(),
+                datacenter: "dc1".into(),
+                node_pool: "default".into(),
+                node_class: String::new(),
+                http_addr: None,
+                attributes,
+                drivers: [("exec".to_string(), true)].into_iter().collect(),
+                host_volumes: Vec::new(),
+                eligibility: "eligible".into(),
+                drain: false,
+                cpu_mhz,
+                memory_mb,
+                registered_ms: 0,
+            },
+            status: "ready",
+        }
+    }
+
+    fn job(id: &str, count: u32, extra: &str) -> (ClusterJob, i64) {
+        let source = format!(
+            "job \"{id}\" {{\n  group \"g\" {{\n    count = {count}\n    {extra}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n      resources {{\n        cpu = 100\n        memory = 100\n      }}\n    }}\n  }}\n}}\n"
+        );
+        (
+            ClusterJob {
+                id: id.into(),
+                source_name: format!("{id}.hcl"),
+                source,
+                variables: Default::default(),
+                submitted_ms: 0,
+                stopped: false,
+            },
+            7,
+        )
+    }
+
+    fn per_node(plan: &Plan) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for p in &plan.place {
+            *counts.entry(p.node_id.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn a_groups_count_spreads_over_equal_nodes_and_packs_when_one_is_full() {
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 6, "")],
+            nodes: vec![
+                node("a", 4000, 4096),
+                node("b", 4000, 4096),
+                node("c", 4000, 4096),
+            ],
+            ..Snapshot::default()
+        };
+        let plan = plan(&snapshot, 1);
+        assert_eq!(
+            per_node(&plan).values().copied().collect::<Vec<_>>(),
+            [2, 2, 2],
+            "{plan:#?}"
+        );
+        // Indexes 0..6, each once, for the job's current version.
+        let mut indexes: Vec<u32> = plan.place.iter().map(|p| p.alloc_index).collect();
+        indexes.sort();
+        assert_eq!(indexes, [0, 1, 2, 3, 4, 5]);
+        assert!(plan.place.iter().all(|p| p.job_version == 7));
+        // Room for only one alloc on a (memory): the rest go where they fit.
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 6, "")],
+            nodes: vec![node("a", 4000, 150), node("b", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let counts = per_node(&plan_of(&snapshot));
+        assert_eq!(counts.get("id-a"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("id-b"), Some(&5), "{counts:?}");
+    }
+
+    fn plan_of(snapshot: &Snapshot) -> Plan {
+        plan(snapshot, 1)
+    }
+
+    #[test]
+    fn a_job_that_fits_nowhere_says_what_ruled_out_how_many_nodes() {
+        let snapshot = Snapshot {
+            jobs: vec![job(
+                "big",
+                1,
+                "constraint {\n      attribute = \"${attr.kernel.name}\"\n      value = \"windows\"\n    }",
+            )],
+            nodes: vec![node("a", 4000, 4096), node("b", 4000, 50)],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert!(plan.place.is_empty());
+        assert_eq!(plan.blocked.len(), 1);
+        let why = &plan.blocked[0].why;
+        assert!(
+            why.starts_with("2 node(s) evaluated")
+                && why.contains("constraint ${attr.kernel.name} = \"windows\" (2)"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn allocs_of_a_down_node_are_lost_and_replaced_and_a_done_batch_alloc_is_not() {
+        let (web, version) = job("web", 2, "");
+        let placed = |index: u32, node: &str| Placement {
+            alloc_id: format!("alloc-{index}"),
+            job_id: "web".into(),
+            job_version: version,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: index,
+            name: format!("web.g[{index}]"),
+            node_id: format!("id-{node}"),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+        };
+        let snapshot = Snapshot {
+            jobs: vec![(web, version)],
+            // Node "gone" has no key any more: its lease expired.
+            nodes: vec![node("a", 4000, 4096)],
+            placements: vec![placed(0, "a"), placed(1, "gone")],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.lost.len(), 1);
+        assert_eq!(plan.lost[0].alloc_id, "alloc-1");
+        assert_eq!(plan.lost[0].client_status, ClientStatus::Lost);
+        assert_eq!(plan.stop, [("id-gone".to_string(), "alloc-1".to_string())]);
+        assert_eq!(plan.place.len(), 1);
+        assert_eq!(plan.place[0].alloc_index, 1);
+        assert_eq!(plan.place[0].node_id, "id-a");
+        assert_eq!(plan.place[0].replaces.as_deref(), Some("alloc-1"));
+        // A batch alloc that completed on the node before it went: done, not placed again.
+        let mut done = snapshot.clone();
+        done.reports.push(AllocReport {
+            alloc_id: "alloc-1".into(),
+            job_id: "web".into(),
+            name: "web.g[1]".into(),
+            node_id: "id-gone".into(),
+            node_name: "gone".into(),
+            client_status: ClientStatus::Complete,
+            description: String::new(),
+            updated_ms: 0,
+        });
+        let plan = plan_of(&done);
+        assert!(plan.lost.is_empty() && plan.place.is_empty(), "{plan:#?}");
+    }
+
+    #[test]
+    fn a_new_version_replaces_every_alloc_and_a_stopped_job_keeps_none() {
+        let (web, _) = job("web", 1, "");
+        let old = Placement {
+            alloc_id: "old".into(),
+            job_id: "web".into(),
+            job_version: 3,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "web.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+        };
+        let snapshot = Snapshot {
+            jobs: vec![(web.clone(), 7)],
+            nodes: vec![node("a", 4000, 4096)],
+            placements: vec![old.clone()],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.stop, [("id-a".to_string(), "old".to_string())]);
+        assert_eq!(plan.place.len(), 1);
+        let mut stopped = web;
+        stopped.stopped = true;
+        let snapshot = Snapshot {
+            jobs: vec![(stopped, 7)],
+            placements: vec![Placement {
+                job_version: 7,
+                ..old
+            }],
+            ..snapshot
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.stop.len(), 1);
+        assert!(plan.place.is_empty());
+    }
+
+    #[test]
+    fn a_draining_or_ineligible_node_gets_nothing_new() {
+        let mut drained = node("a", 4000, 4096);
+        drained.record.drain = true;
+        let mut ineligible = node("b", 4000, 4096);
+        ineligible.record.eligibility = "ineligible".into();
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 2, "")],
+            nodes: vec![drained, ineligible, node("c", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let counts = per_node(&plan_of(&snapshot));
+        assert_eq!(
+            counts.into_iter().collect::<Vec<_>>(),
+            [("id-c".to_string(), 2)]
+        );
     }
 }

@@ -74,6 +74,8 @@ pub struct Snapshot {
     /// Operator settings per node id: eligibility and drain, kept apart from the node's
     /// own record (which its agent rewrites).
     pub node_settings: Vec<(String, NodeSettings)>,
+    /// What the scheduler could not place, by job.
+    pub blocked: std::collections::BTreeMap<String, Vec<super::scheduler::Blocked>>,
 }
 
 /// What an operator set on a node (`node eligibility`, `node drain`); survives the
@@ -134,6 +136,13 @@ impl Cluster {
                     Ok(settings) => {
                         let id = rest.trim_start_matches("node-settings/").to_string();
                         snapshot.node_settings.push((id, settings));
+                    }
+                    Err(e) => problem(e),
+                },
+                "blocked" => match serde_json::from_slice(&entry.value) {
+                    Ok(entries) => {
+                        let job = rest.trim_start_matches("blocked/").to_string();
+                        snapshot.blocked.insert(job, entries);
                     }
                     Err(e) => problem(e),
                 },

@@ -247,10 +247,11 @@ impl Agent {
         let change_index = Arc::new(index::ChangeIndex::default());
         tokio::spawn(follow_events(events.subscribe(), change_index.clone()));
         let store = Arc::new(store);
-        let csi = crate::csi::CsiNode::start(
+        let csi = crate::csi::CsiNode::start_measured(
             &options.data_dir,
             store.clone(),
             options.config.csi.clone(),
+            options.drivers.metrics().clone(),
         );
         match crate::process::raise_open_files_limit() {
             Ok((before, after)) if after > before => {

@@ -62,6 +62,8 @@ pub struct CsiNode {
     pub registry: Arc<registry::PluginRegistry>,
     pub manager: Arc<manager::CsiManager>,
     pub catalog: Arc<dyn Catalog>,
+    /// The agent's registry, where every CSI RPC is recorded.
+    pub metrics: crate::telemetry::Metrics,
 }
 
 impl CsiNode {
@@ -71,6 +73,21 @@ impl CsiNode {
         data_dir: &std::path::Path,
         store: Arc<crate::state::StateStore>,
         settings: CsiSettings,
+    ) -> Arc<CsiNode> {
+        Self::start_measured(
+            data_dir,
+            store,
+            settings,
+            crate::telemetry::Metrics::default(),
+        )
+    }
+
+    /// [`CsiNode::start`], recording every CSI RPC in `metrics` (the agent's registry).
+    pub fn start_measured(
+        data_dir: &std::path::Path,
+        store: Arc<crate::state::StateStore>,
+        settings: CsiSettings,
+        metrics: crate::telemetry::Metrics,
     ) -> Arc<CsiNode> {
         let node_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_string())
@@ -85,6 +102,7 @@ impl CsiNode {
             catalog.clone(),
             node_name.clone(),
             settings,
+            metrics.clone(),
         );
         manager.start();
         Arc::new(CsiNode {
@@ -93,6 +111,7 @@ impl CsiNode {
             registry,
             manager,
             catalog,
+            metrics,
         })
     }
 }

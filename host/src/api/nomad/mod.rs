@@ -23,8 +23,10 @@
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
 //! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`; not `follow` yet) |
+//! | GET | `/v1/metrics` (go-metrics JSON; `?format=prometheus`: Prometheus' text; see [`metrics`]) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
 
+pub mod metrics;
 pub mod register;
 pub mod shapes;
 
@@ -205,6 +207,7 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/node/{id}", get(read_node))
         .route("/v1/node/{id}/allocations", get(node_allocations))
         .route("/v1/client/fs/logs/{alloc}", get(task_logs))
+        .route("/v1/metrics", get(metrics::metrics))
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/health", get(agent_health))
         .route("/v1/agent/members", get(agent_members))
@@ -231,6 +234,7 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/node/:id",
     "/v1/node/:id/allocations",
     "/v1/client/fs/logs/:alloc_id",
+    "/v1/metrics",
     "/v1/agent/self",
     "/v1/agent/health",
     "/v1/agent/members",

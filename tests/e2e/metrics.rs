@@ -177,6 +177,33 @@ async fn a_driver_that_floods_the_log_is_counted_and_the_agent_log_stays_within_
     );
     assert!(text.contains("nomad_client_allocations_running{"), "{text}");
 
+    // python-nomad reads the same JSON.
+    let script = "import json, sys, nomad\n\
+n = nomad.Nomad(host='127.0.0.1', port=int(sys.argv[1]), token=sys.argv[2], timeout=30)\n\
+m = n.metrics.get_metrics()\n\
+print(json.dumps(sorted(g['Name'] for g in m['Gauges'])))\n";
+    let output = std::process::Command::new("python3")
+        .args(["-c", script, &agent.port().to_string(), VIEWER])
+        .output()
+        .expect("python3 runs (with python-nomad==2.1.0, which .ci/test installs)");
+    let gauges = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        gauges.contains("\"nomad.client.allocations.running\"")
+            && gauges.contains("\"berth.client.tasks.dead\""),
+        "{gauges}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // The read token reads, and may not write (a CSI registration here).
+    let (status, _, body) = http(
+        agent.port(),
+        "PUT",
+        "/v1/volume/csi/v",
+        VIEWER,
+        r#"{"Volumes": [{"ID": "v"}]}"#,
+    );
+    assert_eq!(status, 403, "{body}");
+
     // Nomad's errors: an unknown format; a token the agent does not know.
     let (status, _, body) = http(agent.port(), "GET", "/v1/metrics?format=xml", &token, "");
     assert_eq!(

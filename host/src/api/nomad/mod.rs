@@ -23,9 +23,14 @@
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
 //! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`; not `follow` yet) |
+//! | GET | `/v1/volumes?type=csi` (`plugin_id`, `prefix`), `/v1/volume/csi/:id` (see [`csi`]) |
+//! | PUT, POST | `/v1/volume/csi/:id` (register `{"Volumes": [{...}]}`), `/v1/volume/csi/:id/create` |
+//! | DELETE | `/v1/volume/csi/:id` (`?force=true`: drop finished allocs' claims first) |
+//! | GET | `/v1/plugins?type=csi`, `/v1/plugin/csi/:id` |
 //! | GET | `/v1/metrics` (go-metrics JSON; `?format=prometheus`: Prometheus' text; see [`metrics`]) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
 
+pub mod csi;
 pub mod metrics;
 pub mod register;
 pub mod shapes;
@@ -207,6 +212,20 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/node/{id}", get(read_node))
         .route("/v1/node/{id}/allocations", get(node_allocations))
         .route("/v1/client/fs/logs/{alloc}", get(task_logs))
+        .route("/v1/volumes", get(csi::list_volumes))
+        .route(
+            "/v1/volume/csi/{id}",
+            get(csi::read_volume)
+                .put(csi::register_volume)
+                .post(csi::register_volume)
+                .delete(csi::deregister_volume),
+        )
+        .route(
+            "/v1/volume/csi/{id}/create",
+            post(csi::create_volume).put(csi::create_volume),
+        )
+        .route("/v1/plugins", get(csi::list_plugins))
+        .route("/v1/plugin/csi/{id}", get(csi::read_plugin))
         .route("/v1/metrics", get(metrics::metrics))
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/health", get(agent_health))
@@ -234,6 +253,11 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/node/:id",
     "/v1/node/:id/allocations",
     "/v1/client/fs/logs/:alloc_id",
+    "/v1/volumes",
+    "/v1/volume/csi/:id",
+    "/v1/volume/csi/:id/create",
+    "/v1/plugins",
+    "/v1/plugin/csi/:id",
     "/v1/metrics",
     "/v1/agent/self",
     "/v1/agent/health",

@@ -1537,6 +1537,22 @@ async fn csi_volumes_and_plugins_through_nomads_api() {
     assert!(made["Capacity"].as_i64().unwrap() >= 1 << 20, "{made}");
     assert!(agent.path().join("csi-data/made").is_dir());
     let external_id = made["ExternalID"].as_str().unwrap().to_string();
+    // The RPCs are in the agent's metrics, with their plugin, method and code.
+    let (_, metrics) = nomad(&agent, "GET", "/v1/metrics", "");
+    let rpcs: Vec<(&str, &str)> = metrics["Samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["Name"] == "berth.csi.rpc" && s["Labels"]["plugin"] == "hostpath")
+        .map(|s| {
+            (
+                s["Labels"]["method"].as_str().unwrap(),
+                s["Labels"]["code"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(rpcs.contains(&("CreateVolume", "OK")), "{rpcs:?}");
+    assert!(rpcs.contains(&("Probe", "OK")), "{rpcs:?}");
     let register = serde_json::json!({"Volumes": [{
         "ID": "reg", "PluginID": "hostpath", "ExternalID": external_id,
         "RequestedCapabilities": [{"AccessMode": "single-node-reader-only", "AttachmentMode": "file-system"}],

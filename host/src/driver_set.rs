@@ -12,6 +12,9 @@ use crate::runtime::driver::{Driver, DriverOrigin, LoadError};
 #[derive(Default, Clone)]
 pub struct DriverSet {
     drivers: Vec<Arc<Driver>>,
+    /// The registry of the runtime the drivers were loaded into (the agent's), which the
+    /// agent records its own figures in too.
+    metrics: crate::telemetry::Metrics,
 }
 
 impl DriverSet {
@@ -22,7 +25,10 @@ impl DriverSet {
         plugin_dir: Option<&Path>,
         pins: &DriverPins,
     ) -> (DriverSet, Vec<LoadError>) {
-        let mut set = DriverSet::default();
+        let mut set = DriverSet {
+            drivers: Vec::new(),
+            metrics: runtime.metrics().clone(),
+        };
         let mut problems = Vec::new();
         for (name, bytes) in builtin::DRIVERS {
             match Driver::load(runtime, DriverOrigin::Builtin, bytes).await {
@@ -105,6 +111,11 @@ impl DriverSet {
                 problem,
             });
         }
+    }
+
+    /// The registry the drivers' calls are recorded in.
+    pub fn metrics(&self) -> &crate::telemetry::Metrics {
+        &self.metrics
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Driver>> {

@@ -25,4 +25,5 @@ pub mod runtime;
 pub mod state;
 pub mod sys;
 pub mod task_runner;
+pub mod telemetry;
 pub mod validate;

@@ -1479,3 +1479,187 @@ async fn a_volume_is_refused_on_a_node_outside_its_accessible_topology() {
     agent.cli(&["job", "stop", "plugin-b"]);
     agent.wait_alloc(&zone_b, "stopped", is_dead).await;
 }
+
+/// `(status, JSON body or the plain text as a JSON string)` of one request on a dev
+/// agent's open TCP listener, as a Nomad client sends it.
+fn nomad(agent: &AgentProcess, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let (status, _, text) = crate::nomad_api::http(agent.port(), method, path, "", body);
+    let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, value)
+}
+
+/// CSI storage through Nomad's paths and shapes: the plugin read and listed, a volume
+/// created and one registered, bad input refused whole (nothing half-registered), a
+/// claimed volume kept from deregistration (forced or not) until its alloc stops, then
+/// deregistered.
+#[tokio::test(flavor = "multi_thread")]
+async fn csi_volumes_and_plugins_through_nomads_api() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+
+    let (status, plugins) = nomad(&agent, "GET", "/v1/plugins?type=csi", "");
+    assert_eq!(status, 200, "{plugins}");
+    assert_eq!(plugins[0]["ID"], "hostpath", "{plugins}");
+    assert_eq!(plugins[0]["Provider"], "hostpath.csi.berth.dev");
+    assert_eq!(
+        (
+            &plugins[0]["NodesHealthy"],
+            &plugins[0]["ControllersHealthy"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(1))
+    );
+    let (status, plugin) = nomad(&agent, "GET", "/v1/plugin/csi/hostpath", "");
+    assert_eq!(status, 200, "{plugin}");
+    let node = plugin["Nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(node["Healthy"], true, "{plugin}");
+    assert_eq!(node["AllocID"], plugin_alloc.as_str());
+    assert_eq!(plugin["Allocations"][0]["ID"], plugin_alloc.as_str());
+    assert_eq!(
+        nomad(&agent, "GET", "/v1/plugin/csi/nope", "").0,
+        404,
+        "an unknown plugin"
+    );
+
+    // Create through the controller, then register a second entry for its volume.
+    let create = r#"{"Volumes": [{"ID": "made", "Name": "made", "PluginID": "hostpath",
+        "RequestedCapacityMin": 1048576,
+        "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]}]}"#;
+    let (status, created) = nomad(&agent, "PUT", "/v1/volume/csi/made/create", create);
+    assert_eq!(status, 200, "{created}\n{}", agent.output());
+    let made = &created["Volumes"][0];
+    assert_eq!(made["ID"], "made");
+    assert!(made["Capacity"].as_i64().unwrap() >= 1 << 20, "{made}");
+    assert!(agent.path().join("csi-data/made").is_dir());
+    let external_id = made["ExternalID"].as_str().unwrap().to_string();
+    // The RPCs are in the agent's metrics, with their plugin, method and code.
+    let (_, metrics) = nomad(&agent, "GET", "/v1/metrics", "");
+    let rpcs: Vec<(&str, &str)> = metrics["Samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["Name"] == "berth.csi.rpc" && s["Labels"]["plugin"] == "hostpath")
+        .map(|s| {
+            (
+                s["Labels"]["method"].as_str().unwrap(),
+                s["Labels"]["code"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(rpcs.contains(&("CreateVolume", "OK")), "{rpcs:?}");
+    assert!(rpcs.contains(&("Probe", "OK")), "{rpcs:?}");
+    let register = serde_json::json!({"Volumes": [{
+        "ID": "reg", "PluginID": "hostpath", "ExternalID": external_id,
+        "RequestedCapabilities": [{"AccessMode": "single-node-reader-only", "AttachmentMode": "file-system"}],
+        "Secrets": {"password": "xyzzy"},
+    }]})
+    .to_string();
+    let (status, registered) = nomad(&agent, "PUT", "/v1/volume/csi/reg", &register);
+    assert_eq!(status, 200, "{registered}");
+    assert_eq!(registered["Volumes"][0]["Secrets"], serde_json::json!({}));
+
+    // Bad input: Nomad's plain-text 400, and nothing registered.
+    for (body, expected) in [
+        (
+            r#"{"Volumes": [{"ID": "bad", "PluginID": 7}]}"#.to_string(),
+            "Volumes[0].PluginID must be a string",
+        ),
+        (
+            register
+                .replace("\"reg\"", "\"bad\"")
+                .replace("hostpath", "nope"),
+            "no CSI plugin \"nope\" is registered",
+        ),
+        (
+            register
+                .replace("\"reg\"", "\"bad\"")
+                .replace("single-node-reader-only", "everyone"),
+            "unknown access mode \"everyone\"",
+        ),
+        ("not json".to_string(), "Failed to decode request"),
+    ] {
+        let (status, answer) = nomad(&agent, "PUT", "/v1/volume/csi/bad", &body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(
+            answer.as_str().is_some_and(|text| text.contains(expected)),
+            "{body}: {answer}"
+        );
+        assert_eq!(nomad(&agent, "GET", "/v1/volume/csi/bad", "").0, 404);
+    }
+
+    let (status, stubs) = nomad(&agent, "GET", "/v1/volumes?type=csi", "");
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = stubs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ID"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["made", "reg"], "{stubs}");
+    assert_eq!(stubs[0]["Provider"], "hostpath.csi.berth.dev");
+    assert_eq!(stubs[0]["Schedulable"], true);
+    assert_eq!(
+        nomad(&agent, "GET", "/v1/volumes?type=csi&plugin_id=nope", "").1,
+        serde_json::json!([])
+    );
+    assert_eq!(
+        nomad(&agent, "GET", "/v1/volumes", "").1,
+        serde_json::json!([])
+    );
+    assert_eq!(nomad(&agent, "GET", "/v1/volumes?type=ebs", "").0, 400);
+
+    // A writer claims "made": it shows, and the volume cannot be deregistered.
+    let writer = agent
+        .run_job(
+            "writer",
+            &consumer_job(
+                "writer",
+                "service",
+                "made",
+                false,
+                "echo hi > /vol/file; while true; do sleep 0.1; done",
+            ),
+        )
+        .await;
+    agent.wait_alloc(&writer, "running", is_running).await;
+    let (_, volume) = nomad(&agent, "GET", "/v1/volume/csi/made", "");
+    assert_eq!(
+        volume["WriteAllocs"],
+        serde_json::json!({ writer.clone(): null })
+    );
+    assert_eq!(volume["ReadAllocs"], serde_json::json!({}));
+    assert_eq!(volume["Allocations"][0]["ID"], writer.as_str());
+    assert_eq!(volume["AccessMode"], "single-node-writer");
+    assert_eq!(volume["CurrentWriters"], 1);
+    for path in ["/v1/volume/csi/made", "/v1/volume/csi/made?force=true"] {
+        let (status, answer) = nomad(&agent, "DELETE", path, "");
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert!(
+            answer.as_str().unwrap().contains("writer.g[0]"),
+            "{path}: {answer}"
+        );
+    }
+    assert_eq!(nomad(&agent, "GET", "/v1/volume/csi/made", "").0, 200);
+
+    // Once the writer is stopped and has given the volume back, it goes.
+    assert_eq!(nomad(&agent, "DELETE", "/v1/job/writer", "").0, 200);
+    agent.finished(&writer).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !agent.volume("made").await.claims.is_empty() {
+        assert!(Instant::now() < deadline, "the claim was never released");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in ["made", "reg"] {
+        let (status, answer) = nomad(&agent, "DELETE", &format!("/v1/volume/csi/{id}"), "");
+        assert_eq!(status, 200, "{id}: {answer}");
+        assert_eq!(
+            nomad(&agent, "GET", &format!("/v1/volume/csi/{id}"), "").1,
+            "volume not found"
+        );
+    }
+}

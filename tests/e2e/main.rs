@@ -25,6 +25,7 @@ mod isolation;
 mod jobs;
 mod launched_jobs;
 mod logs;
+mod metrics;
 mod nomad_api;
 mod nomad_jobspecs;
 mod nomad_streams;

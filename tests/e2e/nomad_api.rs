@@ -24,7 +24,7 @@ async fn agent_on_tcp() -> (AgentProcess, String) {
 }
 
 /// One HTTP/1.1 request as `curl` sends it: status, headers (lowercase names), body.
-fn http(
+pub(crate) fn http(
     port: u16,
     method: &str,
     path: &str,

@@ -282,15 +282,17 @@ impl Agent {
             Some(cluster) => crate::blocking::run(|| cluster::follow_revision(cluster)),
         });
         let csi = match &cluster {
-            None => crate::csi::CsiNode::start(
+            None => crate::csi::CsiNode::start_measured(
                 &options.data_dir,
                 store.clone(),
                 options.config.csi.clone(),
+                options.drivers.metrics().clone(),
             ),
             Some(cluster) => crate::csi::CsiNode::start_with(
                 &options.data_dir,
                 store.clone(),
                 options.config.csi.clone(),
+                options.drivers.metrics().clone(),
                 cluster.node_name().to_string(),
                 Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
             ),

@@ -25,6 +25,7 @@
 //! | DELETE | `/v1/berth/volume/{id}` | deregister a volume nobody claims |
 //! | GET | `/v1/berth/plugins` | CSI plugins, their providers and health |
 //! | GET | `/v1/berth/plugin/{id}` | one plugin |
+//! | GET | `/v1/berth/agent/log-drops` | log messages each driver and hook dropped past its budget |
 //!
 //! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 404 (unknown
 //! id) or 500 (the agent could not record something).
@@ -195,6 +196,7 @@ type Reply<T> = Result<Json<T>, Failure>;
 pub fn router(agent: Arc<Agent>) -> Router {
     Router::new()
         .route("/v1/berth/agent/self", get(agent_self))
+        .route("/v1/berth/agent/log-drops", get(nomad::metrics::log_drops))
         .route("/v1/berth/jobs", get(list_jobs).post(submit_job))
         .route("/v1/berth/job/{id}", get(job).delete(stop_job))
         .route(

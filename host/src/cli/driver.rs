@@ -1,10 +1,19 @@
 //! `berth driver list`.
 
+use std::collections::BTreeMap;
+
 use crate::driver_set::DriverSet;
 use crate::model::driver::{MountConfigs, WorldVersion};
 use crate::runtime::driver::Driver;
 
-pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Result<()> {
+/// `drops`: the log messages each plugin dropped, from the running agent (`None`: no
+/// agent answered).
+pub(super) async fn driver_list(
+    drivers: &DriverSet,
+    json: bool,
+    drops: Option<&BTreeMap<String, u64>>,
+) -> anyhow::Result<()> {
+    let dropped = |name: &str| drops.map(|drops| drops.get(name).copied().unwrap_or(0));
     let mut rows = Vec::new();
     for driver in drivers.iter() {
         let health = match driver.fingerprint().await {
@@ -28,6 +37,7 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
                     "health": health,
                     "origin": d.origin().to_string(),
                     "sha256": d.digest(),
+                    "log_messages_dropped": dropped(&d.info().name),
                 })
             })
             .collect();
@@ -43,9 +53,10 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
         "Signals",
         "Exec",
         "Health",
+        "Logs-Dropped",
         "Origin",
     ];
-    let table: Vec<[String; 9]> = rows
+    let table: Vec<[String; 10]> = rows
         .iter()
         .map(|(d, health)| {
             let caps = d.capabilities();
@@ -68,6 +79,7 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
                 yes_no(caps.send_signals),
                 yes_no(caps.exec),
                 health.clone(),
+                dropped_cell(dropped(&d.info().name)),
                 d.origin().to_string(),
             ]
         })
@@ -91,6 +103,11 @@ pub(super) async fn driver_list(drivers: &DriverSet, json: bool) -> anyhow::Resu
         println!("{:<12} {}", driver.info().name, driver.digest());
     }
     Ok(())
+}
+
+/// A count of dropped log messages, or "-" when no agent answered.
+pub(super) fn dropped_cell(dropped: Option<u64>) -> String {
+    dropped.map_or_else(|| "-".to_string(), |n| n.to_string())
 }
 
 fn yes_no(value: bool) -> String {

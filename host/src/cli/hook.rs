@@ -1,5 +1,6 @@
 //! `berth hook list`.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use serde::Serialize;
@@ -17,9 +18,17 @@ struct Row<'a> {
     digest: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'a str>,
+    /// Log messages it dropped past its budget, as the running agent counts them (`null`:
+    /// no agent answered).
+    log_messages_dropped: Option<u64>,
 }
 
-pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode> {
+pub(super) fn hook_list(
+    hooks: &HookSet,
+    json: bool,
+    drops: Option<&BTreeMap<String, u64>>,
+) -> anyhow::Result<ExitCode> {
+    let dropped = |name: &str| drops.map(|drops| drops.get(name).copied().unwrap_or(0));
     let mut rows: Vec<Row> = hooks
         .loaded()
         .iter()
@@ -28,6 +37,7 @@ pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode>
             status: "loaded",
             digest: Some(h.digest()),
             reason: None,
+            log_messages_dropped: dropped(&h.spec().name),
         })
         .collect();
     rows.extend(hooks.refused().iter().map(|(spec, reason)| Row {
@@ -35,6 +45,7 @@ pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode>
         status: "refused",
         digest: None,
         reason: Some(reason),
+        log_messages_dropped: dropped(&spec.name),
     }));
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -47,13 +58,13 @@ pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} Path",
-        "Name", "Status", "Timeout", "Memory", "OnFailure", "Applies"
+        "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} {:<12} Path",
+        "Name", "Status", "Timeout", "Memory", "OnFailure", "Applies", "Logs-Dropped"
     );
     for row in &rows {
         let spec = row.spec;
         println!(
-            "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} {}",
+            "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} {:<12} {}",
             spec.name,
             row.status,
             format!("{:?}", spec.timeout),
@@ -64,6 +75,7 @@ pub(super) fn hook_list(hooks: &HookSet, json: bool) -> anyhow::Result<ExitCode>
             } else {
                 "opt-in"
             },
+            super::driver::dropped_cell(row.log_messages_dropped),
             spec.path.display()
         );
     }

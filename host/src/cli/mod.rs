@@ -397,7 +397,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Driver {
             command: DriverCommand::List { json },
         } => {
-            driver::driver_list(&drivers, json).await?;
+            let drops = agent_log_drops(&cli, &data_dir).await;
+            driver::driver_list(&drivers, json, drops.as_ref()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Job {
@@ -405,7 +406,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => job::validate(&jobspec, &vars, &drivers, &hooks, &config).await,
         Command::Hook {
             command: HookCommand::List { json },
-        } => hook::hook_list(&hooks, json),
+        } => {
+            let drops = agent_log_drops(&cli, &data_dir).await;
+            hook::hook_list(&hooks, json, drops.as_ref())
+        }
         Command::Run { jobspec, vars } => {
             job::run(&jobspec, &vars, drivers, hooks, config, &data_dir).await
         }
@@ -517,6 +521,26 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
 
 /// The agent to talk to: `--address` when given; else the Unix socket of the data dir,
 /// then a dev agent's, when they exist; else Nomad's TCP address.
+/// How long `driver list` and `hook list` wait for the agent's counts.
+const LOG_DROPS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The log messages each driver and hook dropped past its budget, as the running agent
+/// counts them (the plugins loaded here have made no calls); `None` when no agent
+/// answers, which the listings show as "-".
+async fn agent_log_drops(
+    cli: &Cli,
+    data_dir: &Path,
+) -> Option<std::collections::BTreeMap<String, u64>> {
+    let client = agent_client(cli.address.as_deref(), data_dir)
+        .ok()?
+        .with_token(cli.token.clone());
+    let answer = client.get::<crate::api::nomad::metrics::LogDrops>("/v1/berth/agent/log-drops");
+    match tokio::time::timeout(LOG_DROPS_WAIT, answer).await {
+        Ok(Ok(drops)) => Some(drops.plugins),
+        _ => None,
+    }
+}
+
 fn agent_client(address: Option<&str>, data_dir: &Path) -> Result<Client, ClientError> {
     if let Some(address) = address {
         return Client::new(address);

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::state::{AllocReport, ClusterJob, Placement, Snapshot};
+use super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
 use super::{Cluster, NodeView};
 use crate::jobspec::{self, Job};
 use crate::model::status::ClientStatus;
@@ -36,18 +36,6 @@ pub struct Plan {
     pub lost: Vec<AllocReport>,
     /// Allocs that fit nowhere: `(job, group, alloc name, why)` as `job plan` says it.
     pub blocked: Vec<Blocked>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Blocked {
-    pub job_id: String,
-    pub group: String,
-    pub name: String,
-    pub nodes_evaluated: usize,
-    /// How many nodes each reason ruled out (`missing driver "docker"`: 2).
-    pub reasons: BTreeMap<String, usize>,
-    /// "3 node(s) evaluated: missing driver \"docker\" (2), memory exhausted (1)".
-    pub why: String,
 }
 
 impl Plan {

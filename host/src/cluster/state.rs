@@ -62,6 +62,19 @@ pub struct AllocReport {
     pub updated_ms: u64,
 }
 
+/// An alloc the scheduler could not place, and why (as `job plan` says it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Blocked {
+    pub job_id: String,
+    pub group: String,
+    pub name: String,
+    pub nodes_evaluated: usize,
+    /// How many nodes each reason ruled out (`missing driver "docker"`: 2).
+    pub reasons: std::collections::BTreeMap<String, usize>,
+    /// "3 node(s) evaluated: missing driver \"docker\" (2), memory exhausted (1)".
+    pub why: String,
+}
+
 /// Everything the scheduler reads, at one revision.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -75,7 +88,7 @@ pub struct Snapshot {
     /// own record (which its agent rewrites).
     pub node_settings: Vec<(String, NodeSettings)>,
     /// What the scheduler could not place, by job.
-    pub blocked: std::collections::BTreeMap<String, Vec<super::scheduler::Blocked>>,
+    pub blocked: std::collections::BTreeMap<String, Vec<Blocked>>,
 }
 
 /// What an operator set on a node (`node eligibility`, `node drain`); survives the

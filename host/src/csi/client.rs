@@ -113,6 +113,18 @@ impl CsiError {
     }
 }
 
+/// A gRPC code as the gRPC spec names it (`NOT_FOUND`), for metric labels.
+fn grpc_code_name(code: Code) -> String {
+    let mut name = String::new();
+    for (i, c) in format!("{code:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
 fn retryable(code: Code) -> bool {
     matches!(
         code,
@@ -127,6 +139,8 @@ pub struct CsiClient {
     socket: PathBuf,
     channel: Channel,
     timeouts: Timeouts,
+    /// Where each RPC is recorded (plugin, method, code, latency); `None` records nothing.
+    metrics: Option<crate::telemetry::Metrics>,
 }
 
 /// A volume the controller created.
@@ -168,6 +182,15 @@ impl CsiClient {
             socket: socket.to_path_buf(),
             channel,
             timeouts,
+            metrics: None,
+        }
+    }
+
+    /// The same client, recording each RPC in `metrics`.
+    pub fn measured(self, metrics: crate::telemetry::Metrics) -> CsiClient {
+        CsiClient {
+            metrics: Some(metrics),
+            ..self
         }
     }
 
@@ -200,9 +223,19 @@ impl CsiClient {
             rpc = %rpc,
             volume = %volume.unwrap_or("-")
         );
-        self.call_in_span(rpc, volume, attempt)
+        let started = Instant::now();
+        let result = self
+            .call_in_span(rpc, volume, attempt)
             .instrument(span)
-            .await
+            .await;
+        if let Some(metrics) = &self.metrics {
+            let code = match &result {
+                Ok(_) => Code::Ok,
+                Err(error) => error.code,
+            };
+            metrics.csi_rpc(&self.plugin, rpc, &grpc_code_name(code), started.elapsed());
+        }
+        result
     }
 
     async fn call_in_span<T, F, Fut>(

@@ -62,6 +62,8 @@ pub struct CsiNode {
     pub registry: Arc<registry::PluginRegistry>,
     pub manager: Arc<manager::CsiManager>,
     pub catalog: Arc<dyn Catalog>,
+    /// The agent's registry, where every CSI RPC is recorded.
+    pub metrics: crate::telemetry::Metrics,
 }
 
 impl CsiNode {
@@ -72,20 +74,37 @@ impl CsiNode {
         store: Arc<crate::state::StateStore>,
         settings: CsiSettings,
     ) -> Arc<CsiNode> {
+        Self::start_measured(
+            data_dir,
+            store,
+            settings,
+            crate::telemetry::Metrics::default(),
+        )
+    }
+
+    /// [`CsiNode::start`], recording every CSI RPC in `metrics` (the agent's registry).
+    pub fn start_measured(
+        data_dir: &std::path::Path,
+        store: Arc<crate::state::StateStore>,
+        settings: CsiSettings,
+        metrics: crate::telemetry::Metrics,
+    ) -> Arc<CsiNode> {
         let node_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_string())
             .unwrap_or_else(|_| "localhost".into());
         let catalog: Arc<dyn Catalog> = Arc::new(crate::catalog::embedded::EmbeddedCatalog::new(
             store.clone(),
         ));
-        CsiNode::start_with(data_dir, store, settings, node_name, catalog)
+        CsiNode::start_with(data_dir, store, settings, metrics, node_name, catalog)
     }
 
-    /// [`CsiNode::start`] with another catalog (the cluster's) and the node's name in it.
+    /// [`CsiNode::start_measured`] with another catalog (the cluster's) and the node's
+    /// name in it.
     pub fn start_with(
         data_dir: &std::path::Path,
         store: Arc<crate::state::StateStore>,
         settings: CsiSettings,
+        metrics: crate::telemetry::Metrics,
         node_name: String,
         catalog: Arc<dyn Catalog>,
     ) -> Arc<CsiNode> {
@@ -96,6 +115,7 @@ impl CsiNode {
             catalog.clone(),
             node_name.clone(),
             settings,
+            metrics.clone(),
         );
         manager.start();
         Arc::new(CsiNode {
@@ -104,6 +124,7 @@ impl CsiNode {
             registry,
             manager,
             catalog,
+            metrics,
         })
     }
 }

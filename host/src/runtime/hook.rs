@@ -326,9 +326,19 @@ impl Hook {
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &HookBindings) -> wasmtime::Result<R>,
     ) -> Result<R, HookFailure> {
         let span = tracing::info_span!("plugin_call", plugin = %self.spec.name, function = %call);
-        self.call_in_span(call, local_dir, body)
+        let started = std::time::Instant::now();
+        let result = self
+            .call_in_span(call, local_dir, body)
             .instrument(span)
-            .await
+            .await;
+        self.runtime.metrics().plugin_call(
+            "hook",
+            &self.spec.name,
+            call,
+            started.elapsed(),
+            result.is_ok(),
+        );
+        result
     }
 
     async fn call_in_span<R>(

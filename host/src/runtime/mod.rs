@@ -78,6 +78,9 @@ pub struct RuntimeConfig {
     /// How long a call waits for a free slot before it fails: a burst of calls (a job
     /// of count 1,000 starting) queues for slots instead of failing past the pool size.
     pub slot_wait: Duration,
+    /// Where calls, their latency and the log messages plugins dropped are recorded:
+    /// the agent's registry.
+    pub metrics: crate::telemetry::Metrics,
 }
 
 impl RuntimeConfig {
@@ -87,6 +90,7 @@ impl RuntimeConfig {
             limits: SandboxLimits::default(),
             max_instances: DEFAULT_MAX_INSTANCES,
             slot_wait: DEFAULT_SLOT_WAIT,
+            metrics: crate::telemetry::Metrics::default(),
         }
     }
 }
@@ -114,6 +118,7 @@ struct RuntimeInner {
     slots: Arc<tokio::sync::Semaphore>,
     max_instances: u32,
     slot_wait: Duration,
+    metrics: crate::telemetry::Metrics,
 }
 
 impl Drop for RuntimeInner {
@@ -150,6 +155,7 @@ impl Runtime {
                 slots: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
                 max_instances: config.max_instances,
                 slot_wait: config.slot_wait,
+                metrics: config.metrics,
             }),
         })
     }
@@ -168,6 +174,11 @@ impl Runtime {
 
     pub fn processes(&self) -> &Arc<ProcessTable> {
         &self.inner.processes
+    }
+
+    /// The registry every call of this runtime's plugins is recorded in.
+    pub fn metrics(&self) -> &crate::telemetry::Metrics {
+        &self.inner.metrics
     }
 
     /// A slot of the instance pool, for one call: waits for one to come free, at most

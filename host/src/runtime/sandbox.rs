@@ -341,7 +341,10 @@ fn build_store(
         },
         stderr,
         clock: CallClock::new(budget),
-        log: crate::runtime::host_api::log::LogBudget::new(plugin.name.clone()),
+        log: crate::runtime::host_api::log::LogBudget::new(
+            plugin.name.clone(),
+            runtime.metrics().clone(),
+        ),
         plugin,
         task,
         processes: runtime.processes().clone(),

@@ -97,7 +97,8 @@ impl CsiPluginSupervisorHook {
                 &plugin.id,
                 &places.socket_dir.join(layout::SOCKET_NAME),
                 Timeouts::PROBE,
-            ),
+            )
+            .measured(ctx.csi.metrics.clone()),
             registry: ctx.csi.registry.clone(),
             events: ctx.events.clone(),
             restart: ctx.restart.clone(),

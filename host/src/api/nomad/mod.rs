@@ -27,12 +27,23 @@
 //! | GET | `/v1/client/fs/ls/:alloc_id`, `/v1/client/fs/stat/:alloc_id`, `/v1/client/fs/cat/:alloc_id`, |
 //! |     | `/v1/client/fs/readat/:alloc_id` (`path`; `offset`, `limit`): Nomad's view of berth's alloc dir, no link followed (`alloc_fs.rs`) |
 //! | GET | `/v1/event/stream` (`topic=Topic:Key`, `index`): a stream (`event_stream.rs`) |
+//! | GET | `/v1/volumes?type=csi` (`plugin_id`, `prefix`), `/v1/volume/csi/:id` (see [`csi`]) |
+//! | PUT, POST | `/v1/volume/csi/:id` (register `{"Volumes": [{...}]}`), `/v1/volume/csi/:id/create` |
+//! | DELETE | `/v1/volume/csi/:id` (`?force=true`: drop finished allocs' claims first) |
+//! | GET | `/v1/plugins?type=csi`, `/v1/plugin/csi/:id` |
+//! | GET | `/v1/metrics` (go-metrics JSON; `?format=prometheus`: Prometheus' text; see [`metrics`]) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
+//! | POST, PUT | `/v1/node/:id/eligibility`, `/v1/node/:id/drain` (a cluster's nodes; see [`cluster`]) |
+//!
+//! In a cluster (`cluster { store = "etcd" }`), nodes, allocs and the leader are the
+//! cluster's, from any agent, and `X-Nomad-Index` is etcd's revision (`cluster.rs`).
 
 mod alloc_fs;
 mod cluster;
+pub mod csi;
 mod event_stream;
 mod follow_logs;
+pub mod metrics;
 pub mod register;
 pub mod shapes;
 mod streams;
@@ -226,6 +237,21 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/client/fs/cat/{alloc}", get(alloc_fs::cat))
         .route("/v1/client/fs/readat/{alloc}", get(alloc_fs::read_at))
         .route("/v1/event/stream", get(event_stream::stream))
+        .route("/v1/volumes", get(csi::list_volumes))
+        .route(
+            "/v1/volume/csi/{id}",
+            get(csi::read_volume)
+                .put(csi::register_volume)
+                .post(csi::register_volume)
+                .delete(csi::deregister_volume),
+        )
+        .route(
+            "/v1/volume/csi/{id}/create",
+            post(csi::create_volume).put(csi::create_volume),
+        )
+        .route("/v1/plugins", get(csi::list_plugins))
+        .route("/v1/plugin/csi/{id}", get(csi::read_plugin))
+        .route("/v1/metrics", get(metrics::metrics))
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/health", get(agent_health))
         .route("/v1/agent/members", get(agent_members))
@@ -259,6 +285,12 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/client/fs/cat/:alloc_id",
     "/v1/client/fs/readat/:alloc_id",
     "/v1/event/stream",
+    "/v1/volumes",
+    "/v1/volume/csi/:id",
+    "/v1/volume/csi/:id/create",
+    "/v1/plugins",
+    "/v1/plugin/csi/:id",
+    "/v1/metrics",
     "/v1/agent/self",
     "/v1/agent/health",
     "/v1/agent/members",

@@ -173,7 +173,7 @@ impl<'a> Fields<'a> {
 /// `%{` doubled so no template is evaluated. Written here, not left to the printer:
 /// hcl-primitives 0.1.13's `escape_markers` misses a marker right after a `$` or `%`
 /// (`%${3*7}` stays live), which would let a JSON job run HCL expressions on the agent.
-fn text(value: &str) -> Expression {
+pub(crate) fn text(value: &str) -> Expression {
     let chars: Vec<char> = value.chars().collect();
     let mut out = String::with_capacity(value.len() + 2);
     for (i, c) in chars.iter().enumerate() {

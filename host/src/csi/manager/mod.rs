@@ -149,6 +149,8 @@ pub struct CsiManager {
     catalog: Arc<dyn Catalog>,
     node_name: String,
     settings: CsiSettings,
+    /// Where the manager's clients record their RPCs.
+    metrics: crate::telemetry::Metrics,
     fingerprints: Mutex<BTreeMap<(PluginKind, String), (String, Fingerprint)>>,
     /// One connection per plugin provider, reused by every operation: a new HTTP/2
     /// connection per call would cost more than the call.
@@ -163,6 +165,7 @@ impl CsiManager {
         catalog: Arc<dyn Catalog>,
         node_name: String,
         settings: CsiSettings,
+        metrics: crate::telemetry::Metrics,
     ) -> Arc<CsiManager> {
         Arc::new(CsiManager {
             registry,
@@ -170,6 +173,7 @@ impl CsiManager {
             catalog,
             node_name,
             settings,
+            metrics,
             fingerprints: Mutex::default(),
             clients: Mutex::default(),
             volume_locks: Mutex::default(),
@@ -274,7 +278,8 @@ impl CsiManager {
         {
             return client.clone();
         }
-        let client = CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts);
+        let client = CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts)
+            .measured(self.metrics.clone());
         clients.insert(key, (plugin.alloc_id.clone(), client.clone()));
         client
     }

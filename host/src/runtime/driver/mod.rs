@@ -464,9 +464,19 @@ impl Driver {
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<(R, Spawned), DriverError> {
         let span = tracing::info_span!("plugin_call", plugin = %self.info.name, function = %call);
-        self.call_in_span(call, scope, wall, body)
+        let started = std::time::Instant::now();
+        let result = self
+            .call_in_span(call, scope, wall, body)
             .instrument(span)
-            .await
+            .await;
+        self.runtime.metrics().plugin_call(
+            "driver",
+            &self.info.name,
+            call,
+            started.elapsed(),
+            result.is_ok(),
+        );
+        result
     }
 
     async fn call_in_span<R>(

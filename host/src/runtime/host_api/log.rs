@@ -19,15 +19,19 @@ pub struct LogBudget {
     bytes: usize,
     dropped: u64,
     plugin: std::sync::Arc<str>,
+    /// Where the drops are counted per plugin, for `berth driver list`, `berth hook list`
+    /// and `/v1/metrics`.
+    metrics: crate::telemetry::Metrics,
 }
 
 impl LogBudget {
-    pub fn new(plugin: std::sync::Arc<str>) -> LogBudget {
+    pub fn new(plugin: std::sync::Arc<str>, metrics: crate::telemetry::Metrics) -> LogBudget {
         LogBudget {
             messages: MAX_MESSAGES_PER_CALL,
             bytes: MAX_LOG_BYTES_PER_CALL,
             dropped: 0,
             plugin,
+            metrics,
         }
     }
 
@@ -51,6 +55,7 @@ impl Drop for LogBudget {
     /// The call is over (its store is dropped): one line for what was dropped.
     fn drop(&mut self) {
         if self.dropped > 0 {
+            self.metrics.log_dropped(&self.plugin, self.dropped);
             tracing::warn!(target: "berth::plugin", plugin = %self.plugin, dropped = self.dropped,
                 "the plugin logged past its budget of {MAX_MESSAGES_PER_CALL} messages and \
                  {MAX_LOG_BYTES_PER_CALL} bytes in one call; the rest was dropped");

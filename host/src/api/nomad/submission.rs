@@ -234,3 +234,184 @@ pub fn submit_error(error: SubmitError) -> NomadError {
 pub fn submitter_of(submitter: Option<Extension<Submitter>>) -> Submitter {
     submitter.map_or(Submitter::Operator, |Extension(s)| s)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The jobspecs of the repository (examples and test fixtures) that parse without
+    /// the CLI's help (`file()` is inlined by the CLI, so those are left out).
+    fn repository_jobspecs() -> Vec<(String, String)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut found = Vec::new();
+        for dir in ["examples", "examples/csi", "tests/fixtures/jobspecs"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                    continue;
+                };
+                if !name.ends_with(".hcl") || name == "agent.hcl" || name == "volume.hcl" {
+                    continue;
+                }
+                let source = std::fs::read_to_string(&path).unwrap();
+                if crate::jobspec::parse(name, &source).is_ok() {
+                    found.push((format!("{dir}/{name}"), source));
+                }
+            }
+        }
+        found
+    }
+
+    /// What the CLI sends: parse, then register the parsed job with its source.
+    fn cli_register(name: &str, source: &str, variables: &VariableInputs) -> Value {
+        let parsed = crate::jobspec::parse_with(name, source, variables).unwrap();
+        let job = shapes::job(&parsed, None);
+        json!({
+            "Job": job,
+            "Submission": JobSubmission {
+                source: source.to_string(),
+                format: "hcl2".into(),
+                variable_flags: variables.args.iter().cloned().collect(),
+                variables: String::new(),
+                berth: Some(BerthSource {
+                    source_name: name.to_string(),
+                    variables: variables.clone(),
+                }),
+            },
+        })
+    }
+
+    /// Every jobspec of the repository survives parse → JSON → register unchanged: the
+    /// job registered is the job parsed, services, plugins and templates included.
+    #[test]
+    fn every_repository_jobspec_survives_parse_json_register_unchanged() {
+        let jobspecs = repository_jobspecs();
+        assert!(jobspecs.len() >= 10, "found only {}", jobspecs.len());
+        for (name, source) in &jobspecs {
+            let body = cli_register(name, source, &VariableInputs::default());
+            let chosen = to_submit(&body).unwrap();
+            assert_eq!(&chosen.source, source, "{name}");
+            assert_eq!(&chosen.source_name, name, "{name}");
+            assert!(chosen.warnings.is_empty(), "{name}: {:?}", chosen.warnings);
+            let registered =
+                crate::jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+                    .unwrap();
+            let parsed = crate::jobspec::parse(name, source).unwrap();
+            assert_eq!(
+                format!("{registered:?}"),
+                format!("{parsed:?}"),
+                "{name} changed on the way"
+            );
+        }
+    }
+
+    const EVERYTHING: &str = r#"
+variable "image_dir" { type = string }
+variable "replicas" {
+  type    = number
+  default = 1
+}
+job "everything" {
+  group "g" {
+    count = var.replicas
+    volume "data" {
+      type      = "host"
+      source    = "scratch"
+      read_only = false
+    }
+    network {
+      port "http" {}
+    }
+    service {
+      name = "web"
+      port = "http"
+    }
+    task "plugin" {
+      driver = "exec"
+      config {
+        command = "${var.image_dir}/csi-hostpath"
+      }
+      csi_plugin {
+        id        = "hostpath"
+        type      = "monolith"
+        mount_dir = "/csi"
+      }
+      template {
+        data        = "port={{ env \"NOMAD_PORT_http\" }}"
+        destination = "local/app.conf"
+      }
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }
+    }
+  }
+}
+"#;
+
+    /// A job with the CLI's `-var`s, a `csi_plugin` task, a template, a service and a
+    /// volume registers as parsed, with its variables; the JSON alone would have lost
+    /// the service and the plugin (which is why the CLI sends its source).
+    #[test]
+    fn a_job_with_vars_a_plugin_a_template_a_service_and_a_volume_registers_as_parsed() {
+        let variables = VariableInputs {
+            args: vec![
+                ("image_dir".into(), "/opt/bin".into()),
+                ("replicas".into(), "2".into()),
+            ],
+            ..Default::default()
+        };
+        let body = cli_register("everything.hcl", EVERYTHING, &variables);
+        let chosen = to_submit(&body).unwrap();
+        assert_eq!(chosen.source, EVERYTHING);
+        assert_eq!(chosen.variables.args, variables.args);
+        let registered =
+            crate::jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+                .unwrap();
+        let group = &registered.groups[0];
+        assert_eq!(group.count, 2);
+        assert_eq!(group.services.len(), 1);
+        let task = &group.tasks[0];
+        assert!(task.csi_plugin.is_some());
+        assert_eq!(task.config["command"], json!("/opt/bin/csi-hostpath"));
+        assert_eq!(task.templates.len(), 1);
+        assert_eq!(task.volume_mounts.len(), 1);
+
+        // The JSON alone cannot carry the service or the plugin.
+        let converted = super::super::register::job_hcl(&body).unwrap();
+        let from_json = crate::jobspec::parse("everything.json", &converted.hcl).unwrap();
+        assert!(from_json.groups[0].services.is_empty());
+        assert!(from_json.groups[0].tasks[0].csi_plugin.is_none());
+    }
+
+    /// The job JSON is the authority: a `Submission` whose source does not give the
+    /// request's job (here, a count changed after parsing) is ignored, and the JSON is
+    /// what is registered.
+    #[test]
+    fn a_submission_that_does_not_give_the_requests_job_is_ignored() {
+        let variables = VariableInputs {
+            args: vec![("image_dir".into(), "/opt/bin".into())],
+            ..Default::default()
+        };
+        let mut body = cli_register("everything.hcl", EVERYTHING, &variables);
+        body["Job"]["TaskGroups"][0]["Count"] = json!(7);
+        let chosen = to_submit(&body).unwrap();
+        assert_eq!(chosen.source_name, "everything.json");
+        assert_ne!(chosen.source, EVERYTHING);
+        let registered =
+            crate::jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+                .unwrap();
+        assert_eq!(registered.groups[0].count, 7);
+        assert!(registered.groups[0].services.is_empty());
+
+        // A source in another format is not read either.
+        let mut body = cli_register("everything.hcl", EVERYTHING, &variables);
+        body["Submission"]["Format"] = json!("json");
+        assert_eq!(to_submit(&body).unwrap().source_name, "everything.json");
+    }
+}

@@ -25,6 +25,7 @@ mod jobs;
 mod launched_jobs;
 mod logs;
 mod nomad_api;
+mod nomad_cli;
 mod nomad_jobspecs;
 mod nomad_streams;
 mod planted_links;

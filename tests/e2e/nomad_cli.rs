@@ -60,8 +60,14 @@ async fn plan_and_dispatch_answer_in_nomads_shapes_and_the_cli_uses_them() {
     let (code, stdout, stderr) = agent.cli(&["job", "plan", "-var", "seconds=600", file]);
     assert_eq!(code, 1, "Nomad's exit code for changes: {stdout}{stderr}");
     assert!(stdout.contains("+ Job: \"planned\""), "{stdout}");
-    assert!(stdout.contains("+ Task Group: \"g\" (1 create)"), "{stdout}");
-    assert!(stdout.contains("All tasks successfully allocated."), "{stdout}");
+    assert!(
+        stdout.contains("+ Task Group: \"g\" (1 create)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("All tasks successfully allocated."),
+        "{stdout}"
+    );
     let jobs: Vec<Value> = client.get("/v1/jobs").await.unwrap();
     assert!(jobs.is_empty(), "a plan registers nothing: {jobs:?}");
 
@@ -99,7 +105,9 @@ async fn plan_and_dispatch_answer_in_nomads_shapes_and_the_cli_uses_them() {
         .keys()
         .collect();
     assert!(
-        reasons.iter().any(|r| r.contains("unknown driver \"docker\"")),
+        reasons
+            .iter()
+            .any(|r| r.contains("unknown driver \"docker\"")),
         "{reasons:?}"
     );
     assert!(plan["FailedTGAllocs"].get("fine").is_none(), "{plan:#}");
@@ -126,11 +134,18 @@ async fn plan_and_dispatch_answer_in_nomads_shapes_and_the_cli_uses_them() {
     assert!(dispatched["JobCreateIndex"].is_u64(), "{dispatched}");
     assert_eq!(dispatched["EvalID"], "");
     let Err(berth::api::client::ClientError::Api(error, status)) = client
-        .post::<_, Value>("/v1/job/launcher/dispatch", &json!({"Meta": {"format": "pdf"}}))
+        .post::<_, Value>(
+            "/v1/job/launcher/dispatch",
+            &json!({"Meta": {"format": "pdf"}}),
+        )
         .await
     else {
         panic!("a dispatch without its required payload was accepted");
     };
     assert_eq!(status.as_u16(), 400);
-    assert!(error.error.contains("requires a payload"), "{}", error.error);
+    assert!(
+        error.error.contains("requires a payload"),
+        "{}",
+        error.error
+    );
 }

@@ -52,7 +52,11 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
             "Task {name:?} is {:?}{failed}{exit} (restarts: {})",
             task.state, task.restarts
         );
-        let mounts = local.tasks.get(name).map(|t| t.mounts.as_slice()).unwrap_or(&[]);
+        let mounts = local
+            .tasks
+            .get(name)
+            .map(|t| t.mounts.as_slice())
+            .unwrap_or(&[]);
         if !mounts.is_empty() {
             println!("Mounts");
             println!(

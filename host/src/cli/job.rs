@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::json;
 
+use super::nomad_shapes::{Alloc, JobRead, JobStub, capitalized, job_allocs, path_escape};
 use super::output::{clock, one_line, print_event};
 use crate::agent::{Agent, AgentOptions, StateLocation, SubmitError, Submitted};
-use super::nomad_shapes::{Alloc, JobRead, JobStub, capitalized, job_allocs, path_escape};
 use crate::api::client::{Client, ClientError};
 use crate::api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
 use crate::config::AgentConfig;
@@ -24,16 +24,7 @@ use crate::model::status::ClientStatus;
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
 
-/// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
-/// escaped all the same).
-pub(super) fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
+pub(super) use super::output::query_escape;
 
 /// Prints a jobspec's warnings as Nomad does, before the outcome.
 fn print_warnings(warnings: impl Iterator<Item = String>) {
@@ -563,9 +554,7 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let job: JobRead = client
-        .get(&format!("/v1/job/{}", path_escape(id)))
-        .await?;
+    let job: JobRead = client.get(&format!("/v1/job/{}", path_escape(id))).await?;
     println!("ID        = {}", job.id);
     println!("Type      = {}", job.job_type);
     println!("Status    = {}", status_word(&job.status, job.stop));

@@ -10,7 +10,7 @@ use crate::api::client::{Client, ClientError};
 /// A job id or an alloc id in a path (ids are letters, digits, `.`, `_`, `-`; a child
 /// job's `/` and anything else is escaped).
 pub(super) fn path_escape(text: &str) -> String {
-    super::job::query_escape(text)
+    super::output::query_escape(text)
 }
 
 /// `GET /v1/jobs`.

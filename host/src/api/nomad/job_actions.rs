@@ -128,7 +128,12 @@ pub async fn plan(
         status
             .allocs
             .iter()
-            .filter(|a| matches!(a.client_status, ClientStatus::Pending | ClientStatus::Running))
+            .filter(|a| {
+                matches!(
+                    a.client_status,
+                    ClientStatus::Pending | ClientStatus::Running
+                )
+            })
             .filter_map(|a| agent.alloc(&a.id).ok())
             .filter(|a| shapes::group_of(a) == group)
             .count() as u64
@@ -258,10 +263,7 @@ fn job_diff(job: &Job, current: Option<(&crate::agent::JobStatus, &Job)>) -> Val
         Some((status, old)) => {
             let old_json = shapes::job(old, None);
             let same = old_json == new_json && !status.stopped;
-            (
-                if same { "None" } else { "Edited" },
-                groups_of(&old_json),
-            )
+            (if same { "None" } else { "Edited" }, groups_of(&old_json))
         }
     };
     let new_groups = groups_of(&new_json);

@@ -30,6 +30,14 @@
 //! |     | `/v1/client/fs/readat/:alloc_id` (`path`; `offset`, `limit`): Nomad's view of berth's alloc dir, no link followed (`alloc_fs.rs`) |
 //! | GET | `/v1/event/stream` (`topic=Topic:Key`, `index`): a stream (`event_stream.rs`) |
 //! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
+//!
+//! One API: berth's CLI uses these paths for everything Nomad has a path for (`job run`
+//! is parse + register with its source as `Submission`, `job plan|status|stop|dispatch`,
+//! `alloc status|logs`). Under `/v1/berth/` (`api/mod.rs`) stays what Nomad has no path
+//! for: driver and hook lists, `system gc`, `periodic force` (Nomad's answer has no child
+//! id), services, volumes and plugins in berth's shapes, and an alloc's dir, disk use and
+//! mounts with their host paths. berth's own job and alloc paths are still served, for
+//! the tests and tools written against them.
 
 mod alloc_fs;
 mod event_stream;

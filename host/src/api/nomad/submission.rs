@@ -42,7 +42,11 @@ pub struct ParseRequest {
     #[serde(rename = "JobHCL")]
     pub job_hcl: String,
     /// A variables file's content (Nomad's field).
-    #[serde(rename = "Variables", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "Variables",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub variables: String,
     #[serde(rename = "Canonicalize", default)]
     pub canonicalize: bool,
@@ -90,10 +94,7 @@ fn name_or_default(name: &str) -> String {
 }
 
 /// Nomad's variables (a file's content and `-var` flags) as berth's inputs.
-fn nomad_inputs(
-    file: &str,
-    flags: &std::collections::BTreeMap<String, String>,
-) -> VariableInputs {
+fn nomad_inputs(file: &str, flags: &std::collections::BTreeMap<String, String>) -> VariableInputs {
     VariableInputs {
         env: Vec::new(),
         files: if file.trim().is_empty() {
@@ -101,10 +102,7 @@ fn nomad_inputs(
         } else {
             vec![("Variables".to_string(), file.to_string())]
         },
-        args: flags
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        args: flags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     }
 }
 

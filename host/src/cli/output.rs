@@ -71,6 +71,17 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
+/// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
+/// escaped all the same).
+pub(super) fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,15 +106,4 @@ mod tests {
         assert_eq!(text("line 1\n\tline 2\n"), "line 1\n\tline 2\n");
         assert_eq!(text("red \x1b[31mtext\x07"), "red \\u{1b}[31mtext\\u{7}");
     }
-}
-
-/// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
-/// escaped all the same).
-pub(super) fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }

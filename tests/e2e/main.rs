@@ -27,6 +27,7 @@ mod launched_jobs;
 mod logs;
 mod metrics;
 mod nomad_api;
+mod nomad_cli;
 mod nomad_jobspecs;
 mod nomad_streams;
 mod planted_links;

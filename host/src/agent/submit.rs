@@ -56,6 +56,40 @@ impl Agent {
         }
     }
 
+    /// What submitting `source` would meet, without submitting it (Nomad's plan, a dry
+    /// run): the job, and the problems of the checks [`Agent::submit_as`] makes (who may
+    /// run what, the jobspec against this node, its disk, its static ports).
+    pub async fn dry_run(
+        &self,
+        submitter: Submitter,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<(Job, Vec<jobspec::Problem>), JobspecError> {
+        let job = jobspec::parse_with(source_name, source, variables)?;
+        let mut problems = plugin_tasks_refused(&job, submitter);
+        problems.extend(
+            crate::validate::validate(
+                &job,
+                &self.node.drivers,
+                &self.node.hooks,
+                &self.node.config,
+                Some(self.node.csi.catalog.as_ref()),
+            )
+            .await,
+        );
+        problems.extend(self.disk_problems(&job));
+        let places = job.periodic.is_none() && job.parameterized.is_none();
+        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
+            problems.push(jobspec::Problem {
+                path: format!("job.{}.network", job.name),
+                at: None,
+                message: why,
+            });
+        }
+        Ok((job, problems))
+    }
+
     pub async fn submit_as(
         &self,
         submitter: Submitter,

@@ -116,16 +116,111 @@ impl Client {
             .map(|(v, _)| v)
     }
 
+    pub async fn put<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.call(Method::PUT, path, Some(body))
+            .await
+            .map(|(v, _)| v)
+    }
+
+    /// A GET whose answer is bytes, not JSON (a task's log with `plain=true`).
+    pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
+        let response = self.send(Method::GET, path, None::<&()>).await?;
+        let response = self.success(response).await?;
+        self.collect(response).await
+    }
+
+    /// A GET whose answer is a stream (a followed log): `on_bytes` gets each piece as it
+    /// comes, until the agent ends the stream.
+    pub async fn stream(
+        &self,
+        path: &str,
+        mut on_bytes: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), ClientError> {
+        let response = self.send(Method::GET, path, None::<&()>).await?;
+        let mut body = self.success(response).await?.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| self.garbled(e.to_string()))?;
+            if let Some(data) = frame.data_ref() {
+                on_bytes(data).map_err(|e| self.garbled(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn garbled(&self, reason: String) -> ClientError {
+        ClientError::Garbled {
+            address: self.address.clone(),
+            reason,
+        }
+    }
+
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         body: Option<&B>,
     ) -> Result<(T, Option<String>), ClientError> {
-        let garbled = |reason: String| ClientError::Garbled {
-            address: self.address.clone(),
-            reason,
-        };
+        let response = self.send(method, path, body).await?;
+        let response = self.success(response).await?;
+        let next_token = response
+            .headers()
+            .get(super::NEXT_TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = self.collect(response).await?;
+        let value = serde_json::from_slice(&body).map_err(|e| self.garbled(e.to_string()))?;
+        Ok((value, next_token))
+    }
+
+    async fn collect(
+        &self,
+        response: hyper::Response<hyper::body::Incoming>,
+    ) -> Result<Vec<u8>, ClientError> {
+        Ok(response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.garbled(e.to_string()))?
+            .to_bytes()
+            .to_vec())
+    }
+
+    /// The response of a success; an error's body as a [`ClientError::Api`]: berth's own
+    /// JSON error, or the plain text of Nomad's API.
+    async fn success(
+        &self,
+        response: hyper::Response<hyper::body::Incoming>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body = self.collect(response).await?;
+        let error = serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| {
+            let text = String::from_utf8_lossy(&body).trim().to_string();
+            ApiError {
+                error: if text.is_empty() {
+                    status.to_string()
+                } else {
+                    text
+                },
+                problems: Vec::new(),
+            }
+        });
+        Err(ClientError::Api(error, status))
+    }
+
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let garbled = |reason: String| self.garbled(reason);
         let unreachable = |reason: String| ClientError::Unreachable {
             address: self.address.clone(),
             reason,
@@ -171,31 +266,10 @@ impl Client {
             }
         }
         .map_err(|e| unreachable(root_cause(&e)))?;
-        let response = sender
+        sender
             .send_request(request)
             .await
-            .map_err(|e| unreachable(root_cause(&e)))?;
-        let status = response.status();
-        let next_token = response
-            .headers()
-            .get(super::NEXT_TOKEN_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| garbled(e.to_string()))?
-            .to_bytes();
-        if !status.is_success() {
-            let error = serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| ApiError {
-                error: format!("{status}: {}", String::from_utf8_lossy(&body)),
-                problems: Vec::new(),
-            });
-            return Err(ClientError::Api(error, status));
-        }
-        let value = serde_json::from_slice(&body).map_err(|e| garbled(e.to_string()))?;
-        Ok((value, next_token))
+            .map_err(|e| unreachable(root_cause(&e)))
     }
 }
 

@@ -2,51 +2,68 @@
 
 use std::process::ExitCode;
 
+use super::nomad_shapes::{Alloc, path_escape, resolve_alloc};
 use super::output::{clock, one_line};
 use crate::alloc_runner::AllocStatus;
 use crate::api::client::Client;
 
+/// `berth alloc status`: the alloc from Nomad's `GET /v1/allocation/:id` (its id found
+/// from a prefix with `GET /v1/allocations?prefix=`, as Nomad's CLI does), and what
+/// Nomad's shape has no field for (the alloc dir, its disk use, each task's mounts with
+/// their host paths) from berth's `GET /v1/berth/allocation/:id`.
 pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let alloc: AllocStatus = client.get(&format!("/v1/berth/allocation/{id}")).await?;
+    let id = resolve_alloc(client, id).await?;
+    let path = format!("/v1/allocation/{}", path_escape(&id));
     if json {
+        let alloc: serde_json::Value = client.get(&path).await?;
         println!("{}", serde_json::to_string_pretty(&alloc)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let lower = |v: &dyn std::fmt::Debug| format!("{v:?}").to_lowercase();
+    let alloc: Alloc = client.get(&path).await?;
+    let local: AllocStatus = client
+        .get(&format!("/v1/berth/allocation/{}", path_escape(&id)))
+        .await?;
     println!("ID             = {}", alloc.id);
     println!("Name           = {}", alloc.name);
     println!("Job ID         = {}", alloc.job_id);
-    println!("Desired Status = {}", lower(&alloc.desired_status));
-    println!("Client Status  = {}", lower(&alloc.client_status));
-    println!("Alloc Dir      = {}", alloc.alloc_dir.display());
+    println!("Desired Status = {}", alloc.desired_status);
+    println!("Client Status  = {}", alloc.client_status);
+    println!("Alloc Dir      = {}", local.alloc_dir.display());
     let mb = |bytes: u64| bytes.div_ceil(crate::model::limits::MIB);
-    let limit = mb(alloc.disk_limit_bytes);
-    match alloc.disk_used_bytes {
+    let limit = mb(local.disk_limit_bytes);
+    match local.disk_used_bytes {
         Some(used) => println!(
             "Disk           = {} MB used of {limit} MB (ephemeral_disk, logs included)",
             mb(used)
         ),
         None => println!("Disk           = not measured yet ({limit} MB of ephemeral_disk)"),
     }
-    for (name, task) in &alloc.tasks {
+    for (name, task) in &alloc.task_states {
         println!();
         let failed = if task.failed { ", failed" } else { "" };
         let exit = task
-            .exit_code
-            .map(|c| format!(", exit code {c}"))
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "Terminated")
+            .map(|e| format!(", exit code {}", e.exit_code))
             .unwrap_or_default();
         println!(
             "Task {name:?} is {:?}{failed}{exit} (restarts: {})",
-            lower(&task.state),
-            task.restarts
+            task.state, task.restarts
         );
-        if !task.mounts.is_empty() {
+        let mounts = local
+            .tasks
+            .get(name)
+            .map(|t| t.mounts.as_slice())
+            .unwrap_or(&[]);
+        if !mounts.is_empty() {
             println!("Mounts");
             println!(
                 "{:<28} {:<44} {:<4} Propagation",
                 "Destination", "Source", "Mode"
             );
-            for mount in &task.mounts {
+            for mount in mounts {
                 println!(
                     "{:<28} {:<44} {:<4} {}",
                     mount.task_path.display(),
@@ -61,9 +78,9 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
         for event in task.events.iter().rev().take(10) {
             println!(
                 "{:<12}  {:<24} {}",
-                clock(event.time_ms),
-                event.kind.to_string(),
-                one_line(&event.message)
+                clock(event.time / 1_000_000),
+                event.kind,
+                one_line(&event.display_message)
             );
         }
     }
@@ -92,8 +109,9 @@ pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth alloc logs [-stderr] [-f] ALLOC [TASK]`: the task's log from the start, and
-/// with `-f` what it writes next, until the alloc has finished. On a terminal the task's
+/// `berth alloc logs [-stderr] [-f] ALLOC [TASK]`: the task's log from the start
+/// (`GET /v1/client/fs/logs/:alloc_id?plain=true`), and with `-f` what it writes next,
+/// until the task has finished (`follow=true`, a stream). On a terminal the task's
 /// control characters are escaped; into a pipe or a file its bytes go as they are.
 pub(super) async fn logs(
     client: &Client,
@@ -103,39 +121,33 @@ pub(super) async fn logs(
     follow: bool,
 ) -> anyhow::Result<ExitCode> {
     use std::io::{IsTerminal as _, Write as _};
-    let escape = super::job::query_escape;
     let stream = if stderr { "stderr" } else { "stdout" };
     let terminal = std::io::stdout().is_terminal();
-    let mut offset = 0u64;
-    loop {
-        let mut path = format!(
-            "/v1/berth/client/fs/logs/{}?type={stream}&offset={offset}",
-            escape(alloc)
-        );
-        if let Some(task) = task {
-            path.push_str(&format!("&task={}", escape(task)));
-        }
-        let chunk: crate::agent::logs::LogChunk = client.get(&path).await?;
-        let bytes = chunk.bytes();
-        offset = chunk.offset;
-        {
-            let mut out = std::io::stdout().lock();
-            if terminal {
-                write!(
-                    out,
-                    "{}",
-                    super::output::text(&String::from_utf8_lossy(&bytes))
-                )?;
-            } else {
-                out.write_all(&bytes)?;
-            }
-            out.flush()?;
-        }
-        if bytes.is_empty() {
-            if !follow || chunk.finished {
-                return Ok(ExitCode::SUCCESS);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
+    let mut path = format!(
+        "/v1/client/fs/logs/{}?type={stream}&origin=start&offset=0&plain=true",
+        path_escape(alloc)
+    );
+    if let Some(task) = task {
+        path.push_str(&format!("&task={}", path_escape(task)));
     }
+    let write = |bytes: &[u8]| -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        if terminal {
+            write!(
+                out,
+                "{}",
+                super::output::text(&String::from_utf8_lossy(bytes))
+            )?;
+        } else {
+            out.write_all(bytes)?;
+        }
+        out.flush()
+    };
+    if follow {
+        path.push_str("&follow=true");
+        client.stream(&path, write).await?;
+    } else {
+        write(&client.get_bytes(&path).await?)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

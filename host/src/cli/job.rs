@@ -7,36 +7,24 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use serde_json::json;
 
+use super::nomad_shapes::{Alloc, JobRead, JobStub, capitalized, job_allocs, path_escape};
 use super::output::{clock, one_line, print_event};
-use crate::agent::{Agent, AgentOptions, JobStatus, StateLocation, SubmitError, Submitted};
-use crate::alloc_runner::AllocStatus;
+use crate::agent::{Agent, AgentOptions, StateLocation, SubmitError, Submitted};
 use crate::api::client::{Client, ClientError};
-use crate::api::{Stopped, SubmitRequest};
+use crate::api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::eval::VariableInputs;
 use crate::jobspec::{self, Job, JobspecError};
-use crate::model::events::TaskStateKind;
 use crate::model::status::ClientStatus;
 
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
 
-/// Jobs per `GET /v1/berth/jobs` page for `berth job status`.
-const JOBS_PAGE: usize = 500;
-
-/// A job id in a query string (ids are letters, digits, `.`, `_`, `-`; anything else is
-/// escaped all the same).
-pub(super) fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
+pub(super) use super::output::query_escape;
 
 /// Prints a jobspec's warnings as Nomad does, before the outcome.
 fn print_warnings(warnings: impl Iterator<Item = String>) {
@@ -280,8 +268,55 @@ pub(super) async fn run(
     })
 }
 
-/// `berth job run`: submit to the running agent, then follow the allocs until each has
-/// left `pending` (or a deadline passes).
+/// What `POST /v1/jobs/parse` is sent for a jobspec read by the CLI: Nomad's request,
+/// with berth's addition (the file's name and the variables as read here).
+fn parse_request(input: &JobspecInput) -> ParseRequest {
+    ParseRequest {
+        job_hcl: input.source.clone(),
+        variables: String::new(),
+        canonicalize: true,
+        berth: Some(berth_source(input)),
+    }
+}
+
+fn berth_source(input: &JobspecInput) -> BerthSource {
+    BerthSource {
+        source_name: input.name.clone(),
+        variables: input.inputs.clone(),
+    }
+}
+
+/// The jobspec as Nomad's job JSON (`POST /v1/jobs/parse`), or the exit code of a
+/// jobspec that does not parse.
+async fn parse_on_agent(
+    client: &Client,
+    input: &JobspecInput,
+) -> anyhow::Result<Result<serde_json::Value, ExitCode>> {
+    match client.post("/v1/jobs/parse", &parse_request(input)).await {
+        Ok(job) => Ok(Ok(job)),
+        Err(ClientError::Api(error, status)) if status.is_client_error() => {
+            Ok(Err(refused_jobspec(&error)))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Says why the agent refused a jobspec, and the exit code for it.
+fn refused_jobspec(error: &crate::api::ApiError) -> ExitCode {
+    eprintln!(
+        "Job validation failed: {}",
+        super::output::text(&error.error)
+    );
+    for problem in &error.problems {
+        eprintln!("  {}", super::output::one_line(problem));
+    }
+    ExitCode::from(INVALID)
+}
+
+/// `berth job run`: the jobspec parsed by the agent (`POST /v1/jobs/parse`, with the
+/// CLI's variables), registered as job JSON with its source (`PUT /v1/jobs`, as Nomad's
+/// CLI does), then its allocs followed until each has left `pending` (or a deadline
+/// passes).
 pub(super) async fn submit(
     client: &Client,
     path: &Path,
@@ -292,34 +327,56 @@ pub(super) async fn submit(
         Ok(input) => input,
         Err(error) => return Ok(invalid(&error)),
     };
-    let request = SubmitRequest {
-        source_name: input.name,
-        source: input.source,
-        variables: input.inputs,
+    let job = match parse_on_agent(client, &input).await? {
+        Ok(job) => job,
+        Err(code) => return Ok(code),
     };
-    let submitted: Submitted = match client.post("/v1/berth/jobs", &request).await {
-        Ok(submitted) => submitted,
+    let job_id = job["ID"].as_str().unwrap_or_default().to_string();
+    let before = job_allocs(client, &job_id).await?;
+    let request = json!({
+        "Job": job,
+        "Submission": JobSubmission {
+            source: input.source.clone(),
+            format: "hcl2".into(),
+            variable_flags: input.inputs.args.iter().cloned().collect(),
+            variables: String::new(),
+            berth: Some(berth_source(&input)),
+        },
+    });
+    let registered: serde_json::Value = match client.put("/v1/jobs", &request).await {
+        Ok(registered) => registered,
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
-            eprintln!(
-                "Job validation failed: {}",
-                super::output::text(&error.error)
-            );
-            for problem in &error.problems {
-                eprintln!("  {}", super::output::one_line(problem));
-            }
-            return Ok(ExitCode::from(INVALID));
+            return Ok(refused_jobspec(&error));
         }
         Err(error) => return Err(error.into()),
     };
-    print_warnings(submitted.warnings.iter().cloned());
-    println!("==> Job {:?} submitted", submitted.job_id);
-    if !submitted.replaced.is_empty() {
+    print_warnings(
+        registered["Warnings"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .filter(|w| !w.is_empty())
+            .map(str::to_string),
+    );
+    let after = job_allocs(client, &job_id).await?;
+    let new_ids: Vec<String> = after
+        .iter()
+        .filter(|a| !before.iter().any(|b| b.id == a.id))
+        .map(|a| a.id.clone())
+        .collect();
+    let replaced: Vec<&str> = before
+        .iter()
+        .filter(|a| a.is_live())
+        .map(|a| a.id.as_str())
+        .collect();
+    println!("==> Job {job_id:?} submitted");
+    if !replaced.is_empty() {
         println!(
             "    replaced the previous version: stopped {}",
-            submitted.replaced.join(", ")
+            replaced.join(", ")
         );
     }
-    for id in &submitted.alloc_ids {
+    for id in &new_ids {
         println!("    alloc {id}");
     }
     if detach {
@@ -327,30 +384,35 @@ pub(super) async fn submit(
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut failed = false;
-    for id in &submitted.alloc_ids {
-        let status = loop {
-            let status: AllocStatus = client.get(&format!("/v1/berth/allocation/{id}")).await?;
-            let settled = status.client_status != ClientStatus::Pending
-                && status
-                    .tasks
+    for id in &new_ids {
+        let alloc = loop {
+            let alloc: Alloc = client
+                .get(&format!("/v1/allocation/{}", path_escape(id)))
+                .await?;
+            let settled = alloc.client_status != "pending"
+                && alloc
+                    .task_states
                     .values()
-                    .all(|t| t.state != TaskStateKind::Pending || t.failed);
+                    .all(|t| t.state != "pending" || t.failed);
             if settled || tokio::time::Instant::now() >= deadline {
-                break status;
+                break alloc;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        failed |= status.client_status == ClientStatus::Failed;
+        failed |= alloc.client_status == "failed";
         println!(
-            "==> {} {}: {:?}",
-            status.name, status.id, status.client_status
+            "==> {} {}: {}",
+            alloc.name,
+            alloc.id,
+            capitalized(&alloc.client_status)
         );
-        for (name, task) in &status.tasks {
-            let last = task.events.last().map(|e| e.message.as_str()).unwrap_or("");
-            println!(
-                "    {name:<16} {:<8} {last}",
-                format!("{:?}", task.state).to_lowercase()
-            );
+        for (name, task) in &alloc.task_states {
+            let last = task
+                .events
+                .last()
+                .map(|e| e.display_message.as_str())
+                .unwrap_or("");
+            println!("    {name:<16} {:<8} {last}", task.state);
         }
     }
     Ok(if failed {
@@ -360,104 +422,207 @@ pub(super) async fn submit(
     })
 }
 
-pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<ExitCode> {
-    let Some(id) = id else {
-        // Page through, so that no single answer holds every job the agent keeps.
-        let mut jobs: Vec<JobStatus> = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let path = match &next {
-                Some(token) => format!(
-                    "/v1/berth/jobs?per_page={JOBS_PAGE}&next_token={}",
-                    query_escape(token)
-                ),
-                None => format!("/v1/berth/jobs?per_page={JOBS_PAGE}"),
-            };
-            let (page, token): (Vec<JobStatus>, _) = client.get_page(&path).await?;
-            jobs.extend(page);
-            match token {
-                Some(token) if next.as_ref() != Some(&token) => next = Some(token),
-                _ => break,
+/// `berth job plan`: what `berth job run` would do here (`POST /v1/job/:id/plan`), as
+/// Nomad's CLI shows it. Exits 0 when nothing would change, 1 when allocs would be
+/// placed, replaced or stopped (Nomad's codes), 2 for a jobspec that does not pass.
+pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow::Result<ExitCode> {
+    let input = match read_jobspec(path, vars) {
+        Ok(input) => input,
+        Err(error) => return Ok(invalid(&error)),
+    };
+    let job = match parse_on_agent(client, &input).await? {
+        Ok(job) => job,
+        Err(code) => return Ok(code),
+    };
+    let job_id = job["ID"].as_str().unwrap_or_default().to_string();
+    let request = json!({
+        "Job": job,
+        "Diff": true,
+        "Submission": JobSubmission {
+            source: input.source.clone(),
+            format: "hcl2".into(),
+            variable_flags: input.inputs.args.iter().cloned().collect(),
+            variables: String::new(),
+            berth: Some(berth_source(&input)),
+        },
+    });
+    let plan: serde_json::Value = match client
+        .post(&format!("/v1/job/{}/plan", path_escape(&job_id)), &request)
+        .await
+    {
+        Ok(plan) => plan,
+        Err(ClientError::Api(error, status)) if status.is_client_error() => {
+            return Ok(refused_jobspec(&error));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let sign = |kind: &str| match kind {
+        "Added" => "+",
+        "Deleted" => "-",
+        "Edited" => "+/-",
+        _ => " ",
+    };
+    let diff = &plan["Diff"];
+    println!(
+        "{} Job: {job_id:?}",
+        sign(diff["Type"].as_str().unwrap_or(""))
+    );
+    let updates = &plan["Annotations"]["DesiredTGUpdates"];
+    let mut changes = false;
+    for group in diff["TaskGroups"].as_array().into_iter().flatten() {
+        let name = group["Name"].as_str().unwrap_or_default();
+        let counts = &updates[name];
+        let count = |key: &str| counts[key].as_u64().unwrap_or(0);
+        let mut said = Vec::new();
+        for (key, word) in [
+            ("Place", "create"),
+            ("DestructiveUpdate", "create/destroy update"),
+            ("Stop", "destroy"),
+        ] {
+            if count(key) > 0 {
+                changes = true;
+                said.push(format!("{} {word}", count(key)));
             }
         }
+        let said = if said.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", said.join(", "))
+        };
+        println!(
+            "{} Task Group: {name:?}{said}",
+            sign(group["Type"].as_str().unwrap_or(""))
+        );
+    }
+    println!();
+    println!("Scheduler dry-run:");
+    match plan["FailedTGAllocs"].as_object() {
+        Some(failed) if !failed.is_empty() => {
+            println!("- WARNING: Failed to place all allocations.");
+            for (group, metric) in failed {
+                println!("  Task Group {group:?} (failed to place):");
+                for problem in metric["ConstraintFiltered"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(problem, _)| problem)
+                {
+                    println!("    * {}", one_line(problem));
+                }
+            }
+        }
+        _ => println!("- All tasks successfully allocated."),
+    }
+    if let Some(next) = plan["NextPeriodicLaunch"]
+        .as_str()
+        .filter(|t| !t.starts_with("0001-"))
+    {
+        println!("- If submitted now, next periodic launch would be at {next} (UTC).");
+    }
+    print_warnings(
+        plan["Warnings"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .filter(|w| !w.is_empty())
+            .map(str::to_string),
+    );
+    Ok(if changes {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<ExitCode> {
+    let Some(id) = id else {
+        let jobs: Vec<JobStub> = client.get("/v1/jobs").await?;
         if jobs.is_empty() {
             println!("No jobs");
             return Ok(ExitCode::SUCCESS);
         }
+        let allocs: Vec<Alloc> = client.get("/v1/allocations").await?;
         println!("{:<24} {:<8} {:<8} Allocs", "ID", "Type", "Status");
         for job in jobs {
             println!(
                 "{:<24} {:<8} {:<8} {}",
                 job.id,
-                format!("{:?}", job.job_type).to_lowercase(),
-                status_word(&job),
-                job.allocs.len()
+                job.job_type,
+                status_word(&job.status, job.stop),
+                allocs.iter().filter(|a| a.job_id == job.id).count()
             );
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let job: JobStatus = client
-        .get(&format!("/v1/berth/job/{}", query_escape(id)))
-        .await?;
+    let job: JobRead = client.get(&format!("/v1/job/{}", path_escape(id))).await?;
     println!("ID        = {}", job.id);
-    println!(
-        "Type      = {}",
-        format!("{:?}", job.job_type).to_lowercase()
-    );
-    println!("Status    = {}", status_word(&job));
-    if let Some(launches) = &job.launches {
-        println!("{:<9} = true (it launches child jobs)", launches.as_str());
+    println!("Type      = {}", job.job_type);
+    println!("Status    = {}", status_word(&job.status, job.stop));
+    let launches = if job.periodic.is_some() {
+        Some("periodic")
+    } else if job.parameterized_job.is_some() {
+        Some("parameterized")
+    } else {
+        None
+    };
+    if let Some(launches) = launches {
+        println!("{launches:<9} = true (it launches child jobs)");
     }
-    if let Some(parent) = &job.parent {
-        println!("Parent    = {parent}");
+    if !job.parent_id.is_empty() {
+        println!("Parent    = {}", job.parent_id);
     }
-    println!(
-        "Submitted = {} (from {})",
-        clock(job.submitted_ms),
-        one_line(&job.source_name)
-    );
+    println!("Submitted = {}", clock(job.submit_time / 1_000_000));
     println!();
     println!("Allocations");
     println!("{:<36}  {:<16} {:<8} Status", "ID", "Name", "Desired");
-    for alloc in &job.allocs {
+    for alloc in job_allocs(client, &job.id).await? {
         println!(
             "{:<36}  {:<16} {:<8} {}",
-            alloc.id,
-            alloc.name,
-            format!("{:?}", alloc.desired_status).to_lowercase(),
-            format!("{:?}", alloc.client_status).to_lowercase()
+            alloc.id, alloc.name, alloc.desired_status, alloc.client_status
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn status_word(job: &JobStatus) -> String {
-    let state = format!("{:?}", job.status).to_lowercase();
-    if job.stopped {
-        format!("{state} (stopped)")
+fn status_word(status: &str, stopped: bool) -> String {
+    if stopped {
+        format!("{status} (stopped)")
     } else {
-        state
+        status.to_string()
     }
 }
 
+/// `berth job stop`: `DELETE /v1/job/:id`; the allocs it stops are those that were live.
 pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
-    let stopped: Stopped = client
-        .delete(&format!("/v1/berth/job/{}", query_escape(id)))
-        .await?;
-    if stopped.stopping.is_empty() {
-        println!("==> Job {:?} stopped; no alloc was running", stopped.job_id);
+    let path = format!("/v1/job/{}", path_escape(id));
+    // Nomad's 404 says "job not found": name the job, as berth's CLI always has.
+    let before: Vec<Alloc> = match client.get::<serde_json::Value>(&path).await {
+        Ok(_) => job_allocs(client, id).await?,
+        Err(ClientError::Api(_, status)) if status.as_u16() == 404 => {
+            anyhow::bail!("no job matches {id:?}")
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let _: serde_json::Value = client.delete(&path).await?;
+    let stopping: Vec<&str> = before
+        .iter()
+        .filter(|a| a.is_live())
+        .map(|a| a.id.as_str())
+        .collect();
+    if stopping.is_empty() {
+        println!("==> Job {id:?} stopped; no alloc was running");
     } else {
         println!(
-            "==> Job {:?} stopping {} alloc(s): {}",
-            stopped.job_id,
-            stopped.stopping.len(),
-            stopped.stopping.join(", ")
+            "==> Job {id:?} stopping {} alloc(s): {}",
+            stopping.len(),
+            stopping.join(", ")
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth job dispatch`: the meta as KEY=VALUE, the payload from a file or stdin.
+/// `berth job dispatch`: the meta as KEY=VALUE, the payload from a file or stdin
+/// (`POST /v1/job/:id/dispatch`).
 pub(super) async fn dispatch(
     client: &Client,
     id: &str,
@@ -484,18 +649,24 @@ pub(super) async fn dispatch(
         };
         request.payload = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
-    let path = format!("/v1/berth/job/{}/dispatch", query_escape(id));
-    let launched: Submitted = match client.post(&path, &request).await {
+    let path = format!("/v1/job/{}/dispatch", path_escape(id));
+    let launched: serde_json::Value = match client.post(&path, &request).await {
         Ok(launched) => launched,
+        // Nomad's 404 says "job not found": name the job, as berth's CLI always has.
+        Err(ClientError::Api(_, status)) if status.as_u16() == 404 => {
+            eprintln!("Error: no job matches {id:?}");
+            return Ok(ExitCode::from(INVALID));
+        }
         Err(ClientError::Api(error, _)) => {
             eprintln!("Error: {}", super::output::text(&error.error));
             return Ok(ExitCode::from(INVALID));
         }
         Err(error) => return Err(error.into()),
     };
-    println!("Dispatched Job ID = {}", launched.job_id);
-    for alloc in &launched.alloc_ids {
-        println!("    alloc {alloc}");
+    let child = launched["DispatchedJobID"].as_str().unwrap_or_default();
+    println!("Dispatched Job ID = {child}");
+    for alloc in job_allocs(client, child).await? {
+        println!("    alloc {}", alloc.id);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ mod alloc;
 mod driver;
 mod hook;
 mod job;
+mod nomad_shapes;
 mod output;
 mod service;
 mod volume;
@@ -210,6 +211,14 @@ enum JobCommand {
         /// Return once the job is submitted.
         #[arg(long)]
         detach: bool,
+    },
+    /// Show what running a jobspec would do on this agent, without running it: the
+    /// allocs it would place, replace or stop, and why any cannot be placed.
+    Plan {
+        /// The jobspec (HCL).
+        jobspec: PathBuf,
+        #[command(flatten)]
+        vars: job::VarArgs,
     },
     /// Show all jobs, or one job with its allocs.
     Status { id: Option<String> },
@@ -458,6 +467,9 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
                     detach,
                 },
         } => job::submit(&client, jobspec, vars, *detach).await,
+        Command::Job {
+            command: JobCommand::Plan { jobspec, vars },
+        } => job::plan(&client, jobspec, vars).await,
         Command::Job {
             command: JobCommand::Status { id },
         } => job::status(&client, id.as_deref()).await,

@@ -13,11 +13,13 @@
 //! |---|---|
 //! | GET | `/v1/jobs` (`?prefix=`) |
 //! | PUT, POST | `/v1/jobs` (register `{"Job": {...}}`) |
-//! | POST | `/v1/jobs/parse` (`{"JobHCL": "...", "Canonicalize": true}`) |
+//! | POST | `/v1/jobs/parse` (`{"JobHCL": "...", "Variables": "...", "Canonicalize": true}`, `submission.rs`) |
 //! | POST | `/v1/validate/job` |
 //! | GET, DELETE | `/v1/job/:id` (`?purge=true`) |
 //! | PUT, POST | `/v1/job/:id` (register) |
 //! | GET | `/v1/job/:id/allocations`, `/v1/job/:id/summary`, `/v1/job/:id/versions` |
+//! | POST, PUT | `/v1/job/:id/plan` (`{"Job": {...}, "Diff": true}`: a dry run here, `job_actions.rs`) |
+//! | POST, PUT | `/v1/job/:id/dispatch` (`{"Payload": base64, "Meta": {...}}`, `job_actions.rs`) |
 //! | GET | `/v1/job/:id/evaluations`, `/v1/job/:id/deployments` (always empty: a job is |
 //! |     | placed on this node when submitted, with no evaluation or deployment) |
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
@@ -37,16 +39,26 @@
 //!
 //! In a cluster (`cluster { store = "etcd" }`), nodes, allocs and the leader are the
 //! cluster's, from any agent, and `X-Nomad-Index` is etcd's revision (`cluster.rs`).
+//!
+//! One API: berth's CLI uses these paths for everything Nomad has a path for (`job run`
+//! is parse + register with its source as `Submission`, `job plan|status|stop|dispatch`,
+//! `alloc status|logs`). Under `/v1/berth/` (`api/mod.rs`) stays what Nomad has no path
+//! for: driver and hook lists, `system gc`, `periodic force` (Nomad's answer has no child
+//! id), services, volumes and plugins in berth's shapes, and an alloc's dir, disk use and
+//! mounts with their host paths. berth's own job and alloc paths are still served, for
+//! the tests and tools written against them.
 
 mod alloc_fs;
 mod cluster;
 pub mod csi;
 mod event_stream;
 mod follow_logs;
+mod job_actions;
 pub mod metrics;
 pub mod register;
 pub mod shapes;
 mod streams;
+pub mod submission;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +72,7 @@ use axum::{Extension, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, LookupError, SubmitError, Submitter};
+use crate::agent::{Agent, LookupError, Submitter};
 use shapes::ThisNode;
 
 /// The longest wait of a blocking query, as Nomad's.
@@ -200,7 +212,10 @@ fn with_index(mut response: Response, index: u64) -> Response {
 pub fn router() -> Router<Arc<Agent>> {
     Router::new()
         .route("/v1/jobs", get(list_jobs).put(register).post(register))
-        .route("/v1/jobs/parse", post(parse_job).put(parse_job))
+        .route(
+            "/v1/jobs/parse",
+            post(submission::parse).put(submission::parse),
+        )
         .route("/v1/validate/job", post(validate_job).put(validate_job))
         .route(
             "/v1/job/{id}",
@@ -210,6 +225,14 @@ pub fn router() -> Router<Arc<Agent>> {
                 .post(register_at),
         )
         .route("/v1/job/{id}/allocations", get(cluster::job_allocations))
+        .route(
+            "/v1/job/{id}/plan",
+            post(job_actions::plan).put(job_actions::plan),
+        )
+        .route(
+            "/v1/job/{id}/dispatch",
+            post(job_actions::dispatch).put(job_actions::dispatch),
+        )
         .route("/v1/job/{id}/summary", get(job_summary))
         .route("/v1/job/{id}/versions", get(job_versions))
         .route("/v1/job/{id}/evaluations", get(job_none))
@@ -267,6 +290,8 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/validate/job",
     "/v1/job/:id",
     "/v1/job/:id/allocations",
+    "/v1/job/:id/plan",
+    "/v1/job/:id/dispatch",
     "/v1/job/:id/summary",
     "/v1/job/:id/versions",
     "/v1/job/:id/evaluations",
@@ -467,22 +492,6 @@ async fn stop_allocation(
     ))
 }
 
-#[derive(Debug, Deserialize)]
-struct ParseRequest {
-    #[serde(rename = "JobHCL")]
-    job_hcl: String,
-    #[serde(rename = "Canonicalize", default)]
-    _canonicalize: bool,
-}
-
-async fn parse_job(body: Bytes) -> Result<axum::Json<Value>, NomadError> {
-    let request: ParseRequest = serde_json::from_slice(&body)
-        .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
-    let job = crate::jobspec::parse("job.nomad.hcl", &request.job_hcl)
-        .map_err(|e| bad_request(e.to_string()))?;
-    Ok(axum::Json(shapes::job(&job, None)))
-}
-
 async fn validate_job(
     State(agent): State<Arc<Agent>>,
     body: Bytes,
@@ -530,30 +539,16 @@ async fn register_job(
 ) -> Result<Response, NomadError> {
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
-    let converted = register::job_hcl(&body).map_err(|e| bad_request(e.to_string()))?;
+    let chosen = submission::to_submit(&body)?;
     if let Some(at) = at
-        && at != converted.id
+        && at != chosen.id
     {
         return Err(bad_request("Job ID does not match name"));
     }
-    let submitter = submitter.map_or(Submitter::Operator, |Extension(s)| s);
-    let submitted = agent
-        .submit_as(
-            submitter,
-            &format!("{}.json", converted.id),
-            &converted.hcl,
-            &Default::default(),
-        )
-        .await
-        .map_err(|error| match error {
-            SubmitError::Invalid(invalid) => bad_request(invalid.to_string()),
-            SubmitError::Cluster(error) => {
-                NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
-            }
-            other => NomadError(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
-        })?;
+    let submitted =
+        submission::submit(&agent, submission::submitter_of(submitter), &chosen).await?;
     let index = agent.change_index().current();
-    let mut warnings = converted.warnings;
+    let mut warnings = chosen.warnings;
     warnings.extend(submitted.warnings);
     Ok(with_index(
         axum::Json(json!({

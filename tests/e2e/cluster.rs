@@ -170,22 +170,17 @@ async fn a_job_spreads_over_three_nodes_and_moves_off_a_dead_or_drained_one() {
         c.finished(id).await;
     }
 
-    // node-a is drained: its allocs move to b and c, and none runs on a.
+    // node-a is drained (`berth node drain`, from another node's agent): its allocs move
+    // to b and c, and none runs on a.
     let a_id = nodes.as_array().unwrap()[0]["ID"]
         .as_str()
         .unwrap()
         .to_string();
-    let drained: Value = b
-        .client()
-        .post(
-            &format!("/v1/node/{a_id}/drain"),
-            &serde_json::json!({"DrainSpec": {"Deadline": 60_000_000_000i64}}),
-        )
-        .await
-        .unwrap();
+    let (code, out, err) = b.cli(&["node", "drain", "--enable", "node-a"]);
+    assert_eq!(code, 0, "{out}{err}");
     assert!(
-        drained["NodeModifyIndex"].as_u64().unwrap() > 0,
-        "{drained}"
+        out.contains(&a_id) && out.contains("drain strategy set"),
+        "{out}"
     );
     wait_allocs(
         &b,
@@ -201,4 +196,17 @@ async fn a_job_spreads_over_three_nodes_and_moves_off_a_dead_or_drained_one() {
     let node: Value = c.client().get(&format!("/v1/node/{a_id}")).await.unwrap();
     assert_eq!(node["Drain"], true);
     assert_eq!(node["SchedulingEligibility"], "ineligible");
+    // `berth node status` from any agent lists every node in Nomad's words.
+    let (code, out, err) = c.cli(&["node", "status"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(
+        rows[0].contains("node-a") && rows[0].contains("true") && rows[0].contains("ineligible"),
+        "{out}"
+    );
+    assert!(
+        rows[1].contains("node-b") && rows[1].contains(" eligible"),
+        "{out}"
+    );
 }

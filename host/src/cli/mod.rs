@@ -10,6 +10,7 @@ mod alloc;
 mod driver;
 mod hook;
 mod job;
+mod node;
 mod nomad_shapes;
 mod output;
 mod service;
@@ -112,6 +113,50 @@ enum Command {
         #[command(subcommand)]
         command: ServiceCommand,
     },
+    /// The cluster's nodes (one, on an agent without a cluster block).
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Show all nodes, or one with its allocs.
+    Status {
+        id: Option<String>,
+        /// Full ids, and a node's attributes.
+        #[arg(long, short = 'v')]
+        verbose: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow or forbid new placements on a node (its running allocs stay).
+    Eligibility {
+        #[arg(long, conflicts_with = "disable", required_unless_present = "disable")]
+        enable: bool,
+        #[arg(long)]
+        disable: bool,
+        /// The node's id (or a unique prefix), or its name.
+        id: String,
+    },
+    /// Move a node's allocs to other nodes (-enable), or end a drain (-disable).
+    Drain {
+        #[arg(long, conflicts_with = "disable", required_unless_present = "disable")]
+        enable: bool,
+        #[arg(long)]
+        disable: bool,
+        /// How long allocs may take to move before they are stopped (default 1h).
+        #[arg(long, value_parser = parse_deadline)]
+        deadline: Option<std::time::Duration>,
+        /// The node's id (or a unique prefix), or its name.
+        id: String,
+    },
+}
+
+fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
+    crate::model::units::parse_duration(text).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -431,7 +476,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Volume { .. }
         | Command::Plugin { .. }
         | Command::System { .. }
-        | Command::Service { .. } => unreachable!("handled above"),
+        | Command::Service { .. }
+        | Command::Node { .. } => unreachable!("handled above"),
     }
 }
 
@@ -527,6 +573,21 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::Service {
             command: ServiceCommand::List { json },
         } => service::list(&client, *json).await,
+        Command::Node {
+            command: NodeCommand::Status { id, verbose, json },
+        } => node::status(&client, id.as_deref(), *verbose, *json).await,
+        Command::Node {
+            command: NodeCommand::Eligibility { enable, id, .. },
+        } => node::eligibility(&client, id, *enable).await,
+        Command::Node {
+            command:
+                NodeCommand::Drain {
+                    enable,
+                    deadline,
+                    id,
+                    ..
+                },
+        } => node::drain(&client, id, *enable, *deadline).await,
         _ => unreachable!("is_client covers exactly these"),
     })
 }

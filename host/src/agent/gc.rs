@@ -135,6 +135,12 @@ impl Agent {
     /// running after the wait, or hold something mounted, is kept, stopped, for the
     /// collector; returns whether the job is gone.
     pub async fn purge_job(&self, id: &str) -> bool {
+        if self.cluster.is_some()
+            && let Err(error) = self.stop_cluster_job(id, true).await
+        {
+            tracing::error!(job = %id, %error, "purging a job from the cluster");
+            return false;
+        }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(60), self.wait_job(id)).await;
         self.forget_allocs_of(id);
         let alone = !self

@@ -83,14 +83,10 @@ struct Usage {
     per_group: BTreeMap<(String, String), u32>,
 }
 
-/// Why a node cannot take an alloc (one reason, the first found).
-fn infeasible(
-    node: &NodeView,
-    usage: &Usage,
-    needs: &Needs,
-    job: &Job,
-    group: &jobspec::Group,
-) -> Option<String> {
+/// Why a node can never take an alloc of `group` (one reason, the first found): what
+/// does not change as allocs are placed (eligibility, drivers, host volumes,
+/// constraints), so it is found once per group and node.
+fn unfit(node: &NodeView, needs: &Needs, job: &Job, group: &jobspec::Group) -> Option<String> {
     let record = &node.record;
     if record.eligibility != "eligible" || record.drain {
         return Some("node is ineligible or draining".into());
@@ -120,22 +116,31 @@ fn infeasible(
         .constraints
         .iter()
         .chain(group.constraints.iter())
-        .chain(group.tasks.iter().flat_map(|t| t.constraints.iter()));
+        .chain(group.tasks.iter().flat_map(|t| t.constraints.iter()))
+        .filter(|c| c.operator != "distinct_hosts");
     for constraint in constraints {
-        if constraint.operator == "distinct_hosts"
-            && usage
-                .per_group
-                .get(&(job.name.clone(), group.name.clone()))
-                .is_some_and(|n| *n > 0)
-        {
-            return Some("constraint distinct_hosts".into());
-        }
         if crate::jobspec::constraint::check(constraint, &|n| names.get(n).cloned()).is_err() {
             return Some(format!(
                 "constraint {} {} {:?}",
                 constraint.attribute, constraint.operator, constraint.value
             ));
         }
+    }
+    None
+}
+
+/// Why a node has no room now for one more alloc of a group (resources, ports, and
+/// `distinct_hosts`, which depend on what is placed there).
+fn no_room(
+    node: &NodeView,
+    usage: &Usage,
+    needs: &Needs,
+    collisions: u32,
+    distinct_hosts: bool,
+) -> Option<String> {
+    let record = &node.record;
+    if distinct_hosts && collisions > 0 {
+        return Some("constraint distinct_hosts".into());
     }
     if usage.cpu_mhz + needs.cpu_mhz > record.cpu_mhz {
         return Some("cpu exhausted".into());
@@ -266,6 +271,17 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
             .or_default() += 1;
         kept.insert(key, placement);
     }
+    // The placement each missing alloc replaces (on a down or draining node), if any.
+    let previous: BTreeMap<(String, String, u32), &str> = snapshot
+        .placements
+        .iter()
+        .map(|p| {
+            (
+                (p.job_id.clone(), p.group.clone(), p.alloc_index),
+                p.alloc_id.as_str(),
+            )
+        })
+        .collect();
     // Place what is missing.
     for (job_id, (job, version, parsed)) in &jobs {
         let Some(parsed) = parsed else { continue };
@@ -274,33 +290,40 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         }
         for (group_index, group) in parsed.groups.iter().enumerate() {
             let needs = needs(group);
+            let group_key = (job.id.clone(), group.name.clone());
+            let distinct_hosts = parsed
+                .constraints
+                .iter()
+                .chain(group.constraints.iter())
+                .any(|c| c.operator == "distinct_hosts");
+            // What rules a node out for good, once per node.
+            let unfit: Vec<Option<String>> = snapshot
+                .nodes
+                .iter()
+                .map(|node| unfit(node, &needs, parsed, group))
+                .collect();
+            let empty = Usage::default();
             for alloc_index in 0..group.count {
                 let key = (job_id.to_string(), group.name.clone(), alloc_index);
                 if kept.contains_key(&key) {
                     continue;
                 }
                 let name = format!("{}.{}[{alloc_index}]", job.id, group.name);
-                let replaces = snapshot
-                    .placements
-                    .iter()
-                    .find(|p| {
-                        p.job_id == *job_id && p.group == group.name && p.alloc_index == alloc_index
-                    })
-                    .map(|p| p.alloc_id.clone());
+                let replaces = previous.get(&key).map(|id| id.to_string());
                 let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
                 let mut best: Option<(f64, &NodeView)> = None;
-                for node in &snapshot.nodes {
-                    let taken = usage.get(&node.record.id).cloned().unwrap_or_default();
-                    if let Some(why) = infeasible(node, &taken, &needs, parsed, group) {
+                for (node, unfit) in snapshot.nodes.iter().zip(&unfit) {
+                    if let Some(why) = unfit {
+                        *reasons.entry(why.clone()).or_default() += 1;
+                        continue;
+                    }
+                    let taken = usage.get(&node.record.id).unwrap_or(&empty);
+                    let collisions = taken.per_group.get(&group_key).copied().unwrap_or(0);
+                    if let Some(why) = no_room(node, taken, &needs, collisions, distinct_hosts) {
                         *reasons.entry(why).or_default() += 1;
                         continue;
                     }
-                    let collisions = taken
-                        .per_group
-                        .get(&(job.id.clone(), group.name.clone()))
-                        .copied()
-                        .unwrap_or(0);
-                    let fit = binpack(node, &taken, &needs);
+                    let fit = binpack(node, taken, &needs);
                     let score = if collisions > 0 {
                         let penalty = -f64::from(collisions + 1) / f64::from(group.count.max(1));
                         (fit + penalty) / 2.0
@@ -350,10 +373,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                 entry.cpu_mhz += needs.cpu_mhz;
                 entry.memory_mb += needs.memory_mb;
                 entry.ports.extend(needs.static_ports.iter().copied());
-                *entry
-                    .per_group
-                    .entry((job.id.clone(), group.name.clone()))
-                    .or_default() += 1;
+                *entry.per_group.entry(group_key.clone()).or_default() += 1;
                 plan.place.push(placement);
             }
         }

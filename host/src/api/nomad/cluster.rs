@@ -517,3 +517,170 @@ async fn local_node_allocations(
         })
         .await
 }
+
+/// A cluster job as the agent's `JobStatus` (what the job shapes are built from): its
+/// allocs as placed and reported.
+fn cluster_job_status(
+    snapshot: &Snapshot,
+    id: &str,
+) -> Option<(crate::agent::JobStatus, crate::jobspec::Job)> {
+    use crate::agent::{AllocSummary, JobState, JobStatus};
+    use crate::model::status::DesiredStatus;
+    let (record, _) = snapshot.jobs.iter().find(|(j, _)| j.id == id)?;
+    let job =
+        crate::jobspec::parse_with(&record.source_name, &record.source, &record.variables).ok()?;
+    let allocs: Vec<AllocSummary> = alloc_stubs(snapshot, |job_id, _| job_id == id)
+        .iter()
+        .map(|stub| {
+            let text = |k: &str| stub[k].as_str().unwrap_or_default().to_string();
+            let client_status = match stub["ClientStatus"].as_str() {
+                Some("running") => ClientStatus::Running,
+                Some("complete") => ClientStatus::Complete,
+                Some("failed") => ClientStatus::Failed,
+                Some("lost") => ClientStatus::Lost,
+                _ => ClientStatus::Pending,
+            };
+            AllocSummary {
+                id: text("ID"),
+                name: text("Name"),
+                desired_status: if stub["DesiredStatus"] == "run" {
+                    DesiredStatus::Run
+                } else {
+                    DesiredStatus::Stop
+                },
+                client_status,
+            }
+        })
+        .collect();
+    let status = if allocs
+        .iter()
+        .any(|a| a.client_status == ClientStatus::Running)
+    {
+        JobState::Running
+    } else if allocs
+        .iter()
+        .any(|a| a.client_status == ClientStatus::Pending && a.desired_status == DesiredStatus::Run)
+    {
+        JobState::Pending
+    } else {
+        JobState::Dead
+    };
+    Some((
+        JobStatus {
+            id: record.id.clone(),
+            job_type: job.job_type,
+            source_name: record.source_name.clone(),
+            submitted_ms: record.submitted_ms,
+            stopped: record.stopped,
+            status,
+            allocs,
+            launches: None,
+            parent: None,
+        },
+        job,
+    ))
+}
+
+pub async fn list_jobs(
+    State(agent): State<Arc<Agent>>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return super::list_jobs(State(agent), Query(query)).await;
+    };
+    let prefix = query.prefix.clone().unwrap_or_default();
+    answer(&agent, &cluster, &query.blocking, |snapshot| {
+        Ok(Value::Array(
+            snapshot
+                .jobs
+                .iter()
+                .filter(|(job, _)| job.id.starts_with(&prefix))
+                .filter_map(|(job, _)| cluster_job_status(snapshot, &job.id))
+                .map(|(status, job)| super::shapes::job_stub(&status, &job))
+                .collect(),
+        ))
+    })
+    .await
+}
+
+pub async fn read_job(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return super::read_job(State(agent), Path(id), Query(blocking)).await;
+    };
+    answer(&agent, &cluster, &blocking, |snapshot| {
+        let (status, job) = cluster_job_status(snapshot, &id)
+            .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "job not found".into()))?;
+        Ok(super::shapes::job(&job, Some(&status)))
+    })
+    .await
+}
+
+/// `GET /v1/job/:id/evaluations`: in a cluster, the scheduler's last word on the job:
+/// one evaluation, `blocked` with `FailedTGAllocs` (how many nodes each reason ruled
+/// out, per group) when something could not be placed, else `complete`. On its own an
+/// agent places when a job is submitted, with no evaluation.
+pub async fn job_evaluations(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(blocking): Query<Blocking>,
+) -> Response {
+    let Some(cluster) = agent.cluster().cloned() else {
+        return blocking.answer(&agent, || Ok(json!([]))).await;
+    };
+    answer(&agent, &cluster, &blocking, |snapshot| {
+        let Some((job, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == id) else {
+            return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
+        };
+        let blocked = snapshot.blocked.get(&id).cloned().unwrap_or_default();
+        let mut failed: BTreeMap<String, Value> = BTreeMap::new();
+        for entry in &blocked {
+            let group = failed.entry(entry.group.clone()).or_insert_with(|| {
+                json!({
+                    "NodesEvaluated": entry.nodes_evaluated,
+                    "NodesFiltered": 0,
+                    "NodesExhausted": 0,
+                    "ConstraintFiltered": {},
+                    "DimensionExhausted": {},
+                    "CoalescedFailures": -1,
+                })
+            });
+            group["CoalescedFailures"] =
+                json!(group["CoalescedFailures"].as_i64().unwrap_or(0) + 1);
+            if group["CoalescedFailures"].as_i64() == Some(0) {
+                for (reason, nodes) in &entry.reasons {
+                    let exhausted = reason.ends_with("exhausted") || reason.ends_with("in use");
+                    let (bucket, count) = if exhausted {
+                        ("DimensionExhausted", "NodesExhausted")
+                    } else {
+                        ("ConstraintFiltered", "NodesFiltered")
+                    };
+                    group[bucket][reason] = json!(nodes);
+                    group[count] = json!(group[count].as_u64().unwrap_or(0) + *nodes as u64);
+                }
+            }
+        }
+        let status = if blocked.is_empty() {
+            "complete"
+        } else {
+            "blocked"
+        };
+        Ok(json!([{
+            "ID": format!("{}-{version}", job.id),
+            "Namespace": "default",
+            "JobID": job.id,
+            "Type": "service",
+            "TriggeredBy": "job-register",
+            "Status": status,
+            "StatusDescription": blocked.first().map(|b| b.why.clone()).unwrap_or_default(),
+            "FailedTGAllocs": if failed.is_empty() { Value::Null } else { json!(failed) },
+            "JobModifyIndex": version,
+            "CreateIndex": version,
+            "ModifyIndex": snapshot.revision,
+        }]))
+    })
+    .await
+}

@@ -211,7 +211,10 @@ fn with_index(mut response: Response, index: u64) -> Response {
 /// Nomad's paths, beside berth's own under `/v1/berth/`.
 pub fn router() -> Router<Arc<Agent>> {
     Router::new()
-        .route("/v1/jobs", get(list_jobs).put(register).post(register))
+        .route(
+            "/v1/jobs",
+            get(cluster::list_jobs).put(register).post(register),
+        )
         .route(
             "/v1/jobs/parse",
             post(submission::parse).put(submission::parse),
@@ -219,7 +222,7 @@ pub fn router() -> Router<Arc<Agent>> {
         .route("/v1/validate/job", post(validate_job).put(validate_job))
         .route(
             "/v1/job/{id}",
-            get(read_job)
+            get(cluster::read_job)
                 .delete(deregister_job)
                 .put(register_at)
                 .post(register_at),
@@ -235,7 +238,7 @@ pub fn router() -> Router<Arc<Agent>> {
         )
         .route("/v1/job/{id}/summary", get(job_summary))
         .route("/v1/job/{id}/versions", get(job_versions))
-        .route("/v1/job/{id}/evaluations", get(job_none))
+        .route("/v1/job/{id}/evaluations", get(cluster::job_evaluations))
         .route("/v1/job/{id}/deployments", get(job_none))
         .route("/v1/allocations", get(cluster::list_allocations))
         .route("/v1/allocation/{id}", get(read_allocation))

@@ -1,0 +1,353 @@
+//! The cluster store against the embedded one, in the same run, interleaved, medians:
+//!
+//! - **claim + release** of a single-writer volume: `EtcdCatalog` (a transaction each,
+//!   on a real etcd on loopback) next to `EmbeddedCatalog` (the agent's redb file);
+//! - **placement throughput**: the scheduler's read of the cluster, its plan and the
+//!   transactions that write it, for a job of many allocs over many nodes, next to what
+//!   one node does when it places a job (all alloc records in one redb transaction);
+//! - **scale**: many simulated nodes (each registered under its own lease, kept alive
+//!   from this process) and many allocs placed: etcd's request rate (from etcd's own
+//!   `grpc_server_handled_total`) and the scheduler's time per placement.
+//!
+//! Run as `cargo bench -p berth --bench cluster` (needs the `etcd` binary: Debian's
+//! `etcd-server`). `BERTH_BENCH_SMALL=1` runs it small (CI).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth::catalog::embedded::EmbeddedCatalog;
+use berth::catalog::{Catalog, Claim, ClaimMode, Volume};
+use berth::cluster::catalog::EtcdCatalog;
+use berth::cluster::state::ClusterJob;
+use berth::cluster::testing::EtcdServer;
+use berth::cluster::{Cluster, NodeRecord, scheduler};
+use berth::model::cluster::{ClusterSettings, StoreKind};
+use berth::model::csi::AccessMode;
+use common::{median, micros, ratio, sized, summary};
+
+fn settings(etcd: &EtcdServer, prefix: &str) -> ClusterSettings {
+    ClusterSettings {
+        store: StoreKind::Etcd,
+        endpoints: vec![etcd.endpoint()],
+        prefix: prefix.into(),
+        heartbeat_ttl: Duration::from_secs(10),
+        ..ClusterSettings::default()
+    }
+}
+
+fn node(index: usize) -> NodeRecord {
+    NodeRecord {
+        id: format!("{index:08x}-0000-4000-8000-000000000000"),
+        name: format!("sim-{index}"),
+        datacenter: "dc1".into(),
+        node_pool: "default".into(),
+        node_class: String::new(),
+        http_addr: None,
+        attributes: [("attr.kernel.name".to_string(), "linux".to_string())]
+            .into_iter()
+            .collect(),
+        drivers: [("exec".to_string(), true)].into_iter().collect(),
+        host_volumes: Vec::new(),
+        eligibility: "eligible".into(),
+        drain: false,
+        cpu_mhz: 64_000,
+        memory_mb: 256 * 1024,
+        registered_ms: 0,
+    }
+}
+
+fn volume() -> Volume {
+    Volume {
+        id: "data".into(),
+        name: "data".into(),
+        plugin_id: "hostpath".into(),
+        external_id: "data".into(),
+        capabilities: vec![],
+        capacity_bytes: 0,
+        parameters: Default::default(),
+        context: Default::default(),
+        secrets: Default::default(),
+        origin: "registered".into(),
+        accessible_topology: Vec::new(),
+    }
+}
+
+fn writer(alloc: &str) -> Claim {
+    Claim {
+        alloc_id: alloc.into(),
+        alloc_name: format!("bench.g[{alloc}]"),
+        mode: ClaimMode::Write,
+        access_mode: AccessMode::SingleNodeWriter,
+        node: "n1".into(),
+        since: 0,
+    }
+}
+
+fn job(count: usize) -> ClusterJob {
+    ClusterJob {
+        id: "bench".into(),
+        source_name: "bench.hcl".into(),
+        source: format!(
+            "job \"bench\" {{\n  group \"g\" {{\n    count = {count}\n    task \"t\" {{\n      \
+             driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n      \
+             resources {{\n        cpu = 10\n        memory = 10\n      }}\n    }}\n  }}\n}}\n"
+        ),
+        variables: Default::default(),
+        submitted_ms: 0,
+        stopped: false,
+    }
+}
+
+/// Claim then release, `rounds` times; the time of each pair.
+fn claim_release(catalog: &dyn Catalog, rounds: usize) -> Vec<Duration> {
+    (0..rounds)
+        .map(|round| {
+            let alloc = format!("a{round}");
+            let started = Instant::now();
+            catalog.claim("data", writer(&alloc)).unwrap();
+            catalog.release("data", &alloc).unwrap();
+            started.elapsed()
+        })
+        .collect()
+}
+
+/// Sum of etcd's `grpc_server_handled_total` (every gRPC request it answered).
+fn etcd_requests(etcd: &EtcdServer) -> f64 {
+    use std::io::{Read, Write};
+    let address = etcd.endpoint().trim_start_matches("http://").to_string();
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("grpc_server_handled_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// One placement round: read the cluster, plan, write; the allocs placed and the time.
+async fn place_round(
+    cluster: &Arc<Cluster>,
+    leader_key: &str,
+    leader_revision: i64,
+) -> (usize, Duration) {
+    let started = Instant::now();
+    let snapshot = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || cluster.snapshot())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let plan = scheduler::plan(&snapshot, 1);
+    assert!(
+        scheduler::apply(
+            cluster,
+            &plan,
+            &snapshot.blocked,
+            leader_key,
+            leader_revision
+        )
+        .await
+        .unwrap(),
+        "still the leader"
+    );
+    (plan.place.len(), started.elapsed())
+}
+
+/// Removes every placement (so the next round places them all again).
+async fn clear_placements(cluster: &Arc<Cluster>) {
+    let prefix = format!("{}/", cluster.key(&["allocs"]));
+    let etcd = cluster.etcd();
+    let (entries, _) = etcd.list(&prefix).await.unwrap();
+    for chunk in entries.chunks(100) {
+        let writes = chunk
+            .iter()
+            .map(|e| berth::cluster::etcd::Write::Delete(e.key.clone()))
+            .collect();
+        etcd.transaction(Vec::new(), writes).await.unwrap();
+    }
+}
+
+fn main() {
+    common::block_on(async {
+        let etcd = EtcdServer::start();
+        let scratch = tempfile::tempdir().unwrap();
+
+        // Claim + release: etcd next to redb, interleaved.
+        let member = {
+            let settings = settings(&etcd, "/bench-claims");
+            let dir = scratch.path().join("claims");
+            std::fs::create_dir_all(&dir).unwrap();
+            tokio::task::spawn_blocking(move || Cluster::join(&settings, &dir, node(0)))
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        let on_etcd = EtcdCatalog::new(member.clone());
+        let (store, _) = berth::state::StateStore::open(&scratch.path().join("state.db")).unwrap();
+        let embedded = EmbeddedCatalog::new(Arc::new(store));
+        on_etcd.register_volume(volume()).unwrap();
+        embedded.register_volume(volume()).unwrap();
+        let rounds = sized(20, 4);
+        let per_round = sized(50, 10);
+        let (mut etcd_times, mut embedded_times) = (Vec::new(), Vec::new());
+        tokio::task::block_in_place(|| {
+            for _ in 0..rounds {
+                etcd_times.extend(claim_release(&on_etcd, per_round));
+                embedded_times.extend(claim_release(&embedded, per_round));
+            }
+        });
+        let claim_etcd = median(etcd_times);
+        let claim_embedded = median(embedded_times);
+        println!(
+            "claim + release: etcd {:.0} µs, embedded {:.0} µs (median of {} each)",
+            micros(claim_etcd),
+            micros(claim_embedded),
+            rounds * per_round
+        );
+
+        // Placement throughput: many allocs over many nodes, etcd next to redb.
+        let nodes = sized(1_000, 100);
+        let allocs = sized(10_000, 1_000);
+        let cluster = {
+            let settings = settings(&etcd, "/bench-place");
+            let dir = scratch.path().join("place");
+            std::fs::create_dir_all(&dir).unwrap();
+            tokio::task::spawn_blocking(move || Cluster::join(&settings, &dir, node(0)))
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        // The simulated nodes: each under its own lease, kept alive from here.
+        let requests_before = etcd_requests(&etcd);
+        let registered = Instant::now();
+        let mut leases = Vec::new();
+        for index in 1..nodes {
+            let lease = cluster
+                .etcd()
+                .grant_lease(Duration::from_secs(10))
+                .await
+                .unwrap();
+            let record = node(index);
+            cluster
+                .etcd()
+                .put(
+                    &cluster.key(&["nodes", &record.id]),
+                    serde_json::to_vec(&record).unwrap(),
+                    lease,
+                )
+                .await
+                .unwrap();
+            leases.push(lease);
+        }
+        let registration = registered.elapsed();
+        let keeper = {
+            let etcd = cluster.etcd().clone();
+            let leases = leases.clone();
+            tokio::spawn(async move {
+                // Each lease renewed every TTL/3, spread evenly, as agents would.
+                let period = Duration::from_secs(10) / 3;
+                let gap = period / u32::try_from(leases.len().max(1)).unwrap_or(1);
+                loop {
+                    for lease in &leases {
+                        let _ = etcd.keep_alive_once(*lease).await;
+                        tokio::time::sleep(gap).await;
+                    }
+                }
+            })
+        };
+        cluster.put_job(&job(allocs)).unwrap();
+        let leader = cluster
+            .etcd()
+            .campaign(
+                &cluster.key(&["leader"]),
+                cluster.lease(),
+                cluster.node_id(),
+            )
+            .await
+            .unwrap();
+        let leader_key = String::from_utf8_lossy(&leader.key).into_owned();
+        let place_rounds = sized(5, 2);
+        let (mut cluster_times, mut embedded_place_times) = (Vec::new(), Vec::new());
+        let mut placed = 0;
+        let window = Instant::now();
+        let requests_at_window = etcd_requests(&etcd);
+        for round in 0..place_rounds {
+            clear_placements(&cluster).await;
+            let (count, took) = place_round(&cluster, &leader_key, leader.rev).await;
+            assert_eq!(count, allocs, "every alloc placed");
+            placed = count;
+            cluster_times.push(took);
+            // One node placing the same allocs: every alloc record in one transaction.
+            let (store, _) =
+                berth::state::StateStore::open(&scratch.path().join(format!("place-{round}.db")))
+                    .unwrap();
+            let records: Vec<berth::state::AllocRecord> = (0..allocs)
+                .map(|i| berth::state::AllocRecord {
+                    id: berth::cluster::random_id(),
+                    job_id: "bench".into(),
+                    group_index: 0,
+                    alloc_index: u32::try_from(i).unwrap(),
+                    name: format!("bench.g[{i}]"),
+                    desired_status: berth::model::status::DesiredStatus::Run,
+                    client_status: berth::model::status::ClientStatus::Pending,
+                    ports: Default::default(),
+                })
+                .collect();
+            let record = berth::state::JobRecord {
+                id: "bench".into(),
+                source_name: "bench.hcl".into(),
+                source: job(allocs).source,
+                variables: Default::default(),
+                submitted_ms: 0,
+                stopped: false,
+                child_of: None,
+            };
+            let started = Instant::now();
+            tokio::task::block_in_place(|| store.put_job_and_allocs(&record, &records).unwrap());
+            embedded_place_times.push(started.elapsed());
+        }
+        let requests_in_window = etcd_requests(&etcd) - requests_at_window;
+        let window = window.elapsed();
+        keeper.abort();
+        let per_placement = median(cluster_times.clone()) / u32::try_from(placed).unwrap_or(1);
+        let cluster_rate = placed as f64 / median(cluster_times).as_secs_f64();
+        let embedded_rate = placed as f64 / median(embedded_place_times).as_secs_f64();
+        println!(
+            "placement: {placed} allocs over {nodes} nodes: cluster {cluster_rate:.0}/s \
+             ({:.1} µs each: read, plan, write), one node's records {embedded_rate:.0}/s",
+            micros(per_placement)
+        );
+        println!(
+            "{nodes} nodes registered in {:.2} s; etcd answered {:.0} requests/s while they \
+             kept their leases and the scheduler placed ({:.0} requests in {:.1} s, {:.0} \
+             since the start)",
+            registration.as_secs_f64(),
+            requests_in_window / window.as_secs_f64(),
+            requests_in_window,
+            window.as_secs_f64(),
+            etcd_requests(&etcd) - requests_before,
+        );
+        summary("claim_release_etcd_us", micros(claim_etcd));
+        summary("claim_release_embedded_us", micros(claim_embedded));
+        summary(
+            "claim_release_etcd_over_embedded",
+            ratio(claim_etcd, claim_embedded),
+        );
+        summary("placements_per_second_etcd", cluster_rate);
+        summary("placements_per_second_embedded", embedded_rate);
+        summary("scheduler_us_per_placement", micros(per_placement));
+        summary("simulated_nodes", nodes as f64);
+        summary(
+            "etcd_requests_per_second",
+            requests_in_window / window.as_secs_f64(),
+        );
+    });
+}

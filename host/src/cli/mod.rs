@@ -148,16 +148,13 @@ enum NodeCommand {
         #[arg(long)]
         disable: bool,
         /// How long allocs may take to move before they are stopped (default 1h).
-        #[arg(long, value_parser = parse_deadline)]
+        #[arg(long, value_parser = crate::model::units::parse_duration)]
         deadline: Option<std::time::Duration>,
         /// The node's id (or a unique prefix), or its name.
         id: String,
     },
 }
 
-fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
-    crate::model::units::parse_duration(text).map_err(|e| e.to_string())
-}
 
 #[derive(Subcommand)]
 enum ServiceCommand {

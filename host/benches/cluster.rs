@@ -97,6 +97,7 @@ fn job(count: usize) -> ClusterJob {
         variables: Default::default(),
         submitted_ms: 0,
         stopped: false,
+        may_run_plugins: false,
     }
 }
 

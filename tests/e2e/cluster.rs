@@ -210,3 +210,72 @@ async fn a_job_spreads_over_three_nodes_and_moves_off_a_dead_or_drained_one() {
         "{out}"
     );
 }
+
+/// A job author submits through a permissive node a job the node it is placed on
+/// forbids (`user = "root"` for `exec`, refused by that node's `user` policy): the node
+/// that would run it checks it against its own config and refuses, with the reason in
+/// the alloc's status, instead of running it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_that_runs_a_job_checks_it_against_its_own_config() {
+    let etcd = EtcdServer::start();
+    let endpoint = etcd.endpoint();
+    let cluster_block = format!(
+        "cluster {{\n  store = \"etcd\"\n  endpoints = [\"{endpoint}\"]\n  \
+         prefix = \"/strict\"\n  heartbeat_ttl = \"{TTL_SECS}s\"\n}}\n"
+    );
+    let strict_block = cluster_block.clone();
+    let mut strict =
+        AgentProcess::production(move |_, _| format!("name = \"strict\"\n{strict_block}"));
+    let mut permissive = AgentProcess::production(move |_, _| {
+        format!("name = \"permissive\"\nuser {{\n  denylist = []\n}}\n{cluster_block}")
+    });
+    strict.start().await;
+    permissive.start().await;
+    let job = r#"
+job "as-root" {
+  group "g" {
+    constraint {
+      attribute = "${node.unique.name}"
+      value     = "strict"
+    }
+    task "t" {
+      driver = "exec"
+      user   = "root"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+    }
+  }
+}
+"#;
+    permissive.submit("as-root.hcl", job).await.unwrap();
+    wait_allocs(
+        &permissive,
+        "as-root",
+        "the alloc refused by the strict node",
+        Duration::from_secs(20),
+        |all| {
+            all.iter()
+                .any(|(_, _, node, status)| node == "strict" && status == "failed")
+        },
+    )
+    .await;
+    let listed: Value = permissive
+        .client()
+        .get("/v1/job/as-root/allocations")
+        .await
+        .unwrap();
+    let why = listed[0]["ClientDescription"].as_str().unwrap_or_default();
+    assert!(why.contains("root"), "the refusal says why: {listed}");
+    // Nothing of it runs on the strict node.
+    let local: Value = strict
+        .client()
+        .get("/v1/berth/allocations")
+        .await
+        .unwrap_or(Value::Null);
+    assert!(
+        local.as_array().is_none_or(|a| a.is_empty()),
+        "the strict node recorded nothing: {local}"
+    );
+}

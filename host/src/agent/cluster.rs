@@ -98,9 +98,14 @@ pub fn node_record(id: String, config: &AgentConfig, drivers: &DriverSet) -> Nod
         node_class: String::new(),
         http_addr: config.http.address.map(|a| a.to_string()),
         attributes,
+        // A driver the operator turned off (raw_exec unless enabled) is detected but
+        // unhealthy: the scheduler places nothing on it.
         drivers: drivers
             .iter()
-            .map(|driver| (driver.name().to_string(), true))
+            .map(|driver| {
+                let usable = driver.name() != "raw_exec" || config.raw_exec_enabled();
+                (driver.name().to_string(), usable)
+            })
             .collect(),
         host_volumes: config.host_volumes.iter().map(|v| v.name.clone()).collect(),
         eligibility: "eligible".into(),
@@ -130,6 +135,7 @@ impl Agent {
     pub(super) async fn submit_to_cluster(
         &self,
         cluster: &Arc<Cluster>,
+        submitter: super::Submitter,
         job: Job,
         source_name: &str,
         source: &str,
@@ -142,6 +148,13 @@ impl Agent {
             variables: variables.clone(),
             submitted_ms: super::now_ms(),
             stopped: false,
+            may_run_plugins: matches!(
+                submitter,
+                super::Submitter::Operator
+                    | super::Submitter::Token {
+                        may_run_plugins: true
+                    }
+            ),
         };
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || cluster.put_job(&record))
@@ -192,6 +205,8 @@ impl Agent {
             let prefix = format!("{}/", cluster.key(&["allocs", cluster.node_id()]));
             let mut changes = cluster.etcd().watch(&prefix, 0);
             let mut reported: BTreeMap<String, AllocReport> = BTreeMap::new();
+            // Placements this node refused (its checks failed): reported once, not retried.
+            let mut refused: BTreeSet<String> = BTreeSet::new();
             loop {
                 let Some(agent) = agent.upgrade() else { return };
                 let placements = {
@@ -199,7 +214,11 @@ impl Agent {
                     tokio::task::spawn_blocking(move || cluster.own_placements()).await
                 };
                 match placements {
-                    Ok(Ok((placements, _))) => agent.run_placements(&cluster, placements).await,
+                    Ok(Ok((placements, _))) => {
+                        agent
+                            .run_placements(&cluster, placements, &mut refused)
+                            .await
+                    }
                     Ok(Err(error)) => {
                         tracing::warn!(%error, "reading this node's placements");
                     }
@@ -221,7 +240,12 @@ impl Agent {
     }
 
     /// Starts the placements not running here and stops the allocs no longer placed.
-    async fn run_placements(&self, cluster: &Arc<Cluster>, placements: Vec<Placement>) {
+    async fn run_placements(
+        &self,
+        cluster: &Arc<Cluster>,
+        placements: Vec<Placement>,
+        refused: &mut BTreeSet<String>,
+    ) {
         let placed: BTreeSet<&str> = placements.iter().map(|p| p.alloc_id.as_str()).collect();
         let local: Vec<AllocEntry> = self.allocs.lock().unwrap().values().cloned().collect();
         for entry in &local {
@@ -234,7 +258,7 @@ impl Agent {
         let known: BTreeSet<String> = local.iter().map(|e| e.runner.id.clone()).collect();
         let new: Vec<Placement> = placements
             .into_iter()
-            .filter(|p| !known.contains(&p.alloc_id))
+            .filter(|p| !known.contains(&p.alloc_id) && !refused.contains(&p.alloc_id))
             .collect();
         if new.is_empty() {
             return;
@@ -255,7 +279,8 @@ impl Agent {
                 // About to be replaced by the scheduler.
                 continue;
             }
-            if let Err(error) = self.run_placement(job, &placement) {
+            if let Err(error) = self.run_placement(job, &placement).await {
+                refused.insert(placement.alloc_id.clone());
                 tracing::error!(alloc = %placement.alloc_id, %error, "starting a placed alloc");
                 let report = AllocReport {
                     alloc_id: placement.alloc_id.clone(),
@@ -273,8 +298,9 @@ impl Agent {
         }
     }
 
-    /// Records and starts one placed alloc.
-    fn run_placement(
+    /// Checks one placed alloc's job against this node (its config, drivers, hooks and
+    /// the submitter's rights, as a submit here would), then records and starts it.
+    async fn run_placement(
         &self,
         cluster_job: &ClusterJob,
         placement: &Placement,
@@ -285,6 +311,30 @@ impl Agent {
             &cluster_job.variables,
         )
         .map_err(SubmitError::Invalid)?;
+        let submitter = if cluster_job.may_run_plugins {
+            super::Submitter::Operator
+        } else {
+            super::Submitter::Token {
+                may_run_plugins: false,
+            }
+        };
+        let mut problems = super::submit::plugin_tasks_refused(&job, submitter);
+        problems.extend(
+            crate::validate::validate(
+                &job,
+                &self.node.drivers,
+                &self.node.hooks,
+                &self.node.config,
+                Some(self.node.csi.catalog.as_ref()),
+            )
+            .await,
+        );
+        if !problems.is_empty() {
+            return Err(SubmitError::Invalid(jobspec::JobspecError {
+                file: cluster_job.source_name.clone(),
+                problems,
+            }));
+        }
         let group = job
             .groups
             .get(placement.group_index)

@@ -132,7 +132,7 @@ impl Agent {
         }
         if let Some(cluster) = &self.cluster {
             return self
-                .submit_to_cluster(cluster, job, source_name, source, variables)
+                .submit_to_cluster(cluster, submitter, job, source_name, source, variables)
                 .await;
         }
         let _one_at_a_time = self.submitting.lock().await;

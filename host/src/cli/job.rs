@@ -574,11 +574,18 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
     println!("Submitted = {}", clock(job.submit_time / 1_000_000));
     println!();
     println!("Allocations");
-    println!("{:<36}  {:<16} {:<8} Status", "ID", "Name", "Desired");
+    println!(
+        "{:<36}  {:<16} {:<12} {:<8} Status",
+        "ID", "Name", "Node", "Desired"
+    );
     for alloc in job_allocs(client, &job.id).await? {
         println!(
-            "{:<36}  {:<16} {:<8} {}",
-            alloc.id, alloc.name, alloc.desired_status, alloc.client_status
+            "{:<36}  {:<16} {:<12} {:<8} {}",
+            alloc.id,
+            super::output::one_line(&alloc.name),
+            super::output::one_line(&alloc.node_name),
+            alloc.desired_status,
+            alloc.client_status
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -155,7 +155,6 @@ enum NodeCommand {
     },
 }
 
-
 #[derive(Subcommand)]
 enum ServiceCommand {
     /// List the services, where each is registered, and whether Consul holds it.

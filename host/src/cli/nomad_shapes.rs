@@ -59,6 +59,9 @@ pub(super) struct Alloc {
     pub job_id: String,
     pub desired_status: String,
     pub client_status: String,
+    /// The node that runs it (in a cluster, one of many).
+    #[serde(default)]
+    pub node_name: String,
     #[serde(default)]
     pub task_states: BTreeMap<String, TaskState>,
 }

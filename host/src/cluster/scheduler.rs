@@ -91,12 +91,12 @@ fn unfit(node: &NodeView, needs: &Needs, job: &Job, group: &jobspec::Group) -> O
     if record.eligibility != "eligible" || record.drain {
         return Some("node is ineligible or draining".into());
     }
-    if let Some(driver) = needs
-        .drivers
-        .iter()
-        .find(|d| !record.drivers.contains_key(*d))
-    {
-        return Some(format!("missing driver {driver:?}"));
+    for driver in &needs.drivers {
+        match record.drivers.get(driver) {
+            None => return Some(format!("missing driver {driver:?}")),
+            Some(false) => return Some(format!("driver {driver:?} unhealthy or turned off")),
+            Some(true) => {}
+        }
     }
     if let Some(volume) = needs
         .host_volumes
@@ -569,6 +569,7 @@ mod tests {
                 variables: Default::default(),
                 submitted_ms: 0,
                 stopped: false,
+                may_run_plugins: false,
             },
             7,
         )

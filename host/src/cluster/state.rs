@@ -21,6 +21,10 @@ pub struct ClusterJob {
     /// Stopped: its allocs are stopped, the job is kept (Nomad's `job stop`).
     #[serde(default)]
     pub stopped: bool,
+    /// The submitter could run CSI plugin tasks (the operator, or a `plugin` token):
+    /// the node that runs the job checks its `csi_plugin` tasks against this.
+    #[serde(default)]
+    pub may_run_plugins: bool,
 }
 
 /// One alloc placed on one node by the scheduler.

@@ -396,7 +396,7 @@ pub fn node_id(data_dir: &Path) -> Result<String, ClusterError> {
     }
 }
 
-fn is_uuid(text: &str) -> bool {
+pub fn is_uuid(text: &str) -> bool {
     text.len() == 36
         && text.char_indices().all(|(i, c)| {
             if matches!(i, 8 | 13 | 18 | 23) {

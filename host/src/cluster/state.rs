@@ -109,6 +109,64 @@ pub struct NodeSettings {
     pub drain_deadline_ms: u64,
 }
 
+/// Whether a record read from etcd is what its key says and its ids are well formed:
+/// an alloc id becomes a directory and a cgroup name on the node that runs it, so one
+/// that is not a UUID (`/etc`, `../x`) is never used. Anyone who can write to etcd is
+/// the operator (SECURITY.md), but a record that could steer the agent's paths is
+/// refused all the same.
+fn well_formed(rest: &str, record: &Record<'_>) -> Result<(), String> {
+    let job_name = |id: &str| {
+        crate::jobspec::names::check_name(crate::jobspec::names::NameKind::Job, id)
+            .map_err(|e| e.to_string())
+    };
+    let uuid = |what: &str, id: &str| {
+        if super::is_uuid(id) {
+            Ok(())
+        } else {
+            Err(format!("its {what} {id:?} is not a UUID"))
+        }
+    };
+    let matches = |expected: String| {
+        if rest == expected {
+            Ok(())
+        } else {
+            Err(format!("its key does not name it ({expected:?})"))
+        }
+    };
+    match record {
+        Record::Job(job) => {
+            job_name(&job.id)?;
+            matches(format!("jobs/{}", job.id))
+        }
+        Record::Node(node) => {
+            uuid("node id", &node.id)?;
+            matches(format!("nodes/{}", node.id))
+        }
+        Record::Placement(placement) => {
+            uuid("alloc id", &placement.alloc_id)?;
+            uuid("node id", &placement.node_id)?;
+            job_name(&placement.job_id)?;
+            matches(format!(
+                "allocs/{}/{}",
+                placement.node_id, placement.alloc_id
+            ))
+        }
+        Record::Report(report) => {
+            uuid("alloc id", &report.alloc_id)?;
+            job_name(&report.job_id)?;
+            matches(format!("status/{}", report.alloc_id))
+        }
+    }
+}
+
+/// A record [`well_formed`] checks.
+enum Record<'a> {
+    Job(&'a ClusterJob),
+    Node(&'a NodeRecord),
+    Placement(&'a Placement),
+    Report(&'a AllocReport),
+}
+
 impl Cluster {
     /// Reads jobs, nodes, placements, reports and node settings at one revision.
     pub fn snapshot(&self) -> Result<Snapshot, ClusterError> {
@@ -129,24 +187,40 @@ impl Cluster {
                 tracing::warn!(key = %entry.key, error = %e,
                     "a record in the cluster store cannot be read; it is left out");
             };
+            let refused = |why: String| {
+                tracing::warn!(key = %entry.key, why,
+                    "a record in the cluster store is refused; it is left out");
+            };
             match kind {
                 "jobs" => match serde_json::from_slice::<ClusterJob>(&entry.value) {
-                    Ok(job) => snapshot.jobs.push((job, entry.mod_revision)),
+                    Ok(job) => match well_formed(rest, &Record::Job(&job)) {
+                        Ok(()) => snapshot.jobs.push((job, entry.mod_revision)),
+                        Err(why) => refused(why),
+                    },
                     Err(e) => problem(e),
                 },
                 "nodes" => match serde_json::from_slice::<NodeRecord>(&entry.value) {
-                    Ok(record) => snapshot.nodes.push(NodeView {
-                        record,
-                        status: "ready",
-                    }),
+                    Ok(record) => match well_formed(rest, &Record::Node(&record)) {
+                        Ok(()) => snapshot.nodes.push(NodeView {
+                            record,
+                            status: "ready",
+                        }),
+                        Err(why) => refused(why),
+                    },
                     Err(e) => problem(e),
                 },
                 "allocs" => match serde_json::from_slice::<Placement>(&entry.value) {
-                    Ok(placement) => snapshot.placements.push(placement),
+                    Ok(placement) => match well_formed(rest, &Record::Placement(&placement)) {
+                        Ok(()) => snapshot.placements.push(placement),
+                        Err(why) => refused(why),
+                    },
                     Err(e) => problem(e),
                 },
                 "status" => match serde_json::from_slice::<AllocReport>(&entry.value) {
-                    Ok(report) => snapshot.reports.push(report),
+                    Ok(report) => match well_formed(rest, &Record::Report(&report)) {
+                        Ok(()) => snapshot.reports.push(report),
+                        Err(why) => refused(why),
+                    },
                     Err(e) => problem(e),
                 },
                 "node-settings" => match serde_json::from_slice::<NodeSettings>(&entry.value) {
@@ -231,12 +305,22 @@ impl Cluster {
         let prefix = format!("{}/", self.key(&["allocs", self.node_id()]));
         let etcd = self.etcd().clone();
         let (entries, revision) = self.etcd().block(async move { etcd.list(&prefix).await })?;
-        Ok((
-            entries
-                .iter()
-                .filter_map(|e| serde_json::from_slice::<Placement>(&e.value).ok())
-                .collect(),
-            revision,
-        ))
+        let root = format!("{}/", self.settings().prefix);
+        let placements = entries
+            .iter()
+            .filter_map(|entry| {
+                let placement = serde_json::from_slice::<Placement>(&entry.value).ok()?;
+                let rest = entry.key.strip_prefix(&root)?;
+                match well_formed(rest, &Record::Placement(&placement)) {
+                    Ok(()) => Some(placement),
+                    Err(why) => {
+                        tracing::warn!(key = %entry.key, why,
+                            "a placement in the cluster store is refused; it is not run");
+                        None
+                    }
+                }
+            })
+            .collect();
+        Ok((placements, revision))
     }
 }

@@ -230,3 +230,47 @@ fn a_claim_made_while_etcd_is_down_fails_clearly_and_nothing_is_double_granted_a
     assert_eq!(claims.len(), 1);
     assert_eq!(claims[0].alloc_id, "first");
 }
+
+#[test]
+fn a_forged_placement_whose_ids_could_steer_paths_is_never_read() {
+    let server = EtcdServer::start();
+    let (a, _da) = join(&server, "a");
+    let node = a.node_id().to_string();
+    let forged = |alloc_id: &str, job_id: &str| {
+        serde_json::json!({
+            "alloc_id": alloc_id, "job_id": job_id, "job_version": 1, "group": "g",
+            "group_index": 0, "alloc_index": 0, "name": "x.g[0]", "node_id": node,
+            "cpu_mhz": 1, "memory_mb": 1, "placed_ms": 0,
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let good = random_id();
+    for (key_alloc, alloc_id, job_id) in [
+        ("evil1", "/etc", "web"),
+        ("..", "../../../../tmp/escape", "web"),
+        (good.as_str(), good.as_str(), "../jobs"),
+        (good.as_str(), "11111111-1111-4111-8111-111111111111", "web"),
+    ] {
+        let key = a.key(&["allocs", &node, key_alloc]);
+        let value = forged(alloc_id, job_id);
+        let etcd = a.etcd().clone();
+        a.etcd()
+            .block(async move { etcd.put(&key, value, 0).await })
+            .unwrap();
+        let (placements, _) = a.own_placements().unwrap();
+        assert!(
+            placements.is_empty(),
+            "{alloc_id:?} / {job_id:?}: {placements:?}"
+        );
+        assert!(a.snapshot().unwrap().placements.is_empty());
+    }
+    // A well-formed one is read.
+    let key = a.key(&["allocs", &node, &good]);
+    let value = forged(&good, "web");
+    let etcd = a.etcd().clone();
+    a.etcd()
+        .block(async move { etcd.put(&key, value, 0).await })
+        .unwrap();
+    assert_eq!(a.own_placements().unwrap().0.len(), 1);
+}

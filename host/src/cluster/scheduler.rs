@@ -122,11 +122,22 @@ fn unfit(node: &NodeView, needs: &Needs, job: &Job, group: &jobspec::Group) -> O
         if crate::jobspec::constraint::check(constraint, &|n| names.get(n).cloned()).is_err() {
             return Some(format!(
                 "constraint {} {} {:?}",
-                constraint.attribute, constraint.operator, constraint.value
+                clipped(&constraint.attribute),
+                clipped(&constraint.operator),
+                clipped(&constraint.value)
             ));
         }
     }
     None
+}
+
+/// At most 100 characters of a job author's text in a reason (the reasons are stored
+/// in etcd and shown; a 10,000-character constraint value is not repeated).
+fn clipped(text: &str) -> String {
+    match text.char_indices().nth(100) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
 }
 
 /// Why a node has no room now for one more alloc of a group (resources, ports, and
@@ -335,6 +346,16 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     }
                 }
                 let Some((_, node)) = best else {
+                    // One entry per group, as Nomad coalesces its failures: a count of
+                    // 10,000 that fits nowhere is one record, not 10,000.
+                    if let Some(last) = plan
+                        .blocked
+                        .last_mut()
+                        .filter(|b| b.job_id == job.id && b.group == group.name)
+                    {
+                        last.coalesced += 1;
+                        continue;
+                    }
                     let why = reasons
                         .iter()
                         .map(|(why, n)| format!("{why} ({n})"))
@@ -345,6 +366,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                         group: group.name.clone(),
                         name,
                         nodes_evaluated: snapshot.nodes.len(),
+                        coalesced: 0,
                         reasons: reasons.clone(),
                         why: if snapshot.nodes.is_empty() {
                             "no node is ready".into()
@@ -398,30 +420,6 @@ pub async fn apply(
 ) -> Result<bool, super::ClusterError> {
     use super::etcd::{Condition, Write};
     let mut writes = Vec::new();
-    // What could not be placed, per job, as `job status` and evaluations show it:
-    // written when it changed.
-    let mut blocked: BTreeMap<String, Vec<Blocked>> = BTreeMap::new();
-    for entry in &plan.blocked {
-        blocked
-            .entry(entry.job_id.clone())
-            .or_default()
-            .push(entry.clone());
-    }
-    for (job, entries) in &blocked {
-        if recorded_blocked.get(job) != Some(entries) {
-            writes.push(Write::Put {
-                key: cluster.key(&["blocked", job]),
-                value: serde_json::to_vec(entries)
-                    .map_err(|e| super::ClusterError::Local(e.to_string()))?,
-                lease: 0,
-            });
-        }
-    }
-    for job in recorded_blocked.keys() {
-        if !blocked.contains_key(job) {
-            writes.push(Write::Delete(cluster.key(&["blocked", job])));
-        }
-    }
     for (node, alloc) in &plan.stop {
         writes.push(Write::Delete(cluster.key(&["allocs", node, alloc])));
     }
@@ -441,9 +439,6 @@ pub async fn apply(
             lease: 0,
         });
     }
-    if writes.is_empty() {
-        return Ok(true);
-    }
     // etcd caps the operations of one transaction (128 by default): write in chunks,
     // each guarded by the leadership.
     for chunk in writes.chunks(100) {
@@ -459,6 +454,52 @@ pub async fn apply(
             .await?;
         if !held {
             return Ok(false);
+        }
+    }
+    // What could not be placed, per job, as evaluations show it: written when it
+    // changed, one job at a time, so one job's record (too big, refused) never stops the
+    // placements of the others.
+    let mut blocked: BTreeMap<String, Vec<Blocked>> = BTreeMap::new();
+    for entry in &plan.blocked {
+        blocked
+            .entry(entry.job_id.clone())
+            .or_default()
+            .push(entry.clone());
+    }
+    let mut notes = Vec::new();
+    for (job, entries) in &blocked {
+        if recorded_blocked.get(job) != Some(entries) {
+            let value = serde_json::to_vec(entries)
+                .map_err(|e| super::ClusterError::Local(e.to_string()))?;
+            let key = cluster.key(&["blocked", job]);
+            notes.push((
+                job.clone(),
+                Write::Put {
+                    key,
+                    value,
+                    lease: 0,
+                },
+            ));
+        }
+    }
+    for job in recorded_blocked.keys() {
+        if !blocked.contains_key(job) {
+            notes.push((job.clone(), Write::Delete(cluster.key(&["blocked", job]))));
+        }
+    }
+    for (job, write) in notes {
+        let written = cluster
+            .etcd()
+            .transaction(
+                vec![Condition::ModRevision(
+                    leader_key.to_string(),
+                    leader_revision,
+                )],
+                vec![write],
+            )
+            .await;
+        if let Err(error) = written {
+            tracing::warn!(job = %job, %error, "recording what could not be placed");
         }
     }
     Ok(true)
@@ -528,11 +569,11 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
     use crate::cluster::{NodeRecord, NodeView};
 
-    fn node(name: &str, cpu_mhz: u64, memory_mb: u64) -> NodeView {
+    pub fn node(name: &str, cpu_mhz: u64, memory_mb: u64) -> NodeView {
         let mut attributes = BTreeMap::new();
         attributes.insert("attr.kernel.name".into(), "linux".into());
         attributes.insert("node.unique.name".into(), name.into());
@@ -557,7 +598,7 @@ mod tests {
         }
     }
 
-    fn job(id: &str, count: u32, extra: &str) -> (ClusterJob, i64) {
+    pub fn job(id: &str, count: u32, extra: &str) -> (ClusterJob, i64) {
         let source = format!(
             "job \"{id}\" {{\n  group \"g\" {{\n    count = {count}\n    {extra}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n      resources {{\n        cpu = 100\n        memory = 100\n      }}\n    }}\n  }}\n}}\n"
         );
@@ -574,6 +615,12 @@ mod tests {
             7,
         )
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
 
     fn per_node(plan: &Plan) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
@@ -750,5 +797,33 @@ mod tests {
             counts.into_iter().collect::<Vec<_>>(),
             [("id-c".to_string(), 2)]
         );
+    }
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn what_fits_nowhere_is_one_small_record_per_group_however_big_the_job() {
+        let long = "w".repeat(10_000);
+        let snapshot = Snapshot {
+            jobs: vec![job(
+                "big",
+                10_000,
+                &format!(
+                    "constraint {{\n      attribute = \"${{attr.kernel.name}}\"\n      value = \"{long}\"\n    }}"
+                ),
+            )],
+            nodes: vec![node("a", 4000, 4096), node("b", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let plan = plan(&snapshot, 1);
+        assert!(plan.place.is_empty());
+        assert_eq!(plan.blocked.len(), 1, "one record for the group");
+        assert_eq!(plan.blocked[0].coalesced, 9_999);
+        let size = serde_json::to_vec(&plan.blocked).unwrap().len();
+        assert!(size < 2_000, "{size} bytes");
     }
 }

@@ -73,6 +73,9 @@ pub struct Blocked {
     pub group: String,
     pub name: String,
     pub nodes_evaluated: usize,
+    /// More allocs of the group that failed the same way (Nomad's `CoalescedFailures`).
+    #[serde(default)]
+    pub coalesced: u32,
     /// How many nodes each reason ruled out (`missing driver "docker"`: 2).
     pub reasons: std::collections::BTreeMap<String, usize>,
     /// "3 node(s) evaluated: missing driver \"docker\" (2), memory exhausted (1)".

@@ -638,30 +638,28 @@ pub async fn job_evaluations(
         let blocked = snapshot.blocked.get(&id).cloned().unwrap_or_default();
         let mut failed: BTreeMap<String, Value> = BTreeMap::new();
         for entry in &blocked {
-            let group = failed.entry(entry.group.clone()).or_insert_with(|| {
-                json!({
-                    "NodesEvaluated": entry.nodes_evaluated,
-                    "NodesFiltered": 0,
-                    "NodesExhausted": 0,
-                    "ConstraintFiltered": {},
-                    "DimensionExhausted": {},
-                    "CoalescedFailures": -1,
-                })
-            });
-            group["CoalescedFailures"] =
-                json!(group["CoalescedFailures"].as_i64().unwrap_or(0) + 1);
-            if group["CoalescedFailures"].as_i64() == Some(0) {
-                for (reason, nodes) in &entry.reasons {
-                    let exhausted = reason.ends_with("exhausted") || reason.ends_with("in use");
-                    let (bucket, count) = if exhausted {
-                        ("DimensionExhausted", "NodesExhausted")
-                    } else {
-                        ("ConstraintFiltered", "NodesFiltered")
-                    };
-                    group[bucket][reason] = json!(nodes);
-                    group[count] = json!(group[count].as_u64().unwrap_or(0) + *nodes as u64);
+            let (mut filtered, mut exhausted) = (BTreeMap::new(), BTreeMap::new());
+            let (mut nodes_filtered, mut nodes_exhausted) = (0, 0);
+            for (reason, nodes) in &entry.reasons {
+                if reason.ends_with("exhausted") || reason.ends_with("in use") {
+                    exhausted.insert(reason.clone(), *nodes);
+                    nodes_exhausted += nodes;
+                } else {
+                    filtered.insert(reason.clone(), *nodes);
+                    nodes_filtered += nodes;
                 }
             }
+            failed.insert(
+                entry.group.clone(),
+                json!({
+                    "NodesEvaluated": entry.nodes_evaluated,
+                    "NodesFiltered": nodes_filtered,
+                    "NodesExhausted": nodes_exhausted,
+                    "ConstraintFiltered": filtered,
+                    "DimensionExhausted": exhausted,
+                    "CoalescedFailures": entry.coalesced,
+                }),
+            );
         }
         let status = if blocked.is_empty() {
             "complete"

@@ -130,6 +130,10 @@ fn cpu_mhz_per_core() -> u64 {
         .map_or(1000, |mhz| mhz as u64)
 }
 
+/// The most of a jobspec's source a cluster keeps for one job (etcd refuses a value
+/// over 1.5 MiB, and every agent reads every job on each scheduling round).
+const MAX_CLUSTER_SOURCE: usize = 256 * 1024;
+
 impl Agent {
     /// Submits a checked job to the cluster: the scheduler places it (on any node).
     pub(super) async fn submit_to_cluster(
@@ -141,6 +145,13 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
+        if source.len() > MAX_CLUSTER_SOURCE {
+            return Err(SubmitError::Refused(format!(
+                "the jobspec is {} KiB; a cluster keeps at most {} KiB of one job's source",
+                source.len() / 1024,
+                MAX_CLUSTER_SOURCE / 1024
+            )));
+        }
         let record = ClusterJob {
             id: job.name.clone(),
             source_name: source_name.to_string(),
@@ -182,8 +193,7 @@ impl Agent {
             if purge {
                 return cluster.delete_job(&id);
             }
-            let snapshot = cluster.snapshot()?;
-            let Some((mut job, _)) = snapshot.jobs.into_iter().find(|(j, _)| j.id == id) else {
+            let Some(mut job) = cluster.job(&id)? else {
                 return Err(ClusterError::Local(format!("job {id:?} not found")));
             };
             job.stopped = true;

@@ -19,6 +19,9 @@ use berth_proto::etcd::v3electionpb::{self as election, election_client::Electio
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
+/// The largest answer read from etcd (a listing of the whole cluster).
+const MAX_ANSWER: usize = 256 << 20;
+
 /// How long one call may take before etcd counts as unavailable.
 const CALL_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -216,7 +219,9 @@ impl Etcd {
     }
 
     fn kv(&self) -> KvClient<Channel> {
-        KvClient::new(self.channel.clone())
+        // A cluster's listing can pass tonic's default 4 MiB answer; etcd caps each
+        // value at 1.5 MiB, and berth bounds what it writes.
+        KvClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, EtcdError> {

@@ -36,11 +36,22 @@ pub struct Plan {
     pub lost: Vec<AllocReport>,
     /// Allocs that fit nowhere: `(job, group, alloc name, why)` as `job plan` says it.
     pub blocked: Vec<Blocked>,
+    /// Reports of allocs that are no longer placed and whose job is gone, or that ended
+    /// more than [`REPORTS_KEPT_MS`] ago: removed, so the cluster's records do not grow
+    /// with every alloc it ever ran.
+    pub forget: Vec<String>,
 }
+
+/// How long the report of an alloc that is no longer placed is kept (Nomad collects
+/// terminal allocs after an hour by default).
+pub const REPORTS_KEPT_MS: u64 = 60 * 60 * 1000;
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.place.is_empty() && self.stop.is_empty() && self.lost.is_empty()
+        self.place.is_empty()
+            && self.stop.is_empty()
+            && self.lost.is_empty()
+            && self.forget.is_empty()
     }
 }
 
@@ -282,6 +293,19 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
             .or_default() += 1;
         kept.insert(key, placement);
     }
+    // Reports nobody needs any more.
+    let placed: std::collections::BTreeSet<&str> = snapshot
+        .placements
+        .iter()
+        .map(|p| p.alloc_id.as_str())
+        .collect();
+    for report in &snapshot.reports {
+        let job_gone = !jobs.contains_key(report.job_id.as_str());
+        let old = report.updated_ms.saturating_add(REPORTS_KEPT_MS) < now_ms;
+        if !placed.contains(report.alloc_id.as_str()) && (job_gone || old) {
+            plan.forget.push(report.alloc_id.clone());
+        }
+    }
     // The placement each missing alloc replaces (on a down or draining node), if any.
     let previous: BTreeMap<(String, String, u32), &str> = snapshot
         .placements
@@ -422,6 +446,9 @@ pub async fn apply(
     let mut writes = Vec::new();
     for (node, alloc) in &plan.stop {
         writes.push(Write::Delete(cluster.key(&["allocs", node, alloc])));
+    }
+    for alloc in &plan.forget {
+        writes.push(Write::Delete(cluster.key(&["status", alloc])));
     }
     for report in &plan.lost {
         writes.push(Write::Put {
@@ -825,5 +852,38 @@ mod bounded_tests {
         assert_eq!(plan.blocked[0].coalesced, 9_999);
         let size = serde_json::to_vec(&plan.blocked).unwrap().len();
         assert!(size < 2_000, "{size} bytes");
+    }
+}
+
+#[cfg(test)]
+mod forgetting_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn reports_of_purged_jobs_and_old_ends_are_forgotten_and_live_ones_kept() {
+        let report = |alloc: &str, job: &str, updated_ms: u64| AllocReport {
+            alloc_id: alloc.into(),
+            job_id: job.into(),
+            name: format!("{job}.g[0]"),
+            node_id: "id-a".into(),
+            node_name: "a".into(),
+            client_status: ClientStatus::Complete,
+            description: String::new(),
+            updated_ms,
+        };
+        let now = 10 * REPORTS_KEPT_MS;
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 0, "")],
+            nodes: vec![node("a", 4000, 4096)],
+            reports: vec![
+                report("purged", "gone", now),
+                report("recent", "web", now - 1000),
+                report("old", "web", now - 2 * REPORTS_KEPT_MS),
+            ],
+            ..Snapshot::default()
+        };
+        let plan = plan(&snapshot, now);
+        assert_eq!(plan.forget, ["purged", "old"]);
     }
 }

@@ -273,6 +273,16 @@ impl Cluster {
         })
     }
 
+    /// One job, read alone (not through a snapshot of everything).
+    pub fn job(&self, id: &str) -> Result<Option<ClusterJob>, ClusterError> {
+        let key = self.key(&["jobs", id]);
+        let etcd = self.etcd().clone();
+        let entry = self
+            .etcd()
+            .block(async move { Ok::<_, ClusterError>(etcd.get(&key).await?) })?;
+        Ok(entry.and_then(|e| serde_json::from_slice(&e.value).ok()))
+    }
+
     /// Removes a job (purge); the scheduler then stops its allocs.
     pub fn delete_job(&self, id: &str) -> Result<(), ClusterError> {
         let key = self.key(&["jobs", id]);

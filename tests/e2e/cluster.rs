@@ -226,8 +226,12 @@ async fn the_node_that_runs_a_job_checks_it_against_its_own_config() {
     let strict_block = cluster_block.clone();
     let mut strict =
         AgentProcess::production(move |_, _| format!("name = \"strict\"\n{strict_block}"));
-    let mut permissive = AgentProcess::production(move |_, _| {
-        format!("name = \"permissive\"\nuser {{\n  denylist = []\n}}\n{cluster_block}")
+    let mut permissive = AgentProcess::production(move |port, _| {
+        format!(
+            "name = \"permissive\"\nuser {{\n  denylist = []\n}}\n{cluster_block}\
+             http {{\n  address = \"127.0.0.1:{port}\"\n  token \"author\" {{\n    \
+             secret = \"job-author-secret-0123\"\n    scope = \"submit\"\n  }}\n}}\n"
+        )
     });
     strict.start().await;
     permissive.start().await;
@@ -268,6 +272,31 @@ job "as-root" {
         .unwrap();
     let why = listed[0]["ClientDescription"].as_str().unwrap_or_default();
     assert!(why.contains("root"), "the refusal says why: {listed}");
+    // A job author's token may submit, but not drain or fence off a node (Nomad's
+    // node:write is the operator's).
+    let author = berth::api::client::Client::new(&permissive.address())
+        .unwrap()
+        .with_token(Some("job-author-secret-0123".into()));
+    let nodes: Value = author.get("/v1/nodes").await.unwrap();
+    let strict_id = nodes[1]["ID"].as_str().unwrap().to_string();
+    for (path, body) in [
+        ("drain", serde_json::json!({"DrainSpec": {"Deadline": -1}})),
+        (
+            "eligibility",
+            serde_json::json!({"Eligibility": "ineligible"}),
+        ),
+    ] {
+        let refused = author
+            .post::<_, Value>(&format!("/v1/node/{strict_id}/{path}"), &body)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("needs the operator"),
+            "{path}: {refused}"
+        );
+    }
+    let node: Value = author.get(&format!("/v1/node/{strict_id}")).await.unwrap();
+    assert_eq!(node["SchedulingEligibility"], "eligible");
     // Nothing of it runs on the strict node.
     let local: Value = strict
         .client()

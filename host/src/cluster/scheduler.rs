@@ -270,13 +270,29 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
             placement.group.clone(),
             placement.alloc_index,
         );
-        if wanted.is_none() || kept.contains_key(&key) {
-            plan.stop
-                .push((placement.node_id.clone(), placement.alloc_id.clone()));
+        if draining && !report.is_some_and(|r| r.client_status.is_terminal()) {
+            // Replaced elsewhere (below, or in an earlier round), and stopped here once
+            // its replacement runs, or once the drain's deadline has passed: a drain
+            // with nowhere to go leaves the alloc running until then.
+            let replaced = snapshot.placements.iter().any(|other| {
+                other.replaces.as_deref() == Some(placement.alloc_id.as_str())
+                    && reports
+                        .get(other.alloc_id.as_str())
+                        .is_some_and(|r| r.client_status == ClientStatus::Running)
+            });
+            let deadline = snapshot
+                .node_settings
+                .iter()
+                .find(|(id, _)| *id == placement.node_id)
+                .map_or(0, |(_, s)| s.drain_deadline_ms);
+            let past_deadline = deadline > 0 && now_ms >= deadline;
+            if wanted.is_none() || replaced || past_deadline {
+                plan.stop
+                    .push((placement.node_id.clone(), placement.alloc_id.clone()));
+            }
             continue;
         }
-        if draining && !report.is_some_and(|r| r.client_status.is_terminal()) {
-            // Replaced elsewhere below, then stopped here.
+        if wanted.is_none() || kept.contains_key(&key) {
             plan.stop
                 .push((placement.node_id.clone(), placement.alloc_id.clone()));
             continue;
@@ -885,5 +901,81 @@ mod forgetting_tests {
         };
         let plan = plan(&snapshot, now);
         assert_eq!(plan.forget, ["purged", "old"]);
+    }
+}
+
+#[cfg(test)]
+mod drain_tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::cluster::state::NodeSettings;
+
+    #[test]
+    fn a_drained_alloc_stops_once_its_replacement_runs_or_the_deadline_passes() {
+        let (web, version) = job("web", 1, "");
+        let mut draining = node("a", 4000, 4096);
+        draining.record.drain = true;
+        let old = Placement {
+            alloc_id: "old".into(),
+            job_id: "web".into(),
+            job_version: version,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "web.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+        };
+        let running = |alloc: &str, node: &str| AllocReport {
+            alloc_id: alloc.into(),
+            job_id: "web".into(),
+            name: "web.g[0]".into(),
+            node_id: format!("id-{node}"),
+            node_name: node.into(),
+            client_status: ClientStatus::Running,
+            description: String::new(),
+            updated_ms: 0,
+        };
+        let mut snapshot = Snapshot {
+            jobs: vec![(web, version)],
+            nodes: vec![draining, node("b", 4000, 4096)],
+            placements: vec![old.clone()],
+            reports: vec![running("old", "a")],
+            ..Snapshot::default()
+        };
+        // Round 1: the replacement is placed on b; the old alloc keeps running.
+        let first = plan(&snapshot, 1);
+        assert!(first.stop.is_empty(), "{first:#?}");
+        assert_eq!(first.place.len(), 1);
+        assert_eq!(first.place[0].node_id, "id-b");
+        assert_eq!(first.place[0].replaces.as_deref(), Some("old"));
+        // Round 2: placed, not yet running: nothing changes.
+        let new = first.place[0].clone();
+        snapshot.placements.push(new.clone());
+        let second = plan(&snapshot, 2);
+        assert!(
+            second.stop.is_empty() && second.place.is_empty(),
+            "{second:#?}"
+        );
+        // Round 3: the replacement runs: the old one stops.
+        let mut replaced = snapshot.clone();
+        replaced.reports.push(running(&new.alloc_id, "b"));
+        let third = plan(&replaced, 3);
+        assert_eq!(third.stop, [("id-a".to_string(), "old".to_string())]);
+        // Or the deadline passed, replacement running or not.
+        snapshot.node_settings.push((
+            "id-a".into(),
+            NodeSettings {
+                ineligible: false,
+                drain: true,
+                drain_deadline_ms: 10,
+            },
+        ));
+        assert!(plan(&snapshot, 9).stop.is_empty());
+        assert_eq!(plan(&snapshot, 10).stop.len(), 1);
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -17,7 +18,7 @@ use super::shapes::ThisNode;
 use super::{
     Blocking, ListQuery, NomadError, alloc_stubs as local_alloc_stubs, bad_request, with_index,
 };
-use crate::agent::Agent;
+use crate::agent::{Agent, Submitter};
 use crate::cluster::state::{NodeSettings, Snapshot};
 use crate::cluster::{Cluster, NodeRecord};
 use crate::model::status::ClientStatus;
@@ -318,8 +319,10 @@ struct EligibilityRequest {
 pub async fn node_eligibility(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
+    submitter: Option<Extension<Submitter>>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
+    operator_only(submitter)?;
     let request: EligibilityRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid eligibility request: {e}")))?;
     let ineligible = match request.eligibility.as_str() {
@@ -354,16 +357,20 @@ struct DrainSpec {
 pub async fn node_drain(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
+    submitter: Option<Extension<Submitter>>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
+    operator_only(submitter)?;
     let request: DrainRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid drain request: {e}")))?;
     let now = crate::cluster::now_ms();
     update_node(&agent, &id, |settings| match &request.drain_spec {
         Some(spec) => {
             settings.drain = true;
+            // Nomad's: a positive deadline in ns; -1 forces at once; 0 waits for good.
             settings.drain_deadline_ms = match spec.deadline {
                 d if d > 0 => now.saturating_add(u64::try_from(d / 1_000_000).unwrap_or(0)),
+                d if d < 0 => now.max(1),
                 _ => 0,
             };
         }
@@ -375,6 +382,20 @@ pub async fn node_drain(
             }
         }
     })
+}
+
+/// Changing a node is the operator's (Nomad's `node:write`): a job author's token
+/// could otherwise drain every node of the cluster.
+fn operator_only(submitter: Option<Extension<Submitter>>) -> Result<(), NomadError> {
+    match submitter.map_or(Submitter::Operator, |Extension(s)| s) {
+        Submitter::Operator => Ok(()),
+        Submitter::Token { .. } => Err(NomadError(
+            StatusCode::FORBIDDEN,
+            "Permission denied: changing a node's drain or eligibility needs the operator \
+             (the agent's Unix socket)"
+                .into(),
+        )),
+    }
 }
 
 fn update_node(

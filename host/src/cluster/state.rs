@@ -117,23 +117,23 @@ pub struct NodeSettings {
 /// that is not a UUID (`/etc`, `../x`) is never used. Anyone who can write to etcd is
 /// the operator (SECURITY.md), but a record that could steer the agent's paths is
 /// refused all the same.
-fn well_formed(rest: &str, record: &Record<'_>) -> Result<(), String> {
+fn well_formed(rest: &str, record: &Record<'_>) -> Result<(), Refused> {
     let job_name = |id: &str| {
         crate::jobspec::names::check_name(crate::jobspec::names::NameKind::Job, id)
-            .map_err(|e| e.to_string())
+            .map_err(|e| Refused(e.to_string()))
     };
     let uuid = |what: &str, id: &str| {
         if super::is_uuid(id) {
             Ok(())
         } else {
-            Err(format!("its {what} {id:?} is not a UUID"))
+            Err(Refused(format!("its {what} {id:?} is not a UUID")))
         }
     };
     let matches = |expected: String| {
         if rest == expected {
             Ok(())
         } else {
-            Err(format!("its key does not name it ({expected:?})"))
+            Err(Refused(format!("its key does not name it ({expected:?})")))
         }
     };
     match record {
@@ -161,6 +161,11 @@ fn well_formed(rest: &str, record: &Record<'_>) -> Result<(), String> {
         }
     }
 }
+
+/// Why a record read from etcd is not used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
 
 /// A record [`well_formed`] checks.
 enum Record<'a> {
@@ -190,8 +195,8 @@ impl Cluster {
                 tracing::warn!(key = %entry.key, error = %e,
                     "a record in the cluster store cannot be read; it is left out");
             };
-            let refused = |why: String| {
-                tracing::warn!(key = %entry.key, why,
+            let refused = |why: Refused| {
+                tracing::warn!(key = %entry.key, %why,
                     "a record in the cluster store is refused; it is left out");
             };
             match kind {
@@ -327,7 +332,7 @@ impl Cluster {
                 match well_formed(rest, &Record::Placement(&placement)) {
                     Ok(()) => Some(placement),
                     Err(why) => {
-                        tracing::warn!(key = %entry.key, why,
+                        tracing::warn!(key = %entry.key, %why,
                             "a placement in the cluster store is refused; it is not run");
                         None
                     }

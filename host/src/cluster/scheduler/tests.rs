@@ -1,0 +1,367 @@
+//! The scheduler's plan on snapshots built by hand.
+
+use super::*;
+
+mod tests_support {
+    use super::*;
+    use crate::cluster::{NodeRecord, NodeView};
+
+    pub fn node(name: &str, cpu_mhz: u64, memory_mb: u64) -> NodeView {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("attr.kernel.name".into(), "linux".into());
+        attributes.insert("node.unique.name".into(), name.into());
+        NodeView {
+            record: NodeRecord {
+                id: format!("id-{name}"),
+                name: name.into(),
+                datacenter: "dc1".into(),
+                node_pool: "default".into(),
+                node_class: String::new(),
+                http_addr: None,
+                attributes,
+                drivers: [("exec".to_string(), true)].into_iter().collect(),
+                host_volumes: Vec::new(),
+                eligibility: "eligible".into(),
+                drain: false,
+                cpu_mhz,
+                memory_mb,
+                registered_ms: 0,
+            },
+            status: "ready",
+        }
+    }
+
+    pub fn job(id: &str, count: u32, extra: &str) -> (ClusterJob, i64) {
+        let source = format!(
+            "job \"{id}\" {{\n  group \"g\" {{\n    count = {count}\n    {extra}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n      resources {{\n        cpu = 100\n        memory = 100\n      }}\n    }}\n  }}\n}}\n"
+        );
+        (
+            ClusterJob {
+                id: id.into(),
+                source_name: format!("{id}.hcl"),
+                source,
+                variables: Default::default(),
+                submitted_ms: 0,
+                stopped: false,
+                may_run_plugins: false,
+            },
+            7,
+        )
+    }
+}
+
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+
+    fn per_node(plan: &Plan) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for p in &plan.place {
+            *counts.entry(p.node_id.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn a_groups_count_spreads_over_equal_nodes_and_packs_when_one_is_full() {
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 6, "")],
+            nodes: vec![
+                node("a", 4000, 4096),
+                node("b", 4000, 4096),
+                node("c", 4000, 4096),
+            ],
+            ..Snapshot::default()
+        };
+        let plan = plan(&snapshot, 1);
+        assert_eq!(
+            per_node(&plan).values().copied().collect::<Vec<_>>(),
+            [2, 2, 2],
+            "{plan:#?}"
+        );
+        // Indexes 0..6, each once, for the job's current version.
+        let mut indexes: Vec<u32> = plan.place.iter().map(|p| p.alloc_index).collect();
+        indexes.sort();
+        assert_eq!(indexes, [0, 1, 2, 3, 4, 5]);
+        assert!(plan.place.iter().all(|p| p.job_version == 7));
+        // Room for only one alloc on a (memory): the rest go where they fit.
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 6, "")],
+            nodes: vec![node("a", 4000, 150), node("b", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let counts = per_node(&plan_of(&snapshot));
+        assert_eq!(counts.get("id-a"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("id-b"), Some(&5), "{counts:?}");
+    }
+
+    fn plan_of(snapshot: &Snapshot) -> Plan {
+        plan(snapshot, 1)
+    }
+
+    #[test]
+    fn a_job_that_fits_nowhere_says_what_ruled_out_how_many_nodes() {
+        let snapshot = Snapshot {
+            jobs: vec![job(
+                "big",
+                1,
+                "constraint {\n      attribute = \"${attr.kernel.name}\"\n      value = \"windows\"\n    }",
+            )],
+            nodes: vec![node("a", 4000, 4096), node("b", 4000, 50)],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert!(plan.place.is_empty());
+        assert_eq!(plan.blocked.len(), 1);
+        let why = &plan.blocked[0].why;
+        assert!(
+            why.starts_with("2 node(s) evaluated")
+                && why.contains("constraint ${attr.kernel.name} = \"windows\" (2)"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn allocs_of_a_down_node_are_lost_and_replaced_and_a_done_batch_alloc_is_not() {
+        let (web, version) = job("web", 2, "");
+        let placed = |index: u32, node: &str| Placement {
+            alloc_id: format!("alloc-{index}"),
+            job_id: "web".into(),
+            job_version: version,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: index,
+            name: format!("web.g[{index}]"),
+            node_id: format!("id-{node}"),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+        };
+        let snapshot = Snapshot {
+            jobs: vec![(web, version)],
+            // Node "gone" has no key any more: its lease expired.
+            nodes: vec![node("a", 4000, 4096)],
+            placements: vec![placed(0, "a"), placed(1, "gone")],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.lost.len(), 1);
+        assert_eq!(plan.lost[0].alloc_id, "alloc-1");
+        assert_eq!(plan.lost[0].client_status, ClientStatus::Lost);
+        assert_eq!(plan.stop, [("id-gone".to_string(), "alloc-1".to_string())]);
+        assert_eq!(plan.place.len(), 1);
+        assert_eq!(plan.place[0].alloc_index, 1);
+        assert_eq!(plan.place[0].node_id, "id-a");
+        assert_eq!(plan.place[0].replaces.as_deref(), Some("alloc-1"));
+        // A batch alloc that completed on the node before it went: done, not placed again.
+        let mut done = snapshot.clone();
+        done.reports.push(AllocReport {
+            alloc_id: "alloc-1".into(),
+            job_id: "web".into(),
+            name: "web.g[1]".into(),
+            node_id: "id-gone".into(),
+            node_name: "gone".into(),
+            client_status: ClientStatus::Complete,
+            description: String::new(),
+            updated_ms: 0,
+        });
+        let plan = plan_of(&done);
+        assert!(plan.lost.is_empty() && plan.place.is_empty(), "{plan:#?}");
+    }
+
+    #[test]
+    fn a_new_version_replaces_every_alloc_and_a_stopped_job_keeps_none() {
+        let (web, _) = job("web", 1, "");
+        let old = Placement {
+            alloc_id: "old".into(),
+            job_id: "web".into(),
+            job_version: 3,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "web.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+        };
+        let snapshot = Snapshot {
+            jobs: vec![(web.clone(), 7)],
+            nodes: vec![node("a", 4000, 4096)],
+            placements: vec![old.clone()],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.stop, [("id-a".to_string(), "old".to_string())]);
+        assert_eq!(plan.place.len(), 1);
+        let mut stopped = web;
+        stopped.stopped = true;
+        let snapshot = Snapshot {
+            jobs: vec![(stopped, 7)],
+            placements: vec![Placement {
+                job_version: 7,
+                ..old
+            }],
+            ..snapshot
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.stop.len(), 1);
+        assert!(plan.place.is_empty());
+    }
+
+    #[test]
+    fn a_draining_or_ineligible_node_gets_nothing_new() {
+        let mut drained = node("a", 4000, 4096);
+        drained.record.drain = true;
+        let mut ineligible = node("b", 4000, 4096);
+        ineligible.record.eligibility = "ineligible".into();
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 2, "")],
+            nodes: vec![drained, ineligible, node("c", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let counts = per_node(&plan_of(&snapshot));
+        assert_eq!(
+            counts.into_iter().collect::<Vec<_>>(),
+            [("id-c".to_string(), 2)]
+        );
+    }
+}
+
+mod bounded_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn what_fits_nowhere_is_one_small_record_per_group_however_big_the_job() {
+        let long = "w".repeat(10_000);
+        let snapshot = Snapshot {
+            jobs: vec![job(
+                "big",
+                10_000,
+                &format!(
+                    "constraint {{\n      attribute = \"${{attr.kernel.name}}\"\n      value = \"{long}\"\n    }}"
+                ),
+            )],
+            nodes: vec![node("a", 4000, 4096), node("b", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let plan = plan(&snapshot, 1);
+        assert!(plan.place.is_empty());
+        assert_eq!(plan.blocked.len(), 1, "one record for the group");
+        assert_eq!(plan.blocked[0].coalesced, 9_999);
+        let size = serde_json::to_vec(&plan.blocked).unwrap().len();
+        assert!(size < 2_000, "{size} bytes");
+    }
+}
+
+mod forgetting_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn reports_of_purged_jobs_and_old_ends_are_forgotten_and_live_ones_kept() {
+        let report = |alloc: &str, job: &str, updated_ms: u64| AllocReport {
+            alloc_id: alloc.into(),
+            job_id: job.into(),
+            name: format!("{job}.g[0]"),
+            node_id: "id-a".into(),
+            node_name: "a".into(),
+            client_status: ClientStatus::Complete,
+            description: String::new(),
+            updated_ms,
+        };
+        let now = 10 * REPORTS_KEPT_MS;
+        let snapshot = Snapshot {
+            jobs: vec![job("web", 0, "")],
+            nodes: vec![node("a", 4000, 4096)],
+            reports: vec![
+                report("purged", "gone", now),
+                report("recent", "web", now - 1000),
+                report("old", "web", now - 2 * REPORTS_KEPT_MS),
+            ],
+            ..Snapshot::default()
+        };
+        let plan = plan(&snapshot, now);
+        assert_eq!(plan.forget, ["purged", "old"]);
+    }
+}
+
+mod drain_tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::cluster::state::NodeSettings;
+
+    #[test]
+    fn a_drained_alloc_stops_once_its_replacement_runs_or_the_deadline_passes() {
+        let (web, version) = job("web", 1, "");
+        let mut draining = node("a", 4000, 4096);
+        draining.record.drain = true;
+        let old = Placement {
+            alloc_id: "old".into(),
+            job_id: "web".into(),
+            job_version: version,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "web.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+        };
+        let running = |alloc: &str, node: &str| AllocReport {
+            alloc_id: alloc.into(),
+            job_id: "web".into(),
+            name: "web.g[0]".into(),
+            node_id: format!("id-{node}"),
+            node_name: node.into(),
+            client_status: ClientStatus::Running,
+            description: String::new(),
+            updated_ms: 0,
+        };
+        let mut snapshot = Snapshot {
+            jobs: vec![(web, version)],
+            nodes: vec![draining, node("b", 4000, 4096)],
+            placements: vec![old.clone()],
+            reports: vec![running("old", "a")],
+            ..Snapshot::default()
+        };
+        // Round 1: the replacement is placed on b; the old alloc keeps running.
+        let first = plan(&snapshot, 1);
+        assert!(first.stop.is_empty(), "{first:#?}");
+        assert_eq!(first.place.len(), 1);
+        assert_eq!(first.place[0].node_id, "id-b");
+        assert_eq!(first.place[0].replaces.as_deref(), Some("old"));
+        // Round 2: placed, not yet running: nothing changes.
+        let new = first.place[0].clone();
+        snapshot.placements.push(new.clone());
+        let second = plan(&snapshot, 2);
+        assert!(
+            second.stop.is_empty() && second.place.is_empty(),
+            "{second:#?}"
+        );
+        // Round 3: the replacement runs: the old one stops.
+        let mut replaced = snapshot.clone();
+        replaced.reports.push(running(&new.alloc_id, "b"));
+        let third = plan(&replaced, 3);
+        assert_eq!(third.stop, [("id-a".to_string(), "old".to_string())]);
+        // Or the deadline passed, replacement running or not.
+        snapshot.node_settings.push((
+            "id-a".into(),
+            NodeSettings {
+                ineligible: false,
+                drain: true,
+                drain_deadline_ms: 10,
+            },
+        ));
+        assert!(plan(&snapshot, 9).stop.is_empty());
+        assert_eq!(plan(&snapshot, 10).stop.len(), 1);
+    }
+}

@@ -50,7 +50,7 @@ mod tests_support {
     }
 }
 
-mod tests {
+mod placement {
     use super::tests_support::*;
     use super::*;
 

@@ -145,6 +145,18 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
+        if job.periodic.is_some() || job.parameterized.is_some() {
+            return Err(SubmitError::Refused(format!(
+                "job {:?} is {}: a cluster does not launch periodic or parameterized jobs \
+                 yet (submit it to an agent without a cluster block)",
+                job.name,
+                if job.periodic.is_some() {
+                    "periodic"
+                } else {
+                    "parameterized"
+                }
+            )));
+        }
         if source.len() > MAX_CLUSTER_SOURCE {
             return Err(SubmitError::Refused(format!(
                 "the jobspec is {} KiB; a cluster keeps at most {} KiB of one job's source",

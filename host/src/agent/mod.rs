@@ -277,6 +277,17 @@ impl Agent {
                 .await
                 .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };
+        if let Some(cluster) = &cluster {
+            notices.push(Notice {
+                level: NoticeLevel::Warning,
+                message: format!(
+                    "the cluster store (etcd at {}) takes no credentials from berth yet: \
+                     whoever can reach it can place any job on any node, as the operator. \
+                     Keep it where tasks and other users cannot reach it (see SECURITY.md)",
+                    cluster.etcd().endpoints()
+                ),
+            });
+        }
         let change_index = Arc::new(match &cluster {
             None => index::ChangeIndex::default(),
             Some(cluster) => crate::blocking::run(|| cluster::follow_revision(cluster)),

@@ -28,6 +28,15 @@ pub(super) async fn run(
     if let Some(consul) = &config.consul {
         consul.token().map_err(|e| anyhow::format_err!("{e}"))?;
     }
+    // A dev agent's open listener would let anyone on this machine place jobs on every
+    // node of a cluster.
+    if dev && config.cluster.uses_etcd() {
+        anyhow::bail!(
+            "-dev and a cluster block do not go together: a dev agent listens without a \
+             token, and in a cluster whoever submits to it places jobs on every node; run \
+             the agent without -dev (its Unix socket, or `http` with tokens)"
+        );
+    }
     // The TCP listener first: a taken port or a missing token is reported before anything
     // is restored.
     let tcp = match (http_addr, dev) {

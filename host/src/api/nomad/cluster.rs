@@ -164,6 +164,11 @@ fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Va
         .iter()
         .map(|n| (n.record.id.as_str(), n.record.name.as_str()))
         .collect();
+    let reports: BTreeMap<&str, &crate::cluster::state::AllocReport> = snapshot
+        .reports
+        .iter()
+        .map(|r| (r.alloc_id.as_str(), r))
+        .collect();
     let mut stubs = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for placement in &snapshot.placements {
@@ -171,10 +176,7 @@ fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Va
             continue;
         }
         seen.insert(placement.alloc_id.as_str());
-        let report = snapshot
-            .reports
-            .iter()
-            .find(|r| r.alloc_id == placement.alloc_id);
+        let report = reports.get(placement.alloc_id.as_str()).copied();
         let status = report.map_or(ClientStatus::Pending, |r| r.client_status);
         stubs.push(json!({
             "ID": placement.alloc_id,

@@ -575,13 +575,27 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
                 let cluster = cluster.clone();
                 match tokio::task::spawn_blocking(move || cluster.snapshot()).await {
                     Ok(Ok(snapshot)) => snapshot,
-                    _ => {
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "reading the cluster to schedule");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    Err(_) => {
                         tokio::time::sleep(Duration::from_millis(500)).await;
                         continue;
                     }
                 }
             };
-            let plan = plan(&snapshot, super::now_ms());
+            // Planning is CPU work (every job parsed, every node weighed): off the
+            // async workers.
+            let (plan, snapshot) = match tokio::task::spawn_blocking(move || {
+                (plan(&snapshot, super::now_ms()), snapshot)
+            })
+            .await
+            {
+                Ok(done) => done,
+                Err(_) => continue,
+            };
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
                 Ok(true) => {}
                 Ok(false) => {

@@ -308,3 +308,73 @@ job "as-root" {
         "the strict node recorded nothing: {local}"
     );
 }
+
+/// etcd goes away: running allocs keep running, a submission fails at once saying the
+/// store is unavailable and since when, and once etcd is back the agents carry on (the
+/// next job is placed) without having granted or lost anything in between.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_etcd_outage_fails_submissions_clearly_and_stops_nothing() {
+    let mut etcd = EtcdServer::start();
+    let mut a = member(&etcd, "node-a");
+    let mut b = member(&etcd, "node-b");
+    a.start().await;
+    b.start().await;
+    let one = SPREAD_JOB
+        .replace("count = 6", "count = 2")
+        .replace("\"web\"", "\"one\"");
+    a.submit("one.hcl", &one).await.unwrap();
+    wait_allocs(&b, "one", "2 running", Duration::from_secs(30), |all| {
+        running_per_node(all).values().sum::<usize>() == 2
+    })
+    .await;
+    let local: Value = a.client().get("/v1/berth/allocations").await.unwrap();
+    let running_here: Vec<String> = local
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!running_here.is_empty(), "{local}");
+
+    etcd.stop();
+    let two = one.replace("\"one\"", "\"two\"");
+    let started = Instant::now();
+    let refused = a.submit("two.hcl", &two).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("cluster store") && refused.contains("unavailable since"),
+        "{refused}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    // Longer than the heartbeat TTL: nothing here is stopped for it.
+    tokio::time::sleep(Duration::from_secs(TTL_SECS + 1)).await;
+    for id in &running_here {
+        let alloc = a.alloc(id).await;
+        assert_eq!(
+            alloc.client_status,
+            berth::model::status::ClientStatus::Running,
+            "{alloc:#?}"
+        );
+    }
+
+    etcd.resume();
+    // Back: submissions work again and the new job is placed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(error) = a.submit("two.hcl", &two).await {
+        assert!(Instant::now() < deadline, "still refused: {error}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_allocs(&b, "two", "2 running", Duration::from_secs(30), |all| {
+        running_per_node(all).values().sum::<usize>() == 2
+    })
+    .await;
+    let still: Vec<(String, String, String, String)> = allocs(&b, "one").await;
+    assert_eq!(
+        running_per_node(&still).values().sum::<usize>(),
+        2,
+        "the first job's allocs ran through: {still:#?}"
+    );
+}

@@ -27,8 +27,13 @@ const CALL_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EtcdError {
-    #[error("the cluster store (etcd at {endpoints}) is unavailable: {reason}")]
-    Unavailable { endpoints: String, reason: String },
+    #[error("the cluster store (etcd at {endpoints}) is unavailable{since}: {reason}")]
+    Unavailable {
+        endpoints: String,
+        reason: String,
+        /// ` since 14:02:57 UTC` when it has been away since then.
+        since: String,
+    },
     #[error("the cluster store (etcd) refused the request: {0}")]
     Refused(String),
     #[error("the cluster store's endpoint {0:?} is not a valid URL (e.g. http://127.0.0.1:2379)")]
@@ -110,6 +115,8 @@ pub struct Etcd {
     /// The same endpoints without the call deadline: a campaign waits until elected.
     waiting_channel: Channel,
     endpoints: String,
+    /// When calls started failing (ms since the epoch; 0: they do not).
+    failing_since: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -154,6 +161,7 @@ impl Etcd {
             channel,
             waiting_channel,
             endpoints: joined,
+            failing_since: Arc::default(),
         };
         // A first read proves the store answers (and warms the connection).
         etcd.block_with(dial_timeout + CALL_DEADLINE, {
@@ -168,9 +176,25 @@ impl Etcd {
     }
 
     fn unavailable(&self, reason: impl std::fmt::Display) -> EtcdError {
+        use std::sync::atomic::Ordering;
+        let now = super::now_ms();
+        let since =
+            match self
+                .failing_since
+                .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => now,
+                Err(earlier) => earlier,
+            };
+        let since = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(
+            i64::try_from(since).unwrap_or(0),
+        )
+        .map(|t| format!(" since {} UTC", t.format("%H:%M:%S")))
+        .unwrap_or_default();
         EtcdError::Unavailable {
             endpoints: self.endpoints.clone(),
             reason: reason.to_string(),
+            since,
         }
     }
 
@@ -203,7 +227,13 @@ impl Etcd {
             let _ = sender.send(future.await);
         });
         match receiver.recv_timeout(limit) {
-            Ok(result) => result,
+            Ok(result) => {
+                if result.is_ok() {
+                    self.failing_since
+                        .store(0, std::sync::atomic::Ordering::SeqCst);
+                }
+                result
+            }
             Err(_) => Err(self
                 .unavailable(format!("no answer within {limit:?}"))
                 .into()),

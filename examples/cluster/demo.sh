@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v etcd >/dev/null || { echo "etcd is not installed (apt-get install etcd-server)" >&2; exit 1; }
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
-cargo build --release -p berth
-berth=$PWD/target/release/berth
+# A debug build: quick to build; the demo times nothing that needs release.
+cargo build -p berth
+berth=$PWD/target/debug/berth
 demo=$(mktemp -d /tmp/berth-cluster.XXXXXX)
 
 # Two free loopback ports for etcd.
@@ -32,11 +33,20 @@ etcd_pid=$!
 
 declare -A agents
 cleanup() {
+  # The job's allocs first (tasks outlive their agent, as in Nomad), then the agents.
+  for node in "${!agents[@]}"; do
+    if on "$node" job stop web >/dev/null 2>&1; then
+      for _ in $(seq 50); do
+        [ "$(running "$node")" -eq 0 ] && break
+        sleep 0.2
+      done
+      break
+    fi
+  done
   for node in "${!agents[@]}"; do kill "${agents[$node]}" 2>/dev/null || true; done
   sleep 0.5
-  # The tasks outlive a killed agent (as in Nomad); stop what is left of the demo's.
-  pkill -f "$demo/" 2>/dev/null || true
   kill "$etcd_pid" 2>/dev/null || true
+  echo "(logs and state kept in $demo)"
 }
 trap cleanup EXIT
 
@@ -105,3 +115,5 @@ echo "==> node-c's agent comes back and stops the allocs it no longer holds"
 start_agent node-c
 sleep 2
 on node-a node status
+echo
+allocs node-c

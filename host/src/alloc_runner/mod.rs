@@ -688,6 +688,18 @@ impl AllocRunner {
         Self::all_done(signals).await
     }
 
+    /// What each running task's cgroup counts as used now (Nomad's alloc stats).
+    /// Blocking: small cgroupfs reads.
+    pub fn task_usage(&self) -> BTreeMap<String, crate::model::usage::CgroupUsage> {
+        (self.task_states.iter())
+            .filter(|(_, state)| state.lock().unwrap().state == TaskStateKind::Running)
+            .map(|(task, _)| {
+                let cgroup = crate::task_runner::cgroup_name(&self.id, task);
+                (task.clone(), self.node.sys.cgroup_usage(&cgroup))
+            })
+            .collect()
+    }
+
     /// Waits for every task's answer; the first refusal is the answer.
     async fn all_done(
         mut answers: tokio::task::JoinSet<Result<(), ControlError>>,

@@ -584,7 +584,7 @@ impl TaskRunner {
     }
 
     fn cgroup_name(&self) -> String {
-        crate::cgroup::Cgroups::task_name(&self.ctx.alloc_id, &self.ctx.task.name)
+        cgroup_name(&self.ctx.alloc_id, &self.ctx.task.name)
     }
 
     /// The cgroup a run before an agent restart made.
@@ -686,6 +686,11 @@ impl TaskRunner {
         }
         self.emit(EventKind::Killed, "Task successfully killed");
     }
+}
+
+/// The name of a task's cgroup under the agent's parent cgroup.
+pub fn cgroup_name(alloc_id: &str, task: &str) -> String {
+    crate::cgroup::Cgroups::task_name(alloc_id, task)
 }
 
 enum RunOnce {

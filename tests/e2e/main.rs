@@ -9,6 +9,7 @@ mod support;
 mod agent;
 mod agent_limits;
 mod agent_process;
+mod alloc_actions;
 mod cli;
 mod cluster;
 mod confinement;

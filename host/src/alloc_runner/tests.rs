@@ -380,7 +380,9 @@ async fn a_user_restart_does_not_count_against_the_restart_policy() {
         .collect();
     assert_eq!(signaled, ["User requested task to restart"; 2]);
     assert!(
-        !events.iter().any(|(kind, _)| *kind == EventKind::NotRestarting),
+        !events
+            .iter()
+            .any(|(kind, _)| *kind == EventKind::NotRestarting),
         "{events:?}"
     );
     assert!(

@@ -151,9 +151,15 @@ mod tests {
     fn reads_v2_memory_and_cpu() {
         let stat = "anon 1486848\nfile 1744896\nkernel 0\n";
         let memory = unified_memory(stat, 4_000_000, None, 0);
-        assert_eq!((memory.rss, memory.cache, memory.max_usage), (1_486_848, 1_744_896, None));
+        assert_eq!(
+            (memory.rss, memory.cache, memory.max_usage),
+            (1_486_848, 1_744_896, None)
+        );
         let cpu = unified_cpu("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n").unwrap();
-        assert_eq!((cpu.total_ns, cpu.user_ns, cpu.system_ns), (1_500_000, 1_000_000, 500_000));
+        assert_eq!(
+            (cpu.total_ns, cpu.user_ns, cpu.system_ns),
+            (1_500_000, 1_000_000, 500_000)
+        );
         assert_eq!(unified_cpu("nr_periods 0\n"), None);
     }
 }

@@ -491,10 +491,7 @@ impl TaskRunner {
                 };
                 match request {
                     control::TaskRequest::Restart { done } => {
-                        self.emit(
-                            EventKind::RestartSignaled,
-                            "User requested task to restart",
-                        );
+                        self.emit(EventKind::RestartSignaled, "User requested task to restart");
                         break Waited::UserRestart(done);
                     }
                     // The task keeps running: back to waiting on it.

@@ -271,12 +271,14 @@ pub async fn host_stats(State(agent): State<Arc<Agent>>) -> Result<axum::Json<Va
 }
 
 async fn read_proc_stat() -> Result<String, NomadError> {
-    tokio::fs::read_to_string("/proc/stat").await.map_err(|error| {
-        NomadError(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("reading /proc/stat: {error}"),
-        )
-    })
+    tokio::fs::read_to_string("/proc/stat")
+        .await
+        .map_err(|error| {
+            NomadError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading /proc/stat: {error}"),
+            )
+        })
 }
 
 /// `Total`, `Available`, `Free` and `Used` bytes from `/proc/meminfo`.
@@ -455,7 +457,10 @@ mod tests {
         let memory = memory_stats("MemTotal: 1000 kB\nMemFree: 100 kB\nMemAvailable: 400 kB\n");
         assert_eq!(memory["Used"], 600 * 1024);
         assert_eq!(parse_uptime("193520.57 380000.00\n"), 193520);
-        assert_eq!(parse_cpu_mhz("processor : 0\ncpu MHz\t\t: 2596.128\n"), Some(2596.128));
+        assert_eq!(
+            parse_cpu_mhz("processor : 0\ncpu MHz\t\t: 2596.128\n"),
+            Some(2596.128)
+        );
         assert_eq!(parse_cpu_mhz("processor : 0\n"), None);
     }
 }

@@ -29,6 +29,7 @@ mod logs;
 mod metrics;
 mod nomad_api;
 mod nomad_cli;
+mod nomad_contract;
 mod nomad_jobspecs;
 mod nomad_streams;
 mod planted_links;

@@ -34,4 +34,5 @@ mod nomad_jobspecs;
 mod nomad_streams;
 mod planted_links;
 mod plugin_grants;
+mod readme_curl;
 mod task_users;

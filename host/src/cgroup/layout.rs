@@ -145,6 +145,20 @@ impl Layout {
     }
 }
 
+/// Where one task's usage is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageFiles {
+    /// No cgroup (a node without cgroups where the operator allowed it).
+    None,
+    /// v1: the task's directory under the memory and the cpuacct mounts, where present.
+    Legacy {
+        memory: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+    /// v2: the task's one directory; `memory` when the tree has that controller.
+    Unified { dir: PathBuf, memory: bool },
+}
+
 /// One file write of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -171,7 +185,7 @@ pub struct Plan {
     /// v2's `cgroup.kill`: kills everything in the cgroup at once.
     pub kill: Option<PathBuf>,
     /// Where what the task used is read (alloc stats).
-    pub usage: super::usage::UsageFiles,
+    pub usage: UsageFiles,
 }
 
 impl Plan {
@@ -184,7 +198,7 @@ impl Plan {
             procs: Vec::new(),
             oom_kills: None,
             kill: None,
-            usage: super::usage::UsageFiles::None,
+            usage: UsageFiles::None,
         }
     }
 }
@@ -247,7 +261,7 @@ fn unified_plan(
         procs: vec![dir.join("cgroup.procs")],
         oom_kills: has("memory").then(|| (dir.join("memory.events"), "oom_kill")),
         kill: Some(dir.join("cgroup.kill")),
-        usage: super::usage::UsageFiles::Unified {
+        usage: UsageFiles::Unified {
             dir: dir.clone(),
             memory: has("memory"),
         },
@@ -314,7 +328,7 @@ fn legacy_plan(
         let mount = controllers.get(controller)?;
         Some(mount.join(parent).join(name))
     };
-    plan.usage = super::usage::UsageFiles::Legacy {
+    plan.usage = UsageFiles::Legacy {
         memory: dir_under("memory"),
         cpuacct: dir_under("cpuacct"),
     };

@@ -10,21 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::layout::UsageFiles;
 use crate::model::usage::{CgroupUsage, CpuTime, MemoryUsage};
-
-/// Where one task's usage is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UsageFiles {
-    /// No cgroup (a node without cgroups where the operator allowed it).
-    None,
-    /// v1: the task's directory under the memory and the cpuacct mounts, where present.
-    Legacy {
-        memory: Option<PathBuf>,
-        cpuacct: Option<PathBuf>,
-    },
-    /// v2: the task's one directory; `memory` when the tree has that controller.
-    Unified { dir: PathBuf, memory: bool },
-}
 
 /// The kernel's `USER_HZ`, the unit of v1 `cpuacct.stat`: 100 on every Linux ABI.
 const USER_HZ_NS: u64 = 10_000_000;

@@ -16,7 +16,7 @@ use crate::support;
 
 /// An agent with the plugin binary in a read-only host volume and a data host volume for
 /// the plugin's volumes; CSI deadlines short enough for tests.
-fn agent() -> AgentProcess {
+pub(crate) fn agent() -> AgentProcess {
     let agent = AgentProcess::with_config("");
     let dir = agent.path().to_path_buf();
     let bin = dir.join("csi-bin");
@@ -175,7 +175,7 @@ impl AgentProcess {
     }
 
     /// Runs a plugin job and waits until the plugin is healthy as node and controller.
-    async fn run_plugin(&self, job: &str, id: &str, args: &[&str]) -> String {
+    pub(crate) async fn run_plugin(&self, job: &str, id: &str, args: &[&str]) -> String {
         let alloc = self.run_job(job, &plugin_job(job, id, args, "10s")).await;
         self.wait_plugin(id, "healthy", |p| {
             p.is_some_and(|p| p.nodes_healthy == 1 && p.controllers_healthy == 1)

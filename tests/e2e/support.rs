@@ -271,9 +271,11 @@ pub fn remove_task_cgroups(data_dir: &Path) {
         return;
     };
     for alloc in allocs.flatten() {
-        let Ok(tasks) = std::fs::read_dir(alloc.path()) else {
-            continue;
-        };
+        // Task dirs are in `tasks/`; an alloc of the old layout has them at its root.
+        let tasks = [alloc.path().join("tasks"), alloc.path()]
+            .into_iter()
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flatten();
         for task in tasks.flatten() {
             let name = berth::cgroup::Cgroups::task_name(
                 &alloc.file_name().to_string_lossy(),

@@ -36,7 +36,7 @@ use crate::model::hook_resources::HookResources;
 use crate::model::status::{ClientStatus, DesiredStatus};
 use crate::state::{AllocRecord, Commit, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
-use crate::task_runner::{EventSink, Outcome, TaskRunner};
+use crate::task_runner::{ControlError, EventSink, Outcome, TaskControl, TaskRunner};
 
 /// The hook state key under which an alloc's hook resources are recorded.
 const HOOK_RESOURCES_KEY: &str = "hook_resources";
@@ -212,6 +212,8 @@ pub struct AllocRunner {
     record: Mutex<AllocRecord>,
     /// Every task of the group, from construction on (pending until its runner starts).
     task_states: BTreeMap<String, Arc<Mutex<TaskState>>>,
+    /// The running task runners' ends for a user's requests, by task.
+    task_controls: Mutex<BTreeMap<String, TaskControl>>,
     /// Handles recorded before an agent restart, taken by the task runners.
     restored_handles: Mutex<BTreeMap<String, TaskHandle>>,
     restored: bool,
@@ -362,6 +364,7 @@ impl AllocRunner {
                 .into_iter()
                 .map(|(name, state)| (name, Arc::new(Mutex::new(state))))
                 .collect(),
+            task_controls: Mutex::default(),
             restored_handles: Mutex::new(handles),
             restored,
             changed: Arc::default(),
@@ -611,15 +614,105 @@ impl AllocRunner {
             changed: self.changed.clone(),
         };
         let state = self.task_states[&task.name].clone();
-        let runner = if self.restored {
+        let (runner, control) = if self.restored {
             let handle = self.restored_handles.lock().unwrap().remove(&task.name);
             TaskRunner::restored(ctx, sink, stop, state, handle)
         } else {
             TaskRunner::new(ctx, sink, stop, state)
         };
+        (self.task_controls.lock().unwrap()).insert(task.name.clone(), control);
         // The task's future runs as its own tokio task: it takes the alloc span along.
         set.spawn(runner.run().in_current_span());
         true
+    }
+
+    /// The tasks a user's restart or signal is for: `task`, which must be running, or
+    /// (`None`) every running task, of which there must be one.
+    fn running_tasks(&self, task: Option<&str>) -> Result<Vec<TaskControl>, ActionError> {
+        let controls = self.task_controls.lock().unwrap();
+        let running = |name: &str| {
+            self.task_states
+                .get(name)
+                .is_some_and(|state| state.lock().unwrap().state == TaskStateKind::Running)
+        };
+        match task {
+            Some(name) => {
+                if !self.task_states.contains_key(name) {
+                    return Err(ActionError::NoSuchTask {
+                        alloc: self.id.clone(),
+                        task: name.to_string(),
+                    });
+                }
+                match controls.get(name) {
+                    Some(control) if running(name) => Ok(vec![control.clone()]),
+                    _ => Err(ControlError::NotRunning {
+                        task: name.to_string(),
+                    }
+                    .into()),
+                }
+            }
+            None => {
+                let chosen: Vec<TaskControl> = controls
+                    .iter()
+                    .filter(|(name, _)| running(name))
+                    .map(|(_, control)| control.clone())
+                    .collect();
+                if chosen.is_empty() {
+                    return Err(ActionError::NothingRunning {
+                        alloc: self.id.clone(),
+                    });
+                }
+                Ok(chosen)
+            }
+        }
+    }
+
+    /// Restarts `task` (or every running task) at the user's request: each run is killed
+    /// and started again at once, outside the restart policy (its `attempts` do not count
+    /// it), with a "Restart Signaled" event. Answers once every run was killed.
+    pub async fn restart_tasks(&self, task: Option<&str>) -> Result<(), ActionError> {
+        let mut restarts = tokio::task::JoinSet::new();
+        for control in self.running_tasks(task)? {
+            restarts.spawn(async move { control.restart().await });
+        }
+        Self::all_done(restarts).await
+    }
+
+    /// Sends `signal` to `task` (or every running task) through its driver.
+    pub async fn signal_tasks(&self, task: Option<&str>, signal: &str) -> Result<(), ActionError> {
+        let mut signals = tokio::task::JoinSet::new();
+        for control in self.running_tasks(task)? {
+            let signal = signal.to_string();
+            signals.spawn(async move { control.signal(&signal).await });
+        }
+        Self::all_done(signals).await
+    }
+
+    /// What each running task's cgroup counts as used now (Nomad's alloc stats).
+    /// Blocking: small cgroupfs reads.
+    pub fn task_usage(&self) -> BTreeMap<String, crate::model::usage::CgroupUsage> {
+        (self.task_states.iter())
+            .filter(|(_, state)| state.lock().unwrap().state == TaskStateKind::Running)
+            .map(|(task, _)| {
+                let cgroup = crate::task_runner::cgroup_name(&self.id, task);
+                (task.clone(), self.node.sys.cgroup_usage(&cgroup))
+            })
+            .collect()
+    }
+
+    /// Waits for every task's answer; the first refusal is the answer.
+    async fn all_done(
+        mut answers: tokio::task::JoinSet<Result<(), ControlError>>,
+    ) -> Result<(), ActionError> {
+        let mut outcome = Ok(());
+        while let Some(answer) = answers.join_next().await {
+            if let Ok(Err(error)) = answer
+                && outcome.is_ok()
+            {
+                outcome = Err(error.into());
+            }
+        }
+        outcome
     }
 
     fn fail_all_tasks(&self, message: &str) {
@@ -662,6 +755,17 @@ impl AllocRunner {
             event,
         });
     }
+}
+
+/// Why a user's restart or signal was not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActionError {
+    #[error("alloc {alloc} has no task {task:?}")]
+    NoSuchTask { alloc: String, task: String },
+    #[error("no task of alloc {alloc} is running")]
+    NothingRunning { alloc: String },
+    #[error(transparent)]
+    Task(#[from] ControlError),
 }
 
 /// A random id in the UUID text shape.

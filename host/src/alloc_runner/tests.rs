@@ -323,3 +323,95 @@ async fn a_denied_user_by_number_fails_the_setup() {
     assert_eq!(kind, EventKind::SetupFailure);
     assert!(message.contains("root"), "{message}");
 }
+
+async fn wait_running(alloc: &AllocRunner, task: &str, starts: usize) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let started = events(alloc, task)
+                .iter()
+                .filter(|(kind, _)| *kind == EventKind::Started)
+                .count();
+            if started >= starts && alloc.status().tasks[task].state == TaskStateKind::Running {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the task started");
+}
+
+/// A user restart kills the run and starts the task again at once, with a fresh
+/// cgroup, even with `attempts = 0` in fail mode: the policy does not count it. A
+/// signal goes to the driver and the task keeps running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_restart_does_not_count_against_the_restart_policy() {
+    let node = node();
+    let restart = "      attempts = 0\n      mode = \"fail\"\n";
+    let task = mock_task(
+        "t",
+        "      kill_timeout = \"1s\"\n",
+        "        run_for = \"1h\"\n",
+    );
+    let alloc = alloc(&node, restart, &task);
+    let running = tokio::spawn(alloc.clone().run());
+    wait_running(&alloc, "t", 1).await;
+
+    alloc.restart_tasks(Some("t")).await.unwrap();
+    wait_running(&alloc, "t", 2).await;
+    // Twice, the second without a task name: every running task.
+    alloc.restart_tasks(None).await.unwrap();
+    wait_running(&alloc, "t", 3).await;
+    alloc.signal_tasks(Some("t"), "SIGHUP").await.unwrap();
+
+    let name = cgroup(&alloc, "t");
+    let creates = (node.sys.calls().iter())
+        .filter(|call| matches!(call, Call::CreateCgroup { name: n, .. } if *n == name))
+        .count();
+    assert_eq!(creates, 3, "one cgroup per run");
+    let state = alloc.status().tasks["t"].clone();
+    assert_eq!(state.state, TaskStateKind::Running);
+    assert!(!state.failed);
+    assert_eq!(state.restarts, 2);
+    let events = events(&alloc, "t");
+    let signaled: Vec<&String> = (events.iter())
+        .filter(|(kind, _)| *kind == EventKind::RestartSignaled)
+        .map(|(_, message)| message)
+        .collect();
+    assert_eq!(signaled, ["User requested task to restart"; 2]);
+    assert!(
+        !events
+            .iter()
+            .any(|(kind, _)| *kind == EventKind::NotRestarting),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&(EventKind::Signaling, "Task being sent signal SIGHUP".into())),
+        "{events:?}"
+    );
+
+    assert_eq!(
+        alloc.restart_tasks(Some("nope")).await,
+        Err(super::ActionError::NoSuchTask {
+            alloc: alloc.id.clone(),
+            task: "nope".into()
+        })
+    );
+    alloc.stop();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the alloc stopped")
+        .unwrap();
+    // A finished task is not running: neither a restart nor a signal reaches it.
+    let not_running = Err(super::ActionError::Task(
+        crate::task_runner::ControlError::NotRunning { task: "t".into() },
+    ));
+    assert_eq!(alloc.restart_tasks(Some("t")).await, not_running);
+    assert_eq!(alloc.signal_tasks(Some("t"), "SIGHUP").await, not_running);
+    assert_eq!(
+        alloc.restart_tasks(None).await,
+        Err(super::ActionError::NothingRunning {
+            alloc: alloc.id.clone()
+        })
+    );
+}

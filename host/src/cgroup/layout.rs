@@ -145,6 +145,20 @@ impl Layout {
     }
 }
 
+/// Where one task's usage is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageFiles {
+    /// No cgroup (a node without cgroups where the operator allowed it).
+    None,
+    /// v1: the task's directory under the memory and the cpuacct mounts, where present.
+    Legacy {
+        memory: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+    /// v2: the task's one directory; `memory` when the tree has that controller.
+    Unified { dir: PathBuf, memory: bool },
+}
+
 /// One file write of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -170,6 +184,8 @@ pub struct Plan {
     pub oom_kills: Option<(PathBuf, &'static str)>,
     /// v2's `cgroup.kill`: kills everything in the cgroup at once.
     pub kill: Option<PathBuf>,
+    /// Where what the task used is read (alloc stats).
+    pub usage: UsageFiles,
 }
 
 impl Plan {
@@ -182,6 +198,7 @@ impl Plan {
             procs: Vec::new(),
             oom_kills: None,
             kill: None,
+            usage: UsageFiles::None,
         }
     }
 }
@@ -244,6 +261,10 @@ fn unified_plan(
         procs: vec![dir.join("cgroup.procs")],
         oom_kills: has("memory").then(|| (dir.join("memory.events"), "oom_kill")),
         kill: Some(dir.join("cgroup.kill")),
+        usage: UsageFiles::Unified {
+            dir: dir.clone(),
+            memory: has("memory"),
+        },
         dirs: vec![dir],
         writes,
     }
@@ -256,7 +277,8 @@ fn legacy_plan(
     limits: &TaskLimits,
 ) -> Plan {
     let mut plan = Plan::empty();
-    let mut used = vec!["memory", "cpu", "pids"];
+    // `cpuacct` limits nothing: it counts the task's CPU time for its stats.
+    let mut used = vec!["memory", "cpu", "cpuacct", "pids"];
     if limits.restrict_devices {
         used.push("devices");
     }
@@ -302,6 +324,14 @@ fn legacy_plan(
             _ => {}
         }
     }
+    let dir_under = |controller: &str| {
+        let mount = controllers.get(controller)?;
+        Some(mount.join(parent).join(name))
+    };
+    plan.usage = UsageFiles::Legacy {
+        memory: dir_under("memory"),
+        cpuacct: dir_under("cpuacct"),
+    };
     plan
 }
 

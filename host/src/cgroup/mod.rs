@@ -10,6 +10,7 @@
 
 pub mod favor;
 pub mod layout;
+pub mod usage;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -226,6 +227,21 @@ impl Cgroups {
     }
 }
 
+impl Cgroups {
+    /// What the task cgroup `name` counts as used now; nothing is created or written.
+    pub fn usage(&self, name: &str) -> crate::model::usage::CgroupUsage {
+        // Where a plan reads does not depend on the limits it would write.
+        let limits = TaskLimits {
+            memory_bytes: 0,
+            memory_soft_bytes: None,
+            cpu_shares: 0,
+            pids_max: 0,
+            restrict_devices: false,
+        };
+        self.existing(name, &limits).usage()
+    }
+}
+
 /// The node's memory in bytes (`MemTotal` of `/proc/meminfo`), to refuse a task that
 /// asks for more than the node has.
 pub fn node_memory() -> Option<u64> {
@@ -359,6 +375,11 @@ impl TaskCgroup {
             }
         }
         Ok(())
+    }
+
+    /// What the task's processes used, as the cgroup counts it.
+    pub fn usage(&self) -> crate::model::usage::CgroupUsage {
+        usage::read(&self.plan.usage)
     }
 
     /// Whether any of the cgroup's directories exist.

@@ -1,4 +1,4 @@
-//! `berth alloc status` and `berth alloc logs`.
+//! `berth alloc status`, `logs`, `restart` and `signal`.
 
 use std::process::ExitCode;
 
@@ -83,6 +83,44 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
                 one_line(&event.display_message)
             );
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth alloc restart ALLOC [TASK]`: Nomad's
+/// `POST /v1/client/allocation/:alloc_id/restart`.
+pub(super) async fn restart(
+    client: &Client,
+    id: &str,
+    task: Option<&str>,
+    all_tasks: bool,
+) -> anyhow::Result<ExitCode> {
+    let id = resolve_alloc(client, id).await?;
+    let path = format!("/v1/client/allocation/{}/restart", path_escape(&id));
+    let body = serde_json::json!({"TaskName": task.unwrap_or(""), "AllTasks": all_tasks});
+    let _: serde_json::Value = client.post(&path, &body).await?;
+    match task {
+        Some(task) => println!("==> Restarted task {task:?} of alloc {id}"),
+        None => println!("==> Restarted the running tasks of alloc {id}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth alloc signal [-s SIGNAL] ALLOC [TASK]`: Nomad's
+/// `POST /v1/client/allocation/:alloc_id/signal`.
+pub(super) async fn signal(
+    client: &Client,
+    id: &str,
+    task: Option<&str>,
+    signal: &str,
+) -> anyhow::Result<ExitCode> {
+    let id = resolve_alloc(client, id).await?;
+    let path = format!("/v1/client/allocation/{}/signal", path_escape(&id));
+    let body = serde_json::json!({"Signal": signal, "Task": task.unwrap_or("")});
+    let _: serde_json::Value = client.post(&path, &body).await?;
+    match task {
+        Some(task) => println!("==> Sent {signal} to task {task:?} of alloc {id}"),
+        None => println!("==> Sent {signal} to the running tasks of alloc {id}"),
     }
     Ok(ExitCode::SUCCESS)
 }

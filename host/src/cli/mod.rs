@@ -309,6 +309,25 @@ enum AllocCommand {
         #[arg(short = 'f', long)]
         follow: bool,
     },
+    /// Restart a running alloc's task (or all its running tasks) now; the restart
+    /// policy's attempts do not count it. A unique prefix of the id is enough.
+    Restart {
+        id: String,
+        /// The task; every running task when left out.
+        task: Option<String>,
+        /// Restart every task (Nomad's -all-tasks); may not be given with a task.
+        #[arg(long)]
+        all_tasks: bool,
+    },
+    /// Send a signal to a running alloc's task (or all its running tasks).
+    Signal {
+        id: String,
+        /// The task; every running task when left out.
+        task: Option<String>,
+        /// The signal, for example SIGHUP (the default is SIGKILL, as Nomad's).
+        #[arg(short = 's', long = "signal", default_value = "SIGKILL")]
+        signal: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -355,6 +374,7 @@ pub fn main() -> ExitCode {
             "-meta",
             "-plugin",
             "-force",
+            "-all-tasks",
         ]
         .iter()
         .any(|f| arg == *f)
@@ -539,6 +559,17 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
                     follow,
                 },
         } => alloc::logs(&client, id, task.as_deref(), *stderr, *follow).await,
+        Command::Alloc {
+            command:
+                AllocCommand::Restart {
+                    id,
+                    task,
+                    all_tasks,
+                },
+        } => alloc::restart(&client, id, task.as_deref(), *all_tasks).await,
+        Command::Alloc {
+            command: AllocCommand::Signal { id, task, signal },
+        } => alloc::signal(&client, id, task.as_deref(), signal).await,
         Command::Volume { command } => match command {
             VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
             VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,

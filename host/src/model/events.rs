@@ -32,9 +32,12 @@ pub enum EventKind {
     PluginHealthy,
     #[serde(rename = "Plugin became unhealthy")]
     PluginUnhealthy,
-    /// A hook asked for the task to be restarted (e.g. a plugin that never got healthy).
+    /// A hook or the user asked for the task to be restarted (e.g. a plugin that never
+    /// got healthy; `berth alloc restart`).
     #[serde(rename = "Restart Signaled")]
     RestartSignaled,
+    /// The user sent the task a signal (`berth alloc signal`).
+    Signaling,
     /// Its services are gone; the kill signal waits for `shutdown_delay`.
     #[serde(rename = "Waiting for shutdown delay")]
     WaitingShutdownDelay,

@@ -19,3 +19,4 @@ pub mod pins;
 pub mod status;
 pub mod text;
 pub mod units;
+pub mod usage;

@@ -138,6 +138,11 @@ impl Sys for FakeSys {
         self.cgroup(name)
     }
 
+    /// Nothing is measured here: the real reads are tested on cgroupfs (e2e).
+    fn cgroup_usage(&self, _name: &str) -> crate::model::usage::CgroupUsage {
+        crate::model::usage::CgroupUsage::default()
+    }
+
     fn missing_controllers(&self) -> Vec<&'static str> {
         Vec::new()
     }

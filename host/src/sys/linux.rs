@@ -35,6 +35,10 @@ impl Sys for LinuxSys {
         Box::new(self.cgroups.existing(name, limits))
     }
 
+    fn cgroup_usage(&self, name: &str) -> crate::model::usage::CgroupUsage {
+        self.cgroups.usage(name)
+    }
+
     fn missing_controllers(&self) -> Vec<&'static str> {
         self.cgroups.missing()
     }

@@ -39,6 +39,10 @@ pub trait Sys: Send + Sync {
     /// The cgroup a run made before an agent restart (it may be gone).
     fn existing_cgroup(&self, name: &str, limits: &TaskLimits) -> Box<dyn RunCgroup>;
 
+    /// What the task cgroup `name` counts as used now (alloc stats). Blocking: small
+    /// cgroupfs reads.
+    fn cgroup_usage(&self, name: &str) -> crate::model::usage::CgroupUsage;
+
     /// The cgroup controllers this node lacks (the operator allowed running without).
     fn missing_controllers(&self) -> Vec<&'static str>;
 

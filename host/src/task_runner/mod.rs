@@ -14,6 +14,8 @@
 
 mod connect_hook;
 pub use connect_hook::revoke_tokens;
+mod control;
+pub use control::{ControlError, TaskControl};
 mod csi_plugin_supervisor_hook;
 mod events;
 pub use events::{EventSink, TaskEvents};
@@ -60,6 +62,8 @@ pub struct TaskRunner {
     ctx: TaskHookContext,
     task_events: TaskEvents,
     restart_requests: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// What the user asks of the task (restart, signal), from the alloc runner.
+    user_requests: tokio::sync::mpsc::UnboundedReceiver<control::TaskRequest>,
     hooks: Vec<Box<dyn TaskHook>>,
     state: Arc<Mutex<TaskState>>,
     events: EventSink,
@@ -81,12 +85,14 @@ pub enum Outcome {
 
 impl TaskRunner {
     /// `state` is shared with the alloc runner, which shows it in `berth alloc status`.
+    /// `control` sends it what the user asks (see [`TaskRunner::control`]).
     pub fn new(
         mut ctx: TaskHookContext,
         events: EventSink,
         stop: watch::Receiver<bool>,
         state: Arc<Mutex<TaskState>>,
-    ) -> Self {
+    ) -> (Self, TaskControl) {
+        let (control, user_requests) = TaskControl::new(&ctx.task.name);
         let task_events = TaskEvents {
             state: state.clone(),
             sink: events.clone(),
@@ -95,10 +101,11 @@ impl TaskRunner {
         let (restart, restart_requests) = tokio::sync::mpsc::unbounded_channel();
         ctx.events = Some(task_events.clone());
         ctx.restart = Some(restart);
-        TaskRunner {
+        let runner = TaskRunner {
             ctx,
             task_events,
             restart_requests,
+            user_requests,
             hooks: task_hooks(),
             state,
             events,
@@ -106,7 +113,8 @@ impl TaskRunner {
             restored_handle: None,
             restored: false,
             cgroup: None,
-        }
+        };
+        (runner, control)
     }
 
     /// A runner that continues from what the store recorded before an agent restart.
@@ -116,11 +124,11 @@ impl TaskRunner {
         stop: watch::Receiver<bool>,
         state: Arc<Mutex<TaskState>>,
         handle: Option<TaskHandle>,
-    ) -> Self {
-        let mut runner = TaskRunner::new(ctx, events, stop, state);
+    ) -> (Self, TaskControl) {
+        let (mut runner, control) = TaskRunner::new(ctx, events, stop, state);
         runner.restored_handle = handle;
         runner.restored = true;
-        runner
+        (runner, control)
     }
 
     fn emit(&self, kind: EventKind, message: impl Into<String>) {
@@ -185,6 +193,12 @@ impl TaskRunner {
                 RunOnce::Stopped => return self.finish(Outcome::Stopped),
                 RunOnce::SetupFailed => return self.finish(Outcome::Failed),
                 RunOnce::DriverFailed => None,
+                RunOnce::UserRestart => {
+                    // Not a failure: the policy's attempts and delay do not apply.
+                    self.state.lock().unwrap().restarts += 1;
+                    self.emit(EventKind::Restarting, "Task restarting in 0s");
+                    continue;
+                }
             };
             if let Some(exit) = exit {
                 // Batch tasks and non-sidecar lifecycle tasks run to completion; service
@@ -235,15 +249,50 @@ impl TaskRunner {
         outcome
     }
 
-    /// Sleeps, returning true if a stop came first.
+    /// Sleeps, returning true if a stop came first. The task is not running meanwhile:
+    /// a user's request is answered so.
     async fn sleep_or_stop(&mut self, duration: Duration) -> bool {
         if *self.stop.borrow() {
             return true;
         }
-        tokio::select! {
-            _ = tokio::time::sleep(duration) => false,
-            _ = self.stop.wait_for(|stop| *stop) => true,
+        let sleep = tokio::time::sleep(duration);
+        tokio::pin!(sleep);
+        loop {
+            let request = tokio::select! {
+                _ = &mut sleep => return false,
+                _ = self.stop.wait_for(|stop| *stop) => return true,
+                Some(request) = self.user_requests.recv() => request,
+            };
+            self.refuse(request);
         }
+    }
+
+    /// Answers a user's request that came when the task was not running.
+    fn refuse(&self, request: control::TaskRequest) {
+        let not_running = Err(ControlError::NotRunning {
+            task: self.ctx.task.name.clone(),
+        });
+        let done = match request {
+            control::TaskRequest::Restart { done } => done,
+            control::TaskRequest::Signal { done, .. } => done,
+        };
+        let _ = done.send(not_running);
+    }
+
+    /// Sends the running task a user's signal through its driver.
+    async fn signal(&self, handle: &TaskHandle, signal: &str) -> Result<(), ControlError> {
+        self.emit(
+            EventKind::Signaling,
+            format!("Task being sent signal {signal}"),
+        );
+        self.ctx
+            .driver
+            .signal_task(handle, signal)
+            .await
+            .map_err(|error| ControlError::Signal {
+                task: self.ctx.task.name.clone(),
+                message: error.to_string(),
+            })
     }
 
     /// Picks up the task from before an agent restart. Without a usable handle the task
@@ -425,16 +474,30 @@ impl TaskRunner {
             Exit(Result<ExitResult, crate::runtime::driver::DriverError>),
             Stop,
             Restart,
+            UserRestart(tokio::sync::oneshot::Sender<Result<(), ControlError>>),
         }
         let waited = {
             let wait = driver.wait_task(&handle);
             tokio::pin!(wait);
-            tokio::select! {
-                exit = &mut wait => Waited::Exit(exit),
-                _ = self.stop.wait_for(|stop| *stop) => Waited::Stop,
-                Some(reason) = self.restart_requests.recv() => {
-                    self.task_events.emit(EventKind::RestartSignaled, reason);
-                    Waited::Restart
+            loop {
+                let request = tokio::select! {
+                    exit = &mut wait => break Waited::Exit(exit),
+                    _ = self.stop.wait_for(|stop| *stop) => break Waited::Stop,
+                    Some(reason) = self.restart_requests.recv() => {
+                        self.task_events.emit(EventKind::RestartSignaled, reason);
+                        break Waited::Restart;
+                    }
+                    Some(request) = self.user_requests.recv() => request,
+                };
+                match request {
+                    control::TaskRequest::Restart { done } => {
+                        self.emit(EventKind::RestartSignaled, "User requested task to restart");
+                        break Waited::UserRestart(done);
+                    }
+                    // The task keeps running: back to waiting on it.
+                    control::TaskRequest::Signal { signal, done } => {
+                        let _ = done.send(self.signal(&handle, &signal).await);
+                    }
                 }
             }
         };
@@ -460,7 +523,16 @@ impl TaskRunner {
                 self.kill(&handle).await;
                 RunOnce::Exited(None)
             }
+            Waited::UserRestart(done) => {
+                self.kill(&handle).await;
+                let _ = done.send(Ok(()));
+                RunOnce::UserRestart
+            }
         };
+        // Requests that came as the run ended found it over.
+        while let Ok(request) = self.user_requests.try_recv() {
+            self.refuse(request);
+        }
         let exit = match &outcome {
             RunOnce::Exited(exit) => *exit,
             _ => None,
@@ -509,7 +581,7 @@ impl TaskRunner {
     }
 
     fn cgroup_name(&self) -> String {
-        crate::cgroup::Cgroups::task_name(&self.ctx.alloc_id, &self.ctx.task.name)
+        cgroup_name(&self.ctx.alloc_id, &self.ctx.task.name)
     }
 
     /// The cgroup a run before an agent restart made.
@@ -613,10 +685,17 @@ impl TaskRunner {
     }
 }
 
+/// The name of a task's cgroup under the agent's parent cgroup.
+pub fn cgroup_name(alloc_id: &str, task: &str) -> String {
+    crate::cgroup::Cgroups::task_name(alloc_id, task)
+}
+
 enum RunOnce {
     /// The task ran and exited (`None`: the driver could not say how).
     Exited(Option<ExitResult>),
     Stopped,
     SetupFailed,
     DriverFailed,
+    /// The user asked for a restart; the run was killed.
+    UserRestart,
 }

@@ -25,6 +25,8 @@
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
+//! | POST, PUT | `/v1/client/allocation/:alloc_id/restart`, `/v1/client/allocation/:alloc_id/signal` (see [`alloc_actions`]) |
+//! | GET | `/v1/client/allocation/:alloc_id/stats`, `/v1/client/stats` (from cgroups and `/proc`; see [`stats`]) |
 //! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`, `follow`: a stream, `follow_logs.rs`) |
 //! | GET | `/v1/client/fs/ls/:alloc_id`, `/v1/client/fs/stat/:alloc_id`, `/v1/client/fs/cat/:alloc_id`, |
 //! |     | `/v1/client/fs/readat/:alloc_id` (`path`; `offset`, `limit`): Nomad's view of berth's alloc dir, no link followed (`alloc_fs.rs`) |
@@ -48,6 +50,7 @@
 //! mounts with their host paths. berth's own job and alloc paths are still served, for
 //! the tests and tools written against them.
 
+pub mod alloc_actions;
 mod alloc_fs;
 mod cluster;
 pub mod csi;
@@ -57,6 +60,7 @@ mod job_actions;
 pub mod metrics;
 pub mod register;
 pub mod shapes;
+pub mod stats;
 mod streams;
 pub mod submission;
 
@@ -257,6 +261,16 @@ pub fn router() -> Router<Arc<Agent>> {
             "/v1/node/{id}/drain",
             post(cluster::node_drain).put(cluster::node_drain),
         )
+        .route(
+            "/v1/client/allocation/{id}/restart",
+            post(alloc_actions::restart).put(alloc_actions::restart),
+        )
+        .route(
+            "/v1/client/allocation/{id}/signal",
+            post(alloc_actions::signal).put(alloc_actions::signal),
+        )
+        .route("/v1/client/allocation/{id}/stats", get(stats::alloc_stats))
+        .route("/v1/client/stats", get(stats::host_stats))
         .route("/v1/client/fs/logs/{alloc}", get(task_logs))
         .route("/v1/client/fs/ls/{alloc}", get(alloc_fs::list))
         .route("/v1/client/fs/stat/{alloc}", get(alloc_fs::stat))
@@ -307,6 +321,10 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/node/:id/allocations",
     "/v1/node/:id/eligibility",
     "/v1/node/:id/drain",
+    "/v1/client/allocation/:alloc_id/restart",
+    "/v1/client/allocation/:alloc_id/signal",
+    "/v1/client/allocation/:alloc_id/stats",
+    "/v1/client/stats",
     "/v1/client/fs/logs/:alloc_id",
     "/v1/client/fs/ls/:alloc_id",
     "/v1/client/fs/stat/:alloc_id",

@@ -275,7 +275,11 @@ fn task(task: &Task) -> Value {
             "Perms": format!("{:o}", t.perms),
         })).collect::<Vec<_>>(),
         "DispatchPayload": task.dispatch_payload.as_ref().map(|file| json!({"File": file})),
+        // berth accepts `leader` with a warning and makes no task the leader.
+        "Leader": false,
         "LogConfig": {
+            // A task's logs are always collected.
+            "Disabled": false,
             "MaxFiles": task.logs.max_files,
             "MaxFileSizeMB": task.logs.max_file_size / crate::model::limits::MIB,
         },

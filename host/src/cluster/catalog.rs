@@ -142,6 +142,47 @@ fn status(record: VolumeRecord) -> VolumeStatus {
     }
 }
 
+impl EtcdCatalog {
+    /// Releases the claims of allocs the cluster marked `lost` more than `grace` ago
+    /// (their node went down and has not come back): the volume is usable again. Each
+    /// release is logged with the alloc and the node; the answer lists them.
+    pub fn release_lost_claims(
+        &self,
+        reports: &[super::state::AllocReport],
+        now_ms: u64,
+        grace: std::time::Duration,
+    ) -> Result<Vec<(String, String)>, CatalogError> {
+        let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        let lost: std::collections::BTreeMap<&str, &super::state::AllocReport> = reports
+            .iter()
+            .filter(|r| r.client_status == crate::model::status::ClientStatus::Lost)
+            .filter(|r| r.updated_ms.saturating_add(grace_ms) <= now_ms)
+            .map(|r| (r.alloc_id.as_str(), r))
+            .collect();
+        let mut released = Vec::new();
+        if lost.is_empty() {
+            return Ok(released);
+        }
+        for status in self.volumes()? {
+            for claim in &status.claims {
+                let Some(report) = lost.get(claim.alloc_id.as_str()) else {
+                    continue;
+                };
+                self.release(&status.volume.id, &claim.alloc_id)?;
+                tracing::warn!(
+                    volume = %status.volume.id,
+                    alloc = %claim.alloc_id,
+                    node = %report.node_name,
+                    "released the claim of a lost alloc: its node has been down longer than \
+                     lost_claim_grace"
+                );
+                released.push((status.volume.id.clone(), claim.alloc_id.clone()));
+            }
+        }
+        Ok(released)
+    }
+}
+
 impl Catalog for EtcdCatalog {
     fn register_volume(&self, volume: Volume) -> Result<(), CatalogError> {
         let id = volume.id.clone();

@@ -596,6 +596,20 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
                 Ok(done) => done,
                 Err(_) => continue,
             };
+            // Claims of allocs lost longer than the grace go back (a lost node's allocs
+            // may still be writing until then).
+            {
+                let catalog = super::catalog::EtcdCatalog::new(cluster.clone());
+                let reports = snapshot.reports.clone();
+                let grace = cluster.settings().lost_claim_grace;
+                let released = tokio::task::spawn_blocking(move || {
+                    catalog.release_lost_claims(&reports, super::now_ms(), grace)
+                })
+                .await;
+                if let Ok(Err(error)) = released {
+                    tracing::warn!(%error, "releasing the claims of lost allocs");
+                }
+            }
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
                 Ok(true) => {}
                 Ok(false) => {

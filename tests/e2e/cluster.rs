@@ -349,6 +349,10 @@ async fn an_etcd_outage_fails_submissions_clearly_and_stops_nothing() {
         "{:?}",
         started.elapsed()
     );
+    // A stop cannot be recorded either, and says why (not "no such job").
+    let (code, out, err) = a.cli(&["job", "stop", "one"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("unavailable since"), "{out}{err}");
     // Longer than the heartbeat TTL: nothing here is stopped for it.
     tokio::time::sleep(Duration::from_secs(TTL_SECS + 1)).await;
     for id in &running_here {

@@ -93,6 +93,9 @@ pub enum LookupError {
     NotFound { kind: &'static str, id: String },
     #[error("{id:?} matches several allocs ({}): give more of the id", matches.join(", "))]
     Ambiguous { id: String, matches: Vec<String> },
+    /// The cluster store could not be asked (the job may well exist).
+    #[error(transparent)]
+    Cluster(ClusterError),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -550,9 +553,12 @@ impl Agent {
             // The scheduler removes the placements; each node stops its allocs.
             self.stop_cluster_job(id, false)
                 .await
-                .map_err(|_| LookupError::NotFound {
-                    kind: "job",
-                    id: id.to_string(),
+                .map_err(|error| match error {
+                    ClusterError::Store(_) => LookupError::Cluster(error),
+                    _ => LookupError::NotFound {
+                        kind: "job",
+                        id: id.to_string(),
+                    },
                 })?;
             self.publish_job("JobDeregistered", id);
             return Ok(Vec::new());

@@ -86,6 +86,7 @@ impl From<LookupError> for Failure {
         let status = match error {
             LookupError::NotFound { .. } => StatusCode::NOT_FOUND,
             LookupError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+            LookupError::Cluster(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         Failure(
             status,
@@ -104,6 +105,7 @@ impl From<crate::agent::logs::LogError> for Failure {
             LogError::Lookup(lookup) => match lookup {
                 LookupError::NotFound { .. } => StatusCode::NOT_FOUND,
                 LookupError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+                LookupError::Cluster(_) => StatusCode::SERVICE_UNAVAILABLE,
             },
             LogError::NoSuchTask { .. } => StatusCode::NOT_FOUND,
             LogError::WhichTask { .. } | LogError::Stream(_) => StatusCode::BAD_REQUEST,

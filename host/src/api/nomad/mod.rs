@@ -138,6 +138,9 @@ impl From<LookupError> for NomadError {
             ambiguous @ LookupError::Ambiguous { .. } => {
                 NomadError(StatusCode::BAD_REQUEST, ambiguous.to_string())
             }
+            LookupError::Cluster(error) => {
+                NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+            }
         }
     }
 }

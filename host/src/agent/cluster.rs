@@ -205,7 +205,7 @@ impl Agent {
             if purge {
                 return cluster.delete_job(&id);
             }
-            let Some(mut job) = cluster.job(&id)? else {
+            let Some((mut job, _)) = cluster.job(&id)? else {
                 return Err(ClusterError::Local(format!("job {id:?} not found")));
             };
             job.stopped = true;
@@ -285,16 +285,24 @@ impl Agent {
         if new.is_empty() {
             return;
         }
-        let snapshot = {
-            let cluster = cluster.clone();
-            match tokio::task::spawn_blocking(move || cluster.snapshot()).await {
-                Ok(Ok(snapshot)) => snapshot,
+        // Each new placement's job, read alone (not the whole cluster, which every
+        // node would otherwise read on every placement).
+        let mut jobs: BTreeMap<String, Option<(ClusterJob, i64)>> = BTreeMap::new();
+        for placement in &new {
+            if jobs.contains_key(&placement.job_id) {
+                continue;
+            }
+            let reader = cluster.clone();
+            let id = placement.job_id.clone();
+            match tokio::task::spawn_blocking(move || reader.job(&id)).await {
+                Ok(Ok(job)) => {
+                    jobs.insert(placement.job_id.clone(), job);
+                }
                 _ => return,
             }
-        };
+        }
         for placement in new {
-            let Some((job, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == placement.job_id)
-            else {
+            let Some(Some((job, version))) = jobs.get(&placement.job_id) else {
                 continue;
             };
             if *version != placement.job_version || job.stopped {

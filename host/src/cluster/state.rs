@@ -278,14 +278,18 @@ impl Cluster {
         })
     }
 
-    /// One job, read alone (not through a snapshot of everything).
-    pub fn job(&self, id: &str) -> Result<Option<ClusterJob>, ClusterError> {
+    /// One job with its version (its key's revision), read alone (not through a
+    /// snapshot of everything); a record its key does not name is refused.
+    pub fn job(&self, id: &str) -> Result<Option<(ClusterJob, i64)>, ClusterError> {
         let key = self.key(&["jobs", id]);
         let etcd = self.etcd().clone();
         let entry = self
             .etcd()
             .block(async move { Ok::<_, ClusterError>(etcd.get(&key).await?) })?;
-        Ok(entry.and_then(|e| serde_json::from_slice(&e.value).ok()))
+        Ok(entry.and_then(|entry| {
+            let job: ClusterJob = serde_json::from_slice(&entry.value).ok()?;
+            (job.id == id).then_some((job, entry.mod_revision))
+        }))
     }
 
     /// Removes a job (purge); the scheduler then stops its allocs.

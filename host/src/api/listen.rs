@@ -273,12 +273,18 @@ where
 }
 
 /// A connection that ends once no byte has moved for `idle` while no request of it is
-/// being answered.
+/// being answered, or once an answer has waited `idle` for the client to read any of
+/// it (a client that stops reading would otherwise hold the connection, and what is
+/// queued for it, for good).
 struct IdleLimit<T> {
     inner: T,
     idle: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
     busy: Arc<AtomicUsize>,
+    /// Running while a write waits for the client to read: reset at the first wait
+    /// after progress.
+    write_deadline: Pin<Box<tokio::time::Sleep>>,
+    write_waiting: bool,
 }
 
 impl<T> IdleLimit<T> {
@@ -288,6 +294,25 @@ impl<T> IdleLimit<T> {
             idle,
             deadline: Box::pin(tokio::time::sleep(idle)),
             busy,
+            write_deadline: Box::pin(tokio::time::sleep(idle)),
+            write_waiting: false,
+        }
+    }
+
+    /// A write (or flush) could not proceed: the connection ends once it has waited
+    /// `idle` since the last byte went out.
+    fn write_waits(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if !self.write_waiting {
+            self.write_waiting = true;
+            let next = tokio::time::Instant::now() + self.idle;
+            self.write_deadline.as_mut().reset(next);
+        }
+        match self.write_deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing of its answer for too long",
+            )),
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -336,17 +361,81 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleLimit<T> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let written = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            self.refresh();
+        match written {
+            Poll::Ready(Ok(n)) if n > 0 => {
+                self.write_waiting = false;
+                self.refresh();
+            }
+            Poll::Pending => {
+                if let Poll::Ready(error) = self.write_waits(cx) {
+                    return Poll::Ready(Err(error));
+                }
+            }
+            _ => {}
         }
         written
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let flushed = Pin::new(&mut self.inner).poll_flush(cx);
+        match flushed {
+            Poll::Ready(Ok(())) => self.write_waiting = false,
+            Poll::Pending => {
+                if let Poll::Ready(error) = self.write_waits(cx) {
+                    return Poll::Ready(Err(error));
+                }
+            }
+            Poll::Ready(Err(_)) => {}
+        }
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A client that stops reading its answer: the write waits, and after the idle
+    /// timeout the connection ends, however busy the answer keeps it. A client that
+    /// reads slowly keeps its connection.
+    #[tokio::test]
+    async fn an_answer_the_client_stops_reading_ends_the_connection_at_the_idle_timeout() {
+        let idle = Duration::from_millis(200);
+        let (server, mut client) = tokio::io::duplex(1024);
+        let busy = Arc::new(AtomicUsize::new(1));
+        let mut connection = IdleLimit::new(server, idle, busy.clone());
+        let started = tokio::time::Instant::now();
+        let chunk = vec![b'x'; 512];
+        let stalled = loop {
+            match tokio::time::timeout(Duration::from_secs(5), connection.write_all(&chunk)).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(error)) => break error,
+                Err(_) => panic!("a write waited 5 s for a client that reads nothing"),
+            }
+        };
+        assert_eq!(stalled.kind(), io::ErrorKind::TimedOut, "{stalled}");
+        assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+
+        // A slow reader: a write waits, but each read lets it go on.
+        let (server, mut client_slow) = tokio::io::duplex(1024);
+        let mut connection = IdleLimit::new(server, idle, busy);
+        let reader = tokio::spawn(async move {
+            let mut buffer = vec![0u8; 256];
+            let mut total = 0;
+            while total < 16 * 1024 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                total += client_slow.read(&mut buffer).await.unwrap();
+            }
+        });
+        for _ in 0..32 {
+            connection.write_all(&chunk).await.unwrap();
+        }
+        reader.await.unwrap();
+        drop(client.shutdown().await);
     }
 }

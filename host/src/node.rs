@@ -1,15 +1,42 @@
 //! What this node is, in the words of Nomad's fingerprinters: `attr.kernel.name`,
 //! `attr.cpu.arch`, `node.unique.name`, … Jobspecs use them in run-time interpolation
 //! (`${attr.kernel.name}`) and in `constraint` blocks. Read once, at first use: they do
-//! not change while the agent runs.
+//! not change while the agent runs. The node's name and datacenter are the agent
+//! config's (`name`, `datacenter`) when it sets them, as in Nomad: one agent per process.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+/// What the operator calls this node, over what the machine says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub name: Option<String>,
+    pub datacenter: Option<String>,
+}
+
+static IDENTITY: OnceLock<Identity> = OnceLock::new();
+static FACTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+
+/// Sets this process's node name and datacenter, before the facts are first read (they
+/// are read with the identity set then). `false` when another identity is in use.
+pub fn configure(identity: Identity) -> bool {
+    let _ = IDENTITY.set(identity.clone());
+    IDENTITY.get() == Some(&identity)
+}
+
 /// Every attribute, by its full name (`attr.kernel.name`, `node.unique.name`).
 pub fn facts() -> &'static BTreeMap<String, String> {
-    static FACTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
-    FACTS.get_or_init(read)
+    FACTS.get_or_init(|| {
+        let mut facts = read();
+        let identity = IDENTITY.get_or_init(Identity::default);
+        if let Some(name) = &identity.name {
+            facts.insert("node.unique.name".into(), name.clone());
+        }
+        if let Some(datacenter) = &identity.datacenter {
+            facts.insert("node.datacenter".into(), datacenter.clone());
+        }
+        facts
+    })
 }
 
 fn read() -> BTreeMap<String, String> {

@@ -29,7 +29,7 @@
 //! ```text
 //! csi-hostpath --data-dir DIR [--node-id ID] [--endpoint unix:///csi/csi.sock]
 //!              [--hang RPC] [--die RPC] [--not-ready-for SECS] [--garbage] [--no-socket]
-//!              [--no-snapshots] [--topology KEY=VALUE]
+//!              [--no-snapshots] [--topology KEY=VALUE] [--reaches NODE_ID]...
 //! ```
 //! The endpoint defaults to `$CSI_ENDPOINT`. `--hang`, `--die`, `--garbage`,
 //! `--no-socket` and `--not-ready-for` make it misbehave, for the agent's tests.
@@ -52,6 +52,9 @@ struct Plugin {
     snapshots: bool,
     /// Where this node is (NodeGetInfo); the volumes it creates are accessible there.
     topology: HashMap<String, String>,
+    /// Other nodes this plugin's storage reaches (`--reaches`): its controller publishes
+    /// to them as to its own node, as a network storage's controller would.
+    reaches: Vec<String>,
 }
 
 const PUBLISHED_KEY: &str = "hostpath.berth/published-to";
@@ -374,10 +377,10 @@ impl pb::controller_server::Controller for Plugin {
         .await;
         self.volume_dir(&request.volume_id)?;
         require_capability(&request.volume_capability)?;
-        if request.node_id != self.node_id {
+        if request.node_id != self.node_id && !self.reaches.contains(&request.node_id) {
             return Err(Status::not_found(format!(
-                "no node {:?} (this plugin serves {:?})",
-                request.node_id, self.node_id
+                "no node {:?} (this plugin serves {:?} and {:?})",
+                request.node_id, self.node_id, self.reaches
             )));
         }
         self.leave("ControllerPublishVolume").await;
@@ -891,6 +894,7 @@ struct Args {
     no_socket: bool,
     no_snapshots: bool,
     topology: HashMap<String, String>,
+    reaches: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -907,6 +911,7 @@ fn parse_args() -> Result<Args, String> {
         no_socket: false,
         no_snapshots: false,
         topology: HashMap::new(),
+        reaches: Vec::new(),
     };
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
@@ -926,6 +931,7 @@ fn parse_args() -> Result<Args, String> {
             "--garbage" => args.garbage = true,
             "--no-socket" => args.no_socket = true,
             "--no-snapshots" => args.no_snapshots = true,
+            "--reaches" => args.reaches.push(value()?),
             "--topology" => {
                 let pair = value()?;
                 let (key, value) = pair
@@ -997,6 +1003,7 @@ async fn main() {
         ready_at: Instant::now() + args.not_ready_for,
         snapshots: !args.no_snapshots,
         topology: args.topology,
+        reaches: args.reaches,
     };
     let served = tonic::transport::Server::builder()
         .add_service(pb::identity_server::IdentityServer::new(plugin.clone()))

@@ -11,6 +11,7 @@
 //! recovers them through their drivers.
 
 pub mod cluster;
+mod csi_calls;
 pub mod data_dir;
 pub mod event_hub;
 mod gc;
@@ -233,6 +234,20 @@ impl Agent {
     /// notices, not errors: the agent runs with everything it could read.
     pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StartError> {
         let mut notices = Vec::new();
+        let identity = crate::node::Identity {
+            name: options.config.name.clone(),
+            datacenter: options.config.datacenter.clone(),
+        };
+        if !crate::node::configure(identity.clone()) {
+            notices.push(Notice {
+                level: NoticeLevel::Warning,
+                message: format!(
+                    "this process already runs as another node; name {:?} and datacenter \
+                     {:?} apply to the cluster's view only",
+                    identity.name, identity.datacenter
+                ),
+            });
+        }
         // With state in memory too (`berth run`): the data dir still holds task dirs,
         // whose files a root task may have made setuid.
         let mut options = options;
@@ -311,6 +326,9 @@ impl Agent {
                 Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
             ),
         };
+        if let Some(cluster) = &cluster {
+            csi_calls::connect(cluster, &csi);
+        }
         match crate::process::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 tracing::info!(before, after, "raised the agent's open-files limit");

@@ -269,8 +269,8 @@ pub(super) async fn plugin_status(
     println!();
     println!("Providers");
     println!(
-        "{:<10} {:<11} {:<9} {:<28} Health",
-        "Alloc", "Kind", "Healthy", "Plugin"
+        "{:<10} {:<16} {:<11} {:<9} {:<28} Health",
+        "Alloc", "Node", "Kind", "Healthy", "Plugin"
     );
     for provider in &p.providers {
         let name = provider
@@ -286,8 +286,9 @@ pub(super) async fn plugin_status(
             .unwrap_or_else(|| "not fingerprinted".into());
         // The fingerprint and the health text are the plugin's own words.
         println!(
-            "{:<10} {:<11} {:<9} {:<28} {}",
+            "{:<10} {:<16} {:<11} {:<9} {:<28} {}",
             short_id(&provider.alloc_id),
+            super::output::one_line(&provider.node),
             provider.kind.as_str(),
             provider.healthy,
             super::output::one_line(&name),

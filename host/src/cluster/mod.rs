@@ -16,6 +16,7 @@
 //! An agent remembers the cluster it joined (`<data_dir>/cluster-id`): a prefix that
 //! holds another cluster's id is refused, as is a layout written by a newer berth.
 
+pub mod calls;
 pub mod catalog;
 pub mod etcd;
 pub mod scheduler;

@@ -96,6 +96,29 @@ pub struct Snapshot {
     pub node_settings: Vec<(String, NodeSettings)>,
     /// What the scheduler could not place, by job.
     pub blocked: std::collections::BTreeMap<String, Vec<Blocked>>,
+    /// Which nodes can use which CSI volumes.
+    pub csi: CsiView,
+}
+
+/// The CSI facts placement needs: each volume's plugin, and where that plugin's node
+/// part runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsiView {
+    /// Volume id → plugin id.
+    pub volume_plugins: std::collections::BTreeMap<String, String>,
+    /// Plugin id → node name → whether its node part there is healthy.
+    pub node_plugins: std::collections::BTreeMap<String, std::collections::BTreeMap<String, bool>>,
+}
+
+/// Of a volume record, what placement reads.
+#[derive(Deserialize)]
+struct VolumeOfRecord {
+    volume: PluginOfVolume,
+}
+
+#[derive(Deserialize)]
+struct PluginOfVolume {
+    plugin_id: String,
 }
 
 /// What an operator set on a node (`node eligibility`, `node drain`); survives the
@@ -238,6 +261,32 @@ impl Cluster {
                     }
                     Err(e) => problem(e),
                 },
+                "volumes" => match serde_json::from_slice::<VolumeOfRecord>(&entry.value) {
+                    Ok(record) => {
+                        let id = rest.trim_start_matches("volumes/").to_string();
+                        snapshot
+                            .csi
+                            .volume_plugins
+                            .insert(id, record.volume.plugin_id);
+                    }
+                    Err(e) => problem(e),
+                },
+                "plugins" => {
+                    match serde_json::from_slice::<crate::catalog::PluginProvider>(&entry.value) {
+                        Ok(provider) if provider.kind == crate::model::csi::PluginKind::Node => {
+                            let healthy = snapshot
+                                .csi
+                                .node_plugins
+                                .entry(provider.plugin_id)
+                                .or_default()
+                                .entry(provider.node)
+                                .or_default();
+                            *healthy |= provider.healthy;
+                        }
+                        Ok(_) => {}
+                        Err(e) => problem(e),
+                    }
+                }
                 "blocked" => match serde_json::from_slice(&entry.value) {
                     Ok(entries) => {
                         let job = rest.trim_start_matches("blocked/").to_string();

@@ -5,8 +5,9 @@
 //!
 //! - **feasibility**: a node is ready (its lease lives), eligible and not draining, has
 //!   every driver the group's tasks use, meets the job's, group's and tasks'
-//!   constraints, has the group's host volumes, has room for the group's CPU and memory
-//!   beside what is placed there, and has the group's static ports free;
+//!   constraints, has the group's host volumes, runs a healthy node part of each CSI
+//!   volume's plugin, has room for the group's CPU and memory beside what is placed
+//!   there, and has the group's static ports free;
 //! - **ranking**: Nomad's bin-packing score (how full the node would be), averaged with
 //!   its job anti-affinity penalty (allocs of one group on one node), so a group's
 //!   `count` spreads across equal nodes while a busy cluster still packs;
@@ -21,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
+use super::state::{AllocReport, Blocked, ClusterJob, CsiView, Placement, Snapshot};
 use super::{Cluster, NodeView};
 use crate::jobspec::{self, Job};
 use crate::model::status::ClientStatus;
@@ -60,6 +61,8 @@ impl Plan {
 struct Needs {
     drivers: BTreeSet<String>,
     host_volumes: Vec<String>,
+    /// CSI volume ids (a `per_alloc` volume's ids vary by alloc: checked where it runs).
+    csi_volumes: Vec<String>,
     cpu_mhz: u64,
     memory_mb: u64,
     static_ports: Vec<u16>,
@@ -72,6 +75,12 @@ fn needs(group: &jobspec::Group) -> Needs {
             .volumes
             .iter()
             .filter(|v| v.volume_type == jobspec::VolumeType::Host)
+            .map(|v| v.source.clone())
+            .collect(),
+        csi_volumes: group
+            .volumes
+            .iter()
+            .filter(|v| v.volume_type == jobspec::VolumeType::Csi && !v.per_alloc)
             .map(|v| v.source.clone())
             .collect(),
         cpu_mhz: group.tasks.iter().map(|t| u64::from(t.resources.cpu)).sum(),
@@ -97,7 +106,13 @@ struct Usage {
 /// Why a node can never take an alloc of `group` (one reason, the first found): what
 /// does not change as allocs are placed (eligibility, drivers, host volumes,
 /// constraints), so it is found once per group and node.
-fn unfit(node: &NodeView, needs: &Needs, job: &Job, group: &jobspec::Group) -> Option<String> {
+fn unfit(
+    node: &NodeView,
+    needs: &Needs,
+    csi: &CsiView,
+    job: &Job,
+    group: &jobspec::Group,
+) -> Option<String> {
     let record = &node.record;
     if record.eligibility != "eligible" || record.drain {
         return Some("node is ineligible or draining".into());
@@ -115,6 +130,31 @@ fn unfit(node: &NodeView, needs: &Needs, job: &Job, group: &jobspec::Group) -> O
         .find(|v| !record.host_volumes.contains(v))
     {
         return Some(format!("missing host volume {volume:?}"));
+    }
+    for volume in &needs.csi_volumes {
+        // In Nomad's words (`nomad job plan`).
+        let Some(plugin) = csi.volume_plugins.get(volume) else {
+            return Some(format!("missing CSI Volume {:?}", clipped(volume)));
+        };
+        match csi
+            .node_plugins
+            .get(plugin)
+            .and_then(|nodes| nodes.get(&record.name))
+        {
+            None => {
+                return Some(format!(
+                    "CSI plugin {:?} is missing from client",
+                    clipped(plugin)
+                ));
+            }
+            Some(false) => {
+                return Some(format!(
+                    "CSI plugin {:?} is unhealthy on client",
+                    clipped(plugin)
+                ));
+            }
+            Some(true) => {}
+        }
     }
     let mut names = record.attributes.clone();
     for driver in record.drivers.keys() {
@@ -351,7 +391,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
             let unfit: Vec<Option<String>> = snapshot
                 .nodes
                 .iter()
-                .map(|node| unfit(node, &needs, parsed, group))
+                .map(|node| unfit(node, &needs, &snapshot.csi, parsed, group))
                 .collect();
             let empty = Usage::default();
             for alloc_index in 0..group.count {
@@ -639,5 +679,7 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
     }
 }
 
+#[cfg(test)]
+mod csi_tests;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,11 @@
-//! The controller side: ControllerPublish/Unpublish, and creating, deleting,
-//! snapshotting and expanding volumes through the plugin that controls them.
+//! The controller side: creating, deleting, snapshotting and expanding volumes through
+//! the plugin that controls them, wherever its controller runs ([`super::route`]). Each
+//! public operation sends a request to the controller; the `_here` functions are what a
+//! controller on this node does with it.
 
 use std::collections::HashMap;
 
+use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::{CsiManager, CsiVolumeError};
 use crate::catalog::Volume;
 use crate::csi::client::CsiClient;
@@ -11,6 +14,20 @@ use crate::model::csi::{Capabilities, PluginKind, SnapshotInfo, Usage};
 impl CsiManager {
     /// CreateVolume through the plugin's controller; the volume as the catalog keeps it.
     pub async fn create_volume(
+        &self,
+        volume: Volume,
+        capacity: (i64, i64),
+    ) -> Result<Volume, CsiVolumeError> {
+        match self
+            .controller(ControllerRequest::Create { volume, capacity })
+            .await?
+        {
+            ControllerAnswer::Created(volume) => Ok(*volume),
+            other => Err(unexpected("CreateVolume", &other)),
+        }
+    }
+
+    pub(super) async fn create_here(
         &self,
         mut volume: Volume,
         capacity: (i64, i64),
@@ -60,6 +77,18 @@ impl CsiManager {
                 volume: volume.id.clone(),
             });
         }
+        match self
+            .controller(ControllerRequest::Delete {
+                volume: volume.clone(),
+            })
+            .await?
+        {
+            ControllerAnswer::Done => Ok(()),
+            other => Err(unexpected("DeleteVolume", &other)),
+        }
+    }
+
+    pub(super) async fn delete_here(&self, volume: &Volume) -> Result<(), CsiVolumeError> {
         let (_, client, fingerprint) = self
             .ready(PluginKind::Controller, &volume.plugin_id)
             .await
@@ -106,6 +135,23 @@ impl CsiManager {
         volume: &Volume,
         name: &str,
     ) -> Result<SnapshotInfo, CsiVolumeError> {
+        match self
+            .controller(ControllerRequest::CreateSnapshot {
+                volume: volume.clone(),
+                name: name.to_string(),
+            })
+            .await?
+        {
+            ControllerAnswer::Snapshot(snapshot) => Ok(snapshot),
+            other => Err(unexpected("CreateSnapshot", &other)),
+        }
+    }
+
+    pub(super) async fn create_snapshot_here(
+        &self,
+        volume: &Volume,
+        name: &str,
+    ) -> Result<SnapshotInfo, CsiVolumeError> {
         let client = self
             .controller_for(
                 &volume.plugin_id,
@@ -126,6 +172,23 @@ impl CsiManager {
         plugin_id: &str,
         snapshot_id: &str,
     ) -> Result<(), CsiVolumeError> {
+        match self
+            .controller(ControllerRequest::DeleteSnapshot {
+                plugin_id: plugin_id.to_string(),
+                snapshot_id: snapshot_id.to_string(),
+            })
+            .await?
+        {
+            ControllerAnswer::Done => Ok(()),
+            other => Err(unexpected("DeleteSnapshot", &other)),
+        }
+    }
+
+    pub(super) async fn delete_snapshot_here(
+        &self,
+        plugin_id: &str,
+        snapshot_id: &str,
+    ) -> Result<(), CsiVolumeError> {
         let client = self
             .controller_for(
                 plugin_id,
@@ -140,6 +203,21 @@ impl CsiManager {
 
     /// ListSnapshots of `plugin_id`'s controller.
     pub async fn list_snapshots(
+        &self,
+        plugin_id: &str,
+    ) -> Result<Vec<SnapshotInfo>, CsiVolumeError> {
+        match self
+            .controller(ControllerRequest::ListSnapshots {
+                plugin_id: plugin_id.to_string(),
+            })
+            .await?
+        {
+            ControllerAnswer::Snapshots(snapshots) => Ok(snapshots),
+            other => Err(unexpected("ListSnapshots", &other)),
+        }
+    }
+
+    pub(super) async fn list_snapshots_here(
         &self,
         plugin_id: &str,
     ) -> Result<Vec<SnapshotInfo>, CsiVolumeError> {
@@ -168,15 +246,6 @@ impl CsiManager {
         }
         let lock = self.volume_lock(&volume.id);
         let _serialised = lock.lock().await;
-        let client = self
-            .controller_for(
-                &volume.plugin_id,
-                &volume.id,
-                "expand volumes",
-                "EXPAND_VOLUME",
-                |c| c.controller_expand,
-            )
-            .await?;
         let usage = volume
             .capabilities
             .first()
@@ -190,9 +259,20 @@ impl CsiManager {
                 attachment_mode: crate::model::csi::AttachmentMode::FileSystem,
                 read_only: false,
             });
-        let (capacity, node_required) = client
-            .controller_expand(&volume.external_id, required, usage, &volume.secrets)
-            .await?;
+        let (capacity, node_required) = match self
+            .controller(ControllerRequest::Expand {
+                volume: volume.clone(),
+                required,
+                usage,
+            })
+            .await?
+        {
+            ControllerAnswer::Expanded {
+                capacity,
+                node_required,
+            } => (capacity, node_required),
+            other => return Err(unexpected("ControllerExpandVolume", &other)),
+        };
         let record = self.usage_record(&volume.id)?;
         if let Some(record) = record.filter(|_| node_required) {
             let (node, node_client, fingerprint) =
@@ -217,5 +297,27 @@ impl CsiManager {
             }
         }
         Ok(if capacity > 0 { capacity } else { required })
+    }
+
+    /// ControllerExpandVolume with this node's controller: the capacity, and whether the
+    /// nodes must follow (NodeExpandVolume).
+    pub(super) async fn controller_expand_here(
+        &self,
+        volume: &Volume,
+        required: i64,
+        usage: Usage,
+    ) -> Result<(i64, bool), CsiVolumeError> {
+        let client = self
+            .controller_for(
+                &volume.plugin_id,
+                &volume.id,
+                "expand volumes",
+                "EXPAND_VOLUME",
+                |c| c.controller_expand,
+            )
+            .await?;
+        Ok(client
+            .controller_expand(&volume.external_id, required, usage, &volume.secrets)
+            .await?)
     }
 }

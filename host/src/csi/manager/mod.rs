@@ -24,12 +24,15 @@
 
 mod controller;
 mod fingerprint;
+mod route;
 mod topology;
 mod volumes;
 
+pub use route::{ControllerAnswer, ControllerRequest, RemoteCall, RemoteControllers};
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::broadcast;
 
@@ -78,6 +81,9 @@ pub enum CsiVolumeError {
         alloc: String,
         source: Box<CsiVolumeError>,
     },
+    /// A controller on another node failed the operation, or could not be reached.
+    #[error("{message}{}", if node.is_empty() { String::new() } else { format!(" (the plugin's controller runs on node {node:?})") })]
+    Remote { node: String, message: String },
     #[error("{0} (creating a volume needs the plugin's controller)")]
     NeedsController(Box<CsiVolumeError>),
     #[error(
@@ -156,6 +162,8 @@ pub struct CsiManager {
     /// connection per call would cost more than the call.
     clients: Mutex<BTreeMap<(PluginKind, String), (String, CsiClient)>>,
     volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Controllers on other nodes, in a cluster.
+    remote: OnceLock<Arc<dyn RemoteControllers>>,
 }
 
 impl CsiManager {
@@ -177,6 +185,7 @@ impl CsiManager {
             fingerprints: Mutex::default(),
             clients: Mutex::default(),
             volume_locks: Mutex::default(),
+            remote: OnceLock::new(),
         })
     }
 

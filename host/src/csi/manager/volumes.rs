@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::topology::{accessible_from, segments};
 use super::{CsiManager, CsiVolumeError};
 use crate::catalog::{Publication, Volume, VolumeOnNode};
@@ -207,22 +208,12 @@ impl CsiManager {
             // The publish context went with the crash, and a mount asks for it again.
             Intent::ControllerPublish { node_id } => {
                 if record.staged.is_none() && record.stages.is_empty() {
-                    let (_, controller, _) = self
-                        .ready(PluginKind::Controller, &record.plugin_id)
-                        .await?;
-                    controller
-                        .controller_unpublish(&record.external_id, node_id, &record.secrets)
-                        .await?;
+                    self.unpublish_at_controller(record, node_id).await?;
                 }
             }
             Intent::ControllerUnpublish => {
                 if let Some((node_id, _)) = record.controller_published.clone() {
-                    let (_, controller, _) = self
-                        .ready(PluginKind::Controller, &record.plugin_id)
-                        .await?;
-                    controller
-                        .controller_unpublish(&record.external_id, &node_id, &record.secrets)
-                        .await?;
+                    self.unpublish_at_controller(record, &node_id).await?;
                 }
                 record.controller_published = None;
             }
@@ -746,8 +737,9 @@ pub(super) fn remove_empty_dirs(path: &Path, stop: &Path) {
 }
 
 impl CsiManager {
-    /// ControllerPublishVolume when the plugin has a controller that publishes; the
-    /// node id and publish context, or `None` when there is nothing to do.
+    /// ControllerPublishVolume to this node when the plugin has a controller (here or on
+    /// another node) that publishes; the node id and publish context, or `None` when
+    /// there is nothing to do.
     pub(super) async fn controller_publish(
         &self,
         volume: &Volume,
@@ -755,22 +747,12 @@ impl CsiManager {
         node: &Fingerprint,
         record: &mut VolumeUsage,
     ) -> Result<Option<(String, HashMap<String, String>)>, CsiVolumeError> {
-        let Some(controller) = self.registry.get(PluginKind::Controller, &volume.plugin_id) else {
-            return Ok(None);
-        };
-        let (_, client, fingerprint) = self.ready(PluginKind::Controller, &controller.id).await?;
-        if !fingerprint.capabilities.controller_publish {
+        if !self.has_controller(&volume.plugin_id) {
             return Ok(None);
         }
         let node_id = node.node_id.clone().unwrap_or_default();
-        let no_context = HashMap::new();
-        let request = NodeVolume {
-            external_id: &volume.external_id,
-            usage,
-            publish_context: &no_context,
-            volume_context: &volume.context,
-            secrets: &volume.secrets,
-        };
+        // The intent comes first: should the controller publish and the answer be lost,
+        // the next look at the volume unpublishes it.
         self.begin(
             &volume.id,
             record,
@@ -778,8 +760,45 @@ impl CsiManager {
                 node_id: node_id.clone(),
             },
         )?;
-        let context = client.controller_publish(&request, &node_id).await?;
-        Ok(Some((node_id, context)))
+        let answer = self
+            .controller(ControllerRequest::Publish {
+                volume: volume.clone(),
+                usage,
+                node_id: node_id.clone(),
+            })
+            .await;
+        match answer {
+            Ok(ControllerAnswer::Published(Some(context))) => Ok(Some((node_id, context))),
+            Ok(ControllerAnswer::Published(None)) => {
+                // The controller does not publish: nothing was done, nothing to undo.
+                record.pending = None;
+                self.save_usage(&volume.id, record)?;
+                Ok(None)
+            }
+            Ok(other) => Err(unexpected("ControllerPublishVolume", &other)),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// ControllerUnpublishVolume of the record's volume from `node_id`, by the plugin's
+    /// controller wherever it runs.
+    async fn unpublish_at_controller(
+        &self,
+        record: &VolumeUsage,
+        node_id: &str,
+    ) -> Result<(), CsiVolumeError> {
+        match self
+            .controller(ControllerRequest::Unpublish {
+                plugin_id: record.plugin_id.clone(),
+                external_id: record.external_id.clone(),
+                node_id: node_id.to_string(),
+                secrets: record.secrets.clone(),
+            })
+            .await?
+        {
+            ControllerAnswer::Done => Ok(()),
+            other => Err(unexpected("ControllerUnpublishVolume", &other)),
+        }
     }
 
     pub(super) async fn controller_unpublish(
@@ -795,13 +814,8 @@ impl CsiManager {
         if record.staged.is_some() || !record.stages.is_empty() || record.pending.is_some() {
             return Ok(());
         }
-        let (_, client, _) = self
-            .ready(PluginKind::Controller, &record.plugin_id)
-            .await?;
         self.begin(volume_id, record, Intent::ControllerUnpublish)?;
-        client
-            .controller_unpublish(&record.external_id, &node_id, &record.secrets)
-            .await?;
+        self.unpublish_at_controller(record, &node_id).await?;
         record.controller_published = None;
         record.pending = None;
         self.save_usage(volume_id, record)

@@ -1,0 +1,122 @@
+//! CSI across the cluster's nodes: a controller operation asked on this node goes to a
+//! node whose controller of the plugin is healthy (through the store, as a call), and
+//! this node serves the calls sent to its own controllers. Node operations never leave
+//! the node that uses the volume.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::Catalog;
+use crate::cluster::Cluster;
+use crate::cluster::calls::CallHandler;
+use crate::csi::CsiNode;
+use crate::csi::manager::{
+    ControllerAnswer, ControllerRequest, CsiManager, CsiVolumeError, RemoteCall, RemoteControllers,
+};
+use crate::model::csi::PluginKind;
+
+/// A served call's outcome, as it travels back.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Answered {
+    Ok(ControllerAnswer),
+    Failed(String),
+}
+
+/// The cluster's controllers, as this node's CSI manager reaches them.
+struct ClusterControllers {
+    cluster: Arc<Cluster>,
+    catalog: Arc<dyn Catalog>,
+    node_name: String,
+    /// How long a caller waits for another node's answer: the serving node may wait for
+    /// its controller to turn healthy, then retries the call within the operation's
+    /// deadline.
+    within: Duration,
+}
+
+impl RemoteControllers for ClusterControllers {
+    fn controller_node(&self, plugin_id: &str) -> Option<String> {
+        let plugins = self.catalog.plugins().ok()?;
+        plugins
+            .into_iter()
+            .filter(|plugin| plugin.id == plugin_id)
+            .flat_map(|plugin| plugin.providers)
+            .filter(|p| p.kind == PluginKind::Controller && p.healthy && p.node != self.node_name)
+            .map(|p| p.node)
+            .min()
+    }
+
+    fn call<'a>(&'a self, node: &'a str, request: ControllerRequest) -> RemoteCall<'a> {
+        Box::pin(async move {
+            let action = request.action();
+            let failed = |message: String| CsiVolumeError::Remote {
+                node: node.to_string(),
+                message,
+            };
+            let bytes = serde_json::to_vec(&request)
+                .map_err(|e| failed(format!("{action} cannot be written: {e}")))?;
+            let answer = self
+                .cluster
+                .call(node, bytes, self.within)
+                .await
+                .map_err(|e| failed(format!("{action}: {e}")))?;
+            match serde_json::from_slice::<Answered>(&answer) {
+                Ok(Answered::Ok(answer)) => Ok(answer),
+                Ok(Answered::Failed(message)) => Err(failed(message)),
+                Err(e) => Err(failed(format!("{action}: its answer cannot be read: {e}"))),
+            }
+        })
+    }
+}
+
+/// Routes this node's controller operations through the cluster and serves the
+/// operations other nodes send to this node's controllers.
+pub(super) fn connect(cluster: &Arc<Cluster>, csi: &CsiNode) {
+    let settings = csi.manager.settings();
+    let within = settings.plugin_wait + settings.timeouts.total + Duration::from_secs(5);
+    csi.manager
+        .route_controllers_through(Arc::new(ClusterControllers {
+            cluster: cluster.clone(),
+            catalog: csi.catalog.clone(),
+            node_name: cluster.node_name().to_string(),
+            within,
+        }));
+    cluster.serve_calls(handler(csi.manager.clone()));
+}
+
+fn handler(manager: Arc<CsiManager>) -> CallHandler {
+    let runtime = tokio::runtime::Handle::current();
+    Arc::new(move |request: Vec<u8>| {
+        let manager = manager.clone();
+        let runtime = runtime.clone();
+        Box::pin(async move {
+            // The manager's work runs on the agent's runtime, where its plugin clients live.
+            let served = runtime.spawn(async move { serve(&manager, &request).await });
+            let answered = served
+                .await
+                .unwrap_or_else(|_| Answered::Failed("the agent is shutting down".into()));
+            serde_json::to_vec(&answered).unwrap_or_default()
+        })
+    })
+}
+
+async fn serve(manager: &CsiManager, request: &[u8]) -> Answered {
+    let request: ControllerRequest = match serde_json::from_slice(request) {
+        Ok(request) => request,
+        Err(e) => return Answered::Failed(format!("the request cannot be read: {e}")),
+    };
+    let plugin = request.plugin_id().to_string();
+    // A node serves only the controllers it runs: it does not wait for one to appear.
+    if !manager.runs_controller(&plugin) {
+        return Answered::Failed(format!(
+            "this node runs no controller of CSI plugin {plugin:?} any more"
+        ));
+    }
+    let span = tracing::info_span!("csi_call", plugin = %plugin, action = request.action());
+    match tracing::Instrument::instrument(manager.serve(request), span).await {
+        Ok(answer) => Answered::Ok(answer),
+        Err(error) => Answered::Failed(error.to_string()),
+    }
+}

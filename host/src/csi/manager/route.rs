@@ -1,0 +1,287 @@
+//! Where a plugin's controller runs. On one node it runs here or nowhere; in a cluster it
+//! may run on another node, and a controller operation asked here (create, delete,
+//! snapshot, expand, ControllerPublish for this node's claim) is sent there as a
+//! [`ControllerRequest`] and served by that node's manager ([`CsiManager::serve`]).
+//! Node operations (stage, publish) never travel: they run where the volume is used.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CsiManager, CsiVolumeError};
+use crate::catalog::Volume;
+use crate::csi::client::NodeVolume;
+use crate::model::csi::{PluginKind, SnapshotInfo, Usage};
+
+/// A controller operation, as one node asks another node's controller to do it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControllerRequest {
+    Create {
+        volume: Volume,
+        capacity: (i64, i64),
+    },
+    Delete {
+        volume: Volume,
+    },
+    CreateSnapshot {
+        volume: Volume,
+        name: String,
+    },
+    DeleteSnapshot {
+        plugin_id: String,
+        snapshot_id: String,
+    },
+    ListSnapshots {
+        plugin_id: String,
+    },
+    /// ControllerExpandVolume only: the nodes that publish the volume follow on their own.
+    Expand {
+        volume: Volume,
+        required: i64,
+        usage: Usage,
+    },
+    /// ControllerPublishVolume to `node_id` (the claiming node's CSI node id).
+    Publish {
+        volume: Volume,
+        usage: Usage,
+        node_id: String,
+    },
+    Unpublish {
+        plugin_id: String,
+        external_id: String,
+        node_id: String,
+        #[serde(default)]
+        secrets: HashMap<String, String>,
+    },
+}
+
+impl ControllerRequest {
+    /// The plugin whose controller serves the request.
+    pub fn plugin_id(&self) -> &str {
+        match self {
+            ControllerRequest::Create { volume, .. }
+            | ControllerRequest::Delete { volume }
+            | ControllerRequest::CreateSnapshot { volume, .. }
+            | ControllerRequest::Expand { volume, .. }
+            | ControllerRequest::Publish { volume, .. } => &volume.plugin_id,
+            ControllerRequest::DeleteSnapshot { plugin_id, .. }
+            | ControllerRequest::ListSnapshots { plugin_id }
+            | ControllerRequest::Unpublish { plugin_id, .. } => plugin_id,
+        }
+    }
+
+    /// What the request does, for errors and traces.
+    pub fn action(&self) -> &'static str {
+        match self {
+            ControllerRequest::Create { .. } => "CreateVolume",
+            ControllerRequest::Delete { .. } => "DeleteVolume",
+            ControllerRequest::CreateSnapshot { .. } => "CreateSnapshot",
+            ControllerRequest::DeleteSnapshot { .. } => "DeleteSnapshot",
+            ControllerRequest::ListSnapshots { .. } => "ListSnapshots",
+            ControllerRequest::Expand { .. } => "ControllerExpandVolume",
+            ControllerRequest::Publish { .. } => "ControllerPublishVolume",
+            ControllerRequest::Unpublish { .. } => "ControllerUnpublishVolume",
+        }
+    }
+}
+
+/// A controller's answer to a [`ControllerRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControllerAnswer {
+    Created(Box<Volume>),
+    Done,
+    Snapshot(SnapshotInfo),
+    Snapshots(Vec<SnapshotInfo>),
+    Expanded {
+        capacity: i64,
+        node_required: bool,
+    },
+    /// The publish context, or `None` when the controller does not publish
+    /// (no PUBLISH_UNPUBLISH_VOLUME): there is nothing to undo.
+    Published(Option<HashMap<String, String>>),
+}
+
+pub type RemoteCall<'a> =
+    Pin<Box<dyn Future<Output = Result<ControllerAnswer, CsiVolumeError>> + Send + 'a>>;
+
+/// The way to other nodes' controllers (the cluster's).
+pub trait RemoteControllers: Send + Sync {
+    /// The node (by name) with a healthy controller of `plugin_id`, other than this one.
+    fn controller_node(&self, plugin_id: &str) -> Option<String>;
+
+    /// Sends `request` to `node`'s controller and waits for its answer.
+    fn call<'a>(&'a self, node: &'a str, request: ControllerRequest) -> RemoteCall<'a>;
+}
+
+/// Where a controller operation runs.
+enum Location {
+    Here,
+    On(String),
+}
+
+impl CsiManager {
+    /// Lets controller operations reach controllers on other nodes (set once, when the
+    /// agent joins a cluster).
+    pub fn route_controllers_through(&self, remote: std::sync::Arc<dyn RemoteControllers>) {
+        let _ = self.remote.set(remote);
+    }
+
+    /// A controller running here wins (it is waited for while it starts); otherwise a
+    /// healthy one on another node; otherwise here again, so the caller waits for one to
+    /// register and gets today's clear error when none does.
+    fn controller_location(&self, plugin_id: &str) -> Location {
+        if self
+            .registry
+            .get(PluginKind::Controller, plugin_id)
+            .is_some()
+        {
+            return Location::Here;
+        }
+        match self
+            .remote
+            .get()
+            .and_then(|remote| remote.controller_node(plugin_id))
+        {
+            Some(node) if node != self.node_name => Location::On(node),
+            _ => Location::Here,
+        }
+    }
+
+    /// Whether this node runs a controller of `plugin_id` (healthy or not yet).
+    pub fn runs_controller(&self, plugin_id: &str) -> bool {
+        self.registry
+            .get(PluginKind::Controller, plugin_id)
+            .is_some()
+    }
+
+    /// Whether any controller of `plugin_id` is known, here or on another node.
+    pub(super) fn has_controller(&self, plugin_id: &str) -> bool {
+        matches!(self.controller_location(plugin_id), Location::On(_))
+            || self
+                .registry
+                .get(PluginKind::Controller, plugin_id)
+                .is_some()
+    }
+
+    /// Runs `request` on the controller wherever it is.
+    pub(super) async fn controller(
+        &self,
+        request: ControllerRequest,
+    ) -> Result<ControllerAnswer, CsiVolumeError> {
+        match self.controller_location(request.plugin_id()) {
+            Location::Here => self.serve(request).await,
+            Location::On(node) => {
+                let Some(remote) = self.remote.get() else {
+                    return self.serve(request).await;
+                };
+                tracing::debug!(%node, action = request.action(), plugin = request.plugin_id(),
+                    "sending the controller operation to the node that runs the controller");
+                remote.call(&node, request).await
+            }
+        }
+    }
+
+    /// Serves `request` with this node's controller (never sent on: a request another
+    /// node sent here is answered here or refused).
+    pub async fn serve(
+        &self,
+        request: ControllerRequest,
+    ) -> Result<ControllerAnswer, CsiVolumeError> {
+        Ok(match request {
+            ControllerRequest::Create { volume, capacity } => {
+                ControllerAnswer::Created(Box::new(self.create_here(volume, capacity).await?))
+            }
+            ControllerRequest::Delete { volume } => {
+                self.delete_here(&volume).await?;
+                ControllerAnswer::Done
+            }
+            ControllerRequest::CreateSnapshot { volume, name } => {
+                ControllerAnswer::Snapshot(self.create_snapshot_here(&volume, &name).await?)
+            }
+            ControllerRequest::DeleteSnapshot {
+                plugin_id,
+                snapshot_id,
+            } => {
+                self.delete_snapshot_here(&plugin_id, &snapshot_id).await?;
+                ControllerAnswer::Done
+            }
+            ControllerRequest::ListSnapshots { plugin_id } => {
+                ControllerAnswer::Snapshots(self.list_snapshots_here(&plugin_id).await?)
+            }
+            ControllerRequest::Expand {
+                volume,
+                required,
+                usage,
+            } => {
+                let (capacity, node_required) = self
+                    .controller_expand_here(&volume, required, usage)
+                    .await?;
+                ControllerAnswer::Expanded {
+                    capacity,
+                    node_required,
+                }
+            }
+            ControllerRequest::Publish {
+                volume,
+                usage,
+                node_id,
+            } => {
+                let (_, client, fingerprint) = self
+                    .ready(PluginKind::Controller, &volume.plugin_id)
+                    .await?;
+                if !fingerprint.capabilities.controller_publish {
+                    return Ok(ControllerAnswer::Published(None));
+                }
+                let no_context = HashMap::new();
+                let request = NodeVolume {
+                    external_id: &volume.external_id,
+                    usage,
+                    publish_context: &no_context,
+                    volume_context: &volume.context,
+                    secrets: &volume.secrets,
+                };
+                ControllerAnswer::Published(Some(
+                    client.controller_publish(&request, &node_id).await?,
+                ))
+            }
+            ControllerRequest::Unpublish {
+                plugin_id,
+                external_id,
+                node_id,
+                secrets,
+            } => {
+                let (_, client, _) = self.ready(PluginKind::Controller, &plugin_id).await?;
+                client
+                    .controller_unpublish(&external_id, &node_id, &secrets)
+                    .await?;
+                ControllerAnswer::Done
+            }
+        })
+    }
+}
+
+impl ControllerAnswer {
+    fn kind(&self) -> &'static str {
+        match self {
+            ControllerAnswer::Created(_) => "a created volume",
+            ControllerAnswer::Done => "done",
+            ControllerAnswer::Snapshot(_) => "a snapshot",
+            ControllerAnswer::Snapshots(_) => "a list of snapshots",
+            ControllerAnswer::Expanded { .. } => "a new capacity",
+            ControllerAnswer::Published(_) => "a publish context",
+        }
+    }
+}
+
+/// An answer of another kind than the request asks for (a node of another berth
+/// version). Says only the kind: a volume in the answer carries its secrets.
+pub(super) fn unexpected(request: &'static str, answer: &ControllerAnswer) -> CsiVolumeError {
+    CsiVolumeError::Remote {
+        node: String::new(),
+        message: format!("{request} was answered with {}", answer.kind()),
+    }
+}

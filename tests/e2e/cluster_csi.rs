@@ -1,0 +1,390 @@
+//! CSI across a cluster's nodes, with the reference plugin as a network storage would be
+//! deployed: its controller runs on node-a only, its node part on node-b only, and both
+//! see one storage directory. Everything a user asks on node-b that needs the controller
+//! (create, snapshot, ControllerPublish for node-b's claim, ControllerUnpublish, delete)
+//! is done by node-a's controller, with node-b's CSI node id; stage and publish stay on
+//! node-b. The plugin checks the spec's order across both (it refuses a controller
+//! unpublish of a volume still staged), so a wrong order fails the test.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use berth::catalog::PluginStatus;
+use berth::cluster::testing::EtcdServer;
+use serde_json::Value;
+
+use crate::agent_process::AgentProcess;
+use crate::support;
+
+fn member(etcd: &EtcdServer, name: &str, storage: &Path) -> AgentProcess {
+    let endpoint = etcd.endpoint();
+    let name = name.to_string();
+    let storage = storage.to_path_buf();
+    AgentProcess::production(move |_, dir| {
+        let bin = dir.join("csi-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(
+            crate::fixture_bins::csi_hostpath(),
+            bin.join("csi-hostpath"),
+        )
+        .unwrap();
+        format!(
+            r#"name = "{name}"
+host_volume "csi-bin" {{
+  path      = "{bin}"
+  read_only = true
+}}
+host_volume "csi-data" {{
+  path = "{storage}"
+}}
+csi {{
+  rpc_timeout       = "2s"
+  operation_timeout = "4s"
+  plugin_wait       = "10s"
+  privileged_plugin "hostpath" {{
+    jobs = ["controller", "nodes"]
+  }}
+}}
+cluster {{
+  store         = "etcd"
+  endpoints     = ["{endpoint}"]
+  prefix        = "/csi"
+  heartbeat_ttl = "3s"
+}}
+"#,
+            bin = bin.display(),
+            storage = storage.display(),
+        )
+    })
+}
+
+/// The plugin job, pinned to `node`, providing `kind` with `args`.
+fn plugin_job(job: &str, node: &str, kind: &str, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        r#"job "{job}" {{
+  constraint {{
+    attribute = "${{node.unique.name}}"
+    value     = "{node}"
+  }}
+  group "p" {{
+    volume "bin" {{
+      type      = "host"
+      source    = "csi-bin"
+      read_only = true
+    }}
+    volume "data" {{
+      type   = "host"
+      source = "csi-data"
+    }}
+    task "hostpath" {{
+      driver = "exec"
+      config {{
+        command = "/opt/csi/csi-hostpath"
+        args    = ["--endpoint", "${{CSI_ENDPOINT}}", "--data-dir", "/data", {args}]
+      }}
+      volume_mount {{
+        volume      = "bin"
+        destination = "/opt/csi"
+        read_only   = true
+      }}
+      volume_mount {{
+        volume      = "data"
+        destination = "/data"
+      }}
+      csi_plugin {{
+        id   = "hostpath"
+        type = "{kind}"
+      }}
+    }}
+  }}
+}}
+"#,
+        args = args.join(", ")
+    )
+}
+
+const WRITER: &str = r#"
+job "writer" {
+  group "g" {
+    volume "v" {
+      type            = "csi"
+      source          = "shared"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo from-node-b > /vol/file; exec sleep 600"]
+      }
+      volume_mount {
+        volume      = "v"
+        destination = "/vol"
+      }
+    }
+  }
+}
+"#;
+
+const VOLUME: &str = r#"
+id           = "shared"
+name         = "shared"
+type         = "csi"
+plugin_id    = "hostpath"
+capacity_min = "1MiB"
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+"#;
+
+/// The job's allocs from the cluster: (id, node name, client status).
+async fn allocs(agent: &AgentProcess, job: &str) -> Vec<(String, String, String)> {
+    let listed: Value = agent
+        .client()
+        .get(&format!("/v1/job/{job}/allocations"))
+        .await
+        .unwrap();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+            (field("ID"), field("NodeName"), field("ClientStatus"))
+        })
+        .collect()
+}
+
+/// Waits for the job's one alloc to run on `node`; its id.
+async fn running_on(agent: &AgentProcess, job: &str, node: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let now = allocs(agent, job).await;
+        if let Some((id, ..)) = now
+            .iter()
+            .find(|(_, on, status)| on == node && status == "running")
+        {
+            return id.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{job} never ran on {node}: {now:?}\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The plugin task's stdout (one line per RPC) in the alloc dir of `agent`.
+fn plugin_log(agent: &AgentProcess, alloc: &str) -> String {
+    let logs = agent
+        .path()
+        .join("data/allocs")
+        .join(alloc)
+        .join("alloc/logs");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("hostpath.stdout")
+        {
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    text
+}
+
+async fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Host mounts under the agent's CSI dir, other than the dir itself.
+fn csi_mounts(agent: &AgentProcess) -> Vec<PathBuf> {
+    let root = agent
+        .path()
+        .join("data/csi")
+        .canonicalize()
+        .unwrap_or_default();
+    support::host_mounts_under(&root)
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|p| *p != root)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_another() {
+    let etcd = EtcdServer::start();
+    let storage = tempfile::Builder::new()
+        .prefix("berth-e2e-storage")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut a = member(&etcd, "node-a", storage.path());
+    let mut b = member(&etcd, "node-b", storage.path());
+    a.start().await;
+    b.start().await;
+
+    // The controller on node-a (its storage reaches node-b), the node part on node-b.
+    a.submit(
+        "controller.hcl",
+        &plugin_job(
+            "controller",
+            "node-a",
+            "controller",
+            &["--node-id", "node-a", "--reaches", "node-b"],
+        ),
+    )
+    .await
+    .unwrap();
+    b.submit(
+        "nodes.hcl",
+        &plugin_job("nodes", "node-b", "node", &["--node-id", "node-b"]),
+    )
+    .await
+    .unwrap();
+    let controller = running_on(&a, "controller", "node-a").await;
+    let node_plugin = running_on(&b, "nodes", "node-b").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let plugins: Vec<PluginStatus> = b.client().get("/v1/berth/plugins").await.unwrap();
+        let plugin = plugins.iter().find(|p| p.id == "hostpath");
+        if plugin.is_some_and(|p| p.controllers_healthy == 1 && p.nodes_healthy == 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the plugin never got healthy on both nodes: {plugin:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // `plugin status` on either node shows both nodes' parts.
+    let (code, out, err) = a.cli(&["plugin", "status", "hostpath"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("node-a") && out.contains("node-b"),
+        "both nodes' providers shown: {out}"
+    );
+
+    // Created on node-b, which has no controller: node-a's controller creates it.
+    let spec = b.path().join("shared.hcl");
+    std::fs::write(&spec, VOLUME).unwrap();
+    let (code, out, err) = b.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}\n{}", b.output());
+    assert!(out.contains("Created volume \"shared\""), "{out}");
+    assert!(storage.path().join("shared").is_dir(), "CreateVolume ran");
+    assert!(plugin_log(&a, &controller).contains("CreateVolume"));
+    assert!(!plugin_log(&b, &node_plugin).contains("CreateVolume"));
+
+    // A snapshot asked on node-b, taken by node-a's controller.
+    let (code, out, err) = b.cli(&["volume", "snapshot", "create", "shared", "before"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(plugin_log(&a, &controller).contains("CreateSnapshot"));
+
+    // A writer can run only on node-b (the only node with the plugin's node part): its
+    // claim is ControllerPublished by node-a's controller to node-b's CSI node id, then
+    // staged and published on node-b.
+    a.submit("writer.hcl", WRITER).await.unwrap();
+    let writer = running_on(&a, "writer", "node-b").await;
+    wait_for(
+        "the writer wrote through the volume",
+        Duration::from_secs(20),
+        || storage.path().join("shared/file").exists(),
+    )
+    .await;
+    let controller_log = plugin_log(&a, &controller);
+    assert!(
+        controller_log.contains("ControllerPublishVolume volume=shared node=node-b"),
+        "{controller_log}"
+    );
+    let node_log = plugin_log(&b, &node_plugin);
+    assert!(
+        node_log.contains("NodeStageVolume") && node_log.contains("NodePublishVolume"),
+        "{node_log}"
+    );
+    assert!(!node_log.contains("ControllerPublishVolume"), "{node_log}");
+    assert!(
+        csi_mounts(&b)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(&writer)),
+        "published on node-b: {:?}",
+        csi_mounts(&b)
+    );
+
+    // Stopped: unpublished and unstaged on node-b, then unpublished by node-a's
+    // controller (the plugin refuses that while the volume is staged anywhere).
+    let (code, out, err) = a.cli(&["job", "stop", "writer"]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_for(
+        "node-a's controller unpublished the volume from node-b",
+        Duration::from_secs(30),
+        || {
+            plugin_log(&a, &controller)
+                .contains("ControllerUnpublishVolume volume=shared node=node-b")
+        },
+    )
+    .await;
+    wait_for(
+        "nothing left mounted on node-b",
+        Duration::from_secs(10),
+        || csi_mounts(&b).is_empty(),
+    )
+    .await;
+    for log in [plugin_log(&a, &controller), plugin_log(&b, &node_plugin)] {
+        assert!(!log.contains("SPEC VIOLATION"), "{log}");
+    }
+    let node_log = plugin_log(&b, &node_plugin);
+    assert!(
+        node_log.contains("NodeUnpublishVolume") && node_log.contains("NodeUnstageVolume"),
+        "{node_log}"
+    );
+
+    // Deleted from node-b: the snapshot, then the volume, by node-a's controller.
+    let (code, out, err) = b.cli(&["volume", "snapshot", "delete", "hostpath", "before"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, out, err) = b.cli(&["volume", "delete", "shared"]);
+        if code == 0 {
+            break;
+        }
+        // The claim is released just after the alloc stops.
+        assert!(Instant::now() < deadline, "{out}{err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!storage.path().join("shared").exists(), "DeleteVolume ran");
+    assert!(plugin_log(&a, &controller).contains("DeleteVolume"));
+
+    // With the controller gone, a create asked on node-b says so instead of hanging.
+    let (code, _, err) = a.cli(&["job", "stop", "controller"]);
+    assert_eq!(code, 0, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let plugins: Vec<PluginStatus> = b.client().get("/v1/berth/plugins").await.unwrap();
+        if plugins
+            .iter()
+            .find(|p| p.id == "hostpath")
+            .is_none_or(|p| p.controllers_healthy == 0)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the controller never left");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started = Instant::now();
+    let (code, _, err) = b.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("controller"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -203,3 +203,162 @@ async fn serve_one(
         tracing::debug!(%error, "answering a call");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::cluster::testing::EtcdServer;
+    use crate::cluster::{NodeRecord, random_id};
+    use crate::model::cluster::{ClusterSettings, StoreKind};
+
+    fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
+        let settings = ClusterSettings {
+            store: StoreKind::Etcd,
+            endpoints: vec![server.endpoint()],
+            prefix: "/calls".into(),
+            dial_timeout: Duration::from_secs(2),
+            heartbeat_ttl: Duration::from_secs(2),
+            ..ClusterSettings::default()
+        };
+        let record = NodeRecord {
+            id: random_id(),
+            name: name.into(),
+            datacenter: "dc1".into(),
+            node_pool: "default".into(),
+            node_class: String::new(),
+            http_addr: None,
+            attributes: Default::default(),
+            drivers: Default::default(),
+            host_volumes: Vec::new(),
+            eligibility: "eligible".into(),
+            drain: false,
+            cpu_mhz: 1000,
+            memory_mb: 1024,
+            registered_ms: 0,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        (Cluster::join(&settings, dir.path(), record).unwrap(), dir)
+    }
+
+    /// Serves by echoing the request reversed, counting the calls served.
+    fn reverser(served: Arc<AtomicUsize>) -> CallHandler {
+        Arc::new(move |mut request: Vec<u8>| {
+            served.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                request.reverse();
+                request
+            })
+        })
+    }
+
+    /// Calls and answers left in the store.
+    fn leftovers(cluster: &Cluster) -> Vec<String> {
+        let etcd = cluster.etcd().clone();
+        let prefix = "/calls/".to_string();
+        let (entries, _) = cluster
+            .etcd()
+            .block(async move { etcd.list(&prefix).await })
+            .unwrap();
+        entries
+            .into_iter()
+            .map(|e| e.key)
+            .filter(|k| k.starts_with("/calls/calls/") || k.starts_with("/calls/answers/"))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_call_is_answered_once_by_its_node_and_leaves_nothing_behind() {
+        let server = EtcdServer::start();
+        let (a, _da) = join(&server, "a");
+        let (b, _db) = join(&server, "b");
+        let served = Arc::new(AtomicUsize::new(0));
+        b.serve_calls(reverser(served.clone()));
+        for round in 0..20u8 {
+            let answer = a
+                .call("b", vec![1, 2, round], Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!(answer, [round, 2, 1]);
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 20, "each call served once");
+        assert_eq!(leftovers(&a), Vec::<String>::new());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_call_to_a_node_that_does_not_serve_times_out_and_is_withdrawn() {
+        let server = EtcdServer::start();
+        let (a, _da) = join(&server, "a");
+        let started = std::time::Instant::now();
+        let error = a
+            .call("nobody", b"hello".to_vec(), Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "node \"nobody\" did not answer within 500ms"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(
+            leftovers(&a),
+            Vec::<String>::new(),
+            "the call was withdrawn"
+        );
+        // An oversized call and a name that is not one are refused before anything is
+        // written.
+        let error = a
+            .call("b", vec![0; MAX_CALL_BYTES + 1], Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::TooLarge { .. }), "{error}");
+        let error = a
+            .call("../nodes", b"x".to_vec(), Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::BadNode(_)), "{error}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_call_written_before_its_node_serves_is_served_when_it_starts() {
+        let server = EtcdServer::start();
+        let (a, _da) = join(&server, "a");
+        let (b, _db) = join(&server, "b");
+        let caller = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.call("b", b"early".to_vec(), Duration::from_secs(10))
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let served = Arc::new(AtomicUsize::new(0));
+        b.serve_calls(reverser(served.clone()));
+        assert_eq!(caller.await.unwrap().unwrap(), b"ylrae");
+        assert_eq!(served.load(Ordering::SeqCst), 1);
+    }
+
+    /// A call with no lease (not written by a member: its answer would stay in the
+    /// store for good) is taken and dropped, never served or answered.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_call_without_a_lease_is_dropped_unserved() {
+        let server = EtcdServer::start();
+        let (b, _db) = join(&server, "b");
+        let served = Arc::new(AtomicUsize::new(0));
+        b.serve_calls(reverser(served.clone()));
+        let etcd = b.etcd().clone();
+        let key = format!("/calls/calls/b/{}", random_id());
+        b.etcd()
+            .block(async move { etcd.put(&key, b"forged".to_vec(), 0).await })
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while leftovers(&b).iter().any(|k| k.starts_with("/calls/calls/")) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", leftovers(&b));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Time for a (wrong) answer to be written after the call was taken.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(served.load(Ordering::SeqCst), 0);
+        assert_eq!(leftovers(&b), Vec::<String>::new(), "no answer written");
+    }
+}

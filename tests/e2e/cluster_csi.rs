@@ -318,6 +318,21 @@ async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_a
         csi_mounts(&b)
     );
 
+    // node-a cannot take node-b's volume away: a forced detach there is refused, naming
+    // the alloc and its node, and the claim stays.
+    let (code, out, err) = a.cli(&["volume", "detach", "--force", "shared"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("in use by running alloc(s)") && err.contains("on node \"node-b\""),
+        "{err}"
+    );
+    let status: Value = b.client().get("/v1/berth/volume/shared").await.unwrap();
+    assert_eq!(
+        status["claims"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+
     // Stopped: unpublished and unstaged on node-b, then unpublished by node-a's
     // controller (the plugin refuses that while the volume is staged anywhere).
     let (code, out, err) = a.cli(&["job", "stop", "writer"]);

@@ -127,8 +127,13 @@ impl Agent {
             .iter()
             .filter(|c| !status.releasing.contains_key(&c.alloc_id))
             .map(|c| {
+                let elsewhere = if c.node == self.node.csi.node_name {
+                    String::new()
+                } else {
+                    format!(" on node {:?}", c.node)
+                };
                 format!(
-                    "{} ({})",
+                    "{} ({}){elsewhere}",
                     crate::catalog::short_id(&c.alloc_id),
                     c.alloc_name
                 )
@@ -313,7 +318,14 @@ impl Agent {
             .get(PluginKind::Node, plugin)
             .is_some_and(|p| p.healthy);
         let allocs = self.allocs.lock().unwrap();
-        for claim in &status.claims {
+        // Only this node's claims are judged by its allocs: another node's claim is that
+        // node's to give back (or the cluster's, once that node is lost), never this
+        // node's to detach.
+        for claim in status
+            .claims
+            .iter()
+            .filter(|c| c.node == self.node.csi.node_name)
+        {
             let finished = allocs
                 .get(&claim.alloc_id)
                 .is_none_or(|entry| *entry.finished.borrow());

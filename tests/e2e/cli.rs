@@ -144,3 +144,31 @@ fn slow_drivers_are_refused_at_their_load_deadline_and_delay_nothing_else() {
         "loading took {elapsed:?}"
     );
 }
+
+/// A reader that goes away (`berth driver list | head -0`) ends the command quietly, by
+/// SIGPIPE as Unix tools end, never with a panic on the broken pipe.
+#[test]
+fn a_command_whose_reader_goes_away_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let plugins = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), data.path().join("component-cache")).unwrap();
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["driver", "list", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        output.status
+    );
+}

@@ -387,6 +387,16 @@ pub fn main() -> ExitCode {
         }
     });
     let cli = Cli::parse_from(args);
+    if !matches!(cli.command, Command::Agent { .. } | Command::Run { .. }) {
+        // A client command whose reader goes away (`berth job status | head -1`) ends
+        // quietly, as Unix tools do, instead of panicking on the broken pipe. The agent
+        // (and `run`, which is one) keeps ignoring SIGPIPE: a client that hangs up on it
+        // is an error on that connection, not the end of the agent.
+        // SAFETY: at the start of main, before any thread is spawned.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,

@@ -177,7 +177,7 @@ pub(super) async fn status(
                 short_id(&claim.alloc_id),
                 claim.alloc_name,
                 format!("{:?}", claim.mode).to_lowercase(),
-                claim.access_mode,
+                claim.access_mode.as_str(),
                 claim.node,
                 super::output::date_time(claim.since),
             );

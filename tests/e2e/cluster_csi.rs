@@ -5,6 +5,9 @@
 //! is done by node-a's controller, with node-b's CSI node id; stage and publish stay on
 //! node-b. The plugin checks the spec's order across both (it refuses a controller
 //! unpublish of a volume still staged), so a wrong order fails the test.
+//!
+//! Also here, as it guards a node's own allocs when it first joins: a node running jobs
+//! of its own is refused a first join.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -402,4 +405,91 @@ async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_a
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A node that ran jobs on its own is refused a first join while they run (the cluster
+/// would stop them); it says which jobs and what to do, and its tasks keep running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_running_jobs_of_its_own_is_refused_a_first_join_and_keeps_them() {
+    let etcd = EtcdServer::start();
+    let mut alone = AgentProcess::production(|_, _| String::new());
+    alone.start().await;
+    let submitted = alone
+        .submit(
+            "mine.hcl",
+            r#"job "mine" {
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+    }
+  }
+}"#,
+        )
+        .await
+        .unwrap();
+    let alloc = submitted.alloc_ids[0].clone();
+    alone
+        .wait_alloc(&alloc, "running", |s| {
+            s.client_status == berth::model::status::ClientStatus::Running
+        })
+        .await;
+    // Stopped (its task keeps running, as Nomad's do) and configured into a cluster.
+    alone.kill9();
+    let config = alone.path().join("agent.hcl");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "cluster {{\n  store = \"etcd\"\n  endpoints = [\"{}\"]\n  prefix = \"/join\"\n}}\n",
+        etcd.endpoint()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let mut joining = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(alone.path().join("data"))
+        .arg("agent")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = joining.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            joining.kill().unwrap();
+            let _ = joining.wait();
+            panic!("the agent joined the cluster with allocs of its own running");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut joining.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("this node runs 1 alloc(s) of jobs submitted to it on its own (\"mine\")")
+            && stderr.contains("`berth job stop JOB`"),
+        "{stderr}"
+    );
+    assert!(
+        !alone.path().join("data/cluster-id").exists(),
+        "nothing recorded of the cluster"
+    );
+    // Without the cluster block it starts as before and still supervises its task.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.truncate(text.find("cluster {").unwrap());
+    std::fs::write(&config, text).unwrap();
+    alone.start().await;
+    assert_eq!(
+        alone.alloc(&alloc).await.client_status,
+        berth::model::status::ClientStatus::Running
+    );
+    let (code, _, err) = alone.cli(&["job", "stop", "mine"]);
+    assert_eq!(code, 0, "{err}");
+    alone.finished(&alloc).await;
 }

@@ -23,9 +23,13 @@ pub(super) fn join(
     data_dir: &std::path::Path,
     config: &AgentConfig,
     drivers: &DriverSet,
+    store: &crate::state::StateStore,
 ) -> Result<Option<Arc<Cluster>>, ClusterError> {
     if !config.cluster.uses_etcd() {
         return Ok(None);
+    }
+    if !data_dir.join("cluster-id").exists() {
+        refuse_if_running_alone(store)?;
     }
     let record = node_record(crate::cluster::node_id(data_dir)?, config, drivers);
     let cluster = Cluster::join(&config.cluster, data_dir, record)?;
@@ -36,6 +40,36 @@ pub(super) fn join(
         "joined the cluster"
     );
     Ok(Some(cluster))
+}
+
+/// A node joining a cluster for the first time must not run allocs of its own: the
+/// cluster places every alloc, so the node would stop them on its first round. Refused
+/// instead, saying which jobs and what to do.
+fn refuse_if_running_alone(store: &crate::state::StateStore) -> Result<(), ClusterError> {
+    let (allocs, _) = store
+        .allocs()
+        .map_err(|e| ClusterError::Local(e.to_string()))?;
+    let live: Vec<&crate::state::AllocRecord> = allocs
+        .iter()
+        .filter(|a| !a.client_status.is_terminal())
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    let distinct: BTreeSet<&str> = live.iter().map(|a| a.job_id.as_str()).collect();
+    let jobs: Vec<String> = distinct.iter().take(5).map(|j| format!("{j:?}")).collect();
+    Err(ClusterError::Local(format!(
+        "this node runs {} alloc(s) of jobs submitted to it on its own ({}{}); in a cluster \
+         the scheduler places every alloc, so joining would stop them. Stop those jobs \
+         first (`berth job stop JOB`), or start the agent without its `cluster` block",
+        live.len(),
+        jobs.join(", "),
+        if distinct.len() > jobs.len() {
+            ", …"
+        } else {
+            ""
+        }
+    )))
 }
 
 /// The change index of an agent in `cluster`: etcd's revision from now on.

@@ -286,12 +286,13 @@ impl Agent {
         let task_events = events.subscribe();
         let store = Arc::new(store);
         let cluster = {
-            let (data_dir, config, drivers) = (
+            let (data_dir, config, drivers, state) = (
                 options.data_dir.clone(),
                 options.config.clone(),
                 options.drivers.clone(),
+                store.clone(),
             );
-            tokio::task::spawn_blocking(move || cluster::join(&data_dir, &config, &drivers))
+            tokio::task::spawn_blocking(move || cluster::join(&data_dir, &config, &drivers, &state))
                 .await
                 .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };

@@ -321,6 +321,16 @@ async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_a
         csi_mounts(&b)
     );
 
+    // `volume status` on node-a shows node-b's use of the volume.
+    let (code, out, err) = a.cli(&["volume", "status", "shared"]);
+    assert_eq!(code, 0, "{err}");
+    let on_b = out.split("On node node-b").nth(1).unwrap_or_default();
+    assert!(
+        on_b.contains("Controller      = published to this node")
+            && on_b.contains(&format!("Published       = alloc {}", &writer[..8])),
+        "{out}"
+    );
+
     // node-a cannot take node-b's volume away: a forced detach there is refused, naming
     // the alloc and its node, and the claim stays.
     let (code, out, err) = a.cli(&["volume", "detach", "--force", "shared"]);
@@ -355,6 +365,15 @@ async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_a
         || csi_mounts(&b).is_empty(),
     )
     .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, out, _) = a.cli(&["volume", "status", "shared"]);
+        if !out.contains("On node node-b") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node-b's use stays shown: {out}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for log in [plugin_log(&a, &controller), plugin_log(&b, &node_plugin)] {
         assert!(!log.contains("SPEC VIOLATION"), "{log}");
     }

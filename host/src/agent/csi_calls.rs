@@ -1,14 +1,16 @@
 //! CSI across the cluster's nodes: a controller operation asked on this node goes to a
 //! node whose controller of the plugin is healthy (through the store, as a call), and
 //! this node serves the calls sent to its own controllers. Node operations never leave
-//! the node that uses the volume.
+//! the node that uses the volume; how it uses each volume is published under its lease,
+//! for every node's `volume status`.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, VolumeOnNode};
 use crate::cluster::Cluster;
 use crate::cluster::calls::CallHandler;
 use crate::csi::CsiNode;
@@ -84,6 +86,96 @@ pub(super) fn connect(cluster: &Arc<Cluster>, csi: &CsiNode) {
             within,
         }));
     cluster.serve_calls(handler(csi.manager.clone()));
+    publish_usage(cluster, &csi.manager);
+}
+
+/// Keeps `P/volume-usage/<volume>/<this node>` in line with this node's use of each
+/// volume. Writes happen in order on one task, latest view per volume, so a slow or
+/// absent etcd never holds a mount up and what waits is one entry per volume.
+fn publish_usage(cluster: &Arc<Cluster>, manager: &Arc<CsiManager>) {
+    type Pending = BTreeMap<String, Option<VolumeOnNode>>;
+    let pending: Arc<Mutex<Pending>> = Arc::new(Mutex::new(
+        manager
+            .used_here()
+            .into_iter()
+            .map(|(id, view)| (id, Some(view)))
+            .collect(),
+    ));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    manager.on_usage_change({
+        let (pending, wake) = (pending.clone(), wake.clone());
+        Arc::new(move |volume: &str, view: Option<VolumeOnNode>| {
+            pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(volume.to_string(), view);
+            wake.notify_one();
+        })
+    });
+    let cluster = cluster.clone();
+    tokio::spawn(async move {
+        loop {
+            let batch = {
+                let mut waiting = pending.lock().unwrap_or_else(|p| p.into_inner());
+                std::mem::take(&mut *waiting)
+            };
+            if batch.is_empty() {
+                wake.notified().await;
+                continue;
+            }
+            let writer = cluster.clone();
+            let failed = tokio::task::spawn_blocking(move || {
+                let mut failed = Pending::new();
+                for (volume, view) in batch {
+                    let key = writer.key(&["volume-usage", &volume, writer.node_name()]);
+                    let written = match &view {
+                        Some(view) => match serde_json::to_vec(view) {
+                            Ok(value) => writer.put_owned(key, value),
+                            Err(_) => Ok(()),
+                        },
+                        None => writer.remove_owned(&key),
+                    };
+                    if written.is_err() {
+                        failed.insert(volume, view);
+                    }
+                }
+                failed
+            })
+            .await
+            .unwrap_or_default();
+            if !failed.is_empty() {
+                // Again once etcd answers, unless a newer view came meanwhile.
+                {
+                    let mut waiting = pending.lock().unwrap_or_else(|p| p.into_inner());
+                    for (volume, view) in failed {
+                        waiting.entry(volume).or_insert(view);
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+}
+
+/// Each node's use of `volume`, by node name, as the nodes published it (a down node's
+/// went with its lease).
+pub(super) fn volume_views(cluster: &Cluster, volume: &str) -> BTreeMap<String, VolumeOnNode> {
+    let prefix = format!("{}/", cluster.key(&["volume-usage", volume]));
+    let etcd = cluster.etcd().clone();
+    let Ok((entries, _)) = cluster
+        .etcd()
+        .block(async move { etcd.list(&prefix).await })
+    else {
+        return BTreeMap::new();
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let node = entry.key.rsplit('/').next()?.to_string();
+            let view = serde_json::from_slice(&entry.value).ok()?;
+            Some((node, view))
+        })
+        .collect()
 }
 
 fn handler(manager: Arc<CsiManager>) -> CallHandler {

@@ -96,6 +96,7 @@ impl Catalog for EmbeddedCatalog {
             volume: self.get_volume(id)?,
             claims: self.claims_of(id)?,
             on_node: None,
+            nodes: Default::default(),
             releasing: Default::default(),
             expanded_from: None,
         })
@@ -113,6 +114,7 @@ impl Catalog for EmbeddedCatalog {
                     claims: self.claims_of(&volume.id)?,
                     volume,
                     on_node: None,
+                    nodes: Default::default(),
                     releasing: Default::default(),
                     expanded_from: None,
                 })

@@ -84,6 +84,10 @@ pub struct VolumeStatus {
     /// How this node stages and publishes the volume, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_node: Option<VolumeOnNode>,
+    /// In a cluster: how each node that uses the volume stages and publishes it, by node
+    /// name (this node's too).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<String, VolumeOnNode>,
     /// Claims of allocs that have finished and are still giving the volume back, by
     /// alloc id: what they wait for.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -183,33 +183,48 @@ pub(super) async fn status(
             );
         }
     }
-    if let Some(on_node) = &status.on_node {
-        println!();
-        println!("On this node");
-        println!(
-            "Controller      = {}",
-            if on_node.controller_published {
-                "published to this node"
-            } else {
-                "not published"
-            }
-        );
-        println!(
-            "Staged          = {}",
-            on_node.staged.as_deref().unwrap_or("no")
-        );
-        for publication in &on_node.publications {
-            println!(
-                "Published       = alloc {} ({})",
-                short_id(&publication.alloc_id),
-                publication.usage
-            );
+    if status.nodes.is_empty() {
+        if let Some(on_node) = &status.on_node {
+            print_use("On this node", on_node);
         }
-        if let Some(pending) = &on_node.pending {
-            println!("Pending         = {pending}");
+    } else {
+        // A cluster: every node's use, as each published it.
+        for (node, on_node) in &status.nodes {
+            print_use(
+                &format!("On node {}", super::output::one_line(node)),
+                on_node,
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How one node stages and publishes a volume.
+fn print_use(title: &str, on_node: &crate::catalog::VolumeOnNode) {
+    println!();
+    println!("{title}");
+    println!(
+        "Controller      = {}",
+        if on_node.controller_published {
+            "published to this node"
+        } else {
+            "not published"
+        }
+    );
+    println!(
+        "Staged          = {}",
+        on_node.staged.as_deref().unwrap_or("no")
+    );
+    for publication in &on_node.publications {
+        println!(
+            "Published       = alloc {} ({})",
+            short_id(&publication.alloc_id),
+            publication.usage
+        );
+    }
+    if let Some(pending) = &on_node.pending {
+        println!("Pending         = {pending}");
+    }
 }
 
 pub(super) async fn plugin_status(

@@ -137,6 +137,7 @@ fn status(record: VolumeRecord) -> VolumeStatus {
         volume: record.volume,
         claims: record.claims,
         on_node: None,
+        nodes: Default::default(),
         releasing: Default::default(),
         expanded_from: None,
     }

@@ -29,6 +29,7 @@ mod topology;
 mod volumes;
 
 pub use route::{ControllerAnswer, ControllerRequest, RemoteCall, RemoteControllers};
+pub use volumes::UsageListener;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -164,6 +165,7 @@ pub struct CsiManager {
     volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Controllers on other nodes, in a cluster.
     remote: OnceLock<Arc<dyn RemoteControllers>>,
+    usage_listener: OnceLock<volumes::UsageListener>,
 }
 
 impl CsiManager {
@@ -186,6 +188,7 @@ impl CsiManager {
             clients: Mutex::default(),
             volume_locks: Mutex::default(),
             remote: OnceLock::new(),
+            usage_listener: OnceLock::new(),
         })
     }
 

@@ -153,7 +153,11 @@ impl CsiManager {
             action: "recording",
             volume: volume_id.to_string(),
             source,
-        })
+        })?;
+        if let Some(listener) = self.usage_listener.get() {
+            listener(volume_id, (!usage.is_empty()).then(|| view_of(usage)));
+        }
+        Ok(())
     }
 
     /// Records, durably, the RPC about to be made for the volume.
@@ -613,25 +617,27 @@ impl CsiManager {
     /// it does not use it.
     pub fn on_node(&self, volume_id: &str) -> Option<VolumeOnNode> {
         let record = self.usage_record(volume_id).ok().flatten()?;
-        let publications = record
-            .stages
-            .iter()
-            .flat_map(|(key, stage)| {
-                stage.allocs.iter().map(|alloc| Publication {
-                    alloc_id: alloc.clone(),
-                    usage: key.clone(),
-                })
+        Some(view_of(&record))
+    }
+
+    /// Every volume this node stages or publishes, as [`CsiManager::on_node`] shows it.
+    pub fn used_here(&self) -> Vec<(String, VolumeOnNode)> {
+        self.store
+            .records::<VolumeUsage>(RecordTable::CsiUsage, "")
+            .map(|(records, _)| {
+                records
+                    .into_iter()
+                    .map(|(id, record)| (id, view_of(&record)))
+                    .collect()
             })
-            .collect();
-        Some(VolumeOnNode {
-            staged: record
-                .staged
-                .as_ref()
-                .map(|s| format!("{}/{}", s.attachment_mode, s.access_mode)),
-            controller_published: record.controller_published.is_some(),
-            publications,
-            pending: record.pending.as_ref().map(Intent::describe),
-        })
+            .unwrap_or_default()
+    }
+
+    /// Tells `listener` of every change of a volume's use on this node (`None`: no longer
+    /// used here), once the change is recorded. Set once (a cluster member publishes
+    /// them for the other nodes' `volume status`).
+    pub fn on_usage_change(&self, listener: UsageListener) {
+        let _ = self.usage_listener.set(listener);
     }
 
     /// Gives up on the plugin for `volume_id` on this node, as an operator forcing a
@@ -735,6 +741,32 @@ pub(super) fn remove_empty_dirs(path: &Path, stop: &Path) {
         current = dir.parent();
     }
 }
+
+/// What `berth volume status` shows of a volume's use on one node.
+fn view_of(record: &VolumeUsage) -> VolumeOnNode {
+    let publications = record
+        .stages
+        .iter()
+        .flat_map(|(key, stage)| {
+            stage.allocs.iter().map(|alloc| Publication {
+                alloc_id: alloc.clone(),
+                usage: key.clone(),
+            })
+        })
+        .collect();
+    VolumeOnNode {
+        staged: record
+            .staged
+            .as_ref()
+            .map(|s| format!("{}/{}", s.attachment_mode, s.access_mode)),
+        controller_published: record.controller_published.is_some(),
+        publications,
+        pending: record.pending.as_ref().map(Intent::describe),
+    }
+}
+
+/// Hears of each change of a volume's use on this node.
+pub type UsageListener = Arc<dyn Fn(&str, Option<VolumeOnNode>) + Send + Sync>;
 
 impl CsiManager {
     /// ControllerPublishVolume to this node when the plugin has a controller (here or on

@@ -581,3 +581,76 @@ async fn the_event_stream_reports_a_job_and_its_alloc_as_nomad_does() {
         }
     }
 }
+
+/// Clients that ask for a large file and never read it hold at most
+/// `MAX_READS_IN_MEMORY` answers (8 MiB each) in the agent: the next is a 429 that says
+/// why, and once those clients go the agent answers again.
+#[tokio::test(flavor = "multi_thread")]
+async fn readers_that_never_read_hold_a_bounded_number_of_file_answers() {
+    use berth::api::nomad::alloc_fs::{MAX_READ, MAX_READS_IN_MEMORY};
+    // The default idle timeout (60 s): the stalled readers stay for the whole test.
+    let mut agent = AgentProcess::with_config("");
+    agent.start().await;
+    let port = agent.port();
+    put_job(
+        port,
+        exec_job(
+            "big",
+            &format!("head -c {MAX_READ} /dev/zero > local/big && echo ready && sleep 600"),
+        ),
+    );
+    let alloc = alloc_of(port, "big", |a| a["ClientStatus"] == "running");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !get(
+        port,
+        &format!("/v1/client/fs/logs/{alloc}?task=t&plain=true"),
+    )
+    .1
+    .contains("ready")
+    {
+        assert!(Instant::now() < deadline, "the task never wrote its file");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let request = format!(
+        "GET /v1/client/fs/readat/{alloc}?path=/t/local/big&offset=0&limit={MAX_READ} \
+         HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+    );
+    let mut stalled = Vec::new();
+    for _ in 0..MAX_READS_IN_MEMORY {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        stalled.push(stream);
+    }
+    // Each of them is being answered (and is not read); one more is refused.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refusal = loop {
+        let (status, body) = get(
+            port,
+            &format!("/v1/client/fs/readat/{alloc}?path=/t/local/big&offset=0&limit=16"),
+        );
+        if status == 429 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "never refused: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        refusal.contains(&format!("{MAX_READS_IN_MEMORY} file reads (cat, readat)")),
+        "{refusal}"
+    );
+    // The stalled clients go; the agent answers again, whole.
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = get(
+            port,
+            &format!("/v1/client/fs/readat/{alloc}?path=/t/local/big&offset=0&limit=16"),
+        );
+        if status == 200 {
+            assert_eq!(body.len(), 16);
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -18,11 +18,17 @@
 //! and never followed; only a regular file is read, reopened through its own descriptor
 //! (`/proc/self/fd`), so the file read is the one checked; and `cat` and `readat` answer
 //! [`MAX_READ`] bytes at most, `ls` [`MAX_ENTRIES`] entries.
+//!
+//! **A reader may not read.** The bytes of a `cat` or `readat` stay in the agent's
+//! memory until its client has read them: at most [`MAX_READS_IN_MEMORY`] answers are
+//! held at once (a 429 past that), each sent in chunks and counted until the last one
+//! is handed to the connection, so clients that never read hold 256 MiB at most.
 
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -34,6 +40,41 @@ use serde_json::{Value, json};
 use super::{NomadError, bad_request};
 use crate::agent::Agent;
 use crate::alloc_dir::AllocDir;
+
+/// `cat` and `readat` answers held in the agent's memory at once (read, or being sent).
+pub const MAX_READS_IN_MEMORY: usize = 32;
+
+static READS_IN_MEMORY: AtomicUsize = AtomicUsize::new(0);
+
+/// One answer's bytes, counted while the agent holds them.
+struct ReadSlot(());
+
+impl ReadSlot {
+    fn enter() -> Result<ReadSlot, NomadError> {
+        let before = READS_IN_MEMORY.fetch_add(1, Ordering::SeqCst);
+        if before >= MAX_READS_IN_MEMORY {
+            READS_IN_MEMORY.fetch_sub(1, Ordering::SeqCst);
+            return Err(NomadError(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "{MAX_READS_IN_MEMORY} file reads (cat, readat) are being answered on this \
+                     agent, the most it holds at once: try again when one has been read"
+                ),
+            ));
+        }
+        Ok(ReadSlot(()))
+    }
+}
+
+impl Drop for ReadSlot {
+    fn drop(&mut self) {
+        READS_IN_MEMORY.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How much of an answer is handed to the connection at a time: the connection takes
+/// the next piece only when it has room, so the slot is held until nearly all is sent.
+const CHUNK: usize = 64 << 10;
 
 /// The most bytes `cat` and `readat` answer.
 pub const MAX_READ: u64 = 8 << 20;
@@ -442,8 +483,9 @@ pub async fn cat(
 ) -> Result<Response, NomadError> {
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
+    let slot = ReadSlot::enter()?;
     let bytes = crate::blocking::run(|| read_place(&alloc, &place, &path, 0, None))?;
-    Ok(bytes_answer(bytes))
+    Ok(bytes_answer(bytes, slot))
 }
 
 /// `GET /v1/client/fs/readat/:alloc_id?path=&offset=&limit=`: `limit` bytes of a regular
@@ -470,14 +512,28 @@ pub async fn read_at(
     }
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
+    let slot = ReadSlot::enter()?;
     let bytes = crate::blocking::run(|| read_place(&alloc, &place, &path, offset, Some(limit)))?;
-    Ok(bytes_answer(bytes))
+    Ok(bytes_answer(bytes, slot))
 }
 
-fn bytes_answer(bytes: Vec<u8>) -> Response {
+/// The bytes as a body sent in [`CHUNK`]s, holding `slot` until the last is taken.
+fn bytes_answer(bytes: Vec<u8>, slot: ReadSlot) -> Response {
+    let length = bytes.len();
+    let bytes = axum::body::Bytes::from(bytes);
+    let chunks = (0..length)
+        .step_by(CHUNK)
+        .map(move |start| bytes.slice(start..(start + CHUNK).min(length)));
+    let body = tokio_stream::StreamExt::map(tokio_stream::iter(chunks), move |chunk| {
+        let _held = &slot;
+        Ok::<_, std::convert::Infallible>(chunk)
+    });
     (
-        [("content-type", "application/octet-stream")],
-        axum::body::Bytes::from(bytes),
+        [
+            ("content-type", "application/octet-stream".to_string()),
+            ("content-length", length.to_string()),
+        ],
+        axum::body::Body::from_stream(body),
     )
         .into_response()
 }

@@ -51,7 +51,7 @@
 //! the tests and tools written against them.
 
 pub mod alloc_actions;
-mod alloc_fs;
+pub mod alloc_fs;
 mod cluster;
 pub mod csi;
 mod event_stream;

@@ -2,7 +2,7 @@
 
 use super::*;
 
-mod tests_support {
+pub(super) mod tests_support {
     use super::*;
     use crate::cluster::{NodeRecord, NodeView};
 

@@ -57,6 +57,9 @@ impl Plan {
     }
 }
 
+/// The jobs as [`plan`] reads them: id to record, version and jobspec (if it parses).
+type Jobs<'a> = BTreeMap<&'a str, (&'a ClusterJob, i64, Option<Job>)>;
+
 /// A group's needs on a node.
 #[derive(Debug, Clone, Default)]
 struct Needs {
@@ -209,7 +212,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         .collect();
     // What every live node has taken, counting only placements the plan keeps.
     let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
-    let jobs: system::Jobs<'_> = snapshot
+    let jobs: Jobs<'_> = snapshot
         .jobs
         .iter()
         .map(|(job, version)| {

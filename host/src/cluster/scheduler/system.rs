@@ -18,13 +18,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
-use super::{Plan, Usage, job_places, needs, no_room, unfit};
-use crate::jobspec::Job;
+use super::super::state::{AllocReport, Blocked, Placement, Snapshot};
+use super::{Jobs, Plan, Usage, job_places, needs, no_room, unfit};
 use crate::model::status::ClientStatus;
-
-/// The jobs as [`super::plan`] read them: id to record, version and jobspec.
-pub(super) type Jobs<'a> = BTreeMap<&'a str, (&'a ClusterJob, i64, Option<Job>)>;
 
 /// Whether `job_id` names a job whose allocs are placed per node (system, sysbatch).
 /// A job that is gone or does not parse is not: the main planner stops its allocs.

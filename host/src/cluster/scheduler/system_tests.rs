@@ -241,6 +241,10 @@ fn an_infeasible_node_is_filtered_and_a_full_node_is_a_failed_placement_with_cou
     assert!(filtered.blocked.is_empty(), "{filtered:#?}");
     // A node with the driver but no memory left is a failed placement, reported with
     // every node's reason counted.
+    // An ineligible node is not evaluated at all (Nomad looks at ready, eligible nodes).
+    let mut ineligible = node("d", 4000, 4096);
+    ineligible.record.eligibility = "ineligible".into();
+    nodes.push(ineligible);
     let with_full = Snapshot {
         nodes,
         ..only_filtered
@@ -302,4 +306,21 @@ fn a_stopped_job_or_a_group_with_count_zero_stops_its_allocs_on_every_node() {
     let stopped = plan(&snapshot, 2);
     assert_eq!(stopped.stop.len(), 3, "{stopped:#?}");
     assert!(stopped.place.is_empty(), "{stopped:#?}");
+}
+
+#[test]
+fn many_full_nodes_are_one_failed_placement_record_not_one_each() {
+    let nodes = (0..200)
+        .map(|i| node(&format!("n{i:03}"), 4000, 50))
+        .collect();
+    let snapshot = Snapshot {
+        jobs: vec![per_node_job("agentd", "system", "")],
+        nodes,
+        ..Snapshot::default()
+    };
+    let plan = plan(&snapshot, 1);
+    assert!(plan.place.is_empty(), "{plan:#?}");
+    assert_eq!(plan.blocked.len(), 1, "{:#?}", plan.blocked);
+    assert_eq!(plan.blocked[0].coalesced, 199);
+    assert_eq!(plan.blocked[0].reasons.len(), 1);
 }

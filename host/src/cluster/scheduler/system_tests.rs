@@ -81,6 +81,11 @@ fn ineligible_and_draining_nodes_get_none_and_an_ineligible_node_keeps_its_own()
     let first = plan(&snapshot, 1);
     assert_eq!(nodes_of(&first), ["id-a"], "{first:#?}");
     assert!(first.blocked.is_empty(), "{first:#?}");
+    // b becomes eligible again: it gets one; c, still draining, does not.
+    let mut eligible_again = applied(snapshot.clone(), &first);
+    eligible_again.nodes[1].record.eligibility = "eligible".into();
+    let second = plan(&eligible_again, 2);
+    assert_eq!(nodes_of(&second), ["id-b"], "{second:#?}");
 
     // Placed everywhere, then b is marked ineligible: as in Nomad, its alloc stays.
     let everywhere = Snapshot {

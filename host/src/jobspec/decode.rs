@@ -66,9 +66,6 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         ],
     );
     let job_type_text = fields.string("type", problems);
-    // On one node, a system job (one alloc per node) is a service with one alloc, and a
-    // sysbatch job a batch job with one.
-    let single = matches!(job_type_text.as_deref(), Some("system" | "sysbatch"));
     let job_type = fields
         .choose(
             job_type_text,
@@ -76,8 +73,8 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
             &[
                 ("service", JobType::Service),
                 ("batch", JobType::Batch),
-                ("system", JobType::Service),
-                ("sysbatch", JobType::Batch),
+                ("system", JobType::System),
+                ("sysbatch", JobType::SysBatch),
             ],
             problems,
             |other| {
@@ -106,7 +103,7 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         );
     }
     if (periodic.is_some() || parameterized.is_some())
-        && job_type != JobType::Batch
+        && !job_type.runs_to_completion()
         && !fields.failed("type")
     {
         fields.problem_with(
@@ -130,7 +127,7 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     let groups: Vec<Group> = fields
         .labeled_blocks("group", problems)
         .into_iter()
-        .map(|(name, block)| group(&path, &name, block, job_type, single, problems))
+        .map(|(name, block)| group(&path, &name, block, job_type, problems))
         .collect();
     if groups.is_empty() && !block.body.writes_block("group") {
         fields.problem(
@@ -314,7 +311,6 @@ fn group(
     name: &str,
     block: &BlockNode,
     job_type: JobType,
-    single: bool,
     problems: &mut Findings,
 ) -> Group {
     let path = format!("{parent}.group.{name}");
@@ -349,11 +345,17 @@ fn group(
         ],
     );
     let count = fields.number("count", 10_000, problems).unwrap_or(1) as u32;
-    if single && count != 1 {
+    // Nomad refuses a count above 1 on a system job; 0 places nothing (the group is
+    // off). Its sysbatch scheduler, too, runs one alloc of a group per node, so a
+    // larger count is refused there as well rather than silently ignored.
+    if job_type.per_node() && count > 1 {
         fields.problem_with(
             problems,
             "count",
-            "a system or sysbatch job runs one alloc per node: leave count out".into(),
+            format!(
+                "a {job_type} job runs one alloc of each group per node: count may be 0 or 1, \
+                 not {count}"
+            ),
         );
     }
     scheduler_level(&mut fields, &block.body, PLACEMENT, problems);

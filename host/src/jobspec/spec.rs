@@ -109,11 +109,45 @@ pub struct Template {
     pub at: Location,
 }
 
+/// Nomad's scheduler types. `system` and `sysbatch` jobs run one alloc of each group
+/// on every eligible node where it fits, instead of `count` allocs wherever they fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobType {
     Service,
     Batch,
+    System,
+    SysBatch,
+}
+
+impl JobType {
+    /// The jobspec's and Nomad API's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Service => "service",
+            JobType::Batch => "batch",
+            JobType::System => "system",
+            JobType::SysBatch => "sysbatch",
+        }
+    }
+
+    /// One alloc per group on each node (system, sysbatch), not `count` allocs placed
+    /// where they fit best.
+    pub fn per_node(self) -> bool {
+        matches!(self, JobType::System | JobType::SysBatch)
+    }
+
+    /// A task that exits successfully is done and not restarted (batch, sysbatch);
+    /// the other types run until stopped.
+    pub fn runs_to_completion(self) -> bool {
+        matches!(self, JobType::Batch | JobType::SysBatch)
+    }
+}
+
+impl fmt::Display for JobType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -377,16 +411,16 @@ pub struct RestartPolicy {
 }
 
 impl RestartPolicy {
-    /// Nomad's defaults differ by job type: batch jobs retry more slowly.
+    /// Nomad's defaults differ by job type: batch and sysbatch jobs retry more slowly.
     pub fn default_for(job_type: JobType) -> Self {
         match job_type {
-            JobType::Service => RestartPolicy {
+            JobType::Service | JobType::System => RestartPolicy {
                 attempts: 2,
                 interval: Duration::from_secs(30 * 60),
                 delay: Duration::from_secs(15),
                 mode: RestartMode::Fail,
             },
-            JobType::Batch => RestartPolicy {
+            JobType::Batch | JobType::SysBatch => RestartPolicy {
                 attempts: 3,
                 interval: Duration::from_secs(24 * 3600),
                 delay: Duration::from_secs(15),

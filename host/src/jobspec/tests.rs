@@ -543,3 +543,46 @@ fn ephemeral_disk_is_the_groups_disk_size_with_nomads_log_rule() {
         "{found:?}"
     );
 }
+
+#[test]
+fn system_and_sysbatch_jobs_keep_their_type_and_count_is_zero_or_one() {
+    let spec = |job_type: &str, count: &str| {
+        format!(
+            "job \"j\" {{\n  type = \"{job_type}\"\n  group \"g\" {{\n{count}    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n"
+        )
+    };
+    let system = parse("job.hcl", &spec("system", "")).unwrap();
+    assert_eq!(system.job_type, JobType::System);
+    assert_eq!(system.groups[0].count, 1);
+    // A system task is restarted like a service's; a sysbatch one like a batch's.
+    assert_eq!(
+        system.groups[0].restart,
+        RestartPolicy::default_for(JobType::Service)
+    );
+    let sysbatch = parse("job.hcl", &spec("sysbatch", "    count = 0\n")).unwrap();
+    assert_eq!(sysbatch.job_type, JobType::SysBatch);
+    assert_eq!(sysbatch.groups[0].count, 0);
+    assert_eq!(
+        sysbatch.groups[0].restart,
+        RestartPolicy::default_for(JobType::Batch)
+    );
+    assert!(JobType::SysBatch.runs_to_completion() && JobType::SysBatch.per_node());
+    assert!(!JobType::System.runs_to_completion() && JobType::System.per_node());
+    assert_eq!(
+        problems(&spec("system", "    count = 3\n")),
+        [
+            "4:13: job.j.group.g.count: a system job runs one alloc of each group per node: \
+          count may be 0 or 1, not 3"
+        ]
+    );
+    assert_eq!(problems(&spec("sysbatch", "    count = 2\n")).len(), 1);
+    // Periodic jobs may be sysbatch, as in Nomad, not system.
+    let periodic = |job_type: &str| {
+        spec(job_type, "").replace(
+            "group",
+            "periodic {\n    crons = [\"@hourly\"]\n  }\n  group",
+        )
+    };
+    assert!(parse("job.hcl", &periodic("sysbatch")).is_ok());
+    assert_eq!(problems(&periodic("system")).len(), 1);
+}

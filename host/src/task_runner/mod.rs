@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use tracing::Instrument;
 
-use crate::jobspec::{JobType, RestartMode};
+use crate::jobspec::RestartMode;
 use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
 use crate::model::events::{EventKind, TaskState, TaskStateKind};
 use crate::model::limits::{MIB, TaskLimits, cpu_shares};
@@ -201,9 +201,9 @@ impl TaskRunner {
                 }
             };
             if let Some(exit) = exit {
-                // Batch tasks and non-sidecar lifecycle tasks run to completion; service
-                // tasks are restarted whatever their exit.
-                let runs_to_completion = self.ctx.job.job_type == JobType::Batch
+                // Batch and sysbatch tasks and non-sidecar lifecycle tasks run to
+                // completion; service and system tasks are restarted whatever their exit.
+                let runs_to_completion = self.ctx.job.job_type.runs_to_completion()
                     || self.ctx.task.lifecycle.is_some_and(|l| !l.sidecar);
                 if runs_to_completion && exit.successful() {
                     return self.finish(Outcome::Succeeded);

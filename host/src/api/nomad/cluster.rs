@@ -644,7 +644,8 @@ pub async fn read_job(
 
 /// `GET /v1/job/:id/evaluations`: in a cluster, the scheduler's last word on the job:
 /// one evaluation, `blocked` with `FailedTGAllocs` (how many nodes each reason ruled
-/// out, per group) when something could not be placed, else `complete`. On its own an
+/// out, per group) when something could not be placed (a system or sysbatch job's:
+/// `complete` with them, as in Nomad), else `complete`. On its own an
 /// agent places when a job is submitted, with no evaluation.
 pub async fn job_evaluations(
     State(agent): State<Arc<Agent>>,
@@ -684,7 +685,12 @@ pub async fn job_evaluations(
                 }),
             );
         }
-        let status = if blocked.is_empty() {
+        // The scheduler type is the job's. A system job's failed placements (a node
+        // without room) are reported, as in Nomad, without blocking the evaluation: it
+        // runs where it fits and is placed again when the cluster changes.
+        let job_type = crate::jobspec::parse_with(&job.source_name, &job.source, &job.variables)
+            .map_or(crate::jobspec::JobType::Service, |parsed| parsed.job_type);
+        let status = if blocked.is_empty() || job_type.per_node() {
             "complete"
         } else {
             "blocked"
@@ -693,7 +699,7 @@ pub async fn job_evaluations(
             "ID": format!("{}-{version}", job.id),
             "Namespace": "default",
             "JobID": job.id,
-            "Type": "service",
+            "Type": job_type.as_str(),
             "TriggeredBy": "job-register",
             "Status": status,
             "StatusDescription": blocked.first().map(|b| b.why.clone()).unwrap_or_default(),

@@ -31,10 +31,7 @@ fn pairs(pairs: &[(String, String)]) -> BTreeMap<&str, &str> {
 }
 
 fn job_type(job_type: JobType) -> &'static str {
-    match job_type {
-        JobType::Service => "service",
-        JobType::Batch => "batch",
-    }
+    job_type.as_str()
 }
 
 fn job_state(state: JobState) -> &'static str {

@@ -14,7 +14,9 @@
 //! - **lost nodes**: an alloc whose node is down is marked `lost` and replaced at once
 //!   (Nomad replaces lost allocs without the reschedule delay); a completed batch alloc
 //!   is never placed again;
-//! - **drain**: allocs on a draining node are replaced elsewhere, then stopped there.
+//! - **drain**: allocs on a draining node are replaced elsewhere, then stopped there;
+//! - **system and sysbatch jobs**: one alloc per group on every eligible node, in
+//!   [`system`].
 //!
 //! [`plan`] is a pure function of a [`Snapshot`]; the leader writes its result in one
 //! transaction that holds only while it is still the leader.
@@ -55,6 +57,9 @@ impl Plan {
             && self.forget.is_empty()
     }
 }
+
+/// The jobs as [`plan`] reads them: id to record, version and jobspec (if it parses).
+type Jobs<'a> = BTreeMap<&'a str, (&'a ClusterJob, i64, Option<Job>)>;
 
 /// A group's needs on a node.
 #[derive(Debug, Clone, Default)]
@@ -247,7 +252,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         .collect();
     // What every live node has taken, counting only placements the plan keeps.
     let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
-    let jobs: BTreeMap<&str, (&ClusterJob, i64, Option<Job>)> = snapshot
+    let jobs: Jobs<'_> = snapshot
         .jobs
         .iter()
         .map(|(job, version)| {
@@ -258,6 +263,9 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
     // Placements by (job, group, index): the current one is kept, the rest go.
     let mut kept: BTreeMap<(String, String, u32), &Placement> = BTreeMap::new();
     for placement in &snapshot.placements {
+        if system::per_node_job(&jobs, &placement.job_id) {
+            continue;
+        }
         let wanted = jobs
             .get(placement.job_id.as_str())
             .and_then(|(job, version, parsed)| {
@@ -349,6 +357,8 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
             .or_default() += 1;
         kept.insert(key, placement);
     }
+    // System and sysbatch jobs, one alloc per node, before other jobs take the room.
+    system::plan_per_node(snapshot, &jobs, &mut usage, &mut plan, now_ms);
     // Reports nobody needs any more.
     let placed: std::collections::BTreeSet<&str> = snapshot
         .placements
@@ -376,7 +386,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
     // Place what is missing.
     for (job_id, (job, version, parsed)) in &jobs {
         let Some(parsed) = parsed else { continue };
-        if job.stopped || !job_places(parsed) {
+        if job.stopped || !job_places(parsed) || parsed.job_type.per_node() {
             continue;
         }
         for (group_index, group) in parsed.groups.iter().enumerate() {
@@ -681,5 +691,8 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
 
 #[cfg(test)]
 mod csi_tests;
+mod system;
+#[cfg(test)]
+mod system_tests;
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use crate::agent_process::AgentProcess;
 /// waits for a longer one.
 const TTL_SECS: u64 = 2;
 
-fn member(etcd: &EtcdServer, name: &str) -> AgentProcess {
+pub(crate) fn member(etcd: &EtcdServer, name: &str) -> AgentProcess {
     let endpoint = etcd.endpoint();
     let name = name.to_string();
     AgentProcess::production(move |_, _| {
@@ -48,7 +48,10 @@ job "web" {
 "#;
 
 /// The job's allocs as the cluster shows them (from any agent): name, node, status.
-async fn allocs(agent: &AgentProcess, job: &str) -> Vec<(String, String, String, String)> {
+pub(crate) async fn allocs(
+    agent: &AgentProcess,
+    job: &str,
+) -> Vec<(String, String, String, String)> {
     let listed: Value = agent
         .client()
         .get(&format!("/v1/job/{job}/allocations"))
@@ -82,7 +85,7 @@ fn running_per_node(allocs: &[(String, String, String, String)]) -> BTreeMap<Str
 }
 
 /// Polls until `done` holds for the job's allocs, or fails after `within`.
-async fn wait_allocs(
+pub(crate) async fn wait_allocs(
     agent: &AgentProcess,
     job: &str,
     what: &str,

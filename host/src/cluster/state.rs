@@ -45,10 +45,26 @@ pub struct Placement {
     /// Static ports the alloc holds on its node.
     #[serde(default)]
     pub static_ports: Vec<u16>,
-    /// The alloc this one replaces (on a lost node), if any.
+    /// The alloc this one replaces (on a lost or draining node, or failed), if any.
     #[serde(default)]
     pub replaces: Option<String>,
     pub placed_ms: u64,
+    /// The reschedule attempts behind this alloc, oldest first, the last one for the
+    /// failed alloc it replaces (Nomad's `RescheduleTracker`); kept short (see
+    /// `scheduler/reschedule.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reschedule_events: Vec<RescheduleEvent>,
+}
+
+/// One reschedule attempt: a failed alloc placed again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RescheduleEvent {
+    /// When the replacement was placed.
+    pub reschedule_ms: u64,
+    pub prev_alloc_id: String,
+    pub prev_node_id: String,
+    /// How long after the failure it was placed, as the policy asked.
+    pub delay_ms: u64,
 }
 
 /// What a node says of one of its allocs.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::fields::{Fields, block_json};
 use super::hcl::{BlockNode, BodyNode, Location, Value};
 use super::names::{NameKind, check_name, normalise_task_path};
+use super::reschedule;
 use super::spec::*;
 use crate::model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
 use crate::model::mount::Propagation;
@@ -124,10 +125,11 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         fields.string(ignored, problems);
     }
     fields.number("priority", 100, problems);
+    let job_reschedule = reschedule::written(&mut fields, job_type.per_node(), problems);
     let groups: Vec<Group> = fields
         .labeled_blocks("group", problems)
         .into_iter()
-        .map(|(name, block)| group(&path, &name, block, job_type, problems))
+        .map(|(name, block)| group(&path, &name, block, (job_type, &job_reschedule), problems))
         .collect();
     if groups.is_empty() && !block.body.writes_block("group") {
         fields.problem(
@@ -306,11 +308,15 @@ fn dispatch_payload(parent: &str, block: &BlockNode, problems: &mut Findings) ->
     safe.then(|| format!("local/{file}"))
 }
 
+/// A group of a job of `job_type` (`single`: a system or sysbatch job), under the job's
+/// `reschedule` block.
+type GroupKind<'a> = (JobType, &'a reschedule::Written);
+
 fn group(
     parent: &str,
     name: &str,
     block: &BlockNode,
-    job_type: JobType,
+    (job_type, job_reschedule): GroupKind<'_>,
     problems: &mut Findings,
 ) -> Group {
     let path = format!("{parent}.group.{name}");
@@ -361,6 +367,13 @@ fn group(
     scheduler_level(&mut fields, &block.body, PLACEMENT, problems);
     scheduler_level(&mut fields, &block.body, GROUP_SCHEDULER_LEVEL, problems);
     unsupported(&mut fields, &block.body, GROUP_UNSUPPORTED, problems);
+    let group_reschedule = reschedule::written(&mut fields, job_type.per_node(), problems);
+    let reschedule = if job_type.per_node() {
+        ReschedulePolicy::disabled()
+    } else {
+        let defaults = ReschedulePolicy::default_for(job_type);
+        reschedule::merged(&path, defaults, job_reschedule, &group_reschedule, problems)
+    };
     let constraints = constraints(&mut fields, problems);
     let volumes = fields
         .labeled_blocks("volume", problems)
@@ -437,6 +450,7 @@ fn group(
         ports,
         shutdown_delay,
         ephemeral_disk_mb,
+        reschedule,
     }
 }
 
@@ -1414,10 +1428,6 @@ const PLACEMENT: &[Ignored] = &[
         "rolling updates and canaries are deployments across nodes",
     ),
     ("migrate", "it moves allocs off draining nodes"),
-    (
-        "reschedule",
-        "it places failed allocs on other nodes (restart still applies)",
-    ),
 ];
 
 const JOB_SCHEDULER_LEVEL: &[Ignored] = &[

@@ -9,7 +9,7 @@
 //!
 //! The files of this folder import one another in one direction only: `location` at the
 //! bottom, then `eval`, then `variables` and `string_template`, then `hcl`, then
-//! `fields` and `decode` (with `spec`, the typed job); this file uses them, and none of
+//! `fields`, then `reschedule`, then `decode` (with `spec`, the typed job); this file uses them, and none of
 //! them uses it.
 
 pub mod constraint;
@@ -21,6 +21,7 @@ pub mod hcl;
 pub mod interpolate;
 mod location;
 pub mod names;
+pub(crate) mod reschedule;
 mod spec;
 mod string_template;
 pub mod template;

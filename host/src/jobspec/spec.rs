@@ -168,6 +168,9 @@ pub struct Group {
     /// `ephemeral_disk { size }` in MB (MiB): what the alloc's directory may hold, logs
     /// included (300 when the block is absent, as Nomad).
     pub ephemeral_disk_mb: u64,
+    /// When a cluster places a failed alloc again: the job's and the group's `reschedule`
+    /// blocks merged over Nomad's defaults for the job type.
+    pub reschedule: ReschedulePolicy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -427,6 +430,74 @@ impl RestartPolicy {
                 mode: RestartMode::Fail,
             },
         }
+    }
+}
+
+/// Nomad's `reschedule` block, merged: how often and how soon a cluster places a failed
+/// alloc again (a new alloc, on another node if one fits).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReschedulePolicy {
+    /// Attempts allowed within `interval` (unless `unlimited`).
+    pub attempts: u32,
+    #[serde(with = "duration_ms")]
+    pub interval: Duration,
+    /// The first attempt's delay after the failure.
+    #[serde(with = "duration_ms")]
+    pub delay: Duration,
+    pub delay_function: DelayFunction,
+    /// The ceiling of a growing delay (0: none).
+    #[serde(with = "duration_ms")]
+    pub max_delay: Duration,
+    pub unlimited: bool,
+}
+
+/// How the delay grows from one reschedule attempt to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DelayFunction {
+    Constant,
+    Exponential,
+    Fibonacci,
+}
+
+impl ReschedulePolicy {
+    /// Nomad's defaults: a service is placed again without limit, after a delay that
+    /// doubles from 30s up to an hour; a batch job once a day, after 5s.
+    pub fn default_for(job_type: JobType) -> Self {
+        match job_type {
+            JobType::Service => ReschedulePolicy {
+                attempts: 0,
+                interval: Duration::ZERO,
+                delay: Duration::from_secs(30),
+                delay_function: DelayFunction::Exponential,
+                max_delay: Duration::from_secs(3600),
+                unlimited: true,
+            },
+            // System and sysbatch jobs run on every node and are not placed again
+            // elsewhere (see `disabled`); their defaults are a batch job's, unused.
+            JobType::Batch | JobType::System | JobType::SysBatch => ReschedulePolicy {
+                attempts: 1,
+                interval: Duration::from_secs(24 * 3600),
+                delay: Duration::from_secs(5),
+                delay_function: DelayFunction::Constant,
+                max_delay: Duration::ZERO,
+                unlimited: false,
+            },
+        }
+    }
+
+    /// No rescheduling (`attempts = 0`, `unlimited = false`; system and sysbatch jobs,
+    /// which run on every node, have none either).
+    pub fn disabled() -> Self {
+        ReschedulePolicy {
+            attempts: 0,
+            unlimited: false,
+            ..Self::default_for(JobType::Batch)
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.unlimited || self.attempts > 0
     }
 }
 

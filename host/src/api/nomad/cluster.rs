@@ -169,6 +169,7 @@ fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Va
         .iter()
         .map(|r| (r.alloc_id.as_str(), r))
         .collect();
+    let next = super::reschedule::next_allocations(snapshot);
     let mut stubs = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for placement in &snapshot.placements {
@@ -189,6 +190,9 @@ fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Va
             "DesiredStatus": "run",
             "ClientStatus": client_status(status),
             "ClientDescription": report.map(|r| r.description.clone()).unwrap_or_default(),
+            "RescheduleTracker": super::reschedule::tracker(placement),
+            "PreviousAllocation": placement.replaces.clone().unwrap_or_default(),
+            "NextAllocation": next.get(placement.alloc_id.as_str()).copied().unwrap_or_default(),
             "CreateTime": placement.placed_ms.saturating_mul(1_000_000),
             "ModifyTime": report.map_or(placement.placed_ms, |r| r.updated_ms).saturating_mul(1_000_000),
             "CreateIndex": 1,
@@ -211,6 +215,7 @@ fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Va
             "DesiredStatus": "stop",
             "ClientStatus": client_status(report.client_status),
             "ClientDescription": report.description,
+            "NextAllocation": next.get(report.alloc_id.as_str()).copied().unwrap_or_default(),
             "CreateTime": report.updated_ms.saturating_mul(1_000_000),
             "ModifyTime": report.updated_ms.saturating_mul(1_000_000),
             "CreateIndex": 1,
@@ -583,6 +588,7 @@ fn cluster_job_status(
     } else if allocs
         .iter()
         .any(|a| a.client_status == ClientStatus::Pending && a.desired_status == DesiredStatus::Run)
+        || super::reschedule::awaiting(snapshot, &job, id)
     {
         JobState::Pending
     } else {
@@ -702,7 +708,13 @@ pub async fn job_evaluations(
             "Type": job_type.as_str(),
             "TriggeredBy": "job-register",
             "Status": status,
-            "StatusDescription": blocked.first().map(|b| b.why.clone()).unwrap_or_default(),
+            "StatusDescription": match blocked.first() {
+                Some(entry) => entry.why.clone(),
+                // Else what will not be placed again.
+                None => crate::jobspec::parse_with(&job.source_name, &job.source, &job.variables)
+                    .map(|parsed| super::reschedule::exhausted(snapshot, &parsed, &id))
+                    .unwrap_or_default(),
+            },
             "FailedTGAllocs": if failed.is_empty() { Value::Null } else { json!(failed) },
             "JobModifyIndex": version,
             "CreateIndex": version,

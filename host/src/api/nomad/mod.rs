@@ -59,6 +59,7 @@ mod follow_logs;
 mod job_actions;
 pub mod metrics;
 pub mod register;
+mod reschedule;
 pub mod shapes;
 pub mod stats;
 mod streams;

@@ -17,9 +17,13 @@
 //! - **drain**: allocs on a draining node are replaced elsewhere, then stopped there;
 //! - **system and sysbatch jobs**: one alloc per group on every eligible node, in
 //!   [`system`].
+//! - **reschedule**: a failed alloc is replaced after its group's `reschedule` delay,
+//!   preferring another node ([`reschedule`]).
 //!
 //! [`plan`] is a pure function of a [`Snapshot`]; the leader writes its result in one
 //! transaction that holds only while it is still the leader.
+
+pub mod reschedule;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -43,6 +47,9 @@ pub struct Plan {
     /// more than [`REPORTS_KEPT_MS`] ago: removed, so the cluster's records do not grow
     /// with every alloc it ever ran.
     pub forget: Vec<String>,
+    /// The earliest time a failed alloc is due to be placed again: the scheduler plans
+    /// again then, though nothing in the cluster changed.
+    pub wake_at_ms: Option<u64>,
 }
 
 /// How long the report of an alloc that is no longer placed is kept (Nomad collects
@@ -262,6 +269,8 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         .collect();
     // Placements by (job, group, index): the current one is kept, the rest go.
     let mut kept: BTreeMap<(String, String, u32), &Placement> = BTreeMap::new();
+    // Failed placements due to be replaced now, with the delay they waited.
+    let mut due: BTreeMap<(String, String, u32), (&Placement, u64)> = BTreeMap::new();
     for placement in &snapshot.placements {
         if system::per_node_job(&jobs, &placement.job_id) {
             continue;
@@ -275,7 +284,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     && *version == placement.job_version
                     && placement.alloc_index < group.count
                     && job_places(parsed);
-                current.then_some(())
+                current.then_some(group)
             });
         let node = live.get(placement.node_id.as_str());
         let report = reports.get(placement.alloc_id.as_str());
@@ -345,6 +354,17 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                 .push((placement.node_id.clone(), placement.alloc_id.clone()));
             continue;
         }
+        if let Some(group) = wanted {
+            let verdict = reschedule::verdict(&group.reschedule, placement, report.copied());
+            if let Some(reschedule::Verdict::At { at_ms, delay_ms }) = verdict {
+                if at_ms <= now_ms {
+                    // Replaced below; stopped once its replacement is placed.
+                    due.insert(key, (placement, delay_ms));
+                    continue;
+                }
+                plan.wake_at_ms = Some(plan.wake_at_ms.map_or(at_ms, |w| w.min(at_ms)));
+            }
+        }
         let entry = usage.entry(placement.node_id.clone()).or_default();
         if !report.is_some_and(|r| r.client_status.is_terminal()) {
             entry.cpu_mhz += placement.cpu_mhz;
@@ -410,7 +430,12 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     continue;
                 }
                 let name = format!("{}.{}[{alloc_index}]", job.id, group.name);
-                let replaces = previous.get(&key).map(|id| id.to_string());
+                let failed = due.get(&key);
+                let replaces = match failed {
+                    Some((previous, _)) => Some(previous.alloc_id.clone()),
+                    None => previous.get(&key).map(|id| id.to_string()),
+                };
+                let avoided = failed.map(|(p, _)| reschedule::penalized_nodes(p));
                 let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
                 let mut best: Option<(f64, &NodeView)> = None;
                 for (node, unfit) in snapshot.nodes.iter().zip(&unfit) {
@@ -424,13 +449,19 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                         *reasons.entry(why).or_default() += 1;
                         continue;
                     }
-                    let fit = binpack(node, taken, &needs);
-                    let score = if collisions > 0 {
-                        let penalty = -f64::from(collisions + 1) / f64::from(group.count.max(1));
-                        (fit + penalty) / 2.0
-                    } else {
-                        fit
-                    };
+                    // Nomad averages the scores that apply: fit, anti-affinity, and the
+                    // penalty on the nodes a rescheduled alloc failed on.
+                    let mut scores = vec![binpack(node, taken, &needs)];
+                    if collisions > 0 {
+                        scores.push(-f64::from(collisions + 1) / f64::from(group.count.max(1)));
+                    }
+                    if avoided
+                        .as_ref()
+                        .is_some_and(|a| a.contains(node.record.id.as_str()))
+                    {
+                        scores.push(reschedule::PENALTY);
+                    }
+                    let score = scores.iter().sum::<f64>() / scores.len() as f64;
                     if best.is_none_or(|(s, _)| score > s) {
                         best = Some((score, node));
                     }
@@ -480,7 +511,21 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     static_ports: needs.static_ports.clone(),
                     replaces,
                     placed_ms: now_ms,
+                    reschedule_events: failed
+                        .map(|(previous, delay_ms)| {
+                            reschedule::events_for_replacement(
+                                &group.reschedule,
+                                previous,
+                                *delay_ms,
+                                now_ms,
+                            )
+                        })
+                        .unwrap_or_default(),
                 };
+                if let Some((previous, _)) = failed {
+                    plan.stop
+                        .push((previous.node_id.clone(), previous.alloc_id.clone()));
+                }
                 let entry = usage.entry(node.record.id.clone()).or_default();
                 entry.cpu_mhz += needs.cpu_mhz;
                 entry.memory_mb += needs.memory_mb;
@@ -672,9 +717,19 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
                     continue;
                 }
             }
-            // Wait for a change, then take every change that follows within 20 ms.
-            if changes.recv().await.is_none() {
-                break;
+            // Wait for a change, or for the time a failed alloc is due to be placed
+            // again, then take every change that follows within 20 ms.
+            let due_in = plan
+                .wake_at_ms
+                .map(|at| Duration::from_millis(at.saturating_sub(super::now_ms())));
+            tokio::select! {
+                change = changes.recv() => if change.is_none() { break },
+                () = async {
+                    match due_in {
+                        Some(wait) => tokio::time::sleep(wait).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
             let settle = tokio::time::sleep(Duration::from_millis(20));
             tokio::pin!(settle);
@@ -696,3 +751,6 @@ mod system;
 mod system_tests;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reschedule_tests;

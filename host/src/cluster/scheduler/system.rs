@@ -204,6 +204,7 @@ fn place(
                     static_ports: needs.static_ports.clone(),
                     replaces: None,
                     placed_ms: now_ms,
+                    reschedule_events: Vec::new(),
                 });
                 let entry = usage.entry(record.id.clone()).or_default();
                 entry.cpu_mhz += needs.cpu_mhz;

@@ -138,6 +138,7 @@ mod placement {
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: 0,
+            reschedule_events: Vec::new(),
         };
         let snapshot = Snapshot {
             jobs: vec![(web, version)],
@@ -188,6 +189,7 @@ mod placement {
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: 0,
+            reschedule_events: Vec::new(),
         };
         let snapshot = Snapshot {
             jobs: vec![(web.clone(), 7)],
@@ -315,6 +317,7 @@ mod drain_tests {
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: 0,
+            reschedule_events: Vec::new(),
         };
         let running = |alloc: &str, node: &str| AllocReport {
             alloc_id: alloc.into(),

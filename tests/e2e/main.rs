@@ -12,6 +12,7 @@ mod agent_process;
 mod alloc_actions;
 mod cli;
 mod cluster;
+mod cluster_secure;
 mod confinement;
 mod consul;
 mod consul_double;

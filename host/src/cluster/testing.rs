@@ -226,11 +226,13 @@ impl EtcdServer {
                 .arg("--cert-file")
                 .arg(tls.join("server.pem"))
                 .arg("--key-file")
-                .arg(tls.join("server-key.pem"))
-                .arg("--trusted-ca-file")
-                .arg(tls.join("ca.pem"));
+                .arg(tls.join("server-key.pem"));
+            // etcd 3.4 asks every client for a certificate once it has a CA for them.
             if self.security.client_cert_auth {
-                command.arg("--client-cert-auth");
+                command
+                    .arg("--trusted-ca-file")
+                    .arg(tls.join("ca.pem"))
+                    .arg("--client-cert-auth");
             }
         }
         if let Some(ttl) = self.security.auth_token_ttl {
@@ -315,7 +317,8 @@ fn make_certificates(dir: &Path) {
         openssl(&args);
     }
     for (name, subject, usage) in [
-        ("server", "/CN=127.0.0.1", "serverAuth"),
+        // etcd's own gateway dials etcd with the server's certificate as a client's.
+        ("server", "/CN=127.0.0.1", "serverAuth,clientAuth"),
         ("client", "/CN=berth", "clientAuth"),
     ] {
         let (key_file, request, cert_file, extensions) = (

@@ -198,3 +198,22 @@ fn an_expired_token_is_replaced_and_the_node_keeps_its_lease_and_its_watch() {
     }
     assert_eq!(member.lease(), lease);
 }
+
+#[test]
+fn a_user_for_an_etcd_whose_auth_is_off_is_refused_at_join() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, "unused\n").unwrap();
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut settings = server.settings("/berth");
+    settings.auth = Some(crate::model::cluster::EtcdAuth {
+        username: "berth".into(),
+        password_file,
+    });
+    let error = Cluster::join(&settings, dir.path(), node("a")).unwrap_err();
+    assert!(
+        matches!(error, ClusterError::Store(EtcdError::AuthNotEnabled { .. })),
+        "{error}"
+    );
+}

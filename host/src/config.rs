@@ -78,6 +78,13 @@
 //!   dial_timeout = "5s"        # connecting at start
 //!   heartbeat_ttl = "10s"      # a node not heard from this long is down
 //!   lost_claim_grace = "1m"    # a down node's CSI claims are released after this
+//!   ca_file   = "/etc/berth/etcd-ca.pem"   # TLS: the CA that signed etcd's certificate
+//!                              # (needed for, and only with, https:// endpoints)
+//!   cert_file = "/etc/berth/etcd-client.pem"  # a client certificate for etcd's
+//!   key_file  = "/etc/berth/etcd-client-key.pem"  # --client-cert-auth (both or neither)
+//!   username      = "berth"    # etcd's auth: the user, and the file holding its
+//!   password_file = "/etc/berth/etcd-password"  # password (owned by the agent's user,
+//!                              # mode 0600; never an inline password)
 //! }
 //!
 //! http {
@@ -102,7 +109,7 @@ use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::names::{NameKind, check_name};
 use crate::jobspec::{JobspecError, Problem};
-use crate::model::cluster::{ClusterSettings, StoreKind};
+use crate::model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
 use crate::model::csi::{CsiSettings, Timeouts};
 use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
 use crate::model::limits::{CgroupSettings, ConnectionLimits};
@@ -746,6 +753,12 @@ fn cluster_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Clus
             "dial_timeout",
             "heartbeat_ttl",
             "lost_claim_grace",
+            "ca_file",
+            "cert_file",
+            "key_file",
+            "username",
+            "password_file",
+            "password",
         ],
     );
     let defaults = ClusterSettings::default();
@@ -767,23 +780,9 @@ fn cluster_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Clus
     } else {
         defaults.endpoints.clone()
     };
-    for endpoint in &endpoints {
-        let problem = if endpoint.starts_with("https://") {
-            Some(format!(
-                "{endpoint:?}: berth does not speak TLS to etcd yet; use an http:// \
-                 endpoint on a trusted network (or a local TLS proxy)"
-            ))
-        } else if !endpoint.starts_with("http://") {
-            Some(format!(
-                "{endpoint:?} is not an etcd client URL such as \"http://127.0.0.1:2379\""
-            ))
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            fields.problem_with(problems, "endpoints", problem);
-        }
-    }
+    let tls = etcd_tls(&mut fields, problems);
+    let auth = etcd_auth(&mut fields, problems);
+    check_endpoints(&mut fields, &endpoints, tls.is_some(), problems);
     if endpoints.is_empty() {
         fields.problem_with(
             problems,
@@ -832,6 +831,150 @@ fn cluster_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Clus
         dial_timeout,
         heartbeat_ttl,
         lost_claim_grace,
+        tls,
+        auth,
+    }
+}
+
+/// Every endpoint is an etcd client URL, all `https://` when `ca_file` is set and all
+/// `http://` when not (a mix would send credentials in clear to some of them).
+fn check_endpoints(
+    fields: &mut Fields<'_>,
+    endpoints: &[String],
+    tls: bool,
+    problems: &mut Vec<Problem>,
+) {
+    for endpoint in endpoints {
+        let problem = if endpoint.starts_with("https://") && !tls {
+            Some(format!(
+                "{endpoint:?} is a TLS endpoint: set ca_file to the CA that signed etcd's \
+                 certificate (berth trusts no system roots for etcd)"
+            ))
+        } else if endpoint.starts_with("http://") && tls {
+            Some(format!(
+                "{endpoint:?} is plain HTTP, but ca_file is set: use https:// for every \
+                 endpoint (mixing them would send credentials in clear)"
+            ))
+        } else if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+            Some(format!(
+                "{endpoint:?} is not an etcd client URL such as \"http://127.0.0.1:2379\""
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            fields.problem_with(problems, "endpoints", problem);
+        }
+    }
+}
+
+/// An absolute path in `field`, or a problem naming it.
+fn absolute_path(
+    fields: &mut Fields<'_>,
+    field: &'static str,
+    problems: &mut Vec<Problem>,
+) -> Option<PathBuf> {
+    let path = fields.string(field, problems).map(PathBuf::from)?;
+    if !path.is_absolute() {
+        fields.problem_with(
+            problems,
+            field,
+            format!("{:?} must be an absolute path", path.display()),
+        );
+        return None;
+    }
+    Some(path)
+}
+
+/// `ca_file`, and `cert_file` with `key_file` (both or neither).
+fn etcd_tls(fields: &mut Fields<'_>, problems: &mut Vec<Problem>) -> Option<EtcdTls> {
+    let ca_file = absolute_path(fields, "ca_file", problems);
+    let cert_file = absolute_path(fields, "cert_file", problems);
+    let key_file = absolute_path(fields, "key_file", problems);
+    let client_cert = match (cert_file, key_file) {
+        (Some(cert_file), Some(key_file)) => Some(ClientCert {
+            cert_file,
+            key_file,
+        }),
+        (Some(_), None) => {
+            fields.problem_with(
+                problems,
+                "cert_file",
+                "is set without key_file: a client certificate needs its private key".into(),
+            );
+            None
+        }
+        (None, Some(_)) => {
+            fields.problem_with(
+                problems,
+                "key_file",
+                "is set without cert_file: a private key needs its certificate".into(),
+            );
+            None
+        }
+        (None, None) => None,
+    };
+    match ca_file {
+        Some(ca_file) => Some(EtcdTls {
+            ca_file,
+            client_cert,
+        }),
+        None => {
+            if client_cert.is_some() {
+                fields.problem_with(
+                    problems,
+                    "cert_file",
+                    "a client certificate is shown over TLS only: set ca_file and use \
+                     https:// endpoints"
+                        .into(),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// `username` with `password_file` (both or neither); an inline `password` is refused.
+fn etcd_auth(fields: &mut Fields<'_>, problems: &mut Vec<Problem>) -> Option<EtcdAuth> {
+    if fields.string("password", problems).is_some() {
+        fields.problem_with(
+            problems,
+            "password",
+            "berth takes etcd's password only from a file: put it in a file only the \
+             agent's user can read and set password_file to its path"
+                .into(),
+        );
+    }
+    let username = fields.string("username", problems);
+    let password_file = absolute_path(fields, "password_file", problems);
+    match (username, password_file) {
+        (Some(username), Some(password_file)) if !username.is_empty() => Some(EtcdAuth {
+            username,
+            password_file,
+        }),
+        (Some(_), Some(_)) => {
+            fields.problem_with(problems, "username", "must not be empty".into());
+            None
+        }
+        (Some(_), None) => {
+            if fields.attr("password_file").is_none() {
+                fields.problem_with(
+                    problems,
+                    "password_file",
+                    "is needed with username: the file that holds the user's password".into(),
+                );
+            }
+            None
+        }
+        (None, Some(_)) => {
+            fields.problem_with(
+                problems,
+                "username",
+                "is needed with password_file: the etcd user the password is for".into(),
+            );
+            None
+        }
+        (None, None) => None,
     }
 }
 
@@ -1154,6 +1297,71 @@ fn hook_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_tls_and_auth_parse_and_their_mistakes_name_the_field() {
+        let cluster = |body: &str| {
+            AgentConfig::parse(
+                "agent.hcl",
+                &format!("cluster {{\n  store = \"etcd\"\n{body}}}\n"),
+            )
+        };
+        let config = cluster(
+            "  endpoints = [\"https://10.0.0.5:2379\"]\n  ca_file = \"/e/ca.pem\"\n  \
+             cert_file = \"/e/c.pem\"\n  key_file = \"/e/k.pem\"\n  username = \"berth\"\n  \
+             password_file = \"/e/pw\"\n",
+        )
+        .unwrap();
+        let settings = config.cluster;
+        assert_eq!(
+            settings.tls,
+            Some(EtcdTls {
+                ca_file: "/e/ca.pem".into(),
+                client_cert: Some(ClientCert {
+                    cert_file: "/e/c.pem".into(),
+                    key_file: "/e/k.pem".into(),
+                }),
+            })
+        );
+        assert_eq!(
+            settings.auth,
+            Some(EtcdAuth {
+                username: "berth".into(),
+                password_file: "/e/pw".into(),
+            })
+        );
+        assert!(settings.presents_credentials());
+        assert!(!ClusterSettings::default().presents_credentials());
+        for (body, expected) in [
+            (
+                "  endpoints = [\"https://e:2379\"]\n",
+                "config.cluster.endpoints: \"https://e:2379\" is a TLS endpoint: set ca_file",
+            ),
+            (
+                "  endpoints = [\"https://e:2379\", \"http://f:2379\"]\n  ca_file = \"/ca\"\n",
+                "config.cluster.endpoints: \"http://f:2379\" is plain HTTP, but ca_file is set",
+            ),
+            (
+                "  endpoints = [\"https://e:2379\"]\n  ca_file = \"/ca\"\n  cert_file = \"/c\"\n",
+                "config.cluster.cert_file: is set without key_file",
+            ),
+            (
+                "  username = \"berth\"\n  password = \"hunter2\"\n",
+                "config.cluster.password: berth takes etcd's password only from a file",
+            ),
+            (
+                "  username = \"berth\"\n",
+                "config.cluster.password_file: is needed with username",
+            ),
+            (
+                "  username = \"berth\"\n  password_file = \"pw\"\n",
+                "config.cluster.password_file: \"pw\" must be an absolute path",
+            ),
+        ] {
+            let error = cluster(body).unwrap_err().to_string();
+            assert!(error.contains(expected), "{body}: {error}");
+        }
+    }
 
     #[test]
     fn parses_host_volumes() {

@@ -22,6 +22,7 @@ pub mod mount;
 pub mod node;
 pub mod process;
 pub mod runtime;
+pub mod secret_file;
 pub mod state;
 pub mod sys;
 pub mod task_runner;

@@ -14,6 +14,7 @@ mod cli;
 mod cluster;
 mod cluster_csi;
 mod cluster_reschedule;
+mod cluster_secure;
 mod cluster_system;
 mod confinement;
 mod consul;

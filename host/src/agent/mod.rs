@@ -296,13 +296,18 @@ impl Agent {
                 .await
                 .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };
-        if let Some(cluster) = &cluster {
+        if let Some(cluster) = cluster
+            .as_ref()
+            .filter(|c| !c.settings().presents_credentials())
+        {
             notices.push(Notice {
                 level: NoticeLevel::Warning,
                 message: format!(
-                    "the cluster store (etcd at {}) takes no credentials from berth yet: \
-                     whoever can reach it can place any job on any node, as the operator. \
-                     Keep it where tasks and other users cannot reach it (see SECURITY.md)",
+                    "berth shows etcd (at {}) no credentials (no username, no client \
+                     certificate): whoever can reach it, a task on this host included, \
+                     can place any job on any node, as the operator. Turn on etcd's auth \
+                     or client certificates (see README \"A cluster\"), or keep etcd where \
+                     tasks and other users cannot reach it (see SECURITY.md)",
                     cluster.etcd().endpoints()
                 ),
             });

@@ -14,7 +14,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ use axum::response::{IntoResponse, Response};
 use super::ApiError;
 use crate::agent::Submitter;
 use crate::config::{ApiToken, HttpConfig, TokenScope};
+use crate::secret_file::{SecretFileError, read_secret_file};
 
 /// The API socket's name in the data dir.
 pub const SOCKET_NAME: &str = "api.sock";
@@ -46,28 +47,8 @@ pub enum AccessError {
          add token_file = \"/path\" (or a token block) to the agent config's http block"
     )]
     DevOffLoopback(SocketAddr),
-    #[error(
-        "the token file {} is open to others (mode {mode:03o}): run `chmod 600 {}`",
-        path.display(),
-        path.display()
-    )]
-    TokenFileOpen { path: PathBuf, mode: u32 },
-    #[error(
-        "the token file {} is owned by uid {owner}, not by the agent's user (uid {agent}): \
-         that user could read or change the token. Run `chown {agent} {}`, or remove it and \
-         let the agent make one",
-        path.display(),
-        path.display()
-    )]
-    TokenFileOwner {
-        path: PathBuf,
-        owner: u32,
-        agent: u32,
-    },
-    #[error("the token file {} is not a regular file", .0.display())]
-    TokenFileNotAFile(PathBuf),
-    #[error("the token file {} holds no token", .0.display())]
-    TokenFileEmpty(PathBuf),
+    #[error(transparent)]
+    TokenFileRefused(#[from] SecretFileError),
     #[error("the token file {}: {source}", path.display())]
     TokenFile { path: PathBuf, source: io::Error },
     #[error(
@@ -282,34 +263,9 @@ fn load_or_create_token_file(path: &Path) -> Result<String, AccessError> {
         path: path.to_path_buf(),
         source,
     };
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) => {
-            if !meta.file_type().is_file() {
-                return Err(AccessError::TokenFileNotAFile(path.to_path_buf()));
-            }
-            let agent = rustix::process::geteuid().as_raw();
-            if meta.uid() != agent {
-                return Err(AccessError::TokenFileOwner {
-                    path: path.to_path_buf(),
-                    owner: meta.uid(),
-                    agent,
-                });
-            }
-            let mode = meta.mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(AccessError::TokenFileOpen {
-                    path: path.to_path_buf(),
-                    mode,
-                });
-            }
-            let secret = std::fs::read_to_string(path).map_err(file_error)?;
-            let secret = secret.trim().to_string();
-            if secret.is_empty() {
-                return Err(AccessError::TokenFileEmpty(path.to_path_buf()));
-            }
-            Ok(secret)
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+    match read_secret_file("token file", path) {
+        Ok(secret) => Ok(secret),
+        Err(error) if error.is_missing() => {
             let mut bytes = [0u8; 24];
             rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
                 .map_err(|e| file_error(e.into()))?;
@@ -326,7 +282,7 @@ fn load_or_create_token_file(path: &Path) -> Result<String, AccessError> {
             tracing::info!(path = %path.display(), "created the API token file (mode 0600)");
             Ok(secret)
         }
-        Err(e) => Err(file_error(e)),
+        Err(error) => Err(error.into()),
     }
 }
 

@@ -67,7 +67,7 @@ impl Cluster {
         // On the store client's runtime, as every etcd call.
         self.etcd.spawn(async move {
             let exchange = async {
-                let from = etcd.revision().await?;
+                let from = etcd.revision(&answer_key).await?;
                 let mut answers = etcd.watch(&answer_key, from + 1);
                 etcd.put(&call_key, request, lease).await?;
                 let deadline = tokio::time::sleep(within);

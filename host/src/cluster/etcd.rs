@@ -6,18 +6,27 @@
 //! wait for an answer from any thread ([`Etcd::block`]) and async callers use the same
 //! clients directly. Every call has a deadline; an unreachable etcd is an
 //! [`EtcdError::Unavailable`] that names the endpoints, never a hang.
+//!
+//! TLS and etcd's users are `etcd_access`'s: every request carries the current token, and
+//! a request etcd refused for its token is sent once more with a new one ([`Etcd::call`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_proto::etcd::etcdserverpb::{
-    self as pb, compare, kv_client::KvClient, lease_client::LeaseClient, request_op,
-    watch_client::WatchClient,
+    self as pb, compare, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient,
 };
 use berth_proto::etcd::mvccpb;
 use berth_proto::etcd::v3electionpb::{self as election, election_client::ElectionClient};
 use tokio::sync::mpsc;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+use super::etcd_access::{
+    AuthFailure, AuthSetup, Authenticator, EtcdAccess, Transport, error_chain, status_text,
+    token_refused,
+};
 
 /// The largest answer read from etcd (a listing of the whole cluster).
 const MAX_ANSWER: usize = 256 << 20;
@@ -38,6 +47,24 @@ pub enum EtcdError {
     Refused(String),
     #[error("the cluster store's endpoint {0:?} is not a valid URL (e.g. http://127.0.0.1:2379)")]
     BadEndpoint(String),
+    #[error(
+        "etcd refused the credentials of user {user:?}: check cluster.username and the \
+         password in cluster.password_file"
+    )]
+    CredentialsRefused { user: String },
+    #[error(
+        "etcd at {endpoints} requires a user (its auth is enabled): set username and \
+         password_file in the cluster block"
+    )]
+    CredentialsNeeded { endpoints: String },
+    #[error(
+        "cluster.username is set, but etcd at {endpoints} has authentication turned off: \
+         anyone who reaches it may read and write berth's keys. Run `etcdctl auth enable` \
+         (after creating the user), or remove username and password_file"
+    )]
+    AuthNotEnabled { endpoints: String },
+    #[error("cannot set up TLS to etcd endpoint {endpoint:?}: {reason}")]
+    Tls { endpoint: String, reason: String },
 }
 
 /// One key's value and the revision it was last written at.
@@ -111,9 +138,11 @@ pub struct Etcd {
     /// Kept so the runtime lives as long as any handle on the connection.
     _runtime: Arc<Runtime>,
     handle: tokio::runtime::Handle,
-    channel: Channel,
+    channel: Transport,
     /// The same endpoints without the call deadline: a campaign waits until elected.
-    waiting_channel: Channel,
+    waiting_channel: Transport,
+    /// etcd's user, when berth has one: exchanges its password for new tokens.
+    auth: Option<Arc<Authenticator>>,
     endpoints: String,
     /// When calls started failing (ms since the epoch; 0: they do not).
     failing_since: Arc<std::sync::atomic::AtomicU64>,
@@ -128,8 +157,10 @@ impl std::fmt::Debug for Etcd {
 }
 
 impl Etcd {
-    /// Connects to the first endpoint that answers within `dial_timeout` (each is tried).
-    pub fn connect(endpoints: &[String], dial_timeout: Duration) -> Result<Etcd, EtcdError> {
+    /// Connects to the first endpoint that answers within `dial_timeout` (each is tried),
+    /// over TLS and as etcd's user when `access` says so.
+    pub fn connect(access: &EtcdAccess) -> Result<Etcd, EtcdError> {
+        let (endpoints, dial_timeout) = (&access.endpoints, access.dial_timeout);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("berth-etcd")
@@ -140,8 +171,14 @@ impl Etcd {
         let runtime = Arc::new(Runtime(Some(runtime)));
         let mut parsed = Vec::new();
         for endpoint in endpoints {
-            let uri = Endpoint::from_shared(endpoint.clone())
+            let mut uri = Endpoint::from_shared(endpoint.clone())
                 .map_err(|_| EtcdError::BadEndpoint(endpoint.clone()))?;
+            if let Some(tls) = access.client_tls() {
+                uri = uri.tls_config(tls).map_err(|e| EtcdError::Tls {
+                    endpoint: endpoint.clone(),
+                    reason: error_chain(&e),
+                })?;
+            }
             parsed.push(uri.connect_timeout(dial_timeout).tcp_nodelay(true));
         }
         if parsed.is_empty() {
@@ -155,18 +192,29 @@ impl Etcd {
                 Channel::balance_list(parsed.into_iter()),
             )
         };
+        let auth = access
+            .credentials
+            .clone()
+            .map(|credentials| Arc::new(Authenticator::new(credentials, channel.clone())));
+        let token = auth.as_ref().map(|a| a.token.clone()).unwrap_or_default();
         let etcd = Etcd {
             _runtime: runtime,
             handle,
-            channel,
-            waiting_channel,
+            channel: InterceptedService::new(channel, token.clone()),
+            waiting_channel: InterceptedService::new(waiting_channel, token),
+            auth,
             endpoints: joined,
             failing_since: Arc::default(),
         };
-        // A first read proves the store answers (and warms the connection).
+        // A first token, then a first call: the store answers, and takes berth's
+        // credentials (a wrong password is a plain error at start, not a retry loop).
+        // The call reads no key: berth's user may read only its prefix.
         etcd.block_with(dial_timeout + CALL_DEADLINE, {
             let etcd = etcd.clone();
-            async move { etcd.get("\0berth-connect-probe").await.map(|_| ()) }
+            async move {
+                etcd.authenticate(None).await?;
+                etcd.status_probe().await
+            }
         })?;
         Ok(etcd)
     }
@@ -200,11 +248,68 @@ impl Etcd {
 
     fn status(&self, status: tonic::Status) -> EtcdError {
         use tonic::Code;
+        if self.auth.is_none() && token_refused(status.message()) {
+            return EtcdError::CredentialsNeeded {
+                endpoints: self.endpoints.clone(),
+            };
+        }
         match status.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled => {
-                self.unavailable(status.message())
+                // The cause (a refused certificate, a closed port) is in the source chain.
+                self.unavailable(status_text(&status))
             }
             _ => EtcdError::Refused(status.message().to_string()),
+        }
+    }
+
+    /// A new token for berth's user (nothing without one), unless another request
+    /// already replaced `stale`.
+    async fn authenticate(
+        &self,
+        stale: Option<&tonic::metadata::AsciiMetadataValue>,
+    ) -> Result<(), EtcdError> {
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        match auth.refresh(stale).await {
+            Ok(()) => Ok(()),
+            Err(AuthFailure::Refused) => Err(EtcdError::CredentialsRefused {
+                user: auth.username().to_string(),
+            }),
+            Err(AuthFailure::NotEnabled) => Err(EtcdError::AuthNotEnabled {
+                endpoints: self.endpoints.clone(),
+            }),
+            Err(AuthFailure::Call(status)) => Err(self.status(status)),
+        }
+    }
+
+    /// How many tokens etcd has given this connection.
+    #[cfg(test)]
+    pub(crate) fn token_exchanges(&self) -> u64 {
+        self.auth.as_ref().map_or(0, |a| {
+            a.exchanges.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    /// The token requests carry now.
+    fn token(&self) -> Option<tonic::metadata::AsciiMetadataValue> {
+        self.auth.as_ref().and_then(|a| a.token.current())
+    }
+
+    /// Runs `attempt`, and once more with a new token when etcd refused the first for
+    /// its token (expired after etcd's `--auth-token-ttl`, or from before etcd restarted).
+    async fn call<T, Attempt>(&self, attempt: impl Fn() -> Attempt) -> Result<T, EtcdError>
+    where
+        Attempt: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let sent_with = self.token();
+        match attempt().await {
+            Ok(answer) => Ok(answer),
+            Err(status) if self.auth.is_some() && token_refused(status.message()) => {
+                self.authenticate(sent_with.as_ref()).await?;
+                attempt().await.map_err(|s| self.status(s))
+            }
+            Err(status) => Err(self.status(status)),
         }
     }
 
@@ -248,37 +353,70 @@ impl Etcd {
         self.handle.spawn(future)
     }
 
-    fn kv(&self) -> KvClient<Channel> {
+    fn kv(&self) -> KvClient<Transport> {
         // A cluster's listing can pass tonic's default 4 MiB answer; etcd caps each
         // value at 1.5 MiB, and berth bounds what it writes.
         KvClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 
+    async fn kv_range(&self, request: pb::RangeRequest) -> Result<pb::RangeResponse, EtcdError> {
+        self.call(|| {
+            let (mut kv, request) = (self.kv(), request.clone());
+            async move { kv.range(request).await.map(tonic::Response::into_inner) }
+        })
+        .await
+    }
+
+    async fn kv_put(&self, request: pb::PutRequest) -> Result<pb::PutResponse, EtcdError> {
+        self.call(|| {
+            let (mut kv, request) = (self.kv(), request.clone());
+            async move { kv.put(request).await.map(tonic::Response::into_inner) }
+        })
+        .await
+    }
+
+    async fn kv_delete_range(
+        &self,
+        request: pb::DeleteRangeRequest,
+    ) -> Result<pb::DeleteRangeResponse, EtcdError> {
+        self.call(|| {
+            let (mut kv, request) = (self.kv(), request.clone());
+            async move {
+                kv.delete_range(request)
+                    .await
+                    .map(tonic::Response::into_inner)
+            }
+        })
+        .await
+    }
+
+    async fn kv_txn(&self, request: pb::TxnRequest) -> Result<pb::TxnResponse, EtcdError> {
+        self.call(|| {
+            let (mut kv, request) = (self.kv(), request.clone());
+            async move { kv.txn(request).await.map(tonic::Response::into_inner) }
+        })
+        .await
+    }
+
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, EtcdError> {
         let response = self
-            .kv()
-            .range(pb::RangeRequest {
+            .kv_range(pb::RangeRequest {
                 key: key.as_bytes().to_vec(),
                 ..Default::default()
             })
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
+            .await?;
         Ok(response.kvs.into_iter().next().map(Entry::from_kv))
     }
 
     /// Every key under `prefix`, and the store's revision they were read at.
     pub async fn list(&self, prefix: &str) -> Result<(Vec<Entry>, i64), EtcdError> {
         let response = self
-            .kv()
-            .range(pb::RangeRequest {
+            .kv_range(pb::RangeRequest {
                 key: prefix.as_bytes().to_vec(),
                 range_end: range_end(prefix),
                 ..Default::default()
             })
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
+            .await?;
         let revision = response.header.map(|h| h.revision).unwrap_or(0);
         Ok((
             response.kvs.into_iter().map(Entry::from_kv).collect(),
@@ -286,42 +424,36 @@ impl Etcd {
         ))
     }
 
-    /// The store's current revision.
-    pub async fn revision(&self) -> Result<i64, EtcdError> {
+    /// The store's current revision, read with a count of `key` (one berth may read:
+    /// an etcd user is granted berth's prefix, not the whole key space).
+    pub async fn revision(&self, key: &str) -> Result<i64, EtcdError> {
         let response = self
-            .kv()
-            .range(pb::RangeRequest {
-                key: b"\0".to_vec(),
+            .kv_range(pb::RangeRequest {
+                key: key.as_bytes().to_vec(),
                 count_only: true,
                 ..Default::default()
             })
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
+            .await?;
         Ok(response.header.map(|h| h.revision).unwrap_or(0))
     }
 
     pub async fn put(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<(), EtcdError> {
-        self.kv()
-            .put(pb::PutRequest {
-                key: key.as_bytes().to_vec(),
-                value,
-                lease,
-                ..Default::default()
-            })
-            .await
-            .map_err(|s| self.status(s))?;
+        self.kv_put(pb::PutRequest {
+            key: key.as_bytes().to_vec(),
+            value,
+            lease,
+            ..Default::default()
+        })
+        .await?;
         Ok(())
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
-        self.kv()
-            .delete_range(pb::DeleteRangeRequest {
-                key: key.as_bytes().to_vec(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|s| self.status(s))?;
+        self.kv_delete_range(pb::DeleteRangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..Default::default()
+        })
+        .await?;
         Ok(())
     }
 
@@ -373,28 +505,41 @@ impl Etcd {
             })
             .collect();
         let response = self
-            .kv()
-            .txn(pb::TxnRequest {
+            .kv_txn(pb::TxnRequest {
                 compare,
                 success,
                 failure: Vec::new(),
             })
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
+            .await?;
         Ok(response.succeeded)
+    }
+
+    /// Whether the endpoint answers (etcd's Maintenance.Status, which needs no key).
+    async fn status_probe(&self) -> Result<(), EtcdError> {
+        self.call(|| {
+            let mut maintenance = MaintenanceClient::new(self.channel.clone());
+            async move { maintenance.status(pb::StatusRequest {}).await.map(drop) }
+        })
+        .await
     }
 
     /// A lease of `ttl`: keys written with it vanish when it is not kept alive.
     pub async fn grant_lease(&self, ttl: Duration) -> Result<i64, EtcdError> {
-        let response = LeaseClient::new(self.channel.clone())
-            .lease_grant(pb::LeaseGrantRequest {
-                ttl: ttl.as_secs().max(1) as i64,
-                id: 0,
+        let request = pb::LeaseGrantRequest {
+            ttl: ttl.as_secs().max(1) as i64,
+            id: 0,
+        };
+        let response = self
+            .call(|| {
+                let mut leases = LeaseClient::new(self.channel.clone());
+                async move {
+                    leases
+                        .lease_grant(request)
+                        .await
+                        .map(tonic::Response::into_inner)
+                }
             })
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
+            .await?;
         if !response.error.is_empty() {
             return Err(EtcdError::Refused(response.error));
         }
@@ -403,26 +548,40 @@ impl Etcd {
 
     /// Renews a lease once: `Ok(false)` when etcd no longer has it (it expired).
     pub async fn keep_alive_once(&self, lease: i64) -> Result<bool, EtcdError> {
-        let (sender, receiver) = mpsc::channel(1);
-        let _ = sender.send(pb::LeaseKeepAliveRequest { id: lease }).await;
-        drop(sender);
-        let mut answers = LeaseClient::new(self.channel.clone())
-            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(receiver))
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
-        match answers.message().await.map_err(|s| self.status(s))? {
+        // A stream per renewal, with the token of the moment: a long-lived stream
+        // would carry a token etcd may have let expire since.
+        let answer = self
+            .call(|| {
+                let mut leases = LeaseClient::new(self.channel.clone());
+                async move {
+                    let (sender, receiver) = mpsc::channel(1);
+                    let _ = sender.send(pb::LeaseKeepAliveRequest { id: lease }).await;
+                    drop(sender);
+                    let mut answers = leases
+                        .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(receiver))
+                        .await?
+                        .into_inner();
+                    answers.message().await
+                }
+            })
+            .await?;
+        match answer {
             Some(answer) => Ok(answer.ttl > 0),
             None => Err(self.unavailable("the lease keep-alive stream ended")),
         }
     }
 
     pub async fn revoke_lease(&self, lease: i64) -> Result<(), EtcdError> {
-        LeaseClient::new(self.channel.clone())
-            .lease_revoke(pb::LeaseRevokeRequest { id: lease })
-            .await
-            .map_err(|s| self.status(s))?;
-        Ok(())
+        self.call(|| {
+            let mut leases = LeaseClient::new(self.channel.clone());
+            async move {
+                leases
+                    .lease_revoke(pb::LeaseRevokeRequest { id: lease })
+                    .await
+                    .map(drop)
+            }
+        })
+        .await
     }
 
     /// Watches every key under `prefix` from `start_revision` (0: from now). Changes
@@ -436,13 +595,19 @@ impl Etcd {
         self.spawn(async move {
             let mut from = start_revision;
             loop {
+                let sent_with = etcd.token();
                 let result = etcd.watch_once(&prefix, from, &sender).await;
                 if sender.is_closed() {
                     return;
                 }
                 match result {
                     Ok(next) => from = next,
-                    Err(_) => {
+                    Err(error) => {
+                        if etcd.auth.is_some() && refused_for_token(&error) {
+                            // etcd checks the token when a watch is made; a new one
+                            // before making it again (a failure shows at the next try).
+                            let _ = etcd.authenticate(sent_with.as_ref()).await;
+                        }
                         // Cut: tell the watcher, wait a little, watch again from now.
                         if sender.send(Change::Reset).await.is_err() {
                             return;
@@ -480,6 +645,10 @@ impl Etcd {
             .await
             .map_err(|s| self.status(s))?
             .into_inner();
+        // etcd cancels a watch it does not permit (an expired token: "invalid auth
+        // token" in 3.4, "permission denied" in others); its own client makes the watch
+        // again with a new token.
+        const NOT_PERMITTED: &str = "permission denied";
         let mut next = from;
         loop {
             let message = tokio::select! {
@@ -489,6 +658,10 @@ impl Etcd {
             let Some(response) = message.map_err(|s| self.status(s))? else {
                 return Err(self.unavailable("the watch ended"));
             };
+            let reason = &response.cancel_reason;
+            if response.canceled && (reason.contains(NOT_PERMITTED) || token_refused(reason)) {
+                return Err(EtcdError::Refused(response.cancel_reason));
+            }
             if response.canceled || response.compact_revision > 0 {
                 return Err(self.unavailable(format!(
                     "the watch was cancelled ({})",
@@ -523,15 +696,25 @@ impl Etcd {
         lease: i64,
         value: &str,
     ) -> Result<election::LeaderKey, EtcdError> {
-        let response = ElectionClient::new(self.waiting_channel.clone())
-            .campaign(election::CampaignRequest {
-                name: name.as_bytes().to_vec(),
-                lease,
-                value: value.as_bytes().to_vec(),
+        let request = election::CampaignRequest {
+            name: name.as_bytes().to_vec(),
+            lease,
+            value: value.as_bytes().to_vec(),
+        };
+        let response = self
+            .call(|| {
+                let (mut elections, request) = (
+                    ElectionClient::new(self.waiting_channel.clone()),
+                    request.clone(),
+                );
+                async move {
+                    elections
+                        .campaign(request)
+                        .await
+                        .map(tonic::Response::into_inner)
+                }
             })
-            .await
-            .map_err(|s| self.status(s))?
-            .into_inner();
+            .await?;
         response
             .leader
             .ok_or_else(|| EtcdError::Refused("campaign answered without a leader key".into()))
@@ -539,31 +722,54 @@ impl Etcd {
 
     /// The value the current leader of `name` proclaimed, if there is a leader.
     pub async fn leader(&self, name: &str) -> Result<Option<String>, EtcdError> {
-        match ElectionClient::new(self.channel.clone())
-            .leader(election::LeaderRequest {
-                name: name.as_bytes().to_vec(),
-            })
-            .await
-        {
-            Ok(response) => Ok(response
-                .into_inner()
-                .kv
-                .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())),
-            // etcd answers "election: no leader" as an error.
-            Err(status) if status.message().contains("no leader") => Ok(None),
-            Err(status) => Err(self.status(status)),
-        }
+        let request = election::LeaderRequest {
+            name: name.as_bytes().to_vec(),
+        };
+        self.call(|| {
+            let (mut elections, request) =
+                (ElectionClient::new(self.channel.clone()), request.clone());
+            async move {
+                match elections.leader(request).await {
+                    Ok(response) => Ok(response
+                        .into_inner()
+                        .kv
+                        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())),
+                    // etcd answers "election: no leader" as an error.
+                    Err(status) if status.message().contains("no leader") => Ok(None),
+                    Err(status) => Err(status),
+                }
+            }
+        })
+        .await
     }
 
     pub async fn resign(&self, leader: election::LeaderKey) -> Result<(), EtcdError> {
-        ElectionClient::new(self.channel.clone())
-            .resign(election::ResignRequest {
-                leader: Some(leader),
-            })
-            .await
-            .map_err(|s| self.status(s))?;
-        Ok(())
+        let request = election::ResignRequest {
+            leader: Some(leader),
+        };
+        self.call(|| {
+            let (mut elections, request) =
+                (ElectionClient::new(self.channel.clone()), request.clone());
+            async move { elections.resign(request).await.map(drop) }
+        })
+        .await
     }
+}
+
+impl Etcd {
+    /// Creates `root` and `setup.user` and turns etcd's auth on (the test etcd's setup;
+    /// see [`super::etcd_access::enable_auth`]).
+    pub async fn enable_auth(&self, setup: &AuthSetup) -> Result<(), EtcdError> {
+        super::etcd_access::enable_auth(self.channel.clone(), setup)
+            .await
+            .map_err(|s| self.status(s))
+    }
+}
+
+/// Whether etcd refused a request or a watch for its token (a new one may pass).
+fn refused_for_token(error: &EtcdError) -> bool {
+    matches!(error, EtcdError::Refused(reason)
+        if token_refused(reason) || reason.contains("permission denied"))
 }
 
 /// The end of the key range of every key that starts with `prefix`.

@@ -19,6 +19,7 @@
 pub mod calls;
 pub mod catalog;
 pub mod etcd;
+pub mod etcd_access;
 pub mod scheduler;
 pub mod state;
 
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::cluster::ClusterSettings;
 use etcd::{Condition, Etcd, EtcdError, KeptLease, Write};
+use etcd_access::{AccessFileError, EtcdAccess};
 
 /// The layout of berth's keys in etcd this build writes and reads.
 pub const SCHEMA: u32 = 1;
@@ -58,6 +60,8 @@ pub enum ClusterError {
         found: String,
         ours: u32,
     },
+    #[error(transparent)]
+    AccessFile(#[from] AccessFileError),
     #[error("{0}")]
     Local(String),
 }
@@ -143,7 +147,8 @@ impl Cluster {
         data_dir: &Path,
         node: NodeRecord,
     ) -> Result<Arc<Cluster>, ClusterError> {
-        let etcd = Etcd::connect(&settings.endpoints, settings.dial_timeout)?;
+        let access = EtcdAccess::from_settings(settings)?;
+        let etcd = Etcd::connect(&access)?;
         let cluster_id = etcd.block({
             let etcd = etcd.clone();
             let prefix = settings.prefix.clone();
@@ -264,7 +269,8 @@ impl Cluster {
     /// The store's revision: the index of Nomad's blocking queries in a cluster.
     pub fn revision(&self) -> Result<i64, ClusterError> {
         let etcd = self.etcd.clone();
-        Ok(self.etcd.block(async move { etcd.revision().await })?)
+        let key = self.key(&["meta", "cluster-id"]);
+        Ok(self.etcd.block(async move { etcd.revision(&key).await })?)
     }
 }
 
@@ -413,3 +419,5 @@ pub fn is_uuid(text: &str) -> bool {
 pub mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_secure;

@@ -1,16 +1,59 @@
 //! A real etcd for tests and benches (the agent never uses this): the `etcd` binary (Debian's `etcd-server`) in a temp dir on
 //! free loopback ports, stopped and its dir removed when dropped. It can be stopped and
 //! started again on the same ports and data (an outage).
+//!
+//! It can be secured as an operator would ([`Security`]): TLS with a CA, server and
+//! client certificates made in its dir by the `openssl` command, and etcd's auth with a
+//! `root` user and a `berth` user whose role may read and write one prefix.
 
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::etcd::Etcd;
+use super::etcd_access::{AuthSetup, Credentials, EtcdAccess, TlsMaterial};
+use crate::model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
+
+/// The user berth runs as on a secured test etcd, and its password.
+pub const BERTH_USER: &str = "berth";
+const BERTH_PASSWORD: &str = "berth-test-password";
+const ROOT_PASSWORD: &str = "root-test-password";
+
+/// How a test etcd is secured.
+#[derive(Debug, Clone, Copy)]
+pub struct Security {
+    /// TLS on the client port (`--cert-file`, `--key-file`, `--trusted-ca-file`).
+    pub tls: bool,
+    /// Clients must show a certificate the CA signed (`--client-cert-auth`).
+    pub client_cert_auth: bool,
+    /// etcd's auth, with the `berth` user granted readwrite on `prefix` only.
+    pub auth: bool,
+    pub prefix: &'static str,
+    /// etcd's `--auth-token-ttl` (its default is 5 minutes).
+    pub auth_token_ttl: Option<Duration>,
+}
+
+impl Security {
+    /// No TLS, no auth: etcd as the tests ran it before.
+    pub const NONE: Security = Security {
+        tls: false,
+        client_cert_auth: false,
+        auth: false,
+        prefix: "/berth",
+        auth_token_ttl: None,
+    };
+}
 
 pub struct EtcdServer {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    security: Security,
+    /// Whether auth has been turned on (it stays on across a restart).
+    auth_enabled: bool,
 }
 
 fn free_port() -> u16 {
@@ -22,6 +65,10 @@ fn free_port() -> u16 {
 
 impl EtcdServer {
     pub fn start() -> EtcdServer {
+        EtcdServer::start_secured(Security::NONE)
+    }
+
+    pub fn start_secured(security: Security) -> EtcdServer {
         let mut server = EtcdServer {
             dir: tempfile::Builder::new()
                 .prefix("berth-etcd")
@@ -30,20 +77,139 @@ impl EtcdServer {
             client_port: free_port(),
             peer_port: free_port(),
             child: None,
+            security,
+            auth_enabled: false,
         };
+        if security.tls {
+            make_certificates(&server.tls_dir());
+        }
+        if security.auth {
+            write_private(&server.password_file(), BERTH_PASSWORD);
+        }
         server.resume();
+        if security.auth {
+            server.enable_auth();
+        }
         server
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.security.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    fn tls_dir(&self) -> PathBuf {
+        self.dir.path().join("tls")
+    }
+
+    /// The CA that signed etcd's and the client's certificates.
+    pub fn ca_file(&self) -> PathBuf {
+        self.tls_dir().join("ca.pem")
+    }
+
+    /// Another CA, which signed nothing etcd shows.
+    pub fn rogue_ca_file(&self) -> PathBuf {
+        self.tls_dir().join("rogue-ca.pem")
+    }
+
+    pub fn client_cert(&self) -> ClientCert {
+        ClientCert {
+            cert_file: self.tls_dir().join("client.pem"),
+            key_file: self.tls_dir().join("client-key.pem"),
+        }
+    }
+
+    /// The `berth` user's password file (mode 0600).
+    pub fn password_file(&self) -> PathBuf {
+        self.dir.path().join("berth-password")
+    }
+
+    /// The cluster block an agent of this etcd is configured with: its endpoint, its CA
+    /// and client certificate, its `berth` user.
+    pub fn settings(&self, prefix: &str) -> ClusterSettings {
+        ClusterSettings {
+            store: StoreKind::Etcd,
+            endpoints: vec![self.endpoint()],
+            prefix: prefix.into(),
+            tls: self.security.tls.then(|| EtcdTls {
+                ca_file: self.ca_file(),
+                client_cert: self.security.client_cert_auth.then(|| self.client_cert()),
+            }),
+            auth: self.security.auth.then(|| EtcdAuth {
+                username: BERTH_USER.into(),
+                password_file: self.password_file(),
+            }),
+            ..ClusterSettings::default()
+        }
+    }
+
+    /// The `cluster { }` lines of an agent config for this etcd (without `store`,
+    /// `endpoints` and `prefix`).
+    pub fn config_lines(&self) -> String {
+        let mut lines = String::new();
+        if self.security.tls {
+            lines.push_str(&format!("  ca_file = {:?}\n", self.ca_file()));
+            if self.security.client_cert_auth {
+                let client = self.client_cert();
+                lines.push_str(&format!("  cert_file = {:?}\n", client.cert_file));
+                lines.push_str(&format!("  key_file = {:?}\n", client.key_file));
+            }
+        }
+        if self.security.auth {
+            lines.push_str(&format!("  username = {BERTH_USER:?}\n"));
+            lines.push_str(&format!("  password_file = {:?}\n", self.password_file()));
+        }
+        lines
+    }
+
+    /// What a client of this etcd needs: TLS as configured (a client certificate
+    /// included) and the `berth` user once auth is on.
+    pub fn access(&self) -> EtcdAccess {
+        let mut access = EtcdAccess::plain(&[self.endpoint()], Duration::from_secs(2));
+        if self.security.tls {
+            let read = |path: &Path| std::fs::read(path).expect("the test certificates");
+            let client = self.client_cert();
+            access.tls = Some(TlsMaterial {
+                ca: read(&self.ca_file()),
+                identity: self
+                    .security
+                    .client_cert_auth
+                    .then(|| (read(&client.cert_file), read(&client.key_file))),
+            });
+        }
+        if self.auth_enabled {
+            access.credentials = Some(Credentials {
+                username: BERTH_USER.into(),
+                password: BERTH_PASSWORD.into(),
+            });
+        }
+        access
+    }
+
+    /// Creates `root` and `berth` (readwrite on the prefix), then turns auth on, with
+    /// berth's own Auth calls.
+    fn enable_auth(&mut self) {
+        let etcd = Etcd::connect(&self.access()).expect("the test etcd answers");
+        let setup = AuthSetup {
+            root_password: ROOT_PASSWORD.into(),
+            user: BERTH_USER.into(),
+            password: BERTH_PASSWORD.into(),
+            prefix: self.security.prefix.into(),
+        };
+        etcd.block({
+            let etcd = etcd.clone();
+            async move { etcd.enable_auth(&setup).await }
+        })
+        .expect("auth is turned on in the test etcd");
+        self.auth_enabled = true;
     }
 
     /// Starts etcd (again) and waits until it answers.
     pub fn resume(&mut self) {
         let url = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        command
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--name", "test", "--listen-client-urls", &url])
@@ -52,6 +218,27 @@ impl EtcdServer {
             .args(["--initial-cluster", &format!("test={peer}")])
             .args(["--heartbeat-interval", "10", "--election-timeout", "50"])
             .args(["--log-level", "error"])
+            // The cheapest password hash etcd allows: tests authenticate often.
+            .args(["--bcrypt-cost", "4"]);
+        if self.security.tls {
+            let tls = self.tls_dir();
+            command
+                .arg("--cert-file")
+                .arg(tls.join("server.pem"))
+                .arg("--key-file")
+                .arg(tls.join("server-key.pem"));
+            // etcd 3.4 asks every client for a certificate once it has a CA for them.
+            if self.security.client_cert_auth {
+                command
+                    .arg("--trusted-ca-file")
+                    .arg(tls.join("ca.pem"))
+                    .arg("--client-cert-auth");
+            }
+        }
+        if let Some(ttl) = self.security.auth_token_ttl {
+            command.arg(format!("--auth-token-ttl={}", ttl.as_secs().max(1)));
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -60,10 +247,8 @@ impl EtcdServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_ok() {
-                // Listening is not serving: wait until a read answers.
-                if let Ok(etcd) =
-                    super::etcd::Etcd::connect(std::slice::from_ref(&url), Duration::from_secs(1))
-                {
+                // Listening is not serving: wait until a call answers.
+                if let Ok(etcd) = Etcd::connect(&self.access()) {
                     drop(etcd);
                     return;
                 }
@@ -85,5 +270,94 @@ impl EtcdServer {
 impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Writes `content` to a new file only its owner may read.
+fn write_private(path: &Path, content: &str) {
+    std::fs::write(path, content).expect("a file in the test etcd's dir");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod 600 in the test etcd's dir");
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate (CN `berth`) it
+/// signed, and a second CA that signed nothing, by the `openssl` command.
+fn make_certificates(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("the test certificates' dir");
+    let openssl = |args: &[&str]| {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs (apt-get install openssl)");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    for ca in ["ca", "rogue-ca"] {
+        let (key_file, cert_file, subject) = (
+            format!("{ca}-key.pem"),
+            format!("{ca}.pem"),
+            format!("/CN=berth test {ca}"),
+        );
+        let mut args = vec!["req", "-x509", "-days", "2", "-subj", &subject];
+        args.extend(key);
+        args.extend(["-keyout", &key_file, "-out", &cert_file]);
+        args.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+        args.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+        openssl(&args);
+    }
+    for (name, subject, usage) in [
+        // etcd's own gateway dials etcd with the server's certificate as a client's.
+        ("server", "/CN=127.0.0.1", "serverAuth,clientAuth"),
+        ("client", "/CN=berth", "clientAuth"),
+    ] {
+        let (key_file, request, cert_file, extensions) = (
+            format!("{name}-key.pem"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        let mut args = vec![
+            "req", "-subj", subject, "-keyout", &key_file, "-out", &request,
+        ];
+        args.extend(key);
+        openssl(&args);
+        std::fs::write(
+            dir.join(&extensions),
+            format!(
+                "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n\
+                 extendedKeyUsage={usage}\nkeyUsage=digitalSignature\n"
+            ),
+        )
+        .expect("the certificate's extensions file");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &request,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &extensions,
+            "-out",
+            &cert_file,
+        ]);
+        std::fs::set_permissions(dir.join(&key_file), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod 600 on a test key");
     }
 }

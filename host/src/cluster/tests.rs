@@ -21,7 +21,7 @@ fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
     }
 }
 
-fn node(name: &str) -> NodeRecord {
+pub(super) fn node(name: &str) -> NodeRecord {
     NodeRecord {
         id: random_id(),
         name: name.into(),
@@ -46,7 +46,7 @@ fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
     (cluster, dir)
 }
 
-fn volume(id: &str) -> Volume {
+pub(super) fn volume(id: &str) -> Volume {
     Volume {
         id: id.into(),
         name: id.into(),
@@ -62,7 +62,7 @@ fn volume(id: &str) -> Volume {
     }
 }
 
-fn writer(alloc: &str, node: &str) -> Claim {
+pub(super) fn writer(alloc: &str, node: &str) -> Claim {
     Claim {
         alloc_id: alloc.into(),
         alloc_name: format!("job.g[{alloc}]"),
@@ -156,7 +156,7 @@ fn a_prefix_of_another_cluster_and_a_newer_layout_are_refused_with_both_sides_na
         "{message}"
     );
     // A layout version from a newer berth.
-    let etcd = etcd::Etcd::connect(&[server.endpoint()], Duration::from_secs(2)).unwrap();
+    let etcd = etcd::Etcd::connect(&server.access()).unwrap();
     let writer = etcd.clone();
     etcd.block(async move { writer.put("/newer/meta/cluster-id", b"x".to_vec(), 0).await })
         .unwrap();

@@ -304,9 +304,8 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     updated_ms: now_ms,
                 });
             }
-            plan.stop
-                .push((placement.node_id.clone(), placement.alloc_id.clone()));
-            // A completed batch alloc stays done, wherever its node went.
+            // A completed batch alloc stays done, wherever its node went: its placement
+            // stays as the record of it (removed, the next round would run it again).
             if wanted.is_some() && report.is_some_and(|r| r.client_status == ClientStatus::Complete)
             {
                 kept.insert(
@@ -317,6 +316,9 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     ),
                     placement,
                 );
+            } else {
+                plan.stop
+                    .push((placement.node_id.clone(), placement.alloc_id.clone()));
             }
             continue;
         }

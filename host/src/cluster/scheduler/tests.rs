@@ -170,6 +170,16 @@ mod placement {
         });
         let plan = plan_of(&done);
         assert!(plan.lost.is_empty() && plan.place.is_empty(), "{plan:#?}");
+        // ... nor in any later round: its placement stays, the record that it is done.
+        assert!(
+            !plan.stop.iter().any(|(_, alloc)| alloc == "alloc-1"),
+            "{plan:#?}"
+        );
+        let mut next = done.clone();
+        next.placements
+            .retain(|p| !plan.stop.iter().any(|(_, alloc)| *alloc == p.alloc_id));
+        let plan = plan_of(&next);
+        assert!(plan.place.is_empty(), "{plan:#?}");
     }
 
     #[test]

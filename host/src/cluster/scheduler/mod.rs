@@ -667,7 +667,8 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
         let mut changes = cluster
             .etcd()
             .watch(&format!("{}/", cluster.settings().prefix), 0);
-        loop {
+        let prefix = cluster.settings().prefix.clone();
+        'rounds: loop {
             let snapshot = {
                 let cluster = cluster.clone();
                 match tokio::task::spawn_blocking(move || cluster.snapshot()).await {
@@ -721,29 +722,70 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
             }
             // Wait for a change, or for the time a failed alloc is due to be placed
             // again, then take every change that follows within 20 ms.
-            let due_in = plan
-                .wake_at_ms
-                .map(|at| Duration::from_millis(at.saturating_sub(super::now_ms())));
-            tokio::select! {
-                change = changes.recv() => if change.is_none() { break },
-                () = async {
-                    match due_in {
-                        Some(wait) => tokio::time::sleep(wait).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
+            // Also when a lost alloc's claims come due for release: nothing in etcd
+            // changes then either.
+            let now = super::now_ms();
+            let grace_ms =
+                u64::try_from(cluster.settings().lost_claim_grace.as_millis()).unwrap_or(u64::MAX);
+            let claims_due = snapshot
+                .reports
+                .iter()
+                .filter(|r| r.client_status == ClientStatus::Lost)
+                .map(|r| r.updated_ms.saturating_add(grace_ms).saturating_add(100))
+                .filter(|at| *at > now)
+                .min();
+            let due_in = [plan.wake_at_ms, claims_due]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|at| Duration::from_millis(at.saturating_sub(now)));
+            let due = async {
+                match due_in {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(due);
+            loop {
+                tokio::select! {
+                    change = changes.recv() => match change {
+                        None => break 'rounds,
+                        // Calls between nodes and their volume use change nothing the
+                        // plan reads: no round for them.
+                        Some(change) if beside_the_plan(&prefix, &change) => continue,
+                        Some(_) => break,
+                    },
+                    () = &mut due => break,
+                }
             }
             let settle = tokio::time::sleep(Duration::from_millis(20));
             tokio::pin!(settle);
             loop {
                 tokio::select! {
                     () = &mut settle => break,
-                    change = changes.recv() => if change.is_none() { break },
+                    change = changes.recv() => if change.is_none() { break 'rounds },
                 }
             }
         }
         let _ = cluster.etcd().resign(leader).await;
     }
+}
+
+/// Whether `change` is to a key the plan never reads: a call between nodes, its answer,
+/// or a node's use of a volume.
+fn beside_the_plan(prefix: &str, change: &super::etcd::Change) -> bool {
+    use super::etcd::Change;
+    let key = match change {
+        Change::Put(entry) => entry.key.as_str(),
+        Change::Delete { key, .. } => key.as_str(),
+        Change::Reset => return false,
+    };
+    let Some(rest) = key.strip_prefix(prefix).and_then(|k| k.strip_prefix('/')) else {
+        return false;
+    };
+    ["calls/", "answers/", "volume-usage/"]
+        .iter()
+        .any(|kind| rest.starts_with(kind))
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@
 //!
 //! Every RPC is logged on stdout, one line each, so tests can count them.
 //!
+//! A file `<data-dir>/.not-ready-<node id>` makes the plugin of that node id answer
+//! Probe with not ready while the file exists.
+//!
 //! For crash tests, a file `<data-dir>/.pause-after` naming an RPC makes the plugin, once
 //! that RPC has done its work and before it answers, replace the file with
 //! `<data-dir>/.paused` and wait until that is removed: the agent waits for an answer
@@ -286,7 +289,13 @@ impl pb::identity_server::Identity for Plugin {
         if self.hang.as_deref() == Some("Probe") {
             std::future::pending::<()>().await;
         }
-        let ready = Instant::now() >= self.ready_at;
+        // A file `<data-dir>/.not-ready-<node id>` makes this node's plugin say it is not
+        // ready while it exists (a plugin turning unhealthy while it runs).
+        let held = self
+            .data_dir
+            .join(format!(".not-ready-{}", self.node_id))
+            .exists();
+        let ready = Instant::now() >= self.ready_at && !held;
         // Unset means ready: say so the short way when ready.
         Ok(Response::new(pb::ProbeResponse {
             ready: (!ready).then_some(false),

@@ -512,3 +512,96 @@ async fn a_node_running_jobs_of_its_own_is_refused_a_first_join_and_keeps_them()
     assert_eq!(code, 0, "{err}");
     alone.finished(&alloc).await;
 }
+
+/// A controller on another node that is unhealthy for a moment (restarting, a failed
+/// probe) is waited for, as a local one is: the claim is ControllerPublished once it is
+/// back, never staged without it. Before, node-b took "no healthy controller elsewhere"
+/// for "the plugin has no controller" and staged the volume unpublished, skipping
+/// whatever fencing the storage's controller does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_waits_for_an_unhealthy_controller_on_another_node_instead_of_skipping_it() {
+    let etcd = EtcdServer::start();
+    let storage = tempfile::Builder::new()
+        .prefix("berth-e2e-storage")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut a = member(&etcd, "node-a", storage.path());
+    let mut b = member(&etcd, "node-b", storage.path());
+    a.start().await;
+    b.start().await;
+    a.submit(
+        "controller.hcl",
+        &plugin_job(
+            "controller",
+            "node-a",
+            "controller",
+            &["--node-id", "node-a", "--reaches", "node-b"],
+        ),
+    )
+    .await
+    .unwrap();
+    b.submit(
+        "nodes.hcl",
+        &plugin_job("nodes", "node-b", "node", &["--node-id", "node-b"]),
+    )
+    .await
+    .unwrap();
+    let controller = running_on(&a, "controller", "node-a").await;
+    let node_plugin = running_on(&b, "nodes", "node-b").await;
+    let plugin_on_b = |healthy_controllers: usize| {
+        let b = &b;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let plugins: Vec<PluginStatus> = b.client().get("/v1/berth/plugins").await.unwrap();
+                let plugin = plugins.iter().find(|p| p.id == "hostpath");
+                if plugin.is_some_and(|p| {
+                    p.controllers_healthy == healthy_controllers
+                        && p.nodes_healthy == 1
+                        && p.providers.len() == 2
+                }) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{plugin:#?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    plugin_on_b(1).await;
+    let spec = b.path().join("shared.hcl");
+    std::fs::write(&spec, VOLUME).unwrap();
+    let (code, out, err) = b.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // node-a's controller turns unhealthy (still registered), and is back 2 s after the
+    // writer is submitted: within the claim's plugin_wait (10 s).
+    let not_ready = storage.path().join(".not-ready-node-a");
+    std::fs::write(&not_ready, "").unwrap();
+    plugin_on_b(0).await;
+    a.submit("writer.hcl", WRITER).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::remove_file(&not_ready).unwrap();
+    running_on(&a, "writer", "node-b").await;
+
+    let controller_log = plugin_log(&a, &controller);
+    assert!(
+        controller_log.contains("ControllerPublishVolume volume=shared node=node-b"),
+        "{controller_log}"
+    );
+    let node_log = plugin_log(&b, &node_plugin);
+    assert_eq!(
+        node_log.matches("NodeStageVolume").count(),
+        1,
+        "staged once, after the controller published: {node_log}"
+    );
+    assert_eq!(allocs(&a, "writer").await.len(), 1, "the first alloc ran");
+
+    let (code, out, err) = a.cli(&["job", "stop", "writer"]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_for(
+        "nothing left mounted on node-b",
+        Duration::from_secs(30),
+        || csi_mounts(&b).is_empty(),
+    )
+    .await;
+}

@@ -39,15 +39,16 @@ struct ClusterControllers {
 }
 
 impl RemoteControllers for ClusterControllers {
-    fn controller_node(&self, plugin_id: &str) -> Option<String> {
+    fn controller_node(&self, plugin_id: &str) -> Option<(String, bool)> {
         let plugins = self.catalog.plugins().ok()?;
         plugins
             .into_iter()
             .filter(|plugin| plugin.id == plugin_id)
             .flat_map(|plugin| plugin.providers)
-            .filter(|p| p.kind == PluginKind::Controller && p.healthy && p.node != self.node_name)
-            .map(|p| p.node)
-            .min()
+            .filter(|p| p.kind == PluginKind::Controller && p.node != self.node_name)
+            // Healthy first, then by name (every node picks the same one).
+            .min_by(|a, b| (!a.healthy, &a.node).cmp(&(!b.healthy, &b.node)))
+            .map(|p| (p.node, p.healthy))
     }
 
     fn call<'a>(&'a self, node: &'a str, request: ControllerRequest) -> RemoteCall<'a> {

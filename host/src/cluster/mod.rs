@@ -10,6 +10,7 @@
 //! | `P/meta/cluster-id` | the cluster's id, written by the first agent | none |
 //! | `P/meta/schema` | the layout version of these keys ([`SCHEMA`]) | none |
 //! | `P/nodes/<node id>` | [`NodeRecord`] JSON | the node's |
+//! | `P/names/<node name>` | the id of the live node with that name | the node's |
 //! | `P/volumes/<volume id>` | the volume and its claims, JSON | none |
 //! | `P/plugins/<plugin id>/<kind>/<alloc id>` | a plugin provider, JSON | its node's |
 //!
@@ -62,6 +63,13 @@ pub enum ClusterError {
     },
     #[error(transparent)]
     AccessFile(#[from] AccessFileError),
+    #[error(
+        "another live node of this cluster is named {name:?} (node id {other}): node names \
+         must be unique in a cluster, since CSI claims and calls between nodes go by name; \
+         set another `name` in this agent's config (if that node is this machine with a \
+         new data dir, it is gone once its lease expires)"
+    )]
+    NameTaken { name: String, other: String },
     #[error("{0}")]
     Local(String),
 }
@@ -184,8 +192,54 @@ impl Cluster {
             cluster_id,
             owned,
         };
+        cluster.claim_name()?;
         cluster.put_node(&node)?;
         Ok(Arc::new(cluster))
+    }
+
+    /// Takes this node's name for as long as its lease lives, or refuses when another
+    /// live node has it: a CSI claim's holder and a call's addressee are named by it,
+    /// so two nodes of one name would judge (and detach) each other's claims.
+    fn claim_name(&self) -> Result<(), ClusterError> {
+        let key = self.key(&["names", &self.node_name]);
+        let id = self.node_id.clone().into_bytes();
+        let lease = self.lease();
+        let etcd = self.etcd.clone();
+        let (name_key, ours) = (key.clone(), id.clone());
+        // Free, or already this node's (this agent restarted before its old lease ran
+        // out). Tried again when the holder went between the two looks.
+        let taken = self.etcd.block(async move {
+            let put = || {
+                vec![Write::Put {
+                    key: name_key.clone(),
+                    value: ours.clone(),
+                    lease,
+                }]
+            };
+            for _ in 0..3 {
+                let free = vec![Condition::ModRevision(name_key.clone(), 0)];
+                let mine = vec![Condition::ValueIs(name_key.clone(), ours.clone())];
+                if etcd.transaction(free, put()).await? || etcd.transaction(mine, put()).await? {
+                    return Ok::<_, EtcdError>(None);
+                }
+                if let Some(holder) = etcd.get(&name_key).await? {
+                    return Ok(Some(String::from_utf8_lossy(&holder.value).into_owned()));
+                }
+            }
+            Ok(Some("unknown".to_string()))
+        })?;
+        if let Some(other) = taken {
+            return Err(ClusterError::NameTaken {
+                name: self.node_name.clone(),
+                other,
+            });
+        }
+        // Kept with the node's other keys: written again under a renewed lease.
+        self.owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, id);
+        Ok(())
     }
 
     pub fn etcd(&self) -> &Etcd {

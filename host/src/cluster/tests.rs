@@ -314,3 +314,56 @@ fn a_lost_allocs_claim_is_released_after_the_grace_and_not_before() {
     assert_eq!(released, [("data".to_string(), "held".to_string())]);
     assert!(catalog.volume("data").unwrap().claims.is_empty());
 }
+
+/// Two live nodes of one name would each judge the other's CSI claims as its own (a
+/// forced detach on one released the other's running alloc's claim) and take each
+/// other's calls: a second node of a live node's name is refused at join, naming the
+/// holder. The same node joining again (a restarted agent, its old lease still alive)
+/// is not, and the name is free once its holder's lease is gone.
+#[test]
+fn a_second_live_node_of_the_same_name_is_refused_at_join() {
+    let server = EtcdServer::start();
+    let (first, first_dir) = join(&server, "twin");
+    let other = tempfile::tempdir().unwrap();
+    let error =
+        Cluster::join(&settings(&server, "/berth"), other.path(), node("twin")).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(&error, ClusterError::NameTaken { name, other } if name == "twin" && other == first.node_id()),
+        "{message}"
+    );
+    assert!(message.contains("set another `name`"), "{message}");
+    assert_eq!(
+        first.nodes().unwrap().len(),
+        1,
+        "the twin wrote no node record"
+    );
+
+    // The first node restarting (same id, its old lease still alive) gets its name back.
+    let again = NodeRecord {
+        id: first.node_id().to_string(),
+        ..node("twin")
+    };
+    let restarted = Cluster::join(&settings(&server, "/berth"), first_dir.path(), again).unwrap();
+    drop_without_revoking(first);
+    // Once the name's holder is gone (its lease ran out), another node may take it.
+    let holder = restarted.node_id().to_string();
+    drop_without_revoking(restarted);
+    let started = std::time::Instant::now();
+    loop {
+        match Cluster::join(&settings(&server, "/berth"), other.path(), node("twin")) {
+            Ok(joined) => {
+                assert_ne!(joined.node_id(), holder);
+                break;
+            }
+            Err(ClusterError::NameTaken { .. }) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(2 + 3),
+                    "never freed"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+}

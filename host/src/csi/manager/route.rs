@@ -110,8 +110,9 @@ pub type RemoteCall<'a> =
 
 /// The way to other nodes' controllers (the cluster's).
 pub trait RemoteControllers: Send + Sync {
-    /// The node (by name) with a healthy controller of `plugin_id`, other than this one.
-    fn controller_node(&self, plugin_id: &str) -> Option<String>;
+    /// A node (by name) other than this one with a controller of `plugin_id`, and
+    /// whether that controller is healthy now (a healthy one when there is one).
+    fn controller_node(&self, plugin_id: &str) -> Option<(String, bool)>;
 
     /// Sends `request` to `node`'s controller and waits for its answer.
     fn call<'a>(&'a self, node: &'a str, request: ControllerRequest) -> RemoteCall<'a>;
@@ -121,7 +122,12 @@ pub trait RemoteControllers: Send + Sync {
 enum Location {
     Here,
     On(String),
+    /// On that node, once its controller is healthy again (it is registered there).
+    AwaitedOn(String),
 }
+
+/// How often a controller operation waiting for another node's controller looks again.
+const REMOTE_HEALTH_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl CsiManager {
     /// Lets controller operations reach controllers on other nodes (set once, when the
@@ -130,9 +136,9 @@ impl CsiManager {
         let _ = self.remote.set(remote);
     }
 
-    /// A controller running here wins (it is waited for while it starts); otherwise a
-    /// healthy one on another node; otherwise here again, so the caller waits for one to
-    /// register and gets today's clear error when none does.
+    /// A controller running here wins (it is waited for while it starts); otherwise one
+    /// on another node, healthy or to be waited for; otherwise here again, so the caller
+    /// waits for one to register and gets today's clear error when none does.
     fn controller_location(&self, plugin_id: &str) -> Location {
         if self
             .registry
@@ -146,7 +152,8 @@ impl CsiManager {
             .get()
             .and_then(|remote| remote.controller_node(plugin_id))
         {
-            Some(node) if node != self.node_name => Location::On(node),
+            Some((node, true)) if node != self.node_name => Location::On(node),
+            Some((node, false)) if node != self.node_name => Location::AwaitedOn(node),
             _ => Location::Here,
         }
     }
@@ -158,13 +165,17 @@ impl CsiManager {
             .is_some()
     }
 
-    /// Whether any controller of `plugin_id` is known, here or on another node.
+    /// Whether any controller of `plugin_id` is known, here or on another node, healthy
+    /// or not: one that is unhealthy for a moment is still the plugin's controller, and
+    /// a claim that skipped its ControllerPublish would be staged unpublished.
     pub(super) fn has_controller(&self, plugin_id: &str) -> bool {
-        matches!(self.controller_location(plugin_id), Location::On(_))
-            || self
-                .registry
-                .get(PluginKind::Controller, plugin_id)
-                .is_some()
+        matches!(
+            self.controller_location(plugin_id),
+            Location::On(_) | Location::AwaitedOn(_)
+        ) || self
+            .registry
+            .get(PluginKind::Controller, plugin_id)
+            .is_some()
     }
 
     /// Runs `request` on the controller wherever it is.
@@ -172,15 +183,32 @@ impl CsiManager {
         &self,
         request: ControllerRequest,
     ) -> Result<ControllerAnswer, CsiVolumeError> {
-        match self.controller_location(request.plugin_id()) {
-            Location::Here => self.serve(request).await,
-            Location::On(node) => {
-                let Some(remote) = self.remote.get() else {
-                    return self.serve(request).await;
-                };
-                tracing::debug!(%node, action = request.action(), plugin = request.plugin_id(),
-                    "sending the controller operation to the node that runs the controller");
-                remote.call(&node, request).await
+        // A controller on another node that is not healthy now is waited for as long as
+        // one here would be (`plugin_wait`).
+        let deadline = tokio::time::Instant::now() + self.settings.plugin_wait;
+        loop {
+            match self.controller_location(request.plugin_id()) {
+                Location::Here => return self.serve(request).await,
+                Location::On(node) => {
+                    let Some(remote) = self.remote.get() else {
+                        return self.serve(request).await;
+                    };
+                    tracing::debug!(%node, action = request.action(), plugin = request.plugin_id(),
+                        "sending the controller operation to the node that runs the controller");
+                    return remote.call(&node, request).await;
+                }
+                Location::AwaitedOn(node) if tokio::time::Instant::now() >= deadline => {
+                    return Err(CsiVolumeError::Remote {
+                        node,
+                        message: format!(
+                            "{}: the controller of CSI plugin {:?} is not healthy after {:?}",
+                            request.action(),
+                            request.plugin_id(),
+                            self.settings.plugin_wait
+                        ),
+                    });
+                }
+                Location::AwaitedOn(_) => tokio::time::sleep(REMOTE_HEALTH_POLL).await,
             }
         }
     }

@@ -190,9 +190,59 @@ fn handler(manager: Arc<CsiManager>) -> CallHandler {
             let answered = served
                 .await
                 .unwrap_or_else(|_| Answered::Failed("the agent is shutting down".into()));
-            serde_json::to_vec(&answered).unwrap_or_default()
+            answer_bytes(&answered)
         })
     })
+}
+
+/// The answer as it travels; one too large for a call (a long snapshot list) becomes a
+/// refusal that says so, instead of an answer the caller waits for in vain.
+fn answer_bytes(answered: &Answered) -> Vec<u8> {
+    let bytes = serde_json::to_vec(answered).unwrap_or_default();
+    if bytes.len() <= crate::cluster::calls::MAX_CALL_BYTES {
+        return bytes;
+    }
+    let refusal = Answered::Failed(format!(
+        "the answer is {} bytes, more than the {} a call between nodes carries",
+        bytes.len(),
+        crate::cluster::calls::MAX_CALL_BYTES
+    ));
+    serde_json::to_vec(&refusal).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::csi::SnapshotInfo;
+
+    #[test]
+    fn an_answer_too_large_for_a_call_becomes_a_refusal_that_says_so() {
+        let snapshot = SnapshotInfo {
+            plugin_id: "hostpath".into(),
+            snapshot_id: "s".repeat(200),
+            source_volume_id: "v".into(),
+            size_bytes: 1,
+            created_at: 0,
+            ready_to_use: true,
+        };
+        let small = Answered::Ok(ControllerAnswer::Snapshots(vec![snapshot.clone(); 10]));
+        assert!(matches!(
+            serde_json::from_slice(&answer_bytes(&small)),
+            Ok(Answered::Ok(ControllerAnswer::Snapshots(list))) if list.len() == 10
+        ));
+        let large = Answered::Ok(ControllerAnswer::Snapshots(vec![snapshot; 10_000]));
+        let bytes = answer_bytes(&large);
+        assert!(bytes.len() <= crate::cluster::calls::MAX_CALL_BYTES);
+        match serde_json::from_slice(&bytes) {
+            Ok(Answered::Failed(why)) => {
+                assert!(
+                    why.contains("more than the 1048576 a call between nodes carries"),
+                    "{why}"
+                )
+            }
+            _ => panic!("not a refusal"),
+        }
+    }
 }
 
 async fn serve(manager: &CsiManager, request: &[u8]) -> Answered {

@@ -210,6 +210,25 @@ fn answer_bytes(answered: &Answered) -> Vec<u8> {
     serde_json::to_vec(&refusal).unwrap_or_default()
 }
 
+async fn serve(manager: &CsiManager, request: &[u8]) -> Answered {
+    let request: ControllerRequest = match serde_json::from_slice(request) {
+        Ok(request) => request,
+        Err(e) => return Answered::Failed(format!("the request cannot be read: {e}")),
+    };
+    let plugin = request.plugin_id().to_string();
+    // A node serves only the controllers it runs: it does not wait for one to appear.
+    if !manager.runs_controller(&plugin) {
+        return Answered::Failed(format!(
+            "this node runs no controller of CSI plugin {plugin:?} any more"
+        ));
+    }
+    let span = tracing::info_span!("csi_call", plugin = %plugin, action = request.action());
+    match tracing::Instrument::instrument(manager.serve(request), span).await {
+        Ok(answer) => Answered::Ok(answer),
+        Err(error) => Answered::Failed(error.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,24 +261,5 @@ mod tests {
             }
             _ => panic!("not a refusal"),
         }
-    }
-}
-
-async fn serve(manager: &CsiManager, request: &[u8]) -> Answered {
-    let request: ControllerRequest = match serde_json::from_slice(request) {
-        Ok(request) => request,
-        Err(e) => return Answered::Failed(format!("the request cannot be read: {e}")),
-    };
-    let plugin = request.plugin_id().to_string();
-    // A node serves only the controllers it runs: it does not wait for one to appear.
-    if !manager.runs_controller(&plugin) {
-        return Answered::Failed(format!(
-            "this node runs no controller of CSI plugin {plugin:?} any more"
-        ));
-    }
-    let span = tracing::info_span!("csi_call", plugin = %plugin, action = request.action());
-    match tracing::Instrument::instrument(manager.serve(request), span).await {
-        Ok(answer) => Answered::Ok(answer),
-        Err(error) => Answered::Failed(error.to_string()),
     }
 }

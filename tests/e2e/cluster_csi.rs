@@ -223,8 +223,17 @@ fn csi_mounts(agent: &AgentProcess) -> Vec<PathBuf> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_another() {
+/// Two members on one etcd and one storage dir: the plugin's controller on node-a (its
+/// storage reaches node-b), its node part on node-b, both running. The plugins' alloc
+/// ids are the last two.
+async fn split_plugin() -> (
+    EtcdServer,
+    tempfile::TempDir,
+    AgentProcess,
+    AgentProcess,
+    String,
+    String,
+) {
     let etcd = EtcdServer::start();
     let storage = tempfile::Builder::new()
         .prefix("berth-e2e-storage")
@@ -234,8 +243,6 @@ async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_a
     let mut b = member(&etcd, "node-b", storage.path());
     a.start().await;
     b.start().await;
-
-    // The controller on node-a (its storage reaches node-b), the node part on node-b.
     a.submit(
         "controller.hcl",
         &plugin_job(
@@ -255,6 +262,13 @@ async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_a
     .unwrap();
     let controller = running_on(&a, "controller", "node-a").await;
     let node_plugin = running_on(&b, "nodes", "node-b").await;
+    (etcd, storage, a, b, controller, node_plugin)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_another() {
+    // etcd runs until the end of the test.
+    let (_etcd, storage, a, b, controller, node_plugin) = split_plugin().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let plugins: Vec<PluginStatus> = b.client().get("/v1/berth/plugins").await.unwrap();
@@ -520,34 +534,8 @@ async fn a_node_running_jobs_of_its_own_is_refused_a_first_join_and_keeps_them()
 /// whatever fencing the storage's controller does.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_waits_for_an_unhealthy_controller_on_another_node_instead_of_skipping_it() {
-    let etcd = EtcdServer::start();
-    let storage = tempfile::Builder::new()
-        .prefix("berth-e2e-storage")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let mut a = member(&etcd, "node-a", storage.path());
-    let mut b = member(&etcd, "node-b", storage.path());
-    a.start().await;
-    b.start().await;
-    a.submit(
-        "controller.hcl",
-        &plugin_job(
-            "controller",
-            "node-a",
-            "controller",
-            &["--node-id", "node-a", "--reaches", "node-b"],
-        ),
-    )
-    .await
-    .unwrap();
-    b.submit(
-        "nodes.hcl",
-        &plugin_job("nodes", "node-b", "node", &["--node-id", "node-b"]),
-    )
-    .await
-    .unwrap();
-    let controller = running_on(&a, "controller", "node-a").await;
-    let node_plugin = running_on(&b, "nodes", "node-b").await;
+    // etcd runs until the end of the test.
+    let (_etcd, storage, a, b, controller, node_plugin) = split_plugin().await;
     let plugin_on_b = |healthy_controllers: usize| {
         let b = &b;
         async move {

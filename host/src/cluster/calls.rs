@@ -209,37 +209,15 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::cluster::random_id;
     use crate::cluster::testing::EtcdServer;
-    use crate::cluster::{NodeRecord, random_id};
-    use crate::model::cluster::{ClusterSettings, StoreKind};
+    use crate::cluster::tests as cluster_tests;
 
     fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
-        let settings = ClusterSettings {
-            store: StoreKind::Etcd,
-            endpoints: vec![server.endpoint()],
-            prefix: "/calls".into(),
-            dial_timeout: Duration::from_secs(2),
-            heartbeat_ttl: Duration::from_secs(2),
-            ..ClusterSettings::default()
-        };
-        let record = NodeRecord {
-            id: random_id(),
-            name: name.into(),
-            datacenter: "dc1".into(),
-            node_pool: "default".into(),
-            node_class: String::new(),
-            http_addr: None,
-            attributes: Default::default(),
-            drivers: Default::default(),
-            host_volumes: Vec::new(),
-            eligibility: "eligible".into(),
-            drain: false,
-            cpu_mhz: 1000,
-            memory_mb: 1024,
-            registered_ms: 0,
-        };
         let dir = tempfile::tempdir().unwrap();
-        (Cluster::join(&settings, dir.path(), record).unwrap(), dir)
+        let settings = cluster_tests::settings(server, "/calls");
+        let joined = Cluster::join(&settings, dir.path(), cluster_tests::node(name)).unwrap();
+        (joined, dir)
     }
 
     /// Serves by echoing the request reversed, counting the calls served.

@@ -10,7 +10,7 @@ use crate::catalog::{Catalog, CatalogError, Claim, ClaimMode, Volume};
 use crate::model::cluster::{ClusterSettings, StoreKind};
 use crate::model::csi::AccessMode;
 
-fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
+pub(super) fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
     ClusterSettings {
         store: StoreKind::Etcd,
         endpoints: vec![server.endpoint()],

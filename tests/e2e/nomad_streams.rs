@@ -617,7 +617,10 @@ async fn readers_that_never_read_hold_a_bounded_number_of_file_answers() {
     );
     let mut stalled = Vec::new();
     for _ in 0..MAX_READS_IN_MEMORY {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        // Through the Unix socket: a Unix stream's kernel buffer is fixed (wmem_default,
+        // some 200 KiB), where a TCP connection's grows, on some machines to more than an
+        // 8 MiB answer, which the kernel would then take off the agent's hands at once.
+        let mut stream = std::os::unix::net::UnixStream::connect(agent.socket()).unwrap();
         stream.write_all(request.as_bytes()).unwrap();
         stalled.push(stream);
     }

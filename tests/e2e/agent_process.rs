@@ -211,6 +211,24 @@ impl AgentProcess {
         std::fs::read_to_string(self.log(self.runs)).unwrap_or_default()
     }
 
+    /// Asks the agent to stop (SIGTERM) and waits for its exit: how long it took, or
+    /// `None` if it was still running after `within` (it is then killed).
+    pub fn terminate(&mut self, within: Duration) -> Option<Duration> {
+        let mut child = self.child.take().expect("the agent is running");
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let asked = Instant::now();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        while asked.elapsed() < within {
+            if child.try_wait().unwrap().is_some() {
+                return Some(asked.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     pub fn kill9(&mut self) {
         let mut child = self.child.take().expect("the agent is running");
         child.kill().unwrap();

@@ -14,7 +14,7 @@ use crate::agent_process::AgentProcess;
 
 /// The heartbeat TTL the agents run with: short, so the test fails if a replacement
 /// waits for a longer one.
-const TTL_SECS: u64 = 2;
+pub(crate) const TTL_SECS: u64 = 2;
 
 pub(crate) fn member(etcd: &EtcdServer, name: &str) -> AgentProcess {
     let endpoint = etcd.endpoint();

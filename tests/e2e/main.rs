@@ -39,5 +39,6 @@ mod nomad_streams;
 mod planted_links;
 mod plugin_grants;
 mod readme_curl;
+mod shutdown;
 mod system_jobs;
 mod task_users;

@@ -259,8 +259,33 @@ impl EtcdServer {
     }
 
     /// Stops etcd (SIGKILL: an outage, not a goodbye).
+    /// Stops the server process where it is (SIGSTOP): connections stay open and go
+    /// unanswered, as a hung store's do. [`EtcdServer::thaw`] lets it go on.
+    pub fn freeze(&self) {
+        self.signal(rustix::process::Signal::STOP);
+    }
+
+    pub fn thaw(&self) {
+        self.signal(rustix::process::Signal::CONT);
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        let pid = self.child.as_ref().and_then(|child| {
+            rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0))
+        });
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A frozen server dies only once it runs again.
+            if let Some(pid) =
+                rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0))
+            {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+            }
             let _ = child.kill();
             let _ = child.wait();
         }

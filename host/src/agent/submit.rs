@@ -155,12 +155,13 @@ impl Agent {
         // A periodic or parameterized job places nothing itself: its children do.
         let alloc_ids = if job.periodic.is_some() || job.parameterized.is_some() {
             self.record_job(record, job.clone())?;
+            self.index.bump();
+            self.publish_job("JobRegistered", &job.name);
             Vec::new()
         } else {
             self.record_and_place(record, job.clone())?
         };
         self.index.bump();
-        self.publish_job("JobRegistered", &job.name);
         for alloc in &alloc_ids {
             self.publish_alloc("AllocationUpdated", alloc);
         }
@@ -256,6 +257,7 @@ impl Agent {
             }
         }
         self.node.store.put_job_and_allocs(&record, &allocs)?;
+        let job_id = record.id.clone();
         self.jobs.lock().unwrap().insert(
             record.id.clone(),
             JobEntry {
@@ -263,6 +265,11 @@ impl Agent {
                 job: job.clone(),
             },
         );
+        // The job's registration is told before anything of its allocs: their runners
+        // report from the moment they start (and a child job is registered too, as
+        // Nomad's periodic and dispatched children are).
+        self.index.bump();
+        self.publish_job("JobRegistered", &job_id);
         let runners: Vec<Arc<AllocRunner>> = allocs
             .into_iter()
             .map(|alloc| AllocRunner::recorded(job.clone(), alloc, self.node.clone()))

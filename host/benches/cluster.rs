@@ -82,6 +82,7 @@ fn writer(alloc: &str) -> Claim {
         access_mode: AccessMode::SingleNodeWriter,
         node: "n1".into(),
         since: 0,
+        external_node_id: None,
     }
 }
 

@@ -150,6 +150,7 @@ async fn run() {
             access_mode: AccessMode::SingleNodeWriter,
             node: csi.node_name.clone(),
             since: 0,
+            external_node_id: None,
         };
         csi.catalog.claim(&v.id, claim).unwrap();
         let path = csi.manager.mount_volume(&alloc, &v, usage()).await.unwrap();

@@ -15,8 +15,14 @@
 //!   expansion records the capacity in `<data-dir>/.capacity/<volume>`, refuses to
 //!   shrink (OUT_OF_RANGE), and asks the node to follow, which wants a published path;
 //! - a volume still published (kept in `<data-dir>/.published/`) is not unstaged, and a
-//!   volume still staged is not controller-unpublished: FAILED_PRECONDITION, and a
-//!   `SPEC VIOLATION` line in the log.
+//!   volume still staged on a node is not controller-unpublished from it; a single-node
+//!   volume published to one node (`<data-dir>/.attached/`) is not published to another:
+//!   FAILED_PRECONDITION, and a `SPEC VIOLATION` line in the log. Stages and
+//!   publications are recorded per node id: nodes may share the data dir, as a network
+//!   storage's are shared.
+//!
+//! A file `<data-dir>/.lost-<node id>` says that node is gone (its machine is off): its
+//! stages are stale, and the controller unpublishes from it though they remain.
 //!
 //! Every RPC is logged on stdout, one line each, so tests can count them.
 //!
@@ -110,9 +116,40 @@ impl Plugin {
         Status::failed_precondition(rule)
     }
 
-    /// The targets a volume is published at, kept in the data dir like its stage.
+    /// A record of `volume` for `node`: `<data_dir>/<kind>/<volume>/<node>`. Records are
+    /// per node because nodes share the data dir, as a network storage's would be.
+    fn record_file(&self, kind: &str, volume: &str, node: &str) -> PathBuf {
+        self.data_dir.join(kind).join(volume).join(node)
+    }
+
+    /// Writes (`Some`) or removes (`None`) a record; a volume's dir goes with its last.
+    fn write_record(
+        &self,
+        kind: &str,
+        volume: &str,
+        node: &str,
+        text: Option<&[u8]>,
+    ) -> Result<(), Status> {
+        let file = self.record_file(kind, volume, node);
+        let Some(dir) = file.parent() else {
+            return Err(Status::internal(format!("no dir for {}", file.display())));
+        };
+        let result = match text {
+            Some(text) => std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, text)),
+            None => match std::fs::remove_file(&file) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other.map(|()| {
+                    let _ = std::fs::remove_dir(dir);
+                }),
+            },
+        };
+        result.map_err(|e| Status::internal(format!("recording {kind} of {volume:?}: {e}")))
+    }
+
+    /// The targets a volume is published at on this node, kept in the data dir like its
+    /// stage.
     fn published_at(&self, volume: &str) -> Vec<PathBuf> {
-        std::fs::read_to_string(self.data_dir.join(".published").join(volume))
+        std::fs::read_to_string(self.record_file(".published", volume, &self.node_id))
             .unwrap_or_default()
             .lines()
             .filter(|l| !l.is_empty())
@@ -131,38 +168,33 @@ impl Plugin {
         if published {
             targets.push(target.to_path_buf());
         }
-        let dir = self.data_dir.join(".published");
-        let file = dir.join(volume);
-        let result = if targets.is_empty() {
-            match std::fs::remove_file(&file) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
-        } else {
-            let text: Vec<String> = targets.iter().map(|t| t.display().to_string()).collect();
-            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, text.join("\n")))
-        };
-        result
-            .map_err(|e| Status::internal(format!("recording the publications of {volume:?}: {e}")))
+        let text: Vec<String> = targets.iter().map(|t| t.display().to_string()).collect();
+        let text = text.join("\n");
+        let text = (!targets.is_empty()).then_some(text.as_bytes());
+        self.write_record(".published", volume, &self.node_id, text)
     }
 
-    /// Where each volume is staged, kept in the data dir so that a restarted plugin
-    /// still knows: `<data_dir>/.staged/<volume>` holds the staging path.
-    fn staged_at(&self, volume: &str) -> Option<PathBuf> {
-        std::fs::read_to_string(self.data_dir.join(".staged").join(volume))
+    /// Where a volume is staged on `node`, kept in the data dir so that a restarted
+    /// plugin still knows: `<data_dir>/.staged/<volume>/<node>` holds the staging path.
+    fn staged_at(&self, volume: &str, node: &str) -> Option<PathBuf> {
+        std::fs::read_to_string(self.record_file(".staged", volume, node))
             .ok()
             .map(PathBuf::from)
     }
 
     fn record_stage(&self, volume: &str, at: Option<&Path>) -> Result<(), Status> {
-        let dir = self.data_dir.join(".staged");
-        let file = dir.join(volume);
-        let result = match at {
-            Some(at) => std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::write(&file, at.as_os_str().as_encoded_bytes())),
-            None => std::fs::remove_file(&file),
-        };
-        result.map_err(|e| Status::internal(format!("recording the stage of {volume:?}: {e}")))
+        let text = at.map(|at| at.as_os_str().as_encoded_bytes());
+        self.write_record(".staged", volume, &self.node_id, text)
+    }
+
+    /// The nodes the controller published `volume` to: `<data_dir>/.attached/<volume>/`.
+    fn attached_to(&self, volume: &str) -> Vec<String> {
+        std::fs::read_dir(self.data_dir.join(".attached").join(volume))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
     }
 
     fn volume_dir(&self, id: &str) -> Result<PathBuf, Status> {
@@ -385,13 +417,33 @@ impl pb::controller_server::Controller for Plugin {
         )
         .await;
         self.volume_dir(&request.volume_id)?;
-        require_capability(&request.volume_capability)?;
+        let capability = require_capability(&request.volume_capability)?;
         if request.node_id != self.node_id && !self.reaches.contains(&request.node_id) {
             return Err(Status::not_found(format!(
                 "no node {:?} (this plugin serves {:?} and {:?})",
                 request.node_id, self.node_id, self.reaches
             )));
         }
+        // CSI spec, ControllerPublishVolume: a volume without a MULTI_NODE capability
+        // published at another node is FAILED_PRECONDITION, naming that node.
+        let single_node = capability
+            .access_mode
+            .as_ref()
+            .is_some_and(|m| [1, 2, 6, 7].contains(&m.mode));
+        if let Some(other) = self
+            .attached_to(&request.volume_id)
+            .into_iter()
+            .find(|n| *n != request.node_id)
+            .filter(|_| single_node)
+        {
+            return Err(self.violation(format!(
+                "volume {:?} is published at node {other:?} and is single-node: \
+                 ControllerUnpublishVolume from there comes before a ControllerPublishVolume \
+                 to node {:?}",
+                request.volume_id, request.node_id
+            )));
+        }
+        self.write_record(".attached", &request.volume_id, &request.node_id, Some(b""))?;
         self.leave("ControllerPublishVolume").await;
         Ok(Response::new(pb::ControllerPublishVolumeResponse {
             publish_context: HashMap::from([(PUBLISHED_KEY.to_string(), request.node_id)]),
@@ -410,15 +462,25 @@ impl pb::controller_server::Controller for Plugin {
         .await;
         self.volume_dir(&request.volume_id)?;
         // CSI spec, ControllerUnpublishVolume: called after all NodeUnstageVolume and
-        // NodeUnpublishVolume calls for the volume have succeeded.
-        if let Some(staging) = self.staged_at(&request.volume_id) {
+        // NodeUnpublishVolume calls for the volume have succeeded. A node that is gone
+        // (the test says so with `.lost-<node id>`) cannot unstage: its stage is stale.
+        let lost = self
+            .data_dir
+            .join(format!(".lost-{}", request.node_id))
+            .exists();
+        if let Some(staging) = self
+            .staged_at(&request.volume_id, &request.node_id)
+            .filter(|_| !lost)
+        {
             return Err(self.violation(format!(
-                "volume {:?} is still staged at {}: NodeUnstageVolume comes before \
-                 ControllerUnpublishVolume",
+                "volume {:?} is still staged at {} on node {:?}: NodeUnstageVolume comes \
+                 before ControllerUnpublishVolume",
                 request.volume_id,
-                staging.display()
+                staging.display(),
+                request.node_id
             )));
         }
+        self.write_record(".attached", &request.volume_id, &request.node_id, None)?;
         self.leave("ControllerUnpublishVolume").await;
         Ok(Response::new(pb::ControllerUnpublishVolumeResponse {}))
     }
@@ -683,7 +745,10 @@ impl pb::node_server::Node for Plugin {
         }
         // One staging_target_path per volume per node (CSI spec, NodeStageVolume): a
         // strict plugin refuses a second one, and so does this one.
-        if let Some(other) = self.staged_at(&request.volume_id).filter(|p| *p != staging) {
+        if let Some(other) = self
+            .staged_at(&request.volume_id, &self.node_id)
+            .filter(|p| *p != staging)
+        {
             return Err(Status::already_exists(format!(
                 "volume {:?} is already staged at {} on this node; a volume has one \
                  staging_target_path per node",
@@ -740,7 +805,7 @@ impl pb::node_server::Node for Plugin {
         while mount_at(&staging).is_some() {
             unmount(&staging)?;
         }
-        if self.staged_at(&request.volume_id).as_deref() == Some(staging.as_path()) {
+        if self.staged_at(&request.volume_id, &self.node_id).as_deref() == Some(staging.as_path()) {
             self.record_stage(&request.volume_id, None)?;
         }
         self.leave("NodeUnstageVolume").await;

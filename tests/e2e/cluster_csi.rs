@@ -45,7 +45,7 @@ csi {{
   operation_timeout = "4s"
   plugin_wait       = "10s"
   privileged_plugin "hostpath" {{
-    jobs = ["controller", "nodes"]
+    jobs = ["controller", "nodes", "nodes-a"]
   }}
 }}
 cluster {{
@@ -53,6 +53,7 @@ cluster {{
   endpoints     = ["{endpoint}"]
   prefix        = "/csi"
   heartbeat_ttl = "3s"
+  lost_claim_grace = "2s"
 }}
 "#,
             bin = bin.display(),
@@ -265,23 +266,30 @@ async fn split_plugin() -> (
     (etcd, storage, a, b, controller, node_plugin)
 }
 
+/// Waits until `agent` sees the plugin with this many healthy controllers and nodes.
+async fn plugin_healthy(agent: &AgentProcess, controllers: usize, nodes: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let plugins: Vec<PluginStatus> = agent.client().get("/v1/berth/plugins").await.unwrap();
+        let plugin = plugins.iter().find(|p| p.id == "hostpath");
+        if plugin.is_some_and(|p| p.controllers_healthy == controllers && p.nodes_healthy == nodes)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the plugin never got {controllers} healthy controllers and {nodes} nodes: \
+             {plugin:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn controller_operations_asked_on_one_node_are_done_by_the_controller_on_another() {
     // etcd runs until the end of the test.
     let (_etcd, storage, a, b, controller, node_plugin) = split_plugin().await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let plugins: Vec<PluginStatus> = b.client().get("/v1/berth/plugins").await.unwrap();
-        let plugin = plugins.iter().find(|p| p.id == "hostpath");
-        if plugin.is_some_and(|p| p.controllers_healthy == 1 && p.nodes_healthy == 1) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the plugin never got healthy on both nodes: {plugin:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    plugin_healthy(&b, 1, 1).await;
     // `plugin status` on either node shows both nodes' parts.
     let (code, out, err) = a.cli(&["plugin", "status", "hostpath"]);
     assert_eq!(code, 0, "{err}");
@@ -592,4 +600,68 @@ async fn a_claim_waits_for_an_unhealthy_controller_on_another_node_instead_of_sk
         || csi_mounts(&b).is_empty(),
     )
     .await;
+}
+
+/// A node that is lost (its machine off) still has the volume attached as far as the
+/// storage knows: the plugin publishes a single-node volume to one node at a time. Once
+/// the lost alloc's grace has passed, the cluster unpublishes the volume from the lost
+/// node (its CSI node id, which the claim recorded) through the controller, and only
+/// then releases the claim; the writer, moved to the other node, is published there.
+/// Released without that, the other node's ControllerPublish is refused for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_nodes_volume_is_unpublished_from_it_before_another_node_claims_it() {
+    let (_etcd, storage, a, mut b, controller, _) = split_plugin().await;
+    plugin_healthy(&a, 1, 1).await;
+    let spec = a.path().join("shared.hcl");
+    std::fs::write(&spec, VOLUME).unwrap();
+    let (code, out, err) = a.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Failed placements (the claim still held) are tried again every 5 s (Nomad's least).
+    let writer = WRITER.replace(
+        "  group \"g\" {",
+        "  reschedule {\n    delay          = \"5s\"\n    delay_function = \"constant\"\n    \
+         unlimited      = true\n  }\n  group \"g\" {",
+    );
+    assert_ne!(writer, WRITER);
+    a.submit("writer.hcl", &writer).await.unwrap();
+    running_on(&a, "writer", "node-b").await;
+    assert!(
+        plugin_log(&a, &controller).contains("ControllerPublishVolume volume=shared node=node-b")
+    );
+    // node-a gets the plugin's node part too: the writer may move there.
+    a.submit(
+        "nodes-a.hcl",
+        &plugin_job("nodes-a", "node-a", "node", &["--node-id", "node-a"]),
+    )
+    .await
+    .unwrap();
+    running_on(&a, "nodes-a", "node-a").await;
+    plugin_healthy(&a, 1, 2).await;
+
+    // node-b is gone: its agent and every process of it, as when its machine is off.
+    // The storage still has the volume staged there (the node never unstaged it).
+    b.kill9();
+    for pid in support::processes_rooted_under(b.path()) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    std::fs::write(storage.path().join(".lost-node-b"), "").unwrap();
+    assert!(storage.path().join(".staged/shared/node-b").exists());
+
+    let moved = running_on(&a, "writer", "node-a").await;
+    let log = plugin_log(&a, &controller);
+    assert!(!log.contains("SPEC VIOLATION"), "{log}");
+    let unpublished = log
+        .find("ControllerUnpublishVolume volume=shared node=node-b")
+        .unwrap_or_else(|| panic!("never unpublished from the lost node: {log}"));
+    let published = log
+        .find("ControllerPublishVolume volume=shared node=node-a")
+        .unwrap_or_else(|| panic!("never published to node-a: {log}"));
+    assert!(unpublished < published, "{log}");
+    // The claim is the moved writer's alone.
+    let status: Value = a.client().get("/v1/volume/csi/shared").await.unwrap();
+    let claims: Vec<&str> = status["WriteAllocs"]
+        .as_object()
+        .map(|w| w.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(claims, [moved.as_str()], "{status}");
 }

@@ -90,6 +90,36 @@ pub(super) fn connect(cluster: &Arc<Cluster>, csi: &CsiNode) {
     publish_usage(cluster, &csi.manager);
 }
 
+/// Unpublishes a lost node's volumes for the cluster's scheduler, through this node's
+/// CSI manager (which reaches the plugin's controller wherever it runs).
+struct LostNodeUnpublisher(Arc<CsiManager>);
+
+impl crate::cluster::lost_claims::Unpublisher for LostNodeUnpublisher {
+    fn unpublish<'a>(
+        &'a self,
+        volume: &'a crate::catalog::Volume,
+        node_id: &'a str,
+    ) -> crate::cluster::lost_claims::Unpublishing<'a> {
+        Box::pin(async move {
+            self.0
+                .unpublish_from_lost_node(volume, node_id)
+                .await
+                .map_err(|e| crate::cluster::lost_claims::UnpublishFailed(e.to_string()))
+        })
+    }
+}
+
+/// What this node's scheduler does with lost allocs' claims (when it is the cluster's).
+pub(super) fn lost_claims(
+    cluster: &Arc<Cluster>,
+    csi: &CsiNode,
+) -> Arc<crate::cluster::lost_claims::LostClaims> {
+    crate::cluster::lost_claims::LostClaims::new(
+        cluster.clone(),
+        Arc::new(LostNodeUnpublisher(csi.manager.clone())),
+    )
+}
+
 /// Keeps `P/volume-usage/<volume>/<this node>` in line with this node's use of each
 /// volume. Writes happen in order on one task, latest view per volume, so a slow or
 /// absent etcd never holds a mount up and what waits is one entry per volume.

@@ -441,7 +441,8 @@ impl Agent {
         if let Some(cluster) = agent.cluster.clone() {
             cluster::spawn_revision_follower(&cluster, agent.index.clone());
             agent.follow_placements();
-            tokio::spawn(crate::cluster::scheduler::run(cluster));
+            let lost_claims = csi_calls::lost_claims(&cluster, agent.csi());
+            tokio::spawn(crate::cluster::scheduler::run(cluster, lost_claims));
         }
         Ok(agent)
     }

@@ -66,7 +66,7 @@ enum Done {
 }
 
 impl CsiHook {
-    fn claim_for(alloc: &AllocRunner, usage: Usage) -> Claim {
+    fn claim_for(alloc: &AllocRunner, usage: Usage, external_node_id: Option<String>) -> Claim {
         Claim {
             alloc_id: alloc.id.clone(),
             alloc_name: alloc.name.clone(),
@@ -81,6 +81,7 @@ impl CsiHook {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            external_node_id,
         }
     }
 
@@ -92,8 +93,11 @@ impl CsiHook {
         let csi = &alloc.node.csi;
         let usage = usage_of(request)?;
         let volume = csi.catalog.volume(&request.source)?.volume;
+        // The claim names this node's id for the plugin, which the controller publishes
+        // to: should this node be lost, the cluster unpublishes the volume from it.
+        let external_node_id = csi.manager.csi_node_id(&volume.plugin_id).await?;
         csi.catalog
-            .claim(&volume.id, Self::claim_for(alloc, usage))
+            .claim(&volume.id, Self::claim_for(alloc, usage, external_node_id))
             .map_err(CsiHookError::Claim)?;
         done.push(Done::Claimed {
             volume_id: volume.id.clone(),

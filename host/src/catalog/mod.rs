@@ -63,6 +63,11 @@ pub struct Claim {
     /// berth kept it).
     #[serde(default)]
     pub since: u64,
+    /// The claiming node's id for the volume's plugin (its node part's NodeGetInfo):
+    /// what the controller published the volume to, and what a ControllerUnpublish
+    /// names when that node is lost. `None` for claims recorded before berth kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_node_id: Option<String>,
 }
 
 impl Claim {
@@ -301,6 +306,7 @@ mod tests {
             access_mode,
             node: "n1".into(),
             since: 0,
+            external_node_id: None,
         }
     }
 

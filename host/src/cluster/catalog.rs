@@ -144,15 +144,14 @@ fn status(record: VolumeRecord) -> VolumeStatus {
 }
 
 impl EtcdCatalog {
-    /// Releases the claims of allocs the cluster marked `lost` more than `grace` ago
-    /// (their node went down and has not come back): the volume is usable again. Each
-    /// release is logged with the alloc and the node; the answer lists them.
-    pub fn release_lost_claims(
+    /// The claims of allocs the cluster marked `lost` more than `grace` ago (their node
+    /// went down and has not come back), each with its volume and the lost node's name.
+    pub fn lost_claims_due(
         &self,
         reports: &[super::state::AllocReport],
         now_ms: u64,
         grace: std::time::Duration,
-    ) -> Result<Vec<(String, String)>, CatalogError> {
+    ) -> Result<Vec<LostClaim>, CatalogError> {
         let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
         let lost: std::collections::BTreeMap<&str, &super::state::AllocReport> = reports
             .iter()
@@ -160,28 +159,32 @@ impl EtcdCatalog {
             .filter(|r| r.updated_ms.saturating_add(grace_ms) <= now_ms)
             .map(|r| (r.alloc_id.as_str(), r))
             .collect();
-        let mut released = Vec::new();
         if lost.is_empty() {
-            return Ok(released);
+            return Ok(Vec::new());
         }
+        let mut due = Vec::new();
         for status in self.volumes()? {
             for claim in &status.claims {
-                let Some(report) = lost.get(claim.alloc_id.as_str()) else {
-                    continue;
-                };
-                self.release(&status.volume.id, &claim.alloc_id)?;
-                tracing::warn!(
-                    volume = %status.volume.id,
-                    alloc = %claim.alloc_id,
-                    node = %report.node_name,
-                    "released the claim of a lost alloc: its node has been down longer than \
-                     lost_claim_grace"
-                );
-                released.push((status.volume.id.clone(), claim.alloc_id.clone()));
+                if let Some(report) = lost.get(claim.alloc_id.as_str()) {
+                    due.push(LostClaim {
+                        volume: status.volume.clone(),
+                        claim: claim.clone(),
+                        node_name: report.node_name.clone(),
+                    });
+                }
             }
         }
-        Ok(released)
+        Ok(due)
     }
+}
+
+/// A lost alloc's claim, due for release.
+#[derive(Debug, Clone)]
+pub struct LostClaim {
+    /// The volume, with its secrets (a ControllerUnpublish needs them).
+    pub volume: Volume,
+    pub claim: Claim,
+    pub node_name: String,
 }
 
 impl Catalog for EtcdCatalog {

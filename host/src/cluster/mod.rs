@@ -21,6 +21,7 @@ pub mod calls;
 pub mod catalog;
 pub mod etcd;
 pub mod etcd_access;
+pub mod lost_claims;
 pub mod scheduler;
 pub mod state;
 

@@ -40,7 +40,7 @@ pub(super) fn node(name: &str) -> NodeRecord {
     }
 }
 
-fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
+pub(super) fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::join(&settings(server, "/berth"), dir.path(), node(name)).unwrap();
     (cluster, dir)
@@ -70,6 +70,7 @@ pub(super) fn writer(alloc: &str, node: &str) -> Claim {
         access_mode: AccessMode::SingleNodeWriter,
         node: node.into(),
         since: 0,
+        external_node_id: None,
     }
 }
 
@@ -273,46 +274,6 @@ fn a_forged_placement_whose_ids_could_steer_paths_is_never_read() {
         .block(async move { etcd.put(&key, value, 0).await })
         .unwrap();
     assert_eq!(a.own_placements().unwrap().0.len(), 1);
-}
-
-#[test]
-fn a_lost_allocs_claim_is_released_after_the_grace_and_not_before() {
-    use super::state::AllocReport;
-    use crate::model::status::ClientStatus;
-    let server = EtcdServer::start();
-    let (a, _da) = join(&server, "a");
-    let catalog = EtcdCatalog::new(a);
-    catalog.register_volume(volume("data")).unwrap();
-    catalog.claim("data", writer("held", "b")).unwrap();
-    let lost_at = 1_000_000;
-    let report = |status: ClientStatus| AllocReport {
-        alloc_id: "held".into(),
-        job_id: "web".into(),
-        name: "web.g[0]".into(),
-        node_id: random_id(),
-        node_name: "b".into(),
-        client_status: status,
-        description: String::new(),
-        updated_ms: lost_at,
-    };
-    let grace = Duration::from_secs(60);
-    // Within the grace: kept.
-    let released = catalog
-        .release_lost_claims(&[report(ClientStatus::Lost)], lost_at + 59_000, grace)
-        .unwrap();
-    assert!(released.is_empty());
-    assert_eq!(catalog.volume("data").unwrap().claims.len(), 1);
-    // A running alloc's claim is never released, whatever the time.
-    catalog
-        .release_lost_claims(&[report(ClientStatus::Running)], lost_at * 10, grace)
-        .unwrap();
-    assert_eq!(catalog.volume("data").unwrap().claims.len(), 1);
-    // Past the grace: released, and said so.
-    let released = catalog
-        .release_lost_claims(&[report(ClientStatus::Lost)], lost_at + 60_000, grace)
-        .unwrap();
-    assert_eq!(released, [("data".to_string(), "held".to_string())]);
-    assert!(catalog.volume("data").unwrap().claims.is_empty());
 }
 
 /// Two live nodes of one name would each judge the other's CSI claims as its own (a

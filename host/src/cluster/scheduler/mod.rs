@@ -647,7 +647,10 @@ pub async fn apply(
 
 /// Runs for as long as the agent does: campaign for leadership; while leader, plan and
 /// apply on every change of the cluster's state.
-pub async fn run(cluster: std::sync::Arc<Cluster>) {
+pub async fn run(
+    cluster: std::sync::Arc<Cluster>,
+    lost_claims: std::sync::Arc<super::lost_claims::LostClaims>,
+) {
     let election = cluster.key(&["leader"]);
     loop {
         let leader = match cluster
@@ -695,19 +698,8 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
                 Err(_) => continue,
             };
             // Claims of allocs lost longer than the grace go back (a lost node's allocs
-            // may still be writing until then).
-            {
-                let catalog = super::catalog::EtcdCatalog::new(cluster.clone());
-                let reports = snapshot.reports.clone();
-                let grace = cluster.settings().lost_claim_grace;
-                let released = tokio::task::spawn_blocking(move || {
-                    catalog.release_lost_claims(&reports, super::now_ms(), grace)
-                })
-                .await;
-                if let Ok(Err(error)) = released {
-                    tracing::warn!(%error, "releasing the claims of lost allocs");
-                }
-            }
+            // may still be writing until then), their volumes unpublished from it first.
+            lost_claims.release_due(snapshot.reports.clone());
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -734,7 +726,9 @@ pub async fn run(cluster: std::sync::Arc<Cluster>) {
                 .map(|r| r.updated_ms.saturating_add(grace_ms).saturating_add(100))
                 .filter(|at| *at > now)
                 .min();
-            let due_in = [plan.wake_at_ms, claims_due]
+            // And when claims kept by a failed unpublish are to be tried again.
+            let retry = lost_claims.retry_at_ms().map(|at| at.max(now));
+            let due_in = [plan.wake_at_ms, claims_due, retry]
                 .into_iter()
                 .flatten()
                 .min()

@@ -70,6 +70,13 @@ impl CsiManager {
     }
 
     /// The healthy, fingerprinted plugin, waiting for it up to the plugin wait.
+    /// This node's id for plugin `id` (its node part's NodeGetInfo), once that part is
+    /// healthy: waited for as a mount waits for it.
+    pub async fn csi_node_id(&self, id: &str) -> Result<Option<String>, CsiVolumeError> {
+        let (_, _, fingerprint) = self.ready(PluginKind::Node, id).await?;
+        Ok(fingerprint.node_id)
+    }
+
     pub(super) async fn ready(
         &self,
         kind: PluginKind,

@@ -178,6 +178,31 @@ impl CsiManager {
             .is_some()
     }
 
+    /// ControllerUnpublishVolume of `volume` from `node_id`, a node that is gone (its
+    /// claim was lost), by the plugin's controller wherever it runs: `false` when the
+    /// plugin has no controller anywhere, so nothing to ask.
+    pub async fn unpublish_from_lost_node(
+        &self,
+        volume: &Volume,
+        node_id: &str,
+    ) -> Result<bool, CsiVolumeError> {
+        if !self.has_controller(&volume.plugin_id) {
+            return Ok(false);
+        }
+        match self
+            .controller(ControllerRequest::Unpublish {
+                plugin_id: volume.plugin_id.clone(),
+                external_id: volume.external_id.clone(),
+                node_id: node_id.to_string(),
+                secrets: volume.secrets.clone(),
+            })
+            .await?
+        {
+            ControllerAnswer::Done => Ok(true),
+            other => Err(unexpected("ControllerUnpublishVolume", &other)),
+        }
+    }
+
     /// Runs `request` on the controller wherever it is.
     pub(super) async fn controller(
         &self,
@@ -282,10 +307,14 @@ impl CsiManager {
                 node_id,
                 secrets,
             } => {
-                let (_, client, _) = self.ready(PluginKind::Controller, &plugin_id).await?;
-                client
-                    .controller_unpublish(&external_id, &node_id, &secrets)
-                    .await?;
+                let (_, client, fingerprint) =
+                    self.ready(PluginKind::Controller, &plugin_id).await?;
+                // A controller that does not publish published nothing to undo.
+                if fingerprint.capabilities.controller_publish {
+                    client
+                        .controller_unpublish(&external_id, &node_id, &secrets)
+                        .await?;
+                }
                 ControllerAnswer::Done
             }
         })

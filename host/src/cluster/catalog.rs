@@ -166,10 +166,17 @@ impl EtcdCatalog {
         for status in self.volumes()? {
             for claim in &status.claims {
                 if let Some(report) = lost.get(claim.alloc_id.as_str()) {
+                    let node_id_in_use = claim.external_node_id.is_some()
+                        && status.claims.iter().any(|other| {
+                            other.alloc_id != claim.alloc_id
+                                && !lost.contains_key(other.alloc_id.as_str())
+                                && other.external_node_id == claim.external_node_id
+                        });
                     due.push(LostClaim {
                         volume: status.volume.clone(),
                         claim: claim.clone(),
                         node_name: report.node_name.clone(),
+                        node_id_in_use,
                     });
                 }
             }
@@ -185,6 +192,10 @@ pub struct LostClaim {
     pub volume: Volume,
     pub claim: Claim,
     pub node_name: String,
+    /// Another claim that stays names the same CSI node id (the alloc that replaced
+    /// this one, on the node that came back; or a plugin that reports one id on two
+    /// nodes): unpublishing from it would pull the volume from under that claim.
+    pub node_id_in_use: bool,
 }
 
 impl Catalog for EtcdCatalog {

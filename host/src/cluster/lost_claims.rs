@@ -151,6 +151,12 @@ impl LostClaims {
                  without ControllerUnpublishVolume");
             return true;
         };
+        if lost.node_id_in_use {
+            tracing::warn!(volume = %lost.volume.id, node = %lost.node_name, csi_node = %node_id,
+                "the claim of a lost alloc is released without ControllerUnpublishVolume: \
+                 another claim of the volume is on the same CSI node id");
+            return true;
+        }
         match self.unpublisher.unpublish(&lost.volume, node_id).await {
             Ok(true) => {
                 tracing::info!(volume = %lost.volume.id, node = %lost.node_name,
@@ -257,6 +263,22 @@ mod tests {
                 ("data".to_string(), "csi-b".to_string())
             ]
         );
+
+        // Another claim that stays is on the lost claim's CSI node id: released unasked,
+        // the volume left where that claim uses it.
+        let mut claim = writer("held", "b");
+        claim.external_node_id = Some("csi-b".into());
+        catalog.claim("data", claim).unwrap();
+        let mut other = writer("stays", "b");
+        other.access_mode = crate::model::csi::AccessMode::MultiNodeMultiWriter;
+        other.mode = crate::catalog::ClaimMode::Read;
+        other.external_node_id = Some("csi-b".into());
+        catalog.claim("data", other).unwrap();
+        recorder.refuse.store(true, Ordering::SeqCst);
+        assert_eq!(release(ClientStatus::Lost, lost_at + grace), 0);
+        assert_eq!(claims(), 1);
+        assert_eq!(recorder.asked.lock().unwrap().len(), 2);
+        catalog.release("data", "stays").unwrap();
 
         // A claim recorded before claims named the node's CSI id: released unasked.
         catalog.claim("data", writer("held", "b")).unwrap();

@@ -99,6 +99,7 @@ fn job(count: usize) -> ClusterJob {
         submitted_ms: 0,
         stopped: false,
         may_run_plugins: false,
+        child_of: None,
     }
 }
 

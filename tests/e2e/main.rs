@@ -13,6 +13,7 @@ mod alloc_actions;
 mod cli;
 mod cluster;
 mod cluster_csi;
+mod cluster_launched;
 mod cluster_reschedule;
 mod cluster_secure;
 mod cluster_system;

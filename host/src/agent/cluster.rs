@@ -179,18 +179,6 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
-        if job.periodic.is_some() || job.parameterized.is_some() {
-            return Err(SubmitError::Refused(format!(
-                "job {:?} is {}: a cluster does not launch periodic or parameterized jobs \
-                 yet (submit it to an agent without a cluster block)",
-                job.name,
-                if job.periodic.is_some() {
-                    "periodic"
-                } else {
-                    "parameterized"
-                }
-            )));
-        }
         if source.len() > MAX_CLUSTER_SOURCE {
             return Err(SubmitError::Refused(format!(
                 "the jobspec is {} KiB; a cluster keeps at most {} KiB of one job's source",
@@ -212,6 +200,7 @@ impl Agent {
                         may_run_plugins: true
                     }
             ),
+            child_of: None,
         };
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || cluster.put_job(&record))
@@ -371,12 +360,7 @@ impl Agent {
         cluster_job: &ClusterJob,
         placement: &Placement,
     ) -> Result<(), SubmitError> {
-        let job = jobspec::parse_with(
-            &cluster_job.source_name,
-            &cluster_job.source,
-            &cluster_job.variables,
-        )
-        .map_err(SubmitError::Invalid)?;
+        let job = cluster_job.spec().map_err(SubmitError::Invalid)?;
         let submitter = if cluster_job.may_run_plugins {
             super::Submitter::Operator
         } else {
@@ -424,7 +408,7 @@ impl Agent {
             variables: cluster_job.variables.clone(),
             submitted_ms: cluster_job.submitted_ms,
             stopped: false,
-            child_of: None,
+            child_of: cluster_job.child_of.clone(),
         };
         self.node
             .store

@@ -19,24 +19,6 @@ use super::{Agent, LookupError, SubmitError, Submitted, now_ms};
 use crate::jobspec::{Job, MAX_DISPATCH_PAYLOAD, PayloadRule};
 use crate::state::{ChildOf, JobRecord};
 
-/// The job a child runs: its parent's, under the child's id, with the dispatch's meta
-/// over the job's and its payload.
-pub(super) fn child_job(mut job: Job, id: &str, child: &ChildOf) -> Job {
-    job.name = id.to_string();
-    job.periodic = None;
-    job.parameterized = None;
-    job.parent = Some(child.parent.clone());
-    for (key, value) in &child.meta {
-        job.meta.retain(|(k, _)| k != key);
-        job.meta.push((key.clone(), value.clone()));
-    }
-    job.payload = child
-        .payload
-        .as_ref()
-        .and_then(|p| base64::engine::general_purpose::STANDARD.decode(p).ok());
-    job
-}
-
 impl Agent {
     /// Launches a child of the parameterized job `parent` with `meta` and `payload`,
     /// checked against the job's `parameterized` block as Nomad checks them.
@@ -46,8 +28,8 @@ impl Agent {
         meta: BTreeMap<String, String>,
         payload: Option<Vec<u8>>,
     ) -> Result<Submitted, SubmitError> {
-        let job = self.launcher(parent)?;
-        let Some(rules) = &job.parameterized else {
+        let launcher = self.launcher(parent).await?;
+        let Some(rules) = &launcher.job.parameterized else {
             return Err(SubmitError::Refused(format!(
                 "job {parent:?} is not parameterized: only a job with a parameterized block \
                  is dispatched"
@@ -104,86 +86,122 @@ impl Agent {
             payload: payload.map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
         };
         let suffix = format!("{:08x}", random_u32());
-        self.launch_child(&job, "dispatch", Some(&suffix), child)
+        self.launch_child(&launcher, "dispatch", Some(&suffix), child)
             .await
     }
 
     /// Launches a child of the periodic job `parent` now, whatever its schedule says (and
     /// whether or not another child runs), as `nomad job periodic force` does.
     pub async fn force_periodic(&self, parent: &str) -> Result<Submitted, SubmitError> {
-        let job = self.launcher(parent)?;
-        if job.periodic.is_none() {
+        let launcher = self.launcher(parent).await?;
+        if launcher.job.periodic.is_none() {
             return Err(SubmitError::Refused(format!(
                 "job {parent:?} is not periodic: only a job with a periodic block is forced"
             )));
         }
-        self.launch_child(&job, "periodic", None, periodic_child(parent))
+        self.launch_child(&launcher, "periodic", None, periodic_child(parent))
             .await
     }
 
-    /// The running (not stopped) job `id`, to launch from.
-    fn launcher(&self, id: &str) -> Result<Arc<Job>, SubmitError> {
+    /// The running (not stopped) job `id`, to launch from: this agent's, or in a
+    /// cluster the cluster's.
+    async fn launcher(&self, id: &str) -> Result<Parent, SubmitError> {
+        if let Some(cluster) = self.cluster.clone() {
+            let wanted = id.to_string();
+            let found = tokio::task::spawn_blocking(move || cluster.job(&wanted))
+                .await
+                .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+            let Some((record, _)) = found else {
+                return Err(LookupError::NotFound {
+                    kind: "job",
+                    id: id.to_string(),
+                }
+                .into());
+            };
+            if record.stopped {
+                return Err(stopped(id));
+            }
+            return Ok(Parent {
+                job: Arc::new(record.spec().map_err(SubmitError::Invalid)?),
+                source_name: record.source_name,
+                source: record.source,
+                variables: record.variables,
+                may_run_plugins: record.may_run_plugins,
+            });
+        }
         let jobs = self.jobs.lock().unwrap();
         let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
             kind: "job",
             id: id.to_string(),
         })?;
         if entry.record.stopped {
-            return Err(SubmitError::Refused(format!(
-                "job {id:?} is stopped: run it again to launch from it"
-            )));
+            return Err(stopped(id));
         }
-        Ok(entry.job.clone())
+        Ok(Parent {
+            job: entry.job.clone(),
+            source_name: entry.record.source_name.clone(),
+            source: entry.record.source.clone(),
+            variables: entry.record.variables.clone(),
+            may_run_plugins: false,
+        })
     }
 
-    /// Records and starts a child of `parent` (`<parent>/<kind>-<unix time>[-suffix]`).
+    /// Records and starts a child of `parent` (`<parent>/<kind>-<unix time>[-suffix]`);
+    /// in a cluster, records it there for the scheduler to place.
     async fn launch_child(
         &self,
-        parent: &Arc<Job>,
+        parent: &Parent,
         kind: &str,
         suffix: Option<&str>,
         child: ChildOf,
     ) -> Result<Submitted, SubmitError> {
         let _one_at_a_time = self.submitting.lock().await;
-        let (source_name, source, variables) = {
-            let jobs = self.jobs.lock().unwrap();
-            let entry = jobs
-                .get(&parent.name)
-                .ok_or_else(|| LookupError::NotFound {
-                    kind: "job",
-                    id: parent.name.clone(),
-                })?;
-            (
-                entry.record.source_name.clone(),
-                entry.record.source.clone(),
-                entry.record.variables.clone(),
-            )
-        };
         let launched = Utc::now().timestamp();
-        let mut id = match suffix {
-            Some(suffix) => format!("{}/{kind}-{launched}-{suffix}", parent.name),
-            None => format!("{}/{kind}-{launched}", parent.name),
+        let name = &parent.job.name;
+        let base = match suffix {
+            Some(suffix) => format!("{name}/{kind}-{launched}-{suffix}"),
+            None => format!("{name}/{kind}-{launched}"),
         };
-        // Two launches in one second (a force next to a scheduled launch).
-        let taken = |id: &str| self.jobs.lock().unwrap().contains_key(id);
-        let base = id.clone();
+        // Two launches in one second (a force next to a scheduled launch) get `-2`, ...
+        let mut id = base.clone();
         let mut n = 1;
-        while taken(&id) {
+        if let Some(cluster) = self.cluster.clone() {
+            loop {
+                let record = cluster_child(parent, &id, child.clone());
+                let cluster = cluster.clone();
+                let created = tokio::task::spawn_blocking(move || cluster.create_job(&record))
+                    .await
+                    .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+                if created {
+                    break;
+                }
+                n += 1;
+                id = format!("{base}-{n}");
+            }
+            tracing::info!(job = %name, child = %id, "launched a child job in the cluster");
+            return Ok(Submitted {
+                job_id: id,
+                alloc_ids: Vec::new(),
+                replaced: Vec::new(),
+                warnings: Vec::new(),
+            });
+        }
+        while self.jobs.lock().unwrap().contains_key(&id) {
             n += 1;
             id = format!("{base}-{n}");
         }
-        let job = Arc::new(child_job(Job::clone(parent), &id, &child));
+        let job = Arc::new(child.child_job(Job::clone(&parent.job), &id));
         let record = JobRecord {
             id: id.clone(),
-            source_name,
-            source,
-            variables,
+            source_name: parent.source_name.clone(),
+            source: parent.source.clone(),
+            variables: parent.variables.clone(),
             submitted_ms: now_ms(),
             stopped: false,
             child_of: Some(child),
         };
         let alloc_ids = self.record_and_place(record, job)?;
-        tracing::info!(job = %parent.name, child = %id, "launched a child job");
+        tracing::info!(job = %name, child = %id, "launched a child job");
         Ok(Submitted {
             job_id: id,
             alloc_ids,
@@ -215,6 +233,37 @@ impl Agent {
     }
 }
 
+/// A job to launch children from, with what a child keeps of it.
+struct Parent {
+    job: Arc<Job>,
+    source_name: String,
+    source: String,
+    variables: crate::jobspec::eval::VariableInputs,
+    /// In a cluster: whether the parent's submitter could run CSI plugin tasks (its
+    /// children may as much, and no more).
+    may_run_plugins: bool,
+}
+
+fn stopped(id: &str) -> SubmitError {
+    SubmitError::Refused(format!(
+        "job {id:?} is stopped: run it again to launch from it"
+    ))
+}
+
+/// A child's record in the cluster: its parent's source at launch.
+fn cluster_child(parent: &Parent, id: &str, child: ChildOf) -> crate::cluster::state::ClusterJob {
+    crate::cluster::state::ClusterJob {
+        id: id.to_string(),
+        source_name: parent.source_name.clone(),
+        source: parent.source.clone(),
+        variables: parent.variables.clone(),
+        submitted_ms: now_ms(),
+        stopped: false,
+        may_run_plugins: parent.may_run_plugins,
+        child_of: Some(child),
+    }
+}
+
 fn periodic_child(parent: &str) -> ChildOf {
     ChildOf {
         parent: parent.to_string(),
@@ -243,10 +292,14 @@ fn random_u32() -> u32 {
 }
 
 /// Launches the periodic jobs' children on their schedules for as long as the agent
-/// lives. Each job's next launch is computed from when the job was first seen (or last
+/// lives (an agent on its own; in a cluster the scheduler does). Each job's next launch is computed from when the job was first seen (or last
 /// launched); a job submitted again starts a new schedule. Launches missed while the
 /// agent was down are not made up, as in Nomad.
 pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
+    if agent.cluster.is_some() {
+        // The cluster's scheduler launches them (`cluster/scheduler/periodic.rs`).
+        return;
+    }
     let agent: Weak<Agent> = Arc::downgrade(agent);
     tokio::spawn(async move {
         // By job id: the version scheduled, and its next launch.

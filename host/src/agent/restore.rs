@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::{Agent, AllocEntry, JobEntry, Notice, NoticeLevel, launch, spawn_runner, store_name};
+use super::{Agent, AllocEntry, JobEntry, Notice, NoticeLevel, spawn_runner, store_name};
 use crate::alloc_runner::AllocRunner;
 use crate::jobspec::{self};
 use crate::model::status::ClientStatus;
@@ -27,7 +27,7 @@ impl Agent {
             match jobspec::parse_with(&record.source_name, &record.source, &record.variables) {
                 Ok(job) => {
                     let job = match &record.child_of {
-                        Some(child) => launch::child_job(job, &record.id, child),
+                        Some(child) => child.child_job(job, &record.id),
                         None => job,
                     };
                     jobs.insert(

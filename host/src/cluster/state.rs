@@ -25,6 +25,35 @@ pub struct ClusterJob {
     /// the node that runs the job checks its `csi_plugin` tasks against this.
     #[serde(default)]
     pub may_run_plugins: bool,
+    /// Set for a child launched from a periodic or parameterized job (its source is its
+    /// parent's at launch; its id `<parent>/<kind>-<time>[-<suffix>]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_of: Option<crate::state::ChildOf>,
+}
+
+impl ClusterJob {
+    /// The job as every agent reads it: its source evaluated with its variables, and a
+    /// child's meta and payload over its parent's job.
+    pub fn spec(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
+        let job = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables)?;
+        Ok(match &self.child_of {
+            Some(child) => child.child_job(job, &self.id),
+            None => job,
+        })
+    }
+}
+
+/// Checks a cluster job id: a job's name, or a child's `<parent>/<kind>-<...>` whose
+/// parent is a job's name and whose rest is a name too (one `/`, no path tricks).
+pub fn check_job_id(id: &str) -> Result<(), crate::jobspec::names::NameError> {
+    use crate::jobspec::names::{NameKind, check_name};
+    match id.split_once('/') {
+        Some((parent, child)) => {
+            check_name(NameKind::Job, parent)?;
+            check_name(NameKind::Job, child)
+        }
+        None => check_name(NameKind::Job, id),
+    }
 }
 
 /// One alloc placed on one node by the scheduler.
@@ -157,10 +186,7 @@ pub struct NodeSettings {
 /// the operator (SECURITY.md), but a record that could steer the agent's paths is
 /// refused all the same.
 fn well_formed(rest: &str, record: &Record<'_>) -> Result<(), Refused> {
-    let job_name = |id: &str| {
-        crate::jobspec::names::check_name(crate::jobspec::names::NameKind::Job, id)
-            .map_err(|e| Refused(e.to_string()))
-    };
+    let job_name = |id: &str| check_job_id(id).map_err(|e| Refused(e.to_string()));
     let uuid = |what: &str, id: &str| {
         if super::is_uuid(id) {
             Ok(())
@@ -178,6 +204,15 @@ fn well_formed(rest: &str, record: &Record<'_>) -> Result<(), Refused> {
     match record {
         Record::Job(job) => {
             job_name(&job.id)?;
+            // A child names its parent in its id; a job that is no child has no `/`.
+            let parent = job.id.split_once('/').map(|(parent, _)| parent);
+            if parent != job.child_of.as_ref().map(|c| c.parent.as_str()) {
+                return Err(Refused(format!(
+                    "its id {:?} and its parent {:?} disagree",
+                    job.id,
+                    job.child_of.as_ref().map(|c| c.parent.as_str())
+                )));
+            }
             matches(format!("jobs/{}", job.id))
         }
         Record::Node(node) => {
@@ -340,6 +375,29 @@ impl Cluster {
         self.etcd().block(async move {
             etcd.put(&key, value, 0).await?;
             Ok::<_, ClusterError>(etcd.get(&key).await?.map_or(0, |e| e.mod_revision))
+        })
+    }
+
+    /// Submits a job that must be new (a launched child): `false`, and nothing written,
+    /// when a job of that id exists, so agents launching one periodic child at once
+    /// launch it once.
+    pub fn create_job(&self, job: &ClusterJob) -> Result<bool, ClusterError> {
+        let key = self.key(&["jobs", &job.id]);
+        let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let etcd = self.etcd().clone();
+        self.etcd().block(async move {
+            let write = super::etcd::Write::Put {
+                key: key.clone(),
+                value,
+                lease: 0,
+            };
+            Ok::<_, ClusterError>(
+                etcd.transaction(
+                    vec![super::etcd::Condition::ModRevision(key, 0)],
+                    vec![write],
+                )
+                .await?,
+            )
         })
     }
 

@@ -122,6 +122,27 @@ pub struct ChildOf {
     pub payload: Option<String>,
 }
 
+impl ChildOf {
+    /// The job the child `id` runs: its parent's, under the child's id, with the
+    /// dispatch's meta over the job's and its payload.
+    pub fn child_job(&self, mut job: crate::jobspec::Job, id: &str) -> crate::jobspec::Job {
+        use base64::Engine as _;
+        job.name = id.to_string();
+        job.periodic = None;
+        job.parameterized = None;
+        job.parent = Some(self.parent.clone());
+        for (key, value) in &self.meta {
+            job.meta.retain(|(k, _)| k != key);
+            job.meta.push((key.clone(), value.clone()));
+        }
+        job.payload = self
+            .payload
+            .as_ref()
+            .and_then(|p| base64::engine::general_purpose::STANDARD.decode(p).ok());
+        job
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocRecord {
     pub id: String,

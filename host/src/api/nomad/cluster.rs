@@ -555,8 +555,7 @@ fn cluster_job_status(
     use crate::agent::{AllocSummary, JobState, JobStatus};
     use crate::model::status::DesiredStatus;
     let (record, _) = snapshot.jobs.iter().find(|(j, _)| j.id == id)?;
-    let job =
-        crate::jobspec::parse_with(&record.source_name, &record.source, &record.variables).ok()?;
+    let job = record.spec().ok()?;
     let allocs: Vec<AllocSummary> = alloc_stubs(snapshot, |job_id, _| job_id == id)
         .iter()
         .map(|stub| {
@@ -580,9 +579,18 @@ fn cluster_job_status(
             }
         })
         .collect();
-    let status = if allocs
-        .iter()
-        .any(|a| a.client_status == ClientStatus::Running)
+    let launches = if job.periodic.is_some() {
+        Some("periodic".to_string())
+    } else if job.parameterized.is_some() {
+        Some("parameterized".to_string())
+    } else {
+        None
+    };
+    // A job that launches children runs for as long as it is not stopped, as in Nomad.
+    let status = if (launches.is_some() && !record.stopped)
+        || allocs
+            .iter()
+            .any(|a| a.client_status == ClientStatus::Running)
     {
         JobState::Running
     } else if allocs
@@ -603,8 +611,8 @@ fn cluster_job_status(
             stopped: record.stopped,
             status,
             allocs,
-            launches: None,
-            parent: None,
+            parent: job.parent.clone(),
+            launches,
         },
         job,
     ))
@@ -694,7 +702,8 @@ pub async fn job_evaluations(
         // The scheduler type is the job's. A system job's failed placements (a node
         // without room) are reported, as in Nomad, without blocking the evaluation: it
         // runs where it fits and is placed again when the cluster changes.
-        let job_type = crate::jobspec::parse_with(&job.source_name, &job.source, &job.variables)
+        let job_type = job
+            .spec()
             .map_or(crate::jobspec::JobType::Service, |parsed| parsed.job_type);
         let status = if blocked.is_empty() || job_type.per_node() {
             "complete"
@@ -711,7 +720,8 @@ pub async fn job_evaluations(
             "StatusDescription": match blocked.first() {
                 Some(entry) => entry.why.clone(),
                 // Else what will not be placed again.
-                None => crate::jobspec::parse_with(&job.source_name, &job.source, &job.variables)
+                None => job
+                    .spec()
                     .map(|parsed| super::reschedule::exhausted(snapshot, &parsed, &id))
                     .unwrap_or_default(),
             },

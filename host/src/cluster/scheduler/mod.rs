@@ -23,6 +23,7 @@
 //! [`plan`] is a pure function of a [`Snapshot`]; the leader writes its result in one
 //! transaction that holds only while it is still the leader.
 
+pub mod periodic;
 pub mod reschedule;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +51,8 @@ pub struct Plan {
     /// The earliest time a failed alloc is due to be placed again: the scheduler plans
     /// again then, though nothing in the cluster changed.
     pub wake_at_ms: Option<u64>,
+    /// Children of periodic jobs due now, to be launched (recorded as jobs).
+    pub launch: Vec<periodic::Launch>,
 }
 
 /// How long the report of an alloc that is no longer placed is kept (Nomad collects
@@ -263,7 +266,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         .jobs
         .iter()
         .map(|(job, version)| {
-            let parsed = jobspec::parse_with(&job.source_name, &job.source, &job.variables).ok();
+            let parsed = job.spec().ok();
             (job.id.as_str(), (job, *version, parsed))
         })
         .collect();
@@ -537,7 +540,43 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
             }
         }
     }
+    let (launch, next_launch_ms) = periodic::launches(snapshot, &jobs, now_ms);
+    plan.launch = launch;
+    if let Some(at_ms) = next_launch_ms {
+        plan.wake_at_ms = Some(plan.wake_at_ms.map_or(at_ms, |w| w.min(at_ms)));
+    }
     plan
+}
+
+/// Records the children of periodic jobs the plan launches (once each, whoever else
+/// launches them), from their parents' records in `snapshot`.
+async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapshot: &Snapshot) {
+    for launch in &plan.launch {
+        let Some((parent, _)) = snapshot.jobs.iter().find(|(j, _)| j.id == launch.parent) else {
+            continue;
+        };
+        let child = ClusterJob {
+            id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
+            submitted_ms: launch.at_ms,
+            stopped: false,
+            child_of: Some(crate::state::ChildOf {
+                parent: launch.parent.clone(),
+                meta: Vec::new(),
+                payload: None,
+            }),
+            ..parent.clone()
+        };
+        let cluster = cluster.clone();
+        let id = child.id.clone();
+        match tokio::task::spawn_blocking(move || cluster.create_job(&child)).await {
+            Ok(Ok(true)) => tracing::info!(job = %launch.parent, child = %id,
+                "launched a periodic job's child"),
+            Ok(Ok(false)) => {}
+            Ok(Err(error)) => tracing::warn!(job = %launch.parent, %error,
+                "launching a periodic job's child"),
+            Err(_) => {}
+        }
+    }
 }
 
 /// Whether a job places allocs itself (periodic and parameterized jobs do not: their
@@ -701,7 +740,7 @@ pub async fn run(
             // may still be writing until then), their volumes unpublished from it first.
             lost_claims.release_due(snapshot.reports.clone());
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
-                Ok(true) => {}
+                Ok(true) => launch_children(&cluster, &plan, &snapshot).await,
                 Ok(false) => {
                     tracing::warn!("no longer the cluster's scheduler");
                     break;

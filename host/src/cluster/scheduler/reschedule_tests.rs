@@ -48,6 +48,7 @@ fn job(job_type: &str, reschedule: &str) -> (ClusterJob, i64) {
             submitted_ms: 0,
             stopped: false,
             may_run_plugins: false,
+            child_of: None,
         },
         7,
     )

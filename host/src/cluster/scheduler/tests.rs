@@ -44,6 +44,7 @@ pub(super) mod tests_support {
                 submitted_ms: 0,
                 stopped: false,
                 may_run_plugins: false,
+                child_of: None,
             },
             7,
         )

@@ -159,13 +159,7 @@ pub struct JobsQuery {
 }
 
 fn job_status(record: JobRecord, job: &Job, allocs: Vec<AllocSummary>) -> JobStatus {
-    let launches = if job.periodic.is_some() {
-        Some("periodic".to_string())
-    } else if job.parameterized.is_some() {
-        Some("parameterized".to_string())
-    } else {
-        None
-    };
+    let launches = job.launches().map(str::to_string);
     // A job that launches children runs for as long as it is not stopped, as in Nomad.
     let launching = launches.is_some() && !record.stopped;
     let status = if launching

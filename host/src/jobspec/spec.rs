@@ -120,6 +120,20 @@ pub enum JobType {
     SysBatch,
 }
 
+impl Job {
+    /// What the job launches instead of placing allocs itself: `periodic` or
+    /// `parameterized` children (as `job status` says), or nothing.
+    pub fn launches(&self) -> Option<&'static str> {
+        if self.periodic.is_some() {
+            Some("periodic")
+        } else if self.parameterized.is_some() {
+            Some("parameterized")
+        } else {
+            None
+        }
+    }
+}
+
 impl JobType {
     /// The jobspec's and Nomad API's word for it.
     pub fn as_str(self) -> &'static str {

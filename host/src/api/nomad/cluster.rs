@@ -579,13 +579,7 @@ fn cluster_job_status(
             }
         })
         .collect();
-    let launches = if job.periodic.is_some() {
-        Some("periodic".to_string())
-    } else if job.parameterized.is_some() {
-        Some("parameterized".to_string())
-    } else {
-        None
-    };
+    let launches = job.launches().map(str::to_string);
     // A job that launches children runs for as long as it is not stopped, as in Nomad.
     let status = if (launches.is_some() && !record.stopped)
         || allocs

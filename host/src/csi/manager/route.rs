@@ -189,16 +189,35 @@ impl CsiManager {
         if !self.has_controller(&volume.plugin_id) {
             return Ok(false);
         }
+        self.unpublish_at_controller(
+            &volume.plugin_id,
+            &volume.external_id,
+            node_id,
+            &volume.secrets,
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// ControllerUnpublishVolume of a volume from `node_id`, by the plugin's controller
+    /// wherever it runs.
+    pub(super) async fn unpublish_at_controller(
+        &self,
+        plugin_id: &str,
+        external_id: &str,
+        node_id: &str,
+        secrets: &HashMap<String, String>,
+    ) -> Result<(), CsiVolumeError> {
         match self
             .controller(ControllerRequest::Unpublish {
-                plugin_id: volume.plugin_id.clone(),
-                external_id: volume.external_id.clone(),
+                plugin_id: plugin_id.to_string(),
+                external_id: external_id.to_string(),
                 node_id: node_id.to_string(),
-                secrets: volume.secrets.clone(),
+                secrets: secrets.clone(),
             })
             .await?
         {
-            ControllerAnswer::Done => Ok(true),
+            ControllerAnswer::Done => Ok(()),
             other => Err(unexpected("ControllerUnpublishVolume", &other)),
         }
     }

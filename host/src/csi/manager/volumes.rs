@@ -212,12 +212,24 @@ impl CsiManager {
             // The publish context went with the crash, and a mount asks for it again.
             Intent::ControllerPublish { node_id } => {
                 if record.staged.is_none() && record.stages.is_empty() {
-                    self.unpublish_at_controller(record, node_id).await?;
+                    self.unpublish_at_controller(
+                        &record.plugin_id,
+                        &record.external_id,
+                        node_id,
+                        &record.secrets,
+                    )
+                    .await?;
                 }
             }
             Intent::ControllerUnpublish => {
                 if let Some((node_id, _)) = record.controller_published.clone() {
-                    self.unpublish_at_controller(record, &node_id).await?;
+                    self.unpublish_at_controller(
+                        &record.plugin_id,
+                        &record.external_id,
+                        &node_id,
+                        &record.secrets,
+                    )
+                    .await?;
                 }
                 record.controller_published = None;
             }
@@ -812,27 +824,6 @@ impl CsiManager {
         }
     }
 
-    /// ControllerUnpublishVolume of the record's volume from `node_id`, by the plugin's
-    /// controller wherever it runs.
-    async fn unpublish_at_controller(
-        &self,
-        record: &VolumeUsage,
-        node_id: &str,
-    ) -> Result<(), CsiVolumeError> {
-        match self
-            .controller(ControllerRequest::Unpublish {
-                plugin_id: record.plugin_id.clone(),
-                external_id: record.external_id.clone(),
-                node_id: node_id.to_string(),
-                secrets: record.secrets.clone(),
-            })
-            .await?
-        {
-            ControllerAnswer::Done => Ok(()),
-            other => Err(unexpected("ControllerUnpublishVolume", &other)),
-        }
-    }
-
     pub(super) async fn controller_unpublish(
         &self,
         volume_id: &str,
@@ -847,7 +838,13 @@ impl CsiManager {
             return Ok(());
         }
         self.begin(volume_id, record, Intent::ControllerUnpublish)?;
-        self.unpublish_at_controller(record, &node_id).await?;
+        self.unpublish_at_controller(
+            &record.plugin_id,
+            &record.external_id,
+            &node_id,
+            &record.secrets,
+        )
+        .await?;
         record.controller_published = None;
         record.pending = None;
         self.save_usage(volume_id, record)

@@ -110,8 +110,11 @@ fn threads_waiting_on_fuse(pid: u32) -> usize {
     threads
         .flatten()
         .filter(|thread| {
-            std::fs::read_to_string(thread.path().join("wchan"))
-                .is_ok_and(|wchan| wchan.contains("fuse") || wchan.contains("request_wait"))
+            // Where it sleeps, or (a kernel that hides it there) its kernel stack.
+            ["wchan", "stack"].iter().any(|file| {
+                std::fs::read_to_string(thread.path().join(file))
+                    .is_ok_and(|text| text.contains("fuse") || text.contains("request_wait"))
+            })
         })
         .count()
 }

@@ -93,9 +93,9 @@ impl CsiHook {
         let csi = &alloc.node.csi;
         let usage = usage_of(request)?;
         let volume = csi.catalog.volume(&request.source)?.volume;
-        // The claim names this node's id for the plugin, which the controller publishes
-        // to: should this node be lost, the cluster unpublishes the volume from it.
-        let external_node_id = csi.manager.csi_node_id(&volume.plugin_id).await?;
+        // The claim names this node's id for the plugin when a controller publishes to
+        // it: should this node be lost, the cluster unpublishes the volume from it.
+        let external_node_id = csi.manager.claim_node_id(&volume.plugin_id).await?;
         csi.catalog
             .claim(&volume.id, Self::claim_for(alloc, usage, external_node_id))
             .map_err(CsiHookError::Claim)?;

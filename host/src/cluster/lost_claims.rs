@@ -54,9 +54,14 @@ pub struct LostClaims {
     cluster: Arc<Cluster>,
     unpublisher: Arc<dyn Unpublisher>,
     busy: AtomicBool,
+    /// A release was asked for while one ran: the scheduler is woken when it ends.
+    again: AtomicBool,
     /// When claims kept by a failed unpublish are due again (ms since the epoch; 0:
-    /// none).
+    /// none). No release starts before.
     retry_at_ms: AtomicU64,
+    /// Wakes the scheduler when a release ended that wants another round (it kept
+    /// claims, or others came due meanwhile): nothing in etcd changes for that.
+    wake: tokio::sync::Notify,
 }
 
 impl LostClaims {
@@ -65,8 +70,15 @@ impl LostClaims {
             cluster,
             unpublisher,
             busy: AtomicBool::new(false),
+            again: AtomicBool::new(false),
             retry_at_ms: AtomicU64::new(0),
+            wake: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Returns when a release ended that wants the scheduler to plan again.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
     }
 
     /// When claims kept by a failed unpublish are to be tried again, if any are.
@@ -77,22 +89,33 @@ impl LostClaims {
         }
     }
 
-    /// Starts releasing the claims of allocs lost longer than the grace, unless a
-    /// release is still under way (its claims are in it; the next round sees the rest).
+    /// Starts releasing the claims of allocs lost longer than the grace, unless claims
+    /// kept by a failed unpublish wait for their retry time (the scheduler wakes then)
+    /// or a release is under way (the scheduler is woken when it ends).
     pub fn release_due(self: &Arc<Self>, reports: Vec<AllocReport>) {
+        let now = super::now_ms();
+        if self.retry_at_ms().is_some_and(|at| now < at) {
+            return;
+        }
         if self.busy.swap(true, Ordering::SeqCst) {
+            self.again.store(true, Ordering::SeqCst);
             return;
         }
         self.retry_at_ms.store(0, Ordering::SeqCst);
         let this = self.clone();
         tokio::spawn(async move {
-            let kept = this.release(reports, super::now_ms()).await;
+            let kept = this.release(reports, now).await;
+            let mut wake = this.again.swap(false, Ordering::SeqCst);
             if kept > 0 {
                 let retry_ms = u64::try_from(RETRY.as_millis()).unwrap_or(u64::MAX);
                 this.retry_at_ms
                     .store(super::now_ms().saturating_add(retry_ms), Ordering::SeqCst);
+                wake = true;
             }
             this.busy.store(false, Ordering::SeqCst);
+            if wake {
+                this.wake.notify_one();
+            }
         });
     }
 
@@ -288,9 +311,10 @@ mod tests {
         assert_eq!(recorder.asked.lock().unwrap().len(), 2);
     }
 
-    /// A release that keeps a claim sets when it is tried again; the next starts clean.
+    /// A release that keeps a claim wakes the scheduler and sets when it is tried
+    /// again; no release starts before that time, and one after it releases.
     #[test]
-    fn a_kept_claim_is_due_again_after_the_retry_delay() {
+    fn a_kept_claim_is_tried_again_after_the_retry_delay_and_not_before() {
         let server = EtcdServer::start();
         let (a, _da) = join(&server, "a");
         let catalog = EtcdCatalog::new(a.clone());
@@ -315,20 +339,28 @@ mod tests {
         runtime.block_on(async {
             let before = crate::cluster::now_ms();
             lost.release_due(vec![report.clone()]);
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while lost.retry_at_ms().is_none() {
-                assert!(tokio::time::Instant::now() < deadline, "never kept");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            tokio::time::timeout(Duration::from_secs(10), lost.woken())
+                .await
+                .expect("the scheduler is woken when a claim is kept");
+            let retry_at = lost.retry_at_ms().expect("a retry time");
             let retry_ms = u64::try_from(RETRY.as_millis()).unwrap();
-            assert!(lost.retry_at_ms().unwrap() >= before + retry_ms);
+            assert!(retry_at >= before + retry_ms);
+            // Before its time: no release starts, nothing is asked.
             recorder.refuse.store(false, Ordering::SeqCst);
+            lost.release_due(vec![report.clone()]);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(recorder.asked.lock().unwrap().len(), 1);
+            assert_eq!(catalog.volume("data").unwrap().claims.len(), 1);
+            // After it: released.
+            let wait = retry_at.saturating_sub(crate::cluster::now_ms());
+            tokio::time::sleep(Duration::from_millis(wait + 50)).await;
             lost.release_due(vec![report]);
-            assert_eq!(lost.retry_at_ms(), None, "a new release clears the retry");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             while catalog.volume("data").unwrap().claims.len() == 1 {
                 assert!(tokio::time::Instant::now() < deadline, "never released");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            assert_eq!(lost.retry_at_ms(), None);
         });
     }
 }

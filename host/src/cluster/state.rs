@@ -153,12 +153,22 @@ pub struct CsiView {
     pub volume_plugins: std::collections::BTreeMap<String, String>,
     /// Plugin id → node name → whether its node part there is healthy.
     pub node_plugins: std::collections::BTreeMap<String, std::collections::BTreeMap<String, bool>>,
+    /// The allocs a claim names: their reports are kept while it does (a lost alloc's
+    /// claim is released from its report).
+    pub claimed_allocs: std::collections::BTreeSet<String>,
 }
 
 /// Of a volume record, what placement reads.
 #[derive(Deserialize)]
 struct VolumeOfRecord {
     volume: PluginOfVolume,
+    #[serde(default)]
+    claims: Vec<ClaimOfRecord>,
+}
+
+#[derive(Deserialize)]
+struct ClaimOfRecord {
+    alloc_id: String,
 }
 
 #[derive(Deserialize)]
@@ -319,6 +329,10 @@ impl Cluster {
                             .csi
                             .volume_plugins
                             .insert(id, record.volume.plugin_id);
+                        snapshot
+                            .csi
+                            .claimed_allocs
+                            .extend(record.claims.into_iter().map(|c| c.alloc_id));
                     }
                     Err(e) => problem(e),
                 },

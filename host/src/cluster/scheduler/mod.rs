@@ -53,6 +53,8 @@ pub struct Plan {
     pub wake_at_ms: Option<u64>,
     /// Children of periodic jobs due now, to be launched (recorded as jobs).
     pub launch: Vec<periodic::Launch>,
+    /// Child jobs that ended more than [`REPORTS_KEPT_MS`] ago: removed.
+    pub forget_jobs: Vec<String>,
 }
 
 /// How long the report of an alloc that is no longer placed is kept (Nomad collects
@@ -65,6 +67,7 @@ impl Plan {
             && self.stop.is_empty()
             && self.lost.is_empty()
             && self.forget.is_empty()
+            && self.forget_jobs.is_empty()
     }
 }
 
@@ -393,10 +396,15 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
     for report in &snapshot.reports {
         let job_gone = !jobs.contains_key(report.job_id.as_str());
         let old = report.updated_ms.saturating_add(REPORTS_KEPT_MS) < now_ms;
-        if !placed.contains(report.alloc_id.as_str()) && (job_gone || old) {
+        // A lost alloc's claim is released from its report: kept while a claim names it.
+        let claimed = snapshot.csi.claimed_allocs.contains(&report.alloc_id);
+        if !placed.contains(report.alloc_id.as_str()) && (job_gone || old) && !claimed {
             plan.forget.push(report.alloc_id.clone());
         }
     }
+    // Children of periodic and parameterized jobs that ended long ago go, as Nomad's
+    // job garbage collection takes them: their allocs, placements and reports after.
+    plan.forget_jobs = periodic::dead_children(snapshot, now_ms);
     // The placement each missing alloc replaces (on a down or draining node), if any.
     let previous: BTreeMap<(String, String, u32), &str> = snapshot
         .placements
@@ -602,6 +610,9 @@ pub async fn apply(
     for alloc in &plan.forget {
         writes.push(Write::Delete(cluster.key(&["status", alloc])));
     }
+    for job in &plan.forget_jobs {
+        writes.push(Write::Delete(cluster.key(&["jobs", job])));
+    }
     for report in &plan.lost {
         writes.push(Write::Put {
             key: cluster.key(&["status", &report.alloc_id]),
@@ -789,6 +800,9 @@ pub async fn run(
                         Some(_) => break,
                     },
                     () = &mut due => break,
+                    // A release of lost claims ended wanting a round (a retry time,
+                    // or claims that came due while it ran).
+                    () = lost_claims.woken() => break,
                 }
             }
             let settle = tokio::time::sleep(Duration::from_millis(20));

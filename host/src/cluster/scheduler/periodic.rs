@@ -9,17 +9,24 @@
 //! (`Cluster::create_job`). The last launch is read back from the children in the store,
 //! so a new leader goes on where the last one stopped.
 //!
-//! As on one agent, launches missed while no scheduler ran are not made up: a launch is
-//! made within [`LAUNCH_WINDOW_MS`] of its time or not at all. With `prohibit_overlap`,
-//! a launch while a child of the job still runs is skipped.
+//! A launch is made within [`LAUNCH_WINDOW_MS`] of its time or not at all: a new
+//! scheduler, elected after the last one died, makes the launch it missed, as Nomad's
+//! new leader does, but not every launch of a long outage. With `prohibit_overlap`, a
+//! launch while a child of the job has not ended (or has not been placed yet) waits,
+//! and is made late if that child ends within the window, else skipped.
+//!
+//! Children that ended more than an hour ago are removed ([`dead_children`]), as
+//! Nomad's job garbage collection removes them: a job launched every second does not
+//! fill the store.
 
 use chrono::{DateTime, Utc};
 
 use super::super::state::Snapshot;
 use super::Jobs;
 
-/// How late a launch may still be made.
-pub const LAUNCH_WINDOW_MS: u64 = 5_000;
+/// How late a launch may still be made: long enough for a new scheduler to be elected
+/// and make the launch the last one missed, as Nomad's new leader does.
+pub const LAUNCH_WINDOW_MS: u64 = 60_000;
 
 /// A periodic job's child due now: its parent, and its launch time (ms since the epoch,
 /// on a whole second: the child's id names it in seconds).
@@ -61,12 +68,18 @@ pub(super) fn launches(
             .max()
             .unwrap_or(0);
         let from_ms = last_ms.max(now_ms.saturating_sub(LAUNCH_WINDOW_MS));
-        let Some(at_ms) = next_after(periodic, from_ms) else {
+        let Some(first_ms) = next_after(periodic, from_ms) else {
             continue;
         };
-        if at_ms > now_ms {
-            next_ms = Some(next_ms.map_or(at_ms, |n| n.min(at_ms)));
+        if first_ms > now_ms {
+            next_ms = Some(next_ms.map_or(first_ms, |n| n.min(first_ms)));
             continue;
+        }
+        // The latest launch time due: one launch makes up for those missed before it
+        // (at most one a second within the window, so the walk is short).
+        let mut at_ms = first_ms;
+        while let Some(later) = next_after(periodic, at_ms).filter(|later| *later <= now_ms) {
+            at_ms = later;
         }
         if periodic.prohibit_overlap && children.iter().any(|child| running(snapshot, child)) {
             tracing::debug!(job = %id,
@@ -93,18 +106,52 @@ fn next_after(periodic: &crate::jobspec::Periodic, after_ms: u64) -> Option<u64>
     u64::try_from(next.timestamp_millis()).ok()
 }
 
-/// Whether a child job has an alloc that has not ended.
+/// Whether a child job has not ended: an alloc of it has not, or it has none yet (not
+/// placed, or waiting for room), as Nomad counts a pending child.
 fn running(snapshot: &Snapshot, child: &str) -> bool {
-    snapshot
+    let mut placements = snapshot
         .placements
         .iter()
         .filter(|p| p.job_id == child)
-        .any(|p| {
-            !snapshot
+        .peekable();
+    if placements.peek().is_none() {
+        return !snapshot
+            .jobs
+            .iter()
+            .any(|(job, _)| job.id == child && job.stopped);
+    }
+    placements.any(|p| {
+        !snapshot
+            .reports
+            .iter()
+            .any(|r| r.alloc_id == p.alloc_id && r.client_status.is_terminal())
+    })
+}
+
+/// Children (of periodic and parameterized jobs) whose every alloc ended more than
+/// [`super::REPORTS_KEPT_MS`] ago, or that were stopped that long ago with none.
+pub(super) fn dead_children(snapshot: &Snapshot, now_ms: u64) -> Vec<String> {
+    let mut dead = Vec::new();
+    for (job, _) in snapshot.jobs.iter().filter(|(j, _)| j.child_of.is_some()) {
+        let mut ended_ms = Some(job.submitted_ms);
+        for placement in snapshot.placements.iter().filter(|p| p.job_id == job.id) {
+            let ended = snapshot
                 .reports
                 .iter()
-                .any(|r| r.alloc_id == p.alloc_id && r.client_status.is_terminal())
-        })
+                .find(|r| r.alloc_id == placement.alloc_id && r.client_status.is_terminal())
+                .map(|r| r.updated_ms);
+            ended_ms = match (ended_ms, ended) {
+                (Some(so_far), Some(at)) => Some(so_far.max(at)),
+                _ => None,
+            };
+        }
+        let has_allocs = snapshot.placements.iter().any(|p| p.job_id == job.id);
+        let over = ended_ms.is_some_and(|at| at.saturating_add(super::REPORTS_KEPT_MS) < now_ms);
+        if over && (has_allocs || job.stopped) {
+            dead.push(job.id.clone());
+        }
+    }
+    dead
 }
 
 #[cfg(test)]
@@ -128,7 +175,7 @@ mod tests {
             source_name: "tick.hcl".into(),
             source,
             variables: Default::default(),
-            submitted_ms: MINUTE - 30_000,
+            submitted_ms: MINUTE - 5_000,
             stopped: false,
             may_run_plugins: false,
             child_of: None,
@@ -159,70 +206,107 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_is_made_within_its_window_once_and_the_scheduler_wakes_for_the_next() {
+    fn a_launch_is_made_once_and_the_scheduler_wakes_for_the_next() {
         let mut snapshot = Snapshot {
             jobs: vec![tick(false)],
             ..Snapshot::default()
         };
         // Before the minute: none due, wake at it.
         assert_eq!(launched(&snapshot, MINUTE - 100), (vec![], Some(MINUTE)));
-        // At it and up to the window after: due.
+        // At it: due.
         assert_eq!(launched(&snapshot, MINUTE).0, [MINUTE]);
-        let late = MINUTE + LAUNCH_WINDOW_MS - 1;
+        // Later, with launches missed: the latest one only, once.
         assert_eq!(
-            launched(&snapshot, late),
-            (vec![MINUTE], Some(MINUTE + 10_000))
+            launched(&snapshot, MINUTE + 25_000),
+            (vec![MINUTE + 20_000], Some(MINUTE + 30_000))
         );
-        // Missed by the window or more: not made up.
+        snapshot.jobs.push(child(MINUTE + 20_000));
         assert_eq!(
-            launched(&snapshot, late + 1),
-            (vec![], Some(MINUTE + 10_000))
+            launched(&snapshot, MINUTE + 25_000),
+            (vec![], Some(MINUTE + 30_000))
         );
-        // Launched: not again.
-        snapshot.jobs.push(child(MINUTE));
-        assert_eq!(
-            launched(&snapshot, MINUTE + 1_000),
-            (vec![], Some(MINUTE + 10_000))
-        );
+        // After a long outage: one launch, not one per missed time.
+        assert_eq!(launched(&snapshot, MINUTE + 600_000).0, [MINUTE + 600_000]);
         // A stopped job launches nothing.
         snapshot.jobs[0].0.stopped = true;
-        assert_eq!(launched(&snapshot, MINUTE + 10_000), (vec![], None));
+        assert_eq!(launched(&snapshot, MINUTE + 30_000), (vec![], None));
+    }
+
+    #[test]
+    fn a_child_that_ended_over_an_hour_ago_is_removed_and_a_running_one_is_not() {
+        let ended_at = MINUTE + 1_000;
+        let mut snapshot = Snapshot {
+            jobs: vec![tick(false), child(MINUTE)],
+            placements: vec![placement(MINUTE)],
+            ..Snapshot::default()
+        };
+        let hour = crate::cluster::scheduler::REPORTS_KEPT_MS;
+        assert!(
+            dead_children(&snapshot, ended_at + 2 * hour).is_empty(),
+            "runs"
+        );
+        snapshot
+            .reports
+            .push(report(MINUTE, ClientStatus::Complete, ended_at));
+        assert!(
+            dead_children(&snapshot, ended_at + hour).is_empty(),
+            "too soon"
+        );
+        assert_eq!(
+            dead_children(&snapshot, ended_at + hour + 1),
+            [format!("tick/periodic-{}", MINUTE / 1000)]
+        );
+        assert_eq!(plan(&snapshot, ended_at + hour + 1).forget_jobs.len(), 1);
     }
 
     #[test]
     fn with_prohibit_overlap_a_launch_is_skipped_while_a_child_runs() {
         let mut snapshot = Snapshot {
             jobs: vec![tick(true), child(MINUTE)],
-            placements: vec![Placement {
-                alloc_id: "a1".into(),
-                job_id: format!("tick/periodic-{}", MINUTE / 1000),
-                job_version: 4,
-                group: "g".into(),
-                group_index: 0,
-                alloc_index: 0,
-                name: "tick.g[0]".into(),
-                node_id: "id-a".into(),
-                cpu_mhz: 100,
-                memory_mb: 300,
-                static_ports: Vec::new(),
-                replaces: None,
-                placed_ms: MINUTE,
-                reschedule_events: Vec::new(),
-            }],
+            placements: vec![placement(MINUTE)],
             ..Snapshot::default()
         };
         let next = MINUTE + 10_000;
         assert_eq!(launched(&snapshot, next), (vec![], Some(next + 10_000)));
-        snapshot.reports.push(AllocReport {
-            alloc_id: "a1".into(),
-            job_id: format!("tick/periodic-{}", MINUTE / 1000),
+        snapshot
+            .reports
+            .push(report(MINUTE, ClientStatus::Complete, MINUTE + 1_000));
+        assert_eq!(launched(&snapshot, next).0, [next]);
+        // A child not placed yet (no room) has not ended either.
+        snapshot.jobs.push(child(next));
+        assert_eq!(launched(&snapshot, next + 10_000).0, Vec::<u64>::new());
+    }
+
+    /// The alloc of the child launched at `at_ms`.
+    fn placement(at_ms: u64) -> Placement {
+        Placement {
+            alloc_id: format!("a{at_ms}"),
+            job_id: format!("tick/periodic-{}", at_ms / 1000),
+            job_version: 4,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "tick.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 300,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: at_ms,
+            reschedule_events: Vec::new(),
+        }
+    }
+
+    fn report(at_ms: u64, client_status: ClientStatus, updated_ms: u64) -> AllocReport {
+        AllocReport {
+            alloc_id: format!("a{at_ms}"),
+            job_id: format!("tick/periodic-{}", at_ms / 1000),
             name: "tick.g[0]".into(),
             node_id: "id-a".into(),
             node_name: "a".into(),
-            client_status: ClientStatus::Complete,
+            client_status,
             description: String::new(),
-            updated_ms: MINUTE + 1_000,
-        });
-        assert_eq!(launched(&snapshot, next).0, [next]);
+            updated_ms,
+        }
     }
 }

@@ -8,6 +8,9 @@ use crate::csi::client::CsiClient;
 use crate::csi::registry::PluginRegistration;
 use crate::model::csi::{Capabilities, Fingerprint, PluginKind};
 
+/// The longest node id a plugin may give (the CSI spec's bound).
+const MAX_NODE_ID: usize = 256;
+
 impl CsiManager {
     pub(super) fn fingerprint_of(&self, plugin: &PluginRegistration) -> Option<Fingerprint> {
         self.fingerprints
@@ -43,7 +46,17 @@ impl CsiManager {
             match plugin.kind {
                 PluginKind::Node => {
                     let (node_id, topology) = client.node_info().await?;
-                    fingerprint.node_id = Some(node_id);
+                    // CSI bounds a node id at 256 bytes; it travels in claims and
+                    // provider records, so a longer one is an error, not stored.
+                    if node_id.len() > MAX_NODE_ID {
+                        fingerprint.error = Some(format!(
+                            "its NodeGetInfo gave a node id of {} bytes; CSI allows at most \
+                             {MAX_NODE_ID}",
+                            node_id.len()
+                        ));
+                    } else {
+                        fingerprint.node_id = Some(node_id);
+                    }
                     fingerprint.topology = topology;
                     let (stages, expands) = client.node_capabilities().await?;
                     fingerprint.capabilities.stage_unstage = stages;
@@ -69,14 +82,16 @@ impl CsiManager {
         fingerprint
     }
 
-    /// The healthy, fingerprinted plugin, waiting for it up to the plugin wait.
-    /// This node's id for plugin `id` (its node part's NodeGetInfo), once that part is
-    /// healthy: waited for as a mount waits for it.
-    pub async fn csi_node_id(&self, id: &str) -> Result<Option<String>, CsiVolumeError> {
+    /// What a claim of a volume of plugin `id` records of this node: its id for the
+    /// plugin (its node part's NodeGetInfo), which the controller publishes to and a
+    /// lost node's volume is unpublished from; `None` when the plugin has no
+    /// controller, which publishes nothing. Waits for the node part as a mount would.
+    pub async fn claim_node_id(&self, id: &str) -> Result<Option<String>, CsiVolumeError> {
         let (_, _, fingerprint) = self.ready(PluginKind::Node, id).await?;
-        Ok(fingerprint.node_id)
+        Ok(fingerprint.node_id.filter(|_| self.has_controller(id)))
     }
 
+    /// The healthy, fingerprinted plugin, waiting for it up to the plugin wait.
     pub(super) async fn ready(
         &self,
         kind: PluginKind,

@@ -88,6 +88,15 @@ pub enum CsiVolumeError {
     #[error("{0} (creating a volume needs the plugin's controller)")]
     NeedsController(Box<CsiVolumeError>),
     #[error(
+        "no controller of CSI plugin {plugin:?} runs in the cluster to unpublish volume \
+         {volume:?} from lost node {node_id:?}: its claim is kept until one runs"
+    )]
+    NoControllerToUnpublish {
+        plugin: String,
+        volume: String,
+        node_id: String,
+    },
+    #[error(
         "CSI plugin {plugin:?} cannot create volumes (its controller lacks CREATE_DELETE_VOLUME); \
          register an existing one with `berth volume register`"
     )]

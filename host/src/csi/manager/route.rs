@@ -179,15 +179,21 @@ impl CsiManager {
     }
 
     /// ControllerUnpublishVolume of `volume` from `node_id`, a node that is gone (its
-    /// claim was lost), by the plugin's controller wherever it runs: `false` when the
-    /// plugin has no controller anywhere, so nothing to ask.
+    /// claim was lost), by the plugin's controller wherever it runs. A claim names the
+    /// node id only when the plugin had a controller (see
+    /// [`CsiManager::claim_node_id`]), so no controller now (it ran on the lost node)
+    /// is an error: the claim is kept until one runs.
     pub async fn unpublish_from_lost_node(
         &self,
         volume: &Volume,
         node_id: &str,
     ) -> Result<bool, CsiVolumeError> {
         if !self.has_controller(&volume.plugin_id) {
-            return Ok(false);
+            return Err(CsiVolumeError::NoControllerToUnpublish {
+                plugin: volume.plugin_id.clone(),
+                volume: volume.id.clone(),
+                node_id: node_id.to_string(),
+            });
         }
         self.unpublish_at_controller(
             &volume.plugin_id,

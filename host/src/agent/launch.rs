@@ -111,7 +111,7 @@ impl Agent {
             let found = tokio::task::spawn_blocking(move || cluster.job(&wanted))
                 .await
                 .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
-            let Some((record, _)) = found else {
+            let Some((record, version)) = found else {
                 return Err(LookupError::NotFound {
                     kind: "job",
                     id: id.to_string(),
@@ -127,6 +127,7 @@ impl Agent {
                 source: record.source,
                 variables: record.variables,
                 may_run_plugins: record.may_run_plugins,
+                version,
             });
         }
         let jobs = self.jobs.lock().unwrap();
@@ -143,6 +144,7 @@ impl Agent {
             source: entry.record.source.clone(),
             variables: entry.record.variables.clone(),
             may_run_plugins: false,
+            version: 0,
         })
     }
 
@@ -166,17 +168,34 @@ impl Agent {
         let mut id = base.clone();
         let mut n = 1;
         if let Some(cluster) = self.cluster.clone() {
+            use crate::cluster::state::ChildCreated;
             loop {
                 let record = cluster_child(parent, &id, child.clone());
                 let cluster = cluster.clone();
-                let created = tokio::task::spawn_blocking(move || cluster.create_job(&record))
-                    .await
-                    .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
-                if created {
-                    break;
+                let version = parent.version;
+                let created =
+                    tokio::task::spawn_blocking(move || cluster.create_child(&record, version))
+                        .await
+                        .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+                match created {
+                    ChildCreated::Created => break,
+                    ChildCreated::ParentChanged => {
+                        return Err(SubmitError::Refused(format!(
+                            "job {name:?} changed while launching from it (stopped, purged or \
+                             submitted again): try again"
+                        )));
+                    }
+                    ChildCreated::Exists if n < MAX_SAME_SECOND => {
+                        n += 1;
+                        id = format!("{base}-{n}");
+                    }
+                    ChildCreated::Exists => {
+                        return Err(SubmitError::Refused(format!(
+                            "{MAX_SAME_SECOND} children of job {name:?} were launched in one \
+                             second: try again"
+                        )));
+                    }
                 }
-                n += 1;
-                id = format!("{base}-{n}");
             }
             tracing::info!(job = %name, child = %id, "launched a child job in the cluster");
             return Ok(Submitted {
@@ -242,7 +261,13 @@ struct Parent {
     /// In a cluster: whether the parent's submitter could run CSI plugin tasks (its
     /// children may as much, and no more).
     may_run_plugins: bool,
+    /// In a cluster: the parent's version (its key's revision) when read; a child is
+    /// recorded only while it holds.
+    version: i64,
 }
+
+/// Children of one job launched in one second, at most (a cluster's ids then run out).
+const MAX_SAME_SECOND: u32 = 100;
 
 fn stopped(id: &str) -> SubmitError {
     SubmitError::Refused(format!(

@@ -31,6 +31,16 @@ pub struct ClusterJob {
     pub child_of: Option<crate::state::ChildOf>,
 }
 
+/// What [`Cluster::create_child`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildCreated {
+    Created,
+    /// A job of the child's id exists: nothing written.
+    Exists,
+    /// The parent changed since it was read (stopped, purged, submitted again).
+    ParentChanged,
+}
+
 impl ClusterJob {
     /// The job as every agent reads it: its source evaluated with its variables, and a
     /// child's meta and payload over its parent's job.
@@ -392,26 +402,45 @@ impl Cluster {
         })
     }
 
-    /// Submits a job that must be new (a launched child): `false`, and nothing written,
-    /// when a job of that id exists, so agents launching one periodic child at once
-    /// launch it once.
-    pub fn create_job(&self, job: &ClusterJob) -> Result<bool, ClusterError> {
-        let key = self.key(&["jobs", &job.id]);
-        let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+    /// Records a launched child, which must be new, while its parent is still at
+    /// `parent_version` (not stopped, purged or submitted again since it was read):
+    /// agents launching one periodic child at once launch it once, and a parent stopped
+    /// meanwhile launches nothing.
+    pub fn create_child(
+        &self,
+        child: &ClusterJob,
+        parent_version: i64,
+    ) -> Result<ChildCreated, ClusterError> {
+        use super::etcd::{Condition, Write};
+        let parent = child
+            .child_of
+            .as_ref()
+            .map(|c| c.parent.clone())
+            .ok_or_else(|| {
+                ClusterError::Local(format!("job {:?} is not a launched child", child.id))
+            })?;
+        let key = self.key(&["jobs", &child.id]);
+        let parent_key = self.key(&["jobs", &parent]);
+        let value = serde_json::to_vec(child).map_err(|e| ClusterError::Local(e.to_string()))?;
         let etcd = self.etcd().clone();
         self.etcd().block(async move {
-            let write = super::etcd::Write::Put {
+            let conditions = vec![
+                Condition::ModRevision(key.clone(), 0),
+                Condition::ModRevision(parent_key, parent_version),
+            ];
+            let write = Write::Put {
                 key: key.clone(),
                 value,
                 lease: 0,
             };
-            Ok::<_, ClusterError>(
-                etcd.transaction(
-                    vec![super::etcd::Condition::ModRevision(key, 0)],
-                    vec![write],
-                )
-                .await?,
-            )
+            if etcd.transaction(conditions, vec![write]).await? {
+                return Ok(ChildCreated::Created);
+            }
+            Ok::<_, ClusterError>(if etcd.get(&key).await?.is_some() {
+                ChildCreated::Exists
+            } else {
+                ChildCreated::ParentChanged
+            })
         })
     }
 

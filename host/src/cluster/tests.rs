@@ -328,3 +328,51 @@ fn a_second_live_node_of_the_same_name_is_refused_at_join() {
         }
     }
 }
+
+/// A launched child is written once (two schedulers launching one time write one), and
+/// not at all once its parent changed since it was read (stopped, submitted again).
+#[test]
+fn a_child_is_created_once_and_not_after_its_parent_changed() {
+    use super::state::{ChildCreated, ClusterJob};
+    let server = EtcdServer::start();
+    let (a, _da) = join(&server, "a");
+    let parent = ClusterJob {
+        id: "tick".into(),
+        source_name: "tick.hcl".into(),
+        source: "job \"tick\" {}".into(),
+        variables: Default::default(),
+        submitted_ms: 0,
+        stopped: false,
+        may_run_plugins: false,
+        child_of: None,
+    };
+    let version = a.put_job(&parent).unwrap();
+    let child = |id: &str| ClusterJob {
+        id: id.into(),
+        child_of: Some(crate::state::ChildOf {
+            parent: "tick".into(),
+            meta: Vec::new(),
+            payload: None,
+        }),
+        ..parent.clone()
+    };
+    let first = child("tick/periodic-1");
+    assert_eq!(
+        a.create_child(&first, version).unwrap(),
+        ChildCreated::Created
+    );
+    assert_eq!(
+        a.create_child(&first, version).unwrap(),
+        ChildCreated::Exists
+    );
+    let stopped = ClusterJob {
+        stopped: true,
+        ..parent.clone()
+    };
+    a.put_job(&stopped).unwrap();
+    assert_eq!(
+        a.create_child(&child("tick/periodic-2"), version).unwrap(),
+        ChildCreated::ParentChanged
+    );
+    assert!(a.job("tick/periodic-2").unwrap().is_none());
+}

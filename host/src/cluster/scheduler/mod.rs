@@ -560,9 +560,11 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
 /// launches them), from their parents' records in `snapshot`.
 async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapshot: &Snapshot) {
     for launch in &plan.launch {
-        let Some((parent, _)) = snapshot.jobs.iter().find(|(j, _)| j.id == launch.parent) else {
+        let Some((parent, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == launch.parent)
+        else {
             continue;
         };
+        let version = *version;
         let child = ClusterJob {
             id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
             submitted_ms: launch.at_ms,
@@ -576,10 +578,12 @@ async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapsho
         };
         let cluster = cluster.clone();
         let id = child.id.clone();
-        match tokio::task::spawn_blocking(move || cluster.create_job(&child)).await {
-            Ok(Ok(true)) => tracing::info!(job = %launch.parent, child = %id,
-                "launched a periodic job's child"),
-            Ok(Ok(false)) => {}
+        match tokio::task::spawn_blocking(move || cluster.create_child(&child, version)).await {
+            Ok(Ok(super::state::ChildCreated::Created)) => {
+                tracing::info!(job = %launch.parent, child = %id, "launched a periodic job's child");
+            }
+            // Launched already (by an earlier leader), or the job changed meanwhile.
+            Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(job = %launch.parent, %error,
                 "launching a periodic job's child"),
             Err(_) => {}

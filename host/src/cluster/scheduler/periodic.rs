@@ -6,8 +6,9 @@
 //! The launch time is the schedule's, not the clock's, so the child's id is decided by
 //! the schedule: a scheduler that launches it twice (a leader that lost its leadership
 //! mid-round, and the next) writes one child, the store refusing the second
-//! (`Cluster::create_child`, which also refuses a child of a parent changed since). The last launch is read back from the children in the store,
-//! so a new leader goes on where the last one stopped.
+//! (`Cluster::create_child`, which also refuses a child of a parent changed since). The
+//! last launch is read back from the children in the store, so a new leader goes on
+//! where the last one stopped.
 //!
 //! A launch is made within [`LAUNCH_WINDOW_MS`] of its time or not at all: a new
 //! scheduler, elected after the last one died, makes the launch it missed, as Nomad's

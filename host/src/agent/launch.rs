@@ -317,9 +317,10 @@ fn random_u32() -> u32 {
 }
 
 /// Launches the periodic jobs' children on their schedules for as long as the agent
-/// lives (an agent on its own; in a cluster the scheduler does). Each job's next launch is computed from when the job was first seen (or last
-/// launched); a job submitted again starts a new schedule. Launches missed while the
-/// agent was down are not made up, as in Nomad.
+/// lives (an agent on its own; in a cluster the scheduler does). Each job's next launch
+/// is computed from when the job was first seen (or last launched); a job submitted
+/// again starts a new schedule. Launches missed while the agent was down are not made
+/// up.
 pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
     if agent.cluster.is_some() {
         // The cluster's scheduler launches them (`cluster/scheduler/periodic.rs`).

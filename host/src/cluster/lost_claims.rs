@@ -12,8 +12,10 @@
 //!
 //! **Kept when that fails.** A release whose unpublish fails (no healthy controller,
 //! the storage refuses) keeps the claim, says why in the agent's log, and is tried again
-//! [`RETRY`] later: the volume is never handed on while it may still be attached. A
-//! plugin with no controller at all published nothing, and its claims go at once.
+//! [`RETRY`] later: the volume is never handed on while it may still be attached. That
+//! includes a controller that ran on the lost node: the claim waits for another. A
+//! claim made while its plugin had no controller names no CSI node id (nothing was
+//! published), and goes at once.
 //!
 //! The scheduler (one per cluster) starts a release on each of its rounds, off the
 //! round itself: an unpublish may wait for a controller, and placing allocs does not
@@ -38,8 +40,8 @@ pub const RETRY: Duration = Duration::from_secs(5);
 #[error("{0}")]
 pub struct UnpublishFailed(pub String);
 
-/// An unpublish under way: `Ok(true)` once done, `Ok(false)` when the plugin has no
-/// controller to ask, or why it failed.
+/// An unpublish under way: `Ok(true)` once done, `Ok(false)` when there was nothing to
+/// unpublish, or why it failed.
 pub type Unpublishing<'a> =
     Pin<Box<dyn Future<Output = Result<bool, UnpublishFailed>> + Send + 'a>>;
 
@@ -168,10 +170,11 @@ impl LostClaims {
     /// Unpublishes the claim's volume from its lost node: whether the claim may go.
     async fn unpublish(&self, lost: &LostClaim) -> bool {
         let Some(node_id) = &lost.claim.external_node_id else {
-            // Recorded before claims named the node's CSI id: nothing to name.
-            tracing::warn!(volume = %lost.volume.id, node = %lost.node_name,
-                "the claim of a lost alloc does not name the node's CSI node id: released \
-                 without ControllerUnpublishVolume");
+            // Made while the plugin had no controller (nothing was published), or
+            // recorded before claims named the node's CSI id.
+            tracing::info!(volume = %lost.volume.id, node = %lost.node_name,
+                "the claim of a lost alloc names no CSI node id: released without \
+                 ControllerUnpublishVolume");
             return true;
         };
         if lost.node_id_in_use {

@@ -44,7 +44,7 @@ job "tick" {
   type = "batch"
 
   periodic {
-    crons = ["* * * * * *"]
+    crons = ["* * * * * * *"]
   }
 
   group "g" {

@@ -46,7 +46,7 @@ job "tick" {
   type = "batch"
 
   periodic {
-    crons            = ["* * * * * *"]
+    crons            = ["* * * * * * *"]
     prohibit_overlap = true
   }
 
@@ -265,7 +265,7 @@ async fn a_forced_periodic_launch_runs_now_whatever_the_schedule() {
     let jobspec = agent.path().join("yearly.nomad.hcl");
     std::fs::write(
         &jobspec,
-        TICK.replace("\"* * * * * *\"", "\"0 0 1 1 *\"")
+        TICK.replace("\"* * * * * * *\"", "\"0 0 1 1 *\"")
             .replace("job \"tick\"", "job \"yearly\""),
     )
     .unwrap();

@@ -178,7 +178,7 @@ fn periodic(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
         "crons"
     };
     for text in &crons {
-        if let Err(error) = text.parse::<croner::Cron>() {
+        if let Err(error) = text.parse::<super::cron::CronSpec>() {
             fields.problem_with(
                 problems,
                 written_as,

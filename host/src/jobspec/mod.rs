@@ -13,6 +13,7 @@
 //! them uses it.
 
 pub mod constraint;
+pub mod cron;
 mod decode;
 pub mod eval;
 pub(crate) mod fields;

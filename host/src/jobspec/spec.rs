@@ -40,7 +40,8 @@ pub struct Job {
 /// Nomad's `periodic` block. Times are UTC (Nomad's default `time_zone`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Periodic {
-    /// Cron expressions: 5 fields, or 6 with seconds first, or `@hourly`-style.
+    /// Cron expressions as Nomad reads them (`jobspec/cron.rs`): 5 fields, 6 with a
+    /// year last, 7 with a second first and a year last, or `@hourly`-style.
     pub crons: Vec<String>,
     /// Skip a launch while a child launched before is still running.
     pub prohibit_overlap: bool,
@@ -55,8 +56,8 @@ impl Periodic {
     ) -> Option<chrono::DateTime<chrono::Utc>> {
         self.crons
             .iter()
-            .filter_map(|text| text.parse::<croner::Cron>().ok())
-            .filter_map(|cron| cron.find_next_occurrence(&after, false).ok())
+            .filter_map(|text| text.parse::<super::cron::CronSpec>().ok())
+            .filter_map(|cron| cron.next_after(after))
             .min()
     }
 }

@@ -361,7 +361,7 @@ fn a_periodic_job_launches_at_its_crons_next_times_in_utc() {
         r#"job "p" {
   type = "batch"
   periodic {
-    crons = ["30 2 * * *", "15 * * * * *"]
+    crons = ["30 2 * * *", "15 * * * * * *"]
   }
   group "g" {
     task "t" {

@@ -167,7 +167,7 @@ mod tests {
 
     fn tick(prohibit_overlap: bool) -> (ClusterJob, i64) {
         let source = format!(
-            "job \"tick\" {{\n  type = \"batch\"\n  periodic {{\n    crons = [\"*/10 * * * * *\"]\n    \
+            "job \"tick\" {{\n  type = \"batch\"\n  periodic {{\n    crons = [\"*/10 * * * * * *\"]\n    \
              prohibit_overlap = {prohibit_overlap}\n  }}\n  group \"g\" {{\n    task \"t\" {{\n      \
              driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n    }}\n  }}\n}}\n"
         );

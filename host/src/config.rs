@@ -360,6 +360,20 @@ impl AgentConfig {
 
     /// Whether the operator lets the tasks of CSI plugin `id` in job `job` mount
     /// (`csi { privileged_plugin "id" { jobs = ["job"] } }`).
+    /// The jobs the operator granted plugin `id` to, when it did: only they may provide
+    /// that id on this agent (node part or controller), since a part of another job
+    /// would be sent the id's calls, volume secrets included.
+    pub fn csi_plugin_reserved_for(&self, id: &str) -> Option<Vec<&str>> {
+        let jobs: Vec<&str> = self
+            .csi
+            .privileged_plugins
+            .iter()
+            .filter(|grant| grant.id == id)
+            .flat_map(|grant| grant.jobs.iter().map(String::as_str))
+            .collect();
+        (!jobs.is_empty()).then_some(jobs)
+    }
+
     pub fn csi_privileged(&self, id: &str, job: &str) -> bool {
         self.csi
             .privileged_plugins

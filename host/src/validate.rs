@@ -369,6 +369,28 @@ pub async fn validate_for(
         }
         for task in &group.tasks {
             let task_path = format!("{group_path}.task.{}", task.name);
+            if let Some(plugin) = &task.csi_plugin
+                && let Some(jobs) = config.csi_plugin_reserved_for(&plugin.id)
+                && !jobs.contains(&job.name.as_str())
+            {
+                problems.push(Problem {
+                    path: format!("{task_path}.csi_plugin"),
+                    at: Some(task.at),
+                    message: format!(
+                        "task {:?} provides CSI plugin {:?}, which this agent's operator \
+                         reserved for job(s) {} (csi {{ privileged_plugin {:?} }}): job {:?} \
+                         may not provide it; use another plugin id",
+                        task.name,
+                        plugin.id,
+                        jobs.iter()
+                            .map(|j| format!("{j:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        plugin.id,
+                        job.name
+                    ),
+                });
+            }
             for name in &task.hooks {
                 if let Some(message) = hooks.problem_with(name) {
                     problems.push(Problem {

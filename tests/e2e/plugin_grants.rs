@@ -40,6 +40,11 @@ else:
 /// probe, and waits to be stopped. `marker` names a file in the host's `/tmp` that a
 /// breakout would see.
 fn plugin_job(job: &str, user: Option<&str>, marker: &str) -> String {
+    plugin_job_of("hostpath", "node", job, user, marker)
+}
+
+/// [`plugin_job`] providing plugin `id` as `kind` (`node` or `controller`).
+fn plugin_job_of(id: &str, kind: &str, job: &str, user: Option<&str>, marker: &str) -> String {
     let script = format!(
         r#"grep -E '^CapEff:' /proc/self/status
 if [ -e /proc/sys ]; then echo "proc-sys present"; else echo "proc-sys absent"; fi
@@ -55,7 +60,7 @@ sleep 600
         .map(|u| format!("      user = \"{u}\"\n"))
         .unwrap_or_default();
     format!(
-        "job \"{job}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{user}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n      csi_plugin {{\n        id             = \"hostpath\"\n        type           = \"node\"\n        health_timeout = \"5m\"\n      }}\n    }}\n  }}\n}}\n",
+        "job \"{job}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{user}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n      csi_plugin {{\n        id             = \"{id}\"\n        type           = \"{kind}\"\n        health_timeout = \"5m\"\n      }}\n    }}\n  }}\n}}\n",
         serde_json::to_string(&script).unwrap()
     )
 }
@@ -127,9 +132,31 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         assert!(granted.contains(line), "{line}: {granted}");
     }
 
-    // A job author's job claiming the granted id, submitted by the operator under
-    // another name: confined like any task (nobody, no capabilities).
-    let claimed = probes(&agent, "squatter", &plugin_job("squatter", None, &marker)).await;
+    // A job author's job claiming the granted id under another name, node part or
+    // controller, even submitted by the operator: refused, so it is never registered
+    // under the id and sent its calls (volume secrets included).
+    for kind in ["node", "controller"] {
+        let squatter = plugin_job_of("hostpath", kind, "squatter", None, &marker);
+        let refused = agent.submit("squatter.hcl", &squatter).await;
+        let Err(ClientError::Api(error, _)) = refused else {
+            panic!("a {kind} squatting a granted plugin id was accepted: {refused:?}");
+        };
+        assert!(
+            error.problems.iter().any(|p| p.contains(
+                "provides CSI plugin \"hostpath\", which this agent's operator reserved for \
+                 job(s) \"csi-hostpath\""
+            )),
+            "{error:?}"
+        );
+    }
+    // A plugin of an id nobody was granted: confined like any task (nobody, no
+    // capabilities).
+    let claimed = probes(
+        &agent,
+        "other",
+        &plugin_job_of("other", "node", "other", None, &marker),
+    )
+    .await;
     assert!(
         claimed.contains(&caps(rustix::thread::CapabilitySet::empty())),
         "{claimed}"
@@ -142,8 +169,8 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
     open.start().await;
     let rooted = probes(
         &open,
-        "squatter",
-        &plugin_job("squatter", Some("root"), &marker),
+        "other",
+        &plugin_job_of("other", "node", "other", Some("root"), &marker),
     )
     .await;
     assert!(rooted.contains(&caps(TASK_CAPABILITIES)), "{rooted}");

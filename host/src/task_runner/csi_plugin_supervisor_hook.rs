@@ -134,6 +134,18 @@ impl TaskHook for CsiPluginSupervisorHook {
             };
             let fail = |message: String| self.fail(message);
             check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
+            // Checked at submit too; again here for a job accepted under an earlier config.
+            if let Some(jobs) = ctx.config.csi_plugin_reserved_for(&plugin.id)
+                && !jobs.contains(&ctx.job.name.as_str())
+            {
+                return Err(fail(format!(
+                    "CSI plugin {:?} is reserved by this agent's operator for job(s) {}: job \
+                     {:?} may not provide it",
+                    plugin.id,
+                    jobs.join(", "),
+                    ctx.job.name
+                )));
+            }
             if !ctx.config.csi_privileged(&plugin.id, &ctx.job.name)
                 && plugin.plugin_type != CsiPluginType::Controller
             {

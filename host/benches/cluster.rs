@@ -100,6 +100,7 @@ fn job(count: usize) -> ClusterJob {
         stopped: false,
         may_run_plugins: false,
         child_of: None,
+        by_operator: false,
     }
 }
 
@@ -312,6 +313,7 @@ fn main() {
                 submitted_ms: 0,
                 stopped: false,
                 child_of: None,
+                by_operator: false,
             };
             let started = Instant::now();
             tokio::task::block_in_place(|| store.put_job_and_allocs(&record, &records).unwrap());

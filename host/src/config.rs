@@ -374,11 +374,19 @@ impl AgentConfig {
         (!jobs.is_empty()).then_some(jobs)
     }
 
-    pub fn csi_privileged(&self, id: &str, job: &str) -> bool {
-        self.csi
-            .privileged_plugins
-            .iter()
-            .any(|grant| grant.id == id && grant.jobs.iter().any(|j| j == job))
+    pub fn csi_privileged(&self, id: &str, job: &crate::jobspec::Job) -> bool {
+        job.submitted_by_operator
+            && self
+                .csi
+                .privileged_plugins
+                .iter()
+                .any(|grant| grant.id == id && grant.jobs.contains(&job.name))
+    }
+
+    /// Whether `job` may provide plugin `id` here: any job when the operator granted
+    /// the id to none; else only a job it names, submitted by the operator.
+    pub fn csi_plugin_allowed(&self, id: &str, job: &crate::jobspec::Job) -> bool {
+        self.csi_plugin_reserved_for(id).is_none() || self.csi_privileged(id, job)
     }
 
     /// Whether the operator turned `raw_exec` on. It runs tasks unconfined, as the agent's

@@ -54,7 +54,7 @@ pub const DEFAULT_TASK_USER: &str = "nobody";
 /// before every start (a job accepted earlier may be restored under a stricter config).
 /// Users are found with `lookup` (the runners pass their `sys::Sys`'s).
 pub fn task_user(
-    job: &str,
+    job: &Job,
     task: &Task,
     isolation: FsIsolation,
     config: &AgentConfig,
@@ -371,15 +371,16 @@ pub async fn validate_for(
             let task_path = format!("{group_path}.task.{}", task.name);
             if let Some(plugin) = &task.csi_plugin
                 && let Some(jobs) = config.csi_plugin_reserved_for(&plugin.id)
-                && !jobs.contains(&job.name.as_str())
+                && !config.csi_plugin_allowed(&plugin.id, job)
             {
                 problems.push(Problem {
                     path: format!("{task_path}.csi_plugin"),
                     at: Some(task.at),
                     message: format!(
                         "task {:?} provides CSI plugin {:?}, which this agent's operator \
-                         reserved for job(s) {} (csi {{ privileged_plugin {:?} }}): job {:?} \
-                         may not provide it; use another plugin id",
+                         reserved for job(s) {} submitted by the operator (csi {{ \
+                         privileged_plugin {:?} }}): job {:?} may not provide it; use another \
+                         plugin id",
                         task.name,
                         plugin.id,
                         jobs.iter()
@@ -401,7 +402,7 @@ pub async fn validate_for(
                 }
             }
             check_task(
-                &job.name,
+                job,
                 task,
                 &task_path,
                 &group.volumes,
@@ -416,7 +417,7 @@ pub async fn validate_for(
 }
 
 async fn check_task(
-    job: &str,
+    job: &Job,
     task: &Task,
     task_path: &str,
     volumes: &[VolumeRequest],

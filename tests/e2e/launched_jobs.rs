@@ -162,6 +162,11 @@ async fn a_parameterized_job_is_dispatched_with_its_payload_and_meta() {
         &["job", "dispatch", "-meta", "format=pdf", "nope", payload],
         "no job matches \"nope\"",
     );
+    let long_meta = format!("format={}", "x".repeat(16 * 1024));
+    refused(
+        &["job", "dispatch", "-meta", &long_meta, "render", payload],
+        "the dispatch's meta is 16390 bytes; it is at most 16384 bytes",
+    );
     refused(
         &["job", "dispatch", &child, payload],
         "is not parameterized",

@@ -207,14 +207,34 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         )),
         "{error:?}"
     );
+    // A plugin token may run a plugin job, but not the granted one: a token holder
+    // chooses the job's name too, so a grant holds only for the operator's submission.
+    let squatted = tcp("plugin-secret-0123456789")
+        .post::<_, serde_json::Value>("/v1/berth/jobs", &request)
+        .await;
+    let Err(ClientError::Api(error, _)) = squatted else {
+        panic!("a plugin token ran the granted job by its name: {squatted:?}");
+    };
+    assert!(
+        error
+            .problems
+            .iter()
+            .any(|p| p.contains("submitted by the operator")),
+        "{error:?}"
+    );
+    let other = SubmitRequest {
+        source_name: "other.hcl".into(),
+        source: plugin_job_of("other", "node", "other", None, &marker),
+        variables: Default::default(),
+    };
     let accepted: serde_json::Value = tcp("plugin-secret-0123456789")
-        .post("/v1/berth/jobs", &request)
+        .post("/v1/berth/jobs", &other)
         .await
         .unwrap();
     assert_eq!(accepted["alloc_ids"].as_array().map(Vec::len), Some(1));
     let _ = agent
         .client()
-        .delete::<serde_json::Value>("/v1/berth/job/csi-hostpath")
+        .delete::<serde_json::Value>("/v1/berth/job/other")
         .await;
 }
 

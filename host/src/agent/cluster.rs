@@ -201,6 +201,7 @@ impl Agent {
                     }
             ),
             child_of: None,
+            by_operator: job.submitted_by_operator,
         };
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || cluster.put_job(&record))
@@ -409,6 +410,7 @@ impl Agent {
             submitted_ms: cluster_job.submitted_ms,
             stopped: false,
             child_of: cluster_job.child_of.clone(),
+            by_operator: job.submitted_by_operator,
         };
         self.node
             .store

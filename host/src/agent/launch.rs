@@ -56,6 +56,13 @@ impl Agent {
             }
             _ => {}
         }
+        let meta_bytes: usize = meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if meta_bytes > MAX_DISPATCH_META {
+            return Err(SubmitError::Refused(format!(
+                "the dispatch's meta is {meta_bytes} bytes; it is at most {MAX_DISPATCH_META} \
+                 bytes (keys and values)"
+            )));
+        }
         let missing: Vec<&str> = rules
             .meta_required
             .iter()
@@ -218,6 +225,7 @@ impl Agent {
             submitted_ms: now_ms(),
             stopped: false,
             child_of: Some(child),
+            by_operator: false,
         };
         let alloc_ids = self.record_and_place(record, job)?;
         tracing::info!(job = %name, child = %id, "launched a child job");
@@ -266,6 +274,10 @@ struct Parent {
     version: i64,
 }
 
+/// The most bytes a dispatch's meta (keys and values) holds: it is kept with the child,
+/// in the cluster's store too.
+const MAX_DISPATCH_META: usize = 16 * 1024;
+
 /// Children of one job launched in one second, at most (a cluster's ids then run out).
 const MAX_SAME_SECOND: u32 = 100;
 
@@ -286,6 +298,7 @@ fn cluster_child(parent: &Parent, id: &str, child: ChildOf) -> crate::cluster::s
         stopped: false,
         may_run_plugins: parent.may_run_plugins,
         child_of: Some(child),
+        by_operator: false,
     }
 }
 
@@ -347,10 +360,12 @@ pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
                 };
                 let entry = match schedule.get(&id) {
                     Some(entry) => entry.clone(),
-                    None => match periodic.next_after(now) {
-                        Some(next) => (job.clone(), next),
-                        None => continue,
-                    },
+                    // A schedule with no next time (past its years) is kept as never, so
+                    // its crons are not searched again every turn.
+                    None => (
+                        job.clone(),
+                        periodic.next_after(now).unwrap_or(DateTime::<Utc>::MAX_UTC),
+                    ),
                 };
                 if entry.1 <= now {
                     due.push((id.clone(), periodic.prohibit_overlap));

@@ -25,7 +25,8 @@ impl Agent {
         let mut jobs = self.jobs.lock().unwrap();
         for record in records {
             match jobspec::parse_with(&record.source_name, &record.source, &record.variables) {
-                Ok(job) => {
+                Ok(mut job) => {
+                    job.submitted_by_operator = record.by_operator;
                     let job = match &record.child_of {
                         Some(child) => child.child_job(job, &record.id),
                         None => job,

@@ -66,7 +66,8 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<(Job, Vec<jobspec::Problem>), JobspecError> {
-        let job = jobspec::parse_with(source_name, source, variables)?;
+        let mut job = jobspec::parse_with(source_name, source, variables)?;
+        job.submitted_by_operator = submitter == Submitter::Operator;
         let mut problems = plugin_tasks_refused(&job, submitter);
         problems.extend(
             crate::validate::validate(
@@ -97,8 +98,9 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
-        let job =
+        let mut job =
             jobspec::parse_with(source_name, source, variables).map_err(SubmitError::Invalid)?;
+        job.submitted_by_operator = submitter == Submitter::Operator;
         let refused = plugin_tasks_refused(&job, submitter);
         if !refused.is_empty() {
             return Err(SubmitError::Invalid(JobspecError {
@@ -150,6 +152,7 @@ impl Agent {
             submitted_ms: now_ms(),
             stopped: false,
             child_of: None,
+            by_operator: job.submitted_by_operator,
         };
         let job = Arc::new(job);
         // A periodic or parameterized job places nothing itself: its children do.

@@ -29,6 +29,9 @@ pub struct ClusterJob {
     /// parent's at launch; its id `<parent>/<kind>-<time>[-<suffix>]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_of: Option<crate::state::ChildOf>,
+    /// Submitted by the operator (`Job::submitted_by_operator`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_operator: bool,
 }
 
 /// What [`Cluster::create_child`] did.
@@ -45,7 +48,8 @@ impl ClusterJob {
     /// The job as every agent reads it: its source evaluated with its variables, and a
     /// child's meta and payload over its parent's job.
     pub fn spec(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
-        let job = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables)?;
+        let mut job = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables)?;
+        job.submitted_by_operator = self.by_operator;
         Ok(match &self.child_of {
             Some(child) => child.child_job(job, &self.id),
             None => job,

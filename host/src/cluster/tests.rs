@@ -345,6 +345,7 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
         stopped: false,
         may_run_plugins: false,
         child_of: None,
+        by_operator: false,
     };
     let version = a.put_job(&parent).unwrap();
     let child = |id: &str| ClusterJob {

@@ -112,10 +112,8 @@ fn parse_years(field: &str) -> Option<Vec<bool>> {
         {
             return None;
         }
-        let mut year = first;
-        while year <= last {
+        for year in (first..=last).step_by(usize::try_from(step).ok()?) {
             years[usize::try_from(year - FIRST_YEAR).ok()?] = true;
-            year += step;
         }
     }
     Some(years)
@@ -171,6 +169,7 @@ mod tests {
         assert!(error("0 3 * * * 2030-2020").contains("year field"));
         assert!(error("0 3 * * * 20x0").contains("year field"));
         assert!(error("0 3 * * * */0").contains("year field"));
+        assert!(next("0 3 * * * 2099/2147483647", at(2026, 1, 1, 0, 0, 0)).is_some());
         assert!(!error("99 * * * *").is_empty());
     }
 }

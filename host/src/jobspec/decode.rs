@@ -152,8 +152,13 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         parent: None,
         payload: None,
         warnings: Vec::new(),
+        submitted_by_operator: false,
     })
 }
+
+/// The most cron expressions one `periodic` block holds (each is evaluated for every
+/// launch time).
+const MAX_CRONS: usize = 32;
 
 fn periodic(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<Periodic> {
     let mut fields = Fields::new(
@@ -177,6 +182,17 @@ fn periodic(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
     } else {
         "crons"
     };
+    if crons.len() > MAX_CRONS {
+        fields.problem_with(
+            problems,
+            written_as,
+            format!(
+                "{} cron expressions; a periodic block has at most {MAX_CRONS}",
+                crons.len()
+            ),
+        );
+        crons.truncate(MAX_CRONS);
+    }
     for text in &crons {
         if let Err(error) = text.parse::<super::cron::CronSpec>() {
             fields.problem_with(

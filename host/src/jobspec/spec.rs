@@ -35,6 +35,11 @@ pub struct Job {
     /// blocks): the job runs, and the user is told.
     #[serde(skip)]
     pub warnings: Vec<Problem>,
+    /// Submitted by the operator (the Unix socket's owner, `berth run`), not with a
+    /// token: only such a job gets what a `csi { privileged_plugin }` grant gives its
+    /// name, since a token holder chooses a job's name too.
+    #[serde(skip)]
+    pub submitted_by_operator: bool,
 }
 
 /// Nomad's `periodic` block. Times are UTC (Nomad's default `time_zone`).

@@ -108,6 +108,10 @@ pub struct JobRecord {
     /// Set for a job launched from a periodic or parameterized one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_of: Option<ChildOf>,
+    /// Submitted by the operator (`Job::submitted_by_operator`), which a plugin grant
+    /// asks for; a record from before berth kept it was not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_operator: bool,
 }
 
 /// What a child job was launched from and with; its source is its parent's at launch.
@@ -128,6 +132,8 @@ impl ChildOf {
     pub fn child_job(&self, mut job: crate::jobspec::Job, id: &str) -> crate::jobspec::Job {
         use base64::Engine as _;
         job.name = id.to_string();
+        // A child's name is not its parent's: no grant names it.
+        job.submitted_by_operator = false;
         job.periodic = None;
         job.parameterized = None;
         job.parent = Some(self.parent.clone());

@@ -61,15 +61,12 @@ impl TaskHook for ConnectHook {
             };
             // The user the task will run as (nobody for exec when the job names none).
             let isolation = ctx.driver.capabilities().fs_isolation;
-            let user: Option<TaskUser> = crate::validate::task_user(
-                &ctx.job.name,
-                &ctx.task,
-                isolation,
-                &ctx.config,
-                &|name| ctx.sys.lookup_user(name),
-            )
-            .map_err(|e| failure(e.to_string()))?
-            .map(|(_, user)| user);
+            let user: Option<TaskUser> =
+                crate::validate::task_user(&ctx.job, &ctx.task, isolation, &ctx.config, &|name| {
+                    ctx.sys.lookup_user(name)
+                })
+                .map_err(|e| failure(e.to_string()))?
+                .map(|(_, user)| user);
             let Some(service_id) = ctx.services.group_service_id(&ctx.alloc_id, service) else {
                 return Err(failure(format!(
                     "service {service:?} is not registered for this alloc"

@@ -136,17 +136,17 @@ impl TaskHook for CsiPluginSupervisorHook {
             check_plugin_id(&plugin.id).map_err(|why| fail(why.to_string()))?;
             // Checked at submit too; again here for a job accepted under an earlier config.
             if let Some(jobs) = ctx.config.csi_plugin_reserved_for(&plugin.id)
-                && !jobs.contains(&ctx.job.name.as_str())
+                && !ctx.config.csi_plugin_allowed(&plugin.id, &ctx.job)
             {
                 return Err(fail(format!(
-                    "CSI plugin {:?} is reserved by this agent's operator for job(s) {}: job \
-                     {:?} may not provide it",
+                    "CSI plugin {:?} is reserved by this agent's operator for job(s) {} \
+                     submitted by the operator: job {:?} may not provide it",
                     plugin.id,
                     jobs.join(", "),
                     ctx.job.name
                 )));
             }
-            if !ctx.config.csi_privileged(&plugin.id, &ctx.job.name)
+            if !ctx.config.csi_privileged(&plugin.id, &ctx.job)
                 && plugin.plugin_type != CsiPluginType::Controller
             {
                 ctx.report(
@@ -201,7 +201,24 @@ impl TaskHook for CsiPluginSupervisorHook {
     }
 
     fn recovered<'a>(&'a self, ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.start_supervising(ctx) })
+        Box::pin(async move {
+            // A plugin task started before the operator reserved its id is not registered
+            // under it again (it would be sent the id's calls); the task is left alone.
+            if let Some(plugin) = &ctx.task.csi_plugin
+                && !ctx.config.csi_plugin_allowed(&plugin.id, &ctx.job)
+            {
+                ctx.report(
+                    EventKind::TaskHook,
+                    format!(
+                        "CSI plugin {:?} is now reserved by this agent's operator for other \
+                         jobs: this task is not registered as the plugin; stop it",
+                        plugin.id
+                    ),
+                );
+                return;
+            }
+            self.start_supervising(ctx)
+        })
     }
 
     fn exited<'a>(

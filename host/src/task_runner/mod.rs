@@ -369,7 +369,7 @@ impl TaskRunner {
         let task = &self.ctx.task;
         let isolation = self.ctx.driver.capabilities().fs_isolation;
         let user = match crate::validate::task_user(
-            &self.ctx.job.name,
+            &self.ctx.job,
             task,
             isolation,
             &self.ctx.config,
@@ -429,7 +429,7 @@ impl TaskRunner {
             privileged: task
                 .csi_plugin
                 .as_ref()
-                .is_some_and(|p| self.ctx.config.csi_privileged(&p.id, &self.ctx.job.name)),
+                .is_some_and(|p| self.ctx.config.csi_privileged(&p.id, &self.ctx.job)),
             user,
             allow_unconfined: self.allows_unconfined(),
             cgroup_procs,

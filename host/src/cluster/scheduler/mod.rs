@@ -574,6 +574,8 @@ async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapsho
                 meta: Vec::new(),
                 payload: None,
             }),
+            // A child's name is not its parent's: no grant names it.
+            by_operator: false,
             ..parent.clone()
         };
         let cluster = cluster.clone();

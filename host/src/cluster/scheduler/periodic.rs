@@ -180,6 +180,7 @@ mod tests {
             stopped: false,
             may_run_plugins: false,
             child_of: None,
+            by_operator: false,
         };
         (job, 3)
     }

@@ -49,6 +49,7 @@ fn job(job_type: &str, reschedule: &str) -> (ClusterJob, i64) {
             stopped: false,
             may_run_plugins: false,
             child_of: None,
+            by_operator: false,
         },
         7,
     )

@@ -45,6 +45,7 @@ pub(super) mod tests_support {
                 stopped: false,
                 may_run_plugins: false,
                 child_of: None,
+                by_operator: false,
             },
             7,
         )

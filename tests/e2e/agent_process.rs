@@ -64,11 +64,9 @@ impl AgentProcess {
             dir.path().join("data/component-cache"),
         )
         .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Below the ephemeral range: restarted on this port, the agent never finds it
+        // taken by another test's outgoing connection.
+        let port = berth::cluster::testing::free_port();
         let config = format!(
             "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n{}",
             dir.path().display(),

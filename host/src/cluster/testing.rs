@@ -56,11 +56,34 @@ pub struct EtcdServer {
     auth_enabled: bool,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+/// A loopback port no one listens on, for a server a test starts (and may stop and
+/// start again on it). It is taken below the kernel's ephemeral range, where the
+/// outgoing connections of every other test get their ports: a port from that range
+/// (the kernel's answer to a bind on port 0) may be taken by some client while its
+/// server restarts, and the restart fails with "address in use". Never the same port
+/// twice in one test process.
+pub fn free_port() -> u16 {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_001));
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    for _ in 0..1000 {
+        let mut bytes = [0u8; 2];
+        let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+        let port = low + u16::from_le_bytes(bytes) % (high - low);
+        if handed_out.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        handed_out.insert(port);
+        return port;
+    }
+    panic!("no free loopback port below {ephemeral_low}");
 }
 
 impl EtcdServer {

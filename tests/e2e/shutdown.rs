@@ -162,6 +162,7 @@ async fn a_mount_that_hangs_in_an_alloc_dir_does_not_hold_the_agents_stop() {
     let took = agent.terminate(stop_bound() * 2);
     drop(hung);
     let took = took.expect("the agent did not exit at all");
+    eprintln!("the agent stopped in {took:?}");
     assert!(took < stop_bound(), "the agent took {took:?} to stop");
     for pid in task {
         assert!(
@@ -194,6 +195,7 @@ async fn an_agent_whose_store_hangs_still_stops_within_its_bound() {
     let took = a.terminate(stop_bound() * 2);
     etcd.thaw();
     let took = took.expect("the agent did not exit at all");
+    eprintln!("the agent stopped in {took:?}");
     assert!(took < stop_bound(), "the agent took {took:?} to stop");
     for pid in task {
         assert!(

@@ -270,8 +270,8 @@ impl Agent {
         );
         // The job's registration is told before anything of its allocs: their runners
         // report from the moment they start (and a child job is registered too, as
-        // Nomad's periodic and dispatched children are).
-        self.index.bump();
+        // Nomad's periodic and dispatched children are). The index moves once the allocs
+        // are listed below: a blocking query it wakes sees them.
         self.publish_job("JobRegistered", &job_id);
         let runners: Vec<Arc<AllocRunner>> = allocs
             .into_iter()
@@ -283,6 +283,8 @@ impl Agent {
             let finished = spawn_runner(runner.clone(), self.index.clone(), self.event_hub.clone());
             allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
         }
+        drop(allocs);
+        self.index.bump();
         Ok(alloc_ids)
     }
 }

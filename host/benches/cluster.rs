@@ -9,6 +9,10 @@
 //!   from this process) and many allocs placed: etcd's request rate (from etcd's own
 //!   `grpc_server_handled_total`) and the scheduler's time per placement.
 //!
+//! It ends with `summary: name = value` lines (`common::summary`), the same-run
+//! comparisons last: `summary: claim_release_etcd_over_embedded = …` and
+//! `summary: placement_time_etcd_over_embedded = …`.
+//!
 //! Run as `cargo bench -p berth --bench cluster` (needs the `etcd` binary: Debian's
 //! `etcd-server`). `BERTH_BENCH_SMALL=1` runs it small (CI).
 

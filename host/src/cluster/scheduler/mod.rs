@@ -490,11 +490,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                         last.coalesced += 1;
                         continue;
                     }
-                    let why = reasons
-                        .iter()
-                        .map(|(why, n)| format!("{why} ({n})"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
+                    let why = counted(&reasons);
                     plan.blocked.push(Blocked {
                         job_id: job.id.clone(),
                         group: group.name.clone(),
@@ -591,6 +587,15 @@ async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapsho
             Err(_) => {}
         }
     }
+}
+
+/// Reasons with how many nodes each ruled out, as `job plan` says them: `why (n), ...`.
+fn counted(reasons: &BTreeMap<String, usize>) -> String {
+    reasons
+        .iter()
+        .map(|(why, n)| format!("{why} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whether a job places allocs itself (periodic and parameterized jobs do not: their

@@ -219,11 +219,7 @@ fn place(
                 // Filtered nodes alone are not a failure: the job runs where it can.
                 continue;
             }
-            let why = reasons
-                .iter()
-                .map(|(why, n)| format!("{why} ({n})"))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let why = super::counted(&reasons);
             plan.blocked.push(Blocked {
                 job_id: job.id.clone(),
                 group: group.name.clone(),

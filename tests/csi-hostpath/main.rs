@@ -29,6 +29,9 @@
 //! A file `<data-dir>/.not-ready-<node id>` makes the plugin of that node id answer
 //! Probe with not ready while the file exists.
 //!
+//! A file `<data-dir>/.keep-failed-bind` makes NodePublishVolume bind, then fail as a
+//! real plugin whose remount was refused does, leaving the bind mounted.
+//!
 //! For crash tests, a file `<data-dir>/.pause-after` naming an RPC makes the plugin, once
 //! that RPC has done its work and before it answers, replace the file with
 //! `<data-dir>/.paused` and wait until that is removed: the agent waits for an answer
@@ -257,31 +260,62 @@ fn mount_at(path: &Path) -> Option<(String, bool)> {
     })
 }
 
+/// The file whose presence makes NodePublishVolume fail after its bind, keeping it.
+const KEEP_FAILED_BIND: &str = ".keep-failed-bind";
+
+/// Binds `source` at `target` as real plugins do (Kubernetes' mount-utils, the hostpath
+/// driver): mount(8) twice, `mount -o bind SRC TARGET`, then `mount -o
+/// bind,remount[,ro] SRC TARGET` for the access mode. In a granted plugin task berth's
+/// mount warden makes both for the plugin. A bind whose remount fails is undone, so a
+/// failed publish leaves nothing mounted.
 fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
-    let internal = |what: &str, e: rustix::io::Errno| {
-        Status::internal(format!(
-            "{what} {} at {}: {e}",
-            source.display(),
-            target.display()
-        ))
+    mount_command(&["-o", "bind"], source, target)?;
+    let remount = if read_only {
+        "bind,remount,ro"
+    } else {
+        "bind,remount,rw"
     };
-    rustix::mount::mount_bind(source, target).map_err(|e| internal("binding", e))?;
-    if read_only {
-        // nosuid and nodev too: berth lets a plugin remount a bind read-only only so.
-        use rustix::mount::MountFlags;
-        rustix::mount::mount_remount(
-            target,
-            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-            c"",
-        )
-        .map_err(|e| internal("making read-only", e))?;
+    if let Err(status) = mount_command(&["-o", remount], source, target) {
+        let _ = unmount(target);
+        return Err(status);
     }
     Ok(())
 }
 
+/// `mount <options> SOURCE TARGET`, its stderr in the error.
+fn mount_command(options: &[&str], source: &Path, target: &Path) -> Result<(), Status> {
+    let output = std::process::Command::new("mount")
+        .args(options)
+        .arg(source)
+        .arg(target)
+        .output()
+        .map_err(|e| Status::internal(format!("running mount(8): {e}")))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(Status::internal(format!(
+        "mount {} {} {}: {}",
+        options.join(" "),
+        source.display(),
+        target.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
+}
+
+/// `umount TARGET`, as real plugins unmount.
 fn unmount(target: &Path) -> Result<(), Status> {
-    rustix::mount::unmount(target, rustix::mount::UnmountFlags::empty())
-        .map_err(|e| Status::internal(format!("unmounting {}: {e}", target.display())))
+    let output = std::process::Command::new("umount")
+        .arg(target)
+        .output()
+        .map_err(|e| Status::internal(format!("running umount(8): {e}")))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(Status::internal(format!(
+        "umount {}: {}",
+        target.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
 }
 
 #[tonic::async_trait]
@@ -856,6 +890,15 @@ impl pb::node_server::Node for Plugin {
         }
         std::fs::create_dir_all(&target)
             .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
+        if self.data_dir.join(KEEP_FAILED_BIND).exists() {
+            // As a real plugin whose remount was refused, answering with the refusal's
+            // code (a code that says the plugin did nothing): the first bind stays.
+            mount_command(&["-o", "bind"], &staging, &target)?;
+            return Err(Status::permission_denied(format!(
+                "mount -o bind,remount {}: permission denied (the bind stays)",
+                target.display()
+            )));
+        }
         bind(&staging, &target, request.readonly)?;
         self.record_publication(&request.volume_id, &target, true)?;
         self.leave("NodePublishVolume").await;

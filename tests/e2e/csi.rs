@@ -1217,6 +1217,42 @@ async fn a_publish_that_times_out_after_the_plugin_acted_is_unpublished_before_t
     agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }
 
+/// A plugin that binds the target, then fails NodePublishVolume (a real plugin whose
+/// `bind,remount` was refused keeps its first bind): the failed publish is undone like
+/// one whose outcome is unknown, so nothing stays mounted once the alloc failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publish_that_fails_after_its_bind_leaves_no_mount() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    agent.create_volume("half", "hostpath");
+    let data = agent.path().join("csi-data");
+    std::fs::write(data.join(".keep-failed-bind"), "").unwrap();
+    let alloc = agent
+        .run_job(
+            "user",
+            &consumer_job("user", "batch", "half", false, "echo never"),
+        )
+        .await;
+    agent.wait_alloc(&alloc, "failed", is_dead).await;
+    let message = setup_failure(&agent.alloc(&alloc).await);
+    assert!(
+        message.contains("permission denied (the bind stays)"),
+        "{message}"
+    );
+    assert_eq!(agent.csi_mounts(), Vec::<PathBuf>::new());
+    let log = agent.plugin_log(&plugin_alloc);
+    assert_eq!(rpc_count(&log, "NodeUnpublishVolume"), 1, "{log}");
+    assert!(!log.contains("SPEC VIOLATION"), "{log}");
+    let status = agent.volume("half").await;
+    assert!(
+        status.claims.is_empty() && status.on_node.is_none(),
+        "{status:#?}"
+    );
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}
+
 /// Snapshots through the plugin's controller (CreateSnapshot idempotent by name,
 /// ListSnapshots, DeleteSnapshot), and a volume in use expanded by raising its
 /// capacity_min: ControllerExpandVolume, then NodeExpandVolume where it is published;

@@ -4,7 +4,7 @@
 //! the node: a job with `csi_plugin { id = "hostpath" }` got every capability. Now a
 //! plugin job needs the operator (the Unix socket) or a token of scope `plugin`, the
 //! grant names the jobs as well as the id, and a granted plugin keeps only
-//! `CAP_SYS_ADMIN` beyond a task's set, narrowed by seccomp to bind mounts, with no kernel
+//! `CAP_SYS_ADMIN` beyond a task's set, narrowed by seccomp and its mount warden to bind mounts below its dirs, with no kernel
 //! settings in its `/proc`, under `pivot_root`.
 
 use berth::api::SubmitRequest;
@@ -30,10 +30,36 @@ if mount(None, b"/usr", None, MS_REMOUNT | MS_BIND):
         pass
 print("ESCAPED usr-rw" if wrote else "usr-rw denied")
 if mount(b"/local", b"/tmp/m", None, MS_BIND):
-    print("bind allowed")
+    print("ESCAPED bind-outside-its-dirs")
     libc.umount2(b"/tmp/m", 0)
 else:
-    print("bind denied")
+    print("bind-outside denied")
+"#;
+
+/// What a granted plugin does with mount(8) as real plugins call it (Kubernetes'
+/// mount-utils: bind, then `bind,remount[,ro]`), and what it asks beyond its dirs, one
+/// line each. Its stage and publish dir is `/local/csi`.
+const MOUNT8_PROBES: &str = r#"mkdir -p /local/src /local/csi/staging/v /local/csi/per-alloc/a/v/rw /local/csi/per-alloc/a/v/ro /local/csi/per-alloc/a/v/usr
+echo data > /local/src/file
+nosuid() { grep -E " $1 [^ ]*nosuid" /proc/self/mountinfo >/dev/null; }
+ro() { grep -E " $1 ro[, ]" /proc/self/mountinfo >/dev/null; }
+if mount -o bind /local/src /local/csi/staging/v && mount -o bind,remount,rw /local/src /local/csi/staging/v; then echo "stage ok"; else echo "stage FAILED"; fi
+published=""
+if mount -o bind /local/csi/staging/v /local/csi/per-alloc/a/v/rw && mount -o bind,remount,rw /local/csi/staging/v /local/csi/per-alloc/a/v/rw && echo w > /local/csi/per-alloc/a/v/rw/written; then echo "publish-rw ok"; published=1; else echo "publish-rw FAILED"; fi
+if mount -o bind /local/csi/staging/v /local/csi/per-alloc/a/v/ro && mount -o bind,remount,ro /local/csi/staging/v /local/csi/per-alloc/a/v/ro && ro /local/csi/per-alloc/a/v/ro && ! touch /local/csi/per-alloc/a/v/ro/x 2>/dev/null; then echo "publish-ro ok"; else echo "publish-ro FAILED"; fi
+if [ -n "$published" ]; then
+  if nosuid /local/csi/per-alloc/a/v/rw && nosuid /local/csi/per-alloc/a/v/ro; then echo "publish nosuid"; else echo "ESCAPED publish-suid"; fi
+  mount -o remount,bind,suid /local/csi/per-alloc/a/v/rw 2>/dev/null
+  if nosuid /local/csi/per-alloc/a/v/rw; then echo "suid-remount denied"; else echo "ESCAPED suid-remount"; fi
+fi
+if mount -o remount,bind,rw /usr 2>/dev/null || ! ro /usr; then echo "ESCAPED usr-remount-rw"; else echo "usr-remount-rw denied"; fi
+if mount --bind /etc /tmp 2>/dev/null; then echo "ESCAPED etc-over-tmp"; else echo "etc-over-tmp denied"; fi
+mount -o bind /usr /local/csi/per-alloc/a/v/usr 2>/dev/null
+if mount -o bind,remount,rw /usr /local/csi/per-alloc/a/v/usr 2>/dev/null && touch /local/csi/per-alloc/a/v/usr/berth-plugin-wrote 2>/dev/null; then echo "ESCAPED usr-copy-rw"; else echo "usr-copy-rw denied"; fi
+if mount -o bind /local/src /local/csi/per-alloc/a 2>/dev/null && umount /local/csi/per-alloc/a; then echo "nested ok"; fi
+for m in usr ro rw; do umount /local/csi/per-alloc/a/v/$m 2>/dev/null; done
+umount /local/csi/staging/v
+if grep -q " /local/csi/" /proc/self/mountinfo; then echo "mounts LEFT"; else echo "unmounted all"; fi
 "#;
 
 /// A plugin job whose task (`user` if given) probes what it may do, prints one line per
@@ -50,6 +76,7 @@ fn plugin_job_of(id: &str, kind: &str, job: &str, user: Option<&str>, marker: &s
 if [ -e /proc/sys ]; then echo "proc-sys present"; else echo "proc-sys absent"; fi
 if cat /proc/sys/kernel/core_pattern > /tmp/cp 2>/dev/null && cat /tmp/cp > /proc/sys/kernel/core_pattern 2>/dev/null; then echo "ESCAPED core_pattern"; else echo "core_pattern denied"; fi
 /usr/bin/python3 -c '{MOUNT_PROBES}'
+{MOUNT8_PROBES}
 perl -e 'mkdir "/tmp/x"; chroot("/tmp/x") or exit 1; for (1..64) {{ chdir("..") }} chroot(".") or exit 1; exit(-e "/tmp/{marker}" ? 0 : 2)'
 case $? in 0) echo "ESCAPED breakout";; *) echo "breakout contained";; esac
 echo done
@@ -65,7 +92,11 @@ sleep 600
     )
 }
 
-/// Runs `source` until its task printed `done`; its stdout.
+/// Where [`probes`]' answer turns from the task's stdout to its stderr.
+const STDERR_FOLLOWS: &str = "\n== stderr ==\n";
+
+/// Runs `source` until its task printed `done`; its stdout, then [`STDERR_FOLLOWS`] and
+/// its stderr.
 async fn probes(agent: &AgentProcess, job: &str, source: &str) -> String {
     let submitted = agent
         .submit(&format!("{job}.hcl"), source)
@@ -78,6 +109,9 @@ async fn probes(agent: &AgentProcess, job: &str, source: &str) -> String {
         let out = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0"))
             .unwrap_or_default();
         if out.contains("done\n") {
+            let logs = status.alloc_dir.join("alloc/logs/t.stderr.0");
+            let stderr = std::fs::read_to_string(logs).unwrap_or_default();
+            let out = format!("{out}{STDERR_FOLLOWS}{stderr}");
             let _ = agent
                 .client()
                 .delete::<serde_json::Value>(&format!("/v1/berth/job/{job}"))
@@ -126,10 +160,37 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         "proc-sys absent",
         "new-proc denied",
         "usr-rw denied",
-        "bind allowed",
+        "bind-outside denied",
         "breakout contained",
+        // mount(8), as real plugins publish: its warden binds and remounts below its
+        // dirs, and refuses the rest.
+        "stage ok",
+        "publish-rw ok",
+        "publish-ro ok",
+        "publish nosuid",
+        "suid-remount denied",
+        "usr-remount-rw denied",
+        "etc-over-tmp denied",
+        "usr-copy-rw denied",
+        "unmounted all",
     ] {
         assert!(granted.contains(line), "{line}: {granted}");
+    }
+    assert!(!granted.contains("ESCAPED"), "{granted}");
+    assert!(
+        !std::path::Path::new("/usr/berth-plugin-wrote").exists(),
+        "the plugin wrote into the host's /usr"
+    );
+    // Each refusal is in the plugin's log, naming the path.
+    let stderr = granted.split(STDERR_FOLLOWS).nth(1).unwrap_or_default();
+    for refusal in [
+        "berth: mount refused to this CSI plugin: \"/usr\" is not below the plugin's staging \
+         and publish dirs",
+        "berth: mount refused to this CSI plugin: \"/tmp\" is not below",
+        "berth: mount refused to this CSI plugin: \"/local/csi/per-alloc/a/v/usr\" is \
+         read-only and was not bound here from a writable source",
+    ] {
+        assert!(stderr.contains(refusal), "{refusal}: {stderr}");
     }
 
     // A job author's job claiming the granted id under another name, node part or
@@ -161,7 +222,7 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         claimed.contains(&caps(rustix::thread::CapabilitySet::empty())),
         "{claimed}"
     );
-    assert!(claimed.contains("bind denied"), "{claimed}");
+    assert!(claimed.contains("bind-outside denied"), "{claimed}");
     // Even as root, where the operator allowed root: a task's set, no mounting.
     let mut open = AgentProcess::with_config(
         "user {\n  denylist = []\n}\ncsi {\n  privileged_plugin \"hostpath\" {\n    jobs = [\"csi-hostpath\"]\n  }\n}\n",
@@ -174,7 +235,7 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
     )
     .await;
     assert!(rooted.contains(&caps(TASK_CAPABILITIES)), "{rooted}");
-    assert!(rooted.contains("bind denied"), "{rooted}");
+    assert!(rooted.contains("bind-outside denied"), "{rooted}");
     assert!(rooted.contains("breakout contained"), "{rooted}");
     let _ = std::fs::remove_file(&marker_path);
     for out in [&granted, &claimed, &rooted] {

@@ -11,6 +11,7 @@
 pub mod beneath;
 pub mod cgroupfs;
 pub mod mountinfo;
+pub mod plugin_mounts;
 pub mod shared;
 
 use std::ffi::{CStr, CString};
@@ -47,6 +48,18 @@ pub const SYSCALLS: &[i64] = &[
     libc::SYS_mount_setattr,
 ];
 
+/// The new mount API's calls (Linux 5.2 on), which a mounting plugin is told do not
+/// exist (`process/seccomp.rs`), so that mount(8) uses `mount(2)`.
+pub const NEW_API_SYSCALLS: &[i64] = &[
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_mount_setattr,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+];
+
 /// `mount(2)`'s and `umount2(2)`'s numbers, for the filter that lets a mounting plugin
 /// make some calls (`process/seccomp.rs`).
 pub const MOUNT_SYSCALL: i64 = libc::SYS_mount;
@@ -72,6 +85,22 @@ pub fn raw_answer(target: &CStr, flags: u64, unmount: bool) -> i32 {
         }
     };
     if result == 0 {
+        0
+    } else {
+        io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    }
+}
+
+/// What `open_tree(AT_FDCWD, target, 0)` answers: 0 or the error number. For the tests
+/// of what a seccomp filter lets through, as [`raw_answer`].
+#[cfg(test)]
+pub fn raw_open_tree_answer(target: &CStr) -> i32 {
+    // SAFETY: a system call on a valid C string; the descriptor it may return is closed.
+    let result =
+        unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, target.as_ptr(), 0u32) };
+    if result >= 0 {
+        // SAFETY: the descriptor the call just returned.
+        unsafe { libc::close(result as libc::c_int) };
         0
     } else {
         io::Error::last_os_error().raw_os_error().unwrap_or(-1)

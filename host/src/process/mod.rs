@@ -16,6 +16,7 @@ pub mod confine;
 pub mod isolation;
 pub mod keeper;
 pub mod logmon;
+pub mod mount_warden;
 pub mod seccomp;
 pub mod shim;
 pub mod spawn_plan;
@@ -33,6 +34,7 @@ use std::time::Duration;
 use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::sync::watch;
 
+use crate::model::mount::Propagation;
 use crate::mount::MountStep;
 use isolation::ChrootSpec;
 use spawn_plan::{Report, SpawnPlan};
@@ -181,6 +183,22 @@ impl ProcessTable {
             Some(confinement) => Some(self.filter(confinement)?.clone()),
             None => None,
         };
+        // A mounting plugin's binds are made by its warden, below the read-write,
+        // bidirectional mounts it was handed (its staging and publish dirs and its socket
+        // dir): the only mounts of its namespace that reach the host.
+        let mount_warden = match &spec.isolation {
+            Isolation::Chroot(chroot) if chroot.privileged => {
+                let dirs = chroot
+                    .mounts
+                    .iter()
+                    .filter(|m| m.propagation == Propagation::Bidirectional && !m.read_only)
+                    .map(|m| crate::mount::c_path(&m.task_path))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ProcessError::Prepare)?;
+                Some(mount_warden::WardenPlan { dirs })
+            }
+            _ => None,
+        };
         let nul = || ProcessError::Exec {
             program: program.clone(),
             source: io::Error::new(
@@ -227,6 +245,7 @@ impl ProcessTable {
             confine,
             user: spec.user,
             filter,
+            mount_warden,
             exit_record,
             open_files_limit: NODE_OPEN_FILES_LIMIT
                 .get()

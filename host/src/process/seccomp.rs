@@ -16,11 +16,16 @@
 //!   asked (a debugger that starts its program), never attached to.
 //!
 //! A CSI plugin the operator granted mounting keeps `CAP_SYS_ADMIN`, and its filter lets
-//! it `umount2` and `mount` with only the flags of a bind mount, a propagation change, or
-//! a remount of a bind **read-only, nosuid and nodev**: never a new filesystem (a fresh `proc` or `sysfs`
-//! would give it the host's kernel settings), a superblock remount (which changes the
-//! host's filesystem for everyone), a bind remounted writable (its read-only `/usr` is the
-//! host's), or a move. Everything else above is refused to it as to any task.
+//! it `umount2`, change propagation, and `mount` with `MS_BIND`: never a new filesystem
+//! (a fresh `proc` or `sysfs` would give it the host's kernel settings), a superblock
+//! remount (which changes the host's filesystem for everyone), or a move. Its calls with
+//! `MS_BIND` (binds and bind remounts) are not the kernel's to make, though: a last
+//! program hands each to the plugin's **mount warden** as a seccomp user notification
+//! ([`super::mount_warden`]), which checks where the mount goes (a filter sees flags,
+//! never paths) and makes it for the plugin, or refuses. The new mount API
+//! (`open_tree`, `move_mount`, `mount_setattr`, `fsopen`…) answers it `ENOSYS`, as a
+//! kernel older than 5.2 would, so util-linux's mount(8) falls back to `mount(2)`.
+//! Everything else above is refused to it as to any task.
 //!
 //! The filters are compiled once in the agent, handed to each task's keeper in its spawn
 //! plan, and installed by the task's init before it forks the task, after
@@ -28,6 +33,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -83,6 +89,10 @@ const CLONE_NEW_FLAGS: &[u64] = &[
 pub struct TaskFilter {
     #[serde(with = "instructions")]
     programs: Vec<BpfProgram>,
+    /// The program whose calls go to the mount warden (a mounting plugin's), installed
+    /// last, with a listener.
+    #[serde(with = "instructions")]
+    warden: Vec<BpfProgram>,
 }
 
 /// BPF programs in a spawn plan: each instruction's four fields.
@@ -115,43 +125,57 @@ mod instructions {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("building the task's seccomp filter: {0}")]
-pub struct FilterError(#[from] seccompiler::BackendError);
+pub enum FilterError {
+    #[error("building the task's seccomp filter: {0}")]
+    Build(#[from] seccompiler::BackendError),
+    #[error("building the task's seccomp filter: the mount warden's program hands nothing over")]
+    NoHandOver,
+}
 
 /// The `mount(2)` calls a mounting plugin may not make, each a rule on the flags (the
 /// kernel's order: a remount with `MS_BIND` reconfigures a bind, a remount without it the
 /// superblock, `MS_BIND` binds, a propagation flag changes propagation, the rest moves or
-/// mounts a new filesystem).
+/// mounts a new filesystem). Binds and bind remounts pass here and go to the warden.
 fn plugin_mount_refusals() -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
-    // `mount(2)`'s flags are an unsigned long, as libc spells them here.
-    let (bind, remount, read_only, nosuid, nodev): (u64, u64, u64, u64, u64) = (
-        libc::MS_BIND,
-        libc::MS_REMOUNT,
-        libc::MS_RDONLY,
-        libc::MS_NOSUID,
-        libc::MS_NODEV,
-    );
+    let (bind, remount): (u64, u64) = (libc::MS_BIND, libc::MS_REMOUNT);
     let propagation: u64 =
         libc::MS_SHARED | libc::MS_PRIVATE | libc::MS_SLAVE | libc::MS_UNBINDABLE;
-    let flags = |mask: u64, value: u64| {
-        SeccompCondition::new(
-            3,
-            SeccompCmpArgLen::Qword,
-            SeccompCmpOp::MaskedEq(mask),
-            value,
-        )
-    };
     Ok(vec![
         // Neither a remount, a bind nor a propagation change: a new mount or a move.
-        SeccompRule::new(vec![flags(remount | bind | propagation, 0)?])?,
+        SeccompRule::new(vec![mount_flags(remount | bind | propagation, 0)?])?,
         // A superblock remount.
-        SeccompRule::new(vec![flags(remount | bind, remount)?])?,
-        // A bind remounted without MS_RDONLY, MS_NOSUID or MS_NODEV: read-only, and it
-        // keeps the setuid and device bits inert (a remount replaces a mount's flags).
-        SeccompRule::new(vec![flags(remount | bind | read_only, remount | bind)?])?,
-        SeccompRule::new(vec![flags(remount | bind | nosuid, remount | bind)?])?,
-        SeccompRule::new(vec![flags(remount | bind | nodev, remount | bind)?])?,
+        SeccompRule::new(vec![mount_flags(remount | bind, remount)?])?,
     ])
+}
+
+/// A condition on `mount(2)`'s flags (an unsigned long, as libc spells them here).
+fn mount_flags(mask: u64, value: u64) -> Result<SeccompCondition, seccompiler::BackendError> {
+    SeccompCondition::new(
+        3,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(mask),
+        value,
+    )
+}
+
+/// What the warden's program returns for a call it hands over. seccompiler has no user
+/// notification action, so the program is compiled with this `SECCOMP_RET_TRACE` value
+/// and its returns rewritten to `SECCOMP_RET_USER_NOTIF` ([`to_user_notification`]).
+const HAND_TO_WARDEN: u32 = 0x0b17;
+
+/// Rewrites every `return SECCOMP_RET_TRACE | HAND_TO_WARDEN` of `program` to `return
+/// SECCOMP_RET_USER_NOTIF`; returns how many it rewrote.
+fn to_user_notification(program: &mut BpfProgram) -> usize {
+    const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let marked = libc::SECCOMP_RET_TRACE | HAND_TO_WARDEN;
+    let mut rewritten = 0;
+    for instruction in program.iter_mut() {
+        if instruction.code == BPF_RET_K && instruction.k == marked {
+            instruction.k = libc::SECCOMP_RET_USER_NOTIF;
+            rewritten += 1;
+        }
+    }
+    rewritten
 }
 
 impl TaskFilter {
@@ -164,7 +188,11 @@ impl TaskFilter {
         let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED
             .iter()
             .chain(crate::mount::SYSCALLS)
-            .filter(|&&call| !(mounting && call == crate::mount::UNMOUNT_SYSCALL))
+            .filter(|&&call| {
+                !(mounting
+                    && (call == crate::mount::UNMOUNT_SYSCALL
+                        || crate::mount::NEW_API_SYSCALLS.contains(&call)))
+            })
             .map(|&call| (call, Vec::new()))
             .collect();
         if mounting {
@@ -199,24 +227,83 @@ impl TaskFilter {
             SeccompAction::Errno(libc::EPERM as u32),
             arch,
         )?;
+        let mut absent = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+        if mounting {
+            absent.extend(
+                crate::mount::NEW_API_SYSCALLS
+                    .iter()
+                    .map(|&call| (call, Vec::new())),
+            );
+        }
         let no_clone3 = SeccompFilter::new(
-            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+            absent,
             SeccompAction::Allow,
             SeccompAction::Errno(libc::ENOSYS as u32),
             arch,
         )?;
+        let warden = if mounting {
+            let binds = SeccompFilter::new(
+                BTreeMap::from([(
+                    crate::mount::MOUNT_SYSCALL,
+                    vec![SeccompRule::new(vec![mount_flags(
+                        libc::MS_BIND,
+                        libc::MS_BIND,
+                    )?])?],
+                )]),
+                SeccompAction::Allow,
+                SeccompAction::Trace(HAND_TO_WARDEN),
+                arch,
+            )?;
+            let mut program: BpfProgram = binds.try_into()?;
+            if to_user_notification(&mut program) == 0 {
+                return Err(FilterError::NoHandOver);
+            }
+            vec![program]
+        } else {
+            Vec::new()
+        };
         Ok(TaskFilter {
             programs: vec![refuse.try_into()?, no_clone3.try_into()?],
+            warden,
         })
     }
 
-    /// Installs the filters on the calling thread. Async-signal-safe (one `prctl` and one
-    /// `seccomp` call per program, no allocation).
-    pub fn install(&self) -> io::Result<()> {
+    /// Whether the task's binds go to a mount warden ([`TaskFilter::install`] then
+    /// returns the descriptor the warden reads them from).
+    pub fn has_warden(&self) -> bool {
+        !self.warden.is_empty()
+    }
+
+    /// Installs the filters on the calling thread; returns the listener of the warden's
+    /// program when there is one. Async-signal-safe (one `prctl` and one `seccomp` call
+    /// per program, no allocation).
+    pub fn install(&self) -> io::Result<Option<OwnedFd>> {
         for program in &self.programs {
             seccompiler::apply_filter(program).map_err(|_| io::Error::last_os_error())?;
         }
-        Ok(())
+        let mut listener = None;
+        for program in &self.warden {
+            let fprog = libc::sock_fprog {
+                len: program.len() as u16,
+                filter: program.as_ptr() as *mut libc::sock_filter,
+            };
+            // SAFETY: seccomp(2) on a program that outlives the call; `no_new_privs` was
+            // set by the programs installed above.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    &fprog as *const libc::sock_fprog,
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: the kernel just returned this descriptor, owned by no one else.
+            listener = Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        Ok(listener)
     }
 }
 
@@ -288,26 +375,29 @@ mod plugin_filter_tests {
     }
 
     #[test]
-    fn a_mounting_plugin_may_bind_and_change_propagation_and_nothing_else() {
+    fn a_mounting_plugin_hands_binds_to_its_warden_and_may_change_propagation_and_nothing_else() {
         use libc::{
-            EPERM, MS_BIND, MS_MOVE, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC,
+            ENOSYS, EPERM, MS_BIND, MS_MOVE, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC,
             MS_REMOUNT, MS_SHARED,
         };
         let refused = EPERM;
         let passed = libc::ENOENT;
+        // The test has no warden: the kernel answers a call handed to a listener that
+        // is gone with ENOSYS.
+        let to_warden = ENOSYS;
         let calls: Vec<(u64, bool, i32)> = [
-            (0, false, refused),                                // a new proc
-            (MS_REC, false, refused),                           // still a new mount
-            (MS_REMOUNT, false, refused),                       // the superblock
-            (MS_REMOUNT | MS_BIND, false, refused),             // a bind made writable
-            (MS_MOVE, false, refused),                          // a move
-            (MS_BIND, false, passed),                           // a bind
-            (MS_BIND | MS_REC, false, passed),                  // a recursive bind
-            (MS_REMOUNT | MS_BIND | MS_RDONLY, false, refused), // dropping nosuid, nodev
+            (0, false, refused),                      // a new proc
+            (MS_REC, false, refused),                 // still a new mount
+            (MS_REMOUNT, false, refused),             // the superblock
+            (MS_MOVE, false, refused),                // a move
+            (MS_REMOUNT | MS_BIND, false, to_warden), // a bind made writable
+            (MS_BIND, false, to_warden),              // a bind
+            (MS_BIND | MS_REC, false, to_warden),     // a recursive bind
+            (MS_REMOUNT | MS_BIND | MS_RDONLY, false, to_warden),
             (
                 MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
                 false,
-                passed,
+                to_warden,
             ),
             (MS_PRIVATE | MS_REC, false, passed), // propagation
             (MS_SHARED, false, passed),
@@ -320,5 +410,45 @@ mod plugin_filter_tests {
         // Any other confined task may do none of it.
         let all_refused = vec![refused; asked.len()];
         assert_eq!(answers(Confinement::Task, &asked), all_refused);
+    }
+
+    #[test]
+    fn the_new_mount_api_does_not_exist_for_a_mounting_plugin_and_is_refused_to_a_task() {
+        assert_eq!(open_tree_answer(Confinement::MountingPlugin), libc::ENOSYS);
+        assert_eq!(open_tree_answer(Confinement::Task), libc::EPERM);
+    }
+
+    /// What `open_tree(2)` answers in a child that installed `confinement`'s filter.
+    fn open_tree_answer(confinement: Confinement) -> i32 {
+        let filter = TaskFilter::compile(confinement).unwrap();
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        // SAFETY: the child makes raw system calls only, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            if filter.install().is_err() {
+                unsafe { libc::_exit(99) };
+            }
+            let errno = crate::mount::raw_open_tree_answer(c"/nonexistent/berth-seccomp-test");
+            let _ = rustix::io::write(&write, &errno.to_le_bytes());
+            unsafe { libc::_exit(0) };
+        }
+        drop(write);
+        let mut bytes = [0u8; 4];
+        std::io::Read::read_exact(&mut std::fs::File::from(read), &mut bytes).unwrap();
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "the child failed");
+        i32::from_le_bytes(bytes)
+    }
+
+    #[test]
+    fn only_the_mounting_plugins_filter_has_a_warden_program() {
+        assert!(
+            TaskFilter::compile(Confinement::MountingPlugin)
+                .unwrap()
+                .has_warden()
+        );
+        assert!(!TaskFilter::compile(Confinement::Task).unwrap().has_warden());
     }
 }

@@ -184,7 +184,7 @@ pub fn die_with_parent() -> io::Result<()> {
 }
 
 /// Closes every descriptor from 3 up except those in `keep` (-1: none).
-unsafe fn close_all_but<const N: usize>(mut keep: [RawFd; N]) {
+pub(super) unsafe fn close_all_but<const N: usize>(mut keep: [RawFd; N]) {
     keep.sort_unstable();
     let mut from: u32 = 3;
     // SAFETY: close_range on integer arguments.

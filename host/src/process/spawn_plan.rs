@@ -29,7 +29,7 @@ use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use serde::{Deserialize, Serialize};
 
-use super::{confine, keeper, seccomp, shim};
+use super::{confine, keeper, mount_warden, seccomp, shim};
 use crate::model::driver::TaskUser;
 use crate::mount::MountStep;
 
@@ -91,6 +91,9 @@ pub struct SpawnPlan {
     pub confine: Option<confine::Confinement>,
     pub user: Option<TaskUser>,
     pub filter: Option<seccomp::TaskFilter>,
+    /// The mount warden that makes a mounting plugin's binds ([`mount_warden`]); its
+    /// filter hands them over.
+    pub mount_warden: Option<mount_warden::WardenPlan>,
     /// The exit record the shim writes; a shim is forked for it even without a pid
     /// namespace.
     pub exit_record: Option<RawFd>,
@@ -134,7 +137,10 @@ impl SpawnPlan {
 
     /// The names of the steps [`SpawnPlan::run`] counts, for errors.
     pub fn step_names(&self) -> Vec<String> {
-        let mut names = vec!["join the task's cgroup".to_string()];
+        let mut names = vec![
+            "join the task's cgroup".to_string(),
+            "start the mount warden".to_string(),
+        ];
         names.extend(self.before_fork.iter().map(ToString::to_string));
         names.push(if self.pid_namespace {
             "fork into the pid namespace".into()
@@ -145,6 +151,7 @@ impl SpawnPlan {
         names.push("drop capabilities and set no_new_privs".into());
         names.push("switch to the task's user".into());
         names.push("install the seccomp filter".into());
+        names.push("hand the plugin's mounts to its mount warden".into());
         names.push("fork the task from its namespace's init".into());
         names.push("give the task the node's open-files limit".into());
         names.push("mark descriptors above stderr close-on-exec".into());
@@ -203,7 +210,12 @@ impl SpawnPlan {
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
             rustix::io::write(fd, b"0").map_err(|e| (0, e.into()))?;
         }
-        let mut index = 1;
+        // Forked before any namespace is unshared: the warden stays in the agent's.
+        let warden = match &self.mount_warden {
+            Some(plan) => Some(mount_warden::start(plan).map_err(|e| (1, e))?),
+            None => None,
+        };
+        let mut index = 2;
         for step in &self.before_fork {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
@@ -231,8 +243,23 @@ impl SpawnPlan {
             }
         }
         index += 1;
-        if let Some(filter) = &self.filter {
-            filter.install().map_err(|e| (index, e))?;
+        let listener = match &self.filter {
+            Some(filter) => filter.install().map_err(|e| (index, e))?,
+            None => None,
+        };
+        index += 1;
+        match (warden, listener) {
+            (Some(warden), Some(listener)) => {
+                mount_warden::hand_over(warden, listener).map_err(|e| (index, e))?
+            }
+            (None, None) => {}
+            _ => {
+                let mismatch = io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a mount warden and a filter that hands it nothing (or the reverse)",
+                );
+                return Err((index, mismatch));
+            }
         }
         index += 1;
         if self.pid_namespace {
@@ -462,6 +489,7 @@ mod tests {
                 gid: 65534,
             }),
             filter: None,
+            mount_warden: None,
             exit_record: Some(7),
             open_files_limit: Some((1024, 4096)),
         }

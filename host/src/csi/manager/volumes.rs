@@ -362,8 +362,12 @@ impl CsiManager {
                 // A call that failed may still have acted (a deadline passed after the
                 // plugin mounted, say): undone first, so the stage is not pulled from under
                 // a publication. If the plugin is gone, the intent stays for the reconcile.
-                // A plain refusal did nothing, so there is nothing to undo.
-                if matches!(&error, CsiVolumeError::Rpc(e) if !e.outcome_unknown()) {
+                // A plain refusal did nothing, so there is nothing to undo, unless it left
+                // a mount at its path: a plugin that bound, then failed to remount, and
+                // kept the bind (real ones do), is undone as an unknown outcome.
+                if matches!(&error, CsiVolumeError::Rpc(e) if !e.outcome_unknown())
+                    && !left_a_mount(&node, &volume.id, record.pending.as_ref())
+                {
                     record.pending = None;
                 } else if let Err(undo_error) = self
                     .resolve_pending(&client, &node, &volume.id, &mut record)
@@ -741,6 +745,16 @@ pub(super) fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError>
 }
 
 /// Removes `path` and its empty parents up to (not including) `stop`.
+/// Whether the mount step `pending` names left a mount at its path on the host.
+fn left_a_mount(node: &PluginRegistration, volume_id: &str, pending: Option<&Intent>) -> bool {
+    let path = match pending {
+        Some(Intent::Publish { alloc_id, key }) => node.dirs.publish(alloc_id, volume_id, key).host,
+        Some(Intent::Stage { .. }) => node.dirs.staging_volume(volume_id).host,
+        _ => return false,
+    };
+    crate::mount::shared::is_mount_point(&path)
+}
+
 pub(super) fn remove_empty_dirs(path: &Path, stop: &Path) {
     let mut current = Some(path);
     while let Some(dir) = current {

@@ -86,6 +86,12 @@ impl AllocDir {
         self.shared().join("logs").join(format!("{task}.stderr.0"))
     }
 
+    /// Where the mount warden of task `task` (a CSI plugin granted mounting) writes the
+    /// mounts it refused, for the task's events: [`mount_refusals_beside`] its dir.
+    pub fn mount_refusals(&self, task: &str) -> Option<PathBuf> {
+        mount_refusals_beside(&self.task_dir(task))
+    }
+
     /// Creates the shared part (idempotent). `data/` and `tmp/` are writable by every
     /// task of the alloc, whatever its user (Nomad makes them world-writable, so a
     /// prestart task can hand files to the main task); sticky, as `/tmp` is, so one task
@@ -174,6 +180,13 @@ pub fn open_dir_nofollow(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
             format!("{} is not a directory berth made ({e})", path.display()),
         )
     })
+}
+
+/// The file beside task dir `task_dir` (outside the task's root, so the task can neither
+/// read nor forge it) where its mount warden writes the mounts it refused, one line each.
+pub fn mount_refusals_beside(task_dir: &Path) -> Option<PathBuf> {
+    let name = task_dir.file_name()?.to_str()?;
+    Some(task_dir.parent()?.join(format!(".{name}.mount-refusals")))
 }
 
 #[cfg(test)]

@@ -94,9 +94,11 @@ sleep 600
 
 /// Where [`probes`]' answer turns from the task's stdout to its stderr.
 const STDERR_FOLLOWS: &str = "\n== stderr ==\n";
+/// Where it turns from the task's stderr to its events' messages.
+const EVENTS_FOLLOW: &str = "\n== events ==\n";
 
 /// Runs `source` until its task printed `done`; its stdout, then [`STDERR_FOLLOWS`] and
-/// its stderr.
+/// its stderr, then [`EVENTS_FOLLOW`] and its events' messages.
 async fn probes(agent: &AgentProcess, job: &str, source: &str) -> String {
     let submitted = agent
         .submit(&format!("{job}.hcl"), source)
@@ -111,7 +113,17 @@ async fn probes(agent: &AgentProcess, job: &str, source: &str) -> String {
         if out.contains("done\n") {
             let logs = status.alloc_dir.join("alloc/logs/t.stderr.0");
             let stderr = std::fs::read_to_string(logs).unwrap_or_default();
-            let out = format!("{out}{STDERR_FOLLOWS}{stderr}");
+            // The refusals reach the task's events within half a second.
+            tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+            let events: Vec<String> = agent.alloc(&id).await.tasks["t"]
+                .events
+                .iter()
+                .map(|e| e.message.clone())
+                .collect();
+            let out = format!(
+                "{out}{STDERR_FOLLOWS}{stderr}{EVENTS_FOLLOW}{}",
+                events.join("\n")
+            );
             let _ = agent
                 .client()
                 .delete::<serde_json::Value>(&format!("/v1/berth/job/{job}"))
@@ -182,7 +194,16 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
         "the plugin wrote into the host's /usr"
     );
     // Each refusal is in the plugin's log, naming the path.
-    let stderr = granted.split(STDERR_FOLLOWS).nth(1).unwrap_or_default();
+    let (_, after) = granted.split_once(STDERR_FOLLOWS).unwrap_or_default();
+    let (stderr, events) = after.split_once(EVENTS_FOLLOW).unwrap_or_default();
+    // And in the task's events.
+    assert!(
+        events.contains(
+            "Mount refused to this CSI plugin: \"/usr\" is not below the plugin's staging \
+             and publish dirs"
+        ),
+        "{events}"
+    );
     for refusal in [
         "berth: mount refused to this CSI plugin: \"/usr\" is not below the plugin's staging \
          and publish dirs",

@@ -67,6 +67,9 @@ pub struct ChrootSpec {
     /// ([`super::confine::Confinement::MountingPlugin`]) and sees no kernel settings in
     /// `/proc`.
     pub privileged: bool,
+    /// A privileged task's file (outside its root) where its mount warden writes the
+    /// mounts it refused, one line each, for the task's events.
+    pub mount_refusals: Option<PathBuf>,
 }
 
 /// The steps of a chroot, split where the task's process forks into its pid namespace
@@ -365,6 +368,7 @@ mod tests {
             cwd: "/".into(),
             mounts,
             privileged: false,
+            mount_refusals: None,
         };
         let plan = plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec).unwrap();
         let mut steps: Vec<String> = plan.before_fork.iter().map(ToString::to_string).collect();

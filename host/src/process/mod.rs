@@ -183,6 +183,7 @@ impl ProcessTable {
             Some(confinement) => Some(self.filter(confinement)?.clone()),
             None => None,
         };
+        let mut handed = spawn_plan::Handed::default();
         // A mounting plugin's binds are made by its warden, below the read-write,
         // bidirectional mounts it was handed (its staging and publish dirs and its socket
         // dir): the only mounts of its namespace that reach the host.
@@ -195,7 +196,11 @@ impl ProcessTable {
                     .map(|m| crate::mount::c_path(&m.task_path))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(ProcessError::Prepare)?;
-                Some(mount_warden::WardenPlan { dirs })
+                let refusals = match &chroot.mount_refusals {
+                    Some(path) => Some(handed.add(open_refusals(path)?)),
+                    None => None,
+                };
+                Some(mount_warden::WardenPlan { dirs, refusals })
             }
             _ => None,
         };
@@ -216,7 +221,6 @@ impl ProcessTable {
             .iter()
             .map(|(name, value)| CString::new(format!("{name}={value}")).map_err(|_| nul()))
             .collect::<Result<_, _>>()?;
-        let mut handed = spawn_plan::Handed::default();
         let mut cgroup_procs = Vec::with_capacity(spec.cgroup_procs.len());
         for path in &spec.cgroup_procs {
             let file = File::options().write(true).open(path);
@@ -839,6 +843,24 @@ pub fn parse_signal(name: &str) -> Result<Signal, ProcessError> {
         "STOP" => Signal::STOP,
         _ => return Err(ProcessError::UnknownSignal(name.to_string())),
     })
+}
+
+/// Opens (creating) the file a mount warden appends its refusals to, through no link.
+fn open_refusals(path: &Path) -> Result<OwnedFd, ProcessError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    File::options()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| {
+            ProcessError::Prepare(io::Error::new(
+                e.kind(),
+                format!("opening {} for the mount warden: {e}", path.display()),
+            ))
+        })
 }
 
 #[cfg(test)]

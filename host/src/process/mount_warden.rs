@@ -9,9 +9,11 @@
 //! kernel until the warden answers. The warden reads the call's paths from the plugin's
 //! memory once, checks that the notification is still live (the pid was not reused),
 //! performs the mount itself in the plugin's mount namespace, and answers with its result
-//! or the refusal's error number. A refusal is also written to the plugin's stderr (its
-//! task log), naming the path. Since the warden acts on its own copy of the paths and
-//! resolves them below descriptors opened before the plugin ran, nothing the plugin
+//! or the refusal's error number. A refusal is also written, naming the path, to the
+//! plugin's stderr (its task log) and to a file beside its task dir, which the agent
+//! turns into task events (`task_runner/csi_plugin_supervisor_hook.rs`). Since the
+//! warden acts on its own copy of the paths and resolves them below descriptors opened
+//! before the plugin ran, nothing the plugin
 //! changes meanwhile redirects a mount.
 //!
 //! ```text
@@ -40,7 +42,14 @@ use crate::mount::plugin_mounts::{PluginMounts, Refused, Request};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WardenPlan {
     pub dirs: Vec<CString>,
+    /// The keeper's descriptor of the file the warden appends its refusals to (outside
+    /// the plugin's root; the agent turns each line into a task event).
+    pub refusals: Option<RawFd>,
 }
+
+/// The most the warden writes to its refusals file: a plugin that asks for refused mounts
+/// in a loop fills its own log (rotated), not the agent's disk.
+const MAX_REFUSALS_FILE: libc::off_t = 64 << 10;
 
 /// The longest path the warden reads from the plugin (the kernel's `PATH_MAX`).
 const MAX_PATH: usize = 4096;
@@ -106,7 +115,7 @@ fn serve(socket: OwnedFd, keeper: libc::pid_t, plan: &WardenPlan) -> ! {
     unsafe {
         // What the keeper was handed (the report pipe above all, whose end of file tells
         // the agent the task executed) is not the warden's.
-        super::shim::close_all_but([socket.as_raw_fd()]);
+        super::shim::close_all_but([socket.as_raw_fd(), plan.refusals.unwrap_or(-1)]);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         if super::shim::die_with_parent().is_err() || libc::getppid() != keeper {
             libc::_exit(0);
@@ -141,7 +150,7 @@ fn serve(socket: OwnedFd, keeper: libc::pid_t, plan: &WardenPlan) -> ! {
                 // Hung up: every process of the plugin is gone.
                 libc::_exit(0);
             }
-            answer_one(&listener, &mut mounts);
+            answer_one(&listener, &mut mounts, plan.refusals);
         }
     }
 }
@@ -158,7 +167,7 @@ fn enter(keeper: libc::pid_t, plan: &WardenPlan) -> io::Result<PluginMounts> {
 }
 
 /// Receives one notification and answers it.
-fn answer_one(listener: &OwnedFd, mounts: &mut PluginMounts) {
+fn answer_one(listener: &OwnedFd, mounts: &mut PluginMounts, refusals: Option<RawFd>) {
     // SAFETY: the ioctls fill and read structs of the kernel's layout, zeroed first as
     // SECCOMP_IOCTL_NOTIF_RECV requires.
     unsafe {
@@ -176,6 +185,11 @@ fn answer_one(listener: &OwnedFd, mounts: &mut PluginMounts) {
         if let Err(refused) = &outcome {
             let line = format!("berth: mount refused to this CSI plugin: {refused}\n");
             libc::write(2, line.as_ptr().cast(), line.len());
+            if let Some(refusals) = refusals
+                && libc::lseek(refusals, 0, libc::SEEK_END) < MAX_REFUSALS_FILE
+            {
+                libc::write(refusals, line.as_ptr().cast(), line.len());
+            }
         }
         let mut response: libc::seccomp_notif_resp = std::mem::zeroed();
         response.id = notification.id;

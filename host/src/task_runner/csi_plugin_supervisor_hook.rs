@@ -104,6 +104,7 @@ impl CsiPluginSupervisorHook {
             restart: ctx.restart.clone(),
             health: self.health.clone(),
             health_timeout: plugin.health_timeout,
+            mount_refusals: ctx.alloc_dir.mount_refusals(&ctx.task.name),
         };
         let handle = tokio::spawn(supervisor.run());
         if let Some(old) = self.supervisor.lock().unwrap().replace(handle) {
@@ -284,6 +285,60 @@ struct Supervisor {
     restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     health: Arc<Mutex<Option<bool>>>,
     health_timeout: Duration,
+    /// The file the task's mount warden writes its refusals to, if it may mount.
+    mount_refusals: Option<PathBuf>,
+}
+
+/// How often the mount warden's refusals are read for events.
+const REFUSALS_EVERY: Duration = Duration::from_millis(500);
+
+/// The longest refusal shown in an event (the paths in it are the plugin's).
+const MAX_REFUSAL_EVENT: usize = 512;
+
+/// Aborts a spawned task when dropped: the supervisor's helpers end with it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Reports each line the mount warden appends to `path` as a task event, from where
+/// the file ends when it starts (a restarted agent does not report old refusals again).
+async fn report_mount_refusals(path: PathBuf, events: super::events::TaskEvents) {
+    use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+    let mut offset = tokio::fs::metadata(&path)
+        .await
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let mut partial = Vec::new();
+    loop {
+        tokio::time::sleep(REFUSALS_EVERY).await;
+        let Ok(mut file) = tokio::fs::File::open(&path).await else {
+            continue;
+        };
+        if file.seek(std::io::SeekFrom::Start(offset)).await.is_err() {
+            continue;
+        }
+        let mut read = Vec::new();
+        let Ok(count) = file.read_to_end(&mut read).await else {
+            continue;
+        };
+        offset += count as u64;
+        partial.extend_from_slice(&read);
+        while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = partial.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]);
+            let line = line.strip_prefix("berth: ").unwrap_or(&line);
+            let mut message: String = line.chars().take(MAX_REFUSAL_EVENT).collect();
+            if let Some(first) = message.get(..1) {
+                let upper = first.to_uppercase();
+                message.replace_range(..1, &upper);
+            }
+            events.emit(EventKind::TaskHook, message);
+        }
+    }
 }
 
 /// Why a health probe failed; shown in the "Plugin became unhealthy" event.
@@ -356,6 +411,13 @@ impl Supervisor {
     }
 
     async fn run(self) {
+        let _refusals = match (&self.mount_refusals, &self.events) {
+            (Some(path), Some(events)) => Some(AbortOnDrop(tokio::spawn(report_mount_refusals(
+                path.clone(),
+                events.clone(),
+            )))),
+            _ => None,
+        };
         let deadline = Instant::now() + self.health_timeout;
         loop {
             match self.probe().await {

@@ -324,6 +324,10 @@ impl PluginCtx {
                     cwd,
                     mounts,
                     privileged: task.privileged,
+                    mount_refusals: task
+                        .privileged
+                        .then(|| crate::alloc_dir::mount_refusals_beside(&task.task_dir))
+                        .flatten(),
                 })
             }
         };

@@ -4,6 +4,8 @@
 //! <data_dir>/allocs/<alloc_id>/
 //!   alloc/{data,logs,tmp}             shared by the alloc's tasks (`/alloc` inside them)
 //!   tasks/<task>/{local,secrets,tmp}  each task's own directory
+//!   tasks/.<task>.mount-refusals      a granted CSI plugin's refused mounts (its
+//!                                     warden writes, the agent reports them)
 //!   .layout-tasks                     berth's marker of this layout
 //!   si-token-accessors                berth's record of the alloc's Consul tokens
 //! ```

@@ -30,7 +30,9 @@
 //! Probe with not ready while the file exists.
 //!
 //! A file `<data-dir>/.keep-failed-bind` makes NodePublishVolume bind, then fail as a
-//! real plugin whose remount was refused does, leaving the bind mounted.
+//! real plugin whose remount was refused does, leaving the bind mounted; and
+//! NodeUnpublishVolume then answers success for a target it never recorded as
+//! published, without unmounting it.
 //!
 //! For crash tests, a file `<data-dir>/.pause-after` naming an RPC makes the plugin, once
 //! that RPC has done its work and before it answers, replace the file with
@@ -920,6 +922,14 @@ impl pb::node_server::Node for Plugin {
         .await;
         self.volume_dir(&request.volume_id)?;
         let target = require_path("target_path", &request.target_path)?;
+        if self.data_dir.join(KEEP_FAILED_BIND).exists()
+            && !self.published_at(&request.volume_id).contains(&target)
+        {
+            // As a plugin that unpublishes only what it recorded as published: the bind
+            // of a failed publish is the CO's to find.
+            self.leave("NodeUnpublishVolume").await;
+            return Ok(Response::new(pb::NodeUnpublishVolumeResponse {}));
+        }
         while mount_at(&target).is_some() {
             unmount(&target)?;
         }

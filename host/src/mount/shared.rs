@@ -68,6 +68,54 @@ pub fn unmount_all_at(path: &Path) -> io::Result<usize> {
     Ok(unmounted)
 }
 
+/// Unmounts (lazily) whatever is mounted at `path` below `base`, stacked mounts included,
+/// reaching it through no link at any step (each unmount goes to `/proc/self/fd/<n>` of
+/// the mount's root opened below `base`), so a plugin that swaps a directory for a link
+/// meanwhile cannot steer the unmount elsewhere. How many.
+pub fn unmount_all_below(base: &Path, path: &Path) -> io::Result<usize> {
+    let relative = path.strip_prefix(base).map_err(|_| {
+        io::Error::other(format!(
+            "{} is not below {}",
+            path.display(),
+            base.display()
+        ))
+    })?;
+    let relative = super::c_path(relative)?;
+    let base = super::beneath::open_root(&super::c_path(base)?)?;
+    let mut unmounted = 0;
+    loop {
+        let target = match super::beneath::open(&base, &relative) {
+            Ok(target) => target,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(unmounted),
+            Err(e) => return Err(e),
+        };
+        let stat = rustix::fs::statx(
+            &target,
+            c"",
+            rustix::fs::AtFlags::EMPTY_PATH,
+            rustix::fs::StatxFlags::MNT_ID,
+        )?;
+        let mount_root = rustix::fs::StatxAttributes::MOUNT_ROOT;
+        if !stat.stx_attributes_mask.contains(mount_root)
+            || !stat.stx_attributes.contains(mount_root)
+        {
+            return Ok(unmounted);
+        }
+        let mut buffer = [0u8; 32];
+        mount::unmount(
+            super::beneath::fd_path(&target, &mut buffer),
+            UnmountFlags::DETACH,
+        )?;
+        unmounted += 1;
+        if unmounted > 64 {
+            return Err(io::Error::other(format!(
+                "{} stays mounted after 64 unmounts",
+                path.display()
+            )));
+        }
+    }
+}
+
 /// Undoes [`ensure_shared`] once nothing is mounted below `root` any more: the last
 /// plugin is gone and no volume is staged.
 pub fn release_shared_if_unused(root: &Path) -> io::Result<()> {

@@ -194,6 +194,16 @@ impl CsiManager {
                 client
                     .node_unpublish(&record.external_id, &target.plugin)
                     .await?;
+                // A plugin that unpublishes only what it recorded (a publish that failed
+                // after its bind is not) answers success and leaves the bind: the target
+                // is the agent's, so the agent unmounts it.
+                if crate::mount::shared::is_mount_point(&target.host) {
+                    let unmounted =
+                        crate::mount::shared::unmount_all_below(&node.dirs.host, &target.host);
+                    tracing::warn!(volume = %volume_id, path = %target.host.display(),
+                        ?unmounted, "the plugin unpublished but left the target mounted; \
+                         unmounted by the agent");
+                }
                 if let Some(stage) = record.stages.get_mut(key) {
                     stage.allocs.remove(alloc_id);
                 }

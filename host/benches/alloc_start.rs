@@ -374,6 +374,7 @@ async fn confined_spawn(
                 allow_setuid: false,
             }],
             privileged: false,
+            mount_refusals: None,
         }),
         stdout: root.join("t.stdout.0"),
         stderr: root.join("t.stderr.0"),

@@ -132,12 +132,12 @@ pub fn node_record(id: String, config: &AgentConfig, drivers: &DriverSet) -> Nod
         node_class: String::new(),
         http_addr: config.http.address.map(|a| a.to_string()),
         attributes,
-        // A driver the operator turned off (raw_exec unless enabled) is detected but
-        // unhealthy: the scheduler places nothing on it.
+        // A driver the operator turned off (raw_exec or mock unless enabled) is detected
+        // but unhealthy: the scheduler places nothing on it.
         drivers: drivers
             .iter()
             .map(|driver| {
-                let usable = driver.name() != "raw_exec" || config.raw_exec_enabled();
+                let usable = config.driver_enabled(driver.name());
                 (driver.name().to_string(), usable)
             })
             .collect(),

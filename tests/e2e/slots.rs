@@ -2,10 +2,11 @@
 //! by running tasks, the `mock` development driver being off unless the operator enables
 //! it, and a purge racing a resubmit of the same job.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use berth::agent::AllocSummary;
-use berth::model::status::ClientStatus;
+use berth::agent::{AllocSummary, JobStatus};
+use berth::model::status::{ClientStatus, DesiredStatus};
 
 use crate::agent_process::AgentProcess;
 
@@ -19,6 +20,15 @@ fn long_mock_job(name: &str, count: u32) -> String {
 
 async fn allocs(agent: &AgentProcess) -> Vec<AllocSummary> {
     agent.client().get("/v1/berth/allocations").await.unwrap()
+}
+
+async fn jobs(agent: &AgentProcess) -> Vec<JobStatus> {
+    agent.client().get("/v1/berth/jobs").await.unwrap()
+}
+
+/// The job an alloc's name (`job.group[index]`) says it belongs to.
+fn job_of(alloc: &AllocSummary) -> &str {
+    alloc.name.split('.').next().unwrap_or_default()
 }
 
 /// 300 running mock tasks, more than the 256 instance slots, hold none: the host waits
@@ -123,4 +133,82 @@ async fn mock_is_refused_by_name_unless_the_operator_enables_it() {
             s.client_status == ClientStatus::Running
         })
         .await;
+}
+
+/// Rounds of the race below.
+const PURGE_ROUNDS: usize = 50;
+
+/// A purge (`DELETE /v1/job/lk?purge=true`) racing a resubmit of the same job, 50 times.
+/// Whichever comes first, what is left is consistent: every alloc that runs belongs to a
+/// job the agent lists, and after a restart the agent finds no alloc of an unrecorded
+/// job. Without one lock for a job's purge and its submit, a purge that had found the
+/// job without allocs removed its record just after the resubmit placed new ones: they
+/// ran on with desired status `run` under no job, and after a restart the log said
+/// "not recorded; left alone".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_racing_a_resubmit_leaves_no_alloc_behind() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    // A short shutdown delay: the purge and the resubmit both wait for the same allocs
+    // to stop, and go on at the same moment.
+    let job = "job \"lk\" {\n  group \"g\" {\n    count = 3\n    task \"t\" {\n      \
+               driver = \"mock\"\n      shutdown_delay = \"50ms\"\n      \
+               config { run_for = \"100h\" }\n    }\n  }\n}\n";
+    let client = agent.client();
+    for round in 0..PURGE_ROUNDS {
+        if !jobs(&agent).await.iter().any(|j| j.id == "lk") {
+            agent.submit("lk.hcl", job).await.unwrap();
+        }
+        let purge = async {
+            let _: serde_json::Value = client.delete("/v1/job/lk?purge=true").await.unwrap();
+        };
+        let resubmit = async {
+            // Spread over the purge's steps: before its stop, during its wait, after.
+            tokio::time::sleep(Duration::from_millis((round % 10) as u64 * 15)).await;
+            agent.submit("lk.hcl", job).await
+        };
+        let ((), resubmitted) = tokio::join!(purge, resubmit);
+        resubmitted.unwrap_or_else(|e| panic!("round {round}: the resubmit failed: {e}"));
+        // Either came last: the job runs (the resubmit), or it is gone with its allocs
+        // (the purge). The purge may still go on in the background: wait for either.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let listed: BTreeSet<String> = jobs(&agent).await.into_iter().map(|j| j.id).collect();
+            let all = allocs(&agent).await;
+            let orphans: Vec<&AllocSummary> =
+                all.iter().filter(|a| !listed.contains(job_of(a))).collect();
+            let running = all
+                .iter()
+                .filter(|a| a.client_status == ClientStatus::Running)
+                .count();
+            let settled = if listed.contains("lk") {
+                running == 3
+            } else {
+                running == 0
+            };
+            if orphans.is_empty() && settled {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: {running} allocs run; these belong to no listed job \
+                 ({} with desired status run): {orphans:#?}\njobs: {listed:?}",
+                orphans
+                    .iter()
+                    .filter(|a| a.desired_status == DesiredStatus::Run)
+                    .count()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    agent.terminate(Duration::from_secs(60));
+    agent.start().await;
+    let log = agent.output();
+    assert!(!log.contains("not recorded"), "{log}");
+    let listed: BTreeSet<String> = jobs(&agent).await.into_iter().map(|j| j.id).collect();
+    let after = allocs(&agent).await;
+    assert!(
+        after.iter().all(|a| listed.contains(job_of(a))),
+        "allocs of no listed job after a restart: {after:#?}\njobs: {listed:?}"
+    );
 }

@@ -76,6 +76,7 @@ async fn three_hundred_long_mock_tasks_leave_the_operator_room_to_submit() {
         )
         .await;
     let took = started.elapsed();
+    eprintln!("the operator's submit took {took:?} beside 300 running mock tasks");
     let after =
         after.unwrap_or_else(|e| panic!("the operator's submit failed after {took:?}: {e}"));
     assert!(
@@ -144,7 +145,8 @@ const PURGE_ROUNDS: usize = 50;
 /// job. Without one lock for a job's purge and its submit, a purge that had found the
 /// job without allocs removed its record just after the resubmit placed new ones: they
 /// ran on with desired status `run` under no job, and after a restart the log said
-/// "not recorded; left alone".
+/// "not recorded; left alone". (The race also found a stop sent to an alloc whose tasks
+/// did not listen yet being lost: the alloc ran on with desired status `stop`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_purge_racing_a_resubmit_leaves_no_alloc_behind() {
     let mut agent = AgentProcess::new();
@@ -192,11 +194,12 @@ async fn a_purge_racing_a_resubmit_leaves_no_alloc_behind() {
             assert!(
                 Instant::now() < deadline,
                 "round {round}: {running} allocs run; these belong to no listed job \
-                 ({} with desired status run): {orphans:#?}\njobs: {listed:?}",
+                 ({} with desired status run): {orphans:#?}\njobs: {listed:?}\nall: {all:#?}\n{}",
                 orphans
                     .iter()
                     .filter(|a| a.desired_status == DesiredStatus::Run)
-                    .count()
+                    .count(),
+                agent.output()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

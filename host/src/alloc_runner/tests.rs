@@ -419,3 +419,23 @@ async fn a_user_restart_does_not_count_against_the_restart_policy() {
         })
     );
 }
+
+/// A stop that comes before the alloc's tasks listen for one (the alloc just placed, a
+/// purge or a resubmit stopping it at once) is not lost: the task stops. It used to run
+/// on with desired status stop, and a job whose purge waited on it was never purged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_before_the_alloc_runs_stops_it() {
+    let node = node();
+    let alloc = alloc(
+        &node,
+        "      attempts = 0\n",
+        &mock_task("t", "", "        run_for = \"1h\"\n"),
+    );
+    alloc.stop();
+    let ended = tokio::time::timeout(Duration::from_secs(20), alloc.clone().run()).await;
+    assert!(
+        ended.is_ok(),
+        "the stopped alloc still runs: {:?}",
+        alloc.status()
+    );
+}

@@ -113,6 +113,12 @@ async fn run() {
             read_only: false,
             allow_setuid: false,
         }],
+        // The mock driver is off unless the operator enables it.
+        plugins: vec![berth::config::PluginConfig {
+            name: "mock".into(),
+            enabled: Some(true),
+            ..Default::default()
+        }],
         ..AgentConfig::default()
     });
 

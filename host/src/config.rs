@@ -32,7 +32,8 @@
 //!
 //! max_plugin_instances = 256   # WebAssembly instances at once: one per call in flight,
 //!                              # and one per running task of a driver that waits in its
-//!                              # own code (not exec or raw_exec)
+//!                              # own code (not exec, raw_exec or mock); an eighth are
+//!                              # kept for checks (a submission's), never held by tasks
 //!
 //! gc {
 //!   interval   = "1m"   # how often finished allocs are collected (Nomad's gc_interval)
@@ -60,6 +61,12 @@
 //! plugin "raw_exec" {
 //!   config {
 //!     enabled = true           # raw_exec is off unless the operator turns it on
+//!   }
+//! }
+//!
+//! plugin "mock" {
+//!   config {
+//!     enabled = true           # so is mock, the development driver
 //!   }
 //! }
 //!
@@ -310,11 +317,16 @@ pub enum TokenScope {
 /// The shortest token secret accepted: guessing one must be hopeless.
 pub const MIN_TOKEN_SECRET: usize = 16;
 
+/// The built-in drivers that are off unless the operator enables them: `raw_exec` runs
+/// tasks unconfined, as the agent's user; `mock` is for development (its tasks only
+/// pretend to run, for as long as a job author asks).
+pub const OFF_BY_DEFAULT: &[&str] = &["raw_exec", "mock"];
+
 /// What the operator says about one driver plugin, as Nomad's `plugin` block.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PluginConfig {
     pub name: String,
-    /// `config { enabled = ... }`: drivers that are off by default (raw_exec) need it.
+    /// `config { enabled = ... }`: drivers that are off by default (raw_exec, mock) need it.
     pub enabled: Option<bool>,
     /// The driver component's SHA-256, as approved by the operator.
     pub sha256: Option<String>,
@@ -392,7 +404,14 @@ impl AgentConfig {
     /// Whether the operator turned `raw_exec` on. It runs tasks unconfined, as the agent's
     /// user (root), so it is off unless the agent config says `enabled = true` (as Nomad).
     pub fn raw_exec_enabled(&self) -> bool {
-        self.plugin("raw_exec").and_then(|p| p.enabled) == Some(true)
+        self.driver_enabled("raw_exec")
+    }
+
+    /// Whether tasks may use driver `name` here: the drivers of [`OFF_BY_DEFAULT`] only
+    /// once the operator enabled them (`plugin "NAME" { config { enabled = true } }`),
+    /// every other driver always.
+    pub fn driver_enabled(&self, name: &str) -> bool {
+        !OFF_BY_DEFAULT.contains(&name) || self.plugin(name).and_then(|p| p.enabled) == Some(true)
     }
 
     /// Whether driver `name`, loaded from `file` (`None`: built in), may spawn processes
@@ -1584,6 +1603,23 @@ mod tests {
             error.contains("2 is too few processes for any task (at least 8)"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn mock_is_off_unless_the_operator_turns_it_on_and_other_drivers_are_on() {
+        let off = AgentConfig::parse("agent.hcl", "").unwrap();
+        assert!(!off.driver_enabled("mock"));
+        assert!(off.driver_enabled("exec"));
+        assert!(off.driver_enabled("vendor"));
+        let on = AgentConfig::parse(
+            "agent.hcl",
+            "plugin \"mock\" {\n  config {\n    enabled = true\n  }\n}\n",
+        )
+        .unwrap();
+        assert!(on.driver_enabled("mock"));
+        assert!(!on.raw_exec_enabled(), "enabling mock enabled raw_exec");
+        // Enabling mock lets it run; it never lets anything spawn unconfined.
+        assert!(!on.allows_unconfined("mock", None));
     }
 
     #[test]

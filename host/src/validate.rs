@@ -28,17 +28,22 @@ pub fn mount_config_refusal(task: &str, driver: &Driver, mount: &VolumeMount) ->
 }
 
 /// Why a task may not use its driver on this agent: `raw_exec` runs tasks unconfined,
-/// as the agent's user, so it is refused unless the operator enabled it (as Nomad does).
-/// Shared with the task runner, which checks again before it starts a task (a job
-/// accepted earlier may be restored under a config that no longer allows it).
+/// as the agent's user, and `mock` is a development driver, so each is refused unless the
+/// operator enabled it (as Nomad does raw_exec). Shared with the task runner, which
+/// checks again before it starts a task (a job accepted earlier may be restored under a
+/// config that no longer allows it).
 pub fn disabled_driver_refusal(task: &str, driver: &str, config: &AgentConfig) -> Option<String> {
-    (driver == "raw_exec" && !config.raw_exec_enabled()).then(|| {
-        format!(
-            "task {task:?}: driver \"raw_exec\" is disabled on this agent: it runs tasks \
-             unconfined, as the agent's user; an operator enables it with \
-             plugin \"raw_exec\" {{ config {{ enabled = true }} }} in the agent config"
-        )
-    })
+    if config.driver_enabled(driver) {
+        return None;
+    }
+    let why = match driver {
+        "raw_exec" => "it runs tasks unconfined, as the agent's user",
+        _ => "it is a development driver, whose tasks only pretend to run",
+    };
+    Some(format!(
+        "task {task:?}: driver {driver:?} is disabled on this agent: {why}; an operator \
+         enables it with plugin {driver:?} {{ config {{ enabled = true }} }} in the agent config"
+    ))
 }
 
 /// The user a confining driver runs a task as when its job names none, as Nomad's

@@ -67,8 +67,10 @@ impl AgentProcess {
         // Below the ephemeral range: restarted on this port, the agent never finds it
         // taken by another test's outgoing connection.
         let port = berth::cluster::testing::free_port();
+        // The mock driver, which many tests run, is off unless the operator enables it.
         let config = format!(
-            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n{}",
+            "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n\
+             plugin \"mock\" {{\n  config {{\n    enabled = true\n  }}\n}}\n{}",
             dir.path().display(),
             extra(port, dir.path())
         );

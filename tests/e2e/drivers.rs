@@ -87,28 +87,33 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
     assert_eq!(task.read_stdout().trim(), task.path().to_str().unwrap());
 }
 
-/// A running task of a driver that waits in its own code (the mock driver sleeps through
-/// the host's timer) keeps an instance. With every slot taken, a call waits for one for
-/// the runtime's slot_wait, then fails with an error that names the setting to raise,
-/// and works again once a slot is free.
+/// A running task of a driver that waits in its own code (the misbehave driver's
+/// `wait-in-guest` sleeps through the host's timer) keeps an instance, but never one of
+/// the slots kept for checks. With every other slot taken, a task call waits for one for
+/// the runtime's slot_wait, then fails with an error that names the setting to raise;
+/// checks still run meanwhile; and task calls work again once a slot is free.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
+async fn a_full_instance_pool_gives_a_clear_error_keeps_checks_running_and_recovers() {
     let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = 4;
     config.slot_wait = Duration::from_millis(300);
+    assert_eq!(berth::runtime::slots_kept_for_checks(4), 1);
     let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
-    let mock = std::sync::Arc::new(support::builtin(&runtime, "mock").await);
+    let waiter = std::sync::Arc::new(
+        support::from_file(&runtime, berth::builtin::test_components::MISBEHAVE).await,
+    );
     let task = TaskDir::new();
+    let wait_in_guest = json!({"behave": "wait-in-guest"});
     let mut waits = Vec::new();
-    for index in 0..4 {
-        let handle = mock
-            .start_task(&task.request(&format!("m{index}"), json!({"run_for": "60s"}), vec![]))
+    for index in 0..3 {
+        let handle = waiter
+            .start_task(&task.request(&format!("w{index}"), wait_in_guest.clone(), vec![]))
             .await
             .unwrap();
-        let driver = mock.clone();
+        let driver = waiter.clone();
         waits.push(tokio::spawn(async move { driver.wait_task(&handle).await }));
     }
-    // The pool is full once the four waits hold their instances.
+    // The task slots are full once the three waits hold their instances.
     let live = || {
         runtime
             .engine()
@@ -116,30 +121,93 @@ async fn a_full_instance_pool_gives_a_clear_error_and_recovers() {
             .map_or(0, |m| m.component_instances())
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while live() < 4 {
+    while live() < 3 {
         assert!(
             Instant::now() < deadline,
             "the waits never held their instances"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let error = mock.fingerprint().await.unwrap_err();
+    let error = waiter
+        .start_task(&task.request("w3", wait_in_guest.clone(), vec![]))
+        .await
+        .unwrap_err();
     assert!(
         error.to_string().contains(
-            "could not run: no free WebAssembly instance slot (maximum concurrent limit of 4"
+            "could not run: no free WebAssembly instance slot (maximum concurrent limit of 4 \
+             for component instances reached (1 of them kept for checks)"
         ) && error
             .to_string()
             .contains("raise max_plugin_instances in the agent config"),
         "{error}"
     );
+    // A submission's check and a fingerprint take the slot kept for them, at once.
+    let started = Instant::now();
+    waiter
+        .validate_task_config(&json!({"behave": "ok"}).to_string())
+        .await
+        .unwrap();
+    waiter.fingerprint().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "checks waited for a slot: {:?}",
+        started.elapsed()
+    );
     for wait in &waits {
         wait.abort();
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while mock.fingerprint().await.is_err() {
+    while waiter
+        .start_task(&task.request("w4", json!({"behave": "ok"}), vec![]))
+        .await
+        .is_err()
+    {
         assert!(Instant::now() < deadline, "slots were not given back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A running mock task holds no instance: the mock says when its task ends
+/// (`timer.task-ends-after`) and the host waits for that time itself, so far more mock
+/// tasks than slots wait at once, and each wait still ends at its time with its exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_tasks_wait_without_an_instance() {
+    let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    config.max_instances = 4;
+    config.slot_wait = Duration::from_millis(300);
+    let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let mock = std::sync::Arc::new(support::builtin(&runtime, "mock").await);
+    let task = TaskDir::new();
+    let started = Instant::now();
+    let mut waits = Vec::new();
+    for index in 0..12 {
+        let handle = mock
+            .start_task(&task.request(
+                &format!("m{index}"),
+                json!({"run_for": "1s", "exit_code": index}),
+                vec![],
+            ))
+            .await
+            .unwrap();
+        assert!(
+            handle.ends_at_ms.is_some(),
+            "the mock did not say when it ends"
+        );
+        let driver = mock.clone();
+        waits.push(tokio::spawn(async move { driver.wait_task(&handle).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let live = runtime
+        .engine()
+        .pooling_allocator_metrics()
+        .map_or(0, |m| m.component_instances());
+    assert_eq!(live, 0, "waiting mock tasks hold instances");
+    mock.fingerprint().await.unwrap();
+    for (index, wait) in waits.into_iter().enumerate() {
+        let exit = wait.await.unwrap().unwrap();
+        assert_eq!(exit.exit_code, index as i32);
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1));
 }
 
 /// A driver that said which process its task ends with (exec, through the SDK) leaves
@@ -380,7 +448,7 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     // A new runtime has an empty process table, as after a restart.
     let second_agent = support::runtime();
     let raw = support::builtin(&second_agent, "raw_exec").await;
-    raw.recover_task(&handle).await.unwrap();
+    raw.recover_task(&mut handle.clone()).await.unwrap();
     assert_eq!(
         raw.inspect_task(&handle).await.unwrap().state,
         TaskState::Running
@@ -395,7 +463,7 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
 
     let mut forged = handle.clone();
     forged.driver_state = format!("{} 1", std::process::id()).into_bytes();
-    let error = raw.recover_task(&forged).await.unwrap_err();
+    let error = raw.recover_task(&mut forged).await.unwrap_err();
     assert!(
         error.to_string().contains(&format!(
             "driver \"raw_exec\" tried to adopt process {}, which berth did not spawn for \
@@ -411,7 +479,7 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
         pid: std::process::id(),
         start_time: 1,
     }];
-    let error = raw.recover_task(&reused).await.unwrap_err();
+    let error = raw.recover_task(&mut reused).await.unwrap_err();
     assert!(
         error.to_string().contains("is gone or its pid was reused"),
         "{error}"

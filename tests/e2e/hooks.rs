@@ -55,13 +55,14 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let hook_set = HookSet::load(&runtime, &hooks, false).await;
     // raw_exec on: the policy hooks below are what refuses it.
+    let enabled = |name: &str| berth::config::PluginConfig {
+        name: name.into(),
+        enabled: Some(true),
+        ..Default::default()
+    };
     let config = AgentConfig {
         hooks,
-        plugins: vec![berth::config::PluginConfig {
-            name: "raw_exec".into(),
-            enabled: Some(true),
-            ..Default::default()
-        }],
+        plugins: vec![enabled("raw_exec"), enabled("mock")],
         ..AgentConfig::default()
     };
     let agent = Agent::start(AgentOptions {

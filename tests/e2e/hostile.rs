@@ -436,6 +436,43 @@ async fn a_driver_cannot_make_its_task_end_with_a_process_it_did_not_spawn() {
     assert_eq!(runtime.processes().owned_by("misbehave"), 0);
 }
 
+/// `timer.task-ends-after` makes the host wait for a task: only a call that starts or
+/// recovers one may say it. From a check it is refused, and the call fails as a
+/// violation. A far end (`u64::MAX` milliseconds) is kept as it is and waited for
+/// without a panic or a wrapped clock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_says_when_a_task_ends_only_for_a_task_it_starts() {
+    let runtime = support::runtime();
+    let driver = support::from_file(&runtime, MISBEHAVE).await;
+    let error = driver
+        .validate_task_config(&behave("ends-after-outside-start"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().ends_with(
+            "driver \"misbehave\" said when its task ends outside start-task and \
+             recover-task: only a task being started or recovered can say so"
+        ),
+        "{error}"
+    );
+
+    let task = TaskDir::new();
+    let handle = driver
+        .start_task(&task.request("t", json!({"behave": "ends-after-forever"}), vec![]))
+        .await
+        .unwrap();
+    assert_eq!(handle.ends_at_ms, Some(u64::MAX));
+    let waited = tokio::time::timeout(Duration::from_millis(300), driver.wait_task(&handle)).await;
+    assert!(
+        waited.is_err(),
+        "a task that ends at the end of time ended: {waited:?}"
+    );
+    // Stopped, it is asked at once.
+    driver.wait_stopped_task(&handle).await.unwrap();
+    driver.fingerprint().await.unwrap();
+}
+
 /// The agent's log as a test reads it.
 #[derive(Clone, Default)]
 struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

@@ -43,7 +43,8 @@ impl Agent {
             "data_dir = \"{root}/data\"\n\
              host_volume \"greetings\" {{\n  path = \"{root}/greetings\"\n  read_only = {read_only_greetings}\n}}\n\
              host_volume \"scratch\" {{\n  path = \"{root}/scratch\"\n}}\n\
-             plugin \"raw_exec\" {{\n  config {{\n    enabled = true\n  }}\n}}\n",
+             plugin \"raw_exec\" {{\n  config {{\n    enabled = true\n  }}\n}}\n\
+             plugin \"mock\" {{\n  config {{\n    enabled = true\n  }}\n}}\n",
             root = dir.path().display()
         );
         std::fs::write(dir.path().join("agent.hcl"), config).unwrap();

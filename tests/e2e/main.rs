@@ -41,5 +41,6 @@ mod planted_links;
 mod plugin_grants;
 mod readme_curl;
 mod shutdown;
+mod slots;
 mod system_jobs;
 mod task_users;

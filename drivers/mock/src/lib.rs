@@ -1,5 +1,10 @@
 //! The `mock` driver: simulates a task from its config, like Nomad's mock driver. It
-//! spawns nothing; the task "runs" for `run_for` and exits with `exit_code`.
+//! spawns nothing; the task "runs" for `run_for` and exits with `exit_code`. It tells
+//! the host when the task ends (`timer.task-ends-after`), so the host waits for that
+//! time itself and a running mock task holds no WebAssembly instance slot.
+//!
+//! A development driver: off unless the operator enables it with
+//! `plugin "mock" { config { enabled = true } }`.
 //!
 //! ```hcl
 //! config {
@@ -35,6 +40,9 @@ struct MockConfig {
     start_block_for: Option<String>,
 }
 
+/// The signal a mock task stopped before its end reports (SIGKILL).
+const STOPPED_SIGNAL: i32 = 9;
+
 /// What the mock keeps in the task handle.
 #[derive(Serialize, Deserialize)]
 struct MockState {
@@ -65,7 +73,9 @@ fn parse_duration_ms(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok(number * scale)
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("invalid duration {text:?}: too long"))
 }
 
 fn parse_config(json: &str) -> Result<MockConfig, String> {
@@ -152,6 +162,9 @@ impl Driver for Mock {
             exit_signal: mock.exit_signal,
         };
         let driver_state = serde_json::to_vec(&state).map_err(|e| e.to_string())?;
+        // Said after `started_at_ms` was read: the host's end is never before ours, so
+        // our `wait-task` returns at once when the host calls it.
+        timer::task_ends_after(state.run_for_ms)?;
         Ok(TaskHandle {
             id: config.id,
             driver_state,
@@ -159,27 +172,35 @@ impl Driver for Mock {
     }
 
     fn recover_task(handle: TaskHandle) -> Result<(), String> {
-        state_of(&handle).map(|_| ())
+        let state = state_of(&handle)?;
+        // Said again for a task started before the mock said when its tasks end.
+        let ends_at = state.started_at_ms.saturating_add(state.run_for_ms);
+        timer::task_ends_after(ends_at.saturating_sub(now_ms()))
     }
 
+    /// Returns at once: the host calls it once the task's end has passed (it waited for
+    /// it, holding no instance), or after it stopped the task, which ends a mock task
+    /// then; a task stopped before its end reports SIGKILL.
     fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
         let state = state_of(&handle)?;
-        let ends_at = state.started_at_ms + state.run_for_ms;
-        let now = now_ms();
-        if ends_at > now {
-            timer::sleep(ends_at - now);
+        if now_ms() < state.started_at_ms.saturating_add(state.run_for_ms) {
+            return Ok(ExitResult {
+                exit_code: 0,
+                signal: STOPPED_SIGNAL,
+                oom_killed: false,
+            });
         }
         Ok(exit_result(&state))
     }
 
     fn stop_task(_handle: TaskHandle, _timeout_millis: u64, _signal: String) -> Result<(), String> {
-        // A mock task has nothing to signal; the host stops waiting on it.
+        // A mock task has nothing to signal: stopped, it has ended.
         Ok(())
     }
 
     fn inspect_task(handle: TaskHandle) -> Result<TaskStatus, String> {
         let state = state_of(&handle)?;
-        let exited = now_ms() >= state.started_at_ms + state.run_for_ms;
+        let exited = now_ms() >= state.started_at_ms.saturating_add(state.run_for_ms);
         Ok(TaskStatus {
             id: handle.id,
             state: if exited {

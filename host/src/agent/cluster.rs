@@ -132,12 +132,12 @@ pub fn node_record(id: String, config: &AgentConfig, drivers: &DriverSet) -> Nod
         node_class: String::new(),
         http_addr: config.http.address.map(|a| a.to_string()),
         attributes,
-        // A driver the operator turned off (raw_exec unless enabled) is detected but
-        // unhealthy: the scheduler places nothing on it.
+        // A driver the operator turned off (raw_exec or mock unless enabled) is detected
+        // but unhealthy: the scheduler places nothing on it.
         drivers: drivers
             .iter()
             .map(|driver| {
-                let usable = driver.name() != "raw_exec" || config.raw_exec_enabled();
+                let usable = config.driver_enabled(driver.name());
                 (driver.name().to_string(), usable)
             })
             .collect(),
@@ -222,20 +222,45 @@ impl Agent {
     }
 
     /// Stops a cluster job (its allocs stop wherever they run) or purges it.
+    ///
+    /// Each writes only the version it read (an etcd transaction compares the job's
+    /// revision), and reads again when another agent wrote in between: a stop never
+    /// puts back an older source over a resubmit, and a purge removes only a stopped
+    /// version, never one submitted again after the stop (that submit stands).
     pub async fn stop_cluster_job(&self, id: &str, purge: bool) -> Result<(), ClusterError> {
+        /// Rounds of read-then-write before giving up on a job that keeps changing.
+        const TRIES: usize = 16;
         let Some(cluster) = self.cluster.clone() else {
             return Ok(());
         };
         let id = id.to_string();
         tokio::task::spawn_blocking(move || {
-            if purge {
-                return cluster.delete_job(&id);
+            for _ in 0..TRIES {
+                let written = match (cluster.job_entry(&id)?, purge) {
+                    (None, true) => return Ok(()),
+                    (None, false) | (Some((None, _)), false) => {
+                        return Err(ClusterError::Local(format!("job {id:?} not found")));
+                    }
+                    // A record no agent can read: purging is how it goes.
+                    (Some((None, version)), true) => cluster.delete_job_if(&id, version)?,
+                    (Some((Some(job), _)), true) if !job.stopped => {
+                        return Err(ClusterError::Local(format!(
+                            "job {id:?} was submitted again since it was stopped: not purged"
+                        )));
+                    }
+                    (Some((Some(_), version)), true) => cluster.delete_job_if(&id, version)?,
+                    (Some((Some(mut job), version)), false) => {
+                        job.stopped = true;
+                        cluster.put_job_if(&job, version)?
+                    }
+                };
+                if written {
+                    return Ok(());
+                }
             }
-            let Some((mut job, _)) = cluster.job(&id)? else {
-                return Err(ClusterError::Local(format!("job {id:?} not found")));
-            };
-            job.stopped = true;
-            cluster.put_job(&job).map(|_| ())
+            Err(ClusterError::Local(format!(
+                "job {id:?} kept changing while it was being stopped: try again"
+            )))
         })
         .await
         .map_err(|e| ClusterError::Local(e.to_string()))?

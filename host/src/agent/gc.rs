@@ -134,11 +134,29 @@ impl Agent {
     /// and forgets them and the job: Nomad's `purge`. A job whose allocs are still
     /// running after the wait, or hold something mounted, is kept, stopped, for the
     /// collector; returns whether the job is gone.
+    ///
+    /// The whole purge holds the job's lock, which a submit of the job takes too: a
+    /// resubmit waits for the purge to end, and a job submitted again before the purge
+    /// began (no longer stopped) is not purged.
     pub async fn purge_job(&self, id: &str) -> bool {
-        if self.cluster.is_some()
-            && let Err(error) = self.stop_cluster_job(id, true).await
+        let _this_job = self.job_locks.lock(id).await;
+        if self.cluster.is_some() {
+            // The cluster's own check: only the stopped version is deleted.
+            match self.stop_cluster_job(id, true).await {
+                Ok(()) => {}
+                Err(error) => {
+                    tracing::error!(job = %id, %error, "purging a job from the cluster");
+                    return false;
+                }
+            }
+        } else if self
+            .jobs
+            .lock()
+            .unwrap()
+            .get(id)
+            .is_some_and(|entry| !entry.record.stopped)
         {
-            tracing::error!(job = %id, %error, "purging a job from the cluster");
+            tracing::info!(job = %id, "not purging a job submitted again since it was stopped");
             return false;
         }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(60), self.wait_job(id)).await;
@@ -170,6 +188,9 @@ impl Agent {
     /// new version, kept). Returns the job's id when it was collected.
     pub(super) fn collect_job_of(&self, collected: &AllocEntry) -> Option<String> {
         let name = &collected.runner.job.name;
+        // A submit, stop or purge of the job is under way: it decides what is left of the
+        // job (forgetting it now could drop the record of a version being placed).
+        let _this_job = self.job_locks.try_lock(name)?;
         let mut jobs = self.jobs.lock().unwrap();
         let same_version = jobs
             .get(name)

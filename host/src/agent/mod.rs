@@ -16,6 +16,7 @@ pub mod data_dir;
 pub mod event_hub;
 mod gc;
 pub mod index;
+mod job_locks;
 pub use gc::Garbage;
 mod launch;
 pub mod logs;
@@ -215,6 +216,9 @@ pub struct Agent {
     notices: Vec<Notice>,
     /// Serialises submits and stops, so two versions of a job never run at once.
     submitting: tokio::sync::Mutex<()>,
+    /// One lock per job: a submit or stop of a job, its purge and the collector
+    /// forgetting it take turns. Taken before `submitting`.
+    job_locks: job_locks::JobLocks,
     /// Raised on every change a client could watch (Nomad's `X-Nomad-Index`).
     index: Arc<index::ChangeIndex>,
     /// What changed, for Nomad's event stream.
@@ -411,6 +415,7 @@ impl Agent {
             events,
             notices,
             submitting: tokio::sync::Mutex::new(()),
+            job_locks: job_locks::JobLocks::default(),
         };
         agent.publish(
             event_hub::Topic::Node,
@@ -582,6 +587,7 @@ impl Agent {
             self.publish_job("JobDeregistered", id);
             return Ok(Vec::new());
         }
+        let _this_job = self.job_locks.lock(id).await;
         let _one_at_a_time = self.submitting.lock().await;
         {
             let mut jobs = self.jobs.lock().unwrap();

@@ -137,6 +137,7 @@ impl Agent {
                 .submit_to_cluster(cluster, submitter, job, source_name, source, variables)
                 .await;
         }
+        let _this_job = self.job_locks.lock(&job.name).await;
         let _one_at_a_time = self.submitting.lock().await;
         let places = job.periodic.is_none() && job.parameterized.is_none();
         if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {

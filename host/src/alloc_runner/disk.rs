@@ -214,7 +214,7 @@ impl AllocRunner {
                 TaskEvent::new(EventKind::DiskExceeded, &message),
             );
         }
-        let _ = self.stop.send(true);
+        self.stop.send_replace(true);
     }
 
     /// Removes what the tasks wrote, once they are gone: their directories, and the

@@ -78,7 +78,7 @@ impl AllocRunner {
             let sidecar_stop = sidecar_stop.clone();
             async move {
                 let _ = alloc_stop.wait_for(|stop| *stop).await;
-                let _ = sidecar_stop.send(true);
+                sidecar_stop.send_replace(true);
             }
         };
         let forwarder = tokio::spawn(forward);
@@ -118,7 +118,7 @@ impl AllocRunner {
             failed |= join_all(&mut main).await;
             failed |= join_all(&mut poststart).await;
         }
-        let _ = sidecar_stop.send(true);
+        sidecar_stop.send_replace(true);
         forwarder.abort();
         failed |= join_all(&mut sidecars).await;
 

@@ -387,17 +387,19 @@ impl AllocRunner {
             task: None,
         });
         let delay = self.group.shutdown_delay;
+        // send_replace, not send: before the tasks subscribe there is no receiver, and
+        // send would drop the stop (the alloc ran on, desired status stop).
         let runtime = tokio::runtime::Handle::try_current();
         match runtime {
             Ok(runtime) if !delay.is_zero() => {
                 let stop = self.stop.clone();
                 runtime.spawn(async move {
                     tokio::time::sleep(delay).await;
-                    let _ = stop.send(true);
+                    stop.send_replace(true);
                 });
             }
             _ => {
-                let _ = self.stop.send(true);
+                self.stop.send_replace(true);
             }
         }
     }

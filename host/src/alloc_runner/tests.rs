@@ -44,11 +44,15 @@ struct Node {
     _data: tempfile::TempDir,
 }
 
+/// The agent config line that enables the mock driver these tests run.
+const MOCK_ON: &str = "plugin \"mock\" {\n  config {\n    enabled = true\n  }\n}\n";
+
 fn node() -> Node {
     let data = tempfile::tempdir().unwrap();
     let sys = FakeSys::default();
     let store = Arc::new(crate::state::StateStore::in_memory());
-    let config = AgentConfig::parse("agent.hcl", "").unwrap();
+    // The mock driver is off unless enabled, as on any agent.
+    let config = AgentConfig::parse("agent.hcl", MOCK_ON).unwrap();
     let (events, _) = tokio::sync::broadcast::channel(1024);
     let node = NodeContext {
         data_dir: data.path().to_path_buf(),
@@ -300,7 +304,7 @@ async fn a_denied_user_by_number_fails_the_setup() {
     let mut node = node();
     let config = AgentConfig::parse(
         "agent.hcl",
-        "user {\n  denylist = [\"root\"]\n  checked_drivers = [\"mock\"]\n}\n",
+        &format!("{MOCK_ON}user {{\n  denylist = [\"root\"]\n  checked_drivers = [\"mock\"]\n}}\n"),
     )
     .unwrap();
     node.node.config = Arc::new(config);
@@ -413,5 +417,25 @@ async fn a_user_restart_does_not_count_against_the_restart_policy() {
         Err(super::ActionError::NothingRunning {
             alloc: alloc.id.clone()
         })
+    );
+}
+
+/// A stop that comes before the alloc's tasks listen for one (the alloc just placed, a
+/// purge or a resubmit stopping it at once) is not lost: the task stops. It used to run
+/// on with desired status stop, and a job whose purge waited on it was never purged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_before_the_alloc_runs_stops_it() {
+    let node = node();
+    let alloc = alloc(
+        &node,
+        "      attempts = 0\n",
+        &mock_task("t", "", "        run_for = \"1h\"\n"),
+    );
+    alloc.stop();
+    let ended = tokio::time::timeout(Duration::from_secs(20), alloc.clone().run()).await;
+    assert!(
+        ended.is_ok(),
+        "the stopped alloc still runs: {:?}",
+        alloc.status()
     );
 }

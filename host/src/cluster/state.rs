@@ -451,23 +451,60 @@ impl Cluster {
     /// One job with its version (its key's revision), read alone (not through a
     /// snapshot of everything); a record its key does not name is refused.
     pub fn job(&self, id: &str) -> Result<Option<(ClusterJob, i64)>, ClusterError> {
+        Ok(self
+            .job_entry(id)?
+            .and_then(|(job, version)| Some((job?, version))))
+    }
+
+    /// Job `id`'s record with its version, when its key exists: `None` for a record
+    /// that cannot be read (or that its key does not name), with the version all the
+    /// same, so that it can still be purged.
+    pub fn job_entry(&self, id: &str) -> Result<Option<(Option<ClusterJob>, i64)>, ClusterError> {
         let key = self.key(&["jobs", id]);
         let etcd = self.etcd().clone();
         let entry = self
             .etcd()
             .block(async move { Ok::<_, ClusterError>(etcd.get(&key).await?) })?;
-        Ok(entry.and_then(|entry| {
-            let job: ClusterJob = serde_json::from_slice(&entry.value).ok()?;
-            (job.id == id).then_some((job, entry.mod_revision))
+        Ok(entry.map(|entry| {
+            let job = serde_json::from_slice::<ClusterJob>(&entry.value)
+                .ok()
+                .filter(|job| job.id == id);
+            (job, entry.mod_revision)
         }))
     }
 
-    /// Removes a job (purge); the scheduler then stops its allocs.
-    pub fn delete_job(&self, id: &str) -> Result<(), ClusterError> {
+    /// Writes a job's record only if its key is still at `version` (nothing wrote it
+    /// since it was read): false, and nothing written, when it was.
+    pub fn put_job_if(&self, job: &ClusterJob, version: i64) -> Result<bool, ClusterError> {
+        use super::etcd::{Condition, Write};
+        let key = self.key(&["jobs", &job.id]);
+        let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let etcd = self.etcd().clone();
+        self.etcd().block(async move {
+            let condition = Condition::ModRevision(key.clone(), version);
+            let write = Write::Put {
+                key,
+                value,
+                lease: 0,
+            };
+            Ok::<_, ClusterError>(etcd.transaction(vec![condition], vec![write]).await?)
+        })
+    }
+
+    /// Removes a job (purge) only if its key is still at `version`: a purge never
+    /// removes a version submitted after it looked. False, and nothing removed, when the
+    /// job changed. The scheduler then stops the job's allocs.
+    pub fn delete_job_if(&self, id: &str, version: i64) -> Result<bool, ClusterError> {
+        use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", id]);
         let etcd = self.etcd().clone();
-        self.etcd()
-            .block(async move { Ok::<_, ClusterError>(etcd.delete(&key).await?) })
+        self.etcd().block(async move {
+            let condition = Condition::ModRevision(key.clone(), version);
+            Ok::<_, ClusterError>(
+                etcd.transaction(vec![condition], vec![Write::Delete(key)])
+                    .await?,
+            )
+        })
     }
 
     /// Records what this node says of one of its allocs.

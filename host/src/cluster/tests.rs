@@ -377,3 +377,48 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
     );
     assert!(a.job("tick/periodic-2").unwrap().is_none());
 }
+
+/// A stop or purge writes only the version of the job it read: a resubmit by another
+/// agent in between is never overwritten by the stopped older source, nor deleted.
+#[test]
+fn a_stop_or_purge_of_a_version_read_before_a_resubmit_writes_nothing() {
+    use super::state::ClusterJob;
+    let server = EtcdServer::start();
+    let (a, _da) = join(&server, "a");
+    let (b, _db) = join(&server, "b");
+    let first = ClusterJob {
+        id: "lk".into(),
+        source_name: "lk.hcl".into(),
+        source: "job \"lk\" {}".into(),
+        variables: Default::default(),
+        submitted_ms: 1,
+        stopped: true,
+        may_run_plugins: false,
+        child_of: None,
+        by_operator: false,
+    };
+    let stopped_version = a.put_job(&first).unwrap();
+    // Agent b resubmits the job after agent a read the stopped version.
+    let resubmitted = ClusterJob {
+        submitted_ms: 2,
+        stopped: false,
+        ..first.clone()
+    };
+    b.put_job(&resubmitted).unwrap();
+    assert!(!a.delete_job_if("lk", stopped_version).unwrap());
+    assert!(!a.put_job_if(&first, stopped_version).unwrap());
+    let (kept, version) = a.job("lk").unwrap().expect("the resubmit was deleted");
+    assert_eq!(kept, resubmitted);
+    // At the version it reads now, it writes.
+    assert!(a.delete_job_if("lk", version).unwrap());
+    assert!(a.job_entry("lk").unwrap().is_none());
+    // A record no agent can read still has a version, so it can be purged.
+    let key = a.key(&["jobs", "bad"]);
+    let etcd = a.etcd().clone();
+    a.etcd()
+        .block(async move { etcd.put(&key, b"{not json".to_vec(), 0).await })
+        .unwrap();
+    let (unreadable, version) = a.job_entry("bad").unwrap().unwrap();
+    assert!(unreadable.is_none());
+    assert!(a.delete_job_if("bad", version).unwrap());
+}

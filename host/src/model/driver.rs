@@ -138,6 +138,18 @@ pub struct TaskHandle {
     /// instance of its driver. `None` for drivers that did not say.
     #[serde(default)]
     pub ends_with: Option<ProcessRef>,
+    /// When the driver said the task ends (`timer.task-ends-after`), in Unix
+    /// milliseconds: the host sleeps until then itself before it asks the driver to
+    /// `wait-task`, for a task that ends at a time rather than with a process (`mock`).
+    #[serde(default)]
+    pub ends_at_ms: Option<u64>,
+}
+
+/// Now as Unix milliseconds (0 before 1970: a clock that far off ends every wait).
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// How a task's `stdout` and `stderr` files rotate (the jobspec's `logs` block): at most

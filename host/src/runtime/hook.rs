@@ -354,10 +354,11 @@ impl Hook {
             isolation: crate::model::driver::FsIsolation::Chroot,
             adoptable: None,
         };
-        // Declared before the store, so it is given back after the store is gone.
+        // Declared before the store, so it is given back after the store is gone. Every
+        // hook call is part of running a task: it leaves the slots kept for checks.
         let _slot = self
             .runtime
-            .instance_slot()
+            .instance_slot(super::SlotUse::Task)
             .await
             .map_err(|no_slot| HookFailure::Fault {
                 call,

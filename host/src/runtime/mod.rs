@@ -50,22 +50,66 @@ impl Default for SandboxLimits {
 
 /// Instances at once unless the operator says otherwise (`max_plugin_instances`). A call
 /// holds one while it runs; a running task holds one only if its driver waits in its own
-/// code instead of saying which process the task ends with (`process.task-ends-with`,
-/// which exec and raw_exec do). Every slot is a reserved region
-/// of the agent's address space, and more regions make every fork of the agent (each
-/// task start) slower: 256 slots are about 600 mappings, 1280 about 2,600.
+/// code instead of saying what the task ends with (`process.task-ends-with`, which exec
+/// and raw_exec do, or `timer.task-ends-after`, which mock does). Every slot is a
+/// reserved region of the agent's address space, and more regions make every fork of the
+/// agent (each task start) slower: 256 slots are about 600 mappings, 1280 about 2,600.
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 
 /// How long a call waits for a slot by default. Long enough for a burst of starts to
 /// drain through the pool; short enough that a pool held by waiting tasks is reported.
 pub const DEFAULT_SLOT_WAIT: Duration = Duration::from_secs(30);
 
+/// What a call needs a slot for, which decides which slots it may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotUse {
+    /// A short check that answers someone waiting (a submission's `validate-task-config`,
+    /// a fingerprint, loading a plugin, inspecting or signalling a task): it may take any
+    /// slot, including those kept back for checks.
+    Check,
+    /// Part of running a task (start, wait, stop, recover, destroy, a lifecycle hook).
+    /// A driver that waits in its own code holds its slot for the task's whole run, so
+    /// these never take the slots kept back for checks: however many tasks run, a
+    /// submission can still be checked.
+    Task,
+}
+
+/// The slots of `max_instances` that task calls leave to checks ([`SlotUse::Check`]):
+/// an eighth, at least one when there are two or more.
+pub fn slots_kept_for_checks(max_instances: u32) -> u32 {
+    if max_instances < 2 {
+        return 0;
+    }
+    (max_instances / 8).max(1)
+}
+
 /// No slot came free within the wait: the error names the setting to raise.
 #[derive(Debug, thiserror::Error)]
-#[error("maximum concurrent limit of {limit} for component instances reached, waited {waited:?}")]
 pub struct NoSlot {
     pub limit: u32,
+    /// The slots this call could not take because they are kept for checks.
+    pub kept_for_checks: u32,
     pub waited: Duration,
+}
+
+impl std::fmt::Display for NoSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "maximum concurrent limit of {} for component instances reached",
+            self.limit
+        )?;
+        if self.kept_for_checks > 0 {
+            write!(f, " ({} of them kept for checks)", self.kept_for_checks)?;
+        }
+        write!(f, ", waited {:?}", self.waited)
+    }
+}
+
+/// A call's slot: given back when dropped, after the call's store is gone.
+pub struct InstanceSlot {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _task_share: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +160,9 @@ struct RuntimeInner {
     /// One permit per pool slot: a call holds one from before it instantiates until its
     /// store is gone, so the pool itself is never what refuses an instance.
     slots: Arc<tokio::sync::Semaphore>,
+    /// The slots task calls may hold at once (all but those kept for checks): a task
+    /// call takes one of these before its slot.
+    task_slots: Arc<tokio::sync::Semaphore>,
     max_instances: u32,
     slot_wait: Duration,
     metrics: crate::telemetry::Metrics,
@@ -153,6 +200,9 @@ impl Runtime {
                 processes,
                 ticker_stop,
                 slots: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
+                task_slots: Arc::new(tokio::sync::Semaphore::new(
+                    (config.max_instances - slots_kept_for_checks(config.max_instances)) as usize,
+                )),
                 max_instances: config.max_instances,
                 slot_wait: config.slot_wait,
                 metrics: config.metrics,
@@ -182,16 +232,33 @@ impl Runtime {
     }
 
     /// A slot of the instance pool, for one call: waits for one to come free, at most
-    /// the configured `slot_wait`. Drop it after the call's store.
-    pub async fn instance_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, NoSlot> {
-        let slots = self.inner.slots.clone();
-        let no_slot = || NoSlot {
-            limit: self.inner.max_instances,
-            waited: self.inner.slot_wait,
+    /// the configured `slot_wait`. A [`SlotUse::Task`] call never takes the slots kept
+    /// for checks. Drop it after the call's store.
+    pub async fn instance_slot(&self, used_for: SlotUse) -> Result<InstanceSlot, NoSlot> {
+        let inner = &self.inner;
+        let kept_for_checks = match used_for {
+            SlotUse::Check => 0,
+            SlotUse::Task => slots_kept_for_checks(inner.max_instances),
         };
-        match tokio::time::timeout(self.inner.slot_wait, slots.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
-            // Closed (never: the runtime owns the semaphore) or timed out.
+        let no_slot = || NoSlot {
+            limit: inner.max_instances,
+            kept_for_checks,
+            waited: inner.slot_wait,
+        };
+        let acquire = async {
+            let task_share = match used_for {
+                SlotUse::Check => None,
+                SlotUse::Task => Some(inner.task_slots.clone().acquire_owned().await?),
+            };
+            let slot = inner.slots.clone().acquire_owned().await?;
+            Ok::<_, tokio::sync::AcquireError>(InstanceSlot {
+                _slot: slot,
+                _task_share: task_share,
+            })
+        };
+        match tokio::time::timeout(inner.slot_wait, acquire).await {
+            Ok(Ok(slot)) => Ok(slot),
+            // Closed (never: the runtime owns the semaphores) or timed out.
             Ok(Err(_)) | Err(_) => Err(no_slot()),
         }
     }

@@ -197,6 +197,8 @@ pub struct PluginCtx {
     pub(crate) spawned: Vec<crate::model::driver::ProcessRef>,
     /// The process the driver said its task ends with (`process.task-ends-with`).
     pub(crate) task_ends_with: Option<crate::model::driver::ProcessRef>,
+    /// When the driver said its task ends (`timer.task-ends-after`), in Unix milliseconds.
+    pub(crate) task_ends_at_ms: Option<u64>,
     /// What this call may still log through `berth:host/log`.
     pub(crate) log: crate::runtime::host_api::log::LogBudget,
 }
@@ -351,6 +353,7 @@ fn build_store(
         violations: Vec::new(),
         spawned: Vec::new(),
         task_ends_with: None,
+        task_ends_at_ms: None,
     };
     let mut store = Store::new(runtime.engine(), ctx);
     store.limiter(|ctx| &mut ctx.memory);

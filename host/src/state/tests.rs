@@ -36,6 +36,7 @@ fn records_survive_reopening() {
                 driver_state: vec![1, 2, 3],
                 spawned: Vec::new(),
                 ends_with: None,
+                ends_at_ms: Some(1_700_000_000_000),
             },
         };
         store

@@ -298,10 +298,10 @@ impl TaskRunner {
     /// Picks up the task from before an agent restart. Without a usable handle the task
     /// is started anew by the normal path.
     async fn recover(&mut self) {
-        let Some(handle) = self.restored_handle.take() else {
+        let Some(mut handle) = self.restored_handle.take() else {
             return;
         };
-        match self.ctx.driver.recover_task(&handle).await {
+        match self.ctx.driver.recover_task(&mut handle).await {
             Ok(()) => {
                 tracing::info!(alloc = %self.events.alloc_id, task = %self.ctx.task.name,
                     "recovered the task after an agent restart");
@@ -671,7 +671,7 @@ impl TaskRunner {
         }
         match tokio::time::timeout(
             task.kill_timeout.saturating_add(Duration::from_secs(5)),
-            driver.wait_task(handle),
+            driver.wait_stopped_task(handle),
         )
         .await
         {

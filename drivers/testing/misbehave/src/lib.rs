@@ -17,6 +17,11 @@
 //! - `ends-with-foreign`: spawns `/bin/true`, then says the task ends with the process
 //!   `pid` (started at `start_time`) instead;
 //! - `flood-log`: logs 100 000 messages, each with a line break and a forged line;
+//! - `wait-in-guest`: starts, then waits in its own `wait-task` (host sleeps of an hour)
+//!   instead of saying when the task ends, as a driver built before 0.1.2 may;
+//! - `ends-after-outside-start`: says when a task ends (`timer.task-ends-after`) from
+//!   `validate-task-config`, where there is no task;
+//! - `ends-after-forever`: starts a task that ends after `u64::MAX` milliseconds;
 //! - `ok`: behaves (so the host can be shown to keep serving).
 
 use berth_plugin_sdk::host::process::{self, BindMount, Isolation, Propagation, SpawnRequest};
@@ -38,6 +43,7 @@ fn misbehave(config_json: &str) -> Result<(), String> {
     let config: Config = serde_json::from_str(config_json).map_err(|e| e.to_string())?;
     match config.behave.as_str() {
         "trap" => panic!("misbehave: deliberate panic"),
+        "ends-after-outside-start" => berth_plugin_sdk::host::timer::task_ends_after(1),
         "flood-log" => {
             for i in 0..100_000 {
                 berth_plugin_sdk::host::log::log(
@@ -74,6 +80,9 @@ fn misbehave(config_json: &str) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+/// The driver state of a `wait-in-guest` task.
+const WAIT_IN_GUEST: &[u8] = b"wait-in-guest";
 
 struct Misbehave;
 
@@ -186,6 +195,13 @@ impl Driver for Misbehave {
                     driver_state: vec![],
                 });
             }
+            "wait-in-guest" => {
+                return Ok(TaskHandle {
+                    id: config.id,
+                    driver_state: WAIT_IN_GUEST.to_vec(),
+                });
+            }
+            "ends-after-forever" => berth_plugin_sdk::host::timer::task_ends_after(u64::MAX)?,
             "huge-state" => {
                 return Ok(TaskHandle {
                     id: config.id,
@@ -200,7 +216,12 @@ impl Driver for Misbehave {
         })
     }
 
-    fn wait_task(_handle: TaskHandle) -> Result<ExitResult, String> {
+    fn wait_task(handle: TaskHandle) -> Result<ExitResult, String> {
+        if handle.driver_state == WAIT_IN_GUEST {
+            loop {
+                berth_plugin_sdk::host::timer::sleep(3_600_000);
+            }
+        }
         Ok(ExitResult {
             exit_code: 0,
             signal: 0,

@@ -22,9 +22,9 @@ use wasmtime::component::Linker;
 
 pub use error::{DriverError, LoadError};
 
-use super::Runtime;
 use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
+use super::{Runtime, SlotUse};
 use crate::model::driver::{
     Capabilities, DriverInfo, ExitResult, Fingerprint, MountConfigs, ProcessRef, TaskHandle,
     TaskRequest, TaskStatus, WorldVersion,
@@ -41,10 +41,12 @@ enum CallScope {
     Recover(Vec<ProcessRef>),
 }
 
-/// What a call spawned, and which of it the driver said the task ends with.
+/// What a call spawned, which of it the driver said the task ends with, and when the
+/// driver said the task ends (`timer.task-ends-after`).
 struct Spawned {
     spawned: Vec<ProcessRef>,
     ends_with: Option<ProcessRef>,
+    ends_at_ms: Option<u64>,
 }
 
 /// Largest driver state the host persists per task.
@@ -174,6 +176,7 @@ impl Driver {
         let info: DriverInfo = driver
             .call(
                 "plugin-info",
+                SlotUse::Check,
                 CallScope::Plain,
                 Some(LOAD_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_plugin_info()),
@@ -193,6 +196,7 @@ impl Driver {
             driver.capabilities = driver
                 .call(
                     "capabilities",
+                    SlotUse::Check,
                     CallScope::Plain,
                     Some(LOAD_CALL_WALL),
                     async |store, b| match b {
@@ -242,6 +246,7 @@ impl Driver {
         let fingerprint: Fingerprint = self
             .call(
                 "fingerprint",
+                SlotUse::Check,
                 CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_fingerprint()),
@@ -269,6 +274,7 @@ impl Driver {
         let result = self
             .call(
                 "validate-task-config",
+                SlotUse::Check,
                 CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_validate_task_config(config)),
@@ -291,9 +297,17 @@ impl Driver {
             cgroup_procs: request.cgroup_procs.clone(),
         };
         let config = wit::TaskConfig::from(request);
-        let (started, Spawned { spawned, ends_with }) = self
+        let (
+            started,
+            Spawned {
+                spawned,
+                ends_with,
+                ends_at_ms,
+            },
+        ) = self
             .call_recording_spawns(
                 "start-task",
+                SlotUse::Task,
                 CallScope::Start(scope),
                 Some(QUICK_CALL_WALL * 5),
                 async |store, b| on_driver!(b, store, call_start_task(&config)),
@@ -308,6 +322,7 @@ impl Driver {
                 driver_state: handle.driver_state,
                 spawned,
                 ends_with,
+                ends_at_ms,
             }),
             Err(error) => {
                 self.forget_all(&spawned);
@@ -345,25 +360,46 @@ impl Driver {
         Ok(handle)
     }
 
-    pub async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+    /// Recovers a task after an agent restart. A driver may say again when the task
+    /// ends (`timer.task-ends-after`); `handle` then keeps that end.
+    pub async fn recover_task(&self, handle: &mut TaskHandle) -> Result<(), DriverError> {
         let adoptable = handle.spawned.clone();
-        let handle = wit::TaskHandle::from(handle);
-        self.call(
-            "recover-task",
-            CallScope::Recover(adoptable),
-            Some(QUICK_CALL_WALL),
-            async |store, b| on_driver!(b, store, call_recover_task(&handle)),
-        )
-        .await?
-        .map_err(|message| self.refused("recover-task", message))
+        let wit_handle = wit::TaskHandle::from(&*handle);
+        let (recovered, said) = self
+            .call_recording_spawns(
+                "recover-task",
+                SlotUse::Task,
+                CallScope::Recover(adoptable),
+                Some(QUICK_CALL_WALL),
+                async |store, b| on_driver!(b, store, call_recover_task(&wit_handle)),
+            )
+            .await?;
+        recovered.map_err(|message| self.refused("recover-task", message))?;
+        if said.ends_at_ms.is_some() {
+            handle.ends_at_ms = said.ends_at_ms;
+        }
+        Ok(())
     }
 
     /// Blocks until the task exits. No wall-clock bound: only guest compute time counts.
     ///
-    /// When the driver said which process the task ends with, the host waits for that
-    /// process itself first, holding no instance: a running task costs no slot of the
-    /// instance pool, and the driver's `wait-task` then returns at once.
+    /// When the driver said which process the task ends with, or when it ends, the host
+    /// waits for that process or time itself first, holding no instance: a running task
+    /// costs no slot of the instance pool, and the driver's `wait-task` then returns at
+    /// once.
     pub async fn wait_task(&self, handle: &TaskHandle) -> Result<ExitResult, DriverError> {
+        if handle.ends_with.is_none()
+            && let Some(ends_at_ms) = handle.ends_at_ms
+        {
+            sleep_until_unix_ms(ends_at_ms).await;
+        }
+        self.wait_stopped_task(handle).await
+    }
+
+    /// Waits for a task that `stop-task` stopped: for the process it ends with, if any,
+    /// but not for the time it would have ended at (a task that ends at a time ends when
+    /// stopped); then asks the driver's `wait-task`.
+    pub async fn wait_stopped_task(&self, handle: &TaskHandle) -> Result<ExitResult, DriverError> {
         if let Some(process) = handle.ends_with {
             // An error (a process this table no longer tracks) is the driver's to report.
             let owner: std::sync::Arc<str> = self.info.name.as_str().into();
@@ -371,9 +407,13 @@ impl Driver {
         }
         let handle = wit::TaskHandle::from(handle);
         let exit = self
-            .call("wait-task", CallScope::Plain, None, async |store, b| {
-                on_driver!(b, store, call_wait_task(&handle))
-            })
+            .call(
+                "wait-task",
+                SlotUse::Task,
+                CallScope::Plain,
+                None,
+                async |store, b| on_driver!(b, store, call_wait_task(&handle)),
+            )
             .await?
             .map_err(|message| self.refused("wait-task", message))?;
         Ok(exit.into())
@@ -389,6 +429,7 @@ impl Driver {
         let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         self.call(
             "stop-task",
+            SlotUse::Task,
             CallScope::Plain,
             Some(timeout.saturating_add(QUICK_CALL_WALL)),
             async |store, b| on_driver!(b, store, call_stop_task(&handle, millis, signal)),
@@ -401,6 +442,7 @@ impl Driver {
         let handle = wit::TaskHandle::from(handle);
         self.call(
             "destroy-task",
+            SlotUse::Task,
             CallScope::Plain,
             Some(QUICK_CALL_WALL),
             async |store, b| on_driver!(b, store, call_destroy_task(&handle, force)),
@@ -420,6 +462,7 @@ impl Driver {
         let status = self
             .call(
                 "inspect-task",
+                SlotUse::Check,
                 CallScope::Plain,
                 Some(QUICK_CALL_WALL),
                 async |store, b| on_driver!(b, store, call_inspect_task(&handle)),
@@ -433,6 +476,7 @@ impl Driver {
         let handle = wit::TaskHandle::from(handle);
         self.call(
             "signal-task",
+            SlotUse::Check,
             CallScope::Plain,
             Some(QUICK_CALL_WALL),
             async |store, b| on_driver!(b, store, call_signal_task(&handle, signal)),
@@ -447,11 +491,14 @@ impl Driver {
     async fn call<R>(
         &self,
         call: &'static str,
+        used_for: SlotUse,
         scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<R, DriverError> {
-        let (result, _) = self.call_recording_spawns(call, scope, wall, body).await?;
+        let (result, _) = self
+            .call_recording_spawns(call, used_for, scope, wall, body)
+            .await?;
         Ok(result)
     }
 
@@ -459,6 +506,7 @@ impl Driver {
     async fn call_recording_spawns<R>(
         &self,
         call: &'static str,
+        used_for: SlotUse,
         scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
@@ -466,7 +514,7 @@ impl Driver {
         let span = tracing::info_span!("plugin_call", plugin = %self.info.name, function = %call);
         let started = std::time::Instant::now();
         let result = self
-            .call_in_span(call, scope, wall, body)
+            .call_in_span(call, used_for, scope, wall, body)
             .instrument(span)
             .await;
         self.runtime.metrics().plugin_call(
@@ -482,6 +530,7 @@ impl Driver {
     async fn call_in_span<R>(
         &self,
         call: &'static str,
+        used_for: SlotUse,
         scope: CallScope,
         wall: Option<Duration>,
         body: impl AsyncFnOnce(&mut Store<PluginCtx>, &Bindings) -> wasmtime::Result<R>,
@@ -500,7 +549,7 @@ impl Driver {
         // Declared before the store, so it is given back after the store is gone.
         let _slot = self
             .runtime
-            .instance_slot()
+            .instance_slot(used_for)
             .await
             .map_err(|no_slot| DriverError::Fault {
                 driver: self.label(),
@@ -527,6 +576,7 @@ impl Driver {
         };
         let spawned = std::mem::take(&mut store.data_mut().spawned);
         let ends_with = store.data().task_ends_with;
+        let ends_at_ms = store.data().task_ends_at_ms;
         let failure = match &outcome {
             None => Some(DriverError::WallTimeout {
                 driver: self.label(),
@@ -546,7 +596,14 @@ impl Driver {
             Some(Ok(_)) => None,
         };
         match (failure, outcome) {
-            (None, Some(Ok(result))) => Ok((result, Spawned { spawned, ends_with })),
+            (None, Some(Ok(result))) => Ok((
+                result,
+                Spawned {
+                    spawned,
+                    ends_with,
+                    ends_at_ms,
+                },
+            )),
             (failure, _) => {
                 // A failed call hands no process to anyone: stop tracking what it spawned
                 // (the task's cgroup ends the processes themselves).
@@ -582,6 +639,20 @@ impl Driver {
             call,
             problem: problem.to_string(),
         }
+    }
+}
+
+/// Sleeps until the wall clock reads `ends_at_ms` (Unix milliseconds), in steps of at
+/// most an hour: a clock set forward or back while it waits is seen within the hour, and
+/// no step is too far for the runtime's timer.
+async fn sleep_until_unix_ms(ends_at_ms: u64) {
+    const STEP: Duration = Duration::from_secs(3600);
+    loop {
+        let left = ends_at_ms.saturating_sub(crate::model::driver::unix_ms_now());
+        if left == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(left).min(STEP)).await;
     }
 }
 

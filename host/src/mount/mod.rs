@@ -46,7 +46,13 @@ pub const SYSCALLS: &[i64] = &[
     libc::SYS_fsmount,
     libc::SYS_fspick,
     libc::SYS_mount_setattr,
+    OPEN_TREE_ATTR,
 ];
+
+/// `open_tree_attr(2)` (Linux 6.15): `open_tree` with `mount_setattr`'s attributes, so a
+/// clone of a read-only bind can come out writable. Its number is the same on every
+/// architecture of the unified table (424 on); libc does not name it yet.
+pub const OPEN_TREE_ATTR: i64 = 467;
 
 /// The new mount API's calls (Linux 5.2 on), which a mounting plugin is told do not
 /// exist (`process/seccomp.rs`), so that mount(8) uses `mount(2)`.
@@ -58,6 +64,7 @@ pub const NEW_API_SYSCALLS: &[i64] = &[
     libc::SYS_fsconfig,
     libc::SYS_fsmount,
     libc::SYS_fspick,
+    OPEN_TREE_ATTR,
 ];
 
 /// `mount(2)`'s and `umount2(2)`'s numbers, for the filter that lets a mounting plugin
@@ -91,13 +98,22 @@ pub fn raw_answer(target: &CStr, flags: u64, unmount: bool) -> i32 {
     }
 }
 
-/// What `open_tree(AT_FDCWD, target, 0)` answers: 0 or the error number. For the tests
+/// What `open_tree(AT_FDCWD, target, 0)` (or `open_tree_attr`, as `call`) answers: 0 or the error number. For the tests
 /// of what a seccomp filter lets through, as [`raw_answer`].
 #[cfg(test)]
-pub fn raw_open_tree_answer(target: &CStr) -> i32 {
-    // SAFETY: a system call on a valid C string; the descriptor it may return is closed.
-    let result =
-        unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, target.as_ptr(), 0u32) };
+pub fn raw_open_tree_answer(call: i64, target: &CStr) -> i32 {
+    // SAFETY: a system call on a valid C string (open_tree_attr's attribute pointer is
+    // null with size 0); the descriptor it may return is closed.
+    let result = unsafe {
+        libc::syscall(
+            call,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            0u32,
+            std::ptr::null::<u8>(),
+            0usize,
+        )
+    };
     if result >= 0 {
         // SAFETY: the descriptor the call just returned.
         unsafe { libc::close(result as libc::c_int) };

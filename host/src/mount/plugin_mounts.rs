@@ -162,9 +162,27 @@ impl PluginMounts {
     }
 
     fn bind(&mut self, source: &CStr, target: &CStr, recursive: bool) -> Result<(), Refused> {
+        if recursive {
+            // A recursive bind copies every mount below its source, the plugin's own
+            // shared dirs among them, and each copy propagates to the host: a few calls
+            // made tens of thousands of the host's mounts. mount(8)'s `bind` is not
+            // recursive.
+            return Err(refused(
+                Errno::PERM,
+                format!("a recursive bind of {source:?} (rbind): a plugin's binds copy one mount"),
+            ));
+        }
         let target_fd = self.resolve(target)?;
-        let source_fd = rustix::fs::open(source, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| refused(e, format!("source {source:?}: {e}")))?;
+        // Links are followed, as mount(8) follows them, but not /proc's magic links: those
+        // would be followed with the warden's privileges, not the plugin's.
+        let source_fd = rustix::fs::openat2(
+            rustix::fs::CWD,
+            source,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            rustix::fs::ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| refused(e, format!("source {source:?}: {e}")))?;
         let source_read_only = rustix::fs::fstatvfs(&source_fd)
             .map_err(|e| refused(e, format!("source {source:?}: {e}")))?
             .f_flag
@@ -497,6 +515,17 @@ mod tests {
             }
             assert!(options_at(&sealed).unwrap().starts_with("ro,"));
             assert!(options_at(&root.join("outside")).is_none());
+            // No recursive bind (each copy of the plugin's shared dirs reaches the
+            // host), and no source through /proc's magic links.
+            let rbind = Request::Bind {
+                source: c(&data),
+                target: c(dirs.join("plain")),
+                recursive: true,
+            };
+            assert_eq!(mounts.perform(&rbind).unwrap_err().errno, Errno::PERM);
+            let magic = bind(Path::new("/proc/self/root"), &dirs.join("plain"));
+            assert_eq!(mounts.perform(&magic).unwrap_err().errno, Errno::LOOP);
+            assert!(options_at(&dirs.join("plain")).is_none());
             // A remount is of a mount point, as the kernel has it.
             let refusal = mounts
                 .perform(&remount(&dirs.join("plain"), true))

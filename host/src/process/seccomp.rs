@@ -414,12 +414,19 @@ mod plugin_filter_tests {
 
     #[test]
     fn the_new_mount_api_does_not_exist_for_a_mounting_plugin_and_is_refused_to_a_task() {
-        assert_eq!(open_tree_answer(Confinement::MountingPlugin), libc::ENOSYS);
-        assert_eq!(open_tree_answer(Confinement::Task), libc::EPERM);
+        // open_tree_attr (Linux 6.15) too: unlisted, it cloned the host's /usr writable.
+        for call in [libc::SYS_open_tree, crate::mount::OPEN_TREE_ATTR] {
+            assert_eq!(
+                open_tree_answer(Confinement::MountingPlugin, call),
+                libc::ENOSYS
+            );
+            assert_eq!(open_tree_answer(Confinement::Task, call), libc::EPERM);
+        }
     }
 
-    /// What `open_tree(2)` answers in a child that installed `confinement`'s filter.
-    fn open_tree_answer(confinement: Confinement) -> i32 {
+    /// What `open_tree(2)` (or `open_tree_attr`, as `call`) answers in a child that
+    /// installed `confinement`'s filter.
+    fn open_tree_answer(confinement: Confinement, call: i64) -> i32 {
         let filter = TaskFilter::compile(confinement).unwrap();
         let (read, write) = rustix::pipe::pipe().unwrap();
         // SAFETY: the child makes raw system calls only, then _exit.
@@ -429,7 +436,8 @@ mod plugin_filter_tests {
             if filter.install().is_err() {
                 unsafe { libc::_exit(99) };
             }
-            let errno = crate::mount::raw_open_tree_answer(c"/nonexistent/berth-seccomp-test");
+            let errno =
+                crate::mount::raw_open_tree_answer(call, c"/nonexistent/berth-seccomp-test");
             let _ = rustix::io::write(&write, &errno.to_le_bytes());
             unsafe { libc::_exit(0) };
         }

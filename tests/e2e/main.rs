@@ -44,3 +44,4 @@ mod shutdown;
 mod slots;
 mod system_jobs;
 mod task_users;
+mod warden_attacks;

@@ -27,6 +27,7 @@ mod drivers;
 mod front_door;
 mod hooks;
 mod hostile;
+mod hostile_jobspecs;
 mod isolation;
 mod jobs;
 mod launched_jobs;

@@ -386,7 +386,10 @@ impl Agent {
         cluster_job: &ClusterJob,
         placement: &Placement,
     ) -> Result<(), SubmitError> {
-        let job = cluster_job.spec().map_err(SubmitError::Invalid)?;
+        let job = cluster_job
+            .spec_async()
+            .await
+            .map_err(SubmitError::Invalid)?;
         let submitter = if cluster_job.may_run_plugins {
             super::Submitter::Operator
         } else {

@@ -129,7 +129,7 @@ impl Agent {
                 return Err(stopped(id));
             }
             return Ok(Parent {
-                job: Arc::new(record.spec().map_err(SubmitError::Invalid)?),
+                job: Arc::new(record.spec_async().await.map_err(SubmitError::Invalid)?),
                 source_name: record.source_name,
                 source: record.source,
                 variables: record.variables,

@@ -38,7 +38,8 @@ impl Agent {
         source_name: &str,
         source: &str,
     ) -> Result<(), Vec<String>> {
-        let job = jobspec::parse(source_name, source)
+        let job = jobspec::parse_with_async(source_name, source, &Default::default())
+            .await
             .map_err(|e| e.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>())?;
         let mut problems = crate::validate::validate(
             &job,
@@ -66,7 +67,7 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<(Job, Vec<jobspec::Problem>), JobspecError> {
-        let mut job = jobspec::parse_with(source_name, source, variables)?;
+        let mut job = jobspec::parse_with_async(source_name, source, variables).await?;
         job.submitted_by_operator = submitter == Submitter::Operator;
         let mut problems = plugin_tasks_refused(&job, submitter);
         problems.extend(
@@ -98,8 +99,9 @@ impl Agent {
         source: &str,
         variables: &jobspec::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
-        let mut job =
-            jobspec::parse_with(source_name, source, variables).map_err(SubmitError::Invalid)?;
+        let mut job = jobspec::parse_with_async(source_name, source, variables)
+            .await
+            .map_err(SubmitError::Invalid)?;
         job.submitted_by_operator = submitter == Submitter::Operator;
         let refused = plugin_tasks_refused(&job, submitter);
         if !refused.is_empty() {

@@ -47,13 +47,90 @@ pub enum ChildCreated {
 impl ClusterJob {
     /// The job as every agent reads it: its source evaluated with its variables, and a
     /// child's meta and payload over its parent's job.
+    ///
+    /// A record whose source cannot be evaluated (written to the store by something
+    /// other than a submit, or by an agent with other bounds) is refused with its
+    /// problems, logged once per record version by each agent, and not evaluated again
+    /// by that agent ([`Unreadable`]): the scheduler skips it, API reads report it.
     pub fn spec(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
-        let mut job = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables)?;
+        let key = self.source_key();
+        if let Some(known) = Unreadable::known(key) {
+            return Err(known);
+        }
+        let parsed = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables);
+        self.finish(key, parsed)
+    }
+
+    /// [`ClusterJob::spec`] for async code: the task waits for the evaluating threads
+    /// without holding one of the runtime's.
+    pub async fn spec_async(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
+        let key = self.source_key();
+        if let Some(known) = Unreadable::known(key) {
+            return Err(known);
+        }
+        let parsed =
+            crate::jobspec::parse_with_async(&self.source_name, &self.source, &self.variables)
+                .await;
+        self.finish(key, parsed)
+    }
+
+    fn finish(
+        &self,
+        key: u64,
+        parsed: Result<crate::jobspec::Job, crate::jobspec::JobspecError>,
+    ) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
+        let mut job = parsed.inspect_err(|error| Unreadable::remember(key, &self.id, error))?;
         job.submitted_by_operator = self.by_operator;
         Ok(match &self.child_of {
             Some(child) => child.child_job(job, &self.id),
             None => job,
         })
+    }
+
+    /// What the evaluation depends on, hashed with this process's keys.
+    fn source_key(&self) -> u64 {
+        use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+        static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
+        let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
+        (&self.source_name, &self.source, &self.variables.env).hash(&mut hasher);
+        (&self.variables.files, &self.variables.args).hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+/// The stored job sources this agent could not evaluate, by [`ClusterJob::source_key`]:
+/// each is logged once, and refused from here on without being evaluated again (a
+/// hostile record would otherwise cost its evaluation budget at every scheduling round
+/// and every API read).
+struct Unreadable;
+
+/// The most unreadable sources remembered; past it the memory starts again (and each is
+/// logged once more).
+const MAX_UNREADABLE: usize = 256;
+
+static UNREADABLE: std::sync::Mutex<std::collections::BTreeMap<u64, crate::jobspec::JobspecError>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+impl Unreadable {
+    fn known(key: u64) -> Option<crate::jobspec::JobspecError> {
+        let known = UNREADABLE.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(&key).cloned()
+    }
+
+    fn remember(key: u64, job: &str, error: &crate::jobspec::JobspecError) {
+        let mut known = UNREADABLE.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= MAX_UNREADABLE {
+            known.clear();
+        }
+        if known.insert(key, error.clone()).is_none() {
+            tracing::error!(
+                job = %job,
+                problems = %error,
+                "a job recorded in the cluster cannot be evaluated: this agent skips it \
+                 (submit it again, or purge it)"
+            );
+        }
     }
 }
 

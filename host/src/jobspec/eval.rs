@@ -118,6 +118,10 @@ pub enum EvalError {
          supported"
     )]
     DirectiveAtRunTime,
+    #[error(transparent)]
+    TooDeep(#[from] super::nesting::TooDeep),
+    #[error(transparent)]
+    Budget(#[from] super::budget::BudgetSpent),
     #[error("unknown type {0:?}")]
     UnknownType(String),
     #[error(
@@ -353,7 +357,7 @@ impl Scope {
     pub fn bound_reached(&self) -> bool {
         self.references > MAX_REFERENCES
             || self.dynamic_blocks > MAX_DYNAMIC_BLOCKS
-            || super::functions::budget_refused()
+            || super::budget::refused().is_some()
     }
 
     /// Evaluates an expression that names only `var`, `local` and functions.
@@ -387,7 +391,7 @@ impl Scope {
                 size.saturating_mul(*times)
             })
             .fold(roots.looped_literals, usize::saturating_add);
-        super::functions::charge(copies).map_err(|spent| EvalError::Hcl(spent.to_string()))?;
+        super::budget::charge(copies).map_err(EvalError::Budget)?;
         let expr = hcl::Expression::from(expr.clone());
         guarded(|| expr.evaluate(&self.ctx).map_err(|e| explain(&e)))
     }
@@ -522,8 +526,31 @@ fn explain(error: &hcl::eval::Error) -> EvalError {
         hcl::eval::ErrorKind::UndefinedFunc(name) => EvalError::UnknownFunction {
             name: name.to_string(),
         },
-        _ => EvalError::Hcl(error.to_string()),
+        kind => {
+            // hcl-rs shows the whole expression, and values in it: a jobspec of 2 MB
+            // would get a message of 2 MB. A few lines are enough to find it.
+            let mut text = shortened(&kind.to_string(), 400);
+            if let Some(expr) = error.expr() {
+                text.push_str(&format!(
+                    " in expression `{}`",
+                    shortened(&expr.to_string(), 200)
+                ));
+            }
+            EvalError::Hcl(text)
+        }
     }
+}
+
+/// `text`, cut to at most `most` bytes (at a character boundary) with an ellipsis.
+fn shortened(text: &str, most: usize) -> String {
+    if text.len() <= most {
+        return text.to_string();
+    }
+    let mut end = most;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// Refuses a value larger than [`MAX_VALUE_BYTES`] as JSON.

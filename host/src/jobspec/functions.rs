@@ -4,85 +4,21 @@
 //!
 //! A job author is not trusted and the agent evaluates what they send, so every function
 //! bounds what it builds: strings up to [`MAX_STRING`] bytes, lists up to [`MAX_ITEMS`]
-//! elements. A call past a bound fails with an error saying so.
+//! elements. A call past a bound fails with an error saying so. What they build and
+//! what they compare is charged to the evaluation's budget ([`super::budget`]) before
+//! they build or compare it: `distinct` hashes (linear, not pairwise), and `contains`,
+//! `distinct`, `toset` and `sort` take their comparisons from the budget first.
 
 use base64::Engine as _;
 use hcl::Value;
 use hcl::eval::{Context, FuncArgs, FuncDef, ParamType};
 
+use super::budget::{BudgetSpent, charge, charge_comparisons};
+
 /// The longest string a function returns.
 pub const MAX_STRING: usize = 64 * 1024;
 /// The most elements a function returns in a list or object.
 pub const MAX_ITEMS: usize = 1024;
-/// What evaluating one jobspec may build in all: every function's result, and every
-/// copy of a variable or local that a reference makes (`"${var.big}${var.big}…"`, or one
-/// reference in a `for` body, counted for every element it may run over). Past it the
-/// evaluation stops with an error, before the bytes are built where they can be counted
-/// first, so a refused jobspec costs the agent about this much memory at most.
-pub const EVALUATION_BUDGET: usize = 16 << 20;
-
-thread_local! {
-    /// The bytes the jobspec evaluated on this thread may still build (`None`: no
-    /// evaluation is bounded here).
-    static REMAINING: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-    /// Whether a charge was refused since the scope started.
-    static REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Bounds the evaluations made on this thread until it is dropped. hcl-rs's functions are
-/// plain `fn`s, so the budget they draw from is the thread's.
-pub struct BudgetScope {
-    previous: Option<usize>,
-    previously_refused: bool,
-}
-
-impl BudgetScope {
-    pub fn start(bytes: usize) -> BudgetScope {
-        BudgetScope {
-            previous: REMAINING.with(|r| r.replace(Some(bytes))),
-            previously_refused: REFUSED.with(|r| r.replace(false)),
-        }
-    }
-}
-
-impl Drop for BudgetScope {
-    fn drop(&mut self) {
-        REMAINING.with(|r| r.set(self.previous));
-        REFUSED.with(|r| r.set(self.previously_refused));
-    }
-}
-
-/// Whether the budget of the scope in force refused a charge: the evaluation it bounds
-/// is refused, and what it made is not read further.
-pub fn budget_refused() -> bool {
-    REFUSED.with(|r| r.get())
-}
-
-/// The evaluation budget is spent.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "evaluating this jobspec would build more than {} MiB (its functions' results and the \
-     copies its references make); berth allows {} MiB",
-    EVALUATION_BUDGET >> 20,
-    EVALUATION_BUDGET >> 20
-)]
-pub struct BudgetSpent;
-
-/// Takes `bytes` from the thread's evaluation budget; refused once it is spent.
-pub fn charge(bytes: usize) -> std::result::Result<(), BudgetSpent> {
-    REMAINING.with(|r| match r.get() {
-        None => Ok(()),
-        Some(left) if bytes <= left => {
-            r.set(Some(left - bytes));
-            Ok(())
-        }
-        Some(_) => {
-            REFUSED.with(|refused| refused.set(true));
-            Err(BudgetSpent)
-        }
-    })
-}
-
 /// The text hcl-rs shows for a spent budget.
 fn spent(error: BudgetSpent) -> String {
     error.to_string()
@@ -211,12 +147,7 @@ pub fn declare_all(ctx: &mut Context) {
             }),
         ),
         ("length", fixed(vec![Any], length)),
-        (
-            "contains",
-            fixed(vec![list(), Any], |a| {
-                Ok(Value::Bool(array(&a[0]).contains(&a[1])))
-            }),
-        ),
+        ("contains", fixed(vec![list(), Any], contains)),
         ("element", fixed(vec![list(), Number], element)),
         ("flatten", fixed(vec![list()], flatten)),
         ("distinct", fixed(vec![list()], distinct)),
@@ -238,14 +169,7 @@ pub fn declare_all(ctx: &mut Context) {
                 items(Some(array(&a[0]).iter().rev().cloned().collect()))
             }),
         ),
-        (
-            "sort",
-            fixed(vec![strings()], |a| {
-                let mut out: Vec<String> = array(&a[0]).iter().map(|v| string(v).into()).collect();
-                out.sort();
-                items(Some(out.into_iter().map(Value::from).collect()))
-            }),
-        ),
+        ("sort", fixed(vec![strings()], sort)),
         ("slice", fixed(vec![list(), Number, Number], slice)),
         ("range", variadic(vec![Number], Number, range)),
         (
@@ -623,18 +547,93 @@ fn format(args: FuncArgs) -> Result {
 }
 
 /// The list without repeats, first occurrences kept (also `toset`: berth's sets are lists).
+/// Each element is hashed, and compared only with the earlier ones of its hash: the work
+/// is about twice the list's size (charged first), not its square.
 fn distinct(args: FuncArgs) -> Result {
+    use std::hash::BuildHasher as _;
     let list = array(&args[0]);
     if list.len() > MAX_ITEMS {
         return Err(too_many_to_compare(list.len()));
     }
-    let mut out: Vec<Value> = Vec::new();
+    charge_comparisons(value_size(&args[0]).saturating_mul(2)).map_err(spent)?;
+    // Random keys: a job author cannot choose elements whose hashes collide.
+    let keys = std::collections::hash_map::RandomState::new();
+    let mut seen: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
+    let mut kept: Vec<&Value> = Vec::new();
     for item in list {
-        if !out.contains(item) {
-            out.push(item.clone());
+        let mut hasher = keys.build_hasher();
+        fingerprint(item, &keys, &mut hasher);
+        let same_hash = seen.entry(std::hash::Hasher::finish(&hasher)).or_default();
+        if !same_hash.iter().any(|&index| kept[index] == item) {
+            same_hash.push(kept.len());
+            kept.push(item);
         }
     }
-    items(Some(out))
+    // The result is charged before it is copied.
+    let size = kept
+        .iter()
+        .map(|v| value_size(v).saturating_add(16))
+        .fold(0, usize::saturating_add);
+    charge(size).map_err(spent)?;
+    Ok(Value::Array(kept.into_iter().cloned().collect()))
+}
+
+/// Hashes `value` so that equal values (as hcl-rs compares them) hash the same: numbers
+/// by their value, objects whatever the order of their keys.
+fn fingerprint(
+    value: &Value,
+    keys: &std::collections::hash_map::RandomState,
+    into: &mut impl std::hash::Hasher,
+) {
+    use std::hash::{BuildHasher as _, Hash as _};
+    match value {
+        Value::Null => 0u8.hash(into),
+        Value::Bool(b) => (1u8, b).hash(into),
+        Value::Number(n) => {
+            // 0.0 and -0.0 are equal.
+            let n = n.as_f64().unwrap_or(0.0);
+            (2u8, if n == 0.0 { 0 } else { n.to_bits() }).hash(into);
+        }
+        Value::String(s) => (3u8, s).hash(into),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(into);
+            for item in items {
+                fingerprint(item, keys, into);
+            }
+        }
+        Value::Object(map) => {
+            // Keys in any order: each entry hashed alone, the hashes summed.
+            let entries = map.iter().fold(0u64, |sum, (key, item)| {
+                let mut entry = keys.build_hasher();
+                key.hash(&mut entry);
+                fingerprint(item, keys, &mut entry);
+                sum.wrapping_add(std::hash::Hasher::finish(&entry))
+            });
+            (5u8, map.len(), entries).hash(into);
+        }
+    }
+}
+
+/// `contains(list, value)`: compares `value` with each element, the list's size charged
+/// first (a `for` over a list that calls it once per element would otherwise compare
+/// the list with itself unbounded).
+fn contains(args: FuncArgs) -> Result {
+    charge_comparisons(value_size(&args[0])).map_err(spent)?;
+    Ok(Value::Bool(array(&args[0]).contains(&args[1])))
+}
+
+/// `sort(list of strings)`: refused past [`MAX_ITEMS`] before sorting (the result would
+/// be), its comparisons charged first.
+fn sort(args: FuncArgs) -> Result {
+    let list = array(&args[0]);
+    if list.len() > MAX_ITEMS {
+        return Err(too_many_to_compare(list.len()));
+    }
+    let rounds = usize::BITS - list.len().leading_zeros();
+    charge_comparisons(value_size(&args[0]).saturating_mul(rounds as usize)).map_err(spent)?;
+    let mut out: Vec<&str> = list.iter().map(string).collect();
+    out.sort_unstable();
+    items(Some(out.into_iter().map(Value::from).collect()))
 }
 
 fn join(args: FuncArgs) -> Result {

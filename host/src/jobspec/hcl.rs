@@ -158,9 +158,10 @@ pub fn parse_evaluated(
     })
 }
 
-/// hcl-edit's tree, or the syntax error with its place.
+/// hcl-edit's tree, or the syntax error with its place. A tree nested deeper than
+/// [`super::nesting::MAX_NESTING`] is refused here, before anything walks or evaluates it.
 fn syntax(source: &str) -> Result<Body, Vec<SyntaxProblem>> {
-    hcl_edit::parser::parse_body(source).map_err(|error| {
+    let body = hcl_edit::parser::parse_body(source).map_err(|error| {
         let location = error.location();
         vec![super::location::problem(
             Location {
@@ -169,7 +170,10 @@ fn syntax(source: &str) -> Result<Body, Vec<SyntaxProblem>> {
             },
             error.message(),
         )]
-    })
+    })?;
+    super::nesting::check_body(&body, &LineIndex::new(source))
+        .map_err(|too_deep| vec![too_deep])?;
+    Ok(body)
 }
 
 /// Converts hcl-edit's tree, evaluating with `scope` when there is one.

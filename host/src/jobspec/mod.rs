@@ -8,10 +8,12 @@
 //! finds every independent mistake.
 //!
 //! The files of this folder import one another in one direction only: `location` at the
-//! bottom, then `eval`, then `variables` and `string_template`, then `hcl`, then
+//! bottom, then `nesting` (the bound on how deep a file nests, checked before anything
+//! walks the tree) and `budget` (what one evaluation may spend), then `eval`, then `variables` and `string_template`, then `hcl`, then
 //! `fields`, then `reschedule`, then `decode` (with `spec`, the typed job); this file uses them, and none of
 //! them uses it.
 
+mod budget;
 pub mod constraint;
 pub mod cron;
 mod decode;
@@ -22,6 +24,8 @@ pub mod hcl;
 pub mod interpolate;
 mod location;
 pub mod names;
+mod nesting;
+pub mod pool;
 pub(crate) mod reschedule;
 mod spec;
 mod string_template;
@@ -58,13 +62,46 @@ pub fn parse(file: &str, source: &str) -> Result<Job, JobspecError> {
     parse_with(file, source, &eval::VariableInputs::default())
 }
 
-/// Parses and evaluates a jobspec with values for its variables. `file` is used in
-/// messages only.
+/// Parses and evaluates a jobspec with values for its variables, on the evaluating
+/// threads ([`pool`]), this thread waiting. `file` is used in messages only. From async
+/// code, use [`parse_with_async`].
 pub fn parse_with(
     file: &str,
     source: &str,
     inputs: &eval::VariableInputs,
 ) -> Result<Job, JobspecError> {
+    let (owned_file, source, inputs) = (file.to_string(), source.to_string(), inputs.clone());
+    pool::run(move || evaluate(&owned_file, &source, &inputs))
+        .unwrap_or_else(|stopped| Err(stopped_error(file, stopped)))
+}
+
+/// [`parse_with`] for async code: the task waits for the evaluating threads without
+/// holding one of the runtime's.
+pub async fn parse_with_async(
+    file: &str,
+    source: &str,
+    inputs: &eval::VariableInputs,
+) -> Result<Job, JobspecError> {
+    let (owned_file, source, inputs) = (file.to_string(), source.to_string(), inputs.clone());
+    pool::run_async(move || evaluate(&owned_file, &source, &inputs))
+        .await
+        .unwrap_or_else(|stopped| Err(stopped_error(file, stopped)))
+}
+
+/// The refusal of a jobspec whose evaluation did not run to its end.
+fn stopped_error(file: &str, stopped: pool::PoolError) -> JobspecError {
+    JobspecError {
+        file: file.to_string(),
+        problems: vec![Problem {
+            path: "jobspec".into(),
+            at: None,
+            message: stopped.to_string(),
+        }],
+    }
+}
+
+/// Parses and evaluates a jobspec on this thread, within one budget.
+fn evaluate(file: &str, source: &str, inputs: &eval::VariableInputs) -> Result<Job, JobspecError> {
     let fail = |problems| JobspecError {
         file: file.to_string(),
         problems,
@@ -83,14 +120,20 @@ pub fn parse_with(
             })
             .collect()
     };
-    // Everything the evaluation builds draws from one budget (functions::EVALUATION_BUDGET).
-    let budget = functions::BudgetScope::start(functions::EVALUATION_BUDGET);
+    // Everything the evaluation builds, compares and spends in CPU time draws from one
+    // budget ([`budget`]).
+    let budget = budget::BudgetScope::start();
     let evaluated = hcl::parse_evaluated(source, inputs);
     drop(budget);
     let evaluated = evaluated.map_err(|problems| fail(placed(problems)))?;
     let mut problems = placed(evaluated.problems);
     // A bound is a defence against a hostile jobspec: it is refused for that alone.
     if evaluated.bound_reached {
+        // Once the CPU time is spent every later expression fails with its message:
+        // once is enough.
+        let cpu = budget::BudgetSpent::CpuTime.to_string();
+        let mut told = false;
+        problems.retain(|p| !p.message.contains(&cpu) || !std::mem::replace(&mut told, true));
         return Err(fail(problems));
     }
     // What could not be evaluated is `Value::Failed` in the tree, which the decoder
@@ -132,3 +175,6 @@ mod eval_tests;
 
 #[cfg(test)]
 mod all_problems_tests;
+
+#[cfg(test)]
+mod deep_tests;

@@ -461,6 +461,7 @@ impl TypeConstraint {
                 let expr: Expression = text
                     .parse()
                     .map_err(|_| EvalError::NotAValue(text.clone()))?;
+                super::nesting::check_expr(&expr).map_err(EvalError::TooDeep)?;
                 Scope::empty().evaluate(&expr)?
             }
             other => other,
@@ -528,6 +529,13 @@ fn parse_var_file(source: &str) -> Result<Vec<(String, hcl::Value)>, EvalError> 
             message: e.message().to_string(),
         }
     })?;
+    super::nesting::check_body(&body, &super::location::LineIndex::new(source)).map_err(
+        |too_deep| EvalError::VarFileSyntax {
+            line: too_deep.at.line,
+            column: too_deep.at.column,
+            message: too_deep.message,
+        },
+    )?;
     let scope = Scope::empty();
     let mut values = Vec::new();
     for structure in body.iter() {

@@ -546,16 +546,62 @@ async fn local_node_allocations(
         .await
 }
 
+/// A cluster job as Nomad's job JSON (`stub`: as `GET /v1/jobs` lists it), or the
+/// report of a job whose stored source cannot be evaluated.
+fn cluster_job_json(snapshot: &Snapshot, id: &str, stub: bool) -> Option<Value> {
+    Some(match cluster_job_status(snapshot, id)? {
+        Ok((status, job)) if stub => super::shapes::job_stub(&status, &job),
+        Ok((status, job)) => super::shapes::job(&job, Some(&status)),
+        Err(unreadable) => unreadable_job(&unreadable, stub),
+    })
+}
+
+/// A job recorded in the cluster whose source cannot be evaluated: every agent skips it
+/// (the scheduler places nothing for it), and reads show it dead, with its problems.
+struct UnreadableJob<'a> {
+    record: &'a crate::cluster::state::ClusterJob,
+    error: crate::jobspec::JobspecError,
+}
+
+fn unreadable_job(unreadable: &UnreadableJob, stub: bool) -> Value {
+    let record = unreadable.record;
+    let submitted_ns = record.submitted_ms.saturating_mul(1_000_000);
+    let mut json = json!({
+        "ID": record.id,
+        "Name": record.id,
+        "Namespace": "default",
+        "Type": "service",
+        "Stop": record.stopped,
+        "Status": "dead",
+        "StatusDescription": format!(
+            "its recorded source cannot be evaluated, so no agent runs it: {}",
+            unreadable.error
+        ),
+        "SubmitTime": submitted_ns,
+        "CreateIndex": record.submitted_ms,
+        "ModifyIndex": record.submitted_ms,
+        "JobModifyIndex": record.submitted_ms,
+    });
+    if !stub {
+        json["Region"] = json!("global");
+        json["TaskGroups"] = json!([]);
+    }
+    json
+}
+
 /// A cluster job as the agent's `JobStatus` (what the job shapes are built from): its
-/// allocs as placed and reported.
-fn cluster_job_status(
-    snapshot: &Snapshot,
+/// allocs as placed and reported; `Err` when its source cannot be evaluated.
+fn cluster_job_status<'a>(
+    snapshot: &'a Snapshot,
     id: &str,
-) -> Option<(crate::agent::JobStatus, crate::jobspec::Job)> {
+) -> Option<Result<(crate::agent::JobStatus, crate::jobspec::Job), UnreadableJob<'a>>> {
     use crate::agent::{AllocSummary, JobState, JobStatus};
     use crate::model::status::DesiredStatus;
     let (record, _) = snapshot.jobs.iter().find(|(j, _)| j.id == id)?;
-    let job = record.spec().ok()?;
+    let job = match record.spec() {
+        Ok(job) => job,
+        Err(error) => return Some(Err(UnreadableJob { record, error })),
+    };
     let allocs: Vec<AllocSummary> = alloc_stubs(snapshot, |job_id, _| job_id == id)
         .iter()
         .map(|stub| {
@@ -596,7 +642,7 @@ fn cluster_job_status(
     } else {
         JobState::Dead
     };
-    Some((
+    Some(Ok((
         JobStatus {
             id: record.id.clone(),
             job_type: job.job_type,
@@ -609,7 +655,7 @@ fn cluster_job_status(
             launches,
         },
         job,
-    ))
+    )))
 }
 
 pub async fn list_jobs(
@@ -626,8 +672,7 @@ pub async fn list_jobs(
                 .jobs
                 .iter()
                 .filter(|(job, _)| job.id.starts_with(&prefix))
-                .filter_map(|(job, _)| cluster_job_status(snapshot, &job.id))
-                .map(|(status, job)| super::shapes::job_stub(&status, &job))
+                .filter_map(|(job, _)| cluster_job_json(snapshot, &job.id, true))
                 .collect(),
         ))
     })
@@ -643,9 +688,8 @@ pub async fn read_job(
         return super::read_job(State(agent), Path(id), Query(blocking)).await;
     };
     answer(&agent, &cluster, &blocking, |snapshot| {
-        let (status, job) = cluster_job_status(snapshot, &id)
-            .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "job not found".into()))?;
-        Ok(super::shapes::job(&job, Some(&status)))
+        cluster_job_json(snapshot, &id, false)
+            .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "job not found".into()))
     })
     .await
 }
@@ -696,10 +740,13 @@ pub async fn job_evaluations(
         // The scheduler type is the job's. A system job's failed placements (a node
         // without room) are reported, as in Nomad, without blocking the evaluation: it
         // runs where it fits and is placed again when the cluster changes.
-        let job_type = job
-            .spec()
+        let parsed = job.spec();
+        let job_type = parsed
+            .as_ref()
             .map_or(crate::jobspec::JobType::Service, |parsed| parsed.job_type);
-        let status = if blocked.is_empty() || job_type.per_node() {
+        let status = if parsed.is_err() {
+            "failed"
+        } else if blocked.is_empty() || job_type.per_node() {
             "complete"
         } else {
             "blocked"
@@ -711,13 +758,13 @@ pub async fn job_evaluations(
             "Type": job_type.as_str(),
             "TriggeredBy": "job-register",
             "Status": status,
-            "StatusDescription": match blocked.first() {
-                Some(entry) => entry.why.clone(),
+            "StatusDescription": match (blocked.first(), &parsed) {
+                (Some(entry), _) => entry.why.clone(),
+                (None, Err(error)) => format!(
+                    "its recorded source cannot be evaluated, so no agent runs it: {error}"
+                ),
                 // Else what will not be placed again.
-                None => job
-                    .spec()
-                    .map(|parsed| super::reschedule::exhausted(snapshot, &parsed, &id))
-                    .unwrap_or_default(),
+                (None, Ok(parsed)) => super::reschedule::exhausted(snapshot, parsed, &id),
             },
             "FailedTGAllocs": if failed.is_empty() { Value::Null } else { json!(failed) },
             "JobModifyIndex": version,

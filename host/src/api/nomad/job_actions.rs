@@ -107,7 +107,7 @@ pub async fn plan(
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
     let request: PlanRequest = serde_json::from_value(body.clone())
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
-    let chosen = submission::to_submit(&body)?;
+    let chosen = submission::to_submit(&body).await?;
     if chosen.id != id {
         return Err(bad_request("Job ID does not match"));
     }

@@ -564,7 +564,7 @@ async fn register_job(
 ) -> Result<Response, NomadError> {
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
-    let chosen = submission::to_submit(&body)?;
+    let chosen = submission::to_submit(&body).await?;
     if let Some(at) = at
         && at != chosen.id
     {

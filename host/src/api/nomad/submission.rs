@@ -119,7 +119,8 @@ pub async fn parse(body: Bytes) -> Result<axum::Json<Value>, NomadError> {
             .files
             .push(("Variables".to_string(), request.variables.clone()));
     }
-    let job = crate::jobspec::parse_with(&name, &request.job_hcl, &inputs)
+    let job = crate::jobspec::parse_with_async(&name, &request.job_hcl, &inputs)
+        .await
         .map_err(|e| bad_request(e.to_string()))?;
     Ok(axum::Json(shapes::job(&job, None)))
 }
@@ -160,8 +161,8 @@ pub struct ToSubmit {
 
 /// The job of a register's body: its `Submission` when that source gives exactly the
 /// request's job JSON, else the JSON converted to HCL (see the module doc).
-pub fn to_submit(body: &Value) -> Result<ToSubmit, NomadError> {
-    if let Some(chosen) = matching_submission(body) {
+pub async fn to_submit(body: &Value) -> Result<ToSubmit, NomadError> {
+    if let Some(chosen) = matching_submission(body).await {
         return Ok(chosen);
     }
     let converted = super::register::job_hcl(body).map_err(|e| bad_request(e.to_string()))?;
@@ -174,14 +175,16 @@ pub fn to_submit(body: &Value) -> Result<ToSubmit, NomadError> {
     })
 }
 
-fn matching_submission(body: &Value) -> Option<ToSubmit> {
+async fn matching_submission(body: &Value) -> Option<ToSubmit> {
     let submission: JobSubmission = serde_json::from_value(body.get("Submission")?.clone()).ok()?;
     if !matches!(submission.format.as_str(), "hcl2" | "") || submission.source.is_empty() {
         return None;
     }
     let requested = body.get("Job")?;
     let (source_name, variables) = submission.inputs();
-    let parsed = crate::jobspec::parse_with(&source_name, &submission.source, &variables).ok()?;
+    let parsed = crate::jobspec::parse_with_async(&source_name, &submission.source, &variables)
+        .await
+        .ok()?;
     let from_source = shapes::job(&parsed, None);
     if without_server_fields(&from_source) != without_server_fields(requested) {
         tracing::debug!(
@@ -290,13 +293,13 @@ mod tests {
 
     /// Every jobspec of the repository survives parse → JSON → register unchanged: the
     /// job registered is the job parsed, services, plugins and templates included.
-    #[test]
-    fn every_repository_jobspec_survives_parse_json_register_unchanged() {
+    #[tokio::test]
+    async fn every_repository_jobspec_survives_parse_json_register_unchanged() {
         let jobspecs = repository_jobspecs();
         assert!(jobspecs.len() >= 10, "found only {}", jobspecs.len());
         for (name, source) in &jobspecs {
             let body = cli_register(name, source, &VariableInputs::default());
-            let chosen = to_submit(&body).unwrap();
+            let chosen = to_submit(&body).await.unwrap();
             assert_eq!(&chosen.source, source, "{name}");
             assert_eq!(&chosen.source_name, name, "{name}");
             assert!(chosen.warnings.is_empty(), "{name}: {:?}", chosen.warnings);
@@ -359,8 +362,8 @@ job "everything" {
     /// A job with the CLI's `-var`s, a `csi_plugin` task, a template, a service and a
     /// volume registers as parsed, with its variables; the JSON alone would have lost
     /// the service and the plugin (which is why the CLI sends its source).
-    #[test]
-    fn a_job_with_vars_a_plugin_a_template_a_service_and_a_volume_registers_as_parsed() {
+    #[tokio::test]
+    async fn a_job_with_vars_a_plugin_a_template_a_service_and_a_volume_registers_as_parsed() {
         let variables = VariableInputs {
             args: vec![
                 ("image_dir".into(), "/opt/bin".into()),
@@ -369,7 +372,7 @@ job "everything" {
             ..Default::default()
         };
         let body = cli_register("everything.hcl", EVERYTHING, &variables);
-        let chosen = to_submit(&body).unwrap();
+        let chosen = to_submit(&body).await.unwrap();
         assert_eq!(chosen.source, EVERYTHING);
         assert_eq!(chosen.variables.args, variables.args);
         let registered =
@@ -394,15 +397,15 @@ job "everything" {
     /// The job JSON is the authority: a `Submission` whose source does not give the
     /// request's job (here, a count changed after parsing) is ignored, and the JSON is
     /// what is registered.
-    #[test]
-    fn a_submission_that_does_not_give_the_requests_job_is_ignored() {
+    #[tokio::test]
+    async fn a_submission_that_does_not_give_the_requests_job_is_ignored() {
         let variables = VariableInputs {
             args: vec![("image_dir".into(), "/opt/bin".into())],
             ..Default::default()
         };
         let mut body = cli_register("everything.hcl", EVERYTHING, &variables);
         body["Job"]["TaskGroups"][0]["Count"] = json!(7);
-        let chosen = to_submit(&body).unwrap();
+        let chosen = to_submit(&body).await.unwrap();
         assert_eq!(chosen.source_name, "everything.json");
         assert_ne!(chosen.source, EVERYTHING);
         let registered =
@@ -414,6 +417,9 @@ job "everything" {
         // A source in another format is not read either.
         let mut body = cli_register("everything.hcl", EVERYTHING, &variables);
         body["Submission"]["Format"] = json!("json");
-        assert_eq!(to_submit(&body).unwrap().source_name, "everything.json");
+        assert_eq!(
+            to_submit(&body).await.unwrap().source_name,
+            "everything.json"
+        );
     }
 }

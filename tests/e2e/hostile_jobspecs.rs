@@ -1,0 +1,268 @@
+//! Jobspecs built to take the agent down: one that nests past the evaluator's stack, and
+//! expensive ones sent by several clients at once. The agent refuses the first with an
+//! error naming the bound and its line, evaluates the others on its own threads (the
+//! operator's socket is answered meanwhile), and stays up. In a cluster, the same
+//! source written straight into the store is skipped and reported by every agent.
+
+use std::io::{Read as _, Write as _};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::agent_process::AgentProcess;
+use crate::nomad_api::http;
+
+/// The issue's jobspec: `meta { x = [[1]][*]…[*] }` with `count` splats (2,200 aborted
+/// the agent).
+fn splats(name: &str, count: usize) -> String {
+    format!(
+        "job \"{name}\" {{\n  meta {{\n    x = [[1]]{}\n  }}\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n",
+        "[*]".repeat(count)
+    )
+}
+
+const FINE: &str =
+    "job \"fine\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
+
+const NESTING_ERROR: &str = "nested more than 128 levels deep";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_thousand_splats_are_refused_and_the_agent_answers_the_next_request() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let port = agent.port();
+    let deep = splats("deep", 3000);
+
+    // `POST /v1/jobs/parse`: a 400 naming the bound and the line.
+    let body = json!({ "JobHCL": deep }).to_string();
+    let (status, _, answer) =
+        tokio::task::spawn_blocking(move || http(port, "POST", "/v1/jobs/parse", "", &body))
+            .await
+            .unwrap();
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains(NESTING_ERROR), "{answer}");
+    assert!(answer.contains("berth allows 128"), "{answer}");
+    assert!(answer.contains(":3:"), "the line of the chain: {answer}");
+
+    // As a register's `Submission.Source` (the JSON job is what is registered when the
+    // source does not give it; here the JSON names no group, so it is refused).
+    let register = json!({
+        "Job": { "ID": "deep", "Name": "deep", "TaskGroups": [] },
+        "Submission": { "Source": deep, "Format": "hcl2" },
+    })
+    .to_string();
+    let (status, _, answer) =
+        tokio::task::spawn_blocking(move || http(port, "POST", "/v1/jobs", "", &register))
+            .await
+            .unwrap();
+    assert!(status == 400 || status == 500, "{status}: {answer}");
+
+    // berth's own submit: the same error.
+    let refused = agent.submit("deep.hcl", &deep).await.unwrap_err();
+    assert!(
+        format!("{refused:?}").contains(NESTING_ERROR),
+        "{refused:?}"
+    );
+
+    // Still up, and answering.
+    let (status, _, answer) =
+        tokio::task::spawn_blocking(move || http(port, "GET", "/v1/agent/health", "", ""))
+            .await
+            .unwrap();
+    assert_eq!(status, 200, "{answer}\n{}", agent.output());
+    let fine = json!({ "JobHCL": FINE }).to_string();
+    let (status, _, answer) =
+        tokio::task::spawn_blocking(move || http(port, "POST", "/v1/jobs/parse", "", &fine))
+            .await
+            .unwrap();
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// The issue's expensive jobspec: `length(distinct(L))` of 1,024 lists of 1,000
+/// numbers that differ at their ends, about 2 MB.
+fn expensive(name: &str) -> String {
+    let inner = vec!["1"; 1000].join(",");
+    let lists: Vec<String> = (0..1024).map(|i| format!("[{inner},{i}]")).collect();
+    format!(
+        "job \"{name}\" {{\n  meta {{\n    n = length(distinct([{}]))\n  }}\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n",
+        lists.join(",")
+    )
+}
+
+/// `GET /v1/agent/health` on the agent's Unix socket: how long the answer took.
+fn health_on_socket(socket: &std::path::Path) -> (Duration, String) {
+    let started = Instant::now();
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(b"GET /v1/agent/health HTTP/1.1\r\nHost: berth\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    (started.elapsed(), answer)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operators_socket_answers_within_100_ms_while_four_clients_send_expensive_jobspecs() {
+    let mut agent = AgentProcess::production(|port, dir| {
+        format!(
+            "http {{\n  address = \"127.0.0.1:{port}\"\n  token_file = \"{}/api-token\"\n}}\n",
+            dir.display()
+        )
+    });
+    agent.start().await;
+    let port = agent.port();
+    let token = std::fs::read_to_string(agent.path().join("api-token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let socket = agent.socket();
+    // Quiet: the socket's usual answer time.
+    let (quiet, answer) = health_on_socket(&socket);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let load_for = Duration::from_secs(8);
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let token = token.clone();
+            let body = json!({ "JobHCL": expensive(&format!("e{client}")) }).to_string();
+            assert!(body.len() > 2_000_000);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut answered = Vec::new();
+                while started.elapsed() < load_for {
+                    let (status, _, answer) = http(port, "POST", "/v1/jobs/parse", &token, &body);
+                    answered.push((status, answer.chars().take(300).collect::<String>()));
+                }
+                answered
+            })
+        })
+        .collect();
+    // Let the clients' bodies arrive and their evaluations start.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut slowest = Duration::ZERO;
+    let mut asked = 0;
+    let started = Instant::now();
+    while started.elapsed() < load_for - Duration::from_secs(1) {
+        let socket = socket.clone();
+        let (took, answer) = tokio::task::spawn_blocking(move || health_on_socket(&socket))
+            .await
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        slowest = slowest.max(took);
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut parsed = 0;
+    for client in clients {
+        for (status, answer) in client.join().unwrap() {
+            assert!(status == 200 || status == 400, "{status}: {answer}");
+            parsed += 1;
+        }
+    }
+    eprintln!(
+        "health on the socket: {quiet:?} quiet, at most {slowest:?} over {asked} requests while \
+         four clients had {parsed} expensive jobspecs answered"
+    );
+    assert!(parsed >= 4, "every client was answered at least once");
+    assert!(
+        slowest < Duration::from_millis(100),
+        "the operator waited {slowest:?}"
+    );
+}
+
+/// A record no submit would have accepted, written straight into the cluster's store (as
+/// an agent with other bounds, or anyone with the store's credentials, could): the
+/// scheduler on whichever agent leads skips it, every agent reports it as dead with its
+/// problem and logs it once, none crashes, and the cluster goes on placing other jobs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent() {
+    use berth::cluster::testing::EtcdServer;
+    let etcd = EtcdServer::start();
+    let mut agents: Vec<AgentProcess> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|name| crate::cluster::member(&etcd, name))
+        .collect();
+    for agent in &mut agents {
+        agent.start().await;
+    }
+    let poisoned = berth::cluster::state::ClusterJob {
+        id: "deep".into(),
+        source_name: "deep.hcl".into(),
+        source: splats("deep", 3000),
+        variables: Default::default(),
+        submitted_ms: 1,
+        stopped: false,
+        may_run_plugins: false,
+        child_of: None,
+        by_operator: false,
+    };
+    let access = etcd.access();
+    tokio::task::spawn_blocking(move || {
+        let store = berth::cluster::etcd::Etcd::connect(&access).unwrap();
+        let client = store.clone();
+        let value = serde_json::to_vec(&poisoned).unwrap();
+        store
+            .block(async move { client.put("/e2e/jobs/deep", value, 0).await })
+            .unwrap();
+    })
+    .await
+    .unwrap();
+
+    // The cluster still places a job submitted after it (the scheduler went through a
+    // round with the poisoned record in it).
+    agents[1]
+        .submit(
+            "fine.hcl",
+            "job \"fine\" {\n  group \"g\" {\n    count = 3\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sleep\"\n        args    = [\"600\"]\n      }\n      resources {\n        cpu    = 50\n        memory = 16\n      }\n    }\n  }\n}\n",
+        )
+        .await
+        .unwrap();
+    crate::cluster::wait_allocs(
+        &agents[2],
+        "fine",
+        "3 running allocs",
+        Duration::from_secs(30),
+        |all| {
+            crate::cluster::running_per_node(all)
+                .values()
+                .sum::<usize>()
+                == 3
+        },
+    )
+    .await;
+
+    for round in 0..2 {
+        for agent in &agents {
+            let job: Value = agent.client().get("/v1/job/deep").await.unwrap();
+            assert_eq!(job["Status"], "dead", "{job}");
+            let why = job["StatusDescription"].as_str().unwrap_or_default();
+            assert!(
+                why.contains("cannot be evaluated") && why.contains(NESTING_ERROR),
+                "{why}"
+            );
+            let listed: Value = agent.client().get("/v1/jobs").await.unwrap();
+            assert!(
+                listed
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|j| j["ID"] == "deep" && j["Status"] == "dead"),
+                "{listed}"
+            );
+            let allocs = crate::cluster::allocs(agent, "deep").await;
+            assert!(allocs.is_empty(), "round {round}: {allocs:?}");
+        }
+    }
+    for agent in &agents {
+        let me: berth::api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
+        assert!(!me.drivers.is_empty());
+        let output = agent.output();
+        let logged = output
+            .matches("a job recorded in the cluster cannot be evaluated")
+            .count();
+        assert_eq!(logged, 1, "logged once per record version:\n{output}");
+    }
+}

@@ -483,8 +483,18 @@ async fn check_task(
             ),
         });
     }
-    let isolation = driver.map_or(FsIsolation::None, |d| d.capabilities().fs_isolation);
-    if let Err(refusal) = task_user(job, task, isolation, config, &crate::process::users::lookup) {
+    // Which user a task runs as depends on its driver (its isolation): for a driver this
+    // agent does not have, "unknown driver" is the problem, and a refusal of its user
+    // (placed at the task, so sorted before it) would only hide it.
+    if let Some(driver) = driver
+        && let Err(refusal) = task_user(
+            job,
+            task,
+            driver.capabilities().fs_isolation,
+            config,
+            &crate::process::users::lookup,
+        )
+    {
         problems.push(Problem {
             path: format!("{task_path}.user"),
             at: Some(task.at),

@@ -455,6 +455,37 @@ struct PubFn {
     test: bool,
 }
 
+/// A macro call (`println!`, `print_line!`), by the last segment of its path.
+#[derive(Debug, Clone)]
+struct MacroCall {
+    line: usize,
+    name: String,
+    /// The variables its format string names (`{job_id:?}`), when its first argument is a
+    /// string literal.
+    captures: Vec<String>,
+    test: bool,
+}
+
+/// The variables a format string names itself (`{name}`, `{name:?}`), which a macro that
+/// wraps its arguments never sees.
+fn format_captures(format: &str) -> Vec<String> {
+    let mut captures = Vec::new();
+    let mut rest = format;
+    while let Some(open) = rest.find('{') {
+        rest = &rest[open + 1..];
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            continue;
+        }
+        let end = rest.find(['}', ':']).unwrap_or(rest.len());
+        let name = &rest[..end];
+        if name.starts_with(|c: char| c.is_alphabetic() || c == '_') {
+            captures.push(name.to_string());
+        }
+    }
+    captures
+}
+
 /// Everything the rules need from one unit of code: a file of `host/src`, or a file one
 /// of them includes.
 #[derive(Debug, Clone)]
@@ -473,6 +504,7 @@ struct UnitFacts {
     untyped_errors: Vec<UntypedError>,
     error_types: Vec<ErrorType>,
     pub_fns: Vec<PubFn>,
+    macro_calls: Vec<MacroCall>,
 }
 
 /// The host's source, read: every unit's facts, the library's module scopes (for the
@@ -646,6 +678,7 @@ fn analyze(inputs: &Inputs) -> Analysis {
                 untyped_errors: Vec::new(),
                 error_types: Vec::new(),
                 pub_fns: Vec::new(),
+                macro_calls: Vec::new(),
             },
             unreadable: Vec::new(),
         };
@@ -1245,6 +1278,25 @@ impl<'ast> Visit<'ast> for Walker<'_> {
             return;
         }
         self.record(&path_segments(&node.path), path_line(&node.path), false);
+        if let Some(name) = node.path.segments.last() {
+            let captures = node
+                .parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated)
+                .ok()
+                .and_then(|exprs| match exprs.first() {
+                    Some(Expr::Lit(syn::ExprLit {
+                        lit: Lit::Str(format),
+                        ..
+                    })) => Some(format_captures(&format.value())),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            self.facts.macro_calls.push(MacroCall {
+                line: path_line(&node.path),
+                name: name.ident.to_string(),
+                captures,
+                test: self.test > 0,
+            });
+        }
         if let Ok(exprs) = node.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) {
             for expr in &exprs {
                 self.visit_expr(expr);
@@ -1479,6 +1531,75 @@ fn anyhow_outside_cli(analysis: &Analysis) -> Vec<Violation> {
         home.is_none_or(|u| u.krate == Krate::Lib)
     });
     violations
+}
+
+/// The CLI prints what the agent answered (names, ids, messages, meta, events: text job
+/// authors, token holders and plugins chose) only through `host/src/cli/output.rs`,
+/// which escapes control characters and bidirectional controls: outside it, no file of
+/// `cli` calls `print!`, `println!`, `eprint!`, `eprintln!`, `write!`, `writeln!` or
+/// `dbg!`, nor reaches `std::io::stdout`/`stderr`; it prints with `output::print_line!`
+/// and `eprint_line!` (which escape every argument), whose format strings name no
+/// variable (`{name}` would pass it unescaped), or with `output`'s functions.
+fn cli_prints_outside_output(analysis: &Analysis) -> Vec<Violation> {
+    const RAW_PRINTS: &[&str] = &[
+        "print", "println", "eprint", "eprintln", "write", "writeln", "dbg",
+    ];
+    const ESCAPING_PRINTS: &[&str] = &["print_line", "eprint_line"];
+    const STREAMS: &[&str] = &["stdout", "stderr", "Stdout", "Stderr"];
+    let mut violations = Vec::new();
+    for unit in analysis
+        .units
+        .iter()
+        .filter(|u| u.home.starts_with("host/src/cli/") && u.home != "host/src/cli/output.rs")
+    {
+        for call in unit.macro_calls.iter().filter(|c| !c.test) {
+            if RAW_PRINTS.contains(&call.name.as_str()) {
+                violations.push(Violation {
+                    file: unit.label.clone(),
+                    line: call.line,
+                    key: format!("{}!", call.name),
+                    message: format!(
+                        "`{}!` in the CLI outside output.rs: print with `output::print_line!` \
+                         or `eprint_line!`, which escape what the agent answered, or an \
+                         `output` function",
+                        call.name
+                    ),
+                });
+            } else if ESCAPING_PRINTS.contains(&call.name.as_str()) {
+                for name in &call.captures {
+                    violations.push(Violation {
+                        file: unit.label.clone(),
+                        line: call.line,
+                        key: format!("{{{name}}}"),
+                        message: format!(
+                            "`{}!` names `{name}` in its format string, which passes it \
+                             unescaped: pass it as an argument (`{{}}`, {name})",
+                            call.name
+                        ),
+                    });
+                }
+            }
+        }
+        for r in &unit.refs {
+            if let Target::Extern(path) = &r.target
+                && path.len() >= 3
+                && path[0] == "std"
+                && path[1] == "io"
+                && STREAMS.contains(&path[2].as_str())
+            {
+                violations.push(Violation {
+                    file: unit.label.clone(),
+                    line: r.line,
+                    key: r.target.to_string(),
+                    message: format!(
+                        "`{}` in the CLI outside output.rs: write through an `output` function",
+                        r.target
+                    ),
+                });
+            }
+        }
+    }
+    dedup(violations)
 }
 
 /// A violation for every path outside `home` whose target `forbidden` names.
@@ -2172,6 +2293,11 @@ fn only_csi_touches_grpc() {
 }
 
 #[test]
+fn the_cli_prints_only_through_output() {
+    assert_clean("cli-prints", cli_prints_outside_output(&host().1));
+}
+
+#[test]
 fn only_cli_uses_anyhow() {
     assert_clean("anyhow", anyhow_outside_cli(&host().1));
 }
@@ -2539,6 +2665,42 @@ fn checker_catches_bindings_and_grpc_elsewhere() {
     let grpc = grpc_outside_csi(&elsewhere);
     assert!(grpc.iter().all(|v| v.file == "host/src/agent/mod.rs"));
     assert_eq!(lines_of(&grpc), vec![1, 2, 3, 4, 6], "{grpc:#?}");
+}
+
+#[test]
+fn checker_catches_cli_prints_outside_output() {
+    let planted_cli = planted(&[
+        (
+            "host/src/cli/volume.rs",
+            "//! v\n\
+             use super::output::print_line;\n\
+             fn f(v: &V) {\n\
+             println!(\"{}\", v.name);\n\
+             print_line!(\"{}\", v.name);\n\
+             print_line!(\"{name} {{literal}}\", v.id);\n\
+             let _ = std::io::stdout();\n\
+             eprint_line!(\"{:?} {{}}\", v.id);\n\
+             let s = format!(\"{}\", v.name);\n\
+             }\n\
+             #[cfg(test)]\nmod tests { fn t() { println!(\"test output\"); } }\n",
+        ),
+        (
+            "host/src/cli/output.rs",
+            "//! o\nfn g(t: &str) { println!(\"{t}\"); let _ = std::io::stdout(); }\n",
+        ),
+        (
+            "host/src/agent/mod.rs",
+            "//! a\nfn h() { println!(\"not the CLI\"); }\n",
+        ),
+    ]);
+    let found = cli_prints_outside_output(&planted_cli);
+    assert!(
+        found.iter().all(|v| v.file == "host/src/cli/volume.rs"),
+        "{found:#?}"
+    );
+    // println! (4), a variable named in the format string (6), stdout (7).
+    assert_eq!(lines_of(&found), vec![4, 6, 7], "{found:#?}");
+    assert_eq!(found[1].key, "{name}");
 }
 
 #[test]

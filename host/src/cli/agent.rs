@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::output::{eprint_line, print_line};
 use crate::agent::{Agent, AgentOptions, NoticeLevel, StateLocation};
 use crate::api::Listeners;
 use crate::api::access::{AccessError, AccessPolicy, SOCKET_NAME, bind_socket, tcp_tokens};
@@ -75,37 +76,42 @@ pub(super) async fn run(
     })
     .await?;
     let socket = bind_socket(&data_dir, config.http.socket_group.as_deref())?;
-    println!("==> berth agent started");
+    print_line!("==> berth agent started");
     let socket_mode = match &config.http.socket_group {
         Some(group) => format!("mode 0660, group {group:?}"),
         None => "mode 0600".to_string(),
     };
-    println!(
-        "    HTTP API:   unix://{} ({socket_mode})",
-        data_dir.join(SOCKET_NAME).display()
+    print_line!(
+        "    HTTP API:   unix://{} ({})",
+        data_dir.join(SOCKET_NAME).display(),
+        socket_mode
     );
     if let Some((_, address, open, _)) = &tcp {
         if *open {
-            println!("    HTTP API:   http://{address} (OPEN: no token needed, dev mode)");
-            eprintln!(
-                "Warning: dev mode: the HTTP API on {address} takes requests from any local \
+            print_line!(
+                "    HTTP API:   http://{} (OPEN: no token needed, dev mode)",
+                address
+            );
+            eprint_line!(
+                "Warning: dev mode: the HTTP API on {} takes requests from any local \
                  user without a token (jobs, run as any user the deny-list allows; CSI plugin \
                  jobs only through the Unix socket). Do not run a dev agent on a shared \
-                 machine."
+                 machine.",
+                address
             );
         } else {
-            println!("    HTTP API:   http://{address} (token required)");
+            print_line!("    HTTP API:   http://{} (token required)", address);
         }
     }
-    println!("    data dir:   {}", data_dir.display());
+    print_line!("    data dir:   {}", data_dir.display());
     let drivers: Vec<&str> = agent.drivers().iter().map(|d| d.name()).collect();
-    println!("    drivers:    {}", drivers.join(", "));
+    print_line!("    drivers:    {}", drivers.join(", "));
     let hooks: Vec<&str> = agent.hooks().loaded().iter().map(|h| h.name()).collect();
     if !hooks.is_empty() {
-        println!("    hooks:      {}", hooks.join(", "));
+        print_line!("    hooks:      {}", hooks.join(", "));
     }
     for (_, reason) in agent.hooks().refused() {
-        println!("    Error: refused a hook: {reason}");
+        print_line!("    Error: refused a hook: {}", reason);
     }
     for notice in agent.notices() {
         let label = match notice.level {
@@ -113,7 +119,7 @@ pub(super) async fn run(
             NoticeLevel::Warning => "    Warning: ",
             NoticeLevel::Error => "    Error: ",
         };
-        println!("{label}{}", notice.message);
+        print_line!("{}{}", label, notice.message);
     }
     let mut events = agent.subscribe();
     let printer = tokio::spawn(async move {
@@ -137,6 +143,6 @@ pub(super) async fn run(
     printer.abort();
     // Streams (log follows, event streams) end now, not when the process is torn down.
     agent.shut_down();
-    println!("==> berth agent stopping; tasks keep running and are recovered by the next agent");
+    print_line!("==> berth agent stopping; tasks keep running and are recovered by the next agent");
     Ok(ExitCode::SUCCESS)
 }

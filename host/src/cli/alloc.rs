@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use super::nomad_shapes::{Alloc, path_escape, resolve_alloc};
-use super::output::{clock, one_line};
+use super::output::{clock, one_line, print_line};
 use crate::alloc_runner::AllocStatus;
 use crate::api::client::Client;
 
@@ -16,30 +16,34 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
     let path = format!("/v1/allocation/{}", path_escape(&id));
     if json {
         let alloc: serde_json::Value = client.get(&path).await?;
-        println!("{}", serde_json::to_string_pretty(&alloc)?);
+        super::output::print_json(&alloc)?;
         return Ok(ExitCode::SUCCESS);
     }
     let alloc: Alloc = client.get(&path).await?;
     let local: AllocStatus = client
         .get(&format!("/v1/berth/allocation/{}", path_escape(&id)))
         .await?;
-    println!("ID             = {}", alloc.id);
-    println!("Name           = {}", alloc.name);
-    println!("Job ID         = {}", alloc.job_id);
-    println!("Desired Status = {}", alloc.desired_status);
-    println!("Client Status  = {}", alloc.client_status);
-    println!("Alloc Dir      = {}", local.alloc_dir.display());
+    print_line!("ID             = {}", alloc.id);
+    print_line!("Name           = {}", alloc.name);
+    print_line!("Job ID         = {}", alloc.job_id);
+    print_line!("Desired Status = {}", alloc.desired_status);
+    print_line!("Client Status  = {}", alloc.client_status);
+    print_line!("Alloc Dir      = {}", local.alloc_dir.display());
     let mb = |bytes: u64| bytes.div_ceil(crate::model::limits::MIB);
     let limit = mb(local.disk_limit_bytes);
     match local.disk_used_bytes {
-        Some(used) => println!(
-            "Disk           = {} MB used of {limit} MB (ephemeral_disk, logs included)",
-            mb(used)
+        Some(used) => print_line!(
+            "Disk           = {} MB used of {} MB (ephemeral_disk, logs included)",
+            mb(used),
+            limit
         ),
-        None => println!("Disk           = not measured yet ({limit} MB of ephemeral_disk)"),
+        None => print_line!(
+            "Disk           = not measured yet ({} MB of ephemeral_disk)",
+            limit
+        ),
     }
     for (name, task) in &alloc.task_states {
-        println!();
+        print_line!();
         let failed = if task.failed { ", failed" } else { "" };
         let exit = task
             .events
@@ -48,9 +52,13 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
             .find(|e| e.kind == "Terminated")
             .map(|e| format!(", exit code {}", e.exit_code))
             .unwrap_or_default();
-        println!(
-            "Task {name:?} is {:?}{failed}{exit} (restarts: {})",
-            task.state, task.restarts
+        print_line!(
+            "Task {:?} is {:?}{}{} (restarts: {})",
+            name,
+            task.state,
+            failed,
+            exit,
+            task.restarts
         );
         let mounts = local
             .tasks
@@ -58,13 +66,15 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
             .map(|t| t.mounts.as_slice())
             .unwrap_or(&[]);
         if !mounts.is_empty() {
-            println!("Mounts");
-            println!(
+            print_line!("Mounts");
+            print_line!(
                 "{:<28} {:<44} {:<4} Propagation",
-                "Destination", "Source", "Mode"
+                "Destination",
+                "Source",
+                "Mode"
             );
             for mount in mounts {
-                println!(
+                print_line!(
                     "{:<28} {:<44} {:<4} {}",
                     mount.task_path.display(),
                     mount.host_path.display(),
@@ -73,10 +83,10 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
                 );
             }
         }
-        println!("Recent Events");
-        println!("{:<12}  {:<24} Description", "Time", "Type");
+        print_line!("Recent Events");
+        print_line!("{:<12}  {:<24} Description", "Time", "Type");
         for event in task.events.iter().rev().take(10) {
-            println!(
+            print_line!(
                 "{:<12}  {:<24} {}",
                 clock(event.time / 1_000_000),
                 event.kind,
@@ -100,8 +110,8 @@ pub(super) async fn restart(
     let body = serde_json::json!({"TaskName": task.unwrap_or(""), "AllTasks": all_tasks});
     let _: serde_json::Value = client.post(&path, &body).await?;
     match task {
-        Some(task) => println!("==> Restarted task {task:?} of alloc {id}"),
-        None => println!("==> Restarted the running tasks of alloc {id}"),
+        Some(task) => print_line!("==> Restarted task {:?} of alloc {}", task, id),
+        None => print_line!("==> Restarted the running tasks of alloc {}", id),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -119,8 +129,8 @@ pub(super) async fn signal(
     let body = serde_json::json!({"Signal": signal, "Task": task.unwrap_or("")});
     let _: serde_json::Value = client.post(&path, &body).await?;
     match task {
-        Some(task) => println!("==> Sent {signal} to task {task:?} of alloc {id}"),
-        None => println!("==> Sent {signal} to the running tasks of alloc {id}"),
+        Some(task) => print_line!("==> Sent {} to task {:?} of alloc {}", signal, task, id),
+        None => print_line!("==> Sent {} to the running tasks of alloc {}", signal, id),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -129,16 +139,16 @@ pub(super) async fn signal(
 pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode> {
     let done: crate::api::Collected = client.post("/v1/berth/system/gc", &()).await?;
     if done.collected.is_empty() {
-        println!("==> Nothing to collect");
+        print_line!("==> Nothing to collect");
     } else {
-        println!(
+        print_line!(
             "==> Collected {} finished alloc(s): {}",
             done.collected.len(),
             done.collected.join(", ")
         );
     }
     if !done.jobs.is_empty() {
-        println!(
+        print_line!(
             "==> Collected {} job(s) with nothing left: {}",
             done.jobs.len(),
             done.jobs.join(", ")
@@ -158,9 +168,7 @@ pub(super) async fn logs(
     stderr: bool,
     follow: bool,
 ) -> anyhow::Result<ExitCode> {
-    use std::io::{IsTerminal as _, Write as _};
     let stream = if stderr { "stderr" } else { "stdout" };
-    let terminal = std::io::stdout().is_terminal();
     let mut path = format!(
         "/v1/client/fs/logs/{}?type={stream}&origin=start&offset=0&plain=true",
         path_escape(alloc)
@@ -168,19 +176,7 @@ pub(super) async fn logs(
     if let Some(task) = task {
         path.push_str(&format!("&task={}", path_escape(task)));
     }
-    let write = |bytes: &[u8]| -> std::io::Result<()> {
-        let mut out = std::io::stdout().lock();
-        if terminal {
-            write!(
-                out,
-                "{}",
-                super::output::text(&String::from_utf8_lossy(bytes))
-            )?;
-        } else {
-            out.write_all(bytes)?;
-        }
-        out.flush()
-    };
+    let write = super::output::write_task_output;
     if follow {
         path.push_str("&follow=true");
         client.stream(&path, write).await?;

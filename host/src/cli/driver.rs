@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::output::print_line;
 use crate::driver_set::DriverSet;
 use crate::model::driver::{MountConfigs, WorldVersion};
 use crate::runtime::driver::Driver;
@@ -41,7 +42,7 @@ pub(super) async fn driver_list(
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        super::output::print_json(&list)?;
         return Ok(());
     }
     let header = [
@@ -91,16 +92,16 @@ pub(super) async fn driver_list(
         .filter(|d| d.world() == WorldVersion::V0_1)
         .collect();
     for driver in legacy {
-        println!(
+        print_line!(
             "\n{} is built against berth:driver@0.1.0, which predates capabilities: \
              mount-configs \"all\" is the default.",
             driver.info().name
         );
     }
     // What an operator pins: plugin "NAME" { sha256 = "..." }.
-    println!("\nSHA-256");
+    print_line!("\nSHA-256");
     for (driver, _) in &rows {
-        println!("{:<12} {}", driver.info().name, driver.digest());
+        print_line!("{:<12} {}", driver.info().name, driver.digest());
     }
     Ok(())
 }
@@ -127,7 +128,7 @@ fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
             .zip(widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        print_line!("{}", padded.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
+use super::output::print_line;
 use crate::hook_set::HookSet;
 use crate::model::hook::HookSpec;
 
@@ -48,22 +49,28 @@ pub(super) fn hook_list(
         log_messages_dropped: dropped(&spec.name),
     }));
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        super::output::print_json(&rows)?;
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!(
+        print_line!(
             "No hooks are declared (add `hook \"name\" {{ path = ... }}` to the agent config)"
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    print_line!(
         "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} {:<12} Path",
-        "Name", "Status", "Timeout", "Memory", "OnFailure", "Applies", "Logs-Dropped"
+        "Name",
+        "Status",
+        "Timeout",
+        "Memory",
+        "OnFailure",
+        "Applies",
+        "Logs-Dropped"
     );
     for row in &rows {
         let spec = row.spec;
-        println!(
+        print_line!(
             "{:<16} {:<8} {:<8} {:<10} {:<10} {:<10} {:<12} {}",
             spec.name,
             row.status,
@@ -79,9 +86,9 @@ pub(super) fn hook_list(
             spec.path.display()
         );
     }
-    println!("\nSHA-256");
+    print_line!("\nSHA-256");
     for row in &rows {
-        println!(
+        print_line!(
             "{:<16} {}",
             row.spec.name,
             row.digest.unwrap_or("(not loaded)")
@@ -89,7 +96,7 @@ pub(super) fn hook_list(
     }
     for row in &rows {
         if let Some(reason) = row.reason {
-            println!("\n{}", super::output::one_line(reason));
+            print_line!("\n{}", super::output::one_line(reason));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use super::nomad_shapes::{Alloc, JobRead, JobStub, capitalized, job_allocs, path_escape};
-use super::output::{clock, one_line, print_event};
+use super::output::{clock, eprint_line, one_line, print_event, print_line};
 use crate::agent::{Agent, AgentOptions, StateLocation, SubmitError, Submitted};
 use crate::api::client::{Client, ClientError};
 use crate::api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
@@ -32,9 +32,9 @@ fn print_warnings(warnings: impl Iterator<Item = String>) {
     if warnings.is_empty() {
         return;
     }
-    eprintln!("Job Warnings:");
+    eprint_line!("Job Warnings:");
     for warning in &warnings {
-        eprintln!("  * {}", super::output::one_line(warning));
+        eprint_line!("  * {}", super::output::one_line(warning));
     }
 }
 
@@ -60,10 +60,7 @@ pub(super) struct JobspecInput {
 
 /// Says why a jobspec does not pass, and the exit code for it.
 fn invalid(error: &JobspecError) -> ExitCode {
-    eprintln!(
-        "Job validation failed: {}",
-        super::output::text(&error.to_string())
-    );
+    super::output::print_problems("Job validation failed: ", &error);
     ExitCode::from(INVALID)
 }
 
@@ -153,7 +150,7 @@ pub(super) async fn validate(
                     .iter()
                     .map(|w| format!("{}:{w}", path.display())),
             );
-            println!(
+            print_line!(
                 "Job validation successful: job {:?}, {} group(s)",
                 job.name,
                 job.groups.len()
@@ -161,10 +158,7 @@ pub(super) async fn validate(
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!(
-                "Job validation failed: {}",
-                super::output::text(&error.to_string())
-            );
+            super::output::print_problems("Job validation failed: ", &error);
             Ok(ExitCode::from(INVALID))
         }
     }
@@ -197,17 +191,14 @@ pub(super) async fn run(
     {
         Ok(submitted) => submitted,
         Err(SubmitError::Invalid(error)) => {
-            eprintln!(
-                "Job validation failed: {}",
-                super::output::text(&error.to_string())
-            );
+            super::output::print_problems("Job validation failed: ", &error);
             return Ok(ExitCode::from(INVALID));
         }
         Err(error) => return Err(error.into()),
     };
     print_warnings(submitted.warnings.iter().cloned());
     if submitted.alloc_ids.is_empty() {
-        eprintln!(
+        eprint_line!(
             "Job {:?} placed no allocation: a periodic or parameterized job launches its \
              children from a running agent (start `berth agent`, then `berth job run`)",
             submitted.job_id
@@ -219,13 +210,13 @@ pub(super) async fn run(
         .iter()
         .filter_map(|id| agent.alloc_runner(id))
         .collect();
-    println!(
+    print_line!(
         "==> Running job {:?}: {} allocation(s)",
         submitted.job_id,
         allocs.len()
     );
     for alloc in &allocs {
-        println!("    {} {}", alloc.id, alloc.name);
+        print_line!("    {} {}", alloc.id, alloc.name);
     }
     let finished = agent.wait_job(&submitted.job_id);
     tokio::pin!(finished);
@@ -236,7 +227,7 @@ pub(super) async fn run(
             _ = &mut finished => break,
             _ = tokio::signal::ctrl_c(), if !interrupted => {
                 interrupted = true;
-                println!("==> Interrupted: stopping the allocations");
+                print_line!("==> Interrupted: stopping the allocations");
                 for alloc in &allocs {
                     alloc.stop();
                 }
@@ -254,9 +245,11 @@ pub(super) async fn run(
             print_log(&alloc.name, task, "stdout", &alloc.alloc_dir.stdout(task));
             print_log(&alloc.name, task, "stderr", &alloc.alloc_dir.stderr(task));
         }
-        println!(
+        print_line!(
             "==> {} {}: {:?}",
-            alloc.name, alloc.id, status.client_status
+            alloc.name,
+            alloc.id,
+            status.client_status
         );
     }
     Ok(if interrupted {
@@ -303,13 +296,7 @@ async fn parse_on_agent(
 
 /// Says why the agent refused a jobspec, and the exit code for it.
 fn refused_jobspec(error: &crate::api::ApiError) -> ExitCode {
-    eprintln!(
-        "Job validation failed: {}",
-        super::output::text(&error.error)
-    );
-    for problem in &error.problems {
-        eprintln!("  {}", super::output::one_line(problem));
-    }
+    super::output::print_refusal("Job validation failed: ", error);
     ExitCode::from(INVALID)
 }
 
@@ -369,15 +356,15 @@ pub(super) async fn submit(
         .filter(|a| a.is_live())
         .map(|a| a.id.as_str())
         .collect();
-    println!("==> Job {job_id:?} submitted");
+    print_line!("==> Job {:?} submitted", job_id);
     if !replaced.is_empty() {
-        println!(
+        print_line!(
             "    replaced the previous version: stopped {}",
             replaced.join(", ")
         );
     }
     for id in &new_ids {
-        println!("    alloc {id}");
+        print_line!("    alloc {}", id);
     }
     if detach {
         return Ok(ExitCode::SUCCESS);
@@ -400,7 +387,7 @@ pub(super) async fn submit(
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         failed |= alloc.client_status == "failed";
-        println!(
+        print_line!(
             "==> {} {}: {}",
             alloc.name,
             alloc.id,
@@ -412,7 +399,7 @@ pub(super) async fn submit(
                 .last()
                 .map(|e| e.display_message.as_str())
                 .unwrap_or("");
-            println!("    {name:<16} {:<8} {last}", task.state);
+            print_line!("    {:<16} {:<8} {}", name, task.state, last);
         }
     }
     Ok(if failed {
@@ -463,9 +450,10 @@ pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow
         _ => " ",
     };
     let diff = &plan["Diff"];
-    println!(
-        "{} Job: {job_id:?}",
-        sign(diff["Type"].as_str().unwrap_or(""))
+    print_line!(
+        "{} Job: {:?}",
+        sign(diff["Type"].as_str().unwrap_or("")),
+        job_id
     );
     let updates = &plan["Annotations"]["DesiredTGUpdates"];
     let mut changes = false;
@@ -489,35 +477,40 @@ pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow
         } else {
             format!(" ({})", said.join(", "))
         };
-        println!(
-            "{} Task Group: {name:?}{said}",
-            sign(group["Type"].as_str().unwrap_or(""))
+        print_line!(
+            "{} Task Group: {:?}{}",
+            sign(group["Type"].as_str().unwrap_or("")),
+            name,
+            said
         );
     }
-    println!();
-    println!("Scheduler dry-run:");
+    print_line!();
+    print_line!("Scheduler dry-run:");
     match plan["FailedTGAllocs"].as_object() {
         Some(failed) if !failed.is_empty() => {
-            println!("- WARNING: Failed to place all allocations.");
+            print_line!("- WARNING: Failed to place all allocations.");
             for (group, metric) in failed {
-                println!("  Task Group {group:?} (failed to place):");
+                print_line!("  Task Group {:?} (failed to place):", group);
                 for problem in metric["ConstraintFiltered"]
                     .as_object()
                     .into_iter()
                     .flatten()
                     .map(|(problem, _)| problem)
                 {
-                    println!("    * {}", one_line(problem));
+                    print_line!("    * {}", one_line(problem));
                 }
             }
         }
-        _ => println!("- All tasks successfully allocated."),
+        _ => print_line!("- All tasks successfully allocated."),
     }
     if let Some(next) = plan["NextPeriodicLaunch"]
         .as_str()
         .filter(|t| !t.starts_with("0001-"))
     {
-        println!("- If submitted now, next periodic launch would be at {next} (UTC).");
+        print_line!(
+            "- If submitted now, next periodic launch would be at {} (UTC).",
+            next
+        );
     }
     print_warnings(
         plan["Warnings"]
@@ -538,13 +531,13 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
     let Some(id) = id else {
         let jobs: Vec<JobStub> = client.get("/v1/jobs").await?;
         if jobs.is_empty() {
-            println!("No jobs");
+            print_line!("No jobs");
             return Ok(ExitCode::SUCCESS);
         }
         let allocs: Vec<Alloc> = client.get("/v1/allocations").await?;
-        println!("{:<24} {:<8} {:<8} Allocs", "ID", "Type", "Status");
+        print_line!("{:<24} {:<8} {:<8} Allocs", "ID", "Type", "Status");
         for job in jobs {
-            println!(
+            print_line!(
                 "{:<24} {:<8} {:<8} {}",
                 job.id,
                 job.job_type,
@@ -555,9 +548,9 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         return Ok(ExitCode::SUCCESS);
     };
     let job: JobRead = client.get(&format!("/v1/job/{}", path_escape(id))).await?;
-    println!("ID        = {}", job.id);
-    println!("Type      = {}", job.job_type);
-    println!("Status    = {}", status_word(&job.status, job.stop));
+    print_line!("ID        = {}", job.id);
+    print_line!("Type      = {}", job.job_type);
+    print_line!("Status    = {}", status_word(&job.status, job.stop));
     let launches = if job.periodic.is_some() {
         Some("periodic")
     } else if job.parameterized_job.is_some() {
@@ -566,20 +559,23 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
         None
     };
     if let Some(launches) = launches {
-        println!("{launches:<9} = true (it launches child jobs)");
+        print_line!("{:<9} = true (it launches child jobs)", launches);
     }
     if !job.parent_id.is_empty() {
-        println!("Parent    = {}", job.parent_id);
+        print_line!("Parent    = {}", job.parent_id);
     }
-    println!("Submitted = {}", clock(job.submit_time / 1_000_000));
-    println!();
-    println!("Allocations");
-    println!(
+    print_line!("Submitted = {}", clock(job.submit_time / 1_000_000));
+    print_line!();
+    print_line!("Allocations");
+    print_line!(
         "{:<36}  {:<16} {:<12} {:<8} Status",
-        "ID", "Name", "Node", "Desired"
+        "ID",
+        "Name",
+        "Node",
+        "Desired"
     );
     for alloc in job_allocs(client, &job.id).await? {
-        println!(
+        print_line!(
             "{:<36}  {:<16} {:<12} {:<8} {}",
             alloc.id,
             super::output::one_line(&alloc.name),
@@ -617,10 +613,11 @@ pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> 
         .map(|a| a.id.as_str())
         .collect();
     if stopping.is_empty() {
-        println!("==> Job {id:?} stopped; no alloc was running");
+        print_line!("==> Job {:?} stopped; no alloc was running", id);
     } else {
-        println!(
-            "==> Job {id:?} stopping {} alloc(s): {}",
+        print_line!(
+            "==> Job {:?} stopping {} alloc(s): {}",
+            id,
             stopping.len(),
             stopping.join(", ")
         );
@@ -640,7 +637,7 @@ pub(super) async fn dispatch(
     let mut request = crate::api::DispatchRequest::default();
     for pair in meta {
         let Some((key, value)) = pair.split_once('=') else {
-            eprintln!("Error: -meta {pair:?} is not KEY=VALUE");
+            eprint_line!("Error: -meta {:?} is not KEY=VALUE", pair);
             return Ok(ExitCode::from(INVALID));
         };
         request.meta.insert(key.to_string(), value.to_string());
@@ -661,19 +658,19 @@ pub(super) async fn dispatch(
         Ok(launched) => launched,
         // Nomad's 404 says "job not found": name the job, as berth's CLI always has.
         Err(ClientError::Api(_, status)) if status.as_u16() == 404 => {
-            eprintln!("Error: no job matches {id:?}");
+            eprint_line!("Error: no job matches {:?}", id);
             return Ok(ExitCode::from(INVALID));
         }
         Err(ClientError::Api(error, _)) => {
-            eprintln!("Error: {}", super::output::text(&error.error));
+            super::output::print_refusal("Error: ", &error);
             return Ok(ExitCode::from(INVALID));
         }
         Err(error) => return Err(error.into()),
     };
     let child = launched["DispatchedJobID"].as_str().unwrap_or_default();
-    println!("Dispatched Job ID = {child}");
+    print_line!("Dispatched Job ID = {}", child);
     for alloc in job_allocs(client, child).await? {
-        println!("    alloc {}", alloc.id);
+        print_line!("    alloc {}", alloc.id);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -684,14 +681,14 @@ pub(super) async fn force_periodic(client: &Client, id: &str) -> anyhow::Result<
     let launched: Submitted = match client.post(&path, &serde_json::json!({})).await {
         Ok(launched) => launched,
         Err(ClientError::Api(error, _)) => {
-            eprintln!("Error: {}", super::output::text(&error.error));
+            super::output::print_refusal("Error: ", &error);
             return Ok(ExitCode::from(INVALID));
         }
         Err(error) => return Err(error.into()),
     };
-    println!("Launched Job ID = {}", launched.job_id);
+    print_line!("Launched Job ID = {}", launched.job_id);
     for alloc in &launched.alloc_ids {
-        println!("    alloc {alloc}");
+        print_line!("    alloc {}", alloc);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -703,9 +700,6 @@ fn print_log(alloc: &str, task: &str, stream: &str, path: &Path) {
     if text.is_empty() {
         return;
     }
-    println!("--- {alloc} {task} {stream} ({}) ---", path.display());
-    print!("{}", super::output::text(&text));
-    if !text.ends_with('\n') {
-        println!();
-    }
+    print_line!("--- {} {} {} ({}) ---", alloc, task, stream, path.display());
+    super::output::print_text(&text);
 }

@@ -41,8 +41,9 @@ struct Cli {
     #[arg(long, global = true, env = "BERTH_CONFIG")]
     config: Option<PathBuf>,
     /// The agent's API, for commands that talk to a running agent: `unix:///path` or
-    /// `http://host:port`. By default the Unix socket in the data dir (`api.sock`), then a
-    /// dev agent's (`/tmp/berth-dev/api.sock`), then http://127.0.0.1:4646.
+    /// `http://host:port`. By default the Unix socket (`api.sock`) in the data dir that
+    /// --data-dir or --config names; with neither, the default data dir's, then a dev
+    /// agent's (`/tmp/berth-dev/api.sock`), then http://127.0.0.1:4646.
     #[arg(long, global = true, env = "BERTH_ADDR")]
     address: Option<String>,
     /// The token for an agent's TCP listener.
@@ -351,18 +352,14 @@ enum DriverCommand {
 }
 
 pub fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| {
-                // args_os: an argument that is not UTF-8 must reach clap (a clear error), not
-                // panic here.
-                let agent = std::env::args_os().any(|a| a == "agent");
-                if agent { "info" } else { "warn" }.into()
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    output::start_log(
+        tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| {
+            // args_os: an argument that is not UTF-8 must reach clap (a clear error), not
+            // panic here.
+            let agent = std::env::args_os().any(|a| a == "agent");
+            if agent { "info" } else { "warn" }.into()
+        }),
+    );
     // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
     let args = std::env::args_os().map(|arg| {
         if [
@@ -401,7 +398,7 @@ pub fn main() -> ExitCode {
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("Error: {}", output::one_line(&format!("{error:#}")));
+            output::print_error(&error);
             ExitCode::FAILURE
         }
     };
@@ -419,13 +416,14 @@ pub const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(1
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let dev = matches!(cli.command, Command::Agent { dev: true, .. });
     let config = match &cli.config {
-        Some(path) => AgentConfig::parse_file(path).map_err(|e| anyhow::format_err!("{e}"))?,
+        // Its problems keep their lines (`output::print_error`).
+        Some(path) => AgentConfig::parse_file(path)?,
         None => AgentConfig::default(),
     };
     if let (Some(path), Command::Agent { .. }) = (&cli.config, &cli.command)
         && let Some(warning) = config.exposed_secrets_warning(path)
     {
-        eprintln!("Warning: {warning}");
+        output::eprint_line!("Warning: {}", warning);
     }
     let data_dir = cli
         .data_dir
@@ -461,7 +459,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (drivers, problems) =
         DriverSet::load(&runtime, plugin_dir.as_deref(), &config.driver_pins()).await;
     for problem in &problems {
-        eprintln!("Warning: skipped a driver: {problem}");
+        output::eprint_line!("Warning: skipped a driver: {}", problem);
     }
     // Hooks are compiled (seconds for a Python one) only for the commands that use them.
     let hooks = match cli.command {
@@ -470,7 +468,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     if !matches!(cli.command, Command::Hook { .. }) {
         for (_, reason) in hooks.refused() {
-            eprintln!("Warning: refused a hook: {reason}");
+            output::eprint_line!("Warning: refused a hook: {}", reason);
         }
     }
     match cli.command {
@@ -526,7 +524,7 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
     if !is_client {
         return None;
     }
-    let client = match agent_client(cli.address.as_deref(), data_dir) {
+    let client = match agent_client(cli, data_dir) {
         Ok(client) => client.with_token(cli.token.clone()),
         Err(error) => return Some(Err(error.into())),
     };
@@ -629,8 +627,6 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
     })
 }
 
-/// The agent to talk to: `--address` when given; else the Unix socket of the data dir,
-/// then a dev agent's, when they exist; else Nomad's TCP address.
 /// How long `driver list` and `hook list` wait for the agent's counts.
 const LOG_DROPS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -641,7 +637,7 @@ async fn agent_log_drops(
     cli: &Cli,
     data_dir: &Path,
 ) -> Option<std::collections::BTreeMap<String, u64>> {
-    let client = agent_client(cli.address.as_deref(), data_dir)
+    let client = agent_client(cli, data_dir)
         .ok()?
         .with_token(cli.token.clone());
     let answer = client.get::<crate::api::nomad::metrics::LogDrops>("/v1/berth/agent/log-drops");
@@ -651,9 +647,17 @@ async fn agent_log_drops(
     }
 }
 
-fn agent_client(address: Option<&str>, data_dir: &Path) -> Result<Client, ClientError> {
-    if let Some(address) = address {
+/// The agent to talk to: `--address` when given; else the Unix socket of the data dir
+/// when --data-dir or --config names the agent (even when the socket is not there yet:
+/// an agent still starting is that agent, and a request to it fails saying so, never
+/// goes to another); else the default data dir's socket, then a dev agent's, when they
+/// exist; else Nomad's TCP address. The flags' environment variables count as the flags.
+fn agent_client(cli: &Cli, data_dir: &Path) -> Result<Client, ClientError> {
+    if let Some(address) = &cli.address {
         return Client::new(address);
+    }
+    if cli.data_dir.is_some() || cli.config.is_some() {
+        return Ok(Client::unix(&data_dir.join(SOCKET_NAME)));
     }
     let sockets = [
         data_dir.join(SOCKET_NAME),

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use super::output::print_line;
 use crate::api::client::Client;
 
 pub(super) async fn status(
@@ -16,17 +17,22 @@ pub(super) async fn status(
     let Some(id) = id else {
         let nodes: Value = client.get("/v1/nodes").await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&nodes)?);
+            super::output::print_json(&nodes)?;
             return Ok(ExitCode::SUCCESS);
         }
         let nodes = nodes.as_array().cloned().unwrap_or_default();
         if nodes.is_empty() {
-            println!("No nodes registered");
+            print_line!("No nodes registered");
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        print_line!(
             "{:<36}  {:<8} {:<20} {:<8} {:<11} {:<8}",
-            "ID", "DC", "Name", "Drain", "Eligibility", "Status"
+            "ID",
+            "DC",
+            "Name",
+            "Drain",
+            "Eligibility",
+            "Status"
         );
         for node in nodes {
             let text = |k: &str| super::output::one_line(node[k].as_str().unwrap_or_default());
@@ -36,34 +42,34 @@ pub(super) async fn status(
             } else {
                 full_id.get(..8).unwrap_or(&full_id)
             };
-            println!(
+            print_line!(
                 "{:<36}  {:<8} {:<20} {:<8} {:<11} {:<8}",
                 shown_id,
                 text("Datacenter"),
                 text("Name"),
                 node["Drain"].as_bool().unwrap_or(false),
                 text("SchedulingEligibility"),
-                text("Status"),
+                text("Status")
             );
         }
         return Ok(ExitCode::SUCCESS);
     };
     let node: Value = client.get(&format!("/v1/node/{id}")).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&node)?);
+        super::output::print_json(&node)?;
         return Ok(ExitCode::SUCCESS);
     }
     let text = |k: &str| super::output::one_line(node[k].as_str().unwrap_or_default());
-    println!("ID          = {}", text("ID"));
-    println!("Name        = {}", text("Name"));
-    println!("DC          = {}", text("Datacenter"));
-    println!("Pool        = {}", text("NodePool"));
-    println!("Drain       = {}", node["Drain"].as_bool().unwrap_or(false));
-    println!("Eligibility = {}", text("SchedulingEligibility"));
-    println!("Status      = {}", text("Status"));
+    print_line!("ID          = {}", text("ID"));
+    print_line!("Name        = {}", text("Name"));
+    print_line!("DC          = {}", text("Datacenter"));
+    print_line!("Pool        = {}", text("NodePool"));
+    print_line!("Drain       = {}", node["Drain"].as_bool().unwrap_or(false));
+    print_line!("Eligibility = {}", text("SchedulingEligibility"));
+    print_line!("Status      = {}", text("Status"));
     if let Some(drivers) = node["Drivers"].as_object() {
         let names: Vec<&str> = drivers.keys().map(String::as_str).collect();
-        println!(
+        print_line!(
             "Drivers     = {}",
             super::output::one_line(&names.join(","))
         );
@@ -74,19 +80,22 @@ pub(super) async fn status(
             node["ID"].as_str().unwrap_or(id)
         ))
         .await?;
-    println!("\nAllocations");
+    print_line!("\nAllocations");
     let allocs = allocs.as_array().cloned().unwrap_or_default();
     if allocs.is_empty() {
-        println!("No allocations placed");
+        print_line!("No allocations placed");
     } else {
-        println!(
+        print_line!(
             "{:<10} {:<24} {:<8} {:<10}",
-            "ID", "Name", "Desired", "Status"
+            "ID",
+            "Name",
+            "Desired",
+            "Status"
         );
         for alloc in allocs {
             let text = |k: &str| super::output::one_line(alloc[k].as_str().unwrap_or_default());
             let alloc_id = text("ID").to_string();
-            println!(
+            print_line!(
                 "{:<10} {:<24} {:<8} {:<10}",
                 alloc_id.get(..8).unwrap_or(&alloc_id),
                 text("Name"),
@@ -96,9 +105,9 @@ pub(super) async fn status(
         }
     }
     if verbose && let Some(attributes) = node["Attributes"].as_object() {
-        println!("\nAttributes");
+        print_line!("\nAttributes");
         for (key, value) in attributes {
-            println!(
+            print_line!(
                 "{} = {}",
                 super::output::one_line(key),
                 super::output::one_line(value.as_str().unwrap_or_default())
@@ -121,7 +130,11 @@ pub(super) async fn eligibility(
             &serde_json::json!({"NodeID": node, "Eligibility": eligibility}),
         )
         .await?;
-    println!("Node {node:?} scheduling eligibility set: {eligibility} for scheduling");
+    print_line!(
+        "Node {:?} scheduling eligibility set: {} for scheduling",
+        node,
+        eligibility
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -144,9 +157,15 @@ pub(super) async fn drain(
         .post(&format!("/v1/node/{node}/drain"), &body)
         .await?;
     if enable {
-        println!("Node {node:?} drain strategy set: its allocs are moved to other nodes");
+        print_line!(
+            "Node {:?} drain strategy set: its allocs are moved to other nodes",
+            node
+        );
     } else {
-        println!("Node {node:?} drain strategy unset: the node is eligible again");
+        print_line!(
+            "Node {:?} drain strategy unset: the node is eligible again",
+            node
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

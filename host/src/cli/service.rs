@@ -3,17 +3,18 @@
 
 use std::process::ExitCode;
 
+use super::output::print_line;
 use crate::api::client::Client;
 use crate::consul::ServicesStatus;
 
 pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
     let status: ServicesStatus = client.get("/v1/berth/services").await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        super::output::print_json(&status)?;
         return Ok(ExitCode::SUCCESS);
     }
     match &status.consul {
-        None => println!("Consul: none (no consul block in the agent config)"),
+        None => print_line!("Consul: none (no consul block in the agent config)"),
         Some(address) => {
             let synced = status.last_sync.map_or("never".to_string(), |at| {
                 let seconds = at
@@ -21,9 +22,9 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
                     .map_or(0, |d| d.as_secs());
                 super::output::date_time(seconds)
             });
-            println!("Consul: {address} (last sync: {synced})");
+            print_line!("Consul: {} (last sync: {})", address, synced);
             if let Some(error) = &status.last_error {
-                println!(
+                print_line!(
                     "  failing ({} in a row, retrying): {}",
                     status.failures,
                     super::output::one_line(error)
@@ -32,15 +33,20 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
         }
     }
     if status.services.is_empty() {
-        println!("No services");
+        print_line!("No services");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    print_line!(
         "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} Tags",
-        "Name", "Provider", "State", "Address", "Alloc", "Task"
+        "Name",
+        "Provider",
+        "State",
+        "Address",
+        "Alloc",
+        "Task"
     );
     for service in &status.services {
-        println!(
+        print_line!(
             "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} {}",
             super::output::one_line(&service.name),
             service.provider,

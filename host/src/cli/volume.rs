@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use super::output::print_line;
 use crate::api::SubmitRequest;
 use crate::api::client::{Client, ClientError};
 use crate::catalog::{PluginStatus, VolumeStatus, short_id};
@@ -17,10 +18,7 @@ fn refused<T>(result: Result<T, ClientError>) -> anyhow::Result<Result<T, ExitCo
     match result {
         Ok(value) => Ok(Ok(value)),
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
-            eprintln!("Error: {}", super::output::text(&error.error));
-            for problem in &error.problems {
-                eprintln!("  {}", super::output::one_line(problem));
-            }
+            super::output::print_refusal("Error: ", &error);
             Ok(Err(ExitCode::from(REFUSED)))
         }
         Err(other) => Err(other.into()),
@@ -50,13 +48,16 @@ pub(super) async fn register(
     };
     let volume = &status.volume;
     if let Some(before) = status.expanded_from {
-        println!(
-            "Expanded volume {:?} (plugin {:?}) from {before} to {} bytes",
-            volume.id, volume.plugin_id, volume.capacity_bytes
+        print_line!(
+            "Expanded volume {:?} (plugin {:?}) from {} to {} bytes",
+            volume.id,
+            volume.plugin_id,
+            before,
+            volume.capacity_bytes
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    print_line!(
         "{} volume {:?} (plugin {:?}, external id {:?})",
         if create { "Created" } else { "Registered" },
         volume.id,
@@ -73,7 +74,7 @@ pub(super) async fn deregister(client: &Client, id: &str) -> anyhow::Result<Exit
             .await,
     )? {
         Ok(status) => {
-            println!("Deregistered volume {:?}", status.volume.id);
+            print_line!("Deregistered volume {:?}", status.volume.id);
             Ok(ExitCode::SUCCESS)
         }
         Err(code) => Ok(code),
@@ -87,7 +88,7 @@ pub(super) async fn delete(client: &Client, id: &str) -> anyhow::Result<ExitCode
             .await,
     )? {
         Ok(status) => {
-            println!("Deleted volume {:?}", status.volume.id);
+            print_line!("Deleted volume {:?}", status.volume.id);
             Ok(ExitCode::SUCCESS)
         }
         Err(code) => Ok(code),
@@ -107,17 +108,20 @@ pub(super) async fn status(
         None => client.get("/v1/berth/volumes").await?,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&volumes)?);
+        super::output::print_json(&volumes)?;
         return Ok(ExitCode::SUCCESS);
     }
     if id.is_none() {
         if volumes.is_empty() {
-            println!("No CSI volumes");
+            print_line!("No CSI volumes");
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        print_line!(
             "{:<20} {:<20} {:<16} {:<26} Claims",
-            "ID", "Name", "Plugin", "Access Mode"
+            "ID",
+            "Name",
+            "Plugin",
+            "Access Mode"
         );
         for status in &volumes {
             let v = &status.volume;
@@ -126,7 +130,7 @@ pub(super) async fn status(
                 .iter()
                 .map(|c| c.access_mode.as_str())
                 .collect();
-            println!(
+            print_line!(
                 "{:<20} {:<20} {:<16} {:<26} {}",
                 v.id,
                 v.name,
@@ -139,12 +143,12 @@ pub(super) async fn status(
     }
     let status = &volumes[0];
     let v = &status.volume;
-    println!("ID              = {}", v.id);
-    println!("Name            = {}", v.name);
-    println!("External ID     = {}", v.external_id);
-    println!("Plugin ID       = {}", v.plugin_id);
-    println!("Origin          = {}", v.origin);
-    println!(
+    print_line!("ID              = {}", v.id);
+    print_line!("Name            = {}", v.name);
+    print_line!("External ID     = {}", v.external_id);
+    print_line!("Plugin ID       = {}", v.plugin_id);
+    print_line!("Origin          = {}", v.origin);
+    print_line!(
         "Capacity        = {}",
         if v.capacity_bytes > 0 {
             format!("{} bytes", v.capacity_bytes)
@@ -153,33 +157,40 @@ pub(super) async fn status(
         }
     );
     for capability in &v.capabilities {
-        println!(
+        print_line!(
             "Capability      = {} / {}",
-            capability.access_mode, capability.attachment_mode
+            capability.access_mode,
+            capability.attachment_mode
         );
     }
-    println!();
+    print_line!();
     if status.claims.is_empty() {
-        println!("No claims");
+        print_line!("No claims");
     } else {
-        println!("Claims");
-        println!(
+        print_line!("Claims");
+        print_line!(
             "{:<10} {:<32} {:<6} {:<26} {:<16} {:<20} State",
-            "Alloc", "Name", "Mode", "Access Mode", "Node", "Since"
+            "Alloc",
+            "Name",
+            "Mode",
+            "Access Mode",
+            "Node",
+            "Since"
         );
         for claim in &status.claims {
             let state = status
                 .releasing
                 .get(&claim.alloc_id)
                 .map_or("in use", String::as_str);
-            println!(
-                "{:<10} {:<32} {:<6} {:<26} {:<16} {:<20} {state}",
+            print_line!(
+                "{:<10} {:<32} {:<6} {:<26} {:<16} {:<20} {}",
                 short_id(&claim.alloc_id),
                 claim.alloc_name,
                 format!("{:?}", claim.mode).to_lowercase(),
                 claim.access_mode.as_str(),
                 claim.node,
                 super::output::date_time(claim.since),
+                state
             );
         }
     }
@@ -201,9 +212,9 @@ pub(super) async fn status(
 
 /// How one node stages and publishes a volume.
 fn print_use(title: &str, on_node: &crate::catalog::VolumeOnNode) {
-    println!();
-    println!("{title}");
-    println!(
+    print_line!();
+    print_line!("{}", title);
+    print_line!(
         "Controller      = {}",
         if on_node.controller_published {
             "published to this node"
@@ -211,19 +222,19 @@ fn print_use(title: &str, on_node: &crate::catalog::VolumeOnNode) {
             "not published"
         }
     );
-    println!(
+    print_line!(
         "Staged          = {}",
         on_node.staged.as_deref().unwrap_or("no")
     );
     for publication in &on_node.publications {
-        println!(
+        print_line!(
             "Published       = alloc {} ({})",
             short_id(&publication.alloc_id),
             publication.usage
         );
     }
     if let Some(pending) = &on_node.pending {
-        println!("Pending         = {pending}");
+        print_line!("Pending         = {}", pending);
     }
 }
 
@@ -240,20 +251,22 @@ pub(super) async fn plugin_status(
         None => client.get("/v1/berth/plugins").await?,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&plugins)?);
+        super::output::print_json(&plugins)?;
         return Ok(ExitCode::SUCCESS);
     }
     if id.is_none() {
         if plugins.is_empty() {
-            println!("No CSI plugins");
+            print_line!("No CSI plugins");
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        print_line!(
             "{:<20} {:<22} {:<22} Volumes",
-            "ID", "Controllers Healthy", "Nodes Healthy"
+            "ID",
+            "Controllers Healthy",
+            "Nodes Healthy"
         );
         for p in &plugins {
-            println!(
+            print_line!(
                 "{:<20} {:<22} {:<22} {}",
                 p.id,
                 format!("{}/{}", p.controllers_healthy, p.controllers_expected),
@@ -264,16 +277,18 @@ pub(super) async fn plugin_status(
         return Ok(ExitCode::SUCCESS);
     }
     let p = &plugins[0];
-    println!("ID                  = {}", p.id);
-    println!(
+    print_line!("ID                  = {}", p.id);
+    print_line!(
         "Controllers Healthy = {}/{}",
-        p.controllers_healthy, p.controllers_expected
+        p.controllers_healthy,
+        p.controllers_expected
     );
-    println!(
+    print_line!(
         "Nodes Healthy       = {}/{}",
-        p.nodes_healthy, p.nodes_expected
+        p.nodes_healthy,
+        p.nodes_expected
     );
-    println!(
+    print_line!(
         "Volumes             = {}",
         if p.volumes.is_empty() {
             "none".into()
@@ -281,11 +296,15 @@ pub(super) async fn plugin_status(
             p.volumes.join(", ")
         }
     );
-    println!();
-    println!("Providers");
-    println!(
+    print_line!();
+    print_line!("Providers");
+    print_line!(
         "{:<10} {:<16} {:<11} {:<9} {:<28} Health",
-        "Alloc", "Node", "Kind", "Healthy", "Plugin"
+        "Alloc",
+        "Node",
+        "Kind",
+        "Healthy",
+        "Plugin"
     );
     for provider in &p.providers {
         let name = provider
@@ -300,7 +319,7 @@ pub(super) async fn plugin_status(
             })
             .unwrap_or_else(|| "not fingerprinted".into());
         // The fingerprint and the health text are the plugin's own words.
-        println!(
+        print_line!(
             "{:<10} {:<16} {:<11} {:<9} {:<28} {}",
             short_id(&provider.alloc_id),
             super::output::one_line(&provider.node),
@@ -327,9 +346,10 @@ pub(super) async fn snapshot_create(
             Ok(snapshot) => snapshot,
             Err(code) => return Ok(code),
         };
-    println!(
-        "Snapshot {:?} of volume {volume:?} created by plugin {:?} ({} bytes, {})",
+    print_line!(
+        "Snapshot {:?} of volume {:?} created by plugin {:?} ({} bytes, {})",
         snapshot.snapshot_id,
+        volume,
         snapshot.plugin_id,
         snapshot.size_bytes,
         if snapshot.ready_to_use {
@@ -358,19 +378,23 @@ pub(super) async fn snapshot_list(
         Err(code) => return Ok(code),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&snapshots)?);
+        super::output::print_json(&snapshots)?;
         return Ok(ExitCode::SUCCESS);
     }
     if snapshots.is_empty() {
-        println!("No snapshots");
+        print_line!("No snapshots");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    print_line!(
         "{:<32} {:<16} {:<24} {:>12} {:<20} Ready",
-        "Snapshot ID", "Plugin", "External Volume ID", "Size", "Created"
+        "Snapshot ID",
+        "Plugin",
+        "External Volume ID",
+        "Size",
+        "Created"
     );
     for s in &snapshots {
-        println!(
+        print_line!(
             "{:<32} {:<16} {:<24} {:>12} {:<20} {}",
             super::output::one_line(&s.snapshot_id),
             s.plugin_id,
@@ -397,7 +421,7 @@ pub(super) async fn snapshot_delete(
     if let Err(code) = deleted {
         return Ok(code);
     }
-    println!("Deleted snapshot {snapshot:?} of plugin {plugin:?}");
+    print_line!("Deleted snapshot {:?} of plugin {:?}", snapshot, plugin);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -412,11 +436,12 @@ pub(super) async fn detach(client: &Client, id: &str, force: bool) -> anyhow::Re
         Err(code) => return Ok(code),
     };
     if detached.released.is_empty() && detached.unmounted.is_empty() {
-        println!("Volume {id:?} is not attached here");
+        print_line!("Volume {:?} is not attached here", id);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "Detached volume {id:?} without its plugin: released the claims of alloc(s) {}",
+    print_line!(
+        "Detached volume {:?} without its plugin: released the claims of alloc(s) {}",
+        id,
         detached
             .released
             .iter()
@@ -425,7 +450,7 @@ pub(super) async fn detach(client: &Client, id: &str, force: bool) -> anyhow::Re
             .join(", ")
     );
     for path in &detached.unmounted {
-        println!("    unmounted {}", path.display());
+        print_line!("    unmounted {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,11 +4,11 @@
 
 use std::borrow::Cow;
 
-/// `text` for a single line: every control character (ESC, CR, LF, ...) and the Unicode
-/// bidirectional overrides escaped as `\u{..}`, so it can neither start a new line nor
-/// repaint a terminal.
+/// `text` for a single line: every control character (C0 with ESC, CR and LF, DEL, C1)
+/// and the Unicode bidirectional controls escaped as `\u{..}`, so it can neither start a
+/// new line, nor repaint a terminal, nor reorder what is shown around it.
 pub fn one_line(text: &str) -> Cow<'_, str> {
-    escape(text, |c| c.is_control() || is_bidi_override(c))
+    escape(text, |c| c.is_control() || is_bidi_control(c))
 }
 
 /// `text` with every character `unsafe_char` picks escaped as `\u{..}`.
@@ -27,9 +27,14 @@ pub fn escape(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Characters that reorder what follows them on screen (the "Trojan Source" ones).
-pub fn is_bidi_override(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+/// Characters that reorder the text around them on screen (the "Trojan Source" ones):
+/// the embeddings and overrides (U+202A–U+202E), the isolates (U+2066–U+2069), and the
+/// marks (U+200E, U+200F, U+061C), which are invisible and move neutral characters.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+    )
 }
 
 /// At most `max` characters of `text`; when cut, a note says how much was left out, so
@@ -51,6 +56,11 @@ mod tests {
         assert_eq!(
             one_line("ok\nERROR forged\r\u{1b}[2J\u{202e}"),
             "ok\\u{a}ERROR forged\\u{d}\\u{1b}[2J\\u{202e}"
+        );
+        // DEL, a C1 CSI, and the bidi isolates and marks.
+        assert_eq!(
+            one_line("a\u{7f}b\u{9b}c\u{2067}d\u{200f}e\u{61c}"),
+            "a\\u{7f}b\\u{9b}c\\u{2067}d\\u{200f}e\\u{61c}"
         );
     }
 

@@ -60,7 +60,7 @@ pub(super) struct JobspecInput {
 
 /// Says why a jobspec does not pass, and the exit code for it.
 fn invalid(error: &JobspecError) -> ExitCode {
-    super::output::print_problems("Job validation failed: ", &error);
+    super::output::print_problems("Job validation failed: ", error);
     ExitCode::from(INVALID)
 }
 

@@ -1217,6 +1217,42 @@ async fn a_publish_that_times_out_after_the_plugin_acted_is_unpublished_before_t
     agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
 }
 
+/// A volume whose name and external id a token holder filled with terminal escapes (an
+/// OSC 52 clipboard write, BEL, a forged line, a bidi override, C1's CSI):
+/// `volume status` shows them escaped, so the operator's terminal gets no control
+/// character but our own line breaks and tabs.
+#[tokio::test(flavor = "multi_thread")]
+async fn volume_status_of_a_hostile_name_prints_no_control_character() {
+    let mut agent = agent();
+    agent.start().await;
+    let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
+    let hostile = "evil\u{1b}]52;c;aGk=\u{7}\r\nforged line\u{202e}txt.exe\u{9b}2J";
+    let spec = volume_spec("hostile", "hostpath").replace(
+        "name      = \"hostile\"",
+        &format!("name      = {}", serde_json::to_string(hostile).unwrap()),
+    );
+    let spec = agent.write_file("hostile.hcl", &spec);
+    let (code, out, err) = agent.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = agent.cli(&["volume", "status", "hostile"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("evil"), "{out}");
+    let bad: Vec<char> = format!("{out}{err}")
+        .chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "control characters {bad:?} reached the terminal:\n{out}"
+    );
+    assert!(!out.lines().any(|l| l.starts_with("forged line")), "{out}");
+    agent.cli(&["job", "stop", "plugin"]);
+    agent.wait_alloc(&plugin_alloc, "stopped", is_dead).await;
+}
+
 /// A plugin that binds the target, then fails NodePublishVolume (a real plugin whose
 /// `bind,remount` was refused keeps its first bind): the failed publish is undone like
 /// one whose outcome is unknown, so nothing stays mounted once the alloc failed.

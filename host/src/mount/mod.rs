@@ -54,6 +54,9 @@ pub const SYSCALLS: &[i64] = &[
 /// architecture of the unified table (424 on); libc does not name it yet.
 pub const OPEN_TREE_ATTR: i64 = 467;
 
+/// `open_tree(2)`'s number, for the filter's tests.
+pub const OPEN_TREE: i64 = libc::SYS_open_tree;
+
 /// The new mount API's calls (Linux 5.2 on), which a mounting plugin is told do not
 /// exist (`process/seccomp.rs`), so that mount(8) uses `mount(2)`.
 pub const NEW_API_SYSCALLS: &[i64] = &[

@@ -415,7 +415,7 @@ mod plugin_filter_tests {
     #[test]
     fn the_new_mount_api_does_not_exist_for_a_mounting_plugin_and_is_refused_to_a_task() {
         // open_tree_attr (Linux 6.15) too: unlisted, it cloned the host's /usr writable.
-        for call in [libc::SYS_open_tree, crate::mount::OPEN_TREE_ATTR] {
+        for call in [crate::mount::OPEN_TREE, crate::mount::OPEN_TREE_ATTR] {
             assert_eq!(
                 open_tree_answer(Confinement::MountingPlugin, call),
                 libc::ENOSYS

@@ -64,8 +64,9 @@ struct Build {
 
 impl Build {
     fn this() -> Build {
+        // 3: the mount warden's plan and the filter's warden program.
         Build {
-            format: 2,
+            format: 3,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }

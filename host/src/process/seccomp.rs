@@ -346,8 +346,23 @@ mod plugin_filter_tests {
     /// `confinement`'s filter: the filter answers EPERM; the kernel, for a path that does
     /// not exist, ENOENT.
     fn answers(confinement: Confinement, calls: &[(u64, bool)]) -> Vec<i32> {
-        let filter = TaskFilter::compile(confinement).unwrap();
         let target = c"/nonexistent/berth-seccomp-test";
+        answers_in_filtered_child(confinement, |report| {
+            for &(flags, umount) in calls {
+                report(crate::mount::raw_answer(target, flags, umount));
+            }
+        })
+    }
+
+    /// The error numbers `calls` reports in a forked child that installed
+    /// `confinement`'s filter (its listener, if any, dropped: no warden answers). The
+    /// child allocates nothing (the test process has other threads): `calls` makes raw
+    /// system calls and reports each answer straight to the pipe.
+    fn answers_in_filtered_child(
+        confinement: Confinement,
+        calls: impl FnOnce(&dyn Fn(i32)),
+    ) -> Vec<i32> {
+        let filter = TaskFilter::compile(confinement).unwrap();
         let (read, write) = rustix::pipe::pipe().unwrap();
         // SAFETY: the child makes raw system calls only, then _exit.
         let pid = unsafe { libc::fork() };
@@ -356,10 +371,9 @@ mod plugin_filter_tests {
             if filter.install().is_err() {
                 unsafe { libc::_exit(99) };
             }
-            for &(flags, umount) in calls {
-                let errno = crate::mount::raw_answer(target, flags, umount);
+            calls(&|errno: i32| {
                 let _ = rustix::io::write(&write, &errno.to_le_bytes());
-            }
+            });
             unsafe { libc::_exit(0) };
         }
         drop(write);
@@ -427,27 +441,13 @@ mod plugin_filter_tests {
     /// What `open_tree(2)` (or `open_tree_attr`, as `call`) answers in a child that
     /// installed `confinement`'s filter.
     fn open_tree_answer(confinement: Confinement, call: i64) -> i32 {
-        let filter = TaskFilter::compile(confinement).unwrap();
-        let (read, write) = rustix::pipe::pipe().unwrap();
-        // SAFETY: the child makes raw system calls only, then _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            if filter.install().is_err() {
-                unsafe { libc::_exit(99) };
-            }
-            let errno =
-                crate::mount::raw_open_tree_answer(call, c"/nonexistent/berth-seccomp-test");
-            let _ = rustix::io::write(&write, &errno.to_le_bytes());
-            unsafe { libc::_exit(0) };
-        }
-        drop(write);
-        let mut bytes = [0u8; 4];
-        std::io::Read::read_exact(&mut std::fs::File::from(read), &mut bytes).unwrap();
-        let mut status = 0;
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(status, 0, "the child failed");
-        i32::from_le_bytes(bytes)
+        let answers = answers_in_filtered_child(confinement, |report| {
+            report(crate::mount::raw_open_tree_answer(
+                call,
+                c"/nonexistent/berth-seccomp-test",
+            ))
+        });
+        answers[0]
     }
 
     #[test]

@@ -196,7 +196,7 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
     let connect = || {
         let stream = std::net::TcpStream::connect(("127.0.0.1", agent.port())).unwrap();
         stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
             .unwrap();
         stream
     };
@@ -222,7 +222,7 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
     let (_, waited) = tokio::task::spawn_blocking(move || until_closed(slow))
         .await
         .unwrap();
-    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    assert!(waited < std::time::Duration::from_secs(15), "{waited:?}");
     let mut idle = connect();
     write!(
         idle,
@@ -236,7 +236,7 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
         .unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(
-        waited >= std::time::Duration::from_secs(1) && waited < std::time::Duration::from_secs(8),
+        waited >= std::time::Duration::from_secs(1) && waited < std::time::Duration::from_secs(15),
         "{waited:?}"
     );
     // Whole headers and a body that never comes: the body has its own deadline (the idle
@@ -249,10 +249,22 @@ async fn slow_and_idle_connections_are_closed_at_their_timeouts() {
         token.trim()
     )
     .unwrap();
-    let (_, waited) = tokio::task::spawn_blocking(move || until_closed(stalled))
+    let (answer, waited) = tokio::task::spawn_blocking(move || until_closed(stalled))
         .await
         .unwrap();
-    assert!(waited < std::time::Duration::from_secs(8), "{waited:?}");
+    // The body's deadline is 2 s. The bound leaves a loaded CI machine room (one run
+    // took over 8 s there, never here) and is still far below a connection held for
+    // good, which the read timeout above would end at 30 s.
+    assert!(
+        answer.starts_with("HTTP/1.1 400"),
+        "the stalled body was not refused within {waited:?}: {answer:?}\n{}",
+        agent.output()
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(20),
+        "{waited:?}\n{}",
+        agent.output()
+    );
 }
 
 /// One address may hold `max_connections_per_client` connections (Nomad's

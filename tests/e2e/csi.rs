@@ -150,7 +150,7 @@ fn consumer_job(job: &str, job_type: &str, source: &str, read_only: bool, script
     )
 }
 
-fn volume_spec(id: &str, plugin: &str) -> String {
+pub(crate) fn volume_spec(id: &str, plugin: &str) -> String {
     format!(
         r#"id        = "{id}"
 name      = "{id}"
@@ -166,7 +166,7 @@ capability {{
 }
 
 impl AgentProcess {
-    async fn run_job(&self, name: &str, source: &str) -> String {
+    pub(crate) async fn run_job(&self, name: &str, source: &str) -> String {
         let submitted = self
             .submit(name, source)
             .await
@@ -217,7 +217,7 @@ impl AgentProcess {
         assert_eq!(code, 0, "creating volume {id}: {out}{err}");
     }
 
-    fn write_file(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write_file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.path().join(name);
         std::fs::write(&path, text).unwrap();
         path

@@ -11,6 +11,7 @@ mod agent_limits;
 mod agent_process;
 mod alloc_actions;
 mod cli;
+mod cli_hostile;
 mod cluster;
 mod cluster_csi;
 mod cluster_launched;

@@ -172,3 +172,167 @@ fn a_command_whose_reader_goes_away_ends_quietly() {
         output.status
     );
 }
+
+/// The CLI with none of berth's environment variables, so only its flags choose.
+fn berth_without_env() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+    for name in [
+        "BERTH_ADDR",
+        "BERTH_DATA_DIR",
+        "BERTH_CONFIG",
+        "BERTH_TOKEN",
+        "BERTH_PLUGIN_DIR",
+    ] {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// A decoy on Nomad's address, where the CLI falls back when nothing names an agent:
+/// it answers each connection with a 500 and counts them.
+struct Decoy {
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Decoy {
+    fn on_nomads_port() -> Decoy {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:4646")
+            .unwrap_or_else(|e| panic!("this test needs 127.0.0.1:4646 free: {e}"));
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connections.clone();
+        // Lives as long as the test binary: nothing else listens on 4646.
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(200)));
+                let _ = stream.read(&mut [0u8; 4096]);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 500 Decoy\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        Decoy { connections }
+    }
+
+    /// How many connections reached the decoy so far.
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// `--data-dir` or `--config` names an agent whose socket is not there (not started
+/// yet): the command fails naming that socket, and never goes to another agent (here a
+/// decoy on 127.0.0.1:4646, which a command that names no agent does reach).
+#[test]
+fn an_agent_named_by_its_flags_is_that_agent_or_a_clear_error_never_another() {
+    for default in ["/var/lib/berth/api.sock", "/tmp/berth-dev/api.sock"] {
+        assert!(
+            !std::path::Path::new(default).exists(),
+            "{default} exists: this test needs the CLI's fallbacks to end at 4646"
+        );
+    }
+    let decoy = Decoy::on_nomads_port();
+    // The control: naming no agent, the CLI falls back to the decoy.
+    let output = berth_without_env()
+        .args(["job", "status"])
+        .output()
+        .unwrap();
+    assert!(
+        decoy.connections() >= 1,
+        "the fallback did not reach the decoy: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let reached_by_the_control = decoy.connections();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(
+        &config,
+        format!("data_dir = {:?}\n", data.display().to_string()),
+    )
+    .unwrap();
+    let socket = data.join("api.sock");
+    for flags in [
+        vec!["--data-dir".to_string(), data.display().to_string()],
+        vec!["--config".to_string(), config.display().to_string()],
+        vec![
+            "--address".to_string(),
+            format!("unix://{}", socket.display()),
+        ],
+    ] {
+        for command in [vec!["job", "status"], vec!["job", "stop", "web"]] {
+            let output = berth_without_env()
+                .args(&flags)
+                .args(&command)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{flags:?} {command:?}: {stderr}");
+            assert!(
+                stderr.contains(&socket.display().to_string()),
+                "{flags:?} {command:?} does not name the agent's socket: {stderr}"
+            );
+            assert_eq!(
+                decoy.connections(),
+                reached_by_the_control,
+                "{flags:?} {command:?} went to another agent: {stderr}"
+            );
+        }
+    }
+}
+
+/// An agent config with two problems: each on a line of its own, under the count, with
+/// our line breaks kept (not shown as `\u{a}`).
+#[test]
+fn errors_with_several_problems_keep_their_line_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(
+        &config,
+        "client {\n  no_such_field = 1\n}\nhttp {\n  idle_timeout = \"soon\"\n}\n",
+    )
+    .unwrap();
+    let output = berth_without_env()
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["agent", "-dev", "--http-addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(!stderr.contains("\\u{a}"), "{stderr}");
+    let shown = config.display().to_string();
+    let lines: Vec<&str> = stderr.lines().collect();
+    let head = lines
+        .iter()
+        .position(|l| l.contains(&format!("{shown} has 2 problems:")))
+        .unwrap_or_else(|| panic!("no count of the problems: {stderr}"));
+    for line in &lines[head + 1..head + 3] {
+        assert!(line.starts_with(&format!("  {shown}:")), "{stderr}");
+    }
+}
+
+/// A task for a driver this agent does not have, run as a user the deny-list refuses
+/// for that driver's name (`java` is a checked driver): the one problem is the unknown
+/// driver, not its user.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_the_agent_lacks_is_the_problem_reported_not_its_user() {
+    let mut agent = crate::agent_process::AgentProcess::new();
+    agent.start().await;
+    let job = agent.path().join("java.hcl");
+    std::fs::write(
+        &job,
+        "job \"java\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"java\"\n      user   = \"root\"\n      config {\n        jar_path = \"/app.jar\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let (code, out, err) = agent.cli(&["job", "validate", job.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("has 1 problem:"), "{err}");
+    assert!(err.contains("unknown driver \"java\""), "{err}");
+    assert!(!err.contains("root"), "{err}");
+}

@@ -685,7 +685,9 @@ impl CsiManager {
         let dirs = PluginDirs::new(csi_root, &record.plugin_id, "/");
         let mut unmounted = Vec::new();
         let mut unmount = |path: PathBuf| -> Result<(), CsiVolumeError> {
-            match crate::mount::shared::unmount_all_at(&path) {
+            // Below the plugin's dir, through no link: the plugin writes in that dir, and
+            // a link it planted there must not steer the agent's unmount elsewhere.
+            match crate::mount::shared::unmount_all_below(&dirs.host, &path) {
                 Ok(0) => {}
                 Ok(_) => unmounted.push(path.clone()),
                 Err(source) => {

@@ -25,8 +25,8 @@ use crate::support;
 /// right-to-left override, and C1's CSI clearing the screen.
 const HOSTILE: &str = "X\u{1b}]52;c;aGk=\u{7}\r\nforged line\u{202e}txt\u{9b}2J";
 
-/// The commands that only start something local and print the operator's own config:
-/// none. `agent` is checked through the test agent's output (its events and log).
+/// `berth agent` is the test's agent itself: its output (the events it prints and its
+/// log, written to a file here) is checked as a command's is.
 const CHECKED_THROUGH_THE_AGENTS_OUTPUT: &str = "agent";
 
 /// `text` as an HCL string literal (JSON's escapes are HCL's).
@@ -454,8 +454,11 @@ async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
     }
     let agent_output = agent.output();
     let controls = terminal_controls(&agent_output);
-    if !controls.is_empty() {
-        failures.push(format!("the agent's own output showed {controls:?}"));
+    if !controls.is_empty() || !agent_output.contains("X\\u{1b}]52;c;aGk=\\u{7}") {
+        failures.push(format!(
+            "the agent's own output showed {controls:?}, or not the failed start's message \
+             escaped"
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 

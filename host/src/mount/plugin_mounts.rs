@@ -195,7 +195,19 @@ impl PluginMounts {
         }
         let tree = rustix::mount::open_tree(&source_fd, c"", flags)
             .map_err(|e| refused(e, format!("binding {source:?}: {e}")))?;
-        set_attributes(&tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, recursive).map_err(|e| {
+        // Private before it is attached: a clone of a shared mount (the plugin's own dirs
+        // are shared with the host) joins its source's peer group, so each later bind of
+        // that source would be copied onto every earlier one too, doubling the mounts at
+        // each call, on the host's side as well. Attached under a shared parent, the
+        // clone still propagates to the host, as a group of its own.
+        set_attributes(
+            &tree,
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            0,
+            libc::MS_PRIVATE,
+            recursive,
+        )
+        .map_err(|e| {
             refused(
                 e,
                 format!("making the bind of {source:?} nosuid,nodev: {e}"),
@@ -258,7 +270,7 @@ impl PluginMounts {
         if noexec {
             set |= MOUNT_ATTR_NOEXEC;
         }
-        set_attributes(&target_fd, set, clear, false)
+        set_attributes(&target_fd, set, clear, 0, false)
             .map_err(|e| refused(e, format!("remounting {target:?}: {e}")))
     }
 
@@ -331,12 +343,18 @@ struct MountAttr {
 }
 
 /// `mount_setattr(fd, "", AT_EMPTY_PATH [| AT_RECURSIVE], {set, clear})`.
-fn set_attributes(fd: &impl AsFd, set: u64, clear: u64, recursive: bool) -> Result<(), Errno> {
+fn set_attributes(
+    fd: &impl AsFd,
+    set: u64,
+    clear: u64,
+    propagation: u64,
+    recursive: bool,
+) -> Result<(), Errno> {
     use std::os::fd::AsRawFd as _;
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clear,
-        propagation: 0,
+        propagation,
         userns_fd: 0,
     };
     let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
@@ -531,6 +549,49 @@ mod tests {
                 .perform(&remount(&dirs.join("plain"), true))
                 .unwrap_err();
             assert_eq!(refusal.errno, Errno::INVAL, "{refusal}");
+        });
+    }
+
+    /// A plugin that binds its own shared dir into itself again and again (mount --bind
+    /// /csi /csi/dN): each bind adds its one mount and its one propagated copy, never a
+    /// copy onto every earlier bind (which doubled the mounts at each call: 8,190 for
+    /// 12 binds).
+    #[test]
+    fn binds_of_a_shared_dir_into_itself_grow_the_mounts_one_by_one() {
+        in_own_mount_namespace(|root| {
+            let dirs = root.join("csi");
+            let peer = root.join("host-side");
+            std::fs::create_dir_all(&dirs).unwrap();
+            std::fs::create_dir_all(&peer).unwrap();
+            // As the host hands it: a shared mount with a peer on the host's side.
+            rustix::mount::mount_bind(&dirs, &dirs).unwrap();
+            rustix::mount::mount_change(&dirs, rustix::mount::MountPropagationFlags::SHARED)
+                .unwrap();
+            rustix::mount::mount_bind(&dirs, &peer).unwrap();
+            let mut mounts = PluginMounts::open(&[c(&dirs)]).unwrap();
+            let below = |root: &Path| {
+                let tid = rustix::thread::gettid().as_raw_nonzero();
+                let table =
+                    std::fs::read_to_string(format!("/proc/self/task/{tid}/mountinfo")).unwrap();
+                table
+                    .lines()
+                    .filter(|line| {
+                        line.split(' ')
+                            .nth(4)
+                            .is_some_and(|point| Path::new(point).starts_with(root))
+                    })
+                    .count()
+            };
+            let before = below(root);
+            const BINDS: usize = 12;
+            for n in 0..BINDS {
+                let target = dirs.join(format!("d{n}"));
+                std::fs::create_dir_all(&target).unwrap();
+                mounts.perform(&bind(&dirs, &target)).unwrap();
+            }
+            let added = below(root) - before;
+            // One mount and its copy on the peer per bind; doubling would be 2^12.
+            assert!(added <= 2 * BINDS, "{added} mounts for {BINDS} binds");
         });
     }
 

@@ -266,3 +266,74 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
         assert_eq!(logged, 1, "logged once per record version:\n{output}");
     }
 }
+
+/// Locals built on locals: each nests its predecessor 60 levels deeper, 40 of them, so
+/// each expression is shallow but the value is 2,400 levels deep (5.7 KB; shaping it as
+/// JSON on an async worker overflowed its stack and aborted the agent).
+fn deep_locals(name: &str) -> String {
+    let mut locals = String::from("locals {\n  l0 = 1\n");
+    for i in 1..=40 {
+        locals.push_str(&format!(
+            "  l{i} = {}local.l{}{}\n",
+            "[".repeat(60),
+            i - 1,
+            "]".repeat(60)
+        ));
+    }
+    locals.push_str("}\n");
+    format!(
+        "{locals}job \"{name}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/true\"\n        x = local.l40\n      }}\n    }}\n  }}\n}}\n"
+    )
+}
+
+/// A `for` over a literal list of 1,024 whose body is a tuple of `width` names: no
+/// function builds anything, yet evaluating it builds `1,024 × width` values (at
+/// 100,000 wide it took 8 s of CPU, past the 2 s budget, and was answered 200).
+fn looped_tuple(name: &str, width: usize) -> String {
+    let list: Vec<String> = (0..1024).map(|i| i.to_string()).collect();
+    format!(
+        "job \"{name}\" {{\n  meta {{\n    x = \"${{length([for i in [{}] : length([{}])])}}\"\n  }}\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n",
+        list.join(","),
+        vec!["i"; width].join(",")
+    )
+}
+
+/// What the attack review of the evaluation bounds found: values nested deep through
+/// locals, and loops whose bodies build without calling a function. Each is refused
+/// at once, naming its bound, and the agent answers the next request.
+#[tokio::test(flavor = "multi_thread")]
+async fn deep_locals_and_loops_that_build_without_functions_are_refused_at_once() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let port = agent.port();
+    for (jobspec, bound) in [
+        (deep_locals("deep"), "more than 64 levels deep"),
+        (
+            looped_tuple("wide", 100_000),
+            "would build more than 16 MiB",
+        ),
+        (looped_tuple("mem", 10_000), "would build more than 16 MiB"),
+    ] {
+        let body = json!({ "JobHCL": jobspec }).to_string();
+        let started = Instant::now();
+        let (status, _, answer) =
+            tokio::task::spawn_blocking(move || http(port, "POST", "/v1/jobs/parse", "", &body))
+                .await
+                .unwrap();
+        assert_eq!(status, 400, "{answer}\n{}", agent.output());
+        assert!(answer.contains(bound), "{answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // A loop of the same shape within the bounds still evaluates.
+    let fine = json!({ "JobHCL": looped_tuple("small", 100) }).to_string();
+    let (status, _, answer) =
+        tokio::task::spawn_blocking(move || http(port, "POST", "/v1/jobs/parse", "", &fine))
+            .await
+            .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"x\":\"1024\""), "{answer}");
+}

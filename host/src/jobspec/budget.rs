@@ -30,8 +30,8 @@ pub const CPU_BUDGET: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetSpent {
     #[error(
-        "evaluating this jobspec would build more than {} MiB (its functions' results and \
-         the copies its references make); berth allows {} MiB",
+        "evaluating this jobspec would build more than {} MiB (its functions' results, the \
+         copies its references make, and what its loops build); berth allows {} MiB",
         EVALUATION_BUDGET >> 20,
         EVALUATION_BUDGET >> 20
     )]

@@ -111,6 +111,17 @@ pub enum EvalError {
     TooManyDynamicBlocks,
     #[error("the value is {size} bytes as JSON; berth allows {MAX_VALUE_BYTES}")]
     TooLarge { size: usize },
+    #[error(
+        "the value nests lists and objects more than {MAX_VALUE_DEPTH} levels deep; berth \
+         allows {MAX_VALUE_DEPTH}"
+    )]
+    ValueTooDeep,
+    #[error(
+        "a list or object of the value holds more than {} elements; berth allows {}",
+        super::functions::MAX_ITEMS,
+        super::functions::MAX_ITEMS
+    )]
+    TooManyItems,
     #[error("cannot put {kind} in a string")]
     NotText { kind: &'static str },
     #[error(
@@ -236,8 +247,14 @@ impl Roots {
     }
 }
 
+/// What evaluating one expression node in a loop is taken to build, at least (a value
+/// and its slot): a loop body of numbers and names builds no string, yet a literal
+/// tuple of 100,000 of them run 1,024 times held the agent for seconds and 700 MB.
+const LOOPED_NODE_BYTES: usize = 16;
+
 impl Visit for Roots {
     fn visit_expr(&mut self, node: &Expression) {
+        self.literal(LOOPED_NODE_BYTES);
         match node {
             Expression::Variable(ident) => {
                 let name = ident.as_str();
@@ -393,7 +410,14 @@ impl Scope {
             .fold(roots.looped_literals, usize::saturating_add);
         super::budget::charge(copies).map_err(EvalError::Budget)?;
         let expr = hcl::Expression::from(expr.clone());
-        guarded(|| expr.evaluate(&self.ctx).map_err(|e| explain(&e)))
+        let value = guarded(|| expr.evaluate(&self.ctx).map_err(|e| explain(&e)))?;
+        // Each expression nests at most `MAX_NESTING`, but locals built on locals nest
+        // their values further; what the agent later walks (shaping the job as JSON, on
+        // an async worker's small stack) must stay shallow.
+        if nests_deeper_than(&value, MAX_VALUE_DEPTH) {
+            return Err(EvalError::ValueTooDeep);
+        }
+        Ok(value)
     }
 
     /// Refuses a reference to a variable or local that has no value, naming it when it
@@ -555,6 +579,14 @@ fn shortened(text: &str, most: usize) -> String {
 
 /// Refuses a value larger than [`MAX_VALUE_BYTES`] as JSON.
 pub(super) fn bounded(value: &hcl::Value) -> Result<(), EvalError> {
+    if nests_deeper_than(value, MAX_VALUE_DEPTH) {
+        return Err(EvalError::ValueTooDeep);
+    }
+    // A `for` over a variable or local is costed as running at most `MAX_ITEMS` times
+    // (`Roots::iterations`), as over a function's result: so none holds more.
+    if holds_too_many_items(value) {
+        return Err(EvalError::TooManyItems);
+    }
     let size = serde_json::to_vec(&super::functions::to_json(value))
         .map(|v| v.len())
         .unwrap_or(usize::MAX);
@@ -562,6 +594,41 @@ pub(super) fn bounded(value: &hcl::Value) -> Result<(), EvalError> {
         return Err(EvalError::TooLarge { size });
     }
     Ok(())
+}
+
+/// How deep an evaluated value may nest lists and objects: far beyond any driver's
+/// config, and shallow enough for every walk of it (JSON shapes, serde_json's reading of
+/// stored records, which stops at 128).
+pub const MAX_VALUE_DEPTH: usize = 64;
+
+/// Whether `value` nests lists and objects more than `limit` levels deep; it looks no
+/// deeper than `limit + 1` levels.
+fn nests_deeper_than(value: &hcl::Value, limit: usize) -> bool {
+    let children: Box<dyn Iterator<Item = &hcl::Value>> = match value {
+        hcl::Value::Array(items) => Box::new(items.iter()),
+        hcl::Value::Object(items) => Box::new(items.values()),
+        _ => return false,
+    };
+    match limit.checked_sub(1) {
+        None => true,
+        Some(below) => children
+            .into_iter()
+            .any(|child| nests_deeper_than(child, below)),
+    }
+}
+
+/// Whether a list or object anywhere in `value` holds more than `MAX_ITEMS` elements
+/// (`value` nests at most `MAX_VALUE_DEPTH` levels: checked first).
+fn holds_too_many_items(value: &hcl::Value) -> bool {
+    match value {
+        hcl::Value::Array(items) => {
+            items.len() > super::functions::MAX_ITEMS || items.iter().any(holds_too_many_items)
+        }
+        hcl::Value::Object(items) => {
+            items.len() > super::functions::MAX_ITEMS || items.values().any(holds_too_many_items)
+        }
+        _ => false,
+    }
 }
 
 /// Replaces each `file("path")` call in `source` by the text of the file (relative to

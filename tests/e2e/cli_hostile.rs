@@ -288,10 +288,6 @@ fn alloc_of(allocs: &[AllocStatus], group: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
     let mut agent = crate::csi::agent();
-    let config = agent.path().join("agent.hcl");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("plugin \"mock\" {\n  config {\n    enabled = true\n  }\n}\n");
-    std::fs::write(&config, text).unwrap();
     agent.start().await;
     let plugin_alloc = agent.run_plugin("plugin", "hostpath", &[]).await;
 

@@ -27,8 +27,15 @@ pub(crate) fn agent() -> AgentProcess {
         bin.join("csi-hostpath"),
     )
     .unwrap();
+    // The mock driver (off unless the operator enables it) runs the jobs of the tests
+    // that read volumes beside other work.
     let config = format!(
-        r#"host_volume "csi-bin" {{
+        r#"plugin "mock" {{
+  config {{
+    enabled = true
+  }}
+}}
+host_volume "csi-bin" {{
   path      = "{dir}/csi-bin"
   read_only = true
 }}

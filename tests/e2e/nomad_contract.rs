@@ -209,11 +209,6 @@ impl Contract {
 async fn berths_answers_have_the_shapes_of_nomads_docs() {
     // The CSI tests' agent, to run the reference plugin for a volume to read.
     let mut agent = crate::csi::agent();
-    // The fixtures' jobs run on the mock driver, which the operator enables.
-    let config = agent.path().join("agent.hcl");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("plugin \"mock\" {\n  config {\n    enabled = true\n  }\n}\n");
-    std::fs::write(&config, text).unwrap();
     agent.start().await;
     let mut contract = Contract {
         port: agent.port(),

@@ -20,10 +20,12 @@ mod job_locks;
 pub use gc::Garbage;
 mod launch;
 pub mod logs;
+mod owner;
 mod restore;
 mod submit;
 mod volumes;
 
+pub use owner::{JobAction, NotOwner, Submitter};
 pub use volumes::{Detached, VolumeError};
 
 use std::collections::BTreeMap;
@@ -87,6 +89,18 @@ pub enum SubmitError {
     State(#[from] StateError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The job is another token's (or the operator's).
+    #[error(transparent)]
+    NotOwner(#[from] NotOwner),
+}
+
+/// Why a job was not stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    #[error(transparent)]
+    NotOwner(#[from] NotOwner),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -570,12 +584,25 @@ impl Agent {
         Ok((self.job(id)?, job))
     }
 
-    /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
-    /// to stop.
-    pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, LookupError> {
+    /// Stops a job's allocs, as the operator; the job stays listed as stopped. Returns
+    /// the allocs asked to stop.
+    pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, StopError> {
+        self.stop_job_as(&Submitter::Operator, id, JobAction::Stop)
+            .await
+    }
+
+    /// [`Agent::stop_job`] for `submitter`, which must own the job (or be the operator);
+    /// `action` (a stop, or the stop before a purge) is what a refusal names.
+    pub async fn stop_job_as(
+        &self,
+        submitter: &Submitter,
+        id: &str,
+        action: JobAction,
+    ) -> Result<Vec<String>, StopError> {
         if self.cluster.is_some() {
             // The scheduler removes the placements; each node stops its allocs.
-            self.stop_cluster_job(id, false)
+            let refused = self
+                .stop_cluster_job(submitter, id, false)
                 .await
                 .map_err(|error| match error {
                     ClusterError::Store(_) => LookupError::Cluster(error),
@@ -584,6 +611,10 @@ impl Agent {
                         id: id.to_string(),
                     },
                 })?;
+            if let Err(mut refused) = refused {
+                refused.action = action;
+                return Err(refused.into());
+            }
             self.publish_job("JobDeregistered", id);
             return Ok(Vec::new());
         }
@@ -595,6 +626,7 @@ impl Agent {
                 kind: "job",
                 id: id.to_string(),
             })?;
+            submitter.may_change(id, entry.record.owner.as_deref(), action)?;
             entry.record.stopped = true;
             if let Err(error) = self.node.store.put_job(&entry.record) {
                 tracing::error!(job = id, %error, "recording the job as stopped");
@@ -820,16 +852,6 @@ fn publish_alloc_status(
     });
 }
 
-/// Every task event also goes to the agent's log.
-/// Who submits a job, as the API's access check found it: what they may run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Submitter {
-    /// The operator: the Unix socket's owner (or its group), `berth run`.
-    Operator,
-    /// A TCP request: with a token of scope `plugin`, it may run CSI plugin jobs.
-    Token { may_run_plugins: bool },
-}
-
 /// Every task event raises the change index and is an update of its alloc.
 async fn follow_events(mut events: broadcast::Receiver<AllocEvent>, agent: std::sync::Weak<Agent>) {
     loop {
@@ -848,6 +870,7 @@ async fn follow_events(mut events: broadcast::Receiver<AllocEvent>, agent: std::
     }
 }
 
+/// Every task event also goes to the agent's log.
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {
     loop {
         match events.recv().await {

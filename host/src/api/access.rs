@@ -162,9 +162,7 @@ impl AccessPolicy {
             // anyone's on this machine.
             return Ok(match self.hosts {
                 None => Submitter::Operator,
-                Some(_) => Submitter::Token {
-                    may_run_plugins: false,
-                },
+                Some(_) => Submitter::Dev,
             });
         }
         let Some(presented) = presented_token(headers) else {
@@ -192,6 +190,7 @@ impl AccessPolicy {
             ));
         }
         Ok(Submitter::Token {
+            name: token.name.clone(),
             may_run_plugins: token.scope == TokenScope::Plugin,
         })
     }
@@ -389,12 +388,15 @@ mod tests {
             code(Method::GET, &[("x-berth-token", "wrong-secret-0123456789")]),
             Err(StatusCode::FORBIDDEN)
         );
-        let token = Ok(Submitter::Token {
-            may_run_plugins: false,
-        });
+        let token = |name: &str| {
+            Ok(Submitter::Token {
+                name: name.into(),
+                may_run_plugins: false,
+            })
+        };
         assert_eq!(
             code(Method::GET, &[("x-berth-token", "read-secret-0123456789")]),
-            token
+            token("viewer")
         );
         assert_eq!(
             code(
@@ -408,7 +410,7 @@ mod tests {
                 Method::POST,
                 &[("authorization", "Bearer submit-secret-0123456789")]
             ),
-            token
+            token("ci")
         );
         // Only a token of scope "plugin" may run plugin jobs.
         assert_eq!(
@@ -417,6 +419,7 @@ mod tests {
                 &[("authorization", "Bearer plugin-secret-0123456789")]
             ),
             Ok(Submitter::Token {
+                name: "csi".into(),
                 may_run_plugins: true
             })
         );
@@ -449,7 +452,7 @@ mod tests {
                     ("x-berth-token", "read-secret-0123456789")
                 ]
             ),
-            token
+            token("viewer")
         );
     }
 
@@ -536,9 +539,7 @@ mod tests {
         let open = AccessPolicy::tcp("127.0.0.1:4646".parse().unwrap(), Vec::new(), true);
         assert_eq!(
             open.check(&Method::POST, &headers(&[("host", "127.0.0.1:4646")])),
-            Ok(Submitter::Token {
-                may_run_plugins: false
-            })
+            Ok(Submitter::Dev)
         );
     }
 

@@ -1,0 +1,288 @@
+//! Jobs have owners: the operator, or the `token "x"` block that first submitted the job.
+//! Another token is refused (403, naming the owner) when it stops, purges, replaces or
+//! launches from a job, through Nomad's paths and berth's; the owner and the operator
+//! may. The owner is kept with the job's record across a restart.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::agent_process::AgentProcess;
+use crate::nomad_api::http;
+
+const TEAM_A: &str = "team-a-secret-0123456789";
+const TEAM_B: &str = "team-b-secret-0123456789";
+
+fn service(name: &str) -> String {
+    format!(
+        "job \"{name}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n      \
+         config {{\n        run_for = \"600s\"\n      }}\n    }}\n  }}\n}}\n"
+    )
+}
+
+fn parameterized(name: &str) -> String {
+    format!(
+        "job \"{name}\" {{\n  type = \"batch\"\n  parameterized {{\n    payload = \"optional\"\n  }}\n  \
+         group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n      config {{\n        \
+         run_for = \"0s\"\n      }}\n    }}\n  }}\n}}\n"
+    )
+}
+
+/// What `nomad job run` registers for [`service`]`(name)`.
+fn nomad_job(name: &str) -> String {
+    json!({"Job": {"ID": name, "Name": name, "Type": "service", "TaskGroups": [{"Name": "g",
+        "Count": 1, "Tasks": [{"Name": "t", "Driver": "mock", "Config": {"run_for": "600s"}}]}]}})
+    .to_string()
+}
+
+/// What `berth job run` sends.
+fn berth_submit(name: &str, source: &str) -> String {
+    json!({"source_name": format!("{name}.hcl"), "source": source}).to_string()
+}
+
+/// The error of an answer: berth's paths answer `{"error": ...}`, Nomad's plain text.
+fn error_text(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.to_string())
+}
+
+/// One request over TCP with `token`: status and body.
+async fn call(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+    let (method, path, token, body) = (
+        method.to_string(),
+        path.to_string(),
+        token.to_string(),
+        body.to_string(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let (status, _, body) = http(port, &method, &path, &token, &body);
+        (status, body)
+    })
+    .await
+    .unwrap()
+}
+
+/// Every change of `job` (a service) and `batch` (parameterized) that `secret` (the
+/// token named `token`) asks for is refused with 403, naming `owner`.
+async fn refused_all(port: u16, secret: &str, token: &str, job: &str, batch: &str, owner: &str) {
+    let requests = [
+        (
+            "DELETE",
+            format!("/v1/job/{job}?purge=true"),
+            String::new(),
+            job,
+            "purge",
+        ),
+        (
+            "DELETE",
+            format!("/v1/job/{job}"),
+            String::new(),
+            job,
+            "stop",
+        ),
+        (
+            "POST",
+            "/v1/jobs".to_string(),
+            nomad_job(job),
+            job,
+            "replace",
+        ),
+        (
+            "PUT",
+            format!("/v1/job/{job}"),
+            nomad_job(job),
+            job,
+            "replace",
+        ),
+        (
+            "POST",
+            format!("/v1/job/{batch}/dispatch"),
+            "{}".into(),
+            batch,
+            "dispatch",
+        ),
+        (
+            "DELETE",
+            format!("/v1/berth/job/{job}"),
+            String::new(),
+            job,
+            "stop",
+        ),
+        (
+            "POST",
+            "/v1/berth/jobs".into(),
+            berth_submit(job, &service(job)),
+            job,
+            "replace",
+        ),
+        (
+            "POST",
+            format!("/v1/berth/job/{batch}/dispatch"),
+            "{}".into(),
+            batch,
+            "dispatch",
+        ),
+        (
+            "POST",
+            format!("/v1/berth/job/{batch}/periodic/force"),
+            String::new(),
+            batch,
+            "force a launch of",
+        ),
+    ];
+    for (method, path, body, target, action) in requests {
+        let (status, answer) = call(port, method, &path, secret, &body).await;
+        let answer = error_text(&answer);
+        let expected =
+            format!("job \"{target}\" belongs to {owner}; token \"{token}\" may not {action} it");
+        assert_eq!(status, 403, "{method} {path} by {token}: {answer}");
+        assert!(
+            answer.contains(&expected),
+            "{method} {path} by {token}: {answer}"
+        );
+    }
+}
+
+/// The job is listed, not stopped, with an alloc that has not been asked to stop.
+async fn still_running(agent: &AgentProcess, job: &str) {
+    let status: serde_json::Value = agent
+        .client()
+        .get(&format!("/v1/berth/job/{job}"))
+        .await
+        .unwrap();
+    assert_eq!(status["stopped"], json!(false), "{job}: {status}");
+    let allocs = status["allocs"].as_array().cloned().unwrap_or_default();
+    assert!(
+        allocs.iter().any(|a| a["desired_status"] == json!("run")),
+        "{job}: {status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() {
+    let mut agent = AgentProcess::production(|port, _| {
+        format!(
+            "http {{\n  address = \"127.0.0.1:{port}\"\n  token \"team-a\" {{\n    secret = \"{TEAM_A}\"\n    \
+             scope  = \"submit\"\n  }}\n  token \"team-b\" {{\n    secret = \"{TEAM_B}\"\n    \
+             scope  = \"submit\"\n  }}\n}}\n"
+        )
+    });
+    agent.start().await;
+    let port = agent.port();
+    let operator = agent.client();
+
+    // The operator's jobs, through the Unix socket.
+    for (name, source) in [
+        ("op-web", service("op-web")),
+        ("op-batch", parameterized("op-batch")),
+    ] {
+        agent.submit(&format!("{name}.hcl"), &source).await.unwrap();
+    }
+    // Team A's, through Nomad's path and berth's.
+    let (status, body) = call(port, "POST", "/v1/jobs", TEAM_A, &nomad_job("a-web")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(
+        port,
+        "POST",
+        "/v1/berth/jobs",
+        TEAM_A,
+        &berth_submit("a-batch", &parameterized("a-batch")),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Team B touches neither the operator's jobs nor team A's; team A not the operator's.
+    refused_all(port, TEAM_B, "team-b", "op-web", "op-batch", "the operator").await;
+    refused_all(port, TEAM_A, "team-a", "op-web", "op-batch", "the operator").await;
+    refused_all(
+        port,
+        TEAM_B,
+        "team-b",
+        "a-web",
+        "a-batch",
+        "token \"team-a\"",
+    )
+    .await;
+    still_running(&agent, "op-web").await;
+    still_running(&agent, "a-web").await;
+
+    // The owner replaces and dispatches its jobs; a child is its parent's owner's.
+    let (status, body) = call(port, "PUT", "/v1/job/a-web", TEAM_A, &nomad_job("a-web")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(port, "POST", "/v1/job/a-batch/dispatch", TEAM_A, "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let child = serde_json::from_str::<serde_json::Value>(&body).unwrap()["DispatchedJobID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, body) = call(
+        port,
+        "DELETE",
+        &format!("/v1/berth/job/{}", child.replace('/', "%2F")),
+        TEAM_B,
+        "",
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        error_text(&body).contains(&format!(
+            "job \"{child}\" belongs to token \"team-a\"; token \"team-b\" may not stop it"
+        )),
+        "{body}"
+    );
+    // The operator dispatches anyone's job.
+    let (status, body) = call(port, "POST", "/v1/berth/job/a-batch/dispatch", TEAM_A, "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let _: serde_json::Value = operator
+        .post("/v1/berth/job/a-batch/dispatch", &json!({}))
+        .await
+        .unwrap();
+    let _: serde_json::Value = operator
+        .post("/v1/berth/job/op-batch/dispatch", &json!({}))
+        .await
+        .unwrap();
+
+    // Owners are kept with the jobs' records: a restarted agent still refuses.
+    agent.terminate(Duration::from_secs(30));
+    agent.start().await;
+    refused_all(
+        port,
+        TEAM_B,
+        "team-b",
+        "a-web",
+        "a-batch",
+        "token \"team-a\"",
+    )
+    .await;
+    refused_all(port, TEAM_B, "team-b", "op-web", "op-batch", "the operator").await;
+
+    // The owner stops and purges its job; the name is then free for anyone.
+    let (status, body) = call(port, "DELETE", "/v1/job/a-web?purge=true", TEAM_A, "").await;
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while call(port, "GET", "/v1/job/a-web", TEAM_A, "").await.0 != 404 {
+        assert!(Instant::now() < deadline, "a-web was never purged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = call(port, "POST", "/v1/jobs", TEAM_B, &nomad_job("a-web")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(port, "DELETE", "/v1/job/a-web", TEAM_A, "").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body,
+        "job \"a-web\" belongs to token \"team-b\"; token \"team-a\" may not stop it"
+    );
+
+    // The operator stops and purges anyone's jobs, and replaces them.
+    let (status, body) = call(port, "DELETE", "/v1/job/a-batch", TEAM_A, "").await;
+    assert_eq!(status, 200, "{body}");
+    agent.submit("a-web.hcl", &service("a-web")).await.unwrap();
+    for job in ["a-web", "a-batch", "op-web", "op-batch"] {
+        let _: serde_json::Value = operator
+            .delete(&format!("/v1/job/{job}?purge=true"))
+            .await
+            .unwrap();
+    }
+}

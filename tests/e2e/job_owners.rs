@@ -1,7 +1,7 @@
 //! Jobs have owners: the operator, or the `token "x"` block that first submitted the job.
 //! Another token is refused (403, naming the owner) when it stops, purges, replaces or
-//! launches from a job, through Nomad's paths and berth's; the owner and the operator
-//! may. The owner is kept with the job's record across a restart.
+//! launches from a job, or stops, restarts or signals its allocs, through Nomad's paths
+//! and berth's; the owner and the operator may. The owner is kept with the job's record across a restart.
 
 use std::time::{Duration, Instant};
 
@@ -66,8 +66,43 @@ async fn call(port: u16, method: &str, path: &str, token: &str, body: &str) -> (
 
 /// Every change of `job` (a service) and `batch` (parameterized) that `secret` (the
 /// token named `token`) asks for is refused with 403, naming `owner`.
-async fn refused_all(port: u16, secret: &str, token: &str, job: &str, batch: &str, owner: &str) {
+async fn refused_all(
+    agent: &AgentProcess,
+    secret: &str,
+    token: &str,
+    job: &str,
+    batch: &str,
+    owner: &str,
+) {
+    let port = agent.port();
+    let status: serde_json::Value = agent
+        .client()
+        .get(&format!("/v1/berth/job/{job}"))
+        .await
+        .unwrap();
+    let alloc = status["allocs"][0]["id"].as_str().unwrap().to_string();
     let requests = [
+        (
+            "POST",
+            format!("/v1/allocation/{alloc}/stop"),
+            String::new(),
+            job,
+            "stop an alloc of",
+        ),
+        (
+            "POST",
+            format!("/v1/client/allocation/{alloc}/restart"),
+            "{}".into(),
+            job,
+            "restart an alloc of",
+        ),
+        (
+            "POST",
+            format!("/v1/client/allocation/{alloc}/signal"),
+            r#"{"Signal": "SIGHUP"}"#.into(),
+            job,
+            "signal an alloc of",
+        ),
         (
             "DELETE",
             format!("/v1/job/{job}?purge=true"),
@@ -194,10 +229,26 @@ async fn only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() 
     assert_eq!(status, 200, "{body}");
 
     // Team B touches neither the operator's jobs nor team A's; team A not the operator's.
-    refused_all(port, TEAM_B, "team-b", "op-web", "op-batch", "the operator").await;
-    refused_all(port, TEAM_A, "team-a", "op-web", "op-batch", "the operator").await;
     refused_all(
-        port,
+        &agent,
+        TEAM_B,
+        "team-b",
+        "op-web",
+        "op-batch",
+        "the operator",
+    )
+    .await;
+    refused_all(
+        &agent,
+        TEAM_A,
+        "team-a",
+        "op-web",
+        "op-batch",
+        "the operator",
+    )
+    .await;
+    refused_all(
+        &agent,
         TEAM_B,
         "team-b",
         "a-web",
@@ -248,7 +299,7 @@ async fn only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() 
     agent.terminate(Duration::from_secs(30));
     agent.start().await;
     refused_all(
-        port,
+        &agent,
         TEAM_B,
         "team-b",
         "a-web",
@@ -256,7 +307,15 @@ async fn only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() 
         "token \"team-a\"",
     )
     .await;
-    refused_all(port, TEAM_B, "team-b", "op-web", "op-batch", "the operator").await;
+    refused_all(
+        &agent,
+        TEAM_B,
+        "team-b",
+        "op-web",
+        "op-batch",
+        "the operator",
+    )
+    .await;
 
     // The owner stops and purges its job; the name is then free for anyone.
     let (status, body) = call(port, "DELETE", "/v1/job/a-web?purge=true", TEAM_A, "").await;

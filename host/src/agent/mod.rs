@@ -649,6 +649,23 @@ impl Agent {
         Ok(stopping)
     }
 
+    /// Whether `submitter` may `action` an alloc of job `job`: the job's owner's, or
+    /// the operator's (a job this agent has no record of is the operator's).
+    pub fn may_change_allocs_of(
+        &self,
+        submitter: &Submitter,
+        job: &str,
+        action: JobAction,
+    ) -> Result<(), NotOwner> {
+        let owner = self
+            .jobs
+            .lock()
+            .unwrap()
+            .get(job)
+            .and_then(|entry| entry.record.owner.clone());
+        submitter.may_change(job, owner.as_deref(), action)
+    }
+
     /// Waits until every alloc of the job has finished.
     pub async fn wait_job(&self, id: &str) {
         let waits: Vec<watch::Receiver<bool>> =

@@ -3,7 +3,8 @@
 //! A job belongs to whoever first submitted it: the operator (the Unix socket, `berth
 //! run`, a `-dev` agent's open listener), or the named `token "x"` block of the agent's
 //! `http` config. Only its owner and the operator may stop, purge, replace (submit again)
-//! or launch from it (dispatch, force a periodic launch); another token is refused,
+//! or launch from it (dispatch, force a periodic launch), nor stop, restart or signal
+//! its allocs; another token is refused,
 //! told whose the job is. The owner is kept with the job's record (the agent's state and
 //! the cluster's job), so it outlives restarts; a record from before owners were kept is
 //! the operator's. A launched child belongs to its parent's owner.
@@ -78,6 +79,9 @@ pub enum JobAction {
     Dispatch,
     /// Force a periodic launch.
     Launch,
+    StopAlloc,
+    RestartAlloc,
+    SignalAlloc,
 }
 
 impl fmt::Display for JobAction {
@@ -88,6 +92,9 @@ impl fmt::Display for JobAction {
             JobAction::Replace => "replace",
             JobAction::Dispatch => "dispatch",
             JobAction::Launch => "force a launch of",
+            JobAction::StopAlloc => "stop an alloc of",
+            JobAction::RestartAlloc => "restart an alloc of",
+            JobAction::SignalAlloc => "signal an alloc of",
         })
     }
 }

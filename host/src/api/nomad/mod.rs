@@ -516,15 +516,13 @@ async fn read_allocation(
 
 async fn stop_allocation(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
 ) -> Result<Response, NomadError> {
-    let alloc = agent.alloc(&id)?;
-    let runner = agent
-        .alloc_runner(&alloc.id)
-        .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "alloc not found".into()))?;
+    let runner = alloc_actions::runner(&agent, &id, submitter, crate::agent::JobAction::StopAlloc)?;
     runner.stop();
     agent.change_index().bump();
-    agent.publish_alloc("AllocationUpdateDesiredStatus", &alloc.id);
+    agent.publish_alloc("AllocationUpdateDesiredStatus", &runner.id);
     let index = agent.change_index().current();
     Ok(with_index(
         axum::Json(json!({"EvalID": "", "Index": index})).into_response(),

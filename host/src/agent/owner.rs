@@ -69,6 +69,25 @@ impl Submitter {
     }
 }
 
+impl super::Agent {
+    /// Whether `submitter` may `action` an alloc of job `job`: the job's owner's, or
+    /// the operator's (a job this agent has no record of is the operator's).
+    pub fn may_change_allocs_of(
+        &self,
+        submitter: &Submitter,
+        job: &str,
+        action: JobAction,
+    ) -> Result<(), NotOwner> {
+        let owner = self
+            .jobs
+            .lock()
+            .unwrap()
+            .get(job)
+            .and_then(|entry| entry.record.owner.clone());
+        submitter.may_change(job, owner.as_deref(), action)
+    }
+}
+
 /// What is done to a job that only its owner and the operator may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobAction {

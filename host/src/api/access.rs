@@ -196,6 +196,36 @@ impl AccessPolicy {
     }
 }
 
+impl AccessPolicy {
+    /// Whether requests need a token here (a TCP listener outside dev mode).
+    pub fn needs_token(&self) -> bool {
+        !self.open
+    }
+
+    /// Whether `headers` carry one of the listener's tokens, of any scope: what a
+    /// connection let into the reserve kept for token holders must show on its first
+    /// request (the access check still runs on it, as on every request).
+    pub fn token_check(&self, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+        let Some(presented) = presented_token(headers) else {
+            return Err((
+                StatusCode::UNAUTHORIZED,
+                "the agent is at its connection limit; only a request with a token is \
+                 answered now"
+                    .into(),
+            ));
+        };
+        if self
+            .tokens
+            .iter()
+            .any(|t| constant_time_eq(t.secret.as_bytes(), presented.as_bytes()))
+        {
+            Ok(())
+        } else {
+            Err((StatusCode::FORBIDDEN, "the token is not valid".into()))
+        }
+    }
+}
+
 /// The axum middleware that applies a listener's policy.
 pub async fn enforce(
     State(policy): State<Arc<AccessPolicy>>,

@@ -288,21 +288,25 @@ pub struct Listeners {
 /// Serves every listener, each behind its own access policy and connection limits, until
 /// one fails.
 pub async fn serve(listeners: Listeners, agent: Arc<Agent>) -> std::io::Result<()> {
-    let guarded = |policy: access::AccessPolicy| {
+    let guarded = |policy: Arc<access::AccessPolicy>| {
         router(agent.clone()).layer(axum::middleware::from_fn_with_state(
-            Arc::new(policy),
+            policy,
             access::enforce,
         ))
     };
     let socket = listen::serve(
         listeners.socket,
-        guarded(access::AccessPolicy::socket()),
+        guarded(Arc::new(access::AccessPolicy::socket())),
         listeners.socket_limits,
+        None,
     );
     match listeners.tcp {
         None => socket.await,
         Some((tcp, policy)) => {
-            let tcp = listen::serve(tcp, guarded(policy), listeners.tcp_limits);
+            let policy = Arc::new(policy);
+            // The reserve kept for token holders, where requests need a token.
+            let tokens = policy.needs_token().then(|| policy.clone());
+            let tcp = listen::serve(tcp, guarded(policy), listeners.tcp_limits, tokens);
             tokio::try_join!(socket, tcp).map(|_| ())
         }
     }

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use berth::cluster::testing::EtcdServer;
+
 use crate::agent_process::AgentProcess;
 use crate::nomad_api::http;
 
@@ -81,92 +83,110 @@ async fn refused_all(
         .await
         .unwrap();
     let alloc = status["allocs"][0]["id"].as_str().unwrap().to_string();
-    let requests = [
+    let mut requests = vec![
         (
             "POST",
             format!("/v1/allocation/{alloc}/stop"),
             String::new(),
-            job,
+            job.to_string(),
             "stop an alloc of",
         ),
         (
             "POST",
             format!("/v1/client/allocation/{alloc}/restart"),
             "{}".into(),
-            job,
+            job.to_string(),
             "restart an alloc of",
         ),
         (
             "POST",
             format!("/v1/client/allocation/{alloc}/signal"),
             r#"{"Signal": "SIGHUP"}"#.into(),
-            job,
+            job.to_string(),
             "signal an alloc of",
         ),
+    ];
+    requests.extend(job_level(job, batch));
+    expect_refused(port, secret, token, owner, requests).await;
+}
+
+/// A request a token should be refused: method, path, body, the job it is for, and what
+/// the refusal calls it.
+type Request = (&'static str, String, String, String, &'static str);
+
+/// Each change of `job` (a service) and `batch` (parameterized) itself.
+fn job_level(job: &str, batch: &str) -> Vec<Request> {
+    let (job, batch) = (job.to_string(), batch.to_string());
+    vec![
         (
             "DELETE",
             format!("/v1/job/{job}?purge=true"),
             String::new(),
-            job,
+            job.clone(),
             "purge",
         ),
         (
             "DELETE",
             format!("/v1/job/{job}"),
             String::new(),
-            job,
+            job.clone(),
             "stop",
         ),
         (
             "POST",
             "/v1/jobs".to_string(),
-            nomad_job(job),
-            job,
+            nomad_job(&job),
+            job.clone(),
             "replace",
         ),
         (
             "PUT",
             format!("/v1/job/{job}"),
-            nomad_job(job),
-            job,
+            nomad_job(&job),
+            job.clone(),
             "replace",
         ),
         (
             "POST",
             format!("/v1/job/{batch}/dispatch"),
             "{}".into(),
-            batch,
+            batch.clone(),
             "dispatch",
         ),
         (
             "DELETE",
             format!("/v1/berth/job/{job}"),
             String::new(),
-            job,
+            job.clone(),
             "stop",
         ),
         (
             "POST",
             "/v1/berth/jobs".into(),
-            berth_submit(job, &service(job)),
-            job,
+            berth_submit(&job, &service(&job)),
+            job.clone(),
             "replace",
         ),
         (
             "POST",
             format!("/v1/berth/job/{batch}/dispatch"),
             "{}".into(),
-            batch,
+            batch.clone(),
             "dispatch",
         ),
         (
             "POST",
             format!("/v1/berth/job/{batch}/periodic/force"),
             String::new(),
-            batch,
+            batch.clone(),
             "force a launch of",
         ),
-    ];
+    ]
+}
+
+/// Each request by `secret` (the token named `token`) is refused with 403, naming
+/// `owner`.
+async fn expect_refused(port: u16, secret: &str, token: &str, owner: &str, requests: Vec<Request>) {
     for (method, path, body, target, action) in requests {
         let (status, answer) = call(port, method, &path, secret, &body).await;
         let answer = error_text(&answer);
@@ -340,6 +360,97 @@ async fn only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() 
     agent.submit("a-web.hcl", &service("a-web")).await.unwrap();
     for job in ["a-web", "a-batch", "op-web", "op-batch"] {
         let _: serde_json::Value = operator
+            .delete(&format!("/v1/job/{job}?purge=true"))
+            .await
+            .unwrap();
+    }
+}
+
+/// In a cluster the owner is kept in the cluster's job record: another token is refused
+/// there too, and a job written by no agent's submit keeps its owner through a stop.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_cluster_only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() {
+    let etcd = EtcdServer::start();
+    let endpoint = etcd.endpoint();
+    let mut agent = AgentProcess::production(move |port, _| {
+        format!(
+            "name = \"node-a\"\ncluster {{\n  store = \"etcd\"\n  endpoints = [\"{endpoint}\"]\n  \
+             prefix = \"/e2e-owners\"\n  heartbeat_ttl = \"2s\"\n}}\n\
+             http {{\n  address = \"127.0.0.1:{port}\"\n  token \"team-a\" {{\n    secret = \"{TEAM_A}\"\n    \
+             scope  = \"submit\"\n  }}\n  token \"team-b\" {{\n    secret = \"{TEAM_B}\"\n    \
+             scope  = \"submit\"\n  }}\n}}\n"
+        )
+    });
+    agent.start().await;
+    let port = agent.port();
+    for (name, source) in [
+        ("op-web", service("op-web")),
+        ("op-batch", parameterized("op-batch")),
+    ] {
+        agent.submit(&format!("{name}.hcl"), &source).await.unwrap();
+    }
+    let (status, body) = call(port, "POST", "/v1/jobs", TEAM_A, &nomad_job("a-web")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(
+        port,
+        "POST",
+        "/v1/berth/jobs",
+        TEAM_A,
+        &berth_submit("a-batch", &parameterized("a-batch")),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The periodic force path answers only on a lone agent's own jobs; the rest all go
+    // through the cluster's record.
+    let cluster_level = |job: &str, batch: &str| -> Vec<Request> {
+        job_level(job, batch)
+            .into_iter()
+            .filter(|(_, path, ..)| !path.ends_with("/periodic/force"))
+            .collect()
+    };
+    expect_refused(
+        port,
+        TEAM_B,
+        "team-b",
+        "the operator",
+        cluster_level("op-web", "op-batch"),
+    )
+    .await;
+    expect_refused(
+        port,
+        TEAM_B,
+        "team-b",
+        "token \"team-a\"",
+        cluster_level("a-web", "a-batch"),
+    )
+    .await;
+    let job: serde_json::Value = agent.client().get("/v1/job/op-web").await.unwrap();
+    assert_eq!(job["Stop"], json!(false), "{job}");
+
+    // The owner replaces, dispatches, stops and purges; the operator stops anyone's.
+    let (status, body) = call(port, "PUT", "/v1/job/a-web", TEAM_A, &nomad_job("a-web")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(port, "POST", "/v1/job/a-batch/dispatch", TEAM_A, "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(port, "DELETE", "/v1/job/a-web", TEAM_A, "").await;
+    assert_eq!(status, 200, "{body}");
+    // Stopped, it is still team A's.
+    expect_refused(
+        port,
+        TEAM_B,
+        "team-b",
+        "token \"team-a\"",
+        cluster_level("a-web", "a-batch")
+            .into_iter()
+            .filter(|(method, path, ..)| *method == "DELETE" && path.contains("purge"))
+            .collect(),
+    )
+    .await;
+    let (status, body) = call(port, "DELETE", "/v1/job/a-web?purge=true", TEAM_A, "").await;
+    assert_eq!(status, 200, "{body}");
+    for job in ["a-batch", "op-web", "op-batch"] {
+        let _: serde_json::Value = agent
+            .client()
             .delete(&format!("/v1/job/{job}?purge=true"))
             .await
             .unwrap();

@@ -105,6 +105,7 @@ fn job(count: usize) -> ClusterJob {
         may_run_plugins: false,
         child_of: None,
         by_operator: false,
+        owner: None,
     }
 }
 
@@ -318,6 +319,7 @@ fn main() {
                 stopped: false,
                 child_of: None,
                 by_operator: false,
+                owner: None,
             };
             let started = Instant::now();
             tokio::task::block_in_place(|| store.put_job_and_allocs(&record, &records).unwrap());

@@ -95,8 +95,10 @@
 //! }
 //!
 //! http {
-//!   max_connections_per_client = 100   # of them from one address (Nomad's default)
-//!   max_connections = 1024             # TCP connections at once (the socket has 256 of
+//!   max_connections_per_client = 100   # of them from one address (Nomad's default;
+//!                                      # all of loopback is one client)
+//!   max_connections = 1024             # TCP connections at once, 64 of them kept for
+//!                                      # token holders (the socket has 256 of
 //!   header_timeout  = "10s"            # its own); a request's headers within this, and
 //!   idle_timeout    = "60s"            # a connection idle between requests this long
 //!   socket_group = "berth"             # the API socket becomes 0660 for this group
@@ -1111,6 +1113,7 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
         max_connections_per_client: fields
             .number("max_connections_per_client", 1_000_000, problems)
             .map_or(defaults.max_connections_per_client, |n| n.max(1) as usize),
+        reserved_for_tokens: defaults.reserved_for_tokens,
         header_timeout: fields
             .duration("header_timeout", problems)
             .unwrap_or(defaults.header_timeout)

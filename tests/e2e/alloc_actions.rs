@@ -62,7 +62,19 @@ async fn alloc_restart_signal_and_stats_work_as_nomads() {
         .trim()
         .to_string();
     let port = agent.port();
-    let submitted = agent.submit("actions.hcl", JOB).await.unwrap();
+    // Submitted with the token, which so owns the job: restarting and signaling an
+    // alloc need its job's owner (or the operator).
+    let request = berth::api::SubmitRequest {
+        source_name: "actions.hcl".into(),
+        source: JOB.into(),
+        variables: Default::default(),
+    };
+    let submitted: berth::agent::Submitted = berth::api::client::Client::new(&agent.address())
+        .unwrap()
+        .with_token(Some(token.clone()))
+        .post("/v1/berth/jobs", &request)
+        .await
+        .unwrap();
     let id = submitted.alloc_ids[0].clone();
     agent
         .wait_alloc(&id, "its task running", |s| started_count(s) == 1)

@@ -198,6 +198,7 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
         may_run_plugins: false,
         child_of: None,
         by_operator: false,
+        owner: None,
     };
     let access = etcd.access();
     tokio::task::spawn_blocking(move || {

@@ -304,9 +304,10 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
             .any(|p| p.contains("submitted by the operator")),
         "{error:?}"
     );
+    // (Under another job name: the operator's job "other" is not the token's to replace.)
     let other = SubmitRequest {
-        source_name: "other.hcl".into(),
-        source: plugin_job_of("other", "node", "other", None, &marker),
+        source_name: "other-by-token.hcl".into(),
+        source: plugin_job_of("other", "node", "other-by-token", None, &marker),
         variables: Default::default(),
     };
     let accepted: serde_json::Value = tcp("plugin-secret-0123456789")
@@ -316,7 +317,7 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
     assert_eq!(accepted["alloc_ids"].as_array().map(Vec::len), Some(1));
     let _ = agent
         .client()
-        .delete::<serde_json::Value>("/v1/berth/job/other")
+        .delete::<serde_json::Value>("/v1/berth/job/other-by-token")
         .await;
 }
 

@@ -8,7 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Agent, AllocEntry, JobEntry, SubmitError, Submitted, spawn_runner};
+use super::{
+    Agent, AllocEntry, JobAction, JobEntry, NotOwner, SubmitError, Submitted, Submitter,
+    spawn_runner,
+};
 use crate::alloc_runner::AllocRunner;
 use crate::cluster::state::{AllocReport, ClusterJob, Placement};
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
@@ -168,12 +171,16 @@ fn cpu_mhz_per_core() -> u64 {
 /// over 1.5 MiB, and every agent reads every job on each scheduling round).
 const MAX_CLUSTER_SOURCE: usize = 256 * 1024;
 
+/// Rounds of read-then-write of a job's record before giving up on a job that keeps
+/// changing.
+const WRITE_TRIES: usize = 16;
+
 impl Agent {
     /// Submits a checked job to the cluster: the scheduler places it (on any node).
     pub(super) async fn submit_to_cluster(
         &self,
         cluster: &Arc<Cluster>,
-        submitter: super::Submitter,
+        submitter: Submitter,
         job: Job,
         source_name: &str,
         source: &str,
@@ -186,27 +193,45 @@ impl Agent {
                 MAX_CLUSTER_SOURCE / 1024
             )));
         }
-        let record = ClusterJob {
+        let mut record = ClusterJob {
             id: job.name.clone(),
             source_name: source_name.to_string(),
             source: source.to_string(),
             variables: variables.clone(),
             submitted_ms: super::now_ms(),
             stopped: false,
-            may_run_plugins: matches!(
-                submitter,
-                super::Submitter::Operator
-                    | super::Submitter::Token {
-                        may_run_plugins: true
-                    }
-            ),
+            may_run_plugins: submitter.may_run_plugins(),
             child_of: None,
             by_operator: job.submitted_by_operator,
+            owner: submitter.owner(),
         };
         let cluster = cluster.clone();
-        tokio::task::spawn_blocking(move || cluster.put_job(&record))
-            .await
-            .map_err(|e| ClusterError::Local(e.to_string()))??;
+        tokio::task::spawn_blocking(move || -> Result<(), SubmitError> {
+            // Written only over the version whose owner was checked (or where there was
+            // none): a job another token submitted meanwhile is not replaced unchecked.
+            for _ in 0..WRITE_TRIES {
+                let version = match cluster.job_entry(&record.id)? {
+                    None => 0,
+                    Some((found, version)) => {
+                        // The first submitter stays the owner; a record no agent can
+                        // read is the operator's to replace.
+                        let owner = found.and_then(|job| job.owner);
+                        submitter.may_change(&record.id, owner.as_deref(), JobAction::Replace)?;
+                        record.owner = owner;
+                        version
+                    }
+                };
+                if cluster.put_job_if(&record, version)? {
+                    return Ok(());
+                }
+            }
+            Err(SubmitError::Refused(format!(
+                "job {:?} kept changing while it was being submitted: try again",
+                record.id
+            )))
+        })
+        .await
+        .map_err(|e| ClusterError::Local(e.to_string()))??;
         Ok(Submitted {
             job_id: job.name.clone(),
             alloc_ids: Vec::new(),
@@ -221,23 +246,41 @@ impl Agent {
         })
     }
 
-    /// Stops a cluster job (its allocs stop wherever they run) or purges it.
+    /// Stops a cluster job (its allocs stop wherever they run) or purges it, when
+    /// `submitter` may: the inner error says whose the job is when it may not.
     ///
     /// Each writes only the version it read (an etcd transaction compares the job's
     /// revision), and reads again when another agent wrote in between: a stop never
     /// puts back an older source over a resubmit, and a purge removes only a stopped
     /// version, never one submitted again after the stop (that submit stands).
-    pub async fn stop_cluster_job(&self, id: &str, purge: bool) -> Result<(), ClusterError> {
-        /// Rounds of read-then-write before giving up on a job that keeps changing.
-        const TRIES: usize = 16;
+    pub async fn stop_cluster_job(
+        &self,
+        submitter: &Submitter,
+        id: &str,
+        purge: bool,
+    ) -> Result<Result<(), NotOwner>, ClusterError> {
         let Some(cluster) = self.cluster.clone() else {
-            return Ok(());
+            return Ok(Ok(()));
         };
         let id = id.to_string();
+        let submitter = submitter.clone();
+        let action = if purge {
+            JobAction::Purge
+        } else {
+            JobAction::Stop
+        };
         tokio::task::spawn_blocking(move || {
-            for _ in 0..TRIES {
-                let written = match (cluster.job_entry(&id)?, purge) {
-                    (None, true) => return Ok(()),
+            for _ in 0..WRITE_TRIES {
+                let entry = cluster.job_entry(&id)?;
+                if let Some((found, _)) = &entry {
+                    // A record no agent can read is the operator's.
+                    let owner = found.as_ref().and_then(|job| job.owner.as_deref());
+                    if let Err(refused) = submitter.may_change(&id, owner, action) {
+                        return Ok(Err(refused));
+                    }
+                }
+                let written = match (entry, purge) {
+                    (None, true) => return Ok(Ok(())),
                     (None, false) | (Some((None, _)), false) => {
                         return Err(ClusterError::Local(format!("job {id:?} not found")));
                     }
@@ -255,7 +298,7 @@ impl Agent {
                     }
                 };
                 if written {
-                    return Ok(());
+                    return Ok(Ok(()));
                 }
             }
             Err(ClusterError::Local(format!(
@@ -390,14 +433,7 @@ impl Agent {
             .spec_async()
             .await
             .map_err(SubmitError::Invalid)?;
-        let submitter = if cluster_job.may_run_plugins {
-            super::Submitter::Operator
-        } else {
-            super::Submitter::Token {
-                may_run_plugins: false,
-            }
-        };
-        let mut problems = super::submit::plugin_tasks_refused(&job, submitter);
+        let mut problems = super::submit::plugin_tasks_refused(&job, cluster_job.may_run_plugins);
         problems.extend(
             crate::validate::validate(
                 &job,
@@ -439,6 +475,7 @@ impl Agent {
             stopped: false,
             child_of: cluster_job.child_of.clone(),
             by_operator: job.submitted_by_operator,
+            owner: cluster_job.owner.clone(),
         };
         self.node
             .store

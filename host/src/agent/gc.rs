@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Agent, AllocEntry};
+use super::{Agent, AllocEntry, JobAction, Submitter};
 use crate::alloc_runner::AllocStatus;
 use crate::jobspec::{self};
 
@@ -138,26 +138,32 @@ impl Agent {
     /// The whole purge holds the job's lock, which a submit of the job takes too: a
     /// resubmit waits for the purge to end, and a job submitted again before the purge
     /// began (no longer stopped) is not purged.
-    pub async fn purge_job(&self, id: &str) -> bool {
+    pub async fn purge_job(&self, submitter: &Submitter, id: &str) -> bool {
         let _this_job = self.job_locks.lock(id).await;
         if self.cluster.is_some() {
             // The cluster's own check: only the stopped version is deleted.
-            match self.stop_cluster_job(id, true).await {
-                Ok(()) => {}
+            match self.stop_cluster_job(submitter, id, true).await {
+                Ok(Ok(())) => {}
+                Ok(Err(refused)) => {
+                    tracing::warn!(job = %id, %refused, "not purging a job");
+                    return false;
+                }
                 Err(error) => {
                     tracing::error!(job = %id, %error, "purging a job from the cluster");
                     return false;
                 }
             }
-        } else if self
-            .jobs
-            .lock()
-            .unwrap()
-            .get(id)
-            .is_some_and(|entry| !entry.record.stopped)
-        {
-            tracing::info!(job = %id, "not purging a job submitted again since it was stopped");
-            return false;
+        } else if let Some(entry) = self.jobs.lock().unwrap().get(id) {
+            if let Err(refused) =
+                submitter.may_change(id, entry.record.owner.as_deref(), JobAction::Purge)
+            {
+                tracing::warn!(job = %id, %refused, "not purging a job");
+                return false;
+            }
+            if !entry.record.stopped {
+                tracing::info!(job = %id, "not purging a job submitted again since it was stopped");
+                return false;
+            }
         }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(60), self.wait_job(id)).await;
         self.forget_allocs_of(id);

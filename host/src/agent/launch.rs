@@ -15,20 +15,23 @@ use std::time::Duration;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-use super::{Agent, LookupError, SubmitError, Submitted, now_ms};
+use super::{Agent, JobAction, LookupError, SubmitError, Submitted, Submitter, now_ms};
 use crate::jobspec::{Job, MAX_DISPATCH_PAYLOAD, PayloadRule};
 use crate::state::{ChildOf, JobRecord};
 
 impl Agent {
     /// Launches a child of the parameterized job `parent` with `meta` and `payload`,
     /// checked against the job's `parameterized` block as Nomad checks them.
+    /// Only the job's owner and the operator may dispatch it.
     pub async fn dispatch(
         &self,
+        submitter: &Submitter,
         parent: &str,
         meta: BTreeMap<String, String>,
         payload: Option<Vec<u8>>,
     ) -> Result<Submitted, SubmitError> {
         let launcher = self.launcher(parent).await?;
+        submitter.may_change(parent, launcher.owner.as_deref(), JobAction::Dispatch)?;
         let Some(rules) = &launcher.job.parameterized else {
             return Err(SubmitError::Refused(format!(
                 "job {parent:?} is not parameterized: only a job with a parameterized block \
@@ -99,8 +102,14 @@ impl Agent {
 
     /// Launches a child of the periodic job `parent` now, whatever its schedule says (and
     /// whether or not another child runs), as `nomad job periodic force` does.
-    pub async fn force_periodic(&self, parent: &str) -> Result<Submitted, SubmitError> {
+    /// Only the job's owner and the operator may force a launch.
+    pub async fn force_periodic(
+        &self,
+        submitter: &Submitter,
+        parent: &str,
+    ) -> Result<Submitted, SubmitError> {
         let launcher = self.launcher(parent).await?;
+        submitter.may_change(parent, launcher.owner.as_deref(), JobAction::Launch)?;
         if launcher.job.periodic.is_none() {
             return Err(SubmitError::Refused(format!(
                 "job {parent:?} is not periodic: only a job with a periodic block is forced"
@@ -134,6 +143,7 @@ impl Agent {
                 source: record.source,
                 variables: record.variables,
                 may_run_plugins: record.may_run_plugins,
+                owner: record.owner,
                 version,
             });
         }
@@ -151,6 +161,7 @@ impl Agent {
             source: entry.record.source.clone(),
             variables: entry.record.variables.clone(),
             may_run_plugins: false,
+            owner: entry.record.owner.clone(),
             version: 0,
         })
     }
@@ -226,6 +237,7 @@ impl Agent {
             stopped: false,
             child_of: Some(child),
             by_operator: false,
+            owner: parent.owner.clone(),
         };
         let alloc_ids = self.record_and_place(record, job)?;
         tracing::info!(job = %name, child = %id, "launched a child job");
@@ -269,6 +281,8 @@ struct Parent {
     /// In a cluster: whether the parent's submitter could run CSI plugin tasks (its
     /// children may as much, and no more).
     may_run_plugins: bool,
+    /// The parent's owner, whose its children are too.
+    owner: Option<String>,
     /// In a cluster: the parent's version (its key's revision) when read; a child is
     /// recorded only while it holds.
     version: i64,
@@ -299,6 +313,7 @@ fn cluster_child(parent: &Parent, id: &str, child: ChildOf) -> crate::cluster::s
         may_run_plugins: parent.may_run_plugins,
         child_of: Some(child),
         by_operator: false,
+        owner: parent.owner.clone(),
     }
 }
 
@@ -383,7 +398,7 @@ pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
                         "skipping a periodic launch: the last one still runs (prohibit_overlap)");
                     continue;
                 }
-                if let Err(error) = live.force_periodic(&id).await {
+                if let Err(error) = live.force_periodic(&Submitter::Operator, &id).await {
                     tracing::error!(job = %id, %error, "launching a periodic job");
                 }
             }

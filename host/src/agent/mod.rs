@@ -20,10 +20,13 @@ mod job_locks;
 pub use gc::Garbage;
 mod launch;
 pub mod logs;
+mod owner;
 mod restore;
+mod stop;
 mod submit;
 mod volumes;
 
+pub use owner::{JobAction, NotOwner, Submitter};
 pub use volumes::{Detached, VolumeError};
 
 use std::collections::BTreeMap;
@@ -87,6 +90,18 @@ pub enum SubmitError {
     State(#[from] StateError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The job is another token's (or the operator's).
+    #[error(transparent)]
+    NotOwner(#[from] NotOwner),
+}
+
+/// Why a job was not stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    #[error(transparent)]
+    NotOwner(#[from] NotOwner),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -570,53 +585,6 @@ impl Agent {
         Ok((self.job(id)?, job))
     }
 
-    /// Stops a job's allocs; the job stays listed as stopped. Returns the allocs asked
-    /// to stop.
-    pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, LookupError> {
-        if self.cluster.is_some() {
-            // The scheduler removes the placements; each node stops its allocs.
-            self.stop_cluster_job(id, false)
-                .await
-                .map_err(|error| match error {
-                    ClusterError::Store(_) => LookupError::Cluster(error),
-                    _ => LookupError::NotFound {
-                        kind: "job",
-                        id: id.to_string(),
-                    },
-                })?;
-            self.publish_job("JobDeregistered", id);
-            return Ok(Vec::new());
-        }
-        let _this_job = self.job_locks.lock(id).await;
-        let _one_at_a_time = self.submitting.lock().await;
-        {
-            let mut jobs = self.jobs.lock().unwrap();
-            let entry = jobs.get_mut(id).ok_or_else(|| LookupError::NotFound {
-                kind: "job",
-                id: id.to_string(),
-            })?;
-            entry.record.stopped = true;
-            if let Err(error) = self.node.store.put_job(&entry.record) {
-                tracing::error!(job = id, %error, "recording the job as stopped");
-            }
-        }
-        let stopping: Vec<String> = self
-            .allocs_of(id)
-            .into_iter()
-            .filter(|a| !a.runner.is_terminal())
-            .map(|a| {
-                a.runner.stop();
-                a.runner.id.clone()
-            })
-            .collect();
-        self.index.bump();
-        self.publish_job("JobDeregistered", id);
-        for alloc in &stopping {
-            self.publish_alloc("AllocationUpdateDesiredStatus", alloc);
-        }
-        Ok(stopping)
-    }
-
     /// Waits until every alloc of the job has finished.
     pub async fn wait_job(&self, id: &str) {
         let waits: Vec<watch::Receiver<bool>> =
@@ -820,16 +788,6 @@ fn publish_alloc_status(
     });
 }
 
-/// Every task event also goes to the agent's log.
-/// Who submits a job, as the API's access check found it: what they may run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Submitter {
-    /// The operator: the Unix socket's owner (or its group), `berth run`.
-    Operator,
-    /// A TCP request: with a token of scope `plugin`, it may run CSI plugin jobs.
-    Token { may_run_plugins: bool },
-}
-
 /// Every task event raises the change index and is an update of its alloc.
 async fn follow_events(mut events: broadcast::Receiver<AllocEvent>, agent: std::sync::Weak<Agent>) {
     loop {
@@ -848,6 +806,7 @@ async fn follow_events(mut events: broadcast::Receiver<AllocEvent>, agent: std::
     }
 }
 
+/// Every task event also goes to the agent's log.
 async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {
     loop {
         match events.recv().await {

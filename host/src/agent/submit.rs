@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Agent, AllocEntry, JobEntry, SubmitError, Submitted, Submitter, now_ms, spawn_runner};
+use super::{
+    Agent, AllocEntry, JobAction, JobEntry, SubmitError, Submitted, Submitter, now_ms, spawn_runner,
+};
 use crate::alloc_runner::AllocRunner;
 use crate::jobspec::{self, Job, JobspecError};
 use crate::state::JobRecord;
@@ -69,7 +71,7 @@ impl Agent {
     ) -> Result<(Job, Vec<jobspec::Problem>), JobspecError> {
         let mut job = jobspec::parse_with_async(source_name, source, variables).await?;
         job.submitted_by_operator = submitter == Submitter::Operator;
-        let mut problems = plugin_tasks_refused(&job, submitter);
+        let mut problems = plugin_tasks_refused(&job, submitter.may_run_plugins());
         problems.extend(
             crate::validate::validate(
                 &job,
@@ -103,7 +105,7 @@ impl Agent {
             .await
             .map_err(SubmitError::Invalid)?;
         job.submitted_by_operator = submitter == Submitter::Operator;
-        let refused = plugin_tasks_refused(&job, submitter);
+        let refused = plugin_tasks_refused(&job, submitter.may_run_plugins());
         if !refused.is_empty() {
             return Err(SubmitError::Invalid(JobspecError {
                 file: source_name.to_string(),
@@ -141,6 +143,15 @@ impl Agent {
         }
         let _this_job = self.job_locks.lock(&job.name).await;
         let _one_at_a_time = self.submitting.lock().await;
+        // The job's first submitter stays its owner, whoever replaces it.
+        let owner = match self.jobs.lock().unwrap().get(&job.name) {
+            Some(entry) => {
+                let owner = entry.record.owner.clone();
+                submitter.may_change(&job.name, owner.as_deref(), JobAction::Replace)?;
+                owner
+            }
+            None => submitter.owner(),
+        };
         let places = job.periodic.is_none() && job.parameterized.is_none();
         if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
             return Err(SubmitError::Refused(why));
@@ -156,6 +167,7 @@ impl Agent {
             stopped: false,
             child_of: None,
             by_operator: job.submitted_by_operator,
+            owner,
         };
         let job = Arc::new(job);
         // A periodic or parameterized job places nothing itself: its children do.
@@ -292,20 +304,14 @@ impl Agent {
     }
 }
 
-/// The `csi_plugin` tasks of `job` that `submitter` may not run: a plugin task sees the
-/// volumes it serves and, granted by the operator, mounts on the node, so it needs more
-/// than a submit token (Nomad's `csi-register-plugin` capability).
+/// The `csi_plugin` tasks of `job`, refused unless its submitter `may_run_plugins`: a
+/// plugin task sees the volumes it serves and, granted by the operator, mounts on the
+/// node, so it needs more than a submit token (Nomad's `csi-register-plugin` capability).
 pub(super) fn plugin_tasks_refused(
     job: &jobspec::Job,
-    submitter: Submitter,
+    may_run_plugins: bool,
 ) -> Vec<jobspec::Problem> {
-    if matches!(
-        submitter,
-        Submitter::Operator
-            | Submitter::Token {
-                may_run_plugins: true
-            }
-    ) {
+    if may_run_plugins {
         return Vec::new();
     }
     job.groups

@@ -162,9 +162,7 @@ impl AccessPolicy {
             // anyone's on this machine.
             return Ok(match self.hosts {
                 None => Submitter::Operator,
-                Some(_) => Submitter::Token {
-                    may_run_plugins: false,
-                },
+                Some(_) => Submitter::Dev,
             });
         }
         let Some(presented) = presented_token(headers) else {
@@ -192,8 +190,39 @@ impl AccessPolicy {
             ));
         }
         Ok(Submitter::Token {
+            name: token.name.clone(),
             may_run_plugins: token.scope == TokenScope::Plugin,
         })
+    }
+}
+
+impl AccessPolicy {
+    /// Whether requests need a token here (a TCP listener outside dev mode).
+    pub fn needs_token(&self) -> bool {
+        !self.open
+    }
+
+    /// Whether `headers` carry one of the listener's tokens, of any scope: what a
+    /// connection let into the reserve kept for token holders must show on its first
+    /// request (the access check still runs on it, as on every request).
+    pub fn token_check(&self, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+        let Some(presented) = presented_token(headers) else {
+            return Err((
+                StatusCode::UNAUTHORIZED,
+                "the agent is at its connection limit; only a request with a token is \
+                 answered now"
+                    .into(),
+            ));
+        };
+        if self
+            .tokens
+            .iter()
+            .any(|t| constant_time_eq(t.secret.as_bytes(), presented.as_bytes()))
+        {
+            Ok(())
+        } else {
+            Err((StatusCode::FORBIDDEN, "the token is not valid".into()))
+        }
     }
 }
 
@@ -389,12 +418,15 @@ mod tests {
             code(Method::GET, &[("x-berth-token", "wrong-secret-0123456789")]),
             Err(StatusCode::FORBIDDEN)
         );
-        let token = Ok(Submitter::Token {
-            may_run_plugins: false,
-        });
+        let token = |name: &str| {
+            Ok(Submitter::Token {
+                name: name.into(),
+                may_run_plugins: false,
+            })
+        };
         assert_eq!(
             code(Method::GET, &[("x-berth-token", "read-secret-0123456789")]),
-            token
+            token("viewer")
         );
         assert_eq!(
             code(
@@ -408,7 +440,7 @@ mod tests {
                 Method::POST,
                 &[("authorization", "Bearer submit-secret-0123456789")]
             ),
-            token
+            token("ci")
         );
         // Only a token of scope "plugin" may run plugin jobs.
         assert_eq!(
@@ -417,6 +449,7 @@ mod tests {
                 &[("authorization", "Bearer plugin-secret-0123456789")]
             ),
             Ok(Submitter::Token {
+                name: "csi".into(),
                 may_run_plugins: true
             })
         );
@@ -449,7 +482,7 @@ mod tests {
                     ("x-berth-token", "read-secret-0123456789")
                 ]
             ),
-            token
+            token("viewer")
         );
     }
 
@@ -536,9 +569,7 @@ mod tests {
         let open = AccessPolicy::tcp("127.0.0.1:4646".parse().unwrap(), Vec::new(), true);
         assert_eq!(
             open.check(&Method::POST, &headers(&[("host", "127.0.0.1:4646")])),
-            Ok(Submitter::Token {
-                may_run_plugins: false
-            })
+            Ok(Submitter::Dev)
         );
     }
 

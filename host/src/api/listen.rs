@@ -1,24 +1,34 @@
 //! Serving the API on one listener within limits, so that no local user (nor a remote one,
 //! on TCP) can stop the agent answering: at most `max_connections` at once (past it a new
 //! connection is closed at once, and the listener stays free for the next), at most
-//! `max_connections_per_client` of them from one address, a request's
+//! `max_connections_per_client` of them from one client (an address; all of loopback is
+//! one client, so a task cannot spread its connections over 127.0.0.0/8), a request's
 //! headers within `header_timeout` (a slow client holds nothing for long), and a
 //! connection idle between requests for `idle_timeout` at most (a request being answered
-//! is not idle, until the last byte of its answer is out: a quiet stream stays up). The Unix socket has its own limits, so the operator is answered there
-//! whatever holds the TCP listener.
+//! is not idle, until the last byte of its answer is out: a quiet stream stays up). The
+//! Unix socket has its own limits, so the operator is answered there whatever holds the
+//! TCP listener.
+//!
+//! On a listener that needs tokens, `reserved_for_tokens` of `max_connections` are kept
+//! for token holders: a connection past the ordinary ones (all taken, or its client's
+//! share) is let into the reserve, and its first request must carry a valid token; one
+//! that does not is answered 401 or 403 and closed. A connection in the reserve that has
+//! not shown its token yet is closed to make room for a newer one, so connections that
+//! send nothing cannot hold the reserve either; one that has shown a token keeps its place.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::access::AccessPolicy;
 pub use crate::model::limits::ConnectionLimits;
 
 /// A listener the API is served on.
@@ -84,13 +94,157 @@ impl Drop for ClientSlot {
     }
 }
 
-/// Serves `router` on `listener` until accepting fails for good.
+/// The client a peer counts as for `max_connections_per_client`: its address, except
+/// that all of loopback (127.0.0.0/8, `::1`, and 127.0.0.0/8 mapped into IPv6) is one
+/// client. A task on this machine can bind any loopback address as its source, and would
+/// otherwise get a share for each.
+fn client_of(peer: IpAddr) -> IpAddr {
+    let peer = peer.to_canonical();
+    if peer.is_loopback() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        peer
+    }
+}
+
+/// The connections kept for token holders.
+struct Reserve {
+    size: usize,
+    state: std::sync::Mutex<ReserveState>,
+}
+
+#[derive(Default)]
+struct ReserveState {
+    /// Connections holding a place (an evicted one has given its place up).
+    held: usize,
+    /// Those whose first request has not shown a token yet, oldest first.
+    unproven: VecDeque<Arc<ReserveTicket>>,
+}
+
+/// One connection's place in the reserve.
+#[derive(Default)]
+struct ReserveTicket {
+    /// Told when a newer connection took its place before it showed a token.
+    evict: tokio::sync::Notify,
+    evicted: AtomicBool,
+}
+
+/// A place in the reserve, given back when its connection ends.
+struct ReserveSlot {
+    reserve: Arc<Reserve>,
+    ticket: Arc<ReserveTicket>,
+}
+
+impl Reserve {
+    fn enter(self: &Arc<Self>) -> Option<ReserveSlot> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.held < self.size {
+            state.held += 1;
+        } else {
+            // Full: the oldest connection that has not shown a token gives its place
+            // up; when every place is a token holder's, the newcomer is refused.
+            let oldest = state.unproven.pop_front()?;
+            oldest.evicted.store(true, Ordering::SeqCst);
+            oldest.evict.notify_one();
+        }
+        let ticket = Arc::new(ReserveTicket::default());
+        state.unproven.push_back(ticket.clone());
+        Some(ReserveSlot {
+            reserve: self.clone(),
+            ticket,
+        })
+    }
+}
+
+impl ReserveSlot {
+    /// Its first request showed a token: it keeps its place. False when it was evicted
+    /// meanwhile (its connection is closing).
+    fn prove(&self) -> bool {
+        let mut state = self.reserve.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.unproven.retain(|t| !Arc::ptr_eq(t, &self.ticket));
+        !self.ticket.evicted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ReserveSlot {
+    fn drop(&mut self) {
+        let mut state = self.reserve.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.unproven.retain(|t| !Arc::ptr_eq(t, &self.ticket));
+        if !self.ticket.evicted.load(Ordering::SeqCst) {
+            state.held -= 1;
+        }
+    }
+}
+
+/// What a connection in the reserve must show on its first request.
+struct TokenGate {
+    policy: Arc<AccessPolicy>,
+    slot: ReserveSlot,
+    passed: AtomicBool,
+}
+
+impl TokenGate {
+    /// `None` when the request may go on; the answer that closes the connection
+    /// otherwise.
+    fn check(&self, headers: &axum::http::HeaderMap) -> Option<axum::response::Response> {
+        if self.passed.load(Ordering::SeqCst) {
+            return None;
+        }
+        let refusal = match self.policy.token_check(headers) {
+            Ok(()) if self.slot.prove() => {
+                self.passed.store(true, Ordering::SeqCst);
+                return None;
+            }
+            Ok(()) => (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the agent is at its connection limit: try again".to_string(),
+            ),
+            Err(refusal) => refusal,
+        };
+        use axum::response::IntoResponse as _;
+        let (status, error) = refusal;
+        Some(
+            (
+                status,
+                [(axum::http::header::CONNECTION, "close")],
+                axum::Json(super::ApiError {
+                    error,
+                    problems: Vec::new(),
+                }),
+            )
+                .into_response(),
+        )
+    }
+}
+
+/// One of the ordinary places, and its client's share (`None`: a Unix socket's), held
+/// while the connection lives.
+struct OrdinaryPlace {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _client: Option<ClientSlot>,
+}
+
+/// Serves `router` on `listener` until accepting fails for good. With `tokens` (a
+/// listener that needs them), `limits.reserved_for_tokens` of its connections are kept
+/// for requests that carry one.
 pub async fn serve(
     listener: impl Listener,
     router: Router,
     limits: ConnectionLimits,
+    tokens: Option<Arc<AccessPolicy>>,
 ) -> io::Result<()> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let reserved = match tokens {
+        // At most half: the ordinary connections keep the other half.
+        Some(_) => limits.reserved_for_tokens.min(limits.max_connections / 2),
+        None => 0,
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        limits.max_connections - reserved,
+    ));
+    let reserve = Arc::new(Reserve {
+        size: reserved,
+        state: Default::default(),
+    });
     let clients = Arc::new(PerClient::default());
     loop {
         let (io, peer) = match listener.accept().await {
@@ -105,17 +259,37 @@ pub async fn serve(
             Err(error) => return Err(error),
         };
         let client = match peer {
-            Some(peer) => match clients.enter(peer, limits.max_connections_per_client) {
-                Some(client) => Some(client),
-                // That client has its share: closed at once, the others are served.
+            Some(peer) => clients
+                .enter(client_of(peer), limits.max_connections_per_client)
+                .map(Some),
+            None => Some(None),
+        };
+        // An ordinary place needs its client's share and a free place; past either, only
+        // the reserve is left, and only where tokens are asked for.
+        let ordinary = client.and_then(|client| {
+            let slot = slots.clone().try_acquire_owned().ok()?;
+            Some(OrdinaryPlace {
+                _slot: slot,
+                _client: client,
+            })
+        });
+        // A place in the reserve lives in its gate, with the connection.
+        let (place, gate) = match (ordinary, &tokens) {
+            (Some(ordinary), _) => (Some(ordinary), None),
+            (None, Some(policy)) => match reserve.enter() {
+                Some(slot) => {
+                    let ticket = slot.ticket.clone();
+                    let gate = Arc::new(TokenGate {
+                        policy: policy.clone(),
+                        slot,
+                        passed: AtomicBool::new(false),
+                    });
+                    (None, Some((gate, ticket)))
+                }
                 None => continue,
             },
-            None => None,
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Full: closed at once, so the backlog does not fill with waiting clients.
-            drop(io);
-            continue;
+            (None, None) => continue,
         };
         let router = router.clone();
         tokio::spawn(async move {
@@ -124,15 +298,27 @@ pub async fn serve(
                 inner: router,
                 busy: busy.clone(),
                 body_deadline: limits.idle_timeout,
+                gate: gate.as_ref().map(|(gate, _)| gate.clone()),
             });
             let io = hyper_util::rt::TokioIo::new(IdleLimit::new(io, limits.idle_timeout, busy));
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
                 .serve_connection(io, service);
-            let _ = connection.await;
-            drop(slot);
-            drop(client);
+            match &gate {
+                None => {
+                    let _ = connection.await;
+                }
+                Some((_, ticket)) => {
+                    // Closed when a newer connection takes its place before it has
+                    // shown a token.
+                    tokio::select! {
+                        _ = connection => {}
+                        () = ticket.evict.notified() => {}
+                    }
+                }
+            }
+            drop(place);
         });
     }
 }
@@ -154,6 +340,8 @@ struct CountBusy {
     busy: Arc<AtomicUsize>,
     /// How long a request's whole body may take to arrive.
     body_deadline: Duration,
+    /// A connection in the reserve: its first request must carry a token.
+    gate: Option<Arc<TokenGate>>,
 }
 
 impl<B> tower::Service<axum::http::Request<B>> for CountBusy
@@ -170,6 +358,9 @@ where
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        if let Some(refusal) = self.gate.as_ref().and_then(|g| g.check(request.headers())) {
+            return Box::pin(std::future::ready(Ok(refusal)));
+        }
         self.busy.fetch_add(1, Ordering::SeqCst);
         // Counted back when the answer is sent, or dropped unsent.
         let busy = Busy(self.busy.clone());
@@ -399,6 +590,55 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleLimit<T> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn all_of_loopback_is_one_client() {
+        let one = client_of("127.0.0.1".parse().unwrap());
+        for address in ["127.0.0.2", "127.255.255.254", "::1", "::ffff:127.9.8.7"] {
+            assert_eq!(client_of(address.parse().unwrap()), one, "{address}");
+        }
+        assert_eq!(
+            client_of("::ffff:10.0.0.1".parse().unwrap()),
+            "10.0.0.1".parse::<IpAddr>().unwrap()
+        );
+        assert_ne!(client_of("10.0.0.1".parse().unwrap()), one);
+        assert_ne!(
+            client_of("10.0.0.1".parse().unwrap()),
+            client_of("10.0.0.2".parse().unwrap())
+        );
+    }
+
+    /// A full reserve makes room by closing the oldest connection that has not shown a
+    /// token; connections that have shown one keep their places.
+    #[test]
+    fn the_reserve_evicts_the_oldest_unproven_connection_and_never_a_token_holder() {
+        let reserve = Arc::new(Reserve {
+            size: 2,
+            state: Default::default(),
+        });
+        let holder = reserve.enter().unwrap();
+        assert!(holder.prove());
+        let silent = reserve.enter().unwrap();
+        let newcomer = reserve.enter().unwrap();
+        assert!(silent.ticket.evicted.load(Ordering::SeqCst));
+        assert!(
+            !silent.prove(),
+            "an evicted connection cannot take its place back"
+        );
+        assert!(!holder.ticket.evicted.load(Ordering::SeqCst));
+        assert!(newcomer.prove());
+        assert!(reserve.enter().is_none(), "every place is a token holder's");
+        drop(silent);
+        assert!(
+            reserve.enter().is_none(),
+            "an evicted connection gave no place back"
+        );
+        drop(holder);
+        let next = reserve.enter().unwrap();
+        drop((next, newcomer));
+        assert_eq!(reserve.state.lock().unwrap().held, 0);
+        assert!(reserve.state.lock().unwrap().unproven.is_empty());
+    }
 
     /// A client that stops reading its answer: the write waits, and after the idle
     /// timeout the connection ends, however busy the answer keeps it. A client that

@@ -27,8 +27,9 @@
 //! | GET | `/v1/berth/plugin/{id}` | one plugin |
 //! | GET | `/v1/berth/agent/log-drops` | log messages each driver and hook dropped past its budget |
 //!
-//! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 404 (unknown
-//! id) or 500 (the agent could not record something).
+//! Errors are `{"error": "...", "problems": [...]}` with 400 (bad input), 403 (a job
+//! another token owns: [`crate::agent::Submitter`]), 404 (unknown id) or 500 (the agent
+//! could not record something).
 
 pub mod access;
 pub mod client;
@@ -44,7 +45,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, LookupError, Notice, SubmitError, VolumeError};
+use crate::agent::{
+    Agent, JobAction, LookupError, NotOwner, Notice, StopError, SubmitError, Submitter, VolumeError,
+};
 use crate::catalog::{PluginStatus, VolumeStatus};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -147,6 +150,7 @@ impl From<SubmitError> for Failure {
                 },
             ),
             SubmitError::Lookup(lookup) => Failure::from(lookup),
+            SubmitError::NotOwner(refused) => Failure::from(refused),
             SubmitError::State(state) => Failure(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ApiError {
@@ -162,6 +166,27 @@ impl From<SubmitError> for Failure {
                     problems: Vec::new(),
                 },
             ),
+        }
+    }
+}
+
+impl From<NotOwner> for Failure {
+    fn from(refused: NotOwner) -> Self {
+        Failure(
+            StatusCode::FORBIDDEN,
+            ApiError {
+                error: refused.to_string(),
+                problems: Vec::new(),
+            },
+        )
+    }
+}
+
+impl From<StopError> for Failure {
+    fn from(error: StopError) -> Self {
+        match error {
+            StopError::Lookup(lookup) => Failure::from(lookup),
+            StopError::NotOwner(refused) => Failure::from(refused),
         }
     }
 }
@@ -263,21 +288,25 @@ pub struct Listeners {
 /// Serves every listener, each behind its own access policy and connection limits, until
 /// one fails.
 pub async fn serve(listeners: Listeners, agent: Arc<Agent>) -> std::io::Result<()> {
-    let guarded = |policy: access::AccessPolicy| {
+    let guarded = |policy: Arc<access::AccessPolicy>| {
         router(agent.clone()).layer(axum::middleware::from_fn_with_state(
-            Arc::new(policy),
+            policy,
             access::enforce,
         ))
     };
     let socket = listen::serve(
         listeners.socket,
-        guarded(access::AccessPolicy::socket()),
+        guarded(Arc::new(access::AccessPolicy::socket())),
         listeners.socket_limits,
+        None,
     );
     match listeners.tcp {
         None => socket.await,
         Some((tcp, policy)) => {
-            let tcp = listen::serve(tcp, guarded(policy), listeners.tcp_limits);
+            let policy = Arc::new(policy);
+            // The reserve kept for token holders, where requests need a token.
+            let tokens = policy.needs_token().then(|| policy.clone());
+            let tcp = listen::serve(tcp, guarded(policy), listeners.tcp_limits, tokens);
             tokio::try_join!(socket, tcp).map(|_| ())
         }
     }
@@ -325,7 +354,7 @@ async fn list_jobs(
 
 async fn submit_job(
     State(agent): State<Arc<Agent>>,
-    axum::Extension(submitter): axum::Extension<crate::agent::Submitter>,
+    axum::Extension(submitter): axum::Extension<Submitter>,
     Json(request): Json<SubmitRequest>,
 ) -> Reply<crate::agent::Submitted> {
     Ok(Json(
@@ -358,6 +387,7 @@ pub struct DispatchRequest {
 
 async fn dispatch_job(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<axum::Extension<Submitter>>,
     Path(id): Path<String>,
     Json(request): Json<DispatchRequest>,
 ) -> Reply<crate::agent::Submitted> {
@@ -374,14 +404,21 @@ async fn dispatch_job(
         ),
         None => None,
     };
-    Ok(Json(agent.dispatch(&id, request.meta, payload).await?))
+    let submitter = nomad::submission::submitter_of(submitter);
+    Ok(Json(
+        agent
+            .dispatch(&submitter, &id, request.meta, payload)
+            .await?,
+    ))
 }
 
 async fn force_periodic(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<axum::Extension<Submitter>>,
     Path(id): Path<String>,
 ) -> Reply<crate::agent::Submitted> {
-    Ok(Json(agent.force_periodic(&id).await?))
+    let submitter = nomad::submission::submitter_of(submitter);
+    Ok(Json(agent.force_periodic(&submitter, &id).await?))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -390,8 +427,13 @@ pub struct Stopped {
     pub stopping: Vec<String>,
 }
 
-async fn stop_job(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Reply<Stopped> {
-    let stopping = agent.stop_job(&id).await?;
+async fn stop_job(
+    State(agent): State<Arc<Agent>>,
+    submitter: Option<axum::Extension<Submitter>>,
+    Path(id): Path<String>,
+) -> Reply<Stopped> {
+    let submitter = nomad::submission::submitter_of(submitter);
+    let stopping = agent.stop_job_as(&submitter, &id, JobAction::Stop).await?;
     Ok(Json(Stopped {
         job_id: id,
         stopping,

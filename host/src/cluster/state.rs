@@ -32,6 +32,10 @@ pub struct ClusterJob {
     /// Submitted by the operator (`Job::submitted_by_operator`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_operator: bool,
+    /// The API token that first submitted it (`JobRecord::owner`); `None`: the
+    /// operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// What [`Cluster::create_child`] did.

@@ -346,6 +346,7 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
         may_run_plugins: false,
         child_of: None,
         by_operator: false,
+        owner: None,
     };
     let version = a.put_job(&parent).unwrap();
     let child = |id: &str| ClusterJob {
@@ -396,6 +397,7 @@ fn a_stop_or_purge_of_a_version_read_before_a_resubmit_writes_nothing() {
         may_run_plugins: false,
         child_of: None,
         by_operator: false,
+        owner: None,
     };
     let stopped_version = a.put_job(&first).unwrap();
     // Agent b resubmits the job after agent a read the stopped version.

@@ -63,6 +63,10 @@ pub struct ConnectionLimits {
     /// Connections at once from one address (Nomad's `http_max_conns_per_client`), so
     /// one client cannot take them all.
     pub max_connections_per_client: usize,
+    /// Of `max_connections`, how many are kept for connections whose first request
+    /// carries a valid token (at most half of them): whoever holds the rest, a token
+    /// holder is answered. The Unix socket keeps none (it asks for no token).
+    pub reserved_for_tokens: usize,
     pub header_timeout: std::time::Duration,
     pub idle_timeout: std::time::Duration,
 }
@@ -72,6 +76,7 @@ impl ConnectionLimits {
     pub const TCP: ConnectionLimits = ConnectionLimits {
         max_connections: 1024,
         max_connections_per_client: 100,
+        reserved_for_tokens: 64,
         header_timeout: std::time::Duration::from_secs(10),
         idle_timeout: std::time::Duration::from_secs(60),
     };
@@ -80,6 +85,7 @@ impl ConnectionLimits {
         max_connections: 256,
         // A Unix socket's peers have no address: the socket's limit is theirs.
         max_connections_per_client: 256,
+        reserved_for_tokens: 0,
         header_timeout: std::time::Duration::from_secs(10),
         idle_timeout: std::time::Duration::from_secs(60),
     };

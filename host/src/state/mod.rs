@@ -112,6 +112,11 @@ pub struct JobRecord {
     /// asks for; a record from before berth kept it was not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_operator: bool,
+    /// The name of the API token that first submitted it, the only one that may change
+    /// it besides the operator; `None`: the operator's (and so is a record from before
+    /// berth kept owners).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// What a child job was launched from and with; its source is its parent's at launch.

@@ -6,7 +6,7 @@
 //! | POST, PUT | `/v1/client/allocation/:alloc_id/signal` | `{"Signal": "SIGHUP", "Task": "web"}` (`Task` optional) |
 //!
 //! Both answer `{}` once done, and need a token of scope `submit` (they change what
-//! runs). Without a task name they are for every running task of the alloc. A user
+//! runs) that owns the alloc's job, or the operator (403 naming the owner otherwise). Without a task name they are for every running task of the alloc. A user
 //! restart kills the run and starts the task again at once; the restart policy's
 //! `attempts` do not count it (the task runner's `control`), and the task shows
 //! "Restart Signaled: User requested task to restart", as in Nomad. `AllTasks` restarts
@@ -19,6 +19,7 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -27,7 +28,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{NomadError, bad_request};
-use crate::agent::Agent;
+use crate::agent::{Agent, JobAction, Submitter};
 use crate::alloc_runner::{ActionError, AllocRunner};
 use crate::task_runner::ControlError;
 
@@ -52,6 +53,7 @@ struct SignalRequest {
 /// `POST /v1/client/allocation/:alloc_id/restart`.
 pub async fn restart(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
@@ -62,7 +64,7 @@ pub async fn restart(
             "Task name cannot be set when restarting all tasks: send TaskName or AllTasks",
         ));
     }
-    let runner = runner(&agent, &id)?;
+    let runner = runner(&agent, &id, submitter, JobAction::RestartAlloc)?;
     runner.restart_tasks(task).await.map_err(action_error)?;
     agent.change_index().bump();
     Ok(axum::Json(json!({})).into_response())
@@ -71,6 +73,7 @@ pub async fn restart(
 /// `POST /v1/client/allocation/:alloc_id/signal`.
 pub async fn signal(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
@@ -88,7 +91,7 @@ pub async fn signal(
         )));
     }
     let task = request.task.as_deref().filter(|name| !name.is_empty());
-    let runner = runner(&agent, &id)?;
+    let runner = runner(&agent, &id, submitter, JobAction::SignalAlloc)?;
     runner
         .signal_tasks(task, signal)
         .await
@@ -105,11 +108,21 @@ fn decode<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, No
     serde_json::from_slice(body).map_err(|e| bad_request(format!("Failed to decode request: {e}")))
 }
 
-fn runner(agent: &Agent, id: &str) -> Result<Arc<AllocRunner>, NomadError> {
+/// The runner of alloc `id`, when `submitter` may `action` it (it owns the alloc's job,
+/// or is the operator).
+pub(super) fn runner(
+    agent: &Agent,
+    id: &str,
+    submitter: Option<Extension<Submitter>>,
+    action: JobAction,
+) -> Result<Arc<AllocRunner>, NomadError> {
     let alloc = agent.alloc(id)?;
-    agent
+    let runner = agent
         .alloc_runner(&alloc.id)
-        .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "alloc not found".into()))
+        .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "alloc not found".into()))?;
+    let submitter = super::submission::submitter_of(submitter);
+    agent.may_change_allocs_of(&submitter, &runner.job.name, action)?;
+    Ok(runner)
 }
 
 fn action_error(error: ActionError) -> NomadError {

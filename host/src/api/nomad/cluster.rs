@@ -396,7 +396,7 @@ pub async fn node_drain(
 fn operator_only(submitter: Option<Extension<Submitter>>) -> Result<(), NomadError> {
     match submitter.map_or(Submitter::Operator, |Extension(s)| s) {
         Submitter::Operator => Ok(()),
-        Submitter::Token { .. } => Err(NomadError(
+        Submitter::Dev | Submitter::Token { .. } => Err(NomadError(
             StatusCode::FORBIDDEN,
             "Permission denied: changing a node's drain or eligibility needs the operator \
              (the agent's Unix socket)"

@@ -49,6 +49,7 @@ struct DispatchRequest {
 /// `POST /v1/job/:id/dispatch`: a child of the parameterized job `id`.
 pub async fn dispatch(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
@@ -70,8 +71,9 @@ pub async fn dispatch(
                 .map_err(|e| bad_request(format!("the Payload is not base64: {e}")))?,
         ),
     };
+    let submitter = submission::submitter_of(submitter);
     let launched = agent
-        .dispatch(&id, request.meta.unwrap_or_default(), payload)
+        .dispatch(&submitter, &id, request.meta.unwrap_or_default(), payload)
         .await
         .map_err(submission::submit_error)?;
     let index = agent.change_index().current();

@@ -146,6 +146,21 @@ impl From<LookupError> for NomadError {
     }
 }
 
+impl From<crate::agent::NotOwner> for NomadError {
+    fn from(refused: crate::agent::NotOwner) -> Self {
+        NomadError(StatusCode::FORBIDDEN, refused.to_string())
+    }
+}
+
+impl From<crate::agent::StopError> for NomadError {
+    fn from(error: crate::agent::StopError) -> Self {
+        match error {
+            crate::agent::StopError::Lookup(lookup) => NomadError::from(lookup),
+            crate::agent::StopError::NotOwner(refused) => NomadError::from(refused),
+        }
+    }
+}
+
 fn bad_request(message: impl Into<String>) -> NomadError {
     NomadError(StatusCode::BAD_REQUEST, message.into())
 }
@@ -501,15 +516,13 @@ async fn read_allocation(
 
 async fn stop_allocation(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
 ) -> Result<Response, NomadError> {
-    let alloc = agent.alloc(&id)?;
-    let runner = agent
-        .alloc_runner(&alloc.id)
-        .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "alloc not found".into()))?;
+    let runner = alloc_actions::runner(&agent, &id, submitter, crate::agent::JobAction::StopAlloc)?;
     runner.stop();
     agent.change_index().bump();
-    agent.publish_alloc("AllocationUpdateDesiredStatus", &alloc.id);
+    agent.publish_alloc("AllocationUpdateDesiredStatus", &runner.id);
     let index = agent.change_index().current();
     Ok(with_index(
         axum::Json(json!({"EvalID": "", "Index": index})).into_response(),
@@ -598,21 +611,28 @@ struct DeregisterQuery {
 
 async fn deregister_job(
     State(agent): State<Arc<Agent>>,
+    submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
     Query(query): Query<DeregisterQuery>,
 ) -> Result<Response, NomadError> {
-    agent.stop_job(&id).await?;
+    let submitter = submission::submitter_of(submitter);
     // Go's strconv.ParseBool, as Nomad reads it (python-nomad sends `True`).
     let purge = matches!(
         query.purge.as_deref(),
         Some("1" | "t" | "T" | "true" | "TRUE" | "True")
     );
+    let action = if purge {
+        crate::agent::JobAction::Purge
+    } else {
+        crate::agent::JobAction::Stop
+    };
+    agent.stop_job_as(&submitter, &id, action).await?;
     if purge {
         // Purged in the background, as Nomad does it: a job whose allocs stop at once is
         // gone before the answer; a slow one is answered now and purged once they end.
         let purging = {
             let (agent, id) = (agent.clone(), id.clone());
-            tokio::spawn(async move { agent.purge_job(&id).await })
+            tokio::spawn(async move { agent.purge_job(&submitter, &id).await })
         };
         let _ = tokio::time::timeout(Duration::from_secs(5), purging).await;
     }

@@ -219,12 +219,14 @@ pub async fn submit(
         .map_err(submit_error)
 }
 
-/// A refused submit as Nomad answers it: 400 with the reason, 404 for an unknown job.
+/// A refused submit as Nomad answers it: 400 with the reason, 403 for another's job,
+/// 404 for an unknown job.
 pub fn submit_error(error: SubmitError) -> NomadError {
     match error {
         SubmitError::Invalid(invalid) => bad_request(invalid.to_string()),
         SubmitError::Refused(why) => bad_request(why),
         SubmitError::Lookup(lookup) => NomadError::from(lookup),
+        SubmitError::NotOwner(refused) => NomadError::from(refused),
         other @ SubmitError::State(_) => {
             NomadError(StatusCode::INTERNAL_SERVER_ERROR, other.to_string())
         }

@@ -181,6 +181,7 @@ mod tests {
             may_run_plugins: false,
             child_of: None,
             by_operator: false,
+            owner: None,
         };
         (job, 3)
     }

@@ -50,6 +50,7 @@ fn job(job_type: &str, reschedule: &str) -> (ClusterJob, i64) {
             may_run_plugins: false,
             child_of: None,
             by_operator: false,
+            owner: None,
         },
         7,
     )

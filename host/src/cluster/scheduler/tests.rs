@@ -46,6 +46,7 @@ pub(super) mod tests_support {
                 may_run_plugins: false,
                 child_of: None,
                 by_operator: false,
+                owner: None,
             },
             7,
         )

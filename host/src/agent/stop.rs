@@ -1,0 +1,71 @@
+//! Stopping a job: its allocs stop, the job stays listed as stopped (Nomad's `job
+//! stop`), when the one asking owns it ([`super::owner`]).
+
+use super::{Agent, ClusterError, JobAction, LookupError, StopError, Submitter};
+
+impl Agent {
+    /// Stops a job's allocs, as the operator; the job stays listed as stopped. Returns
+    /// the allocs asked to stop.
+    pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, StopError> {
+        self.stop_job_as(&Submitter::Operator, id, JobAction::Stop)
+            .await
+    }
+
+    /// [`Agent::stop_job`] for `submitter`, which must own the job (or be the operator);
+    /// `action` (a stop, or the stop before a purge) is what a refusal names.
+    pub async fn stop_job_as(
+        &self,
+        submitter: &Submitter,
+        id: &str,
+        action: JobAction,
+    ) -> Result<Vec<String>, StopError> {
+        if self.cluster.is_some() {
+            // The scheduler removes the placements; each node stops its allocs.
+            let refused = self
+                .stop_cluster_job(submitter, id, false)
+                .await
+                .map_err(|error| match error {
+                    ClusterError::Store(_) => LookupError::Cluster(error),
+                    _ => LookupError::NotFound {
+                        kind: "job",
+                        id: id.to_string(),
+                    },
+                })?;
+            if let Err(mut refused) = refused {
+                refused.action = action;
+                return Err(refused.into());
+            }
+            self.publish_job("JobDeregistered", id);
+            return Ok(Vec::new());
+        }
+        let _this_job = self.job_locks.lock(id).await;
+        let _one_at_a_time = self.submitting.lock().await;
+        {
+            let mut jobs = self.jobs.lock().unwrap();
+            let entry = jobs.get_mut(id).ok_or_else(|| LookupError::NotFound {
+                kind: "job",
+                id: id.to_string(),
+            })?;
+            submitter.may_change(id, entry.record.owner.as_deref(), action)?;
+            entry.record.stopped = true;
+            if let Err(error) = self.node.store.put_job(&entry.record) {
+                tracing::error!(job = id, %error, "recording the job as stopped");
+            }
+        }
+        let stopping: Vec<String> = self
+            .allocs_of(id)
+            .into_iter()
+            .filter(|a| !a.runner.is_terminal())
+            .map(|a| {
+                a.runner.stop();
+                a.runner.id.clone()
+            })
+            .collect();
+        self.index.bump();
+        self.publish_job("JobDeregistered", id);
+        for alloc in &stopping {
+            self.publish_alloc("AllocationUpdateDesiredStatus", alloc);
+        }
+        Ok(stopping)
+    }
+}

@@ -30,6 +30,7 @@ mod hooks;
 mod hostile;
 mod hostile_jobspecs;
 mod isolation;
+mod job_shares;
 mod jobs;
 mod launched_jobs;
 mod logs;

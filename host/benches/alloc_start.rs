@@ -387,6 +387,7 @@ async fn confined_spawn(
         logs: Default::default(),
         user: None,
         cgroup_procs: cgroup.procs_files().to_vec(),
+        collector_cgroup_procs: Vec::new(),
     };
     let process = processes.spawn(&owner, &spec).unwrap();
     let elapsed = started.elapsed();

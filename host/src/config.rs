@@ -45,6 +45,8 @@
 //!   pids_max = 4096     # processes and threads one task may have at once
 //!   all_tasks_pids_max = 24576  # all tasks together (default: the host's pid_max
 //!                               # less max(4096, pid_max / 4))
+//!   job_pids_max = 12288  # all tasks and log collectors of one job together
+//!                         # (default: half of all_tasks_pids_max)
 //!   allow_missing_controllers = false  # true: run tasks unlimited where memory, cpu
 //!                                      # or pids is missing (an event says so)
 //!   favor_dynmods = false  # true: turn on the kernel's node-wide favordynmods, so a
@@ -1190,6 +1192,7 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
             "parent",
             "pids_max",
             "all_tasks_pids_max",
+            "job_pids_max",
             "allow_missing_controllers",
             "favor_dynmods",
         ],
@@ -1228,6 +1231,23 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
             format!("{max} is fewer processes than one task may have (pids_max = {pids_max})"),
         );
     }
+    let job_pids_max = fields.number("job_pids_max", 4_194_304, problems);
+    if let Some(max) = job_pids_max.filter(|max| *max < pids_max) {
+        fields.problem_with(
+            problems,
+            "job_pids_max",
+            format!("{max} is fewer processes than one task may have (pids_max = {pids_max})"),
+        );
+    }
+    if let (Some(job), Some(all)) = (job_pids_max, all_tasks_pids_max)
+        && job > all
+    {
+        fields.problem_with(
+            problems,
+            "job_pids_max",
+            format!("{job} is more processes than all tasks together may have (all_tasks_pids_max = {all})"),
+        );
+    }
     let allow_missing_controllers = fields
         .bool("allow_missing_controllers", problems)
         .unwrap_or(false);
@@ -1237,6 +1257,7 @@ fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Cgrou
         parent,
         pids_max,
         all_tasks_pids_max,
+        job_pids_max,
         allow_missing_controllers,
         favor_dynmods,
     }
@@ -1583,6 +1604,7 @@ mod tests {
                 parent: "ops/berth".into(),
                 pids_max: 512,
                 all_tasks_pids_max: None,
+                job_pids_max: None,
                 allow_missing_controllers: true,
                 favor_dynmods: true,
             }
@@ -1604,6 +1626,36 @@ mod tests {
         assert!(error.contains("agent.hcl:3:"), "{error}");
         assert!(
             error.contains("2 is too few processes for any task (at least 8)"),
+            "{error}"
+        );
+        let share = AgentConfig::parse(
+            "agent.hcl",
+            "cgroups {\n  all_tasks_pids_max = 9000\n  job_pids_max = 5000\n}\n",
+        )
+        .unwrap()
+        .cgroups;
+        assert_eq!(share.job_pids_max, Some(5000));
+        let error = AgentConfig::parse(
+            "agent.hcl",
+            "cgroups {\n  pids_max = 100\n  all_tasks_pids_max = 200\n  job_pids_max = 300\n}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains(
+                "300 is more processes than all tasks together may have \
+                 (all_tasks_pids_max = 200)"
+            ),
+            "{error}"
+        );
+        let error = AgentConfig::parse(
+            "agent.hcl",
+            "cgroups {\n  pids_max = 100\n  job_pids_max = 50\n}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("50 is fewer processes than one task may have (pids_max = 100)"),
             "{error}"
         );
     }

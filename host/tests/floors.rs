@@ -1430,8 +1430,8 @@ fn mount_syscalls_outside_mount(analysis: &Analysis) -> Vec<Violation> {
 
 /// The runners reach privileged operations only through `sys::Sys` (its Linux side, or
 /// the recording fake in their unit tests): no cgroup, ownership, user-database or
-/// rlimit call in `task_runner/` or `alloc_runner/`. `Cgroups::task_name` is a pure
-/// naming function and allowed.
+/// rlimit call in `task_runner/` or `alloc_runner/`. `Cgroups::task_name` and
+/// `Cgroups::collectors_name` are pure naming functions and allowed.
 fn privileged_calls_in_runners(analysis: &Analysis) -> Vec<Violation> {
     const EXTERN_CALLS: &[&str] = &[
         "chown",
@@ -1447,7 +1447,9 @@ fn privileged_calls_in_runners(analysis: &Analysis) -> Vec<Violation> {
     let forbidden = |target: &Target| match target {
         Target::Crate(path) => {
             let at = |i: usize| path.get(i).map(String::as_str);
-            (at(0) == Some("cgroup") && !(at(1) == Some("Cgroups") && at(2) == Some("task_name")))
+            (at(0) == Some("cgroup")
+                && !(at(1) == Some("Cgroups")
+                    && matches!(at(2), Some("task_name" | "collectors_name"))))
                 || (at(0) == Some("process") && at(1) == Some("users"))
         }
         Target::Extern(path) => {

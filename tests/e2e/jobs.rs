@@ -477,27 +477,45 @@ async fn a_hundred_task_runs_leave_no_descriptor_process_or_cgroup_behind() {
     assert_eq!(tracked, 0);
     assert!(support::processes_rooted_under(agent.path()).is_empty());
     let parent = std::path::Path::new("/sys/fs/cgroup/pids/berth");
-    let cycle_cgroups = std::fs::read_dir(parent)
+    // Task cgroups are in their job's level, `job-<job>`.
+    let levels: Vec<std::path::PathBuf> = std::fs::read_dir(parent)
         .map(|d| {
             d.flatten()
-                .filter(|e| e.path().join("cgroup.procs").exists())
-                .filter(|e| {
-                    agent
-                        .path()
-                        .join("data/allocs")
-                        .join(
-                            e.file_name()
-                                .to_string_lossy()
-                                .split('.')
-                                .next()
-                                .unwrap_or(""),
-                        )
-                        .exists()
-                })
-                .count()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("job-"))
+                .map(|e| e.path())
+                .collect()
         })
-        .unwrap_or(0);
+        .unwrap_or_default();
+    let cycle_cgroups: usize = levels
+        .iter()
+        .map(|level| {
+            std::fs::read_dir(level)
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.path().join("cgroup.procs").exists())
+                        .filter(|e| {
+                            agent
+                                .path()
+                                .join("data/allocs")
+                                .join(
+                                    e.file_name()
+                                        .to_string_lossy()
+                                        .split('.')
+                                        .next()
+                                        .unwrap_or(""),
+                                )
+                                .exists()
+                        })
+                        .count()
+                })
+                .unwrap_or(0)
+        })
+        .sum();
     assert_eq!(cycle_cgroups, 0, "task cgroups left behind");
+    assert!(
+        !parent.join("job-cycle").exists(),
+        "the job's cgroup outlived its last alloc"
+    );
 }
 
 /// A driver spawns a process for a task and then fails the start: the task fails with

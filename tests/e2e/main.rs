@@ -31,6 +31,7 @@ mod hostile;
 mod hostile_jobspecs;
 mod isolation;
 mod job_owners;
+mod job_shares;
 mod jobs;
 mod launched_jobs;
 mod logs;

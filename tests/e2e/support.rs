@@ -118,6 +118,7 @@ impl TaskDir {
             user: None,
             allow_unconfined: false,
             cgroup_procs: Vec::new(),
+            collector_cgroup_procs: Vec::new(),
         }
     }
 
@@ -270,17 +271,33 @@ pub fn remove_task_cgroups(data_dir: &Path) {
     let Ok(allocs) = std::fs::read_dir(data_dir.join("allocs")) else {
         return;
     };
+    // Task cgroups are in their job's level, `job-<job>`: every job's is looked in.
+    let jobs: Vec<String> = ["/sys/fs/cgroup/pids/berth", "/sys/fs/cgroup/berth"]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            Some(name.strip_prefix("job-")?.to_string())
+        })
+        .collect();
     for alloc in allocs.flatten() {
+        let alloc_id = alloc.file_name().to_string_lossy().into_owned();
+        for job in &jobs {
+            let name = berth::cgroup::Cgroups::collectors_name(job, &alloc_id);
+            let _ = cgroups.existing_collectors(&name).kill_and_remove();
+        }
         // Task dirs are in `tasks/`; an alloc of the old layout has them at its root.
         let tasks = [alloc.path().join("tasks"), alloc.path()]
             .into_iter()
             .filter_map(|dir| std::fs::read_dir(dir).ok())
             .flatten();
-        for task in tasks.flatten() {
-            let name = berth::cgroup::Cgroups::task_name(
-                &alloc.file_name().to_string_lossy(),
-                &task.file_name().to_string_lossy(),
-            );
+        for (task, job) in tasks
+            .flatten()
+            .flat_map(|t| jobs.iter().map(move |j| (t.file_name(), j)))
+        {
+            let name = berth::cgroup::Cgroups::task_name(job, &alloc_id, &task.to_string_lossy());
             let limits = berth::model::limits::TaskLimits {
                 memory_bytes: 0,
                 memory_soft_bytes: None,

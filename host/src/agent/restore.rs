@@ -111,6 +111,8 @@ impl Agent {
             } else {
                 // Finished before the restart with volumes its plugin could not take back.
                 entry.runner.give_back_csi();
+                // The agent may have died between the alloc's end and its collectors'.
+                entry.runner.remove_collectors();
             }
         }
     }

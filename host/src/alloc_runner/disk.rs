@@ -179,7 +179,7 @@ impl AllocRunner {
             .tasks
             .iter()
             .flat_map(|task| {
-                let name = crate::cgroup::Cgroups::task_name(&self.id, &task.name);
+                let name = crate::cgroup::Cgroups::task_name(&self.job.name, &self.id, &task.name);
                 self.node.sys.existing_cgroup(&name, &nothing).pids()
             })
             .collect()

@@ -557,6 +557,7 @@ impl AllocRunner {
                 (true, true)
             }
         };
+        self.remove_collectors();
         for hook in hooks.iter().rev() {
             hook.postrun(&self).await;
         }
@@ -573,6 +574,19 @@ impl AllocRunner {
         };
         self.set_status(status);
         status
+    }
+
+    /// Kills the alloc's log collectors, once all its tasks are over (each task's end
+    /// already waited for its collector to write its last words), and removes their
+    /// cgroup. A collector can outlive its task's run when the task handed its output
+    /// to another process: this is where it ends. Also for an alloc restored finished
+    /// (the agent may have died in between). A cgroup that is gone is fine.
+    pub fn remove_collectors(&self) {
+        let name = crate::cgroup::Cgroups::collectors_name(&self.job.name, &self.id);
+        let cgroup = self.node.sys.existing_collectors_cgroup(&name);
+        if let Err(error) = crate::blocking::run(|| cgroup.kill_and_remove()) {
+            tracing::error!(%error, "removing the alloc's log collectors");
+        }
     }
 
     /// Spawns the runner of one task onto `set`. Returns false (after failing the task)
@@ -696,7 +710,7 @@ impl AllocRunner {
         (self.task_states.iter())
             .filter(|(_, state)| state.lock().unwrap().state == TaskStateKind::Running)
             .map(|(task, _)| {
-                let cgroup = crate::task_runner::cgroup_name(&self.id, task);
+                let cgroup = crate::task_runner::cgroup_name(&self.job.name, &self.id, task);
                 (task.clone(), self.node.sys.cgroup_usage(&cgroup))
             })
             .collect()

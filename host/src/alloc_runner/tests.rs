@@ -88,7 +88,7 @@ fn mock_task(name: &str, extra: &str, config: &str) -> String {
 }
 
 fn cgroup(alloc: &AllocRunner, task: &str) -> String {
-    crate::cgroup::Cgroups::task_name(&alloc.id, task)
+    crate::cgroup::Cgroups::task_name(&alloc.job.name, &alloc.id, task)
 }
 
 fn events(alloc: &AllocRunner, task: &str) -> Vec<(EventKind, String)> {

@@ -228,11 +228,21 @@ fn unified_plan(
     name: &str,
     limits: &TaskLimits,
 ) -> Plan {
-    let parent_dir = root.join(parent);
-    let dir = parent_dir.join(name);
+    let dir = root.join(parent).join(name);
+    let parent_dir = dir.parent().unwrap_or(root).to_path_buf();
     let has = |c: &str| controllers.iter().any(|have| have == c);
     let mut writes = Vec::new();
-    for ancestor in [root, parent_dir.as_path()] {
+    // Every level from the root down to the task's parent (the job's cgroup among them)
+    // hands the controllers down.
+    let mut ancestors = vec![root.to_path_buf()];
+    if let Ok(below_root) = parent_dir.strip_prefix(root) {
+        let mut at = root.to_path_buf();
+        for part in below_root.components() {
+            at.push(part);
+            ancestors.push(at.clone());
+        }
+    }
+    for ancestor in &ancestors {
         for controller in NEEDED.iter().filter(|c| has(c)) {
             writes.push(write(
                 ancestor.join("cgroup.subtree_control"),
@@ -288,7 +298,8 @@ fn legacy_plan(
         };
         let dir = mount.join(parent).join(name);
         if !plan.dirs.contains(&dir) {
-            plan.parents.push(mount.join(parent));
+            plan.parents
+                .push(dir.parent().unwrap_or(mount).to_path_buf());
             plan.procs.push(dir.join("cgroup.procs"));
             plan.dirs.push(dir.clone());
         }
@@ -333,6 +344,34 @@ fn legacy_plan(
         cpuacct: dir_under("cpuacct"),
     };
     plan
+}
+
+/// A cgroup like a task's, with no limit of its own (the log collectors of an alloc):
+/// what its ancestors limit, it is counted in.
+pub fn unlimited_plan(layout: &Layout, parent: &str, name: &str) -> Plan {
+    let nothing = TaskLimits {
+        memory_bytes: 0,
+        memory_soft_bytes: None,
+        cpu_shares: 0,
+        pids_max: 0,
+        restrict_devices: false,
+    };
+    let mut plan = plan(layout, parent, name, &nothing);
+    let dirs = plan.dirs.clone();
+    plan.writes
+        .retain(|write| !dirs.iter().any(|dir| write.file.starts_with(dir)));
+    plan
+}
+
+/// The directory of cgroup `name` under `parent` in the pids hierarchy, if any.
+pub fn pids_dir(layout: &Layout, parent: &str, name: &str) -> Option<PathBuf> {
+    match layout {
+        Layout::Unified { root, controllers } => controllers
+            .iter()
+            .any(|c| c == "pids")
+            .then(|| root.join(parent).join(name)),
+        Layout::Legacy { controllers } => Some(controllers.get("pids")?.join(parent).join(name)),
+    }
 }
 
 /// The `pids.max` of `parent`, the cgroup holding every task's, for the node-wide
@@ -578,6 +617,69 @@ mod tests {
             plan.kill,
             Some("/sys/fs/cgroup/berth/a1.web/cgroup.kill".into())
         );
+    }
+
+    #[test]
+    fn a_task_in_its_jobs_level_hands_the_controllers_down_through_it() {
+        let layout = Layout::Unified {
+            root: "/sys/fs/cgroup".into(),
+            controllers: ["pids"].map(String::from).to_vec(),
+        };
+        let plan = plan(&layout, "berth", "job-web/a1.t", &limits(true));
+        assert_eq!(
+            plan.parents,
+            [PathBuf::from("/sys/fs/cgroup/berth/job-web")]
+        );
+        assert_eq!(
+            files(&plan),
+            [
+                "/sys/fs/cgroup/cgroup.subtree_control = +pids",
+                "/sys/fs/cgroup/berth/cgroup.subtree_control = +pids",
+                "/sys/fs/cgroup/berth/job-web/cgroup.subtree_control = +pids",
+                "/sys/fs/cgroup/berth/job-web/a1.t/pids.max = 128",
+            ]
+        );
+        let legacy = Layout::detect(&mountinfo::parse(HYBRID), |_| None).unwrap();
+        let legacy_plan = super::plan(&legacy, "berth", "job-web/a1.t", &limits(false));
+        assert!(
+            legacy_plan
+                .parents
+                .iter()
+                .all(|p| p.ends_with("berth/job-web") && p.starts_with("/sys/fs/cgroup")),
+            "{:?}",
+            legacy_plan.parents
+        );
+        assert_eq!(
+            pids_dir(&legacy, "berth", "job-web"),
+            Some(PathBuf::from("/sys/fs/cgroup/pids/berth/job-web"))
+        );
+    }
+
+    #[test]
+    fn the_collectors_cgroup_has_no_limit_of_its_own() {
+        for layout in [
+            Layout::detect(&mountinfo::parse(HYBRID), |_| None).unwrap(),
+            Layout::Unified {
+                root: "/sys/fs/cgroup".into(),
+                controllers: ["memory", "cpu", "pids"].map(String::from).to_vec(),
+            },
+        ] {
+            let plan = unlimited_plan(&layout, "berth", "job-web/a1-logs");
+            assert!(!plan.dirs.is_empty());
+            assert!(
+                plan.writes
+                    .iter()
+                    .all(|w| w.file.ends_with("cgroup.subtree_control")),
+                "{:?}",
+                files(&plan)
+            );
+            assert!(
+                !plan
+                    .dirs
+                    .iter()
+                    .any(|d| d.starts_with("/sys/fs/cgroup/devices"))
+            );
+        }
     }
 
     #[test]

@@ -4,9 +4,15 @@
 //! ends. So no process of a task outlives it, whatever it forked, and the host, not the
 //! driver, says whether the kernel OOM-killed it.
 //!
-//! The task's cgroup is `<parent>/<alloc id>.<task>` (Nomad's naming) under each
-//! hierarchy: a restarted agent finds it again from the name alone. The file logic for
-//! cgroup v1 and v2 is in [`layout`].
+//! The task's cgroup is `<parent>/job-<job>/<alloc id>.<task>` under each hierarchy: a
+//! restarted agent finds it again from the names alone. `job-<job>` is the job's level:
+//! its `pids.max` (`job_pids_max`) is the job's share of the node-wide ceiling that
+//! `<parent>`'s `pids.max` sets, so one job cannot take every pid the node's tasks may
+//! have. Beside the tasks in it is each alloc's `<alloc id>-logs`, where the alloc's log
+//! collectors run: counted in the job's share, outside every task's memory limit, and
+//! killed with the alloc. The job's level is made with the first cgroup in it and removed
+//! with the last (under [`JOB_LEVELS`], so that one task's removal never takes the level
+//! from under another's start). The file logic for cgroup v1 and v2 is in [`layout`].
 
 pub mod favor;
 pub mod layout;
@@ -85,6 +91,14 @@ pub struct Cgroups {
 /// How long to keep killing a cgroup's processes before giving up.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
+/// Held while a job's level is made with a cgroup in it, or removed when empty.
+static JOB_LEVELS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The job's level under the parent (see the module's comment).
+pub fn job_dir(job: &str) -> String {
+    format!("job-{job}")
+}
+
 impl Cgroups {
     /// Reads the mount table. A node without cgroups gives a value that refuses tasks
     /// (or, if the operator allows it, runs them unlimited).
@@ -162,16 +176,7 @@ impl Cgroups {
         let Some(layout) = &self.layout else {
             return Ok(None);
         };
-        let pids_max = match self.settings.all_tasks_pids_max {
-            Some(max) => max,
-            None => {
-                let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-                    .ok()
-                    .and_then(|text| text.trim().parse().ok())
-                    .unwrap_or(32_768);
-                layout::default_all_tasks_pids(pid_max)
-            }
-        };
+        let pids_max = self.all_tasks_pids_max();
         let Some((dir, writes)) =
             layout::all_tasks_pids_plan(layout, &self.settings.parent, pids_max)
         else {
@@ -186,9 +191,83 @@ impl Cgroups {
         Ok(Some(pids_max))
     }
 
-    /// The task cgroup's name under the parent.
-    pub fn task_name(alloc_id: &str, task: &str) -> String {
-        format!("{alloc_id}.{task}")
+    /// The node-wide ceiling on all tasks' processes.
+    fn all_tasks_pids_max(&self) -> u64 {
+        match self.settings.all_tasks_pids_max {
+            Some(max) => max,
+            None => {
+                let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok())
+                    .unwrap_or(32_768);
+                layout::default_all_tasks_pids(pid_max)
+            }
+        }
+    }
+
+    /// Each job's share of the node-wide ceiling: the operator's `job_pids_max`, else
+    /// half of the ceiling.
+    pub fn job_pids_max(&self) -> u64 {
+        self.settings
+            .job_pids_max
+            .unwrap_or_else(|| (self.all_tasks_pids_max() / 2).max(8))
+    }
+
+    /// The task cgroup's name under the parent: in its job's level.
+    pub fn task_name(job: &str, alloc_id: &str, task: &str) -> String {
+        format!("{}/{alloc_id}.{task}", job_dir(job))
+    }
+
+    /// The name of the cgroup of an alloc's log collectors: beside its tasks' (a task's
+    /// name is `<alloc id>.<task>`, so no task's can be this).
+    pub fn collectors_name(job: &str, alloc_id: &str) -> String {
+        format!("{}/{alloc_id}-logs", job_dir(job))
+    }
+
+    /// The job's level above cgroup `name`, when `name` is in one.
+    fn job_level(&self, layout: &Layout, plan: &Plan, name: &str) -> Option<JobLevel> {
+        let (job, _) = name.split_once('/')?;
+        Some(JobLevel {
+            dirs: plan.parents.clone(),
+            pids_dir: layout::pids_dir(layout, &self.settings.parent, job),
+            pids_max: self.job_pids_max(),
+        })
+    }
+
+    fn task_cgroup(&self, layout: &Layout, plan: Plan, name: &str) -> TaskCgroup {
+        TaskCgroup {
+            job: self.job_level(layout, &plan, name),
+            own_pids_dir: layout::pids_dir(layout, &self.settings.parent, name),
+            plan,
+        }
+    }
+
+    /// The cgroup of an alloc's log collectors (see [`Cgroups::collectors_name`]), made
+    /// when missing; one that exists is kept with what runs in it (an earlier run's
+    /// collectors, still writing a log).
+    pub fn collectors(&self, name: &str) -> Result<TaskCgroup, CgroupError> {
+        let Some(layout) = &self.layout else {
+            return Ok(TaskCgroup::none());
+        };
+        let plan = layout::unlimited_plan(layout, &self.settings.parent, name);
+        let cgroup = self.task_cgroup(layout, plan, name);
+        crate::blocking::run(|| {
+            let _levels = JOB_LEVELS.lock().unwrap_or_else(|e| e.into_inner());
+            cgroup.build(true)?;
+            cgroup.limit_job()
+        })?;
+        Ok(cgroup)
+    }
+
+    /// The collectors' cgroup of an alloc, to empty and remove; nothing is made.
+    pub fn existing_collectors(&self, name: &str) -> TaskCgroup {
+        match &self.layout {
+            Some(layout) => {
+                let plan = layout::unlimited_plan(layout, &self.settings.parent, name);
+                self.task_cgroup(layout, plan, name)
+            }
+            None => TaskCgroup::none(),
+        }
     }
 
     /// Creates the cgroup of one task run and writes its limits. A cgroup of the same
@@ -205,10 +284,13 @@ impl Cgroups {
             return Ok(TaskCgroup::none());
         };
         let plan = layout::plan(layout, &self.settings.parent, name, limits);
-        let cgroup = TaskCgroup { plan };
+        let cgroup = self.task_cgroup(layout, plan, name);
         crate::blocking::run(|| {
             cgroup.kill_and_remove()?;
-            cgroup.build().inspect_err(|_| {
+            let levels = JOB_LEVELS.lock().unwrap_or_else(|e| e.into_inner());
+            let built = cgroup.build(false).and_then(|()| cgroup.limit_job());
+            drop(levels);
+            built.inspect_err(|_| {
                 let _ = cgroup.kill_and_remove();
             })
         })?;
@@ -219,9 +301,10 @@ impl Cgroups {
     /// created or written.
     pub fn existing(&self, name: &str, limits: &TaskLimits) -> TaskCgroup {
         match &self.layout {
-            Some(layout) => TaskCgroup {
-                plan: layout::plan(layout, &self.settings.parent, name, limits),
-            },
+            Some(layout) => {
+                let plan = layout::plan(layout, &self.settings.parent, name, limits);
+                self.task_cgroup(layout, plan, name)
+            }
             None => TaskCgroup::none(),
         }
     }
@@ -261,6 +344,20 @@ pub fn node_memory() -> Option<u64> {
 #[derive(Debug, Clone)]
 pub struct TaskCgroup {
     plan: Plan,
+    /// The job's level it is in.
+    job: Option<JobLevel>,
+    /// Its own directory in the pids hierarchy.
+    own_pids_dir: Option<PathBuf>,
+}
+
+/// A job's cgroup (see the module's comment).
+#[derive(Debug, Clone)]
+struct JobLevel {
+    /// Under each hierarchy.
+    dirs: Vec<PathBuf>,
+    /// Under the pids hierarchy, where its `pids.max` is.
+    pids_dir: Option<PathBuf>,
+    pids_max: u64,
 }
 
 impl TaskCgroup {
@@ -268,16 +365,24 @@ impl TaskCgroup {
     fn none() -> TaskCgroup {
         TaskCgroup {
             plan: Plan::empty(),
+            job: None,
+            own_pids_dir: None,
         }
     }
 
-    fn build(&self) -> Result<(), CgroupError> {
+    /// Makes the directories and writes the limits; `keep_existing`: a directory that
+    /// exists is used as it is. Call with [`JOB_LEVELS`] held.
+    fn build(&self, keep_existing: bool) -> Result<(), CgroupError> {
         for parent in &self.plan.parents {
             std::fs::create_dir_all(parent)
                 .map_err(|e| CgroupError::io("creating the cgroup", parent, e))?;
         }
         for dir in &self.plan.dirs {
-            std::fs::create_dir(dir).map_err(|e| CgroupError::io("creating the cgroup", dir, e))?;
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if keep_existing && e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(CgroupError::io("creating the cgroup", dir, e)),
+            }
         }
         for write in &self.plan.writes {
             match std::fs::write(&write.file, &write.value) {
@@ -292,6 +397,61 @@ impl TaskCgroup {
             }
         }
         Ok(())
+    }
+
+    /// Writes the job's share on its level (made by [`TaskCgroup::build`]).
+    fn limit_job(&self) -> Result<(), CgroupError> {
+        let Some(JobLevel {
+            pids_dir: Some(dir),
+            pids_max,
+            ..
+        }) = &self.job
+        else {
+            return Ok(());
+        };
+        let file = dir.join("pids.max");
+        std::fs::write(&file, pids_max.to_string())
+            .map_err(|e| CgroupError::io("writing", &file, e))
+    }
+
+    /// Removes the job's level once nothing is left in it: an alloc of the job that
+    /// still has a cgroup there keeps it.
+    fn remove_job_level_if_empty(&self) {
+        let Some(job) = &self.job else {
+            return;
+        };
+        let _levels = JOB_LEVELS.lock().unwrap_or_else(|e| e.into_inner());
+        for dir in &job.dirs {
+            // EBUSY while another cgroup is in it: then it stays, as it should.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
+    /// `Some(job_pids_max)` when a fork in this cgroup failed and the job's level was at
+    /// its `pids.max`: the task was refused processes because its job's share is used
+    /// up, not its own limit.
+    pub fn job_pids_share_used_up(&self) -> Option<u64> {
+        let job_dir = self.job.as_ref()?.pids_dir.as_ref()?;
+        let own = self.own_pids_dir.as_ref()?;
+        // v2 counts a fork refused here in `pids.events.local`; v1 in `pids.events`.
+        let refused = ["pids.events.local", "pids.events"]
+            .iter()
+            .find_map(|file| std::fs::read_to_string(own.join(file)).ok())
+            .and_then(|text| layout::keyed_value(&text, "max"))
+            .unwrap_or(0);
+        if refused == 0 {
+            return None;
+        }
+        let read = |file: &str| -> Option<u64> {
+            std::fs::read_to_string(job_dir.join(file))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let max = read("pids.max")?;
+        let reached = read("pids.peak").or_else(|| read("pids.current"))?;
+        (reached >= max).then_some(max)
     }
 
     /// The `cgroup.procs` files a process writes itself into to join.
@@ -374,6 +534,7 @@ impl TaskCgroup {
                 }
             }
         }
+        self.remove_job_level_if_empty();
         Ok(())
     }
 
@@ -400,6 +561,29 @@ mod tests {
             pids_max: 64,
             restrict_devices: true,
         }
+    }
+
+    #[test]
+    fn each_job_gets_half_the_node_wide_ceiling_unless_the_operator_says() {
+        let half = Cgroups::with_layout(
+            None,
+            CgroupSettings {
+                all_tasks_pids_max: Some(600),
+                ..CgroupSettings::default()
+            },
+        );
+        assert_eq!(half.job_pids_max(), 300);
+        let set = Cgroups::with_layout(
+            None,
+            CgroupSettings {
+                all_tasks_pids_max: Some(600),
+                job_pids_max: Some(500),
+                ..CgroupSettings::default()
+            },
+        );
+        assert_eq!(set.job_pids_max(), 500);
+        assert_eq!(Cgroups::task_name("web", "a1", "t"), "job-web/a1.t");
+        assert_eq!(Cgroups::collectors_name("web", "a1"), "job-web/a1-logs");
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct TaskRequest {
     pub allow_unconfined: bool,
     /// The `cgroup.procs` files of the task's cgroup, which every spawn joins.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The `cgroup.procs` files of the alloc's log collectors' cgroup, which the
+    /// collector of every spawn joins.
+    pub collector_cgroup_procs: Vec<PathBuf>,
 }
 
 /// What a driver returns for a started task; persisted by the host.

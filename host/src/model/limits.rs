@@ -36,6 +36,10 @@ pub struct CgroupSettings {
     /// `pids.max` of the parent: the processes of all tasks together. `None`: the host's
     /// `pid_max` less a reserve (`cgroup::layout::default_all_tasks_pids`).
     pub all_tasks_pids_max: Option<u64>,
+    /// `pids.max` of each job's cgroup (`<parent>/job-<name>`): the processes of all of
+    /// one job's tasks and log collectors together, so one job cannot take the node's
+    /// ceiling from the others. `None`: half of the node-wide ceiling.
+    pub job_pids_max: Option<u64>,
     /// Start tasks even when the node lacks a controller berth needs (memory, cpu,
     /// pids): the task then runs without that limit, and an event says so.
     pub allow_missing_controllers: bool,
@@ -50,6 +54,7 @@ impl Default for CgroupSettings {
             parent: "berth".into(),
             pids_max: 4096,
             all_tasks_pids_max: None,
+            job_pids_max: None,
             allow_missing_controllers: false,
             favor_dynmods: false,
         }

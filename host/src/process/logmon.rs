@@ -218,6 +218,26 @@ pub fn spawn(
     keeper::launch(keeper, COMMAND, args, [None, None, None], &handed)
 }
 
+/// Moves the just spawned collector `pid` into the alloc's collectors' cgroup (each
+/// hierarchy's `cgroup.procs`): out of the agent's, whose limits and lifetime are not the
+/// alloc's. A collector that cannot be moved is killed (and collected), so that none is
+/// left in the agent's cgroup; the caller then copies the output itself.
+pub fn move_collector(pid: i32, cgroup_procs: &[std::path::PathBuf]) -> io::Result<()> {
+    for procs in cgroup_procs {
+        if let Err(error) = std::fs::write(procs, pid.to_string()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+            }
+            return Err(io::Error::new(
+                error.kind(),
+                format!("moving it into {}: {error}", procs.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The entry point of `berth __task-logmon`: `Some` never returns; `None` when the
 /// process was not started as one.
 pub fn logmon_main() -> Option<Infallible> {

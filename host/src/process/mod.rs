@@ -67,6 +67,10 @@ pub struct SpawnSpec {
     /// The `cgroup.procs` files of the task's cgroup: the process joins them first, so
     /// everything it does and forks is limited and accounted.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The `cgroup.procs` files of the alloc's log collectors' cgroup: the task's log
+    /// collector is moved there as soon as it is spawned, so that it is counted in the
+    /// job's pids share and removed with the alloc, never left in the agent's cgroup.
+    pub collector_cgroup_procs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -699,9 +703,12 @@ fn start_log_collector(
     // task and everything it started closed the pipes.
     let (ended, collected) = tokio::sync::oneshot::channel();
     let files = (spec.stdout.clone(), spec.stderr.clone());
+    let cgroup_procs = spec.collector_cgroup_procs.clone();
     tokio::spawn(async move {
         let handed = [stdout_read.as_fd(), stderr_read.as_fd(), dir.as_fd()];
-        match logmon::spawn(&keeper, &args, handed) {
+        let spawned = logmon::spawn(&keeper, &args, handed)
+            .and_then(|pid| logmon::move_collector(pid, &cgroup_procs).map(|()| pid));
+        match spawned {
             Ok(pid) => {
                 // The collector has its copies now: the agent's go.
                 drop((stdout_read, stderr_read, dir));

@@ -51,6 +51,8 @@ pub struct TaskScope {
     pub allow_unconfined: bool,
     /// The task's cgroup, joined by every spawn.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The alloc's log collectors' cgroup, joined by each spawn's collector.
+    pub collector_cgroup_procs: Vec<PathBuf>,
 }
 
 /// Guest time bookkeeping for one call: the CPU time the guest's thread spent running

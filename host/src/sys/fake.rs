@@ -138,6 +138,15 @@ impl Sys for FakeSys {
         self.cgroup(name)
     }
 
+    /// Not recorded: the collectors' cgroup is tested on cgroupfs (e2e).
+    fn collectors_cgroup(&self, _name: &str) -> Result<Box<dyn RunCgroup>, CgroupError> {
+        Ok(Box::new(NoCgroup))
+    }
+
+    fn existing_collectors_cgroup(&self, _name: &str) -> Box<dyn RunCgroup> {
+        Box::new(NoCgroup)
+    }
+
     /// Nothing is measured here: the real reads are tested on cgroupfs (e2e).
     fn cgroup_usage(&self, _name: &str) -> crate::model::usage::CgroupUsage {
         crate::model::usage::CgroupUsage::default()
@@ -175,6 +184,28 @@ impl Sys for FakeSys {
             })
             .copied()
             .ok_or_else(|| UserError::Unknown(name.to_string()))
+    }
+}
+
+/// A cgroup nothing is recorded for.
+#[derive(Debug)]
+struct NoCgroup;
+
+impl RunCgroup for NoCgroup {
+    fn procs_files(&self) -> &[PathBuf] {
+        &[]
+    }
+
+    fn oom_kills(&self) -> u64 {
+        0
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    fn kill_and_remove(&self) -> Result<(), CgroupError> {
+        Ok(())
     }
 }
 

@@ -35,6 +35,14 @@ impl Sys for LinuxSys {
         Box::new(self.cgroups.existing(name, limits))
     }
 
+    fn collectors_cgroup(&self, name: &str) -> Result<Box<dyn RunCgroup>, CgroupError> {
+        Ok(Box::new(self.cgroups.collectors(name)?))
+    }
+
+    fn existing_collectors_cgroup(&self, name: &str) -> Box<dyn RunCgroup> {
+        Box::new(self.cgroups.existing_collectors(name))
+    }
+
     fn cgroup_usage(&self, name: &str) -> crate::model::usage::CgroupUsage {
         self.cgroups.usage(name)
     }
@@ -89,5 +97,9 @@ impl RunCgroup for TaskCgroup {
 
     fn kill_and_remove(&self) -> Result<(), CgroupError> {
         TaskCgroup::kill_and_remove(self)
+    }
+
+    fn job_pids_share_used_up(&self) -> Option<u64> {
+        TaskCgroup::job_pids_share_used_up(self)
     }
 }

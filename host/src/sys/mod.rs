@@ -39,6 +39,13 @@ pub trait Sys: Send + Sync {
     /// The cgroup a run made before an agent restart (it may be gone).
     fn existing_cgroup(&self, name: &str, limits: &TaskLimits) -> Box<dyn RunCgroup>;
 
+    /// The cgroup of an alloc's log collectors, made when missing (kept, with its
+    /// processes, when it exists).
+    fn collectors_cgroup(&self, name: &str) -> Result<Box<dyn RunCgroup>, CgroupError>;
+
+    /// The collectors' cgroup of an alloc, to empty and remove (it may be gone).
+    fn existing_collectors_cgroup(&self, name: &str) -> Box<dyn RunCgroup>;
+
     /// What the task cgroup `name` counts as used now (alloc stats). Blocking: small
     /// cgroupfs reads.
     fn cgroup_usage(&self, name: &str) -> crate::model::usage::CgroupUsage;
@@ -74,4 +81,10 @@ pub trait RunCgroup: Send + Sync + fmt::Debug {
     /// Kills every process in it and removes it. Blocking (it polls); call from
     /// `blocking::run`. A cgroup that does not exist is fine.
     fn kill_and_remove(&self) -> Result<(), CgroupError>;
+
+    /// `Some(job_pids_max)` when a fork in this cgroup was refused because the job's
+    /// pids share was used up.
+    fn job_pids_share_used_up(&self) -> Option<u64> {
+        None
+    }
 }

@@ -412,6 +412,19 @@ impl TaskRunner {
         }
         let cgroup_procs = cgroup.procs_files().to_vec();
         self.cgroup = Some(cgroup);
+        let collectors =
+            crate::cgroup::Cgroups::collectors_name(&self.ctx.job.name, &self.ctx.alloc_id);
+        let collector_cgroup_procs = match self.ctx.sys.collectors_cgroup(&collectors) {
+            Ok(cgroup) => cgroup.procs_files().to_vec(),
+            Err(error) => {
+                self.emit(
+                    EventKind::SetupFailure,
+                    format!("the log collectors' cgroup: {error}"),
+                );
+                self.release_cgroup();
+                return Err(RunOnce::SetupFailed);
+            }
+        };
         let task = &self.ctx.task;
         let request = TaskRequest {
             id: format!("{}/{}", self.ctx.alloc_id, task.name),
@@ -433,11 +446,16 @@ impl TaskRunner {
             user,
             allow_unconfined: self.allows_unconfined(),
             cgroup_procs,
+            collector_cgroup_procs,
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,
             Err(error) => {
-                self.emit(EventKind::DriverFailure, error.to_string());
+                let mut message = error.to_string();
+                if let Some(why) = self.job_pids_share_used_up() {
+                    message = format!("{why}: {message}");
+                }
+                self.emit(EventKind::DriverFailure, message);
                 self.release_cgroup();
                 return Err(RunOnce::DriverFailed);
             }
@@ -581,7 +599,16 @@ impl TaskRunner {
     }
 
     fn cgroup_name(&self) -> String {
-        cgroup_name(&self.ctx.alloc_id, &self.ctx.task.name)
+        cgroup_name(&self.ctx.job.name, &self.ctx.alloc_id, &self.ctx.task.name)
+    }
+
+    /// Why the run's processes were refused, when it was its job's pids share.
+    fn job_pids_share_used_up(&self) -> Option<String> {
+        let max = self.cgroup.as_ref()?.job_pids_share_used_up()?;
+        Some(format!(
+            "the job's pids share is used up: all its tasks and log collectors together \
+             may have {max} processes at once (job_pids_max = {max} in the agent config)"
+        ))
     }
 
     /// The cgroup a run before an agent restart made.
@@ -632,6 +659,11 @@ impl TaskRunner {
         }
         if exit.oom_killed {
             message.push_str(", OOM Killed");
+        }
+        if exit.exit_code != 0
+            && let Some(why) = self.job_pids_share_used_up()
+        {
+            message.push_str(&format!(", {why}"));
         }
         self.emit(EventKind::Terminated, message);
     }
@@ -686,8 +718,8 @@ impl TaskRunner {
 }
 
 /// The name of a task's cgroup under the agent's parent cgroup.
-pub fn cgroup_name(alloc_id: &str, task: &str) -> String {
-    crate::cgroup::Cgroups::task_name(alloc_id, task)
+pub fn cgroup_name(job: &str, alloc_id: &str, task: &str) -> String {
+    crate::cgroup::Cgroups::task_name(job, alloc_id, task)
 }
 
 enum RunOnce {

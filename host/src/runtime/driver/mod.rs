@@ -295,6 +295,7 @@ impl Driver {
             user: request.user,
             allow_unconfined: request.allow_unconfined,
             cgroup_procs: request.cgroup_procs.clone(),
+            collector_cgroup_procs: request.collector_cgroup_procs.clone(),
         };
         let config = wit::TaskConfig::from(request);
         let (

@@ -346,6 +346,7 @@ impl PluginCtx {
             logs: task.logs,
             user: task.user,
             cgroup_procs: task.cgroup_procs.clone(),
+            collector_cgroup_procs: task.collector_cgroup_procs.clone(),
         })
     }
 }

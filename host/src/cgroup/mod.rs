@@ -94,9 +94,12 @@ const KILL_PATIENCE: Duration = Duration::from_secs(5);
 /// Held while a job's level is made with a cgroup in it, or removed when empty.
 static JOB_LEVELS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The job's level under the parent (see the module's comment).
+/// The job's level under the parent (see the module's comment). A job launched from
+/// another (`batch/dispatch-…`, `batch/periodic-…`) is a job of its own, with a share of
+/// its own, as in Nomad: its `/` becomes `~`, which no job name may hold, so the level
+/// is one directory and two jobs never share one.
 pub fn job_dir(job: &str) -> String {
-    format!("job-{job}")
+    format!("job-{}", job.replace('/', "~"))
 }
 
 impl Cgroups {
@@ -298,14 +301,23 @@ impl Cgroups {
     }
 
     /// The cgroup of a run from before an agent restart, to read and remove; nothing is
-    /// created or written.
+    /// created or written. A run an agent without job levels started (before an upgrade)
+    /// is found where that agent put it: `<alloc id>.<task>` right under the parent.
     pub fn existing(&self, name: &str, limits: &TaskLimits) -> TaskCgroup {
-        match &self.layout {
-            Some(layout) => {
-                let plan = layout::plan(layout, &self.settings.parent, name, limits);
-                self.task_cgroup(layout, plan, name)
-            }
-            None => TaskCgroup::none(),
+        let Some(layout) = &self.layout else {
+            return TaskCgroup::none();
+        };
+        let at = |name: &str| {
+            let plan = layout::plan(layout, &self.settings.parent, name, limits);
+            self.task_cgroup(layout, plan, name)
+        };
+        let cgroup = at(name);
+        if cgroup.exists() {
+            return cgroup;
+        }
+        match name.rsplit_once('/') {
+            Some((_, flat)) if at(flat).exists() => at(flat),
+            _ => cgroup,
         }
     }
 }
@@ -584,6 +596,95 @@ mod tests {
         assert_eq!(set.job_pids_max(), 500);
         assert_eq!(Cgroups::task_name("web", "a1", "t"), "job-web/a1.t");
         assert_eq!(Cgroups::collectors_name("web", "a1"), "job-web/a1-logs");
+        assert_eq!(
+            Cgroups::task_name("batch/dispatch-1-ab", "a1", "t"),
+            "job-batch~dispatch-1-ab/a1.t"
+        );
+    }
+
+    /// A dispatched job's cgroups are one level of its own, removed with its last task
+    /// (its `/` once made `job-<parent>/<child>`, and the parent's level stayed behind).
+    /// On this node's real cgroups, under a parent of the test's own.
+    #[test]
+    fn a_launched_jobs_level_is_one_directory_removed_with_its_last_cgroup() {
+        let parent = format!("berth-unit-{}-levels", std::process::id());
+        let cgroups = Cgroups::detect(CgroupSettings {
+            parent: parent.clone(),
+            ..CgroupSettings::default()
+        });
+        let Some(layout) = cgroups.layout.clone() else {
+            panic!("this test needs the node's cgroups mounted");
+        };
+        let parent_dirs = layout::plan(&layout, &parent, "x", &limits()).parents;
+        /// Removes the test's parents, deepest first, also when an assert failed.
+        struct RemoveParents(Vec<PathBuf>);
+        impl Drop for RemoveParents {
+            fn drop(&mut self) {
+                fn remove(dir: &Path) {
+                    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                        if entry.path().is_dir() {
+                            remove(&entry.path());
+                        }
+                    }
+                    let _ = std::fs::remove_dir(dir);
+                }
+                self.0.iter().for_each(|dir| remove(dir));
+            }
+        }
+        let _cleanup = RemoveParents(parent_dirs.clone());
+        let name = Cgroups::task_name("batch/dispatch-1-ab", "a1", "t");
+        let cgroup = cgroups.create(&name, &limits()).unwrap();
+        for parent in &parent_dirs {
+            let levels: Vec<_> = std::fs::read_dir(parent)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().into_string().unwrap())
+                .collect();
+            assert_eq!(
+                levels,
+                ["job-batch~dispatch-1-ab"],
+                "in {}",
+                parent.display()
+            );
+            assert!(parent.join("job-batch~dispatch-1-ab/a1.t").is_dir());
+        }
+        cgroup.kill_and_remove().unwrap();
+        for parent in &parent_dirs {
+            let left: Vec<_> = std::fs::read_dir(parent)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name())
+                .collect();
+            assert!(left.is_empty(), "left in {}: {left:?}", parent.display());
+        }
+    }
+
+    /// A task an agent started before job levels existed is found again after an
+    /// upgrade, where that agent put it; a task of the new agent is found in its level.
+    #[test]
+    fn a_run_from_before_job_levels_is_found_where_it_was_made() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = Layout::Unified {
+            root: root.path().into(),
+            controllers: vec!["memory".into(), "cpu".into(), "pids".into()],
+        };
+        let cgroups = Cgroups::with_layout(Some(layout), CgroupSettings::default());
+        let parent = root.path().join(&cgroups.settings().parent);
+        std::fs::create_dir_all(parent.join("a1.t")).unwrap();
+        std::fs::write(parent.join("a1.t/cgroup.procs"), "4242\n").unwrap();
+        let name = Cgroups::task_name("web", "a1", "t");
+        let old = cgroups.existing(&name, &limits());
+        assert_eq!(old.procs_files(), [parent.join("a1.t/cgroup.procs")]);
+        assert_eq!(old.pids(), [4242]);
+        assert!(old.job.is_none(), "an old run is in no job's level");
+        std::fs::create_dir_all(parent.join("job-web/a1.t")).unwrap();
+        let new = cgroups.existing(&name, &limits());
+        assert_eq!(
+            new.procs_files(),
+            [parent.join("job-web/a1.t/cgroup.procs")]
+        );
     }
 
     #[test]

@@ -35,6 +35,9 @@
 //!                              # own code (not exec, raw_exec or mock); an eighth are
 //!                              # kept for checks (a submission's), never held by tasks
 //!
+//! ephemeral_disk_inodes_per_mb = 256  # files an alloc may hold per MB of its
+//!                              # ephemeral_disk size (default: one per 4 KiB)
+//!
 //! gc {
 //!   interval   = "1m"   # how often finished allocs are collected (Nomad's gc_interval)
 //!   max_allocs = 50     # finished allocs kept, newest first (Nomad's gc_max_allocs)
@@ -143,6 +146,9 @@ pub struct AgentConfig {
     /// call in flight, and one per running task whose driver waits in its own code.
     /// `None`: the default.
     pub max_plugin_instances: Option<u32>,
+    /// Inodes (files, directories, links) an alloc may hold per MB of its
+    /// `ephemeral_disk` size; `None`: [`crate::disk::DEFAULT_INODES_PER_MB`].
+    pub ephemeral_disk_inodes_per_mb: Option<u64>,
     pub gc: GcSettings,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
@@ -459,6 +465,7 @@ impl AgentConfig {
                 "http",
                 "require_pinned",
                 "max_plugin_instances",
+                "ephemeral_disk_inodes_per_mb",
                 "gc",
                 "consul",
                 "user",
@@ -617,6 +624,9 @@ impl AgentConfig {
         let max_plugin_instances = fields
             .number("max_plugin_instances", 65_536, &mut problems)
             .map(|n| n.max(16) as u32);
+        let ephemeral_disk_inodes_per_mb = fields
+            .number("ephemeral_disk_inodes_per_mb", 65_536, &mut problems)
+            .map(|n| n.max(1));
         let http = match fields.single_block("http", &mut problems) {
             Some(block) => http_config(block, &mut problems),
             None => HttpConfig::default(),
@@ -673,6 +683,7 @@ impl AgentConfig {
             http,
             require_pinned,
             max_plugin_instances,
+            ephemeral_disk_inodes_per_mb,
             gc,
             consul,
             users,

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod config;
 pub mod consul;
 pub mod csi;
+pub mod disk;
 pub mod driver_set;
 pub mod hook_set;
 pub mod jobspec;

@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 pub struct Identity {
     pub name: Option<String>,
     pub datacenter: Option<String>,
+    /// How the agent limits allocs' disks (`disk::Mechanism::name`), shown as
+    /// `attr.storage.ephemeral_disk_limit`.
+    pub ephemeral_disk_limit: Option<String>,
 }
 
 static IDENTITY: OnceLock<Identity> = OnceLock::new();
@@ -34,6 +37,12 @@ pub fn facts() -> &'static BTreeMap<String, String> {
         }
         if let Some(datacenter) = &identity.datacenter {
             facts.insert("node.datacenter".into(), datacenter.clone());
+        }
+        if let Some(mechanism) = &identity.ephemeral_disk_limit {
+            facts.insert(
+                "attr.storage.ephemeral_disk_limit".into(),
+                mechanism.clone(),
+            );
         }
         facts
     })

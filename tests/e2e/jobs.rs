@@ -412,7 +412,7 @@ async fn a_read_only_cgroup_hierarchy_fails_the_task_with_an_event_and_leaves_no
         format!(
             "cgroup: the cgroup hierarchy at {} is read-only: berth cannot create the task's \
              cgroup there (the agent needs it mounted read-write)",
-            hierarchy.join("berth").display()
+            hierarchy.join("berth/job-ro").display()
         )
     );
     assert!(!events.iter().any(|e| e.kind == EventKind::Started));

@@ -24,6 +24,7 @@ mod consul_double;
 mod crash_points;
 mod csi;
 mod csi_client;
+mod disk_limits;
 mod drivers;
 mod front_door;
 mod hooks;

@@ -232,7 +232,12 @@ impl Agent {
         }
         let root = entry.runner.alloc_dir.root();
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-        if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
+        // The alloc's own filesystem (its `ephemeral_disk` image) is mounted at its root
+        // and goes with it; nothing else may be mounted there.
+        if let Some(mount) = mounts
+            .iter()
+            .find(|m| m.mount_point != root && m.mount_point.starts_with(&root))
+        {
             tracing::warn!(alloc = %id, mount = %mount.mount_point.display(),
                 "not collecting a finished alloc: something is still mounted in it");
             return false;
@@ -242,11 +247,14 @@ impl Agent {
             return false;
         }
         self.allocs.lock().unwrap().remove(id);
-        match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => tracing::warn!(alloc = %id, %error,
-                "removing a collected alloc's directory"),
+        let mut remove_dir = || match std::fs::remove_dir_all(&root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        };
+        let released =
+            crate::blocking::run(|| self.node.sys.release_alloc_disk(id, &root, &mut remove_dir));
+        if let Err(error) = released {
+            tracing::warn!(alloc = %id, %error, "removing a collected alloc's directory and disk");
         }
         true
     }

@@ -247,9 +247,14 @@ impl Agent {
     /// notices, not errors: the agent runs with everything it could read.
     pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StartError> {
         let mut notices = Vec::new();
+        let disk = crate::disk::DiskLimits::detect(
+            &options.data_dir,
+            options.config.ephemeral_disk_inodes_per_mb,
+        );
         let identity = crate::node::Identity {
             name: options.config.name.clone(),
             datacenter: options.config.datacenter.clone(),
+            ephemeral_disk_limit: Some(disk.mechanism().name().to_string()),
         };
         if !crate::node::configure(identity.clone()) {
             notices.push(Notice {
@@ -401,6 +406,16 @@ impl Agent {
             }),
         }
         tracing::info!(cgroups = %cgroups.describe(), "task cgroups");
+        match disk.mechanism() {
+            crate::disk::Mechanism::Unavailable { why } => notices.push(Notice {
+                level: NoticeLevel::Warning,
+                message: format!(
+                    "allocs will not start: {}",
+                    crate::disk::DiskError::Unavailable { why: why.clone() }
+                ),
+            }),
+            mechanism => tracing::info!(mechanism = mechanism.name(), "ephemeral disk limits"),
+        }
         let services = crate::consul::ServiceClient::new(options.config.consul.as_ref())
             .unwrap_or_else(|error| {
                 notices.push(Notice {
@@ -412,7 +427,7 @@ impl Agent {
         let mut agent = Agent {
             cluster,
             node: NodeContext {
-                sys: Arc::new(crate::sys::LinuxSys::new(cgroups)),
+                sys: Arc::new(crate::sys::LinuxSys::with_disk(cgroups, disk)),
                 data_dir: options.data_dir,
                 drivers: options.drivers,
                 hooks: options.hooks,

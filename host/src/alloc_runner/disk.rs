@@ -1,18 +1,16 @@
-//! The alloc's `ephemeral_disk { size }`, enforced by measuring: every
-//! [`CHECK_INTERVAL`] the alloc directory is walked (allocated blocks, links not
+//! The alloc's `ephemeral_disk { size }`. The kernel holds an alloc to it (`disk`: the
+//! alloc's directory is a filesystem image of its size, or a project with a quota): the
+//! runner limits the directory before anything is made in it, reads what it holds once
+//! per [`CHECK_INTERVAL`] (one call), and stops the alloc once it is full ("Disk
+//! Resources Exceeded"): every task is told why and stopped, the alloc fails, and what
+//! its tasks wrote (their directories, `alloc/data`, `alloc/tmp`) is removed once they
+//! are gone; the logs stay for `berth alloc logs`.
+//!
+//! An alloc an older build made (its directory holds files, with no image or project)
+//! is measured as before: the directory is walked (allocated blocks, links not
 //! followed, no other filesystem entered, each directory read through a descriptor
 //! opened in its parent) and the files its tasks hold open after unlinking them are
-//! added (from their processes' descriptors). Past the size, or when the tree cannot be
-//! measured (nested deeper than [`MAX_DEPTH`]: only a hostile task builds that), every
-//! task is told why and stopped, the alloc fails, and what its tasks wrote (their
-//! directories, `alloc/data`, `alloc/tmp`) is removed once they are gone; the logs stay
-//! for `berth alloc logs`.
-//!
-//! Measured, not a filesystem quota: project quotas need a data dir on XFS or on ext4
-//! made with the `project` feature and mounted with `prjquota`, which the data dirs of
-//! these nodes (and most) are not; a loop-mounted image per alloc would cost a `mkfs`
-//! per alloc start. The price of measuring: a task can overshoot by what it writes
-//! within one interval before it is stopped.
+//! added. A tree nested deeper than [`MAX_DEPTH`] cannot be measured and stops it.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -21,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::AllocRunner;
+use crate::disk::AllocDiskLimit;
 use crate::model::events::{EventKind, TaskEvent};
 use crate::model::limits::MIB;
 
@@ -39,9 +38,18 @@ pub enum Unmeasurable {
     Io(#[from] io::Error),
 }
 
+/// How an alloc's disk is limited, for its status.
+#[derive(Debug, Clone, Default)]
+pub struct DiskReport {
+    pub limited_by: Option<String>,
+    pub inodes: Option<(u64, u64)>,
+}
+
 /// Why an alloc is stopped for its disk.
 #[derive(Debug)]
 pub enum DiskVerdict {
+    /// The kernel says its disk is full (or it holds more than its size).
+    Full(crate::disk::DiskUsage),
     /// It holds this many bytes, more than its size.
     Over(u64),
     /// It cannot be measured.
@@ -139,11 +147,56 @@ impl AllocRunner {
         self.group.ephemeral_disk_mb.saturating_mul(MIB)
     }
 
-    /// Measures the alloc's directory until it holds more than its `ephemeral_disk`
-    /// size, or cannot be measured. Never returns while the alloc stays within it.
+    /// Limits the alloc's directory (made here) to its size: before anything is made in
+    /// it. Idempotent, for a restored alloc. The error is for the alloc's events.
+    pub(super) fn limit_disk(&self) -> Result<(), crate::disk::DiskError> {
+        let root = self.alloc_dir.root();
+        let limited = crate::blocking::run(|| {
+            self.node
+                .sys
+                .limit_alloc_disk(&self.id, root, self.group.ephemeral_disk_mb)
+        })?;
+        self.disk_limit.lock().unwrap().limited_by = Some(match limited {
+            AllocDiskLimit::Kernel => self.node.sys.disk_mechanism().name().to_string(),
+            AllocDiskLimit::Measured => "measured".to_string(),
+        });
+        Ok(())
+    }
+
+    /// Whether the kernel limits this alloc's disk.
+    fn kernel_limited(&self) -> bool {
+        let report = self.disk_limit.lock().unwrap();
+        report
+            .limited_by
+            .as_deref()
+            .is_some_and(|by| by != "measured")
+    }
+
+    /// Reads what the kernel counts; `None` when it does not limit the alloc's disk.
+    fn read_kernel_usage(&self) -> Option<crate::disk::DiskUsage> {
+        if !self.kernel_limited() {
+            return None;
+        }
+        let root = self.alloc_dir.root();
+        let usage = crate::blocking::run(|| self.node.sys.alloc_disk_usage(root))?;
+        self.disk_used.store(usage.used_bytes, Ordering::Relaxed);
+        self.disk_limit.lock().unwrap().inodes = Some((usage.used_inodes, usage.max_inodes));
+        Some(usage)
+    }
+
+    /// Reads the alloc's disk until it is full (or holds more than its size), or cannot
+    /// be measured. Never returns while the alloc stays within it.
     pub(super) async fn watch_disk(&self) -> DiskVerdict {
         loop {
             tokio::time::sleep(CHECK_INTERVAL).await;
+            if self.kernel_limited() {
+                if let Some(usage) = self.read_kernel_usage()
+                    && (usage.full || usage.used_bytes > self.disk_limit())
+                {
+                    return DiskVerdict::Full(usage);
+                }
+                continue;
+            }
             let root = self.alloc_dir.root().to_path_buf();
             let pids = self.task_pids();
             let measured = tokio::task::spawn_blocking(move || measure(&root, &pids)).await;
@@ -187,6 +240,9 @@ impl AllocRunner {
 
     /// Measures once more (what the alloc's status shows once it is over).
     pub(super) fn measure_disk(&self) {
+        if self.read_kernel_usage().is_some() {
+            return;
+        }
         let root = self.alloc_dir.root();
         if let Ok(used) = crate::blocking::run(|| measure(root, &[]).map_err(io::Error::other)) {
             self.disk_used.store(used, Ordering::Relaxed);
@@ -197,6 +253,14 @@ impl AllocRunner {
     pub(super) fn disk_exceeded(&self, verdict: DiskVerdict) {
         let size = self.group.ephemeral_disk_mb;
         let message = match verdict {
+            DiskVerdict::Full(usage) => format!(
+                "the alloc's disk is full: it holds {} MB and {} of its {} inodes (files, \
+                 directories, links) of its ephemeral_disk size of {size} MB (logs included): \
+                 its tasks are stopped and what they wrote is removed",
+                usage.used_bytes.div_ceil(MIB),
+                usage.used_inodes,
+                usage.max_inodes
+            ),
             DiskVerdict::Over(used) => format!(
                 "the alloc's directory holds {} MB, more than its ephemeral_disk size of \
                  {size} MB (logs included): its tasks are stopped and what they wrote is removed",
@@ -233,7 +297,11 @@ impl AllocRunner {
         let removed = crate::blocking::run(|| {
             let root = root.canonicalize()?;
             let mounts = crate::mount::mountinfo::read_self()?;
-            if let Some(mount) = mounts.iter().find(|m| m.mount_point.starts_with(&root)) {
+            // The alloc's own filesystem is mounted at its root; nothing else may be.
+            if let Some(mount) = mounts
+                .iter()
+                .find(|m| m.mount_point != root && m.mount_point.starts_with(&root))
+            {
                 return Err(io::Error::other(format!(
                     "{} is still mounted",
                     mount.mount_point.display()

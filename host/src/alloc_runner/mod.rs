@@ -57,6 +57,13 @@ pub struct AllocStatus {
     /// Its `ephemeral_disk` size.
     #[serde(default)]
     pub disk_limit_bytes: u64,
+    /// Who holds the alloc to its size: the kernel's mechanism (`image`,
+    /// `project-quota`), or `measured` (an alloc an older build made); `None`: not yet.
+    #[serde(default)]
+    pub disk_limited_by: Option<String>,
+    /// Inodes used, and the most it may use (`None`: not limited by the kernel).
+    #[serde(default)]
+    pub disk_inodes: Option<(u64, u64)>,
 }
 
 /// An alloc hook: one method per phase, no-op by default.
@@ -151,7 +158,7 @@ impl AllocHook for GroupServicesHook {
     }
 }
 
-/// Creates the alloc directory.
+/// Creates the alloc directory, limited to the alloc's `ephemeral_disk` (see [`disk`]).
 struct AllocDirHook;
 
 impl AllocHook for AllocDirHook {
@@ -161,6 +168,10 @@ impl AllocHook for AllocDirHook {
 
     fn prerun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
+            alloc.limit_disk().map_err(|error| HookError {
+                hook: "alloc_dir".into(),
+                message: error.to_string(),
+            })?;
             alloc.alloc_dir.build().map_err(|e| HookError {
                 hook: "alloc_dir".into(),
                 message: format!("creating {}: {e}", alloc.alloc_dir.root().display()),
@@ -222,6 +233,8 @@ pub struct AllocRunner {
     stop: watch::Sender<bool>,
     /// Bytes in the alloc's directory when last measured ([`disk`]); `u64::MAX`: not yet.
     disk_used: std::sync::atomic::AtomicU64,
+    /// How the alloc's disk is limited, and its inodes (see [`AllocStatus`]).
+    disk_limit: Mutex<disk::DiskReport>,
 }
 
 impl AllocRunner {
@@ -370,6 +383,7 @@ impl AllocRunner {
             changed: Arc::default(),
             stop,
             disk_used: std::sync::atomic::AtomicU64::new(u64::MAX),
+            disk_limit: Mutex::default(),
         })
     }
 
@@ -422,6 +436,7 @@ impl AllocRunner {
 
     pub fn status(&self) -> AllocStatus {
         let record = self.record.lock().unwrap().clone();
+        let disk = self.disk_limit.lock().unwrap().clone();
         AllocStatus {
             id: record.id,
             name: record.name,
@@ -437,6 +452,8 @@ impl AllocRunner {
             disk_used_bytes: Some(self.disk_used.load(std::sync::atomic::Ordering::Relaxed))
                 .filter(|used| *used != u64::MAX),
             disk_limit_bytes: self.disk_limit(),
+            disk_limited_by: disk.limited_by,
+            disk_inodes: disk.inodes,
         }
     }
 

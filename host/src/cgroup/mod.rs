@@ -67,6 +67,11 @@ pub enum CgroupError {
 }
 
 impl CgroupError {
+    /// A directory was missing (a parent removed meanwhile).
+    fn is_not_found(&self) -> bool {
+        matches!(self, CgroupError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+
     pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> CgroupError {
         if source.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) {
             return CgroupError::ReadOnly {
@@ -290,12 +295,22 @@ impl Cgroups {
         let cgroup = self.task_cgroup(layout, plan, name);
         crate::blocking::run(|| {
             cgroup.kill_and_remove()?;
-            let levels = JOB_LEVELS.lock().unwrap_or_else(|e| e.into_inner());
-            let built = cgroup.build(false).and_then(|()| cgroup.limit_job());
-            drop(levels);
-            built.inspect_err(|_| {
+            let mut tries = 0;
+            loop {
+                let levels = JOB_LEVELS.lock().unwrap_or_else(|e| e.into_inner());
+                let built = cgroup.build(false).and_then(|()| cgroup.limit_job());
+                drop(levels);
+                let Err(error) = built else {
+                    return Ok(());
+                };
                 let _ = cgroup.kill_and_remove();
-            })
+                tries += 1;
+                // Another agent on this host (same parent) removed the job's level, empty
+                // a moment, between its making and ours: made again.
+                if !error.is_not_found() || tries == 3 {
+                    return Err(error);
+                }
+            }
         })?;
         Ok(cgroup)
     }

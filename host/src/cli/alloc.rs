@@ -31,16 +31,21 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
     print_line!("Alloc Dir      = {}", local.alloc_dir.display());
     let mb = |bytes: u64| bytes.div_ceil(crate::model::limits::MIB);
     let limit = mb(local.disk_limit_bytes);
+    let limited_by = local.disk_limited_by.as_deref().unwrap_or("not yet");
     match local.disk_used_bytes {
         Some(used) => print_line!(
-            "Disk           = {} MB used of {} MB (ephemeral_disk, logs included)",
+            "Disk           = {} MB used of {} MB (ephemeral_disk, logs included; limited by: {})",
             mb(used),
-            limit
+            limit,
+            limited_by
         ),
         None => print_line!(
             "Disk           = not measured yet ({} MB of ephemeral_disk)",
             limit
         ),
+    }
+    if let Some((used, max)) = local.disk_inodes {
+        print_line!("Disk Inodes    = {} used of {}", used, max);
     }
     for (name, task) in &alloc.task_states {
         print_line!();

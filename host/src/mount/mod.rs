@@ -10,6 +10,7 @@
 
 pub mod beneath;
 pub mod cgroupfs;
+pub mod loop_fs;
 pub mod mountinfo;
 pub mod plugin_mounts;
 pub mod shared;

@@ -178,7 +178,14 @@ impl Rotator {
                 // Nowhere to write: keep reading, so the task never blocks on us.
                 return;
             };
-            if file.write_all(chunk).is_err() {
+            if let Err(error) = file.write_all(chunk) {
+                // The alloc's disk is full (its filesystem or its quota): another file
+                // would not take it either, and rotating for every write would spin
+                // through the indices and push the task's last lines out. Dropped; the
+                // alloc runner stops an alloc whose disk is full.
+                if matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+                    return;
+                }
                 self.rotate();
                 if self.file.is_none() {
                     return;

@@ -185,6 +185,38 @@ impl Sys for FakeSys {
             .copied()
             .ok_or_else(|| UserError::Unknown(name.to_string()))
     }
+
+    fn disk_mechanism(&self) -> crate::disk::Mechanism {
+        crate::disk::Mechanism::Unavailable {
+            why: "a fake".into(),
+        }
+    }
+
+    fn limit_alloc_disk(
+        &self,
+        _alloc_id: &str,
+        _root: &std::path::Path,
+        _size_mb: u64,
+    ) -> Result<crate::disk::AllocDiskLimit, crate::disk::DiskError> {
+        Ok(crate::disk::AllocDiskLimit::Measured)
+    }
+
+    fn alloc_disk_usage(&self, _root: &std::path::Path) -> Option<crate::disk::DiskUsage> {
+        None
+    }
+
+    fn release_alloc_disk(
+        &self,
+        _alloc_id: &str,
+        root: &std::path::Path,
+        remove_contents: &mut dyn FnMut() -> io::Result<()>,
+    ) -> Result<(), crate::disk::DiskError> {
+        remove_contents().map_err(|source| crate::disk::DiskError::Io {
+            action: "removing",
+            path: root.to_path_buf(),
+            source,
+        })
+    }
 }
 
 /// A cgroup nothing is recorded for.

@@ -2,11 +2,12 @@
 
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{RunCgroup, Sys};
 use crate::alloc_dir::open_dir_nofollow;
 use crate::cgroup::{CgroupError, Cgroups, TaskCgroup};
+use crate::disk::{AllocDiskLimit, DiskError, DiskLimits, DiskUsage, Mechanism};
 use crate::model::driver::TaskUser;
 use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::process::users::UserError;
@@ -14,11 +15,25 @@ use crate::process::users::UserError;
 /// The privileged operations, done on this host.
 pub struct LinuxSys {
     cgroups: Cgroups,
+    /// `None`: allocs' disks are not limited by the kernel (measured by the runner).
+    disk: Option<DiskLimits>,
 }
 
 impl LinuxSys {
+    /// Without disk limits: for tools and benches that run tasks of no alloc's size.
     pub fn new(cgroups: Cgroups) -> LinuxSys {
-        LinuxSys { cgroups }
+        LinuxSys {
+            cgroups,
+            disk: None,
+        }
+    }
+
+    /// With the node's disk limits (the agent's).
+    pub fn with_disk(cgroups: Cgroups, disk: DiskLimits) -> LinuxSys {
+        LinuxSys {
+            cgroups,
+            disk: Some(disk),
+        }
     }
 }
 
@@ -79,6 +94,47 @@ impl Sys for LinuxSys {
 
     fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError> {
         crate::process::users::lookup(name)
+    }
+
+    fn disk_mechanism(&self) -> Mechanism {
+        match &self.disk {
+            Some(disk) => disk.mechanism().clone(),
+            None => Mechanism::Unavailable {
+                why: "the agent was built without disk limits".into(),
+            },
+        }
+    }
+
+    fn limit_alloc_disk(
+        &self,
+        alloc_id: &str,
+        root: &Path,
+        size_mb: u64,
+    ) -> Result<AllocDiskLimit, DiskError> {
+        match &self.disk {
+            Some(disk) => disk.limit(alloc_id, root, size_mb),
+            None => Ok(AllocDiskLimit::Measured),
+        }
+    }
+
+    fn alloc_disk_usage(&self, root: &Path) -> Option<DiskUsage> {
+        self.disk.as_ref()?.usage(root)
+    }
+
+    fn release_alloc_disk(
+        &self,
+        alloc_id: &str,
+        root: &Path,
+        remove_contents: &mut dyn FnMut() -> io::Result<()>,
+    ) -> Result<(), DiskError> {
+        match &self.disk {
+            Some(disk) => disk.release(alloc_id, root, remove_contents),
+            None => remove_contents().map_err(|source| DiskError::Io {
+                action: "removing",
+                path: root.to_path_buf(),
+                source,
+            }),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The seam between the runners and the privileged operations they need: a task run's
 //! cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill and
 //! remove), handing a task's directories and secrets to its user (`fchown`), and looking
-//! the user up. The runners reach these only through [`Sys`], which they get in their context:
+//! the user up, and the alloc's disk limit (`disk`). The runners reach these only through [`Sys`], which they get in their context:
 //! [`LinuxSys`] does them on the host (as root), and `fake::FakeSys` (tests only)
 //! records them, so the task and alloc runners' logic is unit-tested without root.
 //!
@@ -18,11 +18,12 @@ mod linux;
 use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use linux::LinuxSys;
 
 use crate::cgroup::CgroupError;
+use crate::disk::{AllocDiskLimit, DiskError, DiskUsage, Mechanism};
 use crate::model::driver::TaskUser;
 use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::process::users::UserError;
@@ -65,6 +66,31 @@ pub trait Sys: Send + Sync {
 
     /// The uid and primary gid of a user name (or number).
     fn lookup_user(&self, name: &str) -> Result<TaskUser, UserError>;
+
+    /// How this node limits allocs' disks (`disk`).
+    fn disk_mechanism(&self) -> Mechanism;
+
+    /// Limits alloc `alloc_id`'s directory `root` (made here) to `size_mb` and the inodes
+    /// that go with it; idempotent, for a restored alloc. Blocking.
+    fn limit_alloc_disk(
+        &self,
+        alloc_id: &str,
+        root: &Path,
+        size_mb: u64,
+    ) -> Result<AllocDiskLimit, DiskError>;
+
+    /// What the alloc's disk holds as the kernel counts it; `None` when the kernel does
+    /// not limit it. Blocking: one call.
+    fn alloc_disk_usage(&self, root: &Path) -> Option<DiskUsage>;
+
+    /// Gives back the alloc's disk once nothing uses its directory; `remove_contents`
+    /// removes the directory at the right moment. Blocking.
+    fn release_alloc_disk(
+        &self,
+        alloc_id: &str,
+        root: &Path,
+        remove_contents: &mut dyn FnMut() -> io::Result<()>,
+    ) -> Result<(), DiskError>;
 }
 
 /// One task run's cgroup.

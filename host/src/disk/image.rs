@@ -1,0 +1,349 @@
+//! An alloc's own filesystem: a sparse ext4 image of its size, loop-mounted at its
+//! directory by the host (see the module above).
+//!
+//! The image is a little larger than the size: ext4 keeps its inode tables (256 bytes an
+//! inode) and a reserve of blocks for itself inside the image, and the alloc's files get
+//! at least the size. The runner stops the alloc once it holds the size; the kernel
+//! refuses what would pass the image. Sparse: a new alloc takes a few hundred KiB of the
+//! host's disk, and then what its tasks write.
+
+use std::io;
+use std::path::Path;
+use std::process::Command;
+
+use super::{AllocDiskLimit, DiskError, DiskUsage, Unsupported};
+use crate::model::limits::MIB;
+use crate::mount;
+
+/// An image with less room than this is full (see [`usage`]).
+const FULL_WITHIN: u64 = 1024 * 1024;
+
+/// Bytes ext4 gives each inode in its tables.
+const INODE_SIZE: u64 = 256;
+
+/// Whether this node can make and mount images: loop devices and `mkfs.ext4`.
+pub fn available() -> Result<(), Unsupported> {
+    if !Path::new("/dev/loop-control").exists() {
+        return Err(Unsupported(
+            "this node has no loop devices (/dev/loop-control is missing)".into(),
+        ));
+    }
+    match Command::new("mkfs.ext4").arg("-V").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(Unsupported(format!("mkfs.ext4 -V failed ({})", out.status))),
+        Err(e) => Err(Unsupported(format!("mkfs.ext4 cannot be run ({e})"))),
+    }
+}
+
+/// The image's size for an alloc of `size` bytes and `inodes`: room for the size, the
+/// inode tables, ext4's reserve (2 % of the blocks, at most 4,096 of them) and its
+/// bitmaps and descriptors.
+pub fn image_bytes(size: u64, inodes: u64) -> u64 {
+    let block = if size < 512 * MIB { 1024 } else { 4096 };
+    let reserve = (size / 50).min(4096 * block);
+    size.saturating_add(inodes.saturating_mul(INODE_SIZE))
+        .saturating_add(reserve)
+        .saturating_add(2 * MIB)
+}
+
+/// See [`super::DiskLimits::limit`].
+pub fn limit(
+    data_dir: &Path,
+    image: &Path,
+    root: &Path,
+    size: u64,
+    inodes: u64,
+) -> Result<AllocDiskLimit, DiskError> {
+    if is_filesystem_root(root) {
+        return Ok(AllocDiskLimit::Kernel);
+    }
+    let holds_files = std::fs::read_dir(root).is_ok_and(|mut entries| entries.next().is_some());
+    if image.exists() {
+        if holds_files {
+            // Its image exists, and so do files the image would hide: only a build that
+            // wrote in the directory unmounted could have made them. Keep them seen.
+            return Err(DiskError::io(
+                "mounting the alloc's image over files at",
+                root,
+                io::Error::other("the directory is not empty"),
+            ));
+        }
+        std::fs::create_dir_all(root).map_err(|e| DiskError::io("creating", root, e))?;
+        // Restored after the node rebooted: the filesystem is the alloc's, as it was.
+        if mount::loop_fs::mount_image(image, root).is_ok() {
+            return Ok(AllocDiskLimit::Kernel);
+        }
+        // An image the agent died making (`mkfs` cut short): the alloc wrote nothing
+        // into it, so it is made again.
+        let _ = std::fs::remove_file(image);
+    } else if holds_files {
+        return Ok(AllocDiskLimit::Measured);
+    }
+    let bytes = image_bytes(size, inodes);
+    let free = free_bytes(data_dir)?;
+    if free < bytes {
+        return Err(DiskError::NoRoom {
+            data_dir: data_dir.to_path_buf(),
+            free_mb: free / MIB,
+            needed_mb: bytes.div_ceil(MIB),
+        });
+    }
+    let dir = image.parent().unwrap_or(data_dir);
+    std::fs::create_dir_all(dir).map_err(|e| DiskError::io("creating", dir, e))?;
+    std::fs::create_dir_all(root).map_err(|e| DiskError::io("creating", root, e))?;
+    make(image, bytes, inodes).inspect_err(|_| {
+        let _ = std::fs::remove_file(image);
+    })?;
+    mount::loop_fs::mount_image(image, root)
+        .map_err(|e| DiskError::io("mounting the alloc's image at", root, e))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(image);
+        })?;
+    // mkfs's `lost+found` is for fsck, which never runs on an alloc's image.
+    let _ = std::fs::remove_dir(root.join("lost+found"));
+    Ok(AllocDiskLimit::Kernel)
+}
+
+/// Bytes of the data dir's filesystem an unprivileged writer may still take.
+fn free_bytes(data_dir: &Path) -> Result<u64, DiskError> {
+    let stat =
+        rustix::fs::statvfs(data_dir).map_err(|e| DiskError::io("reading", data_dir, e.into()))?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// A sparse file of `bytes` holding a new ext4 filesystem: no journal (what an alloc
+/// writes does not outlive a crash of the node in a usable state anyway), no blocks
+/// reserved for root (the tasks' root is not the host's), no growth reserve.
+fn make(image: &Path, bytes: u64, inodes: u64) -> Result<(), DiskError> {
+    let file = std::fs::File::create(image).map_err(|e| DiskError::io("creating", image, e))?;
+    file.set_len(bytes)
+        .map_err(|e| DiskError::io("sizing", image, e))?;
+    drop(file);
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode"])
+        .args(["-N", &inodes.to_string()])
+        .args(["-E", "nodiscard,root_owner=0:0"])
+        .arg(image)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| DiskError::Mkfs {
+            image: image.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        let message = String::from_utf8_lossy(&out.stderr);
+        return Err(DiskError::Mkfs {
+            image: image.to_path_buf(),
+            message: format!("{} ({})", message.trim(), out.status),
+        });
+    }
+    Ok(())
+}
+
+/// See [`super::DiskLimits::usage`]: `statvfs` of the mounted image.
+pub fn usage(root: &Path) -> Option<DiskUsage> {
+    if !is_filesystem_root(root) {
+        return None;
+    }
+    let stat = rustix::fs::statvfs(root).ok()?;
+    let block = stat.f_frsize;
+    Some(DiskUsage {
+        used_bytes: stat
+            .f_blocks
+            .saturating_sub(stat.f_bfree)
+            .saturating_mul(block),
+        used_inodes: stat.f_files.saturating_sub(stat.f_ffree),
+        max_inodes: stat.f_files,
+        // ext4 refuses a write a little before its last block (delayed allocation keeps
+        // some for the metadata it will need): full within a few blocks.
+        full: stat.f_bavail.saturating_mul(block) < FULL_WITHIN || stat.f_favail == 0,
+    })
+}
+
+/// Whether `root` is the root of a mounted filesystem (no link followed): the image.
+fn is_filesystem_root(root: &Path) -> bool {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+    match rustix::fs::statx(
+        rustix::fs::CWD,
+        root,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS,
+    ) {
+        Ok(stat) => {
+            stat.stx_attributes_mask
+                .contains(StatxAttributes::MOUNT_ROOT)
+                && stat.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)
+        }
+        Err(_) => false,
+    }
+}
+
+/// See [`super::DiskLimits::release`]: unmounts the image (refused while anything is
+/// mounted below the alloc's directory) and removes it.
+pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskError> {
+    if mount::shared::mounted_below(root)
+        .map_err(|e| DiskError::io("reading mounts below", root, e))?
+    {
+        return Err(DiskError::io(
+            "unmounting the alloc's image at",
+            root,
+            io::Error::other("something is still mounted below it"),
+        ));
+    }
+    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    mount::shared::unmount_all_below(&canonical(data_dir), &canonical(root))
+        .map_err(|e| DiskError::io("unmounting the alloc's image at", root, e))?;
+    match std::fs::remove_file(image) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(DiskError::io("removing", image, e)),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    /// Unmounts what a failed test left mounted in its data dir.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            if let Some(parent) = self.0.parent() {
+                let _ = mount::shared::unmount_all_below(parent, &self.0);
+            }
+        }
+    }
+    use std::path::PathBuf;
+
+    #[test]
+    fn an_image_gives_at_least_the_size_and_not_much_more() {
+        for size_mb in [10, 300, 1024] {
+            let size = size_mb * MIB;
+            let inodes = size_mb * 256;
+            let data = tempfile::tempdir().unwrap();
+            let root = data.path().join("allocs/a1");
+            let image = data.path().join("alloc-disks/a1.ext4");
+            let _unmount = Unmount(root.clone());
+            assert_eq!(
+                limit(data.path(), &image, &root, size, inodes).unwrap(),
+                AllocDiskLimit::Kernel
+            );
+            let stat = rustix::fs::statvfs(&root).unwrap();
+            let room = stat.f_bavail * stat.f_frsize;
+            assert!(
+                (size..size + size / 50 + 3 * MIB).contains(&room),
+                "{size_mb} MB: {} MB of room",
+                room / MIB
+            );
+            assert!(
+                stat.f_files >= inodes - inodes / 100 && stat.f_files < inodes + inodes / 8 + 64,
+                "{size_mb} MB: {} inodes",
+                stat.f_files
+            );
+            // Sparse: the host holds a few hundred KiB of it.
+            let held = std::fs::metadata(&image).unwrap();
+            use std::os::unix::fs::MetadataExt as _;
+            assert!(held.blocks() * 512 < 4 * MIB, "{}", held.blocks() * 512);
+            release(data.path(), &image, &root).unwrap();
+            assert!(!image.exists());
+        }
+    }
+
+    /// The kernel refuses past the size and past the inodes, whatever hides the bytes (an
+    /// unlinked file held open), and the usage says so in one call; released, nothing
+    /// stays mounted and the image is gone.
+    #[test]
+    fn the_kernel_refuses_past_the_size_and_the_inodes() {
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().join("allocs/a1");
+        let image = data.path().join("alloc-disks/a1.ext4");
+        let _unmount = Unmount(root.clone());
+        limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap();
+        // Again (a restored alloc): the same filesystem, nothing made anew.
+        std::fs::write(root.join("kept"), "x").unwrap();
+        assert_eq!(
+            limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap(),
+            AllocDiskLimit::Kernel
+        );
+        assert!(root.join("kept").exists());
+        let mut hidden = std::fs::File::create(root.join("hidden")).unwrap();
+        std::fs::remove_file(root.join("hidden")).unwrap();
+        let chunk = vec![7u8; 1 << 20];
+        let mut written = 0u64;
+        let refused = loop {
+            match hidden.write_all(&chunk).and_then(|()| hidden.sync_all()) {
+                Ok(()) => written += chunk.len() as u64,
+                Err(e) => break e,
+            }
+            assert!(
+                written < 40 * MIB,
+                "wrote {written} bytes into a 10 MB alloc"
+            );
+        };
+        assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
+        assert!(written >= 9 * MIB, "{written}");
+        let usage = usage(&root).unwrap();
+        let stat = rustix::fs::statvfs(&root).unwrap();
+        assert!(
+            usage.full,
+            "{usage:?} {} blocks of {} left",
+            stat.f_bavail, stat.f_frsize
+        );
+        assert!(usage.used_bytes >= 10 * MIB, "{usage:?}");
+        drop(hidden);
+        let usage_after = super::usage(&root).unwrap();
+        assert!(
+            !usage_after.full && usage_after.used_bytes < MIB,
+            "{usage_after:?}"
+        );
+        let mut made = 0;
+        let refused = loop {
+            match std::fs::File::create(root.join(format!("f{made}"))) {
+                Ok(_) => made += 1,
+                Err(e) => break e,
+            }
+            assert!(made < 30_000, "30,000 empty files in a 10 MB alloc");
+        };
+        assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
+        assert!((2500..2560).contains(&made), "{made}");
+        let usage = super::usage(&root).unwrap();
+        assert!(
+            usage.full && usage.used_inodes == usage.max_inodes,
+            "{usage:?}"
+        );
+        assert!(usage.max_inodes >= 2560, "{usage:?}");
+        release(data.path(), &image, &root).unwrap();
+        assert!(!is_filesystem_root(&root));
+        assert!(!image.exists());
+        assert_eq!(super::usage(&root), None);
+    }
+
+    #[test]
+    fn a_data_dir_without_room_is_refused_naming_the_fix() {
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().join("allocs/a1");
+        let image = data.path().join("alloc-disks/a1.ext4");
+        let error = limit(data.path(), &image, &root, 1 << 50, 1 << 20).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("MB free and the alloc's ephemeral_disk needs")
+                && text.contains("lower ephemeral_disk size"),
+            "{text}"
+        );
+        assert!(!image.exists());
+    }
+
+    /// An alloc directory an older build filled is measured, not hidden under an image.
+    #[test]
+    fn an_older_allocs_directory_is_measured_not_covered() {
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().join("allocs/a1");
+        std::fs::create_dir_all(root.join("alloc/data")).unwrap();
+        let image = data.path().join("alloc-disks/a1.ext4");
+        assert_eq!(
+            limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap(),
+            AllocDiskLimit::Measured
+        );
+        assert!(!image.exists() && !is_filesystem_root(&root));
+    }
+}

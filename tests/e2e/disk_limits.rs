@@ -1,0 +1,238 @@
+//! `ephemeral_disk { size }` held by the kernel (issue 35): the alloc's directory is a
+//! filesystem of its own (an image here: this node's data dir has no project quotas), so
+//! bytes hidden from a walk (unlinked and held, passed to another process, kept by a
+//! memory mapping) and inodes (empty files) count and are refused past the size, as a
+//! root task and as a non-root one; the alloc is then stopped ("Disk Resources
+//! Exceeded"), and another job runs on unharmed.
+
+use berth::model::events::EventKind;
+use berth::model::status::ClientStatus;
+
+use crate::agent_process::AgentProcess;
+
+/// A batch job of one exec task running `script` with `ephemeral_disk { size = 10 }` and
+/// logs of 1 x 1 MB, as `user` (`None`: the default).
+fn job(name: &str, user: Option<&str>, script: &str) -> String {
+    let user = user
+        .map(|u| format!("      user = \"{u}\"\n"))
+        .unwrap_or_default();
+    format!(
+        "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    ephemeral_disk {{\n      size = 10\n    }}\n    restart {{\n      attempts = 0\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n{user}      logs {{\n        max_files     = 1\n        max_file_size = 1\n      }}\n      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
+        serde_json::to_string(script).unwrap()
+    )
+}
+
+/// Writes 30 MB into a file it unlinked and holds open.
+const HIDDEN: &str = "exec 3>/local/hidden; rm /local/hidden; head -c 30000000 /dev/zero >&3; echo refused; sleep 60";
+
+/// Fills a file, hands it over a Unix socket to a child, closes and unlinks it, and
+/// exits: only the child holds it.
+const PASSED: &str = r#"/usr/bin/python3 -c '
+import os, socket, time
+a, b = socket.socketpair()
+if os.fork() == 0:
+    a.close()
+    msg, fds, flags, addr = socket.recv_fds(b, 16, 1)
+    time.sleep(60)
+    os._exit(0)
+f = open("/local/passed", "wb")
+try:
+    while True:
+        f.write(b"x" * (1 << 20)); f.flush()
+except OSError as e:
+    print("refused", e.errno, flush=True)
+socket.send_fds(a, [b"fd"], [f.fileno()])
+os.unlink("/local/passed")
+f.close()
+time.sleep(60)
+'"#;
+
+/// Fills a file, maps it, unlinks and closes it: only the mapping holds it.
+const MAPPED: &str = r#"/usr/bin/python3 -c '
+import mmap, os, time
+f = open("/local/mapped", "w+b")
+try:
+    while True:
+        f.write(b"x" * (1 << 20)); f.flush()
+except OSError as e:
+    print("refused", e.errno, flush=True)
+m = mmap.mmap(f.fileno(), 0)
+os.unlink("/local/mapped")
+f.close()
+time.sleep(60)
+'"#;
+
+/// 30,000 empty files: no blocks, every inode.
+const EMPTY_FILES: &str = "cd /local; i=0; while [ $i -lt 30000 ]; do printf '' > f$i 2>/dev/null || break; i=$((i+1)); done; echo made $i; sleep 60";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hidden_passed_mapped_bytes_and_empty_files_are_refused_past_the_size_root_or_not() {
+    let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
+    agent.start().await;
+    let mut submitted = Vec::new();
+    for (attack, script) in [
+        ("hidden", HIDDEN),
+        ("passed", PASSED),
+        ("mapped", MAPPED),
+        ("empty", EMPTY_FILES),
+    ] {
+        for user in [None, Some("root")] {
+            let name = format!("{attack}-{}", user.unwrap_or("default"));
+            let result = agent
+                .submit(&format!("{name}.hcl"), &job(&name, user, script))
+                .await
+                .unwrap();
+            submitted.push((name, result.alloc_ids[0].clone()));
+        }
+    }
+    // Another job, meanwhile: its alloc writes what it needs and completes.
+    let neighbour = agent
+        .submit(
+            "neighbour.hcl",
+            &job(
+                "neighbour",
+                None,
+                "head -c 4000000 /dev/urandom > /alloc/data/mine && cat /alloc/data/mine | wc -c",
+            ),
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    for (name, id) in &submitted {
+        let status = agent.finished(id).await;
+        assert_eq!(
+            status.client_status,
+            ClientStatus::Failed,
+            "{name}: {status:#?}"
+        );
+        let events = &status.tasks["t"].events;
+        let full = events
+            .iter()
+            .find(|e| e.kind == EventKind::DiskExceeded)
+            .unwrap_or_else(|| panic!("{name}: {events:#?}"));
+        assert!(
+            full.message.contains("the alloc's disk is full")
+                && full.message.contains("ephemeral_disk size of 10 MB"),
+            "{name}: {full:?}"
+        );
+        assert_eq!(
+            EventKind::DiskExceeded.to_string(),
+            "Disk Resources Exceeded"
+        );
+        assert_eq!(status.disk_limited_by.as_deref(), Some("image"), "{name}");
+        let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0"))
+            .unwrap_or_else(|e| {
+                let listing = std::process::Command::new("ls")
+                    .args(["-laR"])
+                    .arg(&status.alloc_dir)
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+                panic!("{name}: reading its stdout: {e}; {listing:?}")
+            });
+        if name.starts_with("empty") {
+            // Refused by the kernel well before 30,000: the alloc's inodes are 2,560.
+            let made: u64 = stdout
+                .trim()
+                .strip_prefix("made ")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: {stdout:?}"));
+            assert!((2000..2560).contains(&made), "{name}: made {made}");
+        } else {
+            // The task tried to write 30 MB (or until refused); the kernel held it to the
+            // image (a little over the size). Its last lines, if any, met a full disk too.
+            let held: u64 = full
+                .message
+                .split("it holds ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|mb| mb.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: {full:?}"));
+            assert!((10..=14).contains(&held), "{name}: held {held} MB");
+        }
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(50),
+        "allocs ran on with full disks"
+    );
+    let status = agent.finished(&neighbour.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(stdout.trim(), "4000000");
+}
+
+/// An alloc that writes past its size is stopped with an event that says why, what its
+/// tasks wrote is removed, its logs stay, and `alloc status` shows the usage and the
+/// mechanism. Garbage collection unmounts its filesystem and frees the image. A size
+/// larger than the node's disk is refused at submit.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alloc_past_its_ephemeral_disk_is_stopped_its_files_removed_and_its_image_freed() {
+    let mut agent = AgentProcess::with_config("gc {\n  max_allocs = 0\n}\n");
+    agent.start().await;
+    let source = job(
+        "filler",
+        None,
+        "echo filling; head -c 6000000 /dev/zero > /local/a; head -c 6000000 /dev/zero > /alloc/data/b; sleep 60; echo survived",
+    );
+    let submitted = agent.submit("filler.hcl", &source).await.unwrap();
+    let id = &submitted.alloc_ids[0];
+    let started = std::time::Instant::now();
+    let status = agent.finished(id).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the alloc ran on past its disk size"
+    );
+    assert_eq!(status.client_status, ClientStatus::Failed, "{status:#?}");
+    let events = &status.tasks["t"].events;
+    let exceeded = events
+        .iter()
+        .find(|e| e.kind == EventKind::DiskExceeded)
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(
+        exceeded.message.contains("ephemeral_disk size of 10 MB"),
+        "{exceeded:?}"
+    );
+    assert!(
+        !status.alloc_dir.join("tasks/t").exists(),
+        "the task's dir stayed"
+    );
+    assert!(!status.alloc_dir.join("alloc/data").exists());
+    let logs = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(logs, "filling\n");
+    assert_eq!(status.disk_limit_bytes, 10 << 20);
+    assert!(
+        status.disk_used_bytes.is_some_and(|used| used < 1 << 20),
+        "{status:#?}"
+    );
+    let (code, shown, _) = agent.cli(&["alloc", "status", id]);
+    assert_eq!(code, 0);
+    assert!(shown.contains(" MB used of 10 MB"), "{shown}");
+    assert!(shown.contains("limited by: image"), "{shown}");
+    assert!(shown.contains("Disk Inodes    = "), "{shown}");
+
+    let image = agent.path().join(format!("data/alloc-disks/{id}.ext4"));
+    assert!(image.exists());
+    let root = status.alloc_dir.canonicalize().unwrap();
+    assert!(crate::support::host_mounts_under(&root).len() == 1);
+    let (code, out, err) = agent.cli(&["system", "gc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        crate::support::host_mounts_under(&root).is_empty(),
+        "{out}{err}\n{}",
+        std::fs::read_to_string(agent.path().join("agent-1.log")).unwrap_or_default()
+    );
+    assert!(!image.exists(), "the image stayed after GC");
+    assert!(!root.exists());
+
+    let huge = source.replace("size = 10", "size = 1000000000");
+    let Err(berth::api::client::ClientError::Api(error, _)) = agent.submit("huge.hcl", &huge).await
+    else {
+        panic!("an ephemeral_disk larger than the node was accepted");
+    };
+    assert!(
+        error
+            .problems
+            .iter()
+            .any(|p| p.contains("asks for 1000000000 MB of ephemeral_disk")),
+        "{error:?}"
+    );
+}

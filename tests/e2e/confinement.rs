@@ -43,6 +43,11 @@ for file in mem environ; do
   if (exec 3< /proc/1/$file) 2>/dev/null; then echo "ESCAPED init-$file"; else echo "init-$file denied"; fi
 done
 if mknod /tmp/disk b 8 0 2>/dev/null; then echo "ESCAPED mknod"; else echo "mknod denied"; fi
+# A file's flags and project (chattr +d, -p): what would take a file out of its alloc's
+# project quota.
+touch /tmp/attr
+if chattr +d /tmp/attr 2>/dev/null; then echo "ESCAPED file-flags"; else echo "file-flags denied"; fi
+if chattr -p 7 /tmp/attr 2>/dev/null; then echo "ESCAPED file-project"; else echo "file-project denied"; fi
 if mount -t tmpfs none /tmp 2>/dev/null; then echo "ESCAPED mount"; else echo "mount denied"; fi
 # Writes the value already there, so a failing defence changes nothing on the host.
 if cat /proc/sys/kernel/core_pattern > /tmp/pattern && cat /tmp/pattern > /proc/sys/kernel/core_pattern 2>/dev/null; then echo "ESCAPED core_pattern"; else echo "core_pattern denied"; fi
@@ -85,6 +90,8 @@ fn assert_contained(stdout: &str) {
         "init-mem",
         "init-environ",
         "breakout",
+        "file-flags",
+        "file-project",
     ] {
         assert!(
             stdout.contains(&format!("{contained} denied")),

@@ -148,7 +148,16 @@ async fn a_mount_that_hangs_in_an_alloc_dir_does_not_hold_the_agents_stop() {
     let task = task_processes(&agent).await;
 
     let hung = HungMount::at(&status.alloc_dir.join("alloc/data/hung"));
-    // The disk measurement (every second) walks into it and waits there.
+    // A request that reads into it waits there, on one of the agent's threads (the
+    // disk's usage comes from the kernel in one call and no longer walks into it).
+    let mut request =
+        std::os::unix::net::UnixStream::connect(agent.path().join("data/api.sock")).unwrap();
+    std::io::Write::write_all(
+        &mut request,
+        format!("GET /v1/client/fs/ls/{id}?path=/alloc/data/hung HTTP/1.1\r\nHost: berth\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
     let pid = agent.pid();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while threads_waiting_on_fuse(pid) == 0 {

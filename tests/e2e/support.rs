@@ -323,6 +323,23 @@ pub fn unmount_everything_under(dir: &Path) {
 }
 
 /// Host mounts whose mount point starts with `prefix`.
+/// The mounts under `prefix` other than allocs' own filesystems (their `ephemeral_disk`
+/// images at `<data>/allocs/<id>`, which stay until the alloc is collected).
+pub fn host_mounts_under_besides_alloc_disks(
+    prefix: &Path,
+) -> Vec<berth::mount::mountinfo::MountEntry> {
+    host_mounts_under(prefix)
+        .into_iter()
+        .filter(|m| {
+            !(m.fs_type == "ext4"
+                && m.source.starts_with("/dev/loop")
+                && m.mount_point
+                    .parent()
+                    .is_some_and(|p| p.ends_with("allocs")))
+        })
+        .collect()
+}
+
 pub fn host_mounts_under(prefix: &Path) -> Vec<berth::mount::mountinfo::MountEntry> {
     berth::mount::mountinfo::read_self()
         .unwrap()

@@ -106,12 +106,16 @@ impl Agent {
             source,
         };
         // Task names are checked path segments, and this one is the alloc's own.
-        let (bytes, offset) = read_rotated(
+        let read = read_rotated(
             &status.alloc_dir.join("alloc"),
             &format!("{task}.{stream}"),
             offset,
-        )
-        .map_err(io)?;
+        );
+        let (bytes, offset) = match read {
+            // Its directory is not made yet (its disk is being limited): nothing written.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !finished => (Vec::new(), offset),
+            other => other.map_err(io)?,
+        };
         Ok(LogChunk {
             offset,
             data: base64::engine::general_purpose::STANDARD.encode(&bytes),

@@ -260,6 +260,16 @@ pub fn usage(root: &Path) -> Option<DiskUsage> {
 mod tests {
     use super::*;
 
+    /// A data dir on a filesystem without project quotas (this node's `/tmp`) is not
+    /// taken for one, and says why.
+    #[test]
+    fn a_filesystem_without_project_quotas_is_refused_saying_which() {
+        let dir = tempfile::tempdir().unwrap();
+        let refused = detect(dir.path()).unwrap_err().to_string();
+        assert!(refused.contains("has no project quotas"), "{refused}");
+        assert_eq!(qcmd(libc::Q_GETQUOTA), 0x8000_0702_u32 as i32);
+    }
+
     #[test]
     fn the_kernels_structures_have_their_sizes() {
         assert_eq!(std::mem::size_of::<FsXattr>(), 28);

@@ -13,7 +13,10 @@
 //! - file handles (`open_by_handle_at`, which escaped chroots in Docker's past,
 //!   `name_to_handle_at`);
 //! - `ptrace` except `PTRACE_TRACEME`: a process can be traced only by the parent it
-//!   asked (a debugger that starts its program), never attached to.
+//!   asked (a debugger that starts its program), never attached to;
+//! - changing a file's project (`ioctl` `FS_IOC_FSSETXATTR`, `FS_IOC_SETFLAGS`,
+//!   `file_setattr`): an alloc's disk may be a project quota, which its files must not
+//!   leave (`chattr -p`, `chattr -P` answer "Operation not permitted").
 //!
 //! A CSI plugin the operator granted mounting keeps `CAP_SYS_ADMIN`, and its filter lets
 //! it `umount2`, change propagation, and `mount` with `MS_BIND`: never a new filesystem
@@ -72,6 +75,17 @@ const DENIED: &[i64] = &[
     #[cfg(target_arch = "x86_64")]
     libc::SYS_ioperm,
 ];
+
+/// `ioctl` requests that change a file's project or its inheritance of it
+/// (`FS_IOC_SETFLAGS` clears `FS_PROJINHERIT_FL`, `FS_IOC_FSSETXATTR` sets `fsx_projid`):
+/// with them a task that owns its files (or has `CAP_FOWNER`) would move what it writes
+/// out of its alloc's project quota (`disk/quota.rs`). `FS_IOC_SETFLAGS` is 0x40086602
+/// with a 64-bit `long`, 0x40046602 with a 32-bit one.
+const FILE_ATTRIBUTE_SETTERS: &[u64] = &[0x4008_6602, 0x4004_6602, 0x401C_5820];
+
+/// `file_setattr(2)` (Linux 6.17): the same as `FS_IOC_FSSETXATTR`, by path. Its number
+/// is the same on every architecture of the unified table; libc does not name it yet.
+pub const FILE_SETATTR: i64 = 469;
 
 /// Every `CLONE_NEW*` flag `clone` can carry.
 const CLONE_NEW_FLAGS: &[u64] = &[
@@ -221,6 +235,16 @@ impl TaskFilter {
             })
             .collect::<Result<Vec<_>, _>>()?;
         denied.insert(libc::SYS_clone, namespace_clones);
+        let attribute_setters = FILE_ATTRIBUTE_SETTERS
+            .iter()
+            .map(|&request| {
+                let is_request =
+                    SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)?;
+                SeccompRule::new(vec![is_request])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        denied.insert(libc::SYS_ioctl, attribute_setters);
+        denied.insert(FILE_SETATTR, Vec::new());
         let refuse = SeccompFilter::new(
             denied,
             SeccompAction::Allow,

@@ -15,6 +15,9 @@
 //! - **berth, confined spawn alone**: the same process through `ProcessTable::spawn` and
 //!   its cgroup, without the alloc runner, the driver or the state; and the same spawn
 //!   without a cgroup: where the time goes.
+//! - **berth, exec driver, disk an image**: the same exec alloc on a node whose allocs'
+//!   disks are images (`disk`): a sparse file made, `mkfs.ext4`, loop-mounted, before
+//!   the alloc dir; its release (unmount, remove) is outside the timing.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
 //!
@@ -146,6 +149,19 @@ async fn run() {
         sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
     };
+    // The exec alloc again on a node whose allocs' disks are images (what these nodes
+    // use): the image made, formatted and loop-mounted before the alloc dir is built.
+    let image_node = NodeContext {
+        sys: Arc::new(berth::sys::LinuxSys::with_disk(
+            (*cgroups).clone(),
+            berth::disk::DiskLimits::with_mechanism(
+                berth::disk::Mechanism::Image,
+                scratch.path(),
+                None,
+            ),
+        )),
+        ..node(&on_disk)
+    };
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
     let (on_disk_node, in_memory_node) = (node(&on_disk), node(&in_memory));
@@ -166,12 +182,14 @@ async fn run() {
         let mock = alloc_start(&mock_job, &on_disk_node, index).await;
         let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
+        let exec_image = alloc_start(&exec_job, &image_node, index).await;
         let spawn = confined_spawn(processes.as_ref(), &cgroups, &spawn_root, &source).await;
         let uncgrouped = confined_spawn(processes.as_ref(), &none, &spawn_root, &source).await;
         let bare = bare_start(&source, &target);
         if index >= 5 {
             rounds.push(mock, mock_memory, exec, spawn, bare);
             rounds.uncgrouped.push(uncgrouped.total);
+            rounds.exec_image.push(exec_image);
         }
     }
     let Rounds {
@@ -183,7 +201,9 @@ async fn run() {
         cgroup_remove,
         uncgrouped,
         bare,
+        exec_image,
     } = rounds;
+    let exec_image = median(exec_image);
     let uncgrouped = median(uncgrouped);
     let (mock, mock_memory, exec, spawn, bare) = (
         median(mock),
@@ -213,6 +233,10 @@ async fn run() {
     println!(
         "  berth, exec driver (all of it + namespace)    {:>9.1} µs",
         micros(exec)
+    );
+    println!(
+        "  berth, exec driver, disk an image             {:>9.1} µs",
+        micros(exec_image)
     );
     println!(
         "  berth, confined spawn + cgroup alone          {:>9.1} µs",
@@ -259,6 +283,12 @@ async fn run() {
     summary("mock_alloc_start_us", micros(mock));
     summary("mock_alloc_start_in_memory_us", micros(mock_memory));
     summary("exec_alloc_start_us", micros(exec));
+    summary("exec_alloc_start_disk_image_us", micros(exec_image));
+    summary(
+        "disk_image_added_per_alloc_us",
+        micros(exec_image.saturating_sub(exec)),
+    );
+    summary("exec_disk_image_over_exec", ratio(exec_image, exec));
     summary("confined_spawn_us", micros(spawn));
     summary("cgroup_create_us", micros(cgroup_create));
     summary("confined_spawn_without_cgroup_us", micros(uncgrouped));
@@ -288,6 +318,7 @@ struct Rounds {
     cgroup_remove: Vec<Duration>,
     uncgrouped: Vec<Duration>,
     bare: Vec<Duration>,
+    exec_image: Vec<Duration>,
 }
 
 impl Rounds {
@@ -336,7 +367,9 @@ async fn alloc_start(
         }
     }
     running.await.unwrap();
-    let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
+    let root = alloc.alloc_dir.root();
+    let mut remove = || std::fs::remove_dir_all(root);
+    let _ = shared.sys.release_alloc_disk(&alloc.id, root, &mut remove);
     let _ = shared.store.remove_alloc(&alloc.id);
     start_time.expect("the task never started")
 }

@@ -236,3 +236,64 @@ async fn an_alloc_past_its_ephemeral_disk_is_stopped_its_files_removed_and_its_i
         "{error:?}"
     );
 }
+
+/// A kill -9 of the agent leaves the alloc's filesystem mounted where the restarted
+/// agent finds it: the task keeps writing into the same filesystem (not one mounted
+/// anew over it), the limit still holds, and GC frees it. An image no record names
+/// (the agent died between making it and recording its alloc) is removed at start.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_kill_9_the_alloc_keeps_its_filesystem_and_an_orphan_image_goes() {
+    let mut agent = AgentProcess::with_config("gc {\n  max_allocs = 0\n}\n");
+    agent.start().await;
+    let source = job(
+        "keeper",
+        None,
+        "echo before > /local/kept; while [ ! -e /local/stop ]; do sleep 0.1; done; cat /local/kept; head -c 30000000 /dev/zero > /local/fill; sleep 60",
+    );
+    let id = agent.submit("keeper.hcl", &source).await.unwrap().alloc_ids[0].clone();
+    agent
+        .wait_alloc(&id, "running", |s| s.client_status == ClientStatus::Running)
+        .await;
+    let status = agent.alloc(&id).await;
+    let root = status.alloc_dir.canonicalize().unwrap();
+    let kept = root.join("tasks/t/local/kept");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !kept.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task wrote nothing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    agent.kill9();
+    let orphan = agent
+        .path()
+        .join("data/alloc-disks/0badcafe-0000-0000-0000-000000000000.ext4");
+    std::fs::write(&orphan, "").unwrap();
+    agent.start().await;
+    assert!(!orphan.exists(), "an image no alloc record names stayed");
+    assert_eq!(
+        crate::support::host_mounts_under(&root).len(),
+        1,
+        "the alloc's filesystem was mounted again over itself"
+    );
+    std::fs::write(root.join("tasks/t/local/stop"), "").unwrap();
+    let status = agent.finished(&id).await;
+    assert_eq!(status.disk_limited_by.as_deref(), Some("image"));
+    let events = &status.tasks["t"].events;
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::DiskExceeded),
+        "{events:#?}"
+    );
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert_eq!(stdout, "before\n");
+    let (code, out, err) = agent.cli(&["system", "gc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(crate::support::host_mounts_under(&root).is_empty());
+    assert!(
+        !agent
+            .path()
+            .join(format!("data/alloc-disks/{id}.ext4"))
+            .exists()
+    );
+}

@@ -260,6 +260,43 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Gives back the disks of allocs no record names (the agent died between making an
+    /// alloc's image and recording the alloc, or between forgetting the alloc and
+    /// removing its image): unmounted, removed, with their directories.
+    pub(super) fn sweep_orphan_disks(&self, known: &std::collections::BTreeSet<String>) {
+        let dir = self.node.data_dir.join("alloc-disks");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".ext4")) else {
+                continue;
+            };
+            if known.contains(id) || id.contains('/') || id.starts_with('.') {
+                continue;
+            }
+            let root = crate::alloc_dir::AllocDir::new(&self.node.data_dir, id)
+                .root()
+                .to_path_buf();
+            let mut remove_dir = || match std::fs::remove_dir_all(&root) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            };
+            match crate::blocking::run(|| {
+                self.node.sys.release_alloc_disk(id, &root, &mut remove_dir)
+            }) {
+                Ok(()) => {
+                    tracing::info!(alloc = %id, "removed the disk of an alloc no record names")
+                }
+                Err(error) => tracing::warn!(alloc = %id, %error,
+                    "removing the disk of an alloc no record names"),
+            }
+        }
+    }
+}
+
 /// Collects finished allocs every `gc { interval }`, for as long as the agent lives.
 pub(super) fn spawn_garbage_collector(agent: &Arc<Agent>) {
     let interval = agent.node.config.gc.interval;

@@ -50,7 +50,11 @@ impl Agent {
             }
         }
         let (records, unreadable) = store.allocs()?;
+        // Only with every alloc record read is an image of no alloc an orphan.
+        let sweep_disks = unreadable.is_empty();
         notices.extend(unreadable.into_iter().map(unreadable_notice));
+        let known: std::collections::BTreeSet<String> =
+            records.iter().map(|r| r.id.clone()).collect();
         let mut allocs = self.allocs.lock().unwrap();
         for record in records {
             let Some(entry) = jobs.get(&record.job_id) else {
@@ -81,6 +85,11 @@ impl Agent {
                 }),
             }
         }
+        drop(allocs);
+        if sweep_disks {
+            self.sweep_orphan_disks(&known);
+        }
+        let allocs = self.allocs.lock().unwrap();
         let live = allocs.values().filter(|a| !*a.finished.borrow()).count();
         if live > 0 {
             notices.push(Notice {

@@ -10,6 +10,9 @@
 //!   growth, and how many WebAssembly instances are live (a running exec
 //!   task holds none: the host waits on its process, not the driver). Then every alloc
 //!   is stopped and the bench checks that no process is left.
+//! - **berth, disks images**: the same on a node whose allocs' disks are images
+//!   (`disk`; each alloc's `ephemeral_disk` 10 MB): N sparse files formatted and
+//!   loop-mounted before their alloc dirs. Interleaved with the plain round.
 //! - **bare**: N `sleep` processes forked and executed straight from this process, no
 //!   confinement, no logs, no state: the least a node could pay for N tasks.
 //!
@@ -85,11 +88,27 @@ async fn run() {
         sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
     };
+    // The same node with each alloc's disk an image (what these nodes use): a sparse
+    // ext4 file of the alloc's 10 MB, formatted and loop-mounted at its start.
+    let image_node = NodeContext {
+        sys: Arc::new(berth::sys::LinuxSys::with_disk(
+            (*cgroups).clone(),
+            berth::disk::DiskLimits::with_mechanism(
+                berth::disk::Mechanism::Image,
+                scratch.path(),
+                None,
+            ),
+        )),
+        ..node.clone()
+    };
     let job = Arc::new(
         berth::jobspec::parse(
             "density.hcl",
             r#"job "density" {
   group "g" {
+    ephemeral_disk {
+      size = 10
+    }
     task "t" {
       driver = "exec"
       config {
@@ -104,11 +123,14 @@ async fn run() {
     );
 
     let mut berth_rounds = Vec::new();
+    let mut image_rounds = Vec::new();
     let mut bare_rounds = Vec::new();
     for round in 0..rounds {
-        berth_rounds.push(berth_round(&job, &node, &runtime, tasks, round).await);
+        berth_rounds.push(berth_round(&job, &node, &runtime, tasks, 2 * round).await);
+        image_rounds.push(berth_round(&job, &image_node, &runtime, tasks, 2 * round + 1).await);
         bare_rounds.push(bare_round(tasks));
     }
+    let image_start = median(image_rounds.iter().map(|r| r.start_all).collect());
 
     let pick = |rounds: &[Round], f: &dyn Fn(&Round) -> u64| {
         let mut values: Vec<u64> = rounds.iter().map(f).collect();
@@ -137,6 +159,10 @@ async fn run() {
         berth_start.as_secs_f64() * 1e3
     );
     println!(
+        "  berth, disks images: all running    {:>9.0} ms",
+        image_start.as_secs_f64() * 1e3
+    );
+    println!(
         "  bare:  all running after            {:>9.0} ms",
         bare_start.as_secs_f64() * 1e3
     );
@@ -153,6 +179,11 @@ async fn run() {
     summary("density_tasks", tasks as f64);
     summary("berth_start_all_ms", micros(berth_start) / 1e3);
     summary("bare_start_all_ms", micros(bare_start) / 1e3);
+    summary("berth_disk_images_start_all_ms", micros(image_start) / 1e3);
+    summary(
+        "disk_images_start_all_over_plain",
+        common::ratio(image_start, berth_start),
+    );
     summary(
         "start_all_over_bare",
         common::ratio(berth_start, bare_start),
@@ -214,7 +245,9 @@ async fn berth_round(
     }
     for (alloc, running) in allocs {
         running.await.unwrap();
-        let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
+        let root = alloc.alloc_dir.root();
+        let mut remove = || std::fs::remove_dir_all(root);
+        let _ = node.sys.release_alloc_disk(&alloc.id, root, &mut remove);
         let _ = node.store.remove_alloc(&alloc.id);
     }
     let left = descendants_of(me);

@@ -80,15 +80,20 @@ pub fn limit(
         return Ok(AllocDiskLimit::Measured);
     }
     let bytes = image_bytes(size, inodes);
+    let dir = image.parent().unwrap_or(data_dir);
+    // Images are sparse: what the other allocs' images may still take is promised, not
+    // free. Checked and made under one lock, so two starts do not promise the same room.
+    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let free = free_bytes(data_dir)?;
-    if free < bytes {
+    let promised = promised_bytes(dir);
+    if free.saturating_sub(promised) < bytes {
         return Err(DiskError::NoRoom {
             data_dir: data_dir.to_path_buf(),
             free_mb: free / MIB,
+            promised_mb: promised / MIB,
             needed_mb: bytes.div_ceil(MIB),
         });
     }
-    let dir = image.parent().unwrap_or(data_dir);
     std::fs::create_dir_all(dir).map_err(|e| DiskError::io("creating", dir, e))?;
     std::fs::create_dir_all(root).map_err(|e| DiskError::io("creating", root, e))?;
     make(image, bytes, inodes).inspect_err(|_| {
@@ -102,6 +107,24 @@ pub fn limit(
     // mkfs's `lost+found` is for fsck, which never runs on an alloc's image.
     let _ = std::fs::remove_dir(root.join("lost+found"));
     Ok(AllocDiskLimit::Kernel)
+}
+
+/// Held while an image's room is checked and the image made.
+static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// What the images in `dir` may still take of the host's disk: their sizes less what
+/// they hold already.
+fn promised_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len().saturating_sub(meta.blocks().saturating_mul(512)))
+        .fold(0u64, u64::saturating_add)
 }
 
 /// Bytes of the data dir's filesystem an unprivileged writer may still take.
@@ -334,11 +357,24 @@ mod tests {
         let error = limit(data.path(), &image, &root, 1 << 50, 1 << 20).unwrap_err();
         let text = error.to_string();
         assert!(
-            text.contains("MB free and the alloc's ephemeral_disk needs")
-                && text.contains("lower ephemeral_disk size"),
+            text.contains("MB free (") && text.contains("lower ephemeral_disk size"),
             "{text}"
         );
         assert!(!image.exists());
+        // What other allocs' images may still take is not free: an image as large as
+        // the free space, made, leaves no room for another of a few MB.
+        let free = free_bytes(data.path()).unwrap();
+        let other = data.path().join("alloc-disks/other.ext4");
+        std::fs::create_dir_all(other.parent().unwrap()).unwrap();
+        std::fs::File::create(&other)
+            .unwrap()
+            .set_len(free - 4 * MIB)
+            .unwrap();
+        let error = limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap_err();
+        assert!(
+            matches!(error, DiskError::NoRoom { promised_mb, .. } if promised_mb > 0),
+            "{error}"
+        );
     }
 
     /// An alloc directory an older build filled is measured, not hidden under an image.

@@ -85,14 +85,16 @@ pub enum DiskError {
     )]
     Unavailable { why: String },
     #[error(
-        "the data dir's filesystem has {free_mb} MB free and the alloc's ephemeral_disk \
-         needs {needed_mb} MB: free space under {}, lower ephemeral_disk size, or put the \
-         data dir on a filesystem with project quotas (XFS, or ext4 mounted prjquota)",
+        "the data dir's filesystem has {free_mb} MB free ({promised_mb} MB of it promised \
+         to other allocs' disks) and this alloc's ephemeral_disk needs {needed_mb} MB: free \
+         space under {}, lower ephemeral_disk size, or put the data dir on a filesystem \
+         with project quotas (XFS, or ext4 mounted prjquota)",
         data_dir.display()
     )]
     NoRoom {
         data_dir: PathBuf,
         free_mb: u64,
+        promised_mb: u64,
         needed_mb: u64,
     },
     #[error("{action} {}: {source}", path.display())]

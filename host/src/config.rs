@@ -35,6 +35,9 @@
 //!                              # own code (not exec, raw_exec or mock); an eighth are
 //!                              # kept for checks (a submission's), never held by tasks
 //!
+//! max_kill_timeout = "30s"     # the longest a task's kill_timeout may make its stop
+//!                              # wait before the task is killed (Nomad's client setting)
+//!
 //! ephemeral_disk_inodes_per_mb = 256  # files an alloc may hold per MB of its
 //!                              # ephemeral_disk size (default: one per 4 KiB)
 //!
@@ -129,6 +132,9 @@ use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
 use crate::model::limits::{CgroupSettings, ConnectionLimits};
 use crate::model::pins::{DriverPins, parse_sha256};
 
+/// Nomad's default `max_kill_timeout`.
+pub const DEFAULT_MAX_KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentConfig {
     pub data_dir: Option<PathBuf>,
@@ -149,6 +155,9 @@ pub struct AgentConfig {
     /// Inodes (files, directories, links) an alloc may hold per MB of its
     /// `ephemeral_disk` size; `None`: [`crate::disk::DEFAULT_INODES_PER_MB`].
     pub ephemeral_disk_inodes_per_mb: Option<u64>,
+    /// The longest a task's `kill_timeout` may be (Nomad's `max_kill_timeout`); `None`:
+    /// [`DEFAULT_MAX_KILL_TIMEOUT`].
+    pub max_kill_timeout: Option<std::time::Duration>,
     pub gc: GcSettings,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
@@ -160,6 +169,15 @@ pub struct AgentConfig {
     pub datacenter: Option<String>,
     /// `cluster { ... }`: the cluster store (embedded unless configured).
     pub cluster: ClusterSettings,
+}
+
+impl AgentConfig {
+    /// How long a task's stop waits before it is killed: its `kill_timeout`, at most
+    /// `max_kill_timeout`, so a job author cannot hold a stopping task (and what it
+    /// holds of the node) for as long as they like.
+    pub fn kill_timeout_of(&self, asked: std::time::Duration) -> std::time::Duration {
+        asked.min(self.max_kill_timeout.unwrap_or(DEFAULT_MAX_KILL_TIMEOUT))
+    }
 }
 
 /// Nomad's `user.denylist` and `user.checked_drivers` (client config): a task of a
@@ -466,6 +484,7 @@ impl AgentConfig {
                 "require_pinned",
                 "max_plugin_instances",
                 "ephemeral_disk_inodes_per_mb",
+                "max_kill_timeout",
                 "gc",
                 "consul",
                 "user",
@@ -627,6 +646,7 @@ impl AgentConfig {
         let ephemeral_disk_inodes_per_mb = fields
             .number("ephemeral_disk_inodes_per_mb", 65_536, &mut problems)
             .map(|n| n.max(1));
+        let max_kill_timeout = fields.duration("max_kill_timeout", &mut problems);
         let http = match fields.single_block("http", &mut problems) {
             Some(block) => http_config(block, &mut problems),
             None => HttpConfig::default(),
@@ -684,6 +704,7 @@ impl AgentConfig {
             require_pinned,
             max_plugin_instances,
             ephemeral_disk_inodes_per_mb,
+            max_kill_timeout,
             gc,
             consul,
             users,
@@ -1578,6 +1599,34 @@ mod tests {
                 .contains("allow_unconfined names no file"),
             "{unnamed}"
         );
+    }
+
+    /// A job's `kill_timeout` is capped at `max_kill_timeout` (Nomad's 30 s unless set),
+    /// and the disk's inodes per MB are the operator's to set.
+    #[test]
+    fn kill_timeouts_are_capped_and_inodes_per_mb_read() {
+        use std::time::Duration;
+        let unset = AgentConfig::parse("agent.hcl", "").unwrap();
+        assert_eq!(
+            unset.kill_timeout_of(Duration::from_secs(3600)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            unset.kill_timeout_of(Duration::from_secs(5)),
+            Duration::from_secs(5)
+        );
+        let set = AgentConfig::parse(
+            "agent.hcl",
+            "max_kill_timeout = \"2m\"\nephemeral_disk_inodes_per_mb = 64\n",
+        )
+        .unwrap();
+        assert_eq!(
+            set.kill_timeout_of(Duration::from_secs(3600)),
+            Duration::from_secs(120)
+        );
+        assert_eq!(set.ephemeral_disk_inodes_per_mb, Some(64));
+        let bad = AgentConfig::parse("agent.hcl", "max_kill_timeout = \"soon\"\n").unwrap_err();
+        assert!(bad.to_string().contains("max_kill_timeout"), "{bad}");
     }
 
     #[test]

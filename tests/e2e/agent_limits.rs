@@ -425,3 +425,58 @@ fn socket2_free_connect(local: &str, port: u16) -> std::net::TcpStream {
     .join()
     .unwrap()
 }
+
+/// A job's `kill_timeout` is capped by the agent's `max_kill_timeout` (Nomad's client
+/// setting): a task that ignores SIGTERM under `kill_timeout = "1h"` is killed after the
+/// cap, not an hour later, and the Killing event says the wait it got.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_kill_timeout_is_capped_by_the_agents_max_kill_timeout() {
+    let mut agent = AgentProcess::with_config("max_kill_timeout = \"2s\"\n");
+    agent.start().await;
+    let job = r#"job "stubborn" {
+  group "g" {
+    task "t" {
+      driver       = "exec"
+      kill_timeout = "1h"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "trap '' TERM; while true; do sleep 0.2; done"]
+      }
+    }
+  }
+}
+"#;
+    let id = agent.submit("stubborn.hcl", job).await.unwrap().alloc_ids[0].clone();
+    agent
+        .wait_alloc(&id, "running", |s| {
+            s.client_status == berth::model::status::ClientStatus::Running
+        })
+        .await;
+    let asked = std::time::Instant::now();
+    let (code, out, err) = agent.cli(&["job", "stop", "stubborn"]);
+    assert_eq!(code, 0, "{out}{err}");
+    agent
+        .wait_alloc(&id, "stopped", |s| {
+            matches!(
+                s.client_status,
+                berth::model::status::ClientStatus::Complete
+                    | berth::model::status::ClientStatus::Failed
+            )
+        })
+        .await;
+    let took = asked.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "the stop took {took:?}"
+    );
+    let status = agent.alloc(&id).await;
+    let killing = status.tasks["t"]
+        .events
+        .iter()
+        .find(|e| e.kind == berth::model::events::EventKind::Killing)
+        .unwrap();
+    assert_eq!(
+        killing.message,
+        "Sent interrupt. Waiting 2s before force killing"
+    );
+}

@@ -69,6 +69,18 @@ const EMPTY_FILES: &str = "cd /local; i=0; while [ $i -lt 30000 ]; do printf '' 
 async fn hidden_passed_mapped_bytes_and_empty_files_are_refused_past_the_size_root_or_not() {
     let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
     agent.start().await;
+    // The node says how it holds allocs to their disks.
+    let nodes: serde_json::Value = agent.client().get("/v1/nodes").await.unwrap();
+    let node_id = nodes[0]["ID"].as_str().unwrap().to_string();
+    let node: serde_json::Value = agent
+        .client()
+        .get(&format!("/v1/node/{node_id}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        node["Attributes"]["storage.ephemeral_disk_limit"], "image",
+        "{node:#}"
+    );
     let mut submitted = Vec::new();
     for (attack, script) in [
         ("hidden", HIDDEN),

@@ -684,16 +684,14 @@ impl TaskRunner {
             );
             tokio::time::sleep(task.shutdown_delay).await;
         }
+        let kill_timeout = self.ctx.config.kill_timeout_of(task.kill_timeout);
         self.emit(
             EventKind::Killing,
-            format!(
-                "Sent interrupt. Waiting {:?} before force killing",
-                task.kill_timeout
-            ),
+            format!("Sent interrupt. Waiting {kill_timeout:?} before force killing"),
         );
         let driver = &self.ctx.driver;
         if let Err(error) = driver
-            .stop_task(handle, task.kill_timeout, &task.kill_signal)
+            .stop_task(handle, kill_timeout, &task.kill_signal)
             .await
         {
             self.emit(
@@ -702,7 +700,7 @@ impl TaskRunner {
             );
         }
         match tokio::time::timeout(
-            task.kill_timeout.saturating_add(Duration::from_secs(5)),
+            kill_timeout.saturating_add(Duration::from_secs(5)),
             driver.wait_stopped_task(handle),
         )
         .await

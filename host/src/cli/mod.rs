@@ -663,10 +663,25 @@ fn agent_client(cli: &Cli, data_dir: &Path) -> Result<Client, ClientError> {
         data_dir.join(SOCKET_NAME),
         Path::new(DEV_DATA_DIR).join(SOCKET_NAME),
     ];
-    match sockets.iter().find(|s| s.exists()) {
+    match sockets.iter().find(|s| s.exists() && trusted_socket(s)) {
         Some(socket) => Ok(Client::unix(socket)),
         None => Client::new(DEFAULT_ADDRESS),
     }
+}
+
+/// Whether a socket found (not named) is an agent's this user may trust: it and its
+/// directory are no links and belong to this user or root. `/tmp/berth-dev` sits in a
+/// directory every local user can write: another user could make it first and listen
+/// there for the jobs (and secrets in them) this CLI would send.
+fn trusted_socket(socket: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = rustix::process::geteuid().as_raw();
+    let trusted = |path: &Path| {
+        std::fs::symlink_metadata(path).is_ok_and(|meta| {
+            !meta.file_type().is_symlink() && (meta.uid() == me || meta.uid() == 0)
+        })
+    };
+    trusted(socket) && socket.parent().is_some_and(trusted)
 }
 
 /// `/var/lib/berth` for root, `~/.local/share/berth` otherwise.
@@ -677,4 +692,31 @@ fn default_data_dir() -> PathBuf {
     std::env::var_os("HOME")
         .map(|home| PathBuf::from(home).join(".local/share/berth"))
         .unwrap_or_else(|| std::env::temp_dir().join("berth"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket another user made (in a directory anyone could create, as
+    /// `/tmp/berth-dev`) is not taken for the agent's; one of this user's or root's is,
+    /// and a link to either is not.
+    #[test]
+    fn a_found_socket_of_another_user_is_not_trusted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("berth-dev");
+        std::fs::create_dir(&dir).unwrap();
+        let socket = dir.join(SOCKET_NAME);
+        std::fs::write(&socket, "").unwrap();
+        assert!(trusted_socket(&socket));
+        let link = dir.join("link.sock");
+        std::os::unix::fs::symlink(&socket, &link).unwrap();
+        assert!(!trusted_socket(&link));
+        let other = Some(rustix::fs::Uid::from_raw(65534));
+        rustix::fs::chown(&socket, other, None).unwrap();
+        assert!(!trusted_socket(&socket), "another user's socket");
+        rustix::fs::chown(&socket, Some(rustix::process::geteuid()), None).unwrap();
+        rustix::fs::chown(&dir, other, None).unwrap();
+        assert!(!trusted_socket(&socket), "in another user's directory");
+    }
 }

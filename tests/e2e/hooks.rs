@@ -42,6 +42,8 @@ struct HookAgent {
 
 impl Drop for HookAgent {
     fn drop(&mut self) {
+        // Its allocs' disks (images mounted in the data dir) outlive the agent by design.
+        support::unmount_everything_under(self.dir.path());
         support::remove_task_cgroups(self.dir.path());
     }
 }

@@ -322,7 +322,6 @@ pub fn unmount_everything_under(dir: &Path) {
     }
 }
 
-/// Host mounts whose mount point starts with `prefix`.
 /// The mounts under `prefix` other than allocs' own filesystems (their `ephemeral_disk`
 /// images at `<data>/allocs/<id>`, which stay until the alloc is collected).
 pub fn host_mounts_under_besides_alloc_disks(
@@ -340,6 +339,7 @@ pub fn host_mounts_under_besides_alloc_disks(
         .collect()
 }
 
+/// Host mounts whose mount point starts with `prefix`.
 pub fn host_mounts_under(prefix: &Path) -> Vec<berth::mount::mountinfo::MountEntry> {
     berth::mount::mountinfo::read_self()
         .unwrap()

@@ -489,6 +489,7 @@ impl Agent {
             },
         );
         let runner = AllocRunner::recorded(job, alloc, self.node.clone());
+        self.make_disk_room(&[runner.group.ephemeral_disk_mb]);
         let finished = spawn_runner(runner.clone(), self.index.clone(), self.event_hub.clone());
         self.allocs
             .lock()

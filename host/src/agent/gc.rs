@@ -242,11 +242,8 @@ impl Agent {
                 "not collecting a finished alloc: something is still mounted in it");
             return false;
         }
-        if let Err(error) = self.node.store.remove_alloc(id) {
-            tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
-            return false;
-        }
-        self.allocs.lock().unwrap().remove(id);
+        // Its disk first: one still held (a process outside the alloc kept a file of it)
+        // keeps the alloc, its image and the image's promise, for the next round.
         let mut remove_dir = || match std::fs::remove_dir_all(&root) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
@@ -254,13 +251,77 @@ impl Agent {
         let released =
             crate::blocking::run(|| self.node.sys.release_alloc_disk(id, &root, &mut remove_dir));
         if let Err(error) = released {
-            tracing::warn!(alloc = %id, %error, "removing a collected alloc's directory and disk");
+            tracing::warn!(alloc = %id, %error, "not collecting a finished alloc yet");
+            return false;
         }
+        if let Err(error) = self.node.store.remove_alloc(id) {
+            tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
+            return false;
+        }
+        self.allocs.lock().unwrap().remove(id);
         true
     }
 }
 
 impl Agent {
+    /// Collects finished allocs, oldest first, until allocs of `sizes_mb` find room for
+    /// their disks: a finished alloc's image keeps its size promised until collected, so
+    /// without this a job that ran once with a large `ephemeral_disk` would keep every
+    /// later one off the node.
+    pub(super) fn make_disk_room(&self, sizes_mb: &[u64]) {
+        let short = || crate::blocking::run(|| self.node.sys.disk_room_short(sizes_mb));
+        if !short() {
+            return;
+        }
+        let mut finished: Vec<(u64, AllocEntry)> = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|a| *a.finished.borrow())
+            .map(|a| (finished_at(&a.runner.status()), a.clone()))
+            .collect();
+        finished.sort_by_key(|(at, _)| *at);
+        let Ok(mounts) = crate::blocking::run(crate::mount::mountinfo::read_self) else {
+            return;
+        };
+        let mut collected = 0;
+        for (_, entry) in finished {
+            if self.collect(&entry, &mounts) {
+                collected += 1;
+                self.collect_job_of(&entry);
+                tracing::info!(alloc = %entry.runner.id,
+                    "collected a finished alloc to make room for a new alloc's disk");
+            }
+            if !short() {
+                break;
+            }
+        }
+        if collected > 0 {
+            self.index.bump();
+        }
+    }
+
+    /// Collects these allocs now, finished or not yet collected: `berth run`'s end, whose
+    /// state lives in memory and dies with it, so nothing of its allocs (their disks
+    /// above all) may outlive it. The ids collected.
+    pub fn collect_now(&self, ids: &[String]) -> Vec<String> {
+        let entries: Vec<AllocEntry> = {
+            let allocs = self.allocs.lock().unwrap();
+            ids.iter()
+                .filter_map(|id| allocs.get(id).cloned())
+                .collect()
+        };
+        let Ok(mounts) = crate::blocking::run(crate::mount::mountinfo::read_self) else {
+            return Vec::new();
+        };
+        entries
+            .iter()
+            .filter(|entry| *entry.finished.borrow() && self.collect(entry, &mounts))
+            .map(|entry| entry.runner.id.clone())
+            .collect()
+    }
+
     /// Gives back the disks of allocs no record names (the agent died between making an
     /// alloc's image and recording the alloc, or between forgetting the alloc and
     /// removing its image): unmounted, removed, with their directories.

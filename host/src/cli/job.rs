@@ -252,6 +252,19 @@ pub(super) async fn run(
             status.client_status
         );
     }
+    // The agent's state dies with this command: its allocs go with it, their disks (a
+    // mounted image each) above all. Their output is printed above.
+    let ids: Vec<String> = allocs.iter().map(|alloc| alloc.id.clone()).collect();
+    let collected = agent.collect_now(&ids);
+    if collected.len() < ids.len() {
+        eprint_line!(
+            "==> {} of {} allocation(s) could not be removed (see the log above): their \
+             directories stay under {}",
+            ids.len() - collected.len(),
+            ids.len(),
+            data_dir.join("allocs").display()
+        );
+    }
     Ok(if interrupted {
         ExitCode::from(130)
     } else if all_complete {

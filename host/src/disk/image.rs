@@ -127,6 +127,14 @@ fn promised_bytes(dir: &Path) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// Free bytes of the data dir's filesystem less what the images in `dir` may still take.
+pub fn room(data_dir: &Path, dir: &Path) -> u64 {
+    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    free_bytes(data_dir)
+        .unwrap_or(0)
+        .saturating_sub(promised_bytes(dir))
+}
+
 /// Bytes of the data dir's filesystem an unprivileged writer may still take.
 fn free_bytes(data_dir: &Path) -> Result<u64, DiskError> {
     let stat =
@@ -214,8 +222,28 @@ pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskErr
         ));
     }
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    mount::shared::unmount_all_below(&canonical(data_dir), &canonical(root))
-        .map_err(|e| DiskError::io("unmounting the alloc's image at", root, e))?;
+    // Not lazily: a filesystem something still holds (a process of another job or of
+    // the host that kept a file or a directory of it) would live on, writable, after its
+    // image left the count of what images promise. It stays, and is tried again.
+    mount::shared::unmount_unless_busy(&canonical(data_dir), &canonical(root)).map_err(|e| {
+        DiskError::Held {
+            root: root.to_path_buf(),
+            why: e.to_string(),
+        }
+    })?;
+    // Unmounted here, the filesystem may live on in another mount namespace that holds
+    // a copy; its loop device lets go of the image once it is gone everywhere.
+    let image_path = canonical(image);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while mount::loop_fs::is_backing(&image_path) {
+        if std::time::Instant::now() > deadline {
+            return Err(DiskError::Held {
+                root: root.to_path_buf(),
+                why: "its loop device is still in use elsewhere".into(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     match std::fs::remove_file(image) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(DiskError::io("removing", image, e)),
         _ => Ok(()),
@@ -347,6 +375,27 @@ mod tests {
         assert!(!is_filesystem_root(&root));
         assert!(!image.exists());
         assert_eq!(super::usage(&root), None);
+    }
+
+    /// A filesystem something still holds (a directory kept open by a process outside
+    /// the alloc) is not let go: the image stays, mounted and counted, until it is free.
+    #[test]
+    fn a_held_filesystem_is_not_released_until_it_is_let_go() {
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().join("allocs/a1");
+        let image = data.path().join("alloc-disks/a1.ext4");
+        let _unmount = Unmount(root.clone());
+        limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap();
+        std::fs::create_dir(root.join("data")).unwrap();
+        let held = std::fs::File::open(root.join("data")).unwrap();
+        let error = release(data.path(), &image, &root).unwrap_err();
+        assert!(matches!(error, DiskError::Held { .. }), "{error}");
+        assert!(error.to_string().contains("still in use"), "{error}");
+        assert!(image.exists() && is_filesystem_root(&root));
+        assert!(promised_bytes(image.parent().unwrap()) > 10 * MIB);
+        drop(held);
+        release(data.path(), &image, &root).unwrap();
+        assert!(!image.exists() && !is_filesystem_root(&root));
     }
 
     #[test]

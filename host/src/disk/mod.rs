@@ -105,6 +105,12 @@ pub enum DiskError {
     },
     #[error("mkfs.ext4 failed on {}: {message}", image.display())]
     Mkfs { image: PathBuf, message: String },
+    #[error(
+        "the alloc's filesystem at {} is still in use ({why}): it stays, with its size \
+         counted, until whatever holds it lets go",
+        root.display()
+    )]
+    Held { root: PathBuf, why: String },
     #[error("every project id berth may use on {filesystem} is taken")]
     NoProjectId { filesystem: String },
 }
@@ -202,6 +208,20 @@ impl DiskLimits {
                 inodes,
             ),
         }
+    }
+
+    /// Whether allocs of `sizes_mb` would not all find room for their images now (free
+    /// space less what other images may still take): the agent then collects finished
+    /// allocs first. Always false for project quotas, which promise nothing. Blocking.
+    pub fn room_short(&self, sizes_mb: &[u64]) -> bool {
+        if self.mechanism != Mechanism::Image {
+            return false;
+        }
+        let needed = sizes_mb
+            .iter()
+            .map(|mb| image::image_bytes(mb.saturating_mul(MIB), self.inodes_for(*mb)))
+            .fold(0u64, u64::saturating_add);
+        image::room(&self.data_dir, &self.data_dir.join("alloc-disks")) < needed
     }
 
     /// What the alloc's disk holds; `None` when the kernel does not limit it (an alloc

@@ -144,6 +144,17 @@ pub fn backing_file(source: &str) -> Option<PathBuf> {
     Some(PathBuf::from(text.trim_end_matches('\n')))
 }
 
+/// Whether a loop device still has `image` attached.
+pub fn is_backing(image: &Path) -> bool {
+    let Ok(devices) = std::fs::read_dir("/sys/block") else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        std::fs::read_to_string(device.path().join("loop/backing_file"))
+            .is_ok_and(|text| Path::new(text.trim_end_matches('\n')) == image)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

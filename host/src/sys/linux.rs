@@ -117,6 +117,12 @@ impl Sys for LinuxSys {
         }
     }
 
+    fn disk_room_short(&self, sizes_mb: &[u64]) -> bool {
+        self.disk
+            .as_ref()
+            .is_some_and(|disk| disk.room_short(sizes_mb))
+    }
+
     fn alloc_disk_usage(&self, root: &Path) -> Option<DiskUsage> {
         self.disk.as_ref()?.usage(root)
     }

@@ -79,6 +79,12 @@ pub trait Sys: Send + Sync {
         size_mb: u64,
     ) -> Result<AllocDiskLimit, DiskError>;
 
+    /// Whether allocs of these `ephemeral_disk` sizes would not all find room for their
+    /// disks now. Blocking.
+    fn disk_room_short(&self, _sizes_mb: &[u64]) -> bool {
+        false
+    }
+
     /// What the alloc's disk holds as the kernel counts it; `None` when the kernel does
     /// not limit it. Blocking: one call.
     fn alloc_disk_usage(&self, root: &Path) -> Option<DiskUsage>;

@@ -309,3 +309,36 @@ async fn after_a_kill_9_the_alloc_keeps_its_filesystem_and_an_orphan_image_goes(
             .exists()
     );
 }
+
+/// A finished alloc's image keeps its size promised until the alloc is collected: a new
+/// alloc that then finds no room has finished allocs collected first, oldest first,
+/// instead of failing (or of one large job keeping every later one off the node).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_alloc_short_of_room_has_finished_allocs_collected_first() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let stat = rustix::fs::statvfs(agent.path()).unwrap();
+    let free_mb = stat.f_bavail * stat.f_frsize >> 20;
+    // An image takes its size and a sixteenth (inode tables): the hog's leaves ~3 GB.
+    let hog_mb = (free_mb.saturating_sub(3000)) * 16 / 17;
+    let other_mb = 4000;
+    let hog = job("hog", None, "echo ran")
+        .replace("size = 10", &format!("size = {hog_mb}"))
+        .replace("max_file_size = 1", "max_file_size = 10");
+    let hog_id = agent.submit("hog.hcl", &hog).await.unwrap().alloc_ids[0].clone();
+    let status = agent.finished(&hog_id).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let other = job("other", None, "echo ran too")
+        .replace("size = 10", &format!("size = {other_mb}"))
+        .replace("max_file_size = 1", "max_file_size = 10");
+    let other_id = agent.submit("other.hcl", &other).await.unwrap().alloc_ids[0].clone();
+    let status = agent.finished(&other_id).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    assert!(
+        !agent
+            .path()
+            .join(format!("data/alloc-disks/{hog_id}.ext4"))
+            .exists(),
+        "the finished hog kept its image"
+    );
+}

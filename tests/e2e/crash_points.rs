@@ -93,8 +93,15 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
             r#"job "{job}" {{
   group "g" {{
     count = {count}
+    ephemeral_disk {{
+      size = 10
+    }}
     task "t" {{
       driver = "exec"
+      logs {{
+        max_files     = 1
+        max_file_size = 1
+      }}
       config {{
         command = "sleep"
         args    = ["{mark}"]

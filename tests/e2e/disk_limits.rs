@@ -318,7 +318,7 @@ async fn a_new_alloc_short_of_room_has_finished_allocs_collected_first() {
     let mut agent = AgentProcess::new();
     agent.start().await;
     let stat = rustix::fs::statvfs(agent.path()).unwrap();
-    let free_mb = stat.f_bavail * stat.f_frsize >> 20;
+    let free_mb = (stat.f_bavail * stat.f_frsize) >> 20;
     // An image takes its size and a sixteenth (inode tables): the hog's leaves ~3 GB.
     let hog_mb = (free_mb.saturating_sub(3000)) * 16 / 17;
     let other_mb = 4000;

@@ -10,11 +10,13 @@ use berth::model::status::{ClientStatus, DesiredStatus};
 
 use crate::agent_process::AgentProcess;
 
-/// A service job of `count` mock tasks that run for 100 hours.
+/// A service job of `count` mock tasks that run for 100 hours, each alloc's disk 10 MB (300
+/// allocs of Nomad's default 300 MB would ask this node for 90 GB of images).
 fn long_mock_job(name: &str, count: u32) -> String {
     format!(
-        "job \"{name}\" {{\n  group \"g\" {{\n    count = {count}\n    task \"t\" {{\n      \
-         driver = \"mock\"\n      config {{ run_for = \"100h\" }}\n    }}\n  }}\n}}\n"
+        "job \"{name}\" {{\n  group \"g\" {{\n    count = {count}\n    ephemeral_disk {{ size = 10 }}\n    task \"t\" {{\n      \
+         driver = \"mock\"\n      logs {{\n        max_files = 1\n        max_file_size = 1\n      }}\n      \
+         config {{ run_for = \"100h\" }}\n    }}\n  }}\n}}\n"
     )
 }
 

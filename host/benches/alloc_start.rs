@@ -145,6 +145,9 @@ async fn run() {
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
+        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+            berth::config::DEFAULT_DYNAMIC_RANGE,
+        )),
     };
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
@@ -338,6 +341,8 @@ async fn alloc_start(
     running.await.unwrap();
     let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
     let _ = shared.store.remove_alloc(&alloc.id);
+    // As the agent's collector does: the alloc's uids are free again.
+    alloc.release_users();
     start_time.expect("the task never started")
 }
 

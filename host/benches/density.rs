@@ -84,6 +84,9 @@ async fn run() {
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
+        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+            berth::config::DEFAULT_DYNAMIC_RANGE,
+        )),
     };
     let job = Arc::new(
         berth::jobspec::parse(
@@ -216,6 +219,7 @@ async fn berth_round(
         running.await.unwrap();
         let _ = std::fs::remove_dir_all(alloc.alloc_dir.root());
         let _ = node.store.remove_alloc(&alloc.id);
+        alloc.release_users();
     }
     let left = descendants_of(me);
     assert!(

@@ -25,6 +25,7 @@ mod crash_points;
 mod csi;
 mod csi_client;
 mod drivers;
+mod dynamic_users;
 mod front_door;
 mod hooks;
 mod hostile;

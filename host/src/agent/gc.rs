@@ -243,8 +243,10 @@ impl Agent {
         }
         self.allocs.lock().unwrap().remove(id);
         match crate::blocking::run(|| std::fs::remove_dir_all(&root)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Its processes are dead and its files gone: its ids may be another task's.
+            Ok(()) => entry.runner.release_users(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => entry.runner.release_users(),
+            // Files still theirs are left: the ids stay taken while the agent runs.
             Err(error) => tracing::warn!(alloc = %id, %error,
                 "removing a collected alloc's directory"),
         }

@@ -15,6 +15,7 @@ mod csi_hook;
 mod disk;
 mod lifecycle;
 pub mod ports;
+pub mod users;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -164,7 +165,8 @@ impl AllocHook for AllocDirHook {
             alloc.alloc_dir.build().map_err(|e| HookError {
                 hook: "alloc_dir".into(),
                 message: format!("creating {}: {e}", alloc.alloc_dir.root().display()),
-            })
+            })?;
+            alloc.share_alloc_dir()
         })
     }
 }
@@ -184,6 +186,8 @@ pub struct NodeContext {
     pub sys: Arc<dyn crate::sys::Sys>,
     /// The services of running tasks and groups, kept registered in Consul.
     pub services: Arc<crate::consul::ServiceClient>,
+    /// `user { dynamic_range }`'s ids, which allocs take and give back ([`users`]).
+    pub dynamic_users: Arc<crate::process::dynamic_users::DynamicUsers>,
 }
 
 /// Why a recorded alloc could not be restored after an agent restart.
@@ -222,6 +226,8 @@ pub struct AllocRunner {
     stop: watch::Sender<bool>,
     /// Bytes in the alloc's directory when last measured ([`disk`]); `u64::MAX`: not yet.
     disk_used: std::sync::atomic::AtomicU64,
+    /// The ids the alloc took from `user { dynamic_range }` ([`users`]).
+    users: Mutex<Option<users::AllocUsers>>,
 }
 
 impl AllocRunner {
@@ -329,9 +335,9 @@ impl AllocRunner {
                 HookResources::default()
             }
         };
-        Ok(Self::build(
-            job, record, node, resources, states, handles, true,
-        ))
+        let runner = Self::build(job, record, node, resources, states, handles, true);
+        runner.restore_users();
+        Ok(runner)
     }
 
     fn build(
@@ -370,6 +376,7 @@ impl AllocRunner {
             changed: Arc::default(),
             stop,
             disk_used: std::sync::atomic::AtomicU64::new(u64::MAX),
+            users: Mutex::default(),
         })
     }
 
@@ -529,6 +536,10 @@ impl AllocRunner {
     }
 
     async fn run_in_span(self: Arc<Self>) -> ClientStatus {
+        if !self.take_users().await {
+            self.set_status(ClientStatus::Complete);
+            return ClientStatus::Complete;
+        }
         let hooks = alloc_hooks();
         for (index, hook) in hooks.iter().enumerate() {
             if let Err(error) = hook.prerun(&self).await {
@@ -610,6 +621,7 @@ impl AllocRunner {
             job: self.job.clone(),
             group: self.group.clone(),
             task: task.clone(),
+            dynamic_user: self.dynamic_user(&task.name),
             alloc_dir: self.alloc_dir.clone(),
             driver,
             config: self.node.config.clone(),

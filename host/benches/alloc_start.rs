@@ -148,6 +148,9 @@ async fn run() {
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
+        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+            berth::config::DEFAULT_DYNAMIC_RANGE,
+        )),
     };
     // The exec alloc again on a node whose allocs' disks are images (what these nodes
     // use): the image made, formatted and loop-mounted before the alloc dir is built.
@@ -371,6 +374,8 @@ async fn alloc_start(
     let mut remove = || std::fs::remove_dir_all(root);
     let _ = shared.sys.release_alloc_disk(&alloc.id, root, &mut remove);
     let _ = shared.store.remove_alloc(&alloc.id);
+    // As the agent's collector does: the alloc's uids are free again.
+    alloc.release_users();
     start_time.expect("the task never started")
 }
 

@@ -87,6 +87,9 @@ async fn run() {
         csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
         sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
+        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+            berth::config::DEFAULT_DYNAMIC_RANGE,
+        )),
     };
     // The same node with each alloc's disk an image (what these nodes use): a sparse
     // ext4 file of the alloc's 10 MB, formatted and loop-mounted at its start.
@@ -249,6 +252,7 @@ async fn berth_round(
         let mut remove = || std::fs::remove_dir_all(root);
         let _ = node.sys.release_alloc_disk(&alloc.id, root, &mut remove);
         let _ = node.store.remove_alloc(&alloc.id);
+        alloc.release_users();
     }
     let left = descendants_of(me);
     assert!(

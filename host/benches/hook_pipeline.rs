@@ -108,6 +108,7 @@ async fn run() {
         job: job.clone(),
         group: Arc::new(job.groups[0].clone()),
         task: job.groups[0].tasks[0].clone(),
+        dynamic_user: None,
         alloc_dir: alloc_dir.clone(),
         driver: driver.clone(),
         config: Arc::new(AgentConfig::default()),

@@ -110,7 +110,14 @@ impl AllocDir {
             for (dir, mode) in [("data", 0o1777), ("logs", 0o755), ("tmp", 0o1777)] {
                 let path = self.shared().join(dir);
                 create_dir_if_missing(&path)?;
-                set_dir_mode(&path, mode)?;
+                // Given to the alloc's dynamic gid (root's, setgid: only the agent makes
+                // it so), it stays closed on every task's start.
+                let dir = open_dir_nofollow(&path)?;
+                let stat = rustix::fs::fstat(&dir)?;
+                if mode != 0o755 && stat.st_mode & 0o2000 != 0 && stat.st_gid != 0 {
+                    continue;
+                }
+                rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(mode))?;
             }
             Ok(())
         })

@@ -81,7 +81,8 @@
 //! user {
 //!   denylist        = ["root", "Administrator"]  # Nomad's defaults: users tasks of the
 //!   checked_drivers = ["exec", "java", "qemu"]   # checked drivers may not run as
-//! }                                              # (exec tasks default to "nobody")
+//!   dynamic_range   = "80000-89999"  # an exec task naming no user gets a uid of its own
+//! }                                  # from here; no host user or group may hold one
 //!
 //! name       = "web-1"         # the node's name (Nomad's; default: the hostname)
 //! datacenter = "dc1"           # the node's datacenter (Nomad's default)
@@ -187,6 +188,20 @@ impl AgentConfig {
 pub struct UserPolicy {
     pub denylist: Vec<String>,
     pub checked_drivers: Vec<String>,
+    /// `dynamic_range`: the uids and gids of `exec` tasks whose job names no user (one
+    /// per task, one per alloc for `/alloc`); no host user or group may hold one.
+    pub dynamic_range: std::ops::RangeInclusive<u32>,
+}
+
+/// `user { dynamic_range }` when the operator sets none (Nomad's default).
+pub const DEFAULT_DYNAMIC_RANGE: std::ops::RangeInclusive<u32> = 80_000..=89_999;
+
+/// Parses `"80000-89999"`; refuses 0 (root), reversed and half ranges.
+fn dynamic_range(text: &str) -> Option<std::ops::RangeInclusive<u32>> {
+    let (first, last) = text.split_once('-')?;
+    let first: u32 = first.trim().parse().ok()?;
+    let last: u32 = last.trim().parse().ok()?;
+    (first != 0 && first <= last).then_some(first..=last)
 }
 
 impl Default for UserPolicy {
@@ -194,6 +209,7 @@ impl Default for UserPolicy {
         UserPolicy {
             denylist: vec!["root".into(), "Administrator".into()],
             checked_drivers: vec!["exec".into(), "java".into(), "qemu".into()],
+            dynamic_range: DEFAULT_DYNAMIC_RANGE,
         }
     }
 }
@@ -660,7 +676,7 @@ impl AgentConfig {
                     &block.body,
                     "config.user".into(),
                     block.at,
-                    &["denylist", "checked_drivers"],
+                    &["denylist", "checked_drivers", "dynamic_range"],
                 );
                 let defaults = UserPolicy::default();
                 let mut list = |name: &'static str, default: Vec<String>| {
@@ -670,9 +686,30 @@ impl AgentConfig {
                         default
                     }
                 };
+                let denylist = list("denylist", defaults.denylist);
+                let checked_drivers = list("checked_drivers", defaults.checked_drivers);
+                let range = settings.string("dynamic_range", &mut problems);
+                let dynamic_range = match range.as_deref().map(|r| (r, dynamic_range(r))) {
+                    None => defaults.dynamic_range,
+                    Some((_, Some(range))) => range,
+                    Some((text, None)) => {
+                        let at = settings.attr("dynamic_range").map_or(block.at, |v| v.at);
+                        settings.problem(
+                            &mut problems,
+                            "dynamic_range",
+                            at,
+                            format!(
+                                "{text:?} is not a range of uids: expected \"<first>-<last>\" \
+                                 with 0 < first <= last, as \"80000-89999\""
+                            ),
+                        );
+                        defaults.dynamic_range
+                    }
+                };
                 let policy = UserPolicy {
-                    denylist: list("denylist", defaults.denylist),
-                    checked_drivers: list("checked_drivers", defaults.checked_drivers),
+                    denylist,
+                    checked_drivers,
+                    dynamic_range,
                 };
                 settings.finish(&mut problems);
                 policy

@@ -50,6 +50,22 @@ pub fn disabled_driver_refusal(task: &str, driver: &str, config: &AgentConfig) -
 /// `exec` driver does.
 pub const DEFAULT_TASK_USER: &str = "nobody";
 
+/// Whether `task` runs as ids of its own from `user { dynamic_range }`: its job names no
+/// user, its driver confines it (`exec`), and it is no CSI plugin the operator lets mount
+/// (that one keeps root).
+pub fn wants_dynamic_user(
+    job: &Job,
+    task: &Task,
+    isolation: FsIsolation,
+    config: &AgentConfig,
+) -> bool {
+    let privileged = task
+        .csi_plugin
+        .as_ref()
+        .is_some_and(|p| config.csi_privileged(&p.id, job));
+    task.user.is_none() && !privileged && isolation == FsIsolation::Chroot
+}
+
 /// The user `task` runs as (name and ids), or `None` for the agent's own user (root):
 /// its `user`; else [`DEFAULT_TASK_USER`] when its driver confines tasks (fs-isolation
 /// `chroot`: `exec`); a CSI plugin the operator granted mounting (`csi {
@@ -57,14 +73,22 @@ pub const DEFAULT_TASK_USER: &str = "nobody";
 /// operator's `user { denylist }` names it for a driver of `checked_drivers` (by name or
 /// by uid, so `user = "0"` is `root`). Shared with the task runner, which checks again
 /// before every start (a job accepted earlier may be restored under a stricter config).
-/// Users are found with `lookup` (the runners pass their `sys::Sys`'s).
+/// Users are found with `lookup` (the runners pass their `sys::Sys`'s). `dynamic`: the
+/// ids the alloc took for this task from `user { dynamic_range }`, which it runs as in
+/// place of [`DEFAULT_TASK_USER`] (`None` at submit, before the alloc has any).
 pub fn task_user(
     job: &Job,
     task: &Task,
     isolation: FsIsolation,
     config: &AgentConfig,
     lookup: &dyn Fn(&str) -> Result<TaskUser, crate::process::users::UserError>,
+    dynamic: Option<TaskUser>,
 ) -> Result<Option<(String, TaskUser)>, UserRefusal> {
+    if let Some(user) = dynamic.filter(|_| wants_dynamic_user(job, task, isolation, config)) {
+        // Its own ids, which no host user holds (checked at agent start): nothing to
+        // look up, and never a denied user.
+        return Ok(Some((format!("dynamic uid {}", user.uid), user)));
+    }
     let privileged = task
         .csi_plugin
         .as_ref()
@@ -493,6 +517,7 @@ async fn check_task(
             driver.capabilities().fs_isolation,
             config,
             &crate::process::users::lookup,
+            None,
         )
     {
         problems.push(Problem {

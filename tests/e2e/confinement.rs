@@ -180,8 +180,8 @@ async fn an_exec_task_root_or_not_cannot_reach_the_host_through_chroot_proc_devi
     assert_contained(&stdout);
 }
 
-/// A setuid shell a root prestart task plants in `/alloc/data` gives the main task (as
-/// nobody) nothing: the mount is nosuid and the task has no_new_privs.
+/// A setuid shell a root prestart task plants in `/alloc/data` gives the main task (its
+/// own dynamic uid) nothing: the mount is nosuid and the task has no_new_privs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_task() {
     let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
@@ -222,7 +222,16 @@ async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_ta
         .unwrap();
     assert_eq!(mode & 0o4000, 0o4000, "the plant is setuid on disk");
     let main = std::fs::read_to_string(logs.join("main.stdout.0")).unwrap();
-    assert_eq!(main, "65534\n65534\n65534\n", "{status:#?}");
+    // The task's own dynamic uid, three times: the setuid plant gains nothing.
+    let uids: Vec<&str> = main.lines().collect();
+    assert!(
+        uids.len() == 3
+            && uids.iter().all(|u| *u == uids[0])
+            && uids[0]
+                .parse::<u32>()
+                .is_ok_and(|u| (80_000..=89_999).contains(&u)),
+        "{status:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -85,6 +85,9 @@ impl Agent {
             store,
             events,
             services: Arc::new(berth::consul::ServiceClient::disabled()),
+            dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+                berth::config::DEFAULT_DYNAMIC_RANGE,
+            )),
         }
     }
 

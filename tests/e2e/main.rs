@@ -26,6 +26,7 @@ mod csi;
 mod csi_client;
 mod disk_limits;
 mod drivers;
+mod dynamic_users;
 mod front_door;
 mod hooks;
 mod hostile;

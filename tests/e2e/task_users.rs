@@ -1,7 +1,8 @@
 //! Who a task runs as, as a Nomad user expects it: an `exec` task with no `user` runs as
-//! `nobody`; `root` is refused at submit unless the operator's `user { denylist }` allows
-//! it; and a task as `nobody` can do what ordinary programs do: write `/dev/null`, share
-//! files with the alloc's other tasks through `/alloc/data`, whatever their users.
+//! a uid of its own from `user { dynamic_range }` (more in `dynamic_users`); `root` is
+//! refused at submit unless the operator's `user { denylist }` allows it; and such a task
+//! can do what ordinary programs do: write `/dev/null`, share files with the alloc's
+//! other tasks through `/alloc/data`, whatever their users.
 
 use berth::model::status::ClientStatus;
 
@@ -31,10 +32,10 @@ fn stdout(status: &berth::alloc_runner::AllocStatus, task: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_without_user_runs_as_nobody_and_uses_dev_null_and_its_dirs() {
+async fn a_task_without_user_runs_as_its_own_uid_and_uses_dev_null_and_its_dirs() {
     let mut agent = AgentProcess::new();
     agent.start().await;
-    let script = "id -un; echo quiet > /dev/null && echo wrote-null; \
+    let script = "id -u; echo quiet > /dev/null && echo wrote-null; \
                   head -c 4 /dev/zero | wc -c; \
                   echo mine > /local/f && echo wrote-local; \
                   echo mine > /tmp/f && echo wrote-tmp; \
@@ -42,9 +43,13 @@ async fn a_task_without_user_runs_as_nobody_and_uses_dev_null_and_its_dirs() {
                   ls -ld /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty | cut -c1-10";
     let source = job("plain", &task("t", "", script));
     let status = run(&agent, "plain", &source).await;
+    let out = stdout(&status, "t");
+    let (uid, rest) = out.split_once('\n').unwrap_or_default();
+    let uid: u32 = uid.parse().unwrap_or_default();
+    assert!((80_000..=89_999).contains(&uid), "{status:#?}");
     assert_eq!(
-        stdout(&status, "t"),
-        "nobody\nwrote-null\n4\nwrote-local\nwrote-tmp\nwrote-secrets\n\
+        rest,
+        "wrote-null\n4\nwrote-local\nwrote-tmp\nwrote-secrets\n\
          crw-rw-rw-\ncrw-rw-rw-\ncrw-rw-rw-\ncrw-rw-rw-\ncrw-rw-rw-\ncrw-rw-rw-\n",
         "{status:#?}"
     );
@@ -66,16 +71,21 @@ async fn tasks_of_different_users_hand_files_to_each_other_through_alloc_data() 
         task(
             "second",
             "",
-            "id -un; cat /alloc/data/handed /alloc/tmp/handed; echo reply > /alloc/data/reply && echo replied; \
+            "id -u; cat /alloc/data/handed /alloc/tmp/handed; echo reply > /alloc/data/reply && echo replied; \
              rm /alloc/data/handed 2>/dev/null || echo cannot-remove-daemons-file",
         ),
     ]
     .concat();
     let status = run(&agent, "handoff", &job("handoff", &tasks)).await;
     assert_eq!(stdout(&status, "first"), "done\n", "{status:#?}");
+    let out = stdout(&status, "second");
+    let (uid, rest) = out.split_once('\n').unwrap_or_default();
+    assert!(
+        uid.parse::<u32>().is_ok_and(|uid| uid >= 80_000),
+        "{status:#?}"
+    );
     assert_eq!(
-        stdout(&status, "second"),
-        "nobody\nfrom-daemon\ntmp\nreplied\ncannot-remove-daemons-file\n",
+        rest, "from-daemon\ntmp\nreplied\ncannot-remove-daemons-file\n",
         "{status:#?}"
     );
     assert_eq!(status.client_status, ClientStatus::Complete);

@@ -259,6 +259,9 @@ impl Agent {
             return false;
         }
         self.allocs.lock().unwrap().remove(id);
+        // Its processes are dead and its files gone (with its disk, above): its ids may
+        // be another task's. Files still theirs kept the alloc from being collected.
+        entry.runner.release_users();
         true
     }
 }

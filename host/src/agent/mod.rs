@@ -219,6 +219,8 @@ pub enum StartError {
     State(#[from] StateError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Users(#[from] crate::process::dynamic_users::RangeError),
 }
 
 pub struct Agent {
@@ -247,6 +249,10 @@ impl Agent {
     /// notices, not errors: the agent runs with everything it could read.
     pub async fn start(options: AgentOptions) -> Result<Arc<Agent>, StartError> {
         let mut notices = Vec::new();
+        // Before anything runs: a range a host user or group holds would make tasks that.
+        let range = options.config.users.dynamic_range.clone();
+        crate::process::dynamic_users::check_host(&range)?;
+        let dynamic_users = Arc::new(crate::process::dynamic_users::DynamicUsers::new(range));
         let disk = crate::disk::DiskLimits::detect(
             &options.data_dir,
             options.config.ephemeral_disk_inodes_per_mb,
@@ -436,6 +442,7 @@ impl Agent {
                 events: events.clone(),
                 csi,
                 services: Arc::new(services),
+                dynamic_users,
             },
             jobs: Mutex::default(),
             allocs: Mutex::default(),

@@ -15,6 +15,7 @@ mod csi_hook;
 mod disk;
 mod lifecycle;
 pub mod ports;
+pub mod users;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -175,7 +176,8 @@ impl AllocHook for AllocDirHook {
             alloc.alloc_dir.build().map_err(|e| HookError {
                 hook: "alloc_dir".into(),
                 message: format!("creating {}: {e}", alloc.alloc_dir.root().display()),
-            })
+            })?;
+            alloc.share_alloc_dir()
         })
     }
 }
@@ -195,6 +197,8 @@ pub struct NodeContext {
     pub sys: Arc<dyn crate::sys::Sys>,
     /// The services of running tasks and groups, kept registered in Consul.
     pub services: Arc<crate::consul::ServiceClient>,
+    /// `user { dynamic_range }`'s ids, which allocs take and give back ([`users`]).
+    pub dynamic_users: Arc<crate::process::dynamic_users::DynamicUsers>,
 }
 
 /// Why a recorded alloc could not be restored after an agent restart.
@@ -235,6 +239,8 @@ pub struct AllocRunner {
     disk_used: std::sync::atomic::AtomicU64,
     /// How the alloc's disk is limited, and its inodes (see [`AllocStatus`]).
     disk_limit: Mutex<disk::DiskReport>,
+    /// The ids the alloc took from `user { dynamic_range }` ([`users`]).
+    users: Mutex<Option<users::AllocUsers>>,
 }
 
 impl AllocRunner {
@@ -342,9 +348,9 @@ impl AllocRunner {
                 HookResources::default()
             }
         };
-        Ok(Self::build(
-            job, record, node, resources, states, handles, true,
-        ))
+        let runner = Self::build(job, record, node, resources, states, handles, true);
+        runner.restore_users();
+        Ok(runner)
     }
 
     fn build(
@@ -384,6 +390,7 @@ impl AllocRunner {
             stop,
             disk_used: std::sync::atomic::AtomicU64::new(u64::MAX),
             disk_limit: Mutex::default(),
+            users: Mutex::default(),
         })
     }
 
@@ -546,6 +553,10 @@ impl AllocRunner {
     }
 
     async fn run_in_span(self: Arc<Self>) -> ClientStatus {
+        if !self.take_users().await {
+            self.set_status(ClientStatus::Complete);
+            return ClientStatus::Complete;
+        }
         let hooks = alloc_hooks();
         for (index, hook) in hooks.iter().enumerate() {
             if let Err(error) = hook.prerun(&self).await {
@@ -627,6 +638,7 @@ impl AllocRunner {
             job: self.job.clone(),
             group: self.group.clone(),
             task: task.clone(),
+            dynamic_user: self.dynamic_user(&task.name),
             alloc_dir: self.alloc_dir.clone(),
             driver,
             config: self.node.config.clone(),

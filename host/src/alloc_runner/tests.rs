@@ -64,6 +64,9 @@ fn node() -> Node {
         events,
         sys: Arc::new(sys.clone()),
         services: Arc::new(crate::consul::ServiceClient::disabled()),
+        dynamic_users: Arc::new(crate::process::dynamic_users::DynamicUsers::new(
+            crate::config::DEFAULT_DYNAMIC_RANGE,
+        )),
     };
     Node {
         node,

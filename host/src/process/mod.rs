@@ -13,6 +13,7 @@
 //! is never signalled by mistake.
 
 pub mod confine;
+pub mod dynamic_users;
 pub mod isolation;
 pub mod keeper;
 pub mod logmon;

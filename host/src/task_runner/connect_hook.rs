@@ -59,14 +59,20 @@ impl TaskHook for ConnectHook {
                      consul block"
                 )));
             };
-            // The user the task will run as (nobody for exec when the job names none).
+            // The user the task will run as (for exec when the job names none: its own
+            // dynamic uid).
             let isolation = ctx.driver.capabilities().fs_isolation;
-            let user: Option<TaskUser> =
-                crate::validate::task_user(&ctx.job, &ctx.task, isolation, &ctx.config, &|name| {
-                    ctx.sys.lookup_user(name)
-                })
-                .map_err(|e| failure(e.to_string()))?
-                .map(|(_, user)| user);
+            let lookup = |name: &str| ctx.sys.lookup_user(name);
+            let user: Option<TaskUser> = crate::validate::task_user(
+                &ctx.job,
+                &ctx.task,
+                isolation,
+                &ctx.config,
+                &lookup,
+                ctx.dynamic_user,
+            )
+            .map_err(|e| failure(e.to_string()))?
+            .map(|(_, user)| user);
             let Some(service_id) = ctx.services.group_service_id(&ctx.alloc_id, service) else {
                 return Err(failure(format!(
                     "service {service:?} is not registered for this alloc"

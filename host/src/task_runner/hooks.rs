@@ -35,6 +35,9 @@ pub struct TaskHookContext {
     pub job: Arc<Job>,
     pub group: Arc<Group>,
     pub task: Task,
+    /// The uid (and, as its group, the alloc's gid) the alloc took for this task from
+    /// `user { dynamic_range }`; `None` when it runs as its job's user, or as today's.
+    pub dynamic_user: Option<crate::model::driver::TaskUser>,
     pub alloc_dir: AllocDir,
     pub driver: Arc<Driver>,
     pub config: Arc<AgentConfig>,

@@ -374,6 +374,7 @@ impl TaskRunner {
             isolation,
             &self.ctx.config,
             &|name| self.ctx.sys.lookup_user(name),
+            self.ctx.dynamic_user,
         ) {
             Ok(user) => user.map(|(_, user)| user),
             Err(refusal) => {

@@ -28,8 +28,11 @@ impl TaskHook for TemplateHook {
         prepare: &'a mut TaskPrepare,
     ) -> Prestart<'a> {
         Box::pin(async move {
+            // A task with ids of its own owns what is written for it (a template of
+            // mode 0600 is then readable by it, and by no other user but root).
+            let owner = ctx.dynamic_user.map(|user| (user, &*ctx.sys));
             if let (Some(file), Some(payload)) = (&ctx.task.dispatch_payload, &ctx.job.payload) {
-                write_beneath(&prepare.task_dir, file, payload, 0o644).map_err(|e| {
+                write_beneath_for(&prepare.task_dir, file, payload, 0o644, owner).map_err(|e| {
                     self.fail(format!("writing the dispatch payload to {file}: {e}"))
                 })?;
             }
@@ -45,11 +48,12 @@ impl TaskHook for TemplateHook {
                 };
                 let rendered =
                     render(&template.data, &|name| env.get(name).cloned()).map_err(|e| fail(&e))?;
-                write_beneath(
+                write_beneath_for(
                     &prepare.task_dir,
                     &template.destination,
                     rendered.as_bytes(),
                     template.perms,
+                    owner,
                 )
                 .map_err(|e| fail(&e))?;
                 if template.env {
@@ -76,17 +80,8 @@ impl TaskHook for TemplateHook {
     }
 }
 
-/// Writes `bytes` to `relative` under `root`, never through a symlink or out of `root`.
-fn write_beneath(
-    root: &std::path::Path,
-    relative: &str,
-    bytes: &[u8],
-    perms: u32,
-) -> std::io::Result<()> {
-    write_beneath_for(root, relative, bytes, perms, None)
-}
-
-/// [`write_beneath`], the file then given to `owner` (the task's user) through `sys`.
+/// Writes `bytes` to `relative` under `root`, never through a symlink or out of `root`;
+/// the file then given to `owner` (the task's user) through `sys`.
 pub(super) fn write_beneath_for(
     root: &std::path::Path,
     relative: &str,

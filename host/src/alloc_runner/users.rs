@@ -1,0 +1,185 @@
+//! The alloc's dynamic workload users: before any hook runs, an alloc whose `exec` tasks
+//! name no user takes one uid per such task and one gid for the alloc from the agent's
+//! `user { dynamic_range }`, waiting (and saying so in each task's events) while the
+//! range has too few free. The ids are recorded with the alloc, so a restarted agent
+//! keeps them taken, and they are given back when the alloc is collected (its processes
+//! dead, its directory removed): until then files in it are still theirs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::AllocRunner;
+use crate::model::driver::TaskUser;
+use crate::model::events::{EventKind, TaskEvent, TaskStateKind};
+use crate::state::Commit;
+use crate::task_runner::hooks::HookError;
+
+/// The hook-state key of an alloc's [`AllocUsers`].
+const USERS_KEY: &str = "dynamic_users";
+
+/// The ids an alloc holds: `gid` is every dynamic task's group, and the group of the
+/// alloc's shared `data/` and `tmp/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocUsers {
+    pub gid: u32,
+    pub tasks: BTreeMap<String, u32>,
+}
+
+impl AllocUsers {
+    fn ids(&self) -> Vec<u32> {
+        std::iter::once(self.gid)
+            .chain(self.tasks.values().copied())
+            .collect()
+    }
+}
+
+impl AllocRunner {
+    /// The tasks of the group that run as ids of their own.
+    fn dynamic_tasks(&self) -> Vec<String> {
+        let config = &self.node.config;
+        (self.group.tasks.iter())
+            .filter(|task| {
+                self.node.drivers.get(&task.driver).is_some_and(|driver| {
+                    let isolation = driver.capabilities().fs_isolation;
+                    crate::validate::wants_dynamic_user(&self.job, task, isolation, config)
+                })
+            })
+            .map(|task| task.name.clone())
+            .collect()
+    }
+
+    /// The ids `task` runs as, once the alloc took them.
+    pub(super) fn dynamic_user(&self, task: &str) -> Option<TaskUser> {
+        let users = self.users.lock().unwrap();
+        let users = users.as_ref()?;
+        let uid = *users.tasks.get(task)?;
+        Some(TaskUser {
+            uid,
+            gid: users.gid,
+        })
+    }
+
+    /// After an agent restart: the ids the alloc recorded stay taken.
+    pub(super) fn restore_users(&self) {
+        let users = match self.node.store.hook_state(&self.id, USERS_KEY) {
+            Ok(Some(bytes)) => match serde_json::from_slice::<AllocUsers>(&bytes) {
+                Ok(users) => users,
+                Err(error) => {
+                    // Its tasks start with new ids; the old ones stay out of the pool
+                    // only while the agent knows them, which it no longer does.
+                    tracing::error!(alloc = %self.id, %error, "the recorded dynamic users are unreadable");
+                    return;
+                }
+            },
+            Ok(None) => return,
+            Err(error) => {
+                tracing::error!(alloc = %self.id, %error, "reading the recorded dynamic users");
+                return;
+            }
+        };
+        self.node.dynamic_users.claim(&users.ids());
+        *self.users.lock().unwrap() = Some(users);
+    }
+
+    /// Takes the alloc's ids (nothing to take: at once). Waits while the range has too
+    /// few free, with an event on every task saying why; false when the alloc was told
+    /// to stop meanwhile (its tasks are then dead, never started).
+    pub(super) async fn take_users(&self) -> bool {
+        if self.users.lock().unwrap().is_some() {
+            return true;
+        }
+        let tasks = self.dynamic_tasks();
+        if tasks.is_empty() {
+            return true;
+        }
+        let pool = &self.node.dynamic_users;
+        let mut stop = self.stop.subscribe();
+        let mut told = false;
+        let ids = loop {
+            let released = pool.released();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(ids) = pool.take(tasks.len() + 1) {
+                break ids;
+            }
+            if !told {
+                told = true;
+                let range = pool.range();
+                let message = format!(
+                    "Waiting for user ids: the alloc needs {} from user {{ dynamic_range = \
+                     \"{}-{}\" }} and fewer are free (other allocs hold them); it starts \
+                     when an alloc holding some is collected",
+                    tasks.len() + 1,
+                    range.start(),
+                    range.end()
+                );
+                tracing::info!(alloc = %self.id, "{message}");
+                for task in &self.group.tasks {
+                    self.task_event(&task.name, TaskEvent::new(EventKind::TaskSetup, &message));
+                }
+            }
+            if *stop.borrow_and_update() {
+                self.never_started();
+                return false;
+            }
+            tokio::select! {
+                () = &mut released => {}
+                _ = stop.changed() => {}
+            }
+        };
+        let users = AllocUsers {
+            gid: ids[0],
+            tasks: tasks.into_iter().zip(ids[1..].iter().copied()).collect(),
+        };
+        let bytes = serde_json::to_vec(&users).unwrap_or_default();
+        // Durable before any task runs as them: a restarted agent must know them taken.
+        if let Err(error) =
+            (self.node.store).put_hook_state(&self.id, USERS_KEY, &bytes, Commit::Durable)
+        {
+            tracing::error!(alloc = %self.id, %error, "recording the alloc's dynamic users");
+        }
+        *self.users.lock().unwrap() = Some(users);
+        true
+    }
+
+    /// Tasks of an alloc stopped before it could start them: dead, not failed.
+    fn never_started(&self) {
+        let message = "Stopped before a user id was free; the task never started";
+        for task in &self.group.tasks {
+            let mut state = self.task_states[&task.name].lock().unwrap();
+            state.state = TaskStateKind::Dead;
+            state.push_event(TaskEvent::new(EventKind::Killed, message));
+        }
+    }
+
+    /// Gives the alloc's shared `data/` and `tmp/` to its gid (setgid, so what a task
+    /// makes there is the group's; sticky, as before) and closes them to everyone else:
+    /// no host user and no other alloc's task can enter. Only when every task of the
+    /// group has the gid: a task with a user of its own keeps today's world-writable
+    /// directories.
+    pub(super) fn share_alloc_dir(&self) -> Result<(), HookError> {
+        let Some(gid) = self.users.lock().unwrap().as_ref().map(|u| u.gid) else {
+            return Ok(());
+        };
+        if self.dynamic_tasks().len() != self.group.tasks.len() {
+            return Ok(());
+        }
+        let shared = self.alloc_dir.shared();
+        let dirs = [(shared.join("data"), 0o3770), (shared.join("tmp"), 0o3770)];
+        (self.node.sys)
+            .give_dirs(&dirs, TaskUser { uid: 0, gid })
+            .map_err(|e| HookError {
+                hook: "alloc_dir".into(),
+                message: format!("giving the alloc's shared directories to gid {gid}: {e}"),
+            })
+    }
+
+    /// Gives the ids back: the alloc is collected (its processes dead, its directory
+    /// removed). Once only: the record is forgotten with them.
+    pub fn release_users(&self) {
+        if let Some(users) = self.users.lock().unwrap().take() {
+            self.node.dynamic_users.release(&users.ids());
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Dynamic workload users (issue 35, item 4): an `exec` task whose job names no user runs
+//! as a uid of its own from `user { dynamic_range }`, so host processes of other users,
+//! `nobody` included, cannot read its secrets, trace or signal it; its group's tasks
+//! still share `/alloc/data`; an exhausted range makes an alloc wait, saying why; a range
+//! a host user holds is refused at start. Each test's agent has a range of its own, so
+//! tests running at once never share ids.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use berth::model::status::ClientStatus;
+
+use crate::agent_process::AgentProcess;
+
+fn job(name: &str, tasks: &str) -> String {
+    format!(
+        "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n    }}\n{tasks}  }}\n}}\n"
+    )
+}
+
+fn task(name: &str, extra: &str, script: &str) -> String {
+    format!(
+        "    task \"{name}\" {{\n      driver = \"exec\"\n{extra}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n",
+        serde_json::to_string(script).unwrap()
+    )
+}
+
+fn stdout(alloc_dir: &Path, task: &str) -> String {
+    std::fs::read_to_string(alloc_dir.join(format!("alloc/logs/{task}.stdout.0")))
+        .unwrap_or_default()
+}
+
+fn owner(path: &Path) -> (u32, u32) {
+    let meta = std::fs::metadata(path).unwrap();
+    (meta.uid(), meta.gid())
+}
+
+/// The host pid of the process whose command line is exactly `argv`.
+fn pid_of(argv: &[&str]) -> Option<u32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        (std::fs::read(format!("/proc/{pid}/cmdline")).ok()? == wanted).then_some(pid)
+    })
+}
+
+/// What a host process running as `uid` can do to task process `pid`: one line per try.
+fn attack_as(uid: u32, pid: u32) -> String {
+    let script = format!(
+        "cat /proc/{pid}/root/secrets/key 2>/dev/null || echo no-secrets; \
+         cat /proc/{pid}/environ >/dev/null 2>&1 && echo read-environ || echo no-environ; \
+         (exec 3</proc/{pid}/mem) 2>/dev/null && echo opened-mem || echo no-mem; \
+         kill -0 {pid} 2>/dev/null && echo signalled || echo no-signal; \
+         echo x 2>/dev/null > /proc/{pid}/root/local/planted && echo wrote-local || echo no-local"
+    );
+    let output = std::process::Command::new("/bin/sh")
+        .args(["-c", &script])
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_users_nobody_included_cannot_read_trace_or_signal_a_task() {
+    let mut agent = AgentProcess::with_config("user {\n  dynamic_range = \"81000-81099\"\n}\n");
+    agent.start().await;
+    let script = "echo s3cret > /secrets/key && chmod 600 /secrets/key && echo ready; \
+                  exec sleep 3171";
+    let submitted = agent
+        .submit("victim.hcl", &job("victim", &task("t", "", script)))
+        .await
+        .unwrap();
+    let alloc_id = &submitted.alloc_ids[0];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pid = loop {
+        let status = agent.alloc(alloc_id).await;
+        if let Some(pid) = pid_of(&["sleep", "3171"])
+            && stdout(&status.alloc_dir, "t") == "ready\n"
+        {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task never got ready: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let status = agent.alloc(alloc_id).await;
+    let (uid, gid) = owner(&status.alloc_dir.join("tasks/t/secrets"));
+    assert!((81_000..=81_099).contains(&uid), "the task's uid {uid}");
+    assert!(
+        (81_000..=81_099).contains(&gid) && gid != uid,
+        "the alloc's gid {gid}"
+    );
+    // Root (the test) sees what the task is: its own uid.
+    let task_uid = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        task_uid.contains(&format!("\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")),
+        "{task_uid}"
+    );
+    for attacker in [65534, 1] {
+        assert_eq!(
+            attack_as(attacker, pid),
+            "no-secrets\nno-environ\nno-mem\nno-signal\nno-local\n",
+            "as uid {attacker}"
+        );
+    }
+    // The alloc's shared directories are its gid's alone (the data dir's 0700 already
+    // keeps host users out; this also holds where a path to them is open).
+    let data = std::fs::metadata(status.alloc_dir.join("alloc/data")).unwrap();
+    assert_eq!(
+        (data.uid(), data.gid(), data.mode() & 0o7777),
+        (0, gid, 0o3770)
+    );
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    agent.finished(alloc_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_dynamic_tasks_of_a_group_share_alloc_data_and_allocs_differ() {
+    let mut agent = AgentProcess::with_config("user {\n  dynamic_range = \"81100-81199\"\n}\n");
+    agent.start().await;
+    let prestart = "      lifecycle {\n        hook = \"prestart\"\n      }\n";
+    let tasks = [
+        task(
+            "writer",
+            prestart,
+            "echo handed > /alloc/data/f && echo tmp > /alloc/tmp/f && echo done",
+        ),
+        task(
+            "reader",
+            "",
+            "cat /alloc/data/f /alloc/tmp/f; echo reply > /alloc/data/r && echo replied",
+        ),
+    ]
+    .concat();
+    let mut uids = Vec::new();
+    for name in ["share-a", "share-b"] {
+        let submitted = agent
+            .submit(&format!("{name}.hcl"), &job(name, &tasks))
+            .await
+            .unwrap();
+        let status = agent.finished(&submitted.alloc_ids[0]).await;
+        let dir = &status.alloc_dir;
+        assert_eq!(stdout(dir, "writer"), "done\n", "{status:#?}");
+        assert_eq!(
+            stdout(dir, "reader"),
+            "handed\ntmp\nreplied\n",
+            "{status:#?}"
+        );
+        assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+        let (writer, gid) = owner(&dir.join("tasks/writer/secrets"));
+        let (reader, reader_gid) = owner(&dir.join("tasks/reader/secrets"));
+        assert_ne!(writer, reader, "each task is a user of its own");
+        assert_eq!(gid, reader_gid, "the alloc's tasks share its gid");
+        assert_eq!(owner(&dir.join("alloc/data/f")), (writer, gid));
+        uids.extend([writer, reader, gid]);
+    }
+    let distinct: std::collections::BTreeSet<_> = uids.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        uids.len(),
+        "two allocs share no id: {uids:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alloc_waits_for_an_exhausted_range_and_starts_once_ids_come_back() {
+    // Two ids: one alloc's gid and its task's uid. Finished allocs are collected within 1 s.
+    let mut agent = AgentProcess::with_config(
+        "user {\n  dynamic_range = \"81200-81201\"\n}\ngc {\n  interval = \"1s\"\n  max_allocs = 0\n}\n",
+    );
+    agent.start().await;
+    let first = agent
+        .submit(
+            "first.hcl",
+            &job("first", &task("t", "", "echo ready; sleep 4")),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait_alloc(&first.alloc_ids[0], "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    let second = agent
+        .submit("second.hcl", &job("second", &task("t", "", "id -u")))
+        .await
+        .unwrap();
+    let waiting = "Waiting for user ids: the alloc needs 2 from user { dynamic_range = \
+                   \"81200-81201\" }";
+    agent
+        .wait_alloc(&second.alloc_ids[0], "waiting for ids", |s| {
+            s.tasks["t"]
+                .events
+                .iter()
+                .any(|e| e.message.starts_with(waiting))
+        })
+        .await;
+    assert_eq!(
+        agent.alloc(&second.alloc_ids[0]).await.client_status,
+        ClientStatus::Pending
+    );
+    let status = agent.finished(&second.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let uid: u32 = stdout(&status.alloc_dir, "t").trim().parse().unwrap();
+    assert!((81_200..=81_201).contains(&uid), "{uid}");
+}
+
+#[test]
+fn a_range_that_a_host_user_holds_is_refused_at_start() {
+    let dir = tempfile::Builder::new()
+        .prefix("users-helper-refused")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(&config, "user {\n  dynamic_range = \"65000-65535\"\n}\n").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["agent", "-dev", "--http-addr", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the agent started with a range that holds nobody");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "user { dynamic_range = \"65000-65535\" } overlaps user \"nobody\" (id 65534) of \
+             /etc/passwd"
+        ),
+        "{stderr}"
+    );
+}

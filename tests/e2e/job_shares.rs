@@ -213,7 +213,9 @@ async fn handed_off_output_leaves_no_collector_behind_nor_in_the_agents_cgroup()
     let agent_pid = agent.pid();
     let agent_procs = cgroup_procs_of(agent_pid);
     assert!(!agent_procs.is_empty(), "the agent's cgroup was not found");
-    let sidecar = "import socket, os, time\npath = '/alloc/data/s'\ntry:\n    os.unlink(path)\nexcept FileNotFoundError:\n    pass\nserver = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\nserver.bind(path)\nserver.listen(16)\nkept = []\nwhile True:\n    conn, _ = server.accept()\n    msg, fds, _, _ = socket.recv_fds(conn, 16, 4)\n    kept.extend(fds)\n    conn.close()\n    print('kept', len(kept), flush=True)\n";
+    // Each task is a user of its own in the alloc's group: a socket is the group's to
+    // connect to once its maker says so (af_unix applies the umask, not the default ACL).
+    let sidecar = "import socket, os, time\npath = '/alloc/data/s'\ntry:\n    os.unlink(path)\nexcept FileNotFoundError:\n    pass\nserver = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\nserver.bind(path)\nos.chmod(path, 0o770)\nserver.listen(16)\nkept = []\nwhile True:\n    conn, _ = server.accept()\n    msg, fds, _, _ = socket.recv_fds(conn, 16, 4)\n    kept.extend(fds)\n    conn.close()\n    print('kept', len(kept), flush=True)\n";
     let writer = "import socket, os, time, sys\nwhile not os.path.exists('/alloc/data/s'):\n    time.sleep(0.05)\nc = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\nc.connect('/alloc/data/s')\nsocket.send_fds(c, [b'x'], [1, 2])\nc.close()\nprint('handed', flush=True)\ntime.sleep(1)\nsys.exit(1)\n";
     let source = format!(
         "job \"handoff\" {{\n  group \"g\" {{\n    restart {{\n      attempts = 5\n      delay    = \"0s\"\n      mode     = \"fail\"\n    }}\n    task \"sidecar\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/usr/bin/python3\"\n        args = [\"-c\", {}]\n      }}\n    }}\n    task \"writer\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/usr/bin/python3\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",

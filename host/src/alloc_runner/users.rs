@@ -167,8 +167,10 @@ impl AllocRunner {
         }
         let shared = self.alloc_dir.shared();
         let dirs = [(shared.join("data"), 0o3770), (shared.join("tmp"), 0o3770)];
+        let shared_dirs: Vec<_> = dirs.iter().map(|(dir, _)| dir.clone()).collect();
         (self.node.sys)
             .give_dirs(&dirs, TaskUser { uid: 0, gid })
+            .and_then(|()| self.node.sys.share_dirs_with_group(&shared_dirs))
             .map_err(|e| HookError {
                 hook: "alloc_dir".into(),
                 message: format!("giving the alloc's shared directories to gid {gid}: {e}"),

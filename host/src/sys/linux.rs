@@ -12,6 +12,16 @@ use crate::model::driver::TaskUser;
 use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::process::users::UserError;
 
+/// `user::rwx group::rwx other::---` in the kernel's `posix_acl_xattr` form: a version
+/// (2), then entries of tag (`USER_OBJ` 0x01, `GROUP_OBJ` 0x04, `OTHER` 0x20), permissions
+/// and an id (none for these), little-endian.
+const GROUP_SHARED_DEFAULT_ACL: [u8; 28] = [
+    2, 0, 0, 0, // version
+    0x01, 0, 7, 0, 0xff, 0xff, 0xff, 0xff, // user::rwx
+    0x04, 0, 7, 0, 0xff, 0xff, 0xff, 0xff, // group::rwx
+    0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, // other::---
+];
+
 /// The privileged operations, done on this host.
 pub struct LinuxSys {
     cgroups: Cgroups,
@@ -78,6 +88,21 @@ impl Sys for LinuxSys {
                 let dir = open_dir_nofollow(path)?;
                 rustix::fs::fchown(&dir, owner, group)?;
                 rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(*mode))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn share_dirs_with_group(&self, dirs: &[PathBuf]) -> io::Result<()> {
+        crate::blocking::run(|| {
+            for path in dirs {
+                let dir = open_dir_nofollow(path)?;
+                rustix::fs::fsetxattr(
+                    &dir,
+                    "system.posix_acl_default",
+                    &GROUP_SHARED_DEFAULT_ACL,
+                    rustix::fs::XattrFlags::empty(),
+                )?;
             }
             Ok(())
         })

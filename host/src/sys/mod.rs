@@ -61,6 +61,14 @@ pub trait Sys: Send + Sync {
     /// have replaced its own directory with a symlink to a host path.
     fn give_dirs(&self, dirs: &[(PathBuf, u32)], user: TaskUser) -> io::Result<()>;
 
+    /// Gives each directory a default ACL of `user::rwx group::rwx other::---`: what a
+    /// task makes there is its group's to write (the umask does not apply under a default
+    /// ACL), so tasks of one alloc, each its own user in the alloc's group, share files
+    /// and sockets in `alloc/data` as they did as one user. No link is followed.
+    fn share_dirs_with_group(&self, _dirs: &[PathBuf]) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Gives an open file berth wrote for the task (a secret) to `user`.
     fn give_file(&self, file: BorrowedFd<'_>, user: TaskUser) -> io::Result<()>;
 

@@ -126,11 +126,17 @@ impl DynamicUsers {
                     if pool.taken.contains(&next) {
                         continue;
                     }
+                    // A restored alloc's id above `next`, released since: it is handed
+                    // out here, never also from the queue.
+                    pool.released.retain(|r| *r != next);
                     next
                 }
                 None => pool.released.pop_front()?,
             };
-            pool.taken.insert(id);
+            // Never an id a live alloc holds, whichever way it came.
+            if !pool.taken.insert(id) {
+                continue;
+            }
             ids.push(id);
         }
         Some(ids)
@@ -202,6 +208,23 @@ mod tests {
             None,
             "a double release hands out nothing twice"
         );
+    }
+
+    /// An id a restored alloc held above the fresh ones, released, is handed out once:
+    /// two live allocs never share a uid (attack review: after a restart, B and E ran as
+    /// the same uid).
+    #[test]
+    fn a_restored_id_released_is_handed_out_once() {
+        let users = DynamicUsers::new(80100..=80103);
+        users.claim(&[80100, 80101]);
+        users.release(&[80100, 80101]);
+        let mut handed: Vec<u32> = Vec::new();
+        for _ in 0..4 {
+            handed.extend(users.take(1).unwrap());
+        }
+        handed.sort_unstable();
+        assert_eq!(handed, [80100, 80101, 80102, 80103]);
+        assert_eq!(users.take(1), None);
     }
 
     #[test]

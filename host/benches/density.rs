@@ -114,6 +114,10 @@ async fn run() {
     }
     task "t" {
       driver = "exec"
+      logs {
+        max_files     = 1
+        max_file_size = 1
+      }
       config {
         command = "/bin/sleep"
         args    = ["3600"]

@@ -47,25 +47,17 @@ impl Agent {
     /// fuller than the thresholds, oldest first; and each job whose last alloc that was.
     pub(super) fn collect_allocs(&self) -> Vec<CollectedAlloc> {
         let keep = self.node.config.gc.max_allocs;
-        let mut finished: Vec<(u64, AllocEntry)> = self
-            .allocs
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|a| *a.finished.borrow())
-            .map(|a| (finished_at(&a.runner.status()), a.clone()))
-            .collect();
+        let finished = self.finished_oldest_first();
         if finished.len() <= keep && self.disk_pressure().is_none() {
             return Vec::new();
         }
-        finished.sort_by_key(|(at, _)| *at);
         let Ok(mounts) = crate::mount::mountinfo::read_self() else {
             tracing::warn!("garbage collection skipped: the mount table is unreadable");
             return Vec::new();
         };
         let mut left = finished.len();
         let mut collected = Vec::new();
-        for (_, entry) in finished {
+        for entry in finished {
             if left <= keep {
                 match self.disk_pressure() {
                     None => break,
@@ -82,6 +74,20 @@ impl Agent {
             }
         }
         collected
+    }
+
+    /// The finished allocs, oldest first (by their last event).
+    fn finished_oldest_first(&self) -> Vec<AllocEntry> {
+        let mut finished: Vec<(u64, AllocEntry)> = self
+            .allocs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|a| *a.finished.borrow())
+            .map(|a| (finished_at(&a.runner.status()), a.clone()))
+            .collect();
+        finished.sort_by_key(|(at, _)| *at);
+        finished.into_iter().map(|(_, entry)| entry).collect()
     }
 
     /// Groups whose `ephemeral_disk` is larger than the data dir's whole filesystem.
@@ -276,20 +282,12 @@ impl Agent {
         if !short() {
             return;
         }
-        let mut finished: Vec<(u64, AllocEntry)> = self
-            .allocs
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|a| *a.finished.borrow())
-            .map(|a| (finished_at(&a.runner.status()), a.clone()))
-            .collect();
-        finished.sort_by_key(|(at, _)| *at);
+        let finished = self.finished_oldest_first();
         let Ok(mounts) = crate::blocking::run(crate::mount::mountinfo::read_self) else {
             return;
         };
         let mut collected = 0;
-        for (_, entry) in finished {
+        for entry in finished {
             if self.collect(&entry, &mounts) {
                 collected += 1;
                 self.collect_job_of(&entry);

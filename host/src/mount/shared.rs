@@ -2,6 +2,7 @@
 //! mounts below it inside its own mount namespace (bidirectional propagation) appears on
 //! the host, and released once nothing is mounted below it. Used for `<data_dir>/csi`.
 
+use std::ffi::CString;
 use std::io;
 use std::path::Path;
 
@@ -55,80 +56,14 @@ pub fn is_mount_point(path: &Path) -> bool {
 /// the mount's root opened below `base`), so a plugin that swaps a directory for a link
 /// meanwhile cannot steer the unmount elsewhere. How many.
 pub fn unmount_all_below(base: &Path, path: &Path) -> io::Result<usize> {
-    unmount_all_below_with(base, path, UnmountFlags::DETACH)
-}
-
-/// Unmounts the mount at `path` below `base` without `MNT_DETACH`: one that something
-/// still uses (an open file, a working directory in it) stays, and the call fails with
-/// `EBUSY`. `path` is reached through no link to check that a mount is there (a
-/// descriptor held across the unmount would itself make it busy), then unmounted by
-/// path: for directories only the agent writes (an alloc's root in `allocs/`). Whether
-/// it unmounted one.
-pub fn unmount_unless_busy(base: &Path, path: &Path) -> io::Result<bool> {
-    let relative = path.strip_prefix(base).map_err(|_| {
-        io::Error::other(format!(
-            "{} is not below {}",
-            path.display(),
-            base.display()
-        ))
-    })?;
-    let is_mount_root = {
-        let base = super::beneath::open_root(&super::c_path(base)?)?;
-        let target = match super::beneath::open(&base, &super::c_path(relative)?) {
-            Ok(target) => target,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        let stat = rustix::fs::statx(
-            &target,
-            c"",
-            rustix::fs::AtFlags::EMPTY_PATH,
-            rustix::fs::StatxFlags::MNT_ID,
-        )?;
-        let mount_root = rustix::fs::StatxAttributes::MOUNT_ROOT;
-        stat.stx_attributes_mask.contains(mount_root) && stat.stx_attributes.contains(mount_root)
-    };
-    if !is_mount_root {
-        return Ok(false);
-    }
-    mount::unmount(path, UnmountFlags::NOFOLLOW)?;
-    Ok(true)
-}
-
-fn unmount_all_below_with(base: &Path, path: &Path, flags: UnmountFlags) -> io::Result<usize> {
-    let relative = path.strip_prefix(base).map_err(|_| {
-        io::Error::other(format!(
-            "{} is not below {}",
-            path.display(),
-            base.display()
-        ))
-    })?;
-    let relative = super::c_path(relative)?;
-    let base = super::beneath::open_root(&super::c_path(base)?)?;
+    let (base_dir, relative) = open_below(base, path)?;
     let mut unmounted = 0;
-    loop {
-        let target = match super::beneath::open(&base, &relative) {
-            Ok(target) => target,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(unmounted),
-            Err(e) => return Err(e),
-        };
-        let stat = rustix::fs::statx(
-            &target,
-            c"",
-            rustix::fs::AtFlags::EMPTY_PATH,
-            rustix::fs::StatxFlags::MNT_ID,
-        )?;
-        let mount_root = rustix::fs::StatxAttributes::MOUNT_ROOT;
-        if !stat.stx_attributes_mask.contains(mount_root)
-            || !stat.stx_attributes.contains(mount_root)
-        {
-            return Ok(unmounted);
-        }
+    while let Some(target) = mount_root_at(&base_dir, &relative)? {
         let mut buffer = [0u8; 32];
-        // The target's descriptor pins nothing: it is a path (`O_PATH`) to the mount's
-        // root, which an unmount without `MNT_DETACH` does not count as a use.
-        let path_of_target = super::beneath::fd_path(&target, &mut buffer);
-        mount::unmount(path_of_target, flags)?;
+        mount::unmount(
+            super::beneath::fd_path(&target, &mut buffer),
+            UnmountFlags::DETACH,
+        )?;
         unmounted += 1;
         if unmounted > 64 {
             return Err(io::Error::other(format!(
@@ -137,6 +72,58 @@ fn unmount_all_below_with(base: &Path, path: &Path, flags: UnmountFlags) -> io::
             )));
         }
     }
+    Ok(unmounted)
+}
+
+/// Unmounts the mount at `path` below `base` without `MNT_DETACH`: one that something
+/// still uses (an open file, a working directory in it) stays, and the call fails with
+/// `EBUSY`. `path` is reached through no link to check that a mount is there, then
+/// unmounted by path (a descriptor held across the unmount would itself make it busy):
+/// for directories only the agent writes (an alloc's root in `allocs/`). Whether it
+/// unmounted one.
+pub fn unmount_unless_busy(base: &Path, path: &Path) -> io::Result<bool> {
+    let (base_dir, relative) = open_below(base, path)?;
+    if mount_root_at(&base_dir, &relative)?.is_none() {
+        return Ok(false);
+    }
+    mount::unmount(path, UnmountFlags::NOFOLLOW)?;
+    Ok(true)
+}
+
+/// `base` opened, and `path`'s place below it.
+fn open_below(base: &Path, path: &Path) -> io::Result<(std::os::fd::OwnedFd, CString)> {
+    let relative = path.strip_prefix(base).map_err(|_| {
+        io::Error::other(format!(
+            "{} is not below {}",
+            path.display(),
+            base.display()
+        ))
+    })?;
+    let base_dir = super::beneath::open_root(&super::c_path(base)?)?;
+    Ok((base_dir, super::c_path(relative)?))
+}
+
+/// `relative` below `base_dir`, reached through no link, when it is the root of a mount
+/// (`None`: missing, or no mount there).
+fn mount_root_at(
+    base_dir: &std::os::fd::OwnedFd,
+    relative: &CString,
+) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    let target = match super::beneath::open(base_dir, relative) {
+        Ok(target) => target,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let stat = rustix::fs::statx(
+        &target,
+        c"",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::MNT_ID,
+    )?;
+    let mount_root = rustix::fs::StatxAttributes::MOUNT_ROOT;
+    let is_root =
+        stat.stx_attributes_mask.contains(mount_root) && stat.stx_attributes.contains(mount_root);
+    Ok(is_root.then_some(target))
 }
 
 /// Undoes [`ensure_shared`] once nothing is mounted below `root` any more: the last

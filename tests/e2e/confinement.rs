@@ -48,6 +48,11 @@ if mknod /tmp/disk b 8 0 2>/dev/null; then echo "ESCAPED mknod"; else echo "mkno
 touch /tmp/attr
 if chattr +d /tmp/attr 2>/dev/null; then echo "ESCAPED file-flags"; else echo "file-flags denied"; fi
 if chattr -p 7 /tmp/attr 2>/dev/null; then echo "ESCAPED file-project"; else echo "file-project denied"; fi
+# A setuid or setgid file (by chmod, or made so by open): such a bit works only outside
+# the task, where a file left in a volume would give a local user the task's ids.
+touch /tmp/suid
+if chmod 4755 /tmp/suid 2>/dev/null || chmod 2755 /tmp/suid 2>/dev/null; then echo "ESCAPED setuid-file"; else echo "setuid-file denied"; fi
+if perl -e 'use Fcntl; umask 0; sysopen(F, "/tmp/suid-made", O_CREAT|O_WRONLY, 06755) or exit 1; exit(((stat "/tmp/suid-made")[2] & 06000) ? 0 : 1)'; then echo "ESCAPED setuid-create"; else echo "setuid-create denied"; fi
 if mount -t tmpfs none /tmp 2>/dev/null; then echo "ESCAPED mount"; else echo "mount denied"; fi
 # Writes the value already there, so a failing defence changes nothing on the host.
 if cat /proc/sys/kernel/core_pattern > /tmp/pattern && cat /tmp/pattern > /proc/sys/kernel/core_pattern 2>/dev/null; then echo "ESCAPED core_pattern"; else echo "core_pattern denied"; fi
@@ -92,6 +97,8 @@ fn assert_contained(stdout: &str) {
         "breakout",
         "file-flags",
         "file-project",
+        "setuid-file",
+        "setuid-create",
     ] {
         assert!(
             stdout.contains(&format!("{contained} denied")),
@@ -163,7 +170,9 @@ async fn an_exec_task_root_or_not_cannot_reach_the_host_through_chroot_proc_devi
         stdout.contains("breakout denied (climbed to the task's own root)"),
         "{stdout}"
     );
-    assert!(stdout.contains("planted setuid"), "{stdout}");
+    // Even root cannot make a file setuid (seccomp); what else stops a planted one is
+    // checked with a file the host made setuid, below.
+    assert!(!stdout.contains("planted setuid"), "{stdout}");
     for mount in ["/", "/alloc"] {
         let line = stdout
             .lines()
@@ -180,8 +189,10 @@ async fn an_exec_task_root_or_not_cannot_reach_the_host_through_chroot_proc_devi
     assert_contained(&stdout);
 }
 
-/// A setuid shell a root prestart task plants in `/alloc/data` gives the main task (its
-/// own dynamic uid) nothing: the mount is nosuid and the task has no_new_privs.
+/// A root prestart task cannot make the shell it copies into `/alloc/data` setuid
+/// (seccomp refuses the mode); and one the host made setuid there (as a setuid file
+/// left in a volume would be) gives the main task (its own dynamic uid) nothing: the
+/// mount is nosuid and the task has no_new_privs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_task() {
     let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
@@ -200,7 +211,7 @@ async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_ta
       }
       config {
         command = "/bin/sh"
-        args    = ["-c", "cp /bin/dash /alloc/data/suid-sh && chmod 4755 /alloc/data/suid-sh && echo planted"]
+        args    = ["-c", "cp /bin/dash /alloc/data/suid-sh && (chmod 4755 /alloc/data/suid-sh 2>/dev/null && echo planted || echo refused); while [ ! -e /alloc/data/go ]; do sleep 0.1; done"]
       }
     }
     task "main" {
@@ -213,12 +224,30 @@ async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_ta
   }
 }
 "#;
-    let status = run_to_the_end(&agent, "plant", source).await;
-    let logs = status.alloc_dir.join("alloc/logs");
+    let submitted = agent.submit("plant.hcl", source).await.unwrap();
+    let alloc_dir = agent.alloc(&submitted.alloc_ids[0]).await.alloc_dir;
+    let logs = alloc_dir.join("alloc/logs");
+    let planted = alloc_dir.join("alloc/data/suid-sh");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_to_string(logs.join("planter.stdout.0"))
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the planter never copied its shell"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let planter = std::fs::read_to_string(logs.join("planter.stdout.0")).unwrap();
-    assert_eq!(planter, "planted\n", "{status:#?}");
-    let mode = std::fs::metadata(status.alloc_dir.join("alloc/data/suid-sh"))
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+    assert_eq!(planter, "refused\n", "the task made a file setuid");
+    // What a setuid file left in a volume would be: the host makes it so.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::write(alloc_dir.join("alloc/data/go"), "").unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    let mode = std::fs::metadata(&planted)
+        .map(|m| m.permissions().mode())
         .unwrap();
     assert_eq!(mode & 0o4000, 0o4000, "the plant is setuid on disk");
     let main = std::fs::read_to_string(logs.join("main.stdout.0")).unwrap();

@@ -217,6 +217,115 @@ async fn an_alloc_waits_for_an_exhausted_range_and_starts_once_ids_come_back() {
     assert!((81_200..=81_201).contains(&uid), "{uid}");
 }
 
+/// Finished allocs keep their ids until collected, and `gc { max_allocs }` keeps up to
+/// 50 of them: without collecting under id pressure, an alloc waiting for ids would wait
+/// for good behind finished ones (attack review: one job's finished allocs held the whole
+/// range). Both ways in: an alloc placed while finished ones hold the ids, and one
+/// already waiting when the holder finishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_allocs_holding_ids_are_collected_for_allocs_that_need_them() {
+    let mut agent = AgentProcess::with_config("user {\n  dynamic_range = \"81400-81401\"\n}\n");
+    agent.start().await;
+    let first = agent
+        .submit("first.hcl", &job("first", &task("t", "", "id -u")))
+        .await
+        .unwrap();
+    let status = agent.finished(&first.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    // Placed while the finished first holds both ids.
+    let second = agent
+        .submit(
+            "second.hcl",
+            &job("second", &task("t", "", "id -u; sleep 2")),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait_alloc(&second.alloc_ids[0], "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    // Waiting while the running second holds them; started once it finished.
+    let third = agent
+        .submit("third.hcl", &job("third", &task("t", "", "id -u")))
+        .await
+        .unwrap();
+    let status = agent.finished(&third.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    assert_eq!(stdout(&status.alloc_dir, "t"), "81401\n");
+}
+
+/// Ids outlive an agent restart both ways: a running alloc's ids stay its own, and ids
+/// released before the restart rest behind the fresh ones, as before it (attack review:
+/// the release order lived in memory, so a restarted agent handed out first the ids just
+/// released, whose setgid files may still lie in a volume).
+#[tokio::test(flavor = "multi_thread")]
+async fn ids_and_their_release_order_survive_an_agent_restart() {
+    let mut agent = AgentProcess::with_config(
+        "user {\n  dynamic_range = \"81300-81305\"\n}\ngc {\n  interval = \"1s\"\n  max_allocs = 0\n}\n",
+    );
+    agent.start().await;
+    let ids = "echo $(id -u) $(id -g)";
+    let running = agent
+        .submit(
+            "running.hcl",
+            &job("running", &task("t", "", &format!("{ids}; sleep 600"))),
+        )
+        .await
+        .unwrap();
+    let running_id = running.alloc_ids[0].clone();
+    agent
+        .wait_alloc(&running_id, "running with its ids", |s| {
+            !stdout(&s.alloc_dir, "t").is_empty()
+        })
+        .await;
+    let running_dir = agent.alloc(&running_id).await.alloc_dir;
+    assert_eq!(stdout(&running_dir, "t"), "81301 81300\n");
+
+    let released = agent
+        .submit("released.hcl", &job("released", &task("t", "", ids)))
+        .await
+        .unwrap();
+    let status = agent.finished(&released.alloc_ids[0]).await;
+    assert_eq!(stdout(&status.alloc_dir, "t"), "81303 81302\n");
+    // Collected (max_allocs = 0): its ids go back to the pool.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status.alloc_dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the finished alloc was never collected"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    agent.kill9();
+    agent.start().await;
+    // Fresh ids first, as before the restart: not the two just released.
+    let after = agent
+        .submit("after.hcl", &job("after", &task("t", "", ids)))
+        .await
+        .unwrap();
+    let status = agent.finished(&after.alloc_ids[0]).await;
+    assert_eq!(
+        stdout(&status.alloc_dir, "t"),
+        "81305 81304\n",
+        "{status:#?}"
+    );
+    // Then the released ones; never the running alloc's.
+    let last = agent
+        .submit("last.hcl", &job("last", &task("t", "", ids)))
+        .await
+        .unwrap();
+    let status = agent.finished(&last.alloc_ids[0]).await;
+    assert_eq!(
+        stdout(&status.alloc_dir, "t"),
+        "81303 81302\n",
+        "{status:#?}"
+    );
+    let running = agent.alloc(&running_id).await;
+    assert_eq!(running.client_status, ClientStatus::Running, "{running:#?}");
+}
+
 #[test]
 fn a_range_that_a_host_user_holds_is_refused_at_start() {
     let dir = tempfile::Builder::new()

@@ -489,8 +489,8 @@ impl Agent {
             },
         );
         let runner = AllocRunner::recorded(job, alloc, self.node.clone());
-        self.make_disk_room(&[runner.group.ephemeral_disk_mb]);
-        let finished = spawn_runner(runner.clone(), self.index.clone(), self.event_hub.clone());
+        self.make_room(std::slice::from_ref(&runner));
+        let finished = spawn_runner(self, runner.clone());
         self.allocs
             .lock()
             .unwrap()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{Agent, AllocEntry, JobAction, Submitter};
-use crate::alloc_runner::AllocStatus;
+use crate::alloc_runner::{AllocRunner, AllocStatus};
 use crate::jobspec::{self};
 
 /// What one garbage collection forgot: finished allocs, and the jobs that had nothing
@@ -48,7 +48,7 @@ impl Agent {
     pub(super) fn collect_allocs(&self) -> Vec<CollectedAlloc> {
         let keep = self.node.config.gc.max_allocs;
         let finished = self.finished_oldest_first();
-        if finished.len() <= keep && self.disk_pressure().is_none() {
+        if finished.len() <= keep && self.pressure().is_none() {
             return Vec::new();
         }
         let Ok(mounts) = crate::mount::mountinfo::read_self() else {
@@ -59,10 +59,10 @@ impl Agent {
         let mut collected = Vec::new();
         for entry in finished {
             if left <= keep {
-                match self.disk_pressure() {
+                match self.pressure() {
                     None => break,
                     Some(why) => tracing::info!(alloc = %entry.runner.id, %why,
-                        "collecting a finished alloc within max_allocs: the disk is full"),
+                        "collecting a finished alloc within max_allocs"),
                 }
             }
             left -= 1;
@@ -109,6 +109,15 @@ impl Agent {
                 ),
             })
             .collect()
+    }
+
+    /// Why finished allocs within `max_allocs` must go: the data dir's disk is full, or
+    /// allocs wait for user ids that finished ones hold.
+    fn pressure(&self) -> Option<String> {
+        self.disk_pressure().or_else(|| {
+            let short = self.node.dynamic_users.shortfall();
+            (short > 0).then(|| format!("allocs wait for {short} more user ids than are free"))
+        })
     }
 
     /// Why the data dir's filesystem is fuller than `gc`'s thresholds, if it is.
@@ -260,25 +269,33 @@ impl Agent {
             tracing::warn!(alloc = %id, %error, "not collecting a finished alloc yet");
             return false;
         }
+        // Its processes are dead and its files gone (with its disk, above): its ids may
+        // be another task's. Files still theirs kept the alloc from being collected. The
+        // pool keeps their release before the record goes: a restart in between claims
+        // them again from the record, never loses them.
+        entry.runner.release_users();
         if let Err(error) = self.node.store.remove_alloc(id) {
             tracing::error!(alloc = %id, %error, "collecting a finished alloc's records");
             return false;
         }
         self.allocs.lock().unwrap().remove(id);
-        // Its processes are dead and its files gone (with its disk, above): its ids may
-        // be another task's. Files still theirs kept the alloc from being collected.
-        entry.runner.release_users();
         true
     }
 }
 
 impl Agent {
-    /// Collects finished allocs, oldest first, until allocs of `sizes_mb` find room for
-    /// their disks: a finished alloc's image keeps its size promised until collected, so
-    /// without this a job that ran once with a large `ephemeral_disk` would keep every
-    /// later one off the node.
-    pub(super) fn make_disk_room(&self, sizes_mb: &[u64]) {
-        let short = || crate::blocking::run(|| self.node.sys.disk_room_short(sizes_mb));
+    /// Collects finished allocs, oldest first, until `runners` (allocs about to start)
+    /// find room for their disks and their user ids: a finished alloc's image keeps its
+    /// size promised, and its dynamic users their ids, until it is collected, so without
+    /// this a job that ran once with a large `ephemeral_disk` (or many tasks) would keep
+    /// every later one off the node.
+    pub(super) fn make_room(&self, runners: &[Arc<AllocRunner>]) {
+        let sizes_mb: Vec<u64> = runners.iter().map(|r| r.group.ephemeral_disk_mb).collect();
+        let ids: usize = runners.iter().map(|r| r.dynamic_ids_needed()).sum();
+        let short = || {
+            crate::blocking::run(|| self.node.sys.disk_room_short(&sizes_mb))
+                || self.node.dynamic_users.free() < ids
+        };
         if !short() {
             return;
         }
@@ -292,7 +309,7 @@ impl Agent {
                 collected += 1;
                 self.collect_job_of(&entry);
                 tracing::info!(alloc = %entry.runner.id,
-                    "collected a finished alloc to make room for a new alloc's disk");
+                    "collected a finished alloc to make room for a new alloc's disk or user ids");
             }
             if !short() {
                 break;
@@ -359,13 +376,19 @@ impl Agent {
     }
 }
 
-/// Collects finished allocs every `gc { interval }`, for as long as the agent lives.
+/// Collects finished allocs every `gc { interval }`, and at once when an alloc starts
+/// waiting for user ids or one finishes while others wait (finished allocs may hold
+/// them), for as long as the agent lives.
 pub(super) fn spawn_garbage_collector(agent: &Arc<Agent>) {
     let interval = agent.node.config.gc.interval;
+    let users = agent.node.dynamic_users.clone();
     let agent = Arc::downgrade(agent);
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(interval).await;
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = users.collection_wanted() => {}
+            }
             let Some(agent) = agent.upgrade() else {
                 return;
             };

@@ -252,7 +252,6 @@ impl Agent {
         // Before anything runs: a range a host user or group holds would make tasks that.
         let range = options.config.users.dynamic_range.clone();
         crate::process::dynamic_users::check_host(&range)?;
-        let dynamic_users = Arc::new(crate::process::dynamic_users::DynamicUsers::new(range));
         let disk = crate::disk::DiskLimits::detect(
             &options.data_dir,
             options.config.ephemeral_disk_inodes_per_mb,
@@ -309,6 +308,7 @@ impl Agent {
         // Followed once the agent exists (below); what happens before waits in the channel.
         let task_events = events.subscribe();
         let store = Arc::new(store);
+        let dynamic_users = Arc::new(dynamic_users_pool(range, &store));
         let cluster = {
             let (data_dir, config, drivers, state) = (
                 options.data_dir.clone(),
@@ -779,17 +779,16 @@ impl Agent {
 
 /// Runs an alloc; once it has finished (its last status set after its tasks' last
 /// events), the change is an index and an event of its own.
-fn spawn_runner(
-    runner: Arc<AllocRunner>,
-    index: Arc<index::ChangeIndex>,
-    hub: Arc<event_hub::EventHub>,
-) -> watch::Receiver<bool> {
+fn spawn_runner(agent: &Agent, runner: Arc<AllocRunner>) -> watch::Receiver<bool> {
     let (done, finished) = watch::channel(false);
+    let (index, hub) = (agent.index.clone(), agent.event_hub.clone());
+    let users = agent.node.dynamic_users.clone();
     tokio::spawn(async move {
         runner.clone().run().await;
         index.bump();
         publish_alloc_status(&hub, index.current(), "AllocationUpdated", runner.status());
         let _ = done.send(true);
+        users.alloc_finished();
     });
     finished
 }
@@ -850,6 +849,34 @@ fn summary(status: &AllocStatus) -> AllocSummary {
         desired_status: status.desired_status,
         client_status: status.client_status,
     }
+}
+
+/// The dynamic users' pool, as the store kept it, keeping every change there.
+fn dynamic_users_pool(
+    range: std::ops::RangeInclusive<u32>,
+    store: &Arc<StateStore>,
+) -> crate::process::dynamic_users::DynamicUsers {
+    use crate::process::dynamic_users::{DynamicUsers, PoolRecord};
+    use crate::state::RecordTable;
+    const KEY: &str = "pool";
+    let record = store
+        .record::<PoolRecord>(RecordTable::DynamicUsers, KEY)
+        .unwrap_or_else(|error| {
+            // The ids restored allocs hold are still claimed; only the order of the
+            // others is lost.
+            tracing::error!(%error, "the dynamic users' release order is unreadable; starting afresh");
+            None
+        });
+    let store = store.clone();
+    DynamicUsers::resume(
+        range,
+        record,
+        Box::new(move |record| {
+            if let Err(error) = store.put_record(RecordTable::DynamicUsers, KEY, record) {
+                tracing::error!(%error, "keeping the dynamic users' release order");
+            }
+        }),
+    )
 }
 
 fn store_name(store: &StateStore) -> String {

@@ -112,11 +112,7 @@ impl Agent {
         );
         for entry in allocs.values_mut() {
             if !*entry.finished.borrow() {
-                entry.finished = spawn_runner(
-                    entry.runner.clone(),
-                    self.index.clone(),
-                    self.event_hub.clone(),
-                );
+                entry.finished = spawn_runner(self, entry.runner.clone());
             } else {
                 // Finished before the restart with volumes its plugin could not take back.
                 entry.runner.give_back_csi();

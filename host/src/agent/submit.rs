@@ -293,11 +293,10 @@ impl Agent {
             .map(|alloc| AllocRunner::recorded(job.clone(), alloc, self.node.clone()))
             .collect();
         let alloc_ids = runners.iter().map(|r| r.id.clone()).collect();
-        let sizes: Vec<u64> = runners.iter().map(|r| r.group.ephemeral_disk_mb).collect();
-        self.make_disk_room(&sizes);
+        self.make_room(&runners);
         let mut allocs = self.allocs.lock().unwrap();
         for runner in runners {
-            let finished = spawn_runner(runner.clone(), self.index.clone(), self.event_hub.clone());
+            let finished = spawn_runner(self, runner.clone());
             allocs.insert(runner.id.clone(), AllocEntry { runner, finished });
         }
         drop(allocs);

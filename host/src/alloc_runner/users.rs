@@ -6,12 +6,14 @@
 //! dead, its directory removed): until then files in it are still theirs.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
 use super::AllocRunner;
 use crate::model::driver::TaskUser;
 use crate::model::events::{EventKind, TaskEvent, TaskStateKind};
+use crate::process::dynamic_users::Shortage;
 use crate::state::Commit;
 use crate::task_runner::hooks::HookError;
 
@@ -34,7 +36,39 @@ impl AllocUsers {
     }
 }
 
+/// What a task's events say while its alloc waits for ids.
+fn waiting_message(shortage: &Shortage, needed: usize, range: &RangeInclusive<u32>) -> String {
+    let range = format!(
+        "user {{ dynamic_range = \"{}-{}\" }}",
+        range.start(),
+        range.end()
+    );
+    match shortage {
+        Shortage::Range { free } => format!(
+            "Waiting for user ids: the alloc needs {needed} from {range} and {free} are free \
+             (other allocs hold them); it starts when allocs holding some are collected"
+        ),
+        Shortage::JobShare { held, share } => format!(
+            "Waiting for user ids: the alloc needs {needed} and its job already holds {held} \
+             of the {share} a job may hold ({range}, half of it); it starts when the job's \
+             other allocs are collected"
+        ),
+    }
+}
+
 impl AllocRunner {
+    /// How many ids the alloc takes when it starts (0: none of its tasks is dynamic, or
+    /// it has its ids already).
+    pub fn dynamic_ids_needed(&self) -> usize {
+        if self.users.lock().unwrap().is_some() {
+            return 0;
+        }
+        match self.dynamic_tasks().len() {
+            0 => 0,
+            tasks => tasks + 1,
+        }
+    }
+
     /// The tasks of the group that run as ids of their own.
     fn dynamic_tasks(&self) -> Vec<String> {
         let config = &self.node.config;
@@ -78,7 +112,7 @@ impl AllocRunner {
                 return;
             }
         };
-        self.node.dynamic_users.claim(&users.ids());
+        self.node.dynamic_users.claim(&users.ids(), &self.job.name);
         *self.users.lock().unwrap() = Some(users);
     }
 
@@ -94,31 +128,30 @@ impl AllocRunner {
             return true;
         }
         let pool = &self.node.dynamic_users;
+        let needed = tasks.len() + 1;
         let mut stop = self.stop.subscribe();
-        let mut told = false;
+        let mut told = None;
+        // Counted while waiting, so the agent collects finished allocs holding ids.
+        let mut wanting = None;
         let ids = loop {
             let released = pool.released();
             tokio::pin!(released);
             released.as_mut().enable();
-            if let Some(ids) = pool.take(tasks.len() + 1) {
-                break ids;
-            }
-            if !told {
-                told = true;
-                let range = pool.range();
-                let message = format!(
-                    "Waiting for user ids: the alloc needs {} from user {{ dynamic_range = \
-                     \"{}-{}\" }} and fewer are free (other allocs hold them); it starts \
-                     when an alloc holding some is collected",
-                    tasks.len() + 1,
-                    range.start(),
-                    range.end()
-                );
+            let shortage = match pool.take(needed, &self.job.name) {
+                Ok(ids) => break ids,
+                Err(shortage) => shortage,
+            };
+            // Once per reason, not at every release that was not enough.
+            let reason = std::mem::discriminant(&shortage);
+            if told != Some(reason) {
+                let message = waiting_message(&shortage, needed, pool.range());
                 tracing::info!(alloc = %self.id, "{message}");
                 for task in &self.group.tasks {
                     self.task_event(&task.name, TaskEvent::new(EventKind::TaskSetup, &message));
                 }
+                told = Some(reason);
             }
+            wanting.get_or_insert_with(|| pool.want(needed));
             if *stop.borrow_and_update() {
                 self.never_started();
                 return false;
@@ -128,6 +161,7 @@ impl AllocRunner {
                 _ = stop.changed() => {}
             }
         };
+        drop(wanting);
         let users = AllocUsers {
             gid: ids[0],
             tasks: tasks.into_iter().zip(ids[1..].iter().copied()).collect(),
@@ -181,7 +215,9 @@ impl AllocRunner {
     /// removed). Once only: the record is forgotten with them.
     pub fn release_users(&self) {
         if let Some(users) = self.users.lock().unwrap().take() {
-            self.node.dynamic_users.release(&users.ids());
+            self.node
+                .dynamic_users
+                .release(&users.ids(), &self.job.name);
         }
     }
 }

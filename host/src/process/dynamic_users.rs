@@ -4,11 +4,15 @@
 //! share `/alloc` through a gid of the alloc, from the same range.
 //!
 //! Ids come back when the alloc is gone, and are handed out again least recently released
-//! first, so a freed id rests as long as the range allows before a new task is it.
+//! first, so a freed id rests as long as the range allows before a new task is it; the
+//! order is kept in the state store, so a restart does not shorten that rest. A job holds
+//! at most half the range, so one job cannot keep every other waiting.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RangeError {
@@ -73,31 +77,93 @@ fn check_database(
     Ok(())
 }
 
+/// What the pool keeps across restarts: the order ids were released in, and where the
+/// never-used ones begin. Without it a restarted agent would hand out first the ids
+/// released just before it stopped, whose files (a setgid file in a volume, say) may
+/// still be around.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    /// The range this was kept for: another range starts afresh.
+    pub first: u32,
+    pub last: u32,
+    /// The first never-used id (`None`: every id was handed out once).
+    pub next: Option<u32>,
+    /// Released ids, least recently released first.
+    pub released: Vec<u32>,
+}
+
+/// Writes the pool's [`PoolRecord`] durably; called under the pool's lock, after every
+/// change, so records land in the order of the changes.
+pub type Keeper = Box<dyn Fn(&PoolRecord) + Send + Sync>;
+
+/// Why an alloc cannot have its ids yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shortage {
+    /// Fewer ids are free in the range than the alloc needs.
+    Range { free: usize },
+    /// Its job already holds ids and would hold more than its share of the range with
+    /// these (half of it, as a job's pids are half the node's): one job cannot keep
+    /// every other from starting.
+    JobShare { held: usize, share: usize },
+}
+
 /// The range's ids: taken, released (in release order), and never used yet.
 pub struct DynamicUsers {
     range: RangeInclusive<u32>,
     inner: Mutex<Pool>,
+    keeper: Keeper,
     /// Woken on every release, for allocs waiting for ids.
     released: tokio::sync::Notify,
+    /// Woken when an alloc starts waiting, or one finishes while others wait: for the
+    /// agent's garbage collector.
+    wanted: tokio::sync::Notify,
 }
 
 struct Pool {
-    /// Ids never handed out since the agent started and not claimed: `next..=end`.
+    /// Ids never handed out and not claimed: `next..=end`.
     next: Option<u32>,
     released: VecDeque<u32>,
     taken: BTreeSet<u32>,
+    /// How many ids each job holds.
+    held: BTreeMap<String, usize>,
+    /// Ids that allocs waiting for some need, all told ([`DynamicUsers::shortfall`]).
+    wanted: usize,
 }
 
 impl DynamicUsers {
+    /// A pool that keeps nothing (`berth run`, tests).
     pub fn new(range: RangeInclusive<u32>) -> Self {
+        DynamicUsers::resume(range, None, Box::new(|_| {}))
+    }
+
+    /// The pool as `record` left it (none, or one for another range: afresh), keeping
+    /// every change with `keeper`.
+    pub fn resume(range: RangeInclusive<u32>, record: Option<PoolRecord>, keeper: Keeper) -> Self {
+        let kept = record.filter(|r| (r.first, r.last) == (*range.start(), *range.end()));
+        let (next, released) = match kept {
+            Some(record) => {
+                let mut seen = BTreeSet::new();
+                let released = (record.released.into_iter())
+                    .filter(|id| range.contains(id) && seen.insert(*id))
+                    .collect();
+                (record.next.filter(|id| range.contains(id)), released)
+            }
+            // Ids a restored alloc holds are claimed, never handed out: only the
+            // order of the others is lost when the range changed.
+            None => (Some(*range.start()), VecDeque::new()),
+        };
         DynamicUsers {
             inner: Mutex::new(Pool {
-                next: Some(*range.start()),
-                released: VecDeque::new(),
+                next,
+                released,
                 taken: BTreeSet::new(),
+                held: BTreeMap::new(),
+                wanted: 0,
             }),
             range,
+            keeper,
             released: tokio::sync::Notify::new(),
+            wanted: tokio::sync::Notify::new(),
         }
     }
 
@@ -105,18 +171,52 @@ impl DynamicUsers {
         &self.range
     }
 
-    /// `count` ids, all or none (`None`: the range has fewer free). Fresh ids first,
-    /// then the least recently released.
-    pub fn take(&self, count: usize) -> Option<Vec<u32>> {
-        let mut pool = self.inner.lock().unwrap();
-        let fresh_left = pool.next.map_or(0, |next| {
-            (next..=*self.range.end())
-                .filter(|id| !pool.taken.contains(id))
-                .take(count)
-                .count()
+    /// A job's share: half the range (at least one id).
+    pub fn job_share(&self) -> usize {
+        (self.range_len() / 2).max(1)
+    }
+
+    fn range_len(&self) -> usize {
+        (*self.range.end() as usize).saturating_sub(*self.range.start() as usize) + 1
+    }
+
+    /// Ids free to hand out now.
+    pub fn free(&self) -> usize {
+        let pool = self.inner.lock().unwrap();
+        self.free_in(&pool)
+    }
+
+    fn free_in(&self, pool: &Pool) -> usize {
+        let fresh = pool.next.map_or(0, |next| {
+            let above = (next..=*self.range.end()).size_hint().0;
+            above - pool.taken.range(next..=*self.range.end()).count()
         });
-        if fresh_left + pool.released.len() < count {
-            return None;
+        fresh + pool.released.len()
+    }
+
+    /// How many more ids the allocs waiting for some need than are free: finished allocs
+    /// holding ids are collected while this is above 0.
+    pub fn shortfall(&self) -> usize {
+        let pool = self.inner.lock().unwrap();
+        pool.wanted.saturating_sub(self.free_in(&pool))
+    }
+
+    /// `count` ids for an alloc of `job`, all or none. Fresh ids first, then the least
+    /// recently released.
+    pub fn take(&self, count: usize, job: &str) -> Result<Vec<u32>, Shortage> {
+        let mut pool = self.inner.lock().unwrap();
+        let held = pool.held.get(job).copied().unwrap_or(0);
+        // A job's first alloc is never refused for the share (a small range's half may be
+        // smaller than one alloc): the share bounds what a job takes beyond it.
+        if held > 0 && held + count > self.job_share() {
+            return Err(Shortage::JobShare {
+                held,
+                share: self.job_share(),
+            });
+        }
+        let free = self.free_in(&pool);
+        if free < count {
+            return Err(Shortage::Range { free });
         }
         let mut ids = Vec::with_capacity(count);
         while ids.len() < count {
@@ -131,43 +231,114 @@ impl DynamicUsers {
                     pool.released.retain(|r| *r != next);
                     next
                 }
-                None => pool.released.pop_front()?,
+                None => match pool.released.pop_front() {
+                    Some(id) => id,
+                    None => break,
+                },
             };
             // Never an id a live alloc holds, whichever way it came.
-            if !pool.taken.insert(id) {
-                continue;
+            if pool.taken.insert(id) {
+                ids.push(id);
             }
-            ids.push(id);
         }
-        Some(ids)
+        if ids.len() < count {
+            // Unreachable with `free` counted above; given back rather than trusted.
+            for id in &ids {
+                pool.taken.remove(id);
+                pool.released.push_front(*id);
+            }
+            return Err(Shortage::Range { free: ids.len() });
+        }
+        *pool.held.entry(job.to_string()).or_default() += count;
+        self.keep(&pool);
+        Ok(ids)
     }
 
-    /// Marks ids a restored alloc holds as taken (they are not handed out again). Ids
-    /// outside the range (the operator changed it) are kept out of the pool for good.
-    pub fn claim(&self, ids: &[u32]) {
+    /// Marks ids a restored alloc of `job` holds as taken (they are not handed out
+    /// again). Ids outside the range (the operator changed it) are kept out of the pool
+    /// for good.
+    pub fn claim(&self, ids: &[u32], job: &str) {
         let mut pool = self.inner.lock().unwrap();
+        let mut claimed = 0;
         for id in ids {
             pool.released.retain(|r| r != id);
-            pool.taken.insert(*id);
+            claimed += usize::from(pool.taken.insert(*id));
+        }
+        *pool.held.entry(job.to_string()).or_default() += claimed;
+    }
+
+    /// Gives an alloc of `job`'s ids back, after every one the alloc had: they go to the
+    /// end of the queue, and the queue is kept before this returns (the alloc's record
+    /// may go only then: a restart in between claims them again).
+    pub fn release(&self, ids: &[u32], job: &str) {
+        {
+            let mut pool = self.inner.lock().unwrap();
+            let mut returned = 0;
+            for id in ids {
+                if pool.taken.remove(id) {
+                    returned += 1;
+                    if self.range.contains(id) {
+                        pool.released.push_back(*id);
+                    }
+                }
+            }
+            if let Some(held) = pool.held.get_mut(job) {
+                *held = held.saturating_sub(returned);
+                if *held == 0 {
+                    pool.held.remove(job);
+                }
+            }
+            self.keep(&pool);
+        }
+        self.released.notify_waiters();
+    }
+
+    fn keep(&self, pool: &Pool) {
+        (self.keeper)(&PoolRecord {
+            first: *self.range.start(),
+            last: *self.range.end(),
+            next: pool.next,
+            released: pool.released.iter().copied().collect(),
+        });
+    }
+
+    /// Counts `count` ids as wanted by a waiting alloc until the guard drops.
+    pub fn want(&self, count: usize) -> Wanting<'_> {
+        self.inner.lock().unwrap().wanted += count;
+        self.wanted.notify_one();
+        Wanting { users: self, count }
+    }
+
+    /// An alloc finished: if allocs wait for ids, the collector is woken (the finished
+    /// one may hold some).
+    pub fn alloc_finished(&self) {
+        if self.shortfall() > 0 {
+            self.wanted.notify_one();
         }
     }
 
-    /// Gives ids back, after every one the alloc had: they go to the end of the queue.
-    pub fn release(&self, ids: &[u32]) {
-        {
-            let mut pool = self.inner.lock().unwrap();
-            for id in ids {
-                if pool.taken.remove(id) && self.range.contains(id) {
-                    pool.released.push_back(*id);
-                }
-            }
-        }
-        self.released.notify_waiters();
+    /// Resolves when finished allocs should be collected for allocs waiting for ids (one
+    /// stored wake-up if none listens).
+    pub fn collection_wanted(&self) -> tokio::sync::futures::Notified<'_> {
+        self.wanted.notified()
     }
 
     /// Resolves at the next release (register before trying again, so none is missed).
     pub fn released(&self) -> tokio::sync::futures::Notified<'_> {
         self.released.notified()
+    }
+}
+
+/// Ids a waiting alloc wants, counted in [`DynamicUsers::shortfall`] while it lives.
+pub struct Wanting<'a> {
+    users: &'a DynamicUsers,
+    count: usize,
+}
+
+impl Drop for Wanting<'_> {
+    fn drop(&mut self) {
+        let mut pool = self.users.inner.lock().unwrap();
+        pool.wanted = pool.wanted.saturating_sub(self.count);
     }
 }
 
@@ -190,24 +361,104 @@ mod tests {
         assert!(check_database(&(80_000..=89_999), group, "/etc/group", "group").is_err());
     }
 
+    /// A pool of `range` whose every change is written to the returned list.
+    fn kept_pool(
+        range: RangeInclusive<u32>,
+    ) -> (DynamicUsers, std::sync::Arc<Mutex<Vec<PoolRecord>>>) {
+        let kept = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = kept.clone();
+        let users = DynamicUsers::resume(
+            range,
+            None,
+            Box::new(move |record| sink.lock().unwrap().push(record.clone())),
+        );
+        (users, kept)
+    }
+
     #[test]
     fn ids_are_unique_and_reused_least_recently_released_first() {
-        let users = DynamicUsers::new(10..=13);
-        assert_eq!(users.take(2), Some(vec![10, 11]));
-        assert_eq!(users.take(2), Some(vec![12, 13]));
-        assert_eq!(users.take(1), None, "exhausted");
-        users.release(&[12, 13]);
-        users.release(&[10, 11]);
-        assert_eq!(users.take(3), Some(vec![12, 13, 10]));
-        assert_eq!(users.take(2), None, "all or none");
-        assert_eq!(users.take(1), Some(vec![11]));
-        users.release(&[11]);
-        users.release(&[11]);
+        let users = DynamicUsers::new(10..=17);
+        let take = |n, job| users.take(n, job).ok();
+        assert_eq!(take(2, "a"), Some(vec![10, 11]));
+        assert_eq!(take(2, "b"), Some(vec![12, 13]));
+        assert_eq!(take(2, "c"), Some(vec![14, 15]));
+        assert_eq!(take(2, "d"), Some(vec![16, 17]));
+        assert_eq!(users.take(1, "e"), Err(Shortage::Range { free: 0 }));
+        users.release(&[12, 13], "b");
+        users.release(&[10, 11], "a");
+        users.release(&[14, 15, 16, 17], "x");
+        assert_eq!(take(3, "e"), Some(vec![12, 13, 10]));
+        users.release(&[16], "d");
+        assert_eq!(take(1, "f"), Some(vec![11]));
+        users.release(&[11], "f");
+        users.release(&[11], "f");
+        assert_eq!(take(4, "g"), Some(vec![14, 15, 16, 17]));
         assert_eq!(
-            users.take(2),
+            take(2, "h"),
             None,
             "a double release hands out nothing twice"
         );
+        assert_eq!(take(1, "h"), Some(vec![11]));
+    }
+
+    /// The release order survives a restart: an agent that stopped right after releasing
+    /// an id hands it out last, not first (attack review: after a restart the ids
+    /// released before it came first, so a setgid file left in a volume by the last
+    /// holder of a gid gave a local user the next alloc's group).
+    #[test]
+    fn the_release_order_survives_a_restart() {
+        let (users, kept) = kept_pool(10..=13);
+        assert_eq!(users.take(2, "a").unwrap(), [10, 11]);
+        assert_eq!(users.take(2, "b").unwrap(), [12, 13]);
+        users.release(&[12], "b");
+        users.release(&[10, 11], "a");
+        let record = kept.lock().unwrap().last().cloned();
+        assert_eq!(
+            record.as_ref().map(|r| (r.next, r.released.clone())),
+            Some((None, vec![12, 10, 11]))
+        );
+        let restarted = DynamicUsers::resume(10..=13, record.clone(), Box::new(|_| {}));
+        restarted.claim(&[13], "b");
+        assert_eq!(restarted.take(1, "c").unwrap(), [12]);
+        assert_eq!(restarted.take(1, "d").unwrap(), [10]);
+        assert_eq!(restarted.take(1, "e").unwrap(), [11]);
+        assert!(restarted.take(1, "f").is_err());
+
+        // Another range starts afresh, with what restored allocs hold still claimed.
+        let moved = DynamicUsers::resume(10..=14, record, Box::new(|_| {}));
+        moved.claim(&[13], "a");
+        assert_eq!(moved.take(2, "c").unwrap(), [10, 11]);
+        assert_eq!(moved.take(2, "d").unwrap(), [12, 14]);
+    }
+
+    #[test]
+    fn a_job_holds_at_most_half_the_range_and_waiting_allocs_count_as_shortfall() {
+        let users = DynamicUsers::new(1..=10);
+        assert_eq!(users.job_share(), 5);
+        let small = DynamicUsers::new(1..=3);
+        assert_eq!(
+            small.take(3, "one").unwrap().len(),
+            3,
+            "a job's first alloc fits"
+        );
+        assert_eq!(users.take(3, "greedy").unwrap().len(), 3);
+        assert_eq!(
+            users.take(3, "greedy"),
+            Err(Shortage::JobShare { held: 3, share: 5 })
+        );
+        let ids = users.take(2, "greedy").unwrap();
+        assert_eq!(users.take(5, "other").unwrap().len(), 5);
+        assert_eq!(users.free(), 0);
+        {
+            let _waiting = users.want(2);
+            assert_eq!(users.shortfall(), 2);
+            users.release(&ids, "greedy");
+            assert_eq!(users.shortfall(), 0);
+            // Its share comes back with its ids.
+            assert!(users.take(2, "greedy").is_ok());
+            assert_eq!(users.shortfall(), 2);
+        }
+        assert_eq!(users.shortfall(), 0, "no longer waiting");
     }
 
     /// An id a restored alloc held above the fresh ones, released, is handed out once:
@@ -215,25 +466,26 @@ mod tests {
     /// the same uid).
     #[test]
     fn a_restored_id_released_is_handed_out_once() {
-        let users = DynamicUsers::new(80100..=80103);
-        users.claim(&[80100, 80101]);
-        users.release(&[80100, 80101]);
+        let users = DynamicUsers::new(80100..=80107);
+        users.claim(&[80100, 80101], "a");
+        users.release(&[80100, 80101], "a");
         let mut handed: Vec<u32> = Vec::new();
-        for _ in 0..4 {
-            handed.extend(users.take(1).unwrap());
+        for job in ["b", "c", "d", "e", "f", "g", "h", "i"] {
+            handed.extend(users.take(1, job).unwrap());
         }
         handed.sort_unstable();
-        assert_eq!(handed, [80100, 80101, 80102, 80103]);
-        assert_eq!(users.take(1), None);
+        assert_eq!(handed, (80100..=80107).collect::<Vec<_>>());
+        assert!(users.take(1, "j").is_err());
     }
 
     #[test]
     fn claimed_ids_are_not_handed_out() {
-        let users = DynamicUsers::new(10..=12);
-        users.claim(&[11, 99]);
-        assert_eq!(users.take(2), Some(vec![10, 12]));
-        assert_eq!(users.take(1), None);
-        users.release(&[11]);
-        assert_eq!(users.take(1), Some(vec![11]));
+        let users = DynamicUsers::new(10..=15);
+        users.claim(&[11, 99], "a");
+        assert_eq!(users.take(2, "b").unwrap(), [10, 12]);
+        assert_eq!(users.take(3, "c").unwrap(), [13, 14, 15]);
+        assert!(users.take(1, "d").is_err());
+        users.release(&[11], "a");
+        assert_eq!(users.take(1, "d").unwrap(), [11]);
     }
 }

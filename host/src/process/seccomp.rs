@@ -16,7 +16,14 @@
 //!   asked (a debugger that starts its program), never attached to;
 //! - changing a file's project (`ioctl` `FS_IOC_FSSETXATTR`, `FS_IOC_SETFLAGS`,
 //!   `file_setattr`): an alloc's disk may be a project quota, which its files must not
-//!   leave (`chattr -p`, `chattr -P` answer "Operation not permitted").
+//!   leave (`chattr -p`, `chattr -P` answer "Operation not permitted");
+//! - making a file setuid or setgid (`chmod`, `open` with `O_CREAT`, `mknod`… whose mode
+//!   carries `S_ISUID` or `S_ISGID`), as systemd's `RestrictSUIDSGID=`: under
+//!   `no_new_privs` such a bit never works inside a task, only outside it, where a file
+//!   left in a host or CSI volume would hand a local user the task's uid or its alloc's
+//!   gid (a dynamic user, [`super::dynamic_users`], is soon another task's);
+//! - `io_uring`, whose queued operations (an `openat` among them) seccomp never sees, as
+//!   Docker's default profile refuses it.
 //!
 //! A CSI plugin the operator granted mounting keeps `CAP_SYS_ADMIN`, and its filter lets
 //! it `umount2`, change propagation, and `mount` with `MS_BIND`: never a new filesystem
@@ -70,6 +77,9 @@ const DENIED: &[i64] = &[
     libc::SYS_open_by_handle_at,
     libc::SYS_name_to_handle_at,
     libc::SYS_quotactl,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_iopl,
     #[cfg(target_arch = "x86_64")]
@@ -86,6 +96,63 @@ const FILE_ATTRIBUTE_SETTERS: &[u64] = &[0x4008_6602, 0x4004_6602, 0x401C_5820];
 /// `file_setattr(2)` (Linux 6.17): the same as `FS_IOC_FSSETXATTR`, by path. Its number
 /// is the same on every architecture of the unified table; libc does not name it yet.
 pub const FILE_SETATTR: i64 = 469;
+
+/// `fchmodat2(2)` (Linux 6.6), which libc does not name yet: the same number on every
+/// architecture of the unified table.
+const FCHMODAT2: i64 = 452;
+
+/// The calls that give a file a mode, with the argument holding the mode and, for those
+/// that make the mode only when they create (`open`'s family), the one holding the flags.
+const MODE_SETTERS: &[(i64, u8, Option<u8>)] = &[
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_chmod, 1, None),
+    (libc::SYS_fchmod, 1, None),
+    (libc::SYS_fchmodat, 2, None),
+    (FCHMODAT2, 2, None),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_mknod, 1, None),
+    (libc::SYS_mknodat, 2, None),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_mkdir, 1, None),
+    (libc::SYS_mkdirat, 2, None),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_creat, 1, None),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_open, 2, Some(1)),
+    (libc::SYS_openat, 3, Some(2)),
+];
+
+/// The rules refusing a call of [`MODE_SETTERS`] whose mode carries `S_ISUID` or
+/// `S_ISGID` (for `open`'s family, only when it creates: with `O_CREAT` or `O_TMPFILE`;
+/// otherwise its mode argument means nothing and may hold anything).
+fn set_id_mode_refusals(
+    mode: u8,
+    flags: Option<u8>,
+) -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+    let has = |arg: u8, bits: u64| {
+        SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(bits),
+            bits,
+        )
+    };
+    let creating: Vec<Option<u64>> = match flags {
+        None => vec![None],
+        Some(_) => vec![Some(libc::O_CREAT as u64), Some(libc::O_TMPFILE as u64)],
+    };
+    let mut rules = Vec::new();
+    for bit in [libc::S_ISUID as u64, libc::S_ISGID as u64] {
+        for create in &creating {
+            let mut conditions = vec![has(mode, bit)?];
+            if let (Some(flags), Some(create)) = (flags, create) {
+                conditions.push(has(flags, *create)?);
+            }
+            rules.push(SeccompRule::new(conditions)?);
+        }
+    }
+    Ok(rules)
+}
 
 /// Every `CLONE_NEW*` flag `clone` can carry.
 const CLONE_NEW_FLAGS: &[u64] = &[
@@ -245,13 +312,21 @@ impl TaskFilter {
             .collect::<Result<Vec<_>, _>>()?;
         denied.insert(libc::SYS_ioctl, attribute_setters);
         denied.insert(FILE_SETATTR, Vec::new());
+        for &(call, mode, flags) in MODE_SETTERS {
+            denied.insert(call, set_id_mode_refusals(mode, flags)?);
+        }
         let refuse = SeccompFilter::new(
             denied,
             SeccompAction::Allow,
             SeccompAction::Errno(libc::EPERM as u32),
             arch,
         )?;
-        let mut absent = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+        // `openat2`'s mode is in a structure the filter cannot read: absent, libc and
+        // language runtimes fall back to `openat`.
+        let mut absent = BTreeMap::from([
+            (libc::SYS_clone3, Vec::new()),
+            (libc::SYS_openat2, Vec::new()),
+        ]);
         if mounting {
             absent.extend(
                 crate::mount::NEW_API_SYSCALLS
@@ -459,6 +534,73 @@ mod plugin_filter_tests {
                 libc::ENOSYS
             );
             assert_eq!(open_tree_answer(Confinement::Task, call), libc::EPERM);
+        }
+    }
+
+    #[test]
+    fn a_task_cannot_give_a_file_a_setuid_or_setgid_mode_and_may_give_any_other() {
+        use libc::{AT_FDCWD, EACCES, ENOENT, EPERM, O_CREAT, O_RDONLY, O_WRONLY};
+        let path = c"/nonexistent/berth-seccomp-test".as_ptr();
+        let mode_calls = |report: &dyn Fn(i32)| {
+            let answer = |result: libc::c_long| {
+                report(if result < 0 {
+                    // SAFETY: this thread's errno, read right after the call.
+                    unsafe { *libc::__errno_location() }
+                } else {
+                    0
+                })
+            };
+            // SAFETY: raw system calls on a path that does not exist.
+            unsafe {
+                for mode in [0o4755, 0o2755, 0o755] {
+                    answer(libc::syscall(libc::SYS_fchmodat, AT_FDCWD, path, mode));
+                    answer(libc::syscall(FCHMODAT2, AT_FDCWD, path, mode, 0));
+                    answer(libc::syscall(libc::SYS_fchmod, -1, mode));
+                    answer(libc::syscall(libc::SYS_mkdirat, AT_FDCWD, path, mode));
+                    answer(libc::syscall(
+                        libc::SYS_openat,
+                        AT_FDCWD,
+                        path,
+                        O_CREAT | O_WRONLY,
+                        mode,
+                    ));
+                    // Without O_CREAT the mode argument means nothing: never refused.
+                    answer(libc::syscall(
+                        libc::SYS_openat,
+                        AT_FDCWD,
+                        path,
+                        O_RDONLY,
+                        mode,
+                    ));
+                }
+                answer(libc::syscall(
+                    libc::SYS_openat2,
+                    AT_FDCWD,
+                    path,
+                    0usize,
+                    0usize,
+                ));
+                answer(libc::syscall(libc::SYS_io_uring_setup, 1, 0usize));
+            }
+        };
+        for confinement in [Confinement::Task, Confinement::MountingPlugin] {
+            let answers = answers_in_filtered_child(confinement, &mode_calls);
+            let (set_ids, plain) = answers[..18].split_at(12);
+            let refused_or_not_made =
+                |answers: &[i32]| answers.iter().map(|&a| a == EPERM).collect::<Vec<_>>();
+            assert_eq!(
+                refused_or_not_made(set_ids),
+                [true, true, true, true, true, false].repeat(2),
+                "{confinement:?} setuid/setgid: {set_ids:?}"
+            );
+            assert!(
+                plain
+                    .iter()
+                    .all(|&a| a == ENOENT || a == libc::EBADF || a == EACCES),
+                "{confinement:?} plain modes: {plain:?}"
+            );
+            assert_eq!(answers[18], libc::ENOSYS, "{confinement:?} openat2");
+            assert_eq!(answers[19], EPERM, "{confinement:?} io_uring_setup");
         }
     }
 

@@ -49,15 +49,18 @@ pub enum RecordTable {
     Claims,
     /// Catalog: plugin providers, keyed `plugin_id/kind/alloc_id`.
     PluginProviders,
+    /// The dynamic users' pool (its release order), one record keyed `pool`.
+    DynamicUsers,
 }
 
 impl RecordTable {
-    const ALL: [RecordTable; 5] = [
+    const ALL: [RecordTable; 6] = [
         RecordTable::CsiPlugins,
         RecordTable::CsiUsage,
         RecordTable::Volumes,
         RecordTable::Claims,
         RecordTable::PluginProviders,
+        RecordTable::DynamicUsers,
     ];
 
     fn name(self) -> &'static str {
@@ -67,6 +70,7 @@ impl RecordTable {
             RecordTable::Volumes => "volumes",
             RecordTable::Claims => "claims",
             RecordTable::PluginProviders => "plugin_providers",
+            RecordTable::DynamicUsers => "dynamic_users",
         }
     }
 

@@ -584,7 +584,7 @@ mod plugin_filter_tests {
             }
         };
         for confinement in [Confinement::Task, Confinement::MountingPlugin] {
-            let answers = answers_in_filtered_child(confinement, &mode_calls);
+            let answers = answers_in_filtered_child(confinement, mode_calls);
             let (set_ids, plain) = answers[..18].split_at(12);
             let refused_or_not_made =
                 |answers: &[i32]| answers.iter().map(|&a| a == EPERM).collect::<Vec<_>>();

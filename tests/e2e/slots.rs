@@ -217,3 +217,53 @@ async fn a_purge_racing_a_resubmit_leaves_no_alloc_behind() {
         "allocs of no listed job after a restart: {after:#?}\njobs: {listed:?}"
     );
 }
+
+/// A resubmit waits for its job's old allocs to stop, up to their kill timeout; other
+/// jobs' submissions do not wait with it (attack review: the resubmit held the agent-wide
+/// submission lock across that wait, so a job whose task ignores SIGTERM under
+/// `kill_timeout = "8s"` held up every other submission for 8 s per resubmit).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let stubborn = |version: u32| {
+        format!(
+            "job \"stubborn\" {{\n  meta {{\n    version = \"{version}\"\n  }}\n  group \"g\" {{\n    \
+             task \"t\" {{\n      driver = \"exec\"\n      kill_timeout = \"8s\"\n      config {{\n        \
+             command = \"/bin/sh\"\n        args = [\"-c\", \"trap '' TERM; echo up; while :; do sleep 1; done\"]\n      \
+             }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let first = agent.submit("stubborn.hcl", &stubborn(1)).await.unwrap();
+    agent
+        .wait_alloc(&first.alloc_ids[0], "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    // Let its shell set the trap before it is asked to stop.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resubmit = async {
+        let started = Instant::now();
+        agent.submit("stubborn.hcl", &stubborn(2)).await.unwrap();
+        started.elapsed()
+    };
+    let other = async {
+        // Once the resubmit waits for the old task.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let started = Instant::now();
+        agent
+            .submit("other.hcl", &long_mock_job("other", 1))
+            .await
+            .unwrap();
+        started.elapsed()
+    };
+    let (resubmitted, other) = tokio::join!(resubmit, other);
+    assert!(
+        resubmitted >= Duration::from_secs(5),
+        "the old task was not stubborn: the resubmit took {resubmitted:?}"
+    );
+    assert!(
+        other < Duration::from_secs(2),
+        "another job's submit took {other:?} while the resubmit waited {resubmitted:?}"
+    );
+}

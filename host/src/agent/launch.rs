@@ -175,9 +175,12 @@ impl Agent {
         suffix: Option<&str>,
         child: ChildOf,
     ) -> Result<Submitted, SubmitError> {
+        let name = &parent.job.name;
+        // The parent's lock first (the order every path takes): a purge, stop or resubmit
+        // of the parent waits for this launch, or this launch sees it and refuses.
+        let _parent = self.job_locks.lock(name).await;
         let _one_at_a_time = self.submitting.lock().await;
         let launched = Utc::now().timestamp();
-        let name = &parent.job.name;
         let base = match suffix {
             Some(suffix) => format!("{name}/{kind}-{launched}-{suffix}"),
             None => format!("{name}/{kind}-{launched}"),
@@ -222,6 +225,14 @@ impl Agent {
                 replaced: Vec::new(),
                 warnings: Vec::new(),
             });
+        }
+        let unchanged = (self.jobs.lock().unwrap().get(name))
+            .is_some_and(|entry| !entry.record.stopped && Arc::ptr_eq(&entry.job, &parent.job));
+        if !unchanged {
+            return Err(SubmitError::Refused(format!(
+                "job {name:?} changed while launching from it (stopped, purged or submitted \
+                 again): try again"
+            )));
         }
         while self.jobs.lock().unwrap().contains_key(&id) {
             n += 1;

@@ -142,7 +142,6 @@ impl Agent {
                 .await;
         }
         let _this_job = self.job_locks.lock(&job.name).await;
-        let _one_at_a_time = self.submitting.lock().await;
         // The job's first submitter stays its owner, whoever replaces it.
         let owner = match self.jobs.lock().unwrap().get(&job.name) {
             Some(entry) => {
@@ -156,8 +155,15 @@ impl Agent {
         if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
             return Err(SubmitError::Refused(why));
         }
+        // Under the job's lock only: its old allocs may take their kill timeouts to stop,
+        // and other jobs' submissions need not wait for them.
         let replaced = self.stop_allocs_of(&job.name).await;
         self.forget_allocs_of(&job.name);
+        let _one_at_a_time = self.submitting.lock().await;
+        // Checked again: another job may have taken a port while these stopped.
+        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
+            return Err(SubmitError::Refused(why));
+        }
         let record = JobRecord {
             id: job.name.clone(),
             source_name: source_name.to_string(),

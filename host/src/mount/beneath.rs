@@ -163,6 +163,40 @@ pub fn create(root: &Path, relative: &Path, file: bool, mode: u32) -> io::Result
     Ok(())
 }
 
+/// Removes the directory `path` below `root`, then each parent it leaves empty, up to
+/// (not including) `root`; each removal `unlinkat` in its parent opened through no link
+/// and never out of `root`, so a plugin that swapped a directory of its tree for a link
+/// to the host's `/etc` gets nothing removed there. Stops at the first directory that is
+/// not empty, is a mount, or cannot be reached; one already gone is passed over.
+pub fn remove_empty_dirs(root: &Path, path: &Path) {
+    let Ok(relative) = path.strip_prefix(root) else {
+        return;
+    };
+    let Ok(root_dir) = super::c_path(root).and_then(|root| open_root(&root)) else {
+        return;
+    };
+    let mut current = relative;
+    while let (Some(parent), Some(name)) = (current.parent(), current.file_name()) {
+        let removed = (|| -> io::Result<()> {
+            let parent_dir = match parent.as_os_str().is_empty() {
+                true => None,
+                false => Some(open(&root_dir, &super::c_path(parent)?)?),
+            };
+            let at = parent_dir
+                .as_ref()
+                .map_or(root_dir.as_fd(), |dir| dir.as_fd());
+            match rustix::fs::unlinkat(at, name, rustix::fs::AtFlags::REMOVEDIR) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        })();
+        if removed.is_err() {
+            return;
+        }
+        current = parent;
+    }
+}
+
 fn c_name(name: &std::ffi::OsStr) -> io::Result<std::ffi::CString> {
     super::c_path(name)
 }
@@ -189,6 +223,35 @@ mod tests {
         let path = fd_path(&file, &mut buffer).to_str().unwrap().to_string();
         use std::os::fd::AsRawFd as _;
         assert_eq!(path, format!("/proc/self/fd/{}", file.as_raw_fd()));
+    }
+
+    #[test]
+    fn empty_dirs_are_removed_up_to_the_root_and_never_through_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("a/b/c")).unwrap();
+        std::fs::create_dir_all(root.path().join("keep/d")).unwrap();
+        std::fs::write(root.path().join("keep/file"), "").unwrap();
+        remove_empty_dirs(root.path(), &root.path().join("a/b/c"));
+        assert!(!root.path().join("a").exists());
+        remove_empty_dirs(root.path(), &root.path().join("keep/d"));
+        assert!(!root.path().join("keep/d").exists());
+        assert!(root.path().join("keep/file").exists(), "not empty: kept");
+        // A plugin's link to a host directory holding an empty one.
+        std::fs::create_dir_all(outside.path().join("victim")).unwrap();
+        std::fs::create_dir(root.path().join("per-alloc")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("per-alloc/x")).unwrap();
+        remove_empty_dirs(root.path(), &root.path().join("per-alloc/x/victim"));
+        assert!(
+            outside.path().join("victim").exists(),
+            "removed through a link"
+        );
+        remove_empty_dirs(root.path(), &root.path().join("per-alloc/x"));
+        assert!(outside.path().exists());
+        assert!(
+            root.path().join("per-alloc/x").symlink_metadata().is_ok(),
+            "a link is no dir"
+        );
     }
 
     #[test]

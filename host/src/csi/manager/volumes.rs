@@ -767,17 +767,10 @@ fn left_a_mount(node: &PluginRegistration, volume_id: &str, pending: Option<&Int
     crate::mount::shared::is_mount_point(&path)
 }
 
+/// `path` and the parents it leaves empty, below the plugin's tree `stop`: through no
+/// link the plugin may have planted there.
 pub(super) fn remove_empty_dirs(path: &Path, stop: &Path) {
-    let mut current = Some(path);
-    while let Some(dir) = current {
-        if dir == stop || !dir.starts_with(stop) || crate::mount::shared::is_mount_point(dir) {
-            return;
-        }
-        if std::fs::remove_dir(dir).is_err() && dir.exists() {
-            return;
-        }
-        current = dir.parent();
-    }
+    crate::mount::beneath::remove_empty_dirs(stop, path);
 }
 
 /// What `berth volume status` shows of a volume's use on one node.

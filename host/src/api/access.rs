@@ -234,8 +234,13 @@ pub async fn enforce(
 ) -> Response {
     match policy.check(request.method(), request.headers()) {
         Ok(submitter) => {
+            let operator = submitter == Submitter::Operator;
             request.extensions_mut().insert(submitter);
-            next.run(request).await
+            if operator {
+                crate::jobspec::pool::in_operator_lane(next.run(request)).await
+            } else {
+                next.run(request).await
+            }
         }
         Err((status, error)) => (
             status,

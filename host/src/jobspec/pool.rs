@@ -8,6 +8,10 @@
 //! 3.8 s behind two expensive jobspecs); here it waits its turn, the workers stay free,
 //! and the stack it recurses on is one sized for the bound. A panic in an evaluation is
 //! caught here: the thread goes on with the next one.
+//!
+//! The operator's requests ([`in_operator_lane`]) have a thread of their own: their
+//! jobspecs never wait behind job authors' (two expensive ones hold both shared threads
+//! for their whole budget, and 32 more may queue behind them).
 
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,13 +55,13 @@ struct Pool {
 }
 
 impl Pool {
-    fn start(threads: usize, max_waiting: usize) -> Result<Pool, PoolError> {
+    fn start(name: &str, threads: usize, max_waiting: usize) -> Result<Pool, PoolError> {
         let (sender, receiver) = channel::<Work>();
         let receiver = Arc::new(Mutex::new(receiver));
         for index in 0..threads {
             let receiver = receiver.clone();
             std::thread::Builder::new()
-                .name(format!("berth-hcl-{index}"))
+                .name(format!("{name}-{index}"))
                 .stack_size(STACK_BYTES)
                 .spawn(move || serve(&receiver))
                 .map_err(|e| PoolError::NoThreads(e.to_string()))?;
@@ -73,9 +77,28 @@ impl Pool {
 /// The agent's pool; started once.
 fn pool() -> Result<&'static Arc<Pool>, PoolError> {
     static POOL: OnceLock<Result<Arc<Pool>, PoolError>> = OnceLock::new();
-    POOL.get_or_init(|| Pool::start(THREADS, MAX_WAITING).map(Arc::new))
+    POOL.get_or_init(|| Pool::start("berth-hcl", THREADS, MAX_WAITING).map(Arc::new))
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// The operator's lane: one thread of its own; started once, when first used.
+fn operator_pool() -> Result<&'static Arc<Pool>, PoolError> {
+    static POOL: OnceLock<Result<Arc<Pool>, PoolError>> = OnceLock::new();
+    POOL.get_or_init(|| Pool::start("berth-hcl-operator", 1, MAX_WAITING).map(Arc::new))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+tokio::task_local! {
+    /// Set while the operator's request is served.
+    static OPERATOR: ();
+}
+
+/// Runs `request` (the operator's: the Unix socket, or the operator's token) so its
+/// evaluations take the operator's lane.
+pub async fn in_operator_lane<F: std::future::Future>(request: F) -> F::Output {
+    OPERATOR.scope((), request).await
 }
 
 /// One pool thread: runs what it takes from the queue, one at a time, for the life of
@@ -156,7 +179,11 @@ pub fn run<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Resu
 pub async fn run_async<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PoolError> {
-    run_async_on(pool()?, work).await
+    let lane = match OPERATOR.try_with(|_| ()) {
+        Ok(()) => operator_pool()?,
+        Err(_) => pool()?,
+    };
+    run_async_on(lane, work).await
 }
 
 async fn run_async_on<T: Send + 'static>(
@@ -217,7 +244,7 @@ mod tests {
     async fn abandoned_work_is_skipped_and_a_full_queue_refuses() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         const WAITING: usize = 4;
-        let pool = Arc::new(Pool::start(1, WAITING).unwrap());
+        let pool = Arc::new(Pool::start("berth-hcl-test", 1, WAITING).unwrap());
         let waiting = |pool: &Arc<Pool>| pool.waiting.load(Ordering::SeqCst);
         // Hold the one thread.
         let (release, hold) = std::sync::mpsc::channel::<()>();

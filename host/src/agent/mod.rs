@@ -308,7 +308,7 @@ impl Agent {
         // Followed once the agent exists (below); what happens before waits in the channel.
         let task_events = events.subscribe();
         let store = Arc::new(store);
-        let dynamic_users = Arc::new(dynamic_users_pool(range, &store));
+        let dynamic_users = Arc::new(dynamic_users_pool(range, &store, &options.data_dir));
         let cluster = {
             let (data_dir, config, drivers, state) = (
                 options.data_dir.clone(),
@@ -855,8 +855,9 @@ fn summary(status: &AllocStatus) -> AllocSummary {
 fn dynamic_users_pool(
     range: std::ops::RangeInclusive<u32>,
     store: &Arc<StateStore>,
+    data_dir: &std::path::Path,
 ) -> crate::process::dynamic_users::DynamicUsers {
-    use crate::process::dynamic_users::{DynamicUsers, PoolRecord};
+    use crate::process::dynamic_users::{DynamicUsers, LeaseDir, PoolRecord};
     use crate::state::RecordTable;
     const KEY: &str = "pool";
     let record = store
@@ -868,7 +869,7 @@ fn dynamic_users_pool(
             None
         });
     let store = store.clone();
-    DynamicUsers::resume(
+    let pool = DynamicUsers::resume(
         range,
         record,
         Box::new(move |record| {
@@ -876,8 +877,20 @@ fn dynamic_users_pool(
                 tracing::error!(%error, "keeping the dynamic users' release order");
             }
         }),
-    )
+    );
+    match LeaseDir::open(std::path::Path::new(DYNAMIC_USER_LEASES), data_dir) {
+        Ok(leases) => pool.with_leases(Box::new(leases)),
+        Err(error) => {
+            tracing::warn!(dir = DYNAMIC_USER_LEASES, %error,
+                "dynamic user ids are not leased host-wide: another agent of this host with \
+                 an overlapping user {{ dynamic_range }} may hand out the same ids");
+            pool
+        }
+    }
 }
+
+/// Where the agents of a host lease the dynamic user ids they hand out.
+const DYNAMIC_USER_LEASES: &str = "/run/berth/dynamic-users";
 
 fn store_name(store: &StateStore) -> String {
     store

@@ -46,7 +46,8 @@ fn waiting_message(shortage: &Shortage, needed: usize, range: &RangeInclusive<u3
     match shortage {
         Shortage::Range { free } => format!(
             "Waiting for user ids: the alloc needs {needed} from {range} and {free} are free \
-             (other allocs hold them); it starts when allocs holding some are collected"
+             (other allocs hold them, this agent's or another's on this host); it starts when allocs \
+             holding some are collected"
         ),
         Shortage::JobShare { held, share } => format!(
             "Waiting for user ids: the alloc needs {needed} and its job already holds {held} \
@@ -156,9 +157,12 @@ impl AllocRunner {
                 self.never_started();
                 return false;
             }
+            // Another agent of this host releasing ids it leased tells this one nothing:
+            // tried again now and then.
             tokio::select! {
                 () = &mut released => {}
                 _ = stop.changed() => {}
+                () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
             }
         };
         drop(wanting);

@@ -96,6 +96,97 @@ pub struct PoolRecord {
 /// change, so records land in the order of the changes.
 pub type Keeper = Box<dyn Fn(&PoolRecord) + Send + Sync>;
 
+/// Host-wide leases on ids: agents sharing a host (and so, by default, a range) never
+/// hand out one id to two tasks.
+pub trait Leases: Send + Sync {
+    /// Whether `id` is this agent's now (it was free, already this agent's, or held by
+    /// an agent whose data dir is gone).
+    fn acquire(&self, id: u32) -> bool;
+    /// Gives `id` back, if this agent holds it.
+    fn release(&self, id: u32);
+}
+
+/// No leases: the pool alone decides (`berth run`, which holds its ids only while it
+/// runs, and tests).
+pub struct NoLeases;
+
+impl Leases for NoLeases {
+    fn acquire(&self, _: u32) -> bool {
+        true
+    }
+    fn release(&self, _: u32) {}
+}
+
+/// Leases as files: `<dir>/<id>`, made exclusively, holding the data dir of the agent
+/// that holds the id. A lease whose data dir is gone is stale (that agent and its allocs
+/// are gone with it) and is taken over. `dir` is root's (0700), on a tmpfs
+/// (`/run`) so a reboot, which ends every task, clears it; restored allocs lease their
+/// ids again.
+pub struct LeaseDir {
+    dir: std::path::PathBuf,
+    owner: String,
+}
+
+impl LeaseDir {
+    /// Leases in `dir` (made 0700 when missing) for the agent of `data_dir`.
+    pub fn open(dir: &std::path::Path, data_dir: &std::path::Path) -> std::io::Result<LeaseDir> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        Ok(LeaseDir {
+            dir: dir.to_path_buf(),
+            owner: data_dir.to_string_lossy().into_owned(),
+        })
+    }
+
+    fn holder(&self, id: u32) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(id.to_string())).ok()
+    }
+
+    fn make(&self, id: u32) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(self.dir.join(id.to_string()))?;
+        file.write_all(self.owner.as_bytes())
+    }
+}
+
+impl Leases for LeaseDir {
+    fn acquire(&self, id: u32) -> bool {
+        match self.make(id) {
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => {
+                tracing::error!(id, %error, "leasing a dynamic user id");
+                return false;
+            }
+        }
+        let Some(holder) = self.holder(id) else {
+            // Released meanwhile: try once more.
+            return self.make(id).is_ok();
+        };
+        if holder == self.owner {
+            return true;
+        }
+        if std::path::Path::new(&holder).exists() {
+            return false;
+        }
+        tracing::info!(id, %holder, "taking over the lease of an agent whose data dir is gone");
+        let _ = std::fs::remove_file(self.dir.join(id.to_string()));
+        self.make(id).is_ok()
+    }
+
+    fn release(&self, id: u32) {
+        if self.holder(id).as_deref() == Some(self.owner.as_str()) {
+            let _ = std::fs::remove_file(self.dir.join(id.to_string()));
+        }
+    }
+}
+
 /// Why an alloc cannot have its ids yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Shortage {
@@ -112,6 +203,7 @@ pub struct DynamicUsers {
     range: RangeInclusive<u32>,
     inner: Mutex<Pool>,
     keeper: Keeper,
+    leases: Box<dyn Leases>,
     /// Woken on every release, for allocs waiting for ids.
     released: tokio::sync::Notify,
     /// Woken when an alloc starts waiting, or one finishes while others wait: for the
@@ -162,9 +254,16 @@ impl DynamicUsers {
             }),
             range,
             keeper,
+            leases: Box::new(NoLeases),
             released: tokio::sync::Notify::new(),
             wanted: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The pool, leasing every id it hands out or claims with `leases`.
+    pub fn with_leases(mut self, leases: Box<dyn Leases>) -> Self {
+        self.leases = leases;
+        self
     }
 
     pub fn range(&self) -> &RangeInclusive<u32> {
@@ -219,6 +318,8 @@ impl DynamicUsers {
             return Err(Shortage::Range { free });
         }
         let mut ids = Vec::with_capacity(count);
+        // Ids another agent on this host leases: back to the queue's end, tried later.
+        let mut elsewhere = Vec::new();
         while ids.len() < count {
             let id = match pool.next {
                 Some(next) => {
@@ -237,16 +338,25 @@ impl DynamicUsers {
                 },
             };
             // Never an id a live alloc holds, whichever way it came.
-            if pool.taken.insert(id) {
-                ids.push(id);
+            if pool.taken.contains(&id) {
+                continue;
             }
+            if !self.leases.acquire(id) {
+                elsewhere.push(id);
+                continue;
+            }
+            pool.taken.insert(id);
+            ids.push(id);
         }
+        pool.released.extend(elsewhere);
         if ids.len() < count {
-            // Unreachable with `free` counted above; given back rather than trusted.
-            for id in &ids {
+            // Other agents lease the rest: given back, in the order they came.
+            for id in ids.iter().rev() {
                 pool.taken.remove(id);
+                self.leases.release(*id);
                 pool.released.push_front(*id);
             }
+            self.keep(&pool);
             return Err(Shortage::Range { free: ids.len() });
         }
         *pool.held.entry(job.to_string()).or_default() += count;
@@ -263,6 +373,12 @@ impl DynamicUsers {
         for id in ids {
             pool.released.retain(|r| r != id);
             claimed += usize::from(pool.taken.insert(*id));
+            if !self.leases.acquire(*id) {
+                tracing::error!(
+                    id,
+                    "a restored alloc's user id is leased by another agent of this host"
+                );
+            }
         }
         *pool.held.entry(job.to_string()).or_default() += claimed;
     }
@@ -277,6 +393,7 @@ impl DynamicUsers {
             for id in ids {
                 if pool.taken.remove(id) {
                     returned += 1;
+                    self.leases.release(*id);
                     if self.range.contains(id) {
                         pool.released.push_back(*id);
                     }
@@ -476,6 +593,43 @@ mod tests {
         handed.sort_unstable();
         assert_eq!(handed, (80100..=80107).collect::<Vec<_>>());
         assert!(users.take(1, "j").is_err());
+    }
+
+    /// Two agents of one host with the same range (the default) never hand out one id
+    /// twice (attack review: they shared the range without coordinating, so tasks of
+    /// two agents could be one user); an agent whose data dir is gone loses its leases.
+    #[test]
+    fn agents_sharing_a_host_lease_their_ids() {
+        let leases = tempfile::tempdir().unwrap();
+        let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let agent = |data: &std::path::Path| {
+            DynamicUsers::new(10..=15)
+                .with_leases(Box::new(LeaseDir::open(leases.path(), data).unwrap()))
+        };
+        let (first, second) = (agent(first_dir.path()), agent(second_dir.path()));
+        assert_eq!(first.take(2, "a").unwrap(), [10, 11]);
+        assert_eq!(second.take(2, "b").unwrap(), [12, 13]);
+        assert_eq!(first.take(2, "c").unwrap(), [14, 15]);
+        assert_eq!(second.take(1, "d"), Err(Shortage::Range { free: 0 }));
+        first.release(&[10, 11], "a");
+        assert_eq!(
+            second.take(2, "d").unwrap(),
+            [10, 11],
+            "released, and leased by no one"
+        );
+        // The first agent restarts: its restored alloc's ids are still its own.
+        let restarted = agent(first_dir.path());
+        restarted.claim(&[14, 15], "c");
+        assert!(restarted.take(1, "e").is_err());
+        // The second agent's data dir is gone (and its allocs with it).
+        let gone = second_dir.path().to_path_buf();
+        drop(second_dir);
+        assert!(!gone.exists());
+        assert_eq!(
+            restarted.take(2, "e").unwrap(),
+            [10, 11],
+            "stale leases are taken over"
+        );
     }
 
     #[test]

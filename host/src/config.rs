@@ -201,8 +201,13 @@ fn dynamic_range(text: &str) -> Option<std::ops::RangeInclusive<u32>> {
     let (first, last) = text.split_once('-')?;
     let first: u32 = first.trim().parse().ok()?;
     let last: u32 = last.trim().parse().ok()?;
-    (first != 0 && first <= last).then_some(first..=last)
+    (first != 0 && first <= last && last <= MAX_DYNAMIC_ID).then_some(first..=last)
 }
+
+/// The highest id a dynamic range may hold: uid_t is 32 bits, but `-1` (4294967295)
+/// means "unchanged" to setuid(2) and chown(2), and many programs treat ids past
+/// 2^31 - 1 as negative.
+pub const MAX_DYNAMIC_ID: u32 = i32::MAX as u32;
 
 impl Default for UserPolicy {
     fn default() -> Self {
@@ -700,7 +705,7 @@ impl AgentConfig {
                             at,
                             format!(
                                 "{text:?} is not a range of uids: expected \"<first>-<last>\" \
-                                 with 0 < first <= last, as \"80000-89999\""
+                                 with 0 < first <= last <= {MAX_DYNAMIC_ID}, as \"80000-89999\""
                             ),
                         );
                         defaults.dynamic_range
@@ -1664,6 +1669,27 @@ mod tests {
         assert_eq!(set.ephemeral_disk_inodes_per_mb, Some(64));
         let bad = AgentConfig::parse("agent.hcl", "max_kill_timeout = \"soon\"\n").unwrap_err();
         assert!(bad.to_string().contains("max_kill_timeout"), "{bad}");
+    }
+
+    /// A dynamic range holds only ids setuid(2) and chown(2) take as ids: never -1
+    /// (attack review: "1-4294967295" hung the alloc on a panic in the task runner).
+    #[test]
+    fn a_dynamic_range_past_2_pow_31_is_refused() {
+        let parse = |range: &str| {
+            AgentConfig::parse(
+                "agent.hcl",
+                &format!("user {{\n  dynamic_range = \"{range}\"\n}}\n"),
+            )
+        };
+        assert_eq!(
+            parse("80000-89999").unwrap().users.dynamic_range,
+            80_000..=89_999
+        );
+        for bad in ["4294967290-4294967295", "1-2147483648", "0-10", "20-10"] {
+            let error = parse(bad).unwrap_err().to_string();
+            assert!(error.contains("is not a range of uids"), "{bad}: {error}");
+        }
+        assert!(parse("1-2147483647").is_ok());
     }
 
     #[test]

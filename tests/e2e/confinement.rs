@@ -53,6 +53,8 @@ if chattr -p 7 /tmp/attr 2>/dev/null; then echo "ESCAPED file-project"; else ech
 touch /tmp/suid
 if chmod 4755 /tmp/suid 2>/dev/null || chmod 2755 /tmp/suid 2>/dev/null; then echo "ESCAPED setuid-file"; else echo "setuid-file denied"; fi
 if perl -e 'use Fcntl; umask 0; sysopen(F, "/tmp/suid-made", O_CREAT|O_WRONLY, 06755) or exit 1; exit(((stat "/tmp/suid-made")[2] & 06000) ? 0 : 1)'; then echo "ESCAPED setuid-create"; else echo "setuid-create denied"; fi
+# File capabilities (setcap's xattr, cap_setuid+ep): as good as setuid root outside.
+if python3 -c 'import os, struct; open("/tmp/fcap", "w").close(); os.setxattr("/tmp/fcap", "security.capability", struct.pack("<5I", 0x02000001, 1 << 7, 0, 0, 0))' 2>/dev/null; then echo "ESCAPED file-caps"; else echo "file-caps denied"; fi
 if mount -t tmpfs none /tmp 2>/dev/null; then echo "ESCAPED mount"; else echo "mount denied"; fi
 # Writes the value already there, so a failing defence changes nothing on the host.
 if cat /proc/sys/kernel/core_pattern > /tmp/pattern && cat /tmp/pattern > /proc/sys/kernel/core_pattern 2>/dev/null; then echo "ESCAPED core_pattern"; else echo "core_pattern denied"; fi
@@ -99,6 +101,7 @@ fn assert_contained(stdout: &str) {
         "file-project",
         "setuid-file",
         "setuid-create",
+        "file-caps",
     ] {
         assert!(
             stdout.contains(&format!("{contained} denied")),
@@ -190,9 +193,10 @@ async fn an_exec_task_root_or_not_cannot_reach_the_host_through_chroot_proc_devi
 }
 
 /// A root prestart task cannot make the shell it copies into `/alloc/data` setuid
-/// (seccomp refuses the mode); and one the host made setuid there (as a setuid file
-/// left in a volume would be) gives the main task (its own dynamic uid) nothing: the
-/// mount is nosuid and the task has no_new_privs.
+/// (seccomp refuses the mode), nor keep the bit of a setuid file it rewrites (it has no
+/// `CAP_FSETID`); and one the host made setuid there (as a setuid file left in a volume
+/// would be) gives the main task (its own dynamic uid) nothing: the mount is nosuid and
+/// the task has no_new_privs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_task() {
     let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
@@ -211,7 +215,7 @@ async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_ta
       }
       config {
         command = "/bin/sh"
-        args    = ["-c", "cp /bin/dash /alloc/data/suid-sh && (chmod 4755 /alloc/data/suid-sh 2>/dev/null && echo planted || echo refused); while [ ! -e /alloc/data/go ]; do sleep 0.1; done"]
+        args    = ["-c", "cp /bin/dash /alloc/data/suid-sh && (chmod 4755 /alloc/data/suid-sh 2>/dev/null && echo planted || echo refused); while [ ! -e /alloc/data/go ]; do sleep 0.1; done; echo rewritten > /alloc/data/suid-kept"]
       }
     }
     task "main" {
@@ -244,12 +248,23 @@ async fn a_setuid_file_a_root_task_plants_runs_without_privilege_for_the_next_ta
     // What a setuid file left in a volume would be: the host makes it so.
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // And one the root task rewrites: without CAP_FSETID the kernel clears its bit.
+    let kept = alloc_dir.join("alloc/data/suid-kept");
+    std::fs::write(&kept, "host").unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o4755)).unwrap();
     std::fs::write(alloc_dir.join("alloc/data/go"), "").unwrap();
     let status = agent.finished(&submitted.alloc_ids[0]).await;
     let mode = std::fs::metadata(&planted)
         .map(|m| m.permissions().mode())
         .unwrap();
     assert_eq!(mode & 0o4000, 0o4000, "the plant is setuid on disk");
+    let rewritten = std::fs::metadata(&kept).unwrap();
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "rewritten\n");
+    assert_eq!(
+        rewritten.permissions().mode() & 0o6000,
+        0,
+        "a root task's write kept a setuid bit (CAP_FSETID)"
+    );
     let main = std::fs::read_to_string(logs.join("main.stdout.0")).unwrap();
     // The task's own dynamic uid, three times: the setuid plant gains nothing.
     let uids: Vec<&str> = main.lines().collect();

@@ -176,29 +176,32 @@ async fn two_dynamic_tasks_of_a_group_share_alloc_data_and_allocs_differ() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_alloc_waits_for_an_exhausted_range_and_starts_once_ids_come_back() {
-    // Two ids: one alloc's gid and its task's uid. Finished allocs are collected within 1 s.
+    // Four ids: two allocs' gids and their tasks' uids. Finished allocs are collected
+    // within 1 s.
     let mut agent = AgentProcess::with_config(
-        "user {\n  dynamic_range = \"81200-81201\"\n}\ngc {\n  interval = \"1s\"\n  max_allocs = 0\n}\n",
+        "user {\n  dynamic_range = \"81200-81203\"\n}\ngc {\n  interval = \"1s\"\n  max_allocs = 0\n}\n",
     );
     agent.start().await;
-    let first = agent
-        .submit(
-            "first.hcl",
-            &job("first", &task("t", "", "echo ready; sleep 4")),
-        )
-        .await
-        .unwrap();
-    agent
-        .wait_alloc(&first.alloc_ids[0], "running", |s| {
-            s.client_status == ClientStatus::Running
-        })
-        .await;
+    for holder in ["first", "holder"] {
+        let held = agent
+            .submit(
+                &format!("{holder}.hcl"),
+                &job(holder, &task("t", "", "echo ready; sleep 4")),
+            )
+            .await
+            .unwrap();
+        agent
+            .wait_alloc(&held.alloc_ids[0], "running", |s| {
+                s.client_status == ClientStatus::Running
+            })
+            .await;
+    }
     let second = agent
         .submit("second.hcl", &job("second", &task("t", "", "id -u")))
         .await
         .unwrap();
     let waiting = "Waiting for user ids: the alloc needs 2 from user { dynamic_range = \
-                   \"81200-81201\" }";
+                   \"81200-81203\" }";
     agent
         .wait_alloc(&second.alloc_ids[0], "waiting for ids", |s| {
             s.tasks["t"]
@@ -214,7 +217,7 @@ async fn an_alloc_waits_for_an_exhausted_range_and_starts_once_ids_come_back() {
     let status = agent.finished(&second.alloc_ids[0]).await;
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
     let uid: u32 = stdout(&status.alloc_dir, "t").trim().parse().unwrap();
-    assert!((81_200..=81_201).contains(&uid), "{uid}");
+    assert!((81_200..=81_203).contains(&uid), "{uid}");
 }
 
 /// Finished allocs keep their ids until collected, and `gc { max_allocs }` keeps up to
@@ -224,35 +227,74 @@ async fn an_alloc_waits_for_an_exhausted_range_and_starts_once_ids_come_back() {
 /// already waiting when the holder finishes.
 #[tokio::test(flavor = "multi_thread")]
 async fn finished_allocs_holding_ids_are_collected_for_allocs_that_need_them() {
-    let mut agent = AgentProcess::with_config("user {\n  dynamic_range = \"81400-81401\"\n}\n");
+    let mut agent = AgentProcess::with_config("user {\n  dynamic_range = \"81400-81403\"\n}\n");
     agent.start().await;
-    let first = agent
-        .submit("first.hcl", &job("first", &task("t", "", "id -u")))
-        .await
-        .unwrap();
-    let status = agent.finished(&first.alloc_ids[0]).await;
-    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
-    // Placed while the finished first holds both ids.
-    let second = agent
+    let run = |name: &'static str, script: &'static str| {
+        let agent = &agent;
+        async move {
+            agent
+                .submit(&format!("{name}.hcl"), &job(name, &task("t", "", script)))
+                .await
+                .unwrap()
+                .alloc_ids[0]
+                .clone()
+        }
+    };
+    // A finished alloc that holds no ids is never collected for them.
+    let plain = agent
         .submit(
-            "second.hcl",
-            &job("second", &task("t", "", "id -u; sleep 2")),
+            "plain.hcl",
+            &job("plain", &task("t", "      user = \"nobody\"\n", "id -u")),
         )
         .await
-        .unwrap();
-    agent
-        .wait_alloc(&second.alloc_ids[0], "running", |s| {
-            s.client_status == ClientStatus::Running
-        })
-        .await;
-    // Waiting while the running second holds them; started once it finished.
-    let third = agent
-        .submit("third.hcl", &job("third", &task("t", "", "id -u")))
+        .unwrap()
+        .alloc_ids[0]
+        .clone();
+    agent.finished(&plain).await;
+    for name in ["a", "b"] {
+        let status = agent.finished(&run(name, "id -u").await).await;
+        assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    }
+    // Placed while the finished a and b hold all four ids.
+    for name in ["c", "d"] {
+        let id = run(name, "id -u; sleep 2").await;
+        agent
+            .wait_alloc(&id, "running", |s| s.client_status == ClientStatus::Running)
+            .await;
+    }
+    // Waiting while the running c and d hold them; started once one finished.
+    let status = agent.finished(&run("e", "id -u").await).await;
+    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
+    let uid: u32 = stdout(&status.alloc_dir, "t").trim().parse().unwrap();
+    assert!((81_400..=81_403).contains(&uid), "{uid}");
+    assert!(
+        agent.alloc(&plain).await.alloc_dir.exists(),
+        "the finished alloc holding no ids was collected"
+    );
+}
+
+/// An alloc needing more ids than a job may hold (half the range) fails at once, saying
+/// why, instead of waiting for good (attack review: it waited, and finished allocs of
+/// every job were collected for it meanwhile).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alloc_needing_more_than_a_jobs_share_fails_at_once_saying_why() {
+    let mut agent = AgentProcess::with_config("user {\n  dynamic_range = \"81500-81503\"\n}\n");
+    agent.start().await;
+    let tasks = [task("one", "", "id -u"), task("two", "", "id -u")].concat();
+    let submitted = agent
+        .submit("wide.hcl", &job("wide", &tasks))
         .await
         .unwrap();
-    let status = agent.finished(&third.alloc_ids[0]).await;
-    assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
-    assert_eq!(stdout(&status.alloc_dir, "t"), "81401\n");
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Failed, "{status:#?}");
+    let said = &status.tasks["one"].events.last().unwrap().message;
+    assert!(
+        said.contains("the alloc needs 3 user ids")
+            && said.contains(
+                "a job may hold at most 2, half of user { dynamic_range = \"81500-81503\" }"
+            ),
+        "{said}"
+    );
 }
 
 /// Ids outlive an agent restart both ways: a running alloc's ids stay its own, and ids

@@ -32,7 +32,9 @@ impl Agent {
     /// agent's log says so. The ids collected, oldest first.
     pub fn collect_garbage(&self) -> Garbage {
         let mut garbage = Garbage::default();
-        for id in self.collect_allocs() {
+        let mut collected = self.collect_allocs();
+        collected.extend(self.collect_for_user_ids());
+        for id in collected {
             garbage.allocs.push(id.alloc);
             garbage.jobs.extend(id.job);
         }
@@ -111,13 +113,43 @@ impl Agent {
             .collect()
     }
 
-    /// Why finished allocs within `max_allocs` must go: the data dir's disk is full, or
-    /// allocs wait for user ids that finished ones hold.
+    /// Why finished allocs within `max_allocs` must go: the data dir's disk is full.
     fn pressure(&self) -> Option<String> {
-        self.disk_pressure().or_else(|| {
-            let short = self.node.dynamic_users.shortfall();
-            (short > 0).then(|| format!("allocs wait for {short} more user ids than are free"))
-        })
+        self.disk_pressure()
+    }
+
+    /// Collects finished allocs holding user ids, oldest first, while allocs wait for
+    /// ids: for the range (until the shortfall is covered) or for their job's share (that
+    /// job's own finished allocs). Finished allocs holding none are never taken for this:
+    /// collecting them frees no id.
+    fn collect_for_user_ids(&self) -> Vec<CollectedAlloc> {
+        let users = &self.node.dynamic_users;
+        let short_shares = users.short_shares();
+        if users.shortfall() == 0 && short_shares.is_empty() {
+            return Vec::new();
+        }
+        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+            return Vec::new();
+        };
+        let mut collected = Vec::new();
+        for entry in self.finished_oldest_first() {
+            if !entry.runner.holds_dynamic_ids() {
+                continue;
+            }
+            let for_share = short_shares.contains(&entry.runner.share_key());
+            if !for_share && users.shortfall() == 0 {
+                continue;
+            }
+            if self.collect(&entry, &mounts) {
+                tracing::info!(alloc = %entry.runner.id,
+                    "collected a finished alloc: allocs wait for the user ids it held");
+                collected.push(CollectedAlloc {
+                    alloc: entry.runner.id.clone(),
+                    job: self.collect_job_of(&entry),
+                });
+            }
+        }
+        collected
     }
 
     /// Why the data dir's filesystem is fuller than `gc`'s thresholds, if it is.
@@ -292,11 +324,9 @@ impl Agent {
     pub(super) fn make_room(&self, runners: &[Arc<AllocRunner>]) {
         let sizes_mb: Vec<u64> = runners.iter().map(|r| r.group.ephemeral_disk_mb).collect();
         let ids: usize = runners.iter().map(|r| r.dynamic_ids_needed()).sum();
-        let short = || {
-            crate::blocking::run(|| self.node.sys.disk_room_short(&sizes_mb))
-                || self.node.dynamic_users.free() < ids
-        };
-        if !short() {
+        let disk_short = || crate::blocking::run(|| self.node.sys.disk_room_short(&sizes_mb));
+        let ids_short = || self.node.dynamic_users.free() < ids;
+        if !disk_short() && !ids_short() {
             return;
         }
         let finished = self.finished_oldest_first();
@@ -305,14 +335,19 @@ impl Agent {
         };
         let mut collected = 0;
         for entry in finished {
+            let disk = disk_short();
+            if !disk && !ids_short() {
+                break;
+            }
+            // Short of ids only: an alloc holding none would be collected for nothing.
+            if !disk && !entry.runner.holds_dynamic_ids() {
+                continue;
+            }
             if self.collect(&entry, &mounts) {
                 collected += 1;
                 self.collect_job_of(&entry);
                 tracing::info!(alloc = %entry.runner.id,
                     "collected a finished alloc to make room for a new alloc's disk or user ids");
-            }
-            if !short() {
-                break;
             }
         }
         if collected > 0 {

@@ -466,6 +466,9 @@ impl Agent {
         );
         let mut restore_notices = agent.restore()?;
         agent.notices.append(&mut restore_notices);
+        // Every restored alloc claimed its user ids: those handed out and never recorded
+        // are free again.
+        agent.node.dynamic_users.restored();
         let agent = Arc::new(agent);
         tokio::spawn(follow_events(task_events, Arc::downgrade(&agent)));
         agent.run_restored();

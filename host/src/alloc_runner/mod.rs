@@ -553,9 +553,17 @@ impl AllocRunner {
     }
 
     async fn run_in_span(self: Arc<Self>) -> ClientStatus {
-        if !self.take_users().await {
-            self.set_status(ClientStatus::Complete);
-            return ClientStatus::Complete;
+        match self.take_users().await {
+            users::Taking::Taken => {}
+            users::Taking::Stopped => {
+                self.set_status(ClientStatus::Complete);
+                return ClientStatus::Complete;
+            }
+            users::Taking::Failed(why) => {
+                self.fail_all_tasks(&why);
+                self.set_status(ClientStatus::Failed);
+                return ClientStatus::Failed;
+            }
         }
         let hooks = alloc_hooks();
         for (index, hook) in hooks.iter().enumerate() {

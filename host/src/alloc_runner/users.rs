@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::AllocRunner;
 use crate::model::driver::TaskUser;
 use crate::model::events::{EventKind, TaskEvent, TaskStateKind};
-use crate::process::dynamic_users::Shortage;
+use crate::process::dynamic_users::{Shortage, Want};
 use crate::state::Commit;
 use crate::task_runner::hooks::HookError;
 
@@ -34,6 +34,27 @@ impl AllocUsers {
             .chain(self.tasks.values().copied())
             .collect()
     }
+}
+
+/// How taking an alloc's ids ended.
+pub(super) enum Taking {
+    /// The alloc has its ids (or needs none).
+    Taken,
+    /// It was told to stop while waiting: its tasks never started.
+    Stopped,
+    /// It can never have them, or they could not be recorded: its tasks fail with this.
+    Failed(String),
+}
+
+/// Why an alloc needing more ids than a job may hold fails at once.
+fn too_many_message(needed: usize, share: usize, range: &RangeInclusive<u32>) -> String {
+    format!(
+        "the alloc needs {needed} user ids (one per task naming no user, one for the group) \
+         and a job may hold at most {share}, half of user {{ dynamic_range = \"{}-{}\" }}: \
+         give some tasks a user, or ask the operator for a wider range",
+        range.start(),
+        range.end()
+    )
 }
 
 /// What a task's events say while its alloc waits for ids.
@@ -113,23 +134,42 @@ impl AllocRunner {
                 return;
             }
         };
-        self.node.dynamic_users.claim(&users.ids(), &self.job.name);
+        (self.node.dynamic_users).claim(&users.ids(), &self.share_key(), &self.id);
         *self.users.lock().unwrap() = Some(users);
     }
 
+    /// The key of the share of the range the alloc's job holds: a periodic or
+    /// dispatched child's is its parent's, so launching children does not multiply it.
+    pub fn share_key(&self) -> String {
+        self.job
+            .parent
+            .clone()
+            .unwrap_or_else(|| self.job.name.clone())
+    }
+
+    /// Whether the alloc holds ids of the range (until it is collected).
+    pub fn holds_dynamic_ids(&self) -> bool {
+        self.users.lock().unwrap().is_some()
+    }
+
     /// Takes the alloc's ids (nothing to take: at once). Waits while the range has too
-    /// few free, with an event on every task saying why; false when the alloc was told
-    /// to stop meanwhile (its tasks are then dead, never started).
-    pub(super) async fn take_users(&self) -> bool {
+    /// few free, with an event on every task saying why; [`Taking::Stopped`] when the
+    /// alloc was told to stop meanwhile (its tasks are then dead, never started).
+    pub(super) async fn take_users(&self) -> Taking {
         if self.users.lock().unwrap().is_some() {
-            return true;
+            return Taking::Taken;
         }
         let tasks = self.dynamic_tasks();
         if tasks.is_empty() {
-            return true;
+            return Taking::Taken;
         }
         let pool = &self.node.dynamic_users;
         let needed = tasks.len() + 1;
+        // More than its job may ever hold: it would wait for good.
+        if needed > pool.job_share() {
+            return Taking::Failed(too_many_message(needed, pool.job_share(), pool.range()));
+        }
+        let share_key = self.share_key();
         let mut stop = self.stop.subscribe();
         let mut told = None;
         // Counted while waiting, so the agent collects finished allocs holding ids.
@@ -138,7 +178,7 @@ impl AllocRunner {
             let released = pool.released();
             tokio::pin!(released);
             released.as_mut().enable();
-            let shortage = match pool.take(needed, &self.job.name) {
+            let shortage = match pool.take(needed, &share_key, &self.id) {
                 Ok(ids) => break ids,
                 Err(shortage) => shortage,
             };
@@ -152,10 +192,16 @@ impl AllocRunner {
                 }
                 told = Some(reason);
             }
-            wanting.get_or_insert_with(|| pool.want(needed));
+            let want = match shortage {
+                Shortage::Range { .. } => Want::Ids(needed),
+                Shortage::JobShare { .. } => Want::Share(share_key.clone()),
+            };
+            if wanting.as_ref().is_none_or(|w: &(Want, _)| w.0 != want) {
+                wanting = Some((want.clone(), pool.want(want)));
+            }
             if *stop.borrow_and_update() {
                 self.never_started();
-                return false;
+                return Taking::Stopped;
             }
             // Another agent of this host releasing ids it leased tells this one nothing:
             // tried again now and then.
@@ -176,9 +222,15 @@ impl AllocRunner {
             (self.node.store).put_hook_state(&self.id, USERS_KEY, &bytes, Commit::Durable)
         {
             tracing::error!(alloc = %self.id, %error, "recording the alloc's dynamic users");
+            pool.release(&ids, &share_key, &self.id);
+            return Taking::Failed(format!(
+                "recording the alloc's user ids failed ({error}); no task runs as ids a \
+                 restarted agent would not know"
+            ));
         }
+        pool.recorded(&ids);
         *self.users.lock().unwrap() = Some(users);
-        true
+        Taking::Taken
     }
 
     /// Tasks of an alloc stopped before it could start them: dead, not failed.
@@ -219,9 +271,7 @@ impl AllocRunner {
     /// removed). Once only: the record is forgotten with them.
     pub fn release_users(&self) {
         if let Some(users) = self.users.lock().unwrap().take() {
-            self.node
-                .dynamic_users
-                .release(&users.ids(), &self.job.name);
+            (self.node.dynamic_users).release(&users.ids(), &self.share_key(), &self.id);
         }
     }
 }

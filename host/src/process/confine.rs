@@ -3,7 +3,10 @@
 //!
 //! - The capability bounding set, permitted and effective sets are cut to
 //!   [`TASK_CAPABILITIES`] (Nomad's default `exec` set less `CAP_MKNOD`: without a devices
-//!   cgroup, a task that can make device nodes can open the host's disks), or, for a CSI
+//!   cgroup, a task that can make device nodes can open the host's disks; less
+//!   `CAP_SETFCAP` and `CAP_FSETID`: a root task could give a file in a volume file
+//!   capabilities, or keep a setuid bit through a write, which work outside the task
+//!   for any local user), or, for a CSI
 //!   plugin the operator granted mounting, to [`MOUNTING_PLUGIN_CAPABILITIES`] (the same
 //!   plus `CAP_SYS_ADMIN`, which its seccomp filter narrows to bind mounts). Inheritable
 //!   is empty.
@@ -18,15 +21,16 @@ use std::io;
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 /// Nomad's default capabilities for `exec` tasks (drivers/shared/capabilities), without
-/// `MKNOD`.
+/// `MKNOD`, `SETFCAP` and `FSETID`: under `no_new_privs` file capabilities and setuid
+/// bits never work inside a task, only for whoever runs its files outside it (attack
+/// review: a root task `setcap cap_setuid+ep` on a perl in a host volume, and `nobody`
+/// on the host ran it to uid 0).
 pub const TASK_CAPABILITIES: CapabilitySet = CapabilitySet::AUDIT_WRITE
     .union(CapabilitySet::CHOWN)
     .union(CapabilitySet::DAC_OVERRIDE)
     .union(CapabilitySet::FOWNER)
-    .union(CapabilitySet::FSETID)
     .union(CapabilitySet::KILL)
     .union(CapabilitySet::NET_BIND_SERVICE)
-    .union(CapabilitySet::SETFCAP)
     .union(CapabilitySet::SETGID)
     .union(CapabilitySet::SETPCAP)
     .union(CapabilitySet::SETUID)

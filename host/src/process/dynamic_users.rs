@@ -29,6 +29,19 @@ pub enum RangeError {
         id: u32,
         file: &'static str,
     },
+    #[error(
+        "user {{ dynamic_range = \"{first}-{last}\" }} overlaps the ids {start}-{end} that \
+         {file} gives {name:?}: that user may become them in a user namespace; choose a range \
+         outside every subordinate range"
+    )]
+    Subordinate {
+        first: u32,
+        last: u32,
+        name: String,
+        start: u64,
+        end: u64,
+        file: &'static str,
+    },
     #[error("reading {file} to check user {{ dynamic_range }}: {error}")]
     Read { file: &'static str, error: String },
 }
@@ -42,6 +55,53 @@ pub fn check_host(range: &RangeInclusive<u32>) -> Result<(), RangeError> {
             error: e.to_string(),
         })?;
         check_database(range, &text, file, what)?;
+    }
+    // Subordinate ids (newuidmap, rootless containers): a host user may be them.
+    for file in ["/etc/subuid", "/etc/subgid"] {
+        match std::fs::read_to_string(file) {
+            Ok(text) => check_subordinates(range, &text, file)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(RangeError::Read {
+                    file,
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`check_host`] on `/etc/subuid` or `/etc/subgid`'s text: `name:start:count` lines.
+fn check_subordinates(
+    range: &RangeInclusive<u32>,
+    text: &str,
+    file: &'static str,
+) -> Result<(), RangeError> {
+    for line in text.lines() {
+        let mut fields = line.split(':');
+        let (Some(name), Some(start), Some(count)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let (Ok(start), Ok(count)) = (start.trim().parse::<u64>(), count.trim().parse::<u64>())
+        else {
+            continue;
+        };
+        if count == 0 {
+            continue;
+        }
+        let end = start.saturating_add(count - 1);
+        if start <= u64::from(*range.end()) && u64::from(*range.start()) <= end {
+            return Err(RangeError::Subordinate {
+                first: *range.start(),
+                last: *range.end(),
+                name: name.to_string(),
+                start,
+                end,
+                file,
+            });
+        }
     }
     Ok(())
 }
@@ -83,13 +143,16 @@ fn check_database(
 /// still be around.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolRecord {
-    /// The range this was kept for: another range starts afresh.
+    /// The range this was kept for: another range's fresh ids start afresh.
     pub first: u32,
     pub last: u32,
     /// The first never-used id (`None`: every id was handed out once).
     pub next: Option<u32>,
     /// Released ids, least recently released first.
     pub released: Vec<u32>,
+    /// Ids handed out that their alloc may not have recorded yet.
+    #[serde(default)]
+    pub pending: Vec<u32>,
 }
 
 /// Writes the pool's [`PoolRecord`] durably; called under the pool's lock, after every
@@ -192,10 +255,19 @@ impl Leases for LeaseDir {
 pub enum Shortage {
     /// Fewer ids are free in the range than the alloc needs.
     Range { free: usize },
-    /// Its job already holds ids and would hold more than its share of the range with
-    /// these (half of it, as a job's pids are half the node's): one job cannot keep
-    /// every other from starting.
+    /// Its job (with its periodic and dispatched children) would hold more than its
+    /// share of the range with these: half of it, as a job's pids are half the node's,
+    /// so one job cannot keep every other from starting.
     JobShare { held: usize, share: usize },
+}
+
+/// What a waiting alloc waits for, counted while its [`Wanting`] lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Want {
+    /// This many ids from the range.
+    Ids(usize),
+    /// Room in this job's share.
+    Share(String),
 }
 
 /// The range's ids: taken, released (in release order), and never used yet.
@@ -215,11 +287,17 @@ struct Pool {
     /// Ids never handed out and not claimed: `next..=end`.
     next: Option<u32>,
     released: VecDeque<u32>,
-    taken: BTreeSet<u32>,
-    /// How many ids each job holds.
+    /// Which allocs hold each id taken (one, unless two restored allocs recorded one).
+    taken: BTreeMap<u32, BTreeSet<String>>,
+    /// Ids handed out whose alloc may not have recorded them yet: a restart that finds
+    /// no alloc holding one gives it back ([`DynamicUsers::restored`]).
+    pending: BTreeSet<u32>,
+    /// How many ids each job (its share's key) holds.
     held: BTreeMap<String, usize>,
     /// Ids that allocs waiting for some need, all told ([`DynamicUsers::shortfall`]).
     wanted: usize,
+    /// Jobs whose allocs wait for room in their share, and how many allocs.
+    wanted_share: BTreeMap<String, usize>,
 }
 
 impl DynamicUsers {
@@ -228,29 +306,38 @@ impl DynamicUsers {
         DynamicUsers::resume(range, None, Box::new(|_| {}))
     }
 
-    /// The pool as `record` left it (none, or one for another range: afresh), keeping
-    /// every change with `keeper`.
+    /// The pool as `record` left it, keeping every change with `keeper`. A record of
+    /// another range keeps its release order for the ids both hold; the new range's
+    /// other ids are fresh.
     pub fn resume(range: RangeInclusive<u32>, record: Option<PoolRecord>, keeper: Keeper) -> Self {
-        let kept = record.filter(|r| (r.first, r.last) == (*range.start(), *range.end()));
-        let (next, released) = match kept {
+        let same_range = |r: &PoolRecord| (r.first, r.last) == (*range.start(), *range.end());
+        let (next, released, pending) = match record {
             Some(record) => {
+                let same = same_range(&record);
                 let mut seen = BTreeSet::new();
                 let released = (record.released.into_iter())
                     .filter(|id| range.contains(id) && seen.insert(*id))
                     .collect();
-                (record.next.filter(|id| range.contains(id)), released)
+                let next = match same {
+                    true => record.next.filter(|id| range.contains(id)),
+                    false => Some(*range.start()),
+                };
+                let pending = (record.pending.into_iter())
+                    .filter(|id| range.contains(id))
+                    .collect();
+                (next, released, pending)
             }
-            // Ids a restored alloc holds are claimed, never handed out: only the
-            // order of the others is lost when the range changed.
-            None => (Some(*range.start()), VecDeque::new()),
+            None => (Some(*range.start()), VecDeque::new(), BTreeSet::new()),
         };
         DynamicUsers {
             inner: Mutex::new(Pool {
                 next,
                 released,
-                taken: BTreeSet::new(),
+                taken: BTreeMap::new(),
+                pending,
                 held: BTreeMap::new(),
                 wanted: 0,
+                wanted_share: BTreeMap::new(),
             }),
             range,
             keeper,
@@ -270,9 +357,9 @@ impl DynamicUsers {
         &self.range
     }
 
-    /// A job's share: half the range (at least one id).
+    /// A job's share: half the range, rounded up.
     pub fn job_share(&self) -> usize {
-        (self.range_len() / 2).max(1)
+        self.range_len().div_ceil(2)
     }
 
     fn range_len(&self) -> usize {
@@ -287,8 +374,12 @@ impl DynamicUsers {
 
     fn free_in(&self, pool: &Pool) -> usize {
         let fresh = pool.next.map_or(0, |next| {
-            let above = (next..=*self.range.end()).size_hint().0;
-            above - pool.taken.range(next..=*self.range.end()).count()
+            let fresh = next..=*self.range.end();
+            let above = fresh.size_hint().0;
+            // Ids a restored alloc holds, or the queue has (another range's), up there.
+            let claimed = pool.taken.range(fresh.clone()).count();
+            let queued = pool.released.iter().filter(|id| fresh.contains(id)).count();
+            above.saturating_sub(claimed + queued)
         });
         fresh + pool.released.len()
     }
@@ -300,14 +391,25 @@ impl DynamicUsers {
         pool.wanted.saturating_sub(self.free_in(&pool))
     }
 
-    /// `count` ids for an alloc of `job`, all or none. Fresh ids first, then the least
-    /// recently released.
-    pub fn take(&self, count: usize, job: &str) -> Result<Vec<u32>, Shortage> {
+    /// The jobs (share keys) whose allocs wait for room in their share: their own
+    /// finished allocs holding ids are collected.
+    pub fn short_shares(&self) -> BTreeSet<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .wanted_share
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// `count` ids for `alloc` of `job` (its share's key), all or none. Fresh ids first,
+    /// then the least recently released. The caller records them with the alloc, then
+    /// calls [`DynamicUsers::recorded`].
+    pub fn take(&self, count: usize, job: &str, alloc: &str) -> Result<Vec<u32>, Shortage> {
         let mut pool = self.inner.lock().unwrap();
         let held = pool.held.get(job).copied().unwrap_or(0);
-        // A job's first alloc is never refused for the share (a small range's half may be
-        // smaller than one alloc): the share bounds what a job takes beyond it.
-        if held > 0 && held + count > self.job_share() {
+        if held + count > self.job_share() {
             return Err(Shortage::JobShare {
                 held,
                 share: self.job_share(),
@@ -324,12 +426,11 @@ impl DynamicUsers {
             let id = match pool.next {
                 Some(next) => {
                     pool.next = (next < *self.range.end()).then(|| next + 1);
-                    if pool.taken.contains(&next) {
+                    // Held, or queued (a restored alloc's id released since, or another
+                    // range's): it comes from the queue in its turn, never twice.
+                    if pool.taken.contains_key(&next) || pool.released.contains(&next) {
                         continue;
                     }
-                    // A restored alloc's id above `next`, released since: it is handed
-                    // out here, never also from the queue.
-                    pool.released.retain(|r| *r != next);
                     next
                 }
                 None => match pool.released.pop_front() {
@@ -338,14 +439,14 @@ impl DynamicUsers {
                 },
             };
             // Never an id a live alloc holds, whichever way it came.
-            if pool.taken.contains(&id) {
+            if pool.taken.contains_key(&id) {
                 continue;
             }
             if !self.leases.acquire(id) {
                 elsewhere.push(id);
                 continue;
             }
-            pool.taken.insert(id);
+            pool.taken.insert(id, BTreeSet::from([alloc.to_string()]));
             ids.push(id);
         }
         pool.released.extend(elsewhere);
@@ -360,19 +461,34 @@ impl DynamicUsers {
             return Err(Shortage::Range { free: ids.len() });
         }
         *pool.held.entry(job.to_string()).or_default() += count;
+        pool.pending.extend(ids.iter().copied());
         self.keep(&pool);
         Ok(ids)
     }
 
-    /// Marks ids a restored alloc of `job` holds as taken (they are not handed out
+    /// `ids` are recorded with their alloc: a restart claims them from there.
+    pub fn recorded(&self, ids: &[u32]) {
+        let mut pool = self.inner.lock().unwrap();
+        for id in ids {
+            pool.pending.remove(id);
+        }
+    }
+
+    /// Marks ids a restored `alloc` of `job` holds as taken (they are not handed out
     /// again). Ids outside the range (the operator changed it) are kept out of the pool
     /// for good.
-    pub fn claim(&self, ids: &[u32], job: &str) {
+    pub fn claim(&self, ids: &[u32], job: &str, alloc: &str) {
         let mut pool = self.inner.lock().unwrap();
         let mut claimed = 0;
         for id in ids {
             pool.released.retain(|r| r != id);
-            claimed += usize::from(pool.taken.insert(*id));
+            pool.pending.remove(id);
+            let holders = pool.taken.entry(*id).or_default();
+            if !holders.is_empty() && !holders.contains(alloc) {
+                tracing::error!(id, alloc, others = ?holders,
+                    "two restored allocs recorded one user id; it is free only once both are collected");
+            }
+            claimed += usize::from(holders.insert(alloc.to_string()));
             if !self.leases.acquire(*id) {
                 tracing::error!(
                     id,
@@ -383,16 +499,44 @@ impl DynamicUsers {
         *pool.held.entry(job.to_string()).or_default() += claimed;
     }
 
-    /// Gives an alloc of `job`'s ids back, after every one the alloc had: they go to the
-    /// end of the queue, and the queue is kept before this returns (the alloc's record
-    /// may go only then: a restart in between claims them again).
-    pub fn release(&self, ids: &[u32], job: &str) {
+    /// Every restored alloc has claimed its ids: ids handed out that no alloc recorded
+    /// (the agent died in between) go back, to the end of the queue.
+    pub fn restored(&self) {
+        let mut pool = self.inner.lock().unwrap();
+        let lost: Vec<u32> = std::mem::take(&mut pool.pending)
+            .into_iter()
+            .filter(|id| !pool.taken.contains_key(id) && !pool.released.contains(id))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        tracing::info!(ids = ?lost, "user ids handed out before a crash and never recorded are free again");
+        for id in lost {
+            self.leases.release(id);
+            pool.released.push_back(id);
+        }
+        self.keep(&pool);
+    }
+
+    /// Gives `alloc` of `job`'s ids back, after every one the alloc had: each id no
+    /// other alloc holds goes to the end of the queue, and the queue is kept before this
+    /// returns (the alloc's record may go only then: a restart in between claims them
+    /// again).
+    pub fn release(&self, ids: &[u32], job: &str, alloc: &str) {
         {
             let mut pool = self.inner.lock().unwrap();
             let mut returned = 0;
             for id in ids {
-                if pool.taken.remove(id) {
-                    returned += 1;
+                let Some(holders) = pool.taken.get_mut(id) else {
+                    continue;
+                };
+                if !holders.remove(alloc) {
+                    continue;
+                }
+                returned += 1;
+                if holders.is_empty() {
+                    pool.taken.remove(id);
+                    pool.pending.remove(id);
                     self.leases.release(*id);
                     if self.range.contains(id) {
                         pool.released.push_back(*id);
@@ -416,20 +560,31 @@ impl DynamicUsers {
             last: *self.range.end(),
             next: pool.next,
             released: pool.released.iter().copied().collect(),
+            pending: pool.pending.iter().copied().collect(),
         });
     }
 
-    /// Counts `count` ids as wanted by a waiting alloc until the guard drops.
-    pub fn want(&self, count: usize) -> Wanting<'_> {
-        self.inner.lock().unwrap().wanted += count;
+    /// Counts what a waiting alloc wants until the guard drops, and wakes the collector.
+    pub fn want(&self, want: Want) -> Wanting<'_> {
+        {
+            let mut pool = self.inner.lock().unwrap();
+            match &want {
+                Want::Ids(count) => pool.wanted += count,
+                Want::Share(job) => *pool.wanted_share.entry(job.clone()).or_default() += 1,
+            }
+        }
         self.wanted.notify_one();
-        Wanting { users: self, count }
+        Wanting { users: self, want }
     }
 
     /// An alloc finished: if allocs wait for ids, the collector is woken (the finished
     /// one may hold some).
     pub fn alloc_finished(&self) {
-        if self.shortfall() > 0 {
+        let waiting = {
+            let pool = self.inner.lock().unwrap();
+            pool.wanted > 0 || !pool.wanted_share.is_empty()
+        };
+        if waiting {
             self.wanted.notify_one();
         }
     }
@@ -446,16 +601,27 @@ impl DynamicUsers {
     }
 }
 
-/// Ids a waiting alloc wants, counted in [`DynamicUsers::shortfall`] while it lives.
+/// What a waiting alloc wants, counted in [`DynamicUsers::shortfall`] and
+/// [`DynamicUsers::short_shares`] while it lives.
 pub struct Wanting<'a> {
     users: &'a DynamicUsers,
-    count: usize,
+    want: Want,
 }
 
 impl Drop for Wanting<'_> {
     fn drop(&mut self) {
         let mut pool = self.users.inner.lock().unwrap();
-        pool.wanted = pool.wanted.saturating_sub(self.count);
+        match &self.want {
+            Want::Ids(count) => pool.wanted = pool.wanted.saturating_sub(*count),
+            Want::Share(job) => {
+                if let Some(waiting) = pool.wanted_share.get_mut(job) {
+                    *waiting -= 1;
+                    if *waiting == 0 {
+                        pool.wanted_share.remove(job);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -492,30 +658,56 @@ mod tests {
         (users, kept)
     }
 
+    /// `count` ids for a new alloc of its own job, recorded at once.
+    fn take(users: &DynamicUsers, count: usize, job: &str) -> Option<Vec<u32>> {
+        let ids = users.take(count, job, &format!("{job}-alloc")).ok()?;
+        users.recorded(&ids);
+        Some(ids)
+    }
+
+    fn release(users: &DynamicUsers, ids: &[u32], job: &str) {
+        users.release(ids, job, &format!("{job}-alloc"));
+    }
+
+    #[test]
+    fn a_range_overlapping_a_subordinate_range_is_refused() {
+        let subuid = "alice:100000:65536\nbad line\nbob:300000:0\n";
+        let range = 80_000..=89_999;
+        assert!(check_subordinates(&range, subuid, "/etc/subuid").is_ok());
+        let error = check_subordinates(&(150_000..=150_009), subuid, "/etc/subuid")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("overlaps the ids 100000-165535 that /etc/subuid gives \"alice\""),
+            "{error}"
+        );
+        assert!(check_subordinates(&(165_536..=170_000), subuid, "/etc/subuid").is_ok());
+        assert!(check_subordinates(&(300_000..=300_000), subuid, "/etc/subuid").is_ok());
+    }
+
     #[test]
     fn ids_are_unique_and_reused_least_recently_released_first() {
         let users = DynamicUsers::new(10..=17);
-        let take = |n, job| users.take(n, job).ok();
-        assert_eq!(take(2, "a"), Some(vec![10, 11]));
-        assert_eq!(take(2, "b"), Some(vec![12, 13]));
-        assert_eq!(take(2, "c"), Some(vec![14, 15]));
-        assert_eq!(take(2, "d"), Some(vec![16, 17]));
-        assert_eq!(users.take(1, "e"), Err(Shortage::Range { free: 0 }));
-        users.release(&[12, 13], "b");
-        users.release(&[10, 11], "a");
-        users.release(&[14, 15, 16, 17], "x");
-        assert_eq!(take(3, "e"), Some(vec![12, 13, 10]));
-        users.release(&[16], "d");
-        assert_eq!(take(1, "f"), Some(vec![11]));
-        users.release(&[11], "f");
-        users.release(&[11], "f");
-        assert_eq!(take(4, "g"), Some(vec![14, 15, 16, 17]));
+        assert_eq!(take(&users, 2, "a"), Some(vec![10, 11]));
+        assert_eq!(take(&users, 2, "b"), Some(vec![12, 13]));
+        assert_eq!(take(&users, 2, "c"), Some(vec![14, 15]));
+        assert_eq!(take(&users, 2, "d"), Some(vec![16, 17]));
+        assert_eq!(users.take(1, "e", "e1"), Err(Shortage::Range { free: 0 }));
+        release(&users, &[12, 13], "b");
+        release(&users, &[10, 11], "a");
+        release(&users, &[14, 15], "c");
+        assert_eq!(take(&users, 3, "e"), Some(vec![12, 13, 10]));
+        // Not the alloc holding them: nothing given back.
+        release(&users, &[16, 17], "c");
+        assert_eq!(take(&users, 2, "f"), Some(vec![11, 14]));
+        release(&users, &[11, 14], "f");
+        release(&users, &[11, 14], "f");
+        assert_eq!(take(&users, 3, "g"), Some(vec![15, 11, 14]));
         assert_eq!(
-            take(2, "h"),
+            take(&users, 1, "h"),
             None,
             "a double release hands out nothing twice"
         );
-        assert_eq!(take(1, "h"), Some(vec![11]));
     }
 
     /// The release order survives a restart: an agent that stopped right after releasing
@@ -525,57 +717,88 @@ mod tests {
     #[test]
     fn the_release_order_survives_a_restart() {
         let (users, kept) = kept_pool(10..=13);
-        assert_eq!(users.take(2, "a").unwrap(), [10, 11]);
-        assert_eq!(users.take(2, "b").unwrap(), [12, 13]);
-        users.release(&[12], "b");
-        users.release(&[10, 11], "a");
+        assert_eq!(take(&users, 2, "a").unwrap(), [10, 11]);
+        assert_eq!(take(&users, 2, "b").unwrap(), [12, 13]);
+        release(&users, &[12], "b");
+        release(&users, &[10, 11], "a");
         let record = kept.lock().unwrap().last().cloned();
         assert_eq!(
             record.as_ref().map(|r| (r.next, r.released.clone())),
             Some((None, vec![12, 10, 11]))
         );
         let restarted = DynamicUsers::resume(10..=13, record.clone(), Box::new(|_| {}));
-        restarted.claim(&[13], "b");
-        assert_eq!(restarted.take(1, "c").unwrap(), [12]);
-        assert_eq!(restarted.take(1, "d").unwrap(), [10]);
-        assert_eq!(restarted.take(1, "e").unwrap(), [11]);
-        assert!(restarted.take(1, "f").is_err());
+        restarted.claim(&[13], "b", "b-alloc");
+        restarted.restored();
+        assert_eq!(take(&restarted, 1, "c").unwrap(), [12]);
+        assert_eq!(take(&restarted, 1, "d").unwrap(), [10]);
+        assert_eq!(take(&restarted, 1, "e").unwrap(), [11]);
+        assert!(take(&restarted, 1, "f").is_none());
 
-        // Another range starts afresh, with what restored allocs hold still claimed.
-        let moved = DynamicUsers::resume(10..=14, record, Box::new(|_| {}));
-        moved.claim(&[13], "a");
-        assert_eq!(moved.take(2, "c").unwrap(), [10, 11]);
-        assert_eq!(moved.take(2, "d").unwrap(), [12, 14]);
+        // Another range keeps the order of the ids both hold; its others are fresh, and
+        // come first.
+        let moved = DynamicUsers::resume(10..=15, record, Box::new(|_| {}));
+        moved.claim(&[13], "b", "b-alloc");
+        assert_eq!(take(&moved, 2, "c").unwrap(), [14, 15]);
+        assert_eq!(take(&moved, 3, "d").unwrap(), [12, 10, 11]);
+    }
+
+    /// Ids handed out whose alloc never recorded them (the agent died in between) come
+    /// back after a restart, at the end of the queue; recorded ones stay with their alloc.
+    #[test]
+    fn ids_handed_out_but_never_recorded_come_back_after_a_restart() {
+        let (users, kept) = kept_pool(10..=15);
+        assert_eq!(take(&users, 2, "a").unwrap(), [10, 11]);
+        release(&users, &[10, 11], "a");
+        assert_eq!(users.take(2, "b", "b-alloc").unwrap(), [12, 13]);
+        // Died here: b's alloc never recorded 12 and 13.
+        let record = kept.lock().unwrap().last().cloned();
+        let restarted = DynamicUsers::resume(10..=15, record, Box::new(|_| {}));
+        restarted.restored();
+        assert_eq!(take(&restarted, 2, "c").unwrap(), [14, 15]);
+        assert_eq!(take(&restarted, 2, "d").unwrap(), [10, 11]);
+        assert_eq!(take(&restarted, 2, "e").unwrap(), [12, 13]);
+    }
+
+    /// An id two restored allocs recorded (it should never happen) is free again only
+    /// when both are collected.
+    #[test]
+    fn an_id_two_allocs_hold_is_free_only_when_both_let_go() {
+        let users = DynamicUsers::new(10..=13);
+        users.claim(&[10, 11], "a", "one");
+        users.claim(&[10, 12], "b", "two");
+        users.restored();
+        users.release(&[10, 11], "a", "one");
+        assert_eq!(take(&users, 2, "c").unwrap(), [13, 11]);
+        users.release(&[10, 12], "b", "two");
+        assert_eq!(take(&users, 2, "d").unwrap(), [10, 12]);
     }
 
     #[test]
-    fn a_job_holds_at_most_half_the_range_and_waiting_allocs_count_as_shortfall() {
+    fn a_job_holds_at_most_half_the_range_and_waiting_allocs_count() {
         let users = DynamicUsers::new(1..=10);
         assert_eq!(users.job_share(), 5);
-        let small = DynamicUsers::new(1..=3);
+        assert_eq!(DynamicUsers::new(1..=3).job_share(), 2);
+        assert_eq!(users.take(3, "greedy", "g1").unwrap().len(), 3);
         assert_eq!(
-            small.take(3, "one").unwrap().len(),
-            3,
-            "a job's first alloc fits"
-        );
-        assert_eq!(users.take(3, "greedy").unwrap().len(), 3);
-        assert_eq!(
-            users.take(3, "greedy"),
+            users.take(3, "greedy", "g2"),
             Err(Shortage::JobShare { held: 3, share: 5 })
         );
-        let ids = users.take(2, "greedy").unwrap();
-        assert_eq!(users.take(5, "other").unwrap().len(), 5);
+        let ids = users.take(2, "greedy", "g3").unwrap();
+        assert_eq!(users.take(5, "other", "o1").unwrap().len(), 5);
         assert_eq!(users.free(), 0);
         {
-            let _waiting = users.want(2);
+            let _waiting = users.want(Want::Ids(2));
+            let _sharing = users.want(Want::Share("greedy".into()));
             assert_eq!(users.shortfall(), 2);
-            users.release(&ids, "greedy");
+            assert_eq!(users.short_shares(), BTreeSet::from(["greedy".to_string()]));
+            users.release(&ids, "greedy", "g3");
             assert_eq!(users.shortfall(), 0);
             // Its share comes back with its ids.
-            assert!(users.take(2, "greedy").is_ok());
+            assert!(users.take(2, "greedy", "g4").is_ok());
             assert_eq!(users.shortfall(), 2);
         }
         assert_eq!(users.shortfall(), 0, "no longer waiting");
+        assert!(users.short_shares().is_empty());
     }
 
     /// An id a restored alloc held above the fresh ones, released, is handed out once:
@@ -584,15 +807,15 @@ mod tests {
     #[test]
     fn a_restored_id_released_is_handed_out_once() {
         let users = DynamicUsers::new(80100..=80107);
-        users.claim(&[80100, 80101], "a");
-        users.release(&[80100, 80101], "a");
+        users.claim(&[80100, 80101], "a", "a1");
+        users.release(&[80100, 80101], "a", "a1");
         let mut handed: Vec<u32> = Vec::new();
         for job in ["b", "c", "d", "e", "f", "g", "h", "i"] {
-            handed.extend(users.take(1, job).unwrap());
+            handed.extend(take(&users, 1, job).unwrap());
         }
         handed.sort_unstable();
         assert_eq!(handed, (80100..=80107).collect::<Vec<_>>());
-        assert!(users.take(1, "j").is_err());
+        assert!(take(&users, 1, "j").is_none());
     }
 
     /// Two agents of one host with the same range (the default) never hand out one id
@@ -607,26 +830,26 @@ mod tests {
                 .with_leases(Box::new(LeaseDir::open(leases.path(), data).unwrap()))
         };
         let (first, second) = (agent(first_dir.path()), agent(second_dir.path()));
-        assert_eq!(first.take(2, "a").unwrap(), [10, 11]);
-        assert_eq!(second.take(2, "b").unwrap(), [12, 13]);
-        assert_eq!(first.take(2, "c").unwrap(), [14, 15]);
-        assert_eq!(second.take(1, "d"), Err(Shortage::Range { free: 0 }));
-        first.release(&[10, 11], "a");
+        assert_eq!(take(&first, 2, "a").unwrap(), [10, 11]);
+        assert_eq!(take(&second, 2, "b").unwrap(), [12, 13]);
+        assert_eq!(take(&first, 2, "c").unwrap(), [14, 15]);
+        assert_eq!(second.take(1, "d", "d1"), Err(Shortage::Range { free: 0 }));
+        release(&first, &[10, 11], "a");
         assert_eq!(
-            second.take(2, "d").unwrap(),
+            take(&second, 2, "d").unwrap(),
             [10, 11],
             "released, and leased by no one"
         );
         // The first agent restarts: its restored alloc's ids are still its own.
         let restarted = agent(first_dir.path());
-        restarted.claim(&[14, 15], "c");
-        assert!(restarted.take(1, "e").is_err());
+        restarted.claim(&[14, 15], "c", "c-alloc");
+        assert!(take(&restarted, 1, "e").is_none());
         // The second agent's data dir is gone (and its allocs with it).
         let gone = second_dir.path().to_path_buf();
         drop(second_dir);
         assert!(!gone.exists());
         assert_eq!(
-            restarted.take(2, "e").unwrap(),
+            take(&restarted, 2, "e").unwrap(),
             [10, 11],
             "stale leases are taken over"
         );
@@ -635,11 +858,11 @@ mod tests {
     #[test]
     fn claimed_ids_are_not_handed_out() {
         let users = DynamicUsers::new(10..=15);
-        users.claim(&[11, 99], "a");
-        assert_eq!(users.take(2, "b").unwrap(), [10, 12]);
-        assert_eq!(users.take(3, "c").unwrap(), [13, 14, 15]);
-        assert!(users.take(1, "d").is_err());
-        users.release(&[11], "a");
-        assert_eq!(users.take(1, "d").unwrap(), [11]);
+        users.claim(&[11, 99], "a", "a1");
+        assert_eq!(take(&users, 2, "b").unwrap(), [10, 12]);
+        assert_eq!(take(&users, 3, "c").unwrap(), [13, 14, 15]);
+        assert!(take(&users, 1, "d").is_none());
+        users.release(&[11], "a", "a1");
+        assert_eq!(take(&users, 1, "d").unwrap(), [11]);
     }
 }

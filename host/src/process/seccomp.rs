@@ -23,7 +23,10 @@
 //!   left in a host or CSI volume would hand a local user the task's uid or its alloc's
 //!   gid (a dynamic user, [`super::dynamic_users`], is soon another task's);
 //! - `io_uring`, whose queued operations (an `openat` among them) seccomp never sees, as
-//!   Docker's default profile refuses it.
+//!   Docker's default profile refuses it;
+//! - on x86-64, every x32 call (a number with bit 30 set): the x32 ABI shares the x86-64
+//!   audit architecture, so a filter that lists x86-64 numbers would let
+//!   `0x40000000 | nr` past each refusal on a kernel built with x32.
 //!
 //! A CSI plugin the operator granted mounting keeps `CAP_SYS_ADMIN`, and its filter lets
 //! it `umount2`, change propagation, and `mount` with `MS_BIND`: never a new filesystem
@@ -239,6 +242,27 @@ fn mount_flags(mask: u64, value: u64) -> Result<SeccompCondition, seccompiler::B
     )
 }
 
+/// On x86-64: a program refusing (`EPERM`) every call whose number has the x32 bit
+/// (`__X32_SYSCALL_BIT`, 0x40000000), which seccompiler's programs do not look at.
+fn no_x32_program() -> Option<BpfProgram> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    use seccompiler::sock_filter;
+    const LOAD_NR: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JUMP_GE: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let instruction = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    Some(vec![
+        // seccomp_data.nr is at offset 0.
+        instruction(LOAD_NR, 0, 0, 0),
+        instruction(JUMP_GE, 0, 1, X32_SYSCALL_BIT),
+        instruction(RETURN, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        instruction(RETURN, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ])
+}
+
 /// What the warden's program returns for a call it hands over. seccompiler has no user
 /// notification action, so the program is compiled with this `SECCOMP_RET_TRACE` value
 /// and its returns rewritten to `SECCOMP_RET_USER_NOTIF` ([`to_user_notification`]).
@@ -361,10 +385,9 @@ impl TaskFilter {
         } else {
             Vec::new()
         };
-        Ok(TaskFilter {
-            programs: vec![refuse.try_into()?, no_clone3.try_into()?],
-            warden,
-        })
+        let mut programs = vec![refuse.try_into()?, no_clone3.try_into()?];
+        programs.extend(no_x32_program());
+        Ok(TaskFilter { programs, warden })
     }
 
     /// Whether the task's binds go to a mount warden ([`TaskFilter::install`] then
@@ -416,7 +439,8 @@ mod tests {
     fn compiles_for_this_machine() {
         for confinement in [Confinement::Task, Confinement::MountingPlugin] {
             let filter = TaskFilter::compile(confinement).unwrap();
-            assert_eq!(filter.programs.len(), 2);
+            let x32 = usize::from(cfg!(target_arch = "x86_64"));
+            assert_eq!(filter.programs.len(), 2 + x32);
             assert!(filter.programs.iter().all(|p| !p.is_empty()));
         }
     }
@@ -581,6 +605,10 @@ mod plugin_filter_tests {
                     0usize,
                 ));
                 answer(libc::syscall(libc::SYS_io_uring_setup, 1, 0usize));
+                // The x32 number of fchmodat: refused whether or not the kernel has x32
+                // (without the filter, this kernel answers ENOSYS).
+                let x32_fchmodat = 0x4000_0000 | libc::SYS_fchmodat;
+                answer(libc::syscall(x32_fchmodat, AT_FDCWD, path, 0o4755));
             }
         };
         for confinement in [Confinement::Task, Confinement::MountingPlugin] {
@@ -601,6 +629,9 @@ mod plugin_filter_tests {
             );
             assert_eq!(answers[18], libc::ENOSYS, "{confinement:?} openat2");
             assert_eq!(answers[19], EPERM, "{confinement:?} io_uring_setup");
+            if cfg!(target_arch = "x86_64") {
+                assert_eq!(answers[20], EPERM, "{confinement:?} an x32 call");
+            }
         }
     }
 

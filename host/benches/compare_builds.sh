@@ -4,8 +4,9 @@
 # virtual machines drift by up to 2x between periods of a session: two runs made apart
 # compare the periods, not the builds).
 #
-#   bash host/benches/compare_builds.sh BENCH BEFORE_REV [ROUNDS] [AFTER_REV]
+#   bash host/benches/compare_builds.sh BENCH[,BENCH...] BEFORE_REV [ROUNDS] [AFTER_REV]
 #
+# Several benches (comma-separated) share the two builds; each round runs each of them.
 # BEFORE_REV (and AFTER_REV, when given) is built from a detached worktree (in a
 # temporary directory, removed at the end) with its own target directory; without
 # AFTER_REV the working tree is the "after" build. Each round
@@ -40,9 +41,9 @@ if [ -n "$after_rev" ]; then
   after_target=$scratch/target-after
 fi
 
-# The bench executable of the tree in $1 (built in release, as `cargo bench` does).
+# The executable of bench $2 of the tree in $1 (built in release, as `cargo bench` does).
 build() {
-  (cd "$1" && cargo bench -p berth --bench "$bench" --no-run --message-format=json 2>/dev/null) |
+  (cd "$1" && cargo bench -p berth --bench "$2" --no-run --message-format=json 2>/dev/null) |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -53,16 +54,20 @@ for line in sys.stdin:
     if message.get("reason") == "compiler-artifact" and message.get("executable") \
             and message["target"]["name"] == sys.argv[1]:
         print(message["executable"])
-' "$bench" | tail -n 1
+' "$2" | tail -n 1
 }
-echo "building $bench at $before_rev and at ${after_rev:-the working tree}"
-before_bin=$(CARGO_TARGET_DIR="$scratch/target" build "$scratch/before")
-if [ -n "$after_target" ]; then
-  after_bin=$(CARGO_TARGET_DIR="$after_target" build "$after_tree")
-else
-  after_bin=$(build "$after_tree")
-fi
-[ -x "$before_bin" ] && [ -x "$after_bin" ] || { echo "a build failed" >&2; exit 1; }
+IFS=, read -r -a benches <<< "$bench"
+declare -A before_bins after_bins
+for one in "${benches[@]}"; do
+  echo "building $one at $before_rev and at ${after_rev:-the working tree}"
+  before_bins[$one]=$(CARGO_TARGET_DIR="$scratch/target" build "$scratch/before" "$one")
+  if [ -n "$after_target" ]; then
+    after_bins[$one]=$(CARGO_TARGET_DIR="$after_target" build "$after_tree" "$one")
+  else
+    after_bins[$one]=$(build "$after_tree" "$one")
+  fi
+  [ -x "${before_bins[$one]}" ] && [ -x "${after_bins[$one]}" ] || { echo "a build of $one failed" >&2; exit 1; }
+done
 
 run() { # build-name executable
   echo "--- $1"
@@ -70,12 +75,14 @@ run() { # build-name executable
   sed -n 's/^summary: \([^ ]*\) = \(.*\)$/\1 \2/p' "$scratch/run.out" | sed "s/^/$1 /" >> "$scratch/figures"
 }
 for round in $(seq 1 "$rounds"); do
-  echo "=== round $round of $rounds"
-  if [ $((round % 2)) = 1 ]; then
-    run before "$before_bin"; run after "$after_bin"
-  else
-    run after "$after_bin"; run before "$before_bin"
-  fi
+  for one in "${benches[@]}"; do
+    echo "=== $one: round $round of $rounds"
+    if [ $((round % 2)) = 1 ]; then
+      run before "${before_bins[$one]}"; run after "${after_bins[$one]}"
+    else
+      run after "${after_bins[$one]}"; run before "${before_bins[$one]}"
+    fi
+  done
 done
 
 python3 - "$scratch/figures" <<'EOF'

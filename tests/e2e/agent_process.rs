@@ -315,5 +315,6 @@ impl Drop for AgentProcess {
         std::thread::sleep(Duration::from_millis(100));
         support::unmount_everything_under(self.path());
         support::remove_task_cgroups(&self.path().join("data"));
+        support::remove_user_id_leases(&self.path().join("data"));
     }
 }

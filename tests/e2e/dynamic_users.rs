@@ -368,6 +368,30 @@ async fn ids_and_their_release_order_survive_an_agent_restart() {
     assert_eq!(running.client_status, ClientStatus::Running, "{running:#?}");
 }
 
+/// A data dir is one berth's: `berth run` (or a second agent) on a running agent's data
+/// dir is refused, naming why (second attack review: `berth run` on the agent's default
+/// data dir held the agent's lease identity and handed out a uid an agent task had).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_berth_on_a_data_dir_in_use_is_refused() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let jobspec = agent.path().join("once.hcl");
+    std::fs::write(&jobspec, job("once", &task("t", "", "id -u"))).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("run")
+        .arg("--data-dir")
+        .arg(agent.path().join("data"))
+        .arg(&jobspec)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is in use by another berth (an agent, or `berth run`)"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_range_that_a_host_user_holds_is_refused_at_start() {
     let dir = tempfile::Builder::new()

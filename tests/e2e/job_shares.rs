@@ -200,9 +200,9 @@ fn cgroup_procs_of(pid: u32) -> Vec<PathBuf> {
 
 /// A task hands its stdout and stderr to a sidecar task of its group over a socket in
 /// `/alloc/data`, exits, and is restarted, a few times: each run's log collector then
-/// lives on, held by the sidecar. No collector is ever in the agent's cgroup (they are
-/// in the alloc's collectors' cgroup, in its job's share), and once the alloc stops none
-/// is left and their cgroup is gone.
+/// lives on, held by the sidecar. No collector stays in the agent's cgroup (they are in
+/// the alloc's collectors' cgroup, in its job's share, from the moment after their
+/// spawn), and once the alloc stops none is left and their cgroup is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn handed_off_output_leaves_no_collector_behind_nor_in_the_agents_cgroup() {
     let parent = format!("berth-collectors-{}", std::process::id());
@@ -256,9 +256,25 @@ async fn handed_off_output_leaves_no_collector_behind_nor_in_the_agents_cgroup()
     }
     in_agent.sort_unstable();
     in_agent.dedup();
+    // A collector is spawned by the agent, in its cgroup, and moved at once (the move
+    // cannot precede the spawn): one caught in that moment must be out of it a moment
+    // later. One that stays is the leak this test is about.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stayed: Vec<u32> = in_agent
+        .iter()
+        .copied()
+        .filter(|pid| {
+            agent_procs.iter().any(|procs| {
+                std::fs::read_to_string(procs)
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.trim().parse::<u32>().ok() == Some(*pid))
+            })
+        })
+        .collect();
     assert!(
-        in_agent.is_empty(),
-        "log collectors ran in the agent's cgroup: {in_agent:?}"
+        stayed.is_empty(),
+        "log collectors stayed in the agent's cgroup: {stayed:?} (seen there: {in_agent:?})"
     );
     // The writer's four runs' collectors live on, held by the sidecar, with the
     // sidecar's own.

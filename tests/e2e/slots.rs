@@ -221,7 +221,9 @@ async fn a_purge_racing_a_resubmit_leaves_no_alloc_behind() {
 /// A resubmit waits for its job's old allocs to stop, up to their kill timeout; other
 /// jobs' submissions do not wait with it (attack review: the resubmit held the agent-wide
 /// submission lock across that wait, so a job whose task ignores SIGTERM under
-/// `kill_timeout = "8s"` held up every other submission for 8 s per resubmit).
+/// `kill_timeout = "8s"` held up every other submission for 8 s per resubmit). The new
+/// version's static ports are its own meanwhile (second review: a job submitted in that
+/// wait took the port, and the resubmit was refused with its old version dead).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
     let mut agent = AgentProcess::new();
@@ -229,6 +231,7 @@ async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
     let stubborn = |version: u32| {
         format!(
             "job \"stubborn\" {{\n  meta {{\n    version = \"{version}\"\n  }}\n  group \"g\" {{\n    \
+             network {{\n      port \"http\" {{\n        static = 28787\n      }}\n    }}\n    \
              task \"t\" {{\n      driver = \"exec\"\n      kill_timeout = \"8s\"\n      config {{\n        \
              command = \"/bin/sh\"\n        args = [\"-c\", \"trap '' TERM; echo up; while :; do sleep 1; done\"]\n      \
              }}\n    }}\n  }}\n}}\n"
@@ -257,7 +260,21 @@ async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
             .unwrap();
         started.elapsed()
     };
-    let (resubmitted, other) = tokio::join!(resubmit, other);
+    // A job wanting the port the resubmit's new version will hold, submitted while the
+    // old one stops: refused, not given the port.
+    let thief = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let source = "job \"thief\" {\n  group \"g\" {\n    network {\n      port \"http\" {\n        static = 28787\n      }\n    }\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
+        agent.submit("thief.hcl", source).await
+    };
+    let (resubmitted, other, thief) = tokio::join!(resubmit, other, thief);
+    let refused = thief
+        .expect_err("the thief was given the port being replaced's")
+        .to_string();
+    assert!(
+        refused.contains("static port 28787") && refused.contains("\"stubborn\" (being replaced)"),
+        "{refused}"
+    );
     assert!(
         resubmitted >= Duration::from_secs(5),
         "the old task was not stubborn: the resubmit took {resubmitted:?}"

@@ -404,3 +404,20 @@ fn componentize_py(
     *built = Some(output.clone());
     output
 }
+
+/// Removes the dynamic user id leases (`/run/berth/dynamic-users/<id>`) the agent of
+/// `data_dir` held: its tasks are gone, and another agent would take them over anyway
+/// once the data dir is.
+pub fn remove_user_id_leases(data_dir: &std::path::Path) {
+    let data_dir = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    let Ok(entries) = std::fs::read_dir("/run/berth/dynamic-users") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if std::fs::read_to_string(entry.path()).ok().as_deref() == data_dir.to_str() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

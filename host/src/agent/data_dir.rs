@@ -46,8 +46,37 @@ pub enum DataDirError {
     ForeignLink { path: PathBuf, owner: u32 },
     #[error("{} is not a directory", .0.display())]
     NotADirectory(PathBuf),
+    #[error(
+        "the data dir {} is in use by another berth (an agent, or `berth run`): two would \
+         take each other's allocs, disks and user ids. Stop it, or give this one its own \
+         --data-dir",
+        .0.display()
+    )]
+    InUse(PathBuf),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
+}
+
+/// Holds the data dir for this process alone, for as long as the returned file is open
+/// (an exclusive `flock` on `<dir>/agent.lock`, closed on exec: the agent's tasks never
+/// hold it): a second agent or `berth run` on the same dir is refused.
+pub fn lock(dir: &Path) -> Result<std::fs::File, DataDirError> {
+    let path = dir.join("agent.lock");
+    let io = |source| DataDirError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(DataDirError::InUse(dir.to_path_buf())),
+        Err(e) => Err(io(e.into())),
+    }
 }
 
 /// How deep links on the way may nest before the path is refused as a loop.

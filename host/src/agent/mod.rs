@@ -236,6 +236,11 @@ pub struct Agent {
     /// One lock per job: a submit or stop of a job, its purge and the collector
     /// forgetting it take turns. Taken before `submitting`.
     job_locks: job_locks::JobLocks,
+    /// Static ports a job being resubmitted holds for its new version while its old
+    /// allocs stop (by port: the job's name), so no other job takes them meanwhile.
+    reserved_ports: Mutex<BTreeMap<u16, String>>,
+    /// This process's hold on the data dir ([`data_dir::lock`]).
+    _data_dir_lock: std::fs::File,
     /// Raised on every change a client could watch (Nomad's `X-Nomad-Index`).
     index: Arc<index::ChangeIndex>,
     /// What changed, for Nomad's event stream.
@@ -277,6 +282,10 @@ impl Agent {
         options.data_dir = data_dir::prepare(&options.data_dir).map_err(|e| StateError::Open {
             path: options.data_dir.clone(),
             message: format!("the data dir: {e}"),
+        })?;
+        let data_dir_lock = data_dir::lock(&options.data_dir).map_err(|e| StateError::Open {
+            path: options.data_dir.clone(),
+            message: e.to_string(),
         })?;
         let store = match options.state {
             StateLocation::Memory => StateStore::in_memory(),
@@ -452,6 +461,8 @@ impl Agent {
             events,
             notices,
             submitting: tokio::sync::Mutex::new(()),
+            reserved_ports: Mutex::default(),
+            _data_dir_lock: data_dir_lock,
             job_locks: job_locks::JobLocks::default(),
         };
         agent.publish(

@@ -58,6 +58,7 @@ impl Agent {
         let mut allocs = self.allocs.lock().unwrap();
         for record in records {
             let Some(entry) = jobs.get(&record.job_id) else {
+                crate::alloc_runner::users::claim_unmanaged(&self.node, &record.id, &record.job_id);
                 notices.push(Notice {
                     level: NoticeLevel::Warning,
                     message: format!(
@@ -67,7 +68,7 @@ impl Agent {
                 });
                 continue;
             };
-            let id = record.id.clone();
+            let (id, job_id) = (record.id.clone(), record.job_id.clone());
             let terminal = matches!(
                 record.client_status,
                 ClientStatus::Complete | ClientStatus::Failed
@@ -79,10 +80,13 @@ impl Agent {
                     drop(done);
                     allocs.insert(id, AllocEntry { runner, finished });
                 }
-                Err(error) => notices.push(Notice {
-                    level: NoticeLevel::Error,
-                    message: error.to_string(),
-                }),
+                Err(error) => {
+                    crate::alloc_runner::users::claim_unmanaged(&self.node, &id, &job_id);
+                    notices.push(Notice {
+                        level: NoticeLevel::Error,
+                        message: error.to_string(),
+                    })
+                }
             }
         }
         drop(allocs);

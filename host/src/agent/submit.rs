@@ -152,18 +152,22 @@ impl Agent {
             None => submitter.owner(),
         };
         let places = job.periodic.is_none() && job.parameterized.is_none();
-        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
-            return Err(SubmitError::Refused(why));
-        }
+        // Checked, and the new version's static ports reserved, before anything of the
+        // old one stops: a refusal leaves it running, and no other job takes its ports
+        // while it stops (attack review: a job submitted in that moment took the port,
+        // and the resubmit was refused with the old version already dead).
+        let _reserved = {
+            let _one_at_a_time = self.submitting.lock().await;
+            if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
+                return Err(SubmitError::Refused(why));
+            }
+            self.reserve_ports(&job)
+        };
         // Under the job's lock only: its old allocs may take their kill timeouts to stop,
         // and other jobs' submissions need not wait for them.
         let replaced = self.stop_allocs_of(&job.name).await;
         self.forget_allocs_of(&job.name);
         let _one_at_a_time = self.submitting.lock().await;
-        // Checked again: another job may have taken a port while these stopped.
-        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
-            return Err(SubmitError::Refused(why));
-        }
         let record = JobRecord {
             id: job.name.clone(),
             source_name: source_name.to_string(),
@@ -213,7 +217,26 @@ impl Agent {
                 holders.insert(number, entry.runner.name.clone());
             }
         }
+        // A resubmit's reservation names the job: it holds the port from before its old
+        // allocs stop until its new ones run.
+        for (port, job) in self.reserved_ports.lock().unwrap().iter() {
+            if Some(job.as_str()) != except {
+                holders.insert(*port, format!("job {job:?} (being replaced)"));
+            }
+        }
         holders
+    }
+
+    /// Reserves `job`'s static ports until the guard drops (the caller checked them).
+    fn reserve_ports(&self, job: &Job) -> ReservedPorts<'_> {
+        let ports: Vec<u16> = (job.groups.iter())
+            .flat_map(|group| group.ports.iter().filter_map(|p| p.number))
+            .collect();
+        let mut reserved = self.reserved_ports.lock().unwrap();
+        for port in &ports {
+            reserved.insert(*port, job.name.clone());
+        }
+        ReservedPorts { agent: self, ports }
     }
 
     /// Why `job` cannot be placed here for its static ports: one a running alloc holds,
@@ -339,4 +362,20 @@ pub(super) fn plugin_tasks_refused(
             ),
         })
         .collect()
+}
+
+/// Static ports a resubmit holds while its job's old allocs stop; given back when it
+/// ends, whichever way (its new allocs hold them then).
+struct ReservedPorts<'a> {
+    agent: &'a Agent,
+    ports: Vec<u16>,
+}
+
+impl Drop for ReservedPorts<'_> {
+    fn drop(&mut self) {
+        let mut reserved = self.agent.reserved_ports.lock().unwrap();
+        for port in &self.ports {
+            reserved.remove(port);
+        }
+    }
 }

@@ -36,6 +36,22 @@ impl AllocUsers {
     }
 }
 
+/// After a restart, an alloc the agent leaves alone (its job is not recorded, or no
+/// longer parses, or its record cannot be restored): its tasks may still run as the ids
+/// it recorded, which stay out of the pool while this agent runs (second attack
+/// review: they were handed out again).
+pub fn claim_unmanaged(node: &super::NodeContext, alloc_id: &str, job_id: &str) {
+    let Ok(Some(bytes)) = node.store.hook_state(alloc_id, USERS_KEY) else {
+        return;
+    };
+    match serde_json::from_slice::<AllocUsers>(&bytes) {
+        Ok(users) => node.dynamic_users.claim(&users.ids(), job_id, alloc_id),
+        Err(error) => {
+            tracing::error!(alloc = %alloc_id, %error, "the recorded dynamic users are unreadable")
+        }
+    }
+}
+
 /// How taking an alloc's ids ended.
 pub(super) enum Taking {
     /// The alloc has its ids (or needs none).

@@ -169,8 +169,8 @@ pub trait Leases: Send + Sync {
     fn release(&self, id: u32);
 }
 
-/// No leases: the pool alone decides (`berth run`, which holds its ids only while it
-/// runs, and tests).
+/// No leases: the pool alone decides (tests, and an agent that cannot make its lease
+/// dir).
 pub struct NoLeases;
 
 impl Leases for NoLeases {
@@ -208,13 +208,34 @@ impl LeaseDir {
         std::fs::read_to_string(self.dir.join(id.to_string())).ok()
     }
 
+    /// Makes the lease of `id` whole or not at all: written under a name of this
+    /// process's, then linked into place (`EEXIST` when another holds it), so no agent
+    /// ever reads a lease half written.
     fn make(&self, id: u32) -> std::io::Result<()> {
         use std::io::Write as _;
+        let draft = self.dir.join(format!(".{id}.{}", std::process::id()));
         let mut file = std::fs::OpenOptions::new()
             .write(true)
-            .create_new(true)
-            .open(self.dir.join(id.to_string()))?;
-        file.write_all(self.owner.as_bytes())
+            .create(true)
+            .truncate(true)
+            .open(&draft)?;
+        let linked = file
+            .write_all(self.owner.as_bytes())
+            .and_then(|()| std::fs::hard_link(&draft, self.dir.join(id.to_string())));
+        let _ = std::fs::remove_file(&draft);
+        linked
+    }
+
+    /// Holds the lease dir's lock while `then` runs: take-overs are made one at a time
+    /// across agents, so two never remove each other's fresh lease.
+    fn locked<T>(&self, then: impl FnOnce() -> T) -> std::io::Result<T> {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join(".lock"))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(then())
     }
 }
 
@@ -228,19 +249,25 @@ impl Leases for LeaseDir {
                 return false;
             }
         }
-        let Some(holder) = self.holder(id) else {
-            // Released meanwhile: try once more.
-            return self.make(id).is_ok();
-        };
-        if holder == self.owner {
-            return true;
-        }
-        if std::path::Path::new(&holder).exists() {
-            return false;
-        }
-        tracing::info!(id, %holder, "taking over the lease of an agent whose data dir is gone");
-        let _ = std::fs::remove_file(self.dir.join(id.to_string()));
-        self.make(id).is_ok()
+        let taken_over = self.locked(|| {
+            // Read again under the lock: another agent may have taken it over meanwhile.
+            let Some(holder) = self.holder(id) else {
+                return self.make(id).is_ok();
+            };
+            if holder == self.owner {
+                return true;
+            }
+            if holder.is_empty() || std::path::Path::new(&holder).exists() {
+                return false;
+            }
+            tracing::info!(id, %holder, "taking over the lease of an agent whose data dir is gone");
+            let _ = std::fs::remove_file(self.dir.join(id.to_string()));
+            self.make(id).is_ok()
+        });
+        taken_over.unwrap_or_else(|error| {
+            tracing::error!(id, %error, "locking the dynamic user leases");
+            false
+        })
     }
 
     fn release(&self, id: u32) {

@@ -13,6 +13,7 @@
 pub mod cluster;
 mod csi_calls;
 pub mod data_dir;
+mod dynamic_users;
 pub mod event_hub;
 mod gc;
 pub mod index;
@@ -317,7 +318,7 @@ impl Agent {
         // Followed once the agent exists (below); what happens before waits in the channel.
         let task_events = events.subscribe();
         let store = Arc::new(store);
-        let dynamic_users = Arc::new(dynamic_users_pool(range, &store, &options.data_dir));
+        let dynamic_users = Arc::new(dynamic_users::pool(range, &store, &options.data_dir));
         let cluster = {
             let (data_dir, config, drivers, state) = (
                 options.data_dir.clone(),
@@ -864,47 +865,6 @@ fn summary(status: &AllocStatus) -> AllocSummary {
         client_status: status.client_status,
     }
 }
-
-/// The dynamic users' pool, as the store kept it, keeping every change there.
-fn dynamic_users_pool(
-    range: std::ops::RangeInclusive<u32>,
-    store: &Arc<StateStore>,
-    data_dir: &std::path::Path,
-) -> crate::process::dynamic_users::DynamicUsers {
-    use crate::process::dynamic_users::{DynamicUsers, LeaseDir, PoolRecord};
-    use crate::state::RecordTable;
-    const KEY: &str = "pool";
-    let record = store
-        .record::<PoolRecord>(RecordTable::DynamicUsers, KEY)
-        .unwrap_or_else(|error| {
-            // The ids restored allocs hold are still claimed; only the order of the
-            // others is lost.
-            tracing::error!(%error, "the dynamic users' release order is unreadable; starting afresh");
-            None
-        });
-    let store = store.clone();
-    let pool = DynamicUsers::resume(
-        range,
-        record,
-        Box::new(move |record| {
-            if let Err(error) = store.put_record(RecordTable::DynamicUsers, KEY, record) {
-                tracing::error!(%error, "keeping the dynamic users' release order");
-            }
-        }),
-    );
-    match LeaseDir::open(std::path::Path::new(DYNAMIC_USER_LEASES), data_dir) {
-        Ok(leases) => pool.with_leases(Box::new(leases)),
-        Err(error) => {
-            tracing::warn!(dir = DYNAMIC_USER_LEASES, %error,
-                "dynamic user ids are not leased host-wide: another agent of this host with \
-                 an overlapping user {{ dynamic_range }} may hand out the same ids");
-            pool
-        }
-    }
-}
-
-/// Where the agents of a host lease the dynamic user ids they hand out.
-const DYNAMIC_USER_LEASES: &str = "/run/berth/dynamic-users";
 
 fn store_name(store: &StateStore) -> String {
     store

@@ -70,7 +70,11 @@ pub fn limit(
         }
         std::fs::create_dir_all(root).map_err(|e| DiskError::io("creating", root, e))?;
         // Restored after the node rebooted: the filesystem is the alloc's, as it was.
-        if mount::loop_fs::mount_image(image, root).is_ok() {
+        let attached = {
+            let _attaching = ATTACHING.lock().unwrap_or_else(|e| e.into_inner());
+            mount::loop_fs::mount_image(image, root)
+        };
+        if attached.is_ok() {
             return Ok(AllocDiskLimit::Kernel);
         }
         // An image the agent died making (`mkfs` cut short): the alloc wrote nothing
@@ -81,24 +85,34 @@ pub fn limit(
     }
     let bytes = image_bytes(size, inodes);
     let dir = image.parent().unwrap_or(data_dir);
-    // Images are sparse: what the other allocs' images may still take is promised, not
-    // free. Checked and made under one lock, so two starts do not promise the same room.
-    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-    let free = free_bytes(data_dir)?;
-    let promised = promised_bytes(dir);
-    if free.saturating_sub(promised) < bytes {
-        return Err(DiskError::NoRoom {
-            data_dir: data_dir.to_path_buf(),
-            free_mb: free / MIB,
-            promised_mb: promised / MIB,
-            needed_mb: bytes.div_ceil(MIB),
-        });
+    {
+        // Images are sparse: what the other allocs' images may still take is promised,
+        // not free. Checked and the image's file made at its full length under one lock,
+        // so two starts do not promise the same room; formatted outside it, so starts
+        // format at once (under it, a thousand starts formatted one by one).
+        let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+        let free = free_bytes(data_dir)?;
+        let promised = promised_bytes(dir);
+        if free.saturating_sub(promised) < bytes {
+            return Err(DiskError::NoRoom {
+                data_dir: data_dir.to_path_buf(),
+                free_mb: free / MIB,
+                promised_mb: promised / MIB,
+                needed_mb: bytes.div_ceil(MIB),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| DiskError::io("creating", dir, e))?;
+        std::fs::create_dir_all(root).map_err(|e| DiskError::io("creating", root, e))?;
+        reserve(image, bytes).inspect_err(|_| {
+            let _ = std::fs::remove_file(image);
+        })?;
     }
-    std::fs::create_dir_all(dir).map_err(|e| DiskError::io("creating", dir, e))?;
-    std::fs::create_dir_all(root).map_err(|e| DiskError::io("creating", root, e))?;
-    make(image, bytes, inodes).inspect_err(|_| {
+    format(image, inodes).inspect_err(|_| {
         let _ = std::fs::remove_file(image);
     })?;
+    // One attach and mount at a time: formatted at once, a thousand images attached at
+    // once made the kernel answer a mount EBUSY.
+    let _attaching = ATTACHING.lock().unwrap_or_else(|e| e.into_inner());
     mount::loop_fs::mount_image(image, root)
         .map_err(|e| DiskError::io("mounting the alloc's image at", root, e))
         .inspect_err(|_| {
@@ -109,8 +123,11 @@ pub fn limit(
     Ok(AllocDiskLimit::Kernel)
 }
 
-/// Held while an image's room is checked and the image made.
+/// Held while an image's room is checked and its file made.
 static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held while an image is attached to a loop device and mounted.
+static ATTACHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// What the images in `dir` may still take of the host's disk: their sizes less what
 /// they hold already.
@@ -142,14 +159,17 @@ fn free_bytes(data_dir: &Path) -> Result<u64, DiskError> {
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
-/// A sparse file of `bytes` holding a new ext4 filesystem: no journal (what an alloc
-/// writes does not outlive a crash of the node in a usable state anyway), no blocks
-/// reserved for root (the tasks' root is not the host's), no growth reserve.
-fn make(image: &Path, bytes: u64, inodes: u64) -> Result<(), DiskError> {
+/// The image's file: sparse, `bytes` long (its length is its promise).
+fn reserve(image: &Path, bytes: u64) -> Result<(), DiskError> {
     let file = std::fs::File::create(image).map_err(|e| DiskError::io("creating", image, e))?;
     file.set_len(bytes)
-        .map_err(|e| DiskError::io("sizing", image, e))?;
-    drop(file);
+        .map_err(|e| DiskError::io("sizing", image, e))
+}
+
+/// A new ext4 filesystem in the image's file: no journal (what an alloc writes does not
+/// outlive a crash of the node in a usable state anyway), no blocks reserved for root
+/// (the tasks' root is not the host's), no growth reserve.
+fn format(image: &Path, inodes: u64) -> Result<(), DiskError> {
     let out = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode"])
         .args(["-N", &inodes.to_string()])

@@ -313,8 +313,10 @@ impl Drop for AgentProcess {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         std::thread::sleep(Duration::from_millis(100));
-        support::unmount_everything_under(self.path());
+        // Cgroups first: they are found from the task dirs, which an alloc's disk image
+        // holds until it is unmounted.
         support::remove_task_cgroups(&self.path().join("data"));
+        support::unmount_everything_under(self.path());
         support::remove_user_id_leases(&self.path().join("data"));
     }
 }

@@ -50,7 +50,7 @@ impl Agent {
     pub(super) fn collect_allocs(&self) -> Vec<CollectedAlloc> {
         let keep = self.node.config.gc.max_allocs;
         let finished = self.finished_oldest_first();
-        if finished.len() <= keep && self.pressure().is_none() {
+        if finished.len() <= keep && self.disk_pressure().is_none() {
             return Vec::new();
         }
         let Ok(mounts) = crate::mount::mountinfo::read_self() else {
@@ -61,10 +61,10 @@ impl Agent {
         let mut collected = Vec::new();
         for entry in finished {
             if left <= keep {
-                match self.pressure() {
+                match self.disk_pressure() {
                     None => break,
                     Some(why) => tracing::info!(alloc = %entry.runner.id, %why,
-                        "collecting a finished alloc within max_allocs"),
+                        "collecting a finished alloc within max_allocs: the disk is full"),
                 }
             }
             left -= 1;
@@ -111,11 +111,6 @@ impl Agent {
                 ),
             })
             .collect()
-    }
-
-    /// Why finished allocs within `max_allocs` must go: the data dir's disk is full.
-    fn pressure(&self) -> Option<String> {
-        self.disk_pressure()
     }
 
     /// Collects finished allocs holding user ids, oldest first, while allocs wait for

@@ -79,8 +79,15 @@ pub fn mount_image(image: &Path, target: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Held while a loop device is found and configured. Two attaches at once may be given
+/// the same free device: the loser's open descriptor then makes the winner's mount fail
+/// with EBUSY (the kernel refuses to mount a block device someone else has open for
+/// writing). The mounts themselves run at once.
+static ATTACHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A free loop device with `backing` attached (auto-clearing), and its path.
 fn attach(backing: &OwnedFd) -> io::Result<(OwnedFd, PathBuf)> {
+    let _attaching = ATTACHING.lock().unwrap_or_else(|e| e.into_inner());
     let control = rustix::fs::open(
         "/dev/loop-control",
         OFlags::RDWR | OFlags::CLOEXEC,

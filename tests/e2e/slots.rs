@@ -238,13 +238,13 @@ async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
         )
     };
     let first = agent.submit("stubborn.hcl", &stubborn(1)).await.unwrap();
+    // Its shell says "up" once the trap is set: only then is it asked to stop.
     agent
-        .wait_alloc(&first.alloc_ids[0], "running", |s| {
-            s.client_status == ClientStatus::Running
+        .wait_alloc(&first.alloc_ids[0], "running with its trap set", |s| {
+            std::fs::read_to_string(s.alloc_dir.join("alloc/logs/t.stdout.0"))
+                .is_ok_and(|out| out.contains("up"))
         })
         .await;
-    // Let its shell set the trap before it is asked to stop.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let resubmit = async {
         let started = Instant::now();
         agent.submit("stubborn.hcl", &stubborn(2)).await.unwrap();

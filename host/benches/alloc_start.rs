@@ -138,33 +138,18 @@ async fn run() {
     } else {
         "not asked for (BERTH_BENCH_FAVOR_DYNMODS=0)".to_string()
     };
-    let node = |store: &Arc<StateStore>| NodeContext {
-        data_dir: scratch.path().to_path_buf(),
-        drivers: drivers.clone(),
-        hooks: berth::hook_set::HookSet::default(),
-        config: config.clone(),
-        store: store.clone(),
-        events: tokio::sync::broadcast::channel(16).0,
-        csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
-        sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
-        services: Arc::new(berth::consul::ServiceClient::disabled()),
-        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
-            berth::config::DEFAULT_DYNAMIC_RANGE,
-        )),
+    let node = |store: &Arc<StateStore>| {
+        common::node(
+            scratch.path(),
+            drivers.clone(),
+            config.clone(),
+            store,
+            &cgroups,
+        )
     };
     // The exec alloc again on a node whose allocs' disks are images (what these nodes
     // use): the image made, formatted and loop-mounted before the alloc dir is built.
-    let image_node = NodeContext {
-        sys: Arc::new(berth::sys::LinuxSys::with_disk(
-            (*cgroups).clone(),
-            berth::disk::DiskLimits::with_mechanism(
-                berth::disk::Mechanism::Image,
-                scratch.path(),
-                None,
-            ),
-        )),
-        ..node(&on_disk)
-    };
+    let image_node = common::with_image_disks(node(&on_disk), &cgroups);
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
     let (on_disk_node, in_memory_node) = (node(&on_disk), node(&in_memory));

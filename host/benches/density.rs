@@ -78,32 +78,12 @@ async fn run() {
     let cgroups = Arc::new(berth::cgroup::Cgroups::detect(config.cgroups.clone()));
     let (events, _) = tokio::sync::broadcast::channel(tasks * 16 + 1024);
     let node = NodeContext {
-        data_dir: scratch.path().to_path_buf(),
-        drivers,
-        hooks: berth::hook_set::HookSet::default(),
-        config,
-        store: store.clone(),
         events,
-        csi: berth::csi::CsiNode::start(scratch.path(), store.clone(), Default::default()),
-        sys: Arc::new(berth::sys::LinuxSys::new((*cgroups).clone())),
-        services: Arc::new(berth::consul::ServiceClient::disabled()),
-        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
-            berth::config::DEFAULT_DYNAMIC_RANGE,
-        )),
+        ..common::node(scratch.path(), drivers, config, &store, &cgroups)
     };
     // The same node with each alloc's disk an image (what these nodes use): a sparse
-    // ext4 file of the alloc's 10 MB, formatted and loop-mounted at its start.
-    let image_node = NodeContext {
-        sys: Arc::new(berth::sys::LinuxSys::with_disk(
-            (*cgroups).clone(),
-            berth::disk::DiskLimits::with_mechanism(
-                berth::disk::Mechanism::Image,
-                scratch.path(),
-                None,
-            ),
-        )),
-        ..node.clone()
-    };
+    // ext4 file of the alloc's 10 MB, loop-mounted at its start.
+    let image_node = common::with_image_disks(node.clone(), &cgroups);
     let job = Arc::new(
         berth::jobspec::parse(
             "density.hcl",

@@ -42,3 +42,48 @@ pub fn ratio(a: Duration, b: Duration) -> f64 {
 pub fn summary(name: &str, value: f64) {
     println!("summary: {name} = {value:.2}");
 }
+
+/// A node for benches that run alloc runners in this process: the host's cgroups,
+/// plain directories for the allocs' disks, no Consul, the default user id range.
+#[allow(dead_code, reason = "used by alloc_start and density only")]
+pub fn node(
+    data_dir: &std::path::Path,
+    drivers: berth::driver_set::DriverSet,
+    config: std::sync::Arc<berth::config::AgentConfig>,
+    store: &std::sync::Arc<berth::state::StateStore>,
+    cgroups: &berth::cgroup::Cgroups,
+) -> berth::alloc_runner::NodeContext {
+    use std::sync::Arc;
+    berth::alloc_runner::NodeContext {
+        data_dir: data_dir.to_path_buf(),
+        drivers,
+        hooks: berth::hook_set::HookSet::default(),
+        config,
+        store: store.clone(),
+        events: tokio::sync::broadcast::channel(16).0,
+        csi: berth::csi::CsiNode::start(data_dir, store.clone(), Default::default()),
+        sys: Arc::new(berth::sys::LinuxSys::new(cgroups.clone())),
+        services: Arc::new(berth::consul::ServiceClient::disabled()),
+        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+            berth::config::DEFAULT_DYNAMIC_RANGE,
+        )),
+    }
+}
+
+/// `node` with each alloc's disk an image (what these nodes use): a sparse ext4 file of
+/// the alloc's size, loop-mounted at its start.
+#[allow(dead_code, reason = "used by alloc_start and density only")]
+pub fn with_image_disks(
+    node: berth::alloc_runner::NodeContext,
+    cgroups: &berth::cgroup::Cgroups,
+) -> berth::alloc_runner::NodeContext {
+    let disks = berth::disk::DiskLimits::with_mechanism(
+        berth::disk::Mechanism::Image,
+        &node.data_dir,
+        None,
+    );
+    berth::alloc_runner::NodeContext {
+        sys: std::sync::Arc::new(berth::sys::LinuxSys::with_disk(cgroups.clone(), disks)),
+        ..node
+    }
+}

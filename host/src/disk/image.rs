@@ -86,9 +86,9 @@ pub fn limit(
         // not free. Checked and the image's file made at its full length under one lock,
         // so two starts do not promise the same room; formatted outside it, so starts
         // format at once (under it, a thousand starts formatted one by one).
-        let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
         let free = free_bytes(data_dir)?;
-        let promised = promised_bytes(dir);
+        let promised = making.promised_at_most(dir, free, bytes);
         if free.saturating_sub(promised) < bytes {
             return Err(DiskError::NoRoom {
                 data_dir: data_dir.to_path_buf(),
@@ -102,6 +102,7 @@ pub fn limit(
         reserve(image, bytes).inspect_err(|_| {
             let _ = std::fs::remove_file(image);
         })?;
+        making.made(dir, bytes);
     }
     fill_from_template(dir, image, bytes, inodes).inspect_err(|_| {
         let _ = std::fs::remove_file(image);
@@ -117,29 +118,89 @@ pub fn limit(
 }
 
 /// Held while an image's room is checked and its file made.
-static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static MAKING: std::sync::Mutex<Promises> = std::sync::Mutex::new(Promises::new());
 
-/// What the images in `dir` may still take of the host's disk: their sizes less what
-/// they hold already.
-fn promised_bytes(dir: &Path) -> u64 {
+/// Per directory of images, an upper bound of what its images may still take: the sum
+/// of their lengths, counted once from the directory and then kept as images are made
+/// and removed. A start that fits under the bound checks nothing more; only one that
+/// does not reads every image for the exact promise (a thousand files at a thousand
+/// allocs, under the lock every start takes: it was most of what an image added to a
+/// start at that density).
+struct Promises {
+    lengths: Vec<(std::path::PathBuf, u64)>,
+}
+
+impl Promises {
+    const fn new() -> Self {
+        Self {
+            lengths: Vec::new(),
+        }
+    }
+
+    fn bound(&mut self, dir: &Path) -> Option<&mut u64> {
+        self.lengths
+            .iter_mut()
+            .find(|(known, _)| known == dir)
+            .map(|(_, bound)| bound)
+    }
+
+    /// What the images in `dir` may still take, or a bound above it when that leaves
+    /// `needed` of `free` (then it need not be exact).
+    fn promised_at_most(&mut self, dir: &Path, free: u64, needed: u64) -> u64 {
+        if let Some(bound) = self.bound(dir)
+            && free.saturating_sub(*bound) >= needed
+        {
+            return *bound;
+        }
+        let (promised, lengths) = promised_bytes(dir);
+        match self.bound(dir) {
+            Some(bound) => *bound = lengths,
+            None => self.lengths.push((dir.to_path_buf(), lengths)),
+        }
+        promised
+    }
+
+    /// An image of `bytes` was made in `dir`.
+    fn made(&mut self, dir: &Path, bytes: u64) {
+        if let Some(bound) = self.bound(dir) {
+            *bound = bound.saturating_add(bytes);
+        }
+    }
+
+    /// An image of `bytes` was removed from `dir`.
+    fn removed(&mut self, dir: &Path, bytes: u64) {
+        if let Some(bound) = self.bound(dir) {
+            *bound = bound.saturating_sub(bytes);
+        }
+    }
+}
+
+/// What the images in `dir` may still take of the host's disk (their lengths less what
+/// they hold already), and the sum of their lengths.
+fn promised_bytes(dir: &Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt as _;
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
+        return (0, 0);
     };
     entries
         .flatten()
         .filter_map(|entry| entry.metadata().ok())
         .filter(|meta| meta.is_file())
-        .map(|meta| meta.len().saturating_sub(meta.blocks().saturating_mul(512)))
-        .fold(0u64, u64::saturating_add)
+        .fold((0u64, 0u64), |(promised, lengths), meta| {
+            let unwritten = meta.len().saturating_sub(meta.blocks().saturating_mul(512));
+            (
+                promised.saturating_add(unwritten),
+                lengths.saturating_add(meta.len()),
+            )
+        })
 }
 
-/// Free bytes of the data dir's filesystem less what the images in `dir` may still take.
-pub fn room(data_dir: &Path, dir: &Path) -> u64 {
-    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-    free_bytes(data_dir)
-        .unwrap_or(0)
-        .saturating_sub(promised_bytes(dir))
+/// Whether the data dir's filesystem has `needed` bytes free beyond what the images in
+/// `dir` may still take.
+pub fn has_room(data_dir: &Path, dir: &Path, needed: u64) -> bool {
+    let mut making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let free = free_bytes(data_dir).unwrap_or(0);
+    free.saturating_sub(making.promised_at_most(dir, free, needed)) >= needed
 }
 
 /// Bytes of the data dir's filesystem an unprivileged writer may still take.
@@ -299,6 +360,11 @@ pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskErr
         ));
     }
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    // Its loop device, read while the image is still mounted (after, the directory is
+    // on the data dir's own device).
+    let device = is_filesystem_root(root)
+        .then(|| mount::loop_fs::device_of(root))
+        .flatten();
     // Not lazily: a filesystem something still holds (a process of another job or of
     // the host that kept a file or a directory of it) would live on, writable, after its
     // image left the count of what images promise. It stays, and is tried again.
@@ -312,7 +378,13 @@ pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskErr
     // a copy; its loop device lets go of the image once it is gone everywhere.
     let image_path = canonical(image);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while mount::loop_fs::is_backing(&image_path) {
+    let still_attached = || match device {
+        Some(device) => device.is_backing(&image_path),
+        // Unmounted already (by an agent that died before removing the image): any
+        // device may hold it.
+        None => mount::loop_fs::is_backing(&image_path),
+    };
+    while still_attached() {
         if std::time::Instant::now() > deadline {
             return Err(DiskError::Held {
                 root: root.to_path_buf(),
@@ -321,9 +393,17 @@ pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskErr
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    let mut making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let length = std::fs::metadata(image).map(|meta| meta.len());
     match std::fs::remove_file(image) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(DiskError::io("removing", image, e)),
-        _ => Ok(()),
+        Err(_) => Ok(()),
+        Ok(()) => {
+            if let (Ok(length), Some(dir)) = (length, image.parent()) {
+                making.removed(dir, length);
+            }
+            Ok(())
+        }
     }
 }
 
@@ -408,8 +488,9 @@ mod tests {
         assert_eq!(templates.len(), 1, "{templates:?}");
         // The promise is the two images' room, not the template's.
         let bytes = image_bytes(size, inodes);
-        let promised = promised_bytes(&images);
+        let (promised, lengths) = promised_bytes(&images);
         assert!(promised <= 2 * bytes && promised > bytes, "{promised}");
+        assert_eq!(lengths, 2 * bytes);
         for (_, root, image) in &made {
             release(data.path(), image, root).unwrap();
         }
@@ -507,10 +588,53 @@ mod tests {
         assert!(matches!(error, DiskError::Held { .. }), "{error}");
         assert!(error.to_string().contains("still in use"), "{error}");
         assert!(image.exists() && is_filesystem_root(&root));
-        assert!(promised_bytes(image.parent().unwrap()) > 10 * MIB);
+        assert!(promised_bytes(image.parent().unwrap()).0 > 10 * MIB);
         drop(held);
         release(data.path(), &image, &root).unwrap();
         assert!(!image.exists() && !is_filesystem_root(&root));
+    }
+
+    /// The bound on what images may take stands in for reading them only while it
+    /// leaves the room asked for; past it, the exact promise is read (written blocks are
+    /// no longer promised) and becomes the new bound's base.
+    #[test]
+    fn the_promise_is_read_exactly_only_when_its_bound_leaves_no_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = |name: &str, length: u64, written: usize| {
+            let file = std::fs::File::create(dir.path().join(name)).unwrap();
+            file.set_len(length).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, &vec![1u8; written], 0).unwrap();
+            file.sync_all().unwrap();
+        };
+        image("a.ext4", 10 * MIB, 4 * MIB as usize);
+        let mut promises = Promises::new();
+        // First asked: read (10 MiB long, 4 written: 6 promised), the bound is 10 MiB.
+        assert_eq!(
+            promises.promised_at_most(dir.path(), 100 * MIB, MIB),
+            6 * MIB
+        );
+        image("b.ext4", 10 * MIB, 0);
+        promises.made(dir.path(), 10 * MIB);
+        // Room under the bound (20 MiB): the bound is the answer, nothing is read.
+        assert_eq!(
+            promises.promised_at_most(dir.path(), 100 * MIB, 50 * MIB),
+            20 * MIB
+        );
+        // No room under it: read again, 16 MiB promised, 84 of 100 free is enough.
+        assert_eq!(
+            promises.promised_at_most(dir.path(), 100 * MIB, 84 * MIB),
+            16 * MIB
+        );
+        std::fs::remove_file(dir.path().join("b.ext4")).unwrap();
+        promises.removed(dir.path(), 10 * MIB);
+        assert_eq!(
+            promises.promised_at_most(dir.path(), 100 * MIB, 90 * MIB),
+            10 * MIB
+        );
+        assert_eq!(
+            promises.promised_at_most(dir.path(), 100 * MIB, 95 * MIB),
+            6 * MIB
+        );
     }
 
     #[test]
@@ -518,6 +642,8 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let root = data.path().join("allocs/a1");
         let image = data.path().join("alloc-disks/a1.ext4");
+        // Should a refusal fail to come, the image it mounted goes with the test.
+        let _unmount = Unmount(root.clone());
         let error = limit(data.path(), &image, &root, 1 << 50, 1 << 20).unwrap_err();
         let text = error.to_string();
         assert!(
@@ -534,6 +660,11 @@ mod tests {
             .unwrap()
             .set_len(free - 4 * MIB)
             .unwrap();
+        // Made as `limit` makes images: counted in the bound.
+        MAKING
+            .lock()
+            .unwrap()
+            .made(other.parent().unwrap(), free - 4 * MIB);
         let error = limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap_err();
         assert!(
             matches!(error, DiskError::NoRoom { promised_mb, .. } if promised_mb > 0),

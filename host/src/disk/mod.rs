@@ -221,7 +221,7 @@ impl DiskLimits {
             .iter()
             .map(|mb| image::image_bytes(mb.saturating_mul(MIB), self.inodes_for(*mb)))
             .fold(0u64, u64::saturating_add);
-        image::room(&self.data_dir, &self.data_dir.join("alloc-disks")) < needed
+        !image::has_room(&self.data_dir, &self.data_dir.join("alloc-disks"), needed)
     }
 
     /// What the alloc's disk holds; `None` when the kernel does not limit it (an alloc

@@ -231,9 +231,8 @@ static TEMPLATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// alloc (at a thousand allocs started at once, the image round took x2.4 the plain one).
 /// The copies share the template's UUID, which the kernel does not look at.
 fn fill_from_template(dir: &Path, image: &Path, bytes: u64, inodes: u64) -> Result<(), DiskError> {
-    let template = template(dir, bytes, inodes)?;
+    let from = template(dir, bytes, inodes)?;
     let io = |e: io::Error| DiskError::io("copying the formatted template into", image, e);
-    let from = std::fs::File::open(&template).map_err(io)?;
     let to = std::fs::OpenOptions::new()
         .write(true)
         .open(image)
@@ -264,13 +263,27 @@ fn fill_from_template(dir: &Path, image: &Path, bytes: u64, inodes: u64) -> Resu
     Ok(())
 }
 
-/// The formatted template of `bytes` and `inodes` in `dir`'s templates (made once).
-fn template(dir: &Path, bytes: u64, inodes: u64) -> Result<std::path::PathBuf, DiskError> {
+/// How many templates are kept. Each holds its tables' blocks, which no alloc's disk
+/// counts: a job author who asks for a new size with each job must not fill the data
+/// dir with them. A shape used within the last this many shapes is a copy; an older one
+/// is formatted again.
+const TEMPLATES_KEPT: usize = 8;
+
+/// The formatted template of `bytes` and `inodes` in `dir`'s templates (made once),
+/// open: removed to make room for another shape meanwhile, it is still whole to copy.
+fn template(dir: &Path, bytes: u64, inodes: u64) -> Result<std::fs::File, DiskError> {
     let templates = dir.join(TEMPLATES);
     let template = templates.join(format!("{bytes}-{inodes}.ext4"));
+    let open = |path: &Path| -> Result<std::fs::File, DiskError> {
+        let file = std::fs::File::open(path).map_err(|e| DiskError::io("opening", path, e))?;
+        // Its last use, which decides which template goes first.
+        file.set_modified(std::time::SystemTime::now())
+            .map_err(|e| DiskError::io("marking the use of", path, e))?;
+        Ok(file)
+    };
     let _templating = TEMPLATING.lock().unwrap_or_else(|e| e.into_inner());
     if template.exists() {
-        return Ok(template);
+        return open(&template);
     }
     std::fs::create_dir_all(&templates).map_err(|e| DiskError::io("creating", &templates, e))?;
     // Made aside and renamed into place: a template is whole or absent, even after a
@@ -281,7 +294,28 @@ fn template(dir: &Path, bytes: u64, inodes: u64) -> Result<std::path::PathBuf, D
         let _ = std::fs::remove_file(&draft);
     })?;
     std::fs::rename(&draft, &template).map_err(|e| DiskError::io("naming", &template, e))?;
-    Ok(template)
+    let made = open(&template)?;
+    remove_least_recently_used(&templates, TEMPLATES_KEPT);
+    Ok(made)
+}
+
+/// Removes all but the `kept` most recently used templates in `templates`.
+fn remove_least_recently_used(templates: &Path, kept: usize) {
+    let Ok(entries) = std::fs::read_dir(templates) else {
+        return;
+    };
+    let mut made: Vec<_> = entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".ext4"))
+        .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
+        .collect();
+    if made.len() <= kept {
+        return;
+    }
+    made.sort();
+    for (_, path) in &made[..made.len() - kept] {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// A new ext4 filesystem in the image's file: no journal (what an alloc writes does not
@@ -592,6 +626,37 @@ mod tests {
         drop(held);
         release(data.path(), &image, &root).unwrap();
         assert!(!image.exists() && !is_filesystem_root(&root));
+    }
+
+    /// Templates are kept for the shapes used last: a ninth shape removes the one used
+    /// least recently, not one just copied.
+    #[test]
+    fn only_the_templates_of_the_shapes_used_last_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let shape = |n: u64| (image_bytes(MIB * (n + 1), 64), 64);
+        for n in 0..TEMPLATES_KEPT as u64 {
+            let (bytes, inodes) = shape(n);
+            template(dir.path(), bytes, inodes).unwrap();
+        }
+        // The first shape is used again: the second is now the least recently used.
+        let (bytes, inodes) = shape(0);
+        template(dir.path(), bytes, inodes).unwrap();
+        let (bytes, inodes) = shape(TEMPLATES_KEPT as u64);
+        let newest = template(dir.path(), bytes, inodes).unwrap();
+        let kept = |n: u64| {
+            let (bytes, inodes) = shape(n);
+            dir.path()
+                .join(TEMPLATES)
+                .join(format!("{bytes}-{inodes}.ext4"))
+                .exists()
+        };
+        assert!(kept(0) && !kept(1), "the least recently used goes");
+        assert!((2..=TEMPLATES_KEPT as u64).all(kept));
+        let count = std::fs::read_dir(dir.path().join(TEMPLATES))
+            .unwrap()
+            .count();
+        assert_eq!(count, TEMPLATES_KEPT);
+        assert_eq!(newest.metadata().unwrap().len(), bytes);
     }
 
     /// The bound on what images may take stands in for reading them only while it

@@ -118,6 +118,7 @@ async fn run() {
         csi: csi.clone(),
         sys: sys.clone(),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
+        facts: berth::node::facts(&Default::default()),
         events: None,
         restart: None,
     };

@@ -1,11 +1,13 @@
 //! What this node is, in the words of Nomad's fingerprinters: `attr.kernel.name`,
 //! `attr.cpu.arch`, `node.unique.name`, … Jobspecs use them in run-time interpolation
-//! (`${attr.kernel.name}`) and in `constraint` blocks. Read once, at first use: they do
-//! not change while the agent runs. The node's name and datacenter are the agent
-//! config's (`name`, `datacenter`) when it sets them, as in Nomad: one agent per process.
+//! (`${attr.kernel.name}`) and in `constraint` blocks. The machine's are read once, at
+//! first use: they do not change while the process runs. Each agent lays its own
+//! identity over them (the agent config's `name` and `datacenter`, as in Nomad, and how
+//! it limits disks) and keeps the result: two agents in one process (tests, benches)
+//! are two nodes.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// What the operator calls this node, over what the machine says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,35 +19,28 @@ pub struct Identity {
     pub ephemeral_disk_limit: Option<String>,
 }
 
-static IDENTITY: OnceLock<Identity> = OnceLock::new();
-static FACTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+/// A node's attributes, by their full names (`attr.kernel.name`, `node.unique.name`).
+pub type Facts = Arc<BTreeMap<String, String>>;
 
-/// Sets this process's node name and datacenter, before the facts are first read (they
-/// are read with the identity set then). `false` when another identity is in use.
-pub fn configure(identity: Identity) -> bool {
-    let _ = IDENTITY.set(identity.clone());
-    IDENTITY.get() == Some(&identity)
-}
+/// What the machine says, read at first use.
+static MACHINE: OnceLock<BTreeMap<String, String>> = OnceLock::new();
 
-/// Every attribute, by its full name (`attr.kernel.name`, `node.unique.name`).
-pub fn facts() -> &'static BTreeMap<String, String> {
-    FACTS.get_or_init(|| {
-        let mut facts = read();
-        let identity = IDENTITY.get_or_init(Identity::default);
-        if let Some(name) = &identity.name {
-            facts.insert("node.unique.name".into(), name.clone());
-        }
-        if let Some(datacenter) = &identity.datacenter {
-            facts.insert("node.datacenter".into(), datacenter.clone());
-        }
-        if let Some(mechanism) = &identity.ephemeral_disk_limit {
-            facts.insert(
-                "attr.storage.ephemeral_disk_limit".into(),
-                mechanism.clone(),
-            );
-        }
-        facts
-    })
+/// The attributes of a node with `identity` on this machine.
+pub fn facts(identity: &Identity) -> Facts {
+    let mut facts = MACHINE.get_or_init(read).clone();
+    if let Some(name) = &identity.name {
+        facts.insert("node.unique.name".into(), name.clone());
+    }
+    if let Some(datacenter) = &identity.datacenter {
+        facts.insert("node.datacenter".into(), datacenter.clone());
+    }
+    if let Some(mechanism) = &identity.ephemeral_disk_limit {
+        facts.insert(
+            "attr.storage.ephemeral_disk_limit".into(),
+            mechanism.clone(),
+        );
+    }
+    Arc::new(facts)
 }
 
 fn read() -> BTreeMap<String, String> {
@@ -125,7 +120,7 @@ mod tests {
 
     #[test]
     fn this_node_has_nomads_basic_attributes() {
-        let facts = facts();
+        let facts = facts(&Identity::default());
         assert_eq!(facts["attr.kernel.name"], "linux");
         assert!(
             facts["attr.kernel.version"]
@@ -135,6 +130,28 @@ mod tests {
         );
         assert!(facts["attr.cpu.numcores"].parse::<u32>().unwrap() >= 1);
         assert!(!facts["node.unique.name"].is_empty());
+    }
+
+    /// Two agents in one process are two nodes: each keeps its own name, datacenter
+    /// and disk mechanism over the machine's attributes.
+    #[test]
+    fn each_identity_keeps_its_own_attributes() {
+        let a = facts(&Identity {
+            name: Some("a".into()),
+            datacenter: Some("east".into()),
+            ephemeral_disk_limit: Some("image".into()),
+        });
+        let b = facts(&Identity {
+            name: Some("b".into()),
+            ..Identity::default()
+        });
+        assert_eq!(a["node.unique.name"], "a");
+        assert_eq!(a["node.datacenter"], "east");
+        assert_eq!(a["attr.storage.ephemeral_disk_limit"], "image");
+        assert_eq!(b["node.unique.name"], "b");
+        assert_eq!(b["node.datacenter"], "dc1");
+        assert!(!b.contains_key("attr.storage.ephemeral_disk_limit"));
+        assert_eq!(a["attr.kernel.release"], b["attr.kernel.release"]);
     }
 
     #[test]

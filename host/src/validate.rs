@@ -6,6 +6,8 @@
 //! (Nomad's server could not: it did not know them), and again by the `volumes` task
 //! hook, so a job that skipped this still fails cleanly.
 
+use std::collections::BTreeMap;
+
 use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
@@ -255,8 +257,12 @@ fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) ->
 /// The job's, groups' and tasks' constraints that this node does not meet, each with
 /// the attribute's actual value. A task's constraints see its merged meta (job, group,
 /// task) and every driver this agent has (`attr.driver.<name>`).
-fn constraint_problems(job: &Job, drivers: &DriverSet) -> Vec<Problem> {
-    let mut names = crate::node::facts().clone();
+fn constraint_problems(
+    job: &Job,
+    drivers: &DriverSet,
+    facts: &BTreeMap<String, String>,
+) -> Vec<Problem> {
+    let mut names = facts.clone();
     for driver in drivers.iter() {
         names.insert(format!("attr.driver.{}", driver.name()), "1".into());
     }
@@ -294,8 +300,18 @@ pub async fn validate(
     hooks: &HookSet,
     config: &AgentConfig,
     catalog: Option<&dyn Catalog>,
+    facts: &BTreeMap<String, String>,
 ) -> Vec<Problem> {
-    validate_for(job, drivers, hooks, config, catalog, Placing::ThisNode).await
+    validate_for(
+        job,
+        drivers,
+        hooks,
+        config,
+        catalog,
+        facts,
+        Placing::ThisNode,
+    )
+    .await
 }
 
 /// Where a job is checked for.
@@ -315,13 +331,14 @@ pub async fn validate_for(
     hooks: &HookSet,
     config: &AgentConfig,
     catalog: Option<&dyn Catalog>,
+    facts: &BTreeMap<String, String>,
     placing: Placing,
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     let job_path = format!("job.{}", job.name);
     let this_node = placing == Placing::ThisNode;
     if this_node {
-        problems.extend(constraint_problems(job, drivers));
+        problems.extend(constraint_problems(job, drivers, facts));
     }
     for group in &job.groups {
         let group_path = format!("{job_path}.group.{}", group.name);

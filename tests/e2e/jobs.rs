@@ -88,6 +88,7 @@ impl Agent {
             dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
                 berth::config::DEFAULT_DYNAMIC_RANGE,
             )),
+            facts: berth::node::facts(&Default::default()),
         }
     }
 

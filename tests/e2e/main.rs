@@ -50,4 +50,5 @@ mod shutdown;
 mod slots;
 mod system_jobs;
 mod task_users;
+mod two_agents;
 mod warden_attacks;

@@ -67,6 +67,7 @@ pub fn node(
         dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
             berth::config::DEFAULT_DYNAMIC_RANGE,
         )),
+        facts: berth::node::facts(&Default::default()),
     }
 }
 

@@ -27,6 +27,7 @@ pub(super) fn join(
     config: &AgentConfig,
     drivers: &DriverSet,
     store: &crate::state::StateStore,
+    facts: &crate::node::Facts,
 ) -> Result<Option<Arc<Cluster>>, ClusterError> {
     if !config.cluster.uses_etcd() {
         return Ok(None);
@@ -34,7 +35,7 @@ pub(super) fn join(
     if !data_dir.join("cluster-id").exists() {
         refuse_if_running_alone(store)?;
     }
-    let record = node_record(crate::cluster::node_id(data_dir)?, config, drivers);
+    let record = node_record(crate::cluster::node_id(data_dir)?, config, drivers, facts);
     let cluster = Cluster::join(&config.cluster, data_dir, record)?;
     tracing::info!(
         cluster = %cluster.cluster_id(),
@@ -111,14 +112,18 @@ pub(super) fn spawn_revision_follower(
 }
 
 /// What this node is and has, as the cluster's scheduler and `node status` see it.
-pub fn node_record(id: String, config: &AgentConfig, drivers: &DriverSet) -> NodeRecord {
-    let facts = crate::node::facts();
+pub fn node_record(
+    id: String,
+    config: &AgentConfig,
+    drivers: &DriverSet,
+    facts: &crate::node::Facts,
+) -> NodeRecord {
     let fact = |key: &str| facts.get(key).cloned().unwrap_or_default();
     let cores: u64 = fact("attr.cpu.numcores").parse().unwrap_or(1);
     let memory_mb = crate::cgroup::node_memory()
         .map(|bytes| bytes / crate::model::limits::MIB)
         .unwrap_or(0);
-    let mut attributes = facts.clone();
+    let mut attributes = (**facts).clone();
     let name = config
         .name
         .clone()
@@ -441,6 +446,7 @@ impl Agent {
                 &self.node.hooks,
                 &self.node.config,
                 Some(self.node.csi.catalog.as_ref()),
+                &self.node.facts,
             )
             .await,
         );

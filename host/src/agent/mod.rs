@@ -10,6 +10,7 @@
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent
 //! recovers them through their drivers.
 
+pub mod api_places;
 pub mod cluster;
 mod csi_calls;
 pub mod data_dir;
@@ -248,6 +249,8 @@ pub struct Agent {
     event_hub: Arc<event_hub::EventHub>,
     /// Becomes true when the agent stops serving: long answers (streams) end then.
     shutting_down: watch::Sender<bool>,
+    /// What its API holds at once, on all its listeners.
+    api_places: api_places::ApiPlaces,
 }
 
 impl Agent {
@@ -262,21 +265,11 @@ impl Agent {
             &options.data_dir,
             options.config.ephemeral_disk_inodes_per_mb,
         );
-        let identity = crate::node::Identity {
+        let facts = crate::node::facts(&crate::node::Identity {
             name: options.config.name.clone(),
             datacenter: options.config.datacenter.clone(),
             ephemeral_disk_limit: Some(disk.mechanism().name().to_string()),
-        };
-        if !crate::node::configure(identity.clone()) {
-            notices.push(Notice {
-                level: NoticeLevel::Warning,
-                message: format!(
-                    "this process already runs as another node; name {:?} and datacenter \
-                     {:?} apply to the cluster's view only",
-                    identity.name, identity.datacenter
-                ),
-            });
-        }
+        });
         // With state in memory too (`berth run`): the data dir still holds task dirs,
         // whose files a root task may have made setuid.
         let mut options = options;
@@ -320,15 +313,18 @@ impl Agent {
         let store = Arc::new(store);
         let dynamic_users = Arc::new(dynamic_users::pool(range, &store, &options.data_dir));
         let cluster = {
-            let (data_dir, config, drivers, state) = (
+            let (data_dir, config, drivers, state, facts) = (
                 options.data_dir.clone(),
                 options.config.clone(),
                 options.drivers.clone(),
                 store.clone(),
+                facts.clone(),
             );
-            tokio::task::spawn_blocking(move || cluster::join(&data_dir, &config, &drivers, &state))
-                .await
-                .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
+            tokio::task::spawn_blocking(move || {
+                cluster::join(&data_dir, &config, &drivers, &state, &facts)
+            })
+            .await
+            .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };
         if let Some(cluster) = cluster
             .as_ref()
@@ -453,6 +449,7 @@ impl Agent {
                 csi,
                 services: Arc::new(services),
                 dynamic_users,
+                facts,
             },
             jobs: Mutex::default(),
             allocs: Mutex::default(),
@@ -465,11 +462,14 @@ impl Agent {
             reserved_ports: Mutex::default(),
             _data_dir_lock: data_dir_lock,
             job_locks: job_locks::JobLocks::default(),
+            api_places: api_places::ApiPlaces::default(),
         };
         agent.publish(
             event_hub::Topic::Node,
             "NodeRegistration",
-            crate::node::facts()
+            agent
+                .node
+                .facts
                 .get("node.unique.id")
                 .cloned()
                 .unwrap_or_default(),
@@ -506,6 +506,16 @@ impl Agent {
     /// The services of running tasks and groups, and how their sync with Consul goes.
     pub fn services(&self) -> crate::consul::ServicesStatus {
         self.node.services.status()
+    }
+
+    /// What the agent's API holds at once.
+    pub fn api_places(&self) -> &api_places::ApiPlaces {
+        &self.api_places
+    }
+
+    /// This node's attributes (`node`).
+    pub fn facts(&self) -> &crate::node::Facts {
+        &self.node.facts
     }
 
     pub fn notices(&self) -> &[Notice] {

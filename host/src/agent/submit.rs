@@ -49,6 +49,7 @@ impl Agent {
             &self.node.hooks,
             &self.node.config,
             Some(self.node.csi.catalog.as_ref()),
+            &self.node.facts,
         )
         .await;
         problems.extend(self.disk_problems(&job));
@@ -79,6 +80,7 @@ impl Agent {
                 &self.node.hooks,
                 &self.node.config,
                 Some(self.node.csi.catalog.as_ref()),
+                &self.node.facts,
             )
             .await,
         );
@@ -123,6 +125,7 @@ impl Agent {
             &self.node.hooks,
             &self.node.config,
             Some(self.node.csi.catalog.as_ref()),
+            &self.node.facts,
             placing,
         )
         .await;

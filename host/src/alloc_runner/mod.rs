@@ -121,7 +121,7 @@ impl AllocHook for GroupServicesHook {
                                 .find(|(k, _)| k == key)
                                 .map(|(_, v)| v.clone())
                         })
-                        .or_else(|| crate::node::facts().get(name).cloned()),
+                        .or_else(|| alloc.node.facts.get(name).cloned()),
                 }
             };
             let address = crate::consul::service_address(alloc.node.config.consul.as_ref());
@@ -199,6 +199,8 @@ pub struct NodeContext {
     pub services: Arc<crate::consul::ServiceClient>,
     /// `user { dynamic_range }`'s ids, which allocs take and give back ([`users`]).
     pub dynamic_users: Arc<crate::process::dynamic_users::DynamicUsers>,
+    /// This node's attributes (`node`), for interpolation and constraints.
+    pub facts: crate::node::Facts,
 }
 
 /// Why a recorded alloc could not be restored after an agent restart.
@@ -656,6 +658,7 @@ impl AllocRunner {
             csi: self.node.csi.clone(),
             sys: self.node.sys.clone(),
             services: self.node.services.clone(),
+            facts: self.node.facts.clone(),
             events: None,
             restart: None,
         };

@@ -67,6 +67,7 @@ fn node() -> Node {
         dynamic_users: Arc::new(crate::process::dynamic_users::DynamicUsers::new(
             crate::config::DEFAULT_DYNAMIC_RANGE,
         )),
+        facts: crate::node::facts(&Default::default()),
     };
     Node {
         node,

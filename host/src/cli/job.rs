@@ -125,7 +125,13 @@ async fn parse_and_check(
 ) -> Result<Job, JobspecError> {
     let input = read_jobspec(path, vars)?;
     let job = jobspec::parse_with(&input.name, &input.source, &input.inputs)?;
-    let problems = crate::validate::validate(&job, drivers, hooks, config, None).await;
+    // Checked offline, for the node this config describes.
+    let facts = crate::node::facts(&crate::node::Identity {
+        name: config.name.clone(),
+        datacenter: config.datacenter.clone(),
+        ephemeral_disk_limit: None,
+    });
+    let problems = crate::validate::validate(&job, drivers, hooks, config, None, &facts).await;
     if problems.is_empty() {
         Ok(job)
     } else {

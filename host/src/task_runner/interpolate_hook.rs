@@ -17,7 +17,7 @@ pub fn runtime_names(
     ctx: &TaskHookContext,
     env: &[(String, String)],
 ) -> impl Fn(&str) -> Option<String> + use<> {
-    let mut names: BTreeMap<String, String> = crate::node::facts().clone();
+    let mut names: BTreeMap<String, String> = (*ctx.facts).clone();
     names.insert(format!("attr.driver.{}", ctx.driver.name()), "1".into());
     for (key, value) in ctx
         .job

@@ -28,7 +28,6 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -39,37 +38,22 @@ use serde_json::{Value, json};
 
 use super::{NomadError, bad_request};
 use crate::agent::Agent;
+use crate::agent::api_places::{self, Places};
 use crate::alloc_dir::AllocDir;
 
-/// `cat` and `readat` answers held in the agent's memory at once (read, or being sent).
-pub const MAX_READS_IN_MEMORY: usize = 32;
+pub use crate::agent::api_places::MAX_READS_IN_MEMORY;
 
-static READS_IN_MEMORY: AtomicUsize = AtomicUsize::new(0);
-
-/// One answer's bytes, counted while the agent holds them.
-struct ReadSlot(());
-
-impl ReadSlot {
-    fn enter() -> Result<ReadSlot, NomadError> {
-        let before = READS_IN_MEMORY.fetch_add(1, Ordering::SeqCst);
-        if before >= MAX_READS_IN_MEMORY {
-            READS_IN_MEMORY.fetch_sub(1, Ordering::SeqCst);
-            return Err(NomadError(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "{MAX_READS_IN_MEMORY} file reads (cat, readat) are being answered on this \
-                     agent, the most it holds at once: try again when one has been read"
-                ),
-            ));
-        }
-        Ok(ReadSlot(()))
-    }
-}
-
-impl Drop for ReadSlot {
-    fn drop(&mut self) {
-        READS_IN_MEMORY.fetch_sub(1, Ordering::SeqCst);
-    }
+/// A place among the answers the agent holds in memory (`reads`), or Nomad's 429.
+fn memory_place(reads: &Places) -> Result<api_places::Place, NomadError> {
+    reads.enter().ok_or_else(|| {
+        NomadError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{MAX_READS_IN_MEMORY} file reads (cat, readat) are being answered on this \
+                 agent, the most it holds at once: try again when one has been read"
+            ),
+        )
+    })
 }
 
 /// How much of an answer is handed to the connection at a time: the connection takes
@@ -483,7 +467,7 @@ pub async fn cat(
 ) -> Result<Response, NomadError> {
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
-    let slot = ReadSlot::enter()?;
+    let slot = memory_place(&agent.api_places().reads)?;
     let bytes = crate::blocking::run(|| read_place(&alloc, &place, &path, 0, None))?;
     Ok(bytes_answer(bytes, slot))
 }
@@ -512,13 +496,13 @@ pub async fn read_at(
     }
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
-    let slot = ReadSlot::enter()?;
+    let slot = memory_place(&agent.api_places().reads)?;
     let bytes = crate::blocking::run(|| read_place(&alloc, &place, &path, offset, Some(limit)))?;
     Ok(bytes_answer(bytes, slot))
 }
 
 /// The bytes as a body sent in [`CHUNK`]s, holding `slot` until the last is taken.
-fn bytes_answer(bytes: Vec<u8>, slot: ReadSlot) -> Response {
+fn bytes_answer(bytes: Vec<u8>, slot: api_places::Place) -> Response {
     let length = bytes.len();
     let bytes = axum::body::Bytes::from(bytes);
     let chunks = (0..length)

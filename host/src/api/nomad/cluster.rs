@@ -479,7 +479,7 @@ async fn local_list_nodes(
     query
         .blocking
         .answer(&agent, || {
-            let node = ThisNode::get();
+            let node = ThisNode::of(&agent);
             let prefix = query.prefix.as_deref().unwrap_or("");
             Ok(Value::Array(
                 node.id
@@ -492,8 +492,8 @@ async fn local_list_nodes(
         .await
 }
 
-fn this_node_or_404(id: &str) -> Result<ThisNode, NomadError> {
-    let node = ThisNode::get();
+fn this_node_or_404(agent: &Agent, id: &str) -> Result<ThisNode, NomadError> {
+    let node = ThisNode::of(agent);
     if id == node.id || (id.len() >= 4 && node.id.starts_with(id)) {
         Ok(node)
     } else {
@@ -508,9 +508,10 @@ async fn local_read_node(
 ) -> Response {
     blocking
         .answer(&agent, || {
-            let node = this_node_or_404(&id)?;
+            let node = this_node_or_404(&agent, &id)?;
             let mut value = node_stub(&agent, &node);
-            let attributes: BTreeMap<&str, &str> = crate::node::facts()
+            let attributes: BTreeMap<&str, &str> = agent
+                .facts()
                 .iter()
                 .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
                 .collect();
@@ -540,7 +541,7 @@ async fn local_node_allocations(
 ) -> Response {
     blocking
         .answer(&agent, || {
-            this_node_or_404(&id)?;
+            this_node_or_404(&agent, &id)?;
             Ok(Value::Array(local_alloc_stubs(&agent, "")))
         })
         .await

@@ -324,7 +324,7 @@ fn volume(agent: &Agent, status: &VolumeStatus, plugin: Option<&PluginStatus>) -
     let mut value = volume_stub(status, plugin);
     let volume = &status.volume;
     let (_, provider_version) = provider(plugin);
-    let node = ThisNode::get();
+    let node = ThisNode::of(agent);
     let allocs = |mode: ClaimMode| -> BTreeMap<&str, Value> {
         status
             .claims
@@ -395,7 +395,7 @@ fn plugin_stub(plugin: &PluginStatus) -> Value {
 /// and the allocs that run it.
 fn plugin_value(agent: &Agent, plugin: &PluginStatus) -> Value {
     let mut value = plugin_stub(plugin);
-    let node = ThisNode::get();
+    let node = ThisNode::of(agent);
     let (_, version) = provider(Some(plugin));
     let info = |kind: PluginKind| -> BTreeMap<String, Value> {
         plugin

@@ -106,7 +106,7 @@ struct EventReader {
 
 impl EventReader {
     async fn run(mut self, feed: &mut Feed) -> Ended {
-        let node = ThisNode::get();
+        let node = ThisNode::of(&self.agent);
         let mut last_sent = Instant::now();
         loop {
             let quiet_for = HEARTBEAT.saturating_sub(last_sent.elapsed());

@@ -156,7 +156,7 @@ pub async fn plan(
         } else {
             failed.insert(
                 group.name.clone(),
-                allocation_metric(&chosen.source_name, &group_problems, wanted),
+                allocation_metric(&agent, &chosen.source_name, &group_problems, wanted),
             );
             (0, 0)
         };
@@ -224,7 +224,7 @@ fn problem_group<'p>(job: &Job, problem: &'p Problem) -> Option<&'p str> {
 }
 
 /// Nomad's `AllocationMetric` for a group this node cannot take.
-fn allocation_metric(file: &str, problems: &[&Problem], wanted: u64) -> Value {
+fn allocation_metric(agent: &Agent, file: &str, problems: &[&Problem], wanted: u64) -> Value {
     let filtered: BTreeMap<String, u64> = problems
         .iter()
         .map(|p| (format!("{file}:{p}"), 1))
@@ -233,7 +233,7 @@ fn allocation_metric(file: &str, problems: &[&Problem], wanted: u64) -> Value {
         "NodesEvaluated": 1,
         "NodesFiltered": 1,
         "NodesInPool": 1,
-        "NodesAvailable": {shapes::ThisNode::get().datacenter: 1},
+        "NodesAvailable": {shapes::ThisNode::of(agent).datacenter: 1},
         "ClassFiltered": {},
         "ConstraintFiltered": filtered,
         "NodesExhausted": 0,

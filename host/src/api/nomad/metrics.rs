@@ -57,7 +57,7 @@ pub async fn metrics(
 
 /// Allocs by client status (Nomad's names) and tasks by state (berth's), now.
 fn record_gauges(agent: &Agent) {
-    let node = ThisNode::get();
+    let node = ThisNode::of(agent);
     let labels = [
         ("node_id", node.id.as_str()),
         ("datacenter", node.datacenter.as_str()),

@@ -83,36 +83,9 @@ use shapes::ThisNode;
 /// The longest wait of a blocking query, as Nomad's.
 const MAX_WAIT: Duration = Duration::from_secs(600);
 const DEFAULT_WAIT: Duration = Duration::from_secs(300);
-/// Blocking queries that may wait at once, on all listeners. Each holds a connection:
-/// past this many, a query waits [`CROWDED_WAIT`] at most, so long-polls never take
-/// the connections other requests need (the TCP listener's `max_connections` is 1024 by
-/// default; the operator's socket has its own).
-const MAX_WAITING: usize = 256;
+/// How long a blocking query waits at most when
+/// [`MAX_WAITING`](crate::agent::api_places::MAX_WAITING) wait already.
 const CROWDED_WAIT: Duration = Duration::from_secs(1);
-
-static WAITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// One waiting blocking query, counted while it lives.
-struct Waiting;
-
-impl Waiting {
-    /// A place among the waiting queries, or `None` when they are crowded.
-    fn enter() -> Option<Waiting> {
-        use std::sync::atomic::Ordering;
-        let before = WAITING.fetch_add(1, Ordering::SeqCst);
-        if before >= MAX_WAITING {
-            WAITING.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(Waiting)
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        WAITING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
 
 /// A Nomad-style error: the status and a plain-text body.
 #[derive(Debug, thiserror::Error)]
@@ -205,7 +178,7 @@ impl Blocking {
             Err(error) => return error.into_response(),
             Ok(None) => agent.change_index().current(),
             Ok(Some((index, wait))) => {
-                let place = Waiting::enter();
+                let place = agent.api_places().waiting.enter();
                 let wait = if place.is_some() {
                     wait
                 } else {
@@ -458,7 +431,7 @@ async fn job_allocations(
     blocking
         .answer(&agent, || {
             let (status, job) = agent.job_spec(&id)?;
-            let node = ThisNode::get();
+            let node = ThisNode::of(&agent);
             Ok(Value::Array(
                 status
                     .allocs
@@ -472,7 +445,7 @@ async fn job_allocations(
 }
 
 fn alloc_stubs(agent: &Agent, prefix: &str) -> Vec<Value> {
-    let node = ThisNode::get();
+    let node = ThisNode::of(agent);
     agent
         .allocs()
         .iter()
@@ -509,7 +482,12 @@ async fn read_allocation(
         .answer(&agent, || {
             let alloc = agent.alloc(&id)?;
             let (status, job) = agent.job_spec(&alloc.job_id)?;
-            Ok(shapes::allocation(&alloc, &job, &status, &ThisNode::get()))
+            Ok(shapes::allocation(
+                &alloc,
+                &job,
+                &status,
+                &ThisNode::of(&agent),
+            ))
         })
         .await
 }
@@ -777,7 +755,7 @@ fn read_whole_log(
 }
 
 async fn agent_self(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {
-    let node = ThisNode::get();
+    let node = ThisNode::of(&agent);
     axum::Json(json!({
         "config": {
             "Region": shapes::REGION,
@@ -806,8 +784,8 @@ async fn agent_health() -> axum::Json<Value> {
     }))
 }
 
-async fn agent_members() -> axum::Json<Value> {
-    let node = ThisNode::get();
+async fn agent_members(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {
+    let node = ThisNode::of(&agent);
     axum::Json(json!({
         "ServerName": node.name,
         "ServerRegion": shapes::REGION,

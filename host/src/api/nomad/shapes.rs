@@ -358,8 +358,9 @@ pub struct ThisNode {
 }
 
 impl ThisNode {
-    pub fn get() -> ThisNode {
-        let facts = crate::node::facts();
+    /// The node `agent` is.
+    pub fn of(agent: &crate::agent::Agent) -> ThisNode {
+        let facts = agent.facts();
         let fact = |key: &str| facts.get(key).cloned().unwrap_or_default();
         let id = fact("node.unique.id");
         // Nomad's node ids are UUIDs: a machine id (32 hex digits) is shown as one.

@@ -7,7 +7,6 @@
 //! when its client stops reading for [`STALLED_READER`] (a full socket would otherwise
 //! hold the place for good), and when the agent shuts down.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -17,39 +16,23 @@ use tokio::sync::{mpsc, watch};
 
 use super::NomadError;
 use crate::agent::Agent;
+use crate::agent::api_places::{Place, Places};
 
-/// Streams open at once, on all listeners (log follows and event streams together).
-pub const MAX_STREAMS: usize = 128;
+pub use crate::agent::api_places::MAX_STREAMS;
 /// How long a client may leave what is sent unread before its stream is ended.
 pub const STALLED_READER: Duration = Duration::from_secs(30);
 
-static OPEN_STREAMS: AtomicUsize = AtomicUsize::new(0);
-
-/// One open stream, counted while it lives.
-pub struct StreamSlot(());
-
-impl StreamSlot {
-    /// A place among the open streams, or Nomad's 429 when they are all taken.
-    pub fn enter() -> Result<StreamSlot, NomadError> {
-        let before = OPEN_STREAMS.fetch_add(1, Ordering::SeqCst);
-        if before >= MAX_STREAMS {
-            OPEN_STREAMS.fetch_sub(1, Ordering::SeqCst);
-            return Err(NomadError(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "{MAX_STREAMS} streams (log follows and event streams) are open on this \
-                     agent, the most it serves at once: try again when one has ended"
-                ),
-            ));
-        }
-        Ok(StreamSlot(()))
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        OPEN_STREAMS.fetch_sub(1, Ordering::SeqCst);
-    }
+/// A place among the agent's open `streams`, or Nomad's 429 when they are all taken.
+fn stream_place(streams: &Places) -> Result<Place, NomadError> {
+    streams.enter().ok_or_else(|| {
+        NomadError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{MAX_STREAMS} streams (log follows and event streams) are open on this \
+                 agent, the most it serves at once: try again when one has ended"
+            ),
+        )
+    })
 }
 
 /// Why a stream stopped sending.
@@ -122,7 +105,7 @@ where
     F: FnOnce(Feed) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let slot = StreamSlot::enter()?;
+    let slot = stream_place(&agent.api_places().streams)?;
     // A few chunks in flight: what the client has not read waits here, not in memory
     // without end.
     let (sender, receiver) = mpsc::channel(8);
@@ -153,14 +136,14 @@ mod tests {
 
     #[test]
     fn past_the_cap_a_stream_is_refused_with_429_and_a_place_comes_back_when_one_ends() {
-        let taken = OPEN_STREAMS.load(Ordering::SeqCst);
-        let mut slots: Vec<StreamSlot> = (taken..MAX_STREAMS)
-            .map(|_| StreamSlot::enter().unwrap())
+        let streams = crate::agent::api_places::ApiPlaces::default().streams;
+        let mut slots: Vec<Place> = (0..MAX_STREAMS)
+            .map(|_| stream_place(&streams).unwrap())
             .collect();
-        let refused = StreamSlot::enter().err().unwrap();
+        let refused = stream_place(&streams).err().unwrap();
         assert_eq!(refused.0, StatusCode::TOO_MANY_REQUESTS);
         assert!(refused.1.contains("128 streams"), "{}", refused.1);
         slots.pop();
-        assert!(StreamSlot::enter().is_ok());
+        assert!(stream_place(&streams).is_ok());
     }
 }

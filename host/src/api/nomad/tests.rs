@@ -198,19 +198,6 @@ fn the_nearest_path_is_named_for_an_unknown_one() {
     assert_eq!(super::distance("/v1/jobz", "/v1/jobs"), 1);
 }
 
-/// Past the cap, a blocking query waits a second at most; a place is given back when
-/// its query ends.
-#[test]
-fn waiting_queries_are_capped() {
-    let places: Vec<_> = std::iter::from_fn(super::Waiting::enter)
-        .take(1000)
-        .collect();
-    assert_eq!(places.len(), super::MAX_WAITING);
-    assert!(super::Waiting::enter().is_none());
-    drop(places);
-    assert!(super::Waiting::enter().is_some());
-}
-
 /// Every string of a JSON job means what it says, whatever markers, escapes and control
 /// characters it holds: nothing is evaluated (a review found `%${3*7}` computed to `%21`
 /// through the HCL printer's escaping).

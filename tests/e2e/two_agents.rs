@@ -1,0 +1,113 @@
+//! Two agents in one process (as tests and benches run them) are two nodes: each keeps
+//! its own name, datacenter and attributes, in its constraints and its API's answers.
+
+use std::sync::Arc;
+
+use berth::agent::{Agent, AgentOptions, StateLocation, SubmitError};
+use berth::config::AgentConfig;
+use berth::driver_set::DriverSet;
+
+use crate::support;
+
+struct NamedAgent {
+    agent: Arc<Agent>,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for NamedAgent {
+    fn drop(&mut self) {
+        support::unmount_everything_under(self.dir.path());
+        support::remove_task_cgroups(self.dir.path());
+    }
+}
+
+async fn agent_named(name: &str, datacenter: &str) -> NamedAgent {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-two-agents")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let (drivers, _) = DriverSet::load(&support::runtime(), None, &Default::default()).await;
+    let config = AgentConfig {
+        name: Some(name.into()),
+        datacenter: Some(datacenter.into()),
+        plugins: vec![berth::config::PluginConfig {
+            name: "mock".into(),
+            enabled: Some(true),
+            ..Default::default()
+        }],
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(AgentOptions {
+        data_dir: dir.path().to_path_buf(),
+        config,
+        drivers,
+        hooks: Default::default(),
+        state: StateLocation::Memory,
+    })
+    .await
+    .unwrap();
+    NamedAgent { agent, dir }
+}
+
+/// A job only the node named `node` may run.
+fn job_for(node: &str) -> String {
+    format!(
+        r#"job "only-{node}" {{
+  constraint {{
+    attribute = "${{node.unique.name}}"
+    value     = "{node}"
+  }}
+  group "g" {{
+    task "t" {{
+      driver = "mock"
+      config {{
+        run_for = "1h"
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_agents_in_one_process_keep_their_own_names() {
+    let left = agent_named("left", "east").await;
+    let right = agent_named("right", "west").await;
+    for (agent, name, datacenter) in [(&left, "left", "east"), (&right, "right", "west")] {
+        let facts = agent.agent.facts();
+        assert_eq!(facts["node.unique.name"], name);
+        assert_eq!(facts["node.datacenter"], datacenter);
+    }
+    // Each node runs the job meant for it, and refuses the other's naming its own name.
+    for (here, there) in [(&left, "right"), (&right, "left")] {
+        let own = here.agent.facts()["node.unique.name"].clone();
+        here.agent
+            .submit("own.hcl", &job_for(&own))
+            .await
+            .unwrap_or_else(|e| panic!("{own} refused its own job: {e}"));
+        let refused = here
+            .agent
+            .submit("other.hcl", &job_for(there))
+            .await
+            .expect_err("a node ran a job constrained to the other");
+        assert!(matches!(refused, SubmitError::Invalid(_)), "{refused}");
+        let text = refused.to_string();
+        assert!(text.contains(&format!("{own:?}")), "{text}");
+    }
+}
+
+/// One agent's API at its limits (every stream place taken) leaves the other's alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_agents_in_one_process_hold_their_own_api_places() {
+    let left = agent_named("left", "east").await;
+    let right = agent_named("right", "west").await;
+    let streams = &left.agent.api_places().streams;
+    let held: Vec<_> = std::iter::from_fn(|| streams.enter())
+        .take(streams.max() + 1)
+        .collect();
+    assert_eq!(held.len(), streams.max());
+    assert!(right.agent.api_places().streams.enter().is_some());
+    assert!(right.agent.api_places().reads.enter().is_some());
+    assert!(right.agent.api_places().waiting.enter().is_some());
+}

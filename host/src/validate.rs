@@ -255,43 +255,24 @@ fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) ->
 
 /// Every problem with `job` on this agent.
 /// The job's, groups' and tasks' constraints that this node does not meet, each with
-/// the attribute's actual value. A task's constraints see its merged meta (job, group,
-/// task) and every driver this agent has (`attr.driver.<name>`).
+/// the attribute's actual value (`jobspec::constraint::unmet`, as the cluster's
+/// scheduler asks it), seeing every driver this agent has (`attr.driver.<name>`).
 fn constraint_problems(
     job: &Job,
     drivers: &DriverSet,
     facts: &BTreeMap<String, String>,
 ) -> Vec<Problem> {
-    let mut names = facts.clone();
-    for driver in drivers.iter() {
-        names.insert(format!("attr.driver.{}", driver.name()), "1".into());
-    }
-    let mut problems = Vec::new();
-    let mut check = |constraints: &[crate::jobspec::Constraint], meta: &[&[(String, String)]]| {
-        let mut names = names.clone();
-        for (key, value) in meta.iter().flat_map(|m| m.iter()) {
-            names.insert(format!("meta.{key}"), value.clone());
-        }
-        for constraint in constraints {
-            if let Err(message) =
-                crate::jobspec::constraint::check(constraint, &|n| names.get(n).cloned())
-            {
-                problems.push(Problem {
-                    path: constraint.path.clone(),
-                    at: Some(constraint.at),
-                    message: message.to_string(),
-                });
-            }
-        }
-    };
-    check(&job.constraints, &[&job.meta]);
-    for group in &job.groups {
-        check(&group.constraints, &[&job.meta, &group.meta]);
-        for task in &group.tasks {
-            check(&task.constraints, &[&job.meta, &group.meta, &task.meta]);
-        }
-    }
-    problems
+    use crate::jobspec::constraint;
+    let attributes = constraint::with_drivers(facts, drivers.iter().map(|d| d.name()));
+    std::iter::once(None)
+        .chain(job.groups.iter().map(Some))
+        .flat_map(|group| constraint::unmet(job, group, &attributes))
+        .map(|unmet| Problem {
+            path: unmet.constraint.path.clone(),
+            at: Some(unmet.constraint.at),
+            message: unmet.why.to_string(),
+        })
+        .collect()
 }
 
 pub async fn validate(

@@ -2,8 +2,64 @@
 //! node a constraint either holds, or the job cannot run here: the message gives the
 //! attribute's actual value.
 
+use std::collections::BTreeMap;
+
 use super::interpolate::interpolate;
-use super::spec::Constraint;
+use super::spec::{Constraint, Group, Job};
+
+/// A constraint a node does not meet, and why.
+#[derive(Debug)]
+pub struct Unmet<'a> {
+    pub constraint: &'a Constraint,
+    pub why: ConstraintError,
+}
+
+/// The constraints of `job` that a node with `attributes` does not meet: the job's own
+/// (`group` is `None`), or one group's and its tasks'. Each sees the node's attributes
+/// and `meta.*` merged down to it (job, then group, then task, the later winning, as
+/// Nomad merges them). The one feasibility check: a lone agent's validation and the
+/// cluster's scheduler both ask it, with the node's attributes and its drivers
+/// ([`with_drivers`]).
+pub fn unmet<'a>(
+    job: &'a Job,
+    group: Option<&'a Group>,
+    attributes: &BTreeMap<String, String>,
+) -> Vec<Unmet<'a>> {
+    let mut found = Vec::new();
+    let mut check = |constraints: &'a [Constraint], meta: &[&[(String, String)]]| {
+        let mut names = attributes.clone();
+        for (key, value) in meta.iter().flat_map(|m| m.iter()) {
+            names.insert(format!("meta.{key}"), value.clone());
+        }
+        for constraint in constraints {
+            if let Err(why) = check(constraint, &|n| names.get(n).cloned()) {
+                found.push(Unmet { constraint, why });
+            }
+        }
+    };
+    match group {
+        None => check(&job.constraints, &[&job.meta]),
+        Some(group) => {
+            check(&group.constraints, &[&job.meta, &group.meta]);
+            for task in &group.tasks {
+                check(&task.constraints, &[&job.meta, &group.meta, &task.meta]);
+            }
+        }
+    }
+    found
+}
+
+/// A node's `attributes` with `attr.driver.<name>` set for each of its `drivers`.
+pub fn with_drivers<'d>(
+    attributes: &BTreeMap<String, String>,
+    drivers: impl IntoIterator<Item = &'d str>,
+) -> BTreeMap<String, String> {
+    let mut names = attributes.clone();
+    for driver in drivers {
+        names.insert(format!("attr.driver.{driver}"), "1".into());
+    }
+    names
+}
 
 /// Why a constraint does not hold here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -174,30 +174,23 @@ fn unfit(
             Some(true) => {}
         }
     }
-    let mut names = record.attributes.clone();
-    for driver in record.drivers.keys() {
-        names.insert(format!("attr.driver.{driver}"), "1".into());
-    }
-    for (key, value) in job.meta.iter().chain(group.meta.iter()) {
-        names.insert(format!("meta.{key}"), value.clone());
-    }
-    let constraints = job
-        .constraints
-        .iter()
-        .chain(group.constraints.iter())
-        .chain(group.tasks.iter().flat_map(|t| t.constraints.iter()))
-        .filter(|c| c.operator != "distinct_hosts");
-    for constraint in constraints {
-        if crate::jobspec::constraint::check(constraint, &|n| names.get(n).cloned()).is_err() {
-            return Some(format!(
-                "constraint {} {} {:?}",
-                clipped(&constraint.attribute),
-                clipped(&constraint.operator),
-                clipped(&constraint.value)
-            ));
-        }
-    }
-    None
+    let attributes = jobspec::constraint::with_drivers(
+        &record.attributes,
+        record.drivers.keys().map(String::as_str),
+    );
+    let unmet = jobspec::constraint::unmet(job, None, &attributes)
+        .into_iter()
+        .chain(jobspec::constraint::unmet(job, Some(group), &attributes))
+        .next();
+    unmet.map(|unmet| {
+        let constraint = unmet.constraint;
+        format!(
+            "constraint {} {} {:?}",
+            clipped(&constraint.attribute),
+            clipped(&constraint.operator),
+            clipped(&constraint.value)
+        )
+    })
 }
 
 /// At most 100 characters of a job author's text in a reason (the reasons are stored

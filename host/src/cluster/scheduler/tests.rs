@@ -102,6 +102,50 @@ mod placement {
         plan(snapshot, 1)
     }
 
+    /// Constraints see meta merged down to them, job then group then task, on a
+    /// cluster as on a lone agent (one check, `jobspec::constraint::unmet`): a task's
+    /// constraint on its own meta holds, and a group's meta wins over the job's.
+    #[test]
+    fn constraints_see_the_meta_merged_down_to_them_as_a_lone_agent_does() {
+        let (mut cluster_job, version) = job("meta", 1, "");
+        cluster_job.source = r#"job "meta" {
+  meta { tier = "bronze" }
+  group "g" {
+    meta { tier = "gold" }
+    constraint {
+      attribute = "${meta.tier}"
+      value     = "gold"
+    }
+    task "t" {
+      driver = "exec"
+      meta { rack = "r1" }
+      constraint {
+        attribute = "${meta.rack}"
+        value     = "r1"
+      }
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+"#
+        .into();
+        let parsed = cluster_job.spec().unwrap();
+        let attributes = &node("a", 4000, 4096).record.attributes;
+        for group in [None, Some(&parsed.groups[0])] {
+            let unmet = jobspec::constraint::unmet(&parsed, group, attributes);
+            assert!(unmet.is_empty(), "{unmet:?}");
+        }
+        let snapshot = Snapshot {
+            jobs: vec![(cluster_job, version)],
+            nodes: vec![node("a", 4000, 4096)],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.place.len(), 1, "{plan:#?}");
+    }
+
     #[test]
     fn a_job_that_fits_nowhere_says_what_ruled_out_how_many_nodes() {
         let snapshot = Snapshot {

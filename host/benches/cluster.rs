@@ -54,6 +54,7 @@ fn node(index: usize) -> NodeRecord {
             .collect(),
         drivers: [("exec".to_string(), true)].into_iter().collect(),
         host_volumes: Vec::new(),
+        host_volume_paths: Default::default(),
         eligibility: "eligible".into(),
         drain: false,
         cpu_mhz: 64_000,

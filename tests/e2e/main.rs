@@ -43,6 +43,7 @@ mod nomad_cli;
 mod nomad_contract;
 mod nomad_jobspecs;
 mod nomad_streams;
+mod one_node_shape;
 mod planted_links;
 mod plugin_grants;
 mod readme_curl;

@@ -150,6 +150,17 @@ pub fn node_record(
             })
             .collect(),
         host_volumes: config.host_volumes.iter().map(|v| v.name.clone()).collect(),
+        host_volume_paths: config
+            .host_volumes
+            .iter()
+            .map(|v| {
+                let place = crate::cluster::HostVolumePath {
+                    path: v.path.display().to_string(),
+                    read_only: v.read_only,
+                };
+                (v.name.clone(), place)
+            })
+            .collect(),
         eligibility: "eligible".into(),
         drain: false,
         cpu_mhz: cores * cpu_mhz_per_core(),

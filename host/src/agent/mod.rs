@@ -547,6 +547,11 @@ impl Agent {
         self.events.subscribe()
     }
 
+    /// The agent's config.
+    pub fn config(&self) -> &AgentConfig {
+        &self.node.config
+    }
+
     /// The operator's host volumes: name, path, read-only.
     pub fn host_volumes(&self) -> Vec<(String, String, bool)> {
         self.node

@@ -96,6 +96,10 @@ pub struct NodeRecord {
     pub drivers: std::collections::BTreeMap<String, bool>,
     #[serde(default)]
     pub host_volumes: Vec<String>,
+    /// Where each host volume is on the node, and whether it is read-only (Nomad's
+    /// `ClientHostVolumeConfig`). Records of an older berth have names only.
+    #[serde(default)]
+    pub host_volume_paths: std::collections::BTreeMap<String, HostVolumePath>,
     /// `eligible` or `ineligible` (for new placements).
     #[serde(default = "eligible")]
     pub eligibility: String,
@@ -110,6 +114,13 @@ pub struct NodeRecord {
     /// When the agent registered (ms since the epoch).
     #[serde(default)]
     pub registered_ms: u64,
+}
+
+/// A host volume's place on its node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostVolumePath {
+    pub path: String,
+    pub read_only: bool,
 }
 
 fn eligible() -> String {

@@ -32,6 +32,7 @@ pub(super) fn node(name: &str) -> NodeRecord {
         attributes: Default::default(),
         drivers: Default::default(),
         host_volumes: Vec::new(),
+        host_volume_paths: Default::default(),
         eligibility: "eligible".into(),
         drain: false,
         cpu_mhz: 1000,

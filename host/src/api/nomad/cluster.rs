@@ -75,7 +75,15 @@ pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
         let host_volumes: BTreeMap<&str, Value> = record
             .host_volumes
             .iter()
-            .map(|name| (name.as_str(), json!({"Name": name})))
+            .map(|name| {
+                let place = record.host_volume_paths.get(name);
+                let volume = json!({
+                    "Name": name,
+                    "Path": place.map(|p| p.path.as_str()).unwrap_or_default(),
+                    "ReadOnly": place.is_some_and(|p| p.read_only),
+                });
+                (name.as_str(), volume)
+            })
             .collect();
         fields.insert("Attributes".into(), json!(attributes));
         fields.insert("Meta".into(), json!({}));
@@ -438,38 +446,14 @@ fn update_node(
     ))
 }
 
-pub(super) fn node_stub(agent: &Agent, node: &ThisNode) -> Value {
-    let drivers: BTreeMap<String, Value> = agent
-        .drivers()
-        .iter()
-        .map(|driver| {
-            (
-                driver.name().to_string(),
-                json!({
-                    "Attributes": {},
-                    "Detected": true,
-                    "Healthy": true,
-                    "HealthDescription": "Healthy",
-                }),
-            )
-        })
-        .collect();
-    json!({
-        "ID": node.id,
-        "Name": node.name,
-        "Datacenter": node.datacenter,
-        "NodeClass": "",
-        "NodePool": "default",
-        "Version": env!("CARGO_PKG_VERSION"),
-        "Drain": false,
-        "SchedulingEligibility": "eligible",
-        "Status": "ready",
-        "StatusDescription": "",
-        "Drivers": drivers,
-        "Address": "127.0.0.1",
-        "CreateIndex": 1,
-        "ModifyIndex": 1,
-    })
+/// This agent as the record a cluster member registers (by its cluster id when it is
+/// one): a node has one shape whichever plane answers ([`node_json`]).
+pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
+    let id = match agent.cluster() {
+        Some(cluster) => cluster.node_id().to_string(),
+        None => ThisNode::of(agent).id,
+    };
+    crate::agent::cluster::node_record(id, agent.config(), agent.drivers(), agent.facts())
 }
 
 async fn local_list_nodes(
@@ -479,12 +463,13 @@ async fn local_list_nodes(
     query
         .blocking
         .answer(&agent, || {
-            let node = ThisNode::of(&agent);
+            let record = this_node_record(&agent);
             let prefix = query.prefix.as_deref().unwrap_or("");
             Ok(Value::Array(
-                node.id
+                record
+                    .id
                     .starts_with(prefix)
-                    .then(|| node_stub(&agent, &node))
+                    .then(|| node_json(&record, "ready", false))
                     .into_iter()
                     .collect(),
             ))
@@ -508,28 +493,8 @@ async fn local_read_node(
 ) -> Response {
     blocking
         .answer(&agent, || {
-            let node = this_node_or_404(&agent, &id)?;
-            let mut value = node_stub(&agent, &node);
-            let attributes: BTreeMap<&str, &str> = agent
-                .facts()
-                .iter()
-                .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
-                .collect();
-            let host_volumes: BTreeMap<String, Value> = agent
-                .host_volumes()
-                .into_iter()
-                .map(|(name, path, read_only)| (name, json!({"Path": path, "ReadOnly": read_only})))
-                .collect();
-            if let Value::Object(fields) = &mut value {
-                fields.insert("Attributes".into(), json!(attributes));
-                fields.insert("Meta".into(), json!({}));
-                fields.insert("HostVolumes".into(), json!(host_volumes));
-                fields.insert("CSINodePlugins".into(), json!({}));
-                fields.insert("CSIControllerPlugins".into(), json!({}));
-                fields.insert("TLSEnabled".into(), json!(false));
-                fields.insert("HTTPAddr".into(), json!(""));
-            }
-            Ok(value)
+            this_node_or_404(&agent, &id)?;
+            Ok(node_json(&this_node_record(&agent), "ready", true))
         })
         .await
 }

@@ -24,7 +24,7 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::cluster::node_stub;
+use super::cluster::{node_json, this_node_record};
 use super::shapes::{self, ThisNode};
 use super::streams::{self, Ended, Feed};
 use super::{NomadError, bad_request};
@@ -164,7 +164,9 @@ impl EventReader {
                 };
                 json!({"Allocation": value})
             }
-            Payload::Node => json!({"Node": node_stub(&self.agent, node)}),
+            Payload::Node => {
+                json!({"Node": node_json(&this_node_record(&self.agent), "ready", false)})
+            }
         }
     }
 }

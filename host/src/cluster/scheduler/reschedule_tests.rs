@@ -24,6 +24,7 @@ fn node(name: &str, memory_mb: u64) -> NodeView {
             attributes: BTreeMap::new(),
             drivers: [("exec".to_string(), true)].into_iter().collect(),
             host_volumes: Vec::new(),
+            host_volume_paths: Default::default(),
             eligibility: "eligible".into(),
             drain: false,
             cpu_mhz: 4000,

@@ -21,6 +21,7 @@ pub(super) mod tests_support {
                 attributes,
                 drivers: [("exec".to_string(), true)].into_iter().collect(),
                 host_volumes: Vec::new(),
+                host_volume_paths: Default::default(),
                 eligibility: "eligible".into(),
                 drain: false,
                 cpu_mhz,

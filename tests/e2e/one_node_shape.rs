@@ -1,0 +1,73 @@
+//! One node shape on both planes: a lone agent describes itself as the record a cluster
+//! member registers, so `GET /v1/nodes` and `GET /v1/node/:id` answer with the same
+//! fields, and the same rules (a driver the operator left off is unhealthy, a host
+//! volume has its path), whichever plane answers.
+
+use std::collections::BTreeSet;
+
+use berth::cluster::testing::EtcdServer;
+use serde_json::Value;
+
+use crate::agent_process::AgentProcess;
+use crate::cluster::member;
+
+/// The field names of a JSON object.
+fn fields(value: &Value) -> BTreeSet<String> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+async fn node_views(agent: &AgentProcess) -> (Value, Value) {
+    let listed: Value = agent.client().get("/v1/nodes").await.unwrap();
+    let stub = listed[0].clone();
+    let id = stub["ID"].as_str().unwrap().to_string();
+    let full: Value = agent.client().get(&format!("/v1/node/{id}")).await.unwrap();
+    (stub, full)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_agent_and_a_cluster_member_show_their_node_in_one_shape() {
+    let etcd = EtcdServer::start();
+    let mut clustered = member(&etcd, "member");
+    let mut lone = AgentProcess::production(|_, _| "name = \"lone\"\n".into());
+    clustered.start().await;
+    lone.start().await;
+    let (member_stub, member_node) = node_views(&clustered).await;
+    let (lone_stub, lone_node) = node_views(&lone).await;
+
+    assert_eq!(fields(&lone_stub), fields(&member_stub));
+    assert_eq!(fields(&lone_node), fields(&member_node));
+    // Same config but the cluster block: the same drivers, volumes and attributes.
+    for key in ["Drivers", "HostVolumes", "NodeResources", "Attributes"] {
+        assert_eq!(
+            fields(&lone_node[key]),
+            fields(&member_node[key]),
+            "{key}: {} against {}",
+            lone_node[key],
+            member_node[key]
+        );
+    }
+    assert_eq!(lone_node["Name"], "lone");
+    assert_eq!(member_node["Name"], "member");
+    // The same rules: raw_exec, which the operator did not enable, is detected and
+    // unhealthy on both; mock, enabled, is healthy on both.
+    for node in [&lone_node, &member_node] {
+        assert_eq!(node["Drivers"]["raw_exec"]["Healthy"], false, "{node}");
+        assert_eq!(node["Drivers"]["mock"]["Healthy"], true, "{node}");
+        assert_eq!(
+            fields(&node["Drivers"]["exec"]),
+            fields(&member_node["Drivers"]["exec"])
+        );
+        let scratch = &node["HostVolumes"]["scratch"];
+        assert!(
+            scratch["Path"].as_str().unwrap().ends_with("/scratch"),
+            "{scratch}"
+        );
+        assert_eq!(scratch["ReadOnly"], false);
+        assert!(node["NodeResources"]["Memory"]["MemoryMB"].as_u64().unwrap() > 0);
+    }
+}

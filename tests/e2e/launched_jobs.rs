@@ -288,3 +288,62 @@ async fn a_forced_periodic_launch_runs_now_whatever_the_schedule() {
         ClientStatus::Complete
     );
 }
+
+/// A lone agent that was down when a launch was due makes it once it is back (within a
+/// minute), once, named by its scheduled time: the cluster's rule
+/// (`cluster::scheduler::periodic::due`), where a lone agent used to skip it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launch_missed_while_the_agent_was_down_is_made_once_it_is_back() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    // Once a minute, at a second a few seconds from now.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let due = now + 6;
+    let jobspec = agent.path().join("minutely.nomad.hcl");
+    std::fs::write(
+        &jobspec,
+        TICK.replace(
+            "\"* * * * * * *\"",
+            &format!("\"{} * * * * * *\"", due % 60),
+        )
+        .replace("job \"tick\"", "job \"minutely\""),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    agent.kill9();
+    // Down across the launch time.
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        < due + 2
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    agent.start().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while launched(&agent).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the missed launch was not made\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(launched(&agent).await, [format!("minutely/periodic-{due}")]);
+}
+
+/// The children `minutely` launched.
+async fn launched(agent: &AgentProcess) -> Vec<String> {
+    let jobs: Vec<JobStatus> = agent
+        .client()
+        .get("/v1/berth/jobs?prefix=minutely%2Fperiodic-")
+        .await
+        .unwrap();
+    jobs.into_iter().map(|job| job.id).collect()
+}

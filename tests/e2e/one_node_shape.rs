@@ -68,6 +68,11 @@ async fn a_lone_agent_and_a_cluster_member_show_their_node_in_one_shape() {
             "{scratch}"
         );
         assert_eq!(scratch["ReadOnly"], false);
-        assert!(node["NodeResources"]["Memory"]["MemoryMB"].as_u64().unwrap() > 0);
+        assert!(
+            node["NodeResources"]["Memory"]["MemoryMB"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
     }
 }

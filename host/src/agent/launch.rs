@@ -8,12 +8,12 @@
 //! was launched with ([`ChildOf`]), so a restarted agent rebuilds it exactly and a
 //! parent submitted again does not change the children already running.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use base64::Engine as _;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use super::{Agent, JobAction, LookupError, SubmitError, Submitted, Submitter, now_ms};
 use crate::jobspec::{Job, MAX_DISPATCH_PAYLOAD, PayloadRule};
@@ -96,8 +96,14 @@ impl Agent {
             payload: payload.map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
         };
         let suffix = format!("{:08x}", random_u32());
-        self.launch_child(&launcher, "dispatch", Some(&suffix), child)
-            .await
+        self.launch_child(
+            &launcher,
+            "dispatch",
+            Some(&suffix),
+            child,
+            Utc::now().timestamp(),
+        )
+        .await
     }
 
     /// Launches a child of the periodic job `parent` now, whatever its schedule says (and
@@ -115,8 +121,32 @@ impl Agent {
                 "job {parent:?} is not periodic: only a job with a periodic block is forced"
             )));
         }
-        self.launch_child(&launcher, "periodic", None, periodic_child(parent))
-            .await
+        self.launch_child(
+            &launcher,
+            "periodic",
+            None,
+            periodic_child(parent),
+            Utc::now().timestamp(),
+        )
+        .await
+    }
+
+    /// Launches the child of the periodic job `parent` its schedule made due at
+    /// `launched` (unix seconds, which name it), as the operator: the agent's own launch.
+    async fn launch_scheduled(
+        &self,
+        parent: &str,
+        launched: i64,
+    ) -> Result<Submitted, SubmitError> {
+        let launcher = self.launcher(parent).await?;
+        self.launch_child(
+            &launcher,
+            "periodic",
+            None,
+            periodic_child(parent),
+            launched,
+        )
+        .await
     }
 
     /// The running (not stopped) job `id`, to launch from: this agent's, or in a
@@ -174,13 +204,13 @@ impl Agent {
         kind: &str,
         suffix: Option<&str>,
         child: ChildOf,
+        launched: i64,
     ) -> Result<Submitted, SubmitError> {
         let name = &parent.job.name;
         // The parent's lock first (the order every path takes): a purge, stop or resubmit
         // of the parent waits for this launch, or this launch sees it and refuses.
         let _parent = self.job_locks.lock(name).await;
         let _one_at_a_time = self.submitting.lock().await;
-        let launched = Utc::now().timestamp();
         let base = match suffix {
             Some(suffix) => format!("{name}/{kind}-{launched}-{suffix}"),
             None => format!("{name}/{kind}-{launched}"),
@@ -270,15 +300,24 @@ impl Agent {
             .any(|a| a.runner.job.name.starts_with(&prefix) && !*a.finished.borrow())
     }
 
-    /// The periodic jobs that launch: (id, job), running and enabled.
-    fn periodic_jobs(&self) -> Vec<(String, Arc<Job>)> {
-        self.jobs
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|e| !e.record.stopped)
-            .filter(|e| e.job.periodic.as_ref().is_some_and(|p| p.enabled))
-            .map(|e| (e.record.id.clone(), e.job.clone()))
+    /// The periodic jobs that launch, running and enabled: (id, schedule, last launch or
+    /// submission in ms).
+    fn periodic_jobs(&self) -> Vec<(String, crate::jobspec::Periodic, u64)> {
+        let jobs = self.jobs.lock().unwrap();
+        jobs.values()
+            .filter(|e| !e.record.stopped && e.record.child_of.is_none())
+            .filter_map(|e| {
+                let periodic = e.job.periodic.as_ref().filter(|p| p.enabled)?;
+                let prefix = format!("{}/periodic-", e.record.id);
+                let last_ms = jobs
+                    .range(prefix.clone()..)
+                    .take_while(|(id, _)| id.starts_with(&prefix))
+                    .map(|(_, child)| child.record.submitted_ms)
+                    .chain([e.record.submitted_ms])
+                    .max()
+                    .unwrap_or(0);
+                Some((e.record.id.clone(), periodic.clone(), last_ms))
+            })
             .collect()
     }
 }
@@ -356,10 +395,10 @@ fn random_u32() -> u32 {
 }
 
 /// Launches the periodic jobs' children on their schedules for as long as the agent
-/// lives (an agent on its own; in a cluster the scheduler does). Each job's next launch
-/// is computed from when the job was first seen (or last launched); a job submitted
-/// again starts a new schedule. Launches missed while the agent was down are not made
-/// up.
+/// lives (an agent on its own; in a cluster the scheduler does), by the cluster's rule
+/// (`cluster::scheduler::periodic::due`): each job's next launch follows its last one
+/// (or its submission), so a restarted agent makes the launch it missed within the
+/// window, once, as a new cluster scheduler (and Nomad's new leader) does.
 pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
     if agent.cluster.is_some() {
         // The cluster's scheduler launches them (`cluster/scheduler/periodic.rs`).
@@ -367,57 +406,35 @@ pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
     }
     let agent: Weak<Agent> = Arc::downgrade(agent);
     tokio::spawn(async move {
-        // By job id: the version scheduled, and its next launch.
-        let mut schedule: HashMap<String, (Arc<Job>, DateTime<Utc>)> = HashMap::new();
         loop {
             let Some(live) = agent.upgrade() else {
                 return;
             };
-            let now = Utc::now();
-            let jobs = live.periodic_jobs();
-            schedule.retain(|id, (job, _)| {
-                jobs.iter()
-                    .any(|(other, version)| other == id && Arc::ptr_eq(version, job))
-            });
-            let mut due = Vec::new();
-            for (id, job) in jobs {
-                let Some(periodic) = &job.periodic else {
+            let now = now_ms();
+            let mut wake: Option<u64> = None;
+            for (id, periodic, last_ms) in live.periodic_jobs() {
+                let (launch, next) =
+                    crate::cluster::scheduler::periodic::due(&periodic, last_ms, now);
+                if let Some(next) = next {
+                    wake = Some(wake.map_or(next, |w| w.min(next)));
+                }
+                let Some(at_ms) = launch else {
                     continue;
                 };
-                let entry = match schedule.get(&id) {
-                    Some(entry) => entry.clone(),
-                    // A schedule with no next time (past its years) is kept as never, so
-                    // its crons are not searched again every turn.
-                    None => (
-                        job.clone(),
-                        periodic.next_after(now).unwrap_or(DateTime::<Utc>::MAX_UTC),
-                    ),
-                };
-                if entry.1 <= now {
-                    due.push((id.clone(), periodic.prohibit_overlap));
-                    match periodic.next_after(now) {
-                        Some(next) => schedule.insert(id, (job.clone(), next)),
-                        None => schedule.remove(&id),
-                    };
-                } else {
-                    schedule.insert(id, entry);
-                }
-            }
-            for (id, prohibit_overlap) in due {
-                if prohibit_overlap && live.periodic_child_running(&id) {
-                    tracing::info!(job = %id,
+                if periodic.prohibit_overlap && live.periodic_child_running(&id) {
+                    tracing::debug!(job = %id,
                         "skipping a periodic launch: the last one still runs (prohibit_overlap)");
                     continue;
                 }
-                if let Err(error) = live.force_periodic(&Submitter::Operator, &id).await {
+                let launched_at = i64::try_from(at_ms / 1000).unwrap_or(i64::MAX);
+                if let Err(error) = live.launch_scheduled(&id, launched_at).await {
                     tracing::error!(job = %id, %error, "launching a periodic job");
                 }
             }
-            let next = schedule.values().map(|(_, at)| *at).min();
             drop(live);
             // At most a second, so a newly submitted periodic job is picked up.
-            let wait = next
-                .and_then(|at| (at - Utc::now()).to_std().ok())
+            let wait = wake
+                .map(|at| Duration::from_millis(at.saturating_sub(now_ms())))
                 .unwrap_or(Duration::ZERO)
                 .min(Duration::from_secs(1));
             tokio::time::sleep(wait.max(Duration::from_millis(20))).await;

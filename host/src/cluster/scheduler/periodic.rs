@@ -43,7 +43,7 @@ pub(super) fn launches(
     jobs: &Jobs<'_>,
     now_ms: u64,
 ) -> (Vec<Launch>, Option<u64>) {
-    let mut due = Vec::new();
+    let mut launches = Vec::new();
     let mut next_ms: Option<u64> = None;
     for (id, (record, _, parsed)) in jobs {
         let Some(periodic) = parsed.as_ref().and_then(|job| job.periodic.as_ref()) else {
@@ -68,35 +68,52 @@ pub(super) fn launches(
             .chain([record.submitted_ms])
             .max()
             .unwrap_or(0);
-        let from_ms = last_ms.max(now_ms.saturating_sub(LAUNCH_WINDOW_MS));
-        let Some(first_ms) = next_after(periodic, from_ms) else {
+        let (launch, wake) = due(periodic, last_ms, now_ms);
+        if let Some(wake) = wake {
+            next_ms = Some(next_ms.map_or(wake, |n| n.min(wake)));
+        }
+        let Some(at_ms) = launch else {
             continue;
         };
-        if first_ms > now_ms {
-            next_ms = Some(next_ms.map_or(first_ms, |n| n.min(first_ms)));
-            continue;
-        }
-        // The latest launch time due: one launch makes up for those missed before it
-        // (at most one a second within the window, so the walk is short).
-        let mut at_ms = first_ms;
-        while let Some(later) = next_after(periodic, at_ms).filter(|later| *later <= now_ms) {
-            at_ms = later;
-        }
         if periodic.prohibit_overlap && children.iter().any(|child| running(snapshot, child)) {
             tracing::debug!(job = %id,
                 "skipping a periodic launch: the last one still runs (prohibit_overlap)");
         } else {
-            due.push(Launch {
+            launches.push(Launch {
                 parent: id.to_string(),
                 at_ms,
             });
         }
-        // The one after, to wake for (a skipped launch is not tried again).
-        if let Some(after) = next_after(periodic, now_ms) {
-            next_ms = Some(next_ms.map_or(after, |n| n.min(after)));
-        }
     }
-    (due, next_ms)
+    (launches, next_ms)
+}
+
+/// A periodic job's launch due at `now_ms`, and when to look again: the one rule of both
+/// planes (the cluster's scheduler, and a lone agent's launcher). `last_ms` is its last
+/// launch (scheduled or forced) or its submission. The launch due is the latest of the
+/// schedule's times since then and within [`LAUNCH_WINDOW_MS`]: one launch makes up
+/// for those missed before it (a restarted agent, a newly elected scheduler), and none
+/// is made for a long outage. When one is due, the time to look again is the schedule's
+/// next after now; when none is, its next after `last_ms`.
+pub fn due(
+    periodic: &crate::jobspec::Periodic,
+    last_ms: u64,
+    now_ms: u64,
+) -> (Option<u64>, Option<u64>) {
+    let from_ms = last_ms.max(now_ms.saturating_sub(LAUNCH_WINDOW_MS));
+    let Some(first_ms) = next_after(periodic, from_ms) else {
+        return (None, None);
+    };
+    if first_ms > now_ms {
+        return (None, Some(first_ms));
+    }
+    // The latest launch time due (at most one a second within the window, so the walk
+    // is short).
+    let mut at_ms = first_ms;
+    while let Some(later) = next_after(periodic, at_ms).filter(|later| *later <= now_ms) {
+        at_ms = later;
+    }
+    (Some(at_ms), next_after(periodic, now_ms))
 }
 
 /// The schedule's first launch after `after_ms`, in ms, on a whole second (the cron

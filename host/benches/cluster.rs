@@ -321,6 +321,7 @@ fn main() {
                 child_of: None,
                 by_operator: false,
                 owner: None,
+                last_launch_ms: None,
             };
             let started = Instant::now();
             tokio::task::block_in_place(|| store.put_job_and_allocs(&record, &records).unwrap());

@@ -278,6 +278,15 @@ async fn only_a_jobs_owner_and_the_operator_stop_purge_replace_or_dispatch_it() 
     .await;
     still_running(&agent, "op-web").await;
     still_running(&agent, "a-web").await;
+    // Collecting the node's finished allocs (every owner's) is the operator's.
+    let (status, body) = call(port, "POST", "/v1/berth/system/gc", TEAM_B, "").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        error_text(&body).contains("token \"team-b\" may not collect"),
+        "{body}"
+    );
+    let collected: serde_json::Value = operator.post("/v1/berth/system/gc", &()).await.unwrap();
+    assert!(collected["collected"].is_array(), "{collected}");
 
     // The owner replaces and dispatches its jobs; a child is its parent's owner's.
     let (status, body) = call(port, "PUT", "/v1/job/a-web", TEAM_A, &nomad_job("a-web")).await;

@@ -347,3 +347,43 @@ async fn launched(agent: &AgentProcess) -> Vec<String> {
         .unwrap();
     jobs.into_iter().map(|job| job.id).collect()
 }
+
+/// A launch is made once, however soon its child is collected: the last launch is kept
+/// in the periodic job's own record, not read back from children the collector forgets
+/// (an attack review saw one minute's launch made 31 times with `gc { interval = "2s"
+/// max_allocs = 0 }`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launch_is_made_once_however_soon_its_child_is_collected() {
+    let mut agent = AgentProcess::with_config("gc {\n  interval = \"1s\"\n  max_allocs = 0\n}\n");
+    agent.start().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let due = now + 3;
+    let jobspec = agent.path().join("quick.nomad.hcl");
+    std::fs::write(
+        &jobspec,
+        TICK.replace("\"* * * * * * *\"", &format!("\"{} * * * * * *\"", due % 60))
+            .replace("job \"tick\"", "job \"quick\"")
+            .replace("args    = [\"1.5\"]", "args    = [\"0\"]"),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    // The launch, its child's end and several collections.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let output = agent.output();
+    let launches = output
+        .lines()
+        .filter(|l| l.contains("launched a child job") && l.contains("quick/periodic-"))
+        .count();
+    assert_eq!(launches, 1, "{output}");
+    // Its child was collected (its job forgotten), which is what made it due again.
+    let children: Vec<JobStatus> = agent
+        .client()
+        .get("/v1/berth/jobs?prefix=quick%2Fperiodic-")
+        .await
+        .unwrap();
+    assert!(children.is_empty(), "its child was never collected: {children:?}");
+}

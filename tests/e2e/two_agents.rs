@@ -49,10 +49,12 @@ async fn agent_named(name: &str, datacenter: &str) -> NamedAgent {
     NamedAgent { agent, dir }
 }
 
-/// A job only the node named `node` may run.
+/// A job only the node named `node` may run (a batch job, done at once: nothing of it is
+/// still starting when the test's agents are dropped).
 fn job_for(node: &str) -> String {
     format!(
         r#"job "only-{node}" {{
+  type = "batch"
   constraint {{
     attribute = "${{node.unique.name}}"
     value     = "{node}"
@@ -61,7 +63,7 @@ fn job_for(node: &str) -> String {
     task "t" {{
       driver = "mock"
       config {{
-        run_for = "1h"
+        run_for = "0s"
       }}
     }}
   }}
@@ -82,10 +84,17 @@ async fn two_agents_in_one_process_keep_their_own_names() {
     // Each node runs the job meant for it, and refuses the other's naming its own name.
     for (here, there) in [(&left, "right"), (&right, "left")] {
         let own = here.agent.facts()["node.unique.name"].clone();
-        here.agent
+        let submitted = here
+            .agent
             .submit("own.hcl", &job_for(&own))
             .await
             .unwrap_or_else(|e| panic!("{own} refused its own job: {e}"));
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            here.agent.wait_job(&submitted.job_id),
+        )
+        .await
+        .expect("the job finished");
         let refused = here
             .agent
             .submit("other.hcl", &job_for(there))

@@ -493,6 +493,7 @@ impl Agent {
             child_of: cluster_job.child_of.clone(),
             by_operator: job.submitted_by_operator,
             owner: cluster_job.owner.clone(),
+            last_launch_ms: None,
         };
         self.node
             .store

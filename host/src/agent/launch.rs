@@ -121,14 +121,19 @@ impl Agent {
                 "job {parent:?} is not periodic: only a job with a periodic block is forced"
             )));
         }
-        self.launch_child(
-            &launcher,
-            "periodic",
-            None,
-            periodic_child(parent),
-            Utc::now().timestamp(),
-        )
-        .await
+        let launched = self
+            .launch_child(
+                &launcher,
+                "periodic",
+                None,
+                periodic_child(parent),
+                Utc::now().timestamp(),
+            )
+            .await?;
+        if self.cluster.is_none() {
+            self.record_last_launch(parent, now_ms()).await;
+        }
+        Ok(launched)
     }
 
     /// Launches the child of the periodic job `parent` its schedule made due at
@@ -139,6 +144,12 @@ impl Agent {
         launched: i64,
     ) -> Result<Submitted, SubmitError> {
         let launcher = self.launcher(parent).await?;
+        // Submitted again since the launcher looked, without a schedule now.
+        if !launcher.job.periodic.as_ref().is_some_and(|p| p.enabled) {
+            return Err(SubmitError::Refused(format!(
+                "job {parent:?} no longer launches on a schedule"
+            )));
+        }
         self.launch_child(
             &launcher,
             "periodic",
@@ -147,6 +158,29 @@ impl Agent {
             launched,
         )
         .await
+    }
+
+    /// Keeps `at_ms` as the periodic job `parent`'s last launch, in its own record: what
+    /// its next launch follows, whatever the collector forgets of its children. Under
+    /// the job's lock, which a submit holds from writing its record to keeping it: the
+    /// record written here is never an older version's.
+    async fn record_last_launch(&self, parent: &str, at_ms: u64) {
+        let _this_job = self.job_locks.lock(parent).await;
+        let mut jobs = self.jobs.lock().unwrap();
+        let Some(entry) = jobs.get_mut(parent) else {
+            return;
+        };
+        if entry
+            .record
+            .last_launch_ms
+            .is_some_and(|last| last >= at_ms)
+        {
+            return;
+        }
+        entry.record.last_launch_ms = Some(at_ms);
+        if let Err(error) = self.node.store.put_job(&entry.record) {
+            tracing::error!(job = %parent, %error, "recording a periodic job's last launch");
+        }
     }
 
     /// The running (not stopped) job `id`, to launch from: this agent's, or in a
@@ -279,6 +313,7 @@ impl Agent {
             child_of: Some(child),
             by_operator: false,
             owner: parent.owner.clone(),
+            last_launch_ms: None,
         };
         let alloc_ids = self.record_and_place(record, job)?;
         tracing::info!(job = %name, child = %id, "launched a child job");
@@ -314,6 +349,7 @@ impl Agent {
                     .take_while(|(id, _)| id.starts_with(&prefix))
                     .map(|(_, child)| child.record.submitted_ms)
                     .chain([e.record.submitted_ms])
+                    .chain(e.record.last_launch_ms)
                     .max()
                     .unwrap_or(0);
                 Some((e.record.id.clone(), periodic.clone(), last_ms))
@@ -430,6 +466,9 @@ pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
                 if let Err(error) = live.launch_scheduled(&id, launched_at).await {
                     tracing::error!(job = %id, %error, "launching a periodic job");
                 }
+                // Made or failed, this time is done: not made again when its child is
+                // collected, nor tried again every second while it fails.
+                live.record_last_launch(&id, at_ms).await;
             }
             drop(live);
             // At most a second, so a newly submitted periodic job is picked up.

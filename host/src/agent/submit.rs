@@ -181,6 +181,7 @@ impl Agent {
             child_of: None,
             by_operator: job.submitted_by_operator,
             owner,
+            last_launch_ms: None,
         };
         let job = Arc::new(job);
         // A periodic or parameterized job places nothing itself: its children do.

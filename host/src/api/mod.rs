@@ -450,12 +450,31 @@ pub struct Collected {
     pub jobs: Vec<String>,
 }
 
-async fn system_gc(State(agent): State<Arc<Agent>>) -> Json<Collected> {
+/// The operator's (and a `-dev` agent's): collecting forgets every job's finished
+/// allocs, which a token's holder may not decide for other owners' jobs (Nomad's
+/// `PUT /v1/system/gc` needs a management token).
+async fn system_gc(
+    State(agent): State<Arc<Agent>>,
+    submitter: Option<axum::Extension<Submitter>>,
+) -> Reply<Collected> {
+    if let Some(axum::Extension(Submitter::Token { name, .. })) = submitter {
+        return Err(Failure(
+            StatusCode::FORBIDDEN,
+            ApiError {
+                error: format!(
+                    "Permission denied: token {name:?} may not collect the node's finished \
+                     allocs; POST /v1/berth/system/gc is the operator's (the agent's Unix \
+                     socket)"
+                ),
+                problems: Vec::new(),
+            },
+        ));
+    }
     let garbage = agent.collect_garbage();
-    Json(Collected {
+    Ok(Json(Collected {
         collected: garbage.allocs,
         jobs: garbage.jobs,
-    })
+    }))
 }
 
 async fn list_services(State(agent): State<Arc<Agent>>) -> Json<crate::consul::ServicesStatus> {

@@ -394,11 +394,15 @@ pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskErr
         ));
     }
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let image_path = canonical(image);
     // Its loop device, read while the image is still mounted (after, the directory is
-    // on the data dir's own device).
+    // on the data dir's own device), and trusted only if the kernel says it holds this
+    // image: a mount stacked on the root (a tmpfs, say) would name its own device, and
+    // the image would be taken for let go while still mounted below.
     let device = is_filesystem_root(root)
         .then(|| mount::loop_fs::device_of(root))
-        .flatten();
+        .flatten()
+        .filter(|device| device.is_backing(&image_path));
     // Not lazily: a filesystem something still holds (a process of another job or of
     // the host that kept a file or a directory of it) would live on, writable, after its
     // image left the count of what images promise. It stays, and is tried again.
@@ -410,12 +414,11 @@ pub fn release(data_dir: &Path, image: &Path, root: &Path) -> Result<(), DiskErr
     })?;
     // Unmounted here, the filesystem may live on in another mount namespace that holds
     // a copy; its loop device lets go of the image once it is gone everywhere.
-    let image_path = canonical(image);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     let still_attached = || match device {
         Some(device) => device.is_backing(&image_path),
-        // Unmounted already (by an agent that died before removing the image): any
-        // device may hold it.
+        // Unmounted already (by an agent that died before removing the image), or under
+        // another mount: any device may hold it.
         None => mount::loop_fs::is_backing(&image_path),
     };
     while still_attached() {
@@ -624,6 +627,31 @@ mod tests {
         assert!(image.exists() && is_filesystem_root(&root));
         assert!(promised_bytes(image.parent().unwrap()).0 > 10 * MIB);
         drop(held);
+        release(data.path(), &image, &root).unwrap();
+        assert!(!image.exists() && !is_filesystem_root(&root));
+    }
+
+    /// A mount stacked on the alloc's root (a tmpfs here) names its own device: the
+    /// release does not take the image for let go while it is still mounted below, and
+    /// keeps it until it is (an attack review saw it unlinked while mounted).
+    #[test]
+    fn an_image_under_another_mount_is_not_removed_while_mounted() {
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().join("allocs/a1");
+        let image = data.path().join("alloc-disks/a1.ext4");
+        let _unmount = Unmount(root.clone());
+        limit(data.path(), &image, &root, 10 * MIB, 2560).unwrap();
+        let stacked = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "stacked"])
+            .arg(&root)
+            .status()
+            .unwrap();
+        assert!(stacked.success());
+        let error = release(data.path(), &image, &root).unwrap_err();
+        assert!(matches!(error, DiskError::Held { .. }), "{error}");
+        assert!(image.exists(), "the image was removed while mounted");
+        assert!(mount::loop_fs::is_backing(&image.canonicalize().unwrap()));
+        // The stacked mount is gone now, the image's filesystem on top: let go.
         release(data.path(), &image, &root).unwrap();
         assert!(!image.exists() && !is_filesystem_root(&root));
     }

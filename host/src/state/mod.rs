@@ -121,6 +121,11 @@ pub struct JobRecord {
     /// berth kept owners).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A periodic job's last scheduled launch (ms since the epoch), kept in its own
+    /// record: its children's records, which the collector forgets, cannot say it (the
+    /// same launch was made again each time its child was collected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_launch_ms: Option<u64>,
 }
 
 /// What a child job was launched from and with; its source is its parent's at launch.

@@ -59,6 +59,8 @@ fn node(index: usize) -> NodeRecord {
         drain: false,
         cpu_mhz: 64_000,
         memory_mb: 256 * 1024,
+        disk_mb: 0,
+        reserved: Default::default(),
         registered_ms: 0,
     }
 }

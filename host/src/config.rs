@@ -160,6 +160,9 @@ pub struct AgentConfig {
     /// [`DEFAULT_MAX_KILL_TIMEOUT`].
     pub max_kill_timeout: Option<std::time::Duration>,
     pub gc: GcSettings,
+    /// `reserved { cpu, memory, disk }`: what the node keeps for itself, out of what
+    /// allocs are placed against (Nomad's client `reserved`).
+    pub reserved: Reserved,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
@@ -277,6 +280,8 @@ pub struct ConsulTokenError {
     pub path: PathBuf,
     pub source: std::io::Error,
 }
+
+pub use crate::model::limits::Reserved;
 
 /// Garbage collection of finished allocs, in Nomad's client's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -507,6 +512,7 @@ impl AgentConfig {
                 "ephemeral_disk_inodes_per_mb",
                 "max_kill_timeout",
                 "gc",
+                "reserved",
                 "consul",
                 "user",
                 "name",
@@ -661,6 +667,27 @@ impl AgentConfig {
             }
             None => GcSettings::default(),
         };
+        let reserved = match fields.single_block("reserved", &mut problems) {
+            Some(block) => {
+                let mut settings = Fields::new(
+                    &block.body,
+                    "config.reserved".into(),
+                    block.at,
+                    &["cpu", "memory", "disk"],
+                );
+                // Bounds far past any node: the start checks them against this one.
+                let reserved = Reserved {
+                    cpu_mhz: settings.number("cpu", 1 << 40, &mut problems).unwrap_or(0),
+                    memory_mb: settings
+                        .number("memory", 1 << 40, &mut problems)
+                        .unwrap_or(0),
+                    disk_mb: settings.number("disk", 1 << 40, &mut problems).unwrap_or(0),
+                };
+                settings.finish(&mut problems);
+                reserved
+            }
+            None => Reserved::default(),
+        };
         let max_plugin_instances = fields
             .number("max_plugin_instances", 65_536, &mut problems)
             .map(|n| n.max(16) as u32);
@@ -748,6 +775,7 @@ impl AgentConfig {
             ephemeral_disk_inodes_per_mb,
             max_kill_timeout,
             gc,
+            reserved,
             consul,
             users,
         })
@@ -1519,6 +1547,26 @@ mod tests {
                 allow_setuid: false,
             })
         );
+    }
+
+    #[test]
+    fn parses_what_the_node_reserves() {
+        let config = AgentConfig::parse(
+            "agent.hcl",
+            "reserved {\n  cpu = 500\n  memory = 512\n  disk = 1024\n}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.reserved,
+            Reserved {
+                cpu_mhz: 500,
+                memory_mb: 512,
+                disk_mb: 1024,
+            }
+        );
+        assert_eq!(AgentConfig::default().reserved, Reserved::default());
+        let error = AgentConfig::parse("agent.hcl", "reserved {\n  cores = 2\n}\n").unwrap_err();
+        assert!(error.to_string().contains("cores"), "{error}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! One node shape on both planes: a lone agent describes itself as the record a cluster
 //! member registers, so `GET /v1/nodes` and `GET /v1/node/:id` answer with the same
 //! fields, and the same rules (a driver the operator left off is unhealthy, a host
-//! volume has its path), whichever plane answers.
+//! volume has its path, what the node reserves is shown),
+//! whichever plane answers.
 
 use std::collections::BTreeSet;
 
@@ -9,7 +10,6 @@ use berth::cluster::testing::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;
-use crate::cluster::member;
 
 /// The field names of a JSON object.
 fn fields(value: &Value) -> BTreeSet<String> {
@@ -20,6 +20,9 @@ fn fields(value: &Value) -> BTreeSet<String> {
         .cloned()
         .collect()
 }
+
+/// What both nodes keep for themselves.
+const RESERVED: &str = "reserved {\n  cpu = 100\n  memory = 64\n  disk = 32\n}\n";
 
 async fn node_views(agent: &AgentProcess) -> (Value, Value) {
     let listed: Value = agent.client().get("/v1/nodes").await.unwrap();
@@ -32,8 +35,14 @@ async fn node_views(agent: &AgentProcess) -> (Value, Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lone_agent_and_a_cluster_member_show_their_node_in_one_shape() {
     let etcd = EtcdServer::start();
-    let mut clustered = member(&etcd, "member");
-    let mut lone = AgentProcess::production(|_, _| "name = \"lone\"\n".into());
+    let endpoint = etcd.endpoint();
+    let mut clustered = AgentProcess::production(move |_, _| {
+        format!(
+            "name = \"member\"\n{RESERVED}cluster {{\n  store = \"etcd\"\n  endpoints = \
+             [\"{endpoint}\"]\n  prefix = \"/e2e-shape\"\n}}\n"
+        )
+    });
+    let mut lone = AgentProcess::production(|_, _| format!("name = \"lone\"\n{RESERVED}"));
     clustered.start().await;
     lone.start().await;
     let (member_stub, member_node) = node_views(&clustered).await;
@@ -75,4 +84,34 @@ async fn a_lone_agent_and_a_cluster_member_show_their_node_in_one_shape() {
                 > 0
         );
     }
+}
+
+/// A `reserved` block that keeps all the node has is refused at start, saying what
+/// the node has.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reserved_block_larger_than_the_node_is_refused_at_start() {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-e2e-reserved")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let config =
+        berth::config::AgentConfig::parse("agent.hcl", "reserved {\n  memory = 100000000\n}\n")
+            .unwrap();
+    let started = berth::agent::Agent::start(berth::agent::AgentOptions {
+        data_dir: dir.path().to_path_buf(),
+        config,
+        drivers: Default::default(),
+        hooks: Default::default(),
+        state: berth::agent::StateLocation::Memory,
+    })
+    .await;
+    let Err(error) = started else {
+        panic!("an agent reserving 100 TB of memory started");
+    };
+    let text = error.to_string();
+    assert!(
+        text.starts_with("reserved { memory = 100000000 } keeps all this node has: it has ")
+            && text.contains("MB of memory in all"),
+        "{text}"
+    );
 }

@@ -35,7 +35,13 @@ pub(super) fn join(
     if !data_dir.join("cluster-id").exists() {
         refuse_if_running_alone(store)?;
     }
-    let record = node_record(crate::cluster::node_id(data_dir)?, config, drivers, facts);
+    let record = node_record(
+        crate::cluster::node_id(data_dir)?,
+        data_dir,
+        config,
+        drivers,
+        facts,
+    );
     let cluster = Cluster::join(&config.cluster, data_dir, record)?;
     tracing::info!(
         cluster = %cluster.cluster_id(),
@@ -114,6 +120,7 @@ pub(super) fn spawn_revision_follower(
 /// What this node is and has, as the cluster's scheduler and `node status` see it.
 pub fn node_record(
     id: String,
+    data_dir: &std::path::Path,
     config: &AgentConfig,
     drivers: &DriverSet,
     facts: &crate::node::Facts,
@@ -163,24 +170,12 @@ pub fn node_record(
             .collect(),
         eligibility: "eligible".into(),
         drain: false,
-        cpu_mhz: cores * cpu_mhz_per_core(),
+        cpu_mhz: cores * super::capacity::cpu_mhz_per_core(),
         memory_mb,
+        disk_mb: super::capacity::data_dir_disk_mb(data_dir),
+        reserved: config.reserved,
         registered_ms: super::now_ms(),
     }
-}
-
-/// A core's speed as `/proc/cpuinfo` gives it (Nomad's fingerprint reads the same),
-/// 1000 MHz when it does not say.
-fn cpu_mhz_per_core() -> u64 {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("cpu MHz"))
-                .and_then(|l| l.split(':').nth(1))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .map_or(1000, |mhz| mhz as u64)
 }
 
 /// The most of a jobspec's source a cluster keeps for one job (etcd refuses a value

@@ -11,10 +11,12 @@
 //! recovers them through their drivers.
 
 pub mod api_places;
+pub mod capacity;
 pub mod cluster;
 mod csi_calls;
 pub mod data_dir;
 mod dynamic_users;
+mod errors;
 pub mod event_hub;
 mod gc;
 pub mod index;
@@ -28,6 +30,7 @@ mod stop;
 mod submit;
 mod volumes;
 
+pub use errors::{LookupError, StartError, StopError, SubmitError};
 pub use owner::{JobAction, NotOwner, Submitter};
 pub use volumes::{Detached, VolumeError};
 
@@ -43,7 +46,7 @@ use crate::cluster::ClusterError;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{Job, JobType, JobspecError};
+use crate::jobspec::{Job, JobType};
 use crate::model::events::AllocEvent;
 use crate::model::status::{ClientStatus, DesiredStatus};
 use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
@@ -77,44 +80,6 @@ pub enum NoticeLevel {
     Info,
     Warning,
     Error,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    #[error("{0}")]
-    Invalid(JobspecError),
-    /// A dispatch or forced launch the job does not allow (what it lacks, in words).
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Lookup(#[from] LookupError),
-    #[error("recording the job: {0}")]
-    State(#[from] StateError),
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    /// The job is another token's (or the operator's).
-    #[error(transparent)]
-    NotOwner(#[from] NotOwner),
-}
-
-/// Why a job was not stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum StopError {
-    #[error(transparent)]
-    Lookup(#[from] LookupError),
-    #[error(transparent)]
-    NotOwner(#[from] NotOwner),
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LookupError {
-    #[error("no {kind} matches {id:?}")]
-    NotFound { kind: &'static str, id: String },
-    #[error("{id:?} matches several allocs ({}): give more of the id", matches.join(", "))]
-    Ambiguous { id: String, matches: Vec<String> },
-    /// The cluster store could not be asked (the job may well exist).
-    #[error(transparent)]
-    Cluster(ClusterError),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -214,17 +179,6 @@ struct AllocEntry {
     finished: watch::Receiver<bool>,
 }
 
-/// Why an agent could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    State(#[from] StateError),
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    #[error(transparent)]
-    Users(#[from] crate::process::dynamic_users::RangeError),
-}
-
 pub struct Agent {
     node: NodeContext,
     /// The cluster this agent is a member of, when configured.
@@ -277,6 +231,11 @@ impl Agent {
             path: options.data_dir.clone(),
             message: format!("the data dir: {e}"),
         })?;
+        // Checked against the data dir's own filesystem, now that it exists.
+        capacity::check_reserved(
+            options.config.reserved,
+            capacity::node_totals(&options.data_dir),
+        )?;
         let data_dir_lock = data_dir::lock(&options.data_dir).map_err(|e| StateError::Open {
             path: options.data_dir.clone(),
             message: e.to_string(),

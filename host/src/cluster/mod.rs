@@ -106,11 +106,18 @@ pub struct NodeRecord {
     /// Draining: allocs are moved off, new ones refused.
     #[serde(default)]
     pub drain: bool,
-    /// Total CPU (MHz) and memory (MiB) the node offers.
+    /// Total CPU (MHz), memory (MiB) and disk (MB, its data dir's filesystem; 0 in
+    /// records of an older berth: not counted) of the node; allocs are placed against
+    /// these less `reserved` ([`NodeRecord::available`]).
     #[serde(default)]
     pub cpu_mhz: u64,
     #[serde(default)]
     pub memory_mb: u64,
+    #[serde(default)]
+    pub disk_mb: u64,
+    /// What the operator keeps for the node itself (`reserved` in its config).
+    #[serde(default)]
+    pub reserved: crate::model::limits::Reserved,
     /// When the agent registered (ms since the epoch).
     #[serde(default)]
     pub registered_ms: u64,
@@ -121,6 +128,17 @@ pub struct NodeRecord {
 pub struct HostVolumePath {
     pub path: String,
     pub read_only: bool,
+}
+
+impl NodeRecord {
+    /// What allocs may be placed against: the node's totals less what it reserves.
+    pub fn available(&self) -> crate::model::limits::Reserved {
+        crate::model::limits::Reserved {
+            cpu_mhz: self.cpu_mhz.saturating_sub(self.reserved.cpu_mhz),
+            memory_mb: self.memory_mb.saturating_sub(self.reserved.memory_mb),
+            disk_mb: self.disk_mb.saturating_sub(self.reserved.disk_mb),
+        }
+    }
 }
 
 fn eligible() -> String {

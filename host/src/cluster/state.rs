@@ -166,6 +166,9 @@ pub struct Placement {
     pub node_id: String,
     pub cpu_mhz: u64,
     pub memory_mb: u64,
+    /// Its `ephemeral_disk` (MB); 0 in placements of an older berth.
+    #[serde(default)]
+    pub disk_mb: u64,
     /// Static ports the alloc holds on its node.
     #[serde(default)]
     pub static_ports: Vec<u16>,

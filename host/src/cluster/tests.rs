@@ -37,6 +37,8 @@ pub(super) fn node(name: &str) -> NodeRecord {
         drain: false,
         cpu_mhz: 1000,
         memory_mb: 1024,
+        disk_mb: 0,
+        reserved: Default::default(),
         registered_ms: 0,
     }
 }

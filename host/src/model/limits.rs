@@ -17,6 +17,19 @@ pub struct TaskLimits {
     pub restrict_devices: bool,
 }
 
+/// What a node keeps for itself (Nomad's client `reserved` block, the agent config's
+/// `reserved`): CPU in MHz, memory and disk in MB. Allocs are placed against the node's
+/// total less these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reserved {
+    #[serde(default)]
+    pub cpu_mhz: u64,
+    #[serde(default)]
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub disk_mb: u64,
+}
+
 /// Nomad's resources count memory in MB meaning MiB (`memory = 256` is 256 × 2^20 bytes).
 pub const MIB: u64 = 1 << 20;
 

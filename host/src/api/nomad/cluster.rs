@@ -90,7 +90,20 @@ pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
         fields.insert("HostVolumes".into(), json!(host_volumes));
         fields.insert(
             "NodeResources".into(),
-            json!({"Cpu": {"CpuShares": record.cpu_mhz}, "Memory": {"MemoryMB": record.memory_mb}}),
+            json!({
+                "Cpu": {"CpuShares": record.cpu_mhz},
+                "Memory": {"MemoryMB": record.memory_mb},
+                "Disk": {"DiskMB": record.disk_mb},
+            }),
+        );
+        let reserved = record.reserved;
+        fields.insert(
+            "ReservedResources".into(),
+            json!({
+                "Cpu": {"CpuShares": reserved.cpu_mhz},
+                "Memory": {"MemoryMB": reserved.memory_mb},
+                "Disk": {"DiskMB": reserved.disk_mb},
+            }),
         );
         fields.insert("CSINodePlugins".into(), json!({}));
         fields.insert("CSIControllerPlugins".into(), json!({}));
@@ -453,7 +466,13 @@ pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
         Some(cluster) => cluster.node_id().to_string(),
         None => ThisNode::of(agent).id,
     };
-    crate::agent::cluster::node_record(id, agent.config(), agent.drivers(), agent.facts())
+    crate::agent::cluster::node_record(
+        id,
+        agent.data_dir(),
+        agent.config(),
+        agent.drivers(),
+        agent.facts(),
+    )
 }
 
 async fn local_list_nodes(

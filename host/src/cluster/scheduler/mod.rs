@@ -83,6 +83,7 @@ struct Needs {
     csi_volumes: Vec<String>,
     cpu_mhz: u64,
     memory_mb: u64,
+    disk_mb: u64,
     static_ports: Vec<u16>,
 }
 
@@ -107,6 +108,7 @@ fn needs(group: &jobspec::Group) -> Needs {
             .iter()
             .map(|t| u64::from(t.resources.memory_mb))
             .sum(),
+        disk_mb: group.ephemeral_disk_mb,
         static_ports: group.ports.iter().filter_map(|p| p.number).collect(),
     }
 }
@@ -116,6 +118,7 @@ fn needs(group: &jobspec::Group) -> Needs {
 struct Usage {
     cpu_mhz: u64,
     memory_mb: u64,
+    disk_mb: u64,
     ports: BTreeSet<u16>,
     /// Allocs per `(job, group)`, for the anti-affinity penalty.
     per_group: BTreeMap<(String, String), u32>,
@@ -215,11 +218,16 @@ fn no_room(
     if distinct_hosts && collisions > 0 {
         return Some("constraint distinct_hosts".into());
     }
-    if usage.cpu_mhz + needs.cpu_mhz > record.cpu_mhz {
+    let available = record.available();
+    if usage.cpu_mhz + needs.cpu_mhz > available.cpu_mhz {
         return Some("cpu exhausted".into());
     }
-    if usage.memory_mb + needs.memory_mb > record.memory_mb {
+    if usage.memory_mb + needs.memory_mb > available.memory_mb {
         return Some("memory exhausted".into());
+    }
+    // A record of an older berth gave no disk size: disk is not counted there.
+    if record.disk_mb > 0 && usage.disk_mb + needs.disk_mb > available.disk_mb {
+        return Some("disk exhausted".into());
     }
     if let Some(port) = needs.static_ports.iter().find(|p| usage.ports.contains(p)) {
         return Some(format!("port {port} in use"));
@@ -236,8 +244,9 @@ fn binpack(node: &NodeView, usage: &Usage, needs: &Needs) -> f64 {
             1.0 - (used as f64 / total as f64).min(1.0)
         }
     };
-    let cpu = free(node.record.cpu_mhz, usage.cpu_mhz + needs.cpu_mhz);
-    let memory = free(node.record.memory_mb, usage.memory_mb + needs.memory_mb);
+    let available = node.record.available();
+    let cpu = free(available.cpu_mhz, usage.cpu_mhz + needs.cpu_mhz);
+    let memory = free(available.memory_mb, usage.memory_mb + needs.memory_mb);
     // Nomad: 20 - (10^free_cpu + 10^free_mem), normalised by 18.
     let score = 20.0 - (10f64.powf(cpu) + 10f64.powf(memory));
     (score / 18.0).clamp(0.0, 1.0)
@@ -370,6 +379,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         if !report.is_some_and(|r| r.client_status.is_terminal()) {
             entry.cpu_mhz += placement.cpu_mhz;
             entry.memory_mb += placement.memory_mb;
+            entry.disk_mb += placement.disk_mb;
             entry.ports.extend(placement.static_ports.iter().copied());
         }
         *entry
@@ -510,6 +520,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                     node_id: node.record.id.clone(),
                     cpu_mhz: needs.cpu_mhz,
                     memory_mb: needs.memory_mb,
+                    disk_mb: needs.disk_mb,
                     static_ports: needs.static_ports.clone(),
                     replaces,
                     placed_ms: now_ms,
@@ -531,6 +542,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
                 let entry = usage.entry(node.record.id.clone()).or_default();
                 entry.cpu_mhz += needs.cpu_mhz;
                 entry.memory_mb += needs.memory_mb;
+                entry.disk_mb += needs.disk_mb;
                 entry.ports.extend(needs.static_ports.iter().copied());
                 *entry.per_group.entry(group_key.clone()).or_default() += 1;
                 plan.place.push(placement);

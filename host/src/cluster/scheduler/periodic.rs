@@ -310,6 +310,7 @@ mod tests {
             node_id: "id-a".into(),
             cpu_mhz: 100,
             memory_mb: 300,
+            disk_mb: 0,
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: at_ms,

@@ -139,6 +139,7 @@ fn keep_or_stop(
         if !terminal {
             entry.cpu_mhz += placement.cpu_mhz;
             entry.memory_mb += placement.memory_mb;
+            entry.disk_mb += placement.disk_mb;
             entry.ports.extend(placement.static_ports.iter().copied());
         }
         *entry
@@ -201,6 +202,7 @@ fn place(
                     node_id: record.id.clone(),
                     cpu_mhz: needs.cpu_mhz,
                     memory_mb: needs.memory_mb,
+                    disk_mb: needs.disk_mb,
                     static_ports: needs.static_ports.clone(),
                     replaces: None,
                     placed_ms: now_ms,
@@ -209,6 +211,7 @@ fn place(
                 let entry = usage.entry(record.id.clone()).or_default();
                 entry.cpu_mhz += needs.cpu_mhz;
                 entry.memory_mb += needs.memory_mb;
+                entry.disk_mb += needs.disk_mb;
                 entry.ports.extend(needs.static_ports.iter().copied());
                 *entry
                     .per_group

@@ -26,6 +26,8 @@ pub(super) mod tests_support {
                 drain: false,
                 cpu_mhz,
                 memory_mb,
+                disk_mb: 0,
+                reserved: Default::default(),
                 registered_ms: 0,
             },
             status: "ready",
@@ -101,6 +103,44 @@ mod placement {
 
     fn plan_of(snapshot: &Snapshot) -> Plan {
         plan(snapshot, 1)
+    }
+
+    /// A node takes allocs against its totals less what it reserves, disk (its data
+    /// dir's filesystem, against `ephemeral_disk`) included, as Nomad places them.
+    #[test]
+    fn allocs_are_placed_against_what_the_node_does_not_reserve_disk_included() {
+        let mut roomy = node("a", 4000, 4096);
+        roomy.record.reserved.memory_mb = 3896;
+        let (mut web, version) = job("web", 3, "");
+        // Each alloc: 100 MHz, 100 MB memory, 300 MB disk.
+        web.source = web.source.replace(
+            "    task \"t\"",
+            "    ephemeral_disk {\n      size = 300\n    }\n    task \"t\"",
+        );
+        let plan = plan_of(&Snapshot {
+            jobs: vec![(web.clone(), version)],
+            nodes: vec![roomy],
+            ..Snapshot::default()
+        });
+        // 200 MB of memory left: two allocs of 100.
+        assert_eq!(plan.place.len(), 2, "{plan:#?}");
+        assert!(
+            plan.blocked[0].why.contains("memory exhausted"),
+            "{plan:#?}"
+        );
+
+        let mut small_disk = node("a", 4000, 4096);
+        small_disk.record.disk_mb = 1000;
+        small_disk.record.reserved.disk_mb = 300;
+        let plan = plan_of(&Snapshot {
+            jobs: vec![(web, version)],
+            nodes: vec![small_disk],
+            ..Snapshot::default()
+        });
+        // 700 MB of disk left: two allocs of 300.
+        assert_eq!(plan.place.len(), 2, "{plan:#?}");
+        assert!(plan.place.iter().all(|p| p.disk_mb == 300));
+        assert!(plan.blocked[0].why.contains("disk exhausted"), "{plan:#?}");
     }
 
     /// Constraints see meta merged down to them, job then group then task, on a
@@ -183,6 +223,7 @@ mod placement {
             node_id: format!("id-{node}"),
             cpu_mhz: 100,
             memory_mb: 100,
+            disk_mb: 0,
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: 0,
@@ -244,6 +285,7 @@ mod placement {
             node_id: "id-a".into(),
             cpu_mhz: 100,
             memory_mb: 100,
+            disk_mb: 0,
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: 0,
@@ -377,6 +419,7 @@ mod drain_tests {
             node_id: "id-a".into(),
             cpu_mhz: 100,
             memory_mb: 100,
+            disk_mb: 0,
             static_ports: Vec::new(),
             replaces: None,
             placed_ms: 0,

@@ -364,9 +364,12 @@ async fn a_launch_is_made_once_however_soon_its_child_is_collected() {
     let jobspec = agent.path().join("quick.nomad.hcl");
     std::fs::write(
         &jobspec,
-        TICK.replace("\"* * * * * * *\"", &format!("\"{} * * * * * *\"", due % 60))
-            .replace("job \"tick\"", "job \"quick\"")
-            .replace("args    = [\"1.5\"]", "args    = [\"0\"]"),
+        TICK.replace(
+            "\"* * * * * * *\"",
+            &format!("\"{} * * * * * *\"", due % 60),
+        )
+        .replace("job \"tick\"", "job \"quick\"")
+        .replace("args    = [\"1.5\"]", "args    = [\"0\"]"),
     )
     .unwrap();
     let (code, stdout, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
@@ -385,5 +388,8 @@ async fn a_launch_is_made_once_however_soon_its_child_is_collected() {
         .get("/v1/berth/jobs?prefix=quick%2Fperiodic-")
         .await
         .unwrap();
-    assert!(children.is_empty(), "its child was never collected: {children:?}");
+    assert!(
+        children.is_empty(),
+        "its child was never collected: {children:?}"
+    );
 }

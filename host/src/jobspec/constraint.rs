@@ -27,6 +27,10 @@ pub fn unmet<'a>(
 ) -> Vec<Unmet<'a>> {
     let mut found = Vec::new();
     let mut check = |constraints: &'a [Constraint], meta: &[&[(String, String)]]| {
+        // Most groups and tasks have none: the scheduler asks once per group and node.
+        if constraints.is_empty() {
+            return;
+        }
         let mut names = attributes.clone();
         for (key, value) in meta.iter().flat_map(|m| m.iter()) {
             names.insert(format!("meta.{key}"), value.clone());

@@ -162,7 +162,7 @@ pub struct AgentConfig {
     pub gc: GcSettings,
     /// `reserved { cpu, memory, disk }`: what the node keeps for itself, out of what
     /// allocs are placed against (Nomad's client `reserved`).
-    pub reserved: Reserved,
+    pub reserved: NodeResources,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
@@ -281,7 +281,7 @@ pub struct ConsulTokenError {
     pub source: std::io::Error,
 }
 
-pub use crate::model::limits::Reserved;
+pub use crate::model::limits::NodeResources;
 
 /// Garbage collection of finished allocs, in Nomad's client's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -676,7 +676,7 @@ impl AgentConfig {
                     &["cpu", "memory", "disk"],
                 );
                 // Bounds far past any node: the start checks them against this one.
-                let reserved = Reserved {
+                let reserved = NodeResources {
                     cpu_mhz: settings.number("cpu", 1 << 40, &mut problems).unwrap_or(0),
                     memory_mb: settings
                         .number("memory", 1 << 40, &mut problems)
@@ -686,7 +686,7 @@ impl AgentConfig {
                 settings.finish(&mut problems);
                 reserved
             }
-            None => Reserved::default(),
+            None => NodeResources::default(),
         };
         let max_plugin_instances = fields
             .number("max_plugin_instances", 65_536, &mut problems)
@@ -1558,13 +1558,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             config.reserved,
-            Reserved {
+            NodeResources {
                 cpu_mhz: 500,
                 memory_mb: 512,
                 disk_mb: 1024,
             }
         );
-        assert_eq!(AgentConfig::default().reserved, Reserved::default());
+        assert_eq!(AgentConfig::default().reserved, NodeResources::default());
         let error = AgentConfig::parse("agent.hcl", "reserved {\n  cores = 2\n}\n").unwrap_err();
         assert!(error.to_string().contains("cores"), "{error}");
     }

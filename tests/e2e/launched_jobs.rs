@@ -296,37 +296,15 @@ async fn a_forced_periodic_launch_runs_now_whatever_the_schedule() {
 async fn a_launch_missed_while_the_agent_was_down_is_made_once_it_is_back() {
     let mut agent = AgentProcess::new();
     agent.start().await;
-    // Once a minute, at a second a few seconds from now.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let due = now + 6;
-    let jobspec = agent.path().join("minutely.nomad.hcl");
-    std::fs::write(
-        &jobspec,
-        TICK.replace(
-            "\"* * * * * * *\"",
-            &format!("\"{} * * * * * *\"", due % 60),
-        )
-        .replace("job \"tick\"", "job \"minutely\""),
-    )
-    .unwrap();
-    let (code, stdout, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    let due = run_once_a_minute(&agent, "minutely", 6, "1.5");
     agent.kill9();
     // Down across the launch time.
-    while std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        < due + 2
-    {
+    while unix_now() < due + 2 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     agent.start().await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while launched(&agent).await.is_empty() {
+    while launched(&agent, "minutely").await.is_empty() {
         assert!(
             Instant::now() < deadline,
             "the missed launch was not made\n{}",
@@ -335,17 +313,46 @@ async fn a_launch_missed_while_the_agent_was_down_is_made_once_it_is_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(launched(&agent).await, [format!("minutely/periodic-{due}")]);
+    assert_eq!(
+        launched(&agent, "minutely").await,
+        [format!("minutely/periodic-{due}")]
+    );
 }
 
-/// The children `minutely` launched.
-async fn launched(agent: &AgentProcess) -> Vec<String> {
+/// The children `job` launched that are still recorded.
+async fn launched(agent: &AgentProcess, job: &str) -> Vec<String> {
     let jobs: Vec<JobStatus> = agent
         .client()
-        .get("/v1/berth/jobs?prefix=minutely%2Fperiodic-")
+        .get(&format!("/v1/berth/jobs?prefix={job}%2Fperiodic-"))
         .await
         .unwrap();
     jobs.into_iter().map(|job| job.id).collect()
+}
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Runs `TICK` as `name`, launched once a minute at the second `in_secs` from now, its
+/// task sleeping `sleep`; returns that launch's time (unix seconds).
+fn run_once_a_minute(agent: &AgentProcess, name: &str, in_secs: u64, sleep: &str) -> u64 {
+    let due = unix_now() + in_secs;
+    let jobspec = agent.path().join(format!("{name}.nomad.hcl"));
+    let source = TICK
+        .replace(
+            "\"* * * * * * *\"",
+            &format!("\"{} * * * * * *\"", due % 60),
+        )
+        .replace("job \"tick\"", &format!("job \"{name}\""))
+        .replace("args    = [\"1.5\"]", &format!("args    = [\"{sleep}\"]"));
+    std::fs::write(&jobspec, source).unwrap();
+    let (code, stdout, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    due
 }
 
 /// A launch is made once, however soon its child is collected: the last launch is kept
@@ -356,24 +363,7 @@ async fn launched(agent: &AgentProcess) -> Vec<String> {
 async fn a_launch_is_made_once_however_soon_its_child_is_collected() {
     let mut agent = AgentProcess::with_config("gc {\n  interval = \"1s\"\n  max_allocs = 0\n}\n");
     agent.start().await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let due = now + 3;
-    let jobspec = agent.path().join("quick.nomad.hcl");
-    std::fs::write(
-        &jobspec,
-        TICK.replace(
-            "\"* * * * * * *\"",
-            &format!("\"{} * * * * * *\"", due % 60),
-        )
-        .replace("job \"tick\"", "job \"quick\"")
-        .replace("args    = [\"1.5\"]", "args    = [\"0\"]"),
-    )
-    .unwrap();
-    let (code, stdout, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    run_once_a_minute(&agent, "quick", 3, "0");
     // The launch, its child's end and several collections.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let output = agent.output();
@@ -383,11 +373,7 @@ async fn a_launch_is_made_once_however_soon_its_child_is_collected() {
         .count();
     assert_eq!(launches, 1, "{output}");
     // Its child was collected (its job forgotten), which is what made it due again.
-    let children: Vec<JobStatus> = agent
-        .client()
-        .get("/v1/berth/jobs?prefix=quick%2Fperiodic-")
-        .await
-        .unwrap();
+    let children = launched(&agent, "quick").await;
     assert!(
         children.is_empty(),
         "its child was never collected: {children:?}"

@@ -3,7 +3,7 @@
 
 /// The size of the data dir's filesystem in MB, where allocs' disks live (0 when it
 /// cannot be read: then disk is not counted).
-pub fn data_dir_disk_mb(data_dir: &std::path::Path) -> u64 {
+fn data_dir_disk_mb(data_dir: &std::path::Path) -> u64 {
     rustix::fs::statvfs(data_dir).map_or(0, |stat| {
         stat.f_blocks.saturating_mul(stat.f_frsize) / crate::model::limits::MIB
     })
@@ -11,9 +11,9 @@ pub fn data_dir_disk_mb(data_dir: &std::path::Path) -> u64 {
 
 /// What the node has in all: CPU (MHz), memory and disk (MB), as a node record counts
 /// them.
-pub fn node_totals(data_dir: &std::path::Path) -> crate::model::limits::Reserved {
+pub fn node_totals(data_dir: &std::path::Path) -> crate::model::limits::NodeResources {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    crate::model::limits::Reserved {
+    crate::model::limits::NodeResources {
         cpu_mhz: cores * cpu_mhz_per_core(),
         memory_mb: crate::cgroup::node_memory()
             .map(|bytes| bytes / crate::model::limits::MIB)
@@ -40,8 +40,8 @@ pub struct ReservedTooLarge {
 /// Refuses a `reserved` block that keeps all of the node's CPU, memory or disk (where
 /// the node's total is known).
 pub fn check_reserved(
-    reserved: crate::model::limits::Reserved,
-    totals: crate::model::limits::Reserved,
+    reserved: crate::model::limits::NodeResources,
+    totals: crate::model::limits::NodeResources,
 ) -> Result<(), ReservedTooLarge> {
     let dimensions = [
         ("cpu", "CPU", "MHz", reserved.cpu_mhz, totals.cpu_mhz),
@@ -76,7 +76,7 @@ pub fn check_reserved(
 
 /// A core's speed as `/proc/cpuinfo` gives it (Nomad's fingerprint reads the same),
 /// 1000 MHz when it does not say.
-pub fn cpu_mhz_per_core() -> u64 {
+fn cpu_mhz_per_core() -> u64 {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|text| {
@@ -91,23 +91,23 @@ pub fn cpu_mhz_per_core() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::limits::Reserved;
+    use crate::model::limits::NodeResources;
 
     #[test]
     fn a_reserved_block_that_keeps_all_the_node_has_is_refused_naming_it() {
-        let totals = Reserved {
+        let totals = NodeResources {
             cpu_mhz: 4000,
             memory_mb: 24_000,
             disk_mb: 250_000,
         };
-        let fits = Reserved {
+        let fits = NodeResources {
             cpu_mhz: 500,
             memory_mb: 1024,
             disk_mb: 10_000,
         };
         assert_eq!(check_reserved(fits, totals), Ok(()));
         let error = check_reserved(
-            Reserved {
+            NodeResources {
                 memory_mb: 30_000,
                 ..fits
             },
@@ -121,7 +121,7 @@ mod tests {
         );
         assert!(
             check_reserved(
-                Reserved {
+                NodeResources {
                     disk_mb: 250_000,
                     ..fits
                 },
@@ -132,11 +132,11 @@ mod tests {
         // A total the node could not read is not checked.
         assert_eq!(
             check_reserved(
-                Reserved {
+                NodeResources {
                     disk_mb: 1 << 30,
                     ..fits
                 },
-                Reserved {
+                NodeResources {
                     disk_mb: 0,
                     ..totals
                 }

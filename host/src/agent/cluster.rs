@@ -126,10 +126,7 @@ pub fn node_record(
     facts: &crate::node::Facts,
 ) -> NodeRecord {
     let fact = |key: &str| facts.get(key).cloned().unwrap_or_default();
-    let cores: u64 = fact("attr.cpu.numcores").parse().unwrap_or(1);
-    let memory_mb = crate::cgroup::node_memory()
-        .map(|bytes| bytes / crate::model::limits::MIB)
-        .unwrap_or(0);
+    let totals = super::capacity::node_totals(data_dir);
     let mut attributes = (**facts).clone();
     let name = config
         .name
@@ -170,9 +167,9 @@ pub fn node_record(
             .collect(),
         eligibility: "eligible".into(),
         drain: false,
-        cpu_mhz: cores * super::capacity::cpu_mhz_per_core(),
-        memory_mb,
-        disk_mb: super::capacity::data_dir_disk_mb(data_dir),
+        cpu_mhz: totals.cpu_mhz,
+        memory_mb: totals.memory_mb,
+        disk_mb: totals.disk_mb,
         reserved: config.reserved,
         registered_ms: super::now_ms(),
     }

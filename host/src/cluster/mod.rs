@@ -117,7 +117,7 @@ pub struct NodeRecord {
     pub disk_mb: u64,
     /// What the operator keeps for the node itself (`reserved` in its config).
     #[serde(default)]
-    pub reserved: crate::model::limits::Reserved,
+    pub reserved: crate::model::limits::NodeResources,
     /// When the agent registered (ms since the epoch).
     #[serde(default)]
     pub registered_ms: u64,
@@ -131,9 +131,18 @@ pub struct HostVolumePath {
 }
 
 impl NodeRecord {
+    /// What the node has in all.
+    pub fn totals(&self) -> crate::model::limits::NodeResources {
+        crate::model::limits::NodeResources {
+            cpu_mhz: self.cpu_mhz,
+            memory_mb: self.memory_mb,
+            disk_mb: self.disk_mb,
+        }
+    }
+
     /// What allocs may be placed against: the node's totals less what it reserves.
-    pub fn available(&self) -> crate::model::limits::Reserved {
-        crate::model::limits::Reserved {
+    pub fn available(&self) -> crate::model::limits::NodeResources {
+        crate::model::limits::NodeResources {
             cpu_mhz: self.cpu_mhz.saturating_sub(self.reserved.cpu_mhz),
             memory_mb: self.memory_mb.saturating_sub(self.reserved.memory_mb),
             disk_mb: self.disk_mb.saturating_sub(self.reserved.disk_mb),

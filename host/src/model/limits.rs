@@ -17,11 +17,11 @@ pub struct TaskLimits {
     pub restrict_devices: bool,
 }
 
-/// What a node keeps for itself (Nomad's client `reserved` block, the agent config's
-/// `reserved`): CPU in MHz, memory and disk in MB. Allocs are placed against the node's
-/// total less these.
+/// A node's resources: CPU in MHz, memory and disk in MB. What it has in all, what its
+/// operator keeps for it (Nomad's client `reserved` block, the agent config's
+/// `reserved`), and what allocs are placed against (the one less the other).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Reserved {
+pub struct NodeResources {
     #[serde(default)]
     pub cpu_mhz: u64,
     #[serde(default)]

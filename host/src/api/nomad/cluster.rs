@@ -88,23 +88,15 @@ pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
         fields.insert("Attributes".into(), json!(attributes));
         fields.insert("Meta".into(), json!({}));
         fields.insert("HostVolumes".into(), json!(host_volumes));
-        fields.insert(
-            "NodeResources".into(),
+        let resources = |r: crate::model::limits::NodeResources| {
             json!({
-                "Cpu": {"CpuShares": record.cpu_mhz},
-                "Memory": {"MemoryMB": record.memory_mb},
-                "Disk": {"DiskMB": record.disk_mb},
-            }),
-        );
-        let reserved = record.reserved;
-        fields.insert(
-            "ReservedResources".into(),
-            json!({
-                "Cpu": {"CpuShares": reserved.cpu_mhz},
-                "Memory": {"MemoryMB": reserved.memory_mb},
-                "Disk": {"DiskMB": reserved.disk_mb},
-            }),
-        );
+                "Cpu": {"CpuShares": r.cpu_mhz},
+                "Memory": {"MemoryMB": r.memory_mb},
+                "Disk": {"DiskMB": r.disk_mb},
+            })
+        };
+        fields.insert("NodeResources".into(), resources(record.totals()));
+        fields.insert("ReservedResources".into(), resources(record.reserved));
         fields.insert("CSINodePlugins".into(), json!({}));
         fields.insert("CSIControllerPlugins".into(), json!({}));
         fields.insert("TLSEnabled".into(), json!(false));

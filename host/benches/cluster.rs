@@ -176,7 +176,7 @@ async fn place_round(
 /// Removes every placement (so the next round places them all again).
 async fn clear_placements(cluster: &Arc<Cluster>) {
     let prefix = format!("{}/", cluster.key(&["allocs"]));
-    let etcd = cluster.etcd();
+    let etcd = cluster.store();
     let (entries, _) = etcd.list(&prefix).await.unwrap();
     for chunk in entries.chunks(100) {
         let writes = chunk
@@ -243,13 +243,13 @@ fn main() {
         let mut leases = Vec::new();
         for index in 1..nodes {
             let lease = cluster
-                .etcd()
+                .store()
                 .grant_lease(Duration::from_secs(10))
                 .await
                 .unwrap();
             let record = node(index);
             cluster
-                .etcd()
+                .store()
                 .put(
                     &cluster.key(&["nodes", &record.id]),
                     serde_json::to_vec(&record).unwrap(),
@@ -261,7 +261,7 @@ fn main() {
         }
         let registration = registered.elapsed();
         let keeper = {
-            let etcd = cluster.etcd().clone();
+            let etcd = cluster.store().clone();
             let leases = leases.clone();
             tokio::spawn(async move {
                 // Each lease renewed every TTL/3, spread evenly, as agents would.
@@ -277,7 +277,7 @@ fn main() {
         };
         cluster.put_job(&job(allocs)).unwrap();
         let leader = cluster
-            .etcd()
+            .store()
             .campaign(
                 &cluster.key(&["leader"]),
                 cluster.lease(),

@@ -46,7 +46,7 @@ pub(super) fn join(
     tracing::info!(
         cluster = %cluster.cluster_id(),
         node = %cluster.node_id(),
-        endpoints = %cluster.etcd().endpoints(),
+        endpoints = %cluster.store().endpoints(),
         "joined the cluster"
     );
     Ok(Some(cluster))
@@ -98,7 +98,7 @@ pub(super) fn spawn_revision_follower(
     let start = i64::try_from(index.current()).unwrap_or(0) + 1;
     tokio::spawn(async move {
         let mut changes = cluster
-            .etcd()
+            .store()
             .watch(&format!("{}/", cluster.settings().prefix), start);
         while let Some(change) = changes.recv().await {
             let revision = match change {
@@ -175,7 +175,7 @@ pub fn node_record(
     }
 }
 
-/// The most of a jobspec's source a cluster keeps for one job (etcd refuses a value
+/// The most of a jobspec's source a cluster keeps for one job (store refuses a value
 /// over 1.5 MiB, and every agent reads every job on each scheduling round).
 const MAX_CLUSTER_SOURCE: usize = 256 * 1024;
 
@@ -327,7 +327,7 @@ impl Agent {
         let mut local_events = self.subscribe();
         tokio::spawn(async move {
             let prefix = format!("{}/", cluster.key(&["allocs", cluster.node_id()]));
-            let mut changes = cluster.etcd().watch(&prefix, 0);
+            let mut changes = cluster.store().watch(&prefix, 0);
             let mut reported: BTreeMap<String, AllocReport> = BTreeMap::new();
             // Placements this node refused (its checks failed): reported once, not retried.
             let mut refused: BTreeSet<String> = BTreeSet::new();

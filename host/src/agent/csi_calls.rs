@@ -192,10 +192,10 @@ fn publish_usage(cluster: &Arc<Cluster>, manager: &Arc<CsiManager>) {
 /// went with its lease).
 pub(super) fn volume_views(cluster: &Cluster, volume: &str) -> BTreeMap<String, VolumeOnNode> {
     let prefix = format!("{}/", cluster.key(&["volume-usage", volume]));
-    let etcd = cluster.etcd().clone();
+    let store = cluster.store().clone();
     let Ok((entries, _)) = cluster
-        .etcd()
-        .block(async move { etcd.list(&prefix).await })
+        .store()
+        .block(async move { store.list(&prefix).await })
     else {
         return BTreeMap::new();
     };

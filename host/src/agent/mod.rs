@@ -297,7 +297,7 @@ impl Agent {
                      can place any job on any node, as the operator. Turn on etcd's auth \
                      or client certificates (see README \"A cluster\"), or keep etcd where \
                      tasks and other users cannot reach it (see SECURITY.md)",
-                    cluster.etcd().endpoints()
+                    cluster.store().endpoints()
                 ),
             });
         }

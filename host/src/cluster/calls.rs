@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::etcd::{Change, Condition, EtcdError, Write};
+use super::store::Store;
 use super::{Cluster, key, random_id};
 
-/// The largest request or answer a call carries (etcd refuses values past 1.5 MiB).
+/// The largest request or answer a call carries (store refuses values past 1.5 MiB).
 pub const MAX_CALL_BYTES: usize = 1 << 20;
 
 /// Calls one node serves at once; the rest wait their turn.
@@ -61,15 +62,15 @@ impl Cluster {
         let call_key = format!("{}{id}", self.calls_prefix(node));
         let answer_key = key(&self.settings.prefix, &["answers", &id]);
         let lease = self.lease();
-        let etcd = self.etcd.clone();
+        let store = self.store.clone();
         let node = node.to_string();
         let (sender, receiver) = tokio::sync::oneshot::channel();
         // On the store client's runtime, as every etcd call.
-        self.etcd.spawn(async move {
+        self.store.spawn(async move {
             let exchange = async {
-                let from = etcd.revision(&answer_key).await?;
-                let mut answers = etcd.watch(&answer_key, from + 1);
-                etcd.put(&call_key, request, lease).await?;
+                let from = store.revision(&answer_key).await?;
+                let mut answers = store.watch(&answer_key, from + 1);
+                store.put(&call_key, request, lease).await?;
                 let deadline = tokio::time::sleep(within);
                 tokio::pin!(deadline);
                 loop {
@@ -77,15 +78,15 @@ impl Cluster {
                         change = answers.recv() => match change {
                             Some(Change::Put(entry)) => Some(entry.value),
                             // The watch was cut: the answer may have come meanwhile.
-                            Some(Change::Reset) => etcd.get(&answer_key).await?.map(|e| e.value),
+                            Some(Change::Reset) => store.get(&answer_key).await?.map(|e| e.value),
                             Some(Change::Delete { .. }) => None,
                             None => return Err(CallError::NoAnswer { node: node.clone(), within }),
                         },
                         () = &mut deadline => {
                             // Withdrawn if not taken yet. If it was, its late answer is
                             // removed when it comes (or goes with this node's lease).
-                            let _ = etcd.delete(&call_key).await;
-                            let (etcd, answer_key) = (etcd.clone(), answer_key.clone());
+                            let _ = store.delete(&call_key).await;
+                            let (store, answer_key) = (store.clone(), answer_key.clone());
                             tokio::spawn(async move {
                                 let late = tokio::time::timeout(within, async {
                                     while let Some(change) = answers.recv().await {
@@ -95,13 +96,13 @@ impl Cluster {
                                     }
                                 });
                                 let _ = late.await;
-                                let _ = etcd.delete(&answer_key).await;
+                                let _ = store.delete(&answer_key).await;
                             });
                             return Err(CallError::NoAnswer { node: node.clone(), within });
                         }
                     };
                     if let Some(answer) = answer {
-                        let _ = etcd.delete(&answer_key).await;
+                        let _ = store.delete(&answer_key).await;
                         return Ok(answer);
                     }
                 }
@@ -120,11 +121,11 @@ impl Cluster {
     pub fn serve_calls(self: &Arc<Self>, handler: CallHandler) {
         let prefix = self.calls_prefix(&self.node_name);
         let answers = key(&self.settings.prefix, &["answers"]);
-        let etcd = self.etcd.clone();
+        let store = self.store.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_CALLS));
-        self.etcd.spawn(async move {
+        self.store.spawn(async move {
             loop {
-                let (waiting, revision) = match etcd.list(&prefix).await {
+                let (waiting, revision) = match store.list(&prefix).await {
                     Ok(listed) => listed,
                     Err(error) => {
                         tracing::debug!(%error, "listing the calls to this node; trying again");
@@ -133,7 +134,7 @@ impl Cluster {
                     }
                 };
                 let take = |entry: super::etcd::Entry| {
-                    let etcd = etcd.clone();
+                    let store = store.clone();
                     let handler = handler.clone();
                     let slots = slots.clone();
                     let answers = answers.clone();
@@ -141,13 +142,13 @@ impl Cluster {
                         let Ok(_slot) = slots.acquire_owned().await else {
                             return;
                         };
-                        serve_one(&etcd, &answers, entry, handler).await;
+                        serve_one(&store, &answers, entry, handler).await;
                     });
                 };
                 for entry in waiting {
                     take(entry);
                 }
-                let mut changes = etcd.watch(&prefix, revision + 1);
+                let mut changes = store.watch(&prefix, revision + 1);
                 loop {
                     match changes.recv().await {
                         Some(Change::Put(entry)) => take(entry),
@@ -165,16 +166,11 @@ impl Cluster {
 /// Takes one call (deletes it, if no one else did), serves it, and answers it under the
 /// caller's lease. A call written without a lease is dropped: its answer would stay in
 /// the store for good.
-async fn serve_one(
-    etcd: &super::etcd::Etcd,
-    answers: &str,
-    call: super::etcd::Entry,
-    handler: CallHandler,
-) {
+async fn serve_one(store: &Store, answers: &str, call: super::etcd::Entry, handler: CallHandler) {
     let Some(id) = call.key.rsplit('/').next().map(str::to_string) else {
         return;
     };
-    let taken = etcd
+    let taken = store
         .transaction(
             vec![Condition::ModRevision(call.key.clone(), call.mod_revision)],
             vec![Write::Delete(call.key.clone())],
@@ -195,7 +191,7 @@ async fn serve_one(
         );
         return;
     }
-    if let Err(error) = etcd
+    if let Err(error) = store
         .put(&format!("{answers}/{id}"), answer, call.lease)
         .await
     {
@@ -233,11 +229,11 @@ mod tests {
 
     /// Calls and answers left in the store.
     fn leftovers(cluster: &Cluster) -> Vec<String> {
-        let etcd = cluster.etcd().clone();
+        let store = cluster.store().clone();
         let prefix = "/calls/".to_string();
         let (entries, _) = cluster
-            .etcd()
-            .block(async move { etcd.list(&prefix).await })
+            .store()
+            .block(async move { store.list(&prefix).await })
             .unwrap();
         entries
             .into_iter()
@@ -324,10 +320,10 @@ mod tests {
         let (b, _db) = join(&server, "b");
         let served = Arc::new(AtomicUsize::new(0));
         b.serve_calls(reverser(served.clone()));
-        let etcd = b.etcd().clone();
+        let store = b.store().clone();
         let key = format!("/calls/calls/b/{}", random_id());
-        b.etcd()
-            .block(async move { etcd.put(&key, b"forged".to_vec(), 0).await })
+        b.store()
+            .block(async move { store.put(&key, b"forged".to_vec(), 0).await })
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while leftovers(&b).iter().any(|k| k.starts_with("/calls/calls/")) {

@@ -42,12 +42,12 @@ impl EtcdCatalog {
     /// The volume's record and the revision it was read at (0: no such key).
     fn read(&self, id: &str) -> Result<(Option<VolumeRecord>, i64), CatalogError> {
         let key = self.volume_key(id);
-        let etcd = self.cluster.etcd().clone();
+        let store = self.cluster.store().clone();
         let entry = self
             .cluster
-            .etcd()
-            .block(async move { etcd.get(&key).await })
-            .map_err(store)?;
+            .store()
+            .block(async move { store.get(&key).await })
+            .map_err(store_error)?;
         match entry {
             None => Ok((None, 0)),
             Some(entry) => {
@@ -78,14 +78,15 @@ impl EtcdCatalog {
             },
             None => Write::Delete(key.clone()),
         };
-        let etcd = self.cluster.etcd().clone();
+        let store = self.cluster.store().clone();
         self.cluster
-            .etcd()
+            .store()
             .block(async move {
-                etcd.transaction(vec![Condition::ModRevision(key, revision)], vec![write])
+                store
+                    .transaction(vec![Condition::ModRevision(key, revision)], vec![write])
                     .await
             })
-            .map_err(store)
+            .map_err(store_error)
     }
 
     /// Reads, changes and writes the volume's record until the write wins the race.
@@ -124,7 +125,7 @@ enum Next {
     Delete,
 }
 
-fn store(error: super::etcd::EtcdError) -> CatalogError {
+fn store_error(error: super::etcd::EtcdError) -> CatalogError {
     CatalogError::Store(error.to_string())
 }
 
@@ -262,12 +263,12 @@ impl Catalog for EtcdCatalog {
 
     fn volumes(&self) -> Result<Vec<VolumeStatus>, CatalogError> {
         let prefix = format!("{}/", self.cluster.key(&["volumes"]));
-        let etcd = self.cluster.etcd().clone();
+        let store = self.cluster.store().clone();
         let (entries, _) = self
             .cluster
-            .etcd()
-            .block(async move { etcd.list(&prefix).await })
-            .map_err(store)?;
+            .store()
+            .block(async move { store.list(&prefix).await })
+            .map_err(store_error)?;
         let mut volumes = Vec::new();
         for entry in entries {
             match serde_json::from_slice::<VolumeRecord>(&entry.value) {
@@ -330,12 +331,12 @@ impl Catalog for EtcdCatalog {
 
     fn plugins(&self) -> Result<Vec<PluginStatus>, CatalogError> {
         let prefix = format!("{}/", self.cluster.key(&["plugins"]));
-        let etcd = self.cluster.etcd().clone();
+        let store = self.cluster.store().clone();
         let (entries, _) = self
             .cluster
-            .etcd()
-            .block(async move { etcd.list(&prefix).await })
-            .map_err(store)?;
+            .store()
+            .block(async move { store.list(&prefix).await })
+            .map_err(store_error)?;
         let providers = entries
             .iter()
             .filter_map(|entry| serde_json::from_slice::<PluginProvider>(&entry.value).ok());

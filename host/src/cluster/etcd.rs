@@ -10,7 +10,7 @@
 //! TLS and etcd's users are `etcd_access`'s: every request carries the current token, and
 //! a request etcd refused for its token is sent once more with a new one ([`Etcd::call`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use berth_proto::etcd::etcdserverpb::{
@@ -45,6 +45,8 @@ pub enum EtcdError {
     },
     #[error("the cluster store (etcd) refused the request: {0}")]
     Refused(String),
+    #[error("the node's cluster store ({path}) failed: {reason}")]
+    Embedded { path: String, reason: String },
     #[error("the cluster store's endpoint {0:?} is not a valid URL (e.g. http://127.0.0.1:2379)")]
     BadEndpoint(String),
     #[error(
@@ -121,7 +123,7 @@ pub enum Change {
     Reset,
 }
 
-struct Runtime(Option<tokio::runtime::Runtime>);
+pub(super) struct Runtime(pub(super) Option<tokio::runtime::Runtime>);
 
 impl Drop for Runtime {
     fn drop(&mut self) {
@@ -783,85 +785,6 @@ fn range_end(prefix: &str) -> Vec<u8> {
     }
     // Every byte was 0xff (or the prefix is empty): to the end of the key space.
     vec![0]
-}
-
-/// A lease kept alive in the background until dropped (then revoked), re-granted when
-/// etcd lost it; `on_regrant` runs with the new lease id so its keys are written again.
-pub struct KeptLease {
-    current: Arc<Mutex<i64>>,
-    task: tokio::task::JoinHandle<()>,
-    etcd: Etcd,
-}
-
-impl KeptLease {
-    pub async fn start(
-        etcd: &Etcd,
-        ttl: Duration,
-        on_regrant: impl Fn(i64) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Result<KeptLease, EtcdError> {
-        let first = etcd.grant_lease(ttl).await?;
-        let current = Arc::new(Mutex::new(first));
-        let task = etcd.spawn({
-            let etcd = etcd.clone();
-            let current = current.clone();
-            async move {
-                let period = (ttl / 3).max(Duration::from_millis(200));
-                loop {
-                    tokio::time::sleep(period).await;
-                    let lease = *current.lock().unwrap_or_else(|p| p.into_inner());
-                    match etcd.keep_alive_once(lease).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            // Expired (etcd was away longer than the TTL): a new lease,
-                            // and its keys written again.
-                            if let Ok(new) = etcd.grant_lease(ttl).await {
-                                *current.lock().unwrap_or_else(|p| p.into_inner()) = new;
-                                tracing::warn!(
-                                    old = lease,
-                                    new,
-                                    "the cluster store had lost this node's lease; registered again"
-                                );
-                                on_regrant(new).await;
-                            }
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, "could not renew this node's lease");
-                        }
-                    }
-                }
-            }
-        });
-        Ok(KeptLease {
-            current,
-            task,
-            etcd: etcd.clone(),
-        })
-    }
-
-    pub fn id(&self) -> i64 {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Stops renewing without revoking, as a killed agent would: the lease runs out.
-    #[cfg(test)]
-    pub(crate) fn abandon(self) {
-        self.task.abort();
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for KeptLease {
-    fn drop(&mut self) {
-        self.task.abort();
-        let etcd = self.etcd.clone();
-        let lease = self.id();
-        self.etcd.spawn(async move {
-            let _ = etcd.revoke_lease(lease).await;
-        });
-    }
 }
 
 #[cfg(test)]

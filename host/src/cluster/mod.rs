@@ -19,11 +19,13 @@
 
 pub mod calls;
 pub mod catalog;
+pub mod embedded;
 pub mod etcd;
 pub mod etcd_access;
 pub mod lost_claims;
 pub mod scheduler;
 pub mod state;
+pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,8 +34,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::model::cluster::ClusterSettings;
-use etcd::{Condition, Etcd, EtcdError, KeptLease, Write};
+use etcd::{Condition, Etcd, EtcdError, Write};
 use etcd_access::{AccessFileError, EtcdAccess};
+use store::{KeptLease, Store};
 
 /// The layout of berth's keys in etcd this build writes and reads.
 pub const SCHEMA: u32 = 1;
@@ -165,7 +168,7 @@ pub struct NodeView {
 
 /// This agent's membership of a cluster.
 pub struct Cluster {
-    etcd: Etcd,
+    store: Store,
     settings: ClusterSettings,
     node_id: String,
     node_name: String,
@@ -195,26 +198,36 @@ impl Cluster {
         node: NodeRecord,
     ) -> Result<Arc<Cluster>, ClusterError> {
         let access = EtcdAccess::from_settings(settings)?;
-        let etcd = Etcd::connect(&access)?;
-        let cluster_id = etcd.block({
-            let etcd = etcd.clone();
+        let store = Store::from(Etcd::connect(&access)?);
+        Cluster::join_store(store, settings, data_dir, node)
+    }
+
+    /// Joins the cluster kept in `store` (store's, or a lone agent's embedded one).
+    pub fn join_store(
+        store: Store,
+        settings: &ClusterSettings,
+        data_dir: &Path,
+        node: NodeRecord,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let cluster_id = store.block({
+            let store = store.clone();
             let prefix = settings.prefix.clone();
-            async move { claim_prefix(&etcd, &prefix).await }
+            async move { claim_prefix(&store, &prefix).await }
         })?;
         check_cluster_file(&data_dir.join("cluster-id"), &settings.prefix, &cluster_id)?;
         let owned: Arc<std::sync::Mutex<BTreeMap<String, Vec<u8>>>> = Arc::default();
-        let lease = etcd.block({
-            let etcd = etcd.clone();
+        let lease = store.block({
+            let store = store.clone();
             let ttl = settings.heartbeat_ttl;
             let owned = owned.clone();
             async move {
-                let again = etcd.clone();
-                let lease = KeptLease::start(&etcd, ttl, move |lease| {
-                    let etcd = again.clone();
+                let again = store.clone();
+                let lease = KeptLease::start(&store, ttl, move |lease| {
+                    let store = again.clone();
                     let keys = owned.lock().unwrap_or_else(|p| p.into_inner()).clone();
                     Box::pin(async move {
                         for (key, value) in keys {
-                            let _ = etcd.put(&key, value, lease).await;
+                            let _ = store.put(&key, value, lease).await;
                         }
                     })
                 })
@@ -223,7 +236,7 @@ impl Cluster {
             }
         })?;
         let cluster = Cluster {
-            etcd,
+            store,
             settings: settings.clone(),
             node_id: node.id.clone(),
             node_name: node.name.clone(),
@@ -243,11 +256,11 @@ impl Cluster {
         let key = self.key(&["names", &self.node_name]);
         let id = self.node_id.clone().into_bytes();
         let lease = self.lease();
-        let etcd = self.etcd.clone();
+        let store = self.store.clone();
         let (name_key, ours) = (key.clone(), id.clone());
         // Free, or already this node's (this agent restarted before its old lease ran
         // out). Tried again when the holder went between the two looks.
-        let taken = self.etcd.block(async move {
+        let taken = self.store.block(async move {
             let put = || {
                 vec![Write::Put {
                     key: name_key.clone(),
@@ -258,10 +271,10 @@ impl Cluster {
             for _ in 0..3 {
                 let free = vec![Condition::ModRevision(name_key.clone(), 0)];
                 let mine = vec![Condition::ValueIs(name_key.clone(), ours.clone())];
-                if etcd.transaction(free, put()).await? || etcd.transaction(mine, put()).await? {
+                if store.transaction(free, put()).await? || store.transaction(mine, put()).await? {
                     return Ok::<_, EtcdError>(None);
                 }
-                if let Some(holder) = etcd.get(&name_key).await? {
+                if let Some(holder) = store.get(&name_key).await? {
                     return Ok(Some(String::from_utf8_lossy(&holder.value).into_owned()));
                 }
             }
@@ -281,8 +294,13 @@ impl Cluster {
         Ok(())
     }
 
-    pub fn etcd(&self) -> &Etcd {
-        &self.etcd
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Whether this is a lone agent's one-node cluster (the embedded store).
+    pub fn is_lone(&self) -> bool {
+        self.store.is_embedded()
     }
 
     pub fn settings(&self) -> &ClusterSettings {
@@ -325,9 +343,9 @@ impl Cluster {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), value.clone());
         let lease = self.lease();
-        let etcd = self.etcd.clone();
-        self.etcd
-            .block(async move { etcd.put(&key, value, lease).await })?;
+        let store = self.store.clone();
+        self.store
+            .block(async move { store.put(&key, value, lease).await })?;
         Ok(())
     }
 
@@ -336,17 +354,17 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
-        let etcd = self.etcd.clone();
+        let store = self.store.clone();
         let key = key.to_string();
-        self.etcd.block(async move { etcd.delete(&key).await })?;
+        self.store.block(async move { store.delete(&key).await })?;
         Ok(())
     }
 
     /// Every live node (down nodes' keys are gone with their leases), by name.
     pub fn nodes(&self) -> Result<Vec<NodeView>, ClusterError> {
         let prefix = format!("{}/", self.key(&["nodes"]));
-        let etcd = self.etcd.clone();
-        let (entries, _) = self.etcd.block(async move { etcd.list(&prefix).await })?;
+        let store = self.store.clone();
+        let (entries, _) = self.store.block(async move { store.list(&prefix).await })?;
         let mut nodes: Vec<NodeView> = entries
             .iter()
             .filter_map(|entry| serde_json::from_slice::<NodeRecord>(&entry.value).ok())
@@ -361,9 +379,11 @@ impl Cluster {
 
     /// The store's revision: the index of Nomad's blocking queries in a cluster.
     pub fn revision(&self) -> Result<i64, ClusterError> {
-        let etcd = self.etcd.clone();
+        let store = self.store.clone();
         let key = self.key(&["meta", "cluster-id"]);
-        Ok(self.etcd.block(async move { etcd.revision(&key).await })?)
+        Ok(self
+            .store
+            .block(async move { store.revision(&key).await })?)
     }
 }
 
@@ -387,27 +407,28 @@ pub fn key(prefix: &str, parts: &[&str]) -> String {
 /// The cluster id under `prefix`: the one there, or a new one written by this agent (a
 /// transaction, so two agents starting at once agree on one). Refuses a layout version
 /// newer than this build's.
-async fn claim_prefix(etcd: &Etcd, prefix: &str) -> Result<String, ClusterError> {
+async fn claim_prefix(store: &Store, prefix: &str) -> Result<String, ClusterError> {
     let id_key = key(prefix, &["meta", "cluster-id"]);
     let schema_key = key(prefix, &["meta", "schema"]);
     let fresh = random_id();
-    etcd.transaction(
-        vec![Condition::ModRevision(id_key.clone(), 0)],
-        vec![
-            Write::Put {
-                key: id_key.clone(),
-                value: fresh.clone().into_bytes(),
-                lease: 0,
-            },
-            Write::Put {
-                key: schema_key.clone(),
-                value: SCHEMA.to_string().into_bytes(),
-                lease: 0,
-            },
-        ],
-    )
-    .await?;
-    let found = etcd
+    store
+        .transaction(
+            vec![Condition::ModRevision(id_key.clone(), 0)],
+            vec![
+                Write::Put {
+                    key: id_key.clone(),
+                    value: fresh.clone().into_bytes(),
+                    lease: 0,
+                },
+                Write::Put {
+                    key: schema_key.clone(),
+                    value: SCHEMA.to_string().into_bytes(),
+                    lease: 0,
+                },
+            ],
+        )
+        .await?;
+    let found = store
         .get(&schema_key)
         .await?
         .map(|e| String::from_utf8_lossy(&e.value).into_owned())
@@ -419,7 +440,7 @@ async fn claim_prefix(etcd: &Etcd, prefix: &str) -> Result<String, ClusterError>
             ours: SCHEMA,
         });
     }
-    let id = etcd
+    let id = store
         .get(&id_key)
         .await?
         .map(|e| String::from_utf8_lossy(&e.value).into_owned())
@@ -507,6 +528,8 @@ pub fn is_uuid(text: &str) -> bool {
         })
 }
 
+#[cfg(test)]
+mod conformance_tests;
 /// A real etcd for tests and benches (not used by the agent).
 #[doc(hidden)]
 pub mod testing;

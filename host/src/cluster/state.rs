@@ -360,10 +360,12 @@ enum Record<'a> {
 impl Cluster {
     /// Reads jobs, nodes, placements, reports and node settings at one revision.
     pub fn snapshot(&self) -> Result<Snapshot, ClusterError> {
-        let etcd = self.etcd().clone();
+        let store = self.store().clone();
         let prefix = format!("{}/", self.settings().prefix);
         let listed = prefix.clone();
-        let (entries, revision) = self.etcd().block(async move { etcd.list(&listed).await })?;
+        let (entries, revision) = self
+            .store()
+            .block(async move { store.list(&listed).await })?;
         let mut snapshot = Snapshot {
             revision,
             ..Snapshot::default()
@@ -483,10 +485,10 @@ impl Cluster {
     pub fn put_job(&self, job: &ClusterJob) -> Result<i64, ClusterError> {
         let key = self.key(&["jobs", &job.id]);
         let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let etcd = self.etcd().clone();
-        self.etcd().block(async move {
-            etcd.put(&key, value, 0).await?;
-            Ok::<_, ClusterError>(etcd.get(&key).await?.map_or(0, |e| e.mod_revision))
+        let store = self.store().clone();
+        self.store().block(async move {
+            store.put(&key, value, 0).await?;
+            Ok::<_, ClusterError>(store.get(&key).await?.map_or(0, |e| e.mod_revision))
         })
     }
 
@@ -510,8 +512,8 @@ impl Cluster {
         let key = self.key(&["jobs", &child.id]);
         let parent_key = self.key(&["jobs", &parent]);
         let value = serde_json::to_vec(child).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let etcd = self.etcd().clone();
-        self.etcd().block(async move {
+        let store = self.store().clone();
+        self.store().block(async move {
             let conditions = vec![
                 Condition::ModRevision(key.clone(), 0),
                 Condition::ModRevision(parent_key, parent_version),
@@ -521,10 +523,10 @@ impl Cluster {
                 value,
                 lease: 0,
             };
-            if etcd.transaction(conditions, vec![write]).await? {
+            if store.transaction(conditions, vec![write]).await? {
                 return Ok(ChildCreated::Created);
             }
-            Ok::<_, ClusterError>(if etcd.get(&key).await?.is_some() {
+            Ok::<_, ClusterError>(if store.get(&key).await?.is_some() {
                 ChildCreated::Exists
             } else {
                 ChildCreated::ParentChanged
@@ -545,10 +547,10 @@ impl Cluster {
     /// same, so that it can still be purged.
     pub fn job_entry(&self, id: &str) -> Result<Option<(Option<ClusterJob>, i64)>, ClusterError> {
         let key = self.key(&["jobs", id]);
-        let etcd = self.etcd().clone();
+        let store = self.store().clone();
         let entry = self
-            .etcd()
-            .block(async move { Ok::<_, ClusterError>(etcd.get(&key).await?) })?;
+            .store()
+            .block(async move { Ok::<_, ClusterError>(store.get(&key).await?) })?;
         Ok(entry.map(|entry| {
             let job = serde_json::from_slice::<ClusterJob>(&entry.value)
                 .ok()
@@ -563,15 +565,15 @@ impl Cluster {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", &job.id]);
         let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let etcd = self.etcd().clone();
-        self.etcd().block(async move {
+        let store = self.store().clone();
+        self.store().block(async move {
             let condition = Condition::ModRevision(key.clone(), version);
             let write = Write::Put {
                 key,
                 value,
                 lease: 0,
             };
-            Ok::<_, ClusterError>(etcd.transaction(vec![condition], vec![write]).await?)
+            Ok::<_, ClusterError>(store.transaction(vec![condition], vec![write]).await?)
         })
     }
 
@@ -581,11 +583,12 @@ impl Cluster {
     pub fn delete_job_if(&self, id: &str, version: i64) -> Result<bool, ClusterError> {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", id]);
-        let etcd = self.etcd().clone();
-        self.etcd().block(async move {
+        let store = self.store().clone();
+        self.store().block(async move {
             let condition = Condition::ModRevision(key.clone(), version);
             Ok::<_, ClusterError>(
-                etcd.transaction(vec![condition], vec![Write::Delete(key)])
+                store
+                    .transaction(vec![condition], vec![Write::Delete(key)])
                     .await?,
             )
         })
@@ -595,9 +598,9 @@ impl Cluster {
     pub fn report(&self, report: &AllocReport) -> Result<(), ClusterError> {
         let key = self.key(&["status", &report.alloc_id]);
         let value = serde_json::to_vec(report).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let etcd = self.etcd().clone();
-        self.etcd()
-            .block(async move { Ok::<_, ClusterError>(etcd.put(&key, value, 0).await?) })
+        let store = self.store().clone();
+        self.store()
+            .block(async move { Ok::<_, ClusterError>(store.put(&key, value, 0).await?) })
     }
 
     /// Sets an operator setting of a node (eligibility, drain).
@@ -608,16 +611,18 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let key = self.key(&["node-settings", node_id]);
         let value = serde_json::to_vec(settings).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let etcd = self.etcd().clone();
-        self.etcd()
-            .block(async move { Ok::<_, ClusterError>(etcd.put(&key, value, 0).await?) })
+        let store = self.store().clone();
+        self.store()
+            .block(async move { Ok::<_, ClusterError>(store.put(&key, value, 0).await?) })
     }
 
     /// The placements on this node, as its agent runs them.
     pub fn own_placements(&self) -> Result<(Vec<Placement>, i64), ClusterError> {
         let prefix = format!("{}/", self.key(&["allocs", self.node_id()]));
-        let etcd = self.etcd().clone();
-        let (entries, revision) = self.etcd().block(async move { etcd.list(&prefix).await })?;
+        let store = self.store().clone();
+        let (entries, revision) = self
+            .store()
+            .block(async move { store.list(&prefix).await })?;
         let root = format!("{}/", self.settings().prefix);
         let placements = entries
             .iter()

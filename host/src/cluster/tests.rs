@@ -258,8 +258,8 @@ fn a_forged_placement_whose_ids_could_steer_paths_is_never_read() {
     ] {
         let key = a.key(&["allocs", &node, key_alloc]);
         let value = forged(alloc_id, job_id);
-        let etcd = a.etcd().clone();
-        a.etcd()
+        let etcd = a.store().clone();
+        a.store()
             .block(async move { etcd.put(&key, value, 0).await })
             .unwrap();
         let (placements, _) = a.own_placements().unwrap();
@@ -272,8 +272,8 @@ fn a_forged_placement_whose_ids_could_steer_paths_is_never_read() {
     // A well-formed one is read.
     let key = a.key(&["allocs", &node, &good]);
     let value = forged(&good, "web");
-    let etcd = a.etcd().clone();
-    a.etcd()
+    let etcd = a.store().clone();
+    a.store()
         .block(async move { etcd.put(&key, value, 0).await })
         .unwrap();
     assert_eq!(a.own_placements().unwrap().0.len(), 1);
@@ -419,8 +419,8 @@ fn a_stop_or_purge_of_a_version_read_before_a_resubmit_writes_nothing() {
     assert!(a.job_entry("lk").unwrap().is_none());
     // A record no agent can read still has a version, so it can be purged.
     let key = a.key(&["jobs", "bad"]);
-    let etcd = a.etcd().clone();
-    a.etcd()
+    let etcd = a.store().clone();
+    a.store()
         .block(async move { etcd.put(&key, b"{not json".to_vec(), 0).await })
         .unwrap();
     let (unreadable, version) = a.job_entry("bad").unwrap().unwrap();

@@ -66,9 +66,9 @@ fn a_client_without_credentials_can_neither_read_nor_write_berths_keys() {
             );
             assert!(error.to_string().contains("requires a user"), "{error}");
         }
-        let etcd = member.etcd().clone();
+        let etcd = member.store().clone();
         let written = member
-            .etcd()
+            .store()
             .block(async move { etcd.get(&forged).await })
             .unwrap();
         assert_eq!(written, None, "the stranger's write must not land");
@@ -166,7 +166,7 @@ fn an_expired_token_is_replaced_and_the_node_keeps_its_lease_and_its_watch() {
     let dir = tempfile::tempdir().unwrap();
     let member = Cluster::join(&server.settings("/berth"), dir.path(), node("a")).unwrap();
     let lease = member.lease();
-    let etcd = member.etcd().clone();
+    let etcd = member.store().clone();
     let watched = etcd.watch(&member.key(&["volumes"]), 0);
     let exchanges = etcd.token_exchanges();
     std::thread::sleep(Duration::from_secs(4));

@@ -694,7 +694,7 @@ fn aside_path(path: &Path) -> PathBuf {
 /// The state file holds task env, hook output and volume secrets: mode 0600. A missing
 /// file is created empty with that mode (redb initialises an empty file), so it is never
 /// readable by others, not even for a moment; an existing one is fixed.
-fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
+pub fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     match std::fs::OpenOptions::new()
         .write(true)

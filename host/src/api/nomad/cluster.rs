@@ -302,11 +302,11 @@ pub async fn status_leader(State(agent): State<Arc<Agent>>) -> Response {
         return axum::Json(json!("127.0.0.1:4647")).into_response();
     };
     let election = cluster.key(&["leader"]);
-    let etcd = cluster.etcd().clone();
+    let store = cluster.store().clone();
     let leader = crate::blocking::run(|| {
         cluster
-            .etcd()
-            .block(async move { etcd.leader(&election).await })
+            .store()
+            .block(async move { store.leader(&election).await })
     });
     match leader {
         Ok(Some(node_id)) => {

@@ -649,7 +649,7 @@ pub async fn apply(
     // each guarded by the leadership.
     for chunk in writes.chunks(100) {
         let held = cluster
-            .etcd()
+            .store()
             .transaction(
                 vec![Condition::ModRevision(
                     leader_key.to_string(),
@@ -695,7 +695,7 @@ pub async fn apply(
     }
     for (job, write) in notes {
         let written = cluster
-            .etcd()
+            .store()
             .transaction(
                 vec![Condition::ModRevision(
                     leader_key.to_string(),
@@ -720,7 +720,7 @@ pub async fn run(
     let election = cluster.key(&["leader"]);
     loop {
         let leader = match cluster
-            .etcd()
+            .store()
             .campaign(&election, cluster.lease(), cluster.node_id())
             .await
         {
@@ -734,7 +734,7 @@ pub async fn run(
         let leader_key = String::from_utf8_lossy(&leader.key).into_owned();
         tracing::info!(node = %cluster.node_id(), "this agent is the cluster's scheduler");
         let mut changes = cluster
-            .etcd()
+            .store()
             .watch(&format!("{}/", cluster.settings().prefix), 0);
         let prefix = cluster.settings().prefix.clone();
         'rounds: loop {
@@ -830,7 +830,7 @@ pub async fn run(
                 }
             }
         }
-        let _ = cluster.etcd().resign(leader).await;
+        let _ = cluster.store().resign(leader).await;
     }
 }
 

@@ -1,0 +1,287 @@
+//! The embedded store answers as etcd does: each case runs against a real etcd and
+//! against [`Embedded`], in memory and in a file, and asserts the same answers.
+
+use std::time::Duration;
+
+use super::embedded::Embedded;
+use super::etcd::{Change, Condition, Etcd, Write};
+use super::store::Store;
+use super::testing::EtcdServer;
+
+/// The stores under test: (name, store, what keeps it alive).
+fn stores(server: &EtcdServer) -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Embedded::open(&dir.path().join("cluster.db")).unwrap();
+    vec![
+        (
+            "etcd",
+            Store::from(Etcd::connect(&server.access()).unwrap()),
+            None,
+        ),
+        (
+            "memory",
+            Store::embedded(Embedded::in_memory()).unwrap(),
+            None,
+        ),
+        ("file", Store::embedded(file).unwrap(), Some(dir)),
+    ]
+}
+
+fn put(key: &str, value: &str, lease: i64) -> Write {
+    Write::Put {
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        lease,
+    }
+}
+
+/// Revisions seen by a case, made relative to the store's revision at its start.
+fn relative(revisions: &[i64], start: i64) -> Vec<i64> {
+    revisions.iter().map(|r| r - start).collect()
+}
+
+#[test]
+fn keys_revisions_and_transactions_answer_as_etcd_does() {
+    let server = EtcdServer::start();
+    let mut answers = Vec::new();
+    for (name, store, _keep) in stores(&server) {
+        let s = store.clone();
+        let answer = store
+            .block(async move {
+                let p = format!("/conf-{name}");
+                let start = s.revision(&p).await?;
+                s.put(&format!("{p}/a"), b"1".to_vec(), 0).await?;
+                s.put(&format!("{p}/a"), b"2".to_vec(), 0).await?;
+                s.put(&format!("{p}/b"), b"x".to_vec(), 0).await?;
+                // Outside the prefix: not listed.
+                s.put(&format!("{p}c"), b"y".to_vec(), 0).await?;
+                let a = s.get(&format!("{p}/a")).await?.unwrap();
+                let (listed, at) = s.list(&format!("{p}/")).await?;
+                // Create-if-absent holds once; a value condition; a stale revision.
+                let created = [
+                    s.transaction(
+                        vec![Condition::ModRevision(format!("{p}/n"), 0)],
+                        vec![put(&format!("{p}/n"), "first", 0)],
+                    )
+                    .await?,
+                    s.transaction(
+                        vec![Condition::ModRevision(format!("{p}/n"), 0)],
+                        vec![put(&format!("{p}/n"), "second", 0)],
+                    )
+                    .await?,
+                    s.transaction(
+                        vec![Condition::ValueIs(format!("{p}/n"), b"first".to_vec())],
+                        vec![
+                            put(&format!("{p}/n"), "third", 0),
+                            Write::Delete(format!("{p}/b")),
+                        ],
+                    )
+                    .await?,
+                    s.transaction(
+                        vec![Condition::ModRevision(format!("{p}/a"), a.mod_revision - 1)],
+                        vec![Write::Delete(format!("{p}/a"))],
+                    )
+                    .await?,
+                ];
+                let before_noop = s.revision(&p).await?;
+                // Deleting what is not there changes nothing, not even the revision.
+                s.delete(&format!("{p}/missing")).await?;
+                let after_noop = s.revision(&p).await?;
+                let n = s.get(&format!("{p}/n")).await?.unwrap();
+                let gone = s.get(&format!("{p}/b")).await?;
+                Ok::<_, super::etcd::EtcdError>(format!(
+                    "a={} mod={:?} create={:?} listed={:?} at={:?} created={created:?} \
+                     noop_moved={} n={} n_mod={:?} n_create={:?} b={gone:?}",
+                    String::from_utf8_lossy(&a.value),
+                    relative(&[a.mod_revision], start),
+                    relative(&[a.create_revision], start),
+                    listed
+                        .iter()
+                        .map(|e| e.key.trim_start_matches(&p).to_string())
+                        .collect::<Vec<_>>(),
+                    relative(&[at], start),
+                    after_noop != before_noop,
+                    String::from_utf8_lossy(&n.value),
+                    relative(&[n.mod_revision], start),
+                    relative(&[n.create_revision], start),
+                ))
+            })
+            .unwrap();
+        answers.push((name, answer));
+    }
+    assert!(
+        answers[0]
+            .1
+            .starts_with("a=2 mod=[2] create=[1] listed=[\"/a\", \"/b\"] at=[4]"),
+        "{}",
+        answers[0].1
+    );
+    for (name, answer) in &answers[1..] {
+        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
+    }
+}
+
+#[test]
+fn leased_keys_go_with_their_lease_and_watches_see_it_in_order() {
+    let server = EtcdServer::start();
+    let mut answers = Vec::new();
+    for (name, store, _keep) in stores(&server) {
+        let s = store.clone();
+        let answer = store
+            .block(async move {
+                let p = format!("/lease-{name}");
+                let start = s.revision(&p).await?;
+                s.put(&format!("{p}/before"), b"0".to_vec(), 0).await?;
+                let mut live = s.watch(&format!("{p}/"), 0);
+                let mut replay = s.watch(&format!("{p}/"), start + 1);
+                let lease = s.grant_lease(Duration::from_secs(30)).await?;
+                s.put(&format!("{p}/mine"), b"1".to_vec(), lease).await?;
+                let alive = s.keep_alive_once(lease).await?;
+                let unknown = s.put(&format!("{p}/x"), b"1".to_vec(), lease + 777).await;
+                s.revoke_lease(lease).await?;
+                let gone = s.get(&format!("{p}/mine")).await?.is_none();
+                s.put(&format!("{p}/after"), b"2".to_vec(), 0).await?;
+                let mut seen = Vec::new();
+                for watch in [&mut live, &mut replay] {
+                    let mut changes = Vec::new();
+                    while changes.len() < 4 {
+                        let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
+                        match next {
+                            Ok(Some(Change::Put(e))) => {
+                                changes.push(format!("put {}", e.key.trim_start_matches(&p)))
+                            }
+                            Ok(Some(Change::Delete { key, .. })) => {
+                                changes.push(format!("delete {}", key.trim_start_matches(&p)))
+                            }
+                            Ok(Some(Change::Reset)) => changes.push("reset".into()),
+                            _ => break,
+                        }
+                    }
+                    seen.push(changes);
+                }
+                Ok::<_, super::etcd::EtcdError>(format!(
+                    "alive={alive} unknown_refused={} gone={gone} live={:?} replay={:?}",
+                    unknown.is_err(),
+                    seen[0],
+                    seen[1]
+                ))
+            })
+            .unwrap();
+        answers.push((name, answer));
+    }
+    assert_eq!(
+        answers[0].1,
+        "alive=true unknown_refused=true gone=true \
+         live=[\"put /mine\", \"delete /mine\", \"put /after\"] \
+         replay=[\"put /before\", \"put /mine\", \"delete /mine\", \"put /after\"]"
+    );
+    for (name, answer) in &answers[1..] {
+        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
+    }
+}
+
+#[test]
+fn one_leader_at_a_time_and_the_next_one_after_it_resigns() {
+    let server = EtcdServer::start();
+    for (name, store, _keep) in stores(&server) {
+        let s = store.clone();
+        let answer = store
+            .block(async move {
+                let election = format!("/elect-{name}");
+                let (first_lease, second_lease) = (
+                    s.grant_lease(Duration::from_secs(30)).await?,
+                    s.grant_lease(Duration::from_secs(30)).await?,
+                );
+                let first = s.campaign(&election, first_lease, "one").await?;
+                let waiting = tokio::spawn({
+                    let (s, election) = (s.clone(), election.clone());
+                    async move { s.campaign(&election, second_lease, "two").await }
+                });
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let while_first = (s.leader(&election).await?, waiting.is_finished());
+                s.resign(first).await?;
+                let second = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+                let elected = matches!(second, Ok(Ok(Ok(_))));
+                let after = s.leader(&election).await?;
+                Ok::<_, super::etcd::EtcdError>(format!(
+                    "{while_first:?} elected={elected} after={after:?}"
+                ))
+            })
+            .unwrap();
+        assert_eq!(
+            answer, "(Some(\"one\"), false) elected=true after=Some(\"two\")",
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_file_keeps_its_keys_and_revision_and_no_lease_outlives_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.db");
+    let revision = {
+        let store = Store::embedded(Embedded::open(&path).unwrap()).unwrap();
+        let s = store.clone();
+        store
+            .block(async move {
+                let lease = s.grant_lease(Duration::from_secs(10)).await?;
+                s.put("/p/kept", b"1".to_vec(), 0).await?;
+                s.put("/p/leased", b"2".to_vec(), lease).await?;
+                s.revision("/p").await
+            })
+            .unwrap()
+    };
+    let store = Store::embedded(Embedded::open(&path).unwrap()).unwrap();
+    let s = store.clone();
+    let (kept, leased, again) = store
+        .block(async move {
+            Ok::<_, super::etcd::EtcdError>((
+                s.get("/p/kept").await?,
+                s.get("/p/leased").await?,
+                s.revision("/p").await?,
+            ))
+        })
+        .unwrap();
+    assert_eq!(kept.map(|e| e.value), Some(b"1".to_vec()));
+    assert_eq!(leased, None, "a leased key outlived its process");
+    // The leased key's removal is a revision of its own.
+    assert_eq!(again, revision + 1);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn a_watcher_too_slow_to_keep_up_is_reset_and_then_follows_again() {
+    let store = Store::embedded(Embedded::in_memory()).unwrap();
+    let s = store.clone();
+    let seen = store
+        .block(async move {
+            let mut slow = s.watch("/w/", 0);
+            for i in 0..1100 {
+                s.put(&format!("/w/{i}"), b"x".to_vec(), 0).await?;
+            }
+            let mut resets = 0;
+            let mut puts = 0;
+            // Drain what was queued, then one more change must still arrive.
+            while let Ok(Some(change)) =
+                tokio::time::timeout(Duration::from_millis(300), slow.recv()).await
+            {
+                match change {
+                    Change::Reset => resets += 1,
+                    _ => puts += 1,
+                }
+            }
+            s.put("/w/last", b"x".to_vec(), 0).await?;
+            let last = tokio::time::timeout(Duration::from_secs(2), slow.recv()).await;
+            Ok::<_, super::etcd::EtcdError>((
+                resets,
+                puts,
+                matches!(last, Ok(Some(Change::Put(_)))),
+            ))
+        })
+        .unwrap();
+    assert_eq!(seen.0, 1, "one reset: {seen:?}");
+    assert!(seen.1 >= 1024 && seen.1 < 1100, "{seen:?}");
+    assert!(seen.2, "the watch went quiet after its reset");
+}

@@ -435,6 +435,7 @@ pub async fn validate_for(
                 &group.volumes,
                 drivers,
                 config,
+                this_node,
                 &mut problems,
             )
             .await;
@@ -450,6 +451,7 @@ async fn check_task(
     volumes: &[VolumeRequest],
     drivers: &DriverSet,
     config: &AgentConfig,
+    this_node: bool,
     problems: &mut Vec<Problem>,
 ) {
     let driver = drivers.get(&task.driver);
@@ -492,7 +494,9 @@ async fn check_task(
         .resources
         .memory_max_mb
         .unwrap_or(task.resources.memory_mb);
-    if let Some(node) = crate::cgroup::node_memory()
+    // Placed by a cluster's scheduler, a task too big for every node is accepted and
+    // stays pending, its evaluation saying which resource was exhausted (as in Nomad).
+    if let Some(node) = crate::cgroup::node_memory().filter(|_| this_node)
         && u64::from(asked) * crate::model::limits::MIB > node
     {
         problems.push(Problem {

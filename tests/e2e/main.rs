@@ -27,6 +27,7 @@ mod csi_client;
 mod disk_limits;
 mod drivers;
 mod dynamic_users;
+mod evaluations;
 mod front_door;
 mod hooks;
 mod hostile;

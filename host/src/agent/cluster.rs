@@ -13,28 +13,27 @@ use super::{
     spawn_runner,
 };
 use crate::alloc_runner::AllocRunner;
+use crate::cluster::embedded::Embedded;
+use crate::cluster::evals::{EvalStatus, Evaluation, trigger};
 use crate::cluster::state::{AllocReport, ClusterJob, Placement};
+use crate::cluster::store::Store;
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::jobspec::{self, Job};
 use crate::state::JobRecord;
 
-/// Joins the configured cluster, if one is configured. Blocking (it waits for etcd up
-/// to the dial timeout): run it off the async workers.
+/// Joins the configured cluster: etcd's, shared with other agents, or (without a
+/// `cluster` block) this agent's own one-node cluster on the embedded store, kept in
+/// `<data_dir>/cluster.db` (in memory for `berth run`). Blocking (it waits for etcd up to
+/// the dial timeout): run it off the async workers.
 pub(super) fn join(
     data_dir: &std::path::Path,
     config: &AgentConfig,
     drivers: &DriverSet,
     store: &crate::state::StateStore,
     facts: &crate::node::Facts,
-) -> Result<Option<Arc<Cluster>>, ClusterError> {
-    if !config.cluster.uses_etcd() {
-        return Ok(None);
-    }
-    if !data_dir.join("cluster-id").exists() {
-        refuse_if_running_alone(store)?;
-    }
+) -> Result<Arc<Cluster>, ClusterError> {
     let record = node_record(
         crate::cluster::node_id(data_dir)?,
         data_dir,
@@ -42,14 +41,30 @@ pub(super) fn join(
         drivers,
         facts,
     );
-    let cluster = Cluster::join(&config.cluster, data_dir, record)?;
+    let cluster = if config.cluster.uses_etcd() {
+        if !data_dir.join("cluster-id").exists() {
+            refuse_if_running_alone(store)?;
+        }
+        Cluster::join(&config.cluster, data_dir, record)?
+    } else {
+        let embedded = match store.path() {
+            None => Embedded::in_memory(),
+            Some(_) => Embedded::open(&data_dir.join("cluster.db"))?,
+        };
+        Cluster::join_store(
+            Store::embedded(embedded)?,
+            &config.cluster,
+            data_dir,
+            record,
+        )?
+    };
     tracing::info!(
         cluster = %cluster.cluster_id(),
         node = %cluster.node_id(),
-        endpoints = %cluster.store().endpoints(),
+        store = %cluster.store().endpoints(),
         "joined the cluster"
     );
-    Ok(Some(cluster))
+    Ok(cluster)
 }
 
 /// A node joining a cluster for the first time must not run allocs of its own: the
@@ -179,6 +194,10 @@ pub fn node_record(
 /// over 1.5 MiB, and every agent reads every job on each scheduling round).
 const MAX_CLUSTER_SOURCE: usize = 256 * 1024;
 
+/// How long a submit waits for its evaluation, then for this node to take up its
+/// placements, before answering with the evaluation to follow.
+const EVALUATION_WAIT: Duration = Duration::from_secs(5);
+
 /// Rounds of read-then-write of a job's record before giving up on a job that keeps
 /// changing.
 const WRITE_TRIES: usize = 16;
@@ -213,8 +232,11 @@ impl Agent {
             by_operator: job.submitted_by_operator,
             owner: submitter.owner(),
         };
-        let cluster = cluster.clone();
+        let eval = Evaluation::pending(&record.id, trigger::REGISTER);
+        let eval_id = eval.id.clone();
+        let writer = cluster.clone();
         tokio::task::spawn_blocking(move || -> Result<(), SubmitError> {
+            let cluster = writer;
             // Written only over the version whose owner was checked (or where there was
             // none): a job another token submitted meanwhile is not replaced unchecked.
             for _ in 0..WRITE_TRIES {
@@ -229,7 +251,7 @@ impl Agent {
                         version
                     }
                 };
-                if cluster.put_job_if(&record, version)? {
+                if cluster.put_job_if(&record, version, &eval)? {
                     return Ok(());
                 }
             }
@@ -240,10 +262,12 @@ impl Agent {
         })
         .await
         .map_err(|e| ClusterError::Local(e.to_string()))??;
+        let (alloc_ids, replaced) = self.evaluated(cluster, &eval_id).await;
         Ok(Submitted {
+            eval_id,
             job_id: job.name.clone(),
-            alloc_ids: Vec::new(),
-            replaced: Vec::new(),
+            alloc_ids,
+            replaced,
             // A cluster acts on the `reschedule` blocks that one agent ignores.
             warnings: job
                 .warnings
@@ -266,9 +290,9 @@ impl Agent {
         submitter: &Submitter,
         id: &str,
         purge: bool,
-    ) -> Result<Result<(), NotOwner>, ClusterError> {
+    ) -> Result<Result<String, NotOwner>, ClusterError> {
         let Some(cluster) = self.cluster.clone() else {
-            return Ok(Ok(()));
+            return Ok(Ok(String::new()));
         };
         let id = id.to_string();
         let submitter = submitter.clone();
@@ -287,26 +311,29 @@ impl Agent {
                         return Ok(Err(refused));
                     }
                 }
+                let eval = Evaluation::pending(&id, trigger::DEREGISTER);
                 let written = match (entry, purge) {
-                    (None, true) => return Ok(Ok(())),
+                    (None, true) => return Ok(Ok(String::new())),
                     (None, false) | (Some((None, _)), false) => {
                         return Err(ClusterError::Local(format!("job {id:?} not found")));
                     }
                     // A record no agent can read: purging is how it goes.
-                    (Some((None, version)), true) => cluster.delete_job_if(&id, version)?,
+                    (Some((None, version)), true) => cluster.delete_job_if(&id, version, &eval)?,
                     (Some((Some(job), _)), true) if !job.stopped => {
                         return Err(ClusterError::Local(format!(
                             "job {id:?} was submitted again since it was stopped: not purged"
                         )));
                     }
-                    (Some((Some(_), version)), true) => cluster.delete_job_if(&id, version)?,
+                    (Some((Some(_), version)), true) => {
+                        cluster.delete_job_if(&id, version, &eval)?
+                    }
                     (Some((Some(mut job), version)), false) => {
                         job.stopped = true;
-                        cluster.put_job_if(&job, version)?
+                        cluster.put_job_if(&job, version, &eval)?
                     }
                 };
                 if written {
-                    return Ok(Ok(()));
+                    return Ok(Ok(eval.id));
                 }
             }
             Err(ClusterError::Local(format!(
@@ -315,6 +342,38 @@ impl Agent {
         })
         .await
         .map_err(|e| ClusterError::Local(e.to_string()))?
+    }
+
+    /// Waits for evaluation `eval_id` (a few seconds at most), then for this node to
+    /// take up what it placed here: the allocs it left the job with, and those it
+    /// stopped. Empty when it did not complete in time (it is then the way to follow).
+    pub(super) async fn evaluated(
+        &self,
+        cluster: &Arc<Cluster>,
+        eval_id: &str,
+    ) -> (Vec<String>, Vec<String>) {
+        let waiting = cluster.clone();
+        let id = eval_id.to_string();
+        let eval =
+            tokio::task::spawn_blocking(move || waiting.wait_evaluation(&id, EVALUATION_WAIT))
+                .await;
+        let Ok(Ok(Some(eval))) = eval else {
+            return (Vec::new(), Vec::new());
+        };
+        if eval.status == EvalStatus::Pending {
+            return (Vec::new(), Vec::new());
+        }
+        let here = eval.allocs.iter().any(|a| a.node_id == cluster.node_id());
+        if here || !eval.stopped.is_empty() {
+            // A round that began after the evaluation completed has seen its placements.
+            let mut rounds = self.placement_rounds.subscribe();
+            let seen = *rounds.borrow_and_update();
+            let _ =
+                tokio::time::timeout(EVALUATION_WAIT, rounds.wait_for(|round| *round >= seen + 2))
+                    .await;
+        }
+        let allocs = eval.allocs.into_iter().map(|a| a.alloc_id).collect();
+        (allocs, eval.stopped)
     }
 
     /// Runs this node's placements for as long as the agent runs: a new placement is
@@ -349,6 +408,7 @@ impl Agent {
                     Err(_) => return,
                 }
                 agent.report_allocs(&cluster, &mut reported).await;
+                agent.placement_rounds.send_modify(|round| *round += 1);
                 drop(agent);
                 tokio::select! {
                     change = changes.recv() => if change.is_none() { return },

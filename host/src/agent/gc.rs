@@ -185,7 +185,7 @@ impl Agent {
         if self.cluster.is_some() {
             // The cluster's own check: only the stopped version is deleted.
             match self.stop_cluster_job(submitter, id, true).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(_)) => {}
                 Ok(Err(refused)) => {
                     tracing::warn!(job = %id, %refused, "not purging a job");
                     return false;

@@ -253,15 +253,25 @@ impl Agent {
         let mut id = base.clone();
         let mut n = 1;
         if let Some(cluster) = self.cluster.clone() {
+            use crate::cluster::evals::{Evaluation, trigger};
             use crate::cluster::state::ChildCreated;
+            let triggered_by = if kind == "periodic" {
+                trigger::PERIODIC
+            } else {
+                trigger::DISPATCH
+            };
+            let mut eval_id;
             loop {
                 let record = cluster_child(parent, &id, child.clone());
-                let cluster = cluster.clone();
+                let eval = Evaluation::pending(&id, triggered_by);
+                eval_id = eval.id.clone();
+                let writer = cluster.clone();
                 let version = parent.version;
-                let created =
-                    tokio::task::spawn_blocking(move || cluster.create_child(&record, version))
-                        .await
-                        .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+                let created = tokio::task::spawn_blocking(move || {
+                    writer.create_child(&record, version, &eval)
+                })
+                .await
+                .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
                 match created {
                     ChildCreated::Created => break,
                     ChildCreated::ParentChanged => {
@@ -283,11 +293,13 @@ impl Agent {
                 }
             }
             tracing::info!(job = %name, child = %id, "launched a child job in the cluster");
+            let (alloc_ids, replaced) = self.evaluated(&cluster, &eval_id).await;
             return Ok(Submitted {
                 job_id: id,
-                alloc_ids: Vec::new(),
-                replaced: Vec::new(),
+                alloc_ids,
+                replaced,
                 warnings: Vec::new(),
+                eval_id,
             });
         }
         let unchanged = (self.jobs.lock().unwrap().get(name))
@@ -318,6 +330,7 @@ impl Agent {
         let alloc_ids = self.record_and_place(record, job)?;
         tracing::info!(job = %name, child = %id, "launched a child job");
         Ok(Submitted {
+            eval_id: String::new(),
             job_id: id,
             alloc_ids,
             replaced: Vec::new(),

@@ -32,6 +32,7 @@ mod volumes;
 
 pub use errors::{LookupError, StartError, StopError, SubmitError};
 pub use owner::{JobAction, NotOwner, Submitter};
+pub use stop::JobStopped;
 pub use volumes::{Detached, VolumeError};
 
 use std::collections::BTreeMap;
@@ -91,6 +92,10 @@ pub struct Submitted {
     /// What the jobspec asks for that has no effect here (`file:line:col: path: why`).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// The evaluation the change made (Nomad's `EvalID`): `alloc_ids` are its allocs
+    /// when it completed within the submit's wait, else it is the way to follow them.
+    #[serde(default)]
+    pub eval_id: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -205,6 +210,9 @@ pub struct Agent {
     shutting_down: watch::Sender<bool>,
     /// What its API holds at once, on all its listeners.
     api_places: api_places::ApiPlaces,
+    /// Counts the rounds of following this node's placements (`follow_placements`): a
+    /// submit waits for one that began after its evaluation completed.
+    placement_rounds: watch::Sender<u64>,
 }
 
 impl Agent {
@@ -280,14 +288,19 @@ impl Agent {
                 facts.clone(),
             );
             tokio::task::spawn_blocking(move || {
-                cluster::join(&data_dir, &config, &drivers, &state, &facts)
+                // A lone agent keeps its own paths until they move onto its one-node
+                // cluster (`cluster::join` makes it on the embedded store).
+                if !config.cluster.uses_etcd() {
+                    return Ok(None);
+                }
+                cluster::join(&data_dir, &config, &drivers, &state, &facts).map(Some)
             })
             .await
             .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };
         if let Some(cluster) = cluster
             .as_ref()
-            .filter(|c| !c.settings().presents_credentials())
+            .filter(|c| !c.is_lone() && !c.settings().presents_credentials())
         {
             notices.push(Notice {
                 level: NoticeLevel::Warning,
@@ -422,6 +435,7 @@ impl Agent {
             _data_dir_lock: data_dir_lock,
             job_locks: job_locks::JobLocks::default(),
             api_places: api_places::ApiPlaces::default(),
+            placement_rounds: watch::Sender::new(0),
         };
         agent.publish(
             event_hub::Topic::Node,

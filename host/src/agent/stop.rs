@@ -3,12 +3,23 @@
 
 use super::{Agent, ClusterError, JobAction, LookupError, StopError, Submitter};
 
+/// What a job's stop did.
+#[derive(Debug, Clone, Default)]
+pub struct JobStopped {
+    /// The allocs asked to stop (on this agent).
+    pub allocs: Vec<String>,
+    /// The evaluation the stop made (Nomad's `EvalID`), in a cluster.
+    pub eval_id: String,
+}
+
 impl Agent {
     /// Stops a job's allocs, as the operator; the job stays listed as stopped. Returns
     /// the allocs asked to stop.
     pub async fn stop_job(&self, id: &str) -> Result<Vec<String>, StopError> {
-        self.stop_job_as(&Submitter::Operator, id, JobAction::Stop)
-            .await
+        Ok(self
+            .stop_job_as(&Submitter::Operator, id, JobAction::Stop)
+            .await?
+            .allocs)
     }
 
     /// [`Agent::stop_job`] for `submitter`, which must own the job (or be the operator);
@@ -18,7 +29,7 @@ impl Agent {
         submitter: &Submitter,
         id: &str,
         action: JobAction,
-    ) -> Result<Vec<String>, StopError> {
+    ) -> Result<JobStopped, StopError> {
         if self.cluster.is_some() {
             // The scheduler removes the placements; each node stops its allocs.
             let refused = self
@@ -31,12 +42,18 @@ impl Agent {
                         id: id.to_string(),
                     },
                 })?;
-            if let Err(mut refused) = refused {
-                refused.action = action;
-                return Err(refused.into());
-            }
+            let eval_id = match refused {
+                Ok(eval_id) => eval_id,
+                Err(mut refused) => {
+                    refused.action = action;
+                    return Err(refused.into());
+                }
+            };
             self.publish_job("JobDeregistered", id);
-            return Ok(Vec::new());
+            return Ok(JobStopped {
+                allocs: Vec::new(),
+                eval_id,
+            });
         }
         let _this_job = self.job_locks.lock(id).await;
         let _one_at_a_time = self.submitting.lock().await;
@@ -66,6 +83,9 @@ impl Agent {
         for alloc in &stopping {
             self.publish_alloc("AllocationUpdateDesiredStatus", alloc);
         }
-        Ok(stopping)
+        Ok(JobStopped {
+            allocs: stopping,
+            eval_id: String::new(),
+        })
     }
 }

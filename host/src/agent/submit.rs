@@ -198,6 +198,7 @@ impl Agent {
             self.publish_alloc("AllocationUpdated", alloc);
         }
         Ok(Submitted {
+            eval_id: String::new(),
             job_id: job.name.clone(),
             alloc_ids,
             replaced,

@@ -433,10 +433,10 @@ async fn stop_job(
     Path(id): Path<String>,
 ) -> Reply<Stopped> {
     let submitter = nomad::submission::submitter_of(submitter);
-    let stopping = agent.stop_job_as(&submitter, &id, JobAction::Stop).await?;
+    let stopped = agent.stop_job_as(&submitter, &id, JobAction::Stop).await?;
     Ok(Json(Stopped {
         job_id: id,
-        stopping,
+        stopping: stopped.allocs,
     }))
 }
 

@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod embedded;
 pub mod etcd;
 pub mod etcd_access;
+pub mod evals;
 pub mod lost_claims;
 pub mod scheduler;
 pub mod state;

@@ -241,6 +241,8 @@ pub struct Snapshot {
     pub blocked: std::collections::BTreeMap<String, Vec<Blocked>>,
     /// Which nodes can use which CSI volumes.
     pub csi: CsiView,
+    /// Evaluations, oldest first.
+    pub evals: Vec<super::evals::Evaluation>,
 }
 
 /// The CSI facts placement needs: each volume's plugin, and where that plugin's node
@@ -452,6 +454,11 @@ impl Cluster {
                         Err(e) => problem(e),
                     }
                 }
+                "evals" => match super::evals::Evaluation::from_entry(&entry) {
+                    Some(eval) => snapshot.evals.push(eval),
+                    None => tracing::warn!(key = %entry.key,
+                        "a record in the cluster store is not an evaluation; it is left out"),
+                },
                 "blocked" => match serde_json::from_slice(&entry.value) {
                     Ok(entries) => {
                         let job = rest.trim_start_matches("blocked/").to_string();
@@ -478,16 +485,30 @@ impl Cluster {
         snapshot
             .nodes
             .sort_by(|a, b| a.record.name.cmp(&b.record.name));
+        snapshot
+            .evals
+            .sort_by_key(|e| (e.create_revision, e.id.clone()));
         Ok(snapshot)
     }
 
-    /// Submits (or replaces) a job; the key's new revision is its version.
+    /// Submits (or replaces) a job with its evaluation; the key's new revision is its
+    /// version.
     pub fn put_job(&self, job: &ClusterJob) -> Result<i64, ClusterError> {
+        use super::etcd::Write;
         let key = self.key(&["jobs", &job.id]);
         let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let eval = self.eval_write(&super::evals::Evaluation::pending(
+            &job.id,
+            super::evals::trigger::REGISTER,
+        ))?;
         let store = self.store().clone();
         self.store().block(async move {
-            store.put(&key, value, 0).await?;
+            let job = Write::Put {
+                key: key.clone(),
+                value,
+                lease: 0,
+            };
+            store.transaction(Vec::new(), vec![job, eval]).await?;
             Ok::<_, ClusterError>(store.get(&key).await?.map_or(0, |e| e.mod_revision))
         })
     }
@@ -500,6 +521,7 @@ impl Cluster {
         &self,
         child: &ClusterJob,
         parent_version: i64,
+        eval: &super::evals::Evaluation,
     ) -> Result<ChildCreated, ClusterError> {
         use super::etcd::{Condition, Write};
         let parent = child
@@ -512,6 +534,7 @@ impl Cluster {
         let key = self.key(&["jobs", &child.id]);
         let parent_key = self.key(&["jobs", &parent]);
         let value = serde_json::to_vec(child).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let eval = self.eval_write(eval)?;
         let store = self.store().clone();
         self.store().block(async move {
             let conditions = vec![
@@ -523,7 +546,7 @@ impl Cluster {
                 value,
                 lease: 0,
             };
-            if store.transaction(conditions, vec![write]).await? {
+            if store.transaction(conditions, vec![write, eval]).await? {
                 return Ok(ChildCreated::Created);
             }
             Ok::<_, ClusterError>(if store.get(&key).await?.is_some() {
@@ -561,10 +584,17 @@ impl Cluster {
 
     /// Writes a job's record only if its key is still at `version` (nothing wrote it
     /// since it was read): false, and nothing written, when it was.
-    pub fn put_job_if(&self, job: &ClusterJob, version: i64) -> Result<bool, ClusterError> {
+    /// `eval` is written with it.
+    pub fn put_job_if(
+        &self,
+        job: &ClusterJob,
+        version: i64,
+        eval: &super::evals::Evaluation,
+    ) -> Result<bool, ClusterError> {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", &job.id]);
         let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let eval = self.eval_write(eval)?;
         let store = self.store().clone();
         self.store().block(async move {
             let condition = Condition::ModRevision(key.clone(), version);
@@ -573,22 +603,33 @@ impl Cluster {
                 value,
                 lease: 0,
             };
-            Ok::<_, ClusterError>(store.transaction(vec![condition], vec![write]).await?)
+            Ok::<_, ClusterError>(
+                store
+                    .transaction(vec![condition], vec![write, eval])
+                    .await?,
+            )
         })
     }
 
     /// Removes a job (purge) only if its key is still at `version`: a purge never
     /// removes a version submitted after it looked. False, and nothing removed, when the
     /// job changed. The scheduler then stops the job's allocs.
-    pub fn delete_job_if(&self, id: &str, version: i64) -> Result<bool, ClusterError> {
+    /// `eval` is written with it.
+    pub fn delete_job_if(
+        &self,
+        id: &str,
+        version: i64,
+        eval: &super::evals::Evaluation,
+    ) -> Result<bool, ClusterError> {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", id]);
+        let eval = self.eval_write(eval)?;
         let store = self.store().clone();
         self.store().block(async move {
             let condition = Condition::ModRevision(key.clone(), version);
             Ok::<_, ClusterError>(
                 store
-                    .transaction(vec![condition], vec![Write::Delete(key)])
+                    .transaction(vec![condition], vec![Write::Delete(key), eval])
                     .await?,
             )
         })

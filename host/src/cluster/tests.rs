@@ -363,11 +363,11 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
     };
     let first = child("tick/periodic-1");
     assert_eq!(
-        a.create_child(&first, version).unwrap(),
+        a.create_child(&first, version, &eval()).unwrap(),
         ChildCreated::Created
     );
     assert_eq!(
-        a.create_child(&first, version).unwrap(),
+        a.create_child(&first, version, &eval()).unwrap(),
         ChildCreated::Exists
     );
     let stopped = ClusterJob {
@@ -376,7 +376,8 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
     };
     a.put_job(&stopped).unwrap();
     assert_eq!(
-        a.create_child(&child("tick/periodic-2"), version).unwrap(),
+        a.create_child(&child("tick/periodic-2"), version, &eval())
+            .unwrap(),
         ChildCreated::ParentChanged
     );
     assert!(a.job("tick/periodic-2").unwrap().is_none());
@@ -410,12 +411,12 @@ fn a_stop_or_purge_of_a_version_read_before_a_resubmit_writes_nothing() {
         ..first.clone()
     };
     b.put_job(&resubmitted).unwrap();
-    assert!(!a.delete_job_if("lk", stopped_version).unwrap());
-    assert!(!a.put_job_if(&first, stopped_version).unwrap());
+    assert!(!a.delete_job_if("lk", stopped_version, &eval()).unwrap());
+    assert!(!a.put_job_if(&first, stopped_version, &eval()).unwrap());
     let (kept, version) = a.job("lk").unwrap().expect("the resubmit was deleted");
     assert_eq!(kept, resubmitted);
     // At the version it reads now, it writes.
-    assert!(a.delete_job_if("lk", version).unwrap());
+    assert!(a.delete_job_if("lk", version, &eval()).unwrap());
     assert!(a.job_entry("lk").unwrap().is_none());
     // A record no agent can read still has a version, so it can be purged.
     let key = a.key(&["jobs", "bad"]);
@@ -425,5 +426,9 @@ fn a_stop_or_purge_of_a_version_read_before_a_resubmit_writes_nothing() {
         .unwrap();
     let (unreadable, version) = a.job_entry("bad").unwrap().unwrap();
     assert!(unreadable.is_none());
-    assert!(a.delete_job_if("bad", version).unwrap());
+    assert!(a.delete_job_if("bad", version, &eval()).unwrap());
+}
+
+fn eval() -> super::evals::Evaluation {
+    super::evals::Evaluation::pending("test", super::evals::trigger::REGISTER)
 }

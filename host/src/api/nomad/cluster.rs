@@ -120,7 +120,7 @@ fn find_node<'a>(snapshot: &'a Snapshot, id: &str) -> Result<&'a NodeRecord, Nom
 
 /// Answers a blocking query on the cluster: waits on the agent's index (which follows
 /// etcd's revision in a cluster), then reads a snapshot.
-async fn answer(
+pub(super) async fn answer(
     agent: &Arc<Agent>,
     cluster: &Arc<Cluster>,
     blocking: &Blocking,
@@ -171,7 +171,7 @@ pub async fn read_node(
 }
 
 /// A cluster alloc as Nomad's `AllocListStub`.
-fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+pub(super) fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
     let names: BTreeMap<&str, &str> = snapshot
         .nodes
         .iter()
@@ -667,87 +667,6 @@ pub async fn read_job(
     answer(&agent, &cluster, &blocking, |snapshot| {
         cluster_job_json(snapshot, &id, false)
             .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "job not found".into()))
-    })
-    .await
-}
-
-/// `GET /v1/job/:id/evaluations`: in a cluster, the scheduler's last word on the job:
-/// one evaluation, `blocked` with `FailedTGAllocs` (how many nodes each reason ruled
-/// out, per group) when something could not be placed (a system or sysbatch job's:
-/// `complete` with them, as in Nomad), else `complete`. On its own an
-/// agent places when a job is submitted, with no evaluation.
-pub async fn job_evaluations(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return blocking.answer(&agent, || Ok(json!([]))).await;
-    };
-    answer(&agent, &cluster, &blocking, |snapshot| {
-        let Some((job, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == id) else {
-            return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
-        };
-        let blocked = snapshot.blocked.get(&id).cloned().unwrap_or_default();
-        let mut failed: BTreeMap<String, Value> = BTreeMap::new();
-        for entry in &blocked {
-            let (mut filtered, mut exhausted) = (BTreeMap::new(), BTreeMap::new());
-            let (mut nodes_filtered, mut nodes_exhausted) = (0, 0);
-            for (reason, nodes) in &entry.reasons {
-                if reason.ends_with("exhausted") || reason.ends_with("in use") {
-                    exhausted.insert(reason.clone(), *nodes);
-                    nodes_exhausted += nodes;
-                } else {
-                    filtered.insert(reason.clone(), *nodes);
-                    nodes_filtered += nodes;
-                }
-            }
-            failed.insert(
-                entry.group.clone(),
-                json!({
-                    "NodesEvaluated": entry.nodes_evaluated,
-                    "NodesFiltered": nodes_filtered,
-                    "NodesExhausted": nodes_exhausted,
-                    "ConstraintFiltered": filtered,
-                    "DimensionExhausted": exhausted,
-                    "CoalescedFailures": entry.coalesced,
-                }),
-            );
-        }
-        // The scheduler type is the job's. A system job's failed placements (a node
-        // without room) are reported, as in Nomad, without blocking the evaluation: it
-        // runs where it fits and is placed again when the cluster changes.
-        let parsed = job.spec();
-        let job_type = parsed
-            .as_ref()
-            .map_or(crate::jobspec::JobType::Service, |parsed| parsed.job_type);
-        let status = if parsed.is_err() {
-            "failed"
-        } else if blocked.is_empty() || job_type.per_node() {
-            "complete"
-        } else {
-            "blocked"
-        };
-        Ok(json!([{
-            "ID": format!("{}-{version}", job.id),
-            "Namespace": "default",
-            "JobID": job.id,
-            "Type": job_type.as_str(),
-            "TriggeredBy": "job-register",
-            "Status": status,
-            "StatusDescription": match (blocked.first(), &parsed) {
-                (Some(entry), _) => entry.why.clone(),
-                (None, Err(error)) => format!(
-                    "its recorded source cannot be evaluated, so no agent runs it: {error}"
-                ),
-                // Else what will not be placed again.
-                (None, Ok(parsed)) => super::reschedule::exhausted(snapshot, parsed, &id),
-            },
-            "FailedTGAllocs": if failed.is_empty() { Value::Null } else { json!(failed) },
-            "JobModifyIndex": version,
-            "CreateIndex": version,
-            "ModifyIndex": snapshot.revision,
-        }]))
     })
     .await
 }

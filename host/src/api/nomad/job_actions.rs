@@ -80,7 +80,7 @@ pub async fn dispatch(
     Ok(with_index(
         Json(json!({
             "DispatchedJobID": launched.job_id,
-            "EvalID": "",
+            "EvalID": launched.eval_id,
             "EvalCreateIndex": index,
             "JobCreateIndex": index,
             "Index": index,

@@ -20,8 +20,9 @@
 //! | GET | `/v1/job/:id/allocations`, `/v1/job/:id/summary`, `/v1/job/:id/versions` |
 //! | POST, PUT | `/v1/job/:id/plan` (`{"Job": {...}, "Diff": true}`: a dry run here, `job_actions.rs`) |
 //! | POST, PUT | `/v1/job/:id/dispatch` (`{"Payload": base64, "Meta": {...}}`, `job_actions.rs`) |
-//! | GET | `/v1/job/:id/evaluations`, `/v1/job/:id/deployments` (always empty: a job is |
-//! |     | placed on this node when submitted, with no evaluation or deployment) |
+//! | GET | `/v1/job/:id/evaluations`, `/v1/evaluations` (`prefix`, `job`, `status`), |
+//! |     | `/v1/evaluation/:id`, `/v1/evaluation/:id/allocations` (`evaluations.rs`) |
+//! | GET | `/v1/job/:id/deployments` (always empty: berth has no deployments) |
 //! | GET | `/v1/allocations`, `/v1/allocation/:id` |
 //! | POST, PUT | `/v1/allocation/:id/stop` |
 //! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
@@ -54,6 +55,7 @@ pub mod alloc_actions;
 pub mod alloc_fs;
 mod cluster;
 pub mod csi;
+mod evaluations;
 mod event_stream;
 mod follow_logs;
 mod job_actions;
@@ -234,7 +236,13 @@ pub fn router() -> Router<Arc<Agent>> {
         )
         .route("/v1/job/{id}/summary", get(job_summary))
         .route("/v1/job/{id}/versions", get(job_versions))
-        .route("/v1/job/{id}/evaluations", get(cluster::job_evaluations))
+        .route("/v1/job/{id}/evaluations", get(evaluations::of_job))
+        .route("/v1/evaluations", get(evaluations::list))
+        .route("/v1/evaluation/{id}", get(evaluations::read))
+        .route(
+            "/v1/evaluation/{id}/allocations",
+            get(evaluations::allocations),
+        )
         .route("/v1/job/{id}/deployments", get(job_none))
         .route("/v1/allocations", get(cluster::list_allocations))
         .route("/v1/allocation/{id}", get(read_allocation))
@@ -305,6 +313,9 @@ pub const KNOWN_PATHS: &[&str] = &[
     "/v1/job/:id/versions",
     "/v1/job/:id/evaluations",
     "/v1/job/:id/deployments",
+    "/v1/evaluations",
+    "/v1/evaluation/:id",
+    "/v1/evaluation/:id/allocations",
     "/v1/allocations",
     "/v1/allocation/:id",
     "/v1/allocation/:id/stop",
@@ -568,7 +579,7 @@ async fn register_job(
     warnings.extend(submitted.warnings);
     Ok(with_index(
         axum::Json(json!({
-            "EvalID": "",
+            "EvalID": submitted.eval_id,
             "EvalCreateIndex": index,
             "JobModifyIndex": index,
             "Warnings": warnings.join("\n"),
@@ -604,7 +615,7 @@ async fn deregister_job(
     } else {
         crate::agent::JobAction::Stop
     };
-    agent.stop_job_as(&submitter, &id, action).await?;
+    let stopped = agent.stop_job_as(&submitter, &id, action).await?;
     if purge {
         // Purged in the background, as Nomad does it: a job whose allocs stop at once is
         // gone before the answer; a slow one is answered now and purged once they end.
@@ -617,7 +628,7 @@ async fn deregister_job(
     let index = agent.change_index().current();
     Ok(with_index(
         axum::Json(json!({
-            "EvalID": "",
+            "EvalID": stopped.eval_id,
             "EvalCreateIndex": index,
             "JobModifyIndex": index,
             "Index": index,

@@ -581,7 +581,10 @@ async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapsho
         };
         let cluster = cluster.clone();
         let id = child.id.clone();
-        match tokio::task::spawn_blocking(move || cluster.create_child(&child, version)).await {
+        let eval = super::evals::Evaluation::pending(&id, super::evals::trigger::PERIODIC);
+        match tokio::task::spawn_blocking(move || cluster.create_child(&child, version, &eval))
+            .await
+        {
             Ok(Ok(super::state::ChildCreated::Created)) => {
                 tracing::info!(job = %launch.parent, child = %id, "launched a periodic job's child");
             }
@@ -767,7 +770,15 @@ pub async fn run(
             // may still be writing until then), their volumes unpublished from it first.
             lost_claims.release_due(snapshot.reports.clone());
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
-                Ok(true) => launch_children(&cluster, &plan, &snapshot).await,
+                Ok(true) => {
+                    launch_children(&cluster, &plan, &snapshot).await;
+                    let evals = super::evals::outcome(&snapshot, &plan, super::now_ms());
+                    if let Err(error) =
+                        super::evals::apply(&cluster, &evals, &leader_key, leader.rev).await
+                    {
+                        tracing::warn!(%error, "recording the evaluations' outcome");
+                    }
+                }
                 Ok(false) => {
                     tracing::warn!("no longer the cluster's scheduler");
                     break;
@@ -846,7 +857,8 @@ fn beside_the_plan(prefix: &str, change: &super::etcd::Change) -> bool {
     let Some(rest) = key.strip_prefix(prefix).and_then(|k| k.strip_prefix('/')) else {
         return false;
     };
-    ["calls/", "answers/", "volume-usage/"]
+    // A pending evaluation is written with its job's change, which makes the round.
+    ["calls/", "answers/", "volume-usage/", "evals/"]
         .iter()
         .any(|kind| rest.starts_with(kind))
 }
@@ -857,7 +869,7 @@ mod system;
 #[cfg(test)]
 mod system_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 mod reschedule_tests;

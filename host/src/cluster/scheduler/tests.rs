@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) mod tests_support {
+pub(crate) mod tests_support {
     use super::*;
     use crate::cluster::{NodeRecord, NodeView};
 

@@ -435,13 +435,35 @@ pub async fn validate_for(
                 &group.volumes,
                 drivers,
                 config,
-                this_node,
                 &mut problems,
             )
             .await;
+            // Placed by a cluster's scheduler, a task too big for every node is accepted
+            // and stays pending, its evaluation saying what was exhausted (as in Nomad).
+            if this_node {
+                problems.extend(more_memory_than_the_node(task, &task_path));
+            }
         }
     }
     problems
+}
+
+/// A task that asks for more memory than this node has.
+fn more_memory_than_the_node(task: &Task, task_path: &str) -> Option<Problem> {
+    let asked = task
+        .resources
+        .memory_max_mb
+        .unwrap_or(task.resources.memory_mb);
+    let node = crate::cgroup::node_memory()?;
+    (u64::from(asked) * crate::model::limits::MIB > node).then(|| Problem {
+        path: format!("{task_path}.resources.memory"),
+        at: Some(task.at),
+        message: format!(
+            "task {:?} asks for {asked} MiB of memory; this node has {} MiB",
+            task.name,
+            node / crate::model::limits::MIB
+        ),
+    })
 }
 
 async fn check_task(
@@ -451,7 +473,6 @@ async fn check_task(
     volumes: &[VolumeRequest],
     drivers: &DriverSet,
     config: &AgentConfig,
-    this_node: bool,
     problems: &mut Vec<Problem>,
 ) {
     let driver = drivers.get(&task.driver);
@@ -489,25 +510,6 @@ async fn check_task(
                 });
             }
         }
-    }
-    let asked = task
-        .resources
-        .memory_max_mb
-        .unwrap_or(task.resources.memory_mb);
-    // Placed by a cluster's scheduler, a task too big for every node is accepted and
-    // stays pending, its evaluation saying which resource was exhausted (as in Nomad).
-    if let Some(node) = crate::cgroup::node_memory().filter(|_| this_node)
-        && u64::from(asked) * crate::model::limits::MIB > node
-    {
-        problems.push(Problem {
-            path: format!("{task_path}.resources.memory"),
-            at: Some(task.at),
-            message: format!(
-                "task {:?} asks for {asked} MiB of memory; this node has {} MiB",
-                task.name,
-                node / crate::model::limits::MIB
-            ),
-        });
     }
     // Which user a task runs as depends on its driver (its isolation): for a driver this
     // agent does not have, "unknown driver" is the problem, and a refusal of its user

@@ -160,10 +160,10 @@ impl Embedded {
         let mut expired = Vec::new();
         {
             let read = file.begin_read().map_err(|e| failed(e.to_string()))?;
-            if let Ok(meta) = read.open_table(META) {
-                if let Some(revision) = meta.get("revision").map_err(|e| failed(e.to_string()))? {
-                    inner.revision = revision.value();
-                }
+            if let Ok(meta) = read.open_table(META)
+                && let Some(revision) = meta.get("revision").map_err(|e| failed(e.to_string()))?
+            {
+                inner.revision = revision.value();
             }
             if let Ok(keys) = read.open_table(KEYS) {
                 for row in keys.iter().map_err(|e| failed(e.to_string()))? {
@@ -245,12 +245,13 @@ impl Embedded {
             return Ok(false);
         }
         for write in &writes {
-            if let Write::Put { key, lease, .. } = write {
-                if *lease != 0 && !inner.leases.contains(lease) {
-                    return Err(EtcdError::Refused(format!(
-                        "lease {lease:x} not found (writing {key:?})"
-                    )));
-                }
+            if let Write::Put { key, lease, .. } = write
+                && *lease != 0
+                && !inner.leases.contains(lease)
+            {
+                return Err(EtcdError::Refused(format!(
+                    "lease {lease:x} not found (writing {key:?})"
+                )));
             }
         }
         let revision = inner.revision + 1;

@@ -192,3 +192,35 @@ job "pair" {
     before.sort();
     assert_eq!(replaced, before, "{again:?}");
 }
+
+/// `berth job run` follows the register's evaluation as `nomad job run` does: the
+/// allocs it placed, and, for a job that fits nowhere, what was exhausted, with
+/// Nomad's exit code 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn job_run_follows_the_evaluation_and_says_what_could_not_be_placed() {
+    let etcd = EtcdServer::start();
+    let (agent, _) = member_on_tcp(&etcd, "eval-c").await;
+    let job = |name: &str, memory: u32| {
+        format!(
+            "job \"{name}\" {{\n  group \"g\" {{\n    count = 2\n    task \"t\" {{\n      \
+             driver = \"mock\"\n      config {{\n        run_for = \"1h\"\n      }}\n      \
+             resources {{\n        cpu    = 20\n        memory = {memory}\n      }}\n    }}\n  \
+             }}\n}}\n"
+        )
+    };
+    let fits = agent.path().join("fits.hcl");
+    std::fs::write(&fits, job("fits", 16)).unwrap();
+    let (code, out, err) = agent.cli(&["job", "run", "-detach", fits.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(out.matches("    alloc ").count(), 2, "{out}");
+    let huge = agent.path().join("huge.hcl");
+    std::fs::write(&huge, job("huge", 100_000)).unwrap();
+    let (code, out, err) = agent.cli(&["job", "run", huge.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        out.contains("failed to place all allocations")
+            && out.contains("Task Group \"g\" (failed to place 2 allocations)")
+            && out.contains("Dimension \"memory\" exhausted on 1 nodes"),
+        "{out}"
+    );
+}

@@ -364,7 +364,15 @@ pub(super) async fn submit(
             .filter(|w| !w.is_empty())
             .map(str::to_string),
     );
-    let after = job_allocs(client, &job_id).await?;
+    let eval_id = registered["EvalID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let evaluated = follow_evaluation(client, &eval_id).await?;
+    let (after, failed) = match evaluated {
+        Some(evaluation) => (evaluation.allocs, Some(evaluation.failed)),
+        None => (job_allocs(client, &job_id).await?, None),
+    };
     let new_ids: Vec<String> = after
         .iter()
         .filter(|a| !before.iter().any(|b| b.id == a.id))
@@ -385,8 +393,13 @@ pub(super) async fn submit(
     for id in &new_ids {
         print_line!("    alloc {}", id);
     }
+    let unplaced = failed.is_some_and(|failed| print_placement_failures(&eval_id, &failed));
     if detach {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if unplaced {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut failed = false;
@@ -423,9 +436,98 @@ pub(super) async fn submit(
     }
     Ok(if failed {
         ExitCode::FAILURE
+    } else if unplaced {
+        // Nomad's `job run` exits 2 when allocs could not be placed.
+        ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// What a register's evaluation decided, once it was.
+struct Evaluated {
+    allocs: Vec<Alloc>,
+    /// `FailedTGAllocs`: per group, what ruled out or filled the nodes.
+    failed: serde_json::Value,
+}
+
+/// Follows evaluation `eval_id` (Nomad's `EvalID`) until the scheduler completed it,
+/// for 30 s at most, as `nomad job run` monitors it: its allocs and what it could not
+/// place. `None` without an evaluation, or when it did not complete in time.
+async fn follow_evaluation(client: &Client, eval_id: &str) -> anyhow::Result<Option<Evaluated>> {
+    if eval_id.is_empty() {
+        return Ok(None);
+    }
+    let path = format!("/v1/evaluation/{}", path_escape(eval_id));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let evaluation: serde_json::Value = client.get(&path).await?;
+        if evaluation["Status"] != "pending" {
+            let allocs: Vec<Alloc> = client.get(&format!("{path}/allocations")).await?;
+            return Ok(Some(Evaluated {
+                allocs,
+                failed: evaluation["FailedTGAllocs"].clone(),
+            }));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            print_line!(
+                "    evaluation {eval_id} is still pending: follow it with `berth job status`"
+            );
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Prints what evaluation `eval_id` could not place, as `nomad job run` does; whether
+/// there was any.
+fn print_placement_failures(eval_id: &str, failed: &serde_json::Value) -> bool {
+    let Some(groups) = failed.as_object().filter(|g| !g.is_empty()) else {
+        return false;
+    };
+    print_line!(
+        "==> Evaluation {:?} finished with status \"complete\" but failed to place all \
+         allocations:",
+        crate::catalog::short_id(eval_id)
+    );
+    for (group, metric) in groups {
+        let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+        print_line!(
+            "    Task Group {:?} (failed to place {} allocation{}):",
+            group,
+            count,
+            if count == 1 { "" } else { "s" }
+        );
+        let counts = |field: &str| {
+            metric[field]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        };
+        for (constraint, nodes) in counts("ConstraintFiltered") {
+            print_line!(
+                "      * Constraint {:?}: {} nodes excluded by filter",
+                constraint,
+                nodes
+            );
+        }
+        let exhausted = metric["NodesExhausted"].as_u64().unwrap_or(0);
+        if exhausted > 0 {
+            print_line!("      * Resources exhausted on {} nodes", exhausted);
+        }
+        for (dimension, nodes) in counts("DimensionExhausted") {
+            print_line!(
+                "      * Dimension {:?} exhausted on {} nodes",
+                dimension,
+                nodes
+            );
+        }
+    }
+    true
 }
 
 /// `berth job plan`: what `berth job run` would do here (`POST /v1/job/:id/plan`), as

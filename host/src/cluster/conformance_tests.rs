@@ -193,23 +193,37 @@ fn one_leader_at_a_time_and_the_next_one_after_it_resigns() {
                     s.grant_lease(Duration::from_secs(30)).await?,
                 );
                 let first = s.campaign(&election, first_lease, "one").await?;
+                // A write guarded by the leader key's revision holds while it leads.
+                let guard = || {
+                    vec![Condition::ModRevision(
+                        String::from_utf8_lossy(&first.key).into_owned(),
+                        first.rev,
+                    )]
+                };
+                let while_leading = s
+                    .transaction(guard(), vec![put(&format!("{election}-x"), "1", 0)])
+                    .await?;
                 let waiting = tokio::spawn({
                     let (s, election) = (s.clone(), election.clone());
                     async move { s.campaign(&election, second_lease, "two").await }
                 });
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let while_first = (s.leader(&election).await?, waiting.is_finished());
-                s.resign(first).await?;
+                s.resign(first.clone()).await?;
+                let after_resigning = s
+                    .transaction(guard(), vec![put(&format!("{election}-x"), "2", 0)])
+                    .await?;
                 let second = tokio::time::timeout(Duration::from_secs(5), waiting).await;
                 let elected = matches!(second, Ok(Ok(Ok(_))));
                 let after = s.leader(&election).await?;
                 Ok::<_, super::etcd::EtcdError>(format!(
-                    "{while_first:?} elected={elected} after={after:?}"
+                    "{while_first:?} guarded={while_leading}/{after_resigning} \
+                     elected={elected} after={after:?}"
                 ))
             })
             .unwrap();
         assert_eq!(
-            answer, "(Some(\"one\"), false) elected=true after=Some(\"two\")",
+            answer, "(Some(\"one\"), false) guarded=true/false elected=true after=Some(\"two\")",
             "{name}"
         );
     }

@@ -3,6 +3,10 @@
 //! from a revision, one leader per election) in this process, kept in a redb file
 //! (`<data_dir>/cluster.db`) or in memory (`berth run`).
 //!
+//! Elections are keys, as etcd's election service makes them (`<name>/<lease>`, the
+//! oldest the leader), so a write guarded by the leader key's revision holds exactly
+//! while the leader is.
+//!
 //! A lone agent is a one-node cluster on it (as Nomad's `-dev` agent is a server and a
 //! client in one): the same scheduler, the same records, the same API answers as a
 //! member of an etcd cluster. `conformance` tests run the same cases against this and a
@@ -23,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use berth_proto::etcd::v3electionpb::LeaderKey;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use super::etcd::{Change, Condition, Entry, EtcdError, Write};
 
@@ -89,19 +93,6 @@ struct Watcher {
     cut: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// One election's candidates, the leader first.
-#[derive(Default)]
-struct Election {
-    candidates: VecDeque<Candidate>,
-}
-
-#[derive(Clone)]
-struct Candidate {
-    lease: i64,
-    value: String,
-    key: LeaderKey,
-}
-
 #[derive(Default)]
 struct Inner {
     revision: i64,
@@ -110,7 +101,6 @@ struct Inner {
     next_lease: i64,
     history: VecDeque<Change>,
     watchers: Vec<Watcher>,
-    elections: BTreeMap<String, Election>,
 }
 
 /// The store itself; [`super::store::Store`] is how the cluster code reaches it.
@@ -118,8 +108,6 @@ pub struct Embedded {
     inner: Mutex<Inner>,
     file: Option<Database>,
     path: Option<PathBuf>,
-    /// Woken when an election's leader changes.
-    elections_changed: Notify,
 }
 
 impl std::fmt::Debug for Embedded {
@@ -140,7 +128,6 @@ impl Embedded {
             }),
             file: None,
             path: None,
-            elections_changed: Notify::new(),
         })
     }
 
@@ -182,7 +169,6 @@ impl Embedded {
             inner: Mutex::new(inner),
             file: Some(file),
             path: Some(path.to_path_buf()),
-            elections_changed: Notify::new(),
         };
         // The tables exist from now on, and the leased keys are gone.
         let writes = expired.into_iter().map(Write::Delete).collect();
@@ -362,9 +348,6 @@ impl Embedded {
             if !inner.leases.remove(&lease) {
                 return Ok(());
             }
-            for election in inner.elections.values_mut() {
-                election.candidates.retain(|c| c.lease != lease);
-            }
             inner
                 .keys
                 .iter()
@@ -372,7 +355,6 @@ impl Embedded {
                 .map(|(key, _)| Write::Delete(key.clone()))
                 .collect()
         };
-        self.elections_changed.notify_waiters();
         self.apply(Vec::new(), keys).map(drop)
     }
 
@@ -409,67 +391,58 @@ impl Embedded {
         receiver
     }
 
-    /// Campaigns in `name` with `lease` until elected.
+    /// Campaigns in `name` with `lease` until elected, as etcd's election service does:
+    /// each candidate writes `<name>/<lease>` under its lease, and the oldest key is
+    /// the leader. The leader key's revision is what writes made "while still leader"
+    /// compare.
     pub async fn campaign(
         &self,
         name: &str,
         lease: i64,
         value: &str,
     ) -> Result<LeaderKey, EtcdError> {
-        let key = {
-            let mut inner = self.lock();
-            if !inner.leases.contains(&lease) {
-                return Err(EtcdError::Refused(format!("lease {lease:x} not found")));
-            }
-            let key = LeaderKey {
-                name: name.as_bytes().to_vec(),
-                key: format!("{name}/{lease:x}").into_bytes(),
-                rev: inner.revision,
-                lease,
-            };
-            inner
-                .elections
-                .entry(name.to_string())
-                .or_default()
-                .candidates
-                .push_back(Candidate {
-                    lease,
-                    value: value.to_string(),
-                    key: key.clone(),
-                });
-            key
+        let key = format!("{name}/{lease:x}");
+        let prefix = format!("{name}/");
+        let mut changes = self.watch(&prefix, 0);
+        let write = Write::Put {
+            key: key.clone(),
+            value: value.as_bytes().to_vec(),
+            lease,
         };
+        self.apply(vec![Condition::ModRevision(key.clone(), 0)], vec![write])?;
         loop {
-            let changed = self.elections_changed.notified();
-            {
-                let inner = self.lock();
-                let candidates = inner.elections.get(name).map(|e| &e.candidates);
-                match candidates {
-                    Some(c) if c.front().is_some_and(|first| first.key == key) => return Ok(key),
-                    Some(c) if c.iter().any(|other| other.key == key) => {}
-                    // Its lease was revoked while it waited.
-                    _ => return Err(EtcdError::Refused(format!("lease {lease:x} not found"))),
-                }
+            let (candidates, _) = self.list(&prefix);
+            let Some(ours) = candidates.iter().find(|e| e.key == key) else {
+                // Its lease was revoked while it waited.
+                return Err(EtcdError::Refused(format!("lease {lease:x} not found")));
+            };
+            let oldest = candidates.iter().min_by_key(|e| e.create_revision);
+            if oldest.is_some_and(|e| e.key == key) {
+                return Ok(LeaderKey {
+                    name: name.as_bytes().to_vec(),
+                    key: key.into_bytes(),
+                    rev: ours.create_revision,
+                    lease,
+                });
             }
-            changed.await;
+            if changes.recv().await.is_none() {
+                return Err(EtcdError::Refused("the store was closed".into()));
+            }
         }
     }
 
     /// The value the leader of `name` proclaimed.
     pub fn leader(&self, name: &str) -> Option<String> {
-        self.lock()
-            .elections
-            .get(name)
-            .and_then(|e| e.candidates.front())
-            .map(|c| c.value.clone())
+        let (candidates, _) = self.list(&format!("{name}/"));
+        candidates
+            .into_iter()
+            .min_by_key(|e| e.create_revision)
+            .map(|e| String::from_utf8_lossy(&e.value).into_owned())
     }
 
-    pub fn resign(&self, leader: &LeaderKey) {
-        let name = String::from_utf8_lossy(&leader.name).into_owned();
-        if let Some(election) = self.lock().elections.get_mut(&name) {
-            election.candidates.retain(|c| c.key != *leader);
-        }
-        self.elections_changed.notify_waiters();
+    pub fn resign(&self, leader: &LeaderKey) -> Result<(), EtcdError> {
+        let key = String::from_utf8_lossy(&leader.key).into_owned();
+        self.apply(Vec::new(), vec![Write::Delete(key)]).map(drop)
     }
 }
 

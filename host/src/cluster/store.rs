@@ -253,10 +253,7 @@ impl Store {
     pub async fn resign(&self, leader: LeaderKey) -> Result<(), EtcdError> {
         match &self.backend {
             Backend::Etcd(etcd) => etcd.resign(leader).await,
-            Backend::Embedded { store, .. } => {
-                store.resign(&leader);
-                Ok(())
-            }
+            Backend::Embedded { store, .. } => store.resign(&leader),
         }
     }
 }

@@ -13,6 +13,11 @@
 //! | `P/names/<node name>` | the id of the live node with that name | the node's |
 //! | `P/volumes/<volume id>` | the volume and its claims, JSON | none |
 //! | `P/plugins/<plugin id>/<kind>/<alloc id>` | a plugin provider, JSON | its node's |
+//! | `P/jobs/<job id>` | [`state::ClusterJob`] JSON | none |
+//! | `P/allocs/<node id>/<alloc id>` | a [`state::Placement`] | none |
+//! | `P/status/<alloc id>` | its node's [`state::AllocReport`] | none |
+//! | `P/blocked/<job id>` | what could not be placed ([`state::Blocked`]) | none |
+//! | `P/evals/<eval id>` | an [`evals::Evaluation`], written with its job's change | none |
 //!
 //! An agent remembers the cluster it joined (`<data_dir>/cluster-id`): a prefix that
 //! holds another cluster's id is refused, as is a layout written by a newer berth.

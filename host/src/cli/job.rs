@@ -471,7 +471,8 @@ async fn follow_evaluation(client: &Client, eval_id: &str) -> anyhow::Result<Opt
         }
         if tokio::time::Instant::now() >= deadline {
             print_line!(
-                "    evaluation {eval_id} is still pending: follow it with `berth job status`"
+                "    evaluation {} is still pending: follow it with `berth job status`",
+                eval_id
             );
             return Ok(None);
         }

@@ -25,11 +25,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use berth_proto::etcd::v3electionpb::LeaderKey;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::mpsc;
 
-use super::etcd::{Change, Condition, Entry, EtcdError, Write};
+use super::etcd::{Change, Condition, Entry, EtcdError, LeaderKey, Write};
 
 const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
 const META: TableDefinition<&str, i64> = TableDefinition::new("meta");

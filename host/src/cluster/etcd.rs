@@ -111,6 +111,16 @@ pub enum Write {
     Delete(String),
 }
 
+/// The key that proves an election's leadership: writes made "while still leader" compare
+/// its revision (etcd's `LeaderKey`, as a plain type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderKey {
+    pub name: Vec<u8>,
+    pub key: Vec<u8>,
+    pub rev: i64,
+    pub lease: i64,
+}
+
 /// A change a watch saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -697,7 +707,7 @@ impl Etcd {
         name: &str,
         lease: i64,
         value: &str,
-    ) -> Result<election::LeaderKey, EtcdError> {
+    ) -> Result<LeaderKey, EtcdError> {
         let request = election::CampaignRequest {
             name: name.as_bytes().to_vec(),
             lease,
@@ -719,6 +729,12 @@ impl Etcd {
             .await?;
         response
             .leader
+            .map(|key| LeaderKey {
+                name: key.name,
+                key: key.key,
+                rev: key.rev,
+                lease: key.lease,
+            })
             .ok_or_else(|| EtcdError::Refused("campaign answered without a leader key".into()))
     }
 
@@ -745,9 +761,14 @@ impl Etcd {
         .await
     }
 
-    pub async fn resign(&self, leader: election::LeaderKey) -> Result<(), EtcdError> {
+    pub async fn resign(&self, leader: LeaderKey) -> Result<(), EtcdError> {
         let request = election::ResignRequest {
-            leader: Some(leader),
+            leader: Some(election::LeaderKey {
+                name: leader.name,
+                key: leader.key,
+                rev: leader.rev,
+                lease: leader.lease,
+            }),
         };
         self.call(|| {
             let (mut elections, request) =

@@ -225,6 +225,96 @@ pub struct Blocked {
     pub why: String,
 }
 
+/// What caused an evaluation (Nomad's `TriggeredBy`).
+pub mod trigger {
+    pub const REGISTER: &str = "job-register";
+    pub const DEREGISTER: &str = "job-deregister";
+    pub const PERIODIC: &str = "periodic-job";
+    pub const DISPATCH: &str = "job-dispatch";
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalStatus {
+    Pending,
+    Complete,
+}
+
+impl EvalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalStatus::Pending => "pending",
+            EvalStatus::Complete => "complete",
+        }
+    }
+}
+
+/// One alloc an evaluation left the job with, and its node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalAlloc {
+    pub alloc_id: String,
+    pub node_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub id: String,
+    pub job_id: String,
+    pub triggered_by: String,
+    pub status: EvalStatus,
+    #[serde(default)]
+    pub status_description: String,
+    pub created_ms: u64,
+    #[serde(default)]
+    pub modified_ms: u64,
+    /// The job's allocs once it was evaluated (those of its current version).
+    #[serde(default)]
+    pub allocs: Vec<EvalAlloc>,
+    /// Allocs this evaluation stopped.
+    #[serde(default)]
+    pub stopped: Vec<String>,
+    /// What could not be placed, per group.
+    #[serde(default)]
+    pub failed: Vec<Blocked>,
+    /// The store's revision it was written at (its `CreateIndex`); set when read.
+    #[serde(skip)]
+    pub create_revision: i64,
+    #[serde(skip)]
+    pub mod_revision: i64,
+}
+
+impl Evaluation {
+    /// A new evaluation of `job_id`, waiting for the scheduler.
+    pub fn pending(job_id: &str, triggered_by: &str) -> Evaluation {
+        Evaluation {
+            id: super::random_id(),
+            job_id: job_id.to_string(),
+            triggered_by: triggered_by.to_string(),
+            status: EvalStatus::Pending,
+            status_description: String::new(),
+            created_ms: super::now_ms(),
+            modified_ms: super::now_ms(),
+            allocs: Vec::new(),
+            stopped: Vec::new(),
+            failed: Vec::new(),
+            create_revision: 0,
+            mod_revision: 0,
+        }
+    }
+
+    /// Reads a record; `None` for one that is not an evaluation or that its key does not
+    /// name.
+    pub fn from_entry(entry: &super::etcd::Entry) -> Option<Evaluation> {
+        let mut eval: Evaluation = serde_json::from_slice(&entry.value).ok()?;
+        if !super::is_uuid(&eval.id) || !entry.key.ends_with(&format!("/evals/{}", eval.id)) {
+            return None;
+        }
+        eval.create_revision = entry.create_revision;
+        eval.mod_revision = entry.mod_revision;
+        Some(eval)
+    }
+}
+
 /// Everything the scheduler reads, at one revision.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -242,7 +332,7 @@ pub struct Snapshot {
     /// Which nodes can use which CSI volumes.
     pub csi: CsiView,
     /// Evaluations, oldest first.
-    pub evals: Vec<super::evals::Evaluation>,
+    pub evals: Vec<Evaluation>,
 }
 
 /// The CSI facts placement needs: each volume's plugin, and where that plugin's node
@@ -454,7 +544,7 @@ impl Cluster {
                         Err(e) => problem(e),
                     }
                 }
-                "evals" => match super::evals::Evaluation::from_entry(&entry) {
+                "evals" => match Evaluation::from_entry(&entry) {
                     Some(eval) => snapshot.evals.push(eval),
                     None => tracing::warn!(key = %entry.key,
                         "a record in the cluster store is not an evaluation; it is left out"),
@@ -497,10 +587,7 @@ impl Cluster {
         use super::etcd::Write;
         let key = self.key(&["jobs", &job.id]);
         let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let eval = self.eval_write(&super::evals::Evaluation::pending(
-            &job.id,
-            super::evals::trigger::REGISTER,
-        ))?;
+        let eval = self.eval_write(&Evaluation::pending(&job.id, trigger::REGISTER))?;
         let store = self.store().clone();
         self.store().block(async move {
             let job = Write::Put {
@@ -521,7 +608,7 @@ impl Cluster {
         &self,
         child: &ClusterJob,
         parent_version: i64,
-        eval: &super::evals::Evaluation,
+        eval: &Evaluation,
     ) -> Result<ChildCreated, ClusterError> {
         use super::etcd::{Condition, Write};
         let parent = child
@@ -589,7 +676,7 @@ impl Cluster {
         &self,
         job: &ClusterJob,
         version: i64,
-        eval: &super::evals::Evaluation,
+        eval: &Evaluation,
     ) -> Result<bool, ClusterError> {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", &job.id]);
@@ -619,7 +706,7 @@ impl Cluster {
         &self,
         id: &str,
         version: i64,
-        eval: &super::evals::Evaluation,
+        eval: &Evaluation,
     ) -> Result<bool, ClusterError> {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", id]);

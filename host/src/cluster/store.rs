@@ -6,11 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use berth_proto::etcd::v3electionpb::LeaderKey;
 use tokio::sync::mpsc;
 
 use super::embedded::Embedded;
-use super::etcd::{Change, Condition, Entry, Etcd, EtcdError, Runtime, Write};
+use super::etcd::{Change, Condition, Entry, Etcd, EtcdError, LeaderKey, Runtime, Write};
 
 /// How long a blocking call on the embedded store may wait for its answer.
 const EMBEDDED_DEADLINE: Duration = Duration::from_secs(10);

@@ -23,6 +23,7 @@
 //! [`plan`] is a pure function of a [`Snapshot`]; the leader writes its result in one
 //! transaction that holds only while it is still the leader.
 
+pub mod evals;
 pub mod periodic;
 pub mod reschedule;
 
@@ -581,7 +582,7 @@ async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapsho
         };
         let cluster = cluster.clone();
         let id = child.id.clone();
-        let eval = super::evals::Evaluation::pending(&id, super::evals::trigger::PERIODIC);
+        let eval = super::state::Evaluation::pending(&id, super::state::trigger::PERIODIC);
         match tokio::task::spawn_blocking(move || cluster.create_child(&child, version, &eval))
             .await
         {
@@ -772,9 +773,9 @@ pub async fn run(
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
                 Ok(true) => {
                     launch_children(&cluster, &plan, &snapshot).await;
-                    let evals = super::evals::outcome(&snapshot, &plan, super::now_ms());
+                    let evals = evals::outcome(&snapshot, &plan, super::now_ms());
                     if let Err(error) =
-                        super::evals::apply(&cluster, &evals, &leader_key, leader.rev).await
+                        evals::apply(&cluster, &evals, &leader_key, leader.rev).await
                     {
                         tracing::warn!(%error, "recording the evaluations' outcome");
                     }

@@ -106,6 +106,11 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
         command = "sleep"
         args    = ["{mark}"]
       }}
+      # Small enough for all of them to fit the node's capacity.
+      resources {{
+        cpu    = 10
+        memory = 32
+      }}
     }}
   }}
 }}"#

@@ -136,7 +136,9 @@ alloc = n.allocation.get_allocation(running["ID"])
 out["alloc"] = [alloc["TaskGroup"], alloc["Job"]["ID"], [e["Type"] for e in alloc["TaskStates"]["t"]["Events"]][:2]]
 out["allocs"] = len([a for a in n.allocations.get_allocations() if a["JobID"] == "from-json"])
 out["versions"] = [v["ID"] for v in n.job.get_versions("hello")["Versions"]]
-out["evaluations"] = n.job.get_evaluations("hello")
+out["evaluations"] = [[e["TriggeredBy"], e["Status"], e["ID"] == registered["EvalID"]] for e in n.job.get_evaluations("hello")]
+followed = n.evaluation.get_evaluation(registered["EvalID"])
+out["followed"] = [followed["JobID"], followed["Status"], [a["JobID"] for a in n.evaluation.get_allocations(registered["EvalID"])]]
 out["deployments"] = n.job.get_deployments("hello")
 summary = n.job.get_summary("from-json")
 out["summary_groups"] = sorted(summary["Summary"].keys())
@@ -223,7 +225,15 @@ print(json.dumps(out))
     );
     assert_eq!(out["allocs"], 2);
     assert_eq!(out["versions"], serde_json::json!(["hello"]));
-    assert_eq!(out["evaluations"], serde_json::json!([]));
+    assert_eq!(
+        out["evaluations"],
+        serde_json::json!([["job-register", "complete", true]])
+    );
+    // The register's EvalID followed to its alloc, as Nomad's clients do.
+    assert_eq!(
+        out["followed"],
+        serde_json::json!(["hello", "complete", ["hello"]])
+    );
     assert_eq!(out["deployments"], serde_json::json!([]));
     assert_eq!(out["summary_groups"], serde_json::json!(["g"]));
     assert_eq!(
@@ -378,9 +388,10 @@ async fn tokens_errors_and_unknown_paths_as_nomad_has_them() {
 }
 
 /// Purge answers at once, as Nomad's does, even for a job whose tasks take their
-/// `kill_timeout` to stop; the job is gone once they have.
+/// `kill_timeout` to stop: the job is gone at once, and its alloc stops on its node,
+/// its task given the whole timeout.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_slow_purge_answers_at_once_and_purges_once_the_job_stops() {
+async fn a_slow_purge_answers_at_once_and_its_alloc_stops_in_its_own_time() {
     let (agent, token) = agent_on_tcp().await;
     let port = agent.port();
     let job = serde_json::json!({"Job": {"ID": "slow", "Type": "service", "TaskGroups": [{"Name": "g",
@@ -389,14 +400,15 @@ async fn a_slow_purge_answers_at_once_and_purges_once_the_job_stops() {
     let (status, _, body) = http(port, "PUT", "/v1/jobs", &token, &job.to_string());
     assert_eq!(status, 200, "{body}");
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let alloc = loop {
         let (_, _, body) = http(port, "GET", "/v1/job/slow/allocations", &token, "");
         if body.contains("\"State\":\"running\"") {
-            break;
+            let allocs: serde_json::Value = serde_json::from_str(&body).unwrap();
+            break allocs[0]["ID"].as_str().unwrap().to_string();
         }
         assert!(Instant::now() < deadline, "never ran: {body}");
         std::thread::sleep(Duration::from_millis(100));
-    }
+    };
     let started = Instant::now();
     let (status, _, body) = http(port, "DELETE", "/v1/job/slow?purge=true", &token, "");
     assert_eq!(status, 200, "{body}");
@@ -406,11 +418,20 @@ async fn a_slow_purge_answers_at_once_and_purges_once_the_job_stops() {
         started.elapsed()
     );
     let (status, _, body) = http(port, "GET", "/v1/job/slow", &token, "");
-    assert_eq!(status, 200, "purged before its task stopped: {body}");
-    assert!(body.contains("\"Stop\":true"), "{body}");
+    assert_eq!(status, 404, "not purged: {body}");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while http(port, "GET", "/v1/job/slow", &token, "").0 != 404 {
-        assert!(Instant::now() < deadline, "never purged");
+    loop {
+        // Stopped: complete, or already collected with its purged job.
+        let (status, _, body) = http(port, "GET", &format!("/v1/allocation/{alloc}"), &token, "");
+        if status == 404 || body.contains("\"ClientStatus\":\"complete\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "its alloc never stopped: {body}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert!(
+        started.elapsed() >= Duration::from_secs(7),
+        "its task was not given its kill timeout: {:?}",
+        started.elapsed()
+    );
 }

@@ -132,7 +132,16 @@ async fn plan_and_dispatch_answer_in_nomads_shapes_and_the_cli_uses_them() {
     let child = dispatched["DispatchedJobID"].as_str().unwrap();
     assert!(child.starts_with("launcher/dispatch-"), "{dispatched}");
     assert!(dispatched["JobCreateIndex"].is_u64(), "{dispatched}");
-    assert_eq!(dispatched["EvalID"], "");
+    // The dispatch's evaluation, which Nomad's CLI follows.
+    let evaluation: Value = client
+        .get(&format!(
+            "/v1/evaluation/{}",
+            dispatched["EvalID"].as_str().unwrap()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(evaluation["JobID"], child, "{evaluation}");
+    assert_eq!(evaluation["TriggeredBy"], "job-dispatch", "{evaluation}");
     let Err(berth::api::client::ClientError::Api(error, status)) = client
         .post::<_, Value>(
             "/v1/job/launcher/dispatch",

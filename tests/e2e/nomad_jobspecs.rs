@@ -118,27 +118,27 @@ async fn job_run_evaluates_variables_locals_constraints_interpolation_and_templa
         "from-task\n"
     );
 
-    // The same job on a node it does not fit: refused, with this node's value.
+    // The same job on a node it does not fit: accepted and not placed, as in Nomad,
+    // `job run` saying which constraint filtered the node out, and exiting 2.
     let elsewhere = agent.path().join("elsewhere.hcl");
     std::fs::write(
         &elsewhere,
         JOB.replace("value     = \"linux\"", "value     = \"windows\""),
     )
     .unwrap();
-    let (code, _, stderr) = agent.cli(&[
+    let (code, stdout, stderr) = agent.cli(&[
         "job",
         "run",
         "-var",
         "greeting=hi",
         elsewhere.to_str().unwrap(),
     ]);
-    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(
-        stderr.contains(
-            "job.interp.constraint: constraint ${attr.kernel.name} = \"windows\" is not met: on \
-             this node it is \"linux\""
-        ),
-        "{stderr}"
+        stdout.contains("failed to place all allocations")
+            && stdout.contains("windows")
+            && stdout.contains("1 nodes excluded by filter"),
+        "{stdout}"
     );
     // Without a value for a variable that has no default: told how to give one.
     let (code, _, stderr) = agent.cli(&["job", "run", jobspec.to_str().unwrap()]);

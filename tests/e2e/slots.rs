@@ -11,12 +11,13 @@ use berth::model::status::{ClientStatus, DesiredStatus};
 use crate::agent_process::AgentProcess;
 
 /// A service job of `count` mock tasks that run for 100 hours, each alloc's disk 10 MB (300
-/// allocs of Nomad's default 300 MB would ask this node for 90 GB of images).
+/// allocs of Nomad's default 300 MB would ask this node for 90 GB of images), CPU and
+/// memory small enough for 300 to fit the node's capacity.
 fn long_mock_job(name: &str, count: u32) -> String {
     format!(
         "job \"{name}\" {{\n  group \"g\" {{\n    count = {count}\n    ephemeral_disk {{ size = 10 }}\n    task \"t\" {{\n      \
          driver = \"mock\"\n      logs {{\n        max_files = 1\n        max_file_size = 1\n      }}\n      \
-         config {{ run_for = \"100h\" }}\n    }}\n  }}\n}}\n"
+         config {{ run_for = \"100h\" }}\n      resources {{\n        cpu    = 10\n        memory = 32\n      }}\n    }}\n  }}\n}}\n"
     )
 }
 
@@ -218,14 +219,13 @@ async fn a_purge_racing_a_resubmit_leaves_no_alloc_behind() {
     );
 }
 
-/// A resubmit waits for its job's old allocs to stop, up to their kill timeout; other
-/// jobs' submissions do not wait with it (attack review: the resubmit held the agent-wide
-/// submission lock across that wait, so a job whose task ignores SIGTERM under
-/// `kill_timeout = "8s"` held up every other submission for 8 s per resubmit). The new
-/// version's static ports are its own meanwhile (second review: a job submitted in that
-/// wait took the port, and the resubmit was refused with its old version dead).
+/// A resubmit replaces its job's old allocs without waiting for a stubborn one to stop
+/// (its kill timeout runs on the node), and other jobs' submissions do not wait for it
+/// (attack review: a resubmit once held every submission for its old task's 8 s). The
+/// new version's static ports are its own: a job that wants one meanwhile is accepted and
+/// waits, its evaluation naming the port (second review: such a job once took the port).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
+async fn a_resubmit_of_a_stubborn_task_holds_up_no_other_job_nor_loses_its_port() {
     let mut agent = AgentProcess::new();
     agent.start().await;
     let stubborn = |version: u32| {
@@ -245,42 +245,42 @@ async fn a_resubmit_waiting_for_a_stubborn_task_holds_up_no_other_job() {
                 .is_ok_and(|out| out.contains("up"))
         })
         .await;
-    let resubmit = async {
-        let started = Instant::now();
-        agent.submit("stubborn.hcl", &stubborn(2)).await.unwrap();
-        started.elapsed()
-    };
-    let other = async {
-        // Once the resubmit waits for the old task.
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        let started = Instant::now();
-        agent
-            .submit("other.hcl", &long_mock_job("other", 1))
-            .await
-            .unwrap();
-        started.elapsed()
-    };
-    // A job wanting the port the resubmit's new version will hold, submitted while the
-    // old one stops: refused, not given the port.
-    let thief = async {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let source = "job \"thief\" {\n  group \"g\" {\n    network {\n      port \"http\" {\n        static = 28787\n      }\n    }\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
-        agent.submit("thief.hcl", source).await
-    };
-    let (resubmitted, other, thief) = tokio::join!(resubmit, other, thief);
-    let refused = thief
-        .expect_err("the thief was given the port being replaced's")
-        .to_string();
+    let started = Instant::now();
+    let resubmitted = agent.submit("stubborn.hcl", &stubborn(2)).await.unwrap();
+    let resubmit_took = started.elapsed();
+    assert_eq!(resubmitted.replaced, first.alloc_ids, "{resubmitted:?}");
+    assert_eq!(resubmitted.alloc_ids.len(), 1, "{resubmitted:?}");
+    let started = Instant::now();
+    agent
+        .submit("other.hcl", &long_mock_job("other", 1))
+        .await
+        .unwrap();
+    let other_took = started.elapsed();
+    // A job wanting the port the new version holds: accepted, not given the port.
+    let source = "job \"thief\" {\n  group \"g\" {\n    network {\n      port \"http\" {\n        static = 28787\n      }\n    }\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
+    let thief = agent.submit("thief.hcl", source).await.unwrap();
     assert!(
-        refused.contains("static port 28787") && refused.contains("\"stubborn\" (being replaced)"),
-        "{refused}"
+        thief.alloc_ids.is_empty(),
+        "the thief was given the port: {thief:?}"
+    );
+    let evaluation: serde_json::Value = agent
+        .client()
+        .get(&format!("/v1/evaluation/{}", thief.eval_id))
+        .await
+        .unwrap();
+    assert_eq!(
+        evaluation["FailedTGAllocs"]["g"]["DimensionExhausted"]["network: reserved port collision 28787"],
+        1,
+        "{evaluation:#}"
     );
     assert!(
-        resubmitted >= Duration::from_secs(5),
-        "the old task was not stubborn: the resubmit took {resubmitted:?}"
+        resubmit_took < Duration::from_secs(5),
+        "the resubmit waited for the old task: {resubmit_took:?}"
     );
     assert!(
-        other < Duration::from_secs(2),
-        "another job's submit took {other:?} while the resubmit waited {resubmitted:?}"
+        other_took < Duration::from_secs(2),
+        "another job's submit took {other_took:?}"
     );
+    // The old task still gets its kill timeout, and then ends.
+    agent.finished(&first.alloc_ids[0]).await;
 }

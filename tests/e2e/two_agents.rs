@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use berth::agent::{Agent, AgentOptions, StateLocation, SubmitError};
+use berth::agent::{Agent, AgentOptions, StateLocation};
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
 
@@ -81,7 +81,8 @@ async fn two_agents_in_one_process_keep_their_own_names() {
         assert_eq!(facts["node.unique.name"], name);
         assert_eq!(facts["node.datacenter"], datacenter);
     }
-    // Each node runs the job meant for it, and refuses the other's naming its own name.
+    // Each node runs the job meant for it; the other's waits, unplaced, its
+    // evaluation saying that this node's name did not meet its constraint.
     for (here, there) in [(&left, "right"), (&right, "left")] {
         let own = here.agent.facts()["node.unique.name"].clone();
         let submitted = here
@@ -89,20 +90,30 @@ async fn two_agents_in_one_process_keep_their_own_names() {
             .submit("own.hcl", &job_for(&own))
             .await
             .unwrap_or_else(|e| panic!("{own} refused its own job: {e}"));
+        assert_eq!(submitted.alloc_ids.len(), 1, "{submitted:?}");
         tokio::time::timeout(
             std::time::Duration::from_secs(60),
             here.agent.wait_job(&submitted.job_id),
         )
         .await
         .expect("the job finished");
-        let refused = here
+        let waiting = here
             .agent
             .submit("other.hcl", &job_for(there))
             .await
-            .expect_err("a node ran a job constrained to the other");
-        assert!(matches!(refused, SubmitError::Invalid(_)), "{refused}");
-        let text = refused.to_string();
-        assert!(text.contains(&format!("{own:?}")), "{text}");
+            .unwrap();
+        assert!(
+            waiting.alloc_ids.is_empty(),
+            "a node ran a job constrained to the other: {waiting:?}"
+        );
+        let evaluation = here
+            .agent
+            .cluster()
+            .evaluation(&waiting.eval_id)
+            .unwrap()
+            .unwrap();
+        let why = &evaluation.failed[0].why;
+        assert!(why.contains("node.unique.name"), "{why}");
     }
 }
 

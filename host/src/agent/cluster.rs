@@ -31,7 +31,7 @@ pub(super) fn join(
     data_dir: &std::path::Path,
     config: &AgentConfig,
     drivers: &DriverSet,
-    store: &crate::state::StateStore,
+    store: &Arc<crate::state::StateStore>,
     facts: &crate::node::Facts,
 ) -> Result<Arc<Cluster>, ClusterError> {
     let record = node_record(
@@ -47,16 +47,33 @@ pub(super) fn join(
         }
         Cluster::join(&config.cluster, data_dir, record)?
     } else {
+        let file = data_dir.join("cluster.db");
+        // A data dir an older berth ran alone has a state file and no cluster store yet.
+        let first = store.path().is_some() && !file.exists();
         let embedded = match store.path() {
             None => Embedded::in_memory(),
-            Some(_) => Embedded::open(&data_dir.join("cluster.db"))?,
+            Some(_) => Embedded::open(&file)?,
         };
-        Cluster::join_store(
+        let cluster = Cluster::join_store(
             Store::embedded(embedded)?,
             &config.cluster,
             data_dir,
             record,
-        )?
+        )?;
+        let imported = if first {
+            super::lone_import::import(&cluster, store)?
+        } else {
+            Default::default()
+        };
+        if imported != Default::default() {
+            tracing::info!(
+                jobs = imported.jobs,
+                allocs = imported.allocs,
+                volumes = imported.volumes,
+                "imported what this agent ran alone into its one-node cluster"
+            );
+        }
+        cluster
     };
     tracing::info!(
         cluster = %cluster.cluster_id(),
@@ -194,9 +211,13 @@ pub fn node_record(
 /// over 1.5 MiB, and every agent reads every job on each scheduling round).
 const MAX_CLUSTER_SOURCE: usize = 256 * 1024;
 
-/// How long a submit waits for its evaluation, then for this node to take up its
-/// placements, before answering with the evaluation to follow.
-const EVALUATION_WAIT: Duration = Duration::from_secs(5);
+/// How long a submit waits for its evaluation before answering with the evaluation to
+/// follow.
+const EVALUATION_WAIT: Duration = Duration::from_secs(8);
+
+/// How long it then waits for this node to take up what the evaluation placed here (a
+/// placement's start may first collect finished allocs for room: their disks unmounted).
+const TAKE_UP_WAIT: Duration = Duration::from_secs(30);
 
 /// Rounds of read-then-write of a job's record before giving up on a job that keeps
 /// changing.
@@ -262,6 +283,8 @@ impl Agent {
         })
         .await
         .map_err(|e| ClusterError::Local(e.to_string()))??;
+        // Registered: told before anything of its allocs, which the scheduler places now.
+        self.publish_job("JobRegistered", &job.name);
         let (alloc_ids, replaced) = self.evaluated(cluster, &eval_id).await;
         Ok(Submitted {
             eval_id,
@@ -291,9 +314,7 @@ impl Agent {
         id: &str,
         purge: bool,
     ) -> Result<Result<String, NotOwner>, ClusterError> {
-        let Some(cluster) = self.cluster.clone() else {
-            return Ok(Ok(String::new()));
-        };
+        let cluster = self.cluster.clone();
         let id = id.to_string();
         let submitter = submitter.clone();
         let action = if purge {
@@ -368,9 +389,8 @@ impl Agent {
             // A round that began after the evaluation completed has seen its placements.
             let mut rounds = self.placement_rounds.subscribe();
             let seen = *rounds.borrow_and_update();
-            let _ =
-                tokio::time::timeout(EVALUATION_WAIT, rounds.wait_for(|round| *round >= seen + 2))
-                    .await;
+            let _ = tokio::time::timeout(TAKE_UP_WAIT, rounds.wait_for(|round| *round >= seen + 2))
+                .await;
         }
         let allocs = eval.allocs.into_iter().map(|a| a.alloc_id).collect();
         (allocs, eval.stopped)
@@ -379,9 +399,7 @@ impl Agent {
     /// Runs this node's placements for as long as the agent runs: a new placement is
     /// started, a removed one stopped; every alloc's status is reported to the cluster.
     pub(super) fn follow_placements(self: &Arc<Self>) {
-        let Some(cluster) = self.cluster.clone() else {
-            return;
-        };
+        let cluster = self.cluster.clone();
         let agent = Arc::downgrade(self);
         let mut local_events = self.subscribe();
         tokio::spawn(async move {
@@ -430,10 +448,10 @@ impl Agent {
         placements: Vec<Placement>,
         refused: &mut BTreeSet<String>,
     ) {
-        let placed: BTreeSet<&str> = placements.iter().map(|p| p.alloc_id.as_str()).collect();
+        let placed: BTreeSet<String> = placements.iter().map(|p| p.alloc_id.clone()).collect();
         let local: Vec<AllocEntry> = self.allocs.lock().unwrap().values().cloned().collect();
         for entry in &local {
-            if !placed.contains(entry.runner.id.as_str()) && !entry.runner.is_terminal() {
+            if !placed.contains(&entry.runner.id) && !entry.runner.is_terminal() {
                 tracing::info!(alloc = %entry.runner.id, "the cluster no longer places this alloc here; stopping it");
                 entry.runner.stop();
                 self.index.bump();
@@ -444,6 +462,26 @@ impl Agent {
             .into_iter()
             .filter(|p| !known.contains(&p.alloc_id) && !refused.contains(&p.alloc_id))
             .collect();
+        if new.is_empty() {
+            return;
+        }
+        // A placement this node ran to its end and then collected is not run again (a
+        // finished batch alloc stays placed): its report says it ended, as Nomad's client
+        // skips an alloc the server has as terminal.
+        let mut new = new;
+        let mut ended = Vec::new();
+        for placement in &new {
+            let reader = cluster.clone();
+            let id = placement.alloc_id.clone();
+            if let Ok(Ok(Some(report))) =
+                tokio::task::spawn_blocking(move || reader.report_of(&id)).await
+                && report.client_status.is_terminal()
+            {
+                ended.push(placement.alloc_id.clone());
+            }
+        }
+        new.retain(|p| !ended.contains(&p.alloc_id));
+        refused.extend(ended);
         if new.is_empty() {
             return;
         }
@@ -463,6 +501,7 @@ impl Agent {
                 _ => return,
             }
         }
+        let mut replaced_here: BTreeSet<String> = BTreeSet::new();
         for placement in new {
             let Some(Some((job, version))) = jobs.get(&placement.job_id) else {
                 continue;
@@ -471,6 +510,7 @@ impl Agent {
                 // About to be replaced by the scheduler.
                 continue;
             }
+            replaced_here.insert(placement.job_id.clone());
             if let Err(error) = self.run_placement(job, &placement).await {
                 refused.insert(placement.alloc_id.clone());
                 tracing::error!(alloc = %placement.alloc_id, %error, "starting a placed alloc");
@@ -487,6 +527,12 @@ impl Agent {
                 let cluster = cluster.clone();
                 let _ = tokio::task::spawn_blocking(move || cluster.report(&report)).await;
             }
+        }
+        // A new version placed here: its old versions' finished allocs on this node go
+        // (records and directories), as the job they belonged to was replaced.
+        let placed: BTreeSet<&str> = placed.iter().map(String::as_str).collect();
+        for job in &replaced_here {
+            self.forget_finished_allocs_of(job, &placed);
         }
     }
 

@@ -39,6 +39,9 @@ pub enum LookupError {
     NotFound { kind: &'static str, id: String },
     #[error("{id:?} matches several allocs ({}): give more of the id", matches.join(", "))]
     Ambiguous { id: String, matches: Vec<String> },
+    /// The job is recorded, but its source cannot be evaluated by this agent.
+    #[error("job {id:?} is recorded but cannot be read: {problems} (submit it again, or purge it)")]
+    Unreadable { id: String, problems: String },
     /// The cluster store could not be asked (the job may well exist).
     #[error(transparent)]
     Cluster(ClusterError),

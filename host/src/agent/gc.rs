@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Agent, AllocEntry, JobAction, Submitter};
+use super::{Agent, AllocEntry, Submitter};
 use crate::alloc_runner::{AllocRunner, AllocStatus};
 use crate::jobspec::{self};
 
@@ -182,28 +182,15 @@ impl Agent {
     /// began (no longer stopped) is not purged.
     pub async fn purge_job(&self, submitter: &Submitter, id: &str) -> bool {
         let _this_job = self.job_locks.lock(id).await;
-        if self.cluster.is_some() {
-            // The cluster's own check: only the stopped version is deleted.
-            match self.stop_cluster_job(submitter, id, true).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(refused)) => {
-                    tracing::warn!(job = %id, %refused, "not purging a job");
-                    return false;
-                }
-                Err(error) => {
-                    tracing::error!(job = %id, %error, "purging a job from the cluster");
-                    return false;
-                }
-            }
-        } else if let Some(entry) = self.jobs.lock().unwrap().get(id) {
-            if let Err(refused) =
-                submitter.may_change(id, entry.record.owner.as_deref(), JobAction::Purge)
-            {
+        // The cluster's own check: only the stopped version is deleted.
+        match self.stop_cluster_job(submitter, id, true).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(refused)) => {
                 tracing::warn!(job = %id, %refused, "not purging a job");
                 return false;
             }
-            if !entry.record.stopped {
-                tracing::info!(job = %id, "not purging a job submitted again since it was stopped");
+            Err(error) => {
+                tracing::error!(job = %id, %error, "purging a job from the cluster");
                 return false;
             }
         }
@@ -257,7 +244,37 @@ impl Agent {
             return None;
         }
         jobs.remove(name);
+        drop(jobs);
+        self.forget_dead_job(name);
         Some(name.clone())
+    }
+
+    /// Forgets job `id` in the cluster once it is dead there (no alloc runs, waits or
+    /// waits to be placed again) and launches nothing: a node collected the last of it
+    /// (Nomad's job collection). Only the version read is removed, so a job submitted
+    /// again meanwhile stays.
+    fn forget_dead_job(&self, id: &str) {
+        use crate::cluster::evals::{Evaluation, trigger};
+        use crate::cluster::job_view::{JobState, job_status};
+        let cluster = self.cluster.clone();
+        let forgotten = crate::blocking::run(|| {
+            let snapshot = cluster.job_snapshot(id)?;
+            let Some((_, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == id) else {
+                return Ok(false);
+            };
+            let dead = matches!(job_status(&snapshot, id),
+                Some(Ok((status, job))) if status.status == JobState::Dead && job.launches().is_none());
+            if !dead {
+                return Ok(false);
+            }
+            let eval = Evaluation::pending(id, trigger::DEREGISTER);
+            cluster.delete_job_if(id, *version, &eval)
+        });
+        match forgotten {
+            Ok(true) => tracing::info!(job = %id, "forgot a dead job with nothing left"),
+            Ok(false) => {}
+            Err(error) => tracing::warn!(job = %id, %error, "forgetting a dead job"),
+        }
     }
 
     /// Forgets one finished alloc: its records, then its directory. Refused (false) while
@@ -270,6 +287,26 @@ impl Agent {
         let id = &entry.runner.id;
         if entry.runner.holds_csi_volumes() {
             // Its record says what to give back, and the give-back is still trying.
+            return false;
+        }
+        // The cluster hears how it ended before this node forgets it: its placement may
+        // stay (a finished batch alloc does), and a node never runs an ended one again.
+        let status = entry.runner.status();
+        let report = crate::cluster::state::AllocReport {
+            alloc_id: status.id.clone(),
+            job_id: status.job_id.clone(),
+            name: status.name.clone(),
+            node_id: self.cluster.node_id().to_string(),
+            node_name: self.cluster.node_name().to_string(),
+            client_status: status.client_status,
+            description: String::new(),
+            updated_ms: super::now_ms(),
+        };
+        if !status.client_status.is_terminal() {
+            return false;
+        }
+        if let Err(error) = crate::blocking::run(|| self.cluster.report(&report)) {
+            tracing::warn!(alloc = %id, %error, "not collecting a finished alloc: its end is not recorded in the cluster yet");
             return false;
         }
         let root = entry.runner.alloc_dir.root();

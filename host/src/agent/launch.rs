@@ -9,15 +9,16 @@
 //! parent submitted again does not change the children already running.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use chrono::Utc;
 
 use super::{Agent, JobAction, LookupError, SubmitError, Submitted, Submitter, now_ms};
+use crate::cluster::evals::{Evaluation, trigger};
+use crate::cluster::state::ChildCreated;
 use crate::jobspec::{Job, MAX_DISPATCH_PAYLOAD, PayloadRule};
-use crate::state::{ChildOf, JobRecord};
+use crate::state::ChildOf;
 
 impl Agent {
     /// Launches a child of the parameterized job `parent` with `meta` and `payload`,
@@ -130,108 +131,39 @@ impl Agent {
                 Utc::now().timestamp(),
             )
             .await?;
-        if self.cluster.is_none() {
-            self.record_last_launch(parent, now_ms()).await;
-        }
         Ok(launched)
     }
 
-    /// Launches the child of the periodic job `parent` its schedule made due at
-    /// `launched` (unix seconds, which name it), as the operator: the agent's own launch.
-    async fn launch_scheduled(
-        &self,
-        parent: &str,
-        launched: i64,
-    ) -> Result<Submitted, SubmitError> {
-        let launcher = self.launcher(parent).await?;
-        // Submitted again since the launcher looked, without a schedule now.
-        if !launcher.job.periodic.as_ref().is_some_and(|p| p.enabled) {
-            return Err(SubmitError::Refused(format!(
-                "job {parent:?} no longer launches on a schedule"
-            )));
-        }
-        self.launch_child(
-            &launcher,
-            "periodic",
-            None,
-            periodic_child(parent),
-            launched,
-        )
-        .await
-    }
-
-    /// Keeps `at_ms` as the periodic job `parent`'s last launch, in its own record: what
-    /// its next launch follows, whatever the collector forgets of its children. Under
-    /// the job's lock, which a submit holds from writing its record to keeping it: the
-    /// record written here is never an older version's.
-    async fn record_last_launch(&self, parent: &str, at_ms: u64) {
-        let _this_job = self.job_locks.lock(parent).await;
-        let mut jobs = self.jobs.lock().unwrap();
-        let Some(entry) = jobs.get_mut(parent) else {
-            return;
-        };
-        if entry
-            .record
-            .last_launch_ms
-            .is_some_and(|last| last >= at_ms)
-        {
-            return;
-        }
-        entry.record.last_launch_ms = Some(at_ms);
-        if let Err(error) = self.node.store.put_job(&entry.record) {
-            tracing::error!(job = %parent, %error, "recording a periodic job's last launch");
-        }
-    }
-
-    /// The running (not stopped) job `id`, to launch from: this agent's, or in a
-    /// cluster the cluster's.
+    /// The running (not stopped) job `id`, to launch from, as the cluster has it.
     async fn launcher(&self, id: &str) -> Result<Parent, SubmitError> {
-        if let Some(cluster) = self.cluster.clone() {
-            let wanted = id.to_string();
-            let found = tokio::task::spawn_blocking(move || cluster.job(&wanted))
-                .await
-                .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
-            let Some((record, version)) = found else {
-                return Err(LookupError::NotFound {
-                    kind: "job",
-                    id: id.to_string(),
-                }
-                .into());
-            };
-            if record.stopped {
-                return Err(stopped(id));
+        let cluster = self.cluster.clone();
+        let wanted = id.to_string();
+        let found = tokio::task::spawn_blocking(move || cluster.job(&wanted))
+            .await
+            .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+        let Some((record, version)) = found else {
+            return Err(LookupError::NotFound {
+                kind: "job",
+                id: id.to_string(),
             }
-            return Ok(Parent {
-                job: Arc::new(record.spec_async().await.map_err(SubmitError::Invalid)?),
-                source_name: record.source_name,
-                source: record.source,
-                variables: record.variables,
-                may_run_plugins: record.may_run_plugins,
-                owner: record.owner,
-                version,
-            });
-        }
-        let jobs = self.jobs.lock().unwrap();
-        let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
-            kind: "job",
-            id: id.to_string(),
-        })?;
-        if entry.record.stopped {
+            .into());
+        };
+        if record.stopped {
             return Err(stopped(id));
         }
         Ok(Parent {
-            job: entry.job.clone(),
-            source_name: entry.record.source_name.clone(),
-            source: entry.record.source.clone(),
-            variables: entry.record.variables.clone(),
-            may_run_plugins: false,
-            owner: entry.record.owner.clone(),
-            version: 0,
+            job: Arc::new(record.spec_async().await.map_err(SubmitError::Invalid)?),
+            source_name: record.source_name,
+            source: record.source,
+            variables: record.variables,
+            may_run_plugins: record.may_run_plugins,
+            owner: record.owner,
+            version,
         })
     }
 
-    /// Records and starts a child of `parent` (`<parent>/<kind>-<unix time>[-suffix]`);
-    /// in a cluster, records it there for the scheduler to place.
+    /// Records a child of `parent` (`<parent>/<kind>-<unix time>[-suffix]`) with its
+    /// evaluation, for the scheduler to place; answers once the evaluation completed.
     async fn launch_child(
         &self,
         parent: &Parent,
@@ -252,122 +184,51 @@ impl Agent {
         // Two launches in one second (a force next to a scheduled launch) get `-2`, ...
         let mut id = base.clone();
         let mut n = 1;
-        if let Some(cluster) = self.cluster.clone() {
-            use crate::cluster::evals::{Evaluation, trigger};
-            use crate::cluster::state::ChildCreated;
-            let triggered_by = if kind == "periodic" {
-                trigger::PERIODIC
-            } else {
-                trigger::DISPATCH
-            };
-            let mut eval_id;
-            loop {
-                let record = cluster_child(parent, &id, child.clone());
-                let eval = Evaluation::pending(&id, triggered_by);
-                eval_id = eval.id.clone();
-                let writer = cluster.clone();
-                let version = parent.version;
-                let created = tokio::task::spawn_blocking(move || {
-                    writer.create_child(&record, version, &eval)
-                })
-                .await
-                .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
-                match created {
-                    ChildCreated::Created => break,
-                    ChildCreated::ParentChanged => {
-                        return Err(SubmitError::Refused(format!(
-                            "job {name:?} changed while launching from it (stopped, purged or \
-                             submitted again): try again"
-                        )));
-                    }
-                    ChildCreated::Exists if n < MAX_SAME_SECOND => {
-                        n += 1;
-                        id = format!("{base}-{n}");
-                    }
-                    ChildCreated::Exists => {
-                        return Err(SubmitError::Refused(format!(
-                            "{MAX_SAME_SECOND} children of job {name:?} were launched in one \
-                             second: try again"
-                        )));
-                    }
+        let triggered_by = if kind == "periodic" {
+            trigger::PERIODIC
+        } else {
+            trigger::DISPATCH
+        };
+        let eval_id = loop {
+            let record = cluster_child(parent, &id, child.clone());
+            let eval = Evaluation::pending(&id, triggered_by);
+            let eval_id = eval.id.clone();
+            let writer = self.cluster.clone();
+            let version = parent.version;
+            let created =
+                tokio::task::spawn_blocking(move || writer.create_child(&record, version, &eval))
+                    .await
+                    .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+            match created {
+                ChildCreated::Created => break eval_id,
+                ChildCreated::ParentChanged => {
+                    return Err(SubmitError::Refused(format!(
+                        "job {name:?} changed while launching from it (stopped, purged or \
+                         submitted again): try again"
+                    )));
+                }
+                ChildCreated::Exists if n < MAX_SAME_SECOND => {
+                    n += 1;
+                    id = format!("{base}-{n}");
+                }
+                ChildCreated::Exists => {
+                    return Err(SubmitError::Refused(format!(
+                        "{MAX_SAME_SECOND} children of job {name:?} were launched in one \
+                         second: try again"
+                    )));
                 }
             }
-            tracing::info!(job = %name, child = %id, "launched a child job in the cluster");
-            let (alloc_ids, replaced) = self.evaluated(&cluster, &eval_id).await;
-            return Ok(Submitted {
-                job_id: id,
-                alloc_ids,
-                replaced,
-                warnings: Vec::new(),
-                eval_id,
-            });
-        }
-        let unchanged = (self.jobs.lock().unwrap().get(name))
-            .is_some_and(|entry| !entry.record.stopped && Arc::ptr_eq(&entry.job, &parent.job));
-        if !unchanged {
-            return Err(SubmitError::Refused(format!(
-                "job {name:?} changed while launching from it (stopped, purged or submitted \
-                 again): try again"
-            )));
-        }
-        while self.jobs.lock().unwrap().contains_key(&id) {
-            n += 1;
-            id = format!("{base}-{n}");
-        }
-        let job = Arc::new(child.child_job(Job::clone(&parent.job), &id));
-        let record = JobRecord {
-            id: id.clone(),
-            source_name: parent.source_name.clone(),
-            source: parent.source.clone(),
-            variables: parent.variables.clone(),
-            submitted_ms: now_ms(),
-            stopped: false,
-            child_of: Some(child),
-            by_operator: false,
-            owner: parent.owner.clone(),
-            last_launch_ms: None,
         };
-        let alloc_ids = self.record_and_place(record, job)?;
         tracing::info!(job = %name, child = %id, "launched a child job");
+        self.publish_job("JobRegistered", &id);
+        let (alloc_ids, replaced) = self.evaluated(&self.cluster, &eval_id).await;
         Ok(Submitted {
-            eval_id: String::new(),
             job_id: id,
             alloc_ids,
-            replaced: Vec::new(),
+            replaced,
             warnings: Vec::new(),
+            eval_id,
         })
-    }
-
-    /// Whether a periodic child of `parent` still runs.
-    fn periodic_child_running(&self, parent: &str) -> bool {
-        let prefix = format!("{parent}/periodic-");
-        self.allocs
-            .lock()
-            .unwrap()
-            .values()
-            .any(|a| a.runner.job.name.starts_with(&prefix) && !*a.finished.borrow())
-    }
-
-    /// The periodic jobs that launch, running and enabled: (id, schedule, last launch or
-    /// submission in ms).
-    fn periodic_jobs(&self) -> Vec<(String, crate::jobspec::Periodic, u64)> {
-        let jobs = self.jobs.lock().unwrap();
-        jobs.values()
-            .filter(|e| !e.record.stopped && e.record.child_of.is_none())
-            .filter_map(|e| {
-                let periodic = e.job.periodic.as_ref().filter(|p| p.enabled)?;
-                let prefix = format!("{}/periodic-", e.record.id);
-                let last_ms = jobs
-                    .range(prefix.clone()..)
-                    .take_while(|(id, _)| id.starts_with(&prefix))
-                    .map(|(_, child)| child.record.submitted_ms)
-                    .chain([e.record.submitted_ms])
-                    .chain(e.record.last_launch_ms)
-                    .max()
-                    .unwrap_or(0);
-                Some((e.record.id.clone(), periodic.clone(), last_ms))
-            })
-            .collect()
     }
 }
 
@@ -441,55 +302,4 @@ fn random_u32() -> u32 {
     let mut bytes = [0u8; 4];
     let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
     u32::from_le_bytes(bytes)
-}
-
-/// Launches the periodic jobs' children on their schedules for as long as the agent
-/// lives (an agent on its own; in a cluster the scheduler does), by the cluster's rule
-/// (`cluster::scheduler::periodic::due`): each job's next launch follows its last one
-/// (or its submission), so a restarted agent makes the launch it missed within the
-/// window, once, as a new cluster scheduler (and Nomad's new leader) does.
-pub(super) fn spawn_periodic_launcher(agent: &Arc<Agent>) {
-    if agent.cluster.is_some() {
-        // The cluster's scheduler launches them (`cluster/scheduler/periodic.rs`).
-        return;
-    }
-    let agent: Weak<Agent> = Arc::downgrade(agent);
-    tokio::spawn(async move {
-        loop {
-            let Some(live) = agent.upgrade() else {
-                return;
-            };
-            let now = now_ms();
-            let mut wake: Option<u64> = None;
-            for (id, periodic, last_ms) in live.periodic_jobs() {
-                let (launch, next) =
-                    crate::cluster::scheduler::periodic::due(&periodic, last_ms, now);
-                if let Some(next) = next {
-                    wake = Some(wake.map_or(next, |w| w.min(next)));
-                }
-                let Some(at_ms) = launch else {
-                    continue;
-                };
-                if periodic.prohibit_overlap && live.periodic_child_running(&id) {
-                    tracing::debug!(job = %id,
-                        "skipping a periodic launch: the last one still runs (prohibit_overlap)");
-                    continue;
-                }
-                let launched_at = i64::try_from(at_ms / 1000).unwrap_or(i64::MAX);
-                if let Err(error) = live.launch_scheduled(&id, launched_at).await {
-                    tracing::error!(job = %id, %error, "launching a periodic job");
-                }
-                // Made or failed, this time is done: not made again when its child is
-                // collected, nor tried again every second while it fails.
-                live.record_last_launch(&id, at_ms).await;
-            }
-            drop(live);
-            // At most a second, so a newly submitted periodic job is picked up.
-            let wait = wake
-                .map(|at| Duration::from_millis(at.saturating_sub(now_ms())))
-                .unwrap_or(Duration::ZERO)
-                .min(Duration::from_secs(1));
-            tokio::time::sleep(wait.max(Duration::from_millis(20))).await;
-        }
-    });
 }

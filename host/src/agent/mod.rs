@@ -24,6 +24,7 @@ mod job_locks;
 pub use gc::Garbage;
 mod launch;
 pub mod logs;
+mod lone_import;
 mod owner;
 mod restore;
 mod stop;
@@ -47,9 +48,8 @@ use crate::cluster::ClusterError;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{Job, JobType};
+use crate::jobspec::Job;
 use crate::model::events::AllocEvent;
-use crate::model::status::{ClientStatus, DesiredStatus};
 use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
 
 /// Where the agent keeps its state.
@@ -98,40 +98,7 @@ pub struct Submitted {
     pub eval_id: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AllocSummary {
-    pub id: String,
-    pub name: String,
-    pub desired_status: DesiredStatus,
-    pub client_status: ClientStatus,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobState {
-    Pending,
-    Running,
-    Dead,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobStatus {
-    pub id: String,
-    #[serde(rename = "type")]
-    pub job_type: JobType,
-    pub source_name: String,
-    pub submitted_ms: u64,
-    pub stopped: bool,
-    pub status: JobState,
-    pub allocs: Vec<AllocSummary>,
-    /// `periodic` or `parameterized`: the job launches children instead of placing
-    /// allocs itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launches: Option<String>,
-    /// The job a child was launched from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
-}
+pub use crate::cluster::job_view::{AllocSummary, JobState, JobStatus};
 
 struct JobEntry {
     record: JobRecord,
@@ -146,37 +113,6 @@ pub struct JobsQuery {
     pub next_token: Option<String>,
 }
 
-fn job_status(record: JobRecord, job: &Job, allocs: Vec<AllocSummary>) -> JobStatus {
-    let launches = job.launches().map(str::to_string);
-    // A job that launches children runs for as long as it is not stopped, as in Nomad.
-    let launching = launches.is_some() && !record.stopped;
-    let status = if launching
-        || allocs
-            .iter()
-            .any(|a| a.client_status == ClientStatus::Running)
-    {
-        JobState::Running
-    } else if allocs
-        .iter()
-        .any(|a| a.client_status == ClientStatus::Pending)
-    {
-        JobState::Pending
-    } else {
-        JobState::Dead
-    };
-    JobStatus {
-        id: record.id,
-        job_type: job.job_type,
-        parent: job.parent.clone(),
-        launches,
-        source_name: record.source_name,
-        submitted_ms: record.submitted_ms,
-        stopped: record.stopped,
-        status,
-        allocs,
-    }
-}
-
 #[derive(Clone)]
 struct AllocEntry {
     runner: Arc<AllocRunner>,
@@ -186,8 +122,9 @@ struct AllocEntry {
 
 pub struct Agent {
     node: NodeContext,
-    /// The cluster this agent is a member of, when configured.
-    cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The cluster this agent is a member of: etcd's, or its own one-node cluster on
+    /// the embedded store.
+    cluster: Arc<crate::cluster::Cluster>,
     jobs: Mutex<BTreeMap<String, JobEntry>>,
     allocs: Mutex<BTreeMap<String, AllocEntry>>,
     events: broadcast::Sender<AllocEvent>,
@@ -288,20 +225,18 @@ impl Agent {
                 facts.clone(),
             );
             tokio::task::spawn_blocking(move || {
-                // A lone agent keeps its own paths until they move onto its one-node
-                // cluster (`cluster::join` makes it on the embedded store).
-                if !config.cluster.uses_etcd() {
-                    return Ok(None);
-                }
-                cluster::join(&data_dir, &config, &drivers, &state, &facts).map(Some)
+                cluster::join(&data_dir, &config, &drivers, &state, &facts)
             })
             .await
             .map_err(|e| StartError::Cluster(ClusterError::Local(e.to_string())))??
         };
-        if let Some(cluster) = cluster
-            .as_ref()
-            .filter(|c| !c.is_lone() && !c.settings().presents_credentials())
-        {
+        // One identity: the node's id is the one it has in its cluster.
+        let facts: crate::node::Facts = {
+            let mut facts = (*facts).clone();
+            facts.insert("node.unique.id".into(), cluster.node_id().to_string());
+            Arc::new(facts)
+        };
+        if !cluster.is_lone() && !cluster.settings().presents_credentials() {
             notices.push(Notice {
                 level: NoticeLevel::Warning,
                 message: format!(
@@ -314,29 +249,16 @@ impl Agent {
                 ),
             });
         }
-        let change_index = Arc::new(match &cluster {
-            None => index::ChangeIndex::default(),
-            Some(cluster) => crate::blocking::run(|| cluster::follow_revision(cluster)),
-        });
-        let csi = match &cluster {
-            None => crate::csi::CsiNode::start_measured(
-                &options.data_dir,
-                store.clone(),
-                options.config.csi.clone(),
-                options.drivers.metrics().clone(),
-            ),
-            Some(cluster) => crate::csi::CsiNode::start_with(
-                &options.data_dir,
-                store.clone(),
-                options.config.csi.clone(),
-                options.drivers.metrics().clone(),
-                cluster.node_name().to_string(),
-                Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
-            ),
-        };
-        if let Some(cluster) = &cluster {
-            csi_calls::connect(cluster, &csi);
-        }
+        let change_index = Arc::new(crate::blocking::run(|| cluster::follow_revision(&cluster)));
+        let csi = crate::csi::CsiNode::start_with(
+            &options.data_dir,
+            store.clone(),
+            options.config.csi.clone(),
+            options.drivers.metrics().clone(),
+            cluster.node_name().to_string(),
+            Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
+        );
+        csi_calls::connect(&cluster, &csi);
         match crate::process::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 tracing::info!(before, after, "raised the agent's open-files limit");
@@ -461,19 +383,17 @@ impl Agent {
         // orphans (their runners register them again as they recover).
         tokio::spawn(agent.node.services.clone().run());
         gc::spawn_garbage_collector(&agent);
-        launch::spawn_periodic_launcher(&agent);
-        if let Some(cluster) = agent.cluster.clone() {
-            cluster::spawn_revision_follower(&cluster, agent.index.clone());
-            agent.follow_placements();
-            let lost_claims = csi_calls::lost_claims(&cluster, agent.csi());
-            tokio::spawn(crate::cluster::scheduler::run(cluster, lost_claims));
-        }
+        let cluster = agent.cluster.clone();
+        cluster::spawn_revision_follower(&cluster, agent.index.clone());
+        agent.follow_placements();
+        let lost_claims = csi_calls::lost_claims(&cluster, agent.csi());
+        tokio::spawn(crate::cluster::scheduler::run(cluster, lost_claims));
         Ok(agent)
     }
 
-    /// The cluster this agent is a member of (`None`: a node on its own).
-    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster.as_ref()
+    /// The cluster this agent is a member of: etcd's, or its own one-node cluster.
+    pub fn cluster(&self) -> &Arc<crate::cluster::Cluster> {
+        &self.cluster
     }
 
     /// The services of running tasks and groups, and how their sync with Consul goes.
@@ -597,20 +517,54 @@ impl Agent {
         }
     }
 
-    /// A job's jobspec as the agent runs it, with its status.
+    /// A job's jobspec and status, as the cluster has it.
     pub fn job_spec(&self, id: &str) -> Result<(JobStatus, Arc<Job>), LookupError> {
-        let job = {
-            let jobs = self.jobs.lock().unwrap();
-            let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
+        let snapshot =
+            crate::blocking::run(|| self.cluster.job_snapshot(id)).map_err(LookupError::Cluster)?;
+        match crate::cluster::job_view::job_status(&snapshot, id) {
+            None => Err(LookupError::NotFound {
                 kind: "job",
                 id: id.to_string(),
-            })?;
-            entry.job.clone()
-        };
-        Ok((self.job(id)?, job))
+            }),
+            Some(Err(unreadable)) => Err(LookupError::Unreadable {
+                id: id.to_string(),
+                problems: unreadable.error.to_string(),
+            }),
+            Some(Ok((status, job))) => Ok((status, Arc::new(job))),
+        }
     }
 
-    /// Waits until every alloc of the job has finished.
+    /// The job of one of this node's allocs: as the cluster has it, or, once the job is
+    /// gone from the cluster (purged while its alloc stops), as the alloc runs it.
+    pub fn job_of_alloc(&self, alloc: &AllocStatus) -> Result<(JobStatus, Arc<Job>), LookupError> {
+        match self.job_spec(&alloc.job_id) {
+            Err(LookupError::NotFound { .. }) => {
+                let runner = self
+                    .alloc_runner(&alloc.id)
+                    .ok_or_else(|| LookupError::NotFound {
+                        kind: "job",
+                        id: alloc.job_id.clone(),
+                    })?;
+                let job = runner.job.clone();
+                let status = JobStatus {
+                    id: alloc.job_id.clone(),
+                    job_type: job.job_type,
+                    source_name: String::new(),
+                    submitted_ms: 0,
+                    version: 0,
+                    stopped: true,
+                    status: JobState::Dead,
+                    allocs: vec![summary(alloc)],
+                    launches: job.launches().map(str::to_string),
+                    parent: job.parent.clone(),
+                };
+                Ok((status, job))
+            }
+            other => other,
+        }
+    }
+
+    /// Waits until every alloc of the job on this node has finished.
     pub async fn wait_job(&self, id: &str) {
         let waits: Vec<watch::Receiver<bool>> =
             self.allocs_of(id).into_iter().map(|a| a.finished).collect();
@@ -624,65 +578,39 @@ impl Agent {
     }
 
     /// One page of jobs in id order, from `next_token` (inclusive) on, and the id that
-    /// starts the next page when there is one (Nomad's `per_page` / `next_token`).
-    /// One pass over the allocs, whatever the number of jobs.
+    /// starts the next page when there is one (Nomad's `per_page` / `next_token`). A
+    /// job whose record cannot be read is left out (Nomad's API lists it, dead, with
+    /// its problems).
     pub fn jobs_page(&self, query: &JobsQuery) -> (Vec<JobStatus>, Option<String>) {
         let per_page = query.per_page.filter(|n| *n > 0).unwrap_or(usize::MAX);
-        let mut page: Vec<(JobRecord, Arc<Job>)> = Vec::new();
-        let mut next = None;
-        {
-            let jobs = self.jobs.lock().unwrap();
-            let start = query.next_token.clone().unwrap_or_default();
-            let prefix = query.prefix.as_deref().unwrap_or("");
-            for (id, entry) in jobs.range(start..) {
-                if !id.starts_with(prefix) {
-                    if id.as_str() > prefix {
-                        break;
-                    }
-                    continue;
-                }
-                if page.len() == per_page {
-                    next = Some(id.clone());
-                    break;
-                }
-                page.push((entry.record.clone(), entry.job.clone()));
-            }
-        }
-        let mut allocs: BTreeMap<String, Vec<AllocSummary>> = page
+        let Ok(snapshot) = crate::blocking::run(|| self.cluster.snapshot()) else {
+            return (Vec::new(), None);
+        };
+        let start = query.next_token.clone().unwrap_or_default();
+        let prefix = query.prefix.as_deref().unwrap_or("");
+        let mut ids: Vec<&str> = snapshot
+            .jobs
             .iter()
-            .map(|(record, _)| (record.id.clone(), Vec::new()))
+            .map(|(job, _)| job.id.as_str())
+            .filter(|id| *id >= start.as_str() && id.starts_with(prefix))
             .collect();
-        let entries: Vec<AllocEntry> = self.allocs.lock().unwrap().values().cloned().collect();
-        for entry in entries {
-            if let Some(list) = allocs.get_mut(&entry.runner.job.name) {
-                list.push(summary(&entry.runner.status()));
-            }
-        }
-        let statuses = page
+        ids.sort_unstable();
+        let next = ids.get(per_page).map(|id| id.to_string());
+        let page = ids
             .into_iter()
-            .map(|(record, job)| {
-                let allocs = allocs.remove(&record.id).unwrap_or_default();
-                job_status(record, &job, allocs)
-            })
+            .take(per_page)
+            .filter_map(
+                |id| match crate::cluster::job_view::job_status(&snapshot, id) {
+                    Some(Ok((status, _))) => Some(status),
+                    _ => None,
+                },
+            )
             .collect();
-        (statuses, next)
+        (page, next)
     }
 
     pub fn job(&self, id: &str) -> Result<JobStatus, LookupError> {
-        let (record, job) = {
-            let jobs = self.jobs.lock().unwrap();
-            let entry = jobs.get(id).ok_or_else(|| LookupError::NotFound {
-                kind: "job",
-                id: id.to_string(),
-            })?;
-            (entry.record.clone(), entry.job.clone())
-        };
-        let allocs: Vec<AllocSummary> = self
-            .allocs_of(id)
-            .iter()
-            .map(|a| summary(&a.runner.status()))
-            .collect();
-        Ok(job_status(record, &job, allocs))
+        Ok(self.job_spec(id)?.0)
     }
 
     pub fn allocs(&self) -> Vec<AllocSummary> {
@@ -738,31 +666,22 @@ impl Agent {
             .collect()
     }
 
-    /// Stops the live allocs of a job and waits for them to finish.
-    async fn stop_allocs_of(&self, job_id: &str) -> Vec<String> {
-        let live: Vec<AllocEntry> = self
-            .allocs_of(job_id)
-            .into_iter()
-            .filter(|a| !*a.finished.borrow())
-            .collect();
-        for alloc in &live {
-            alloc.runner.stop();
-        }
-        let mut stopped = Vec::new();
-        for mut alloc in live {
-            let _ = alloc.finished.wait_for(|done| *done).await;
-            stopped.push(alloc.runner.id.clone());
-        }
-        stopped
-    }
-
     /// Collects the finished allocs of a job being replaced: records and directories
     /// (what is still mounted stays, as for any collection).
     pub(super) fn forget_allocs_of(&self, job_id: &str) {
+        self.forget_finished_allocs_of(job_id, &Default::default());
+    }
+
+    /// [`Agent::forget_allocs_of`], keeping the allocs in `kept` (those still placed).
+    pub(super) fn forget_finished_allocs_of(
+        &self,
+        job_id: &str,
+        kept: &std::collections::BTreeSet<&str>,
+    ) {
         let finished: Vec<AllocEntry> = self
             .allocs_of(job_id)
             .into_iter()
-            .filter(|a| *a.finished.borrow())
+            .filter(|a| *a.finished.borrow() && !kept.contains(a.runner.id.as_str()))
             .collect();
         if finished.is_empty() {
             return;

@@ -30,10 +30,9 @@ impl Agent {
         id: &str,
         action: JobAction,
     ) -> Result<JobStopped, StopError> {
-        if self.cluster.is_some() {
-            // The scheduler removes the placements; each node stops its allocs.
-            let refused = self
-                .stop_cluster_job(submitter, id, false)
+        // The scheduler removes the placements; each node stops its allocs.
+        let refused =
+            self.stop_cluster_job(submitter, id, false)
                 .await
                 .map_err(|error| match error {
                     ClusterError::Store(_) => LookupError::Cluster(error),
@@ -42,50 +41,15 @@ impl Agent {
                         id: id.to_string(),
                     },
                 })?;
-            let eval_id = match refused {
-                Ok(eval_id) => eval_id,
-                Err(mut refused) => {
-                    refused.action = action;
-                    return Err(refused.into());
-                }
-            };
-            self.publish_job("JobDeregistered", id);
-            return Ok(JobStopped {
-                allocs: Vec::new(),
-                eval_id,
-            });
-        }
-        let _this_job = self.job_locks.lock(id).await;
-        let _one_at_a_time = self.submitting.lock().await;
-        {
-            let mut jobs = self.jobs.lock().unwrap();
-            let entry = jobs.get_mut(id).ok_or_else(|| LookupError::NotFound {
-                kind: "job",
-                id: id.to_string(),
-            })?;
-            submitter.may_change(id, entry.record.owner.as_deref(), action)?;
-            entry.record.stopped = true;
-            if let Err(error) = self.node.store.put_job(&entry.record) {
-                tracing::error!(job = id, %error, "recording the job as stopped");
+        let eval_id = match refused {
+            Ok(eval_id) => eval_id,
+            Err(mut refused) => {
+                refused.action = action;
+                return Err(refused.into());
             }
-        }
-        let stopping: Vec<String> = self
-            .allocs_of(id)
-            .into_iter()
-            .filter(|a| !a.runner.is_terminal())
-            .map(|a| {
-                a.runner.stop();
-                a.runner.id.clone()
-            })
-            .collect();
-        self.index.bump();
+        };
         self.publish_job("JobDeregistered", id);
-        for alloc in &stopping {
-            self.publish_alloc("AllocationUpdateDesiredStatus", alloc);
-        }
-        Ok(JobStopped {
-            allocs: stopping,
-            eval_id: String::new(),
-        })
+        let (_, allocs) = self.evaluated(&self.cluster, &eval_id).await;
+        Ok(JobStopped { allocs, eval_id })
     }
 }

@@ -311,9 +311,7 @@ impl Agent {
     /// and which claims belong to finished allocs still giving it back (and why).
     fn detailed(&self, mut status: VolumeStatus) -> VolumeStatus {
         status.on_node = self.node.csi.manager.on_node(&status.volume.id);
-        if let Some(cluster) = &self.cluster {
-            status.nodes = super::csi_calls::volume_views(cluster, &status.volume.id);
-        }
+        status.nodes = super::csi_calls::volume_views(&self.cluster, &status.volume.id);
         let plugin = &status.volume.plugin_id;
         let plugin_healthy = self
             .node

@@ -88,7 +88,9 @@ impl From<LookupError> for Failure {
     fn from(error: LookupError) -> Self {
         let status = match error {
             LookupError::NotFound { .. } => StatusCode::NOT_FOUND,
-            LookupError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+            LookupError::Ambiguous { .. } | LookupError::Unreadable { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             LookupError::Cluster(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         Failure(
@@ -107,7 +109,9 @@ impl From<crate::agent::logs::LogError> for Failure {
         let status = match &error {
             LogError::Lookup(lookup) => match lookup {
                 LookupError::NotFound { .. } => StatusCode::NOT_FOUND,
-                LookupError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+                LookupError::Ambiguous { .. } | LookupError::Unreadable { .. } => {
+                    StatusCode::BAD_REQUEST
+                }
                 LookupError::Cluster(_) => StatusCode::SERVICE_UNAVAILABLE,
             },
             LogError::NoSuchTask { .. } => StatusCode::NOT_FOUND,

@@ -28,6 +28,7 @@ pub mod embedded;
 pub mod etcd;
 pub mod etcd_access;
 pub mod evals;
+pub mod job_view;
 pub mod lost_claims;
 pub mod scheduler;
 pub mod state;
@@ -220,7 +221,11 @@ impl Cluster {
             let prefix = settings.prefix.clone();
             async move { claim_prefix(&store, &prefix).await }
         })?;
-        check_cluster_file(&data_dir.join("cluster-id"), &settings.prefix, &cluster_id)?;
+        // A lone agent's own store is no cluster it could be mistaken for: the file is
+        // what keeps a member off another cluster's prefix in etcd.
+        if !store.is_embedded() {
+            check_cluster_file(&data_dir.join("cluster-id"), &settings.prefix, &cluster_id)?;
+        }
         let owned: Arc<std::sync::Mutex<BTreeMap<String, Vec<u8>>>> = Arc::default();
         let lease = store.block({
             let store = store.clone();

@@ -333,6 +333,9 @@ pub struct Snapshot {
     pub csi: CsiView,
     /// Evaluations, oldest first.
     pub evals: Vec<Evaluation>,
+    /// Each periodic job's last launch (ms since the epoch), kept apart from its
+    /// children, which are collected.
+    pub last_launches: std::collections::BTreeMap<String, u64>,
 }
 
 /// The CSI facts placement needs: each volume's plugin, and where that plugin's node
@@ -452,12 +455,34 @@ enum Record<'a> {
 impl Cluster {
     /// Reads jobs, nodes, placements, reports and node settings at one revision.
     pub fn snapshot(&self) -> Result<Snapshot, ClusterError> {
+        self.read_snapshot(vec![String::new()])
+    }
+
+    /// What readers of one job need, read alone: the job, every placement and every
+    /// report (not every record of the cluster).
+    pub fn job_snapshot(&self, id: &str) -> Result<Snapshot, ClusterError> {
+        self.read_snapshot(vec![
+            format!("jobs/{id}"),
+            "allocs/".into(),
+            "status/".into(),
+        ])
+    }
+
+    /// The records under each of `parts` (below the prefix), as a snapshot.
+    fn read_snapshot(&self, parts: Vec<String>) -> Result<Snapshot, ClusterError> {
         let store = self.store().clone();
         let prefix = format!("{}/", self.settings().prefix);
         let listed = prefix.clone();
-        let (entries, revision) = self
-            .store()
-            .block(async move { store.list(&listed).await })?;
+        let (entries, revision) = self.store().block(async move {
+            let mut all = Vec::new();
+            let mut revision = 0;
+            for part in parts {
+                let (entries, at) = store.list(&format!("{listed}{part}")).await?;
+                all.extend(entries);
+                revision = revision.max(at);
+            }
+            Ok::<_, ClusterError>((all, revision))
+        })?;
         let mut snapshot = Snapshot {
             revision,
             ..Snapshot::default()
@@ -544,6 +569,16 @@ impl Cluster {
                         Err(e) => problem(e),
                     }
                 }
+                "launches" => {
+                    let parent = rest.trim_start_matches("launches/").to_string();
+                    match String::from_utf8_lossy(&entry.value).trim().parse::<u64>() {
+                        Ok(at_ms) => {
+                            snapshot.last_launches.insert(parent, at_ms);
+                        }
+                        Err(_) => tracing::warn!(key = %entry.key,
+                            "a record in the cluster store is not a launch time; it is left out"),
+                    }
+                }
                 "evals" => match Evaluation::from_entry(&entry) {
                     Some(eval) => snapshot.evals.push(eval),
                     None => tracing::warn!(key = %entry.key,
@@ -622,6 +657,11 @@ impl Cluster {
         let parent_key = self.key(&["jobs", &parent]);
         let value = serde_json::to_vec(child).map_err(|e| ClusterError::Local(e.to_string()))?;
         let eval = self.eval_write(eval)?;
+        let last_launch = child.id.contains("/periodic-").then(|| Write::Put {
+            key: self.key(&["launches", &parent]),
+            value: child.submitted_ms.to_string().into_bytes(),
+            lease: 0,
+        });
         let store = self.store().clone();
         self.store().block(async move {
             let conditions = vec![
@@ -633,7 +673,11 @@ impl Cluster {
                 value,
                 lease: 0,
             };
-            if store.transaction(conditions, vec![write, eval]).await? {
+            // A periodic launch is kept apart from the child, which may be collected
+            // long before the next launch is due (`scheduler::periodic`).
+            let mut writes = vec![write, eval];
+            writes.extend(last_launch);
+            if store.transaction(conditions, writes).await? {
                 return Ok(ChildCreated::Created);
             }
             Ok::<_, ClusterError>(if store.get(&key).await?.is_some() {
@@ -711,15 +755,36 @@ impl Cluster {
         use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", id]);
         let eval = self.eval_write(eval)?;
+        let launches = Write::Delete(self.key(&["launches", id]));
         let store = self.store().clone();
         self.store().block(async move {
             let condition = Condition::ModRevision(key.clone(), version);
             Ok::<_, ClusterError>(
                 store
-                    .transaction(vec![condition], vec![Write::Delete(key), eval])
+                    .transaction(vec![condition], vec![Write::Delete(key), eval, launches])
                     .await?,
             )
         })
+    }
+
+    /// Records a placement as it is (a lone agent's import of the allocs it ran alone).
+    pub fn put_placement(&self, placement: &Placement) -> Result<(), ClusterError> {
+        let key = self.key(&["allocs", &placement.node_id, &placement.alloc_id]);
+        let value =
+            serde_json::to_vec(placement).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let store = self.store().clone();
+        self.store()
+            .block(async move { Ok::<_, ClusterError>(store.put(&key, value, 0).await?) })
+    }
+
+    /// What the alloc's node last said of it, if anything.
+    pub fn report_of(&self, alloc_id: &str) -> Result<Option<AllocReport>, ClusterError> {
+        let key = self.key(&["status", alloc_id]);
+        let store = self.store().clone();
+        let entry = self
+            .store()
+            .block(async move { Ok::<_, ClusterError>(store.get(&key).await?) })?;
+        Ok(entry.and_then(|e| serde_json::from_slice::<AllocReport>(&e.value).ok()))
     }
 
     /// Records what this node says of one of its allocs.

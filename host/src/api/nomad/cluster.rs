@@ -15,9 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::shapes::ThisNode;
-use super::{
-    Blocking, ListQuery, NomadError, alloc_stubs as local_alloc_stubs, bad_request, with_index,
-};
+use super::{Blocking, ListQuery, NomadError, bad_request, with_index};
 use crate::agent::{Agent, Submitter};
 use crate::cluster::state::{NodeSettings, Snapshot};
 use crate::cluster::{Cluster, NodeRecord};
@@ -138,9 +136,7 @@ pub async fn list_nodes(
     State(agent): State<Arc<Agent>>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return local_list_nodes(State(agent), Query(query)).await;
-    };
+    let cluster = agent.cluster().clone();
     let prefix = query.prefix.clone().unwrap_or_default();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
         Ok(Value::Array(
@@ -160,9 +156,7 @@ pub async fn read_node(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return local_read_node(State(agent), Path(id), Query(blocking)).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         let node = find_node(snapshot, &id)?;
         Ok(node_json(node, "ready", true))
@@ -171,7 +165,14 @@ pub async fn read_node(
 }
 
 /// A cluster alloc as Nomad's `AllocListStub`.
-pub(super) fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+/// An alloc that runs on this node starts from its full local stub (its task states),
+/// the cluster's fields over it; others are the cluster's alone.
+pub(super) fn alloc_stubs(
+    agent: &Agent,
+    snapshot: &Snapshot,
+    keep: impl Fn(&str, &str) -> bool,
+) -> Vec<Value> {
+    let this_node = ThisNode::of(agent);
     let names: BTreeMap<&str, &str> = snapshot
         .nodes
         .iter()
@@ -192,7 +193,14 @@ pub(super) fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool
         seen.insert(placement.alloc_id.as_str());
         let report = reports.get(placement.alloc_id.as_str()).copied();
         let status = report.map_or(ClientStatus::Pending, |r| r.client_status);
-        stubs.push(json!({
+        let local = agent.alloc_runner(&placement.alloc_id).map(|runner| {
+            super::shapes::alloc_stub(&runner.status(), runner.job.job_type, &this_node)
+        });
+        let status = local
+            .as_ref()
+            .and_then(|stub| stub["ClientStatus"].as_str().map(str::to_string))
+            .unwrap_or_else(|| client_status(status).to_string());
+        let cluster_view = json!({
             "ID": placement.alloc_id,
             "Name": placement.name,
             "Namespace": "default",
@@ -201,7 +209,7 @@ pub(super) fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool
             "JobID": placement.job_id,
             "TaskGroup": placement.group,
             "DesiredStatus": "run",
-            "ClientStatus": client_status(status),
+            "ClientStatus": status,
             "ClientDescription": report.map(|r| r.description.clone()).unwrap_or_default(),
             "RescheduleTracker": super::reschedule::tracker(placement),
             "PreviousAllocation": placement.replaces.clone().unwrap_or_default(),
@@ -210,7 +218,26 @@ pub(super) fn alloc_stubs(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool
             "ModifyTime": report.map_or(placement.placed_ms, |r| r.updated_ms).saturating_mul(1_000_000),
             "CreateIndex": 1,
             "ModifyIndex": 1,
-        }));
+        });
+        stubs.push(match local {
+            Some(mut stub) => {
+                if let (Some(stub), Some(cluster)) =
+                    (stub.as_object_mut(), cluster_view.as_object())
+                {
+                    for (key, value) in cluster {
+                        let kept = matches!(
+                            key.as_str(),
+                            "CreateTime" | "ModifyTime" | "CreateIndex" | "ModifyIndex"
+                        );
+                        if !kept || !stub.contains_key(key) {
+                            stub.insert(key.clone(), value.clone());
+                        }
+                    }
+                }
+                stub
+            }
+            None => cluster_view,
+        });
     }
     // Allocs no longer placed (stopped, lost, replaced) as their nodes last reported.
     for report in &snapshot.reports {
@@ -253,12 +280,12 @@ pub async fn node_allocations(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return local_node_allocations(State(agent), Path(id), Query(blocking)).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         let node = find_node(snapshot, &id)?.id.clone();
-        Ok(Value::Array(alloc_stubs(snapshot, |_, n| n == node)))
+        Ok(Value::Array(alloc_stubs(&agent, snapshot, |_, n| {
+            n == node
+        })))
     })
     .await
 }
@@ -267,12 +294,10 @@ pub async fn list_allocations(
     State(agent): State<Arc<Agent>>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return super::list_allocations(State(agent), Query(query)).await;
-    };
+    let cluster = agent.cluster().clone();
     let prefix = query.prefix.clone().unwrap_or_default();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
-        let mut stubs = alloc_stubs(snapshot, |_, _| true);
+        let mut stubs = alloc_stubs(&agent, snapshot, |_, _| true);
         stubs.retain(|s| s["ID"].as_str().is_some_and(|id| id.starts_with(&prefix)));
         Ok(Value::Array(stubs))
     })
@@ -284,23 +309,21 @@ pub async fn job_allocations(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return super::job_allocations(State(agent), Path(id), Query(blocking)).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         if !snapshot.jobs.iter().any(|(job, _)| job.id == id) {
             return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
         }
-        Ok(Value::Array(alloc_stubs(snapshot, |job, _| job == id)))
+        Ok(Value::Array(alloc_stubs(&agent, snapshot, |job, _| {
+            job == id
+        })))
     })
     .await
 }
 
 /// `GET /v1/status/leader`: the address of the agent that schedules the cluster.
 pub async fn status_leader(State(agent): State<Arc<Agent>>) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return axum::Json(json!("127.0.0.1:4647")).into_response();
-    };
+    let cluster = agent.cluster().clone();
     let election = cluster.key(&["leader"]);
     let store = cluster.store().clone();
     let leader = crate::blocking::run(|| {
@@ -423,12 +446,7 @@ fn update_node(
     id: &str,
     change: impl FnOnce(&mut NodeSettings),
 ) -> Result<Response, NomadError> {
-    let Some(cluster) = agent.cluster() else {
-        return Err(bad_request(
-            "this agent is a node on its own (no cluster block in its config): there is no \
-             other node to schedule on or drain to",
-        ));
-    };
+    let cluster = agent.cluster();
     let snapshot = snapshot(cluster)?;
     let node = find_node(&snapshot, id)?.id.clone();
     let mut settings = snapshot
@@ -454,12 +472,8 @@ fn update_node(
 /// This agent as the record a cluster member registers (by its cluster id when it is
 /// one): a node has one shape whichever plane answers ([`node_json`]).
 pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
-    let id = match agent.cluster() {
-        Some(cluster) => cluster.node_id().to_string(),
-        None => ThisNode::of(agent).id,
-    };
     crate::agent::cluster::node_record(
-        id,
+        agent.cluster().node_id().to_string(),
         agent.data_dir(),
         agent.config(),
         agent.drivers(),
@@ -467,78 +481,17 @@ pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
     )
 }
 
-async fn local_list_nodes(
-    State(agent): State<Arc<Agent>>,
-    Query(query): Query<ListQuery>,
-) -> Response {
-    query
-        .blocking
-        .answer(&agent, || {
-            let record = this_node_record(&agent);
-            let prefix = query.prefix.as_deref().unwrap_or("");
-            Ok(Value::Array(
-                record
-                    .id
-                    .starts_with(prefix)
-                    .then(|| node_json(&record, "ready", false))
-                    .into_iter()
-                    .collect(),
-            ))
-        })
-        .await
-}
-
-fn this_node_or_404(agent: &Agent, id: &str) -> Result<ThisNode, NomadError> {
-    let node = ThisNode::of(agent);
-    if id == node.id || (id.len() >= 4 && node.id.starts_with(id)) {
-        Ok(node)
-    } else {
-        Err(NomadError(StatusCode::NOT_FOUND, "node not found".into()))
-    }
-}
-
-async fn local_read_node(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    blocking
-        .answer(&agent, || {
-            this_node_or_404(&agent, &id)?;
-            Ok(node_json(&this_node_record(&agent), "ready", true))
-        })
-        .await
-}
-
-async fn local_node_allocations(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    blocking
-        .answer(&agent, || {
-            this_node_or_404(&agent, &id)?;
-            Ok(Value::Array(local_alloc_stubs(&agent, "")))
-        })
-        .await
-}
-
 /// A cluster job as Nomad's job JSON (`stub`: as `GET /v1/jobs` lists it), or the
 /// report of a job whose stored source cannot be evaluated.
 fn cluster_job_json(snapshot: &Snapshot, id: &str, stub: bool) -> Option<Value> {
-    Some(match cluster_job_status(snapshot, id)? {
+    Some(match crate::cluster::job_view::job_status(snapshot, id)? {
         Ok((status, job)) if stub => super::shapes::job_stub(&status, &job),
         Ok((status, job)) => super::shapes::job(&job, Some(&status)),
         Err(unreadable) => unreadable_job(&unreadable, stub),
     })
 }
 
-/// A job recorded in the cluster whose source cannot be evaluated: every agent skips it
-/// (the scheduler places nothing for it), and reads show it dead, with its problems.
-struct UnreadableJob<'a> {
-    record: &'a crate::cluster::state::ClusterJob,
-    error: crate::jobspec::JobspecError,
-}
+use crate::cluster::job_view::UnreadableJob;
 
 fn unreadable_job(unreadable: &UnreadableJob, stub: bool) -> Value {
     let record = unreadable.record;
@@ -566,82 +519,11 @@ fn unreadable_job(unreadable: &UnreadableJob, stub: bool) -> Value {
     json
 }
 
-/// A cluster job as the agent's `JobStatus` (what the job shapes are built from): its
-/// allocs as placed and reported; `Err` when its source cannot be evaluated.
-fn cluster_job_status<'a>(
-    snapshot: &'a Snapshot,
-    id: &str,
-) -> Option<Result<(crate::agent::JobStatus, crate::jobspec::Job), UnreadableJob<'a>>> {
-    use crate::agent::{AllocSummary, JobState, JobStatus};
-    use crate::model::status::DesiredStatus;
-    let (record, _) = snapshot.jobs.iter().find(|(j, _)| j.id == id)?;
-    let job = match record.spec() {
-        Ok(job) => job,
-        Err(error) => return Some(Err(UnreadableJob { record, error })),
-    };
-    let allocs: Vec<AllocSummary> = alloc_stubs(snapshot, |job_id, _| job_id == id)
-        .iter()
-        .map(|stub| {
-            let text = |k: &str| stub[k].as_str().unwrap_or_default().to_string();
-            let client_status = match stub["ClientStatus"].as_str() {
-                Some("running") => ClientStatus::Running,
-                Some("complete") => ClientStatus::Complete,
-                Some("failed") => ClientStatus::Failed,
-                Some("lost") => ClientStatus::Lost,
-                _ => ClientStatus::Pending,
-            };
-            AllocSummary {
-                id: text("ID"),
-                name: text("Name"),
-                desired_status: if stub["DesiredStatus"] == "run" {
-                    DesiredStatus::Run
-                } else {
-                    DesiredStatus::Stop
-                },
-                client_status,
-            }
-        })
-        .collect();
-    let launches = job.launches().map(str::to_string);
-    // A job that launches children runs for as long as it is not stopped, as in Nomad.
-    let status = if (launches.is_some() && !record.stopped)
-        || allocs
-            .iter()
-            .any(|a| a.client_status == ClientStatus::Running)
-    {
-        JobState::Running
-    } else if allocs
-        .iter()
-        .any(|a| a.client_status == ClientStatus::Pending && a.desired_status == DesiredStatus::Run)
-        || super::reschedule::awaiting(snapshot, &job, id)
-    {
-        JobState::Pending
-    } else {
-        JobState::Dead
-    };
-    Some(Ok((
-        JobStatus {
-            id: record.id.clone(),
-            job_type: job.job_type,
-            source_name: record.source_name.clone(),
-            submitted_ms: record.submitted_ms,
-            stopped: record.stopped,
-            status,
-            allocs,
-            parent: job.parent.clone(),
-            launches,
-        },
-        job,
-    )))
-}
-
 pub async fn list_jobs(
     State(agent): State<Arc<Agent>>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return super::list_jobs(State(agent), Query(query)).await;
-    };
+    let cluster = agent.cluster().clone();
     let prefix = query.prefix.clone().unwrap_or_default();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
         Ok(Value::Array(
@@ -661,9 +543,7 @@ pub async fn read_job(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = agent.cluster().cloned() else {
-        return super::read_job(State(agent), Path(id), Query(blocking)).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         cluster_job_json(snapshot, &id, false)
             .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "job not found".into()))

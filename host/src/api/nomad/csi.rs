@@ -338,7 +338,7 @@ fn volume(agent: &Agent, status: &VolumeStatus, plugin: Option<&PluginStatus>) -
         .iter()
         .filter_map(|c| {
             let alloc = agent.alloc(&c.alloc_id).ok()?;
-            let (_, job) = agent.job_spec(&alloc.job_id).ok()?;
+            let (_, job) = agent.job_of_alloc(&alloc).ok()?;
             Some(super::shapes::alloc_stub(&alloc, job.job_type, &node))
         })
         .collect();
@@ -453,7 +453,7 @@ fn plugin_value(agent: &Agent, plugin: &PluginStatus) -> Value {
         .into_iter()
         .filter_map(|id| {
             let alloc = agent.alloc(id).ok()?;
-            let (_, job) = agent.job_spec(&alloc.job_id).ok()?;
+            let (_, job) = agent.job_of_alloc(&alloc).ok()?;
             Some(super::shapes::alloc_stub(&alloc, job.job_type, &node))
         })
         .collect();

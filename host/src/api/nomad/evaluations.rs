@@ -134,15 +134,8 @@ fn find<'a>(snapshot: &'a Snapshot, id: &str) -> Result<&'a Evaluation, NomadErr
     }
 }
 
-/// The cluster to read, or the answer of an agent that records no evaluations.
-fn cluster_of(agent: &Agent) -> Option<Arc<crate::cluster::Cluster>> {
-    agent.cluster().cloned()
-}
-
 pub async fn list(State(agent): State<Arc<Agent>>, Query(query): Query<EvalsQuery>) -> Response {
-    let Some(cluster) = cluster_of(&agent) else {
-        return query.blocking.answer(&agent, || Ok(json!([]))).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
         let prefix = query.prefix.as_deref().unwrap_or("");
         let evals = snapshot
@@ -164,9 +157,7 @@ pub async fn read(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = cluster_of(&agent) else {
-        return blocking.answer(&agent, || Err(not_found())).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         Ok(eval_json(snapshot, find(snapshot, &id)?))
     })
@@ -179,14 +170,12 @@ pub async fn allocations(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = cluster_of(&agent) else {
-        return blocking.answer(&agent, || Err(not_found())).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         let eval = find(snapshot, &id)?;
         let ids: std::collections::BTreeSet<&str> =
             eval.allocs.iter().map(|a| a.alloc_id.as_str()).collect();
-        let mut stubs = alloc_stubs(snapshot, |job, _| job == eval.job_id);
+        let mut stubs = alloc_stubs(&agent, snapshot, |job, _| job == eval.job_id);
         stubs.retain(|s| s["ID"].as_str().is_some_and(|id| ids.contains(id)));
         for stub in &mut stubs {
             stub["EvalID"] = json!(eval.id);
@@ -204,9 +193,7 @@ pub async fn of_job(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
-    let Some(cluster) = cluster_of(&agent) else {
-        return blocking.answer(&agent, || Ok(json!([]))).await;
-    };
+    let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         let Some((job, _)) = snapshot.jobs.iter().find(|(j, _)| j.id == id) else {
             return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
@@ -228,8 +215,10 @@ pub async fn of_job(
                     "its recorded source cannot be evaluated, so no agent runs it: {error}"
                 )),
                 Ok(_) if !said.is_empty() => None,
-                Ok(parsed) => Some(super::reschedule::exhausted(snapshot, &parsed, &id))
-                    .filter(|why| !why.is_empty()),
+                Ok(parsed) => Some(crate::cluster::scheduler::reschedule::exhausted(
+                    snapshot, &parsed, &id,
+                ))
+                .filter(|why| !why.is_empty()),
             };
             if let Some(why) = why {
                 newest["StatusDescription"] = json!(why);

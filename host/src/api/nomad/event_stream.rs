@@ -157,7 +157,7 @@ impl EventReader {
         match &event.payload {
             Payload::Job { status, job } => json!({"Job": shapes::job(job, Some(status))}),
             Payload::Allocation(alloc) => {
-                let value = match self.agent.job_spec(&alloc.job_id) {
+                let value = match self.agent.job_of_alloc(alloc) {
                     Ok((status, job)) => shapes::allocation(alloc, &job, &status, node),
                     // Purged since: the alloc without its job.
                     Err(_) => shapes::alloc_stub(alloc, crate::jobspec::JobType::Service, node),

@@ -111,8 +111,8 @@ impl From<LookupError> for NomadError {
             LookupError::NotFound { kind, .. } => {
                 NomadError(StatusCode::NOT_FOUND, format!("{kind} not found"))
             }
-            ambiguous @ LookupError::Ambiguous { .. } => {
-                NomadError(StatusCode::BAD_REQUEST, ambiguous.to_string())
+            refused @ (LookupError::Ambiguous { .. } | LookupError::Unreadable { .. }) => {
+                NomadError(StatusCode::BAD_REQUEST, refused.to_string())
             }
             LookupError::Cluster(error) => {
                 NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
@@ -356,38 +356,6 @@ struct ListQuery {
     blocking: Blocking,
 }
 
-async fn list_jobs(State(agent): State<Arc<Agent>>, Query(query): Query<ListQuery>) -> Response {
-    query
-        .blocking
-        .answer(&agent, || {
-            let prefix = query.prefix.as_deref().unwrap_or("");
-            let stubs: Vec<Value> = agent
-                .jobs()
-                .iter()
-                .filter(|status| status.id.starts_with(prefix))
-                .filter_map(|status| {
-                    let (status, job) = agent.job_spec(&status.id).ok()?;
-                    Some(shapes::job_stub(&status, &job))
-                })
-                .collect();
-            Ok(Value::Array(stubs))
-        })
-        .await
-}
-
-async fn read_job(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    blocking
-        .answer(&agent, || {
-            let (status, job) = agent.job_spec(&id)?;
-            Ok(shapes::job(&job, Some(&status)))
-        })
-        .await
-}
-
 async fn job_summary(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
@@ -434,56 +402,6 @@ async fn job_none(
         .await
 }
 
-async fn job_allocations(
-    State(agent): State<Arc<Agent>>,
-    Path(id): Path<String>,
-    Query(blocking): Query<Blocking>,
-) -> Response {
-    blocking
-        .answer(&agent, || {
-            let (status, job) = agent.job_spec(&id)?;
-            let node = ThisNode::of(&agent);
-            Ok(Value::Array(
-                status
-                    .allocs
-                    .iter()
-                    .filter_map(|a| agent.alloc(&a.id).ok())
-                    .map(|alloc| shapes::alloc_stub(&alloc, job.job_type, &node))
-                    .collect(),
-            ))
-        })
-        .await
-}
-
-fn alloc_stubs(agent: &Agent, prefix: &str) -> Vec<Value> {
-    let node = ThisNode::of(agent);
-    agent
-        .allocs()
-        .iter()
-        .filter(|summary| summary.id.starts_with(prefix))
-        .filter_map(|summary| {
-            let alloc = agent.alloc(&summary.id).ok()?;
-            let (_, job) = agent.job_spec(&alloc.job_id).ok()?;
-            Some(shapes::alloc_stub(&alloc, job.job_type, &node))
-        })
-        .collect()
-}
-
-async fn list_allocations(
-    State(agent): State<Arc<Agent>>,
-    Query(query): Query<ListQuery>,
-) -> Response {
-    query
-        .blocking
-        .answer(&agent, || {
-            Ok(Value::Array(alloc_stubs(
-                &agent,
-                query.prefix.as_deref().unwrap_or(""),
-            )))
-        })
-        .await
-}
-
 async fn read_allocation(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
@@ -492,7 +410,7 @@ async fn read_allocation(
     blocking
         .answer(&agent, || {
             let alloc = agent.alloc(&id)?;
-            let (status, job) = agent.job_spec(&alloc.job_id)?;
+            let (status, job) = agent.job_of_alloc(&alloc)?;
             Ok(shapes::allocation(
                 &alloc,
                 &job,

@@ -72,10 +72,10 @@ fn constraints(constraints: &[Constraint]) -> Vec<Value> {
         .collect()
 }
 
-/// A job's indexes: berth keeps one per job, the time it was submitted (in the change
-/// index's scale, milliseconds).
+/// A job's indexes: its record's revision in the cluster store, the scale of the index
+/// reads are served at.
 fn indexes(status: &JobStatus) -> (u64, u64) {
-    (status.submitted_ms, status.submitted_ms)
+    (status.version, status.version)
 }
 
 /// `GET /v1/jobs`: a job's stub.
@@ -362,23 +362,9 @@ impl ThisNode {
     pub fn of(agent: &crate::agent::Agent) -> ThisNode {
         let facts = agent.facts();
         let fact = |key: &str| facts.get(key).cloned().unwrap_or_default();
-        let id = fact("node.unique.id");
-        // Nomad's node ids are UUIDs: a machine id (32 hex digits) is shown as one.
-        let id = if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            format!(
-                "{}-{}-{}-{}-{}",
-                &id[..8],
-                &id[8..12],
-                &id[12..16],
-                &id[16..20],
-                &id[20..]
-            )
-        } else {
-            id
-        };
         ThisNode {
-            id,
-            name: fact("node.unique.name"),
+            id: agent.cluster().node_id().to_string(),
+            name: agent.cluster().node_name().to_string(),
             datacenter: fact("node.datacenter"),
         }
     }

@@ -587,7 +587,7 @@ async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapsho
             .await
         {
             Ok(Ok(super::state::ChildCreated::Created)) => {
-                tracing::info!(job = %launch.parent, child = %id, "launched a periodic job's child");
+                tracing::info!(job = %launch.parent, child = %id, "launched a child job");
             }
             // Launched already (by an earlier leader), or the job changed meanwhile.
             Ok(Ok(_)) => {}

@@ -7,8 +7,9 @@
 //! the schedule: a scheduler that launches it twice (a leader that lost its leadership
 //! mid-round, and the next) writes one child, the store refusing the second
 //! (`Cluster::create_child`, which also refuses a child of a parent changed since). The
-//! last launch is read back from the children in the store, so a new leader goes on
-//! where the last one stopped.
+//! last launch is read back from the store (`P/launches/<job>`, written with each
+//! child, and the children themselves), so a new leader goes on where the last one
+//! stopped, and a child collected early does not make its launch due again.
 //!
 //! A launch is made within [`LAUNCH_WINDOW_MS`] of its time or not at all: a new
 //! scheduler, elected after the last one died, makes the launch it missed, as Nomad's
@@ -65,6 +66,7 @@ pub(super) fn launches(
             .iter()
             .filter(|(child, _)| child.id.starts_with(&prefix))
             .map(|(child, _)| child.submitted_ms)
+            .chain(snapshot.last_launches.get(*id).copied())
             .chain([record.submitted_ms])
             .max()
             .unwrap_or(0);

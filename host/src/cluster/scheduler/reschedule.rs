@@ -154,3 +154,57 @@ pub const PENALTY: f64 = -1.0;
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// What the scheduler will do with each failed alloc of job `id` still placed.
+fn verdicts<'a>(
+    snapshot: &'a crate::cluster::state::Snapshot,
+    job: &crate::jobspec::Job,
+    id: &str,
+) -> Vec<(&'a Placement, Verdict)> {
+    snapshot
+        .placements
+        .iter()
+        .filter(|p| p.job_id == id)
+        .filter_map(|placement| {
+            let group = job.groups.iter().find(|g| g.name == placement.group)?;
+            let report = snapshot
+                .reports
+                .iter()
+                .find(|r| r.alloc_id == placement.alloc_id);
+            Some((placement, verdict(&group.reschedule, placement, report)?))
+        })
+        .collect()
+}
+
+/// Whether a failed alloc of job `id` is waiting for its reschedule delay (the job is
+/// pending, not dead).
+pub fn awaiting(
+    snapshot: &crate::cluster::state::Snapshot,
+    job: &crate::jobspec::Job,
+    id: &str,
+) -> bool {
+    verdicts(snapshot, job, id)
+        .iter()
+        .any(|(_, verdict)| matches!(verdict, Verdict::At { .. }))
+}
+
+/// Which failed allocs of job `id` are not placed again because their attempts are used
+/// up, as a sentence (empty when none).
+pub fn exhausted(
+    snapshot: &crate::cluster::state::Snapshot,
+    job: &crate::jobspec::Job,
+    id: &str,
+) -> String {
+    let names: Vec<&str> = verdicts(snapshot, job, id)
+        .into_iter()
+        .filter(|(_, verdict)| *verdict == Verdict::Exhausted)
+        .map(|(placement, _)| placement.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(
+        "failed and not rescheduled, its reschedule attempts used up: {}",
+        names.join(", ")
+    )
+}

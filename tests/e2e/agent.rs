@@ -812,3 +812,53 @@ async fn a_tasks_shim_init_and_log_collector_run_berth_keeper() {
         assert_eq!(exe(collector), keeper, "a log collector");
     }
 }
+
+/// A data dir an older berth ran alone (a state file, no cluster store yet): at the
+/// first start of this build its jobs and live allocs are imported into the node's
+/// one-node cluster, so a running task goes on, supervised, neither stopped as unknown
+/// nor placed a second time, and a finished job keeps its history.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_dir_an_older_berth_ran_alone_keeps_its_running_tasks() {
+    let mut agent = AgentProcess::new();
+    let (id, _, pid) = waiter_running(&mut agent).await;
+    let _reaper = KillOnDrop::new(pid);
+    let (done, _) = run_mock_batch(&agent, "finished").await;
+    agent.kill9();
+    // What an older berth left: its state file, and no cluster store.
+    let store = agent.path().join("data/cluster.db");
+    std::fs::remove_file(&store).unwrap();
+    agent.start().await;
+    assert!(store.exists());
+    let restored = agent.alloc(&id).await;
+    assert_eq!(restored.client_status, ClientStatus::Running);
+    assert_eq!(restored.tasks["web"].restarts, 0);
+    assert!(alive(pid), "the imported task was stopped");
+    // Still one alloc of the job, the same, as the cluster shows it.
+    let allocs: serde_json::Value = agent
+        .client()
+        .get("/v1/job/waiter/allocations")
+        .await
+        .unwrap();
+    let ids: Vec<&str> = allocs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["ID"].as_str())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "{allocs:#}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(alive(pid), "the imported task was stopped after a round");
+    let finished: serde_json::Value = agent.client().get("/v1/job/finished").await.unwrap();
+    assert_eq!(finished["Status"], "dead", "{finished:#}");
+    // Its batch alloc ended before: kept, and not run again.
+    assert_eq!(
+        agent.alloc(&done).await.client_status,
+        ClientStatus::Complete
+    );
+    let allocs: serde_json::Value = agent
+        .client()
+        .get("/v1/job/finished/allocations")
+        .await
+        .unwrap();
+    assert_eq!(allocs.as_array().unwrap().len(), 1, "{allocs:#}");
+}

@@ -1,5 +1,5 @@
 //! The first start of a lone agent as a one-node cluster, on a data dir an older berth
-//! ran alone: what its state file records (jobs, their live allocs, volumes and their
+//! ran alone: what its state file records (jobs, their allocs, volumes and their
 //! claims) is written into the new embedded cluster store before the scheduler or the
 //! node reads it, so every job goes on running as it was, nothing is placed twice, and
 //! nothing is stopped as unknown.
@@ -100,7 +100,9 @@ pub fn import(cluster: &Arc<Cluster>, state: &Arc<StateStore>) -> Result<Importe
                 updated_ms: super::now_ms(),
             };
             cluster.report(&report)?;
-            if alloc.client_status.is_terminal() || record.stopped {
+            // Ended allocs stay placed too, as the cluster keeps its own: a finished batch
+            // alloc is not run again, a failed one is rescheduled by its policy.
+            if record.stopped {
                 continue;
             }
             let placement = Placement {

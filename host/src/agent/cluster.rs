@@ -61,7 +61,7 @@ pub(super) fn join(
             record,
         )?;
         let imported = if first {
-            super::lone_import::import(&cluster, store)?
+            super::lone_import::import(&cluster, store, config)?
         } else {
             Default::default()
         };
@@ -512,6 +512,13 @@ impl Agent {
             }
             replaced_here.insert(placement.job_id.clone());
             if let Err(error) = self.run_placement(job, &placement).await {
+                if let SubmitError::Invalid(problems) = &error
+                    && jobspec::is_transient(problems)
+                {
+                    // Busy now: the next round tries it again.
+                    tracing::warn!(alloc = %placement.alloc_id, %error, "starting a placed alloc later");
+                    continue;
+                }
                 refused.insert(placement.alloc_id.clone());
                 tracing::error!(alloc = %placement.alloc_id, %error, "starting a placed alloc");
                 let report = AllocReport {

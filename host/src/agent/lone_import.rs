@@ -24,7 +24,11 @@ pub struct Imported {
 }
 
 /// Imports `state` into `cluster` when the cluster holds no job yet.
-pub fn import(cluster: &Arc<Cluster>, state: &Arc<StateStore>) -> Result<Imported, ClusterError> {
+pub fn import(
+    cluster: &Arc<Cluster>,
+    state: &Arc<StateStore>,
+    config: &crate::config::AgentConfig,
+) -> Result<Imported, ClusterError> {
     let local = |e: crate::state::StateError| ClusterError::Local(e.to_string());
     let (jobs, _) = state.jobs().map_err(local)?;
     let (allocs, _) = state.allocs().map_err(local)?;
@@ -68,9 +72,13 @@ pub fn import(cluster: &Arc<Cluster>, state: &Arc<StateStore>) -> Result<Importe
             variables: record.variables.clone(),
             submitted_ms: record.submitted_ms,
             stopped: record.stopped,
-            // Accepted by this agent's own checks when it was submitted: a plugin job
-            // ran because its submitter could run plugins.
-            may_run_plugins: true,
+            // What its first submitter may do now: the operator, or a token the
+            // operator still grants plugins (attack review: all were allowed before).
+            may_run_plugins: record.owner.as_ref().map_or(record.by_operator, |owner| {
+                config.http.tokens.iter().any(|token| {
+                    token.name == *owner && token.scope == crate::config::TokenScope::Plugin
+                })
+            }),
             child_of: record.child_of.clone(),
             by_operator: record.by_operator,
             owner: record.owner.clone(),

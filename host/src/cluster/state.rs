@@ -55,11 +55,16 @@ impl ClusterJob {
     /// A record whose source cannot be evaluated (written to the store by something
     /// other than a submit, or by an agent with other bounds) is refused with its
     /// problems, logged once per record version by each agent, and not evaluated again
-    /// by that agent ([`Unreadable`]): the scheduler skips it, API reads report it.
+    /// by that agent ([`Unreadable`]): the scheduler skips it, API reads report it. One
+    /// that evaluates is kept evaluated ([`Parsed`]): the scheduler's rounds and API
+    /// reads evaluate each version of a job once, not on every read.
     pub fn spec(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
         let key = self.source_key();
         if let Some(known) = Unreadable::known(key) {
             return Err(known);
+        }
+        if let Some(job) = Parsed::known(key) {
+            return Ok(self.over(job));
         }
         let parsed = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables);
         self.finish(key, parsed)
@@ -72,6 +77,9 @@ impl ClusterJob {
         if let Some(known) = Unreadable::known(key) {
             return Err(known);
         }
+        if let Some(job) = Parsed::known(key) {
+            return Ok(self.over(job));
+        }
         let parsed =
             crate::jobspec::parse_with_async(&self.source_name, &self.source, &self.variables)
                 .await;
@@ -83,12 +91,26 @@ impl ClusterJob {
         key: u64,
         parsed: Result<crate::jobspec::Job, crate::jobspec::JobspecError>,
     ) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
-        let mut job = parsed.inspect_err(|error| Unreadable::remember(key, &self.id, error))?;
+        // A busy agent says nothing of the source: not remembered, evaluated again later
+        // (attack review: a read token's flood of reads made every job "unreadable" for
+        // good, and the scheduler stopped them all).
+        let job = parsed.inspect_err(|error| {
+            if !crate::jobspec::is_transient(error) {
+                Unreadable::remember(key, &self.id, error);
+            }
+        })?;
+        Parsed::remember(key, &job);
+        Ok(self.over(job))
+    }
+
+    /// The record's own over its evaluated source: who submitted it, and a child's
+    /// launch.
+    fn over(&self, mut job: crate::jobspec::Job) -> crate::jobspec::Job {
         job.submitted_by_operator = self.by_operator;
-        Ok(match &self.child_of {
+        match &self.child_of {
             Some(child) => child.child_job(job, &self.id),
             None => job,
-        })
+        }
     }
 
     /// What the evaluation depends on, hashed with this process's keys.
@@ -135,6 +157,32 @@ impl Unreadable {
                  (submit it again, or purge it)"
             );
         }
+    }
+}
+
+/// The stored job sources this agent evaluated, by [`ClusterJob::source_key`], as they
+/// evaluated (before a record's own parts go over them).
+struct Parsed;
+
+/// The most evaluated sources kept; past it the memory starts again.
+const MAX_PARSED: usize = 1024;
+
+static PARSED: std::sync::Mutex<
+    std::collections::BTreeMap<u64, std::sync::Arc<crate::jobspec::Job>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+impl Parsed {
+    fn known(key: u64) -> Option<crate::jobspec::Job> {
+        let known = PARSED.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(&key).map(|job| crate::jobspec::Job::clone(job))
+    }
+
+    fn remember(key: u64, job: &crate::jobspec::Job) {
+        let mut known = PARSED.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= MAX_PARSED {
+            known.clear();
+        }
+        known.insert(key, std::sync::Arc::new(job.clone()));
     }
 }
 
@@ -833,5 +881,45 @@ impl Cluster {
             })
             .collect();
         Ok((placements, revision))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A busy agent's refusal is not remembered as the record's: the next read evaluates
+    /// it again (attack review: remembered, it made jobs unreadable for good).
+    #[test]
+    fn a_busy_agents_refusal_is_not_remembered_as_the_records() {
+        let job = ClusterJob {
+            id: "busy-once".into(),
+            source_name: "busy-once.hcl".into(),
+            source: "job \"busy-once\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n".into(),
+            variables: Default::default(),
+            submitted_ms: 0,
+            stopped: false,
+            may_run_plugins: false,
+            child_of: None,
+            by_operator: false,
+            owner: None,
+        };
+        let busy = crate::jobspec::JobspecError {
+            file: job.source_name.clone(),
+            problems: vec![crate::jobspec::Problem {
+                path: "jobspec".into(),
+                at: None,
+                message: crate::jobspec::pool::PoolError::Busy.to_string(),
+            }],
+        };
+        assert!(crate::jobspec::is_transient(&busy));
+        assert!(job.finish(job.source_key(), Err(busy)).is_err());
+        assert!(Unreadable::known(job.source_key()).is_none());
+        let read = job
+            .spec()
+            .expect("evaluated once the agent is no longer busy");
+        assert_eq!(read.name, "busy-once");
+        // Evaluated once, kept: the next read takes it from memory.
+        assert!(Parsed::known(job.source_key()).is_some());
     }
 }

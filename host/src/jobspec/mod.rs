@@ -88,6 +88,19 @@ pub async fn parse_with_async(
         .unwrap_or_else(|stopped| Err(stopped_error(file, stopped)))
 }
 
+/// Whether `error` says only that the agent could not evaluate the jobspec now (its
+/// evaluating threads were busy or could not start): a try later may well pass, so it
+/// says nothing of the jobspec itself.
+pub fn is_transient(error: &JobspecError) -> bool {
+    let transient = [
+        pool::PoolError::Busy.to_string(),
+        pool::PoolError::NoThreads(String::new()).to_string(),
+    ];
+    matches!(error.problems.as_slice(), [only]
+        if only.path == "jobspec"
+            && transient.iter().any(|t| only.message.starts_with(t.trim_end())))
+}
+
 /// The refusal of a jobspec whose evaluation did not run to its end.
 fn stopped_error(file: &str, stopped: pool::PoolError) -> JobspecError {
     JobspecError {

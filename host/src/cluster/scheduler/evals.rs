@@ -9,6 +9,9 @@ use super::super::{Cluster, ClusterError};
 /// Complete evaluations are kept this long (Nomad's `eval_gc_threshold` is an hour).
 pub const EVALS_KEPT_MS: u64 = 60 * 60 * 1000;
 
+/// At most this many complete evaluations are kept in all: the oldest go first.
+pub const EVALS_KEPT_IN_ALL: usize = 2048;
+
 /// At most this many evaluations are kept per job: the oldest complete ones go first.
 pub const EVALS_KEPT_PER_JOB: usize = 16;
 
@@ -83,6 +86,18 @@ pub fn outcome(snapshot: &Snapshot, plan: &super::Plan, now_ms: u64) -> EvalOutc
             }
         }
     }
+    // And at most so many in all, oldest first (attack review: jobs submitted and purged
+    // under ever new names kept theirs for an hour each).
+    let forgotten: std::collections::BTreeSet<&str> =
+        result.forget.iter().map(String::as_str).collect();
+    let kept: Vec<&Evaluation> = snapshot
+        .evals
+        .iter()
+        .filter(|e| e.status == EvalStatus::Complete && !forgotten.contains(e.id.as_str()))
+        .collect();
+    let beyond = kept.len().saturating_sub(EVALS_KEPT_IN_ALL);
+    let oldest: Vec<String> = kept.iter().take(beyond).map(|e| e.id.clone()).collect();
+    result.forget.extend(oldest);
     result
 }
 
@@ -158,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn complete_evaluations_are_kept_an_hour_and_sixteen_per_job_at_most() {
+    fn complete_evaluations_are_kept_an_hour_sixteen_per_job_and_so_many_in_all() {
         let now = EVALS_KEPT_MS * 10;
         let complete = |job: &str, modified_ms: u64| Evaluation {
             status: EvalStatus::Complete,
@@ -185,5 +200,12 @@ mod tests {
         // A pending one is never forgotten: it is completed.
         assert_eq!(outcome.complete.len(), 1);
         assert_eq!(outcome.complete[0].id, pending.id);
+        // Jobs under ever new names: the oldest beyond the total go.
+        let many: Vec<Evaluation> = (0..EVALS_KEPT_IN_ALL + 5)
+            .map(|i| complete(&format!("j{i}"), now - 10))
+            .collect();
+        let many_outcome = super::outcome(&snapshot(many.clone()), &Default::default(), now);
+        let expected: Vec<String> = many[..5].iter().map(|e| e.id.clone()).collect();
+        assert_eq!(many_outcome.forget, expected);
     }
 }

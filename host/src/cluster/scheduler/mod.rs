@@ -54,9 +54,16 @@ pub struct Plan {
     pub wake_at_ms: Option<u64>,
     /// Children of periodic jobs due now, to be launched (recorded as jobs).
     pub launch: Vec<periodic::Launch>,
+    /// The round decided nothing: a job could not be evaluated now (the agent's
+    /// evaluating threads were busy), and planning without it would stop its allocs. It
+    /// is planned again at `wake_at_ms`; no evaluation is completed by it.
+    pub deferred: bool,
     /// Child jobs that ended more than [`REPORTS_KEPT_MS`] ago: removed.
     pub forget_jobs: Vec<String>,
 }
+
+/// How soon a round deferred for a busy agent is tried again.
+pub const DEFERRED_RETRY_MS: u64 = 500;
 
 /// How long the report of an alloc that is no longer placed is kept (Nomad collects
 /// terminal allocs after an hour by default).
@@ -255,6 +262,16 @@ fn binpack(node: &NodeView, usage: &Usage, needs: &Needs) -> f64 {
 
 /// The scheduler's decision for everything in `snapshot`.
 pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
+    plan_with(snapshot, now_ms, ClusterJob::spec)
+}
+
+/// [`plan`] with `evaluate` reading each job's record (the tests' seam for an agent too
+/// busy to evaluate one).
+pub(crate) fn plan_with(
+    snapshot: &Snapshot,
+    now_ms: u64,
+    evaluate: impl Fn(&ClusterJob) -> Result<Job, jobspec::JobspecError>,
+) -> Plan {
     let mut plan = Plan::default();
     let live: BTreeMap<&str, &NodeView> = snapshot
         .nodes
@@ -268,14 +285,24 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
         .collect();
     // What every live node has taken, counting only placements the plan keeps.
     let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    let mut busy = false;
     let jobs: Jobs<'_> = snapshot
         .jobs
         .iter()
         .map(|(job, version)| {
-            let parsed = job.spec().ok();
+            let parsed = evaluate(job)
+                .inspect_err(|e| busy |= crate::jobspec::is_transient(e))
+                .ok();
             (job.id.as_str(), (job, *version, parsed))
         })
         .collect();
+    if busy {
+        return Plan {
+            deferred: true,
+            wake_at_ms: Some(now_ms + DEFERRED_RETRY_MS),
+            ..Plan::default()
+        };
+    }
     // Placements by (job, group, index): the current one is kept, the rest go.
     let mut kept: BTreeMap<(String, String, u32), &Placement> = BTreeMap::new();
     // Failed placements due to be replaced now, with the delay they waited.
@@ -771,6 +798,11 @@ pub async fn run(
             // may still be writing until then), their volumes unpublished from it first.
             lost_claims.release_due(snapshot.reports.clone());
             match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
+                Ok(true) if plan.deferred => {
+                    tracing::warn!(
+                        "a scheduling round deferred: the agent is too busy to evaluate a job"
+                    );
+                }
                 Ok(true) => {
                     launch_children(&cluster, &plan, &snapshot).await;
                     let evals = evals::outcome(&snapshot, &plan, super::now_ms());

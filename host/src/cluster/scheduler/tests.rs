@@ -474,3 +474,54 @@ mod drain_tests {
         assert_eq!(plan(&snapshot, 10).stop.len(), 1);
     }
 }
+
+mod busy {
+    use super::tests_support::*;
+    use super::*;
+
+    /// An agent too busy to evaluate a job (its evaluating threads full, as a flood of
+    /// reads made them in an attack review) defers the round: the job's allocs are not
+    /// stopped as if it were unreadable, and it is planned again soon.
+    #[test]
+    fn a_job_the_agent_is_too_busy_to_evaluate_defers_the_round_and_stops_nothing() {
+        let (web, version) = job("web", 2, "");
+        let mut snapshot = Snapshot {
+            revision: 10,
+            jobs: vec![(web.clone(), version)],
+            nodes: vec![node("a", 4000, 4000)],
+            ..Snapshot::default()
+        };
+        let placed = plan(&snapshot, 1_000);
+        assert_eq!(placed.place.len(), 2);
+        snapshot.placements = placed.place;
+        let busy = |_: &ClusterJob| {
+            Err(jobspec::JobspecError {
+                file: "web.hcl".into(),
+                problems: vec![jobspec::Problem {
+                    path: "jobspec".into(),
+                    at: None,
+                    message: crate::jobspec::pool::PoolError::Busy.to_string(),
+                }],
+            })
+        };
+        let deferred = plan_with(&snapshot, 2_000, busy);
+        assert!(deferred.deferred);
+        assert!(
+            deferred.stop.is_empty() && deferred.place.is_empty(),
+            "{deferred:?}"
+        );
+        assert_eq!(deferred.wake_at_ms, Some(2_000 + DEFERRED_RETRY_MS));
+        // A job that really cannot be evaluated is another matter: not deferred.
+        let unreadable = |_: &ClusterJob| {
+            Err(jobspec::JobspecError {
+                file: "web.hcl".into(),
+                problems: vec![jobspec::Problem {
+                    path: "job".into(),
+                    at: None,
+                    message: "a real problem".into(),
+                }],
+            })
+        };
+        assert!(!plan_with(&snapshot, 2_000, unreadable).deferred);
+    }
+}

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::parsed::{Parsed, Unreadable};
 use super::{Cluster, ClusterError, NodeRecord, NodeView};
 use crate::jobspec::eval::VariableInputs;
 use crate::model::status::ClientStatus;
@@ -122,67 +123,6 @@ impl ClusterJob {
         (&self.source_name, &self.source, &self.variables.env).hash(&mut hasher);
         (&self.variables.files, &self.variables.args).hash(&mut hasher);
         hasher.finish()
-    }
-}
-
-/// The stored job sources this agent could not evaluate, by [`ClusterJob::source_key`]:
-/// each is logged once, and refused from here on without being evaluated again (a
-/// hostile record would otherwise cost its evaluation budget at every scheduling round
-/// and every API read).
-struct Unreadable;
-
-/// The most unreadable sources remembered; past it the memory starts again (and each is
-/// logged once more).
-const MAX_UNREADABLE: usize = 256;
-
-static UNREADABLE: std::sync::Mutex<std::collections::BTreeMap<u64, crate::jobspec::JobspecError>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
-
-impl Unreadable {
-    fn known(key: u64) -> Option<crate::jobspec::JobspecError> {
-        let known = UNREADABLE.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(&key).cloned()
-    }
-
-    fn remember(key: u64, job: &str, error: &crate::jobspec::JobspecError) {
-        let mut known = UNREADABLE.lock().unwrap_or_else(|p| p.into_inner());
-        if known.len() >= MAX_UNREADABLE {
-            known.clear();
-        }
-        if known.insert(key, error.clone()).is_none() {
-            tracing::error!(
-                job = %job,
-                problems = %error,
-                "a job recorded in the cluster cannot be evaluated: this agent skips it \
-                 (submit it again, or purge it)"
-            );
-        }
-    }
-}
-
-/// The stored job sources this agent evaluated, by [`ClusterJob::source_key`], as they
-/// evaluated (before a record's own parts go over them).
-struct Parsed;
-
-/// The most evaluated sources kept; past it the memory starts again.
-const MAX_PARSED: usize = 1024;
-
-static PARSED: std::sync::Mutex<
-    std::collections::BTreeMap<u64, std::sync::Arc<crate::jobspec::Job>>,
-> = std::sync::Mutex::new(std::collections::BTreeMap::new());
-
-impl Parsed {
-    fn known(key: u64) -> Option<crate::jobspec::Job> {
-        let known = PARSED.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(&key).map(|job| crate::jobspec::Job::clone(job))
-    }
-
-    fn remember(key: u64, job: &crate::jobspec::Job) {
-        let mut known = PARSED.lock().unwrap_or_else(|p| p.into_inner());
-        if known.len() >= MAX_PARSED {
-            known.clear();
-        }
-        known.insert(key, std::sync::Arc::new(job.clone()));
     }
 }
 

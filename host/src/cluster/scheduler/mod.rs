@@ -585,46 +585,6 @@ pub(crate) fn plan_with(
     plan
 }
 
-/// Records the children of periodic jobs the plan launches (once each, whoever else
-/// launches them), from their parents' records in `snapshot`.
-async fn launch_children(cluster: &std::sync::Arc<Cluster>, plan: &Plan, snapshot: &Snapshot) {
-    for launch in &plan.launch {
-        let Some((parent, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == launch.parent)
-        else {
-            continue;
-        };
-        let version = *version;
-        let child = ClusterJob {
-            id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
-            submitted_ms: launch.at_ms,
-            stopped: false,
-            child_of: Some(crate::state::ChildOf {
-                parent: launch.parent.clone(),
-                meta: Vec::new(),
-                payload: None,
-            }),
-            // A child's name is not its parent's: no grant names it.
-            by_operator: false,
-            ..parent.clone()
-        };
-        let cluster = cluster.clone();
-        let id = child.id.clone();
-        let eval = super::state::Evaluation::pending(&id, super::state::trigger::PERIODIC);
-        match tokio::task::spawn_blocking(move || cluster.create_child(&child, version, &eval))
-            .await
-        {
-            Ok(Ok(super::state::ChildCreated::Created)) => {
-                tracing::info!(job = %launch.parent, child = %id, "launched a child job");
-            }
-            // Launched already (by an earlier leader), or the job changed meanwhile.
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => tracing::warn!(job = %launch.parent, %error,
-                "launching a periodic job's child"),
-            Err(_) => {}
-        }
-    }
-}
-
 /// Reasons with how many nodes each ruled out, as `job plan` says them: `why (n), ...`.
 fn counted(reasons: &BTreeMap<String, usize>) -> String {
     reasons
@@ -804,7 +764,7 @@ pub async fn run(
                     );
                 }
                 Ok(true) => {
-                    launch_children(&cluster, &plan, &snapshot).await;
+                    periodic::launch_children(&cluster, &plan, &snapshot).await;
                     let evals = evals::outcome(&snapshot, &plan, super::now_ms());
                     if let Err(error) =
                         evals::apply(&cluster, &evals, &leader_key, leader.rev).await

@@ -174,6 +174,51 @@ pub(super) fn dead_children(snapshot: &Snapshot, now_ms: u64) -> Vec<String> {
     dead
 }
 
+/// Records the children of periodic jobs the plan launches (once each, whoever else
+/// launches them), from their parents' records in `snapshot`.
+pub(super) async fn launch_children(
+    cluster: &std::sync::Arc<super::super::Cluster>,
+    plan: &super::Plan,
+    snapshot: &Snapshot,
+) {
+    for launch in &plan.launch {
+        let Some((parent, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == launch.parent)
+        else {
+            continue;
+        };
+        let version = *version;
+        let child = super::super::state::ClusterJob {
+            id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
+            submitted_ms: launch.at_ms,
+            stopped: false,
+            child_of: Some(crate::state::ChildOf {
+                parent: launch.parent.clone(),
+                meta: Vec::new(),
+                payload: None,
+            }),
+            // A child's name is not its parent's: no grant names it.
+            by_operator: false,
+            ..parent.clone()
+        };
+        let cluster = cluster.clone();
+        let id = child.id.clone();
+        let eval =
+            super::super::state::Evaluation::pending(&id, super::super::state::trigger::PERIODIC);
+        match tokio::task::spawn_blocking(move || cluster.create_child(&child, version, &eval))
+            .await
+        {
+            Ok(Ok(super::super::state::ChildCreated::Created)) => {
+                tracing::info!(job = %launch.parent, child = %id, "launched a child job");
+            }
+            // Launched already (by an earlier leader), or the job changed meanwhile.
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(job = %launch.parent, %error,
+                "launching a periodic job's child"),
+            Err(_) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::plan;

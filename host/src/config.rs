@@ -88,7 +88,7 @@
 //! datacenter = "dc1"           # the node's datacenter (Nomad's default)
 //!
 //! cluster {                    # several agents sharing one etcd (default: embedded,
-//!   store        = "etcd"      # one node on its own)
+//!   store        = "etcd"      # a one-node cluster of this agent's own)
 //!   endpoints    = ["http://127.0.0.1:2379"]
 //!   prefix       = "/berth"    # one prefix is one berth cluster
 //!   dial_timeout = "5s"        # connecting at start

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// Where the catalog and the cluster's state live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoreKind {
-    /// The agent's own state file: one node, no cluster (the default).
+    /// The agent's own store (`<data_dir>/cluster.db`): a one-node cluster (the default).
     #[default]
     Embedded,
     /// An etcd cluster shared by every agent of the berth cluster.

@@ -1,8 +1,7 @@
-//! Nomad's node and alloc reads, which differ in a cluster: a member answers from the
-//! cluster store (every node's view, from any agent), with etcd's revision as
-//! `X-Nomad-Index`; an agent on its own answers from its own state (the `local_*`
-//! handlers here and the alloc handlers in `mod.rs`), as a one-node cluster. Also the
-//! operator's node actions: eligibility and drain (a cluster's only).
+//! Nomad's job, node and alloc reads from the cluster store (every node's view, from
+//! any agent; a lone agent's is its one-node cluster), with the store's revision as
+//! `X-Nomad-Index`; an alloc of this node carries its task states. Also the operator's
+//! node actions: eligibility and drain.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -90,8 +90,7 @@ pub(super) fn launches(
     (launches, next_ms)
 }
 
-/// A periodic job's launch due at `now_ms`, and when to look again: the one rule of both
-/// planes (the cluster's scheduler, and a lone agent's launcher). `last_ms` is its last
+/// A periodic job's launch due at `now_ms`, and when to look again. `last_ms` is its last
 /// launch (scheduled or forced) or its submission. The launch due is the latest of the
 /// schedule's times since then and within [`LAUNCH_WINDOW_MS`]: one launch makes up
 /// for those missed before it (a restarted agent, a newly elected scheduler), and none

@@ -291,11 +291,9 @@ impl Agent {
             job_id: job.name.clone(),
             alloc_ids,
             replaced,
-            // A cluster acts on the `reschedule` blocks that one agent ignores.
             warnings: job
                 .warnings
                 .iter()
-                .filter(|w| w.message != jobspec::reschedule::ONE_NODE_WARNING)
                 .map(|w| format!("{source_name}:{w}"))
                 .collect(),
         })

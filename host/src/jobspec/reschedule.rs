@@ -2,8 +2,8 @@
 //! from the ones left out, so that the group's block overrides the job's field by
 //! field, and both override Nomad's defaults for the job type (Nomad's `Merge`).
 //!
-//! A cluster acts on the merged policy (`cluster/scheduler/reschedule.rs`); one agent on
-//! its own does not place a failed alloc again, and says so in a warning.
+//! The scheduler acts on the merged policy (`cluster/scheduler/reschedule.rs`), on a
+//! lone agent's one-node cluster too.
 
 use std::time::Duration;
 
@@ -13,11 +13,6 @@ use super::spec::{DelayFunction, Findings, Problem, ReschedulePolicy};
 
 /// Nomad refuses a shorter delay: a failing alloc is not placed again in a tight loop.
 pub const MIN_DELAY: Duration = Duration::from_secs(5);
-
-/// The warning for a `reschedule` block on one agent: a cluster leaves it out.
-pub const ONE_NODE_WARNING: &str = "reschedule has no effect on a single berth node: a failed \
-     alloc stays failed there (restart still applies); in a cluster it is placed again on \
-     another node as this block says";
 
 /// The most attempts one interval may allow (each leaves an event on the replacement).
 const MAX_ATTEMPTS: u64 = 100;
@@ -34,8 +29,9 @@ pub(super) struct Written {
 }
 
 /// Reads the `reschedule` block of `fields` (a job's or a group's), if it has one: its
-/// fields as written, and the warning that one agent on its own does not act on it
-/// (`runs_everywhere`: a system or sysbatch job, which no cluster reschedules either).
+/// fields as written, and a warning for a system or sysbatch job (`runs_everywhere`),
+/// which no scheduler reschedules. Every other job is rescheduled as it says, a lone
+/// agent's too (its one-node cluster places a failed alloc again on itself).
 pub(super) fn written(
     fields: &mut Fields,
     runs_everywhere: bool,
@@ -45,16 +41,15 @@ pub(super) fn written(
         return Written::default();
     };
     let path = format!("{}.reschedule", fields.path);
-    let message = if runs_everywhere {
-        "reschedule has no effect on system or sysbatch jobs: they run on every node"
-    } else {
-        ONE_NODE_WARNING
-    };
-    problems.warnings.push(Problem {
-        path: path.clone(),
-        at: Some(block.at),
-        message: message.into(),
-    });
+    if runs_everywhere {
+        problems.warnings.push(Problem {
+            path: path.clone(),
+            at: Some(block.at),
+            message: "reschedule has no effect on system or sysbatch jobs: they run on every \
+                      node"
+                .into(),
+        });
+    }
     block_fields(&path, block, problems)
 }
 
@@ -264,14 +259,12 @@ mod tests {
     }
 
     #[test]
-    fn one_agent_warns_that_it_does_not_reschedule() {
+    fn a_reschedule_block_draws_no_warning_where_it_acts() {
         let job = parse(
             "j.hcl",
             &jobspec("batch", "reschedule {\n  attempts = 2\n}", ""),
         )
         .unwrap();
-        assert_eq!(job.warnings.len(), 1, "{:?}", job.warnings);
-        assert_eq!(job.warnings[0].path, "job.j.reschedule");
-        assert_eq!(job.warnings[0].message, super::ONE_NODE_WARNING);
+        assert!(job.warnings.is_empty(), "{:?}", job.warnings);
     }
 }

@@ -1,10 +1,12 @@
-//! The agent: owns the state store, the jobs and their alloc runners, and restores them
+//! The agent: a member of a cluster (etcd's, or its own one-node cluster on the
+//! embedded store), owning this node's state store and alloc runners, and restoring them
 //! after a restart. The HTTP API ([`crate::api`]) and `berth run` both drive it.
 //!
 //! ```text
-//!   submit(HCL) ─► parse + validate ─► job record ─► alloc records ─► alloc runners
-//!   start()     ─► open state.db ─► jobs (re-parsed from their source) ─► allocs:
-//!                    live ones restored and run again, finished ones kept for status
+//!   submit(HCL) ─► parse + validate ─► job + evaluation in the cluster store
+//!                  scheduler ─► placements ─► follow_placements ─► alloc records ─► runners
+//!   start()     ─► open state.db ─► join the cluster ─► allocs: live ones restored and
+//!                    run again, finished ones kept for status
 //! ```
 //!
 //! Stopping the agent leaves tasks running, as Nomad's client does: the next agent

@@ -1,6 +1,6 @@
-//! Submitting a job: the checks (who may run what, ports, the jobspec against this
-//! node), then its record and its allocs' records in one transaction before any alloc
-//! runs.
+//! Submitting a job: the checks (who may run what, the jobspec for any node), then the
+//! job and its evaluation written to the cluster, whose scheduler places it
+//! (`agent/cluster.rs`); and the dry run of `job plan`.
 
 use std::collections::BTreeMap;
 

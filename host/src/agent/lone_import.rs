@@ -97,6 +97,7 @@ pub fn import(
             let Some(group) = spec.groups.get(alloc.group_index) else {
                 continue;
             };
+            let needs = crate::cluster::scheduler::needs(group);
             let report = AllocReport {
                 alloc_id: alloc.id.clone(),
                 job_id: alloc.job_id.clone(),
@@ -122,14 +123,10 @@ pub fn import(
                 alloc_index: alloc.alloc_index,
                 name: alloc.name.clone(),
                 node_id: cluster.node_id().to_string(),
-                cpu_mhz: group.tasks.iter().map(|t| u64::from(t.resources.cpu)).sum(),
-                memory_mb: group
-                    .tasks
-                    .iter()
-                    .map(|t| u64::from(t.resources.memory_mb))
-                    .sum(),
-                disk_mb: group.ephemeral_disk_mb,
-                static_ports: group.ports.iter().filter_map(|p| p.number).collect(),
+                cpu_mhz: needs.cpu_mhz,
+                memory_mb: needs.memory_mb,
+                disk_mb: needs.disk_mb,
+                static_ports: needs.static_ports,
                 replaces: None,
                 placed_ms: super::now_ms(),
                 reschedule_events: Vec::new(),

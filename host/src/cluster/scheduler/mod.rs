@@ -84,18 +84,19 @@ type Jobs<'a> = BTreeMap<&'a str, (&'a ClusterJob, i64, Option<Job>)>;
 
 /// A group's needs on a node.
 #[derive(Debug, Clone, Default)]
-struct Needs {
+pub struct Needs {
     drivers: BTreeSet<String>,
     host_volumes: Vec<String>,
     /// CSI volume ids (a `per_alloc` volume's ids vary by alloc: checked where it runs).
     csi_volumes: Vec<String>,
-    cpu_mhz: u64,
-    memory_mb: u64,
-    disk_mb: u64,
-    static_ports: Vec<u16>,
+    pub cpu_mhz: u64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub static_ports: Vec<u16>,
 }
 
-fn needs(group: &jobspec::Group) -> Needs {
+/// What an alloc of `group` needs of a node (and what its placement records).
+pub fn needs(group: &jobspec::Group) -> Needs {
     Needs {
         drivers: group.tasks.iter().map(|t| t.driver.clone()).collect(),
         host_volumes: group

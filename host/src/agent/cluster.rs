@@ -223,6 +223,28 @@ const TAKE_UP_WAIT: Duration = Duration::from_secs(30);
 /// changing.
 const WRITE_TRIES: usize = 16;
 
+/// The cluster's record of `job` as `submitter` submits it now.
+pub(super) fn job_record(
+    job: &Job,
+    submitter: Submitter,
+    source_name: &str,
+    source: &str,
+    variables: &jobspec::eval::VariableInputs,
+) -> ClusterJob {
+    ClusterJob {
+        id: job.name.clone(),
+        source_name: source_name.to_string(),
+        source: source.to_string(),
+        variables: variables.clone(),
+        submitted_ms: super::now_ms(),
+        stopped: false,
+        may_run_plugins: submitter.may_run_plugins(),
+        child_of: None,
+        by_operator: job.submitted_by_operator,
+        owner: submitter.owner(),
+    }
+}
+
 impl Agent {
     /// Submits a checked job to the cluster: the scheduler places it (on any node).
     pub(super) async fn submit_to_cluster(
@@ -241,18 +263,7 @@ impl Agent {
                 MAX_CLUSTER_SOURCE / 1024
             )));
         }
-        let mut record = ClusterJob {
-            id: job.name.clone(),
-            source_name: source_name.to_string(),
-            source: source.to_string(),
-            variables: variables.clone(),
-            submitted_ms: super::now_ms(),
-            stopped: false,
-            may_run_plugins: submitter.may_run_plugins(),
-            child_of: None,
-            by_operator: job.submitted_by_operator,
-            owner: submitter.owner(),
-        };
+        let mut record = job_record(&job, submitter.clone(), source_name, source, variables);
         let eval = Evaluation::pending(&record.id, trigger::REGISTER);
         let eval_id = eval.id.clone();
         let writer = cluster.clone();
@@ -580,7 +591,7 @@ impl Agent {
                 job.name, placement.group, placement.group_index
             )));
         };
-        let mut in_use: BTreeSet<u16> = self.port_holders(None).into_keys().collect();
+        let mut in_use = self.ports_in_use();
         let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)
             .map_err(|e| SubmitError::Refused(format!("group {:?}: {e}", group.name)))?;
         let mut alloc =

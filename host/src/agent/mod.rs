@@ -28,6 +28,7 @@ mod launch;
 pub mod logs;
 mod lone_import;
 mod owner;
+mod plan;
 mod restore;
 mod stop;
 mod submit;
@@ -35,6 +36,7 @@ mod volumes;
 
 pub use errors::{LookupError, StartError, StopError, SubmitError};
 pub use owner::{JobAction, NotOwner, Submitter};
+pub use plan::{GroupUpdates, JobPlan};
 pub use stop::JobStopped;
 pub use volumes::{Detached, VolumeError};
 
@@ -136,9 +138,6 @@ pub struct Agent {
     /// One lock per job: a submit or stop of a job, its purge and the collector
     /// forgetting it take turns. Taken before `submitting`.
     job_locks: job_locks::JobLocks,
-    /// Static ports a job being resubmitted holds for its new version while its old
-    /// allocs stop (by port: the job's name), so no other job takes them meanwhile.
-    reserved_ports: Mutex<BTreeMap<u16, String>>,
     /// This process's hold on the data dir ([`data_dir::lock`]).
     _data_dir_lock: std::fs::File,
     /// Raised on every change a client could watch (Nomad's `X-Nomad-Index`).
@@ -355,7 +354,6 @@ impl Agent {
             events,
             notices,
             submitting: tokio::sync::Mutex::new(()),
-            reserved_ports: Mutex::default(),
             _data_dir_lock: data_dir_lock,
             job_locks: job_locks::JobLocks::default(),
             api_places: api_places::ApiPlaces::default(),

@@ -1,11 +1,11 @@
 //! Submitting a job: the checks (who may run what, the jobspec for any node), then the
 //! job and its evaluation written to the cluster, whose scheduler places it
-//! (`agent/cluster.rs`); and the dry run of `job plan`.
+//! (`agent/cluster.rs`). `job plan` is `agent/plan.rs`'s.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use super::{Agent, SubmitError, Submitted, Submitter};
-use crate::jobspec::{self, Job, JobspecError};
+use crate::jobspec::{self, JobspecError};
 
 impl Agent {
     /// Parses, validates and runs a job. A job with the name of a running one replaces
@@ -26,8 +26,6 @@ impl Agent {
             .await
     }
 
-    /// [`Agent::submit_with`] for `submitter`: a job that runs a CSI plugin needs the
-    /// operator, or a token of scope `plugin`.
     /// The problems submitting `source` would meet, without submitting it (Nomad's
     /// `POST /v1/validate/job`): each as `file:line:col: path: message`.
     pub async fn validate_source(
@@ -55,42 +53,8 @@ impl Agent {
         }
     }
 
-    /// What submitting `source` would meet, without submitting it (Nomad's plan, a dry
-    /// run): the job, and the problems of the checks [`Agent::submit_as`] makes (who may
-    /// run what, the jobspec against this node, its disk, its static ports).
-    pub async fn dry_run(
-        &self,
-        submitter: Submitter,
-        source_name: &str,
-        source: &str,
-        variables: &jobspec::eval::VariableInputs,
-    ) -> Result<(Job, Vec<jobspec::Problem>), JobspecError> {
-        let mut job = jobspec::parse_with_async(source_name, source, variables).await?;
-        job.submitted_by_operator = submitter == Submitter::Operator;
-        let mut problems = plugin_tasks_refused(&job, submitter.may_run_plugins());
-        problems.extend(
-            crate::validate::validate(
-                &job,
-                &self.node.drivers,
-                &self.node.hooks,
-                &self.node.config,
-                Some(self.node.csi.catalog.as_ref()),
-                &self.node.facts,
-            )
-            .await,
-        );
-        problems.extend(self.disk_problems(&job));
-        let places = job.periodic.is_none() && job.parameterized.is_none();
-        if let Some(why) = places.then(|| self.static_port_clash(&job)).flatten() {
-            problems.push(jobspec::Problem {
-                path: format!("job.{}.network", job.name),
-                at: None,
-                message: why,
-            });
-        }
-        Ok((job, problems))
-    }
-
+    /// [`Agent::submit_with`] for `submitter`: a job that runs a CSI plugin needs the
+    /// operator, or a token of scope `plugin`.
     pub async fn submit_as(
         &self,
         submitter: Submitter,
@@ -133,49 +97,16 @@ impl Agent {
             .await
     }
 
-    /// The ports the running allocs hold (static and dynamic), and which alloc holds
-    /// each; without the allocs of job `except`, which are about to be replaced.
-    pub(super) fn port_holders(&self, except: Option<&str>) -> BTreeMap<u16, String> {
-        let mut holders = BTreeMap::new();
+    /// The ports this node's running allocs hold (static and dynamic).
+    pub(super) fn ports_in_use(&self) -> BTreeSet<u16> {
+        let mut in_use = BTreeSet::new();
         for entry in self.allocs.lock().unwrap().values() {
-            if *entry.finished.borrow() || Some(entry.runner.job.name.as_str()) == except {
+            if *entry.finished.borrow() {
                 continue;
             }
-            for number in entry.runner.group.ports.iter().filter_map(|p| p.number) {
-                holders.insert(number, entry.runner.name.clone());
-            }
+            in_use.extend(entry.runner.group.ports.iter().filter_map(|p| p.number));
         }
-        // A resubmit's reservation names the job: it holds the port from before its old
-        // allocs stop until its new ones run.
-        for (port, job) in self.reserved_ports.lock().unwrap().iter() {
-            if Some(job.as_str()) != except {
-                holders.insert(*port, format!("job {job:?} (being replaced)"));
-            }
-        }
-        holders
-    }
-
-    /// Why `job` cannot be placed here for its static ports: one a running alloc holds,
-    /// or one its own allocs would share (`count` > 1). A static port is one alloc's on a
-    /// node, as Nomad's scheduler has it. Checked before an older version is stopped.
-    pub(super) fn static_port_clash(&self, job: &Job) -> Option<String> {
-        let mut holders = self.port_holders(Some(&job.name));
-        for group in &job.groups {
-            for alloc_index in 0..group.count {
-                let name = format!("{}.{}[{alloc_index}]", job.name, group.name);
-                for port in &group.ports {
-                    let Some(number) = port.number else { continue };
-                    if let Some(holder) = holders.insert(number, name.clone()) {
-                        return Some(format!(
-                            "{name} cannot have static port {number} (port {:?}): {holder} \
-                             holds it on this node",
-                            port.label
-                        ));
-                    }
-                }
-            }
-        }
-        None
+        in_use
     }
 }
 

@@ -393,7 +393,8 @@ pub(super) async fn submit(
     for id in &new_ids {
         print_line!("    alloc {}", id);
     }
-    let unplaced = failed.is_some_and(|failed| print_placement_failures(&eval_id, &failed));
+    let unplaced =
+        failed.is_some_and(|failed| super::placement::print_after_run(&eval_id, &failed));
     if detach {
         return Ok(if unplaced {
             ExitCode::from(2)
@@ -478,57 +479,6 @@ async fn follow_evaluation(client: &Client, eval_id: &str) -> anyhow::Result<Opt
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Prints what evaluation `eval_id` could not place, as `nomad job run` does; whether
-/// there was any.
-fn print_placement_failures(eval_id: &str, failed: &serde_json::Value) -> bool {
-    let Some(groups) = failed.as_object().filter(|g| !g.is_empty()) else {
-        return false;
-    };
-    print_line!(
-        "==> Evaluation {:?} finished with status \"complete\" but failed to place all \
-         allocations:",
-        crate::catalog::short_id(eval_id)
-    );
-    for (group, metric) in groups {
-        let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
-        print_line!(
-            "    Task Group {:?} (failed to place {} allocation{}):",
-            group,
-            count,
-            if count == 1 { "" } else { "s" }
-        );
-        let counts = |field: &str| {
-            metric[field]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default()
-        };
-        for (constraint, nodes) in counts("ConstraintFiltered") {
-            print_line!(
-                "      * Constraint {:?}: {} nodes excluded by filter",
-                constraint,
-                nodes
-            );
-        }
-        let exhausted = metric["NodesExhausted"].as_u64().unwrap_or(0);
-        if exhausted > 0 {
-            print_line!("      * Resources exhausted on {} nodes", exhausted);
-        }
-        for (dimension, nodes) in counts("DimensionExhausted") {
-            print_line!(
-                "      * Dimension {:?} exhausted on {} nodes",
-                dimension,
-                nodes
-            );
-        }
-    }
-    true
 }
 
 /// `berth job plan`: what `berth job run` would do here (`POST /v1/job/:id/plan`), as
@@ -706,6 +656,7 @@ pub(super) async fn status(client: &Client, id: Option<&str>) -> anyhow::Result<
             alloc.client_status
         );
     }
+    super::placement::print_latest(client, &job.id).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -13,6 +13,7 @@ mod job;
 mod node;
 mod nomad_shapes;
 mod output;
+mod placement;
 mod service;
 mod volume;
 

@@ -53,6 +53,38 @@ pub fn unmet<'a>(
     found
 }
 
+/// Whether a node of `datacenter` is one `job` may run in: one of its `datacenters`,
+/// each a glob where `*` matches any run of characters (Nomad's). A job that names none
+/// runs anywhere, as Nomad's default `["*"]`. Nodes outside are not evaluated at all.
+pub fn in_datacenters(job: &Job, datacenter: &str) -> bool {
+    job.datacenters.is_empty()
+        || job
+            .datacenters
+            .iter()
+            .any(|pattern| glob_matches(pattern, datacenter))
+}
+
+/// `*` matches any run of characters, everything else itself.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*`: the whole text.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
 /// A node's `attributes` with `attr.driver.<name>` set for each of its `drivers`.
 pub fn with_drivers<'d>(
     attributes: &BTreeMap<String, String>,
@@ -275,6 +307,27 @@ mod tests {
         assert!(holds("${meta.tags}", "set_contains_any", "hdd,eu").is_ok());
         assert!(holds("${meta.rack}", "is_not_set", "").is_ok());
         assert!(holds("", "distinct_hosts", "true").is_ok());
+    }
+
+    #[test]
+    fn datacenters_are_globs_and_none_means_any() {
+        for (pattern, datacenter, matches) in [
+            ("dc1", "dc1", true),
+            ("dc1", "dc10", false),
+            ("dc*", "dc10", true),
+            ("*", "anything", true),
+            ("eu-*-1a", "eu-west-1a", true),
+            ("eu-*-1a", "eu-west-1b", false),
+            ("*-1a", "1a", false),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+        ] {
+            assert_eq!(
+                glob_matches(pattern, datacenter),
+                matches,
+                "{pattern:?} against {datacenter:?}"
+            );
+        }
     }
 
     #[test]

@@ -32,7 +32,6 @@ use serde_json::{Value, json};
 use super::{NomadError, bad_request, shapes, submission, with_index};
 use crate::agent::{Agent, Submitter};
 use crate::jobspec::{Job, Problem};
-use crate::model::status::ClientStatus;
 
 /// Nomad's zero `time.Time`, for a job with no next periodic launch.
 const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
@@ -113,70 +112,60 @@ pub async fn plan(
     if chosen.id != id {
         return Err(bad_request("Job ID does not match"));
     }
-    let (job, problems) = agent
-        .dry_run(
+    let planned = agent
+        .plan_job(
             submission::submitter_of(submitter),
             &chosen.source_name,
             &chosen.source,
             &chosen.variables,
         )
         .await
-        .map_err(|e| bad_request(e.to_string()))?;
+        .map_err(submission::submit_error)?;
+    let job = &planned.job;
     let current = agent.job_spec(&job.name).ok();
-    let running = |group: &str| -> u64 {
-        let Some((status, _)) = &current else {
-            return 0;
-        };
-        status
-            .allocs
-            .iter()
-            .filter(|a| {
-                matches!(
-                    a.client_status,
-                    ClientStatus::Pending | ClientStatus::Running
-                )
-            })
-            .filter_map(|a| agent.alloc(&a.id).ok())
-            .filter(|a| shapes::group_of(a) == group)
-            .count() as u64
-    };
-    let places = job.periodic.is_none() && job.parameterized.is_none();
     let mut updates = BTreeMap::new();
     let mut failed = BTreeMap::new();
-    for group in &job.groups {
-        let group_problems: Vec<&Problem> = problems
-            .iter()
-            .filter(|p| problem_group(&job, p).is_none_or(|g| g == group.name))
-            .collect();
-        let existing = running(&group.name);
-        let wanted = if places { u64::from(group.count) } else { 0 };
-        let (place, replace) = if group_problems.is_empty() {
-            let replace = existing.min(wanted);
-            (wanted - replace, replace)
-        } else {
+    if planned.problems.is_empty() {
+        // The scheduler's own decision, as the register's evaluation would make it.
+        for (group, planned) in &planned.groups {
+            updates.insert(group.clone(), desired_updates(planned));
+        }
+        if let Value::Object(groups) = super::evaluations::failed_tg_allocs(&planned.failed) {
+            failed.extend(groups);
+        }
+    } else {
+        // Refused as submitted: each group that would be says why; the others show
+        // what they would place.
+        for group in &job.groups {
+            let group_problems: Vec<&Problem> = planned
+                .problems
+                .iter()
+                .filter(|p| problem_group(job, p).is_none_or(|g| g == group.name))
+                .collect();
+            if group_problems.is_empty() {
+                let places = job.periodic.is_none() && job.parameterized.is_none();
+                let planned = crate::agent::GroupUpdates {
+                    place: if places { u64::from(group.count) } else { 0 },
+                    ..Default::default()
+                };
+                updates.insert(group.name.clone(), desired_updates(&planned));
+                continue;
+            }
             failed.insert(
                 group.name.clone(),
-                allocation_metric(&agent, &chosen.source_name, &group_problems, wanted),
+                allocation_metric(
+                    &agent,
+                    &chosen.source_name,
+                    &group_problems,
+                    u64::from(group.count),
+                ),
             );
-            (0, 0)
-        };
-        updates.insert(
-            group.name.clone(),
-            json!({
-                "Ignore": 0,
-                "Place": place,
-                "Migrate": 0,
-                "Stop": existing - replace,
-                "InPlaceUpdate": 0,
-                "DestructiveUpdate": replace,
-                "Canary": 0,
-                "Preemptions": 0,
-            }),
-        );
+            updates.insert(group.name.clone(), desired_updates(&Default::default()));
+        }
     }
     let diff = request
         .diff
-        .then(|| job_diff(&job, current.as_ref().map(|(s, j)| (s, j.as_ref()))));
+        .then(|| job_diff(job, current.as_ref().map(|(s, j)| (s, j.as_ref()))));
     let next_launch = job
         .periodic
         .as_ref()
@@ -186,7 +175,7 @@ pub async fn plan(
             t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         });
     let index = agent.change_index().current();
-    let modify_index = current.as_ref().map_or(0, |(s, _)| s.submitted_ms);
+    let modify_index = planned.current_version;
     let mut warnings = chosen.warnings;
     warnings.extend(
         job.warnings
@@ -207,6 +196,20 @@ pub async fn plan(
         .into_response(),
         index,
     ))
+}
+
+/// Nomad's `DesiredUpdates` of a group.
+fn desired_updates(updates: &crate::agent::GroupUpdates) -> Value {
+    json!({
+        "Ignore": updates.ignore,
+        "Place": updates.place,
+        "Migrate": 0,
+        "Stop": updates.stop,
+        "InPlaceUpdate": 0,
+        "DestructiveUpdate": updates.destructive_update,
+        "Canary": 0,
+        "Preemptions": 0,
+    })
 }
 
 /// The group a problem's path names (`job.J.group.G.…`), or `None` for the whole job.

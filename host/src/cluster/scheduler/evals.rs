@@ -166,7 +166,8 @@ mod tests {
         assert!(huge.allocs.is_empty());
         assert_eq!(huge.failed.len(), 1);
         assert!(
-            huge.status_description.contains("memory exhausted"),
+            huge.status_description
+                .contains("Resources exhausted: memory (1000 MiB free)"),
             "{huge:?}"
         );
         assert!(outcome.forget.is_empty());

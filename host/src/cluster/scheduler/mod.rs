@@ -24,16 +24,19 @@
 //! transaction that holds only while it is still the leader.
 
 pub mod evals;
+mod fit;
 pub mod periodic;
 pub mod reschedule;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::state::{AllocReport, Blocked, ClusterJob, CsiView, Placement, Snapshot};
+use super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
 use super::{Cluster, NodeView};
 use crate::jobspec::{self, Job};
 use crate::model::status::ClientStatus;
+pub use fit::{Needs, needs};
+use fit::{Tally, Usage, binpack, no_node_ready, no_room, unfit};
 
 /// What the scheduler decided.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -81,185 +84,6 @@ impl Plan {
 
 /// The jobs as [`plan`] reads them: id to record, version and jobspec (if it parses).
 type Jobs<'a> = BTreeMap<&'a str, (&'a ClusterJob, i64, Option<Job>)>;
-
-/// A group's needs on a node.
-#[derive(Debug, Clone, Default)]
-pub struct Needs {
-    drivers: BTreeSet<String>,
-    host_volumes: Vec<String>,
-    /// CSI volume ids (a `per_alloc` volume's ids vary by alloc: checked where it runs).
-    csi_volumes: Vec<String>,
-    pub cpu_mhz: u64,
-    pub memory_mb: u64,
-    pub disk_mb: u64,
-    pub static_ports: Vec<u16>,
-}
-
-/// What an alloc of `group` needs of a node (and what its placement records).
-pub fn needs(group: &jobspec::Group) -> Needs {
-    Needs {
-        drivers: group.tasks.iter().map(|t| t.driver.clone()).collect(),
-        host_volumes: group
-            .volumes
-            .iter()
-            .filter(|v| v.volume_type == jobspec::VolumeType::Host)
-            .map(|v| v.source.clone())
-            .collect(),
-        csi_volumes: group
-            .volumes
-            .iter()
-            .filter(|v| v.volume_type == jobspec::VolumeType::Csi && !v.per_alloc)
-            .map(|v| v.source.clone())
-            .collect(),
-        cpu_mhz: group.tasks.iter().map(|t| u64::from(t.resources.cpu)).sum(),
-        memory_mb: group
-            .tasks
-            .iter()
-            .map(|t| u64::from(t.resources.memory_mb))
-            .sum(),
-        disk_mb: group.ephemeral_disk_mb,
-        static_ports: group.ports.iter().filter_map(|p| p.number).collect(),
-    }
-}
-
-/// What is taken on one node by the placements the plan keeps and makes.
-#[derive(Debug, Clone, Default)]
-struct Usage {
-    cpu_mhz: u64,
-    memory_mb: u64,
-    disk_mb: u64,
-    ports: BTreeSet<u16>,
-    /// Allocs per `(job, group)`, for the anti-affinity penalty.
-    per_group: BTreeMap<(String, String), u32>,
-}
-
-/// Why a node can never take an alloc of `group` (one reason, the first found): what
-/// does not change as allocs are placed (eligibility, drivers, host volumes,
-/// constraints), so it is found once per group and node.
-fn unfit(
-    node: &NodeView,
-    needs: &Needs,
-    csi: &CsiView,
-    job: &Job,
-    group: &jobspec::Group,
-) -> Option<String> {
-    let record = &node.record;
-    if record.eligibility != "eligible" || record.drain {
-        return Some("node is ineligible or draining".into());
-    }
-    for driver in &needs.drivers {
-        match record.drivers.get(driver) {
-            None => return Some(format!("missing driver {driver:?}")),
-            Some(false) => return Some(format!("driver {driver:?} unhealthy or turned off")),
-            Some(true) => {}
-        }
-    }
-    if let Some(volume) = needs
-        .host_volumes
-        .iter()
-        .find(|v| !record.host_volumes.contains(v))
-    {
-        return Some(format!("missing host volume {volume:?}"));
-    }
-    for volume in &needs.csi_volumes {
-        // In Nomad's words (`nomad job plan`).
-        let Some(plugin) = csi.volume_plugins.get(volume) else {
-            return Some(format!("missing CSI Volume {:?}", clipped(volume)));
-        };
-        match csi
-            .node_plugins
-            .get(plugin)
-            .and_then(|nodes| nodes.get(&record.name))
-        {
-            None => {
-                return Some(format!(
-                    "CSI plugin {:?} is missing from client",
-                    clipped(plugin)
-                ));
-            }
-            Some(false) => {
-                return Some(format!(
-                    "CSI plugin {:?} is unhealthy on client",
-                    clipped(plugin)
-                ));
-            }
-            Some(true) => {}
-        }
-    }
-    let attributes = jobspec::constraint::with_drivers(
-        &record.attributes,
-        record.drivers.keys().map(String::as_str),
-    );
-    let unmet = jobspec::constraint::unmet(job, None, &attributes)
-        .into_iter()
-        .chain(jobspec::constraint::unmet(job, Some(group), &attributes))
-        .next();
-    unmet.map(|unmet| {
-        let constraint = unmet.constraint;
-        format!(
-            "constraint {} {} {:?}",
-            clipped(&constraint.attribute),
-            clipped(&constraint.operator),
-            clipped(&constraint.value)
-        )
-    })
-}
-
-/// At most 100 characters of a job author's text in a reason (the reasons are stored
-/// in etcd and shown; a 10,000-character constraint value is not repeated).
-fn clipped(text: &str) -> String {
-    match text.char_indices().nth(100) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
-}
-
-/// Why a node has no room now for one more alloc of a group (resources, ports, and
-/// `distinct_hosts`, which depend on what is placed there).
-fn no_room(
-    node: &NodeView,
-    usage: &Usage,
-    needs: &Needs,
-    collisions: u32,
-    distinct_hosts: bool,
-) -> Option<String> {
-    let record = &node.record;
-    if distinct_hosts && collisions > 0 {
-        return Some("constraint distinct_hosts".into());
-    }
-    let available = record.available();
-    if usage.cpu_mhz + needs.cpu_mhz > available.cpu_mhz {
-        return Some("cpu exhausted".into());
-    }
-    if usage.memory_mb + needs.memory_mb > available.memory_mb {
-        return Some("memory exhausted".into());
-    }
-    // A record of an older berth gave no disk size: disk is not counted there.
-    if record.disk_mb > 0 && usage.disk_mb + needs.disk_mb > available.disk_mb {
-        return Some("disk exhausted".into());
-    }
-    if let Some(port) = needs.static_ports.iter().find(|p| usage.ports.contains(p)) {
-        return Some(format!("port {port} in use"));
-    }
-    None
-}
-
-/// Nomad's bin-packing fit (higher: fuller after placing), between 0 and 1.
-fn binpack(node: &NodeView, usage: &Usage, needs: &Needs) -> f64 {
-    let free = |total: u64, used: u64| {
-        if total == 0 {
-            0.0
-        } else {
-            1.0 - (used as f64 / total as f64).min(1.0)
-        }
-    };
-    let available = node.record.available();
-    let cpu = free(available.cpu_mhz, usage.cpu_mhz + needs.cpu_mhz);
-    let memory = free(available.memory_mb, usage.memory_mb + needs.memory_mb);
-    // Nomad: 20 - (10^free_cpu + 10^free_mem), normalised by 18.
-    let score = 20.0 - (10f64.powf(cpu) + 10f64.powf(memory));
-    (score / 18.0).clamp(0.0, 1.0)
-}
 
 /// The scheduler's decision for everything in `snapshot`.
 pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
@@ -462,9 +286,14 @@ pub(crate) fn plan_with(
                 .iter()
                 .chain(group.constraints.iter())
                 .any(|c| c.operator == "distinct_hosts");
-            // What rules a node out for good, once per node.
-            let unfit: Vec<Option<String>> = snapshot
+            // Nodes outside the job's datacenters are not evaluated (as in Nomad); what
+            // rules one of the others out for good is found once per node.
+            let candidates: Vec<&NodeView> = snapshot
                 .nodes
+                .iter()
+                .filter(|n| jobspec::constraint::in_datacenters(parsed, &n.record.datacenter))
+                .collect();
+            let unfit: Vec<Option<String>> = candidates
                 .iter()
                 .map(|node| unfit(node, &needs, &snapshot.csi, parsed, group))
                 .collect();
@@ -481,17 +310,17 @@ pub(crate) fn plan_with(
                     None => previous.get(&key).map(|id| id.to_string()),
                 };
                 let avoided = failed.map(|(p, _)| reschedule::penalized_nodes(p));
-                let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+                let mut tally = Tally::default();
                 let mut best: Option<(f64, &NodeView)> = None;
-                for (node, unfit) in snapshot.nodes.iter().zip(&unfit) {
+                for (node, unfit) in candidates.iter().copied().zip(&unfit) {
                     if let Some(why) = unfit {
-                        *reasons.entry(why.clone()).or_default() += 1;
+                        tally.filtered(why);
                         continue;
                     }
                     let taken = usage.get(&node.record.id).unwrap_or(&empty);
                     let collisions = taken.per_group.get(&group_key).copied().unwrap_or(0);
-                    if let Some(why) = no_room(node, taken, &needs, collisions, distinct_hosts) {
-                        *reasons.entry(why).or_default() += 1;
+                    if let Some(room) = no_room(node, taken, &needs, collisions, distinct_hosts) {
+                        tally.no_room(room);
                         continue;
                     }
                     // Nomad averages the scores that apply: fit, anti-affinity, and the
@@ -522,18 +351,18 @@ pub(crate) fn plan_with(
                         last.coalesced += 1;
                         continue;
                     }
-                    let why = counted(&reasons);
+                    let why = tally.said();
                     plan.blocked.push(Blocked {
                         job_id: job.id.clone(),
                         group: group.name.clone(),
                         name,
-                        nodes_evaluated: snapshot.nodes.len(),
+                        nodes_evaluated: candidates.len(),
                         coalesced: 0,
-                        reasons: reasons.clone(),
-                        why: if snapshot.nodes.is_empty() {
-                            "no node is ready".into()
+                        reasons: tally.reasons,
+                        why: if candidates.is_empty() {
+                            no_node_ready(parsed)
                         } else {
-                            format!("{} node(s) evaluated: {why}", snapshot.nodes.len())
+                            format!("{} node(s) evaluated: {why}", candidates.len())
                         },
                     });
                     continue;
@@ -584,15 +413,6 @@ pub(crate) fn plan_with(
         plan.wake_at_ms = Some(plan.wake_at_ms.map_or(at_ms, |w| w.min(at_ms)));
     }
     plan
-}
-
-/// Reasons with how many nodes each ruled out, as `job plan` says them: `why (n), ...`.
-fn counted(reasons: &BTreeMap<String, usize>) -> String {
-    reasons
-        .iter()
-        .map(|(why, n)| format!("{why} ({n})"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Whether a job places allocs itself (periodic and parameterized jobs do not: their

@@ -2,8 +2,9 @@
 //! each group on every ready, eligible node where the group is feasible, named
 //! `job.group[0]` on each.
 //!
-//! - a node that is ineligible or draining gets no new alloc; an ineligible node keeps
-//!   the one it has (in Nomad only a drain stops allocs);
+//! - a node outside the job's datacenters is not evaluated; one that is ineligible or
+//!   draining gets no new alloc; an ineligible node keeps the one it has (in Nomad only
+//!   a drain stops allocs);
 //! - a draining node stops its system allocs last: once nothing else of other job
 //!   types still runs there, or its drain deadline has passed;
 //! - a node that is down loses its alloc (`lost`), with no replacement elsewhere: the
@@ -19,7 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::state::{AllocReport, Blocked, Placement, Snapshot};
-use super::{Jobs, Plan, Usage, job_places, needs, no_room, unfit};
+use super::fit::{Tally, Usage, needs, no_room, unfit};
+use super::{Jobs, Plan, job_places};
 use crate::model::status::ClientStatus;
 
 /// Whether `job_id` names a job whose allocs are placed per node (system, sysbatch).
@@ -172,22 +174,26 @@ fn place(
             let needs = needs(group);
             let name = format!("{}.{}[0]", job.id, group.name);
             // Nodes ruled out (filtered) or without room (exhausted), per reason.
-            let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+            let mut tally = Tally::default();
             let (mut evaluated, mut failed) = (0usize, 0u32);
             for node in &snapshot.nodes {
                 let record = &node.record;
                 let key = (job.id.clone(), group.name.clone(), record.id.clone());
-                if kept.contains(&key) || record.eligibility != "eligible" || record.drain {
+                if kept.contains(&key)
+                    || record.eligibility != "eligible"
+                    || record.drain
+                    || !crate::jobspec::constraint::in_datacenters(parsed, &record.datacenter)
+                {
                     continue;
                 }
                 evaluated += 1;
                 if let Some(why) = unfit(node, &needs, &snapshot.csi, parsed, group) {
-                    *reasons.entry(why).or_default() += 1;
+                    tally.filtered(&why);
                     continue;
                 }
                 let taken = usage.get(&record.id).unwrap_or(&empty);
-                if let Some(why) = no_room(node, taken, &needs, 0, false) {
-                    *reasons.entry(why).or_default() += 1;
+                if let Some(room) = no_room(node, taken, &needs, 0, false) {
+                    tally.no_room(room);
                     failed += 1;
                     continue;
                 }
@@ -222,14 +228,14 @@ fn place(
                 // Filtered nodes alone are not a failure: the job runs where it can.
                 continue;
             }
-            let why = super::counted(&reasons);
+            let why = tally.said();
             plan.blocked.push(Blocked {
                 job_id: job.id.clone(),
                 group: group.name.clone(),
                 name,
                 nodes_evaluated: evaluated,
                 coalesced: failed - 1,
-                reasons,
+                reasons: tally.reasons,
                 why: format!("{failed} of {evaluated} node(s) evaluated had no room for it: {why}"),
             });
         }

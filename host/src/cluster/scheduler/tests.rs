@@ -124,8 +124,9 @@ mod placement {
         });
         // 200 MB of memory left: two allocs of 100.
         assert_eq!(plan.place.len(), 2, "{plan:#?}");
-        assert!(
-            plan.blocked[0].why.contains("memory exhausted"),
+        // Said as Nomad's "Resources exhausted", with what the node had left.
+        assert_eq!(
+            plan.blocked[0].why, "1 node(s) evaluated: Resources exhausted: memory (0 MiB free)",
             "{plan:#?}"
         );
 
@@ -140,7 +141,62 @@ mod placement {
         // 700 MB of disk left: two allocs of 300.
         assert_eq!(plan.place.len(), 2, "{plan:#?}");
         assert!(plan.place.iter().all(|p| p.disk_mb == 300));
-        assert!(plan.blocked[0].why.contains("disk exhausted"), "{plan:#?}");
+        assert_eq!(
+            plan.blocked[0].why, "1 node(s) evaluated: Resources exhausted: disk (100 MiB free)",
+            "{plan:#?}"
+        );
+        assert_eq!(plan.blocked[0].reasons["disk exhausted"], 1);
+    }
+
+    /// Nodes outside a job's datacenters are not evaluated (a glob, as Nomad's), and a
+    /// job whose datacenters have no node waits, saying so.
+    #[test]
+    fn only_nodes_in_the_jobs_datacenters_are_evaluated() {
+        let mut west = node("w", 4000, 4096);
+        west.record.datacenter = "eu-west-1a".into();
+        let mut east = node("e", 4000, 4096);
+        east.record.datacenter = "eu-east-1a".into();
+        let small = node("s", 4000, 4096);
+        let (mut web, version) = job("web", 4, "");
+        web.source = web
+            .source
+            .replacen("  group", "  datacenters = [\"eu-*\"]\n  group", 1);
+        let plan = plan_of(&Snapshot {
+            jobs: vec![(web.clone(), version)],
+            nodes: vec![west.clone(), east, small.clone()],
+            ..Snapshot::default()
+        });
+        assert_eq!(
+            per_node(&plan),
+            [("id-e".to_string(), 2), ("id-w".to_string(), 2)].into(),
+            "{plan:#?}"
+        );
+        // Full where it may run: two nodes evaluated, not three.
+        let (mut big, version) = job("big", 1, "");
+        big.source = big
+            .source
+            .replacen("  group", "  datacenters = [\"eu-west-*\"]\n  group", 1)
+            .replace("memory = 100", "memory = 5000");
+        let plan = plan_of(&Snapshot {
+            jobs: vec![(big.clone(), version)],
+            nodes: vec![west, small.clone()],
+            ..Snapshot::default()
+        });
+        assert_eq!(plan.blocked[0].nodes_evaluated, 1, "{plan:#?}");
+        assert_eq!(
+            plan.blocked[0].why,
+            "1 node(s) evaluated: Resources exhausted: memory (4096 MiB free)"
+        );
+        let plan = plan_of(&Snapshot {
+            jobs: vec![(big, version)],
+            nodes: vec![small],
+            ..Snapshot::default()
+        });
+        assert_eq!(plan.blocked[0].nodes_evaluated, 0, "{plan:#?}");
+        assert_eq!(
+            plan.blocked[0].why,
+            "no node is ready in datacenters \"eu-west-*\""
+        );
     }
 
     /// Constraints see meta merged down to them, job then group then task, on a

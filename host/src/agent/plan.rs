@@ -1,0 +1,146 @@
+//! `job plan`: what registering a job would do, decided by the scheduler's own
+//! [`plan`](crate::cluster::scheduler::plan) on the cluster as it is now, with the job
+//! put in it (Nomad's plan is its scheduler's dry run too). So a plan says what a
+//! register then does, on a lone agent and on a cluster member alike: the nodes it
+//! would take, the allocs it would replace or stop, and what would fit nowhere, with
+//! the evaluation's reasons.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Agent, SubmitError, Submitter};
+use crate::cluster::state::Blocked;
+use crate::jobspec::{self, Job};
+
+/// What registering a job would do.
+#[derive(Debug)]
+pub struct JobPlan {
+    pub job: Job,
+    /// Why a register would refuse the job (who may run what, the jobspec for any
+    /// node); with any, nothing was planned.
+    pub problems: Vec<jobspec::Problem>,
+    /// Per group, what the scheduler would do to its allocs.
+    pub groups: BTreeMap<String, GroupUpdates>,
+    /// What would fit nowhere, with why (the evaluation's `FailedTGAllocs`).
+    pub failed: Vec<Blocked>,
+    /// The registered version's revision (0: a new job).
+    pub current_version: u64,
+}
+
+/// Nomad's `DesiredUpdates` of one group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupUpdates {
+    /// Allocs it would place, beside those it replaces.
+    pub place: u64,
+    /// Allocs it would stop without replacing them.
+    pub stop: u64,
+    /// Allocs it would replace with the new version's.
+    pub destructive_update: u64,
+    /// Allocs it would leave as they are.
+    pub ignore: u64,
+}
+
+impl Agent {
+    /// What submitting `source` would do, without submitting it.
+    pub async fn plan_job(
+        &self,
+        submitter: Submitter,
+        source_name: &str,
+        source: &str,
+        variables: &jobspec::eval::VariableInputs,
+    ) -> Result<JobPlan, SubmitError> {
+        let mut job = jobspec::parse_with_async(source_name, source, variables)
+            .await
+            .map_err(SubmitError::Invalid)?;
+        job.submitted_by_operator = submitter == Submitter::Operator;
+        // The checks a submit makes before the scheduler sees the job.
+        let mut problems = super::submit::plugin_tasks_refused(&job, submitter.may_run_plugins());
+        problems.extend(
+            crate::validate::validate_for(
+                &job,
+                &self.node.drivers,
+                &self.node.hooks,
+                &self.node.config,
+                Some(self.node.csi.catalog.as_ref()),
+                &self.node.facts,
+                crate::validate::Placing::AnyNode,
+            )
+            .await,
+        );
+        let mut plan = JobPlan {
+            job,
+            problems,
+            groups: BTreeMap::new(),
+            failed: Vec::new(),
+            current_version: 0,
+        };
+        if !plan.problems.is_empty() {
+            return Ok(plan);
+        }
+        let record =
+            super::cluster::job_record(&plan.job, submitter, source_name, source, variables);
+        let cluster = self.cluster.clone();
+        let decided = tokio::task::spawn_blocking(move || {
+            let mut snapshot = cluster.snapshot()?;
+            let current = snapshot.jobs.iter().position(|(j, _)| j.id == record.id);
+            let current_version = current.map_or(0, |at| snapshot.jobs[at].1);
+            // A register writes a new version, after every revision the cluster has
+            // (berth replaces the allocs of a job submitted again, changed or not).
+            let version = snapshot.revision + 1;
+            match current {
+                Some(at) => snapshot.jobs[at] = (record, version),
+                None => snapshot.jobs.push((record, version)),
+            }
+            let decided = crate::cluster::scheduler::plan(&snapshot, crate::cluster::now_ms());
+            Ok::<_, crate::cluster::ClusterError>((snapshot, decided, current_version))
+        })
+        .await
+        .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+        let (snapshot, decided, current_version) = decided;
+        if decided.deferred {
+            return Err(SubmitError::Refused(
+                "the agent is too busy to plan the job now: try again".into(),
+            ));
+        }
+        plan.current_version = u64::try_from(current_version).unwrap_or(0);
+        let name = plan.job.name.as_str();
+        let stopped: BTreeSet<&str> = decided.stop.iter().map(|(_, a)| a.as_str()).collect();
+        let reports: BTreeMap<&str, _> = snapshot
+            .reports
+            .iter()
+            .map(|r| (r.alloc_id.as_str(), r.client_status))
+            .collect();
+        for placement in snapshot.placements.iter().filter(|p| p.job_id == name) {
+            let updates = plan.groups.entry(placement.group.clone()).or_default();
+            if stopped.contains(placement.alloc_id.as_str()) {
+                updates.stop += 1;
+            } else if !reports
+                .get(placement.alloc_id.as_str())
+                .is_some_and(|s| s.is_terminal())
+            {
+                updates.ignore += 1;
+            }
+        }
+        for placement in decided.place.iter().filter(|p| p.job_id == name) {
+            plan.groups
+                .entry(placement.group.clone())
+                .or_default()
+                .place += 1;
+        }
+        for group in &plan.job.groups {
+            plan.groups.entry(group.name.clone()).or_default();
+        }
+        // A new alloc in place of a stopped one is an update of it.
+        for updates in plan.groups.values_mut() {
+            let replaced = updates.place.min(updates.stop);
+            updates.destructive_update = replaced;
+            updates.place -= replaced;
+            updates.stop -= replaced;
+        }
+        plan.failed = decided
+            .blocked
+            .into_iter()
+            .filter(|b| b.job_id == name)
+            .collect();
+        Ok(plan)
+    }
+}

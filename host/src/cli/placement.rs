@@ -1,0 +1,100 @@
+//! What the scheduler could not place, as Nomad's CLI prints it: after `job run`
+//! (the register's evaluation) and in `job status` (the job's latest evaluation).
+
+use super::nomad_shapes::path_escape;
+use super::output::{one_line, print_line};
+use crate::api::client::Client;
+
+/// Prints what evaluation `eval_id` could not place, as `nomad job run` does; whether
+/// there was any.
+pub(super) fn print_after_run(eval_id: &str, failed: &serde_json::Value) -> bool {
+    let Some(groups) = failed.as_object().filter(|g| !g.is_empty()) else {
+        return false;
+    };
+    print_line!(
+        "==> Evaluation {:?} finished with status \"complete\" but failed to place all \
+         allocations:",
+        crate::catalog::short_id(eval_id)
+    );
+    for (group, metric) in groups {
+        let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+        print_line!(
+            "    Task Group {:?} (failed to place {} allocation{}):",
+            group,
+            count,
+            if count == 1 { "" } else { "s" }
+        );
+        print_metric(metric, "      ");
+    }
+    true
+}
+
+/// `job status`'s "Placement Failure" section, as `nomad job status` prints it, from the
+/// job's latest evaluation: what it could not place, and why in the scheduler's words
+/// (`Resources exhausted: memory (412 MiB free)`). Nothing when it placed everything.
+pub(super) async fn print_latest(client: &Client, job_id: &str) -> anyhow::Result<()> {
+    let evaluations: Vec<serde_json::Value> = client
+        .get(&format!("/v1/job/{}/evaluations", path_escape(job_id)))
+        .await?;
+    let latest = evaluations
+        .iter()
+        .filter(|e| e["Status"] == "complete")
+        .max_by_key(|e| e["ModifyIndex"].as_u64().unwrap_or(0));
+    let Some(latest) = latest else {
+        return Ok(());
+    };
+    let Some(groups) = latest["FailedTGAllocs"]
+        .as_object()
+        .filter(|g| !g.is_empty())
+    else {
+        return Ok(());
+    };
+    print_line!();
+    print_line!("Placement Failure");
+    for (group, metric) in groups {
+        print_line!("Task Group {:?}:", group);
+        print_metric(metric, "  ");
+    }
+    if let Some(why) = latest["StatusDescription"]
+        .as_str()
+        .filter(|w| !w.is_empty())
+    {
+        print_line!("  {}", one_line(why));
+    }
+    Ok(())
+}
+
+/// One group's `AllocationMetric`: the constraints that filtered nodes and the
+/// resources that were exhausted, with how many nodes each.
+fn print_metric(metric: &serde_json::Value, indent: &str) {
+    let counts = |field: &str| {
+        metric[field]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    for (constraint, nodes) in counts("ConstraintFiltered") {
+        print_line!(
+            "{}* Constraint {:?}: {} nodes excluded by filter",
+            indent,
+            constraint,
+            nodes
+        );
+    }
+    let exhausted = metric["NodesExhausted"].as_u64().unwrap_or(0);
+    if exhausted > 0 {
+        print_line!("{}* Resources exhausted on {} nodes", indent, exhausted);
+    }
+    for (dimension, nodes) in counts("DimensionExhausted") {
+        print_line!(
+            "{}* Dimension {:?} exhausted on {} nodes",
+            indent,
+            dimension,
+            nodes
+        );
+    }
+}

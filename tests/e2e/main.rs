@@ -48,6 +48,7 @@ mod one_node_shape;
 mod planted_links;
 mod plugin_grants;
 mod readme_curl;
+mod scenarios;
 mod shutdown;
 mod slots;
 mod system_jobs;

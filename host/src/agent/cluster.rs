@@ -539,6 +539,7 @@ impl Agent {
                     client_status: crate::model::status::ClientStatus::Failed,
                     description: error.to_string(),
                     updated_ms: super::now_ms(),
+                    tasks: Default::default(),
                 };
                 let cluster = cluster.clone();
                 let _ = tokio::task::spawn_blocking(move || cluster.report(&report)).await;
@@ -631,7 +632,8 @@ impl Agent {
         Ok(())
     }
 
-    /// Tells the cluster what became of this node's allocs (only what changed).
+    /// Tells the cluster what became of this node's allocs, their tasks' states with
+    /// them (only what changed).
     async fn report_allocs(
         &self,
         cluster: &Arc<Cluster>,
@@ -655,11 +657,12 @@ impl Agent {
                 client_status: alloc.client_status,
                 description: String::new(),
                 updated_ms: 0,
+                tasks: AllocReport::tasks_of(&alloc.tasks),
             })
             .filter(|report| {
-                reported
-                    .get(&report.alloc_id)
-                    .is_none_or(|before| before.client_status != report.client_status)
+                reported.get(&report.alloc_id).is_none_or(|before| {
+                    before.client_status != report.client_status || before.tasks != report.tasks
+                })
             })
             .collect();
         for mut report in reports {

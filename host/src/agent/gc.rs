@@ -301,6 +301,7 @@ impl Agent {
             client_status: status.client_status,
             description: String::new(),
             updated_ms: super::now_ms(),
+            tasks: crate::cluster::state::AllocReport::tasks_of(&status.tasks),
         };
         if !status.client_status.is_terminal() {
             return false;

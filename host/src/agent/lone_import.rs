@@ -107,6 +107,7 @@ pub fn import(
                 client_status: alloc.client_status,
                 description: String::new(),
                 updated_ms: super::now_ms(),
+                tasks: Default::default(),
             };
             cluster.report(&report)?;
             // Ended allocs stay placed too, as the cluster keeps its own: a finished batch

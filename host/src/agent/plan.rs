@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Agent, SubmitError, Submitter};
+use crate::cluster::evals::{Evaluation, trigger};
 use crate::cluster::state::Blocked;
 use crate::jobspec::{self, Job};
 
@@ -84,8 +85,13 @@ impl Agent {
             let current = snapshot.jobs.iter().position(|(j, _)| j.id == record.id);
             let current_version = current.map_or(0, |at| snapshot.jobs[at].1);
             // A register writes a new version, after every revision the cluster has
-            // (berth replaces the allocs of a job submitted again, changed or not).
+            // (berth replaces the allocs of a job submitted again, changed or not), with
+            // its pending evaluation.
             let version = snapshot.revision + 1;
+            let mut eval = Evaluation::pending(&record.id, trigger::REGISTER);
+            eval.create_revision = version;
+            eval.mod_revision = version;
+            snapshot.evals.push(eval);
             match current {
                 Some(at) => snapshot.jobs[at] = (record, version),
                 None => snapshot.jobs.push((record, version)),

@@ -1,6 +1,7 @@
 //! A job as every reader sees it, from the cluster's records: its status, its allocs
 //! (placed, with what their nodes reported; no longer placed, as last reported) and
-//! whether it waits to place a failed alloc again. berth's own API, Nomad's API and the
+//! whether it waits: to place a failed alloc again, or for room for allocs that could
+//! not be placed (pending, as Nomad's job with a blocked evaluation). berth's own API, Nomad's API and the
 //! CLI read jobs through this, on a lone agent and on a cluster member alike.
 
 use serde::{Deserialize, Serialize};
@@ -110,6 +111,7 @@ pub fn job_status<'a>(
         .iter()
         .any(|a| a.client_status == ClientStatus::Pending && a.desired_status == DesiredStatus::Run)
         || super::scheduler::reschedule::awaiting(snapshot, &job, id)
+        || (!record.stopped && snapshot.blocked.get(id).is_some_and(|b| !b.is_empty()))
     {
         JobState::Pending
     } else {

@@ -260,6 +260,7 @@ mod tests {
             client_status: status,
             description: String::new(),
             updated_ms: lost_at,
+            tasks: Default::default(),
         };
         let grace = u64::try_from(a.settings().lost_claim_grace.as_millis()).unwrap();
         let release = |status: ClientStatus, at: u64| {
@@ -337,6 +338,7 @@ mod tests {
             client_status: ClientStatus::Lost,
             description: String::new(),
             updated_ms: 0,
+            tasks: Default::default(),
         };
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {

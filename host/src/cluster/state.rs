@@ -5,9 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::evals::{Blocked, EvalAlloc, EvalStatus, Evaluation, trigger};
 use super::parsed::{Parsed, Unreadable};
 use super::{Cluster, ClusterError, NodeRecord, NodeView};
 use crate::jobspec::eval::VariableInputs;
+use std::collections::BTreeMap;
+
+use crate::model::events::TaskState;
 use crate::model::status::ClientStatus;
 
 /// A job as submitted to any agent: its source, so every agent reads it the same way.
@@ -183,7 +187,7 @@ pub struct RescheduleEvent {
 }
 
 /// What a node says of one of its allocs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllocReport {
     pub alloc_id: String,
     pub job_id: String,
@@ -195,111 +199,38 @@ pub struct AllocReport {
     #[serde(default)]
     pub description: String,
     pub updated_ms: u64,
+    /// Its tasks' states as its node last reported them ([`AllocReport::tasks_of`]),
+    /// so every agent shows them (Nomad's clients send theirs to the servers).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tasks: BTreeMap<String, TaskState>,
 }
 
-/// An alloc the scheduler could not place, and why (as `job plan` says it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Blocked {
-    pub job_id: String,
-    pub group: String,
-    pub name: String,
-    pub nodes_evaluated: usize,
-    /// More allocs of the group that failed the same way (Nomad's `CoalescedFailures`).
-    #[serde(default)]
-    pub coalesced: u32,
-    /// How many nodes each reason ruled out (`missing driver "docker"`: 2).
-    pub reasons: std::collections::BTreeMap<String, usize>,
-    /// "3 node(s) evaluated: missing driver \"docker\" (2), memory exhausted (1)".
-    pub why: String,
-}
+impl AllocReport {
+    /// Events kept per task in a report: Nomad keeps 10.
+    pub const EVENTS_KEPT: usize = 10;
+    /// Characters kept of an event's message in a report.
+    pub const MESSAGE_KEPT: usize = 512;
 
-/// What caused an evaluation (Nomad's `TriggeredBy`).
-pub mod trigger {
-    pub const REGISTER: &str = "job-register";
-    pub const DEREGISTER: &str = "job-deregister";
-    pub const PERIODIC: &str = "periodic-job";
-    pub const DISPATCH: &str = "job-dispatch";
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EvalStatus {
-    Pending,
-    Complete,
-}
-
-impl EvalStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvalStatus::Pending => "pending",
-            EvalStatus::Complete => "complete",
-        }
-    }
-}
-
-/// One alloc an evaluation left the job with, and its node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EvalAlloc {
-    pub alloc_id: String,
-    pub node_id: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Evaluation {
-    pub id: String,
-    pub job_id: String,
-    pub triggered_by: String,
-    pub status: EvalStatus,
-    #[serde(default)]
-    pub status_description: String,
-    pub created_ms: u64,
-    #[serde(default)]
-    pub modified_ms: u64,
-    /// The job's allocs once it was evaluated (those of its current version).
-    #[serde(default)]
-    pub allocs: Vec<EvalAlloc>,
-    /// Allocs this evaluation stopped.
-    #[serde(default)]
-    pub stopped: Vec<String>,
-    /// What could not be placed, per group.
-    #[serde(default)]
-    pub failed: Vec<Blocked>,
-    /// The store's revision it was written at (its `CreateIndex`); set when read.
-    #[serde(skip)]
-    pub create_revision: i64,
-    #[serde(skip)]
-    pub mod_revision: i64,
-}
-
-impl Evaluation {
-    /// A new evaluation of `job_id`, waiting for the scheduler.
-    pub fn pending(job_id: &str, triggered_by: &str) -> Evaluation {
-        Evaluation {
-            id: super::random_id(),
-            job_id: job_id.to_string(),
-            triggered_by: triggered_by.to_string(),
-            status: EvalStatus::Pending,
-            status_description: String::new(),
-            created_ms: super::now_ms(),
-            modified_ms: super::now_ms(),
-            allocs: Vec::new(),
-            stopped: Vec::new(),
-            failed: Vec::new(),
-            create_revision: 0,
-            mod_revision: 0,
-        }
-    }
-
-    /// Reads a record; `None` for one that is not an evaluation or that its key does not
-    /// name.
-    pub fn from_entry(entry: &super::etcd::Entry) -> Option<Evaluation> {
-        let mut eval: Evaluation = serde_json::from_slice(&entry.value).ok()?;
-        if !super::is_uuid(&eval.id) || !entry.key.ends_with(&format!("/evals/{}", eval.id)) {
-            return None;
-        }
-        eval.create_revision = entry.create_revision;
-        eval.mod_revision = entry.mod_revision;
-        Some(eval)
+    /// What a report says of an alloc's tasks: their states with the last
+    /// [`EVENTS_KEPT`](Self::EVENTS_KEPT) events, each message clipped, and without the
+    /// host paths they mounted (which are the node's own business).
+    pub fn tasks_of(tasks: &BTreeMap<String, TaskState>) -> BTreeMap<String, TaskState> {
+        tasks
+            .iter()
+            .map(|(name, state)| {
+                let mut state = state.clone();
+                state.mounts.clear();
+                let beyond = state.events.len().saturating_sub(Self::EVENTS_KEPT);
+                state.events.drain(..beyond);
+                for event in &mut state.events {
+                    if let Some((end, _)) = event.message.char_indices().nth(Self::MESSAGE_KEPT) {
+                        event.message.truncate(end);
+                        event.message.push('…');
+                    }
+                }
+                (name.clone(), state)
+            })
+            .collect()
     }
 }
 
@@ -446,11 +377,12 @@ impl Cluster {
         self.read_snapshot(vec![String::new()])
     }
 
-    /// What readers of one job need, read alone: the job, every placement and every
-    /// report (not every record of the cluster).
+    /// What readers of one job need, read alone: the job, what of it could not be
+    /// placed, every placement and every report (not every record of the cluster).
     pub fn job_snapshot(&self, id: &str) -> Result<Snapshot, ClusterError> {
         self.read_snapshot(vec![
             format!("jobs/{id}"),
+            format!("blocked/{id}"),
             "allocs/".into(),
             "status/".into(),
         ])
@@ -861,5 +793,40 @@ mod tests {
         assert_eq!(read.name, "busy-once");
         // Evaluated once, kept: the next read takes it from memory.
         assert!(Parsed::known(job.source_key()).is_some());
+    }
+
+    /// What a node writes of its tasks into the cluster is bounded whatever the task
+    /// did: the last 10 events, each message clipped, and no host paths.
+    #[test]
+    fn a_report_keeps_the_last_events_clipped_and_no_host_paths() {
+        use crate::model::events::{EventKind, TaskEvent, TaskStateKind};
+        let state = TaskState {
+            state: TaskStateKind::Running,
+            failed: false,
+            restarts: 40,
+            exit_code: None,
+            mounts: vec![crate::model::mount::HandedMount {
+                host_path: "/var/lib/berth/secret-host-path".into(),
+                task_path: "/data".into(),
+                read_only: false,
+                propagation: crate::model::mount::Propagation::Private,
+                allow_setuid: false,
+                source_below: None,
+            }],
+            events: (0..50)
+                .map(|i| TaskEvent::new(EventKind::Restarting, format!("{i} {}", "x".repeat(5000))))
+                .collect(),
+        };
+        let kept = AllocReport::tasks_of(&[("t".to_string(), state)].into());
+        let kept = &kept["t"];
+        assert!(kept.mounts.is_empty());
+        assert_eq!(kept.events.len(), AllocReport::EVENTS_KEPT);
+        assert!(kept.events[0].message.starts_with("40 "), "the last ten");
+        assert!(
+            kept.events
+                .iter()
+                .all(|e| e.message.chars().count() == AllocReport::MESSAGE_KEPT + 1)
+        );
+        assert_eq!(kept.restarts, 40);
     }
 }

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::shapes::ThisNode;
+use super::shapes::{self, ThisNode};
 use super::{Blocking, ListQuery, NomadError, bad_request, with_index};
 use crate::agent::{Agent, Submitter};
 use crate::cluster::state::{NodeSettings, Snapshot};
@@ -163,9 +163,10 @@ pub async fn read_node(
     .await
 }
 
-/// A cluster alloc as Nomad's `AllocListStub`.
-/// An alloc that runs on this node starts from its full local stub (its task states),
-/// the cluster's fields over it; others are the cluster's alone.
+/// A cluster alloc as Nomad's `AllocListStub`, from the cluster's records: its
+/// placement, and its node's report (status and task states). An alloc that runs on
+/// this node starts from its local stub (its status and task states, fresher than its
+/// last report), the cluster's other fields over it.
 pub(super) fn alloc_stubs(
     agent: &Agent,
     snapshot: &Snapshot,
@@ -183,6 +184,22 @@ pub(super) fn alloc_stubs(
         .map(|r| (r.alloc_id.as_str(), r))
         .collect();
     let next = super::reschedule::next_allocations(snapshot);
+    // Each job's type, for its allocs (a job that is gone or cannot be read: none).
+    let job_types: BTreeMap<&str, &str> = snapshot
+        .jobs
+        .iter()
+        .filter_map(|(job, _)| Some((job.id.as_str(), shapes::job_type(job.spec().ok()?.job_type))))
+        .collect();
+    let task_states = |report: Option<&crate::cluster::state::AllocReport>| {
+        report
+            .map(|r| {
+                r.tasks
+                    .iter()
+                    .map(|(name, state)| (name.clone(), shapes::task_state(state)))
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .unwrap_or_default()
+    };
     let mut stubs = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for placement in &snapshot.placements {
@@ -201,15 +218,20 @@ pub(super) fn alloc_stubs(
             .unwrap_or_else(|| client_status(status).to_string());
         let cluster_view = json!({
             "ID": placement.alloc_id,
+            "EvalID": "",
             "Name": placement.name,
             "Namespace": "default",
             "NodeID": placement.node_id,
             "NodeName": names.get(placement.node_id.as_str()).copied().unwrap_or_default(),
             "JobID": placement.job_id,
+            "JobType": job_types.get(placement.job_id.as_str()).copied().unwrap_or_default(),
+            "JobVersion": 0,
             "TaskGroup": placement.group,
             "DesiredStatus": "run",
+            "DesiredDescription": "",
             "ClientStatus": status,
             "ClientDescription": report.map(|r| r.description.clone()).unwrap_or_default(),
+            "TaskStates": task_states(report),
             "RescheduleTracker": super::reschedule::tracker(placement),
             "PreviousAllocation": placement.replaces.clone().unwrap_or_default(),
             "NextAllocation": next.get(placement.alloc_id.as_str()).copied().unwrap_or_default(),
@@ -224,9 +246,15 @@ pub(super) fn alloc_stubs(
                     (stub.as_object_mut(), cluster_view.as_object())
                 {
                     for (key, value) in cluster {
+                        // This node's own task states are fresher than its last
+                        // report of them.
                         let kept = matches!(
                             key.as_str(),
-                            "CreateTime" | "ModifyTime" | "CreateIndex" | "ModifyIndex"
+                            "CreateTime"
+                                | "ModifyTime"
+                                | "CreateIndex"
+                                | "ModifyIndex"
+                                | "TaskStates"
                         );
                         if !kept || !stub.contains_key(key) {
                             stub.insert(key.clone(), value.clone());
@@ -245,15 +273,22 @@ pub(super) fn alloc_stubs(
         }
         stubs.push(json!({
             "ID": report.alloc_id,
+            "EvalID": "",
             "Name": report.name,
             "Namespace": "default",
             "NodeID": report.node_id,
             "NodeName": report.node_name,
             "JobID": report.job_id,
+            "JobType": job_types.get(report.job_id.as_str()).copied().unwrap_or_default(),
+            "JobVersion": 0,
             "TaskGroup": report.name.rsplit_once('[').and_then(|(g, _)| g.rsplit_once('.')).map(|(_, g)| g).unwrap_or_default(),
             "DesiredStatus": "stop",
+            "DesiredDescription": "",
             "ClientStatus": client_status(report.client_status),
             "ClientDescription": report.description,
+            "TaskStates": task_states(Some(report)),
+            "RescheduleTracker": null,
+            "PreviousAllocation": "",
             "NextAllocation": next.get(report.alloc_id.as_str()).copied().unwrap_or_default(),
             "CreateTime": report.updated_ms.saturating_mul(1_000_000),
             "ModifyTime": report.updated_ms.saturating_mul(1_000_000),

@@ -30,7 +30,7 @@ fn pairs(pairs: &[(String, String)]) -> BTreeMap<&str, &str> {
         .collect()
 }
 
-fn job_type(job_type: JobType) -> &'static str {
+pub(super) fn job_type(job_type: JobType) -> &'static str {
     job_type.as_str()
 }
 
@@ -296,7 +296,7 @@ pub fn group_of(alloc: &AllocStatus) -> String {
 }
 
 /// A task's state in Nomad's shape.
-fn task_state(state: &TaskState) -> Value {
+pub(super) fn task_state(state: &TaskState) -> Value {
     let started = state
         .events
         .iter()

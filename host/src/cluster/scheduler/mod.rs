@@ -163,6 +163,7 @@ pub(crate) fn plan_with(
                     client_status: ClientStatus::Lost,
                     description: "its node is down (no heartbeat within heartbeat_ttl)".into(),
                     updated_ms: now_ms,
+                    tasks: Default::default(),
                 });
             }
             // A completed batch alloc stays done, wherever its node went: its placement
@@ -272,8 +273,24 @@ pub(crate) fn plan_with(
             )
         })
         .collect();
-    // Place what is missing.
-    for (job_id, (job, version, parsed)) in &jobs {
+    // Place what is missing: first the jobs whose evaluations are pending, in the order
+    // they were made (as Nomad processes evaluations), then those waiting for room. So a
+    // job submitted again gets the room its old allocs leave before a job that waited
+    // for it, as in Nomad, where the waiting job's blocked evaluation comes after.
+    let pending: BTreeMap<&str, i64> = snapshot
+        .evals
+        .iter()
+        .filter(|e| e.status == super::state::EvalStatus::Pending)
+        .fold(BTreeMap::new(), |mut first, eval| {
+            let at = first
+                .entry(eval.job_id.as_str())
+                .or_insert(eval.create_revision);
+            *at = (*at).min(eval.create_revision);
+            first
+        });
+    let mut order: Vec<_> = jobs.iter().collect();
+    order.sort_by_key(|(id, _)| (pending.get(*id).copied().unwrap_or(i64::MAX), **id));
+    for (job_id, (job, version, parsed)) in order {
         let Some(parsed) = parsed else { continue };
         if job.stopped || !job_places(parsed) || parsed.job_type.per_node() {
             continue;

@@ -374,6 +374,7 @@ mod tests {
             client_status,
             description: String::new(),
             updated_ms,
+            tasks: Default::default(),
         }
     }
 }

@@ -88,6 +88,7 @@ fn failed(node: &str, failed_ms: u64, events: Vec<RescheduleEvent>) -> (Placemen
         client_status: ClientStatus::Failed,
         description: String::new(),
         updated_ms: failed_ms,
+        tasks: Default::default(),
     };
     (placement, report)
 }

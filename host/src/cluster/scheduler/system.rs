@@ -108,6 +108,7 @@ fn keep_or_stop(
                     client_status: ClientStatus::Lost,
                     description: "its node is down (no heartbeat within heartbeat_ttl)".into(),
                     updated_ms: now_ms,
+                    tasks: Default::default(),
                 });
             }
             stop(plan);

@@ -31,6 +31,7 @@ fn report(placement: &Placement, status: ClientStatus) -> AllocReport {
         client_status: status,
         description: String::new(),
         updated_ms: 0,
+        tasks: Default::default(),
     }
 }
 

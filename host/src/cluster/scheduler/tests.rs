@@ -148,6 +148,61 @@ mod placement {
         assert_eq!(plan.blocked[0].reasons["disk exhausted"], 1);
     }
 
+    /// A static port is one alloc's on a node: a group of two allocs with one static
+    /// port places one per node, and waits for a second node.
+    #[test]
+    fn a_static_port_takes_one_alloc_per_node() {
+        let port = "network {\n      port \"http\" {\n        static = 8080\n      }\n    }";
+        let plan = plan_of(&Snapshot {
+            jobs: vec![job("web", 2, port)],
+            nodes: vec![node("a", 4000, 4096)],
+            ..Snapshot::default()
+        });
+        assert_eq!(plan.place.len(), 1, "{plan:#?}");
+        assert_eq!(plan.place[0].static_ports, [8080]);
+        assert_eq!(plan.blocked[0].reasons["port 8080 in use"], 1, "{plan:#?}");
+        let plan = plan_of(&Snapshot {
+            jobs: vec![job("web", 2, port)],
+            nodes: vec![node("a", 4000, 4096), node("b", 4000, 4096)],
+            ..Snapshot::default()
+        });
+        assert_eq!(per_node(&plan).len(), 2, "{plan:#?}");
+    }
+
+    /// A job submitted again takes the room its old allocs leave before a job that was
+    /// waiting for it: jobs with pending evaluations are placed first, oldest first.
+    #[test]
+    fn a_resubmitted_job_keeps_its_port_before_a_waiting_job_takes_it() {
+        let port = "network {\n      port \"http\" {\n        static = 8080\n      }\n    }";
+        let (holder, _) = job("holder", 1, port);
+        let old = plan_of(&Snapshot {
+            jobs: vec![(holder.clone(), 7)],
+            nodes: vec![node("a", 4000, 4096)],
+            ..Snapshot::default()
+        })
+        .place;
+        let mut eval = crate::cluster::evals::Evaluation::pending("holder", "job-register");
+        eval.create_revision = 9;
+        let snapshot = Snapshot {
+            // "a-waiter" sorts first, and waits for the port.
+            jobs: vec![job("a-waiter", 1, port), (holder, 9)],
+            nodes: vec![node("a", 4000, 4096)],
+            placements: old,
+            evals: vec![eval],
+            ..Snapshot::default()
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.place.len(), 1, "{plan:#?}");
+        assert_eq!(plan.place[0].job_id, "holder", "{plan:#?}");
+        assert_eq!(plan.blocked[0].job_id, "a-waiter", "{plan:#?}");
+        // Without the pending evaluation, by name: the waiter first.
+        let plan = plan_of(&Snapshot {
+            evals: Vec::new(),
+            ..snapshot
+        });
+        assert_eq!(plan.place[0].job_id, "a-waiter", "{plan:#?}");
+    }
+
     /// Nodes outside a job's datacenters are not evaluated (a glob, as Nomad's), and a
     /// job whose datacenters have no node waits, saying so.
     #[test]
@@ -312,6 +367,7 @@ mod placement {
             client_status: ClientStatus::Complete,
             description: String::new(),
             updated_ms: 0,
+            tasks: Default::default(),
         });
         let plan = plan_of(&done);
         assert!(plan.lost.is_empty() && plan.place.is_empty(), "{plan:#?}");
@@ -432,6 +488,7 @@ mod forgetting_tests {
             client_status: ClientStatus::Complete,
             description: String::new(),
             updated_ms,
+            tasks: Default::default(),
         };
         let now = 10 * REPORTS_KEPT_MS;
         let snapshot = Snapshot {
@@ -490,6 +547,7 @@ mod drain_tests {
             client_status: ClientStatus::Running,
             description: String::new(),
             updated_ms: 0,
+            tasks: Default::default(),
         };
         let mut snapshot = Snapshot {
             jobs: vec![(web, version)],

@@ -1,0 +1,531 @@
+//! One control plane: the same scenarios on a lone agent and on a three-node cluster on
+//! a real etcd, asserting the same API answers apart from ids, times and indexes.
+//!
+//! The lone agent is node `a` in datacenter `scenario`. The cluster's node `a` is the
+//! one node of its three in that datacenter (`b` and `c` are in `elsewhere`), and every
+//! job runs in `scenario` only. So on both planes each scenario has exactly one node it
+//! can use, and the answers can be the same, while on the cluster each request is taken
+//! by member `b` (which runs nothing), the leader (any of the three) schedules, and `a`
+//! runs the allocs. Both planes run each step at the same time.
+//!
+//! The cases: a static port another job holds, resources exhausted, infeasible
+//! constraints and volumes, `job plan` of a new and of a changed job, purge then
+//! resubmit, a system job, a failed alloc rescheduled, and a periodic launch missed
+//! while every agent was down, made once they are back.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use berth::cluster::testing::EtcdServer;
+use serde_json::{Value, json};
+
+use crate::agent_process::AgentProcess;
+
+/// A plane: its agents, the last of which takes the requests.
+struct Plane {
+    name: &'static str,
+    agents: Vec<AgentProcess>,
+    _etcd: Option<EtcdServer>,
+}
+
+fn agent(name: &str, datacenter: &str, cluster: &str) -> AgentProcess {
+    let config = format!("name = \"{name}\"\ndatacenter = \"{datacenter}\"\n{cluster}");
+    AgentProcess::production(move |_, _| config)
+}
+
+impl Plane {
+    fn lone() -> Plane {
+        Plane {
+            name: "lone agent",
+            agents: vec![agent("a", "scenario", "")],
+            _etcd: None,
+        }
+    }
+
+    fn cluster() -> Plane {
+        let etcd = EtcdServer::start();
+        let cluster = format!(
+            "cluster {{\n  store = \"etcd\"\n  endpoints = [\"{}\"]\n  prefix = \"/scenarios\"\n  \
+             heartbeat_ttl = \"3s\"\n}}\n",
+            etcd.endpoint()
+        );
+        Plane {
+            name: "three-node cluster",
+            agents: vec![
+                agent("a", "scenario", &cluster),
+                agent("c", "elsewhere", &cluster),
+                agent("b", "elsewhere", &cluster),
+            ],
+            _etcd: Some(etcd),
+        }
+    }
+
+    async fn start(&mut self) {
+        for agent in &mut self.agents {
+            agent.start().await;
+        }
+    }
+
+    fn api(&self) -> &AgentProcess {
+        self.agents.last().unwrap()
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        self.api()
+            .client()
+            .get(path)
+            .await
+            .unwrap_or_else(|e| panic!("{}: GET {path}: {e}\n{}", self.name, self.output()))
+    }
+
+    fn output(&self) -> String {
+        self.agents
+            .iter()
+            .map(|a| a.output())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    }
+
+    /// Submits a jobspec as the operator and waits for its evaluation.
+    async fn submit(&self, name: &str, source: &str) {
+        let submitted = self
+            .api()
+            .submit(&format!("{name}.hcl"), source)
+            .await
+            .unwrap_or_else(|e| panic!("{}: submit {name}: {e}\n{}", self.name, self.output()));
+        self.evaluated(&submitted.eval_id).await;
+    }
+
+    /// Waits until evaluation `id` is complete.
+    async fn evaluated(&self, id: &str) {
+        self.until(&format!("evaluation {id} completes"), || async {
+            let eval = self.get(&format!("/v1/evaluation/{id}")).await;
+            (eval["Status"] == "complete").then_some(())
+        })
+        .await;
+    }
+
+    /// Polls `done` until it gives a value, for 30 s at most.
+    async fn until<T, F: std::future::Future<Output = Option<T>>>(
+        &self,
+        what: &str,
+        done: impl Fn() -> F,
+    ) -> T {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(found) = done().await {
+                return found;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {what}: not within 30 s\n{}",
+                self.name,
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until job `id`'s allocs, by name, have these client statuses.
+    async fn allocs_are(&self, id: &str, wanted: &[(&str, &str)]) {
+        let mut wanted: Vec<(String, String)> = wanted
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .collect();
+        wanted.sort();
+        self.until(&format!("job {id}'s allocs are {wanted:?}"), || async {
+            let allocs = self.get(&format!("/v1/job/{id}/allocations")).await;
+            let mut now: Vec<(String, String)> = allocs
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| {
+                    let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+                    (field("Name"), field("ClientStatus"))
+                })
+                .collect();
+            now.sort();
+            (now == wanted).then_some(())
+        })
+        .await;
+    }
+
+    /// What a user sees of job `id`: the job, its summary, its allocs (by name) and its
+    /// evaluations (oldest first).
+    async fn observe(&self, id: &str) -> Value {
+        let escaped = id.replace('/', "%2F");
+        let mut allocs = self.get(&format!("/v1/job/{escaped}/allocations")).await;
+        sort_by(&mut allocs, |a| {
+            format!("{} {} {}", a["Name"], a["ClientStatus"], a["DesiredStatus"])
+        });
+        let mut evals = self.get(&format!("/v1/job/{escaped}/evaluations")).await;
+        sort_by(&mut evals, |e| {
+            format!("{:020}", e["CreateIndex"].as_u64().unwrap_or(0))
+        });
+        json!({
+            "job": self.get(&format!("/v1/job/{escaped}")).await,
+            "summary": self.get(&format!("/v1/job/{escaped}/summary")).await,
+            "allocs": allocs,
+            "evaluations": evals,
+        })
+    }
+
+    /// `POST /v1/job/:id/plan` of a jobspec, as Nomad's CLI sends it: the job JSON
+    /// with its source.
+    async fn plan(&self, source: &str) -> Value {
+        let client = self.api().client();
+        let job: Value = client
+            .post(
+                "/v1/jobs/parse",
+                &json!({"JobHCL": source, "Canonicalize": true}),
+            )
+            .await
+            .unwrap();
+        let id = job["ID"].as_str().unwrap().to_string();
+        client
+            .post(
+                &format!("/v1/job/{id}/plan"),
+                &json!({
+                    "Job": job,
+                    "Diff": true,
+                    "Submission": {"Source": source, "Format": "hcl2"},
+                }),
+            )
+            .await
+            .unwrap()
+    }
+}
+
+fn sort_by(list: &mut Value, key: impl Fn(&Value) -> String) {
+    if let Some(items) = list.as_array_mut() {
+        items.sort_by_key(|item| key(item));
+    }
+}
+
+/// A job of the mock driver in datacenter `scenario`: `group` holds the group's extra
+/// lines, `task` the task's.
+fn job(id: &str, kind: &str, group: &str, task: &str, run_for: &str) -> String {
+    format!(
+        "job \"{id}\" {{\n  type        = \"{kind}\"\n  datacenters = [\"scenario\"]\n  \
+         group \"g\" {{\n{group}\n    task \"t\" {{\n      driver = \"mock\"\n      \
+         config {{\n        run_for = \"{run_for}\"\n      }}\n      resources {{\n        \
+         cpu    = 20\n        memory = 16\n      }}\n{task}\n    }}\n  }}\n}}\n"
+    )
+}
+
+const PORT: &str = "    network {\n      port \"http\" {\n        static = 24680\n      }\n    }";
+
+const FLAKY: &str = r#"job "flaky" {
+  type        = "batch"
+  datacenters = ["scenario"]
+  reschedule {
+    attempts       = 1
+    interval       = "1h"
+    delay          = "5s"
+    delay_function = "constant"
+  }
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "fail" {
+      driver = "exec"
+      config {
+        command = "/bin/false"
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#;
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Runs every case on `plane`; what each showed, by case.
+async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
+    let mut seen = BTreeMap::new();
+    plane.start().await;
+
+    // A static port another job holds: the second job waits, its evaluation naming the
+    // collision.
+    plane
+        .submit("holder", &job("holder", "service", PORT, "", "1h"))
+        .await;
+    plane
+        .allocs_are("holder", &[("holder.g[0]", "running")])
+        .await;
+    plane
+        .submit("clasher", &job("clasher", "service", PORT, "", "1h"))
+        .await;
+    seen.insert("static port clash", plane.observe("clasher").await);
+
+    // More memory than the node has: accepted, pending, "Resources exhausted".
+    let huge = job("huge", "service", "", "", "1h").replace("memory = 16", "memory = 1000000");
+    plane.submit("huge", &huge).await;
+    seen.insert("resources exhausted", plane.observe("huge").await);
+
+    // A constraint no node meets, and a host volume no node has.
+    let windows = job(
+        "windows",
+        "service",
+        "    constraint {\n      attribute = \"${attr.kernel.name}\"\n      value     = \"windows\"\n    }",
+        "",
+        "1h",
+    );
+    plane.submit("windows", &windows).await;
+    seen.insert("infeasible constraint", plane.observe("windows").await);
+    let novolume = job(
+        "novolume",
+        "service",
+        "    volume \"data\" {\n      type   = \"host\"\n      source = \"nowhere\"\n    }",
+        "",
+        "1h",
+    );
+    plane.submit("novolume", &novolume).await;
+    seen.insert("infeasible volume", plane.observe("novolume").await);
+
+    // Plans: a new job, a changed one (one more alloc, which the port forbids), and
+    // one that fits nowhere. Nothing is registered.
+    let mut plans = serde_json::Map::new();
+    plans.insert(
+        "new".into(),
+        plane.plan(&job("fresh", "service", "", "", "1h")).await,
+    );
+    let wider = job("holder", "service", PORT, "", "1h")
+        .replace("group \"g\" {\n", "group \"g\" {\n    count = 2\n");
+    plans.insert("changed".into(), plane.plan(&wider).await);
+    plans.insert(
+        "exhausted".into(),
+        plane.plan(&huge.replace("huge", "huger")).await,
+    );
+    seen.insert("job plan", Value::Object(plans));
+
+    // Purge, then submit again at once: the new job runs, the old alloc is stopped.
+    let cycle = job("cycle", "service", "", "", "1h");
+    plane.submit("cycle", &cycle).await;
+    plane
+        .allocs_are("cycle", &[("cycle.g[0]", "running")])
+        .await;
+    let purged: Value = plane
+        .api()
+        .client()
+        .delete("/v1/job/cycle?purge=true")
+        .await
+        .unwrap();
+    plane.evaluated(purged["EvalID"].as_str().unwrap()).await;
+    plane.submit("cycle", &cycle).await;
+    plane
+        .allocs_are(
+            "cycle",
+            &[("cycle.g[0]", "complete"), ("cycle.g[0]", "running")],
+        )
+        .await;
+    seen.insert("purge and resubmit", plane.observe("cycle").await);
+
+    // A system job: one alloc on the one node in its datacenter.
+    plane
+        .submit("everywhere", &job("everywhere", "system", "", "", "1h"))
+        .await;
+    plane
+        .allocs_are("everywhere", &[("everywhere.g[0]", "running")])
+        .await;
+    seen.insert("system job", plane.observe("everywhere").await);
+
+    // A failed alloc is placed again after the delay, once; then the job is dead.
+    plane.submit("flaky", FLAKY).await;
+    plane
+        .allocs_are(
+            "flaky",
+            &[("flaky.g[0]", "failed"), ("flaky.g[0]", "failed")],
+        )
+        .await;
+    plane
+        .until("flaky is dead", || async {
+            (plane.get("/v1/job/flaky").await["Status"] == "dead").then_some(())
+        })
+        .await;
+    seen.insert("reschedule", plane.observe("flaky").await);
+
+    // A periodic launch due while every agent is down is made once they are back.
+    let due = unix_now() + 8;
+    let nightly = job("nightly", "batch", "", "", "0s").replace(
+        "  group \"g\"",
+        &format!(
+            "  periodic {{\n    crons            = [\"{} * * * * * *\"]\n    \
+             prohibit_overlap = true\n  }}\n  group \"g\"",
+            due % 60
+        ),
+    );
+    plane.submit("nightly", &nightly).await;
+    for agent in &mut plane.agents {
+        agent.kill9();
+    }
+    while unix_now() < due + 2 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    plane.start().await;
+    let child = format!("nightly/periodic-{due}");
+    let wanted = format!("{child}.g[0]");
+    plane
+        .until("the missed launch is made and completes", || async {
+            let allocs = plane
+                .api()
+                .client()
+                .get::<Value>(&format!(
+                    "/v1/job/{}/allocations",
+                    child.replace('/', "%2F")
+                ))
+                .await
+                .ok()?;
+            let done = allocs
+                .as_array()?
+                .iter()
+                .any(|a| a["Name"] == wanted.as_str() && a["ClientStatus"] == "complete");
+            done.then_some(())
+        })
+        .await;
+    let children = plane.get("/v1/jobs?prefix=nightly%2F").await;
+    seen.insert(
+        "missed periodic launch",
+        json!({
+            "children": children,
+            "child": plane.observe(&child).await,
+            "parent": plane.observe("nightly").await,
+        }),
+    );
+    seen
+}
+
+/// `value` without what differs between any two runs: ids (UUIDs) and launch times in
+/// child ids become placeholders; indexes, times and the node's own fields go.
+fn normal(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| !volatile(key))
+                .map(|(key, value)| (key.clone(), normal(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(normal).collect()),
+        Value::String(text) => Value::String(without_ids(text)),
+        other => other.clone(),
+    }
+}
+
+/// Fields whose values are a run's own: store indexes, clock times, durations measured.
+fn volatile(key: &str) -> bool {
+    key.ends_with("Index")
+        || key.ends_with("Time")
+        || key.ends_with("At")
+        || matches!(key, "LastContact" | "Time" | "SubmitTime" | "Version")
+}
+
+/// `text` with each UUID as `<id>`, each `periodic-<unix time>` as `periodic-<time>`,
+/// and the second of the periodic job's cron (each plane's is its own) as `<second>`.
+fn without_ids(text: &str) -> String {
+    let cron = regex::Regex::new("^[0-9]+ (\\* ){5}\\*$").unwrap();
+    if cron.is_match(text) {
+        return "<second> * * * * * *".into();
+    }
+    let uuid =
+        regex::Regex::new("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap();
+    let launch = regex::Regex::new("periodic-[0-9]+").unwrap();
+    let text = uuid.replace_all(text, "<id>");
+    launch.replace_all(&text, "periodic-<time>").into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
+    let mut lone = Plane::lone();
+    let mut cluster = Plane::cluster();
+    let (alone, clustered) = tokio::join!(run(&mut lone), run(&mut cluster));
+    let mut differ = Vec::new();
+    for (case, seen) in &alone {
+        let (one, three) = (normal(seen), normal(&clustered[case]));
+        if one != three {
+            differ.push(format!(
+                "{case}:\nlone agent: {}\nthree-node cluster: {}",
+                serde_json::to_string_pretty(&one).unwrap(),
+                serde_json::to_string_pretty(&three).unwrap()
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n\n"));
+    // The answers say what each case is about (the same wrong answer twice would pass
+    // the comparison).
+    let seen =
+        |case: &str, path: &[&str]| path.iter().fold(&alone[case], |v, key| &v[*key]).clone();
+    let failed = |case: &str| seen(case, &["evaluations"])[0]["FailedTGAllocs"]["g"].clone();
+    assert_eq!(
+        failed("static port clash")["DimensionExhausted"],
+        json!({"network: reserved port collision 24680": 1})
+    );
+    assert_eq!(seen("static port clash", &["job", "Status"]), "pending");
+    assert_eq!(
+        failed("resources exhausted")["DimensionExhausted"],
+        json!({"memory": 1})
+    );
+    let why = seen("resources exhausted", &["evaluations"])[0]["StatusDescription"].clone();
+    assert!(
+        why.as_str()
+            .unwrap()
+            .contains("Resources exhausted: memory (")
+            && why.as_str().unwrap().contains(" MiB free)"),
+        "{why}"
+    );
+    assert_eq!(
+        failed("infeasible constraint")["ConstraintFiltered"],
+        json!({"constraint ${attr.kernel.name} = \"windows\"": 1})
+    );
+    assert_eq!(
+        failed("infeasible volume")["ConstraintFiltered"],
+        json!({"missing host volume \"nowhere\"": 1})
+    );
+    let plans = seen("job plan", &[]);
+    assert_eq!(
+        plans["new"]["Annotations"]["DesiredTGUpdates"]["g"]["Place"],
+        1
+    );
+    let changed = &plans["changed"];
+    assert_eq!(
+        changed["Annotations"]["DesiredTGUpdates"]["g"]["DestructiveUpdate"], 1,
+        "{changed:#}"
+    );
+    assert_eq!(
+        changed["FailedTGAllocs"]["g"]["DimensionExhausted"],
+        json!({"network: reserved port collision 24680": 1}),
+        "{changed:#}"
+    );
+    assert_eq!(
+        plans["exhausted"]["FailedTGAllocs"]["g"]["DimensionExhausted"],
+        json!({"memory": 1})
+    );
+    assert_eq!(seen("purge and resubmit", &["job", "Status"]), "running");
+    assert_eq!(seen("system job", &["allocs"]).as_array().unwrap().len(), 1);
+    let flaky = seen("reschedule", &["allocs"]);
+    let events = flaky
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["RescheduleTracker"]["Events"].as_array())
+        .map(Vec::len)
+        .sum::<usize>();
+    assert_eq!(events, 1, "{flaky:#}");
+    assert_eq!(
+        seen("missed periodic launch", &["children"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

@@ -109,6 +109,7 @@ fn job(count: usize) -> ClusterJob {
         child_of: None,
         by_operator: false,
         owner: None,
+        typed: None,
     }
 }
 

@@ -223,15 +223,48 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
         child_of: None,
         by_operator: false,
         owner: None,
+        typed: None,
     };
+    // Typed records this agent cannot take: one a newer berth stored, one damaged. Their
+    // sources would evaluate; they are not read instead (a job means what it was stored
+    // as), and are reported.
+    let fine_source = |id: &str| {
+        format!(
+            "job \"{id}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n"
+        )
+    };
+    let typed = |id: &str, schema: u32, job: Value| berth::cluster::state::ClusterJob {
+        id: id.into(),
+        source_name: format!("{id}.hcl"),
+        source: fine_source(id),
+        typed: Some(berth::cluster::typed::TypedJob { schema, job }),
+        ..poisoned.clone()
+    };
+    let records = vec![
+        ("deep", poisoned.clone()),
+        (
+            "future",
+            typed("future", berth::cluster::typed::JOB_SCHEMA + 1, json!({})),
+        ),
+        (
+            "damaged",
+            typed(
+                "damaged",
+                berth::cluster::typed::JOB_SCHEMA,
+                json!({"groups": 7}),
+            ),
+        ),
+    ];
     let access = etcd.access();
     tokio::task::spawn_blocking(move || {
         let store = berth::cluster::etcd::Etcd::connect(&access).unwrap();
-        let client = store.clone();
-        let value = serde_json::to_vec(&poisoned).unwrap();
-        store
-            .block(async move { client.put("/e2e/jobs/deep", value, 0).await })
-            .unwrap();
+        for (id, record) in records {
+            let client = store.clone();
+            let value = serde_json::to_vec(&record).unwrap();
+            store
+                .block(async move { client.put(&format!("/e2e/jobs/{id}"), value, 0).await })
+                .unwrap();
+        }
     })
     .await
     .unwrap();
@@ -279,16 +312,35 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
             );
             let allocs = crate::cluster::allocs(agent, "deep").await;
             assert!(allocs.is_empty(), "round {round}: {allocs:?}");
+            for (id, said) in [
+                (
+                    "future",
+                    "the job was stored by a newer berth (job schema 2",
+                ),
+                ("damaged", "the stored job cannot be read: invalid type"),
+            ] {
+                let job: Value = agent.client().get(&format!("/v1/job/{id}")).await.unwrap();
+                assert_eq!(job["Status"], "dead", "{job}");
+                let why = job["StatusDescription"].as_str().unwrap_or_default();
+                assert!(why.contains(said), "{id}: {why}");
+                assert!(crate::cluster::allocs(agent, id).await.is_empty());
+            }
         }
     }
     for agent in &agents {
         let me: berth::api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
         assert!(!me.drivers.is_empty());
         let output = agent.output();
-        let logged = output
-            .matches("a job recorded in the cluster cannot be evaluated")
-            .count();
-        assert_eq!(logged, 1, "logged once per record version:\n{output}");
+        for id in ["deep", "future", "damaged"] {
+            let logged = output
+                .lines()
+                .filter(|l| {
+                    l.contains("a job recorded in the cluster cannot be evaluated")
+                        && l.contains(&format!("job={id} "))
+                })
+                .count();
+            assert_eq!(logged, 1, "{id} logged once per record version:\n{output}");
+        }
     }
 }
 

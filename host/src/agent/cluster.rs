@@ -15,7 +15,7 @@ use super::{
 use crate::alloc_runner::AllocRunner;
 use crate::cluster::embedded::Embedded;
 use crate::cluster::evals::{EvalStatus, Evaluation, trigger};
-use crate::cluster::state::{AllocReport, ClusterJob, Placement};
+use crate::cluster::state::{AllocReport, ClusterJob, Placement, TypedJob};
 use crate::cluster::store::Store;
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
 use crate::config::AgentConfig;
@@ -242,6 +242,7 @@ pub(super) fn job_record(
         child_of: None,
         by_operator: job.submitted_by_operator,
         owner: submitter.owner(),
+        typed: TypedJob::of(job),
     }
 }
 

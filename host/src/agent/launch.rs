@@ -158,6 +158,7 @@ impl Agent {
             variables: record.variables,
             may_run_plugins: record.may_run_plugins,
             owner: record.owner,
+            typed: record.typed,
             version,
         })
     }
@@ -243,6 +244,8 @@ struct Parent {
     may_run_plugins: bool,
     /// The parent's owner, whose its children are too.
     owner: Option<String>,
+    /// The parent's typed job: its children's, under their own parts.
+    typed: Option<crate::cluster::state::TypedJob>,
     /// In a cluster: the parent's version (its key's revision) when read; a child is
     /// recorded only while it holds.
     version: i64,
@@ -274,6 +277,7 @@ fn cluster_child(parent: &Parent, id: &str, child: ChildOf) -> crate::cluster::s
         child_of: Some(child),
         by_operator: false,
         owner: parent.owner.clone(),
+        typed: parent.typed.clone(),
     }
 }
 

@@ -82,6 +82,8 @@ pub fn import(
             child_of: record.child_of.clone(),
             by_operator: record.by_operator,
             owner: record.owner.clone(),
+            // Read by evaluating its source, as any record written before typed jobs.
+            typed: None,
         };
         let spec = match job.spec() {
             Ok(spec) => spec,

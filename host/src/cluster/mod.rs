@@ -34,6 +34,7 @@ mod parsed;
 pub mod scheduler;
 pub mod state;
 pub mod store;
+pub mod typed;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -549,3 +550,5 @@ pub mod testing;
 mod tests;
 #[cfg(test)]
 mod tests_secure;
+#[cfg(test)]
+mod typed_tests;

@@ -31,8 +31,8 @@ impl Unreadable {
             tracing::error!(
                 job = %job,
                 problems = %error,
-                "a job recorded in the cluster cannot be evaluated: this agent skips it \
-                 (submit it again, or purge it)"
+                "a job recorded in the cluster cannot be evaluated: nothing is placed for \
+                 it and its allocs are left as they are (submit it again, or purge it)"
             );
         }
     }

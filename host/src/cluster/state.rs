@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::evals::{Blocked, EvalAlloc, EvalStatus, Evaluation, trigger};
 use super::parsed::{Parsed, Unreadable};
+pub use super::typed::{JOB_SCHEMA, TypedJob};
 use super::{Cluster, ClusterError, NodeRecord, NodeView};
 use crate::jobspec::eval::VariableInputs;
 use std::collections::BTreeMap;
@@ -41,6 +42,11 @@ pub struct ClusterJob {
     /// operator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The job as its source evaluated when it was submitted, so every reader takes it
+    /// as it was meant then, without evaluating the source again. `None` in a record
+    /// written before jobs were stored typed: read by evaluating its source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typed: Option<TypedJob>,
 }
 
 /// What [`Cluster::create_child`] did.
@@ -54,15 +60,18 @@ pub enum ChildCreated {
 }
 
 impl ClusterJob {
-    /// The job as every agent reads it: its source evaluated with its variables, and a
-    /// child's meta and payload over its parent's job.
+    /// The job as every agent reads it: the typed job the record holds (read without
+    /// its source, [`TypedJob`]), or for a record written before jobs were stored typed,
+    /// its source evaluated with its variables; then a child's meta and payload over
+    /// its parent's job.
     ///
-    /// A record whose source cannot be evaluated (written to the store by something
-    /// other than a submit, or by an agent with other bounds) is refused with its
-    /// problems, logged once per record version by each agent, and not evaluated again
-    /// by that agent ([`Unreadable`]): the scheduler skips it, API reads report it. One
-    /// that evaluates is kept evaluated ([`Parsed`]): the scheduler's rounds and API
-    /// reads evaluate each version of a job once, not on every read.
+    /// A record that cannot be read (a typed job of a newer schema or damaged, or a
+    /// source written to the store by something other than a submit, or by an agent with
+    /// other bounds) is refused with its problems, logged once per record version by
+    /// each agent, and not read again by that agent ([`Unreadable`]): the scheduler
+    /// places nothing for it and leaves its allocs as they are, API reads report it.
+    /// One that reads is kept read ([`Parsed`]): the scheduler's rounds and API reads
+    /// take each version of a job once, not on every read.
     pub fn spec(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
         let key = self.source_key();
         if let Some(known) = Unreadable::known(key) {
@@ -71,8 +80,16 @@ impl ClusterJob {
         if let Some(job) = Parsed::known(key) {
             return Ok(self.over(job));
         }
+        if let Some(stored) = self.stored() {
+            return self.finish(key, stored);
+        }
         let parsed = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables);
         self.finish(key, parsed)
+    }
+
+    /// The typed job the record holds, read without its source ([`TypedJob::read`]).
+    fn stored(&self) -> Option<Result<crate::jobspec::Job, crate::jobspec::JobspecError>> {
+        self.typed.as_ref()?.read(&self.id, &self.source_name)
     }
 
     /// [`ClusterJob::spec`] for async code: the task waits for the evaluating threads
@@ -84,6 +101,9 @@ impl ClusterJob {
         }
         if let Some(job) = Parsed::known(key) {
             return Ok(self.over(job));
+        }
+        if let Some(stored) = self.stored() {
+            return self.finish(key, stored);
         }
         let parsed =
             crate::jobspec::parse_with_async(&self.source_name, &self.source, &self.variables)
@@ -126,6 +146,8 @@ impl ClusterJob {
         let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
         (&self.source_name, &self.source, &self.variables.env).hash(&mut hasher);
         (&self.variables.files, &self.variables.args).hash(&mut hasher);
+        // A record of another schema reads otherwise (refused, or evaluated again).
+        self.typed.as_ref().map(|t| t.schema).hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -775,6 +797,7 @@ mod tests {
             child_of: None,
             by_operator: false,
             owner: None,
+            typed: None,
         };
         let busy = crate::jobspec::JobspecError {
             file: job.source_name.clone(),

@@ -350,6 +350,7 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
         child_of: None,
         by_operator: false,
         owner: None,
+        typed: None,
     };
     let version = a.put_job(&parent).unwrap();
     let child = |id: &str| ClusterJob {
@@ -402,6 +403,7 @@ fn a_stop_or_purge_of_a_version_read_before_a_resubmit_writes_nothing() {
         child_of: None,
         by_operator: false,
         owner: None,
+        typed: None,
     };
     let stopped_version = a.put_job(&first).unwrap();
     // Agent b resubmits the job after agent a read the stopped version.

@@ -3,7 +3,7 @@
 //! ([`super::hcl`]) and the evaluator ([`super::eval`]) both use it, and it uses neither.
 
 /// A 1-based line and column in the jobspec file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Location {
     pub line: usize,
     pub column: usize,

@@ -5,12 +5,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::location::Location;
 use crate::model::mount::Propagation;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub name: String,
     pub job_type: JobType,
@@ -24,7 +24,9 @@ pub struct Job {
     /// A `parameterized` block: the job places nothing when submitted; `berth job
     /// dispatch` launches a child job (`<job>/dispatch-<unix time>-<random>`).
     pub parameterized: Option<Parameterized>,
-    /// The job this one was launched from (periodic or dispatch), for a child job.
+    /// The job this one was launched from (periodic or dispatch), for a child job. Not
+    /// stored with the typed job: a child's record sets it (`ClusterJob::spec`), as it
+    /// sets `payload` and `submitted_by_operator`.
     #[serde(skip)]
     pub parent: Option<String>,
     /// The payload a dispatched child was given, written to the tasks'
@@ -33,7 +35,6 @@ pub struct Job {
     pub payload: Option<Vec<u8>>,
     /// What the jobspec asks for that has no effect on one node (Nomad's scheduler
     /// blocks): the job runs, and the user is told.
-    #[serde(skip)]
     pub warnings: Vec<Problem>,
     /// Submitted by the operator (the Unix socket's owner, `berth run`), not with a
     /// token: only such a job gets what a `csi { privileged_plugin }` grant gives its
@@ -43,7 +44,7 @@ pub struct Job {
 }
 
 /// Nomad's `periodic` block. Times are UTC (Nomad's default `time_zone`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Periodic {
     /// Cron expressions as Nomad reads them (`jobspec/cron.rs`): 5 fields, 6 with a
     /// year last, 7 with a second first and a year last, or `@hourly`-style.
@@ -68,14 +69,14 @@ impl Periodic {
 }
 
 /// Nomad's `parameterized` block: what a dispatch must and may bring.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Parameterized {
     pub payload: PayloadRule,
     pub meta_required: Vec<String>,
     pub meta_optional: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PayloadRule {
     Optional,
@@ -88,21 +89,19 @@ pub const MAX_DISPATCH_PAYLOAD: usize = 16 * 1024;
 
 /// A `constraint` block: where the job may run, checked against this node's attributes
 /// at submit time.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Constraint {
     /// `${attr.kernel.name}`, `${meta.rack}`, … (may be empty for `distinct_hosts`).
     pub attribute: String,
     pub operator: String,
     pub value: String,
-    #[serde(skip)]
     pub at: Location,
     /// `job.web.group.g.constraint`.
-    #[serde(skip)]
     pub path: String,
 }
 
 /// A `template` block: a file rendered into the task's directory before it starts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Template {
     /// The template text (consul-template's syntax; berth renders `{{ env "X" }}`).
     pub data: String,
@@ -111,7 +110,6 @@ pub struct Template {
     /// Read the rendered file as `KEY=value` lines into the task's env.
     pub env: bool,
     pub perms: u32,
-    #[serde(skip)]
     pub at: Location,
 }
 
@@ -170,7 +168,7 @@ impl fmt::Display for JobType {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Group {
     pub name: String,
     pub count: u32,
@@ -183,7 +181,7 @@ pub struct Group {
     /// The ports of its `network` block (berth gives tasks the host's network).
     pub ports: Vec<PortLabel>,
     /// Between deregistering the group's services and stopping its tasks.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub shutdown_delay: Duration,
     /// `ephemeral_disk { size }` in MB (MiB): what the alloc's directory may hold, logs
     /// included (300 when the block is absent, as Nomad).
@@ -193,7 +191,7 @@ pub struct Group {
     pub reschedule: ReschedulePolicy,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VolumeType {
     Host,
@@ -201,7 +199,7 @@ pub enum VolumeType {
 }
 
 /// A group's `volume "alias" { ... }`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VolumeRequest {
     pub name: String,
     pub volume_type: VolumeType,
@@ -210,11 +208,10 @@ pub struct VolumeRequest {
     pub access_mode: Option<String>,
     pub attachment_mode: Option<String>,
     pub per_alloc: bool,
-    #[serde(skip)]
     pub at: Location,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     pub name: String,
     pub driver: String,
@@ -225,9 +222,9 @@ pub struct Task {
     pub resources: Resources,
     /// Between deregistering its services and its kill signal (`shutdown_delay`), so
     /// that clients stop sending it work first.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub shutdown_delay: Duration,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub kill_timeout: Duration,
     pub kill_signal: String,
     /// Run the task as this user (looked up on the host), as Nomad's `user`.
@@ -250,15 +247,11 @@ pub struct Task {
     /// Set on the sidecar proxy task berth adds for a Connect service: the service's
     /// name. It gets a service identity token and an Envoy bootstrap before it starts.
     pub connect_proxy_for: Option<String>,
-    #[serde(skip)]
     pub at: Location,
-    #[serde(skip)]
     pub driver_at: Location,
-    #[serde(skip)]
     pub hooks_at: Location,
     /// Where the `config` block and each of its keys are written, to place a driver's
     /// complaint about one of them.
-    #[serde(skip)]
     pub config_at: (Location, Vec<(String, Location)>),
 }
 
@@ -285,7 +278,7 @@ impl Task {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Resources {
     /// MHz; becomes the task's CPU shares.
     pub cpu: u32,
@@ -295,17 +288,16 @@ pub struct Resources {
     pub memory_max_mb: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VolumeMount {
     pub volume: String,
     pub destination: String,
     pub read_only: bool,
     pub propagation: Propagation,
-    #[serde(skip)]
     pub at: Location,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CsiPluginType {
     Node,
@@ -313,18 +305,18 @@ pub enum CsiPluginType {
     Monolith,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CsiPlugin {
     pub id: String,
     pub plugin_type: CsiPluginType,
     pub mount_dir: String,
     pub stage_publish_base_dir: String,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub health_timeout: Duration,
 }
 
 /// A `service` block: the same parser serves groups and tasks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Service {
     pub name: String,
     /// A port label of the group's `network` block, or a number.
@@ -337,13 +329,12 @@ pub struct Service {
     pub address: Option<String>,
     pub meta: Vec<(String, String)>,
     pub checks: Vec<ServiceCheck>,
-    #[serde(skip)]
     pub at: Location,
 }
 
 /// Where a service is registered (`provider`): Consul, or Nomad's own catalog, which
 /// on one berth node is the list `berth service list` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ServiceProvider {
     Consul,
@@ -351,19 +342,19 @@ pub enum ServiceProvider {
 }
 
 /// A service's `check` block, run by Consul.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServiceCheck {
     pub name: String,
     pub kind: CheckKind,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub interval: Duration,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub timeout: Duration,
     /// A port label or number; by default the service's.
     pub port: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckKind {
     Http {
@@ -375,40 +366,40 @@ pub enum CheckKind {
 }
 
 /// A port of the group's `network` block: its label, and its number when static.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortLabel {
     pub label: String,
     pub number: Option<u16>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Connect {
     pub sidecar_service: Option<SidecarService>,
     /// The `sidecar_task` block, kept as given.
     pub sidecar_task: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SidecarService {
     pub port: Option<String>,
     pub upstreams: Vec<Upstream>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Upstream {
     pub destination_name: String,
     pub local_bind_port: u16,
 }
 
 /// When a task runs relative to the group's main tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lifecycle {
     pub hook: LifecycleHook,
     /// Keeps running beside the main tasks instead of running to completion.
     pub sidecar: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LifecycleHook {
     Prestart,
@@ -416,19 +407,19 @@ pub enum LifecycleHook {
     Poststop,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RestartMode {
     Fail,
     Delay,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RestartPolicy {
     pub attempts: u32,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub interval: Duration,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub delay: Duration,
     pub mode: RestartMode,
 }
@@ -455,24 +446,24 @@ impl RestartPolicy {
 
 /// Nomad's `reschedule` block, merged: how often and how soon a cluster places a failed
 /// alloc again (a new alloc, on another node if one fits).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReschedulePolicy {
     /// Attempts allowed within `interval` (unless `unlimited`).
     pub attempts: u32,
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub interval: Duration,
     /// The first attempt's delay after the failure.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub delay: Duration,
     pub delay_function: DelayFunction,
     /// The ceiling of a growing delay (0: none).
-    #[serde(with = "duration_ms")]
+    #[serde(with = "duration_ns")]
     pub max_delay: Duration,
     pub unlimited: bool,
 }
 
 /// How the delay grows from one reschedule attempt to the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DelayFunction {
     Constant,
@@ -522,7 +513,7 @@ impl ReschedulePolicy {
 }
 
 /// One thing wrong with a jobspec, with where it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Problem {
     /// `job.web.group.g.task.t.driver`.
     pub path: String,
@@ -588,11 +579,19 @@ impl fmt::Display for JobspecError {
     }
 }
 
-mod duration_ms {
+/// A duration in a stored job: nanoseconds (a jobspec's `"1.5ms"` comes back as it was).
+mod duration_ns {
     pub fn serialize<S: serde::Serializer>(
         d: &std::time::Duration,
         s: S,
     ) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
+        s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<std::time::Duration, D::Error> {
+        let nanos = <u64 as serde::Deserialize>::deserialize(d)?;
+        Ok(std::time::Duration::from_nanos(nanos))
     }
 }

@@ -60,6 +60,23 @@ pub(super) struct Usage {
     pub(super) per_group: BTreeMap<(String, String), u32>,
 }
 
+impl Usage {
+    /// What `placement` holds on its node: its resources while it is not terminal, and
+    /// its place in its group either way.
+    pub(super) fn hold(&mut self, placement: &super::super::state::Placement, terminal: bool) {
+        if !terminal {
+            self.cpu_mhz += placement.cpu_mhz;
+            self.memory_mb += placement.memory_mb;
+            self.disk_mb += placement.disk_mb;
+            self.ports.extend(placement.static_ports.iter().copied());
+        }
+        *self
+            .per_group
+            .entry((placement.job_id.clone(), placement.group.clone()))
+            .or_default() += 1;
+    }
+}
+
 /// Why a node can never take an alloc of `group` (one reason, the first found): what
 /// does not change as allocs are placed (eligibility, drivers, host volumes,
 /// constraints), so it is found once per group and node.

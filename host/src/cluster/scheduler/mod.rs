@@ -149,6 +149,19 @@ pub(crate) fn plan_with(
             });
         let node = live.get(placement.node_id.as_str());
         let report = reports.get(placement.alloc_id.as_str());
+        // A job whose record cannot be read keeps its allocs as they are, its status
+        // saying why: a record this agent cannot read is no reason to stop what runs.
+        // (On a down node they are lost as any other.)
+        let unreadable = jobs
+            .get(placement.job_id.as_str())
+            .is_some_and(|(_, _, parsed)| parsed.is_none());
+        if unreadable && node.is_some() {
+            usage.entry(placement.node_id.clone()).or_default().hold(
+                placement,
+                report.is_some_and(|r| r.client_status.is_terminal()),
+            );
+            continue;
+        }
         if node.is_none() {
             // Its node is down: lost (and replaced below if still wanted).
             let already_lost = report.is_some_and(|r| r.client_status == ClientStatus::Lost);
@@ -229,17 +242,10 @@ pub(crate) fn plan_with(
                 plan.wake_at_ms = Some(plan.wake_at_ms.map_or(at_ms, |w| w.min(at_ms)));
             }
         }
-        let entry = usage.entry(placement.node_id.clone()).or_default();
-        if !report.is_some_and(|r| r.client_status.is_terminal()) {
-            entry.cpu_mhz += placement.cpu_mhz;
-            entry.memory_mb += placement.memory_mb;
-            entry.disk_mb += placement.disk_mb;
-            entry.ports.extend(placement.static_ports.iter().copied());
-        }
-        *entry
-            .per_group
-            .entry((placement.job_id.clone(), placement.group.clone()))
-            .or_default() += 1;
+        usage.entry(placement.node_id.clone()).or_default().hold(
+            placement,
+            report.is_some_and(|r| r.client_status.is_terminal()),
+        );
         kept.insert(key, placement);
     }
     // System and sysbatch jobs, one alloc per node, before other jobs take the room.

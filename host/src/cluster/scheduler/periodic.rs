@@ -245,6 +245,7 @@ mod tests {
             child_of: None,
             by_operator: false,
             owner: None,
+            typed: None,
         };
         (job, 3)
     }

@@ -54,6 +54,7 @@ fn job(job_type: &str, reschedule: &str) -> (ClusterJob, i64) {
             child_of: None,
             by_operator: false,
             owner: None,
+            typed: None,
         },
         7,
     )

@@ -138,17 +138,10 @@ fn keep_or_stop(
                 continue;
             }
         }
-        let entry = usage.entry(placement.node_id.clone()).or_default();
-        if !terminal {
-            entry.cpu_mhz += placement.cpu_mhz;
-            entry.memory_mb += placement.memory_mb;
-            entry.disk_mb += placement.disk_mb;
-            entry.ports.extend(placement.static_ports.iter().copied());
-        }
-        *entry
-            .per_group
-            .entry((placement.job_id.clone(), placement.group.clone()))
-            .or_default() += 1;
+        usage
+            .entry(placement.node_id.clone())
+            .or_default()
+            .hold(placement, terminal);
         kept.insert(key);
     }
     kept

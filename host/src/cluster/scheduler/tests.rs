@@ -50,6 +50,7 @@ pub(crate) mod tests_support {
                 child_of: None,
                 by_operator: false,
                 owner: None,
+                typed: None,
             },
             7,
         )
@@ -146,6 +147,36 @@ mod placement {
             "{plan:#?}"
         );
         assert_eq!(plan.blocked[0].reasons["disk exhausted"], 1);
+    }
+
+    /// A job whose stored record cannot be read (a damaged typed job) keeps its allocs
+    /// and what they hold; nothing is stopped for it, and the other jobs are placed.
+    #[test]
+    fn a_job_whose_record_cannot_be_read_keeps_its_allocs() {
+        let (mut damaged, version) = job("damaged", 1, "");
+        damaged.typed = Some(crate::cluster::typed::TypedJob {
+            schema: crate::cluster::typed::JOB_SCHEMA,
+            job: serde_json::json!({"groups": 7}),
+        });
+        // Placed while its record still read: 3,900 of the node's 4,096 MB.
+        let (readable, _) = job("damaged", 1, "");
+        let mut placed = plan_of(&Snapshot {
+            jobs: vec![(readable, version)],
+            nodes: vec![node("a", 4000, 4096)],
+            ..Snapshot::default()
+        })
+        .place;
+        placed[0].memory_mb = 3900;
+        let plan = plan_of(&Snapshot {
+            jobs: vec![(damaged, version), job("web", 2, "")],
+            nodes: vec![node("a", 4000, 4096)],
+            placements: placed,
+            ..Snapshot::default()
+        });
+        assert!(plan.stop.is_empty(), "{plan:#?}");
+        assert!(plan.place.iter().all(|p| p.job_id == "web"), "{plan:#?}");
+        // What it holds still counts: room for one web alloc of 100 MB, not two.
+        assert_eq!(plan.place.len(), 1, "{plan:#?}");
     }
 
     /// A static port is one alloc's on a node: a group of two allocs with one static

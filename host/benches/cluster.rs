@@ -7,7 +7,8 @@
 //!   one node does when it places a job (all alloc records in one redb transaction);
 //! - **scale**: many simulated nodes (each registered under its own lease, kept alive
 //!   from this process) and many allocs placed: etcd's request rate (from etcd's own
-//!   `grpc_server_handled_total`) and the scheduler's time per placement.
+//!   `grpc_server_handled_total`) and the scheduler's time per placement; then 10,000
+//!   jobs of 10 allocs placed, and the time of one round after one change.
 //!
 //! It ends with `summary: name = value` lines (`common::summary`), the same-run
 //! comparisons last: `summary: claim_release_etcd_over_embedded = …` and
@@ -111,6 +112,16 @@ fn job(count: usize) -> ClusterJob {
         owner: None,
         typed: None,
     }
+}
+
+/// A job of 10 allocs named `id`, stored typed as a submit stores it.
+fn small_job(id: &str) -> ClusterJob {
+    let mut job = job(10);
+    job.source = job.source.replace("job \"bench\"", &format!("job \"{id}\""));
+    job.id = id.to_string();
+    let parsed = berth::jobspec::parse(&job.source_name, &job.source).unwrap();
+    job.typed = berth::cluster::typed::TypedJob::of(&parsed);
+    job
 }
 
 /// Claim then release, `rounds` times; the time of each pair.
@@ -332,6 +343,45 @@ fn main() {
         }
         let requests_in_window = etcd_requests(&etcd) - requests_at_window;
         let window = window.elapsed();
+
+        // Scale: many jobs of 10 allocs each placed, then one round after one change
+        // (a job of 10 more allocs submitted): the scheduler's read, plan and write.
+        let scale_jobs = sized(10_000, 200);
+        cluster.store().delete(&cluster.key(&["jobs", "bench"])).await.unwrap();
+        clear_placements(&cluster).await;
+        let records: Vec<ClusterJob> = (0..scale_jobs).map(|i| small_job(&format!("j{i}"))).collect();
+        for chunk in records.chunks(100) {
+            let writes = chunk
+                .iter()
+                .map(|job| berth::cluster::etcd::Write::Put {
+                    key: cluster.key(&["jobs", &job.id]),
+                    value: serde_json::to_vec(job).unwrap(),
+                    lease: 0,
+                })
+                .collect();
+            cluster.store().transaction(Vec::new(), writes).await.unwrap();
+        }
+        let (at_scale, took) = place_round(&cluster, &leader_key, leader.rev).await;
+        assert_eq!(at_scale, scale_jobs * 10, "every alloc placed");
+        let scale_rate = at_scale as f64 / took.as_secs_f64();
+        let mut after_one_change = Vec::new();
+        for change in 0..sized(5, 3) {
+            let writer = cluster.clone();
+            let job = small_job(&format!("change{change}"));
+            tokio::task::spawn_blocking(move || writer.put_job(&job).unwrap())
+                .await
+                .unwrap();
+            let (count, took) = place_round(&cluster, &leader_key, leader.rev).await;
+            assert_eq!(count, 10, "the changed job's allocs placed");
+            after_one_change.push(took);
+        }
+        let round_after_change = median(after_one_change);
+        println!(
+            "scale: {scale_jobs} jobs of 10 allocs over {nodes} nodes placed in one round at \
+             {scale_rate:.0}/s; a round after one change (10 allocs more) took {:.1} ms \
+             (median; reads the whole cluster)",
+            round_after_change.as_secs_f64() * 1000.0
+        );
         keeper.abort();
         let per_placement = median(cluster_times.clone()) / u32::try_from(placed).unwrap_or(1);
         let cluster_rate = placed as f64 / median(cluster_times).as_secs_f64();
@@ -362,6 +412,12 @@ fn main() {
         summary("claim_release_embedded_us", micros(claim_embedded));
         summary("placements_per_second_etcd", cluster_rate);
         summary("placements_per_second_embedded", embedded_rate);
+        summary("scale_jobs", scale_jobs as f64);
+        summary("placements_per_second_at_scale", scale_rate);
+        summary(
+            "round_after_one_change_ms",
+            round_after_change.as_secs_f64() * 1000.0,
+        );
         // The same-run comparisons, last, as every bench ends.
         summary("claim_release_etcd_over_embedded", claim_ratio);
         summary("placement_time_etcd_over_embedded", placement_ratio);

@@ -117,7 +117,9 @@ fn job(count: usize) -> ClusterJob {
 /// A job of 10 allocs named `id`, stored typed as a submit stores it.
 fn small_job(id: &str) -> ClusterJob {
     let mut job = job(10);
-    job.source = job.source.replace("job \"bench\"", &format!("job \"{id}\""));
+    job.source = job
+        .source
+        .replace("job \"bench\"", &format!("job \"{id}\""));
     job.id = id.to_string();
     let parsed = berth::jobspec::parse(&job.source_name, &job.source).unwrap();
     job.typed = berth::cluster::typed::TypedJob::of(&parsed);
@@ -347,9 +349,15 @@ fn main() {
         // Scale: many jobs of 10 allocs each placed, then one round after one change
         // (a job of 10 more allocs submitted): the scheduler's read, plan and write.
         let scale_jobs = sized(10_000, 200);
-        cluster.store().delete(&cluster.key(&["jobs", "bench"])).await.unwrap();
+        cluster
+            .store()
+            .delete(&cluster.key(&["jobs", "bench"]))
+            .await
+            .unwrap();
         clear_placements(&cluster).await;
-        let records: Vec<ClusterJob> = (0..scale_jobs).map(|i| small_job(&format!("j{i}"))).collect();
+        let records: Vec<ClusterJob> = (0..scale_jobs)
+            .map(|i| small_job(&format!("j{i}")))
+            .collect();
         for chunk in records.chunks(100) {
             let writes = chunk
                 .iter()
@@ -359,7 +367,11 @@ fn main() {
                     lease: 0,
                 })
                 .collect();
-            cluster.store().transaction(Vec::new(), writes).await.unwrap();
+            cluster
+                .store()
+                .transaction(Vec::new(), writes)
+                .await
+                .unwrap();
         }
         let (at_scale, took) = place_round(&cluster, &leader_key, leader.rev).await;
         assert_eq!(at_scale, scale_jobs * 10, "every alloc placed");

@@ -414,3 +414,42 @@ async fn deep_locals_and_loops_that_build_without_functions_are_refused_at_once(
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("\"x\":\"1024\""), "{answer}");
 }
+
+/// A jobspec of a few hundred bytes that evaluates to a job of megabytes (a thousand
+/// tasks from a dynamic block, each with 2 KB of env): refused at submit with its size,
+/// instead of a record the store cannot take; the agent keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_source_that_evaluates_to_a_huge_job_is_refused_with_its_size() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = r#"job "wide" {
+  group "g" {
+    dynamic "task" {
+      for_each = range(1000)
+      labels   = ["t${task.value}"]
+      content {
+        driver = "mock"
+        config {
+          run_for = "1h"
+        }
+        env {
+          PADDING = format("%2000s", "x")
+        }
+      }
+    }
+  }
+}
+"#;
+    assert!(source.len() < 1024);
+    let refused = agent
+        .submit("wide.hcl", source)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("once evaluated; a cluster keeps at most 1024 KiB of one job"),
+        "{refused}"
+    );
+    let fine = "job \"fine\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
+    agent.submit("fine.hcl", fine).await.unwrap();
+}

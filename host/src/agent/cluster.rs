@@ -211,6 +211,10 @@ pub fn node_record(
 /// over 1.5 MiB, and every agent reads every job on each scheduling round).
 const MAX_CLUSTER_SOURCE: usize = 256 * 1024;
 
+/// The most one job's record (its source and its typed job) may take: etcd takes at most
+/// 1.5 MiB in one request.
+const MAX_CLUSTER_RECORD: usize = 1024 * 1024;
+
 /// How long a submit waits for its evaluation before answering with the evaluation to
 /// follow.
 const EVALUATION_WAIT: Duration = Duration::from_secs(8);
@@ -265,6 +269,16 @@ impl Agent {
             )));
         }
         let mut record = job_record(&job, submitter.clone(), source_name, source, variables);
+        // Evaluated, a small source can make a big job (dynamic blocks): the record, with
+        // its typed job, must fit in one write of the store.
+        let record_bytes = serde_json::to_vec(&record).map_or(usize::MAX, |json| json.len());
+        if record_bytes > MAX_CLUSTER_RECORD {
+            return Err(SubmitError::Refused(format!(
+                "the job is {} KiB once evaluated; a cluster keeps at most {} KiB of one job",
+                record_bytes / 1024,
+                MAX_CLUSTER_RECORD / 1024
+            )));
+        }
         let eval = Evaluation::pending(&record.id, trigger::REGISTER);
         let eval_id = eval.id.clone();
         let writer = cluster.clone();

@@ -135,6 +135,8 @@ pub struct Agent {
     notices: Vec<Notice>,
     /// Serialises submits and stops, so two versions of a job never run at once.
     submitting: tokio::sync::Mutex<()>,
+    /// Plans run at once (`plan::PLANS_AT_ONCE`): each reads the whole cluster.
+    plans: tokio::sync::Semaphore,
     /// One lock per job: a submit or stop of a job, its purge and the collector
     /// forgetting it take turns. Taken before `submitting`.
     job_locks: job_locks::JobLocks,
@@ -354,6 +356,7 @@ impl Agent {
             events,
             notices,
             submitting: tokio::sync::Mutex::new(()),
+            plans: tokio::sync::Semaphore::new(plan::PLANS_AT_ONCE),
             _data_dir_lock: data_dir_lock,
             job_locks: job_locks::JobLocks::default(),
             api_places: api_places::ApiPlaces::default(),

@@ -12,6 +12,14 @@ use crate::cluster::evals::{Evaluation, trigger};
 use crate::cluster::state::Blocked;
 use crate::jobspec::{self, Job};
 
+/// Plans an agent runs at once: each reads the whole cluster and plans it, so a flood
+/// of them (any token that may submit may plan) waits its turn instead of holding a copy
+/// of the cluster each.
+pub(super) const PLANS_AT_ONCE: usize = 2;
+
+/// How long a plan waits for its turn before it is refused as busy.
+const PLAN_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What registering a job would do.
 #[derive(Debug)]
 pub struct JobPlan {
@@ -77,6 +85,11 @@ impl Agent {
         if !plan.problems.is_empty() {
             return Ok(plan);
         }
+        let Ok(Ok(_turn)) = tokio::time::timeout(PLAN_TURN_WAIT, self.plans.acquire()).await else {
+            return Err(SubmitError::Refused(
+                "the agent is busy planning other jobs: try again".into(),
+            ));
+        };
         let record =
             super::cluster::job_record(&plan.job, submitter, source_name, source, variables);
         let cluster = self.cluster.clone();

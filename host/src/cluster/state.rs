@@ -233,16 +233,45 @@ impl AllocReport {
     /// Characters kept of an event's message in a report.
     pub const MESSAGE_KEPT: usize = 512;
 
+    /// The most a report's task states take, as JSON: a group of thousands of tasks
+    /// keeps fewer events each, so a report always fits in the store's request.
+    pub const TASKS_BYTES_KEPT: usize = 64 * 1024;
+
     /// What a report says of an alloc's tasks: their states with the last
-    /// [`EVENTS_KEPT`](Self::EVENTS_KEPT) events, each message clipped, and without the
-    /// host paths they mounted (which are the node's own business).
+    /// [`EVENTS_KEPT`](Self::EVENTS_KEPT) events (fewer when the alloc has so many tasks
+    /// that they would take more than [`TASKS_BYTES_KEPT`](Self::TASKS_BYTES_KEPT)), each
+    /// message clipped, and without the host paths they mounted (which are the node's
+    /// own business).
     pub fn tasks_of(tasks: &BTreeMap<String, TaskState>) -> BTreeMap<String, TaskState> {
+        let mut kept = BTreeMap::new();
+        for events in [Self::EVENTS_KEPT, 3, 1, 0] {
+            kept = Self::tasks_keeping(tasks, events);
+            let bytes = serde_json::to_vec(&kept).map_or(usize::MAX, |json| json.len());
+            if bytes <= Self::TASKS_BYTES_KEPT {
+                return kept;
+            }
+        }
+        // Even without events: the states alone, for as many tasks as fit (each entry
+        // is its name quoted, a colon, its state and a comma; the map's braces).
+        let mut bytes: usize = 2;
+        kept.retain(|name, state| {
+            let entry = serde_json::to_vec(state).map_or(usize::MAX, |j| j.len());
+            bytes = bytes.saturating_add(name.len() + 4).saturating_add(entry);
+            bytes <= Self::TASKS_BYTES_KEPT
+        });
+        kept
+    }
+
+    fn tasks_keeping(
+        tasks: &BTreeMap<String, TaskState>,
+        events: usize,
+    ) -> BTreeMap<String, TaskState> {
         tasks
             .iter()
             .map(|(name, state)| {
                 let mut state = state.clone();
                 state.mounts.clear();
-                let beyond = state.events.len().saturating_sub(Self::EVENTS_KEPT);
+                let beyond = state.events.len().saturating_sub(events);
                 state.events.drain(..beyond);
                 for event in &mut state.events {
                     if let Some((end, _)) = event.message.char_indices().nth(Self::MESSAGE_KEPT) {
@@ -840,7 +869,7 @@ mod tests {
                 .map(|i| TaskEvent::new(EventKind::Restarting, format!("{i} {}", "x".repeat(5000))))
                 .collect(),
         };
-        let kept = AllocReport::tasks_of(&[("t".to_string(), state)].into());
+        let kept = AllocReport::tasks_of(&[("t".to_string(), state.clone())].into());
         let kept = &kept["t"];
         assert!(kept.mounts.is_empty());
         assert_eq!(kept.events.len(), AllocReport::EVENTS_KEPT);
@@ -851,5 +880,14 @@ mod tests {
                 .all(|e| e.message.chars().count() == AllocReport::MESSAGE_KEPT + 1)
         );
         assert_eq!(kept.restarts, 40);
+        // Thousands of tasks (dynamic blocks make them from a small jobspec): fewer
+        // events each, and the whole stays within its bound.
+        let many: BTreeMap<String, TaskState> = (0..3000)
+            .map(|i| (format!("task-{i:04}"), state.clone()))
+            .collect();
+        let kept = AllocReport::tasks_of(&many);
+        let bytes = serde_json::to_vec(&kept).unwrap().len();
+        assert!(bytes <= AllocReport::TASKS_BYTES_KEPT, "{bytes}");
+        assert!(!kept.is_empty());
     }
 }

@@ -1,4 +1,5 @@
-//! CSI on the node: the gRPC client ([`client`]), the dynamic plugin registry
+//! CSI on the node: the gRPC client ([`client`]) behind the manager's seam
+//! ([`plugin::CsiPlugin`], [`host_mounts::HostMounts`]), the dynamic plugin registry
 //! ([`registry`]), and the manager that fingerprints plugins and stages and publishes
 //! volumes for allocs ([`manager`]). The plugin tasks themselves are supervised by the
 //! `csi_plugin_supervisor` task hook; allocs get their volumes from the `csi_hook` alloc
@@ -14,8 +15,10 @@
 //! inside its own mount namespace) are kept apart by [`layout::PluginDirs`].
 
 pub mod client;
+pub mod host_mounts;
 pub mod layout;
 pub mod manager;
+pub mod plugin;
 pub mod registry;
 
 use std::path::PathBuf;

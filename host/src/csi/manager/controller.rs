@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::{CsiManager, CsiVolumeError};
 use crate::catalog::Volume;
-use crate::csi::client::CsiClient;
+use crate::csi::plugin::CsiPlugin;
 use crate::model::csi::{Capabilities, PluginKind, SnapshotInfo, Usage};
+use std::sync::Arc;
 
 impl CsiManager {
     /// CreateVolume through the plugin's controller; the volume as the catalog keeps it.
@@ -112,7 +113,7 @@ impl CsiManager {
         what: &'static str,
         capability: &'static str,
         has: fn(&Capabilities) -> bool,
-    ) -> Result<CsiClient, CsiVolumeError> {
+    ) -> Result<Arc<dyn CsiPlugin>, CsiVolumeError> {
         let (_, client, fingerprint) = self
             .ready(PluginKind::Controller, plugin_id)
             .await

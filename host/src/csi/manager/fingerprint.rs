@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::{CsiManager, CsiVolumeError};
-use crate::csi::client::CsiClient;
+use crate::csi::plugin::CsiPlugin;
 use crate::csi::registry::PluginRegistration;
 use crate::model::csi::{Capabilities, Fingerprint, PluginKind};
+use std::sync::Arc;
 
 /// The longest node id a plugin may give (the CSI spec's bound).
 const MAX_NODE_ID: usize = 256;
@@ -96,7 +97,7 @@ impl CsiManager {
         &self,
         kind: PluginKind,
         id: &str,
-    ) -> Result<(PluginRegistration, CsiClient, Fingerprint), CsiVolumeError> {
+    ) -> Result<(PluginRegistration, Arc<dyn CsiPlugin>, Fingerprint), CsiVolumeError> {
         let plugin = self
             .registry
             .wait_for_healthy(kind, id, self.settings.plugin_wait)

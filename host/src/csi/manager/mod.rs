@@ -38,7 +38,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::broadcast;
 
 use crate::catalog::{Catalog, PluginProvider};
-use crate::csi::client::{CsiClient, CsiError};
+use crate::csi::client::CsiError;
+use crate::csi::host_mounts::{HostMounts, RealMounts};
+use crate::csi::plugin::{CsiPlugin, GrpcConnector, PluginConnector};
 use crate::csi::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
 use crate::model::csi::{CsiSettings, Fingerprint, PluginKind};
 use crate::state::{StateError, StateStore};
@@ -165,12 +167,14 @@ pub struct CsiManager {
     catalog: Arc<dyn Catalog>,
     node_name: String,
     settings: CsiSettings,
-    /// Where the manager's clients record their RPCs.
-    metrics: crate::telemetry::Metrics,
+    /// Makes the plugin handles below: gRPC clients in the agent, a fake in unit tests.
+    connector: Box<dyn PluginConnector>,
+    /// Where the manager checks that a plugin's mounts reached the host.
+    mounts: Arc<dyn HostMounts>,
     fingerprints: Mutex<BTreeMap<(PluginKind, String), (String, Fingerprint)>>,
-    /// One connection per plugin provider, reused by every operation: a new HTTP/2
-    /// connection per call would cost more than the call.
-    clients: Mutex<BTreeMap<(PluginKind, String), (String, CsiClient)>>,
+    /// One connection per plugin provider (its alloc and socket), reused by every
+    /// operation: a new HTTP/2 connection per call would cost more than the call.
+    clients: Mutex<BTreeMap<(PluginKind, String), ((String, PathBuf), Arc<dyn CsiPlugin>)>>,
     volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Controllers on other nodes, in a cluster.
     remote: OnceLock<Arc<dyn RemoteControllers>>,
@@ -186,13 +190,40 @@ impl CsiManager {
         settings: CsiSettings,
         metrics: crate::telemetry::Metrics,
     ) -> Arc<CsiManager> {
+        let connector = Box::new(GrpcConnector {
+            timeouts: settings.timeouts,
+            metrics,
+        });
+        CsiManager::with_seams(
+            registry,
+            store,
+            catalog,
+            node_name,
+            settings,
+            connector,
+            Arc::new(RealMounts),
+        )
+    }
+
+    /// A manager that reaches its plugins through `connector` and checks their mounts in
+    /// `mounts` ([`CsiManager::new`] gives the agent's: gRPC and the host's table).
+    pub fn with_seams(
+        registry: Arc<PluginRegistry>,
+        store: Arc<StateStore>,
+        catalog: Arc<dyn Catalog>,
+        node_name: String,
+        settings: CsiSettings,
+        connector: Box<dyn PluginConnector>,
+        mounts: Arc<dyn HostMounts>,
+    ) -> Arc<CsiManager> {
         Arc::new(CsiManager {
             registry,
             store,
             catalog,
             node_name,
             settings,
-            metrics,
+            connector,
+            mounts,
             fingerprints: Mutex::default(),
             clients: Mutex::default(),
             volume_locks: Mutex::default(),
@@ -288,20 +319,19 @@ impl CsiManager {
         }
     }
 
-    /// The client of the plugin's current provider (a new one when the provider or its
+    /// The handle of the plugin's current provider (a new one when the provider or its
     /// socket changed).
-    pub fn client(&self, plugin: &PluginRegistration) -> CsiClient {
+    pub fn client(&self, plugin: &PluginRegistration) -> Arc<dyn CsiPlugin> {
         let mut clients = self.clients.lock().unwrap();
         let key = (plugin.kind, plugin.id.clone());
-        if let Some((alloc, client)) = clients.get(&key)
-            && *alloc == plugin.alloc_id
-            && client.socket() == plugin.socket
+        let provider = (plugin.alloc_id.clone(), plugin.socket.clone());
+        if let Some((known, client)) = clients.get(&key)
+            && *known == provider
         {
             return client.clone();
         }
-        let client = CsiClient::new(&plugin.id, &plugin.socket, self.settings.timeouts)
-            .measured(self.metrics.clone());
-        clients.insert(key, (plugin.alloc_id.clone(), client.clone()));
+        let client = self.connector.connect(plugin);
+        clients.insert(key, (provider, client.clone()));
         client
     }
 

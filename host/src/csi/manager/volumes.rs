@@ -12,8 +12,10 @@ use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::topology::{accessible_from, segments};
 use super::{CsiManager, CsiVolumeError};
 use crate::catalog::{Publication, Volume, VolumeOnNode};
-use crate::csi::client::{CsiClient, NodeVolume};
+use crate::csi::client::NodeVolume;
+use crate::csi::host_mounts::HostMounts;
 use crate::csi::layout::{PluginDirs, SharedPath};
+use crate::csi::plugin::CsiPlugin;
 use crate::csi::registry::PluginRegistration;
 use crate::model::csi::{Fingerprint, PluginKind, Usage};
 use crate::state::RecordTable;
@@ -178,7 +180,7 @@ impl CsiManager {
     /// volume is treated as possibly published, so its stage is not pulled.
     pub(super) async fn resolve_pending(
         &self,
-        client: &CsiClient,
+        client: &dyn CsiPlugin,
         node: &PluginRegistration,
         volume_id: &str,
         record: &mut VolumeUsage,
@@ -194,16 +196,7 @@ impl CsiManager {
                 client
                     .node_unpublish(&record.external_id, &target.plugin)
                     .await?;
-                // A plugin that unpublishes only what it recorded (a publish that failed
-                // after its bind is not) answers success and leaves the bind: the target
-                // is the agent's, so the agent unmounts it.
-                if crate::mount::shared::is_mount_point(&target.host) {
-                    let unmounted =
-                        crate::mount::shared::unmount_all_below(&node.dirs.host, &target.host);
-                    tracing::warn!(volume = %volume_id, path = %target.host.display(),
-                        ?unmounted, "the plugin unpublished but left the target mounted; \
-                         unmounted by the agent");
-                }
+                self.unmount_left_target(node, volume_id, &target.host);
                 if let Some(stage) = record.stages.get_mut(key) {
                     stage.allocs.remove(alloc_id);
                 }
@@ -273,7 +266,7 @@ impl CsiManager {
                 continue;
             };
             if let Err(error) = self
-                .resolve_pending(&client, &plugin, &volume_id, &mut record)
+                .resolve_pending(&*client, &plugin, &volume_id, &mut record)
                 .await
             {
                 tracing::warn!(volume = %volume_id, %error,
@@ -288,7 +281,7 @@ impl CsiManager {
                 .collect();
             for key in idle {
                 if let Err(error) = self
-                    .unstage_legacy(&client, &plugin, &volume_id, &key, &mut record)
+                    .unstage_legacy(&*client, &plugin, &volume_id, &key, &mut record)
                     .await
                 {
                     tracing::warn!(volume = %volume_id, %error,
@@ -297,7 +290,7 @@ impl CsiManager {
             }
             if record.publications() == 0 && record.staged.is_some() {
                 match self
-                    .unstage(&client, &plugin, &volume_id, &mut record)
+                    .unstage(&*client, &plugin, &volume_id, &mut record)
                     .await
                 {
                     Ok(()) => tracing::info!(volume = %volume_id,
@@ -351,7 +344,7 @@ impl CsiManager {
                 secrets: volume.secrets.clone(),
                 ..VolumeUsage::default()
             });
-        self.resolve_pending(&client, &node, &volume.id, &mut record)
+        self.resolve_pending(&*client, &node, &volume.id, &mut record)
             .await?;
         let mut done = Vec::new();
         let result = self
@@ -360,7 +353,7 @@ impl CsiManager {
                 volume,
                 usage,
                 &node,
-                &client,
+                &*client,
                 &fingerprint,
                 &mut record,
                 &mut done,
@@ -376,11 +369,16 @@ impl CsiManager {
                 // a mount at its path: a plugin that bound, then failed to remount, and
                 // kept the bind (real ones do), is undone as an unknown outcome.
                 if matches!(&error, CsiVolumeError::Rpc(e) if !e.outcome_unknown())
-                    && !left_a_mount(&node, &volume.id, record.pending.as_ref())
+                    && !left_a_mount(
+                        self.mounts.as_ref(),
+                        &node,
+                        &volume.id,
+                        record.pending.as_ref(),
+                    )
                 {
                     record.pending = None;
                 } else if let Err(undo_error) = self
-                    .resolve_pending(&client, &node, &volume.id, &mut record)
+                    .resolve_pending(&*client, &node, &volume.id, &mut record)
                     .await
                 {
                     tracing::error!(volume = %volume.id, %undo_error, "undoing a failed mount");
@@ -389,7 +387,7 @@ impl CsiManager {
                     let undone = match step {
                         // Only when no other alloc is published from the stage.
                         Done::Staged if record.publications() == 0 => {
-                            self.unstage(&client, &node, volume.id.as_str(), &mut record)
+                            self.unstage(&*client, &node, volume.id.as_str(), &mut record)
                                 .await
                         }
                         Done::Staged => Ok(()),
@@ -417,7 +415,7 @@ impl CsiManager {
         volume: &Volume,
         usage: Usage,
         node: &PluginRegistration,
-        client: &CsiClient,
+        client: &dyn CsiPlugin,
         fingerprint: &Fingerprint,
         record: &mut VolumeUsage,
         done: &mut Vec<Done>,
@@ -466,7 +464,7 @@ impl CsiManager {
         }
         // Recorded as staged but not mounted (the host rebooted, say): staging again is
         // safe, NodeStageVolume is idempotent.
-        if record.staged.is_some() && !crate::mount::shared::is_mount_point(&staging.host) {
+        if record.staged.is_some() && !self.mounts.is_mount_point(&staging.host) {
             record.staged = None;
         }
         if stages && record.staged.is_none() {
@@ -503,7 +501,7 @@ impl CsiManager {
                 &target.plugin,
             )
             .await?;
-        if !crate::mount::shared::is_mount_point(&target.host) {
+        if !self.mounts.is_mount_point(&target.host) {
             // The pending publication is undone by the caller.
             return Err(CsiVolumeError::NotPropagated {
                 plugin: volume.plugin_id.clone(),
@@ -526,11 +524,23 @@ impl CsiManager {
         Ok(target.host)
     }
 
+    /// Unmounts a publish target the plugin said it unpublished but left mounted on the
+    /// host. A plugin that unpublishes only what it recorded (a publish that failed after
+    /// its bind is not) answers success and leaves the bind; the target is the agent's,
+    /// and an unstage under it would pull the volume from under the bind.
+    fn unmount_left_target(&self, node: &PluginRegistration, volume_id: &str, target: &Path) {
+        if self.mounts.is_mount_point(target) {
+            let unmounted = self.mounts.unmount_all_below(&node.dirs.host, target);
+            tracing::warn!(volume = %volume_id, path = %target.display(), ?unmounted,
+                "the plugin unpublished but left the target mounted; unmounted by the agent");
+        }
+    }
+
     /// Unstages the volume from its one staging path; the caller has checked that no
     /// publication is left.
     pub(super) async fn unstage(
         &self,
-        client: &CsiClient,
+        client: &dyn CsiPlugin,
         node: &PluginRegistration,
         volume_id: &str,
         record: &mut VolumeUsage,
@@ -553,7 +563,7 @@ impl CsiManager {
     /// own path (recorded by an older berth) is unstaged there.
     pub(super) async fn unstage_legacy(
         &self,
-        client: &CsiClient,
+        client: &dyn CsiPlugin,
         node: &PluginRegistration,
         volume_id: &str,
         key: &str,
@@ -600,7 +610,7 @@ impl CsiManager {
                 alloc: alloc_id.to_string(),
                 source: Box::new(e),
             })?;
-        self.resolve_pending(&client, &node, volume_id, &mut record)
+        self.resolve_pending(&*client, &node, volume_id, &mut record)
             .await?;
         let publishes = record
             .stages
@@ -627,11 +637,12 @@ impl CsiManager {
             remove_empty_dirs(&target.host, &node.dirs.host);
         }
         if record.stages.get(&key).is_some_and(|s| s.allocs.is_empty()) {
-            self.unstage_legacy(&client, &node, volume_id, &key, &mut record)
+            self.unstage_legacy(&*client, &node, volume_id, &key, &mut record)
                 .await?;
         }
         if record.publications() == 0 && record.staged.is_some() {
-            self.unstage(&client, &node, volume_id, &mut record).await?;
+            self.unstage(&*client, &node, volume_id, &mut record)
+                .await?;
         }
         if record.stages.is_empty() && record.staged.is_none() {
             self.controller_unpublish(volume_id, &mut record).await?;
@@ -687,7 +698,7 @@ impl CsiManager {
         let mut unmount = |path: PathBuf| -> Result<(), CsiVolumeError> {
             // Below the plugin's dir, through no link: the plugin writes in that dir, and
             // a link it planted there must not steer the agent's unmount elsewhere.
-            match crate::mount::shared::unmount_all_below(&dirs.host, &path) {
+            match self.mounts.unmount_all_below(&dirs.host, &path) {
                 Ok(0) => {}
                 Ok(_) => unmounted.push(path.clone()),
                 Err(source) => {
@@ -756,15 +767,19 @@ pub(super) fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError>
     crate::mount::beneath::create(base, relative, false, 0o755).map_err(error)
 }
 
-/// Removes `path` and its empty parents up to (not including) `stop`.
 /// Whether the mount step `pending` names left a mount at its path on the host.
-fn left_a_mount(node: &PluginRegistration, volume_id: &str, pending: Option<&Intent>) -> bool {
+fn left_a_mount(
+    mounts: &dyn HostMounts,
+    node: &PluginRegistration,
+    volume_id: &str,
+    pending: Option<&Intent>,
+) -> bool {
     let path = match pending {
         Some(Intent::Publish { alloc_id, key }) => node.dirs.publish(alloc_id, volume_id, key).host,
         Some(Intent::Stage { .. }) => node.dirs.staging_volume(volume_id).host,
         _ => return false,
     };
-    crate::mount::shared::is_mount_point(&path)
+    mounts.is_mount_point(&path)
 }
 
 /// `path` and the parents it leaves empty, below the plugin's tree `stop`: through no

@@ -15,6 +15,8 @@
 //! inside its own mount namespace) are kept apart by [`layout::PluginDirs`].
 
 pub mod client;
+#[cfg(test)]
+pub mod fake;
 pub mod host_mounts;
 pub mod layout;
 pub mod manager;

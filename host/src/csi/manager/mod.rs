@@ -25,6 +25,8 @@
 mod controller;
 mod fingerprint;
 mod route;
+#[cfg(test)]
+mod tests;
 mod topology;
 mod volumes;
 

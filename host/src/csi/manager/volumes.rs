@@ -629,6 +629,7 @@ impl CsiManager {
             client
                 .node_unpublish(&record.external_id, &target.plugin)
                 .await?;
+            self.unmount_left_target(&node, volume_id, &target.host);
             if let Some(stage) = record.stages.get_mut(&key) {
                 stage.allocs.remove(alloc_id);
             }

@@ -144,3 +144,22 @@ async fn a_failed_unstage_is_retried_by_the_reconcile() {
     assert!(node.mounts.mounted().is_empty());
     assert!(node.record(manager).is_none());
 }
+
+/// The plugin answers its unpublish with success but leaves the target mounted (it
+/// unpublishes only what it recorded): the agent unmounts the target itself before the
+/// unstage, so the stage is not pulled from under a bind.
+#[tokio::test]
+async fn a_target_the_plugin_left_mounted_is_unmounted_before_the_unstage() {
+    let node = mounted_for(&["a1"]).await;
+    node.plugin
+        .script("NodeUnpublishVolume", [Answer::OkButNoEffect]);
+    let manager = node.manager();
+    manager.unmount_volume("a1", VOLUME, usage()).await.unwrap();
+    assert_eq!(
+        node.plugin.take_volume_calls(),
+        vec![node.unpublish_call("a1"), node.unstage_call()]
+    );
+    assert_eq!(node.mounts.unmounted_by_agent(), [node.host_target("a1")]);
+    assert!(node.mounts.mounted().is_empty());
+    assert!(node.record(manager).is_none());
+}

@@ -396,12 +396,7 @@ impl CsiPlugin for FakeCsiPlugin {
 
     fn plugin_info(&self) -> PluginCall<'_, (String, String)> {
         let info = (self.identity.name.clone(), "0.0.0".to_string());
-        self.run(
-            Call::PluginInfo,
-            None,
-            move || Ok(info.clone()),
-            Default::default(),
-        )
+        self.run(Call::PluginInfo, None, move || Ok(info), Default::default())
     }
 
     fn plugin_capabilities(&self) -> PluginCall<'_, bool> {
@@ -416,12 +411,7 @@ impl CsiPlugin for FakeCsiPlugin {
 
     fn node_info(&self) -> PluginCall<'_, (String, BTreeMap<String, String>)> {
         let info = (self.identity.node_id.clone(), BTreeMap::new());
-        self.run(
-            Call::NodeInfo,
-            None,
-            move || Ok(info.clone()),
-            Default::default(),
-        )
+        self.run(Call::NodeInfo, None, move || Ok(info), Default::default())
     }
 
     fn node_capabilities(&self) -> PluginCall<'_, (bool, bool)> {

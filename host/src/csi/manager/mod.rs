@@ -163,6 +163,13 @@ pub enum CsiVolumeError {
     },
 }
 
+/// A plugin handle, and the provider (alloc and socket) it was made for.
+struct Connected {
+    alloc_id: String,
+    socket: PathBuf,
+    plugin: Arc<dyn CsiPlugin>,
+}
+
 pub struct CsiManager {
     registry: Arc<PluginRegistry>,
     store: Arc<StateStore>,
@@ -176,7 +183,7 @@ pub struct CsiManager {
     fingerprints: Mutex<BTreeMap<(PluginKind, String), (String, Fingerprint)>>,
     /// One connection per plugin provider (its alloc and socket), reused by every
     /// operation: a new HTTP/2 connection per call would cost more than the call.
-    clients: Mutex<BTreeMap<(PluginKind, String), ((String, PathBuf), Arc<dyn CsiPlugin>)>>,
+    clients: Mutex<BTreeMap<(PluginKind, String), Connected>>,
     volume_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Controllers on other nodes, in a cluster.
     remote: OnceLock<Arc<dyn RemoteControllers>>,
@@ -326,14 +333,21 @@ impl CsiManager {
     pub fn client(&self, plugin: &PluginRegistration) -> Arc<dyn CsiPlugin> {
         let mut clients = self.clients.lock().unwrap();
         let key = (plugin.kind, plugin.id.clone());
-        let provider = (plugin.alloc_id.clone(), plugin.socket.clone());
-        if let Some((known, client)) = clients.get(&key)
-            && *known == provider
+        if let Some(known) = clients.get(&key)
+            && known.alloc_id == plugin.alloc_id
+            && known.socket == plugin.socket
         {
-            return client.clone();
+            return known.plugin.clone();
         }
         let client = self.connector.connect(plugin);
-        clients.insert(key, (provider, client.clone()));
+        clients.insert(
+            key,
+            Connected {
+                alloc_id: plugin.alloc_id.clone(),
+                socket: plugin.socket.clone(),
+                plugin: client.clone(),
+            },
+        );
         client
     }
 

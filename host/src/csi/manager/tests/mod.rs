@@ -5,6 +5,7 @@
 //! state file, as after an agent restart. What the real mount table and gRPC do is the
 //! end-to-end tests' (`tests/e2e/csi.rs`).
 
+mod between_steps;
 mod controller_steps;
 mod mount_steps;
 mod release_steps;
@@ -108,6 +109,21 @@ impl TestNode {
             .unwrap()
             .0;
         store.record(RecordTable::CsiUsage, VOLUME).unwrap()
+    }
+
+    /// Rewrites the usage record in the node's state file (no manager is running).
+    fn rewrite_record(&self, change: impl FnOnce(&mut VolumeUsage)) {
+        let store = StateStore::open(&self.data.path().join("state.db"))
+            .unwrap()
+            .0;
+        let mut record: VolumeUsage = store
+            .record(RecordTable::CsiUsage, VOLUME)
+            .unwrap()
+            .unwrap();
+        change(&mut record);
+        store
+            .put_record(RecordTable::CsiUsage, VOLUME, &record)
+            .unwrap();
     }
 
     /// The plugin's path of the volume's one stage.

@@ -146,6 +146,14 @@ fn job_level(job: &str, batch: &str) -> Vec<Request> {
             job.clone(),
             "replace",
         ),
+        // A plan is refused as its register would be.
+        (
+            "POST",
+            format!("/v1/job/{job}/plan"),
+            nomad_job(&job),
+            job.clone(),
+            "replace",
+        ),
         (
             "POST",
             format!("/v1/job/{batch}/dispatch"),

@@ -227,6 +227,60 @@ const TAKE_UP_WAIT: Duration = Duration::from_secs(30);
 /// changing.
 const WRITE_TRIES: usize = 16;
 
+/// Refuses a record too big for one write of the store: evaluated, a small source can
+/// make a big job (dynamic blocks), and the record holds it typed.
+pub(super) fn fits_in_the_store(record: &ClusterJob) -> Result<(), SubmitError> {
+    let record_bytes = serde_json::to_vec(record).map_or(usize::MAX, |json| json.len());
+    if record_bytes > MAX_CLUSTER_RECORD {
+        return Err(SubmitError::Refused(format!(
+            "the job is {} KiB once evaluated; a cluster keeps at most {} KiB of one job",
+            record_bytes / 1024,
+            MAX_CLUSTER_RECORD / 1024
+        )));
+    }
+    Ok(())
+}
+
+/// Once its burst is spent, how often an alloc's task states alone are told to the
+/// cluster, at most.
+const TASKS_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// Changes of an alloc's task states alone told as they come before the pace of
+/// [`TASKS_REPORT_EVERY`] applies (an alloc's start is a few in a row).
+const TASKS_REPORT_BURST: f64 = 4.0;
+
+/// What was last told of an alloc, when, and how many task-only reports it may still
+/// make at once.
+struct Reported {
+    mark: ReportMark,
+    at: std::time::Instant,
+    tokens: f64,
+}
+
+/// What a report depends on, cheap to compare: its status, and per task its state,
+/// restarts and how many events it has had (the last one's time).
+#[derive(PartialEq)]
+struct ReportMark {
+    client_status: crate::model::status::ClientStatus,
+    tasks: Vec<(crate::model::events::TaskStateKind, bool, u32, usize, u64)>,
+}
+
+impl ReportMark {
+    fn of(alloc: &crate::alloc_runner::AllocStatus) -> ReportMark {
+        ReportMark {
+            client_status: alloc.client_status,
+            tasks: alloc
+                .tasks
+                .values()
+                .map(|t| {
+                    let last = t.events.last().map_or(0, |e| e.time_ms);
+                    (t.state, t.failed, t.restarts, t.events.len(), last)
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The cluster's record of `job` as `submitter` submits it now.
 pub(super) fn job_record(
     job: &Job,
@@ -269,16 +323,7 @@ impl Agent {
             )));
         }
         let mut record = job_record(&job, submitter.clone(), source_name, source, variables);
-        // Evaluated, a small source can make a big job (dynamic blocks): the record, with
-        // its typed job, must fit in one write of the store.
-        let record_bytes = serde_json::to_vec(&record).map_or(usize::MAX, |json| json.len());
-        if record_bytes > MAX_CLUSTER_RECORD {
-            return Err(SubmitError::Refused(format!(
-                "the job is {} KiB once evaluated; a cluster keeps at most {} KiB of one job",
-                record_bytes / 1024,
-                MAX_CLUSTER_RECORD / 1024
-            )));
-        }
+        fits_in_the_store(&record)?;
         let eval = Evaluation::pending(&record.id, trigger::REGISTER);
         let eval_id = eval.id.clone();
         let writer = cluster.clone();
@@ -429,7 +474,7 @@ impl Agent {
         tokio::spawn(async move {
             let prefix = format!("{}/", cluster.key(&["allocs", cluster.node_id()]));
             let mut changes = cluster.store().watch(&prefix, 0);
-            let mut reported: BTreeMap<String, AllocReport> = BTreeMap::new();
+            let mut reported: BTreeMap<String, Reported> = BTreeMap::new();
             // Placements this node refused (its checks failed): reported once, not retried.
             let mut refused: BTreeSet<String> = BTreeSet::new();
             loop {
@@ -648,11 +693,15 @@ impl Agent {
     }
 
     /// Tells the cluster what became of this node's allocs, their tasks' states with
-    /// them (only what changed).
+    /// them (only what changed). A change of status is told at once; changes of task
+    /// states alone as they come for a few ([`TASKS_REPORT_BURST`]), then one every
+    /// [`TASKS_REPORT_EVERY`] per alloc, so a restart loop does not write to the store
+    /// on every event (attack review: 2,200 tasks failing each second swamped the
+    /// agent) while an alloc's start is told step by step.
     async fn report_allocs(
         &self,
         cluster: &Arc<Cluster>,
-        reported: &mut BTreeMap<String, AllocReport>,
+        reported: &mut BTreeMap<String, Reported>,
     ) {
         let statuses: Vec<crate::alloc_runner::AllocStatus> = self
             .allocs
@@ -661,9 +710,25 @@ impl Agent {
             .values()
             .map(|a| a.runner.status())
             .collect();
-        let reports: Vec<AllocReport> = statuses
-            .into_iter()
-            .map(|alloc| AllocReport {
+        let now = std::time::Instant::now();
+        for alloc in statuses {
+            let mark = ReportMark::of(&alloc);
+            let tokens = match reported.get(&alloc.id) {
+                None => TASKS_REPORT_BURST,
+                Some(before) if before.mark == mark => continue,
+                Some(before) => {
+                    let earned = now.duration_since(before.at).as_secs_f64()
+                        / TASKS_REPORT_EVERY.as_secs_f64();
+                    let tokens = (before.tokens + earned).min(TASKS_REPORT_BURST);
+                    let status_changed = before.mark.client_status != mark.client_status;
+                    if tokens < 1.0 && !status_changed {
+                        continue;
+                    }
+                    tokens
+                }
+            };
+            let report = AllocReport {
+                tasks: AllocReport::tasks_of(&alloc.tasks),
                 job_id: alloc.job_id,
                 alloc_id: alloc.id,
                 name: alloc.name,
@@ -671,21 +736,20 @@ impl Agent {
                 node_name: cluster.node_name().to_string(),
                 client_status: alloc.client_status,
                 description: String::new(),
-                updated_ms: 0,
-                tasks: AllocReport::tasks_of(&alloc.tasks),
-            })
-            .filter(|report| {
-                reported.get(&report.alloc_id).is_none_or(|before| {
-                    before.client_status != report.client_status || before.tasks != report.tasks
-                })
-            })
-            .collect();
-        for mut report in reports {
-            report.updated_ms = super::now_ms();
+                updated_ms: super::now_ms(),
+            };
             let writer = cluster.clone();
-            let sent = report.clone();
-            if let Ok(Ok(())) = tokio::task::spawn_blocking(move || writer.report(&sent)).await {
-                reported.insert(report.alloc_id.clone(), report);
+            let alloc_id = report.alloc_id.clone();
+            if let Ok(Ok(())) = tokio::task::spawn_blocking(move || writer.report(&report)).await {
+                let tokens = (tokens - 1.0).max(0.0);
+                reported.insert(
+                    alloc_id,
+                    Reported {
+                        mark,
+                        at: now,
+                        tokens,
+                    },
+                );
             }
         }
     }

@@ -7,14 +7,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Agent, SubmitError, Submitter};
+use super::{Agent, JobAction, SubmitError, Submitter};
 use crate::cluster::evals::{Evaluation, trigger};
 use crate::cluster::state::Blocked;
 use crate::jobspec::{self, Job};
 
-/// Plans an agent runs at once: each reads the whole cluster and plans it, so a flood
-/// of them (any token that may submit may plan) waits its turn instead of holding a copy
-/// of the cluster each.
+/// Plans an agent runs at once: each parses a jobspec, reads the whole cluster and plans
+/// it, so a flood of them (any token that may submit may plan) waits its turn instead of
+/// holding a copy of the cluster each.
 pub(super) const PLANS_AT_ONCE: usize = 2;
 
 /// How long a plan waits for its turn before it is refused as busy.
@@ -48,10 +48,31 @@ pub struct GroupUpdates {
     pub ignore: u64,
 }
 
+/// A turn to plan, held from before the request's jobspec is parsed until the plan is
+/// made: at most [`PLANS_AT_ONCE`] per agent (attack review: 60 plans of a big jobspec
+/// parsed at once, past the limit on planning, held submits for seconds).
+pub struct PlanTurn<'a>(
+    #[allow(dead_code, reason = "held, never read: the turn ends when it drops")]
+    tokio::sync::SemaphorePermit<'a>,
+);
+
 impl Agent {
-    /// What submitting `source` would do, without submitting it.
+    /// Waits for a turn to plan, [`PLAN_TURN_WAIT`] at most: then refused as busy.
+    pub async fn plan_turn(&self) -> Result<PlanTurn<'_>, SubmitError> {
+        match tokio::time::timeout(PLAN_TURN_WAIT, self.plans.acquire()).await {
+            Ok(Ok(permit)) => Ok(PlanTurn(permit)),
+            _ => Err(SubmitError::Refused(
+                "the agent is busy planning other jobs: try again".into(),
+            )),
+        }
+    }
+
+    /// What submitting `source` would do, without submitting it, in a turn: what a
+    /// submit by `submitter` checks (plugins, the jobspec for any node, the record's
+    /// size, the job's owner), then the scheduler's decision.
     pub async fn plan_job(
         &self,
+        _turn: &PlanTurn<'_>,
         submitter: Submitter,
         source_name: &str,
         source: &str,
@@ -85,18 +106,24 @@ impl Agent {
         if !plan.problems.is_empty() {
             return Ok(plan);
         }
-        let Ok(Ok(_turn)) = tokio::time::timeout(PLAN_TURN_WAIT, self.plans.acquire()).await else {
-            return Err(SubmitError::Refused(
-                "the agent is busy planning other jobs: try again".into(),
-            ));
-        };
-        let record =
-            super::cluster::job_record(&plan.job, submitter, source_name, source, variables);
+        let record = super::cluster::job_record(
+            &plan.job,
+            submitter.clone(),
+            source_name,
+            source,
+            variables,
+        );
+        super::cluster::fits_in_the_store(&record)?;
         let cluster = self.cluster.clone();
         let decided = tokio::task::spawn_blocking(move || {
             let mut snapshot = cluster.snapshot()?;
             let current = snapshot.jobs.iter().position(|(j, _)| j.id == record.id);
             let current_version = current.map_or(0, |at| snapshot.jobs[at].1);
+            // Another token's job is not its to replace, nor to plan replacing.
+            if let Some(at) = current {
+                let owner = snapshot.jobs[at].0.owner.as_deref();
+                submitter.may_change(&record.id, owner, JobAction::Replace)?;
+            }
             // A register writes a new version, after every revision the cluster has
             // (berth replaces the allocs of a job submitted again, changed or not), with
             // its pending evaluation.
@@ -110,7 +137,7 @@ impl Agent {
                 None => snapshot.jobs.push((record, version)),
             }
             let decided = crate::cluster::scheduler::plan(&snapshot, crate::cluster::now_ms());
-            Ok::<_, crate::cluster::ClusterError>((snapshot, decided, current_version))
+            Ok::<_, SubmitError>((snapshot, decided, current_version))
         })
         .await
         .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;

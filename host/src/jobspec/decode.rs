@@ -131,6 +131,20 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         .into_iter()
         .map(|(name, block)| group(&path, &name, block, (job_type, &job_reschedule), problems))
         .collect();
+    // A job asks for at most MAX_JOB_ALLOCS allocs in all: each group may count 10,000,
+    // and dynamic groups multiply them (attack review: 1,000 groups of 10,000).
+    let asked: u64 = groups.iter().map(|g| u64::from(g.count)).sum();
+    if asked > MAX_JOB_ALLOCS {
+        fields.problem(
+            problems,
+            "",
+            block.at,
+            format!(
+                "the job's groups ask for {asked} allocs in all; a job may ask for at most \
+                 {MAX_JOB_ALLOCS}"
+            ),
+        );
+    }
     if groups.is_empty() && !block.body.writes_block("group") {
         fields.problem(
             problems,
@@ -159,6 +173,10 @@ pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
 /// The most cron expressions one `periodic` block holds (each is evaluated for every
 /// launch time).
 const MAX_CRONS: usize = 32;
+
+/// The most allocs one job asks for, its groups' counts summed (a group's own `count`
+/// is at most 10,000 too).
+pub const MAX_JOB_ALLOCS: u64 = 10_000;
 
 fn periodic(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<Periodic> {
     let mut fields = Fields::new(

@@ -586,3 +586,22 @@ fn system_and_sysbatch_jobs_keep_their_type_and_count_is_zero_or_one() {
     assert!(parse("job.hcl", &periodic("sysbatch")).is_ok());
     assert_eq!(problems(&periodic("system")).len(), 1);
 }
+
+/// A job asks for at most 10,000 allocs in all: dynamic groups cannot multiply a
+/// group's own bound (attack review: 1,000 groups of 10,000 held the scheduler).
+#[test]
+fn a_jobs_groups_ask_for_at_most_ten_thousand_allocs_in_all() {
+    let groups = |count: u32| {
+        format!(
+            "job \"wide\" {{\n  dynamic \"group\" {{\n    for_each = range(3)\n    labels   = [\"g${{group.value}}\"]\n    content {{\n      count = {count}\n      task \"t\" {{\n        driver = \"mock\"\n      }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    assert!(parse("wide.hcl", &groups(3000)).is_ok());
+    let refused = parse("wide.hcl", &groups(4000)).unwrap_err().to_string();
+    assert!(
+        refused.contains(
+            "the job's groups ask for 12000 allocs in all; a job may ask for at most 10000"
+        ),
+        "{refused}"
+    );
+}

@@ -209,8 +209,12 @@ pub(super) fn alloc_stubs(
         seen.insert(placement.alloc_id.as_str());
         let report = reports.get(placement.alloc_id.as_str()).copied();
         let status = report.map_or(ClientStatus::Pending, |r| r.client_status);
+        // In a list, an alloc's tasks show as its report has them (the last 10 events,
+        // clipped), here as on any other agent; `/v1/allocation/:id` shows them all.
         let local = agent.alloc_runner(&placement.alloc_id).map(|runner| {
-            super::shapes::alloc_stub(&runner.status(), runner.job.job_type, &this_node)
+            let mut status = runner.status();
+            status.tasks = crate::cluster::state::AllocReport::tasks_of(&status.tasks);
+            super::shapes::alloc_stub(&status, runner.job.job_type, &this_node)
         });
         let status = local
             .as_ref()

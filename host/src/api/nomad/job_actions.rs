@@ -104,6 +104,8 @@ pub async fn plan(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
+    // A turn first: parsing the request's jobspec is part of the cost a plan bounds.
+    let turn = agent.plan_turn().await.map_err(submission::submit_error)?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
     let request: PlanRequest = serde_json::from_value(body.clone())
@@ -114,6 +116,7 @@ pub async fn plan(
     }
     let planned = agent
         .plan_job(
+            &turn,
             submission::submitter_of(submitter),
             &chosen.source_name,
             &chosen.source,

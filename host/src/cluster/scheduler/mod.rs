@@ -326,6 +326,18 @@ pub(crate) fn plan_with(
                 if kept.contains_key(&key) {
                     continue;
                 }
+                // Once one alloc of the group fits nowhere the rest cannot either (each
+                // sees the room the ones before took): counted, not tried, as Nomad
+                // coalesces them (attack review: 1,000 groups of 10,000 allocs that fit
+                // nowhere held the scheduler 14 s a round).
+                if let Some(last) = plan
+                    .blocked
+                    .last_mut()
+                    .filter(|b| b.job_id == job.id && b.group == group.name)
+                {
+                    last.coalesced += 1;
+                    continue;
+                }
                 let name = format!("{}.{}[{alloc_index}]", job.id, group.name);
                 let failed = due.get(&key);
                 let replaces = match failed {
@@ -366,14 +378,6 @@ pub(crate) fn plan_with(
                 let Some((_, node)) = best else {
                     // One entry per group, as Nomad coalesces its failures: a count of
                     // 10,000 that fits nowhere is one record, not 10,000.
-                    if let Some(last) = plan
-                        .blocked
-                        .last_mut()
-                        .filter(|b| b.job_id == job.id && b.group == group.name)
-                    {
-                        last.coalesced += 1;
-                        continue;
-                    }
                     let why = tally.said();
                     plan.blocked.push(Blocked {
                         job_id: job.id.clone(),

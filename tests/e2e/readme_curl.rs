@@ -138,15 +138,29 @@ async fn the_readmes_curl_examples_work_as_quoted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
 
-    // 2. The blocking query waits for a change past the index it was given.
-    let (_, headers, _) = http(port, "GET", "/v1/allocations", &token, "");
-    let index: u64 = headers
-        .iter()
-        .find(|(k, _)| k == "x-nomad-index")
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
+    // 2. The blocking query waits for a change past the index it was given. Taken once
+    // the cluster is quiet: the node reports its tasks' states a moment after the alloc
+    // runs here, and that is a change.
+    let index_now = || {
+        let (_, headers, _) = http(port, "GET", "/v1/allocations", &token, "");
+        headers
+            .iter()
+            .find(|(k, _)| k == "x-nomad-index")
+            .unwrap()
+            .1
+            .parse::<u64>()
+            .unwrap()
+    };
+    let mut index = index_now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let again = index_now();
+        if again == index {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the index kept moving");
+        index = again;
+    }
     let list = localized(&commands[1], port, &token, &alloc, index);
     let mut waiting = run(&list, work.path())
         .stdout(Stdio::piped())

@@ -711,6 +711,9 @@ impl Agent {
             .map(|a| a.runner.status())
             .collect();
         let now = std::time::Instant::now();
+        // Allocs this node no longer runs are not remembered (their last report stands).
+        let live: BTreeSet<&str> = statuses.iter().map(|a| a.id.as_str()).collect();
+        reported.retain(|id, _| live.contains(id.as_str()));
         for alloc in statuses {
             let mark = ReportMark::of(&alloc);
             let tokens = match reported.get(&alloc.id) {

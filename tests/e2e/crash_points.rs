@@ -160,6 +160,25 @@ async fn a_kill_9_at_any_moment_of_a_big_submit_loses_and_doubles_no_task() {
 
         let status: Result<JobStatus, ClientError> =
             agent.client().get(&format!("/v1/berth/job/{job}")).await;
+        // A job recorded with its evaluation still pending is placed by the scheduler's
+        // first round after the restart: its allocs appear then, all at once (one
+        // transaction for up to 100).
+        let status = match status {
+            Ok(found) if found.allocs.is_empty() && !found.stopped => {
+                let mut placed = found;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while placed.allocs.is_empty() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    placed = agent
+                        .client()
+                        .get(&format!("/v1/berth/job/{job}"))
+                        .await
+                        .unwrap();
+                }
+                Ok(placed)
+            }
+            other => other,
+        };
         let Ok(status) = status else {
             // Killed before the job was recorded: nothing of it may run.
             outcomes.push(format!("{kill_after:?}: {submit_outcome}, not recorded"));

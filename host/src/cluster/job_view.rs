@@ -1,8 +1,9 @@
 //! A job as every reader sees it, from the cluster's records: its status, its allocs
 //! (placed, with what their nodes reported; no longer placed, as last reported) and
 //! whether it waits: to place a failed alloc again, or for room for allocs that could
-//! not be placed (pending, as Nomad's job with a blocked evaluation). berth's own API, Nomad's API and the
-//! CLI read jobs through this, on a lone agent and on a cluster member alike.
+//! not be placed (pending, as Nomad's job with a blocked evaluation). berth's own API,
+//! Nomad's API and the CLI read jobs through this, on a lone agent and on a cluster
+//! member alike.
 
 use serde::{Deserialize, Serialize};
 

@@ -274,6 +274,9 @@ say("A13 remount rw through the copy:", en(mnt(None, D + "/u", MS_BIND | MS_REMO
 
 # A14: mount explosion: each recursive bind of / copies every earlier one (and reaches the host).
 os.makedirs(D + "/x", exist_ok=True)
+# Counted from what the namespace had before: other tests' mounts on the host show in it
+# too (563 with a busy suite, where the binds themselves were refused).
+before = len(mountinfo())
 counts = []
 # Two binds only: a third made 22575 mounts in its namespace and 29789 on the host
 # (the host's fs.mount-max is 100000 per namespace), which would disturb a shared machine.
@@ -281,7 +284,7 @@ for i in range(2):
     os.makedirs(D + "/x/%d" % i, exist_ok=True)
     r = mnt("/", D + "/x/%d" % i, MS_BIND | MS_REC)
     counts.append((en(r), len(mountinfo())))
-say("A14 mounts in its namespace after each bind -R /:", counts, "ESCAPED mount explosion (x7 per call)" if counts[-1][1] > 400 else "bounded")
+say("A14 mounts in its namespace after each bind -R /:", before, counts, "ESCAPED mount explosion (x7 per call)" if counts[-1][1] - before > 400 else "bounded")
 
 # A15: chroot, then a path that means something else to the warden.
 say("A16 the dir itself:", en(mnt("/local/src", D, MS_BIND)), en(mnt("/local/src", D + "/", MS_BIND)), en(mnt("/local/src", D + "/.", MS_BIND)), en(mnt("/local/src", D + "/a/..", MS_BIND)))

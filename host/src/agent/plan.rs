@@ -83,19 +83,7 @@ impl Agent {
             .map_err(SubmitError::Invalid)?;
         job.submitted_by_operator = submitter == Submitter::Operator;
         // The checks a submit makes before the scheduler sees the job.
-        let mut problems = super::submit::plugin_tasks_refused(&job, submitter.may_run_plugins());
-        problems.extend(
-            crate::validate::validate_for(
-                &job,
-                &self.node.drivers,
-                &self.node.hooks,
-                &self.node.config,
-                Some(self.node.csi.catalog.as_ref()),
-                &self.node.facts,
-                crate::validate::Placing::AnyNode,
-            )
-            .await,
-        );
+        let problems = self.submit_problems(&job, &submitter).await;
         let mut plan = JobPlan {
             job,
             problems,

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::{Agent, SubmitError, Submitted, Submitter};
-use crate::jobspec::{self, JobspecError};
+use crate::jobspec::{self, Job, JobspecError};
 
 impl Agent {
     /// Parses, validates and runs a job. A job with the name of a running one replaces
@@ -66,26 +66,7 @@ impl Agent {
             .await
             .map_err(SubmitError::Invalid)?;
         job.submitted_by_operator = submitter == Submitter::Operator;
-        let refused = plugin_tasks_refused(&job, submitter.may_run_plugins());
-        if !refused.is_empty() {
-            return Err(SubmitError::Invalid(JobspecError {
-                file: source_name.to_string(),
-                problems: refused,
-            }));
-        }
-        // The cluster's scheduler places it (on this node, for a lone agent): what a
-        // node has or lacks is its to weigh, as in Nomad, and what fits nowhere stays
-        // pending with its evaluation saying why.
-        let problems = crate::validate::validate_for(
-            &job,
-            &self.node.drivers,
-            &self.node.hooks,
-            &self.node.config,
-            Some(self.node.csi.catalog.as_ref()),
-            &self.node.facts,
-            crate::validate::Placing::AnyNode,
-        )
-        .await;
+        let problems = self.submit_problems(&job, &submitter).await;
         if !problems.is_empty() {
             return Err(SubmitError::Invalid(JobspecError {
                 file: source_name.to_string(),
@@ -95,6 +76,32 @@ impl Agent {
         let cluster = self.cluster.clone();
         self.submit_to_cluster(&cluster, submitter, job, source_name, source, variables)
             .await
+    }
+
+    /// Why a submit of `job` by `submitter` is refused before the scheduler sees it:
+    /// plugin tasks it may not run, else the jobspec's problems for any node. The
+    /// cluster's scheduler places it (on this node, for a lone agent): what a node has or
+    /// lacks is its to weigh, as in Nomad, and what fits nowhere stays pending with its
+    /// evaluation saying why. `job plan` makes the same checks.
+    pub(super) async fn submit_problems(
+        &self,
+        job: &Job,
+        submitter: &Submitter,
+    ) -> Vec<jobspec::Problem> {
+        let refused = plugin_tasks_refused(job, submitter.may_run_plugins());
+        if !refused.is_empty() {
+            return refused;
+        }
+        crate::validate::validate_for(
+            job,
+            &self.node.drivers,
+            &self.node.hooks,
+            &self.node.config,
+            Some(self.node.csi.catalog.as_ref()),
+            &self.node.facts,
+            crate::validate::Placing::AnyNode,
+        )
+        .await
     }
 
     /// The ports this node's running allocs hold (static and dynamic).

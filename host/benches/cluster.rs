@@ -8,7 +8,9 @@
 //! - **scale**: many simulated nodes (each registered under its own lease, kept alive
 //!   from this process) and many allocs placed: etcd's request rate (from etcd's own
 //!   `grpc_server_handled_total`) and the scheduler's time per placement; then 10,000
-//!   jobs of 10 allocs placed, and the time of one round after one change.
+//!   jobs of 10 allocs placed, and the time of one round after one change: by the
+//!   leader's mirror (kept from its watch, planning what changed) next to a round that
+//!   reads the whole cluster, interleaved.
 //!
 //! It ends with `summary: name = value` lines (`common::summary`), the same-run
 //! comparisons last: `summary: claim_release_etcd_over_embedded = …` and
@@ -22,9 +24,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::mpsc::Receiver;
+
 use berth::catalog::embedded::EmbeddedCatalog;
 use berth::catalog::{Catalog, Claim, ClaimMode, Volume};
 use berth::cluster::catalog::EtcdCatalog;
+use berth::cluster::etcd::Change;
+use berth::cluster::scheduler::mirror::Mirror;
 use berth::cluster::state::ClusterJob;
 use berth::cluster::testing::EtcdServer;
 use berth::cluster::{Cluster, NodeRecord, scheduler};
@@ -185,6 +191,61 @@ async fn place_round(
         "still the leader"
     );
     (plan.place.len(), started.elapsed())
+}
+
+/// One round of the leader's mirror, as the leader makes it: plan what changed, write
+/// it, complete the evaluations. The allocs placed and the jobs planned.
+async fn mirror_round(
+    cluster: &Arc<Cluster>,
+    mirror: &mut Mirror,
+    leader_key: &str,
+    leader_revision: i64,
+) -> (usize, usize) {
+    let now = berth::cluster::now_ms();
+    let (round, plan) = tokio::task::block_in_place(|| mirror.plan_round(now));
+    let written = scheduler::apply(
+        cluster,
+        &plan,
+        &round.snapshot.blocked,
+        leader_key,
+        leader_revision,
+    )
+    .await
+    .unwrap();
+    assert!(written, "still the leader");
+    let outcome = mirror.eval_outcome(&round, &plan, now);
+    scheduler::evals::apply(cluster, &outcome, leader_key, leader_revision)
+        .await
+        .unwrap();
+    let planned = (plan.place.len(), round.jobs_planned());
+    mirror.finished(round, &plan, true);
+    planned
+}
+
+/// Applies the watch's changes to `mirror` until it holds `revision`.
+async fn catch_up(mirror: &mut Mirror, changes: &mut Receiver<Change>, revision: i64) {
+    while mirror.revision() < revision {
+        let change = changes.recv().await.expect("the watch runs");
+        mirror.apply(&change);
+    }
+}
+
+/// Rounds of the mirror until what it wrote comes back and plans nothing more.
+async fn settle(
+    cluster: &Arc<Cluster>,
+    mirror: &mut Mirror,
+    changes: &mut Receiver<Change>,
+    leader_key: &str,
+    leader_revision: i64,
+) {
+    for _ in 0..5 {
+        let now = cluster.store().revision(leader_key).await.unwrap();
+        catch_up(mirror, changes, now).await;
+        if !mirror.wants_round(berth::cluster::now_ms()) {
+            return;
+        }
+        mirror_round(cluster, mirror, leader_key, leader_revision).await;
+    }
 }
 
 /// Removes every placement (so the next round places them all again).
@@ -376,23 +437,55 @@ fn main() {
         let (at_scale, took) = place_round(&cluster, &leader_key, leader.rev).await;
         assert_eq!(at_scale, scale_jobs * 10, "every alloc placed");
         let scale_rate = at_scale as f64 / took.as_secs_f64();
-        let mut after_one_change = Vec::new();
-        for change in 0..sized(5, 3) {
+        // The leader's mirror, read once as an agent does when it becomes the leader,
+        // then kept from its watch. Interleaved with it, the same change handled by a
+        // round that reads the whole cluster (what every round did before the mirror).
+        let prefix = cluster.settings().prefix.clone();
+        let (entries, revision) = cluster.store().list(&format!("{prefix}/")).await.unwrap();
+        let mut changes = cluster.store().watch(&format!("{prefix}/"), revision + 1);
+        let loading = Instant::now();
+        let mut mirror = tokio::task::block_in_place(|| Mirror::load(&prefix, &entries, revision));
+        drop(entries);
+        let loaded_in = loading.elapsed();
+        // Its first round plans everything (nothing to place: all placed).
+        let first = mirror_round(&cluster, &mut mirror, &leader_key, leader.rev).await;
+        assert_eq!(first.0, 0, "all placed already");
+        settle(&cluster, &mut mirror, &mut changes, &leader_key, leader.rev).await;
+        let (mut after_one_change, mut full_read_after_one_change) = (Vec::new(), Vec::new());
+        for change in 0..sized(9, 3) {
             let writer = cluster.clone();
             let job = small_job(&format!("change{change}"));
+            let at = tokio::task::spawn_blocking(move || writer.put_job(&job).unwrap())
+                .await
+                .unwrap();
+            let started = Instant::now();
+            catch_up(&mut mirror, &mut changes, at).await;
+            let (count, jobs) = mirror_round(&cluster, &mut mirror, &leader_key, leader.rev).await;
+            after_one_change.push(started.elapsed());
+            assert_eq!(count, 10, "the changed job's allocs placed");
+            assert!(jobs < 10, "a round of what changed planned {jobs} jobs");
+            settle(&cluster, &mut mirror, &mut changes, &leader_key, leader.rev).await;
+            // The same change, handled by reading the whole cluster.
+            let writer = cluster.clone();
+            let job = small_job(&format!("full-read{change}"));
             tokio::task::spawn_blocking(move || writer.put_job(&job).unwrap())
                 .await
                 .unwrap();
             let (count, took) = place_round(&cluster, &leader_key, leader.rev).await;
             assert_eq!(count, 10, "the changed job's allocs placed");
-            after_one_change.push(took);
+            full_read_after_one_change.push(took);
+            settle(&cluster, &mut mirror, &mut changes, &leader_key, leader.rev).await;
         }
         let round_after_change = median(after_one_change);
+        let full_read_round = median(full_read_after_one_change);
         println!(
             "scale: {scale_jobs} jobs of 10 allocs over {nodes} nodes placed in one round at \
-             {scale_rate:.0}/s; a round after one change (10 allocs more) took {:.1} ms \
-             (median; reads the whole cluster)",
-            round_after_change.as_secs_f64() * 1000.0
+             {scale_rate:.0}/s; a round after one change (10 allocs more) took {:.1} ms with \
+             the leader's mirror (read once in {:.1} s), {:.1} ms reading the whole cluster \
+             (medians, interleaved)",
+            round_after_change.as_secs_f64() * 1000.0,
+            loaded_in.as_secs_f64(),
+            full_read_round.as_secs_f64() * 1000.0,
         );
         keeper.abort();
         let per_placement = median(cluster_times.clone()) / u32::try_from(placed).unwrap_or(1);
@@ -430,8 +523,17 @@ fn main() {
             "round_after_one_change_ms",
             round_after_change.as_secs_f64() * 1000.0,
         );
+        summary(
+            "round_after_one_change_full_read_ms",
+            full_read_round.as_secs_f64() * 1000.0,
+        );
+        summary("mirror_load_s", loaded_in.as_secs_f64());
         // The same-run comparisons, last, as every bench ends.
         summary("claim_release_etcd_over_embedded", claim_ratio);
         summary("placement_time_etcd_over_embedded", placement_ratio);
+        summary(
+            "round_after_one_change_full_read_over_mirror",
+            ratio(full_read_round, round_after_change),
+        );
     });
 }

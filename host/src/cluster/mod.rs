@@ -31,6 +31,7 @@ pub mod evals;
 pub mod job_view;
 pub mod lost_claims;
 mod parsed;
+mod records;
 pub mod scheduler;
 pub mod state;
 pub mod store;

@@ -26,9 +26,18 @@ pub struct EvalOutcome {
 /// Completes the pending evaluations of `snapshot` by `plan` (at `now_ms`), and picks
 /// the complete ones past keeping ([`EVALS_KEPT_MS`], [`EVALS_KEPT_PER_JOB`]).
 pub fn outcome(snapshot: &Snapshot, plan: &super::Plan, now_ms: u64) -> EvalOutcome {
-    use std::collections::{BTreeMap, BTreeSet};
+    let every: Vec<&Evaluation> = snapshot.evals.iter().collect();
+    EvalOutcome {
+        complete: completed(snapshot, plan, now_ms),
+        forget: forgotten(&every, now_ms),
+    }
+}
+
+/// The pending evaluations of `snapshot`, completed by `plan` at `now_ms`.
+pub fn completed(snapshot: &Snapshot, plan: &super::Plan, now_ms: u64) -> Vec<Evaluation> {
+    use std::collections::BTreeSet;
     let stopped: BTreeSet<&str> = plan.stop.iter().map(|(_, alloc)| alloc.as_str()).collect();
-    let mut result = EvalOutcome::default();
+    let mut complete = Vec::new();
     for eval in snapshot
         .evals
         .iter()
@@ -67,10 +76,19 @@ pub fn outcome(snapshot: &Snapshot, plan: &super::Plan, now_ms: u64) -> EvalOutc
             .first()
             .map(|b| b.why.clone())
             .unwrap_or_default();
-        result.complete.push(done);
+        complete.push(done);
     }
+    complete
+}
+
+/// Of `every` evaluation kept (oldest first), the complete ones past keeping at
+/// `now_ms`: older than [`EVALS_KEPT_MS`], beyond [`EVALS_KEPT_PER_JOB`] of one job, or
+/// beyond [`EVALS_KEPT_IN_ALL`].
+pub fn forgotten(every: &[&Evaluation], now_ms: u64) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut forget = Vec::new();
     let mut per_job: BTreeMap<&str, Vec<&Evaluation>> = BTreeMap::new();
-    for eval in &snapshot.evals {
+    for eval in every {
         per_job.entry(eval.job_id.as_str()).or_default().push(eval);
     }
     for evals in per_job.values() {
@@ -82,23 +100,21 @@ pub fn outcome(snapshot: &Snapshot, plan: &super::Plan, now_ms: u64) -> EvalOutc
         for (at, eval) in complete.iter().enumerate() {
             let old = now_ms.saturating_sub(eval.modified_ms) > EVALS_KEPT_MS;
             if at < beyond || old {
-                result.forget.push(eval.id.clone());
+                forget.push(eval.id.clone());
             }
         }
     }
     // And at most so many in all, oldest first (attack review: jobs submitted and purged
     // under ever new names kept theirs for an hour each).
-    let forgotten: std::collections::BTreeSet<&str> =
-        result.forget.iter().map(String::as_str).collect();
-    let kept: Vec<&Evaluation> = snapshot
-        .evals
+    let forgotten: BTreeSet<&str> = forget.iter().map(String::as_str).collect();
+    let kept: Vec<&&Evaluation> = every
         .iter()
         .filter(|e| e.status == EvalStatus::Complete && !forgotten.contains(e.id.as_str()))
         .collect();
     let beyond = kept.len().saturating_sub(EVALS_KEPT_IN_ALL);
     let oldest: Vec<String> = kept.iter().take(beyond).map(|e| e.id.clone()).collect();
-    result.forget.extend(oldest);
-    result
+    forget.extend(oldest);
+    forget
 }
 
 /// Writes `outcome` while `leader_key` is still at `leader_revision` (this agent still

@@ -25,11 +25,15 @@
 
 pub mod evals;
 mod fit;
+mod leader;
+pub mod mirror;
 pub mod periodic;
 pub mod reschedule;
+pub mod rounds;
+
+pub use leader::run;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
 use super::{Cluster, NodeView};
@@ -55,6 +59,9 @@ pub struct Plan {
     /// The earliest time a failed alloc is due to be placed again: the scheduler plans
     /// again then, though nothing in the cluster changed.
     pub wake_at_ms: Option<u64>,
+    /// The jobs [`Plan::wake_at_ms`] is for, each with its own time: a failed alloc's
+    /// reschedule, a periodic job's next launch.
+    pub wake_jobs: BTreeMap<String, u64>,
     /// Children of periodic jobs due now, to be launched (recorded as jobs).
     pub launch: Vec<periodic::Launch>,
     /// The round decided nothing: a job could not be evaluated now (the agent's
@@ -87,15 +94,18 @@ type Jobs<'a> = BTreeMap<&'a str, (&'a ClusterJob, i64, Option<Job>)>;
 
 /// The scheduler's decision for everything in `snapshot`.
 pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
-    plan_with(snapshot, now_ms, ClusterJob::spec)
+    plan_with(snapshot, now_ms, ClusterJob::spec, &BTreeMap::new())
 }
 
-/// [`plan`] with `evaluate` reading each job's record (the tests' seam for an agent too
-/// busy to evaluate one).
-pub(crate) fn plan_with(
+/// [`plan`] with `evaluate` reading each job's record (the leader's mirror holds them
+/// evaluated; the tests' seam for an agent too busy to evaluate one), and `held`: the
+/// room taken on each node by the allocs of jobs `snapshot` leaves out (a round of the
+/// jobs that changed, [`mirror`]).
+fn plan_with(
     snapshot: &Snapshot,
     now_ms: u64,
     evaluate: impl Fn(&ClusterJob) -> Result<Job, jobspec::JobspecError>,
+    held: &BTreeMap<String, Usage>,
 ) -> Plan {
     let mut plan = Plan::default();
     let live: BTreeMap<&str, &NodeView> = snapshot
@@ -109,7 +119,7 @@ pub(crate) fn plan_with(
         .map(|r| (r.alloc_id.as_str(), r))
         .collect();
     // What every live node has taken, counting only placements the plan keeps.
-    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    let mut usage: BTreeMap<String, Usage> = held.clone();
     let mut busy = false;
     let jobs: Jobs<'_> = snapshot
         .jobs
@@ -240,6 +250,11 @@ pub(crate) fn plan_with(
                     continue;
                 }
                 plan.wake_at_ms = Some(plan.wake_at_ms.map_or(at_ms, |w| w.min(at_ms)));
+                let job = plan
+                    .wake_jobs
+                    .entry(placement.job_id.clone())
+                    .or_insert(at_ms);
+                *job = (*job).min(at_ms);
             }
         }
         usage.entry(placement.node_id.clone()).or_default().hold(
@@ -434,10 +449,12 @@ pub(crate) fn plan_with(
             }
         }
     }
-    let (launch, next_launch_ms) = periodic::launches(snapshot, &jobs, now_ms);
+    let (launch, next_launches) = periodic::launches(snapshot, &jobs, now_ms);
     plan.launch = launch;
-    if let Some(at_ms) = next_launch_ms {
+    for (parent, at_ms) in next_launches {
         plan.wake_at_ms = Some(plan.wake_at_ms.map_or(at_ms, |w| w.min(at_ms)));
+        let job = plan.wake_jobs.entry(parent).or_insert(at_ms);
+        *job = (*job).min(at_ms);
     }
     plan
 }
@@ -550,162 +567,10 @@ pub async fn apply(
     Ok(true)
 }
 
-/// Runs for as long as the agent does: campaign for leadership; while leader, plan and
-/// apply on every change of the cluster's state.
-pub async fn run(
-    cluster: std::sync::Arc<Cluster>,
-    lost_claims: std::sync::Arc<super::lost_claims::LostClaims>,
-) {
-    let election = cluster.key(&["leader"]);
-    loop {
-        let leader = match cluster
-            .store()
-            .campaign(&election, cluster.lease(), cluster.node_id())
-            .await
-        {
-            Ok(leader) => leader,
-            Err(error) => {
-                tracing::warn!(%error, "campaigning for the scheduler's leadership");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let leader_key = String::from_utf8_lossy(&leader.key).into_owned();
-        tracing::info!(node = %cluster.node_id(), "this agent is the cluster's scheduler");
-        let mut changes = cluster
-            .store()
-            .watch(&format!("{}/", cluster.settings().prefix), 0);
-        let prefix = cluster.settings().prefix.clone();
-        'rounds: loop {
-            let snapshot = {
-                let cluster = cluster.clone();
-                match tokio::task::spawn_blocking(move || cluster.snapshot()).await {
-                    Ok(Ok(snapshot)) => snapshot,
-                    Ok(Err(error)) => {
-                        tracing::warn!(%error, "reading the cluster to schedule");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        continue;
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        continue;
-                    }
-                }
-            };
-            // Planning is CPU work (every job parsed, every node weighed): off the
-            // async workers.
-            let (plan, snapshot) = match tokio::task::spawn_blocking(move || {
-                (plan(&snapshot, super::now_ms()), snapshot)
-            })
-            .await
-            {
-                Ok(done) => done,
-                Err(_) => continue,
-            };
-            // Claims of allocs lost longer than the grace go back (a lost node's allocs
-            // may still be writing until then), their volumes unpublished from it first.
-            lost_claims.release_due(snapshot.reports.clone());
-            match apply(&cluster, &plan, &snapshot.blocked, &leader_key, leader.rev).await {
-                Ok(true) if plan.deferred => {
-                    tracing::warn!(
-                        "a scheduling round deferred: the agent is too busy to evaluate a job"
-                    );
-                }
-                Ok(true) => {
-                    periodic::launch_children(&cluster, &plan, &snapshot).await;
-                    let evals = evals::outcome(&snapshot, &plan, super::now_ms());
-                    if let Err(error) =
-                        evals::apply(&cluster, &evals, &leader_key, leader.rev).await
-                    {
-                        tracing::warn!(%error, "recording the evaluations' outcome");
-                    }
-                }
-                Ok(false) => {
-                    tracing::warn!("no longer the cluster's scheduler");
-                    break;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "writing the scheduler's placements");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            }
-            // Wait for a change, or for the time a failed alloc is due to be placed
-            // again, then take every change that follows within 20 ms.
-            // Also when a lost alloc's claims come due for release: nothing in etcd
-            // changes then either.
-            let now = super::now_ms();
-            let grace_ms =
-                u64::try_from(cluster.settings().lost_claim_grace.as_millis()).unwrap_or(u64::MAX);
-            let claims_due = snapshot
-                .reports
-                .iter()
-                .filter(|r| r.client_status == ClientStatus::Lost)
-                .map(|r| r.updated_ms.saturating_add(grace_ms).saturating_add(100))
-                .filter(|at| *at > now)
-                .min();
-            // And when claims kept by a failed unpublish are to be tried again.
-            let retry = lost_claims.retry_at_ms().map(|at| at.max(now));
-            let due_in = [plan.wake_at_ms, claims_due, retry]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|at| Duration::from_millis(at.saturating_sub(now)));
-            let due = async {
-                match due_in {
-                    Some(wait) => tokio::time::sleep(wait).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(due);
-            loop {
-                tokio::select! {
-                    change = changes.recv() => match change {
-                        None => break 'rounds,
-                        // Calls between nodes and their volume use change nothing the
-                        // plan reads: no round for them.
-                        Some(change) if beside_the_plan(&prefix, &change) => continue,
-                        Some(_) => break,
-                    },
-                    () = &mut due => break,
-                    // A release of lost claims ended wanting a round (a retry time,
-                    // or claims that came due while it ran).
-                    () = lost_claims.woken() => break,
-                }
-            }
-            let settle = tokio::time::sleep(Duration::from_millis(20));
-            tokio::pin!(settle);
-            loop {
-                tokio::select! {
-                    () = &mut settle => break,
-                    change = changes.recv() => if change.is_none() { break 'rounds },
-                }
-            }
-        }
-        let _ = cluster.store().resign(leader).await;
-    }
-}
-
-/// Whether `change` is to a key the plan never reads: a call between nodes, its answer,
-/// or a node's use of a volume.
-fn beside_the_plan(prefix: &str, change: &super::etcd::Change) -> bool {
-    use super::etcd::Change;
-    let key = match change {
-        Change::Put(entry) => entry.key.as_str(),
-        Change::Delete { key, .. } => key.as_str(),
-        Change::Reset => return false,
-    };
-    let Some(rest) = key.strip_prefix(prefix).and_then(|k| k.strip_prefix('/')) else {
-        return false;
-    };
-    // A pending evaluation is written with its job's change, which makes the round.
-    ["calls/", "answers/", "volume-usage/", "evals/"]
-        .iter()
-        .any(|kind| rest.starts_with(kind))
-}
-
 #[cfg(test)]
 mod csi_tests;
+#[cfg(test)]
+mod mirror_tests;
 mod system;
 #[cfg(test)]
 mod system_tests;

@@ -21,6 +21,8 @@
 //! Nomad's job garbage collection removes them: a job launched every second does not
 //! fill the store.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use super::super::state::Snapshot;
@@ -38,14 +40,14 @@ pub struct Launch {
     pub at_ms: u64,
 }
 
-/// The children of periodic jobs due at `now_ms`, and when the next one is.
+/// The children of periodic jobs due at `now_ms`, and when each parent's next one is.
 pub(super) fn launches(
     snapshot: &Snapshot,
     jobs: &Jobs<'_>,
     now_ms: u64,
-) -> (Vec<Launch>, Option<u64>) {
+) -> (Vec<Launch>, BTreeMap<String, u64>) {
     let mut launches = Vec::new();
-    let mut next_ms: Option<u64> = None;
+    let mut next_ms = BTreeMap::new();
     for (id, (record, _, parsed)) in jobs {
         let Some(periodic) = parsed.as_ref().and_then(|job| job.periodic.as_ref()) else {
             continue;
@@ -72,7 +74,7 @@ pub(super) fn launches(
             .unwrap_or(0);
         let (launch, wake) = due(periodic, last_ms, now_ms);
         if let Some(wake) = wake {
-            next_ms = Some(next_ms.map_or(wake, |n| n.min(wake)));
+            next_ms.insert(id.to_string(), wake);
         }
         let Some(at_ms) = launch else {
             continue;

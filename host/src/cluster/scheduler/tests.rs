@@ -649,7 +649,7 @@ mod busy {
                 }],
             })
         };
-        let deferred = plan_with(&snapshot, 2_000, busy);
+        let deferred = plan_with(&snapshot, 2_000, busy, &BTreeMap::new());
         assert!(deferred.deferred);
         assert!(
             deferred.stop.is_empty() && deferred.place.is_empty(),
@@ -667,6 +667,6 @@ mod busy {
                 }],
             })
         };
-        assert!(!plan_with(&snapshot, 2_000, unreadable).deferred);
+        assert!(!plan_with(&snapshot, 2_000, unreadable, &BTreeMap::new()).deferred);
     }
 }

@@ -16,6 +16,10 @@ use crate::model::status::ClientStatus;
 /// How long a round waits for the changes that follow the one that woke it.
 const SETTLE: Duration = Duration::from_millis(20);
 
+/// The most changes already queued that are taken after [`SETTLE`] (the watch's queue
+/// holds 1,024).
+const CHANGES_TAKEN_AFTER_SETTLING: usize = 4096;
+
 /// Runs for as long as the agent does: campaign for leadership; while leader, plan and
 /// apply on every change of the cluster's state.
 pub async fn run(cluster: Arc<Cluster>, lost_claims: Arc<LostClaims>) {
@@ -132,18 +136,27 @@ impl<'a> Leading<'a> {
         })
         .await
         .map_err(|_| Stop::Reload)?;
-        let span = tracing::debug_span!(
-            "scheduler_round",
+        tracing::debug!(
             full = round.is_full(),
             jobs = round.jobs_planned(),
-            revision = mirror.revision()
+            revision = mirror.revision(),
+            place = plan.place.len(),
+            stop = plan.stop.len(),
+            "a scheduling round"
         );
-        let _entered = span.enter();
         // Claims of allocs lost longer than the grace go back (a lost node's allocs may
         // still be writing until then), their volumes unpublished from it first.
         self.lost_claims.release_due(mirror.lost_reports());
+        if plan.deferred {
+            // Nothing of it is written (its empty notes would remove what the jobs it
+            // planned could not place): planned again soon.
+            tracing::warn!("a scheduling round deferred: the agent is too busy to evaluate a job");
+            mirror.finished(round, &plan, false);
+            self.mirror = Some(mirror);
+            return Ok(Some(now_ms() + DEFERRED_RETRY_MS));
+        }
         let snapshot = &round.snapshot;
-        let written = match apply(
+        match apply(
             self.cluster,
             &plan,
             &snapshot.blocked,
@@ -152,35 +165,27 @@ impl<'a> Leading<'a> {
         )
         .await
         {
-            Ok(true) if plan.deferred => {
-                tracing::warn!(
-                    "a scheduling round deferred: the agent is too busy to evaluate a job"
-                );
-                true
-            }
-            Ok(true) => {
-                periodic::launch_children(self.cluster, &plan, snapshot).await;
-                let evals = mirror.eval_outcome(&round, &plan, now_ms());
-                if let Err(error) =
-                    evals::apply(self.cluster, &evals, self.leader_key, self.leader_revision).await
-                {
-                    tracing::warn!(%error, "recording the evaluations' outcome");
-                }
-                true
-            }
+            Ok(true) => {}
             Ok(false) => {
                 tracing::warn!("no longer the cluster's scheduler");
                 return Err(Stop::Resign);
             }
             Err(error) => {
+                // Part of it may be written: the cluster is read again, as it is now.
                 tracing::warn!(%error, "writing the scheduler's placements");
-                false
+                tokio::time::sleep(Duration::from_millis(DEFERRED_RETRY_MS)).await;
+                return Err(Stop::Reload);
             }
-        };
-        let again = (!written || plan.deferred).then(|| now_ms() + DEFERRED_RETRY_MS);
-        mirror.finished(round, &plan, written);
+        }
+        periodic::launch_children(self.cluster, &plan, snapshot).await;
+        let evals = mirror.eval_outcome(&round, &plan, now_ms());
+        match evals::apply(self.cluster, &evals, self.leader_key, self.leader_revision).await {
+            Ok(()) => mirror.wrote_evals(&evals),
+            Err(error) => tracing::warn!(%error, "recording the evaluations' outcome"),
+        }
+        mirror.finished(round, &plan, true);
         self.mirror = Some(mirror);
-        Ok(again)
+        Ok(None)
     }
 
     /// Waits for a change the plan reads, or the time a job is due to be planned again
@@ -204,10 +209,14 @@ impl<'a> Leading<'a> {
             .filter(|at| *at > now)
             .min();
         let retry = self.lost_claims.retry_at_ms().map(|at| at.max(now));
-        let due_in = [Some(mirror.next_wake_ms()), claims_due, retry, retry_at]
+        // After a deferred round, no earlier time than its retry (a job's time already
+        // past would plan again at once, and defer again).
+        let due_in = [Some(mirror.next_wake_ms()), claims_due, retry]
             .into_iter()
             .flatten()
             .min()
+            .map(|at| at.max(retry_at.unwrap_or(0)))
+            .or(retry_at)
             .map(|at| Duration::from_millis(at.saturating_sub(now)));
         let due = async {
             match due_in {
@@ -236,7 +245,7 @@ impl<'a> Leading<'a> {
         tokio::pin!(settle);
         loop {
             tokio::select! {
-                () = &mut settle => return Ok(()),
+                () = &mut settle => break,
                 change = self.changes.recv() => match change {
                     None => return Err(Stop::Resign),
                     Some(Change::Reset) => return Err(Stop::Reload),
@@ -244,5 +253,20 @@ impl<'a> Leading<'a> {
                 },
             }
         }
+        // And the changes already come when the time is up (at most a queue's worth: a
+        // steady stream of them never holds the round back).
+        for _ in 0..CHANGES_TAKEN_AFTER_SETTLING {
+            match self.changes.try_recv() {
+                Ok(Change::Reset) => return Err(Stop::Reload),
+                Ok(change) => {
+                    mirror.apply(&change);
+                }
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                    return Err(Stop::Resign);
+                }
+            }
+        }
+        Ok(())
     }
 }

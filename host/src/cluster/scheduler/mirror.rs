@@ -39,6 +39,8 @@ pub(super) struct MirroredJob {
     pub(super) record: ClusterJob,
     pub(super) version: i64,
     pub(super) parsed: Option<Result<Job, JobspecError>>,
+    /// The agent was too busy to evaluate it in the last round (the round defers).
+    pub(super) busy: Option<JobspecError>,
 }
 
 /// What the allocs of one node hold while they run, summed.
@@ -206,13 +208,15 @@ impl Mirror {
                 {
                     return;
                 }
-                self.forget_kind(&id);
+                // Its kind (per node, periodic) is kept until it is evaluated again: a
+                // periodic parent submitted again is planned with its children.
                 self.jobs.insert(
                     id.clone(),
                     MirroredJob {
                         record,
                         version,
                         parsed: None,
+                        busy: None,
                     },
                 );
                 self.dirty.insert(id);
@@ -221,57 +225,12 @@ impl Mirror {
                 if self.nodes.get(&record.id) == Some(&record) {
                     return;
                 }
-                self.nodes.insert(record.id.clone(), record);
-                self.nodes_view = None;
-                self.room_changed = true;
+                let id = record.id.clone();
+                self.nodes.insert(id.clone(), record);
+                self.node_changed(&id);
             }
-            Stored::Placement(placement) => {
-                let alloc = placement.alloc_id.clone();
-                self.unplace(&alloc);
-                self.dirty.insert(placement.job_id.clone());
-                self.placed_of_job
-                    .entry(placement.job_id.clone())
-                    .or_default()
-                    .insert(alloc.clone());
-                self.placed_on_node
-                    .entry(placement.node_id.clone())
-                    .or_default()
-                    .insert(alloc.clone());
-                if !self.terminal(&alloc) {
-                    self.held
-                        .entry(placement.node_id.clone())
-                        .or_default()
-                        .add(&placement);
-                }
-                self.unplaced.remove(&alloc);
-                self.placements.insert(alloc, placement);
-            }
-            Stored::Report(report) => {
-                let alloc = report.alloc_id.clone();
-                let was_terminal = self.terminal(&alloc);
-                let terminal = report.client_status.is_terminal();
-                self.dirty.insert(report.job_id.clone());
-                if let Some(old) = self.reports.get(&alloc)
-                    && old.job_id != report.job_id
-                {
-                    let old_job = old.job_id.clone();
-                    self.unreport(&old_job, &alloc);
-                }
-                self.reported_of_job
-                    .entry(report.job_id.clone())
-                    .or_default()
-                    .insert(alloc.clone());
-                if !self.placements.contains_key(&alloc) {
-                    self.unplaced.insert(alloc.clone());
-                }
-                if report.client_status == crate::model::status::ClientStatus::Lost {
-                    self.lost.insert(alloc.clone());
-                } else {
-                    self.lost.remove(&alloc);
-                }
-                self.reports.insert(alloc.clone(), report);
-                self.terminal_changed(&alloc, was_terminal, terminal);
-            }
+            Stored::Placement(placement) => self.record_placement(placement),
+            Stored::Report(report) => self.record_report(report),
             Stored::NodeSettings(id, settings) => {
                 if self.node_settings.get(&id) == Some(&settings) {
                     return;
@@ -313,18 +272,114 @@ impl Mirror {
         }
     }
 
+    /// A placement written (by the leader's round, or read from the watch).
+    pub(super) fn record_placement(&mut self, placement: Placement) {
+        let alloc = placement.alloc_id.clone();
+        // The same alloc written again: what it held goes, and its job (if another)
+        // is planned with the room it left.
+        if let Some(old) = self.placements.get(&alloc) {
+            let same_room = old.node_id == placement.node_id
+                && (old.cpu_mhz, old.memory_mb, old.disk_mb, &old.static_ports)
+                    == (
+                        placement.cpu_mhz,
+                        placement.memory_mb,
+                        placement.disk_mb,
+                        &placement.static_ports,
+                    );
+            if old.job_id != placement.job_id || !same_room {
+                self.dirty.insert(old.job_id.clone());
+                self.room_changed = true;
+            }
+            self.unplace(&alloc);
+        }
+        self.dirty.insert(placement.job_id.clone());
+        self.placed_of_job
+            .entry(placement.job_id.clone())
+            .or_default()
+            .insert(alloc.clone());
+        self.placed_on_node
+            .entry(placement.node_id.clone())
+            .or_default()
+            .insert(alloc.clone());
+        if !self.terminal(&alloc) {
+            self.held
+                .entry(placement.node_id.clone())
+                .or_default()
+                .add(&placement);
+        }
+        self.unplaced.remove(&alloc);
+        self.placements.insert(alloc, placement);
+    }
+
+    /// The placement of `alloc` on `node` removed (one the mirror holds on another node
+    /// is not this one).
+    pub(super) fn remove_placement(&mut self, node: &str, alloc: &str) {
+        let Some(placement) = self.placements.get(alloc).filter(|p| p.node_id == node) else {
+            return;
+        };
+        self.dirty.insert(placement.job_id.clone());
+        self.room_changed = true;
+        self.unplace(alloc);
+    }
+
+    /// A report written (by a node, or the leader's round for a lost alloc).
+    pub(super) fn record_report(&mut self, report: AllocReport) {
+        let alloc = report.alloc_id.clone();
+        let was_terminal = self.terminal(&alloc);
+        let terminal = report.client_status.is_terminal();
+        self.dirty.insert(report.job_id.clone());
+        if let Some(old) = self.reports.get(&alloc)
+            && old.job_id != report.job_id
+        {
+            let old_job = old.job_id.clone();
+            self.dirty.insert(old_job.clone());
+            self.unreport(&old_job, &alloc);
+        }
+        self.reported_of_job
+            .entry(report.job_id.clone())
+            .or_default()
+            .insert(alloc.clone());
+        if !self.placements.contains_key(&alloc) {
+            self.unplaced.insert(alloc.clone());
+        }
+        if report.client_status == crate::model::status::ClientStatus::Lost {
+            self.lost.insert(alloc.clone());
+        } else {
+            self.lost.remove(&alloc);
+        }
+        self.reports.insert(alloc.clone(), report);
+        self.terminal_changed(&alloc, was_terminal, terminal);
+    }
+
+    /// The report of `alloc` removed.
+    pub(super) fn remove_report(&mut self, alloc: &str) {
+        let Some(report) = self.reports.get(alloc) else {
+            return;
+        };
+        let job = report.job_id.clone();
+        let was_terminal = report.client_status.is_terminal();
+        self.dirty.insert(job.clone());
+        self.unreport(&job, alloc);
+        self.reports.remove(alloc);
+        self.unplaced.remove(alloc);
+        self.lost.remove(alloc);
+        self.terminal_changed(alloc, was_terminal, false);
+    }
+
+    /// The job `id` removed.
+    pub(super) fn remove_job(&mut self, id: &str) {
+        if self.jobs.remove(id).is_some() {
+            self.forget_kind(id);
+            self.timers.remove(id);
+            self.dirty.insert(id.to_string());
+        }
+    }
+
     fn delete(&mut self, key: &str) {
         let rest = self.rest(key).to_string();
         let (kind, id) = rest.split_once('/').unwrap_or((rest.as_str(), ""));
         match kind {
-            "jobs" => {
-                let known = self.jobs.remove(id).is_some();
-                if known {
-                    self.forget_kind(id);
-                    self.timers.remove(id);
-                    self.dirty.insert(id.to_string());
-                }
-            }
+            "jobs" => self.remove_job(id),
             "nodes" => {
                 let known = self.nodes.remove(id).is_some();
                 if known {
@@ -333,25 +388,10 @@ impl Mirror {
                 }
             }
             "allocs" => {
-                let alloc = id.rsplit('/').next().unwrap_or_default();
-                if let Some(placement) = self.placements.get(alloc) {
-                    self.dirty.insert(placement.job_id.clone());
-                    self.room_changed = true;
-                }
-                self.unplace(alloc);
+                let (node, alloc) = id.split_once('/').unwrap_or_default();
+                self.remove_placement(node, alloc);
             }
-            "status" => {
-                if let Some(report) = self.reports.get(id) {
-                    let job = report.job_id.clone();
-                    let was_terminal = report.client_status.is_terminal();
-                    self.dirty.insert(job.clone());
-                    self.unreport(&job, id);
-                    self.reports.remove(id);
-                    self.unplaced.remove(id);
-                    self.lost.remove(id);
-                    self.terminal_changed(id, was_terminal, false);
-                }
-            }
+            "status" => self.remove_report(id),
             "node-settings" => {
                 let known = self.node_settings.remove(id).is_some();
                 if known {

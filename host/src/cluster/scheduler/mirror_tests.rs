@@ -85,6 +85,8 @@ struct Cluster {
     /// Rounds that planned only some jobs, and all rounds.
     partial_rounds: usize,
     rounds: usize,
+    /// The watch events of the leader's own writes not yet come (a watch lags).
+    echoes: std::collections::VecDeque<Change>,
 }
 
 impl Cluster {
@@ -108,10 +110,16 @@ impl Cluster {
             nodes,
             partial_rounds: 0,
             rounds: 0,
+            echoes: Default::default(),
         }
     }
 
+    /// A change made by another (after the leader's own writes, whose events come
+    /// first).
     fn change(&mut self, change: Option<Change>) {
+        while let Some(echo) = self.echoes.pop_front() {
+            self.mirror.apply(&echo);
+        }
         if let Some(change) = change {
             self.mirror.apply(&change);
         }
@@ -121,8 +129,16 @@ impl Cluster {
         let network = port.map_or(String::new(), |p| {
             format!("network {{\n port \"p\" {{\n static = {p}\n }}\n }}\n")
         });
+        // A periodic batch job launches a child every 10 s, one at a time.
+        let (kind, periodic) = match kind {
+            "periodic" => (
+                "batch",
+                "periodic {\n crons = [\"*/10 * * * * * *\"]\n prohibit_overlap = true\n }\n",
+            ),
+            kind => (kind, ""),
+        };
         let source = format!(
-            "job \"{id}\" {{\n type = \"{kind}\"\n group \"g\" {{\n count = {count}\n {network}\n \
+            "job \"{id}\" {{\n type = \"{kind}\"\n {periodic} group \"g\" {{\n count = {count}\n {network}\n \
              reschedule {{\n delay = \"10s\"\n delay_function = \"constant\"\n unlimited = true\n }}\n \
              task \"t\" {{\n driver = \"exec\"\n config {{\n command = \"/bin/true\"\n }}\n \
              resources {{\n cpu = 100\n memory = {memory}\n }}\n }}\n }}\n}}\n"
@@ -218,6 +234,13 @@ impl Cluster {
     /// records; each round's plan is written as the leader writes it.
     fn settle(&mut self, what: &str) {
         for _ in 0..8 {
+            // Half the events of the leader's last writes have come: a round reads its
+            // own writes all the same.
+            for _ in 0..self.echoes.len() / 2 {
+                if let Some(echo) = self.echoes.pop_front() {
+                    self.mirror.apply(&echo);
+                }
+            }
             let full_snapshot = self.store.snapshot();
             let full = plan(&full_snapshot, self.now_ms);
             let full_outcome = evals::outcome(&full_snapshot, &full, self.now_ms);
@@ -276,8 +299,11 @@ impl Cluster {
                 completed(&full_outcome),
                 "after {what}: the evaluations completed differ"
             );
-            self.write(&partial, &round.snapshot, &outcome);
+            let echoes = self.write(&partial, &round.snapshot, &outcome);
+            self.mirror.wrote_evals(&outcome);
             self.mirror.finished(round, &partial, true);
+            self.echoes.extend(echoes);
+            self.launch(&partial);
             assert_eq!(
                 self.mirror.timers(),
                 &full.wake_jobs,
@@ -290,7 +316,55 @@ impl Cluster {
         panic!("after {what}: the cluster did not settle in 8 rounds");
     }
 
-    fn write(&mut self, plan: &Plan, snapshot: &Snapshot, outcome: &evals::EvalOutcome) {
+    /// The children a round launched, written as `Cluster::create_child` writes them
+    /// (a child already there is not written again).
+    fn launch(&mut self, plan: &Plan) {
+        for launch in &plan.launch {
+            let id = format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000);
+            let parent_key = format!("{PREFIX}/jobs/{}", launch.parent);
+            let Some(parent) = self.store.entries.get(&parent_key) else {
+                continue;
+            };
+            if self
+                .store
+                .entries
+                .contains_key(&format!("{PREFIX}/jobs/{id}"))
+            {
+                continue;
+            }
+            let parent: ClusterJob = serde_json::from_slice(&parent.value).unwrap();
+            let child = ClusterJob {
+                id: id.clone(),
+                submitted_ms: launch.at_ms,
+                stopped: false,
+                child_of: Some(crate::state::ChildOf {
+                    parent: launch.parent.clone(),
+                    meta: Vec::new(),
+                    payload: None,
+                }),
+                by_operator: false,
+                ..parent
+            };
+            let change = self.store.put_json(&format!("jobs/{id}"), &child);
+            self.change(Some(change));
+            let change = self.store.put(
+                &format!("launches/{}", launch.parent),
+                launch.at_ms.to_string().into_bytes(),
+            );
+            self.change(Some(change));
+            let eval = Evaluation::pending(&id, trigger::PERIODIC);
+            let change = self.store.put_json(&format!("evals/{}", eval.id), &eval);
+            self.change(Some(change));
+        }
+    }
+
+    /// Writes what the leader writes after a round; the watch events of those writes.
+    fn write(
+        &mut self,
+        plan: &Plan,
+        snapshot: &Snapshot,
+        outcome: &evals::EvalOutcome,
+    ) -> Vec<Change> {
         let mut changes = Vec::new();
         for (node, alloc) in &plan.stop {
             changes.push(self.store.delete(&format!("allocs/{node}/{alloc}")));
@@ -340,9 +414,7 @@ impl Cluster {
         for id in &outcome.forget {
             changes.push(self.store.delete(&format!("evals/{id}")));
         }
-        for change in changes {
-            self.change(change);
-        }
+        changes.into_iter().flatten().collect()
     }
 }
 
@@ -367,7 +439,13 @@ fn decided(plan: &Plan) -> impl PartialEq + std::fmt::Debug {
     let stop: BTreeSet<_> = plan.stop.iter().cloned().collect();
     let lost: BTreeSet<_> = plan.lost.iter().map(|r| r.alloc_id.clone()).collect();
     let forget: BTreeSet<_> = plan.forget.iter().cloned().collect();
+    let launch: Vec<_> = plan
+        .launch
+        .iter()
+        .map(|l| (l.parent.clone(), l.at_ms))
+        .collect();
     (
+        launch,
         place,
         stop,
         lost,
@@ -409,7 +487,7 @@ fn changes_compared(seed: u64, steps: usize) {
     for step in 0..steps {
         let job = format!("j{}", next(12));
         let n = usize::try_from(next(1000)).unwrap();
-        let what = match next(12) {
+        let what = match next(14) {
             0 | 1 => {
                 let count = u32::try_from(next(4)).unwrap() + 1;
                 let memory = [50, 100, 300, 900][usize::try_from(next(4)).unwrap()];
@@ -424,6 +502,13 @@ fn changes_compared(seed: u64, steps: usize) {
             3 => {
                 cluster.submit("sys", "system", 1, 50, None);
                 "submit the system job".into()
+            }
+            12 => {
+                // Submitted again while a child may run, its next launch due in the
+                // round that plans it.
+                cluster.submit("tick", "periodic", 1, 50, None);
+                cluster.now_ms += 10_000;
+                "submit the periodic job, 10 s before its round".into()
             }
             4 => {
                 cluster.stop(&job);

@@ -114,7 +114,13 @@ impl Mirror {
             .iter()
             .filter_map(|alloc| self.placements.get(alloc).cloned())
             .collect();
-        snapshot.reports = of_jobs(&self.reported_of_job)
+        // The reports of those jobs, and of their placements (one naming another job
+        // is read by its alloc, as a full plan reads it).
+        let reported: BTreeSet<String> = of_jobs(&self.reported_of_job)
+            .into_iter()
+            .chain(snapshot.placements.iter().map(|p| p.alloc_id.clone()))
+            .collect();
+        snapshot.reports = reported
             .iter()
             .filter_map(|alloc| self.reports.get(alloc).cloned())
             .collect();
@@ -220,18 +226,24 @@ impl Mirror {
                 jobs.insert(id.clone());
             }
         }
-        // A node's drain moves its allocs one round after another.
-        for (node, settings) in &self.node_settings {
-            if settings.drain {
-                jobs.extend(
-                    self.placed_on_node
-                        .get(node)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|alloc| self.placements.get(alloc))
-                        .map(|p| p.job_id.clone()),
-                );
-            }
+        // A node's drain moves its allocs one round after another (the operator's
+        // setting, or a record that says so).
+        let draining = self
+            .nodes
+            .iter()
+            .filter(|(id, record)| {
+                record.drain || self.node_settings.get(*id).is_some_and(|s| s.drain)
+            })
+            .map(|(id, _)| id);
+        for node in draining {
+            jobs.extend(
+                self.placed_on_node
+                    .get(node)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|alloc| self.placements.get(alloc))
+                    .map(|p| p.job_id.clone()),
+            );
         }
         // Periodic parents with their children: a launch reads them all.
         for parent in &self.periodic {
@@ -255,32 +267,44 @@ impl Mirror {
             return;
         }
         let parsed = job.record.spec();
-        // A busy agent's refusal says nothing of the job: evaluated again next round.
-        if parsed
-            .as_ref()
-            .err()
-            .is_some_and(crate::jobspec::is_transient)
+        // A busy agent's refusal says nothing of the job: the round defers, and it is
+        // evaluated again in the next.
+        if let Err(error) = &parsed
+            && crate::jobspec::is_transient(error)
         {
+            job.busy = Some(error.clone());
             return;
         }
-        if let Ok(parsed) = &parsed {
-            if parsed.job_type.per_node() {
-                self.per_node.insert(id.to_string());
-            }
-            if parsed.periodic.is_some() && job.record.child_of.is_none() {
-                self.periodic.insert(id.to_string());
+        job.busy = None;
+        let per_node = parsed.as_ref().is_ok_and(|p| p.job_type.per_node());
+        let periodic = parsed
+            .as_ref()
+            .is_ok_and(|p| p.periodic.is_some() && job.record.child_of.is_none());
+        job.parsed = Some(parsed);
+        for (kind, is) in [
+            (&mut self.per_node, per_node),
+            (&mut self.periodic, periodic),
+        ] {
+            if is {
+                kind.insert(id.to_string());
+            } else {
+                kind.remove(id);
             }
         }
-        job.parsed = Some(parsed);
     }
 
     /// The plan of `round`: the same decision a full plan makes for its jobs.
     fn plan(&self, round: &Round, now_ms: u64) -> super::Plan {
-        let evaluate =
-            |job: &ClusterJob| match self.jobs.get(&job.id).and_then(|j| j.parsed.as_ref()) {
-                Some(parsed) => parsed.clone(),
-                None => job.spec(),
-            };
+        // A job the agent was too busy to evaluate defers the round (as a full plan
+        // does), rather than being evaluated again with another outcome.
+        let evaluate = |job: &ClusterJob| match self.jobs.get(&job.id) {
+            Some(known) => match (&known.parsed, &known.busy) {
+                (Some(parsed), _) => parsed.clone(),
+                (None, Some(busy)) => Err(busy.clone()),
+                (None, None) => job.spec(),
+            },
+            None => job.spec(),
+        };
         super::plan_with(&round.snapshot, now_ms, evaluate, &round.held)
     }
 
@@ -300,6 +324,22 @@ impl Mirror {
         }
     }
 
+    /// The evaluations the leader wrote after a round (`outcome`), as the store now
+    /// holds them.
+    pub fn wrote_evals(&mut self, outcome: &super::evals::EvalOutcome) {
+        for eval in &outcome.complete {
+            let mut eval = eval.clone();
+            if let Some(known) = self.evals.get(&eval.id) {
+                eval.create_revision = known.create_revision;
+                eval.mod_revision = known.mod_revision;
+            }
+            self.evals.insert(eval.id.clone(), eval);
+        }
+        for id in &outcome.forget {
+            self.evals.remove(id);
+        }
+    }
+
     /// After `round`'s `plan` was written (`written`), or not: what the next rounds need
     /// of it. A round not written, or deferred, is planned again.
     pub fn finished(&mut self, round: Round, plan: &super::Plan, written: bool) {
@@ -315,6 +355,24 @@ impl Mirror {
             None => self.timers.clear(),
         }
         self.timers.extend(plan.wake_jobs.clone());
+        // What the round wrote, as the store now holds it: the next round reads its own
+        // writes though their watch events have not all come (they change nothing when
+        // they come).
+        for (node, alloc) in &plan.stop {
+            self.remove_placement(node, alloc);
+        }
+        for alloc in &plan.forget {
+            self.remove_report(alloc);
+        }
+        for job in &plan.forget_jobs {
+            self.remove_job(job);
+        }
+        for report in &plan.lost {
+            self.record_report(report.clone());
+        }
+        for placement in &plan.place {
+            self.record_placement(placement.clone());
+        }
         // What could not be placed, as the round wrote it (the watch brings it too).
         let planned = |id: &str| round.jobs.as_ref().is_none_or(|jobs| jobs.contains(id));
         self.blocked.retain(|job, _| !planned(job));

@@ -113,6 +113,8 @@ pub struct Mirror {
     pub(super) periodic: BTreeSet<String>,
     /// What the next round plans.
     pub(super) dirty: BTreeSet<String>,
+    /// How many changes called for a round (one to a job already to be planned, too).
+    pub(super) marks: u64,
     pub(super) room_changed: bool,
     pub(super) everything: bool,
     /// When a job is due to be planned again though nothing changes (a reschedule
@@ -151,6 +153,7 @@ impl Mirror {
             per_node: BTreeSet::new(),
             periodic: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            marks: 0,
             room_changed: false,
             everything: true,
             timers: BTreeMap::new(),
@@ -174,7 +177,7 @@ impl Mirror {
     /// reads); a [`Change::Reset`] calls for reading the cluster again instead
     /// ([`Mirror::load`]), and is answered `true`.
     pub fn apply(&mut self, change: &Change) -> bool {
-        let before = (self.dirty.len(), self.room_changed, self.everything);
+        let before = self.marks;
         match change {
             Change::Put(entry) => {
                 self.revision = self.revision.max(entry.mod_revision);
@@ -186,10 +189,11 @@ impl Mirror {
             }
             Change::Reset => {
                 self.everything = true;
+                self.marks += 1;
                 return true;
             }
         }
-        before != (self.dirty.len(), self.room_changed, self.everything)
+        before != self.marks
     }
 
     fn put(&mut self, entry: &Entry) {
@@ -219,7 +223,7 @@ impl Mirror {
                         busy: None,
                     },
                 );
-                self.dirty.insert(id);
+                self.mark(id);
             }
             Stored::Node(record) => {
                 if self.nodes.get(&record.id) == Some(&record) {
@@ -254,15 +258,15 @@ impl Mirror {
                 let rest = self.rest(&entry.key).to_string();
                 self.node_plugins.insert(rest, (plugin_id, node, healthy));
                 self.csi_view = None;
-                self.room_changed = true;
+                self.room();
             }
             Stored::Launch(parent, at_ms) => {
                 self.last_launches.insert(parent.clone(), at_ms);
-                self.dirty.insert(parent);
+                self.mark(parent);
             }
             Stored::Eval(eval) => {
                 if eval.status == EvalStatus::Pending {
-                    self.dirty.insert(eval.job_id.clone());
+                    self.mark(eval.job_id.clone());
                 }
                 self.evals.insert(eval.id.clone(), eval);
             }
@@ -287,12 +291,12 @@ impl Mirror {
                         &placement.static_ports,
                     );
             if old.job_id != placement.job_id || !same_room {
-                self.dirty.insert(old.job_id.clone());
-                self.room_changed = true;
+                self.mark(old.job_id.clone());
+                self.room();
             }
             self.unplace(&alloc);
         }
-        self.dirty.insert(placement.job_id.clone());
+        self.mark(placement.job_id.clone());
         self.placed_of_job
             .entry(placement.job_id.clone())
             .or_default()
@@ -317,8 +321,8 @@ impl Mirror {
         let Some(placement) = self.placements.get(alloc).filter(|p| p.node_id == node) else {
             return;
         };
-        self.dirty.insert(placement.job_id.clone());
-        self.room_changed = true;
+        self.mark(placement.job_id.clone());
+        self.room();
         self.unplace(alloc);
     }
 
@@ -327,12 +331,12 @@ impl Mirror {
         let alloc = report.alloc_id.clone();
         let was_terminal = self.terminal(&alloc);
         let terminal = report.client_status.is_terminal();
-        self.dirty.insert(report.job_id.clone());
+        self.mark(report.job_id.clone());
         if let Some(old) = self.reports.get(&alloc)
             && old.job_id != report.job_id
         {
             let old_job = old.job_id.clone();
-            self.dirty.insert(old_job.clone());
+            self.mark(old_job.clone());
             self.unreport(&old_job, &alloc);
         }
         self.reported_of_job
@@ -358,7 +362,7 @@ impl Mirror {
         };
         let job = report.job_id.clone();
         let was_terminal = report.client_status.is_terminal();
-        self.dirty.insert(job.clone());
+        self.mark(job.clone());
         self.unreport(&job, alloc);
         self.reports.remove(alloc);
         self.unplaced.remove(alloc);
@@ -371,7 +375,7 @@ impl Mirror {
         if self.jobs.remove(id).is_some() {
             self.forget_kind(id);
             self.timers.remove(id);
-            self.dirty.insert(id.to_string());
+            self.mark(id.to_string());
         }
     }
 
@@ -408,13 +412,13 @@ impl Mirror {
                 let known = self.node_plugins.remove(&rest).is_some();
                 if known {
                     self.csi_view = None;
-                    self.room_changed = true;
+                    self.room();
                 }
             }
             "launches" => {
                 let known = self.last_launches.remove(id).is_some();
                 if known {
-                    self.dirty.insert(id.to_string());
+                    self.mark(id.to_string());
                 }
             }
             "evals" => {
@@ -425,6 +429,18 @@ impl Mirror {
             }
             _ => {}
         }
+    }
+
+    /// `job` is planned in the next round.
+    fn mark(&mut self, job: String) {
+        self.dirty.insert(job);
+        self.marks += 1;
+    }
+
+    /// Room may have grown: the jobs waiting for it are planned in the next round.
+    fn room(&mut self) {
+        self.room_changed = true;
+        self.marks += 1;
     }
 
     fn rest<'k>(&self, key: &'k str) -> &'k str {
@@ -451,7 +467,7 @@ impl Mirror {
             }
         }
         if now {
-            self.room_changed = true;
+            self.room();
         }
     }
 
@@ -480,7 +496,7 @@ impl Mirror {
     /// placed on it are planned, and the room it has may have grown.
     fn node_changed(&mut self, id: &str) {
         self.nodes_view = None;
-        self.room_changed = true;
+        self.room();
         let jobs: Vec<String> = self
             .placed_on_node
             .get(id)
@@ -489,14 +505,16 @@ impl Mirror {
             .filter_map(|alloc| self.placements.get(alloc))
             .map(|p| p.job_id.clone())
             .collect();
-        self.dirty.extend(jobs);
+        for job in jobs {
+            self.mark(job);
+        }
     }
 
     /// A volume's claims changed: the jobs of the allocs named before or after are
     /// planned (a report is kept while a claim names its alloc).
     fn claims_changed(&mut self, before: Vec<String>, after: Vec<String>) {
         self.csi_view = None;
-        self.room_changed = true;
+        self.room();
         let before: BTreeSet<String> = before.into_iter().collect();
         let after: BTreeSet<String> = after.into_iter().collect();
         for alloc in before.symmetric_difference(&after) {
@@ -506,7 +524,7 @@ impl Mirror {
                 .map(|r| &r.job_id)
                 .or_else(|| self.placements.get(alloc).map(|p| &p.job_id))
             {
-                self.dirty.insert(job.clone());
+                self.mark(job.clone());
             }
         }
     }

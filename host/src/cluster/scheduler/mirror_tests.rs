@@ -125,6 +125,21 @@ impl Cluster {
         }
     }
 
+    /// A change made by another that the plan reads: it calls for a round, whether or
+    /// not its job is to be planned already (the leader's own writes mark theirs).
+    fn change_read(&mut self, change: Change) {
+        self.change(None);
+        let key = match &change {
+            Change::Put(entry) => entry.key.clone(),
+            Change::Delete { key, .. } => key.clone(),
+            Change::Reset => "(reset)".into(),
+        };
+        assert!(
+            self.mirror.apply(&change),
+            "a change the plan reads calls for a round: {key}"
+        );
+    }
+
     fn submit(&mut self, id: &str, kind: &str, count: u32, memory: u32, port: Option<u16>) {
         let network = port.map_or(String::new(), |p| {
             format!("network {{\n port \"p\" {{\n static = {p}\n }}\n }}\n")
@@ -157,7 +172,7 @@ impl Cluster {
             typed: None,
         };
         let change = self.store.put_json(&format!("jobs/{id}"), &job);
-        self.change(Some(change));
+        self.change_read(change);
         let eval = Evaluation::pending(id, trigger::REGISTER);
         let change = self.store.put_json(&format!("evals/{}", eval.id), &eval);
         self.change(Some(change));
@@ -200,7 +215,7 @@ impl Cluster {
         let change = self
             .store
             .put_json(&format!("status/{}", report.alloc_id), &report);
-        self.change(Some(change));
+        self.change_read(change);
     }
 
     fn node_down(&mut self, n: usize) {

@@ -502,8 +502,9 @@ impl Agent {
                     _ = local_events.recv() => {}
                     () = tokio::time::sleep(Duration::from_secs(2)) => {}
                 }
-                // Take whatever else arrives within a moment in the same round.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                // Take whatever else arrives within a moment in the same round (a
+                // placement's start waits for it: kept short).
+                tokio::time::sleep(Duration::from_millis(2)).await;
                 while changes.try_recv().is_ok() {}
                 while local_events.try_recv().is_ok() {}
             }

@@ -8,17 +8,18 @@
 //! - when room may have grown (a placement removed, an alloc ended, a node or a CSI
 //!   volume or plugin changed): the jobs that could not be placed, and the per-node
 //!   (system) jobs;
-//! - always: periodic parents with their children, jobs on draining nodes, and jobs
-//!   whose reschedule time has come ([`super::Plan::wake_jobs`]).
+//! - always: periodic parents with their children, jobs on draining nodes, jobs whose
+//!   time has come ([`super::Plan::wake_jobs`]: a reschedule delay, a periodic launch),
+//!   and reports and children past their hour.
 //!
 //! What the other jobs hold on each node (CPU, memory, disk, static ports) is kept as a
-//! running total, so the jobs planned see the room they left. [`Mirror::round`] makes
-//! the snapshot of the jobs planned and the room held by the rest, and
-//! [`Mirror::plan`] runs the same [`super::plan_with`] as a full plan: a round of the
-//! jobs that changed decides what a full plan decides (the tests in `mirror_tests.rs`
-//! compare the two after each change). Every [`FULL_ROUND_MS`] a round plans
-//! everything, for what only time changes (reports and evaluations kept an hour, the
-//! children of periodic jobs collected).
+//! running total, so the jobs planned see the room they left. `Mirror::plan_round`
+//! (`rounds.rs`) makes the snapshot of the jobs planned and the room held by the rest,
+//! and runs the same `plan_with` as a full plan: a round of the jobs that changed
+//! decides what a full plan decides (the tests in `mirror_tests.rs` compare the two
+//! after each change). What a round writes is applied here at once, so the next reads
+//! it though its watch events have not come. Every [`FULL_ROUND_MS`] a round plans
+//! everything: a safety net.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -429,7 +429,15 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
                 .as_array()?
                 .iter()
                 .any(|a| a["Name"] == wanted.as_str() && a["ClientStatus"] == "complete");
-            done.then_some(())
+            // And its job dead: the alloc's end is in the node's own view a moment
+            // before its report reaches the cluster, which the job's status reads.
+            let job = plane
+                .api()
+                .client()
+                .get::<Value>(&format!("/v1/job/{}", child.replace('/', "%2F")))
+                .await
+                .ok()?;
+            (done && job["Status"] == "dead").then_some(())
         })
         .await;
     let children = plane.get("/v1/jobs?prefix=nightly%2F").await;

@@ -41,15 +41,21 @@ pub(crate) enum Stored {
     Blocked(String, Vec<Blocked>),
 }
 
+/// `entry`'s value as JSON of a `T`; one that does not read is logged and left out.
+fn read<T: serde::de::DeserializeOwned>(entry: &Entry) -> Option<T> {
+    serde_json::from_slice(&entry.value)
+        .map_err(|error| {
+            tracing::warn!(key = %entry.key, %error,
+                "a record in the cluster store cannot be read; it is left out");
+        })
+        .ok()
+}
+
 /// The record `entry` holds, if it is one the scheduler reads and it reads well (a
 /// record that does not is logged and left out).
 pub(crate) fn decode(prefix: &str, entry: &Entry) -> Option<Stored> {
     let rest = entry.key.strip_prefix(prefix)?;
     let kind = rest.split('/').next().unwrap_or("");
-    let problem = |e: serde_json::Error| {
-        tracing::warn!(key = %entry.key, error = %e,
-            "a record in the cluster store cannot be read; it is left out");
-    };
     // Whether a decoded record is what its key says (a refusal is logged).
     let fits = |check: Checked<'_>| {
         well_formed(rest, &check)
@@ -60,71 +66,42 @@ pub(crate) fn decode(prefix: &str, entry: &Entry) -> Option<Stored> {
             .is_ok()
     };
     match kind {
-        "jobs" => match serde_json::from_slice::<ClusterJob>(&entry.value) {
-            Ok(job) => fits(Checked::Job(&job)).then_some(Stored::Job(job, entry.mod_revision)),
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
-        "nodes" => match serde_json::from_slice::<NodeRecord>(&entry.value) {
-            Ok(record) => fits(Checked::Node(&record)).then_some(Stored::Node(record)),
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
-        "allocs" => match serde_json::from_slice::<Placement>(&entry.value) {
-            Ok(placement) => {
-                fits(Checked::Placement(&placement)).then_some(Stored::Placement(placement))
-            }
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
-        "status" => match serde_json::from_slice::<AllocReport>(&entry.value) {
-            Ok(report) => fits(Checked::Report(&report)).then_some(Stored::Report(report)),
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
-        "node-settings" => match serde_json::from_slice::<NodeSettings>(&entry.value) {
-            Ok(settings) => {
-                let id = rest.trim_start_matches("node-settings/").to_string();
-                Some(Stored::NodeSettings(id, settings))
-            }
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
-        "volumes" => match serde_json::from_slice::<VolumeOfRecord>(&entry.value) {
-            Ok(record) => Some(Stored::Volume {
+        "jobs" => {
+            let job: ClusterJob = read(entry)?;
+            fits(Checked::Job(&job)).then_some(Stored::Job(job, entry.mod_revision))
+        }
+        "nodes" => {
+            let record: NodeRecord = read(entry)?;
+            fits(Checked::Node(&record)).then_some(Stored::Node(record))
+        }
+        "allocs" => {
+            let placement: Placement = read(entry)?;
+            fits(Checked::Placement(&placement)).then_some(Stored::Placement(placement))
+        }
+        "status" => {
+            let report: AllocReport = read(entry)?;
+            fits(Checked::Report(&report)).then_some(Stored::Report(report))
+        }
+        "node-settings" => Some(Stored::NodeSettings(
+            rest.trim_start_matches("node-settings/").to_string(),
+            read(entry)?,
+        )),
+        "volumes" => {
+            let record: VolumeOfRecord = read(entry)?;
+            Some(Stored::Volume {
                 id: rest.trim_start_matches("volumes/").to_string(),
                 plugin_id: record.volume.plugin_id,
                 claimed: record.claims.into_iter().map(|c| c.alloc_id).collect(),
-            }),
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
-        "plugins" => match serde_json::from_slice::<crate::catalog::PluginProvider>(&entry.value) {
-            Ok(provider) if provider.kind == crate::model::csi::PluginKind::Node => {
-                Some(Stored::NodePlugin {
-                    plugin_id: provider.plugin_id,
-                    node: provider.node,
-                    healthy: provider.healthy,
-                })
-            }
-            Ok(_) => None,
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
+            })
+        }
+        "plugins" => {
+            let provider: crate::catalog::PluginProvider = read(entry)?;
+            (provider.kind == crate::model::csi::PluginKind::Node).then_some(Stored::NodePlugin {
+                plugin_id: provider.plugin_id,
+                node: provider.node,
+                healthy: provider.healthy,
+            })
+        }
         "launches" => {
             let parent = rest.trim_start_matches("launches/").to_string();
             match String::from_utf8_lossy(&entry.value).trim().parse::<u64>() {
@@ -144,16 +121,10 @@ pub(crate) fn decode(prefix: &str, entry: &Entry) -> Option<Stored> {
                 None
             }
         },
-        "blocked" => match serde_json::from_slice(&entry.value) {
-            Ok(entries) => {
-                let job = rest.trim_start_matches("blocked/").to_string();
-                Some(Stored::Blocked(job, entries))
-            }
-            Err(e) => {
-                problem(e);
-                None
-            }
-        },
+        "blocked" => Some(Stored::Blocked(
+            rest.trim_start_matches("blocked/").to_string(),
+            read(entry)?,
+        )),
         _ => None,
     }
 }

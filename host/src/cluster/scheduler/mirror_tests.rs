@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::mirror::Mirror;
-use super::tests::tests_support::node;
+use super::tests::tests_support::{job, node};
 use super::{Plan, evals, plan};
 use crate::cluster::etcd::{Change, Entry};
 use crate::cluster::records::decode;
@@ -158,19 +158,9 @@ impl Cluster {
              task \"t\" {{\n driver = \"exec\"\n config {{\n command = \"/bin/true\"\n }}\n \
              resources {{\n cpu = 100\n memory = {memory}\n }}\n }}\n }}\n}}\n"
         );
-        let job = ClusterJob {
-            id: id.into(),
-            source_name: format!("{id}.hcl"),
-            source,
-            variables: Default::default(),
-            submitted_ms: self.now_ms,
-            stopped: false,
-            may_run_plugins: false,
-            child_of: None,
-            by_operator: false,
-            owner: None,
-            typed: None,
-        };
+        let (mut job, _) = job(id, count, "");
+        job.source = source;
+        job.submitted_ms = self.now_ms;
         let change = self.store.put_json(&format!("jobs/{id}"), &job);
         self.change_read(change);
         let eval = Evaluation::pending(id, trigger::REGISTER);
@@ -335,11 +325,13 @@ impl Cluster {
     /// (a child already there is not written again).
     fn launch(&mut self, plan: &Plan) {
         for launch in &plan.launch {
-            let id = format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000);
             let parent_key = format!("{PREFIX}/jobs/{}", launch.parent);
             let Some(parent) = self.store.entries.get(&parent_key) else {
                 continue;
             };
+            let parent: ClusterJob = serde_json::from_slice(&parent.value).unwrap();
+            let child = super::periodic::child_of_launch(&parent, launch);
+            let id = child.id.clone();
             if self
                 .store
                 .entries
@@ -347,19 +339,6 @@ impl Cluster {
             {
                 continue;
             }
-            let parent: ClusterJob = serde_json::from_slice(&parent.value).unwrap();
-            let child = ClusterJob {
-                id: id.clone(),
-                submitted_ms: launch.at_ms,
-                stopped: false,
-                child_of: Some(crate::state::ChildOf {
-                    parent: launch.parent.clone(),
-                    meta: Vec::new(),
-                    payload: None,
-                }),
-                by_operator: false,
-                ..parent
-            };
             let change = self.store.put_json(&format!("jobs/{id}"), &child);
             self.change(Some(change));
             let change = self.store.put(

@@ -175,6 +175,27 @@ pub(super) fn dead_children(snapshot: &Snapshot, now_ms: u64) -> Vec<String> {
     dead
 }
 
+/// The child job `launch` makes of `parent`: its source, named by the launch time
+/// (`<parent>/periodic-<secs>`), submitted then.
+pub(super) fn child_of_launch(
+    parent: &super::super::state::ClusterJob,
+    launch: &Launch,
+) -> super::super::state::ClusterJob {
+    super::super::state::ClusterJob {
+        id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
+        submitted_ms: launch.at_ms,
+        stopped: false,
+        child_of: Some(crate::state::ChildOf {
+            parent: launch.parent.clone(),
+            meta: Vec::new(),
+            payload: None,
+        }),
+        // A child's name is not its parent's: no grant names it.
+        by_operator: false,
+        ..parent.clone()
+    }
+}
+
 /// Records the children of periodic jobs the plan launches (once each, whoever else
 /// launches them), from their parents' records in `snapshot`.
 pub(super) async fn launch_children(
@@ -188,19 +209,7 @@ pub(super) async fn launch_children(
             continue;
         };
         let version = *version;
-        let child = super::super::state::ClusterJob {
-            id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
-            submitted_ms: launch.at_ms,
-            stopped: false,
-            child_of: Some(crate::state::ChildOf {
-                parent: launch.parent.clone(),
-                meta: Vec::new(),
-                payload: None,
-            }),
-            // A child's name is not its parent's: no grant names it.
-            by_operator: false,
-            ..parent.clone()
-        };
+        let child = child_of_launch(parent, launch);
         let cluster = cluster.clone();
         let id = child.id.clone();
         let eval =

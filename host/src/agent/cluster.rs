@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{
     Agent, AllocEntry, JobAction, JobEntry, NotOwner, SubmitError, Submitted, Submitter,
@@ -15,6 +15,7 @@ use super::{
 use crate::alloc_runner::AllocRunner;
 use crate::cluster::embedded::Embedded;
 use crate::cluster::evals::{EvalStatus, Evaluation, trigger};
+use crate::cluster::pace::Pace;
 use crate::cluster::state::{AllocReport, ClusterJob, Placement, TypedJob};
 use crate::cluster::store::Store;
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
@@ -135,7 +136,8 @@ pub(super) fn spawn_revision_follower(
         while let Some(change) = changes.recv().await {
             let revision = match change {
                 crate::cluster::etcd::Change::Put(entry) => entry.mod_revision,
-                crate::cluster::etcd::Change::Delete { mod_revision, .. } => mod_revision,
+                crate::cluster::etcd::Change::Delete { mod_revision, .. }
+                | crate::cluster::etcd::Change::Revision(mod_revision) => mod_revision,
                 crate::cluster::etcd::Change::Reset => {
                     let cluster = cluster.clone();
                     match tokio::task::spawn_blocking(move || cluster.revision()).await {
@@ -227,6 +229,11 @@ const TAKE_UP_WAIT: Duration = Duration::from_secs(30);
 /// changing.
 const WRITE_TRIES: usize = 16;
 
+/// The least time from one pass of this node over its placements to the next
+/// ([`Pace`]: a placement that comes alone starts at once; a stream of task events makes
+/// a pass every `PASS_GAP`, not one each).
+const PASS_GAP: Duration = Duration::from_millis(2);
+
 /// Refuses a record too big for one write of the store: evaluated, a small source can
 /// make a big job (dynamic blocks), and the record holds it typed.
 pub(super) fn fits_in_the_store(record: &ClusterJob) -> Result<(), SubmitError> {
@@ -253,7 +260,7 @@ const TASKS_REPORT_BURST: f64 = 4.0;
 /// make at once.
 struct Reported {
     mark: ReportMark,
-    at: std::time::Instant,
+    at: Instant,
     tokens: f64,
 }
 
@@ -477,7 +484,9 @@ impl Agent {
             let mut reported: BTreeMap<String, Reported> = BTreeMap::new();
             // Placements this node refused (its checks failed): reported once, not retried.
             let mut refused: BTreeSet<String> = BTreeSet::new();
+            let mut pace = Pace::new(PASS_GAP);
             loop {
+                pace.began();
                 let Some(agent) = agent.upgrade() else { return };
                 let placements = {
                     let cluster = cluster.clone();
@@ -502,9 +511,11 @@ impl Agent {
                     _ = local_events.recv() => {}
                     () = tokio::time::sleep(Duration::from_secs(2)) => {}
                 }
-                // Take whatever else arrives within a moment in the same round (a
-                // placement's start waits for it: kept short).
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                // What else arrives until the pace allows is taken in the same pass.
+                let rest = pace.rest();
+                if !rest.is_zero() {
+                    tokio::time::sleep(rest).await;
+                }
                 while changes.try_recv().is_ok() {}
                 while local_events.try_recv().is_ok() {}
             }
@@ -711,7 +722,7 @@ impl Agent {
             .values()
             .map(|a| a.runner.status())
             .collect();
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         // Allocs this node no longer runs are not remembered (their last report stands).
         let live: BTreeSet<&str> = statuses.iter().map(|a| a.id.as_str()).collect();
         reported.retain(|id, _| live.contains(id.as_str()));

@@ -79,7 +79,7 @@ impl Cluster {
                             Some(Change::Put(entry)) => Some(entry.value),
                             // The watch was cut: the answer may have come meanwhile.
                             Some(Change::Reset) => store.get(&answer_key).await?.map(|e| e.value),
-                            Some(Change::Delete { .. }) => None,
+                            Some(Change::Delete { .. } | Change::Revision(_)) => None,
                             None => return Err(CallError::NoAnswer { node: node.clone(), within }),
                         },
                         () = &mut deadline => {
@@ -152,7 +152,7 @@ impl Cluster {
                 loop {
                     match changes.recv().await {
                         Some(Change::Put(entry)) => take(entry),
-                        Some(Change::Delete { .. }) => {}
+                        Some(Change::Delete { .. } | Change::Revision(_)) => {}
                         // Cut: list again (a call taken twice is refused by its claim).
                         Some(Change::Reset) => break,
                         None => return,

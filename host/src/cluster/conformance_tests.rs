@@ -180,6 +180,93 @@ fn leased_keys_go_with_their_lease_and_watches_see_it_in_order() {
     }
 }
 
+/// The scheduler's leader plans only whole transactions (a job with its evaluation):
+/// its watch ends each revision's changes with [`Change::Revision`], live and replayed,
+/// on etcd as on the embedded store; a plain watch has none.
+#[test]
+fn a_watch_of_whole_revisions_ends_each_transaction_with_its_revision() {
+    let server = EtcdServer::start();
+    let mut answers = Vec::new();
+    for (name, store, _keep) in stores(&server) {
+        let s = store.clone();
+        let answer = store
+            .block(async move {
+                let p = format!("/whole-{name}");
+                let start = s.revision(&p).await?;
+                let mut whole = s.watch_whole_revisions(&format!("{p}/"), 0);
+                let mut plain = s.watch(&format!("{p}/"), 0);
+                let mut replay = s.watch_whole_revisions(&format!("{p}/"), start + 1);
+                // One transaction of three keys, one of them outside the prefix (in
+                // key order: etcd tells a transaction's changes in the order written,
+                // the embedded store in key order).
+                s.transaction(
+                    Vec::new(),
+                    vec![
+                        put(&format!("{p}/eval"), "e", 0),
+                        put(&format!("{p}/job"), "j", 0),
+                        put(&format!("{p}-other"), "o", 0),
+                    ],
+                )
+                .await?;
+                s.put(&format!("{p}/report"), b"r".to_vec(), 0).await?;
+                // Outside the prefix alone: no revision told.
+                s.put(&format!("{p}-other"), b"o2".to_vec(), 0).await?;
+                s.delete(&format!("{p}/job")).await?;
+                let mut seen = Vec::new();
+                for (watch, count) in [(&mut whole, 7), (&mut plain, 4), (&mut replay, 7)] {
+                    let mut changes = Vec::new();
+                    while changes.len() < count {
+                        let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
+                        match next {
+                            Ok(Some(Change::Put(e))) => changes.push(format!(
+                                "put {}@{}",
+                                e.key.trim_start_matches(&p),
+                                e.mod_revision - start
+                            )),
+                            Ok(Some(Change::Delete { key, mod_revision })) => {
+                                changes.push(format!(
+                                    "delete {}@{}",
+                                    key.trim_start_matches(&p),
+                                    mod_revision - start
+                                ))
+                            }
+                            Ok(Some(Change::Revision(r))) => {
+                                changes.push(format!("whole@{}", r - start))
+                            }
+                            Ok(Some(Change::Reset)) => changes.push("reset".into()),
+                            _ => break,
+                        }
+                    }
+                    // Nothing more comes: a plain watch is told no revision after all.
+                    if tokio::time::timeout(Duration::from_millis(200), watch.recv())
+                        .await
+                        .is_ok()
+                    {
+                        changes.push("more".into());
+                    }
+                    seen.push(changes);
+                }
+                Ok::<_, super::etcd::EtcdError>(format!(
+                    "whole={:?} plain={:?} replay={:?}",
+                    seen[0], seen[1], seen[2]
+                ))
+            })
+            .unwrap();
+        answers.push((name, answer));
+    }
+    assert_eq!(
+        answers[0].1,
+        "whole=[\"put /eval@1\", \"put /job@1\", \"whole@1\", \"put /report@2\", \"whole@2\", \
+         \"delete /job@4\", \"whole@4\"] \
+         plain=[\"put /eval@1\", \"put /job@1\", \"put /report@2\", \"delete /job@4\"] \
+         replay=[\"put /eval@1\", \"put /job@1\", \"whole@1\", \"put /report@2\", \"whole@2\", \
+         \"delete /job@4\", \"whole@4\"]"
+    );
+    for (name, answer) in &answers[1..] {
+        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
+    }
+}
+
 #[test]
 fn one_leader_at_a_time_and_the_next_one_after_it_resigns() {
     let server = EtcdServer::start();

@@ -90,6 +90,8 @@ struct Watcher {
     /// Set while the watcher waits for room for its [`Change::Reset`]: changes meanwhile
     /// are not sent (it reads the prefix again after the reset).
     cut: Arc<std::sync::atomic::AtomicBool>,
+    /// Told [`Change::Revision`] after each revision's changes of its prefix.
+    whole_revisions: bool,
 }
 
 #[derive(Default)]
@@ -273,6 +275,7 @@ impl Embedded {
         }
         self.persist(revision, &changed)?;
         inner.revision = revision;
+        let keys: Vec<String> = changed.keys().cloned().collect();
         for (key, stored) in changed {
             let change = match stored {
                 Some(stored) => {
@@ -294,6 +297,7 @@ impl Embedded {
             }
             inner.history.push_back(change);
         }
+        inner.notify_revision(revision, &keys);
         Ok(true)
     }
 
@@ -360,6 +364,17 @@ impl Embedded {
     /// Watches every key under `prefix` from `start_revision` (0: from now), as
     /// [`super::etcd::Etcd::watch`] does.
     pub fn watch(&self, prefix: &str, start_revision: i64) -> mpsc::Receiver<Change> {
+        self.watch_with(prefix, start_revision, false)
+    }
+
+    /// [`Embedded::watch`], with a [`Change::Revision`] after each revision's changes
+    /// when `whole_revisions`.
+    pub fn watch_with(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        whole_revisions: bool,
+    ) -> mpsc::Receiver<Change> {
         let (sender, receiver) = mpsc::channel(WATCH_QUEUE);
         let mut inner = self.lock();
         if start_revision > 0 && start_revision <= inner.revision {
@@ -367,18 +382,30 @@ impl Embedded {
                 .history
                 .front()
                 .map_or(inner.revision + 1, revision_of);
-            let missed: Vec<&Change> = inner
+            let mut missed: Vec<Change> = Vec::new();
+            for change in inner
                 .history
                 .iter()
                 .filter(|c| revision_of(c) >= start_revision && key_of(c).starts_with(prefix))
-                .collect();
+            {
+                if whole_revisions
+                    && let Some(last) = missed.last().map(revision_of)
+                    && last != revision_of(change)
+                {
+                    missed.push(Change::Revision(last));
+                }
+                missed.push(change.clone());
+            }
+            if whole_revisions && let Some(last) = missed.last().map(revision_of) {
+                missed.push(Change::Revision(last));
+            }
             if start_revision < oldest || missed.len() >= WATCH_QUEUE {
                 // Compacted, or more than the watcher could be handed: it reads the
                 // prefix again.
                 let _ = sender.try_send(Change::Reset);
             } else {
                 for change in missed {
-                    let _ = sender.try_send(change.clone());
+                    let _ = sender.try_send(change);
                 }
             }
         }
@@ -386,6 +413,7 @@ impl Embedded {
             prefix: prefix.to_string(),
             sender,
             cut: Arc::default(),
+            whole_revisions,
         });
         receiver
     }
@@ -449,18 +477,36 @@ impl Inner {
     /// Hands `change` to every watcher of its key; a watcher too slow to take it is cut:
     /// it gets a [`Change::Reset`] and then changes from the next revision on.
     fn notify(&mut self, change: &Change) {
-        use std::sync::atomic::Ordering;
         let key = key_of(change);
         self.watchers.retain(|watcher| !watcher.sender.is_closed());
         for watcher in &self.watchers {
-            if !key.starts_with(&watcher.prefix) || watcher.cut.load(Ordering::SeqCst) {
-                continue;
+            if key.starts_with(&watcher.prefix) {
+                watcher.send(change.clone());
             }
-            if let Err(mpsc::error::TrySendError::Full(_)) = watcher.sender.try_send(change.clone())
-            {
-                watcher.cut.store(true, Ordering::SeqCst);
-                reset_when_room(watcher.sender.clone(), watcher.cut.clone());
+        }
+    }
+
+    /// Tells the watchers that want it that `revision`, which changed `keys`, has been
+    /// handed to them whole.
+    fn notify_revision(&mut self, revision: i64, keys: &[String]) {
+        for watcher in &self.watchers {
+            if watcher.whole_revisions && keys.iter().any(|k| k.starts_with(&watcher.prefix)) {
+                watcher.send(Change::Revision(revision));
             }
+        }
+    }
+}
+
+impl Watcher {
+    /// Hands it `change`, unless it is cut; one too slow to take it is cut.
+    fn send(&self, change: Change) {
+        use std::sync::atomic::Ordering;
+        if self.cut.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.sender.try_send(change) {
+            self.cut.store(true, Ordering::SeqCst);
+            reset_when_room(self.sender.clone(), self.cut.clone());
         }
     }
 }
@@ -493,6 +539,7 @@ fn revision_of(change: &Change) -> i64 {
     match change {
         Change::Put(entry) => entry.mod_revision,
         Change::Delete { mod_revision, .. } => *mod_revision,
+        Change::Revision(revision) => *revision,
         Change::Reset => 0,
     }
 }
@@ -501,6 +548,6 @@ fn key_of(change: &Change) -> &str {
     match change {
         Change::Put(entry) => &entry.key,
         Change::Delete { key, .. } => key,
-        Change::Reset => "",
+        Change::Reset | Change::Revision(_) => "",
     }
 }

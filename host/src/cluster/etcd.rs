@@ -131,6 +131,11 @@ pub enum Change {
     },
     /// The watch was cut (etcd restarted, compaction): the watcher must read again.
     Reset,
+    /// Every change up to this revision has been delivered: the changes of one
+    /// transaction (a job and its evaluation) come one by one, and a watcher that must
+    /// see a transaction whole waits for this. Sent only on a watch made with
+    /// `whole_revisions`, after the changes of each revision it saw.
+    Revision(i64),
 }
 
 pub(super) struct Runtime(pub(super) Option<tokio::runtime::Runtime>);
@@ -601,6 +606,17 @@ impl Etcd {
     /// has been made again from the latest revision: read the prefix again. The watch
     /// ends when the receiver is dropped.
     pub fn watch(&self, prefix: &str, start_revision: i64) -> mpsc::Receiver<Change> {
+        self.watch_with(prefix, start_revision, false)
+    }
+
+    /// [`Etcd::watch`], with a [`Change::Revision`] after each revision's changes when
+    /// `whole_revisions` (etcd hands a revision's events in one response).
+    pub fn watch_with(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        whole_revisions: bool,
+    ) -> mpsc::Receiver<Change> {
         let (sender, receiver) = mpsc::channel(1024);
         let etcd = self.clone();
         let prefix = prefix.to_string();
@@ -608,7 +624,9 @@ impl Etcd {
             let mut from = start_revision;
             loop {
                 let sent_with = etcd.token();
-                let result = etcd.watch_once(&prefix, from, &sender).await;
+                let result = etcd
+                    .watch_once(&prefix, from, &sender, whole_revisions)
+                    .await;
                 if sender.is_closed() {
                     return;
                 }
@@ -639,6 +657,7 @@ impl Etcd {
         prefix: &str,
         from: i64,
         sender: &mpsc::Sender<Change>,
+        whole_revisions: bool,
     ) -> Result<i64, EtcdError> {
         use pb::watch_request::RequestUnion;
         let (requests, receiver) = mpsc::channel(1);
@@ -680,9 +699,11 @@ impl Etcd {
                     response.cancel_reason
                 )));
             }
+            let mut last = None;
             for event in response.events {
                 let Some(kv) = event.kv else { continue };
                 next = next.max(kv.mod_revision + 1);
+                last = Some(kv.mod_revision);
                 let change = if event.r#type == mvccpb::event::EventType::Delete as i32 {
                     Change::Delete {
                         key: String::from_utf8_lossy(&kv.key).into_owned(),
@@ -694,6 +715,11 @@ impl Etcd {
                 if sender.send(change).await.is_err() {
                     return Ok(next);
                 }
+            }
+            if let Some(revision) = last.filter(|_| whole_revisions)
+                && sender.send(Change::Revision(revision)).await.is_err()
+            {
+                return Ok(next);
             }
             // Keep `requests` alive: dropping it would end the watch stream.
             let _ = &requests;

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::etcd::{Change, Write};
+use super::etcd::Write;
 use super::{Cluster, ClusterError};
 
 /// An alloc the scheduler could not place, and why (as `job plan` says it).
@@ -178,7 +178,7 @@ impl Cluster {
                     _ => return Ok::<_, ClusterError>(eval),
                 }
                 match tokio::time::timeout_at(deadline, changes.recv()).await {
-                    Ok(Some(Change::Put(_) | Change::Delete { .. } | Change::Reset)) => {}
+                    Ok(Some(_)) => {}
                     Ok(None) | Err(_) => return Ok(eval),
                 }
             }

@@ -30,6 +30,7 @@ pub mod etcd_access;
 pub mod evals;
 pub mod job_view;
 pub mod lost_claims;
+pub mod pace;
 mod parsed;
 mod records;
 pub mod scheduler;

@@ -218,11 +218,31 @@ impl Store {
     /// arrive in order; a [`Change::Reset`] means the watch was cut and goes on from a
     /// later revision: read the prefix again. It ends when the receiver is dropped.
     pub fn watch(&self, prefix: &str, start_revision: i64) -> mpsc::Receiver<Change> {
+        self.watch_with(prefix, start_revision, false)
+    }
+
+    /// [`Store::watch`], with a [`Change::Revision`] after the changes of each revision
+    /// (of the prefix): a watcher that must see each transaction whole (the scheduler's
+    /// leader) waits for it before it acts.
+    pub fn watch_whole_revisions(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+    ) -> mpsc::Receiver<Change> {
+        self.watch_with(prefix, start_revision, true)
+    }
+
+    fn watch_with(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        whole_revisions: bool,
+    ) -> mpsc::Receiver<Change> {
         match &self.backend {
-            Backend::Etcd(etcd) => etcd.watch(prefix, start_revision),
+            Backend::Etcd(etcd) => etcd.watch_with(prefix, start_revision, whole_revisions),
             Backend::Embedded { store, handle, .. } => {
                 let _entered = handle.enter();
-                store.watch(prefix, start_revision)
+                store.watch_with(prefix, start_revision, whole_revisions)
             }
         }
     }

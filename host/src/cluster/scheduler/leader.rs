@@ -8,20 +8,24 @@ use std::time::Duration;
 
 use super::super::etcd::Change;
 use super::super::lost_claims::LostClaims;
+use super::super::pace::Pace;
 use super::super::{Cluster, now_ms};
 use super::mirror::Mirror;
 use super::{DEFERRED_RETRY_MS, apply, evals, periodic};
 use crate::model::status::ClientStatus;
 
-/// How long a round waits for the changes that follow the one that woke it. Short: a
-/// round of the mirror costs little, and changes that come while one is planned are
-/// taken together by the next (a full read of the cluster each round needed 20 ms to
-/// batch them; a job's start waited for it).
+/// The least time from one round's start to the next's ([`Pace`]: a change that comes
+/// alone is planned at once; a stream of them in batches, a round at most every
+/// `SETTLE`. A full read of the cluster each round needed 20 ms to batch them).
 const SETTLE: Duration = Duration::from_millis(2);
 
-/// The most changes already queued that are taken after [`SETTLE`] (the watch's queue
-/// holds 1,024).
-const CHANGES_TAKEN_AFTER_SETTLING: usize = 4096;
+/// How long a round waits for the rest of a transaction's changes before it reads the
+/// whole cluster instead (they follow at once: only a broken watch is this slow).
+const WHOLE_REVISION_WAIT: Duration = Duration::from_secs(5);
+
+/// The most changes already queued that a round takes when it begins (the watch's
+/// queue holds 1,024).
+const CHANGES_TAKEN_PER_ROUND: usize = 4096;
 
 /// Runs for as long as the agent does: campaign for leadership; while leader, plan and
 /// apply on every change of the cluster's state.
@@ -94,6 +98,8 @@ struct Leading<'a> {
     /// `None` only while a round holds it.
     mirror: Option<Mirror>,
     changes: tokio::sync::mpsc::Receiver<Change>,
+    /// Rounds at most every [`SETTLE`].
+    pace: Pace,
 }
 
 impl<'a> Leading<'a> {
@@ -112,7 +118,9 @@ impl<'a> Leading<'a> {
                 return None;
             }
         };
-        let changes = cluster.store().watch(&format!("{prefix}/"), revision + 1);
+        let changes = cluster
+            .store()
+            .watch_whole_revisions(&format!("{prefix}/"), revision + 1);
         // Decoding every record is CPU work: off the async workers.
         let mirror = tokio::task::spawn_blocking(move || Mirror::load(&prefix, &entries, revision))
             .await
@@ -124,6 +132,7 @@ impl<'a> Leading<'a> {
             leader_revision,
             mirror: Some(mirror),
             changes,
+            pace: Pace::new(SETTLE),
         })
     }
 
@@ -192,8 +201,9 @@ impl<'a> Leading<'a> {
     }
 
     /// Waits for a change the plan reads, or the time a job is due to be planned again
-    /// (or `retry_at`), applying every change to the mirror; then takes the changes that
-    /// follow within [`SETTLE`].
+    /// (or `retry_at`), applying every change to the mirror; then, when the last round
+    /// began less than [`SETTLE`] ago, the changes that come until then; then those
+    /// already queued.
     async fn wait(&mut self, retry_at: Option<u64>) -> Result<(), Stop> {
         let Some(mirror) = self.mirror.as_mut() else {
             return Err(Stop::Reload);
@@ -244,21 +254,24 @@ impl<'a> Leading<'a> {
                 () = self.lost_claims.woken() => break,
             }
         }
-        let settle = tokio::time::sleep(SETTLE);
-        tokio::pin!(settle);
-        loop {
-            tokio::select! {
-                () = &mut settle => break,
-                change = self.changes.recv() => match change {
-                    None => return Err(Stop::Resign),
-                    Some(Change::Reset) => return Err(Stop::Reload),
-                    Some(change) => { mirror.apply(&change); }
-                },
+        let rest = self.pace.rest();
+        if !rest.is_zero() {
+            let settle = tokio::time::sleep(rest);
+            tokio::pin!(settle);
+            loop {
+                tokio::select! {
+                    () = &mut settle => break,
+                    change = self.changes.recv() => match change {
+                        None => return Err(Stop::Resign),
+                        Some(Change::Reset) => return Err(Stop::Reload),
+                        Some(change) => { mirror.apply(&change); }
+                    },
+                }
             }
         }
-        // And the changes already come when the time is up (at most a queue's worth: a
-        // steady stream of them never holds the round back).
-        for _ in 0..CHANGES_TAKEN_AFTER_SETTLING {
+        // And the changes already come (at most a queue's worth: a steady stream of them
+        // never holds the round back).
+        for _ in 0..CHANGES_TAKEN_PER_ROUND {
             match self.changes.try_recv() {
                 Ok(Change::Reset) => return Err(Stop::Reload),
                 Ok(change) => {
@@ -270,6 +283,26 @@ impl<'a> Leading<'a> {
                 }
             }
         }
+        // A transaction's changes come one by one: the round waits for the rest of the
+        // last one taken (a job's evaluation planned without its job would be
+        // completed with nothing to say).
+        while !mirror.whole() {
+            match tokio::time::timeout(WHOLE_REVISION_WAIT, self.changes.recv()).await {
+                Ok(None) => return Err(Stop::Resign),
+                Ok(Some(Change::Reset)) => return Err(Stop::Reload),
+                Ok(Some(change)) => {
+                    mirror.apply(&change);
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        revision = mirror.revision(),
+                        "the watch did not finish a revision: reading the cluster again"
+                    );
+                    return Err(Stop::Reload);
+                }
+            }
+        }
+        self.pace.began();
         Ok(())
     }
 }

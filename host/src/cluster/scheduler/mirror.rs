@@ -83,7 +83,11 @@ impl Held {
 pub struct Mirror {
     /// `<prefix>/`.
     pub(super) prefix: String,
+    /// The latest revision of a change applied.
     pub(super) revision: i64,
+    /// The latest revision the watch said it had handed whole ([`Change::Revision`]):
+    /// below [`Mirror::revision`], a transaction is applied in part.
+    delivered: i64,
     pub(super) jobs: BTreeMap<String, MirroredJob>,
     pub(super) nodes: BTreeMap<String, NodeRecord>,
     pub(super) node_settings: BTreeMap<String, NodeSettings>,
@@ -135,6 +139,7 @@ impl Mirror {
         let mut mirror = Mirror {
             prefix: format!("{prefix}/"),
             revision,
+            delivered: revision,
             jobs: BTreeMap::new(),
             nodes: BTreeMap::new(),
             node_settings: BTreeMap::new(),
@@ -174,6 +179,12 @@ impl Mirror {
         self.revision
     }
 
+    /// Whether every change of the revisions applied has come: a round planned
+    /// before then could see a job's evaluation without the job written with it.
+    pub fn whole(&self) -> bool {
+        self.delivered >= self.revision
+    }
+
     /// Applies one change of the watch. Whether it calls for a round (a change the plan
     /// reads); a [`Change::Reset`] calls for reading the cluster again instead
     /// ([`Mirror::load`]), and is answered `true`.
@@ -192,6 +203,9 @@ impl Mirror {
                 self.everything = true;
                 self.marks += 1;
                 return true;
+            }
+            Change::Revision(revision) => {
+                self.delivered = self.delivered.max(*revision);
             }
         }
         before != self.marks
@@ -280,6 +294,11 @@ impl Mirror {
     /// A placement written (by the leader's round, or read from the watch).
     pub(super) fn record_placement(&mut self, placement: Placement) {
         let alloc = placement.alloc_id.clone();
+        // The watch's echo of what the round wrote and already applied (or a write of
+        // the same record again) changes nothing: no round for it.
+        if self.placements.get(&alloc) == Some(&placement) {
+            return;
+        }
         // The same alloc written again: what it held goes, and its job (if another)
         // is planned with the room it left.
         if let Some(old) = self.placements.get(&alloc) {
@@ -330,6 +349,10 @@ impl Mirror {
     /// A report written (by a node, or the leader's round for a lost alloc).
     pub(super) fn record_report(&mut self, report: AllocReport) {
         let alloc = report.alloc_id.clone();
+        // The echo of a report the round wrote (a lost alloc's) changes nothing.
+        if self.reports.get(&alloc) == Some(&report) {
+            return;
+        }
         let was_terminal = self.terminal(&alloc);
         let terminal = report.client_status.is_terminal();
         self.mark(report.job_id.clone());

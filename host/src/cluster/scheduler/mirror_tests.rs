@@ -132,7 +132,7 @@ impl Cluster {
         let key = match &change {
             Change::Put(entry) => entry.key.clone(),
             Change::Delete { key, .. } => key.clone(),
-            Change::Reset => "(reset)".into(),
+            Change::Reset | Change::Revision(_) => "(reset)".into(),
         };
         assert!(
             self.mirror.apply(&change),
@@ -202,10 +202,17 @@ impl Cluster {
             updated_ms: self.now_ms,
             tasks: Default::default(),
         };
+        let again = snapshot.reports.contains(&report);
         let change = self
             .store
             .put_json(&format!("status/{}", report.alloc_id), &report);
-        self.change_read(change);
+        if again {
+            // The same report written again (a node repeating itself, the echo of a
+            // lost alloc's report) changes nothing the plan reads.
+            self.change(Some(change));
+        } else {
+            self.change_read(change);
+        }
     }
 
     fn node_down(&mut self, n: usize) {

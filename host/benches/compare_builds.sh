@@ -8,11 +8,16 @@
 #
 # Several benches (comma-separated) share the two builds; each round runs each of them.
 # BEFORE_REV (and AFTER_REV, when given) is built from a detached worktree (in a
-# temporary directory, removed at the end) with its own target directory; without
-# AFTER_REV the working tree is the "after" build. Each round
+# temporary directory, removed at the end) with its own target directory; BEFORE_REV may
+# instead be the path of a checkout, built in place with its own target directory and
+# kept (a second comparison against it builds nothing again). Without AFTER_REV the
+# working tree is the "after" build. Each round
 # runs before then after (odd rounds) or after then before (even rounds). It prints each
 # run's summary lines, then the median of every summary figure for both builds and their
-# ratio, and ends with `summary: <name>_after_over_before = <ratio>` lines.
+# ratio, and the median of the rounds' own ratios (each round's after over its before:
+# the machine's drift from round to round cancels out), and ends with
+# `summary: <name>_after_over_before = <ratio>` and
+# `summary: <name>_paired_after_over_before = <ratio>` lines.
 #
 # As root for alloc_start (it mounts and creates cgroups), like the bench itself.
 set -euo pipefail
@@ -33,7 +38,14 @@ cleanup() {
   rm -rf "$scratch"
 }
 trap cleanup EXIT
-git worktree add --detach "$scratch/before" "$before_rev" >/dev/null
+if [ -d "$before_rev" ]; then
+  before_tree=$(cd "$before_rev" && pwd)
+  before_target=$before_tree/target
+else
+  git worktree add --detach "$scratch/before" "$before_rev" >/dev/null
+  before_tree=$scratch/before
+  before_target=$scratch/target
+fi
 after_target=
 if [ -n "$after_rev" ]; then
   git worktree add --detach "$scratch/after" "$after_rev" >/dev/null
@@ -60,7 +72,7 @@ IFS=, read -r -a benches <<< "$bench"
 declare -A before_bins after_bins
 for one in "${benches[@]}"; do
   echo "building $one at $before_rev and at ${after_rev:-the working tree}"
-  before_bins[$one]=$(CARGO_TARGET_DIR="$scratch/target" build "$scratch/before" "$one")
+  before_bins[$one]=$(CARGO_TARGET_DIR="$before_target" build "$before_tree" "$one")
   if [ -n "$after_target" ]; then
     after_bins[$one]=$(CARGO_TARGET_DIR="$after_target" build "$after_tree" "$one")
   else
@@ -72,7 +84,7 @@ done
 run() { # build-name executable
   echo "--- $1"
   "$2" --bench | tee "$scratch/run.out" | grep '^summary:' || true
-  sed -n 's/^summary: \([^ ]*\) = \(.*\)$/\1 \2/p' "$scratch/run.out" | sed "s/^/$1 /" >> "$scratch/figures"
+  sed -n 's/^summary: \([^ ]*\) = \(.*\)$/\1 \2/p' "$scratch/run.out" | sed "s/^/$1 $round /" >> "$scratch/figures"
 }
 for round in $(seq 1 "$rounds"); do
   for one in "${benches[@]}"; do
@@ -89,18 +101,23 @@ python3 - "$scratch/figures" <<'EOF'
 import statistics, sys
 figures = {}
 for line in open(sys.argv[1]):
-    build, name, value = line.split()
-    figures.setdefault(name, {}).setdefault(build, []).append(float(value))
+    build, round_, name, value = line.split()
+    figures.setdefault(name, {}).setdefault(build, {})[round_] = float(value)
 print()
-print(f"{'figure':<36} {'before':>12} {'after':>12} {'after/before':>13}  (medians)")
+print(f"{'figure':<36} {'before':>12} {'after':>12} {'after/before':>13} {'paired':>8}  (medians)")
 ratios = []
 for name, builds in figures.items():
     if "before" not in builds or "after" not in builds:
         continue
-    before, after = statistics.median(builds["before"]), statistics.median(builds["after"])
+    before = statistics.median(builds["before"].values())
+    after = statistics.median(builds["after"].values())
     ratio = after / before if before else float("nan")
-    print(f"{name:<36} {before:>12.2f} {after:>12.2f} {ratio:>13.3f}")
-    ratios.append((name, ratio))
-for name, ratio in ratios:
+    rounds = [r for r in builds["before"] if r in builds["after"] and builds["before"][r]]
+    paired = statistics.median(builds["after"][r] / builds["before"][r] for r in rounds) \
+        if rounds else float("nan")
+    print(f"{name:<36} {before:>12.2f} {after:>12.2f} {ratio:>13.3f} {paired:>8.3f}")
+    ratios.append((name, ratio, paired))
+for name, ratio, paired in ratios:
     print(f"summary: {name}_after_over_before = {ratio:.3f}")
+    print(f"summary: {name}_paired_after_over_before = {paired:.3f}")
 EOF

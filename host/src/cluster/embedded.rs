@@ -292,10 +292,21 @@ impl Embedded {
                 }
             };
             inner.notify(&change);
-            if inner.history.len() == HISTORY {
+            inner.history.push_back(change);
+        }
+        // Whole revisions go from the history: a replay from its oldest revision hands
+        // that revision whole, or the watcher is told to read again.
+        while inner.history.len() > HISTORY {
+            let Some(oldest) = inner.history.front().map(revision_of) else {
+                break;
+            };
+            while inner
+                .history
+                .front()
+                .is_some_and(|c| revision_of(c) == oldest)
+            {
                 inner.history.pop_front();
             }
-            inner.history.push_back(change);
         }
         inner.notify_revision(revision, &keys);
         Ok(true)

@@ -238,20 +238,26 @@ impl<'a> Leading<'a> {
             }
         };
         tokio::pin!(due);
-        loop {
-            tokio::select! {
-                change = self.changes.recv() => match change {
-                    None => return Err(Stop::Resign),
-                    Some(Change::Reset) => return Err(Stop::Reload),
-                    // Calls between nodes, their answers and volume use, and what the
-                    // leader itself records (evaluations done, what could not be
-                    // placed), change nothing the plan reads: no round for them.
-                    Some(change) => if mirror.apply(&change) { break },
-                },
-                () = &mut due => break,
-                // A release of lost claims ended wanting a round (a retry time, or
-                // claims that came due while it ran).
-                () = self.lost_claims.woken() => break,
+        // A round's own writes that call for another (`Mirror::marked`) are planned
+        // without waiting for a change: their echoes change nothing. Not after a
+        // deferred round, which waits for its retry.
+        let planned_again_at_once = retry_at.is_none() && mirror.marked();
+        if !planned_again_at_once {
+            loop {
+                tokio::select! {
+                    change = self.changes.recv() => match change {
+                        None => return Err(Stop::Resign),
+                        Some(Change::Reset) => return Err(Stop::Reload),
+                        // Calls between nodes, their answers and volume use, and what the
+                        // leader itself records (evaluations done, what could not be
+                        // placed), change nothing the plan reads: no round for them.
+                        Some(change) => if mirror.apply(&change) { break },
+                    },
+                    () = &mut due => break,
+                    // A release of lost claims ended wanting a round (a retry time, or
+                    // claims that came due while it ran).
+                    () = self.lost_claims.woken() => break,
+                }
             }
         }
         let rest = self.pace.rest();

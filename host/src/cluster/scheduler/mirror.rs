@@ -558,11 +558,16 @@ impl Mirror {
         self.periodic.remove(job);
     }
 
+    /// Whether a change (of the watch, or a round's own writes applied) calls for a
+    /// round: a round that placed a replacement is followed by one that stops what it
+    /// replaces, without waiting for the echo of its writes (which changes nothing).
+    pub fn marked(&self) -> bool {
+        self.everything || self.room_changed || !self.dirty.is_empty()
+    }
+
     /// Whether anything calls for a round at `now_ms`.
     pub fn wants_round(&self, now_ms: u64) -> bool {
-        self.everything
-            || self.room_changed
-            || !self.dirty.is_empty()
+        self.marked()
             || self.timers.values().any(|at| *at <= now_ms)
             || now_ms >= self.last_full_ms.saturating_add(FULL_ROUND_MS)
     }

@@ -321,7 +321,21 @@ impl Cluster {
                 &full.wake_jobs,
                 "after {what}: the jobs' wake times differ"
             );
-            if partial.is_empty() {
+            // The leader plans again at once only when the round's own writes call for
+            // it (their echoes do not): when they do not, nothing is left to do until
+            // the next change or timer (a replacement placed, the alloc it replaces is
+            // stopped by the next round: that round must be called for).
+            if !self.mirror.marked() {
+                let left = plan(&self.store.snapshot(), self.now_ms);
+                assert!(
+                    left.place.is_empty()
+                        && left.stop.is_empty()
+                        && left.lost.is_empty()
+                        && left.forget.is_empty()
+                        && left.launch.is_empty(),
+                    "after {what}: the leader would wait with work left: {:?}",
+                    decided(&left)
+                );
                 return;
             }
         }

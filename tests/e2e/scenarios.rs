@@ -151,7 +151,18 @@ impl Plane {
                     .iter()
                     .map(|a| {
                         let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
-                        (field("Name"), field("ClientStatus"))
+                        // An alloc is running from its tasks' start (its status says
+                        // so a moment before its task's `Started`): both planes are
+                        // compared once the tasks have started.
+                        let starting = a["TaskStates"]
+                            .as_object()
+                            .is_some_and(|tasks| tasks.values().any(|t| t["State"] != "running"));
+                        let status = field("ClientStatus");
+                        if status == "running" && starting {
+                            (field("Name"), "running, its tasks starting".to_string())
+                        } else {
+                            (field("Name"), status)
+                        }
                     })
                     .collect();
                 now.sort();

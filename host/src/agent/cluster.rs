@@ -252,9 +252,11 @@ pub(super) fn fits_in_the_store(record: &ClusterJob) -> Result<(), SubmitError> 
 /// cluster, at most.
 const TASKS_REPORT_EVERY: Duration = Duration::from_secs(5);
 
-/// Changes of an alloc's task states alone told as they come before the pace of
-/// [`TASKS_REPORT_EVERY`] applies (an alloc's start is a few in a row).
-const TASKS_REPORT_BURST: f64 = 4.0;
+/// Changes of an alloc's task states alone told as they come, per task, before the pace
+/// of [`TASKS_REPORT_EVERY`] applies: a task's start is a few in a row (received, its
+/// directory built, its hooks, started), each told in a pass of its own when they come
+/// more than a pass apart, and the alloc's report ends with its tasks started.
+const TASKS_REPORT_BURST_PER_TASK: f64 = 6.0;
 
 /// What was last told of an alloc, when, and how many task-only reports it may still
 /// make at once.
@@ -706,7 +708,7 @@ impl Agent {
 
     /// Tells the cluster what became of this node's allocs, their tasks' states with
     /// them (only what changed). A change of status is told at once; changes of task
-    /// states alone as they come for a few ([`TASKS_REPORT_BURST`]), then one every
+    /// states alone as they come for a few ([`TASKS_REPORT_BURST_PER_TASK`]), then one every
     /// [`TASKS_REPORT_EVERY`] per alloc, so a restart loop does not write to the store
     /// on every event (attack review: 2,200 tasks failing each second swamped the
     /// agent) while an alloc's start is told step by step.
@@ -728,13 +730,14 @@ impl Agent {
         reported.retain(|id, _| live.contains(id.as_str()));
         for alloc in statuses {
             let mark = ReportMark::of(&alloc);
+            let burst = TASKS_REPORT_BURST_PER_TASK * alloc.tasks.len().max(1) as f64;
             let tokens = match reported.get(&alloc.id) {
-                None => TASKS_REPORT_BURST,
+                None => burst,
                 Some(before) if before.mark == mark => continue,
                 Some(before) => {
                     let earned = now.duration_since(before.at).as_secs_f64()
                         / TASKS_REPORT_EVERY.as_secs_f64();
-                    let tokens = (before.tokens + earned).min(TASKS_REPORT_BURST);
+                    let tokens = (before.tokens + earned).min(burst);
                     let status_changed = before.mark.client_status != mark.client_status;
                     if tokens < 1.0 && !status_changed {
                         continue;

@@ -10,8 +10,8 @@
 # BEFORE_REV (and AFTER_REV, when given) is built from a detached worktree (in a
 # temporary directory, removed at the end) with its own target directory; BEFORE_REV may
 # instead be the path of a checkout, built in place with its own target directory and
-# kept (a second comparison against it builds nothing again). Without AFTER_REV the
-# working tree is the "after" build. Each round
+# kept (a second comparison against it builds nothing again); so may AFTER_REV. Without
+# AFTER_REV the working tree is the "after" build. Each round
 # runs before then after (odd rounds) or after then before (even rounds). It prints each
 # run's summary lines, then the median of every summary figure for both builds and their
 # ratio, and the median of the rounds' own ratios (each round's after over its before:
@@ -47,7 +47,12 @@ else
   before_target=$scratch/target
 fi
 after_target=
-if [ -n "$after_rev" ]; then
+if [ -d "$after_rev" ]; then
+  # A checkout's path, as for BEFORE_REV: the same path for both compares a build with
+  # itself (what this machine's noise alone makes of a ratio).
+  after_tree=$(cd "$after_rev" && pwd)
+  after_target=$after_tree/target
+elif [ -n "$after_rev" ]; then
   git worktree add --detach "$scratch/after" "$after_rev" >/dev/null
   after_tree=$scratch/after
   after_target=$scratch/target-after

@@ -27,6 +27,27 @@ fn stores(server: &EtcdServer) -> Vec<(&'static str, Store, Option<tempfile::Tem
     ]
 }
 
+/// Runs `case` on each store under test, with its own key prefix (`/<tag>-<store>`), and
+/// asserts that each embedded store answers as etcd did: etcd's answer.
+fn answered_alike<F, A>(tag: &str, case: F) -> String
+where
+    F: Fn(Store, String) -> A,
+    A: std::future::Future<Output = Result<String, super::etcd::EtcdError>> + Send + 'static,
+{
+    let server = EtcdServer::start();
+    let mut answers: Vec<(&str, String)> = Vec::new();
+    for (name, store, _keep) in stores(&server) {
+        let answer = store
+            .block(case(store.clone(), format!("/{tag}-{name}")))
+            .unwrap();
+        answers.push((name, answer));
+    }
+    for (name, answer) in &answers[1..] {
+        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
+    }
+    answers.swap_remove(0).1
+}
+
 fn put(key: &str, value: &str, lease: i64) -> Write {
     Write::Put {
         key: key.into(),
@@ -42,142 +63,116 @@ fn relative(revisions: &[i64], start: i64) -> Vec<i64> {
 
 #[test]
 fn keys_revisions_and_transactions_answer_as_etcd_does() {
-    let server = EtcdServer::start();
-    let mut answers = Vec::new();
-    for (name, store, _keep) in stores(&server) {
-        let s = store.clone();
-        let answer = store
-            .block(async move {
-                let p = format!("/conf-{name}");
-                let start = s.revision(&p).await?;
-                s.put(&format!("{p}/a"), b"1".to_vec(), 0).await?;
-                s.put(&format!("{p}/a"), b"2".to_vec(), 0).await?;
-                s.put(&format!("{p}/b"), b"x".to_vec(), 0).await?;
-                // Outside the prefix: not listed.
-                s.put(&format!("{p}c"), b"y".to_vec(), 0).await?;
-                let a = s.get(&format!("{p}/a")).await?.unwrap();
-                let (listed, at) = s.list(&format!("{p}/")).await?;
-                // Create-if-absent holds once; a value condition; a stale revision.
-                let created = [
-                    s.transaction(
-                        vec![Condition::ModRevision(format!("{p}/n"), 0)],
-                        vec![put(&format!("{p}/n"), "first", 0)],
-                    )
-                    .await?,
-                    s.transaction(
-                        vec![Condition::ModRevision(format!("{p}/n"), 0)],
-                        vec![put(&format!("{p}/n"), "second", 0)],
-                    )
-                    .await?,
-                    s.transaction(
-                        vec![Condition::ValueIs(format!("{p}/n"), b"first".to_vec())],
-                        vec![
-                            put(&format!("{p}/n"), "third", 0),
-                            Write::Delete(format!("{p}/b")),
-                        ],
-                    )
-                    .await?,
-                    s.transaction(
-                        vec![Condition::ModRevision(format!("{p}/a"), a.mod_revision - 1)],
-                        vec![Write::Delete(format!("{p}/a"))],
-                    )
-                    .await?,
-                ];
-                let before_noop = s.revision(&p).await?;
-                // Deleting what is not there changes nothing, not even the revision.
-                s.delete(&format!("{p}/missing")).await?;
-                let after_noop = s.revision(&p).await?;
-                let n = s.get(&format!("{p}/n")).await?.unwrap();
-                let gone = s.get(&format!("{p}/b")).await?;
-                Ok::<_, super::etcd::EtcdError>(format!(
-                    "a={} mod={:?} create={:?} listed={:?} at={:?} created={created:?} \
-                     noop_moved={} n={} n_mod={:?} n_create={:?} b={gone:?}",
-                    String::from_utf8_lossy(&a.value),
-                    relative(&[a.mod_revision], start),
-                    relative(&[a.create_revision], start),
-                    listed
-                        .iter()
-                        .map(|e| e.key.trim_start_matches(&p).to_string())
-                        .collect::<Vec<_>>(),
-                    relative(&[at], start),
-                    after_noop != before_noop,
-                    String::from_utf8_lossy(&n.value),
-                    relative(&[n.mod_revision], start),
-                    relative(&[n.create_revision], start),
-                ))
-            })
-            .unwrap();
-        answers.push((name, answer));
-    }
+    let answer = answered_alike("conf", |s, p| async move {
+        let start = s.revision(&p).await?;
+        s.put(&format!("{p}/a"), b"1".to_vec(), 0).await?;
+        s.put(&format!("{p}/a"), b"2".to_vec(), 0).await?;
+        s.put(&format!("{p}/b"), b"x".to_vec(), 0).await?;
+        // Outside the prefix: not listed.
+        s.put(&format!("{p}c"), b"y".to_vec(), 0).await?;
+        let a = s.get(&format!("{p}/a")).await?.unwrap();
+        let (listed, at) = s.list(&format!("{p}/")).await?;
+        // Create-if-absent holds once; a value condition; a stale revision.
+        let created = [
+            s.transaction(
+                vec![Condition::ModRevision(format!("{p}/n"), 0)],
+                vec![put(&format!("{p}/n"), "first", 0)],
+            )
+            .await?,
+            s.transaction(
+                vec![Condition::ModRevision(format!("{p}/n"), 0)],
+                vec![put(&format!("{p}/n"), "second", 0)],
+            )
+            .await?,
+            s.transaction(
+                vec![Condition::ValueIs(format!("{p}/n"), b"first".to_vec())],
+                vec![
+                    put(&format!("{p}/n"), "third", 0),
+                    Write::Delete(format!("{p}/b")),
+                ],
+            )
+            .await?,
+            s.transaction(
+                vec![Condition::ModRevision(format!("{p}/a"), a.mod_revision - 1)],
+                vec![Write::Delete(format!("{p}/a"))],
+            )
+            .await?,
+        ];
+        let before_noop = s.revision(&p).await?;
+        // Deleting what is not there changes nothing, not even the revision.
+        s.delete(&format!("{p}/missing")).await?;
+        let after_noop = s.revision(&p).await?;
+        let n = s.get(&format!("{p}/n")).await?.unwrap();
+        let gone = s.get(&format!("{p}/b")).await?;
+        Ok::<_, super::etcd::EtcdError>(format!(
+            "a={} mod={:?} create={:?} listed={:?} at={:?} created={created:?} \
+             noop_moved={} n={} n_mod={:?} n_create={:?} b={gone:?}",
+            String::from_utf8_lossy(&a.value),
+            relative(&[a.mod_revision], start),
+            relative(&[a.create_revision], start),
+            listed
+                .iter()
+                .map(|e| e.key.trim_start_matches(&p).to_string())
+                .collect::<Vec<_>>(),
+            relative(&[at], start),
+            after_noop != before_noop,
+            String::from_utf8_lossy(&n.value),
+            relative(&[n.mod_revision], start),
+            relative(&[n.create_revision], start),
+        ))
+    });
     assert!(
-        answers[0]
-            .1
-            .starts_with("a=2 mod=[2] create=[1] listed=[\"/a\", \"/b\"] at=[4]"),
+        answer.starts_with("a=2 mod=[2] create=[1] listed=[\"/a\", \"/b\"] at=[4]"),
         "{}",
-        answers[0].1
+        answer
     );
-    for (name, answer) in &answers[1..] {
-        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
-    }
 }
 
 #[test]
 fn leased_keys_go_with_their_lease_and_watches_see_it_in_order() {
-    let server = EtcdServer::start();
-    let mut answers = Vec::new();
-    for (name, store, _keep) in stores(&server) {
-        let s = store.clone();
-        let answer = store
-            .block(async move {
-                let p = format!("/lease-{name}");
-                let start = s.revision(&p).await?;
-                s.put(&format!("{p}/before"), b"0".to_vec(), 0).await?;
-                let mut live = s.watch(&format!("{p}/"), 0);
-                let mut replay = s.watch(&format!("{p}/"), start + 1);
-                let lease = s.grant_lease(Duration::from_secs(30)).await?;
-                s.put(&format!("{p}/mine"), b"1".to_vec(), lease).await?;
-                let alive = s.keep_alive_once(lease).await?;
-                let unknown = s.put(&format!("{p}/x"), b"1".to_vec(), lease + 777).await;
-                s.revoke_lease(lease).await?;
-                let gone = s.get(&format!("{p}/mine")).await?.is_none();
-                s.put(&format!("{p}/after"), b"2".to_vec(), 0).await?;
-                let mut seen = Vec::new();
-                for watch in [&mut live, &mut replay] {
-                    let mut changes = Vec::new();
-                    while changes.len() < 4 {
-                        let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
-                        match next {
-                            Ok(Some(Change::Put(e))) => {
-                                changes.push(format!("put {}", e.key.trim_start_matches(&p)))
-                            }
-                            Ok(Some(Change::Delete { key, .. })) => {
-                                changes.push(format!("delete {}", key.trim_start_matches(&p)))
-                            }
-                            Ok(Some(Change::Reset)) => changes.push("reset".into()),
-                            _ => break,
-                        }
+    let answer = answered_alike("lease", |s, p| async move {
+        let start = s.revision(&p).await?;
+        s.put(&format!("{p}/before"), b"0".to_vec(), 0).await?;
+        let mut live = s.watch(&format!("{p}/"), 0);
+        let mut replay = s.watch(&format!("{p}/"), start + 1);
+        let lease = s.grant_lease(Duration::from_secs(30)).await?;
+        s.put(&format!("{p}/mine"), b"1".to_vec(), lease).await?;
+        let alive = s.keep_alive_once(lease).await?;
+        let unknown = s.put(&format!("{p}/x"), b"1".to_vec(), lease + 777).await;
+        s.revoke_lease(lease).await?;
+        let gone = s.get(&format!("{p}/mine")).await?.is_none();
+        s.put(&format!("{p}/after"), b"2".to_vec(), 0).await?;
+        let mut seen = Vec::new();
+        for watch in [&mut live, &mut replay] {
+            let mut changes = Vec::new();
+            while changes.len() < 4 {
+                let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
+                match next {
+                    Ok(Some(Change::Put(e))) => {
+                        changes.push(format!("put {}", e.key.trim_start_matches(&p)))
                     }
-                    seen.push(changes);
+                    Ok(Some(Change::Delete { key, .. })) => {
+                        changes.push(format!("delete {}", key.trim_start_matches(&p)))
+                    }
+                    Ok(Some(Change::Reset)) => changes.push("reset".into()),
+                    _ => break,
                 }
-                Ok::<_, super::etcd::EtcdError>(format!(
-                    "alive={alive} unknown_refused={} gone={gone} live={:?} replay={:?}",
-                    unknown.is_err(),
-                    seen[0],
-                    seen[1]
-                ))
-            })
-            .unwrap();
-        answers.push((name, answer));
-    }
+            }
+            seen.push(changes);
+        }
+        Ok::<_, super::etcd::EtcdError>(format!(
+            "alive={alive} unknown_refused={} gone={gone} live={:?} replay={:?}",
+            unknown.is_err(),
+            seen[0],
+            seen[1]
+        ))
+    });
     assert_eq!(
-        answers[0].1,
+        answer,
         "alive=true unknown_refused=true gone=true \
          live=[\"put /mine\", \"delete /mine\", \"put /after\"] \
          replay=[\"put /before\", \"put /mine\", \"delete /mine\", \"put /after\"]"
     );
-    for (name, answer) in &answers[1..] {
-        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
-    }
 }
 
 /// The scheduler's leader plans only whole transactions (a job with its evaluation):
@@ -185,86 +180,70 @@ fn leased_keys_go_with_their_lease_and_watches_see_it_in_order() {
 /// on etcd as on the embedded store; a plain watch has none.
 #[test]
 fn a_watch_of_whole_revisions_ends_each_transaction_with_its_revision() {
-    let server = EtcdServer::start();
-    let mut answers = Vec::new();
-    for (name, store, _keep) in stores(&server) {
-        let s = store.clone();
-        let answer = store
-            .block(async move {
-                let p = format!("/whole-{name}");
-                let start = s.revision(&p).await?;
-                let mut whole = s.watch_whole_revisions(&format!("{p}/"), 0);
-                let mut plain = s.watch(&format!("{p}/"), 0);
-                let mut replay = s.watch_whole_revisions(&format!("{p}/"), start + 1);
-                // One transaction of three keys, one of them outside the prefix (in
-                // key order: etcd tells a transaction's changes in the order written,
-                // the embedded store in key order).
-                s.transaction(
-                    Vec::new(),
-                    vec![
-                        put(&format!("{p}/eval"), "e", 0),
-                        put(&format!("{p}/job"), "j", 0),
-                        put(&format!("{p}-other"), "o", 0),
-                    ],
-                )
-                .await?;
-                s.put(&format!("{p}/report"), b"r".to_vec(), 0).await?;
-                // Outside the prefix alone: no revision told.
-                s.put(&format!("{p}-other"), b"o2".to_vec(), 0).await?;
-                s.delete(&format!("{p}/job")).await?;
-                let mut seen = Vec::new();
-                for (watch, count) in [(&mut whole, 7), (&mut plain, 4), (&mut replay, 7)] {
-                    let mut changes = Vec::new();
-                    while changes.len() < count {
-                        let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
-                        match next {
-                            Ok(Some(Change::Put(e))) => changes.push(format!(
-                                "put {}@{}",
-                                e.key.trim_start_matches(&p),
-                                e.mod_revision - start
-                            )),
-                            Ok(Some(Change::Delete { key, mod_revision })) => {
-                                changes.push(format!(
-                                    "delete {}@{}",
-                                    key.trim_start_matches(&p),
-                                    mod_revision - start
-                                ))
-                            }
-                            Ok(Some(Change::Revision(r))) => {
-                                changes.push(format!("whole@{}", r - start))
-                            }
-                            Ok(Some(Change::Reset)) => changes.push("reset".into()),
-                            _ => break,
-                        }
-                    }
-                    // Nothing more comes: a plain watch is told no revision after all.
-                    if tokio::time::timeout(Duration::from_millis(200), watch.recv())
-                        .await
-                        .is_ok()
-                    {
-                        changes.push("more".into());
-                    }
-                    seen.push(changes);
+    let answer = answered_alike("whole", |s, p| async move {
+        let start = s.revision(&p).await?;
+        let mut whole = s.watch_whole_revisions(&format!("{p}/"), 0);
+        let mut plain = s.watch(&format!("{p}/"), 0);
+        let mut replay = s.watch_whole_revisions(&format!("{p}/"), start + 1);
+        // One transaction of three keys, one of them outside the prefix (in
+        // key order: etcd tells a transaction's changes in the order written,
+        // the embedded store in key order).
+        s.transaction(
+            Vec::new(),
+            vec![
+                put(&format!("{p}/eval"), "e", 0),
+                put(&format!("{p}/job"), "j", 0),
+                put(&format!("{p}-other"), "o", 0),
+            ],
+        )
+        .await?;
+        s.put(&format!("{p}/report"), b"r".to_vec(), 0).await?;
+        // Outside the prefix alone: no revision told.
+        s.put(&format!("{p}-other"), b"o2".to_vec(), 0).await?;
+        s.delete(&format!("{p}/job")).await?;
+        let mut seen = Vec::new();
+        for (watch, count) in [(&mut whole, 7), (&mut plain, 4), (&mut replay, 7)] {
+            let mut changes = Vec::new();
+            while changes.len() < count {
+                let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
+                match next {
+                    Ok(Some(Change::Put(e))) => changes.push(format!(
+                        "put {}@{}",
+                        e.key.trim_start_matches(&p),
+                        e.mod_revision - start
+                    )),
+                    Ok(Some(Change::Delete { key, mod_revision })) => changes.push(format!(
+                        "delete {}@{}",
+                        key.trim_start_matches(&p),
+                        mod_revision - start
+                    )),
+                    Ok(Some(Change::Revision(r))) => changes.push(format!("whole@{}", r - start)),
+                    Ok(Some(Change::Reset)) => changes.push("reset".into()),
+                    _ => break,
                 }
-                Ok::<_, super::etcd::EtcdError>(format!(
-                    "whole={:?} plain={:?} replay={:?}",
-                    seen[0], seen[1], seen[2]
-                ))
-            })
-            .unwrap();
-        answers.push((name, answer));
-    }
+            }
+            // Nothing more comes: a plain watch is told no revision after all.
+            if tokio::time::timeout(Duration::from_millis(200), watch.recv())
+                .await
+                .is_ok()
+            {
+                changes.push("more".into());
+            }
+            seen.push(changes);
+        }
+        Ok::<_, super::etcd::EtcdError>(format!(
+            "whole={:?} plain={:?} replay={:?}",
+            seen[0], seen[1], seen[2]
+        ))
+    });
     assert_eq!(
-        answers[0].1,
+        answer,
         "whole=[\"put /eval@1\", \"put /job@1\", \"whole@1\", \"put /report@2\", \"whole@2\", \
          \"delete /job@4\", \"whole@4\"] \
          plain=[\"put /eval@1\", \"put /job@1\", \"put /report@2\", \"delete /job@4\"] \
          replay=[\"put /eval@1\", \"put /job@1\", \"whole@1\", \"put /report@2\", \"whole@2\", \
          \"delete /job@4\", \"whole@4\"]"
     );
-    for (name, answer) in &answers[1..] {
-        assert_eq!(answer, &answers[0].1, "{name} answers unlike etcd");
-    }
 }
 
 #[test]

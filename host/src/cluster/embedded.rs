@@ -373,14 +373,9 @@ impl Embedded {
     }
 
     /// Watches every key under `prefix` from `start_revision` (0: from now), as
-    /// [`super::etcd::Etcd::watch`] does.
-    pub fn watch(&self, prefix: &str, start_revision: i64) -> mpsc::Receiver<Change> {
-        self.watch_with(prefix, start_revision, false)
-    }
-
-    /// [`Embedded::watch`], with a [`Change::Revision`] after each revision's changes
-    /// when `whole_revisions`.
-    pub fn watch_with(
+    /// [`super::etcd::Etcd::watch`] does, with a [`Change::Revision`] after each
+    /// revision's changes when `whole_revisions`.
+    pub fn watch(
         &self,
         prefix: &str,
         start_revision: i64,
@@ -441,7 +436,7 @@ impl Embedded {
     ) -> Result<LeaderKey, EtcdError> {
         let key = format!("{name}/{lease:x}");
         let prefix = format!("{name}/");
-        let mut changes = self.watch(&prefix, 0);
+        let mut changes = self.watch(&prefix, 0, false);
         let write = Write::Put {
             key: key.clone(),
             value: value.as_bytes().to_vec(),

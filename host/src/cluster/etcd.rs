@@ -603,15 +603,11 @@ impl Etcd {
 
     /// Watches every key under `prefix` from `start_revision` (0: from now). Changes
     /// arrive in order on the receiver; a [`Change::Reset`] means the watch was cut and
-    /// has been made again from the latest revision: read the prefix again. The watch
-    /// ends when the receiver is dropped.
-    pub fn watch(&self, prefix: &str, start_revision: i64) -> mpsc::Receiver<Change> {
-        self.watch_with(prefix, start_revision, false)
-    }
-
-    /// [`Etcd::watch`], with a [`Change::Revision`] after each revision's changes when
-    /// `whole_revisions` (etcd hands a revision's events in one response).
-    pub fn watch_with(
+    /// has been made again from the latest revision: read the prefix again. When
+    /// `whole_revisions`, a [`Change::Revision`] follows each revision's changes (etcd
+    /// hands a revision's events in one response). The watch ends when the receiver is
+    /// dropped.
+    pub fn watch(
         &self,
         prefix: &str,
         start_revision: i64,

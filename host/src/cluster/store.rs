@@ -239,10 +239,10 @@ impl Store {
         whole_revisions: bool,
     ) -> mpsc::Receiver<Change> {
         match &self.backend {
-            Backend::Etcd(etcd) => etcd.watch_with(prefix, start_revision, whole_revisions),
+            Backend::Etcd(etcd) => etcd.watch(prefix, start_revision, whole_revisions),
             Backend::Embedded { store, handle, .. } => {
                 let _entered = handle.enter();
-                store.watch_with(prefix, start_revision, whole_revisions)
+                store.watch(prefix, start_revision, whole_revisions)
             }
         }
     }

@@ -33,6 +33,26 @@ fn agent(name: &str, datacenter: &str, cluster: &str) -> AgentProcess {
     AgentProcess::production(move |_, _| config)
 }
 
+/// An alloc's status as the planes are compared on: a `running` alloc whose tasks have
+/// not all started yet (its status says running a moment before its task's `Started`
+/// reaches the cluster) is still starting.
+fn settled_status(alloc: &Value) -> String {
+    let status = alloc["ClientStatus"].as_str().unwrap_or_default();
+    let starting = alloc["TaskStates"].as_object().is_some_and(|tasks| {
+        tasks.values().any(|t| {
+            t["State"] != "running"
+                || !t["Events"]
+                    .as_array()
+                    .is_some_and(|events| events.iter().any(|e| e["Type"] == "Started"))
+        })
+    });
+    if status == "running" && starting {
+        "running, its tasks starting".to_string()
+    } else {
+        status.to_string()
+    }
+}
+
 impl Plane {
     fn lone() -> Plane {
         Plane {
@@ -150,19 +170,8 @@ impl Plane {
                     .unwrap()
                     .iter()
                     .map(|a| {
-                        let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
-                        // An alloc is running from its tasks' start (its status says
-                        // so a moment before its task's `Started`): both planes are
-                        // compared once the tasks have started.
-                        let starting = a["TaskStates"]
-                            .as_object()
-                            .is_some_and(|tasks| tasks.values().any(|t| t["State"] != "running"));
-                        let status = field("ClientStatus");
-                        if status == "running" && starting {
-                            (field("Name"), "running, its tasks starting".to_string())
-                        } else {
-                            (field("Name"), status)
-                        }
+                        let name = a["Name"].as_str().unwrap_or_default().to_string();
+                        (name, settled_status(a))
                     })
                     .collect();
                 now.sort();
@@ -361,13 +370,9 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
             "the resubmitted job runs one alloc, the old one ended",
             || async {
                 let allocs = plane.get("/v1/job/cycle/allocations").await;
-                let statuses: Vec<&str> = allocs
-                    .as_array()?
-                    .iter()
-                    .filter_map(|a| a["ClientStatus"].as_str())
-                    .collect();
-                let running = statuses.iter().filter(|s| **s == "running").count();
-                let ended = statuses.iter().all(|s| *s == "running" || *s == "complete");
+                let statuses: Vec<String> = allocs.as_array()?.iter().map(settled_status).collect();
+                let running = statuses.iter().filter(|s| *s == "running").count();
+                let ended = statuses.iter().all(|s| s == "running" || s == "complete");
                 (running == 1 && ended).then_some(())
             },
         )

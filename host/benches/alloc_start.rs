@@ -56,9 +56,9 @@ use std::time::{Duration, Instant};
 use berth::alloc_runner::{AllocRunner, NodeContext};
 use berth::config::{AgentConfig, HostVolume};
 use berth::driver_set::DriverSet;
-use berth::model::events::EventKind;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::state::StateStore;
+use berth_model::events::EventKind;
 use common::{median, micros, ratio, summary};
 
 fn allocs() -> usize {
@@ -160,7 +160,7 @@ async fn run() {
     // The same spawn on a node without cgroups: what creating and joining one costs.
     let none = berth::cgroup::Cgroups::with_layout(
         None,
-        berth::model::limits::CgroupSettings {
+        berth_model::limits::CgroupSettings {
             allow_missing_controllers: true,
             ..Default::default()
         },
@@ -373,12 +373,12 @@ async fn confined_spawn(
     root: &Path,
     volume: &Path,
 ) -> SpawnTimes {
-    use berth::model::mount::Propagation;
     use berth::process::isolation::{ChrootSpec, VolumeMount};
     use berth::process::{Isolation, SpawnSpec};
+    use berth_model::mount::Propagation;
     std::fs::create_dir_all(root).unwrap();
     let owner: Arc<str> = "bench".into();
-    let limits = berth::model::limits::TaskLimits {
+    let limits = berth_model::limits::TaskLimits {
         memory_bytes: 300 << 20,
         memory_soft_bytes: None,
         cpu_shares: 100,

@@ -34,8 +34,8 @@ use berth::cluster::scheduler::mirror::Mirror;
 use berth::cluster::state::ClusterJob;
 use berth::cluster::testing::EtcdServer;
 use berth::cluster::{Cluster, NodeRecord, scheduler};
-use berth::model::cluster::{ClusterSettings, StoreKind};
-use berth::model::csi::AccessMode;
+use berth_model::cluster::{ClusterSettings, StoreKind};
+use berth_model::csi::AccessMode;
 use common::{median, micros, ratio, sized, summary};
 
 fn settings(etcd: &EtcdServer, prefix: &str) -> ClusterSettings {
@@ -383,8 +383,8 @@ fn main() {
                     group_index: 0,
                     alloc_index: u32::try_from(i).unwrap(),
                     name: format!("bench.g[{i}]"),
-                    desired_status: berth::model::status::DesiredStatus::Run,
-                    client_status: berth::model::status::ClientStatus::Pending,
+                    desired_status: berth_model::status::DesiredStatus::Run,
+                    client_status: berth_model::status::ClientStatus::Pending,
                     ports: Default::default(),
                 })
                 .collect();

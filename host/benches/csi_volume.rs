@@ -29,8 +29,8 @@ use berth::csi::CsiNode;
 use berth::csi::client::{CsiClient, NodeVolume};
 use berth::csi::layout::PluginDirs;
 use berth::csi::registry::PluginRegistration;
-use berth::model::csi::{AccessMode, AttachmentMode, PluginKind, Timeouts, Usage};
 use berth::state::StateStore;
+use berth_model::csi::{AccessMode, AttachmentMode, PluginKind, Timeouts, Usage};
 use common::{median, micros, ratio, summary};
 
 fn volumes() -> usize {

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use berth::alloc_runner::{AllocRunner, NodeContext};
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
-use berth::model::events::EventKind;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::state::StateStore;
+use berth_model::events::EventKind;
 use common::{median, micros, summary};
 
 fn main() {

@@ -47,7 +47,7 @@ async fn run() {
     let identity = PluginIdentity {
         name: "mock".into(),
         may_mount: true,
-        isolation: berth::model::driver::FsIsolation::None,
+        isolation: berth_model::driver::FsIsolation::None,
         adoptable: None,
     };
     let budget = Duration::from_secs(60);

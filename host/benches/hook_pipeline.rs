@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use berth::alloc_dir::AllocDir;
 use berth::builtin::test_components;
 use berth::config::AgentConfig;
-use berth::model::hook::{HookSpec, OnFailure};
-use berth::model::hook_resources::HookResources;
 use berth::runtime::driver::{Driver, DriverOrigin};
 use berth::runtime::hook::Hook;
 use berth::runtime::{Runtime, RuntimeConfig};
 use berth::task_runner::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
 use berth::task_runner::wasm_hooks::WasmHooks;
+use berth_model::hook::{HookSpec, OnFailure};
+use berth_model::hook_resources::HookResources;
 use common::{median, micros, ratio, summary};
 
 fn runs() -> usize {

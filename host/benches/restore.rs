@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use berth::agent::{AllocSummary, Submitted};
 use berth::api::SubmitRequest;
 use berth::api::client::Client;
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 use common::{median, micros, summary};
 
 fn main() {

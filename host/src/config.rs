@@ -127,11 +127,11 @@ use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::names::{NameKind, check_name};
 use crate::jobspec::{JobspecError, Problem};
-use crate::model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
-use crate::model::csi::{CsiSettings, Timeouts};
-use crate::model::hook::{HookSpec, OnFailure, WriteQuota};
-use crate::model::limits::{CgroupSettings, ConnectionLimits};
-use crate::model::pins::{DriverPins, parse_sha256};
+use berth_model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
+use berth_model::csi::{CsiSettings, Timeouts};
+use berth_model::hook::{HookSpec, OnFailure, WriteQuota};
+use berth_model::limits::{CgroupSettings, ConnectionLimits};
+use berth_model::pins::{DriverPins, parse_sha256};
 
 /// Nomad's default `max_kill_timeout`.
 pub const DEFAULT_MAX_KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -281,7 +281,7 @@ pub struct ConsulTokenError {
     pub source: std::io::Error,
 }
 
-pub use crate::model::limits::NodeResources;
+pub use berth_model::limits::NodeResources;
 
 /// Garbage collection of finished allocs, in Nomad's client's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -618,7 +618,7 @@ impl AgentConfig {
                 }
                 grant.finish(&mut problems);
                 csi.privileged_plugins
-                    .push(crate::model::csi::PluginGrant { id, jobs });
+                    .push(berth_model::csi::PluginGrant { id, jobs });
             }
             settings.finish(&mut problems);
         }

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::builtin;
-use crate::model::pins::{DriverPins, sha256_hex};
 use crate::runtime::Runtime;
 use crate::runtime::driver::{Driver, DriverOrigin, LoadError};
+use berth_model::pins::{DriverPins, sha256_hex};
 
 #[derive(Default, Clone)]
 pub struct DriverSet {

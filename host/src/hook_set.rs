@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use crate::jobspec::Task;
-use crate::model::hook::HookSpec;
 use crate::runtime::Runtime;
 use crate::runtime::hook::Hook;
+use berth_model::hook::HookSpec;
 
 #[derive(Clone, Default)]
 pub struct HookSet {

@@ -18,7 +18,6 @@ pub mod disk;
 pub mod driver_set;
 pub mod hook_set;
 pub mod jobspec;
-pub mod model;
 pub mod mount;
 pub mod node;
 pub mod process;

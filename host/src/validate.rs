@@ -13,9 +13,9 @@ use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::{Job, Problem, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
-use crate::model::driver::{FsIsolation, MountConfigs, TaskUser};
-use crate::model::mount::Propagation;
 use crate::runtime::driver::Driver;
+use berth_model::driver::{FsIsolation, MountConfigs, TaskUser};
+use berth_model::mount::Propagation;
 
 /// Why a volume mount cannot be given to a task. Shared with the `volumes` hook so
 /// both say the same thing.
@@ -193,7 +193,7 @@ pub fn bidirectional_refusal(
 /// What is wrong with a CSI volume request, checked against the catalog when there is
 /// one (`berth job validate` runs without an agent, so without the catalog).
 fn csi_volume_problems(volume: &VolumeRequest, catalog: Option<&dyn Catalog>) -> Vec<String> {
-    use crate::model::csi::{AccessMode, AttachmentMode};
+    use berth_model::csi::{AccessMode, AttachmentMode};
     let mut problems = Vec::new();
     let access_mode = match volume.access_mode.as_deref() {
         None => {
@@ -455,13 +455,13 @@ fn more_memory_than_the_node(task: &Task, task_path: &str) -> Option<Problem> {
         .memory_max_mb
         .unwrap_or(task.resources.memory_mb);
     let node = crate::cgroup::node_memory()?;
-    (u64::from(asked) * crate::model::limits::MIB > node).then(|| Problem {
+    (u64::from(asked) * berth_model::limits::MIB > node).then(|| Problem {
         path: format!("{task_path}.resources.memory"),
         at: Some(task.at),
         message: format!(
             "task {:?} asks for {asked} MiB of memory; this node has {} MiB",
             task.name,
-            node / crate::model::limits::MIB
+            node / berth_model::limits::MIB
         ),
     })
 }
@@ -501,7 +501,7 @@ async fn check_task(
         Some(driver) => {
             if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
                 // The driver wrote it: one line, or a line break forges the next problem.
-                let error = crate::model::text::one_line(&error.to_string()).into_owned();
+                let error = berth_model::text::one_line(&error.to_string()).into_owned();
                 let (at, message) = task.place_config_error(&error);
                 problems.push(Problem {
                     path: format!("{task_path}.config"),

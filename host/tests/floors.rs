@@ -23,8 +23,8 @@ use proc_macro2::{Spacing, Span, TokenStream, TokenTree};
 use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{
-    Attribute, Expr, GenericArgument, Item, ItemUse, Lit, Macro, PathArguments, Signature, Token,
-    Type, TypeParamBound, TypePath, UseTree, Visibility,
+    Attribute, Expr, GenericArgument, Item, ItemUse, Lit, Macro, PathArguments, Token, Type,
+    TypeParamBound, TypePath, UseTree,
 };
 
 /// A broken rule: where, and which rule.
@@ -74,6 +74,11 @@ fn krate_of(path: &str) -> Krate {
 /// roots are `[]`).
 fn module_of(path: &str) -> Vec<String> {
     let rel = path.strip_prefix("host/src/").unwrap_or(path);
+    // A crate of `crates/`: `crates/model/src/events.rs` is its crate's `events`.
+    let rel = match rel.strip_prefix("crates/") {
+        Some(in_crates) => in_crates.split_once("/src/").map_or(rel, |(_, rel)| rel),
+        None => rel,
+    };
     let rel = rel.strip_suffix(".rs").unwrap_or(rel);
     let mut segments: Vec<String> = rel.split('/').map(str::to_string).collect();
     if segments.last().is_some_and(|last| last == "mod") {
@@ -440,21 +445,6 @@ struct ErrorType {
     test: bool,
 }
 
-/// A function with a visibility (`pub`, `pub(crate)`, …), free or in an inherent impl.
-#[derive(Debug, Clone)]
-struct PubFn {
-    line: usize,
-    /// `parse_size`, or `Usage::capability` for a method.
-    name: String,
-    /// For a method: the type of its impl block.
-    owner: Option<Target>,
-    /// `pub` or `pub(crate)`: callable from any module.
-    exposed: bool,
-    /// The types of crates other than std/core/alloc its return type names.
-    foreign: Vec<String>,
-    test: bool,
-}
-
 /// A macro call (`println!`, `print_line!`), by the last segment of its path.
 #[derive(Debug, Clone)]
 struct MacroCall {
@@ -503,7 +493,6 @@ struct UnitFacts {
     refs: Vec<Ref>,
     untyped_errors: Vec<UntypedError>,
     error_types: Vec<ErrorType>,
-    pub_fns: Vec<PubFn>,
     macro_calls: Vec<MacroCall>,
 }
 
@@ -662,7 +651,6 @@ fn analyze(inputs: &Inputs) -> Analysis {
             module: unit.module.clone(),
             test: usize::from(in_test_module),
             context: Vec::new(),
-            impl_owner: Vec::new(),
             type_path_pending: false,
             exempt: BTreeSet::new(),
             facts: UnitFacts {
@@ -677,7 +665,6 @@ fn analyze(inputs: &Inputs) -> Analysis {
                 refs: Vec::new(),
                 untyped_errors: Vec::new(),
                 error_types: Vec::new(),
-                pub_fns: Vec::new(),
                 macro_calls: Vec::new(),
             },
             unreadable: Vec::new(),
@@ -898,8 +885,6 @@ struct Walker<'a> {
     test: usize,
     /// The enclosing items' names.
     context: Vec<String>,
-    /// For each enclosing impl block: its type (and name), for an inherent impl.
-    impl_owner: Vec<Option<(Target, String)>>,
     /// The next `visit_path` is a type's, whose single segment counts (in an expression a
     /// lone name is as likely a local variable).
     type_path_pending: bool,
@@ -1022,46 +1007,6 @@ impl Walker<'_> {
         }
     }
 
-    fn note_fn(&mut self, vis: &Visibility, sig: &Signature, owner: Option<(Target, String)>) {
-        if matches!(vis, Visibility::Inherited) {
-            return;
-        }
-        let exposed = match vis {
-            Visibility::Public(_) => true,
-            Visibility::Restricted(restricted) => restricted.path.is_ident("crate"),
-            Visibility::Inherited => false,
-        };
-        let mut paths = TypePaths::default();
-        if let syn::ReturnType::Type(_, ty) = &sig.output {
-            paths.visit_type(ty);
-        }
-        let mut foreign = Vec::new();
-        for path in &paths.0 {
-            let target = self.resolve(path);
-            if let Some(krate) = target.extern_crate()
-                && !matches!(krate, "std" | "core" | "alloc")
-                && !PLAIN_DATA_CRATES.contains(&krate)
-            {
-                let shown = target.to_string();
-                if !foreign.contains(&shown) {
-                    foreign.push(shown);
-                }
-            }
-        }
-        let name = match &owner {
-            Some((_, owner)) => format!("{owner}::{}", sig.ident),
-            None => sig.ident.to_string(),
-        };
-        self.facts.pub_fns.push(PubFn {
-            line: line(sig.ident.span()),
-            name,
-            owner: owner.map(|(target, _)| target),
-            exposed,
-            foreign,
-            test: self.test > 0,
-        });
-    }
-
     fn note_type(&mut self, ident: &syn::Ident, attrs: &[Attribute]) {
         let mut derives_thiserror = false;
         for attr in attrs.iter().filter(|attr| attr.path().is_ident("derive")) {
@@ -1084,17 +1029,6 @@ impl Walker<'_> {
                 test: self.test > 0,
             });
         }
-    }
-}
-
-/// Every path in a type (generic arguments, `impl Trait` bounds, tuples, references).
-#[derive(Default)]
-struct TypePaths(Vec<syn::Path>);
-
-impl<'ast> Visit<'ast> for TypePaths {
-    fn visit_path(&mut self, node: &'ast syn::Path) {
-        self.0.push(node.clone());
-        visit::visit_path(self, node);
     }
 }
 
@@ -1130,10 +1064,7 @@ impl<'ast> Visit<'ast> for Walker<'_> {
     fn visit_item_fn(&mut self, node: &'ast syn::ItemFn) {
         let test = self.enter(&node.attrs);
         self.context.push(node.sig.ident.to_string());
-        self.note_fn(&node.vis, &node.sig, None);
-        self.impl_owner.push(None);
         visit::visit_item_fn(self, node);
-        self.impl_owner.pop();
         self.context.pop();
         self.leave(test);
     }
@@ -1148,28 +1079,16 @@ impl<'ast> Visit<'ast> for Walker<'_> {
                 .map_or_else(String::new, |s| s.ident.to_string()),
             _ => "impl".into(),
         };
-        let owner = match (&node.trait_, &*node.self_ty) {
-            (None, Type::Path(path)) => Some((self.resolve(&path.path), name.clone())),
-            _ => None,
-        };
         self.context.push(name);
-        self.impl_owner.push(owner);
         visit::visit_item_impl(self, node);
-        self.impl_owner.pop();
         self.context.pop();
         self.leave(test);
     }
 
     fn visit_impl_item_fn(&mut self, node: &'ast syn::ImplItemFn) {
         let test = self.enter(&node.attrs);
-        if let Some(Some(owner)) = self.impl_owner.last() {
-            let owner = owner.clone();
-            self.note_fn(&node.vis, &node.sig, Some(owner));
-        }
         self.context.push(node.sig.ident.to_string());
-        self.impl_owner.push(None);
         visit::visit_impl_item_fn(self, node);
-        self.impl_owner.pop();
         self.context.pop();
         self.leave(test);
     }
@@ -1673,57 +1592,6 @@ fn error_types_without_thiserror(analysis: &Analysis) -> Vec<Violation> {
     violations
 }
 
-/// Crates whose types a `model` function may return besides std's: plain data with no
-/// wire format or runtime behind it. Empty: `serde_json` (a wire format), `sha2` (an
-/// algorithm) and the gRPC and WebAssembly crates are all what `model` keeps out.
-const PLAIN_DATA_CRATES: &[&str] = &[];
-
-/// `model` knows no other crate's types in what it gives out: no public function of
-/// `host/src/model/` returns (or returns, as a type argument, `Vec<prost::…>`) a type of
-/// a crate other than std/core/alloc. The same holds for a public method another module
-/// adds to a `model` type in an inherent impl (`impl Usage { pub fn … }` in `csi/`): the
-/// method is callable wherever the type is, so what it returns travels with `model`.
-fn foreign_types_from_model(analysis: &Analysis) -> Vec<Violation> {
-    let mut violations = Vec::new();
-    for unit in analysis.units.iter().filter(|u| u.krate == Krate::Lib) {
-        let in_model = unit.home.starts_with("host/src/model/");
-        for f in &unit.pub_fns {
-            let on_model_type = matches!(&f.owner, Some(Target::Crate(path)) if path.first().is_some_and(|m| m == "model"));
-            let applies = if in_model {
-                true
-            } else {
-                on_model_type && f.exposed
-            };
-            if !applies || f.test || f.foreign.is_empty() {
-                continue;
-            }
-            let whose = if in_model {
-                String::new()
-            } else {
-                format!(
-                    " (a method of `{}` outside `model`)",
-                    f.owner.as_ref().unwrap()
-                )
-            };
-            violations.push(Violation {
-                file: unit.label.clone(),
-                line: f.line,
-                key: f.name.clone(),
-                message: format!(
-                    "`{}`{whose} returns a type of another crate ({}): `model` gives out only its own and std's types",
-                    f.name,
-                    f.foreign
-                        .iter()
-                        .map(|t| format!("`{t}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-        }
-    }
-    violations
-}
-
 /// No circles inside a folder: among the modules of one directory of `host/src` (its
 /// files and sub-directories), the imports form no cycle. A path into a sibling module
 /// (`super::hooks::X`, `crate::task_runner::hooks::X`) is an edge to it; a path to an
@@ -1966,7 +1834,7 @@ fn dedup(mut violations: Vec<Violation>) -> Vec<Violation> {
 }
 
 /// ARCHITECTURE.md names every module directory of `host/src`, and every `host/src/…`
-/// path it names exists.
+/// and `crates/…` path it names exists.
 fn architecture_map(
     architecture: &str,
     dirs: &[String],
@@ -1984,7 +1852,16 @@ fn architecture_map(
         }
     }
     for (i, line) in architecture.lines().enumerate() {
-        for (at, _) in line.match_indices("host/src/") {
+        let named = line
+            .match_indices("host/src/")
+            .chain(line.match_indices("crates/").filter(|(at, _)| {
+                // `crates/` as a path of its own, not the tail of another (`foo_crates/`).
+                line[..*at]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !c.is_alphanumeric() && !matches!(c, '/' | '_' | '-'))
+            }));
+        for (at, _) in named {
             let path: String = line[at..]
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || matches!(c, '/' | '_' | '.' | '-'))
@@ -2067,13 +1944,6 @@ const ALLOWED: &[Allowed] = &[
         file: "host/src/csi/client.rs",
         key: "CsiError",
         reason: "implements Display (with a hint from its code and RPC) and std::error::Error by hand",
-    },
-    // Model types' public methods that return another crate's types.
-    Allowed {
-        rule: "model types",
-        file: "host/src/mount/mod.rs",
-        key: "Propagation::flags",
-        reason: "rustix's flags for `model::mount::Propagation`, called by process/isolation.rs while planning mount steps",
     },
     // Circles inside a folder (the file is the folder).
     Allowed {
@@ -2198,10 +2068,10 @@ fn module_dirs(repo: &Path) -> Vec<String> {
 
 const STD_CRATES: &[&str] = &["std", "core", "alloc", "proc_macro"];
 
-/// The crates a path in `host/src` may start with: std's, and the host's dependencies
-/// (by their library names).
-fn host_externs(repo: &Path) -> BTreeSet<String> {
-    let manifest = std::fs::read_to_string(repo.join("host/Cargo.toml")).unwrap();
+/// The crates a path in the crate of `manifest` (`host/Cargo.toml`) may start with:
+/// std's, and its dependencies (by their library names).
+fn externs_of(manifest: &Path) -> BTreeSet<String> {
+    let manifest = std::fs::read_to_string(manifest).unwrap();
     let mut externs: BTreeSet<String> = STD_CRATES.iter().map(|c| c.to_string()).collect();
     let mut section = "";
     for line in manifest.lines().map(str::trim) {
@@ -2232,12 +2102,52 @@ fn host() -> &'static (Vec<Source>, Analysis) {
         let sources = rust_sources(&repo, "host/src");
         let analysis = analyze(&Inputs {
             sources: &sources,
-            externs: host_externs(&repo),
+            externs: externs_of(&repo.join("host/Cargo.toml")),
             out_dir: option_env!("OUT_DIR").map(str::to_string),
             repo: Some(repo.clone()),
         });
         (sources, analysis)
     })
+}
+
+/// The source of every crate of `crates/` (the host's is `host()`), for the rules that
+/// hold in all the product crates (what a crate's manifest cannot enforce: typed errors,
+/// module docs, file sizes, no `anyhow`). The floors and the rules about which module
+/// may touch what are the host's alone: between crates, Cargo enforces them.
+fn crates() -> &'static [(Vec<Source>, Analysis)] {
+    static CRATES: OnceLock<Vec<(Vec<Source>, Analysis)>> = OnceLock::new();
+    CRATES.get_or_init(|| {
+        let repo = repo();
+        let mut crates = Vec::new();
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(repo.join("crates"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|dir| dir.join("Cargo.toml").is_file())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let src = dir.strip_prefix(&repo).unwrap().join("src");
+            let sources = rust_sources(&repo, &src.to_string_lossy());
+            let analysis = analyze(&Inputs {
+                sources: &sources,
+                externs: externs_of(&dir.join("Cargo.toml")),
+                out_dir: None,
+                repo: Some(repo.clone()),
+            });
+            crates.push((sources, analysis));
+        }
+        crates
+    })
+}
+
+/// `rule`'s violations in every product crate: the host and those of `crates/`.
+fn in_every_crate(rule: impl Fn(&[Source], &Analysis) -> Vec<Violation>) -> Vec<Violation> {
+    let (sources, analysis) = host();
+    let mut violations = rule(sources, analysis);
+    for (sources, analysis) in crates() {
+        violations.extend(rule(sources, analysis));
+    }
+    violations
 }
 
 fn architecture() -> String {
@@ -2246,7 +2156,10 @@ fn architecture() -> String {
 
 #[test]
 fn the_whole_source_is_read() {
-    assert_clean("unreadable", unreadable_source(&host().1));
+    assert_clean(
+        "unreadable",
+        in_every_crate(|_, analysis| unreadable_source(analysis)),
+    );
 }
 
 #[test]
@@ -2301,37 +2214,50 @@ fn the_cli_prints_only_through_output() {
 
 #[test]
 fn only_cli_uses_anyhow() {
-    assert_clean("anyhow", anyhow_outside_cli(&host().1));
+    assert_clean(
+        "anyhow",
+        in_every_crate(|_, analysis| anyhow_outside_cli(analysis)),
+    );
 }
 
 #[test]
 fn errors_are_typed() {
-    assert_clean("typed errors", untyped_errors(&host().1));
+    assert_clean(
+        "typed errors",
+        in_every_crate(|_, analysis| untyped_errors(analysis)),
+    );
 }
 
 #[test]
 fn error_types_derive_thiserror() {
-    assert_clean("thiserror", error_types_without_thiserror(&host().1));
-}
-
-#[test]
-fn model_gives_out_no_foreign_types() {
-    assert_clean("model types", foreign_types_from_model(&host().1));
+    assert_clean(
+        "thiserror",
+        in_every_crate(|_, analysis| error_types_without_thiserror(analysis)),
+    );
 }
 
 #[test]
 fn no_circles_inside_a_folder() {
-    assert_clean("circles", folder_circles(&host().1));
+    assert_clean(
+        "circles",
+        in_every_crate(|_, analysis| folder_circles(analysis)),
+    );
 }
 
 #[test]
 fn no_file_is_too_long() {
-    assert_clean("file size", oversized_files(&host().0));
+    assert_clean(
+        "file size",
+        in_every_crate(|sources, _| oversized_files(sources)),
+    );
 }
 
 #[test]
 fn every_module_says_what_it_is_for() {
-    assert_clean("module docs", missing_module_doc(&host().1));
+    assert_clean(
+        "module docs",
+        in_every_crate(|_, analysis| missing_module_doc(analysis)),
+    );
 }
 
 #[test]
@@ -2394,7 +2320,7 @@ fn lines_of(violations: &[Violation]) -> Vec<usize> {
 
 fn test_floors() -> BTreeMap<String, usize> {
     floors_of(&[
-        ("model", 0),
+        ("blocking", 0),
         ("mount", 1),
         ("state", 2),
         ("csi", 4),
@@ -2410,7 +2336,7 @@ fn test_floors() -> BTreeMap<String, usize> {
 fn checker_catches_an_upward_import() {
     let upward = planted(&[(
         "host/src/state/mod.rs",
-        "//! state\nuse crate::model::status::ClientStatus;\nuse crate::alloc_runner::AllocStatus;\n",
+        "//! state\nuse crate::blocking::block;\nuse crate::alloc_runner::AllocStatus;\n",
     )]);
     assert_eq!(
         upward_imports(&upward, &test_floors()),
@@ -2430,10 +2356,10 @@ fn checker_follows_use_groups() {
         "//! records\n\
          use crate::{alloc_runner::X};\n\
          use crate::{\n\
-             model::status::ClientStatus,\n\
+             blocking::block,\n\
              agent::{self, launch::{Launch}},\n\
          };\n\
-         use crate::{model::{mount::{HandedMount}}};\n",
+         use crate::{blocking::{inner::{Deep}}};\n",
     )]);
     let found = upward_imports(&grouped, &test_floors());
     assert_eq!(lines_of(&found), vec![2, 5], "{found:#?}");
@@ -2486,8 +2412,8 @@ fn checker_follows_super_chains() {
 
 #[test]
 fn checker_ignores_comments_strings_and_docs_but_not_inline_paths() {
-    let model = planted(&[(
-        "host/src/model/x.rs",
+    let ground = planted(&[(
+        "host/src/blocking/x.rs",
         "//! x, see crate::agent\n\
          /* use crate::agent::Agent; */\n\
          /*\n\
@@ -2500,7 +2426,7 @@ fn checker_ignores_comments_strings_and_docs_but_not_inline_paths() {
          fn i() { println!(\"{}\", crate::state::NAME); }\n\
          fn j() { tokio::select! { _ = crate::agent::run() => {} } }\n",
     )]);
-    let found = upward_imports(&model, &test_floors());
+    let found = upward_imports(&ground, &test_floors());
     let seen: Vec<(usize, &str)> = found.iter().map(|v| (v.line, v.key.as_str())).collect();
     assert_eq!(
         seen,
@@ -2795,59 +2721,6 @@ fn checker_catches_error_types_without_thiserror() {
     let found = error_types_without_thiserror(&errors);
     let seen: Vec<(&str, usize)> = found.iter().map(|v| (v.key.as_str(), v.line)).collect();
     assert_eq!(seen, vec![("CError", 4), ("DError", 5), ("EError", 3)]);
-}
-
-#[test]
-fn checker_catches_foreign_types_from_model() {
-    let model = planted(&[
-        (
-            "host/src/model/x.rs",
-            "//! x\n\
-             use std::time::Duration;\n\
-             use berth_proto::csi as pb;\n\
-             pub fn status() -> tonic::Status { todo!() }\n\
-             pub fn volumes() -> Vec<pb::Volume> { todo!() }\n\
-             pub fn wait() -> Option<Duration> { None }\n\
-             fn private() -> tonic::Status { todo!() }\n\
-             pub struct Usage;\n\
-             impl Usage { pub(crate) fn json(&self) -> Result<u8, serde_json::Error> { todo!() } }\n\
-             pub fn mine() -> Usage { Usage }\n\
-             pub fn boxed() -> Box<dyn Iterator<Item = prost::bytes::Bytes>> { todo!() }\n",
-        ),
-        (
-            "host/src/csi/mod.rs",
-            "use crate::model::x::Usage;\n\
-             use berth_proto::csi as pb;\n\
-             impl Usage {\n\
-                 pub fn capability(&self) -> pb::VolumeCapability { todo!() }\n\
-                 fn private_form(&self) -> pb::VolumeCapability { todo!() }\n\
-             }\n\
-             pub struct Own;\n\
-             impl Own { pub fn wire(&self) -> pb::Volume { todo!() } }\n",
-        ),
-    ]);
-    let found = foreign_types_from_model(&model);
-    let seen: Vec<(&str, usize, &str)> = found
-        .iter()
-        .map(|v| (v.file.as_str(), v.line, v.key.as_str()))
-        .collect();
-    assert_eq!(
-        seen,
-        vec![
-            ("host/src/model/x.rs", 4, "status"),
-            ("host/src/model/x.rs", 5, "volumes"),
-            ("host/src/model/x.rs", 9, "Usage::json"),
-            ("host/src/model/x.rs", 11, "boxed"),
-            ("host/src/csi/mod.rs", 4, "Usage::capability"),
-        ],
-        "{found:#?}"
-    );
-    assert!(found[1].message.contains("`berth_proto::csi::Volume`"));
-    assert!(
-        found[4]
-            .message
-            .contains("`berth_proto::csi::VolumeCapability`")
-    );
 }
 
 #[test]

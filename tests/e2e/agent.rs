@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use berth::agent::JobStatus;
 use berth::alloc_runner::AllocStatus;
 use berth::api::client::ClientError;
-use berth::model::events::{EventKind, TaskStateKind};
-use berth::model::status::ClientStatus;
+use berth_model::events::{EventKind, TaskStateKind};
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 use crate::support;
@@ -506,13 +506,13 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
     // agent below starts from the cache as it would on its second start.
     let warm = berth::hook_set::HookSet::load(
         &support::runtime(),
-        &[berth::model::hook::HookSpec {
+        &[berth_model::hook::HookSpec {
             name: "warm".into(),
             path: hook.clone(),
             config: Vec::new(),
             timeout: std::time::Duration::from_secs(10),
             memory_max: 256 << 20,
-            on_failure: berth::model::hook::OnFailure::Fail,
+            on_failure: berth_model::hook::OnFailure::Fail,
             all_tasks: false,
             sha256: None,
             quota: Default::default(),

@@ -176,7 +176,7 @@ async fn root_is_answered_on_the_socket_while_nobody_holds_twenty_thousand_conne
         "{} by nobody; the agent held {descriptors} descriptors; root answered in {took:?}",
         line.trim()
     );
-    let cap = berth::model::limits::ConnectionLimits::TCP.max_connections;
+    let cap = berth_model::limits::ConnectionLimits::TCP.max_connections;
     assert!(descriptors < cap + 512, "{descriptors} descriptors");
 }
 
@@ -449,7 +449,7 @@ async fn a_tasks_kill_timeout_is_capped_by_the_agents_max_kill_timeout() {
     let id = agent.submit("stubborn.hcl", job).await.unwrap().alloc_ids[0].clone();
     agent
         .wait_alloc(&id, "running", |s| {
-            s.client_status == berth::model::status::ClientStatus::Running
+            s.client_status == berth_model::status::ClientStatus::Running
         })
         .await;
     let asked = std::time::Instant::now();
@@ -459,8 +459,8 @@ async fn a_tasks_kill_timeout_is_capped_by_the_agents_max_kill_timeout() {
         .wait_alloc(&id, "stopped", |s| {
             matches!(
                 s.client_status,
-                berth::model::status::ClientStatus::Complete
-                    | berth::model::status::ClientStatus::Failed
+                berth_model::status::ClientStatus::Complete
+                    | berth_model::status::ClientStatus::Failed
             )
         })
         .await;
@@ -473,7 +473,7 @@ async fn a_tasks_kill_timeout_is_capped_by_the_agents_max_kill_timeout() {
     let killing = status.tasks["t"]
         .events
         .iter()
-        .find(|e| e.kind == berth::model::events::EventKind::Killing)
+        .find(|e| e.kind == berth_model::events::EventKind::Killing)
         .unwrap();
     assert_eq!(
         killing.message,

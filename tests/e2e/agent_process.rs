@@ -11,7 +11,7 @@ use berth::agent::Submitted;
 use berth::alloc_runner::AllocStatus;
 use berth::api::client::{Client, ClientError};
 use berth::api::{AgentSelf, SubmitRequest};
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::support;
 

@@ -44,7 +44,7 @@ fn started_count(status: &berth::alloc_runner::AllocStatus) -> usize {
     status.tasks["t"]
         .events
         .iter()
-        .filter(|e| e.kind == berth::model::events::EventKind::Started)
+        .filter(|e| e.kind == berth_model::events::EventKind::Started)
         .count()
 }
 

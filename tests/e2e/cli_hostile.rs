@@ -15,8 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth::alloc_runner::AllocStatus;
-use berth::model::events::TaskStateKind;
-use berth::model::status::ClientStatus;
+use berth_model::events::TaskStateKind;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 use crate::support;

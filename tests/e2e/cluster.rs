@@ -366,7 +366,7 @@ async fn an_etcd_outage_fails_submissions_clearly_and_stops_nothing() {
         let alloc = a.alloc(id).await;
         assert_eq!(
             alloc.client_status,
-            berth::model::status::ClientStatus::Running,
+            berth_model::status::ClientStatus::Running,
             "{alloc:#?}"
         );
     }

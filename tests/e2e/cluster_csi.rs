@@ -475,7 +475,7 @@ async fn a_node_running_jobs_of_its_own_is_refused_a_first_join_and_keeps_them()
     let alloc = submitted.alloc_ids[0].clone();
     alone
         .wait_alloc(&alloc, "running", |s| {
-            s.client_status == berth::model::status::ClientStatus::Running
+            s.client_status == berth_model::status::ClientStatus::Running
         })
         .await;
     // Stopped (its task keeps running, as Nomad's do) and configured into a cluster.
@@ -528,7 +528,7 @@ async fn a_node_running_jobs_of_its_own_is_refused_a_first_join_and_keeps_them()
     alone.start().await;
     assert_eq!(
         alone.alloc(&alloc).await.client_status,
-        berth::model::status::ClientStatus::Running
+        berth_model::status::ClientStatus::Running
     );
     let (code, _, err) = alone.cli(&["job", "stop", "mine"]);
     assert_eq!(code, 0, "{err}");

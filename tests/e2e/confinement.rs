@@ -6,8 +6,8 @@
 //! `pids_max`, and a seccomp filter refuses what its other limits would not (the host
 //! root's keyring).
 
-use berth::model::events::EventKind;
-use berth::model::status::ClientStatus;
+use berth_model::events::EventKind;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 
@@ -380,7 +380,7 @@ fn assert_no_task_cgroup_left(alloc_id: &str, confined: bool) {
         std::fs::read_to_string(root.join("cgroup.controllers")).ok()
     })
     .expect("this node mounts cgroups");
-    let limits = berth::model::limits::TaskLimits {
+    let limits = berth_model::limits::TaskLimits {
         memory_bytes: 0,
         memory_soft_bytes: None,
         cpu_shares: 0,

@@ -243,7 +243,7 @@ async fn consul_failures_are_retried_with_backoff_while_the_task_runs_and_acl_re
     let submitted = agent.submit("shop.hcl", SHOP).await.unwrap();
     agent
         .wait_alloc(&submitted.alloc_ids[0], "running", |s| {
-            s.tasks["server"].state == berth::model::events::TaskStateKind::Running
+            s.tasks["server"].state == berth_model::events::TaskStateKind::Running
         })
         .await;
     wait_until("registered after the failures", || {
@@ -495,7 +495,7 @@ async fn a_connect_sidecar_gets_a_service_identity_token_and_an_envoy_bootstrap_
 /// Runs the Connect job on an agent with `extra` in its consul block until the sidecar
 /// fails its setup; the sidecar's events, one per line.
 async fn sidecar_failure(consul: &ConsulDouble, extra: &str) -> String {
-    use berth::model::events::EventKind;
+    use berth_model::events::EventKind;
     let mut agent = agent_with(consul, extra);
     agent.start().await;
     let submitted = agent.submit("countdash.hcl", COUNTDASH).await.unwrap();
@@ -596,7 +596,7 @@ async fn a_sidecar_whose_token_cannot_be_derived_fails_with_an_event_saying_why(
 /// delay does the task get its kill signal, so that clients stop sending it work.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tasks_services_leave_consul_its_shutdown_delay_before_it_is_killed() {
-    use berth::model::events::{EventKind, TaskStateKind};
+    use berth_model::events::{EventKind, TaskStateKind};
     let consul = ConsulDouble::start().await;
     let mut agent = agent_with(&consul, "");
     agent.start().await;
@@ -715,7 +715,7 @@ async fn a_dynamic_port_is_numbered_at_placement_given_to_the_task_and_registere
 /// to stop only after the delay.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_groups_services_leave_consul_its_shutdown_delay_before_its_tasks_stop() {
-    use berth::model::events::{EventKind, TaskStateKind};
+    use berth_model::events::{EventKind, TaskStateKind};
     let consul = ConsulDouble::start().await;
     let mut agent = agent_with(&consul, "");
     agent.start().await;
@@ -784,7 +784,7 @@ async fn a_groups_services_leave_consul_its_shutdown_delay_before_its_tasks_stop
 /// runs on.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_registration_the_token_may_not_write_is_refused_and_shown_and_the_rest_registers() {
-    use berth::model::events::TaskStateKind;
+    use berth_model::events::TaskStateKind;
     let consul = ConsulDouble::start().await;
     let accessor = consul.add_token(
         "web-only",
@@ -997,7 +997,7 @@ async fn a_revoke_refused_for_berths_own_unknown_token_keeps_the_accessor() {
     .await;
     agent
         .wait_alloc(&alloc, "stopped", |s| {
-            s.client_status != berth::model::status::ClientStatus::Running
+            s.client_status != berth_model::status::ClientStatus::Running
         })
         .await;
     wait_for_syncs(&consul, 2).await;

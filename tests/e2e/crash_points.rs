@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use berth::agent::{JobStatus, Submitted};
 use berth::api::SubmitRequest;
 use berth::api::client::ClientError;
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

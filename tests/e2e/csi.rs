@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use berth::alloc_runner::AllocStatus;
 use berth::catalog::{PluginStatus, VolumeStatus};
-use berth::model::events::{EventKind, TaskStateKind};
-use berth::model::status::ClientStatus;
+use berth_model::events::{EventKind, TaskStateKind};
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 use crate::support;
@@ -1325,7 +1325,7 @@ async fn snapshots_are_taken_listed_and_deleted_and_a_volume_in_use_is_expanded(
         std::fs::read_to_string(data.join(".snapshots/before-upgrade/note")).unwrap(),
         "kept\n"
     );
-    let listed: Vec<berth::model::csi::SnapshotInfo> = agent
+    let listed: Vec<berth_model::csi::SnapshotInfo> = agent
         .client()
         .get("/v1/berth/volumes/snapshot?plugin_id=hostpath")
         .await

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth::csi::client::{CsiClient, NodeVolume};
-use berth::model::csi::{AccessMode, AttachmentMode, Timeouts, Usage};
+use berth_model::csi::{AccessMode, AttachmentMode, Timeouts, Usage};
 use berth_proto::csi as pb;
 use tonic::{Code, Request, Response, Status};
 

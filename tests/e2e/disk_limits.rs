@@ -5,8 +5,8 @@
 //! root task and as a non-root one; the alloc is then stopped ("Disk Resources
 //! Exceeded"), and another job runs on unharmed.
 
-use berth::model::events::EventKind;
-use berth::model::status::ClientStatus;
+use berth_model::events::EventKind;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

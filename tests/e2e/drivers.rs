@@ -2,9 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth::model::driver::{MountConfigs, TaskState, WorldVersion};
-use berth::model::mount::Propagation;
 use berth::runtime::driver::DriverError;
+use berth_model::driver::{MountConfigs, TaskState, WorldVersion};
+use berth_model::mount::Propagation;
 use serde_json::json;
 
 use crate::support::{self, TaskDir, mount};

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::Command;
 
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 
@@ -575,7 +575,7 @@ fn berth_offline(dir: &Path, config: &str, args: &[&str]) -> (i32, String, Strin
 #[test]
 fn components_are_held_to_the_operators_pins() {
     use berth::builtin::test_components::{INJECT_ENV_HOOK, LEGACY_V01};
-    use berth::model::pins::sha256_hex;
+    use berth_model::pins::sha256_hex;
     let dir = tempfile::Builder::new()
         .prefix("berth-e2e-pins")
         .tempdir_in("/tmp")

@@ -12,9 +12,9 @@ use berth::builtin::test_components as components;
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
 use berth::hook_set::HookSet;
-use berth::model::events::EventKind;
-use berth::model::hook::{HookSpec, OnFailure};
-use berth::model::status::ClientStatus;
+use berth_model::events::EventKind;
+use berth_model::hook::{HookSpec, OnFailure};
+use berth_model::status::ClientStatus;
 
 use crate::support;
 

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth::model::mount::Propagation;
 use berth::runtime::driver::{Driver, DriverError, LoadError};
 use berth::runtime::sandbox::Fault;
+use berth_model::mount::Propagation;
 use serde_json::json;
 
 use crate::support::{self, TaskDir, mount};

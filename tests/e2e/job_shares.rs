@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use berth::model::events::EventKind;
-use berth::model::status::ClientStatus;
+use berth_model::events::EventKind;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

@@ -10,9 +10,9 @@ use berth::cgroup::Cgroups;
 use berth::cgroup::layout::Layout;
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
-use berth::model::events::{EventKind, TaskStateKind};
-use berth::model::status::ClientStatus;
 use berth::state::StateStore;
+use berth_model::events::{EventKind, TaskStateKind};
+use berth_model::status::ClientStatus;
 
 use crate::support;
 

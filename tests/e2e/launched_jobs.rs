@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use berth::agent::JobStatus;
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

@@ -4,7 +4,7 @@
 //! across the files. The task can write into `alloc/logs/`: what it plants there is
 //! never followed, by the collector or by the reader.
 
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

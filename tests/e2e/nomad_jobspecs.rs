@@ -3,7 +3,7 @@
 //! run-time interpolation, templates, a bare command name, and every problem reported
 //! at once.
 
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

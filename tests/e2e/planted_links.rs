@@ -3,7 +3,7 @@
 //! (or the task itself on an earlier run) never turns a bidirectional volume into a mount
 //! over the host's own.
 
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 use crate::support::HostMounts;

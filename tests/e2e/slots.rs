@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use berth::agent::{AllocSummary, JobStatus};
-use berth::model::status::{ClientStatus, DesiredStatus};
+use berth_model::status::{ClientStatus, DesiredStatus};
 
 use crate::agent_process::AgentProcess;
 

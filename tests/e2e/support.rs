@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use berth::model::driver::TaskRequest;
-use berth::model::mount::{HandedMount, Propagation};
 use berth::runtime::driver::{Driver, DriverOrigin};
 use berth::runtime::{Runtime, RuntimeConfig, SandboxLimits};
+use berth_model::driver::TaskRequest;
+use berth_model::mount::{HandedMount, Propagation};
 
 /// The component cache the tests share. It exists when this returns, so a symlink to it
 /// (agents in their own data dirs) never dangles.
@@ -298,7 +298,7 @@ pub fn remove_task_cgroups(data_dir: &Path) {
             .flat_map(|t| jobs.iter().map(move |j| (t.file_name(), j)))
         {
             let name = berth::cgroup::Cgroups::task_name(job, &alloc_id, &task.to_string_lossy());
-            let limits = berth::model::limits::TaskLimits {
+            let limits = berth_model::limits::TaskLimits {
                 memory_bytes: 0,
                 memory_soft_bytes: None,
                 cpu_shares: 0,

@@ -4,7 +4,7 @@
 //! can do what ordinary programs do: write `/dev/null`, share files with the alloc's
 //! other tasks through `/alloc/data`, whatever their users.
 
-use berth::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
 

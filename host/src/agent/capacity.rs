@@ -5,18 +5,18 @@
 /// cannot be read: then disk is not counted).
 fn data_dir_disk_mb(data_dir: &std::path::Path) -> u64 {
     rustix::fs::statvfs(data_dir).map_or(0, |stat| {
-        stat.f_blocks.saturating_mul(stat.f_frsize) / crate::model::limits::MIB
+        stat.f_blocks.saturating_mul(stat.f_frsize) / berth_model::limits::MIB
     })
 }
 
 /// What the node has in all: CPU (MHz), memory and disk (MB), as a node record counts
 /// them.
-pub fn node_totals(data_dir: &std::path::Path) -> crate::model::limits::NodeResources {
+pub fn node_totals(data_dir: &std::path::Path) -> berth_model::limits::NodeResources {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    crate::model::limits::NodeResources {
+    berth_model::limits::NodeResources {
         cpu_mhz: cores * cpu_mhz_per_core(),
         memory_mb: crate::cgroup::node_memory()
-            .map(|bytes| bytes / crate::model::limits::MIB)
+            .map(|bytes| bytes / berth_model::limits::MIB)
             .unwrap_or(0),
         disk_mb: data_dir_disk_mb(data_dir),
     }
@@ -40,8 +40,8 @@ pub struct ReservedTooLarge {
 /// Refuses a `reserved` block that keeps all of the node's CPU, memory or disk (where
 /// the node's total is known).
 pub fn check_reserved(
-    reserved: crate::model::limits::NodeResources,
-    totals: crate::model::limits::NodeResources,
+    reserved: berth_model::limits::NodeResources,
+    totals: berth_model::limits::NodeResources,
 ) -> Result<(), ReservedTooLarge> {
     let dimensions = [
         ("cpu", "CPU", "MHz", reserved.cpu_mhz, totals.cpu_mhz),
@@ -91,7 +91,7 @@ fn cpu_mhz_per_core() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::limits::NodeResources;
+    use berth_model::limits::NodeResources;
 
     #[test]
     fn a_reserved_block_that_keeps_all_the_node_has_is_refused_naming_it() {

@@ -270,8 +270,8 @@ struct Reported {
 /// restarts and how many events it has had (the last one's time).
 #[derive(PartialEq)]
 struct ReportMark {
-    client_status: crate::model::status::ClientStatus,
-    tasks: Vec<(crate::model::events::TaskStateKind, bool, u32, usize, u64)>,
+    client_status: berth_model::status::ClientStatus,
+    tasks: Vec<(berth_model::events::TaskStateKind, bool, u32, usize, u64)>,
 }
 
 impl ReportMark {
@@ -610,7 +610,7 @@ impl Agent {
                     name: placement.name.clone(),
                     node_id: cluster.node_id().to_string(),
                     node_name: cluster.node_name().to_string(),
-                    client_status: crate::model::status::ClientStatus::Failed,
+                    client_status: berth_model::status::ClientStatus::Failed,
                     description: error.to_string(),
                     updated_ms: super::now_ms(),
                     tasks: Default::default(),

@@ -17,7 +17,7 @@ use crate::csi::CsiNode;
 use crate::csi::manager::{
     ControllerAnswer, ControllerRequest, CsiManager, CsiVolumeError, RemoteCall, RemoteControllers,
 };
-use crate::model::csi::PluginKind;
+use berth_model::csi::PluginKind;
 
 /// A served call's outcome, as it travels back.
 #[derive(Serialize, Deserialize)]
@@ -262,7 +262,7 @@ async fn serve(manager: &CsiManager, request: &[u8]) -> Answered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::csi::SnapshotInfo;
+    use berth_model::csi::SnapshotInfo;
 
     #[test]
     fn an_answer_too_large_for_a_call_becomes_a_refusal_that_says_so() {

@@ -97,7 +97,7 @@ impl Agent {
         let Ok(stats) = rustix::fs::statvfs(&self.node.data_dir) else {
             return Vec::new();
         };
-        let node_mb = stats.f_blocks.saturating_mul(stats.f_frsize) / crate::model::limits::MIB;
+        let node_mb = stats.f_blocks.saturating_mul(stats.f_frsize) / berth_model::limits::MIB;
         job.groups
             .iter()
             .filter(|g| g.ephemeral_disk_mb > node_mb)

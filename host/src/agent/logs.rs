@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use super::{Agent, LookupError};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 /// The most bytes one chunk carries.
 pub const MAX_CHUNK: u64 = 256 * 1024;

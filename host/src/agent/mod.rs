@@ -53,8 +53,8 @@ use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::Job;
-use crate::model::events::AllocEvent;
 use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
+use berth_model::events::AllocEvent;
 
 /// Where the agent keeps its state.
 pub enum StateLocation {
@@ -758,7 +758,7 @@ async fn log_events(mut events: broadcast::Receiver<AllocEvent>) {
         match events.recv().await {
             // Drivers, hooks and tasks write event messages: one line each in the log.
             Ok(event) => tracing::info!(alloc = %event.alloc_id, task = %event.task,
-                kind = %event.event.kind, "{}", crate::model::text::one_line(&event.event.message)),
+                kind = %event.event.kind, "{}", berth_model::text::one_line(&event.event.message)),
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::warn!("the event log fell behind and skipped {missed} event(s)")
             }

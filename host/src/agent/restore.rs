@@ -8,8 +8,8 @@ use tokio::sync::watch;
 use super::{Agent, AllocEntry, JobEntry, Notice, NoticeLevel, spawn_runner, store_name};
 use crate::alloc_runner::AllocRunner;
 use crate::jobspec::{self};
-use crate::model::status::ClientStatus;
 use crate::state::StateError;
+use berth_model::status::ClientStatus;
 
 impl Agent {
     /// Reads the recorded jobs and allocs. Live allocs are started by `run_restored`.

@@ -4,7 +4,7 @@
 use crate::catalog::volume_spec::{self, SpecPurpose};
 use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
 use crate::jobspec::JobspecError;
-use crate::model::csi::{PluginKind, SnapshotInfo};
+use berth_model::csi::{PluginKind, SnapshotInfo};
 
 use super::Agent;
 

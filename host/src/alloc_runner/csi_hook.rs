@@ -18,9 +18,9 @@ use super::{AllocHook, AllocRunner};
 use crate::catalog::{CatalogError, Claim, ClaimMode, short_id};
 use crate::csi::manager::CsiVolumeError;
 use crate::jobspec::{VolumeRequest, VolumeType};
-use crate::model::csi::{AccessMode, AttachmentMode, CsiNameError, Usage};
-use crate::model::hook_resources::MountedVolume;
 use crate::task_runner::hooks::{BoxFuture, HookError};
+use berth_model::csi::{AccessMode, AttachmentMode, CsiNameError, Usage};
+use berth_model::hook_resources::MountedVolume;
 
 pub struct CsiHook;
 

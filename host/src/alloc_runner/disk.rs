@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use super::AllocRunner;
 use crate::disk::AllocDiskLimit;
-use crate::model::events::{EventKind, TaskEvent};
-use crate::model::limits::MIB;
+use berth_model::events::{EventKind, TaskEvent};
+use berth_model::limits::MIB;
 
 /// How often an alloc's directory is measured.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -221,7 +221,7 @@ impl AllocRunner {
 
     /// Every process of the alloc's tasks, from their cgroups.
     fn task_pids(&self) -> Vec<u32> {
-        let nothing = crate::model::limits::TaskLimits {
+        let nothing = berth_model::limits::TaskLimits {
             memory_bytes: 0,
             memory_soft_bytes: None,
             cpu_shares: 0,

@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 
 use super::AllocRunner;
 use crate::jobspec::{LifecycleHook, Task};
-use crate::model::events::TaskStateKind;
 use crate::task_runner::Outcome;
+use berth_model::events::TaskStateKind;
 
 /// Where a task sits in the order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,13 +31,13 @@ use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::{Group, Job, Task};
-use crate::model::driver::TaskHandle;
-use crate::model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
-use crate::model::hook_resources::HookResources;
-use crate::model::status::{ClientStatus, DesiredStatus};
 use crate::state::{AllocRecord, Commit, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
 use crate::task_runner::{ControlError, EventSink, Outcome, TaskControl, TaskRunner};
+use berth_model::driver::TaskHandle;
+use berth_model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
+use berth_model::hook_resources::HookResources;
+use berth_model::status::{ClientStatus, DesiredStatus};
 
 /// The hook state key under which an alloc's hook resources are recorded.
 const HOOK_RESOURCES_KEY: &str = "hook_resources";
@@ -746,7 +746,7 @@ impl AllocRunner {
 
     /// What each running task's cgroup counts as used now (Nomad's alloc stats).
     /// Blocking: small cgroupfs reads.
-    pub fn task_usage(&self) -> BTreeMap<String, crate::model::usage::CgroupUsage> {
+    pub fn task_usage(&self) -> BTreeMap<String, berth_model::usage::CgroupUsage> {
         (self.task_states.iter())
             .filter(|(_, state)| state.lock().unwrap().state == TaskStateKind::Running)
             .map(|(task, _)| {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use super::{AllocRunner, NodeContext};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::model::events::{EventKind, TaskStateKind};
-use crate::model::status::ClientStatus;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::sys::fake::{Call, FakeSys};
+use berth_model::events::{EventKind, TaskStateKind};
+use berth_model::status::ClientStatus;
 
 /// The built-in drivers, compiled once for every test of this binary.
 fn drivers() -> DriverSet {

@@ -29,7 +29,7 @@ use axum::Router;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::access::AccessPolicy;
-pub use crate::model::limits::ConnectionLimits;
+pub use berth_model::limits::ConnectionLimits;
 
 /// A listener the API is served on.
 pub trait Listener: Send + 'static {

@@ -552,7 +552,7 @@ pub struct SnapshotQuery {
 async fn create_snapshot(
     State(agent): State<Arc<Agent>>,
     Json(request): Json<SnapshotRequest>,
-) -> Reply<crate::model::csi::SnapshotInfo> {
+) -> Reply<berth_model::csi::SnapshotInfo> {
     Ok(Json(
         agent
             .create_snapshot(&request.volume_id, request.name.as_deref())
@@ -563,7 +563,7 @@ async fn create_snapshot(
 async fn list_snapshots(
     State(agent): State<Arc<Agent>>,
     axum::extract::Query(query): axum::extract::Query<SnapshotQuery>,
-) -> Reply<Vec<crate::model::csi::SnapshotInfo>> {
+) -> Reply<Vec<berth_model::csi::SnapshotInfo>> {
     Ok(Json(agent.snapshots(query.plugin_id.as_deref()).await?))
 }
 

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use super::{
     Catalog, CatalogError, Claim, PluginProvider, PluginStatus, Volume, VolumeStatus, claim_refusal,
 };
-use crate::model::csi::PluginKind;
 use crate::state::{RecordTable, StateStore};
+use berth_model::csi::PluginKind;
 
 pub struct EmbeddedCatalog {
     store: Arc<StateStore>,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::csi::{AccessMode, AttachmentMode, PluginKind};
+use berth_model::csi::{AccessMode, AttachmentMode, PluginKind};
 
 /// A CSI volume known to the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,7 +134,7 @@ pub struct PluginProvider {
     pub health: String,
     /// What fingerprinting found (name, version, capabilities), once it ran.
     #[serde(default)]
-    pub fingerprint: Option<crate::model::csi::Fingerprint>,
+    pub fingerprint: Option<berth_model::csi::Fingerprint>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -27,7 +27,7 @@ use super::{Capability, Volume};
 use crate::jobspec::JobspecError;
 use crate::jobspec::fields::Fields;
 use crate::jobspec::hcl::Location;
-use crate::model::csi::{AccessMode, AttachmentMode, check_volume_id};
+use berth_model::csi::{AccessMode, AttachmentMode, check_volume_id};
 
 /// What the file asks for: register an existing volume, or create one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::model::limits::{TaskLimits, cpu_weight};
 use crate::mount::mountinfo::MountEntry;
+use berth_model::limits::{TaskLimits, cpu_weight};
 
 /// The controllers berth limits tasks with.
 pub const NEEDED: &[&str] = &["memory", "cpu", "pids"];

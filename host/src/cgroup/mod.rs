@@ -22,8 +22,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::mount::mountinfo;
+use berth_model::limits::{CgroupSettings, TaskLimits};
 use layout::{Layout, Plan};
 
 #[derive(Debug, thiserror::Error)]
@@ -339,7 +339,7 @@ impl Cgroups {
 
 impl Cgroups {
     /// What the task cgroup `name` counts as used now; nothing is created or written.
-    pub fn usage(&self, name: &str) -> crate::model::usage::CgroupUsage {
+    pub fn usage(&self, name: &str) -> berth_model::usage::CgroupUsage {
         // Where a plan reads does not depend on the limits it would write.
         let limits = TaskLimits {
             memory_bytes: 0,
@@ -566,7 +566,7 @@ impl TaskCgroup {
     }
 
     /// What the task's processes used, as the cgroup counts it.
-    pub fn usage(&self) -> crate::model::usage::CgroupUsage {
+    pub fn usage(&self) -> berth_model::usage::CgroupUsage {
         usage::read(&self.plan.usage)
     }
 

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use super::layout::UsageFiles;
-use crate::model::usage::{CgroupUsage, CpuTime, MemoryUsage};
+use berth_model::usage::{CgroupUsage, CpuTime, MemoryUsage};
 
 /// The kernel's `USER_HZ`, the unit of v1 `cpuacct.stat`: 100 on every Linux ABI.
 const USER_HZ_NS: u64 = 10_000_000;

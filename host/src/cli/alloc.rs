@@ -29,7 +29,7 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
     print_line!("Desired Status = {}", alloc.desired_status);
     print_line!("Client Status  = {}", alloc.client_status);
     print_line!("Alloc Dir      = {}", local.alloc_dir.display());
-    let mb = |bytes: u64| bytes.div_ceil(crate::model::limits::MIB);
+    let mb = |bytes: u64| bytes.div_ceil(berth_model::limits::MIB);
     let limit = mb(local.disk_limit_bytes);
     let limited_by = local.disk_limited_by.as_deref().unwrap_or("not yet");
     match local.disk_used_bytes {

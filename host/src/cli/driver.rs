@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use super::output::print_line;
 use crate::driver_set::DriverSet;
-use crate::model::driver::{MountConfigs, WorldVersion};
 use crate::runtime::driver::Driver;
+use berth_model::driver::{MountConfigs, WorldVersion};
 
 /// `drops`: the log messages each plugin dropped, from the running agent (`None`: no
 /// agent answered).

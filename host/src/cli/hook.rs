@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::output::print_line;
 use crate::hook_set::HookSet;
-use crate::model::hook::HookSpec;
+use berth_model::hook::HookSpec;
 
 #[derive(Serialize)]
 struct Row<'a> {

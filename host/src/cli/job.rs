@@ -19,7 +19,7 @@ use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
 use crate::jobspec::eval::VariableInputs;
 use crate::jobspec::{self, Job, JobspecError};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;

@@ -150,7 +150,7 @@ enum NodeCommand {
         #[arg(long)]
         disable: bool,
         /// How long allocs may take to move before they are stopped (default 1h).
-        #[arg(long, value_parser = crate::model::units::parse_duration)]
+        #[arg(long, value_parser = berth_model::units::parse_duration)]
         deadline: Option<std::time::Duration>,
         /// The node's id (or a unique prefix), or its name.
         id: String,

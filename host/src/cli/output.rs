@@ -26,7 +26,7 @@ use std::io::Write as _;
 
 use crate::api::ApiError;
 use crate::jobspec::JobspecError;
-use crate::model::events::AllocEvent;
+use berth_model::events::AllocEvent;
 
 /// `println!` with every argument shown through [`Shown`] (escaped, padding kept). The
 /// format string names no variables (`{name}` would bypass the escaping): pass them as
@@ -110,14 +110,14 @@ pub(super) fn print_event(event: &AllocEvent) {
 /// `text` for a single line: every control character (ESC, CR, LF, ...) and the Unicode
 /// bidirectional controls escaped as `\u{..}`.
 pub(super) fn one_line(text: &str) -> Cow<'_, str> {
-    crate::model::text::one_line(text)
+    berth_model::text::one_line(text)
 }
 
 /// `text` over several lines (a task's output): newlines and tabs kept, every other
 /// control character escaped.
 pub(super) fn text(text: &str) -> Cow<'_, str> {
-    crate::model::text::escape(text, |c| {
-        (c.is_control() && c != '\n' && c != '\t') || crate::model::text::is_bidi_control(c)
+    berth_model::text::escape(text, |c| {
+        (c.is_control() && c != '\n' && c != '\t') || berth_model::text::is_bidi_control(c)
     })
 }
 
@@ -143,7 +143,7 @@ fn json(value: &impl serde::Serialize) -> serde_json::Result<String> {
     let mut out = String::with_capacity(pretty.len());
     for c in pretty.chars() {
         // Outside strings JSON has only its own layout; in them serde_json escaped C0.
-        if c != '\n' && (c.is_control() || crate::model::text::is_bidi_control(c)) {
+        if c != '\n' && (c.is_control() || berth_model::text::is_bidi_control(c)) {
             let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);
@@ -305,7 +305,7 @@ mod tests {
         assert!(
             !shown
                 .chars()
-                .any(|c| c != '\n' && (c.is_control() || crate::model::text::is_bidi_control(c))),
+                .any(|c| c != '\n' && (c.is_control() || berth_model::text::is_bidi_control(c))),
             "{shown}"
         );
         // Still JSON, with the same string.

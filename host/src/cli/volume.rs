@@ -8,7 +8,7 @@ use super::output::print_line;
 use crate::api::SubmitRequest;
 use crate::api::client::{Client, ClientError};
 use crate::catalog::{PluginStatus, VolumeStatus, short_id};
-use crate::model::csi::SnapshotInfo;
+use berth_model::csi::SnapshotInfo;
 
 /// Exit code for a spec or request the agent refused.
 const REFUSED: u8 = 2;

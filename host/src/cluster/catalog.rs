@@ -14,7 +14,7 @@ use crate::catalog::{
     Catalog, CatalogError, Claim, PluginProvider, PluginStatus, Volume, VolumeStatus,
     claim_refusal, plugin_statuses,
 };
-use crate::model::csi::PluginKind;
+use berth_model::csi::PluginKind;
 
 /// How often a transaction that lost a race is tried again before giving up.
 const MAX_ATTEMPTS: usize = 64;
@@ -156,7 +156,7 @@ impl EtcdCatalog {
         let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
         let lost: std::collections::BTreeMap<&str, &super::state::AllocReport> = reports
             .iter()
-            .filter(|r| r.client_status == crate::model::status::ClientStatus::Lost)
+            .filter(|r| r.client_status == berth_model::status::ClientStatus::Lost)
             .filter(|r| r.updated_ms.saturating_add(grace_ms) <= now_ms)
             .map(|r| (r.alloc_id.as_str(), r))
             .collect();

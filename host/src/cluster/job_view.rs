@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::{ClusterJob, Snapshot};
 use crate::jobspec::{Job, JobType, JobspecError};
-use crate::model::status::{ClientStatus, DesiredStatus};
+use berth_model::status::{ClientStatus, DesiredStatus};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllocSummary {

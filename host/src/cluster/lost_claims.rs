@@ -208,7 +208,7 @@ mod tests {
     use super::*;
     use crate::cluster::testing::EtcdServer;
     use crate::cluster::tests::{join, volume, writer};
-    use crate::model::status::ClientStatus;
+    use berth_model::status::ClientStatus;
 
     /// The unpublishes asked for (volume, CSI node id); failing while `refuse` is set.
     /// A recorder of what this module asks the CSI manager, which the e2e test
@@ -297,7 +297,7 @@ mod tests {
         claim.external_node_id = Some("csi-b".into());
         catalog.claim("data", claim).unwrap();
         let mut other = writer("stays", "b");
-        other.access_mode = crate::model::csi::AccessMode::MultiNodeMultiWriter;
+        other.access_mode = berth_model::csi::AccessMode::MultiNodeMultiWriter;
         other.mode = crate::catalog::ClaimMode::Read;
         other.external_node_id = Some("csi-b".into());
         catalog.claim("data", other).unwrap();

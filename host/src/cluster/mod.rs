@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::cluster::ClusterSettings;
+use berth_model::cluster::ClusterSettings;
 use etcd::{Condition, Etcd, EtcdError, Write};
 use etcd_access::{AccessFileError, EtcdAccess};
 use store::{KeptLease, Store};
@@ -131,7 +131,7 @@ pub struct NodeRecord {
     pub disk_mb: u64,
     /// What the operator keeps for the node itself (`reserved` in its config).
     #[serde(default)]
-    pub reserved: crate::model::limits::NodeResources,
+    pub reserved: berth_model::limits::NodeResources,
     /// When the agent registered (ms since the epoch).
     #[serde(default)]
     pub registered_ms: u64,
@@ -146,8 +146,8 @@ pub struct HostVolumePath {
 
 impl NodeRecord {
     /// What the node has in all.
-    pub fn totals(&self) -> crate::model::limits::NodeResources {
-        crate::model::limits::NodeResources {
+    pub fn totals(&self) -> berth_model::limits::NodeResources {
+        berth_model::limits::NodeResources {
             cpu_mhz: self.cpu_mhz,
             memory_mb: self.memory_mb,
             disk_mb: self.disk_mb,
@@ -155,8 +155,8 @@ impl NodeRecord {
     }
 
     /// What allocs may be placed against: the node's totals less what it reserves.
-    pub fn available(&self) -> crate::model::limits::NodeResources {
-        crate::model::limits::NodeResources {
+    pub fn available(&self) -> berth_model::limits::NodeResources {
+        berth_model::limits::NodeResources {
             cpu_mhz: self.cpu_mhz.saturating_sub(self.reserved.cpu_mhz),
             memory_mb: self.memory_mb.saturating_sub(self.reserved.memory_mb),
             disk_mb: self.disk_mb.saturating_sub(self.reserved.disk_mb),

@@ -96,7 +96,7 @@ pub(crate) fn decode(prefix: &str, entry: &Entry) -> Option<Stored> {
         }
         "plugins" => {
             let provider: crate::catalog::PluginProvider = read(entry)?;
-            (provider.kind == crate::model::csi::PluginKind::Node).then_some(Stored::NodePlugin {
+            (provider.kind == berth_model::csi::PluginKind::Node).then_some(Stored::NodePlugin {
                 plugin_id: provider.plugin_id,
                 node: provider.node,
                 healthy: provider.healthy,

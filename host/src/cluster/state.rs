@@ -12,8 +12,8 @@ use super::{Cluster, ClusterError, NodeView};
 use crate::jobspec::eval::VariableInputs;
 use std::collections::BTreeMap;
 
-use crate::model::events::TaskState;
-use crate::model::status::ClientStatus;
+use berth_model::events::TaskState;
+use berth_model::status::ClientStatus;
 
 /// A job as submitted to any agent: its source, so every agent reads it the same way.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -574,17 +574,17 @@ mod tests {
     /// did: the last 10 events, each message clipped, and no host paths.
     #[test]
     fn a_report_keeps_the_last_events_clipped_and_no_host_paths() {
-        use crate::model::events::{EventKind, TaskEvent, TaskStateKind};
+        use berth_model::events::{EventKind, TaskEvent, TaskStateKind};
         let state = TaskState {
             state: TaskStateKind::Running,
             failed: false,
             restarts: 40,
             exit_code: None,
-            mounts: vec![crate::model::mount::HandedMount {
+            mounts: vec![berth_model::mount::HandedMount {
                 host_path: "/var/lib/berth/secret-host-path".into(),
                 task_path: "/data".into(),
                 read_only: false,
-                propagation: crate::model::mount::Propagation::Private,
+                propagation: berth_model::mount::Propagation::Private,
                 allow_setuid: false,
                 source_below: None,
             }],

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::etcd::Etcd;
 use super::etcd_access::{AuthSetup, Credentials, EtcdAccess, TlsMaterial};
-use crate::model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
+use berth_model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
 
 /// The user berth runs as on a secured test etcd, and its password.
 pub const BERTH_USER: &str = "berth";

@@ -7,8 +7,8 @@ use super::catalog::EtcdCatalog;
 use super::testing::EtcdServer;
 use super::*;
 use crate::catalog::{Catalog, CatalogError, Claim, ClaimMode, Volume};
-use crate::model::cluster::{ClusterSettings, StoreKind};
-use crate::model::csi::AccessMode;
+use berth_model::cluster::{ClusterSettings, StoreKind};
+use berth_model::csi::AccessMode;
 
 pub(super) fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
     ClusterSettings {

@@ -207,7 +207,7 @@ fn a_user_for_an_etcd_whose_auth_is_off_is_refused_at_join() {
     std::fs::write(&password_file, "unused\n").unwrap();
     std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut settings = server.settings("/berth");
-    settings.auth = Some(crate::model::cluster::EtcdAuth {
+    settings.auth = Some(berth_model::cluster::EtcdAuth {
         username: "berth".into(),
         password_file,
     });

@@ -336,7 +336,7 @@ impl ConsulApi {
             return Err(ConsulError::Refused {
                 call: call.to_string(),
                 status: status.as_u16(),
-                message: crate::model::text::clip(message.trim(), 512),
+                message: berth_model::text::clip(message.trim(), 512),
             });
         }
         Ok(body)

@@ -13,7 +13,7 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::Instrument;
 
-use crate::model::csi::{Capabilities, SnapshotInfo, Timeouts, Usage};
+use berth_model::csi::{Capabilities, SnapshotInfo, Timeouts, Usage};
 
 /// The most snapshots `ListSnapshots` reads from one plugin.
 pub const MAX_LISTED_SNAPSHOTS: usize = 4096;
@@ -566,8 +566,8 @@ impl CsiClient {
     fn snapshot_info(&self, snapshot: pb::Snapshot) -> SnapshotInfo {
         SnapshotInfo {
             plugin_id: self.plugin.clone(),
-            snapshot_id: crate::model::text::clip(&snapshot.snapshot_id, MAX_ID_BYTES),
-            source_volume_id: crate::model::text::clip(&snapshot.source_volume_id, MAX_ID_BYTES),
+            snapshot_id: berth_model::text::clip(&snapshot.snapshot_id, MAX_ID_BYTES),
+            source_volume_id: berth_model::text::clip(&snapshot.source_volume_id, MAX_ID_BYTES),
             size_bytes: snapshot.size_bytes.max(0),
             created_at: snapshot.creation_time.map_or(0, |t| t.seconds),
             ready_to_use: snapshot.ready_to_use,

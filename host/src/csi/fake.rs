@@ -21,7 +21,7 @@ use super::host_mounts::HostMounts;
 use super::layout::PluginDirs;
 use super::plugin::{CsiPlugin, PluginCall, PluginConnector};
 use super::registry::PluginRegistration;
-use crate::model::csi::{Capabilities, SnapshotInfo, Usage};
+use berth_model::csi::{Capabilities, SnapshotInfo, Usage};
 
 /// How the fake answers one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

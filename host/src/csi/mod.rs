@@ -27,20 +27,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::catalog::Catalog;
-use crate::model::csi::{AccessMode, AttachmentMode, CsiSettings, Usage};
+use berth_model::csi::{AccessMode, AttachmentMode, CsiSettings, Usage};
 use berth_proto::csi as pb;
 
 // The wire forms of the model's CSI types: only this module speaks protobuf.
-impl AccessMode {
-    fn to_proto(self) -> pb::volume_capability::access_mode::Mode {
-        use pb::volume_capability::access_mode::Mode;
-        match self {
-            AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
-            AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
-            AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
-            AccessMode::MultiNodeSingleWriter => Mode::MultiNodeSingleWriter,
-            AccessMode::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
-        }
+fn access_mode_to_proto(mode: AccessMode) -> pb::volume_capability::access_mode::Mode {
+    use pb::volume_capability::access_mode::Mode;
+    match mode {
+        AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
+        AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
+        AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
+        AccessMode::MultiNodeSingleWriter => Mode::MultiNodeSingleWriter,
+        AccessMode::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
     }
 }
 
@@ -53,7 +51,7 @@ pub(crate) fn volume_capability(usage: &Usage) -> pb::VolumeCapability {
             AttachmentMode::BlockDevice => AccessType::Block(BlockVolume {}),
         }),
         access_mode: Some(PbAccess {
-            mode: usage.access_mode.to_proto() as i32,
+            mode: access_mode_to_proto(usage.access_mode) as i32,
         }),
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::client::{CreatedVolume, CsiClient, CsiError, NodeVolume};
 use super::registry::PluginRegistration;
-use crate::model::csi::{Capabilities, SnapshotInfo, Timeouts, Usage};
+use berth_model::csi::{Capabilities, SnapshotInfo, Timeouts, Usage};
 
 /// A plugin call's answer, once it comes.
 pub type PluginCall<'a, T> = Pin<Box<dyn Future<Output = Result<T, CsiError>> + Send + 'a>>;

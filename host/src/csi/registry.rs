@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
 use super::layout::PluginDirs;
-use crate::model::csi::PluginKind;
 use crate::state::{RecordTable, StateStore};
+use berth_model::csi::PluginKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginRegistration {

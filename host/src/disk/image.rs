@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::Command;
 
 use super::{AllocDiskLimit, DiskError, DiskUsage, Unsupported};
-use crate::model::limits::MIB;
 use crate::mount;
+use berth_model::limits::MIB;
 
 /// An image with less room than this is full (see [`usage`]).
 const FULL_WITHIN: u64 = 1024 * 1024;

@@ -26,7 +26,7 @@ pub mod quota;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::model::limits::MIB;
+use berth_model::limits::MIB;
 
 /// Inodes per MB of `ephemeral_disk` when the operator sets none: one per 4 KiB.
 pub const DEFAULT_INODES_PER_MB: u64 = 256;

@@ -9,8 +9,8 @@ use super::hcl::{BlockNode, BodyNode, Location, Value};
 use super::names::{NameKind, check_name, normalise_task_path};
 use super::reschedule;
 use super::spec::*;
-use crate::model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
-use crate::model::mount::Propagation;
+use berth_model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
+use berth_model::mount::Propagation;
 
 pub(super) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     let mut top = Fields::new(tree, "jobspec".into(), Location::default(), &["job"]);
@@ -284,14 +284,14 @@ fn logs(
     parent: &str,
     block: &BlockNode,
     problems: &mut Findings,
-) -> crate::model::driver::LogRotation {
+) -> berth_model::driver::LogRotation {
     let mut fields = Fields::new(
         &block.body,
         format!("{parent}.logs"),
         block.at,
         &["max_files", "max_file_size", "disabled", "enabled"],
     );
-    let defaults = crate::model::driver::LogRotation::default();
+    let defaults = berth_model::driver::LogRotation::default();
     let max_files = fields
         .number("max_files", 1_000, problems)
         .map_or(defaults.max_files, |n| n.max(1) as u32);
@@ -309,7 +309,7 @@ fn logs(
         });
     }
     fields.finish(problems);
-    crate::model::driver::LogRotation {
+    berth_model::driver::LogRotation {
         max_files,
         max_file_size,
     }

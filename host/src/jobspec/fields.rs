@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::hcl::{BlockNode, BodyNode, Located, Location, Value};
 use super::spec::Problem;
-use crate::model::units::{self, UnitError};
+use berth_model::units::{self, UnitError};
 
 /// Reads one block's body.
 pub(crate) struct Fields<'a> {

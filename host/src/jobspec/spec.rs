@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::location::Location;
-use crate::model::mount::Propagation;
+use berth_model::mount::Propagation;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -243,7 +243,7 @@ pub struct Task {
     /// (`local/<dispatch_payload.file>`).
     pub dispatch_payload: Option<String>,
     /// How its stdout and stderr files rotate (`logs`).
-    pub logs: crate::model::driver::LogRotation,
+    pub logs: berth_model::driver::LogRotation,
     /// Set on the sidecar proxy task berth adds for a Connect service: the service's
     /// name. It gets a service identity token and an Envoy bootstrap before it starts.
     pub connect_proxy_for: Option<String>,

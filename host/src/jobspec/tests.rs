@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::model::mount::Propagation;
+use berth_model::mount::Propagation;
 
 fn problems(source: &str) -> Vec<String> {
     match parse("job.hcl", source) {

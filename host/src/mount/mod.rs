@@ -19,19 +19,17 @@ use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 
-use crate::model::mount::Propagation;
+use berth_model::mount::Propagation;
 use rustix::mount::{MountFlags, MountPropagationFlags};
 
-impl Propagation {
-    /// The recursive propagation flags `mount(2)` takes for this mode.
-    pub fn flags(self) -> MountPropagationFlags {
-        let mode = match self {
-            Propagation::Private => MountPropagationFlags::PRIVATE,
-            Propagation::HostToTask => MountPropagationFlags::DOWNSTREAM,
-            Propagation::Bidirectional => MountPropagationFlags::SHARED,
-        };
-        mode | MountPropagationFlags::REC
-    }
+/// The recursive propagation flags `mount(2)` takes for `propagation`.
+pub fn propagation_flags(propagation: Propagation) -> MountPropagationFlags {
+    let mode = match propagation {
+        Propagation::Private => MountPropagationFlags::PRIVATE,
+        Propagation::HostToTask => MountPropagationFlags::DOWNSTREAM,
+        Propagation::Bidirectional => MountPropagationFlags::SHARED,
+    };
+    mode | MountPropagationFlags::REC
 }
 
 /// Every system call that mounts, unmounts or moves a mount, by number: what a seccomp

@@ -90,7 +90,7 @@ pub fn drop_privileges(confinement: Confinement) -> io::Result<()> {
 
 /// Becomes `user` (its primary group only) for good. Async-signal-safe, as above. Leaving
 /// uid 0 makes the kernel clear the permitted and effective capabilities.
-pub fn become_user(user: crate::model::driver::TaskUser) -> io::Result<()> {
+pub fn become_user(user: berth_model::driver::TaskUser) -> io::Result<()> {
     let gid = rustix::process::Gid::from_raw(user.gid);
     rustix::thread::set_thread_groups(&[gid])?;
     rustix::thread::set_thread_res_gid(gid, gid, gid)?;

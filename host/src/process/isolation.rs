@@ -27,9 +27,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::mount::MountPropagationFlags;
 
-use crate::model::mount::Propagation;
 use crate::mount::mountinfo::{self, MountEntry};
 use crate::mount::{MountStep, Restriction, Target, beneath, c_path};
+use berth_model::mount::Propagation;
 
 /// Host directories bound read-only into every chroot, when the host has them. A
 /// directory that is a symlink on the host (`/bin -> usr/bin`) becomes the same symlink.
@@ -50,7 +50,7 @@ pub struct VolumeMount {
     pub source_below: Option<PathBuf>,
     /// Not `nosuid,nodev` ([`HandedMount::allow_setuid`]).
     ///
-    /// [`HandedMount::allow_setuid`]: crate::model::mount::HandedMount::allow_setuid
+    /// [`HandedMount::allow_setuid`]: berth_model::mount::HandedMount::allow_setuid
     pub allow_setuid: bool,
 }
 
@@ -336,7 +336,7 @@ fn plan(
         }
         steps.push(MountStep::SetPropagation {
             target,
-            flags: mount.propagation.flags(),
+            flags: crate::mount::propagation_flags(mount.propagation),
         });
     }
     // A task that may mount must not find the kernel's settings in /proc: it could

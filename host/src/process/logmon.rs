@@ -27,7 +27,7 @@ use std::os::fd::{AsFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 
 use super::keeper;
-use crate::model::driver::LogRotation;
+use berth_model::driver::LogRotation;
 
 /// The hidden command of `berth-keeper` (and of `berth`).
 pub const COMMAND: &std::ffi::CStr = c"__task-logmon";

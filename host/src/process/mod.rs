@@ -35,12 +35,12 @@ use std::time::Duration;
 use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::sync::watch;
 
-use crate::model::mount::Propagation;
 use crate::mount::MountStep;
+use berth_model::mount::Propagation;
 use isolation::ChrootSpec;
 use spawn_plan::{Report, SpawnPlan};
 
-pub use crate::model::driver::ProcessRef;
+pub use berth_model::driver::ProcessRef;
 
 /// How a process ended. Both fields are `None` for an adopted process, whose status
 /// only its real parent could collect.
@@ -61,7 +61,7 @@ pub struct SpawnSpec {
     pub stderr: PathBuf,
     /// The output goes through pipes to a log collector (`berth-keeper
     /// __task-logmon`) that rotates the files.
-    pub logs: crate::model::driver::LogRotation,
+    pub logs: berth_model::driver::LogRotation,
     /// Runs as this user, from before the seccomp filter on (the kernel then clears its
     /// capabilities).
     pub user: Option<users::TaskUser>,

@@ -30,8 +30,8 @@ use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd, RawFd};
 use serde::{Deserialize, Serialize};
 
 use super::{confine, keeper, mount_warden, seccomp, shim};
-use crate::model::driver::TaskUser;
 use crate::mount::MountStep;
+use berth_model::driver::TaskUser;
 
 /// The hidden command of `berth-keeper` (and of `berth`) that runs a plan.
 pub const COMMAND: &CStr = c"__task-spawn";

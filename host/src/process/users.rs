@@ -2,7 +2,7 @@
 
 use std::io;
 
-pub use crate::model::driver::TaskUser;
+pub use berth_model::driver::TaskUser;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UserError {

@@ -17,8 +17,8 @@ use wasmtime::component::{HasSelf, Linker};
 use super::Runtime;
 use super::bindings::hook_v0_1::{self as wit, Hook as HookBindings, HookPre};
 use super::sandbox::{self, Fault, PluginCtx, PluginIdentity};
-use crate::model::hook::{HookSpec, WriteQuota};
-use crate::model::text::clip;
+use berth_model::hook::{HookSpec, WriteQuota};
+use berth_model::text::clip;
 
 /// Limits on what a hook may return from prestart.
 pub struct Bounds;
@@ -149,7 +149,7 @@ impl Hook {
             path: spec.path.clone(),
             source,
         })?;
-        let digest = crate::model::pins::sha256_hex(&bytes);
+        let digest = berth_model::pins::sha256_hex(&bytes);
         match &spec.sha256 {
             Some(pinned) if *pinned != digest => {
                 return Err(HookLoadError::DigestMismatch {
@@ -351,7 +351,7 @@ impl Hook {
             name: self.spec.name.as_str().into(),
             may_mount: false,
             // Hooks cannot spawn at all (no berth:host/process); the strictest anyway.
-            isolation: crate::model::driver::FsIsolation::Chroot,
+            isolation: berth_model::driver::FsIsolation::Chroot,
             adoptable: None,
         };
         // Declared before the store, so it is given back after the store is gone. Every

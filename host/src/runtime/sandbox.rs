@@ -15,9 +15,9 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::{Runtime, SandboxLimits};
-use crate::model::driver::FsIsolation;
-use crate::model::mount::HandedMount;
 use crate::process::ProcessTable;
+use berth_model::driver::FsIsolation;
+use berth_model::mount::HandedMount;
 
 /// What the host knows about the plugin a store belongs to.
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ pub struct PluginIdentity {
     /// Set for `recover-task` after an agent restart, the only time a driver may adopt a
     /// process it did not spawn in this agent's lifetime: the processes the host
     /// recorded spawning for the task being recovered, the only ones it may adopt.
-    pub adoptable: Option<Vec<crate::model::driver::ProcessRef>>,
+    pub adoptable: Option<Vec<berth_model::driver::ProcessRef>>,
 }
 
 /// The task a call is about, with what the host handed the driver for it. Spawning is
@@ -42,11 +42,11 @@ pub struct TaskScope {
     pub mounts: Vec<HandedMount>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
-    pub logs: crate::model::driver::LogRotation,
+    pub logs: berth_model::driver::LogRotation,
     /// The task may keep root's capabilities (an operator-approved CSI plugin).
     pub privileged: bool,
     /// The user every spawn of the task runs as.
-    pub user: Option<crate::model::driver::TaskUser>,
+    pub user: Option<berth_model::driver::TaskUser>,
     /// The operator lets the driver spawn this task's processes unconfined.
     pub allow_unconfined: bool,
     /// The task's cgroup, joined by every spawn.
@@ -196,9 +196,9 @@ pub struct PluginCtx {
     /// Requests the host refused; they fail the call even if the guest ignores them.
     pub(crate) violations: Vec<String>,
     /// What this call spawned, recorded in the task's handle.
-    pub(crate) spawned: Vec<crate::model::driver::ProcessRef>,
+    pub(crate) spawned: Vec<berth_model::driver::ProcessRef>,
     /// The process the driver said its task ends with (`process.task-ends-with`).
-    pub(crate) task_ends_with: Option<crate::model::driver::ProcessRef>,
+    pub(crate) task_ends_with: Option<berth_model::driver::ProcessRef>,
     /// When the driver said its task ends (`timer.task-ends-after`), in Unix milliseconds.
     pub(crate) task_ends_at_ms: Option<u64>,
     /// What this call may still log through `berth:host/log`.

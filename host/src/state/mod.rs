@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::blocking;
 use crate::jobspec::eval::VariableInputs;
-use crate::model::driver::TaskHandle;
-use crate::model::events::TaskState;
-use crate::model::status::{ClientStatus, DesiredStatus};
+use berth_model::driver::TaskHandle;
+use berth_model::events::TaskState;
+use berth_model::status::{ClientStatus, DesiredStatus};
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");

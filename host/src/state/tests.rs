@@ -1,7 +1,7 @@
 //! The state store: round trips, lazy and durable commits, unreadable records kept.
 
 use super::*;
-use crate::model::events::{EventKind, TaskEvent};
+use berth_model::events::{EventKind, TaskEvent};
 
 fn alloc(id: &str) -> AllocRecord {
     AllocRecord {

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use super::{RunCgroup, Sys};
 use crate::cgroup::CgroupError;
-use crate::model::driver::TaskUser;
-use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::process::users::UserError;
+use berth_model::driver::TaskUser;
+use berth_model::limits::{CgroupSettings, TaskLimits};
 
 /// One recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,8 +148,8 @@ impl Sys for FakeSys {
     }
 
     /// Nothing is measured here: the real reads are tested on cgroupfs (e2e).
-    fn cgroup_usage(&self, _name: &str) -> crate::model::usage::CgroupUsage {
-        crate::model::usage::CgroupUsage::default()
+    fn cgroup_usage(&self, _name: &str) -> berth_model::usage::CgroupUsage {
+        berth_model::usage::CgroupUsage::default()
     }
 
     fn missing_controllers(&self) -> Vec<&'static str> {

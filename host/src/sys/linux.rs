@@ -8,9 +8,9 @@ use super::{RunCgroup, Sys};
 use crate::alloc_dir::open_dir_nofollow;
 use crate::cgroup::{CgroupError, Cgroups, TaskCgroup};
 use crate::disk::{AllocDiskLimit, DiskError, DiskLimits, DiskUsage, Mechanism};
-use crate::model::driver::TaskUser;
-use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::process::users::UserError;
+use berth_model::driver::TaskUser;
+use berth_model::limits::{CgroupSettings, TaskLimits};
 
 /// `user::rwx group::rwx other::---` in the kernel's `posix_acl_xattr` form: a version
 /// (2), then entries of tag (`USER_OBJ` 0x01, `GROUP_OBJ` 0x04, `OTHER` 0x20), permissions
@@ -68,7 +68,7 @@ impl Sys for LinuxSys {
         Box::new(self.cgroups.existing_collectors(name))
     }
 
-    fn cgroup_usage(&self, name: &str) -> crate::model::usage::CgroupUsage {
+    fn cgroup_usage(&self, name: &str) -> berth_model::usage::CgroupUsage {
         self.cgroups.usage(name)
     }
 

@@ -24,9 +24,9 @@ pub use linux::LinuxSys;
 
 use crate::cgroup::CgroupError;
 use crate::disk::{AllocDiskLimit, DiskError, DiskUsage, Mechanism};
-use crate::model::driver::TaskUser;
-use crate::model::limits::{CgroupSettings, TaskLimits};
 use crate::process::users::UserError;
+use berth_model::driver::TaskUser;
+use berth_model::limits::{CgroupSettings, TaskLimits};
 
 /// The privileged operations of the task and alloc runners.
 pub trait Sys: Send + Sync {
@@ -49,7 +49,7 @@ pub trait Sys: Send + Sync {
 
     /// What the task cgroup `name` counts as used now (alloc stats). Blocking: small
     /// cgroupfs reads.
-    fn cgroup_usage(&self, name: &str) -> crate::model::usage::CgroupUsage;
+    fn cgroup_usage(&self, name: &str) -> berth_model::usage::CgroupUsage;
 
     /// The cgroup controllers this node lacks (the operator allowed running without).
     fn missing_controllers(&self) -> Vec<&'static str>;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::hooks::{HookError, Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use super::template_hook::write_beneath_for;
 use crate::consul::api::{AclToken, ConsulError};
-use crate::model::driver::TaskUser;
+use berth_model::driver::TaskUser;
 
 pub struct ConnectHook;
 
@@ -258,7 +258,7 @@ async fn run_bootstrap(program: &str, args: &[String]) -> Result<Vec<u8>, HookEr
             }
             Ok(output) => format!(
                 "{} ({})",
-                crate::model::text::clip(String::from_utf8_lossy(&output.stderr).trim(), 512),
+                berth_model::text::clip(String::from_utf8_lossy(&output.stderr).trim(), 512),
                 output.status
             ),
         };

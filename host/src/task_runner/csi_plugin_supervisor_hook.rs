@@ -21,10 +21,10 @@ use crate::csi::client::CsiClient;
 use crate::csi::layout::{self, PluginDirs};
 use crate::csi::registry::PluginRegistration;
 use crate::jobspec::{CsiPlugin, CsiPluginType};
-use crate::model::csi::{PluginKind, Timeouts, check_plugin_id};
-use crate::model::driver::{ExitResult, FsIsolation};
-use crate::model::events::EventKind;
-use crate::model::mount::{HandedMount, Propagation};
+use berth_model::csi::{PluginKind, Timeouts, check_plugin_id};
+use berth_model::driver::{ExitResult, FsIsolation};
+use berth_model::events::EventKind;
+use berth_model::mount::{HandedMount, Propagation};
 
 /// How often a plugin is probed until it is healthy, and afterwards.
 const PROBE_STARTING: Duration = Duration::from_millis(500);

@@ -17,12 +17,12 @@ use crate::alloc_dir::AllocDir;
 use crate::config::AgentConfig;
 use crate::csi::CsiNode;
 use crate::jobspec::{Group, Job, Task};
-use crate::model::driver::ExitResult;
-use crate::model::events::EventKind;
-use crate::model::hook_resources::HookResources;
-use crate::model::mount::HandedMount;
 use crate::runtime::driver::Driver;
 use crate::runtime::hook::Hook;
+use berth_model::driver::ExitResult;
+use berth_model::events::EventKind;
+use berth_model::hook_resources::HookResources;
+use berth_model::mount::HandedMount;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -37,7 +37,7 @@ pub struct TaskHookContext {
     pub task: Task,
     /// The uid (and, as its group, the alloc's gid) the alloc took for this task from
     /// `user { dynamic_range }`; `None` when it runs as its job's user, or as today's.
-    pub dynamic_user: Option<crate::model::driver::TaskUser>,
+    pub dynamic_user: Option<berth_model::driver::TaskUser>,
     pub alloc_dir: AllocDir,
     pub driver: Arc<Driver>,
     pub config: Arc<AgentConfig>,

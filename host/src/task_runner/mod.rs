@@ -35,12 +35,12 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::jobspec::RestartMode;
-use crate::model::driver::{ExitResult, TaskHandle, TaskRequest};
-use crate::model::events::{EventKind, TaskState, TaskStateKind};
-use crate::model::limits::{MIB, TaskLimits, cpu_shares};
 use crate::state::{Commit, StoredHandle};
 use crate::sys::RunCgroup;
 use crate::validate::disabled_driver_refusal;
+use berth_model::driver::{ExitResult, TaskHandle, TaskRequest};
+use berth_model::events::{EventKind, TaskState, TaskStateKind};
+use berth_model::limits::{MIB, TaskLimits, cpu_shares};
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
 /// The hooks, in the order they run. Later hooks see what earlier ones prepared: the

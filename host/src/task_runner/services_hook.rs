@@ -7,7 +7,7 @@ use super::hooks::{BoxFuture, TaskHook, TaskHookContext};
 use super::interpolate_hook::runtime_names;
 use crate::consul::Owner;
 use crate::consul::build::{ServiceSource, registrations};
-use crate::model::events::EventKind;
+use berth_model::events::EventKind;
 
 pub struct ServicesHook;
 
@@ -75,7 +75,7 @@ impl TaskHook for ServicesHook {
     fn exited<'a>(
         &'a self,
         ctx: &'a TaskHookContext,
-        _exit: Option<&'a crate::model::driver::ExitResult>,
+        _exit: Option<&'a berth_model::driver::ExitResult>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move { ctx.services.remove(&owner(ctx)) })
     }

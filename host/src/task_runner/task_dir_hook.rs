@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::model::driver::FsIsolation;
-use crate::model::mount::{HandedMount, Propagation};
+use berth_model::driver::FsIsolation;
+use berth_model::mount::{HandedMount, Propagation};
 
 pub struct TaskDirHook;
 

@@ -87,7 +87,7 @@ pub(super) fn write_beneath_for(
     relative: &str,
     bytes: &[u8],
     perms: u32,
-    owner: Option<(crate::model::driver::TaskUser, &dyn crate::sys::Sys)>,
+    owner: Option<(berth_model::driver::TaskUser, &dyn crate::sys::Sys)>,
 ) -> std::io::Result<()> {
     let not_a_file = || {
         std::io::Error::other(

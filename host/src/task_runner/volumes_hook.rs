@@ -6,8 +6,8 @@ use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::jobspec::VolumeType;
 use crate::jobspec::interpolate::interpolate;
 use crate::jobspec::names::normalise_task_path;
-use crate::model::mount::HandedMount;
 use crate::validate::{bidirectional_refusal, mount_config_refusal};
+use berth_model::mount::HandedMount;
 
 pub struct VolumesHook;
 

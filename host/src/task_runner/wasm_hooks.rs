@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 
 use super::hooks::{BoxFuture, HookError, Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::model::driver::ExitResult;
-use crate::model::events::EventKind;
-use crate::model::hook::OnFailure;
 use crate::runtime::hook::{Hook, HookFailure, HookTaskContext, Notification};
+use berth_model::driver::ExitResult;
+use berth_model::events::EventKind;
+use berth_model::hook::OnFailure;
 
 pub struct WasmHooks;
 

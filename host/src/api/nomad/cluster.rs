@@ -18,7 +18,7 @@ use super::{Blocking, ListQuery, NomadError, bad_request, with_index};
 use crate::agent::{Agent, Submitter};
 use crate::cluster::state::{NodeSettings, Snapshot};
 use crate::cluster::{Cluster, NodeRecord};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 fn snapshot(cluster: &Cluster) -> Result<Snapshot, NomadError> {
     crate::blocking::run(|| cluster.snapshot())
@@ -85,7 +85,7 @@ pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
         fields.insert("Attributes".into(), json!(attributes));
         fields.insert("Meta".into(), json!({}));
         fields.insert("HostVolumes".into(), json!(host_volumes));
-        let resources = |r: crate::model::limits::NodeResources| {
+        let resources = |r: berth_model::limits::NodeResources| {
             json!({
                 "Cpu": {"CpuShares": r.cpu_mhz},
                 "Memory": {"MemoryMB": r.memory_mb},

@@ -27,7 +27,7 @@ use super::{Blocking, NomadError, bad_request, with_index};
 use crate::agent::{Agent, VolumeError};
 use crate::catalog::volume_spec::SpecPurpose;
 use crate::catalog::{ClaimMode, PluginStatus, VolumeStatus};
-use crate::model::csi::PluginKind;
+use berth_model::csi::PluginKind;
 
 impl From<VolumeError> for NomadError {
     fn from(error: VolumeError) -> Self {
@@ -60,7 +60,7 @@ fn csi_asked(kind: Option<&str>, what: &str) -> Result<bool, NomadError> {
         "host" if what == "volumes" => Ok(false),
         other => Err(bad_request(format!(
             "unsupported {what} type {:?}: berth serves type=csi",
-            crate::model::text::one_line(other)
+            berth_model::text::one_line(other)
         ))),
     }
 }
@@ -536,7 +536,7 @@ impl<'a> Fields<'a> {
                     if !name_like {
                         return Err(VolumeJsonError::BadKey {
                             path: path.clone(),
-                            key: crate::model::text::one_line(key).into_owned(),
+                            key: berth_model::text::one_line(key).into_owned(),
                         });
                     }
                     match value {
@@ -598,7 +598,7 @@ pub fn volume_spec(
     let id = volume.string("ID")?.unwrap_or(path_id);
     if id != path_id {
         return Err(VolumeJsonError::IdMismatch {
-            found: crate::model::text::one_line(id).into_owned(),
+            found: berth_model::text::one_line(id).into_owned(),
             path: path_id.to_string(),
         });
     }

@@ -20,7 +20,7 @@ use super::streams::{self, Ended, Feed};
 use super::{NomadError, log_error, read_whole_log};
 use crate::agent::Agent;
 use crate::agent::logs::{LogQuery, offset_in_file};
-use crate::model::events::TaskStateKind;
+use berth_model::events::TaskStateKind;
 
 /// The most bytes of one frame, as Nomad's.
 pub const FRAME_SIZE: usize = 64 * 1024;

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::NomadError;
 use super::shapes::ThisNode;
 use crate::agent::Agent;
-use crate::model::events::TaskStateKind;
-use crate::model::status::ClientStatus;
+use berth_model::events::TaskStateKind;
+use berth_model::status::ClientStatus;
 
 /// Prometheus' text exposition format, as its scrapers ask for it.
 const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -49,7 +49,7 @@ pub async fn metrics(
             format!(
                 "unsupported metrics format {:?}: ask for prometheus, or leave format out \
                  for JSON",
-                crate::model::text::one_line(other)
+                berth_model::text::one_line(other)
             ),
         )),
     }

@@ -161,7 +161,7 @@ impl Blocking {
                 // Nomad takes a Go duration; a bare number is seconds.
                 let wait = match text.parse::<u64>() {
                     Ok(seconds) => Duration::from_secs(seconds),
-                    Err(_) => crate::model::units::parse_duration(text)
+                    Err(_) => berth_model::units::parse_duration(text)
                         .map_err(|e| bad_request(format!("Invalid wait time: {e}")))?,
                 };
                 wait.min(MAX_WAIT)

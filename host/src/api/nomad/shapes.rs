@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::agent::{JobState, JobStatus};
 use crate::alloc_runner::AllocStatus;
 use crate::jobspec::{Constraint, Group, Job, JobType, Task};
-use crate::model::events::{TaskState, TaskStateKind};
-use crate::model::status::{ClientStatus, DesiredStatus};
+use berth_model::events::{TaskState, TaskStateKind};
+use berth_model::status::{ClientStatus, DesiredStatus};
 
 /// The namespace and region every object is in: one node is its own cluster.
 pub const NAMESPACE: &str = "default";
@@ -260,9 +260,9 @@ fn task(task: &Task) -> Value {
             "Destination": m.destination,
             "ReadOnly": m.read_only,
             "PropagationMode": match m.propagation {
-                crate::model::mount::Propagation::Private => "private",
-                crate::model::mount::Propagation::HostToTask => "host-to-task",
-                crate::model::mount::Propagation::Bidirectional => "bidirectional",
+                berth_model::mount::Propagation::Private => "private",
+                berth_model::mount::Propagation::HostToTask => "host-to-task",
+                berth_model::mount::Propagation::Bidirectional => "bidirectional",
             },
         })).collect::<Vec<_>>(),
         "Templates": task.templates.iter().map(|t| json!({
@@ -278,7 +278,7 @@ fn task(task: &Task) -> Value {
             // A task's logs are always collected.
             "Disabled": false,
             "MaxFiles": task.logs.max_files,
-            "MaxFileSizeMB": task.logs.max_file_size / crate::model::limits::MIB,
+            "MaxFileSizeMB": task.logs.max_file_size / berth_model::limits::MIB,
         },
     })
 }
@@ -300,7 +300,7 @@ pub(super) fn task_state(state: &TaskState) -> Value {
     let started = state
         .events
         .iter()
-        .find(|e| e.kind == crate::model::events::EventKind::Started)
+        .find(|e| e.kind == berth_model::events::EventKind::Started)
         .map(|e| e.time_ms);
     let finished = (state.state == TaskStateKind::Dead)
         .then(|| state.events.last().map(|e| e.time_ms))
@@ -309,7 +309,7 @@ pub(super) fn task_state(state: &TaskState) -> Value {
         .events
         .iter()
         .rev()
-        .find(|e| e.kind == crate::model::events::EventKind::Restarting)
+        .find(|e| e.kind == berth_model::events::EventKind::Restarting)
         .map(|e| e.time_ms);
     json!({
         "State": match state.state {
@@ -329,9 +329,9 @@ pub(super) fn task_state(state: &TaskState) -> Value {
             "DisplayMessage": e.message,
             "Details": {},
             "FailsTask": state.failed && matches!(e.kind,
-                crate::model::events::EventKind::SetupFailure
-                    | crate::model::events::EventKind::NotRestarting),
-            "ExitCode": if e.kind == crate::model::events::EventKind::Terminated {
+                berth_model::events::EventKind::SetupFailure
+                    | berth_model::events::EventKind::NotRestarting),
+            "ExitCode": if e.kind == berth_model::events::EventKind::Terminated {
                 state.exit_code.unwrap_or(0)
             } else {
                 0

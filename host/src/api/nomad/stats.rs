@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use super::NomadError;
 use crate::agent::Agent;
-use crate::model::usage::{CgroupUsage, CpuTime};
+use berth_model::usage::{CgroupUsage, CpuTime};
 
 /// The time between the two readings of a CPU share.
 pub const SAMPLE_WINDOW: Duration = Duration::from_millis(100);
@@ -405,7 +405,7 @@ fn mount_of(path: &FsPath) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::usage::MemoryUsage;
+    use berth_model::usage::MemoryUsage;
 
     #[test]
     fn a_task_that_used_half_a_core_shows_fifty_percent() {

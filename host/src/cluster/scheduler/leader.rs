@@ -12,7 +12,7 @@ use super::super::pace::Pace;
 use super::super::{Cluster, now_ms};
 use super::mirror::Mirror;
 use super::{DEFERRED_RETRY_MS, apply, evals, periodic};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 /// The least time from one round's start to the next's ([`Pace`]: a change that comes
 /// alone is planned at once; a stream of them in batches, a round at most every

@@ -370,7 +370,7 @@ impl Mirror {
         if !self.placements.contains_key(&alloc) {
             self.unplaced.insert(alloc.clone());
         }
-        if report.client_status == crate::model::status::ClientStatus::Lost {
+        if report.client_status == berth_model::status::ClientStatus::Lost {
             self.lost.insert(alloc.clone());
         } else {
             self.lost.remove(&alloc);

@@ -12,7 +12,7 @@ use crate::cluster::state::{
     AllocReport, ClusterJob, EvalStatus, Evaluation, NodeSettings, Snapshot, trigger,
 };
 use crate::cluster::{NodeView, random_id};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 const PREFIX: &str = "t";
 

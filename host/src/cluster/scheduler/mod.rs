@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
 use super::{Cluster, NodeView};
 use crate::jobspec::{self, Job};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 pub use fit::{Needs, needs};
 use fit::{Tally, Usage, binpack, no_node_ready, no_room, unfit};
 

@@ -234,7 +234,7 @@ mod tests {
     use super::super::plan;
     use super::*;
     use crate::cluster::state::{AllocReport, ClusterJob, Placement};
-    use crate::model::status::ClientStatus;
+    use berth_model::status::ClientStatus;
 
     /// A whole minute's start, in ms: launches every 10 s fall on it and after it.
     const MINUTE: u64 = 1_800_000_000_000 / 60_000 * 60_000;

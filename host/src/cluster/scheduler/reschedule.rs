@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use crate::cluster::state::{AllocReport, Placement, RescheduleEvent};
 use crate::jobspec::{DelayFunction, ReschedulePolicy};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 /// An unlimited policy's replacement carries at most this many past attempts (Nomad
 /// keeps 5): they decide the next delay, and the record stays small however often the

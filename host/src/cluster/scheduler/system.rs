@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::state::{AllocReport, Blocked, Placement, Snapshot};
 use super::fit::{Tally, Usage, needs, no_room, unfit};
 use super::{Jobs, Plan, job_places};
-use crate::model::status::ClientStatus;
+use berth_model::status::ClientStatus;
 
 /// Whether `job_id` names a job whose allocs are placed per node (system, sysbatch).
 /// A job that is gone or does not parse is not: the main planner stops its allocs.

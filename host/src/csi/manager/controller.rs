@@ -9,7 +9,7 @@ use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::{CsiManager, CsiVolumeError};
 use crate::catalog::Volume;
 use crate::csi::plugin::CsiPlugin;
-use crate::model::csi::{Capabilities, PluginKind, SnapshotInfo, Usage};
+use berth_model::csi::{Capabilities, PluginKind, SnapshotInfo, Usage};
 use std::sync::Arc;
 
 impl CsiManager {
@@ -256,8 +256,8 @@ impl CsiManager {
                 read_only: false,
             })
             .unwrap_or(Usage {
-                access_mode: crate::model::csi::AccessMode::SingleNodeWriter,
-                attachment_mode: crate::model::csi::AttachmentMode::FileSystem,
+                access_mode: berth_model::csi::AccessMode::SingleNodeWriter,
+                attachment_mode: berth_model::csi::AttachmentMode::FileSystem,
                 read_only: false,
             });
         let (capacity, node_required) = match self

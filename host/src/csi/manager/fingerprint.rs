@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::{CsiManager, CsiVolumeError};
 use crate::csi::plugin::CsiPlugin;
 use crate::csi::registry::PluginRegistration;
-use crate::model::csi::{Capabilities, Fingerprint, PluginKind};
+use berth_model::csi::{Capabilities, Fingerprint, PluginKind};
 use std::sync::Arc;
 
 /// The longest node id a plugin may give (the CSI spec's bound).

@@ -44,8 +44,8 @@ use crate::csi::client::CsiError;
 use crate::csi::host_mounts::{HostMounts, RealMounts};
 use crate::csi::plugin::{CsiPlugin, GrpcConnector, PluginConnector};
 use crate::csi::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
-use crate::model::csi::{CsiSettings, Fingerprint, PluginKind};
 use crate::state::{StateError, StateStore};
+use berth_model::csi::{CsiSettings, Fingerprint, PluginKind};
 
 /// Why mounting, unmounting or creating a volume failed, in words a person can act on.
 #[derive(Debug, thiserror::Error)]

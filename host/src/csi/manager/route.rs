@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{CsiManager, CsiVolumeError};
 use crate::catalog::Volume;
 use crate::csi::client::NodeVolume;
-use crate::model::csi::{PluginKind, SnapshotInfo, Usage};
+use berth_model::csi::{PluginKind, SnapshotInfo, Usage};
 
 /// A controller operation, as one node asks another node's controller to do it.
 #[derive(Debug, Clone, Serialize, Deserialize)]

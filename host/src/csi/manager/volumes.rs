@@ -17,8 +17,8 @@ use crate::csi::host_mounts::HostMounts;
 use crate::csi::layout::{PluginDirs, SharedPath};
 use crate::csi::plugin::CsiPlugin;
 use crate::csi::registry::PluginRegistration;
-use crate::model::csi::{Fingerprint, PluginKind, Usage};
 use crate::state::RecordTable;
+use berth_model::csi::{Fingerprint, PluginKind, Usage};
 
 /// One volume's use on this node, persisted.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::model::text::clip;
+use berth_model::text::clip;
 use wasmtime::Store;
 use wasmtime::component::Linker;
 
@@ -25,7 +25,7 @@ pub use error::{DriverError, LoadError};
 use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
 use super::{Runtime, SlotUse};
-use crate::model::driver::{
+use berth_model::driver::{
     Capabilities, DriverInfo, ExitResult, Fingerprint, MountConfigs, ProcessRef, TaskHandle,
     TaskRequest, TaskStatus, WorldVersion,
 };
@@ -171,7 +171,7 @@ impl Driver {
                 version: String::new(),
             },
             capabilities: Capabilities::assumed_for_legacy(),
-            digest: crate::model::pins::sha256_hex(bytes),
+            digest: berth_model::pins::sha256_hex(bytes),
         };
         let info: DriverInfo = driver
             .call(
@@ -649,7 +649,7 @@ impl Driver {
 async fn sleep_until_unix_ms(ends_at_ms: u64) {
     const STEP: Duration = Duration::from_secs(3600);
     loop {
-        let left = ends_at_ms.saturating_sub(crate::model::driver::unix_ms_now());
+        let left = ends_at_ms.saturating_sub(berth_model::driver::unix_ms_now());
         if left == 0 {
             return;
         }

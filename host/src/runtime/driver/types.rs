@@ -2,11 +2,11 @@
 //! uses, independent of the WIT version a driver was built against. Conversions to and
 //! from the generated types live at the bottom.
 
-use crate::model::driver::{
+use crate::runtime::bindings::driver_types as wit;
+use berth_model::driver::{
     Capabilities, DriverInfo, ExitResult, Fingerprint, FsIsolation, Health, MountConfigs,
     TaskHandle, TaskRequest, TaskState, TaskStatus,
 };
-use crate::runtime::bindings::driver_types as wit;
 
 // Conversions from and to the generated types.
 

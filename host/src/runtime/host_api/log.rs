@@ -70,7 +70,7 @@ impl Host for PluginCtx {
             return Ok(());
         }
         // One line each: a line break in a guest's message would forge the next line.
-        let message = crate::model::text::one_line(&message);
+        let message = berth_model::text::one_line(&message);
         // The call's `plugin_call` span names the plugin and the function (and the alloc
         // and task spans around it say what for), so the event carries the message only.
         match level {

@@ -12,14 +12,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::model::driver::FsIsolation;
-use crate::model::mount::{HandedMount, Propagation};
 use crate::process::isolation::{ChrootSpec, VolumeMount};
 use crate::process::{self as host_process, Isolation, SpawnSpec};
 use crate::runtime::bindings::host::process::{
     self as wit, ExitStatus, Host, ProcessRef, SpawnRequest,
 };
 use crate::runtime::sandbox::PluginCtx;
+use berth_model::driver::FsIsolation;
+use berth_model::mount::{HandedMount, Propagation};
 
 /// Longest single wait a guest may ask for; it can always wait again.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);

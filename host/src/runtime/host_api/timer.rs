@@ -41,7 +41,7 @@ impl Host for PluginCtx {
         // A wall-clock time, so that it means the same after an agent restart. Any
         // `millis` is fine: the task is the driver's, and a far end only means the host
         // waits long (it never computes past the clock's range).
-        self.task_ends_at_ms = Some(crate::model::driver::unix_ms_now().saturating_add(millis));
+        self.task_ends_at_ms = Some(berth_model::driver::unix_ms_now().saturating_add(millis));
         Ok(Ok(()))
     }
 }

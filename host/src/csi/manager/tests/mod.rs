@@ -20,8 +20,8 @@ use crate::catalog::{Capability, Volume};
 use crate::csi::fake::{Call, FakeConnector, FakeCsiPlugin, FakeIdentity, FakeMounts};
 use crate::csi::layout::PluginDirs;
 use crate::csi::registry::{PluginRegistration, PluginRegistry};
-use crate::model::csi::{AccessMode, AttachmentMode, CsiSettings, PluginKind, Usage};
 use crate::state::{RecordTable, StateStore};
+use berth_model::csi::{AccessMode, AttachmentMode, CsiSettings, PluginKind, Usage};
 
 const PLUGIN: &str = "fake";
 const VOLUME: &str = "vol";

@@ -4,8 +4,11 @@
 //!
 //! **Architecture Invariant:** `model` imports nothing from the rest of the host, and
 //! nothing here does I/O, calls a syscall, or knows a wire format (WIT, protobuf): the
-//! conversions to those live with the module that speaks them (`runtime`, `csi`). The
-//! floors test (`host/tests/floors.rs`) enforces the first half.
+//! conversions to those live with the module that speaks them (`runtime`, `csi`). Its
+//! manifest enforces the first half and what it gives out: it depends on no other berth
+//! crate, and on no crate but serde, serde_json, sha2 and thiserror, so no public item of it can
+//! name a type of rustix, tonic or wasmtime (and Rust allows no inherent method on its
+//! types outside it).
 
 pub mod cluster;
 pub mod csi;

@@ -17,7 +17,7 @@
 //! overflow.
 //!
 //! ```
-//! use berth::model::units::{parse_duration, parse_size};
+//! use berth_model::units::{parse_duration, parse_size};
 //! use std::time::Duration;
 //!
 //! assert_eq!(parse_size("32MiB"), Ok(32 << 20));

@@ -123,10 +123,11 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::jobspec::fields::Fields;
-use crate::jobspec::hcl::{self, Location};
 use crate::jobspec::names::{NameKind, check_name};
-use crate::jobspec::{JobspecError, Problem};
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::BlockNode;
+use berth_hcl::{FileError, Location, Problem};
+
 use berth_model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
 use berth_model::csi::{CsiSettings, Timeouts};
 use berth_model::hook::{HookSpec, OnFailure, WriteQuota};
@@ -486,13 +487,13 @@ impl AgentConfig {
         })
     }
 
-    /// Parses an agent config; errors have the same shape as jobspec errors.
-    pub fn parse(file: &str, source: &str) -> Result<AgentConfig, JobspecError> {
-        let fail = |problems| JobspecError {
+    /// Parses an agent config; its errors are an HCL file's (`FileError`), as a jobspec's are.
+    pub fn parse(file: &str, source: &str) -> Result<AgentConfig, FileError> {
+        let fail = |problems| FileError {
             file: file.to_string(),
             problems,
         };
-        let tree = crate::jobspec::parse_tree(file, source, "config")?;
+        let tree = berth_hcl::parse_tree(file, source, "config")?;
         let mut problems = Vec::new();
         let mut fields = Fields::new(
             &tree,
@@ -807,9 +808,9 @@ impl AgentConfig {
         })
     }
 
-    pub fn parse_file(path: &Path) -> Result<AgentConfig, JobspecError> {
+    pub fn parse_file(path: &Path) -> Result<AgentConfig, FileError> {
         let file = path.display().to_string();
-        let source = std::fs::read_to_string(path).map_err(|e| JobspecError {
+        let source = std::fs::read_to_string(path).map_err(|e| FileError {
             file: file.clone(),
             problems: vec![Problem {
                 path: "config".into(),
@@ -821,7 +822,7 @@ impl AgentConfig {
     }
 }
 
-fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> ConsulSettings {
+fn consul_settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ConsulSettings {
     let mut fields = Fields::new(
         &block.body,
         "config.consul".into(),
@@ -888,7 +889,7 @@ fn consul_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> Consu
     }
 }
 
-fn cluster_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> ClusterSettings {
+fn cluster_settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ClusterSettings {
     let mut fields = Fields::new(
         &block.body,
         "config.cluster".into(),
@@ -1125,7 +1126,7 @@ fn etcd_auth(fields: &mut Fields<'_>, problems: &mut Vec<Problem>) -> Option<Etc
     }
 }
 
-fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfig {
+fn http_config(block: &BlockNode, problems: &mut Vec<Problem>) -> HttpConfig {
     let mut fields = Fields::new(
         &block.body,
         "config.http".into(),
@@ -1238,11 +1239,7 @@ fn http_config(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> HttpConfi
     }
 }
 
-fn plugin_config(
-    name: String,
-    block: &hcl::BlockNode,
-    problems: &mut Vec<Problem>,
-) -> PluginConfig {
+fn plugin_config(name: String, block: &BlockNode, problems: &mut Vec<Problem>) -> PluginConfig {
     let path = format!("config.plugin.{name}");
     let mut plugin = Fields::new(
         &block.body,
@@ -1285,7 +1282,7 @@ fn plugin_config(
     }
 }
 
-fn cgroup_settings(block: &hcl::BlockNode, problems: &mut Vec<Problem>) -> CgroupSettings {
+fn cgroup_settings(block: &BlockNode, problems: &mut Vec<Problem>) -> CgroupSettings {
     let mut fields = Fields::new(
         &block.body,
         "config.cgroups".into(),
@@ -1378,11 +1375,7 @@ fn pin(fields: &mut Fields, block_at: Location, problems: &mut Vec<Problem>) -> 
     }
 }
 
-fn hook_spec(
-    name: String,
-    block: &hcl::BlockNode,
-    problems: &mut Vec<Problem>,
-) -> Option<HookSpec> {
+fn hook_spec(name: String, block: &BlockNode, problems: &mut Vec<Problem>) -> Option<HookSpec> {
     let mut hook = Fields::new(
         &block.body,
         format!("config.hook.{name}"),

@@ -12,8 +12,9 @@ use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{Job, Problem, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
+use crate::jobspec::{Job, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
 use crate::runtime::driver::Driver;
+use berth_hcl::Problem;
 use berth_model::driver::{FsIsolation, MountConfigs, TaskUser};
 use berth_model::mount::Propagation;
 

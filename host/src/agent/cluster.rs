@@ -296,7 +296,7 @@ pub(super) fn job_record(
     submitter: Submitter,
     source_name: &str,
     source: &str,
-    variables: &jobspec::eval::VariableInputs,
+    variables: &berth_hcl::eval::VariableInputs,
 ) -> ClusterJob {
     ClusterJob {
         id: job.name.clone(),
@@ -322,7 +322,7 @@ impl Agent {
         job: Job,
         source_name: &str,
         source: &str,
-        variables: &jobspec::eval::VariableInputs,
+        variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
         if source.len() > MAX_CLUSTER_SOURCE {
             return Err(SubmitError::Refused(format!(

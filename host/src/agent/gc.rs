@@ -93,7 +93,7 @@ impl Agent {
     }
 
     /// Groups whose `ephemeral_disk` is larger than the data dir's whole filesystem.
-    pub(super) fn disk_problems(&self, job: &jobspec::Job) -> Vec<jobspec::Problem> {
+    pub(super) fn disk_problems(&self, job: &jobspec::Job) -> Vec<berth_hcl::Problem> {
         let Ok(stats) = rustix::fs::statvfs(&self.node.data_dir) else {
             return Vec::new();
         };
@@ -101,7 +101,7 @@ impl Agent {
         job.groups
             .iter()
             .filter(|g| g.ephemeral_disk_mb > node_mb)
-            .map(|g| jobspec::Problem {
+            .map(|g| berth_hcl::Problem {
                 path: format!("job.{}.group.{}.ephemeral_disk", job.name, g.name),
                 at: None,
                 message: format!(

@@ -238,7 +238,7 @@ struct Parent {
     job: Arc<Job>,
     source_name: String,
     source: String,
-    variables: crate::jobspec::eval::VariableInputs,
+    variables: berth_hcl::eval::VariableInputs,
     /// In a cluster: whether the parent's submitter could run CSI plugin tasks (its
     /// children may as much, and no more).
     may_run_plugins: bool,

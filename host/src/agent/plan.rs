@@ -26,7 +26,7 @@ pub struct JobPlan {
     pub job: Job,
     /// Why a register would refuse the job (who may run what, the jobspec for any
     /// node); with any, nothing was planned.
-    pub problems: Vec<jobspec::Problem>,
+    pub problems: Vec<berth_hcl::Problem>,
     /// Per group, what the scheduler would do to its allocs.
     pub groups: BTreeMap<String, GroupUpdates>,
     /// What would fit nowhere, with why (the evaluation's `FailedTGAllocs`).
@@ -76,7 +76,7 @@ impl Agent {
         submitter: Submitter,
         source_name: &str,
         source: &str,
-        variables: &jobspec::eval::VariableInputs,
+        variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<JobPlan, SubmitError> {
         let mut job = jobspec::parse_with_async(source_name, source, variables)
             .await

@@ -20,7 +20,7 @@ impl Agent {
         &self,
         source_name: &str,
         source: &str,
-        variables: &jobspec::eval::VariableInputs,
+        variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
         self.submit_as(Submitter::Operator, source_name, source, variables)
             .await
@@ -60,7 +60,7 @@ impl Agent {
         submitter: Submitter,
         source_name: &str,
         source: &str,
-        variables: &jobspec::eval::VariableInputs,
+        variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
         let mut job = jobspec::parse_with_async(source_name, source, variables)
             .await
@@ -87,7 +87,7 @@ impl Agent {
         &self,
         job: &Job,
         submitter: &Submitter,
-    ) -> Vec<jobspec::Problem> {
+    ) -> Vec<berth_hcl::Problem> {
         let refused = plugin_tasks_refused(job, submitter.may_run_plugins());
         if !refused.is_empty() {
             return refused;
@@ -123,7 +123,7 @@ impl Agent {
 pub(super) fn plugin_tasks_refused(
     job: &jobspec::Job,
     may_run_plugins: bool,
-) -> Vec<jobspec::Problem> {
+) -> Vec<berth_hcl::Problem> {
     if may_run_plugins {
         return Vec::new();
     }
@@ -131,7 +131,7 @@ pub(super) fn plugin_tasks_refused(
         .iter()
         .flat_map(|g| g.tasks.iter().map(move |t| (g, t)))
         .filter(|(_, t)| t.csi_plugin.is_some())
-        .map(|(group, task)| jobspec::Problem {
+        .map(|(group, task)| berth_hcl::Problem {
             path: format!(
                 "job.{}.group.{}.task.{}.csi_plugin",
                 job.name, group.name, task.name

@@ -57,7 +57,7 @@ pub struct SubmitRequest {
     pub source: String,
     /// Values for the jobspec's variables (`-var`, `-var-file`, `NOMAD_VAR_*`).
     #[serde(default)]
-    pub variables: crate::jobspec::eval::VariableInputs,
+    pub variables: berth_hcl::eval::VariableInputs,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -19,14 +19,14 @@
 //! secrets { }
 //! ```
 //!
-//! Errors have the jobspec's shape: file, line, path, message; every problem at once.
+//! Errors are an HCL file's (`berth_hcl::FileError`): file, line, path, message; every problem at once.
 
 use std::collections::HashMap;
 
 use super::{Capability, Volume};
-use crate::jobspec::JobspecError;
-use crate::jobspec::fields::Fields;
-use crate::jobspec::hcl::Location;
+use berth_hcl::FileError;
+use berth_hcl::Location;
+use berth_hcl::fields::Fields;
 use berth_model::csi::{AccessMode, AttachmentMode, check_volume_id};
 
 /// What the file asks for: register an existing volume, or create one.
@@ -44,12 +44,12 @@ pub struct VolumeSpec {
     pub capacity: (i64, i64),
 }
 
-pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpec, JobspecError> {
-    let fail = |problems| JobspecError {
+pub fn parse(file: &str, source: &str, purpose: SpecPurpose) -> Result<VolumeSpec, FileError> {
+    let fail = |problems| FileError {
         file: file.to_string(),
         problems,
     };
-    let tree = crate::jobspec::parse_tree(file, source, "volume")?;
+    let tree = berth_hcl::parse_tree(file, source, "volume")?;
     let mut problems = Vec::new();
     let mut fields = Fields::new(
         &tree,

@@ -17,8 +17,8 @@ use crate::api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::eval::VariableInputs;
 use crate::jobspec::{self, Job, JobspecError};
+use berth_hcl::eval::VariableInputs;
 use berth_model::status::ClientStatus;
 
 /// Exit code for a jobspec that does not pass validation.
@@ -66,9 +66,9 @@ fn invalid(error: &JobspecError) -> ExitCode {
 
 pub(super) fn read_jobspec(path: &Path, vars: &VarArgs) -> Result<JobspecInput, JobspecError> {
     let name = path.display().to_string();
-    let fail = |message: String, at: Option<jobspec::Location>| JobspecError {
+    let fail = |message: String, at: Option<berth_hcl::Location>| JobspecError {
         file: name.clone(),
-        problems: vec![jobspec::Problem {
+        problems: vec![berth_hcl::Problem {
             path: "jobspec".into(),
             at,
             message,
@@ -77,11 +77,11 @@ pub(super) fn read_jobspec(path: &Path, vars: &VarArgs) -> Result<JobspecInput, 
     let source = std::fs::read_to_string(path)
         .map_err(|e| fail(format!("cannot read the file: {e}"), None))?;
     let base = path.parent().unwrap_or(Path::new("."));
-    let source = jobspec::eval::inline_files(&source, base).map_err(|problems| JobspecError {
+    let source = berth_hcl::eval::inline_files(&source, base).map_err(|problems| JobspecError {
         file: name.clone(),
         problems: problems
             .into_iter()
-            .map(|p| jobspec::Problem {
+            .map(|p| berth_hcl::Problem {
                 path: "jobspec".into(),
                 at: Some(p.at),
                 message: p.message,

@@ -318,12 +318,12 @@ mod tests {
         let problems = JobspecError {
             file: "agent.hcl".into(),
             problems: vec![
-                crate::jobspec::Problem {
+                berth_hcl::Problem {
                     path: "config".into(),
                     at: None,
                     message: "first\nforged: line\u{1b}[2J".into(),
                 },
-                crate::jobspec::Problem {
+                berth_hcl::Problem {
                     path: "config".into(),
                     at: None,
                     message: "second".into(),

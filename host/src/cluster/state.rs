@@ -9,7 +9,7 @@ pub use super::evals::{Blocked, EvalAlloc, EvalStatus, Evaluation, trigger};
 use super::parsed::{Parsed, Unreadable};
 pub use super::typed::{JOB_SCHEMA, TypedJob};
 use super::{Cluster, ClusterError, NodeView};
-use crate::jobspec::eval::VariableInputs;
+use berth_hcl::eval::VariableInputs;
 use std::collections::BTreeMap;
 
 use berth_model::events::TaskState;
@@ -553,7 +553,7 @@ mod tests {
         };
         let busy = crate::jobspec::JobspecError {
             file: job.source_name.clone(),
-            problems: vec![crate::jobspec::Problem {
+            problems: vec![berth_hcl::Problem {
                 path: "jobspec".into(),
                 at: None,
                 message: crate::jobspec::pool::PoolError::Busy.to_string(),

@@ -2,8 +2,8 @@
 //! cannot be decoded and what is invalid, each once, at its line, in the order written;
 //! a value that could not be evaluated draws no second problem.
 
-use super::eval::VariableInputs;
 use super::*;
+use berth_hcl::eval::VariableInputs;
 
 fn problems_of(source: &str) -> Vec<String> {
     problems_with(source, &VariableInputs::default())

@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
-use super::fields::{Fields, block_json};
-use super::hcl::{BlockNode, BodyNode, Location, Value};
 use super::names::{NameKind, check_name, normalise_task_path};
 use super::reschedule;
 use super::spec::*;
+use berth_hcl::Location;
+use berth_hcl::Problem;
+use berth_hcl::fields::{Fields, block_json};
+use berth_hcl::tree::{BlockNode, BodyNode, Value};
 use berth_model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
 use berth_model::mount::Propagation;
 

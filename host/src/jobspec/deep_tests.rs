@@ -49,13 +49,13 @@ fn three_thousand_splats_are_refused_at_their_line() {
 fn deep_values_of_variables_are_refused_too() {
     let source = "variable \"v\" {\n  type = list(any)\n}\njob \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
     let deep = format!("[[1]]{}", "[*]".repeat(3000));
-    let from_arg = eval::VariableInputs {
+    let from_arg = berth_hcl::eval::VariableInputs {
         args: vec![("v".into(), deep.clone())],
         ..Default::default()
     };
     let error = parse_with("j.hcl", source, &from_arg).unwrap_err();
     assert!(names_the_bound(&error), "{error}");
-    let from_file = eval::VariableInputs {
+    let from_file = berth_hcl::eval::VariableInputs {
         files: vec![("deep.vars".into(), format!("v = {deep}\n"))],
         ..Default::default()
     };
@@ -156,9 +156,9 @@ fn chain(kind: usize, depth: usize, open: bool) -> String {
 
 /// Where the chain stands in a jobspec: a job's meta, a local, a variable's default,
 /// a task's config (which keeps run-time templates), a var file's value.
-fn placed(place: usize, value: &str) -> (String, eval::VariableInputs) {
+fn placed(place: usize, value: &str) -> (String, berth_hcl::eval::VariableInputs) {
     let task = "group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }";
-    let mut inputs = eval::VariableInputs::default();
+    let mut inputs = berth_hcl::eval::VariableInputs::default();
     let source = match place {
         0 => format!("job \"p\" {{\n  meta {{\n    x = {value}\n  }}\n  {task}\n}}\n"),
         1 => format!("locals {{\n  x = {value}\n}}\njob \"p\" {{\n  {task}\n}}\n"),

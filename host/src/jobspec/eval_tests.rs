@@ -1,8 +1,8 @@
 //! HCL2 evaluation of jobspecs: variables, locals, functions, what is left for run time,
 //! and the bounds on what a job author can make the agent build.
 
-use super::eval::{VariableInputs, inline_files};
 use super::*;
+use berth_hcl::eval::{VariableInputs, inline_files};
 
 fn job_with(source: &str, inputs: &VariableInputs) -> Result<Job, Vec<String>> {
     parse_with("job.hcl", source, inputs)

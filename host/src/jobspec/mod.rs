@@ -7,69 +7,38 @@
 //! place, and the rest of the jobspec is still evaluated and decoded, so that one run
 //! finds every independent mistake.
 //!
-//! The files of this folder import one another in one direction only: `location` at the
-//! bottom, then `nesting` (the bound on how deep a file nests, checked before anything
-//! walks the tree) and `budget` (what one evaluation may spend), then `eval`, then `variables` and `string_template`, then `hcl`, then
-//! `fields`, then `reschedule`, then `decode` (with `spec`, the typed job); this file uses them, and none of
-//! them uses it.
+//! The HCL itself (the located tree, the evaluation of variables, locals and functions
+//! within a budget, the field reader) is the `berth-hcl` crate's; this module is Nomad's
+//! jobspec schema on it. The files of this folder import one another in one direction
+//! only: `reschedule`, then `decode` (with `spec`, the typed job); this file uses them,
+//! and none of them uses it.
 
-mod budget;
 pub mod constraint;
 pub mod cron;
 mod decode;
-pub mod eval;
-pub(crate) mod fields;
-pub mod functions;
-pub mod hcl;
 pub mod interpolate;
-mod location;
 pub mod names;
-mod nesting;
 pub mod pool;
 pub(crate) mod reschedule;
 mod spec;
-mod string_template;
 pub mod template;
-mod variables;
 
 use std::path::Path;
 
-pub use location::Location;
-pub use spec::*;
+use berth_hcl::eval::VariableInputs;
+use berth_hcl::{Problem, SyntaxProblem, budget};
 
-/// Parses HCL into a tree; syntax errors become problems at `root` (the path shown for
-/// them: `jobspec`, `config`, `volume`). Shared by every HCL file berth reads.
-pub(crate) fn parse_tree(
-    file: &str,
-    source: &str,
-    root: &str,
-) -> Result<hcl::BodyNode, JobspecError> {
-    hcl::parse(source).map_err(|problems| JobspecError {
-        file: file.to_string(),
-        problems: problems
-            .into_iter()
-            .map(|p| Problem {
-                path: root.into(),
-                at: Some(p.at),
-                message: p.message,
-            })
-            .collect(),
-    })
-}
+pub use spec::*;
 
 /// Parses a jobspec without variable values (its variables take their defaults).
 pub fn parse(file: &str, source: &str) -> Result<Job, JobspecError> {
-    parse_with(file, source, &eval::VariableInputs::default())
+    parse_with(file, source, &VariableInputs::default())
 }
 
 /// Parses and evaluates a jobspec with values for its variables, on the evaluating
 /// threads ([`pool`]), this thread waiting. `file` is used in messages only. From async
 /// code, use [`parse_with_async`].
-pub fn parse_with(
-    file: &str,
-    source: &str,
-    inputs: &eval::VariableInputs,
-) -> Result<Job, JobspecError> {
+pub fn parse_with(file: &str, source: &str, inputs: &VariableInputs) -> Result<Job, JobspecError> {
     let (owned_file, source, inputs) = (file.to_string(), source.to_string(), inputs.clone());
     pool::run(move || evaluate(&owned_file, &source, &inputs))
         .unwrap_or_else(|stopped| Err(stopped_error(file, stopped)))
@@ -80,7 +49,7 @@ pub fn parse_with(
 pub async fn parse_with_async(
     file: &str,
     source: &str,
-    inputs: &eval::VariableInputs,
+    inputs: &VariableInputs,
 ) -> Result<Job, JobspecError> {
     let (owned_file, source, inputs) = (file.to_string(), source.to_string(), inputs.clone());
     pool::run_async(move || evaluate(&owned_file, &source, &inputs))
@@ -114,12 +83,12 @@ fn stopped_error(file: &str, stopped: pool::PoolError) -> JobspecError {
 }
 
 /// Parses and evaluates a jobspec on this thread, within one budget.
-fn evaluate(file: &str, source: &str, inputs: &eval::VariableInputs) -> Result<Job, JobspecError> {
+fn evaluate(file: &str, source: &str, inputs: &VariableInputs) -> Result<Job, JobspecError> {
     let fail = |problems| JobspecError {
         file: file.to_string(),
         problems,
     };
-    let placed = |problems: Vec<location::SyntaxProblem>| -> Vec<Problem> {
+    let placed = |problems: Vec<SyntaxProblem>| -> Vec<Problem> {
         problems
             .into_iter()
             .map(|p| Problem {
@@ -136,7 +105,7 @@ fn evaluate(file: &str, source: &str, inputs: &eval::VariableInputs) -> Result<J
     // Everything the evaluation builds, compares and spends in CPU time draws from one
     // budget ([`budget`]).
     let budget = budget::BudgetScope::start();
-    let evaluated = hcl::parse_evaluated(source, inputs);
+    let evaluated = berth_hcl::tree::parse_evaluated(source, inputs);
     drop(budget);
     let evaluated = evaluated.map_err(|problems| fail(placed(problems)))?;
     let mut problems = placed(evaluated.problems);

@@ -2,8 +2,8 @@
 //! [`STACK_BYTES`], started when the first jobspec is parsed.
 //!
 //! Evaluating what a job author sent takes CPU time (up to the budget's
-//! [`super::budget::CPU_BUDGET`]) and recurses as deep as the jobspec nests (up to
-//! [`super::nesting::MAX_NESTING`]). On the async runtime's workers it would hold them
+//! [`berth_hcl::budget::CPU_BUDGET`]) and recurses as deep as the jobspec nests (up to
+//! [`berth_hcl::nesting::MAX_NESTING`]). On the async runtime's workers it would hold them
 //! from everything else the agent answers (the operator's `GET /v1/agent/health` waited
 //! 3.8 s behind two expensive jobspecs); here it waits its turn, the workers stay free,
 //! and the stack it recurses on is one sized for the bound. A panic in an evaluation is

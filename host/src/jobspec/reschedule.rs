@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
-use super::fields::Fields;
-use super::hcl::BlockNode;
-use super::spec::{DelayFunction, Findings, Problem, ReschedulePolicy};
+use super::spec::{DelayFunction, Findings, ReschedulePolicy};
+use berth_hcl::Problem;
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::BlockNode;
 
 /// Nomad refuses a shorter delay: a failing alloc is not placed again in a tight loop.
 pub const MIN_DELAY: Duration = Duration::from_secs(5);

@@ -1,13 +1,13 @@
-//! The typed jobspec (`Job`, its groups and tasks), and the problems found in one: what
+//! The typed jobspec (`Job`, its groups and tasks), and what decoding one found: what
 //! [`super::decode`] builds and every reader of a job uses. It depends on no other file
-//! of the folder but [`super::location`].
+//! of the folder.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::location::Location;
+use berth_hcl::{Location, Problem};
 use berth_model::mount::Propagation;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -512,28 +512,6 @@ impl ReschedulePolicy {
     }
 }
 
-/// One thing wrong with a jobspec, with where it is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// `job.web.group.g.task.t.driver`.
-    pub path: String,
-    pub at: Option<Location>,
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.at {
-            Some(at) if at.line > 0 => write!(
-                f,
-                "{}:{}: {}: {}",
-                at.line, at.column, self.path, self.message
-            ),
-            _ => write!(f, "{}: {}", self.path, self.message),
-        }
-    }
-}
-
 /// What decoding a jobspec found: problems (it is refused) and warnings (it runs, and
 /// the user is told what has no effect). Derefs to the problems, so the field readers
 /// take it where they take a problem list.
@@ -556,28 +534,9 @@ impl std::ops::DerefMut for Findings {
     }
 }
 
-/// Every problem found in one jobspec file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct JobspecError {
-    pub file: String,
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for JobspecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = self.problems.len();
-        write!(
-            f,
-            "{} has {count} problem{}:",
-            self.file,
-            if count == 1 { "" } else { "s" }
-        )?;
-        for problem in &self.problems {
-            write!(f, "\n  {}:{problem}", self.file)?;
-        }
-        Ok(())
-    }
-}
+/// Every problem found in one jobspec file: the HCL layer's error, as every HCL file
+/// berth reads has it.
+pub type JobspecError = berth_hcl::FileError;
 
 /// A duration in a stored job: nanoseconds (a jobspec's `"1.5ms"` comes back as it was).
 mod duration_ns {

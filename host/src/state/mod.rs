@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::blocking;
-use crate::jobspec::eval::VariableInputs;
+use berth_hcl::eval::VariableInputs;
 use berth_model::driver::TaskHandle;
 use berth_model::events::TaskState;
 use berth_model::status::{ClientStatus, DesiredStatus};

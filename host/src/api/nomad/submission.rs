@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::{NomadError, bad_request, shapes};
 use crate::agent::{Agent, SubmitError, Submitted, Submitter};
-use crate::jobspec::eval::VariableInputs;
+use berth_hcl::eval::VariableInputs;
 
 /// The file name a source without one is given in messages.
 const UNNAMED: &str = "job.nomad.hcl";

@@ -642,7 +642,7 @@ mod busy {
         let busy = |_: &ClusterJob| {
             Err(jobspec::JobspecError {
                 file: "web.hcl".into(),
-                problems: vec![jobspec::Problem {
+                problems: vec![berth_hcl::Problem {
                     path: "jobspec".into(),
                     at: None,
                     message: crate::jobspec::pool::PoolError::Busy.to_string(),
@@ -660,7 +660,7 @@ mod busy {
         let unreadable = |_: &ClusterJob| {
             Err(jobspec::JobspecError {
                 file: "web.hcl".into(),
-                problems: vec![jobspec::Problem {
+                problems: vec![berth_hcl::Problem {
                     path: "job".into(),
                     at: None,
                     message: "a real problem".into(),

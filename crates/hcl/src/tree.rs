@@ -15,7 +15,7 @@ use hcl_edit::structure::{Body, Structure};
 
 use super::eval::{EvalError, Scope, VariableInputs};
 use super::location::LineIndex;
-pub use super::location::{Location, SyntaxProblem};
+use super::location::{Location, SyntaxProblem};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {

@@ -1,8 +1,8 @@
 //! Where something is written in an HCL file, and a problem found there before it is
 //! given its place in a jobspec. The lowest layer of the folder: the tree reader
-//! ([`super::hcl`]) and the evaluator ([`super::eval`]) both use it, and it uses neither.
+//! ([`super::tree`]) and the evaluator ([`super::eval`]) both use it, and it uses neither.
 
-/// A 1-based line and column in the jobspec file.
+/// A 1-based line and column in an HCL file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Location {
     pub line: usize,

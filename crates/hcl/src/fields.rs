@@ -10,21 +10,22 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::hcl::{BlockNode, BodyNode, Located, Location, Value};
-use super::spec::Problem;
+use super::location::Location;
+use super::tree::{BlockNode, BodyNode, Located, Value};
+use crate::Problem;
 use berth_model::units::{self, UnitError};
 
 /// Reads one block's body.
-pub(crate) struct Fields<'a> {
+pub struct Fields<'a> {
     body: &'a BodyNode,
-    pub(crate) path: String,
+    pub path: String,
     at: Location,
     read: HashSet<&'a str>,
     allowed: &'static [&'static str],
 }
 
 impl<'a> Fields<'a> {
-    pub(crate) fn new(
+    pub fn new(
         body: &'a BodyNode,
         path: String,
         at: Location,
@@ -39,13 +40,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(crate) fn problem(
-        &self,
-        problems: &mut Vec<Problem>,
-        field: &str,
-        at: Location,
-        message: String,
-    ) {
+    pub fn problem(&self, problems: &mut Vec<Problem>, field: &str, at: Location, message: String) {
         let path = if field.is_empty() {
             self.path.clone()
         } else {
@@ -60,7 +55,7 @@ impl<'a> Fields<'a> {
 
     /// A problem with attribute `name`, placed at the attribute (or at the block, when
     /// the attribute is absent).
-    pub(crate) fn problem_with(
+    pub fn problem_with(
         &mut self,
         problems: &mut Vec<Problem>,
         name: &'static str,
@@ -71,7 +66,7 @@ impl<'a> Fields<'a> {
     }
 
     /// Attribute `name` as written, a [`Value::Failed`] included.
-    pub(crate) fn attr(&mut self, name: &'static str) -> Option<&'a Located<Value>> {
+    pub fn attr(&mut self, name: &'static str) -> Option<&'a Located<Value>> {
         self.read.insert(name);
         self.body
             .attrs
@@ -87,18 +82,14 @@ impl<'a> Fields<'a> {
 
     /// Whether attribute `name` is written and could not be evaluated (its problem is
     /// reported): a check that it is missing or empty would only repeat that problem.
-    pub(crate) fn failed(&self, name: &str) -> bool {
+    pub fn failed(&self, name: &str) -> bool {
         self.body
             .attrs
             .iter()
             .any(|a| a.name == name && a.value.value.is_failed())
     }
 
-    pub(crate) fn string(
-        &mut self,
-        name: &'static str,
-        problems: &mut Vec<Problem>,
-    ) -> Option<String> {
+    pub fn string(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<String> {
         let value = self.value(name)?;
         match &value.value {
             Value::String(s) => Some(s.clone()),
@@ -114,7 +105,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(crate) fn required_string(
+    pub fn required_string(
         &mut self,
         name: &'static str,
         problems: &mut Vec<Problem>,
@@ -126,7 +117,7 @@ impl<'a> Fields<'a> {
         value
     }
 
-    pub(crate) fn bool(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<bool> {
+    pub fn bool(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<bool> {
         let value = self.value(name)?;
         match &value.value {
             Value::Bool(b) => Some(*b),
@@ -142,7 +133,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(crate) fn number(
+    pub fn number(
         &mut self,
         name: &'static str,
         max: u64,
@@ -173,7 +164,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A duration written as a string (`"30s"`, `"1h30m"`); see [`units::parse_duration`].
-    pub(crate) fn duration(
+    pub fn duration(
         &mut self,
         name: &'static str,
         problems: &mut Vec<Problem>,
@@ -188,7 +179,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A size in bytes written as a string (`"32MiB"`, `"1GB"`); see [`units::parse_size`].
-    pub(crate) fn size(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<u64> {
+    pub fn size(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Option<u64> {
         self.unit(
             name,
             "size",
@@ -219,11 +210,7 @@ impl<'a> Fields<'a> {
         None
     }
 
-    pub(crate) fn string_list(
-        &mut self,
-        name: &'static str,
-        problems: &mut Vec<Problem>,
-    ) -> Vec<String> {
+    pub fn string_list(&mut self, name: &'static str, problems: &mut Vec<Problem>) -> Vec<String> {
         let Some(value) = self.value(name) else {
             return Vec::new();
         };
@@ -257,7 +244,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A string map, written as an attribute (`env = { A = "1" }`) or a block (`env { A = "1" }`).
-    pub(crate) fn string_map(
+    pub fn string_map(
         &mut self,
         name: &'static str,
         problems: &mut Vec<Problem>,
@@ -303,7 +290,7 @@ impl<'a> Fields<'a> {
 
     /// Maps a string already read from `name` onto one of `choices`. Anything else is
     /// reported at the attribute with the message `unknown` words for the value.
-    pub(crate) fn choose<T: Copy>(
+    pub fn choose<T: Copy>(
         &mut self,
         value: Option<String>,
         name: &'static str,
@@ -320,13 +307,13 @@ impl<'a> Fields<'a> {
         None
     }
 
-    pub(crate) fn blocks(&mut self, kind: &'static str) -> Vec<&'a BlockNode> {
+    pub fn blocks(&mut self, kind: &'static str) -> Vec<&'a BlockNode> {
         self.read.insert(kind);
         self.body.blocks.iter().filter(|b| b.kind == kind).collect()
     }
 
     /// At most one unlabeled block of this kind.
-    pub(crate) fn single_block(
+    pub fn single_block(
         &mut self,
         kind: &'static str,
         problems: &mut Vec<Problem>,
@@ -358,7 +345,7 @@ impl<'a> Fields<'a> {
 
     /// Labeled blocks (`group "web"`), refusing duplicate labels, which HCL decoders
     /// would otherwise merge silently.
-    pub(crate) fn labeled_blocks(
+    pub fn labeled_blocks(
         &mut self,
         kind: &'static str,
         problems: &mut Vec<Problem>,
@@ -389,7 +376,7 @@ impl<'a> Fields<'a> {
     }
 
     /// Reports attributes and blocks nobody asked for.
-    pub(crate) fn finish(self, problems: &mut Vec<Problem>) {
+    pub fn finish(self, problems: &mut Vec<Problem>) {
         let allowed = || self.allowed.join(", ");
         for attr in &self.body.attrs {
             if !self.read.contains(attr.name.as_str()) {
@@ -423,7 +410,7 @@ impl<'a> Fields<'a> {
 }
 
 /// The `config` block (or any free-form block) as a JSON object.
-pub(crate) fn block_json(body: &BodyNode) -> serde_json::Value {
+pub fn block_json(body: &BodyNode) -> serde_json::Value {
     let mut object = serde_json::Map::new();
     for attr in &body.attrs {
         object.insert(attr.name.clone(), attr.value.value.to_json());

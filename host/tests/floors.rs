@@ -1955,21 +1955,9 @@ const ALLOWED: &[Allowed] = &[
     // Files over MAX_LINES.
     Allowed {
         rule: "file size",
-        file: "host/src/jobspec/decode.rs",
-        key: "size",
-        reason: "one responsibility, the located HCL tree to the typed Job, one function per jobspec block; the service, check, connect and network blocks (~570 lines) are the first cut if it grows",
-    },
-    Allowed {
-        rule: "file size",
         file: "host/src/config.rs",
         key: "size",
-        reason: "one responsibility, the agent's config file (its types and their parse); 277 of its lines are its tests",
-    },
-    Allowed {
-        rule: "file size",
-        file: "crates/hcl/src/functions.rs",
-        key: "size",
-        reason: "one responsibility, the jobspec's function library (Nomad's, one short function each); 112 of its lines are its tests",
+        reason: "one responsibility, the agent's config file (its types and their parse): 1,456 lines of code and 460 of tests; the next to split one file per block (client, cluster, consul, http, cgroups), as the jobspec's decode was",
     },
 ];
 

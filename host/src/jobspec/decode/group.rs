@@ -1,0 +1,266 @@
+//! A `group` block, with its `volume` and `ephemeral_disk` blocks.
+
+use berth_hcl::Problem;
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::{BlockNode, Value};
+
+use super::check_label;
+use super::connect::connect_proxy;
+use super::constraints::constraints;
+use super::ignored::{
+    GROUP_SCHEDULER_LEVEL, GROUP_UNSUPPORTED, PLACEMENT, scheduler_level, unsupported,
+};
+use super::network::network;
+use super::restart::restart;
+use super::service::service;
+use super::task::task;
+use crate::jobspec::names::NameKind;
+use crate::jobspec::reschedule;
+use crate::jobspec::spec::*;
+
+/// A group of a job of `job_type` (`single`: a system or sysbatch job), under the job's
+/// `reschedule` block.
+pub(super) type GroupKind<'a> = (JobType, &'a reschedule::Written);
+
+pub(super) fn group(
+    parent: &str,
+    name: &str,
+    block: &BlockNode,
+    (job_type, job_reschedule): GroupKind<'_>,
+    problems: &mut Findings,
+) -> Group {
+    let path = format!("{parent}.group.{name}");
+    check_label(NameKind::Group, name, &path, block.at, problems);
+    let mut fields = Fields::new(
+        &block.body,
+        path.clone(),
+        block.at,
+        &[
+            "count",
+            "volume",
+            "service",
+            "restart",
+            "meta",
+            "task",
+            "network",
+            "constraint",
+            "affinity",
+            "spread",
+            "update",
+            "migrate",
+            "reschedule",
+            "scaling",
+            "ephemeral_disk",
+            "shutdown_delay",
+            "stop_after_client_disconnect",
+            "max_client_disconnect",
+            "prevent_reschedule_on_lost",
+            "disconnect",
+            "consul",
+            "vault",
+        ],
+    );
+    let count = fields.number("count", 10_000, problems).unwrap_or(1) as u32;
+    // Nomad refuses a count above 1 on a system job; 0 places nothing (the group is
+    // off). Its sysbatch scheduler, too, runs one alloc of a group per node, so a
+    // larger count is refused there as well rather than silently ignored.
+    if job_type.per_node() && count > 1 {
+        fields.problem_with(
+            problems,
+            "count",
+            format!(
+                "a {job_type} job runs one alloc of each group per node: count may be 0 or 1, \
+                 not {count}"
+            ),
+        );
+    }
+    scheduler_level(&mut fields, &block.body, PLACEMENT, problems);
+    scheduler_level(&mut fields, &block.body, GROUP_SCHEDULER_LEVEL, problems);
+    unsupported(&mut fields, &block.body, GROUP_UNSUPPORTED, problems);
+    let group_reschedule = reschedule::written(&mut fields, job_type.per_node(), problems);
+    let reschedule = if job_type.per_node() {
+        ReschedulePolicy::disabled()
+    } else {
+        let defaults = ReschedulePolicy::default_for(job_type);
+        reschedule::merged(&path, defaults, job_reschedule, &group_reschedule, problems)
+    };
+    let constraints = constraints(&mut fields, problems);
+    let volumes = fields
+        .labeled_blocks("volume", problems)
+        .into_iter()
+        .filter_map(|(name, block)| volume(&path, &name, block, problems))
+        .collect();
+    let ports = network(&mut fields, problems);
+    let service_blocks = fields.blocks("service");
+    let services: Vec<Service> = service_blocks
+        .iter()
+        .map(|b| service(&path, b, &ports, problems))
+        .collect();
+    let restart = match fields.single_block("restart", problems) {
+        Some(block) => restart(&path, block, RestartPolicy::default_for(job_type), problems),
+        None => RestartPolicy::default_for(job_type),
+    };
+    let proxies: Vec<Task> = service_blocks
+        .iter()
+        .zip(&services)
+        .filter_map(|(block, service)| {
+            connect_proxy(&path, block, service, &restart, &ports, problems)
+        })
+        .collect();
+    let shutdown_delay = fields
+        .duration("shutdown_delay", problems)
+        .unwrap_or_default();
+    let ephemeral_disk_mb = match fields.single_block("ephemeral_disk", problems) {
+        Some(disk) => ephemeral_disk(&path, disk, problems),
+        None => DEFAULT_EPHEMERAL_DISK_MB,
+    };
+    let meta = fields.string_map("meta", problems);
+    let mut tasks: Vec<Task> = fields
+        .labeled_blocks("task", problems)
+        .into_iter()
+        .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
+        .collect();
+    tasks.extend(proxies);
+    if tasks.is_empty() && !block.body.writes_block("task") {
+        fields.problem(
+            problems,
+            "",
+            block.at,
+            "a group needs at least one task".into(),
+        );
+    }
+    // Nomad's check: the logs a task may keep (one stream's worth) must fit in the
+    // alloc's disk, with room to spare.
+    for task in &tasks {
+        let log_storage_mb = u64::from(task.logs.max_files) * (task.logs.max_file_size >> 20);
+        if log_storage_mb >= ephemeral_disk_mb {
+            fields.problem(
+                problems,
+                "ephemeral_disk",
+                block.at,
+                format!(
+                    "task {:?}: log storage ({log_storage_mb} MB: logs {{ max_files × \
+                     max_file_size }}) must be less than the group's ephemeral_disk size \
+                     ({ephemeral_disk_mb} MB)",
+                    task.name
+                ),
+            );
+        }
+    }
+    fields.finish(problems);
+    Group {
+        name: name.to_string(),
+        count,
+        volumes,
+        services,
+        restart,
+        meta,
+        constraints,
+        tasks,
+        ports,
+        shutdown_delay,
+        ephemeral_disk_mb,
+        reschedule,
+    }
+}
+
+/// Nomad's default `ephemeral_disk { size }`, in MB (meaning MiB, as for memory).
+pub const DEFAULT_EPHEMERAL_DISK_MB: u64 = 300;
+
+/// A group's `ephemeral_disk { size, sticky, migrate }`: `size` in MB (MiB), the most the
+/// alloc's directory may hold, logs included. `sticky` and `migrate` move data between
+/// nodes in Nomad; on one node an alloc's replacement starts fresh, so they are accepted
+/// and have no effect.
+pub(super) fn ephemeral_disk(parent: &str, block: &BlockNode, problems: &mut Vec<Problem>) -> u64 {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.ephemeral_disk"),
+        block.at,
+        &["size", "sticky", "migrate"],
+    );
+    let size = fields
+        .number("size", 1 << 30, problems)
+        .unwrap_or(DEFAULT_EPHEMERAL_DISK_MB);
+    if size < 10 {
+        fields.problem_with(
+            problems,
+            "size",
+            format!("{size} MB is too little for an alloc (at least 10 MB)"),
+        );
+    }
+    let _ = fields.bool("sticky", problems);
+    let _ = fields.bool("migrate", problems);
+    fields.finish(problems);
+    size
+}
+
+pub(super) fn volume(
+    parent: &str,
+    name: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<VolumeRequest> {
+    let path = format!("{parent}.volume.{name}");
+    check_label(NameKind::Volume, name, &path, block.at, problems);
+    // The old form kept the source in a `config` block; say how to write it now.
+    if let Some(config) = block.body.blocks.iter().find(|b| b.kind == "config") {
+        let source = config
+            .body
+            .attrs
+            .iter()
+            .find(|a| a.name == "source")
+            .and_then(|a| match &a.value.value {
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "...".into());
+        problems.push(Problem {
+            path: format!("{path}.config"),
+            at: Some(config.at),
+            message: format!(
+                "volume \"config\" blocks are no longer supported: move `source` into the volume block, \
+                 as in: volume {name:?} {{ type = \"host\", source = {source:?} }}"
+            ),
+        });
+        return None;
+    }
+    let mut fields = Fields::new(
+        &block.body,
+        path,
+        block.at,
+        &[
+            "type",
+            "source",
+            "read_only",
+            "access_mode",
+            "attachment_mode",
+            "per_alloc",
+            "mount_options",
+        ],
+    );
+    let volume_type_text = fields.required_string("type", problems);
+    let volume_type = fields.choose(
+        volume_type_text,
+        "type",
+        &[("host", VolumeType::Host), ("csi", VolumeType::Csi)],
+        problems,
+        |other| format!("unknown volume type {other:?} (use \"host\" or \"csi\")"),
+    );
+    let source = fields.required_string("source", problems);
+    let read_only = fields.bool("read_only", problems).unwrap_or(false);
+    let access_mode = fields.string("access_mode", problems);
+    let attachment_mode = fields.string("attachment_mode", problems);
+    let per_alloc = fields.bool("per_alloc", problems).unwrap_or(false);
+    fields.blocks("mount_options");
+    fields.finish(problems);
+    Some(VolumeRequest {
+        name: name.to_string(),
+        volume_type: volume_type?,
+        source: source?,
+        read_only,
+        access_mode,
+        attachment_mode,
+        per_alloc,
+        at: block.at,
+    })
+}

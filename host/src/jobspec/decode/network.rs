@@ -1,0 +1,101 @@
+//! A group's `network` block: its port labels, and the reader of a `port` field.
+
+use berth_hcl::Problem;
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::Value;
+
+use super::ignored::scheduler_level;
+use crate::jobspec::spec::*;
+
+/// A group's `network` block: its ports. Tasks get the host's network, so a static port
+/// is used as written and nothing is mapped; what that leaves without effect is said.
+pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Vec<PortLabel> {
+    let Some(block) = fields.single_block("network", problems) else {
+        return Vec::new();
+    };
+    let path = format!("{}.network", fields.path);
+    let mut network = Fields::new(
+        &block.body,
+        path.clone(),
+        block.at,
+        &[
+            "mode",
+            "port",
+            "dns",
+            "hostname",
+            "mbits",
+            "reserved_ports",
+            "cni",
+        ],
+    );
+    if let Some(mode) = network.string("mode", problems)
+        && mode != "host"
+    {
+        let at = network.attr("mode").map(|a| a.at).unwrap_or(block.at);
+        problems.warnings.push(Problem {
+            path: format!("{path}.mode"),
+            at: Some(at),
+            message: format!("mode {mode:?} has no effect on berth: tasks get the host's network"),
+        });
+    }
+    let mut ports = Vec::new();
+    for (label, port) in network.labeled_blocks("port", problems) {
+        let mut p = Fields::new(
+            &port.body,
+            format!("{path}.port.{label}"),
+            port.at,
+            &["static", "to", "host_network"],
+        );
+        let number = p
+            .number("static", u16::MAX as u64, problems)
+            .map(|n| n as u16);
+        p.number("to", u16::MAX as u64, problems);
+        scheduler_level(
+            &mut p,
+            &port.body,
+            &[
+                (
+                    "to",
+                    "berth gives tasks the host's network and maps no port",
+                ),
+                ("host_network", "berth gives tasks the host's network"),
+            ],
+            problems,
+        );
+        p.finish(problems);
+        ports.push(PortLabel { label, number });
+    }
+    scheduler_level(
+        &mut network,
+        &block.body,
+        &[
+            ("dns", "berth gives tasks the host's network and resolver"),
+            ("hostname", "berth gives tasks the host's network"),
+            ("mbits", "berth reserves no bandwidth"),
+            ("reserved_ports", "berth reserves no ports"),
+            ("cni", "berth gives tasks the host's network"),
+        ],
+        problems,
+    );
+    network.finish(problems);
+    ports
+}
+
+/// Ports are a label (`"http"`) or a number (`8080`).
+pub(super) fn port_value(fields: &mut Fields<'_>, problems: &mut Findings) -> Option<String> {
+    let value = fields.attr("port")?;
+    match &value.value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Failed => None,
+        other => {
+            fields.problem(
+                problems,
+                "port",
+                value.at,
+                format!("expected a port label or number, found {}", other.kind()),
+            );
+            None
+        }
+    }
+}

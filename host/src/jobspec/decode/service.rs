@@ -1,0 +1,332 @@
+//! A `service` block (of a group or a task) and its `check` blocks.
+
+use berth_hcl::Location;
+use berth_hcl::Problem;
+use berth_hcl::fields::{Fields, block_json};
+use berth_hcl::tree::BlockNode;
+
+use super::ignored::scheduler_level;
+use super::network::port_value;
+use crate::jobspec::spec::*;
+
+pub(super) fn service(
+    parent: &str,
+    block: &BlockNode,
+    ports: &[PortLabel],
+    problems: &mut Findings,
+) -> Service {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.service"),
+        block.at,
+        &[
+            "name",
+            "port",
+            "tags",
+            "enable_tag_override",
+            "connect",
+            "provider",
+            "check",
+            "address",
+            "meta",
+            "canary_tags",
+            "canary_meta",
+        ],
+    );
+    let name = fields.string("name", problems).unwrap_or_default();
+    let port = port_value(&mut fields, problems);
+    let tags = fields.string_list("tags", problems);
+    let enable_tag_override = fields
+        .bool("enable_tag_override", problems)
+        .unwrap_or(false);
+    let connect = fields.single_block("connect", problems).map(|block| {
+        let path = format!("{}.connect", fields.path);
+        let mut c = Fields::new(
+            &block.body,
+            path.clone(),
+            block.at,
+            &["sidecar_service", "sidecar_task", "native"],
+        );
+        let sidecar_service = c.single_block("sidecar_service", problems).map(|block| {
+            let mut s = Fields::new(
+                &block.body,
+                format!("{path}.sidecar_service"),
+                block.at,
+                &["port", "proxy", "tags"],
+            );
+            let port = port_value(&mut s, problems);
+            s.string_list("tags", problems);
+            let mut upstreams = Vec::new();
+            if let Some(proxy) = s.single_block("proxy", problems) {
+                let mut p = Fields::new(
+                    &proxy.body,
+                    format!("{path}.sidecar_service.proxy"),
+                    proxy.at,
+                    &["upstreams", "config", "local_service_port"],
+                );
+                for up in p.blocks("upstreams") {
+                    let mut u = Fields::new(
+                        &up.body,
+                        format!("{path}.sidecar_service.proxy.upstreams"),
+                        up.at,
+                        &["destination_name", "local_bind_port", "datacenter"],
+                    );
+                    let destination_name = u.required_string("destination_name", problems);
+                    let local_bind_port = u.number("local_bind_port", u16::MAX as u64, problems);
+                    if local_bind_port.is_none() && u.attr("local_bind_port").is_none() {
+                        u.problem(problems, "local_bind_port", up.at, "is required".into());
+                    }
+                    u.string("datacenter", problems);
+                    u.finish(problems);
+                    if let (Some(destination_name), Some(port)) =
+                        (destination_name, local_bind_port)
+                    {
+                        upstreams.push(Upstream {
+                            destination_name,
+                            local_bind_port: port as u16,
+                        });
+                    }
+                }
+                p.blocks("config");
+                p.number("local_service_port", u16::MAX as u64, problems);
+                p.finish(problems);
+            }
+            s.finish(problems);
+            SidecarService { port, upstreams }
+        });
+        let sidecar_task = c
+            .single_block("sidecar_task", problems)
+            .map(|b| block_json(&b.body));
+        c.bool("native", problems);
+        c.finish(problems);
+        Connect {
+            sidecar_service,
+            sidecar_task,
+        }
+    });
+    let provider = match fields.string("provider", problems).as_deref() {
+        None | Some("consul") => ServiceProvider::Consul,
+        Some("nomad") => ServiceProvider::Nomad,
+        Some(other) => {
+            fields.problem_with(
+                problems,
+                "provider",
+                format!("unknown service provider {other:?} (use \"consul\" or \"nomad\")"),
+            );
+            ServiceProvider::Consul
+        }
+    };
+    let address = fields.string("address", problems);
+    let meta = fields.string_map("meta", problems);
+    let path = fields.path.clone();
+    let checks: Vec<ServiceCheck> = fields
+        .blocks("check")
+        .into_iter()
+        .filter_map(|b| check(&path, b, problems))
+        .collect();
+    scheduler_level(
+        &mut fields,
+        &block.body,
+        &[
+            ("canary_tags", "canaries are deployments across nodes"),
+            ("canary_meta", "canaries are deployments across nodes"),
+        ],
+        problems,
+    );
+    if !name.contains("${") && !name.is_empty() && !crate::jobspec::names::is_dns_label(&name) {
+        fields.problem_with(
+            problems,
+            "name",
+            format!(
+                "service name {name:?} is not valid: Consul and Nomad take letters, digits \
+                 and dashes, at most 63, not starting or ending with a dash"
+            ),
+        );
+    }
+    let port_at = fields.attr("port").map_or(block.at, |a| a.at);
+    for (wanted, at) in port
+        .iter()
+        .map(|p| (p, port_at))
+        .chain(checks_ports(&checks, block.at))
+    {
+        // A warning, not an error: most Nomad jobspecs use dynamic ports, and the task
+        // runs all the same; only the service is not registered (an event says so).
+        if let Some(why) = unusable_port(wanted, ports) {
+            problems.warnings.push(Problem {
+                path: format!("{}.port", fields.path),
+                at: Some(at),
+                message: format!("{why}; the service will not be registered"),
+            });
+        }
+    }
+    fields.finish(problems);
+    Service {
+        name,
+        port,
+        tags,
+        enable_tag_override,
+        connect,
+        provider,
+        address,
+        meta,
+        checks,
+        at: block.at,
+    }
+}
+
+/// A service's `check` block; `None` when it cannot be run (a problem says why).
+pub(super) fn check(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<ServiceCheck> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.check"),
+        block.at,
+        &[
+            "type",
+            "name",
+            "path",
+            "protocol",
+            "method",
+            "interval",
+            "timeout",
+            "port",
+            "command",
+            "args",
+            "header",
+            "check_restart",
+            "initial_status",
+            "tls_skip_verify",
+            "address_mode",
+            "task",
+            "on_update",
+            "success_before_passing",
+            "failures_before_critical",
+            "expose",
+        ],
+    );
+    let kind_name = fields.required_string("type", problems);
+    let name = fields.string("name", problems);
+    let path = fields.string("path", problems);
+    let protocol = fields.string("protocol", problems);
+    let method = fields.string("method", problems);
+    let interval = fields.duration("interval", problems);
+    let timeout = fields.duration("timeout", problems);
+    let port = port_value(&mut fields, problems);
+    fields.string("command", problems);
+    fields.string_list("args", problems);
+    for (required, value) in [("interval", interval), ("timeout", timeout)] {
+        if value.is_none() && fields.attr(required).is_none() {
+            fields.problem(problems, required, block.at, "is required".into());
+        }
+    }
+    scheduler_level(
+        &mut fields,
+        &block.body,
+        &[
+            (
+                "check_restart",
+                "berth does not restart tasks on failing checks yet",
+            ),
+            ("header", "berth does not pass check headers to Consul yet"),
+            ("tls_skip_verify", "berth does not pass it to Consul yet"),
+            ("initial_status", "berth does not pass it to Consul yet"),
+            (
+                "success_before_passing",
+                "berth does not pass it to Consul yet",
+            ),
+            (
+                "failures_before_critical",
+                "berth does not pass it to Consul yet",
+            ),
+            ("on_update", "it concerns Nomad's deployments"),
+            ("expose", "berth gives tasks the host's network"),
+            ("address_mode", "berth gives tasks the host's network"),
+            (
+                "task",
+                "a group service's checks run in Consul, not in a task",
+            ),
+        ],
+        problems,
+    );
+    let kind = match kind_name.as_deref() {
+        Some("http") => {
+            let Some(path) = path else {
+                fields.problem(
+                    problems,
+                    "path",
+                    block.at,
+                    "is required for an http check".into(),
+                );
+                fields.finish(problems);
+                return None;
+            };
+            CheckKind::Http {
+                path,
+                protocol: protocol.unwrap_or_else(|| "http".into()),
+                method,
+            }
+        }
+        Some("tcp") => CheckKind::Tcp,
+        Some(other) => {
+            fields.problem_with(
+                problems,
+                "type",
+                format!(
+                    "check type {other:?} is not supported: berth has Consul run its checks, \
+                     of type \"http\" or \"tcp\""
+                ),
+            );
+            fields.finish(problems);
+            return None;
+        }
+        None => {
+            fields.finish(problems);
+            return None;
+        }
+    };
+    fields.finish(problems);
+    Some(ServiceCheck {
+        name: name.unwrap_or_default(),
+        kind,
+        interval: interval?,
+        timeout: timeout?,
+        port,
+    })
+}
+
+/// The ports the checks name, with where (the service block's line: a check's own
+/// port attribute is not kept).
+pub(super) fn checks_ports(
+    checks: &[ServiceCheck],
+    at: Location,
+) -> impl Iterator<Item = (&String, Location)> {
+    checks
+        .iter()
+        .filter_map(move |c| Some((c.port.as_ref()?, at)))
+}
+
+/// Why a service cannot register on `port`: it must be a number, or a label of the
+/// group's network (static, or dynamic: numbered when the alloc is placed).
+pub(super) fn unusable_port(port: &str, ports: &[PortLabel]) -> Option<String> {
+    if port.parse::<u16>().is_ok() {
+        return None;
+    }
+    match ports.iter().find(|p| p.label == port) {
+        Some(_) => None,
+        None => Some(format!(
+            "port {port:?} is not a port of the group's network block (its ports: {})",
+            if ports.is_empty() {
+                "none".to_string()
+            } else {
+                ports
+                    .iter()
+                    .map(|p| p.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )),
+    }
+}

@@ -1,0 +1,520 @@
+//! A `task` block, with its `logs`, `dispatch_payload`, `volume_mount`, `csi_plugin` and
+//! `template` blocks.
+
+use std::time::Duration;
+
+use berth_hcl::Problem;
+use berth_hcl::fields::{Fields, block_json};
+use berth_hcl::tree::BlockNode;
+use berth_model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
+use berth_model::mount::Propagation;
+
+use super::constraints::constraints;
+use super::ignored::{
+    RESOURCES_SCHEDULER_LEVEL, RESOURCES_UNSUPPORTED, TASK_SCHEDULER_LEVEL, TASK_UNSUPPORTED,
+    scheduler_level, unsupported, written,
+};
+use super::restart::restart;
+use super::service::service;
+use super::{check_label, task_path};
+use crate::jobspec::names::NameKind;
+use crate::jobspec::spec::*;
+
+pub(super) fn task(
+    parent: &str,
+    name: &str,
+    block: &BlockNode,
+    group_restart: &RestartPolicy,
+    ports: &[PortLabel],
+    problems: &mut Findings,
+) -> Task {
+    let path = format!("{parent}.task.{name}");
+    check_label(NameKind::Task, name, &path, block.at, problems);
+    let mut fields = Fields::new(
+        &block.body,
+        path.clone(),
+        block.at,
+        &[
+            "driver",
+            "config",
+            "env",
+            "meta",
+            "resources",
+            "kill_timeout",
+            "kill_signal",
+            "volume_mount",
+            "csi_plugin",
+            "service",
+            "lifecycle",
+            "hooks",
+            "user",
+            "template",
+            "artifact",
+            "logs",
+            "constraint",
+            "affinity",
+            "leader",
+            "shutdown_delay",
+            "max_run_duration",
+            "vault",
+            "identity",
+            "secret",
+            "dispatch_payload",
+            "scaling",
+            "kind",
+            "consul",
+            "restart",
+            "action",
+        ],
+    );
+    scheduler_level(&mut fields, &block.body, TASK_SCHEDULER_LEVEL, problems);
+    let restart = fields
+        .single_block("restart", problems)
+        .map(|b| restart(&path, b, group_restart.clone(), problems));
+    unsupported(&mut fields, &block.body, TASK_UNSUPPORTED, problems);
+    let constraints = constraints(&mut fields, problems);
+    let dispatch_payload = fields
+        .single_block("dispatch_payload", problems)
+        .and_then(|b| dispatch_payload(&path, b, problems));
+    let logs = fields
+        .single_block("logs", problems)
+        .map(|b| logs(&path, b, problems))
+        .unwrap_or_default();
+    let templates = fields
+        .blocks("template")
+        .into_iter()
+        .filter_map(|b| template(&path, b, problems))
+        .collect();
+    fields.string("kind", problems);
+    let driver_at = fields.attr("driver").map(|v| v.at).unwrap_or(block.at);
+    let driver = fields
+        .required_string("driver", problems)
+        .unwrap_or_default();
+    let config_block = fields.single_block("config", problems);
+    let config = match config_block {
+        Some(config) => block_json(&config.body),
+        None => serde_json::json!({}),
+    };
+    let config_at = config_block.map(|config| {
+        let keys = config.body.attrs.iter().map(|a| (a.name.clone(), a.at));
+        let blocks = config.body.blocks.iter().map(|b| (b.kind.clone(), b.at));
+        (config.at, keys.chain(blocks).collect())
+    });
+    let env = fields.string_map("env", problems);
+    let meta = fields.string_map("meta", problems);
+    let hooks_at = fields.attr("hooks").map(|v| v.at).unwrap_or(block.at);
+    let hooks = fields.string_list("hooks", problems);
+    let resources = match fields.single_block("resources", problems) {
+        Some(block) => {
+            let mut r = Fields::new(
+                &block.body,
+                format!("{path}.resources"),
+                block.at,
+                &[
+                    "cpu",
+                    "memory",
+                    "memory_max",
+                    "cores",
+                    "disk",
+                    "iops",
+                    "network",
+                    "device",
+                    "numa",
+                ],
+            );
+            scheduler_level(&mut r, &block.body, RESOURCES_SCHEDULER_LEVEL, problems);
+            unsupported(&mut r, &block.body, RESOURCES_UNSUPPORTED, problems);
+            let cpu = r.number("cpu", 1_000_000, problems).unwrap_or(100);
+            let memory = r.number("memory", 1_000_000, problems).unwrap_or(300);
+            let memory_max = r.number("memory_max", 1_000_000, problems);
+            if cpu < MIN_CPU_MHZ {
+                r.problem_with(
+                    problems,
+                    "cpu",
+                    format!("minimum CPU value is {MIN_CPU_MHZ} (MHz); got {cpu}"),
+                );
+            }
+            if memory < MIN_MEMORY_MB {
+                r.problem_with(
+                    problems,
+                    "memory",
+                    format!("minimum memory value is {MIN_MEMORY_MB} (MiB); got {memory}"),
+                );
+            }
+            if let Some(max) = memory_max.filter(|max| *max < memory) {
+                r.problem_with(
+                    problems,
+                    "memory_max",
+                    format!("memory_max ({max}) may not be below memory ({memory})"),
+                );
+            }
+            let resources = Resources {
+                cpu: cpu as u32,
+                memory_mb: memory as u32,
+                memory_max_mb: memory_max.map(|m| m as u32),
+            };
+            r.number("cores", 1024, problems);
+            r.finish(problems);
+            resources
+        }
+        None => Resources {
+            cpu: 100,
+            memory_mb: 300,
+            memory_max_mb: None,
+        },
+    };
+    let kill_timeout = fields
+        .duration("kill_timeout", problems)
+        .unwrap_or(Duration::from_secs(5));
+    let shutdown_delay = fields
+        .duration("shutdown_delay", problems)
+        .unwrap_or_default();
+    let kill_signal = fields
+        .string("kill_signal", problems)
+        .unwrap_or_else(|| "SIGTERM".into());
+    let volume_mounts = fields
+        .blocks("volume_mount")
+        .into_iter()
+        .filter_map(|b| volume_mount(&path, b, problems))
+        .collect();
+    let csi_plugin = fields
+        .single_block("csi_plugin", problems)
+        .and_then(|b| csi_plugin(&path, b, problems));
+    let services = fields
+        .blocks("service")
+        .into_iter()
+        .map(|b| service(&path, b, ports, problems))
+        .collect();
+    let lifecycle = fields
+        .single_block("lifecycle", problems)
+        .and_then(|block| {
+            let mut l = Fields::new(
+                &block.body,
+                format!("{path}.lifecycle"),
+                block.at,
+                &["hook", "sidecar"],
+            );
+            let hook_text = l.required_string("hook", problems);
+            let hook = l.choose(
+                hook_text,
+                "hook",
+                &[
+                    ("prestart", LifecycleHook::Prestart),
+                    ("poststart", LifecycleHook::Poststart),
+                    ("poststop", LifecycleHook::Poststop),
+                ],
+                problems,
+                |other| {
+                    format!(
+                        "unknown lifecycle hook {other:?} (use prestart, poststart or poststop)"
+                    )
+                },
+            );
+            let sidecar = l.bool("sidecar", problems).unwrap_or(false);
+            l.finish(problems);
+            hook.map(|hook| Lifecycle { hook, sidecar })
+        });
+    let user = fields.string("user", problems);
+    fields.finish(problems);
+    Task {
+        name: name.to_string(),
+        driver,
+        config,
+        env,
+        meta,
+        resources,
+        kill_timeout,
+        shutdown_delay,
+        kill_signal,
+        user,
+        volume_mounts,
+        csi_plugin,
+        services,
+        lifecycle,
+        hooks,
+        constraints,
+        templates,
+        restart,
+        dispatch_payload,
+        logs,
+        connect_proxy_for: None,
+        at: block.at,
+        driver_at,
+        hooks_at,
+        config_at: config_at.unwrap_or_default(),
+    }
+}
+
+/// A task's `logs` block, in Nomad's units: `max_file_size` in MB.
+pub(super) fn logs(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> berth_model::driver::LogRotation {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.logs"),
+        block.at,
+        &["max_files", "max_file_size", "disabled", "enabled"],
+    );
+    let defaults = berth_model::driver::LogRotation::default();
+    let max_files = fields
+        .number("max_files", 1_000, problems)
+        .map_or(defaults.max_files, |n| n.max(1) as u32);
+    let max_file_size = fields
+        .number("max_file_size", 100_000, problems)
+        .map_or(defaults.max_file_size, |mb| mb.max(1) << 20);
+    // `enabled = false` is the older spelling of `disabled = true`.
+    let enabled = fields.bool("enabled", problems);
+    if fields.bool("disabled", problems) == Some(true) || enabled == Some(false) {
+        problems.warnings.push(Problem {
+            path: format!("{parent}.logs"),
+            at: Some(block.at),
+            message: "logs are collected all the same: berth keeps every task's output, rotated"
+                .into(),
+        });
+    }
+    fields.finish(problems);
+    berth_model::driver::LogRotation {
+        max_files,
+        max_file_size,
+    }
+}
+
+pub(super) fn dispatch_payload(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<String> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.dispatch_payload"),
+        block.at,
+        &["file"],
+    );
+    let file = fields.required_string("file", problems)?;
+    let safe = !file.is_empty()
+        && !file.starts_with('/')
+        && file
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+    if !safe {
+        fields.problem_with(
+            problems,
+            "file",
+            format!(
+                "{file:?} must be a relative path below the task's local/ directory, without \
+                 \"..\""
+            ),
+        );
+    }
+    fields.finish(problems);
+    safe.then(|| format!("local/{file}"))
+}
+
+pub(super) fn volume_mount(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<VolumeMount> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.volume_mount"),
+        block.at,
+        &[
+            "volume",
+            "destination",
+            "read_only",
+            "propagation_mode",
+            "selinux_label",
+        ],
+    );
+    let volume = fields.required_string("volume", problems);
+    // `${NOMAD_ALLOC_DIR}/data` is interpolated when the task starts, and checked then
+    // (the `volumes` hook); what is written around the names is checked now.
+    let destination = fields
+        .required_string("destination", problems)
+        .and_then(|d| {
+            let literal = crate::jobspec::interpolate::interpolate(&d, &|_| Some("/x".into()));
+            task_path(&mut fields, "destination", &literal, block.at, problems)
+                .map(|_| if d.contains("${") { d } else { literal })
+        });
+    let read_only = fields.bool("read_only", problems).unwrap_or(false);
+    let propagation_text = fields
+        .string("propagation_mode", problems)
+        .unwrap_or_else(|| "private".into());
+    let propagation = fields.choose(
+        Some(propagation_text),
+        "propagation_mode",
+        &[
+            ("private", Propagation::Private),
+            ("host-to-task", Propagation::HostToTask),
+            ("bidirectional", Propagation::Bidirectional),
+        ],
+        problems,
+        |other| {
+            format!(
+                "volume mount has an invalid propagation mode: {other:?} (use private, host-to-task or bidirectional)"
+            )
+        },
+    );
+    fields.string("selinux_label", problems);
+    fields.finish(problems);
+    Some(VolumeMount {
+        volume: volume?,
+        destination: destination?,
+        read_only,
+        propagation: propagation?,
+        at: block.at,
+    })
+}
+
+pub(super) fn csi_plugin(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<CsiPlugin> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.csi_plugin"),
+        block.at,
+        &[
+            "id",
+            "type",
+            "mount_dir",
+            "stage_publish_base_dir",
+            "health_timeout",
+        ],
+    );
+    let id = fields.required_string("id", problems);
+    let plugin_type_text = fields.required_string("type", problems);
+    let plugin_type = fields.choose(
+        plugin_type_text,
+        "type",
+        &[
+            ("node", CsiPluginType::Node),
+            ("controller", CsiPluginType::Controller),
+            ("monolith", CsiPluginType::Monolith),
+        ],
+        problems,
+        |other| format!("unknown CSI plugin type {other:?} (use node, controller or monolith)"),
+    );
+    let mount_dir = fields
+        .string("mount_dir", problems)
+        .unwrap_or_else(|| "/csi".into());
+    let mount_dir = task_path(&mut fields, "mount_dir", &mount_dir, block.at, problems);
+    let stage_publish_base_dir = fields
+        .string("stage_publish_base_dir", problems)
+        .unwrap_or_else(|| "/local/csi".into());
+    let stage_publish_base_dir = task_path(
+        &mut fields,
+        "stage_publish_base_dir",
+        &stage_publish_base_dir,
+        block.at,
+        problems,
+    );
+    let health_timeout = fields
+        .duration("health_timeout", problems)
+        .unwrap_or(Duration::from_secs(30));
+    fields.finish(problems);
+    Some(CsiPlugin {
+        id: id?,
+        plugin_type: plugin_type?,
+        mount_dir: mount_dir?,
+        stage_publish_base_dir: stage_publish_base_dir?,
+        health_timeout,
+    })
+}
+
+pub(super) fn template(
+    parent: &str,
+    block: &BlockNode,
+    problems: &mut Findings,
+) -> Option<Template> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.template"),
+        block.at,
+        &[
+            "data",
+            "destination",
+            "env",
+            "perms",
+            "source",
+            "change_mode",
+            "change_signal",
+            "change_script",
+            "splay",
+            "wait",
+            "once",
+            "uid",
+            "gid",
+            "left_delimiter",
+            "right_delimiter",
+            "error_on_missing_key",
+        ],
+    );
+    if let Some(at) = written(&block.body, "source") {
+        fields.attr("source");
+        fields.problem(
+            problems,
+            "source",
+            at,
+            "template files are not supported (berth downloads no artifacts): inline it with data = file(\"…\")".into(),
+        );
+    }
+    for delimiter in ["left_delimiter", "right_delimiter"] {
+        if written(&block.body, delimiter).is_some() {
+            fields.problem_with(
+                problems,
+                delimiter,
+                format!("{delimiter} is not supported: berth renders {{{{ }}}} templates"),
+            );
+        }
+    }
+    // Re-rendering on change: the only data berth renders (the task's env) does not
+    // change while the task runs.
+    for accepted in ["change_mode", "change_signal", "splay", "uid", "gid"] {
+        fields.attr(accepted);
+    }
+    fields.blocks("wait");
+    fields.blocks("change_script");
+    fields.bool("once", problems);
+    fields.bool("error_on_missing_key", problems);
+    let data = fields.string("data", problems).unwrap_or_default();
+    if let Err(message) = crate::jobspec::template::check(&data) {
+        fields.problem_with(problems, "data", message.to_string());
+    }
+    let destination = fields
+        .required_string("destination", problems)
+        .and_then(|d| match crate::jobspec::template::destination(&d) {
+            Ok(d) => Some(d),
+            Err(message) => {
+                fields.problem_with(problems, "destination", message.to_string());
+                None
+            }
+        });
+    let env = fields.bool("env", problems).unwrap_or(false);
+    let perms_text = fields
+        .string("perms", problems)
+        .unwrap_or_else(|| "0644".into());
+    let perms = match u32::from_str_radix(&perms_text, 8) {
+        Ok(perms) if perms <= 0o777 => Some(perms),
+        _ => {
+            fields.problem_with(
+                problems,
+                "perms",
+                format!("{perms_text:?} is not an octal file mode such as \"0644\""),
+            );
+            None
+        }
+    };
+    fields.finish(problems);
+    Some(Template {
+        data,
+        destination: destination?,
+        env,
+        perms: perms?,
+        at: block.at,
+    })
+}

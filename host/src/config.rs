@@ -123,16 +123,16 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::jobspec::names::{NameKind, check_name};
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
 use berth_hcl::{FileError, Location, Problem};
-
 use berth_model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
 use berth_model::csi::{CsiSettings, Timeouts};
 use berth_model::hook::{HookSpec, OnFailure, WriteQuota};
 use berth_model::limits::{CgroupSettings, ConnectionLimits};
 use berth_model::pins::{DriverPins, parse_sha256};
+
+use crate::jobspec::names::{NameKind, check_name};
 
 /// Nomad's default `max_kill_timeout`.
 pub const DEFAULT_MAX_KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

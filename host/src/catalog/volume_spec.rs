@@ -19,7 +19,8 @@
 //! secrets { }
 //! ```
 //!
-//! Errors are an HCL file's (`berth_hcl::FileError`): file, line, path, message; every problem at once.
+//! Errors are an HCL file's (`berth_hcl::FileError`): file, line, path, message; every
+//! problem at once.
 
 use std::collections::HashMap;
 

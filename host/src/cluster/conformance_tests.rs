@@ -185,8 +185,9 @@ fn leased_keys_go_with_their_lease_and_watches_see_it_in_order() {
 }
 
 /// The scheduler's leader plans only whole transactions (a job with its evaluation):
-/// its watch ends each revision's changes with [`Change::Revision`], live and replayed,
-/// on etcd as on the embedded store; a plain watch has none.
+/// its watch ends each revision's changes with [`Change::Revision`], live and replayed
+/// (also when etcd hands several revisions in one response), on etcd as on the embedded
+/// store; a plain watch has none.
 #[test]
 fn a_watch_of_whole_revisions_ends_each_transaction_with_its_revision() {
     let answer = answered_alike("whole", |s, p| async move {
@@ -210,8 +211,16 @@ fn a_watch_of_whole_revisions_ends_each_transaction_with_its_revision() {
         // Outside the prefix alone: no revision told.
         s.put(&format!("{p}-other"), b"o2".to_vec(), 0).await?;
         s.delete(&format!("{p}/job")).await?;
+        // Made after the writes, from before them: etcd hands a lagging watcher several
+        // revisions in one response, and each still ends with its own marker.
+        let mut late = s.watch_whole_revisions(&format!("{p}/"), start + 1);
         let mut seen = Vec::new();
-        for (watch, count) in [(&mut whole, 7), (&mut plain, 4), (&mut replay, 7)] {
+        for (watch, count) in [
+            (&mut whole, 7),
+            (&mut plain, 4),
+            (&mut replay, 7),
+            (&mut late, 7),
+        ] {
             let mut changes = Vec::new();
             while changes.len() < count {
                 let next = tokio::time::timeout(Duration::from_secs(5), watch.recv()).await;
@@ -241,8 +250,8 @@ fn a_watch_of_whole_revisions_ends_each_transaction_with_its_revision() {
             seen.push(changes);
         }
         Ok::<_, super::etcd::EtcdError>(format!(
-            "whole={:?} plain={:?} replay={:?}",
-            seen[0], seen[1], seen[2]
+            "whole={:?} plain={:?} replay={:?} late={:?}",
+            seen[0], seen[1], seen[2], seen[3]
         ))
     });
     assert_eq!(
@@ -251,6 +260,8 @@ fn a_watch_of_whole_revisions_ends_each_transaction_with_its_revision() {
          \"delete /job@4\", \"whole@4\"] \
          plain=[\"put /eval@1\", \"put /job@1\", \"put /report@2\", \"delete /job@4\"] \
          replay=[\"put /eval@1\", \"put /job@1\", \"whole@1\", \"put /report@2\", \"whole@2\", \
+         \"delete /job@4\", \"whole@4\"] \
+         late=[\"put /eval@1\", \"put /job@1\", \"whole@1\", \"put /report@2\", \"whole@2\", \
          \"delete /job@4\", \"whole@4\"]"
     );
 }

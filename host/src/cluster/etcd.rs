@@ -605,8 +605,8 @@ impl Etcd {
     /// arrive in order on the receiver; a [`Change::Reset`] means the watch was cut and
     /// has been made again from the latest revision: read the prefix again. When
     /// `whole_revisions`, a [`Change::Revision`] follows each revision's changes (etcd
-    /// hands a revision's events in one response). The watch ends when the receiver is
-    /// dropped.
+    /// hands a revision's events in one response, and sometimes several revisions in
+    /// one). The watch ends when the receiver is dropped.
     pub fn watch(
         &self,
         prefix: &str,
@@ -695,10 +695,18 @@ impl Etcd {
                     response.cancel_reason
                 )));
             }
+            // A response holds whole revisions, in order, but may hold several (a
+            // watcher that lags is handed them together): each revision's changes are
+            // followed by its own marker, as the embedded store tells them.
             let mut last = None;
             for event in response.events {
                 let Some(kv) = event.kv else { continue };
                 next = next.max(kv.mod_revision + 1);
+                if let Some(previous) = last.filter(|&r| whole_revisions && r != kv.mod_revision)
+                    && sender.send(Change::Revision(previous)).await.is_err()
+                {
+                    return Ok(next);
+                }
                 last = Some(kv.mod_revision);
                 let change = if event.r#type == mvccpb::event::EventType::Delete as i32 {
                     Change::Delete {

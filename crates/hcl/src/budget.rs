@@ -109,6 +109,11 @@ impl Drop for BudgetScope {
     }
 }
 
+/// Whether a [`BudgetScope`] bounds this thread's evaluations now.
+pub fn in_force() -> bool {
+    LEFT.with(|l| l.get().is_some())
+}
+
 /// The bound the scope in force reached, if any: the evaluation it bounds is refused,
 /// and what it made is not read further.
 pub fn refused() -> Option<BudgetSpent> {

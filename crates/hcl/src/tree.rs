@@ -134,10 +134,15 @@ pub fn parse(source: &str) -> Result<BodyNode, Vec<SyntaxProblem>> {
 
 /// Parses a jobspec: HCL2 with variables, locals and functions. Only a syntax error is
 /// an `Err`: what cannot be evaluated is in [`Evaluated::problems`], every one of them.
+///
+/// The text comes from a job author, who is not trusted: it is evaluated within the
+/// caller's [`super::budget::BudgetScope`], or within the default budget when the caller
+/// set none, never unbounded.
 pub fn parse_evaluated(
     source: &str,
     inputs: &VariableInputs,
 ) -> Result<Evaluated, Vec<SyntaxProblem>> {
+    let _budget = (!super::budget::in_force()).then(super::budget::BudgetScope::start);
     let mut body = syntax(source)?;
     let lines = LineIndex::new(source);
     let mut problems = Vec::new();
@@ -543,6 +548,29 @@ fn from_evaluated(value: &hcl::Value, at: Location) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller of the crate that sets no budget of its own still gets one: a jobspec
+    /// that would build 2 x 20 MB from a 20 KB literal in loops is refused for it, with
+    /// nothing built (the budget is charged before).
+    #[test]
+    fn an_evaluation_without_a_callers_budget_is_bounded_all_the_same() {
+        assert!(!crate::budget::in_force());
+        let body = "X".repeat(20_000);
+        let looped = format!(
+            "meta = {{\n  x = \"%{{for a in range(1000)}}{body}%{{endfor}}\"\n  y = join(\",\", [for a in range(1000) : \"{body}\"])\n}}\n"
+        );
+        let evaluated = parse_evaluated(&looped, &VariableInputs::default()).unwrap();
+        assert!(evaluated.bound_reached);
+        let spent = crate::budget::BudgetSpent::Memory.to_string();
+        let refused = evaluated
+            .problems
+            .iter()
+            .filter(|p| p.message.contains(&spent))
+            .count();
+        assert_eq!(refused, 2, "{:?}", evaluated.problems);
+        // The scope it made ended with it.
+        assert!(!crate::budget::in_force());
+    }
 
     #[test]
     fn keeps_locations_of_attributes_and_blocks() {

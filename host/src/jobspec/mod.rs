@@ -103,10 +103,8 @@ fn evaluate(file: &str, source: &str, inputs: &VariableInputs) -> Result<Job, Jo
             .collect()
     };
     // Everything the evaluation builds, compares and spends in CPU time draws from one
-    // budget ([`budget`]).
-    let budget = budget::BudgetScope::start();
+    // budget ([`budget`]), which `parse_evaluated` sets.
     let evaluated = berth_hcl::tree::parse_evaluated(source, inputs);
-    drop(budget);
     let evaluated = evaluated.map_err(|problems| fail(placed(problems)))?;
     let mut problems = placed(evaluated.problems);
     // A bound is a defence against a hostile jobspec: it is refused for that alone.

@@ -167,6 +167,16 @@ async fn a_running_task_survives_kill_9_of_the_agent_and_is_supervised_again() {
     );
     assert_eq!(mount_count(pid), task_mounts);
     assert_eq!(host_mount_count(), host_mounts);
+    // The alloc reads as running from its record at once; the driver's recovery of the
+    // task follows, and says so in the log (it lagged the first read once in CI).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent
+        .output()
+        .contains("recovered the task after an agent restart")
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(
         agent
             .output()

@@ -100,7 +100,7 @@ async fn run() {
     std::fs::create_dir_all(&source).unwrap();
     // The agent's tasks are started by berth-keeper; so are these.
     let processes = Arc::new(
-        berth::process::ProcessTable::default()
+        berth_sys::process::ProcessTable::default()
             .supervised_by(env!("CARGO_BIN_EXE_berth-keeper").into()),
     );
     let runtime = Runtime::with_processes(
@@ -128,7 +128,7 @@ async fn run() {
     let (on_disk, _) = StateStore::open(&scratch.path().join("state.db")).unwrap();
     let on_disk = Arc::new(on_disk);
     let in_memory = Arc::new(StateStore::in_memory());
-    let cgroups = Arc::new(berth::cgroup::Cgroups::detect(config.cgroups.clone()));
+    let cgroups = Arc::new(berth_sys::cgroup::Cgroups::detect(config.cgroups.clone()));
     let favor = std::env::var("BERTH_BENCH_FAVOR_DYNMODS").map_or(true, |v| v != "0");
     let favoured = if favor {
         match cgroups.favor_dynamic_modifications(&scratch.path().join("cgroup-favordynmods")) {
@@ -158,7 +158,7 @@ async fn run() {
     let spawn_root = scratch.path().join("spawn-root");
     let mut rounds = Rounds::default();
     // The same spawn on a node without cgroups: what creating and joining one costs.
-    let none = berth::cgroup::Cgroups::with_layout(
+    let none = berth_sys::cgroup::Cgroups::with_layout(
         None,
         berth_model::limits::CgroupSettings {
             allow_missing_controllers: true,
@@ -286,12 +286,12 @@ async fn run() {
     summary("exec_over_bare", ratio(exec, bare));
     summary("mock_over_bare", ratio(mock, bare));
     summary("favordynmods_asked", f64::from(u8::from(favor)));
-    if let Some(carrier) = berth::mount::mountinfo::read_self()
+    if let Some(carrier) = berth_sys::mount::mountinfo::read_self()
         .unwrap_or_default()
         .into_iter()
         .find(|m| m.mount_point == scratch.path().join("cgroup-favordynmods"))
     {
-        let _ = berth::mount::cgroupfs::unmount(&carrier.mount_point);
+        let _ = berth_sys::mount::cgroupfs::unmount(&carrier.mount_point);
     }
 }
 
@@ -328,14 +328,14 @@ impl Rounds {
     }
 }
 
-fn parse(jobspec: &str) -> Arc<berth::jobspec::Job> {
-    Arc::new(berth::jobspec::parse("bench.hcl", jobspec).unwrap())
+fn parse(jobspec: &str) -> Arc<berth_jobspec::Job> {
+    Arc::new(berth_jobspec::parse("bench.hcl", jobspec).unwrap())
 }
 
 /// One alloc, from its creation to its task's Started event; then it is run to the end
 /// and its directory and records removed.
 async fn alloc_start(
-    job: &Arc<berth::jobspec::Job>,
+    job: &Arc<berth_jobspec::Job>,
     shared: &NodeContext,
     index: usize,
 ) -> Duration {
@@ -368,14 +368,14 @@ async fn alloc_start(
 /// the volume, until the spawn returns (the task runs); then it is reaped and the cgroup
 /// removed, outside the timing.
 async fn confined_spawn(
-    processes: &berth::process::ProcessTable,
-    cgroups: &berth::cgroup::Cgroups,
+    processes: &berth_sys::process::ProcessTable,
+    cgroups: &berth_sys::cgroup::Cgroups,
     root: &Path,
     volume: &Path,
 ) -> SpawnTimes {
-    use berth::process::isolation::{ChrootSpec, VolumeMount};
-    use berth::process::{Isolation, SpawnSpec};
     use berth_model::mount::Propagation;
+    use berth_sys::process::isolation::{ChrootSpec, VolumeMount};
+    use berth_sys::process::{Isolation, SpawnSpec};
     std::fs::create_dir_all(root).unwrap();
     let owner: Arc<str> = "bench".into();
     let limits = berth_model::limits::TaskLimits {
@@ -434,8 +434,8 @@ struct SpawnTimes {
 }
 
 fn bare_start(source: &Path, target: &Path) -> Duration {
-    let source = berth::mount::c_path(source).unwrap();
-    let target = berth::mount::c_path(target).unwrap();
+    let source = berth_sys::mount::c_path(source).unwrap();
+    let target = berth_sys::mount::c_path(target).unwrap();
     let started = Instant::now();
     let mut command = std::process::Command::new("/bin/true");
     // SAFETY: only syscalls on prepared C strings run in the child.

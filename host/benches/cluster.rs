@@ -127,7 +127,7 @@ fn small_job(id: &str) -> ClusterJob {
         .source
         .replace("job \"bench\"", &format!("job \"{id}\""));
     job.id = id.to_string();
-    let parsed = berth::jobspec::parse(&job.source_name, &job.source).unwrap();
+    let parsed = berth_jobspec::parse(&job.source_name, &job.source).unwrap();
     job.typed = berth::cluster::typed::TypedJob::of(&parsed);
     job
 }

@@ -250,7 +250,7 @@ async fn run() {
         }
     }
     let [berth_m, berth_u, grpc_m, grpc_u, sys_m, sys_u, mem_m, mem_u] = samples.map(median);
-    let leftover = berth::mount::mountinfo::read_self()
+    let leftover = berth_sys::mount::mountinfo::read_self()
         .unwrap()
         .into_iter()
         .filter(|m| m.mount_point.starts_with(&root))

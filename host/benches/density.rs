@@ -63,7 +63,7 @@ async fn run() {
         .tempdir_in("/tmp")
         .unwrap();
     let processes = Arc::new(
-        berth::process::ProcessTable::default()
+        berth_sys::process::ProcessTable::default()
             .supervised_by(env!("CARGO_BIN_EXE_berth-keeper").into()),
     );
     let runtime = Runtime::with_processes(
@@ -75,7 +75,7 @@ async fn run() {
     let config = Arc::new(AgentConfig::default());
     let (store, _) = StateStore::open(&scratch.path().join("state.db")).unwrap();
     let store = Arc::new(store);
-    let cgroups = Arc::new(berth::cgroup::Cgroups::detect(config.cgroups.clone()));
+    let cgroups = Arc::new(berth_sys::cgroup::Cgroups::detect(config.cgroups.clone()));
     let (events, _) = tokio::sync::broadcast::channel(tasks * 16 + 1024);
     let node = NodeContext {
         events,
@@ -85,7 +85,7 @@ async fn run() {
     // ext4 file of the alloc's 10 MB, loop-mounted at its start.
     let image_node = common::with_image_disks(node.clone(), &cgroups);
     let job = Arc::new(
-        berth::jobspec::parse(
+        berth_jobspec::parse(
             "density.hcl",
             r#"job "density" {
   group "g" {
@@ -183,7 +183,7 @@ async fn run() {
 }
 
 async fn berth_round(
-    job: &Arc<berth::jobspec::Job>,
+    job: &Arc<berth_jobspec::Job>,
     node: &NodeContext,
     runtime: &Runtime,
     tasks: usize,

@@ -14,7 +14,6 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::alloc_dir::AllocDir;
 use berth::builtin::test_components;
 use berth::config::AgentConfig;
 use berth::runtime::driver::{Driver, DriverOrigin};
@@ -24,6 +23,7 @@ use berth::task_runner::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext,
 use berth::task_runner::wasm_hooks::WasmHooks;
 use berth_model::hook::{HookSpec, OnFailure};
 use berth_model::hook_resources::HookResources;
+use berth_sys::alloc_dir::AllocDir;
 use common::{median, micros, ratio, summary};
 
 fn runs() -> usize {
@@ -71,7 +71,7 @@ async fn run() {
             .unwrap(),
     );
     let job = Arc::new(
-        berth::jobspec::parse(
+        berth_jobspec::parse(
             "bench.hcl",
             "job \"bench\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      meta { tier = \"gold\" }\n    }\n  }\n}\n",
         )
@@ -100,8 +100,8 @@ async fn run() {
         Arc::new(berth::state::StateStore::in_memory()),
         Default::default(),
     );
-    let sys: Arc<dyn berth::sys::Sys> = Arc::new(berth::sys::LinuxSys::new(
-        berth::cgroup::Cgroups::detect(Default::default()),
+    let sys: Arc<dyn berth_sys::Sys> = Arc::new(berth_sys::LinuxSys::new(
+        berth_sys::cgroup::Cgroups::detect(Default::default()),
     ));
     let context = |plugin_hooks: Vec<Arc<Hook>>| TaskHookContext {
         alloc_id: "bench-alloc".into(),

@@ -137,13 +137,13 @@ impl Drop for Agent {
         }
         // So do its allocs' disks (an image mounted at each alloc's directory).
         let dir = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
-        let mounts = berth::mount::mountinfo::read_self().unwrap_or_default();
+        let mounts = berth_sys::mount::mountinfo::read_self().unwrap_or_default();
         for mount in mounts
             .iter()
             .rev()
             .filter(|m| m.mount_point.starts_with(&dir))
         {
-            let _ = berth::mount::shared::unmount_all_below(&dir, &mount.mount_point);
+            let _ = berth_sys::mount::shared::unmount_all_below(&dir, &mount.mount_point);
         }
     }
 }

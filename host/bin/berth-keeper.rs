@@ -9,10 +9,10 @@
 //! `berth` itself (which answers the same hidden commands) when it is missing.
 
 fn main() -> std::process::ExitCode {
-    if let Some(never) = berth::process::spawn_plan::keeper_main() {
+    if let Some(never) = berth_sys::process::spawn_plan::keeper_main() {
         match never {}
     }
-    if let Some(never) = berth::process::logmon::logmon_main() {
+    if let Some(never) = berth_sys::process::logmon::logmon_main() {
         match never {}
     }
     eprintln!("berth-keeper: runs beside the tasks of a berth agent, started by the agent only");

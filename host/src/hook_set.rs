@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::jobspec::Task;
 use crate::runtime::Runtime;
 use crate::runtime::hook::Hook;
+use berth_jobspec::Task;
 use berth_model::hook::HookSpec;
 
 #[derive(Clone, Default)]

@@ -2,29 +2,20 @@
 //! components. See ARCHITECTURE.md for the map.
 
 pub mod agent;
-pub mod alloc_dir;
 pub mod alloc_runner;
 pub mod api;
-pub mod blocking;
 pub mod builtin;
 pub mod catalog;
-pub mod cgroup;
 pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod consul;
 pub mod csi;
-pub mod disk;
 pub mod driver_set;
 pub mod hook_set;
-pub mod jobspec;
-pub mod mount;
 pub mod node;
-pub mod process;
 pub mod runtime;
-pub mod secret_file;
 pub mod state;
-pub mod sys;
 pub mod task_runner;
 pub mod telemetry;
 pub mod validate;

@@ -50,7 +50,7 @@ fn read() -> BTreeMap<String, String> {
     let release = text(uname.release());
     let machine = text(uname.machine());
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
-    let memory = crate::cgroup::node_memory();
+    let memory = berth_sys::cgroup::node_memory();
     let mut facts = BTreeMap::new();
     let mut set = |key: &str, value: String| {
         facts.insert(key.to_string(), value);

@@ -12,9 +12,9 @@ use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{Job, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
 use crate::runtime::driver::Driver;
 use berth_hcl::Problem;
+use berth_jobspec::{Job, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
 use berth_model::driver::{FsIsolation, MountConfigs, TaskUser};
 use berth_model::mount::Propagation;
 
@@ -84,7 +84,7 @@ pub fn task_user(
     task: &Task,
     isolation: FsIsolation,
     config: &AgentConfig,
-    lookup: &dyn Fn(&str) -> Result<TaskUser, crate::process::users::UserError>,
+    lookup: &dyn Fn(&str) -> Result<TaskUser, berth_sys::process::users::UserError>,
     dynamic: Option<TaskUser>,
 ) -> Result<Option<(String, TaskUser)>, UserRefusal> {
     if let Some(user) = dynamic.filter(|_| wants_dynamic_user(job, task, isolation, config)) {
@@ -145,7 +145,7 @@ pub enum UserRefusal {
     #[error("task {task:?}: {source}")]
     Unknown {
         task: String,
-        source: crate::process::users::UserError,
+        source: berth_sys::process::users::UserError,
     },
     #[error(
         "task {task:?}: user {user:?} is denied for driver {driver:?} on this agent (the agent \
@@ -263,7 +263,7 @@ fn constraint_problems(
     drivers: &DriverSet,
     facts: &BTreeMap<String, String>,
 ) -> Vec<Problem> {
-    use crate::jobspec::constraint;
+    use berth_jobspec::constraint;
     let attributes = constraint::with_drivers(facts, drivers.iter().map(|d| d.name()));
     std::iter::once(None)
         .chain(job.groups.iter().map(Some))
@@ -455,7 +455,7 @@ fn more_memory_than_the_node(task: &Task, task_path: &str) -> Option<Problem> {
         .resources
         .memory_max_mb
         .unwrap_or(task.resources.memory_mb);
-    let node = crate::cgroup::node_memory()?;
+    let node = berth_sys::cgroup::node_memory()?;
     (u64::from(asked) * berth_model::limits::MIB > node).then(|| Problem {
         path: format!("{task_path}.resources.memory"),
         at: Some(task.at),
@@ -521,7 +521,7 @@ async fn check_task(
             task,
             driver.capabilities().fs_isolation,
             config,
-            &crate::process::users::lookup,
+            &berth_sys::process::users::lookup,
             None,
         )
     {

@@ -35,7 +35,7 @@ impl MemoryCage {
 
     fn oom_kills(&self) -> u64 {
         let text = std::fs::read_to_string(self.dir.join("memory.oom_control")).unwrap();
-        berth::cgroup::layout::keyed_value(&text, "oom_kill").unwrap_or(0)
+        berth_sys::cgroup::layout::keyed_value(&text, "oom_kill").unwrap_or(0)
     }
 }
 

@@ -164,7 +164,10 @@ async fn an_exec_task_root_or_not_cannot_reach_the_host_through_chroot_proc_devi
     let mut agent = AgentProcess::with_config("user {\n  denylist = []\n}\n");
     agent.start().await;
     let stdout = probe_as(&agent, "prober-root", Some("root")).await;
-    let kept = format!("{:016x}", berth::process::confine::TASK_CAPABILITIES.bits());
+    let kept = format!(
+        "{:016x}",
+        berth_sys::process::confine::TASK_CAPABILITIES.bits()
+    );
     assert!(stdout.contains(&format!("CapEff:\t{kept}")), "{stdout}");
     assert!(stdout.contains(&format!("CapBnd:\t{kept}")), "{stdout}");
     assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
@@ -374,8 +377,8 @@ async fn a_nobody_task_with_64_mib_sees_only_itself_and_is_oom_killed_at_256_mib
 /// start and never removed, so one that is not there is a failure, not a pass: the
 /// check would have looked nowhere.
 fn assert_no_task_cgroup_left(alloc_id: &str, confined: bool) {
-    use berth::cgroup::layout::{self, Layout};
-    let mounts = berth::mount::mountinfo::read_self().unwrap();
+    use berth_sys::cgroup::layout::{self, Layout};
+    let mounts = berth_sys::mount::mountinfo::read_self().unwrap();
     let layout = Layout::detect(&mounts, |root| {
         std::fs::read_to_string(root.join("cgroup.controllers")).ok()
     })
@@ -666,7 +669,7 @@ async fn nine_fork_bombs_at_once_leave_the_host_able_to_start_a_process() {
     let ceiling = read_number(parent_dir.join("pids.max"));
     assert_eq!(
         ceiling,
-        berth::cgroup::layout::default_all_tasks_pids(pid_max)
+        berth_sys::cgroup::layout::default_all_tasks_pids(pid_max)
     );
     // Threads count against pids.max as processes do, and cost little memory. Each
     // task stops at its own limit (bounded), says how far it got, and holds them.

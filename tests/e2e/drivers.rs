@@ -360,7 +360,7 @@ async fn a_task_without_a_working_keeper_fails_to_start_saying_why() {
     let not_a_keeper = berth::runtime::Runtime::with_processes(
         berth::runtime::RuntimeConfig::new(Some(support::cache_dir())),
         std::sync::Arc::new(
-            berth::process::ProcessTable::default().supervised_by("/bin/true".into()),
+            berth_sys::process::ProcessTable::default().supervised_by("/bin/true".into()),
         ),
     )
     .unwrap();
@@ -475,7 +475,7 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
     // A recorded process whose pid was reused since is refused too.
     let mut reused = handle.clone();
     reused.driver_state = format!("{} 1", std::process::id()).into_bytes();
-    reused.spawned = vec![berth::process::ProcessRef {
+    reused.spawned = vec![berth_sys::process::ProcessRef {
         pid: std::process::id(),
         start_time: 1,
     }];

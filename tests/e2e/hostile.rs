@@ -386,7 +386,7 @@ async fn a_driver_cannot_adopt_a_host_process_outside_recovery() {
     let task = TaskDir::new();
     // This test process: its real pid and start time, the best guess a driver could make.
     let pid = std::process::id();
-    let start_time = berth::process::start_time(pid).unwrap();
+    let start_time = berth_sys::process::start_time(pid).unwrap();
     let error = driver
         .start_task(&task.request(
             "t",
@@ -415,7 +415,7 @@ async fn a_driver_cannot_make_its_task_end_with_a_process_it_did_not_spawn() {
     let driver = support::from_file(&runtime, MISBEHAVE).await;
     let task = TaskDir::new();
     let pid = std::process::id();
-    let start_time = berth::process::start_time(pid).unwrap();
+    let start_time = berth_sys::process::start_time(pid).unwrap();
     let error = driver
         .start_task(&task.request(
             "t",

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use berth::mount::mountinfo::{self, MountEntry};
 use berth_model::mount::Propagation;
+use berth_sys::mount::mountinfo::{self, MountEntry};
 use serde_json::json;
 
 use crate::support::{self, HostMounts, TaskDir, mount};

@@ -6,13 +6,13 @@ use std::process::Command;
 use std::sync::Arc;
 
 use berth::alloc_runner::{AllocRunner, NodeContext};
-use berth::cgroup::Cgroups;
-use berth::cgroup::layout::Layout;
 use berth::config::AgentConfig;
 use berth::driver_set::DriverSet;
 use berth::state::StateStore;
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
+use berth_sys::cgroup::Cgroups;
+use berth_sys::cgroup::layout::Layout;
 
 use crate::support;
 
@@ -75,9 +75,9 @@ impl Agent {
         let config = self.config();
         NodeContext {
             csi: berth::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
-            sys: Arc::new(berth::sys::LinuxSys::new(berth::cgroup::Cgroups::detect(
-                config.cgroups.clone(),
-            ))),
+            sys: Arc::new(berth_sys::LinuxSys::new(
+                berth_sys::cgroup::Cgroups::detect(config.cgroups.clone()),
+            )),
             data_dir,
             drivers,
             hooks: berth::hook_set::HookSet::default(),
@@ -85,7 +85,7 @@ impl Agent {
             store,
             events,
             services: Arc::new(berth::consul::ServiceClient::disabled()),
-            dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+            dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
                 berth::config::DEFAULT_DYNAMIC_RANGE,
             )),
             facts: berth::node::facts(&Default::default()),
@@ -250,7 +250,7 @@ async fn start_unvalidated(
     let runtime = support::runtime();
     let (drivers, problems) = DriverSet::load(&runtime, None, &Default::default()).await;
     assert!(problems.is_empty());
-    let job = Arc::new(berth::jobspec::parse("job.hcl", jobspec).unwrap());
+    let job = Arc::new(berth_jobspec::parse("job.hcl", jobspec).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     let running = tokio::spawn(alloc.clone().run());
     (alloc, running)
@@ -394,11 +394,11 @@ async fn a_read_only_cgroup_hierarchy_fails_the_task_with_an_event_and_leaves_no
     let controllers = ["memory", "cpu", "pids", "devices"]
         .map(|c| (c.to_string(), hierarchy.clone()))
         .into();
-    node.sys = Arc::new(berth::sys::LinuxSys::new(Cgroups::with_layout(
+    node.sys = Arc::new(berth_sys::LinuxSys::new(Cgroups::with_layout(
         Some(Layout::Legacy { controllers }),
         Default::default(),
     )));
-    let job = berth::jobspec::parse(
+    let job = berth_jobspec::parse(
         "job.hcl",
         "job \"ro\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
     )
@@ -459,7 +459,7 @@ async fn a_hundred_task_runs_leave_no_descriptor_process_or_cgroup_behind() {
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let node = agent.node(drivers);
     let job = Arc::new(
-        berth::jobspec::parse(
+        berth_jobspec::parse(
             "job.hcl",
             "job \"cycle\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"sleep 30 & exit 0\"]\n      }\n    }\n  }\n}\n",
         )
@@ -537,7 +537,7 @@ async fn a_failed_start_leaves_no_process_behind() {
     let runtime = support::runtime();
     let (drivers, problems) = DriverSet::load(&runtime, Some(&plugins), &Default::default()).await;
     assert!(problems.is_empty(), "{problems:?}");
-    let job = berth::jobspec::parse(
+    let job = berth_jobspec::parse(
         "job.hcl",
         "job \"failing\" {\n  type = \"batch\"\n  group \"g\" {\n    restart {\n      attempts = 0\n    }\n    task \"t\" {\n      driver = \"misbehave\"\n      config {\n        behave = \"spawn-then-fail\"\n      }\n    }\n  }\n}\n",
     )
@@ -686,7 +686,7 @@ async fn lifecycle_tasks_run_in_order_and_sidecars_stop_with_the_main_task() {
     .concat();
     let source =
         format!("job \"order\" {{\n  type = \"batch\"\n  group \"g\" {{\n{tasks}  }}\n}}\n");
-    let job = Arc::new(berth::jobspec::parse("order.hcl", &source).unwrap());
+    let job = Arc::new(berth_jobspec::parse("order.hcl", &source).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     let status = tokio::time::timeout(std::time::Duration::from_secs(30), alloc.clone().run())
         .await
@@ -738,7 +738,7 @@ async fn a_failed_prestart_task_keeps_the_main_task_from_starting() {
   }
 }
 "#;
-    let job = Arc::new(berth::jobspec::parse("gate.hcl", source).unwrap());
+    let job = Arc::new(berth_jobspec::parse("gate.hcl", source).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     assert_eq!(alloc.clone().run().await, ClientStatus::Failed);
     let status = alloc.status();

@@ -9,7 +9,7 @@
 
 use berth::api::SubmitRequest;
 use berth::api::client::{Client, ClientError};
-use berth::process::confine::{MOUNTING_PLUGIN_CAPABILITIES, TASK_CAPABILITIES};
+use berth_sys::process::confine::{MOUNTING_PLUGIN_CAPABILITIES, TASK_CAPABILITIES};
 
 use crate::agent_process::AgentProcess;
 

@@ -23,9 +23,9 @@ pub fn runtime() -> Runtime {
 }
 
 /// A process table whose tasks are started by `berth-keeper`, as the agent's are.
-pub fn processes() -> std::sync::Arc<berth::process::ProcessTable> {
+pub fn processes() -> std::sync::Arc<berth_sys::process::ProcessTable> {
     std::sync::Arc::new(
-        berth::process::ProcessTable::default()
+        berth_sys::process::ProcessTable::default()
             .supervised_by(PathBuf::from(env!("CARGO_BIN_EXE_berth-keeper"))),
     )
 }
@@ -267,7 +267,7 @@ pub fn host_pid_of(dir: &Path, ns_pid: u32) -> Option<u32> {
 /// Kills and removes the task cgroups of every alloc under `data_dir/allocs`: what an
 /// agent killed mid-run (as tests do) leaves for its next start to clean up.
 pub fn remove_task_cgroups(data_dir: &Path) {
-    let cgroups = berth::cgroup::Cgroups::detect(Default::default());
+    let cgroups = berth_sys::cgroup::Cgroups::detect(Default::default());
     let Ok(allocs) = std::fs::read_dir(data_dir.join("allocs")) else {
         return;
     };
@@ -285,7 +285,7 @@ pub fn remove_task_cgroups(data_dir: &Path) {
     for alloc in allocs.flatten() {
         let alloc_id = alloc.file_name().to_string_lossy().into_owned();
         for job in &jobs {
-            let name = berth::cgroup::Cgroups::collectors_name(job, &alloc_id);
+            let name = berth_sys::cgroup::Cgroups::collectors_name(job, &alloc_id);
             let _ = cgroups.existing_collectors(&name).kill_and_remove();
         }
         // Task dirs are in `tasks/`; an alloc of the old layout has them at its root.
@@ -297,7 +297,8 @@ pub fn remove_task_cgroups(data_dir: &Path) {
             .flatten()
             .flat_map(|t| jobs.iter().map(move |j| (t.file_name(), j)))
         {
-            let name = berth::cgroup::Cgroups::task_name(job, &alloc_id, &task.to_string_lossy());
+            let name =
+                berth_sys::cgroup::Cgroups::task_name(job, &alloc_id, &task.to_string_lossy());
             let limits = berth_model::limits::TaskLimits {
                 memory_bytes: 0,
                 memory_soft_bytes: None,
@@ -326,7 +327,7 @@ pub fn unmount_everything_under(dir: &Path) {
 /// images at `<data>/allocs/<id>`, which stay until the alloc is collected).
 pub fn host_mounts_under_besides_alloc_disks(
     prefix: &Path,
-) -> Vec<berth::mount::mountinfo::MountEntry> {
+) -> Vec<berth_sys::mount::mountinfo::MountEntry> {
     host_mounts_under(prefix)
         .into_iter()
         .filter(|m| {
@@ -340,8 +341,8 @@ pub fn host_mounts_under_besides_alloc_disks(
 }
 
 /// Host mounts whose mount point starts with `prefix`.
-pub fn host_mounts_under(prefix: &Path) -> Vec<berth::mount::mountinfo::MountEntry> {
-    berth::mount::mountinfo::read_self()
+pub fn host_mounts_under(prefix: &Path) -> Vec<berth_sys::mount::mountinfo::MountEntry> {
+    berth_sys::mount::mountinfo::read_self()
         .unwrap()
         .into_iter()
         .filter(|m| m.mount_point.starts_with(prefix))

@@ -51,7 +51,7 @@ pub fn node(
     drivers: berth::driver_set::DriverSet,
     config: std::sync::Arc<berth::config::AgentConfig>,
     store: &std::sync::Arc<berth::state::StateStore>,
-    cgroups: &berth::cgroup::Cgroups,
+    cgroups: &berth_sys::cgroup::Cgroups,
 ) -> berth::alloc_runner::NodeContext {
     use std::sync::Arc;
     berth::alloc_runner::NodeContext {
@@ -62,9 +62,9 @@ pub fn node(
         store: store.clone(),
         events: tokio::sync::broadcast::channel(16).0,
         csi: berth::csi::CsiNode::start(data_dir, store.clone(), Default::default()),
-        sys: Arc::new(berth::sys::LinuxSys::new(cgroups.clone())),
+        sys: Arc::new(berth_sys::LinuxSys::new(cgroups.clone())),
         services: Arc::new(berth::consul::ServiceClient::disabled()),
-        dynamic_users: Arc::new(berth::process::dynamic_users::DynamicUsers::new(
+        dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
             berth::config::DEFAULT_DYNAMIC_RANGE,
         )),
         facts: berth::node::facts(&Default::default()),
@@ -76,15 +76,15 @@ pub fn node(
 #[allow(dead_code, reason = "used by alloc_start and density only")]
 pub fn with_image_disks(
     node: berth::alloc_runner::NodeContext,
-    cgroups: &berth::cgroup::Cgroups,
+    cgroups: &berth_sys::cgroup::Cgroups,
 ) -> berth::alloc_runner::NodeContext {
-    let disks = berth::disk::DiskLimits::with_mechanism(
-        berth::disk::Mechanism::Image,
+    let disks = berth_sys::disk::DiskLimits::with_mechanism(
+        berth_sys::disk::Mechanism::Image,
         &node.data_dir,
         None,
     );
     berth::alloc_runner::NodeContext {
-        sys: std::sync::Arc::new(berth::sys::LinuxSys::with_disk(cgroups.clone(), disks)),
+        sys: std::sync::Arc::new(berth_sys::LinuxSys::with_disk(cgroups.clone(), disks)),
         ..node
     }
 }

@@ -15,7 +15,7 @@ pub fn node_totals(data_dir: &std::path::Path) -> berth_model::limits::NodeResou
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     berth_model::limits::NodeResources {
         cpu_mhz: cores * cpu_mhz_per_core(),
-        memory_mb: crate::cgroup::node_memory()
+        memory_mb: berth_sys::cgroup::node_memory()
             .map(|bytes| bytes / berth_model::limits::MIB)
             .unwrap_or(0),
         disk_mb: data_dir_disk_mb(data_dir),

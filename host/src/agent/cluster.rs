@@ -21,8 +21,8 @@ use crate::cluster::store::Store;
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::jobspec::{self, Job};
 use crate::state::JobRecord;
+use berth_jobspec::Job;
 
 /// Joins the configured cluster: etcd's, shared with other agents, or (without a
 /// `cluster` block) this agent's own one-node cluster on the embedded store, kept in
@@ -596,7 +596,7 @@ impl Agent {
             replaced_here.insert(placement.job_id.clone());
             if let Err(error) = self.run_placement(job, &placement).await {
                 if let SubmitError::Invalid(problems) = &error
-                    && jobspec::is_transient(problems)
+                    && berth_jobspec::is_transient(problems)
                 {
                     // Busy now: the next round tries it again.
                     tracing::warn!(alloc = %placement.alloc_id, %error, "starting a placed alloc later");
@@ -651,7 +651,7 @@ impl Agent {
             .await,
         );
         if !problems.is_empty() {
-            return Err(SubmitError::Invalid(jobspec::JobspecError {
+            return Err(SubmitError::Invalid(berth_jobspec::JobspecError {
                 file: cluster_job.source_name.clone(),
                 problems,
             }));

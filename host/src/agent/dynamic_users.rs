@@ -1,4 +1,4 @@
-//! The agent's dynamic users' pool ([`crate::process::dynamic_users`]): resumed from the
+//! The agent's dynamic users' pool ([`berth_sys::process::dynamic_users`]): resumed from the
 //! state store, every change kept there, and its ids leased host-wide.
 
 use std::sync::Arc;
@@ -8,9 +8,9 @@ pub(super) fn pool(
     range: std::ops::RangeInclusive<u32>,
     store: &Arc<crate::state::StateStore>,
     data_dir: &std::path::Path,
-) -> crate::process::dynamic_users::DynamicUsers {
-    use crate::process::dynamic_users::{DynamicUsers, LeaseDir, PoolRecord};
+) -> berth_sys::process::dynamic_users::DynamicUsers {
     use crate::state::RecordTable;
+    use berth_sys::process::dynamic_users::{DynamicUsers, LeaseDir, PoolRecord};
     const KEY: &str = "pool";
     let record = store
         .record::<PoolRecord>(RecordTable::DynamicUsers, KEY)

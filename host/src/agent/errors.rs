@@ -2,8 +2,8 @@
 
 use super::{NotOwner, capacity};
 use crate::cluster::ClusterError;
-use crate::jobspec::JobspecError;
 use crate::state::StateError;
+use berth_jobspec::JobspecError;
 
 /// Why a job was not submitted.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +55,7 @@ pub enum StartError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error(transparent)]
-    Users(#[from] crate::process::dynamic_users::RangeError),
+    Users(#[from] berth_sys::process::dynamic_users::RangeError),
     #[error(transparent)]
     Reserved(#[from] capacity::ReservedTooLarge),
 }

@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 
 use super::JobStatus;
 use crate::alloc_runner::AllocStatus;
-use crate::jobspec::Job;
+use berth_jobspec::Job;
 
 /// Events kept for readers that ask from an index.
 pub const KEPT: usize = 256;

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Agent, AllocEntry, Submitter};
 use crate::alloc_runner::{AllocRunner, AllocStatus};
-use crate::jobspec::{self};
 
 /// What one garbage collection forgot: finished allocs, and the jobs that had nothing
 /// left once they went.
@@ -53,7 +52,7 @@ impl Agent {
         if finished.len() <= keep && self.disk_pressure().is_none() {
             return Vec::new();
         }
-        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+        let Ok(mounts) = berth_sys::mount::mountinfo::read_self() else {
             tracing::warn!("garbage collection skipped: the mount table is unreadable");
             return Vec::new();
         };
@@ -93,7 +92,7 @@ impl Agent {
     }
 
     /// Groups whose `ephemeral_disk` is larger than the data dir's whole filesystem.
-    pub(super) fn disk_problems(&self, job: &jobspec::Job) -> Vec<berth_hcl::Problem> {
+    pub(super) fn disk_problems(&self, job: &berth_jobspec::Job) -> Vec<berth_hcl::Problem> {
         let Ok(stats) = rustix::fs::statvfs(&self.node.data_dir) else {
             return Vec::new();
         };
@@ -123,7 +122,7 @@ impl Agent {
         if users.shortfall() == 0 && short_shares.is_empty() {
             return Vec::new();
         }
-        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+        let Ok(mounts) = berth_sys::mount::mountinfo::read_self() else {
             return Vec::new();
         };
         let mut collected = Vec::new();
@@ -257,7 +256,7 @@ impl Agent {
         use crate::cluster::evals::{Evaluation, trigger};
         use crate::cluster::job_view::{JobState, job_status};
         let cluster = self.cluster.clone();
-        let forgotten = crate::blocking::run(|| {
+        let forgotten = berth_sys::blocking::run(|| {
             let snapshot = cluster.job_snapshot(id)?;
             let Some((_, version)) = snapshot.jobs.iter().find(|(j, _)| j.id == id) else {
                 return Ok(false);
@@ -282,7 +281,7 @@ impl Agent {
     pub(super) fn collect(
         &self,
         entry: &AllocEntry,
-        mounts: &[crate::mount::mountinfo::MountEntry],
+        mounts: &[berth_sys::mount::mountinfo::MountEntry],
     ) -> bool {
         let id = &entry.runner.id;
         if entry.runner.holds_csi_volumes() {
@@ -306,7 +305,7 @@ impl Agent {
         if !status.client_status.is_terminal() {
             return false;
         }
-        if let Err(error) = crate::blocking::run(|| self.cluster.report(&report)) {
+        if let Err(error) = berth_sys::blocking::run(|| self.cluster.report(&report)) {
             tracing::warn!(alloc = %id, %error, "not collecting a finished alloc: its end is not recorded in the cluster yet");
             return false;
         }
@@ -328,8 +327,9 @@ impl Agent {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
         };
-        let released =
-            crate::blocking::run(|| self.node.sys.release_alloc_disk(id, &root, &mut remove_dir));
+        let released = berth_sys::blocking::run(|| {
+            self.node.sys.release_alloc_disk(id, &root, &mut remove_dir)
+        });
         if let Err(error) = released {
             tracing::warn!(alloc = %id, %error, "not collecting a finished alloc yet");
             return false;
@@ -357,13 +357,13 @@ impl Agent {
     pub(super) fn make_room(&self, runners: &[Arc<AllocRunner>]) {
         let sizes_mb: Vec<u64> = runners.iter().map(|r| r.group.ephemeral_disk_mb).collect();
         let ids: usize = runners.iter().map(|r| r.dynamic_ids_needed()).sum();
-        let disk_short = || crate::blocking::run(|| self.node.sys.disk_room_short(&sizes_mb));
+        let disk_short = || berth_sys::blocking::run(|| self.node.sys.disk_room_short(&sizes_mb));
         let ids_short = || self.node.dynamic_users.free() < ids;
         if !disk_short() && !ids_short() {
             return;
         }
         let finished = self.finished_oldest_first();
-        let Ok(mounts) = crate::blocking::run(crate::mount::mountinfo::read_self) else {
+        let Ok(mounts) = berth_sys::blocking::run(berth_sys::mount::mountinfo::read_self) else {
             return;
         };
         let mut collected = 0;
@@ -398,7 +398,7 @@ impl Agent {
                 .filter_map(|id| allocs.get(id).cloned())
                 .collect()
         };
-        let Ok(mounts) = crate::blocking::run(crate::mount::mountinfo::read_self) else {
+        let Ok(mounts) = berth_sys::blocking::run(berth_sys::mount::mountinfo::read_self) else {
             return Vec::new();
         };
         entries
@@ -424,14 +424,14 @@ impl Agent {
             if known.contains(id) || id.contains('/') || id.starts_with('.') {
                 continue;
             }
-            let root = crate::alloc_dir::AllocDir::new(&self.node.data_dir, id)
+            let root = berth_sys::alloc_dir::AllocDir::new(&self.node.data_dir, id)
                 .root()
                 .to_path_buf();
             let mut remove_dir = || match std::fs::remove_dir_all(&root) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 other => other,
             };
-            match crate::blocking::run(|| {
+            match berth_sys::blocking::run(|| {
                 self.node.sys.release_alloc_disk(id, &root, &mut remove_dir)
             }) {
                 Ok(()) => {

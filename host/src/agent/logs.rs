@@ -156,15 +156,16 @@ fn read_rotated(shared: &Path, base: &str, offset: u64) -> std::io::Result<(Vec<
         Err(_) => return Ok((Vec::new(), offset)),
     };
     let (mut index, mut position) = offset_in_file(offset);
-    for file_index in crate::process::logmon::indices(dir.as_fd(), base) {
+    for file_index in berth_sys::process::logmon::indices(dir.as_fd(), base) {
         if file_index < index {
             continue;
         }
         if file_index > index {
             (index, position) = (file_index, 0);
         }
-        let name = crate::process::logmon::file_name(base, file_index);
-        let Ok(mut file) = crate::process::logmon::open_regular(dir.as_fd(), &name, OFlags::RDONLY)
+        let name = berth_sys::process::logmon::file_name(base, file_index);
+        let Ok(mut file) =
+            berth_sys::process::logmon::open_regular(dir.as_fd(), &name, OFlags::RDONLY)
         else {
             continue;
         };

@@ -52,8 +52,8 @@ use crate::cluster::ClusterError;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::Job;
 use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
+use berth_jobspec::Job;
 use berth_model::events::AllocEvent;
 
 /// Where the agent keeps its state.
@@ -162,8 +162,8 @@ impl Agent {
         let mut notices = Vec::new();
         // Before anything runs: a range a host user or group holds would make tasks that.
         let range = options.config.users.dynamic_range.clone();
-        crate::process::dynamic_users::check_host(&range)?;
-        let disk = crate::disk::DiskLimits::detect(
+        berth_sys::process::dynamic_users::check_host(&range)?;
+        let disk = berth_sys::disk::DiskLimits::detect(
             &options.data_dir,
             options.config.ephemeral_disk_inodes_per_mb,
         );
@@ -252,7 +252,9 @@ impl Agent {
                 ),
             });
         }
-        let change_index = Arc::new(crate::blocking::run(|| cluster::follow_revision(&cluster)));
+        let change_index = Arc::new(berth_sys::blocking::run(|| {
+            cluster::follow_revision(&cluster)
+        }));
         let csi = crate::csi::CsiNode::start_with(
             &options.data_dir,
             store.clone(),
@@ -262,7 +264,7 @@ impl Agent {
             Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
         );
         csi_calls::connect(&cluster, &csi);
-        match crate::process::raise_open_files_limit() {
+        match berth_sys::process::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 tracing::info!(before, after, "raised the agent's open-files limit");
             }
@@ -275,7 +277,7 @@ impl Agent {
                 ),
             }),
         }
-        let cgroups = crate::cgroup::Cgroups::detect(options.config.cgroups.clone());
+        let cgroups = berth_sys::cgroup::Cgroups::detect(options.config.cgroups.clone());
         let missing = cgroups.missing();
         if !missing.is_empty() {
             notices.push(Notice {
@@ -316,11 +318,11 @@ impl Agent {
         }
         tracing::info!(cgroups = %cgroups.describe(), "task cgroups");
         match disk.mechanism() {
-            crate::disk::Mechanism::Unavailable { why } => notices.push(Notice {
+            berth_sys::disk::Mechanism::Unavailable { why } => notices.push(Notice {
                 level: NoticeLevel::Warning,
                 message: format!(
                     "allocs will not start: {}",
-                    crate::disk::DiskError::Unavailable { why: why.clone() }
+                    berth_sys::disk::DiskError::Unavailable { why: why.clone() }
                 ),
             }),
             mechanism => tracing::info!(mechanism = mechanism.name(), "ephemeral disk limits"),
@@ -336,7 +338,7 @@ impl Agent {
         let mut agent = Agent {
             cluster,
             node: NodeContext {
-                sys: Arc::new(crate::sys::LinuxSys::with_disk(cgroups, disk)),
+                sys: Arc::new(berth_sys::LinuxSys::with_disk(cgroups, disk)),
                 data_dir: options.data_dir,
                 drivers: options.drivers,
                 hooks: options.hooks,
@@ -522,8 +524,8 @@ impl Agent {
 
     /// A job's jobspec and status, as the cluster has it.
     pub fn job_spec(&self, id: &str) -> Result<(JobStatus, Arc<Job>), LookupError> {
-        let snapshot =
-            crate::blocking::run(|| self.cluster.job_snapshot(id)).map_err(LookupError::Cluster)?;
+        let snapshot = berth_sys::blocking::run(|| self.cluster.job_snapshot(id))
+            .map_err(LookupError::Cluster)?;
         match crate::cluster::job_view::job_status(&snapshot, id) {
             None => Err(LookupError::NotFound {
                 kind: "job",
@@ -586,7 +588,7 @@ impl Agent {
     /// its problems).
     pub fn jobs_page(&self, query: &JobsQuery) -> (Vec<JobStatus>, Option<String>) {
         let per_page = query.per_page.filter(|n| *n > 0).unwrap_or(usize::MAX);
-        let Ok(snapshot) = crate::blocking::run(|| self.cluster.snapshot()) else {
+        let Ok(snapshot) = berth_sys::blocking::run(|| self.cluster.snapshot()) else {
             return (Vec::new(), None);
         };
         let start = query.next_token.clone().unwrap_or_default();
@@ -689,7 +691,7 @@ impl Agent {
         if finished.is_empty() {
             return;
         }
-        let Ok(mounts) = crate::mount::mountinfo::read_self() else {
+        let Ok(mounts) = berth_sys::mount::mountinfo::read_self() else {
             tracing::warn!(
                 job = job_id,
                 "the mount table is unreadable: replaced allocs kept"

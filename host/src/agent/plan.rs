@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Agent, JobAction, SubmitError, Submitter};
 use crate::cluster::evals::{Evaluation, trigger};
 use crate::cluster::state::Blocked;
-use crate::jobspec::{self, Job};
+use berth_jobspec::Job;
 
 /// Plans an agent runs at once: each parses a jobspec, reads the whole cluster and plans
 /// it, so a flood of them (any token that may submit may plan) waits its turn instead of
@@ -78,7 +78,7 @@ impl Agent {
         source: &str,
         variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<JobPlan, SubmitError> {
-        let mut job = jobspec::parse_with_async(source_name, source, variables)
+        let mut job = berth_jobspec::parse_with_async(source_name, source, variables)
             .await
             .map_err(SubmitError::Invalid)?;
         job.submitted_by_operator = submitter == Submitter::Operator;

@@ -7,7 +7,6 @@ use tokio::sync::watch;
 
 use super::{Agent, AllocEntry, JobEntry, Notice, NoticeLevel, spawn_runner, store_name};
 use crate::alloc_runner::AllocRunner;
-use crate::jobspec::{self};
 use crate::state::StateError;
 use berth_model::status::ClientStatus;
 
@@ -24,7 +23,8 @@ impl Agent {
         notices.extend(unreadable.into_iter().map(unreadable_notice));
         let mut jobs = self.jobs.lock().unwrap();
         for record in records {
-            match jobspec::parse_with(&record.source_name, &record.source, &record.variables) {
+            match berth_jobspec::parse_with(&record.source_name, &record.source, &record.variables)
+            {
                 Ok(mut job) => {
                     job.submitted_by_operator = record.by_operator;
                     let job = match &record.child_of {

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::{Agent, SubmitError, Submitted, Submitter};
-use crate::jobspec::{self, Job, JobspecError};
+use berth_jobspec::{Job, JobspecError};
 
 impl Agent {
     /// Parses, validates and runs a job. A job with the name of a running one replaces
@@ -33,7 +33,7 @@ impl Agent {
         source_name: &str,
         source: &str,
     ) -> Result<(), Vec<String>> {
-        let job = jobspec::parse_with_async(source_name, source, &Default::default())
+        let job = berth_jobspec::parse_with_async(source_name, source, &Default::default())
             .await
             .map_err(|e| e.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>())?;
         let mut problems = crate::validate::validate(
@@ -62,7 +62,7 @@ impl Agent {
         source: &str,
         variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
-        let mut job = jobspec::parse_with_async(source_name, source, variables)
+        let mut job = berth_jobspec::parse_with_async(source_name, source, variables)
             .await
             .map_err(SubmitError::Invalid)?;
         job.submitted_by_operator = submitter == Submitter::Operator;
@@ -121,7 +121,7 @@ impl Agent {
 /// plugin task sees the volumes it serves and, granted by the operator, mounts on the
 /// node, so it needs more than a submit token (Nomad's `csi-register-plugin` capability).
 pub(super) fn plugin_tasks_refused(
-    job: &jobspec::Job,
+    job: &berth_jobspec::Job,
     may_run_plugins: bool,
 ) -> Vec<berth_hcl::Problem> {
     if may_run_plugins {

@@ -3,7 +3,7 @@
 
 use crate::catalog::volume_spec::{self, SpecPurpose};
 use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
-use crate::jobspec::JobspecError;
+use berth_jobspec::JobspecError;
 use berth_model::csi::{PluginKind, SnapshotInfo};
 
 use super::Agent;

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use super::{AllocHook, AllocRunner};
 use crate::catalog::{CatalogError, Claim, ClaimMode, short_id};
 use crate::csi::manager::CsiVolumeError;
-use crate::jobspec::{VolumeRequest, VolumeType};
 use crate::task_runner::hooks::{BoxFuture, HookError};
+use berth_jobspec::{VolumeRequest, VolumeType};
 use berth_model::csi::{AccessMode, AttachmentMode, CsiNameError, Usage};
 use berth_model::hook_resources::MountedVolume;
 
@@ -201,7 +201,7 @@ impl AllocHook for CsiHook {
                 let intact = requests.iter().all(|r| {
                     recorded
                         .get(&r.name)
-                        .is_some_and(|m| crate::mount::shared::is_mount_point(&m.host_path))
+                        .is_some_and(|m| berth_sys::mount::shared::is_mount_point(&m.host_path))
                 });
                 if intact {
                     tracing::info!(alloc = %alloc.id, "reusing the alloc's CSI mounts after an agent restart");

@@ -19,9 +19,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::AllocRunner;
-use crate::disk::AllocDiskLimit;
 use berth_model::events::{EventKind, TaskEvent};
 use berth_model::limits::MIB;
+use berth_sys::disk::AllocDiskLimit;
 
 /// How often an alloc's directory is measured.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -49,7 +49,7 @@ pub struct DiskReport {
 #[derive(Debug)]
 pub enum DiskVerdict {
     /// The kernel says its disk is full (or it holds more than its size).
-    Full(crate::disk::DiskUsage),
+    Full(berth_sys::disk::DiskUsage),
     /// It holds this many bytes, more than its size.
     Over(u64),
     /// It cannot be measured.
@@ -149,9 +149,9 @@ impl AllocRunner {
 
     /// Limits the alloc's directory (made here) to its size: before anything is made in
     /// it. Idempotent, for a restored alloc. The error is for the alloc's events.
-    pub(super) fn limit_disk(&self) -> Result<(), crate::disk::DiskError> {
+    pub(super) fn limit_disk(&self) -> Result<(), berth_sys::disk::DiskError> {
         let root = self.alloc_dir.root();
-        let limited = crate::blocking::run(|| {
+        let limited = berth_sys::blocking::run(|| {
             self.node
                 .sys
                 .limit_alloc_disk(&self.id, root, self.group.ephemeral_disk_mb)
@@ -173,12 +173,12 @@ impl AllocRunner {
     }
 
     /// Reads what the kernel counts; `None` when it does not limit the alloc's disk.
-    fn read_kernel_usage(&self) -> Option<crate::disk::DiskUsage> {
+    fn read_kernel_usage(&self) -> Option<berth_sys::disk::DiskUsage> {
         if !self.kernel_limited() {
             return None;
         }
         let root = self.alloc_dir.root();
-        let usage = crate::blocking::run(|| self.node.sys.alloc_disk_usage(root))?;
+        let usage = berth_sys::blocking::run(|| self.node.sys.alloc_disk_usage(root))?;
         self.disk_used.store(usage.used_bytes, Ordering::Relaxed);
         self.disk_limit.lock().unwrap().inodes = Some((usage.used_inodes, usage.max_inodes));
         Some(usage)
@@ -232,7 +232,8 @@ impl AllocRunner {
             .tasks
             .iter()
             .flat_map(|task| {
-                let name = crate::cgroup::Cgroups::task_name(&self.job.name, &self.id, &task.name);
+                let name =
+                    berth_sys::cgroup::Cgroups::task_name(&self.job.name, &self.id, &task.name);
                 self.node.sys.existing_cgroup(&name, &nothing).pids()
             })
             .collect()
@@ -244,7 +245,8 @@ impl AllocRunner {
             return;
         }
         let root = self.alloc_dir.root();
-        if let Ok(used) = crate::blocking::run(|| measure(root, &[]).map_err(io::Error::other)) {
+        if let Ok(used) = berth_sys::blocking::run(|| measure(root, &[]).map_err(io::Error::other))
+        {
             self.disk_used.store(used, Ordering::Relaxed);
         }
     }
@@ -294,9 +296,9 @@ impl AllocRunner {
             .collect();
         doomed.push(self.alloc_dir.shared().join("data"));
         doomed.push(self.alloc_dir.shared().join("tmp"));
-        let removed = crate::blocking::run(|| {
+        let removed = berth_sys::blocking::run(|| {
             let root = root.canonicalize()?;
-            let mounts = crate::mount::mountinfo::read_self()?;
+            let mounts = berth_sys::mount::mountinfo::read_self()?;
             // The alloc's own filesystem is mounted at its root; nothing else may be.
             if let Some(mount) = mounts
                 .iter()

@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::AllocRunner;
-use crate::jobspec::{LifecycleHook, Task};
 use crate::task_runner::Outcome;
+use berth_jobspec::{LifecycleHook, Task};
 use berth_model::events::TaskStateKind;
 
 /// Where a task sits in the order.
@@ -193,7 +193,7 @@ job "j" {
   }
 }
 "#;
-        let job = crate::jobspec::parse("j.hcl", source).unwrap();
+        let job = berth_jobspec::parse("j.hcl", source).unwrap();
         let phases: Vec<(&str, Phase)> = job.groups[0]
             .tasks
             .iter()

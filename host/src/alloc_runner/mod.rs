@@ -26,18 +26,18 @@ use tokio::sync::{Notify, broadcast, watch};
 
 use tracing::Instrument;
 
-use crate::alloc_dir::AllocDir;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{Group, Job, Task};
 use crate::state::{AllocRecord, Commit, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
 use crate::task_runner::{ControlError, EventSink, Outcome, TaskControl, TaskRunner};
+use berth_jobspec::{Group, Job, Task};
 use berth_model::driver::TaskHandle;
 use berth_model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use berth_model::hook_resources::HookResources;
 use berth_model::status::{ClientStatus, DesiredStatus};
+use berth_sys::alloc_dir::AllocDir;
 
 /// The hook state key under which an alloc's hook resources are recorded.
 const HOOK_RESOURCES_KEY: &str = "hook_resources";
@@ -194,11 +194,11 @@ pub struct NodeContext {
     pub events: broadcast::Sender<AllocEvent>,
     pub csi: Arc<crate::csi::CsiNode>,
     /// The privileged operations (cgroups, ownership, users).
-    pub sys: Arc<dyn crate::sys::Sys>,
+    pub sys: Arc<dyn berth_sys::Sys>,
     /// The services of running tasks and groups, kept registered in Consul.
     pub services: Arc<crate::consul::ServiceClient>,
     /// `user { dynamic_range }`'s ids, which allocs take and give back ([`users`]).
-    pub dynamic_users: Arc<crate::process::dynamic_users::DynamicUsers>,
+    pub dynamic_users: Arc<berth_sys::process::dynamic_users::DynamicUsers>,
     /// This node's attributes (`node`), for interpolation and constraints.
     pub facts: crate::node::Facts,
 }
@@ -504,7 +504,7 @@ impl AllocRunner {
             .group
             .volumes
             .iter()
-            .filter(|v| v.volume_type == crate::jobspec::VolumeType::Csi && v.source == volume_id)
+            .filter(|v| v.volume_type == berth_jobspec::VolumeType::Csi && v.source == volume_id)
             .map(|v| v.name.clone())
             .collect();
         let mut mounts = self.resources.csi_mounts();
@@ -620,9 +620,9 @@ impl AllocRunner {
     /// to another process: this is where it ends. Also for an alloc restored finished
     /// (the agent may have died in between). A cgroup that is gone is fine.
     pub fn remove_collectors(&self) {
-        let name = crate::cgroup::Cgroups::collectors_name(&self.job.name, &self.id);
+        let name = berth_sys::cgroup::Cgroups::collectors_name(&self.job.name, &self.id);
         let cgroup = self.node.sys.existing_collectors_cgroup(&name);
-        if let Err(error) = crate::blocking::run(|| cgroup.kill_and_remove()) {
+        if let Err(error) = berth_sys::blocking::run(|| cgroup.kill_and_remove()) {
             tracing::error!(%error, "removing the alloc's log collectors");
         }
     }

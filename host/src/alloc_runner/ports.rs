@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::jobspec::PortLabel;
+use berth_jobspec::PortLabel;
 
 /// Nomad's default dynamic port range.
 pub const DYNAMIC_PORTS: std::ops::RangeInclusive<u16> = 20000..=32000;

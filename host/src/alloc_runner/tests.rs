@@ -10,9 +10,9 @@ use super::{AllocRunner, NodeContext};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::sys::fake::{Call, FakeSys};
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
+use berth_testkit::fake_sys::{Call, FakeSys};
 
 /// The built-in drivers, compiled once for every test of this binary.
 fn drivers() -> DriverSet {
@@ -64,7 +64,7 @@ fn node() -> Node {
         events,
         sys: Arc::new(sys.clone()),
         services: Arc::new(crate::consul::ServiceClient::disabled()),
-        dynamic_users: Arc::new(crate::process::dynamic_users::DynamicUsers::new(
+        dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
             crate::config::DEFAULT_DYNAMIC_RANGE,
         )),
         facts: crate::node::facts(&Default::default()),
@@ -81,7 +81,7 @@ fn alloc(node: &Node, restart: &str, tasks: &str) -> Arc<AllocRunner> {
     let source = format!(
         "job \"j\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n{restart}    }}\n{tasks}  }}\n}}\n"
     );
-    let job = Arc::new(crate::jobspec::parse("j.hcl", &source).unwrap());
+    let job = Arc::new(berth_jobspec::parse("j.hcl", &source).unwrap());
     AllocRunner::new(job, 0, 0, node.node.clone()).unwrap()
 }
 
@@ -92,7 +92,7 @@ fn mock_task(name: &str, extra: &str, config: &str) -> String {
 }
 
 fn cgroup(alloc: &AllocRunner, task: &str) -> String {
-    crate::cgroup::Cgroups::task_name(&alloc.job.name, &alloc.id, task)
+    berth_sys::cgroup::Cgroups::task_name(&alloc.job.name, &alloc.id, task)
 }
 
 fn events(alloc: &AllocRunner, task: &str) -> Vec<(EventKind, String)> {

@@ -11,11 +11,11 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use super::AllocRunner;
-use crate::process::dynamic_users::{Shortage, Want};
 use crate::state::Commit;
 use crate::task_runner::hooks::HookError;
 use berth_model::driver::TaskUser;
 use berth_model::events::{EventKind, TaskEvent, TaskStateKind};
+use berth_sys::process::dynamic_users::{Shortage, Want};
 
 /// The hook-state key of an alloc's [`AllocUsers`].
 const USERS_KEY: &str = "dynamic_users";

@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use super::ApiError;
 use crate::agent::Submitter;
 use crate::config::{ApiToken, HttpConfig, TokenScope};
-use crate::secret_file::{SecretFileError, read_secret_file};
+use berth_sys::secret_file::{SecretFileError, read_secret_file};
 
 /// The API socket's name in the data dir.
 pub const SOCKET_NAME: &str = "api.sock";
@@ -237,7 +237,7 @@ pub async fn enforce(
             let operator = submitter == Submitter::Operator;
             request.extensions_mut().insert(submitter);
             if operator {
-                crate::jobspec::pool::in_operator_lane(next.run(request)).await
+                berth_jobspec::pool::in_operator_lane(next.run(request)).await
             } else {
                 next.run(request).await
             }

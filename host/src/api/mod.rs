@@ -503,7 +503,7 @@ async fn task_log(
     Path(alloc): Path<String>,
     axum::extract::Query(query): axum::extract::Query<crate::agent::logs::LogQuery>,
 ) -> Reply<crate::agent::logs::LogChunk> {
-    Ok(Json(crate::blocking::run(|| {
+    Ok(Json(berth_sys::blocking::run(|| {
         agent.task_log(&alloc, &query)
     })?))
 }

@@ -17,8 +17,8 @@ use crate::api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::jobspec::{self, Job, JobspecError};
 use berth_hcl::eval::VariableInputs;
+use berth_jobspec::{Job, JobspecError};
 use berth_model::status::ClientStatus;
 
 /// Exit code for a jobspec that does not pass validation.
@@ -124,7 +124,7 @@ async fn parse_and_check(
     config: &AgentConfig,
 ) -> Result<Job, JobspecError> {
     let input = read_jobspec(path, vars)?;
-    let job = jobspec::parse_with(&input.name, &input.source, &input.inputs)?;
+    let job = berth_jobspec::parse_with(&input.name, &input.source, &input.inputs)?;
     // Checked offline, for the node this config describes.
     let facts = crate::node::facts(&crate::node::Identity {
         name: config.name.clone(),

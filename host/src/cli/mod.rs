@@ -22,8 +22,8 @@ use crate::api::client::{Client, ClientError, DEFAULT_ADDRESS};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::process::ProcessTable;
 use crate::runtime::{Runtime, RuntimeConfig};
+use berth_sys::process::ProcessTable;
 
 #[derive(Parser)]
 #[command(

@@ -25,7 +25,7 @@ use std::fmt::{self, Write as _};
 use std::io::Write as _;
 
 use crate::api::ApiError;
-use crate::jobspec::JobspecError;
+use berth_jobspec::JobspecError;
 use berth_model::events::AllocEvent;
 
 /// `println!` with every argument shown through [`Shown`] (escaped, padding kept). The

@@ -17,8 +17,8 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use crate::secret_file::{SecretFileError, read_secret_file};
 use berth_model::cluster::{ClusterSettings, EtcdTls};
+use berth_sys::secret_file::{SecretFileError, read_secret_file};
 
 /// What berth needs to reach etcd: where it is and how to prove who berth is.
 #[derive(Clone)]

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::state::{ClusterJob, Snapshot};
-use crate::jobspec::{Job, JobType, JobspecError};
+use berth_jobspec::{Job, JobType, JobspecError};
 use berth_model::status::{ClientStatus, DesiredStatus};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -13,16 +13,16 @@ pub(super) struct Unreadable;
 /// logged once more).
 const MAX_UNREADABLE: usize = 256;
 
-static UNREADABLE: std::sync::Mutex<std::collections::BTreeMap<u64, crate::jobspec::JobspecError>> =
+static UNREADABLE: std::sync::Mutex<std::collections::BTreeMap<u64, berth_jobspec::JobspecError>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 impl Unreadable {
-    pub(super) fn known(key: u64) -> Option<crate::jobspec::JobspecError> {
+    pub(super) fn known(key: u64) -> Option<berth_jobspec::JobspecError> {
         let known = UNREADABLE.lock().unwrap_or_else(|p| p.into_inner());
         known.get(&key).cloned()
     }
 
-    pub(super) fn remember(key: u64, job: &str, error: &crate::jobspec::JobspecError) {
+    pub(super) fn remember(key: u64, job: &str, error: &berth_jobspec::JobspecError) {
         let mut known = UNREADABLE.lock().unwrap_or_else(|p| p.into_inner());
         if known.len() >= MAX_UNREADABLE {
             known.clear();
@@ -46,16 +46,16 @@ pub(super) struct Parsed;
 const MAX_PARSED: usize = 1024;
 
 static PARSED: std::sync::Mutex<
-    std::collections::BTreeMap<u64, std::sync::Arc<crate::jobspec::Job>>,
+    std::collections::BTreeMap<u64, std::sync::Arc<berth_jobspec::Job>>,
 > = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 impl Parsed {
-    pub(super) fn known(key: u64) -> Option<crate::jobspec::Job> {
+    pub(super) fn known(key: u64) -> Option<berth_jobspec::Job> {
         let known = PARSED.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(&key).map(|job| crate::jobspec::Job::clone(job))
+        known.get(&key).map(|job| berth_jobspec::Job::clone(job))
     }
 
-    pub(super) fn remember(key: u64, job: &crate::jobspec::Job) {
+    pub(super) fn remember(key: u64, job: &berth_jobspec::Job) {
         let mut known = PARSED.lock().unwrap_or_else(|p| p.into_inner());
         if known.len() >= MAX_PARSED {
             known.clear();

@@ -72,7 +72,7 @@ impl ClusterJob {
     /// places nothing for it and leaves its allocs as they are, API reads report it.
     /// One that reads is kept read ([`Parsed`]): the scheduler's rounds and API reads
     /// take each version of a job once, not on every read.
-    pub fn spec(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
+    pub fn spec(&self) -> Result<berth_jobspec::Job, berth_jobspec::JobspecError> {
         let key = self.source_key();
         if let Some(known) = Unreadable::known(key) {
             return Err(known);
@@ -83,18 +83,18 @@ impl ClusterJob {
         if let Some(stored) = self.stored() {
             return self.finish(key, stored);
         }
-        let parsed = crate::jobspec::parse_with(&self.source_name, &self.source, &self.variables);
+        let parsed = berth_jobspec::parse_with(&self.source_name, &self.source, &self.variables);
         self.finish(key, parsed)
     }
 
     /// The typed job the record holds, read without its source ([`TypedJob::read`]).
-    fn stored(&self) -> Option<Result<crate::jobspec::Job, crate::jobspec::JobspecError>> {
+    fn stored(&self) -> Option<Result<berth_jobspec::Job, berth_jobspec::JobspecError>> {
         self.typed.as_ref()?.read(&self.id, &self.source_name)
     }
 
     /// [`ClusterJob::spec`] for async code: the task waits for the evaluating threads
     /// without holding one of the runtime's.
-    pub async fn spec_async(&self) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
+    pub async fn spec_async(&self) -> Result<berth_jobspec::Job, berth_jobspec::JobspecError> {
         let key = self.source_key();
         if let Some(known) = Unreadable::known(key) {
             return Err(known);
@@ -106,21 +106,20 @@ impl ClusterJob {
             return self.finish(key, stored);
         }
         let parsed =
-            crate::jobspec::parse_with_async(&self.source_name, &self.source, &self.variables)
-                .await;
+            berth_jobspec::parse_with_async(&self.source_name, &self.source, &self.variables).await;
         self.finish(key, parsed)
     }
 
     fn finish(
         &self,
         key: u64,
-        parsed: Result<crate::jobspec::Job, crate::jobspec::JobspecError>,
-    ) -> Result<crate::jobspec::Job, crate::jobspec::JobspecError> {
+        parsed: Result<berth_jobspec::Job, berth_jobspec::JobspecError>,
+    ) -> Result<berth_jobspec::Job, berth_jobspec::JobspecError> {
         // A busy agent says nothing of the source: not remembered, evaluated again later
         // (attack review: a read token's flood of reads made every job "unreadable" for
         // good, and the scheduler stopped them all).
         let job = parsed.inspect_err(|error| {
-            if !crate::jobspec::is_transient(error) {
+            if !berth_jobspec::is_transient(error) {
                 Unreadable::remember(key, &self.id, error);
             }
         })?;
@@ -130,7 +129,7 @@ impl ClusterJob {
 
     /// The record's own over its evaluated source: who submitted it, and a child's
     /// launch.
-    fn over(&self, mut job: crate::jobspec::Job) -> crate::jobspec::Job {
+    fn over(&self, mut job: berth_jobspec::Job) -> berth_jobspec::Job {
         job.submitted_by_operator = self.by_operator;
         match &self.child_of {
             Some(child) => child.child_job(job, &self.id),
@@ -154,8 +153,8 @@ impl ClusterJob {
 
 /// Checks a cluster job id: a job's name, or a child's `<parent>/<kind>-<...>` whose
 /// parent is a job's name and whose rest is a name too (one `/`, no path tricks).
-pub fn check_job_id(id: &str) -> Result<(), crate::jobspec::names::NameError> {
-    use crate::jobspec::names::{NameKind, check_name};
+pub fn check_job_id(id: &str) -> Result<(), berth_jobspec::names::NameError> {
+    use berth_jobspec::names::{NameKind, check_name};
     match id.split_once('/') {
         Some((parent, child)) => {
             check_name(NameKind::Job, parent)?;
@@ -551,15 +550,15 @@ mod tests {
             owner: None,
             typed: None,
         };
-        let busy = crate::jobspec::JobspecError {
+        let busy = berth_jobspec::JobspecError {
             file: job.source_name.clone(),
             problems: vec![berth_hcl::Problem {
                 path: "jobspec".into(),
                 at: None,
-                message: crate::jobspec::pool::PoolError::Busy.to_string(),
+                message: berth_jobspec::pool::PoolError::Busy.to_string(),
             }],
         };
-        assert!(crate::jobspec::is_transient(&busy));
+        assert!(berth_jobspec::is_transient(&busy));
         assert!(job.finish(job.source_key(), Err(busy)).is_err());
         assert!(Unreadable::known(job.source_key()).is_none());
         let read = job

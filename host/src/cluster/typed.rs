@@ -12,8 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::jobspec::{Job, JobspecError};
 use berth_hcl::Problem;
+use berth_jobspec::{Job, JobspecError};
 
 /// The version of the typed job's shape: raised with any change to `jobspec::Job` that
 /// changes its stored form. A record of an older schema is read by evaluating its

@@ -4,7 +4,7 @@
 
 use super::state::ClusterJob;
 use super::typed::{JOB_SCHEMA, TypedJob};
-use crate::jobspec::Job;
+use berth_jobspec::Job;
 
 /// The jobspecs of the corpus that are accepted, parsed.
 fn corpus() -> Vec<(String, Job)> {
@@ -19,7 +19,7 @@ fn corpus() -> Vec<(String, Job)> {
         .filter_map(|file| {
             let name = file.file_name()?.to_string_lossy().to_string();
             let source = std::fs::read_to_string(file).ok()?;
-            Some((name.clone(), crate::jobspec::parse(&name, &source).ok()?))
+            Some((name.clone(), berth_jobspec::parse(&name, &source).ok()?))
         })
         .collect();
     assert!(jobs.len() >= 10, "{jobs:?}");

@@ -5,7 +5,7 @@ use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
 use berth_model::limits::CgroupSettings;
 
-use crate::jobspec::names::{NameKind, check_name};
+use berth_jobspec::names::{NameKind, check_name};
 
 pub(super) fn cgroup_settings(block: &BlockNode, problems: &mut Vec<Problem>) -> CgroupSettings {
     let mut fields = Fields::new(

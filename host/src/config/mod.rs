@@ -166,7 +166,7 @@ pub struct AgentConfig {
     /// `None`: the default.
     pub max_plugin_instances: Option<u32>,
     /// Inodes (files, directories, links) an alloc may hold per MB of its
-    /// `ephemeral_disk` size; `None`: [`crate::disk::DEFAULT_INODES_PER_MB`].
+    /// `ephemeral_disk` size; `None`: [`berth_sys::disk::DEFAULT_INODES_PER_MB`].
     pub ephemeral_disk_inodes_per_mb: Option<u64>,
     /// The longest a task's `kill_timeout` may be (Nomad's `max_kill_timeout`); `None`:
     /// [`DEFAULT_MAX_KILL_TIMEOUT`].
@@ -452,7 +452,7 @@ impl AgentConfig {
         (!jobs.is_empty()).then_some(jobs)
     }
 
-    pub fn csi_privileged(&self, id: &str, job: &crate::jobspec::Job) -> bool {
+    pub fn csi_privileged(&self, id: &str, job: &berth_jobspec::Job) -> bool {
         job.submitted_by_operator
             && self
                 .csi
@@ -463,7 +463,7 @@ impl AgentConfig {
 
     /// Whether `job` may provide plugin `id` here: any job when the operator granted
     /// the id to none; else only a job it names, submitted by the operator.
-    pub fn csi_plugin_allowed(&self, id: &str, job: &crate::jobspec::Job) -> bool {
+    pub fn csi_plugin_allowed(&self, id: &str, job: &berth_jobspec::Job) -> bool {
         self.csi_plugin_reserved_for(id).is_none() || self.csi_privileged(id, job)
     }
 

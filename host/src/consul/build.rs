@@ -9,8 +9,8 @@ use super::api::{
     CheckRegistration, ConnectRegistration, ProxyRegistration, ServiceRegistration,
     SidecarRegistration, UpstreamRegistration,
 };
-use crate::jobspec::names::is_dns_label;
-use crate::jobspec::{CheckKind, PortLabel, Service, ServiceProvider};
+use berth_jobspec::names::is_dns_label;
+use berth_jobspec::{CheckKind, PortLabel, Service, ServiceProvider};
 
 /// Where the services come from.
 pub struct ServiceSource<'a> {
@@ -54,7 +54,7 @@ fn registration(
     service: &Service,
     source: &ServiceSource<'_>,
 ) -> Result<ServiceRegistration, BuildError> {
-    let interpolate = |text: &str| crate::jobspec::interpolate::interpolate(text, source.lookup);
+    let interpolate = |text: &str| berth_jobspec::interpolate::interpolate(text, source.lookup);
     let name = interpolate(&service.name);
     if !is_dns_label(&name) {
         return Err(BuildError::BadName { name });
@@ -199,7 +199,7 @@ mod tests {
             provider: ServiceProvider::Consul,
             address: None,
             meta: vec![("owner".into(), "team-${meta.zone}".into())],
-            checks: vec![crate::jobspec::ServiceCheck {
+            checks: vec![berth_jobspec::ServiceCheck {
                 name: String::new(),
                 kind: CheckKind::Http {
                     path: "/health".into(),

@@ -38,7 +38,7 @@ use tokio::sync::Notify;
 
 use self::api::{AgentCheck, AgentService, ConsulApi, ConsulError, ServiceRegistration};
 use crate::config::ConsulSettings;
-use crate::jobspec::ServiceProvider;
+use berth_jobspec::ServiceProvider;
 
 /// The prefix of every service ID berth registers: what it may deregister as an orphan.
 pub const ID_PREFIX: &str = "_berth-";

@@ -19,10 +19,10 @@ pub struct RealMounts;
 
 impl HostMounts for RealMounts {
     fn is_mount_point(&self, path: &Path) -> bool {
-        crate::mount::shared::is_mount_point(path)
+        berth_sys::mount::shared::is_mount_point(path)
     }
 
     fn unmount_all_below(&self, base: &Path, path: &Path) -> io::Result<usize> {
-        crate::mount::shared::unmount_all_below(base, path)
+        berth_sys::mount::shared::unmount_all_below(base, path)
     }
 }

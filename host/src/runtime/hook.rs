@@ -651,7 +651,7 @@ pub fn write_beneath(root: &Path, relative: &Path, contents: &[u8]) -> Result<()
             Err(e) => return Err(refuse(e)),
         };
     }
-    use crate::mount::beneath::{WriteOpenError, open_file_for_writing};
+    use berth_sys::mount::beneath::{WriteOpenError, open_file_for_writing};
     let file = open_file_for_writing(&dir, name.as_os_str(), 0o644).map_err(|e| match e {
         WriteOpenError::NotAFile => HookFileError::NotAFile(shown.clone()),
         WriteOpenError::Open(e) => refuse(e),

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::process::ProcessTable;
+use berth_sys::process::ProcessTable;
 use cache::ComponentCache;
 
 /// How often the epoch advances: the granularity of deadlines and of yielding to tokio.

@@ -15,9 +15,9 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::{Runtime, SandboxLimits};
-use crate::process::ProcessTable;
 use berth_model::driver::FsIsolation;
 use berth_model::mount::HandedMount;
+use berth_sys::process::ProcessTable;
 
 /// What the host knows about the plugin a store belongs to.
 #[derive(Debug, Clone)]

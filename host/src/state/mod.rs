@@ -19,11 +19,11 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::blocking;
 use berth_hcl::eval::VariableInputs;
 use berth_model::driver::TaskHandle;
 use berth_model::events::TaskState;
 use berth_model::status::{ClientStatus, DesiredStatus};
+use berth_sys::blocking;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
@@ -143,7 +143,7 @@ pub struct ChildOf {
 impl ChildOf {
     /// The job the child `id` runs: its parent's, under the child's id, with the
     /// dispatch's meta over the job's and its payload.
-    pub fn child_job(&self, mut job: crate::jobspec::Job, id: &str) -> crate::jobspec::Job {
+    pub fn child_job(&self, mut job: berth_jobspec::Job, id: &str) -> berth_jobspec::Job {
         use base64::Engine as _;
         job.name = id.to_string();
         // A child's name is not its parent's: no grant names it.

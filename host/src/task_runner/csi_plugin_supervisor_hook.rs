@@ -20,7 +20,7 @@ use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
 use crate::csi::client::CsiClient;
 use crate::csi::layout::{self, PluginDirs};
 use crate::csi::registry::PluginRegistration;
-use crate::jobspec::{CsiPlugin, CsiPluginType};
+use berth_jobspec::{CsiPlugin, CsiPluginType};
 use berth_model::csi::{PluginKind, Timeouts, check_plugin_id};
 use berth_model::driver::{ExitResult, FsIsolation};
 use berth_model::events::EventKind;
@@ -161,7 +161,7 @@ impl TaskHook for CsiPluginSupervisorHook {
                 );
             }
             let places = places(ctx, plugin);
-            crate::mount::shared::ensure_shared(&ctx.csi.root).map_err(|e| {
+            berth_sys::mount::shared::ensure_shared(&ctx.csi.root).map_err(|e| {
                 fail(format!(
                     "making {} a shared mount for the plugin's volumes: {e}",
                     ctx.csi.root.display()
@@ -262,14 +262,16 @@ impl TaskHook for CsiPluginSupervisorHook {
                 }
             }
             let places = places(ctx, plugin);
-            if let Err(error) = crate::blocking::run(|| std::fs::remove_dir_all(&places.socket_dir))
+            if let Err(error) =
+                berth_sys::blocking::run(|| std::fs::remove_dir_all(&places.socket_dir))
                 && error.kind() != std::io::ErrorKind::NotFound
             {
                 tracing::warn!(dir = %places.socket_dir.display(), %error,
                         "removing the plugin's socket dir");
             }
             if ctx.csi.registry.list().is_empty()
-                && let Err(error) = crate::mount::shared::release_shared_if_unused(&ctx.csi.root)
+                && let Err(error) =
+                    berth_sys::mount::shared::release_shared_if_unused(&ctx.csi.root)
             {
                 tracing::warn!(%error, "releasing the shared CSI mount");
             }

@@ -13,16 +13,16 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use crate::alloc_dir::AllocDir;
 use crate::config::AgentConfig;
 use crate::csi::CsiNode;
-use crate::jobspec::{Group, Job, Task};
 use crate::runtime::driver::Driver;
 use crate::runtime::hook::Hook;
+use berth_jobspec::{Group, Job, Task};
 use berth_model::driver::ExitResult;
 use berth_model::events::EventKind;
 use berth_model::hook_resources::HookResources;
 use berth_model::mount::HandedMount;
+use berth_sys::alloc_dir::AllocDir;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -48,7 +48,7 @@ pub struct TaskHookContext {
     pub reports: Arc<Mutex<Vec<(EventKind, String)>>>,
     pub csi: Arc<CsiNode>,
     /// The privileged operations (cgroups, ownership, users).
-    pub sys: Arc<dyn crate::sys::Sys>,
+    pub sys: Arc<dyn berth_sys::Sys>,
     pub services: Arc<crate::consul::ServiceClient>,
     /// This node's attributes, for `${attr.…}` and `${node.…}`.
     pub facts: crate::node::Facts,

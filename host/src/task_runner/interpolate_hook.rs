@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::jobspec::interpolate::{interpolate, interpolate_json};
+use berth_jobspec::interpolate::{interpolate, interpolate_json};
 
 pub struct InterpolateHook;
 

@@ -7,7 +7,7 @@
 //! one is recovered through the driver and supervised again without re-running its
 //! prestart hooks (so nothing is mounted twice).
 //!
-//! Each run of the task has a cgroup of its own ([`crate::cgroup`]), made before the
+//! Each run of the task has a cgroup of its own ([`berth_sys::cgroup`]), made before the
 //! driver starts it and emptied and removed after the driver destroyed it: whatever
 //! the task forked dies with the run. Whether the kernel OOM-killed the task is read
 //! from that cgroup, not taken from the driver.
@@ -34,13 +34,13 @@ use tokio::sync::watch;
 
 use tracing::Instrument;
 
-use crate::jobspec::RestartMode;
 use crate::state::{Commit, StoredHandle};
-use crate::sys::RunCgroup;
 use crate::validate::disabled_driver_refusal;
+use berth_jobspec::RestartMode;
 use berth_model::driver::{ExitResult, TaskHandle, TaskRequest};
 use berth_model::events::{EventKind, TaskState, TaskStateKind};
 use berth_model::limits::{MIB, TaskLimits, cpu_shares};
+use berth_sys::RunCgroup;
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 
 /// The hooks, in the order they run. Later hooks see what earlier ones prepared: the
@@ -414,7 +414,7 @@ impl TaskRunner {
         let cgroup_procs = cgroup.procs_files().to_vec();
         self.cgroup = Some(cgroup);
         let collectors =
-            crate::cgroup::Cgroups::collectors_name(&self.ctx.job.name, &self.ctx.alloc_id);
+            berth_sys::cgroup::Cgroups::collectors_name(&self.ctx.job.name, &self.ctx.alloc_id);
         let collector_cgroup_procs = match self.ctx.sys.collectors_cgroup(&collectors) {
             Ok(cgroup) => cgroup.procs_files().to_vec(),
             Err(error) => {
@@ -624,7 +624,7 @@ impl TaskRunner {
         let Some(cgroup) = self.cgroup.take() else {
             return;
         };
-        if let Err(error) = crate::blocking::run(|| cgroup.kill_and_remove()) {
+        if let Err(error) = berth_sys::blocking::run(|| cgroup.kill_and_remove()) {
             tracing::error!(alloc = %self.ctx.alloc_id, task = %self.ctx.task.name, %error,
                 "releasing the task's cgroup");
             self.emit(
@@ -718,7 +718,7 @@ impl TaskRunner {
 
 /// The name of a task's cgroup under the agent's parent cgroup.
 pub fn cgroup_name(job: &str, alloc_id: &str, task: &str) -> String {
-    crate::cgroup::Cgroups::task_name(job, alloc_id, task)
+    berth_sys::cgroup::Cgroups::task_name(job, alloc_id, task)
 }
 
 enum RunOnce {

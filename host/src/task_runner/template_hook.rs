@@ -13,7 +13,7 @@ use std::os::fd::AsFd as _;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::jobspec::template::{env_lines, render};
+use berth_jobspec::template::{env_lines, render};
 
 pub struct TemplateHook;
 
@@ -87,7 +87,7 @@ pub(super) fn write_beneath_for(
     relative: &str,
     bytes: &[u8],
     perms: u32,
-    owner: Option<(berth_model::driver::TaskUser, &dyn crate::sys::Sys)>,
+    owner: Option<(berth_model::driver::TaskUser, &dyn berth_sys::Sys)>,
 ) -> std::io::Result<()> {
     let not_a_file = || {
         std::io::Error::other(
@@ -127,7 +127,7 @@ pub(super) fn write_beneath_for(
         )
         .map_err(refused)?;
     }
-    use crate::mount::beneath::{WriteOpenError, open_file_for_writing};
+    use berth_sys::mount::beneath::{WriteOpenError, open_file_for_writing};
     let fd = open_file_for_writing(current.as_fd(), *name, perms).map_err(|e| match e {
         WriteOpenError::NotAFile => not_a_file(),
         WriteOpenError::Open(e) => refused(e),

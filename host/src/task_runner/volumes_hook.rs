@@ -3,10 +3,10 @@
 //! skipped validation still fails cleanly here.
 
 use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::jobspec::VolumeType;
-use crate::jobspec::interpolate::interpolate;
-use crate::jobspec::names::normalise_task_path;
 use crate::validate::{bidirectional_refusal, mount_config_refusal};
+use berth_jobspec::VolumeType;
+use berth_jobspec::interpolate::interpolate;
+use berth_jobspec::names::normalise_task_path;
 use berth_model::mount::HandedMount;
 
 pub struct VolumesHook;

@@ -84,7 +84,7 @@ pub async fn signal(
     }
     // The host sends only the signals it knows by name: refuse the others here, by name,
     // rather than as a driver's refusal after the task was chosen.
-    if crate::process::parse_signal(signal).is_err() {
+    if berth_sys::process::parse_signal(signal).is_err() {
         return Err(bad_request(format!(
             "unknown signal {signal:?}: berth sends SIGHUP, SIGINT, SIGQUIT, SIGTERM, \
              SIGKILL, SIGUSR1, SIGUSR2, SIGCONT and SIGSTOP"

@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use super::{NomadError, bad_request};
 use crate::agent::Agent;
 use crate::agent::api_places::{self, Places};
-use crate::alloc_dir::AllocDir;
+use berth_sys::alloc_dir::AllocDir;
 
 pub use crate::agent::api_places::MAX_READS_IN_MEMORY;
 
@@ -368,7 +368,7 @@ pub async fn list(
 ) -> Result<Response, NomadError> {
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
-    let entries = crate::blocking::run(|| list_place(&alloc, &place, &path))?;
+    let entries = berth_sys::blocking::run(|| list_place(&alloc, &place, &path))?;
     Ok(axum::Json(Value::Array(entries)).into_response())
 }
 
@@ -444,7 +444,7 @@ pub async fn stat(
 ) -> Result<Response, NomadError> {
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
-    let info = crate::blocking::run(|| -> Result<Value, FsError> {
+    let info = berth_sys::blocking::run(|| -> Result<Value, FsError> {
         let root = alloc.open_root()?;
         let (fd, name) = match &place {
             Place::Root => (root, "/".to_string()),
@@ -468,7 +468,7 @@ pub async fn cat(
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
     let slot = memory_place(&agent.api_places().reads)?;
-    let bytes = crate::blocking::run(|| read_place(&alloc, &place, &path, 0, None))?;
+    let bytes = berth_sys::blocking::run(|| read_place(&alloc, &place, &path, 0, None))?;
     Ok(bytes_answer(bytes, slot))
 }
 
@@ -497,7 +497,8 @@ pub async fn read_at(
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
     let slot = memory_place(&agent.api_places().reads)?;
-    let bytes = crate::blocking::run(|| read_place(&alloc, &place, &path, offset, Some(limit)))?;
+    let bytes =
+        berth_sys::blocking::run(|| read_place(&alloc, &place, &path, offset, Some(limit)))?;
     Ok(bytes_answer(bytes, slot))
 }
 

@@ -21,7 +21,7 @@ use crate::cluster::{Cluster, NodeRecord};
 use berth_model::status::ClientStatus;
 
 fn snapshot(cluster: &Cluster) -> Result<Snapshot, NomadError> {
-    crate::blocking::run(|| cluster.snapshot())
+    berth_sys::blocking::run(|| cluster.snapshot())
         .map_err(|e| NomadError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
 }
 
@@ -364,14 +364,14 @@ pub async fn status_leader(State(agent): State<Arc<Agent>>) -> Response {
     let cluster = agent.cluster().clone();
     let election = cluster.key(&["leader"]);
     let store = cluster.store().clone();
-    let leader = crate::blocking::run(|| {
+    let leader = berth_sys::blocking::run(|| {
         cluster
             .store()
             .block(async move { store.leader(&election).await })
     });
     match leader {
         Ok(Some(node_id)) => {
-            let address = crate::blocking::run(|| cluster.snapshot())
+            let address = berth_sys::blocking::run(|| cluster.snapshot())
                 .ok()
                 .and_then(|s| {
                     s.nodes
@@ -494,9 +494,9 @@ fn update_node(
         .map(|(_, s)| s.clone())
         .unwrap_or_default();
     change(&mut settings);
-    crate::blocking::run(|| cluster.set_node_settings(&node, &settings))
+    berth_sys::blocking::run(|| cluster.set_node_settings(&node, &settings))
         .map_err(|e| NomadError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    let index = crate::blocking::run(|| cluster.revision()).unwrap_or(0);
+    let index = berth_sys::blocking::run(|| cluster.revision()).unwrap_or(0);
     let index = u64::try_from(index).unwrap_or(0);
     Ok(with_index(
         axum::Json(

@@ -160,7 +160,7 @@ impl EventReader {
                 let value = match self.agent.job_of_alloc(alloc) {
                     Ok((status, job)) => shapes::allocation(alloc, &job, &status, node),
                     // Purged since: the alloc without its job.
-                    Err(_) => shapes::alloc_stub(alloc, crate::jobspec::JobType::Service, node),
+                    Err(_) => shapes::alloc_stub(alloc, berth_jobspec::JobType::Service, node),
                 };
                 json!({"Allocation": value})
             }

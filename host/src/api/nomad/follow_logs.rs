@@ -57,7 +57,7 @@ pub fn answer(agent: Arc<Agent>, follow: Follow) -> Result<Response, NomadError>
     let (task, tail, offset, skip) = match follow.start {
         Start::End { bytes } => {
             let (task, whole, end) =
-                crate::blocking::run(|| read_whole_log(&agent, &follow.alloc, query))?;
+                berth_sys::blocking::run(|| read_whole_log(&agent, &follow.alloc, query))?;
             let tail = whole[whole.len().saturating_sub(bytes)..].to_vec();
             (task, tail, end, 0)
         }
@@ -67,7 +67,8 @@ pub fn answer(agent: Arc<Agent>, follow: Follow) -> Result<Response, NomadError>
                 offset: Some(u64::MAX),
                 ..query
             };
-            crate::blocking::run(|| agent.task_log(&follow.alloc, &check)).map_err(log_error)?;
+            berth_sys::blocking::run(|| agent.task_log(&follow.alloc, &check))
+                .map_err(log_error)?;
             let status = agent.alloc(&follow.alloc)?;
             let task = match follow.task {
                 Some(task) => task,
@@ -147,7 +148,7 @@ impl LogReader {
                 stream: Some(self.stream.clone()),
                 offset: Some(self.offset),
             };
-            let Ok(chunk) = crate::blocking::run(|| self.agent.task_log(&self.alloc, &query))
+            let Ok(chunk) = berth_sys::blocking::run(|| self.agent.task_log(&self.alloc, &query))
             else {
                 return Done::Unreadable;
             };

@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 
 use super::{NomadError, bad_request, shapes, submission, with_index};
 use crate::agent::{Agent, Submitter};
-use crate::jobspec::Job;
 use berth_hcl::Problem;
+use berth_jobspec::Job;
 
 /// Nomad's zero `time.Time`, for a job with no next periodic launch.
 const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";

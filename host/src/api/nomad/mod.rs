@@ -621,7 +621,7 @@ async fn task_logs(
         stream: Some(stream.clone()),
         offset: None,
     };
-    let (task, bytes, _) = crate::blocking::run(|| read_whole_log(&agent, &alloc, log_query))?;
+    let (task, bytes, _) = berth_sys::blocking::run(|| read_whole_log(&agent, &alloc, log_query))?;
     let start = if from_end {
         bytes.len().saturating_sub(offset)
     } else {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{JobState, JobStatus};
 use crate::alloc_runner::AllocStatus;
-use crate::jobspec::{Constraint, Group, Job, JobType, Task};
+use berth_jobspec::{Constraint, Group, Job, JobType, Task};
 use berth_model::events::{TaskState, TaskStateKind};
 use berth_model::status::{ClientStatus, DesiredStatus};
 
@@ -197,8 +197,8 @@ fn group(group: &Group) -> Value {
                 json!({
                     "Name": v.name,
                     "Type": match v.volume_type {
-                        crate::jobspec::VolumeType::Host => "host",
-                        crate::jobspec::VolumeType::Csi => "csi",
+                        berth_jobspec::VolumeType::Host => "host",
+                        berth_jobspec::VolumeType::Csi => "csi",
                     },
                     "Source": v.source,
                     "ReadOnly": v.read_only,
@@ -218,8 +218,8 @@ fn group(group: &Group) -> Value {
             "Interval": ns(group.restart.interval),
             "Delay": ns(group.restart.delay),
             "Mode": match group.restart.mode {
-                crate::jobspec::RestartMode::Fail => "fail",
-                crate::jobspec::RestartMode::Delay => "delay",
+                berth_jobspec::RestartMode::Fail => "fail",
+                berth_jobspec::RestartMode::Delay => "delay",
             },
         },
         "Tasks": group.tasks.iter().map(task).collect::<Vec<_>>(),
@@ -249,9 +249,9 @@ fn task(task: &Task) -> Value {
         "ShutdownDelay": ns(task.shutdown_delay),
         "Lifecycle": task.lifecycle.map(|l| json!({
             "Hook": match l.hook {
-                crate::jobspec::LifecycleHook::Prestart => "prestart",
-                crate::jobspec::LifecycleHook::Poststart => "poststart",
-                crate::jobspec::LifecycleHook::Poststop => "poststop",
+                berth_jobspec::LifecycleHook::Prestart => "prestart",
+                berth_jobspec::LifecycleHook::Poststart => "poststart",
+                berth_jobspec::LifecycleHook::Poststop => "poststop",
             },
             "Sidecar": l.sidecar,
         })),

@@ -393,7 +393,7 @@ fn disk_stats(path: &FsPath) -> Value {
 /// The device and mount point of the mount holding `path` (the longest prefix).
 fn mount_of(path: &FsPath) -> (String, String) {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    crate::mount::mountinfo::read_self()
+    berth_sys::mount::mountinfo::read_self()
         .unwrap_or_default()
         .into_iter()
         .filter(|mount| path.starts_with(&mount.mount_point))

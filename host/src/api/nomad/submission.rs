@@ -119,7 +119,7 @@ pub async fn parse(body: Bytes) -> Result<axum::Json<Value>, NomadError> {
             .files
             .push(("Variables".to_string(), request.variables.clone()));
     }
-    let job = crate::jobspec::parse_with_async(&name, &request.job_hcl, &inputs)
+    let job = berth_jobspec::parse_with_async(&name, &request.job_hcl, &inputs)
         .await
         .map_err(|e| bad_request(e.to_string()))?;
     Ok(axum::Json(shapes::job(&job, None)))
@@ -182,7 +182,7 @@ async fn matching_submission(body: &Value) -> Option<ToSubmit> {
     }
     let requested = body.get("Job")?;
     let (source_name, variables) = submission.inputs();
-    let parsed = crate::jobspec::parse_with_async(&source_name, &submission.source, &variables)
+    let parsed = berth_jobspec::parse_with_async(&source_name, &submission.source, &variables)
         .await
         .ok()?;
     let from_source = shapes::job(&parsed, None);
@@ -266,7 +266,7 @@ mod tests {
                     continue;
                 }
                 let source = std::fs::read_to_string(&path).unwrap();
-                if crate::jobspec::parse(name, &source).is_ok() {
+                if berth_jobspec::parse(name, &source).is_ok() {
                     found.push((format!("{dir}/{name}"), source));
                 }
             }
@@ -276,7 +276,7 @@ mod tests {
 
     /// What the CLI sends: parse, then register the parsed job with its source.
     fn cli_register(name: &str, source: &str, variables: &VariableInputs) -> Value {
-        let parsed = crate::jobspec::parse_with(name, source, variables).unwrap();
+        let parsed = berth_jobspec::parse_with(name, source, variables).unwrap();
         let job = shapes::job(&parsed, None);
         json!({
             "Job": job,
@@ -306,9 +306,9 @@ mod tests {
             assert_eq!(&chosen.source_name, name, "{name}");
             assert!(chosen.warnings.is_empty(), "{name}: {:?}", chosen.warnings);
             let registered =
-                crate::jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+                berth_jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
                     .unwrap();
-            let parsed = crate::jobspec::parse(name, source).unwrap();
+            let parsed = berth_jobspec::parse(name, source).unwrap();
             assert_eq!(
                 format!("{registered:?}"),
                 format!("{parsed:?}"),
@@ -378,7 +378,7 @@ job "everything" {
         assert_eq!(chosen.source, EVERYTHING);
         assert_eq!(chosen.variables.args, variables.args);
         let registered =
-            crate::jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+            berth_jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
                 .unwrap();
         let group = &registered.groups[0];
         assert_eq!(group.count, 2);
@@ -391,7 +391,7 @@ job "everything" {
 
         // The JSON alone cannot carry the service or the plugin.
         let converted = super::super::register::job_hcl(&body).unwrap();
-        let from_json = crate::jobspec::parse("everything.json", &converted.hcl).unwrap();
+        let from_json = berth_jobspec::parse("everything.json", &converted.hcl).unwrap();
         assert!(from_json.groups[0].services.is_empty());
         assert!(from_json.groups[0].tasks[0].csi_plugin.is_none());
     }
@@ -411,7 +411,7 @@ job "everything" {
         assert_eq!(chosen.source_name, "everything.json");
         assert_ne!(chosen.source, EVERYTHING);
         let registered =
-            crate::jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+            berth_jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
                 .unwrap();
         assert_eq!(registered.groups[0].count, 7);
         assert!(registered.groups[0].services.is_empty());

@@ -79,13 +79,13 @@ const HCL: &str = r#"job "web" {
 "#;
 
 /// The jobspec as a comparable value: what the agent runs, without source locations.
-fn comparable(job: &crate::jobspec::Job) -> Value {
+fn comparable(job: &berth_jobspec::Job) -> Value {
     shapes::job(job, None)
 }
 
 #[test]
 fn a_job_shown_as_nomad_json_registers_back_as_the_same_job() {
-    let job = crate::jobspec::parse("web.nomad.hcl", HCL).unwrap();
+    let job = berth_jobspec::parse("web.nomad.hcl", HCL).unwrap();
     let json = shapes::job(&job, None);
     assert_eq!(json["ID"], "web");
     assert_eq!(
@@ -99,7 +99,7 @@ fn a_job_shown_as_nomad_json_registers_back_as_the_same_job() {
     let converted = job_hcl(&json!({ "Job": json })).unwrap();
     assert_eq!(converted.id, "web");
     assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
-    let again = crate::jobspec::parse("web.json", &converted.hcl)
+    let again = berth_jobspec::parse("web.json", &converted.hcl)
         .unwrap_or_else(|e| panic!("{e}\n{}", converted.hcl));
     assert_eq!(comparable(&again), comparable(&job), "{}", converted.hcl);
 }
@@ -114,7 +114,7 @@ fn json_strings_stay_literal() {
         "Env": {"DIR": "${NOMAD_TASK_DIR}/x"},
     }]}]}});
     let converted = job_hcl(&body).unwrap();
-    let job = crate::jobspec::parse("lit.json", &converted.hcl)
+    let job = berth_jobspec::parse("lit.json", &converted.hcl)
         .unwrap_or_else(|e| panic!("{e}\n{}", converted.hcl));
     let task = &job.groups[0].tasks[0];
     assert_eq!(task.config["note"], "${var.nope} %{ if true }x%{ endif }");
@@ -185,7 +185,7 @@ fn a_wrong_type_is_refused_with_its_path() {
 fn names_cannot_inject_hcl() {
     let body = json!({"Job": {"ID": "x\" {\n}\njob \"y", "TaskGroups": []}});
     let converted = job_hcl(&body).unwrap();
-    let error = crate::jobspec::parse("x.json", &converted.hcl)
+    let error = berth_jobspec::parse("x.json", &converted.hcl)
         .unwrap_err()
         .to_string();
     assert!(error.contains("is not allowed"), "{error}");
@@ -222,7 +222,7 @@ fn no_string_of_a_json_job_is_evaluated() {
             "Meta": {key.clone(): value},
         }]}]}});
         let converted = job_hcl(&body).unwrap();
-        let job = crate::jobspec::parse("lit.json", &converted.hcl)
+        let job = berth_jobspec::parse("lit.json", &converted.hcl)
             .unwrap_or_else(|e| panic!("{value:?}: {e}\n{}", converted.hcl));
         let task = &job.groups[0].tasks[0];
         assert_eq!(task.config["note"], *value, "{}", converted.hcl);

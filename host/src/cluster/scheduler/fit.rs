@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::NodeView;
 use super::super::state::CsiView;
-use crate::jobspec::{self, Job};
+use berth_jobspec::Job;
 
 /// A group's needs on a node.
 #[derive(Debug, Clone, Default)]
@@ -23,19 +23,19 @@ pub struct Needs {
 }
 
 /// What an alloc of `group` needs of a node (and what its placement records).
-pub fn needs(group: &jobspec::Group) -> Needs {
+pub fn needs(group: &berth_jobspec::Group) -> Needs {
     Needs {
         drivers: group.tasks.iter().map(|t| t.driver.clone()).collect(),
         host_volumes: group
             .volumes
             .iter()
-            .filter(|v| v.volume_type == jobspec::VolumeType::Host)
+            .filter(|v| v.volume_type == berth_jobspec::VolumeType::Host)
             .map(|v| v.source.clone())
             .collect(),
         csi_volumes: group
             .volumes
             .iter()
-            .filter(|v| v.volume_type == jobspec::VolumeType::Csi && !v.per_alloc)
+            .filter(|v| v.volume_type == berth_jobspec::VolumeType::Csi && !v.per_alloc)
             .map(|v| v.source.clone())
             .collect(),
         cpu_mhz: group.tasks.iter().map(|t| u64::from(t.resources.cpu)).sum(),
@@ -85,7 +85,7 @@ pub(super) fn unfit(
     needs: &Needs,
     csi: &CsiView,
     job: &Job,
-    group: &jobspec::Group,
+    group: &berth_jobspec::Group,
 ) -> Option<String> {
     let record = &node.record;
     if record.eligibility != "eligible" || record.drain {
@@ -130,13 +130,17 @@ pub(super) fn unfit(
             Some(true) => {}
         }
     }
-    let attributes = jobspec::constraint::with_drivers(
+    let attributes = berth_jobspec::constraint::with_drivers(
         &record.attributes,
         record.drivers.keys().map(String::as_str),
     );
-    let unmet = jobspec::constraint::unmet(job, None, &attributes)
+    let unmet = berth_jobspec::constraint::unmet(job, None, &attributes)
         .into_iter()
-        .chain(jobspec::constraint::unmet(job, Some(group), &attributes))
+        .chain(berth_jobspec::constraint::unmet(
+            job,
+            Some(group),
+            &attributes,
+        ))
         .next();
     unmet.map(|unmet| {
         let constraint = unmet.constraint;

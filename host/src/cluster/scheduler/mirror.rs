@@ -29,7 +29,7 @@ use super::super::state::{
     AllocReport, Blocked, ClusterJob, CsiView, EvalStatus, Evaluation, NodeSettings, Placement,
 };
 use super::super::{NodeRecord, NodeView};
-use crate::jobspec::{Job, JobspecError};
+use berth_jobspec::{Job, JobspecError};
 
 /// How often a round plans every job, not only those that changed.
 pub const FULL_ROUND_MS: u64 = 5 * 60 * 1000;

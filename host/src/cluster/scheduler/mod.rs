@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 
 use super::state::{AllocReport, Blocked, ClusterJob, Placement, Snapshot};
 use super::{Cluster, NodeView};
-use crate::jobspec::{self, Job};
+use berth_jobspec::Job;
 use berth_model::status::ClientStatus;
 pub use fit::{Needs, needs};
 use fit::{Tally, Usage, binpack, no_node_ready, no_room, unfit};
@@ -104,7 +104,7 @@ pub fn plan(snapshot: &Snapshot, now_ms: u64) -> Plan {
 fn plan_with(
     snapshot: &Snapshot,
     now_ms: u64,
-    evaluate: impl Fn(&ClusterJob) -> Result<Job, jobspec::JobspecError>,
+    evaluate: impl Fn(&ClusterJob) -> Result<Job, berth_jobspec::JobspecError>,
     held: &BTreeMap<String, Usage>,
 ) -> Plan {
     let mut plan = Plan::default();
@@ -126,7 +126,7 @@ fn plan_with(
         .iter()
         .map(|(job, version)| {
             let parsed = evaluate(job)
-                .inspect_err(|e| busy |= crate::jobspec::is_transient(e))
+                .inspect_err(|e| busy |= berth_jobspec::is_transient(e))
                 .ok();
             (job.id.as_str(), (job, *version, parsed))
         })
@@ -329,7 +329,7 @@ fn plan_with(
             let candidates: Vec<&NodeView> = snapshot
                 .nodes
                 .iter()
-                .filter(|n| jobspec::constraint::in_datacenters(parsed, &n.record.datacenter))
+                .filter(|n| berth_jobspec::constraint::in_datacenters(parsed, &n.record.datacenter))
                 .collect();
             let unfit: Vec<Option<String>> = candidates
                 .iter()

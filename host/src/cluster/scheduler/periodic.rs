@@ -99,7 +99,7 @@ pub(super) fn launches(
 /// is made for a long outage. When one is due, the time to look again is the schedule's
 /// next after now; when none is, its next after `last_ms`.
 pub fn due(
-    periodic: &crate::jobspec::Periodic,
+    periodic: &berth_jobspec::Periodic,
     last_ms: u64,
     now_ms: u64,
 ) -> (Option<u64>, Option<u64>) {
@@ -121,7 +121,7 @@ pub fn due(
 
 /// The schedule's first launch after `after_ms`, in ms, on a whole second (the cron
 /// library keeps the milliseconds of the time it starts from).
-fn next_after(periodic: &crate::jobspec::Periodic, after_ms: u64) -> Option<u64> {
+fn next_after(periodic: &berth_jobspec::Periodic, after_ms: u64) -> Option<u64> {
     let after = DateTime::<Utc>::from_timestamp(i64::try_from(after_ms / 1000).ok()?, 0)?;
     let next = periodic.next_after(after)?;
     u64::try_from(next.timestamp_millis()).ok()

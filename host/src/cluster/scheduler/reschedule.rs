@@ -20,7 +20,7 @@
 use std::collections::BTreeSet;
 
 use crate::cluster::state::{AllocReport, Placement, RescheduleEvent};
-use crate::jobspec::{DelayFunction, ReschedulePolicy};
+use berth_jobspec::{DelayFunction, ReschedulePolicy};
 use berth_model::status::ClientStatus;
 
 /// An unlimited policy's replacement carries at most this many past attempts (Nomad
@@ -158,7 +158,7 @@ fn millis(duration: std::time::Duration) -> u64 {
 /// What the scheduler will do with each failed alloc of job `id` still placed.
 fn verdicts<'a>(
     snapshot: &'a crate::cluster::state::Snapshot,
-    job: &crate::jobspec::Job,
+    job: &berth_jobspec::Job,
     id: &str,
 ) -> Vec<(&'a Placement, Verdict)> {
     snapshot
@@ -180,7 +180,7 @@ fn verdicts<'a>(
 /// pending, not dead).
 pub fn awaiting(
     snapshot: &crate::cluster::state::Snapshot,
-    job: &crate::jobspec::Job,
+    job: &berth_jobspec::Job,
     id: &str,
 ) -> bool {
     verdicts(snapshot, job, id)
@@ -192,7 +192,7 @@ pub fn awaiting(
 /// up, as a sentence (empty when none).
 pub fn exhausted(
     snapshot: &crate::cluster::state::Snapshot,
-    job: &crate::jobspec::Job,
+    job: &berth_jobspec::Job,
     id: &str,
 ) -> String {
     let names: Vec<&str> = verdicts(snapshot, job, id)

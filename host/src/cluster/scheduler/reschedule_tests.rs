@@ -8,7 +8,7 @@ use super::reschedule::{Verdict, next_delay_ms, verdict};
 use super::*;
 use crate::cluster::state::RescheduleEvent;
 use crate::cluster::{NodeRecord, NodeView};
-use crate::jobspec::{DelayFunction, ReschedulePolicy};
+use berth_jobspec::{DelayFunction, ReschedulePolicy};
 
 const SECOND: u64 = 1000;
 
@@ -259,7 +259,7 @@ fn attempts_count_within_the_interval_and_then_the_alloc_stays_failed() {
         "{outcome:#?}"
     );
     assert_eq!(outcome.wake_at_ms, None, "nothing to wake for");
-    let group = crate::jobspec::parse("j.hcl", &exhausted.jobs[0].0.source)
+    let group = berth_jobspec::parse("j.hcl", &exhausted.jobs[0].0.source)
         .unwrap()
         .groups[0]
         .clone();

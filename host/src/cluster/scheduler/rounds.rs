@@ -270,7 +270,7 @@ impl Mirror {
         // A busy agent's refusal says nothing of the job: the round defers, and it is
         // evaluated again in the next.
         if let Err(error) = &parsed
-            && crate::jobspec::is_transient(error)
+            && berth_jobspec::is_transient(error)
         {
             job.busy = Some(error.clone());
             return;

@@ -176,7 +176,7 @@ fn place(
                 if kept.contains(&key)
                     || record.eligibility != "eligible"
                     || record.drain
-                    || !crate::jobspec::constraint::in_datacenters(parsed, &record.datacenter)
+                    || !berth_jobspec::constraint::in_datacenters(parsed, &record.datacenter)
                 {
                     continue;
                 }

@@ -317,7 +317,7 @@ mod placement {
         let parsed = cluster_job.spec().unwrap();
         let attributes = &node("a", 4000, 4096).record.attributes;
         for group in [None, Some(&parsed.groups[0])] {
-            let unmet = jobspec::constraint::unmet(&parsed, group, attributes);
+            let unmet = berth_jobspec::constraint::unmet(&parsed, group, attributes);
             assert!(unmet.is_empty(), "{unmet:?}");
         }
         let snapshot = Snapshot {
@@ -640,12 +640,12 @@ mod busy {
         assert_eq!(placed.place.len(), 2);
         snapshot.placements = placed.place;
         let busy = |_: &ClusterJob| {
-            Err(jobspec::JobspecError {
+            Err(berth_jobspec::JobspecError {
                 file: "web.hcl".into(),
                 problems: vec![berth_hcl::Problem {
                     path: "jobspec".into(),
                     at: None,
-                    message: crate::jobspec::pool::PoolError::Busy.to_string(),
+                    message: berth_jobspec::pool::PoolError::Busy.to_string(),
                 }],
             })
         };
@@ -658,7 +658,7 @@ mod busy {
         assert_eq!(deferred.wake_at_ms, Some(2_000 + DEFERRED_RETRY_MS));
         // A job that really cannot be evaluated is another matter: not deferred.
         let unreadable = |_: &ClusterJob| {
-            Err(jobspec::JobspecError {
+            Err(berth_jobspec::JobspecError {
                 file: "web.hcl".into(),
                 problems: vec![berth_hcl::Problem {
                     path: "job".into(),

@@ -765,7 +765,7 @@ pub(super) fn create_dir(base: &Path, path: &Path) -> Result<(), CsiVolumeError>
             format!("not below {}", base.display()),
         ))
     })?;
-    crate::mount::beneath::create(base, relative, false, 0o755).map_err(error)
+    berth_sys::mount::beneath::create(base, relative, false, 0o755).map_err(error)
 }
 
 /// Whether the mount step `pending` names left a mount at its path on the host.
@@ -786,7 +786,7 @@ fn left_a_mount(
 /// `path` and the parents it leaves empty, below the plugin's tree `stop`: through no
 /// link the plugin may have planted there.
 pub(super) fn remove_empty_dirs(path: &Path, stop: &Path) {
-    crate::mount::beneath::remove_empty_dirs(stop, path);
+    berth_sys::mount::beneath::remove_empty_dirs(stop, path);
 }
 
 /// What `berth volume status` shows of a volume's use on one node.

@@ -1,6 +1,6 @@
 //! `berth:host`: what the host offers guests, one glue file per WIT interface. Each
 //! checks the request against the plugin's identity and task scope, then calls into
-//! [`crate::process`]; logic does not live here.
+//! [`berth_sys::process`]; logic does not live here.
 
 pub mod log;
 mod process;

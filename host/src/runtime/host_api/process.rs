@@ -12,14 +12,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::isolation::{ChrootSpec, VolumeMount};
-use crate::process::{self as host_process, Isolation, SpawnSpec};
 use crate::runtime::bindings::host::process::{
     self as wit, ExitStatus, Host, ProcessRef, SpawnRequest,
 };
 use crate::runtime::sandbox::PluginCtx;
 use berth_model::driver::FsIsolation;
 use berth_model::mount::{HandedMount, Propagation};
+use berth_sys::process::isolation::{ChrootSpec, VolumeMount};
+use berth_sys::process::{self as host_process, Isolation, SpawnSpec};
 
 /// Longest single wait a guest may ask for; it can always wait again.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
@@ -326,7 +326,7 @@ impl PluginCtx {
                     privileged: task.privileged,
                     mount_refusals: task
                         .privileged
-                        .then(|| crate::alloc_dir::mount_refusals_beside(&task.task_dir))
+                        .then(|| berth_sys::alloc_dir::mount_refusals_beside(&task.task_dir))
                         .flatten(),
                 })
             }

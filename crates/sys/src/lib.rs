@@ -1,19 +1,35 @@
-//! The seam between the runners and the privileged operations they need: a task run's
-//! cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill and
-//! remove), handing a task's directories and secrets to its user (`fchown`), and looking
-//! the user up, and the alloc's disk limit (`disk`). The runners reach these only through [`Sys`], which they get in their context:
-//! [`LinuxSys`] does them on the host (as root), and `fake::FakeSys` (tests only)
-//! records them, so the task and alloc runners' logic is unit-tested without root.
+//! What the agent does to the machine, as root: mounts (`mount`, the only module that
+//! calls mount(2)), processes and their confinement (`process`: the spawn plan a task's
+//! keeper follows, users, seccomp, the log collectors), task cgroups (`cgroup`), the
+//! alloc's disk limit (`disk`), the alloc directory layout (`alloc_dir`), secrets kept in
+//! files (`secret_file`) and blocking work run from async code (`blocking`).
+//!
+//! The files of this crate import one another in one direction only: `blocking`,
+//! `secret_file` and `alloc_dir` at the bottom, then `mount`, then `cgroup`, `disk` and
+//! `process`, then this file.
+//!
+//! This file is the seam between the runners and the privileged operations they need: a
+//! task run's cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill
+//! and remove), handing a task's directories and secrets to its user (`fchown`), and
+//! looking the user up, and the alloc's disk limit (`disk`). The runners reach these only
+//! through [`Sys`], which they get in their context: [`LinuxSys`] does them on the host
+//! (as root), and `berth-testkit`'s `FakeSys` records them, so the task and alloc
+//! runners' logic is unit-tested without root.
 //!
 //! What is not here, and why: spawning a task's processes, with their rlimits, user and
 //! confinement, is the driver's (a WebAssembly component, itself a seam: the `mock`
-//! driver spawns nothing) through the host API in `runtime/host_api` and `process/`;
-//! mounts are `mount/`'s, reached through the CSI node and the task's spawn plan.
+//! driver spawns nothing) through the host API in the runtime and `process/`; mounts are
+//! `mount/`'s, reached through the CSI node and the task's spawn plan.
 //! `host/tests/floors.rs` keeps cgroup and ownership calls out of the runners.
 
-#[cfg(test)]
-pub mod fake;
+pub mod alloc_dir;
+pub mod blocking;
+pub mod cgroup;
+pub mod disk;
 mod linux;
+pub mod mount;
+pub mod process;
+pub mod secret_file;
 
 use std::fmt;
 use std::io;

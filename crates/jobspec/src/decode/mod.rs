@@ -21,10 +21,10 @@ use berth_hcl::Location;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 
-use crate::jobspec::names::{NameKind, check_name, normalise_task_path};
-use crate::jobspec::spec::*;
+use crate::names::{NameKind, check_name, normalise_task_path};
+use crate::spec::*;
 
-pub(in crate::jobspec) use job::job;
+pub(crate) use job::job;
 
 /// A problem at the block for a job, group, task or volume label that is not a safe name.
 pub(super) fn check_label(

@@ -8,11 +8,11 @@ use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::{RunCgroup, Sys};
-use crate::cgroup::CgroupError;
-use crate::process::users::UserError;
 use berth_model::driver::TaskUser;
 use berth_model::limits::{CgroupSettings, TaskLimits};
+use berth_sys::cgroup::CgroupError;
+use berth_sys::process::users::UserError;
+use berth_sys::{RunCgroup, Sys};
 
 /// One recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,8 +186,8 @@ impl Sys for FakeSys {
             .ok_or_else(|| UserError::Unknown(name.to_string()))
     }
 
-    fn disk_mechanism(&self) -> crate::disk::Mechanism {
-        crate::disk::Mechanism::Unavailable {
+    fn disk_mechanism(&self) -> berth_sys::disk::Mechanism {
+        berth_sys::disk::Mechanism::Unavailable {
             why: "a fake".into(),
         }
     }
@@ -197,11 +197,11 @@ impl Sys for FakeSys {
         _alloc_id: &str,
         _root: &std::path::Path,
         _size_mb: u64,
-    ) -> Result<crate::disk::AllocDiskLimit, crate::disk::DiskError> {
-        Ok(crate::disk::AllocDiskLimit::Measured)
+    ) -> Result<berth_sys::disk::AllocDiskLimit, berth_sys::disk::DiskError> {
+        Ok(berth_sys::disk::AllocDiskLimit::Measured)
     }
 
-    fn alloc_disk_usage(&self, _root: &std::path::Path) -> Option<crate::disk::DiskUsage> {
+    fn alloc_disk_usage(&self, _root: &std::path::Path) -> Option<berth_sys::disk::DiskUsage> {
         None
     }
 
@@ -210,8 +210,8 @@ impl Sys for FakeSys {
         _alloc_id: &str,
         root: &std::path::Path,
         remove_contents: &mut dyn FnMut() -> io::Result<()>,
-    ) -> Result<(), crate::disk::DiskError> {
-        remove_contents().map_err(|source| crate::disk::DiskError::Io {
+    ) -> Result<(), berth_sys::disk::DiskError> {
+        remove_contents().map_err(|source| berth_sys::disk::DiskError::Io {
             action: "removing",
             path: root.to_path_buf(),
             source,

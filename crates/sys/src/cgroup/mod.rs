@@ -72,7 +72,8 @@ impl CgroupError {
         matches!(self, CgroupError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
 
-    pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> CgroupError {
+    /// The error of an I/O `action` on `path` (a read-only cgroupfs said as such).
+    pub fn io(action: &'static str, path: &Path, source: io::Error) -> CgroupError {
         if source.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) {
             return CgroupError::ReadOnly {
                 path: path.to_path_buf(),

@@ -4,7 +4,7 @@ use berth_hcl::Problem;
 use berth_hcl::tree::{BlockNode, Value};
 
 use super::task::task;
-use crate::jobspec::spec::*;
+use crate::spec::*;
 
 /// The sidecar proxy task of a group service with `connect { sidecar_service {} }`, as
 /// Nomad injects it: `connect-proxy-<service>`, a prestart sidecar, from the service's

@@ -3,7 +3,7 @@
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
 
-use crate::jobspec::spec::*;
+use crate::spec::*;
 
 /// A `restart` block; what it leaves out comes from `defaults` (Nomad's for the job type
 /// in a group, the group's policy in a task).

@@ -161,7 +161,7 @@ pub(super) fn merged(
 mod tests {
     use std::time::Duration;
 
-    use crate::jobspec::{DelayFunction, JobType, ReschedulePolicy, parse};
+    use crate::{DelayFunction, JobType, ReschedulePolicy, parse};
 
     fn jobspec(job_type: &str, job_block: &str, group_block: &str) -> String {
         format!(

@@ -5,7 +5,7 @@ use berth_hcl::fields::Fields;
 use berth_hcl::tree::Value;
 
 use super::ignored::scheduler_level;
-use crate::jobspec::spec::*;
+use crate::spec::*;
 
 /// A group's `network` block: its ports. Tasks get the host's network, so a static port
 /// is used as written and nothing is mapped; what that leaves without effect is said.

@@ -17,8 +17,8 @@ use super::ignored::{
 use super::restart::restart;
 use super::service::service;
 use super::{check_label, task_path};
-use crate::jobspec::names::NameKind;
-use crate::jobspec::spec::*;
+use crate::names::NameKind;
+use crate::spec::*;
 
 pub(super) fn task(
     parent: &str,
@@ -335,7 +335,7 @@ pub(super) fn volume_mount(
     let destination = fields
         .required_string("destination", problems)
         .and_then(|d| {
-            let literal = crate::jobspec::interpolate::interpolate(&d, &|_| Some("/x".into()));
+            let literal = crate::interpolate::interpolate(&d, &|_| Some("/x".into()));
             task_path(&mut fields, "destination", &literal, block.at, problems)
                 .map(|_| if d.contains("${") { d } else { literal })
         });
@@ -482,12 +482,12 @@ pub(super) fn template(
     fields.bool("once", problems);
     fields.bool("error_on_missing_key", problems);
     let data = fields.string("data", problems).unwrap_or_default();
-    if let Err(message) = crate::jobspec::template::check(&data) {
+    if let Err(message) = crate::template::check(&data) {
         fields.problem_with(problems, "data", message.to_string());
     }
     let destination = fields
         .required_string("destination", problems)
-        .and_then(|d| match crate::jobspec::template::destination(&d) {
+        .and_then(|d| match crate::template::destination(&d) {
             Ok(d) => Some(d),
             Err(message) => {
                 fields.problem_with(problems, "destination", message.to_string());

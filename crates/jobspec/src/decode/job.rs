@@ -12,11 +12,11 @@ use super::group::group;
 use super::ignored::{
     JOB_SCHEDULER_LEVEL, JOB_UNSUPPORTED, PLACEMENT, scheduler_level, unsupported, written,
 };
-use crate::jobspec::names::NameKind;
-use crate::jobspec::reschedule;
-use crate::jobspec::spec::*;
+use crate::names::NameKind;
+use crate::reschedule;
+use crate::spec::*;
 
-pub(in crate::jobspec) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
+pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     let mut top = Fields::new(tree, "jobspec".into(), Location::default(), &["job"]);
     let jobs = top.labeled_blocks("job", problems);
     top.finish(problems);
@@ -220,7 +220,7 @@ pub(super) fn periodic(
         crons.truncate(MAX_CRONS);
     }
     for text in &crons {
-        if let Err(error) = text.parse::<crate::jobspec::cron::CronSpec>() {
+        if let Err(error) = text.parse::<crate::cron::CronSpec>() {
             fields.problem_with(
                 problems,
                 written_as,

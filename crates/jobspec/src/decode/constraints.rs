@@ -2,7 +2,7 @@
 
 use berth_hcl::fields::Fields;
 
-use crate::jobspec::spec::*;
+use crate::spec::*;
 
 /// The operators of Nomad's constraints.
 pub const CONSTRAINT_OPERATORS: &[&str] = &[

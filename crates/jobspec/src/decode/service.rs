@@ -7,7 +7,7 @@ use berth_hcl::tree::BlockNode;
 
 use super::ignored::scheduler_level;
 use super::network::port_value;
-use crate::jobspec::spec::*;
+use crate::spec::*;
 
 pub(super) fn service(
     parent: &str,
@@ -133,7 +133,7 @@ pub(super) fn service(
         ],
         problems,
     );
-    if !name.contains("${") && !name.is_empty() && !crate::jobspec::names::is_dns_label(&name) {
+    if !name.contains("${") && !name.is_empty() && !crate::names::is_dns_label(&name) {
         fields.problem_with(
             problems,
             "name",

@@ -14,9 +14,9 @@ use super::network::network;
 use super::restart::restart;
 use super::service::service;
 use super::task::task;
-use crate::jobspec::names::NameKind;
-use crate::jobspec::reschedule;
-use crate::jobspec::spec::*;
+use crate::names::NameKind;
+use crate::reschedule;
+use crate::spec::*;
 
 /// A group of a job of `job_type` (`single`: a system or sysbatch job), under the job's
 /// `reschedule` block.

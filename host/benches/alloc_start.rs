@@ -53,11 +53,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::{AllocRunner, NodeContext};
-use berth::config::{AgentConfig, HostVolume};
-use berth::driver_set::DriverSet;
-use berth::runtime::{Runtime, RuntimeConfig};
-use berth::state::StateStore;
+use berth_client::alloc_runner::{AllocRunner, NodeContext};
+use berth_client::config::{AgentConfig, HostVolume};
+use berth_client::driver_set::DriverSet;
+use berth_client::runtime::{Runtime, RuntimeConfig};
+use berth_client::state::StateStore;
 use berth_model::events::EventKind;
 use common::{median, micros, ratio, summary};
 
@@ -117,7 +117,7 @@ async fn run() {
             allow_setuid: false,
         }],
         // The mock driver is off unless the operator enables it.
-        plugins: vec![berth::config::PluginConfig {
+        plugins: vec![berth_client::config::PluginConfig {
             name: "mock".into(),
             enabled: Some(true),
             ..Default::default()

@@ -26,14 +26,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::Receiver;
 
-use berth::catalog::embedded::EmbeddedCatalog;
-use berth::catalog::{Catalog, Claim, ClaimMode, Volume};
-use berth::cluster::catalog::EtcdCatalog;
-use berth::cluster::etcd::Change;
-use berth::cluster::scheduler::mirror::Mirror;
-use berth::cluster::state::ClusterJob;
-use berth::cluster::testing::EtcdServer;
-use berth::cluster::{Cluster, NodeRecord, scheduler};
+use berth_client::catalog::embedded::EmbeddedCatalog;
+use berth_client::catalog::{Catalog, Claim, ClaimMode, Volume};
+use berth_client::cluster::catalog::EtcdCatalog;
+use berth_client::cluster::etcd::Change;
+use berth_client::cluster::scheduler::mirror::Mirror;
+use berth_client::cluster::state::ClusterJob;
+use berth_client::cluster::testing::EtcdServer;
+use berth_client::cluster::{Cluster, NodeRecord, scheduler};
 use berth_model::cluster::{ClusterSettings, StoreKind};
 use berth_model::csi::AccessMode;
 use common::{median, micros, ratio, sized, summary};
@@ -128,7 +128,7 @@ fn small_job(id: &str) -> ClusterJob {
         .replace("job \"bench\"", &format!("job \"{id}\""));
     job.id = id.to_string();
     let parsed = berth_jobspec::parse(&job.source_name, &job.source).unwrap();
-    job.typed = berth::cluster::typed::TypedJob::of(&parsed);
+    job.typed = berth_client::cluster::typed::TypedJob::of(&parsed);
     job
 }
 
@@ -201,7 +201,7 @@ async fn mirror_round(
     leader_key: &str,
     leader_revision: i64,
 ) -> (usize, usize) {
-    let now = berth::cluster::now_ms();
+    let now = berth_client::cluster::now_ms();
     let (round, plan) = tokio::task::block_in_place(|| mirror.plan_round(now));
     let written = scheduler::apply(
         cluster,
@@ -241,7 +241,7 @@ async fn settle(
     for _ in 0..5 {
         let now = cluster.store().revision(leader_key).await.unwrap();
         catch_up(mirror, changes, now).await;
-        if !mirror.wants_round(berth::cluster::now_ms()) {
+        if !mirror.wants_round(berth_client::cluster::now_ms()) {
             return;
         }
         mirror_round(cluster, mirror, leader_key, leader_revision).await;
@@ -256,7 +256,7 @@ async fn clear_placements(cluster: &Arc<Cluster>) {
     for chunk in entries.chunks(100) {
         let writes = chunk
             .iter()
-            .map(|e| berth::cluster::etcd::Write::Delete(e.key.clone()))
+            .map(|e| berth_client::cluster::etcd::Write::Delete(e.key.clone()))
             .collect();
         etcd.transaction(Vec::new(), writes).await.unwrap();
     }
@@ -278,7 +278,8 @@ fn main() {
                 .unwrap()
         };
         let on_etcd = EtcdCatalog::new(member.clone());
-        let (store, _) = berth::state::StateStore::open(&scratch.path().join("state.db")).unwrap();
+        let (store, _) =
+            berth_client::state::StateStore::open(&scratch.path().join("state.db")).unwrap();
         let embedded = EmbeddedCatalog::new(Arc::new(store));
         on_etcd.register_volume(volume()).unwrap();
         embedded.register_volume(volume()).unwrap();
@@ -373,12 +374,13 @@ fn main() {
             placed = count;
             cluster_times.push(took);
             // One node placing the same allocs: every alloc record in one transaction.
-            let (store, _) =
-                berth::state::StateStore::open(&scratch.path().join(format!("place-{round}.db")))
-                    .unwrap();
-            let records: Vec<berth::state::AllocRecord> = (0..allocs)
-                .map(|i| berth::state::AllocRecord {
-                    id: berth::cluster::random_id(),
+            let (store, _) = berth_client::state::StateStore::open(
+                &scratch.path().join(format!("place-{round}.db")),
+            )
+            .unwrap();
+            let records: Vec<berth_client::state::AllocRecord> = (0..allocs)
+                .map(|i| berth_client::state::AllocRecord {
+                    id: berth_client::cluster::random_id(),
                     job_id: "bench".into(),
                     group_index: 0,
                     alloc_index: u32::try_from(i).unwrap(),
@@ -388,7 +390,7 @@ fn main() {
                     ports: Default::default(),
                 })
                 .collect();
-            let record = berth::state::JobRecord {
+            let record = berth_client::state::JobRecord {
                 id: "bench".into(),
                 source_name: "bench.hcl".into(),
                 source: job(allocs).source,
@@ -422,7 +424,7 @@ fn main() {
         for chunk in records.chunks(100) {
             let writes = chunk
                 .iter()
-                .map(|job| berth::cluster::etcd::Write::Put {
+                .map(|job| berth_client::cluster::etcd::Write::Put {
                     key: cluster.key(&["jobs", &job.id]),
                     value: serde_json::to_vec(job).unwrap(),
                     lease: 0,

@@ -24,12 +24,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::catalog::{Capability, Claim, ClaimMode, Volume};
-use berth::csi::CsiNode;
-use berth::csi::client::{CsiClient, NodeVolume};
-use berth::csi::layout::PluginDirs;
-use berth::csi::registry::PluginRegistration;
-use berth::state::StateStore;
+use berth_client::catalog::{Capability, Claim, ClaimMode, Volume};
+use berth_client::csi::CsiNode;
+use berth_client::csi::client::{CsiClient, NodeVolume};
+use berth_client::csi::layout::PluginDirs;
+use berth_client::csi::registry::PluginRegistration;
+use berth_client::state::StateStore;
 use berth_model::csi::{AccessMode, AttachmentMode, PluginKind, Timeouts, Usage};
 use common::{median, micros, ratio, summary};
 

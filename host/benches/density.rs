@@ -26,11 +26,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::{AllocRunner, NodeContext};
-use berth::config::AgentConfig;
-use berth::driver_set::DriverSet;
-use berth::runtime::{Runtime, RuntimeConfig};
-use berth::state::StateStore;
+use berth_client::alloc_runner::{AllocRunner, NodeContext};
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
+use berth_client::runtime::{Runtime, RuntimeConfig};
+use berth_client::state::StateStore;
 use berth_model::events::EventKind;
 use common::{median, micros, summary};
 

@@ -12,10 +12,10 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth::runtime::bindings::driver_v0_2::PluginPre;
-use berth::runtime::driver::{Driver, DriverOrigin};
-use berth::runtime::sandbox::{self, PluginIdentity};
-use berth::runtime::{Runtime, RuntimeConfig};
+use berth_client::runtime::bindings::driver_v0_2::PluginPre;
+use berth_client::runtime::driver::{Driver, DriverOrigin};
+use berth_client::runtime::sandbox::{self, PluginIdentity};
+use berth_client::runtime::{Runtime, RuntimeConfig};
 use berth_proto::bench::driver_plugin_client::DriverPluginClient;
 use berth_proto::bench::driver_plugin_server::{DriverPlugin, DriverPluginServer};
 use berth_proto::bench::{CapabilitiesRequest, CapabilitiesResponse};
@@ -34,7 +34,7 @@ fn main() {
 async fn run() {
     let cache = std::env::temp_dir().join("berth-bench-cache");
     let runtime = Runtime::new(RuntimeConfig::new(Some(cache))).unwrap();
-    let bytes = berth::builtin::DRIVERS
+    let bytes = berth_builtin::DRIVERS
         .iter()
         .find(|(n, _)| *n == "mock")
         .unwrap()
@@ -42,7 +42,7 @@ async fn run() {
 
     let component = runtime.cache().load(runtime.engine(), bytes).unwrap();
     let mut linker = Linker::new(runtime.engine());
-    berth::runtime::host_api::add_to_linker(&mut linker).unwrap();
+    berth_client::runtime::host_api::add_to_linker(&mut linker).unwrap();
     let pre = PluginPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
     let identity = PluginIdentity {
         name: "mock".into(),

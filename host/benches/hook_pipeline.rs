@@ -14,13 +14,15 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::builtin::test_components;
-use berth::config::AgentConfig;
-use berth::runtime::driver::{Driver, DriverOrigin};
-use berth::runtime::hook::Hook;
-use berth::runtime::{Runtime, RuntimeConfig};
-use berth::task_runner::hooks::{BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare};
-use berth::task_runner::wasm_hooks::WasmHooks;
+use berth_builtin::test_components;
+use berth_client::config::AgentConfig;
+use berth_client::runtime::driver::{Driver, DriverOrigin};
+use berth_client::runtime::hook::Hook;
+use berth_client::runtime::{Runtime, RuntimeConfig};
+use berth_client::task_runner::hooks::{
+    BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare,
+};
+use berth_client::task_runner::wasm_hooks::WasmHooks;
 use berth_model::hook::{HookSpec, OnFailure};
 use berth_model::hook_resources::HookResources;
 use berth_sys::alloc_dir::AllocDir;
@@ -60,7 +62,7 @@ async fn run() {
         std::env::temp_dir().join("berth-bench-cache"),
     )))
     .unwrap();
-    let mock = berth::builtin::DRIVERS
+    let mock = berth_builtin::DRIVERS
         .iter()
         .find(|(name, _)| *name == "mock")
         .unwrap()
@@ -95,9 +97,9 @@ async fn run() {
         };
         hooks.push(Arc::new(Hook::load(&runtime, spec, false).await.unwrap()));
     }
-    let csi = berth::csi::CsiNode::start(
+    let csi = berth_client::csi::CsiNode::start(
         &task_dir,
-        Arc::new(berth::state::StateStore::in_memory()),
+        Arc::new(berth_client::state::StateStore::in_memory()),
         Default::default(),
     );
     let sys: Arc<dyn berth_sys::Sys> = Arc::new(berth_sys::LinuxSys::new(
@@ -117,8 +119,8 @@ async fn run() {
         reports: Arc::default(),
         csi: csi.clone(),
         sys: sys.clone(),
-        services: Arc::new(berth::consul::ServiceClient::disabled()),
-        facts: berth::node::facts(&Default::default()),
+        services: Arc::new(berth_client::consul::ServiceClient::disabled()),
+        facts: berth_client::node::facts(&Default::default()),
         events: None,
         restart: None,
     };

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::agent::{AllocSummary, Submitted};
-use berth::api::SubmitRequest;
-use berth::api::client::Client;
+use berth_api::SubmitRequest;
+use berth_api::client::Client;
+use berth_client::agent::{AllocSummary, Submitted};
 use berth_model::status::ClientStatus;
 use common::{median, micros, summary};
 

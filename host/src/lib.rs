@@ -1,21 +1,7 @@
 //! berth: a node agent whose task drivers and lifecycle hooks are WebAssembly
-//! components. See ARCHITECTURE.md for the map.
+//! components. This package is the top of it: the command line (`cli`), the `berth` and
+//! `berth-keeper` binaries, the end-to-end tests and the benches. What it stands on is in
+//! `crates/` (the client in `berth-client`, the HTTP API in `berth-api`); see
+//! ARCHITECTURE.md for the map.
 
-pub mod agent;
-pub mod alloc_runner;
-pub mod api;
-pub mod builtin;
-pub mod catalog;
 pub mod cli;
-pub mod cluster;
-pub mod config;
-pub mod consul;
-pub mod csi;
-pub mod driver_set;
-pub mod hook_set;
-pub mod node;
-pub mod runtime;
-pub mod state;
-pub mod task_runner;
-pub mod telemetry;
-pub mod validate;

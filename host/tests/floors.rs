@@ -1387,7 +1387,8 @@ fn privileged_calls_in_runners(analysis: &Analysis) -> Vec<Violation> {
     };
     let mut violations = Vec::new();
     for unit in analysis.units.iter().filter(|u| {
-        u.home.starts_with("host/src/task_runner/") || u.home.starts_with("host/src/alloc_runner/")
+        u.home.starts_with("crates/client/src/task_runner/")
+            || u.home.starts_with("crates/client/src/alloc_runner/")
     }) {
         for r in unit.refs.iter().filter(|r| forbidden(&r.target)) {
             violations.push(Violation {
@@ -1408,14 +1409,15 @@ fn privileged_calls_in_runners(analysis: &Analysis) -> Vec<Violation> {
 fn bindings_outside_runtime(analysis: &Analysis) -> Vec<Violation> {
     places_outside(
         analysis,
-        "host/src/runtime/",
+        "crates/client/src/runtime/",
         |target| match target {
             Target::Extern(path) => path[0].starts_with("wasmtime") || path[0] == "wit_bindgen",
             Target::Crate(path) => path.starts_with(&["runtime".into(), "bindings".into()]),
             Target::Local(path) => path.last().is_some_and(|name| name == "bindgen"),
             Target::AboveRoot => false,
         },
-        "wasmtime or generated bindings outside host/src/runtime/: convert to a `model` type inside `runtime`",
+        "wasmtime or generated bindings outside crates/client/src/runtime/: convert to a `model` \
+         type inside `runtime`",
     )
 }
 
@@ -1423,14 +1425,15 @@ fn bindings_outside_runtime(analysis: &Analysis) -> Vec<Violation> {
 fn grpc_outside_csi(analysis: &Analysis) -> Vec<Violation> {
     let mut violations = places_outside(
         analysis,
-        "host/src/csi/",
+        "crates/client/src/csi/",
         |target| {
             matches!(
                 target.extern_crate(),
                 Some("tonic" | "tonic_prost" | "prost" | "prost_types" | "berth_proto")
             )
         },
-        "tonic or protobuf types outside host/src/csi/ and host/src/cluster/etcd.rs (with its \
+        "tonic or protobuf types outside crates/client/src/csi/ and \
+         crates/client/src/cluster/etcd.rs (with its \
          etcd_access.rs): convert \
          to a `model` type inside `csi` (or a plain type of the etcd client)",
     );
@@ -1439,7 +1442,7 @@ fn grpc_outside_csi(analysis: &Analysis) -> Vec<Violation> {
     violations.retain(|v| {
         !matches!(
             v.file.as_str(),
-            "host/src/cluster/etcd.rs" | "host/src/cluster/etcd_access.rs"
+            "crates/client/src/cluster/etcd.rs" | "crates/client/src/cluster/etcd_access.rs"
         )
     });
     violations
@@ -1941,20 +1944,20 @@ const ALLOWED: &[Allowed] = &[
     // Error types that are not `thiserror` types.
     Allowed {
         rule: "thiserror",
-        file: "host/src/api/mod.rs",
+        file: "crates/api/src/lib.rs",
         key: "ApiError",
         reason: "the JSON body of an HTTP error response (serde), not a Rust error; rename it (`ErrorBody`) or derive",
     },
     Allowed {
         rule: "thiserror",
-        file: "host/src/csi/client.rs",
+        file: "crates/client/src/csi/client.rs",
         key: "CsiError",
         reason: "implements Display (with a hint from its code and RPC) and std::error::Error by hand",
     },
     // Circles inside a folder (the file is the folder).
     Allowed {
         rule: "circles",
-        file: "host/src/runtime/",
+        file: "crates/client/src/runtime/",
         key: "host_api <-> sandbox",
         reason: "sandbox's PluginCtx holds host_api::log::LogBudget; host_api implements its interfaces on PluginCtx",
     },
@@ -2091,7 +2094,7 @@ fn host() -> &'static (Vec<Source>, Analysis) {
         let analysis = analyze(&Inputs {
             sources: &sources,
             externs: externs_of(&repo.join("host/Cargo.toml")),
-            out_dir: option_env!("OUT_DIR").map(str::to_string),
+            out_dir: None,
             repo: Some(repo.clone()),
         });
         (sources, analysis)
@@ -2116,10 +2119,14 @@ fn crates() -> &'static [(Vec<Source>, Analysis)] {
         for dir in dirs {
             let src = dir.strip_prefix(&repo).unwrap().join("src");
             let sources = rust_sources(&repo, &src.to_string_lossy());
+            // The guest components' generated module, which `builtin` includes.
+            let out_dir = dir
+                .ends_with("crates/builtin")
+                .then(|| berth_builtin::OUT_DIR.to_string());
             let analysis = analyze(&Inputs {
                 sources: &sources,
                 externs: externs_of(&dir.join("Cargo.toml")),
-                out_dir: None,
+                out_dir,
                 repo: Some(repo.clone()),
             });
             crates.push((sources, analysis));
@@ -2150,10 +2157,23 @@ fn the_whole_source_is_read() {
     );
 }
 
+/// The client's source (`crates/client/src`), whose modules stand on the floors.
+fn client() -> &'static Analysis {
+    crates()
+        .iter()
+        .find(|(sources, _)| {
+            sources
+                .iter()
+                .any(|s| s.path.starts_with("crates/client/src/"))
+        })
+        .map(|(_, analysis)| analysis)
+        .expect("crates/client is read")
+}
+
 #[test]
 fn no_module_imports_upward() {
     let floors = parse_floors(&architecture()).unwrap();
-    let (_, analysis) = host();
+    let analysis = client();
     let mut violations = upward_imports(analysis, &floors);
     // Every floor named in the picture is a module that exists.
     for module in floors.keys() {
@@ -2167,7 +2187,7 @@ fn no_module_imports_upward() {
                 line: 1,
                 key: module.clone(),
                 message: format!(
-                    "the Floors block names `{module}`, which is not a module of host/src"
+                    "the Floors block names `{module}`, which is not a module of crates/client/src"
                 ),
             });
         }
@@ -2185,17 +2205,26 @@ fn only_mount_calls_mount_syscalls() {
 
 #[test]
 fn runners_reach_privileged_calls_only_through_sys() {
-    assert_clean("privileged calls", privileged_calls_in_runners(&host().1));
+    assert_clean(
+        "privileged calls",
+        in_every_crate(|_, analysis| privileged_calls_in_runners(analysis)),
+    );
 }
 
 #[test]
 fn only_runtime_touches_wasmtime_bindings() {
-    assert_clean("generated bindings", bindings_outside_runtime(&host().1));
+    assert_clean(
+        "generated bindings",
+        in_every_crate(|_, analysis| bindings_outside_runtime(analysis)),
+    );
 }
 
 #[test]
 fn only_csi_touches_grpc() {
-    assert_clean("gRPC types", grpc_outside_csi(&host().1));
+    assert_clean(
+        "gRPC types",
+        in_every_crate(|_, analysis| grpc_outside_csi(analysis)),
+    );
 }
 
 #[test]
@@ -2539,7 +2568,7 @@ fn checker_catches_mount_syscalls_elsewhere() {
 #[test]
 fn checker_catches_privileged_calls_in_runners() {
     let runner = planted(&[(
-        "host/src/task_runner/volumes_hook.rs",
+        "crates/client/src/task_runner/volumes_hook.rs",
         "use berth_sys::cgroup::Cgroups;\n\
          fn f() { rustix::fs::fchown(&dir, None, None)?; }\n\
          fn g() { berth_sys::process::users::lookup(\"nobody\"); }\n\
@@ -2561,11 +2590,11 @@ fn checker_catches_privileged_calls_in_runners() {
 fn checker_catches_bindings_and_grpc_elsewhere() {
     let elsewhere = planted(&[
         (
-            "host/src/validate.rs",
+            "crates/client/src/validate.rs",
             "use crate::runtime::bindings::driver_types;\nfn f() -> wasmtime::Result<()> { Ok(()) }\nuse wasmtime::component::bindgen;\n",
         ),
         (
-            "host/src/agent/mod.rs",
+            "crates/client/src/agent/mod.rs",
             "fn f() -> tonic::Status { todo!() }\n\
              use berth_proto::csi as pb;\n\
              fn g(volume: pb::Volume) {}\n\
@@ -2574,16 +2603,19 @@ fn checker_catches_bindings_and_grpc_elsewhere() {
              #[derive(prost::Message)]\n\
              struct M;\n",
         ),
-        ("host/src/csi/client.rs", "use tonic::Code;\n"),
+        ("crates/client/src/csi/client.rs", "use tonic::Code;\n"),
         (
-            "host/src/runtime/bindings.rs",
+            "crates/client/src/runtime/bindings.rs",
             "wasmtime::component::bindgen!({ world: \"plugin\" });\n",
         ),
     ]);
     let bindings = bindings_outside_runtime(&elsewhere);
     assert_eq!(lines_of(&bindings), vec![1, 2, 3], "{bindings:#?}");
     let grpc = grpc_outside_csi(&elsewhere);
-    assert!(grpc.iter().all(|v| v.file == "host/src/agent/mod.rs"));
+    assert!(
+        grpc.iter()
+            .all(|v| v.file == "crates/client/src/agent/mod.rs")
+    );
     assert_eq!(lines_of(&grpc), vec![1, 2, 3, 4, 6], "{grpc:#?}");
 }
 

@@ -4,9 +4,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use berth::agent::JobStatus;
-use berth::alloc_runner::AllocStatus;
-use berth::api::client::ClientError;
+use berth_api::client::ClientError;
+use berth_client::agent::JobStatus;
+use berth_client::alloc_runner::AllocStatus;
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
 
@@ -514,7 +514,7 @@ async fn a_python_policy_hook_refuses_a_task_and_alloc_status_shows_why() {
     let hook = support::python_hook();
     // Compile it once into the shared cache (a Python component takes seconds), so the
     // agent below starts from the cache as it would on its second start.
-    let warm = berth::hook_set::HookSet::load(
+    let warm = berth_client::hook_set::HookSet::load(
         &support::runtime(),
         &[berth_model::hook::HookSpec {
             name: "warm".into(),
@@ -638,7 +638,7 @@ async fn jobs_with_nothing_left_are_collected_and_the_job_list_pages() {
     let mut seen = Vec::new();
     let mut path = "/v1/berth/jobs?per_page=2".to_string();
     loop {
-        let (page, next): (Vec<berth::agent::JobStatus>, Option<String>) =
+        let (page, next): (Vec<berth_client::agent::JobStatus>, Option<String>) =
             client.get_page(&path).await.unwrap();
         assert!(page.len() <= 2);
         seen.extend(page.into_iter().map(|j| j.id));
@@ -648,7 +648,7 @@ async fn jobs_with_nothing_left_are_collected_and_the_job_list_pages() {
         }
     }
     assert_eq!(seen, ["a-job", "b-job", "c-job", "d-job", "e-job"]);
-    let (prefixed, _): (Vec<berth::agent::JobStatus>, _) =
+    let (prefixed, _): (Vec<berth_client::agent::JobStatus>, _) =
         client.get_page("/v1/berth/jobs?prefix=c-").await.unwrap();
     assert_eq!(prefixed.len(), 1);
 

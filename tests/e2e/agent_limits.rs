@@ -79,7 +79,7 @@ async fn an_agent_in_256_mib_survives_jobspecs_that_ask_for_gigabytes() {
         agent.submit("bomb2.hcl", &bomb2)
     );
     for refused in [first, second] {
-        let Err(berth::api::client::ClientError::Api(error, _)) = refused else {
+        let Err(berth_api::client::ClientError::Api(error, _)) = refused else {
             panic!("the replace() bomb was accepted: {refused:?}");
         };
         assert!(
@@ -107,7 +107,7 @@ async fn an_agent_in_256_mib_survives_jobspecs_that_ask_for_gigabytes() {
     );
     assert_eq!(cage.oom_kills(), 0);
     // Still there, and answering.
-    let me: berth::api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
+    let me: berth_api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
     assert!(!me.drivers.is_empty());
     // Two refused jobspecs at once: 64 MiB each at most.
     assert!(peak < 128 << 20, "{} MiB", peak >> 20);
@@ -161,7 +161,7 @@ async fn root_is_answered_on_the_socket_while_nobody_holds_twenty_thousand_conne
         .unwrap()
         .count();
     let started = std::time::Instant::now();
-    let answered: Result<berth::api::AgentSelf, _> =
+    let answered: Result<berth_api::AgentSelf, _> =
         tokio::time::timeout(std::time::Duration::from_secs(10), async {
             agent.client().get("/v1/berth/agent/self").await
         })

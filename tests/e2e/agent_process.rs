@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::agent::Submitted;
-use berth::alloc_runner::AllocStatus;
-use berth::api::client::{Client, ClientError};
-use berth::api::{AgentSelf, SubmitRequest};
+use berth_api::client::{Client, ClientError};
+use berth_api::{AgentSelf, SubmitRequest};
+use berth_client::agent::Submitted;
+use berth_client::alloc_runner::AllocStatus;
 use berth_model::status::ClientStatus;
 
 use crate::support;
@@ -66,7 +66,7 @@ impl AgentProcess {
         .unwrap();
         // Below the ephemeral range: restarted on this port, the agent never finds it
         // taken by another test's outgoing connection.
-        let port = berth::cluster::testing::free_port();
+        let port = berth_client::cluster::testing::free_port();
         // The mock driver, which many tests run, is off unless the operator enables it.
         let config = format!(
             "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n\

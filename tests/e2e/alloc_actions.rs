@@ -40,7 +40,7 @@ fn json(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
-fn started_count(status: &berth::alloc_runner::AllocStatus) -> usize {
+fn started_count(status: &berth_client::alloc_runner::AllocStatus) -> usize {
     status.tasks["t"]
         .events
         .iter()
@@ -64,17 +64,18 @@ async fn alloc_restart_signal_and_stats_work_as_nomads() {
     let port = agent.port();
     // Submitted with the token, which so owns the job: restarting and signaling an
     // alloc need its job's owner (or the operator).
-    let request = berth::api::SubmitRequest {
+    let request = berth_api::SubmitRequest {
         source_name: "actions.hcl".into(),
         source: JOB.into(),
         variables: Default::default(),
     };
-    let submitted: berth::agent::Submitted = berth::api::client::Client::new(&agent.address())
-        .unwrap()
-        .with_token(Some(token.clone()))
-        .post("/v1/berth/jobs", &request)
-        .await
-        .unwrap();
+    let submitted: berth_client::agent::Submitted =
+        berth_api::client::Client::new(&agent.address())
+            .unwrap()
+            .with_token(Some(token.clone()))
+            .post("/v1/berth/jobs", &request)
+            .await
+            .unwrap();
     let id = submitted.alloc_ids[0].clone();
     agent
         .wait_alloc(&id, "its task running", |s| started_count(s) == 1)

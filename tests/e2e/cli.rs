@@ -8,7 +8,7 @@ use crate::support;
 fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(
-        berth::builtin::test_components::LEGACY_V01,
+        berth_builtin::test_components::LEGACY_V01,
         plugins.path().join("legacy.wasm"),
     )
     .unwrap();
@@ -85,7 +85,7 @@ fn two_files_reporting_one_driver_name_are_both_refused() {
     let plugins = tempfile::tempdir().unwrap();
     for name in ["a.wasm", "b.wasm"] {
         std::fs::copy(
-            berth::builtin::test_components::LEGACY_V01,
+            berth_builtin::test_components::LEGACY_V01,
             plugins.path().join(name),
         )
         .unwrap();
@@ -115,13 +115,13 @@ fn slow_drivers_are_refused_at_their_load_deadline_and_delay_nothing_else() {
     let plugins = tempfile::tempdir().unwrap();
     for name in ["slow1.wasm", "slow2.wasm", "slow3.wasm"] {
         std::fs::copy(
-            berth::builtin::test_components::SLOW_INFO,
+            berth_builtin::test_components::SLOW_INFO,
             plugins.path().join(name),
         )
         .unwrap();
     }
     std::fs::copy(
-        berth::builtin::test_components::LEGACY_V01,
+        berth_builtin::test_components::LEGACY_V01,
         plugins.path().join("legacy.wasm"),
     )
     .unwrap();
@@ -138,7 +138,7 @@ fn slow_drivers_are_refused_at_their_load_deadline_and_delay_nothing_else() {
         "{stderr}"
     );
     // One at a time, three slow files would take three deadlines (15 s).
-    let deadline = berth::runtime::driver::LOAD_CALL_WALL;
+    let deadline = berth_client::runtime::driver::LOAD_CALL_WALL;
     assert!(
         elapsed < deadline * 3 - std::time::Duration::from_secs(1),
         "loading took {elapsed:?}"

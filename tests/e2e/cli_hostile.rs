@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::AllocStatus;
+use berth_client::alloc_runner::AllocStatus;
 use berth_model::events::TaskStateKind;
 use berth_model::status::ClientStatus;
 

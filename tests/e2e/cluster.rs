@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use berth::cluster::testing::EtcdServer;
+use berth_client::cluster::testing::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;
@@ -281,7 +281,7 @@ job "as-root" {
     assert!(why.contains("root"), "the refusal says why: {listed}");
     // A job author's token may submit, but not drain or fence off a node (Nomad's
     // node:write is the operator's).
-    let author = berth::api::client::Client::new(&permissive.address())
+    let author = berth_api::client::Client::new(&permissive.address())
         .unwrap()
         .with_token(Some("job-author-secret-0123".into()));
     let nodes: Value = author.get("/v1/nodes").await.unwrap();

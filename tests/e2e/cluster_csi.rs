@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use berth::catalog::PluginStatus;
-use berth::cluster::testing::EtcdServer;
+use berth_client::catalog::PluginStatus;
+use berth_client::cluster::testing::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;

@@ -18,7 +18,7 @@ async fn run_script(
     job: &str,
     task_extra: &str,
     script: &str,
-) -> (berth::alloc_runner::AllocStatus, String) {
+) -> (berth_client::alloc_runner::AllocStatus, String) {
     let source = format!(
         "job \"{job}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n{task_extra}      config {{\n        command = \"/bin/sh\"\n        args = [\"-c\", {}]\n      }}\n    }}\n  }}\n}}\n",
         serde_json::to_string(script).unwrap()
@@ -297,8 +297,7 @@ async fn an_exec_task_runs_as_its_user_with_no_capabilities_and_an_unknown_user_
     assert_eq!(status.client_status, ClientStatus::Complete);
 
     let ghost = "job \"ghost\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      user = \"no-such-user-here\"\n      config {\n        command = \"/bin/true\"\n      }\n    }\n  }\n}\n";
-    let Err(berth::api::client::ClientError::Api(error, _)) =
-        agent.submit("ghost.hcl", ghost).await
+    let Err(berth_api::client::ClientError::Api(error, _)) = agent.submit("ghost.hcl", ghost).await
     else {
         panic!("a job with an unknown user was accepted");
     };
@@ -634,7 +633,7 @@ async fn run_to_the_end(
     agent: &AgentProcess,
     job: &str,
     source: &str,
-) -> berth::alloc_runner::AllocStatus {
+) -> berth_client::alloc_runner::AllocStatus {
     let submitted = agent.submit(&format!("{job}.hcl"), source).await.unwrap();
     agent.finished(&submitted.alloc_ids[0]).await
 }

@@ -299,7 +299,7 @@ async fn consul_failures_are_retried_with_backoff_while_the_task_runs_and_acl_re
 async fn a_consul_service_without_a_consul_block_is_refused_and_provider_nomad_is_listed() {
     let mut agent = AgentProcess::new();
     agent.start().await;
-    let Err(berth::api::client::ClientError::Api(error, _)) = agent.submit("shop.hcl", SHOP).await
+    let Err(berth_api::client::ClientError::Api(error, _)) = agent.submit("shop.hcl", SHOP).await
     else {
         panic!("a consul service without a consul block was accepted");
     };

@@ -14,9 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth::agent::{JobStatus, Submitted};
-use berth::api::SubmitRequest;
-use berth::api::client::ClientError;
+use berth_api::SubmitRequest;
+use berth_api::client::ClientError;
+use berth_client::agent::{JobStatus, Submitted};
 use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth::alloc_runner::AllocStatus;
-use berth::catalog::{PluginStatus, VolumeStatus};
+use berth_client::alloc_runner::AllocStatus;
+use berth_client::catalog::{PluginStatus, VolumeStatus};
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
 

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth::runtime::driver::DriverError;
+use berth_client::runtime::driver::DriverError;
 use berth_model::driver::{MountConfigs, TaskState, WorldVersion};
 use berth_model::mount::Propagation;
 use serde_json::json;
@@ -94,13 +94,14 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
 /// checks still run meanwhile; and task calls work again once a slot is free.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_instance_pool_gives_a_clear_error_keeps_checks_running_and_recovers() {
-    let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    let mut config = berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = 4;
     config.slot_wait = Duration::from_millis(300);
-    assert_eq!(berth::runtime::slots_kept_for_checks(4), 1);
-    let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    assert_eq!(berth_client::runtime::slots_kept_for_checks(4), 1);
+    let runtime =
+        berth_client::runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let waiter = std::sync::Arc::new(
-        support::from_file(&runtime, berth::builtin::test_components::MISBEHAVE).await,
+        support::from_file(&runtime, berth_builtin::test_components::MISBEHAVE).await,
     );
     let task = TaskDir::new();
     let wait_in_guest = json!({"behave": "wait-in-guest"});
@@ -172,10 +173,11 @@ async fn a_full_instance_pool_gives_a_clear_error_keeps_checks_running_and_recov
 /// tasks than slots wait at once, and each wait still ends at its time with its exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn mock_tasks_wait_without_an_instance() {
-    let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    let mut config = berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = 4;
     config.slot_wait = Duration::from_millis(300);
-    let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let runtime =
+        berth_client::runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let mock = std::sync::Arc::new(support::builtin(&runtime, "mock").await);
     let task = TaskDir::new();
     let started = Instant::now();
@@ -217,9 +219,10 @@ async fn mock_tasks_wait_without_an_instance() {
 #[tokio::test(flavor = "multi_thread")]
 async fn running_exec_tasks_hold_no_instance_slot() {
     const SLOTS: u32 = 4;
-    let mut config = berth::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    let mut config = berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = SLOTS;
-    let runtime = berth::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let runtime =
+        berth_client::runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let exec = std::sync::Arc::new(support::builtin(&runtime, "exec").await);
     let live = || {
         runtime
@@ -353,12 +356,12 @@ async fn stop_task_signals_and_the_exit_reports_the_signal() {
 /// names the keeper, and leaves nothing running.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_without_a_working_keeper_fails_to_start_saying_why() {
-    let without = berth::runtime::Runtime::new(berth::runtime::RuntimeConfig::new(Some(
-        support::cache_dir(),
-    )))
+    let without = berth_client::runtime::Runtime::new(berth_client::runtime::RuntimeConfig::new(
+        Some(support::cache_dir()),
+    ))
     .unwrap();
-    let not_a_keeper = berth::runtime::Runtime::with_processes(
-        berth::runtime::RuntimeConfig::new(Some(support::cache_dir())),
+    let not_a_keeper = berth_client::runtime::Runtime::with_processes(
+        berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir())),
         std::sync::Arc::new(
             berth_sys::process::ProcessTable::default().supervised_by("/bin/true".into()),
         ),
@@ -489,7 +492,7 @@ async fn a_task_is_recovered_by_a_new_agent_and_its_exit_observed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_driver_built_against_0_1_0_loads_as_mount_configs_all_and_mounts() {
     let runtime = support::runtime();
-    let legacy = support::from_file(&runtime, berth::builtin::test_components::LEGACY_V01).await;
+    let legacy = support::from_file(&runtime, berth_builtin::test_components::LEGACY_V01).await;
     assert_eq!(legacy.world(), WorldVersion::V0_1);
     assert_eq!(legacy.capabilities().mount_configs, MountConfigs::All);
     assert!(!legacy.capabilities().declared);

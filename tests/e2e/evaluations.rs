@@ -3,7 +3,7 @@
 //! its allocations; a job that fits nowhere is accepted and its evaluation says which
 //! dimension was exhausted.
 
-use berth::cluster::testing::EtcdServer;
+use berth_client::cluster::testing::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;
@@ -166,7 +166,10 @@ job "pair" {
 }
 "#;
     let submitted = agent.submit("pair.hcl", source).await.unwrap();
-    assert!(berth::cluster::is_uuid(&submitted.eval_id), "{submitted:?}");
+    assert!(
+        berth_client::cluster::is_uuid(&submitted.eval_id),
+        "{submitted:?}"
+    );
     assert_eq!(submitted.alloc_ids.len(), 2, "{submitted:?}");
     // The allocs are this node's at once: each one's status reads.
     for id in &submitted.alloc_ids {

@@ -574,7 +574,7 @@ fn berth_offline(dir: &Path, config: &str, args: &[&str]) -> (i32, String, Strin
 
 #[test]
 fn components_are_held_to_the_operators_pins() {
-    use berth::builtin::test_components::{INJECT_ENV_HOOK, LEGACY_V01};
+    use berth_builtin::test_components::{INJECT_ENV_HOOK, LEGACY_V01};
     use berth_model::pins::sha256_hex;
     let dir = tempfile::Builder::new()
         .prefix("berth-e2e-pins")

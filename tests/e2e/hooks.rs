@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth::agent::{Agent, AgentOptions, StateLocation};
-use berth::alloc_runner::AllocStatus;
-use berth::builtin::test_components as components;
-use berth::config::AgentConfig;
-use berth::driver_set::DriverSet;
-use berth::hook_set::HookSet;
+use berth_builtin::test_components as components;
+use berth_client::agent::{Agent, AgentOptions, StateLocation};
+use berth_client::alloc_runner::AllocStatus;
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
+use berth_client::hook_set::HookSet;
 use berth_model::events::EventKind;
 use berth_model::hook::{HookSpec, OnFailure};
 use berth_model::status::ClientStatus;
@@ -57,7 +57,7 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let hook_set = HookSet::load(&runtime, &hooks, false).await;
     // raw_exec on: the policy hooks below are what refuses it.
-    let enabled = |name: &str| berth::config::PluginConfig {
+    let enabled = |name: &str| berth_client::config::PluginConfig {
         name: name.into(),
         enabled: Some(true),
         ..Default::default()
@@ -98,7 +98,7 @@ fn messages(status: &AllocStatus, task: &str) -> Vec<String> {
 
 /// A service alloc that runs for an hour beside the hostile ones; the tests check it
 /// never noticed them.
-async fn submit_healthy(agent: &Agent) -> berth::agent::Submitted {
+async fn submit_healthy(agent: &Agent) -> berth_client::agent::Submitted {
     let job = "job \"healthy\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n    }\n  }\n}\n";
     agent.submit("healthy.hcl", job).await.unwrap()
 }

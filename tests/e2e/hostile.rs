@@ -3,14 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use berth::runtime::driver::{Driver, DriverError, LoadError};
-use berth::runtime::sandbox::Fault;
+use berth_client::runtime::driver::{Driver, DriverError, LoadError};
+use berth_client::runtime::sandbox::Fault;
 use berth_model::mount::Propagation;
 use serde_json::json;
 
 use crate::support::{self, TaskDir, mount};
 
-const MISBEHAVE: &str = berth::builtin::test_components::MISBEHAVE;
+const MISBEHAVE: &str = berth_builtin::test_components::MISBEHAVE;
 
 fn behave(what: &str) -> String {
     json!({ "behave": what }).to_string()
@@ -188,7 +188,7 @@ async fn a_driver_that_declared_none_cannot_pass_mounts() {
 
 /// The refusal is real: no process was started (none tracked for the driver, and its
 /// log file, which a spawn opens first, does not exist).
-fn assert_nothing_spawned(runtime: &berth::runtime::Runtime, task: &TaskDir) {
+fn assert_nothing_spawned(runtime: &berth_client::runtime::Runtime, task: &TaskDir) {
     assert_eq!(
         runtime.processes().owned_by("misbehave"),
         0,
@@ -249,7 +249,7 @@ async fn nonsense_handles_are_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_files_are_refused_at_load_with_the_file_named() {
     let runtime = support::runtime();
-    let hook = berth::builtin::test_components::HOSTILE_HOOK;
+    let hook = berth_builtin::test_components::HOSTILE_HOOK;
     let error = Driver::load_file(&runtime, hook.as_ref())
         .await
         .err()
@@ -518,7 +518,7 @@ async fn a_driver_that_floods_the_log_is_cut_at_its_budget_and_forges_no_line() 
     let logged = text.lines().filter(|l| l.contains("flood ")).count();
     assert_eq!(
         logged,
-        berth::runtime::host_api::log::MAX_MESSAGES_PER_CALL as usize,
+        berth_client::runtime::host_api::log::MAX_MESSAGES_PER_CALL as usize,
         "{}",
         &text[..text.len().min(2000)]
     );

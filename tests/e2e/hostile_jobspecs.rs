@@ -203,7 +203,7 @@ async fn the_operators_socket_answers_within_100_ms_while_four_clients_send_expe
 /// problem and logs it once, none crashes, and the cluster goes on placing other jobs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent() {
-    use berth::cluster::testing::EtcdServer;
+    use berth_client::cluster::testing::EtcdServer;
     let etcd = EtcdServer::start();
     let mut agents: Vec<AgentProcess> = ["node-a", "node-b", "node-c"]
         .iter()
@@ -212,7 +212,7 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
     for agent in &mut agents {
         agent.start().await;
     }
-    let poisoned = berth::cluster::state::ClusterJob {
+    let poisoned = berth_client::cluster::state::ClusterJob {
         id: "deep".into(),
         source_name: "deep.hcl".into(),
         source: splats("deep", 3000),
@@ -233,31 +233,35 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
             "job \"{id}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n"
         )
     };
-    let typed = |id: &str, schema: u32, job: Value| berth::cluster::state::ClusterJob {
+    let typed = |id: &str, schema: u32, job: Value| berth_client::cluster::state::ClusterJob {
         id: id.into(),
         source_name: format!("{id}.hcl"),
         source: fine_source(id),
-        typed: Some(berth::cluster::typed::TypedJob { schema, job }),
+        typed: Some(berth_client::cluster::typed::TypedJob { schema, job }),
         ..poisoned.clone()
     };
     let records = vec![
         ("deep", poisoned.clone()),
         (
             "future",
-            typed("future", berth::cluster::typed::JOB_SCHEMA + 1, json!({})),
+            typed(
+                "future",
+                berth_client::cluster::typed::JOB_SCHEMA + 1,
+                json!({}),
+            ),
         ),
         (
             "damaged",
             typed(
                 "damaged",
-                berth::cluster::typed::JOB_SCHEMA,
+                berth_client::cluster::typed::JOB_SCHEMA,
                 json!({"groups": 7}),
             ),
         ),
     ];
     let access = etcd.access();
     tokio::task::spawn_blocking(move || {
-        let store = berth::cluster::etcd::Etcd::connect(&access).unwrap();
+        let store = berth_client::cluster::etcd::Etcd::connect(&access).unwrap();
         for (id, record) in records {
             let client = store.clone();
             let value = serde_json::to_vec(&record).unwrap();
@@ -328,7 +332,7 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
         }
     }
     for agent in &agents {
-        let me: berth::api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
+        let me: berth_api::AgentSelf = agent.client().get("/v1/berth/agent/self").await.unwrap();
         assert!(!me.drivers.is_empty());
         let output = agent.output();
         for id in ["deep", "future", "damaged"] {

@@ -46,7 +46,7 @@ fn remove_tree(dir: &Path) {
     }
 }
 
-fn stdout_of(status: &berth::alloc_runner::AllocStatus, task: &str) -> String {
+fn stdout_of(status: &berth_client::alloc_runner::AllocStatus, task: &str) -> String {
     std::fs::read_to_string(status.alloc_dir.join(format!("alloc/logs/{task}.stdout.0")))
         .unwrap_or_default()
 }

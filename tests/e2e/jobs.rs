@@ -5,10 +5,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use berth::alloc_runner::{AllocRunner, NodeContext};
-use berth::config::AgentConfig;
-use berth::driver_set::DriverSet;
-use berth::state::StateStore;
+use berth_client::alloc_runner::{AllocRunner, NodeContext};
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
+use berth_client::state::StateStore;
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
 use berth_sys::cgroup::Cgroups;
@@ -74,21 +74,21 @@ impl Agent {
         let data_dir = self.path().join("data");
         let config = self.config();
         NodeContext {
-            csi: berth::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
+            csi: berth_client::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
             sys: Arc::new(berth_sys::LinuxSys::new(
                 berth_sys::cgroup::Cgroups::detect(config.cgroups.clone()),
             )),
             data_dir,
             drivers,
-            hooks: berth::hook_set::HookSet::default(),
+            hooks: berth_client::hook_set::HookSet::default(),
             config: Arc::new(config),
             store,
             events,
-            services: Arc::new(berth::consul::ServiceClient::disabled()),
+            services: Arc::new(berth_client::consul::ServiceClient::disabled()),
             dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
-                berth::config::DEFAULT_DYNAMIC_RANGE,
+                berth_client::config::DEFAULT_DYNAMIC_RANGE,
             )),
-            facts: berth::node::facts(&Default::default()),
+            facts: berth_client::node::facts(&Default::default()),
         }
     }
 
@@ -530,7 +530,7 @@ async fn a_failed_start_leaves_no_process_behind() {
     let plugins = agent.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::copy(
-        berth::builtin::test_components::MISBEHAVE,
+        berth_builtin::test_components::MISBEHAVE,
         plugins.join("misbehave.wasm"),
     )
     .unwrap();

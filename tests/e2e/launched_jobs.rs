@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth::agent::JobStatus;
+use berth_client::agent::JobStatus;
 use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;
@@ -73,7 +73,7 @@ fn alloc_of(stdout: &str) -> String {
         .to_string()
 }
 
-fn finished(status: &berth::alloc_runner::AllocStatus) -> bool {
+fn finished(status: &berth_client::alloc_runner::AllocStatus) -> bool {
     matches!(
         status.client_status,
         ClientStatus::Complete | ClientStatus::Failed

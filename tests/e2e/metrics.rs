@@ -16,7 +16,7 @@ const VIEWER: &str = "viewer-secret-0123456789";
 async fn agent_with_misbehave() -> (AgentProcess, tempfile::TempDir, String) {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(
-        berth::builtin::test_components::MISBEHAVE,
+        berth_builtin::test_components::MISBEHAVE,
         plugins.path().join("misbehave.wasm"),
     )
     .unwrap();
@@ -93,7 +93,7 @@ async fn a_driver_that_floods_the_log_is_counted_and_the_agent_log_stays_within_
     // The agent's log: the budget of each flooding call (validate at submit, validate
     // again on the node it is placed on, and start if it got that far), one line each,
     // no forged line.
-    let budget = u64::from(berth::runtime::host_api::log::MAX_MESSAGES_PER_CALL);
+    let budget = u64::from(berth_client::runtime::host_api::log::MAX_MESSAGES_PER_CALL);
     let log = agent.output();
     let logged = log.lines().filter(|l| l.contains("flood ")).count() as u64;
     assert!(
@@ -103,7 +103,7 @@ async fn a_driver_that_floods_the_log_is_counted_and_the_agent_log_stays_within_
     );
     assert!(!log.lines().any(|l| l.starts_with("FORGED")));
 
-    let drops: berth::api::nomad::metrics::LogDrops = agent
+    let drops: berth_api::nomad::metrics::LogDrops = agent
         .client()
         .get("/v1/berth/agent/log-drops")
         .await

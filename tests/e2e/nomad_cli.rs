@@ -142,7 +142,7 @@ async fn plan_and_dispatch_answer_in_nomads_shapes_and_the_cli_uses_them() {
         .unwrap();
     assert_eq!(evaluation["JobID"], child, "{evaluation}");
     assert_eq!(evaluation["TriggeredBy"], "job-dispatch", "{evaluation}");
-    let Err(berth::api::client::ClientError::Api(error, status)) = client
+    let Err(berth_api::client::ClientError::Api(error, status)) = client
         .post::<_, Value>(
             "/v1/job/launcher/dispatch",
             &json!({"Meta": {"format": "pdf"}}),

@@ -269,7 +269,7 @@ async fn an_undeclared_variable_hides_no_other_mistake_from_validate_or_submit()
     let mut agent = AgentProcess::new();
     agent.start().await;
     let source = std::fs::read_to_string(&fixture).unwrap();
-    let Err(berth::api::client::ClientError::Api(error, _)) =
+    let Err(berth_api::client::ClientError::Api(error, _)) =
         agent.submit("greeter.hcl", &source).await
     else {
         panic!("a jobspec with three mistakes was accepted");

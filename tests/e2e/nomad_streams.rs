@@ -587,7 +587,7 @@ async fn the_event_stream_reports_a_job_and_its_alloc_as_nomad_does() {
 /// why, and once those clients go the agent answers again.
 #[tokio::test(flavor = "multi_thread")]
 async fn readers_that_never_read_hold_a_bounded_number_of_file_answers() {
-    use berth::api::nomad::alloc_fs::{MAX_READ, MAX_READS_IN_MEMORY};
+    use berth_api::nomad::alloc_fs::{MAX_READ, MAX_READS_IN_MEMORY};
     // The default idle timeout (60 s): the stalled readers stay for the whole test.
     let mut agent = AgentProcess::with_config("");
     agent.start().await;

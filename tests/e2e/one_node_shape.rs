@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use berth::cluster::testing::EtcdServer;
+use berth_client::cluster::testing::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;
@@ -94,15 +94,17 @@ async fn a_reserved_block_larger_than_the_node_is_refused_at_start() {
         .prefix("berth-e2e-reserved")
         .tempdir_in("/tmp")
         .unwrap();
-    let config =
-        berth::config::AgentConfig::parse("agent.hcl", "reserved {\n  memory = 100000000\n}\n")
-            .unwrap();
-    let started = berth::agent::Agent::start(berth::agent::AgentOptions {
+    let config = berth_client::config::AgentConfig::parse(
+        "agent.hcl",
+        "reserved {\n  memory = 100000000\n}\n",
+    )
+    .unwrap();
+    let started = berth_client::agent::Agent::start(berth_client::agent::AgentOptions {
         data_dir: dir.path().to_path_buf(),
         config,
         drivers: Default::default(),
         hooks: Default::default(),
-        state: berth::agent::StateLocation::Memory,
+        state: berth_client::agent::StateLocation::Memory,
     })
     .await;
     let Err(error) = started else {

@@ -7,8 +7,8 @@
 //! `CAP_SYS_ADMIN` beyond a task's set, narrowed by seccomp and its mount warden to bind mounts below its dirs, with no kernel
 //! settings in its `/proc`, under `pivot_root`.
 
-use berth::api::SubmitRequest;
-use berth::api::client::{Client, ClientError};
+use berth_api::SubmitRequest;
+use berth_api::client::{Client, ClientError};
 use berth_sys::process::confine::{MOUNTING_PLUGIN_CAPABILITIES, TASK_CAPABILITIES};
 
 use crate::agent_process::AgentProcess;
@@ -323,7 +323,7 @@ async fn a_granted_plugin_mounts_binds_only_and_a_job_author_claiming_its_id_get
 
 #[test]
 fn a_grant_by_plugin_id_alone_is_refused_with_the_new_form() {
-    let error = berth::config::AgentConfig::parse(
+    let error = berth_client::config::AgentConfig::parse(
         "agent.hcl",
         "csi {\n  privileged_plugins = [\"hostpath\"]\n}\n",
     )

@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use berth::cluster::testing::EtcdServer;
+use berth_client::cluster::testing::EtcdServer;
 use berth_model::status::ClientStatus;
 
 use crate::agent_process::AgentProcess;

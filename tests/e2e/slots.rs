@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use berth::agent::{AllocSummary, JobStatus};
+use berth_client::agent::{AllocSummary, JobStatus};
 use berth_model::status::{ClientStatus, DesiredStatus};
 
 use crate::agent_process::AgentProcess;
@@ -105,7 +105,7 @@ async fn mock_is_refused_by_name_unless_the_operator_enables_it() {
         .submit("one.hcl", &long_mock_job("one", 1))
         .await
         .unwrap_err();
-    let berth::api::client::ClientError::Api(answer, _) = &error else {
+    let berth_api::client::ClientError::Api(answer, _) = &error else {
         panic!("not the agent's refusal: {error}");
     };
     assert!(

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use berth::runtime::driver::{Driver, DriverOrigin};
-use berth::runtime::{Runtime, RuntimeConfig, SandboxLimits};
+use berth_client::runtime::driver::{Driver, DriverOrigin};
+use berth_client::runtime::{Runtime, RuntimeConfig, SandboxLimits};
 use berth_model::driver::TaskRequest;
 use berth_model::mount::{HandedMount, Propagation};
 
@@ -41,7 +41,7 @@ pub fn strict_runtime(deadline: Duration, memory_max: usize) -> Runtime {
 }
 
 pub async fn builtin(runtime: &Runtime, name: &str) -> Driver {
-    let bytes = berth::builtin::DRIVERS
+    let bytes = berth_builtin::DRIVERS
         .iter()
         .find(|(n, _)| *n == name)
         .unwrap()

@@ -21,12 +21,16 @@ fn task(name: &str, extra: &str, script: &str) -> String {
     )
 }
 
-async fn run(agent: &AgentProcess, name: &str, source: &str) -> berth::alloc_runner::AllocStatus {
+async fn run(
+    agent: &AgentProcess,
+    name: &str,
+    source: &str,
+) -> berth_client::alloc_runner::AllocStatus {
     let submitted = agent.submit(&format!("{name}.hcl"), source).await.unwrap();
     agent.finished(&submitted.alloc_ids[0]).await
 }
 
-fn stdout(status: &berth::alloc_runner::AllocStatus, task: &str) -> String {
+fn stdout(status: &berth_client::alloc_runner::AllocStatus, task: &str) -> String {
     std::fs::read_to_string(status.alloc_dir.join(format!("alloc/logs/{task}.stdout.0")))
         .unwrap_or_default()
 }
@@ -100,7 +104,7 @@ async fn root_is_refused_at_submit_unless_the_operators_denylist_allows_it() {
             "rooted",
             &task("t", &format!("      user = \"{user}\"\n"), "id -u"),
         );
-        let Err(berth::api::client::ClientError::Api(error, _)) =
+        let Err(berth_api::client::ClientError::Api(error, _)) =
             agent.submit("rooted.hcl", &source).await
         else {
             panic!("a job asking for user {user:?} was accepted");

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use berth::agent::{Agent, AgentOptions, StateLocation};
-use berth::config::AgentConfig;
-use berth::driver_set::DriverSet;
+use berth_client::agent::{Agent, AgentOptions, StateLocation};
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
 
 use crate::support;
 
@@ -30,7 +30,7 @@ async fn agent_named(name: &str, datacenter: &str) -> NamedAgent {
     let config = AgentConfig {
         name: Some(name.into()),
         datacenter: Some(datacenter.into()),
-        plugins: vec![berth::config::PluginConfig {
+        plugins: vec![berth_client::config::PluginConfig {
             name: "mock".into(),
             enabled: Some(true),
             ..Default::default()

@@ -48,26 +48,26 @@ pub fn summary(name: &str, value: f64) {
 #[allow(dead_code, reason = "used by alloc_start and density only")]
 pub fn node(
     data_dir: &std::path::Path,
-    drivers: berth::driver_set::DriverSet,
-    config: std::sync::Arc<berth::config::AgentConfig>,
-    store: &std::sync::Arc<berth::state::StateStore>,
+    drivers: berth_client::driver_set::DriverSet,
+    config: std::sync::Arc<berth_client::config::AgentConfig>,
+    store: &std::sync::Arc<berth_client::state::StateStore>,
     cgroups: &berth_sys::cgroup::Cgroups,
-) -> berth::alloc_runner::NodeContext {
+) -> berth_client::alloc_runner::NodeContext {
     use std::sync::Arc;
-    berth::alloc_runner::NodeContext {
+    berth_client::alloc_runner::NodeContext {
         data_dir: data_dir.to_path_buf(),
         drivers,
-        hooks: berth::hook_set::HookSet::default(),
+        hooks: berth_client::hook_set::HookSet::default(),
         config,
         store: store.clone(),
         events: tokio::sync::broadcast::channel(16).0,
-        csi: berth::csi::CsiNode::start(data_dir, store.clone(), Default::default()),
+        csi: berth_client::csi::CsiNode::start(data_dir, store.clone(), Default::default()),
         sys: Arc::new(berth_sys::LinuxSys::new(cgroups.clone())),
-        services: Arc::new(berth::consul::ServiceClient::disabled()),
+        services: Arc::new(berth_client::consul::ServiceClient::disabled()),
         dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
-            berth::config::DEFAULT_DYNAMIC_RANGE,
+            berth_client::config::DEFAULT_DYNAMIC_RANGE,
         )),
-        facts: berth::node::facts(&Default::default()),
+        facts: berth_client::node::facts(&Default::default()),
     }
 }
 
@@ -75,15 +75,15 @@ pub fn node(
 /// the alloc's size, loop-mounted at its start.
 #[allow(dead_code, reason = "used by alloc_start and density only")]
 pub fn with_image_disks(
-    node: berth::alloc_runner::NodeContext,
+    node: berth_client::alloc_runner::NodeContext,
     cgroups: &berth_sys::cgroup::Cgroups,
-) -> berth::alloc_runner::NodeContext {
+) -> berth_client::alloc_runner::NodeContext {
     let disks = berth_sys::disk::DiskLimits::with_mechanism(
         berth_sys::disk::Mechanism::Image,
         &node.data_dir,
         None,
     );
-    berth::alloc_runner::NodeContext {
+    berth_client::alloc_runner::NodeContext {
         sys: std::sync::Arc::new(berth_sys::LinuxSys::with_disk(cgroups.clone(), disks)),
         ..node
     }

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::output::{eprint_line, print_line};
-use crate::agent::{Agent, AgentOptions, NoticeLevel, StateLocation};
-use crate::api::Listeners;
-use crate::api::access::{AccessError, AccessPolicy, SOCKET_NAME, bind_socket, tcp_tokens};
-use crate::config::AgentConfig;
-use crate::driver_set::DriverSet;
-use crate::hook_set::HookSet;
+use berth_api::Listeners;
+use berth_api::access::{AccessError, AccessPolicy, SOCKET_NAME, bind_socket, tcp_tokens};
+use berth_client::agent::{Agent, AgentOptions, NoticeLevel, StateLocation};
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
+use berth_client::hook_set::HookSet;
 
 /// Where a dev agent listens on TCP unless told otherwise (Nomad's port).
 const DEV_ADDRESS: SocketAddr =
@@ -56,7 +56,7 @@ pub(super) async fn run(
                 Err(error) => return Err(error.into()),
             };
             let open = tokens.is_empty();
-            let listener = crate::api::bind_tcp(address)
+            let listener = berth_api::bind_tcp(address)
                 .await
                 .map_err(|e| anyhow::format_err!("listening on {address}: {e}"))?;
             Some((
@@ -133,7 +133,7 @@ pub(super) async fn run(
         tcp: tcp.map(|(listener, _, _, policy)| (listener, policy)),
         tcp_limits: config.http.tcp_limits,
     };
-    let serve = crate::api::serve(listeners, agent.clone());
+    let serve = berth_api::serve(listeners, agent.clone());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         served = serve => served.map_err(|e| anyhow::format_err!("serving the HTTP API: {e}"))?,

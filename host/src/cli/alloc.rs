@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use super::nomad_shapes::{Alloc, path_escape, resolve_alloc};
 use super::output::{clock, one_line, print_line};
-use crate::alloc_runner::AllocStatus;
-use crate::api::client::Client;
+use berth_api::client::Client;
+use berth_client::alloc_runner::AllocStatus;
 
 /// `berth alloc status`: the alloc from Nomad's `GET /v1/allocation/:id` (its id found
 /// from a prefix with `GET /v1/allocations?prefix=`, as Nomad's CLI does), and what
@@ -142,7 +142,7 @@ pub(super) async fn signal(
 
 /// `berth system gc`.
 pub(super) async fn collect_garbage(client: &Client) -> anyhow::Result<ExitCode> {
-    let done: crate::api::Collected = client.post("/v1/berth/system/gc", &()).await?;
+    let done: berth_api::Collected = client.post("/v1/berth/system/gc", &()).await?;
     if done.collected.is_empty() {
         print_line!("==> Nothing to collect");
     } else {

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::output::print_line;
-use crate::driver_set::DriverSet;
-use crate::runtime::driver::Driver;
+use berth_client::driver_set::DriverSet;
+use berth_client::runtime::driver::Driver;
 use berth_model::driver::{MountConfigs, WorldVersion};
 
 /// `drops`: the log messages each plugin dropped, from the running agent (`None`: no

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::output::print_line;
-use crate::hook_set::HookSet;
+use berth_client::hook_set::HookSet;
 use berth_model::hook::HookSpec;
 
 #[derive(Serialize)]

@@ -11,12 +11,12 @@ use serde_json::json;
 
 use super::nomad_shapes::{Alloc, JobRead, JobStub, capitalized, job_allocs, path_escape};
 use super::output::{clock, eprint_line, one_line, print_event, print_line};
-use crate::agent::{Agent, AgentOptions, StateLocation, SubmitError, Submitted};
-use crate::api::client::{Client, ClientError};
-use crate::api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
-use crate::config::AgentConfig;
-use crate::driver_set::DriverSet;
-use crate::hook_set::HookSet;
+use berth_api::client::{Client, ClientError};
+use berth_api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
+use berth_client::agent::{Agent, AgentOptions, StateLocation, SubmitError, Submitted};
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
+use berth_client::hook_set::HookSet;
 use berth_hcl::eval::VariableInputs;
 use berth_jobspec::{Job, JobspecError};
 use berth_model::status::ClientStatus;
@@ -126,12 +126,13 @@ async fn parse_and_check(
     let input = read_jobspec(path, vars)?;
     let job = berth_jobspec::parse_with(&input.name, &input.source, &input.inputs)?;
     // Checked offline, for the node this config describes.
-    let facts = crate::node::facts(&crate::node::Identity {
+    let facts = berth_client::node::facts(&berth_client::node::Identity {
         name: config.name.clone(),
         datacenter: config.datacenter.clone(),
         ephemeral_disk_limit: None,
     });
-    let problems = crate::validate::validate(&job, drivers, hooks, config, None, &facts).await;
+    let problems =
+        berth_client::validate::validate(&job, drivers, hooks, config, None, &facts).await;
     if problems.is_empty() {
         Ok(job)
     } else {
@@ -314,7 +315,7 @@ async fn parse_on_agent(
 }
 
 /// Says why the agent refused a jobspec, and the exit code for it.
-fn refused_jobspec(error: &crate::api::ApiError) -> ExitCode {
+fn refused_jobspec(error: &berth_api::ApiError) -> ExitCode {
     super::output::print_refusal("Job validation failed: ", error);
     ExitCode::from(INVALID)
 }
@@ -707,7 +708,7 @@ pub(super) async fn dispatch(
     input: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     use base64::Engine as _;
-    let mut request = crate::api::DispatchRequest::default();
+    let mut request = berth_api::DispatchRequest::default();
     for pair in meta {
         let Some((key, value)) = pair.split_once('=') else {
             eprint_line!("Error: -meta {:?} is not KEY=VALUE", pair);

@@ -17,12 +17,12 @@ mod placement;
 mod service;
 mod volume;
 
-use crate::api::access::SOCKET_NAME;
-use crate::api::client::{Client, ClientError, DEFAULT_ADDRESS};
-use crate::config::AgentConfig;
-use crate::driver_set::DriverSet;
-use crate::hook_set::HookSet;
-use crate::runtime::{Runtime, RuntimeConfig};
+use berth_api::access::SOCKET_NAME;
+use berth_api::client::{Client, ClientError, DEFAULT_ADDRESS};
+use berth_client::config::AgentConfig;
+use berth_client::driver_set::DriverSet;
+use berth_client::hook_set::HookSet;
+use berth_client::runtime::{Runtime, RuntimeConfig};
 use berth_sys::process::ProcessTable;
 
 #[derive(Parser)]
@@ -641,7 +641,7 @@ async fn agent_log_drops(
     let client = agent_client(cli, data_dir)
         .ok()?
         .with_token(cli.token.clone());
-    let answer = client.get::<crate::api::nomad::metrics::LogDrops>("/v1/berth/agent/log-drops");
+    let answer = client.get::<berth_api::nomad::metrics::LogDrops>("/v1/berth/agent/log-drops");
     match tokio::time::timeout(LOG_DROPS_WAIT, answer).await {
         Ok(Ok(drops)) => Some(drops.plugins),
         _ => None,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use super::output::print_line;
-use crate::api::client::Client;
+use berth_api::client::Client;
 
 pub(super) async fn status(
     client: &Client,

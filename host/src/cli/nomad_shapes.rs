@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::api::client::{Client, ClientError};
+use berth_api::client::{Client, ClientError};
 
 /// A job id or an alloc id in a path (ids are letters, digits, `.`, `_`, `-`; a child
 /// job's `/` and anything else is escaped).

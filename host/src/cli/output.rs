@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
 
-use crate::api::ApiError;
+use berth_api::ApiError;
 use berth_jobspec::JobspecError;
 use berth_model::events::AllocEvent;
 

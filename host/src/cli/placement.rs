@@ -3,7 +3,7 @@
 
 use super::nomad_shapes::path_escape;
 use super::output::{one_line, print_line};
-use crate::api::client::Client;
+use berth_api::client::Client;
 
 /// Prints what evaluation `eval_id` could not place, as `nomad job run` does; whether
 /// there was any.
@@ -14,7 +14,7 @@ pub(super) fn print_after_run(eval_id: &str, failed: &serde_json::Value) -> bool
     print_line!(
         "==> Evaluation {:?} finished with status \"complete\" but failed to place all \
          allocations:",
-        crate::catalog::short_id(eval_id)
+        berth_client::catalog::short_id(eval_id)
     );
     for (group, metric) in groups {
         let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;

@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use super::output::print_line;
-use crate::api::client::Client;
-use crate::consul::ServicesStatus;
+use berth_api::client::Client;
+use berth_client::consul::ServicesStatus;
 
 pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
     let status: ServicesStatus = client.get("/v1/berth/services").await?;

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::output::print_line;
-use crate::api::SubmitRequest;
-use crate::api::client::{Client, ClientError};
-use crate::catalog::{PluginStatus, VolumeStatus, short_id};
+use berth_api::SubmitRequest;
+use berth_api::client::{Client, ClientError};
+use berth_client::catalog::{PluginStatus, VolumeStatus, short_id};
 use berth_model::csi::SnapshotInfo;
 
 /// Exit code for a spec or request the agent refused.
@@ -211,7 +211,7 @@ pub(super) async fn status(
 }
 
 /// How one node stages and publishes a volume.
-fn print_use(title: &str, on_node: &crate::catalog::VolumeOnNode) {
+fn print_use(title: &str, on_node: &berth_client::catalog::VolumeOnNode) {
     print_line!();
     print_line!("{}", title);
     print_line!(
@@ -337,7 +337,7 @@ pub(super) async fn snapshot_create(
     volume: &str,
     name: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let request = crate::api::SnapshotRequest {
+    let request = berth_api::SnapshotRequest {
         volume_id: volume.to_string(),
         name: name.map(str::to_string),
     };
@@ -417,7 +417,7 @@ pub(super) async fn snapshot_delete(
         super::job::query_escape(plugin),
         super::job::query_escape(snapshot)
     );
-    let deleted: Result<crate::api::SnapshotQuery, ExitCode> = refused(client.delete(&path).await)?;
+    let deleted: Result<berth_api::SnapshotQuery, ExitCode> = refused(client.delete(&path).await)?;
     if let Err(code) = deleted {
         return Ok(code);
     }
@@ -431,7 +431,7 @@ pub(super) async fn detach(client: &Client, id: &str, force: bool) -> anyhow::Re
         super::job::query_escape(id),
         if force { "?force=true" } else { "" }
     );
-    let detached: crate::agent::Detached = match refused(client.delete(&path).await)? {
+    let detached: berth_client::agent::Detached = match refused(client.delete(&path).await)? {
         Ok(detached) => detached,
         Err(code) => return Ok(code),
     };

@@ -1,0 +1,26 @@
+//! The berth client: what runs a node's workloads, as a Nomad client does. The agent
+//! (`agent`) is a member of a cluster (`cluster`: etcd's, or its own one-node cluster on
+//! the embedded store) and runs the allocs placed on its node through alloc and task
+//! runners (`alloc_runner`, `task_runner`) and their hooks, with task drivers and hooks
+//! that are WebAssembly components (`runtime`, `driver_set`, `hook_set`), CSI volumes
+//! (`csi`, `catalog`), Consul services (`consul`), its state file (`state`), its config
+//! (`config`) and its metrics (`telemetry`).
+//!
+//! Its modules stand on floors, drawn in ARCHITECTURE.md and held by
+//! `host/tests/floors.rs`: a module imports only from floors below its own.
+
+pub mod agent;
+pub mod alloc_runner;
+pub mod catalog;
+pub mod cluster;
+pub mod config;
+pub mod consul;
+pub mod csi;
+pub mod driver_set;
+pub mod hook_set;
+pub mod node;
+pub mod runtime;
+pub mod state;
+pub mod task_runner;
+pub mod telemetry;
+pub mod validate;

@@ -61,5 +61,5 @@ rm -rf "$CARGO_TARGET_DIR"
 echo "summary: clean_build_s = $clean"
 for file in "$@"; do
   stem=$(basename "$file" .rs)
-  echo "summary: incremental_$(basename "$(dirname "$file")")_${stem}_s = ${medians[$file]}"
+  echo "summary: incremental_${stem}_s = ${medians[$file]}"
 done

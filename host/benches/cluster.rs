@@ -32,10 +32,10 @@ use berth_client::cluster::catalog::EtcdCatalog;
 use berth_client::cluster::etcd::Change;
 use berth_client::cluster::scheduler::mirror::Mirror;
 use berth_client::cluster::state::ClusterJob;
-use berth_client::cluster::testing::EtcdServer;
 use berth_client::cluster::{Cluster, NodeRecord, scheduler};
 use berth_model::cluster::{ClusterSettings, StoreKind};
 use berth_model::csi::AccessMode;
+use berth_testkit::etcd::EtcdServer;
 use common::{median, micros, ratio, sized, summary};
 
 fn settings(etcd: &EtcdServer, prefix: &str) -> ClusterSettings {

@@ -66,7 +66,7 @@ impl AgentProcess {
         .unwrap();
         // Below the ephemeral range: restarted on this port, the agent never finds it
         // taken by another test's outgoing connection.
-        let port = berth_client::cluster::testing::free_port();
+        let port = berth_testkit::etcd::free_port();
         // The mock driver, which many tests run, is off unless the operator enables it.
         let config = format!(
             "host_volume \"scratch\" {{\n  path = \"{}/scratch\"\n}}\n\

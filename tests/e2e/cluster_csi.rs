@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth_client::catalog::PluginStatus;
-use berth_client::cluster::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth_client::cluster::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use berth_client::cluster::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 
 use crate::cluster::{allocs, member, wait_allocs};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth_client::cluster::testing::{EtcdServer, Security};
+use berth_testkit::etcd::{EtcdServer, Security};
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::{allocs, member, running_per_node, wait_allocs};
-use berth_client::cluster::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 
 const SYSTEM_JOB: &str = r#"
 job "node-agent" {

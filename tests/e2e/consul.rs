@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::agent_process::AgentProcess;
-use crate::consul_double::{ConsulDouble, Policy};
+use berth_testkit::consul::{ConsulDouble, Policy};
 
 fn agent_with(consul: &ConsulDouble, extra: &str) -> AgentProcess {
     AgentProcess::with_config(&format!(

@@ -3,7 +3,7 @@
 //! its allocations; a job that fits nowhere is accepted and its evaluation says which
 //! dimension was exhausted.
 
-use berth_client::cluster::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 
 use crate::agent_process::AgentProcess;

@@ -203,7 +203,7 @@ async fn the_operators_socket_answers_within_100_ms_while_four_clients_send_expe
 /// problem and logs it once, none crashes, and the cluster goes on placing other jobs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent() {
-    use berth_client::cluster::testing::EtcdServer;
+    use berth_testkit::etcd::EtcdServer;
     let etcd = EtcdServer::start();
     let mut agents: Vec<AgentProcess> = ["node-a", "node-b", "node-c"]
         .iter()
@@ -259,7 +259,9 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
             ),
         ),
     ];
-    let access = etcd.access();
+    let access =
+        berth_client::cluster::etcd_access::EtcdAccess::from_settings(&etcd.settings("/berth"))
+            .unwrap();
     tokio::task::spawn_blocking(move || {
         let store = berth_client::cluster::etcd::Etcd::connect(&access).unwrap();
         for (id, record) in records {

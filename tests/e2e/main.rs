@@ -20,7 +20,6 @@ mod cluster_secure;
 mod cluster_system;
 mod confinement;
 mod consul;
-mod consul_double;
 mod crash_points;
 mod csi;
 mod csi_client;

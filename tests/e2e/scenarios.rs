@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use berth_client::cluster::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 use serde_json::{Value, json};
 
 use crate::agent_process::AgentProcess;

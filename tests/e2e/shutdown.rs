@@ -15,8 +15,8 @@ use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use berth_client::cluster::testing::EtcdServer;
 use berth_model::status::ClientStatus;
+use berth_testkit::etcd::EtcdServer;
 
 use crate::agent_process::AgentProcess;
 use crate::cluster;

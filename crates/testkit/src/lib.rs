@@ -1,9 +1,15 @@
 //! What berth's tests and benches share, and no product crate uses (`cargo tree -e
 //! normal` shows none depending on it): fakes of the agent's seams, so the runners'
-//! logic is tested without root.
+//! logic is tested without root, and harnesses of the real peers the tests start.
 //!
 //! - [`fake_sys`]: a `Sys` that records every privileged call instead of making it.
+//! - [`etcd`]: a real etcd on loopback, plain or secured (TLS, client certificates,
+//!   auth) as an operator would, which can be stopped, restarted and frozen.
+//! - [`consul`]: a double of Consul's HTTP API (Consul cannot be installed here), as
+//!   strict as the real one: its refusals and its ACL filtering included.
 
+pub mod consul;
+pub mod etcd;
 pub mod fake_sys;
 
 pub use fake_sys::FakeSys;

@@ -206,8 +206,8 @@ mod tests {
 
     use super::*;
     use crate::cluster::random_id;
-    use crate::cluster::testing::EtcdServer;
     use crate::cluster::tests as cluster_tests;
+    use berth_testkit::etcd::EtcdServer;
 
     fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use super::embedded::Embedded;
 use super::etcd::{Change, Condition, Etcd, Write};
+use super::etcd_access::EtcdAccess;
 use super::store::Store;
-use super::testing::EtcdServer;
+use berth_testkit::etcd::EtcdServer;
 
 /// The stores under test: (name, store, what keeps it alive).
 fn stores(server: &EtcdServer) -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
@@ -15,7 +16,10 @@ fn stores(server: &EtcdServer) -> Vec<(&'static str, Store, Option<tempfile::Tem
     vec![
         (
             "etcd",
-            Store::from(Etcd::connect(&server.access()).unwrap()),
+            Store::from(
+                Etcd::connect(&EtcdAccess::from_settings(&server.settings("/berth")).unwrap())
+                    .unwrap(),
+            ),
             None,
         ),
         (

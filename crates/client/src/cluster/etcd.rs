@@ -24,8 +24,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use super::etcd_access::{
-    AuthFailure, AuthSetup, Authenticator, EtcdAccess, Transport, error_chain, status_text,
-    token_refused,
+    AuthFailure, Authenticator, EtcdAccess, Transport, error_chain, status_text, token_refused,
 };
 
 /// The largest answer read from etcd (a listing of the whole cluster).
@@ -806,16 +805,6 @@ impl Etcd {
             async move { elections.resign(request).await.map(drop) }
         })
         .await
-    }
-}
-
-impl Etcd {
-    /// Creates `root` and `setup.user` and turns etcd's auth on (the test etcd's setup;
-    /// see [`super::etcd_access::enable_auth`]).
-    pub async fn enable_auth(&self, setup: &AuthSetup) -> Result<(), EtcdError> {
-        super::etcd_access::enable_auth(self.channel.clone(), setup)
-            .await
-            .map_err(|s| self.status(s))
     }
 }
 

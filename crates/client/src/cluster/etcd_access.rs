@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use berth_proto::etcd::authpb;
 use berth_proto::etcd::etcdserverpb::{self as pb, auth_client::AuthClient};
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -296,68 +295,4 @@ fn with_causes(mut text: String, mut source: Option<&(dyn std::error::Error + 's
         source = cause.source();
     }
     text
-}
-
-/// The users `Etcd::enable_auth` creates.
-#[derive(Debug, Clone)]
-pub struct AuthSetup {
-    pub root_password: String,
-    pub user: String,
-    pub password: String,
-    /// The user's role may read and write every key under this prefix, and no other.
-    pub prefix: String,
-}
-
-/// Creates `root` and `setup.user` (with a role granting readwrite on the prefix
-/// only), then turns etcd's auth on: what an operator does with `etcdctl user add`,
-/// `role grant-permission --prefix` and `auth enable` (the test etcd uses it).
-pub(super) async fn enable_auth(
-    transport: Transport,
-    setup: &AuthSetup,
-) -> Result<(), tonic::Status> {
-    let role = format!("{}-readwrite", setup.user);
-    let mut auth = AuthClient::new(transport);
-    for (name, password) in [
-        ("root", &setup.root_password),
-        (setup.user.as_str(), &setup.password),
-    ] {
-        auth.user_add(pb::AuthUserAddRequest {
-            name: name.into(),
-            password: password.clone(),
-            ..Default::default()
-        })
-        .await?;
-    }
-    auth.role_add(pb::AuthRoleAddRequest { name: role.clone() })
-        .await?;
-    auth.role_grant_permission(pb::AuthRoleGrantPermissionRequest {
-        name: role.clone(),
-        perm: Some(authpb::Permission {
-            perm_type: authpb::permission::Type::Readwrite as i32,
-            key: setup.prefix.as_bytes().to_vec(),
-            range_end: prefix_end(&setup.prefix),
-        }),
-    })
-    .await?;
-    for (user, role) in [("root", "root"), (setup.user.as_str(), role.as_str())] {
-        auth.user_grant_role(pb::AuthUserGrantRoleRequest {
-            user: user.into(),
-            role: role.into(),
-        })
-        .await?;
-    }
-    auth.auth_enable(pb::AuthEnableRequest {}).await?;
-    Ok(())
-}
-
-/// The end of the key range of every key that starts with `prefix` (etcd's `--prefix`).
-fn prefix_end(prefix: &str) -> Vec<u8> {
-    let mut end = prefix.as_bytes().to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }

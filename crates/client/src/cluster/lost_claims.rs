@@ -206,9 +206,9 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::cluster::testing::EtcdServer;
     use crate::cluster::tests::{join, volume, writer};
     use berth_model::status::ClientStatus;
+    use berth_testkit::etcd::EtcdServer;
 
     /// The unpublishes asked for (volume, CSI node id); failing while `refuse` is set.
     /// A recorder of what this module asks the CSI manager, which the e2e test

@@ -545,9 +545,6 @@ pub fn is_uuid(text: &str) -> bool {
 
 #[cfg(test)]
 mod conformance_tests;
-/// A real etcd for tests and benches (not used by the agent).
-#[doc(hidden)]
-pub mod testing;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::catalog::EtcdCatalog;
-use super::testing::EtcdServer;
+use super::etcd_access::EtcdAccess;
 use super::*;
 use crate::catalog::{Catalog, CatalogError, Claim, ClaimMode, Volume};
 use berth_model::cluster::{ClusterSettings, StoreKind};
 use berth_model::csi::AccessMode;
+use berth_testkit::etcd::EtcdServer;
 
 pub(super) fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
     ClusterSettings {
@@ -160,7 +161,8 @@ fn a_prefix_of_another_cluster_and_a_newer_layout_are_refused_with_both_sides_na
         "{message}"
     );
     // A layout version from a newer berth.
-    let etcd = etcd::Etcd::connect(&server.access()).unwrap();
+    let access = EtcdAccess::from_settings(&server.settings("/newer")).unwrap();
+    let etcd = etcd::Etcd::connect(&access).unwrap();
     let writer = etcd.clone();
     etcd.block(async move { writer.put("/newer/meta/cluster-id", b"x".to_vec(), 0).await })
         .unwrap();

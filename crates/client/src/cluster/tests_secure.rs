@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use super::catalog::EtcdCatalog;
 use super::etcd::{Etcd, EtcdError};
 use super::etcd_access::EtcdAccess;
-use super::testing::{EtcdServer, Security};
 use super::tests::{node, volume, writer};
 use super::{Cluster, ClusterError};
 use crate::catalog::Catalog;
+use berth_testkit::etcd::{EtcdServer, Security};
 
 const EVERYTHING: Security = Security {
     tls: true,
@@ -77,7 +77,7 @@ fn a_client_without_credentials_can_neither_read_nor_write_berths_keys() {
     // TLS with client certificates: without one, the connection itself is refused,
     // even with the right CA.
     let server = EtcdServer::start_secured(EVERYTHING);
-    let mut no_certificate = server.access();
+    let mut no_certificate = EtcdAccess::from_settings(&server.settings("/berth")).unwrap();
     no_certificate.credentials = None;
     if let Some(tls) = no_certificate.tls.as_mut() {
         tls.identity = None;

@@ -23,7 +23,7 @@
 //!   keep running, and `berth service list` shows the last error.
 //!
 //! The Consul agent's address and token come from the agent config's `consul` block.
-//! The tests run against a double of Consul's HTTP API (`tests/e2e/consul_double.rs`):
+//! The tests run against a double of Consul's HTTP API (`crates/testkit/src/consul.rs`):
 //! Consul itself is not installed where berth is built.
 
 pub mod api;

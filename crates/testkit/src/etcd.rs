@@ -1,19 +1,20 @@
-//! A real etcd for tests and benches (the agent never uses this): the `etcd` binary (Debian's `etcd-server`) in a temp dir on
-//! free loopback ports, stopped and its dir removed when dropped. It can be stopped and
-//! started again on the same ports and data (an outage).
+//! A real etcd for tests and benches (the agent never uses this): the `etcd` binary
+//! (Debian's `etcd-server`) in a temp dir on free loopback ports, stopped and its dir
+//! removed when dropped. It can be stopped and started again on the same ports and data
+//! (an outage), or frozen (a hung store).
 //!
 //! It can be secured as an operator would ([`Security`]): TLS with a CA, server and
 //! client certificates made in its dir by the `openssl` command, and etcd's auth with a
-//! `root` user and a `berth` user whose role may read and write one prefix.
+//! `root` user and a `berth` user whose role may read and write one prefix, set up with
+//! `etcdctl` (Debian's `etcd-client`) as an operator does it. A client of it is
+//! configured from [`EtcdServer::settings`], as an agent is from its config file.
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::etcd::Etcd;
-use super::etcd_access::{AuthSetup, Credentials, EtcdAccess, TlsMaterial};
 use berth_model::cluster::{ClientCert, ClusterSettings, EtcdAuth, EtcdTls, StoreKind};
 
 /// The user berth runs as on a secured test etcd, and its password.
@@ -185,45 +186,67 @@ impl EtcdServer {
         lines
     }
 
-    /// What a client of this etcd needs: TLS as configured (a client certificate
-    /// included) and the `berth` user once auth is on.
-    pub fn access(&self) -> EtcdAccess {
-        let mut access = EtcdAccess::plain(&[self.endpoint()], Duration::from_secs(2));
+    /// Runs `etcdctl` against this etcd with `args`, over TLS as configured (with the
+    /// client certificate), as `root` once auth is on.
+    fn etcdctl(&self, args: &[&str]) -> Output {
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint()))
+            .arg("--dial-timeout=2s")
+            .arg("--command-timeout=5s");
         if self.security.tls {
-            let read = |path: &Path| std::fs::read(path).expect("the test certificates");
-            let client = self.client_cert();
-            access.tls = Some(TlsMaterial {
-                ca: read(&self.ca_file()),
-                identity: self
-                    .security
-                    .client_cert_auth
-                    .then(|| (read(&client.cert_file), read(&client.key_file))),
-            });
+            command.arg("--cacert").arg(self.ca_file());
+            if self.security.client_cert_auth {
+                let client = self.client_cert();
+                command
+                    .arg("--cert")
+                    .arg(client.cert_file)
+                    .arg("--key")
+                    .arg(client.key_file);
+            }
         }
         if self.auth_enabled {
-            access.credentials = Some(Credentials {
-                username: BERTH_USER.into(),
-                password: BERTH_PASSWORD.into(),
-            });
+            command.arg(format!("--user=root:{ROOT_PASSWORD}"));
         }
-        access
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("etcdctl runs (apt-get install etcd-client)")
     }
 
-    /// Creates `root` and `berth` (readwrite on the prefix), then turns auth on, with
-    /// berth's own Auth calls.
+    /// Creates `root` and `berth` (readwrite on the prefix only), then turns auth on:
+    /// what an operator does with `etcdctl user add`, `role grant-permission --prefix`
+    /// and `auth enable`.
     fn enable_auth(&mut self) {
-        let etcd = Etcd::connect(&self.access()).expect("the test etcd answers");
-        let setup = AuthSetup {
-            root_password: ROOT_PASSWORD.into(),
-            user: BERTH_USER.into(),
-            password: BERTH_PASSWORD.into(),
-            prefix: self.security.prefix.into(),
-        };
-        etcd.block({
-            let etcd = etcd.clone();
-            async move { etcd.enable_auth(&setup).await }
-        })
-        .expect("auth is turned on in the test etcd");
+        let role = format!("{BERTH_USER}-readwrite");
+        let root = format!("root:{ROOT_PASSWORD}");
+        let berth = format!("{BERTH_USER}:{BERTH_PASSWORD}");
+        let steps: [&[&str]; 7] = [
+            &["user", "add", &root],
+            &["user", "grant-role", "root", "root"],
+            &["user", "add", &berth],
+            &["role", "add", &role],
+            &[
+                "role",
+                "grant-permission",
+                &role,
+                "readwrite",
+                "--prefix=true",
+                self.security.prefix,
+            ],
+            &["user", "grant-role", BERTH_USER, &role],
+            &["auth", "enable"],
+        ];
+        for args in steps {
+            let output = self.etcdctl(args);
+            assert!(
+                output.status.success(),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
         self.auth_enabled = true;
     }
 
@@ -269,19 +292,17 @@ impl EtcdServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_ok() {
-                // Listening is not serving: wait until a call answers.
-                if let Ok(etcd) = Etcd::connect(&self.access()) {
-                    drop(etcd);
-                    return;
-                }
+            // Listening is not serving: wait until a call answers.
+            if std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
+                && self.etcdctl(&["endpoint", "health"]).status.success()
+            {
+                return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("etcd did not answer on {url} within 10 s");
     }
 
-    /// Stops etcd (SIGKILL: an outage, not a goodbye).
     /// Stops the server process where it is (SIGSTOP): connections stay open and go
     /// unanswered, as a hung store's do. [`EtcdServer::thaw`] lets it go on.
     pub fn freeze(&self) {
@@ -301,6 +322,7 @@ impl EtcdServer {
         }
     }
 
+    /// Stops etcd (SIGKILL: an outage, not a goodbye).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // A frozen server dies only once it runs again.

@@ -12,13 +12,13 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth_client::runtime::bindings::driver_v0_2::PluginPre;
-use berth_client::runtime::driver::{Driver, DriverOrigin};
-use berth_client::runtime::sandbox::{self, PluginIdentity};
-use berth_client::runtime::{Runtime, RuntimeConfig};
 use berth_proto::bench::driver_plugin_client::DriverPluginClient;
 use berth_proto::bench::driver_plugin_server::{DriverPlugin, DriverPluginServer};
 use berth_proto::bench::{CapabilitiesRequest, CapabilitiesResponse};
+use berth_runtime::bindings::driver_v0_2::PluginPre;
+use berth_runtime::driver::{Driver, DriverOrigin};
+use berth_runtime::sandbox::{self, PluginIdentity};
+use berth_runtime::{Runtime, RuntimeConfig};
 use common::{median, micros, ratio, summary};
 use wasmtime::component::Linker;
 
@@ -42,7 +42,7 @@ async fn run() {
 
     let component = runtime.cache().load(runtime.engine(), bytes).unwrap();
     let mut linker = Linker::new(runtime.engine());
-    berth_client::runtime::host_api::add_to_linker(&mut linker).unwrap();
+    berth_runtime::host_api::add_to_linker(&mut linker).unwrap();
     let pre = PluginPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
     let identity = PluginIdentity {
         name: "mock".into(),

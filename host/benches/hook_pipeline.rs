@@ -16,15 +16,15 @@ use std::time::{Duration, Instant};
 
 use berth_builtin::test_components;
 use berth_client::config::AgentConfig;
-use berth_client::runtime::driver::{Driver, DriverOrigin};
-use berth_client::runtime::hook::Hook;
-use berth_client::runtime::{Runtime, RuntimeConfig};
 use berth_client::task_runner::hooks::{
     BoxFuture, HookError, TaskHook, TaskHookContext, TaskPrepare,
 };
 use berth_client::task_runner::wasm_hooks::WasmHooks;
 use berth_model::hook::{HookSpec, OnFailure};
 use berth_model::hook_resources::HookResources;
+use berth_runtime::driver::{Driver, DriverOrigin};
+use berth_runtime::hook::Hook;
+use berth_runtime::{Runtime, RuntimeConfig};
 use berth_sys::alloc_dir::AllocDir;
 use common::{median, micros, ratio, summary};
 

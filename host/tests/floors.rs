@@ -1405,19 +1405,23 @@ fn privileged_calls_in_runners(analysis: &Analysis) -> Vec<Violation> {
     dedup(violations)
 }
 
-/// Only `host/src/runtime/` touches wasmtime and the generated WIT bindings.
+/// Only `crates/runtime/src/` touches wasmtime and the generated WIT bindings.
 fn bindings_outside_runtime(analysis: &Analysis) -> Vec<Violation> {
     places_outside(
         analysis,
-        "crates/client/src/runtime/",
+        "crates/runtime/src/",
         |target| match target {
-            Target::Extern(path) => path[0].starts_with("wasmtime") || path[0] == "wit_bindgen",
-            Target::Crate(path) => path.starts_with(&["runtime".into(), "bindings".into()]),
+            Target::Extern(path) => {
+                path[0].starts_with("wasmtime")
+                    || path[0] == "wit_bindgen"
+                    || path.starts_with(&["berth_runtime".into(), "bindings".into()])
+            }
+            Target::Crate(_) => false,
             Target::Local(path) => path.last().is_some_and(|name| name == "bindgen"),
             Target::AboveRoot => false,
         },
-        "wasmtime or generated bindings outside crates/client/src/runtime/: convert to a `model` \
-         type inside `runtime`",
+        "wasmtime or generated bindings outside crates/runtime/src/: convert to a `model` type \
+         inside `berth-runtime`",
     )
 }
 
@@ -1940,12 +1944,6 @@ const ALLOWED: &[Allowed] = &[
         reason: "implements Display (with a hint from its code and RPC) and std::error::Error by hand",
     },
     // Circles inside a folder (the file is the folder).
-    Allowed {
-        rule: "circles",
-        file: "crates/client/src/runtime/",
-        key: "host_api <-> sandbox",
-        reason: "sandbox's PluginCtx holds host_api::log::LogBudget; host_api implements its interfaces on PluginCtx",
-    },
     // Files over MAX_LINES: none.
 ];
 
@@ -2306,6 +2304,7 @@ fn planted(files: &[(&str, &str)]) -> Analysis {
         "alloc",
         "anyhow",
         "berth_proto",
+        "berth_runtime",
         "berth_sys",
         "hcl",
         "libc",
@@ -2587,7 +2586,7 @@ fn checker_catches_bindings_and_grpc_elsewhere() {
     let elsewhere = planted(&[
         (
             "crates/client/src/validate.rs",
-            "use crate::runtime::bindings::driver_types;\nfn f() -> wasmtime::Result<()> { Ok(()) }\nuse wasmtime::component::bindgen;\n",
+            "use berth_runtime::bindings::driver_types;\nfn f() -> wasmtime::Result<()> { Ok(()) }\nuse wasmtime::component::bindgen;\n",
         ),
         (
             "crates/client/src/agent/mod.rs",
@@ -2601,7 +2600,7 @@ fn checker_catches_bindings_and_grpc_elsewhere() {
         ),
         ("crates/client/src/csi/client.rs", "use tonic::Code;\n"),
         (
-            "crates/client/src/runtime/bindings.rs",
+            "crates/runtime/src/bindings.rs",
             "wasmtime::component::bindgen!({ world: \"plugin\" });\n",
         ),
     ]);

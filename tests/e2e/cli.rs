@@ -138,7 +138,7 @@ fn slow_drivers_are_refused_at_their_load_deadline_and_delay_nothing_else() {
         "{stderr}"
     );
     // One at a time, three slow files would take three deadlines (15 s).
-    let deadline = berth_client::runtime::driver::LOAD_CALL_WALL;
+    let deadline = berth_runtime::driver::LOAD_CALL_WALL;
     assert!(
         elapsed < deadline * 3 - std::time::Duration::from_secs(1),
         "loading took {elapsed:?}"

@@ -2,9 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth_client::runtime::driver::DriverError;
 use berth_model::driver::{MountConfigs, TaskState, WorldVersion};
 use berth_model::mount::Propagation;
+use berth_runtime::driver::DriverError;
 use serde_json::json;
 
 use crate::support::{self, TaskDir, mount};
@@ -94,12 +94,11 @@ async fn raw_exec_runs_in_the_task_dir_without_isolation() {
 /// checks still run meanwhile; and task calls work again once a slot is free.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_instance_pool_gives_a_clear_error_keeps_checks_running_and_recovers() {
-    let mut config = berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    let mut config = berth_runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = 4;
     config.slot_wait = Duration::from_millis(300);
-    assert_eq!(berth_client::runtime::slots_kept_for_checks(4), 1);
-    let runtime =
-        berth_client::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    assert_eq!(berth_runtime::slots_kept_for_checks(4), 1);
+    let runtime = berth_runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let waiter = std::sync::Arc::new(
         support::from_file(&runtime, berth_builtin::test_components::MISBEHAVE).await,
     );
@@ -173,11 +172,10 @@ async fn a_full_instance_pool_gives_a_clear_error_keeps_checks_running_and_recov
 /// tasks than slots wait at once, and each wait still ends at its time with its exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn mock_tasks_wait_without_an_instance() {
-    let mut config = berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    let mut config = berth_runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = 4;
     config.slot_wait = Duration::from_millis(300);
-    let runtime =
-        berth_client::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let runtime = berth_runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let mock = std::sync::Arc::new(support::builtin(&runtime, "mock").await);
     let task = TaskDir::new();
     let started = Instant::now();
@@ -219,10 +217,9 @@ async fn mock_tasks_wait_without_an_instance() {
 #[tokio::test(flavor = "multi_thread")]
 async fn running_exec_tasks_hold_no_instance_slot() {
     const SLOTS: u32 = 4;
-    let mut config = berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir()));
+    let mut config = berth_runtime::RuntimeConfig::new(Some(support::cache_dir()));
     config.max_instances = SLOTS;
-    let runtime =
-        berth_client::runtime::Runtime::with_processes(config, support::processes()).unwrap();
+    let runtime = berth_runtime::Runtime::with_processes(config, support::processes()).unwrap();
     let exec = std::sync::Arc::new(support::builtin(&runtime, "exec").await);
     let live = || {
         runtime
@@ -356,12 +353,12 @@ async fn stop_task_signals_and_the_exit_reports_the_signal() {
 /// names the keeper, and leaves nothing running.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_without_a_working_keeper_fails_to_start_saying_why() {
-    let without = berth_client::runtime::Runtime::new(berth_client::runtime::RuntimeConfig::new(
-        Some(support::cache_dir()),
-    ))
+    let without = berth_runtime::Runtime::new(berth_runtime::RuntimeConfig::new(Some(
+        support::cache_dir(),
+    )))
     .unwrap();
-    let not_a_keeper = berth_client::runtime::Runtime::with_processes(
-        berth_client::runtime::RuntimeConfig::new(Some(support::cache_dir())),
+    let not_a_keeper = berth_runtime::Runtime::with_processes(
+        berth_runtime::RuntimeConfig::new(Some(support::cache_dir())),
         std::sync::Arc::new(
             berth_sys::process::ProcessTable::default().supervised_by("/bin/true".into()),
         ),

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth_client::runtime::driver::{Driver, DriverError, LoadError};
-use berth_client::runtime::sandbox::Fault;
 use berth_model::mount::Propagation;
+use berth_runtime::driver::{Driver, DriverError, LoadError};
+use berth_runtime::sandbox::Fault;
 use serde_json::json;
 
 use crate::support::{self, TaskDir, mount};
@@ -188,7 +188,7 @@ async fn a_driver_that_declared_none_cannot_pass_mounts() {
 
 /// The refusal is real: no process was started (none tracked for the driver, and its
 /// log file, which a spawn opens first, does not exist).
-fn assert_nothing_spawned(runtime: &berth_client::runtime::Runtime, task: &TaskDir) {
+fn assert_nothing_spawned(runtime: &berth_runtime::Runtime, task: &TaskDir) {
     assert_eq!(
         runtime.processes().owned_by("misbehave"),
         0,
@@ -518,7 +518,7 @@ async fn a_driver_that_floods_the_log_is_cut_at_its_budget_and_forges_no_line() 
     let logged = text.lines().filter(|l| l.contains("flood ")).count();
     assert_eq!(
         logged,
-        berth_client::runtime::host_api::log::MAX_MESSAGES_PER_CALL as usize,
+        berth_runtime::host_api::log::MAX_MESSAGES_PER_CALL as usize,
         "{}",
         &text[..text.len().min(2000)]
     );

@@ -93,7 +93,7 @@ async fn a_driver_that_floods_the_log_is_counted_and_the_agent_log_stays_within_
     // The agent's log: the budget of each flooding call (validate at submit, validate
     // again on the node it is placed on, and start if it got that far), one line each,
     // no forged line.
-    let budget = u64::from(berth_client::runtime::host_api::log::MAX_MESSAGES_PER_CALL);
+    let budget = u64::from(berth_runtime::host_api::log::MAX_MESSAGES_PER_CALL);
     let log = agent.output();
     let logged = log.lines().filter(|l| l.contains("flood ")).count() as u64;
     assert!(

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use berth_client::runtime::driver::{Driver, DriverOrigin};
-use berth_client::runtime::{Runtime, RuntimeConfig, SandboxLimits};
 use berth_model::driver::TaskRequest;
 use berth_model::mount::{HandedMount, Propagation};
+use berth_runtime::driver::{Driver, DriverOrigin};
+use berth_runtime::{Runtime, RuntimeConfig, SandboxLimits};
 
 /// The component cache the tests share. It exists when this returns, so a symlink to it
 /// (agents in their own data dirs) never dangles.

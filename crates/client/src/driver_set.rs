@@ -4,16 +4,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::runtime::Runtime;
-use crate::runtime::driver::{Driver, DriverOrigin, LoadError};
 use berth_model::pins::{DriverPins, sha256_hex};
+use berth_runtime::Runtime;
+use berth_runtime::driver::{Driver, DriverOrigin, LoadError};
 
 #[derive(Default, Clone)]
 pub struct DriverSet {
     drivers: Vec<Arc<Driver>>,
     /// The registry of the runtime the drivers were loaded into (the agent's), which the
     /// agent records its own figures in too.
-    metrics: crate::telemetry::Metrics,
+    metrics: berth_telemetry::Metrics,
 }
 
 impl DriverSet {
@@ -113,7 +113,7 @@ impl DriverSet {
     }
 
     /// The registry the drivers' calls are recorded in.
-    pub fn metrics(&self) -> &crate::telemetry::Metrics {
+    pub fn metrics(&self) -> &berth_telemetry::Metrics {
         &self.metrics
     }
 

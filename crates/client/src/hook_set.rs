@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::runtime::Runtime;
-use crate::runtime::hook::Hook;
 use berth_jobspec::Task;
 use berth_model::hook::HookSpec;
+use berth_runtime::Runtime;
+use berth_runtime::hook::Hook;
 
 #[derive(Clone, Default)]
 pub struct HookSet {

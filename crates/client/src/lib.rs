@@ -2,9 +2,9 @@
 //! (`agent`) is a member of a cluster (`cluster`: etcd's, or its own one-node cluster on
 //! the embedded store) and runs the allocs placed on its node through alloc and task
 //! runners (`alloc_runner`, `task_runner`) and their hooks, with task drivers and hooks
-//! that are WebAssembly components (`runtime`, `driver_set`, `hook_set`), CSI volumes
-//! (`csi`, `catalog`), Consul services (`consul`), its state file (`state`), its config
-//! (`config`) and its metrics (`telemetry`).
+//! that are WebAssembly components (loaded by `berth-runtime`, held in `driver_set` and
+//! `hook_set`), CSI volumes (`csi`, `catalog`), Consul services (`consul`), its state
+//! file (`state`) and its config (`config`).
 //!
 //! Its modules stand on floors, drawn in ARCHITECTURE.md and held by
 //! `host/tests/floors.rs`: a module imports only from floors below its own.
@@ -19,8 +19,6 @@ pub mod csi;
 pub mod driver_set;
 pub mod hook_set;
 pub mod node;
-pub mod runtime;
 pub mod state;
 pub mod task_runner;
-pub mod telemetry;
 pub mod validate;

@@ -12,11 +12,11 @@ use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::runtime::driver::Driver;
 use berth_hcl::Problem;
 use berth_jobspec::{Job, ServiceProvider, Task, VolumeMount, VolumeRequest, VolumeType};
 use berth_model::driver::{FsIsolation, MountConfigs, TaskUser};
 use berth_model::mount::Propagation;
+use berth_runtime::driver::Driver;
 
 /// Why a volume mount cannot be given to a task. Shared with the `volumes` hook so
 /// both say the same thing.

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use super::output::print_line;
 use berth_client::driver_set::DriverSet;
-use berth_client::runtime::driver::Driver;
 use berth_model::driver::{MountConfigs, WorldVersion};
+use berth_runtime::driver::Driver;
 
 /// `drops`: the log messages each plugin dropped, from the running agent (`None`: no
 /// agent answered).

@@ -22,7 +22,7 @@ use berth_api::client::{Client, ClientError, DEFAULT_ADDRESS};
 use berth_client::config::AgentConfig;
 use berth_client::driver_set::DriverSet;
 use berth_client::hook_set::HookSet;
-use berth_client::runtime::{Runtime, RuntimeConfig};
+use berth_runtime::{Runtime, RuntimeConfig};
 use berth_sys::process::ProcessTable;
 
 #[derive(Parser)]

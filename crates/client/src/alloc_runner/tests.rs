@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::{AllocRunner, NodeContext};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::runtime::{Runtime, RuntimeConfig};
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
+use berth_runtime::{Runtime, RuntimeConfig};
 use berth_testkit::fake_sys::{Call, FakeSys};
 
 /// The built-in drivers, compiled once for every test of this binary.

@@ -140,7 +140,7 @@ pub struct CsiClient {
     channel: Channel,
     timeouts: Timeouts,
     /// Where each RPC is recorded (plugin, method, code, latency); `None` records nothing.
-    metrics: Option<crate::telemetry::Metrics>,
+    metrics: Option<berth_telemetry::Metrics>,
 }
 
 /// A volume the controller created.
@@ -187,7 +187,7 @@ impl CsiClient {
     }
 
     /// The same client, recording each RPC in `metrics`.
-    pub fn measured(self, metrics: crate::telemetry::Metrics) -> CsiClient {
+    pub fn measured(self, metrics: berth_telemetry::Metrics) -> CsiClient {
         CsiClient {
             metrics: Some(metrics),
             ..self

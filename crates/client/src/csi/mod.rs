@@ -66,7 +66,7 @@ pub struct CsiNode {
     pub manager: Arc<manager::CsiManager>,
     pub catalog: Arc<dyn Catalog>,
     /// The agent's registry, where every CSI RPC is recorded.
-    pub metrics: crate::telemetry::Metrics,
+    pub metrics: berth_telemetry::Metrics,
 }
 
 impl CsiNode {
@@ -81,7 +81,7 @@ impl CsiNode {
             data_dir,
             store,
             settings,
-            crate::telemetry::Metrics::default(),
+            berth_telemetry::Metrics::default(),
         )
     }
 
@@ -90,7 +90,7 @@ impl CsiNode {
         data_dir: &std::path::Path,
         store: Arc<crate::state::StateStore>,
         settings: CsiSettings,
-        metrics: crate::telemetry::Metrics,
+        metrics: berth_telemetry::Metrics,
     ) -> Arc<CsiNode> {
         let node_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_string())
@@ -107,7 +107,7 @@ impl CsiNode {
         data_dir: &std::path::Path,
         store: Arc<crate::state::StateStore>,
         settings: CsiSettings,
-        metrics: crate::telemetry::Metrics,
+        metrics: berth_telemetry::Metrics,
         node_name: String,
         catalog: Arc<dyn Catalog>,
     ) -> Arc<CsiNode> {

@@ -130,7 +130,7 @@ pub trait PluginConnector: Send + Sync {
 /// RPC in the agent's metrics.
 pub struct GrpcConnector {
     pub timeouts: Timeouts,
-    pub metrics: crate::telemetry::Metrics,
+    pub metrics: berth_telemetry::Metrics,
 }
 
 impl PluginConnector for GrpcConnector {

@@ -15,13 +15,13 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::AgentConfig;
 use crate::csi::CsiNode;
-use crate::runtime::driver::Driver;
-use crate::runtime::hook::Hook;
 use berth_jobspec::{Group, Job, Task};
 use berth_model::driver::ExitResult;
 use berth_model::events::EventKind;
 use berth_model::hook_resources::HookResources;
 use berth_model::mount::HandedMount;
+use berth_runtime::driver::Driver;
+use berth_runtime::hook::Hook;
 use berth_sys::alloc_dir::AllocDir;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

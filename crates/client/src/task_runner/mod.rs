@@ -490,7 +490,7 @@ impl TaskRunner {
         let task = &self.ctx.task;
         let driver = self.ctx.driver.clone();
         enum Waited {
-            Exit(Result<ExitResult, crate::runtime::driver::DriverError>),
+            Exit(Result<ExitResult, berth_runtime::driver::DriverError>),
             Stop,
             Restart,
             UserRestart(tokio::sync::oneshot::Sender<Result<(), ControlError>>),
@@ -573,8 +573,8 @@ impl TaskRunner {
     /// spawn unconfined.
     fn allows_unconfined(&self) -> bool {
         let file = match self.ctx.driver.origin() {
-            crate::runtime::driver::DriverOrigin::Builtin => None,
-            crate::runtime::driver::DriverOrigin::File(path) => Some(path.as_path()),
+            berth_runtime::driver::DriverOrigin::Builtin => None,
+            berth_runtime::driver::DriverOrigin::File(path) => Some(path.as_path()),
         };
         self.ctx
             .config

@@ -1,4 +1,4 @@
-//! Runs the operator's WASM hooks ([`crate::runtime::hook`]) for a task, in order.
+//! Runs the operator's WASM hooks ([`berth_runtime::hook`]) for a task, in order.
 //! Prestart may add env and files or refuse the task; a hook that fails fails the task
 //! with its reason (`on_failure = "fail"`) or is reported and skipped (`"ignore"`).
 //! Notifications (poststart, exited, stop) cannot change the task; their failures are
@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 
 use super::hooks::{BoxFuture, HookError, Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::runtime::hook::{Hook, HookFailure, HookTaskContext, Notification};
 use berth_model::driver::ExitResult;
 use berth_model::events::EventKind;
 use berth_model::hook::OnFailure;
+use berth_runtime::hook::{Hook, HookFailure, HookTaskContext, Notification};
 
 pub struct WasmHooks;
 

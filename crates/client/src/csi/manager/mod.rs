@@ -197,7 +197,7 @@ impl CsiManager {
         catalog: Arc<dyn Catalog>,
         node_name: String,
         settings: CsiSettings,
-        metrics: crate::telemetry::Metrics,
+        metrics: berth_telemetry::Metrics,
     ) -> Arc<CsiManager> {
         let connector = Box::new(GrpcConnector {
             timeouts: settings.timeouts,

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::runtime::bindings::host::timer::Host;
-use crate::runtime::sandbox::PluginCtx;
+use crate::bindings::host::timer::Host;
+use crate::sandbox::PluginCtx;
 
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 

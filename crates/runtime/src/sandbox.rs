@@ -202,7 +202,7 @@ pub struct PluginCtx {
     /// When the driver said its task ends (`timer.task-ends-after`), in Unix milliseconds.
     pub(crate) task_ends_at_ms: Option<u64>,
     /// What this call may still log through `berth:host/log`.
-    pub(crate) log: crate::runtime::host_api::log::LogBudget,
+    pub(crate) log: crate::host_api::log::LogBudget,
 }
 
 impl WasiView for PluginCtx {
@@ -345,10 +345,7 @@ fn build_store(
         },
         stderr,
         clock: CallClock::new(budget),
-        log: crate::runtime::host_api::log::LogBudget::new(
-            plugin.name.clone(),
-            runtime.metrics().clone(),
-        ),
+        log: crate::host_api::log::LogBudget::new(plugin.name.clone(), runtime.metrics().clone()),
         plugin,
         task,
         processes: runtime.processes().clone(),

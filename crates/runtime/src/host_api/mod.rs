@@ -10,8 +10,8 @@ mod timer;
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::runtime::bindings::host;
-use crate::runtime::sandbox::PluginCtx;
+use crate::bindings::host;
+use crate::sandbox::PluginCtx;
 
 /// Adds WASI (no capabilities are granted by the context) and `berth:host` to a linker.
 pub fn add_to_linker(linker: &mut Linker<PluginCtx>) -> wasmtime::Result<()> {
@@ -27,7 +27,7 @@ mod tests {
     use wasmtime::component::Component;
 
     use super::*;
-    use crate::runtime::{Runtime, RuntimeConfig};
+    use crate::{Runtime, RuntimeConfig};
 
     /// A component that imports `berth:host/timer` at `version` with `functions`, as a
     /// guest built against that version does.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::sandbox::Fault;
+use crate::sandbox::Fault;
 
 /// A driver component could not be loaded. Names the file (or "built-in").
 #[derive(Debug, thiserror::Error)]

@@ -12,10 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::runtime::bindings::host::process::{
-    self as wit, ExitStatus, Host, ProcessRef, SpawnRequest,
-};
-use crate::runtime::sandbox::PluginCtx;
+use crate::bindings::host::process::{self as wit, ExitStatus, Host, ProcessRef, SpawnRequest};
+use crate::sandbox::PluginCtx;
 use berth_model::driver::FsIsolation;
 use berth_model::mount::{HandedMount, Propagation};
 use berth_sys::process::isolation::{ChrootSpec, VolumeMount};

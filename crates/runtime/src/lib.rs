@@ -124,7 +124,7 @@ pub struct RuntimeConfig {
     pub slot_wait: Duration,
     /// Where calls, their latency and the log messages plugins dropped are recorded:
     /// the agent's registry.
-    pub metrics: crate::telemetry::Metrics,
+    pub metrics: berth_telemetry::Metrics,
 }
 
 impl RuntimeConfig {
@@ -134,7 +134,7 @@ impl RuntimeConfig {
             limits: SandboxLimits::default(),
             max_instances: DEFAULT_MAX_INSTANCES,
             slot_wait: DEFAULT_SLOT_WAIT,
-            metrics: crate::telemetry::Metrics::default(),
+            metrics: berth_telemetry::Metrics::default(),
         }
     }
 }
@@ -165,7 +165,7 @@ struct RuntimeInner {
     task_slots: Arc<tokio::sync::Semaphore>,
     max_instances: u32,
     slot_wait: Duration,
-    metrics: crate::telemetry::Metrics,
+    metrics: berth_telemetry::Metrics,
 }
 
 impl Drop for RuntimeInner {
@@ -227,7 +227,7 @@ impl Runtime {
     }
 
     /// The registry every call of this runtime's plugins is recorded in.
-    pub fn metrics(&self) -> &crate::telemetry::Metrics {
+    pub fn metrics(&self) -> &berth_telemetry::Metrics {
         &self.inner.metrics
     }
 

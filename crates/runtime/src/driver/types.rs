@@ -2,7 +2,7 @@
 //! uses, independent of the WIT version a driver was built against. Conversions to and
 //! from the generated types live at the bottom.
 
-use crate::runtime::bindings::driver_types as wit;
+use crate::bindings::driver_types as wit;
 use berth_model::driver::{
     Capabilities, DriverInfo, ExitResult, Fingerprint, FsIsolation, Health, MountConfigs,
     TaskHandle, TaskRequest, TaskState, TaskStatus,
@@ -70,7 +70,7 @@ impl From<&TaskRequest> for wit::TaskConfig {
                     host_path: m.host_path.to_string_lossy().into_owned(),
                     task_path: m.task_path.to_string_lossy().into_owned(),
                     read_only: m.read_only,
-                    propagation: crate::runtime::host_api::to_wit_propagation(m.propagation),
+                    propagation: crate::host_api::to_wit_propagation(m.propagation),
                 })
                 .collect(),
         }

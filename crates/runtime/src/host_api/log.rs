@@ -1,8 +1,8 @@
 //! `berth:host/log`: guest messages into the agent's log, within the span of the call
 //! that made them (plugin, function, and the alloc and task it is for).
 
-use crate::runtime::bindings::host::log::{Host, Level};
-use crate::runtime::sandbox::PluginCtx;
+use crate::bindings::host::log::{Host, Level};
+use crate::sandbox::PluginCtx;
 
 /// Longest message kept; the rest is cut so a guest cannot flood the log with one call.
 const MAX_MESSAGE: usize = 4096;
@@ -21,11 +21,11 @@ pub struct LogBudget {
     plugin: std::sync::Arc<str>,
     /// Where the drops are counted per plugin, for `berth driver list`, `berth hook list`
     /// and `/v1/metrics`.
-    metrics: crate::telemetry::Metrics,
+    metrics: berth_telemetry::Metrics,
 }
 
 impl LogBudget {
-    pub fn new(plugin: std::sync::Arc<str>, metrics: crate::telemetry::Metrics) -> LogBudget {
+    pub fn new(plugin: std::sync::Arc<str>, metrics: berth_telemetry::Metrics) -> LogBudget {
         LogBudget {
             messages: MAX_MESSAGES_PER_CALL,
             bytes: MAX_LOG_BYTES_PER_CALL,

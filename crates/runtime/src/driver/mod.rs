@@ -136,7 +136,7 @@ impl Driver {
                     reason: format!("{e:#}"),
                 })?;
         let mut linker = Linker::new(runtime.engine());
-        crate::runtime::host_api::add_to_linker(&mut linker).map_err(|e| LoadError::Invalid {
+        crate::host_api::add_to_linker(&mut linker).map_err(|e| LoadError::Invalid {
             origin: shown.clone(),
             reason: format!("{e:#}"),
         })?;

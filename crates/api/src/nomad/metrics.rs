@@ -1,5 +1,5 @@
-//! `GET /v1/metrics`: the agent's metrics registry ([`berth_telemetry`]) as Nomad serves
-//! it, go-metrics' JSON by default and Prometheus' text exposition with
+//! `GET /v1/metrics`: the agent's metrics registry (the `berth-telemetry` crate's) as
+//! Nomad serves it, go-metrics' JSON by default and Prometheus' text exposition with
 //! `?format=prometheus`; and berth's `GET /v1/berth/agent/log-drops`, the log messages
 //! each driver and hook dropped past its budget, which `berth driver list` and `berth
 //! hook list` show.

@@ -56,9 +56,9 @@ use std::time::{Duration, Instant};
 use berth_client::alloc_runner::{AllocRunner, NodeContext};
 use berth_client::config::{AgentConfig, HostVolume};
 use berth_client::driver_set::DriverSet;
-use berth_client::state::StateStore;
 use berth_model::events::EventKind;
 use berth_runtime::{Runtime, RuntimeConfig};
+use berth_state::StateStore;
 use common::{median, micros, ratio, summary};
 
 fn allocs() -> usize {

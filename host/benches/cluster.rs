@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::Receiver;
 
-use berth_client::catalog::embedded::EmbeddedCatalog;
-use berth_client::catalog::{Catalog, Claim, ClaimMode, Volume};
 use berth_client::cluster::catalog::EtcdCatalog;
 use berth_client::cluster::etcd::Change;
 use berth_client::cluster::scheduler::mirror::Mirror;
@@ -35,6 +33,8 @@ use berth_client::cluster::state::ClusterJob;
 use berth_client::cluster::{Cluster, NodeRecord, scheduler};
 use berth_model::cluster::{ClusterSettings, StoreKind};
 use berth_model::csi::AccessMode;
+use berth_state::catalog::embedded::EmbeddedCatalog;
+use berth_state::catalog::{Catalog, Claim, ClaimMode, Volume};
 use berth_testkit::etcd::EtcdServer;
 use common::{median, micros, ratio, sized, summary};
 
@@ -278,8 +278,7 @@ fn main() {
                 .unwrap()
         };
         let on_etcd = EtcdCatalog::new(member.clone());
-        let (store, _) =
-            berth_client::state::StateStore::open(&scratch.path().join("state.db")).unwrap();
+        let (store, _) = berth_state::StateStore::open(&scratch.path().join("state.db")).unwrap();
         let embedded = EmbeddedCatalog::new(Arc::new(store));
         on_etcd.register_volume(volume()).unwrap();
         embedded.register_volume(volume()).unwrap();
@@ -374,12 +373,11 @@ fn main() {
             placed = count;
             cluster_times.push(took);
             // One node placing the same allocs: every alloc record in one transaction.
-            let (store, _) = berth_client::state::StateStore::open(
-                &scratch.path().join(format!("place-{round}.db")),
-            )
-            .unwrap();
-            let records: Vec<berth_client::state::AllocRecord> = (0..allocs)
-                .map(|i| berth_client::state::AllocRecord {
+            let (store, _) =
+                berth_state::StateStore::open(&scratch.path().join(format!("place-{round}.db")))
+                    .unwrap();
+            let records: Vec<berth_state::AllocRecord> = (0..allocs)
+                .map(|i| berth_state::AllocRecord {
                     id: berth_client::cluster::random_id(),
                     job_id: "bench".into(),
                     group_index: 0,
@@ -390,7 +388,7 @@ fn main() {
                     ports: Default::default(),
                 })
                 .collect();
-            let record = berth_client::state::JobRecord {
+            let record = berth_state::JobRecord {
                 id: "bench".into(),
                 source_name: "bench.hcl".into(),
                 source: job(allocs).source,

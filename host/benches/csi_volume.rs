@@ -24,13 +24,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_client::catalog::{Capability, Claim, ClaimMode, Volume};
-use berth_client::csi::CsiNode;
-use berth_client::csi::client::{CsiClient, NodeVolume};
-use berth_client::csi::layout::PluginDirs;
-use berth_client::csi::registry::PluginRegistration;
-use berth_client::state::StateStore;
+use berth_csi::CsiNode;
+use berth_csi::client::{CsiClient, NodeVolume};
+use berth_csi::layout::PluginDirs;
+use berth_csi::registry::PluginRegistration;
 use berth_model::csi::{AccessMode, AttachmentMode, PluginKind, Timeouts, Usage};
+use berth_state::StateStore;
+use berth_state::catalog::{Capability, Claim, ClaimMode, Volume};
 use common::{median, micros, ratio, summary};
 
 fn volumes() -> usize {

@@ -97,9 +97,9 @@ async fn run() {
         };
         hooks.push(Arc::new(Hook::load(&runtime, spec, false).await.unwrap()));
     }
-    let csi = berth_client::csi::CsiNode::start(
+    let csi = berth_csi::CsiNode::start(
         &task_dir,
-        Arc::new(berth_client::state::StateStore::in_memory()),
+        Arc::new(berth_state::StateStore::in_memory()),
         Default::default(),
     );
     let sys: Arc<dyn berth_sys::Sys> = Arc::new(berth_sys::LinuxSys::new(

@@ -1,4 +1,5 @@
-//! The `berth` binary: everything lives in the library; see [`berth::cli`].
+//! The `berth` binary: the command line is the library's ([`berth::cli`]); the agent is
+//! in `crates/`.
 
 fn main() -> std::process::ExitCode {
     // The binary answers `berth-keeper`'s hidden commands too, for an install without

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use berth_client::catalog::PluginStatus;
+use berth_state::catalog::PluginStatus;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use berth_client::alloc_runner::AllocStatus;
-use berth_client::catalog::{PluginStatus, VolumeStatus};
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
+use berth_state::catalog::{PluginStatus, VolumeStatus};
 
 use crate::agent_process::AgentProcess;
 use crate::support;

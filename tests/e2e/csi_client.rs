@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use berth_client::csi::client::{CsiClient, NodeVolume};
+use berth_csi::client::{CsiClient, NodeVolume};
 use berth_model::csi::{AccessMode, AttachmentMode, Timeouts, Usage};
 use berth_proto::csi as pb;
 use tonic::{Code, Request, Response, Status};
@@ -160,7 +160,7 @@ fn usage() -> Usage {
     }
 }
 
-async fn stage(client: &CsiClient) -> Result<(), berth_client::csi::client::CsiError> {
+async fn stage(client: &CsiClient) -> Result<(), berth_csi::client::CsiError> {
     let empty = Default::default();
     let volume = NodeVolume {
         external_id: "vol-1",

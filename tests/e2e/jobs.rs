@@ -8,9 +8,9 @@ use std::sync::Arc;
 use berth_client::alloc_runner::{AllocRunner, NodeContext};
 use berth_client::config::AgentConfig;
 use berth_client::driver_set::DriverSet;
-use berth_client::state::StateStore;
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
+use berth_state::StateStore;
 use berth_sys::cgroup::Cgroups;
 use berth_sys::cgroup::layout::Layout;
 
@@ -74,7 +74,7 @@ impl Agent {
         let data_dir = self.path().join("data");
         let config = self.config();
         NodeContext {
-            csi: berth_client::csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
+            csi: berth_csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
             sys: Arc::new(berth_sys::LinuxSys::new(
                 berth_sys::cgroup::Cgroups::detect(config.cgroups.clone()),
             )),

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use berth_client::agent::{
     Agent, JobAction, LookupError, NotOwner, Notice, StopError, SubmitError, Submitter, VolumeError,
 };
-use berth_client::catalog::{PluginStatus, VolumeStatus};
+use berth_state::catalog::{PluginStatus, VolumeStatus};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmitRequest {

@@ -3,22 +3,19 @@
 //! the embedded store) and runs the allocs placed on its node through alloc and task
 //! runners (`alloc_runner`, `task_runner`) and their hooks, with task drivers and hooks
 //! that are WebAssembly components (loaded by `berth-runtime`, held in `driver_set` and
-//! `hook_set`), CSI volumes (`csi`, `catalog`), Consul services (`consul`), its state
-//! file (`state`) and its config (`config`).
+//! `hook_set`), CSI volumes (through `berth-csi`, with the catalog of `berth-state`),
+//! Consul services (`consul`), its state file (`berth-state`) and its config (`config`).
 //!
 //! Its modules stand on floors, drawn in ARCHITECTURE.md and held by
 //! `host/tests/floors.rs`: a module imports only from floors below its own.
 
 pub mod agent;
 pub mod alloc_runner;
-pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod consul;
-pub mod csi;
 pub mod driver_set;
 pub mod hook_set;
 pub mod node;
-pub mod state;
 pub mod task_runner;
 pub mod validate;

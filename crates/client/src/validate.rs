@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::catalog::Catalog;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
@@ -17,6 +16,7 @@ use berth_jobspec::{Job, ServiceProvider, Task, VolumeMount, VolumeRequest, Volu
 use berth_model::driver::{FsIsolation, MountConfigs, TaskUser};
 use berth_model::mount::Propagation;
 use berth_runtime::driver::Driver;
+use berth_state::catalog::Catalog;
 
 /// Why a volume mount cannot be given to a task. Shared with the `volumes` hook so
 /// both say the same thing.

@@ -8,8 +8,8 @@
 //! finds every independent mistake.
 //!
 //! The HCL itself (the located tree, the evaluation of variables, locals and functions
-//! within a budget, the field reader) is the `berth-hcl` crate's; this module is Nomad's
-//! jobspec schema on it. The files of this folder import one another in one direction
+//! within a budget, the field reader) is the `berth-hcl` crate's; this crate is Nomad's
+//! jobspec schema on it. The files of this crate import one another in one direction
 //! only: `reschedule`, then `decode` (with `spec`, the typed job); this file uses them,
 //! and none of them uses it.
 

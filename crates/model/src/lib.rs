@@ -1,10 +1,10 @@
-//! The bottom floor: plain domain types that every other module shares (alloc and task
+//! Under every floor: plain domain types that every other berth crate shares (alloc and task
 //! states, task events, driver capabilities and handles, mounts, CSI modes and
 //! settings, hook settings, task limits) and the one parser of sizes and durations.
 //!
-//! **Architecture Invariant:** `model` imports nothing from the rest of the host, and
+//! **Architecture Invariant:** `model` depends on no other berth crate, and
 //! nothing here does I/O, calls a syscall, or knows a wire format (WIT, protobuf): the
-//! conversions to those live with the module that speaks them (`runtime`, `csi`). Its
+//! conversions to those live with the crate that speaks them (`berth-runtime`, `berth-csi`). Its
 //! manifest enforces the first half and what it gives out: it depends on no other berth
 //! crate, and on no crate but serde, serde_json, sha2 and thiserror, so no public item of it can
 //! name a type of rustix, tonic or wasmtime (and Rust allows no inherent method on its

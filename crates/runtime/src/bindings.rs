@@ -1,5 +1,6 @@
-//! Generated bindings for every WIT world the host speaks, in one place. The rest of the
-//! host uses the re-exports below, never the generated modules directly.
+//! Generated bindings for every WIT world the host speaks, in one place. The rest of this
+//! crate uses the re-exports below, never the generated modules directly; no other crate
+//! touches them (`host/tests/floors.rs`).
 
 #![allow(
     missing_docs,

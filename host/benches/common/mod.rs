@@ -50,7 +50,7 @@ pub fn node(
     data_dir: &std::path::Path,
     drivers: berth_client::driver_set::DriverSet,
     config: std::sync::Arc<berth_client::config::AgentConfig>,
-    store: &std::sync::Arc<berth_client::state::StateStore>,
+    store: &std::sync::Arc<berth_state::StateStore>,
     cgroups: &berth_sys::cgroup::Cgroups,
 ) -> berth_client::alloc_runner::NodeContext {
     use std::sync::Arc;
@@ -61,7 +61,7 @@ pub fn node(
         config,
         store: store.clone(),
         events: tokio::sync::broadcast::channel(16).0,
-        csi: berth_client::csi::CsiNode::start(data_dir, store.clone(), Default::default()),
+        csi: berth_csi::CsiNode::start(data_dir, store.clone(), Default::default()),
         sys: Arc::new(berth_sys::LinuxSys::new(cgroups.clone())),
         services: Arc::new(berth_client::consul::ServiceClient::disabled()),
         dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(

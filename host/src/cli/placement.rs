@@ -14,7 +14,7 @@ pub(super) fn print_after_run(eval_id: &str, failed: &serde_json::Value) -> bool
     print_line!(
         "==> Evaluation {:?} finished with status \"complete\" but failed to place all \
          allocations:",
-        berth_client::catalog::short_id(eval_id)
+        berth_state::catalog::short_id(eval_id)
     );
     for (group, metric) in groups {
         let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;

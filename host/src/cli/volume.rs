@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use super::output::print_line;
 use berth_api::SubmitRequest;
 use berth_api::client::{Client, ClientError};
-use berth_client::catalog::{PluginStatus, VolumeStatus, short_id};
 use berth_model::csi::SnapshotInfo;
+use berth_state::catalog::{PluginStatus, VolumeStatus, short_id};
 
 /// Exit code for a spec or request the agent refused.
 const REFUSED: u8 = 2;
@@ -211,7 +211,7 @@ pub(super) async fn status(
 }
 
 /// How one node stages and publishes a volume.
-fn print_use(title: &str, on_node: &berth_client::catalog::VolumeOnNode) {
+fn print_use(title: &str, on_node: &berth_state::catalog::VolumeOnNode) {
     print_line!();
     print_line!("{}", title);
     print_line!(

@@ -25,9 +25,9 @@ use serde_json::{Map, Value, json};
 use super::shapes::{NAMESPACE, ThisNode};
 use super::{Blocking, NomadError, bad_request, with_index};
 use berth_client::agent::{Agent, VolumeError};
-use berth_client::catalog::volume_spec::SpecPurpose;
-use berth_client::catalog::{ClaimMode, PluginStatus, VolumeStatus};
 use berth_model::csi::PluginKind;
+use berth_state::catalog::volume_spec::SpecPurpose;
+use berth_state::catalog::{ClaimMode, PluginStatus, VolumeStatus};
 
 impl From<VolumeError> for NomadError {
     fn from(error: VolumeError) -> Self {
@@ -302,14 +302,14 @@ fn volume_stub(status: &VolumeStatus, plugin: Option<&PluginStatus>) -> Value {
 }
 
 /// The attachment mode the volume's claims use: berth mounts file systems only.
-fn attachment_mode(volume: &berth_client::catalog::Volume) -> &'static str {
+fn attachment_mode(volume: &berth_state::catalog::Volume) -> &'static str {
     volume
         .capabilities
         .first()
         .map_or("file-system", |c| c.attachment_mode.as_str())
 }
 
-fn topologies(volume: &berth_client::catalog::Volume) -> Value {
+fn topologies(volume: &berth_state::catalog::Volume) -> Value {
     Value::Array(
         volume
             .accessible_topology
@@ -701,7 +701,7 @@ mod tests {
         )
         .unwrap();
         let parsed =
-            berth_client::catalog::volume_spec::parse("data.json", &hcl, SpecPurpose::Register)
+            berth_state::catalog::volume_spec::parse("data.json", &hcl, SpecPurpose::Register)
                 .unwrap();
         assert_eq!(parsed.volume.external_id, "vol-1");
         assert_eq!(parsed.volume.secrets["password"], "${xyzzy}");
@@ -715,7 +715,7 @@ mod tests {
         )
         .unwrap();
         let parsed =
-            berth_client::catalog::volume_spec::parse("data.json", &hcl, SpecPurpose::Create)
+            berth_state::catalog::volume_spec::parse("data.json", &hcl, SpecPurpose::Create)
                 .unwrap();
         assert_eq!(
             (parsed.volume.id.as_str(), parsed.capacity.0),

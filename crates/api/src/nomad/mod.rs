@@ -45,7 +45,7 @@
 //!
 //! One API: berth's CLI uses these paths for everything Nomad has a path for (`job run`
 //! is parse + register with its source as `Submission`, `job plan|status|stop|dispatch`,
-//! `alloc status|logs`). Under `/v1/berth/` (`api/mod.rs`) stays what Nomad has no path
+//! `alloc status|logs`). Under `/v1/berth/` (`crates/api/src/lib.rs`) stays what Nomad has no path
 //! for: driver and hook lists, `system gc`, `periodic force` (Nomad's answer has no child
 //! id), services, volumes and plugins in berth's shapes, and an alloc's dir, disk use and
 //! mounts with their host paths. berth's own job and alloc paths are still served, for

@@ -21,8 +21,8 @@ use crate::cluster::store::Store;
 use crate::cluster::{Cluster, ClusterError, NodeRecord};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
-use crate::state::JobRecord;
 use berth_jobspec::Job;
+use berth_state::JobRecord;
 
 /// Joins the configured cluster: etcd's, shared with other agents, or (without a
 /// `cluster` block) this agent's own one-node cluster on the embedded store, kept in
@@ -32,7 +32,7 @@ pub(super) fn join(
     data_dir: &std::path::Path,
     config: &AgentConfig,
     drivers: &DriverSet,
-    store: &Arc<crate::state::StateStore>,
+    store: &Arc<berth_state::StateStore>,
     facts: &crate::node::Facts,
 ) -> Result<Arc<Cluster>, ClusterError> {
     let record = node_record(
@@ -88,11 +88,11 @@ pub(super) fn join(
 /// A node joining a cluster for the first time must not run allocs of its own: the
 /// cluster places every alloc, so the node would stop them on its first round. Refused
 /// instead, saying which jobs and what to do.
-fn refuse_if_running_alone(store: &crate::state::StateStore) -> Result<(), ClusterError> {
+fn refuse_if_running_alone(store: &berth_state::StateStore) -> Result<(), ClusterError> {
     let (allocs, _) = store
         .allocs()
         .map_err(|e| ClusterError::Local(e.to_string()))?;
-    let live: Vec<&crate::state::AllocRecord> = allocs
+    let live: Vec<&berth_state::AllocRecord> = allocs
         .iter()
         .filter(|a| !a.client_status.is_terminal())
         .collect();

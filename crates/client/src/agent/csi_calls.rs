@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{Catalog, VolumeOnNode};
 use crate::cluster::Cluster;
 use crate::cluster::calls::CallHandler;
-use crate::csi::CsiNode;
-use crate::csi::manager::{
+use berth_csi::CsiNode;
+use berth_csi::manager::{
     ControllerAnswer, ControllerRequest, CsiManager, CsiVolumeError, RemoteCall, RemoteControllers,
 };
 use berth_model::csi::PluginKind;
+use berth_state::catalog::{Catalog, VolumeOnNode};
 
 /// A served call's outcome, as it travels back.
 #[derive(Serialize, Deserialize)]
@@ -97,7 +97,7 @@ struct LostNodeUnpublisher(Arc<CsiManager>);
 impl crate::cluster::lost_claims::Unpublisher for LostNodeUnpublisher {
     fn unpublish<'a>(
         &'a self,
-        volume: &'a crate::catalog::Volume,
+        volume: &'a berth_state::catalog::Volume,
         node_id: &'a str,
     ) -> crate::cluster::lost_claims::Unpublishing<'a> {
         Box::pin(async move {

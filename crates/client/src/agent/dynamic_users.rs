@@ -6,10 +6,10 @@ use std::sync::Arc;
 /// The dynamic users' pool, as the store kept it, keeping every change there.
 pub(super) fn pool(
     range: std::ops::RangeInclusive<u32>,
-    store: &Arc<crate::state::StateStore>,
+    store: &Arc<berth_state::StateStore>,
     data_dir: &std::path::Path,
 ) -> berth_sys::process::dynamic_users::DynamicUsers {
-    use crate::state::RecordTable;
+    use berth_state::RecordTable;
     use berth_sys::process::dynamic_users::{DynamicUsers, LeaseDir, PoolRecord};
     const KEY: &str = "pool";
     let record = store

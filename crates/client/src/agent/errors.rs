@@ -2,8 +2,8 @@
 
 use super::{NotOwner, capacity};
 use crate::cluster::ClusterError;
-use crate::state::StateError;
 use berth_jobspec::JobspecError;
+use berth_state::StateError;
 
 /// Why a job was not submitted.
 #[derive(Debug, thiserror::Error)]

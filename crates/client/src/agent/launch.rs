@@ -17,8 +17,8 @@ use chrono::Utc;
 use super::{Agent, JobAction, LookupError, SubmitError, Submitted, Submitter, now_ms};
 use crate::cluster::evals::{Evaluation, trigger};
 use crate::cluster::state::ChildCreated;
-use crate::state::ChildOf;
 use berth_jobspec::{Job, MAX_DISPATCH_PAYLOAD, PayloadRule};
+use berth_state::ChildOf;
 
 impl Agent {
     /// Launches a child of the parameterized job `parent` with `meta` and `payload`,

@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
-use crate::catalog::Catalog as _;
 use crate::cluster::state::{AllocReport, ClusterJob, Placement};
 use crate::cluster::{Cluster, ClusterError};
-use crate::state::StateStore;
+use berth_state::StateStore;
+use berth_state::catalog::Catalog as _;
 
 /// What was imported.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -29,10 +29,10 @@ pub fn import(
     state: &Arc<StateStore>,
     config: &crate::config::AgentConfig,
 ) -> Result<Imported, ClusterError> {
-    let local = |e: crate::state::StateError| ClusterError::Local(e.to_string());
+    let local = |e: berth_state::StateError| ClusterError::Local(e.to_string());
     let (jobs, _) = state.jobs().map_err(local)?;
     let (allocs, _) = state.allocs().map_err(local)?;
-    let volumes = crate::catalog::embedded::EmbeddedCatalog::new(state.clone())
+    let volumes = berth_state::catalog::embedded::EmbeddedCatalog::new(state.clone())
         .volumes()
         .unwrap_or_default();
     let mut imported = Imported::default();

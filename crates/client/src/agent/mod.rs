@@ -52,9 +52,9 @@ use crate::cluster::ClusterError;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::state::{JobRecord, OpenOutcome, StateError, StateStore};
 use berth_jobspec::Job;
 use berth_model::events::AllocEvent;
+use berth_state::{JobRecord, OpenOutcome, StateError, StateStore};
 
 /// Where the agent keeps its state.
 pub enum StateLocation {
@@ -255,7 +255,7 @@ impl Agent {
         let change_index = Arc::new(berth_sys::blocking::run(|| {
             cluster::follow_revision(&cluster)
         }));
-        let csi = crate::csi::CsiNode::start_with(
+        let csi = berth_csi::CsiNode::start_with(
             &options.data_dir,
             store.clone(),
             options.config.csi.clone(),
@@ -432,7 +432,7 @@ impl Agent {
         &self.node.data_dir
     }
 
-    pub fn csi(&self) -> &Arc<crate::csi::CsiNode> {
+    pub fn csi(&self) -> &Arc<berth_csi::CsiNode> {
         &self.node.csi
     }
 

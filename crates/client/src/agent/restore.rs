@@ -7,15 +7,15 @@ use tokio::sync::watch;
 
 use super::{Agent, AllocEntry, JobEntry, Notice, NoticeLevel, spawn_runner, store_name};
 use crate::alloc_runner::AllocRunner;
-use crate::state::StateError;
 use berth_model::status::ClientStatus;
+use berth_state::StateError;
 
 impl Agent {
     /// Reads the recorded jobs and allocs. Live allocs are started by `run_restored`.
     pub(super) fn restore(&self) -> Result<Vec<Notice>, StateError> {
         let store = &self.node.store;
         let mut notices = Vec::new();
-        let unreadable_notice = |u: crate::state::Unreadable| Notice {
+        let unreadable_notice = |u: berth_state::Unreadable| Notice {
             level: NoticeLevel::Error,
             message: u.to_string(),
         };

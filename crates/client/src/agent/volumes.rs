@@ -1,10 +1,10 @@
 //! The agent's CSI volume and plugin operations, as the API and CLI use them:
 //! register, create, delete, deregister, status.
 
-use crate::catalog::volume_spec::{self, SpecPurpose};
-use crate::catalog::{CatalogError, PluginStatus, VolumeStatus};
 use berth_jobspec::JobspecError;
 use berth_model::csi::{PluginKind, SnapshotInfo};
+use berth_state::catalog::volume_spec::{self, SpecPurpose};
+use berth_state::catalog::{CatalogError, PluginStatus, VolumeStatus};
 
 use super::Agent;
 
@@ -100,7 +100,7 @@ impl Agent {
     /// where this node publishes it), then records its new capacity.
     async fn expand_volume(
         &self,
-        volume: &crate::catalog::Volume,
+        volume: &berth_state::catalog::Volume,
         required: i64,
     ) -> Result<VolumeStatus, VolumeError> {
         let capacity = self
@@ -134,7 +134,7 @@ impl Agent {
                 };
                 format!(
                     "{} ({}){elsewhere}",
-                    crate::catalog::short_id(&c.alloc_id),
+                    berth_state::catalog::short_id(&c.alloc_id),
                     c.alloc_name
                 )
             })
@@ -163,7 +163,7 @@ impl Agent {
                 .unwrap_or_else(|| "releasing".into());
             let allocs: Vec<&str> = releasing
                 .iter()
-                .map(|a| crate::catalog::short_id(a))
+                .map(|a| berth_state::catalog::short_id(a))
                 .collect();
             return Err(VolumeError::Refused(format!(
                 "volume {id:?} is still held by finished alloc(s) {}, {why}, and berth retries \

@@ -15,12 +15,12 @@
 use std::collections::BTreeMap;
 
 use super::{AllocHook, AllocRunner};
-use crate::catalog::{CatalogError, Claim, ClaimMode, short_id};
-use crate::csi::manager::CsiVolumeError;
 use crate::task_runner::hooks::{BoxFuture, HookError};
+use berth_csi::manager::CsiVolumeError;
 use berth_jobspec::{VolumeRequest, VolumeType};
 use berth_model::csi::{AccessMode, AttachmentMode, CsiNameError, Usage};
 use berth_model::hook_resources::MountedVolume;
+use berth_state::catalog::{CatalogError, Claim, ClaimMode, short_id};
 
 pub struct CsiHook;
 
@@ -154,7 +154,7 @@ impl CsiHook {
         let problems = Self::undo(alloc, held).await;
         if problems.is_empty() {
             alloc.resources.set_csi_mounts(BTreeMap::new());
-            alloc.save_resources(crate::state::Commit::Durable);
+            alloc.save_resources(berth_state::Commit::Durable);
             true
         } else {
             tracing::error!(alloc = %short_id(&alloc.id),
@@ -251,7 +251,7 @@ impl AllocHook for CsiHook {
                 }
             }
             alloc.resources.set_csi_mounts(mounts);
-            alloc.save_resources(crate::state::Commit::Durable);
+            alloc.save_resources(berth_state::Commit::Durable);
             Ok(())
         })
     }

@@ -29,7 +29,6 @@ use tracing::Instrument;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
-use crate::state::{AllocRecord, Commit, StateError, StateStore};
 use crate::task_runner::hooks::{BoxFuture, HookError, TaskHookContext};
 use crate::task_runner::{ControlError, EventSink, Outcome, TaskControl, TaskRunner};
 use berth_jobspec::{Group, Job, Task};
@@ -37,6 +36,7 @@ use berth_model::driver::TaskHandle;
 use berth_model::events::{AllocEvent, EventKind, TaskEvent, TaskState, TaskStateKind};
 use berth_model::hook_resources::HookResources;
 use berth_model::status::{ClientStatus, DesiredStatus};
+use berth_state::{AllocRecord, Commit, StateError, StateStore};
 use berth_sys::alloc_dir::AllocDir;
 
 /// The hook state key under which an alloc's hook resources are recorded.
@@ -192,7 +192,7 @@ pub struct NodeContext {
     pub store: Arc<StateStore>,
     /// Every task event, as it happens (sending never blocks; nobody listening is fine).
     pub events: broadcast::Sender<AllocEvent>,
-    pub csi: Arc<crate::csi::CsiNode>,
+    pub csi: Arc<berth_csi::CsiNode>,
     /// The privileged operations (cgroups, ownership, users).
     pub sys: Arc<dyn berth_sys::Sys>,
     /// The services of running tasks and groups, kept registered in Consul.

@@ -1,4 +1,4 @@
-//! The alloc and task runners' logic against `sys::fake::FakeSys`: task start, restart,
+//! The alloc and task runners' logic against `berth_testkit::FakeSys`: task start, restart,
 //! stop, a task's user, and the unwind after a failed setup, with the `mock` driver
 //! (which spawns nothing). No root needed: nothing here makes a cgroup, changes an
 //! owner or reads `/etc/passwd`; the fake records what the runners asked for.
@@ -50,7 +50,7 @@ const MOCK_ON: &str = "plugin \"mock\" {\n  config {\n    enabled = true\n  }\n}
 fn node() -> Node {
     let data = tempfile::tempdir().unwrap();
     let sys = FakeSys::default();
-    let store = Arc::new(crate::state::StateStore::in_memory());
+    let store = Arc::new(berth_state::StateStore::in_memory());
     // The mock driver is off unless enabled, as on any agent.
     let config = AgentConfig::parse("agent.hcl", MOCK_ON).unwrap();
     let (events, _) = tokio::sync::broadcast::channel(1024);
@@ -58,7 +58,7 @@ fn node() -> Node {
         data_dir: data.path().to_path_buf(),
         drivers: drivers(),
         hooks: Default::default(),
-        csi: crate::csi::CsiNode::start(data.path(), store.clone(), config.csi.clone()),
+        csi: berth_csi::CsiNode::start(data.path(), store.clone(), config.csi.clone()),
         config: Arc::new(config),
         store,
         events,

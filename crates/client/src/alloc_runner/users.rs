@@ -11,10 +11,10 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use super::AllocRunner;
-use crate::state::Commit;
 use crate::task_runner::hooks::HookError;
 use berth_model::driver::TaskUser;
 use berth_model::events::{EventKind, TaskEvent, TaskStateKind};
+use berth_state::Commit;
 use berth_sys::process::dynamic_users::{Shortage, Want};
 
 /// The hook-state key of an alloc's [`AllocUsers`].

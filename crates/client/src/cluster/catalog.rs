@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::Cluster;
 use super::etcd::{Condition, Write};
-use crate::catalog::{
+use berth_model::csi::PluginKind;
+use berth_state::catalog::{
     Catalog, CatalogError, Claim, PluginProvider, PluginStatus, Volume, VolumeStatus,
     claim_refusal, plugin_statuses,
 };
-use berth_model::csi::PluginKind;
 
 /// How often a transaction that lost a race is tried again before giving up.
 const MAX_ATTEMPTS: usize = 64;

@@ -139,7 +139,7 @@ impl Embedded {
             path: path.display().to_string(),
             reason,
         };
-        crate::state::restrict_to_owner(path).map_err(|e| failed(e.to_string()))?;
+        berth_state::restrict_to_owner(path).map_err(|e| failed(e.to_string()))?;
         let file = Database::create(path).map_err(|e| failed(e.to_string()))?;
         let mut inner = Inner {
             next_lease: 1,

@@ -30,7 +30,7 @@ use std::time::Duration;
 use super::Cluster;
 use super::catalog::{EtcdCatalog, LostClaim};
 use super::state::AllocReport;
-use crate::catalog::{Catalog, Volume};
+use berth_state::catalog::{Catalog, Volume};
 
 /// How soon a release whose unpublish failed is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
@@ -298,7 +298,7 @@ mod tests {
         catalog.claim("data", claim).unwrap();
         let mut other = writer("stays", "b");
         other.access_mode = berth_model::csi::AccessMode::MultiNodeMultiWriter;
-        other.mode = crate::catalog::ClaimMode::Read;
+        other.mode = berth_state::catalog::ClaimMode::Read;
         other.external_node_id = Some("csi-b".into());
         catalog.claim("data", other).unwrap();
         recorder.refuse.store(true, Ordering::SeqCst);

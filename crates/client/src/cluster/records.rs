@@ -95,7 +95,7 @@ pub(crate) fn decode(prefix: &str, entry: &Entry) -> Option<Stored> {
             })
         }
         "plugins" => {
-            let provider: crate::catalog::PluginProvider = read(entry)?;
+            let provider: berth_state::catalog::PluginProvider = read(entry)?;
             (provider.kind == berth_model::csi::PluginKind::Node).then_some(Stored::NodePlugin {
                 plugin_id: provider.plugin_id,
                 node: provider.node,

@@ -34,7 +34,7 @@ pub struct ClusterJob {
     /// Set for a child launched from a periodic or parameterized job (its source is its
     /// parent's at launch; its id `<parent>/<kind>-<time>[-<suffix>]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub child_of: Option<crate::state::ChildOf>,
+    pub child_of: Option<berth_state::ChildOf>,
     /// Submitted by the operator (`Job::submitted_by_operator`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_operator: bool,

@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::catalog::EtcdCatalog;
 use super::etcd_access::EtcdAccess;
 use super::*;
-use crate::catalog::{Catalog, CatalogError, Claim, ClaimMode, Volume};
 use berth_model::cluster::{ClusterSettings, StoreKind};
 use berth_model::csi::AccessMode;
+use berth_state::catalog::{Catalog, CatalogError, Claim, ClaimMode, Volume};
 use berth_testkit::etcd::EtcdServer;
 
 pub(super) fn settings(server: &EtcdServer, prefix: &str) -> ClusterSettings {
@@ -357,7 +357,7 @@ fn a_child_is_created_once_and_not_after_its_parent_changed() {
     let version = a.put_job(&parent).unwrap();
     let child = |id: &str| ClusterJob {
         id: id.into(),
-        child_of: Some(crate::state::ChildOf {
+        child_of: Some(berth_state::ChildOf {
             parent: "tick".into(),
             meta: Vec::new(),
             payload: None,

@@ -10,7 +10,7 @@ use super::etcd::{Etcd, EtcdError};
 use super::etcd_access::EtcdAccess;
 use super::tests::{node, volume, writer};
 use super::{Cluster, ClusterError};
-use crate::catalog::Catalog;
+use berth_state::catalog::Catalog;
 use berth_testkit::etcd::{EtcdServer, Security};
 
 const EVERYTHING: Security = Security {

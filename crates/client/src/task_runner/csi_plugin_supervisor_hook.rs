@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use crate::csi::client::CsiClient;
-use crate::csi::layout::{self, PluginDirs};
-use crate::csi::registry::PluginRegistration;
+use berth_csi::client::CsiClient;
+use berth_csi::layout::{self, PluginDirs};
+use berth_csi::registry::PluginRegistration;
 use berth_jobspec::{CsiPlugin, CsiPluginType};
 use berth_model::csi::{PluginKind, Timeouts, check_plugin_id};
 use berth_model::driver::{ExitResult, FsIsolation};
@@ -282,7 +282,7 @@ impl TaskHook for CsiPluginSupervisorHook {
 struct Supervisor {
     registrations: Vec<PluginRegistration>,
     client: CsiClient,
-    registry: Arc<crate::csi::registry::PluginRegistry>,
+    registry: Arc<berth_csi::registry::PluginRegistry>,
     events: Option<super::events::TaskEvents>,
     restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     health: Arc<Mutex<Option<bool>>>,
@@ -351,7 +351,7 @@ enum ProbeFailure {
     #[error("the plugin says it is not ready yet")]
     NotReady,
     #[error(transparent)]
-    Rpc(crate::csi::client::CsiError),
+    Rpc(berth_csi::client::CsiError),
 }
 
 impl Supervisor {

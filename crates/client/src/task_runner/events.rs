@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, broadcast};
 
-use crate::state::{Commit, StateStore};
 use berth_model::events::{AllocEvent, EventKind, TaskEvent, TaskState};
+use berth_state::{Commit, StateStore};
 
 /// Where a task runner reports: watchers get events, the store gets every change, and
 /// `changed` wakes whoever waits on task states (the alloc runner's lifecycle).

@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use crate::config::AgentConfig;
-use crate::csi::CsiNode;
+use berth_csi::CsiNode;
 use berth_jobspec::{Group, Job, Task};
 use berth_model::driver::ExitResult;
 use berth_model::events::EventKind;

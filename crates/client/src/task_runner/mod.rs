@@ -34,12 +34,12 @@ use tokio::sync::watch;
 
 use tracing::Instrument;
 
-use crate::state::{Commit, StoredHandle};
 use crate::validate::disabled_driver_refusal;
 use berth_jobspec::RestartMode;
 use berth_model::driver::{ExitResult, TaskHandle, TaskRequest};
 use berth_model::events::{EventKind, TaskState, TaskStateKind};
 use berth_model::limits::{MIB, TaskLimits, cpu_shares};
+use berth_state::{Commit, StoredHandle};
 use berth_sys::RunCgroup;
 use hooks::{TaskHook, TaskHookContext, TaskPrepare};
 

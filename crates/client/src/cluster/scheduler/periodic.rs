@@ -185,7 +185,7 @@ pub(super) fn child_of_launch(
         id: format!("{}/periodic-{}", launch.parent, launch.at_ms / 1000),
         submitted_ms: launch.at_ms,
         stopped: false,
-        child_of: Some(crate::state::ChildOf {
+        child_of: Some(berth_state::ChildOf {
             parent: launch.parent.clone(),
             meta: Vec::new(),
             payload: None,
@@ -266,7 +266,7 @@ mod tests {
         let child = ClusterJob {
             id: format!("tick/periodic-{}", at_ms / 1000),
             submitted_ms: at_ms,
-            child_of: Some(crate::state::ChildOf {
+            child_of: Some(berth_state::ChildOf {
                 parent: "tick".into(),
                 meta: Vec::new(),
                 payload: None,

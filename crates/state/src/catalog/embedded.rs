@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::{
     Catalog, CatalogError, Claim, PluginProvider, PluginStatus, Volume, VolumeStatus, claim_refusal,
 };
-use crate::state::{RecordTable, StateStore};
+use crate::{RecordTable, StateStore};
 use berth_model::csi::PluginKind;
 
 pub struct EmbeddedCatalog {

@@ -26,9 +26,9 @@ pub mod registry;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::catalog::Catalog;
 use berth_model::csi::{AccessMode, AttachmentMode, CsiSettings, Usage};
 use berth_proto::csi as pb;
+use berth_state::catalog::Catalog;
 
 // The wire forms of the model's CSI types: only this module speaks protobuf.
 fn access_mode_to_proto(mode: AccessMode) -> pb::volume_capability::access_mode::Mode {
@@ -74,7 +74,7 @@ impl CsiNode {
     /// embedded catalog, and a started manager (needs a tokio runtime).
     pub fn start(
         data_dir: &std::path::Path,
-        store: Arc<crate::state::StateStore>,
+        store: Arc<berth_state::StateStore>,
         settings: CsiSettings,
     ) -> Arc<CsiNode> {
         Self::start_measured(
@@ -88,16 +88,16 @@ impl CsiNode {
     /// [`CsiNode::start`], recording every CSI RPC in `metrics` (the agent's registry).
     pub fn start_measured(
         data_dir: &std::path::Path,
-        store: Arc<crate::state::StateStore>,
+        store: Arc<berth_state::StateStore>,
         settings: CsiSettings,
         metrics: berth_telemetry::Metrics,
     ) -> Arc<CsiNode> {
         let node_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_string())
             .unwrap_or_else(|_| "localhost".into());
-        let catalog: Arc<dyn Catalog> = Arc::new(crate::catalog::embedded::EmbeddedCatalog::new(
-            store.clone(),
-        ));
+        let catalog: Arc<dyn Catalog> = Arc::new(
+            berth_state::catalog::embedded::EmbeddedCatalog::new(store.clone()),
+        );
         CsiNode::start_with(data_dir, store, settings, metrics, node_name, catalog)
     }
 
@@ -105,7 +105,7 @@ impl CsiNode {
     /// name in it.
     pub fn start_with(
         data_dir: &std::path::Path,
-        store: Arc<crate::state::StateStore>,
+        store: Arc<berth_state::StateStore>,
         settings: CsiSettings,
         metrics: berth_telemetry::Metrics,
         node_name: String,

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::{CsiManager, CsiVolumeError};
-use crate::catalog::Volume;
-use crate::csi::plugin::CsiPlugin;
+use crate::plugin::CsiPlugin;
 use berth_model::csi::{Capabilities, PluginKind, SnapshotInfo, Usage};
+use berth_state::catalog::Volume;
 use std::sync::Arc;
 
 impl CsiManager {

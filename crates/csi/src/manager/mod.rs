@@ -39,13 +39,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::broadcast;
 
-use crate::catalog::{Catalog, PluginProvider};
-use crate::csi::client::CsiError;
-use crate::csi::host_mounts::{HostMounts, RealMounts};
-use crate::csi::plugin::{CsiPlugin, GrpcConnector, PluginConnector};
-use crate::csi::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
-use crate::state::{StateError, StateStore};
+use crate::client::CsiError;
+use crate::host_mounts::{HostMounts, RealMounts};
+use crate::plugin::{CsiPlugin, GrpcConnector, PluginConnector};
+use crate::registry::{PluginRegistration, PluginRegistry, PluginUnavailable, RegistryEvent};
 use berth_model::csi::{CsiSettings, Fingerprint, PluginKind};
+use berth_state::catalog::{Catalog, PluginProvider};
+use berth_state::{StateError, StateStore};
 
 /// Why mounting, unmounting or creating a volume failed, in words a person can act on.
 #[derive(Debug, thiserror::Error)]

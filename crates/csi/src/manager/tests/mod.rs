@@ -1,5 +1,5 @@
 //! The manager's durable intents and crash recovery, against the scripted, recording
-//! fake plugin ([`crate::csi::fake`]) and its mount table, so they run without root or
+//! fake plugin ([`crate::fake`]) and its mount table, so they run without root or
 //! a plugin process. A crash is the manager's future dropped while a scripted call hangs
 //! (before or after the plugin acted); the recovery is a fresh manager over the same
 //! state file, as after an agent restart. What the real mount table and gRPC do is the
@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use super::CsiManager;
 use super::volumes::VolumeUsage;
-use crate::catalog::{Capability, Volume};
-use crate::csi::fake::{Call, FakeConnector, FakeCsiPlugin, FakeIdentity, FakeMounts};
-use crate::csi::layout::PluginDirs;
-use crate::csi::registry::{PluginRegistration, PluginRegistry};
-use crate::state::{RecordTable, StateStore};
+use crate::fake::{Call, FakeConnector, FakeCsiPlugin, FakeIdentity, FakeMounts};
+use crate::layout::PluginDirs;
+use crate::registry::{PluginRegistration, PluginRegistry};
 use berth_model::csi::{AccessMode, AttachmentMode, CsiSettings, PluginKind, Usage};
+use berth_state::catalog::{Capability, Volume};
+use berth_state::{RecordTable, StateStore};
 
 const PLUGIN: &str = "fake";
 const VOLUME: &str = "vol";
@@ -72,7 +72,7 @@ impl TestNode {
         for kind in kinds {
             registry.register(self.registration(kind));
         }
-        let catalog = Arc::new(crate::catalog::embedded::EmbeddedCatalog::new(
+        let catalog = Arc::new(berth_state::catalog::embedded::EmbeddedCatalog::new(
             store.clone(),
         ));
         CsiManager::with_seams(

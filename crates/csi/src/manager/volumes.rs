@@ -11,14 +11,14 @@ use serde::{Deserialize, Serialize};
 use super::route::{ControllerAnswer, ControllerRequest, unexpected};
 use super::topology::{accessible_from, segments};
 use super::{CsiManager, CsiVolumeError};
-use crate::catalog::{Publication, Volume, VolumeOnNode};
-use crate::csi::client::NodeVolume;
-use crate::csi::host_mounts::HostMounts;
-use crate::csi::layout::{PluginDirs, SharedPath};
-use crate::csi::plugin::CsiPlugin;
-use crate::csi::registry::PluginRegistration;
-use crate::state::RecordTable;
+use crate::client::NodeVolume;
+use crate::host_mounts::HostMounts;
+use crate::layout::{PluginDirs, SharedPath};
+use crate::plugin::CsiPlugin;
+use crate::registry::PluginRegistration;
 use berth_model::csi::{Fingerprint, PluginKind, Usage};
+use berth_state::RecordTable;
+use berth_state::catalog::{Publication, Volume, VolumeOnNode};
 
 /// One volume's use on this node, persisted.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -11,6 +11,12 @@
 //! that does not decode is reported and skipped, never deleted: nothing recorded is lost
 //! because one entry is unreadable. A file that redb cannot open as a database is moved
 //! aside (kept, with a name that says why) and the agent starts with empty state.
+//!
+//! The catalog of CSI volumes and their claims ([`catalog`]) lives here too: on a lone
+//! agent's embedded store it is a table of this file, and both the CSI manager and the
+//! cluster stand on it.
+
+pub mod catalog;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -11,9 +11,9 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 use super::{CsiManager, CsiVolumeError};
-use crate::catalog::Volume;
-use crate::csi::client::NodeVolume;
+use crate::client::NodeVolume;
 use berth_model::csi::{PluginKind, SnapshotInfo, Usage};
+use berth_state::catalog::Volume;
 
 /// A controller operation, as one node asks another node's controller to do it.
 #[derive(Debug, Clone, Serialize, Deserialize)]

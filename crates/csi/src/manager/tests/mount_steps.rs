@@ -4,9 +4,9 @@
 use tonic::Code;
 
 use super::*;
-use crate::csi::fake::Answer;
-use crate::csi::manager::CsiVolumeError;
-use crate::csi::manager::volumes::Intent;
+use crate::fake::Answer;
+use crate::manager::CsiVolumeError;
+use crate::manager::volumes::Intent;
 
 #[tokio::test]
 async fn a_mount_stages_once_then_publishes_at_the_plugins_paths_and_records_both() {

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
 use super::layout::PluginDirs;
-use crate::state::{RecordTable, StateStore};
 use berth_model::csi::PluginKind;
+use berth_state::{RecordTable, StateStore};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginRegistration {

@@ -159,8 +159,8 @@ pub enum CatalogError {
     Store(String),
 }
 
-impl From<crate::state::StateError> for CatalogError {
-    fn from(error: crate::state::StateError) -> Self {
+impl From<crate::StateError> for CatalogError {
+    fn from(error: crate::StateError) -> Self {
         CatalogError::Store(error.to_string())
     }
 }

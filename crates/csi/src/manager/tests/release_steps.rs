@@ -2,8 +2,8 @@
 //! a durable intent, and what a fresh manager does with an intent a crash left.
 
 use super::*;
-use crate::csi::fake::Answer;
-use crate::csi::manager::volumes::Intent;
+use crate::fake::Answer;
+use crate::manager::volumes::Intent;
 
 /// A node with the volume staged and published to `allocs`, and the fake's record of
 /// those calls forgotten.

@@ -2,8 +2,8 @@
 //! ControllerUnpublish after them, each behind a durable intent.
 
 use super::*;
-use crate::csi::fake::Answer;
-use crate::csi::manager::volumes::Intent;
+use crate::fake::Answer;
+use crate::manager::volumes::Intent;
 
 fn controller_publish() -> Call {
     Call::ControllerPublish {

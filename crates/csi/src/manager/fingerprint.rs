@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::{CsiManager, CsiVolumeError};
-use crate::csi::plugin::CsiPlugin;
-use crate::csi::registry::PluginRegistration;
+use crate::plugin::CsiPlugin;
+use crate::registry::PluginRegistration;
 use berth_model::csi::{Capabilities, Fingerprint, PluginKind};
 use std::sync::Arc;
 
@@ -69,7 +69,7 @@ impl CsiManager {
                         .await?;
                 }
             }
-            Ok::<_, crate::csi::client::CsiError>(fingerprint)
+            Ok::<_, crate::client::CsiError>(fingerprint)
         }
         .await;
         let fingerprint = result.unwrap_or_else(|error| Fingerprint {

@@ -1,5 +1,6 @@
 //! The invariants ARCHITECTURE.md states about the code, checked on the syntax tree of
-//! the host's source (parsed with `syn`), in the spirit of rust-analyzer's tidy tests.
+//! the product crates' source (`host/src`, `crates/*/src`, parsed with `syn`), in the
+//! spirit of rust-analyzer's tidy tests.
 //! Comments and strings are not code; `use` trees (nested groups too), `super::` chains
 //! and paths in expressions and types are resolved to the module they name; the paths
 //! inside macro calls count; and an `include!`d file is read as part of the module that

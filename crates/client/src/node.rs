@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 pub struct Identity {
     pub name: Option<String>,
     pub datacenter: Option<String>,
-    /// How the agent limits allocs' disks (`disk::Mechanism::name`), shown as
+    /// How the agent limits allocs' disks (`berth_sys::disk::Mechanism::name`), shown as
     /// `attr.storage.ephemeral_disk_limit`.
     pub ephemeral_disk_limit: Option<String>,
 }

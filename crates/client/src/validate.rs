@@ -76,7 +76,7 @@ pub fn wants_dynamic_user(
 /// operator's `user { denylist }` names it for a driver of `checked_drivers` (by name or
 /// by uid, so `user = "0"` is `root`). Shared with the task runner, which checks again
 /// before every start (a job accepted earlier may be restored under a stricter config).
-/// Users are found with `lookup` (the runners pass their `sys::Sys`'s). `dynamic`: the
+/// Users are found with `lookup` (the runners pass their `Sys`'s). `dynamic`: the
 /// ids the alloc took for this task from `user { dynamic_range }`, which it runs as in
 /// place of [`DEFAULT_TASK_USER`] (`None` at submit, before the alloc has any).
 pub fn task_user(

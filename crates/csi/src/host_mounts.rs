@@ -1,8 +1,8 @@
 //! What the CSI manager asks of the host's mount table: whether a plugin's stage or
 //! publication really appeared on the host, and unmounting one a plugin left behind.
-//! The agent uses [`RealMounts`] (the kernel's table, `mount::shared`); the manager's
-//! unit tests use a table the fake plugin writes, since reading and changing the real
-//! one needs real mounts and root.
+//! The agent uses [`RealMounts`] (the kernel's table, `berth_sys::mount::shared`); the
+//! manager's unit tests use a table the fake plugin writes, since reading and changing
+//! the real one needs real mounts and root.
 
 use std::io;
 use std::path::Path;

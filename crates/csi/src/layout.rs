@@ -13,7 +13,7 @@
 //! The `csi` directory is a shared mount so that what the plugin mounts inside its own
 //! mount namespace (bidirectional propagation) appears on the host, where the agent
 //! binds it into the consuming tasks. Making it shared is a mount syscall, so it lives in
-//! `mount::shared`.
+//! `berth_sys::mount::shared`.
 
 use std::path::{Path, PathBuf};
 

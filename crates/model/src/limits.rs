@@ -47,7 +47,7 @@ pub struct CgroupSettings {
     /// `pids.max` of every task.
     pub pids_max: u64,
     /// `pids.max` of the parent: the processes of all tasks together. `None`: the host's
-    /// `pid_max` less a reserve (`cgroup::layout::default_all_tasks_pids`).
+    /// `pid_max` less a reserve (`berth_sys::cgroup::layout::default_all_tasks_pids`).
     pub all_tasks_pids_max: Option<u64>,
     /// `pids.max` of each job's cgroup (`<parent>/job-<name>`): the processes of all of
     /// one job's tasks and log collectors together, so one job cannot take the node's
@@ -57,7 +57,8 @@ pub struct CgroupSettings {
     /// pids): the task then runs without that limit, and an event says so.
     pub allow_missing_controllers: bool,
     /// Turn on the kernel's node-wide `favordynmods` at agent start, so that putting a
-    /// task in its cgroup does not wait for an RCU grace period (`cgroup::favor`).
+    /// task in its cgroup does not wait for an RCU grace period
+    /// (`berth_sys::cgroup::favor`).
     pub favor_dynmods: bool,
 }
 

@@ -6,7 +6,7 @@
 //!
 //! The files of this crate import one another in one direction only: `blocking`,
 //! `secret_file` and `alloc_dir` at the bottom, then `mount`, then `cgroup`, `disk` and
-//! `process`, then this file.
+//! `process`, then `linux` (`LinuxSys`) and this file.
 //!
 //! This file is the seam between the runners and the privileged operations they need: a
 //! task run's cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill

@@ -6,7 +6,7 @@
 //! A [`Metrics`] is made once per agent process (the CLI makes it with the runtime) and
 //! handed down: the runtime records driver and hook calls and the log messages a plugin
 //! dropped past its budget, the CSI client its RPCs, the agent its gauges. It is never
-//! installed as the process's global recorder, so the library's tests, which run many
+//! installed as the process's global recorder, so the tests, which run many
 //! agents in one process, each read their own agent's figures and nothing clashes.
 //!
 //! Names follow Nomad where Nomad has the metric (`nomad.client.allocations.running`);

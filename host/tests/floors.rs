@@ -1523,6 +1523,34 @@ fn cli_prints_outside_output(analysis: &Analysis) -> Vec<Violation> {
     dedup(violations)
 }
 
+/// Nomad's answers and requests are `berth_nomad_api`'s types, which the contract
+/// fixtures hold to Nomad's documented shapes: the Nomad handlers
+/// (`crates/api/src/nomad/`) build none by hand with `json!` (their tests may).
+fn nomad_json_by_hand(analysis: &Analysis) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for unit in analysis
+        .units
+        .iter()
+        .filter(|u| u.home.starts_with("crates/api/src/nomad/"))
+    {
+        for call in unit
+            .macro_calls
+            .iter()
+            .filter(|c| !c.test && c.name == "json")
+        {
+            violations.push(Violation {
+                file: unit.label.clone(),
+                line: call.line,
+                key: "json!".into(),
+                message: "`json!` in a Nomad handler: answer with a `berth_nomad_api` type \
+                          (add the field or the type there, where the fixtures check it)"
+                    .into(),
+            });
+        }
+    }
+    dedup(violations)
+}
+
 /// A violation for every path outside `home` whose target `forbidden` names.
 fn places_outside(
     analysis: &Analysis,
@@ -2214,6 +2242,14 @@ fn only_csi_touches_grpc() {
 }
 
 #[test]
+fn nomad_handlers_answer_with_nomad_types() {
+    assert_clean(
+        "nomad-json",
+        in_every_crate(|_, analysis| nomad_json_by_hand(analysis)),
+    );
+}
+
+#[test]
 fn the_cli_prints_only_through_output() {
     assert_clean("cli-prints", cli_prints_outside_output(&host().1));
 }
@@ -2651,6 +2687,27 @@ fn checker_catches_cli_prints_outside_output() {
     // println! (4), a variable named in the format string (6), stdout (7).
     assert_eq!(lines_of(&found), vec![4, 6, 7], "{found:#?}");
     assert_eq!(found[1].key, "{name}");
+}
+
+#[test]
+fn checker_catches_nomad_json_built_by_hand() {
+    let planted_api = planted(&[
+        (
+            "crates/api/src/nomad/jobs.rs",
+            "//! j\n\
+             fn f(id: &str) -> serde_json::Value {\n\
+             serde_json::json!({\"ID\": id})\n\
+             }\n\
+             #[cfg(test)]\nmod tests { fn t() { let _ = serde_json::json!({}); } }\n",
+        ),
+        (
+            "crates/client/src/consul/api.rs",
+            "//! c\nfn g() { let _ = serde_json::json!({\"Name\": 1}); }\n",
+        ),
+    ]);
+    let found = nomad_json_by_hand(&planted_api);
+    assert_eq!(lines_of(&found), vec![3], "{found:#?}");
+    assert_eq!(found[0].file, "crates/api/src/nomad/jobs.rs");
 }
 
 #[test]

@@ -2,21 +2,15 @@
 //! per endpoint, each naming the page of Nomad's API docs it was written from). One dev
 //! agent: the request fixtures go through berth (parse, register, plan, dispatch), and
 //! every field of a response fixture must be in berth's live answer with the same JSON
-//! type, recursively, except the fields [`ABSENT`] names as deliberately left out.
-//!
-//! Rules of the comparison: a `null` in a fixture is Nomad's "nothing here in this
-//! sample" and matches anything, a missing field too; numbers match numbers (integer or not); the first
-//! element of a fixture's array is checked against every element of berth's; objects
-//! keyed by names (a job's groups in a summary, an alloc's tasks) check the fixture's
-//! first entry against each of berth's ([`NAMED_MAPS`]), and free-form maps (meta, env,
-//! attributes) only that they are objects ([`FREE_MAPS`]).
+//! type, recursively, except the fields [`ABSENT`] names as deliberately left out. The
+//! comparison's rules are `berth_testkit::nomad_fixtures`'s.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::nomad_api::http;
+use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names};
 
 /// Fields of each fixture berth deliberately does not fill, with why.
 const ABSENT: &[(&str, &[&str], &str)] = &[
@@ -38,115 +32,6 @@ const ABSENT: &[(&str, &[&str], &str)] = &[
          (a number in the sample) that a one-node agent never sets",
     ),
 ];
-
-/// Objects whose keys are names: each of berth's entries has the fixture's first shape.
-const NAMED_MAPS: &[&str] = &[
-    "Summary",
-    "TaskStates",
-    "Tasks",
-    "Drivers",
-    "DesiredTGUpdates",
-];
-
-/// Objects whose keys and values are the user's or the node's: only their type counts.
-const FREE_MAPS: &[&str] = &[
-    "Attributes",
-    "Meta",
-    "Env",
-    "Config",
-    "Labels",
-    "Parameters",
-    "Context",
-    "ReadAllocs",
-    "WriteAllocs",
-];
-
-fn fixture(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/nomad")
-        .join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let fixture: Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
-    assert!(
-        fixture["Doc"]
-            .as_str()
-            .is_some_and(|doc| doc.contains("api-docs/")),
-        "{} names no page of Nomad's API docs in its Doc field",
-        path.display()
-    );
-    fixture
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// Every difference between the fixture's shape and berth's answer, as `path: why`.
-fn differences(
-    path: &str,
-    expected: &Value,
-    actual: &Value,
-    absent: &[&str],
-    out: &mut Vec<String>,
-) {
-    if expected.is_null() {
-        return;
-    }
-    if kind(expected) != kind(actual) {
-        out.push(format!(
-            "{path}: Nomad has {}, berth {} ({actual})",
-            kind(expected),
-            kind(actual)
-        ));
-        return;
-    }
-    let last = path.rsplit('.').next().unwrap_or(path);
-    match (expected, actual) {
-        (Value::Object(_), Value::Object(_)) if FREE_MAPS.contains(&last) => {}
-        (Value::Object(expected), Value::Object(actual)) if NAMED_MAPS.contains(&last) => {
-            if let Some((_, shape)) = expected.iter().next() {
-                for (name, value) in actual {
-                    differences(&format!("{path}.{name}"), shape, value, absent, out);
-                }
-            }
-        }
-        (Value::Object(expected), Value::Object(actual)) => {
-            for (key, shape) in expected {
-                let at = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                if absent.contains(&at.as_str()) {
-                    continue;
-                }
-                match actual.get(key) {
-                    Some(value) => differences(&at, shape, value, absent, out),
-                    // Go decodes a missing field and a null alike.
-                    None if shape.is_null() => {}
-                    None => out.push(format!("{at}: missing")),
-                }
-            }
-        }
-        (Value::Array(expected), Value::Array(actual)) => {
-            if let Some(shape) = expected.first() {
-                for value in actual {
-                    differences(&format!("{path}[]"), shape, value, absent, out);
-                }
-            }
-        }
-        _ => {}
-    }
-}
 
 /// Paths named generically: an element of a named map is `Tasks.<name>`, so the absent
 /// list names `Tasks.*`.
@@ -351,12 +236,7 @@ async fn berths_answers_have_the_shapes_of_nomads_docs() {
     let answer = contract.call("GET", "/v1/volume/csi/volume-id1", &Value::Null);
     contract.check("csi_volume_read", &answer);
 
-    let fixtures: Vec<String> = std::fs::read_dir(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nomad"),
-    )
-    .unwrap()
-    .filter_map(|entry| entry.ok()?.path().file_stem()?.to_str().map(String::from))
-    .collect();
+    let fixtures = fixture_names();
     for name in &fixtures {
         assert!(
             contract.checked.contains(&name.as_str()),

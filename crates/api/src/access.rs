@@ -7,7 +7,8 @@
 //!   only they may enter.
 //! - **A TCP listener** is opt-in (`http { address }`) and needs a bearer token
 //!   (`X-Berth-Token: <secret>` or `Authorization: Bearer <secret>`): none is 401, a wrong
-//!   one 403, a `read` token on anything but GET 403. `berth agent -dev` keeps an open
+//!   one 403, a `read` token on a route that changes something 403 (the route table's
+//!   scope, `routes.rs`). `berth agent -dev` keeps an open
 //!   loopback listener, and says so loudly.
 //! - **Browsers**: a TCP request whose `Host` is not the listener's own address (DNS
 //!   rebinding) or whose `Origin` is another site is refused with 403, token or not.
@@ -25,6 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
+use crate::routes::Scope;
 use berth_client::agent::Submitter;
 use berth_client::config::{ApiToken, HttpConfig, TokenScope};
 use berth_sys::secret_file::{SecretFileError, read_secret_file};
@@ -106,6 +108,7 @@ impl AccessPolicy {
     fn check(
         &self,
         method: &Method,
+        path: &str,
         headers: &HeaderMap,
     ) -> Result<Submitter, (StatusCode, String)> {
         if let Some(hosts) = &self.hosts {
@@ -180,12 +183,14 @@ impl AccessPolicy {
         else {
             return Err((StatusCode::FORBIDDEN, "the token is not valid".into()));
         };
-        if token.scope == TokenScope::Read && method != Method::GET && method != Method::HEAD {
+        if token.scope == TokenScope::Read && crate::routes::scope_of(method, path) != Scope::Read {
             return Err((
                 StatusCode::FORBIDDEN,
                 format!(
-                    "token {:?} has scope \"read\"; {method} needs a token of scope \"submit\"",
-                    token.name
+                    "token {:?} has scope \"read\"; {method} {} needs a token of scope \
+                     \"submit\"",
+                    token.name,
+                    berth_model::text::one_line(path)
                 ),
             ));
         }
@@ -232,7 +237,7 @@ pub async fn enforce(
     mut request: Request,
     next: Next,
 ) -> Response {
-    match policy.check(request.method(), request.headers()) {
+    match policy.check(request.method(), request.uri().path(), request.headers()) {
         Ok(submitter) => {
             let operator = submitter == Submitter::Operator;
             request.extensions_mut().insert(submitter);
@@ -411,13 +416,15 @@ mod tests {
             false,
         );
         let host = ("host", "127.0.0.1:4646");
-        let code = |method: Method, extra: &[(&'static str, &str)]| {
+        let code_at = |method: Method, path: &str, extra: &[(&'static str, &str)]| {
             let mut pairs = vec![host];
             pairs.extend_from_slice(extra);
             policy
-                .check(&method, &headers(&pairs))
+                .check(&method, path, &headers(&pairs))
                 .map_err(|(code, _)| code)
         };
+        let code =
+            |method: Method, extra: &[(&'static str, &str)]| code_at(method, "/v1/jobs", extra);
         assert_eq!(code(Method::GET, &[]), Err(StatusCode::UNAUTHORIZED));
         assert_eq!(
             code(Method::GET, &[("x-berth-token", "wrong-secret-0123456789")]),
@@ -447,6 +454,16 @@ mod tests {
             ),
             token("ci")
         );
+        // The route table says what a route needs: parsing a jobspec changes nothing.
+        let read_token = [("x-berth-token", "read-secret-0123456789")];
+        assert_eq!(
+            code_at(Method::POST, "/v1/jobs/parse", &read_token),
+            token("viewer")
+        );
+        assert_eq!(
+            code_at(Method::POST, "/v1/job/web/plan", &read_token),
+            Err(StatusCode::FORBIDDEN)
+        );
         // Only a token of scope "plugin" may run plugin jobs.
         assert_eq!(
             code(
@@ -460,6 +477,7 @@ mod tests {
         );
         let rebound = policy.check(
             &Method::GET,
+            "/v1/jobs",
             &headers(&[
                 ("host", "evil.example:4646"),
                 ("x-berth-token", "submit-secret-0123456789"),
@@ -504,7 +522,7 @@ mod tests {
                 map.append(*name, HeaderValue::from_str(value).unwrap());
             }
             policy
-                .check(&Method::GET, &map)
+                .check(&Method::GET, "/v1/jobs", &map)
                 .map(|_| ())
                 .map_err(|(code, _)| code)
         };
@@ -567,13 +585,17 @@ mod tests {
     fn the_socket_needs_no_token_and_checks_no_host() {
         let policy = AccessPolicy::socket();
         assert_eq!(
-            policy.check(&Method::POST, &headers(&[])),
+            policy.check(&Method::POST, "/v1/jobs", &headers(&[])),
             Ok(Submitter::Operator)
         );
         // An open (-dev) TCP listener is anyone's on the machine: not the operator.
         let open = AccessPolicy::tcp("127.0.0.1:4646".parse().unwrap(), Vec::new(), true);
         assert_eq!(
-            open.check(&Method::POST, &headers(&[("host", "127.0.0.1:4646")])),
+            open.check(
+                &Method::POST,
+                "/v1/jobs",
+                &headers(&[("host", "127.0.0.1:4646")])
+            ),
             Ok(Submitter::Dev)
         );
     }

@@ -35,13 +35,13 @@ pub mod access;
 pub mod client;
 pub mod listen;
 pub mod nomad;
+pub mod routes;
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
@@ -225,54 +225,7 @@ impl From<VolumeError> for Failure {
 type Reply<T> = Result<Json<T>, Failure>;
 
 pub fn router(agent: Arc<Agent>) -> Router {
-    Router::new()
-        .route("/v1/berth/agent/self", get(agent_self))
-        .route("/v1/berth/agent/log-drops", get(nomad::metrics::log_drops))
-        .route("/v1/berth/jobs", get(list_jobs).post(submit_job))
-        .route("/v1/berth/job/{id}", get(job).delete(stop_job))
-        .route(
-            "/v1/berth/job/{id}/dispatch",
-            axum::routing::post(dispatch_job),
-        )
-        .route(
-            "/v1/berth/job/{id}/periodic/force",
-            axum::routing::post(force_periodic),
-        )
-        .route("/v1/berth/allocations", get(list_allocs))
-        .route("/v1/berth/system/gc", axum::routing::post(system_gc))
-        .route("/v1/berth/services", get(list_services))
-        .route("/v1/berth/allocation/{id}", get(alloc))
-        .route("/v1/berth/client/fs/logs/{alloc}", get(task_log))
-        .route("/v1/berth/volumes", get(list_volumes))
-        .route(
-            "/v1/berth/volumes/register",
-            axum::routing::post(register_volume),
-        )
-        .route(
-            "/v1/berth/volumes/create",
-            axum::routing::post(create_volume),
-        )
-        .route(
-            "/v1/berth/volumes/snapshot",
-            get(list_snapshots)
-                .post(create_snapshot)
-                .delete(delete_snapshot),
-        )
-        .route(
-            "/v1/berth/volume/{id}",
-            get(volume).delete(deregister_volume),
-        )
-        .route(
-            "/v1/berth/volume/{id}/delete",
-            axum::routing::delete(delete_volume),
-        )
-        .route(
-            "/v1/berth/volume/{id}/detach",
-            axum::routing::delete(detach_volume),
-        )
-        .route("/v1/berth/plugins", get(list_plugins))
-        .route("/v1/berth/plugin/{id}", get(plugin))
-        .merge(nomad::router())
+    routes::router()
         .fallback(
             |method: axum::http::Method, uri: axum::http::Uri| async move {
                 nomad::not_found(uri.path(), method.as_str())
@@ -380,20 +333,11 @@ async fn job(
     Ok(Json(agent.job(&id)?))
 }
 
-/// `POST /v1/job/{id}/dispatch`: Nomad's dispatch request (`Payload` base64, `Meta`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct DispatchRequest {
-    #[serde(rename = "Payload", default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<String>,
-    #[serde(rename = "Meta", default)]
-    pub meta: std::collections::BTreeMap<String, String>,
-}
-
 async fn dispatch_job(
     State(agent): State<Arc<Agent>>,
     submitter: Option<axum::Extension<Submitter>>,
     Path(id): Path<String>,
-    Json(request): Json<DispatchRequest>,
+    Json(request): Json<berth_nomad_api::jobs::JobDispatchRequest>,
 ) -> Reply<berth_client::agent::Submitted> {
     use base64::Engine as _;
     let payload = match request.payload {

@@ -2,10 +2,12 @@
 
 use std::process::ExitCode;
 
-use super::nomad_shapes::{Alloc, path_escape, resolve_alloc};
+use super::nomad_shapes::{path_escape, resolve_alloc};
 use super::output::{clock, one_line, print_line};
 use berth_api::client::Client;
 use berth_client::alloc_runner::AllocStatus;
+use berth_nomad_api::Empty;
+use berth_nomad_api::allocs::{AllocRestartRequest, AllocSignalRequest, Allocation};
 
 /// `berth alloc status`: the alloc from Nomad's `GET /v1/allocation/:id` (its id found
 /// from a prefix with `GET /v1/allocations?prefix=`, as Nomad's CLI does), and what
@@ -19,7 +21,8 @@ pub(super) async fn status(client: &Client, id: &str, json: bool) -> anyhow::Res
         super::output::print_json(&alloc)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let alloc: Alloc = client.get(&path).await?;
+    let alloc: Allocation = client.get(&path).await?;
+    let alloc = alloc.stub;
     let local: AllocStatus = client
         .get(&format!("/v1/berth/allocation/{}", path_escape(&id)))
         .await?;
@@ -112,8 +115,11 @@ pub(super) async fn restart(
 ) -> anyhow::Result<ExitCode> {
     let id = resolve_alloc(client, id).await?;
     let path = format!("/v1/client/allocation/{}/restart", path_escape(&id));
-    let body = serde_json::json!({"TaskName": task.unwrap_or(""), "AllTasks": all_tasks});
-    let _: serde_json::Value = client.post(&path, &body).await?;
+    let body = AllocRestartRequest {
+        task_name: task.unwrap_or("").into(),
+        all_tasks,
+    };
+    let _: Empty = client.post(&path, &body).await?;
     match task {
         Some(task) => print_line!("==> Restarted task {:?} of alloc {}", task, id),
         None => print_line!("==> Restarted the running tasks of alloc {}", id),
@@ -131,8 +137,11 @@ pub(super) async fn signal(
 ) -> anyhow::Result<ExitCode> {
     let id = resolve_alloc(client, id).await?;
     let path = format!("/v1/client/allocation/{}/signal", path_escape(&id));
-    let body = serde_json::json!({"Signal": signal, "Task": task.unwrap_or("")});
-    let _: serde_json::Value = client.post(&path, &body).await?;
+    let body = AllocSignalRequest {
+        signal: signal.into(),
+        task: task.unwrap_or("").into(),
+    };
+    let _: Empty = client.post(&path, &body).await?;
     match task {
         Some(task) => print_line!("==> Sent {} to task {:?} of alloc {}", signal, task, id),
         None => print_line!("==> Sent {} to the running tasks of alloc {}", signal, id),

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde_json::json;
 
 use super::nomad_shapes::{Alloc, JobRead, JobStub, capitalized, job_allocs, path_escape};
 use super::output::{clock, eprint_line, one_line, print_event, print_line};
 use berth_api::client::{Client, ClientError};
-use berth_api::nomad::submission::{BerthSource, JobSubmission, ParseRequest};
+use berth_api::nomad::submission::{
+    BerthSource, JobPlanRequest, JobRegisterRequest, JobSubmission, ParseRequest,
+};
 use berth_client::agent::{Agent, AgentOptions, StateLocation, SubmitError, Submitted};
 use berth_client::config::AgentConfig;
 use berth_client::driver_set::DriverSet;
@@ -20,6 +21,10 @@ use berth_client::hook_set::HookSet;
 use berth_hcl::eval::VariableInputs;
 use berth_jobspec::{Job, JobspecError};
 use berth_model::status::ClientStatus;
+use berth_nomad_api::evals::{AllocationMetric, Evaluation};
+use berth_nomad_api::jobs::{
+    self as nomad_jobs, JobDispatchResponse, JobPlanResponse, JobRegisterResponse,
+};
 
 /// Exit code for a jobspec that does not pass validation.
 const INVALID: u8 = 2;
@@ -304,7 +309,7 @@ fn berth_source(input: &JobspecInput) -> BerthSource {
 async fn parse_on_agent(
     client: &Client,
     input: &JobspecInput,
-) -> anyhow::Result<Result<serde_json::Value, ExitCode>> {
+) -> anyhow::Result<Result<nomad_jobs::Job, ExitCode>> {
     match client.post("/v1/jobs/parse", &parse_request(input)).await {
         Ok(job) => Ok(Ok(job)),
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
@@ -338,19 +343,19 @@ pub(super) async fn submit(
         Ok(job) => job,
         Err(code) => return Ok(code),
     };
-    let job_id = job["ID"].as_str().unwrap_or_default().to_string();
+    let job_id = job.id.clone();
     let before = job_allocs(client, &job_id).await?;
-    let request = json!({
-        "Job": job,
-        "Submission": JobSubmission {
+    let request = JobRegisterRequest {
+        job,
+        submission: Some(JobSubmission {
             source: input.source.clone(),
             format: "hcl2".into(),
             variable_flags: input.inputs.args.iter().cloned().collect(),
             variables: String::new(),
             berth: Some(berth_source(&input)),
-        },
-    });
-    let registered: serde_json::Value = match client.put("/v1/jobs", &request).await {
+        }),
+    };
+    let registered: JobRegisterResponse = match client.put("/v1/jobs", &request).await {
         Ok(registered) => registered,
         Err(ClientError::Api(error, status)) if status.is_client_error() => {
             return Ok(refused_jobspec(&error));
@@ -358,17 +363,13 @@ pub(super) async fn submit(
         Err(error) => return Err(error.into()),
     };
     print_warnings(
-        registered["Warnings"]
-            .as_str()
-            .unwrap_or_default()
+        registered
+            .warnings
             .lines()
             .filter(|w| !w.is_empty())
             .map(str::to_string),
     );
-    let eval_id = registered["EvalID"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let eval_id = registered.eval_id;
     let evaluated = follow_evaluation(client, &eval_id).await?;
     let (after, failed) = match evaluated {
         Some(evaluation) => (evaluation.allocs, Some(evaluation.failed)),
@@ -394,8 +395,9 @@ pub(super) async fn submit(
     for id in &new_ids {
         print_line!("    alloc {}", id);
     }
-    let unplaced =
-        failed.is_some_and(|failed| super::placement::print_after_run(&eval_id, &failed));
+    let unplaced = failed
+        .flatten()
+        .is_some_and(|failed| super::placement::print_after_run(&eval_id, &failed));
     if detach {
         return Ok(if unplaced {
             ExitCode::from(2)
@@ -450,7 +452,7 @@ pub(super) async fn submit(
 struct Evaluated {
     allocs: Vec<Alloc>,
     /// `FailedTGAllocs`: per group, what ruled out or filled the nodes.
-    failed: serde_json::Value,
+    failed: Option<std::collections::BTreeMap<String, AllocationMetric>>,
 }
 
 /// Follows evaluation `eval_id` (Nomad's `EvalID`) until the scheduler completed it,
@@ -463,12 +465,12 @@ async fn follow_evaluation(client: &Client, eval_id: &str) -> anyhow::Result<Opt
     let path = format!("/v1/evaluation/{}", path_escape(eval_id));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let evaluation: serde_json::Value = client.get(&path).await?;
-        if evaluation["Status"] != "pending" {
+        let evaluation: Evaluation = client.get(&path).await?;
+        if evaluation.status != "pending" {
             let allocs: Vec<Alloc> = client.get(&format!("{path}/allocations")).await?;
             return Ok(Some(Evaluated {
                 allocs,
-                failed: evaluation["FailedTGAllocs"].clone(),
+                failed: evaluation.failed_tg_allocs,
             }));
         }
         if tokio::time::Instant::now() >= deadline {
@@ -494,19 +496,19 @@ pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow
         Ok(job) => job,
         Err(code) => return Ok(code),
     };
-    let job_id = job["ID"].as_str().unwrap_or_default().to_string();
-    let request = json!({
-        "Job": job,
-        "Diff": true,
-        "Submission": JobSubmission {
+    let job_id = job.id.clone();
+    let request = JobPlanRequest {
+        job,
+        diff: true,
+        submission: Some(JobSubmission {
             source: input.source.clone(),
             format: "hcl2".into(),
             variable_flags: input.inputs.args.iter().cloned().collect(),
             variables: String::new(),
             berth: Some(berth_source(&input)),
-        },
-    });
-    let plan: serde_json::Value = match client
+        }),
+    };
+    let plan: JobPlanResponse = match client
         .post(&format!("/v1/job/{}/plan", path_escape(&job_id)), &request)
         .await
     {
@@ -522,27 +524,22 @@ pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow
         "Edited" => "+/-",
         _ => " ",
     };
-    let diff = &plan["Diff"];
-    print_line!(
-        "{} Job: {:?}",
-        sign(diff["Type"].as_str().unwrap_or("")),
-        job_id
-    );
-    let updates = &plan["Annotations"]["DesiredTGUpdates"];
+    let diff = plan.diff.unwrap_or_default();
+    print_line!("{} Job: {:?}", sign(&diff.kind), job_id);
+    let updates = &plan.annotations.desired_tg_updates;
     let mut changes = false;
-    for group in diff["TaskGroups"].as_array().into_iter().flatten() {
-        let name = group["Name"].as_str().unwrap_or_default();
-        let counts = &updates[name];
-        let count = |key: &str| counts[key].as_u64().unwrap_or(0);
+    for group in &diff.task_groups {
+        let name = group.name.as_str();
+        let counts = updates.get(name).cloned().unwrap_or_default();
         let mut said = Vec::new();
-        for (key, word) in [
-            ("Place", "create"),
-            ("DestructiveUpdate", "create/destroy update"),
-            ("Stop", "destroy"),
+        for (count, word) in [
+            (counts.place, "create"),
+            (counts.destructive_update, "create/destroy update"),
+            (counts.stop, "destroy"),
         ] {
-            if count(key) > 0 {
+            if count > 0 {
                 changes = true;
-                said.push(format!("{} {word}", count(key)));
+                said.push(format!("{count} {word}"));
             }
         }
         let said = if said.is_empty() {
@@ -550,35 +547,24 @@ pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow
         } else {
             format!(" ({})", said.join(", "))
         };
-        print_line!(
-            "{} Task Group: {:?}{}",
-            sign(group["Type"].as_str().unwrap_or("")),
-            name,
-            said
-        );
+        print_line!("{} Task Group: {:?}{}", sign(&group.kind), name, said);
     }
     print_line!();
     print_line!("Scheduler dry-run:");
-    match plan["FailedTGAllocs"].as_object() {
+    match &plan.failed_tg_allocs {
         Some(failed) if !failed.is_empty() => {
             print_line!("- WARNING: Failed to place all allocations.");
             for (group, metric) in failed {
                 print_line!("  Task Group {:?} (failed to place):", group);
-                for problem in metric["ConstraintFiltered"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(problem, _)| problem)
-                {
+                for problem in metric.constraint_filtered.keys() {
                     print_line!("    * {}", one_line(problem));
                 }
             }
         }
         _ => print_line!("- All tasks successfully allocated."),
     }
-    if let Some(next) = plan["NextPeriodicLaunch"]
-        .as_str()
-        .filter(|t| !t.starts_with("0001-"))
+    if let Some(next) = Some(plan.next_periodic_launch.as_str())
+        .filter(|t| !t.is_empty() && !t.starts_with("0001-"))
     {
         print_line!(
             "- If submitted now, next periodic launch would be at {} (UTC).",
@@ -586,9 +572,7 @@ pub(super) async fn plan(client: &Client, path: &Path, vars: &VarArgs) -> anyhow
         );
     }
     print_warnings(
-        plan["Warnings"]
-            .as_str()
-            .unwrap_or_default()
+        plan.warnings
             .lines()
             .filter(|w| !w.is_empty())
             .map(str::to_string),
@@ -673,14 +657,14 @@ fn status_word(status: &str, stopped: bool) -> String {
 pub(super) async fn stop(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/job/{}", path_escape(id));
     // Nomad's 404 says "job not found": name the job, as berth's CLI always has.
-    let before: Vec<Alloc> = match client.get::<serde_json::Value>(&path).await {
+    let before: Vec<Alloc> = match client.get::<JobRead>(&path).await {
         Ok(_) => job_allocs(client, id).await?,
         Err(ClientError::Api(_, status)) if status.as_u16() == 404 => {
             anyhow::bail!("no job matches {id:?}")
         }
         Err(error) => return Err(error.into()),
     };
-    let _: serde_json::Value = client.delete(&path).await?;
+    let _: nomad_jobs::JobDeregisterResponse = client.delete(&path).await?;
     let stopping: Vec<&str> = before
         .iter()
         .filter(|a| a.is_live())
@@ -708,7 +692,7 @@ pub(super) async fn dispatch(
     input: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     use base64::Engine as _;
-    let mut request = berth_api::DispatchRequest::default();
+    let mut request = berth_nomad_api::jobs::JobDispatchRequest::default();
     for pair in meta {
         let Some((key, value)) = pair.split_once('=') else {
             eprint_line!("Error: -meta {:?} is not KEY=VALUE", pair);
@@ -728,7 +712,7 @@ pub(super) async fn dispatch(
         request.payload = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
     let path = format!("/v1/job/{}/dispatch", path_escape(id));
-    let launched: serde_json::Value = match client.post(&path, &request).await {
+    let launched: JobDispatchResponse = match client.post(&path, &request).await {
         Ok(launched) => launched,
         // Nomad's 404 says "job not found": name the job, as berth's CLI always has.
         Err(ClientError::Api(_, status)) if status.as_u16() == 404 => {
@@ -741,7 +725,7 @@ pub(super) async fn dispatch(
         }
         Err(error) => return Err(error.into()),
     };
-    let child = launched["DispatchedJobID"].as_str().unwrap_or_default();
+    let child = &launched.dispatched_job_id;
     print_line!("Dispatched Job ID = {}", child);
     for alloc in job_allocs(client, child).await? {
         print_line!("    alloc {}", alloc.id);
@@ -752,7 +736,7 @@ pub(super) async fn dispatch(
 /// `berth job periodic force`.
 pub(super) async fn force_periodic(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/berth/job/{}/periodic/force", query_escape(id));
-    let launched: Submitted = match client.post(&path, &serde_json::json!({})).await {
+    let launched: Submitted = match client.post(&path, &berth_nomad_api::Empty {}).await {
         Ok(launched) => launched,
         Err(ClientError::Api(error, _)) => {
             super::output::print_refusal("Error: ", &error);

@@ -5,8 +5,13 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use super::output::print_line;
+use super::nomad_shapes::typed;
+use super::output::{one_line, print_line};
 use berth_api::client::Client;
+use berth_nomad_api::allocs::AllocationListStub;
+use berth_nomad_api::nodes::{
+    DrainSpec, Node, NodeDrainRequest, NodeEligibilityRequest, NodeListStub,
+};
 
 pub(super) async fn status(
     client: &Client,
@@ -20,7 +25,7 @@ pub(super) async fn status(
             super::output::print_json(&nodes)?;
             return Ok(ExitCode::SUCCESS);
         }
-        let nodes = nodes.as_array().cloned().unwrap_or_default();
+        let nodes: Vec<NodeListStub> = typed(nodes)?;
         if nodes.is_empty() {
             print_line!("No nodes registered");
             return Ok(ExitCode::SUCCESS);
@@ -35,21 +40,20 @@ pub(super) async fn status(
             "Status"
         );
         for node in nodes {
-            let text = |k: &str| super::output::one_line(node[k].as_str().unwrap_or_default());
-            let full_id = text("ID").to_string();
+            let full_id = one_line(&node.id);
             let shown_id = if verbose {
-                full_id.as_str()
+                &*full_id
             } else {
                 full_id.get(..8).unwrap_or(&full_id)
             };
             print_line!(
                 "{:<36}  {:<8} {:<20} {:<8} {:<11} {:<8}",
                 shown_id,
-                text("Datacenter"),
-                text("Name"),
-                node["Drain"].as_bool().unwrap_or(false),
-                text("SchedulingEligibility"),
-                text("Status")
+                one_line(&node.datacenter),
+                one_line(&node.name),
+                node.drain,
+                one_line(&node.scheduling_eligibility),
+                one_line(&node.status)
             );
         }
         return Ok(ExitCode::SUCCESS);
@@ -59,29 +63,24 @@ pub(super) async fn status(
         super::output::print_json(&node)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let text = |k: &str| super::output::one_line(node[k].as_str().unwrap_or_default());
-    print_line!("ID          = {}", text("ID"));
-    print_line!("Name        = {}", text("Name"));
-    print_line!("DC          = {}", text("Datacenter"));
-    print_line!("Pool        = {}", text("NodePool"));
-    print_line!("Drain       = {}", node["Drain"].as_bool().unwrap_or(false));
-    print_line!("Eligibility = {}", text("SchedulingEligibility"));
-    print_line!("Status      = {}", text("Status"));
-    if let Some(drivers) = node["Drivers"].as_object() {
-        let names: Vec<&str> = drivers.keys().map(String::as_str).collect();
-        print_line!(
-            "Drivers     = {}",
-            super::output::one_line(&names.join(","))
-        );
+    let node: Node = typed(node)?;
+    let stub = &node.stub;
+    print_line!("ID          = {}", one_line(&stub.id));
+    print_line!("Name        = {}", one_line(&stub.name));
+    print_line!("DC          = {}", one_line(&stub.datacenter));
+    print_line!("Pool        = {}", one_line(&stub.node_pool));
+    print_line!("Drain       = {}", stub.drain);
+    print_line!("Eligibility = {}", one_line(&stub.scheduling_eligibility));
+    print_line!("Status      = {}", one_line(&stub.status));
+    if !stub.drivers.is_empty() {
+        let names: Vec<&str> = stub.drivers.keys().map(String::as_str).collect();
+        print_line!("Drivers     = {}", one_line(&names.join(",")));
     }
-    let allocs: Value = client
-        .get(&format!(
-            "/v1/node/{}/allocations",
-            node["ID"].as_str().unwrap_or(id)
-        ))
+    let node_id = if stub.id.is_empty() { id } else { &stub.id };
+    let allocs: Vec<AllocationListStub> = client
+        .get(&format!("/v1/node/{node_id}/allocations"))
         .await?;
     print_line!("\nAllocations");
-    let allocs = allocs.as_array().cloned().unwrap_or_default();
     if allocs.is_empty() {
         print_line!("No allocations placed");
     } else {
@@ -93,25 +92,20 @@ pub(super) async fn status(
             "Status"
         );
         for alloc in allocs {
-            let text = |k: &str| super::output::one_line(alloc[k].as_str().unwrap_or_default());
-            let alloc_id = text("ID").to_string();
+            let alloc_id = one_line(&alloc.id);
             print_line!(
                 "{:<10} {:<24} {:<8} {:<10}",
                 alloc_id.get(..8).unwrap_or(&alloc_id),
-                text("Name"),
-                text("DesiredStatus"),
-                text("ClientStatus")
+                one_line(&alloc.name),
+                one_line(&alloc.desired_status),
+                one_line(&alloc.client_status)
             );
         }
     }
-    if verbose && let Some(attributes) = node["Attributes"].as_object() {
+    if verbose && !node.attributes.is_empty() {
         print_line!("\nAttributes");
-        for (key, value) in attributes {
-            print_line!(
-                "{} = {}",
-                super::output::one_line(key),
-                super::output::one_line(value.as_str().unwrap_or_default())
-            );
+        for (key, value) in &node.attributes {
+            print_line!("{} = {}", one_line(key), one_line(value));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -127,7 +121,10 @@ pub(super) async fn eligibility(
     let _: Value = client
         .post(
             &format!("/v1/node/{node}/eligibility"),
-            &serde_json::json!({"NodeID": node, "Eligibility": eligibility}),
+            &NodeEligibilityRequest {
+                node_id: node.clone(),
+                eligibility: eligibility.into(),
+            },
         )
         .await?;
     print_line!(
@@ -149,9 +146,20 @@ pub(super) async fn drain(
         let nanos = deadline.map_or(3_600_000_000_000i64, |d| {
             i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
         });
-        serde_json::json!({"NodeID": node, "DrainSpec": {"Deadline": nanos, "IgnoreSystemJobs": false}})
+        NodeDrainRequest {
+            node_id: node.clone(),
+            drain_spec: Some(DrainSpec {
+                deadline: nanos,
+                ignore_system_jobs: false,
+            }),
+            mark_eligible: false,
+        }
     } else {
-        serde_json::json!({"NodeID": node, "DrainSpec": null, "MarkEligible": true})
+        NodeDrainRequest {
+            node_id: node.clone(),
+            drain_spec: None,
+            mark_eligible: true,
+        }
     };
     let _: Value = client
         .post(&format!("/v1/node/{node}/drain"), &body)
@@ -172,15 +180,11 @@ pub(super) async fn drain(
 
 /// A node's full id from a prefix (as Nomad's CLI resolves it), or its name.
 async fn full_id(client: &Client, id: &str) -> anyhow::Result<String> {
-    let nodes: Value = client.get("/v1/nodes").await?;
+    let nodes: Vec<NodeListStub> = client.get("/v1/nodes").await?;
     let matching: Vec<String> = nodes
-        .as_array()
         .into_iter()
-        .flatten()
-        .filter(|n| {
-            n["ID"].as_str().is_some_and(|i| i.starts_with(id)) || n["Name"].as_str() == Some(id)
-        })
-        .filter_map(|n| n["ID"].as_str().map(str::to_string))
+        .filter(|n| n.id.starts_with(id) || n.name == id)
+        .map(|n| n.id)
         .collect();
     match matching.as_slice() {
         [one] => Ok(one.clone()),

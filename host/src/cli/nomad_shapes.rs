@@ -1,9 +1,7 @@
-//! The parts of Nomad's API answers the CLI reads (`api/nomad/shapes.rs` writes them),
-//! and the lookups several commands share.
+//! The Nomad types the CLI reads answers as (`berth_nomad_api`, which the handlers
+//! write), and the lookups several commands share.
 
-use std::collections::BTreeMap;
-
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use berth_api::client::{Client, ClientError};
 
@@ -14,88 +12,17 @@ pub(super) fn path_escape(text: &str) -> String {
 }
 
 /// `GET /v1/jobs`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct JobStub {
-    #[serde(rename = "ID")]
-    pub id: String,
-    #[serde(rename = "Type")]
-    pub job_type: String,
-    pub status: String,
-    #[serde(default)]
-    pub stop: bool,
-}
-
+pub(super) type JobStub = berth_nomad_api::jobs::JobListStub;
 /// `GET /v1/job/:id`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct JobRead {
-    #[serde(rename = "ID")]
-    pub id: String,
-    #[serde(rename = "Type")]
-    pub job_type: String,
-    pub status: String,
-    #[serde(default)]
-    pub stop: bool,
-    #[serde(rename = "ParentID", default)]
-    pub parent_id: String,
-    #[serde(default)]
-    pub periodic: Option<serde_json::Value>,
-    #[serde(default)]
-    pub parameterized_job: Option<serde_json::Value>,
-    /// Nanoseconds since the epoch.
-    #[serde(default)]
-    pub submit_time: u64,
-}
+pub(super) type JobRead = berth_nomad_api::jobs::Job;
+/// An alloc, as the alloc lists answer.
+pub(super) type Alloc = berth_nomad_api::allocs::AllocationListStub;
 
-/// An alloc, as `GET /v1/allocation/:id` and the alloc lists answer.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct Alloc {
-    #[serde(rename = "ID")]
-    pub id: String,
-    pub name: String,
-    #[serde(rename = "JobID")]
-    pub job_id: String,
-    pub desired_status: String,
-    pub client_status: String,
-    /// The node that runs it (in a cluster, one of many).
-    #[serde(default)]
-    pub node_name: String,
-    #[serde(default)]
-    pub task_states: BTreeMap<String, TaskState>,
-}
-
-impl Alloc {
-    /// Neither finished nor asked to stop.
-    pub fn is_live(&self) -> bool {
-        self.desired_status == "run" && matches!(self.client_status.as_str(), "pending" | "running")
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct TaskState {
-    pub state: String,
-    #[serde(default)]
-    pub failed: bool,
-    #[serde(default)]
-    pub restarts: u64,
-    #[serde(default)]
-    pub events: Vec<TaskEvent>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub(super) struct TaskEvent {
-    #[serde(rename = "Type")]
-    pub kind: String,
-    /// Nanoseconds since the epoch.
-    pub time: u64,
-    #[serde(default)]
-    pub display_message: String,
-    #[serde(default)]
-    pub exit_code: i64,
+/// An answer read as JSON, as its Nomad type: the CLI prints the answer itself with
+/// `-json` and reads it typed otherwise.
+pub(super) fn typed<T: DeserializeOwned>(answer: serde_json::Value) -> anyhow::Result<T> {
+    serde_json::from_value(answer)
+        .map_err(|e| anyhow::format_err!("the agent's answer is not in Nomad's shape: {e}"))
 }
 
 /// Nomad's lowercase status word with a capital, as berth's CLI has always shown it.

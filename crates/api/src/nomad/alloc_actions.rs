@@ -24,31 +24,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
+use berth_nomad_api::allocs::{AllocRestartRequest, AllocSignalRequest};
 
 use super::{NomadError, bad_request};
 use berth_client::agent::{Agent, JobAction, Submitter};
 use berth_client::alloc_runner::{ActionError, AllocRunner};
 use berth_client::task_runner::ControlError;
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct RestartRequest {
-    #[serde(default)]
-    task_name: Option<String>,
-    #[serde(default)]
-    all_tasks: bool,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct SignalRequest {
-    #[serde(default)]
-    signal: Option<String>,
-    #[serde(default)]
-    task: Option<String>,
-}
 
 /// `POST /v1/client/allocation/:alloc_id/restart`.
 pub async fn restart(
@@ -57,8 +38,8 @@ pub async fn restart(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
-    let request: RestartRequest = decode(&body)?;
-    let task = request.task_name.as_deref().filter(|name| !name.is_empty());
+    let request: AllocRestartRequest = decode(&body)?;
+    let task = Some(request.task_name.as_str()).filter(|name| !name.is_empty());
     if request.all_tasks && task.is_some() {
         return Err(bad_request(
             "Task name cannot be set when restarting all tasks: send TaskName or AllTasks",
@@ -67,7 +48,7 @@ pub async fn restart(
     let runner = runner(&agent, &id, submitter, JobAction::RestartAlloc)?;
     runner.restart_tasks(task).await.map_err(action_error)?;
     agent.change_index().bump();
-    Ok(axum::Json(json!({})).into_response())
+    Ok(axum::Json(berth_nomad_api::Empty {}).into_response())
 }
 
 /// `POST /v1/client/allocation/:alloc_id/signal`.
@@ -77,8 +58,8 @@ pub async fn signal(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, NomadError> {
-    let request: SignalRequest = decode(&body)?;
-    let signal = request.signal.as_deref().unwrap_or("").trim();
+    let request: AllocSignalRequest = decode(&body)?;
+    let signal = request.signal.trim();
     if signal.is_empty() {
         return Err(bad_request("Signal is required, for example \"SIGHUP\""));
     }
@@ -90,14 +71,14 @@ pub async fn signal(
              SIGKILL, SIGUSR1, SIGUSR2, SIGCONT and SIGSTOP"
         )));
     }
-    let task = request.task.as_deref().filter(|name| !name.is_empty());
+    let task = Some(request.task.as_str()).filter(|name| !name.is_empty());
     let runner = runner(&agent, &id, submitter, JobAction::SignalAlloc)?;
     runner
         .signal_tasks(task, signal)
         .await
         .map_err(action_error)?;
     agent.change_index().bump();
-    Ok(axum::Json(json!({})).into_response())
+    Ok(axum::Json(berth_nomad_api::Empty {}).into_response())
 }
 
 /// A body may be empty (no task named): Nomad's clients send `{}` or nothing.

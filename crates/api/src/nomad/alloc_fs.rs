@@ -32,9 +32,9 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use berth_nomad_api::allocs::AllocFileInfo;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::{NomadError, bad_request};
 use berth_client::agent::Agent;
@@ -325,7 +325,7 @@ fn content_type(name: &str, first: &[u8]) -> &'static str {
 
 /// An `AllocFileInfo` of what `stat` describes (not followed when a link); the content
 /// type of a regular file from its first bytes, read through `path_fd` when given.
-fn file_info(name: &str, stat: &rustix::fs::Stat, path_fd: Option<&OwnedFd>) -> Value {
+fn file_info(name: &str, stat: &rustix::fs::Stat, path_fd: Option<&OwnedFd>) -> AllocFileInfo {
     let kind = kind_of(stat);
     let content = match (kind, path_fd) {
         (FileType::RegularFile, Some(path_fd)) => {
@@ -346,14 +346,14 @@ fn file_info(name: &str, stat: &rustix::fs::Stat, path_fd: Option<&OwnedFd>) -> 
     )
     .unwrap_or_default()
     .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
-    json!({
-        "Name": name,
-        "IsDir": kind == FileType::Directory,
-        "Size": stat.st_size,
-        "FileMode": go_file_mode(stat.st_mode),
-        "ModTime": modified,
-        "ContentType": content,
-    })
+    AllocFileInfo {
+        name: name.to_string(),
+        is_dir: kind == FileType::Directory,
+        size: stat.st_size,
+        file_mode: go_file_mode(stat.st_mode),
+        mod_time: modified,
+        content_type: content.to_string(),
+    }
 }
 
 fn path_of(query: &FsQuery) -> &str {
@@ -369,10 +369,10 @@ pub async fn list(
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
     let entries = berth_sys::blocking::run(|| list_place(&alloc, &place, &path))?;
-    Ok(axum::Json(Value::Array(entries)).into_response())
+    Ok(axum::Json(entries).into_response())
 }
 
-fn list_place(alloc: &Alloc, place: &Place, shown: &str) -> Result<Vec<Value>, FsError> {
+fn list_place(alloc: &Alloc, place: &Place, shown: &str) -> Result<Vec<AllocFileInfo>, FsError> {
     let root = alloc.open_root()?;
     let Place::Beneath { relative, .. } = place else {
         // Nomad's view: `alloc` and the task dirs.
@@ -444,7 +444,7 @@ pub async fn stat(
 ) -> Result<Response, NomadError> {
     let path = path_of(&query).to_string();
     let (alloc, place) = locate(&agent, &alloc, &path)?;
-    let info = berth_sys::blocking::run(|| -> Result<Value, FsError> {
+    let info = berth_sys::blocking::run(|| -> Result<AllocFileInfo, FsError> {
         let root = alloc.open_root()?;
         let (fd, name) = match &place {
             Place::Root => (root, "/".to_string()),

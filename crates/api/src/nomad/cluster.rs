@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::shapes::{self, ThisNode};
 use super::{Blocking, ListQuery, NomadError, bad_request, with_index};
@@ -19,27 +19,27 @@ use berth_client::agent::{Agent, Submitter};
 use berth_client::cluster::state::{NodeSettings, Snapshot};
 use berth_client::cluster::{Cluster, NodeRecord};
 use berth_model::status::ClientStatus;
+use berth_nomad_api::allocs::AllocationListStub;
+use berth_nomad_api::{jobs, nodes};
 
 fn snapshot(cluster: &Cluster) -> Result<Snapshot, NomadError> {
     berth_sys::blocking::run(|| cluster.snapshot())
         .map_err(|e| NomadError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
 }
 
-/// A node as Nomad's `NodeListStub` (and, with `full`, `Node`) shows it.
-pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
-    let drivers: BTreeMap<&str, Value> = record
+/// A node as Nomad's `NodeListStub`.
+pub fn node_stub(record: &NodeRecord, status: &str) -> nodes::NodeListStub {
+    let drivers = record
         .drivers
         .iter()
         .map(|(name, healthy)| {
-            (
-                name.as_str(),
-                json!({
-                    "Attributes": {},
-                    "Detected": true,
-                    "Healthy": healthy,
-                    "HealthDescription": if *healthy { "Healthy" } else { "Unhealthy" },
-                }),
-            )
+            let driver = nodes::DriverInfo {
+                attributes: BTreeMap::new(),
+                detected: true,
+                healthy: *healthy,
+                health_description: if *healthy { "Healthy" } else { "Unhealthy" }.into(),
+            };
+            (name.clone(), driver)
         })
         .collect();
     let address = record
@@ -47,62 +47,65 @@ pub fn node_json(record: &NodeRecord, status: &str, full: bool) -> Value {
         .as_deref()
         .and_then(|a| a.rsplit_once(':').map(|(host, _)| host.to_string()))
         .unwrap_or_else(|| "127.0.0.1".into());
-    let mut value = json!({
-        "ID": record.id,
-        "Name": record.name,
-        "Datacenter": record.datacenter,
-        "NodeClass": record.node_class,
-        "NodePool": record.node_pool,
-        "Version": env!("CARGO_PKG_VERSION"),
-        "Drain": record.drain,
-        "SchedulingEligibility": record.eligibility,
-        "Status": status,
-        "StatusDescription": "",
-        "Drivers": drivers,
-        "Address": address,
-        "CreateIndex": 1,
-        "ModifyIndex": 1,
-    });
-    if full && let Value::Object(fields) = &mut value {
-        let attributes: BTreeMap<&str, &str> = record
-            .attributes
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?, v.as_str())))
-            .collect();
-        let host_volumes: BTreeMap<&str, Value> = record
-            .host_volumes
-            .iter()
-            .map(|name| {
-                let place = record.host_volume_paths.get(name);
-                let volume = json!({
-                    "Name": name,
-                    "Path": place.map(|p| p.path.as_str()).unwrap_or_default(),
-                    "ReadOnly": place.is_some_and(|p| p.read_only),
-                });
-                (name.as_str(), volume)
-            })
-            .collect();
-        fields.insert("Attributes".into(), json!(attributes));
-        fields.insert("Meta".into(), json!({}));
-        fields.insert("HostVolumes".into(), json!(host_volumes));
-        let resources = |r: berth_model::limits::NodeResources| {
-            json!({
-                "Cpu": {"CpuShares": r.cpu_mhz},
-                "Memory": {"MemoryMB": r.memory_mb},
-                "Disk": {"DiskMB": r.disk_mb},
-            })
-        };
-        fields.insert("NodeResources".into(), resources(record.totals()));
-        fields.insert("ReservedResources".into(), resources(record.reserved));
-        fields.insert("CSINodePlugins".into(), json!({}));
-        fields.insert("CSIControllerPlugins".into(), json!({}));
-        fields.insert("TLSEnabled".into(), json!(false));
-        fields.insert(
-            "HTTPAddr".into(),
-            json!(record.http_addr.clone().unwrap_or_default()),
-        );
+    nodes::NodeListStub {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        datacenter: record.datacenter.clone(),
+        node_class: record.node_class.clone(),
+        node_pool: record.node_pool.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        drain: record.drain,
+        scheduling_eligibility: record.eligibility.clone(),
+        status: status.into(),
+        status_description: String::new(),
+        drivers,
+        address,
+        create_index: 1,
+        modify_index: 1,
     }
-    value
+}
+
+/// A node as Nomad's `Node`: the stub's fields and its fingerprint.
+pub fn node(record: &NodeRecord, status: &str) -> nodes::Node {
+    let attributes = record
+        .attributes
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("attr.")?.to_string(), v.clone())))
+        .collect();
+    let host_volumes = record
+        .host_volumes
+        .iter()
+        .map(|name| {
+            let place = record.host_volume_paths.get(name);
+            let volume = nodes::HostVolumeInfo {
+                name: name.clone(),
+                path: place.map(|p| p.path.clone()).unwrap_or_default(),
+                read_only: place.is_some_and(|p| p.read_only),
+            };
+            (name.clone(), volume)
+        })
+        .collect();
+    let resources = |r: berth_model::limits::NodeResources| nodes::NodeResources {
+        cpu: nodes::NodeCpuResources {
+            cpu_shares: r.cpu_mhz,
+        },
+        memory: nodes::NodeMemoryResources {
+            memory_mb: r.memory_mb,
+        },
+        disk: nodes::NodeDiskResources { disk_mb: r.disk_mb },
+    };
+    nodes::Node {
+        stub: node_stub(record, status),
+        attributes,
+        meta: BTreeMap::new(),
+        host_volumes,
+        node_resources: resources(record.totals()),
+        reserved_resources: resources(record.reserved),
+        csi_node_plugins: BTreeMap::new(),
+        csi_controller_plugins: BTreeMap::new(),
+        tls_enabled: false,
+        http_addr: record.http_addr.clone().unwrap_or_default(),
+    }
 }
 
 /// The node `id` names (its id, or a prefix of 4 or more), or a 404.
@@ -117,11 +120,11 @@ fn find_node<'a>(snapshot: &'a Snapshot, id: &str) -> Result<&'a NodeRecord, Nom
 
 /// Answers a blocking query on the cluster: waits on the agent's index (which follows
 /// etcd's revision in a cluster), then reads a snapshot.
-pub(super) async fn answer(
+pub(super) async fn answer<T: Serialize>(
     agent: &Arc<Agent>,
     cluster: &Arc<Cluster>,
     blocking: &Blocking,
-    make: impl FnOnce(&Snapshot) -> Result<Value, NomadError>,
+    make: impl FnOnce(&Snapshot) -> Result<T, NomadError>,
 ) -> Response {
     blocking
         .answer(agent, || {
@@ -138,14 +141,12 @@ pub async fn list_nodes(
     let cluster = agent.cluster().clone();
     let prefix = query.prefix.clone().unwrap_or_default();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
-        Ok(Value::Array(
-            snapshot
-                .nodes
-                .iter()
-                .filter(|n| n.record.id.starts_with(&prefix))
-                .map(|n| node_json(&n.record, n.status, false))
-                .collect(),
-        ))
+        Ok(snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.record.id.starts_with(&prefix))
+            .map(|n| node_stub(&n.record, n.status))
+            .collect::<Vec<_>>())
     })
     .await
 }
@@ -158,20 +159,20 @@ pub async fn read_node(
     let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         let node = find_node(snapshot, &id)?;
-        Ok(node_json(node, "ready", true))
+        Ok(self::node(node, "ready"))
     })
     .await
 }
 
 /// A cluster alloc as Nomad's `AllocListStub`, from the cluster's records: its
 /// placement, and its node's report (status and task states). An alloc that runs on
-/// this node starts from its local stub (its status and task states, fresher than its
-/// last report), the cluster's other fields over it.
+/// this node takes its status and task states from its runner, fresher than its last
+/// report.
 pub(super) fn alloc_stubs(
     agent: &Agent,
     snapshot: &Snapshot,
     keep: impl Fn(&str, &str) -> bool,
-) -> Vec<Value> {
+) -> Vec<AllocationListStub> {
     let this_node = ThisNode::of(agent);
     let names: BTreeMap<&str, &str> = snapshot
         .nodes
@@ -200,6 +201,7 @@ pub(super) fn alloc_stubs(
             })
             .unwrap_or_default()
     };
+    let next_of = |id: &str| next.get(id).copied().unwrap_or_default().to_string();
     let mut stubs = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for placement in &snapshot.placements {
@@ -208,109 +210,92 @@ pub(super) fn alloc_stubs(
         }
         seen.insert(placement.alloc_id.as_str());
         let report = reports.get(placement.alloc_id.as_str()).copied();
-        let status = report.map_or(ClientStatus::Pending, |r| r.client_status);
+        let mut stub = AllocationListStub {
+            id: placement.alloc_id.clone(),
+            name: placement.name.clone(),
+            namespace: shapes::NAMESPACE.into(),
+            node_id: placement.node_id.clone(),
+            node_name: names
+                .get(placement.node_id.as_str())
+                .copied()
+                .unwrap_or_default()
+                .into(),
+            job_id: placement.job_id.clone(),
+            job_type: job_types
+                .get(placement.job_id.as_str())
+                .copied()
+                .unwrap_or_default()
+                .into(),
+            task_group: placement.group.clone(),
+            desired_status: "run".into(),
+            client_status: shapes::client_status(
+                report.map_or(ClientStatus::Pending, |r| r.client_status),
+            )
+            .into(),
+            client_description: report.map(|r| r.description.clone()).unwrap_or_default(),
+            task_states: task_states(report),
+            reschedule_tracker: super::reschedule::tracker(placement),
+            previous_allocation: placement.replaces.clone().unwrap_or_default(),
+            next_allocation: next_of(&placement.alloc_id),
+            create_time: shapes::ms_as_ns(placement.placed_ms),
+            modify_time: shapes::ms_as_ns(report.map_or(placement.placed_ms, |r| r.updated_ms)),
+            create_index: 1,
+            modify_index: 1,
+            ..Default::default()
+        };
         // In a list, an alloc's tasks show as its report has them (the last 10 events,
         // clipped), here as on any other agent; `/v1/allocation/:id` shows them all.
-        let local = agent.alloc_runner(&placement.alloc_id).map(|runner| {
+        if let Some(runner) = agent.alloc_runner(&placement.alloc_id) {
             let mut status = runner.status();
             status.tasks = berth_client::cluster::state::AllocReport::tasks_of(&status.tasks);
-            super::shapes::alloc_stub(&status, runner.job.job_type, &this_node)
-        });
-        let status = local
-            .as_ref()
-            .and_then(|stub| stub["ClientStatus"].as_str().map(str::to_string))
-            .unwrap_or_else(|| client_status(status).to_string());
-        let cluster_view = json!({
-            "ID": placement.alloc_id,
-            "EvalID": "",
-            "Name": placement.name,
-            "Namespace": "default",
-            "NodeID": placement.node_id,
-            "NodeName": names.get(placement.node_id.as_str()).copied().unwrap_or_default(),
-            "JobID": placement.job_id,
-            "JobType": job_types.get(placement.job_id.as_str()).copied().unwrap_or_default(),
-            "JobVersion": 0,
-            "TaskGroup": placement.group,
-            "DesiredStatus": "run",
-            "DesiredDescription": "",
-            "ClientStatus": status,
-            "ClientDescription": report.map(|r| r.description.clone()).unwrap_or_default(),
-            "TaskStates": task_states(report),
-            "RescheduleTracker": super::reschedule::tracker(placement),
-            "PreviousAllocation": placement.replaces.clone().unwrap_or_default(),
-            "NextAllocation": next.get(placement.alloc_id.as_str()).copied().unwrap_or_default(),
-            "CreateTime": placement.placed_ms.saturating_mul(1_000_000),
-            "ModifyTime": report.map_or(placement.placed_ms, |r| r.updated_ms).saturating_mul(1_000_000),
-            "CreateIndex": 1,
-            "ModifyIndex": 1,
-        });
-        stubs.push(match local {
-            Some(mut stub) => {
-                if let (Some(stub), Some(cluster)) =
-                    (stub.as_object_mut(), cluster_view.as_object())
-                {
-                    for (key, value) in cluster {
-                        // This node's own task states are fresher than its last
-                        // report of them.
-                        let kept = matches!(
-                            key.as_str(),
-                            "CreateTime"
-                                | "ModifyTime"
-                                | "CreateIndex"
-                                | "ModifyIndex"
-                                | "TaskStates"
-                        );
-                        if !kept || !stub.contains_key(key) {
-                            stub.insert(key.clone(), value.clone());
-                        }
-                    }
-                }
-                stub
-            }
-            None => cluster_view,
-        });
+            let local = shapes::alloc_stub(&status, runner.job.job_type, &this_node);
+            stub.client_status = local.client_status;
+            stub.task_states = local.task_states;
+            stub.create_time = local.create_time;
+            stub.modify_time = local.modify_time;
+            stub.create_index = local.create_index;
+            stub.modify_index = local.modify_index;
+            stub.alloc_modify_index = local.alloc_modify_index;
+        }
+        stubs.push(stub);
     }
     // Allocs no longer placed (stopped, lost, replaced) as their nodes last reported.
     for report in &snapshot.reports {
         if seen.contains(report.alloc_id.as_str()) || !keep(&report.job_id, &report.node_id) {
             continue;
         }
-        stubs.push(json!({
-            "ID": report.alloc_id,
-            "EvalID": "",
-            "Name": report.name,
-            "Namespace": "default",
-            "NodeID": report.node_id,
-            "NodeName": report.node_name,
-            "JobID": report.job_id,
-            "JobType": job_types.get(report.job_id.as_str()).copied().unwrap_or_default(),
-            "JobVersion": 0,
-            "TaskGroup": report.name.rsplit_once('[').and_then(|(g, _)| g.rsplit_once('.')).map(|(_, g)| g).unwrap_or_default(),
-            "DesiredStatus": "stop",
-            "DesiredDescription": "",
-            "ClientStatus": client_status(report.client_status),
-            "ClientDescription": report.description,
-            "TaskStates": task_states(Some(report)),
-            "RescheduleTracker": null,
-            "PreviousAllocation": "",
-            "NextAllocation": next.get(report.alloc_id.as_str()).copied().unwrap_or_default(),
-            "CreateTime": report.updated_ms.saturating_mul(1_000_000),
-            "ModifyTime": report.updated_ms.saturating_mul(1_000_000),
-            "CreateIndex": 1,
-            "ModifyIndex": 1,
-        }));
+        stubs.push(AllocationListStub {
+            id: report.alloc_id.clone(),
+            name: report.name.clone(),
+            namespace: shapes::NAMESPACE.into(),
+            node_id: report.node_id.clone(),
+            node_name: report.node_name.clone(),
+            job_id: report.job_id.clone(),
+            job_type: job_types
+                .get(report.job_id.as_str())
+                .copied()
+                .unwrap_or_default()
+                .into(),
+            task_group: report
+                .name
+                .rsplit_once('[')
+                .and_then(|(g, _)| g.rsplit_once('.'))
+                .map(|(_, g)| g)
+                .unwrap_or_default()
+                .into(),
+            desired_status: "stop".into(),
+            client_status: shapes::client_status(report.client_status).into(),
+            client_description: report.description.clone(),
+            task_states: task_states(Some(report)),
+            next_allocation: next_of(&report.alloc_id),
+            create_time: shapes::ms_as_ns(report.updated_ms),
+            modify_time: shapes::ms_as_ns(report.updated_ms),
+            create_index: 1,
+            modify_index: 1,
+            ..Default::default()
+        });
     }
     stubs
-}
-
-fn client_status(status: ClientStatus) -> &'static str {
-    match status {
-        ClientStatus::Pending => "pending",
-        ClientStatus::Running => "running",
-        ClientStatus::Complete => "complete",
-        ClientStatus::Failed => "failed",
-        ClientStatus::Lost => "lost",
-    }
 }
 
 pub async fn node_allocations(
@@ -321,9 +306,7 @@ pub async fn node_allocations(
     let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
         let node = find_node(snapshot, &id)?.id.clone();
-        Ok(Value::Array(alloc_stubs(&agent, snapshot, |_, n| {
-            n == node
-        })))
+        Ok(alloc_stubs(&agent, snapshot, |_, n| n == node))
     })
     .await
 }
@@ -336,8 +319,8 @@ pub async fn list_allocations(
     let prefix = query.prefix.clone().unwrap_or_default();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
         let mut stubs = alloc_stubs(&agent, snapshot, |_, _| true);
-        stubs.retain(|s| s["ID"].as_str().is_some_and(|id| id.starts_with(&prefix)));
-        Ok(Value::Array(stubs))
+        stubs.retain(|s| s.id.starts_with(&prefix));
+        Ok(stubs)
     })
     .await
 }
@@ -352,9 +335,7 @@ pub async fn job_allocations(
         if !snapshot.jobs.iter().any(|(job, _)| job.id == id) {
             return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
         }
-        Ok(Value::Array(alloc_stubs(&agent, snapshot, |job, _| {
-            job == id
-        })))
+        Ok(alloc_stubs(&agent, snapshot, |job, _| job == id))
     })
     .await
 }
@@ -380,20 +361,14 @@ pub async fn status_leader(State(agent): State<Arc<Agent>>) -> Response {
                         .map(|n| n.record.http_addr.unwrap_or(n.record.name))
                 })
                 .unwrap_or(node_id);
-            axum::Json(json!(address)).into_response()
+            axum::Json(address).into_response()
         }
         // Nomad answers an empty string while there is no leader.
-        Ok(None) => axum::Json(json!("")).into_response(),
+        Ok(None) => axum::Json("").into_response(),
         Err(error) => {
             NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response()
         }
     }
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct EligibilityRequest {
-    #[serde(rename = "Eligibility")]
-    eligibility: String,
 }
 
 /// `POST /v1/node/:id/eligibility`: `{"Eligibility": "eligible" | "ineligible"}`.
@@ -404,7 +379,7 @@ pub async fn node_eligibility(
     body: Bytes,
 ) -> Result<Response, NomadError> {
     operator_only(submitter)?;
-    let request: EligibilityRequest = serde_json::from_slice(&body)
+    let request: nodes::NodeEligibilityRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid eligibility request: {e}")))?;
     let ineligible = match request.eligibility.as_str() {
         "eligible" => false,
@@ -418,21 +393,6 @@ pub async fn node_eligibility(
     update_node(&agent, &id, |settings| settings.ineligible = ineligible)
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
-struct DrainRequest {
-    #[serde(rename = "DrainSpec", default)]
-    drain_spec: Option<DrainSpec>,
-    #[serde(rename = "MarkEligible", default)]
-    mark_eligible: bool,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-struct DrainSpec {
-    /// Nanoseconds (Go's `time.Duration`); 0: no deadline, -1: force at once.
-    #[serde(rename = "Deadline", default)]
-    deadline: i64,
-}
-
 /// `POST /v1/node/:id/drain`: `{"DrainSpec": {"Deadline": ns}}` starts a drain,
 /// `{"DrainSpec": null, "MarkEligible": true}` ends it.
 pub async fn node_drain(
@@ -442,7 +402,7 @@ pub async fn node_drain(
     body: Bytes,
 ) -> Result<Response, NomadError> {
     operator_only(submitter)?;
-    let request: DrainRequest = serde_json::from_slice(&body)
+    let request: nodes::NodeDrainRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid drain request: {e}")))?;
     let now = berth_client::cluster::now_ms();
     update_node(&agent, &id, |settings| match &request.drain_spec {
@@ -499,16 +459,19 @@ fn update_node(
     let index = berth_sys::blocking::run(|| cluster.revision()).unwrap_or(0);
     let index = u64::try_from(index).unwrap_or(0);
     Ok(with_index(
-        axum::Json(
-            json!({"EvalIDs": [], "EvalCreateIndex": 0, "NodeModifyIndex": index, "Index": index}),
-        )
+        axum::Json(nodes::NodeUpdateResponse {
+            eval_ids: Vec::new(),
+            eval_create_index: 0,
+            node_modify_index: index,
+            index,
+        })
         .into_response(),
         index,
     ))
 }
 
 /// This agent as the record a cluster member registers (by its cluster id when it is
-/// one): a node has one shape whichever plane answers ([`node_json`]).
+/// one): a node has one shape whichever plane answers ([`node`]).
 pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
     berth_client::agent::cluster::node_record(
         agent.cluster().node_id().to_string(),
@@ -519,44 +482,66 @@ pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
     )
 }
 
-/// A cluster job as Nomad's job JSON (`stub`: as `GET /v1/jobs` lists it), or the
-/// report of a job whose stored source cannot be evaluated.
-fn cluster_job_json(snapshot: &Snapshot, id: &str, stub: bool) -> Option<Value> {
+/// A cluster job as `GET /v1/jobs` lists it, or the report of a job whose stored
+/// source cannot be evaluated.
+fn cluster_job_stub(snapshot: &Snapshot, id: &str) -> Option<jobs::JobListStub> {
     Some(
         match berth_client::cluster::job_view::job_status(snapshot, id)? {
-            Ok((status, job)) if stub => super::shapes::job_stub(&status, &job),
-            Ok((status, job)) => super::shapes::job(&job, Some(&status)),
-            Err(unreadable) => unreadable_job(&unreadable, stub),
+            Ok((status, job)) => shapes::job_stub(&status, &job),
+            Err(unreadable) => {
+                let job = unreadable_job(&unreadable);
+                jobs::JobListStub {
+                    id: job.id,
+                    name: job.name,
+                    namespace: job.namespace,
+                    job_type: job.job_type,
+                    stop: job.stop,
+                    status: job.status,
+                    status_description: job.status_description,
+                    submit_time: job.submit_time,
+                    create_index: job.create_index,
+                    modify_index: job.modify_index,
+                    job_modify_index: job.job_modify_index,
+                    ..Default::default()
+                }
+            }
+        },
+    )
+}
+
+/// A cluster job as Nomad's `Job`, or the report of a job whose stored source cannot be
+/// evaluated.
+fn cluster_job(snapshot: &Snapshot, id: &str) -> Option<jobs::Job> {
+    Some(
+        match berth_client::cluster::job_view::job_status(snapshot, id)? {
+            Ok((status, job)) => shapes::job(&job, Some(&status)),
+            Err(unreadable) => unreadable_job(&unreadable),
         },
     )
 }
 
 use berth_client::cluster::job_view::UnreadableJob;
 
-fn unreadable_job(unreadable: &UnreadableJob, stub: bool) -> Value {
+fn unreadable_job(unreadable: &UnreadableJob) -> jobs::Job {
     let record = unreadable.record;
-    let submitted_ns = record.submitted_ms.saturating_mul(1_000_000);
-    let mut json = json!({
-        "ID": record.id,
-        "Name": record.id,
-        "Namespace": "default",
-        "Type": "service",
-        "Stop": record.stopped,
-        "Status": "dead",
-        "StatusDescription": format!(
+    jobs::Job {
+        region: shapes::REGION.into(),
+        id: record.id.clone(),
+        name: record.id.clone(),
+        namespace: shapes::NAMESPACE.into(),
+        job_type: "service".into(),
+        stop: record.stopped,
+        status: "dead".into(),
+        status_description: format!(
             "its recorded source cannot be evaluated, so no agent runs it: {}",
             unreadable.error
         ),
-        "SubmitTime": submitted_ns,
-        "CreateIndex": record.submitted_ms,
-        "ModifyIndex": record.submitted_ms,
-        "JobModifyIndex": record.submitted_ms,
-    });
-    if !stub {
-        json["Region"] = json!("global");
-        json["TaskGroups"] = json!([]);
+        submit_time: shapes::ms_as_ns(record.submitted_ms),
+        create_index: record.submitted_ms,
+        modify_index: record.submitted_ms,
+        job_modify_index: record.submitted_ms,
+        ..Default::default()
     }
-    json
 }
 
 pub async fn list_jobs(
@@ -566,14 +551,12 @@ pub async fn list_jobs(
     let cluster = agent.cluster().clone();
     let prefix = query.prefix.clone().unwrap_or_default();
     answer(&agent, &cluster, &query.blocking, |snapshot| {
-        Ok(Value::Array(
-            snapshot
-                .jobs
-                .iter()
-                .filter(|(job, _)| job.id.starts_with(&prefix))
-                .filter_map(|(job, _)| cluster_job_json(snapshot, &job.id, true))
-                .collect(),
-        ))
+        Ok(snapshot
+            .jobs
+            .iter()
+            .filter(|(job, _)| job.id.starts_with(&prefix))
+            .filter_map(|(job, _)| cluster_job_stub(snapshot, &job.id))
+            .collect::<Vec<_>>())
     })
     .await
 }
@@ -585,7 +568,7 @@ pub async fn read_job(
 ) -> Response {
     let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
-        cluster_job_json(snapshot, &id, false)
+        cluster_job(snapshot, &id)
             .ok_or_else(|| NomadError(StatusCode::NOT_FOUND, "job not found".into()))
     })
     .await

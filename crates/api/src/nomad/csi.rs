@@ -20,7 +20,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use hcl::structure::{Attribute, Block, Body};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
+
+use berth_nomad_api::Empty;
+use berth_nomad_api::allocs::AllocationListStub;
+use berth_nomad_api::csi::{
+    CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, CsiPluginListStub, CsiTopology, CsiVolume,
+    CsiVolumeCapability, CsiVolumeListStub, CsiVolumeWriteResponse,
+};
 
 use super::shapes::{NAMESPACE, ThisNode};
 use super::{Blocking, NomadError, bad_request, with_index};
@@ -74,22 +81,19 @@ pub async fn list_volumes(
         .blocking
         .answer(&agent, || {
             if !csi_asked(query.kind.as_deref(), "volumes")? {
-                return Ok(json!([]));
+                return Ok(Vec::new());
             }
             let plugins = plugins_by_id(&agent)?;
             let plugin_prefix = query.plugin_id.as_deref().unwrap_or("");
             let prefix = query.prefix.as_deref().unwrap_or("");
-            Ok(Value::Array(
-                agent
-                    .volumes()?
-                    .iter()
-                    .filter(|s| {
-                        s.volume.id.starts_with(prefix)
-                            && s.volume.plugin_id.starts_with(plugin_prefix)
-                    })
-                    .map(|s| volume_stub(s, plugins.get(&s.volume.plugin_id)))
-                    .collect(),
-            ))
+            Ok(agent
+                .volumes()?
+                .iter()
+                .filter(|s| {
+                    s.volume.id.starts_with(prefix) && s.volume.plugin_id.starts_with(plugin_prefix)
+                })
+                .map(|s| volume_stub(s, plugins.get(&s.volume.plugin_id)))
+                .collect())
         })
         .await
 }
@@ -151,11 +155,11 @@ fn written(agent: &Agent, status: &VolumeStatus) -> Response {
     let plugins = plugins_by_id(agent).unwrap_or_default();
     let index = agent.change_index().current();
     with_index(
-        axum::Json(json!({
-            "Volumes": [volume(agent, status, plugins.get(&status.volume.plugin_id))],
-            "Warnings": "",
-            "Index": index,
-        }))
+        axum::Json(CsiVolumeWriteResponse {
+            volumes: vec![volume(agent, status, plugins.get(&status.volume.plugin_id))],
+            warnings: String::new(),
+            index,
+        })
         .into_response(),
         index,
     )
@@ -182,7 +186,7 @@ pub async fn deregister_volume(
     agent.deregister_volume(&id)?;
     agent.change_index().bump();
     let index = agent.change_index().current();
-    Ok(with_index(axum::Json(json!({})).into_response(), index))
+    Ok(with_index(axum::Json(Empty {}).into_response(), index))
 }
 
 /// `GET /v1/plugins?type=csi`.
@@ -194,17 +198,15 @@ pub async fn list_plugins(
         .blocking
         .answer(&agent, || {
             if !csi_asked(query.kind.as_deref(), "plugins")? {
-                return Ok(json!([]));
+                return Ok(Vec::new());
             }
             let prefix = query.prefix.as_deref().unwrap_or("");
-            Ok(Value::Array(
-                agent
-                    .plugins()?
-                    .iter()
-                    .filter(|p| p.id.starts_with(prefix))
-                    .map(plugin_stub)
-                    .collect(),
-            ))
+            Ok(agent
+                .plugins()?
+                .iter()
+                .filter(|p| p.id.starts_with(prefix))
+                .map(plugin_stub)
+                .collect())
         })
         .await
 }
@@ -255,7 +257,7 @@ fn controller_required(plugin: Option<&PluginStatus>) -> bool {
         .any(|f| f.capabilities.controller_publish)
 }
 
-fn counts(plugin: Option<&PluginStatus>) -> [usize; 4] {
+fn counts(plugin: Option<&PluginStatus>) -> [u64; 4] {
     plugin.map_or([0; 4], |p| {
         [
             p.controllers_healthy,
@@ -263,11 +265,12 @@ fn counts(plugin: Option<&PluginStatus>) -> [usize; 4] {
             p.nodes_healthy,
             p.nodes_expected,
         ]
+        .map(count)
     })
 }
 
 /// `CSIVolListStub`.
-fn volume_stub(status: &VolumeStatus, plugin: Option<&PluginStatus>) -> Value {
+fn volume_stub(status: &VolumeStatus, plugin: Option<&PluginStatus>) -> CsiVolumeListStub {
     let volume = &status.volume;
     let (provider, _) = provider(plugin);
     let [
@@ -277,28 +280,39 @@ fn volume_stub(status: &VolumeStatus, plugin: Option<&PluginStatus>) -> Value {
         nodes_expected,
     ] = counts(plugin);
     let claim = status.claims.first();
-    json!({
-        "ID": volume.id,
-        "Namespace": NAMESPACE,
-        "Name": volume.name,
-        "ExternalID": volume.external_id,
-        "Topologies": topologies(volume),
-        "AccessMode": claim.map(|c| c.access_mode.as_str()).unwrap_or(""),
-        "AttachmentMode": claim.map(|_| attachment_mode(volume)).unwrap_or(""),
-        "CurrentReaders": status.claims.iter().filter(|c| c.mode == ClaimMode::Read).count(),
-        "CurrentWriters": status.claims.iter().filter(|c| c.mode == ClaimMode::Write).count(),
-        "Schedulable": nodes_healthy > 0,
-        "PluginID": volume.plugin_id,
-        "Provider": provider,
-        "ControllerRequired": controller_required(plugin),
-        "ControllersHealthy": controllers_healthy,
-        "ControllersExpected": controllers_expected,
-        "NodesHealthy": nodes_healthy,
-        "NodesExpected": nodes_expected,
-        "ResourceExhausted": null,
-        "CreateIndex": 1,
-        "ModifyIndex": 1,
-    })
+    let claims = |mode: ClaimMode| count(status.claims.iter().filter(|c| c.mode == mode).count());
+    CsiVolumeListStub {
+        id: volume.id.clone(),
+        namespace: NAMESPACE.into(),
+        name: volume.name.clone(),
+        external_id: volume.external_id.clone(),
+        topologies: volume
+            .accessible_topology
+            .iter()
+            .map(|segments| CsiTopology {
+                segments: segments.clone(),
+            })
+            .collect(),
+        access_mode: claim.map(|c| c.access_mode.as_str()).unwrap_or("").into(),
+        attachment_mode: claim.map(|_| attachment_mode(volume)).unwrap_or("").into(),
+        current_readers: claims(ClaimMode::Read),
+        current_writers: claims(ClaimMode::Write),
+        schedulable: nodes_healthy > 0,
+        plugin_id: volume.plugin_id.clone(),
+        provider,
+        controller_required: controller_required(plugin),
+        controllers_healthy,
+        controllers_expected,
+        nodes_healthy,
+        nodes_expected,
+        resource_exhausted: None,
+        create_index: 1,
+        modify_index: 1,
+    }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// The attachment mode the volume's claims use: berth mounts file systems only.
@@ -309,134 +323,126 @@ fn attachment_mode(volume: &berth_state::catalog::Volume) -> &'static str {
         .map_or("file-system", |c| c.attachment_mode.as_str())
 }
 
-fn topologies(volume: &berth_state::catalog::Volume) -> Value {
-    Value::Array(
-        volume
-            .accessible_topology
-            .iter()
-            .map(|segments| json!({ "Segments": segments }))
-            .collect(),
-    )
+/// The allocs of this node among `ids`, as Nomad's `AllocListStub`s.
+fn alloc_stubs<'a>(agent: &Agent, ids: impl Iterator<Item = &'a str>) -> Vec<AllocationListStub> {
+    let node = ThisNode::of(agent);
+    ids.filter_map(|id| {
+        let alloc = agent.alloc(id).ok()?;
+        let (_, job) = agent.job_of_alloc(&alloc).ok()?;
+        Some(super::shapes::alloc_stub(&alloc, job.job_type, &node))
+    })
+    .collect()
 }
 
 /// `CSIVolume`.
-fn volume(agent: &Agent, status: &VolumeStatus, plugin: Option<&PluginStatus>) -> Value {
-    let mut value = volume_stub(status, plugin);
+fn volume(agent: &Agent, status: &VolumeStatus, plugin: Option<&PluginStatus>) -> CsiVolume {
     let volume = &status.volume;
     let (_, provider_version) = provider(plugin);
-    let node = ThisNode::of(agent);
-    let allocs = |mode: ClaimMode| -> BTreeMap<&str, Value> {
+    let allocs = |mode: ClaimMode| {
         status
             .claims
             .iter()
             .filter(|c| c.mode == mode)
-            .map(|c| (c.alloc_id.as_str(), Value::Null))
+            .map(|c| (c.alloc_id.clone(), None))
             .collect()
     };
-    let allocations: Vec<Value> = status
-        .claims
-        .iter()
-        .filter_map(|c| {
-            let alloc = agent.alloc(&c.alloc_id).ok()?;
-            let (_, job) = agent.job_of_alloc(&alloc).ok()?;
-            Some(super::shapes::alloc_stub(&alloc, job.job_type, &node))
-        })
-        .collect();
-    let capabilities: Vec<Value> = volume
-        .capabilities
-        .iter()
-        .map(|c| {
-            json!({
-                "AccessMode": c.access_mode.as_str(),
-                "AttachmentMode": c.attachment_mode.as_str(),
+    CsiVolume {
+        stub: volume_stub(status, plugin),
+        provider_version,
+        requested_capabilities: volume
+            .capabilities
+            .iter()
+            .map(|c| CsiVolumeCapability {
+                access_mode: c.access_mode.as_str().into(),
+                attachment_mode: c.attachment_mode.as_str().into(),
             })
-        })
-        .collect();
-    if let Value::Object(fields) = &mut value {
-        for (key, field) in [
-            ("ProviderVersion", json!(provider_version)),
-            ("RequestedCapabilities", json!(capabilities)),
-            ("Capacity", json!(volume.capacity_bytes)),
-            ("RequestedCapacityMin", json!(0)),
-            ("RequestedCapacityMax", json!(0)),
-            ("Parameters", json!(volume.parameters)),
-            ("Context", json!(volume.context)),
-            ("Secrets", json!({})),
-            ("MountOptions", Value::Null),
-            ("SnapshotID", json!("")),
-            ("CloneID", json!("")),
-            ("ReadAllocs", json!(allocs(ClaimMode::Read))),
-            ("WriteAllocs", json!(allocs(ClaimMode::Write))),
-            ("Allocations", json!(allocations)),
-        ] {
-            fields.insert(key.into(), field);
-        }
+            .collect(),
+        capacity: volume.capacity_bytes,
+        requested_capacity_min: 0,
+        requested_capacity_max: 0,
+        parameters: volume.parameters.clone().into_iter().collect(),
+        context: volume.context.clone().into_iter().collect(),
+        secrets: BTreeMap::new(),
+        mount_options: None,
+        snapshot_id: String::new(),
+        clone_id: String::new(),
+        read_allocs: allocs(ClaimMode::Read),
+        write_allocs: allocs(ClaimMode::Write),
+        allocations: alloc_stubs(agent, status.claims.iter().map(|c| c.alloc_id.as_str())),
     }
-    value
 }
 
 /// `CSIPluginListStub`.
-fn plugin_stub(plugin: &PluginStatus) -> Value {
+fn plugin_stub(plugin: &PluginStatus) -> CsiPluginListStub {
     let (provider, _) = provider(Some(plugin));
-    json!({
-        "ID": plugin.id,
-        "Provider": provider,
-        "ControllerRequired": controller_required(Some(plugin)),
-        "ControllersHealthy": plugin.controllers_healthy,
-        "ControllersExpected": plugin.controllers_expected,
-        "NodesHealthy": plugin.nodes_healthy,
-        "NodesExpected": plugin.nodes_expected,
-        "CreateIndex": 1,
-        "ModifyIndex": 1,
-    })
+    let [
+        controllers_healthy,
+        controllers_expected,
+        nodes_healthy,
+        nodes_expected,
+    ] = counts(Some(plugin));
+    CsiPluginListStub {
+        id: plugin.id.clone(),
+        provider,
+        controller_required: controller_required(Some(plugin)),
+        controllers_healthy,
+        controllers_expected,
+        nodes_healthy,
+        nodes_expected,
+        create_index: 1,
+        modify_index: 1,
+    }
 }
 
 /// `CSIPlugin`: the stub's fields, each provider as Nomad's `CSIInfo` keyed by node id,
 /// and the allocs that run it.
-fn plugin_value(agent: &Agent, plugin: &PluginStatus) -> Value {
-    let mut value = plugin_stub(plugin);
+fn plugin_value(agent: &Agent, plugin: &PluginStatus) -> CsiPlugin {
     let node = ThisNode::of(agent);
     let (_, version) = provider(Some(plugin));
-    let info = |kind: PluginKind| -> BTreeMap<String, Value> {
+    let info = |kind: PluginKind| -> BTreeMap<String, CsiInfo> {
         plugin
             .providers
             .iter()
             .filter(|p| p.kind == kind)
             .map(|p| {
                 let fingerprint = p.fingerprint.as_ref();
-                let mut info = json!({
-                    "PluginID": p.plugin_id,
-                    "AllocID": p.alloc_id,
-                    "Healthy": p.healthy,
-                    "HealthDescription": p.health,
-                    "RequiresControllerPlugin": fingerprint.is_some_and(|f| f.capabilities.controller_publish),
-                    "RequiresTopologies": false,
-                });
-                if let Value::Object(fields) = &mut info {
-                    let (key, kind_info) = match kind {
-                        PluginKind::Controller => (
-                            "ControllerInfo",
-                            json!({
-                                "SupportsCreateDelete": fingerprint.is_some_and(|f| f.capabilities.create_delete),
-                                "SupportsAttachDetach": fingerprint.is_some_and(|f| f.capabilities.controller_publish),
-                                "SupportsCreateDeleteSnapshot": fingerprint.is_some_and(|f| f.capabilities.snapshots),
-                                "SupportsListSnapshots": fingerprint.is_some_and(|f| f.capabilities.list_snapshots),
-                                "SupportsExpand": fingerprint.is_some_and(|f| f.capabilities.controller_expand),
-                            }),
-                        ),
-                        PluginKind::Node => (
-                            "NodeInfo",
-                            json!({
-                                "ID": fingerprint.and_then(|f| f.node_id.clone()).unwrap_or_default(),
-                                "MaxVolumes": 0,
-                                "AccessibleTopology": fingerprint
-                                    .filter(|f| !f.topology.is_empty())
-                                    .map(|f| json!({ "Segments": f.topology })),
-                                "RequiresNodeStageVolume": fingerprint.is_some_and(|f| f.capabilities.stage_unstage),
-                            }),
-                        ),
-                    };
-                    fields.insert(key.into(), kind_info);
+                let has = |capability: fn(&berth_model::csi::Capabilities) -> bool| {
+                    fingerprint.is_some_and(|f| capability(&f.capabilities))
+                };
+                let mut info = CsiInfo {
+                    plugin_id: p.plugin_id.clone(),
+                    alloc_id: p.alloc_id.clone(),
+                    healthy: p.healthy,
+                    health_description: p.health.clone(),
+                    requires_controller_plugin: has(|c| c.controller_publish),
+                    requires_topologies: false,
+                    controller_info: None,
+                    node_info: None,
+                };
+                match kind {
+                    PluginKind::Controller => {
+                        info.controller_info = Some(CsiControllerInfo {
+                            supports_create_delete: has(|c| c.create_delete),
+                            supports_attach_detach: has(|c| c.controller_publish),
+                            supports_create_delete_snapshot: has(|c| c.snapshots),
+                            supports_list_snapshots: has(|c| c.list_snapshots),
+                            supports_expand: has(|c| c.controller_expand),
+                        });
+                    }
+                    PluginKind::Node => {
+                        info.node_info = Some(CsiNodeInfo {
+                            id: fingerprint
+                                .and_then(|f| f.node_id.clone())
+                                .unwrap_or_default(),
+                            max_volumes: 0,
+                            accessible_topology: fingerprint
+                                .filter(|f| !f.topology.is_empty())
+                                .map(|f| CsiTopology {
+                                    segments: f.topology.clone(),
+                                }),
+                            requires_node_stage_volume: has(|c| c.stage_unstage),
+                        });
+                    }
                 }
                 (node.id.clone(), info)
             })
@@ -449,24 +455,15 @@ fn plugin_value(agent: &Agent, plugin: &PluginStatus) -> Value {
         .collect();
     alloc_ids.sort();
     alloc_ids.dedup();
-    let allocations: Vec<Value> = alloc_ids
-        .into_iter()
-        .filter_map(|id| {
-            let alloc = agent.alloc(id).ok()?;
-            let (_, job) = agent.job_of_alloc(&alloc).ok()?;
-            Some(super::shapes::alloc_stub(&alloc, job.job_type, &node))
-        })
-        .collect();
-    if let Value::Object(fields) = &mut value {
-        fields.insert("Version".into(), json!(version));
-        fields.insert("Controllers".into(), json!(info(PluginKind::Controller)));
-        fields.insert("Nodes".into(), json!(info(PluginKind::Node)));
-        fields.insert("Allocations".into(), json!(allocations));
+    CsiPlugin {
+        stub: plugin_stub(plugin),
+        version,
+        controllers: info(PluginKind::Controller),
+        nodes: info(PluginKind::Node),
+        allocations: alloc_stubs(agent, alloc_ids.into_iter()),
     }
-    value
 }
 
-/// Why a volume's JSON could not be read: the field's path and what it must be.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum VolumeJsonError {
     #[error("Failed to decode request: {0}")]
@@ -679,6 +676,7 @@ pub fn volume_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn spec(body: Value, purpose: SpecPurpose) -> Result<String, VolumeJsonError> {
         volume_spec("data", body.to_string().as_bytes(), purpose)

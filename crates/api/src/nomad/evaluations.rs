@@ -9,8 +9,8 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use berth_nomad_api::evals::AllocationMetric;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::cluster::{alloc_stubs, answer};
 use super::{Blocking, NomadError};
@@ -32,37 +32,43 @@ pub struct EvalsQuery {
 
 /// Nomad's `FailedTGAllocs`: per group, how many nodes each reason ruled out (filtered)
 /// or had no room (exhausted).
-pub fn failed_tg_allocs(blocked: &[Blocked]) -> Value {
-    let mut failed: BTreeMap<String, Value> = BTreeMap::new();
+pub fn failed_tg_allocs(blocked: &[Blocked]) -> Option<BTreeMap<String, AllocationMetric>> {
+    let mut failed = BTreeMap::new();
     for entry in blocked {
-        let (mut filtered, mut exhausted) = (BTreeMap::new(), BTreeMap::<String, usize>::new());
+        let (mut filtered, mut exhausted) = (BTreeMap::new(), BTreeMap::<String, u64>::new());
         let (mut nodes_filtered, mut nodes_exhausted) = (0, 0);
         for (reason, nodes) in &entry.reasons {
             if let Some(dimension) = dimension(reason) {
-                *exhausted.entry(dimension).or_default() += *nodes;
-                nodes_exhausted += nodes;
+                *exhausted.entry(dimension).or_default() += count(*nodes);
+                nodes_exhausted += count(*nodes);
             } else {
-                filtered.insert(reason.clone(), *nodes);
-                nodes_filtered += nodes;
+                filtered.insert(reason.clone(), count(*nodes));
+                nodes_filtered += count(*nodes);
             }
         }
         failed.insert(
             entry.group.clone(),
-            json!({
-                "NodesEvaluated": entry.nodes_evaluated,
-                "NodesFiltered": nodes_filtered,
-                "NodesExhausted": nodes_exhausted,
-                "ConstraintFiltered": filtered,
-                "DimensionExhausted": exhausted,
-                "CoalescedFailures": entry.coalesced,
-            }),
+            AllocationMetric {
+                nodes_evaluated: count(entry.nodes_evaluated),
+                nodes_filtered,
+                nodes_exhausted,
+                constraint_filtered: filtered,
+                dimension_exhausted: exhausted,
+                coalesced_failures: entry.coalesced.into(),
+                ..Default::default()
+            },
         );
     }
-    if failed.is_empty() {
-        Value::Null
-    } else {
-        json!(failed)
-    }
+    (!failed.is_empty()).then_some(failed)
+}
+
+/// A store revision as Nomad's index (revisions start at 1).
+fn revision(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
+}
+
+fn count(nodes: usize) -> u64 {
+    u64::try_from(nodes).unwrap_or(u64::MAX)
 }
 
 /// The resource a reason says was exhausted, as Nomad's `DimensionExhausted` names it
@@ -77,40 +83,34 @@ fn dimension(reason: &str) -> Option<String> {
 
 /// An evaluation as Nomad's `Evaluation`. A job's scheduler type is read from its
 /// record (`service` when the job is gone or unreadable).
-fn eval_json(snapshot: &Snapshot, eval: &Evaluation) -> Value {
+fn evaluation(snapshot: &Snapshot, eval: &Evaluation) -> berth_nomad_api::evals::Evaluation {
     let job = snapshot.jobs.iter().find(|(j, _)| j.id == eval.job_id);
     let job_type = job
         .and_then(|(j, _)| j.spec().ok())
         .map_or("service", |spec| spec.job_type.as_str());
-    let mut queued: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut queued: BTreeMap<String, u64> = BTreeMap::new();
     for blocked in &eval.failed {
-        *queued.entry(blocked.group.as_str()).or_default() += 1 + blocked.coalesced;
+        *queued.entry(blocked.group.clone()).or_default() += 1 + u64::from(blocked.coalesced);
     }
-    json!({
-        "ID": eval.id,
-        "Namespace": "default",
-        "Priority": 50,
-        "Type": job_type,
-        "TriggeredBy": eval.triggered_by,
-        "JobID": eval.job_id,
-        "JobModifyIndex": eval.create_revision,
-        "NodeID": "",
-        "NodeModifyIndex": 0,
-        "DeploymentID": "",
-        "Status": eval.status.as_str(),
-        "StatusDescription": eval.status_description,
-        "Wait": 0,
-        "NextEval": "",
-        "PreviousEval": "",
-        "BlockedEval": "",
-        "FailedTGAllocs": failed_tg_allocs(&eval.failed),
-        "QueuedAllocations": queued,
-        "SnapshotIndex": eval.mod_revision,
-        "CreateIndex": eval.create_revision,
-        "ModifyIndex": eval.mod_revision,
-        "CreateTime": eval.created_ms.saturating_mul(1_000_000),
-        "ModifyTime": eval.modified_ms.saturating_mul(1_000_000),
-    })
+    berth_nomad_api::evals::Evaluation {
+        id: eval.id.clone(),
+        namespace: super::shapes::NAMESPACE.into(),
+        priority: 50,
+        job_type: job_type.into(),
+        triggered_by: eval.triggered_by.clone(),
+        job_id: eval.job_id.clone(),
+        job_modify_index: revision(eval.create_revision),
+        status: eval.status.as_str().into(),
+        status_description: eval.status_description.clone(),
+        failed_tg_allocs: failed_tg_allocs(&eval.failed),
+        queued_allocations: queued,
+        snapshot_index: revision(eval.mod_revision),
+        create_index: revision(eval.create_revision),
+        modify_index: revision(eval.mod_revision),
+        create_time: super::shapes::ms_as_ns(eval.created_ms),
+        modify_time: super::shapes::ms_as_ns(eval.modified_ms),
+        ..Default::default()
+    }
 }
 
 fn not_found() -> NomadError {
@@ -145,9 +145,9 @@ pub async fn list(State(agent): State<Arc<Agent>>, Query(query): Query<EvalsQuer
             .filter(|e| e.id.starts_with(prefix))
             .filter(|e| query.job.as_ref().is_none_or(|job| e.job_id == *job))
             .filter(|e| (query.status.as_ref()).is_none_or(|status| e.status.as_str() == status))
-            .map(|e| eval_json(snapshot, e))
-            .collect();
-        Ok(Value::Array(evals))
+            .map(|e| evaluation(snapshot, e))
+            .collect::<Vec<_>>();
+        Ok(evals)
     })
     .await
 }
@@ -159,7 +159,7 @@ pub async fn read(
 ) -> Response {
     let cluster = agent.cluster().clone();
     answer(&agent, &cluster, &blocking, |snapshot| {
-        Ok(eval_json(snapshot, find(snapshot, &id)?))
+        Ok(evaluation(snapshot, find(snapshot, &id)?))
     })
     .await
 }
@@ -176,11 +176,11 @@ pub async fn allocations(
         let ids: std::collections::BTreeSet<&str> =
             eval.allocs.iter().map(|a| a.alloc_id.as_str()).collect();
         let mut stubs = alloc_stubs(&agent, snapshot, |job, _| job == eval.job_id);
-        stubs.retain(|s| s["ID"].as_str().is_some_and(|id| ids.contains(id)));
+        stubs.retain(|s| ids.contains(s.id.as_str()));
         for stub in &mut stubs {
-            stub["EvalID"] = json!(eval.id);
+            stub.eval_id = eval.id.clone();
         }
-        Ok(Value::Array(stubs))
+        Ok(stubs)
     })
     .await
 }
@@ -198,18 +198,15 @@ pub async fn of_job(
         let Some((job, _)) = snapshot.jobs.iter().find(|(j, _)| j.id == id) else {
             return Err(NomadError(StatusCode::NOT_FOUND, "job not found".into()));
         };
-        let mut evals: Vec<Value> = snapshot
+        let mut evals: Vec<_> = snapshot
             .evals
             .iter()
             .rev()
             .filter(|e| e.job_id == id)
-            .map(|e| eval_json(snapshot, e))
+            .map(|e| evaluation(snapshot, e))
             .collect();
         if let Some(newest) = evals.first_mut() {
-            let said = newest["StatusDescription"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
+            let said = newest.status_description.clone();
             let why = match job.spec() {
                 Err(error) => Some(format!(
                     "its recorded source cannot be evaluated, so no agent runs it: {error}"
@@ -221,10 +218,10 @@ pub async fn of_job(
                 .filter(|why| !why.is_empty()),
             };
             if let Some(why) = why {
-                newest["StatusDescription"] = json!(why);
+                newest.status_description = why;
             }
         }
-        Ok(Value::Array(evals))
+        Ok(evals)
     })
     .await
 }

@@ -22,14 +22,15 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::response::Response;
-use serde_json::{Value, json};
 
-use super::cluster::{node_json, this_node_record};
+use super::cluster::{node_stub, this_node_record};
 use super::shapes::{self, ThisNode};
 use super::streams::{self, Ended, Feed};
 use super::{NomadError, bad_request};
 use berth_client::agent::Agent;
 use berth_client::agent::event_hub::{ClusterEvent, Payload, Received, Subscription, Topic};
+use berth_nomad_api::agent::{Event, EventPayload, EventStreamClosed, Events};
+use berth_nomad_api::allocs::Allocation;
 
 /// A line `{}` after this long with nothing sent, as Nomad's.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -122,25 +123,29 @@ impl EventReader {
                     if !self.filters.iter().any(|f| f.matches(&event, &key)) {
                         continue;
                     }
-                    json!({
-                        "Index": event.index,
-                        "Events": [{
-                            "Topic": event.topic.name(),
-                            "Type": event.kind,
-                            "Key": key,
-                            "Namespace": shapes::NAMESPACE,
-                            "FilterKeys": event.filter_keys,
-                            "Index": event.index,
-                            "Payload": self.payload(&event, &node),
+                    let events = Events {
+                        index: event.index,
+                        events: vec![Event {
+                            topic: event.topic.name().into(),
+                            kind: event.kind.to_string(),
+                            key,
+                            namespace: shapes::NAMESPACE.into(),
+                            filter_keys: event.filter_keys.clone(),
+                            index: event.index,
+                            payload: Some(self.payload(&event, &node)),
                         }],
-                    })
-                    .to_string()
+                    };
+                    serde_json::to_string(&events).unwrap_or_default()
                 }
                 Ok(Ok(Received::Missed(missed))) => {
-                    let line = json!({"Error": format!(
-                        "this event stream fell {missed} events behind and is closed: ask again, \
-                         with ?index= of the last event read to go on from the events the agent keeps"
-                    )});
+                    let line = EventStreamClosed {
+                        error: format!(
+                            "this event stream fell {missed} events behind and is closed: ask \
+                             again, with ?index= of the last event read to go on from the \
+                             events the agent keeps"
+                        ),
+                    };
+                    let line = serde_json::to_string(&line).unwrap_or_default();
                     let _ = feed.send(format!("{line}\n")).await;
                     return Ended::ClientStalled(Duration::ZERO);
                 }
@@ -153,19 +158,24 @@ impl EventReader {
         }
     }
 
-    fn payload(&self, event: &ClusterEvent, node: &ThisNode) -> Value {
+    fn payload(&self, event: &ClusterEvent, node: &ThisNode) -> EventPayload {
         match &event.payload {
-            Payload::Job { status, job } => json!({"Job": shapes::job(job, Some(status))}),
+            Payload::Job { status, job } => {
+                EventPayload::Job(Box::new(shapes::job(job, Some(status))))
+            }
             Payload::Allocation(alloc) => {
                 let value = match self.agent.job_of_alloc(alloc) {
                     Ok((status, job)) => shapes::allocation(alloc, &job, &status, node),
                     // Purged since: the alloc without its job.
-                    Err(_) => shapes::alloc_stub(alloc, berth_jobspec::JobType::Service, node),
+                    Err(_) => Allocation {
+                        stub: shapes::alloc_stub(alloc, berth_jobspec::JobType::Service, node),
+                        job: None,
+                    },
                 };
-                json!({"Allocation": value})
+                EventPayload::Allocation(Box::new(value))
             }
             Payload::Node => {
-                json!({"Node": node_json(&this_node_record(&self.agent), "ready", false)})
+                EventPayload::Node(Box::new(node_stub(&this_node_record(&self.agent), "ready")))
             }
         }
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::response::Response;
 use base64::Engine as _;
-use serde_json::json;
+use berth_nomad_api::allocs::StreamFrame;
 
 use super::streams::{self, Ended, Feed};
 use super::{NomadError, log_error, read_whole_log};
@@ -203,12 +203,12 @@ impl LogReader {
         let mut place = end_in_file.saturating_sub(bytes.len() as u64);
         for piece in bytes.chunks(FRAME_SIZE) {
             place += piece.len() as u64;
-            let frame = json!({
-                "Offset": place,
-                "Data": base64::engine::general_purpose::STANDARD.encode(piece),
-                "File": file,
-            });
-            let mut line = frame.to_string().into_bytes();
+            let frame = StreamFrame {
+                offset: place,
+                data: base64::engine::general_purpose::STANDARD.encode(piece),
+                file: file.clone(),
+            };
+            let mut line = serde_json::to_vec(&frame).unwrap_or_default();
             line.push(b'\n');
             feed.send(line).await?;
         }

@@ -27,7 +27,10 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use berth_nomad_api::evals::AllocationMetric;
+use berth_nomad_api::{QueryMeta, jobs};
 
 use super::{NomadError, bad_request, shapes, submission, with_index};
 use berth_client::agent::{Agent, Submitter};
@@ -37,15 +40,6 @@ use berth_jobspec::Job;
 /// Nomad's zero `time.Time`, for a job with no next periodic launch.
 const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
-#[derive(Debug, Deserialize)]
-struct DispatchRequest {
-    /// Base64, as Go marshals a `[]byte`.
-    #[serde(rename = "Payload", default)]
-    payload: Option<String>,
-    #[serde(rename = "Meta", default)]
-    meta: Option<BTreeMap<String, String>>,
-}
-
 /// `POST /v1/job/:id/dispatch`: a child of the parameterized job `id`.
 pub async fn dispatch(
     State(agent): State<Arc<Agent>>,
@@ -54,11 +48,8 @@ pub async fn dispatch(
     body: Bytes,
 ) -> Result<Response, NomadError> {
     use base64::Engine as _;
-    let request: DispatchRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        DispatchRequest {
-            payload: None,
-            meta: None,
-        }
+    let request: jobs::JobDispatchRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        jobs::JobDispatchRequest::default()
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?
@@ -73,20 +64,18 @@ pub async fn dispatch(
     };
     let submitter = submission::submitter_of(submitter);
     let launched = agent
-        .dispatch(&submitter, &id, request.meta.unwrap_or_default(), payload)
+        .dispatch(&submitter, &id, request.meta, payload)
         .await
         .map_err(submission::submit_error)?;
     let index = agent.change_index().current();
     Ok(with_index(
-        Json(json!({
-            "DispatchedJobID": launched.job_id,
-            "EvalID": launched.eval_id,
-            "EvalCreateIndex": index,
-            "JobCreateIndex": index,
-            "Index": index,
-            "LastContact": 0,
-            "KnownLeader": true,
-        }))
+        Json(jobs::JobDispatchResponse {
+            dispatched_job_id: launched.job_id,
+            eval_id: launched.eval_id,
+            eval_create_index: index,
+            job_create_index: index,
+            meta: QueryMeta::at(index),
+        })
         .into_response(),
         index,
     ))
@@ -134,7 +123,7 @@ pub async fn plan(
         for (group, planned) in &planned.groups {
             updates.insert(group.clone(), desired_updates(planned));
         }
-        if let Value::Object(groups) = super::evaluations::failed_tg_allocs(&planned.failed) {
+        if let Some(groups) = super::evaluations::failed_tg_allocs(&planned.failed) {
             failed.extend(groups);
         }
     } else {
@@ -187,33 +176,33 @@ pub async fn plan(
             .map(|w| format!("{}:{w}", chosen.source_name)),
     );
     Ok(with_index(
-        Json(json!({
-            "JobModifyIndex": modify_index,
-            "CreatedEvals": [],
-            "Diff": diff,
-            "Annotations": {"DesiredTGUpdates": updates, "PreemptedAllocs": []},
-            "FailedTGAllocs": if failed.is_empty() { Value::Null } else { json!(failed) },
-            "NextPeriodicLaunch": next_launch,
-            "Warnings": warnings.join("\n"),
-            "Index": index,
-        }))
+        Json(jobs::JobPlanResponse {
+            job_modify_index: modify_index,
+            created_evals: Vec::new(),
+            diff,
+            annotations: jobs::PlanAnnotations {
+                desired_tg_updates: updates,
+                preempted_allocs: Vec::new(),
+            },
+            failed_tg_allocs: (!failed.is_empty()).then_some(failed),
+            next_periodic_launch: next_launch,
+            warnings: warnings.join("\n"),
+            index,
+        })
         .into_response(),
         index,
     ))
 }
 
 /// Nomad's `DesiredUpdates` of a group.
-fn desired_updates(updates: &berth_client::agent::GroupUpdates) -> Value {
-    json!({
-        "Ignore": updates.ignore,
-        "Place": updates.place,
-        "Migrate": 0,
-        "Stop": updates.stop,
-        "InPlaceUpdate": 0,
-        "DestructiveUpdate": updates.destructive_update,
-        "Canary": 0,
-        "Preemptions": 0,
-    })
+fn desired_updates(updates: &berth_client::agent::GroupUpdates) -> jobs::DesiredUpdates {
+    jobs::DesiredUpdates {
+        ignore: updates.ignore,
+        place: updates.place,
+        stop: updates.stop,
+        destructive_update: updates.destructive_update,
+        ..Default::default()
+    }
 }
 
 /// The group a problem's path names (`job.J.group.G.…`), or `None` for the whole job.
@@ -231,51 +220,45 @@ fn problem_group<'p>(job: &Job, problem: &'p Problem) -> Option<&'p str> {
 }
 
 /// Nomad's `AllocationMetric` for a group this node cannot take.
-fn allocation_metric(agent: &Agent, file: &str, problems: &[&Problem], wanted: u64) -> Value {
-    let filtered: BTreeMap<String, u64> = problems
-        .iter()
-        .map(|p| (format!("{file}:{p}"), 1))
-        .collect();
-    json!({
-        "NodesEvaluated": 1,
-        "NodesFiltered": 1,
-        "NodesInPool": 1,
-        "NodesAvailable": {shapes::ThisNode::of(agent).datacenter: 1},
-        "ClassFiltered": {},
-        "ConstraintFiltered": filtered,
-        "NodesExhausted": 0,
-        "ClassExhausted": {},
-        "DimensionExhausted": {},
-        "QuotaExhausted": [],
-        "ResourcesExhausted": {},
-        "Scores": {},
-        "ScoreMetaData": [],
-        "AllocationTime": 0,
-        "CoalescedFailures": wanted.saturating_sub(1),
-    })
+fn allocation_metric(
+    agent: &Agent,
+    file: &str,
+    problems: &[&Problem],
+    wanted: u64,
+) -> AllocationMetric {
+    AllocationMetric {
+        nodes_evaluated: 1,
+        nodes_filtered: 1,
+        nodes_in_pool: 1,
+        nodes_available: [(shapes::ThisNode::of(agent).datacenter, 1)].into(),
+        constraint_filtered: problems
+            .iter()
+            .map(|p| (format!("{file}:{p}"), 1))
+            .collect(),
+        coalesced_failures: wanted.saturating_sub(1),
+        ..Default::default()
+    }
 }
 
 /// The job's diff against the running version: whether the job and each group are
 /// added, edited, unchanged or deleted (no field-level diff).
-fn job_diff(job: &Job, current: Option<(&berth_client::agent::JobStatus, &Job)>) -> Value {
-    let new_json = shapes::job(job, None);
-    let groups_of = |value: &Value| -> BTreeMap<String, Value> {
-        value["TaskGroups"]
-            .as_array()
+fn job_diff(job: &Job, current: Option<(&berth_client::agent::JobStatus, &Job)>) -> jobs::JobDiff {
+    let new_shape = shapes::job(job, None);
+    let groups_of = |job: jobs::Job| -> BTreeMap<String, jobs::TaskGroup> {
+        job.task_groups
             .into_iter()
-            .flatten()
-            .map(|g| (g["Name"].as_str().unwrap_or("").to_string(), g.clone()))
+            .map(|g| (g.name.clone(), g))
             .collect()
     };
     let (job_type, old_groups) = match current {
         None => ("Added", BTreeMap::new()),
         Some((status, old)) => {
-            let old_json = shapes::job(old, None);
-            let same = old_json == new_json && !status.stopped;
-            (if same { "None" } else { "Edited" }, groups_of(&old_json))
+            let old_shape = shapes::job(old, None);
+            let same = old_shape == new_shape && !status.stopped;
+            (if same { "None" } else { "Edited" }, groups_of(old_shape))
         }
     };
-    let new_groups = groups_of(&new_json);
+    let new_groups = groups_of(new_shape);
     let mut task_groups = Vec::new();
     for (name, group) in &new_groups {
         let kind = match old_groups.get(name) {
@@ -288,22 +271,18 @@ fn job_diff(job: &Job, current: Option<(&berth_client::agent::JobStatus, &Job)>)
     for name in old_groups.keys().filter(|n| !new_groups.contains_key(*n)) {
         task_groups.push(group_diff("Deleted", name));
     }
-    json!({
-        "Type": job_type,
-        "ID": job.name,
-        "Fields": [],
-        "Objects": [],
-        "TaskGroups": task_groups,
-    })
+    jobs::JobDiff {
+        kind: job_type.into(),
+        id: job.name.clone(),
+        task_groups,
+        ..Default::default()
+    }
 }
 
-fn group_diff(kind: &str, name: &str) -> Value {
-    json!({
-        "Type": kind,
-        "Name": name,
-        "Fields": [],
-        "Objects": [],
-        "Tasks": [],
-        "Updates": {},
-    })
+fn group_diff(kind: &str, name: &str) -> jobs::TaskGroupDiff {
+    jobs::TaskGroupDiff {
+        kind: kind.into(),
+        name: name.into(),
+        ..Default::default()
+    }
 }

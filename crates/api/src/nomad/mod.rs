@@ -9,36 +9,8 @@
 //! Errors are Nomad's: a status code and a plain-text body. Streams (a log followed,
 //! the event stream) are capped at 128 open at once (`streams.rs`; past it 429).
 //!
-//! | method | path |
-//! |---|---|
-//! | GET | `/v1/jobs` (`?prefix=`) |
-//! | PUT, POST | `/v1/jobs` (register `{"Job": {...}}`) |
-//! | POST | `/v1/jobs/parse` (`{"JobHCL": "...", "Variables": "...", "Canonicalize": true}`, `submission.rs`) |
-//! | POST | `/v1/validate/job` |
-//! | GET, DELETE | `/v1/job/:id` (`?purge=true`) |
-//! | PUT, POST | `/v1/job/:id` (register) |
-//! | GET | `/v1/job/:id/allocations`, `/v1/job/:id/summary`, `/v1/job/:id/versions` |
-//! | POST, PUT | `/v1/job/:id/plan` (`{"Job": {...}, "Diff": true}`: a dry run here, `job_actions.rs`) |
-//! | POST, PUT | `/v1/job/:id/dispatch` (`{"Payload": base64, "Meta": {...}}`, `job_actions.rs`) |
-//! | GET | `/v1/job/:id/evaluations`, `/v1/evaluations` (`prefix`, `job`, `status`), |
-//! |     | `/v1/evaluation/:id`, `/v1/evaluation/:id/allocations` (`evaluations.rs`) |
-//! | GET | `/v1/job/:id/deployments` (always empty: berth has no deployments) |
-//! | GET | `/v1/allocations`, `/v1/allocation/:id` |
-//! | POST, PUT | `/v1/allocation/:id/stop` |
-//! | GET | `/v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` |
-//! | POST, PUT | `/v1/client/allocation/:alloc_id/restart`, `/v1/client/allocation/:alloc_id/signal` (see [`alloc_actions`]) |
-//! | GET | `/v1/client/allocation/:alloc_id/stats`, `/v1/client/stats` (from cgroups and `/proc`; see [`stats`]) |
-//! | GET | `/v1/client/fs/logs/:alloc_id` (`task`, `type`, `origin`, `offset`, `plain`, `follow`: a stream, `follow_logs.rs`) |
-//! | GET | `/v1/client/fs/ls/:alloc_id`, `/v1/client/fs/stat/:alloc_id`, `/v1/client/fs/cat/:alloc_id`, |
-//! |     | `/v1/client/fs/readat/:alloc_id` (`path`; `offset`, `limit`): Nomad's view of berth's alloc dir, no link followed (`alloc_fs.rs`) |
-//! | GET | `/v1/event/stream` (`topic=Topic:Key`, `index`): a stream (`event_stream.rs`) |
-//! | GET | `/v1/volumes?type=csi` (`plugin_id`, `prefix`), `/v1/volume/csi/:id` (see [`csi`]) |
-//! | PUT, POST | `/v1/volume/csi/:id` (register `{"Volumes": [{...}]}`), `/v1/volume/csi/:id/create` |
-//! | DELETE | `/v1/volume/csi/:id` (`?force=true`: drop finished allocs' claims first) |
-//! | GET | `/v1/plugins?type=csi`, `/v1/plugin/csi/:id` |
-//! | GET | `/v1/metrics` (go-metrics JSON; `?format=prometheus`: Prometheus' text; see [`metrics`]) |
-//! | GET | `/v1/agent/self`, `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`, `/v1/regions` |
-//! | POST, PUT | `/v1/node/:id/eligibility`, `/v1/node/:id/drain` (a cluster's nodes; see [`cluster`]) |
+//! The paths, their methods and the token scope each needs are the route table's
+//! (`crates/api/src/routes.rs`), listed in `docs/api-routes.md`.
 //!
 //! In a cluster (`cluster { store = "etcd" }`), nodes, allocs and the leader are the
 //! cluster's, from any agent, and `X-Nomad-Index` is etcd's revision (`cluster.rs`).
@@ -53,12 +25,12 @@
 
 pub mod alloc_actions;
 pub mod alloc_fs;
-mod cluster;
+pub(crate) mod cluster;
 pub mod csi;
-mod evaluations;
-mod event_stream;
-mod follow_logs;
-mod job_actions;
+pub(crate) mod evaluations;
+pub(crate) mod event_stream;
+pub(crate) mod follow_logs;
+pub(crate) mod job_actions;
 pub mod metrics;
 pub mod register;
 mod reschedule;
@@ -74,12 +46,21 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Router};
-use serde::Deserialize;
-use serde_json::{Value, json};
+
+use axum::Extension;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use berth_client::agent::{Agent, LookupError, Submitter};
+use berth_nomad_api::QueryMeta;
+use berth_nomad_api::agent::{
+    AgentConfig, AgentHealth, AgentHealthResponse, AgentMember, AgentSelf, AgentVersion, Enabled,
+    ServerMembers,
+};
+use berth_nomad_api::allocs::{AllocStopResponse, StreamFrame};
+use berth_nomad_api::jobs::{
+    JobDeregisterResponse, JobRegisterResponse, JobValidateResponse, JobVersionsResponse,
+};
 use shapes::ThisNode;
 
 /// The longest wait of a blocking query, as Nomad's.
@@ -171,10 +152,10 @@ impl Blocking {
     }
 
     /// Waits as the query asks, then answers with the index in Nomad's headers.
-    async fn answer(
+    async fn answer<T: Serialize>(
         &self,
         agent: &Agent,
-        make: impl FnOnce() -> Result<Value, NomadError>,
+        make: impl FnOnce() -> Result<T, NomadError>,
     ) -> Response {
         let index = match self.parse() {
             Err(error) => return error.into_response(),
@@ -206,157 +187,15 @@ fn with_index(mut response: Response, index: u64) -> Response {
     response
 }
 
-/// Nomad's paths, beside berth's own under `/v1/berth/`.
-pub fn router() -> Router<Arc<Agent>> {
-    Router::new()
-        .route(
-            "/v1/jobs",
-            get(cluster::list_jobs).put(register).post(register),
-        )
-        .route(
-            "/v1/jobs/parse",
-            post(submission::parse).put(submission::parse),
-        )
-        .route("/v1/validate/job", post(validate_job).put(validate_job))
-        .route(
-            "/v1/job/{id}",
-            get(cluster::read_job)
-                .delete(deregister_job)
-                .put(register_at)
-                .post(register_at),
-        )
-        .route("/v1/job/{id}/allocations", get(cluster::job_allocations))
-        .route(
-            "/v1/job/{id}/plan",
-            post(job_actions::plan).put(job_actions::plan),
-        )
-        .route(
-            "/v1/job/{id}/dispatch",
-            post(job_actions::dispatch).put(job_actions::dispatch),
-        )
-        .route("/v1/job/{id}/summary", get(job_summary))
-        .route("/v1/job/{id}/versions", get(job_versions))
-        .route("/v1/job/{id}/evaluations", get(evaluations::of_job))
-        .route("/v1/evaluations", get(evaluations::list))
-        .route("/v1/evaluation/{id}", get(evaluations::read))
-        .route(
-            "/v1/evaluation/{id}/allocations",
-            get(evaluations::allocations),
-        )
-        .route("/v1/job/{id}/deployments", get(job_none))
-        .route("/v1/allocations", get(cluster::list_allocations))
-        .route("/v1/allocation/{id}", get(read_allocation))
-        .route(
-            "/v1/allocation/{id}/stop",
-            post(stop_allocation).put(stop_allocation),
-        )
-        .route("/v1/nodes", get(cluster::list_nodes))
-        .route("/v1/node/{id}", get(cluster::read_node))
-        .route("/v1/node/{id}/allocations", get(cluster::node_allocations))
-        .route(
-            "/v1/node/{id}/eligibility",
-            post(cluster::node_eligibility).put(cluster::node_eligibility),
-        )
-        .route(
-            "/v1/node/{id}/drain",
-            post(cluster::node_drain).put(cluster::node_drain),
-        )
-        .route(
-            "/v1/client/allocation/{id}/restart",
-            post(alloc_actions::restart).put(alloc_actions::restart),
-        )
-        .route(
-            "/v1/client/allocation/{id}/signal",
-            post(alloc_actions::signal).put(alloc_actions::signal),
-        )
-        .route("/v1/client/allocation/{id}/stats", get(stats::alloc_stats))
-        .route("/v1/client/stats", get(stats::host_stats))
-        .route("/v1/client/fs/logs/{alloc}", get(task_logs))
-        .route("/v1/client/fs/ls/{alloc}", get(alloc_fs::list))
-        .route("/v1/client/fs/stat/{alloc}", get(alloc_fs::stat))
-        .route("/v1/client/fs/cat/{alloc}", get(alloc_fs::cat))
-        .route("/v1/client/fs/readat/{alloc}", get(alloc_fs::read_at))
-        .route("/v1/event/stream", get(event_stream::stream))
-        .route("/v1/volumes", get(csi::list_volumes))
-        .route(
-            "/v1/volume/csi/{id}",
-            get(csi::read_volume)
-                .put(csi::register_volume)
-                .post(csi::register_volume)
-                .delete(csi::deregister_volume),
-        )
-        .route(
-            "/v1/volume/csi/{id}/create",
-            post(csi::create_volume).put(csi::create_volume),
-        )
-        .route("/v1/plugins", get(csi::list_plugins))
-        .route("/v1/plugin/csi/{id}", get(csi::read_plugin))
-        .route("/v1/metrics", get(metrics::metrics))
-        .route("/v1/agent/self", get(agent_self))
-        .route("/v1/agent/health", get(agent_health))
-        .route("/v1/agent/members", get(agent_members))
-        .route("/v1/status/leader", get(cluster::status_leader))
-        .route("/v1/status/peers", get(status_peers))
-        .route("/v1/regions", get(regions))
-}
-
-/// Nomad's paths berth knows, for the 404 of one it does not.
-pub const KNOWN_PATHS: &[&str] = &[
-    "/v1/jobs",
-    "/v1/jobs/parse",
-    "/v1/validate/job",
-    "/v1/job/:id",
-    "/v1/job/:id/allocations",
-    "/v1/job/:id/plan",
-    "/v1/job/:id/dispatch",
-    "/v1/job/:id/summary",
-    "/v1/job/:id/versions",
-    "/v1/job/:id/evaluations",
-    "/v1/job/:id/deployments",
-    "/v1/evaluations",
-    "/v1/evaluation/:id",
-    "/v1/evaluation/:id/allocations",
-    "/v1/allocations",
-    "/v1/allocation/:id",
-    "/v1/allocation/:id/stop",
-    "/v1/nodes",
-    "/v1/node/:id",
-    "/v1/node/:id/allocations",
-    "/v1/node/:id/eligibility",
-    "/v1/node/:id/drain",
-    "/v1/client/allocation/:alloc_id/restart",
-    "/v1/client/allocation/:alloc_id/signal",
-    "/v1/client/allocation/:alloc_id/stats",
-    "/v1/client/stats",
-    "/v1/client/fs/logs/:alloc_id",
-    "/v1/client/fs/ls/:alloc_id",
-    "/v1/client/fs/stat/:alloc_id",
-    "/v1/client/fs/cat/:alloc_id",
-    "/v1/client/fs/readat/:alloc_id",
-    "/v1/event/stream",
-    "/v1/volumes",
-    "/v1/volume/csi/:id",
-    "/v1/volume/csi/:id/create",
-    "/v1/plugins",
-    "/v1/plugin/csi/:id",
-    "/v1/metrics",
-    "/v1/agent/self",
-    "/v1/agent/health",
-    "/v1/agent/members",
-    "/v1/status/leader",
-    "/v1/status/peers",
-    "/v1/regions",
-];
-
 #[derive(Debug, Default, Deserialize)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     #[serde(default)]
     prefix: Option<String>,
     #[serde(flatten)]
     blocking: Blocking,
 }
 
-async fn job_summary(
+pub(crate) async fn job_summary(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
@@ -375,7 +214,7 @@ async fn job_summary(
 }
 
 /// One version: berth keeps the job as last submitted.
-async fn job_versions(
+pub(crate) async fn job_versions(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
@@ -383,13 +222,16 @@ async fn job_versions(
     blocking
         .answer(&agent, || {
             let (status, job) = agent.job_spec(&id)?;
-            Ok(json!({"Versions": [shapes::job(&job, Some(&status))], "Diffs": null}))
+            Ok(JobVersionsResponse {
+                versions: vec![shapes::job(&job, Some(&status))],
+                diffs: None,
+            })
         })
         .await
 }
 
 /// A job's evaluations or deployments: none (see the module's table).
-async fn job_none(
+pub(crate) async fn job_none(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
@@ -397,12 +239,12 @@ async fn job_none(
     blocking
         .answer(&agent, || {
             agent.job_spec(&id)?;
-            Ok(json!([]))
+            Ok(Vec::<Value>::new())
         })
         .await
 }
 
-async fn read_allocation(
+pub(crate) async fn read_allocation(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
@@ -421,7 +263,7 @@ async fn read_allocation(
         .await
 }
 
-async fn stop_allocation(
+pub(crate) async fn stop_allocation(
     State(agent): State<Arc<Agent>>,
     submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
@@ -437,15 +279,19 @@ async fn stop_allocation(
     agent.publish_alloc("AllocationUpdateDesiredStatus", &runner.id);
     let index = agent.change_index().current();
     Ok(with_index(
-        axum::Json(json!({"EvalID": "", "Index": index})).into_response(),
+        axum::Json(AllocStopResponse {
+            eval_id: String::new(),
+            index,
+        })
+        .into_response(),
         index,
     ))
 }
 
-async fn validate_job(
+pub(crate) async fn validate_job(
     State(agent): State<Arc<Agent>>,
     body: Bytes,
-) -> Result<axum::Json<Value>, NomadError> {
+) -> Result<axum::Json<JobValidateResponse>, NomadError> {
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
     let converted = register::job_hcl(&body).map_err(|e| bad_request(e.to_string()))?;
@@ -456,15 +302,15 @@ async fn validate_job(
         Ok(()) => Vec::new(),
         Err(problems) => problems,
     };
-    Ok(axum::Json(json!({
-        "DriverConfigValidated": problems.is_empty(),
-        "ValidationErrors": problems,
-        "Error": problems.join("\n"),
-        "Warnings": converted.warnings.join("\n"),
-    })))
+    Ok(axum::Json(JobValidateResponse {
+        driver_config_validated: problems.is_empty(),
+        error: problems.join("\n"),
+        validation_errors: problems,
+        warnings: converted.warnings.join("\n"),
+    }))
 }
 
-async fn register(
+pub(crate) async fn register(
     State(agent): State<Arc<Agent>>,
     submitter: Option<Extension<Submitter>>,
     body: Bytes,
@@ -472,7 +318,7 @@ async fn register(
     register_job(agent, submitter, None, body).await
 }
 
-async fn register_at(
+pub(crate) async fn register_at(
     State(agent): State<Arc<Agent>>,
     submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
@@ -501,27 +347,25 @@ async fn register_job(
     let mut warnings = chosen.warnings;
     warnings.extend(submitted.warnings);
     Ok(with_index(
-        axum::Json(json!({
-            "EvalID": submitted.eval_id,
-            "EvalCreateIndex": index,
-            "JobModifyIndex": index,
-            "Warnings": warnings.join("\n"),
-            "Index": index,
-            "LastContact": 0,
-            "KnownLeader": true,
-        }))
+        axum::Json(JobRegisterResponse {
+            eval_id: submitted.eval_id,
+            eval_create_index: index,
+            job_modify_index: index,
+            warnings: warnings.join("\n"),
+            meta: QueryMeta::at(index),
+        })
         .into_response(),
         index,
     ))
 }
 
 #[derive(Debug, Default, Deserialize)]
-struct DeregisterQuery {
+pub(crate) struct DeregisterQuery {
     #[serde(default)]
     purge: Option<String>,
 }
 
-async fn deregister_job(
+pub(crate) async fn deregister_job(
     State(agent): State<Arc<Agent>>,
     submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
@@ -550,14 +394,12 @@ async fn deregister_job(
     }
     let index = agent.change_index().current();
     Ok(with_index(
-        axum::Json(json!({
-            "EvalID": stopped.eval_id,
-            "EvalCreateIndex": index,
-            "JobModifyIndex": index,
-            "Index": index,
-            "LastContact": 0,
-            "KnownLeader": true,
-        }))
+        axum::Json(JobDeregisterResponse {
+            eval_id: stopped.eval_id,
+            eval_create_index: index,
+            job_modify_index: index,
+            meta: QueryMeta::at(index),
+        })
         .into_response(),
         index,
     ))
@@ -567,7 +409,7 @@ async fn deregister_job(
 const MAX_LOG_ANSWER: usize = 8 << 20;
 
 #[derive(Debug, Default, Deserialize)]
-struct LogsQuery {
+pub(crate) struct LogsQuery {
     task: Option<String>,
     #[serde(rename = "type")]
     stream: Option<String>,
@@ -585,7 +427,7 @@ fn flag(value: Option<&str>) -> bool {
 /// A task's stdout or stderr, as Nomad's logs endpoint answers without `follow`: the
 /// bytes (`plain=true`) or one frame `{"Data", "File", "Offset"}`. `offset` counts bytes
 /// from the `origin` (`start` or `end`) of what the rotated files hold.
-async fn task_logs(
+pub(crate) async fn task_logs(
     State(agent): State<Arc<Agent>>,
     Path(alloc): Path<String>,
     Query(query): Query<LogsQuery>,
@@ -641,11 +483,11 @@ async fn task_logs(
             .into_response());
     }
     use base64::Engine as _;
-    Ok(axum::Json(json!({
-        "Data": base64::engine::general_purpose::STANDARD.encode(bytes),
-        "File": format!("alloc/logs/{task}.{stream}.0"),
-        "Offset": start + bytes.len(),
-    }))
+    Ok(axum::Json(StreamFrame {
+        data: base64::engine::general_purpose::STANDARD.encode(bytes),
+        file: format!("alloc/logs/{task}.{stream}.0"),
+        offset: u64::try_from(start + bytes.len()).unwrap_or(u64::MAX),
+    })
     .into_response())
 }
 
@@ -688,69 +530,86 @@ fn read_whole_log(
     Ok((task, bytes, query.offset.unwrap_or(0)))
 }
 
-async fn agent_self(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {
+pub(crate) async fn agent_self(State(agent): State<Arc<Agent>>) -> axum::Json<AgentSelf> {
     let node = ThisNode::of(&agent);
-    axum::Json(json!({
-        "config": {
-            "Region": shapes::REGION,
-            "Datacenter": node.datacenter,
-            "NodeName": node.name,
-            "DataDir": agent.data_dir().display().to_string(),
-            "Version": {"Version": env!("CARGO_PKG_VERSION"), "VersionPrerelease": "", "VersionMetadata": "berth"},
-            "Client": {"Enabled": true},
-            "Server": {"Enabled": true},
+    let mut tags = this_member(&node).tags;
+    tags.insert("build".into(), env!("CARGO_PKG_VERSION").into());
+    axum::Json(AgentSelf {
+        config: AgentConfig {
+            region: shapes::REGION.into(),
+            datacenter: node.datacenter.clone(),
+            node_name: node.name.clone(),
+            data_dir: agent.data_dir().display().to_string(),
+            version: AgentVersion {
+                version: env!("CARGO_PKG_VERSION").into(),
+                version_prerelease: String::new(),
+                version_metadata: "berth".into(),
+            },
+            client: Enabled { enabled: true },
+            server: Enabled { enabled: true },
         },
-        "member": {
-            "Name": format!("{}.{}", node.name, shapes::REGION),
-            "Addr": "127.0.0.1",
-            "Port": 4648,
-            "Status": "alive",
-            "Tags": {"region": shapes::REGION, "dc": node.datacenter, "role": "nomad", "build": env!("CARGO_PKG_VERSION")},
+        member: AgentMember {
+            tags,
+            ..this_member(&node)
         },
-        "stats": {},
-    }))
+        stats: Default::default(),
+    })
 }
 
-async fn agent_health() -> axum::Json<Value> {
-    axum::Json(json!({
-        "client": {"ok": true, "message": "ok"},
-        "server": {"ok": true, "message": "ok"},
-    }))
+/// This agent as a member of Nomad's gossip pool (berth has none).
+fn this_member(node: &ThisNode) -> AgentMember {
+    AgentMember {
+        name: format!("{}.{}", node.name, shapes::REGION),
+        addr: "127.0.0.1".into(),
+        port: 4648,
+        status: "alive".into(),
+        tags: [
+            ("region", shapes::REGION),
+            ("dc", node.datacenter.as_str()),
+            ("role", "nomad"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    }
 }
 
-async fn agent_members(State(agent): State<Arc<Agent>>) -> axum::Json<Value> {
+pub(crate) async fn agent_health() -> axum::Json<AgentHealthResponse> {
+    let ok = || AgentHealth {
+        ok: true,
+        message: "ok".into(),
+    };
+    axum::Json(AgentHealthResponse {
+        client: ok(),
+        server: ok(),
+    })
+}
+
+pub(crate) async fn agent_members(State(agent): State<Arc<Agent>>) -> axum::Json<ServerMembers> {
     let node = ThisNode::of(&agent);
-    axum::Json(json!({
-        "ServerName": node.name,
-        "ServerRegion": shapes::REGION,
-        "ServerDC": node.datacenter,
-        "Members": [{
-            "Name": format!("{}.{}", node.name, shapes::REGION),
-            "Addr": "127.0.0.1",
-            "Port": 4648,
-            "Status": "alive",
-            "Tags": {"region": shapes::REGION, "dc": node.datacenter, "role": "nomad"},
-        }],
-    }))
+    axum::Json(ServerMembers {
+        server_name: node.name.clone(),
+        server_region: shapes::REGION.into(),
+        server_dc: node.datacenter.clone(),
+        members: vec![this_member(&node)],
+    })
 }
 
-async fn status_peers() -> axum::Json<Value> {
-    axum::Json(json!(["127.0.0.1:4647"]))
+pub(crate) async fn status_peers() -> axum::Json<[&'static str; 1]> {
+    axum::Json(["127.0.0.1:4647"])
 }
 
-async fn regions() -> axum::Json<Value> {
-    axum::Json(json!([shapes::REGION]))
+pub(crate) async fn regions() -> axum::Json<[&'static str; 1]> {
+    axum::Json([shapes::REGION])
 }
 
 /// The 404 of a path berth does not serve: Nomad's plain text, naming the nearest path
 /// it does.
 pub fn not_found(path: &str, method: &str) -> Response {
-    let nearest = KNOWN_PATHS
-        .iter()
-        .chain(["/v1/berth/jobs", "/v1/berth/agent/self"].iter())
+    let nearest = crate::routes::known_paths()
+        .into_iter()
         .min_by_key(|known| distance(known, path))
-        .copied()
-        .unwrap_or("/v1/jobs");
+        .unwrap_or_else(|| "/v1/jobs".into());
     NomadError(
         StatusCode::NOT_FOUND,
         format!("Invalid method or path: {method} {path} (the nearest berth serves is {nearest})"),

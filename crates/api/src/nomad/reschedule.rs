@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use berth_nomad_api::allocs::{RescheduleEvent, RescheduleTracker};
 
 use berth_client::cluster::state::{Placement, Snapshot};
 
@@ -29,21 +29,19 @@ pub(super) fn next_allocations(snapshot: &Snapshot) -> BTreeMap<&str, &str> {
 }
 
 /// Nomad's `RescheduleTracker` of a placed alloc (`null` when it replaces no failure).
-pub(super) fn tracker(placement: &Placement) -> Value {
+pub(super) fn tracker(placement: &Placement) -> Option<RescheduleTracker> {
     if placement.reschedule_events.is_empty() {
-        return Value::Null;
+        return None;
     }
-    let events: Vec<Value> = placement
+    let events = placement
         .reschedule_events
         .iter()
-        .map(|event| {
-            json!({
-                "RescheduleTime": event.reschedule_ms.saturating_mul(1_000_000),
-                "PrevAllocID": event.prev_alloc_id,
-                "PrevNodeID": event.prev_node_id,
-                "Delay": event.delay_ms.saturating_mul(1_000_000),
-            })
+        .map(|event| RescheduleEvent {
+            reschedule_time: super::shapes::ms_as_ns(event.reschedule_ms),
+            prev_alloc_id: event.prev_alloc_id.clone(),
+            prev_node_id: event.prev_node_id.clone(),
+            delay: super::shapes::ms_as_ns(event.delay_ms),
         })
         .collect();
-    json!({ "Events": events })
+    Some(RescheduleTracker { events })
 }

@@ -1,21 +1,17 @@
-//! Nomad's JSON shapes (its API documentation's field names, PascalCase, and types), made
-//! from berth's own types. What berth has no value for is sent as Nomad's empty value
-//! (`""`, `0`, `{}`, `[]` or `null`), never invented.
+//! berth's own types as Nomad's API shapes (`berth_nomad_api`, Nomad's field names and
+//! types). What berth has no value for is sent as Nomad's empty value (`""`, `0`, `{}`,
+//! `[]` or `null`), never invented.
 
 use std::collections::BTreeMap;
-
-use serde::Serialize;
-use serde_json::{Value, json};
 
 use berth_client::agent::{JobState, JobStatus};
 use berth_client::alloc_runner::AllocStatus;
 use berth_jobspec::{Constraint, Group, Job, JobType, Task};
 use berth_model::events::{TaskState, TaskStateKind};
 use berth_model::status::{ClientStatus, DesiredStatus};
+use berth_nomad_api::{allocs, jobs};
 
-/// The namespace and region every object is in: one node is its own cluster.
-pub const NAMESPACE: &str = "default";
-pub const REGION: &str = "global";
+pub use berth_nomad_api::{NAMESPACE, REGION};
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -23,11 +19,13 @@ fn ns(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn pairs(pairs: &[(String, String)]) -> BTreeMap<&str, &str> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect()
+/// Milliseconds since the epoch as nanoseconds, Nomad's unit of time.
+pub(super) fn ms_as_ns(ms: u64) -> u64 {
+    ms.saturating_mul(NS_PER_MS)
+}
+
+fn pairs(pairs: &[(String, String)]) -> BTreeMap<String, String> {
+    pairs.iter().cloned().collect()
 }
 
 pub(super) fn job_type(job_type: JobType) -> &'static str {
@@ -42,7 +40,8 @@ fn job_state(state: JobState) -> &'static str {
     }
 }
 
-fn client_status(status: ClientStatus) -> &'static str {
+/// An alloc's client status in Nomad's word.
+pub(super) fn client_status(status: ClientStatus) -> &'static str {
     match status {
         ClientStatus::Pending => "pending",
         ClientStatus::Running => "running",
@@ -59,15 +58,13 @@ fn desired_status(status: DesiredStatus) -> &'static str {
     }
 }
 
-fn constraints(constraints: &[Constraint]) -> Vec<Value> {
+fn constraints(constraints: &[Constraint]) -> Vec<jobs::Constraint> {
     constraints
         .iter()
-        .map(|c| {
-            json!({
-                "LTarget": c.attribute,
-                "RTarget": c.value,
-                "Operand": c.operator,
-            })
+        .map(|c| jobs::Constraint {
+            l_target: c.attribute.clone(),
+            r_target: c.value.clone(),
+            operand: c.operator.clone(),
         })
         .collect()
 }
@@ -79,41 +76,37 @@ fn indexes(status: &JobStatus) -> (u64, u64) {
 }
 
 /// `GET /v1/jobs`: a job's stub.
-pub fn job_stub(status: &JobStatus, job: &Job) -> Value {
+pub fn job_stub(status: &JobStatus, job: &Job) -> jobs::JobListStub {
     let (create, modify) = indexes(status);
-    json!({
-        "ID": status.id,
-        "ParentID": status.parent.clone().unwrap_or_default(),
-        "Name": status.id,
-        "Namespace": NAMESPACE,
-        "Datacenters": job.datacenters,
-        "Type": job_type(status.job_type),
-        "Priority": 50,
-        "Periodic": job.periodic.is_some(),
-        "ParameterizedJob": job.parameterized.is_some(),
-        "Stop": status.stopped,
-        "Status": job_state(status.status),
-        "StatusDescription": "",
-        "JobSummary": job_summary(status, job, &[]),
-        "CreateIndex": create,
-        "ModifyIndex": modify,
-        "JobModifyIndex": modify,
-        "SubmitTime": status.submitted_ms.saturating_mul(NS_PER_MS),
-    })
+    jobs::JobListStub {
+        id: status.id.clone(),
+        parent_id: status.parent.clone().unwrap_or_default(),
+        name: status.id.clone(),
+        namespace: NAMESPACE.into(),
+        datacenters: job.datacenters.clone(),
+        job_type: job_type(status.job_type).into(),
+        priority: 50,
+        periodic: job.periodic.is_some(),
+        parameterized_job: job.parameterized.is_some(),
+        stop: status.stopped,
+        status: job_state(status.status).into(),
+        status_description: String::new(),
+        job_summary: Some(job_summary(status, job, &[])),
+        create_index: create,
+        modify_index: modify,
+        job_modify_index: modify,
+        submit_time: ms_as_ns(status.submitted_ms),
+    }
 }
 
 /// `GET /v1/job/:id/summary`: allocs per group and client status. `allocs` gives the
 /// group of each alloc; without them (a stub) the counts come from the status alone.
-pub fn job_summary(status: &JobStatus, job: &Job, allocs: &[AllocStatus]) -> Value {
-    let mut summary: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
-    for group in &job.groups {
-        let counts = summary.entry(group.name.as_str()).or_default();
-        for key in [
-            "Queued", "Complete", "Failed", "Running", "Starting", "Lost", "Unknown",
-        ] {
-            counts.insert(key, 0);
-        }
-    }
+pub fn job_summary(status: &JobStatus, job: &Job, allocs: &[AllocStatus]) -> jobs::JobSummary {
+    let mut summary: BTreeMap<String, jobs::TaskGroupSummary> = job
+        .groups
+        .iter()
+        .map(|g| (g.name.clone(), jobs::TaskGroupSummary::default()))
+        .collect();
     for alloc in &status.allocs {
         let group = allocs
             .iter()
@@ -124,163 +117,195 @@ pub fn job_summary(status: &JobStatus, job: &Job, allocs: &[AllocStatus]) -> Val
         let Some(counts) = summary.get_mut(group.as_str()) else {
             continue;
         };
-        let key = match alloc.client_status {
-            ClientStatus::Pending => "Starting",
-            ClientStatus::Running => "Running",
-            ClientStatus::Complete => "Complete",
-            ClientStatus::Failed => "Failed",
-            ClientStatus::Lost => "Lost",
+        let count = match alloc.client_status {
+            ClientStatus::Pending => &mut counts.starting,
+            ClientStatus::Running => &mut counts.running,
+            ClientStatus::Complete => &mut counts.complete,
+            ClientStatus::Failed => &mut counts.failed,
+            ClientStatus::Lost => &mut counts.lost,
         };
-        *counts.entry(key).or_default() += 1;
+        *count += 1;
     }
     let (create, modify) = indexes(status);
-    json!({
-        "JobID": status.id,
-        "Namespace": NAMESPACE,
-        "Summary": summary,
-        "Children": {"Pending": 0, "Running": 0, "Dead": 0},
-        "CreateIndex": create,
-        "ModifyIndex": modify,
-    })
+    jobs::JobSummary {
+        job_id: status.id.clone(),
+        namespace: NAMESPACE.into(),
+        summary,
+        children: jobs::JobChildrenSummary::default(),
+        create_index: create,
+        modify_index: modify,
+    }
 }
 
 /// `GET /v1/job/:id`, `POST /v1/jobs/parse`: the job in Nomad's job JSON. `status` is
 /// `None` for a parsed job that is not registered.
-pub fn job(job: &Job, status: Option<&JobStatus>) -> Value {
+pub fn job(job: &Job, status: Option<&JobStatus>) -> jobs::Job {
     let (create, modify) = status.map_or((0, 0), indexes);
-    json!({
-        "Region": REGION,
-        "Namespace": NAMESPACE,
-        "ID": job.name,
-        "ParentID": job.parent.clone().unwrap_or_default(),
-        "Name": job.name,
-        "Type": job_type(job.job_type),
-        "Priority": 50,
-        "AllAtOnce": false,
-        "Datacenters": job.datacenters,
-        "NodePool": "default",
-        "Constraints": constraints(&job.constraints),
-        "TaskGroups": job.groups.iter().map(group).collect::<Vec<_>>(),
-        "Meta": pairs(&job.meta),
-        "Periodic": job.periodic.as_ref().map(|p| json!({
-            "Enabled": p.enabled,
-            "Spec": p.crons.first().cloned().unwrap_or_default(),
-            "Specs": p.crons,
-            "SpecType": "cron",
-            "ProhibitOverlap": p.prohibit_overlap,
-            "TimeZone": "UTC",
-        })),
-        "ParameterizedJob": job.parameterized.as_ref().map(|p| json!({
-            "Payload": p.payload,
-            "MetaRequired": p.meta_required,
-            "MetaOptional": p.meta_optional,
-        })),
-        "Stop": status.is_some_and(|s| s.stopped),
-        "Status": status.map_or("pending", |s| job_state(s.status)),
-        "StatusDescription": "",
-        "Stable": false,
-        "Version": 0,
-        "SubmitTime": status.map_or(0, |s| s.submitted_ms.saturating_mul(NS_PER_MS)),
-        "CreateIndex": create,
-        "ModifyIndex": modify,
-        "JobModifyIndex": modify,
-    })
+    jobs::Job {
+        region: REGION.into(),
+        namespace: NAMESPACE.into(),
+        id: job.name.clone(),
+        parent_id: job.parent.clone().unwrap_or_default(),
+        name: job.name.clone(),
+        job_type: job_type(job.job_type).into(),
+        priority: 50,
+        all_at_once: false,
+        datacenters: job.datacenters.clone(),
+        node_pool: "default".into(),
+        constraints: constraints(&job.constraints),
+        task_groups: job.groups.iter().map(group).collect(),
+        meta: pairs(&job.meta),
+        periodic: job.periodic.as_ref().map(|p| jobs::PeriodicConfig {
+            enabled: p.enabled,
+            spec: p.crons.first().cloned().unwrap_or_default(),
+            specs: p.crons.clone(),
+            spec_type: "cron".into(),
+            prohibit_overlap: p.prohibit_overlap,
+            time_zone: "UTC".into(),
+        }),
+        parameterized_job: job
+            .parameterized
+            .as_ref()
+            .map(|p| jobs::ParameterizedJobConfig {
+                payload: payload_rule(p.payload).into(),
+                meta_required: p.meta_required.clone(),
+                meta_optional: p.meta_optional.clone(),
+            }),
+        stop: status.is_some_and(|s| s.stopped),
+        status: status.map_or("pending", |s| job_state(s.status)).into(),
+        status_description: String::new(),
+        stable: false,
+        version: 0,
+        submit_time: status.map_or(0, |s| ms_as_ns(s.submitted_ms)),
+        create_index: create,
+        modify_index: modify,
+        job_modify_index: modify,
+    }
 }
 
-fn group(group: &Group) -> Value {
-    let volumes: BTreeMap<&str, Value> = group
+fn payload_rule(rule: berth_jobspec::PayloadRule) -> &'static str {
+    match rule {
+        berth_jobspec::PayloadRule::Optional => "optional",
+        berth_jobspec::PayloadRule::Required => "required",
+        berth_jobspec::PayloadRule::Forbidden => "forbidden",
+    }
+}
+
+fn group(group: &Group) -> jobs::TaskGroup {
+    let volumes = group
         .volumes
         .iter()
         .map(|v| {
-            (
-                v.name.as_str(),
-                json!({
-                    "Name": v.name,
-                    "Type": match v.volume_type {
-                        berth_jobspec::VolumeType::Host => "host",
-                        berth_jobspec::VolumeType::Csi => "csi",
-                    },
-                    "Source": v.source,
-                    "ReadOnly": v.read_only,
-                    "AccessMode": v.access_mode.clone().unwrap_or_default(),
-                    "AttachmentMode": v.attachment_mode.clone().unwrap_or_default(),
-                    "PerAlloc": v.per_alloc,
-                }),
-            )
+            let volume = jobs::VolumeRequest {
+                name: v.name.clone(),
+                volume_type: match v.volume_type {
+                    berth_jobspec::VolumeType::Host => "host",
+                    berth_jobspec::VolumeType::Csi => "csi",
+                }
+                .into(),
+                source: v.source.clone(),
+                read_only: v.read_only,
+                access_mode: v.access_mode.clone().unwrap_or_default(),
+                attachment_mode: v.attachment_mode.clone().unwrap_or_default(),
+                per_alloc: v.per_alloc,
+            };
+            (v.name.clone(), volume)
         })
         .collect();
-    json!({
-        "Name": group.name,
-        "Count": group.count,
-        "Constraints": constraints(&group.constraints),
-        "RestartPolicy": {
-            "Attempts": group.restart.attempts,
-            "Interval": ns(group.restart.interval),
-            "Delay": ns(group.restart.delay),
-            "Mode": match group.restart.mode {
+    jobs::TaskGroup {
+        name: group.name.clone(),
+        count: group.count,
+        constraints: constraints(&group.constraints),
+        restart_policy: jobs::RestartPolicy {
+            attempts: group.restart.attempts,
+            interval: ns(group.restart.interval),
+            delay: ns(group.restart.delay),
+            mode: match group.restart.mode {
                 berth_jobspec::RestartMode::Fail => "fail",
                 berth_jobspec::RestartMode::Delay => "delay",
-            },
+            }
+            .into(),
         },
-        "Tasks": group.tasks.iter().map(task).collect::<Vec<_>>(),
-        "EphemeralDisk": {"SizeMB": group.ephemeral_disk_mb, "Sticky": false, "Migrate": false},
-        "Meta": pairs(&group.meta),
-        "Volumes": volumes,
-        "ShutdownDelay": ns(group.shutdown_delay),
-    })
+        tasks: group.tasks.iter().map(task).collect(),
+        ephemeral_disk: jobs::EphemeralDisk {
+            size_mb: group.ephemeral_disk_mb,
+            sticky: false,
+            migrate: false,
+        },
+        meta: pairs(&group.meta),
+        volumes,
+        shutdown_delay: ns(group.shutdown_delay),
+    }
 }
 
-fn task(task: &Task) -> Value {
-    json!({
-        "Name": task.name,
-        "Driver": task.driver,
-        "User": task.user.clone().unwrap_or_default(),
-        "Config": task.config,
-        "Env": pairs(&task.env),
-        "Meta": pairs(&task.meta),
-        "Resources": {
-            "CPU": task.resources.cpu,
-            "MemoryMB": task.resources.memory_mb,
-            "MemoryMaxMB": task.resources.memory_max_mb.unwrap_or(0),
+fn task(task: &Task) -> jobs::Task {
+    jobs::Task {
+        name: task.name.clone(),
+        driver: task.driver.clone(),
+        user: task.user.clone().unwrap_or_default(),
+        config: task
+            .config
+            .as_object()
+            .map(|config| config.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default(),
+        env: pairs(&task.env),
+        meta: pairs(&task.meta),
+        resources: jobs::Resources {
+            cpu: task.resources.cpu.into(),
+            memory_mb: task.resources.memory_mb.into(),
+            memory_max_mb: task.resources.memory_max_mb.unwrap_or(0).into(),
         },
-        "Constraints": constraints(&task.constraints),
-        "KillTimeout": ns(task.kill_timeout),
-        "KillSignal": task.kill_signal,
-        "ShutdownDelay": ns(task.shutdown_delay),
-        "Lifecycle": task.lifecycle.map(|l| json!({
-            "Hook": match l.hook {
+        constraints: constraints(&task.constraints),
+        kill_timeout: ns(task.kill_timeout),
+        kill_signal: task.kill_signal.clone(),
+        shutdown_delay: ns(task.shutdown_delay),
+        lifecycle: task.lifecycle.map(|l| jobs::TaskLifecycle {
+            hook: match l.hook {
                 berth_jobspec::LifecycleHook::Prestart => "prestart",
                 berth_jobspec::LifecycleHook::Poststart => "poststart",
                 berth_jobspec::LifecycleHook::Poststop => "poststop",
-            },
-            "Sidecar": l.sidecar,
-        })),
-        "VolumeMounts": task.volume_mounts.iter().map(|m| json!({
-            "Volume": m.volume,
-            "Destination": m.destination,
-            "ReadOnly": m.read_only,
-            "PropagationMode": match m.propagation {
-                berth_model::mount::Propagation::Private => "private",
-                berth_model::mount::Propagation::HostToTask => "host-to-task",
-                berth_model::mount::Propagation::Bidirectional => "bidirectional",
-            },
-        })).collect::<Vec<_>>(),
-        "Templates": task.templates.iter().map(|t| json!({
-            "EmbeddedTmpl": t.data,
-            "DestPath": t.destination,
-            "Envvars": t.env,
-            "Perms": format!("{:o}", t.perms),
-        })).collect::<Vec<_>>(),
-        "DispatchPayload": task.dispatch_payload.as_ref().map(|file| json!({"File": file})),
+            }
+            .into(),
+            sidecar: l.sidecar,
+        }),
+        volume_mounts: task
+            .volume_mounts
+            .iter()
+            .map(|m| jobs::VolumeMount {
+                volume: m.volume.clone(),
+                destination: m.destination.clone(),
+                read_only: m.read_only,
+                propagation_mode: match m.propagation {
+                    berth_model::mount::Propagation::Private => "private",
+                    berth_model::mount::Propagation::HostToTask => "host-to-task",
+                    berth_model::mount::Propagation::Bidirectional => "bidirectional",
+                }
+                .into(),
+            })
+            .collect(),
+        templates: task
+            .templates
+            .iter()
+            .map(|t| jobs::Template {
+                embedded_tmpl: t.data.clone(),
+                dest_path: t.destination.clone(),
+                envvars: t.env,
+                perms: format!("{:o}", t.perms),
+            })
+            .collect(),
+        dispatch_payload: task
+            .dispatch_payload
+            .as_ref()
+            .map(|file| jobs::DispatchPayloadConfig { file: file.clone() }),
         // berth accepts `leader` with a warning and makes no task the leader.
-        "Leader": false,
-        "LogConfig": {
+        leader: false,
+        log_config: jobs::LogConfig {
             // A task's logs are always collected.
-            "Disabled": false,
-            "MaxFiles": task.logs.max_files,
-            "MaxFileSizeMB": task.logs.max_file_size / berth_model::limits::MIB,
+            disabled: false,
+            max_files: task.logs.max_files,
+            max_file_size_mb: task.logs.max_file_size / berth_model::limits::MIB,
         },
-    })
+    }
 }
 
 /// The group of an alloc, from its name (`<job>.<group>[<index>]`).
@@ -296,11 +321,12 @@ pub fn group_of(alloc: &AllocStatus) -> String {
 }
 
 /// A task's state in Nomad's shape.
-pub(super) fn task_state(state: &TaskState) -> Value {
+pub(super) fn task_state(state: &TaskState) -> allocs::TaskState {
+    use berth_model::events::EventKind;
     let started = state
         .events
         .iter()
-        .find(|e| e.kind == berth_model::events::EventKind::Started)
+        .find(|e| e.kind == EventKind::Started)
         .map(|e| e.time_ms);
     let finished = (state.state == TaskStateKind::Dead)
         .then(|| state.events.last().map(|e| e.time_ms))
@@ -309,35 +335,39 @@ pub(super) fn task_state(state: &TaskState) -> Value {
         .events
         .iter()
         .rev()
-        .find(|e| e.kind == berth_model::events::EventKind::Restarting)
+        .find(|e| e.kind == EventKind::Restarting)
         .map(|e| e.time_ms);
-    json!({
-        "State": match state.state {
+    allocs::TaskState {
+        state: match state.state {
             TaskStateKind::Pending => "pending",
             TaskStateKind::Running => "running",
             TaskStateKind::Dead => "dead",
-        },
-        "Failed": state.failed,
-        "Restarts": state.restarts,
-        "LastRestart": last_restart.map(rfc3339),
-        "StartedAt": started.map(rfc3339),
-        "FinishedAt": finished.map(rfc3339),
-        "Events": state.events.iter().map(|e| json!({
-            "Type": e.kind.to_string(),
-            "Time": e.time_ms.saturating_mul(NS_PER_MS),
-            "Message": "",
-            "DisplayMessage": e.message,
-            "Details": {},
-            "FailsTask": state.failed && matches!(e.kind,
-                berth_model::events::EventKind::SetupFailure
-                    | berth_model::events::EventKind::NotRestarting),
-            "ExitCode": if e.kind == berth_model::events::EventKind::Terminated {
-                state.exit_code.unwrap_or(0)
-            } else {
-                0
-            },
-        })).collect::<Vec<_>>(),
-    })
+        }
+        .into(),
+        failed: state.failed,
+        restarts: state.restarts.into(),
+        last_restart: last_restart.map(rfc3339),
+        started_at: started.map(rfc3339),
+        finished_at: finished.map(rfc3339),
+        events: state
+            .events
+            .iter()
+            .map(|e| allocs::TaskEvent {
+                kind: e.kind.to_string(),
+                time: ms_as_ns(e.time_ms),
+                message: String::new(),
+                display_message: e.message.clone(),
+                details: BTreeMap::new(),
+                fails_task: state.failed
+                    && matches!(e.kind, EventKind::SetupFailure | EventKind::NotRestarting),
+                exit_code: if e.kind == EventKind::Terminated {
+                    state.exit_code.unwrap_or(0).into()
+                } else {
+                    0
+                },
+            })
+            .collect(),
+    }
 }
 
 /// Milliseconds since the epoch as RFC 3339 (what Go's `time.Time` marshals to).
@@ -350,7 +380,7 @@ fn rfc3339(ms: u64) -> String {
 }
 
 /// The node this agent is, as `GET /v1/nodes` and allocs name it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct ThisNode {
     pub id: String,
     pub name: String,
@@ -370,8 +400,13 @@ impl ThisNode {
     }
 }
 
-/// `GET /v1/allocations`, `GET /v1/job/:id/allocations`: an alloc's stub.
-pub fn alloc_stub(alloc: &AllocStatus, job_type_of: JobType, node: &ThisNode) -> Value {
+/// `GET /v1/allocations`, `GET /v1/job/:id/allocations`: an alloc's stub, from this
+/// node's runner.
+pub fn alloc_stub(
+    alloc: &AllocStatus,
+    job_type_of: JobType,
+    node: &ThisNode,
+) -> allocs::AllocationListStub {
     let times: Vec<u64> = alloc
         .tasks
         .values()
@@ -379,28 +414,29 @@ pub fn alloc_stub(alloc: &AllocStatus, job_type_of: JobType, node: &ThisNode) ->
         .collect();
     let created = times.iter().min().copied().unwrap_or(0);
     let modified = times.iter().max().copied().unwrap_or(0);
-    json!({
-        "ID": alloc.id,
-        "EvalID": "",
-        "Name": alloc.name,
-        "Namespace": NAMESPACE,
-        "NodeID": node.id,
-        "NodeName": node.name,
-        "JobID": alloc.job_id,
-        "JobType": job_type(job_type_of),
-        "JobVersion": 0,
-        "TaskGroup": group_of(alloc),
-        "DesiredStatus": desired_status(alloc.desired_status),
-        "DesiredDescription": "",
-        "ClientStatus": client_status(alloc.client_status),
-        "ClientDescription": "",
-        "TaskStates": alloc.tasks.iter().map(|(name, state)| (name.clone(), task_state(state))).collect::<BTreeMap<_, _>>(),
-        "CreateIndex": created,
-        "ModifyIndex": modified,
-        "AllocModifyIndex": modified,
-        "CreateTime": created.saturating_mul(NS_PER_MS),
-        "ModifyTime": modified.saturating_mul(NS_PER_MS),
-    })
+    allocs::AllocationListStub {
+        id: alloc.id.clone(),
+        name: alloc.name.clone(),
+        namespace: NAMESPACE.into(),
+        node_id: node.id.clone(),
+        node_name: node.name.clone(),
+        job_id: alloc.job_id.clone(),
+        job_type: job_type(job_type_of).into(),
+        task_group: group_of(alloc),
+        desired_status: desired_status(alloc.desired_status).into(),
+        client_status: client_status(alloc.client_status).into(),
+        task_states: alloc
+            .tasks
+            .iter()
+            .map(|(name, state)| (name.clone(), task_state(state)))
+            .collect(),
+        create_index: created,
+        modify_index: modified,
+        alloc_modify_index: modified,
+        create_time: ms_as_ns(created),
+        modify_time: ms_as_ns(modified),
+        ..Default::default()
+    }
 }
 
 /// `GET /v1/allocation/:id`: the stub's fields and the job.
@@ -409,10 +445,9 @@ pub fn allocation(
     job_spec: &Job,
     status: &JobStatus,
     node: &ThisNode,
-) -> Value {
-    let mut value = alloc_stub(alloc, job_spec.job_type, node);
-    if let Value::Object(fields) = &mut value {
-        fields.insert("Job".into(), job(job_spec, Some(status)));
+) -> allocs::Allocation {
+    allocs::Allocation {
+        stub: alloc_stub(alloc, job_spec.job_type, node),
+        job: Some(job(job_spec, Some(status))),
     }
-    value
 }

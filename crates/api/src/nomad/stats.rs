@@ -27,7 +27,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use berth_nomad_api::stats::{
+    AllocResourceUsage, CpuStats, HostCpuStats, HostDiskStats, HostMemoryStats, HostStats,
+    MemoryStats, ResourceUsage, TaskResourceUsage,
+};
 
 use super::NomadError;
 use berth_client::agent::Agent;
@@ -47,7 +50,7 @@ fn now_nanos() -> u64 {
 pub async fn alloc_stats(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
-) -> Result<axum::Json<Value>, NomadError> {
+) -> Result<axum::Json<AllocResourceUsage>, NomadError> {
     let alloc = agent.alloc(&id)?;
     let runner = agent
         .alloc_runner(&alloc.id)
@@ -60,7 +63,7 @@ pub async fn alloc_stats(
     let window = started.elapsed();
     let mhz = cpu_mhz();
     let timestamp = now_nanos();
-    let mut tasks = serde_json::Map::new();
+    let mut tasks = BTreeMap::new();
     let mut sum = TaskFigures::default();
     for (task, now) in &second {
         let before = first.get(task).copied().unwrap_or_default();
@@ -68,18 +71,18 @@ pub async fn alloc_stats(
         sum.add(&figures);
         tasks.insert(
             task.clone(),
-            json!({
-                "Pids": null,
-                "ResourceUsage": figures.resource_usage(),
-                "Timestamp": timestamp,
-            }),
+            TaskResourceUsage {
+                pids: None,
+                resource_usage: figures.resource_usage(),
+                timestamp,
+            },
         );
     }
-    Ok(axum::Json(json!({
-        "ResourceUsage": sum.resource_usage(),
-        "Tasks": tasks,
-        "Timestamp": timestamp,
-    })))
+    Ok(axum::Json(AllocResourceUsage {
+        resource_usage: sum.resource_usage(),
+        tasks,
+        timestamp,
+    }))
 }
 
 async fn read_usage(
@@ -160,29 +163,30 @@ impl TaskFigures {
         }
     }
 
-    fn resource_usage(&self) -> Value {
-        json!({
-            "MemoryStats": {
-                "RSS": self.rss,
-                "Cache": self.cache,
-                "Swap": self.swap,
-                "Usage": self.usage,
-                "MaxUsage": self.max_usage,
-                "KernelUsage": 0,
-                "KernelMaxUsage": 0,
-                "Measured": self.memory_measured,
+    fn resource_usage(&self) -> ResourceUsage {
+        let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        ResourceUsage {
+            memory_stats: MemoryStats {
+                rss: self.rss,
+                cache: self.cache,
+                swap: self.swap,
+                usage: self.usage,
+                max_usage: self.max_usage,
+                kernel_usage: 0,
+                kernel_max_usage: 0,
+                measured: names(&self.memory_measured),
             },
-            "CpuStats": {
-                "SystemMode": self.system_percent,
-                "UserMode": self.user_percent,
-                "TotalTicks": self.total_ticks,
-                "ThrottledPeriods": 0,
-                "ThrottledTime": 0,
-                "Percent": self.percent,
-                "Measured": self.cpu_measured,
+            cpu_stats: CpuStats {
+                system_mode: self.system_percent,
+                user_mode: self.user_percent,
+                total_ticks: self.total_ticks,
+                throttled_periods: 0,
+                throttled_time: 0,
+                percent: self.percent,
+                measured: names(&self.cpu_measured),
             },
-            "DeviceStats": [],
-        })
+            device_stats: Vec::new(),
+        }
     }
 }
 
@@ -213,7 +217,9 @@ fn parse_cpu_mhz(cpuinfo: &str) -> Option<f64> {
 }
 
 /// `GET /v1/client/stats`.
-pub async fn host_stats(State(agent): State<Arc<Agent>>) -> Result<axum::Json<Value>, NomadError> {
+pub async fn host_stats(
+    State(agent): State<Arc<Agent>>,
+) -> Result<axum::Json<HostStats>, NomadError> {
     let first = read_proc_stat().await?;
     tokio::time::sleep(SAMPLE_WINDOW).await;
     let second = read_proc_stat().await?;
@@ -246,28 +252,26 @@ pub async fn host_stats(State(agent): State<Arc<Agent>>) -> Result<axum::Json<Va
     let ticks: f64 = mhz.map_or(0.0, |mhz| {
         cores.iter().map(|core| core.total / 100.0 * mhz).sum()
     });
-    let cpu: Vec<Value> = cores
+    let cpu = cores
         .iter()
-        .map(|core| {
-            json!({
-                "CPU": core.name,
-                "User": core.user,
-                "System": core.system,
-                "Idle": core.idle,
-                "Total": core.total,
-            })
+        .map(|core| HostCpuStats {
+            cpu: core.name.clone(),
+            user: core.user,
+            system: core.system,
+            idle: core.idle,
+            total: core.total,
         })
         .collect();
-    Ok(axum::Json(json!({
-        "Memory": memory,
-        "CPU": cpu,
-        "CPUTicksConsumed": ticks,
-        "DiskStats": [disk],
-        "AllocDirStats": alloc_disk,
-        "DeviceStats": [],
-        "Uptime": uptime,
-        "Timestamp": now_nanos(),
-    })))
+    Ok(axum::Json(HostStats {
+        memory,
+        cpu,
+        cpu_ticks_consumed: ticks,
+        disk_stats: vec![disk],
+        alloc_dir_stats: alloc_disk,
+        device_stats: Vec::new(),
+        uptime,
+        timestamp: now_nanos(),
+    }))
 }
 
 async fn read_proc_stat() -> Result<String, NomadError> {
@@ -282,7 +286,7 @@ async fn read_proc_stat() -> Result<String, NomadError> {
 }
 
 /// `Total`, `Available`, `Free` and `Used` bytes from `/proc/meminfo`.
-fn memory_stats(meminfo: &str) -> Value {
+fn memory_stats(meminfo: &str) -> HostMemoryStats {
     let kib = |key: &str| -> u64 {
         meminfo
             .lines()
@@ -293,12 +297,12 @@ fn memory_stats(meminfo: &str) -> Value {
     };
     let total = kib("MemTotal");
     let available = kib("MemAvailable");
-    json!({
-        "Total": total,
-        "Available": available,
-        "Free": kib("MemFree"),
-        "Used": total.saturating_sub(available),
-    })
+    HostMemoryStats {
+        total,
+        available,
+        free: kib("MemFree"),
+        used: total.saturating_sub(available),
+    }
 }
 
 /// Whole seconds since boot, from `/proc/uptime`.
@@ -360,12 +364,9 @@ fn core_percents(before: &str, now: &str) -> Vec<CorePercents> {
 }
 
 /// Nomad's `DiskStats` of the filesystem holding `path`.
-fn disk_stats(path: &FsPath) -> Value {
+fn disk_stats(path: &FsPath) -> HostDiskStats {
     let Ok(stats) = rustix::fs::statvfs(path) else {
-        return json!({
-            "Device": "", "Mountpoint": "", "Size": 0, "Used": 0, "Available": 0,
-            "UsedPercent": 0.0, "InodesUsedPercent": 0.0,
-        });
+        return HostDiskStats::default();
     };
     let size = stats.f_blocks.saturating_mul(stats.f_frsize);
     let free = stats.f_bfree.saturating_mul(stats.f_frsize);
@@ -379,15 +380,15 @@ fn disk_stats(path: &FsPath) -> Value {
         }
     };
     let (device, mountpoint) = mount_of(path);
-    json!({
-        "Device": device,
-        "Mountpoint": mountpoint,
-        "Size": size,
-        "Used": used,
-        "Available": available,
-        "UsedPercent": percent(used, used + available),
-        "InodesUsedPercent": percent(stats.f_files.saturating_sub(stats.f_ffree), stats.f_files),
-    })
+    HostDiskStats {
+        device,
+        mountpoint,
+        size,
+        used,
+        available,
+        used_percent: percent(used, used + available),
+        inodes_used_percent: percent(stats.f_files.saturating_sub(stats.f_ffree), stats.f_files),
+    }
 }
 
 /// The device and mount point of the mount holding `path` (the longest prefix).
@@ -435,8 +436,8 @@ mod tests {
         assert_eq!(figures.total_ticks, 1000.0);
         assert_eq!(figures.memory_measured, ["RSS", "Cache", "Swap", "Usage"]);
         let usage = figures.resource_usage();
-        assert_eq!(usage["MemoryStats"]["MaxUsage"], 0);
-        assert_eq!(usage["CpuStats"]["Measured"][3], "Total Ticks");
+        assert_eq!(usage.memory_stats.max_usage, 0);
+        assert_eq!(usage.cpu_stats.measured[3], "Total Ticks");
     }
 
     #[test]
@@ -455,7 +456,7 @@ mod tests {
             }]
         );
         let memory = memory_stats("MemTotal: 1000 kB\nMemFree: 100 kB\nMemAvailable: 400 kB\n");
-        assert_eq!(memory["Used"], 600 * 1024);
+        assert_eq!(memory.used, 600 * 1024);
         assert_eq!(parse_uptime("193520.57 380000.00\n"), 193520);
         assert_eq!(
             parse_cpu_mhz("processor : 0\ncpu MHz\t\t: 2596.128\n"),

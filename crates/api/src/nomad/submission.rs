@@ -72,6 +72,28 @@ pub struct JobSubmission {
     pub berth: Option<BerthSource>,
 }
 
+/// `PUT /v1/jobs`'s body as berth's CLI sends it: Nomad's `JobRegisterRequest` (the job,
+/// and the source it came from). The agent reads the job as JSON (`register.rs`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JobRegisterRequest {
+    #[serde(rename = "Job")]
+    pub job: berth_nomad_api::jobs::Job,
+    #[serde(rename = "Submission", skip_serializing_if = "Option::is_none")]
+    pub submission: Option<JobSubmission>,
+}
+
+/// `POST /v1/job/:id/plan`'s body as berth's CLI sends it: Nomad's `JobPlanRequest`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JobPlanRequest {
+    #[serde(rename = "Job")]
+    pub job: berth_nomad_api::jobs::Job,
+    /// Whether the answer carries the job's diff against the running version.
+    #[serde(rename = "Diff")]
+    pub diff: bool,
+    #[serde(rename = "Submission", skip_serializing_if = "Option::is_none")]
+    pub submission: Option<JobSubmission>,
+}
+
 impl JobSubmission {
     /// The source's name and its variables: berth's own when given, else Nomad's fields.
     fn inputs(&self) -> (String, VariableInputs) {
@@ -107,7 +129,7 @@ fn nomad_inputs(file: &str, flags: &std::collections::BTreeMap<String, String>) 
 }
 
 /// `POST /v1/jobs/parse`: the jobspec, with its variables, as Nomad's job JSON.
-pub async fn parse(body: Bytes) -> Result<axum::Json<Value>, NomadError> {
+pub async fn parse(body: Bytes) -> Result<axum::Json<berth_nomad_api::jobs::Job>, NomadError> {
     let request: ParseRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("Failed to decode request: {e}")))?;
     let (name, mut inputs) = match &request.berth {
@@ -185,7 +207,7 @@ async fn matching_submission(body: &Value) -> Option<ToSubmit> {
     let parsed = berth_jobspec::parse_with_async(&source_name, &submission.source, &variables)
         .await
         .ok()?;
-    let from_source = shapes::job(&parsed, None);
+    let from_source = serde_json::to_value(shapes::job(&parsed, None)).ok()?;
     if without_server_fields(&from_source) != without_server_fields(requested) {
         tracing::debug!(
             job = %parsed.name,

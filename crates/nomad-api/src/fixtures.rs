@@ -1,0 +1,154 @@
+//! The types against the contract fixtures (Nomad's documented answers): each fixture's
+//! response reads as its type, and reading it and writing it back loses no field the
+//! fixture has, except those [`NOT_NAMED`] lists with why.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names};
+
+use crate::agent::AgentSelf;
+use crate::allocs::{Allocation, AllocationListStub};
+use crate::csi::CsiVolume;
+use crate::jobs::{
+    Job, JobDispatchResponse, JobListStub, JobPlanResponse, JobRegisterResponse, JobSummary,
+};
+use crate::nodes::Node;
+use crate::stats::AllocResourceUsage;
+
+/// Fields of Nomad's documented answers these types do not name (so berth neither
+/// sends them nor reads them), with why.
+const NOT_NAMED: &[(&str, &[&str], &str)] = &[
+    (
+        "allocation_read",
+        &["TaskStates.*.Events[].Signal"],
+        "berth keeps the signal that ended a task in its Terminated event's message",
+    ),
+    (
+        "node_read",
+        &["Drivers.*.UpdateTime", "NodeResources", "StatusUpdatedAt"],
+        "the node's record keeps no fingerprint times; NodeResources is named, with the \
+         fields berth fills (the sample's are older)",
+    ),
+    (
+        "csi_volume_read",
+        &["Version", "ResourceExhausted", "Topologies[].foo"],
+        "the page's sample is older than Nomad's api.CSIVolume: the type names \
+         ProviderVersion as the code does, ResourceExhausted is a time in the code (a \
+         number in the sample), and a topology is `{\"Segments\": {...}}` in the code \
+         (bare segments in the sample)",
+    ),
+];
+
+/// Reads fixture `name`'s response as `T`, writes it back, and returns the fixture's
+/// fields that did not come back.
+fn round_trip<T: Serialize + DeserializeOwned>(name: &str) -> Vec<String> {
+    let response = fixture(name)["Response"].clone();
+    let typed: T = serde_json::from_value(response.clone())
+        .unwrap_or_else(|e| panic!("fixture {name} does not read as its type: {e}"));
+    let written = serde_json::to_value(&typed).expect("the types write as JSON");
+    let mut found = Vec::new();
+    differences("", &response, &written, &[], &mut found);
+    let not_named: Vec<&str> = NOT_NAMED
+        .iter()
+        .filter(|(fixture, _, _)| *fixture == name)
+        .flat_map(|(_, fields, _)| fields.iter().copied())
+        .collect();
+    found
+        .into_iter()
+        .map(|problem| format!("{name}: {}", generic(&problem, &response)))
+        .filter(|problem| {
+            !not_named.iter().any(|field| {
+                let path = problem.split(": ").nth(1).unwrap_or("");
+                path == *field || path.starts_with(&format!("{field}."))
+            })
+        })
+        .collect()
+}
+
+/// A path with the fixture's own names (groups, tasks, drivers) as `*`.
+fn generic(problem: &str, response: &Value) -> String {
+    let mut names = Vec::new();
+    collect_named_keys(response, &mut names);
+    let mut problem = problem.to_string();
+    for name in names {
+        problem = problem
+            .replace(&format!(".{name}."), ".*.")
+            .replace(&format!("{name}."), "*.");
+    }
+    problem
+}
+
+fn collect_named_keys(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(fields) => {
+            for (key, inner) in fields {
+                if berth_testkit::nomad_fixtures::NAMED_MAPS.contains(&key.as_str())
+                    && let Value::Object(named) = inner
+                {
+                    out.extend(named.keys().cloned());
+                }
+                collect_named_keys(inner, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_named_keys(item, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_fixture_reads_as_its_type_and_writes_back_whole() {
+    type Check = fn(&str) -> Vec<String>;
+    let checks: &[(&str, Check)] = &[
+        ("alloc_stats", round_trip::<AllocResourceUsage>),
+        ("allocation_read", round_trip::<Allocation>),
+        ("allocations_list", round_trip::<Vec<AllocationListStub>>),
+        ("csi_volume_read", round_trip::<CsiVolume>),
+        ("job_dispatch", round_trip::<JobDispatchResponse>),
+        ("job_parse_request", round_trip::<Job>),
+        ("job_plan", round_trip::<JobPlanResponse>),
+        ("job_read", round_trip::<Job>),
+        ("job_register_request", round_trip::<JobRegisterResponse>),
+        ("job_summary", round_trip::<JobSummary>),
+        ("jobs_list", round_trip::<Vec<JobListStub>>),
+        ("node_read", round_trip::<Node>),
+    ];
+    // The metrics answer is berth-telemetry's (Nomad's go-metrics JSON), not an api type.
+    let not_api_types = ["metrics"];
+    let mut problems = Vec::new();
+    for name in fixture_names() {
+        match checks.iter().find(|(fixture, _)| *fixture == name) {
+            Some((_, check)) => problems.extend(check(&name)),
+            None => assert!(
+                not_api_types.contains(&name.as_str()),
+                "fixture {name} is held to no type: add it to this test"
+            ),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the types lose fields of Nomad's documented answers:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_agent_self_keys_are_lower_case_as_nomad_writes_them() {
+    let written = serde_json::to_value(AgentSelf::default()).unwrap();
+    assert!(written.get("config").is_some() && written.get("member").is_some());
+}
+
+#[test]
+fn lists_and_maps_go_wrote_as_null_read_as_empty() {
+    let job: Job = serde_json::from_value(serde_json::json!({
+        "ID": "web",
+        "Constraints": null,
+        "Meta": null,
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Env": null, "Config": null}]}],
+    }))
+    .unwrap();
+    assert_eq!(job.id, "web");
+    assert!(job.constraints.is_empty() && job.meta.is_empty());
+    assert!(job.task_groups[0].tasks[0].env.is_empty());
+}

@@ -1908,6 +1908,80 @@ fn architecture_map(
     violations
 }
 
+/// Every invariant of ARCHITECTURE.md's `## Invariants` list names a test that holds it
+/// (a backticked path such as `module::a_test_name`; `…` stands for the path before),
+/// and every test, test module or test file it names exists: an invariant worth writing
+/// is worth a test, and a renamed test does not leave its invariant pointing at nothing.
+fn invariants_without_tests(architecture: &str, sources: &[Source]) -> Vec<Violation> {
+    let Some(section) = architecture.split("\n## Invariants").nth(1) else {
+        return vec![Violation {
+            file: "ARCHITECTURE.md".into(),
+            line: 1,
+            key: "## Invariants".into(),
+            message: "ARCHITECTURE.md has no `## Invariants` section".into(),
+        }];
+    };
+    let start = architecture.len() - section.len();
+    let first_line = architecture[..start].lines().count();
+    let section = section
+        .split("\nChecked by `host/tests/floors.rs`")
+        .next()
+        .unwrap_or(section);
+    let exists = |name: &str| {
+        sources.iter().any(|source| {
+            source.path.ends_with(&format!("/{name}.rs"))
+                || source.path.ends_with(&format!("/{name}/mod.rs"))
+                || source.text.contains(&format!("fn {name}("))
+                || source.text.contains(&format!("mod {name} "))
+                || source.text.contains(&format!("mod {name};"))
+        })
+    };
+    let mut violations = Vec::new();
+    let mut bullet: Option<(usize, String)> = None;
+    let mut judge = |(line, text): (usize, String), violations: &mut Vec<Violation>| {
+        let named: Vec<String> = text
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|code| code.contains("::") && !code.contains(' '))
+            .map(|code| code.rsplit("::").next().unwrap_or("").to_string())
+            .collect();
+        if named.is_empty() {
+            violations.push(Violation {
+                file: "ARCHITECTURE.md".into(),
+                line,
+                key: text.chars().take(40).collect(),
+                message: "an invariant that names no test (`module::test_name`) holding it".into(),
+            });
+        }
+        for name in named {
+            if !exists(&name) {
+                violations.push(Violation {
+                    file: "ARCHITECTURE.md".into(),
+                    line,
+                    key: name.clone(),
+                    message: format!("the invariant names `{name}`, which no test is"),
+                });
+            }
+        }
+    };
+    for (i, line) in section.lines().enumerate() {
+        if let Some(rest) = line.strip_prefix("- ") {
+            if let Some(done) = bullet.take() {
+                judge(done, &mut violations);
+            }
+            bullet = Some((first_line + i, rest.to_string()));
+        } else if let Some((_, text)) = &mut bullet {
+            text.push(' ');
+            text.push_str(line.trim());
+        }
+    }
+    if let Some(done) = bullet.take() {
+        judge(done, &mut violations);
+    }
+    violations
+}
+
 /// The floors from the ```` ```text ```` block under `## Floors` in ARCHITECTURE.md:
 /// lines `floor N  a, b, c`.
 fn parse_floors(architecture: &str) -> Result<BTreeMap<String, usize>, String> {
@@ -2314,6 +2388,19 @@ fn every_module_says_what_it_is_for() {
 }
 
 #[test]
+fn every_invariant_names_the_test_that_holds_it() {
+    let repo = repo();
+    let mut sources = Vec::new();
+    for dir in ["crates", "host", "tests", "plugins-sdk", "drivers"] {
+        sources.extend(rust_sources(&repo, dir));
+    }
+    assert_clean(
+        "invariants",
+        invariants_without_tests(&architecture(), &sources),
+    );
+}
+
+#[test]
 fn architecture_names_every_module_directory() {
     let repo = repo();
     let violations = architecture_map(&architecture(), &module_dirs(&repo), |path| {
@@ -2708,6 +2795,26 @@ fn checker_catches_nomad_json_built_by_hand() {
     let found = nomad_json_by_hand(&planted_api);
     assert_eq!(lines_of(&found), vec![3], "{found:#?}");
     assert_eq!(found[0].file, "crates/api/src/nomad/jobs.rs");
+}
+
+#[test]
+fn checker_catches_an_invariant_without_a_test() {
+    let architecture = "# A\n\n## Invariants\n\n\
+        - Held (`jobs::a_real_test`).\n\
+        - Held by a module of tests (`alloc_runner::tests`), over\n  two lines.\n\
+        - Said, and held by nothing.\n\
+        - Held by a test that is gone (`jobs::a_renamed_test`).\n\n\
+        Checked by `host/tests/floors.rs` on the syntax tree:\n\n- Not an invariant.\n";
+    let sources = [
+        source("tests/e2e/jobs.rs", "async fn a_real_test() {}\n"),
+        source(
+            "crates/client/src/alloc_runner/mod.rs",
+            "#[cfg(test)]\nmod tests;\n",
+        ),
+    ];
+    let found = invariants_without_tests(architecture, &sources);
+    assert_eq!(lines_of(&found), vec![8, 9], "{found:#?}");
+    assert_eq!(found[1].key, "a_renamed_test");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The one table of the API's routes: each path, its methods, the handler, the token
 //! scope it needs and what it answers. The router ([`router`]), the scope a TCP token
-//! must have ([`scope_of`], read by `access.rs`), the 404's nearest path
+//! must have ([`scope_of`], read by `access.rs` for the route axum matched), the 404's
+//! nearest path
 //! ([`nomad::not_found`](crate::nomad::not_found)) and the route list of the docs
 //! (`docs/api-routes.md`, [`markdown`]) all come from it, so a route is added in one
 //! place.
@@ -67,11 +68,16 @@ where
     H: Handler<T, Arc<Agent>>,
     T: 'static,
 {
+    // The table is ours and fixed: a method axum cannot route is a bug the router's
+    // test finds, never a request's doing.
     let filter = methods
         .iter()
-        .map(|method| MethodFilter::try_from(method.clone()).unwrap_or(MethodFilter::GET))
+        .map(|method| {
+            MethodFilter::try_from(method.clone())
+                .unwrap_or_else(|_| panic!("the route table names method {method}"))
+        })
         .reduce(MethodFilter::or)
-        .unwrap_or(MethodFilter::GET);
+        .unwrap_or_else(|| panic!("the route {path} names no method"));
     Route {
         methods,
         path,
@@ -104,14 +110,16 @@ pub fn table() -> Vec<Route> {
         route(
             WRITE,
             "/v1/jobs/parse",
-            Read,
+            // It changes nothing, but evaluating an untrusted jobspec costs the agent's
+            // evaluation threads: only a token that may submit may ask.
+            Submit,
             "a jobspec (`JobHCL`, `Variables`) as Nomad's job JSON; changes nothing",
             submission::parse,
         ),
         route(
             WRITE,
             "/v1/validate/job",
-            Read,
+            Submit,
             "whether a job JSON would register; changes nothing",
             n::validate_job,
         ),
@@ -619,42 +627,27 @@ static ROWS: LazyLock<Vec<Row>> = LazyLock::new(|| {
         .collect()
 });
 
-/// Whether `path` (a request's) is `pattern` (the table's, `{name}` for a segment).
-fn matches(pattern: &str, path: &str) -> bool {
-    let mut path = path.trim_end_matches('/').split('/');
-    let mut pattern = pattern.split('/');
-    loop {
-        match (pattern.next(), path.next()) {
-            (None, None) => return true,
-            (Some(want), Some(got)) if want.starts_with('{') => {
-                if got.is_empty() {
-                    return false;
-                }
-            }
-            (Some(want), Some(got)) if want == got => {}
-            _ => return false,
-        }
-    }
-}
-
-/// The scope a request needs: its route's, or (for a path the table does not have,
-/// which is a 404) `read` to read and `submit` for anything else.
-pub fn scope_of(method: &Method, path: &str) -> Scope {
+/// The scope a request needs: the scope of the row of `method` and `matched`, the path
+/// pattern axum matched (its `MatchedPath`, the table's own text), so the check and the
+/// router cannot disagree. A request no row serves (a 404 or 405, `matched` `None`)
+/// needs `read` to read and `submit` for anything else.
+pub fn scope_of(method: &Method, matched: Option<&str>) -> Scope {
     let method = if method == Method::HEAD {
         &Method::GET
     } else {
         method
     };
-    ROWS.iter()
-        .find(|row| row.methods.contains(method) && matches(row.path, path))
-        .map_or(
-            if method == Method::GET {
-                Scope::Read
-            } else {
-                Scope::Submit
-            },
-            |row| row.scope,
-        )
+    let fallback = if method == Method::GET {
+        Scope::Read
+    } else {
+        Scope::Submit
+    };
+    matched
+        .and_then(|path| {
+            ROWS.iter()
+                .find(|row| row.path == path && row.methods.contains(method))
+        })
+        .map_or(fallback, |row| row.scope)
 }
 
 /// Every path of the table as Nomad's docs write it (`:id`), once each.
@@ -724,20 +717,23 @@ mod tests {
 
     #[test]
     fn a_request_needs_its_routes_scope() {
-        assert_eq!(scope_of(&Method::GET, "/v1/job/web"), Scope::Read);
-        assert_eq!(scope_of(&Method::HEAD, "/v1/jobs"), Scope::Read);
-        assert_eq!(scope_of(&Method::DELETE, "/v1/job/web"), Scope::Submit);
-        assert_eq!(scope_of(&Method::POST, "/v1/job/web/plan"), Scope::Submit);
-        // Parsing and validating change nothing: Nomad's read policy has them.
-        assert_eq!(scope_of(&Method::POST, "/v1/jobs/parse"), Scope::Read);
-        assert_eq!(scope_of(&Method::PUT, "/v1/validate/job"), Scope::Read);
-        // A path parameter is one non-empty segment.
-        assert_eq!(scope_of(&Method::POST, "/v1/job//plan"), Scope::Submit);
-        assert!(!matches("/v1/job/{id}", "/v1/job/a/b"));
-        assert!(matches("/v1/job/{id}", "/v1/job/a/"));
-        // Unknown: read to read, submit otherwise.
-        assert_eq!(scope_of(&Method::GET, "/v1/nothing"), Scope::Read);
-        assert_eq!(scope_of(&Method::PATCH, "/v1/jobs"), Scope::Submit);
+        let at = |method: Method, path: &str| scope_of(&method, Some(path));
+        assert_eq!(at(Method::GET, "/v1/job/{id}"), Scope::Read);
+        assert_eq!(at(Method::HEAD, "/v1/jobs"), Scope::Read);
+        assert_eq!(at(Method::DELETE, "/v1/job/{id}"), Scope::Submit);
+        assert_eq!(at(Method::POST, "/v1/job/{id}/plan"), Scope::Submit);
+        // Parsing evaluates an untrusted jobspec: a read token may not make it.
+        assert_eq!(at(Method::POST, "/v1/jobs/parse"), Scope::Submit);
+        // A method the matched path does not serve (a 405) and no match (a 404).
+        assert_eq!(at(Method::POST, "/v1/nodes"), Scope::Submit);
+        assert_eq!(scope_of(&Method::GET, None), Scope::Read);
+        assert_eq!(scope_of(&Method::PATCH, None), Scope::Submit);
+        // Every non-GET row needs `submit`: what a read token may do is what it may read.
+        for row in ROWS.iter() {
+            if row.methods.iter().any(|m| m != Method::GET) {
+                assert_eq!(row.scope, Scope::Submit, "{}", row.path);
+            }
+        }
     }
 
     #[test]

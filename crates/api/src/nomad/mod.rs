@@ -610,9 +610,19 @@ pub fn not_found(path: &str, method: &str) -> Response {
         .into_iter()
         .min_by_key(|known| distance(known, path))
         .unwrap_or_else(|| "/v1/jobs".into());
+    // The request's own text, on one line, escaped and cut short: it goes back to the
+    // sender only, but a terminal showing it should not be repainted.
+    let shown = |text: &str| {
+        let text: String = text.chars().take(256).collect();
+        berth_model::text::one_line(&text).into_owned()
+    };
     NomadError(
         StatusCode::NOT_FOUND,
-        format!("Invalid method or path: {method} {path} (the nearest berth serves is {nearest})"),
+        format!(
+            "Invalid method or path: {} {} (the nearest berth serves is {nearest})",
+            shown(method),
+            shown(path)
+        ),
     )
     .into_response()
 }

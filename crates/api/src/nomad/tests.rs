@@ -198,6 +198,23 @@ fn the_nearest_path_is_named_for_an_unknown_one() {
     assert_eq!(super::distance("/v1/jobz", "/v1/jobs"), 1);
 }
 
+#[tokio::test]
+async fn the_404_shows_the_request_escaped_and_cut_short() {
+    let path = format!("/v1/\u{202e}evil\u{1b}[2J{}", "x".repeat(10_000));
+    let response = super::not_found(&path, "GE\u{7}T");
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(
+        !body.chars().any(|c| c.is_control() && c != '\n'),
+        "{body:?}"
+    );
+    assert!(!body.contains('\u{202e}'), "{body:?}");
+    assert!(body.contains("\\u{202e}evil"), "{body:?}");
+    assert!(body.len() < 1_000, "{} bytes", body.len());
+}
+
 /// Every string of a JSON job means what it says, whatever markers, escapes and control
 /// characters it holds: nothing is evaluated (a review found `%${3*7}` computed to `%21`
 /// through the HCL printer's escaping).

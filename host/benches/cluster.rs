@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::Receiver;
 
-use berth_client::cluster::catalog::EtcdCatalog;
-use berth_client::cluster::etcd::Change;
-use berth_client::cluster::scheduler::mirror::Mirror;
-use berth_client::cluster::state::ClusterJob;
-use berth_client::cluster::{Cluster, NodeRecord, scheduler};
+use berth_cluster::catalog::EtcdCatalog;
+use berth_cluster::etcd::Change;
+use berth_cluster::scheduler::mirror::Mirror;
+use berth_cluster::state::ClusterJob;
+use berth_cluster::{Cluster, NodeRecord, scheduler};
 use berth_model::cluster::{ClusterSettings, StoreKind};
 use berth_model::csi::AccessMode;
 use berth_state::catalog::embedded::EmbeddedCatalog;
@@ -128,7 +128,7 @@ fn small_job(id: &str) -> ClusterJob {
         .replace("job \"bench\"", &format!("job \"{id}\""));
     job.id = id.to_string();
     let parsed = berth_jobspec::parse(&job.source_name, &job.source).unwrap();
-    job.typed = berth_client::cluster::typed::TypedJob::of(&parsed);
+    job.typed = berth_cluster::typed::TypedJob::of(&parsed);
     job
 }
 
@@ -201,7 +201,7 @@ async fn mirror_round(
     leader_key: &str,
     leader_revision: i64,
 ) -> (usize, usize) {
-    let now = berth_client::cluster::now_ms();
+    let now = berth_cluster::now_ms();
     let (round, plan) = tokio::task::block_in_place(|| mirror.plan_round(now));
     let written = scheduler::apply(
         cluster,
@@ -241,7 +241,7 @@ async fn settle(
     for _ in 0..5 {
         let now = cluster.store().revision(leader_key).await.unwrap();
         catch_up(mirror, changes, now).await;
-        if !mirror.wants_round(berth_client::cluster::now_ms()) {
+        if !mirror.wants_round(berth_cluster::now_ms()) {
             return;
         }
         mirror_round(cluster, mirror, leader_key, leader_revision).await;
@@ -256,7 +256,7 @@ async fn clear_placements(cluster: &Arc<Cluster>) {
     for chunk in entries.chunks(100) {
         let writes = chunk
             .iter()
-            .map(|e| berth_client::cluster::etcd::Write::Delete(e.key.clone()))
+            .map(|e| berth_cluster::etcd::Write::Delete(e.key.clone()))
             .collect();
         etcd.transaction(Vec::new(), writes).await.unwrap();
     }
@@ -378,7 +378,7 @@ fn main() {
                     .unwrap();
             let records: Vec<berth_state::AllocRecord> = (0..allocs)
                 .map(|i| berth_state::AllocRecord {
-                    id: berth_client::cluster::random_id(),
+                    id: berth_cluster::random_id(),
                     job_id: "bench".into(),
                     group_index: 0,
                     alloc_index: u32::try_from(i).unwrap(),
@@ -422,7 +422,7 @@ fn main() {
         for chunk in records.chunks(100) {
             let writes = chunk
                 .iter()
-                .map(|job| berth_client::cluster::etcd::Write::Put {
+                .map(|job| berth_cluster::etcd::Write::Put {
                     key: cluster.key(&["jobs", &job.id]),
                     value: serde_json::to_vec(job).unwrap(),
                     lease: 0,

@@ -1439,7 +1439,7 @@ fn grpc_outside_csi(analysis: &Analysis) -> Vec<Violation> {
             )
         },
         "tonic or protobuf types outside crates/csi/src/ and \
-         crates/client/src/cluster/etcd.rs (with its \
+         crates/cluster/src/etcd.rs (with its \
          etcd_access.rs): convert \
          to a `model` type inside `csi` (or a plain type of the etcd client)",
     );
@@ -1448,7 +1448,7 @@ fn grpc_outside_csi(analysis: &Analysis) -> Vec<Violation> {
     violations.retain(|v| {
         !matches!(
             v.file.as_str(),
-            "crates/client/src/cluster/etcd.rs" | "crates/client/src/cluster/etcd_access.rs"
+            "crates/cluster/src/etcd.rs" | "crates/cluster/src/etcd_access.rs"
         )
     });
     violations
@@ -1938,7 +1938,7 @@ fn invariants_without_tests(architecture: &str, sources: &[Source]) -> Vec<Viola
     };
     let mut violations = Vec::new();
     let mut bullet: Option<(usize, String)> = None;
-    let mut judge = |(line, text): (usize, String), violations: &mut Vec<Violation>| {
+    let judge = |(line, text): (usize, String), violations: &mut Vec<Violation>| {
         let named: Vec<String> = text
             .split('`')
             .skip(1)

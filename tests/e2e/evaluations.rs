@@ -166,10 +166,7 @@ job "pair" {
 }
 "#;
     let submitted = agent.submit("pair.hcl", source).await.unwrap();
-    assert!(
-        berth_client::cluster::is_uuid(&submitted.eval_id),
-        "{submitted:?}"
-    );
+    assert!(berth_cluster::is_uuid(&submitted.eval_id), "{submitted:?}");
     assert_eq!(submitted.alloc_ids.len(), 2, "{submitted:?}");
     // The allocs are this node's at once: each one's status reads.
     for id in &submitted.alloc_ids {

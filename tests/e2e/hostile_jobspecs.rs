@@ -212,7 +212,7 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
     for agent in &mut agents {
         agent.start().await;
     }
-    let poisoned = berth_client::cluster::state::ClusterJob {
+    let poisoned = berth_cluster::state::ClusterJob {
         id: "deep".into(),
         source_name: "deep.hcl".into(),
         source: splats("deep", 3000),
@@ -233,37 +233,32 @@ async fn a_poisoned_record_in_the_store_is_skipped_and_reported_by_every_agent()
             "job \"{id}\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"mock\"\n    }}\n  }}\n}}\n"
         )
     };
-    let typed = |id: &str, schema: u32, job: Value| berth_client::cluster::state::ClusterJob {
+    let typed = |id: &str, schema: u32, job: Value| berth_cluster::state::ClusterJob {
         id: id.into(),
         source_name: format!("{id}.hcl"),
         source: fine_source(id),
-        typed: Some(berth_client::cluster::typed::TypedJob { schema, job }),
+        typed: Some(berth_cluster::typed::TypedJob { schema, job }),
         ..poisoned.clone()
     };
     let records = vec![
         ("deep", poisoned.clone()),
         (
             "future",
-            typed(
-                "future",
-                berth_client::cluster::typed::JOB_SCHEMA + 1,
-                json!({}),
-            ),
+            typed("future", berth_cluster::typed::JOB_SCHEMA + 1, json!({})),
         ),
         (
             "damaged",
             typed(
                 "damaged",
-                berth_client::cluster::typed::JOB_SCHEMA,
+                berth_cluster::typed::JOB_SCHEMA,
                 json!({"groups": 7}),
             ),
         ),
     ];
     let access =
-        berth_client::cluster::etcd_access::EtcdAccess::from_settings(&etcd.settings("/berth"))
-            .unwrap();
+        berth_cluster::etcd_access::EtcdAccess::from_settings(&etcd.settings("/berth")).unwrap();
     tokio::task::spawn_blocking(move || {
-        let store = berth_client::cluster::etcd::Etcd::connect(&access).unwrap();
+        let store = berth_cluster::etcd::Etcd::connect(&access).unwrap();
         for (id, record) in records {
             let client = store.clone();
             let value = serde_json::to_vec(&record).unwrap();

@@ -1,5 +1,5 @@
 //! The berth client: what runs a node's workloads, as a Nomad client does. The agent
-//! (`agent`) is a member of a cluster (`cluster`: etcd's, or its own one-node cluster on
+//! (`agent`) is a member of a cluster (`berth-cluster`: etcd's, or its own one-node cluster on
 //! the embedded store) and runs the allocs placed on its node through alloc and task
 //! runners (`alloc_runner`, `task_runner`) and their hooks, with task drivers and hooks
 //! that are WebAssembly components (loaded by `berth-runtime`, held in `driver_set` and
@@ -11,7 +11,6 @@
 
 pub mod agent;
 pub mod alloc_runner;
-pub mod cluster;
 pub mod config;
 pub mod consul;
 pub mod driver_set;

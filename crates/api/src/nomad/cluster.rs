@@ -16,8 +16,8 @@ use serde::Serialize;
 use super::shapes::{self, ThisNode};
 use super::{Blocking, ListQuery, NomadError, bad_request, with_index};
 use berth_client::agent::{Agent, Submitter};
-use berth_client::cluster::state::{NodeSettings, Snapshot};
-use berth_client::cluster::{Cluster, NodeRecord};
+use berth_cluster::state::{NodeSettings, Snapshot};
+use berth_cluster::{Cluster, NodeRecord};
 use berth_model::status::ClientStatus;
 use berth_nomad_api::allocs::AllocationListStub;
 use berth_nomad_api::{jobs, nodes};
@@ -179,7 +179,7 @@ pub(super) fn alloc_stubs(
         .iter()
         .map(|n| (n.record.id.as_str(), n.record.name.as_str()))
         .collect();
-    let reports: BTreeMap<&str, &berth_client::cluster::state::AllocReport> = snapshot
+    let reports: BTreeMap<&str, &berth_cluster::state::AllocReport> = snapshot
         .reports
         .iter()
         .map(|r| (r.alloc_id.as_str(), r))
@@ -191,7 +191,7 @@ pub(super) fn alloc_stubs(
         .iter()
         .filter_map(|(job, _)| Some((job.id.as_str(), shapes::job_type(job.spec().ok()?.job_type))))
         .collect();
-    let task_states = |report: Option<&berth_client::cluster::state::AllocReport>| {
+    let task_states = |report: Option<&berth_cluster::state::AllocReport>| {
         report
             .map(|r| {
                 r.tasks
@@ -247,7 +247,7 @@ pub(super) fn alloc_stubs(
         // clipped), here as on any other agent; `/v1/allocation/:id` shows them all.
         if let Some(runner) = agent.alloc_runner(&placement.alloc_id) {
             let mut status = runner.status();
-            status.tasks = berth_client::cluster::state::AllocReport::tasks_of(&status.tasks);
+            status.tasks = berth_cluster::state::AllocReport::tasks_of(&status.tasks);
             let local = shapes::alloc_stub(&status, runner.job.job_type, &this_node);
             stub.client_status = local.client_status;
             stub.task_states = local.task_states;
@@ -404,7 +404,7 @@ pub async fn node_drain(
     operator_only(submitter)?;
     let request: nodes::NodeDrainRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid drain request: {e}")))?;
-    let now = berth_client::cluster::now_ms();
+    let now = berth_cluster::now_ms();
     update_node(&agent, &id, |settings| match &request.drain_spec {
         Some(spec) => {
             settings.drain = true;
@@ -485,42 +485,38 @@ pub(super) fn this_node_record(agent: &Agent) -> NodeRecord {
 /// A cluster job as `GET /v1/jobs` lists it, or the report of a job whose stored
 /// source cannot be evaluated.
 fn cluster_job_stub(snapshot: &Snapshot, id: &str) -> Option<jobs::JobListStub> {
-    Some(
-        match berth_client::cluster::job_view::job_status(snapshot, id)? {
-            Ok((status, job)) => shapes::job_stub(&status, &job),
-            Err(unreadable) => {
-                let job = unreadable_job(&unreadable);
-                jobs::JobListStub {
-                    id: job.id,
-                    name: job.name,
-                    namespace: job.namespace,
-                    job_type: job.job_type,
-                    stop: job.stop,
-                    status: job.status,
-                    status_description: job.status_description,
-                    submit_time: job.submit_time,
-                    create_index: job.create_index,
-                    modify_index: job.modify_index,
-                    job_modify_index: job.job_modify_index,
-                    ..Default::default()
-                }
+    Some(match berth_cluster::job_view::job_status(snapshot, id)? {
+        Ok((status, job)) => shapes::job_stub(&status, &job),
+        Err(unreadable) => {
+            let job = unreadable_job(&unreadable);
+            jobs::JobListStub {
+                id: job.id,
+                name: job.name,
+                namespace: job.namespace,
+                job_type: job.job_type,
+                stop: job.stop,
+                status: job.status,
+                status_description: job.status_description,
+                submit_time: job.submit_time,
+                create_index: job.create_index,
+                modify_index: job.modify_index,
+                job_modify_index: job.job_modify_index,
+                ..Default::default()
             }
-        },
-    )
+        }
+    })
 }
 
 /// A cluster job as Nomad's `Job`, or the report of a job whose stored source cannot be
 /// evaluated.
 fn cluster_job(snapshot: &Snapshot, id: &str) -> Option<jobs::Job> {
-    Some(
-        match berth_client::cluster::job_view::job_status(snapshot, id)? {
-            Ok((status, job)) => shapes::job(&job, Some(&status)),
-            Err(unreadable) => unreadable_job(&unreadable),
-        },
-    )
+    Some(match berth_cluster::job_view::job_status(snapshot, id)? {
+        Ok((status, job)) => shapes::job(&job, Some(&status)),
+        Err(unreadable) => unreadable_job(&unreadable),
+    })
 }
 
-use berth_client::cluster::job_view::UnreadableJob;
+use berth_cluster::job_view::UnreadableJob;
 
 fn unreadable_job(unreadable: &UnreadableJob) -> jobs::Job {
     let record = unreadable.record;

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use super::cluster::{alloc_stubs, answer};
 use super::{Blocking, NomadError};
 use berth_client::agent::Agent;
-use berth_client::cluster::evals::Evaluation;
-use berth_client::cluster::state::{Blocked, Snapshot};
+use berth_cluster::evals::Evaluation;
+use berth_cluster::state::{Blocked, Snapshot};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct EvalsQuery {
@@ -212,7 +212,7 @@ pub async fn of_job(
                     "its recorded source cannot be evaluated, so no agent runs it: {error}"
                 )),
                 Ok(_) if !said.is_empty() => None,
-                Ok(parsed) => Some(berth_client::cluster::scheduler::reschedule::exhausted(
+                Ok(parsed) => Some(berth_cluster::scheduler::reschedule::exhausted(
                     snapshot, &parsed, &id,
                 ))
                 .filter(|why| !why.is_empty()),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use berth_nomad_api::allocs::{RescheduleEvent, RescheduleTracker};
 
-use berth_client::cluster::state::{Placement, Snapshot};
+use berth_cluster::state::{Placement, Snapshot};
 
 /// Which alloc replaced which: from each placement's `replaces`, and from the attempts
 /// it carries (attempt `i` failed alloc was replaced by attempt `i + 1`'s).

@@ -13,14 +13,14 @@ use super::{
     spawn_runner,
 };
 use crate::alloc_runner::AllocRunner;
-use crate::cluster::embedded::Embedded;
-use crate::cluster::evals::{EvalStatus, Evaluation, trigger};
-use crate::cluster::pace::Pace;
-use crate::cluster::state::{AllocReport, ClusterJob, Placement, TypedJob};
-use crate::cluster::store::Store;
-use crate::cluster::{Cluster, ClusterError, NodeRecord};
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
+use berth_cluster::embedded::Embedded;
+use berth_cluster::evals::{EvalStatus, Evaluation, trigger};
+use berth_cluster::pace::Pace;
+use berth_cluster::state::{AllocReport, ClusterJob, Placement, TypedJob};
+use berth_cluster::store::Store;
+use berth_cluster::{Cluster, ClusterError, NodeRecord};
 use berth_jobspec::Job;
 use berth_state::JobRecord;
 
@@ -36,7 +36,7 @@ pub(super) fn join(
     facts: &crate::node::Facts,
 ) -> Result<Arc<Cluster>, ClusterError> {
     let record = node_record(
-        crate::cluster::node_id(data_dir)?,
+        berth_cluster::node_id(data_dir)?,
         data_dir,
         config,
         drivers,
@@ -135,10 +135,10 @@ pub(super) fn spawn_revision_follower(
             .watch(&format!("{}/", cluster.settings().prefix), start);
         while let Some(change) = changes.recv().await {
             let revision = match change {
-                crate::cluster::etcd::Change::Put(entry) => entry.mod_revision,
-                crate::cluster::etcd::Change::Delete { mod_revision, .. }
-                | crate::cluster::etcd::Change::Revision(mod_revision) => mod_revision,
-                crate::cluster::etcd::Change::Reset => {
+                berth_cluster::etcd::Change::Put(entry) => entry.mod_revision,
+                berth_cluster::etcd::Change::Delete { mod_revision, .. }
+                | berth_cluster::etcd::Change::Revision(mod_revision) => mod_revision,
+                berth_cluster::etcd::Change::Reset => {
                     let cluster = cluster.clone();
                     match tokio::task::spawn_blocking(move || cluster.revision()).await {
                         Ok(Ok(revision)) => revision,
@@ -192,7 +192,7 @@ pub fn node_record(
             .host_volumes
             .iter()
             .map(|v| {
-                let place = crate::cluster::HostVolumePath {
+                let place = berth_cluster::HostVolumePath {
                     path: v.path.display().to_string(),
                     read_only: v.read_only,
                 };

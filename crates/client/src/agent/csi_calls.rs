@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::Cluster;
-use crate::cluster::calls::CallHandler;
+use berth_cluster::Cluster;
+use berth_cluster::calls::CallHandler;
 use berth_csi::CsiNode;
 use berth_csi::manager::{
     ControllerAnswer, ControllerRequest, CsiManager, CsiVolumeError, RemoteCall, RemoteControllers,
@@ -94,17 +94,17 @@ pub(super) fn connect(cluster: &Arc<Cluster>, csi: &CsiNode) {
 /// CSI manager (which reaches the plugin's controller wherever it runs).
 struct LostNodeUnpublisher(Arc<CsiManager>);
 
-impl crate::cluster::lost_claims::Unpublisher for LostNodeUnpublisher {
+impl berth_cluster::lost_claims::Unpublisher for LostNodeUnpublisher {
     fn unpublish<'a>(
         &'a self,
         volume: &'a berth_state::catalog::Volume,
         node_id: &'a str,
-    ) -> crate::cluster::lost_claims::Unpublishing<'a> {
+    ) -> berth_cluster::lost_claims::Unpublishing<'a> {
         Box::pin(async move {
             self.0
                 .unpublish_from_lost_node(volume, node_id)
                 .await
-                .map_err(|e| crate::cluster::lost_claims::UnpublishFailed(e.to_string()))
+                .map_err(|e| berth_cluster::lost_claims::UnpublishFailed(e.to_string()))
         })
     }
 }
@@ -113,8 +113,8 @@ impl crate::cluster::lost_claims::Unpublisher for LostNodeUnpublisher {
 pub(super) fn lost_claims(
     cluster: &Arc<Cluster>,
     csi: &CsiNode,
-) -> Arc<crate::cluster::lost_claims::LostClaims> {
-    crate::cluster::lost_claims::LostClaims::new(
+) -> Arc<berth_cluster::lost_claims::LostClaims> {
+    berth_cluster::lost_claims::LostClaims::new(
         cluster.clone(),
         Arc::new(LostNodeUnpublisher(csi.manager.clone())),
     )
@@ -229,13 +229,13 @@ fn handler(manager: Arc<CsiManager>) -> CallHandler {
 /// refusal that says so, instead of an answer the caller waits for in vain.
 fn answer_bytes(answered: &Answered) -> Vec<u8> {
     let bytes = serde_json::to_vec(answered).unwrap_or_default();
-    if bytes.len() <= crate::cluster::calls::MAX_CALL_BYTES {
+    if bytes.len() <= berth_cluster::calls::MAX_CALL_BYTES {
         return bytes;
     }
     let refusal = Answered::Failed(format!(
         "the answer is {} bytes, more than the {} a call between nodes carries",
         bytes.len(),
-        crate::cluster::calls::MAX_CALL_BYTES
+        berth_cluster::calls::MAX_CALL_BYTES
     ));
     serde_json::to_vec(&refusal).unwrap_or_default()
 }
@@ -281,7 +281,7 @@ mod tests {
         ));
         let large = Answered::Ok(ControllerAnswer::Snapshots(vec![snapshot; 10_000]));
         let bytes = answer_bytes(&large);
-        assert!(bytes.len() <= crate::cluster::calls::MAX_CALL_BYTES);
+        assert!(bytes.len() <= berth_cluster::calls::MAX_CALL_BYTES);
         match serde_json::from_slice(&bytes) {
             Ok(Answered::Failed(why)) => {
                 assert!(

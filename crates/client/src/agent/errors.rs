@@ -1,7 +1,7 @@
 //! Why an agent could not start, and why a submit, a stop or a lookup was refused.
 
 use super::{NotOwner, capacity};
-use crate::cluster::ClusterError;
+use berth_cluster::ClusterError;
 use berth_jobspec::JobspecError;
 use berth_state::StateError;
 

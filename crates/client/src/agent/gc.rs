@@ -253,8 +253,8 @@ impl Agent {
     /// (Nomad's job collection). Only the version read is removed, so a job submitted
     /// again meanwhile stays.
     fn forget_dead_job(&self, id: &str) {
-        use crate::cluster::evals::{Evaluation, trigger};
-        use crate::cluster::job_view::{JobState, job_status};
+        use berth_cluster::evals::{Evaluation, trigger};
+        use berth_cluster::job_view::{JobState, job_status};
         let cluster = self.cluster.clone();
         let forgotten = berth_sys::blocking::run(|| {
             let snapshot = cluster.job_snapshot(id)?;
@@ -291,7 +291,7 @@ impl Agent {
         // The cluster hears how it ended before this node forgets it: its placement may
         // stay (a finished batch alloc does), and a node never runs an ended one again.
         let status = entry.runner.status();
-        let report = crate::cluster::state::AllocReport {
+        let report = berth_cluster::state::AllocReport {
             alloc_id: status.id.clone(),
             job_id: status.job_id.clone(),
             name: status.name.clone(),
@@ -300,7 +300,7 @@ impl Agent {
             client_status: status.client_status,
             description: String::new(),
             updated_ms: super::now_ms(),
-            tasks: crate::cluster::state::AllocReport::tasks_of(&status.tasks),
+            tasks: berth_cluster::state::AllocReport::tasks_of(&status.tasks),
         };
         if !status.client_status.is_terminal() {
             return false;

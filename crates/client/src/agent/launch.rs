@@ -15,8 +15,8 @@ use base64::Engine as _;
 use chrono::Utc;
 
 use super::{Agent, JobAction, LookupError, SubmitError, Submitted, Submitter, now_ms};
-use crate::cluster::evals::{Evaluation, trigger};
-use crate::cluster::state::ChildCreated;
+use berth_cluster::evals::{Evaluation, trigger};
+use berth_cluster::state::ChildCreated;
 use berth_jobspec::{Job, MAX_DISPATCH_PAYLOAD, PayloadRule};
 use berth_state::ChildOf;
 
@@ -140,7 +140,7 @@ impl Agent {
         let wanted = id.to_string();
         let found = tokio::task::spawn_blocking(move || cluster.job(&wanted))
             .await
-            .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+            .map_err(|e| berth_cluster::ClusterError::Local(e.to_string()))??;
         let Some((record, version)) = found else {
             return Err(LookupError::NotFound {
                 kind: "job",
@@ -199,7 +199,7 @@ impl Agent {
             let created =
                 tokio::task::spawn_blocking(move || writer.create_child(&record, version, &eval))
                     .await
-                    .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+                    .map_err(|e| berth_cluster::ClusterError::Local(e.to_string()))??;
             match created {
                 ChildCreated::Created => break eval_id,
                 ChildCreated::ParentChanged => {
@@ -245,7 +245,7 @@ struct Parent {
     /// The parent's owner, whose its children are too.
     owner: Option<String>,
     /// The parent's typed job: its children's, under their own parts.
-    typed: Option<crate::cluster::state::TypedJob>,
+    typed: Option<berth_cluster::state::TypedJob>,
     /// In a cluster: the parent's version (its key's revision) when read; a child is
     /// recorded only while it holds.
     version: i64,
@@ -265,8 +265,8 @@ fn stopped(id: &str) -> SubmitError {
 }
 
 /// A child's record in the cluster: its parent's source at launch.
-fn cluster_child(parent: &Parent, id: &str, child: ChildOf) -> crate::cluster::state::ClusterJob {
-    crate::cluster::state::ClusterJob {
+fn cluster_child(parent: &Parent, id: &str, child: ChildOf) -> berth_cluster::state::ClusterJob {
+    berth_cluster::state::ClusterJob {
         id: id.to_string(),
         source_name: parent.source_name.clone(),
         source: parent.source.clone(),

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use crate::cluster::state::{AllocReport, ClusterJob, Placement};
-use crate::cluster::{Cluster, ClusterError};
+use berth_cluster::state::{AllocReport, ClusterJob, Placement};
+use berth_cluster::{Cluster, ClusterError};
 use berth_state::StateStore;
 use berth_state::catalog::Catalog as _;
 
@@ -49,7 +49,7 @@ pub fn import(
     if !existing.is_empty() {
         return Ok(imported);
     }
-    let catalog = crate::cluster::catalog::EtcdCatalog::new(cluster.clone());
+    let catalog = berth_cluster::catalog::EtcdCatalog::new(cluster.clone());
     for status in volumes {
         let id = status.volume.id.clone();
         let written = catalog.register_volume(status.volume).and_then(|()| {
@@ -99,7 +99,7 @@ pub fn import(
             let Some(group) = spec.groups.get(alloc.group_index) else {
                 continue;
             };
-            let needs = crate::cluster::scheduler::needs(group);
+            let needs = berth_cluster::scheduler::needs(group);
             let report = AllocReport {
                 alloc_id: alloc.id.clone(),
                 job_id: alloc.job_id.clone(),

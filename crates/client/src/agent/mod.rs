@@ -48,10 +48,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
 use crate::alloc_runner::{AllocRunner, AllocStatus, NodeContext};
-use crate::cluster::ClusterError;
 use crate::config::AgentConfig;
 use crate::driver_set::DriverSet;
 use crate::hook_set::HookSet;
+use berth_cluster::ClusterError;
 use berth_jobspec::Job;
 use berth_model::events::AllocEvent;
 use berth_state::{JobRecord, OpenOutcome, StateError, StateStore};
@@ -102,7 +102,7 @@ pub struct Submitted {
     pub eval_id: String,
 }
 
-pub use crate::cluster::job_view::{AllocSummary, JobState, JobStatus};
+pub use berth_cluster::job_view::{AllocSummary, JobState, JobStatus};
 
 struct JobEntry {
     record: JobRecord,
@@ -128,7 +128,7 @@ pub struct Agent {
     node: NodeContext,
     /// The cluster this agent is a member of: etcd's, or its own one-node cluster on
     /// the embedded store.
-    cluster: Arc<crate::cluster::Cluster>,
+    cluster: Arc<berth_cluster::Cluster>,
     jobs: Mutex<BTreeMap<String, JobEntry>>,
     allocs: Mutex<BTreeMap<String, AllocEntry>>,
     events: broadcast::Sender<AllocEvent>,
@@ -261,7 +261,7 @@ impl Agent {
             options.config.csi.clone(),
             options.drivers.metrics().clone(),
             cluster.node_name().to_string(),
-            Arc::new(crate::cluster::catalog::EtcdCatalog::new(cluster.clone())),
+            Arc::new(berth_cluster::catalog::EtcdCatalog::new(cluster.clone())),
         );
         csi_calls::connect(&cluster, &csi);
         match berth_sys::process::raise_open_files_limit() {
@@ -392,12 +392,12 @@ impl Agent {
         cluster::spawn_revision_follower(&cluster, agent.index.clone());
         agent.follow_placements();
         let lost_claims = csi_calls::lost_claims(&cluster, agent.csi());
-        tokio::spawn(crate::cluster::scheduler::run(cluster, lost_claims));
+        tokio::spawn(berth_cluster::scheduler::run(cluster, lost_claims));
         Ok(agent)
     }
 
     /// The cluster this agent is a member of: etcd's, or its own one-node cluster.
-    pub fn cluster(&self) -> &Arc<crate::cluster::Cluster> {
+    pub fn cluster(&self) -> &Arc<berth_cluster::Cluster> {
         &self.cluster
     }
 
@@ -526,7 +526,7 @@ impl Agent {
     pub fn job_spec(&self, id: &str) -> Result<(JobStatus, Arc<Job>), LookupError> {
         let snapshot = berth_sys::blocking::run(|| self.cluster.job_snapshot(id))
             .map_err(LookupError::Cluster)?;
-        match crate::cluster::job_view::job_status(&snapshot, id) {
+        match berth_cluster::job_view::job_status(&snapshot, id) {
             None => Err(LookupError::NotFound {
                 kind: "job",
                 id: id.to_string(),
@@ -605,7 +605,7 @@ impl Agent {
             .into_iter()
             .take(per_page)
             .filter_map(
-                |id| match crate::cluster::job_view::job_status(&snapshot, id) {
+                |id| match berth_cluster::job_view::job_status(&snapshot, id) {
                     Some(Ok((status, _))) => Some(status),
                     _ => None,
                 },

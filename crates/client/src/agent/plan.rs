@@ -1,5 +1,5 @@
 //! `job plan`: what registering a job would do, decided by the scheduler's own
-//! [`plan`](crate::cluster::scheduler::plan) on the cluster as it is now, with the job
+//! [`plan`](berth_cluster::scheduler::plan) on the cluster as it is now, with the job
 //! put in it (Nomad's plan is its scheduler's dry run too). So a plan says what a
 //! register then does, on a lone agent and on a cluster member alike: the nodes it
 //! would take, the allocs it would replace or stop, and what would fit nowhere, with
@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Agent, JobAction, SubmitError, Submitter};
-use crate::cluster::evals::{Evaluation, trigger};
-use crate::cluster::state::Blocked;
+use berth_cluster::evals::{Evaluation, trigger};
+use berth_cluster::state::Blocked;
 use berth_jobspec::Job;
 
 /// Plans an agent runs at once: each parses a jobspec, reads the whole cluster and plans
@@ -124,11 +124,11 @@ impl Agent {
                 Some(at) => snapshot.jobs[at] = (record, version),
                 None => snapshot.jobs.push((record, version)),
             }
-            let decided = crate::cluster::scheduler::plan(&snapshot, crate::cluster::now_ms());
+            let decided = berth_cluster::scheduler::plan(&snapshot, berth_cluster::now_ms());
             Ok::<_, SubmitError>((snapshot, decided, current_version))
         })
         .await
-        .map_err(|e| crate::cluster::ClusterError::Local(e.to_string()))??;
+        .map_err(|e| berth_cluster::ClusterError::Local(e.to_string()))??;
         let (snapshot, decided, current_version) = decided;
         if decided.deferred {
             return Err(SubmitError::Refused(

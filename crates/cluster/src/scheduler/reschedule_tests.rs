@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::reschedule::{Verdict, next_delay_ms, verdict};
 use super::*;
-use crate::cluster::state::RescheduleEvent;
-use crate::cluster::{NodeRecord, NodeView};
+use crate::state::RescheduleEvent;
+use crate::{NodeRecord, NodeView};
 use berth_jobspec::{DelayFunction, ReschedulePolicy};
 
 const SECOND: u64 = 1000;

@@ -3,7 +3,7 @@
 
 use super::tests::tests_support::*;
 use super::*;
-use crate::cluster::state::CsiView;
+use crate::state::CsiView;
 
 const USES_SHARED: &str = "volume \"v\" {\n      type   = \"csi\"\n      source = \"shared\"\n      access_mode = \"single-node-writer\"\n      attachment_mode = \"file-system\"\n    }";
 

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::state::{AllocReport, Placement, RescheduleEvent};
+use crate::state::{AllocReport, Placement, RescheduleEvent};
 use berth_jobspec::{DelayFunction, ReschedulePolicy};
 use berth_model::status::ClientStatus;
 
@@ -157,7 +157,7 @@ fn millis(duration: std::time::Duration) -> u64 {
 
 /// What the scheduler will do with each failed alloc of job `id` still placed.
 fn verdicts<'a>(
-    snapshot: &'a crate::cluster::state::Snapshot,
+    snapshot: &'a crate::state::Snapshot,
     job: &berth_jobspec::Job,
     id: &str,
 ) -> Vec<(&'a Placement, Verdict)> {
@@ -178,11 +178,7 @@ fn verdicts<'a>(
 
 /// Whether a failed alloc of job `id` is waiting for its reschedule delay (the job is
 /// pending, not dead).
-pub fn awaiting(
-    snapshot: &crate::cluster::state::Snapshot,
-    job: &berth_jobspec::Job,
-    id: &str,
-) -> bool {
+pub fn awaiting(snapshot: &crate::state::Snapshot, job: &berth_jobspec::Job, id: &str) -> bool {
     verdicts(snapshot, job, id)
         .iter()
         .any(|(_, verdict)| matches!(verdict, Verdict::At { .. }))
@@ -190,11 +186,7 @@ pub fn awaiting(
 
 /// Which failed allocs of job `id` are not placed again because their attempts are used
 /// up, as a sentence (empty when none).
-pub fn exhausted(
-    snapshot: &crate::cluster::state::Snapshot,
-    job: &berth_jobspec::Job,
-    id: &str,
-) -> String {
+pub fn exhausted(snapshot: &crate::state::Snapshot, job: &berth_jobspec::Job, id: &str) -> String {
     let names: Vec<&str> = verdicts(snapshot, job, id)
         .into_iter()
         .filter(|(_, verdict)| *verdict == Verdict::Exhausted)

@@ -233,7 +233,7 @@ pub(super) async fn launch_children(
 mod tests {
     use super::super::plan;
     use super::*;
-    use crate::cluster::state::{AllocReport, ClusterJob, Placement};
+    use crate::state::{AllocReport, ClusterJob, Placement};
     use berth_model::status::ClientStatus;
 
     /// A whole minute's start, in ms: launches every 10 s fall on it and after it.
@@ -318,7 +318,7 @@ mod tests {
             placements: vec![placement(MINUTE)],
             ..Snapshot::default()
         };
-        let hour = crate::cluster::scheduler::REPORTS_KEPT_MS;
+        let hour = crate::scheduler::REPORTS_KEPT_MS;
         assert!(
             dead_children(&snapshot, ended_at + 2 * hour).is_empty(),
             "runs"

@@ -206,7 +206,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::cluster::tests::{join, volume, writer};
+    use crate::tests::{join, volume, writer};
     use berth_model::status::ClientStatus;
     use berth_testkit::etcd::EtcdServer;
 
@@ -255,7 +255,7 @@ mod tests {
             alloc_id: "held".into(),
             job_id: "web".into(),
             name: "web.g[0]".into(),
-            node_id: crate::cluster::random_id(),
+            node_id: crate::random_id(),
             node_name: "b".into(),
             client_status: status,
             description: String::new(),
@@ -333,7 +333,7 @@ mod tests {
             alloc_id: "held".into(),
             job_id: "web".into(),
             name: "web.g[0]".into(),
-            node_id: crate::cluster::random_id(),
+            node_id: crate::random_id(),
             node_name: "b".into(),
             client_status: ClientStatus::Lost,
             description: String::new(),
@@ -342,7 +342,7 @@ mod tests {
         };
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
-            let before = crate::cluster::now_ms();
+            let before = crate::now_ms();
             lost.release_due(vec![report.clone()]);
             tokio::time::timeout(Duration::from_secs(10), lost.woken())
                 .await
@@ -357,7 +357,7 @@ mod tests {
             assert_eq!(recorder.asked.lock().unwrap().len(), 1);
             assert_eq!(catalog.volume("data").unwrap().claims.len(), 1);
             // After it: released.
-            let wait = retry_at.saturating_sub(crate::cluster::now_ms());
+            let wait = retry_at.saturating_sub(crate::now_ms());
             tokio::time::sleep(Duration::from_millis(wait + 50)).await;
             lost.release_due(vec![report]);
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -2,7 +2,7 @@
 
 use super::tests::tests_support::{job, node};
 use super::*;
-use crate::cluster::state::NodeSettings;
+use crate::state::NodeSettings;
 
 /// A `system` (or `sysbatch`) job with one group `g` of one `exec` task (100 MHz,
 /// 100 MiB), with `extra` in the group.
@@ -44,7 +44,7 @@ fn applied(mut snapshot: Snapshot, plan: &Plan) -> Snapshot {
     snapshot
 }
 
-fn three_nodes() -> Vec<crate::cluster::NodeView> {
+fn three_nodes() -> Vec<crate::NodeView> {
     vec![
         node("a", 4000, 4096),
         node("b", 4000, 4096),

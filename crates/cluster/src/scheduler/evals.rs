@@ -147,9 +147,9 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::scheduler::tests::tests_support::{job, node};
-    use crate::cluster::state::Snapshot;
-    use crate::cluster::state::trigger;
+    use crate::scheduler::tests::tests_support::{job, node};
+    use crate::state::Snapshot;
+    use crate::state::trigger;
 
     fn snapshot(evals: Vec<Evaluation>) -> Snapshot {
         Snapshot {
@@ -170,7 +170,7 @@ mod tests {
             Evaluation::pending("huge", trigger::REGISTER),
         ]);
         snap.jobs[1] = huge;
-        let plan = crate::cluster::scheduler::plan(&snap, 1_000);
+        let plan = crate::scheduler::plan(&snap, 1_000);
         let outcome = outcome(&snap, &plan, 1_000);
         assert_eq!(outcome.complete.len(), 2);
         let web = &outcome.complete[0];

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::mirror::Mirror;
 use super::tests::tests_support::{job, node};
 use super::{Plan, evals, plan};
-use crate::cluster::etcd::{Change, Entry};
-use crate::cluster::records::decode;
-use crate::cluster::state::{
+use crate::etcd::{Change, Entry};
+use crate::records::decode;
+use crate::state::{
     AllocReport, ClusterJob, EvalStatus, Evaluation, NodeSettings, Snapshot, trigger,
 };
-use crate::cluster::{NodeView, random_id};
+use crate::{NodeView, random_id};
 use berth_model::status::ClientStatus;
 
 const PREFIX: &str = "t";
@@ -287,7 +287,7 @@ impl Cluster {
                     .or_default()
                     .push(entry.clone());
             }
-            let unplaced = |blocked: &BTreeMap<String, Vec<crate::cluster::state::Blocked>>| {
+            let unplaced = |blocked: &BTreeMap<String, Vec<crate::state::Blocked>>| {
                 blocked
                     .iter()
                     .map(|(job, entries)| {

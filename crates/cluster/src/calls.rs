@@ -205,8 +205,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::cluster::random_id;
-    use crate::cluster::tests as cluster_tests;
+    use crate::random_id;
+    use crate::tests as cluster_tests;
     use berth_testkit::etcd::EtcdServer;
 
     fn join(server: &EtcdServer, name: &str) -> (Arc<Cluster>, tempfile::TempDir) {

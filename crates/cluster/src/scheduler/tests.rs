@@ -4,7 +4,7 @@ use super::*;
 
 pub(crate) mod tests_support {
     use super::*;
-    use crate::cluster::{NodeRecord, NodeView};
+    use crate::{NodeRecord, NodeView};
 
     pub fn node(name: &str, cpu_mhz: u64, memory_mb: u64) -> NodeView {
         let mut attributes = BTreeMap::new();
@@ -154,8 +154,8 @@ mod placement {
     #[test]
     fn a_job_whose_record_cannot_be_read_keeps_its_allocs() {
         let (mut damaged, version) = job("damaged", 1, "");
-        damaged.typed = Some(crate::cluster::typed::TypedJob {
-            schema: crate::cluster::typed::JOB_SCHEMA,
+        damaged.typed = Some(crate::typed::TypedJob {
+            schema: crate::typed::JOB_SCHEMA,
             job: serde_json::json!({"groups": 7}),
         });
         // Placed while its record still read: 3,900 of the node's 4,096 MB.
@@ -212,7 +212,7 @@ mod placement {
             ..Snapshot::default()
         })
         .place;
-        let mut eval = crate::cluster::evals::Evaluation::pending("holder", "job-register");
+        let mut eval = crate::evals::Evaluation::pending("holder", "job-register");
         eval.create_revision = 9;
         let snapshot = Snapshot {
             // "a-waiter" sorts first, and waits for the port.
@@ -545,7 +545,7 @@ mod forgetting_tests {
 mod drain_tests {
     use super::tests_support::*;
     use super::*;
-    use crate::cluster::state::NodeSettings;
+    use crate::state::NodeSettings;
 
     #[test]
     fn a_drained_alloc_stops_once_its_replacement_runs_or_the_deadline_passes() {

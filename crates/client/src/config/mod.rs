@@ -368,9 +368,9 @@ impl std::fmt::Debug for ApiToken {
     }
 }
 
-/// What a token allows: `read` (the routes that change nothing: reads, and parsing or
-/// validating a jobspec; `berth-api`'s route table says which), `submit` (everything but
-/// plugin jobs) or `plugin` (everything).
+/// What a token allows: `read` (the routes that only read, GET; `berth-api`'s route
+/// table gives each route's scope), `submit` (everything but plugin jobs) or `plugin`
+/// (everything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenScope {
     Read,

@@ -16,6 +16,7 @@
 pub mod constraint;
 pub mod cron;
 mod decode;
+pub mod fields;
 pub mod interpolate;
 pub mod names;
 pub mod pool;

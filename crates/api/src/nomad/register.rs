@@ -9,6 +9,11 @@ use hcl::expr::{Expression, Object, ObjectKey, TemplateExpr};
 use hcl::structure::{Attribute, Block, Body, Structure};
 use serde_json::{Map, Value};
 
+use berth_jobspec::fields::{
+    Field, Kind, constraint, dispatch_payload, ephemeral_disk, group, job, lifecycle, logs,
+    parameterized, periodic, resources, restart, task, template, volume, volume_mount,
+};
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum JobJsonError {
     #[error("the body has no \"Job\" object")]
@@ -275,59 +280,44 @@ fn block(name: &str, labels: &[&str], body: Vec<hcl::structure::Structure>) -> S
     builder.add_structures(body).build().into()
 }
 
-/// How a JSON field becomes an HCL attribute.
-#[derive(Debug, Clone, Copy)]
-enum As {
-    Text,
-    Number,
-    /// A number where 0 means "not set" (Nomad's `MemoryMaxMB`).
-    Positive,
-    Bool,
-    /// Nanoseconds, written as berth's duration text.
-    Duration,
-    /// A list, as it is.
-    List,
-}
-
-/// One JSON field (`json`) and the attribute it becomes (`hcl`).
-type Field = (&'static str, &'static str, As);
-
 impl Fields<'_> {
     /// Copies each field of `table` that has a value into `body`.
     fn copy(&mut self, body: &mut Vec<Structure>, table: &[Field]) -> Result<(), JobJsonError> {
-        for &(json, hcl, kind) in table {
+        for &Field { json, hcl, kind } in table {
             match kind {
-                As::Text => {
+                Kind::Text => {
                     if let Some(v) = self.string(json)? {
                         attr(body, hcl, v);
                     }
                 }
-                As::Number => {
+                Kind::Number => {
                     if let Some(v) = self.number(json)? {
                         attr(body, hcl, v);
                     }
                 }
-                As::Positive => {
+                Kind::Positive => {
                     if let Some(v) = self.number(json)?.filter(|v| *v > 0) {
                         attr(body, hcl, v);
                     }
                 }
-                As::Bool => {
+                Kind::Bool => {
                     if let Some(v) = self.bool(json)? {
                         attr(body, hcl, v);
                     }
                 }
-                As::Duration => {
+                Kind::Duration => {
                     if let Some(v) = self.duration(json)? {
                         attr(body, hcl, v);
                     }
                 }
-                As::List => {
+                Kind::List => {
                     let list = self.list(json)?;
                     if !list.is_empty() {
                         attr(body, hcl, expression(&Value::Array(list.to_vec())));
                     }
                 }
+                // Maps and blocks are read by the function of their block.
+                Kind::Map | Kind::Block | Kind::Blocks => {}
             }
         }
         Ok(())
@@ -358,23 +348,22 @@ fn object_block(
     Ok(block(name, labels, body))
 }
 
-/// Each object of the list field `json`, as a block `name`.
+/// Each object of the list field `block.json`, as a block `block.hcl`.
 fn list_blocks(
     fields: &mut Fields,
-    json: &'static str,
-    name: &str,
+    block: Field,
     table: &[Field],
     accepted: &[&'static str],
     body: &mut Vec<Structure>,
     warnings: &mut Vec<String>,
 ) -> Result<(), JobJsonError> {
     let path = fields.path.clone();
-    for (i, item) in fields.list(json)?.iter().enumerate() {
-        let path = format!("{path}.{json}[{i}]");
+    for (i, item) in fields.list(block.json)?.iter().enumerate() {
+        let path = format!("{path}.{}[{i}]", block.json);
         body.push(object_block(
             path,
             item,
-            name,
+            block.hcl,
             &[],
             table,
             accepted,
@@ -384,22 +373,21 @@ fn list_blocks(
     Ok(())
 }
 
-/// The object field `json`, when set, as a block `name`.
+/// The object field `block.json`, when set, as a block `block.hcl`.
 fn optional_block(
     fields: &mut Fields,
-    json: &'static str,
-    name: &str,
+    block: Field,
     table: &[Field],
     accepted: &[&'static str],
     body: &mut Vec<Structure>,
     warnings: &mut Vec<String>,
 ) -> Result<(), JobJsonError> {
-    if let Some(value) = fields.get(json) {
-        let path = format!("{}.{json}", fields.path);
+    if let Some(value) = fields.get(block.json) {
+        let path = format!("{}.{}", fields.path, block.json);
         body.push(object_block(
             path,
             value,
-            name,
+            block.hcl,
             &[],
             table,
             accepted,
@@ -408,12 +396,6 @@ fn optional_block(
     }
     Ok(())
 }
-
-const CONSTRAINT: &[Field] = &[
-    ("LTarget", "attribute", As::Text),
-    ("Operand", "operator", As::Text),
-    ("RTarget", "value", As::Text),
-];
 
 /// `{"Job": {...}}` (or the job object itself) to jobspec HCL.
 pub fn job_hcl(body: &Value) -> Result<Converted, JobJsonError> {
@@ -435,63 +417,49 @@ pub fn job_hcl(body: &Value) -> Result<Converted, JobJsonError> {
             .to_string(),
     };
     let mut inner = Vec::new();
-    fields.copy(
-        &mut inner,
-        &[
-            ("Type", "type", As::Text),
-            ("Datacenters", "datacenters", As::List),
-        ],
-    )?;
-    string_map(&mut inner, "meta", fields.object("Meta")?);
+    fields.copy(&mut inner, job::COPIED)?;
+    string_map(&mut inner, job::META.hcl, fields.object(job::META.json)?);
     list_blocks(
         &mut fields,
-        "Constraints",
-        "constraint",
-        CONSTRAINT,
+        job::CONSTRAINT,
+        constraint::COPIED,
         &[],
         &mut inner,
         &mut warnings,
     )?;
-    if let Some(periodic) = fields.get("Periodic") {
+    if let Some(periodic) = fields.get(job::PERIODIC.json) {
         let mut p = Fields::new("Job.Periodic".into(), periodic)?;
         let mut body = Vec::new();
-        let mut specs: Vec<Value> = p.list("Specs")?.to_vec();
+        let mut specs: Vec<Value> = p.list(periodic::CRONS.json)?.to_vec();
         if let Some(spec) = p.string("Spec")?
             && specs.is_empty()
         {
             specs.push(Value::String(spec.to_string()));
         }
-        attr(&mut body, "crons", expression(&Value::Array(specs)));
-        p.copy(
+        attr(
             &mut body,
-            &[
-                ("ProhibitOverlap", "prohibit_overlap", As::Bool),
-                ("Enabled", "enabled", As::Bool),
-            ],
-        )?;
+            periodic::CRONS.hcl,
+            expression(&Value::Array(specs)),
+        );
+        p.copy(&mut body, periodic::COPIED)?;
         p.accept(&["SpecType"]);
         if p.string("TimeZone")?.is_some_and(|tz| tz != "UTC") {
             warnings.push("Job.Periodic.TimeZone: berth evaluates crons in UTC".into());
         }
         p.finish(&mut warnings);
-        inner.push(block("periodic", &[], body));
+        inner.push(block(job::PERIODIC.hcl, &[], body));
     }
     optional_block(
         &mut fields,
-        "ParameterizedJob",
-        "parameterized",
-        &[
-            ("Payload", "payload", As::Text),
-            ("MetaRequired", "meta_required", As::List),
-            ("MetaOptional", "meta_optional", As::List),
-        ],
+        job::PARAMETERIZED,
+        parameterized::COPIED,
         &[],
         &mut inner,
         &mut warnings,
     )?;
-    for (i, group) in fields.list("TaskGroups")?.iter().enumerate() {
+    for (i, group) in fields.list(job::GROUP.json)?.iter().enumerate() {
         inner.push(task_group(
-            &format!("Job.TaskGroups[{i}]"),
+            &format!("Job.{}[{i}]", job::GROUP.json),
             group,
             &mut warnings,
         )?);
@@ -515,68 +483,52 @@ fn task_group(
     let mut fields = Fields::new(path.to_string(), value)?;
     let name = fields.string("Name")?.unwrap_or("").to_string();
     let mut inner = Vec::new();
-    fields.copy(
+    fields.copy(&mut inner, group::COPIED)?;
+    string_map(
         &mut inner,
-        &[
-            ("Count", "count", As::Number),
-            ("ShutdownDelay", "shutdown_delay", As::Duration),
-        ],
-    )?;
-    string_map(&mut inner, "meta", fields.object("Meta")?);
+        group::META.hcl,
+        fields.object(group::META.json)?,
+    );
     list_blocks(
         &mut fields,
-        "Constraints",
-        "constraint",
-        CONSTRAINT,
+        group::CONSTRAINT,
+        constraint::COPIED,
         &[],
         &mut inner,
         warnings,
     )?;
     optional_block(
         &mut fields,
-        "RestartPolicy",
-        "restart",
-        &[
-            ("Attempts", "attempts", As::Number),
-            ("Interval", "interval", As::Duration),
-            ("Delay", "delay", As::Duration),
-            ("Mode", "mode", As::Text),
-        ],
+        group::RESTART,
+        restart::COPIED,
         &["RenderTemplates"],
         &mut inner,
         warnings,
     )?;
     optional_block(
         &mut fields,
-        "EphemeralDisk",
-        "ephemeral_disk",
-        &[("SizeMB", "size", As::Number)],
+        group::EPHEMERAL_DISK,
+        ephemeral_disk::COPIED,
         &["Sticky", "Migrate"],
         &mut inner,
         warnings,
     )?;
-    if let Some(volumes) = fields.object("Volumes")? {
-        for (name, volume) in volumes {
+    if let Some(volumes) = fields.object(group::VOLUME.json)? {
+        for (name, value) in volumes {
             inner.push(object_block(
-                format!("{path}.Volumes.{name}"),
-                volume,
-                "volume",
+                format!("{path}.{}.{name}", group::VOLUME.json),
+                value,
+                group::VOLUME.hcl,
                 &[name],
-                &[
-                    ("Type", "type", As::Text),
-                    ("Source", "source", As::Text),
-                    ("AccessMode", "access_mode", As::Text),
-                    ("AttachmentMode", "attachment_mode", As::Text),
-                    ("ReadOnly", "read_only", As::Bool),
-                    ("PerAlloc", "per_alloc", As::Bool),
-                ],
+                volume::COPIED,
                 &["Name"],
                 warnings,
             )?);
         }
     }
-    for (i, task) in fields.list("Tasks")?.iter().enumerate() {
-        inner.push(self::task(&format!("{path}.Tasks[{i}]"), task, warnings)?);
+    for (i, task) in fields.list(group::TASK.json)?.iter().enumerate() {
+        let at = format!("{path}.{}[{i}]", group::TASK.json);
+        inner.push(self::task(&at, task, warnings)?);
     }
     fields.finish(warnings);
     Ok(block("group", &[&name], inner))
@@ -586,80 +538,52 @@ fn task(path: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Structu
     let mut fields = Fields::new(path.to_string(), value)?;
     let name = fields.string("Name")?.unwrap_or("").to_string();
     let mut inner = Vec::new();
-    fields.copy(
-        &mut inner,
-        &[
-            ("Driver", "driver", As::Text),
-            ("User", "user", As::Text),
-            ("KillTimeout", "kill_timeout", As::Duration),
-            ("ShutdownDelay", "shutdown_delay", As::Duration),
-            ("KillSignal", "kill_signal", As::Text),
-        ],
-    )?;
-    if let Some(config) = fields.object("Config")? {
+    fields.copy(&mut inner, task::COPIED)?;
+    if let Some(config) = fields.object(task::CONFIG.json)? {
         let mut body = Vec::new();
         for (key, value) in config {
             attr(&mut body, key, expression(value));
         }
-        inner.push(block("config", &[], body));
+        inner.push(block(task::CONFIG.hcl, &[], body));
     }
-    string_map(&mut inner, "env", fields.object("Env")?);
-    string_map(&mut inner, "meta", fields.object("Meta")?);
+    string_map(&mut inner, task::ENV.hcl, fields.object(task::ENV.json)?);
+    string_map(&mut inner, task::META.hcl, fields.object(task::META.json)?);
     list_blocks(
         &mut fields,
-        "Constraints",
-        "constraint",
-        CONSTRAINT,
+        task::CONSTRAINT,
+        constraint::COPIED,
         &[],
         &mut inner,
         warnings,
     )?;
     optional_block(
         &mut fields,
-        "Resources",
-        "resources",
-        &[
-            ("CPU", "cpu", As::Number),
-            ("MemoryMB", "memory", As::Number),
-            ("MemoryMaxMB", "memory_max", As::Positive),
-        ],
+        task::RESOURCES,
+        resources::COPIED,
         &[],
         &mut inner,
         warnings,
     )?;
     optional_block(
         &mut fields,
-        "Lifecycle",
-        "lifecycle",
-        &[("Hook", "hook", As::Text), ("Sidecar", "sidecar", As::Bool)],
+        task::LIFECYCLE,
+        lifecycle::COPIED,
         &[],
         &mut inner,
         warnings,
     )?;
     list_blocks(
         &mut fields,
-        "VolumeMounts",
-        "volume_mount",
-        &[
-            ("Volume", "volume", As::Text),
-            ("Destination", "destination", As::Text),
-            ("ReadOnly", "read_only", As::Bool),
-            ("PropagationMode", "propagation_mode", As::Text),
-        ],
+        task::VOLUME_MOUNT,
+        volume_mount::COPIED,
         &["SELinuxLabel"],
         &mut inner,
         warnings,
     )?;
     list_blocks(
         &mut fields,
-        "Templates",
-        "template",
-        &[
-            ("EmbeddedTmpl", "data", As::Text),
-            ("DestPath", "destination", As::Text),
-            ("Envvars", "env", As::Bool),
-            ("Perms", "perms", As::Text),
-        ],
+        task::TEMPLATE,
+        template::COPIED,
         // Re-rendering on change: what berth renders does not change while a task runs.
         &[
             "ChangeMode",
@@ -673,21 +597,16 @@ fn task(path: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Structu
     )?;
     optional_block(
         &mut fields,
-        "DispatchPayload",
-        "dispatch_payload",
-        &[("File", "file", As::Text)],
+        task::DISPATCH_PAYLOAD,
+        dispatch_payload::COPIED,
         &[],
         &mut inner,
         warnings,
     )?;
     optional_block(
         &mut fields,
-        "LogConfig",
-        "logs",
-        &[
-            ("MaxFiles", "max_files", As::Number),
-            ("MaxFileSizeMB", "max_file_size", As::Number),
-        ],
+        task::LOGS,
+        logs::COPIED,
         &["Disabled"],
         &mut inner,
         warnings,

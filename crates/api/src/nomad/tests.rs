@@ -247,3 +247,127 @@ fn no_string_of_a_json_job_is_evaluated() {
         assert_eq!(task.meta, [(key, value.to_string())]);
     }
 }
+
+/// The writer (the Nomad types `shapes.rs` fills) writes every field of the jobspec's
+/// field table under the JSON name the JSON reader (`register.rs`) reads it by.
+#[test]
+fn the_job_json_writes_every_field_of_the_table_by_its_json_name() {
+    const PARAMETERIZED: &str = r#"job "p" {
+  type = "batch"
+  datacenters = ["dc1"]
+  meta { a = "b" }
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value = "linux"
+  }
+  parameterized {
+    payload = "optional"
+    meta_required = ["x"]
+    meta_optional = ["y"]
+  }
+  group "g" {
+    count = 1
+    shutdown_delay = "1s"
+    meta { c = "d" }
+    restart {
+      attempts = 1
+      interval = "1m"
+      delay = "1s"
+      mode = "fail"
+    }
+    ephemeral_disk { size = 100 }
+    volume "v" {
+      type = "host"
+      source = "s"
+      read_only = true
+    }
+    task "t" {
+      driver = "mock"
+      user = "nobody"
+      kill_timeout = "5s"
+      kill_signal = "SIGINT"
+      shutdown_delay = "1s"
+      env { E = "f" }
+      meta { g = "h" }
+      config { run_for = "1s" }
+      resources {
+        cpu = 100
+        memory = 64
+        memory_max = 128
+      }
+      lifecycle {
+        hook = "prestart"
+        sidecar = false
+      }
+      volume_mount {
+        volume = "v"
+        destination = "/v"
+        read_only = true
+      }
+      template {
+        data = "x"
+        destination = "local/x"
+      }
+      dispatch_payload { file = "input" }
+      logs {
+        max_files = 2
+        max_file_size = 5
+      }
+    }
+  }
+}
+"#;
+    const PERIODIC: &str = r#"job "c" {
+  type = "batch"
+  periodic {
+    crons = ["@daily"]
+    prohibit_overlap = true
+    enabled = true
+  }
+  group "g" {
+    task "t" {
+      driver = "mock"
+    }
+  }
+}
+"#;
+    let mut parameterized =
+        comparable(&berth_jobspec::parse("p.nomad.hcl", PARAMETERIZED).unwrap());
+    let periodic = comparable(&berth_jobspec::parse("c.nomad.hcl", PERIODIC).unwrap());
+    // A job is periodic or parameterized, not both: the job's fields from the two.
+    parameterized["Periodic"] = periodic["Periodic"].clone();
+    let group = &parameterized["TaskGroups"][0];
+    let task = &group["Tasks"][0];
+    let objects: Vec<(&str, &Value)> = vec![
+        ("job", &parameterized),
+        ("periodic", &periodic["Periodic"]),
+        ("parameterized", &parameterized["ParameterizedJob"]),
+        ("constraint", &parameterized["Constraints"][0]),
+        ("group", group),
+        ("restart", &group["RestartPolicy"]),
+        ("ephemeral_disk", &group["EphemeralDisk"]),
+        ("volume", &group["Volumes"]["v"]),
+        ("task", task),
+        ("resources", &task["Resources"]),
+        ("lifecycle", &task["Lifecycle"]),
+        ("volume_mount", &task["VolumeMounts"][0]),
+        ("template", &task["Templates"][0]),
+        ("dispatch_payload", &task["DispatchPayload"]),
+        ("logs", &task["LogConfig"]),
+    ];
+    for (block, fields) in berth_jobspec::fields::BLOCKS {
+        let object = objects
+            .iter()
+            .find(|(name, _)| name == block)
+            .map(|(_, object)| *object)
+            .unwrap_or_else(|| panic!("no JSON object for the {block} block"));
+        for field in *fields {
+            assert!(
+                object.get(field.json).is_some_and(|v| !v.is_null()),
+                "{block}.{} is not written as {}: {object:#}",
+                field.hcl,
+                field.json
+            );
+        }
+    }
+}

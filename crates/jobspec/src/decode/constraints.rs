@@ -1,5 +1,6 @@
 //! The `constraint` blocks of a job, a group or a task.
 
+use crate::fields as schema;
 use berth_hcl::fields::Fields;
 
 use crate::spec::*;
@@ -38,16 +39,22 @@ pub(super) fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<C
                 path.clone(),
                 block.at,
                 &[
-                    "attribute",
-                    "operator",
-                    "value",
+                    schema::constraint::ATTRIBUTE.hcl,
+                    schema::constraint::OPERATOR.hcl,
+                    schema::constraint::VALUE.hcl,
                     "distinct_hosts",
                     "distinct_property",
                 ],
             );
-            let attribute = c.string("attribute", problems).unwrap_or_default();
-            let mut operator = c.string("operator", problems).unwrap_or_else(|| "=".into());
-            let mut value = c.string("value", problems).unwrap_or_default();
+            let attribute = c
+                .string(schema::constraint::ATTRIBUTE.hcl, problems)
+                .unwrap_or_default();
+            let mut operator = c
+                .string(schema::constraint::OPERATOR.hcl, problems)
+                .unwrap_or_else(|| "=".into());
+            let mut value = c
+                .string(schema::constraint::VALUE.hcl, problems)
+                .unwrap_or_default();
             if c.bool("distinct_hosts", problems).unwrap_or(false) {
                 operator = "distinct_hosts".into();
             }
@@ -58,7 +65,7 @@ pub(super) fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<C
             if !CONSTRAINT_OPERATORS.contains(&operator.as_str()) {
                 c.problem_with(
                     problems,
-                    "operator",
+                    schema::constraint::OPERATOR.hcl,
                     format!(
                         "unknown constraint operator {operator:?} (Nomad's are: {})",
                         CONSTRAINT_OPERATORS.join(", ")
@@ -67,10 +74,13 @@ pub(super) fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<C
             }
             let needs_attribute =
                 !matches!(operator.as_str(), "distinct_hosts" | "distinct_property");
-            if needs_attribute && attribute.is_empty() && !c.failed("attribute") {
+            if needs_attribute
+                && attribute.is_empty()
+                && !c.failed(schema::constraint::ATTRIBUTE.hcl)
+            {
                 c.problem_with(
                     problems,
-                    "attribute",
+                    schema::constraint::ATTRIBUTE.hcl,
                     "a constraint needs an attribute, as attribute = \"${attr.kernel.name}\""
                         .into(),
                 );
@@ -80,7 +90,7 @@ pub(super) fn constraints(fields: &mut Fields, problems: &mut Findings) -> Vec<C
             {
                 c.problem_with(
                     problems,
-                    "value",
+                    schema::constraint::VALUE.hcl,
                     format!("{value:?} is not a regular expression: {error}"),
                 );
             }

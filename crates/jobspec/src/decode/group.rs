@@ -1,5 +1,6 @@
 //! A `group` block, with its `volume` and `ephemeral_disk` blocks.
 
+use crate::fields as schema;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::{BlockNode, Value};
@@ -36,22 +37,22 @@ pub(super) fn group(
         path.clone(),
         block.at,
         &[
-            "count",
-            "volume",
+            schema::group::COUNT.hcl,
+            schema::group::VOLUME.hcl,
             "service",
-            "restart",
-            "meta",
-            "task",
+            schema::group::RESTART.hcl,
+            schema::group::META.hcl,
+            schema::group::TASK.hcl,
             "network",
-            "constraint",
+            schema::group::CONSTRAINT.hcl,
             "affinity",
             "spread",
             "update",
             "migrate",
             "reschedule",
             "scaling",
-            "ephemeral_disk",
-            "shutdown_delay",
+            schema::group::EPHEMERAL_DISK.hcl,
+            schema::group::SHUTDOWN_DELAY.hcl,
             "stop_after_client_disconnect",
             "max_client_disconnect",
             "prevent_reschedule_on_lost",
@@ -60,14 +61,16 @@ pub(super) fn group(
             "vault",
         ],
     );
-    let count = fields.number("count", 10_000, problems).unwrap_or(1) as u32;
+    let count = fields
+        .number(schema::group::COUNT.hcl, 10_000, problems)
+        .unwrap_or(1) as u32;
     // Nomad refuses a count above 1 on a system job; 0 places nothing (the group is
     // off). Its sysbatch scheduler, too, runs one alloc of a group per node, so a
     // larger count is refused there as well rather than silently ignored.
     if job_type.per_node() && count > 1 {
         fields.problem_with(
             problems,
-            "count",
+            schema::group::COUNT.hcl,
             format!(
                 "a {job_type} job runs one alloc of each group per node: count may be 0 or 1, \
                  not {count}"
@@ -86,7 +89,7 @@ pub(super) fn group(
     };
     let constraints = constraints(&mut fields, problems);
     let volumes = fields
-        .labeled_blocks("volume", problems)
+        .labeled_blocks(schema::group::VOLUME.hcl, problems)
         .into_iter()
         .filter_map(|(name, block)| volume(&path, &name, block, problems))
         .collect();
@@ -96,7 +99,7 @@ pub(super) fn group(
         .iter()
         .map(|b| service(&path, b, &ports, problems))
         .collect();
-    let restart = match fields.single_block("restart", problems) {
+    let restart = match fields.single_block(schema::group::RESTART.hcl, problems) {
         Some(block) => restart(&path, block, RestartPolicy::default_for(job_type), problems),
         None => RestartPolicy::default_for(job_type),
     };
@@ -108,20 +111,20 @@ pub(super) fn group(
         })
         .collect();
     let shutdown_delay = fields
-        .duration("shutdown_delay", problems)
+        .duration(schema::group::SHUTDOWN_DELAY.hcl, problems)
         .unwrap_or_default();
-    let ephemeral_disk_mb = match fields.single_block("ephemeral_disk", problems) {
+    let ephemeral_disk_mb = match fields.single_block(schema::group::EPHEMERAL_DISK.hcl, problems) {
         Some(disk) => ephemeral_disk(&path, disk, problems),
         None => DEFAULT_EPHEMERAL_DISK_MB,
     };
-    let meta = fields.string_map("meta", problems);
+    let meta = fields.string_map(schema::group::META.hcl, problems);
     let mut tasks: Vec<Task> = fields
-        .labeled_blocks("task", problems)
+        .labeled_blocks(schema::group::TASK.hcl, problems)
         .into_iter()
         .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
     tasks.extend(proxies);
-    if tasks.is_empty() && !block.body.writes_block("task") {
+    if tasks.is_empty() && !block.body.writes_block(schema::group::TASK.hcl) {
         fields.problem(
             problems,
             "",
@@ -136,7 +139,7 @@ pub(super) fn group(
         if log_storage_mb >= ephemeral_disk_mb {
             fields.problem(
                 problems,
-                "ephemeral_disk",
+                schema::group::EPHEMERAL_DISK.hcl,
                 block.at,
                 format!(
                     "task {:?}: log storage ({log_storage_mb} MB: logs {{ max_files × \
@@ -176,15 +179,15 @@ pub(super) fn ephemeral_disk(parent: &str, block: &BlockNode, problems: &mut Vec
         &block.body,
         format!("{parent}.ephemeral_disk"),
         block.at,
-        &["size", "sticky", "migrate"],
+        &[schema::ephemeral_disk::SIZE.hcl, "sticky", "migrate"],
     );
     let size = fields
-        .number("size", 1 << 30, problems)
+        .number(schema::ephemeral_disk::SIZE.hcl, 1 << 30, problems)
         .unwrap_or(DEFAULT_EPHEMERAL_DISK_MB);
     if size < 10 {
         fields.problem_with(
             problems,
-            "size",
+            schema::ephemeral_disk::SIZE.hcl,
             format!("{size} MB is too little for an alloc (at least 10 MB)"),
         );
     }
@@ -208,7 +211,7 @@ pub(super) fn volume(
             .body
             .attrs
             .iter()
-            .find(|a| a.name == "source")
+            .find(|a| a.name == schema::volume::SOURCE.hcl)
             .and_then(|a| match &a.value.value {
                 Value::String(s) => Some(s.clone()),
                 _ => None,
@@ -229,28 +232,32 @@ pub(super) fn volume(
         path,
         block.at,
         &[
-            "type",
-            "source",
-            "read_only",
-            "access_mode",
-            "attachment_mode",
-            "per_alloc",
+            schema::volume::TYPE.hcl,
+            schema::volume::SOURCE.hcl,
+            schema::volume::READ_ONLY.hcl,
+            schema::volume::ACCESS_MODE.hcl,
+            schema::volume::ATTACHMENT_MODE.hcl,
+            schema::volume::PER_ALLOC.hcl,
             "mount_options",
         ],
     );
-    let volume_type_text = fields.required_string("type", problems);
+    let volume_type_text = fields.required_string(schema::volume::TYPE.hcl, problems);
     let volume_type = fields.choose(
         volume_type_text,
-        "type",
+        schema::volume::TYPE.hcl,
         &[("host", VolumeType::Host), ("csi", VolumeType::Csi)],
         problems,
         |other| format!("unknown volume type {other:?} (use \"host\" or \"csi\")"),
     );
-    let source = fields.required_string("source", problems);
-    let read_only = fields.bool("read_only", problems).unwrap_or(false);
-    let access_mode = fields.string("access_mode", problems);
-    let attachment_mode = fields.string("attachment_mode", problems);
-    let per_alloc = fields.bool("per_alloc", problems).unwrap_or(false);
+    let source = fields.required_string(schema::volume::SOURCE.hcl, problems);
+    let read_only = fields
+        .bool(schema::volume::READ_ONLY.hcl, problems)
+        .unwrap_or(false);
+    let access_mode = fields.string(schema::volume::ACCESS_MODE.hcl, problems);
+    let attachment_mode = fields.string(schema::volume::ATTACHMENT_MODE.hcl, problems);
+    let per_alloc = fields
+        .bool(schema::volume::PER_ALLOC.hcl, problems)
+        .unwrap_or(false);
     fields.blocks("mount_options");
     fields.finish(problems);
     Some(VolumeRequest {

@@ -1,6 +1,7 @@
 //! The `job` block: the entry point of decoding, with the job's `periodic` and
 //! `parameterized` blocks.
 
+use crate::fields as schema;
 use berth_hcl::Location;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
@@ -43,14 +44,14 @@ pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         path.clone(),
         block.at,
         &[
-            "type",
-            "datacenters",
-            "meta",
-            "group",
+            schema::job::TYPE.hcl,
+            schema::job::DATACENTERS.hcl,
+            schema::job::META.hcl,
+            schema::job::GROUP.hcl,
             "region",
             "namespace",
             "priority",
-            "constraint",
+            schema::job::CONSTRAINT.hcl,
             "affinity",
             "spread",
             "update",
@@ -64,17 +65,17 @@ pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
             "vault",
             "vault_token",
             "consul_token",
-            "periodic",
-            "parameterized",
+            schema::job::PERIODIC.hcl,
+            schema::job::PARAMETERIZED.hcl,
             "id",
             "name",
         ],
     );
-    let job_type_text = fields.string("type", problems);
+    let job_type_text = fields.string(schema::job::TYPE.hcl, problems);
     let job_type = fields
         .choose(
             job_type_text,
-            "type",
+            schema::job::TYPE.hcl,
             &[
                 ("service", JobType::Service),
                 ("batch", JobType::Batch),
@@ -94,26 +95,26 @@ pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     scheduler_level(&mut fields, &block.body, JOB_SCHEDULER_LEVEL, problems);
     unsupported(&mut fields, &block.body, JOB_UNSUPPORTED, problems);
     let periodic = fields
-        .single_block("periodic", problems)
+        .single_block(schema::job::PERIODIC.hcl, problems)
         .and_then(|b| periodic(&path, b, problems));
     let parameterized = fields
-        .single_block("parameterized", problems)
+        .single_block(schema::job::PARAMETERIZED.hcl, problems)
         .and_then(|b| parameterized(&path, b, problems));
     if let (Some(_), Some(_)) = (&periodic, &parameterized) {
         fields.problem(
             problems,
-            "parameterized",
-            written(&block.body, "parameterized").unwrap_or(block.at),
+            schema::job::PARAMETERIZED.hcl,
+            written(&block.body, schema::job::PARAMETERIZED.hcl).unwrap_or(block.at),
             "a job is periodic or parameterized, not both".into(),
         );
     }
     if (periodic.is_some() || parameterized.is_some())
         && !job_type.runs_to_completion()
-        && !fields.failed("type")
+        && !fields.failed(schema::job::TYPE.hcl)
     {
         fields.problem_with(
             problems,
-            "type",
+            schema::job::TYPE.hcl,
             "periodic and parameterized jobs must be of type \"batch\" or \"sysbatch\", as \
              in Nomad"
                 .into(),
@@ -123,15 +124,15 @@ pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
         fields.string(ignored, problems);
     }
     let constraints = constraints(&mut fields, problems);
-    let datacenters = fields.string_list("datacenters", problems);
-    let meta = fields.string_map("meta", problems);
+    let datacenters = fields.string_list(schema::job::DATACENTERS.hcl, problems);
+    let meta = fields.string_map(schema::job::META.hcl, problems);
     for ignored in ["region", "namespace"] {
         fields.string(ignored, problems);
     }
     fields.number("priority", 100, problems);
     let job_reschedule = reschedule::written(&mut fields, job_type.per_node(), problems);
     let groups: Vec<Group> = fields
-        .labeled_blocks("group", problems)
+        .labeled_blocks(schema::job::GROUP.hcl, problems)
         .into_iter()
         .map(|(name, block)| group(&path, &name, block, (job_type, &job_reschedule), problems))
         .collect();
@@ -149,7 +150,7 @@ pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
             ),
         );
     }
-    if groups.is_empty() && !block.body.writes_block("group") {
+    if groups.is_empty() && !block.body.writes_block(schema::job::GROUP.hcl) {
         fields.problem(
             problems,
             "",
@@ -191,14 +192,20 @@ pub(super) fn periodic(
         &block.body,
         format!("{parent}.periodic"),
         block.at,
-        &["cron", "crons", "prohibit_overlap", "time_zone", "enabled"],
+        &[
+            "cron",
+            schema::periodic::CRONS.hcl,
+            schema::periodic::PROHIBIT_OVERLAP.hcl,
+            "time_zone",
+            schema::periodic::ENABLED.hcl,
+        ],
     );
-    let mut crons = fields.string_list("crons", problems);
+    let mut crons = fields.string_list(schema::periodic::CRONS.hcl, problems);
     crons.extend(fields.string("cron", problems));
-    if crons.is_empty() && !fields.failed("cron") && !fields.failed("crons") {
+    if crons.is_empty() && !fields.failed("cron") && !fields.failed(schema::periodic::CRONS.hcl) {
         fields.problem(
             problems,
-            "crons",
+            schema::periodic::CRONS.hcl,
             block.at,
             "a periodic block needs cron or crons".into(),
         );
@@ -206,7 +213,7 @@ pub(super) fn periodic(
     let written_as = if fields.attr("cron").is_some() {
         "cron"
     } else {
-        "crons"
+        schema::periodic::CRONS.hcl
     };
     if crons.len() > MAX_CRONS {
         fields.problem_with(
@@ -237,8 +244,12 @@ pub(super) fn periodic(
             format!("time zone {zone:?} is not supported: berth launches periodic jobs in UTC"),
         );
     }
-    let prohibit_overlap = fields.bool("prohibit_overlap", problems).unwrap_or(false);
-    let enabled = fields.bool("enabled", problems).unwrap_or(true);
+    let prohibit_overlap = fields
+        .bool(schema::periodic::PROHIBIT_OVERLAP.hcl, problems)
+        .unwrap_or(false);
+    let enabled = fields
+        .bool(schema::periodic::ENABLED.hcl, problems)
+        .unwrap_or(true);
     fields.finish(problems);
     Some(Periodic {
         crons,
@@ -256,13 +267,17 @@ pub(super) fn parameterized(
         &block.body,
         format!("{parent}.parameterized"),
         block.at,
-        &["payload", "meta_required", "meta_optional"],
+        &[
+            schema::parameterized::PAYLOAD.hcl,
+            schema::parameterized::META_REQUIRED.hcl,
+            schema::parameterized::META_OPTIONAL.hcl,
+        ],
     );
-    let payload_text = fields.string("payload", problems);
+    let payload_text = fields.string(schema::parameterized::PAYLOAD.hcl, problems);
     let payload = fields
         .choose(
             payload_text,
-            "payload",
+            schema::parameterized::PAYLOAD.hcl,
             &[
                 ("optional", PayloadRule::Optional),
                 ("required", PayloadRule::Required),
@@ -277,8 +292,8 @@ pub(super) fn parameterized(
             },
         )
         .unwrap_or(PayloadRule::Optional);
-    let meta_required = fields.string_list("meta_required", problems);
-    let meta_optional = fields.string_list("meta_optional", problems);
+    let meta_required = fields.string_list(schema::parameterized::META_REQUIRED.hcl, problems);
+    let meta_optional = fields.string_list(schema::parameterized::META_OPTIONAL.hcl, problems);
     fields.finish(problems);
     Some(Parameterized {
         payload,

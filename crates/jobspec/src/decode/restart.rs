@@ -1,5 +1,6 @@
 //! A group's or a task's `restart` block, over the job type's defaults.
 
+use crate::fields as schema;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
 
@@ -17,27 +18,37 @@ pub(super) fn restart(
         &block.body,
         format!("{parent}.restart"),
         block.at,
-        &["attempts", "interval", "delay", "mode"],
+        &[
+            schema::restart::ATTEMPTS.hcl,
+            schema::restart::INTERVAL.hcl,
+            schema::restart::DELAY.hcl,
+            schema::restart::MODE.hcl,
+        ],
     );
-    let mode_text = fields.string("mode", problems);
+    let mode_text = fields.string(schema::restart::MODE.hcl, problems);
     let mode = fields
         .choose(
             mode_text,
-            "mode",
-            &[("fail", RestartMode::Fail), ("delay", RestartMode::Delay)],
+            schema::restart::MODE.hcl,
+            &[
+                ("fail", RestartMode::Fail),
+                (schema::restart::DELAY.hcl, RestartMode::Delay),
+            ],
             problems,
             |other| format!("unknown restart mode {other:?} (use \"fail\" or \"delay\")"),
         )
         .unwrap_or(defaults.mode);
     let policy = RestartPolicy {
         attempts: fields
-            .number("attempts", 1000, problems)
+            .number(schema::restart::ATTEMPTS.hcl, 1000, problems)
             .map(|n| n as u32)
             .unwrap_or(defaults.attempts),
         interval: fields
-            .duration("interval", problems)
+            .duration(schema::restart::INTERVAL.hcl, problems)
             .unwrap_or(defaults.interval),
-        delay: fields.duration("delay", problems).unwrap_or(defaults.delay),
+        delay: fields
+            .duration(schema::restart::DELAY.hcl, problems)
+            .unwrap_or(defaults.delay),
         mode,
     };
     fields.finish(problems);

@@ -1,6 +1,7 @@
 //! A `task` block, with its `logs`, `dispatch_payload`, `volume_mount`, `csi_plugin` and
 //! `template` blocks.
 
+use crate::fields as schema;
 use std::time::Duration;
 
 use berth_hcl::Problem;
@@ -35,31 +36,31 @@ pub(super) fn task(
         path.clone(),
         block.at,
         &[
-            "driver",
-            "config",
-            "env",
-            "meta",
-            "resources",
-            "kill_timeout",
-            "kill_signal",
-            "volume_mount",
+            schema::task::DRIVER.hcl,
+            schema::task::CONFIG.hcl,
+            schema::task::ENV.hcl,
+            schema::task::META.hcl,
+            schema::task::RESOURCES.hcl,
+            schema::task::KILL_TIMEOUT.hcl,
+            schema::task::KILL_SIGNAL.hcl,
+            schema::task::VOLUME_MOUNT.hcl,
             "csi_plugin",
             "service",
-            "lifecycle",
+            schema::task::LIFECYCLE.hcl,
             "hooks",
-            "user",
-            "template",
+            schema::task::USER.hcl,
+            schema::task::TEMPLATE.hcl,
             "artifact",
-            "logs",
-            "constraint",
+            schema::task::LOGS.hcl,
+            schema::task::CONSTRAINT.hcl,
             "affinity",
             "leader",
-            "shutdown_delay",
+            schema::task::SHUTDOWN_DELAY.hcl,
             "max_run_duration",
             "vault",
             "identity",
             "secret",
-            "dispatch_payload",
+            schema::task::DISPATCH_PAYLOAD.hcl,
             "scaling",
             "kind",
             "consul",
@@ -74,23 +75,26 @@ pub(super) fn task(
     unsupported(&mut fields, &block.body, TASK_UNSUPPORTED, problems);
     let constraints = constraints(&mut fields, problems);
     let dispatch_payload = fields
-        .single_block("dispatch_payload", problems)
+        .single_block(schema::task::DISPATCH_PAYLOAD.hcl, problems)
         .and_then(|b| dispatch_payload(&path, b, problems));
     let logs = fields
-        .single_block("logs", problems)
+        .single_block(schema::task::LOGS.hcl, problems)
         .map(|b| logs(&path, b, problems))
         .unwrap_or_default();
     let templates = fields
-        .blocks("template")
+        .blocks(schema::task::TEMPLATE.hcl)
         .into_iter()
         .filter_map(|b| template(&path, b, problems))
         .collect();
     fields.string("kind", problems);
-    let driver_at = fields.attr("driver").map(|v| v.at).unwrap_or(block.at);
+    let driver_at = fields
+        .attr(schema::task::DRIVER.hcl)
+        .map(|v| v.at)
+        .unwrap_or(block.at);
     let driver = fields
-        .required_string("driver", problems)
+        .required_string(schema::task::DRIVER.hcl, problems)
         .unwrap_or_default();
-    let config_block = fields.single_block("config", problems);
+    let config_block = fields.single_block(schema::task::CONFIG.hcl, problems);
     let config = match config_block {
         Some(config) => block_json(&config.body),
         None => serde_json::json!({}),
@@ -100,20 +104,20 @@ pub(super) fn task(
         let blocks = config.body.blocks.iter().map(|b| (b.kind.clone(), b.at));
         (config.at, keys.chain(blocks).collect())
     });
-    let env = fields.string_map("env", problems);
-    let meta = fields.string_map("meta", problems);
+    let env = fields.string_map(schema::task::ENV.hcl, problems);
+    let meta = fields.string_map(schema::task::META.hcl, problems);
     let hooks_at = fields.attr("hooks").map(|v| v.at).unwrap_or(block.at);
     let hooks = fields.string_list("hooks", problems);
-    let resources = match fields.single_block("resources", problems) {
+    let resources = match fields.single_block(schema::task::RESOURCES.hcl, problems) {
         Some(block) => {
             let mut r = Fields::new(
                 &block.body,
                 format!("{path}.resources"),
                 block.at,
                 &[
-                    "cpu",
-                    "memory",
-                    "memory_max",
+                    schema::resources::CPU.hcl,
+                    schema::resources::MEMORY.hcl,
+                    schema::resources::MEMORY_MAX.hcl,
                     "cores",
                     "disk",
                     "iops",
@@ -124,27 +128,31 @@ pub(super) fn task(
             );
             scheduler_level(&mut r, &block.body, RESOURCES_SCHEDULER_LEVEL, problems);
             unsupported(&mut r, &block.body, RESOURCES_UNSUPPORTED, problems);
-            let cpu = r.number("cpu", 1_000_000, problems).unwrap_or(100);
-            let memory = r.number("memory", 1_000_000, problems).unwrap_or(300);
-            let memory_max = r.number("memory_max", 1_000_000, problems);
+            let cpu = r
+                .number(schema::resources::CPU.hcl, 1_000_000, problems)
+                .unwrap_or(100);
+            let memory = r
+                .number(schema::resources::MEMORY.hcl, 1_000_000, problems)
+                .unwrap_or(300);
+            let memory_max = r.number(schema::resources::MEMORY_MAX.hcl, 1_000_000, problems);
             if cpu < MIN_CPU_MHZ {
                 r.problem_with(
                     problems,
-                    "cpu",
+                    schema::resources::CPU.hcl,
                     format!("minimum CPU value is {MIN_CPU_MHZ} (MHz); got {cpu}"),
                 );
             }
             if memory < MIN_MEMORY_MB {
                 r.problem_with(
                     problems,
-                    "memory",
+                    schema::resources::MEMORY.hcl,
                     format!("minimum memory value is {MIN_MEMORY_MB} (MiB); got {memory}"),
                 );
             }
             if let Some(max) = memory_max.filter(|max| *max < memory) {
                 r.problem_with(
                     problems,
-                    "memory_max",
+                    schema::resources::MEMORY_MAX.hcl,
                     format!("memory_max ({max}) may not be below memory ({memory})"),
                 );
             }
@@ -164,16 +172,16 @@ pub(super) fn task(
         },
     };
     let kill_timeout = fields
-        .duration("kill_timeout", problems)
+        .duration(schema::task::KILL_TIMEOUT.hcl, problems)
         .unwrap_or(Duration::from_secs(5));
     let shutdown_delay = fields
-        .duration("shutdown_delay", problems)
+        .duration(schema::task::SHUTDOWN_DELAY.hcl, problems)
         .unwrap_or_default();
     let kill_signal = fields
-        .string("kill_signal", problems)
+        .string(schema::task::KILL_SIGNAL.hcl, problems)
         .unwrap_or_else(|| "SIGTERM".into());
     let volume_mounts = fields
-        .blocks("volume_mount")
+        .blocks(schema::task::VOLUME_MOUNT.hcl)
         .into_iter()
         .filter_map(|b| volume_mount(&path, b, problems))
         .collect();
@@ -186,18 +194,18 @@ pub(super) fn task(
         .map(|b| service(&path, b, ports, problems))
         .collect();
     let lifecycle = fields
-        .single_block("lifecycle", problems)
+        .single_block(schema::task::LIFECYCLE.hcl, problems)
         .and_then(|block| {
             let mut l = Fields::new(
                 &block.body,
                 format!("{path}.lifecycle"),
                 block.at,
-                &["hook", "sidecar"],
+                &[schema::lifecycle::HOOK.hcl, schema::lifecycle::SIDECAR.hcl],
             );
-            let hook_text = l.required_string("hook", problems);
+            let hook_text = l.required_string(schema::lifecycle::HOOK.hcl, problems);
             let hook = l.choose(
                 hook_text,
-                "hook",
+                schema::lifecycle::HOOK.hcl,
                 &[
                     ("prestart", LifecycleHook::Prestart),
                     ("poststart", LifecycleHook::Poststart),
@@ -210,11 +218,13 @@ pub(super) fn task(
                     )
                 },
             );
-            let sidecar = l.bool("sidecar", problems).unwrap_or(false);
+            let sidecar = l
+                .bool(schema::lifecycle::SIDECAR.hcl, problems)
+                .unwrap_or(false);
             l.finish(problems);
             hook.map(|hook| Lifecycle { hook, sidecar })
         });
-    let user = fields.string("user", problems);
+    let user = fields.string(schema::task::USER.hcl, problems);
     fields.finish(problems);
     Task {
         name: name.to_string(),
@@ -255,14 +265,19 @@ pub(super) fn logs(
         &block.body,
         format!("{parent}.logs"),
         block.at,
-        &["max_files", "max_file_size", "disabled", "enabled"],
+        &[
+            schema::logs::MAX_FILES.hcl,
+            schema::logs::MAX_FILE_SIZE.hcl,
+            "disabled",
+            "enabled",
+        ],
     );
     let defaults = berth_model::driver::LogRotation::default();
     let max_files = fields
-        .number("max_files", 1_000, problems)
+        .number(schema::logs::MAX_FILES.hcl, 1_000, problems)
         .map_or(defaults.max_files, |n| n.max(1) as u32);
     let max_file_size = fields
-        .number("max_file_size", 100_000, problems)
+        .number(schema::logs::MAX_FILE_SIZE.hcl, 100_000, problems)
         .map_or(defaults.max_file_size, |mb| mb.max(1) << 20);
     // `enabled = false` is the older spelling of `disabled = true`.
     let enabled = fields.bool("enabled", problems);
@@ -290,9 +305,9 @@ pub(super) fn dispatch_payload(
         &block.body,
         format!("{parent}.dispatch_payload"),
         block.at,
-        &["file"],
+        &[schema::dispatch_payload::FILE.hcl],
     );
-    let file = fields.required_string("file", problems)?;
+    let file = fields.required_string(schema::dispatch_payload::FILE.hcl, problems)?;
     let safe = !file.is_empty()
         && !file.starts_with('/')
         && file
@@ -301,7 +316,7 @@ pub(super) fn dispatch_payload(
     if !safe {
         fields.problem_with(
             problems,
-            "file",
+            schema::dispatch_payload::FILE.hcl,
             format!(
                 "{file:?} must be a relative path below the task's local/ directory, without \
                  \"..\""
@@ -322,30 +337,38 @@ pub(super) fn volume_mount(
         format!("{parent}.volume_mount"),
         block.at,
         &[
-            "volume",
-            "destination",
-            "read_only",
-            "propagation_mode",
+            schema::volume_mount::VOLUME.hcl,
+            schema::volume_mount::DESTINATION.hcl,
+            schema::volume_mount::READ_ONLY.hcl,
+            schema::volume_mount::PROPAGATION_MODE.hcl,
             "selinux_label",
         ],
     );
-    let volume = fields.required_string("volume", problems);
+    let volume = fields.required_string(schema::volume_mount::VOLUME.hcl, problems);
     // `${NOMAD_ALLOC_DIR}/data` is interpolated when the task starts, and checked then
     // (the `volumes` hook); what is written around the names is checked now.
     let destination = fields
-        .required_string("destination", problems)
+        .required_string(schema::volume_mount::DESTINATION.hcl, problems)
         .and_then(|d| {
             let literal = crate::interpolate::interpolate(&d, &|_| Some("/x".into()));
-            task_path(&mut fields, "destination", &literal, block.at, problems)
-                .map(|_| if d.contains("${") { d } else { literal })
+            task_path(
+                &mut fields,
+                schema::volume_mount::DESTINATION.hcl,
+                &literal,
+                block.at,
+                problems,
+            )
+            .map(|_| if d.contains("${") { d } else { literal })
         });
-    let read_only = fields.bool("read_only", problems).unwrap_or(false);
+    let read_only = fields
+        .bool(schema::volume_mount::READ_ONLY.hcl, problems)
+        .unwrap_or(false);
     let propagation_text = fields
-        .string("propagation_mode", problems)
+        .string(schema::volume_mount::PROPAGATION_MODE.hcl, problems)
         .unwrap_or_else(|| "private".into());
     let propagation = fields.choose(
         Some(propagation_text),
-        "propagation_mode",
+        schema::volume_mount::PROPAGATION_MODE.hcl,
         &[
             ("private", Propagation::Private),
             ("host-to-task", Propagation::HostToTask),
@@ -436,10 +459,10 @@ pub(super) fn template(
         format!("{parent}.template"),
         block.at,
         &[
-            "data",
-            "destination",
-            "env",
-            "perms",
+            schema::template::DATA.hcl,
+            schema::template::DESTINATION.hcl,
+            schema::template::ENV.hcl,
+            schema::template::PERMS.hcl,
             "source",
             "change_mode",
             "change_signal",
@@ -481,29 +504,37 @@ pub(super) fn template(
     fields.blocks("change_script");
     fields.bool("once", problems);
     fields.bool("error_on_missing_key", problems);
-    let data = fields.string("data", problems).unwrap_or_default();
+    let data = fields
+        .string(schema::template::DATA.hcl, problems)
+        .unwrap_or_default();
     if let Err(message) = crate::template::check(&data) {
-        fields.problem_with(problems, "data", message.to_string());
+        fields.problem_with(problems, schema::template::DATA.hcl, message.to_string());
     }
     let destination = fields
-        .required_string("destination", problems)
+        .required_string(schema::template::DESTINATION.hcl, problems)
         .and_then(|d| match crate::template::destination(&d) {
             Ok(d) => Some(d),
             Err(message) => {
-                fields.problem_with(problems, "destination", message.to_string());
+                fields.problem_with(
+                    problems,
+                    schema::template::DESTINATION.hcl,
+                    message.to_string(),
+                );
                 None
             }
         });
-    let env = fields.bool("env", problems).unwrap_or(false);
+    let env = fields
+        .bool(schema::template::ENV.hcl, problems)
+        .unwrap_or(false);
     let perms_text = fields
-        .string("perms", problems)
+        .string(schema::template::PERMS.hcl, problems)
         .unwrap_or_else(|| "0644".into());
     let perms = match u32::from_str_radix(&perms_text, 8) {
         Ok(perms) if perms <= 0o777 => Some(perms),
         _ => {
             fields.problem_with(
                 problems,
-                "perms",
+                schema::template::PERMS.hcl,
                 format!("{perms_text:?} is not an octal file mode such as \"0644\""),
             );
             None

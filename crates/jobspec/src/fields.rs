@@ -1,0 +1,335 @@
+//! The jobspec's fields that Nomad's job JSON carries too, each named once: its HCL name
+//! (what `decode/` reads), its JSON name (what `berth-api`'s JSON reader,
+//! `nomad/register.rs`, turns into it, and what the Nomad types of `berth-nomad-api`
+//! write) and how the JSON value becomes the HCL one. A field berth reads only from HCL
+//! (a `service`, a `csi_plugin`, hooks) is named where `decode/` reads it.
+//!
+//! The decoder asks for these fields by their constant (`task::KILL_TIMEOUT.hcl`), the
+//! JSON reader copies the tables ([`Field::json`] to [`Field::hcl`]), and tests hold the
+//! writer's types to the JSON names (`berth-api`'s `nomad::tests`).
+
+/// How a JSON value becomes an HCL attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Number,
+    /// A number where 0 means "not set" (Nomad's `MemoryMaxMB`).
+    Positive,
+    Bool,
+    /// Nanoseconds in JSON, a duration text in HCL.
+    Duration,
+    /// A list, as it is.
+    List,
+    /// An object of strings (`meta`, `env`).
+    Map,
+    /// An object, as one block.
+    Block,
+    /// A list of objects (or, for `Volumes`, an object of them), as one block each.
+    Blocks,
+}
+
+/// One field: its HCL name, its JSON name, and how one becomes the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub hcl: &'static str,
+    pub json: &'static str,
+    pub kind: Kind,
+}
+
+const fn field(hcl: &'static str, json: &'static str, kind: Kind) -> Field {
+    Field { hcl, json, kind }
+}
+
+/// A `job` block.
+pub mod job {
+    use super::{Field, Kind::*, field};
+    pub const TYPE: Field = field("type", "Type", Text);
+    pub const DATACENTERS: Field = field("datacenters", "Datacenters", List);
+    pub const META: Field = field("meta", "Meta", Map);
+    pub const CONSTRAINT: Field = field("constraint", "Constraints", Blocks);
+    pub const PERIODIC: Field = field("periodic", "Periodic", Block);
+    pub const PARAMETERIZED: Field = field("parameterized", "ParameterizedJob", Block);
+    pub const GROUP: Field = field("group", "TaskGroups", Blocks);
+    /// The attributes the JSON reader copies as they are.
+    pub const COPIED: &[Field] = &[TYPE, DATACENTERS];
+}
+
+/// A job's `periodic` block.
+pub mod periodic {
+    use super::{Field, Kind::*, field};
+    /// One cron in Nomad's `Spec`, several in `Specs`: berth's `crons` takes both.
+    pub const CRONS: Field = field("crons", "Specs", List);
+    pub const PROHIBIT_OVERLAP: Field = field("prohibit_overlap", "ProhibitOverlap", Bool);
+    pub const ENABLED: Field = field("enabled", "Enabled", Bool);
+    pub const COPIED: &[Field] = &[PROHIBIT_OVERLAP, ENABLED];
+}
+
+/// A job's `parameterized` block.
+pub mod parameterized {
+    use super::{Field, Kind::*, field};
+    pub const PAYLOAD: Field = field("payload", "Payload", Text);
+    pub const META_REQUIRED: Field = field("meta_required", "MetaRequired", List);
+    pub const META_OPTIONAL: Field = field("meta_optional", "MetaOptional", List);
+    pub const COPIED: &[Field] = &[PAYLOAD, META_REQUIRED, META_OPTIONAL];
+}
+
+/// A `constraint` block (of a job, a group or a task).
+pub mod constraint {
+    use super::{Field, Kind::*, field};
+    pub const ATTRIBUTE: Field = field("attribute", "LTarget", Text);
+    pub const OPERATOR: Field = field("operator", "Operand", Text);
+    pub const VALUE: Field = field("value", "RTarget", Text);
+    pub const COPIED: &[Field] = &[ATTRIBUTE, OPERATOR, VALUE];
+}
+
+/// A `group` block.
+pub mod group {
+    use super::{Field, Kind::*, field};
+    pub const COUNT: Field = field("count", "Count", Number);
+    pub const SHUTDOWN_DELAY: Field = field("shutdown_delay", "ShutdownDelay", Duration);
+    pub const META: Field = field("meta", "Meta", Map);
+    pub const CONSTRAINT: Field = field("constraint", "Constraints", Blocks);
+    pub const RESTART: Field = field("restart", "RestartPolicy", Block);
+    pub const EPHEMERAL_DISK: Field = field("ephemeral_disk", "EphemeralDisk", Block);
+    pub const VOLUME: Field = field("volume", "Volumes", Blocks);
+    pub const TASK: Field = field("task", "Tasks", Blocks);
+    pub const COPIED: &[Field] = &[COUNT, SHUTDOWN_DELAY];
+}
+
+/// A `restart` block (of a group or a task).
+pub mod restart {
+    use super::{Field, Kind::*, field};
+    pub const ATTEMPTS: Field = field("attempts", "Attempts", Number);
+    pub const INTERVAL: Field = field("interval", "Interval", Duration);
+    pub const DELAY: Field = field("delay", "Delay", Duration);
+    pub const MODE: Field = field("mode", "Mode", Text);
+    pub const COPIED: &[Field] = &[ATTEMPTS, INTERVAL, DELAY, MODE];
+}
+
+/// A group's `ephemeral_disk` block.
+pub mod ephemeral_disk {
+    use super::{Field, Kind::*, field};
+    pub const SIZE: Field = field("size", "SizeMB", Number);
+    pub const COPIED: &[Field] = &[SIZE];
+}
+
+/// A group's `volume` block.
+pub mod volume {
+    use super::{Field, Kind::*, field};
+    pub const TYPE: Field = field("type", "Type", Text);
+    pub const SOURCE: Field = field("source", "Source", Text);
+    pub const ACCESS_MODE: Field = field("access_mode", "AccessMode", Text);
+    pub const ATTACHMENT_MODE: Field = field("attachment_mode", "AttachmentMode", Text);
+    pub const READ_ONLY: Field = field("read_only", "ReadOnly", Bool);
+    pub const PER_ALLOC: Field = field("per_alloc", "PerAlloc", Bool);
+    pub const COPIED: &[Field] = &[
+        TYPE,
+        SOURCE,
+        ACCESS_MODE,
+        ATTACHMENT_MODE,
+        READ_ONLY,
+        PER_ALLOC,
+    ];
+}
+
+/// A `task` block.
+pub mod task {
+    use super::{Field, Kind::*, field};
+    pub const DRIVER: Field = field("driver", "Driver", Text);
+    pub const USER: Field = field("user", "User", Text);
+    pub const KILL_TIMEOUT: Field = field("kill_timeout", "KillTimeout", Duration);
+    pub const SHUTDOWN_DELAY: Field = field("shutdown_delay", "ShutdownDelay", Duration);
+    pub const KILL_SIGNAL: Field = field("kill_signal", "KillSignal", Text);
+    pub const CONFIG: Field = field("config", "Config", Block);
+    pub const ENV: Field = field("env", "Env", Map);
+    pub const META: Field = field("meta", "Meta", Map);
+    pub const CONSTRAINT: Field = field("constraint", "Constraints", Blocks);
+    pub const RESOURCES: Field = field("resources", "Resources", Block);
+    pub const LIFECYCLE: Field = field("lifecycle", "Lifecycle", Block);
+    pub const VOLUME_MOUNT: Field = field("volume_mount", "VolumeMounts", Blocks);
+    pub const TEMPLATE: Field = field("template", "Templates", Blocks);
+    pub const DISPATCH_PAYLOAD: Field = field("dispatch_payload", "DispatchPayload", Block);
+    pub const LOGS: Field = field("logs", "LogConfig", Block);
+    pub const COPIED: &[Field] = &[DRIVER, USER, KILL_TIMEOUT, SHUTDOWN_DELAY, KILL_SIGNAL];
+}
+
+/// A task's `resources` block.
+pub mod resources {
+    use super::{Field, Kind::*, field};
+    pub const CPU: Field = field("cpu", "CPU", Number);
+    pub const MEMORY: Field = field("memory", "MemoryMB", Number);
+    pub const MEMORY_MAX: Field = field("memory_max", "MemoryMaxMB", Positive);
+    pub const COPIED: &[Field] = &[CPU, MEMORY, MEMORY_MAX];
+}
+
+/// A task's `lifecycle` block.
+pub mod lifecycle {
+    use super::{Field, Kind::*, field};
+    pub const HOOK: Field = field("hook", "Hook", Text);
+    pub const SIDECAR: Field = field("sidecar", "Sidecar", Bool);
+    pub const COPIED: &[Field] = &[HOOK, SIDECAR];
+}
+
+/// A task's `volume_mount` block.
+pub mod volume_mount {
+    use super::{Field, Kind::*, field};
+    pub const VOLUME: Field = field("volume", "Volume", Text);
+    pub const DESTINATION: Field = field("destination", "Destination", Text);
+    pub const READ_ONLY: Field = field("read_only", "ReadOnly", Bool);
+    pub const PROPAGATION_MODE: Field = field("propagation_mode", "PropagationMode", Text);
+    pub const COPIED: &[Field] = &[VOLUME, DESTINATION, READ_ONLY, PROPAGATION_MODE];
+}
+
+/// A task's `template` block.
+pub mod template {
+    use super::{Field, Kind::*, field};
+    pub const DATA: Field = field("data", "EmbeddedTmpl", Text);
+    pub const DESTINATION: Field = field("destination", "DestPath", Text);
+    pub const ENV: Field = field("env", "Envvars", Bool);
+    pub const PERMS: Field = field("perms", "Perms", Text);
+    pub const COPIED: &[Field] = &[DATA, DESTINATION, ENV, PERMS];
+}
+
+/// A task's `dispatch_payload` block.
+pub mod dispatch_payload {
+    use super::{Field, Kind::*, field};
+    pub const FILE: Field = field("file", "File", Text);
+    pub const COPIED: &[Field] = &[FILE];
+}
+
+/// A task's `logs` block.
+pub mod logs {
+    use super::{Field, Kind::*, field};
+    pub const MAX_FILES: Field = field("max_files", "MaxFiles", Number);
+    pub const MAX_FILE_SIZE: Field = field("max_file_size", "MaxFileSizeMB", Number);
+    pub const COPIED: &[Field] = &[MAX_FILES, MAX_FILE_SIZE];
+}
+
+/// Every block's table, by the HCL block it describes: what the tests walk.
+pub const BLOCKS: &[(&str, &[Field])] = &[
+    (
+        "job",
+        &[
+            job::TYPE,
+            job::DATACENTERS,
+            job::META,
+            job::CONSTRAINT,
+            job::PERIODIC,
+            job::PARAMETERIZED,
+            job::GROUP,
+        ],
+    ),
+    (
+        "periodic",
+        &[
+            periodic::CRONS,
+            periodic::PROHIBIT_OVERLAP,
+            periodic::ENABLED,
+        ],
+    ),
+    ("parameterized", parameterized::COPIED),
+    ("constraint", constraint::COPIED),
+    (
+        "group",
+        &[
+            group::COUNT,
+            group::SHUTDOWN_DELAY,
+            group::META,
+            group::CONSTRAINT,
+            group::RESTART,
+            group::EPHEMERAL_DISK,
+            group::VOLUME,
+            group::TASK,
+        ],
+    ),
+    ("restart", restart::COPIED),
+    ("ephemeral_disk", ephemeral_disk::COPIED),
+    ("volume", volume::COPIED),
+    (
+        "task",
+        &[
+            task::DRIVER,
+            task::USER,
+            task::KILL_TIMEOUT,
+            task::SHUTDOWN_DELAY,
+            task::KILL_SIGNAL,
+            task::CONFIG,
+            task::ENV,
+            task::META,
+            task::CONSTRAINT,
+            task::RESOURCES,
+            task::LIFECYCLE,
+            task::VOLUME_MOUNT,
+            task::TEMPLATE,
+            task::DISPATCH_PAYLOAD,
+            task::LOGS,
+        ],
+    ),
+    ("resources", resources::COPIED),
+    ("lifecycle", lifecycle::COPIED),
+    ("volume_mount", volume_mount::COPIED),
+    ("template", template::COPIED),
+    ("dispatch_payload", dispatch_payload::COPIED),
+    ("logs", logs::COPIED),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A jobspec that writes `field` in a block of kind `block`, with the rest a job
+    /// needs around it.
+    fn jobspec_writing(block: &str, field: &Field) -> String {
+        let value = match field.kind {
+            Kind::Text => format!("{} = \"x\"", field.hcl),
+            Kind::Number | Kind::Positive => format!("{} = 1", field.hcl),
+            Kind::Bool => format!("{} = true", field.hcl),
+            Kind::Duration => format!("{} = \"1s\"", field.hcl),
+            Kind::List => format!("{} = []", field.hcl),
+            Kind::Map => format!("{} = {{}}", field.hcl),
+            Kind::Block if field.hcl == "config" => "config {}".to_string(),
+            Kind::Block | Kind::Blocks => match field.hcl {
+                "group" => "group \"h\" {\n task \"u\" {\n driver = \"mock\"\n }\n }".into(),
+                "task" => "task \"u\" {\n driver = \"mock\"\n }".into(),
+                "volume" => "volume \"v\" {\n type = \"host\"\n source = \"s\"\n }".into(),
+                name => format!("{name} {{}}"),
+            },
+        };
+        let task = |inner: &str| format!("task \"t\" {{\n driver = \"mock\"\n {inner}\n }}");
+        let group = |inner: &str| format!("group \"g\" {{\n {inner}\n {}\n }}", task(""));
+        let in_group_task = |inner: &str| format!("group \"g\" {{\n {}\n }}", task(inner));
+        let body = match block {
+            "job" => format!("{value}\n{}", group("")),
+            "periodic" => format!("periodic {{\n {value}\n }}\n{}", group("")),
+            "parameterized" => format!("parameterized {{\n {value}\n }}\n{}", group("")),
+            "constraint" => format!("constraint {{\n {value}\n }}\n{}", group("")),
+            "group" => group(&value),
+            "restart" | "ephemeral_disk" => group(&format!("{block} {{\n {value}\n }}")),
+            "volume" => group(&format!("volume \"v\" {{\n {value}\n }}")),
+            "task" => in_group_task(&value),
+            "volume_mount" | "template" | "resources" | "lifecycle" | "logs"
+            | "dispatch_payload" => in_group_task(&format!("{block} {{\n {value}\n }}")),
+            other => panic!("no jobspec around a {other} block"),
+        };
+        format!("job \"j\" {{\n{body}\n}}\n")
+    }
+
+    #[test]
+    fn the_decoder_reads_every_field_of_the_table_by_its_hcl_name() {
+        for (block, fields) in BLOCKS {
+            for field in *fields {
+                let source = jobspec_writing(block, field);
+                let problems = match crate::parse("fields.nomad.hcl", &source) {
+                    Ok(_) => String::new(),
+                    Err(error) => error.to_string(),
+                };
+                assert!(
+                    !problems.contains(&format!("unknown field \"{}\"", field.hcl))
+                        && !problems.contains("unknown block"),
+                    "{block}.{}: {problems}\n{source}",
+                    field.hcl
+                );
+            }
+        }
+    }
+}

@@ -27,7 +27,7 @@ pub mod csi {
 pub use prost_types;
 
 /// etcd's v3 API: key-values, transactions, leases, watches and leader election, the
-/// client side only (berth's cluster store; `crates/client/src/cluster/etcd.rs`).
+/// client side only (berth's cluster store; `crates/cluster/src/etcd.rs`).
 pub mod etcd {
     #![allow(
         missing_docs,

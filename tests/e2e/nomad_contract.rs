@@ -12,26 +12,9 @@ use serde_json::{Value, json};
 use crate::nomad_api::http;
 use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names};
 
-/// Fields of each fixture berth deliberately does not fill, with why.
-const ABSENT: &[(&str, &[&str], &str)] = &[
-    (
-        "allocation_read",
-        &["TaskStates.*.Events[].Signal"],
-        "berth keeps the signal that ended a task in its Terminated event's message",
-    ),
-    (
-        "node_read",
-        &["Drivers.*.UpdateTime", "NodeResources", "StatusUpdatedAt"],
-        "the node's record (cluster.rs) keeps no fingerprint times or resources yet",
-    ),
-    (
-        "csi_volume_read",
-        &["Version", "ResourceExhausted"],
-        "the page's sample is older than Nomad's api.CSIVolume: berth fills ProviderVersion \
-         as the code names it, and answers null for ResourceExhausted, a time in the code \
-         (a number in the sample) that a one-node agent never sets",
-    ),
-];
+/// Fields of each fixture berth deliberately does not fill, with why: the Nomad types'
+/// own list (a field the types do not name no handler can fill).
+const ABSENT: &[(&str, &[&str], &str)] = berth_testkit::nomad_fixtures::NOT_IN_BERTH;
 
 /// Paths named generically: an element of a named map is `Tasks.<name>`, so the absent
 /// list names `Tasks.*`.

@@ -18,28 +18,9 @@ use crate::nodes::Node;
 use crate::stats::AllocResourceUsage;
 
 /// Fields of Nomad's documented answers these types do not name (so berth neither
-/// sends them nor reads them), with why.
-const NOT_NAMED: &[(&str, &[&str], &str)] = &[
-    (
-        "allocation_read",
-        &["TaskStates.*.Events[].Signal"],
-        "berth keeps the signal that ended a task in its Terminated event's message",
-    ),
-    (
-        "node_read",
-        &["Drivers.*.UpdateTime", "NodeResources", "StatusUpdatedAt"],
-        "the node's record keeps no fingerprint times; NodeResources is named, with the \
-         fields berth fills (the sample's are older)",
-    ),
-    (
-        "csi_volume_read",
-        &["Version", "ResourceExhausted", "Topologies[].foo"],
-        "the page's sample is older than Nomad's api.CSIVolume: the type names \
-         ProviderVersion as the code does, ResourceExhausted is a time in the code (a \
-         number in the sample), and a topology is `{\"Segments\": {...}}` in the code \
-         (bare segments in the sample)",
-    ),
-];
+/// sends them nor reads them), with why: the list the contract test of the live answers
+/// leaves out too.
+const NOT_NAMED: &[(&str, &[&str], &str)] = berth_testkit::nomad_fixtures::NOT_IN_BERTH;
 
 /// Reads fixture `name`'s response as `T`, writes it back, and returns the fixture's
 /// fields that did not come back.

@@ -15,6 +15,31 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+/// Fields of Nomad's documented answers that berth neither sends nor reads (its Nomad
+/// types do not name them, so no handler can fill them), with why: the contract test of
+/// the live answers and the types' own test both leave out exactly these.
+pub const NOT_IN_BERTH: &[(&str, &[&str], &str)] = &[
+    (
+        "allocation_read",
+        &["TaskStates.*.Events[].Signal"],
+        "berth keeps the signal that ended a task in its Terminated event's message",
+    ),
+    (
+        "node_read",
+        &["Drivers.*.UpdateTime", "NodeResources", "StatusUpdatedAt"],
+        "the node's record keeps no fingerprint times, and its resources as berth's own \
+         NodeResources fields (the sample's are another version's)",
+    ),
+    (
+        "csi_volume_read",
+        &["Version", "ResourceExhausted", "Topologies[].foo"],
+        "the page's sample is older than Nomad's api.CSIVolume: berth names \
+         ProviderVersion as the code does, ResourceExhausted is a time in the code (a \
+         number in the sample, null from a one-node agent), and a topology is \
+         `{\"Segments\": {...}}` in the code (bare segments in the sample)",
+    ),
+];
+
 /// Objects whose keys are names: each of berth's entries has the fixture's first shape.
 pub const NAMED_MAPS: &[&str] = &[
     "Summary",

@@ -4,6 +4,8 @@
 //! JSON jobs: runtime names such as `${NOMAD_TASK_DIR}` are still interpolated when the
 //! task starts. A field berth does not take is ignored, as Nomad ignores unknown ones,
 //! and named in a warning; fields the server sets (indexes, status) are ignored quietly.
+//! Which JSON field becomes which HCL attribute is the jobspec's field table
+//! (`berth_jobspec::fields`), which the decoder reads by too.
 
 use hcl::expr::{Expression, Object, ObjectKey, TemplateExpr};
 use hcl::structure::{Attribute, Block, Body, Structure};

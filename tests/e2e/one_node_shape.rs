@@ -86,6 +86,81 @@ async fn a_lone_agent_and_a_cluster_member_show_their_node_in_one_shape() {
     }
 }
 
+/// The running alloc of the job `shape` as `GET /v1/allocations` lists it and as
+/// `GET /v1/allocation/:id` reads it, once its task runs.
+async fn alloc_views(agent: &AgentProcess) -> (Value, Value) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let listed: Value = agent.client().get("/v1/allocations").await.unwrap();
+        let running = listed.as_array().and_then(|allocs| {
+            allocs
+                .iter()
+                .find(|a| a["JobID"] == "shape" && a["TaskStates"]["t"]["State"] == "running")
+        });
+        if let Some(stub) = running {
+            let id = stub["ID"].as_str().unwrap().to_string();
+            let full: Value = agent
+                .client()
+                .get(&format!("/v1/allocation/{id}"))
+                .await
+                .unwrap();
+            return (stub.clone(), full);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the alloc never ran: {listed:#}\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// An alloc has one shape on both planes too: a lone agent lists and reads its allocs
+/// through the cluster's records with its runner's fresher task states, as a member
+/// does (`api/nomad/cluster.rs`'s one stub builder).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_agent_and_a_cluster_member_show_their_allocs_in_one_shape() {
+    let etcd = EtcdServer::start();
+    let endpoint = etcd.endpoint();
+    let mut clustered = AgentProcess::production(move |_, _| {
+        format!(
+            "name = \"member\"\ncluster {{\n  store = \"etcd\"\n  endpoints = \
+             [\"{endpoint}\"]\n  prefix = \"/e2e-alloc-shape\"\n}}\n"
+        )
+    });
+    let mut lone = AgentProcess::production(|_, _| "name = \"lone\"\n".to_string());
+    clustered.start().await;
+    lone.start().await;
+    let job = "job \"shape\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      \
+               config {\n        run_for = \"1h\"\n      }\n    }\n  }\n}\n";
+    for agent in [&lone, &clustered] {
+        agent.submit("shape.nomad.hcl", job).await.unwrap();
+    }
+    let (member_stub, member_alloc) = alloc_views(&clustered).await;
+    let (lone_stub, lone_alloc) = alloc_views(&lone).await;
+
+    assert_eq!(fields(&lone_stub), fields(&member_stub));
+    assert_eq!(fields(&lone_alloc), fields(&member_alloc));
+    for (key, stub, alloc) in [
+        ("lone", &lone_stub, &lone_alloc),
+        ("member", &member_stub, &member_alloc),
+    ] {
+        assert_eq!(stub["NodeName"], key, "{stub}");
+        assert_eq!(stub["ClientStatus"], "running", "{stub}");
+        assert_eq!(stub["DesiredStatus"], "run", "{stub}");
+        assert_eq!(stub["TaskGroup"], "g", "{stub}");
+        assert_eq!(stub["JobType"], "service", "{stub}");
+        assert!(stub["CreateTime"].as_u64().unwrap() > 0, "{stub}");
+        // The read is the list's stub and the job.
+        assert_eq!(alloc["ID"], stub["ID"]);
+        assert_eq!(alloc["Job"]["ID"], "shape");
+        assert_eq!(
+            fields(&alloc["TaskStates"]["t"]),
+            fields(&member_stub["TaskStates"]["t"])
+        );
+    }
+}
+
 /// A `reserved` block that keeps all the node has is refused at start, saying what
 /// the node has.
 #[tokio::test(flavor = "multi_thread")]

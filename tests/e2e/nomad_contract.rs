@@ -10,23 +10,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::nomad_api::http;
-use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names};
+use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names, generic};
 
 /// Fields of each fixture berth deliberately does not fill, with why: the Nomad types'
 /// own list (a field the types do not name no handler can fill).
 const ABSENT: &[(&str, &[&str], &str)] = berth_testkit::nomad_fixtures::NOT_IN_BERTH;
-
-/// Paths named generically: an element of a named map is `Tasks.<name>`, so the absent
-/// list names `Tasks.*`.
-fn generic(path: &str, named: &[String]) -> String {
-    let mut path = path.to_string();
-    for name in named {
-        path = path
-            .replace(&format!(".{name}."), ".*.")
-            .replace(&format!(".{name}"), ".*");
-    }
-    path
-}
 
 struct Contract {
     port: u16,

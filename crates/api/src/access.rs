@@ -242,8 +242,9 @@ pub async fn enforce(
     let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map(|m| m.as_str().to_string());
-    match policy.check(request.method(), matched.as_deref(), request.headers()) {
+        .cloned();
+    let matched = matched.as_ref().map(axum::extract::MatchedPath::as_str);
+    match policy.check(request.method(), matched, request.headers()) {
         Ok(submitter) => {
             let operator = submitter == Submitter::Operator;
             request.extensions_mut().insert(submitter);

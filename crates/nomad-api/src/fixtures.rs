@@ -4,9 +4,8 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
-use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names};
+use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names, generic, named_keys};
 
 use crate::agent::AgentSelf;
 use crate::allocs::{Allocation, AllocationListStub};
@@ -36,46 +35,18 @@ fn round_trip<T: Serialize + DeserializeOwned>(name: &str) -> Vec<String> {
         .filter(|(fixture, _, _)| *fixture == name)
         .flat_map(|(_, fields, _)| fields.iter().copied())
         .collect();
+    let names = named_keys(&response);
     found
         .into_iter()
-        .map(|problem| format!("{name}: {}", generic(&problem, &response)))
-        .filter(|problem| {
-            !not_named.iter().any(|field| {
-                let path = problem.split(": ").nth(1).unwrap_or("");
-                path == *field || path.starts_with(&format!("{field}."))
-            })
+        .filter_map(|problem| {
+            let (path, why) = problem.split_once(": ").unwrap_or((&problem, ""));
+            let path = generic(path, &names);
+            let left_out = not_named
+                .iter()
+                .any(|field| path == *field || path.starts_with(&format!("{field}.")));
+            (!left_out).then(|| format!("{name}: {path}: {why}"))
         })
         .collect()
-}
-
-/// A path with the fixture's own names (groups, tasks, drivers) as `*`.
-fn generic(problem: &str, response: &Value) -> String {
-    let mut names = Vec::new();
-    collect_named_keys(response, &mut names);
-    let mut problem = problem.to_string();
-    for name in names {
-        problem = problem
-            .replace(&format!(".{name}."), ".*.")
-            .replace(&format!("{name}."), "*.");
-    }
-    problem
-}
-
-fn collect_named_keys(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Object(fields) => {
-            for (key, inner) in fields {
-                if berth_testkit::nomad_fixtures::NAMED_MAPS.contains(&key.as_str())
-                    && let Value::Object(named) = inner
-                {
-                    out.extend(named.keys().cloned());
-                }
-                collect_named_keys(inner, out);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|item| collect_named_keys(item, out)),
-        _ => {}
-    }
 }
 
 #[test]

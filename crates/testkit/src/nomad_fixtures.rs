@@ -161,3 +161,40 @@ pub fn differences(
         _ => {}
     }
 }
+
+/// `path` (of a difference) with the names it holds (jobs, groups, tasks, drivers) as
+/// `*`: an element of a named map is `Tasks.<name>`, so the lists of what berth leaves
+/// out name `Tasks.*`.
+pub fn generic(path: &str, names: &[String]) -> String {
+    let mut path = path.to_string();
+    for name in names {
+        path = path
+            .replace(&format!(".{name}."), ".*.")
+            .replace(&format!(".{name}"), ".*");
+    }
+    path
+}
+
+/// The keys of every named map ([`NAMED_MAPS`]) in `value`, at any depth: the names
+/// [`generic`] stands for.
+pub fn named_keys(value: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(fields) => {
+                for (key, inner) in fields {
+                    if NAMED_MAPS.contains(&key.as_str())
+                        && let Value::Object(named) = inner
+                    {
+                        names.extend(named.keys().cloned());
+                    }
+                    stack.push(inner);
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    names
+}

@@ -29,7 +29,7 @@ use berth_nomad_api::csi::{
     CsiVolumeCapability, CsiVolumeListStub, CsiVolumeWriteResponse,
 };
 
-use super::shapes::{NAMESPACE, ThisNode};
+use super::shapes::{NAMESPACE, ThisNode, count};
 use super::{Blocking, NomadError, bad_request, with_index};
 use berth_client::agent::{Agent, VolumeError};
 use berth_model::csi::PluginKind;
@@ -309,10 +309,6 @@ fn volume_stub(status: &VolumeStatus, plugin: Option<&PluginStatus>) -> CsiVolum
         create_index: 1,
         modify_index: 1,
     }
-}
-
-fn count(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// The attachment mode the volume's claims use: berth mounts file systems only.

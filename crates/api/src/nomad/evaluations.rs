@@ -13,6 +13,7 @@ use berth_nomad_api::evals::AllocationMetric;
 use serde::Deserialize;
 
 use super::cluster::{alloc_stubs, answer};
+use super::shapes::count;
 use super::{Blocking, NomadError};
 use berth_client::agent::Agent;
 use berth_cluster::evals::Evaluation;
@@ -65,10 +66,6 @@ pub fn failed_tg_allocs(blocked: &[Blocked]) -> Option<BTreeMap<String, Allocati
 /// A store revision as Nomad's index (revisions start at 1).
 fn revision(revision: i64) -> u64 {
     u64::try_from(revision).unwrap_or(0)
-}
-
-fn count(nodes: usize) -> u64 {
-    u64::try_from(nodes).unwrap_or(u64::MAX)
 }
 
 /// The resource a reason says was exhausted, as Nomad's `DimensionExhausted` names it

@@ -24,6 +24,11 @@ pub(super) fn ms_as_ns(ms: u64) -> u64 {
     ms.saturating_mul(NS_PER_MS)
 }
 
+/// A count in Nomad's integer type.
+pub(super) fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 fn pairs(pairs: &[(String, String)]) -> BTreeMap<String, String> {
     pairs.iter().cloned().collect()
 }

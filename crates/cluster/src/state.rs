@@ -132,7 +132,9 @@ impl ClusterJob {
     fn over(&self, mut job: berth_jobspec::Job) -> berth_jobspec::Job {
         job.submitted_by_operator = self.by_operator;
         match &self.child_of {
-            Some(child) => child.child_job(job, &self.id),
+            Some(child) => {
+                job.into_child(&self.id, &child.parent, &child.meta, child.payload_bytes())
+            }
             None => job,
         }
     }

@@ -43,6 +43,31 @@ pub struct Job {
     pub submitted_by_operator: bool,
 }
 
+impl Job {
+    /// The child job `id` launched from this one (periodic or dispatch): this job under
+    /// the child's id, with `meta` (a dispatch's) over the job's own and `payload`.
+    pub fn into_child(
+        mut self,
+        id: &str,
+        parent: &str,
+        meta: &[(String, String)],
+        payload: Option<Vec<u8>>,
+    ) -> Job {
+        self.name = id.to_string();
+        // A child's name is not its parent's: no grant names it.
+        self.submitted_by_operator = false;
+        self.periodic = None;
+        self.parameterized = None;
+        self.parent = Some(parent.to_string());
+        for (key, value) in meta {
+            self.meta.retain(|(k, _)| k != key);
+            self.meta.push((key.clone(), value.clone()));
+        }
+        self.payload = payload;
+        self
+    }
+}
+
 /// Nomad's `periodic` block. Times are UTC (Nomad's default `time_zone`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Periodic {

@@ -605,3 +605,50 @@ fn a_jobs_groups_ask_for_at_most_ten_thousand_allocs_in_all() {
         "{refused}"
     );
 }
+
+#[test]
+fn a_child_job_is_its_parent_under_its_own_id_with_the_dispatch_meta_over_the_jobs() {
+    let source = r#"
+job "batch" {
+  type = "batch"
+  meta {
+    owner  = "ops"
+    region = "eu"
+  }
+  parameterized {
+    payload       = "optional"
+    meta_optional = ["region"]
+  }
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config { command = "/bin/true" }
+    }
+  }
+}
+"#;
+    let mut parent = parse("batch.hcl", source).expect("the parent parses");
+    parent.submitted_by_operator = true;
+    let child = parent.clone().into_child(
+        "batch/dispatch-1-abc",
+        "batch",
+        &[("region".to_string(), "us".to_string())],
+        Some(b"hello".to_vec()),
+    );
+    assert_eq!(child.name, "batch/dispatch-1-abc");
+    assert_eq!(child.parent.as_deref(), Some("batch"));
+    assert!(
+        child.parameterized.is_none(),
+        "a child is not parameterized itself"
+    );
+    assert!(!child.submitted_by_operator, "no grant names a child");
+    assert_eq!(
+        child.meta,
+        vec![
+            ("owner".to_string(), "ops".to_string()),
+            ("region".to_string(), "us".to_string())
+        ]
+    );
+    assert_eq!(child.payload.as_deref(), Some(&b"hello"[..]));
+    assert_eq!(child.groups, parent.groups);
+}

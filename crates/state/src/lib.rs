@@ -147,25 +147,12 @@ pub struct ChildOf {
 }
 
 impl ChildOf {
-    /// The job the child `id` runs: its parent's, under the child's id, with the
-    /// dispatch's meta over the job's and its payload.
-    pub fn child_job(&self, mut job: berth_jobspec::Job, id: &str) -> berth_jobspec::Job {
+    /// The dispatch's payload, decoded (none when absent or not base64).
+    pub fn payload_bytes(&self) -> Option<Vec<u8>> {
         use base64::Engine as _;
-        job.name = id.to_string();
-        // A child's name is not its parent's: no grant names it.
-        job.submitted_by_operator = false;
-        job.periodic = None;
-        job.parameterized = None;
-        job.parent = Some(self.parent.clone());
-        for (key, value) in &self.meta {
-            job.meta.retain(|(k, _)| k != key);
-            job.meta.push((key.clone(), value.clone()));
-        }
-        job.payload = self
-            .payload
+        self.payload
             .as_ref()
-            .and_then(|p| base64::engine::general_purpose::STANDARD.decode(p).ok());
-        job
+            .and_then(|p| base64::engine::general_purpose::STANDARD.decode(p).ok())
     }
 }
 

@@ -28,7 +28,12 @@ impl Agent {
                 Ok(mut job) => {
                     job.submitted_by_operator = record.by_operator;
                     let job = match &record.child_of {
-                        Some(child) => child.child_job(job, &record.id),
+                        Some(child) => job.into_child(
+                            &record.id,
+                            &child.parent,
+                            &child.meta,
+                            child.payload_bytes(),
+                        ),
                         None => job,
                     };
                     jobs.insert(

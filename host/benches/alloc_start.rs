@@ -139,11 +139,11 @@ async fn run() {
         "not asked for (BERTH_BENCH_FAVOR_DYNMODS=0)".to_string()
     };
     let node = |store: &Arc<StateStore>| {
-        common::node(
+        berth_harness::node_context(
             scratch.path(),
             drivers.clone(),
             config.clone(),
-            store,
+            store.clone(),
             &cgroups,
         )
     };

@@ -79,7 +79,7 @@ async fn run() {
     let (events, _) = tokio::sync::broadcast::channel(tasks * 16 + 1024);
     let node = NodeContext {
         events,
-        ..common::node(scratch.path(), drivers, config, &store, &cgroups)
+        ..berth_harness::node_context(scratch.path(), drivers, config, store.clone(), &cgroups)
     };
     // The same node with each alloc's disk an image (what these nodes use): a sparse
     // ext4 file of the alloc's 10 MB, loop-mounted at its start.

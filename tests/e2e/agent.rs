@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use berth_api::client::ClientError;
 use berth_client::agent::JobStatus;
 use berth_client::alloc_runner::AllocStatus;
+use berth_harness::AgentProcess;
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
 
-use crate::agent_process::AgentProcess;
 use crate::support;
 
 /// A service task that records its pid and runs until a file appears in its `local/`.

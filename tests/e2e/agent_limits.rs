@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::agent_process::AgentProcess;
+use berth_harness::AgentProcess;
 
 /// A cgroup v1 memory cgroup around a process, removed on drop.
 struct MemoryCage {

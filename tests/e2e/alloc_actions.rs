@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use serde_json::Value;
 
-use crate::agent_process::AgentProcess;
 use crate::nomad_api::http;
 
 const VIEWER: &str = "viewer-secret-0123456789";

@@ -322,7 +322,7 @@ fn errors_with_several_problems_keep_their_line_breaks() {
 /// driver, not its user.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_driver_the_agent_lacks_is_the_problem_reported_not_its_user() {
-    let mut agent = crate::agent_process::AgentProcess::new();
+    let mut agent = berth_harness::AgentProcess::new();
     agent.start().await;
     let job = agent.path().join("java.hcl");
     std::fs::write(

@@ -15,10 +15,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_client::alloc_runner::AllocStatus;
+use berth_harness::AgentProcess;
 use berth_model::events::TaskStateKind;
 use berth_model::status::ClientStatus;
 
-use crate::agent_process::AgentProcess;
+use crate::csi::CsiSteps as _;
 use crate::support;
 
 /// What a hostile author writes: a clipboard write ended by BEL, a forged line, a

@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
-
-use crate::agent_process::AgentProcess;
 
 /// The heartbeat TTL the agents run with: short, so the test fails if a replacement
 /// waits for a longer one.

@@ -12,11 +12,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_state::catalog::PluginStatus;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 
-use crate::agent_process::AgentProcess;
 use crate::support;
 
 fn member(etcd: &EtcdServer, name: &str, storage: &Path) -> AgentProcess {

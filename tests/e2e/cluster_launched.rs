@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
 
-use crate::agent_process::AgentProcess;
 use crate::cluster;
 
 const RENDER: &str = r#"

@@ -4,10 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::{EtcdServer, Security};
 use serde_json::Value;
-
-use crate::agent_process::AgentProcess;
 
 const ONE_SLEEPER: &str = r#"
 job "sleeper" {

@@ -6,10 +6,9 @@
 //! `pids_max`, and a seccomp filter refuses what its other limits would not (the host
 //! root's keyring).
 
+use berth_harness::AgentProcess;
 use berth_model::events::EventKind;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 /// Runs `script` in an exec task (with `task_extra` in its task block) until it ends, with
 /// no restart; its alloc's status and the task's stdout.

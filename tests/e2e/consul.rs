@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::agent_process::AgentProcess;
+use berth_harness::AgentProcess;
 use berth_testkit::consul::{ConsulDouble, Policy};
 
 fn agent_with(consul: &ConsulDouble, extra: &str) -> AgentProcess {

@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 use berth_api::SubmitRequest;
 use berth_api::client::ClientError;
 use berth_client::agent::{JobStatus, Submitted};
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 fn setting(name: &str, default: usize) -> usize {
     std::env::var(name)

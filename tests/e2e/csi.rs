@@ -7,11 +7,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use berth_client::alloc_runner::AllocStatus;
+use berth_harness::AgentProcess;
 use berth_model::events::{EventKind, TaskStateKind};
 use berth_model::status::ClientStatus;
-use berth_state::catalog::{PluginStatus, VolumeStatus};
 
-use crate::agent_process::AgentProcess;
 use crate::support;
 
 /// An agent with the plugin binary in a read-only host volume and a data host volume for
@@ -172,17 +171,21 @@ capability {{
     )
 }
 
-impl AgentProcess {
-    pub(crate) async fn run_job(&self, name: &str, source: &str) -> String {
-        let submitted = self
-            .submit(name, source)
-            .await
-            .unwrap_or_else(|e| panic!("submitting {name}: {e:?}\n{}", self.output()));
-        submitted.alloc_ids[0].clone()
-    }
-
+/// The steps of the CSI tests, on an agent process: the reference plugin as a job, and
+/// volumes created with the CLI.
+pub(crate) trait CsiSteps {
     /// Runs a plugin job and waits until the plugin is healthy as node and controller.
-    pub(crate) async fn run_plugin(&self, job: &str, id: &str, args: &[&str]) -> String {
+    async fn run_plugin(&self, job: &str, id: &str, args: &[&str]) -> String;
+    /// Creates volume `id` of `plugin` through `berth volume create`.
+    fn create_volume(&self, id: &str, plugin: &str);
+    /// What the reference plugin of the alloc logged (one line per RPC).
+    fn plugin_log(&self, plugin_alloc: &str) -> String;
+    /// Mounts on the host below the agent's CSI dir other than the CSI dir itself.
+    fn csi_mounts(&self) -> Vec<PathBuf>;
+}
+
+impl CsiSteps for AgentProcess {
+    async fn run_plugin(&self, job: &str, id: &str, args: &[&str]) -> String {
         let alloc = self.run_job(job, &plugin_job(job, id, args, "10s")).await;
         self.wait_plugin(id, "healthy", |p| {
             p.is_some_and(|p| p.nodes_healthy == 1 && p.controllers_healthy == 1)
@@ -191,50 +194,10 @@ impl AgentProcess {
         alloc
     }
 
-    async fn plugin(&self, id: &str) -> Option<PluginStatus> {
-        let plugins: Vec<PluginStatus> = self.client().get("/v1/berth/plugins").await.unwrap();
-        plugins.into_iter().find(|p| p.id == id)
-    }
-
-    async fn wait_plugin(
-        &self,
-        id: &str,
-        what: &str,
-        done: impl Fn(Option<&PluginStatus>) -> bool,
-    ) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let plugin = self.plugin(id).await;
-            if done(plugin.as_ref()) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "plugin {id} never got {what}: {plugin:#?}\n{}",
-                self.output()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Creates volume `id` of `plugin` through `berth volume create`.
     fn create_volume(&self, id: &str, plugin: &str) {
         let spec = self.write_file(&format!("{id}.hcl"), &volume_spec(id, plugin));
         let (code, out, err) = self.cli(&["volume", "create", spec.to_str().unwrap()]);
         assert_eq!(code, 0, "creating volume {id}: {out}{err}");
-    }
-
-    pub(crate) fn write_file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    async fn volume(&self, id: &str) -> VolumeStatus {
-        self.client()
-            .get(&format!("/v1/berth/volume/{id}"))
-            .await
-            .unwrap()
     }
 
     fn plugin_log(&self, plugin_alloc: &str) -> String {
@@ -253,16 +216,6 @@ impl AgentProcess {
         text
     }
 
-    fn task_stdout(&self, alloc: &str, task: &str) -> String {
-        let path = self
-            .path()
-            .join("data/allocs")
-            .join(alloc)
-            .join(format!("alloc/logs/{task}.stdout.0"));
-        std::fs::read_to_string(path).unwrap_or_default()
-    }
-
-    /// Mounts on the host below the agent's CSI dir other than the CSI dir itself.
     fn csi_mounts(&self) -> Vec<PathBuf> {
         let root = self
             .path()

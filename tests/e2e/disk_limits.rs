@@ -5,10 +5,9 @@
 //! root task and as a non-root one; the alloc is then stopped ("Disk Resources
 //! Exceeded"), and another job runs on unharmed.
 
+use berth_harness::AgentProcess;
 use berth_model::events::EventKind;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 /// A batch job of one exec task running `script` with `ephemeral_disk { size = 10 }` and
 /// logs of 1 x 1 MB, as `user` (`None`: the default).

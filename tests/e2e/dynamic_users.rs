@@ -10,9 +10,8 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 fn job(name: &str, tasks: &str) -> String {
     format!(

@@ -3,10 +3,9 @@
 //! its allocations; a job that fits nowhere is accepted and its evaluation says which
 //! dimension was exhausted.
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
-
-use crate::agent_process::AgentProcess;
 
 /// A cluster member on etcd, its API on TCP with the operator's token.
 async fn member_on_tcp(etcd: &EtcdServer, name: &str) -> (AgentProcess, String) {

@@ -3,15 +3,15 @@
 //! the same agent is unaffected.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_builtin::test_components as components;
-use berth_client::agent::{Agent, AgentOptions, StateLocation};
+use berth_client::agent::Agent;
 use berth_client::alloc_runner::AllocStatus;
 use berth_client::config::AgentConfig;
 use berth_client::driver_set::DriverSet;
 use berth_client::hook_set::HookSet;
+use berth_harness::InProcessAgent;
 use berth_model::events::EventKind;
 use berth_model::hook::{HookSpec, OnFailure};
 use berth_model::status::ClientStatus;
@@ -35,24 +35,7 @@ fn spec(name: &str, path: &str, config: &[(&str, &str)]) -> HookSpec {
     }
 }
 
-struct HookAgent {
-    agent: Arc<Agent>,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for HookAgent {
-    fn drop(&mut self) {
-        // Its allocs' disks (images mounted in the data dir) outlive the agent by design.
-        support::unmount_everything_under(self.dir.path());
-        support::remove_task_cgroups(self.dir.path());
-    }
-}
-
-async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
-    let dir = tempfile::Builder::new()
-        .prefix("berth-e2e-hooks")
-        .tempdir_in("/tmp")
-        .unwrap();
+async fn agent_with(hooks: Vec<HookSpec>) -> InProcessAgent {
     let runtime = support::runtime();
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let hook_set = HookSet::load(&runtime, &hooks, false).await;
@@ -67,16 +50,9 @@ async fn agent_with(hooks: Vec<HookSpec>) -> HookAgent {
         plugins: vec![enabled("raw_exec"), enabled("mock")],
         ..AgentConfig::default()
     };
-    let agent = Agent::start(AgentOptions {
-        data_dir: dir.path().to_path_buf(),
-        config,
-        drivers,
-        hooks: hook_set,
-        state: StateLocation::Memory,
-    })
-    .await
-    .unwrap();
-    HookAgent { agent, dir }
+    InProcessAgent::start_with("berth-e2e-hooks", config, drivers, hook_set)
+        .await
+        .unwrap()
 }
 
 /// Runs a job to the end and returns its first alloc.
@@ -143,7 +119,7 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
       }
     }
 "#;
-    let status = run(&h.agent, &batch("hooked", task)).await;
+    let status = run(&h, &batch("hooked", task)).await;
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
     let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/app.stdout.0")).unwrap();
     assert_eq!(stdout, "env=gold\njob=hooked tier=gold seen=gold\n");
@@ -163,7 +139,7 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
       config { command = "/bin/true" }
     }
 "#;
-    let status = run(&h.agent, &batch("denied", denied)).await;
+    let status = run(&h, &batch("denied", denied)).await;
     assert_eq!(status.client_status, ClientStatus::Failed);
     let events = messages(&status, "shell");
     assert!(
@@ -180,7 +156,7 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
     // A job naming a hook the agent does not have is refused at submit.
     let unknown = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"nope\"]\n    }\n";
     let error = h
-        .agent
+        .agent()
         .submit("unknown.hcl", &batch("unknown", unknown))
         .await
         .unwrap_err();
@@ -264,7 +240,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
     let h = agent_with(hooks).await;
 
     // A healthy service alloc keeps running beside the hostile ones.
-    let healthy = submit_healthy(&h.agent).await;
+    let healthy = submit_healthy(&h).await;
 
     // The prestart task plants `local/link` -> a dir outside, before the hooks run.
     let plant = |victim: &str| {
@@ -279,7 +255,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
             "{}    task \"victim\" {{\n      driver = \"exec\"\n      hooks = [\"{behave}\"]\n      config {{ command = \"/bin/true\" }}\n    }}\n",
             plant("victim")
         );
-        let agent = h.agent.clone();
+        let agent = h.agent().clone();
         let source = batch(&format!("hostile-{behave}"), &task);
         runs.push(tokio::spawn(async move {
             let started = Instant::now();
@@ -327,7 +303,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
         "{}    task \"victim\" {{\n      driver = \"mock\"\n      hooks = [\"wasi-escape\"]\n      config {{ run_for = \"0s\" }}\n    }}\n",
         plant("victim")
     );
-    let status = run(&h.agent, &batch("wasi", &task)).await;
+    let status = run(&h, &batch("wasi", &task)).await;
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
     let events = messages(&status, "victim");
     assert!(
@@ -340,7 +316,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
 
     // No network: the connection attempt fails inside the sandbox and nothing arrives.
     let task = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"net\"]\n      config { run_for = \"0s\" }\n    }\n";
-    let status = run(&h.agent, &batch("net", task)).await;
+    let status = run(&h, &batch("net", task)).await;
     let events = messages(&status, "t");
     assert!(
         events
@@ -358,7 +334,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
 
     // on_failure = "ignore": the task runs, and the event says the hook was ignored.
     let task = "    task \"t\" {\n      driver = \"mock\"\n      hooks = [\"ignored\"]\n      config { run_for = \"0s\" }\n    }\n";
-    let status = run(&h.agent, &batch("ignoring", task)).await;
+    let status = run(&h, &batch("ignoring", task)).await;
     assert_eq!(status.client_status, ClientStatus::Complete);
     let events = messages(&status, "t");
     assert!(
@@ -370,7 +346,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
     );
 
     // The healthy alloc never noticed.
-    let status = h.agent.alloc(&healthy.alloc_ids[0]).unwrap();
+    let status = h.agent().alloc(&healthy.alloc_ids[0]).unwrap();
     assert_eq!(status.client_status, ClientStatus::Running);
     assert_eq!(status.tasks["t"].restarts, 0);
     assert!(
@@ -379,7 +355,7 @@ async fn hostile_hooks_are_contained_and_a_healthy_alloc_is_unaffected() {
             .iter()
             .all(|e| e.kind != EventKind::SetupFailure)
     );
-    h.agent.stop_job("healthy").await.unwrap();
+    h.agent().stop_job("healthy").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -486,7 +462,7 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
         ));
     }
     let h = agent_with(hooks).await;
-    let healthy = submit_healthy(&h.agent).await;
+    let healthy = submit_healthy(&h).await;
 
     let mut refusals: Vec<(&str, &str)> = env_cases.iter().map(|(h, _, e)| (*h, *e)).collect();
     refusals.push((
@@ -501,7 +477,7 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
         let task = format!(
             "    task \"victim\" {{\n      driver = \"exec\"\n      hooks = [\"{hook}\"]\n      config {{ command = \"/bin/true\" }}\n    }}\n"
         );
-        let status = run(&h.agent, &batch(&format!("hostile-{hook}"), &task)).await;
+        let status = run(&h, &batch(&format!("hostile-{hook}"), &task)).await;
         assert_eq!(status.client_status, ClientStatus::Failed, "{hook}");
         let events = messages(&status, "victim");
         let failure = events
@@ -521,7 +497,7 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
 
     // WASI writes are not a way around the quota: local/ is read-only to the hook.
     let task = "    task \"victim\" {\n      driver = \"mock\"\n      hooks = [\"wasi-flood\"]\n      config { run_for = \"0s\" }\n    }\n";
-    let status = run(&h.agent, &batch("hostile-wasi-flood", task)).await;
+    let status = run(&h, &batch("hostile-wasi-flood", task)).await;
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
     let events = messages(&status, "victim");
     assert!(
@@ -535,13 +511,13 @@ async fn a_hook_cannot_hand_the_task_a_loader_a_shell_or_an_executable() {
 
     // A file a hook returns is never executable, even over a file that was.
     let task = "    task \"prep\" {\n      driver = \"raw_exec\"\n      lifecycle { hook = \"prestart\" }\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"mkdir -p $NOMAD_ALLOC_DIR/../tasks/victim/local && printf '#!/bin/sh\\\\necho original\\\\n' > $NOMAD_ALLOC_DIR/../tasks/victim/local/run.sh && chmod 755 $NOMAD_ALLOC_DIR/../tasks/victim/local/run.sh\"]\n      }\n    }\n    task \"victim\" {\n      driver = \"exec\"\n      hooks = [\"overwrite\"]\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"stat -c %a /local/run.sh; /local/run.sh || echo refused to run\"]\n      }\n    }\n";
-    let status = run(&h.agent, &batch("hostile-overwrite", task)).await;
+    let status = run(&h, &batch("hostile-overwrite", task)).await;
     let stdout =
         std::fs::read_to_string(status.alloc_dir.join("alloc/logs/victim.stdout.0")).unwrap();
     assert_eq!(stdout, "644\nrefused to run\n", "{status:#?}");
 
     // The healthy alloc never noticed.
-    let status = h.agent.alloc(&healthy.alloc_ids[0]).unwrap();
+    let status = h.agent().alloc(&healthy.alloc_ids[0]).unwrap();
     assert_eq!(status.client_status, ClientStatus::Running);
-    h.agent.stop_job("healthy").await.unwrap();
+    h.agent().stop_job("healthy").await.unwrap();
 }

@@ -7,9 +7,9 @@
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use serde_json::{Value, json};
 
-use crate::agent_process::AgentProcess;
 use crate::nomad_api::http;
 
 /// The jobspec: `meta { x = [[1]][*]…[*] }` with `count` splats (2,200 aborted

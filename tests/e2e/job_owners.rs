@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::EtcdServer;
 
-use crate::agent_process::AgentProcess;
 use crate::nomad_api::http;
 
 const TEAM_A: &str = "team-a-secret-0123456789";

@@ -6,10 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_model::events::EventKind;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 /// Kills what is left in the cgroups under `parent` (each hierarchy) and removes them,
 /// deepest first, when dropped: the test's parent is its own.

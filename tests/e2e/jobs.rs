@@ -69,31 +69,19 @@ impl Agent {
 
     /// What an alloc runner of this agent shares, with state kept in memory.
     fn node(&self, drivers: DriverSet) -> NodeContext {
-        let (events, _) = tokio::sync::broadcast::channel(1024);
-        let store = Arc::new(StateStore::in_memory());
-        let data_dir = self.path().join("data");
         let config = self.config();
-        NodeContext {
-            csi: berth_csi::CsiNode::start(&data_dir, store.clone(), Default::default()),
-            sys: Arc::new(berth_sys::LinuxSys::new(
-                berth_sys::cgroup::Cgroups::detect(config.cgroups.clone()),
-            )),
-            data_dir,
+        let cgroups = berth_sys::cgroup::Cgroups::detect(config.cgroups.clone());
+        berth_harness::node_context(
+            &self.path().join("data"),
             drivers,
-            hooks: berth_client::hook_set::HookSet::default(),
-            config: Arc::new(config),
-            store,
-            events,
-            services: Arc::new(berth_client::consul::ServiceClient::disabled()),
-            dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
-                berth_client::config::DEFAULT_DYNAMIC_RANGE,
-            )),
-            facts: berth_client::node::facts(&Default::default()),
-        }
+            Arc::new(config),
+            Arc::new(StateStore::in_memory()),
+            &cgroups,
+        )
     }
 
     fn berth(&self, args: &[&str]) -> (i32, String, String) {
-        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        let output = Command::new(berth_harness::binaries::berth())
             .arg("--config")
             .arg(self.path().join("agent.hcl"))
             .args(args)

@@ -6,9 +6,8 @@
 use std::time::{Duration, Instant};
 
 use berth_client::agent::JobStatus;
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 const RENDER: &str = r#"
 job "render" {

@@ -4,9 +4,8 @@
 //! across the files. The task can write into `alloc/logs/`: what it plants there is
 //! never followed, by the collector or by the reader.
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 fn log_files(dir: &std::path::Path, base: &str) -> Vec<(String, u64)> {
     let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)

@@ -8,7 +8,6 @@ mod support;
 
 mod agent;
 mod agent_limits;
-mod agent_process;
 mod alloc_actions;
 mod cli;
 mod cli_hostile;

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use berth_harness::AgentProcess;
 use serde_json::Value;
 
-use crate::agent_process::AgentProcess;
 use crate::nomad_api::http;
 
 const VIEWER: &str = "viewer-secret-0123456789";

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use crate::agent_process::AgentProcess;
+use berth_harness::AgentProcess;
 
 /// A production agent on TCP with its submit token; the token.
 async fn agent_on_tcp() -> (AgentProcess, String) {

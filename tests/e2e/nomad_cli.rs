@@ -1,9 +1,8 @@
 //! berth's CLI on Nomad's API: `berth job plan` and Nomad's plan and dispatch endpoints,
 //! on one agent.
 
+use berth_harness::AgentProcess;
 use serde_json::{Value, json};
-
-use crate::agent_process::AgentProcess;
 
 const PLANNED: &str = r#"variable "seconds" { type = string }
 job "planned" {

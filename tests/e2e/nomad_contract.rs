@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::csi::CsiSteps as _;
 use crate::nomad_api::http;
 use berth_testkit::nomad_fixtures::{differences, fixture, fixture_names, generic};
 

@@ -3,9 +3,8 @@
 //! run-time interpolation, templates, a bare command name, and every problem reported
 //! at once.
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 const JOB: &str = r#"
 variable "greeting" {

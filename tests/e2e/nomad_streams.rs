@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::agent_process::AgentProcess;
+use berth_harness::AgentProcess;
 
 /// A dev agent (TCP without a token, as Nomad's `-dev`) whose connections count as idle
 /// after one second.

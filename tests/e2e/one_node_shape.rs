@@ -6,10 +6,9 @@
 
 use std::collections::BTreeSet;
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::Value;
-
-use crate::agent_process::AgentProcess;
 
 /// The field names of a JSON object.
 fn fields(value: &Value) -> BTreeSet<String> {
@@ -165,22 +164,17 @@ async fn a_lone_agent_and_a_cluster_member_show_their_allocs_in_one_shape() {
 /// the node has.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reserved_block_larger_than_the_node_is_refused_at_start() {
-    let dir = tempfile::Builder::new()
-        .prefix("berth-e2e-reserved")
-        .tempdir_in("/tmp")
-        .unwrap();
     let config = berth_client::config::AgentConfig::parse(
         "agent.hcl",
         "reserved {\n  memory = 100000000\n}\n",
     )
     .unwrap();
-    let started = berth_client::agent::Agent::start(berth_client::agent::AgentOptions {
-        data_dir: dir.path().to_path_buf(),
+    let started = berth_harness::InProcessAgent::start_with(
+        "berth-e2e-reserved",
         config,
-        drivers: Default::default(),
-        hooks: Default::default(),
-        state: berth_client::agent::StateLocation::Memory,
-    })
+        Default::default(),
+        Default::default(),
+    )
     .await;
     let Err(error) = started else {
         panic!("an agent reserving 100 TB of memory started");

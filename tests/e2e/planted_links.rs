@@ -3,9 +3,9 @@
 //! (or the task itself on an earlier run) never turns a bidirectional volume into a mount
 //! over the host's own.
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
 
-use crate::agent_process::AgentProcess;
 use crate::support::HostMounts;
 
 #[tokio::test(flavor = "multi_thread")]

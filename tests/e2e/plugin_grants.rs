@@ -9,9 +9,8 @@
 
 use berth_api::SubmitRequest;
 use berth_api::client::{Client, ClientError};
+use berth_harness::AgentProcess;
 use berth_sys::process::confine::{MOUNTING_PLUGIN_CAPABILITIES, TASK_CAPABILITIES};
-
-use crate::agent_process::AgentProcess;
 
 /// Mount probes, by the system call (as a CSI plugin mounts), one line each.
 const MOUNT_PROBES: &str = r#"import ctypes, os

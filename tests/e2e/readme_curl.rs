@@ -9,9 +9,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use berth_harness::AgentProcess;
 use serde_json::{Value, json};
 
-use crate::agent_process::AgentProcess;
 use crate::nomad_api::http;
 
 const MARKER: &str = "<!-- quoted-curl-examples";

@@ -16,10 +16,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use berth_harness::AgentProcess;
 use berth_testkit::etcd::EtcdServer;
 use serde_json::{Value, json};
-
-use crate::agent_process::AgentProcess;
 
 /// A plane: its agents, the last of which takes the requests.
 struct Plane {

@@ -15,10 +15,10 @@ use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
 use berth_testkit::etcd::EtcdServer;
 
-use crate::agent_process::AgentProcess;
 use crate::cluster;
 
 const ONE_SLEEPER: &str = r#"

@@ -6,9 +6,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use berth_client::agent::{AllocSummary, JobStatus};
+use berth_harness::AgentProcess;
 use berth_model::status::{ClientStatus, DesiredStatus};
-
-use crate::agent_process::AgentProcess;
 
 /// A service job of `count` mock tasks that run for 100 hours, each alloc's disk 10 MB (300
 /// allocs of Nomad's default 300 MB would ask this node for 90 GB of images), CPU and

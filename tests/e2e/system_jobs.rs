@@ -3,9 +3,8 @@
 //! completion; a system job keeps running like a service; both keep their type; a count
 //! above 1 is refused, as Nomad refuses it on a system job.
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 const SWEEP: &str = r#"
 job "sweep" {

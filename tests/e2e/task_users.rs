@@ -4,9 +4,8 @@
 //! can do what ordinary programs do: write `/dev/null`, share files with the alloc's
 //! other tasks through `/alloc/data`, whatever their users.
 
+use berth_harness::AgentProcess;
 use berth_model::status::ClientStatus;
-
-use crate::agent_process::AgentProcess;
 
 fn job(name: &str, tasks: &str) -> String {
     format!(

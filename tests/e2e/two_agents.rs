@@ -1,32 +1,10 @@
 //! Two agents in one process (as tests and benches run them) are two nodes: each keeps
 //! its own name, datacenter and attributes, in its constraints and its API's answers.
 
-use std::sync::Arc;
-
-use berth_client::agent::{Agent, AgentOptions, StateLocation};
 use berth_client::config::AgentConfig;
-use berth_client::driver_set::DriverSet;
+use berth_harness::InProcessAgent;
 
-use crate::support;
-
-struct NamedAgent {
-    agent: Arc<Agent>,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for NamedAgent {
-    fn drop(&mut self) {
-        support::unmount_everything_under(self.dir.path());
-        support::remove_task_cgroups(self.dir.path());
-    }
-}
-
-async fn agent_named(name: &str, datacenter: &str) -> NamedAgent {
-    let dir = tempfile::Builder::new()
-        .prefix("berth-e2e-two-agents")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let (drivers, _) = DriverSet::load(&support::runtime(), None, &Default::default()).await;
+async fn agent_named(name: &str, datacenter: &str) -> InProcessAgent {
     let config = AgentConfig {
         name: Some(name.into()),
         datacenter: Some(datacenter.into()),
@@ -37,16 +15,9 @@ async fn agent_named(name: &str, datacenter: &str) -> NamedAgent {
         }],
         ..AgentConfig::default()
     };
-    let agent = Agent::start(AgentOptions {
-        data_dir: dir.path().to_path_buf(),
-        config,
-        drivers,
-        hooks: Default::default(),
-        state: StateLocation::Memory,
-    })
-    .await
-    .unwrap();
-    NamedAgent { agent, dir }
+    InProcessAgent::start("berth-e2e-two-agents", config)
+        .await
+        .unwrap()
 }
 
 /// A job only the node named `node` may run (a batch job, done at once: nothing of it is
@@ -77,28 +48,28 @@ async fn two_agents_in_one_process_keep_their_own_names() {
     let left = agent_named("left", "east").await;
     let right = agent_named("right", "west").await;
     for (agent, name, datacenter) in [(&left, "left", "east"), (&right, "right", "west")] {
-        let facts = agent.agent.facts();
+        let facts = agent.agent().facts();
         assert_eq!(facts["node.unique.name"], name);
         assert_eq!(facts["node.datacenter"], datacenter);
     }
     // Each node runs the job meant for it; the other's waits, unplaced, its
     // evaluation saying that this node's name did not meet its constraint.
     for (here, there) in [(&left, "right"), (&right, "left")] {
-        let own = here.agent.facts()["node.unique.name"].clone();
+        let own = here.agent().facts()["node.unique.name"].clone();
         let submitted = here
-            .agent
+            .agent()
             .submit("own.hcl", &job_for(&own))
             .await
             .unwrap_or_else(|e| panic!("{own} refused its own job: {e}"));
         assert_eq!(submitted.alloc_ids.len(), 1, "{submitted:?}");
         tokio::time::timeout(
             std::time::Duration::from_secs(60),
-            here.agent.wait_job(&submitted.job_id),
+            here.agent().wait_job(&submitted.job_id),
         )
         .await
         .expect("the job finished");
         let waiting = here
-            .agent
+            .agent()
             .submit("other.hcl", &job_for(there))
             .await
             .unwrap();
@@ -107,7 +78,7 @@ async fn two_agents_in_one_process_keep_their_own_names() {
             "a node ran a job constrained to the other: {waiting:?}"
         );
         let evaluation = here
-            .agent
+            .agent()
             .cluster()
             .evaluation(&waiting.eval_id)
             .unwrap()
@@ -122,12 +93,12 @@ async fn two_agents_in_one_process_keep_their_own_names() {
 async fn two_agents_in_one_process_hold_their_own_api_places() {
     let left = agent_named("left", "east").await;
     let right = agent_named("right", "west").await;
-    let streams = &left.agent.api_places().streams;
+    let streams = &left.agent().api_places().streams;
     let held: Vec<_> = std::iter::from_fn(|| streams.enter())
         .take(streams.max() + 1)
         .collect();
     assert_eq!(held.len(), streams.max());
-    assert!(right.agent.api_places().streams.enter().is_some());
-    assert!(right.agent.api_places().reads.enter().is_some());
-    assert!(right.agent.api_places().waiting.enter().is_some());
+    assert!(right.agent().api_places().streams.enter().is_some());
+    assert!(right.agent().api_places().reads.enter().is_some());
+    assert!(right.agent().api_places().waiting.enter().is_some());
 }

@@ -5,7 +5,7 @@
 //! data dir), checks the host's `/usr` and `/etc` were not written, and undoes whatever
 //! the plugin left mounted on the host.
 
-use crate::agent_process::AgentProcess;
+use berth_harness::AgentProcess;
 
 /// The attacks, run by the plugin (see each `A<n>` comment).
 const ATTACKS: &str = r##"

@@ -43,35 +43,7 @@ pub fn summary(name: &str, value: f64) {
     println!("summary: {name} = {value:.2}");
 }
 
-/// A node for benches that run alloc runners in this process: the host's cgroups,
-/// plain directories for the allocs' disks, no Consul, the default user id range.
-#[allow(dead_code, reason = "used by alloc_start and density only")]
-pub fn node(
-    data_dir: &std::path::Path,
-    drivers: berth_client::driver_set::DriverSet,
-    config: std::sync::Arc<berth_client::config::AgentConfig>,
-    store: &std::sync::Arc<berth_state::StateStore>,
-    cgroups: &berth_sys::cgroup::Cgroups,
-) -> berth_client::alloc_runner::NodeContext {
-    use std::sync::Arc;
-    berth_client::alloc_runner::NodeContext {
-        data_dir: data_dir.to_path_buf(),
-        drivers,
-        hooks: berth_client::hook_set::HookSet::default(),
-        config,
-        store: store.clone(),
-        events: tokio::sync::broadcast::channel(16).0,
-        csi: berth_csi::CsiNode::start(data_dir, store.clone(), Default::default()),
-        sys: Arc::new(berth_sys::LinuxSys::new(cgroups.clone())),
-        services: Arc::new(berth_client::consul::ServiceClient::disabled()),
-        dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
-            berth_client::config::DEFAULT_DYNAMIC_RANGE,
-        )),
-        facts: berth_client::node::facts(&Default::default()),
-    }
-}
-
-/// `node` with each alloc's disk an image (what these nodes use): a sparse ext4 file of
+/// A node (`berth_harness::node_context`) with each alloc's disk an image (what these nodes use): a sparse ext4 file of
 /// the alloc's size, loop-mounted at its start.
 #[allow(dead_code, reason = "used by alloc_start and density only")]
 pub fn with_image_disks(

@@ -12,8 +12,9 @@ use berth_api::{AgentSelf, SubmitRequest};
 use berth_client::agent::Submitted;
 use berth_client::alloc_runner::AllocStatus;
 use berth_model::status::ClientStatus;
+use berth_state::catalog::{PluginStatus, VolumeStatus};
 
-use crate::support;
+use crate::{binaries, cleanup};
 
 /// A data dir, a host volume, and (while running) an agent process on a free port.
 pub struct AgentProcess {
@@ -60,7 +61,7 @@ impl AgentProcess {
         .unwrap();
         std::fs::create_dir_all(dir.path().join("data")).unwrap();
         std::os::unix::fs::symlink(
-            support::cache_dir(),
+            binaries::component_cache(),
             dir.path().join("data/component-cache"),
         )
         .unwrap();
@@ -136,7 +137,7 @@ impl AgentProcess {
     pub async fn start(&mut self) -> AgentSelf {
         self.runs += 1;
         let log = std::fs::File::create(self.log(self.runs)).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        let mut command = Command::new(binaries::berth());
         command
             .arg("--config")
             .arg(self.path().join("agent.hcl"))
@@ -199,8 +200,9 @@ impl AgentProcess {
         loop {
             match self.client().get::<AgentSelf>("/v1/berth/agent/self").await {
                 Ok(me) => return me,
+                // Polled often: the restore bench times the start with this.
                 Err(ClientError::Unreachable { .. }) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
+                    tokio::time::sleep(Duration::from_millis(5)).await
                 }
                 Err(error) => panic!("agent did not come up: {error}\n{}", self.output()),
             }
@@ -241,7 +243,7 @@ impl AgentProcess {
         } else {
             format!("unix://{}", self.socket().display())
         };
-        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        let output = Command::new(binaries::berth())
             .args(["--address", &address])
             .arg("--config")
             .arg(self.path().join("agent.hcl"))
@@ -285,6 +287,68 @@ impl AgentProcess {
         self.alloc(id).await
     }
 
+    /// Submits a job that must be accepted, and returns its first alloc's id.
+    pub async fn run_job(&self, name: &str, source: &str) -> String {
+        let submitted = self
+            .submit(name, source)
+            .await
+            .unwrap_or_else(|e| panic!("submitting {name}: {e:?}\n{}", self.output()));
+        submitted.alloc_ids[0].clone()
+    }
+
+    /// Writes `text` to the file `name` in the agent's dir, and returns its path.
+    pub fn write_file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// What the task wrote to its first stdout log (empty before it wrote anything).
+    pub fn task_stdout(&self, alloc: &str, task: &str) -> String {
+        let path = self
+            .path()
+            .join("data/allocs")
+            .join(alloc)
+            .join(format!("alloc/logs/{task}.stdout.0"));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// The CSI plugin `id`, if the agent knows it.
+    pub async fn plugin(&self, id: &str) -> Option<PluginStatus> {
+        let plugins: Vec<PluginStatus> = self.client().get("/v1/berth/plugins").await.unwrap();
+        plugins.into_iter().find(|p| p.id == id)
+    }
+
+    /// Polls the CSI plugin `id` until `done` holds for it.
+    pub async fn wait_plugin(
+        &self,
+        id: &str,
+        what: &str,
+        done: impl Fn(Option<&PluginStatus>) -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let plugin = self.plugin(id).await;
+            if done(plugin.as_ref()) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {id} never got {what}: {plugin:#?}\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The CSI volume `id` as the agent shows it.
+    pub async fn volume(&self, id: &str) -> VolumeStatus {
+        self.client()
+            .get(&format!("/v1/berth/volume/{id}"))
+            .await
+            .unwrap()
+    }
+
     /// Polls an alloc until `done` holds for it.
     pub async fn wait_alloc(&self, id: &str, what: &str, done: impl Fn(&AllocStatus) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -303,20 +367,26 @@ impl AgentProcess {
     }
 }
 
+impl Default for AgentProcess {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Drop for AgentProcess {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for pid in support::processes_rooted_under(self.path()) {
+        for pid in cleanup::processes_rooted_under(self.path()) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         std::thread::sleep(Duration::from_millis(100));
         // Cgroups first: they are found from the task dirs, which an alloc's disk image
         // holds until it is unmounted.
-        support::remove_task_cgroups(&self.path().join("data"));
-        support::unmount_everything_under(self.path());
-        support::remove_user_id_leases(&self.path().join("data"));
+        cleanup::remove_task_cgroups(&self.path().join("data"));
+        cleanup::unmount_everything_under(self.path());
+        cleanup::remove_user_id_leases(&self.path().join("data"));
     }
 }

@@ -2,11 +2,12 @@
 //! calls mount(2)), processes and their confinement (`process`: the spawn plan a task's
 //! keeper follows, users, seccomp, the log collectors), task cgroups (`cgroup`), the
 //! alloc's disk limit (`disk`), the alloc directory layout (`alloc_dir`), secrets kept in
-//! files (`secret_file`) and blocking work run from async code (`blocking`).
+//! files (`secret_file`), a group's network namespace and the CNI plugins that attach it
+//! (`network`) and blocking work run from async code (`blocking`).
 //!
 //! The files of this crate import one another in one direction only: `blocking`,
-//! `secret_file` and `alloc_dir` at the bottom, then `mount`, then `cgroup`, `disk` and
-//! `process`, then `linux` (`LinuxSys`) and this file.
+//! `secret_file` and `alloc_dir` at the bottom, then `mount`, then `cgroup`, `disk`,
+//! `network` and `process`, then `linux` (`LinuxSys`) and this file.
 //!
 //! This file is the seam between the runners and the privileged operations they need: a
 //! task run's cgroup (create, join through its `cgroup.procs` files, read OOM kills, kill
@@ -28,6 +29,7 @@ pub mod cgroup;
 pub mod disk;
 mod linux;
 pub mod mount;
+pub mod network;
 pub mod process;
 pub mod secret_file;
 

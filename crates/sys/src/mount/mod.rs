@@ -12,6 +12,7 @@ pub mod beneath;
 pub mod cgroupfs;
 pub mod loop_fs;
 pub mod mountinfo;
+pub mod netns;
 pub mod plugin_mounts;
 pub mod shared;
 

@@ -411,6 +411,7 @@ async fn confined_spawn(
         user: None,
         cgroup_procs: cgroup.procs_files().to_vec(),
         collector_cgroup_procs: Vec::new(),
+        network_namespace: None,
     };
     let process = processes.spawn(&owner, &spec).unwrap();
     let elapsed = started.elapsed();

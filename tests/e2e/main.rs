@@ -27,6 +27,7 @@ mod drivers;
 mod dynamic_users;
 mod evaluations;
 mod front_door;
+mod group_network;
 mod hooks;
 mod hostile;
 mod hostile_jobspecs;

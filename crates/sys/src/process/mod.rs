@@ -18,6 +18,7 @@ pub mod isolation;
 pub mod keeper;
 pub mod logmon;
 pub mod mount_warden;
+mod open_files;
 pub mod seccomp;
 pub mod shim;
 pub mod spawn_plan;
@@ -41,6 +42,7 @@ use isolation::ChrootSpec;
 use spawn_plan::{Report, SpawnPlan};
 
 pub use berth_model::driver::ProcessRef;
+pub use open_files::raise_open_files_limit;
 
 /// How a process ended. Both fields are `None` for an adopted process, whose status
 /// only its real parent could collect.
@@ -72,6 +74,9 @@ pub struct SpawnSpec {
     /// collector is moved there as soon as it is spawned, so that it is counted in the
     /// job's pids share and removed with the alloc, never left in the agent's cgroup.
     pub collector_cgroup_procs: Vec<PathBuf>,
+    /// The group's network namespace (`/run/netns/<alloc>`), which the task joins before
+    /// anything else of its confinement: `None` keeps it in the agent's (the host's).
+    pub network_namespace: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +95,8 @@ pub enum ProcessError {
     Cgroup { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Seccomp(#[from] seccomp::FilterError),
+    #[error("opening the group's network namespace {}: {source}", path.display())]
+    NetworkNamespace { path: PathBuf, source: io::Error },
     #[error("creating the task's exit record: {0}")]
     ExitRecord(io::Error),
     #[error("no berth-keeper to start the task with (this process table was built without one)")]
@@ -244,10 +251,21 @@ impl ProcessTable {
             }
             None => (None, None),
         };
+        let network_namespace = match &spec.network_namespace {
+            Some(path) => {
+                let file = File::open(path).map_err(|source| ProcessError::NetworkNamespace {
+                    path: path.clone(),
+                    source,
+                })?;
+                Some(handed.add(file.into()))
+            }
+            None => None,
+        };
         let plan = SpawnPlan {
             argv,
             env,
             cgroup_procs,
+            network_namespace,
             before_fork,
             pid_namespace,
             after_fork,
@@ -256,9 +274,7 @@ impl ProcessTable {
             filter,
             mount_warden,
             exit_record,
-            open_files_limit: NODE_OPEN_FILES_LIMIT
-                .get()
-                .map(|limit| (limit.rlim_cur, limit.rlim_max)),
+            open_files_limit: open_files::node_limit(),
         };
         let forget_record = || {
             if let Some(path) = &pending_record {
@@ -577,40 +593,6 @@ pub(crate) fn cloexec_from(first: libc::c_int) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The open-files limit the agent started with, when it raised its own.
-static NODE_OPEN_FILES_LIMIT: OnceLock<libc::rlimit> = OnceLock::new();
-
-/// Raises the agent's soft open-files limit to the hard one, as Go programs (Nomad's
-/// client among them) do at start: every running task costs the agent a few descriptors
-/// (pidfds, pipes), and the common soft limit of 1024 would cap a node below a thousand
-/// tasks. Tasks get the limit the agent started with back ([`SpawnPlan::run`]), since
-/// programs that use `select(2)` break above 1024. Returns the limits before and after.
-pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit on a valid local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let before = limit.rlim_cur;
-        if limit.rlim_cur >= limit.rlim_max {
-            return Ok((before, before));
-        }
-        let _ = NODE_OPEN_FILES_LIMIT.set(limit);
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((before, raised.rlim_cur))
-    }
 }
 
 /// The directory of a task's log file, opened without following a symlink at its last

@@ -5,8 +5,9 @@
 //! the way ([`super::shim`]), and executes the task:
 //!
 //! ```text
-//! agent ─posix_spawn─► keeper: read the plan ─► join the task's cgroup ─► unshare
-//!   mount/ipc/uts/pid ─► binds, /dev, volumes ─► fork ─┐ (stays: the shim)
+//! agent ─posix_spawn─► keeper: read the plan ─► join the task's cgroup ─► join the
+//!   group's network namespace, if it has one ─► unshare mount/ipc/uts/pid ─► binds,
+//!   /dev, volumes ─► fork ─┐ (stays: the shim)
 //!   init, pid 1: /proc ─► chroot ─► drop capabilities ─► user ─► seccomp ─► fork ─┐
 //!                                      (stays: reaps, forwards, reports the status)
 //!   task, pid 2: open-files limit ─► descriptors close-on-exec ─► exec
@@ -64,9 +65,9 @@ struct Build {
 
 impl Build {
     fn this() -> Build {
-        // 3: the mount warden's plan and the filter's warden program.
+        // 4: the group's network namespace.
         Build {
-            format: 3,
+            format: 4,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -83,6 +84,9 @@ pub struct SpawnPlan {
     pub env: Vec<CString>,
     /// `cgroup.procs` files of the task's cgroup (one per v1 hierarchy).
     pub cgroup_procs: Vec<RawFd>,
+    /// The group's network namespace (its `/run/netns` file, open), which the keeper
+    /// joins before it unshares anything: every task of a group in bridge mode shares it.
+    pub network_namespace: Option<RawFd>,
     pub before_fork: Vec<MountStep>,
     /// Fork into the pid namespace `before_fork` made ([`shim`]).
     pub pid_namespace: bool,
@@ -141,6 +145,7 @@ impl SpawnPlan {
         let mut names = vec![
             "join the task's cgroup".to_string(),
             "start the mount warden".to_string(),
+            "join the group's network namespace".to_string(),
         ];
         names.extend(self.before_fork.iter().map(ToString::to_string));
         names.push(if self.pid_namespace {
@@ -216,7 +221,16 @@ impl SpawnPlan {
             Some(plan) => Some(mount_warden::start(plan).map_err(|e| (1, e))?),
             None => None,
         };
-        let mut index = 2;
+        if let Some(fd) = self.network_namespace {
+            // SAFETY: a descriptor the agent handed over at this number.
+            let namespace = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            rustix::thread::move_into_link_name_space(
+                namespace,
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .map_err(|e| (2, e.into()))?;
+        }
+        let mut index = 3;
         for step in &self.before_fork {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
@@ -287,6 +301,7 @@ impl SpawnPlan {
         self.cgroup_procs
             .iter()
             .chain(&self.exit_record)
+            .chain(&self.network_namespace)
             .copied()
             .fold(REPORT_FD, RawFd::max)
     }
@@ -481,6 +496,7 @@ mod tests {
             argv: vec![c"/bin/true".into()],
             env: vec![c"PATH=/bin".into()],
             cgroup_procs: vec![5, 6],
+            network_namespace: Some(8),
             before_fork: vec![MountStep::UnshareNamespace],
             pid_namespace: true,
             after_fork: vec![MountStep::Chdir { dir: c"/".into() }],
@@ -501,7 +517,7 @@ mod tests {
         let bytes = plan().encode(&Build::this()).unwrap();
         let read = decode_plan(&bytes).unwrap();
         assert_eq!(format!("{read:?}"), format!("{:?}", plan()));
-        assert_eq!(read.highest_fd(), 7);
+        assert_eq!(read.highest_fd(), 8);
         let older = Build {
             format: 0,
             version: "0.0.9".into(),

@@ -1,9 +1,10 @@
 //! The CNI protocol, from the runtime's side (the spec's "Execution Protocol"): each
 //! plugin of a network configuration list is an executable found by its `type` on the
 //! operator's `cni_path`, given the command and the attachment in `CNI_*` variables and
-//! its configuration as JSON on stdin, and answering JSON on stdout. No crate does the
-//! runtime's side with the spec's chaining and `prevResult` rules and is kept up, so it
-//! is written here, on serde alone.
+//! its configuration as JSON on stdin, and answering JSON on stdout. It is written here,
+//! on serde alone: `rscni` is the plugin's side (its runtime side is planned), and
+//! `rust-cni` (0.1.2, three releases) reads its networks from `/etc/cni/net.d` and pulls
+//! `nix` and `typetag` in for what is a hundred lines of protocol.
 //!
 //! - ADD runs the plugins in order, each given the previous one's result
 //!   (`prevResult`); the last result is the attachment's.

@@ -110,6 +110,7 @@ impl TaskDir {
             allow_unconfined: false,
             cgroup_procs: Vec::new(),
             collector_cgroup_procs: Vec::new(),
+            network_namespace: None,
         }
     }
 

@@ -383,6 +383,7 @@ impl Drop for AgentProcess {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         std::thread::sleep(Duration::from_millis(100));
+        cleanup::remove_alloc_networks(&self.path().join("data"));
         // Cgroups first: they are found from the task dirs, which an alloc's disk image
         // holds until it is unmounted.
         cleanup::remove_task_cgroups(&self.path().join("data"));

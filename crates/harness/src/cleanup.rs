@@ -1,5 +1,6 @@
 //! What a killed agent leaves on the machine, found and removed: its tasks' processes,
-//! their cgroups, the mounts below its dir, its dynamic user id leases. An agent that
+//! their cgroups, the mounts below its dir, its dynamic user id leases, its bridge-mode
+//! allocs' networks. An agent that
 //! stops cleanly leaves none of these; a test that kills one (or fails halfway) calls
 //! these so the next test starts on a clean machine.
 
@@ -167,6 +168,78 @@ pub fn remove_user_id_leases(data_dir: &Path) {
     for entry in entries.flatten() {
         if std::fs::read_to_string(entry.path()).ok().as_deref() == data_dir.to_str() {
             let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The bridge networks of the allocs under `data_dir/allocs`: a killed agent leaves its
+/// running allocs' namespaces, as it leaves their tasks. See [`remove_networks_of`].
+pub fn remove_alloc_networks(data_dir: &Path) {
+    let Ok(allocs) = std::fs::read_dir(data_dir.join("allocs")) else {
+        return;
+    };
+    let ids: Vec<String> = allocs
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    remove_networks_of(&ids);
+}
+
+/// Detaches the allocs `ids` from the default bridge (CNI DEL, given the address
+/// host-local leased each, which the firewall plugin's DEL needs) and removes their
+/// namespaces, as the agent's own release does.
+pub fn remove_networks_of(ids: &[String]) {
+    use berth_sys::network::cni::{Attachment, Cni, bridge_network};
+    use berth_sys::network::netns::{NETNS_DIR, NetNs};
+    let settings = berth_client::config::BridgeSettings::default();
+    let cni = Cni::new(&settings.cni_path);
+    let list = bridge_network(
+        &settings.name,
+        &settings.name,
+        &settings.subnet,
+        "NOMAD-ADMIN",
+    );
+    let prefix = settings.subnet.split('/').nth(1).unwrap_or("20");
+    let leases = Path::new("/var/lib/cni/networks").join(&settings.name);
+    for id in ids {
+        let namespace = NetNs::existing(id);
+        let leased = std::fs::read_dir(&leases)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|lease| {
+                let holder = std::fs::read_to_string(lease.path()).ok()?;
+                (holder.lines().next()?.trim() == id.as_str())
+                    .then(|| lease.file_name().to_string_lossy().into_owned())
+            });
+        if namespace.is_none() && leased.is_none() {
+            continue;
+        }
+        let path = Path::new(NETNS_DIR).join(id);
+        let added = leased.map(|address| {
+            serde_json::json!({
+                "cniVersion": list.cni_version,
+                "interfaces": [{ "name": "eth0", "sandbox": path }],
+                "ips": [{ "address": format!("{address}/{prefix}"), "interface": 0 }],
+            })
+        });
+        // portmap's DEL does nothing without a mapping; with any, it removes the
+        // alloc's chains by their names (its id's).
+        let any_mapping = [berth_sys::network::cni::PortMapping {
+            host_port: 1,
+            container_port: 1,
+            protocol: "tcp".into(),
+            host_ip: None,
+        }];
+        let attachment = Attachment {
+            container_id: id,
+            netns: &path,
+            ifname: "eth0",
+            port_mappings: &any_mapping,
+        };
+        let _ = cni.del(&list, &attachment, added.as_ref());
+        if let Some(namespace) = namespace {
+            let _ = namespace.remove();
         }
     }
 }

@@ -71,6 +71,7 @@ impl std::ops::Deref for InProcessAgent {
 
 impl Drop for InProcessAgent {
     fn drop(&mut self) {
+        cleanup::remove_alloc_networks(self.dir.path());
         cleanup::unmount_everything_under(self.dir.path());
         cleanup::remove_task_cgroups(self.dir.path());
     }

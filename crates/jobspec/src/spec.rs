@@ -203,8 +203,12 @@ pub struct Group {
     pub meta: Vec<(String, String)>,
     pub constraints: Vec<Constraint>,
     pub tasks: Vec<Task>,
-    /// The ports of its `network` block (berth gives tasks the host's network).
+    /// The ports of its `network` block.
     pub ports: Vec<PortLabel>,
+    /// Its `network` block's `mode`: the host's network, or a namespace of its own on
+    /// the node's bridge.
+    #[serde(default)]
+    pub network_mode: NetworkMode,
     /// Between deregistering the group's services and stopping its tasks.
     #[serde(with = "duration_ns")]
     pub shutdown_delay: Duration,
@@ -390,11 +394,38 @@ pub enum CheckKind {
     Tcp,
 }
 
-/// A port of the group's `network` block: its label, and its number when static.
+/// A port of the group's `network` block: its label, its number on the host when
+/// static, and (bridge mode) the port inside the group's namespace it is forwarded to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortLabel {
     pub label: String,
     pub number: Option<u16>,
+    /// `to`: inside the namespace; `None` is the host port's own number.
+    #[serde(default)]
+    pub to: Option<u16>,
+}
+
+impl PortLabel {
+    /// The port the tasks listen on: `to` in bridge mode (the host's number without
+    /// one), the host's number in host mode.
+    pub fn inside(&self, mode: NetworkMode) -> Option<u16> {
+        match mode {
+            NetworkMode::Bridge => self.to.or(self.number),
+            NetworkMode::Host => self.number,
+        }
+    }
+}
+
+/// A group's `network { mode }`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// The host's network: ports are the host's.
+    #[default]
+    Host,
+    /// A namespace of the group's own on the node's bridge (Nomad's `bridge` network,
+    /// through the CNI plugins), host ports forwarded to `to`.
+    Bridge,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

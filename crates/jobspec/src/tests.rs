@@ -459,11 +459,13 @@ fn service_ports_and_checks_say_what_berth_can_register() {
         [
             PortLabel {
                 label: "http".into(),
-                number: Some(8080)
+                number: Some(8080),
+                to: None,
             },
             PortLabel {
                 label: "admin".into(),
-                number: None
+                number: None,
+                to: None,
             }
         ]
     );
@@ -486,11 +488,23 @@ fn service_ports_and_checks_say_what_berth_can_register() {
         "{:#?}",
         unknown.warnings
     );
+    assert_eq!(group.network_mode, NetworkMode::Bridge);
     assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("mode \"bridge\" has no effect on berth")),
+        !warnings.iter().any(|w| w.contains("mode")),
         "{warnings:#?}"
+    );
+    let cni = parse(
+        "job.hcl",
+        &source.replace("mode = \"bridge\"", "mode = \"cni/mine\""),
+    )
+    .unwrap();
+    assert_eq!(cni.groups[0].network_mode, NetworkMode::Host);
+    assert!(
+        cni.warnings.iter().any(|w| w
+            .to_string()
+            .contains("mode \"cni/mine\" has no effect on berth (it has \"host\" and \"bridge\")")),
+        "{:#?}",
+        cni.warnings
     );
 
     let script = source.replace("type     = \"tcp\"", "type     = \"script\"");
@@ -651,4 +665,50 @@ job "batch" {
     );
     assert_eq!(child.payload.as_deref(), Some(&b"hello"[..]));
     assert_eq!(child.groups, parent.groups);
+}
+
+#[test]
+fn a_bridge_port_maps_to_its_to_and_a_host_port_ignores_it_saying_so() {
+    let source = |mode: &str| {
+        format!(
+            r#"
+job "web" {{
+  group "g" {{
+    network {{
+      mode = "{mode}"
+      port "http" {{
+        static = 8000
+        to     = 8080
+      }}
+      port "admin" {{}}
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{ command = "/bin/true" }}
+    }}
+  }}
+}}
+"#
+        )
+    };
+    let bridge = parse("job.hcl", &source("bridge")).unwrap();
+    let group = &bridge.groups[0];
+    assert_eq!(group.network_mode, NetworkMode::Bridge);
+    assert_eq!(group.ports[0].inside(NetworkMode::Bridge), Some(8080));
+    // Without `to`, inside is the host's number (a dynamic one, once numbered).
+    assert_eq!(group.ports[1].inside(NetworkMode::Bridge), None);
+    assert!(bridge.warnings.is_empty(), "{:#?}", bridge.warnings);
+    let host = parse("job.hcl", &source("host")).unwrap();
+    assert_eq!(host.groups[0].ports[0].to, None);
+    assert_eq!(
+        host.groups[0].ports[0].inside(NetworkMode::Host),
+        Some(8000)
+    );
+    assert!(
+        host.warnings.iter().any(|w| w
+            .to_string()
+            .contains("to has no effect on a single berth node: in mode \"host\" a task listens on the host's port itself")),
+        "{:#?}",
+        host.warnings
+    );
 }

@@ -124,6 +124,9 @@ pub struct TaskRequest {
     /// The `cgroup.procs` files of the alloc's log collectors' cgroup, which the
     /// collector of every spawn joins.
     pub collector_cgroup_procs: Vec<PathBuf>,
+    /// The group's network namespace (bridge mode), which every spawn joins; `None`:
+    /// the host's network.
+    pub network_namespace: Option<PathBuf>,
 }
 
 /// What a driver returns for a started task; persisted by the host.

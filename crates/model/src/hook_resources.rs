@@ -1,4 +1,4 @@
-//! Data alloc hooks produce for task hooks (CSI mounts today; tokens later): one object
+//! Data alloc hooks produce for task hooks (CSI mounts, the group's network): one object
 //! per alloc, shared by every task runner, read and written only through methods that
 //! hold its lock and return copies.
 //!
@@ -23,9 +23,25 @@ pub struct HookResources {
     inner: Mutex<Inner>,
 }
 
+/// A group's own network (bridge mode): its namespace, and what attaching it made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupNetwork {
+    /// The namespace's name (`/run/netns/<name>`): the alloc's id.
+    pub namespace: String,
+    pub path: PathBuf,
+    /// The alloc's address on the bridge, once attached.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// The CNI ADD's result, which its DEL is given; `None` until the ADD succeeded.
+    #[serde(default)]
+    pub attached: Option<serde_json::Value>,
+}
+
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Inner {
     csi_mounts: BTreeMap<String, MountedVolume>,
+    #[serde(default)]
+    network: Option<GroupNetwork>,
 }
 
 impl HookResources {
@@ -41,6 +57,14 @@ impl HookResources {
 
     pub fn csi_mount(&self, volume: &str) -> Option<MountedVolume> {
         self.inner.lock().unwrap().csi_mounts.get(volume).cloned()
+    }
+
+    pub fn set_network(&self, network: Option<GroupNetwork>) {
+        self.inner.lock().unwrap().network = network;
+    }
+
+    pub fn network(&self) -> Option<GroupNetwork> {
+        self.inner.lock().unwrap().network.clone()
     }
 
     /// Everything, as bytes for the state store.

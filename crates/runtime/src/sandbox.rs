@@ -53,6 +53,8 @@ pub struct TaskScope {
     pub cgroup_procs: Vec<PathBuf>,
     /// The alloc's log collectors' cgroup, joined by each spawn's collector.
     pub collector_cgroup_procs: Vec<PathBuf>,
+    /// The group's network namespace, joined by every spawn (`None`: the host's).
+    pub network_namespace: Option<PathBuf>,
 }
 
 /// Guest time bookkeeping for one call: the CPU time the guest's thread spent running

@@ -127,6 +127,8 @@ impl Agent {
                 entry.runner.give_back_csi();
                 // The agent may have died between the alloc's end and its collectors'.
                 entry.runner.remove_collectors();
+                // Or between its end and its network's removal.
+                entry.runner.release_network();
             }
         }
     }

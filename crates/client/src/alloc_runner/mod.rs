@@ -14,6 +14,7 @@
 mod csi_hook;
 mod disk;
 mod lifecycle;
+mod network;
 pub mod ports;
 pub mod users;
 
@@ -86,6 +87,7 @@ pub trait AllocHook: Send + Sync {
 fn alloc_hooks() -> Vec<Box<dyn AllocHook>> {
     vec![
         Box::new(AllocDirHook),
+        Box::new(network::NetworkHook),
         Box::new(csi_hook::CsiHook),
         Box::new(GroupServicesHook),
     ]

@@ -53,12 +53,13 @@ pub fn resolve(ports: &[PortLabel], allocated: &BTreeMap<String, u16>) -> Vec<Po
         .map(|p| PortLabel {
             label: p.label.clone(),
             number: p.number.or_else(|| allocated.get(&p.label).copied()),
+            to: p.to,
         })
         .collect()
 }
 
 /// Whether nothing on the host listens on `port` (TCP or UDP, any address) now.
-fn free_on_host(port: u16) -> bool {
+pub(super) fn free_on_host(port: u16) -> bool {
     std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
         && std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok()
 }
@@ -84,14 +85,17 @@ mod tests {
             PortLabel {
                 label: "http".into(),
                 number: None,
+                to: None,
             },
             PortLabel {
                 label: "admin".into(),
                 number: Some(8080),
+                to: None,
             },
             PortLabel {
                 label: "grpc".into(),
                 number: None,
+                to: None,
             },
         ];
         let mut in_use = BTreeSet::new();

@@ -41,6 +41,10 @@
 //! ephemeral_disk_inodes_per_mb = 256  # files an alloc may hold per MB of its
 //!                              # ephemeral_disk size (default: one per 4 KiB)
 //!
+//! cni_path = "/opt/cni/bin:/usr/lib/cni"  # CNI plugins, for groups in bridge mode
+//! bridge_network_name   = "nomad"        # the bridge, as Nomad's client names it
+//! bridge_network_subnet = "172.26.64.0/20"
+//!
 //! gc {
 //!   interval   = "1m"   # how often finished allocs are collected (Nomad's gc_interval)
 //!   max_allocs = 50     # finished allocs kept, newest first (Nomad's gc_max_allocs)
@@ -125,6 +129,7 @@ mod cgroups;
 mod cluster;
 mod consul;
 mod http;
+mod network;
 mod plugins;
 #[cfg(test)]
 mod tests;
@@ -179,6 +184,8 @@ pub struct AgentConfig {
     pub consul: Option<ConsulSettings>,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
     pub users: UserPolicy,
+    /// The bridge network of groups in `network { mode = "bridge" }`.
+    pub bridge: BridgeSettings,
     /// The node's `name`; `None`: the hostname.
     pub name: Option<String>,
     /// The node's `datacenter`; `None`: `dc1`.
@@ -294,6 +301,7 @@ pub struct ConsulTokenError {
 }
 
 pub use berth_model::limits::NodeResources;
+pub use network::BridgeSettings;
 
 /// Garbage collection of finished allocs, in Nomad's client's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -531,8 +539,13 @@ impl AgentConfig {
                 "name",
                 "datacenter",
                 "cluster",
+                "cni_path",
+                "cni_config_dir",
+                "bridge_network_name",
+                "bridge_network_subnet",
             ],
         );
+        let bridge = network::bridge_settings(&mut fields, &mut problems);
         let data_dir = fields.string("data_dir", &mut problems).map(PathBuf::from);
         let plugin_dir = fields
             .string("plugin_dir", &mut problems)
@@ -791,6 +804,7 @@ impl AgentConfig {
             reserved,
             consul,
             users,
+            bridge,
         })
     }
 

@@ -219,6 +219,7 @@ mod tests {
         let ports = [PortLabel {
             label: "http".into(),
             number: Some(8080),
+            to: None,
         }];
         let lookup = |name: &str| match name {
             "NOMAD_JOB_NAME" => Some("shop".to_string()),
@@ -256,6 +257,7 @@ mod tests {
         let dynamic = [PortLabel {
             label: "http".into(),
             number: None,
+            to: None,
         }];
         let source = ServiceSource {
             ports: &dynamic,

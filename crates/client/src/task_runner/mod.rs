@@ -448,6 +448,13 @@ impl TaskRunner {
             allow_unconfined: self.allows_unconfined(),
             cgroup_procs,
             collector_cgroup_procs,
+            // The group's namespace (bridge mode), once the network hook attached it.
+            network_namespace: self
+                .ctx
+                .resources
+                .network()
+                .filter(|network| network.attached.is_some())
+                .map(|network| network.path),
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

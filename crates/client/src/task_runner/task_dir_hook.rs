@@ -55,20 +55,33 @@ impl TaskHook for TaskDirHook {
                     (format!("{prefix}_ALLOC_DIR"), show(&alloc_view)),
                 ]);
             }
-            // The group's ports, as Nomad names them. Tasks share the host's network, so
-            // the task's port is the host's.
+            // The group's ports, as Nomad names them. In host mode the task's port is the
+            // host's; in bridge mode the task listens on `to` in the group's namespace
+            // (`NOMAD_PORT_`, `NOMAD_ALLOC_PORT_`), reached on the host's port from outside.
             let ip = crate::consul::service_address(ctx.config.consul.as_ref());
+            let alloc_ip = ctx.resources.network().and_then(|n| n.address);
             for port in &ctx.group.ports {
                 let Some(number) = port.number else { continue };
+                let inside = port.inside(ctx.group.network_mode).unwrap_or(number);
                 let label = &port.label;
                 env.extend([
-                    (format!("NOMAD_PORT_{label}"), number.to_string()),
+                    (format!("NOMAD_PORT_{label}"), inside.to_string()),
                     (format!("NOMAD_HOST_PORT_{label}"), number.to_string()),
                     (format!("NOMAD_IP_{label}"), ip.clone()),
                     (format!("NOMAD_HOST_IP_{label}"), ip.clone()),
                     (format!("NOMAD_ADDR_{label}"), format!("{ip}:{number}")),
                     (format!("NOMAD_HOST_ADDR_{label}"), format!("{ip}:{number}")),
+                    (format!("NOMAD_ALLOC_PORT_{label}"), inside.to_string()),
                 ]);
+                if let Some(alloc_ip) = &alloc_ip {
+                    env.extend([
+                        (format!("NOMAD_ALLOC_IP_{label}"), alloc_ip.clone()),
+                        (
+                            format!("NOMAD_ALLOC_ADDR_{label}"),
+                            format!("{alloc_ip}:{inside}"),
+                        ),
+                    ]);
+                }
             }
             if let Some(parent) = &ctx.job.parent {
                 env.push(("NOMAD_JOB_PARENT_ID".to_string(), parent.clone()));

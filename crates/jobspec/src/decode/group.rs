@@ -93,7 +93,7 @@ pub(super) fn group(
         .into_iter()
         .filter_map(|(name, block)| volume(&path, &name, block, problems))
         .collect();
-    let ports = network(&mut fields, problems);
+    let (network_mode, ports) = network(&mut fields, problems);
     let service_blocks = fields.blocks("service");
     let services: Vec<Service> = service_blocks
         .iter()
@@ -161,6 +161,7 @@ pub(super) fn group(
         constraints,
         tasks,
         ports,
+        network_mode,
         shutdown_delay,
         ephemeral_disk_mb,
         reschedule,

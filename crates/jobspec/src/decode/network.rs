@@ -1,4 +1,5 @@
-//! A group's `network` block: its port labels, and the reader of a `port` field.
+//! A group's `network` block: its mode and port labels, and the reader of a `port`
+//! field.
 
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
@@ -7,11 +8,15 @@ use berth_hcl::tree::Value;
 use super::ignored::scheduler_level;
 use crate::spec::*;
 
-/// A group's `network` block: its ports. Tasks get the host's network, so a static port
-/// is used as written and nothing is mapped; what that leaves without effect is said.
-pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Vec<PortLabel> {
+/// A group's `network` block: its mode and its ports. In host mode a port is the
+/// host's as written and nothing is mapped; in bridge mode a host port is forwarded to
+/// `to` in the group's namespace. What has no effect is said.
+pub(super) fn network(
+    fields: &mut Fields<'_>,
+    problems: &mut Findings,
+) -> (NetworkMode, Vec<PortLabel>) {
     let Some(block) = fields.single_block("network", problems) else {
-        return Vec::new();
+        return (NetworkMode::Host, Vec::new());
     };
     let path = format!("{}.network", fields.path);
     let mut network = Fields::new(
@@ -28,16 +33,21 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Vec<P
             "cni",
         ],
     );
-    if let Some(mode) = network.string("mode", problems)
-        && mode != "host"
-    {
-        let at = network.attr("mode").map(|a| a.at).unwrap_or(block.at);
-        problems.warnings.push(Problem {
-            path: format!("{path}.mode"),
-            at: Some(at),
-            message: format!("mode {mode:?} has no effect on berth: tasks get the host's network"),
-        });
-    }
+    let mode = match network.string("mode", problems).as_deref() {
+        None | Some("host") => NetworkMode::Host,
+        Some("bridge") => NetworkMode::Bridge,
+        Some(other) => {
+            let at = network.attr("mode").map(|a| a.at).unwrap_or(block.at);
+            problems.warnings.push(Problem {
+                path: format!("{path}.mode"),
+                at: Some(at),
+                message: format!(
+                    "mode {other:?} has no effect on berth (it has \"host\" and \"bridge\"): tasks get the host's network"
+                ),
+            });
+            NetworkMode::Host
+        }
+    };
     let mut ports = Vec::new();
     for (label, port) in network.labeled_blocks("port", problems) {
         let mut p = Fields::new(
@@ -49,21 +59,24 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Vec<P
         let number = p
             .number("static", u16::MAX as u64, problems)
             .map(|n| n as u16);
-        p.number("to", u16::MAX as u64, problems);
-        scheduler_level(
-            &mut p,
-            &port.body,
-            &[
-                (
-                    "to",
-                    "berth gives tasks the host's network and maps no port",
-                ),
-                ("host_network", "berth gives tasks the host's network"),
-            ],
-            problems,
-        );
+        let to = p.number("to", u16::MAX as u64, problems).map(|n| n as u16);
+        let mut ignored = vec![(
+            "host_network",
+            "berth forwards ports from every host address",
+        )];
+        if mode == NetworkMode::Host {
+            ignored.push((
+                "to",
+                "in mode \"host\" a task listens on the host's port itself",
+            ));
+        }
+        scheduler_level(&mut p, &port.body, &ignored, problems);
         p.finish(problems);
-        ports.push(PortLabel { label, number });
+        ports.push(PortLabel {
+            label,
+            number,
+            to: to.filter(|_| mode == NetworkMode::Bridge),
+        });
     }
     scheduler_level(
         &mut network,
@@ -78,7 +91,7 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Vec<P
         problems,
     );
     network.finish(problems);
-    ports
+    (mode, ports)
 }
 
 /// Ports are a label (`"http"`) or a number (`8080`).

@@ -296,6 +296,7 @@ impl Driver {
             allow_unconfined: request.allow_unconfined,
             cgroup_procs: request.cgroup_procs.clone(),
             collector_cgroup_procs: request.collector_cgroup_procs.clone(),
+            network_namespace: request.network_namespace.clone(),
         };
         let config = wit::TaskConfig::from(request);
         let (

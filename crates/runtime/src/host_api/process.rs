@@ -345,8 +345,7 @@ impl PluginCtx {
             user: task.user,
             cgroup_procs: task.cgroup_procs.clone(),
             collector_cgroup_procs: task.collector_cgroup_procs.clone(),
-            // Tasks share the host's network: no runner makes a group namespace yet.
-            network_namespace: None,
+            network_namespace: task.network_namespace.clone(),
         })
     }
 }

@@ -1,0 +1,310 @@
+//! Nomad's bridge network end to end, through the CNI reference plugins: a group in
+//! `network { mode = "bridge" }` gets a namespace of its own (its tasks see their own
+//! `eth0`, not the host's), its host ports (static and dynamic) answer from the host's
+//! address, forwarded to `to`; two allocs of one group with the same `to` both answer;
+//! and once the job stops nothing of its allocs is left: no namespace, no veth on the
+//! bridge, no rule naming them, no address leased to them. Across a `kill -9` of the
+//! agent a running alloc keeps its network.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use berth_harness::AgentProcess;
+
+/// The host's first global IPv4 address.
+fn host_address() -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| !line.contains(" nomad ") && !line.contains("berthtest"))
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "inet")?;
+            Some(words.next()?.split('/').next()?.to_string())
+        })
+        .expect("the host has a global IPv4 address")
+}
+
+/// The body of an HTTP GET to `address`, once something answers there (up to 20 s).
+fn get(address: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(2))
+            .and_then(|mut stream| {
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+                let mut text = String::new();
+                stream.read_to_string(&mut text)?;
+                Ok(text)
+            });
+        match answer {
+            Ok(text) if text.contains("\r\n\r\n") => {
+                return text.split_once("\r\n\r\n").unwrap().1.to_string();
+            }
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("nothing answered at {address}: {other:?}"),
+        }
+    }
+}
+
+/// A server on `NOMAD_PORT_http` that answers with its alloc's id and the interfaces
+/// it sees, and prints its ports' variables first.
+const SERVER: &str = r#"
+import http.server, os
+print(" ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if "PORT" in k or "ALLOC_IP" in k), flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        links = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+        body = (os.environ["NOMAD_ALLOC_ID"] + " " + ",".join(sorted(links))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("0.0.0.0", int(os.environ["NOMAD_PORT_http"])), H).serve_forever()
+"#;
+
+fn job(name: &str, count: u32, ports: &str) -> String {
+    let script = SERVER
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!(
+        r#"job "{name}" {{
+  group "web" {{
+    count = {count}
+    network {{
+      mode = "bridge"
+{ports}
+    }}
+    task "server" {{
+      driver = "exec"
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-c", "{script}"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+/// The value of `NOMAD_<name>` the task printed.
+fn printed(agent: &AgentProcess, alloc: &str, name: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = agent.task_stdout(alloc, "server");
+        if let Some(value) = out
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix(&format!("NOMAD_{name}=")))
+        {
+            return value.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task never printed NOMAD_{name}: {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What is left on the host of `allocs` (with their addresses `ips`): their namespaces
+/// (and so their veths), NAT rules naming them, firewall rules naming their addresses,
+/// leased addresses.
+fn leftovers(allocs: &[String], ips: &[String]) -> Vec<String> {
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut left = Vec::new();
+    let namespaces = run("ip", &["netns", "list"]);
+    let rules = run("iptables-save", &[]);
+    for alloc in allocs {
+        if namespaces.contains(alloc.as_str()) {
+            left.push(format!("namespace {alloc}"));
+        }
+        left.extend(
+            rules
+                .lines()
+                .filter(|l| l.contains(alloc.as_str()))
+                .map(String::from),
+        );
+        for ip in ips {
+            let address = format!("{ip}/32");
+            left.extend(
+                rules
+                    .lines()
+                    .filter(|l| l.contains(&address))
+                    .map(String::from),
+            );
+        }
+        let leases = Path::new("/var/lib/cni/networks/nomad");
+        for lease in std::fs::read_dir(leases).into_iter().flatten().flatten() {
+            if std::fs::read_to_string(lease.path()).is_ok_and(|t| t.contains(alloc.as_str())) {
+                left.push(format!("lease {}", lease.path().display()));
+            }
+        }
+    }
+    left
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_group_answers_on_its_host_ports_from_its_own_namespace_and_leaves_nothing() {
+    assert!(
+        Path::new("/usr/lib/cni/bridge").is_file(),
+        "the CNI reference plugins are needed: apt-get install containernetworking-plugins iptables"
+    );
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let host = host_address();
+    let static_port = berth_testkit::etcd::free_port();
+
+    // One alloc: a static host port and a dynamic one, both forwarded to 8080.
+    let ports = format!(
+        "      port \"http\" {{\n        static = {static_port}\n        to     = 8080\n      }}\n      port \"alt\" {{\n        to = 8080\n      }}"
+    );
+    let single = agent.run_job("single.hcl", &job("single", 1, &ports)).await;
+    assert_eq!(printed(&agent, &single, "PORT_http"), "8080");
+    assert_eq!(
+        printed(&agent, &single, "HOST_PORT_http"),
+        static_port.to_string()
+    );
+    let dynamic: u16 = printed(&agent, &single, "HOST_PORT_alt").parse().unwrap();
+    assert!((20000..=32000).contains(&dynamic), "{dynamic}");
+    let alloc_ip = printed(&agent, &single, "ALLOC_IP_http");
+    assert!(alloc_ip.starts_with("172.26."), "{alloc_ip}");
+    for port in [static_port, dynamic] {
+        let body = get(&format!("{host}:{port}"));
+        // Its own namespace: its loopback and its eth0, none of the host's links.
+        assert_eq!(body, format!("{single} eth0,lo"), "on host port {port}");
+    }
+
+    // Two allocs of one group, the same `to`, each on its own dynamic host port.
+    let pair_ports = "      port \"http\" {\n        to = 8080\n      }";
+    let submitted = agent
+        .submit("pair.hcl", &job("pair", 2, pair_ports))
+        .await
+        .unwrap();
+    assert_eq!(submitted.alloc_ids.len(), 2);
+    let mut ips = vec![alloc_ip.clone()];
+    for alloc in &submitted.alloc_ids {
+        ips.push(printed(&agent, alloc, "ALLOC_IP_http"));
+        let port = printed(&agent, alloc, "HOST_PORT_http");
+        assert_eq!(get(&format!("{host}:{port}")), format!("{alloc} eth0,lo"));
+    }
+
+    // A kill -9 of the agent: the running allocs keep their namespaces and ports.
+    agent.kill9();
+    agent.start().await;
+    assert_eq!(
+        get(&format!("{host}:{static_port}")),
+        format!("{single} eth0,lo"),
+        "after the agent's restart"
+    );
+
+    let mut allocs = submitted.alloc_ids.clone();
+    allocs.push(single.clone());
+    for job in ["single", "pair"] {
+        let (code, out, err) = agent.cli(&["job", "stop", job]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    for alloc in &allocs {
+        agent.finished(alloc).await;
+    }
+    // The network goes after the tasks, as the alloc finishes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = leftovers(&allocs, &ips);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left on the host: {left:#?}\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        TcpStream::connect_timeout(
+            &format!("{host}:{static_port}").parse().unwrap(),
+            Duration::from_millis(500)
+        )
+        .is_err(),
+        "the static port still answers"
+    );
+}
+
+/// The failure of the alloc's tasks, as its events say.
+fn failure(status: &berth_client::alloc_runner::AllocStatus) -> String {
+    status.tasks["server"]
+        .events
+        .iter()
+        .map(|e| e.message.clone())
+        .find(|m| m.contains("network"))
+        .unwrap_or_else(|| panic!("no network failure: {status:#?}"))
+}
+
+/// A job author cannot take a port the host listens on (the agent's own API here, sshd
+/// on a real node) nor one forwarded to another alloc: the forward would silently take
+/// its traffic, from other hosts and from the node itself. The alloc fails saying so,
+/// and what listened there still answers; a second job on a forwarded port is not
+/// placed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_port_the_host_listens_on_or_another_alloc_holds_is_refused() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let api_port = agent.port();
+    let taken = format!(
+        "      port \"http\" {{\n        static = {api_port}\n        to     = 8080\n      }}"
+    );
+    let hijack = agent.run_job("hijack.hcl", &job("hijack", 1, &taken)).await;
+    let status = agent.finished(&hijack).await;
+    assert!(
+        failure(&status).contains(&format!(
+            "network: host port {api_port} is in use on this node: forwarding it would take the traffic of what listens there"
+        )),
+        "{status:#?}"
+    );
+    // The API still answers on its own port (a forward would take the node's own
+    // connections to it too).
+    let host = host_address();
+    let answer = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("http://127.0.0.1:{api_port}/v1/agent/self"))
+        .output()
+        .unwrap();
+    assert_ne!(
+        String::from_utf8_lossy(&answer.stdout),
+        "000",
+        "the API is unreachable"
+    );
+    assert!(leftovers(std::slice::from_ref(&hijack), &[]).is_empty());
+
+    // One host port, one alloc.
+    let port = berth_testkit::etcd::free_port();
+    let ports =
+        format!("      port \"http\" {{\n        static = {port}\n        to     = 8080\n      }}");
+    let first = agent.run_job("first.hcl", &job("first", 1, &ports)).await;
+    assert_eq!(printed(&agent, &first, "HOST_PORT_http"), port.to_string());
+    // The node's scheduler knows the port is taken: the second job places nothing.
+    let second = agent
+        .submit("second.hcl", &job("second", 1, &ports))
+        .await
+        .unwrap();
+    assert!(second.alloc_ids.is_empty(), "{second:?}");
+    assert!(get(&format!("{host}:{port}")).starts_with(&first));
+    let (code, out, err) = agent.cli(&["job", "stop", "first"]);
+    assert_eq!(code, 0, "{out}{err}");
+    agent.finished(&first).await;
+}

@@ -188,6 +188,16 @@ async fn a_bridge_group_answers_on_its_host_ports_from_its_own_namespace_and_lea
         // Its own namespace: its loopback and its eth0, none of the host's links.
         assert_eq!(body, format!("{single} eth0,lo"), "on host port {port}");
     }
+    // Never on the node's loopback, where a forward would take the node's own
+    // connections to a local service that was down when the alloc started.
+    assert!(
+        TcpStream::connect_timeout(
+            &format!("127.0.0.1:{static_port}").parse().unwrap(),
+            Duration::from_millis(500)
+        )
+        .is_err(),
+        "a forward on 127.0.0.1"
+    );
 
     // Two allocs of one group, the same `to`, each on its own dynamic host port.
     let pair_ports = "      port \"http\" {\n        to = 8080\n      }";

@@ -18,7 +18,8 @@ use berth_jobspec::{Job, JobspecError};
 /// The version of the typed job's shape: raised with any change to `jobspec::Job` that
 /// changes its stored form. A record of an older schema is read by evaluating its
 /// source again (its migration); one of a newer schema is refused, and named.
-pub const JOB_SCHEMA: u32 = 1;
+/// 2: a group's `network_mode` and its ports' `to` (bridge mode).
+pub const JOB_SCHEMA: u32 = 2;
 
 /// A job stored typed, with the schema it was written in. The job is kept as JSON in
 /// the record, so a record whose typed job this agent cannot read is still read as a

@@ -83,7 +83,7 @@ fn the_stored_shape_is_the_one_of_job_schema() {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(all.into_iter().collect::<Vec<_>>().join("\n"));
     let shape: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    const SHAPES: &[(u32, &str)] = &[(1, "3349e255bd2f6878")];
+    const SHAPES: &[(u32, &str)] = &[(1, "3349e255bd2f6878"), (2, "c22ad45232853cd4")];
     let recorded = SHAPES.iter().find(|(schema, _)| *schema == JOB_SCHEMA);
     assert_eq!(
         recorded.map(|(_, shape)| *shape),
@@ -142,7 +142,10 @@ fn a_newer_or_damaged_typed_job_is_refused_and_named() {
     );
     let error = newer.spec().unwrap_err().to_string();
     assert!(
-        error.contains("job.future: the job was stored by a newer berth (job schema 2"),
+        error.contains(&format!(
+            "job.future: the job was stored by a newer berth (job schema {}; this agent reads up to {JOB_SCHEMA})",
+            JOB_SCHEMA + 1
+        )),
         "{error}"
     );
     let damaged = record(

@@ -712,3 +712,26 @@ job "web" {{
         host.warnings
     );
 }
+
+#[test]
+fn a_bridge_group_forwards_a_bounded_number_of_ports() {
+    let ports: String = (0..65)
+        .map(|i| format!("      port \"p{i}\" {{}}\n"))
+        .collect();
+    let source = format!(
+        "job \"many\" {{\n  group \"g\" {{\n    network {{\n      mode = \"bridge\"\n{ports}    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{ command = \"/bin/true\" }}\n    }}\n  }}\n}}\n"
+    );
+    let error = parse("job.hcl", &source).unwrap_err().to_string();
+    assert!(
+        error.contains("65 ports: a group in bridge mode forwards at most 64"),
+        "{error}"
+    );
+    // In host mode nothing is forwarded: no bound.
+    assert!(
+        parse(
+            "job.hcl",
+            &source.replace("mode = \"bridge\"", "mode = \"host\"")
+        )
+        .is_ok()
+    );
+}

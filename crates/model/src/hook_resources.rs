@@ -35,6 +35,10 @@ pub struct GroupNetwork {
     /// The CNI ADD's result, which its DEL is given; `None` until the ADD succeeded.
     #[serde(default)]
     pub attached: Option<serde_json::Value>,
+    /// The bridge network it is attached to (its name and subnet when attached): the DEL
+    /// goes to the same network even if the operator renamed it since.
+    #[serde(default)]
+    pub bridge: Option<(String, String)>,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]

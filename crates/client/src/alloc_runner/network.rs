@@ -67,7 +67,14 @@ impl AllocHook for NetworkHook {
                     return Ok(());
                 }
                 // Half made when the agent stopped: undone, then made again.
-                release(alloc, &recorded);
+                if let Err(error) = release(alloc, &recorded) {
+                    return Err(HookError {
+                        hook: "network".into(),
+                        message: format!(
+                            "the group's bridge network, half made before an agent restart, could not be undone: {error}"
+                        ),
+                    });
+                }
             }
             let fail = |message: String| HookError {
                 hook: "network".into(),
@@ -80,6 +87,10 @@ impl AllocHook for NetworkHook {
                 path: std::path::Path::new(berth_sys::network::netns::NETNS_DIR).join(&name),
                 address: None,
                 attached: None,
+                bridge: Some((
+                    alloc.node.config.bridge.name.clone(),
+                    alloc.node.config.bridge.subnet.clone(),
+                )),
             };
             // The intent first: a restarted agent undoes what this leaves half made.
             alloc.resources.set_network(Some(network.clone()));
@@ -101,11 +112,20 @@ impl AllocHook for NetworkHook {
                     Ok(())
                 }
                 Err(why) => {
-                    release(alloc, &network);
-                    free_host_ports(alloc);
-                    alloc.resources.set_network(None);
-                    alloc.save_resources(berth_state::Commit::Durable);
-                    Err(fail(format!("the group's bridge network: {why}")))
+                    let mut message = format!("the group's bridge network: {why}");
+                    match release(alloc, &network) {
+                        Ok(()) => {
+                            free_host_ports(alloc);
+                            alloc.resources.set_network(None);
+                            alloc.save_resources(berth_state::Commit::Durable);
+                        }
+                        // Kept recorded (and its ports held): the alloc's release, or a
+                        // restarted agent's, tries again.
+                        Err(error) => {
+                            message.push_str(&format!("; undoing it failed too: {error}"))
+                        }
+                    }
+                    Err(fail(message))
                 }
             }
         })
@@ -125,11 +145,15 @@ impl AllocRunner {
 }
 
 /// Detaches and removes the alloc's namespace, if it has one recorded, and forgets it.
+/// One whose DEL fails stays recorded, its host ports held (another alloc given one of
+/// them would sit behind the forward left), for a restarted agent to try again.
 fn release_network(alloc: &AllocRunner) {
     let Some(recorded) = alloc.resources.network() else {
         return;
     };
-    release(alloc, &recorded);
+    if release(alloc, &recorded).is_err() {
+        return;
+    }
     free_host_ports(alloc);
     alloc.resources.set_network(None);
     alloc.save_resources(berth_state::Commit::Durable);
@@ -170,44 +194,46 @@ fn free_host_ports(alloc: &AllocRunner) {
     forwarded.retain(|_, holder| *holder != alloc.id);
 }
 
-/// CNI DEL (with the ADD's result when there was one: each plugin finds what it made),
-/// then the namespace's removal. Each goes on past the other's failure; what fails is
-/// logged.
-fn release(alloc: &AllocRunner, recorded: &GroupNetwork) {
+/// CNI DEL on the network it was attached to (given the ADD's result when there was
+/// one: each plugin finds what it made), then the namespace's removal: a file left
+/// unmounted goes too. The DEL comes first (the bridge plugin finds the alloc's
+/// masquerade rules from inside the namespace); the removal runs even when the DEL
+/// failed, and the DEL's error is returned.
+fn release(alloc: &AllocRunner, recorded: &GroupNetwork) -> Result<(), SetupError> {
     berth_sys::blocking::run(|| {
-        let namespace = NetNs::existing(&recorded.namespace);
         let ports = port_mappings(alloc);
-        let (cni, list) = bridge(alloc);
-        let path = namespace
-            .as_ref()
-            .map_or(recorded.path.as_path(), NetNs::path);
+        let (cni, list) = match &recorded.bridge {
+            Some((name, subnet)) => network_list(alloc, name, subnet),
+            None => bridge(alloc),
+        };
         let attachment = Attachment {
             container_id: &recorded.namespace,
-            netns: path,
+            netns: &recorded.path,
             ifname: IFNAME,
             port_mappings: &ports,
         };
-        if let Err(error) = cni.del(&list, &attachment, recorded.attached.as_ref()) {
+        let detached = cni.del(&list, &attachment, recorded.attached.as_ref());
+        if let Err(error) = &detached {
             tracing::error!(%error, "detaching the group's network namespace");
         }
-        if let Some(namespace) = namespace
-            && let Err(error) = namespace.remove()
+        if let Err(error) =
+            NetNs::named(&recorded.namespace).and_then(|namespace| namespace.remove())
         {
             tracing::error!(%error, "removing the group's network namespace");
         }
-    });
+        Ok(detached?)
+    })
 }
 
 fn bridge(alloc: &AllocRunner) -> (Cni, cni::NetworkList) {
     let settings = &alloc.node.config.bridge;
+    network_list(alloc, &settings.name, &settings.subnet)
+}
+
+fn network_list(alloc: &AllocRunner, name: &str, subnet: &str) -> (Cni, cni::NetworkList) {
     (
-        Cni::new(&settings.cni_path),
-        cni::bridge_network(
-            &settings.name,
-            &settings.name,
-            &settings.subnet,
-            ADMIN_CHAIN,
-        ),
+        Cni::new(&alloc.node.config.bridge.cni_path),
+        cni::bridge_network(name, name, subnet, ADMIN_CHAIN),
     )
 }
 

@@ -426,6 +426,23 @@ impl TaskRunner {
                 return Err(RunOnce::SetupFailed);
             }
         };
+        let network_namespace = self
+            .ctx
+            .resources
+            .network()
+            .filter(|network| network.attached.is_some())
+            .map(|network| network.path);
+        if self.ctx.group.network_mode == berth_jobspec::NetworkMode::Bridge
+            && network_namespace.is_none()
+        {
+            // Never the host's network instead: the network hook made none.
+            self.emit(
+                EventKind::SetupFailure,
+                "the group is in bridge mode and has no network namespace".to_string(),
+            );
+            self.release_cgroup();
+            return Err(RunOnce::SetupFailed);
+        }
         let task = &self.ctx.task;
         let request = TaskRequest {
             id: format!("{}/{}", self.ctx.alloc_id, task.name),
@@ -449,12 +466,7 @@ impl TaskRunner {
             cgroup_procs,
             collector_cgroup_procs,
             // The group's namespace (bridge mode), once the network hook attached it.
-            network_namespace: self
-                .ctx
-                .resources
-                .network()
-                .filter(|network| network.attached.is_some())
-                .map(|network| network.path),
+            network_namespace,
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

@@ -90,9 +90,23 @@ pub(super) fn network(
         ],
         problems,
     );
+    if mode == NetworkMode::Bridge && ports.len() > MAX_BRIDGE_PORTS {
+        network.problem(
+            problems,
+            "port",
+            block.at,
+            format!(
+                "{} ports: a group in bridge mode forwards at most {MAX_BRIDGE_PORTS} (each is a firewall rule on the node)",
+                ports.len()
+            ),
+        );
+    }
     network.finish(problems);
     (mode, ports)
 }
+
+/// The most ports a bridge-mode group forwards.
+pub const MAX_BRIDGE_PORTS: usize = 64;
 
 /// Ports are a label (`"http"`) or a number (`8080`).
 pub(super) fn port_value(fields: &mut Fields<'_>, problems: &mut Findings) -> Option<String> {

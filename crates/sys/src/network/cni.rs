@@ -369,6 +369,11 @@ fn field<T: serde::de::DeserializeOwned>(result: &Value, name: &str) -> Result<V
 /// namespace reach itself through a forwarded port (hairpin), with addresses from
 /// `subnet`; the firewall plugin's forwarding rules (under `admin_chain`); and host ports
 /// forwarded in, with SNAT so a connection from the host itself is answered.
+///
+/// Unlike Nomad's, the forwards never apply to `127.0.0.0/8`: a forward is a DNAT that
+/// comes before any listener, and on loopback it would hand a job the node's own
+/// connections to a local service (Consul's `127.0.0.1:8500`, with the agent's token)
+/// whenever that service was not listening at the alloc's start.
 pub fn bridge_network(name: &str, bridge: &str, subnet: &str, admin_chain: &str) -> NetworkList {
     let plugin = |value: Value| match value {
         Value::Object(map) => map,
@@ -401,6 +406,7 @@ pub fn bridge_network(name: &str, bridge: &str, subnet: &str, admin_chain: &str)
                 "type": "portmap",
                 "capabilities": { "portMappings": true },
                 "snat": true,
+                "conditionsV4": ["!", "-d", "127.0.0.0/8"],
             })),
         ],
     }

@@ -113,6 +113,17 @@ impl NetNs {
         })
     }
 
+    /// The namespace `name` in [`NETNS_DIR`] whether or not it is there: what a removal
+    /// is given when an agent died between making its file and mounting it (a plain file
+    /// that would refuse the next `create`).
+    pub fn named(name: &str) -> Result<NetNs, NetnsError> {
+        check_name(name)?;
+        Ok(NetNs {
+            name: name.to_string(),
+            path: Path::new(NETNS_DIR).join(name),
+        })
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

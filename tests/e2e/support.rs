@@ -13,6 +13,7 @@ use berth_runtime::{Runtime, RuntimeConfig, SandboxLimits};
 pub use berth_harness::binaries::component_cache as cache_dir;
 pub use berth_harness::{processes, runtime};
 
+/// A runtime with a short call deadline and a small memory cap, for hostile guests.
 pub fn strict_runtime(deadline: Duration, memory_max: usize) -> Runtime {
     let mut config = RuntimeConfig::new(Some(cache_dir()));
     config.limits = SandboxLimits {

@@ -319,3 +319,60 @@ async fn a_bridge_port_the_host_listens_on_or_another_alloc_holds_is_refused() {
     assert_eq!(code, 0, "{out}{err}");
     agent.finished(&first).await;
 }
+
+/// The same on the cluster's plane: a bridge job submitted to one member of an etcd
+/// cluster runs on both nodes, each alloc in its own namespace answering on its host
+/// port, and leaves nothing on either node once stopped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_job_on_a_cluster_answers_from_each_node_and_leaves_nothing() {
+    let etcd = berth_testkit::etcd::EtcdServer::start();
+    let mut nodes = [
+        crate::cluster::member(&etcd, "bridge-a"),
+        crate::cluster::member(&etcd, "bridge-b"),
+    ];
+    for node in &mut nodes {
+        node.start().await;
+    }
+    let host = host_address();
+    let ports = "      port \"http\" {\n        to = 8080\n      }";
+    let source = job("spread", 2, ports).replace(
+        "    count = 2\n",
+        "    count = 2\n    spread {\n      attribute = \"${node.unique.name}\"\n    }\n",
+    );
+    nodes[0].submit("spread.hcl", &source).await.unwrap();
+    crate::cluster::wait_allocs(
+        &nodes[0],
+        "spread",
+        "two running allocs",
+        Duration::from_secs(60),
+        |allocs| allocs.iter().filter(|a| a.3 == "running").count() == 2,
+    )
+    .await;
+    let allocs = crate::cluster::allocs(&nodes[0], "spread").await;
+    let on: std::collections::BTreeSet<&str> = allocs.iter().map(|a| a.2.as_str()).collect();
+    assert_eq!(on.len(), 2, "both nodes run one: {allocs:?}");
+    let mut ids = Vec::new();
+    let mut ips = Vec::new();
+    for (id, _, node, _) in &allocs {
+        let runner = match node.as_str() {
+            "bridge-a" => &nodes[0],
+            "bridge-b" => &nodes[1],
+            other => panic!("an alloc on {other}"),
+        };
+        let port = printed(runner, id, "HOST_PORT_http");
+        ips.push(printed(runner, id, "ALLOC_IP_http"));
+        assert_eq!(get(&format!("{host}:{port}")), format!("{id} eth0,lo"));
+        ids.push(id.clone());
+    }
+    let (code, out, err) = nodes[0].cli(&["job", "stop", "spread"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = leftovers(&ids, &ips);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left on the host: {left:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -698,6 +698,19 @@ job "web" {{
     // Without `to`, inside is the host's number (a dynamic one, once numbered).
     assert_eq!(group.ports[1].inside(NetworkMode::Bridge), None);
     assert!(bridge.warnings.is_empty(), "{:#?}", bridge.warnings);
+    // Nomad's -1 (and 0) map to the host port's own number.
+    for same in ["-1", "0"] {
+        let job = parse("job.hcl", &source("bridge").replace("8080", same)).unwrap();
+        assert_eq!(job.groups[0].ports[0].to, None, "to = {same}");
+        assert_eq!(
+            job.groups[0].ports[0].inside(NetworkMode::Bridge),
+            Some(8000)
+        );
+    }
+    let error = parse("job.hcl", &source("bridge").replace("8080", "-2"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("-2 is out of range (0 to 65535)"), "{error}");
     let host = parse("job.hcl", &source("host")).unwrap();
     assert_eq!(host.groups[0].ports[0].to, None);
     assert_eq!(

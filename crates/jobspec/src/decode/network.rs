@@ -59,7 +59,14 @@ pub(super) fn network(
         let number = p
             .number("static", u16::MAX as u64, problems)
             .map(|n| n as u16);
-        let to = p.number("to", u16::MAX as u64, problems).map(|n| n as u16);
+        // Nomad's `to = -1` (and an unset `to`, Go's 0) is the host port's own number.
+        let to = match p.attr("to").map(|a| &a.value) {
+            Some(Value::Number(n)) if n.as_i64() == Some(-1) => None,
+            _ => p
+                .number("to", u16::MAX as u64, problems)
+                .filter(|n| *n != 0)
+                .map(|n| n as u16),
+        };
         let mut ignored = vec![(
             "host_network",
             "berth forwards ports from every host address",

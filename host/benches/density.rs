@@ -67,7 +67,7 @@ async fn run() {
             .supervised_by(env!("CARGO_BIN_EXE_berth-keeper").into()),
     );
     let runtime = Runtime::with_processes(
-        RuntimeConfig::new(Some(std::env::temp_dir().join("berth-bench-cache"))),
+        RuntimeConfig::new(Some(berth_harness::binaries::component_cache())),
         processes.clone(),
     )
     .unwrap();

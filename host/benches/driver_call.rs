@@ -32,7 +32,7 @@ fn main() {
 }
 
 async fn run() {
-    let cache = std::env::temp_dir().join("berth-bench-cache");
+    let cache = berth_harness::binaries::component_cache();
     let runtime = Runtime::new(RuntimeConfig::new(Some(cache))).unwrap();
     let bytes = berth_builtin::DRIVERS
         .iter()

@@ -59,7 +59,7 @@ fn main() {
 async fn run() {
     let scratch = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(RuntimeConfig::new(Some(
-        std::env::temp_dir().join("berth-bench-cache"),
+        berth_harness::binaries::component_cache(),
     )))
     .unwrap();
     let mock = berth_builtin::DRIVERS

@@ -6,51 +6,20 @@
 //! bridge, no rule naming them, no address leased to them. Across a `kill -9` of the
 //! agent a running alloc keeps its network.
 
-use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use berth_harness::AgentProcess;
 
-/// The host's first global IPv4 address, or on a node without one the bridge's own
-/// (also an address of the host's, which the forwards apply to).
+/// The host's address, or on a node without a global one the bridge's own.
 fn host_address() -> String {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "-o", "addr", "show", "scope", "global"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|line| !line.contains(" nomad ") && !line.contains("berthtest"))
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            words.find(|w| *w == "inet")?;
-            Some(words.next()?.split('/').next()?.to_string())
-        })
-        .unwrap_or_else(|| "172.26.64.1".to_string())
+    berth_testkit::net::host_address(&[" nomad ", "berthtest"], "172.26.64.1")
 }
 
 /// The body of an HTTP GET to `address`, once something answers there (up to 20 s).
 fn get(address: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let answer = TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(2))
-            .and_then(|mut stream| {
-                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-                stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
-                let mut text = String::new();
-                stream.read_to_string(&mut text)?;
-                Ok(text)
-            });
-        match answer {
-            Ok(text) if text.contains("\r\n\r\n") => {
-                return text.split_once("\r\n\r\n").unwrap().1.to_string();
-            }
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            other => panic!("nothing answered at {address}: {other:?}"),
-        }
-    }
+    berth_testkit::net::http_get(address, Duration::from_secs(20))
 }
 
 /// A server on `NOMAD_PORT_http` that answers with its alloc's id and the interfaces

@@ -4,11 +4,10 @@
 //! after DEL and its removal nothing of it is left: no name in `ip netns`, no veth on the
 //! bridge, no rule naming it in `iptables-save`, no address leased to it. Run as root.
 
-use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use berth_sys::network::cni::{Attachment, Cni, NetworkList, PortMapping, bridge_network};
 use berth_sys::network::netns::NetNs;
@@ -26,18 +25,9 @@ fn output(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The host's first global IPv4 address that is not on the test's bridge, or on a host
-/// without one the bridge's own (an address of the host's too, which forwards apply to).
+/// The host's address, or the test bridge's own on a host without a global one.
 fn host_address() -> String {
-    output("ip", &["-4", "-o", "addr", "show", "scope", "global"])
-        .lines()
-        .filter(|line| !line.contains(BRIDGE))
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            words.find(|w| *w == "inet")?;
-            Some(words.next()?.split('/').next()?.to_string())
-        })
-        .unwrap_or_else(|| "172.26.112.1".to_string())
+    berth_testkit::net::host_address(&[BRIDGE], "172.26.112.1")
 }
 
 fn free_port() -> u16 {
@@ -48,24 +38,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// What an HTTP GET to `address` answers, once something listens there (up to 10 s).
 fn get(address: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(2))
-            .and_then(|mut stream| {
-                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-                stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
-                let mut text = String::new();
-                stream.read_to_string(&mut text)?;
-                Ok(text)
-            });
-        match answer {
-            Ok(text) if !text.is_empty() => return text,
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            other => panic!("nothing answered at {address}: {other:?}"),
-        }
-    }
+    berth_testkit::net::http_get(address, Duration::from_secs(10))
 }
 
 /// The namespace, its attachment and the server in it, undone on drop even when the

@@ -345,3 +345,188 @@ async fn a_bridge_job_on_a_cluster_answers_from_each_node_and_leaves_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A task that prints its `/etc/resolv.conf` and `/etc/hosts`, what its alloc's name
+/// resolves to, whether it may write `/etc/hosts`, then listens on its loopback only
+/// (port `PROBE_PORT`) and tries to reach `PROBE_PORT` on its own loopback and at
+/// `TARGET`, the address of another group's alloc.
+const ISOLATION: &str = r#"
+import os, socket, time
+port = int(os.environ["PROBE_PORT"])
+print("RESOLV=" + open("/etc/resolv.conf").read().replace("\n", "|"), flush=True)
+print("HOSTS=" + open("/etc/hosts").read().replace("\n", "|"), flush=True)
+name = os.environ.get("HOST_NAME")
+if name:
+    print("RESOLVED=" + socket.gethostbyname(name), flush=True)
+try:
+    open("/etc/hosts", "a").write("6.6.6.6 evil\n")
+    print("HOSTS_WRITE=written", flush=True)
+except OSError as e:
+    print("HOSTS_WRITE=refused", flush=True)
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", port))
+server.listen()
+def reach(host):
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        return "reached"
+    except OSError:
+        return "refused"
+print("OWN_LOOPBACK=" + reach("127.0.0.1"), flush=True)
+target = os.environ.get("TARGET")
+if target:
+    print("TARGET=" + reach(target), flush=True)
+while True:
+    conn, _ = server.accept()
+    conn.close()
+"#;
+
+fn isolation_job(name: &str, mode: &str, network_extra: &str, env: &str) -> String {
+    let script = ISOLATION
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!(
+        r#"job "{name}" {{
+  group "probe" {{
+    network {{
+      mode = "{mode}"
+{network_extra}
+    }}
+    task "server" {{
+      driver = "exec"
+      env {{
+{env}
+      }}
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-c", "{script}"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+/// A value the task printed as `NAME=value` (the whole line's rest).
+fn line_value(agent: &AgentProcess, alloc: &str, name: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = agent.task_stdout(alloc, "server");
+        if let Some(value) = out
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+        {
+            return value.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task never printed {name}: {out:?}\n{:#?}",
+            agent.output()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A bridge group's tasks see the group's own `resolv.conf` (its `dns` block) and
+/// `hosts` (its alloc's address under its `hostname`), read-only, over the host's; a
+/// `dns` block in host mode gives its resolver too. Two groups of different jobs
+/// cannot reach each other's loopback: a listener on one's `127.0.0.1` is refused to
+/// the other, on its own loopback and at the first alloc's address.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_group_has_its_own_resolver_and_hosts_and_no_other_group_reaches_its_loopback() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let probe_port = berth_testkit::etcd::free_port();
+    let dns = "      hostname = \"web-1\"\n      dns {\n        servers  = [\"192.0.2.53\"]\n        searches = [\"svc.example\"]\n        options  = [\"ndots:2\"]\n      }";
+    let first = agent
+        .run_job(
+            "first.hcl",
+            &isolation_job(
+                "first",
+                "bridge",
+                dns,
+                &format!("        PROBE_PORT = \"{probe_port}\"\n        HOST_NAME = \"web-1\""),
+            ),
+        )
+        .await;
+    assert_eq!(
+        line_value(&agent, &first, "RESOLV"),
+        "# written by berth from the group's network { dns } block|nameserver 192.0.2.53|search svc.example|options ndots:2|"
+    );
+    let address = line_value(&agent, &first, "RESOLVED");
+    assert!(address.starts_with("172.26."), "{address}");
+    let hosts = line_value(&agent, &first, "HOSTS");
+    assert!(hosts.contains(&format!("|{address} web-1|")), "{hosts}");
+    assert!(hosts.contains("|127.0.0.1 localhost|"), "{hosts}");
+    assert_eq!(line_value(&agent, &first, "HOSTS_WRITE"), "refused");
+    // Its own loopback listener is there for it.
+    assert_eq!(line_value(&agent, &first, "OWN_LOOPBACK"), "reached");
+
+    // Another job's bridge group, on the same port: its loopback is its own, and the
+    // first's loopback listener is not reachable at the first's address either.
+    let second = agent
+        .run_job(
+            "second.hcl",
+            &isolation_job(
+                "second",
+                "bridge",
+                "",
+                &format!("        PROBE_PORT = \"{probe_port}\"\n        TARGET = \"{address}\""),
+            ),
+        )
+        .await;
+    assert_eq!(line_value(&agent, &second, "OWN_LOOPBACK"), "reached");
+    assert_eq!(line_value(&agent, &second, "TARGET"), "refused");
+    // Without a dns block it has the host's resolver (a regular file here), and a
+    // hosts file naming its alloc by the id's first 8 characters.
+    let second_hosts = line_value(&agent, &second, "HOSTS");
+    assert!(
+        second_hosts.ends_with(&format!(" {}|", &second[..8])),
+        "{second_hosts}"
+    );
+    // Nor does the host reach it there.
+    assert!(
+        TcpStream::connect_timeout(
+            &format!("{address}:{probe_port}").parse().unwrap(),
+            Duration::from_millis(500)
+        )
+        .is_err(),
+        "the first group's loopback listener answers on its bridge address"
+    );
+
+    // A dns block in host mode: the group's resolver, and the host's hosts file.
+    let host_mode = agent
+        .run_job(
+            "third.hcl",
+            &isolation_job(
+                "third",
+                "host",
+                "      dns {\n        servers = [\"192.0.2.54\"]\n      }",
+                &format!(
+                    "        PROBE_PORT = \"{}\"",
+                    berth_testkit::etcd::free_port()
+                ),
+            ),
+        )
+        .await;
+    assert_eq!(
+        line_value(&agent, &host_mode, "RESOLV"),
+        "# written by berth from the group's network { dns } block|nameserver 192.0.2.54|"
+    );
+    assert_eq!(
+        line_value(&agent, &host_mode, "HOSTS"),
+        std::fs::read_to_string("/etc/hosts")
+            .unwrap()
+            .replace('\n', "|")
+    );
+    for job in ["first", "second", "third"] {
+        let (code, out, err) = agent.cli(&["job", "stop", job]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    for alloc in [&first, &second, &host_mode] {
+        agent.finished(alloc).await;
+    }
+}

@@ -112,6 +112,7 @@ impl TaskDir {
             cgroup_procs: Vec::new(),
             collector_cgroup_procs: Vec::new(),
             network_namespace: None,
+            etc_files: Vec::new(),
         }
     }
 

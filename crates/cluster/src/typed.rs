@@ -19,7 +19,8 @@ use berth_jobspec::{Job, JobspecError};
 /// changes its stored form. A record of an older schema is read by evaluating its
 /// source again (its migration); one of a newer schema is refused, and named.
 /// 2: a group's `network_mode` and its ports' `to` (bridge mode).
-pub const JOB_SCHEMA: u32 = 2;
+/// 3: a group's `dns` and `hostname`, a service's and a check's `address_mode`.
+pub const JOB_SCHEMA: u32 = 3;
 
 /// A job stored typed, with the schema it was written in. The job is kept as JSON in
 /// the record, so a record whose typed job this agent cannot read is still read as a

@@ -83,7 +83,11 @@ fn the_stored_shape_is_the_one_of_job_schema() {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(all.into_iter().collect::<Vec<_>>().join("\n"));
     let shape: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    const SHAPES: &[(u32, &str)] = &[(1, "3349e255bd2f6878"), (2, "c22ad45232853cd4")];
+    const SHAPES: &[(u32, &str)] = &[
+        (1, "3349e255bd2f6878"),
+        (2, "c22ad45232853cd4"),
+        (3, "4d48172534b0b2fe"),
+    ];
     let recorded = SHAPES.iter().find(|(schema, _)| *schema == JOB_SCHEMA);
     assert_eq!(
         recorded.map(|(_, shape)| *shape),

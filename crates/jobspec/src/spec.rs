@@ -209,6 +209,14 @@ pub struct Group {
     /// the node's bridge.
     #[serde(default)]
     pub network_mode: NetworkMode,
+    /// Its `network` block's `dns`: the group's own `/etc/resolv.conf` (`None`: the
+    /// host's).
+    #[serde(default)]
+    pub dns: Option<DnsConfig>,
+    /// Its `network` block's `hostname` (bridge mode): the name the group's `/etc/hosts`
+    /// gives the alloc's address (`None`: the alloc id's first 8 characters).
+    #[serde(default)]
+    pub hostname: Option<String>,
     /// Between deregistering the group's services and stopping its tasks.
     #[serde(with = "duration_ns")]
     pub shutdown_delay: Duration,
@@ -358,6 +366,9 @@ pub struct Service {
     pub address: Option<String>,
     pub meta: Vec<(String, String)>,
     pub checks: Vec<ServiceCheck>,
+    /// Which address and port are registered.
+    #[serde(default)]
+    pub address_mode: AddressMode,
     pub at: Location,
 }
 
@@ -381,6 +392,9 @@ pub struct ServiceCheck {
     pub timeout: Duration,
     /// A port label or number; by default the service's.
     pub port: Option<String>,
+    /// Which address and port the check reaches.
+    #[serde(default)]
+    pub address_mode: AddressMode,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -414,6 +428,50 @@ impl PortLabel {
             NetworkMode::Host => self.number,
         }
     }
+}
+
+/// A group's `network { dns { … } }`: what its tasks' `/etc/resolv.conf` says, each
+/// value checked to be one token of its line (no line of its own can be slipped in).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsConfig {
+    /// Name server addresses (IPv4 or IPv6).
+    pub servers: Vec<String>,
+    /// Search domains.
+    pub searches: Vec<String>,
+    /// Resolver options (`ndots:2`, `edns0`).
+    pub options: Vec<String>,
+}
+
+impl DnsConfig {
+    /// The `resolv.conf` it describes.
+    pub fn resolv_conf(&self) -> String {
+        let mut text = String::from("# written by berth from the group's network { dns } block\n");
+        for server in &self.servers {
+            text.push_str(&format!("nameserver {server}\n"));
+        }
+        if !self.searches.is_empty() {
+            text.push_str(&format!("search {}\n", self.searches.join(" ")));
+        }
+        if !self.options.is_empty() {
+            text.push_str(&format!("options {}\n", self.options.join(" ")));
+        }
+        text
+    }
+}
+
+/// A service's (or check's) `address_mode`: which address and port are registered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressMode {
+    /// Nomad's default: the host's, as `host` (berth's drivers have no network of
+    /// their own for `auto` to pick).
+    #[default]
+    Auto,
+    /// The node's address and the host port.
+    Host,
+    /// The alloc's address (its bridge address in bridge mode, the node's in host
+    /// mode) and the port inside (`to`).
+    Alloc,
 }
 
 /// A group's `network { mode }`.

@@ -748,3 +748,114 @@ fn a_bridge_group_forwards_a_bounded_number_of_ports() {
         .is_ok()
     );
 }
+
+/// `dns` writes the group's resolv.conf; each value is one token of its line, so no
+/// value can add a line of its own (a `nameserver` of the author's).
+#[test]
+fn a_dns_block_becomes_the_groups_resolv_conf_and_refuses_what_is_not_one_token() {
+    let source = |dns: &str, extra: &str| {
+        format!(
+            "job \"web\" {{\n  group \"g\" {{\n    network {{\n      mode = \"bridge\"\n{extra}      dns {{\n{dns}      }}\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{ command = \"/bin/true\" }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let job = parse(
+        "job.hcl",
+        &source(
+            "        servers  = [\"10.0.0.2\", \"2001:db8::1\"]\n        searches = [\"svc.example.com\", \"_tcp.example.\"]\n        options  = [\"ndots:2\", \"edns0\"]\n",
+            "      hostname = \"web-1\"\n",
+        ),
+    )
+    .unwrap();
+    let group = &job.groups[0];
+    assert_eq!(group.hostname.as_deref(), Some("web-1"));
+    let dns = group.dns.as_ref().unwrap();
+    assert_eq!(
+        dns.resolv_conf(),
+        "# written by berth from the group's network { dns } block\n\
+         nameserver 10.0.0.2\nnameserver 2001:db8::1\n\
+         search svc.example.com _tcp.example.\n\
+         options ndots:2 edns0\n"
+    );
+    for (dns, expected) in [
+        (
+            "        servers = [\"10.0.0.2\\nnameserver 6.6.6.6\"]\n",
+            "\"10.0.0.2\\nnameserver 6.6.6.6\" is not an IP address",
+        ),
+        (
+            "        servers = [\"dns.example.com\"]\n",
+            "\"dns.example.com\" is not an IP address",
+        ),
+        (
+            "        searches = [\"a.example b.example\"]\n",
+            "\"a.example b.example\" is not a domain name",
+        ),
+        (
+            "        options = [\"ndots:2\\nnameserver 6.6.6.6\"]\n",
+            "is not a resolver option",
+        ),
+    ] {
+        let error = parse("job.hcl", &source(dns, "")).unwrap_err().to_string();
+        assert!(error.contains(expected), "{dns}: {error}");
+    }
+    let many: Vec<String> = (0..17).map(|i| format!("\"10.0.0.{i}\"")).collect();
+    let error = parse(
+        "job.hcl",
+        &source(&format!("        servers = [{}]\n", many.join(",")), ""),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("17 entries: berth writes at most 16"),
+        "{error}"
+    );
+    let error = parse("job.hcl", &source("", "      hostname = \"web_1\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("\"web_1\" is not a host name"), "{error}");
+    // In host mode a hostname has no effect, and says so; dns still applies.
+    let host = parse(
+        "job.hcl",
+        &source(
+            "        servers = [\"10.0.0.2\"]\n",
+            "      hostname = \"web-1\"\n",
+        )
+        .replace("\"bridge\"", "\"host\""),
+    )
+    .unwrap();
+    assert_eq!(host.groups[0].hostname, None);
+    assert!(host.groups[0].dns.is_some());
+    assert!(
+        host.warnings
+            .iter()
+            .any(|w| w.to_string().contains("has no effect in mode \"host\"")),
+        "{:#?}",
+        host.warnings
+    );
+}
+
+#[test]
+fn address_mode_is_read_for_services_and_checks_and_driver_is_refused_with_why() {
+    let source = |mode: &str| {
+        format!(
+            "job \"web\" {{\n  group \"g\" {{\n    network {{\n      mode = \"bridge\"\n      port \"http\" {{ to = 8080 }}\n    }}\n    service {{\n      name = \"web\"\n      port = \"http\"\n      address_mode = \"{mode}\"\n      check {{\n        type = \"tcp\"\n        interval = \"10s\"\n        timeout = \"2s\"\n        address_mode = \"alloc\"\n      }}\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{ command = \"/bin/true\" }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let job = parse("job.hcl", &source("alloc")).unwrap();
+    let service = &job.groups[0].services[0];
+    assert_eq!(service.address_mode, AddressMode::Alloc);
+    assert_eq!(service.checks[0].address_mode, AddressMode::Alloc);
+    assert_eq!(
+        parse("job.hcl", &source("host")).unwrap().groups[0].services[0].address_mode,
+        AddressMode::Host
+    );
+    let error = parse("job.hcl", &source("driver")).unwrap_err().to_string();
+    assert!(
+        error.contains("address_mode \"driver\" is a driver's own network (docker's), which berth's drivers do not have"),
+        "{error}"
+    );
+    let error = parse("job.hcl", &source("nope")).unwrap_err().to_string();
+    assert!(
+        error.contains("address_mode \"nope\" is not one of"),
+        "{error}"
+    );
+}

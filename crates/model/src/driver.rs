@@ -127,6 +127,9 @@ pub struct TaskRequest {
     /// The group's network namespace (bridge mode), which every spawn joins; `None`:
     /// the host's network.
     pub network_namespace: Option<PathBuf>,
+    /// Files the host wrote for the group (`resolv.conf`, `hosts`), which a confined
+    /// spawn sees over the host's in its `/etc`. Not the driver's to choose.
+    pub etc_files: Vec<PathBuf>,
 }
 
 /// What a driver returns for a started task; persisted by the host.

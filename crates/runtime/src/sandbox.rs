@@ -55,6 +55,8 @@ pub struct TaskScope {
     pub collector_cgroup_procs: Vec<PathBuf>,
     /// The group's network namespace, joined by every spawn (`None`: the host's).
     pub network_namespace: Option<PathBuf>,
+    /// The group's own `/etc` files, over the host's in every confined spawn.
+    pub etc_files: Vec<PathBuf>,
 }
 
 /// Guest time bookkeeping for one call: the CPU time the guest's thread spent running

@@ -7,6 +7,8 @@
 //!   tasks/.<task>.mount-refusals      a granted CSI plugin's refused mounts (its
 //!                                     warden writes, the agent reports them)
 //!   .layout-tasks                     berth's marker of this layout
+//!   etc/{resolv.conf,hosts}           the group's own, over the host's in its tasks'
+//!                                     `/etc` (written by berth alone)
 //!   si-token-accessors                berth's record of the alloc's Consul tokens
 //! ```
 //!
@@ -23,6 +25,9 @@ use std::path::{Path, PathBuf};
 /// Written in the alloc root by [`AllocDir::build`] when the alloc uses the `tasks/`
 /// layout. The root is the agent's (no task writes it), so the marker is berth's word.
 const LAYOUT_MARKER: &str = ".layout-tasks";
+
+/// The files a group may have of its own in its tasks' `/etc`, by name.
+pub const GROUP_ETC_FILES: [&str; 2] = ["resolv.conf", "hosts"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocDir {
@@ -74,6 +79,26 @@ impl AllocDir {
     /// in one.
     pub fn si_token_accessors(&self) -> PathBuf {
         self.root.join("si-token-accessors")
+    }
+
+    /// Where berth writes the group's own `/etc` files, read-only to its tasks; `None`
+    /// for an alloc of the old layout, whose tasks' dirs share the root (a task named
+    /// `etc` would meet it).
+    pub fn group_etc(&self) -> Option<PathBuf> {
+        self.has_task_namespace().then(|| self.root.join("etc"))
+    }
+
+    /// The group's own `/etc` files that are written (of [`GROUP_ETC_FILES`]): what a
+    /// confined task sees over the host's.
+    pub fn group_etc_files(&self) -> Vec<PathBuf> {
+        let Some(dir) = self.group_etc() else {
+            return Vec::new();
+        };
+        GROUP_ETC_FILES
+            .iter()
+            .map(|name| dir.join(name))
+            .filter(|path| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+            .collect()
     }
 
     pub fn task_dir(&self, task: &str) -> PathBuf {

@@ -2,10 +2,13 @@
 //! postrun.
 //!
 //! ```text
-//!   prerun hooks (alloc_dir, csi_hook) ──► tasks by lifecycle (lifecycle.rs) ──► postrun hooks
-//!        │ failure: unwind the hooks that ran, in reverse
+//!   prerun hooks (alloc_dir, network, etc_files, csi_hook, group_services)
+//!        │ ok                                    │ failure: unwind the hooks that ran,
+//!        ▼                                       ▼ in reverse; the tasks never start
+//!   tasks by lifecycle (lifecycle.rs)        alloc failed
+//!        │
 //!        ▼
-//!   alloc failed, tasks never start
+//!   postrun hooks, in reverse
 //! ```
 //!
 //! The alloc's record, its hook resources and its tasks' states are written to the
@@ -13,6 +16,7 @@
 
 mod csi_hook;
 mod disk;
+mod etc_files;
 mod lifecycle;
 mod network;
 pub mod ports;
@@ -88,6 +92,7 @@ fn alloc_hooks() -> Vec<Box<dyn AllocHook>> {
     vec![
         Box::new(AllocDirHook),
         Box::new(network::NetworkHook),
+        Box::new(etc_files::EtcFilesHook),
         Box::new(csi_hook::CsiHook),
         Box::new(GroupServicesHook),
     ]
@@ -127,12 +132,15 @@ impl AllocHook for GroupServicesHook {
                 }
             };
             let address = crate::consul::service_address(alloc.node.config.consul.as_ref());
+            let alloc_address = alloc.resources.network().and_then(|n| n.address);
             let source = crate::consul::build::ServiceSource {
                 alloc_id: &alloc.id,
                 task: None,
                 group: &alloc.group.name,
                 ports: &alloc.group.ports,
+                network_mode: alloc.group.network_mode,
                 address: &address,
+                alloc_address: alloc_address.as_deref(),
                 lookup: &names,
             };
             let registrations = crate::consul::build::registrations(&alloc.group.services, &source)

@@ -10,7 +10,7 @@ use super::api::{
     SidecarRegistration, UpstreamRegistration,
 };
 use berth_jobspec::names::is_dns_label;
-use berth_jobspec::{CheckKind, PortLabel, Service, ServiceProvider};
+use berth_jobspec::{AddressMode, CheckKind, NetworkMode, PortLabel, Service, ServiceProvider};
 
 /// Where the services come from.
 pub struct ServiceSource<'a> {
@@ -19,8 +19,13 @@ pub struct ServiceSource<'a> {
     pub task: Option<&'a str>,
     pub group: &'a str,
     pub ports: &'a [PortLabel],
+    /// The group's network mode: where a port's number inside is (`to` in bridge mode).
+    pub network_mode: NetworkMode,
     /// The address when a service names none.
     pub address: &'a str,
+    /// The alloc's own address (bridge mode): what `address_mode = "alloc"` registers.
+    /// `None`: the node's, as in host mode.
+    pub alloc_address: Option<&'a str>,
     /// Run-time names (`${NOMAD_JOB_NAME}`, `${meta.x}`, …) in names and tags.
     pub lookup: &'a dyn Fn(&str) -> Option<String>,
 }
@@ -61,12 +66,12 @@ fn registration(
     }
     let port = match &service.port {
         None => 0,
-        Some(label) => {
-            port_number(label, source.ports).ok_or_else(|| BuildError::NoPortNumber {
+        Some(label) => port_number(label, service.address_mode, source).ok_or_else(|| {
+            BuildError::NoPortNumber {
                 name: name.clone(),
                 port: label.clone(),
-            })?
-        }
+            }
+        })?,
     };
     let owner = match source.task {
         Some(task) => task.to_string(),
@@ -82,18 +87,27 @@ fn registration(
         .address
         .as_deref()
         .map(interpolate)
-        .unwrap_or_else(|| source.address.to_string());
+        .unwrap_or_else(|| mode_address(service.address_mode, source).to_string());
     let mut checks = Vec::new();
     for (index, check) in service.checks.iter().enumerate() {
-        let check_port = match &check.port {
-            None => port,
-            Some(label) => {
-                port_number(label, source.ports).ok_or_else(|| BuildError::NoPortNumber {
-                    name: name.clone(),
-                    port: label.clone(),
+        // A check's mode is its own (Nomad's default, "host", whatever the service's):
+        // Consul, on the node, reaches the host port or the alloc's address.
+        let check_port = match (&check.port, &service.port) {
+            (None, None) => 0,
+            (Some(label), _) | (None, Some(label)) => {
+                port_number(label, check.address_mode, source).ok_or_else(|| {
+                    BuildError::NoPortNumber {
+                        name: name.clone(),
+                        port: label.clone(),
+                    }
                 })?
             }
         };
+        let check_address = match &service.address {
+            Some(address) if check.address_mode != AddressMode::Alloc => interpolate(address),
+            _ => mode_address(check.address_mode, source).to_string(),
+        };
+        let address = &check_address;
         let (http, method, tcp) = match &check.kind {
             CheckKind::Http {
                 path,
@@ -133,7 +147,7 @@ fn registration(
                 port: sidecar
                     .port
                     .as_deref()
-                    .and_then(|p| port_number(p, source.ports)),
+                    .and_then(|p| port_number(p, AddressMode::Host, source)),
                 proxy: ProxyRegistration {
                     upstreams: sidecar
                         .upstreams
@@ -163,13 +177,24 @@ fn registration(
     })
 }
 
-fn port_number(label: &str, ports: &[PortLabel]) -> Option<u16> {
+/// A port label's (or a number's) port in `mode`: the host's, or the one inside the
+/// alloc's network (`to`, in bridge mode) for `alloc`.
+fn port_number(label: &str, mode: AddressMode, source: &ServiceSource<'_>) -> Option<u16> {
     label.parse().ok().or_else(|| {
-        ports
-            .iter()
-            .find(|p| p.label == label)
-            .and_then(|p| p.number)
+        let port = source.ports.iter().find(|p| p.label == label)?;
+        match mode {
+            AddressMode::Auto | AddressMode::Host => port.number,
+            AddressMode::Alloc => port.inside(source.network_mode),
+        }
     })
+}
+
+/// The address registered in `mode` when the service names none.
+fn mode_address<'a>(mode: AddressMode, source: &ServiceSource<'a>) -> &'a str {
+    match mode {
+        AddressMode::Auto | AddressMode::Host => source.address,
+        AddressMode::Alloc => source.alloc_address.unwrap_or(source.address),
+    }
 }
 
 /// A duration as Go writes it, which Consul parses: "10s", "1500ms".
@@ -209,7 +234,9 @@ mod tests {
                 interval: Duration::from_secs(10),
                 timeout: Duration::from_millis(1500),
                 port: None,
+                address_mode: AddressMode::Auto,
             }],
+            address_mode: AddressMode::Auto,
             at: Default::default(),
         }
     }
@@ -231,7 +258,9 @@ mod tests {
             task: Some("server"),
             group: "g",
             ports: &ports,
+            network_mode: NetworkMode::Host,
             address: "10.0.0.5",
+            alloc_address: None,
             lookup: &lookup,
         };
         let [(provider, registration)] = registrations(&[web(Some("http"))], &source)
@@ -277,5 +306,76 @@ mod tests {
             registrations(&[bad], &source),
             Err(BuildError::BadName { .. })
         ));
+    }
+
+    /// In bridge mode, `address_mode = "alloc"` registers the alloc's own address and the
+    /// port inside (`to`), as Nomad does; `host` (and `auto`) the node's and the host
+    /// port. A check's mode is its own.
+    #[test]
+    fn address_mode_alloc_registers_the_alloc_address_and_the_port_inside() {
+        let ports = [PortLabel {
+            label: "http".into(),
+            number: Some(24001),
+            to: Some(8080),
+        }];
+        let lookup = |name: &str| (name == "NOMAD_JOB_NAME").then(|| "shop".to_string());
+        let source = ServiceSource {
+            alloc_id: "a1",
+            task: None,
+            group: "g",
+            ports: &ports,
+            network_mode: NetworkMode::Bridge,
+            address: "10.0.0.5",
+            alloc_address: Some("172.26.64.7"),
+            lookup: &lookup,
+        };
+        let registered = |service: Service| {
+            let [(_, registration)] = registrations(&[service], &source)
+                .unwrap()
+                .try_into()
+                .unwrap();
+            registration
+        };
+        let host = registered(web(Some("http")));
+        assert_eq!((host.address.as_str(), host.port), ("10.0.0.5", 24001));
+        assert_eq!(
+            host.checks[0].http.as_deref(),
+            Some("http://10.0.0.5:24001/health")
+        );
+
+        let mut alloc = web(Some("http"));
+        alloc.address_mode = AddressMode::Alloc;
+        let alloc_registered = registered(alloc.clone());
+        assert_eq!(
+            (alloc_registered.address.as_str(), alloc_registered.port),
+            ("172.26.64.7", 8080)
+        );
+        // Its check stays on the host's address and port (Nomad's default for checks)...
+        assert_eq!(
+            alloc_registered.checks[0].http.as_deref(),
+            Some("http://10.0.0.5:24001/health")
+        );
+        // ...unless it says "alloc" too.
+        alloc.checks[0].address_mode = AddressMode::Alloc;
+        assert_eq!(
+            registered(alloc).checks[0].http.as_deref(),
+            Some("http://172.26.64.7:8080/health")
+        );
+        // In host mode the alloc's address is the node's and the port is the host's.
+        let host_mode = ServiceSource {
+            network_mode: NetworkMode::Host,
+            alloc_address: None,
+            ..source
+        };
+        let mut alloc = web(Some("http"));
+        alloc.address_mode = AddressMode::Alloc;
+        let [(_, registration)] = registrations(&[alloc], &host_mode)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(
+            (registration.address.as_str(), registration.port),
+            ("10.0.0.5", 24001)
+        );
     }
 }

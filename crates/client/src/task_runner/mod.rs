@@ -467,6 +467,7 @@ impl TaskRunner {
             collector_cgroup_procs,
             // The group's namespace (bridge mode), once the network hook attached it.
             network_namespace,
+            etc_files: self.ctx.alloc_dir.group_etc_files(),
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

@@ -38,12 +38,15 @@ fn register(ctx: &TaskHookContext) {
     }
     let lookup = service_names(ctx);
     let address = crate::consul::service_address(ctx.config.consul.as_ref());
+    let alloc_address = ctx.resources.network().and_then(|n| n.address);
     let source = ServiceSource {
         alloc_id: &ctx.alloc_id,
         task: Some(&ctx.task.name),
         group: &ctx.group.name,
         ports: &ctx.group.ports,
+        network_mode: ctx.group.network_mode,
         address: &address,
+        alloc_address: alloc_address.as_deref(),
         lookup: &lookup,
     };
     match registrations(&ctx.task.services, &source) {

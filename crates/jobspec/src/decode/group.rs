@@ -11,7 +11,7 @@ use super::constraints::constraints;
 use super::ignored::{
     GROUP_SCHEDULER_LEVEL, GROUP_UNSUPPORTED, PLACEMENT, scheduler_level, unsupported,
 };
-use super::network::network;
+use super::network::{NetworkBlock, network};
 use super::restart::restart;
 use super::service::service;
 use super::task::task;
@@ -93,7 +93,12 @@ pub(super) fn group(
         .into_iter()
         .filter_map(|(name, block)| volume(&path, &name, block, problems))
         .collect();
-    let (network_mode, ports) = network(&mut fields, problems);
+    let NetworkBlock {
+        mode: network_mode,
+        ports,
+        dns,
+        hostname,
+    } = network(&mut fields, problems);
     let service_blocks = fields.blocks("service");
     let services: Vec<Service> = service_blocks
         .iter()
@@ -162,6 +167,8 @@ pub(super) fn group(
         tasks,
         ports,
         network_mode,
+        dns,
+        hostname,
         shutdown_delay,
         ephemeral_disk_mb,
         reschedule,

@@ -8,15 +8,21 @@ use berth_hcl::tree::Value;
 use super::ignored::scheduler_level;
 use crate::spec::*;
 
-/// A group's `network` block: its mode and its ports. In host mode a port is the
-/// host's as written and nothing is mapped; in bridge mode a host port is forwarded to
-/// `to` in the group's namespace. What has no effect is said.
-pub(super) fn network(
-    fields: &mut Fields<'_>,
-    problems: &mut Findings,
-) -> (NetworkMode, Vec<PortLabel>) {
+/// What a group's `network` block says.
+#[derive(Debug, Default)]
+pub(super) struct NetworkBlock {
+    pub mode: NetworkMode,
+    pub ports: Vec<PortLabel>,
+    pub dns: Option<DnsConfig>,
+    pub hostname: Option<String>,
+}
+
+/// A group's `network` block: its mode, its ports, its `dns` and `hostname`. In host
+/// mode a port is the host's as written and nothing is mapped; in bridge mode a host
+/// port is forwarded to `to` in the group's namespace. What has no effect is said.
+pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> NetworkBlock {
     let Some(block) = fields.single_block("network", problems) else {
-        return (NetworkMode::Host, Vec::new());
+        return NetworkBlock::default();
     };
     let path = format!("{}.network", fields.path);
     let mut network = Fields::new(
@@ -85,12 +91,38 @@ pub(super) fn network(
             to: to.filter(|_| mode == NetworkMode::Bridge),
         });
     }
+    let dns = network
+        .single_block("dns", problems)
+        .map(|block| dns(&path, block, problems));
+    let hostname = network.string("hostname", problems);
+    let hostname = match hostname {
+        Some(name) if mode == NetworkMode::Host => {
+            let at = network.attr("hostname").map_or(block.at, |a| a.at);
+            problems.warnings.push(Problem {
+                path: format!("{path}.hostname"),
+                at: Some(at),
+                message: format!(
+                    "hostname {name:?} has no effect in mode \"host\": tasks share the host's network and name"
+                ),
+            });
+            None
+        }
+        Some(name) if !is_host_name(&name) => {
+            network.problem_with(
+                problems,
+                "hostname",
+                format!(
+                    "{name:?} is not a host name (labels of letters, digits and '-', at most 63 characters each, 253 in all)"
+                ),
+            );
+            None
+        }
+        other => other,
+    };
     scheduler_level(
         &mut network,
         &block.body,
         &[
-            ("dns", "berth gives tasks the host's network and resolver"),
-            ("hostname", "berth gives tasks the host's network"),
             ("mbits", "berth reserves no bandwidth"),
             ("reserved_ports", "berth reserves no ports"),
             ("cni", "berth gives tasks the host's network"),
@@ -109,7 +141,87 @@ pub(super) fn network(
         );
     }
     network.finish(problems);
-    (mode, ports)
+    NetworkBlock {
+        mode,
+        ports,
+        dns,
+        hostname,
+    }
+}
+
+/// The most entries each list of a `dns` block holds: far past what resolvers read
+/// (glibc takes 3 name servers), and each one is a line or a word of `resolv.conf`.
+pub const MAX_DNS_ENTRIES: usize = 16;
+
+/// A `dns` block: every value one token of its `resolv.conf` line, so a value with a
+/// newline or a space cannot add a line (a `nameserver` of the author's, say).
+fn dns(parent: &str, block: &berth_hcl::tree::BlockNode, problems: &mut Findings) -> DnsConfig {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.dns"),
+        block.at,
+        &["servers", "searches", "options"],
+    );
+    let mut list = |name: &'static str, valid: fn(&str) -> bool, expected: &str| {
+        let values = fields.string_list(name, problems);
+        if values.len() > MAX_DNS_ENTRIES {
+            let message = format!(
+                "{} entries: berth writes at most {MAX_DNS_ENTRIES}",
+                values.len()
+            );
+            fields.problem_with(problems, name, message);
+            return Vec::new();
+        }
+        let (good, bad): (Vec<String>, Vec<String>) = values.into_iter().partition(|v| valid(v));
+        for value in bad {
+            fields.problem_with(problems, name, format!("{value:?} is not {expected}"));
+        }
+        good
+    };
+    let config = DnsConfig {
+        servers: list(
+            "servers",
+            |s| s.parse::<std::net::IpAddr>().is_ok(),
+            "an IP address",
+        ),
+        searches: list("searches", is_search_domain, "a domain name"),
+        options: list(
+            "options",
+            is_resolver_option,
+            "a resolver option (as `ndots:2` or `edns0`)",
+        ),
+    };
+    fields.finish(problems);
+    config
+}
+
+/// A host name as RFC 1123 has it: dot-separated labels of letters, digits and `-`
+/// (not at either end), 1 to 63 characters each, at most 253 in all.
+pub fn is_host_name(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// A search domain: a host name, `_` allowed (service names), or a trailing dot.
+fn is_search_domain(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    is_host_name(&name.replace('_', "x"))
+}
+
+/// A resolver option: one word of letters, digits, `-`, `_`, `:` and `.` (`ndots:2`,
+/// `timeout:1`, `edns0`, `single-request-reopen`).
+fn is_resolver_option(option: &str) -> bool {
+    (1..=64).contains(&option.len())
+        && option
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.'))
 }
 
 /// The most ports a bridge-mode group forwards.

@@ -28,6 +28,7 @@ pub(super) fn service(
             "provider",
             "check",
             "address",
+            "address_mode",
             "meta",
             "canary_tags",
             "canary_meta",
@@ -35,6 +36,7 @@ pub(super) fn service(
     );
     let name = fields.string("name", problems).unwrap_or_default();
     let port = port_value(&mut fields, problems);
+    let address_mode = address_mode(&mut fields, problems);
     let tags = fields.string_list("tags", problems);
     let enable_tag_override = fields
         .bool("enable_tag_override", problems)
@@ -170,8 +172,31 @@ pub(super) fn service(
         address,
         meta,
         checks,
+        address_mode,
         at: block.at,
     }
+}
+
+/// A service's or check's `address_mode`. Nomad's `driver` is the address of a driver's
+/// own network (docker's), which berth's drivers do not have.
+fn address_mode(fields: &mut Fields<'_>, problems: &mut Findings) -> AddressMode {
+    let written = fields.string("address_mode", problems);
+    fields
+        .choose(
+            written,
+            "address_mode",
+            &[
+                ("auto", AddressMode::Auto),
+                ("host", AddressMode::Host),
+                ("alloc", AddressMode::Alloc),
+            ],
+            problems,
+            |other| match other {
+                "driver" => "address_mode \"driver\" is a driver's own network (docker's), which berth's drivers do not have: use \"alloc\" (the group's bridge address and the port inside) or \"host\"".to_string(),
+                other => format!("address_mode {other:?} is not one of \"auto\", \"host\", \"alloc\" or \"driver\""),
+            },
+        )
+        .unwrap_or_default()
 }
 
 /// A service's `check` block; `None` when it cannot be run (a problem says why).
@@ -215,6 +240,7 @@ pub(super) fn check(
     let interval = fields.duration("interval", problems);
     let timeout = fields.duration("timeout", problems);
     let port = port_value(&mut fields, problems);
+    let address_mode = address_mode(&mut fields, problems);
     fields.string("command", problems);
     fields.string_list("args", problems);
     for (required, value) in [("interval", interval), ("timeout", timeout)] {
@@ -243,7 +269,6 @@ pub(super) fn check(
             ),
             ("on_update", "it concerns Nomad's deployments"),
             ("expose", "berth gives tasks the host's network"),
-            ("address_mode", "berth gives tasks the host's network"),
             (
                 "task",
                 "a group service's checks run in Consul, not in a task",
@@ -294,6 +319,7 @@ pub(super) fn check(
         interval: interval?,
         timeout: timeout?,
         port,
+        address_mode,
     })
 }
 

@@ -35,7 +35,7 @@ enum CallScope {
     /// Nothing with processes but wait on and signal the driver's own.
     Plain,
     /// Start a task: spawn its processes with what the host handed over.
-    Start(TaskScope),
+    Start(Box<TaskScope>),
     /// Recover a task after an agent restart: adopt these processes (the ones the host
     /// recorded for it), no others.
     Recover(Vec<ProcessRef>),
@@ -297,6 +297,7 @@ impl Driver {
             cgroup_procs: request.cgroup_procs.clone(),
             collector_cgroup_procs: request.collector_cgroup_procs.clone(),
             network_namespace: request.network_namespace.clone(),
+            etc_files: request.etc_files.clone(),
         };
         let config = wit::TaskConfig::from(request);
         let (
@@ -310,7 +311,7 @@ impl Driver {
             .call_recording_spawns(
                 "start-task",
                 SlotUse::Task,
-                CallScope::Start(scope),
+                CallScope::Start(Box::new(scope)),
                 Some(QUICK_CALL_WALL * 5),
                 async |store, b| on_driver!(b, store, call_start_task(&config)),
             )
@@ -539,7 +540,7 @@ impl Driver {
     ) -> Result<(R, Spawned), DriverError> {
         let (task, adoptable) = match scope {
             CallScope::Plain => (None, None),
-            CallScope::Start(task) => (Some(task), None),
+            CallScope::Start(task) => (Some(*task), None),
             CallScope::Recover(adoptable) => (None, Some(adoptable)),
         };
         let identity = PluginIdentity {

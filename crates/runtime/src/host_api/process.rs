@@ -326,6 +326,7 @@ impl PluginCtx {
                         .privileged
                         .then(|| berth_sys::alloc_dir::mount_refusals_beside(&task.task_dir))
                         .flatten(),
+                    etc_files: task.etc_files.clone(),
                 })
             }
         };

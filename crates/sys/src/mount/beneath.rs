@@ -29,6 +29,18 @@ pub fn open(root: impl AsFd, relative: &CStr) -> io::Result<OwnedFd> {
     )?)
 }
 
+/// As [`open`], but a link as the last component is opened itself (`O_NOFOLLOW`), not
+/// refused: for a mount that covers whatever is there, a link included. Async-signal-safe.
+pub fn open_unfollowed(root: impl AsFd, relative: &CStr) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat2(
+        root,
+        relative,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        NO_LINKS,
+    )?)
+}
+
 /// Why [`open_file_for_writing`] refused.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteOpenError {

@@ -180,6 +180,15 @@ pub enum MountStep {
     ProtectReadOnly { target: CString },
     /// `mkdir(path)`.
     MakeDir { path: CString },
+    /// Binds the file `source` over `relative` below `root` (the task's `/etc/hosts`),
+    /// read-only: whatever is there is covered, a link included (it is not followed:
+    /// the host's `/etc/resolv.conf` may be a link to a resolver's file the task does
+    /// not have). Nothing else on the way may be a link. Not over a directory.
+    CoverFile {
+        source: CString,
+        root: CString,
+        relative: CString,
+    },
 }
 
 /// Where a mount step acts.
@@ -472,6 +481,26 @@ impl MountStep {
             MountStep::MakeDir { path } => {
                 rustix::fs::mkdir(path.as_c_str(), rustix::fs::Mode::from_raw_mode(0o755))?;
             }
+            MountStep::CoverFile {
+                source,
+                root,
+                relative,
+            } => {
+                let dir = beneath::open_root(root)?;
+                let covered = beneath::open_unfollowed(&dir, relative)?;
+                let kind =
+                    rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&covered)?.st_mode);
+                if kind == rustix::fs::FileType::Directory {
+                    return Err(rustix::io::Errno::ISDIR.into());
+                }
+                let mut buffer = [0u8; 32];
+                mount::mount_bind(source.as_c_str(), beneath::fd_path(&covered, &mut buffer))?;
+                // Found again: the path now ends in the file just mounted.
+                let mounted = beneath::open(&dir, relative)?;
+                let target = beneath::fd_path(&mounted, &mut buffer);
+                let flags = current_mount_flags(target)? | Restriction::READ_ONLY.flags();
+                mount::mount_remount(target, MountFlags::BIND | flags, c"")?;
+            }
             MountStep::UnshareIpcUtsPid => {
                 use rustix::thread::UnshareFlags;
                 // SAFETY: as for the mount namespace: only this about-to-exec child.
@@ -525,6 +554,17 @@ impl fmt::Display for MountStep {
             MountStep::UnshareIpcUtsPid => write!(f, "create IPC, UTS and PID namespaces"),
             MountStep::ProtectReadOnly { target } => write!(f, "make {} read-only", show(target)),
             MountStep::MakeDir { path } => write!(f, "create directory {}", show(path)),
+            MountStep::CoverFile {
+                source,
+                root,
+                relative,
+            } => write!(
+                f,
+                "cover {}/{} with {} (read-only)",
+                show(root),
+                show(relative),
+                show(source)
+            ),
         }
     }
 }

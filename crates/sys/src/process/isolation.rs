@@ -70,6 +70,10 @@ pub struct ChrootSpec {
     /// A privileged task's file (outside its root) where its mount warden writes the
     /// mounts it refused, one line each, for the task's events.
     pub mount_refusals: Option<PathBuf>,
+    /// Files the host wrote for the task's group (its `resolv.conf`, its `hosts`), each
+    /// bound read-only over the file of its name in the task's `/etc` (the host's,
+    /// bound read-only), a link there included.
+    pub etc_files: Vec<PathBuf>,
 }
 
 /// The steps of a chroot, split where the task's process forks into its pid namespace
@@ -308,6 +312,21 @@ fn plan(
     for dir in system {
         bind_system(dir)?;
     }
+    if system.iter().any(|dir| dir == Path::new("/etc")) {
+        for file in &spec.etc_files {
+            let name = file.file_name().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} names no file for /etc", file.display()),
+                )
+            })?;
+            steps.push(MountStep::CoverFile {
+                source: c_path(file)?,
+                root: root_c.clone(),
+                relative: c_path(Path::new("etc").join(name))?,
+            });
+        }
+    }
     minimal_dev(root, &mut steps)?;
     for mount in &spec.mounts {
         let target = Target::beneath(root, &join_inside(root, &mount.task_path))?;
@@ -381,6 +400,7 @@ mod tests {
             mounts,
             privileged: false,
             mount_refusals: None,
+            etc_files: Vec::new(),
         };
         let plan = plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec).unwrap();
         let mut steps: Vec<String> = plan.before_fork.iter().map(ToString::to_string).collect();
@@ -390,6 +410,44 @@ mod tests {
     }
 
     const FORK: &str = "(fork into the pid namespace)";
+
+    /// The group's files cover the host's in the task's `/etc`: after `/etc` is bound
+    /// (so they land on it, not under it), before the root is pivoted into.
+    #[test]
+    fn group_etc_files_cover_the_hosts_after_etc_is_bound() {
+        let spec = ChrootSpec {
+            root: "/tmp/t".into(),
+            cwd: "/".into(),
+            mounts: Vec::new(),
+            privileged: false,
+            mount_refusals: None,
+            etc_files: vec!["/data/allocs/a/etc/hosts".into()],
+        };
+        let system = [PathBuf::from("/usr"), PathBuf::from("/etc")];
+        let plan = plan(Path::new("/tmp/t"), &[], &system, &spec).unwrap();
+        let steps: Vec<String> = plan.before_fork.iter().map(ToString::to_string).collect();
+        let bound = steps
+            .iter()
+            .position(|s| s == "bind /etc to /tmp/t/etc")
+            .unwrap();
+        let covered = steps
+            .iter()
+            .position(|s| s == "cover /tmp/t/etc/hosts with /data/allocs/a/etc/hosts (read-only)")
+            .unwrap_or_else(|| panic!("{steps:#?}"));
+        assert!(bound < covered, "{steps:#?}");
+        // Without a bound /etc there is nothing to cover.
+        let plan = plan_without_etc(&spec);
+        assert!(!plan.iter().any(|s| s.starts_with("cover")), "{plan:#?}");
+    }
+
+    fn plan_without_etc(spec: &ChrootSpec) -> Vec<String> {
+        plan(Path::new("/tmp/t"), &[], &[PathBuf::from("/usr")], spec)
+            .unwrap()
+            .before_fork
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
 
     #[test]
     fn proc_is_mounted_after_the_fork_into_the_pid_namespace() {

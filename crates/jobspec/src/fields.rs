@@ -93,7 +93,39 @@ pub mod group {
     pub const EPHEMERAL_DISK: Field = field("ephemeral_disk", "EphemeralDisk", Block);
     pub const VOLUME: Field = field("volume", "Volumes", Blocks);
     pub const TASK: Field = field("task", "Tasks", Blocks);
+    pub const NETWORK: Field = field("network", "Networks", Blocks);
     pub const COPIED: &[Field] = &[COUNT, SHUTDOWN_DELAY];
+}
+
+/// A group's `network` block.
+pub mod network {
+    use super::{Field, Kind::*, field};
+    pub const MODE: Field = field("mode", "Mode", Text);
+    pub const HOSTNAME: Field = field("hostname", "Hostname", Text);
+    pub const DNS: Field = field("dns", "DNS", Block);
+    /// Static ports: `port "label" { static = Value }`.
+    pub const RESERVED_PORTS: Field = field("port", "ReservedPorts", Blocks);
+    /// Dynamic ports: `port "label" {}` (a `Value` given by a server is not kept).
+    pub const DYNAMIC_PORTS: Field = field("port", "DynamicPorts", Blocks);
+    pub const COPIED: &[Field] = &[MODE, HOSTNAME];
+}
+
+/// A port of a group's `network` block; its label is the block's.
+pub mod port {
+    use super::{Field, Kind::*, field};
+    pub const LABEL: Field = field("", "Label", Text);
+    pub const STATIC: Field = field("static", "Value", Number);
+    /// Signed in JSON (-1: the host port's number), so read apart.
+    pub const TO: Field = field("to", "To", Number);
+}
+
+/// A group network's `dns` block.
+pub mod dns {
+    use super::{Field, Kind::*, field};
+    pub const SERVERS: Field = field("servers", "Servers", List);
+    pub const SEARCHES: Field = field("searches", "Searches", List);
+    pub const OPTIONS: Field = field("options", "Options", List);
+    pub const COPIED: &[Field] = &[SERVERS, SEARCHES, OPTIONS];
 }
 
 /// A `restart` block (of a group or a task).

@@ -94,6 +94,50 @@ pub struct TaskGroup {
     pub volumes: Map<VolumeRequest>,
     /// Nanoseconds.
     pub shutdown_delay: u64,
+    /// Its `network` block (Nomad takes one).
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub networks: Vec<NetworkResource>,
+}
+
+/// A group's network: Nomad's `NetworkResource`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NetworkResource {
+    /// "host" (or empty) or "bridge".
+    pub mode: String,
+    pub hostname: String,
+    #[serde(rename = "DNS")]
+    pub dns: Option<DnsConfig>,
+    /// Static ports (`Value` is the host port).
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub reserved_ports: Vec<Port>,
+    /// Dynamic ports (`Value` is the one given, 0 before).
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub dynamic_ports: Vec<Port>,
+}
+
+/// A port of a group's network: Nomad's `Port`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Port {
+    pub label: String,
+    pub value: u16,
+    /// The port inside the group's namespace (bridge mode): 0 unset, -1 the host
+    /// port's own number.
+    pub to: i32,
+    pub host_network: String,
+}
+
+/// A network's `dns` block: Nomad's `DNSConfig`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DnsConfig {
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub servers: Vec<String>,
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub searches: Vec<String>,
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub options: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -12,8 +12,9 @@ use hcl::structure::{Attribute, Block, Body, Structure};
 use serde_json::{Map, Value};
 
 use berth_jobspec::fields::{
-    Field, Kind, constraint, dispatch_payload, ephemeral_disk, group, job, lifecycle, logs,
-    parameterized, periodic, resources, restart, task, template, volume, volume_mount,
+    Field, Kind, constraint, dispatch_payload, dns, ephemeral_disk, group, job, lifecycle, logs,
+    network, parameterized, periodic, port, resources, restart, task, template, volume,
+    volume_mount,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -528,12 +529,81 @@ fn task_group(
             )?);
         }
     }
+    for (i, value) in fields.list(group::NETWORK.json)?.iter().enumerate() {
+        let at = format!("{path}.{}[{i}]", group::NETWORK.json);
+        inner.push(self::network(&at, value, warnings)?);
+    }
     for (i, task) in fields.list(group::TASK.json)?.iter().enumerate() {
         let at = format!("{path}.{}[{i}]", group::TASK.json);
         inner.push(self::task(&at, task, warnings)?);
     }
     fields.finish(warnings);
     Ok(block("group", &[&name], inner))
+}
+
+/// A group's `NetworkResource` as its `network` block: mode, host name, `dns`, and a
+/// `port` block per static (`ReservedPorts`) and dynamic (`DynamicPorts`) port. Where
+/// a server placed the alloc (`IP`, `CIDR`, `Device`, a dynamic port's `Value`) is not
+/// the job's: ignored quietly.
+fn network(
+    path: &str,
+    value: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<Structure, JobJsonError> {
+    let mut fields = Fields::new(path.to_string(), value)?;
+    let mut inner = Vec::new();
+    fields.copy(&mut inner, network::COPIED)?;
+    optional_block(
+        &mut fields,
+        network::DNS,
+        dns::COPIED,
+        &[],
+        &mut inner,
+        warnings,
+    )?;
+    for (list, is_static) in [
+        (network::RESERVED_PORTS, true),
+        (network::DYNAMIC_PORTS, false),
+    ] {
+        for (i, value) in fields.list(list.json)?.iter().enumerate() {
+            let mut p = Fields::new(format!("{path}.{}[{i}]", list.json), value)?;
+            let label = p
+                .string(port::LABEL.json)?
+                .ok_or_else(|| p.wrong(port::LABEL.json, "a port label"))?
+                .to_string();
+            let mut body = Vec::new();
+            if is_static {
+                if let Some(number) = p.number(port::STATIC.json)? {
+                    attr(&mut body, port::STATIC.hcl, number);
+                }
+            } else {
+                p.accept(&[port::STATIC.json]);
+            }
+            match p.get(port::TO.json) {
+                None => {}
+                Some(Value::Number(n)) => match n.as_i64() {
+                    Some(0) => {}
+                    Some(to) if (-1..=i64::from(u16::MAX)).contains(&to) => {
+                        attr(&mut body, port::TO.hcl, Expression::from(to));
+                    }
+                    _ => return Err(p.wrong(port::TO.json, "a port number, or -1")),
+                },
+                Some(_) => return Err(p.wrong(port::TO.json, "a number")),
+            }
+            // Nomad's default host network is every address, as berth's forwards are.
+            if p.string("HostNetwork")?.is_some_and(|n| n != "default") {
+                warnings.push(format!(
+                    "{}.HostNetwork is not supported by berth and was ignored: berth forwards ports from every host address",
+                    p.path
+                ));
+            }
+            p.finish(warnings);
+            inner.push(block("port", &[&label], body));
+        }
+    }
+    fields.accept(&["IP", "CIDR", "Device"]);
+    fields.finish(warnings);
+    Ok(block("network", &[], inner))
 }
 
 fn task(path: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Structure, JobJsonError> {

@@ -240,7 +240,44 @@ fn group(group: &Group) -> jobs::TaskGroup {
         meta: pairs(&group.meta),
         volumes,
         shutdown_delay: ns(group.shutdown_delay),
+        networks: network(group).into_iter().collect(),
     }
+}
+
+/// The group's `network` block, when it has one to show: a mode other than the host's,
+/// ports, a resolver or a host name.
+fn network(group: &Group) -> Option<jobs::NetworkResource> {
+    let bridge = group.network_mode == berth_jobspec::NetworkMode::Bridge;
+    if !bridge && group.ports.is_empty() && group.dns.is_none() && group.hostname.is_none() {
+        return None;
+    }
+    let port = |p: &berth_jobspec::PortLabel| jobs::Port {
+        label: p.label.clone(),
+        value: p.number.unwrap_or(0),
+        to: p.to.map_or(0, i32::from),
+        host_network: String::new(),
+    };
+    Some(jobs::NetworkResource {
+        mode: if bridge { "bridge" } else { "host" }.into(),
+        hostname: group.hostname.clone().unwrap_or_default(),
+        dns: group.dns.as_ref().map(|dns| jobs::DnsConfig {
+            servers: dns.servers.clone(),
+            searches: dns.searches.clone(),
+            options: dns.options.clone(),
+        }),
+        reserved_ports: group
+            .ports
+            .iter()
+            .filter(|p| p.number.is_some())
+            .map(port)
+            .collect(),
+        dynamic_ports: group
+            .ports
+            .iter()
+            .filter(|p| p.number.is_none())
+            .map(port)
+            .collect(),
+    })
 }
 
 fn task(task: &Task) -> jobs::Task {

@@ -19,6 +19,23 @@ const HCL: &str = r#"job "web" {
   }
   group "g" {
     count = 2
+    network {
+      mode     = "bridge"
+      hostname = "web-1"
+      port "http" {
+        static = 8000
+        to     = 8080
+      }
+      port "admin" {
+        to = 9090
+      }
+      port "metrics" {}
+      dns {
+        servers  = ["10.0.0.2"]
+        searches = ["svc.example"]
+        options  = ["ndots:2"]
+      }
+    }
     restart {
       attempts = 3
       interval = "10m"
@@ -132,7 +149,7 @@ fn ignored_fields_are_named_in_warnings() {
         "ID": "w", "Type": "batch", "Region": "global", "Priority": 50, "CreateIndex": 9,
         "Update": {"MaxParallel": 1},
         "Frobnicate": true,
-        "TaskGroups": [{"Name": "g", "Networks": [{"Mode": "bridge"}], "Tasks": [{
+        "TaskGroups": [{"Name": "g", "Networks": [{"Mode": "bridge", "MBits": 10, "IP": "10.0.0.9"}], "Tasks": [{
             "Name": "t", "Driver": "mock", "Services": [{"Name": "s"}],
         }]}],
     }});
@@ -140,8 +157,8 @@ fn ignored_fields_are_named_in_warnings() {
     assert_eq!(
         converted.warnings,
         [
+            "Job.TaskGroups[0].Networks[0].MBits is not supported by berth and was ignored",
             "Job.TaskGroups[0].Tasks[0].Services is not supported by berth and was ignored",
-            "Job.TaskGroups[0].Networks is not supported by berth and was ignored",
             "Job.Frobnicate is not supported by berth and was ignored",
             "Job.Update is not supported by berth and was ignored",
         ]
@@ -370,4 +387,60 @@ fn the_job_json_writes_every_field_of_the_table_by_its_json_name() {
             );
         }
     }
+}
+
+/// A group's network as Nomad's API clients send it (`Networks`: the mode, static and
+/// dynamic ports with `To`, Nomad's `-1`, `DNS`, `Hostname`) is the jobspec's `network`
+/// block; what a server placed (`IP`, a dynamic port's `Value`) is not kept.
+#[test]
+fn a_json_jobs_network_is_its_groups_network() {
+    let body = json!({"Job": {
+        "ID": "net", "Type": "service",
+        "TaskGroups": [{"Name": "g", "Networks": [{
+            "Mode": "bridge", "Hostname": "web-1", "IP": "10.0.0.9",
+            "DNS": {"Servers": ["10.0.0.2"], "Searches": null, "Options": ["ndots:2"]},
+            "ReservedPorts": [{"Label": "http", "Value": 8000, "To": 8080, "HostNetwork": "default"}],
+            "DynamicPorts": [
+                {"Label": "admin", "Value": 23456, "To": -1},
+                {"Label": "metrics", "Value": 0, "To": 0}
+            ],
+        }], "Tasks": [{"Name": "t", "Driver": "mock"}]}],
+    }});
+    let converted = job_hcl(&body).unwrap();
+    assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
+    let job = berth_jobspec::parse("net.json", &converted.hcl).unwrap();
+    let group = &job.groups[0];
+    assert_eq!(group.network_mode, berth_jobspec::NetworkMode::Bridge);
+    assert_eq!(group.hostname.as_deref(), Some("web-1"));
+    let dns = group.dns.as_ref().unwrap();
+    assert_eq!(
+        (dns.servers.as_slice(), dns.options.as_slice()),
+        (&["10.0.0.2".to_string()][..], &["ndots:2".to_string()][..])
+    );
+    let ports: Vec<_> = group
+        .ports
+        .iter()
+        .map(|p| (p.label.as_str(), p.number, p.to))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("http", Some(8000), Some(8080)),
+            ("admin", None, None),
+            ("metrics", None, None)
+        ]
+    );
+    // Bad input is refused with its path.
+    let mut bad = body.clone();
+    bad["Job"]["TaskGroups"][0]["Networks"][0]["ReservedPorts"][0]["To"] = json!(-7);
+    assert_eq!(
+        job_hcl(&bad).unwrap_err().to_string(),
+        "Job.TaskGroups[0].Networks[0].ReservedPorts[0].To must be a port number, or -1"
+    );
+    let mut bad = body;
+    bad["Job"]["TaskGroups"][0]["Networks"][0]["DynamicPorts"][0]["Label"] = json!("");
+    assert_eq!(
+        job_hcl(&bad).unwrap_err().to_string(),
+        "Job.TaskGroups[0].Networks[0].DynamicPorts[0].Label must be a port label"
+    );
 }

@@ -132,6 +132,10 @@ fn only_loopback_servers(resolv_conf: &str) -> bool {
 /// [`GROUP_ETC_FILES`]: a restarted agent's group never sees another run's.
 fn write_all(dir: &Path, files: &[(&'static str, String)]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
+    if files.is_empty() && std::fs::symlink_metadata(dir).is_err() {
+        // The common case (host mode, no dns block): nothing to write or remove.
+        return Ok(());
+    }
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     for name in GROUP_ETC_FILES {

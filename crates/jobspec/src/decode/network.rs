@@ -6,6 +6,7 @@ use berth_hcl::fields::Fields;
 use berth_hcl::tree::Value;
 
 use super::ignored::scheduler_level;
+use crate::fields as schema;
 use crate::spec::*;
 
 /// What a group's `network` block says.
@@ -39,7 +40,10 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Netwo
             "cni",
         ],
     );
-    let mode = match network.string("mode", problems).as_deref() {
+    let mode = match network
+        .string(schema::network::MODE.hcl, problems)
+        .as_deref()
+    {
         None | Some("host") => NetworkMode::Host,
         Some("bridge") => NetworkMode::Bridge,
         Some(other) => {
@@ -55,7 +59,7 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Netwo
         }
     };
     let mut ports = Vec::new();
-    for (label, port) in network.labeled_blocks("port", problems) {
+    for (label, port) in network.labeled_blocks(schema::network::RESERVED_PORTS.hcl, problems) {
         let mut p = Fields::new(
             &port.body,
             format!("{path}.port.{label}"),
@@ -63,13 +67,13 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Netwo
             &["static", "to", "host_network"],
         );
         let number = p
-            .number("static", u16::MAX as u64, problems)
+            .number(schema::port::STATIC.hcl, u16::MAX as u64, problems)
             .map(|n| n as u16);
         // Nomad's `to = -1` (and an unset `to`, Go's 0) is the host port's own number.
-        let to = match p.attr("to").map(|a| &a.value) {
+        let to = match p.attr(schema::port::TO.hcl).map(|a| &a.value) {
             Some(Value::Number(n)) if n.as_i64() == Some(-1) => None,
             _ => p
-                .number("to", u16::MAX as u64, problems)
+                .number(schema::port::TO.hcl, u16::MAX as u64, problems)
                 .filter(|n| *n != 0)
                 .map(|n| n as u16),
         };
@@ -92,9 +96,9 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Netwo
         });
     }
     let dns = network
-        .single_block("dns", problems)
+        .single_block(schema::network::DNS.hcl, problems)
         .map(|block| dns(&path, block, problems));
-    let hostname = network.string("hostname", problems);
+    let hostname = network.string(schema::network::HOSTNAME.hcl, problems);
     let hostname = match hostname {
         Some(name) if mode == NetworkMode::Host => {
             let at = network.attr("hostname").map_or(block.at, |a| a.at);
@@ -180,13 +184,13 @@ fn dns(parent: &str, block: &berth_hcl::tree::BlockNode, problems: &mut Findings
     };
     let config = DnsConfig {
         servers: list(
-            "servers",
+            schema::dns::SERVERS.hcl,
             |s| s.parse::<std::net::IpAddr>().is_ok(),
             "an IP address",
         ),
-        searches: list("searches", is_search_domain, "a domain name"),
+        searches: list(schema::dns::SEARCHES.hcl, is_search_domain, "a domain name"),
         options: list(
-            "options",
+            schema::dns::OPTIONS.hcl,
             is_resolver_option,
             "a resolver option (as `ndots:2` or `edns0`)",
         ),

@@ -367,9 +367,9 @@ server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("127.0.0.1", port))
 server.listen()
-def reach(host):
+def reach(host, to=port):
     try:
-        socket.create_connection((host, port), timeout=2).close()
+        socket.create_connection((host, to), timeout=2).close()
         return "reached"
     except OSError:
         return "refused"
@@ -377,6 +377,17 @@ print("OWN_LOOPBACK=" + reach("127.0.0.1"), flush=True)
 target = os.environ.get("TARGET")
 if target:
     print("TARGET=" + reach(target), flush=True)
+agent = os.environ.get("AGENT_PORT")
+if agent:
+    gateway = os.environ["NOMAD_ALLOC_IP_probe"].rsplit(".", 1)[0] + ".1"
+    print("AGENT_LOOPBACK=" + reach("127.0.0.1", int(agent)), flush=True)
+    print("AGENT_GATEWAY=" + reach(gateway, int(agent)), flush=True)
+    unix = socket.socket(socket.AF_UNIX)
+    try:
+        unix.connect(os.environ["AGENT_SOCKET"])
+        print("AGENT_SOCKET=reached", flush=True)
+    except OSError:
+        print("AGENT_SOCKET=refused", flush=True)
 while True:
     conn, _ = server.accept()
     conn.close()
@@ -434,7 +445,9 @@ fn line_value(agent: &AgentProcess, alloc: &str, name: &str) -> String {
 /// `hosts` (its alloc's address under its `hostname`), read-only, over the host's; a
 /// `dns` block in host mode gives its resolver too. Two groups of different jobs
 /// cannot reach each other's loopback: a listener on one's `127.0.0.1` is refused to
-/// the other, on its own loopback and at the first alloc's address.
+/// the other, on its own loopback and at the first alloc's address; nor can a bridge
+/// task reach the agent's API (on the node's loopback, at the bridge's gateway, or by
+/// its Unix socket).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bridge_group_has_its_own_resolver_and_hosts_and_no_other_group_reaches_its_loopback() {
     let mut agent = AgentProcess::new();
@@ -473,13 +486,22 @@ async fn a_bridge_group_has_its_own_resolver_and_hosts_and_no_other_group_reache
             &isolation_job(
                 "second",
                 "bridge",
-                "",
-                &format!("        PROBE_PORT = \"{probe_port}\"\n        TARGET = \"{address}\""),
+                "      port \"probe\" {}",
+                &format!(
+                    "        PROBE_PORT = \"{probe_port}\"\n        TARGET = \"{address}\"\n        AGENT_PORT = \"{}\"\n        AGENT_SOCKET = \"{}\"",
+                    agent.port(),
+                    agent.socket().display()
+                ),
             ),
         )
         .await;
     assert_eq!(line_value(&agent, &second, "OWN_LOOPBACK"), "reached");
     assert_eq!(line_value(&agent, &second, "TARGET"), "refused");
+    // Nor the agent's API: its loopback listener, the node at the bridge's gateway, its
+    // Unix socket (outside the task's root).
+    for what in ["AGENT_LOOPBACK", "AGENT_GATEWAY", "AGENT_SOCKET"] {
+        assert_eq!(line_value(&agent, &second, what), "refused", "{what}");
+    }
     // Without a dns block it has the host's resolver (a regular file here), and a
     // hosts file naming its alloc by the id's first 8 characters.
     let second_hosts = line_value(&agent, &second, "HOSTS");
@@ -528,5 +550,66 @@ async fn a_bridge_group_has_its_own_resolver_and_hosts_and_no_other_group_reache
     }
     for alloc in [&first, &second, &host_mode] {
         agent.finished(alloc).await;
+    }
+}
+
+/// An alloc whose task ends while the agent is down (`kill -9`): the restarted agent
+/// finds it ended and leaves nothing of its network: no namespace, no rule, no lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_alloc_that_ends_while_the_agent_is_down_leaves_nothing_after_its_restart() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = r#"job "brief" {
+  type = "batch"
+  group "web" {
+    network {
+      mode = "bridge"
+      port "http" {
+        to = 8080
+      }
+    }
+    task "server" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo NOMAD_ALLOC_IP_http=$NOMAD_ALLOC_IP_http; sleep 2"]
+      }
+    }
+  }
+}
+"#;
+    let alloc = agent.run_job("brief.hcl", source).await;
+    let ip = printed(&agent, &alloc, "ALLOC_IP_http");
+    agent.kill9();
+    // The task ends meanwhile; its network is still there for the agent to find.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let namespaces = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&namespaces.stdout).contains(&alloc),
+        "the namespace went with the agent's kill -9: nothing left to test"
+    );
+    agent.start().await;
+    let status = agent.finished(&alloc).await;
+    assert_eq!(
+        status.client_status,
+        berth_model::status::ClientStatus::Complete,
+        "{status:#?}"
+    );
+    let allocs = [alloc];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = leftovers(&allocs, std::slice::from_ref(&ip));
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left on the host: {left:#?}\n{}",
+            agent.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -85,9 +85,22 @@ fn printed(agent: &AgentProcess, alloc: &str, name: &str) -> String {
     }
 }
 
-/// What is left on the host of `allocs` (with their addresses `ips`): their namespaces
-/// (and so their veths), NAT rules naming them, firewall rules naming their addresses,
-/// leased addresses.
+/// The iptables chains the CNI plugins make for one alloc on the `nomad` network, named
+/// as they name them (`utils.MustFormatChainNameWithPrefix`: `CNI-`, a prefix, then the
+/// hex of sha512(network + id), 28 characters in all): the bridge plugin's masquerade
+/// chain and portmap's DNAT chain.
+fn cni_chains(alloc: &str) -> [String; 2] {
+    use sha2::Digest as _;
+    let digest: String = sha2::Sha512::digest(format!("nomad{alloc}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    ["", "DN-"].map(|prefix| format!("CNI-{prefix}{digest}")[..28].to_string())
+}
+
+/// What is left on the host of `allocs` (with their addresses `ips`): their namespaces,
+/// veths linked to them, their CNI chains, NAT rules naming them, firewall rules naming
+/// their addresses, leased addresses.
 fn leftovers(allocs: &[String], ips: &[String]) -> Vec<String> {
     let run = |program: &str, args: &[&str]| {
         let out = std::process::Command::new(program)
@@ -98,10 +111,25 @@ fn leftovers(allocs: &[String], ips: &[String]) -> Vec<String> {
     };
     let mut left = Vec::new();
     let namespaces = run("ip", &["netns", "list"]);
+    let links = run("ip", &["-o", "link"]);
     let rules = run("iptables-save", &[]);
     for alloc in allocs {
         if namespaces.contains(alloc.as_str()) {
             left.push(format!("namespace {alloc}"));
+        }
+        left.extend(
+            links
+                .lines()
+                .filter(|l| l.contains(alloc.as_str()))
+                .map(|l| format!("link {l}")),
+        );
+        for chain in cni_chains(alloc) {
+            left.extend(
+                rules
+                    .lines()
+                    .filter(|l| l.contains(&chain))
+                    .map(String::from),
+            );
         }
         left.extend(
             rules
@@ -153,6 +181,19 @@ async fn a_bridge_group_answers_on_its_host_ports_from_its_own_namespace_and_lea
     assert!((20000..=32000).contains(&dynamic), "{dynamic}");
     let alloc_ip = printed(&agent, &single, "ALLOC_IP_http");
     assert!(alloc_ip.starts_with("172.26."), "{alloc_ip}");
+    // While it runs, its chains and its veth are there (what `leftovers` looks for
+    // once it stops is named right).
+    let running = leftovers(std::slice::from_ref(&single), &[]);
+    for chain in cni_chains(&single) {
+        assert!(
+            running.iter().any(|l| l.contains(&format!(":{chain} "))),
+            "{chain} not in {running:#?}"
+        );
+    }
+    assert!(
+        running.iter().any(|l| l.starts_with("link ")),
+        "{running:#?}"
+    );
     for port in [static_port, dynamic] {
         let body = get(&format!("{host}:{port}"));
         // Its own namespace: its loopback and its eth0, none of the host's links.

@@ -109,6 +109,33 @@ pub fn is_dns_label(name: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
+/// A host name as RFC 1123 has it: dot-separated [`is_dns_label`]s, at most 253
+/// characters in all.
+pub fn is_host_name(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+/// A search domain of `resolv.conf`: a host name, `_` allowed (service names), a
+/// trailing dot too.
+pub fn is_search_domain(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    is_host_name(&name.replace('_', "x"))
+}
+
+/// A resolver option of `resolv.conf`: one word of letters, digits, `-`, `_`, `:` and
+/// `.` (`ndots:2`, `timeout:1`, `edns0`, `single-request-reopen`).
+pub fn is_resolver_option(option: &str) -> bool {
+    (1..=64).contains(&option.len())
+        && option
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.'))
+}
+
+/// A name server of `resolv.conf`: an IPv4 or IPv6 address.
+pub fn is_name_server(server: &str) -> bool {
+    server.parse::<std::net::IpAddr>().is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

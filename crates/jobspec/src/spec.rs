@@ -443,17 +443,40 @@ pub struct DnsConfig {
 }
 
 impl DnsConfig {
-    /// The `resolv.conf` it describes.
-    pub fn resolv_conf(&self) -> String {
+    /// The `resolv.conf` it describes, as Nomad writes it: each list it leaves empty is
+    /// the host's (`host`, the node's own `resolv.conf`). Only values that are one token
+    /// of their line are written, whoever made the config (a record read back, say).
+    pub fn resolv_conf(&self, host: &str) -> String {
+        use crate::names::{is_name_server, is_resolver_option, is_search_domain};
+        let from_host = |keys: &[&str]| -> Vec<String> {
+            host.lines()
+                .filter_map(|line| {
+                    let mut words = line.split_whitespace();
+                    keys.contains(&words.next()?).then_some(words)
+                })
+                .flatten()
+                .map(str::to_string)
+                .collect()
+        };
+        let pick = |own: &[String], keys: &[&str], valid: fn(&str) -> bool| -> Vec<String> {
+            let list = if own.is_empty() {
+                from_host(keys)
+            } else {
+                own.to_vec()
+            };
+            list.into_iter().filter(|v| valid(v)).collect()
+        };
         let mut text = String::from("# written by berth from the group's network { dns } block\n");
-        for server in &self.servers {
+        for server in pick(&self.servers, &["nameserver"], is_name_server) {
             text.push_str(&format!("nameserver {server}\n"));
         }
-        if !self.searches.is_empty() {
-            text.push_str(&format!("search {}\n", self.searches.join(" ")));
+        let searches = pick(&self.searches, &["search", "domain"], is_search_domain);
+        if !searches.is_empty() {
+            text.push_str(&format!("search {}\n", searches.join(" ")));
         }
-        if !self.options.is_empty() {
-            text.push_str(&format!("options {}\n", self.options.join(" ")));
+        let options = pick(&self.options, &["options"], is_resolver_option);
+        if !options.is_empty() {
+            text.push_str(&format!("options {}\n", options.join(" ")));
         }
         text
     }

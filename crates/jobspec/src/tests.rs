@@ -769,12 +769,34 @@ fn a_dns_block_becomes_the_groups_resolv_conf_and_refuses_what_is_not_one_token(
     let group = &job.groups[0];
     assert_eq!(group.hostname.as_deref(), Some("web-1"));
     let dns = group.dns.as_ref().unwrap();
+    let host = "nameserver 10.255.0.1\nsearch corp.example\noptions rotate\n";
     assert_eq!(
-        dns.resolv_conf(),
+        dns.resolv_conf(host),
         "# written by berth from the group's network { dns } block\n\
          nameserver 10.0.0.2\nnameserver 2001:db8::1\n\
          search svc.example.com _tcp.example.\n\
          options ndots:2 edns0\n"
+    );
+    // What the block leaves out is the host's, as Nomad does: an empty block is the
+    // host's resolver, never one without a name server.
+    let only_options = DnsConfig {
+        options: vec!["ndots:1".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        only_options.resolv_conf(host),
+        "# written by berth from the group's network { dns } block\n\
+         nameserver 10.255.0.1\nsearch corp.example\noptions ndots:1\n"
+    );
+    // A value that is not one token of its line is never written, whoever made it.
+    let forged = DnsConfig {
+        servers: vec!["10.0.0.2\nnameserver 6.6.6.6".into(), "10.0.0.3".into()],
+        ..Default::default()
+    };
+    assert!(
+        forged.resolv_conf("").ends_with("\nnameserver 10.0.0.3\n"),
+        "{}",
+        forged.resolv_conf("")
     );
     for (dns, expected) in [
         (
@@ -834,7 +856,7 @@ fn a_dns_block_becomes_the_groups_resolv_conf_and_refuses_what_is_not_one_token(
 }
 
 #[test]
-fn address_mode_is_read_for_services_and_checks_and_driver_is_refused_with_why() {
+fn address_mode_is_read_for_services_and_checks_and_driver_is_host_with_a_warning() {
     let source = |mode: &str| {
         format!(
             "job \"web\" {{\n  group \"g\" {{\n    network {{\n      mode = \"bridge\"\n      port \"http\" {{ to = 8080 }}\n    }}\n    service {{\n      name = \"web\"\n      port = \"http\"\n      address_mode = \"{mode}\"\n      check {{\n        type = \"tcp\"\n        interval = \"10s\"\n        timeout = \"2s\"\n        address_mode = \"alloc\"\n      }}\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{ command = \"/bin/true\" }}\n    }}\n  }}\n}}\n"
@@ -848,10 +870,14 @@ fn address_mode_is_read_for_services_and_checks_and_driver_is_refused_with_why()
         parse("job.hcl", &source("host")).unwrap().groups[0].services[0].address_mode,
         AddressMode::Host
     );
-    let error = parse("job.hcl", &source("driver")).unwrap_err().to_string();
+    let driver = parse("job.hcl", &source("driver")).unwrap();
+    assert_eq!(driver.groups[0].services[0].address_mode, AddressMode::Host);
     assert!(
-        error.contains("address_mode \"driver\" is a driver's own network (docker's), which berth's drivers do not have"),
-        "{error}"
+        driver.warnings.iter().any(|w| w.to_string().contains(
+            "address_mode \"driver\" is a driver's own network (docker's), which berth's drivers do not have: registered as \"host\""
+        )),
+        "{:#?}",
+        driver.warnings
     );
     let error = parse("job.hcl", &source("nope")).unwrap_err().to_string();
     assert!(

@@ -40,35 +40,61 @@ impl AllocHook for EtcFilesHook {
                 return Ok(());
             };
             let address = alloc.resources.network().and_then(|n| n.address);
-            let files = group_files(alloc, address.as_deref());
-            berth_sys::blocking::run(|| write_all(&dir, &files)).map_err(|e| HookError {
+            let fail = |message: String| HookError {
                 hook: "etc_files".into(),
-                message: format!("writing the group's /etc files in {}: {e}", dir.display()),
+                message,
+            };
+            let files = group_files(alloc, address.as_deref()).map_err(fail)?;
+            berth_sys::blocking::run(|| write_all(&dir, &files)).map_err(|e| {
+                fail(format!(
+                    "writing the group's /etc files in {}: {e}",
+                    dir.display()
+                ))
             })
         })
     }
 }
 
 /// What the group's tasks should see, by file name; a file absent here is the host's.
-fn group_files(alloc: &AllocRunner, address: Option<&str>) -> Vec<(&'static str, String)> {
+/// A group that asked for its own resolver on a node without `/etc/resolv.conf` to
+/// cover is refused (its tasks' `/etc` is the host's, read-only); a bridge group's
+/// `hosts` on a node without one is left out, as the host's is.
+fn group_files(
+    alloc: &AllocRunner,
+    address: Option<&str>,
+) -> Result<Vec<(&'static str, String)>, String> {
     let bridge = alloc.group.network_mode == NetworkMode::Bridge;
+    let on_host = |name: &str| std::fs::symlink_metadata(Path::new("/etc").join(name)).is_ok();
     let mut files = Vec::new();
-    let resolv = match &alloc.group.dns {
-        Some(dns) => Some(dns.resolv_conf()),
-        None => host_resolv_conf(bridge),
-    };
-    if let Some(resolv) = resolv {
-        files.push(("resolv.conf", resolv));
+    let linked = std::fs::symlink_metadata(HOST_RESOLV_CONF).is_ok_and(|m| m.is_symlink());
+    if alloc.group.dns.is_some() || bridge || linked {
+        let host = host_resolver(bridge);
+        let resolv = match &alloc.group.dns {
+            Some(dns) => {
+                if !on_host("resolv.conf") {
+                    return Err("the group's network { dns } needs an /etc/resolv.conf on the node to cover, and it has none".into());
+                }
+                Some(dns.resolv_conf(host.as_ref().map_or("", |(text, _)| text)))
+            }
+            None => host.filter(|(_, copy)| *copy).map(|(text, _)| text),
+        };
+        if let Some(resolv) = resolv {
+            files.push(("resolv.conf", resolv));
+        }
     }
-    if bridge && let Some(address) = address {
+    if bridge
+        && let Some(address) = address
+        && on_host("hosts")
+    {
         let name = alloc
             .group
             .hostname
             .clone()
+            .filter(|name| berth_jobspec::names::is_host_name(name))
             .unwrap_or_else(|| alloc.id.chars().take(8).collect());
         files.push(("hosts", hosts(address, &name)));
     }
-    files
+    Ok(files)
 }
 
 /// The group's `hosts`: loopback's names, and the alloc's address under `name`.
@@ -87,9 +113,11 @@ fn hosts(address: &str, name: &str) -> String {
     )
 }
 
-/// The host's resolver file when tasks could not use it as it is (see the module's
-/// doc); `None`: they read the host's own.
-fn host_resolv_conf(bridge: bool) -> Option<String> {
+/// The resolver the group's tasks would use from the host, and whether it must be
+/// copied for them (see the module's doc): the host's file (read through a link), or
+/// in bridge mode, when it names only loopback servers, systemd-resolved's upstream
+/// list. `None`: the node has none.
+fn host_resolver(bridge: bool) -> Option<(String, bool)> {
     let linked = std::fs::symlink_metadata(HOST_RESOLV_CONF).is_ok_and(|m| m.is_symlink());
     let host = read_bounded(Path::new(HOST_RESOLV_CONF))?;
     if bridge
@@ -97,9 +125,9 @@ fn host_resolv_conf(bridge: bool) -> Option<String> {
         && let Some(upstream) = read_bounded(Path::new(RESOLVED_UPSTREAM))
             .filter(|upstream| !only_loopback_servers(upstream))
     {
-        return Some(upstream);
+        return Some((upstream, true));
     }
-    linked.then_some(host)
+    Some((host, linked))
 }
 
 fn read_bounded(path: &Path) -> Option<String> {

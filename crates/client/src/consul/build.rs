@@ -107,7 +107,12 @@ fn registration(
             Some(address) if check.address_mode != AddressMode::Alloc => interpolate(address),
             _ => mode_address(check.address_mode, source).to_string(),
         };
-        let address = &check_address;
+        // An IPv6 address in a URL or host:port is bracketed.
+        let address = &if check_address.contains(':') && !check_address.starts_with('[') {
+            format!("[{check_address}]")
+        } else {
+            check_address
+        };
         let (http, method, tcp) = match &check.kind {
             CheckKind::Http {
                 path,
@@ -360,6 +365,18 @@ mod tests {
         assert_eq!(
             registered(alloc).checks[0].http.as_deref(),
             Some("http://172.26.64.7:8080/health")
+        );
+        // An IPv6 address is bracketed where a port follows it.
+        let v6 = ServiceSource {
+            alloc_address: Some("fd00::7"),
+            ..source
+        };
+        let mut checked = web(Some("http"));
+        checked.checks[0].address_mode = AddressMode::Alloc;
+        let [(_, registration)] = registrations(&[checked], &v6).unwrap().try_into().unwrap();
+        assert_eq!(
+            registration.checks[0].http.as_deref(),
+            Some("http://[fd00::7]:8080/health")
         );
         // In host mode the alloc's address is the node's and the port is the host's.
         let host_mode = ServiceSource {

@@ -7,6 +7,7 @@ use berth_hcl::tree::Value;
 
 use super::ignored::scheduler_level;
 use crate::fields as schema;
+use crate::names::{is_host_name, is_name_server, is_resolver_option, is_search_domain};
 use crate::spec::*;
 
 /// What a group's `network` block says.
@@ -183,11 +184,7 @@ fn dns(parent: &str, block: &berth_hcl::tree::BlockNode, problems: &mut Findings
         good
     };
     let config = DnsConfig {
-        servers: list(
-            schema::dns::SERVERS.hcl,
-            |s| s.parse::<std::net::IpAddr>().is_ok(),
-            "an IP address",
-        ),
+        servers: list(schema::dns::SERVERS.hcl, is_name_server, "an IP address"),
         searches: list(schema::dns::SEARCHES.hcl, is_search_domain, "a domain name"),
         options: list(
             schema::dns::OPTIONS.hcl,
@@ -197,35 +194,6 @@ fn dns(parent: &str, block: &berth_hcl::tree::BlockNode, problems: &mut Findings
     };
     fields.finish(problems);
     config
-}
-
-/// A host name as RFC 1123 has it: dot-separated labels of letters, digits and `-`
-/// (not at either end), 1 to 63 characters each, at most 253 in all.
-pub fn is_host_name(name: &str) -> bool {
-    name.len() <= 253
-        && name.split('.').all(|label| {
-            (1..=63).contains(&label.len())
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
-/// A search domain: a host name, `_` allowed (service names), or a trailing dot.
-fn is_search_domain(name: &str) -> bool {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    is_host_name(&name.replace('_', "x"))
-}
-
-/// A resolver option: one word of letters, digits, `-`, `_`, `:` and `.` (`ndots:2`,
-/// `timeout:1`, `edns0`, `single-request-reopen`).
-fn is_resolver_option(option: &str) -> bool {
-    (1..=64).contains(&option.len())
-        && option
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.'))
 }
 
 /// The most ports a bridge-mode group forwards.

@@ -36,7 +36,7 @@ pub(super) fn service(
     );
     let name = fields.string("name", problems).unwrap_or_default();
     let port = port_value(&mut fields, problems);
-    let address_mode = address_mode(&mut fields, problems);
+    let address_mode = address_mode(&mut fields, block.at, problems);
     let tags = fields.string_list("tags", problems);
     let enable_tag_override = fields
         .bool("enable_tag_override", problems)
@@ -178,9 +178,23 @@ pub(super) fn service(
 }
 
 /// A service's or check's `address_mode`. Nomad's `driver` is the address of a driver's
-/// own network (docker's), which berth's drivers do not have.
-fn address_mode(fields: &mut Fields<'_>, problems: &mut Findings) -> AddressMode {
+/// own network (docker's), which berth's drivers do not have: registered as `host`,
+/// with a warning (a job stored before berth read the field keeps reading).
+fn address_mode(
+    fields: &mut Fields<'_>,
+    block_at: Location,
+    problems: &mut Findings,
+) -> AddressMode {
     let written = fields.string("address_mode", problems);
+    if written.as_deref() == Some("driver") {
+        let at = fields.attr("address_mode").map_or(block_at, |a| a.at);
+        problems.warnings.push(Problem {
+            path: format!("{}.address_mode", fields.path),
+            at: Some(at),
+            message: "address_mode \"driver\" is a driver's own network (docker's), which berth's drivers do not have: registered as \"host\" (\"alloc\" is the group's bridge address and the port inside)".into(),
+        });
+        return AddressMode::Host;
+    }
     fields
         .choose(
             written,
@@ -191,9 +205,10 @@ fn address_mode(fields: &mut Fields<'_>, problems: &mut Findings) -> AddressMode
                 ("alloc", AddressMode::Alloc),
             ],
             problems,
-            |other| match other {
-                "driver" => "address_mode \"driver\" is a driver's own network (docker's), which berth's drivers do not have: use \"alloc\" (the group's bridge address and the port inside) or \"host\"".to_string(),
-                other => format!("address_mode {other:?} is not one of \"auto\", \"host\", \"alloc\" or \"driver\""),
+            |other| {
+                format!(
+                    "address_mode {other:?} is not one of \"auto\", \"host\", \"alloc\" or \"driver\""
+                )
             },
         )
         .unwrap_or_default()
@@ -240,7 +255,7 @@ pub(super) fn check(
     let interval = fields.duration("interval", problems);
     let timeout = fields.duration("timeout", problems);
     let port = port_value(&mut fields, problems);
-    let address_mode = address_mode(&mut fields, problems);
+    let address_mode = address_mode(&mut fields, block.at, problems);
     fields.string("command", problems);
     fields.string_list("args", problems);
     for (required, value) in [("interval", interval), ("timeout", timeout)] {

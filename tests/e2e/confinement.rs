@@ -729,3 +729,72 @@ async fn nine_fork_bombs_at_once_leave_the_host_able_to_start_a_process() {
         );
     }
 }
+
+/// The host's mounts inside what a task gets read-only (a disk mounted in a host
+/// volume, a container runtime's bind-mounted `/etc/hosts` in `/etc`) are read-only,
+/// nosuid and nodev in the task too: a remount restricts only the top of a recursive
+/// bind, and a world-writable tmpfs inside a read-only volume stayed writable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mount_inside_a_read_only_volume_is_read_only_nosuid_nodev_in_the_task() {
+    let dir = tempfile::tempdir_in(berth_harness::binaries::target_tmp()).unwrap();
+    let volume = dir.path().join("shelf");
+    let sub = volume.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    /// The tmpfs is unmounted even when the test fails.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "mode=1777,size=1m", "berth-test"])
+        .arg(&sub)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _unmount = Unmount(sub.clone());
+    let mut agent = AgentProcess::with_config(&format!(
+        "host_volume \"shelf\" {{\n  path      = \"{}\"\n  read_only = true\n}}\n",
+        volume.display()
+    ));
+    agent.start().await;
+    let source = r#"job "shelf" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+    }
+    volume "shelf" {
+      type      = "host"
+      source    = "shelf"
+      read_only = true
+    }
+    task "t" {
+      driver = "exec"
+      volume_mount {
+        volume      = "shelf"
+        destination = "/shelf"
+        read_only   = true
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "if echo x > /shelf/sub/planted 2>/dev/null; then echo 'ESCAPED write'; else echo 'write denied'; fi; awk '$5 == \"/shelf/sub\" { print \"sub \" $6 }' /proc/self/mountinfo"]
+      }
+    }
+  }
+}
+"#;
+    let status = run_to_the_end(&agent, "shelf", source).await;
+    let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stdout.0")).unwrap();
+    assert!(stdout.contains("write denied"), "{stdout}");
+    assert!(!sub.join("planted").exists(), "{stdout}");
+    let options = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sub "))
+        .unwrap_or_else(|| panic!("the submount is not in the task: {stdout}"));
+    let options: Vec<&str> = options.split(',').collect();
+    for wanted in ["ro", "nosuid", "nodev"] {
+        assert!(options.contains(&wanted), "{options:?}");
+    }
+}

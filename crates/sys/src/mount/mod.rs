@@ -298,6 +298,62 @@ impl fmt::Display for Restriction {
 
 /// The per-mount flags `target` has now, as `mount(2)` flags, so a bind remount keeps
 /// them. Async-signal-safe (`statvfs(2)`).
+/// Adds `restrict` to every mount below `target` too (`mount_setattr(AT_RECURSIVE)`):
+/// a remount restricts only the top mount of a recursive bind, and what the host has
+/// mounted inside a system dir or a volume (a container's bind-mounted `/etc/hosts`, a
+/// disk mounted in a volume) would stay writable, setuid files working. Attributes are
+/// only added: a submount's own `noexec` stays. A kernel before 5.12 (`ENOSYS`) has no
+/// such call: its submounts keep their flags, as before. Async-signal-safe.
+fn restrict_submounts(target: &CStr, restrict: Restriction) -> io::Result<()> {
+    /// `struct mount_attr` of `<linux/mount.h>`.
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let mut attr_set = 0;
+    if restrict.read_only {
+        attr_set |= MOUNT_ATTR_RDONLY;
+    }
+    if restrict.nosuid_nodev {
+        attr_set |= MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    }
+    if attr_set == 0 {
+        return Ok(());
+    }
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path and a `mount_attr` of the size passed, both alive for
+    // the call; the kernel only reads them.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if done == 0 {
+        return Ok(());
+    }
+    match io::Error::last_os_error() {
+        error if error.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
+        error => Err(error),
+    }
+}
+
 fn current_mount_flags(target: &CStr) -> io::Result<MountFlags> {
     use rustix::fs::StatVfsMountFlags as Has;
     let has = rustix::fs::statvfs(target)?.f_flag;
@@ -388,7 +444,8 @@ impl MountStep {
             MountStep::Restrict { target, restrict } => {
                 target.with(|target| {
                     let flags = current_mount_flags(target)? | restrict.flags();
-                    Ok(mount::mount_remount(target, MountFlags::BIND | flags, c"")?)
+                    mount::mount_remount(target, MountFlags::BIND | flags, c"")?;
+                    restrict_submounts(target, *restrict)
                 })?;
             }
             MountStep::MountProc { target, pids_only } => {

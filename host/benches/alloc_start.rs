@@ -18,6 +18,10 @@
 //! - **berth, exec driver, disk an image**: the same exec alloc on a node whose allocs'
 //!   disks are images (`disk`): a sparse file made, `mkfs.ext4`, loop-mounted, before
 //!   the alloc dir; its release (unmount, remove) is outside the timing.
+//! - **berth, exec driver, bridge network**: the same exec alloc in
+//!   `network { mode = "bridge" }`: its namespace made and attached to the node's
+//!   bridge by the CNI reference plugins (loopback, bridge, firewall, portmap) before the
+//!   task starts; the detach (DEL) is outside the timing. Only where the plugins are.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
 //!
@@ -70,10 +74,16 @@ fn main() {
 }
 
 fn job(driver: &str, config: &str) -> String {
+    job_with(driver, config, "")
+}
+
+/// The job with `group` added to its group (a `network` block).
+fn job_with(driver: &str, config: &str, group: &str) -> String {
     format!(
         r#"job "bench" {{
   type = "batch"
   group "g" {{
+{group}
     volume "data" {{
       type   = "host"
       source = "data"
@@ -152,6 +162,19 @@ async fn run() {
     let image_node = common::with_image_disks(node(&on_disk), &cgroups);
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
+    // The exec alloc in bridge mode: a network namespace made and attached by the CNI
+    // plugins (ADD) before the task starts; its DEL is outside the timing. Measured only
+    // where the plugins are installed.
+    let bridge_job = parse(&job_with(
+        "exec",
+        "command = \"/bin/true\"",
+        "    network {\n      mode = \"bridge\"\n    }",
+    ));
+    let cni = config
+        .bridge
+        .cni_path
+        .split(':')
+        .any(|dir| Path::new(dir).join("bridge").is_file());
     let (on_disk_node, in_memory_node) = (node(&on_disk), node(&in_memory));
     let target = scratch.path().join("target");
     std::fs::create_dir_all(&target).unwrap();
@@ -171,6 +194,11 @@ async fn run() {
         let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
         let exec_image = alloc_start(&exec_job, &image_node, index).await;
+        let exec_bridge = if cni {
+            Some(alloc_start(&bridge_job, &on_disk_node, index).await)
+        } else {
+            None
+        };
         let spawn = confined_spawn(processes.as_ref(), &cgroups, &spawn_root, &source).await;
         let uncgrouped = confined_spawn(processes.as_ref(), &none, &spawn_root, &source).await;
         let bare = bare_start(&source, &target);
@@ -178,6 +206,7 @@ async fn run() {
             rounds.push(mock, mock_memory, exec, spawn, bare);
             rounds.uncgrouped.push(uncgrouped.total);
             rounds.exec_image.push(exec_image);
+            rounds.exec_bridge.extend(exec_bridge);
         }
     }
     let Rounds {
@@ -190,7 +219,9 @@ async fn run() {
         uncgrouped,
         bare,
         exec_image,
+        exec_bridge,
     } = rounds;
+    let exec_bridge = (!exec_bridge.is_empty()).then(|| median(exec_bridge));
     let exec_image = median(exec_image);
     let uncgrouped = median(uncgrouped);
     let (mock, mock_memory, exec, spawn, bare) = (
@@ -226,6 +257,15 @@ async fn run() {
         "  berth, exec driver, disk an image             {:>9.1} µs",
         micros(exec_image)
     );
+    match exec_bridge {
+        Some(bridge) => println!(
+            "  berth, exec driver, bridge network            {:>9.1} µs",
+            micros(bridge)
+        ),
+        None => {
+            println!("  berth, exec driver, bridge network            (no CNI plugins on cni_path)")
+        }
+    }
     println!(
         "  berth, confined spawn + cgroup alone          {:>9.1} µs",
         micros(spawn)
@@ -277,6 +317,14 @@ async fn run() {
         micros(exec_image.saturating_sub(exec)),
     );
     summary("exec_disk_image_over_exec", ratio(exec_image, exec));
+    if let Some(bridge) = exec_bridge {
+        summary("exec_alloc_start_bridge_us", micros(bridge));
+        summary(
+            "bridge_added_per_alloc_us",
+            micros(bridge.saturating_sub(exec)),
+        );
+        summary("exec_bridge_over_exec", ratio(bridge, exec));
+    }
     summary("confined_spawn_us", micros(spawn));
     summary("cgroup_create_us", micros(cgroup_create));
     summary("confined_spawn_without_cgroup_us", micros(uncgrouped));
@@ -307,6 +355,7 @@ struct Rounds {
     uncgrouped: Vec<Duration>,
     bare: Vec<Duration>,
     exec_image: Vec<Duration>,
+    exec_bridge: Vec<Duration>,
 }
 
 impl Rounds {

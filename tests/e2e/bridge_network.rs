@@ -654,3 +654,68 @@ async fn a_bridge_alloc_that_ends_while_the_agent_is_down_leaves_nothing_after_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A bridge group's services, as Nomad registers them: by default (and with `host`) the
+/// node's address and the host port; with `address_mode = "alloc"` the alloc's bridge
+/// address and the port inside (`to`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_groups_services_register_the_host_port_or_with_alloc_the_address_inside() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = r#"job "svc" {
+  group "web" {
+    network {
+      mode = "bridge"
+      port "http" {
+        to = 8080
+      }
+    }
+    service {
+      name         = "web-alloc"
+      port         = "http"
+      provider     = "nomad"
+      address_mode = "alloc"
+    }
+    service {
+      name     = "web-host"
+      port     = "http"
+      provider = "nomad"
+    }
+    task "server" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo NOMAD_ALLOC_IP_http=$NOMAD_ALLOC_IP_http NOMAD_HOST_PORT_http=$NOMAD_HOST_PORT_http; sleep 300"]
+      }
+    }
+  }
+}
+"#;
+    let alloc = agent.run_job("svc.hcl", source).await;
+    let ip = printed(&agent, &alloc, "ALLOC_IP_http");
+    let host_port = printed(&agent, &alloc, "HOST_PORT_http");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        let (_, out, _) = agent.cli(&["service", "list"]);
+        if out.contains("web-alloc") && out.contains("web-host") {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "{out}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let address_of = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().find(|w| w.contains(':')))
+            .unwrap_or_else(|| panic!("{name} in {listed}"))
+            .to_string()
+    };
+    assert_eq!(address_of("web-alloc"), format!("{ip}:8080"), "{listed}");
+    let host = address_of("web-host");
+    assert!(host.ends_with(&format!(":{host_port}")), "{listed}");
+    assert!(!host.starts_with(&ip), "{listed}");
+    let (code, out, err) = agent.cli(&["job", "stop", "svc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    agent.finished(&alloc).await;
+}

@@ -4,7 +4,10 @@
 //! address, forwarded to `to`; two allocs of one group with the same `to` both answer;
 //! and once the job stops nothing of its allocs is left: no namespace, no veth on the
 //! bridge, no rule naming them, no address leased to them. Across a `kill -9` of the
-//! agent a running alloc keeps its network.
+//! agent a running alloc keeps its network, and one that ended meanwhile leaves
+//! nothing. A group has its own `resolv.conf` and `hosts`, its loopback is its own (no
+//! other group, nor the agent's API, is reached there), and its services register the
+//! address its `address_mode` says.
 
 use std::net::TcpStream;
 use std::path::Path;

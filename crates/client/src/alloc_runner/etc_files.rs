@@ -29,6 +29,20 @@ const MAX_HOST_FILE: u64 = 64 * 1024;
 
 pub(super) struct EtcFilesHook;
 
+/// Why the group's own `/etc` files could not be given to it.
+#[derive(Debug, thiserror::Error)]
+enum EtcFilesError {
+    #[error(
+        "the group's network {{ dns }} needs an /etc/resolv.conf on the node to cover, and it has none"
+    )]
+    NoHostResolvConf,
+    #[error("writing the group's /etc files in {dir}: {source}")]
+    Write {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
 impl AllocHook for EtcFilesHook {
     fn name(&self) -> &'static str {
         "etc_files"
@@ -40,16 +54,16 @@ impl AllocHook for EtcFilesHook {
                 return Ok(());
             };
             let address = alloc.resources.network().and_then(|n| n.address);
-            let fail = |message: String| HookError {
+            let fail = |error: EtcFilesError| HookError {
                 hook: "etc_files".into(),
-                message,
+                message: error.to_string(),
             };
             let files = group_files(alloc, address.as_deref()).map_err(fail)?;
-            berth_sys::blocking::run(|| write_all(&dir, &files)).map_err(|e| {
-                fail(format!(
-                    "writing the group's /etc files in {}: {e}",
-                    dir.display()
-                ))
+            berth_sys::blocking::run(|| write_all(&dir, &files)).map_err(|source| {
+                fail(EtcFilesError::Write {
+                    dir: dir.clone(),
+                    source,
+                })
             })
         })
     }
@@ -62,7 +76,7 @@ impl AllocHook for EtcFilesHook {
 fn group_files(
     alloc: &AllocRunner,
     address: Option<&str>,
-) -> Result<Vec<(&'static str, String)>, String> {
+) -> Result<Vec<(&'static str, String)>, EtcFilesError> {
     let bridge = alloc.group.network_mode == NetworkMode::Bridge;
     let on_host = |name: &str| std::fs::symlink_metadata(Path::new("/etc").join(name)).is_ok();
     let mut files = Vec::new();
@@ -72,7 +86,7 @@ fn group_files(
         let resolv = match &alloc.group.dns {
             Some(dns) => {
                 if !on_host("resolv.conf") {
-                    return Err("the group's network { dns } needs an /etc/resolv.conf on the node to cover, and it has none".into());
+                    return Err(EtcFilesError::NoHostResolvConf);
                 }
                 Some(dns.resolv_conf(host.as_ref().map_or("", |(text, _)| text)))
             }

@@ -296,8 +296,6 @@ impl fmt::Display for Restriction {
     }
 }
 
-/// The per-mount flags `target` has now, as `mount(2)` flags, so a bind remount keeps
-/// them. Async-signal-safe (`statvfs(2)`).
 /// Adds `restrict` to every mount below `target` too (`mount_setattr(AT_RECURSIVE)`):
 /// a remount restricts only the top mount of a recursive bind, and what the host has
 /// mounted inside a system dir or a volume (a container's bind-mounted `/etc/hosts`, a
@@ -305,55 +303,81 @@ impl fmt::Display for Restriction {
 /// only added: a submount's own `noexec` stays. A kernel before 5.12 (`ENOSYS`) has no
 /// such call: its submounts keep their flags, as before. Async-signal-safe.
 fn restrict_submounts(target: &CStr, restrict: Restriction) -> io::Result<()> {
-    /// `struct mount_attr` of `<linux/mount.h>`.
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    const MOUNT_ATTR_RDONLY: u64 = 0x1;
-    const MOUNT_ATTR_NOSUID: u64 = 0x2;
-    const MOUNT_ATTR_NODEV: u64 = 0x4;
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let mut attr_set = 0;
+    let mut set = 0;
     if restrict.read_only {
-        attr_set |= MOUNT_ATTR_RDONLY;
+        set |= MOUNT_ATTR_RDONLY;
     }
     if restrict.nosuid_nodev {
-        attr_set |= MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        set |= MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     }
-    if attr_set == 0 {
+    if set == 0 {
         return Ok(());
     }
+    use rustix::fs::{Mode, OFlags};
+    let mount = rustix::fs::open(target, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+    match set_attributes(&mount, set, 0, 0, true) {
+        Err(rustix::io::Errno::NOSYS) => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH [| AT_RECURSIVE], {set, clear})`.
+/// Async-signal-safe.
+pub(crate) fn set_attributes(
+    fd: &impl std::os::fd::AsFd,
+    set: u64,
+    clear: u64,
+    propagation: u64,
+    recursive: bool,
+) -> Result<(), rustix::io::Errno> {
+    use std::os::fd::AsRawFd as _;
     let attr = MountAttr {
-        attr_set,
-        attr_clr: 0,
-        propagation: 0,
+        attr_set: set,
+        attr_clr: clear,
+        propagation,
         userns_fd: 0,
     };
-    // SAFETY: a NUL-terminated path and a `mount_attr` of the size passed, both alive for
-    // the call; the kernel only reads them.
-    let done = unsafe {
+    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: a raw system call on a live descriptor, a C string and a struct that
+    // outlive it, with the struct's size.
+    let result = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            AT_RECURSIVE,
+            fd.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            flags,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
-    if done == 0 {
-        return Ok(());
+    if result < 0 {
+        return Err(rustix::io::Errno::from_raw_os_error(
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ));
     }
-    match io::Error::last_os_error() {
-        error if error.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
-        error => Err(error),
-    }
+    Ok(())
 }
 
+/// The per-mount flags `target` has now, as `mount(2)` flags, so a bind remount keeps
+/// them. Async-signal-safe (`statvfs(2)`).
 fn current_mount_flags(target: &CStr) -> io::Result<MountFlags> {
     use rustix::fs::StatVfsMountFlags as Has;
     let has = rustix::fs::statvfs(target)?.f_flag;

@@ -33,6 +33,8 @@ use rustix::fs::{AtFlags, Mode, OFlags, StatVfsMountFlags, StatxFlags};
 use rustix::io::Errno;
 use rustix::mount::{MoveMountFlags, OpenTreeFlags};
 
+use super::set_attributes;
+
 /// `STATX_MNT_ID_UNIQUE` (Linux 6.8): a mount id the kernel never hands out again.
 const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
 
@@ -331,56 +333,6 @@ fn unique_mount_id(fd: &impl AsFd) -> Option<u64> {
     )
     .ok()?;
     (stat.stx_mask & STATX_MNT_ID_UNIQUE != 0).then_some(stat.stx_mnt_id)
-}
-
-/// `struct mount_attr` of `mount_setattr(2)`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// `mount_setattr(fd, "", AT_EMPTY_PATH [| AT_RECURSIVE], {set, clear})`.
-fn set_attributes(
-    fd: &impl AsFd,
-    set: u64,
-    clear: u64,
-    propagation: u64,
-    recursive: bool,
-) -> Result<(), Errno> {
-    use std::os::fd::AsRawFd as _;
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation,
-        userns_fd: 0,
-    };
-    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
-    if recursive {
-        flags |= libc::AT_RECURSIVE as libc::c_uint;
-    }
-    // SAFETY: a raw system call on a live descriptor, a C string and a struct that
-    // outlive it, with the struct's size.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_fd().as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if result < 0 {
-        return Err(Errno::from_raw_os_error(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -244,3 +244,107 @@ async fn alloc_restart_signal_and_stats_work_as_nomads() {
     let (status, _, body) = http(port, "POST", &restart, &token, "");
     assert_eq!(status, 400, "{body}");
 }
+
+/// `berth alloc fs` shows an alloc's files as Nomad's does (the alloc's root holds
+/// `alloc/` and a directory per task), prints a file, stats one, and follows no link a
+/// task planted; `berth alloc stop` ends the alloc and its replacement runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn alloc_fs_lists_prints_and_stats_without_following_links_and_alloc_stop_replaces() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let alloc = agent
+        .run_job(
+            "files.hcl",
+            r#"job "files" {
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello > local/hello.txt; ln -s /etc/shadow local/shadow; ln -s / local/root; echo ready; sleep 300"]
+      }
+    }
+  }
+}
+"#,
+        )
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !agent.task_stdout(&alloc, "t").contains("ready") {
+        assert!(Instant::now() < deadline, "{}", agent.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fs = |args: &[&str]| {
+        let mut all = vec!["alloc", "fs"];
+        all.extend_from_slice(args);
+        agent.cli(&all)
+    };
+    let (code, out, err) = fs(&[&alloc[..8]]);
+    assert_eq!(code, 0, "{out}{err}");
+    let names: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(names, ["alloc/", "t/"], "{out}");
+    let (code, out, err) = fs(&[&alloc, "t/local"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for name in ["hello.txt", "shadow", "root"] {
+        assert!(
+            out.lines().any(|l| l.ends_with(&format!(" {name}"))),
+            "{name} in {out}"
+        );
+    }
+    let (code, out, err) = fs(&[&alloc, "t/local/hello.txt"]);
+    assert_eq!((code, out.as_str()), (0, "hello\n"), "{err}");
+    let (code, out, err) = fs(&["--stat", &alloc, "t/local/hello.txt"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        (
+            row.first().copied(),
+            row.get(1).copied(),
+            row.last().copied()
+        ),
+        (Some("-rw-r--r--"), Some("6"), Some("hello.txt")),
+        "{out}"
+    );
+    // The task's links are shown, never followed: neither the host's shadow file nor
+    // its root.
+    for link in ["t/local/shadow", "t/local/root", "t/local/root/etc"] {
+        let (code, out, err) = fs(&[&alloc, link]);
+        assert_ne!(code, 0, "{link}: {out}");
+        assert!(
+            !out.contains("root:") && !out.contains("bin/"),
+            "{link}: {out}"
+        );
+        assert!(!err.is_empty(), "{link}: no error said");
+    }
+    // A path out of the alloc dir is refused.
+    let (code, out, err) = fs(&[&alloc, "../../.."]);
+    assert_ne!(code, 0, "{out}{err}");
+
+    // Stop: the alloc ends; the service job's replacement runs.
+    let (code, out, err) = agent.cli(&["alloc", "stop", &alloc[..8]]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("==> Alloc {alloc} stopped (complete)")),
+        "{out}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let allocs = crate::cluster::allocs(&agent, "files").await;
+        let stopped = allocs.iter().find(|a| a.0 == alloc).map(|a| a.3.as_str());
+        let replaced = allocs.iter().any(|a| a.0 != alloc && a.3 == "running");
+        if stopped == Some("complete") && replaced {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no replacement: {allocs:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -82,7 +82,7 @@ fn hostile_job() -> String {
       driver = "exec"
       config {{
         command = "/bin/sh"
-        args    = ["-c", "printf '%s\\n' \"$NOTE\"; printf '%s\\n' \"$NOTE\" >&2"]
+        args    = ["-c", "printf '%s\\n' \"$NOTE\"; printf '%s\\n' \"$NOTE\" >&2; : > \"$NOMAD_TASK_DIR/$NOTE\""]
       }}
       env {{
         NOTE = {h}
@@ -362,6 +362,18 @@ async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
         s(&["alloc", "restart", &serves, &hostile]),
         s(&["alloc", "signal", "--signal", &hostile, &serves]),
         s(&["alloc", "signal", &hostile]),
+        // A file the task named with the hostile text, listed and shown.
+        s(&["alloc", "fs", &prints, "t/local"]),
+        s(&[
+            "alloc",
+            "fs",
+            "--stat",
+            &prints,
+            &format!("t/local/{HOSTILE}"),
+        ]),
+        s(&["alloc", "fs", &prints, &hostile]),
+        s(&["alloc", "fs", &hostile]),
+        s(&["alloc", "stop", &hostile]),
         s(&["volume", "register", &path(&refused_volume)]),
         s(&["volume", "create", &path(&refused_volume)]),
         s(&["volume", "status"]),

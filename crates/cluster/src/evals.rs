@@ -37,6 +37,7 @@ pub mod trigger {
     pub const DEREGISTER: &str = "job-deregister";
     pub const PERIODIC: &str = "periodic-job";
     pub const DISPATCH: &str = "job-dispatch";
+    pub const ALLOC_STOP: &str = "alloc-stop";
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -49,6 +49,18 @@ pub struct ClusterJob {
     pub typed: Option<TypedJob>,
 }
 
+/// What [`Cluster::request_alloc_stop`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocStopRequest {
+    /// Marked, with the evaluation of its job (its id) that stops and replaces it.
+    Requested(String),
+    /// No placement of the alloc on that node: it ended and was collected, or it was
+    /// never the cluster's.
+    NotPlaced,
+    /// The placement changed since it was read (the scheduler wrote it): nothing written.
+    Changed,
+}
+
 /// What [`Cluster::create_child`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildCreated {
@@ -196,6 +208,10 @@ pub struct Placement {
     /// `scheduler/reschedule.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reschedule_events: Vec<RescheduleEvent>,
+    /// Asked to stop and be replaced (Nomad's `alloc stop`): the scheduler removes it
+    /// (its node stops the alloc) and places the group's alloc again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_requested: bool,
 }
 
 /// One reschedule attempt: a failed alloc placed again.
@@ -485,6 +501,56 @@ impl Cluster {
                     .transaction(vec![condition], vec![Write::Delete(key), eval, launches])
                     .await?,
             )
+        })
+    }
+
+    /// Nomad's `alloc stop`: marks the placement of `alloc_id` on `node_id` to be
+    /// stopped and replaced, with an evaluation of its job, in one transaction, if the
+    /// placement is still as read.
+    pub fn request_alloc_stop(
+        &self,
+        node_id: &str,
+        alloc_id: &str,
+    ) -> Result<AllocStopRequest, ClusterError> {
+        use super::etcd::{Condition, Write};
+        let key = self.key(&["allocs", node_id, alloc_id]);
+        let store = self.store().clone();
+        let read = key.clone();
+        let entry = self
+            .store()
+            .block(async move { Ok::<_, ClusterError>(store.get(&read).await?) })?;
+        let Some(entry) = entry else {
+            return Ok(AllocStopRequest::NotPlaced);
+        };
+        let mut placement: Placement = serde_json::from_slice(&entry.value)
+            .map_err(|e| ClusterError::Local(format!("the placement of alloc {alloc_id}: {e}")))?;
+        if placement.alloc_id != alloc_id {
+            return Ok(AllocStopRequest::NotPlaced);
+        }
+        placement.stop_requested = true;
+        let eval = Evaluation::pending(&placement.job_id, trigger::ALLOC_STOP);
+        let eval_id = eval.id.clone();
+        let eval = self.eval_write(&eval)?;
+        let value =
+            serde_json::to_vec(&placement).map_err(|e| ClusterError::Local(e.to_string()))?;
+        let store = self.store().clone();
+        let written = self.store().block(async move {
+            let condition = Condition::ModRevision(key.clone(), entry.mod_revision);
+            let write = Write::Put {
+                key,
+                value,
+                lease: 0,
+            };
+            Ok::<_, ClusterError>(
+                store
+                    .transaction(vec![condition], vec![write, eval])
+                    .await?,
+            )
+        })?;
+        Ok(if written {
+            AllocStopRequest::Requested(eval_id)
+        } else {
+            AllocStopRequest::Changed
         })
     }
 

@@ -1,4 +1,4 @@
-//! `berth alloc status`, `logs`, `restart` and `signal`.
+//! `berth alloc status`, `logs`, `restart`, `signal`, `stop` and `fs`.
 
 use std::process::ExitCode;
 
@@ -7,7 +7,9 @@ use super::output::{clock, one_line, print_line};
 use berth_api::client::Client;
 use berth_client::alloc_runner::AllocStatus;
 use berth_nomad_api::Empty;
-use berth_nomad_api::allocs::{AllocRestartRequest, AllocSignalRequest, Allocation};
+use berth_nomad_api::allocs::{
+    AllocFileInfo, AllocRestartRequest, AllocSignalRequest, AllocStopResponse, Allocation,
+};
 
 /// `berth alloc status`: the alloc from Nomad's `GET /v1/allocation/:id` (its id found
 /// from a prefix with `GET /v1/allocations?prefix=`, as Nomad's CLI does), and what
@@ -198,4 +200,88 @@ pub(super) async fn logs(
         write(&client.get_bytes(&path).await?)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `berth alloc stop [-detach] ALLOC`: Nomad's `POST /v1/allocation/:id/stop`. The
+/// alloc's tasks get their kill signal; a service job's scheduler places a replacement.
+/// Without `-detach`, it waits until the alloc has ended and says how.
+pub(super) async fn stop(client: &Client, id: &str, detach: bool) -> anyhow::Result<ExitCode> {
+    let id = resolve_alloc(client, id).await?;
+    let path = format!("/v1/allocation/{}", path_escape(&id));
+    let stopped: AllocStopResponse = client.post(&format!("{path}/stop"), &Empty {}).await?;
+    if stopped.eval_id.is_empty() {
+        print_line!("==> Stopping alloc {}", id);
+    } else {
+        print_line!(
+            "==> Stopping alloc {} (evaluation {} places its replacement)",
+            id,
+            stopped.eval_id
+        );
+    }
+    if detach {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        let alloc: Allocation = client.get(&path).await?;
+        let status = alloc.stub.client_status;
+        if matches!(status.as_str(), "complete" | "failed" | "lost") {
+            print_line!("==> Alloc {} stopped ({})", id, status);
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// `berth alloc fs [-stat] ALLOC [PATH]`, as Nomad's: the alloc's directory (`PATH`
+/// relative to it, its root by default) listed when it is a directory, a file's bytes
+/// when it is a file, and with `-stat` what the file is. The agent resolves the path
+/// inside the alloc dir and follows no link a task planted.
+pub(super) async fn fs(
+    client: &Client,
+    id: &str,
+    path: Option<&str>,
+    stat: bool,
+) -> anyhow::Result<ExitCode> {
+    let id = resolve_alloc(client, id).await?;
+    let path = path.unwrap_or("/");
+    let query = |verb: &str| {
+        format!(
+            "/v1/client/fs/{verb}/{}?path={}",
+            path_escape(&id),
+            super::output::query_escape(path)
+        )
+    };
+    let info: AllocFileInfo = client.get(&query("stat")).await?;
+    if stat {
+        print_file_infos(&[info]);
+    } else if info.is_dir {
+        let entries: Vec<AllocFileInfo> = client.get(&query("ls")).await?;
+        print_file_infos(&entries);
+    } else {
+        super::output::write_task_output(&client.get_bytes(&query("cat")).await?)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Nomad's table of files: mode, size in bytes, modified time, name (a directory's with
+/// a `/`).
+fn print_file_infos(infos: &[AllocFileInfo]) {
+    print_line!(
+        "{:<11} {:>10}  {:<25} {}",
+        "Mode",
+        "Size",
+        "Modified Time",
+        "Name"
+    );
+    for info in infos {
+        let slash = if info.is_dir { "/" } else { "" };
+        print_line!(
+            "{:<11} {:>10}  {:<25} {}{}",
+            info.file_mode,
+            info.size,
+            info.mod_time,
+            info.name,
+            slash
+        );
+    }
 }

@@ -330,6 +330,23 @@ enum AllocCommand {
         #[arg(short = 's', long = "signal", default_value = "SIGKILL")]
         signal: String,
     },
+    /// Stop an alloc: its tasks get their kill signal, and a service job's is replaced.
+    /// Waits until it has ended unless -detach.
+    Stop {
+        id: String,
+        /// Return once the stop is asked for.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// List a directory of the alloc, or print a file of it (PATH relative to the
+    /// alloc's directory, its root by default); -stat shows what the path is.
+    Fs {
+        id: String,
+        path: Option<String>,
+        /// Show the file's mode, size and time instead of its contents.
+        #[arg(long)]
+        stat: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -579,6 +596,12 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::Alloc {
             command: AllocCommand::Signal { id, task, signal },
         } => alloc::signal(&client, id, task.as_deref(), signal).await,
+        Command::Alloc {
+            command: AllocCommand::Stop { id, detach },
+        } => alloc::stop(&client, id, *detach).await,
+        Command::Alloc {
+            command: AllocCommand::Fs { id, path, stat },
+        } => alloc::fs(&client, id, path.as_deref(), *stat).await,
         Command::Volume { command } => match command {
             VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
             VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,

@@ -274,16 +274,26 @@ pub(crate) async fn stop_allocation(
         submitter,
         berth_client::agent::JobAction::StopAlloc,
     )?;
-    runner.stop();
+    // As Nomad's: the scheduler stops the alloc and places its group's again. One the
+    // cluster does not place is stopped here.
+    let eval_id = match agent.request_alloc_stop(&runner.id).await {
+        Ok(Some(eval_id)) => eval_id,
+        Ok(None) => {
+            runner.stop();
+            String::new()
+        }
+        Err(error) => {
+            return Err(NomadError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("stopping alloc {}: {error}", runner.id),
+            ));
+        }
+    };
     agent.change_index().bump();
     agent.publish_alloc("AllocationUpdateDesiredStatus", &runner.id);
     let index = agent.change_index().current();
     Ok(with_index(
-        axum::Json(AllocStopResponse {
-            eval_id: String::new(),
-            index,
-        })
-        .into_response(),
+        axum::Json(AllocStopResponse { eval_id, index }).into_response(),
         index,
     ))
 }

@@ -443,6 +443,31 @@ impl Agent {
         .map_err(|e| ClusterError::Local(e.to_string()))?
     }
 
+    /// Nomad's `alloc stop` of an alloc this node runs: its placement is marked, with an
+    /// evaluation of its job, for the scheduler to stop it and place the group's alloc
+    /// again. `None`: the cluster does not place it here (nothing marked): the caller
+    /// stops it itself.
+    pub async fn request_alloc_stop(&self, alloc_id: &str) -> Result<Option<String>, ClusterError> {
+        use berth_cluster::state::AllocStopRequest;
+        let cluster = self.cluster.clone();
+        let alloc_id = alloc_id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let node = cluster.node_id().to_string();
+            for _ in 0..WRITE_TRIES {
+                match cluster.request_alloc_stop(&node, &alloc_id)? {
+                    AllocStopRequest::Requested(eval) => return Ok(Some(eval)),
+                    AllocStopRequest::NotPlaced => return Ok(None),
+                    AllocStopRequest::Changed => continue,
+                }
+            }
+            Err(ClusterError::Local(format!(
+                "the placement of alloc {alloc_id} kept changing while its stop was asked: try again"
+            )))
+        })
+        .await
+        .map_err(|e| ClusterError::Local(e.to_string()))?
+    }
+
     /// Waits for evaluation `eval_id` (a few seconds at most), then for this node to
     /// take up what it placed here: the allocs it left the job with, and those it
     /// stopped. Empty when it did not complete in time (it is then the way to follow).

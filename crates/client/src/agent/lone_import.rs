@@ -133,6 +133,7 @@ pub fn import(
                 replaces: None,
                 placed_ms: super::now_ms(),
                 reschedule_events: Vec::new(),
+                stop_requested: false,
             };
             cluster.put_placement(&placement)?;
             imported.allocs += 1;

@@ -207,6 +207,19 @@ fn plan_with(
             }
             continue;
         }
+        if placement.stop_requested {
+            // Nomad's `alloc stop`: removed now (its node stops the alloc) and placed
+            // again below while the group wants it (its key is not kept). Its room is
+            // held this round: the replacement does not take its static ports while it
+            // stops.
+            usage.entry(placement.node_id.clone()).or_default().hold(
+                placement,
+                report.is_some_and(|r| r.client_status.is_terminal()),
+            );
+            plan.stop
+                .push((placement.node_id.clone(), placement.alloc_id.clone()));
+            continue;
+        }
         let node = node.copied();
         let draining = node.is_some_and(|n| n.record.drain);
         let key = (
@@ -434,6 +447,7 @@ fn plan_with(
                             )
                         })
                         .unwrap_or_default(),
+                    stop_requested: false,
                 };
                 if let Some((previous, _)) = failed {
                     plan.stop

@@ -373,6 +373,7 @@ mod tests {
             replaces: None,
             placed_ms: at_ms,
             reschedule_events: Vec::new(),
+            stop_requested: false,
         }
     }
 

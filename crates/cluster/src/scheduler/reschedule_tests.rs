@@ -79,6 +79,7 @@ fn failed(node: &str, failed_ms: u64, events: Vec<RescheduleEvent>) -> (Placemen
         replaces: None,
         placed_ms: failed_ms.saturating_sub(SECOND),
         reschedule_events: events,
+        stop_requested: false,
     };
     let report = AllocReport {
         alloc_id,

@@ -207,6 +207,7 @@ fn place(
                     replaces: None,
                     placed_ms: now_ms,
                     reschedule_events: Vec::new(),
+                    stop_requested: false,
                 });
                 let entry = usage.entry(record.id.clone()).or_default();
                 entry.cpu_mhz += needs.cpu_mhz;

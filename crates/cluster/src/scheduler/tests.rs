@@ -370,6 +370,7 @@ mod placement {
             replaces: None,
             placed_ms: 0,
             reschedule_events: Vec::new(),
+            stop_requested: false,
         };
         let snapshot = Snapshot {
             jobs: vec![(web, version)],
@@ -433,6 +434,7 @@ mod placement {
             replaces: None,
             placed_ms: 0,
             reschedule_events: Vec::new(),
+            stop_requested: false,
         };
         let snapshot = Snapshot {
             jobs: vec![(web.clone(), 7)],
@@ -456,6 +458,75 @@ mod placement {
         let plan = plan_of(&snapshot);
         assert_eq!(plan.stop.len(), 1);
         assert!(plan.place.is_empty());
+    }
+
+    /// Nomad's `alloc stop`: the marked alloc is removed (its node stops it) and its
+    /// group's alloc placed again, naming the one it replaces; its room is held this
+    /// round, so a replacement needing its static port waits for the next.
+    #[test]
+    fn an_alloc_asked_to_stop_is_stopped_and_replaced() {
+        let (web, _) = job("web", 1, "");
+        let running = Placement {
+            alloc_id: "asked".into(),
+            job_id: "web".into(),
+            job_version: 7,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "web.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            disk_mb: 0,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+            reschedule_events: Vec::new(),
+            stop_requested: false,
+        };
+        let snapshot = Snapshot {
+            jobs: vec![(web.clone(), 7)],
+            nodes: vec![node("a", 4000, 4096)],
+            placements: vec![running.clone()],
+            ..Snapshot::default()
+        };
+        // Unmarked, it stays.
+        let plan = plan_of(&snapshot);
+        assert!(plan.stop.is_empty() && plan.place.is_empty(), "{plan:#?}");
+        let asked = Placement {
+            stop_requested: true,
+            ..running.clone()
+        };
+        let snapshot = Snapshot {
+            placements: vec![asked.clone()],
+            ..snapshot
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.stop, [("id-a".to_string(), "asked".to_string())]);
+        assert_eq!(plan.place.len(), 1, "{plan:#?}");
+        assert_eq!(plan.place[0].replaces.as_deref(), Some("asked"));
+        assert_ne!(plan.place[0].alloc_id, "asked");
+        // With a static port on the only node: not placed beside it this round.
+        let ported = Placement {
+            static_ports: vec![8080],
+            ..asked
+        };
+        let snapshot = Snapshot {
+            jobs: vec![(
+                job(
+                    "web",
+                    1,
+                    "network {\n      port \"http\" {\n        static = 8080\n      }\n    }",
+                )
+                .0,
+                7,
+            )],
+            placements: vec![ported],
+            ..snapshot
+        };
+        let plan = plan_of(&snapshot);
+        assert_eq!(plan.stop.len(), 1, "{plan:#?}");
+        assert!(plan.place.is_empty(), "{plan:#?}");
     }
 
     #[test]
@@ -568,6 +639,7 @@ mod drain_tests {
             replaces: None,
             placed_ms: 0,
             reschedule_events: Vec::new(),
+            stop_requested: false,
         };
         let running = |alloc: &str, node: &str| AllocReport {
             alloc_id: alloc.into(),

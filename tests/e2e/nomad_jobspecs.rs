@@ -28,6 +28,18 @@ job "interp" {
     value     = "linux"
   }
 
+  # Attributes Nomad's fingerprinters set and jobspecs constrain on.
+  constraint {
+    attribute = "${attr.os.cgroups.version}"
+    operator  = "regexp"
+    value     = "^[12]$"
+  }
+
+  constraint {
+    attribute = "${attr.unique.network.ip-address}"
+    operator  = "is_set"
+  }
+
   group "g" {
     restart {
       attempts = 0

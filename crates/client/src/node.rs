@@ -1,5 +1,6 @@
 //! What this node is, in the words of Nomad's fingerprinters: `attr.kernel.name`,
-//! `attr.cpu.arch`, `node.unique.name`, … Jobspecs use them in run-time interpolation
+//! `attr.cpu.arch`, `attr.os.cgroups.version`, `attr.unique.network.ip-address`,
+//! `node.unique.name`, … Jobspecs use them in run-time interpolation
 //! (`${attr.kernel.name}`) and in `constraint` blocks. The machine's are read once, at
 //! first use: they do not change while the process runs. Each agent lays its own
 //! identity over them (the agent config's `name` and `datacenter`, as in Nomad, and how
@@ -67,9 +68,17 @@ fn read() -> BTreeMap<String, String> {
             .unwrap_or(1)
             .to_string(),
     );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let mhz = cpu_mhz_per_core();
+    set("attr.cpu.frequency", mhz.to_string());
+    set("attr.cpu.totalcompute", (cores * mhz).to_string());
     if let Some(bytes) = memory {
         set("attr.memory.totalbytes", bytes.to_string());
     }
+    if let Some(version) = cgroups_version() {
+        set("attr.os.cgroups.version", version.to_string());
+    }
+    set("attr.unique.network.ip-address", default_route_address());
     if let Some(id) = os_field(&os_release, "ID") {
         set("attr.os.name", id);
     }
@@ -85,6 +94,50 @@ fn read() -> BTreeMap<String, String> {
     set("node.region", "global".into());
     set("node.class", String::new());
     facts
+}
+
+/// The node's address on its default route (found by a UDP `connect`, which sends
+/// nothing), or loopback on a node without one: Nomad's `unique.network.ip-address`, and
+/// the address services are registered with when the config names none.
+pub fn default_route_address() -> String {
+    static NODE: OnceLock<String> = OnceLock::new();
+    NODE.get_or_init(|| {
+        std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|socket| {
+                socket.connect("192.0.2.1:9")?;
+                socket.local_addr()
+            })
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|_| "127.0.0.1".into())
+    })
+    .clone()
+}
+
+/// A core's clock in MHz, from `/proc/cpuinfo` (1000 where it says none, as in some
+/// virtual machines): what Nomad's `cpu` resources count in.
+pub fn cpu_mhz_per_core() -> u64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .map_or(1000, |mhz| mhz as u64)
+}
+
+/// Nomad's `os.cgroups.version`: 2 when `/sys/fs/cgroup` is the unified hierarchy
+/// (cgroup2's filesystem), 1 otherwise (v1 or hybrid, as Nomad reads them); `None`
+/// without cgroups.
+fn cgroups_version() -> Option<u8> {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let stat = rustix::fs::statfs("/sys/fs/cgroup").ok()?;
+    Some(if stat.f_type as i64 == CGROUP2_SUPER_MAGIC {
+        2
+    } else {
+        1
+    })
 }
 
 /// `6.18.44` of `6.18.44-fc-v669`: what Nomad's `version` constraints compare.
@@ -129,6 +182,27 @@ mod tests {
             "{facts:?}"
         );
         assert!(facts["attr.cpu.numcores"].parse::<u32>().unwrap() >= 1);
+        // As this machine's cgroups are (v1 here; a v2 node says 2).
+        let unified = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "));
+        assert_eq!(
+            facts["attr.os.cgroups.version"],
+            if unified { "2" } else { "1" }
+        );
+        assert!(
+            facts["attr.unique.network.ip-address"]
+                .parse::<std::net::IpAddr>()
+                .is_ok(),
+            "{facts:?}"
+        );
+        let total: u64 = facts["attr.cpu.totalcompute"].parse().unwrap();
+        let each: u64 = facts["attr.cpu.frequency"].parse().unwrap();
+        assert_eq!(
+            total,
+            each * facts["attr.cpu.numcores"].parse::<u64>().unwrap()
+        );
         assert!(!facts["node.unique.name"].is_empty());
     }
 

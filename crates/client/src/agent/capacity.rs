@@ -14,7 +14,7 @@ fn data_dir_disk_mb(data_dir: &std::path::Path) -> u64 {
 pub fn node_totals(data_dir: &std::path::Path) -> berth_model::limits::NodeResources {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     berth_model::limits::NodeResources {
-        cpu_mhz: cores * cpu_mhz_per_core(),
+        cpu_mhz: cores * crate::node::cpu_mhz_per_core(),
         memory_mb: berth_sys::cgroup::node_memory()
             .map(|bytes| bytes / berth_model::limits::MIB)
             .unwrap_or(0),
@@ -76,18 +76,6 @@ pub fn check_reserved(
 
 /// A core's speed as `/proc/cpuinfo` gives it (Nomad's fingerprint reads the same),
 /// 1000 MHz when it does not say.
-fn cpu_mhz_per_core() -> u64 {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("cpu MHz"))
-                .and_then(|l| l.split(':').nth(1))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .map_or(1000, |mhz| mhz as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,17 +53,7 @@ pub fn service_address(settings: Option<&ConsulSettings>) -> String {
     if let Some(address) = settings.and_then(|s| s.service_address.clone()) {
         return address;
     }
-    static NODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NODE.get_or_init(|| {
-        std::net::UdpSocket::bind("0.0.0.0:0")
-            .and_then(|socket| {
-                socket.connect("192.0.2.1:9")?;
-                socket.local_addr()
-            })
-            .map(|a| a.ip().to_string())
-            .unwrap_or_else(|_| "127.0.0.1".into())
-    })
-    .clone()
+    crate::node::default_route_address()
 }
 
 /// Who wants a registration: an alloc's task, or its group (`task: None`).

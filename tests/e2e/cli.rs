@@ -14,8 +14,37 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     .unwrap();
     std::fs::copy(support::python_driver(), plugins.path().join("pyexec.wasm")).unwrap();
     std::fs::write(plugins.path().join("broken.wasm"), "nope").unwrap();
+    // A driver built against a world this agent does not have, and a hook dropped where
+    // drivers go: each named for what it is, before anything is compiled.
+    let newer = wat::parse_str(
+        "(component (instance $i) (export \"berth:driver/driver@0.3.0\" (instance $i)))",
+    )
+    .unwrap();
+    std::fs::write(plugins.path().join("newer.wasm"), newer).unwrap();
+    std::fs::copy(
+        berth_builtin::test_components::INJECT_ENV_HOOK,
+        plugins.path().join("inject.wasm"),
+    )
+    .unwrap();
     let (stdout, stderr, success, _) = driver_list(plugins.path());
-    assert!(success, "{stderr}");
+    // The drivers that load are listed; the refusals fail the listing.
+    assert!(!success, "{stderr}");
+    for (file, why) in [
+        (
+            "newer.wasm",
+            "exports berth:driver/driver@0.3.0; this agent runs berth:driver/driver@0.2.0 and @0.1.0",
+        ),
+        (
+            "inject.wasm",
+            "is a hook, not a task driver (it exports berth:hook/lifecycle@0.1.0): declare it in a `hook` block of the agent config",
+        ),
+    ] {
+        let said = format!(
+            "Warning: skipped a driver: {}: {why}\n",
+            plugins.path().join(file).display()
+        );
+        assert_eq!(stderr.matches(&said).count(), 1, "{said}\n{stderr}");
+    }
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -335,4 +364,48 @@ async fn a_driver_the_agent_lacks_is_the_problem_reported_not_its_user() {
     assert!(err.contains("has 1 problem:"), "{err}");
     assert!(err.contains("unknown driver \"java\""), "{err}");
     assert!(!err.contains("root"), "{err}");
+}
+
+/// `berth hook list` lists a refused hook with its reason, once, and fails; with only
+/// hooks that load it succeeds.
+#[test]
+fn hook_list_fails_when_a_hook_was_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), dir.path().join("component-cache")).unwrap();
+    let driver_as_hook = dir.path().join("driver.wasm");
+    std::fs::copy(berth_builtin::test_components::MISBEHAVE, &driver_as_hook).unwrap();
+    let list = |hooks: &str| {
+        let config = dir.path().join("agent.hcl");
+        std::fs::write(&config, hooks).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["hook", "list"])
+            .output()
+            .unwrap();
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            output.status.success(),
+        )
+    };
+    let fine = format!(
+        "hook \"fine\" {{\n  path = \"{}\"\n}}\n",
+        berth_builtin::test_components::INJECT_ENV_HOOK
+    );
+    let (stdout, success) = list(&fine);
+    assert!(success, "{stdout}");
+    let (stdout, success) = list(&format!(
+        "{fine}hook \"wrong\" {{\n  path = \"{}\"\n}}\n",
+        driver_as_hook.display()
+    ));
+    assert!(!success, "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("is a task driver, not a hook (it exports berth:driver/driver@0.2.0)")
+            .count(),
+        1,
+        "{stdout}"
+    );
 }

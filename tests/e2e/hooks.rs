@@ -385,12 +385,15 @@ async fn bad_hook_files_are_refused_at_load_and_the_rest_keeps_working() {
         reasons[0]
     );
     assert!(
-        reasons[1].contains("is not a valid WebAssembly component"),
+        reasons[1].contains("not a valid WebAssembly component (15 bytes)"),
         "{}",
         reasons[1]
     );
+    // Named for what it is, before it is compiled.
     assert!(
-        reasons[2].contains("imports something the hook sandbox does not offer"),
+        reasons[2].ends_with(
+            "is a task driver, not a hook (it exports berth:driver/driver@0.2.0): put it in the plugin dir (`plugin_dir`)"
+        ),
         "{}",
         reasons[2]
     );

@@ -75,6 +75,14 @@ pub enum HookLoadError {
         path: PathBuf,
         reason: String,
     },
+    /// Refused before it was compiled: what it imports or exports is not what this agent
+    /// offers a hook.
+    #[error("hook {name:?}: {path}: {mismatch}")]
+    Mismatch {
+        name: String,
+        path: PathBuf,
+        mismatch: crate::component_check::Mismatch,
+    },
 }
 
 /// Why a hook call did not give a usable answer. Displayed after the hook's label.
@@ -168,6 +176,14 @@ impl Hook {
             }
             _ => {}
         }
+        let refused = |mismatch| HookLoadError::Mismatch {
+            name: spec.name.clone(),
+            path: spec.path.clone(),
+            mismatch,
+        };
+        let surface = crate::component_check::surface(&bytes).map_err(refused)?;
+        crate::component_check::check(&surface, crate::component_check::Role::Hook)
+            .map_err(refused)?;
         let invalid = |reason: String| HookLoadError::Invalid {
             name: spec.name.clone(),
             path: spec.path.clone(),

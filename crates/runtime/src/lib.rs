@@ -11,6 +11,7 @@
 
 pub mod bindings;
 pub mod cache;
+pub mod component_check;
 pub mod driver;
 pub mod hook;
 pub mod host_api;

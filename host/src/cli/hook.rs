@@ -48,9 +48,15 @@ pub(super) fn hook_list(
         reason: Some(reason),
         log_messages_dropped: dropped(&spec.name),
     }));
+    // A refusal is a failure of the listing, as Nomad's status commands say one.
+    let exit = if hooks.refused().is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
     if json {
         super::output::print_json(&rows)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit);
     }
     if rows.is_empty() {
         print_line!(
@@ -99,5 +105,5 @@ pub(super) fn hook_list(
             print_line!("\n{}", super::output::one_line(reason));
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit)
 }

@@ -495,7 +495,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let drops = agent_log_drops(&cli, &data_dir).await;
             driver::driver_list(&drivers, json, drops.as_ref()).await?;
-            Ok(ExitCode::SUCCESS)
+            // The drivers that load are listed; a component that was refused (each said
+            // once above) fails the listing.
+            Ok(if problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Job {
             command: JobCommand::Validate { jobspec, vars },

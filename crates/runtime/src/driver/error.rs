@@ -16,6 +16,13 @@ pub enum LoadError {
     Invalid { origin: String, reason: String },
     #[error("{origin}: not a berth task driver: {reason}")]
     WrongWorld { origin: String, reason: String },
+    /// Refused before it was compiled: what it imports or exports is not what this agent
+    /// offers a task driver.
+    #[error("{origin}: {mismatch}")]
+    Mismatch {
+        origin: String,
+        mismatch: crate::component_check::Mismatch,
+    },
     #[error("{origin}: {source}")]
     Call {
         origin: String,

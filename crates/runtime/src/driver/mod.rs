@@ -127,6 +127,13 @@ impl Driver {
         bytes: &[u8],
     ) -> Result<Driver, LoadError> {
         let shown = origin.to_string();
+        let refused = |mismatch| LoadError::Mismatch {
+            origin: shown.clone(),
+            mismatch,
+        };
+        let surface = crate::component_check::surface(bytes).map_err(refused)?;
+        crate::component_check::check(&surface, crate::component_check::Role::Driver)
+            .map_err(refused)?;
         let component =
             runtime
                 .cache()

@@ -599,7 +599,8 @@ fn components_are_held_to_the_operators_pins() {
         &format!("plugin \"legacy_exec\" {{\n  sha256 = \"{wrong}\"\n}}\n"),
         &["driver", "list"],
     );
-    assert_eq!(code, 0, "{stderr}");
+    // A refusal fails the listing.
+    assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains(&format!(
             "{}: driver \"legacy_exec\" is pinned to sha256 {wrong}, but this file is sha256 {driver_digest}: refused",

@@ -254,11 +254,12 @@ async fn bad_files_are_refused_at_load_with_the_file_named() {
         .await
         .err()
         .unwrap();
-    assert!(matches!(error, LoadError::WrongWorld { .. }), "{error:?}");
+    // Named for what it is, before it is compiled.
+    assert!(matches!(error, LoadError::Mismatch { .. }), "{error:?}");
     assert!(
-        error
-            .to_string()
-            .starts_with(&format!("{hook}: not a berth task driver")),
+        error.to_string().starts_with(&format!(
+            "{hook}: is a hook, not a task driver (it exports berth:hook/lifecycle@0.1.0)"
+        )),
         "{error}"
     );
 
@@ -269,7 +270,7 @@ async fn bad_files_are_refused_at_load_with_the_file_named() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{}: not a valid WebAssembly component: the file does not start with the WebAssembly magic bytes (\\0asm)",
+            "{}: not a valid WebAssembly component (19 bytes): it does not start with WebAssembly's magic number",
             garbage.display()
         )
     );

@@ -107,7 +107,7 @@ pub fn surface(bytes: &[u8]) -> Result<Surface, Mismatch> {
             Payload::Version { encoding, .. } => {
                 if depth == 0 && encoding != wasmparser::Encoding::Component {
                     return Err(not_a_component(
-                        "a core WebAssembly module, not a component (wrap it with `wasm-tools component new`)".into(),
+                        "it is a core WebAssembly module, not a component (wrap it with `wasm-tools component new`)".into(),
                     ));
                 }
                 depth += 1;

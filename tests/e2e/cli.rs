@@ -409,3 +409,57 @@ fn hook_list_fails_when_a_hook_was_refused() {
         "{stdout}"
     );
 }
+
+/// `berth run` says each refusal once: a broken file in the plugin dir and a hook that
+/// does not load, each one warning line, nothing repeated by the log.
+#[test]
+fn berth_run_says_each_refusal_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), data.join("component-cache")).unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let broken = plugins.join("broken.wasm");
+    std::fs::write(&broken, "nope").unwrap();
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(
+        &config,
+        format!(
+            "plugin \"mock\" {{\n  config {{\n    enabled = true\n  }}\n}}\nhook \"bad\" {{\n  path = \"{}\"\n}}\n",
+            broken.display()
+        ),
+    )
+    .unwrap();
+    let job = dir.path().join("job.hcl");
+    std::fs::write(
+        &job,
+        "job \"j\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      config {\n        run_for = \"0s\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("run")
+        .arg(&job)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let reason = "not a valid WebAssembly component (4 bytes)";
+    assert_eq!(said.matches(reason).count(), 2, "{said}");
+    assert_eq!(
+        said.matches("Warning: skipped a driver: ").count(),
+        1,
+        "{said}"
+    );
+    assert_eq!(said.matches("refused a hook: ").count(), 1, "{said}");
+    assert!(output.status.success(), "{said}");
+}

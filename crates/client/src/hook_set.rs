@@ -17,16 +17,15 @@ pub struct HookSet {
 
 impl HookSet {
     /// Loads every declared hook; with `require_pinned`, only those with a `sha256` pin.
+    /// A hook that does not load is kept with why ([`HookSet::refused`]), for the caller
+    /// to say once (the CLI prints each as a warning), not logged here too.
     pub async fn load(runtime: &Runtime, specs: &[HookSpec], require_pinned: bool) -> HookSet {
         let mut loaded = Vec::new();
         let mut refused = Vec::new();
         for spec in specs {
             match Hook::load(runtime, spec.clone(), require_pinned).await {
                 Ok(hook) => loaded.push(Arc::new(hook)),
-                Err(error) => {
-                    tracing::error!("refused a hook: {error}");
-                    refused.push((spec.clone(), error.to_string()));
-                }
+                Err(error) => refused.push((spec.clone(), error.to_string())),
             }
         }
         HookSet {

@@ -408,6 +408,18 @@ fn hook_list_fails_when_a_hook_was_refused() {
         1,
         "{stdout}"
     );
+    // Past the operator's size limit: refused with its size, before it is read.
+    let size = std::fs::metadata(berth_builtin::test_components::INJECT_ENV_HOOK)
+        .unwrap()
+        .len();
+    let (stdout, success) = list(&format!("max_component_size = \"1KiB\"\n{fine}"));
+    assert!(!success, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "is {size} bytes; this agent compiles components of at most 1024 bytes (`max_component_size` in the agent config)"
+        )),
+        "{stdout}"
+    );
 }
 
 /// `berth run` says each refusal once: a broken file in the plugin dir and a hook that

@@ -48,6 +48,11 @@ const HOST_VERSION: &str = "0.1.2";
 /// Why a component is refused before it is compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
+    #[error(
+        "is {size} bytes; this agent compiles components of at most {max} bytes \
+         (`max_component_size` in the agent config)"
+    )]
+    TooLarge { size: u64, max: u64 },
     #[error("not a valid WebAssembly component ({size} bytes): {reason}")]
     NotAComponent { size: usize, reason: String },
     #[error("imports {import}; this agent offers @{offered}")]
@@ -84,6 +89,14 @@ pub enum Mismatch {
         wanted: &'static str,
         exports: String,
     },
+}
+
+/// A component file of `size` bytes, against the agent's `max_component_size`.
+pub fn check_size(size: u64, max: u64) -> Result<(), Mismatch> {
+    if size > max {
+        return Err(Mismatch::TooLarge { size, max });
+    }
+    Ok(())
 }
 
 /// The component's own imports and exports.
@@ -353,6 +366,11 @@ mod tests {
             )),
             "{error}"
         );
+        assert_eq!(
+            check_size(2048, 1024).unwrap_err().to_string(),
+            "is 2048 bytes; this agent compiles components of at most 1024 bytes (`max_component_size` in the agent config)"
+        );
+        assert!(check_size(1024, 1024).is_ok());
         assert_eq!(line("0.1.2"), "0.1");
         assert_eq!(line("1.4.0"), "1");
     }

@@ -152,11 +152,18 @@ impl Hook {
         spec: HookSpec,
         require_pinned: bool,
     ) -> Result<Hook, HookLoadError> {
-        let bytes = std::fs::read(&spec.path).map_err(|source| HookLoadError::Read {
-            name: spec.name.clone(),
-            path: spec.path.clone(),
-            source,
-        })?;
+        let bytes = runtime
+            .read_component(&spec.path)
+            .map_err(|source| HookLoadError::Read {
+                name: spec.name.clone(),
+                path: spec.path.clone(),
+                source,
+            })?
+            .map_err(|mismatch| HookLoadError::Mismatch {
+                name: spec.name.clone(),
+                path: spec.path.clone(),
+                mismatch,
+            })?;
         let digest = berth_model::pins::sha256_hex(&bytes);
         match &spec.sha256 {
             Some(pinned) if *pinned != digest => {

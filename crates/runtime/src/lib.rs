@@ -126,7 +126,14 @@ pub struct RuntimeConfig {
     /// Where calls, their latency and the log messages plugins dropped are recorded:
     /// the agent's registry.
     pub metrics: berth_telemetry::Metrics,
+    /// The largest component file read and compiled (`max_component_size`): past it, a
+    /// file is refused with its size before it is read.
+    pub max_component_bytes: u64,
 }
+
+/// The default `max_component_size`: far past a Python hook (18 MB) or a JavaScript
+/// driver, short of what would hold the agent compiling for minutes.
+pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 256 * 1024 * 1024;
 
 impl RuntimeConfig {
     pub fn new(cache_dir: Option<PathBuf>) -> Self {
@@ -136,6 +143,7 @@ impl RuntimeConfig {
             max_instances: DEFAULT_MAX_INSTANCES,
             slot_wait: DEFAULT_SLOT_WAIT,
             metrics: berth_telemetry::Metrics::default(),
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
         }
     }
 }
@@ -167,6 +175,7 @@ struct RuntimeInner {
     max_instances: u32,
     slot_wait: Duration,
     metrics: berth_telemetry::Metrics,
+    max_component_bytes: u64,
 }
 
 impl Drop for RuntimeInner {
@@ -207,6 +216,7 @@ impl Runtime {
                 max_instances: config.max_instances,
                 slot_wait: config.slot_wait,
                 metrics: config.metrics,
+                max_component_bytes: config.max_component_bytes,
             }),
         })
     }
@@ -221,6 +231,25 @@ impl Runtime {
 
     pub fn limits(&self) -> &SandboxLimits {
         &self.inner.limits
+    }
+
+    /// Reads a component file, refused with its size past `max_component_size`, before
+    /// a byte of it is read.
+    pub fn read_component(
+        &self,
+        path: &std::path::Path,
+    ) -> std::io::Result<Result<Vec<u8>, component_check::Mismatch>> {
+        use std::io::Read as _;
+        let file = std::fs::File::open(path)?;
+        let size = file.metadata()?.len();
+        let max = self.inner.max_component_bytes;
+        if let Err(refused) = component_check::check_size(size, max) {
+            return Ok(Err(refused));
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        // A file that grew since it was measured is read no further than the limit.
+        file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+        Ok(component_check::check_size(bytes.len() as u64, max).map(|()| bytes))
     }
 
     pub fn processes(&self) -> &Arc<ProcessTable> {

@@ -470,6 +470,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         processes = processes.supervised_by(if keeper.is_file() { keeper } else { berth });
     }
     let mut runtime_config = RuntimeConfig::new(Some(data_dir.join("component-cache")));
+    if let Some(bytes) = config.max_component_size {
+        runtime_config.max_component_bytes = bytes;
+    }
     if let Some(instances) = config.max_plugin_instances {
         runtime_config.max_instances = instances;
     }

@@ -30,6 +30,8 @@
 //!   }                                  # that may run it so
 //! }
 //!
+//! max_component_size = "256MiB" # the largest driver or hook file compiled; a larger
+//!                              # one is refused with its size before it is read
 //! max_plugin_instances = 256   # WebAssembly instances at once: one per call in flight,
 //!                              # and one per running task of a driver that waits in its
 //!                              # own code (not exec, raw_exec or mock); an eighth are
@@ -170,6 +172,9 @@ pub struct AgentConfig {
     /// call in flight, and one per running task whose driver waits in its own code.
     /// `None`: the default.
     pub max_plugin_instances: Option<u32>,
+    /// The largest driver or hook component read and compiled (`max_component_size`);
+    /// `None`: [`berth_runtime::DEFAULT_MAX_COMPONENT_BYTES`].
+    pub max_component_size: Option<u64>,
     /// Inodes (files, directories, links) an alloc may hold per MB of its
     /// `ephemeral_disk` size; `None`: [`berth_sys::disk::DEFAULT_INODES_PER_MB`].
     pub ephemeral_disk_inodes_per_mb: Option<u64>,
@@ -530,6 +535,7 @@ impl AgentConfig {
                 "http",
                 "require_pinned",
                 "max_plugin_instances",
+                "max_component_size",
                 "ephemeral_disk_inodes_per_mb",
                 "max_kill_timeout",
                 "gc",
@@ -717,6 +723,7 @@ impl AgentConfig {
         let max_plugin_instances = fields
             .number("max_plugin_instances", 65_536, &mut problems)
             .map(|n| n.max(16) as u32);
+        let max_component_size = fields.size("max_component_size", &mut problems);
         let ephemeral_disk_inodes_per_mb = fields
             .number("ephemeral_disk_inodes_per_mb", 65_536, &mut problems)
             .map(|n| n.max(1));
@@ -798,6 +805,7 @@ impl AgentConfig {
             http,
             require_pinned,
             max_plugin_instances,
+            max_component_size,
             ephemeral_disk_inodes_per_mb,
             max_kill_timeout,
             gc,

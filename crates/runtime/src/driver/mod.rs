@@ -113,10 +113,16 @@ impl Driver {
     /// Loads a driver from a `.wasm` file.
     pub async fn load_file(runtime: &Runtime, path: &Path) -> Result<Driver, LoadError> {
         let origin = DriverOrigin::File(path.to_path_buf());
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            origin: origin.to_string(),
-            source,
-        })?;
+        let bytes = runtime
+            .read_component(path)
+            .map_err(|source| LoadError::Read {
+                origin: origin.to_string(),
+                source,
+            })?
+            .map_err(|mismatch| LoadError::Mismatch {
+                origin: origin.to_string(),
+                mismatch,
+            })?;
         Self::load(runtime, origin, &bytes).await
     }
 

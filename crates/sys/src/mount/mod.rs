@@ -661,3 +661,73 @@ pub fn c_path(path: impl AsRef<std::path::Path>) -> io::Result<CString> {
         )
     })
 }
+
+#[cfg(test)]
+mod cover_file_tests {
+    //! `CoverFile` on real mounts, in a mount namespace of the test's own thread.
+    use super::*;
+    use std::path::Path;
+
+    /// The host's `/etc/resolv.conf` may be a link (systemd-resolved's, to `/run/...`,
+    /// which a task root does not have): the group's file covers the link itself,
+    /// read-only, and the link's target is untouched.
+    #[test]
+    fn a_link_at_the_end_is_covered_not_followed_and_the_cover_is_read_only() {
+        super::plugin_mounts::tests::in_own_mount_namespace(|dir: &Path| {
+            let root = dir.join("root");
+            std::fs::create_dir_all(root.join("etc")).unwrap();
+            let target = dir.join("stub-resolv.conf");
+            std::fs::write(&target, "nameserver 127.0.0.53\n").unwrap();
+            std::os::unix::fs::symlink(&target, root.join("etc/resolv.conf")).unwrap();
+            // A dangling link, as the host's is inside a task root.
+            std::os::unix::fs::symlink("/nonexistent/hosts", root.join("etc/hosts")).unwrap();
+            let group = dir.join("group");
+            std::fs::create_dir_all(&group).unwrap();
+            for (name, text) in [
+                ("resolv.conf", "nameserver 10.0.0.2\n"),
+                ("hosts", "10.1.1.1 web\n"),
+            ] {
+                std::fs::write(group.join(name), text).unwrap();
+                MountStep::CoverFile {
+                    source: c_path(group.join(name)).unwrap(),
+                    root: c_path(&root).unwrap(),
+                    relative: c_path(Path::new("etc").join(name)).unwrap(),
+                }
+                .execute()
+                .unwrap();
+                assert_eq!(
+                    std::fs::read_to_string(root.join("etc").join(name)).unwrap(),
+                    text
+                );
+                let written = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(root.join("etc").join(name));
+                assert_eq!(
+                    written.err().and_then(|e| e.raw_os_error()),
+                    Some(libc::EROFS),
+                    "{name}"
+                );
+            }
+            assert_eq!(
+                std::fs::read_to_string(&target).unwrap(),
+                "nameserver 127.0.0.53\n"
+            );
+            // A link on the way is refused, never followed.
+            std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
+            std::fs::write(dir.join("elsewhere/passwd"), "x").unwrap();
+            std::os::unix::fs::symlink(dir.join("elsewhere"), root.join("linked")).unwrap();
+            let error = MountStep::CoverFile {
+                source: c_path(group.join("hosts")).unwrap(),
+                root: c_path(&root).unwrap(),
+                relative: c_path("linked/passwd").unwrap(),
+            }
+            .execute()
+            .unwrap_err();
+            assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
+            assert_eq!(
+                std::fs::read_to_string(dir.join("elsewhere/passwd")).unwrap(),
+                "x"
+            );
+        });
+    }
+}

@@ -336,7 +336,7 @@ fn unique_mount_id(fd: &impl AsFd) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! Real mounts, as root, in a mount namespace of the test's own thread: everything
     //! mounted goes with the thread.
     use super::*;
@@ -344,7 +344,7 @@ mod tests {
     use std::path::PathBuf;
 
     /// Runs `test` on a thread in a private mount namespace of its own.
-    fn in_own_mount_namespace(test: impl FnOnce(&Path) + Send + 'static) {
+    pub(in crate::mount) fn in_own_mount_namespace(test: impl FnOnce(&Path) + Send + 'static) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         std::thread::spawn(move || {

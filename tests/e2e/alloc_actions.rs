@@ -348,3 +348,63 @@ async fn alloc_fs_lists_prints_and_stats_without_following_links_and_alloc_stop_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `alloc stop` on a cluster, asked of the agent that does not run the alloc: the same
+/// path as on a lone agent (the placement marked, the scheduler stopping it and placing
+/// the group's alloc again), from any member.
+#[tokio::test(flavor = "multi_thread")]
+async fn alloc_stop_asked_of_another_member_stops_the_alloc_and_places_it_again() {
+    let etcd = berth_testkit::etcd::EtcdServer::start();
+    let mut nodes = [
+        crate::cluster::member(&etcd, "stop-a"),
+        crate::cluster::member(&etcd, "stop-b"),
+    ];
+    for node in &mut nodes {
+        node.start().await;
+    }
+    let source = r#"job "moved" {
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["300"]
+      }
+    }
+  }
+}
+"#;
+    nodes[0].submit("moved.hcl", source).await.unwrap();
+    crate::cluster::wait_allocs(
+        &nodes[0],
+        "moved",
+        "a running alloc",
+        Duration::from_secs(60),
+        |allocs| allocs.iter().any(|a| a.3 == "running"),
+    )
+    .await;
+    let allocs = crate::cluster::allocs(&nodes[0], "moved").await;
+    let (alloc, _, node, _) = allocs.iter().find(|a| a.3 == "running").unwrap().clone();
+    // Asked of the member that does not run it.
+    let other = match node.as_str() {
+        "stop-a" => &nodes[1],
+        "stop-b" => &nodes[0],
+        other => panic!("an alloc on {other}"),
+    };
+    let (code, out, err) = other.cli(&["alloc", "stop", &alloc]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("evaluation"), "{out}");
+    crate::cluster::wait_allocs(
+        other,
+        "moved",
+        "the alloc stopped and another running",
+        Duration::from_secs(60),
+        |allocs| {
+            allocs.iter().any(|a| a.0 == alloc && a.3 == "complete")
+                && allocs.iter().any(|a| a.0 != alloc && a.3 == "running")
+        },
+    )
+    .await;
+    let (code, out, err) = nodes[0].cli(&["job", "stop", "moved"]);
+    assert_eq!(code, 0, "{out}{err}");
+}

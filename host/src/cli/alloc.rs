@@ -222,7 +222,16 @@ pub(super) async fn stop(client: &Client, id: &str, detach: bool) -> anyhow::Res
         return Ok(ExitCode::SUCCESS);
     }
     loop {
-        let alloc: Allocation = client.get(&path).await?;
+        let alloc: Allocation = match client.get(&path).await {
+            Ok(alloc) => alloc,
+            // Removed with its placement (asked of an agent that did not run it, the
+            // cluster keeps no record of it once stopped): it has ended.
+            Err(berth_api::client::ClientError::Api(_, status)) if status.as_u16() == 404 => {
+                print_line!("==> Alloc {} stopped", id);
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(error) => return Err(error.into()),
+        };
         let status = alloc.stub.client_status;
         if matches!(status.as_str(), "complete" | "failed" | "lost") {
             print_line!("==> Alloc {} stopped ({})", id, status);

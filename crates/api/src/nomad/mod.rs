@@ -268,29 +268,31 @@ pub(crate) async fn stop_allocation(
     submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
 ) -> Result<Response, NomadError> {
-    let runner = alloc_actions::runner(
-        &agent,
-        &id,
-        submitter,
-        berth_client::agent::JobAction::StopAlloc,
-    )?;
-    // As Nomad's: the scheduler stops the alloc and places its group's again. One the
-    // cluster does not place is stopped here.
-    let eval_id = match agent.request_alloc_stop(&runner.id).await {
-        Ok(Some(eval_id)) => eval_id,
-        Ok(None) => {
+    // As Nomad's, from any agent: the scheduler stops the alloc and places its group's
+    // again. One the cluster has no report of yet is stopped here, if it runs here.
+    let requester = submission::submitter_of(submitter.clone());
+    let eval_id = match agent.request_alloc_stop(&requester, &id).await {
+        Ok(Ok(Some(eval_id))) => eval_id,
+        Ok(Ok(None)) => {
+            let runner = alloc_actions::runner(
+                &agent,
+                &id,
+                submitter,
+                berth_client::agent::JobAction::StopAlloc,
+            )?;
             runner.stop();
             String::new()
         }
+        Ok(Err(refused)) => return Err(refused.into()),
         Err(error) => {
             return Err(NomadError(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("stopping alloc {}: {error}", runner.id),
+                format!("stopping alloc {id}: {error}"),
             ));
         }
     };
     agent.change_index().bump();
-    agent.publish_alloc("AllocationUpdateDesiredStatus", &runner.id);
+    agent.publish_alloc("AllocationUpdateDesiredStatus", &id);
     let index = agent.change_index().current();
     Ok(with_index(
         axum::Json(AllocStopResponse { eval_id, index }).into_response(),

@@ -443,20 +443,34 @@ impl Agent {
         .map_err(|e| ClusterError::Local(e.to_string()))?
     }
 
-    /// Nomad's `alloc stop` of an alloc this node runs: its placement is marked, with an
-    /// evaluation of its job, for the scheduler to stop it and place the group's alloc
-    /// again. `None`: the cluster does not place it here (nothing marked): the caller
-    /// stops it itself.
-    pub async fn request_alloc_stop(&self, alloc_id: &str) -> Result<Option<String>, ClusterError> {
+    /// Nomad's `alloc stop`, from any agent: the alloc's placement (on the node its
+    /// report names) is marked, with an evaluation of its job, for the scheduler to stop
+    /// it and place the group's alloc again, when `submitter` may change the job's allocs.
+    /// `Ok(Ok(None))`: the cluster has no report of the alloc (not yet reported, or not
+    /// the cluster's): nothing marked, the caller stops it here if it runs here.
+    pub async fn request_alloc_stop(
+        &self,
+        submitter: &Submitter,
+        alloc_id: &str,
+    ) -> Result<Result<Option<String>, NotOwner>, ClusterError> {
         use berth_cluster::state::AllocStopRequest;
         let cluster = self.cluster.clone();
         let alloc_id = alloc_id.to_string();
+        let submitter = submitter.clone();
         tokio::task::spawn_blocking(move || {
-            let node = cluster.node_id().to_string();
+            let Some(report) = cluster.report_of(&alloc_id)? else {
+                return Ok(Ok(None));
+            };
+            let owner = cluster.job(&report.job_id)?.and_then(|(job, _)| job.owner);
+            if let Err(refused) =
+                submitter.may_change(&report.job_id, owner.as_deref(), JobAction::StopAlloc)
+            {
+                return Ok(Err(refused));
+            }
             for _ in 0..WRITE_TRIES {
-                match cluster.request_alloc_stop(&node, &alloc_id)? {
-                    AllocStopRequest::Requested(eval) => return Ok(Some(eval)),
-                    AllocStopRequest::NotPlaced => return Ok(None),
+                match cluster.request_alloc_stop(&report.node_id, &alloc_id)? {
+                    AllocStopRequest::Requested(eval) => return Ok(Ok(Some(eval))),
+                    AllocStopRequest::NotPlaced => return Ok(Ok(None)),
                     AllocStopRequest::Changed => continue,
                 }
             }

@@ -55,6 +55,29 @@ pub(crate) mod tests_support {
             7,
         )
     }
+
+    /// Alloc `alloc_id` of `job("web", 1, "")` (its `g[0]`) placed on node `a` for job
+    /// version `job_version`.
+    pub fn web_placement(alloc_id: &str, job_version: i64) -> Placement {
+        Placement {
+            alloc_id: alloc_id.into(),
+            job_id: "web".into(),
+            job_version,
+            group: "g".into(),
+            group_index: 0,
+            alloc_index: 0,
+            name: "web.g[0]".into(),
+            node_id: "id-a".into(),
+            cpu_mhz: 100,
+            memory_mb: 100,
+            disk_mb: 0,
+            static_ports: Vec::new(),
+            replaces: None,
+            placed_ms: 0,
+            reschedule_events: Vec::new(),
+            stop_requested: false,
+        }
+    }
 }
 
 mod placement {
@@ -418,24 +441,7 @@ mod placement {
     #[test]
     fn a_new_version_replaces_every_alloc_and_a_stopped_job_keeps_none() {
         let (web, _) = job("web", 1, "");
-        let old = Placement {
-            alloc_id: "old".into(),
-            job_id: "web".into(),
-            job_version: 3,
-            group: "g".into(),
-            group_index: 0,
-            alloc_index: 0,
-            name: "web.g[0]".into(),
-            node_id: "id-a".into(),
-            cpu_mhz: 100,
-            memory_mb: 100,
-            disk_mb: 0,
-            static_ports: Vec::new(),
-            replaces: None,
-            placed_ms: 0,
-            reschedule_events: Vec::new(),
-            stop_requested: false,
-        };
+        let old = web_placement("old", 3);
         let snapshot = Snapshot {
             jobs: vec![(web.clone(), 7)],
             nodes: vec![node("a", 4000, 4096)],
@@ -466,24 +472,7 @@ mod placement {
     #[test]
     fn an_alloc_asked_to_stop_is_stopped_and_replaced() {
         let (web, _) = job("web", 1, "");
-        let running = Placement {
-            alloc_id: "asked".into(),
-            job_id: "web".into(),
-            job_version: 7,
-            group: "g".into(),
-            group_index: 0,
-            alloc_index: 0,
-            name: "web.g[0]".into(),
-            node_id: "id-a".into(),
-            cpu_mhz: 100,
-            memory_mb: 100,
-            disk_mb: 0,
-            static_ports: Vec::new(),
-            replaces: None,
-            placed_ms: 0,
-            reschedule_events: Vec::new(),
-            stop_requested: false,
-        };
+        let running = web_placement("asked", 7);
         let snapshot = Snapshot {
             jobs: vec![(web.clone(), 7)],
             nodes: vec![node("a", 4000, 4096)],

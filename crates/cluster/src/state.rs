@@ -459,9 +459,21 @@ impl Cluster {
         version: i64,
         eval: &Evaluation,
     ) -> Result<bool, ClusterError> {
-        use super::etcd::{Condition, Write};
         let key = self.key(&["jobs", &job.id]);
         let value = serde_json::to_vec(job).map_err(|e| ClusterError::Local(e.to_string()))?;
+        self.put_if_with_eval(key, value, version, eval)
+    }
+
+    /// Writes `value` at `key` only if the key is still at `version`, with `eval`, in one
+    /// transaction: false, and nothing written, when something wrote the key since.
+    fn put_if_with_eval(
+        &self,
+        key: String,
+        value: Vec<u8>,
+        version: i64,
+        eval: &Evaluation,
+    ) -> Result<bool, ClusterError> {
+        use super::etcd::{Condition, Write};
         let eval = self.eval_write(eval)?;
         let store = self.store().clone();
         self.store().block(async move {
@@ -512,7 +524,6 @@ impl Cluster {
         node_id: &str,
         alloc_id: &str,
     ) -> Result<AllocStopRequest, ClusterError> {
-        use super::etcd::{Condition, Write};
         let key = self.key(&["allocs", node_id, alloc_id]);
         let store = self.store().clone();
         let read = key.clone();
@@ -529,26 +540,11 @@ impl Cluster {
         }
         placement.stop_requested = true;
         let eval = Evaluation::pending(&placement.job_id, trigger::ALLOC_STOP);
-        let eval_id = eval.id.clone();
-        let eval = self.eval_write(&eval)?;
         let value =
             serde_json::to_vec(&placement).map_err(|e| ClusterError::Local(e.to_string()))?;
-        let store = self.store().clone();
-        let written = self.store().block(async move {
-            let condition = Condition::ModRevision(key.clone(), entry.mod_revision);
-            let write = Write::Put {
-                key,
-                value,
-                lease: 0,
-            };
-            Ok::<_, ClusterError>(
-                store
-                    .transaction(vec![condition], vec![write, eval])
-                    .await?,
-            )
-        })?;
+        let written = self.put_if_with_eval(key, value, entry.mod_revision, &eval)?;
         Ok(if written {
-            AllocStopRequest::Requested(eval_id)
+            AllocStopRequest::Requested(eval.id)
         } else {
             AllocStopRequest::Changed
         })

@@ -1,0 +1,911 @@
+//! Go's `text/template` syntax, read into a tree: text, actions with pipelines, `if`,
+//! `with`, `range` (with `else`, `else if`, `else with`, `break` and `continue`),
+//! variables, `define`, `template` and `block`, comments and the `{{-`/`-}}` trims,
+//! with the delimiters the template names. Every function named is checked here,
+//! against [`crate::functions`]: an unknown or unsupported one is refused before
+//! anything runs, as Go's parser refuses an undefined function.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::functions::{self, Support};
+
+/// Why a template cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct ParseError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// The delimiters of actions: `{{` and `}}` unless a template names others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delimiters {
+    pub left: String,
+    pub right: String,
+}
+
+impl Default for Delimiters {
+    fn default() -> Self {
+        Delimiters {
+            left: "{{".into(),
+            right: "}}".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    Text(Arc<str>),
+    Action {
+        pipe: Pipe,
+    },
+    /// `if` and `with`, their `else if`/`else with` chain flattened into branches.
+    Branches {
+        with: bool,
+        branches: Vec<(Pipe, Vec<Node>)>,
+        otherwise: Vec<Node>,
+    },
+    Range {
+        line: usize,
+        pipe: Pipe,
+        body: Vec<Node>,
+        otherwise: Vec<Node>,
+    },
+    Template {
+        line: usize,
+        name: String,
+        pipe: Option<Pipe>,
+    },
+    Break,
+    Continue,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Pipe {
+    pub line: usize,
+    /// `$x :=` (or `$i, $e :=` in a range); empty: no declaration.
+    pub declare: Vec<String>,
+    /// `$x =`: an assignment to a variable declared before.
+    pub assign: bool,
+    pub commands: Vec<Command>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Command {
+    pub args: Vec<Operand>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Operand {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Arc<str>),
+    /// `.`
+    Dot,
+    /// `.A.B`
+    Field(Vec<String>),
+    /// `$x.A.B` (`$` alone is the data the template was given).
+    Variable(String, Vec<String>),
+    Function(&'static str),
+    /// `(pipeline).A.B`
+    Nested(Box<Pipe>, Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Text(String),
+    Open,
+    Close,
+    Ident(String),
+    Field(Vec<String>),
+    Variable(String, Vec<String>),
+    Dot,
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Pipe,
+    LeftParen,
+    RightParen,
+    Comma,
+    Declare,
+    Assign,
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    tok: Tok,
+    line: usize,
+    /// White space came before it (a field right after `)` chains on it; with space
+    /// between, it is an argument of its own).
+    spaced: bool,
+}
+
+/// Most nesting of `if`/`range`/`with` and parentheses a template may have.
+const MAX_NESTING: usize = 100;
+
+fn lex(text: &str, delimiters: &Delimiters) -> Result<Vec<Token>, ParseError> {
+    let (left, right) = (delimiters.left.as_str(), delimiters.right.as_str());
+    let mut tokens: Vec<Token> = Vec::new();
+    let mut rest = text;
+    let mut line = 1;
+    let mut trim_next_text = false;
+    let fail = |line, message: String| ParseError { line, message };
+    loop {
+        let Some(start) = rest.find(left) else {
+            push_text(&mut tokens, rest, line, trim_next_text);
+            return Ok(tokens);
+        };
+        let mut before = &rest[..start];
+        let mut inner = &rest[start + left.len()..];
+        // `{{- ` trims the white space before it: the `-` must be followed by space.
+        let trim_before =
+            inner.starts_with('-') && inner[1..].starts_with(|c: char| c.is_ascii_whitespace());
+        if trim_before {
+            before = before.trim_end_matches(|c: char| c.is_ascii_whitespace());
+            inner = &inner[1..];
+        }
+        push_text(&mut tokens, before, line, trim_next_text);
+        line += rest[..start].matches('\n').count();
+        let open_line = line;
+        trim_next_text = false;
+        // A comment stands alone between the delimiters.
+        let trimmed = inner.trim_start_matches(|c: char| c.is_ascii_whitespace());
+        if trimmed.starts_with("/*") {
+            let end = trimmed
+                .find("*/")
+                .ok_or_else(|| fail(open_line, "a comment /* is never closed with */".into()))?;
+            let after = trimmed[end + 2..].trim_start_matches(|c: char| c.is_ascii_whitespace());
+            let (trim_after, after) = match after.strip_prefix('-') {
+                Some(a) if a.starts_with(right) => (true, a),
+                _ => (false, after),
+            };
+            let close = after
+                .strip_prefix(right)
+                .ok_or_else(|| fail(open_line, format!("a comment must end at its {right}")))?;
+            line += inner[..inner.len() - close.len()].matches('\n').count();
+            trim_next_text = trim_after;
+            rest = close;
+            continue;
+        }
+        tokens.push(Token {
+            tok: Tok::Open,
+            line,
+            spaced: false,
+        });
+        let mut cursor = inner;
+        loop {
+            let before_space = cursor.len();
+            cursor = cursor.trim_start_matches(|c: char| {
+                if c == '\n' {
+                    line += 1;
+                }
+                c.is_ascii_whitespace()
+            });
+            let spaced = cursor.len() != before_space;
+            if spaced && cursor.starts_with('-') && cursor[1..].starts_with(right) {
+                trim_next_text = true;
+                cursor = &cursor[1 + right.len()..];
+                tokens.push(Token {
+                    tok: Tok::Close,
+                    line,
+                    spaced,
+                });
+                break;
+            }
+            if let Some(after) = cursor.strip_prefix(right) {
+                cursor = after;
+                tokens.push(Token {
+                    tok: Tok::Close,
+                    line,
+                    spaced,
+                });
+                break;
+            }
+            let Some(c) = cursor.chars().next() else {
+                return Err(fail(
+                    open_line,
+                    format!("an action {left} is never closed with {right}"),
+                ));
+            };
+            let (tok, used) = lex_one(cursor, c).map_err(|message| fail(line, message))?;
+            line += cursor[..used].matches('\n').count();
+            cursor = &cursor[used..];
+            tokens.push(Token { tok, line, spaced });
+        }
+        rest = cursor;
+    }
+}
+
+fn push_text(tokens: &mut Vec<Token>, text: &str, line: usize, trim_start: bool) {
+    let text = if trim_start {
+        text.trim_start_matches(|c: char| c.is_ascii_whitespace())
+    } else {
+        text
+    };
+    if !text.is_empty() {
+        tokens.push(Token {
+            tok: Tok::Text(text.to_string()),
+            line,
+            spaced: false,
+        });
+    }
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// A path of fields `.A.B` at the start of `text` (which starts with `.`).
+fn field_path(text: &str) -> (Vec<String>, usize) {
+    let mut path = Vec::new();
+    let mut used = 0;
+    let mut rest = text;
+    while let Some(after) = rest.strip_prefix('.') {
+        let len = after.find(|c: char| !is_word(c)).unwrap_or(after.len());
+        if len == 0 || !after.starts_with(|c: char| c.is_alphabetic() || c == '_') {
+            break;
+        }
+        path.push(after[..len].to_string());
+        used += 1 + len;
+        rest = &after[len..];
+    }
+    (path, used)
+}
+
+fn lex_one(text: &str, c: char) -> Result<(Tok, usize), String> {
+    match c {
+        '|' => Ok((Tok::Pipe, 1)),
+        '(' => Ok((Tok::LeftParen, 1)),
+        ')' => Ok((Tok::RightParen, 1)),
+        ',' => Ok((Tok::Comma, 1)),
+        '=' => Ok((Tok::Assign, 1)),
+        ':' if text.starts_with(":=") => Ok((Tok::Declare, 2)),
+        '"' => lex_quoted(text),
+        '`' => {
+            let end = text[1..]
+                .find('`')
+                .ok_or("a raw string ` is never closed")?;
+            Ok((Tok::Str(text[1..1 + end].to_string()), end + 2))
+        }
+        '\'' => {
+            let (value, used) = lex_quoted(text)?;
+            let Tok::Str(s) = value else {
+                unreachable!("lex_quoted makes strings")
+            };
+            let mut chars = s.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => Ok((Tok::Int(i64::from(u32::from(c))), used)),
+                _ => Err(format!("{:?} is not one character", &text[..used])),
+            }
+        }
+        '$' => {
+            let len = text[1..]
+                .find(|c: char| !is_word(c))
+                .unwrap_or(text.len() - 1);
+            let name = text[..1 + len].to_string();
+            let (path, more) = field_path(&text[1 + len..]);
+            Ok((Tok::Variable(name, path), 1 + len + more))
+        }
+        '.' if text[1..].starts_with(|c: char| c.is_ascii_digit()) => lex_number(text),
+        '.' => {
+            let (path, used) = field_path(text);
+            if path.is_empty() {
+                Ok((Tok::Dot, 1))
+            } else {
+                Ok((Tok::Field(path), used))
+            }
+        }
+        '0'..='9' => lex_number(text),
+        '-' | '+' if text[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.') => {
+            lex_number(text)
+        }
+        c if c.is_alphabetic() || c == '_' => {
+            let len = text.find(|c: char| !is_word(c)).unwrap_or(text.len());
+            Ok((Tok::Ident(text[..len].to_string()), len))
+        }
+        other => Err(format!("unexpected {other:?} in an action")),
+    }
+}
+
+fn lex_quoted(text: &str) -> Result<(Tok, usize), String> {
+    let quote = text.chars().next().unwrap_or('"');
+    let mut out = String::new();
+    let mut chars = text.char_indices().skip(1);
+    while let Some((at, c)) = chars.next() {
+        match c {
+            c if c == quote => return Ok((Tok::Str(out), at + 1)),
+            '\n' => break,
+            '\\' => {
+                let (_, escape) = chars.next().ok_or("an escape at the end of a string")?;
+                let mut hex = |digits: usize| -> Result<char, String> {
+                    let mut code = 0u32;
+                    for _ in 0..digits {
+                        let (_, d) = chars.next().ok_or("a short escape in a string")?;
+                        code = code * 16 + d.to_digit(16).ok_or("a bad escape in a string")?;
+                    }
+                    char::from_u32(code).ok_or_else(|| "an escape that is no character".into())
+                };
+                out.push(match escape {
+                    'n' => '\n',
+                    't' => '\t',
+                    'r' => '\r',
+                    'a' => '\u{7}',
+                    'b' => '\u{8}',
+                    'f' => '\u{c}',
+                    'v' => '\u{b}',
+                    '0'..='7' => {
+                        let mut code = escape.to_digit(8).unwrap_or(0);
+                        for _ in 0..2 {
+                            let (_, d) = chars.next().ok_or("a short escape in a string")?;
+                            code = code * 8 + d.to_digit(8).ok_or("a bad octal escape")?;
+                        }
+                        char::from_u32(code).ok_or("an escape that is no character")?
+                    }
+                    'x' => hex(2)?,
+                    'u' => hex(4)?,
+                    'U' => hex(8)?,
+                    '\\' | '"' | '\'' => escape,
+                    other => return Err(format!("unknown escape \\{other} in a string")),
+                });
+            }
+            c => out.push(c),
+        }
+    }
+    Err(format!("a string {quote} is never closed"))
+}
+
+fn lex_number(text: &str) -> Result<(Tok, usize), String> {
+    let mut len = 0;
+    let bytes = text.as_bytes();
+    while len < bytes.len() {
+        let b = bytes[len];
+        let exponent_sign = (b == b'+' || b == b'-')
+            && len > 0
+            && matches!(bytes[len - 1], b'e' | b'E' | b'p' | b'P')
+            && !text[..len].starts_with("0x")
+            && !text[..len].starts_with("0X");
+        if b.is_ascii_alphanumeric()
+            || b == b'.'
+            || b == b'_'
+            || exponent_sign
+            || (len == 0 && (b == b'+' || b == b'-'))
+        {
+            len += 1;
+        } else {
+            break;
+        }
+    }
+    let written = &text[..len];
+    let clean: String = written.chars().filter(|c| *c != '_').collect();
+    let (negative, digits) = match clean.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, clean.strip_prefix('+').unwrap_or(&clean)),
+    };
+    let radix = |prefix: &str| digits.strip_prefix(prefix);
+    let integer = if let Some(d) = radix("0x").or_else(|| radix("0X")) {
+        i64::from_str_radix(d, 16).ok()
+    } else if let Some(d) = radix("0o").or_else(|| radix("0O")) {
+        i64::from_str_radix(d, 8).ok()
+    } else if let Some(d) = radix("0b").or_else(|| radix("0B")) {
+        i64::from_str_radix(d, 2).ok()
+    } else if digits.len() > 1
+        && digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        i64::from_str_radix(&digits[1..], 8).ok()
+    } else {
+        digits.parse::<i64>().ok()
+    };
+    if let Some(i) = integer {
+        return Ok((Tok::Int(if negative { -i } else { i }), len));
+    }
+    match digits.parse::<f64>() {
+        Ok(f) if f.is_finite() && !digits.starts_with(|c: char| c.is_alphabetic()) => {
+            Ok((Tok::Float(if negative { -f } else { f }), len))
+        }
+        _ => Err(format!("bad number syntax: {written:?}")),
+    }
+}
+
+/// A parsed template: its main tree and the templates it defines.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub(crate) main: Vec<Node>,
+    pub(crate) defined: BTreeMap<String, Arc<Vec<Node>>>,
+    /// The functions the template calls, each once.
+    pub(crate) calls: Vec<&'static str>,
+}
+
+impl Parsed {
+    /// The functions the template calls: what a renderer must be able to answer.
+    pub fn functions(&self) -> &[&'static str] {
+        &self.calls
+    }
+}
+
+/// Reads a template; every problem is one [`ParseError`] with its line.
+pub fn parse(text: &str, delimiters: &Delimiters) -> Result<Parsed, ParseError> {
+    if delimiters.left.is_empty() || delimiters.right.is_empty() {
+        return Err(ParseError {
+            line: 1,
+            message: "a delimiter cannot be empty".into(),
+        });
+    }
+    let tokens = lex(text, delimiters)?;
+    let mut parser = Parser {
+        tokens,
+        at: 0,
+        defined: BTreeMap::new(),
+        calls: Vec::new(),
+        scopes: vec![vec!["$".to_string()]],
+        depth: 0,
+        loops: 0,
+    };
+    let (main, end) = parser.list_until(true)?;
+    if let Some((word, line, _)) = end {
+        return Err(ParseError {
+            line,
+            message: format!("unexpected {{{{{word}}}}}"),
+        });
+    }
+    Ok(Parsed {
+        main,
+        defined: parser.defined,
+        calls: parser.calls,
+    })
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    at: usize,
+    defined: BTreeMap<String, Arc<Vec<Node>>>,
+    calls: Vec<&'static str>,
+    /// Declared variables, per control structure.
+    scopes: Vec<Vec<String>>,
+    depth: usize,
+    /// `range`s the parser is inside (for `break` and `continue`).
+    loops: usize,
+}
+
+/// What ended a list: `end`, `else` (with what follows it on the line), with its line.
+type Ending = (String, usize, Vec<Token>);
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.at)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let token = self.tokens.get(self.at).cloned();
+        self.at += 1;
+        token
+    }
+
+    fn line(&self) -> usize {
+        self.peek()
+            .or_else(|| self.tokens.last())
+            .map_or(1, |t| t.line)
+    }
+
+    fn error(&self, line: usize, message: impl Into<String>) -> ParseError {
+        ParseError {
+            line,
+            message: message.into(),
+        }
+    }
+
+    /// Nodes up to an `{{end}}` or `{{else …}}` (returned with the tokens after
+    /// `else`) or, at the top, the end of the text.
+    fn list_until(&mut self, top: bool) -> Result<(Vec<Node>, Option<Ending>), ParseError> {
+        let mut nodes = Vec::new();
+        while let Some(token) = self.next() {
+            match token.tok {
+                Tok::Text(text) => nodes.push(Node::Text(text.into())),
+                Tok::Open => {
+                    let line = token.line;
+                    let keyword = match self.peek() {
+                        Some(Token {
+                            tok: Tok::Ident(word),
+                            ..
+                        }) => Some(word.clone()),
+                        _ => None,
+                    };
+                    match keyword.as_deref() {
+                        Some("end") => {
+                            self.at += 1;
+                            self.close()?;
+                            return Ok((nodes, Some(("end".into(), line, Vec::new()))));
+                        }
+                        Some("else") => {
+                            self.at += 1;
+                            let mut after = Vec::new();
+                            while let Some(t) = self.next() {
+                                if t.tok == Tok::Close {
+                                    break;
+                                }
+                                after.push(t);
+                            }
+                            return Ok((nodes, Some(("else".into(), line, after))));
+                        }
+                        Some("if") | Some("with") => {
+                            let with = keyword.as_deref() == Some("with");
+                            self.at += 1;
+                            nodes.push(self.branches(line, with)?);
+                        }
+                        Some("range") => {
+                            self.at += 1;
+                            nodes.push(self.range(line)?);
+                        }
+                        Some("define") => {
+                            self.at += 1;
+                            if !top || self.depth > 0 {
+                                return Err(self.error(
+                                    line,
+                                    "define is allowed only at the top of a template",
+                                ));
+                            }
+                            let name = self.name(line, "define")?;
+                            self.close()?;
+                            self.scopes.push(vec!["$".into()]);
+                            let body = self.body(line, "define")?;
+                            self.scopes.pop();
+                            self.defined.insert(name, Arc::new(body));
+                        }
+                        Some("block") => {
+                            self.at += 1;
+                            let name = self.name(line, "block")?;
+                            let pipe = self.pipeline(line, true)?;
+                            self.scopes.push(vec!["$".into()]);
+                            let body = self.body(line, "block")?;
+                            self.scopes.pop();
+                            self.defined.insert(name.clone(), Arc::new(body));
+                            nodes.push(Node::Template {
+                                line,
+                                name,
+                                pipe: Some(pipe),
+                            });
+                        }
+                        Some("template") => {
+                            self.at += 1;
+                            let name = self.name(line, "template")?;
+                            let pipe = if matches!(
+                                self.peek(),
+                                Some(Token {
+                                    tok: Tok::Close,
+                                    ..
+                                })
+                            ) {
+                                self.at += 1;
+                                None
+                            } else {
+                                Some(self.pipeline(line, true)?)
+                            };
+                            nodes.push(Node::Template { line, name, pipe });
+                        }
+                        Some(word @ ("break" | "continue")) => {
+                            if self.loops == 0 {
+                                return Err(self
+                                    .error(line, format!("{{{{{word}}}}} outside {{{{range}}}}")));
+                            }
+                            let node = if word == "break" {
+                                Node::Break
+                            } else {
+                                Node::Continue
+                            };
+                            self.at += 1;
+                            self.close()?;
+                            nodes.push(node);
+                        }
+                        _ => {
+                            let pipe = self.pipeline(line, true)?;
+                            nodes.push(Node::Action { pipe });
+                        }
+                    }
+                }
+                other => {
+                    return Err(self.error(token.line, format!("unexpected {other:?}")));
+                }
+            }
+        }
+        if top {
+            Ok((nodes, None))
+        } else {
+            Err(self.error(
+                self.line(),
+                "unexpected end of the template: an {{end}} is missing",
+            ))
+        }
+    }
+
+    fn close(&mut self) -> Result<(), ParseError> {
+        match self.next() {
+            Some(Token {
+                tok: Tok::Close, ..
+            }) => Ok(()),
+            Some(token) => Err(self.error(
+                token.line,
+                format!("unexpected {:?} before the end of the action", token.tok),
+            )),
+            None => Err(self.error(self.line(), "an action is never closed")),
+        }
+    }
+
+    fn name(&mut self, line: usize, keyword: &str) -> Result<String, ParseError> {
+        match self.next() {
+            Some(Token {
+                tok: Tok::Str(name),
+                ..
+            }) => Ok(name),
+            _ => Err(self.error(
+                line,
+                format!("{keyword} takes a quoted name, as {{{{{keyword} \"name\"}}}}"),
+            )),
+        }
+    }
+
+    fn enter(&mut self, line: usize) -> Result<(), ParseError> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(self.error(
+                line,
+                format!("more than {MAX_NESTING} nested blocks or parentheses"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A body that must end with `{{end}}` (define, block).
+    fn body(&mut self, line: usize, keyword: &str) -> Result<Vec<Node>, ParseError> {
+        self.enter(line)?;
+        let (nodes, ending) = self.list_until(false)?;
+        self.depth -= 1;
+        match ending {
+            Some((word, _, _)) if word == "end" => Ok(nodes),
+            _ => Err(self.error(
+                line,
+                format!("{{{{{keyword}}}}} has an {{{{else}}}}; it takes none"),
+            )),
+        }
+    }
+
+    fn branches(&mut self, line: usize, with: bool) -> Result<Node, ParseError> {
+        self.enter(line)?;
+        let mut branches = Vec::new();
+        let mut otherwise = Vec::new();
+        let mut condition_line = line;
+        loop {
+            self.scopes.push(Vec::new());
+            let pipe = self.pipeline(condition_line, true)?;
+            let (body, ending) = self.list_until(false)?;
+            self.scopes.pop();
+            branches.push((pipe, body));
+            match ending {
+                Some((word, _, _)) if word == "end" => break,
+                Some((_, else_line, after)) => {
+                    let keyword = if with { "with" } else { "if" };
+                    match after.first() {
+                        None => {
+                            self.scopes.push(Vec::new());
+                            let (body, ending) = self.list_until(false)?;
+                            self.scopes.pop();
+                            otherwise = body;
+                            if !matches!(ending, Some((ref word, _, _)) if word == "end") {
+                                return Err(self.error(else_line, "a second {{else}}"));
+                            }
+                            break;
+                        }
+                        Some(Token {
+                            tok: Tok::Ident(word),
+                            ..
+                        }) if word == keyword => {
+                            // `else if …`: the condition's tokens are back in the stream,
+                            // closed as an action of their own.
+                            let mut rest: Vec<Token> = after[1..].to_vec();
+                            rest.push(Token {
+                                tok: Tok::Close,
+                                line: else_line,
+                                spaced: false,
+                            });
+                            self.tokens.splice(self.at..self.at, rest);
+                            condition_line = else_line;
+                        }
+                        Some(token) => {
+                            return Err(self.error(
+                                else_line,
+                                format!(
+                                    "{{{{else}}}} may be followed only by {keyword}, not {:?}",
+                                    token.tok
+                                ),
+                            ));
+                        }
+                    }
+                }
+                None => unreachable!("list_until(false) ends with end or else"),
+            }
+        }
+        self.depth -= 1;
+        Ok(Node::Branches {
+            with,
+            branches,
+            otherwise,
+        })
+    }
+
+    fn range(&mut self, line: usize) -> Result<Node, ParseError> {
+        self.enter(line)?;
+        self.scopes.push(Vec::new());
+        let pipe = self.pipeline(line, true)?;
+        self.loops += 1;
+        let (body, ending) = self.list_until(false)?;
+        self.loops -= 1;
+        self.scopes.pop();
+        let otherwise = match ending {
+            Some((word, _, _)) if word == "end" => Vec::new(),
+            Some((_, else_line, after)) => {
+                if !after.is_empty() {
+                    return Err(self.error(else_line, "{{else}} of a range takes nothing after it"));
+                }
+                self.scopes.push(Vec::new());
+                let (body, ending) = self.list_until(false)?;
+                self.scopes.pop();
+                if !matches!(ending, Some((ref word, _, _)) if word == "end") {
+                    return Err(self.error(else_line, "a second {{else}}"));
+                }
+                body
+            }
+            None => unreachable!("list_until(false) ends with end or else"),
+        };
+        self.depth -= 1;
+        Ok(Node::Range {
+            line,
+            pipe,
+            body,
+            otherwise,
+        })
+    }
+
+    fn declared(&self, name: &str) -> bool {
+        self.scopes
+            .iter()
+            .any(|scope| scope.iter().any(|v| v == name))
+    }
+
+    /// A pipeline up to the action's end (`until_close`) or up to `)`.
+    fn pipeline(&mut self, line: usize, until_close: bool) -> Result<Pipe, ParseError> {
+        let mut declare = Vec::new();
+        let mut assign = false;
+        // `$x :=`, `$x =`, `$i, $e :=`
+        let lookahead: Vec<Tok> = self.tokens[self.at..]
+            .iter()
+            .take(4)
+            .map(|t| t.tok.clone())
+            .collect();
+        match lookahead.as_slice() {
+            [Tok::Variable(v, p), Tok::Declare, ..] if p.is_empty() => {
+                declare.push(v.clone());
+                self.at += 2;
+            }
+            [Tok::Variable(v, p), Tok::Assign, ..] if p.is_empty() => {
+                if !self.declared(v) {
+                    return Err(self.error(line, format!("undefined variable {v:?}")));
+                }
+                declare.push(v.clone());
+                assign = true;
+                self.at += 2;
+            }
+            [
+                Tok::Variable(a, p),
+                Tok::Comma,
+                Tok::Variable(b, q),
+                Tok::Declare,
+            ] if p.is_empty() && q.is_empty() => {
+                declare.push(a.clone());
+                declare.push(b.clone());
+                self.at += 4;
+            }
+            _ => {}
+        }
+        let mut commands = Vec::new();
+        let mut args = Vec::new();
+        loop {
+            let Some(token) = self.next() else {
+                return Err(self.error(line, "an action is never closed"));
+            };
+            match token.tok {
+                Tok::Close if until_close => break,
+                Tok::RightParen if !until_close => break,
+                Tok::Pipe => {
+                    if args.is_empty() {
+                        return Err(self.error(token.line, "a pipeline has an empty command"));
+                    }
+                    commands.push(Command {
+                        args: std::mem::take(&mut args),
+                    });
+                }
+                tok => {
+                    let operand = self.operand(tok, token.line)?;
+                    args.push(operand);
+                }
+            }
+        }
+        if args.is_empty() {
+            return Err(self.error(
+                line,
+                if commands.is_empty() {
+                    "an empty action"
+                } else {
+                    "a pipeline ends with |"
+                },
+            ));
+        }
+        commands.push(Command { args });
+        if !assign && let Some(scope) = self.scopes.last_mut() {
+            scope.extend(declare.iter().cloned());
+        }
+        Ok(Pipe {
+            line,
+            declare,
+            assign,
+            commands,
+        })
+    }
+
+    fn operand(&mut self, tok: Tok, line: usize) -> Result<Operand, ParseError> {
+        let operand = match tok {
+            Tok::Ident(word) => match word.as_str() {
+                "true" => Operand::Bool(true),
+                "false" => Operand::Bool(false),
+                "nil" => Operand::Nil,
+                name => Operand::Function(self.function(name, line)?),
+            },
+            Tok::Str(s) => Operand::Str(s.into()),
+            Tok::Int(i) => Operand::Int(i),
+            Tok::Float(f) => Operand::Float(f),
+            Tok::Dot => Operand::Dot,
+            Tok::Field(path) => Operand::Field(path),
+            Tok::Variable(name, path) => {
+                if !self.declared(&name) {
+                    return Err(self.error(line, format!("undefined variable {name:?}")));
+                }
+                Operand::Variable(name, path)
+            }
+            Tok::LeftParen => {
+                self.enter(line)?;
+                let pipe = self.pipeline(line, false)?;
+                self.depth -= 1;
+                let mut chain = Vec::new();
+                while let Some(Token {
+                    tok: Tok::Field(path),
+                    spaced: false,
+                    ..
+                }) = self.peek()
+                {
+                    chain.extend(path.iter().cloned());
+                    self.at += 1;
+                }
+                Operand::Nested(Box::new(pipe), chain)
+            }
+            other => return Err(self.error(line, format!("unexpected {other:?} in an operand"))),
+        };
+        Ok(operand)
+    }
+
+    fn function(&mut self, name: &str, line: usize) -> Result<&'static str, ParseError> {
+        match functions::support(name) {
+            Some((_, Support::No(reason))) => Err(self.error(
+                line,
+                format!("template function {name:?} is not supported: {reason}"),
+            )),
+            Some((known, _)) => {
+                if !self.calls.contains(&known) {
+                    self.calls.push(known);
+                }
+                Ok(known)
+            }
+            None => Err(self.error(line, format!("function {name:?} not defined"))),
+        }
+    }
+}

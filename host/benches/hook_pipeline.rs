@@ -123,6 +123,7 @@ async fn run() {
         facts: berth_client::node::facts(&Default::default()),
         events: None,
         restart: None,
+        control: None,
     };
     let prepare = TaskPrepare {
         task_dir,

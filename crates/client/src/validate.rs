@@ -359,6 +359,22 @@ pub async fn validate_for(
                 }
             }
         }
+        for task in &group.tasks {
+            for template in &task.templates {
+                if let berth_jobspec::ChangeMode::Script(script) = &template.change_mode {
+                    problems.push(Problem {
+                        path: format!("{group_path}.task.{}.template", task.name),
+                        at: Some(template.at),
+                        message: format!(
+                            "change_mode = \"script\" ({:?}) runs a command inside the running \
+                             task, which berth cannot do yet (no alloc exec): use \"signal\", \
+                             \"restart\" or \"noop\"",
+                            script.command
+                        ),
+                    });
+                }
+            }
+        }
         if config.consul.is_none() {
             let consul_services = group
                 .services

@@ -34,6 +34,7 @@ pub mod pace;
 mod parsed;
 mod records;
 pub mod scheduler;
+pub mod services;
 pub mod state;
 pub mod store;
 pub mod typed;

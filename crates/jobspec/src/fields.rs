@@ -219,7 +219,48 @@ pub mod template {
     pub const DESTINATION: Field = field("destination", "DestPath", Text);
     pub const ENV: Field = field("env", "Envvars", Bool);
     pub const PERMS: Field = field("perms", "Perms", Text);
-    pub const COPIED: &[Field] = &[DATA, DESTINATION, ENV, PERMS];
+    pub const CHANGE_MODE: Field = field("change_mode", "ChangeMode", Text);
+    pub const CHANGE_SIGNAL: Field = field("change_signal", "ChangeSignal", Text);
+    pub const CHANGE_SCRIPT: Field = field("change_script", "ChangeScript", Block);
+    pub const SPLAY: Field = field("splay", "Splay", Duration);
+    pub const WAIT: Field = field("wait", "Wait", Block);
+    pub const ONCE: Field = field("once", "Once", Bool);
+    pub const UID: Field = field("uid", "Uid", Number);
+    pub const GID: Field = field("gid", "Gid", Number);
+    pub const LEFT_DELIMITER: Field = field("left_delimiter", "LeftDelim", Text);
+    pub const RIGHT_DELIMITER: Field = field("right_delimiter", "RightDelim", Text);
+    pub const ERROR_ON_MISSING_KEY: Field = field("error_on_missing_key", "ErrMissingKey", Bool);
+    pub const COPIED: &[Field] = &[
+        DATA,
+        DESTINATION,
+        ENV,
+        PERMS,
+        CHANGE_MODE,
+        CHANGE_SIGNAL,
+        SPLAY,
+        ONCE,
+        LEFT_DELIMITER,
+        RIGHT_DELIMITER,
+        ERROR_ON_MISSING_KEY,
+    ];
+}
+
+/// A template's `change_script` block.
+pub mod change_script {
+    use super::{Field, Kind::*, field};
+    pub const COMMAND: Field = field("command", "Command", Text);
+    pub const ARGS: Field = field("args", "Args", List);
+    pub const TIMEOUT: Field = field("timeout", "Timeout", Duration);
+    pub const FAIL_ON_ERROR: Field = field("fail_on_error", "FailOnError", Bool);
+    pub const COPIED: &[Field] = &[COMMAND, ARGS, TIMEOUT, FAIL_ON_ERROR];
+}
+
+/// A template's `wait` block.
+pub mod template_wait {
+    use super::{Field, Kind::*, field};
+    pub const MIN: Field = field("min", "Min", Duration);
+    pub const MAX: Field = field("max", "Max", Duration);
+    pub const COPIED: &[Field] = &[MIN, MAX];
 }
 
 /// A task's `dispatch_payload` block.
@@ -301,6 +342,8 @@ pub const BLOCKS: &[(&str, &[Field])] = &[
     ("lifecycle", lifecycle::COPIED),
     ("volume_mount", volume_mount::COPIED),
     ("template", template::COPIED),
+    ("change_script", change_script::COPIED),
+    ("wait", template_wait::COPIED),
     ("dispatch_payload", dispatch_payload::COPIED),
     ("logs", logs::COPIED),
 ];
@@ -341,6 +384,12 @@ mod tests {
             "task" => in_group_task(&value),
             "volume_mount" | "template" | "resources" | "lifecycle" | "logs"
             | "dispatch_payload" => in_group_task(&format!("{block} {{\n {value}\n }}")),
+            "change_script" => in_group_task(&format!(
+                "template {{\n destination = \"local/x\"\n change_mode = \"script\"\n change_script {{\n {value}\n }}\n }}"
+            )),
+            "wait" => in_group_task(&format!(
+                "template {{\n destination = \"local/x\"\n wait {{\n {value}\n }}\n }}"
+            )),
             other => panic!("no jobspec around a {other} block"),
         };
         format!("job \"j\" {{\n{body}\n}}\n")

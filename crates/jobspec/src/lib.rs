@@ -149,6 +149,8 @@ pub fn parse_file(path: &Path) -> Result<Job, JobspecError> {
 }
 
 #[cfg(test)]
+mod template_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]

@@ -125,17 +125,111 @@ pub struct Constraint {
     pub path: String,
 }
 
-/// A `template` block: a file rendered into the task's directory before it starts.
+/// A `template` block: a file rendered into the task's directory before it starts, and
+/// again when what it reads changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Template {
-    /// The template text (consul-template's syntax; berth renders `{{ env "X" }}`).
+    /// The template text, in consul-template's language (`berth-template`).
     pub data: String,
     /// Relative to the task's directory (`local/app.conf`).
     pub destination: String,
     /// Read the rendered file as `KEY=value` lines into the task's env.
     pub env: bool,
     pub perms: u32,
+    /// The action delimiters, `{{` and `}}` unless set.
+    #[serde(default = "left_delimiter")]
+    pub left_delimiter: String,
+    #[serde(default = "right_delimiter")]
+    pub right_delimiter: String,
+    /// What happens to the running task when a re-render changes the file.
+    #[serde(default)]
+    pub change_mode: ChangeMode,
+    /// A random wait of up to this before the change mode acts, so that the tasks that
+    /// read one service do not all restart at once.
+    #[serde(default = "default_splay")]
+    pub splay: Duration,
+    /// How long a change must stay before it is rendered (`min`), and how long changes
+    /// may keep it waiting (`max`).
+    #[serde(default)]
+    pub wait: TemplateWait,
+    /// The file's owner; `None`: the task's user.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub gid: Option<u32>,
+    /// A missing map key fails the render, naming the key (Go's `missingkey=error`).
+    #[serde(default)]
+    pub error_on_missing_key: bool,
+    /// Rendered once, never again while the task runs.
+    #[serde(default)]
+    pub once: bool,
     pub at: Location,
+}
+
+fn left_delimiter() -> String {
+    "{{".into()
+}
+
+fn right_delimiter() -> String {
+    "}}".into()
+}
+
+fn default_splay() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// A template's `change_mode`, with what it needs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeMode {
+    /// The task is restarted (Nomad's default).
+    #[default]
+    Restart,
+    /// The file changes; the task is told nothing.
+    Noop,
+    /// The task is sent this signal (`SIGHUP`).
+    Signal(String),
+    /// A command runs inside the task's confinement.
+    Script(ChangeScript),
+}
+
+impl ChangeMode {
+    /// The jobspec's word for it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ChangeMode::Restart => "restart",
+            ChangeMode::Noop => "noop",
+            ChangeMode::Signal(_) => "signal",
+            ChangeMode::Script(_) => "script",
+        }
+    }
+}
+
+/// A template's `change_script` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeScript {
+    pub command: String,
+    pub args: Vec<String>,
+    pub timeout: Duration,
+    /// A failing script fails the task (restarts it by its policy); otherwise it is
+    /// an event.
+    pub fail_on_error: bool,
+}
+
+/// A template's `wait` block: consul-template's quiescence timers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateWait {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Default for TemplateWait {
+    fn default() -> Self {
+        TemplateWait {
+            min: Duration::from_secs(5),
+            max: Duration::from_secs(240),
+        }
+    }
 }
 
 /// Nomad's scheduler types. `system` and `sysbatch` jobs run one alloc of each group

@@ -1,20 +1,14 @@
-//! `template` blocks: consul-template's `{{ }}` syntax, of which berth renders what a
-//! single node has, `{{ env "NAME" }}` (the task's environment), and comments. Anything
-//! else (`key`, `service`, `secret`, `range`, …) needs Consul or Vault and is refused at
-//! submit time with its name, rather than rendered wrong.
+//! `template` blocks: their text is consul-template's language, read by
+//! `berth-template` at submit time (with the template's delimiters) so that a function
+//! berth does not have is refused with its reason; their destination stays in the
+//! task's `local/` or `secrets/` directory; an `env = true` one is read as `KEY=value`
+//! lines.
 
-/// Why a template cannot be rendered or placed.
+/// Why a template cannot be placed or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
-    #[error("a template action {{{{ is never closed with }}}}")]
-    Unclosed,
-    #[error("{{{{ {action} }}}}: env takes one quoted name, as {{{{ env \"HOME\" }}}}")]
-    EnvArgument { action: String },
-    #[error(
-        "{{{{ {action} }}}}: template function {function:?} is not supported (berth renders \
-         {{{{ env \"NAME\" }}}} and comments; {function} needs Consul, Vault or Nomad's servers)"
-    )]
-    Unsupported { action: String, function: String },
+    #[error("{0}")]
+    Parse(#[from] berth_template::ParseError),
     #[error(
         "{0:?} must be a file in the task's local/ or secrets/ directory (as \
          \"local/app.conf\" or \"${{NOMAD_SECRETS_DIR}}/token\")"
@@ -24,59 +18,22 @@ pub enum TemplateError {
     EnvLine { line: usize, text: String },
 }
 
-/// Checks `data` renders with berth's subset.
-pub fn check(data: &str) -> Result<(), TemplateError> {
-    render(data, &|_| None).map(|_| ())
+/// Checks `data` reads as a template with these delimiters, and calls only functions
+/// berth has (see `docs/templates.md`).
+pub fn check(data: &str, delimiters: &berth_template::Delimiters) -> Result<(), TemplateError> {
+    berth_template::Template::parse(data, delimiters)?;
+    Ok(())
 }
 
-/// Renders `data`, with `env(name)` for `{{ env "name" }}` (unset: empty, as
-/// consul-template does).
-pub fn render(data: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, TemplateError> {
-    let mut out = String::with_capacity(data.len());
-    let mut rest = data;
-    while let Some(start) = rest.find("{{") {
-        let mut before = &rest[..start];
-        let after = &rest[start + 2..];
-        let end = after.find("}}").ok_or(TemplateError::Unclosed)?;
-        let mut action = &after[..end];
-        let mut next = &after[end + 2..];
-        // `{{-` and `-}}` trim the white space beside them.
-        if let Some(trimmed) = action.strip_prefix('-') {
-            action = trimmed;
-            before = before.trim_end();
-        }
-        if let Some(trimmed) = action.strip_suffix('-') {
-            action = trimmed;
-            next = next.trim_start();
-        }
-        out.push_str(before);
-        out.push_str(&evaluate(action.trim(), env)?);
-        rest = next;
-    }
-    out.push_str(rest);
-    Ok(out)
-}
+/// The signals a `change_signal` may name: the ones the task runner sends
+/// (`berth_sys::process::parse_signal`), with or without `SIG`.
+pub const SIGNALS: &[&str] = &[
+    "SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGSTOP",
+];
 
-fn evaluate(action: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, TemplateError> {
-    if action.starts_with("/*") && action.ends_with("*/") {
-        return Ok(String::new());
-    }
-    if let Some(argument) = action.strip_prefix("env ") {
-        let name = argument.trim();
-        let name = name
-            .strip_prefix('"')
-            .and_then(|n| n.strip_suffix('"'))
-            .filter(|n| !n.contains('"'))
-            .ok_or_else(|| TemplateError::EnvArgument {
-                action: action.to_string(),
-            })?;
-        return Ok(env(name).unwrap_or_default());
-    }
-    let function = action.split_whitespace().next().unwrap_or("");
-    Err(TemplateError::Unsupported {
-        action: action.to_string(),
-        function: function.to_string(),
-    })
+pub fn is_signal(name: &str) -> bool {
+    let bare = name.strip_prefix("SIG").unwrap_or(name);
+    SIGNALS.iter().any(|s| s[3..] == *bare)
 }
 
 /// The destination relative to the task's directory: `local/app.conf`, from that or
@@ -127,25 +84,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_env_and_comments_and_trims() {
-        let env = |name: &str| (name == "USER").then(|| "ada".to_string());
-        assert_eq!(
-            render(
-                "user={{ env \"USER\" }} none={{env \"NOPE\"}}\n{{- /* c */ -}}\n!",
-                &env
-            ),
-            Ok("user=ada none=!".into())
-        );
-    }
-
-    #[test]
-    fn what_needs_consul_or_vault_is_refused_by_name() {
-        let error = check("{{ key \"app/config\" }}").unwrap_err().to_string();
+    fn what_berth_lacks_is_refused_by_name_with_its_line() {
+        let error = check("a\n{{ secret \"db/creds\" }}", &Default::default())
+            .unwrap_err()
+            .to_string();
         assert!(
-            error.contains("template function \"key\" is not supported"),
+            error.starts_with(
+                "line 2: template function \"secret\" is not supported: it reads Vault"
+            ),
             "{error}"
         );
-        assert!(check("{{ env \"A\"").unwrap_err() == TemplateError::Unclosed);
+        assert!(check("{{ env \"A\"", &Default::default()).is_err());
+        assert!(is_signal("SIGHUP") && is_signal("USR1") && !is_signal("SIGWINCH"));
     }
 
     #[test]

@@ -240,6 +240,37 @@ pub struct Template {
     pub envvars: bool,
     /// Octal, as Nomad writes it (`"644"`).
     pub perms: String,
+    pub change_mode: String,
+    pub change_signal: String,
+    pub change_script: Option<ChangeScript>,
+    /// Nanoseconds.
+    pub splay: u64,
+    pub wait: Option<WaitConfig>,
+    /// -1: the task's user.
+    pub uid: Option<i64>,
+    pub gid: Option<i64>,
+    pub left_delim: String,
+    pub right_delim: String,
+    pub err_missing_key: bool,
+    pub once: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ChangeScript {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Nanoseconds.
+    pub timeout: u64,
+    pub fail_on_error: bool,
+}
+
+/// A template's `wait`, in nanoseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct WaitConfig {
+    pub min: u64,
+    pub max: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

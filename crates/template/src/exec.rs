@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::CallError;
 use crate::functions::{self, Support};
 use crate::parse::{Command, Node, Operand, Parsed, Pipe};
 use crate::value::Value;
@@ -61,7 +62,7 @@ pub enum RenderError {
 pub trait Data {
     /// Answers `function` (a [`Support::Data`] function of [`functions::FUNCTIONS`])
     /// called with `args`; the error is shown with the template's line.
-    fn call(&mut self, function: &str, args: &[Value]) -> Result<Value, String>;
+    fn call(&mut self, function: &str, args: &[Value]) -> Result<Value, CallError>;
 }
 
 enum Flow {
@@ -432,7 +433,7 @@ impl<'a> Exec<'a> {
                 .data
                 .call(name, &args)
                 .map_err(|m| at(line, format!("{name}: {m}")))?,
-            _ => functions::call(name, &args, self.limits)
+            _ => crate::compute::call(name, &args, self.limits)
                 .map_err(|m| at(line, format!("{name}: {m}")))?,
         };
         if let Value::Str(s) = &value

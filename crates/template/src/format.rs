@@ -1,18 +1,19 @@
 //! Go's formatting where templates meet it: `printf`'s verbs, and `timestamp`'s
 //! reference-time layouts (`2006-01-02T15:04:05Z07:00`) turned into chrono's.
 
+use crate::CallError;
 use crate::value::{Value, go_float};
 
 /// Go's `fmt.Sprintf` for the verbs templates use: `%v %s %d %q %f %F %e %g %x %X %o
 /// %b %t %c %%`, with flags `-+ 0#`, width and precision (`*` not). A verb that does
 /// not fit its operand writes Go's `%!d(string=x)`; a missing operand `%!d(MISSING)`.
-pub fn printf(format: &str, args: &[Value], max: usize) -> Result<String, String> {
+pub fn printf(format: &str, args: &[Value], max: usize) -> Result<String, CallError> {
     let mut out = String::new();
     let mut next = 0usize;
     let mut chars = format.chars().peekable();
     while let Some(c) = chars.next() {
         if out.len() > max {
-            return Err(format!("the result would pass {max} bytes"));
+            return Err(format!("the result would pass {max} bytes").into());
         }
         if c != '%' {
             out.push(c);
@@ -43,7 +44,7 @@ pub fn printf(format: &str, args: &[Value], max: usize) -> Result<String, String
             None
         };
         if width.unwrap_or(0) > max || precision.unwrap_or(0) > max {
-            return Err(format!("a width or precision past {max}"));
+            return Err(format!("a width or precision past {max}").into());
         }
         let Some(verb) = chars.next() else {
             out.push_str("%!(NOVERB)");
@@ -100,7 +101,7 @@ pub fn printf(format: &str, args: &[Value], max: usize) -> Result<String, String
         out.push_str(&format!("%!(EXTRA {})", extra.join(", ")));
     }
     if out.len() > max {
-        return Err(format!("the result would pass {max} bytes"));
+        return Err(format!("the result would pass {max} bytes").into());
     }
     Ok(out)
 }

@@ -3,15 +3,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{Data, Delimiters, FUNCTIONS, RenderOptions, Support, Template, Value};
+use crate::{CallError, Data, Delimiters, FUNCTIONS, RenderOptions, Support, Template, Value};
 
 struct NoData;
 
 impl Data for NoData {
-    fn call(&mut self, function: &str, _: &[Value]) -> Result<Value, String> {
+    fn call(&mut self, function: &str, _: &[Value]) -> Result<Value, CallError> {
         match function {
             "env" => Ok(Value::str("")),
-            other => Err(format!("no {other} here")),
+            other => Err(format!("no {other} here").into()),
         }
     }
 }

@@ -14,9 +14,11 @@
 //! keys) comes through the caller's [`Data`]; this crate reads nothing itself, so it
 //! is the caller that confines a `file` read and knows which values to watch.
 
+mod compute;
 mod exec;
 mod format;
 pub mod functions;
+mod lex;
 mod parse;
 mod value;
 
@@ -29,6 +31,24 @@ pub use exec::{Data, Limits, MissingKey, RenderError};
 pub use functions::{FUNCTIONS, Support};
 pub use parse::{Delimiters, ParseError, Parsed};
 pub use value::{Object, Value};
+
+/// Why a function, or the caller's [`Data`], could not answer; shown after the
+/// template's line and the function's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CallError(pub String);
+
+impl From<String> for CallError {
+    fn from(message: String) -> Self {
+        CallError(message)
+    }
+}
+
+impl From<&str> for CallError {
+    fn from(message: &str) -> Self {
+        CallError(message.to_string())
+    }
+}
 
 /// A template read and checked, ready to render any number of times.
 #[derive(Debug, Clone)]

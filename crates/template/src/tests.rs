@@ -1,3 +1,6 @@
+//! The language as Go's text/template has it: actions, control structures, variables,
+//! services as records, missing keys, delimiters, parse errors, and the budget.
+
 use std::collections::BTreeMap;
 
 use super::*;
@@ -11,7 +14,7 @@ struct TestData {
 }
 
 impl Data for TestData {
-    fn call(&mut self, function: &str, args: &[Value]) -> Result<Value, String> {
+    fn call(&mut self, function: &str, args: &[Value]) -> Result<Value, CallError> {
         self.asked.push(function.to_string());
         let name = args.first().and_then(Value::as_str).unwrap_or_default();
         match function {
@@ -19,7 +22,7 @@ impl Data for TestData {
             "nomadService" => Ok(Value::list(
                 self.services.get(name).cloned().unwrap_or_default(),
             )),
-            other => Err(format!("no {other} in this test")),
+            other => Err(format!("no {other} in this test").into()),
         }
     }
 }

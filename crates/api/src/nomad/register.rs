@@ -12,9 +12,9 @@ use hcl::structure::{Attribute, Block, Body, Structure};
 use serde_json::{Map, Value};
 
 use berth_jobspec::fields::{
-    Field, Kind, constraint, dispatch_payload, dns, ephemeral_disk, group, job, lifecycle, logs,
-    network, parameterized, periodic, port, resources, restart, task, template, volume,
-    volume_mount,
+    Field, Kind, change_script, constraint, dispatch_payload, dns, ephemeral_disk, group, job,
+    lifecycle, logs, network, parameterized, periodic, port, resources, restart, task, template,
+    template_wait, volume, volume_mount,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -351,6 +351,53 @@ fn object_block(
     Ok(block(name, labels, body))
 }
 
+/// A `Templates` item as a `template` block, with its `Wait` and `ChangeScript`.
+fn template_block(
+    path: String,
+    value: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<Structure, JobJsonError> {
+    let mut fields = Fields::new(path, value)?;
+    let mut body = Vec::new();
+    fields.copy(&mut body, template::COPIED)?;
+    // Nomad's -1 (or null) is "the task's user".
+    for id in [template::UID, template::GID] {
+        match fields.get(id.json) {
+            None => {}
+            Some(Value::Number(n)) if n.as_i64() == Some(-1) => {}
+            Some(_) => {
+                if let Some(n) = fields.number(id.json)? {
+                    attr(&mut body, id.hcl, n);
+                }
+            }
+        }
+    }
+    optional_block(
+        &mut fields,
+        template::WAIT,
+        template_wait::COPIED,
+        &[],
+        &mut body,
+        warnings,
+    )?;
+    optional_block(
+        &mut fields,
+        template::CHANGE_SCRIPT,
+        change_script::COPIED,
+        &[],
+        &mut body,
+        warnings,
+    )?;
+    // A template file: the decoder refuses `source` and says why.
+    if let Some(source) = fields.string("SourcePath")? {
+        attr(&mut body, "source", source);
+    }
+    // What Nomad writes with no effect here: no Vault.
+    fields.accept(&["VaultGrace"]);
+    fields.finish(warnings);
+    Ok(block("template", &[], body))
+}
+
 /// Each object of the list field `block.json`, as a block `block.hcl`.
 fn list_blocks(
     fields: &mut Fields,
@@ -652,21 +699,11 @@ fn task(path: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Structu
         &mut inner,
         warnings,
     )?;
-    list_blocks(
-        &mut fields,
-        task::TEMPLATE,
-        template::COPIED,
-        // Re-rendering on change: what berth renders does not change while a task runs.
-        &[
-            "ChangeMode",
-            "ChangeSignal",
-            "Splay",
-            "LeftDelim",
-            "RightDelim",
-        ],
-        &mut inner,
-        warnings,
-    )?;
+    let path = fields.path.clone();
+    for (i, item) in fields.list(task::TEMPLATE.json)?.iter().enumerate() {
+        let path = format!("{path}.{}[{i}]", task::TEMPLATE.json);
+        inner.push(template_block(path, item, warnings)?);
+    }
     optional_block(
         &mut fields,
         task::DISPATCH_PAYLOAD,

@@ -333,6 +333,31 @@ fn task(task: &Task) -> jobs::Task {
                 dest_path: t.destination.clone(),
                 envvars: t.env,
                 perms: format!("{:o}", t.perms),
+                change_mode: t.change_mode.as_str().into(),
+                change_signal: match &t.change_mode {
+                    berth_jobspec::ChangeMode::Signal(signal) => signal.clone(),
+                    _ => String::new(),
+                },
+                change_script: match &t.change_mode {
+                    berth_jobspec::ChangeMode::Script(script) => Some(jobs::ChangeScript {
+                        command: script.command.clone(),
+                        args: script.args.clone(),
+                        timeout: ns(script.timeout),
+                        fail_on_error: script.fail_on_error,
+                    }),
+                    _ => None,
+                },
+                splay: ns(t.splay),
+                wait: Some(jobs::WaitConfig {
+                    min: ns(t.wait.min),
+                    max: ns(t.wait.max),
+                }),
+                uid: Some(t.uid.map_or(-1, i64::from)),
+                gid: Some(t.gid.map_or(-1, i64::from)),
+                left_delim: t.left_delimiter.clone(),
+                right_delim: t.right_delimiter.clone(),
+                err_missing_key: t.error_on_missing_key,
+                once: t.once,
             })
             .collect(),
         dispatch_payload: task

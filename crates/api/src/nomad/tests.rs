@@ -325,6 +325,15 @@ fn the_job_json_writes_every_field_of_the_table_by_its_json_name() {
         data = "x"
         destination = "local/x"
       }
+      template {
+        data = "y"
+        destination = "local/y"
+        change_mode = "script"
+        change_script {
+          command = "/bin/reload"
+          args = ["-q"]
+        }
+      }
       dispatch_payload { file = "input" }
       logs {
         max_files = 2
@@ -369,6 +378,8 @@ fn the_job_json_writes_every_field_of_the_table_by_its_json_name() {
         ("lifecycle", &task["Lifecycle"]),
         ("volume_mount", &task["VolumeMounts"][0]),
         ("template", &task["Templates"][0]),
+        ("wait", &task["Templates"][0]["Wait"]),
+        ("change_script", &task["Templates"][1]["ChangeScript"]),
         ("dispatch_payload", &task["DispatchPayload"]),
         ("logs", &task["LogConfig"]),
     ];
@@ -442,5 +453,50 @@ fn a_json_jobs_network_is_its_groups_network() {
     assert_eq!(
         job_hcl(&bad).unwrap_err().to_string(),
         "Job.TaskGroups[0].Networks[0].DynamicPorts[0].Label must be a port label"
+    );
+}
+
+/// A template as Nomad's API clients send it (every field, `Uid: -1`, `Wait` in
+/// nanoseconds, empty strings for what is unset) is the jobspec's `template` block.
+#[test]
+fn a_json_template_is_its_template_block() {
+    let body = json!({"Job": {
+        "ID": "tpl", "Type": "service",
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock", "Templates": [{
+            "EmbeddedTmpl": "<% env \"A\" %>", "DestPath": "local/a", "Envvars": false,
+            "Perms": "0640", "ChangeMode": "signal", "ChangeSignal": "SIGHUP",
+            "ChangeScript": null, "Splay": 2_000_000_000u64,
+            "Wait": {"Min": 1_000_000_000u64, "Max": 9_000_000_000u64},
+            "Uid": -1, "Gid": 1000, "LeftDelim": "<%", "RightDelim": "%>",
+            "ErrMissingKey": true, "Once": false, "SourcePath": "", "VaultGrace": 0
+        }]}]}],
+    }});
+    let converted = job_hcl(&body).unwrap();
+    assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
+    let job = berth_jobspec::parse("tpl.json", &converted.hcl).unwrap();
+    let template = &job.groups[0].tasks[0].templates[0];
+    assert_eq!(
+        template.change_mode,
+        berth_jobspec::ChangeMode::Signal("SIGHUP".into())
+    );
+    assert_eq!(template.splay, std::time::Duration::from_secs(2));
+    assert_eq!(template.wait.max, std::time::Duration::from_secs(9));
+    assert_eq!((template.uid, template.gid), (None, Some(1000)));
+    assert_eq!(
+        (template.left_delimiter.as_str(), template.perms),
+        ("<%", 0o640)
+    );
+    assert!(template.error_on_missing_key);
+    // And back: what berth writes reads the same.
+    let written = serde_json::to_value(super::shapes::job(&job, None)).unwrap();
+    let again = job_hcl(&json!({ "Job": written })).unwrap();
+    let job_again = berth_jobspec::parse("tpl.json", &again.hcl).unwrap();
+    assert_eq!(
+        job_again.groups[0].tasks[0].templates[0].change_mode,
+        template.change_mode
+    );
+    assert_eq!(
+        job_again.groups[0].tasks[0].templates[0].wait,
+        template.wait
     );
 }

@@ -335,6 +335,14 @@ impl Agent {
                 });
                 crate::consul::ServiceClient::disabled()
             });
+        services.attach_catalog(
+            cluster.clone(),
+            options
+                .config
+                .datacenter
+                .clone()
+                .unwrap_or_else(|| "dc1".into()),
+        );
         let mut agent = Agent {
             cluster,
             node: NodeContext {
@@ -387,6 +395,7 @@ impl Agent {
         // After restore: the first sync must not take restored tasks' services for
         // orphans (their runners register them again as they recover).
         tokio::spawn(agent.node.services.clone().run());
+        tokio::spawn(agent.node.services.clone().run_catalog());
         gc::spawn_garbage_collector(&agent);
         let cluster = agent.cluster.clone();
         cluster::spawn_revision_follower(&cluster, agent.index.clone());

@@ -152,6 +152,7 @@ impl AllocHook for GroupServicesHook {
                 crate::consul::Owner {
                     alloc: alloc.id.clone(),
                     task: None,
+                    job: alloc.job.name.clone(),
                 },
                 registrations,
             );
@@ -418,6 +419,7 @@ impl AllocRunner {
         self.node.services.remove(&crate::consul::Owner {
             alloc: self.id.clone(),
             task: None,
+            job: self.job.name.clone(),
         });
         let delay = self.group.shutdown_delay;
         // send_replace, not send: before the tasks subscribe there is no receiver, and
@@ -671,6 +673,7 @@ impl AllocRunner {
             facts: self.node.facts.clone(),
             events: None,
             restart: None,
+            control: None,
         };
         let sink = EventSink {
             alloc_id: self.id.clone(),

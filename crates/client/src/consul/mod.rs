@@ -38,6 +38,7 @@ use tokio::sync::Notify;
 
 use self::api::{AgentCheck, AgentService, ConsulApi, ConsulError, ServiceRegistration};
 use crate::config::ConsulSettings;
+use berth_cluster::services::ServiceRecord;
 use berth_jobspec::ServiceProvider;
 
 /// The prefix of every service ID berth registers: what it may deregister as an orphan.
@@ -61,6 +62,9 @@ pub fn service_address(settings: Option<&ConsulSettings>) -> String {
 pub struct Owner {
     pub alloc: String,
     pub task: Option<String>,
+    /// The alloc's job, which Nomad's service catalog names with each instance.
+    #[serde(default)]
+    pub job: String,
 }
 
 impl Owner {
@@ -140,6 +144,24 @@ pub struct ServiceClient {
     interval: Duration,
     registry: Mutex<Registry>,
     wake: Notify,
+    /// The cluster's catalog of provider "nomad" services, once the agent attaches it;
+    /// without it (runners tested alone) the node's own list answers.
+    catalog: std::sync::OnceLock<Catalog>,
+    catalog_wake: Notify,
+    /// Bumped on every change of the services a template may read (this node's, or
+    /// the cluster's): what template watchers wait on.
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+/// Why the cluster's service catalog could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("the cluster's service catalog cannot be read: {0}")]
+pub struct CatalogReadError(#[from] berth_cluster::ClusterError);
+
+/// The cluster's service catalog, and what this node's instances say of the node.
+struct Catalog {
+    cluster: Arc<berth_cluster::Cluster>,
+    datacenter: String,
 }
 
 impl std::fmt::Debug for ServiceClient {
@@ -163,8 +185,7 @@ impl ServiceClient {
         Ok(ServiceClient {
             api: Some(api),
             interval: settings.sync_interval,
-            registry: Mutex::default(),
-            wake: Notify::new(),
+            ..ServiceClient::disabled()
         })
     }
 
@@ -175,6 +196,9 @@ impl ServiceClient {
             interval: Duration::from_secs(30),
             registry: Mutex::default(),
             wake: Notify::new(),
+            catalog: std::sync::OnceLock::new(),
+            catalog_wake: Notify::new(),
+            changes: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -244,6 +268,8 @@ impl ServiceClient {
         }
         drop(registry);
         self.wake.notify_one();
+        self.catalog_wake.notify_one();
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Everything `owner` registered goes; a sync follows.
@@ -265,6 +291,130 @@ impl ServiceClient {
             .collect();
         for owner in owners {
             self.remove(&owner);
+        }
+    }
+
+    /// Mirrors this node's provider "nomad" services into the cluster's catalog, and
+    /// reads that catalog for templates (start [`ServiceClient::run_catalog`] once
+    /// restore is done).
+    pub fn attach_catalog(&self, cluster: Arc<berth_cluster::Cluster>, datacenter: String) {
+        let _ = self.catalog.set(Catalog {
+            cluster,
+            datacenter,
+        });
+    }
+
+    /// A receiver that sees a change each time a service a template may read changes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// This node's provider "nomad" instances, as the catalog holds them.
+    fn nomad_records(&self, node_id: &str, datacenter: &str) -> BTreeMap<String, ServiceRecord> {
+        let registry = self.registry.lock().unwrap();
+        registry
+            .desired
+            .iter()
+            .filter(|(_, d)| d.provider == ServiceProvider::Nomad)
+            .map(|(id, d)| {
+                let record = ServiceRecord {
+                    id: id.clone(),
+                    service_name: d.registration.name.clone(),
+                    namespace: "default".into(),
+                    node_id: node_id.to_string(),
+                    datacenter: datacenter.to_string(),
+                    job_id: d.owner.job.clone(),
+                    alloc_id: d.owner.alloc.clone(),
+                    tags: d.registration.tags.clone(),
+                    address: d.registration.address.clone(),
+                    port: d.registration.port,
+                };
+                (id.clone(), record)
+            })
+            .collect()
+    }
+
+    /// The instances of service `name` of provider "nomad": the cluster's catalog, or,
+    /// with none attached, this node's.
+    pub fn nomad_service(&self, name: &str) -> Result<Vec<ServiceRecord>, CatalogReadError> {
+        match self.catalog.get() {
+            Some(catalog) => Ok(catalog.cluster.services_named(name)?),
+            None => Ok(self
+                .nomad_records("local", "dc1")
+                .into_values()
+                .filter(|r| r.service_name == name)
+                .collect()),
+        }
+    }
+
+    /// Every provider "nomad" service name with the tags of its instances.
+    pub fn nomad_service_names(
+        &self,
+    ) -> Result<Vec<berth_cluster::services::ServiceName>, CatalogReadError> {
+        match self.catalog.get() {
+            Some(catalog) => Ok(catalog.cluster.service_names()?),
+            None => {
+                let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+                for record in self.nomad_records("local", "dc1").into_values() {
+                    names
+                        .entry(record.service_name)
+                        .or_default()
+                        .extend(record.tags);
+                }
+                Ok(names
+                    .into_iter()
+                    .map(|(name, tags)| berth_cluster::services::ServiceName {
+                        name,
+                        tags: tags.into_iter().collect(),
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// Keeps the cluster's catalog holding this node's provider "nomad" services: on
+    /// every change, the difference is written (under the node's lease); the first
+    /// pass also removes what a previous run of this node left there. Changes anyone
+    /// makes to the catalog wake the template watchers.
+    pub async fn run_catalog(self: Arc<Self>) {
+        let Some(catalog) = self.catalog.get() else {
+            return;
+        };
+        let cluster = catalog.cluster.clone();
+        let datacenter = catalog.datacenter.clone();
+        let node_id = cluster.node_id().to_string();
+        // Others' changes: any write under the catalog's prefix.
+        let mut watched = cluster.watch_services(0);
+        let changes = self.changes.clone();
+        tokio::spawn(async move {
+            while watched.recv().await.is_some() {
+                changes.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        });
+        let mut written: Option<Written> = None;
+        loop {
+            let desired = self.nomad_records(&node_id, &datacenter);
+            let previous = written.take();
+            let cluster = cluster.clone();
+            let node = node_id.clone();
+            let synced = tokio::task::spawn_blocking(move || {
+                sync_catalog(&cluster, &node, previous, desired)
+            })
+            .await;
+            match synced {
+                Ok((now, Ok(()))) => written = now,
+                Ok((now, Err(error))) => {
+                    tracing::warn!(%error, "the cluster's service catalog could not be written; trying again");
+                    written = now;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the service catalog sync ended");
+                    return;
+                }
+            }
+            self.catalog_wake.notified().await;
         }
     }
 
@@ -475,6 +625,53 @@ fn differs(
         })
 }
 
+/// What this node has written to the cluster's catalog: by service ID, its key and
+/// record.
+type Written = BTreeMap<String, (String, ServiceRecord)>;
+
+/// Writes `desired` over what was `written` (all of this node's records in the store
+/// when `None`: the first pass). Answers what is known to be written now (`None`: not
+/// known), and whether every write went through.
+fn sync_catalog(
+    cluster: &berth_cluster::Cluster,
+    node_id: &str,
+    written: Option<Written>,
+    desired: BTreeMap<String, ServiceRecord>,
+) -> (Option<Written>, Result<(), berth_cluster::ClusterError>) {
+    let mut written = match written {
+        Some(written) => written,
+        None => match cluster.all_services() {
+            Ok((records, _)) => records
+                .into_iter()
+                .filter(|r| r.node_id == node_id)
+                .map(|r| (r.id.clone(), (cluster.service_key(&r), r)))
+                .collect(),
+            Err(error) => return (None, Err(error)),
+        },
+    };
+    let gone: Vec<(String, String)> = written
+        .iter()
+        .filter(|(id, (_, record))| desired.get(*id) != Some(record))
+        .map(|(id, (key, _))| (id.clone(), key.clone()))
+        .collect();
+    for (id, key) in gone {
+        if let Err(error) = cluster.remove_service(&key) {
+            return (Some(written), Err(error));
+        }
+        written.remove(&id);
+    }
+    for (id, record) in desired {
+        if written.contains_key(&id) {
+            continue;
+        }
+        if let Err(error) = cluster.put_service(&record) {
+            return (Some(written), Err(error));
+        }
+        written.insert(id, (cluster.service_key(&record), record));
+    }
+    (Some(written), Ok(()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,6 +695,7 @@ mod tests {
             Owner {
                 alloc: "a1".into(),
                 task: Some("web".into()),
+                job: "shop".into(),
             },
             Vec::new(),
         );

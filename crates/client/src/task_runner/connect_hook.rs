@@ -19,7 +19,7 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use super::hooks::{HookError, Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use super::template_hook::write_beneath_for;
+use super::template_render::write_beneath_for;
 use crate::consul::api::{AclToken, ConsulError};
 use berth_model::driver::TaskUser;
 

@@ -19,8 +19,9 @@ pub enum ControlError {
 
 /// One request to a task runner, with where to send its outcome.
 pub(super) enum TaskRequest {
-    /// Restart the task now, outside the restart policy.
+    /// Restart the task now, outside the restart policy; `reason` is the event's.
     Restart {
+        reason: String,
         done: oneshot::Sender<Result<(), ControlError>>,
     },
     /// Send the running task a signal through its driver's `signal-task`.
@@ -49,7 +50,14 @@ impl TaskControl {
 
     /// Restarts the running task; answers once its run has been killed.
     pub async fn restart(&self) -> Result<(), ControlError> {
-        self.ask(|done| TaskRequest::Restart { done }).await
+        self.restart_for("User requested task to restart").await
+    }
+
+    /// Restarts the running task, outside its restart policy, for `reason` (the
+    /// Restart Signaled event's text): a user's, or a re-rendered template's.
+    pub async fn restart_for(&self, reason: &str) -> Result<(), ControlError> {
+        let reason = reason.to_string();
+        self.ask(|done| TaskRequest::Restart { reason, done }).await
     }
 
     /// Sends `signal` (a name such as `SIGHUP`) to the running task.

@@ -57,6 +57,9 @@ pub struct TaskHookContext {
     pub events: Option<super::events::TaskEvents>,
     /// Set by the task runner: asks it to restart the task, with the reason.
     pub restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Set by the task runner: what a user may ask of the task (a restart outside the
+    /// policy, a signal), for hooks that act on a running task (templates).
+    pub control: Option<super::control::TaskControl>,
 }
 
 impl TaskHookContext {

@@ -23,7 +23,10 @@ pub mod hooks;
 mod interpolate_hook;
 mod services_hook;
 mod task_dir_hook;
+mod template_data;
 mod template_hook;
+mod template_render;
+mod template_watch;
 mod volumes_hook;
 pub mod wasm_hooks;
 
@@ -52,7 +55,7 @@ fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(volumes_hook::VolumesHook),
         Box::new(csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
         Box::new(interpolate_hook::InterpolateHook),
-        Box::new(template_hook::TemplateHook),
+        Box::new(template_hook::TemplateHook::default()),
         Box::new(wasm_hooks::WasmHooks),
         Box::new(services_hook::ServicesHook),
     ]
@@ -101,6 +104,7 @@ impl TaskRunner {
         let (restart, restart_requests) = tokio::sync::mpsc::unbounded_channel();
         ctx.events = Some(task_events.clone());
         ctx.restart = Some(restart);
+        ctx.control = Some(control.clone());
         let runner = TaskRunner {
             ctx,
             task_events,
@@ -273,7 +277,7 @@ impl TaskRunner {
             task: self.ctx.task.name.clone(),
         });
         let done = match request {
-            control::TaskRequest::Restart { done } => done,
+            control::TaskRequest::Restart { done, .. } => done,
             control::TaskRequest::Signal { done, .. } => done,
         };
         let _ = done.send(not_running);
@@ -529,8 +533,8 @@ impl TaskRunner {
                     Some(request) = self.user_requests.recv() => request,
                 };
                 match request {
-                    control::TaskRequest::Restart { done } => {
-                        self.emit(EventKind::RestartSignaled, "User requested task to restart");
+                    control::TaskRequest::Restart { reason, done } => {
+                        self.emit(EventKind::RestartSignaled, reason);
                         break Waited::UserRestart(done);
                     }
                     // The task keeps running: back to waiting on it.

@@ -15,6 +15,7 @@ fn owner(ctx: &TaskHookContext) -> Owner {
     Owner {
         alloc: ctx.alloc_id.clone(),
         task: Some(ctx.task.name.clone()),
+        job: ctx.job.name.clone(),
     }
 }
 

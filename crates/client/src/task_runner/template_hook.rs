@@ -1,21 +1,31 @@
-//! Renders the task's `template` blocks into its directory before it starts, and adds
-//! the `env = true` ones to its environment; writes a dispatched job's payload to the
-//! task's `dispatch_payload` file.
-//!
-//! The task's directory is the task's to write, and a task restarts: by then a
-//! destination may be a symlink it planted to a host file. So each file is opened with
-//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the task's directory: the
-//! agent, as root, never writes outside it, whatever the task did there.
+//! Renders the task's `template` blocks into its directory before it starts (in
+//! consul-template's language, `berth-template`), adds the `env = true` ones to its
+//! environment, and, once it runs, has `template_watch` render them again when what
+//! they read changes; writes a dispatched job's payload to the task's
+//! `dispatch_payload` file.
+//! How files are written, beneath the task's directory and never through a link, is
+//! `template_render`'s.
 
-use std::io::Write as _;
-use std::os::fd::AsFd as _;
+use std::sync::{Arc, Mutex};
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
+use super::template_render::{Rendering, template_env, write_beneath_for};
 
-use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use berth_jobspec::template::{env_lines, render};
+#[derive(Default)]
+pub struct TemplateHook {
+    /// This run's templates, for the watcher.
+    rendering: Mutex<Option<Arc<Rendering>>>,
+    /// The watcher of this run (see `template_watch`).
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
 
-pub struct TemplateHook;
+impl TemplateHook {
+    fn stop_watching(&self) {
+        if let Some(watcher) = self.watcher.lock().unwrap().take() {
+            watcher.abort();
+        }
+    }
+}
 
 impl TaskHook for TemplateHook {
     fn name(&self) -> &'static str {
@@ -28,6 +38,7 @@ impl TaskHook for TemplateHook {
         prepare: &'a mut TaskPrepare,
     ) -> Prestart<'a> {
         Box::pin(async move {
+            self.stop_watching();
             // A task with ids of its own owns what is written for it (a template of
             // mode 0600 is then readable by it, and by no other user but root).
             let owner = ctx.dynamic_user.map(|user| (user, &*ctx.sys));
@@ -39,104 +50,106 @@ impl TaskHook for TemplateHook {
             if ctx.task.templates.is_empty() {
                 return Ok(());
             }
-            let env: std::collections::BTreeMap<String, String> =
-                prepare.env.iter().cloned().collect();
+            let isolation = ctx.driver.capabilities().fs_isolation;
+            let lookup = |name: &str| ctx.sys.lookup_user(name);
+            let user = crate::validate::task_user(
+                &ctx.job,
+                &ctx.task,
+                isolation,
+                &ctx.config,
+                &lookup,
+                ctx.dynamic_user,
+            )
+            .map_err(|e| self.fail(e))?
+            .map(|(_, user)| user);
+            let rendering = Arc::new(Rendering {
+                templates: ctx.task.templates.clone(),
+                env: Arc::new(prepare.env.iter().cloned().collect()),
+                task_dir: prepare.task_dir.clone(),
+                user,
+                services: ctx.services.clone(),
+                node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
+                last: Mutex::new(Vec::new()),
+            });
+            let renderer = rendering.clone();
+            let rendered = tokio::task::spawn_blocking(move || {
+                (0..renderer.templates.len())
+                    .map(|i| renderer.render(i))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|e| self.fail(format!("the renderer ended: {e}")))?;
             let mut added = Vec::new();
-            for template in &ctx.task.templates {
+            let mut last = Vec::new();
+            for (index, (template, result)) in ctx.task.templates.iter().zip(rendered).enumerate() {
                 let fail = |message: &dyn std::fmt::Display| {
                     self.fail(format!("{}: {message}", template.destination))
                 };
-                let rendered =
-                    render(&template.data, &|name| env.get(name).cloned()).map_err(|e| fail(&e))?;
+                let (text, watched) = result.map_err(|e| fail(&e))?;
+                let owner = rendering.owner(index).map(|user| (user, &*ctx.sys));
                 write_beneath_for(
                     &prepare.task_dir,
                     &template.destination,
-                    rendered.as_bytes(),
+                    text.as_bytes(),
                     template.perms,
                     owner,
                 )
                 .map_err(|e| fail(&e))?;
                 if template.env {
-                    for (key, value) in env_lines(&rendered).map_err(|e| fail(&e))? {
-                        let valid = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                        if !valid || value.contains('\0') {
-                            return Err(fail(&format!(
-                                "{key:?} is not an environment variable name"
-                            )));
-                        }
-                        added.push((key, value));
-                    }
+                    added.extend(template_env(&text).map_err(|e| fail(&e))?);
                 }
+                last.push((text, watched));
             }
+            *rendering.last.lock().unwrap() = last;
             for (key, value) in added {
                 match prepare.env.iter_mut().find(|(k, _)| *k == key) {
                     Some(existing) => existing.1 = value,
                     None => prepare.env.push((key, value)),
                 }
             }
+            *self.rendering.lock().unwrap() = Some(rendering);
             Ok(())
         })
     }
+
+    fn poststart<'a>(&'a self, ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(rendering) = self.rendering.lock().unwrap().clone() else {
+                return;
+            };
+            if !rendering.watches() {
+                return;
+            }
+            let (Some(control), Some(events)) = (ctx.control.clone(), ctx.events.clone()) else {
+                return;
+            };
+            let watcher = tokio::spawn(super::template_watch::watch(
+                rendering,
+                control,
+                events,
+                ctx.sys.clone(),
+            ));
+            if let Some(old) = self.watcher.lock().unwrap().replace(watcher) {
+                old.abort();
+            }
+        })
+    }
+
+    fn exited<'a>(
+        &'a self,
+        _ctx: &'a TaskHookContext,
+        _exit: Option<&'a berth_model::driver::ExitResult>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move { self.stop_watching() })
+    }
+
+    fn stop<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
+        Box::pin(async move { self.stop_watching() })
+    }
 }
 
-/// Writes `bytes` to `relative` under `root`, never through a symlink or out of `root`;
-/// the file then given to `owner` (the task's user) through `sys`.
-pub(super) fn write_beneath_for(
-    root: &std::path::Path,
-    relative: &str,
-    bytes: &[u8],
-    perms: u32,
-    owner: Option<(berth_model::driver::TaskUser, &dyn berth_sys::Sys)>,
-) -> std::io::Result<()> {
-    let not_a_file = || {
-        std::io::Error::other(
-            "the destination is not a regular file (the task left a FIFO, a device or a \
-             socket there); berth writes regular files only",
-        )
-    };
-    let refused = |e: rustix::io::Errno| -> std::io::Error {
-        if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
-            std::io::Error::other(
-                "the path leads out of the task's directory or through a symlink; berth \
-                 does not follow it",
-            )
-        } else {
-            e.into()
-        }
-    };
-    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    // The directories on the way are made as Nomad makes them, one at a time from the
-    // one before, never through a symlink.
-    let mut current: std::os::fd::OwnedFd = std::fs::File::open(root)?.into();
-    let parts: Vec<&str> = relative.split('/').collect();
-    let Some((name, parents)) = parts.split_last() else {
-        return Err(std::io::Error::other("an empty destination"));
-    };
-    for part in parents {
-        match rustix::fs::mkdirat(&current, *part, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-            Err(error) => return Err(refused(error)),
-        }
-        current = rustix::fs::openat2(
-            &current,
-            *part,
-            OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-            resolve,
-        )
-        .map_err(refused)?;
+impl Drop for TemplateHook {
+    fn drop(&mut self) {
+        self.stop_watching();
     }
-    use berth_sys::mount::beneath::{WriteOpenError, open_file_for_writing};
-    let fd = open_file_for_writing(current.as_fd(), *name, perms).map_err(|e| match e {
-        WriteOpenError::NotAFile => not_a_file(),
-        WriteOpenError::Open(e) => refused(e),
-    })?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;
-    if let Some((user, sys)) = owner {
-        sys.give_file(fd.as_fd(), user)?;
-    }
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes)?;
-    Ok(())
 }

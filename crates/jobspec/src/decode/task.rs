@@ -454,27 +454,28 @@ pub(super) fn template(
     block: &BlockNode,
     problems: &mut Findings,
 ) -> Option<Template> {
+    let path = format!("{parent}.template");
     let mut fields = Fields::new(
         &block.body,
-        format!("{parent}.template"),
+        path.clone(),
         block.at,
         &[
             schema::template::DATA.hcl,
             schema::template::DESTINATION.hcl,
             schema::template::ENV.hcl,
             schema::template::PERMS.hcl,
+            schema::template::CHANGE_MODE.hcl,
+            schema::template::CHANGE_SIGNAL.hcl,
+            schema::template::CHANGE_SCRIPT.hcl,
+            schema::template::SPLAY.hcl,
+            schema::template::WAIT.hcl,
+            schema::template::ONCE.hcl,
+            schema::template::UID.hcl,
+            schema::template::GID.hcl,
+            schema::template::LEFT_DELIMITER.hcl,
+            schema::template::RIGHT_DELIMITER.hcl,
+            schema::template::ERROR_ON_MISSING_KEY.hcl,
             "source",
-            "change_mode",
-            "change_signal",
-            "change_script",
-            "splay",
-            "wait",
-            "once",
-            "uid",
-            "gid",
-            "left_delimiter",
-            "right_delimiter",
-            "error_on_missing_key",
         ],
     );
     if let Some(at) = written(&block.body, "source") {
@@ -486,28 +487,35 @@ pub(super) fn template(
             "template files are not supported (berth downloads no artifacts): inline it with data = file(\"…\")".into(),
         );
     }
-    for delimiter in ["left_delimiter", "right_delimiter"] {
-        if written(&block.body, delimiter).is_some() {
+    // A delimiter as written; the default's when unset or refused.
+    let mut delimiter = |name: &'static str, fields: &mut Fields| {
+        let written = fields.string(name, problems)?;
+        if written.is_empty() || written.chars().any(char::is_whitespace) {
             fields.problem_with(
                 problems,
-                delimiter,
-                format!("{delimiter} is not supported: berth renders {{{{ }}}} templates"),
+                name,
+                format!("{written:?} cannot delimit actions: it must be one or more characters without white space"),
             );
+            return None;
         }
-    }
-    // Re-rendering on change: the only data berth renders (the task's env) does not
-    // change while the task runs.
-    for accepted in ["change_mode", "change_signal", "splay", "uid", "gid"] {
-        fields.attr(accepted);
-    }
-    fields.blocks("wait");
-    fields.blocks("change_script");
-    fields.bool("once", problems);
-    fields.bool("error_on_missing_key", problems);
+        Some(written)
+    };
+    let left = delimiter(schema::template::LEFT_DELIMITER.hcl, &mut fields);
+    let right = delimiter(schema::template::RIGHT_DELIMITER.hcl, &mut fields);
+    let delimiters = berth_template::Delimiters {
+        left: left.unwrap_or_else(|| "{{".into()),
+        right: right.unwrap_or_else(|| "}}".into()),
+    };
+    let once = fields
+        .bool(schema::template::ONCE.hcl, problems)
+        .unwrap_or(false);
+    let error_on_missing_key = fields
+        .bool(schema::template::ERROR_ON_MISSING_KEY.hcl, problems)
+        .unwrap_or(false);
     let data = fields
         .string(schema::template::DATA.hcl, problems)
         .unwrap_or_default();
-    if let Err(message) = crate::template::check(&data) {
+    if let Err(message) = crate::template::check(&data, &delimiters) {
         fields.problem_with(problems, schema::template::DATA.hcl, message.to_string());
     }
     let destination = fields
@@ -540,12 +548,189 @@ pub(super) fn template(
             None
         }
     };
+    let splay = fields
+        .duration(schema::template::SPLAY.hcl, problems)
+        .unwrap_or(Duration::from_secs(5));
+    let wait = fields
+        .single_block(schema::template::WAIT.hcl, problems)
+        .map_or(Some(TemplateWait::default()), |b| {
+            template_wait(&path, b, problems)
+        });
+    let uid = template_owner(&mut fields, schema::template::UID.hcl, problems);
+    let gid = template_owner(&mut fields, schema::template::GID.hcl, problems);
+    let change_mode = change_mode(&path, &mut fields, problems);
     fields.finish(problems);
     Some(Template {
         data,
         destination: destination?,
         env,
         perms: perms?,
+        left_delimiter: delimiters.left,
+        right_delimiter: delimiters.right,
+        change_mode: change_mode?,
+        splay,
+        wait: wait?,
+        uid: uid.ok()?,
+        gid: gid.ok()?,
+        error_on_missing_key,
+        once,
         at: block.at,
     })
+}
+
+/// `uid`/`gid`: an id, or -1 (Nomad's "the task's user", as unset).
+fn template_owner(
+    fields: &mut Fields,
+    name: &'static str,
+    problems: &mut Findings,
+) -> Result<Option<u32>, ()> {
+    let Some(value) = fields.attr(name) else {
+        return Ok(None);
+    };
+    let at = value.at;
+    let id = match &value.value {
+        berth_hcl::tree::Value::Number(n) => n.as_i64(),
+        _ => None,
+    };
+    match id {
+        Some(-1) => Ok(None),
+        Some(id) if (0..i64::from(u32::MAX)).contains(&id) => Ok(Some(id as u32)),
+        _ => {
+            fields.problem(
+                problems,
+                name,
+                at,
+                format!("{name} must be a user or group id (0 or more), or -1 for the task's own"),
+            );
+            Err(())
+        }
+    }
+}
+
+/// `change_mode` with `change_signal` or `change_script`, as Nomad pairs them.
+fn change_mode(path: &str, fields: &mut Fields, problems: &mut Findings) -> Option<ChangeMode> {
+    let written = fields.string(schema::template::CHANGE_MODE.hcl, problems);
+    let signal = fields.string(schema::template::CHANGE_SIGNAL.hcl, problems);
+    let script = fields.single_block(schema::template::CHANGE_SCRIPT.hcl, problems);
+    let mode = written.clone().unwrap_or_else(|| "restart".into());
+    let mode = match mode.as_str() {
+        "restart" => ChangeMode::Restart,
+        "noop" => ChangeMode::Noop,
+        "signal" => {
+            let Some(signal) = signal.clone() else {
+                fields.problem_with(
+                    problems,
+                    schema::template::CHANGE_MODE.hcl,
+                    "change_mode = \"signal\" needs change_signal (as change_signal = \"SIGHUP\")"
+                        .into(),
+                );
+                return None;
+            };
+            if !crate::template::is_signal(&signal) {
+                fields.problem_with(
+                    problems,
+                    schema::template::CHANGE_SIGNAL.hcl,
+                    format!(
+                        "{signal:?} is not a signal berth sends (one of {})",
+                        crate::template::SIGNALS.join(", ")
+                    ),
+                );
+                return None;
+            }
+            ChangeMode::Signal(signal)
+        }
+        "script" => {
+            let Some(block) = script else {
+                fields.problem_with(
+                    problems,
+                    schema::template::CHANGE_MODE.hcl,
+                    "change_mode = \"script\" needs a change_script block with its command".into(),
+                );
+                return None;
+            };
+            ChangeMode::Script(change_script(path, block, problems)?)
+        }
+        other => {
+            fields.problem_with(
+                problems,
+                schema::template::CHANGE_MODE.hcl,
+                format!("{other:?} is not a change mode (restart, signal, script or noop)"),
+            );
+            return None;
+        }
+    };
+    if signal.is_some() && !matches!(mode, ChangeMode::Signal(_)) {
+        fields.problem_with(
+            problems,
+            schema::template::CHANGE_SIGNAL.hcl,
+            format!("change_signal is used only with change_mode = \"signal\" (this template's is {:?})", mode.as_str()),
+        );
+    }
+    if script.is_some() && !matches!(mode, ChangeMode::Script(_)) {
+        fields.problem_with(
+            problems,
+            schema::template::CHANGE_SCRIPT.hcl,
+            format!("change_script is used only with change_mode = \"script\" (this template's is {:?})", mode.as_str()),
+        );
+    }
+    Some(mode)
+}
+
+fn change_script(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<ChangeScript> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.change_script"),
+        block.at,
+        &[
+            schema::change_script::COMMAND.hcl,
+            schema::change_script::ARGS.hcl,
+            schema::change_script::TIMEOUT.hcl,
+            schema::change_script::FAIL_ON_ERROR.hcl,
+        ],
+    );
+    let command = fields.required_string(schema::change_script::COMMAND.hcl, problems);
+    let args = fields.string_list(schema::change_script::ARGS.hcl, problems);
+    let timeout = fields
+        .duration(schema::change_script::TIMEOUT.hcl, problems)
+        .unwrap_or(Duration::from_secs(5));
+    let fail_on_error = fields
+        .bool(schema::change_script::FAIL_ON_ERROR.hcl, problems)
+        .unwrap_or(false);
+    fields.finish(problems);
+    Some(ChangeScript {
+        command: command?,
+        args,
+        timeout,
+        fail_on_error,
+    })
+}
+
+fn template_wait(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<TemplateWait> {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.wait"),
+        block.at,
+        &[
+            schema::template_wait::MIN.hcl,
+            schema::template_wait::MAX.hcl,
+        ],
+    );
+    let default = TemplateWait::default();
+    let min = fields.duration(schema::template_wait::MIN.hcl, problems);
+    let max = fields.duration(schema::template_wait::MAX.hcl, problems);
+    let wait = TemplateWait {
+        min: min.unwrap_or(default.min),
+        max: max.unwrap_or(default.max.max(min.unwrap_or_default())),
+    };
+    if wait.min > wait.max {
+        fields.problem_with(
+            problems,
+            schema::template_wait::MIN.hcl,
+            format!("min ({:?}) is longer than max ({:?})", wait.min, wait.max),
+        );
+        fields.finish(problems);
+        return None;
+    }
+    fields.finish(problems);
+    Some(wait)
 }

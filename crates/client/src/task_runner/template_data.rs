@@ -1,0 +1,238 @@
+//! What a task's templates read from outside the template: the task's environment,
+//! files in the task's directory, Nomad's service catalog (the cluster's), and the
+//! node's addresses (Consul's `service` and `key` are refused at submit: berth does not
+//! read them yet). Every read is bounded: a file by the render's byte limit, beneath the
+//! task's directory, through no link the task planted.
+//!
+//! Rendering runs on a blocking thread (the catalog is read with blocking calls), and
+//! this records which service names it read, so the watcher knows what to wait for.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use berth_cluster::services::ServiceRecord;
+use berth_template::{CallError, Data, Value};
+
+/// The largest file `file` reads.
+pub(super) const MAX_FILE: u64 = 1 << 20;
+
+/// A task's answers to its templates' data functions.
+pub(super) struct TaskTemplateData {
+    pub env: Arc<BTreeMap<String, String>>,
+    /// The task's directory: `file` paths are read beneath it.
+    pub task_dir: PathBuf,
+    pub services: Arc<crate::consul::ServiceClient>,
+    /// The node's address on its default route (`sockaddr "GetPrivateIP"`).
+    pub node_address: String,
+    /// Whether the template read anything that changes while the task runs.
+    pub watched: BTreeSet<Watched>,
+}
+
+/// What a render read that may change.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Watched {
+    Services,
+    File(String),
+}
+
+impl TaskTemplateData {
+    fn file(&mut self, path: &str) -> Result<Value, CallError> {
+        // Nomad's sandbox: paths are the task directory's; an absolute path must be in
+        // it.
+        let task_dir = self.task_dir.to_string_lossy().to_string();
+        let relative = match path.strip_prefix(&format!("{task_dir}/")) {
+            Some(rest) => rest,
+            None if path.starts_with('/') => {
+                return Err(format!(
+                    "{path:?} is outside the task's directory; templates read files only \
+                     inside it (as \"local/app.json\")"
+                )
+                .into());
+            }
+            None => path,
+        };
+        self.watched.insert(Watched::File(relative.to_string()));
+        let dir = std::fs::File::open(&self.task_dir).map_err(|e| CallError(e.to_string()))?;
+        let fd = rustix::fs::openat2(
+            &dir,
+            relative,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| {
+            CallError(match e {
+                rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => format!(
+                    "{path:?} leads out of the task's directory or through a symlink; berth \
+                 does not follow it"
+                ),
+                rustix::io::Errno::NOENT => format!("{path:?} does not exist"),
+                other => format!("{path:?}: {other}"),
+            })
+        })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| CallError(e.to_string()))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(format!("{path:?} is not a regular file").into());
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd)
+            .take(MAX_FILE + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| CallError(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE {
+            return Err(format!("{path:?} is larger than {MAX_FILE} bytes").into());
+        }
+        String::from_utf8(bytes)
+            .map(Value::str)
+            .map_err(|_| CallError(format!("{path:?} is not UTF-8 text")))
+    }
+
+    fn nomad_service(&mut self, args: &[Value]) -> Result<Value, CallError> {
+        self.watched.insert(Watched::Services);
+        // `nomadService "name"`, or Nomad's sharding form `nomadService COUNT KEY "name"`:
+        // the COUNT instances that rendezvous hashing picks for KEY.
+        let (name, pick) = match args {
+            [Value::Str(name)] => (name.to_string(), None),
+            [count, Value::Str(key), Value::Str(name)] => {
+                let count = count
+                    .as_int()
+                    .filter(|c| *c > 0)
+                    .ok_or("the count of instances must be a whole number above 0")?;
+                (name.to_string(), Some((count as usize, key.to_string())))
+            }
+            _ => {
+                return Err(
+                    "takes a service name, or a count, a key and a name (nomadService 2 \
+                     $key \"web\")"
+                        .into(),
+                );
+            }
+        };
+        let name = match name.split_once('@') {
+            Some((name, "default")) => name.to_string(),
+            Some((_, namespace)) => {
+                return Err(format!(
+                    "namespace {namespace:?}: berth has the \"default\" namespace only"
+                )
+                .into());
+            }
+            None => name,
+        };
+        let mut records =
+            (self.services.nomad_service(&name)).map_err(|e| CallError(e.to_string()))?;
+        if let Some((count, key)) = pick {
+            records.sort_by_key(|r| std::cmp::Reverse(rendezvous(&key, &r.id)));
+            records.truncate(count);
+        }
+        Ok(Value::list(records.iter().map(service_value).collect()))
+    }
+
+    fn nomad_services(&mut self, args: &[Value]) -> Result<Value, CallError> {
+        self.watched.insert(Watched::Services);
+        if !args.is_empty() {
+            return Err("takes no arguments in berth (one namespace: \"default\")".into());
+        }
+        let names = (self.services.nomad_service_names()).map_err(|e| CallError(e.to_string()))?;
+        Ok(Value::list(
+            names
+                .into_iter()
+                .map(|n| {
+                    Value::object(
+                        "service",
+                        BTreeMap::from([
+                            ("Name", Value::str(n.name)),
+                            ("Namespace", Value::str("default")),
+                            (
+                                "Tags",
+                                Value::list(n.tags.into_iter().map(Value::str).collect()),
+                            ),
+                        ]),
+                    )
+                })
+                .collect(),
+        ))
+    }
+
+    fn sockaddr(&self, args: &[Value]) -> Result<Value, CallError> {
+        let [Value::Str(expression)] = args else {
+            return Err("takes one go-sockaddr expression, as \"GetPrivateIP\"".into());
+        };
+        let address: std::net::IpAddr = self.node_address.parse().map_err(|_| {
+            format!(
+                "the node's address {:?} is not an IP address",
+                self.node_address
+            )
+        })?;
+        let private = match address {
+            std::net::IpAddr::V4(v4) => v4.is_private() || v4.is_loopback(),
+            std::net::IpAddr::V6(v6) => v6.is_unique_local() || v6.is_loopback(),
+        };
+        match expression.trim() {
+            "GetPrivateIP" if private => Ok(Value::str(self.node_address.clone())),
+            "GetPublicIP" if !private => Ok(Value::str(self.node_address.clone())),
+            "GetPrivateIP" | "GetPublicIP" => Ok(Value::str("")),
+            other => Err(format!(
+                "{other:?}: berth answers GetPrivateIP and GetPublicIP (the node's address \
+                 on its default route), not other go-sockaddr expressions"
+            )
+            .into()),
+        }
+    }
+}
+
+/// A service instance as Nomad's templates see it.
+fn service_value(record: &ServiceRecord) -> Value {
+    Value::object(
+        "service",
+        BTreeMap::from([
+            ("Address", Value::str(record.address.clone())),
+            ("AllocID", Value::str(record.alloc_id.clone())),
+            ("Datacenter", Value::str(record.datacenter.clone())),
+            ("ID", Value::str(record.id.clone())),
+            ("JobID", Value::str(record.job_id.clone())),
+            ("Name", Value::str(record.service_name.clone())),
+            ("Namespace", Value::str(record.namespace.clone())),
+            ("NodeID", Value::str(record.node_id.clone())),
+            ("Port", Value::Int(i64::from(record.port))),
+            ("ServiceName", Value::str(record.service_name.clone())),
+            (
+                "Tags",
+                Value::list(record.tags.iter().map(|t| Value::str(t.clone())).collect()),
+            ),
+        ]),
+    )
+}
+
+/// Rendezvous (highest random weight) hashing: each instance's weight for a key, the
+/// same on every node, so that a subset picked for a key moves little as instances come
+/// and go.
+fn rendezvous(key: &str, id: &str) -> u64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{key}\0{id}").as_bytes());
+    u64::from_be_bytes(digest[..8].try_into().unwrap_or([0; 8]))
+}
+
+impl Data for TaskTemplateData {
+    fn call(&mut self, function: &str, args: &[Value]) -> Result<Value, CallError> {
+        match function {
+            "env" => match args {
+                [Value::Str(name)] => Ok(Value::str(
+                    self.env.get(&**name).cloned().unwrap_or_default(),
+                )),
+                _ => Err("takes one name, as env \"HOME\"".into()),
+            },
+            "file" => match args {
+                [Value::Str(path)] => self.file(path),
+                _ => Err("takes one path, as file \"local/app.json\"".into()),
+            },
+            "nomadService" => self.nomad_service(args),
+            "nomadServices" => self.nomad_services(args),
+            "sockaddr" => self.sockaddr(args),
+            other => Err(format!("berth has no answer for {other}").into()),
+        }
+    }
+}

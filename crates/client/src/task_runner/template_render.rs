@@ -1,0 +1,191 @@
+//! A task's templates as one run renders them: each rendered with the task's answers
+//! (`template_data`) within the agent's limits, written beneath the task's directory
+//! through no link the task planted, owned by the task's user (or the template's ids).
+//! The template hook renders them before the task starts; the watcher again while it
+//! runs.
+//!
+//! The task's directory is the task's to write, and a task restarts: by then a
+//! destination may be a symlink it planted to a host file. So each file is opened with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the task's directory: the
+//! agent, as root, never writes outside it, whatever the task did there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::os::fd::AsFd as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use super::template_data::{TaskTemplateData, Watched};
+use berth_jobspec::Template;
+use berth_jobspec::template::{TemplateError, env_lines};
+use berth_model::driver::TaskUser;
+
+/// Why a template could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TemplateRenderError {
+    #[error(transparent)]
+    Parse(#[from] berth_template::ParseError),
+    #[error(transparent)]
+    Render(#[from] berth_template::RenderError),
+}
+
+/// Why an `env = true` template's text is not an environment.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TemplateEnvError {
+    #[error(transparent)]
+    Line(#[from] TemplateError),
+    #[error("{0:?} is not an environment variable name")]
+    Name(String),
+}
+
+/// What a render may use: a template is the job author's, rendered by the agent.
+pub(super) fn render_limits() -> berth_template::Limits {
+    berth_template::Limits {
+        max_output: 4 << 20,
+        max_steps: 5_000_000,
+        max_time: std::time::Duration::from_secs(2),
+        max_depth: 100,
+    }
+}
+
+/// The templates of one run of a task, as the watcher needs them: how they render and
+/// what each last wrote.
+pub(super) struct Rendering {
+    pub templates: Vec<Template>,
+    pub env: Arc<BTreeMap<String, String>>,
+    pub task_dir: PathBuf,
+    /// The task's user, who owns what is written unless a template names its ids.
+    pub user: Option<TaskUser>,
+    pub services: Arc<crate::consul::ServiceClient>,
+    pub node_address: String,
+    /// Each template's last text, and what it read that may change.
+    pub last: Mutex<Vec<(String, BTreeSet<Watched>)>>,
+}
+
+impl Rendering {
+    /// Renders template `index` (blocking: the catalog is read with blocking calls).
+    pub fn render(&self, index: usize) -> Result<(String, BTreeSet<Watched>), TemplateRenderError> {
+        let template = &self.templates[index];
+        let delimiters = berth_template::Delimiters {
+            left: template.left_delimiter.clone(),
+            right: template.right_delimiter.clone(),
+        };
+        let parsed = berth_template::Template::parse(&template.data, &delimiters)?;
+        let mut data = TaskTemplateData {
+            env: self.env.clone(),
+            task_dir: self.task_dir.clone(),
+            services: self.services.clone(),
+            node_address: self.node_address.clone(),
+            watched: BTreeSet::new(),
+        };
+        let options = berth_template::RenderOptions {
+            missing_key: if template.error_on_missing_key {
+                berth_template::MissingKey::Error
+            } else {
+                berth_template::MissingKey::NoValue
+            },
+            limits: render_limits(),
+        };
+        let text = parsed.render(&mut data, &options)?;
+        Ok((text, data.watched))
+    }
+
+    /// The owner of template `index`'s file: its `uid`/`gid`, else the task's user's.
+    pub fn owner(&self, index: usize) -> Option<TaskUser> {
+        let template = &self.templates[index];
+        if self.user.is_none() && template.uid.is_none() && template.gid.is_none() {
+            return None;
+        }
+        let user = self.user.unwrap_or(TaskUser { uid: 0, gid: 0 });
+        Some(TaskUser {
+            uid: template.uid.unwrap_or(user.uid),
+            gid: template.gid.unwrap_or(user.gid),
+        })
+    }
+
+    /// Whether anything it rendered may change while the task runs.
+    pub fn watches(&self) -> bool {
+        let last = self.last.lock().unwrap();
+        self.templates
+            .iter()
+            .zip(last.iter())
+            .any(|(template, (_, watched))| !template.once && !watched.is_empty())
+    }
+}
+
+/// An `env = true` template's variables, each name checked.
+pub(super) fn template_env(text: &str) -> Result<Vec<(String, String)>, TemplateEnvError> {
+    let mut added = Vec::new();
+    for (key, value) in env_lines(text)? {
+        let valid = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid || value.contains('\0') {
+            return Err(TemplateEnvError::Name(key));
+        }
+        added.push((key, value));
+    }
+    Ok(added)
+}
+
+/// Writes `bytes` to `relative` under `root`, never through a symlink or out of `root`;
+/// the file then given to `owner` (the task's user) through `sys`.
+pub(super) fn write_beneath_for(
+    root: &std::path::Path,
+    relative: &str,
+    bytes: &[u8],
+    perms: u32,
+    owner: Option<(berth_model::driver::TaskUser, &dyn berth_sys::Sys)>,
+) -> std::io::Result<()> {
+    let not_a_file = || {
+        std::io::Error::other(
+            "the destination is not a regular file (the task left a FIFO, a device or a \
+             socket there); berth writes regular files only",
+        )
+    };
+    let refused = |e: rustix::io::Errno| -> std::io::Error {
+        if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
+            std::io::Error::other(
+                "the path leads out of the task's directory or through a symlink; berth \
+                 does not follow it",
+            )
+        } else {
+            e.into()
+        }
+    };
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    // The directories on the way are made as Nomad makes them, one at a time from the
+    // one before, never through a symlink.
+    let mut current: std::os::fd::OwnedFd = std::fs::File::open(root)?.into();
+    let parts: Vec<&str> = relative.split('/').collect();
+    let Some((name, parents)) = parts.split_last() else {
+        return Err(std::io::Error::other("an empty destination"));
+    };
+    for part in parents {
+        match rustix::fs::mkdirat(&current, *part, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(error) => return Err(refused(error)),
+        }
+        current = rustix::fs::openat2(
+            &current,
+            *part,
+            OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            resolve,
+        )
+        .map_err(refused)?;
+    }
+    use berth_sys::mount::beneath::{WriteOpenError, open_file_for_writing};
+    let fd = open_file_for_writing(current.as_fd(), *name, perms).map_err(|e| match e {
+        WriteOpenError::NotAFile => not_a_file(),
+        WriteOpenError::Open(e) => refused(e),
+    })?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms))?;
+    if let Some((user, sys)) = owner {
+        sys.give_file(fd.as_fd(), user)?;
+    }
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! Templates rendered again while their task runs, as consul-template does for Nomad:
+//! when a service the template read changes in the cluster's catalog (or, polled, a
+//! file it read), the watcher waits for the change to settle (`wait.min`, at most
+//! `wait.max`), renders again, and only when a file's text changed writes it and acts
+//! on the task by the template's `change_mode`: a restart (outside the restart policy,
+//! as Nomad's), a signal, or nothing; after a random `splay`, so that the tasks that
+//! read one service do not all restart at once. A render that fails leaves the file as
+//! it was and says why in a task event.
+//!
+//! One watcher per run of the task: started by the template hook once the task runs,
+//! aborted when the run ends (the next run renders afresh in prestart).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::control::TaskControl;
+use super::events::TaskEvents;
+use super::template_data::Watched;
+use super::template_render::{Rendering, write_beneath_for};
+use berth_jobspec::ChangeMode;
+use berth_model::events::EventKind;
+
+/// How often files a template read are looked at again (consul-template polls them).
+const FILE_POLL: Duration = Duration::from_secs(2);
+
+pub(super) async fn watch(
+    rendering: Arc<Rendering>,
+    control: TaskControl,
+    events: TaskEvents,
+    sys: Arc<dyn berth_sys::Sys>,
+) {
+    let mut changes = rendering.services.subscribe();
+    changes.mark_unchanged();
+    let watched: Vec<usize> = {
+        let last = rendering.last.lock().unwrap();
+        (0..rendering.templates.len())
+            .filter(|&i| !rendering.templates[i].once && !last[i].1.is_empty())
+            .collect()
+    };
+    let polls_files = {
+        let last = rendering.last.lock().unwrap();
+        watched
+            .iter()
+            .any(|&i| last[i].1.iter().any(|w| matches!(w, Watched::File(_))))
+    };
+    // The shortest wait of the templates watched: one settling for all of them.
+    let min = watched
+        .iter()
+        .map(|&i| rendering.templates[i].wait.min)
+        .min()
+        .unwrap_or_default();
+    let max = watched
+        .iter()
+        .map(|&i| rendering.templates[i].wait.max)
+        .min()
+        .unwrap_or_default()
+        .max(min);
+    // A change between the first render and this watcher's start is caught by a first
+    // look at once.
+    let mut look_now = true;
+    loop {
+        if !look_now {
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(FILE_POLL), if polls_files => {}
+            }
+            // The change settles: `min` without another, or `max` since the first.
+            let first = Instant::now();
+            loop {
+                let quiet = min.min(max.saturating_sub(first.elapsed()));
+                tokio::select! {
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        if first.elapsed() >= max {
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep(quiet) => break,
+                }
+            }
+        }
+        look_now = false;
+        let renderer = rendering.clone();
+        let indexes = watched.clone();
+        let Ok(results) = tokio::task::spawn_blocking(move || {
+            indexes
+                .into_iter()
+                .map(|i| (i, renderer.render(i)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        else {
+            return;
+        };
+        let mut changed = Vec::new();
+        for (index, result) in results {
+            let template = &rendering.templates[index];
+            let (text, read) = match result {
+                Ok(rendered) => rendered,
+                Err(error) => {
+                    events.emit(
+                        EventKind::TaskHook,
+                        format!(
+                            "template {}: {error}; the file keeps its last text",
+                            template.destination
+                        ),
+                    );
+                    continue;
+                }
+            };
+            let same = rendering.last.lock().unwrap()[index].0 == text;
+            if same {
+                rendering.last.lock().unwrap()[index].1 = read;
+                continue;
+            }
+            let owner = rendering.owner(index).map(|user| (user, &*sys));
+            if let Err(error) = write_beneath_for(
+                &rendering.task_dir,
+                &template.destination,
+                text.as_bytes(),
+                template.perms,
+                owner,
+            ) {
+                events.emit(
+                    EventKind::TaskHook,
+                    format!("template {}: {error}", template.destination),
+                );
+                continue;
+            }
+            rendering.last.lock().unwrap()[index] = (text, read);
+            changed.push(index);
+        }
+        if changed.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = changed
+            .iter()
+            .map(|&i| rendering.templates[i].destination.as_str())
+            .collect();
+        events.emit(
+            EventKind::TaskHook,
+            format!("Template re-rendered: {}", names.join(", ")),
+        );
+        let modes: Vec<&ChangeMode> = changed
+            .iter()
+            .map(|&i| &rendering.templates[i].change_mode)
+            .collect();
+        let splay = changed
+            .iter()
+            .map(|&i| rendering.templates[i].splay)
+            .max()
+            .unwrap_or_default();
+        tokio::time::sleep(random_below(splay)).await;
+        // A restart covers the rest, as in Nomad: the task starts again with every
+        // template rendered afresh.
+        if modes.iter().any(|m| matches!(m, ChangeMode::Restart)) {
+            let _ = control
+                .restart_for("Template with change_mode restart re-rendered")
+                .await;
+            return;
+        }
+        let signals: BTreeSet<&str> = modes
+            .iter()
+            .filter_map(|m| match m {
+                ChangeMode::Signal(signal) => Some(signal.as_str()),
+                _ => None,
+            })
+            .collect();
+        for signal in signals {
+            if let Err(error) = control.signal(signal).await {
+                events.emit(
+                    EventKind::TaskHook,
+                    format!("template: sending {signal} after a re-render: {error}"),
+                );
+            }
+        }
+    }
+}
+
+/// A random wait from zero up to (not including) `limit`.
+fn random_below(limit: Duration) -> Duration {
+    let nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    let mut bytes = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    Duration::from_nanos(u64::from_le_bytes(bytes) % nanos)
+}

@@ -53,5 +53,6 @@ mod shutdown;
 mod slots;
 mod system_jobs;
 mod task_users;
+mod templates;
 mod two_agents;
 mod warden_attacks;

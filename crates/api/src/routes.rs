@@ -500,6 +500,20 @@ pub fn table() -> Vec<Route> {
         ),
         route(
             GET,
+            "/v1/services",
+            Read,
+            "Nomad's service catalog (provider \"nomad\"): each name with its tags",
+            n::services::list,
+        ),
+        route(
+            GET,
+            "/v1/service/{name}",
+            Read,
+            "the instances of a service of provider \"nomad\", on every node",
+            n::services::read,
+        ),
+        route(
+            GET,
             "/v1/berth/services",
             Read,
             "the services",

@@ -18,6 +18,7 @@ pub mod csi;
 pub mod evals;
 pub mod jobs;
 pub mod nodes;
+pub mod services;
 pub mod stats;
 
 /// The namespace every object is in: berth has one.

@@ -34,6 +34,7 @@ pub(crate) mod job_actions;
 pub mod metrics;
 pub mod register;
 mod reschedule;
+pub mod services;
 pub mod shapes;
 pub mod stats;
 mod streams;

@@ -236,3 +236,102 @@ impl Data for TaskTemplateData {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(task_dir: &std::path::Path) -> TaskTemplateData {
+        TaskTemplateData {
+            env: Arc::new(BTreeMap::from([("A".to_string(), "1".to_string())])),
+            task_dir: task_dir.to_path_buf(),
+            services: Arc::new(crate::consul::ServiceClient::disabled()),
+            node_address: "10.1.2.3".into(),
+            watched: BTreeSet::new(),
+        }
+    }
+
+    /// `file` reads the task's own files, and nothing a link it planted points at, nor
+    /// anything outside its directory, nor what is not a regular file.
+    #[test]
+    fn file_reads_beneath_the_task_directory_through_no_link() {
+        let root = tempfile::tempdir().unwrap();
+        let task_dir = root.path().join("task");
+        std::fs::create_dir_all(task_dir.join("local")).unwrap();
+        std::fs::write(root.path().join("host-secret"), "host").unwrap();
+        std::fs::write(task_dir.join("local/app.json"), "{\"a\":1}").unwrap();
+        std::os::unix::fs::symlink(root.path().join("host-secret"), task_dir.join("local/link"))
+            .unwrap();
+        std::os::unix::fs::symlink("app.json", task_dir.join("local/inside-link")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &task_dir.join("local/fifo"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let mut data = data(&task_dir);
+        let read = |data: &mut TaskTemplateData, path: &str| {
+            data.call("file", &[Value::str(path)])
+                .map(|v| v.to_go_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(read(&mut data, "local/app.json"), Ok("{\"a\":1}".into()));
+        let absolute = format!("{}/local/app.json", task_dir.display());
+        assert_eq!(read(&mut data, &absolute), Ok("{\"a\":1}".into()));
+        for (path, refusal) in [
+            ("local/link", "through a symlink"),
+            ("local/inside-link", "through a symlink"),
+            ("../host-secret", "leads out of the task's directory"),
+            ("/etc/passwd", "outside the task's directory"),
+            ("local/fifo", "not a regular file"),
+            ("local/none", "does not exist"),
+        ] {
+            let error = read(&mut data, path).unwrap_err();
+            assert!(error.contains(refusal), "{path}: {error}");
+        }
+        // What it read is watched.
+        assert!(
+            data.watched
+                .contains(&Watched::File("local/app.json".into()))
+        );
+    }
+
+    #[test]
+    fn a_file_larger_than_the_limit_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("local")).unwrap();
+        let big = vec![b'x'; (MAX_FILE + 1) as usize];
+        std::fs::write(root.path().join("local/big"), big).unwrap();
+        let error = data(root.path())
+            .call("file", &[Value::str("local/big")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("larger than 1048576 bytes"), "{error}");
+    }
+
+    #[test]
+    fn services_come_from_the_catalog_and_sockaddr_from_the_node() {
+        let root = tempfile::tempdir().unwrap();
+        let mut data = data(root.path());
+        let none = data.call("nomadService", &[Value::str("db")]).unwrap();
+        assert_eq!(none.to_go_string(), "[]");
+        assert!(data.watched.contains(&Watched::Services));
+        let error = data
+            .call("nomadService", &[Value::str("db@other")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("\"default\" namespace only"), "{error}");
+        assert_eq!(
+            data.call("sockaddr", &[Value::str("GetPrivateIP")])
+                .unwrap()
+                .to_go_string(),
+            "10.1.2.3"
+        );
+        assert_eq!(
+            data.call("env", &[Value::str("A")]).unwrap().to_go_string(),
+            "1"
+        );
+    }
+}

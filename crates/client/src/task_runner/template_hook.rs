@@ -71,34 +71,43 @@ impl TaskHook for TemplateHook {
                 node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
                 last: Mutex::new(Vec::new()),
             });
+            // One after another, each written before the next renders: a template may
+            // read (`file`) what an earlier one wrote, as consul-template would wait
+            // for it.
             let renderer = rendering.clone();
-            let rendered = tokio::task::spawn_blocking(move || {
-                (0..renderer.templates.len())
-                    .map(|i| renderer.render(i))
-                    .collect::<Vec<_>>()
+            let sys = ctx.sys.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                let mut last = Vec::new();
+                for (index, template) in renderer.templates.iter().enumerate() {
+                    let failed = |message: String| (template.destination.clone(), message);
+                    let (text, watched) =
+                        renderer.render(index).map_err(|e| failed(e.to_string()))?;
+                    let owner = renderer.owner(index).map(|user| (user, &*sys));
+                    write_beneath_for(
+                        &renderer.task_dir,
+                        &template.destination,
+                        text.as_bytes(),
+                        template.perms,
+                        owner,
+                    )
+                    .map_err(|e| failed(e.to_string()))?;
+                    last.push((text, watched));
+                }
+                Ok(last)
             })
             .await
             .map_err(|e| self.fail(format!("the renderer ended: {e}")))?;
+            let last: Vec<_> = written.map_err(|(destination, message): (String, String)| {
+                self.fail(format!("{destination}: {message}"))
+            })?;
             let mut added = Vec::new();
-            let mut last = Vec::new();
-            for (index, (template, result)) in ctx.task.templates.iter().zip(rendered).enumerate() {
-                let fail = |message: &dyn std::fmt::Display| {
-                    self.fail(format!("{}: {message}", template.destination))
-                };
-                let (text, watched) = result.map_err(|e| fail(&e))?;
-                let owner = rendering.owner(index).map(|user| (user, &*ctx.sys));
-                write_beneath_for(
-                    &prepare.task_dir,
-                    &template.destination,
-                    text.as_bytes(),
-                    template.perms,
-                    owner,
-                )
-                .map_err(|e| fail(&e))?;
+            for (template, (text, _)) in ctx.task.templates.iter().zip(&last) {
                 if template.env {
-                    added.extend(template_env(&text).map_err(|e| fail(&e))?);
+                    added.extend(
+                        template_env(text)
+                            .map_err(|e| self.fail(format!("{}: {e}", template.destination)))?,
+                    );
                 }
-                last.push((text, watched));
             }
             *rendering.last.lock().unwrap() = last;
             for (key, value) in added {

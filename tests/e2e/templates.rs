@@ -1,0 +1,384 @@
+//! Templates as consul-template renders them for Nomad, end to end: a template that
+//! ranges over Nomad's service catalog renders again when a service joins it, and
+//! each change mode acts on its task (the time to act measured); a `0600` template is
+//! its non-root task's to read, and no other user's; a missing key, a template that
+//! loops without end and one that renders without end each fail the task with an event
+//! that says which.
+
+use std::time::{Duration, Instant};
+
+use berth_harness::AgentProcess;
+use berth_model::status::ClientStatus;
+
+/// A service job: `count` instances of service `db`, each on a dynamic port.
+fn db_job(name: &str) -> String {
+    format!(
+        r#"job "{name}" {{
+  group "g" {{
+    network {{
+      port "db" {{}}
+    }}
+    service {{
+      name     = "db"
+      port     = "db"
+      provider = "nomad"
+      tags     = ["{name}"]
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/sleep"
+        args    = ["300"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+const SERVERS: &str = r#"{{ range nomadService "db" }}server {{ .Address }}:{{ .Port }} # {{ index .Tags 0 }}
+{{ end }}"#;
+
+/// The web job: three tasks that read the db servers, one per change mode.
+fn web_job() -> String {
+    let template = |mode: &str| {
+        format!(
+            r#"      template {{
+        data        = {data}
+        destination = "local/servers.conf"
+        {mode}
+        splay       = "0s"
+        wait {{
+          min = "0s"
+          max = "1s"
+        }}
+      }}"#,
+            data = serde_json::to_string(SERVERS).unwrap(),
+        )
+    };
+    format!(
+        r#"job "web" {{
+  group "g" {{
+    task "restarted" {{
+      driver = "exec"
+{restart}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "echo start; cat local/servers.conf; sleep 300"]
+      }}
+    }}
+    task "signaled" {{
+      driver = "exec"
+{signal}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "trap 'echo got-hup; cat local/servers.conf' HUP; echo start; while :; do sleep 0.1; done"]
+      }}
+    }}
+    task "untouched" {{
+      driver = "exec"
+{noop}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "echo start; sleep 300"]
+      }}
+    }}
+  }}
+}}
+"#,
+        restart = template("change_mode = \"restart\""),
+        signal = template("change_mode = \"signal\"\n        change_signal = \"SIGHUP\""),
+        noop = template("change_mode = \"noop\""),
+    )
+}
+
+/// Waits until Nomad's catalog (`GET /v1/service/db`) holds `count` instances of db.
+async fn catalog_holds(agent: &AgentProcess, count: usize) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let instances: Vec<serde_json::Value> = agent.client().get("/v1/service/db").await.unwrap();
+        if instances.len() == count {
+            return Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the catalog never held {count} db: {instances:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn servers_file(agent: &AgentProcess, alloc: &str, task: &str) -> String {
+    let path = agent
+        .path()
+        .join("data/allocs")
+        .join(alloc)
+        .join("tasks")
+        .join(task)
+        .join("local/servers.conf");
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Waits for `done`, and answers how long it took from `since`.
+async fn within(what: &str, since: Instant, mut done: impl FnMut() -> bool) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if done() {
+            return since.elapsed();
+        }
+        assert!(Instant::now() < deadline, "{what} never happened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_joining_the_catalog_re_renders_and_each_change_mode_acts() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let first = agent.run_job("db1.hcl", &db_job("db1")).await;
+    agent
+        .wait_alloc(&first, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    catalog_holds(&agent, 1).await;
+    let web = agent.run_job("web.hcl", &web_job()).await;
+    agent
+        .wait_alloc(&web, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    // The alloc runs before its tasks do: each task says when it has started.
+    for task in ["restarted", "signaled", "untouched"] {
+        within(&format!("{task}'s start"), Instant::now(), || {
+            agent.task_stdout(&web, task).contains("start")
+        })
+        .await;
+    }
+    for task in ["restarted", "signaled", "untouched"] {
+        let text = servers_file(&agent, &web, task);
+        assert_eq!(text.lines().count(), 1, "{task}: {text:?}");
+        assert!(text.ends_with("# db1\n"), "{task}: {text:?}");
+    }
+    // A second instance of db joins, from another job.
+    let second = agent.run_job("db2.hcl", &db_job("db2")).await;
+    agent
+        .wait_alloc(&second, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    // Measured from the catalog's change, as another node would see it.
+    let joined = catalog_holds(&agent, 2).await;
+    let two = |text: &str| text.contains("# db1\n") && text.contains("# db2\n");
+    let noop = within("the noop template's re-render", joined, || {
+        two(&servers_file(&agent, &web, "untouched"))
+    })
+    .await;
+    let signal = within("the signaled task's SIGHUP", joined, || {
+        let out = agent.task_stdout(&web, "signaled");
+        out.split("got-hup").nth(1).is_some_and(two)
+    })
+    .await;
+    let restart = within("the restart of the restarted task", joined, || {
+        let out = agent.task_stdout(&web, "restarted");
+        out.matches("start").count() == 2 && out.rsplit("start").next().is_some_and(two)
+    })
+    .await;
+    eprintln!("template change applied: noop {noop:?}, signal {signal:?}, restart {restart:?}");
+    let status = agent.alloc(&web).await;
+    let events = |task: &str| format!("{:#?}", status.tasks[task].events);
+    assert!(
+        events("restarted").contains("Template with change_mode restart re-rendered"),
+        "{}",
+        events("restarted")
+    );
+    for task in ["signaled", "untouched"] {
+        assert!(
+            !events(task).contains("Restart Signaled"),
+            "{task} restarted: {}",
+            events(task)
+        );
+        assert!(
+            events(task).contains("Template re-rendered: local/servers.conf"),
+            "{}",
+            events(task)
+        );
+    }
+    // The noop task ran on, untold: it started once.
+    assert_eq!(
+        agent
+            .task_stdout(&web, "untouched")
+            .matches("start")
+            .count(),
+        1
+    );
+    // An instance leaving re-renders too.
+    let (code, out, err) = agent.cli(&["job", "stop", "db1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    within("db1 leaving the noop template", Instant::now(), || {
+        let text = servers_file(&agent, &web, "untouched");
+        !text.contains("db1") && text.contains("db2")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_0600_template_is_its_non_root_tasks_and_no_other_users() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = r#"job "secrets" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+    }
+    task "owner" {
+      driver = "exec"
+      template {
+        data        = "token={{ env \"NOMAD_TASK_NAME\" }}-secret\n"
+        destination = "secrets/token"
+        perms       = "0600"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "id -u; stat -c owner=%u secrets/token; cat secrets/token"]
+      }
+    }
+    task "other" {
+      driver = "exec"
+      template {
+        data        = "root-only\n"
+        destination = "local/root.conf"
+        perms       = "0600"
+        uid         = 0
+        gid         = 0
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cat local/root.conf || echo refused"]
+      }
+    }
+  }
+}
+"#;
+    let alloc = agent.run_job("secrets.hcl", source).await;
+    agent.finished(&alloc).await;
+    let owner = agent.task_stdout(&alloc, "owner");
+    let uid: u32 = owner.lines().next().unwrap_or("").trim().parse().unwrap();
+    assert_ne!(uid, 0, "the task runs as a user of its own: {owner}");
+    assert!(owner.contains("token=owner-secret"), "{owner}");
+    assert!(
+        owner.contains(&format!("owner={uid}\n")),
+        "the template is owned by the task's user: {owner}"
+    );
+    let other = agent.task_stdout(&alloc, "other");
+    assert!(
+        other.contains("refused") && !other.contains("root-only"),
+        "{other}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_key_a_loop_without_end_and_a_flood_each_fail_with_their_reason() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let group = |name: &str, data: &str, extra: &str| {
+        format!(
+            r#"  group "{name}" {{
+    restart {{
+      attempts = 0
+    }}
+    task "t" {{
+      driver = "exec"
+      template {{
+        data        = {data}
+        destination = "local/out"
+        {extra}
+      }}
+      config {{
+        command = "/bin/true"
+      }}
+    }}
+  }}
+"#,
+            data = serde_json::to_string(data).unwrap()
+        )
+    };
+    let source = format!(
+        "job \"bad\" {{\n  type = \"batch\"\n{}{}{}}}\n",
+        group(
+            "missing",
+            "{{ $c := parseJSON `{\"host\":\"db\"}` }}port={{ $c.port }}",
+            "error_on_missing_key = true"
+        ),
+        group("looping", "{{ range loop 1000000000000 }}{{ end }}", ""),
+        group(
+            "flooding",
+            "{{ range loop 1000000000000 }}xxxxxxxx{{ end }}",
+            ""
+        ),
+    );
+    let submitted = agent.submit("bad.hcl", &source).await.unwrap();
+    let mut seen = Vec::new();
+    for id in &submitted.alloc_ids {
+        let started = Instant::now();
+        let status = agent.finished(id).await;
+        assert_eq!(status.client_status, ClientStatus::Failed);
+        let events = format!("{:#?}", status.tasks["t"].events);
+        seen.push((events, started.elapsed()));
+    }
+    let all: String = seen.iter().map(|(e, _)| e.as_str()).collect();
+    for expected in [
+        "local/out: line 1: map has no entry for key \\\"port\\\"",
+        "local/out: the template runs more than 5000000 steps (a loop without end?)",
+        "local/out: the template renders more than 4194304 bytes",
+    ] {
+        assert!(all.contains(expected), "{expected}\n{all}");
+    }
+    // Nothing was written for them.
+    for id in &submitted.alloc_ids {
+        let out = agent
+            .path()
+            .join("data/allocs")
+            .join(id)
+            .join("t/local/out");
+        assert!(!out.exists(), "{}", out.display());
+    }
+}
+
+/// The corpus's config-and-env jobspec, run: a template reads (`file`, `parseJSON`) what
+/// an earlier one wrote, with its own delimiters, through pipelines of consul-template's
+/// functions; an `env = true` one is the task's environment; a secret is the task's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_corpus_config_and_env_job_runs_with_every_template_rendered() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/jobspecs/template-config-and-env.nomad.hcl"),
+    )
+    .unwrap();
+    let alloc = agent.run_job("app.hcl", &source).await;
+    let status = agent.finished(&alloc).await;
+    let out = agent.task_stdout(&alloc, "app");
+    assert_eq!(
+        status.client_status,
+        ClientStatus::Complete,
+        "{out}\n{:#?}",
+        status.tasks
+    );
+    for expected in [
+        "env=APP\n",
+        "# {{ .Values }} stays as it is: it is the app's own template.\n",
+        "region   = EU\n",
+        "replicas = 6\n",
+        "features = a,b\n",
+        "node     = ",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in {out}");
+    }
+    let token = out.split("token=").nth(1).unwrap_or("").trim();
+    assert_eq!(token.len(), 64, "{out}");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{out}");
+}

@@ -14,6 +14,11 @@ pub enum TemplateError {
          \"local/app.conf\" or \"${{NOMAD_SECRETS_DIR}}/token\")"
     )]
     Destination(String),
+    #[error(
+        "the template is {len} bytes; berth reads templates of up to {} bytes",
+        MAX_TEMPLATE_BYTES
+    )]
+    TooLarge { len: usize },
     #[error("line {line} is not KEY=value: {text:?}")]
     EnvLine { line: usize, text: String },
 }
@@ -21,9 +26,16 @@ pub enum TemplateError {
 /// Checks `data` reads as a template with these delimiters, and calls only functions
 /// berth has (see `docs/templates.md`).
 pub fn check(data: &str, delimiters: &berth_template::Delimiters) -> Result<(), TemplateError> {
+    if data.len() > MAX_TEMPLATE_BYTES {
+        return Err(TemplateError::TooLarge { len: data.len() });
+    }
     berth_template::Template::parse(data, delimiters)?;
     Ok(())
 }
+
+/// The largest template text: far past any config file, short of what would make
+/// each render of it (on every change) a burden.
+pub const MAX_TEMPLATE_BYTES: usize = 256 << 10;
 
 /// The signals a `change_signal` may name: the ones the task runner sends
 /// (`berth_sys::process::parse_signal`), with or without `SIG`.

@@ -112,3 +112,16 @@ fn template_problems_are_named_where_they_are_written() {
         assert!(found.contains(expected), "{body}:\n{found}");
     }
 }
+
+#[test]
+fn a_template_past_the_size_limit_is_refused_before_it_is_read() {
+    let body = format!(
+        "data = \"{}\"\n destination = \"local/x\"",
+        "x".repeat(300_000)
+    );
+    let found = problems(&with_template(&body)).join("\n");
+    assert!(
+        found.contains("the template is 300000 bytes; berth reads templates of up to 262144 bytes"),
+        "{found}"
+    );
+}

@@ -8,212 +8,29 @@ use std::sync::Arc;
 use base64::Engine as _;
 
 use crate::CallError;
-use crate::exec::Limits;
+use crate::budget::Budget;
 use crate::format::{go_layout, printf};
+use crate::operands::{
+    arithmetic, arity, equal, go_quote, holds, json_text, less, nesting, regex, string_list,
+    walk_charged, want_int, want_str,
+};
 use crate::value::Value;
-
-fn want_str<'a>(args: &'a [Value], at: usize, what: &str) -> Result<&'a str, CallError> {
-    match args.get(at) {
-        Some(Value::Str(s)) => Ok(s),
-        Some(other) => Err(format!("{what} must be a string, not {}", other.type_name()).into()),
-        None => Err(format!("{what} is missing").into()),
-    }
-}
-
-fn want_int(args: &[Value], at: usize, what: &str) -> Result<i64, CallError> {
-    match args.get(at) {
-        Some(Value::Str(s)) => s
-            .trim()
-            .parse()
-            .map_err(|_| CallError(format!("{what} {s:?} is not a whole number"))),
-        Some(v) => v.as_int().ok_or_else(|| {
-            CallError(format!(
-                "{what} must be a whole number, not {}",
-                v.type_name()
-            ))
-        }),
-        None => Err(format!("{what} is missing").into()),
-    }
-}
-
-fn arity(args: &[Value], count: usize) -> Result<(), CallError> {
-    if args.len() == count {
-        Ok(())
-    } else {
-        Err(format!(
-            "takes {count} argument{}, given {}",
-            if count == 1 { "" } else { "s" },
-            args.len()
-        )
-        .into())
-    }
-}
-
-fn string_list(value: &Value, what: &str) -> Result<Vec<String>, CallError> {
-    match value {
-        Value::List(_) | Value::Ints { .. } => {
-            Ok(value.iter_elements().map(|v| v.to_go_string()).collect())
-        }
-        Value::Nil => Ok(Vec::new()),
-        other => Err(format!("{what} must be a list, not {}", other.type_name()).into()),
-    }
-}
-
-/// Go's `eq` for two basic values: ints and floats compare as numbers; a list or map
-/// is not comparable.
-pub(crate) fn equal(a: &Value, b: &Value) -> Result<bool, CallError> {
-    Ok(match (a, b) {
-        (Value::Nil, Value::Nil) => true,
-        (Value::Nil, _) | (_, Value::Nil) => false,
-        (Value::Bool(x), Value::Bool(y)) => x == y,
-        (Value::Int(x), Value::Int(y)) => x == y,
-        (Value::Int(x), Value::Float(y)) | (Value::Float(y), Value::Int(x)) => (*x as f64) == *y,
-        (Value::Float(x), Value::Float(y)) => x == y,
-        (Value::Str(x), Value::Str(y)) => x == y,
-        (x, y) if x.type_name() != y.type_name() => {
-            return Err(format!(
-                "incompatible types for comparison: {} and {}",
-                x.type_name(),
-                y.type_name()
-            )
-            .into());
-        }
-        (x, _) => return Err(format!("non-comparable type {}", x.type_name()).into()),
-    })
-}
-
-fn less(a: &Value, b: &Value) -> Result<bool, CallError> {
-    Ok(match (a, b) {
-        (Value::Int(x), Value::Int(y)) => x < y,
-        (Value::Int(x), Value::Float(y)) => (*x as f64) < *y,
-        (Value::Float(x), Value::Int(y)) => *x < (*y as f64),
-        (Value::Float(x), Value::Float(y)) => x < y,
-        (Value::Str(x), Value::Str(y)) => x < y,
-        (x, y) if x.type_name() != y.type_name() => {
-            return Err(format!(
-                "incompatible types for comparison: {} and {}",
-                x.type_name(),
-                y.type_name()
-            )
-            .into());
-        }
-        (x, _) => return Err(format!("invalid type for comparison: {}", x.type_name()).into()),
-    })
-}
-
-/// Whether `haystack` holds `needle`: an element of a list, a key of a map, a part of
-/// a string (consul-template's `in`).
-fn holds(haystack: &Value, needle: &Value) -> Result<bool, CallError> {
-    match haystack {
-        Value::List(_) | Value::Ints { .. } => {
-            for item in haystack.iter_elements() {
-                if equal(&item, needle).unwrap_or(false) {
-                    return Ok(true);
-                }
-            }
-            Ok(false)
-        }
-        Value::Map(map) => Ok(map.contains_key(&needle.to_go_string())),
-        Value::Str(s) => Ok(s.contains(&*needle.to_go_string())),
-        Value::Nil => Ok(false),
-        other => Err(format!("cannot look into a {}", other.type_name()).into()),
-    }
-}
-
-fn arithmetic(name: &str, a: &Value, b: &Value) -> Result<Value, CallError> {
-    // consul-template's order: `{{ 5 | subtract 2 }}` is 5 - 2, the piped value last.
-    let (left, right) = (b, a);
-    match (
-        left.as_int().filter(|_| !matches!(left, Value::Float(_))),
-        right.as_int().filter(|_| !matches!(right, Value::Float(_))),
-    ) {
-        (Some(x), Some(y)) => {
-            let result = match name {
-                "add" => x.checked_add(y),
-                "subtract" => x.checked_sub(y),
-                "multiply" => x.checked_mul(y),
-                "divide" | "modulo" if y == 0 => return Err("division by zero".into()),
-                "divide" => x.checked_div(y),
-                "modulo" => x.checked_rem(y),
-                "minimum" => Some(x.min(y)),
-                _ => Some(x.max(y)),
-            };
-            result
-                .map(Value::Int)
-                .ok_or_else(|| "the result does not fit in 64 bits".into())
-        }
-        _ => {
-            let number = |v: &Value| match v {
-                Value::Int(i) => Ok(*i as f64),
-                Value::Float(f) => Ok(*f),
-                Value::Str(s) => s
-                    .trim()
-                    .parse::<f64>()
-                    .map_err(|_| CallError(format!("{s:?} is not a number"))),
-                other => Err(format!("{} is not a number", other.type_name()).into()),
-            };
-            let (x, y) = (number(left)?, number(right)?);
-            Ok(Value::Float(match name {
-                "add" => x + y,
-                "subtract" => x - y,
-                "multiply" => x * y,
-                "divide" => x / y,
-                "modulo" => x % y,
-                "minimum" => x.min(y),
-                _ => x.max(y),
-            }))
-        }
-    }
-}
-
-fn json_text(value: &Value, pretty: bool, escape_html: bool) -> Result<String, CallError> {
-    let json = value.to_json();
-    let mut text = if pretty {
-        serde_json::to_string_pretty(&json)
-    } else {
-        serde_json::to_string(&json)
-    }
-    .map_err(|e| e.to_string())?;
-    if escape_html {
-        // Go's encoding/json escapes these for HTML safety; consul-template's toJSON
-        // keeps that, toUnescapedJSON does not.
-        text = text
-            .replace('<', "\\u003c")
-            .replace('>', "\\u003e")
-            .replace('&', "\\u0026");
-    }
-    Ok(text)
-}
-
-fn regex(pattern: &str) -> Result<regex::Regex, CallError> {
-    regex::RegexBuilder::new(pattern)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| CallError(format!("{pattern:?} is not a regular expression: {e}")))
-}
-
-fn go_quote(s: &str) -> String {
-    // Go's %q: a double-quoted string with Go escapes (Rust's Debug is close enough for
-    // printable text and the common escapes).
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 /// Calls a [`Support::Builtin`] or [`Support::Yes`] function (not `and`, `or`,
 /// `executeTemplate` and the data ones, which the renderer answers).
-pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value, CallError> {
+pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Value, CallError> {
+    // Each argument's elements (a string's bytes, by 64) once, before any work: what
+    // a function that walks its arguments once costs. Those that do more are charged
+    // again below.
+    let shallow: usize = args
+        .iter()
+        .map(|a| match a {
+            Value::Str(s) => 1 + s.len() / 64,
+            other => 1usize.saturating_add(other.len().unwrap_or(0)),
+        })
+        .fold(0, usize::saturating_add);
+    budget.charge_elements(shallow)?;
+    let max_output = budget.max_output();
     let s = |at: usize| want_str(args, at, "the argument");
     let text = |v: String| Ok(Value::str(v));
     match name {
@@ -288,9 +105,12 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
                     .get(from..to)
                     .map(Value::str)
                     .ok_or_else(|| "slice bounds fall inside a character".into()),
-                _ => Ok(Value::list(
-                    first.iter_elements().skip(from).take(to - from).collect(),
-                )),
+                Value::Ints { start, .. } => Ok(Value::Ints {
+                    start: start.saturating_add(from as i64),
+                    end: start.saturating_add(to as i64),
+                }),
+                Value::List(items) => Ok(Value::list(items[from..to].to_vec())),
+                other => Err(format!("can't slice item of type {}", other.type_name()).into()),
             }
         }
         "print" => {
@@ -301,17 +121,26 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
                     out.push(' ');
                 }
                 arg.write_go(&mut out);
+                budget.string_of(out.len())?;
             }
             text(out)
         }
         "println" => {
-            let parts: Vec<String> = args.iter().map(Value::to_go_string).collect();
-            text(parts.join(" ") + "\n")
+            let mut out = String::new();
+            for (i, arg) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                arg.write_go(&mut out);
+                budget.string_of(out.len())?;
+            }
+            out.push('\n');
+            text(out)
         }
         "printf" => {
             let (format, rest) = args.split_first().ok_or("printf takes a format")?;
             let format = format.as_str().ok_or("printf's format must be a string")?;
-            text(printf(format, rest, limits.max_output)?)
+            text(printf(format, rest, max_output)?)
         }
         "eq" => {
             let (first, rest) = args.split_first().ok_or("eq takes two arguments or more")?;
@@ -340,7 +169,11 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             }))
         }
         "html" => {
-            let joined: String = args.iter().map(Value::to_go_string).collect();
+            let mut joined = String::new();
+            for arg in args {
+                arg.write_go(&mut joined);
+                budget.string_of(joined.len())?;
+            }
             text(
                 joined
                     .replace('&', "&amp;")
@@ -351,7 +184,11 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             )
         }
         "js" => {
-            let joined: String = args.iter().map(Value::to_go_string).collect();
+            let mut joined = String::new();
+            for arg in args {
+                arg.write_go(&mut joined);
+                budget.string_of(joined.len())?;
+            }
             let mut out = String::new();
             for c in joined.chars() {
                 match c {
@@ -371,7 +208,11 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             text(out)
         }
         "urlquery" => {
-            let joined: String = args.iter().map(Value::to_go_string).collect();
+            let mut joined = String::new();
+            for arg in args {
+                arg.write_go(&mut joined);
+                budget.string_of(joined.len())?;
+            }
             let mut out = String::new();
             for b in joined.bytes() {
                 match b {
@@ -409,6 +250,7 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "byTag" => {
             arity(args, 1)?;
+            walk_charged(&args[0], budget)?;
             let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
             for service in args[0].iter_elements() {
                 let Value::Object(object) = &service else {
@@ -443,6 +285,8 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "containsAll" | "containsAny" | "containsNone" | "containsNotAll" => {
             arity(args, 2)?;
+            let needles = args[0].len().unwrap_or(0);
+            budget.charge_elements(needles.saturating_mul(args[1].len().unwrap_or(0)))?;
             let mut found = 0usize;
             let mut total = 0usize;
             for needle in args[0].iter_elements() {
@@ -470,9 +314,9 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             if spaces
                 .saturating_mul(body.lines().count() + 1)
                 .saturating_add(body.len())
-                > limits.max_output
+                > max_output
             {
-                return Err(format!("the result would pass {} bytes", limits.max_output).into());
+                return Err(format!("the result would pass {} bytes", max_output).into());
             }
             let pad = " ".repeat(spaces);
             let lines: Vec<String> = body.split('\n').map(|l| format!("{pad}{l}")).collect();
@@ -480,8 +324,23 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "join" | "sprig_join" => {
             arity(args, 2)?;
-            let parts = string_list(&args[1], "the second argument")?;
-            text(parts.join(s(0)?))
+            let separator = s(0)?;
+            if !matches!(args[1], Value::List(_) | Value::Ints { .. } | Value::Nil) {
+                return Err(format!(
+                    "the second argument must be a list, not {}",
+                    args[1].type_name()
+                )
+                .into());
+            }
+            let mut out = String::new();
+            for (i, item) in args[1].iter_elements().enumerate() {
+                if i > 0 {
+                    out.push_str(separator);
+                }
+                item.write_go(&mut out);
+                budget.string_of(out.len())?;
+            }
+            text(out)
         }
         "loop" => {
             let (start, end) = match args {
@@ -571,8 +430,13 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "regexReplaceAll" => {
             arity(args, 3)?;
-            let replaced = regex(s(0)?)?.replace_all(s(2)?, s(1)?).into_owned();
-            text(replaced)
+            let (pattern, replacement, body) = (regex(s(0)?)?, s(1)?, s(2)?);
+            let matches = pattern.find_iter(body).count();
+            budget
+                .string_of(body.len().saturating_add(
+                    matches.saturating_mul(replacement.len().saturating_add(16)),
+                ))?;
+            text(pattern.replace_all(body, replacement).into_owned())
         }
         "replaceAll" => {
             arity(args, 3)?;
@@ -582,8 +446,8 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             } else {
                 body.matches(from).count()
             };
-            if body.len().saturating_add(count.saturating_mul(to.len())) > limits.max_output {
-                return Err(format!("the result would pass {} bytes", limits.max_output).into());
+            if body.len().saturating_add(count.saturating_mul(to.len())) > max_output {
+                return Err(format!("the result would pass {} bytes", max_output).into());
             }
             text(body.replace(from, to))
         }
@@ -599,6 +463,14 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             if body.is_empty() {
                 return Ok(Value::list(Vec::new()));
             }
+            // An element each: charged in full, not by 64, and their room first.
+            budget.charge_elements(body.len())?;
+            let count = if separator.is_empty() {
+                body.chars().count()
+            } else {
+                body.matches(separator).count() + 1
+            };
+            budget.will_make(count.saturating_mul(64))?;
             let parts: Vec<Value> = if separator.is_empty() {
                 body.chars().map(|c| Value::str(c.to_string())).collect()
             } else {
@@ -612,6 +484,13 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             if pair_separator.is_empty() || key_separator.is_empty() {
                 return Err("the separators cannot be empty".into());
             }
+            budget.charge_elements(body.len())?;
+            budget.will_make(
+                body.matches(pair_separator)
+                    .count()
+                    .saturating_add(1)
+                    .saturating_mul(96),
+            )?;
             let mut map = BTreeMap::new();
             for pair in body.split(pair_separator).filter(|p| !p.is_empty()) {
                 let (k, v) = pair.split_once(key_separator).unwrap_or((pair, ""));
@@ -630,18 +509,22 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "toJSON" => {
             arity(args, 1)?;
+            walk_charged(&args[0], budget)?;
             text(json_text(&args[0], false, true)?)
         }
         "toJSONPretty" => {
             arity(args, 1)?;
+            walk_charged(&args[0], budget)?;
             text(json_text(&args[0], true, true)?)
         }
         "toUnescapedJSON" => {
             arity(args, 1)?;
+            walk_charged(&args[0], budget)?;
             text(json_text(&args[0], false, false)?)
         }
         "toUnescapedJSONPretty" => {
             arity(args, 1)?;
+            walk_charged(&args[0], budget)?;
             text(json_text(&args[0], true, false)?)
         }
         "toLower" | "sprig_lower" => {
@@ -711,6 +594,9 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             if !args.len().is_multiple_of(2) {
                 return Err("dict takes pairs of a key and a value".into());
             }
+            for pair in args.chunks(2) {
+                nesting(&pair[1], budget)?;
+            }
             let map = args
                 .chunks(2)
                 .map(|pair| (pair[0].to_go_string(), pair[1].clone()))
@@ -723,13 +609,13 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "sprig_first" | "sprig_last" => {
             arity(args, 1)?;
-            let items: Vec<Value> = args[0].iter_elements().collect();
-            let item = if name == "sprig_first" {
-                items.first()
+            let len = args[0].len().unwrap_or(0);
+            let at = if name == "sprig_first" {
+                0
             } else {
-                items.last()
+                len.saturating_sub(1)
             };
-            Ok(item.cloned().unwrap_or(Value::Nil))
+            Ok(args[0].element(at).unwrap_or(Value::Nil))
         }
         "sprig_has" => {
             arity(args, 2)?;
@@ -743,36 +629,52 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
             arity(args, 2)?;
             Ok(Value::Bool(s(1)?.ends_with(s(0)?)))
         }
-        "sprig_list" => Ok(Value::list(args.to_vec())),
+        "sprig_list" => {
+            for arg in args {
+                nesting(arg, budget)?;
+            }
+            Ok(Value::list(args.to_vec()))
+        }
         "sprig_quote" | "sprig_squote" => {
-            let quoted: Vec<String> = args
-                .iter()
-                .map(|a| {
-                    if name == "sprig_quote" {
-                        go_quote(&a.to_go_string())
-                    } else {
-                        format!("'{}'", a.to_go_string())
-                    }
-                })
-                .collect();
-            text(quoted.join(" "))
+            let mut out = String::new();
+            for (i, arg) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                let mut inner = String::new();
+                arg.write_go(&mut inner);
+                budget.string_of(out.len().saturating_add(inner.len()))?;
+                if name == "sprig_quote" {
+                    out.push_str(&go_quote(&inner));
+                } else {
+                    out.push('\'');
+                    out.push_str(&inner);
+                    out.push('\'');
+                }
+            }
+            budget.string_of(out.len())?;
+            text(out)
         }
         "sprig_repeat" => {
             arity(args, 2)?;
             let count = usize::try_from(want_int(args, 0, "the count")?)
                 .map_err(|_| "the count cannot be negative")?;
             let body = s(1)?;
-            if body.len().saturating_mul(count) > limits.max_output {
-                return Err(format!("the result would pass {} bytes", limits.max_output).into());
+            if body.len().saturating_mul(count) > max_output {
+                return Err(format!("the result would pass {} bytes", max_output).into());
             }
             text(body.repeat(count))
         }
         "sprig_replace" => {
             arity(args, 3)?;
-            call("replaceAll", args, limits)
+            call("replaceAll", args, budget)
         }
         "sprig_sortAlpha" => {
             arity(args, 1)?;
+            let n = args[0].len().unwrap_or(0);
+            budget.charge_elements(
+                n.saturating_mul(usize::BITS as usize - n.leading_zeros() as usize),
+            )?;
             let mut items = string_list(&args[0], "the argument")?;
             items.sort();
             Ok(Value::list(items.into_iter().map(Value::str).collect()))
@@ -787,10 +689,15 @@ pub(crate) fn call(name: &str, args: &[Value], limits: &Limits) -> Result<Value,
         }
         "sprig_toString" => {
             arity(args, 1)?;
-            text(args[0].to_go_string())
+            let mut out = String::new();
+            args[0].write_go(&mut out);
+            budget.string_of(out.len())?;
+            text(out)
         }
         "sprig_uniq" => {
             arity(args, 1)?;
+            let n = args[0].len().unwrap_or(0);
+            budget.charge_elements(n.saturating_mul(n))?;
             let mut seen: Vec<Value> = Vec::new();
             for item in args[0].iter_elements() {
                 if !seen.iter().any(|s| equal(s, &item).unwrap_or(false)) {

@@ -3,10 +3,11 @@
 //! forever or to render gigabytes ends with an error that says which.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::CallError;
-use crate::functions::{self, Support};
+use crate::budget::Budget;
+use crate::functions::Support;
 use crate::parse::{Command, Node, Operand, Parsed, Pipe};
 use crate::value::Value;
 
@@ -15,10 +16,14 @@ use crate::value::Value;
 pub struct Limits {
     /// Bytes of output, and of any one string a function makes.
     pub max_output: usize,
-    /// Actions, loop turns and function calls.
+    /// Actions, loop turns, function calls, and the elements functions walk or make.
     pub max_steps: u64,
     pub max_time: Duration,
-    /// Nested `template` calls.
+    /// Bytes of values the functions make in one render (strings, list elements).
+    pub max_memory: usize,
+    /// Nesting while rendering: `if`/`range`/`with` bodies, parentheses and `template`
+    /// calls together. Each level is a frame of the renderer's stack: run it on a
+    /// thread with room for them (8 MiB is room for the default).
     pub max_depth: usize,
 }
 
@@ -28,7 +33,8 @@ impl Default for Limits {
             max_output: 8 << 20,
             max_steps: 10_000_000,
             max_time: Duration::from_secs(5),
-            max_depth: 100,
+            max_memory: 128 << 20,
+            max_depth: 200,
         }
     }
 }
@@ -53,8 +59,13 @@ pub enum RenderError {
     TooManySteps { limit: u64 },
     #[error("the template renders for more than {limit:?}")]
     TooLong { limit: Duration },
-    #[error("line {line}: templates call each other more than {limit} deep")]
+    #[error(
+        "line {line}: the template nests blocks, parentheses and template calls more than \
+         {limit} deep"
+    )]
     TooDeep { line: usize, limit: usize },
+    #[error("the template makes more than {limit} bytes of values")]
+    TooMuchMemory { limit: usize },
 }
 
 /// The functions whose answers come from outside the template: the task's environment,
@@ -74,12 +85,10 @@ enum Flow {
 pub(crate) struct Exec<'a> {
     parsed: &'a Parsed,
     data: &'a mut dyn Data,
-    limits: &'a Limits,
+    budget: Budget,
     missing: MissingKey,
     pub(crate) out: String,
-    steps: u64,
-    started: Instant,
-    vars: Vec<(String, Value)>,
+    vars: Vec<(Arc<str>, Value)>,
     depth: usize,
 }
 
@@ -93,11 +102,9 @@ impl<'a> Exec<'a> {
         Exec {
             parsed,
             data,
-            limits,
+            budget: Budget::new(limits),
             missing,
             out: String::new(),
-            steps: 0,
-            started: Instant::now(),
             vars: vec![("$".into(), Value::Nil)],
             depth: 0,
         }
@@ -109,24 +116,25 @@ impl<'a> Exec<'a> {
     }
 
     fn step(&mut self) -> Result<(), RenderError> {
-        self.steps += 1;
-        if self.steps > self.limits.max_steps {
-            return Err(RenderError::TooManySteps {
-                limit: self.limits.max_steps,
+        self.budget.step()
+    }
+
+    /// One level deeper (a body, parentheses, a template call), within the limit.
+    fn enter(&mut self, line: usize) -> Result<(), RenderError> {
+        if self.depth >= self.budget.limits.max_depth {
+            return Err(RenderError::TooDeep {
+                line,
+                limit: self.budget.limits.max_depth,
             });
         }
-        if self.steps.is_multiple_of(1024) && self.started.elapsed() > self.limits.max_time {
-            return Err(RenderError::TooLong {
-                limit: self.limits.max_time,
-            });
-        }
+        self.depth += 1;
         Ok(())
     }
 
     fn emit(&mut self, text: &str) -> Result<(), RenderError> {
-        if self.out.len() + text.len() > self.limits.max_output {
+        if self.out.len() + text.len() > self.budget.limits.max_output {
             return Err(RenderError::TooLarge {
-                limit: self.limits.max_output,
+                limit: self.budget.limits.max_output,
             });
         }
         self.out.push_str(text);
@@ -149,6 +157,8 @@ impl<'a> Exec<'a> {
                     branches,
                     otherwise,
                 } => {
+                    let line = branches.first().map_or(0, |(pipe, _)| pipe.line);
+                    self.enter(line)?;
                     let mark = self.vars.len();
                     let mut chosen = None;
                     for (pipe, body) in branches {
@@ -166,6 +176,7 @@ impl<'a> Exec<'a> {
                         None => self.walk(dot, otherwise)?,
                     };
                     self.vars.truncate(mark);
+                    self.depth -= 1;
                     if !matches!(flow, Flow::Normal) {
                         return Ok(flow);
                     }
@@ -176,9 +187,11 @@ impl<'a> Exec<'a> {
                     body,
                     otherwise,
                 } => {
+                    self.enter(*line)?;
                     let mark = self.vars.len();
                     let flow = self.range(dot, pipe, body, otherwise, *line)?;
                     self.vars.truncate(mark);
+                    self.depth -= 1;
                     if let Some(flow) = flow {
                         return Ok(flow);
                     }
@@ -206,13 +219,7 @@ impl<'a> Exec<'a> {
         dot: Value,
         line: usize,
     ) -> Result<(), RenderError> {
-        if self.depth >= self.limits.max_depth {
-            return Err(RenderError::TooDeep {
-                line,
-                limit: self.limits.max_depth,
-            });
-        }
-        self.depth += 1;
+        self.enter(line)?;
         let saved = std::mem::replace(&mut self.vars, vec![("$".into(), dot.clone())]);
         let result = self.walk(&dot, body);
         self.vars = saved;
@@ -311,6 +318,11 @@ impl<'a> Exec<'a> {
                 let s = s.clone();
                 self.emit(&s)
             }
+            Value::Int(i) => {
+                let mut digits = itoa_buffer();
+                let text = format_int(&mut digits, *i);
+                self.emit(text)
+            }
             other => {
                 let text = other.to_go_string();
                 self.emit(&text)
@@ -327,7 +339,7 @@ impl<'a> Exec<'a> {
         let value = value.unwrap_or(Value::Nil);
         if let Some(name) = pipe.declare.first() {
             if pipe.assign {
-                if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| n == name) {
+                if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| **n == **name) {
                     slot.1 = value.clone();
                 }
             } else {
@@ -349,7 +361,7 @@ impl<'a> Exec<'a> {
             .args
             .split_first()
             .ok_or_else(|| at(line, "an empty command"))?;
-        let Operand::Function(name) = first else {
+        let Operand::Function(name, support) = first else {
             if !rest.is_empty() || piped.is_some() {
                 return Err(at(
                     line,
@@ -383,16 +395,17 @@ impl<'a> Exec<'a> {
         if let Some(p) = piped {
             args.push(p);
         }
-        self.call(name, args, line)
+        self.call(name, *support, args, line)
     }
 
     fn call(
         &mut self,
         name: &'static str,
+        support: Support,
         args: Vec<Value>,
         line: usize,
     ) -> Result<Value, RenderError> {
-        let value = match functions::support(name).map(|(_, s)| s) {
+        let value = match support {
             _ if name == "executeTemplate" => {
                 let (template, inner) = match args.as_slice() {
                     [Value::Str(t)] => (t.clone(), Value::Nil),
@@ -429,20 +442,33 @@ impl<'a> Exec<'a> {
                 }
                 _ => return Err(at(line, "envOrDefault takes a name and a default")),
             },
-            Some(Support::Data) => self
+            Support::Data => self
                 .data
                 .call(name, &args)
                 .map_err(|m| at(line, format!("{name}: {m}")))?,
-            _ => crate::compute::call(name, &args, self.limits)
-                .map_err(|m| at(line, format!("{name}: {m}")))?,
+            _ => match crate::compute::call(name, &args, &mut self.budget) {
+                Ok(value) => value,
+                // The budget ran out inside it: the render's error says which.
+                Err(_) if self.budget.exceeded.is_some() => {
+                    return Err(self
+                        .budget
+                        .exceeded
+                        .take()
+                        .unwrap_or(RenderError::TooLarge {
+                            limit: self.budget.limits.max_output,
+                        }));
+                }
+                Err(message) => return Err(at(line, format!("{name}: {message}"))),
+            },
         };
         if let Value::Str(s) = &value
-            && s.len() > self.limits.max_output
+            && s.len() > self.budget.limits.max_output
         {
             return Err(RenderError::TooLarge {
-                limit: self.limits.max_output,
+                limit: self.budget.limits.max_output,
             });
         }
+        self.budget.made(value.made_size())?;
         Ok(value)
     }
 
@@ -459,67 +485,105 @@ impl<'a> Exec<'a> {
             Operand::Float(f) => Value::Float(*f),
             Operand::Str(s) => Value::Str(s.clone()),
             Operand::Dot => dot.clone(),
-            Operand::Field(path) => self.fields(dot.clone(), path, line)?,
+            Operand::Field(path) => field_of(dot, path, self.missing, line)?.clone(),
             Operand::Variable(name, path) => {
                 let value = self
                     .vars
                     .iter()
                     .rev()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
+                    .find(|(n, _)| **n == **name)
+                    .map(|(_, v)| v)
                     .ok_or_else(|| at(line, format!("undefined variable {name:?}")))?;
-                self.fields(value, path, line)?
+                field_of(value, path, self.missing, line)?.clone()
             }
-            Operand::Function(name) => self.call(name, Vec::new(), line)?,
+            Operand::Function(name, support) => self.call(name, *support, Vec::new(), line)?,
             Operand::Nested(pipe, path) => {
-                let value = self.pipe(dot, pipe)?;
+                self.enter(pipe.line)?;
+                let value = self.pipe(dot, pipe);
+                self.depth -= 1;
+                let value = value?;
                 self.fields(value, path, line)?
             }
         })
     }
 
-    fn fields(&self, mut value: Value, path: &[String], line: usize) -> Result<Value, RenderError> {
-        for field in path {
-            value = match &value {
-                Value::Map(map) => match map.get(field) {
-                    Some(v) => v.clone(),
-                    None if self.missing == MissingKey::Error => {
-                        return Err(at(line, format!("map has no entry for key {field:?}")));
-                    }
-                    None => Value::Nil,
-                },
-                Value::Object(object) => {
-                    object.fields.get(field.as_str()).cloned().ok_or_else(|| {
-                        at(
-                            line,
-                            format!("can't evaluate field {field} in type {}", object.type_name),
-                        )
-                    })?
-                }
-                Value::Nil => {
-                    return Err(at(line, format!("nil data; no entry for key {field:?}")));
-                }
-                other => {
-                    return Err(at(
-                        line,
-                        format!("can't evaluate field {field} in type {}", other.type_name()),
-                    ));
-                }
-            };
+    fn fields(&self, value: Value, path: &[String], line: usize) -> Result<Value, RenderError> {
+        if path.is_empty() {
+            return Ok(value);
         }
-        Ok(value)
+        field_of(&value, path, self.missing, line).cloned()
     }
+}
+
+/// The value at `path` in `value`, by reference (a clone only of what is kept).
+fn field_of<'v>(
+    mut value: &'v Value,
+    path: &[String],
+    missing: MissingKey,
+    line: usize,
+) -> Result<&'v Value, RenderError> {
+    static NIL: Value = Value::Nil;
+    for field in path {
+        value = match value {
+            Value::Map(map) => match map.get(field) {
+                Some(v) => v,
+                None if missing == MissingKey::Error => {
+                    return Err(at(line, format!("map has no entry for key {field:?}")));
+                }
+                None => &NIL,
+            },
+            Value::Object(object) => object.fields.get(field.as_str()).ok_or_else(|| {
+                at(
+                    line,
+                    format!("can't evaluate field {field} in type {}", object.type_name),
+                )
+            })?,
+            Value::Nil => {
+                return Err(at(line, format!("nil data; no entry for key {field:?}")));
+            }
+            other => {
+                return Err(at(
+                    line,
+                    format!("can't evaluate field {field} in type {}", other.type_name()),
+                ));
+            }
+        };
+    }
+    Ok(value)
 }
 
 fn describe(operand: &Operand) -> String {
     match operand {
         Operand::Field(path) => format!(".{}", path.join(".")),
-        Operand::Variable(name, path) if path.is_empty() => name.clone(),
+        Operand::Variable(name, path) if path.is_empty() => name.to_string(),
         Operand::Variable(name, path) => format!("{name}.{}", path.join(".")),
         Operand::Dot => ".".into(),
         Operand::Str(s) => format!("{s:?}"),
         other => format!("{other:?}"),
     }
+}
+
+fn itoa_buffer() -> [u8; 20] {
+    [0; 20]
+}
+
+/// An integer's decimal digits, written into `buffer` with no allocation.
+fn format_int(buffer: &mut [u8; 20], value: i64) -> &str {
+    let mut at = buffer.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        at -= 1;
+        buffer[at] = b'-';
+    }
+    std::str::from_utf8(&buffer[at..]).unwrap_or("")
 }
 
 fn at(line: usize, message: impl Into<String>) -> RenderError {

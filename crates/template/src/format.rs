@@ -4,6 +4,9 @@
 use crate::CallError;
 use crate::value::{Value, go_float};
 
+/// The most digits `%.Nf` may ask for.
+const MAX_PRECISION: usize = 1000;
+
 /// Go's `fmt.Sprintf` for the verbs templates use: `%v %s %d %q %f %F %e %g %x %X %o
 /// %b %t %c %%`, with flags `-+ 0#`, width and precision (`*` not). A verb that does
 /// not fit its operand writes Go's `%!d(string=x)`; a missing operand `%!d(MISSING)`.
@@ -43,8 +46,12 @@ pub fn printf(format: &str, args: &[Value], max: usize) -> Result<String, CallEr
         } else {
             None
         };
-        if width.unwrap_or(0) > max || precision.unwrap_or(0) > max {
-            return Err(format!("a width or precision past {max}").into());
+        if width.unwrap_or(0) > max {
+            return Err(format!("a width past {max}").into());
+        }
+        // Rust's formatter refuses more than 65,535 digits; nobody needs a thousand.
+        if precision.unwrap_or(0) > MAX_PRECISION {
+            return Err(format!("a precision past {MAX_PRECISION}").into());
         }
         let Some(verb) = chars.next() else {
             out.push_str("%!(NOVERB)");

@@ -14,11 +14,13 @@
 //! keys) comes through the caller's [`Data`]; this crate reads nothing itself, so it
 //! is the caller that confines a `file` read and knows which values to watch.
 
+mod budget;
 mod compute;
 mod exec;
 mod format;
 pub mod functions;
 mod lex;
+mod operands;
 mod parse;
 mod value;
 

@@ -66,7 +66,7 @@ pub(crate) enum Node {
 pub(crate) struct Pipe {
     pub line: usize,
     /// `$x :=` (or `$i, $e :=` in a range); empty: no declaration.
-    pub declare: Vec<String>,
+    pub declare: Vec<Arc<str>>,
     /// `$x =`: an assignment to a variable declared before.
     pub assign: bool,
     pub commands: Vec<Command>,
@@ -89,8 +89,8 @@ pub(crate) enum Operand {
     /// `.A.B`
     Field(Vec<String>),
     /// `$x.A.B` (`$` alone is the data the template was given).
-    Variable(String, Vec<String>),
-    Function(&'static str),
+    Variable(Arc<str>, Vec<String>),
+    Function(&'static str, Support),
     /// `(pipeline).A.B`
     Nested(Box<Pipe>, Vec<String>),
 }
@@ -209,14 +209,19 @@ impl Parser {
                         }
                         Some("else") => {
                             self.at += 1;
-                            let mut after = Vec::new();
-                            while let Some(t) = self.next() {
-                                if t.tok == Tok::Close {
-                                    break;
+                            // `else if …` leaves its condition in the stream, for the
+                            // `if` to read where it stands (no copying: linear).
+                            let follows = match self.peek() {
+                                Some(Token {
+                                    tok: Tok::Close, ..
+                                }) => {
+                                    self.at += 1;
+                                    Vec::new()
                                 }
-                                after.push(t);
-                            }
-                            return Ok((nodes, Some(("else".into(), line, after))));
+                                Some(token) => vec![token.clone()],
+                                None => Vec::new(),
+                            };
+                            return Ok((nodes, Some(("else".into(), line, follows))));
                         }
                         Some("if") | Some("with") => {
                             let with = keyword.as_deref() == Some("with");
@@ -389,15 +394,8 @@ impl Parser {
                             tok: Tok::Ident(word),
                             ..
                         }) if word == keyword => {
-                            // `else if …`: the condition's tokens are back in the stream,
-                            // closed as an action of their own.
-                            let mut rest: Vec<Token> = after[1..].to_vec();
-                            rest.push(Token {
-                                tok: Tok::Close,
-                                line: else_line,
-                                spaced: false,
-                            });
-                            self.tokens.splice(self.at..self.at, rest);
+                            // `else if …`: its condition follows in the stream.
+                            self.at += 1;
                             condition_line = else_line;
                         }
                         Some(token) => {
@@ -463,7 +461,7 @@ impl Parser {
 
     /// A pipeline up to the action's end (`until_close`) or up to `)`.
     fn pipeline(&mut self, line: usize, until_close: bool) -> Result<Pipe, ParseError> {
-        let mut declare = Vec::new();
+        let mut declare: Vec<Arc<str>> = Vec::new();
         let mut assign = false;
         // `$x :=`, `$x =`, `$i, $e :=`
         let lookahead: Vec<Tok> = self.tokens[self.at..]
@@ -473,14 +471,14 @@ impl Parser {
             .collect();
         match lookahead.as_slice() {
             [Tok::Variable(v, p), Tok::Declare, ..] if p.is_empty() => {
-                declare.push(v.clone());
+                declare.push(Arc::from(v.as_str()));
                 self.at += 2;
             }
             [Tok::Variable(v, p), Tok::Assign, ..] if p.is_empty() => {
                 if !self.declared(v) {
                     return Err(self.error(line, format!("undefined variable {v:?}")));
                 }
-                declare.push(v.clone());
+                declare.push(Arc::from(v.as_str()));
                 assign = true;
                 self.at += 2;
             }
@@ -490,8 +488,8 @@ impl Parser {
                 Tok::Variable(b, q),
                 Tok::Declare,
             ] if p.is_empty() && q.is_empty() => {
-                declare.push(a.clone());
-                declare.push(b.clone());
+                declare.push(Arc::from(a.as_str()));
+                declare.push(Arc::from(b.as_str()));
                 self.at += 4;
             }
             _ => {}
@@ -531,7 +529,7 @@ impl Parser {
         }
         commands.push(Command { args });
         if !assign && let Some(scope) = self.scopes.last_mut() {
-            scope.extend(declare.iter().cloned());
+            scope.extend(declare.iter().map(|d: &Arc<str>| d.to_string()));
         }
         Ok(Pipe {
             line,
@@ -547,7 +545,10 @@ impl Parser {
                 "true" => Operand::Bool(true),
                 "false" => Operand::Bool(false),
                 "nil" => Operand::Nil,
-                name => Operand::Function(self.function(name, line)?),
+                name => {
+                    let (known, support) = self.function(name, line)?;
+                    Operand::Function(known, support)
+                }
             },
             Tok::Str(s) => Operand::Str(s.into()),
             Tok::Int(i) => Operand::Int(i),
@@ -558,7 +559,7 @@ impl Parser {
                 if !self.declared(&name) {
                     return Err(self.error(line, format!("undefined variable {name:?}")));
                 }
-                Operand::Variable(name, path)
+                Operand::Variable(Arc::from(name.as_str()), path)
             }
             Tok::LeftParen => {
                 self.enter(line)?;
@@ -581,17 +582,17 @@ impl Parser {
         Ok(operand)
     }
 
-    fn function(&mut self, name: &str, line: usize) -> Result<&'static str, ParseError> {
+    fn function(&mut self, name: &str, line: usize) -> Result<(&'static str, Support), ParseError> {
         match functions::support(name) {
             Some((_, Support::No(reason))) => Err(self.error(
                 line,
                 format!("template function {name:?} is not supported: {reason}"),
             )),
-            Some((known, _)) => {
+            Some((known, support)) => {
                 if !self.calls.contains(&known) {
                     self.calls.push(known);
                 }
-                Ok(known)
+                Ok((known, support))
             }
             None => Err(self.error(line, format!("function {name:?} not defined"))),
         }

@@ -290,8 +290,116 @@ fn loops_without_end_and_huge_output_are_bounded() {
         .render(&mut TestData::default(), &options)
         .unwrap_err();
     assert!(
-        matches!(error, RenderError::TooDeep { limit: 100, .. }),
+        matches!(error, RenderError::TooDeep { limit: 200, .. }),
         "{error}"
+    );
+}
+
+/// What a hostile job author wrote to stop the agent (each found by an attack on this
+/// engine): every one ends with an error, in bounded time, within the agent's limits.
+#[test]
+fn hostile_templates_end_with_an_error_not_a_crash() {
+    let limits = Limits {
+        max_output: 4 << 20,
+        max_steps: 5_000_000,
+        max_time: std::time::Duration::from_secs(2),
+        max_memory: 64 << 20,
+        max_depth: 200,
+    };
+    let big = "{{ $s := sprig_repeat 4000000 \"x\" }}";
+    let cases: &[(&str, &str)] = &[
+        // Values nested until the stack overflows when dropped or printed.
+        (
+            "{{ $a := sprig_list 1 }}{{ range loop 60000 }}{{ $a = sprig_list $a }}{{ end }}done",
+            "nest at most 32 deep",
+        ),
+        // Shared values doubling: each level walks what it holds.
+        (
+            "{{ $a := sprig_list \"xxxxxxxx\" }}{{ range loop 40 }}{{ $a = sprig_list $a $a }}{{ end }}{{ $a }}",
+            "steps",
+        ),
+        // Nesting and template calls multiplied.
+        (
+            &format!(
+                "{{{{ define \"a\" }}}}{}{{{{ template \"a\" . }}}}{}{{{{ end }}}}{{{{ template \"a\" 1 }}}}",
+                "{{ if 1 }}".repeat(40),
+                "{{ end }}".repeat(40)
+            ),
+            "more than 200 deep",
+        ),
+        // A billion integers, walked or made inside one call.
+        ("{{ loop 0 100000000000 }}", "bytes"),
+        ("{{ toJSON (loop 0 100000000000) }}", "steps"),
+        ("{{ join \",\" (loop 0 100000000000) }}", "steps"),
+        ("{{ in (loop 0 9000000000000000000) -1 }}", "steps"),
+        (
+            "{{ slice (loop 0 9000000000000000000) 8999999999999999999 | len }}",
+            "steps",
+        ),
+        ("{{ sprig_uniq (loop 0 300000) }}", "steps"),
+        ("{{ sprig_sortAlpha (loop 0 100000000) }}", "steps"),
+        (
+            "{{ split \",\" \"a,b\" | containsAll (loop 0 100000000) }}",
+            "steps",
+        ),
+        // Big strings many times over.
+        (
+            &format!("{big}{{{{ print $s $s $s $s $s $s $s $s $s $s }}}}"),
+            "bytes",
+        ),
+        (
+            &format!("{big}{{{{ regexReplaceAll \"\" $s $s }}}}"),
+            "bytes",
+        ),
+        (
+            &format!(
+                "{big}{{{{ $l := sprig_list }}}}{{{{ range loop 100 }}}}{{{{ $l = split \"\" $s }}}}{{{{ end }}}}"
+            ),
+            "bytes of values",
+        ),
+        // Rust's formatter panics past 65,535 digits.
+        ("{{ printf \"%.65536f\" 1.5 }}", "a precision past 1000"),
+    ];
+    for (text, expected) in cases {
+        let started = std::time::Instant::now();
+        let template = Template::parse(text, &Delimiters::default()).unwrap();
+        let options = RenderOptions {
+            limits: limits.clone(),
+            ..RenderOptions::default()
+        };
+        let error = template
+            .render(&mut TestData::default(), &options)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{text}: {error}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{text}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// A long `else if` chain parses in linear time (it was copied back into the stream
+/// once per branch: 150,000 branches took minutes).
+#[test]
+fn a_long_else_if_chain_parses_in_linear_time() {
+    let text = format!(
+        "{{{{ if 0 }}}}{}x{{{{ end }}}}",
+        "{{ else if 0 }}".repeat(50_000)
+    );
+    let started = std::time::Instant::now();
+    let template = Template::parse(&text, &Delimiters::default()).unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        template
+            .render(&mut TestData::default(), &RenderOptions::default())
+            .unwrap(),
+        ""
     );
 }
 

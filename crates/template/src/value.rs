@@ -110,6 +110,19 @@ impl Value {
         }
     }
 
+    /// Bytes a function spent making this value, for the render's memory budget: a
+    /// string's text, a list's and a map's slots (their elements were counted when
+    /// they were made).
+    pub fn made_size(&self) -> usize {
+        match self {
+            Value::Str(s) => s.len(),
+            Value::List(l) => l.len().saturating_mul(32),
+            Value::Map(m) => m.keys().map(|k| k.len() + 64).sum(),
+            Value::Object(o) => o.fields.len().saturating_mul(48),
+            _ => 0,
+        }
+    }
+
     /// The `index`-th element of a list (or `loop`'s integers).
     pub fn element(&self, index: usize) -> Option<Value> {
         match self {
@@ -123,8 +136,13 @@ impl Value {
     }
 
     /// Writes the value as Go's `fmt.Print` does (`%v`): lists as `[a b]`, maps as
-    /// `map[k:v]`, nil as `<nil>`.
+    /// `map[k:v]`, nil as `<nil>`. It stops once `out` holds [`GO_TEXT_CAP`] bytes: a
+    /// text that long is refused by whoever asked for it (no render writes as much),
+    /// and `loop`'s billion integers are not all written first.
     pub fn write_go(&self, out: &mut String) {
+        if out.len() > GO_TEXT_CAP {
+            return;
+        }
         match self {
             Value::Nil => out.push_str("<nil>"),
             Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -137,6 +155,9 @@ impl Value {
                 out.push('[');
                 let mut first = true;
                 for item in self.iter_elements() {
+                    if out.len() > GO_TEXT_CAP {
+                        return;
+                    }
                     if !first {
                         out.push(' ');
                     }
@@ -238,6 +259,9 @@ impl Value {
         }
     }
 }
+
+/// The most [`Value::write_go`] writes (past every output limit berth sets).
+pub const GO_TEXT_CAP: usize = 16 << 20;
 
 /// Go's `%v` of a float64: the shortest form that reads back, with an exponent below
 /// 1e-4 and from 1e21 (`1e+21`, `1e-05`).

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 /// Runs a benchmark's body on a multi-threaded tokio runtime, as the agent does.
+#[allow(dead_code, reason = "template_render is synchronous")]
 pub fn block_on<F: Future>(body: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

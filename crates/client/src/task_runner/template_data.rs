@@ -30,6 +30,9 @@ pub(super) struct TaskTemplateData {
     pub node_address: String,
     /// Whether the template read anything that changes while the task runs.
     pub watched: BTreeSet<Watched>,
+    /// What this render read from the catalog, by service name (`""`: the names):
+    /// read once per render, however often the template asks.
+    pub services_read: BTreeMap<String, Value>,
 }
 
 /// What a render read that may change.
@@ -37,6 +40,43 @@ pub(super) struct TaskTemplateData {
 pub(super) enum Watched {
     Services,
     File(String),
+}
+
+/// `relative` beneath `task_dir` as a path only (`O_PATH`: nothing of it is opened),
+/// through no link, with what it is.
+fn open_beneath(
+    task_dir: &std::path::Path,
+    relative: &str,
+) -> Result<(std::os::fd::OwnedFd, rustix::fs::Stat), rustix::io::Errno> {
+    let dir = rustix::fs::open(
+        task_dir,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let fd = rustix::fs::openat2(
+        &dir,
+        relative,
+        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )?;
+    let stat = rustix::fs::fstat(&fd)?;
+    Ok((fd, stat))
+}
+
+/// What the watcher compares to tell that a file a template read has changed: its
+/// inode, size and modification time (`None`: gone or unreachable).
+pub(super) fn file_fingerprint(
+    task_dir: &std::path::Path,
+    relative: &str,
+) -> Option<(u64, i64, i64, i64)> {
+    let (_, stat) = open_beneath(task_dir, relative).ok()?;
+    Some((
+        stat.st_ino,
+        stat.st_size,
+        stat.st_mtime,
+        stat.st_mtime_nsec as i64,
+    ))
 }
 
 impl TaskTemplateData {
@@ -56,28 +96,36 @@ impl TaskTemplateData {
             None => path,
         };
         self.watched.insert(Watched::File(relative.to_string()));
-        let dir = std::fs::File::open(&self.task_dir).map_err(|e| CallError(e.to_string()))?;
-        let fd = rustix::fs::openat2(
-            &dir,
-            relative,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(|e| {
+        let (fd, stat) = open_beneath(&self.task_dir, relative).map_err(|e| {
             CallError(match e {
                 rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => format!(
                     "{path:?} leads out of the task's directory or through a symlink; berth \
-                 does not follow it"
+                     does not follow it"
                 ),
                 rustix::io::Errno::NOENT => format!("{path:?} does not exist"),
                 other => format!("{path:?}: {other}"),
             })
         })?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| CallError(e.to_string()))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(format!("{path:?} is not a regular file").into());
+        match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+            rustix::fs::FileType::RegularFile => {}
+            // O_PATH with O_NOFOLLOW opens the link itself.
+            rustix::fs::FileType::Symlink => {
+                return Err(format!(
+                    "{path:?} is a symlink; berth does not follow links in the task's \
+                     directory"
+                )
+                .into());
+            }
+            _ => return Err(format!("{path:?} is not a regular file").into()),
         }
+        // Opened for reading only now that it is known to be a regular file (a device
+        // or FIFO the task left there is never opened).
+        let fd = rustix::fs::open(
+            format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|e| CallError(format!("{path:?}: {e}")))?;
         let mut bytes = Vec::new();
         std::fs::File::from(fd)
             .take(MAX_FILE + 1)
@@ -122,13 +170,22 @@ impl TaskTemplateData {
             }
             None => name,
         };
+        if pick.is_none()
+            && let Some(read) = self.services_read.get(&name)
+        {
+            return Ok(read.clone());
+        }
         let mut records =
             (self.services.nomad_service(&name)).map_err(|e| CallError(e.to_string()))?;
-        if let Some((count, key)) = pick {
-            records.sort_by_key(|r| std::cmp::Reverse(rendezvous(&key, &r.id)));
-            records.truncate(count);
+        if let Some((count, key)) = &pick {
+            records.sort_by_key(|r| std::cmp::Reverse(rendezvous(key, &r.id)));
+            records.truncate(*count);
         }
-        Ok(Value::list(records.iter().map(service_value).collect()))
+        let value = Value::list(records.iter().map(service_value).collect());
+        if pick.is_none() {
+            self.services_read.insert(name, value.clone());
+        }
+        Ok(value)
     }
 
     fn nomad_services(&mut self, args: &[Value]) -> Result<Value, CallError> {
@@ -136,8 +193,11 @@ impl TaskTemplateData {
         if !args.is_empty() {
             return Err("takes no arguments in berth (one namespace: \"default\")".into());
         }
+        if let Some(read) = self.services_read.get("") {
+            return Ok(read.clone());
+        }
         let names = (self.services.nomad_service_names()).map_err(|e| CallError(e.to_string()))?;
-        Ok(Value::list(
+        let value = Value::list(
             names
                 .into_iter()
                 .map(|n| {
@@ -154,7 +214,9 @@ impl TaskTemplateData {
                     )
                 })
                 .collect(),
-        ))
+        );
+        self.services_read.insert(String::new(), value.clone());
+        Ok(value)
     }
 
     fn sockaddr(&self, args: &[Value]) -> Result<Value, CallError> {
@@ -248,6 +310,7 @@ mod tests {
             services: Arc::new(crate::consul::ServiceClient::disabled()),
             node_address: "10.1.2.3".into(),
             watched: BTreeSet::new(),
+            services_read: BTreeMap::new(),
         }
     }
 
@@ -263,9 +326,10 @@ mod tests {
         std::os::unix::fs::symlink(root.path().join("host-secret"), task_dir.join("local/link"))
             .unwrap();
         std::os::unix::fs::symlink("app.json", task_dir.join("local/inside-link")).unwrap();
+        std::os::unix::fs::symlink(root.path(), task_dir.join("local/dir-link")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &task_dir.join("local/fifo"),
+            task_dir.join("local/fifo"),
             rustix::fs::FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,
@@ -281,8 +345,10 @@ mod tests {
         let absolute = format!("{}/local/app.json", task_dir.display());
         assert_eq!(read(&mut data, &absolute), Ok("{\"a\":1}".into()));
         for (path, refusal) in [
-            ("local/link", "through a symlink"),
-            ("local/inside-link", "through a symlink"),
+            ("local/link", "is a symlink"),
+            ("local/inside-link", "is a symlink"),
+            ("local/../local/link", "is a symlink"),
+            ("local/dir-link/host-secret", "through a symlink"),
             ("../host-secret", "leads out of the task's directory"),
             ("/etc/passwd", "outside the task's directory"),
             ("local/fifo", "not a regular file"),

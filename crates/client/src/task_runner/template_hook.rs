@@ -9,7 +9,9 @@
 use std::sync::{Arc, Mutex};
 
 use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use super::template_render::{Rendering, template_env, write_beneath_for};
+use super::template_render::{
+    Rendering, on_render_thread, parse_all, template_env, write_beneath_for,
+};
 
 #[derive(Default)]
 pub struct TemplateHook {
@@ -62,8 +64,11 @@ impl TaskHook for TemplateHook {
             )
             .map_err(|e| self.fail(e))?
             .map(|(_, user)| user);
+            let parsed = parse_all(&ctx.task.templates)
+                .map_err(|(destination, error)| self.fail(format!("{destination}: {error}")))?;
             let rendering = Arc::new(Rendering {
                 templates: ctx.task.templates.clone(),
+                parsed,
                 env: Arc::new(prepare.env.iter().cloned().collect()),
                 task_dir: prepare.task_dir.clone(),
                 user,
@@ -76,7 +81,7 @@ impl TaskHook for TemplateHook {
             // for it.
             let renderer = rendering.clone();
             let sys = ctx.sys.clone();
-            let written = tokio::task::spawn_blocking(move || {
+            let written = on_render_thread(move || {
                 let mut last = Vec::new();
                 for (index, template) in renderer.templates.iter().enumerate() {
                     let failed = |message: String| (template.destination.clone(), message);
@@ -96,7 +101,7 @@ impl TaskHook for TemplateHook {
                 Ok(last)
             })
             .await
-            .map_err(|e| self.fail(format!("the renderer ended: {e}")))?;
+            .map_err(|e| self.fail(e))?;
             let last: Vec<_> = written.map_err(|(destination, message): (String, String)| {
                 self.fail(format!("{destination}: {message}"))
             })?;

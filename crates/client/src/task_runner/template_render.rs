@@ -22,13 +22,34 @@ use berth_jobspec::Template;
 use berth_jobspec::template::{TemplateError, env_lines};
 use berth_model::driver::TaskUser;
 
-/// Why a template could not be rendered.
+/// Why the renderer's thread gave no answer.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum TemplateRenderError {
-    #[error(transparent)]
-    Parse(#[from] berth_template::ParseError),
-    #[error(transparent)]
-    Render(#[from] berth_template::RenderError),
+pub(super) enum RenderThreadError {
+    #[error("no thread for the renderer: {0}")]
+    Spawn(std::io::Error),
+    #[error("the renderer stopped without an answer (a bug in berth's template engine)")]
+    Ended,
+}
+
+/// The stack of a renderer's thread: room for the engine's nesting limit (200 levels)
+/// in a debug build, with much to spare.
+const RENDER_STACK: usize = 32 << 20;
+
+/// Runs `work` (renders: blocking, and recursive to the engine's nesting limit) on a
+/// thread of its own with a stack to match, and waits for it without blocking the
+/// runtime. A render ends within its time budget, so the thread does too.
+pub(super) async fn on_render_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RenderThreadError> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("template-render".into())
+        .stack_size(RENDER_STACK)
+        .spawn(move || {
+            let _ = answer.send(work());
+        })
+        .map_err(RenderThreadError::Spawn)?;
+    answered.await.map_err(|_| RenderThreadError::Ended)
 }
 
 /// Why an `env = true` template's text is not an environment.
@@ -46,7 +67,8 @@ pub(super) fn render_limits() -> berth_template::Limits {
         max_output: 4 << 20,
         max_steps: 5_000_000,
         max_time: std::time::Duration::from_secs(2),
-        max_depth: 100,
+        max_memory: 64 << 20,
+        max_depth: 200,
     }
 }
 
@@ -54,6 +76,8 @@ pub(super) fn render_limits() -> berth_template::Limits {
 /// what each last wrote.
 pub(super) struct Rendering {
     pub templates: Vec<Template>,
+    /// Each template read once per run (it was checked at submit).
+    pub parsed: Vec<berth_template::Template>,
     pub env: Arc<BTreeMap<String, String>>,
     pub task_dir: PathBuf,
     /// The task's user, who owns what is written unless a template names its ids.
@@ -64,21 +88,37 @@ pub(super) struct Rendering {
     pub last: Mutex<Vec<(String, BTreeSet<Watched>)>>,
 }
 
+/// Reads a task's templates, each with its delimiters; the error names the template.
+pub(super) fn parse_all(
+    templates: &[Template],
+) -> Result<Vec<berth_template::Template>, (String, berth_template::ParseError)> {
+    templates
+        .iter()
+        .map(|template| {
+            let delimiters = berth_template::Delimiters {
+                left: template.left_delimiter.clone(),
+                right: template.right_delimiter.clone(),
+            };
+            berth_template::Template::parse(&template.data, &delimiters)
+                .map_err(|e| (template.destination.clone(), e))
+        })
+        .collect()
+}
+
 impl Rendering {
     /// Renders template `index` (blocking: the catalog is read with blocking calls).
-    pub fn render(&self, index: usize) -> Result<(String, BTreeSet<Watched>), TemplateRenderError> {
+    pub fn render(
+        &self,
+        index: usize,
+    ) -> Result<(String, BTreeSet<Watched>), berth_template::RenderError> {
         let template = &self.templates[index];
-        let delimiters = berth_template::Delimiters {
-            left: template.left_delimiter.clone(),
-            right: template.right_delimiter.clone(),
-        };
-        let parsed = berth_template::Template::parse(&template.data, &delimiters)?;
         let mut data = TaskTemplateData {
             env: self.env.clone(),
             task_dir: self.task_dir.clone(),
             services: self.services.clone(),
             node_address: self.node_address.clone(),
             watched: BTreeSet::new(),
+            services_read: BTreeMap::new(),
         };
         let options = berth_template::RenderOptions {
             missing_key: if template.error_on_missing_key {
@@ -88,7 +128,7 @@ impl Rendering {
             },
             limits: render_limits(),
         };
-        let text = parsed.render(&mut data, &options)?;
+        let text = self.parsed[index].render(&mut data, &options)?;
         Ok((text, data.watched))
     }
 

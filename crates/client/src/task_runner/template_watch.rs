@@ -10,7 +10,7 @@
 //! One watcher per run of the task: started by the template hook once the task runs,
 //! aborted when the run ends (the next run renders afresh in prestart).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,13 +18,16 @@ use tokio::time::Instant;
 
 use super::control::TaskControl;
 use super::events::TaskEvents;
-use super::template_data::Watched;
-use super::template_render::{Rendering, write_beneath_for};
+use super::template_data::{Watched, file_fingerprint};
+use super::template_render::{Rendering, on_render_thread, write_beneath_for};
 use berth_jobspec::ChangeMode;
 use berth_model::events::EventKind;
 
 /// How often files a template read are looked at again (consul-template polls them).
 const FILE_POLL: Duration = Duration::from_secs(2);
+
+/// The least time between two renders of one task's templates.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) async fn watch(
     rendering: Arc<Rendering>,
@@ -40,12 +43,27 @@ pub(super) async fn watch(
             .filter(|&i| !rendering.templates[i].once && !last[i].1.is_empty())
             .collect()
     };
-    let polls_files = {
+    // The files the watched templates read, and how each looked when last rendered.
+    let files_read = || -> BTreeSet<String> {
         let last = rendering.last.lock().unwrap();
         watched
             .iter()
-            .any(|&i| last[i].1.iter().any(|w| matches!(w, Watched::File(_))))
+            .flat_map(|&i| last[i].1.iter())
+            .filter_map(|w| match w {
+                Watched::File(path) => Some(path.clone()),
+                Watched::Services => None,
+            })
+            .collect()
     };
+    let fingerprints = |files: &BTreeSet<String>| {
+        files
+            .iter()
+            .map(|f| (f.clone(), file_fingerprint(&rendering.task_dir, f)))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let mut files = files_read();
+    let mut seen_files = fingerprints(&files);
+    let mut last_render: Option<Instant> = None;
     // The shortest wait of the templates watched: one settling for all of them.
     let min = watched
         .iter()
@@ -63,9 +81,23 @@ pub(super) async fn watch(
     let mut look_now = true;
     loop {
         if !look_now {
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep(FILE_POLL), if polls_files => {}
+            // A reason to look: the catalog changed, or a file read did (polled; a
+            // file that did not change renders nothing again).
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep(FILE_POLL), if !files.is_empty() => {
+                        // Seen again after the render.
+                        if fingerprints(&files) != seen_files {
+                            break;
+                        }
+                    }
+                }
             }
             // The change settles: `min` without another, or `max` since the first.
             let first = Instant::now();
@@ -83,19 +115,33 @@ pub(super) async fn watch(
                     _ = tokio::time::sleep(quiet) => break,
                 }
             }
+            // However often the catalog changes, a task's templates render at most
+            // once a MIN_INTERVAL (a template with `timestamp` and change_mode
+            // "restart" would otherwise restart its task at every change anywhere).
+            if let Some(at) = last_render {
+                tokio::time::sleep(MIN_INTERVAL.saturating_sub(at.elapsed())).await;
+            }
         }
         look_now = false;
+        last_render = Some(Instant::now());
         let renderer = rendering.clone();
         let indexes = watched.clone();
-        let Ok(results) = tokio::task::spawn_blocking(move || {
+        let results = match on_render_thread(move || {
             indexes
                 .into_iter()
                 .map(|i| (i, renderer.render(i)))
                 .collect::<Vec<_>>()
         })
         .await
-        else {
-            return;
+        {
+            Ok(results) => results,
+            Err(error) => {
+                events.emit(
+                    EventKind::TaskHook,
+                    format!("template: {error}; its files keep their last text"),
+                );
+                return;
+            }
         };
         let mut changed = Vec::new();
         for (index, result) in results {
@@ -135,6 +181,8 @@ pub(super) async fn watch(
             rendering.last.lock().unwrap()[index] = (text, read);
             changed.push(index);
         }
+        files = files_read();
+        seen_files = fingerprints(&files);
         if changed.is_empty() {
             continue;
         }

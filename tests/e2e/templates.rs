@@ -382,3 +382,95 @@ async fn the_corpus_config_and_env_job_runs_with_every_template_rendered() {
     assert_eq!(token.len(), 64, "{out}");
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{out}");
 }
+
+/// One catalog for the cluster: a template on node b renders the instances of a service
+/// that runs on node a, and again when it leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_on_one_node_reads_a_service_on_another() {
+    let etcd = berth_testkit::etcd::EtcdServer::start();
+    let mut a = crate::cluster::member(&etcd, "node-a");
+    let mut b = crate::cluster::member(&etcd, "node-b");
+    a.start().await;
+    b.start().await;
+    let on = |node: &str| {
+        format!(
+            "  constraint {{\n    attribute = \"${{node.unique.name}}\"\n    value     = \"{node}\"\n  }}\n"
+        )
+    };
+    let db = db_job("db1").replacen(
+        "job \"db1\" {\n",
+        &format!("job \"db1\" {{\n{}", on("node-a")),
+        1,
+    );
+    b.submit("db1.hcl", &db).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let instance = loop {
+        let instances: Vec<serde_json::Value> = b.client().get("/v1/service/db").await.unwrap();
+        if let Some(first) = instances.first() {
+            break first.clone();
+        }
+        assert!(Instant::now() < deadline, "db never reached the catalog");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let web = format!(
+        r#"job "web" {{
+{on_b}  group "g" {{
+    task "t" {{
+      driver = "exec"
+      template {{
+        data        = {data}
+        destination = "local/servers.conf"
+        change_mode = "noop"
+        wait {{
+          min = "0s"
+          max = "1s"
+        }}
+      }}
+      config {{
+        command = "/bin/sleep"
+        args    = ["300"]
+      }}
+    }}
+  }}
+}}
+"#,
+        on_b = on("node-b"),
+        data = serde_json::to_string(SERVERS).unwrap()
+    );
+    a.submit("web.hcl", &web).await.unwrap();
+    crate::cluster::wait_allocs(
+        &b,
+        "web",
+        "web running on b",
+        Duration::from_secs(30),
+        |all| {
+            all.iter()
+                .any(|(_, _, node, status)| node == "node-b" && status == "running")
+        },
+    )
+    .await;
+    let web_alloc = crate::cluster::allocs(&b, "web").await[0].0.clone();
+    let expected = format!(
+        "server {}:{} # db1\n",
+        instance["Address"].as_str().unwrap(),
+        instance["Port"]
+    );
+    assert_eq!(
+        instance["NodeID"].as_str().map(str::len),
+        Some(36),
+        "{instance}"
+    );
+    within(
+        "node b's render of node a's service",
+        Instant::now(),
+        || servers_file(&b, &web_alloc, "t") == expected,
+    )
+    .await;
+    // It leaves the catalog when its job stops on node a; node b renders again.
+    let (code, out, err) = b.cli(&["job", "stop", "db1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    within("node b's render without it", Instant::now(), || {
+        servers_file(&b, &web_alloc, "t").is_empty()
+    })
+    .await;
+}

@@ -89,6 +89,14 @@ impl Budget {
         Ok(())
     }
 
+    /// Bytes a function makes, counted as it makes them (a copy of a shared string
+    /// counts again).
+    pub fn take(&mut self, bytes: usize) -> Result<(), CallError> {
+        self.will_make(bytes)?;
+        self.made = self.made.saturating_add(bytes);
+        Ok(())
+    }
+
     /// A string of `len` bytes a function is about to make, checked against the
     /// output limit (no one string may be larger than a whole render).
     pub fn string_of(&mut self, len: usize) -> Result<(), CallError> {

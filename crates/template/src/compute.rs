@@ -11,8 +11,8 @@ use crate::CallError;
 use crate::budget::Budget;
 use crate::format::{go_layout, printf};
 use crate::operands::{
-    arithmetic, arity, equal, go_quote, holds, json_text, less, nesting, regex, string_list,
-    walk_charged, want_int, want_str,
+    arithmetic, arity, equal, go_quote, holds, json_text, less, nesting, regex, regex_input,
+    string_list, walk_charged, want_int, want_str,
 };
 use crate::value::Value;
 
@@ -319,8 +319,15 @@ pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Va
                 return Err(format!("the result would pass {} bytes", max_output).into());
             }
             let pad = " ".repeat(spaces);
-            let lines: Vec<String> = body.split('\n').map(|l| format!("{pad}{l}")).collect();
-            text(lines.join("\n"))
+            let mut out = String::new();
+            for (i, line) in body.split('\n').enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                out.push_str(&pad);
+                out.push_str(line);
+            }
+            text(out)
         }
         "join" | "sprig_join" => {
             arity(args, 2)?;
@@ -420,17 +427,22 @@ pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Va
             if t.is_empty() {
                 return Ok(Value::Map(Arc::default()));
             }
+            // What a document becomes, at most (`[[],[],…]`: a value per 3 bytes).
+            budget.take(t.len().saturating_mul(24))?;
             serde_json::from_str(t)
                 .map(Value::from_json)
                 .map_err(|e| CallError(format!("not JSON: {e}")))
         }
         "regexMatch" => {
             arity(args, 2)?;
-            Ok(Value::Bool(regex(s(0)?)?.is_match(s(1)?)))
+            let body = regex_input(s(1)?)?;
+            budget.charge_elements(body.len())?;
+            Ok(Value::Bool(regex(s(0)?)?.is_match(body)))
         }
         "regexReplaceAll" => {
             arity(args, 3)?;
-            let (pattern, replacement, body) = (regex(s(0)?)?, s(1)?, s(2)?);
+            let (pattern, replacement, body) = (regex(s(0)?)?, s(1)?, regex_input(s(2)?)?);
+            budget.charge_elements(body.len())?;
             let matches = pattern.find_iter(body).count();
             budget
                 .string_of(body.len().saturating_add(
@@ -509,22 +521,38 @@ pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Va
         }
         "toJSON" => {
             arity(args, 1)?;
-            walk_charged(&args[0], budget)?;
+            // The JSON is at least its text; it is made twice (serde's value, then the
+            // text).
+            let bytes = walk_charged(&args[0], budget)?.text_bytes;
+            budget.string_of(bytes)?;
+            budget.take(bytes.saturating_mul(2))?;
             text(json_text(&args[0], false, true)?)
         }
         "toJSONPretty" => {
             arity(args, 1)?;
-            walk_charged(&args[0], budget)?;
+            // The JSON is at least its text; it is made twice (serde's value, then the
+            // text).
+            let bytes = walk_charged(&args[0], budget)?.text_bytes;
+            budget.string_of(bytes)?;
+            budget.take(bytes.saturating_mul(2))?;
             text(json_text(&args[0], true, true)?)
         }
         "toUnescapedJSON" => {
             arity(args, 1)?;
-            walk_charged(&args[0], budget)?;
+            // The JSON is at least its text; it is made twice (serde's value, then the
+            // text).
+            let bytes = walk_charged(&args[0], budget)?.text_bytes;
+            budget.string_of(bytes)?;
+            budget.take(bytes.saturating_mul(2))?;
             text(json_text(&args[0], false, false)?)
         }
         "toUnescapedJSONPretty" => {
             arity(args, 1)?;
-            walk_charged(&args[0], budget)?;
+            // The JSON is at least its text; it is made twice (serde's value, then the
+            // text).
+            let bytes = walk_charged(&args[0], budget)?.text_bytes;
+            budget.string_of(bytes)?;
+            budget.take(bytes.saturating_mul(2))?;
             text(json_text(&args[0], true, false)?)
         }
         "toLower" | "sprig_lower" => {
@@ -561,7 +589,9 @@ pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Va
             } else {
                 (s(1)?, s(0)?)
             };
-            text(body.trim_matches(|c| cutset.contains(c)).to_string())
+            // A set of the cutset's characters: a lookup each, not a scan of the cutset.
+            let cut: std::collections::HashSet<char> = cutset.chars().collect();
+            text(body.trim_matches(|c| cut.contains(&c)).to_string())
         }
         "trimPrefix" => {
             arity(args, 2)?;
@@ -675,7 +705,7 @@ pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Va
             budget.charge_elements(
                 n.saturating_mul(usize::BITS as usize - n.leading_zeros() as usize),
             )?;
-            let mut items = string_list(&args[0], "the argument")?;
+            let mut items = string_list(&args[0], "the argument", budget)?;
             items.sort();
             Ok(Value::list(items.into_iter().map(Value::str).collect()))
         }

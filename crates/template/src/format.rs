@@ -101,11 +101,19 @@ pub fn printf(format: &str, args: &[Value], max: usize) -> Result<String, CallEr
         }
     }
     if next < args.len() {
-        let extra: Vec<String> = args[next..]
-            .iter()
-            .map(|a| format!("{}={}", a.type_name(), a.to_go_string()))
-            .collect();
-        out.push_str(&format!("%!(EXTRA {})", extra.join(", ")));
+        out.push_str("%!(EXTRA ");
+        for (i, arg) in args[next..].iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(arg.type_name());
+            out.push('=');
+            arg.write_go(&mut out);
+            if out.len() > max {
+                return Err(format!("the result would pass {max} bytes").into());
+            }
+        }
+        out.push(')');
     }
     if out.len() > max {
         return Err(format!("the result would pass {max} bytes").into());

@@ -48,62 +48,91 @@ pub(crate) fn arity(args: &[Value], count: usize) -> Result<(), CallError> {
 /// each level is a frame where a value is printed, written as JSON or dropped.
 pub(crate) const MAX_NESTING: usize = 32;
 
+/// What a walk of a whole value found: how deep it nests, and the bytes of its text
+/// (strings and keys, a shared one each time it is reached).
+pub(crate) struct Walked {
+    pub depth: usize,
+    pub text_bytes: usize,
+}
+
 /// Charges a step for every element in `value`, all the way down: what a function that
 /// walks all of it (`toJSON`) will do. Shared parts count each time they are reached,
 /// as the walk reaches them.
-pub(crate) fn walk_charged(value: &Value, budget: &mut Budget) -> Result<usize, CallError> {
-    fn walk(value: &Value, budget: &mut Budget, depth: usize) -> Result<usize, CallError> {
+pub(crate) fn walk_charged(value: &Value, budget: &mut Budget) -> Result<Walked, CallError> {
+    fn walk(
+        value: &Value,
+        budget: &mut Budget,
+        depth: usize,
+        text: &mut usize,
+    ) -> Result<usize, CallError> {
         if depth > MAX_NESTING + 128 {
             return Err(format!("values nested more than {} deep", MAX_NESTING + 128).into());
         }
+        let mut deepest = 0;
         match value {
+            Value::Str(s) => *text = text.saturating_add(s.len()),
             Value::List(items) => {
                 budget.charge_elements(items.len())?;
-                let mut deepest = 0;
                 for item in items.iter() {
-                    deepest = deepest.max(walk(item, budget, depth + 1)?);
+                    deepest = deepest.max(walk(item, budget, depth + 1, text)? + 1);
                 }
-                Ok(deepest + 1)
+                deepest = deepest.max(1);
             }
             Value::Map(map) => {
                 budget.charge_elements(map.len())?;
-                let mut deepest = 0;
-                for item in map.values() {
-                    deepest = deepest.max(walk(item, budget, depth + 1)?);
+                for (key, item) in map.iter() {
+                    *text = text.saturating_add(key.len());
+                    deepest = deepest.max(walk(item, budget, depth + 1, text)? + 1);
                 }
-                Ok(deepest + 1)
+                deepest = deepest.max(1);
             }
             Value::Object(object) => {
                 budget.charge_elements(object.fields.len())?;
-                let mut deepest = 0;
-                for item in object.fields.values() {
-                    deepest = deepest.max(walk(item, budget, depth + 1)?);
+                for (key, item) in object.fields.iter() {
+                    *text = text.saturating_add(key.len());
+                    deepest = deepest.max(walk(item, budget, depth + 1, text)? + 1);
                 }
-                Ok(deepest + 1)
+                deepest = deepest.max(1);
             }
             Value::Ints { .. } => {
-                budget.charge_elements(value.len().unwrap_or(0))?;
-                Ok(1)
+                let len = value.len().unwrap_or(0);
+                budget.charge_elements(len)?;
+                *text = text.saturating_add(len);
+                deepest = 1;
             }
-            _ => Ok(0),
+            _ => {}
         }
+        Ok(deepest)
     }
-    walk(value, budget, 0)
+    let mut text_bytes = 0;
+    let depth = walk(value, budget, 0, &mut text_bytes)?;
+    Ok(Walked { depth, text_bytes })
 }
 
 /// Refuses an element that would nest a made list or map deeper than [`MAX_NESTING`]
 /// (its walk charged).
 pub(crate) fn nesting(value: &Value, budget: &mut Budget) -> Result<(), CallError> {
-    if walk_charged(value, budget)? >= MAX_NESTING {
+    if walk_charged(value, budget)?.depth >= MAX_NESTING {
         return Err(format!("lists and maps nest at most {MAX_NESTING} deep").into());
     }
     Ok(())
 }
 
-pub(crate) fn string_list(value: &Value, what: &str) -> Result<Vec<String>, CallError> {
+pub(crate) fn string_list(
+    value: &Value,
+    what: &str,
+    budget: &mut Budget,
+) -> Result<Vec<String>, CallError> {
     match value {
         Value::List(_) | Value::Ints { .. } => {
-            Ok(value.iter_elements().map(|v| v.to_go_string()).collect())
+            let mut list = Vec::new();
+            for item in value.iter_elements() {
+                let text = item.to_go_string();
+                // Each is a copy: a list of one shared string counts it every time.
+                budget.take(text.len().saturating_add(24))?;
+                list.push(text);
+            }
+            Ok(list)
         }
         Value::Nil => Ok(Vec::new()),
         other => Err(format!("{what} must be a list, not {}", other.type_name()).into()),
@@ -240,9 +269,26 @@ pub(crate) fn json_text(
     Ok(text)
 }
 
+/// The longest text a regular expression runs over: its matching may cost the text's
+/// length times the pattern's states (the regex crate's slowest engine), so both are
+/// kept small.
+pub(crate) const MAX_REGEX_INPUT: usize = 64 << 10;
+
+pub(crate) fn regex_input(text: &str) -> Result<&str, CallError> {
+    if text.len() > MAX_REGEX_INPUT {
+        return Err(format!(
+            "berth matches regular expressions over at most {MAX_REGEX_INPUT} bytes; this \
+             text has {}",
+            text.len()
+        )
+        .into());
+    }
+    Ok(text)
+}
+
 pub(crate) fn regex(pattern: &str) -> Result<regex::Regex, CallError> {
     regex::RegexBuilder::new(pattern)
-        .size_limit(1 << 20)
+        .size_limit(32 << 10)
         .build()
         .map_err(|e| CallError(format!("{pattern:?} is not a regular expression: {e}")))
 }

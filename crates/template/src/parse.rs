@@ -129,6 +129,7 @@ pub fn parse(text: &str, delimiters: &Delimiters) -> Result<Parsed, ParseError> 
         defined: BTreeMap::new(),
         calls: Vec::new(),
         scopes: vec![vec!["$".to_string()]],
+        in_scope: std::collections::HashMap::from([("$".to_string(), 1)]),
         depth: 0,
         loops: 0,
     };
@@ -153,6 +154,8 @@ struct Parser {
     calls: Vec<&'static str>,
     /// Declared variables, per control structure.
     scopes: Vec<Vec<String>>,
+    /// How many scopes declare each name: a lookup, not a scan of every scope.
+    in_scope: std::collections::HashMap<String, usize>,
     depth: usize,
     /// `range`s the parser is inside (for `break` and `continue`).
     loops: usize,
@@ -242,18 +245,18 @@ impl Parser {
                             }
                             let name = self.name(line, "define")?;
                             self.close()?;
-                            self.scopes.push(vec!["$".into()]);
+                            self.push_scope(vec!["$".into()]);
                             let body = self.body(line, "define")?;
-                            self.scopes.pop();
+                            self.pop_scope();
                             self.defined.insert(name, Arc::new(body));
                         }
                         Some("block") => {
                             self.at += 1;
                             let name = self.name(line, "block")?;
                             let pipe = self.pipeline(line, true)?;
-                            self.scopes.push(vec!["$".into()]);
+                            self.push_scope(vec!["$".into()]);
                             let body = self.body(line, "block")?;
-                            self.scopes.pop();
+                            self.pop_scope();
                             self.defined.insert(name.clone(), Arc::new(body));
                             nodes.push(Node::Template {
                                 line,
@@ -370,10 +373,10 @@ impl Parser {
         let mut otherwise = Vec::new();
         let mut condition_line = line;
         loop {
-            self.scopes.push(Vec::new());
+            self.push_scope(Vec::new());
             let pipe = self.pipeline(condition_line, true)?;
             let (body, ending) = self.list_until(false)?;
-            self.scopes.pop();
+            self.pop_scope();
             branches.push((pipe, body));
             match ending {
                 Some((word, _, _)) if word == "end" => break,
@@ -381,9 +384,9 @@ impl Parser {
                     let keyword = if with { "with" } else { "if" };
                     match after.first() {
                         None => {
-                            self.scopes.push(Vec::new());
+                            self.push_scope(Vec::new());
                             let (body, ending) = self.list_until(false)?;
-                            self.scopes.pop();
+                            self.pop_scope();
                             otherwise = body;
                             if !matches!(ending, Some((ref word, _, _)) if word == "end") {
                                 return Err(self.error(else_line, "a second {{else}}"));
@@ -422,21 +425,21 @@ impl Parser {
 
     fn range(&mut self, line: usize) -> Result<Node, ParseError> {
         self.enter(line)?;
-        self.scopes.push(Vec::new());
+        self.push_scope(Vec::new());
         let pipe = self.pipeline(line, true)?;
         self.loops += 1;
         let (body, ending) = self.list_until(false)?;
         self.loops -= 1;
-        self.scopes.pop();
+        self.pop_scope();
         let otherwise = match ending {
             Some((word, _, _)) if word == "end" => Vec::new(),
             Some((_, else_line, after)) => {
                 if !after.is_empty() {
                     return Err(self.error(else_line, "{{else}} of a range takes nothing after it"));
                 }
-                self.scopes.push(Vec::new());
+                self.push_scope(Vec::new());
                 let (body, ending) = self.list_until(false)?;
-                self.scopes.pop();
+                self.pop_scope();
                 if !matches!(ending, Some((ref word, _, _)) if word == "end") {
                     return Err(self.error(else_line, "a second {{else}}"));
                 }
@@ -454,9 +457,29 @@ impl Parser {
     }
 
     fn declared(&self, name: &str) -> bool {
-        self.scopes
-            .iter()
-            .any(|scope| scope.iter().any(|v| v == name))
+        self.in_scope.get(name).is_some_and(|count| *count > 0)
+    }
+
+    fn declare(&mut self, name: &str) {
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push(name.to_string());
+            *self.in_scope.entry(name.to_string()).or_default() += 1;
+        }
+    }
+
+    fn push_scope(&mut self, names: Vec<String>) {
+        self.scopes.push(Vec::new());
+        for name in names {
+            self.declare(&name);
+        }
+    }
+
+    fn pop_scope(&mut self) {
+        for name in self.scopes.pop().unwrap_or_default() {
+            if let Some(count) = self.in_scope.get_mut(&name) {
+                *count = count.saturating_sub(1);
+            }
+        }
     }
 
     /// A pipeline up to the action's end (`until_close`) or up to `)`.
@@ -528,8 +551,10 @@ impl Parser {
             ));
         }
         commands.push(Command { args });
-        if !assign && let Some(scope) = self.scopes.last_mut() {
-            scope.extend(declare.iter().map(|d: &Arc<str>| d.to_string()));
+        if !assign {
+            for name in &declare {
+                self.declare(name);
+            }
         }
         Ok(Pipe {
             line,

@@ -357,6 +357,39 @@ fn hostile_templates_end_with_an_error_not_a_crash() {
             ),
             "bytes of values",
         ),
+        // A second attack: work a shallow charge missed.
+        (
+            &format!("{big}{{{{ regexMatch \"[0-7][0-9a-f]{{1000}}[^0-9a-f]\" $s }}}}"),
+            "at most 65536 bytes",
+        ),
+        (
+            &format!(
+                "{big}{{{{ $l := sprig_list $s $s $s $s $s }}}}{{{{ printf \"\" {} }}}}",
+                "$l ".repeat(20)
+            ),
+            "bytes",
+        ),
+        (
+            &format!(
+                "{big}{{{{ $l := sprig_list $s $s $s $s }}}}{{{{ $m := sprig_list {} }}}}{{{{ len (toJSON $m) }}}}",
+                "$l ".repeat(30)
+            ),
+            "bytes",
+        ),
+        (
+            &format!(
+                "{big}{{{{ $l := sprig_list $s $s $s $s }}}}{{{{ $m := sprig_list {} }}}}{{{{ $r := sprig_sortAlpha $m }}}}",
+                "$l ".repeat(30)
+            ),
+            "bytes of values",
+        ),
+        (
+            &format!(
+                "{{{{ $j := print \"[\" (sprig_repeat 1000000 \"[],\") \"[]]\" }}}}{}",
+                "{{ $p := parseJSON $j }}".repeat(70)
+            ),
+            "bytes of values",
+        ),
         // Rust's formatter panics past 65,535 digits.
         ("{{ printf \"%.65536f\" 1.5 }}", "a precision past 1000"),
     ];
@@ -378,6 +411,39 @@ fn hostile_templates_end_with_an_error_not_a_crash() {
             started.elapsed()
         );
     }
+}
+
+/// `trim` with a long cutset looks each character up (it scanned the cutset for each
+/// character of the text: 51 s for a megabyte of each).
+#[test]
+fn trim_with_a_long_cutset_is_linear() {
+    let text = "{{ $b := sprig_repeat 1048576 \"a\" }}{{ $c := print (sprig_repeat 1048575 \"b\") \"a\" }}{{ len (sprig_trimAll $c $b) }}";
+    let started = std::time::Instant::now();
+    let rendered = Template::parse(text, &Delimiters::default())
+        .unwrap()
+        .render(&mut TestData::default(), &RenderOptions::default())
+        .unwrap();
+    assert_eq!(rendered, "0");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Many variables parse in linear time (each use looked up, not scanned for).
+#[test]
+fn many_variables_parse_in_linear_time() {
+    let mut text = "{{ $a := 1 }}".repeat(21_000);
+    text.push_str("{{ $b := 1 }}");
+    text.push_str(&"{{ print $b $b $b $b }}".repeat(2_000));
+    let started = std::time::Instant::now();
+    Template::parse(&text, &Delimiters::default()).unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// A long `else if` chain parses in linear time (it was copied back into the stream

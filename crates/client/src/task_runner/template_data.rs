@@ -20,6 +20,9 @@ use berth_template::{CallError, Data, Value};
 /// The largest file `file` reads.
 pub(super) const MAX_FILE: u64 = 1 << 20;
 
+/// The most files one render of a template reads (each is watched while the task runs).
+pub(super) const MAX_FILES: usize = 64;
+
 /// A task's answers to its templates' data functions.
 pub(super) struct TaskTemplateData {
     pub env: Arc<BTreeMap<String, String>>,
@@ -95,7 +98,27 @@ impl TaskTemplateData {
             }
             None => path,
         };
-        self.watched.insert(Watched::File(relative.to_string()));
+        // One spelling per file (`./local//a` is `local/a`), none that goes up: what is
+        // watched is a short list of files, not of ways to write one.
+        let parts: Vec<&str> = relative
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .collect();
+        if parts.contains(&"..") {
+            return Err(format!("{path:?}: template file paths do not go up (..)").into());
+        }
+        let relative = parts.join("/");
+        let relative = relative.as_str();
+        let watched = Watched::File(relative.to_string());
+        let files = self
+            .watched
+            .iter()
+            .filter(|w| matches!(w, Watched::File(_)))
+            .count();
+        if !self.watched.contains(&watched) && files >= MAX_FILES {
+            return Err(format!("a template reads at most {MAX_FILES} files").into());
+        }
+        self.watched.insert(watched);
         let (fd, stat) = open_beneath(&self.task_dir, relative).map_err(|e| {
             CallError(match e {
                 rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => format!(
@@ -347,9 +370,10 @@ mod tests {
         for (path, refusal) in [
             ("local/link", "is a symlink"),
             ("local/inside-link", "is a symlink"),
-            ("local/../local/link", "is a symlink"),
+            ("local/./link", "is a symlink"),
             ("local/dir-link/host-secret", "through a symlink"),
-            ("../host-secret", "leads out of the task's directory"),
+            ("../host-secret", "do not go up"),
+            ("local/./../local/app.json", "do not go up"),
             ("/etc/passwd", "outside the task's directory"),
             ("local/fifo", "not a regular file"),
             ("local/none", "does not exist"),
@@ -357,11 +381,26 @@ mod tests {
             let error = read(&mut data, path).unwrap_err();
             assert!(error.contains(refusal), "{path}: {error}");
         }
-        // What it read is watched.
-        assert!(
-            data.watched
-                .contains(&Watched::File("local/app.json".into()))
+        // What it read is watched, under one spelling.
+        assert_eq!(
+            read(&mut data, "./local//./app.json"),
+            Ok("{\"a\":1}".into())
         );
+        let files: Vec<&Watched> = data
+            .watched
+            .iter()
+            .filter(|w| matches!(w, Watched::File(_)))
+            .collect();
+        assert!(
+            files.contains(&&Watched::File("local/app.json".into())),
+            "{files:?}"
+        );
+        // No more than MAX_FILES of them.
+        for i in 0..MAX_FILES {
+            let _ = read(&mut data, &format!("local/none-{i}"));
+        }
+        let error = read(&mut data, "local/one-more").unwrap_err();
+        assert!(error.contains("at most 64 files"), "{error}");
     }
 
     #[test]

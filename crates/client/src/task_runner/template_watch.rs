@@ -55,14 +55,21 @@ pub(super) async fn watch(
             })
             .collect()
     };
+    // Looked at on a blocking thread: up to MAX_FILES a template, each an openat2.
     let fingerprints = |files: &BTreeSet<String>| {
-        files
-            .iter()
-            .map(|f| (f.clone(), file_fingerprint(&rendering.task_dir, f)))
-            .collect::<BTreeMap<_, _>>()
+        let files = files.clone();
+        let task_dir = rendering.task_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            files
+                .iter()
+                .map(|f| (f.clone(), file_fingerprint(&task_dir, f)))
+                .collect::<BTreeMap<_, _>>()
+        })
     };
     let mut files = files_read();
-    let mut seen_files = fingerprints(&files);
+    let Ok(mut seen_files) = fingerprints(&files).await else {
+        return;
+    };
     let mut last_render: Option<Instant> = None;
     // The shortest wait of the templates watched: one settling for all of them.
     let min = watched
@@ -93,8 +100,10 @@ pub(super) async fn watch(
                     }
                     _ = tokio::time::sleep(FILE_POLL), if !files.is_empty() => {
                         // Seen again after the render.
-                        if fingerprints(&files) != seen_files {
-                            break;
+                        match fingerprints(&files).await {
+                            Ok(now) if now != seen_files => break,
+                            Ok(_) => {}
+                            Err(_) => return,
                         }
                     }
                 }
@@ -182,7 +191,10 @@ pub(super) async fn watch(
             changed.push(index);
         }
         files = files_read();
-        seen_files = fingerprints(&files);
+        let Ok(now) = fingerprints(&files).await else {
+            return;
+        };
+        seen_files = now;
         if changed.is_empty() {
             continue;
         }

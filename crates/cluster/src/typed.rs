@@ -20,7 +20,9 @@ use berth_jobspec::{Job, JobspecError};
 /// source again (its migration); one of a newer schema is refused, and named.
 /// 2: a group's `network_mode` and its ports' `to` (bridge mode).
 /// 3: a group's `dns` and `hostname`, a service's and a check's `address_mode`.
-pub const JOB_SCHEMA: u32 = 3;
+/// 4: a template's change mode, splay, wait, delimiters, owner ids,
+/// `error_on_missing_key` and `once`.
+pub const JOB_SCHEMA: u32 = 4;
 
 /// A job stored typed, with the schema it was written in. The job is kept as JSON in
 /// the record, so a record whose typed job this agent cannot read is still read as a

@@ -33,6 +33,9 @@ pub fn check(data: &str, delimiters: &berth_template::Delimiters) -> Result<(), 
     Ok(())
 }
 
+/// The most `template` blocks a task may have.
+pub const MAX_TEMPLATES: usize = 64;
+
 /// The largest template text: far past any config file, short of what would make
 /// each render of it (on every change) a burden.
 pub const MAX_TEMPLATE_BYTES: usize = 256 << 10;

@@ -125,3 +125,24 @@ fn a_template_past_the_size_limit_is_refused_before_it_is_read() {
         "{found}"
     );
 }
+
+#[test]
+fn a_task_has_at_most_64_templates() {
+    let one =
+        "      template {\n        data = \"x\"\n        destination = \"local/x\"\n      }\n";
+    let source = format!(
+        "job \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{}    }}\n  }}\n}}\n",
+        one.repeat(65)
+    );
+    let found = problems(&source).join("\n");
+    assert!(found.contains("a task has at most 64 templates"), "{found}");
+    assert!(
+        found.starts_with(&format!("{}:7: ", 5 + 64 * 4)),
+        "the 65th is named where it is written: {found}"
+    );
+    let source = format!(
+        "job \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n{}    }}\n  }}\n}}\n",
+        one.repeat(64)
+    );
+    assert!(parse("job.hcl", &source).is_ok());
+}

@@ -81,8 +81,20 @@ pub(super) fn task(
         .single_block(schema::task::LOGS.hcl, problems)
         .map(|b| logs(&path, b, problems))
         .unwrap_or_default();
-    let templates = fields
-        .blocks(schema::task::TEMPLATE.hcl)
+    let template_blocks = fields.blocks(schema::task::TEMPLATE.hcl);
+    if let Some(extra) = template_blocks.get(crate::template::MAX_TEMPLATES) {
+        fields.problem(
+            problems,
+            schema::task::TEMPLATE.hcl,
+            extra.at,
+            format!(
+                "a task has at most {} templates (each is rendered again on every change \
+                 it reads)",
+                crate::template::MAX_TEMPLATES
+            ),
+        );
+    }
+    let templates = template_blocks
         .into_iter()
         .filter_map(|b| template(&path, b, problems))
         .collect();

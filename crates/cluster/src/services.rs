@@ -5,29 +5,11 @@
 //! `services/<name>/<id>`, so that the instances of one name are one prefix to read and
 //! to watch.
 
-use serde::{Deserialize, Serialize};
-
 use super::{Cluster, ClusterError};
 
-/// One instance of a service, as Nomad's `ServiceRegistration` names its fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct ServiceRecord {
-    #[serde(rename = "ID")]
-    pub id: String,
-    pub service_name: String,
-    pub namespace: String,
-    #[serde(rename = "NodeID")]
-    pub node_id: String,
-    pub datacenter: String,
-    #[serde(rename = "JobID")]
-    pub job_id: String,
-    #[serde(rename = "AllocID")]
-    pub alloc_id: String,
-    pub tags: Vec<String>,
-    pub address: String,
-    pub port: u16,
-}
+/// One instance of a service, stored as Nomad's API shows it (`ServiceRegistration`;
+/// its indexes are the store's revision, set when it is read through the API).
+pub type ServiceRecord = berth_nomad_api::services::ServiceRegistration;
 
 /// A service name with every tag its instances carry (Nomad's `/v1/services`).
 #[derive(Debug, Clone, PartialEq, Eq)]

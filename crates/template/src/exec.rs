@@ -319,8 +319,8 @@ impl<'a> Exec<'a> {
                 self.emit(&s)
             }
             Value::Int(i) => {
-                let mut digits = itoa_buffer();
-                let text = format_int(&mut digits, *i);
+                let mut digits = itoa::Buffer::new();
+                let text = digits.format(*i);
                 self.emit(text)
             }
             other => {
@@ -561,29 +561,6 @@ fn describe(operand: &Operand) -> String {
         Operand::Str(s) => format!("{s:?}"),
         other => format!("{other:?}"),
     }
-}
-
-fn itoa_buffer() -> [u8; 20] {
-    [0; 20]
-}
-
-/// An integer's decimal digits, written into `buffer` with no allocation.
-fn format_int(buffer: &mut [u8; 20], value: i64) -> &str {
-    let mut at = buffer.len();
-    let mut rest = value.unsigned_abs();
-    loop {
-        at -= 1;
-        buffer[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if value < 0 {
-        at -= 1;
-        buffer[at] = b'-';
-    }
-    std::str::from_utf8(&buffer[at..]).unwrap_or("")
 }
 
 fn at(line: usize, message: impl Into<String>) -> RenderError {

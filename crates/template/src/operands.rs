@@ -139,6 +139,15 @@ pub(crate) fn string_list(
     }
 }
 
+fn incompatible(x: &Value, y: &Value) -> CallError {
+    format!(
+        "incompatible types for comparison: {} and {}",
+        x.type_name(),
+        y.type_name()
+    )
+    .into()
+}
+
 /// Go's `eq` for two basic values: ints and floats compare as numbers; a list or map
 /// is not comparable.
 pub(crate) fn equal(a: &Value, b: &Value) -> Result<bool, CallError> {
@@ -150,14 +159,7 @@ pub(crate) fn equal(a: &Value, b: &Value) -> Result<bool, CallError> {
         (Value::Int(x), Value::Float(y)) | (Value::Float(y), Value::Int(x)) => (*x as f64) == *y,
         (Value::Float(x), Value::Float(y)) => x == y,
         (Value::Str(x), Value::Str(y)) => x == y,
-        (x, y) if x.type_name() != y.type_name() => {
-            return Err(format!(
-                "incompatible types for comparison: {} and {}",
-                x.type_name(),
-                y.type_name()
-            )
-            .into());
-        }
+        (x, y) if x.type_name() != y.type_name() => return Err(incompatible(x, y)),
         (x, _) => return Err(format!("non-comparable type {}", x.type_name()).into()),
     })
 }
@@ -169,14 +171,7 @@ pub(crate) fn less(a: &Value, b: &Value) -> Result<bool, CallError> {
         (Value::Float(x), Value::Int(y)) => *x < (*y as f64),
         (Value::Float(x), Value::Float(y)) => x < y,
         (Value::Str(x), Value::Str(y)) => x < y,
-        (x, y) if x.type_name() != y.type_name() => {
-            return Err(format!(
-                "incompatible types for comparison: {} and {}",
-                x.type_name(),
-                y.type_name()
-            )
-            .into());
-        }
+        (x, y) if x.type_name() != y.type_name() => return Err(incompatible(x, y)),
         (x, _) => return Err(format!("invalid type for comparison: {}", x.type_name()).into()),
     })
 }

@@ -57,19 +57,10 @@ pub async fn read(
     let index = index.max(0) as u64;
     let body: Vec<ServiceRegistration> = records
         .into_iter()
-        .map(|r| ServiceRegistration {
-            id: r.id,
-            service_name: r.service_name,
-            namespace: r.namespace,
-            node_id: r.node_id,
-            datacenter: r.datacenter,
-            job_id: r.job_id,
-            alloc_id: r.alloc_id,
-            tags: r.tags,
-            address: r.address,
-            port: r.port,
+        .map(|record| ServiceRegistration {
             create_index: index,
             modify_index: index,
+            ..record
         })
         .collect();
     Ok(with_index(Json(body).into_response(), index))

@@ -269,7 +269,11 @@ impl ServiceClient {
         drop(registry);
         self.wake.notify_one();
         self.catalog_wake.notify_one();
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        // With the cluster's catalog, watchers wake when the write lands there (its
+        // watch), not before, when a render would read the old instances.
+        if self.catalog.get().is_none() {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     /// Everything `owner` registered goes; a sync follows.
@@ -328,6 +332,7 @@ impl ServiceClient {
                     tags: d.registration.tags.clone(),
                     address: d.registration.address.clone(),
                     port: d.registration.port,
+                    ..ServiceRecord::default()
                 };
                 (id.clone(), record)
             })

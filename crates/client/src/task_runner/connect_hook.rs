@@ -61,18 +61,7 @@ impl TaskHook for ConnectHook {
             };
             // The user the task will run as (for exec when the job names none: its own
             // dynamic uid).
-            let isolation = ctx.driver.capabilities().fs_isolation;
-            let lookup = |name: &str| ctx.sys.lookup_user(name);
-            let user: Option<TaskUser> = crate::validate::task_user(
-                &ctx.job,
-                &ctx.task,
-                isolation,
-                &ctx.config,
-                &lookup,
-                ctx.dynamic_user,
-            )
-            .map_err(|e| failure(e.to_string()))?
-            .map(|(_, user)| user);
+            let user: Option<TaskUser> = ctx.task_user().map_err(|e| failure(e.to_string()))?;
             let Some(service_id) = ctx.services.group_service_id(&ctx.alloc_id, service) else {
                 return Err(failure(format!(
                     "service {service:?} is not registered for this alloc"

@@ -63,6 +63,22 @@ pub struct TaskHookContext {
 }
 
 impl TaskHookContext {
+    /// The user the task runs as (its own dynamic uid, its job's `user`, or `None`:
+    /// the agent's), by the rule of `validate::task_user` the runner starts it with.
+    pub fn task_user(
+        &self,
+    ) -> Result<Option<berth_model::driver::TaskUser>, crate::validate::UserRefusal> {
+        let user = crate::validate::task_user(
+            &self.job,
+            &self.task,
+            self.driver.capabilities().fs_isolation,
+            &self.config,
+            &|name| self.sys.lookup_user(name),
+            self.dynamic_user,
+        )?;
+        Ok(user.map(|(_, user)| user))
+    }
+
     /// Queues a task event from a hook.
     pub fn report(&self, kind: EventKind, message: impl Into<String>) {
         self.reports.lock().unwrap().push((kind, message.into()));

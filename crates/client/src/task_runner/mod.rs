@@ -371,16 +371,8 @@ impl TaskRunner {
             }
         }
         let task = &self.ctx.task;
-        let isolation = self.ctx.driver.capabilities().fs_isolation;
-        let user = match crate::validate::task_user(
-            &self.ctx.job,
-            task,
-            isolation,
-            &self.ctx.config,
-            &|name| self.ctx.sys.lookup_user(name),
-            self.ctx.dynamic_user,
-        ) {
-            Ok(user) => user.map(|(_, user)| user),
+        let user = match self.ctx.task_user() {
+            Ok(user) => user,
             Err(refusal) => {
                 self.emit(EventKind::SetupFailure, refusal.to_string());
                 return Err(RunOnce::SetupFailed);

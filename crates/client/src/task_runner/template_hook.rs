@@ -52,18 +52,7 @@ impl TaskHook for TemplateHook {
             if ctx.task.templates.is_empty() {
                 return Ok(());
             }
-            let isolation = ctx.driver.capabilities().fs_isolation;
-            let lookup = |name: &str| ctx.sys.lookup_user(name);
-            let user = crate::validate::task_user(
-                &ctx.job,
-                &ctx.task,
-                isolation,
-                &ctx.config,
-                &lookup,
-                ctx.dynamic_user,
-            )
-            .map_err(|e| self.fail(e))?
-            .map(|(_, user)| user);
+            let user = ctx.task_user().map_err(|e| self.fail(e))?;
             let parsed = parse_all(&ctx.task.templates)
                 .map_err(|(destination, error)| self.fail(format!("{destination}: {error}")))?;
             let rendering = Arc::new(Rendering {

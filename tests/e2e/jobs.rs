@@ -195,6 +195,14 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
       resources {
         memory = 900000
       }
+      template {
+        data          = "x"
+        destination   = "local/x"
+        change_mode   = "script"
+        change_script {
+          command = "/local/reload"
+        }
+      }
     }
   }
 }
@@ -203,7 +211,15 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     .unwrap();
     let (code, _, stderr) = agent.berth(&["job", "validate", job.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("has 5 problems"), "{stderr}");
+    assert!(stderr.contains("has 6 problems"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "change_mode = \"script\" runs \"/local/reload\" inside the running task, and task \
+             driver \"mock\" cannot run commands inside its tasks: use \"signal\", \"restart\" or \
+             \"noop\""
+        ),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("task \"c\" asks for 900000 MiB of memory; this node has "),
         "{stderr}"

@@ -342,7 +342,8 @@ async fn a_missing_key_a_loop_without_end_and_a_flood_each_fail_with_their_reaso
             .path()
             .join("data/allocs")
             .join(id)
-            .join("t/local/out");
+            .join("tasks/t/local/out");
+        assert!(out.parent().unwrap().is_dir(), "{}", out.display());
         assert!(!out.exists(), "{}", out.display());
     }
 }
@@ -473,4 +474,237 @@ async fn a_template_on_one_node_reads_a_service_on_another() {
         servers_file(&b, &web_alloc, "t").is_empty()
     })
     .await;
+}
+
+/// What a process inside a task says of where it runs: its namespaces, cgroup, user,
+/// capabilities and seccomp mode (a shell snippet).
+const WHERE_AM_I: &str = "pid=$(readlink /proc/self/ns/pid) mnt=$(readlink /proc/self/ns/mnt) \
+    net=$(readlink /proc/self/ns/net) ipc=$(readlink /proc/self/ns/ipc) \
+    host=$(cat /proc/sys/kernel/hostname) uid=$(id -u) gid=$(id -g) \
+    cgroup=$(tr '\\n' ' ' < /proc/self/cgroup) \
+    $(grep -E '^(CapEff|CapBnd|Seccomp|NoNewPrivs):' /proc/self/status | tr '\\t\\n' '= ')";
+
+/// A template's change script runs inside its task: the same namespaces, root, cgroup,
+/// user, capabilities and seccomp filter as the task; a script that fails with
+/// `fail_on_error` kills and fails its task for good; one that outlives its timeout is
+/// killed and the task runs on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let first = agent.run_job("db1.hcl", &db_job("db1")).await;
+    agent
+        .wait_alloc(&first, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    catalog_holds(&agent, 1).await;
+    let servers = |script: &str| {
+        format!(
+            r#"      template {{
+        data        = {data}
+        destination = "local/servers.conf"
+        change_mode = "script"
+        change_script {{
+          {script}
+        }}
+        splay       = "0s"
+        wait {{
+          min = "0s"
+          max = "1s"
+        }}
+      }}"#,
+            data = serde_json::to_string(SERVERS).unwrap(),
+        )
+    };
+    let reload_sh = format!(
+        "#!/bin/sh\necho \"reload $1 {WHERE_AM_I}\" >> /local/reloads.log\n\
+         cat /local/servers.conf >> /local/reloads.log\n"
+    );
+    let source = format!(
+        r#"job "reloader" {{
+  group "g" {{
+    task "reloaded" {{
+      driver = "exec"
+      template {{
+        data        = {reload_sh}
+        destination = "local/reload.sh"
+        perms       = "0755"
+      }}
+{reloaded}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {task_line}]
+      }}
+    }}
+    task "slow" {{
+      driver = "exec"
+{slow}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "echo start; sleep 300"]
+      }}
+    }}
+  }}
+}}
+"#,
+        reload_sh = serde_json::to_string(&reload_sh).unwrap(),
+        reloaded = servers(
+            "command = \"/local/reload.sh\"\n          args = [\"--graceful\"]\n          timeout = \"10s\""
+        ),
+        task_line =
+            serde_json::to_string(&format!("echo \"task {WHERE_AM_I}\"; sleep 300")).unwrap(),
+        slow = servers(
+            "command = \"/bin/sleep\"\n          args = [\"30\"]\n          timeout = \"1s\""
+        ),
+    );
+    let strict = format!(
+        r#"job "strict" {{
+  group "g" {{
+    restart {{
+      attempts = 3
+      delay    = "1s"
+    }}
+    task "strict" {{
+      driver = "exec"
+{strict}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "echo start; sleep 300"]
+      }}
+    }}
+  }}
+}}
+"#,
+        strict = servers(
+            "command = \"/bin/sh\"\n          args = [\"-c\", \"echo bad config >&2; exit 3\"]\n          fail_on_error = true"
+        ),
+    );
+    let reloader = agent.run_job("reloader.hcl", &source).await;
+    let strict = agent.run_job("strict.hcl", &strict).await;
+    for (alloc, task) in [
+        (&reloader, "reloaded"),
+        (&reloader, "slow"),
+        (&strict, "strict"),
+    ] {
+        within(&format!("{task}'s start"), Instant::now(), || {
+            let out = agent.task_stdout(alloc, task);
+            out.contains("start") || out.contains("task pid=")
+        })
+        .await;
+    }
+    let second = agent.run_job("db2.hcl", &db_job("db2")).await;
+    agent
+        .wait_alloc(&second, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    let joined = catalog_holds(&agent, 2).await;
+    let log = agent
+        .path()
+        .join("data/allocs")
+        .join(&reloader)
+        .join("tasks/reloaded/local/reloads.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("# db2")) {
+        if Instant::now() > deadline {
+            let status = agent.alloc(&reloader).await;
+            panic!("the change script never ran: {:#?}", status.tasks);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let applied = joined.elapsed();
+    eprintln!("template change script applied {applied:?} after the catalog changed");
+    let ran = std::fs::read_to_string(&log).unwrap();
+    let script_saw = ran
+        .lines()
+        .find_map(|l| l.strip_prefix("reload --graceful "))
+        .unwrap_or_else(|| panic!("{ran}"));
+    let stdout = agent.task_stdout(&reloader, "reloaded");
+    let task_saw = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("task "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    // Each of these is the task's own, not the agent's: the script saw what the task sees.
+    assert_eq!(script_saw, task_saw);
+    for confined in ["NoNewPrivs:=1", "Seccomp:=2", "CapEff:=0000000000000000"] {
+        assert!(task_saw.contains(confined), "{confined} in {task_saw}");
+    }
+    assert!(!task_saw.contains("uid=0 "), "{task_saw}");
+    let agents_status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let agents_bounding = agents_status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .unwrap()
+        .trim();
+    assert!(
+        !task_saw.contains(&format!("CapBnd:={agents_bounding}")),
+        "{task_saw}"
+    );
+    let agents_mnt = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    assert!(
+        !task_saw.contains(&format!("mnt={}", agents_mnt.display())),
+        "{task_saw}"
+    );
+    let status = agent.alloc(&reloader).await;
+    let at = |text: &str| {
+        status.tasks["reloaded"]
+            .events
+            .iter()
+            .find(|e| e.message.starts_with(text))
+            .map(|e| e.time_ms)
+    };
+    if let (Some(rendered), Some(ran)) = (at("Template re-rendered"), at("Template successfully")) {
+        eprintln!(
+            "the change script ran {} ms after the re-render",
+            ran - rendered
+        );
+    }
+    let events = |task: &str| format!("{:#?}", status.tasks[task].events);
+    assert!(
+        events("reloaded").contains(
+            "Template successfully ran script /local/reload.sh with arguments: [\\\"--graceful\\\"]. Exit code: 0"
+        ),
+        "{}",
+        events("reloaded")
+    );
+    // The slow script was killed at its timeout; its task runs on.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = agent.alloc(&reloader).await;
+        let events = format!("{:#?}", status.tasks["slow"].events);
+        if events.contains("did not end within its timeout of 1s, and was killed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{events}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        agent.alloc(&reloader).await.client_status,
+        ClientStatus::Running
+    );
+    // The killed script is gone, not left in its task.
+    let slow_cgroup = format!("{reloader}.slow");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            cgroup.contains(&slow_cgroup) && cmdline == b"/bin/sleep\x0030\x00"
+        })
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "the timed-out script still runs: {left:?}");
+    // The failing script failed its task for good, its restart policy notwithstanding.
+    let status = agent.finished(&strict).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    let events = format!("{:#?}", status.tasks["strict"].events);
+    for expected in [
+        "on change but it exited with code 3: bad config",
+        "Template script failed, task is being killed",
+    ] {
+        assert!(events.contains(expected), "{expected}\n{events}");
+    }
+    assert_eq!(status.tasks["strict"].restarts, 0, "{events}");
 }

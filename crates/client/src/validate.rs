@@ -359,22 +359,6 @@ pub async fn validate_for(
                 }
             }
         }
-        for task in &group.tasks {
-            for template in &task.templates {
-                if let berth_jobspec::ChangeMode::Script(script) = &template.change_mode {
-                    problems.push(Problem {
-                        path: format!("{group_path}.task.{}.template", task.name),
-                        at: Some(template.at),
-                        message: format!(
-                            "change_mode = \"script\" ({:?}) runs a command inside the running \
-                             task, which berth cannot do yet (no alloc exec): use \"signal\", \
-                             \"restart\" or \"noop\"",
-                            script.command
-                        ),
-                    });
-                }
-            }
-        }
         if config.consul.is_none() {
             let consul_services = group
                 .services
@@ -524,6 +508,24 @@ async fn check_task(
                     path: format!("{task_path}.config"),
                     at: Some(at),
                     message,
+                });
+            }
+        }
+    }
+    // A change script runs inside the task, which the driver must allow.
+    if let Some(driver) = driver.filter(|d| !d.capabilities().exec) {
+        for template in &task.templates {
+            if let berth_jobspec::ChangeMode::Script(script) = &template.change_mode {
+                problems.push(Problem {
+                    path: format!("{task_path}.template"),
+                    at: Some(template.at),
+                    message: format!(
+                        "change_mode = \"script\" runs {:?} inside the running task, and task \
+                         driver {:?} cannot run commands inside its tasks: use \"signal\", \
+                         \"restart\" or \"noop\"",
+                        script.command,
+                        driver.name()
+                    ),
                 });
             }
         }

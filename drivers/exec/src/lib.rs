@@ -47,7 +47,9 @@ impl ProcessDriver for Exec {
     fn capabilities() -> DriverCapabilities {
         DriverCapabilities {
             send_signals: true,
-            exec: false,
+            // The host runs commands inside the task's process (`alloc exec`, a
+            // template's change script): it spawned that process itself.
+            exec: true,
             fs_isolation: FsIsolation::Chroot,
             mount_configs: MountConfigs::All,
         }

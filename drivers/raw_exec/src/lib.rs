@@ -38,7 +38,9 @@ impl ProcessDriver for RawExec {
     fn capabilities() -> DriverCapabilities {
         DriverCapabilities {
             send_signals: true,
-            exec: false,
+            // The host runs commands inside the task's process (`alloc exec`, a
+            // template's change script): it spawned that process itself.
+            exec: true,
             fs_isolation: FsIsolation::None,
             mount_configs: MountConfigs::None,
         }

@@ -112,7 +112,9 @@ fn action_error(error: ActionError) -> NomadError {
         ActionError::NothingRunning { .. } | ActionError::Task(ControlError::NotRunning { .. }) => {
             StatusCode::BAD_REQUEST
         }
-        ActionError::Task(ControlError::Signal { .. }) => StatusCode::INTERNAL_SERVER_ERROR,
+        ActionError::Task(ControlError::Signal { .. } | ControlError::Exec { .. }) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     };
     NomadError(status, error.to_string())
 }

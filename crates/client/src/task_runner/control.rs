@@ -15,7 +15,19 @@ pub enum ControlError {
     NotRunning { task: String },
     #[error("signaling task {task:?}: {message}")]
     Signal { task: String, message: String },
+    #[error("task {task:?}: {message}")]
+    Exec { task: String, message: String },
 }
+
+/// A command to run inside a running task, in its confinement.
+#[derive(Debug, Clone)]
+pub struct TaskCommand {
+    pub argv: Vec<String>,
+    pub timeout: std::time::Duration,
+}
+
+/// How a command inside a task ended.
+pub type Ran = berth_sys::process::enter::Ran;
 
 /// One request to a task runner, with where to send its outcome.
 pub(super) enum TaskRequest {
@@ -28,6 +40,17 @@ pub(super) enum TaskRequest {
     Signal {
         signal: String,
         done: oneshot::Sender<Result<(), ControlError>>,
+    },
+    /// Kill the running task and fail it for good, outside its restart policy (Nomad's
+    /// lifecycle `Kill`): `reason` is the Killing event's text.
+    Kill {
+        reason: String,
+        done: oneshot::Sender<Result<(), ControlError>>,
+    },
+    /// Run a command inside the running task.
+    Exec {
+        command: TaskCommand,
+        done: oneshot::Sender<Result<Ran, ControlError>>,
     },
 }
 
@@ -66,10 +89,23 @@ impl TaskControl {
         self.ask(|done| TaskRequest::Signal { signal, done }).await
     }
 
-    async fn ask(
+    /// Kills the running task and fails it, without a restart (a template's change
+    /// script that failed with `fail_on_error`); answers once it was killed.
+    pub async fn kill_failed(&self, reason: &str) -> Result<(), ControlError> {
+        let reason = reason.to_string();
+        self.ask(|done| TaskRequest::Kill { reason, done }).await
+    }
+
+    /// Runs `command` inside the running task, with the task's environment, user and
+    /// confinement; answers once it ended (or was killed at its timeout).
+    pub async fn exec(&self, command: TaskCommand) -> Result<Ran, ControlError> {
+        self.ask(|done| TaskRequest::Exec { command, done }).await
+    }
+
+    async fn ask<T>(
         &self,
-        request: impl FnOnce(oneshot::Sender<Result<(), ControlError>>) -> TaskRequest,
-    ) -> Result<(), ControlError> {
+        request: impl FnOnce(oneshot::Sender<Result<T, ControlError>>) -> TaskRequest,
+    ) -> Result<T, ControlError> {
         let not_running = || ControlError::NotRunning {
             task: self.task.clone(),
         };

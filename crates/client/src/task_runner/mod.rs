@@ -76,7 +76,15 @@ pub struct TaskRunner {
     restored: bool,
     /// The cgroup of the current run.
     cgroup: Option<Box<dyn RunCgroup>>,
+    /// The environment the current run started with, for commands run inside it. Not
+    /// recorded: after an agent restart it is empty (a command finds its program in the
+    /// C library's default path).
+    run_env: Vec<(String, String)>,
 }
+
+/// The most output of a command run inside a task that is kept (Consul keeps 4 KiB of a
+/// check's output).
+const EXEC_OUTPUT_LIMIT: usize = 4096;
 
 /// How a task run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +125,7 @@ impl TaskRunner {
             restored_handle: None,
             restored: false,
             cgroup: None,
+            run_env: Vec::new(),
         };
         (runner, control)
     }
@@ -195,7 +204,7 @@ impl TaskRunner {
             let exit = match self.run_once().await {
                 RunOnce::Exited(exit) => exit,
                 RunOnce::Stopped => return self.finish(Outcome::Stopped),
-                RunOnce::SetupFailed => return self.finish(Outcome::Failed),
+                RunOnce::SetupFailed | RunOnce::Killed => return self.finish(Outcome::Failed),
                 RunOnce::DriverFailed => None,
                 RunOnce::UserRestart => {
                     // Not a failure: the policy's attempts and delay do not apply.
@@ -273,14 +282,60 @@ impl TaskRunner {
 
     /// Answers a user's request that came when the task was not running.
     fn refuse(&self, request: control::TaskRequest) {
-        let not_running = Err(ControlError::NotRunning {
+        let not_running = || ControlError::NotRunning {
             task: self.ctx.task.name.clone(),
-        });
-        let done = match request {
-            control::TaskRequest::Restart { done, .. } => done,
-            control::TaskRequest::Signal { done, .. } => done,
         };
-        let _ = done.send(not_running);
+        match request {
+            control::TaskRequest::Restart { done, .. }
+            | control::TaskRequest::Signal { done, .. }
+            | control::TaskRequest::Kill { done, .. } => {
+                let _ = done.send(Err(not_running()));
+            }
+            control::TaskRequest::Exec { done, .. } => {
+                let _ = done.send(Err(not_running()));
+            }
+        }
+    }
+
+    /// Runs a command inside the running task, on a task of its own, so the runner goes
+    /// on waiting on the task (and stopping it) meanwhile; the answer goes to `done`.
+    fn exec(
+        &self,
+        handle: &TaskHandle,
+        command: control::TaskCommand,
+        done: tokio::sync::oneshot::Sender<Result<control::Ran, ControlError>>,
+    ) {
+        let task = self.ctx.task.name.clone();
+        let failed = move |message: String| ControlError::Exec {
+            task: task.clone(),
+            message,
+        };
+        let user = match self.ctx.task_user() {
+            Ok(user) => user,
+            Err(refusal) => {
+                let _ = done.send(Err(failed(refusal.to_string())));
+                return;
+            }
+        };
+        let spec = berth_sys::process::enter::EnterSpec {
+            argv: command.argv,
+            env: self.run_env.clone(),
+            user,
+            cgroup_procs: self
+                .cgroup
+                .as_ref()
+                .map(|cgroup| cgroup.procs_files().to_vec())
+                .unwrap_or_default(),
+            host_cwd: self.ctx.alloc_dir.task_dir(&self.ctx.task.name),
+            output_limit: EXEC_OUTPUT_LIMIT,
+            timeout: command.timeout,
+        };
+        let driver = self.ctx.driver.clone();
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let ran = driver.run_in_task(&handle, &spec).await;
+            let _ = done.send(ran.map_err(|error| failed(error.to_string())));
+        });
     }
 
     /// Sends the running task a user's signal through its driver.
@@ -440,6 +495,7 @@ impl TaskRunner {
             return Err(RunOnce::SetupFailed);
         }
         let task = &self.ctx.task;
+        self.run_env = prepare.env.clone();
         let request = TaskRequest {
             id: format!("{}/{}", self.ctx.alloc_id, task.name),
             name: task.name.clone(),
@@ -510,6 +566,7 @@ impl TaskRunner {
             Stop,
             Restart,
             UserRestart(tokio::sync::oneshot::Sender<Result<(), ControlError>>),
+            Kill(tokio::sync::oneshot::Sender<Result<(), ControlError>>),
         }
         let waited = {
             let wait = driver.wait_task(&handle);
@@ -532,6 +589,13 @@ impl TaskRunner {
                     // The task keeps running: back to waiting on it.
                     control::TaskRequest::Signal { signal, done } => {
                         let _ = done.send(self.signal(&handle, &signal).await);
+                    }
+                    control::TaskRequest::Exec { command, done } => {
+                        self.exec(&handle, command, done);
+                    }
+                    control::TaskRequest::Kill { reason, done } => {
+                        self.emit(EventKind::Killing, reason);
+                        break Waited::Kill(done);
                     }
                 }
             }
@@ -562,6 +626,11 @@ impl TaskRunner {
                 self.kill(&handle).await;
                 let _ = done.send(Ok(()));
                 RunOnce::UserRestart
+            }
+            Waited::Kill(done) => {
+                self.kill(&handle).await;
+                let _ = done.send(Ok(()));
+                RunOnce::Killed
             }
         };
         // Requests that came as the run ended found it over.
@@ -745,4 +814,6 @@ enum RunOnce {
     DriverFailed,
     /// The user asked for a restart; the run was killed.
     UserRestart,
+    /// Killed and failed for good, without a restart.
+    Killed,
 }

@@ -3,7 +3,8 @@
 //! file it read), the watcher waits for the change to settle (`wait.min`, at most
 //! `wait.max`), renders again, and only when a file's text changed writes it and acts
 //! on the task by the template's `change_mode`: a restart (outside the restart policy,
-//! as Nomad's), a signal, or nothing; after a random `splay`, so that the tasks that
+//! as Nomad's), a signal, a script run inside the task (its `fail_on_error` kills and
+//! fails the task when it fails), or nothing; after a random `splay`, so that the tasks that
 //! read one service do not all restart at once. A render that fails leaves the file as
 //! it was and says why in a task event.
 //!
@@ -16,11 +17,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::control::TaskControl;
+use super::control::{TaskCommand, TaskControl};
 use super::events::TaskEvents;
 use super::template_data::{Watched, file_fingerprint};
 use super::template_render::{Rendering, on_render_thread, write_beneath_for};
-use berth_jobspec::ChangeMode;
+use berth_jobspec::{ChangeMode, ChangeScript};
 use berth_model::events::EventKind;
 
 /// How often files a template read are looked at again (consul-template polls them).
@@ -239,7 +240,93 @@ pub(super) async fn watch(
                 );
             }
         }
+        let mut scripts: Vec<&ChangeScript> = Vec::new();
+        for mode in &modes {
+            if let ChangeMode::Script(script) = mode
+                && !scripts.contains(&script)
+            {
+                scripts.push(script);
+            }
+        }
+        for script in scripts {
+            if !run_script(script, &control, &events).await {
+                let _ = control
+                    .kill_failed("Template script failed, task is being killed")
+                    .await;
+                return;
+            }
+        }
     }
+}
+
+/// Runs a template's change script inside the task and says how it went in a task
+/// event (Nomad's words). `false` when it failed and its `fail_on_error` fails the task.
+async fn run_script(script: &ChangeScript, control: &TaskControl, events: &TaskEvents) -> bool {
+    let argv: Vec<String> = std::iter::once(script.command.clone())
+        .chain(script.args.iter().cloned())
+        .collect();
+    let started = Instant::now();
+    let ran = control
+        .exec(TaskCommand {
+            argv,
+            timeout: script.timeout,
+        })
+        .await;
+    let (command, args) = (&script.command, &script.args);
+    let failure = match ran {
+        Err(error) => {
+            format!("Template failed to run script {command} with arguments {args:?}: {error}")
+        }
+        Ok(ran) if ran.timed_out => format!(
+            "Template ran script {command} with arguments {args:?} on change but it did not end \
+             within its timeout of {:?}, and was killed{}",
+            script.timeout,
+            said(&ran.output)
+        ),
+        Ok(ran) if ran.status.code == Some(0) => {
+            tracing::debug!(took = ?started.elapsed(), command, "template change script ran");
+            events.emit(
+                EventKind::TaskHook,
+                format!(
+                    "Template successfully ran script {command} with arguments: {args:?}. Exit \
+                     code: 0"
+                ),
+            );
+            return true;
+        }
+        Ok(ran) => {
+            let how = match (ran.status.code, ran.status.signal) {
+                (Some(code), _) => format!("exited with code {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                (None, None) => "ended without a status".to_string(),
+            };
+            format!(
+                "Template ran script {command} with arguments {args:?} on change but it {how}{}",
+                said(&ran.output)
+            )
+        }
+    };
+    events.emit(EventKind::TaskHook, failure);
+    !script.fail_on_error
+}
+
+/// The end of a script's output, for its event: `": <last words>"`, or nothing.
+fn said(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    let text = text.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    // The last lines say why, most often.
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(512)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!(": {}", tail.replace('\n', " / "))
 }
 
 /// A random wait from zero up to (not including) `limit`.

@@ -9,6 +9,7 @@
 //! community drivers built before capabilities keep working.
 
 mod error;
+mod exec;
 mod types;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ use wasmtime::Store;
 use wasmtime::component::Linker;
 
 pub use error::{DriverError, LoadError};
+pub use exec::ExecError;
 
 use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};

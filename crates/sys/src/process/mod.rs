@@ -14,6 +14,7 @@
 
 pub mod confine;
 pub mod dynamic_users;
+pub mod enter;
 pub mod isolation;
 pub mod keeper;
 pub mod logmon;
@@ -25,7 +26,6 @@ pub mod spawn_plan;
 pub mod users;
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -39,7 +39,7 @@ use tokio::sync::watch;
 use crate::mount::MountStep;
 use berth_model::mount::Propagation;
 use isolation::ChrootSpec;
-use spawn_plan::{Report, SpawnPlan};
+use spawn_plan::SpawnPlan;
 
 pub use berth_model::driver::ProcessRef;
 pub use open_files::raise_open_files_limit;
@@ -119,6 +119,10 @@ pub enum ProcessError {
     UnknownSignal(String),
     #[error("signalling process {pid}: {source}")]
     Signal { pid: u32, source: io::Error },
+    #[error("opening the task's namespace {}: {source}", path.display())]
+    TaskNamespace { path: PathBuf, source: io::Error },
+    #[error("reading the command's output: {source}")]
+    Output { source: io::Error },
 }
 
 struct Tracked {
@@ -216,23 +220,7 @@ impl ProcessTable {
             }
             _ => None,
         };
-        let nul = || ProcessError::Exec {
-            program: program.clone(),
-            source: io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a NUL byte in an argument or variable",
-            ),
-        };
-        let argv = spec
-            .argv
-            .iter()
-            .map(|arg| CString::new(arg.as_str()).map_err(|_| nul()))
-            .collect::<Result<_, _>>()?;
-        let env = spec
-            .env
-            .iter()
-            .map(|(name, value)| CString::new(format!("{name}={value}")).map_err(|_| nul()))
-            .collect::<Result<_, _>>()?;
+        let (argv, env) = spawn_plan::c_strings(&program, &spec.argv, &spec.env)?;
         let mut cgroup_procs = Vec::with_capacity(spec.cgroup_procs.len());
         for path in &spec.cgroup_procs {
             let file = File::options().write(true).open(path);
@@ -266,6 +254,7 @@ impl ProcessTable {
             env,
             cgroup_procs,
             network_namespace,
+            joined: Vec::new(),
             before_fork,
             pid_namespace,
             after_fork,
@@ -307,28 +296,7 @@ impl ProcessTable {
                 return Err(keeper_error(io::Error::new(source.kind(), why)));
             }
         };
-        let failure = match report {
-            Report::Started => None,
-            Report::StepFailed { step, error } => Some(ProcessError::Setup {
-                step: plan.step_names().get(step).cloned().unwrap_or_default(),
-                source: error,
-            }),
-            Report::ExecFailed(source) if source.kind() == io::ErrorKind::NotFound => {
-                let source = io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "no such program (paths are resolved inside the task's root)",
-                );
-                Some(ProcessError::Exec { program, source })
-            }
-            Report::ExecFailed(source) => Some(ProcessError::Exec { program, source }),
-            Report::NotAccepted => Some(keeper_error(io::Error::other(
-                "it ended before it took the task: is it berth-keeper, from this agent's build?",
-            ))),
-            Report::UnreadablePlan => Some(keeper_error(io::Error::other(
-                "it could not read the task's spawn plan: it is from another build of berth \
-                 (its own words are in the task's stderr)",
-            ))),
-        };
+        let failure = spawn_plan::failure_of(&plan, report, program, keeper);
         if let Some(failure) = failure {
             forget_record();
             // The keeper (and whatever it forked) ends by itself once a step failed.

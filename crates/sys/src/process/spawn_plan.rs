@@ -65,9 +65,9 @@ struct Build {
 
 impl Build {
     fn this() -> Build {
-        // 4: the group's network namespace.
+        // 5: the namespaces of a running task, joined.
         Build {
-            format: 4,
+            format: 5,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -87,6 +87,11 @@ pub struct SpawnPlan {
     /// The group's network namespace (its `/run/netns` file, open), which the keeper
     /// joins before it unshares anything: every task of a group in bridge mode shares it.
     pub network_namespace: Option<RawFd>,
+    /// The namespaces of a running task (its `/proc/<pid>/ns` files, open) the keeper
+    /// joins next, to run a process inside that task ([`super::enter`]): its mount, ipc
+    /// and uts namespaces, and the pid namespace its children are born in. The keeper
+    /// then forks, so the child is born inside; no init is forked (the task has one).
+    pub joined: Vec<(RawFd, JoinedNamespace)>,
     pub before_fork: Vec<MountStep>,
     /// Fork into the pid namespace `before_fork` made ([`shim`]).
     pub pid_namespace: bool,
@@ -105,6 +110,29 @@ pub struct SpawnPlan {
     /// The open-files limit (soft, hard) the task gets: the node's, which the agent
     /// raised for itself.
     pub open_files_limit: Option<(u64, u64)>,
+}
+
+/// Which namespace of a running task a descriptor of [`SpawnPlan::joined`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinedNamespace {
+    Mount,
+    Ipc,
+    Uts,
+    /// The task's own (`/proc/<pid>/ns/pid_for_children` of its shim): only the
+    /// keeper's children are born in it.
+    Pid,
+}
+
+impl JoinedNamespace {
+    fn kind(self) -> rustix::thread::LinkNameSpaceType {
+        use rustix::thread::LinkNameSpaceType as Kind;
+        match self {
+            JoinedNamespace::Mount => Kind::Mount,
+            JoinedNamespace::Ipc => Kind::InterProcessCommunication,
+            JoinedNamespace::Uts => Kind::HostNameAndNISDomainName,
+            JoinedNamespace::Pid => Kind::ProcessID,
+        }
+    }
 }
 
 /// The descriptors an agent hands the keeper beyond the plan and the report pipe.
@@ -135,9 +163,10 @@ pub enum Report {
 }
 
 impl SpawnPlan {
-    /// A shim is forked for a pid namespace, and for an exit record without one.
+    /// A shim is forked for a pid namespace, made or joined, and for an exit record
+    /// without one.
     fn forks_shim(&self) -> bool {
-        self.pid_namespace || self.exit_record.is_some()
+        self.pid_namespace || self.exit_record.is_some() || !self.joined.is_empty()
     }
 
     /// The names of the steps [`SpawnPlan::run`] counts, for errors.
@@ -146,6 +175,7 @@ impl SpawnPlan {
             "join the task's cgroup".to_string(),
             "start the mount warden".to_string(),
             "join the group's network namespace".to_string(),
+            "join the task's namespaces".to_string(),
         ];
         names.extend(self.before_fork.iter().map(ToString::to_string));
         names.push(if self.pid_namespace {
@@ -230,7 +260,13 @@ impl SpawnPlan {
             )
             .map_err(|e| (2, e.into()))?;
         }
-        let mut index = 3;
+        for &(fd, namespace) in &self.joined {
+            // SAFETY: a descriptor the agent handed over at this number.
+            let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            rustix::thread::move_into_link_name_space(file, Some(namespace.kind()))
+                .map_err(|e| (3, e.into()))?;
+        }
+        let mut index = 4;
         for step in &self.before_fork {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
@@ -302,8 +338,68 @@ impl SpawnPlan {
             .iter()
             .chain(&self.exit_record)
             .chain(&self.network_namespace)
+            .chain(self.joined.iter().map(|(fd, _)| fd))
             .copied()
             .fold(REPORT_FD, RawFd::max)
+    }
+}
+
+/// The argv and environment as C strings (`NAME=value`); a NUL byte in either is refused.
+pub(super) fn c_strings(
+    program: &str,
+    argv: &[String],
+    env: &[(String, String)],
+) -> Result<(Vec<CString>, Vec<CString>), super::ProcessError> {
+    let nul = || super::ProcessError::Exec {
+        program: program.to_string(),
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a NUL byte in an argument or variable",
+        ),
+    };
+    let argv = argv
+        .iter()
+        .map(|arg| CString::new(arg.as_str()).map_err(|_| nul()))
+        .collect::<Result<_, _>>()?;
+    let env = env
+        .iter()
+        .map(|(name, value)| CString::new(format!("{name}={value}")).map_err(|_| nul()))
+        .collect::<Result<_, _>>()?;
+    Ok((argv, env))
+}
+
+/// What went wrong, from a keeper's report on its plan (`None`: the program executes).
+pub(super) fn failure_of(
+    plan: &SpawnPlan,
+    report: Report,
+    program: String,
+    keeper: &std::path::Path,
+) -> Option<super::ProcessError> {
+    let keeper_error = |source| super::ProcessError::Keeper {
+        path: keeper.to_path_buf(),
+        source,
+    };
+    match report {
+        Report::Started => None,
+        Report::StepFailed { step, error } => Some(super::ProcessError::Setup {
+            step: plan.step_names().get(step).cloned().unwrap_or_default(),
+            source: error,
+        }),
+        Report::ExecFailed(source) if source.kind() == io::ErrorKind::NotFound => {
+            let source = io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such program (paths are resolved inside the task's root)",
+            );
+            Some(super::ProcessError::Exec { program, source })
+        }
+        Report::ExecFailed(source) => Some(super::ProcessError::Exec { program, source }),
+        Report::NotAccepted => Some(keeper_error(io::Error::other(
+            "it ended before it took the task: is it berth-keeper, from this agent's build?",
+        ))),
+        Report::UnreadablePlan => Some(keeper_error(io::Error::other(
+            "it could not read the task's spawn plan: it is from another build of berth \
+             (its own words are in the task's stderr)",
+        ))),
     }
 }
 
@@ -497,6 +593,7 @@ mod tests {
             env: vec![c"PATH=/bin".into()],
             cgroup_procs: vec![5, 6],
             network_namespace: Some(8),
+            joined: vec![(9, JoinedNamespace::Mount), (10, JoinedNamespace::Pid)],
             before_fork: vec![MountStep::UnshareNamespace],
             pid_namespace: true,
             after_fork: vec![MountStep::Chdir { dir: c"/".into() }],
@@ -517,7 +614,7 @@ mod tests {
         let bytes = plan().encode(&Build::this()).unwrap();
         let read = decode_plan(&bytes).unwrap();
         assert_eq!(format!("{read:?}"), format!("{:?}", plan()));
-        assert_eq!(read.highest_fd(), 8);
+        assert_eq!(read.highest_fd(), 10);
         let older = Build {
             format: 0,
             version: "0.0.9".into(),

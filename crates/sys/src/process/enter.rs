@@ -1,0 +1,314 @@
+//! Running a command inside a running task, as Nomad's `exec` driver does for a
+//! template's change script, a script check or `alloc exec`: in the task's namespaces,
+//! root, cgroup and network, as the task's user, with the task's capabilities and
+//! seccomp filter, never with more.
+//!
+//! The task is found through the process the host spawned for it (its shim, see
+//! [`super::shim`]). Its namespaces are opened from `/proc/<shim>/ns`, and the shim's
+//! pidfd is checked after that, so they are that very process's and not a recycled
+//! pid's. Those that differ from the agent's are joined by a `berth-keeper` started on
+//! a spawn plan ([`super::spawn_plan`]) like the task's own:
+//!
+//! ```text
+//! agent ─posix_spawn─► keeper: join the task's cgroup ─► join its network, mount, ipc,
+//!   uts namespaces and the pid namespace of its children ─► fork ─┐ (stays: the shim)
+//!   command: chdir / ─► drop capabilities ─► user ─► seccomp ─► exec
+//! ```
+//!
+//! Joining the mount namespace puts the keeper at the root of that namespace, the
+//! task's (its `pivot_root` left nothing of the host's tree there). The command is born
+//! in the task's pid namespace, under its init: it dies with the task, and what it
+//! leaves behind is the task's init's to reap. A task in the host's mount namespace
+//! (`raw_exec`) gets its command in its task directory, as its user, unconfined, as
+//! the task itself runs.
+//!
+//! The command's output (stdout and stderr together) is read up to a limit; it is
+//! killed at its timeout.
+
+use std::fs::File;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::process::{PidfdFlags, Signal};
+use tokio::io::AsyncReadExt as _;
+
+use super::spawn_plan::{Handed, JoinedNamespace, SpawnPlan, c_strings, failure_of};
+use super::{
+    ExitStatus, ProcessError, ProcessRef, ProcessTable, confine, open_files, pid_of, wait_exit,
+};
+use crate::mount::{MountStep, c_path};
+use berth_model::driver::TaskUser;
+
+/// What to run inside a task.
+#[derive(Debug, Clone)]
+pub struct EnterSpec {
+    /// The program is looked up in `PATH` of `env` inside the task's root when it has
+    /// no `/`.
+    pub argv: Vec<String>,
+    /// The whole environment: nothing is inherited.
+    pub env: Vec<(String, String)>,
+    /// The task's user (the host's choice, as at the task's start).
+    pub user: Option<TaskUser>,
+    /// The `cgroup.procs` files of the task's cgroup: the command is limited and counted
+    /// with the task.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Where the command starts when the task runs in the host's mount namespace (its
+    /// task directory); a confined task's command starts at `/` of its root.
+    pub host_cwd: PathBuf,
+    /// The most bytes of output kept; the rest is read and dropped.
+    pub output_limit: usize,
+    /// The command is killed after this long.
+    pub timeout: Duration,
+}
+
+/// How a command inside a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    pub status: ExitStatus,
+    /// Its stdout and stderr, interleaved as written, at most the spec's limit.
+    pub output: Vec<u8>,
+    /// More was written than `output` holds.
+    pub output_cut: bool,
+    /// It was killed at its timeout.
+    pub timed_out: bool,
+}
+
+/// After the command exits, how long its output is still read: what it left running
+/// may hold the pipe open.
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// The namespaces a process may have of its own, by their `/proc/<pid>/ns` names.
+const NAMESPACES: &[(&str, Option<JoinedNamespace>)] = &[
+    ("net", None),
+    ("mnt", Some(JoinedNamespace::Mount)),
+    ("ipc", Some(JoinedNamespace::Ipc)),
+    ("uts", Some(JoinedNamespace::Uts)),
+    ("pid_for_children", Some(JoinedNamespace::Pid)),
+];
+
+/// The namespaces of a task's process that are not the agent's own.
+struct TaskNamespaces {
+    network: Option<File>,
+    joined: Vec<(File, JoinedNamespace)>,
+}
+
+impl TaskNamespaces {
+    fn open(process: ProcessRef, pidfd: &OwnedFd) -> Result<TaskNamespaces, ProcessError> {
+        let mut namespaces = TaskNamespaces {
+            network: None,
+            joined: Vec::new(),
+        };
+        for (name, kind) in NAMESPACES {
+            let path = PathBuf::from(format!("/proc/{}/ns/{name}", process.pid));
+            let failed = |source| ProcessError::TaskNamespace {
+                path: path.clone(),
+                source,
+            };
+            let theirs = File::open(&path).map_err(failed)?;
+            let ours = std::fs::metadata(format!("/proc/self/ns/{name}")).map_err(failed)?;
+            let their_meta = theirs.metadata().map_err(failed)?;
+            if (their_meta.dev(), their_meta.ino()) == (ours.dev(), ours.ino()) {
+                continue;
+            }
+            match kind {
+                None => namespaces.network = Some(theirs),
+                Some(kind) => namespaces.joined.push((theirs, *kind)),
+            }
+        }
+        // Opened by pid: they are the task's only if the process was still alive after
+        // (a pid is not reused while its process lives).
+        if exited(pidfd) {
+            return Err(ProcessError::Gone(process.pid));
+        }
+        Ok(namespaces)
+    }
+
+    /// The task has a root of its own.
+    fn confined(&self) -> bool {
+        self.joined
+            .iter()
+            .any(|(_, kind)| *kind == JoinedNamespace::Mount)
+    }
+}
+
+/// A pidfd reads as readable once its process has exited.
+fn exited(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let mut poll = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one valid pollfd, without waiting.
+    unsafe { libc::poll(&mut poll, 1, 0) > 0 }
+}
+
+impl ProcessTable {
+    /// Runs `spec` inside the task whose process `target` driver `owner` spawned, and
+    /// waits for it (at most its timeout). Must be called within a tokio runtime.
+    pub async fn run_inside(
+        &self,
+        owner: &Arc<str>,
+        target: ProcessRef,
+        spec: &EnterSpec,
+    ) -> Result<Ran, ProcessError> {
+        let keeper = self.keeper.as_ref().ok_or(ProcessError::NoKeeper)?;
+        let (pidfd, exit) = self.lookup(owner, target, |t| (t.pidfd.clone(), t.exit.clone()))?;
+        let Some(pidfd) = pidfd.filter(|_| exit.borrow().is_none()) else {
+            return Err(ProcessError::Gone(target.pid));
+        };
+        let namespaces = TaskNamespaces::open(target, &pidfd)?;
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let (argv, env) = c_strings(&program, &spec.argv, &spec.env)?;
+        let mut handed = Handed::default();
+        let mut cgroup_procs = Vec::with_capacity(spec.cgroup_procs.len());
+        for path in &spec.cgroup_procs {
+            let file = File::options().write(true).open(path);
+            let file = file.map_err(|source| ProcessError::Cgroup {
+                path: path.clone(),
+                source,
+            })?;
+            cgroup_procs.push(handed.add(file.into()));
+        }
+        let confined = namespaces.confined();
+        let network_namespace = namespaces.network.map(|file| handed.add(file.into()));
+        let joined = namespaces
+            .joined
+            .into_iter()
+            .map(|(file, kind)| (handed.add(file.into()), kind))
+            .collect();
+        let prepare = |path: &std::path::Path| c_path(path).map_err(ProcessError::Prepare);
+        let (before_fork, after_fork, confine) = if confined {
+            let root = vec![MountStep::Chdir {
+                dir: prepare("/".as_ref())?,
+            }];
+            (Vec::new(), root, Some(confine::Confinement::Task))
+        } else {
+            let cwd = vec![MountStep::Chdir {
+                dir: prepare(&spec.host_cwd)?,
+            }];
+            (cwd, Vec::new(), None)
+        };
+        let filter = match confine {
+            Some(confinement) => Some(self.filter(confinement)?.clone()),
+            None => None,
+        };
+        let plan = SpawnPlan {
+            argv,
+            env,
+            cgroup_procs,
+            network_namespace,
+            joined,
+            before_fork,
+            pid_namespace: false,
+            after_fork,
+            confine,
+            user: spec.user,
+            filter,
+            mount_warden: None,
+            exit_record: None,
+            open_files_limit: open_files::node_limit(),
+        };
+        let output_failed = |source| ProcessError::Output { source };
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| output_failed(e.into()))?;
+        let stderr = write.try_clone().map_err(output_failed)?;
+        let keeper_error = |source| ProcessError::Keeper {
+            path: keeper.clone(),
+            source,
+        };
+        let launched = plan.launch(keeper, write, stderr, handed);
+        let (pid, report) = launched.map_err(keeper_error)?;
+        let raw_pid = pid_of(pid as u32)?;
+        let keeper_pidfd = rustix::process::pidfd_open(raw_pid, PidfdFlags::NONBLOCK)
+            .ok()
+            .map(Arc::new);
+        if let Some(failure) = failure_of(&plan, report, program, keeper) {
+            tokio::spawn(wait_exit(raw_pid, keeper_pidfd));
+            return Err(failure);
+        }
+        let mut output = Output::new(read, spec.output_limit);
+        let exited = wait_exit(raw_pid, keeper_pidfd.clone());
+        tokio::pin!(exited);
+        let deadline = tokio::time::sleep(spec.timeout);
+        tokio::pin!(deadline);
+        let mut timed_out = false;
+        let status = loop {
+            tokio::select! {
+                status = &mut exited => break status,
+                () = output.read_some(), if !output.ended => {}
+                () = &mut deadline, if !timed_out => {
+                    timed_out = true;
+                    // The shim's death is the command's (its parent-death signal).
+                    match &keeper_pidfd {
+                        Some(pidfd) => {
+                            let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
+                        }
+                        None => {
+                            let _ = rustix::process::kill_process(raw_pid, Signal::KILL);
+                        }
+                    }
+                }
+            }
+        };
+        let grace = tokio::time::sleep(OUTPUT_GRACE);
+        tokio::pin!(grace);
+        while !output.ended {
+            tokio::select! {
+                () = output.read_some() => {}
+                () = &mut grace => break,
+            }
+        }
+        Ok(Ran {
+            status,
+            output: output.kept,
+            output_cut: output.cut,
+            timed_out,
+        })
+    }
+}
+
+/// A command's output, read as it comes, up to a limit.
+struct Output {
+    pipe: Option<tokio::net::unix::pipe::Receiver>,
+    limit: usize,
+    kept: Vec<u8>,
+    cut: bool,
+    ended: bool,
+}
+
+impl Output {
+    fn new(read: OwnedFd, limit: usize) -> Output {
+        let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(read).ok();
+        Output {
+            ended: pipe.is_none(),
+            pipe,
+            limit,
+            kept: Vec::new(),
+            cut: false,
+        }
+    }
+
+    /// Reads what is there (waiting for some); past the limit it is dropped.
+    async fn read_some(&mut self) {
+        let Some(pipe) = &mut self.pipe else {
+            self.ended = true;
+            return;
+        };
+        let mut buffer = [0u8; 4096];
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => {
+                self.ended = true;
+                self.pipe = None;
+            }
+            Ok(n) => {
+                let room = self.limit.saturating_sub(self.kept.len());
+                self.kept.extend_from_slice(&buffer[..n.min(room)]);
+                self.cut |= n > room;
+            }
+        }
+    }
+}

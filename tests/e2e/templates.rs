@@ -540,6 +540,15 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
     task "slow" {{
       driver = "exec"
 {slow}
+      template {{
+        data        = {later}
+        destination = "local/later.conf"
+        change_mode = "noop"
+        wait {{
+          min = "3s"
+          max = "10s"
+        }}
+      }}
       config {{
         command = "/bin/sh"
         args    = ["-c", "echo start; sleep 300"]
@@ -554,6 +563,7 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
         ),
         task_line =
             serde_json::to_string(&format!("echo \"task {WHERE_AM_I}\"; sleep 300")).unwrap(),
+        later = serde_json::to_string(SERVERS).unwrap(),
         slow = servers(
             "command = \"/bin/sleep\"\n          args = [\"30\"]\n          timeout = \"1s\""
         ),
@@ -683,6 +693,23 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
         agent.alloc(&reloader).await.client_status,
         ClientStatus::Running
     );
+    // Each template settles on its own wait: the slow task's servers.conf (no wait)
+    // changed at once; its later.conf (`min = "3s"`) only once the change had settled.
+    let task_file = |task: &str, file: &str| {
+        let path = agent
+            .path()
+            .join("data/allocs")
+            .join(&reloader)
+            .join("tasks");
+        std::fs::read_to_string(path.join(task).join("local").join(file)).unwrap_or_default()
+    };
+    assert!(task_file("slow", "servers.conf").contains("# db2"));
+    let later = within("later.conf's re-render", joined, || {
+        task_file("slow", "later.conf").contains("# db2")
+    })
+    .await;
+    eprintln!("a template with wait.min 3s re-rendered {later:?} after the change");
+    assert!(later >= Duration::from_secs(3), "{later:?}");
     // The killed script is gone, not left in its task.
     let slow_cgroup = format!("{reloader}.slow");
     let left: Vec<String> = std::fs::read_dir("/proc")

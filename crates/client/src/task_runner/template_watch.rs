@@ -30,20 +30,61 @@ const FILE_POLL: Duration = Duration::from_secs(2);
 /// The least time between two renders of one task's templates.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Watches a task's templates while it runs: those of one `wait` settle together, each
+/// set of them on its own wait, as consul-template waits per template.
 pub(super) async fn watch(
     rendering: Arc<Rendering>,
     control: TaskControl,
     events: TaskEvents,
     sys: Arc<dyn berth_sys::Sys>,
 ) {
+    let mut by_wait: BTreeMap<(Duration, Duration), Vec<usize>> = BTreeMap::new();
+    {
+        let last = rendering.last.lock().unwrap();
+        for (index, template) in rendering.templates.iter().enumerate() {
+            // A template that read nothing outside itself never changes.
+            if !template.once && !last[index].1.is_empty() {
+                let wait = (template.wait.min, template.wait.max.max(template.wait.min));
+                by_wait.entry(wait).or_default().push(index);
+            }
+        }
+    }
+    // Dropped with this future when the run ends: the set aborts every watcher.
+    let mut watchers = tokio::task::JoinSet::new();
+    for ((min, max), watched) in by_wait {
+        let settle = Settle { min, max };
+        watchers.spawn(watch_templates(
+            rendering.clone(),
+            watched,
+            settle,
+            control.clone(),
+            events.clone(),
+            sys.clone(),
+        ));
+    }
+    while watchers.join_next().await.is_some() {}
+}
+
+/// How long a change must settle before the templates that read it render again.
+#[derive(Debug, Clone, Copy)]
+struct Settle {
+    /// Without another change for this long.
+    min: Duration,
+    /// Or this long since the first change, however many came.
+    max: Duration,
+}
+
+/// Watches the templates `watched` (indexes in `rendering`), which share one wait.
+async fn watch_templates(
+    rendering: Arc<Rendering>,
+    watched: Vec<usize>,
+    Settle { min, max }: Settle,
+    control: TaskControl,
+    events: TaskEvents,
+    sys: Arc<dyn berth_sys::Sys>,
+) {
     let mut changes = rendering.services.subscribe();
     changes.mark_unchanged();
-    let watched: Vec<usize> = {
-        let last = rendering.last.lock().unwrap();
-        (0..rendering.templates.len())
-            .filter(|&i| !rendering.templates[i].once && !last[i].1.is_empty())
-            .collect()
-    };
     // The files the watched templates read, and how each looked when last rendered.
     let files_read = || -> BTreeSet<String> {
         let last = rendering.last.lock().unwrap();
@@ -72,18 +113,6 @@ pub(super) async fn watch(
         return;
     };
     let mut last_render: Option<Instant> = None;
-    // The shortest wait of the templates watched: one settling for all of them.
-    let min = watched
-        .iter()
-        .map(|&i| rendering.templates[i].wait.min)
-        .min()
-        .unwrap_or_default();
-    let max = watched
-        .iter()
-        .map(|&i| rendering.templates[i].wait.max)
-        .min()
-        .unwrap_or_default()
-        .max(min);
     // A change between the first render and this watcher's start is caught by a first
     // look at once.
     let mut look_now = true;
@@ -125,8 +154,8 @@ pub(super) async fn watch(
                     _ = tokio::time::sleep(quiet) => break,
                 }
             }
-            // However often the catalog changes, a task's templates render at most
-            // once a MIN_INTERVAL (a template with `timestamp` and change_mode
+            // However often the catalog changes, the templates of one wait render at
+            // most once a MIN_INTERVAL (a template with `timestamp` and change_mode
             // "restart" would otherwise restart its task at every change anywhere).
             if let Some(at) = last_render {
                 tokio::time::sleep(MIN_INTERVAL.saturating_sub(at.elapsed())).await;

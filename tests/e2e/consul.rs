@@ -791,6 +791,7 @@ async fn a_registration_the_token_may_not_write_is_refused_and_shown_and_the_res
         Policy {
             service_write: vec!["shop-web".into()],
             service_read: vec![String::new()],
+            key_read: Vec::new(),
             acl_write: false,
         },
     );

@@ -54,5 +54,6 @@ mod slots;
 mod system_jobs;
 mod task_users;
 mod templates;
+mod templates_consul;
 mod two_agents;
 mod warden_attacks;

@@ -360,6 +360,36 @@ pub async fn validate_for(
             }
         }
         if config.consul.is_none() {
+            for task in &group.tasks {
+                for template in &task.templates {
+                    let delimiters = berth_template::Delimiters {
+                        left: template.left_delimiter.clone(),
+                        right: template.right_delimiter.clone(),
+                    };
+                    // A template that does not parse is the jobspec's problem, said there.
+                    let Ok(parsed) = berth_template::Template::parse(&template.data, &delimiters)
+                    else {
+                        continue;
+                    };
+                    let reads = parsed
+                        .functions()
+                        .iter()
+                        .find(|f| crate::consul::TEMPLATE_READS.contains(f));
+                    if let Some(function) = reads {
+                        problems.push(Problem {
+                            path: format!("{group_path}.task.{}.template", task.name),
+                            at: Some(template.at),
+                            message: format!(
+                                "{}: {function} reads Consul, and this agent has no consul \
+                                 block (nomadService reads the services berth runs)",
+                                template.destination
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        if config.consul.is_none() {
             let consul_services = group
                 .services
                 .iter()

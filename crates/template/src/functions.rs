@@ -22,11 +22,10 @@ const VAULT: &str = "it reads Vault, which berth does not talk to";
 const VARIABLES: &str = "it reads Nomad Variables, which berth does not store yet";
 const CONSUL_CATALOG: &str =
     "it reads Consul's catalog of nodes and datacenters, which berth does not read";
-const CONSUL_READS: &str = "berth does not read Consul's services or keys into templates yet; nomadService reads the services berth runs (provider = \"nomad\")";
 const CONNECT_CA: &str =
     "it reads Consul Connect's certificate authority, which berth does not read";
 const DENIED: &str = "Nomad denies it by default (function_denylist), and so does berth";
-const KEY_TREE: &str = "it works on Consul key trees (tree), which berth does not read yet";
+const KEY_TREE: &str = "it reshapes Consul key trees, which berth reads (tree) but does not reshape yet; range over them";
 const NO_WRITER: &str = "berth has no writer for that format yet; toJSON is there";
 
 /// Every function by name: what berth has, in the order of consul-template's docs.
@@ -60,11 +59,11 @@ pub const FUNCTIONS: &[(&str, Support)] = &[
     ("connect", Support::No(CONNECT_CA)),
     ("datacenters", Support::No(CONSUL_CATALOG)),
     ("file", Support::Data),
-    ("key", Support::No(CONSUL_READS)),
-    ("keyExists", Support::No(CONSUL_READS)),
-    ("keyOrDefault", Support::No(CONSUL_READS)),
-    ("ls", Support::No(CONSUL_READS)),
-    ("safeLs", Support::No(CONSUL_READS)),
+    ("key", Support::Data),
+    ("keyExists", Support::Data),
+    ("keyOrDefault", Support::Data),
+    ("ls", Support::Data),
+    ("safeLs", Support::Data),
     ("node", Support::No(CONSUL_CATALOG)),
     ("nodes", Support::No(CONSUL_CATALOG)),
     ("nomadService", Support::Data),
@@ -78,10 +77,10 @@ pub const FUNCTIONS: &[(&str, Support)] = &[
     ("pkiCert", Support::No(VAULT)),
     ("secret", Support::No(VAULT)),
     ("secrets", Support::No(VAULT)),
-    ("service", Support::No(CONSUL_READS)),
-    ("services", Support::No(CONSUL_READS)),
-    ("tree", Support::No(KEY_TREE)),
-    ("safeTree", Support::No(KEY_TREE)),
+    ("service", Support::Data),
+    ("services", Support::Data),
+    ("tree", Support::Data),
+    ("safeTree", Support::Data),
     // consul-template: scratch
     (
         "scratch",

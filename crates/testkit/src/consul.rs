@@ -18,6 +18,13 @@
 //!   (`/v1/agent/services`, `/v1/agent/checks`) come back 200 with what it may not read
 //!   left out and `X-Consul-Results-Filtered-By-ACLs: true`; no token is the anonymous
 //!   token, which may do nothing (`default_policy = "deny"`);
+//! - what templates read: `GET /v1/kv/:key` (404 with an empty body for a key that is
+//!   not there, 403 for one the token may not read) and `?recurse` (every key under a
+//!   prefix, the unreadable left out), `GET /v1/health/service/:name` (with `?tag=` and
+//!   `?passing`; a service the token may not read is an empty list, as Consul's
+//!   handler returns it, "tested" in its comment), `GET /v1/catalog/services`; each
+//!   instance carries its checks and the node's `serfHealth`, the node is `double` at
+//!   127.0.0.1 in `dc1`;
 //! - the agent's anti-entropy as a client of the agent sees it: an edit of a service's
 //!   tags in the catalog ([`ConsulDouble::edit_catalog_tags`]) shows on the agent only
 //!   for a service registered with `EnableTagOverride`; without it Consul restores the
@@ -52,11 +59,13 @@ pub struct Recorded {
 
 /// What a token may do: the few rules of a Consul ACL policy that berth meets.
 /// `service_prefix "<p>" { policy = "write" }` for each of `service_write` (write
-/// implies read), `policy = "read"` for each of `service_read`, and `acl = "write"`.
+/// implies read), `policy = "read"` for each of `service_read`, `key_prefix "<p>" {
+/// policy = "read" }` for each of `key_read`, and `acl = "write"`.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     pub service_write: Vec<String>,
     pub service_read: Vec<String>,
+    pub key_read: Vec<String>,
     pub acl_write: bool,
 }
 
@@ -66,8 +75,13 @@ impl Policy {
         Policy {
             service_write: vec![String::new()],
             service_read: Vec::new(),
+            key_read: vec![String::new()],
             acl_write: true,
         }
+    }
+
+    fn may_read_key(&self, key: &str) -> bool {
+        self.key_read.iter().any(|p| key.starts_with(p))
     }
 
     fn may_read(&self, service: &str) -> bool {
@@ -135,6 +149,10 @@ struct DoubleState {
     requests: Vec<Recorded>,
     /// Answer this many next requests with a 500.
     fail_next: u32,
+    /// The KV store: key, value, modify index.
+    kv: BTreeMap<String, (Vec<u8>, u64)>,
+    /// The last index Consul's raft log handed out.
+    index: u64,
     /// ACL tokens a test gave out, by secret, with their accessor and policy; `None`:
     /// ACLs are off and every request may do everything.
     acl: Option<BTreeMap<String, (String, Policy)>>,
@@ -164,6 +182,9 @@ impl ConsulDouble {
             .route("/v1/agent/services", get(services))
             .route("/v1/agent/service/{id}", get(service))
             .route("/v1/agent/checks", get(checks))
+            .route("/v1/kv/{*key}", get(kv_get))
+            .route("/v1/health/service/{name}", get(health_service))
+            .route("/v1/catalog/services", get(catalog_services))
             .route("/v1/acl/token", put(create_token))
             .route(
                 "/v1/acl/token/{accessor}",
@@ -253,6 +274,29 @@ impl ConsulDouble {
         );
     }
 
+    /// Writes a key (`consul kv put`), as another client of Consul would.
+    pub fn put_key(&self, key: &str, value: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.index += 1;
+        let index = state.index;
+        state
+            .kv
+            .insert(key.to_string(), (value.as_bytes().to_vec(), index));
+    }
+
+    /// Deletes a key (`consul kv delete`).
+    pub fn delete_key(&self, key: &str) {
+        self.state.lock().unwrap().kv.remove(key);
+    }
+
+    /// A check's status changes (`passing`, `warning`, `critical`), as Consul's own
+    /// check runs would change it.
+    pub fn set_check_status(&self, check_id: &str, status: &str) {
+        let mut state = self.state.lock().unwrap();
+        let check = state.checks.get_mut(check_id).expect("a registered check");
+        check["Status"] = json!(status);
+    }
+
     /// An operator edits a service's tags in the catalog (`PUT /v1/catalog/register`).
     /// Consul's anti-entropy then syncs the agent and the catalog: with
     /// `EnableTagOverride`, the agent takes the catalog's tags into its own copy, which
@@ -338,6 +382,7 @@ fn resolve(
             policy: Policy {
                 service_write: names,
                 service_read: vec![String::new()],
+                key_read: Vec::new(),
                 acl_write: false,
             },
         });
@@ -631,4 +676,173 @@ async fn checks(State(state): State<Shared>, Extension(authz): Extension<Authz>)
         .collect();
     let removed = readable.len() != total;
     filtered_list(&authz, json!(readable), removed)
+}
+
+/// The one node of the double, as the catalog shows it.
+fn double_node() -> Value {
+    json!({
+        "ID": "40e4a748-2192-161a-0510-9bf59fe950b5",
+        "Node": "double",
+        "Address": "127.0.0.1",
+        "Datacenter": "dc1",
+        "TaggedAddresses": { "lan": "127.0.0.1", "wan": "127.0.0.1" },
+        "Meta": {},
+    })
+}
+
+/// A KV entry as `GET /v1/kv` shows it: the value in base64, `null` when empty.
+fn kv_entry(key: &str, value: &[u8], index: u64) -> Value {
+    use base64::Engine as _;
+    let value = if value.is_empty() {
+        Value::Null
+    } else {
+        json!(base64::engine::general_purpose::STANDARD.encode(value))
+    };
+    json!({
+        "LockIndex": 0,
+        "Key": key,
+        "Flags": 0,
+        "Value": value,
+        "CreateIndex": index,
+        "ModifyIndex": index,
+    })
+}
+
+/// `GET /v1/kv/:key`, and `?recurse` for every key under a prefix.
+async fn kv_get(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+    Path(key): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let state = state.lock().unwrap();
+    let index = HeaderValue::from(state.index.max(1));
+    let mut response = if query.contains_key("recurse") {
+        let under: Vec<_> = state
+            .kv
+            .iter()
+            .filter(|(k, _)| k.starts_with(&key))
+            .collect();
+        let readable: Vec<Value> = under
+            .iter()
+            .filter(|(k, _)| authz.policy.may_read_key(k))
+            .map(|(k, (v, i))| kv_entry(k, v, *i))
+            .collect();
+        if readable.is_empty() {
+            // Consul answers an empty listing as it answers a missing key.
+            StatusCode::NOT_FOUND.into_response()
+        } else {
+            filtered_list(&authz, json!(readable), readable.len() != under.len())
+        }
+    } else if !authz.policy.may_read_key(&key) {
+        authz.denied("key:read", Some(&key))
+    } else {
+        match state.kv.get(&key) {
+            Some((value, index)) => {
+                axum::Json(json!([kv_entry(&key, value, *index)])).into_response()
+            }
+            None => StatusCode::NOT_FOUND.into_response(),
+        }
+    };
+    response.headers_mut().insert("X-Consul-Index", index);
+    response
+}
+
+/// The worst status among checks: critical, then warning, then passing.
+fn aggregated_status(checks: &[Value]) -> &'static str {
+    let statuses: Vec<&str> = checks.iter().filter_map(|c| c["Status"].as_str()).collect();
+    if statuses.contains(&"critical") {
+        "critical"
+    } else if statuses.contains(&"warning") {
+        "warning"
+    } else {
+        "passing"
+    }
+}
+
+/// `GET /v1/health/service/:name`: each instance with its node and checks (the
+/// node's `serfHealth` among them); `?tag=` keeps those with the tag, `?passing` those
+/// whose every check passes. A service the token may not read is an empty list.
+async fn health_service(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+    Path(name): Path<String>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    if !authz.policy.may_read(&name) {
+        return filtered_list(&authz, json!([]), true);
+    }
+    let state = state.lock().unwrap();
+    let tags: Vec<&str> = query
+        .iter()
+        .filter(|(k, _)| k == "tag")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let passing = query.iter().any(|(k, _)| k == "passing");
+    let serf = json!({
+        "Node": "double",
+        "CheckID": "serfHealth",
+        "Name": "Serf Health Status",
+        "Status": "passing",
+        "ServiceID": "",
+        "ServiceName": "",
+    });
+    let entries: Vec<Value> = state
+        .services
+        .values()
+        .filter(|s| s["Service"] == json!(name))
+        .filter(|s| {
+            let has: Vec<&str> = s["Tags"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            tags.iter().all(|t| has.contains(t))
+        })
+        .map(|s| {
+            let mut checks = vec![serf.clone()];
+            checks.extend(
+                state
+                    .checks
+                    .values()
+                    .filter(|c| c["ServiceID"] == s["ID"])
+                    .cloned(),
+            );
+            json!({ "Node": double_node(), "Service": s, "Checks": checks })
+        })
+        .filter(|e| {
+            !passing || aggregated_status(e["Checks"].as_array().map_or(&[], |c| c)) == "passing"
+        })
+        .collect();
+    let mut response = axum::Json(json!(entries)).into_response();
+    response
+        .headers_mut()
+        .insert("X-Consul-Index", HeaderValue::from(state.index.max(1)));
+    response
+}
+
+/// `GET /v1/catalog/services`: every service name the token may read, with the tags
+/// of all its instances.
+async fn catalog_services(
+    State(state): State<Shared>,
+    Extension(authz): Extension<Authz>,
+) -> Response {
+    let state = state.lock().unwrap();
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut removed = false;
+    for service in state.services.values() {
+        let name = service["Service"].as_str().unwrap_or_default();
+        if !authz.policy.may_read(name) {
+            removed = true;
+            continue;
+        }
+        let tags = names.entry(name.to_string()).or_default();
+        for tag in service["Tags"].as_array().into_iter().flatten() {
+            if let Some(tag) = tag.as_str().filter(|t| !tags.iter().any(|x| x == t)) {
+                tags.push(tag.to_string());
+            }
+        }
+    }
+    filtered_list(&authz, json!(names), removed)
 }

@@ -262,6 +262,65 @@ impl ConsulApi {
             .await
     }
 
+    /// A key (`GET /v1/kv/:key`); `None` when Consul has no such key.
+    pub async fn key(&self, key: &str) -> Result<Option<KvEntry>, ConsulError> {
+        let call = format!("reading key {key:?}");
+        let path = format!("/v1/kv/{}", key_escape(key));
+        let entries: Option<Vec<KvEntry>> = self.get_or_missing(&path, &call).await?;
+        Ok(entries.and_then(|entries| entries.into_iter().find(|e| e.key == key)))
+    }
+
+    /// Every key under `prefix` the token may read (`GET /v1/kv/:prefix?recurse`).
+    pub async fn keys_under(&self, prefix: &str) -> Result<Vec<KvEntry>, ConsulError> {
+        let call = format!("listing keys under {prefix:?}");
+        let path = format!("/v1/kv/{}?recurse=true", key_escape(prefix));
+        let entries: Option<Vec<KvEntry>> = self.get_or_missing(&path, &call).await?;
+        Ok(entries.unwrap_or_default())
+    }
+
+    /// The instances of `service` with their node and checks
+    /// (`GET /v1/health/service/:name`), those with `tag`, only those whose checks all
+    /// pass when `passing`.
+    pub async fn service_health(
+        &self,
+        service: &str,
+        tag: Option<&str>,
+        passing: bool,
+    ) -> Result<Vec<HealthEntry>, ConsulError> {
+        let mut path = format!("/v1/health/service/{}", path_escape(service));
+        let mut query = Vec::new();
+        if let Some(tag) = tag {
+            query.push(format!("tag={}", path_escape(tag)));
+        }
+        if passing {
+            query.push("passing=1".to_string());
+        }
+        if !query.is_empty() {
+            path = format!("{path}?{}", query.join("&"));
+        }
+        self.get(&path, &format!("reading the health of service {service:?}"))
+            .await
+    }
+
+    /// Every service name in the catalog with its tags (`GET /v1/catalog/services`).
+    pub async fn catalog_services(&self) -> Result<BTreeMap<String, Vec<String>>, ConsulError> {
+        self.get("/v1/catalog/services", "listing the catalog's services")
+            .await
+    }
+
+    /// `None` for Consul's 404 (no such key, nothing under a prefix).
+    async fn get_or_missing<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        call: &str,
+    ) -> Result<Option<T>, ConsulError> {
+        match self.get(path, call).await {
+            Ok(found) => Ok(Some(found)),
+            Err(ConsulError::Refused { status: 404, .. }) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
     async fn get<T: DeserializeOwned>(&self, path: &str, call: &str) -> Result<T, ConsulError> {
         let body = self.call(Method::GET, path, Vec::new(), call).await?;
         serde_json::from_slice(&body).map_err(|e| ConsulError::Garbled {
@@ -341,6 +400,102 @@ impl ConsulApi {
         }
         Ok(body)
     }
+}
+
+/// A key as a path: each segment escaped, the slashes kept.
+fn key_escape(key: &str) -> String {
+    key.split('/')
+        .map(path_escape)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A KV entry (`GET /v1/kv/:key`), the parts templates read.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct KvEntry {
+    pub key: String,
+    /// Base64; `None` for an empty value.
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+impl KvEntry {
+    /// The value as text; an empty value (or one Consul sent garbled) is `""`.
+    pub fn text(&self) -> Result<String, ConsulError> {
+        use base64::Engine as _;
+        let Some(encoded) = &self.value else {
+            return Ok(String::new());
+        };
+        let garbled = |reason: String| ConsulError::Garbled {
+            call: format!("reading key {:?}", self.key),
+            reason,
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| garbled(e.to_string()))?;
+        String::from_utf8(bytes).map_err(|_| garbled("the value is not UTF-8 text".into()))
+    }
+}
+
+/// An instance of a service with its node and checks (`GET /v1/health/service/:name`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct HealthEntry {
+    pub node: HealthNode,
+    pub service: HealthService,
+    #[serde(default)]
+    pub checks: Vec<HealthCheck>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct HealthNode {
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    pub node: String,
+    #[serde(default)]
+    pub address: String,
+    #[serde(default)]
+    pub datacenter: String,
+    #[serde(default)]
+    pub tagged_addresses: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub meta: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct HealthService {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub service: String,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub address: String,
+    #[serde(default)]
+    pub port: u16,
+    #[serde(default)]
+    pub meta: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct HealthCheck {
+    #[serde(rename = "CheckID", default)]
+    pub check_id: String,
+    #[serde(default)]
+    pub name: String,
+    pub status: String,
+    #[serde(rename = "ServiceID", default)]
+    pub service_id: String,
+    #[serde(default)]
+    pub output: String,
 }
 
 /// A service ID as one path segment: berth's IDs hold `[A-Za-z0-9._-]` and job, group,

@@ -41,6 +41,20 @@ use crate::config::ConsulSettings;
 use berth_cluster::services::ServiceRecord;
 use berth_jobspec::ServiceProvider;
 
+/// The template functions that read Consul (answered by the task runner's template
+/// hook through [`api::ConsulApi`]).
+pub const TEMPLATE_READS: &[&str] = &[
+    "key",
+    "keyExists",
+    "keyOrDefault",
+    "ls",
+    "safeLs",
+    "tree",
+    "safeTree",
+    "service",
+    "services",
+];
+
 /// The prefix of every service ID berth registers: what it may deregister as an orphan.
 pub const ID_PREFIX: &str = "_berth-";
 

@@ -23,6 +23,7 @@ pub mod hooks;
 mod interpolate_hook;
 mod services_hook;
 mod task_dir_hook;
+mod template_consul;
 mod template_data;
 mod template_hook;
 mod template_render;

@@ -1,7 +1,7 @@
 //! What a task's templates read from outside the template: the task's environment,
-//! files in the task's directory, Nomad's service catalog (the cluster's), and the
-//! node's addresses (Consul's `service` and `key` are refused at submit: berth does not
-//! read them yet). Every read is bounded: a file by the render's byte limit, beneath the
+//! files in the task's directory, Nomad's service catalog (the cluster's), the node's
+//! addresses, and Consul's keys and services ([`super::template_consul`]). Every read is
+//! bounded: a file by the render's byte limit, beneath the
 //! task's directory, through no link the task planted.
 //!
 //! Rendering runs on a blocking thread (the catalog is read with blocking calls), and
@@ -36,6 +36,8 @@ pub(super) struct TaskTemplateData {
     /// What this render read from the catalog, by service name (`""`: the names):
     /// read once per render, however often the template asks.
     pub services_read: BTreeMap<String, Value>,
+    /// What this render asked Consul.
+    pub consul: super::template_consul::ConsulReads,
 }
 
 /// What a render read that may change.
@@ -43,6 +45,7 @@ pub(super) struct TaskTemplateData {
 pub(super) enum Watched {
     Services,
     File(String),
+    Consul(super::template_consul::ConsulRead),
 }
 
 /// `relative` beneath `task_dir` as a path only (`O_PATH`: nothing of it is opened),
@@ -317,6 +320,9 @@ impl Data for TaskTemplateData {
             "nomadService" => self.nomad_service(args),
             "nomadServices" => self.nomad_services(args),
             "sockaddr" => self.sockaddr(args),
+            consul if crate::consul::TEMPLATE_READS.contains(&consul) => {
+                self.consul.call(consul, args)
+            }
             other => Err(format!("berth has no answer for {other}").into()),
         }
     }
@@ -334,6 +340,10 @@ mod tests {
             node_address: "10.1.2.3".into(),
             watched: BTreeSet::new(),
             services_read: BTreeMap::new(),
+            consul: super::super::template_consul::ConsulReads::new(
+                None,
+                super::super::template_consul::tests::runtime(),
+            ),
         }
     }
 

@@ -63,6 +63,7 @@ impl TaskHook for TemplateHook {
                 user,
                 services: ctx.services.clone(),
                 node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
+                runtime: tokio::runtime::Handle::current(),
                 last: Mutex::new(Vec::new()),
             });
             // One after another, each written before the next renders: a template may

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
+use super::template_consul::ConsulReads;
 use super::template_data::{TaskTemplateData, Watched};
 use berth_jobspec::Template;
 use berth_jobspec::template::{TemplateError, env_lines};
@@ -84,6 +85,8 @@ pub(super) struct Rendering {
     pub user: Option<TaskUser>,
     pub services: Arc<crate::consul::ServiceClient>,
     pub node_address: String,
+    /// The agent's runtime, which Consul is asked on from the render thread.
+    pub runtime: tokio::runtime::Handle,
     /// Each template's last text, and what it read that may change.
     pub last: Mutex<Vec<(String, BTreeSet<Watched>)>>,
 }
@@ -119,6 +122,7 @@ impl Rendering {
             node_address: self.node_address.clone(),
             watched: BTreeSet::new(),
             services_read: BTreeMap::new(),
+            consul: ConsulReads::new(self.services.api().cloned(), self.runtime.clone()),
         };
         let options = berth_template::RenderOptions {
             missing_key: if template.error_on_missing_key {
@@ -129,7 +133,9 @@ impl Rendering {
             limits: render_limits(),
         };
         let text = self.parsed[index].render(&mut data, &options)?;
-        Ok((text, data.watched))
+        let mut watched = data.watched;
+        watched.extend(data.consul.answered.into_keys().map(Watched::Consul));
+        Ok((text, watched))
     }
 
     /// The owner of template `index`'s file: its `uid`/`gid`, else the task's user's.

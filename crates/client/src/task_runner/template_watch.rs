@@ -1,6 +1,6 @@
 //! Templates rendered again while their task runs, as consul-template does for Nomad:
 //! when a service the template read changes in the cluster's catalog (or, polled, a
-//! file it read), the watcher waits for the change to settle (`wait.min`, at most
+//! file it read or an answer of Consul's), the watcher waits for the change to settle (`wait.min`, at most
 //! `wait.max`), renders again, and only when a file's text changed writes it and acts
 //! on the task by the template's `change_mode`: a restart (outside the restart policy,
 //! as Nomad's), a signal, a script run inside the task (its `fail_on_error` kills and
@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::control::{TaskCommand, TaskControl};
 use super::events::TaskEvents;
+use super::template_consul::{self, ConsulRead};
 use super::template_data::{Watched, file_fingerprint};
 use super::template_render::{Rendering, on_render_thread, write_beneath_for};
 use berth_jobspec::{ChangeMode, ChangeScript};
@@ -93,9 +94,36 @@ async fn watch_templates(
             .flat_map(|&i| last[i].1.iter())
             .filter_map(|w| match w {
                 Watched::File(path) => Some(path.clone()),
-                Watched::Services => None,
+                Watched::Services | Watched::Consul(_) => None,
             })
             .collect()
+    };
+    // The questions the watched templates asked Consul, asked again on each poll.
+    let consul_asked = || -> BTreeSet<ConsulRead> {
+        let last = rendering.last.lock().unwrap();
+        watched
+            .iter()
+            .flat_map(|&i| last[i].1.iter())
+            .filter_map(|w| match w {
+                Watched::Consul(read) => Some(read.clone()),
+                Watched::Services | Watched::File(_) => None,
+            })
+            .collect()
+    };
+    let consul_api = rendering.services.api().cloned();
+    let consul_answers = |asked: &BTreeSet<ConsulRead>| {
+        let asked = asked.clone();
+        let api = consul_api.clone();
+        async move {
+            let mut answers = BTreeMap::new();
+            if let Some(api) = api {
+                for read in asked {
+                    let answer = template_consul::answer(&api, &read).await;
+                    answers.insert(read, answer);
+                }
+            }
+            answers
+        }
     };
     // Looked at on a blocking thread: up to MAX_FILES a template, each an openat2.
     let fingerprints = |files: &BTreeSet<String>| {
@@ -112,6 +140,8 @@ async fn watch_templates(
     let Ok(mut seen_files) = fingerprints(&files).await else {
         return;
     };
+    let mut asked = consul_asked();
+    let mut seen_answers = consul_answers(&asked).await;
     let mut last_render: Option<Instant> = None;
     // A change between the first render and this watcher's start is caught by a first
     // look at once.
@@ -128,12 +158,15 @@ async fn watch_templates(
                         }
                         break;
                     }
-                    _ = tokio::time::sleep(FILE_POLL), if !files.is_empty() => {
+                    _ = tokio::time::sleep(FILE_POLL), if !files.is_empty() || !asked.is_empty() => {
                         // Seen again after the render.
                         match fingerprints(&files).await {
                             Ok(now) if now != seen_files => break,
                             Ok(_) => {}
                             Err(_) => return,
+                        }
+                        if consul_answers(&asked).await != seen_answers {
+                            break;
                         }
                     }
                 }
@@ -225,6 +258,8 @@ async fn watch_templates(
             return;
         };
         seen_files = now;
+        asked = consul_asked();
+        seen_answers = consul_answers(&asked).await;
         if changed.is_empty() {
             continue;
         }

@@ -1,0 +1,155 @@
+//! Templates that read Consul, end to end against the Consul double
+//! (`berth_testkit::consul`): keys and a service's healthy instances rendered through
+//! the agent's `consul` block and its token; rendered again when a key changes or an
+//! instance's check fails; a key the token may not read fails the task with Consul's
+//! refusal; and without a `consul` block such a template is refused at submit.
+
+use std::time::{Duration, Instant};
+
+use berth_harness::AgentProcess;
+use berth_model::status::ClientStatus;
+use berth_testkit::consul::{ConsulDouble, Policy};
+
+const CONFIG: &str = r#"upstream {{ key "app/upstream" }}
+port {{ keyOrDefault "app/port" "8080" }}
+{{ range ls "app/limits" }}limit {{ .Key }} {{ .Value }}
+{{ end }}{{ range service "db" }}server {{ .ID }} {{ .Address }}
+{{ end }}"#;
+
+fn job(data: &str) -> String {
+    format!(
+        r#"job "app" {{
+  group "g" {{
+    restart {{
+      attempts = 0
+    }}
+    task "app" {{
+      driver = "exec"
+      template {{
+        data        = {data}
+        destination = "local/app.conf"
+        change_mode = "noop"
+        wait {{
+          min = "0s"
+          max = "1s"
+        }}
+      }}
+      config {{
+        command = "/bin/sleep"
+        args    = ["300"]
+      }}
+    }}
+  }}
+}}
+"#,
+        data = serde_json::to_string(data).unwrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_renders_consul_keys_and_services_and_again_when_they_change() {
+    let consul = ConsulDouble::start().await;
+    consul.add_token(
+        "berth-templates",
+        Policy {
+            service_read: vec!["db".into()],
+            key_read: vec!["app/".into()],
+            ..Policy::default()
+        },
+    );
+    consul.put_key("app/upstream", "10.0.0.9:80");
+    consul.put_key("app/limits/rps", "100");
+    consul.put_key("app/limits/burst", "20");
+    consul.put_key("secret/password", "hunter2");
+    consul.add_service("db-1", "db");
+    consul.add_service("db-2", "db");
+    consul.add_check("db-2-alive", "db-2");
+    let mut agent = AgentProcess::with_config(&format!(
+        "consul {{\n  address = \"{}\"\n  token = \"berth-templates\"\n}}\n",
+        consul.address()
+    ));
+    agent.start().await;
+    let alloc = agent.run_job("app.hcl", &job(CONFIG)).await;
+    let file = agent
+        .path()
+        .join("data/allocs")
+        .join(&alloc)
+        .join("tasks/app/local/app.conf");
+    let read = || std::fs::read_to_string(&file).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read().is_empty() {
+        assert!(Instant::now() < deadline, "never rendered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        read(),
+        "upstream 10.0.0.9:80\nport 8080\nlimit burst 20\nlimit rps 100\n\
+         server db-1 127.0.0.1\nserver db-2 127.0.0.1\n"
+    );
+    // A key changes, and an instance's check fails: the file follows, polled (after
+    // the watcher's first look, which comes as the task starts).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let changed = Instant::now();
+    consul.put_key("app/port", "9090");
+    consul.set_check_status("db-2-alive", "critical");
+    let followed = |text: String| text.contains("port 9090\n") && !text.contains("db-2");
+    while !followed(read()) {
+        assert!(
+            Instant::now() < changed + Duration::from_secs(30),
+            "{}",
+            read()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("Consul's change rendered {:?} after it", changed.elapsed());
+    let status = agent.alloc(&alloc).await;
+    assert_eq!(status.client_status, ClientStatus::Running);
+    let events = format!("{:#?}", status.tasks["app"].events);
+    assert!(
+        events.contains("Template re-rendered: local/app.conf"),
+        "{events}"
+    );
+
+    // A key the token may not read: Consul's refusal fails the task, named.
+    let denied = agent
+        .run_job(
+            "denied.hcl",
+            &job("{{ key \"secret/password\" }}").replace("\"app\"", "\"denied\""),
+        )
+        .await;
+    let status = agent.finished(&denied).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    let events = format!("{:#?}", status.tasks["denied"].events);
+    assert!(
+        events.contains(
+            "Consul refused reading key \\\"secret/password\\\": 403: Permission denied: token \
+             with AccessorID"
+        ),
+        "{events}"
+    );
+    let secret = agent
+        .path()
+        .join("data/allocs")
+        .join(&denied)
+        .join("tasks/denied/local/app.conf");
+    assert!(secret.parent().unwrap().is_dir());
+    assert!(!secret.exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_that_reads_consul_is_refused_at_submit_without_a_consul_block() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let Err(berth_api::client::ClientError::Api(error, _)) =
+        agent.submit("app.hcl", &job(CONFIG)).await
+    else {
+        panic!("a template that reads Consul was accepted without a consul block");
+    };
+    assert_eq!(
+        error.problems,
+        [
+            "app.hcl:8:7: job.app.group.g.task.app.template: local/app.conf: key reads Consul, \
+          and this agent has no consul block (nomadService reads the services berth runs)"
+        ]
+    );
+}

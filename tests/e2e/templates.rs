@@ -735,3 +735,146 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
     }
     assert_eq!(status.tasks["strict"].restarts, 0, "{events}");
 }
+
+/// A change script's task cannot hold the agent: one whose processes stop every process
+/// they can (`kill -STOP -1`, the script among them before its `exec`) still sees its
+/// script end at its timeout; a script that leaves processes behind has them killed with
+/// it (its process group); a raw_exec task's script runs where the task does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_script_ends_at_its_timeout_whatever_its_task_does() {
+    let mut agent = AgentProcess::with_config(
+        "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n",
+    );
+    agent.start().await;
+    // The second template reads what the first wrote; the task changes it, so the
+    // watcher (polling files) renders again and runs the script.
+    let task = |name: &str, driver: &str, script: &str, command: &str| {
+        format!(
+            r#"    task "{name}" {{
+      driver = "{driver}"
+      template {{
+        data        = "0"
+        destination = "local/trigger"
+      }}
+      template {{
+        data        = "{{{{ file \"local/trigger\" }}}}"
+        destination = "local/seen"
+        change_mode = "script"
+        change_script {{
+          {script}
+          timeout = "1s"
+        }}
+        splay       = "0s"
+        wait {{
+          min = "0s"
+          max = "1s"
+        }}
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {command}]
+      }}
+    }}
+"#,
+            command = serde_json::to_string(command).unwrap()
+        )
+    };
+    let source = format!(
+        "job \"held\" {{\n  group \"g\" {{\n{}{}{}  }}\n}}\n",
+        task(
+            "stopper",
+            "exec",
+            "command = \"/bin/sleep\"\n          args = [\"60\"]",
+            "echo looping; while :; do kill -STOP -1 2>/dev/null; done"
+        ),
+        task(
+            "leaver",
+            "exec",
+            "command = \"/bin/sh\"\n          args = [\"-c\", \"sleep 77 & sleep 78\"]",
+            "echo 1 > local/trigger; sleep 300"
+        ),
+        task(
+            "raw",
+            "raw_exec",
+            "command = \"/bin/sh\"\n          args = [\"-c\", \"pwd > ran-in; id -u >> ran-in\"]",
+            "echo 1 > local/trigger; id -u > task-uid; sleep 300"
+        ),
+    );
+    let alloc = agent.run_job("held.hcl", &source).await;
+    // The stopper's loop runs before its script starts: the test changes its trigger.
+    within("the stopper's loop", Instant::now(), || {
+        agent.task_stdout(&alloc, "stopper").contains("looping")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let trigger = agent
+        .path()
+        .join("data/allocs")
+        .join(&alloc)
+        .join("tasks/stopper/local/trigger");
+    std::fs::write(&trigger, "1").unwrap();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(40);
+    let timed_out = "did not end within its timeout of 1s, and was killed";
+    loop {
+        let status = agent.alloc(&alloc).await;
+        let events = |task: &str| {
+            status
+                .tasks
+                .get(task)
+                .map(|t| format!("{:#?}", t.events))
+                .unwrap_or_default()
+        };
+        if events("stopper").contains(timed_out) && events("leaver").contains(timed_out) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}\n{}",
+            events("stopper"),
+            events("leaver")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "both scripts ended at their timeout {:?} after the job started",
+        started.elapsed()
+    );
+    // Nothing the leaver's script started is left.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            cgroup.contains(&format!("{alloc}.leaver"))
+                && (cmdline == b"sleep\x0077\x00" || cmdline == b"sleep\x0078\x00")
+        })
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the script's processes outlived it: {left:?}"
+    );
+    // raw_exec's script ran in its task directory, as the task's user.
+    let task_dir = agent
+        .path()
+        .join("data/allocs")
+        .join(&alloc)
+        .join("tasks/raw");
+    let ran = within("raw_exec's script", Instant::now(), || {
+        std::fs::read_to_string(task_dir.join("ran-in")).is_ok_and(|t| t.lines().count() == 2)
+    })
+    .await;
+    let _ = ran;
+    let ran_in = std::fs::read_to_string(task_dir.join("ran-in")).unwrap();
+    let task_uid = std::fs::read_to_string(task_dir.join("task-uid")).unwrap();
+    assert_eq!(
+        ran_in,
+        format!(
+            "{}\n{}",
+            task_dir.canonicalize().unwrap().display(),
+            task_uid
+        )
+    );
+}

@@ -330,6 +330,8 @@ impl TaskRunner {
             host_cwd: self.ctx.alloc_dir.task_dir(&self.ctx.task.name),
             output_limit: EXEC_OUTPUT_LIMIT,
             timeout: command.timeout,
+            // The driver decides (only raw_exec's unconfined tasks may be entered).
+            unconfined_allowed: false,
         };
         let driver = self.ctx.driver.clone();
         let handle = handle.clone();

@@ -11,6 +11,7 @@ use berth_sys::process::ProcessError;
 use berth_sys::process::enter::{EnterSpec, Ran};
 
 use super::Driver;
+use crate::host_api::process::{MAX_ARG_BYTES, MAX_ARGS};
 
 /// Why a command could not be run inside a task.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,15 @@ pub enum ExecError {
          there is nothing to run a command inside"
     )]
     NoProcess { driver: String },
+    #[error(
+        "the command has {args} arguments, {vars} environment variables and {bytes} bytes of \
+         them (at most {MAX_ARGS} each and {MAX_ARG_BYTES} bytes in all)"
+    )]
+    TooLarge {
+        args: usize,
+        vars: usize,
+        bytes: usize,
+    },
     #[error("running a command inside the task: {0}")]
     Process(#[from] ProcessError),
 }
@@ -41,6 +51,25 @@ impl Driver {
         if !self.capabilities().exec {
             return Err(ExecError::NotSupported { driver });
         }
+        let bytes: usize = spec.argv.iter().map(String::len).sum::<usize>()
+            + spec
+                .env
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        if spec.argv.len() > MAX_ARGS || spec.env.len() > MAX_ARGS || bytes > MAX_ARG_BYTES {
+            return Err(ExecError::TooLarge {
+                args: spec.argv.len(),
+                vars: spec.env.len(),
+                bytes,
+            });
+        }
+        // Only the built-in raw_exec's tasks run unconfined whatever their job names.
+        let spec = &EnterSpec {
+            unconfined_allowed: matches!(self.origin(), super::DriverOrigin::Builtin)
+                && driver == "raw_exec",
+            ..spec.clone()
+        };
         let target = match (handle.ends_with, handle.spawned.as_slice()) {
             (Some(process), _) => process,
             (None, [only]) => *only,

@@ -3,7 +3,7 @@
 //! [`berth_sys::process`]; logic does not live here.
 
 pub mod log;
-mod process;
+pub(crate) mod process;
 
 pub(crate) use process::to_wit_propagation;
 mod timer;

@@ -220,9 +220,9 @@ enum SpawnRefusal {
 }
 
 /// The most arguments (and, separately, environment variables) a spawn may carry.
-const MAX_ARGS: usize = 4096;
+pub(crate) const MAX_ARGS: usize = 4096;
 /// The most bytes of arguments and environment together (Linux allows 2 MiB per exec).
-const MAX_ARG_BYTES: usize = 1 << 20;
+pub(crate) const MAX_ARG_BYTES: usize = 1 << 20;
 
 impl PluginCtx {
     fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, SpawnRefusal> {

@@ -22,8 +22,13 @@
 //! (`raw_exec`) gets its command in its task directory, as its user, unconfined, as
 //! the task itself runs.
 //!
-//! The command's output (stdout and stderr together) is read up to a limit; it is
-//! killed at its timeout.
+//! The command leads a session and process group of its own, and its output (stdout
+//! and stderr together) is read up to a limit. Its timeout runs from before the keeper
+//! starts (the task's processes can stop the command before its `exec`, which nothing
+//! then waits for); at it, the shim kills the command's whole group (SIGTERM to the
+//! shim, [`super::shim::Role::Shim`]), and a shim that does not end is killed, the
+//! command with it. A task in the host's namespaces is entered only when the caller
+//! says its tasks run any command anyway ([`EnterSpec::unconfined_allowed`]).
 
 use std::fs::File;
 use std::os::fd::{AsFd as _, OwnedFd};
@@ -35,7 +40,9 @@ use std::time::Duration;
 use rustix::process::{PidfdFlags, Signal};
 use tokio::io::AsyncReadExt as _;
 
-use super::spawn_plan::{Handed, JoinedNamespace, SpawnPlan, c_strings, failure_of};
+use super::spawn_plan::{
+    Handed, JoinedNamespace, SpawnPlan, c_strings, failure_of, read_report_async,
+};
 use super::{
     ExitStatus, ProcessError, ProcessRef, ProcessTable, confine, open_files, pid_of, wait_exit,
 };
@@ -62,6 +69,10 @@ pub struct EnterSpec {
     pub output_limit: usize,
     /// The command is killed after this long.
     pub timeout: Duration,
+    /// A task in the host's namespaces may be entered: only where the task itself runs
+    /// any command its job names (`raw_exec`), or a command would get what its driver
+    /// never gave the job.
+    pub unconfined_allowed: bool,
 }
 
 /// How a command inside a task ended.
@@ -75,6 +86,9 @@ pub struct Ran {
     /// It was killed at its timeout.
     pub timed_out: bool,
 }
+
+/// How long a shim told to end its command (SIGTERM) has before it is killed.
+const SHIM_GRACE: Duration = Duration::from_secs(1);
 
 /// After the command exits, how long its output is still read: what it left running
 /// may hold the pipe open.
@@ -174,6 +188,9 @@ impl ProcessTable {
             cgroup_procs.push(handed.add(file.into()));
         }
         let confined = namespaces.confined();
+        if !confined && !spec.unconfined_allowed {
+            return Err(ProcessError::UnconfinedTask);
+        }
         let network_namespace = namespaces.network.map(|file| handed.add(file.into()));
         let joined = namespaces
             .joined
@@ -220,37 +237,47 @@ impl ProcessTable {
             path: keeper.clone(),
             source,
         };
-        let launched = plan.launch(keeper, write, stderr, handed);
-        let (pid, report) = launched.map_err(keeper_error)?;
+        // From before the keeper starts: the task's processes can stop the command
+        // (`kill -STOP -1`) before its `exec`, which the report waits for.
+        let deadline = tokio::time::sleep(spec.timeout);
+        tokio::pin!(deadline);
+        let (pid, report) = plan
+            .start(keeper, write, stderr, handed)
+            .map_err(keeper_error)?;
         let raw_pid = pid_of(pid as u32)?;
         let keeper_pidfd = rustix::process::pidfd_open(raw_pid, PidfdFlags::NONBLOCK)
             .ok()
             .map(Arc::new);
+        let shim = Shim {
+            pid: raw_pid,
+            pidfd: keeper_pidfd.clone(),
+        };
+        let mut exited = Box::pin(wait_exit(raw_pid, keeper_pidfd));
+        let mut output = Output::new(read, spec.output_limit);
+        let report = tokio::select! {
+            report = read_report_async(report) => report,
+            () = &mut deadline => {
+                let status = shim.end(exited.as_mut()).await;
+                return Ok(Ran {
+                    status,
+                    output: Vec::new(),
+                    output_cut: false,
+                    timed_out: true,
+                });
+            }
+        };
         if let Some(failure) = failure_of(&plan, report, program, keeper) {
-            tokio::spawn(wait_exit(raw_pid, keeper_pidfd));
+            tokio::spawn(exited);
             return Err(failure);
         }
-        let mut output = Output::new(read, spec.output_limit);
-        let exited = wait_exit(raw_pid, keeper_pidfd.clone());
-        tokio::pin!(exited);
-        let deadline = tokio::time::sleep(spec.timeout);
-        tokio::pin!(deadline);
         let mut timed_out = false;
         let status = loop {
             tokio::select! {
                 status = &mut exited => break status,
                 () = output.read_some(), if !output.ended => {}
-                () = &mut deadline, if !timed_out => {
+                () = &mut deadline => {
                     timed_out = true;
-                    // The shim's death is the command's (its parent-death signal).
-                    match &keeper_pidfd {
-                        Some(pidfd) => {
-                            let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
-                        }
-                        None => {
-                            let _ = rustix::process::kill_process(raw_pid, Signal::KILL);
-                        }
-                    }
+                    break shim.end(exited.as_mut()).await;
                 }
             }
         };
@@ -268,6 +295,42 @@ impl ProcessTable {
             output_cut: output.cut,
             timed_out,
         })
+    }
+}
+
+/// The keeper that became the command's shim.
+struct Shim {
+    pid: rustix::process::Pid,
+    pidfd: Option<Arc<OwnedFd>>,
+}
+
+impl Shim {
+    fn signal(&self, signal: Signal) {
+        match &self.pidfd {
+            Some(pidfd) => {
+                let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), signal);
+            }
+            None => {
+                let _ = rustix::process::kill_process(self.pid, signal);
+            }
+        }
+    }
+
+    /// Ends the command at its timeout: SIGTERM asks the shim to kill the command's
+    /// whole process group ([`super::shim::Role::Shim`]); a shim that does not end
+    /// within [`SHIM_GRACE`] (stopped, say) is killed, and the command with it (its
+    /// parent-death signal).
+    async fn end(
+        &self,
+        mut exited: std::pin::Pin<&mut impl std::future::Future<Output = ExitStatus>>,
+    ) -> ExitStatus {
+        self.signal(Signal::TERM);
+        tokio::select! {
+            status = &mut exited => return status,
+            () = tokio::time::sleep(SHIM_GRACE) => {}
+        }
+        self.signal(Signal::KILL);
+        exited.await
     }
 }
 

@@ -123,6 +123,11 @@ pub enum ProcessError {
     TaskNamespace { path: PathBuf, source: io::Error },
     #[error("reading the command's output: {source}")]
     Output { source: io::Error },
+    #[error(
+        "the task runs in the host's namespaces, unconfined, and berth runs commands only \
+         inside confined tasks (or raw_exec's, which run any command their job names)"
+    )]
+    UnconfinedTask,
 }
 
 struct Tracked {

@@ -36,7 +36,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The signals passed on. SIGKILL and SIGSTOP cannot be caught: SIGKILL reaches the
 /// task through the parent-death signals; SIGSTOP stops the shim only.
@@ -58,11 +58,28 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 /// The write end of the pipe the init reports the task's wait status on (-1: none).
 static REPORT_STATUS_TO: AtomicI32 = AtomicI32::new(-1);
 
+/// The child runs a command inside a running task, leading a process group of its own
+/// ([`Role::Shim`]'s `entering`).
+static ENTERING: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn forward(signal: libc::c_int) {
     let child = CHILD.load(Ordering::Relaxed);
     if child > 0 {
         // SAFETY: kill(2) is async-signal-safe.
-        unsafe { libc::kill(child, signal) };
+        unsafe {
+            if ENTERING.load(Ordering::Relaxed) {
+                // Only the agent can signal this shim (it is outside the task's pid
+                // namespace), and its SIGTERM is the command's timeout: the whole group,
+                // and the child itself should it not lead it yet.
+                let signal = if signal == libc::SIGTERM {
+                    libc::SIGKILL
+                } else {
+                    signal
+                };
+                libc::kill(-child, signal);
+            }
+            libc::kill(child, signal)
+        };
     }
 }
 
@@ -71,7 +88,10 @@ extern "C" fn forward(signal: libc::c_int) {
 pub enum Role {
     /// The agent's child: after `unshare(CLONE_NEWPID)` its child is pid 1 (the init),
     /// otherwise the task itself. Writes the exit record to `record` (-1: none).
-    Shim { record: RawFd },
+    /// `entering`: the child runs a command inside a running task
+    /// ([`super::enter`]); it leads a new session and process group, signals go to the
+    /// whole group, and SIGTERM (the agent's timeout) kills it.
+    Shim { record: RawFd, entering: bool },
     /// pid 1: the child is the task.
     Init,
 }
@@ -142,20 +162,25 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
             return Err(error);
         }
         if child == 0 {
-            if let Role::Shim { record } = role {
+            if let Role::Shim { record, entering } = role {
                 libc::close(status_pipe[0]);
                 if record >= 0 {
                     libc::close(record);
                 }
                 REPORT_STATUS_TO.store(status_pipe[1], Ordering::Relaxed);
+                // What the command starts stays in its group, for its timeout to end.
+                if entering && libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             die_with_parent()?;
             libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
             return Ok(());
         }
         let (status_from, status_to, record) = match role {
-            Role::Shim { record } => {
+            Role::Shim { record, entering } => {
                 libc::close(status_pipe[1]);
+                ENTERING.store(entering, Ordering::Relaxed);
                 (status_pipe[0], -1, record)
             }
             Role::Init => (-1, REPORT_STATUS_TO.load(Ordering::Relaxed), -1),

@@ -204,6 +204,19 @@ impl SpawnPlan {
         stderr: OwnedFd,
         handed: Handed,
     ) -> io::Result<(i32, Report)> {
+        let (pid, report) = self.start(keeper, stdout, stderr, handed)?;
+        Ok((pid, read_report(report)))
+    }
+
+    /// Starts `keeper` on this plan; returns its pid and the report pipe to read
+    /// ([`read_report_async`]).
+    pub fn start(
+        &self,
+        keeper: &std::path::Path,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        handed: Handed,
+    ) -> io::Result<(i32, OwnedFd)> {
         let bytes = self.encode(&Build::this())?;
         let plan = rustix::fs::memfd_create(c"berth-spawn-plan", rustix::fs::MemfdFlags::CLOEXEC)?;
         rustix::io::write(&plan, &bytes).and_then(|written| match written == bytes.len() {
@@ -226,7 +239,7 @@ impl SpawnPlan {
         // task's exec.
         drop(fds);
         drop(report_write);
-        Ok((pid, read_report(report_read)))
+        Ok((pid, report_read))
     }
 
     fn encode(&self, build: &Build) -> io::Result<Vec<u8>> {
@@ -275,7 +288,8 @@ impl SpawnPlan {
             let record = self.exit_record.unwrap_or(-1);
             // SAFETY: the keeper has one thread; with a pid namespace, after unsharing it
             // (the first steps of `before_fork`).
-            unsafe { shim::fork(shim::Role::Shim { record }) }.map_err(|e| (index, e))?;
+            let entering = !self.joined.is_empty();
+            unsafe { shim::fork(shim::Role::Shim { record, entering }) }.map_err(|e| (index, e))?;
         }
         index += 1;
         for step in &self.after_fork {
@@ -401,6 +415,24 @@ pub(super) fn failure_of(
              (its own words are in the task's stderr)",
         ))),
     }
+}
+
+/// [`read_report`] without holding a thread: for a command entering a running task,
+/// whose processes can stop it before its `exec` (`kill -STOP -1`).
+pub async fn read_report_async(report: OwnedFd) -> Report {
+    use tokio::io::AsyncReadExt as _;
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(report) else {
+        return Report::NotAccepted;
+    };
+    let mut bytes = Vec::with_capacity(ACCEPTED.len() + 8);
+    let mut buffer = [0u8; 16];
+    while bytes.len() < ACCEPTED.len() + 8 {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes.extend_from_slice(&buffer[..n]),
+        }
+    }
+    parse_report(&bytes)
 }
 
 /// Reads the report pipe to its end (see the module's documentation).

@@ -179,7 +179,7 @@ fn job_validate_reports_five_independent_errors_each_at_its_line() {
         source = "https://example.com/app.tgz"
       }
       template {
-        data        = "{{ key \"app/config\" }}"
+        data        = "{{ secret \"app/config\" }}"
         destination = "/etc/app.conf"
       }
       config {
@@ -206,7 +206,7 @@ fn job_validate_reports_five_independent_errors_each_at_its_line() {
             10,
             "artifact is not supported: berth does not download artifacts",
         ),
-        (14, "template function \"key\" is not supported"),
+        (14, "template function \"secret\" is not supported"),
         (
             15,
             "\"/etc/app.conf\" must be a file in the task's local/ or secrets/ directory",

@@ -480,6 +480,14 @@ pub(in crate::task_runner) mod tests {
             "a=10.0.0.1;b=10.0.0.2;deep/c=10.0.0.3;"
         );
         assert_eq!(
+            ok(r#"{{ range safeTree "app/hosts" }}{{ .Path }};{{ end }}"#),
+            "app/hosts/a;app/hosts/b;app/hosts/deep/c;"
+        );
+        assert_eq!(
+            ok(r#"{{ range safeLs "app" }}{{ .Key }};{{ end }}"#),
+            "port;"
+        );
+        assert_eq!(
             ok(r#"{{ range service "db" }}{{ .ID }}@{{ .Node }}/{{ .Status }};{{ end }}"#),
             "db-1@double/passing;db-2@double/passing;"
         );

@@ -153,3 +153,56 @@ async fn a_template_that_reads_consul_is_refused_at_submit_without_a_consul_bloc
         ]
     );
 }
+
+/// After the agent restarts (killed with -9), a running task's templates are watched
+/// again: a change made while the agent was down is rendered and signalled at once, and
+/// so is the next one.
+#[tokio::test(flavor = "multi_thread")]
+async fn templates_are_watched_again_after_an_agent_restart() {
+    let consul = ConsulDouble::start().await;
+    consul.put_key("app/port", "8001");
+    let mut agent = AgentProcess::with_config(&format!(
+        "consul {{\n  address = \"{}\"\n}}\n",
+        consul.address()
+    ));
+    agent.start().await;
+    let source = job("port {{ key \"app/port\" }}\n")
+        .replace(
+            "change_mode = \"noop\"",
+            "change_mode = \"signal\"\n        change_signal = \"SIGHUP\"",
+        )
+        .replace(
+            "command = \"/bin/sleep\"\n        args    = [\"300\"]",
+            "command = \"/bin/sh\"\n        args    = [\"-c\", \"trap 'cat local/app.conf' HUP; echo start; while :; do sleep 0.1; done\"]",
+        );
+    let alloc = agent.run_job("app.hcl", &source).await;
+    let out = |agent: &AgentProcess| agent.task_stdout(&alloc, "app");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !out(&agent).contains("start") {
+        assert!(Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agent.kill9();
+    consul.put_key("app/port", "8002");
+    agent.start().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !out(&agent).contains("port 8002") {
+        assert!(
+            Instant::now() < deadline,
+            "the change made while the agent was down: {}",
+            out(&agent)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    consul.put_key("app/port", "8003");
+    while !out(&agent).contains("port 8003") {
+        assert!(
+            Instant::now() < deadline,
+            "the change after the restart: {}",
+            out(&agent)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same task all along: recovered, never restarted.
+    assert_eq!(out(&agent).matches("start").count(), 1, "{}", out(&agent));
+}

@@ -85,6 +85,28 @@ pub(super) fn file_fingerprint(
     ))
 }
 
+/// A template's file as it is on disk (after an agent restart), read as `file` reads:
+/// beneath the task's directory, through no link, a regular file, at most `limit` bytes
+/// of it. `None` for anything else.
+pub(super) fn read_back(task_dir: &std::path::Path, relative: &str, limit: u64) -> Option<String> {
+    let (fd, stat) = open_beneath(task_dir, relative).ok()?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return None;
+    }
+    let fd = rustix::fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)),
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(limit)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
 impl TaskTemplateData {
     fn file(&mut self, path: &str) -> Result<Value, CallError> {
         // Nomad's sandbox: paths are the task directory's; an absolute path must be in

@@ -9,9 +9,11 @@
 use std::sync::{Arc, Mutex};
 
 use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
+use super::template_data::read_back;
 use super::template_render::{
-    Rendering, on_render_thread, parse_all, template_env, write_beneath_for,
+    Rendering, on_render_thread, parse_all, render_limits, template_env, write_beneath_for,
 };
+use berth_state::Commit;
 
 #[derive(Default)]
 pub struct TemplateHook {
@@ -105,6 +107,7 @@ impl TaskHook for TemplateHook {
                 }
             }
             *rendering.last.lock().unwrap() = last;
+            remember_env(ctx, &rendering.env);
             for (key, value) in added {
                 match prepare.env.iter_mut().find(|(k, _)| *k == key) {
                     Some(existing) => existing.1 = value,
@@ -150,6 +153,93 @@ impl TaskHook for TemplateHook {
     fn stop<'a>(&'a self, _ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
         Box::pin(async move { self.stop_watching() })
     }
+
+    /// After an agent restart, the running task's templates are watched again: with
+    /// the environment its start rendered with (recorded then), each file's text as it
+    /// is on disk, so that a change while the agent was down is rendered and acted on
+    /// at the watcher's first look.
+    fn recovered<'a>(&'a self, ctx: &'a TaskHookContext) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if ctx.task.templates.iter().all(|t| t.once) {
+                return;
+            }
+            let Some(env) = recorded_env(ctx) else {
+                return;
+            };
+            let Ok(parsed) = parse_all(&ctx.task.templates) else {
+                return;
+            };
+            let Ok(user) = ctx.task_user() else {
+                return;
+            };
+            let rendering = Arc::new(Rendering {
+                templates: ctx.task.templates.clone(),
+                parsed,
+                env: Arc::new(env),
+                task_dir: ctx.alloc_dir.task_dir(&ctx.task.name),
+                user,
+                services: ctx.services.clone(),
+                node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
+                runtime: tokio::runtime::Handle::current(),
+                last: Mutex::new(Vec::new()),
+            });
+            let renderer = rendering.clone();
+            let last = on_render_thread(move || {
+                (0..renderer.templates.len())
+                    .map(|index| {
+                        // What it reads comes from a render now; its text from the disk.
+                        let watched = renderer.render(index).map(|(_, w)| w).unwrap_or_default();
+                        let destination = &renderer.templates[index].destination;
+                        let limit = render_limits().max_output as u64;
+                        let text =
+                            read_back(&renderer.task_dir, destination, limit).unwrap_or_default();
+                        (text, watched)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            let Ok(last) = last else {
+                return;
+            };
+            *rendering.last.lock().unwrap() = last;
+            *self.rendering.lock().unwrap() = Some(rendering);
+            self.poststart(ctx).await;
+        })
+    }
+}
+
+/// The hook-state key of a task's template environment.
+fn env_key(task: &str) -> String {
+    format!("template:{task}")
+}
+
+/// Records the environment a task's templates rendered with, for the watcher of an
+/// agent that restarts while the task runs.
+fn remember_env(ctx: &TaskHookContext, env: &std::collections::BTreeMap<String, String>) {
+    let Some(events) = &ctx.events else {
+        return;
+    };
+    let Ok(bytes) = serde_json::to_vec(env) else {
+        return;
+    };
+    let store = &events.sink.store;
+    if let Err(error) = store.put_hook_state(
+        &ctx.alloc_id,
+        &env_key(&ctx.task.name),
+        &bytes,
+        Commit::Lazy,
+    ) {
+        tracing::warn!(alloc = %ctx.alloc_id, task = %ctx.task.name, %error,
+            "recording the templates' environment: they are not watched after an agent restart");
+    }
+}
+
+fn recorded_env(ctx: &TaskHookContext) -> Option<std::collections::BTreeMap<String, String>> {
+    let events = ctx.events.as_ref()?;
+    let bytes = (events.sink.store)
+        .hook_state(&ctx.alloc_id, &env_key(&ctx.task.name))
+        .ok()??;
+    serde_json::from_slice(&bytes).ok()
 }
 
 impl Drop for TemplateHook {

@@ -219,6 +219,7 @@ impl ProcessTable {
             cgroup_procs,
             network_namespace,
             joined,
+            entering: true,
             before_fork,
             pid_namespace: false,
             after_fork,
@@ -239,7 +240,8 @@ impl ProcessTable {
         };
         // From before the keeper starts: the task's processes can stop the command
         // (`kill -STOP -1`) before its `exec`, which the report waits for.
-        let deadline = tokio::time::sleep(spec.timeout);
+        let deadline_at = tokio::time::Instant::now() + spec.timeout;
+        let deadline = tokio::time::sleep_until(deadline_at);
         tokio::pin!(deadline);
         let (pid, report) = plan
             .start(keeper, write, stderr, handed)
@@ -267,7 +269,16 @@ impl ProcessTable {
             }
         };
         if let Some(failure) = failure_of(&plan, report, program, keeper) {
-            tokio::spawn(exited);
+            // The keeper ends by itself once a step failed, unless the task stops it on
+            // the way out: it is ended at the deadline all the same.
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = &mut exited => {}
+                    () = tokio::time::sleep_until(deadline_at) => {
+                        shim.end(exited.as_mut()).await;
+                    }
+                }
+            });
             return Err(failure);
         }
         let mut timed_out = false;

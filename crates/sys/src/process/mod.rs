@@ -260,6 +260,7 @@ impl ProcessTable {
             cgroup_procs,
             network_namespace,
             joined: Vec::new(),
+            entering: false,
             before_fork,
             pid_namespace,
             after_fork,

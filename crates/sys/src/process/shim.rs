@@ -251,13 +251,22 @@ unsafe fn supervise(child: libc::pid_t, status_from: RawFd, status_to: RawFd, re
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         let mut status = loop {
-            let mut reaped: libc::c_int = 0;
-            let pid = libc::waitpid(-1, &mut reaped, 0);
-            if pid == child {
-                break reaped;
+            // Seen exited before it is reaped (a zombie keeps its pid): the forwarder
+            // forgets it first, so no signal goes to a pid the host may hand out again.
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) < 0 {
+                if *libc::__errno_location() != libc::EINTR {
+                    libc::_exit(127);
+                }
+                continue;
             }
-            if pid < 0 && *libc::__errno_location() != libc::EINTR {
-                libc::_exit(127);
+            let pid = info.si_pid();
+            if pid == child {
+                CHILD.store(0, Ordering::Relaxed);
+            }
+            let mut reaped: libc::c_int = 0;
+            if libc::waitpid(pid, &mut reaped, 0) == child {
+                break reaped;
             }
         };
         if status_from >= 0 {

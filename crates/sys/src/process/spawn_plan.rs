@@ -92,6 +92,10 @@ pub struct SpawnPlan {
     /// and uts namespaces, and the pid namespace its children are born in. The keeper
     /// then forks, so the child is born inside; no init is forked (the task has one).
     pub joined: Vec<(RawFd, JoinedNamespace)>,
+    /// The plan runs a command inside a running task (confined or not): the shim is
+    /// forked, the command leads a process group of its own, and the shim's SIGTERM
+    /// kills that group ([`shim::Role::Shim`]).
+    pub entering: bool,
     pub before_fork: Vec<MountStep>,
     /// Fork into the pid namespace `before_fork` made ([`shim`]).
     pub pid_namespace: bool,
@@ -163,10 +167,10 @@ pub enum Report {
 }
 
 impl SpawnPlan {
-    /// A shim is forked for a pid namespace, made or joined, and for an exit record
-    /// without one.
+    /// A shim is forked for a pid namespace, for a command entering a task, and for an
+    /// exit record.
     fn forks_shim(&self) -> bool {
-        self.pid_namespace || self.exit_record.is_some() || !self.joined.is_empty()
+        self.pid_namespace || self.exit_record.is_some() || self.entering
     }
 
     /// The names of the steps [`SpawnPlan::run`] counts, for errors.
@@ -288,7 +292,7 @@ impl SpawnPlan {
             let record = self.exit_record.unwrap_or(-1);
             // SAFETY: the keeper has one thread; with a pid namespace, after unsharing it
             // (the first steps of `before_fork`).
-            let entering = !self.joined.is_empty();
+            let entering = self.entering;
             unsafe { shim::fork(shim::Role::Shim { record, entering }) }.map_err(|e| (index, e))?;
         }
         index += 1;
@@ -626,6 +630,7 @@ mod tests {
             cgroup_procs: vec![5, 6],
             network_namespace: Some(8),
             joined: vec![(9, JoinedNamespace::Mount), (10, JoinedNamespace::Pid)],
+            entering: true,
             before_fork: vec![MountStep::UnshareNamespace],
             pid_namespace: true,
             after_fork: vec![MountStep::Chdir { dir: c"/".into() }],

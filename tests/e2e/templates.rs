@@ -796,7 +796,7 @@ async fn a_change_script_ends_at_its_timeout_whatever_its_task_does() {
         task(
             "raw",
             "raw_exec",
-            "command = \"/bin/sh\"\n          args = [\"-c\", \"pwd > ran-in; id -u >> ran-in\"]",
+            "command = \"/bin/sh\"\n          args = [\"-c\", \"pwd > ran-in; id -u >> ran-in; sleep 79 & sleep 80\"]",
             "echo 1 > local/trigger; id -u > task-uid; sleep 300"
         ),
     );
@@ -825,7 +825,10 @@ async fn a_change_script_ends_at_its_timeout_whatever_its_task_does() {
                 .map(|t| format!("{:#?}", t.events))
                 .unwrap_or_default()
         };
-        if events("stopper").contains(timed_out) && events("leaver").contains(timed_out) {
+        if ["stopper", "leaver", "raw"]
+            .iter()
+            .all(|task| events(task).contains(timed_out))
+        {
             break;
         }
         assert!(
@@ -837,18 +840,21 @@ async fn a_change_script_ends_at_its_timeout_whatever_its_task_does() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!(
-        "both scripts ended at their timeout {:?} after the job started",
+        "the scripts ended at their timeout, {:?} after the stopper's trigger changed",
         started.elapsed()
     );
-    // Nothing the leaver's script started is left.
+    // Nothing the leaver's or raw's scripts started is left.
     let left: Vec<String> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter(|entry| {
             let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
             let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            cgroup.contains(&format!("{alloc}.leaver"))
-                && (cmdline == b"sleep\x0077\x00" || cmdline == b"sleep\x0078\x00")
+            let leaver = cgroup.contains(&format!("{alloc}.leaver"))
+                && (cmdline == b"sleep\x0077\x00" || cmdline == b"sleep\x0078\x00");
+            let raw = cgroup.contains(&format!("{alloc}.raw"))
+                && (cmdline == b"sleep\x0079\x00" || cmdline == b"sleep\x0080\x00");
+            leaver || raw
         })
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .collect();

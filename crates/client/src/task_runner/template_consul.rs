@@ -27,6 +27,9 @@ const MAX_BYTES: usize = 16 << 20;
 /// How long a render waits for one answer (the Consul client's own deadline is 10 s).
 const ANSWER_WAIT: Duration = Duration::from_secs(12);
 
+/// How long a render waits for all its answers together.
+const RENDER_WAIT: Duration = Duration::from_secs(15);
+
 /// One question a template asked Consul.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum ConsulRead {
@@ -54,17 +57,61 @@ pub(super) enum Answer {
 }
 
 impl Answer {
-    /// About how many bytes it holds.
+    /// About how many bytes it holds: its text, and a little for each value.
     fn size(&self) -> usize {
         match self {
             Answer::Key(value) => value.as_ref().map_or(0, String::len),
-            Answer::Prefix(pairs) => pairs.iter().map(|(k, v)| k.len() + v.len()).sum(),
-            Answer::Service(Value::List(list)) | Answer::Services(Value::List(list)) => {
-                list.len() * 512
-            }
-            Answer::Service(_) | Answer::Services(_) => 0,
+            Answer::Prefix(pairs) => pairs.iter().map(|(k, v)| k.len() + v.len() + 16).sum(),
+            Answer::Service(value) | Answer::Services(value) => value_bytes(value),
         }
     }
+}
+
+/// The bytes of text in `value`, and 16 for each value in it.
+fn value_bytes(value: &Value) -> usize {
+    16 + match value {
+        Value::Str(text) => text.len(),
+        Value::List(items) => items.iter().map(value_bytes).sum(),
+        Value::Map(map) => map.iter().map(|(k, v)| k.len() + value_bytes(v)).sum(),
+        Value::Object(object) => object.fields.values().map(value_bytes).sum(),
+        _ => 0,
+    }
+}
+
+/// What the watcher compares of an answer (or of Consul's refusal): a digest, so that
+/// it keeps a number per question, not the answers.
+pub(super) fn digest(answer: &Result<Answer, ConsulError>) -> u64 {
+    use std::hash::Hasher as _;
+    struct Hashing(std::collections::hash_map::DefaultHasher);
+    impl std::fmt::Write for Hashing {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            self.0.write(text.as_bytes());
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(std::collections::hash_map::DefaultHasher::new());
+    let _ = std::fmt::Write::write_fmt(&mut hashing, format_args!("{answer:?}"));
+    hashing.0.finish()
+}
+
+/// A key or prefix as a template names it, without its leading `/`; one with an empty,
+/// `.` or `..` segment is refused (Consul's router would redirect it, and a proxy in
+/// front of Consul might resolve it to another endpoint).
+fn checked_key(key: &str, prefix: bool) -> Result<String, CallError> {
+    let key = key.trim_start_matches('/');
+    let inner = if prefix {
+        key.strip_suffix('/').unwrap_or(key)
+    } else {
+        key
+    };
+    let bad = !inner.is_empty()
+        && inner
+            .split('/')
+            .any(|segment| segment.is_empty() || segment == "." || segment == "..");
+    if bad || (!prefix && key.is_empty()) {
+        return Err(format!("{key:?} is not a Consul key (no empty, . or .. parts)").into());
+    }
+    Ok(key.to_string())
 }
 
 /// Asks Consul `read`: for a render, and for the watcher that asks again.
@@ -200,8 +247,15 @@ pub(super) struct ConsulReads {
     /// `None`: the agent has no `consul` block.
     api: Option<ConsulApi>,
     runtime: tokio::runtime::Handle,
-    pub(super) answered: BTreeMap<ConsulRead, Answer>,
+    answered: BTreeMap<ConsulRead, Answer>,
+    /// What each question got (an answer or Consul's refusal), as the watcher compares
+    /// it: the render's own view is the watcher's starting point.
+    pub(super) seen: BTreeMap<ConsulRead, u64>,
+    /// `ls` and `tree` made once per prefix; a template that asks again gets the same.
+    listings: BTreeMap<(bool, String), Value>,
     bytes: usize,
+    /// One deadline for all of a render's questions.
+    deadline: std::time::Instant,
 }
 
 impl ConsulReads {
@@ -210,7 +264,10 @@ impl ConsulReads {
             api,
             runtime,
             answered: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            listings: BTreeMap::new(),
             bytes: 0,
+            deadline: std::time::Instant::now() + RENDER_WAIT,
         }
     }
 
@@ -260,7 +317,7 @@ impl ConsulReads {
     }
 
     fn key(&mut self, key: &str) -> Result<Option<String>, CallError> {
-        match self.ask(ConsulRead::Key(key.trim_start_matches('/').to_string()))? {
+        match self.ask(ConsulRead::Key(checked_key(key, false)?))? {
             Answer::Key(value) => Ok(value),
             _ => Err("Consul answered another question".into()),
         }
@@ -269,16 +326,38 @@ impl ConsulReads {
     /// `ls` (the keys right under the prefix) and `tree` (every key under it), each a
     /// list of pairs with `Key` relative to the prefix; the `safe` forms fail on none.
     fn listing(&mut self, function: &str, prefix: &str) -> Result<Value, CallError> {
-        let prefix = prefix.trim_start_matches('/').to_string();
-        let Answer::Prefix(pairs) = self.ask(ConsulRead::Prefix(prefix.clone()))? else {
+        let prefix = checked_key(prefix, true)?;
+        let top_only = matches!(function, "ls" | "safeLs");
+        let listed = match self.listings.get(&(top_only, prefix.clone())) {
+            Some(listed) => listed.clone(),
+            None => {
+                let listed = self.list(&prefix, top_only)?;
+                self.listings
+                    .insert((top_only, prefix.clone()), listed.clone());
+                listed
+            }
+        };
+        let empty = matches!(&listed, Value::List(items) if items.is_empty());
+        if empty && function.starts_with("safe") {
+            return Err(format!(
+                "no keys under {prefix:?} in Consul (consul-template would wait for them; \
+                 berth fails the render)"
+            )
+            .into());
+        }
+        Ok(listed)
+    }
+
+    /// The pairs under `prefix`: right under it (`top_only`), or all of them.
+    fn list(&mut self, prefix: &str, top_only: bool) -> Result<Value, CallError> {
+        let Answer::Prefix(pairs) = self.ask(ConsulRead::Prefix(prefix.to_string()))? else {
             return Err("Consul answered another question".into());
         };
         let folder = if prefix.is_empty() || prefix.ends_with('/') {
-            prefix.clone()
+            prefix.to_string()
         } else {
             format!("{prefix}/")
         };
-        let top_only = matches!(function, "ls" | "safeLs");
         let listed: Vec<Value> = pairs
             .iter()
             .filter_map(|(key, value)| {
@@ -300,13 +379,6 @@ impl ConsulReads {
                 ))
             })
             .collect();
-        if listed.is_empty() && function.starts_with("safe") {
-            return Err(format!(
-                "no keys under {prefix:?} in Consul (consul-template would wait for them; \
-                 berth fails the render)"
-            )
-            .into());
-        }
         Ok(Value::list(listed))
     }
 
@@ -372,7 +444,7 @@ impl ConsulReads {
         let Some(api) = self.api.clone() else {
             return Err("it reads Consul, and this agent has no consul block".into());
         };
-        if self.answered.len() >= MAX_READS {
+        if self.seen.len() >= MAX_READS {
             return Err(format!("a template asks Consul at most {MAX_READS} questions").into());
         }
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
@@ -380,10 +452,18 @@ impl ConsulReads {
         self.runtime.spawn(async move {
             let _ = sender.send(answer(&api, &asked).await);
         });
-        let answer = receiver
-            .recv_timeout(ANSWER_WAIT)
-            .map_err(|_| CallError(format!("Consul did not answer within {ANSWER_WAIT:?}")))?
-            .map_err(|e| CallError(e.to_string()))?;
+        let wait = ANSWER_WAIT.min(
+            self.deadline
+                .saturating_duration_since(std::time::Instant::now()),
+        );
+        let answer = receiver.recv_timeout(wait).map_err(|_| {
+            CallError(format!(
+                "Consul did not answer within {ANSWER_WAIT:?} (a render waits at most \
+                 {RENDER_WAIT:?} for all its questions)"
+            ))
+        })?;
+        self.seen.insert(read.clone(), digest(&answer));
+        let answer = answer.map_err(|e| CallError(e.to_string()))?;
         self.bytes += answer.size();
         if self.bytes > MAX_BYTES {
             return Err(format!("a template reads at most {MAX_BYTES} bytes from Consul").into());
@@ -531,6 +611,10 @@ pub(in crate::task_runner) mod tests {
         assert!(empty.contains("no keys under \"app/nothing\""), "{empty}");
         let unknown = error("not-a-token", r#"{{ key "app/port" }}"#);
         assert!(unknown.contains("403: ACL not found"), "{unknown}");
+        for key in ["app/../secret/password", "app//port", "app/./port", ""] {
+            let refused = error("templates", &format!("{{{{ key {key:?} }}}}"));
+            assert!(refused.contains("is not a Consul key"), "{key}: {refused}");
+        }
         let status = error("templates", r#"{{ service "db" "sick" }}"#);
         assert!(status.contains("status \"sick\""), "{status}");
         // Without a consul block, the render says so.

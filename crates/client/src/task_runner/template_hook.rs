@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::hooks::{BoxFuture, Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use super::template_data::read_back;
+use super::template_data::{Watched, read_back};
 use super::template_render::{
     Rendering, on_render_thread, parse_all, render_limits, template_env, write_beneath_for,
 };
@@ -67,6 +67,7 @@ impl TaskHook for TemplateHook {
                 node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
                 runtime: tokio::runtime::Handle::current(),
                 last: Mutex::new(Vec::new()),
+                consul_seen: Mutex::default(),
             });
             // One after another, each written before the next renders: a template may
             // read (`file`) what an earlier one wrote, as consul-template would wait
@@ -182,28 +183,44 @@ impl TaskHook for TemplateHook {
                 node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
                 runtime: tokio::runtime::Handle::current(),
                 last: Mutex::new(Vec::new()),
+                consul_seen: Mutex::default(),
             });
-            let renderer = rendering.clone();
-            let last = on_render_thread(move || {
-                (0..renderer.templates.len())
-                    .map(|index| {
-                        // What it reads comes from a render now; its text from the disk.
-                        let watched = renderer.render(index).map(|(_, w)| w).unwrap_or_default();
-                        let destination = &renderer.templates[index].destination;
-                        let limit = render_limits().max_output as u64;
-                        let text =
-                            read_back(&renderer.task_dir, destination, limit).unwrap_or_default();
-                        (text, watched)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await;
-            let Ok(last) = last else {
+            let (Some(control), Some(events)) = (ctx.control.clone(), ctx.events.clone()) else {
                 return;
             };
-            *rendering.last.lock().unwrap() = last;
-            *self.rendering.lock().unwrap() = Some(rendering);
-            self.poststart(ctx).await;
+            let sys = ctx.sys.clone();
+            // On the watcher's own task: what it reads (Consul, say) may be slow to
+            // answer, and the runner supervises the task meanwhile.
+            let watcher = tokio::spawn(async move {
+                let renderer = rendering.clone();
+                let last = on_render_thread(move || {
+                    let limit = render_limits().max_output as u64;
+                    (0..renderer.templates.len())
+                        .map(|index| {
+                            // What it reads comes from a render now (a render that fails
+                            // is looked at again at the watcher's first look); its text
+                            // from the disk.
+                            let watched = renderer
+                                .render(index)
+                                .map(|(_, watched)| watched)
+                                .unwrap_or_else(|_| [Watched::Services].into());
+                            let destination = &renderer.templates[index].destination;
+                            let text = read_back(&renderer.task_dir, destination, limit)
+                                .unwrap_or_default();
+                            (text, watched)
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await;
+                let Ok(last) = last else {
+                    return;
+                };
+                *rendering.last.lock().unwrap() = last;
+                super::template_watch::watch(rendering, control, events, sys).await;
+            });
+            if let Some(old) = self.watcher.lock().unwrap().replace(watcher) {
+                old.abort();
+            }
         })
     }
 }

@@ -89,6 +89,8 @@ pub(super) struct Rendering {
     pub runtime: tokio::runtime::Handle,
     /// Each template's last text, and what it read that may change.
     pub last: Mutex<Vec<(String, BTreeSet<Watched>)>>,
+    /// What Consul last said to each question a render asked (a digest).
+    pub consul_seen: Mutex<BTreeMap<super::template_consul::ConsulRead, u64>>,
 }
 
 /// Reads a task's templates, each with its delimiters; the error names the template.
@@ -132,9 +134,18 @@ impl Rendering {
             },
             limits: render_limits(),
         };
-        let text = self.parsed[index].render(&mut data, &options)?;
+        let rendered = self.parsed[index].render(&mut data, &options);
+        // What Consul said, even to a render that failed: the watcher looks again from
+        // there (a refusal that ends becomes a change).
+        self.consul_seen.lock().unwrap().extend(
+            data.consul
+                .seen
+                .iter()
+                .map(|(read, seen)| (read.clone(), *seen)),
+        );
+        let text = rendered?;
         let mut watched = data.watched;
-        watched.extend(data.consul.answered.into_keys().map(Watched::Consul));
+        watched.extend(data.consul.seen.into_keys().map(Watched::Consul));
         Ok((text, watched))
     }
 
@@ -149,6 +160,25 @@ impl Rendering {
             uid: template.uid.unwrap_or(user.uid),
             gid: template.gid.unwrap_or(user.gid),
         })
+    }
+
+    /// Forgets what Consul said to questions no template asks any more.
+    pub fn forget_unasked(&self) {
+        let asked: BTreeSet<super::template_consul::ConsulRead> = self
+            .last
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|(_, watched)| watched.iter())
+            .filter_map(|w| match w {
+                Watched::Consul(read) => Some(read.clone()),
+                _ => None,
+            })
+            .collect();
+        self.consul_seen
+            .lock()
+            .unwrap()
+            .retain(|read, _| asked.contains(read));
     }
 
     /// Whether anything it rendered may change while the task runs.

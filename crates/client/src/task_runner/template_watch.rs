@@ -1,15 +1,16 @@
 //! Templates rendered again while their task runs, as consul-template does for Nomad:
 //! when a service the template read changes in the cluster's catalog (or, polled, a
-//! file it read or an answer of Consul's), the watcher waits for the change to settle (`wait.min`, at most
-//! `wait.max`), renders again, and only when a file's text changed writes it and acts
-//! on the task by the template's `change_mode`: a restart (outside the restart policy,
-//! as Nomad's), a signal, a script run inside the task (its `fail_on_error` kills and
-//! fails the task when it fails), or nothing; after a random `splay`, so that the tasks that
-//! read one service do not all restart at once. A render that fails leaves the file as
-//! it was and says why in a task event.
+//! file it read or an answer of Consul's), the watcher waits for the change to settle
+//! (`wait.min`, at most `wait.max`), renders again, and only when a file's text changed
+//! writes it and acts on the task by the template's `change_mode`: a restart (outside
+//! the restart policy, as Nomad's), a signal, a script run inside the task (its
+//! `fail_on_error` kills and fails the task when it fails), or nothing; after a random
+//! `splay`, so that the tasks that read one service do not all restart at once. A
+//! render that fails leaves the file as it was and says why in a task event.
 //!
-//! One watcher per run of the task: started by the template hook once the task runs,
-//! aborted when the run ends (the next run renders afresh in prestart).
+//! One watcher per run of the task: started by the template hook once the task runs
+//! (or once it is recovered after an agent restart), aborted when the run ends (the
+//! next run renders afresh in prestart).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -27,6 +28,9 @@ use berth_model::events::EventKind;
 
 /// How often files a template read are looked at again (consul-template polls them).
 const FILE_POLL: Duration = Duration::from_secs(2);
+
+/// The most Consul questions one poll asks again (the rest in the next polls).
+const CONSUL_WINDOW: usize = 16;
 
 /// The least time between two renders of one task's templates.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -111,19 +115,29 @@ async fn watch_templates(
             .collect()
     };
     let consul_api = rendering.services.api().cloned();
-    let consul_answers = |asked: &BTreeSet<ConsulRead>| {
-        let asked = asked.clone();
-        let api = consul_api.clone();
-        async move {
-            let mut answers = BTreeMap::new();
-            if let Some(api) = api {
-                for read in asked {
-                    let answer = template_consul::answer(&api, &read).await;
-                    answers.insert(read, answer);
-                }
+    // Whether Consul now answers any of the next few questions otherwise than the last
+    // render saw: a window of them a poll, in turn, so that a task that asks much asks
+    // Consul no faster.
+    let mut consul_cursor = 0usize;
+    let mut consul_changed = async |asked: &BTreeSet<ConsulRead>| -> bool {
+        let Some(api) = &consul_api else {
+            return false;
+        };
+        let window: Vec<&ConsulRead> = asked
+            .iter()
+            .cycle()
+            .skip(consul_cursor % asked.len().max(1))
+            .take(CONSUL_WINDOW.min(asked.len()))
+            .collect();
+        consul_cursor = consul_cursor.wrapping_add(window.len());
+        for read in window {
+            let now = template_consul::digest(&template_consul::answer(api, read).await);
+            let seen = rendering.consul_seen.lock().unwrap().get(read).copied();
+            if seen != Some(now) {
+                return true;
             }
-            answers
         }
+        false
     };
     // Looked at on a blocking thread: up to MAX_FILES a template, each an openat2.
     let fingerprints = |files: &BTreeSet<String>| {
@@ -141,7 +155,6 @@ async fn watch_templates(
         return;
     };
     let mut asked = consul_asked();
-    let mut seen_answers = consul_answers(&asked).await;
     let mut last_render: Option<Instant> = None;
     // A change between the first render and this watcher's start is caught by a first
     // look at once.
@@ -165,7 +178,7 @@ async fn watch_templates(
                             Ok(_) => {}
                             Err(_) => return,
                         }
-                        if consul_answers(&asked).await != seen_answers {
+                        if consul_changed(&asked).await {
                             break;
                         }
                     }
@@ -259,7 +272,7 @@ async fn watch_templates(
         };
         seen_files = now;
         asked = consul_asked();
-        seen_answers = consul_answers(&asked).await;
+        rendering.forget_unasked();
         if changed.is_empty() {
             continue;
         }

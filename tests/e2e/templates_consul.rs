@@ -166,15 +166,50 @@ async fn templates_are_watched_again_after_an_agent_restart() {
         consul.address()
     ));
     agent.start().await;
-    let source = job("port {{ key \"app/port\" }}\n")
-        .replace(
-            "change_mode = \"noop\"",
-            "change_mode = \"signal\"\n        change_signal = \"SIGHUP\"",
+    let template = |mode: &str| {
+        format!(
+            r#"      template {{
+        data        = "port {{{{ key \"app/port\" }}}}\n"
+        destination = "local/app.conf"
+        {mode}
+        wait {{
+          min = "0s"
+          max = "1s"
+        }}
+      }}"#
         )
-        .replace(
-            "command = \"/bin/sleep\"\n        args    = [\"300\"]",
-            "command = \"/bin/sh\"\n        args    = [\"-c\", \"trap 'cat local/app.conf' HUP; echo start; while :; do sleep 0.1; done\"]",
-        );
+    };
+    let source = format!(
+        r#"job "app" {{
+  group "g" {{
+    task "app" {{
+      driver = "exec"
+{signal}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "trap 'cat local/app.conf' HUP; echo start; while :; do sleep 0.1; done"]
+      }}
+    }}
+    task "scripted" {{
+      driver = "exec"
+      env {{
+        APP_MARK = "m1"
+      }}
+{script}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "id -u > local/task-uid; sleep 300"]
+      }}
+    }}
+  }}
+}}
+"#,
+        signal = template("change_mode = \"signal\"\n        change_signal = \"SIGHUP\""),
+        script = template(
+            "change_mode = \"script\"\n        change_script {\n          command = \"/bin/sh\"\n          \
+             args = [\"-c\", \"echo \\\"$APP_MARK $(id -u) $(cat /local/app.conf)\\\" >> /local/ran\"]\n        }"
+        ),
+    );
     let alloc = agent.run_job("app.hcl", &source).await;
     let out = |agent: &AgentProcess| agent.task_stdout(&alloc, "app");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -205,4 +240,26 @@ async fn templates_are_watched_again_after_an_agent_restart() {
     }
     // The same task all along: recovered, never restarted.
     assert_eq!(out(&agent).matches("start").count(), 1, "{}", out(&agent));
+    // The change script ran after the restart with the environment and user of the
+    // task's start, which the agent recorded.
+    let dir = agent
+        .path()
+        .join("data/allocs")
+        .join(&alloc)
+        .join("tasks/scripted/local");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    while !read("ran").contains("port 8003") {
+        assert!(
+            Instant::now() < deadline,
+            "the script after the restart: {}",
+            read("ran")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let uid = read("task-uid");
+    assert!(
+        read("ran").contains(&format!("m1 {} port 8003", uid.trim())),
+        "{}",
+        read("ran")
+    );
 }

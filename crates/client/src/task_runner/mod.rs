@@ -21,6 +21,7 @@ mod events;
 pub use events::{EventSink, TaskEvents};
 pub mod hooks;
 mod interpolate_hook;
+mod run_context;
 mod services_hook;
 mod task_dir_hook;
 mod template_consul;
@@ -77,10 +78,9 @@ pub struct TaskRunner {
     restored: bool,
     /// The cgroup of the current run.
     cgroup: Option<Box<dyn RunCgroup>>,
-    /// The environment the current run started with, for commands run inside it. Not
-    /// recorded: after an agent restart it is empty (a command finds its program in the
-    /// C library's default path).
-    run_env: Vec<(String, String)>,
+    /// The environment and user the current run started with, for commands run inside
+    /// it (recorded: an agent restarted while it runs reads them back).
+    run: Option<run_context::RunContext>,
 }
 
 /// The most output of a command run inside a task that is kept (Consul keeps 4 KiB of a
@@ -126,7 +126,7 @@ impl TaskRunner {
             restored_handle: None,
             restored: false,
             cgroup: None,
-            run_env: Vec::new(),
+            run: None,
         };
         (runner, control)
     }
@@ -311,17 +311,24 @@ impl TaskRunner {
             task: task.clone(),
             message,
         };
-        let user = match self.ctx.task_user() {
-            Ok(user) => user,
-            Err(refusal) => {
-                let _ = done.send(Err(failed(refusal.to_string())));
-                return;
-            }
+        let run = match &self.run {
+            Some(run) => run.clone(),
+            // Started before an agent restart that lost the record: as the config says.
+            None => match self.ctx.task_user() {
+                Ok(user) => run_context::RunContext {
+                    env: Vec::new(),
+                    user,
+                },
+                Err(refusal) => {
+                    let _ = done.send(Err(failed(refusal.to_string())));
+                    return;
+                }
+            },
         };
         let spec = berth_sys::process::enter::EnterSpec {
             argv: command.argv,
-            env: self.run_env.clone(),
-            user,
+            env: run.env,
+            user: run.user,
             cgroup_procs: self
                 .cgroup
                 .as_ref()
@@ -369,6 +376,11 @@ impl TaskRunner {
                     "recovered the task after an agent restart");
                 self.restored_handle = Some(handle);
                 self.cgroup = Some(self.existing_cgroup());
+                self.run = run_context::RunContext::recorded(
+                    &self.events.store,
+                    &self.ctx.alloc_id,
+                    &self.ctx.task.name,
+                );
                 for hook in &self.hooks {
                     hook.recovered(&self.ctx).await;
                 }
@@ -498,7 +510,12 @@ impl TaskRunner {
             return Err(RunOnce::SetupFailed);
         }
         let task = &self.ctx.task;
-        self.run_env = prepare.env.clone();
+        let run = run_context::RunContext {
+            env: prepare.env.clone(),
+            user,
+        };
+        run.record(&self.events.store, &self.ctx.alloc_id, &task.name);
+        self.run = Some(run);
         let request = TaskRequest {
             id: format!("{}/{}", self.ctx.alloc_id, task.name),
             name: task.name.clone(),

@@ -137,7 +137,7 @@ async fn a_template_renders_consul_keys_and_services_and_again_when_they_change(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_template_that_reads_consul_is_refused_at_submit_without_a_consul_block() {
+async fn a_template_that_reads_consul_is_refused_without_a_consul_block_or_when_denied() {
     let mut agent = AgentProcess::new();
     agent.start().await;
     let Err(berth_api::client::ClientError::Api(error, _)) =
@@ -152,6 +152,34 @@ async fn a_template_that_reads_consul_is_refused_at_submit_without_a_consul_bloc
           and this agent has no consul block (nomadService reads the services berth runs)"
         ]
     );
+
+    // An operator whose Consul token reads more than jobs should see denies the
+    // functions, as Nomad's client does.
+    let consul = ConsulDouble::start().await;
+    let mut denying = AgentProcess::with_config(&format!(
+        "consul {{\n  address = \"{}\"\n}}\ntemplate {{\n  function_denylist = [\"key\", \"tree\"]\n}}\n",
+        consul.address()
+    ));
+    denying.start().await;
+    let Err(berth_api::client::ClientError::Api(error, _)) =
+        denying.submit("app.hcl", &job(CONFIG)).await
+    else {
+        panic!("a denied function was accepted");
+    };
+    assert_eq!(
+        error.problems,
+        [
+            "app.hcl:8:7: job.app.group.g.task.app.template: local/app.conf: template function \
+          \"key\" is denied on this agent (its template { function_denylist })"
+        ]
+    );
+    denying
+        .submit(
+            "ok.hcl",
+            &job("{{ keyOrDefault \"app/x\" \"y\" }}").replace("\"app\"", "\"ok\""),
+        )
+        .await
+        .unwrap();
 }
 
 /// After the agent restarts (killed with -9), a running task's templates are watched

@@ -359,33 +359,15 @@ pub async fn validate_for(
                 }
             }
         }
-        if config.consul.is_none() {
-            for task in &group.tasks {
-                for template in &task.templates {
-                    let delimiters = berth_template::Delimiters {
-                        left: template.left_delimiter.clone(),
-                        right: template.right_delimiter.clone(),
-                    };
-                    // A template that does not parse is the jobspec's problem, said there.
-                    let Ok(parsed) = berth_template::Template::parse(&template.data, &delimiters)
-                    else {
-                        continue;
-                    };
-                    let reads = parsed
-                        .functions()
-                        .iter()
-                        .find(|f| crate::consul::TEMPLATE_READS.contains(f));
-                    if let Some(function) = reads {
-                        problems.push(Problem {
-                            path: format!("{group_path}.task.{}.template", task.name),
-                            at: Some(template.at),
-                            message: format!(
-                                "{}: {function} reads Consul, and this agent has no consul \
-                                 block (nomadService reads the services berth runs)",
-                                template.destination
-                            ),
-                        });
-                    }
+        for task in &group.tasks {
+            for template in &task.templates {
+                let path = format!("{group_path}.task.{}.template", task.name);
+                for message in template_problems(template, config) {
+                    problems.push(Problem {
+                        path: path.clone(),
+                        at: Some(template.at),
+                        message: format!("{}: {message}", template.destination),
+                    });
                 }
             }
         }
@@ -495,6 +477,35 @@ fn more_memory_than_the_node(task: &Task, task_path: &str) -> Option<Problem> {
             node / berth_model::limits::MIB
         ),
     })
+}
+
+/// What this agent refuses of a template: a function its `template { function_denylist }`
+/// denies, or one that reads Consul when it has no `consul` block.
+fn template_problems(template: &berth_jobspec::Template, config: &AgentConfig) -> Vec<String> {
+    let delimiters = berth_template::Delimiters {
+        left: template.left_delimiter.clone(),
+        right: template.right_delimiter.clone(),
+    };
+    // A template that does not parse is the jobspec's problem, said there.
+    let Ok(parsed) = berth_template::Template::parse(&template.data, &delimiters) else {
+        return Vec::new();
+    };
+    let mut problems: Vec<String> = config
+        .template
+        .refusal(parsed.functions())
+        .into_iter()
+        .collect();
+    let reads = parsed
+        .functions()
+        .iter()
+        .find(|f| crate::consul::TEMPLATE_READS.contains(f));
+    if let (Some(function), None) = (reads, &config.consul) {
+        problems.push(format!(
+            "{function} reads Consul, and this agent has no consul block (nomadService reads \
+             the services berth runs)"
+        ));
+    }
+    problems
 }
 
 async fn check_task(

@@ -133,6 +133,7 @@ mod consul;
 mod http;
 mod network;
 mod plugins;
+mod template;
 #[cfg(test)]
 mod tests;
 
@@ -151,6 +152,8 @@ use cluster::cluster_settings;
 use consul::consul_settings;
 use http::http_config;
 use plugins::{hook_spec, plugin_config};
+pub use template::TemplateSettings;
+use template::template_settings;
 
 /// Nomad's default `max_kill_timeout`.
 pub const DEFAULT_MAX_KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -187,6 +190,8 @@ pub struct AgentConfig {
     pub reserved: NodeResources,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
+    /// `template { function_denylist }`: what job authors' templates may not call.
+    pub template: TemplateSettings,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
     pub users: UserPolicy,
     /// The bridge network of groups in `network { mode = "bridge" }`.
@@ -541,6 +546,7 @@ impl AgentConfig {
                 "gc",
                 "reserved",
                 "consul",
+                "template",
                 "user",
                 "name",
                 "datacenter",
@@ -735,6 +741,10 @@ impl AgentConfig {
         let consul = fields
             .single_block("consul", &mut problems)
             .map(|block| consul_settings(block, &mut problems));
+        let template = fields
+            .single_block("template", &mut problems)
+            .map(|block| template_settings(block, &mut problems))
+            .unwrap_or_default();
         let users = match fields.single_block("user", &mut problems) {
             Some(block) => {
                 let mut settings = Fields::new(
@@ -811,6 +821,7 @@ impl AgentConfig {
             gc,
             reserved,
             consul,
+            template,
             users,
             bridge,
         })

@@ -57,6 +57,13 @@ impl TaskHook for TemplateHook {
             let user = ctx.task_user().map_err(|e| self.fail(e))?;
             let parsed = parse_all(&ctx.task.templates)
                 .map_err(|(destination, error)| self.fail(format!("{destination}: {error}")))?;
+            // Checked at submit; again here, for a job submitted before the operator
+            // denied a function.
+            for (template, parsed) in ctx.task.templates.iter().zip(&parsed) {
+                if let Some(refusal) = ctx.config.template.refusal(parsed.functions()) {
+                    return Err(self.fail(format!("{}: {refusal}", template.destination)));
+                }
+            }
             let rendering = Arc::new(Rendering {
                 templates: ctx.task.templates.clone(),
                 parsed,

@@ -64,18 +64,8 @@ impl TaskHook for TemplateHook {
                     return Err(self.fail(format!("{}: {refusal}", template.destination)));
                 }
             }
-            let rendering = Arc::new(Rendering {
-                templates: ctx.task.templates.clone(),
-                parsed,
-                env: Arc::new(prepare.env.iter().cloned().collect()),
-                task_dir: prepare.task_dir.clone(),
-                user,
-                services: ctx.services.clone(),
-                node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
-                runtime: tokio::runtime::Handle::current(),
-                last: Mutex::new(Vec::new()),
-                consul_seen: Mutex::default(),
-            });
+            let env = prepare.env.iter().cloned().collect();
+            let rendering = rendering(ctx, parsed, env, prepare.task_dir.clone(), user);
             // One after another, each written before the next renders: a template may
             // read (`file`) what an earlier one wrote, as consul-template would wait
             // for it.
@@ -180,18 +170,8 @@ impl TaskHook for TemplateHook {
             let Ok(user) = ctx.task_user() else {
                 return;
             };
-            let rendering = Arc::new(Rendering {
-                templates: ctx.task.templates.clone(),
-                parsed,
-                env: Arc::new(env),
-                task_dir: ctx.alloc_dir.task_dir(&ctx.task.name),
-                user,
-                services: ctx.services.clone(),
-                node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
-                runtime: tokio::runtime::Handle::current(),
-                last: Mutex::new(Vec::new()),
-                consul_seen: Mutex::default(),
-            });
+            let task_dir = ctx.alloc_dir.task_dir(&ctx.task.name);
+            let rendering = rendering(ctx, parsed, env, task_dir, user);
             let (Some(control), Some(events)) = (ctx.control.clone(), ctx.events.clone()) else {
                 return;
             };
@@ -230,6 +210,28 @@ impl TaskHook for TemplateHook {
             }
         })
     }
+}
+
+/// A run's templates, before anything is rendered.
+fn rendering(
+    ctx: &TaskHookContext,
+    parsed: Vec<berth_template::Template>,
+    env: std::collections::BTreeMap<String, String>,
+    task_dir: std::path::PathBuf,
+    user: Option<berth_model::driver::TaskUser>,
+) -> Arc<Rendering> {
+    Arc::new(Rendering {
+        templates: ctx.task.templates.clone(),
+        parsed,
+        env: Arc::new(env),
+        task_dir,
+        user,
+        services: ctx.services.clone(),
+        node_address: crate::consul::service_address(ctx.config.consul.as_ref()),
+        runtime: tokio::runtime::Handle::current(),
+        last: Mutex::new(Vec::new()),
+        consul_seen: Mutex::default(),
+    })
 }
 
 /// The hook-state key of a task's template environment.

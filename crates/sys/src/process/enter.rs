@@ -175,22 +175,14 @@ impl ProcessTable {
             return Err(ProcessError::Gone(target.pid));
         };
         let namespaces = TaskNamespaces::open(target, &pidfd)?;
-        let program = spec.argv.first().cloned().unwrap_or_default();
-        let (argv, env) = c_strings(&program, &spec.argv, &spec.env)?;
-        let mut handed = Handed::default();
-        let mut cgroup_procs = Vec::with_capacity(spec.cgroup_procs.len());
-        for path in &spec.cgroup_procs {
-            let file = File::options().write(true).open(path);
-            let file = file.map_err(|source| ProcessError::Cgroup {
-                path: path.clone(),
-                source,
-            })?;
-            cgroup_procs.push(handed.add(file.into()));
-        }
         let confined = namespaces.confined();
         if !confined && !spec.unconfined_allowed {
             return Err(ProcessError::UnconfinedTask);
         }
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let (argv, env) = c_strings(&program, &spec.argv, &spec.env)?;
+        let mut handed = Handed::default();
+        let cgroup_procs = handed.add_cgroup_files(&spec.cgroup_procs)?;
         let network_namespace = namespaces.network.map(|file| handed.add(file.into()));
         let joined = namespaces
             .joined

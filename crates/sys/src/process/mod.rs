@@ -226,15 +226,7 @@ impl ProcessTable {
             _ => None,
         };
         let (argv, env) = spawn_plan::c_strings(&program, &spec.argv, &spec.env)?;
-        let mut cgroup_procs = Vec::with_capacity(spec.cgroup_procs.len());
-        for path in &spec.cgroup_procs {
-            let file = File::options().write(true).open(path);
-            let file = file.map_err(|source| ProcessError::Cgroup {
-                path: path.clone(),
-                source,
-            })?;
-            cgroup_procs.push(handed.add(file.into()));
-        }
+        let cgroup_procs = handed.add_cgroup_files(&spec.cgroup_procs)?;
         // The shim writes through the open file; the path is renamed once the shim's pid
         // is known, or removed if the start fails.
         let (pending_record, exit_record) = match &self.exit_records {

@@ -149,6 +149,24 @@ impl Handed {
         self.0.push(fd);
         FIRST_NAMED_FD + self.0.len() as RawFd - 1
     }
+
+    /// Opens the `cgroup.procs` files of a task's cgroup for writing and hands them
+    /// over; returns their numbers in the keeper, for the plan.
+    pub fn add_cgroup_files(
+        &mut self,
+        paths: &[std::path::PathBuf],
+    ) -> Result<Vec<RawFd>, super::ProcessError> {
+        let mut numbers = Vec::with_capacity(paths.len());
+        for path in paths {
+            let file = File::options().write(true).open(path);
+            let file = file.map_err(|source| super::ProcessError::Cgroup {
+                path: path.clone(),
+                source,
+            })?;
+            numbers.push(self.add(file.into()));
+        }
+        Ok(numbers)
+    }
 }
 
 /// How far a keeper got, from its report pipe.

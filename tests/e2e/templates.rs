@@ -884,3 +884,53 @@ async fn a_change_script_ends_at_its_timeout_whatever_its_task_does() {
         )
     );
 }
+
+/// The corpus's reload-script jobspec, run as written: a second instance of `db` joins,
+/// and its change script (rendered by its first template) runs inside the task.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_corpus_reload_script_job_runs_its_script_on_a_change() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let first = agent.run_job("db1.hcl", &db_job("db1")).await;
+    agent
+        .wait_alloc(&first, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    catalog_holds(&agent, 1).await;
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/jobspecs/template-reload-script.nomad.hcl"),
+    )
+    .unwrap();
+    let alloc = agent.run_job("reloader.hcl", &source).await;
+    let conf = agent
+        .path()
+        .join("data/allocs")
+        .join(&alloc)
+        .join("tasks/t/local/app.conf");
+    within("the first render", Instant::now(), || {
+        std::fs::read_to_string(&conf).is_ok_and(|t| t.lines().count() == 1)
+    })
+    .await;
+    let second = agent.run_job("db2.hcl", &db_job("db2")).await;
+    agent
+        .wait_alloc(&second, "running", |s| {
+            s.client_status == ClientStatus::Running
+        })
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = agent.alloc(&alloc).await;
+        let events = format!("{:#?}", status.tasks["t"].events);
+        if events.contains(
+            "Template successfully ran script /local/reload.sh with arguments: \
+             [\\\"--graceful\\\"]. Exit code: 0",
+        ) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{events}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&conf).unwrap().lines().count(), 2);
+}

@@ -291,3 +291,41 @@ async fn templates_are_watched_again_after_an_agent_restart() {
         read("ran")
     );
 }
+
+/// The corpus's Consul jobspec, run as written against the Consul double: its KV and
+/// the tagged, healthy instances of `db`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_corpus_consul_config_job_renders_its_keys_and_service() {
+    let consul = ConsulDouble::start().await;
+    consul.put_key("app/log_level", "debug");
+    consul.put_key("app/limits/rps", "100");
+    consul.put_key("app/limits/burst", "20");
+    consul.add_service("db-1", "db");
+    consul.register_as_another_client("db-1", &["primary"]);
+    consul.add_service("db-2", "db");
+    let mut agent = AgentProcess::with_config(&format!(
+        "consul {{\n  address = \"{}\"\n}}\n",
+        consul.address()
+    ));
+    agent.start().await;
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/jobspecs/template-consul-config.nomad.hcl"),
+    )
+    .unwrap();
+    let alloc = agent.run_job("consul-config.hcl", &source).await;
+    let file = agent
+        .path()
+        .join("data/allocs")
+        .join(&alloc)
+        .join("tasks/app/local/app.conf");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "never rendered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "log_level = \"debug\"\nlimit_burst = 20\nlimit_rps = 100\ndb = \"127.0.0.1:0\"\n\n"
+    );
+}

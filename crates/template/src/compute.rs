@@ -248,6 +248,7 @@ pub(crate) fn call(name: &str, args: &[Value], budget: &mut Budget) -> Result<Va
                     .map_err(|_| "the decoded bytes are not UTF-8 text".to_string())?,
             )
         }
+        "byKey" | "explode" | "explodeMap" => crate::key_trees::call(name, args, budget),
         "byTag" => {
             arity(args, 1)?;
             walk_charged(&args[0], budget)?;

@@ -25,7 +25,6 @@ const CONSUL_CATALOG: &str =
 const CONNECT_CA: &str =
     "it reads Consul Connect's certificate authority, which berth does not read";
 const DENIED: &str = "Nomad denies it by default (function_denylist), and so does berth";
-const KEY_TREE: &str = "it reshapes Consul key trees, which berth reads (tree) but does not reshape yet; range over them";
 const NO_WRITER: &str = "berth has no writer for that format yet; toJSON is there";
 
 /// Every function by name: what berth has, in the order of consul-template's docs.
@@ -91,7 +90,7 @@ pub const FUNCTIONS: &[(&str, Support)] = &[
     ("base64Encode", Support::Yes),
     ("base64URLDecode", Support::Yes),
     ("base64URLEncode", Support::Yes),
-    ("byKey", Support::No(KEY_TREE)),
+    ("byKey", Support::Yes),
     (
         "byMeta",
         Support::No(
@@ -107,8 +106,8 @@ pub const FUNCTIONS: &[(&str, Support)] = &[
     ("env", Support::Data),
     ("envOrDefault", Support::Data),
     ("executeTemplate", Support::Builtin),
-    ("explode", Support::No(KEY_TREE)),
-    ("explodeMap", Support::No(KEY_TREE)),
+    ("explode", Support::Yes),
+    ("explodeMap", Support::Yes),
     ("in", Support::Yes),
     ("indent", Support::Yes),
     ("join", Support::Yes),

@@ -5,12 +5,28 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{CallError, Data, Delimiters, FUNCTIONS, RenderOptions, Support, Template, Value};
 
+/// No outside data but an empty environment, and a Consul key tree `tree` answers as
+/// consul-template's does (for the functions that reshape one).
 struct NoData;
 
 impl Data for NoData {
     fn call(&mut self, function: &str, _: &[Value]) -> Result<Value, CallError> {
         match function {
             "env" => Ok(Value::str("")),
+            "tree" => Ok(Value::list(
+                [("es/a", "1"), ("es/b", "2"), ("redis/a", "3"), ("top", "4")]
+                    .into_iter()
+                    .map(|(key, value)| {
+                        Value::object(
+                            "KeyPair",
+                            std::collections::BTreeMap::from([
+                                ("Key", Value::str(key)),
+                                ("Value", Value::str(value)),
+                            ]),
+                        )
+                    })
+                    .collect(),
+            )),
             other => Err(format!("no {other} here").into()),
         }
     }
@@ -50,6 +66,21 @@ const CASES: &[(&str, &str, &str)] = &[
     ("base64URLDecode", "{{ base64URLDecode \"Pz8-\" }}", "??>"),
     ("base64URLEncode", "{{ base64URLEncode \"??>\" }}", "Pz8-"),
     ("byTag", "{{ len (byTag (split \",\" \"\")) }}", "0"),
+    (
+        "byKey",
+        "{{ range $dir, $pairs := tree \"g\" | byKey }}{{ $dir }}:{{ range $pairs }}{{ .Key }}={{ .Value }},{{ end }};{{ end }}",
+        "es:a=1,b=2,;redis:a=3,;",
+    ),
+    (
+        "explode",
+        "{{ $t := tree \"g\" | explode }}{{ $t.es.b }}{{ $t.redis.a }}{{ $t.top }}",
+        "234",
+    ),
+    (
+        "explodeMap",
+        "{{ $m := parseJSON `{\"a/b\":\"1\",\"a/c\":\"2\",\"d\":\"3\"}` | explodeMap }}{{ $m.a.b }}{{ $m.a.c }}{{ $m.d }}",
+        "123",
+    ),
     (
         "contains",
         "{{ split \",\" \"a,b\" | contains \"b\" }}",
@@ -284,5 +315,31 @@ fn the_docs_table_is_the_functions_table() {
     assert_eq!(
         documented, expected,
         "docs/templates.md's table differs from FUNCTIONS"
+    );
+}
+
+/// Key trees from Consul are written by whoever may write keys: a path deeper than
+/// made maps may nest, or a key that is both a value and a folder, ends the render with
+/// its reason.
+#[test]
+fn key_trees_too_deep_or_clashing_are_refused() {
+    let render = |json: &str| {
+        let text = format!("{{{{ parseJSON `{json}` | explodeMap }}}}");
+        Template::parse(&text, &Delimiters::default())
+            .unwrap()
+            .render(&mut NoData, &RenderOptions::default())
+            .unwrap_err()
+            .to_string()
+    };
+    let deep = vec!["a"; 10_000].join("/");
+    let error = render(&format!("{{\"{deep}\":\"1\"}}"));
+    assert!(
+        error.contains("has 10000 parts: maps nest at most 32 deep"),
+        "{error}"
+    );
+    let error = render("{\"a\":\"1\",\"a/b\":\"2\"}");
+    assert!(
+        error.contains("key \"a/b\" is both a value and a folder of other keys"),
+        "{error}"
     );
 }

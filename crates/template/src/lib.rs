@@ -19,6 +19,7 @@ mod compute;
 mod exec;
 mod format;
 pub mod functions;
+mod key_trees;
 mod lex;
 mod operands;
 mod parse;

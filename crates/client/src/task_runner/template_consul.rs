@@ -567,6 +567,17 @@ pub(in crate::task_runner) mod tests {
             ok(r#"{{ range safeLs "app" }}{{ .Key }};{{ end }}"#),
             "port;"
         );
+        // consul-template's reshapers, on what Consul answered.
+        assert_eq!(
+            ok(r#"{{ $t := tree "app" | explode }}{{ $t.port }} {{ $t.hosts.deep.c }}"#),
+            "5432 10.0.0.3"
+        );
+        assert_eq!(
+            ok(
+                r#"{{ range $dir, $pairs := tree "app" | byKey }}{{ $dir }}:{{ len $pairs }};{{ end }}"#
+            ),
+            "hosts:3;"
+        );
         assert_eq!(
             ok(r#"{{ range service "db" }}{{ .ID }}@{{ .Node }}/{{ .Status }};{{ end }}"#),
             "db-1@double/passing;db-2@double/passing;"

@@ -10,8 +10,9 @@
 //!
 //! The cases: a static port another job holds, resources exhausted, infeasible
 //! constraints and volumes, `job plan` of a new and of a changed job, purge then
-//! resubmit, a system job, a failed alloc rescheduled, and a periodic launch missed
-//! while every agent was down, made once they are back.
+//! resubmit, a system job, a failed alloc rescheduled, a periodic launch missed
+//! while every agent was down, made once they are back, and a template's change script
+//! run inside its task when a service joins the catalog.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -280,6 +281,65 @@ const FLAKY: &str = r#"job "flaky" {
 }
 "#;
 
+/// A task whose template ranges over the catalog's `scdb`, with a change script.
+const WATCHER: &str = r#"job "watcher" {
+  datacenters = ["scenario"]
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["300"]
+      }
+      template {
+        data        = "{{ range nomadService \"scdb\" }}{{ .Name }} {{ end }}"
+        destination = "local/servers"
+        change_mode = "script"
+        change_script {
+          command = "/bin/sh"
+          args    = ["-c", "cat /local/servers"]
+        }
+        splay = "0s"
+        wait {
+          min = "0s"
+          max = "1s"
+        }
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+      }
+    }
+  }
+}
+"#;
+
+/// The event messages of task `t` of job `id`'s first alloc, oldest first.
+async fn task_events(plane: &Plane, id: &str) -> Vec<String> {
+    let allocs = plane.get(&format!("/v1/job/{id}/allocations")).await;
+    let Some(alloc) = allocs.as_array().and_then(|a| a.first()) else {
+        return Vec::new();
+    };
+    let alloc = plane
+        .get(&format!(
+            "/v1/allocation/{}",
+            alloc["ID"].as_str().unwrap_or_default()
+        ))
+        .await;
+    alloc["TaskStates"]["t"]["Events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["Type"].as_str().unwrap_or_default(),
+                e["DisplayMessage"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 /// Seconds since the epoch.
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -464,6 +524,30 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
             "parent": plane.observe("nightly").await,
         }),
     );
+    // A template's change script runs inside its task when a service of another job
+    // joins the catalog: the same catalog, the same watcher, on both planes.
+    plane.submit("watcher", WATCHER).await;
+    plane
+        .until("the watcher's task starts", || async {
+            let events = task_events(plane, "watcher").await;
+            events
+                .iter()
+                .any(|e| e.starts_with("Started"))
+                .then_some(())
+        })
+        .await;
+    let service = "    network {\n      port \"db\" {}\n    }\n    service {\n      name     = \"scdb\"\n      port     = \"db\"\n      provider = \"nomad\"\n    }";
+    plane
+        .submit("scdb", &job("scdb", "service", service, "", "1h"))
+        .await;
+    let ran = "Template successfully ran script /bin/sh with arguments: [\"-c\", \"cat /local/servers\"]. Exit code: 0";
+    let events = plane
+        .until("the change script runs", || async {
+            let events = task_events(plane, "watcher").await;
+            events.iter().any(|e| e.ends_with(ran)).then_some(events)
+        })
+        .await;
+    seen.insert("template change script", json!(events));
     seen
 }
 
@@ -582,6 +666,17 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
         .map(Vec::len)
         .sum::<usize>();
     assert_eq!(events, 1, "{flaky:#}");
+    let script = seen("template change script", &[]);
+    let messages: Vec<&str> = script
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        messages.contains(&"Task Hook: Template re-rendered: local/servers"),
+        "{messages:?}"
+    );
     assert_eq!(
         seen("missed periodic launch", &["children"])
             .as_array()

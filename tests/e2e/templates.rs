@@ -519,6 +519,7 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
     };
     let reload_sh = format!(
         "#!/bin/sh\necho \"reload $1 {WHERE_AM_I}\" >> /local/reloads.log\n\
+         python3 -c 'import os; print(\"py\", os.getuid())' >> /local/reloads.log 2>&1\n\
          cat /local/servers.conf >> /local/reloads.log\n"
     );
     let source = format!(
@@ -641,6 +642,12 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
         assert!(task_saw.contains(confined), "{confined} in {task_saw}");
     }
     assert!(!task_saw.contains("uid=0 "), "{task_saw}");
+    // A real interpreter runs in there too, as the task's user.
+    let uid = task_saw
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("uid="))
+        .unwrap_or_else(|| panic!("{task_saw}"));
+    assert!(ran.lines().any(|l| l == format!("py {uid}")), "{ran}");
     let agents_status = std::fs::read_to_string("/proc/self/status").unwrap();
     let agents_bounding = agents_status
         .lines()

@@ -151,6 +151,36 @@ pub async fn list_nodes(
     .await
 }
 
+/// `GET /v1/allocation/:id` of an alloc this agent does not run: from the cluster's
+/// records (its placement and its node's last report, the last events of each task)
+/// with its job, as Nomad answers it from any agent.
+pub(super) async fn read_allocation(agent: &Arc<Agent>, id: &str, blocking: &Blocking) -> Response {
+    let cluster = agent.cluster().clone();
+    answer(agent, &cluster, blocking, |snapshot| {
+        let mut found: Vec<AllocationListStub> = alloc_stubs(agent, snapshot, |_, _| true)
+            .into_iter()
+            .filter(|s| s.id == id || (id.len() >= 4 && s.id.starts_with(id)))
+            .collect();
+        if let Some(exact) = found.iter().position(|s| s.id == id) {
+            found = vec![found.swap_remove(exact)];
+        }
+        let stub = match found.len() {
+            0 => return Err(NomadError(StatusCode::NOT_FOUND, "alloc not found".into())),
+            1 => found.remove(0),
+            _ => {
+                let ids: Vec<&str> = found.iter().map(|s| s.id.as_str()).collect();
+                return Err(bad_request(format!(
+                    "alloc id {id:?} is ambiguous: it starts {}",
+                    ids.join(", ")
+                )));
+            }
+        };
+        let job = cluster_job(snapshot, &stub.job_id);
+        Ok(berth_nomad_api::allocs::Allocation { stub, job })
+    })
+    .await
+}
+
 pub async fn read_node(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,

@@ -250,6 +250,11 @@ pub(crate) async fn read_allocation(
     Path(id): Path<String>,
     Query(blocking): Query<Blocking>,
 ) -> Response {
+    // One this agent does not run is read from the cluster's records, as any agent of
+    // a cluster answers it (a lone agent runs all of its own).
+    if matches!(agent.alloc(&id), Err(LookupError::NotFound { .. })) {
+        return cluster::read_allocation(&agent, &id, &blocking).await;
+    }
     blocking
         .answer(&agent, || {
             let alloc = agent.alloc(&id)?;

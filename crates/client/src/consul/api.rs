@@ -129,7 +129,8 @@ pub struct CheckRegistration {
     pub tcp: Option<String>,
 }
 
-/// A service as `GET /v1/agent/services` shows it (`AgentService`).
+/// A service as `GET /v1/agent/services` shows it (`AgentService`), and as an instance
+/// of `GET /v1/health/service/:name` carries it (the same fields).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct AgentService {
@@ -146,6 +147,8 @@ pub struct AgentService {
     pub address: String,
     #[serde(default)]
     pub enable_tag_override: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// A check as `GET /v1/agent/checks` shows it (`AgentCheck`), the parts berth reads.
@@ -445,7 +448,7 @@ impl KvEntry {
 #[serde(rename_all = "PascalCase")]
 pub struct HealthEntry {
     pub node: HealthNode,
-    pub service: HealthService,
+    pub service: AgentService,
     #[serde(default)]
     pub checks: Vec<HealthCheck>,
 }
@@ -464,24 +467,6 @@ pub struct HealthNode {
     pub tagged_addresses: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub meta: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct HealthService {
-    #[serde(rename = "ID")]
-    pub id: String,
-    pub service: String,
-    #[serde(default)]
-    pub tags: Option<Vec<String>>,
-    #[serde(default)]
-    pub address: String,
-    #[serde(default)]
-    pub port: u16,
-    #[serde(default)]
-    pub meta: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

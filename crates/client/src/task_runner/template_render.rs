@@ -162,19 +162,28 @@ impl Rendering {
         })
     }
 
+    /// What templates `indexes` last read, as `pick` takes it from each read.
+    pub fn reads<T: Ord>(
+        &self,
+        indexes: &[usize],
+        pick: impl Fn(&Watched) -> Option<T>,
+    ) -> BTreeSet<T> {
+        let last = self.last.lock().unwrap();
+        indexes
+            .iter()
+            .filter_map(|&i| last.get(i))
+            .flat_map(|(_, watched)| watched.iter())
+            .filter_map(pick)
+            .collect()
+    }
+
     /// Forgets what Consul said to questions no template asks any more.
     pub fn forget_unasked(&self) {
-        let asked: BTreeSet<super::template_consul::ConsulRead> = self
-            .last
-            .lock()
-            .unwrap()
-            .iter()
-            .flat_map(|(_, watched)| watched.iter())
-            .filter_map(|w| match w {
-                Watched::Consul(read) => Some(read.clone()),
-                _ => None,
-            })
-            .collect();
+        let all: Vec<usize> = (0..self.templates.len()).collect();
+        let asked = self.reads(&all, |w| match w {
+            Watched::Consul(read) => Some(read.clone()),
+            _ => None,
+        });
         self.consul_seen
             .lock()
             .unwrap()

@@ -91,28 +91,18 @@ async fn watch_templates(
     let mut changes = rendering.services.subscribe();
     changes.mark_unchanged();
     // The files the watched templates read, and how each looked when last rendered.
-    let files_read = || -> BTreeSet<String> {
-        let last = rendering.last.lock().unwrap();
-        watched
-            .iter()
-            .flat_map(|&i| last[i].1.iter())
-            .filter_map(|w| match w {
-                Watched::File(path) => Some(path.clone()),
-                Watched::Services | Watched::Consul(_) => None,
-            })
-            .collect()
+    let files_read = || {
+        rendering.reads(&watched, |w| match w {
+            Watched::File(path) => Some(path.clone()),
+            Watched::Services | Watched::Consul(_) => None,
+        })
     };
     // The questions the watched templates asked Consul, asked again on each poll.
-    let consul_asked = || -> BTreeSet<ConsulRead> {
-        let last = rendering.last.lock().unwrap();
-        watched
-            .iter()
-            .flat_map(|&i| last[i].1.iter())
-            .filter_map(|w| match w {
-                Watched::Consul(read) => Some(read.clone()),
-                Watched::Services | Watched::File(_) => None,
-            })
-            .collect()
+    let consul_asked = || {
+        rendering.reads(&watched, |w| match w {
+            Watched::Consul(read) => Some(read.clone()),
+            Watched::Services | Watched::File(_) => None,
+        })
     };
     let consul_api = rendering.services.api().cloned();
     // Whether Consul now answers any of the next few questions otherwise than the last

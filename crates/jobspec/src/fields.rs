@@ -182,7 +182,28 @@ pub mod task {
     pub const TEMPLATE: Field = field("template", "Templates", Blocks);
     pub const DISPATCH_PAYLOAD: Field = field("dispatch_payload", "DispatchPayload", Block);
     pub const LOGS: Field = field("logs", "LogConfig", Block);
-    pub const COPIED: &[Field] = &[DRIVER, USER, KILL_TIMEOUT, SHUTDOWN_DELAY, KILL_SIGNAL];
+    pub const ARTIFACT: Field = field("artifact", "Artifacts", Blocks);
+    pub const MAX_RUN_DURATION: Field = field("max_run_duration", "MaxRunDuration", Duration);
+    pub const COPIED: &[Field] = &[
+        DRIVER,
+        USER,
+        KILL_TIMEOUT,
+        SHUTDOWN_DELAY,
+        KILL_SIGNAL,
+        MAX_RUN_DURATION,
+    ];
+}
+
+/// A task's `artifact` block (Nomad's JSON names them `Getter*`).
+pub mod artifact {
+    use super::{Field, Kind::*, field};
+    pub const SOURCE: Field = field("source", "GetterSource", Text);
+    pub const DESTINATION: Field = field("destination", "RelativeDest", Text);
+    pub const MODE: Field = field("mode", "GetterMode", Text);
+    pub const OPTIONS: Field = field("options", "GetterOptions", Map);
+    pub const HEADERS: Field = field("headers", "GetterHeaders", Map);
+    pub const CHOWN: Field = field("chown", "Chown", Bool);
+    pub const COPIED: &[Field] = &[SOURCE, DESTINATION, MODE, CHOWN];
 }
 
 /// A task's `resources` block.

@@ -13,6 +13,7 @@
 //! only: `reschedule`, then `decode` (with `spec`, the typed job); this file uses them,
 //! and none of them uses it.
 
+pub mod artifact;
 pub mod constraint;
 pub mod cron;
 mod decode;

@@ -7,6 +7,7 @@
 //!   auth) as an operator would, which can be stopped, restarted and frozen.
 //! - [`consul`]: a double of Consul's HTTP API (Consul cannot be installed here), as
 //!   strict as the real one: its refusals and its ACL filtering included.
+//! - [`file_server`]: a loopback HTTP server of fixed answers (artifacts).
 //! - [`net`]: the host's address, and an HTTP GET to a forwarded port.
 //! - [`nomad_fixtures`]: Nomad's documented JSON shapes and the comparison that holds
 //!   berth's answers and types to them.
@@ -14,6 +15,7 @@
 pub mod consul;
 pub mod etcd;
 pub mod fake_sys;
+pub mod file_server;
 pub mod net;
 pub mod nomad_fixtures;
 

@@ -9,6 +9,7 @@ mod support;
 mod agent;
 mod agent_limits;
 mod alloc_actions;
+mod artifacts;
 mod bridge_network;
 mod cli;
 mod cli_hostile;

@@ -176,7 +176,7 @@ fn job_validate_reports_five_independent_errors_each_at_its_line() {
     task "t" {
       driver = "exec"
       artifact {
-        source = "https://example.com/app.tgz"
+        source = "git::https://example.com/app.git"
       }
       template {
         data        = "{{ secret \"app/config\" }}"
@@ -203,8 +203,8 @@ fn job_validate_reports_five_independent_errors_each_at_its_line() {
         (3, "vault is not supported: berth cannot fetch Vault tokens"),
         (7, "count: expected a number"),
         (
-            10,
-            "artifact is not supported: berth does not download artifacts",
+            11,
+            "uses the git getter; berth fetches http:// and https:// sources only",
         ),
         (14, "template function \"secret\" is not supported"),
         (

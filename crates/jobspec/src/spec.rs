@@ -368,6 +368,12 @@ pub struct Task {
     pub hooks: Vec<String>,
     pub constraints: Vec<Constraint>,
     pub templates: Vec<Template>,
+    /// Files fetched into the task's directory before it first starts (`artifact`).
+    #[serde(default)]
+    pub artifacts: Vec<crate::artifact::Artifact>,
+    /// The task is killed, and fails, once a run of it has lasted this long.
+    #[serde(default)]
+    pub max_run_duration: Option<Duration>,
     /// The task's own `restart` block, over the group's policy; `None`: the group's.
     pub restart: Option<RestartPolicy>,
     /// Where a dispatched job's payload is written, relative to the task's directory

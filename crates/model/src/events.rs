@@ -44,6 +44,11 @@ pub enum EventKind {
     /// The alloc's directory holds more than its `ephemeral_disk` size (Nomad's name).
     #[serde(rename = "Disk Resources Exceeded")]
     DiskExceeded,
+    /// Nomad's names for the artifact hook's start and failure.
+    #[serde(rename = "Downloading Artifacts")]
+    DownloadingArtifacts,
+    #[serde(rename = "Failed Artifact Download")]
+    ArtifactDownloadFailed,
 }
 
 impl fmt::Display for EventKind {

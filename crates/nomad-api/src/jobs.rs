@@ -200,6 +200,10 @@ pub struct Task {
     pub volume_mounts: Vec<VolumeMount>,
     #[serde(deserialize_with = "crate::null_as_empty")]
     pub templates: Vec<Template>,
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub artifacts: Vec<TaskArtifact>,
+    /// Nanoseconds; 0: no limit.
+    pub max_run_duration: u64,
     pub dispatch_payload: Option<DispatchPayloadConfig>,
     pub leader: bool,
     pub log_config: LogConfig,
@@ -271,6 +275,19 @@ pub struct ChangeScript {
 pub struct WaitConfig {
     pub min: u64,
     pub max: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskArtifact {
+    pub getter_source: String,
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub getter_options: Map<String>,
+    #[serde(deserialize_with = "crate::null_as_empty")]
+    pub getter_headers: Map<String>,
+    pub getter_mode: String,
+    pub relative_dest: String,
+    pub chown: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -12,9 +12,9 @@ use hcl::structure::{Attribute, Block, Body, Structure};
 use serde_json::{Map, Value};
 
 use berth_jobspec::fields::{
-    Field, Kind, change_script, constraint, dispatch_payload, dns, ephemeral_disk, group, job,
-    lifecycle, logs, network, parameterized, periodic, port, resources, restart, task, template,
-    template_wait, volume, volume_mount,
+    Field, Kind, artifact, change_script, constraint, dispatch_payload, dns, ephemeral_disk, group,
+    job, lifecycle, logs, network, parameterized, periodic, port, resources, restart, task,
+    template, template_wait, volume, volume_mount,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -398,6 +398,24 @@ fn template_block(
     Ok(block("template", &[], body))
 }
 
+/// An `Artifacts` item as an `artifact` block, with its `options` and `headers`.
+fn artifact_block(
+    path: String,
+    value: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<Structure, JobJsonError> {
+    let mut fields = Fields::new(path, value)?;
+    let mut body = Vec::new();
+    fields.copy(&mut body, artifact::COPIED)?;
+    for map in [artifact::OPTIONS, artifact::HEADERS] {
+        string_map(&mut body, map.hcl, fields.object(map.json)?);
+    }
+    // Nomad's per-artifact TLS switch: berth always verifies.
+    fields.accept(&["GetterInsecure"]);
+    fields.finish(warnings);
+    Ok(block(task::ARTIFACT.hcl, &[], body))
+}
+
 /// Each object of the list field `block.json`, as a block `block.hcl`.
 fn list_blocks(
     fields: &mut Fields,
@@ -703,6 +721,10 @@ fn task(path: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Structu
     for (i, item) in fields.list(task::TEMPLATE.json)?.iter().enumerate() {
         let path = format!("{path}.{}[{i}]", task::TEMPLATE.json);
         inner.push(template_block(path, item, warnings)?);
+    }
+    for (i, item) in fields.list(task::ARTIFACT.json)?.iter().enumerate() {
+        let path = format!("{path}.{}[{i}]", task::ARTIFACT.json);
+        inner.push(artifact_block(path, item, warnings)?);
     }
     optional_block(
         &mut fields,

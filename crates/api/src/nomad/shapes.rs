@@ -360,6 +360,19 @@ fn task(task: &Task) -> jobs::Task {
                 once: t.once,
             })
             .collect(),
+        artifacts: task
+            .artifacts
+            .iter()
+            .map(|a| jobs::TaskArtifact {
+                getter_source: a.source.clone(),
+                getter_options: a.options.iter().cloned().collect(),
+                getter_headers: a.headers.iter().cloned().collect(),
+                getter_mode: a.mode.clone(),
+                relative_dest: a.destination.clone(),
+                chown: a.chown,
+            })
+            .collect(),
+        max_run_duration: task.max_run_duration.map_or(0, ns),
         dispatch_payload: task
             .dispatch_payload
             .as_ref()

@@ -500,3 +500,57 @@ fn a_json_template_is_its_template_block() {
         template.wait
     );
 }
+
+/// An artifact and a run-time limit as Nomad's API clients send them (`Getter*` names,
+/// nanoseconds, `GetterInsecure` false) are the jobspec's `artifact` block and
+/// `max_run_duration`; and what berth writes reads the same.
+#[test]
+fn json_artifacts_and_max_run_duration_are_their_blocks() {
+    let sha = "0".repeat(64);
+    let body = json!({"Job": {
+        "ID": "art", "Type": "batch",
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock",
+            "MaxRunDuration": 90_000_000_000u64,
+            "Artifacts": [{
+                "GetterSource": "https://example.com/app.tar.gz",
+                "GetterOptions": {"checksum": format!("sha256:{sha}")},
+                "GetterHeaders": {"X-Token": "t"},
+                "GetterMode": "any", "RelativeDest": "local/app", "Chown": true,
+                "GetterInsecure": false
+            }]
+        }]}],
+    }});
+    let converted = job_hcl(&body).unwrap();
+    assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
+    let job = berth_jobspec::parse("art.json", &converted.hcl).unwrap();
+    let task = &job.groups[0].tasks[0];
+    assert_eq!(
+        task.max_run_duration,
+        Some(std::time::Duration::from_secs(90))
+    );
+    let artifact = &task.artifacts[0];
+    assert_eq!(artifact.source, "https://example.com/app.tar.gz");
+    assert_eq!(artifact.destination, "local/app");
+    assert_eq!(
+        artifact.options,
+        [("checksum".to_string(), format!("sha256:{sha}"))]
+    );
+    assert_eq!(artifact.headers, [("X-Token".to_string(), "t".to_string())]);
+    assert!(artifact.chown);
+    let written = serde_json::to_value(super::shapes::job(&job, None)).unwrap();
+    let again = job_hcl(&json!({ "Job": written })).unwrap();
+    let job_again = berth_jobspec::parse("art.json", &again.hcl).unwrap();
+    let task_again = &job_again.groups[0].tasks[0];
+    assert_eq!(task_again.artifacts.len(), 1);
+    assert_eq!(task_again.artifacts[0].options, artifact.options);
+    assert_eq!(task_again.max_run_duration, task.max_run_duration);
+    // A getter berth does not have is refused at its path, with the reason.
+    let mut git = body;
+    git["Job"]["TaskGroups"][0]["Tasks"][0]["Artifacts"][0]["GetterSource"] =
+        json!("git::https://example.com/r.git");
+    let converted = job_hcl(&git).unwrap();
+    let error = berth_jobspec::parse("art.json", &converted.hcl)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("uses the git getter"), "{error}");
+}

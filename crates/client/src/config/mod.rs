@@ -127,6 +127,7 @@
 //! }
 //! ```
 
+mod artifact;
 mod cgroups;
 mod cluster;
 mod consul;
@@ -192,6 +193,8 @@ pub struct AgentConfig {
     pub consul: Option<ConsulSettings>,
     /// `template { function_denylist }`: what job authors' templates may not call.
     pub template: TemplateSettings,
+    /// `artifact { ... }`: the limits on what a job's `artifact` may fetch.
+    pub artifact: berth_artifact::Limits,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
     pub users: UserPolicy,
     /// The bridge network of groups in `network { mode = "bridge" }`.
@@ -547,6 +550,7 @@ impl AgentConfig {
                 "reserved",
                 "consul",
                 "template",
+                "artifact",
                 "user",
                 "name",
                 "datacenter",
@@ -745,6 +749,10 @@ impl AgentConfig {
             .single_block("template", &mut problems)
             .map(|block| template_settings(block, &mut problems))
             .unwrap_or_default();
+        let artifact = fields
+            .single_block("artifact", &mut problems)
+            .map(|block| artifact::artifact_limits(block, &mut problems))
+            .unwrap_or_default();
         let users = match fields.single_block("user", &mut problems) {
             Some(block) => {
                 let mut settings = Fields::new(
@@ -822,6 +830,7 @@ impl AgentConfig {
             reserved,
             consul,
             template,
+            artifact,
             users,
             bridge,
         })

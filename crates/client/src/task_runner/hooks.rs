@@ -115,6 +115,13 @@ pub trait TaskHook: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// Whether a failure of this hook's prestart is worth another try (a download),
+    /// under the task's restart policy, rather than the task's end (a bad config). Such a
+    /// hook reports its own failure event (Nomad names it by hook); the runner adds none.
+    fn failure_is_recoverable(&self) -> bool {
+        false
+    }
+
     /// This hook's failure, shown as `<name>: <message>` in the Setup Failure event.
     fn fail(&self, message: impl std::fmt::Display) -> HookError
     where

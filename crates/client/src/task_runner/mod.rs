@@ -19,6 +19,7 @@ pub use control::{ControlError, TaskControl};
 mod csi_plugin_supervisor_hook;
 mod events;
 pub use events::{EventSink, TaskEvents};
+mod artifact_hook;
 pub mod hooks;
 mod interpolate_hook;
 mod run_context;
@@ -57,6 +58,7 @@ fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(volumes_hook::VolumesHook),
         Box::new(csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
         Box::new(interpolate_hook::InterpolateHook),
+        Box::new(artifact_hook::ArtifactHook),
         Box::new(template_hook::TemplateHook::default()),
         Box::new(wasm_hooks::WasmHooks),
         Box::new(services_hook::ServicesHook),
@@ -206,7 +208,7 @@ impl TaskRunner {
                 RunOnce::Exited(exit) => exit,
                 RunOnce::Stopped => return self.finish(Outcome::Stopped),
                 RunOnce::SetupFailed | RunOnce::Killed => return self.finish(Outcome::Failed),
-                RunOnce::DriverFailed => None,
+                RunOnce::DriverFailed | RunOnce::SetupToRetry => None,
                 RunOnce::UserRestart => {
                     // Not a failure: the policy's attempts and delay do not apply.
                     self.state.lock().unwrap().restarts += 1;
@@ -436,6 +438,9 @@ impl TaskRunner {
             let result = hook.prestart(&self.ctx, &mut prepare).await;
             self.flush_reports();
             if let Err(error) = result {
+                if hook.failure_is_recoverable() {
+                    return Err(RunOnce::SetupToRetry);
+                }
                 self.emit(EventKind::SetupFailure, error.to_string());
                 return Err(RunOnce::SetupFailed);
             }
@@ -587,13 +592,25 @@ impl TaskRunner {
             Restart,
             UserRestart(tokio::sync::oneshot::Sender<Result<(), ControlError>>),
             Kill(tokio::sync::oneshot::Sender<Result<(), ControlError>>),
+            RanTooLong(Duration),
         }
+        let deadline = self.run_deadline();
         let waited = {
             let wait = driver.wait_task(&handle);
             tokio::pin!(wait);
+            let too_long = async {
+                match deadline {
+                    Some((at, _)) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(too_long);
             loop {
                 let request = tokio::select! {
                     exit = &mut wait => break Waited::Exit(exit),
+                    _ = &mut too_long => {
+                        break Waited::RanTooLong(deadline.map(|(_, max)| max).unwrap_or_default());
+                    }
                     _ = self.stop.wait_for(|stop| *stop) => break Waited::Stop,
                     Some(reason) = self.restart_requests.recv() => {
                         self.task_events.emit(EventKind::RestartSignaled, reason);
@@ -652,6 +669,15 @@ impl TaskRunner {
                 let _ = done.send(Ok(()));
                 RunOnce::Killed
             }
+            // Failed for good: another run would be stopped the same way.
+            Waited::RanTooLong(max) => {
+                self.emit(
+                    EventKind::Killing,
+                    format!("Task exceeded its max_run_duration of {max:?}; killing it"),
+                );
+                self.kill(&handle).await;
+                RunOnce::Killed
+            }
         };
         // Requests that came as the run ended found it over.
         while let Ok(request) = self.user_requests.try_recv() {
@@ -672,6 +698,21 @@ impl TaskRunner {
         driver.release(&handle);
         self.forget_handle();
         outcome
+    }
+
+    /// When this run has lasted its `max_run_duration`, counted from its Started event (so
+    /// from its start in an earlier agent, for a recovered task), and that duration.
+    fn run_deadline(&self) -> Option<(tokio::time::Instant, Duration)> {
+        let max = self.ctx.task.max_run_duration?;
+        let started_ms = (self.state.lock().unwrap().events.iter().rev())
+            .find(|event| event.kind == EventKind::Started)
+            .map(|event| event.time_ms);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        // Without its Started event (dropped from a long history), from now.
+        let ran = Duration::from_millis(started_ms.map_or(0, |ms| now_ms.saturating_sub(ms)));
+        Some((tokio::time::Instant::now() + max.saturating_sub(ran), max))
     }
 
     /// Whether the operator lets this task's driver, from the file it was loaded from,
@@ -831,6 +872,8 @@ enum RunOnce {
     Exited(Option<ExitResult>),
     Stopped,
     SetupFailed,
+    /// A prestart hook failed in a way another try may mend (a download).
+    SetupToRetry,
     DriverFailed,
     /// The user asked for a restart; the run was killed.
     UserRestart,

@@ -62,10 +62,6 @@ pub(super) const TASK_SCHEDULER_LEVEL: &[Ignored] = &[
         "leader",
         "berth does not stop a group's other tasks when this one ends",
     ),
-    (
-        "max_run_duration",
-        "berth does not stop a task after a run time yet",
-    ),
     ("scaling", "it is read by Nomad's autoscaler"),
     (
         "consul",
@@ -105,10 +101,6 @@ pub(super) const TASK_UNSUPPORTED: &[Ignored] = &[
     (
         "secret",
         "berth cannot fetch secrets from a secrets provider",
-    ),
-    (
-        "artifact",
-        "berth does not download artifacts, and the task would start without them: put the files on a host volume",
     ),
 ];
 

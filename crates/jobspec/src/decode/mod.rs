@@ -7,6 +7,7 @@
 //! `task`, `task` on `service`; `constraints` and `ignored` under them all. This file
 //! holds what they share.
 
+mod artifact;
 mod connect;
 mod constraints;
 mod group;

@@ -10,6 +10,7 @@ use berth_hcl::tree::BlockNode;
 use berth_model::limits::{MIN_CPU_MHZ, MIN_MEMORY_MB};
 use berth_model::mount::Propagation;
 
+use super::artifact::artifact;
 use super::constraints::constraints;
 use super::ignored::{
     RESOURCES_SCHEDULER_LEVEL, RESOURCES_UNSUPPORTED, TASK_SCHEDULER_LEVEL, TASK_UNSUPPORTED,
@@ -50,13 +51,13 @@ pub(super) fn task(
             "hooks",
             schema::task::USER.hcl,
             schema::task::TEMPLATE.hcl,
-            "artifact",
+            schema::task::ARTIFACT.hcl,
             schema::task::LOGS.hcl,
             schema::task::CONSTRAINT.hcl,
             "affinity",
             "leader",
             schema::task::SHUTDOWN_DELAY.hcl,
-            "max_run_duration",
+            schema::task::MAX_RUN_DURATION.hcl,
             "vault",
             "identity",
             "secret",
@@ -98,6 +99,26 @@ pub(super) fn task(
         .into_iter()
         .filter_map(|b| template(&path, b, problems))
         .collect();
+    let artifact_blocks = fields.blocks(schema::task::ARTIFACT.hcl);
+    if let Some(extra) = artifact_blocks.get(crate::artifact::MAX_ARTIFACTS) {
+        fields.problem(
+            problems,
+            schema::task::ARTIFACT.hcl,
+            extra.at,
+            format!(
+                "a task has at most {} artifacts",
+                crate::artifact::MAX_ARTIFACTS
+            ),
+        );
+    }
+    let artifacts = artifact_blocks
+        .into_iter()
+        .filter_map(|b| artifact(&path, b, problems))
+        .collect();
+    // 0 is Nomad's JSON for "no limit".
+    let max_run_duration = fields
+        .duration(schema::task::MAX_RUN_DURATION.hcl, problems)
+        .filter(|d| !d.is_zero());
     fields.string("kind", problems);
     let driver_at = fields
         .attr(schema::task::DRIVER.hcl)
@@ -256,6 +277,8 @@ pub(super) fn task(
         hooks,
         constraints,
         templates,
+        artifacts,
+        max_run_duration,
         restart,
         dispatch_payload,
         logs,

@@ -1,0 +1,39 @@
+//! The agent config's `artifact` block, with the names Nomad's client gives its limits
+//! on what a job's `artifact` may fetch: `http_read_timeout` (the whole download),
+//! `http_max_size`, `decompression_size_limit` and `decompression_file_count_limit`.
+
+use berth_artifact::Limits;
+use berth_hcl::Problem;
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::BlockNode;
+
+pub(super) fn artifact_limits(block: &BlockNode, problems: &mut Vec<Problem>) -> Limits {
+    let mut fields = Fields::new(
+        &block.body,
+        "config.artifact".into(),
+        block.at,
+        &[
+            "http_read_timeout",
+            "http_max_size",
+            "decompression_size_limit",
+            "decompression_file_count_limit",
+        ],
+    );
+    let defaults = Limits::default();
+    let limits = Limits {
+        read_timeout: fields
+            .duration("http_read_timeout", problems)
+            .unwrap_or(defaults.read_timeout),
+        max_download: fields
+            .size("http_max_size", problems)
+            .unwrap_or(defaults.max_download),
+        max_unpacked: fields
+            .size("decompression_size_limit", problems)
+            .unwrap_or(defaults.max_unpacked),
+        max_files: fields
+            .number("decompression_file_count_limit", u64::MAX, problems)
+            .unwrap_or(defaults.max_files),
+    };
+    fields.finish(problems);
+    limits
+}

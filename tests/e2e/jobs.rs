@@ -203,6 +203,16 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
           command = "/local/reload"
         }
       }
+      service {
+        name     = "c"
+        provider = "nomad"
+        check {
+          type     = "script"
+          command  = "/local/healthy"
+          interval = "5s"
+          timeout  = "1s"
+        }
+      }
     }
   }
 }
@@ -211,7 +221,14 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     .unwrap();
     let (code, _, stderr) = agent.berth(&["job", "validate", job.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("has 6 problems"), "{stderr}");
+    assert!(stderr.contains("has 7 problems"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "script check \"/local/healthy\" of service \"c\" runs inside the task, and task \
+             driver \"mock\" cannot run commands inside its tasks"
+        ),
+        "{stderr}"
+    );
     assert!(
         stderr.contains(
             "change_mode = \"script\" runs \"/local/reload\" inside the running task, and task \

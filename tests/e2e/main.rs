@@ -11,6 +11,7 @@ mod agent_limits;
 mod alloc_actions;
 mod artifacts;
 mod bridge_network;
+mod checks;
 mod cli;
 mod cli_hostile;
 mod cluster;

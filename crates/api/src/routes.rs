@@ -17,8 +17,8 @@ use axum::http::Method;
 use axum::routing::{MethodFilter, MethodRouter, on};
 
 use crate::nomad::{
-    alloc_actions, alloc_fs, cluster, csi, evaluations, event_stream, job_actions, metrics, stats,
-    submission,
+    alloc_actions, alloc_fs, checks, cluster, csi, evaluations, event_stream, job_actions, metrics,
+    stats, submission,
 };
 use berth_client::agent::Agent;
 
@@ -238,6 +238,13 @@ pub fn table() -> Vec<Route> {
             Submit,
             "signal an alloc's tasks (`Signal`, `Task`)",
             alloc_actions::signal,
+        ),
+        route(
+            GET,
+            "/v1/client/allocation/{id}/checks",
+            Read,
+            "the latest result of each check berth runs for an alloc (`nomad alloc checks`)",
+            checks::alloc_checks,
         ),
         route(
             GET,

@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod alloc_runner;
+pub mod checks;
 pub mod config;
 pub mod consul;
 pub mod driver_set;

@@ -441,16 +441,7 @@ pub async fn validate_for(
                     });
                 }
             }
-            check_task(
-                job,
-                task,
-                &task_path,
-                &group.volumes,
-                drivers,
-                config,
-                &mut problems,
-            )
-            .await;
+            check_task(job, task, &task_path, group, drivers, config, &mut problems).await;
             // Placed by a cluster's scheduler, a task too big for every node is accepted
             // and stays pending, its evaluation saying what was exhausted (as in Nomad).
             if this_node {
@@ -512,7 +503,7 @@ async fn check_task(
     job: &Job,
     task: &Task,
     task_path: &str,
-    volumes: &[VolumeRequest],
+    group: &berth_jobspec::Group,
     drivers: &DriverSet,
     config: &AgentConfig,
     problems: &mut Vec<Problem>,
@@ -570,6 +561,26 @@ async fn check_task(
                 });
             }
         }
+        // So does a script check, of the task's services or of a group service that
+        // names the task.
+        let group_checks = (group.services.iter())
+            .flat_map(|s| s.checks.iter().map(move |c| (s, c)))
+            .filter(|(_, c)| c.task.as_deref() == Some(task.name.as_str()));
+        let task_checks = (task.services.iter()).flat_map(|s| s.checks.iter().map(move |c| (s, c)));
+        for (service, check) in task_checks.chain(group_checks) {
+            if let berth_jobspec::CheckKind::Script { command, .. } = &check.kind {
+                problems.push(Problem {
+                    path: format!("{task_path}.service.check"),
+                    at: Some(service.at),
+                    message: format!(
+                        "script check {command:?} of service {:?} runs inside the task, and \
+                         task driver {:?} cannot run commands inside its tasks",
+                        service.name,
+                        driver.name()
+                    ),
+                });
+            }
+        }
     }
     // Which user a task runs as depends on its driver (its isolation): for a driver this
     // agent does not have, "unknown driver" is the problem, and a refusal of its user
@@ -592,8 +603,8 @@ async fn check_task(
     }
     for mount in &task.volume_mounts {
         let path = format!("{task_path}.volume_mount");
-        let Some(volume) = volumes.iter().find(|v| v.name == mount.volume) else {
-            let declared: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+        let Some(volume) = group.volumes.iter().find(|v| v.name == mount.volume) else {
+            let declared: Vec<&str> = group.volumes.iter().map(|v| v.name.as_str()).collect();
             problems.push(Problem {
                 path,
                 at: Some(mount.at),

@@ -150,6 +150,8 @@ pub fn parse_file(path: &Path) -> Result<Job, JobspecError> {
 }
 
 #[cfg(test)]
+mod service_tests;
+#[cfg(test)]
 mod template_tests;
 #[cfg(test)]
 mod tests;

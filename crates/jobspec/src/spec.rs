@@ -481,7 +481,8 @@ pub enum ServiceProvider {
     Nomad,
 }
 
-/// A service's `check` block, run by Consul.
+/// A service's `check` block: an http or tcp one is run by Consul for a Consul service;
+/// berth runs every check of a provider "nomad" service, and script checks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServiceCheck {
     pub name: String,
@@ -495,6 +496,24 @@ pub struct ServiceCheck {
     /// Which address and port the check reaches.
     #[serde(default)]
     pub address_mode: AddressMode,
+    /// Restart the task after this many failures in a row (`check_restart`, the check's
+    /// own or its service's).
+    #[serde(default)]
+    pub check_restart: Option<CheckRestart>,
+    /// A group service's script check: the task it runs in.
+    #[serde(default)]
+    pub task: Option<String>,
+}
+
+/// `check_restart`: how many unhealthy results in a row restart the task (under its
+/// restart policy), after a grace period from each start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRestart {
+    pub limit: u32,
+    #[serde(with = "duration_ns")]
+    pub grace: Duration,
+    /// A warning (exit 1 of a script, 429 of an http check) does not count.
+    pub ignore_warnings: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -506,6 +525,12 @@ pub enum CheckKind {
         method: Option<String>,
     },
     Tcp,
+    /// Run inside the task, in its confinement: exit 0 passes, 1 warns, anything else
+    /// (or its timeout) fails.
+    Script {
+        command: String,
+        args: Vec<String>,
+    },
 }
 
 /// A port of the group's `network` block: its label, its number on the host when

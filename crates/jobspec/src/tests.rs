@@ -507,11 +507,11 @@ fn service_ports_and_checks_say_what_berth_can_register() {
         cni.warnings
     );
 
-    let script = source.replace("type     = \"tcp\"", "type     = \"script\"");
-    let error = parse("job.hcl", &script).unwrap_err().to_string();
+    let grpc = source.replace("type     = \"tcp\"", "type     = \"grpc\"");
+    let error = parse("job.hcl", &grpc).unwrap_err().to_string();
     assert!(
         error.contains(
-            "check type \"script\" is not supported: berth has Consul run its checks, of type \"http\" or \"tcp\""
+            "check type \"grpc\" is not supported: berth's checks are of type \"http\", \"tcp\" or \"script\""
         ),
         "{error}"
     );

@@ -39,3 +39,24 @@ pub struct ServiceRegistrationStub {
     pub service_name: String,
     pub tags: Vec<String>,
 }
+
+/// `GET /v1/client/allocation/:id/checks`: the latest result of each check Nomad's
+/// client runs (a provider "nomad" service's), by check ID.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CheckQueryResult {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub check: String,
+    pub group: String,
+    /// `healthiness` (berth's checks all are: they do not gate deployments).
+    pub mode: String,
+    pub output: String,
+    pub service: String,
+    /// `success`, `failure` or `pending`.
+    pub status: String,
+    pub status_code: u16,
+    pub task: String,
+    /// Seconds since the Unix epoch.
+    pub timestamp: u64,
+}

@@ -25,6 +25,7 @@
 
 pub mod alloc_actions;
 pub mod alloc_fs;
+pub mod checks;
 pub(crate) mod cluster;
 pub mod csi;
 pub(crate) mod evaluations;

@@ -415,6 +415,11 @@ impl Agent {
         self.node.services.status()
     }
 
+    /// The latest results of the checks this node runs for the allocs it runs.
+    pub fn check_results(&self, alloc: &str) -> Vec<crate::checks::CheckResult> {
+        self.node.services.checks().of_alloc(alloc)
+    }
+
     /// What the agent's API holds at once.
     pub fn api_places(&self) -> &api_places::ApiPlaces {
         &self.api_places

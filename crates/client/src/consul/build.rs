@@ -124,6 +124,8 @@ fn registration(
                 None,
             ),
             CheckKind::Tcp => (None, None, Some(format!("{address}:{check_port}"))),
+            // Run by berth inside its task (a provider "nomad" service's only).
+            CheckKind::Script { .. } => (None, None, None),
         };
         let mut registration = CheckRegistration {
             check_id: String::new(),
@@ -240,6 +242,8 @@ mod tests {
                 timeout: Duration::from_millis(1500),
                 port: None,
                 address_mode: AddressMode::Auto,
+                check_restart: None,
+                task: None,
             }],
             address_mode: AddressMode::Auto,
             at: Default::default(),

@@ -165,6 +165,8 @@ pub struct ServiceClient {
     /// Bumped on every change of the services a template may read (this node's, or
     /// the cluster's): what template watchers wait on.
     changes: tokio::sync::watch::Sender<u64>,
+    /// The latest results of the checks berth runs itself (`checks`).
+    checks: crate::checks::CheckResults,
 }
 
 /// Why the cluster's service catalog could not be read.
@@ -213,6 +215,7 @@ impl ServiceClient {
             catalog: std::sync::OnceLock::new(),
             catalog_wake: Notify::new(),
             changes: tokio::sync::watch::Sender::new(0),
+            checks: Default::default(),
         }
     }
 
@@ -293,6 +296,11 @@ impl ServiceClient {
     /// Everything `owner` registered goes; a sync follows.
     pub fn remove(&self, owner: &Owner) {
         self.set(owner.clone(), Vec::new());
+    }
+
+    /// The latest results of the checks berth runs itself.
+    pub fn checks(&self) -> &crate::checks::CheckResults {
+        &self.checks
     }
 
     /// Everything an alloc registered (its tasks' and its group's) goes.

@@ -12,6 +12,7 @@
 //! the task forked dies with the run. Whether the kernel OOM-killed the task is read
 //! from that cgroup, not taken from the driver.
 
+mod checks_hook;
 mod connect_hook;
 pub use connect_hook::revoke_tokens;
 mod control;
@@ -62,6 +63,7 @@ fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(template_hook::TemplateHook::default()),
         Box::new(wasm_hooks::WasmHooks),
         Box::new(services_hook::ServicesHook),
+        Box::new(checks_hook::ChecksHook::default()),
     ]
 }
 

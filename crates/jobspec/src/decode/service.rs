@@ -27,6 +27,7 @@ pub(super) fn service(
             "connect",
             "provider",
             "check",
+            "check_restart",
             "address",
             "address_mode",
             "meta",
@@ -121,11 +122,57 @@ pub(super) fn service(
     let address = fields.string("address", problems);
     let meta = fields.string_map("meta", problems);
     let path = fields.path.clone();
-    let checks: Vec<ServiceCheck> = fields
+    let service_restart = fields
+        .single_block("check_restart", problems)
+        .map(|b| check_restart(&path, b, problems));
+    let mut checks: Vec<ServiceCheck> = fields
         .blocks("check")
         .into_iter()
         .filter_map(|b| check(&path, b, problems))
         .collect();
+    for check in &mut checks {
+        if check.check_restart.is_none() {
+            check.check_restart = service_restart.clone();
+        }
+    }
+    for (check, block) in checks.iter().zip(fields.blocks("check")) {
+        let in_group = !parent.contains(".task.");
+        let script = matches!(check.kind, CheckKind::Script { .. });
+        let problem = if script && provider == ServiceProvider::Consul {
+            Some(
+                "a script check of a Consul service is not supported: berth runs the checks of \
+                 provider \"nomad\" services (a Consul service's checks are Consul's, of type \
+                 \"http\" or \"tcp\")",
+            )
+        } else if script && in_group && check.task.is_none() {
+            Some("a group service's script check needs task = \"<the task it runs in>\"")
+        } else if !in_group && check.task.is_some() {
+            Some("task is for a group service's check; this check runs in its own task")
+        } else if provider == ServiceProvider::Nomad
+            && matches!(&check.kind, CheckKind::Http { protocol, .. } if protocol != "http")
+        {
+            Some("berth runs a provider \"nomad\" service's http checks over plain http only")
+        } else {
+            None
+        };
+        if provider == ServiceProvider::Consul && check.check_restart.is_some() {
+            problems.warnings.push(Problem {
+                path: format!("{path}.check.check_restart"),
+                at: Some(block.at),
+                message: "check_restart has no effect on a Consul service's check: berth \
+                          restarts tasks on the checks it runs itself, a provider \"nomad\" \
+                          service's"
+                    .into(),
+            });
+        }
+        if let Some(message) = problem {
+            problems.problems.push(Problem {
+                path: format!("{path}.check"),
+                at: Some(block.at),
+                message: message.into(),
+            });
+        }
+    }
     scheduler_level(
         &mut fields,
         &block.body,
@@ -256,8 +303,12 @@ pub(super) fn check(
     let timeout = fields.duration("timeout", problems);
     let port = port_value(&mut fields, problems);
     let address_mode = address_mode(&mut fields, block.at, problems);
-    fields.string("command", problems);
-    fields.string_list("args", problems);
+    let command = fields.string("command", problems);
+    let args = fields.string_list("args", problems);
+    let task = fields.string("task", problems);
+    let restart = fields
+        .single_block("check_restart", problems)
+        .map(|b| check_restart(&fields.path.clone(), b, problems));
     for (required, value) in [("interval", interval), ("timeout", timeout)] {
         if value.is_none() && fields.attr(required).is_none() {
             fields.problem(problems, required, block.at, "is required".into());
@@ -267,10 +318,6 @@ pub(super) fn check(
         &mut fields,
         &block.body,
         &[
-            (
-                "check_restart",
-                "berth does not restart tasks on failing checks yet",
-            ),
             ("header", "berth does not pass check headers to Consul yet"),
             ("tls_skip_verify", "berth does not pass it to Consul yet"),
             ("initial_status", "berth does not pass it to Consul yet"),
@@ -284,10 +331,6 @@ pub(super) fn check(
             ),
             ("on_update", "it concerns Nomad's deployments"),
             ("expose", "berth gives tasks the host's network"),
-            (
-                "task",
-                "a group service's checks run in Consul, not in a task",
-            ),
         ],
         problems,
     );
@@ -310,13 +353,26 @@ pub(super) fn check(
             }
         }
         Some("tcp") => CheckKind::Tcp,
+        Some("script") => {
+            let Some(command) = command else {
+                fields.problem(
+                    problems,
+                    "command",
+                    block.at,
+                    "is required for a script check".into(),
+                );
+                fields.finish(problems);
+                return None;
+            };
+            CheckKind::Script { command, args }
+        }
         Some(other) => {
             fields.problem_with(
                 problems,
                 "type",
                 format!(
-                    "check type {other:?} is not supported: berth has Consul run its checks, \
-                     of type \"http\" or \"tcp\""
+                    "check type {other:?} is not supported: berth's checks are of type \
+                     \"http\", \"tcp\" or \"script\""
                 ),
             );
             fields.finish(problems);
@@ -335,7 +391,26 @@ pub(super) fn check(
         timeout: timeout?,
         port,
         address_mode,
+        check_restart: restart,
+        task,
     })
+}
+
+/// A `check_restart` block (of a check or of its service).
+fn check_restart(parent: &str, block: &BlockNode, problems: &mut Findings) -> CheckRestart {
+    let mut fields = Fields::new(
+        &block.body,
+        format!("{parent}.check_restart"),
+        block.at,
+        &["limit", "grace", "ignore_warnings"],
+    );
+    let restart = CheckRestart {
+        limit: fields.number("limit", 1_000, problems).unwrap_or(0) as u32,
+        grace: fields.duration("grace", problems).unwrap_or_default(),
+        ignore_warnings: fields.bool("ignore_warnings", problems).unwrap_or(false),
+    };
+    fields.finish(problems);
+    restart
 }
 
 /// The ports the checks name, with where (the service block's line: a check's own

@@ -1,0 +1,131 @@
+//! The checks berth runs itself, end to end: a provider "nomad" service's script check
+//! runs inside its task and, failing twice in a row, restarts it through its
+//! `check_restart` (Nomad's "healthcheck: check ... unhealthy"); after the restart it
+//! passes, and so do an http check of python3's http.server in the task and a tcp
+//! check, each shown by Nomad's `GET /v1/client/allocation/:id/checks`.
+
+use std::time::{Duration, Instant};
+
+use berth_harness::AgentProcess;
+use berth_model::events::EventKind;
+use berth_model::status::ClientStatus;
+
+const JOB: &str = r#"job "checked" {
+  group "g" {
+    network {
+      port "http" {}
+    }
+    restart {
+      attempts = 3
+      delay    = "0s"
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "if [ -f local/once ]; then touch local/healthy; else touch local/once; fi; exec python3 -m http.server $NOMAD_PORT_http --directory local"]
+      }
+      service {
+        name     = "web"
+        port     = "http"
+        provider = "nomad"
+        check {
+          name     = "alive"
+          type     = "script"
+          command  = "/bin/sh"
+          args     = ["-c", "echo checking as $(id -u); test -f /local/healthy"]
+          interval = "500ms"
+          timeout  = "2s"
+          check_restart {
+            limit = 2
+          }
+        }
+        check {
+          name     = "index"
+          type     = "http"
+          path     = "/once"
+          interval = "500ms"
+          timeout  = "2s"
+        }
+        check {
+          name     = "port"
+          type     = "tcp"
+          interval = "500ms"
+          timeout  = "2s"
+        }
+      }
+    }
+  }
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_script_check_restarts_its_task_and_every_check_shows_its_result() {
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let alloc = agent.run_job("checked.hcl", JOB).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let checks = loop {
+        let status = agent.alloc(&alloc).await;
+        assert_ne!(status.client_status, ClientStatus::Failed, "{status:#?}");
+        let checks: serde_json::Value = agent
+            .client()
+            .get(&format!("/v1/client/allocation/{alloc}/checks"))
+            .await
+            .unwrap();
+        let passing = checks
+            .as_object()
+            .is_some_and(|c| c.len() == 3 && c.values().all(|r| r["Status"] == "success"));
+        if status.tasks["t"].restarts == 1 && passing {
+            break checks;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{checks:#}\n{:#?}",
+            status.tasks["t"].events
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let by_name = |name: &str| {
+        checks
+            .as_object()
+            .unwrap()
+            .values()
+            .find(|r| r["Check"] == name)
+            .unwrap_or_else(|| panic!("{name}: {checks:#}"))
+            .clone()
+    };
+    let alive = by_name("alive");
+    assert_eq!(
+        (&alive["Service"], &alive["Task"], &alive["Mode"]),
+        (&"web".into(), &"t".into(), &"healthiness".into())
+    );
+    // The script ran in the task, as its user (not the agent's root).
+    let uid = alive["Output"].as_str().unwrap();
+    assert!(
+        uid.starts_with("checking as ") && uid != "checking as 0",
+        "{alive:#}"
+    );
+    let index = by_name("index");
+    assert_eq!(index["StatusCode"], 200, "{index:#}");
+    assert!(
+        by_name("port")["Output"]
+            .as_str()
+            .unwrap()
+            .ends_with("Success")
+    );
+
+    let status = agent.alloc(&alloc).await;
+    let events = &status.tasks["t"].events;
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::RestartSignaled
+            && e.message == "healthcheck: check \"alive\" unhealthy"),
+        "{events:#?}"
+    );
+    // Healthy since: no second restart.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(agent.alloc(&alloc).await.tasks["t"].restarts, 1);
+    let (code, _, stderr) = agent.cli(&["job", "stop", "checked"]);
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -120,6 +120,7 @@ async fn run() {
         csi: csi.clone(),
         sys: sys.clone(),
         services: Arc::new(berth_client::consul::ServiceClient::disabled()),
+        identities: Arc::new(berth_client::identity::Keyring::detached()),
         facts: berth_client::node::facts(&Default::default()),
         events: None,
         restart: None,

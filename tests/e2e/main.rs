@@ -34,6 +34,7 @@ mod group_network;
 mod hooks;
 mod hostile;
 mod hostile_jobspecs;
+mod identity;
 mod isolation;
 mod job_owners;
 mod job_shares;

@@ -110,7 +110,7 @@ impl AccessPolicy {
         method: &Method,
         matched: Option<&str>,
         headers: &HeaderMap,
-    ) -> Result<Submitter, (StatusCode, String)> {
+    ) -> Result<Option<Submitter>, (StatusCode, String)> {
         if let Some(hosts) = &self.hosts {
             // Two Host or Origin headers: which one a proxy or the browser meant is not
             // for the agent to guess.
@@ -160,13 +160,19 @@ impl AccessPolicy {
                 ));
             }
         }
+        // A public route (the JWKS) with no token: answered, as no one in particular.
+        if crate::routes::scope_of(method, matched) == Scope::Public
+            && presented_token(headers).is_none()
+        {
+            return Ok(None);
+        }
         if self.open {
             // The socket's mode is the operator's word; an open (-dev) TCP listener is
             // anyone's on this machine.
-            return Ok(match self.hosts {
+            return Ok(Some(match self.hosts {
                 None => Submitter::Operator,
                 Some(_) => Submitter::Dev,
-            });
+            }));
         }
         let Some(presented) = presented_token(headers) else {
             return Err((
@@ -196,10 +202,10 @@ impl AccessPolicy {
                 ),
             ));
         }
-        Ok(Submitter::Token {
+        Ok(Some(Submitter::Token {
             name: token.name.clone(),
             may_run_plugins: token.scope == TokenScope::Plugin,
-        })
+        }))
     }
 }
 
@@ -245,7 +251,8 @@ pub async fn enforce(
         .cloned();
     let matched = matched.as_ref().map(axum::extract::MatchedPath::as_str);
     match policy.check(request.method(), matched, request.headers()) {
-        Ok(submitter) => {
+        Ok(None) => next.run(request).await,
+        Ok(Some(submitter)) => {
             let operator = submitter == Submitter::Operator;
             request.extensions_mut().insert(submitter);
             if operator {
@@ -439,11 +446,28 @@ mod tests {
             Err(StatusCode::FORBIDDEN)
         );
         let token = |name: &str| {
-            Ok(Submitter::Token {
+            Ok(Some(Submitter::Token {
                 name: name.into(),
                 may_run_plugins: false,
-            })
+            }))
         };
+        // The JWKS needs no token; with one, the token is checked as anywhere.
+        assert_eq!(
+            code_at(Method::GET, Some("/.well-known/jwks.json"), &[]),
+            Ok(None)
+        );
+        assert_eq!(
+            code_at(
+                Method::GET,
+                Some("/.well-known/jwks.json"),
+                &[("x-berth-token", "wrong-secret-0123456789")]
+            ),
+            Err(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(
+            code_at(Method::POST, Some("/.well-known/jwks.json"), &[]),
+            Err(StatusCode::UNAUTHORIZED)
+        );
         assert_eq!(
             code(Method::GET, &[("x-berth-token", "read-secret-0123456789")]),
             token("viewer")
@@ -482,10 +506,10 @@ mod tests {
                 Method::POST,
                 &[("authorization", "Bearer plugin-secret-0123456789")]
             ),
-            Ok(Submitter::Token {
+            Ok(Some(Submitter::Token {
                 name: "csi".into(),
                 may_run_plugins: true
-            })
+            }))
         );
         let rebound = policy.check(
             &Method::GET,
@@ -598,7 +622,7 @@ mod tests {
         let policy = AccessPolicy::socket();
         assert_eq!(
             policy.check(&Method::POST, Some("/v1/jobs"), &headers(&[])),
-            Ok(Submitter::Operator)
+            Ok(Some(Submitter::Operator))
         );
         // An open (-dev) TCP listener is anyone's on the machine: not the operator.
         let open = AccessPolicy::tcp("127.0.0.1:4646".parse().unwrap(), Vec::new(), true);
@@ -608,7 +632,7 @@ mod tests {
                 Some("/v1/jobs"),
                 &headers(&[("host", "127.0.0.1:4646")])
             ),
-            Ok(Submitter::Dev)
+            Ok(Some(Submitter::Dev))
         );
     }
 

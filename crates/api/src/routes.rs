@@ -25,6 +25,9 @@ use berth_client::agent::Agent;
 /// The token scope a route needs on a TCP listener (the Unix socket is the operator's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
+    /// No token needed: what anyone may read (the JWKS that verifies workload
+    /// identities, as Nomad serves it).
+    Public,
     /// Any token: the route reads and changes nothing.
     Read,
     /// A token of scope `submit` (or `plugin`): the route changes something.
@@ -34,6 +37,7 @@ pub enum Scope {
 impl Scope {
     fn as_str(self) -> &'static str {
         match self {
+            Scope::Public => "none",
             Scope::Read => "read",
             Scope::Submit => "submit",
         }
@@ -90,7 +94,7 @@ where
 /// Every route the API serves.
 pub fn table() -> Vec<Route> {
     use crate::nomad as n;
-    use Scope::{Read, Submit};
+    use Scope::{Public, Read, Submit};
     vec![
         // Jobs.
         route(
@@ -391,6 +395,13 @@ pub fn table() -> Vec<Route> {
             metrics::metrics,
         ),
         route(GET, "/v1/agent/self", Read, "this agent", n::agent_self),
+        route(
+            GET,
+            "/.well-known/jwks.json",
+            Public,
+            "the keys that verify workload identities, with no token (as Nomad serves them)",
+            n::jwks,
+        ),
         route(
             GET,
             "/v1/agent/health",

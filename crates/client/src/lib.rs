@@ -16,6 +16,7 @@ pub mod config;
 pub mod consul;
 pub mod driver_set;
 pub mod hook_set;
+pub mod identity;
 pub mod node;
 pub mod task_runner;
 pub mod validate;

@@ -29,6 +29,7 @@ pub mod etcd;
 pub mod etcd_access;
 pub mod evals;
 pub mod job_view;
+pub mod keyring;
 pub mod lost_claims;
 pub mod pace;
 mod parsed;

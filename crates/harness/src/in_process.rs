@@ -98,6 +98,7 @@ pub fn node_context(
         store,
         events,
         services: Arc::new(berth_client::consul::ServiceClient::disabled()),
+        identities: Arc::new(berth_client::identity::Keyring::detached()),
         dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
             berth_client::config::DEFAULT_DYNAMIC_RANGE,
         )),

@@ -137,3 +137,43 @@ fn check_restart_of_a_consul_check_is_a_warning_that_says_why() {
         job.warnings
     );
 }
+
+/// `identity` blocks: the default one's audience is Nomad's, a named one needs its own,
+/// and what berth cannot give is refused with the reason.
+#[test]
+fn identities_are_read_and_what_cannot_be_given_is_refused() {
+    let source = |blocks: &str| {
+        format!(
+            "job \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"exec\"\n      \
+             config {{\n        command = \"/bin/true\"\n      }}\n{blocks}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let job = parse(
+        "job.hcl",
+        &source(
+            "identity {\n  env = true\n}\nidentity {\n  name = \"vault\"\n  aud = [\"vault.io\"]\n  \
+             file = true\n  ttl = \"1h\"\n  change_mode = \"signal\"\n  change_signal = \"SIGHUP\"\n}",
+        ),
+    )
+    .unwrap();
+    let ids = &job.groups[0].tasks[0].identities;
+    assert_eq!(ids[0].name, "default");
+    assert_eq!(ids[0].audience, ["nomad.io"]);
+    assert_eq!(ids[0].env_name(), "NOMAD_TOKEN");
+    assert_eq!(ids[1].file_name(), "secrets/nomad_vault.jwt");
+    assert_eq!(ids[1].ttl, Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(ids[1].change_mode, IdentityChange::Signal("SIGHUP".into()));
+    let refused = |blocks: &str| parse("job.hcl", &source(blocks)).unwrap_err().to_string();
+    assert!(
+        refused("identity {\n  name = \"v\"\n}").contains("aud: is required for a named identity")
+    );
+    assert!(refused("identity {}\nidentity {}").contains("a second identity named \"default\""));
+    assert!(
+        refused("identity {\n  name = \"a-b\"\n  aud = [\"x\"]\n}")
+            .contains("only letters, digits and _")
+    );
+    assert!(refused("identity {\n  change_mode = \"signal\"\n}").contains("needs a change_signal"));
+    assert!(
+        refused("identity {\n  filepath = \"/etc/t\"\n}").contains("filepath is not supported")
+    );
+}

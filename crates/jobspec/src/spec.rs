@@ -371,6 +371,9 @@ pub struct Task {
     /// Files fetched into the task's directory before it first starts (`artifact`).
     #[serde(default)]
     pub artifacts: Vec<crate::artifact::Artifact>,
+    /// Signed JWTs for the task (`identity`), given in its env or its `secrets/`.
+    #[serde(default)]
+    pub identities: Vec<Identity>,
     /// The task is killed, and fails, once a run of it has lasted this long.
     #[serde(default)]
     pub max_run_duration: Option<Duration>,
@@ -503,6 +506,51 @@ pub struct ServiceCheck {
     /// A group service's script check: the task it runs in.
     #[serde(default)]
     pub task: Option<String>,
+}
+
+/// An `identity` block: a JWT the agent signs for the task (Nomad's workload identity).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Identity {
+    /// `default` (Nomad's `NOMAD_TOKEN`, `secrets/nomad_token`), or a name of its own
+    /// (`NOMAD_TOKEN_<name>`, `secrets/nomad_<name>.jwt`).
+    pub name: String,
+    /// `aud`: `["nomad.io"]` for the default identity.
+    pub audience: Vec<String>,
+    /// In the task's environment.
+    pub env: bool,
+    /// In a file of its `secrets/`.
+    pub file: bool,
+    /// How long a token lasts; the agent signs a new one (and rewrites the file) before.
+    pub ttl: Option<Duration>,
+    /// What a renewed token does to the running task.
+    pub change_mode: IdentityChange,
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IdentityChange {
+    Noop,
+    Signal(String),
+    Restart,
+}
+
+impl Identity {
+    pub fn env_name(&self) -> String {
+        if self.name == "default" {
+            "NOMAD_TOKEN".into()
+        } else {
+            format!("NOMAD_TOKEN_{}", self.name)
+        }
+    }
+
+    /// Relative to the task's directory.
+    pub fn file_name(&self) -> String {
+        if self.name == "default" {
+            "secrets/nomad_token".into()
+        } else {
+            format!("secrets/nomad_{}.jwt", self.name)
+        }
+    }
 }
 
 /// `check_restart`: how many unhealthy results in a row restart the task (under its

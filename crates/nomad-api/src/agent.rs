@@ -120,3 +120,23 @@ pub enum EventPayload {
 pub struct EventStreamClosed {
     pub error: String,
 }
+
+/// `GET /.well-known/jwks.json`: the keys that verify workload identities (RFC 7517's
+/// JWK Set; Ed25519 keys as RFC 8037's `OKP`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonWebKeySet {
+    pub keys: Vec<JsonWebKey>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonWebKey {
+    pub kty: String,
+    pub crv: String,
+    pub x: String,
+    pub kid: String,
+    pub alg: String,
+    #[serde(rename = "use")]
+    pub use_: String,
+}

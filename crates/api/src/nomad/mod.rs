@@ -593,6 +593,30 @@ fn this_member(node: &ThisNode) -> AgentMember {
     }
 }
 
+/// `GET /.well-known/jwks.json`, with no token: the cluster's keys, so that anyone
+/// verifies a task's identity (node A's token against node B's JWKS included).
+pub(crate) async fn jwks(
+    State(agent): State<Arc<Agent>>,
+) -> Result<axum::Json<berth_nomad_api::agent::JsonWebKeySet>, NomadError> {
+    let keys = agent
+        .identity_keys()
+        .await
+        .map_err(|error| NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string()))?;
+    Ok(axum::Json(berth_nomad_api::agent::JsonWebKeySet {
+        keys: keys
+            .into_iter()
+            .map(|(kid, x)| berth_nomad_api::agent::JsonWebKey {
+                kty: "OKP".into(),
+                crv: "Ed25519".into(),
+                x,
+                kid,
+                alg: "EdDSA".into(),
+                use_: "sig".into(),
+            })
+            .collect(),
+    }))
+}
+
 pub(crate) async fn agent_health() -> axum::Json<AgentHealthResponse> {
     let ok = || AgentHealth {
         ok: true,

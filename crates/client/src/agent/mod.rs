@@ -343,6 +343,10 @@ impl Agent {
                 .clone()
                 .unwrap_or_else(|| "dc1".into()),
         );
+        let identities = Arc::new(crate::identity::Keyring::new(
+            cluster.clone(),
+            options.config.keyring_rotation,
+        ));
         let mut agent = Agent {
             cluster,
             node: NodeContext {
@@ -355,6 +359,7 @@ impl Agent {
                 events: events.clone(),
                 csi,
                 services: Arc::new(services),
+                identities,
                 dynamic_users,
                 facts,
             },
@@ -413,6 +418,16 @@ impl Agent {
     /// The services of running tasks and groups, and how their sync with Consul goes.
     pub fn services(&self) -> crate::consul::ServicesStatus {
         self.node.services.status()
+    }
+
+    /// The keys that verify workload identities, as `(kid, Ed25519 public key)`.
+    pub async fn identity_keys(
+        &self,
+    ) -> Result<Vec<(String, String)>, crate::identity::IdentityError> {
+        let keyring = self.node.identities.clone();
+        tokio::task::spawn_blocking(move || keyring.public_keys())
+            .await
+            .unwrap_or(Err(crate::identity::IdentityError::Interrupted))
     }
 
     /// The latest results of the checks this node runs for the allocs it runs.

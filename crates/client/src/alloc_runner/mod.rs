@@ -208,6 +208,8 @@ pub struct NodeContext {
     pub sys: Arc<dyn berth_sys::Sys>,
     /// The services of running tasks and groups, kept registered in Consul.
     pub services: Arc<crate::consul::ServiceClient>,
+    /// The cluster's keyring, which signs workload identities.
+    pub identities: Arc<crate::identity::Keyring>,
     /// `user { dynamic_range }`'s ids, which allocs take and give back ([`users`]).
     pub dynamic_users: Arc<berth_sys::process::dynamic_users::DynamicUsers>,
     /// This node's attributes (`node`), for interpolation and constraints.
@@ -670,6 +672,7 @@ impl AllocRunner {
             csi: self.node.csi.clone(),
             sys: self.node.sys.clone(),
             services: self.node.services.clone(),
+            identities: self.node.identities.clone(),
             facts: self.node.facts.clone(),
             events: None,
             restart: None,

@@ -64,6 +64,7 @@ fn node() -> Node {
         events,
         sys: Arc::new(sys.clone()),
         services: Arc::new(crate::consul::ServiceClient::disabled()),
+        identities: Arc::new(crate::identity::Keyring::detached()),
         dynamic_users: Arc::new(berth_sys::process::dynamic_users::DynamicUsers::new(
             crate::config::DEFAULT_DYNAMIC_RANGE,
         )),

@@ -132,6 +132,7 @@ mod cgroups;
 mod cluster;
 mod consul;
 mod http;
+pub mod keyring;
 mod network;
 mod plugins;
 mod template;
@@ -195,6 +196,8 @@ pub struct AgentConfig {
     pub template: TemplateSettings,
     /// `artifact { ... }`: the limits on what a job's `artifact` may fetch.
     pub artifact: berth_artifact::Limits,
+    /// `keyring { root_key_rotation_threshold }`: how long a signing key is the one used.
+    pub keyring_rotation: std::time::Duration,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
     pub users: UserPolicy,
     /// The bridge network of groups in `network { mode = "bridge" }`.
@@ -551,6 +554,7 @@ impl AgentConfig {
                 "consul",
                 "template",
                 "artifact",
+                "keyring",
                 "user",
                 "name",
                 "datacenter",
@@ -753,6 +757,11 @@ impl AgentConfig {
             .single_block("artifact", &mut problems)
             .map(|block| artifact::artifact_limits(block, &mut problems))
             .unwrap_or_default();
+        let keyring_rotation = fields
+            .single_block("keyring", &mut problems)
+            .map_or(keyring::DEFAULT_ROTATION, |b| {
+                keyring::rotation(b, &mut problems)
+            });
         let users = match fields.single_block("user", &mut problems) {
             Some(block) => {
                 let mut settings = Fields::new(
@@ -831,6 +840,7 @@ impl AgentConfig {
             consul,
             template,
             artifact,
+            keyring_rotation,
             users,
             bridge,
         })

@@ -50,6 +50,8 @@ pub struct TaskHookContext {
     /// The privileged operations (cgroups, ownership, users).
     pub sys: Arc<dyn berth_sys::Sys>,
     pub services: Arc<crate::consul::ServiceClient>,
+    /// Signs the task's workload identities.
+    pub identities: Arc<crate::identity::Keyring>,
     /// This node's attributes, for `${attr.…}` and `${node.…}`.
     pub facts: crate::node::Facts,
     /// Set by the task runner: emits an event at once, for hooks that watch the task in

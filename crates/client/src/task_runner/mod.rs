@@ -22,6 +22,7 @@ mod events;
 pub use events::{EventSink, TaskEvents};
 mod artifact_hook;
 pub mod hooks;
+mod identity_hook;
 mod interpolate_hook;
 mod run_context;
 mod services_hook;
@@ -60,6 +61,7 @@ fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(csi_plugin_supervisor_hook::CsiPluginSupervisorHook::default()),
         Box::new(interpolate_hook::InterpolateHook),
         Box::new(artifact_hook::ArtifactHook),
+        Box::new(identity_hook::IdentityHook::default()),
         Box::new(template_hook::TemplateHook::default()),
         Box::new(wasm_hooks::WasmHooks),
         Box::new(services_hook::ServicesHook),

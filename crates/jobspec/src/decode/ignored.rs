@@ -95,10 +95,6 @@ pub(super) const TASK_UNSUPPORTED: &[Ignored] = &[
         "berth cannot fetch Vault tokens or secrets, and the task would start without them",
     ),
     (
-        "identity",
-        "berth issues no workload identity tokens, and the task would start without one",
-    ),
-    (
         "secret",
         "berth cannot fetch secrets from a secrets provider",
     ),

@@ -11,6 +11,7 @@ mod artifact;
 mod connect;
 mod constraints;
 mod group;
+mod identity;
 mod ignored;
 mod job;
 mod network;

@@ -12,6 +12,7 @@ use berth_model::mount::Propagation;
 
 use super::artifact::artifact;
 use super::constraints::constraints;
+use super::identity::identities;
 use super::ignored::{
     RESOURCES_SCHEDULER_LEVEL, RESOURCES_UNSUPPORTED, TASK_SCHEDULER_LEVEL, TASK_UNSUPPORTED,
     scheduler_level, unsupported, written,
@@ -115,6 +116,7 @@ pub(super) fn task(
         .into_iter()
         .filter_map(|b| artifact(&path, b, problems))
         .collect();
+    let identities = identities(&path, fields.blocks("identity"), problems);
     // 0 is Nomad's JSON for "no limit".
     let max_run_duration = fields
         .duration(schema::task::MAX_RUN_DURATION.hcl, problems)
@@ -278,6 +280,7 @@ pub(super) fn task(
         constraints,
         templates,
         artifacts,
+        identities,
         max_run_duration,
         restart,
         dispatch_payload,

@@ -81,7 +81,11 @@ fn main() {
     }
     .plan(&|s: &str| s.to_string())
     .unwrap();
-    let limits = berth_artifact::Limits::default();
+    // The server is on loopback, which the agent's default denies.
+    let limits = berth_artifact::Limits {
+        denied_networks: std::sync::Arc::from([]),
+        ..Default::default()
+    };
     let berth_dir = work.path().join("berth-task");
     let baseline_dir = work.path().join("baseline-task");
     let (mut berth, mut baseline) = (Vec::new(), Vec::new());

@@ -133,7 +133,9 @@ async fn artifacts_are_fetched_checked_and_unpacked_or_refused_leaving_nothing()
     );
     server.serve("/silent.tgz", vec![Answer::Silent]);
 
-    let mut agent = AgentProcess::with_config("artifact {\n  http_read_timeout = \"2s\"\n}\n");
+    let mut agent = AgentProcess::with_config(
+        "artifact {\n  http_read_timeout = \"2s\"\n  denied_networks = [\"169.254.0.0/16\"]\n}\n",
+    );
     agent.start().await;
     let good = agent
         .run_job(

@@ -82,20 +82,30 @@ impl Hasher {
 }
 
 type HttpsClient = Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    hyper_rustls::HttpsConnector<
+        hyper_util::client::legacy::connect::HttpConnector<crate::networks::Guarded>,
+    >,
     Empty<Bytes>,
 >;
 
-fn client(url: &str) -> Result<HttpsClient, DownloadError> {
+fn client(url: &str, limits: &Limits) -> Result<HttpsClient, DownloadError> {
+    let url = shown(url);
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(
+        crate::networks::Guarded {
+            denied: limits.denied_networks.clone(),
+        },
+    );
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(Duration::from_secs(30)));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_native_roots()
         .map_err(|e| DownloadError::Failed {
-            url: url.to_string(),
+            url: shown(&url.to_string()),
             reason: format!("reading the system's TLS roots: {e}"),
         })?
         .https_or_http()
         .enable_http1()
-        .build();
+        .wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
@@ -111,7 +121,7 @@ pub async fn get(
     match tokio::time::timeout(whole, tries(plan, file, limits)).await {
         Ok(result) => result,
         Err(_) => Err(DownloadError::TimedOut {
-            url: plan.url.clone(),
+            url: shown(&plan.url),
             after: whole,
         }),
     }
@@ -122,7 +132,7 @@ async fn tries(
     mut file: std::fs::File,
     limits: &Limits,
 ) -> Result<Downloaded, DownloadError> {
-    let client = client(&plan.url)?;
+    let client = client(&plan.url, limits)?;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -131,7 +141,7 @@ async fn tries(
         file.rewind().map_err(DownloadError::Write)?;
         match once(&client, plan, &mut file, limits).await {
             Err(Retry::Again(error)) if attempt < TRIES => {
-                tracing::info!(url = %plan.url, %error, attempt, "artifact download failed; trying again");
+                tracing::info!(url = %shown(&plan.url), %error, attempt, "artifact download failed; trying again");
                 tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
             }
             Err(Retry::Again(error) | Retry::Final(error)) => return Err(error),
@@ -160,7 +170,7 @@ async fn once(
         .parse()
         .map_err(|e: hyper::http::uri::InvalidUri| {
             Retry::Final(DownloadError::Failed {
-                url: plan.url.clone(),
+                url: shown(&plan.url),
                 reason: e.to_string(),
             })
         })?;
@@ -168,9 +178,19 @@ async fn once(
     let mut redirects = 0;
     let response = loop {
         let failed = |reason: String| DownloadError::Failed {
-            url: url.to_string(),
+            url: shown(&url.to_string()),
             reason,
         };
+        // An address written as such is not resolved: checked here, a redirect's too.
+        if let Some(ip) = url
+            .host()
+            .and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse().ok())
+            && let Some(network) = crate::networks::denied_by(&limits.denied_networks, ip)
+        {
+            return Err(Retry::Final(failed(format!(
+                "{ip} is in {network} (the agent's artifact denied_networks)"
+            ))));
+        }
         let mut request = hyper::Request::get(url.clone());
         // Headers go to the origin the job named, and only there.
         if origin(&url) == origin(&first) {
@@ -205,14 +225,14 @@ async fn once(
             })?;
             if url.scheme_str() == Some("https") && next.scheme_str() != Some("https") {
                 return Err(Retry::Final(DownloadError::Downgrade {
-                    url: plan.url.clone(),
-                    to: next.to_string(),
+                    url: shown(&plan.url),
+                    to: shown(&next.to_string()),
                 }));
             }
             redirects += 1;
             if redirects > 10 {
                 return Err(Retry::Final(DownloadError::Redirects {
-                    url: plan.url.clone(),
+                    url: shown(&plan.url),
                 }));
             }
             url = next;
@@ -220,7 +240,7 @@ async fn once(
         }
         if !status.is_success() {
             let error = DownloadError::Status {
-                url: url.to_string(),
+                url: shown(&url.to_string()),
                 status: status.as_u16(),
             };
             return Err(if status.is_server_error() || status.as_u16() == 429 {
@@ -232,7 +252,7 @@ async fn once(
         break response;
     };
     let too_large = || DownloadError::TooLarge {
-        url: plan.url.clone(),
+        url: shown(&plan.url),
         limit: limits.max_download,
     };
     if let Some(length) = response
@@ -253,7 +273,7 @@ async fn once(
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
             Retry::Again(DownloadError::Failed {
-                url: plan.url.clone(),
+                url: shown(&plan.url),
                 reason: format!("reading the body: {e}"),
             })
         })?;
@@ -272,6 +292,17 @@ async fn once(
         bytes,
         digest: hasher.finish(),
     })
+}
+
+/// A URL as events and logs show it: without its user, password and query (which may
+/// hold a token or a signature).
+pub fn shown(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let query = if url.contains('?') { "?…" } else { "" };
+    format!("{scheme}://{host}{path}{query}")
 }
 
 /// A `Location` read against the URL it answered.

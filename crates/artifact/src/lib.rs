@@ -10,9 +10,10 @@
 //! | RESOLVE_NO_SYMLINKS)` ([`tree`]): an entry with `..` or an absolute path, a link
 //! leading out, a device node, or one past the operator's size and file-count limits
 //! ends the unpack, and the staging directory is removed. Only a whole unpack is moved
-//! into place.
+//! into place. No download reaches the operator's denied networks ([`networks`]).
 
 pub mod download;
+pub mod networks;
 pub mod tree;
 pub mod unpack;
 
@@ -28,7 +29,7 @@ use berth_jobspec::artifact::{FetchMode, FetchPlan};
 use rustix::fs::{Mode, OFlags};
 
 /// The operator's limits (Nomad's `client.artifact` names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// A whole download, redirects and retries included (`http_read_timeout`).
     pub read_timeout: Duration,
@@ -38,6 +39,8 @@ pub struct Limits {
     pub max_unpacked: u64,
     /// The most entries an archive may hold (`decompression_file_count_limit`).
     pub max_files: u64,
+    /// Where no download may connect (`denied_networks`; berth's, Nomad has none).
+    pub denied_networks: std::sync::Arc<[networks::Network]>,
 }
 
 impl Default for Limits {
@@ -49,6 +52,7 @@ impl Default for Limits {
             max_download: 100 << 30,
             max_unpacked: 100 << 30,
             max_files: 4096,
+            denied_networks: networks::default_denied(),
         }
     }
 }
@@ -101,7 +105,7 @@ pub async fn fetch(
     give: Option<Give>,
 ) -> Result<Fetched, ArtifactError> {
     let root: OwnedFd = std::fs::File::open(task_dir)
-        .map_err(io_error(format!("opening {}", task_dir.display())))?
+        .map_err(io_error("opening the task's directory"))?
         .into();
     // The directory the download lands in, and the name it takes there.
     let parts: Vec<&str> = plan.destination.split('/').collect();
@@ -133,7 +137,7 @@ pub async fn fetch(
             });
         }
         let plan = plan.clone();
-        let limits = *limits;
+        let limits = limits.clone();
         let name = name.clone();
         let give = give.clone();
         // Unpacking is blocking file work: off the runtime's threads.
@@ -148,9 +152,9 @@ pub async fn fetch(
             )
         })
         .await;
-        let mut fetched = placed.map_err(|e| ArtifactError::Io {
+        let mut fetched = placed.map_err(|_| ArtifactError::Io {
             what: "unpacking".into(),
-            error: io::Error::other(e.to_string()),
+            error: io::Error::other("interrupted"),
         })??;
         fetched.downloaded = downloaded.bytes;
         Ok(fetched)

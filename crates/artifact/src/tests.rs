@@ -30,6 +30,14 @@ fn plan(source: &str, destination: &str, mode: &str, options: &[(&str, &str)]) -
     .unwrap()
 }
 
+/// The limits with no network denied: these tests' server is on loopback.
+fn open() -> Limits {
+    Limits {
+        denied_networks: std::sync::Arc::from([]),
+        ..Limits::default()
+    }
+}
+
 fn task_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("local")).unwrap();
@@ -113,6 +121,17 @@ fn good_tar() -> Vec<u8> {
         b"",
         Some("app/bin/run"),
     );
+    // A name past the header's 100 bytes: a GNU long-name entry before it.
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(4);
+    builder
+        .append_data(
+            &mut header,
+            format!("app/{}", "n".repeat(150)),
+            &b"long"[..],
+        )
+        .unwrap();
     builder.into_inner().unwrap()
 }
 
@@ -154,9 +173,7 @@ async fn a_tar_gz_is_checked_and_unpacked_with_its_links_and_without_setuid() {
     let url = server.serve("/dl/app.tar.gz", vec![Answer::body(body.clone())]);
     let dir = task_dir();
     let p = plan(&url, "local/", "any", &[("checksum", &sha256(&body))]);
-    let fetched = fetch(&p, dir.path(), &Limits::default(), None)
-        .await
-        .unwrap();
+    let fetched = fetch(&p, dir.path(), &open(), None).await.unwrap();
     assert_eq!(fetched.downloaded, body.len() as u64);
     assert_eq!(
         listing(&dir.path().join("local")),
@@ -166,6 +183,7 @@ async fn a_tar_gz_is_checked_and_unpacked_with_its_links_and_without_setuid() {
             "app/bin/",
             "app/bin/run",
             "app/current@bin/run",
+            &format!("app/{}", "n".repeat(150)),
             "app/suid"
         ]
     );
@@ -202,9 +220,7 @@ async fn a_wrong_checksum_leaves_nothing_behind() {
     let dir = task_dir();
     let wrong = sha256(b"something else");
     let p = plan(&url, "local/deep/er", "any", &[("checksum", &wrong)]);
-    let error = fetch(&p, dir.path(), &Limits::default(), None)
-        .await
-        .unwrap_err();
+    let error = fetch(&p, dir.path(), &open(), None).await.unwrap_err();
     assert!(
         matches!(&error, ArtifactError::Checksum { expected, .. } if *expected == wrong),
         "{error}"
@@ -265,20 +281,40 @@ async fn archives_that_escape_are_refused_and_nothing_is_placed() {
             raw_tar(&[("null", tar::EntryType::Char, "")]),
             "device node",
         ),
+        (
+            // Each link's own text stays inside; the chain climbs out.
+            "link-chain",
+            raw_tar(&[
+                ("s", tar::EntryType::Symlink, "."),
+                ("t", tar::EntryType::Symlink, "s/.."),
+            ]),
+            "leads out of the destination",
+        ),
+        (
+            // A GNU long name of 1 MiB: the tar crate would hold it whole in memory.
+            "long-name",
+            {
+                let mut builder = tar::Builder::new(Vec::new());
+                let mut header = tar::Header::new_gnu();
+                header.set_entry_type(tar::EntryType::GNULongName);
+                header.set_size(1 << 20);
+                header.set_cksum();
+                builder
+                    .append(&header, std::io::Read::take(std::io::repeat(b'a'), 1 << 20))
+                    .unwrap();
+                builder.into_inner().unwrap()
+            },
+            "1048576-byte header of headers",
+        ),
     ];
     for (name, tar, expected) in cases {
         let url = server.serve(&format!("/{name}.tar"), vec![Answer::body(tar)]);
         let dir = task_dir();
         std::fs::write(dir.path().join("local/kept"), b"mine").unwrap();
-        let error = fetch(
-            &plan(&url, "local", "any", &[]),
-            dir.path(),
-            &Limits::default(),
-            None,
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+        let error = fetch(&plan(&url, "local", "any", &[]), dir.path(), &open(), None)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(error.contains(expected), "{name}: {error}");
         assert_eq!(listing(dir.path()), ["local/", "local/kept"], "{name}");
     }
@@ -294,7 +330,7 @@ async fn a_link_the_task_planted_is_not_followed() {
     let error = fetch(
         &plan(&url, "local/conf", "any", &[]),
         dir.path(),
-        &Limits::default(),
+        &open(),
         None,
     )
     .await
@@ -318,7 +354,7 @@ async fn zips_single_files_and_modes() {
     fetch(
         &plan(&url, "local/www", "dir", &[]),
         dir.path(),
-        &Limits::default(),
+        &open(),
         None,
     )
     .await
@@ -332,7 +368,7 @@ async fn zips_single_files_and_modes() {
     fetch(
         &plan(&url, "local/bin", "any", &[]),
         dir.path(),
-        &Limits::default(),
+        &open(),
         None,
     )
     .await
@@ -345,9 +381,7 @@ async fn zips_single_files_and_modes() {
     let url = server.serve("/raw.tar.gz", vec![Answer::body(b"not unpacked".to_vec())]);
     let p = plan(&url, "secrets/token", "file", &[("archive", "false")]);
     std::fs::create_dir(dir.path().join("secrets")).unwrap();
-    fetch(&p, dir.path(), &Limits::default(), None)
-        .await
-        .unwrap();
+    fetch(&p, dir.path(), &open(), None).await.unwrap();
     assert_eq!(
         std::fs::read(dir.path().join("secrets/token")).unwrap(),
         b"not unpacked"
@@ -367,6 +401,7 @@ async fn the_operator_limits_bound_a_bomb_a_hoard_and_a_silent_server() {
         max_download: 512 << 10,
         max_unpacked: 1 << 20,
         max_files: 10,
+        denied_networks: std::sync::Arc::from([]),
     };
     // 64 MiB of zeros gzip to well under 512 KiB: past the unpack limit, not the download limit.
     let mut bomb = tar::Builder::new(Vec::new());
@@ -428,29 +463,19 @@ async fn a_passing_failure_is_tried_again_and_redirects_keep_headers_home() {
         vec![Answer::Status(503), Answer::body(b"second try".to_vec())],
     );
     let dir = task_dir();
-    fetch(
-        &plan(&url, "local", "any", &[]),
-        dir.path(),
-        &Limits::default(),
-        None,
-    )
-    .await
-    .unwrap();
+    fetch(&plan(&url, "local", "any", &[]), dir.path(), &open(), None)
+        .await
+        .unwrap();
     assert_eq!(
         std::fs::read(dir.path().join("local/flaky.txt")).unwrap(),
         b"second try"
     );
 
     let url = server.serve("/gone.txt", vec![Answer::Status(404)]);
-    let error = fetch(
-        &plan(&url, "local", "any", &[]),
-        dir.path(),
-        &Limits::default(),
-        None,
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let error = fetch(&plan(&url, "local", "any", &[]), dir.path(), &open(), None)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(error.ends_with(": 404"), "{error}");
 
     // Another host (the same server by another name): the job's header stays behind.
@@ -464,7 +489,7 @@ async fn a_passing_failure_is_tried_again_and_redirects_keep_headers_home() {
     fetch(
         &plan(&url, "local/m", "file", &[]),
         dir.path(),
-        &Limits::default(),
+        &open(),
         None,
     )
     .await
@@ -474,4 +499,40 @@ async fn a_passing_failure_is_tried_again_and_redirects_keep_headers_home() {
     assert_eq!(seen.len(), 2);
     assert!(seen[0].to_lowercase().contains("x-token"));
     assert!(!seen[1].to_lowercase().contains("x-token"), "{}", seen[1]);
+}
+
+#[tokio::test]
+async fn by_default_no_download_reaches_loopback_by_address_or_by_name() {
+    let server = Server::start();
+    let url = server.serve("/secret", vec![Answer::body(&b"agent-only"[..])]);
+    let dir = task_dir();
+    let error = fetch(
+        &plan(&url, "local", "any", &[]),
+        dir.path(),
+        &Limits::default(),
+        None,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("127.0.0.1 is in 127.0.0.0/8 (the agent's artifact denied_networks)"),
+        "{error}"
+    );
+    let by_name = url.replace("127.0.0.1", "localhost");
+    let error = fetch(
+        &plan(&by_name, "local", "any", &[]),
+        dir.path(),
+        &Limits::default(),
+        None,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("denied_networks"), "{error}");
+    assert!(
+        server.seen.lock().unwrap().is_empty(),
+        "nothing reached the server"
+    );
+    assert_eq!(listing(dir.path()), ["local/"]);
 }

@@ -142,6 +142,23 @@ pub fn hidden_name(prefix: &str) -> String {
     format!(".{prefix}-{:016x}", u64::from_ne_bytes(bytes))
 }
 
+/// The staging directory just opened is the one made: root's, 0700, empty (no one swapped
+/// another in between its `mkdirat` and its open).
+pub fn check_staging(dir: BorrowedFd<'_>) -> io::Result<()> {
+    let stat = rustix::fs::fstat(dir)?;
+    let ours = stat.st_uid == rustix::process::geteuid().as_raw()
+        && stat.st_mode & 0o7777 == 0o700
+        && stat.st_nlink == 2
+        && list(dir)?.is_empty();
+    if !ours {
+        return Err(io::Error::other(
+            "the staging directory was replaced while it was made; berth does not unpack \
+             into it",
+        ));
+    }
+    Ok(())
+}
+
 /// An archive's entries written below one directory, counted against the limits.
 pub struct Tree<'a> {
     root: BorrowedFd<'a>,
@@ -149,7 +166,13 @@ pub struct Tree<'a> {
     limits: &'a Limits,
     pub entries: u64,
     pub bytes: u64,
+    /// The symbolic links made, checked once all are there ([`Tree::links_stay_inside`]).
+    links: Vec<(String, String)>,
 }
+
+/// The deepest an entry's path may go: beyond, [`merge`] and [`remove_tree`], one call
+/// per level, would risk the agent's stack.
+const MAX_DEPTH: usize = 128;
 
 /// An entry's path as parts: `./a/b` is `["a", "b"]`; `..`, an absolute path or an
 /// empty one is refused.
@@ -169,6 +192,12 @@ pub fn parts_of(path: &Path) -> Result<Vec<String>, UnpackError> {
             }
         }
     }
+    if parts.len() > MAX_DEPTH {
+        return Err(UnpackError::TooDeep {
+            entry: shown(),
+            limit: MAX_DEPTH,
+        });
+    }
     Ok(parts)
 }
 
@@ -180,7 +209,34 @@ impl<'a> Tree<'a> {
             limits,
             entries: 0,
             bytes: 0,
+            links: Vec::new(),
         }
+    }
+
+    /// Every link made, resolved now that the whole tree is there (`openat2` with
+    /// `RESOLVE_BENEATH`, following links): one whose chain of links leads out (`s -> .`,
+    /// `t -> s/..`) is refused, though each link's own text stays inside.
+    pub fn links_stay_inside(&self) -> Result<(), UnpackError> {
+        for (path, target) in &self.links {
+            let resolved = rustix::fs::openat2(
+                self.root,
+                path.as_str(),
+                OFlags::PATH | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            );
+            match resolved {
+                // A link to what the archive does not hold leads nowhere yet.
+                Ok(_) | Err(rustix::io::Errno::NOENT) => {}
+                Err(_) => {
+                    return Err(UnpackError::LinkOut {
+                        entry: path.clone(),
+                        target: target.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     fn count(&mut self) -> Result<(), UnpackError> {
@@ -251,9 +307,10 @@ impl<'a> Tree<'a> {
             return Ok(());
         }
         let (parent, name) = self.parent(&shown, &parts)?;
+        // Every entry counts, one already there too.
+        self.count()?;
         match rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)) {
-            Ok(()) => self.count()?,
-            Err(rustix::io::Errno::EXIST) => {}
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(error) => {
                 return Err(UnpackError::Io {
                     entry: shown,
@@ -288,26 +345,34 @@ impl<'a> Tree<'a> {
         let parts = parts_of(entry)?;
         let (parent, name) = self.parent(&shown, &parts)?;
         self.count()?;
-        let file = rustix::fs::openat2(
-            &parent,
-            name,
-            OFlags::WRONLY
-                | OFlags::CREATE
-                | OFlags::TRUNC
-                | OFlags::CLOEXEC
-                | OFlags::NOFOLLOW
-                | OFlags::NONBLOCK,
-            Mode::from_raw_mode(0o600),
-            NO_LINKS,
-        )
-        .map_err(|e| self.link_on_way(&shown, e.into()))?;
-        let stat = rustix::fs::fstat(&file).map_err(|e| UnpackError::Io {
-            entry: shown.clone(),
-            error: e.into(),
-        })?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(UnpackError::NotAFile { entry: shown });
+        // A new inode always (O_EXCL): an archive that names a file twice has the first
+        // unlinked, never written through (a hard link to it would carry the write).
+        let create = || {
+            rustix::fs::openat2(
+                &parent,
+                name,
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::CLOEXEC
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK,
+                Mode::from_raw_mode(0o600),
+                NO_LINKS,
+            )
+        };
+        let file = match create() {
+            Err(rustix::io::Errno::EXIST) => {
+                rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(|_| {
+                    UnpackError::NotAFile {
+                        entry: shown.clone(),
+                    }
+                })?;
+                create()
+            }
+            other => other,
         }
+        .map_err(|e| self.link_on_way(&shown, e.into()))?;
         let mut file = std::fs::File::from(file);
         let remaining = self.limits.max_unpacked.saturating_sub(self.bytes);
         // One byte past the limit tells a file that reaches it from one that passes it.
@@ -371,7 +436,10 @@ impl<'a> Tree<'a> {
                 entry: shown.clone(),
                 error: other.into(),
             },
-        })
+        })?;
+        self.links
+            .push((parts.join("/"), target.display().to_string()));
+        Ok(())
     }
 
     /// A hard link to an entry already unpacked (never to a link, never from outside).

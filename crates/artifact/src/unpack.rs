@@ -4,9 +4,10 @@
 //! what only privileged code should make (device nodes, FIFOs).
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use berth_jobspec::artifact::ArchiveKind;
 
@@ -31,6 +32,8 @@ pub enum UnpackError {
     NotAFile { entry: String },
     #[error("entry {entry:?} is already there")]
     Exists { entry: String },
+    #[error("entry {entry:?} is more than {limit} directories deep")]
+    TooDeep { entry: String, limit: usize },
     #[error(
         "the archive holds more than {limit} entries (the agent's decompression_file_count_limit)"
     )]
@@ -64,23 +67,88 @@ pub fn kind_name(kind: ArchiveKind) -> &'static str {
 
 const BUFFER: usize = 256 << 10;
 
-/// The decompressed stream of `file` (from its start).
-fn decompressed(kind: ArchiveKind, mut file: File) -> io::Result<Box<dyn Read>> {
+/// The most memory xz's decoder may take (its dictionary): what `xz -9` needs is 65 MiB.
+const XZ_MEMORY: u64 = 256 << 20;
+
+/// The largest header of headers (a GNU long name or link, a PAX record set) a tar may
+/// hold: the tar crate reads them whole into memory.
+const MAX_TAR_METADATA: u64 = 64 << 10;
+
+/// Reads at most `limit` bytes from `inner`, and nothing after its time: what bounds the
+/// work an archive makes the agent do, whatever the archive says of itself.
+pub struct Bounded<R> {
+    inner: R,
+    left: u64,
+    limit: u64,
+    deadline: Instant,
+    budget: Duration,
+}
+
+impl<R: Read> Bounded<R> {
+    pub fn new(inner: R, limit: u64, budget: Duration) -> Bounded<R> {
+        Bounded {
+            inner,
+            left: limit,
+            limit,
+            deadline: Instant::now() + budget,
+            budget,
+        }
+    }
+}
+
+fn too_slow(budget: Duration) -> io::Error {
+    io::Error::other(format!(
+        "the unpack took more than {budget:?} (the agent's artifact http_read_timeout)"
+    ))
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if Instant::now() > self.deadline {
+            return Err(too_slow(self.budget));
+        }
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            return Err(io::Error::other(format!(
+                "the archive unpacks to more than {} bytes (the agent's \
+                 decompression_size_limit)",
+                self.limit
+            )));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// The decompressed stream of `file` (from its start), bounded by the limits.
+fn decompressed(kind: ArchiveKind, mut file: File, limits: &Limits) -> io::Result<Box<dyn Read>> {
     file.rewind()?;
     let file = BufReader::with_capacity(BUFFER, file);
-    Ok(match kind {
-        ArchiveKind::Tar => Box::new(file),
+    let stream: Box<dyn Read> = match kind {
+        ArchiveKind::Tar | ArchiveKind::Zip => Box::new(file),
         ArchiveKind::TarGz | ArchiveKind::Gz => {
             Box::new(flate2::bufread::MultiGzDecoder::new(file))
         }
         ArchiveKind::TarXz | ArchiveKind::Xz => {
-            Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(file))
+            // .xz only (not .lzma), with a cap on the decoder's memory.
+            let stream = liblzma::stream::Stream::new_stream_decoder(
+                XZ_MEMORY,
+                liblzma::stream::CONCATENATED,
+            )
+            .map_err(io::Error::other)?;
+            Box::new(liblzma::bufread::XzDecoder::new_stream(file, stream))
         }
         ArchiveKind::TarBz2 | ArchiveKind::Bz2 => {
             Box::new(bzip2::bufread::MultiBzDecoder::new(file))
         }
-        ArchiveKind::Zip => Box::new(file),
-    })
+    };
+    // Headers and padding come on top of the files' bytes.
+    let slack = 1 << 20;
+    Ok(Box::new(Bounded::new(
+        stream,
+        limits.max_unpacked.saturating_add(slack),
+        limits.read_timeout,
+    )))
 }
 
 /// Decompresses `download` into the unnamed file `out`, at most `max_unpacked` bytes.
@@ -91,7 +159,7 @@ pub fn decompress_into(
     limits: &Limits,
 ) -> Result<u64, UnpackError> {
     let io = |error: io::Error| UnpackError::Format(error.to_string());
-    let reader = decompressed(kind, download).map_err(io)?;
+    let reader = decompressed(kind, download, limits).map_err(io)?;
     let mut out = out;
     let copied = io::copy(
         &mut reader.take(limits.max_unpacked.saturating_add(1)),
@@ -137,11 +205,17 @@ pub fn tree_into(
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| setup(e.into()))?;
+        tree::check_staging(root.as_fd()).map_err(setup)?;
         let mut tree = Tree::new(root.as_fd(), limits, give);
         match kind {
-            ArchiveKind::Zip => unzip(download, &mut tree)?,
-            _ => untar(decompressed(kind, download).map_err(setup)?, &mut tree)?,
+            ArchiveKind::Zip => unzip(download, &mut tree, limits)?,
+            _ => {
+                let again = download.try_clone().map_err(setup)?;
+                scan_tar(decompressed(kind, download, limits).map_err(setup)?, limits)?;
+                untar(decompressed(kind, again, limits).map_err(setup)?, &mut tree)?
+            }
         }
+        tree.links_stay_inside()?;
         tree::merge(root.as_fd(), dir).map_err(setup)?;
         Ok(Fetched {
             downloaded: 0,
@@ -153,6 +227,48 @@ pub fn tree_into(
         tracing::warn!(%error, "removing an artifact's staging directory");
     }
     result
+}
+
+/// A first pass over the tar's headers alone, before anything is written: no header of
+/// headers larger than [`MAX_TAR_METADATA`] (the tar crate would read it whole into the
+/// agent's memory), no more entries than the limit, and no more bytes declared than it.
+fn scan_tar(stream: Box<dyn Read>, limits: &Limits) -> Result<(), UnpackError> {
+    let format = |error: io::Error| UnpackError::Format(format!("reading the tar stream: {error}"));
+    let mut archive = tar::Archive::new(stream);
+    let mut entries = 0u64;
+    let mut declared = 0u64;
+    for entry in archive.entries().map_err(format)?.raw(true) {
+        let entry = entry.map_err(format)?;
+        let header = entry.header();
+        let size = header.entry_size().map_err(format)?;
+        let kind = header.entry_type();
+        let metadata = kind.is_gnu_longname()
+            || kind.is_gnu_longlink()
+            || kind.is_pax_local_extensions()
+            || kind.is_pax_global_extensions();
+        if metadata {
+            if size > MAX_TAR_METADATA {
+                return Err(UnpackError::Format(format!(
+                    "the tar holds a {size}-byte header of headers (a long name or PAX \
+                     records); berth reads those of up to {MAX_TAR_METADATA} bytes"
+                )));
+            }
+            continue;
+        }
+        entries += 1;
+        declared = declared.saturating_add(size);
+        if entries > limits.max_files {
+            return Err(UnpackError::TooManyEntries {
+                limit: limits.max_files,
+            });
+        }
+        if declared > limits.max_unpacked {
+            return Err(UnpackError::TooLarge {
+                limit: limits.max_unpacked,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn untar(stream: Box<dyn Read>, tree: &mut Tree<'_>) -> Result<(), UnpackError> {
@@ -206,11 +322,20 @@ fn untar(stream: Box<dyn Read>, tree: &mut Tree<'_>) -> Result<(), UnpackError> 
     Ok(())
 }
 
-fn unzip(download: File, tree: &mut Tree<'_>) -> Result<(), UnpackError> {
+fn unzip(download: File, tree: &mut Tree<'_>, limits: &Limits) -> Result<(), UnpackError> {
     let format =
         |error: zip::result::ZipError| UnpackError::Format(format!("reading the zip: {error}"));
-    let mut archive =
-        zip::ZipArchive::new(BufReader::with_capacity(BUFFER, download)).map_err(format)?;
+    // Its reading, the central directory's included, within the time limit.
+    let reader = Seekable::new(
+        BufReader::with_capacity(BUFFER, download),
+        limits.read_timeout,
+    );
+    let mut archive = zip::ZipArchive::new(reader).map_err(format)?;
+    if archive.len() as u64 > limits.max_files {
+        return Err(UnpackError::TooManyEntries {
+            limit: limits.max_files,
+        });
+    }
     for index in 0..archive.len() {
         let mut entry = archive.by_index(index).map_err(format)?;
         let name = entry.name().to_string();
@@ -233,4 +358,42 @@ fn unzip(download: File, tree: &mut Tree<'_>) -> Result<(), UnpackError> {
         }
     }
     Ok(())
+}
+
+/// A seekable file read within a time limit (a zip is read by seeking).
+struct Seekable<R> {
+    inner: R,
+    deadline: Instant,
+    budget: Duration,
+}
+
+impl<R> Seekable<R> {
+    fn new(inner: R, budget: Duration) -> Seekable<R> {
+        Seekable {
+            inner,
+            deadline: Instant::now() + budget,
+            budget,
+        }
+    }
+
+    fn in_time(&self) -> io::Result<()> {
+        if Instant::now() > self.deadline {
+            return Err(too_slow(self.budget));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for Seekable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.in_time()?;
+        self.inner.read(buf)
+    }
+}
+
+impl<R: Seek> Seek for Seekable<R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.in_time()?;
+        self.inner.seek(to)
+    }
 }

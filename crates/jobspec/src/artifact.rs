@@ -179,6 +179,11 @@ pub enum ArtifactProblem {
     Destination(String),
     #[error("mode \"file\" needs a destination file, not the directory {0:?}")]
     FileModeDirectory(String),
+    #[error(
+        "mode \"file\" keeps one file, and {0:?} is an archive of many: use mode = \"dir\" \
+         (or \"any\") to unpack it, or options {{ archive = \"false\" }} to keep it whole"
+    )]
+    FileModeArchive(String),
     #[error("header {0:?} is not a valid HTTP header name or value")]
     Header(String),
 }
@@ -188,9 +193,9 @@ impl ArtifactProblem {
     pub fn field(&self) -> &'static str {
         use crate::fields::artifact as f;
         match self {
-            ArtifactProblem::Destination(_) | ArtifactProblem::FileModeDirectory(_) => {
-                f::DESTINATION.hcl
-            }
+            ArtifactProblem::Destination(_)
+            | ArtifactProblem::FileModeDirectory(_)
+            | ArtifactProblem::FileModeArchive(_) => f::DESTINATION.hcl,
             ArtifactProblem::Mode(_) | ArtifactProblem::DirNeedsArchive(_) => f::MODE.hcl,
             ArtifactProblem::Checksum(_)
             | ArtifactProblem::ChecksumLength { .. }
@@ -298,6 +303,9 @@ impl Artifact {
         if mode == FetchMode::File && matches!(destination.as_str(), "local" | "secrets") {
             return Err(ArtifactProblem::FileModeDirectory(written));
         }
+        if mode == FetchMode::File && archive.is_some_and(ArchiveKind::is_tree) {
+            return Err(ArtifactProblem::FileModeArchive(source.clone()));
+        }
         let file_name = match archive {
             Some(kind) if !kind.is_tree() => {
                 let ext = EXTENSIONS.iter().find(|(_, k)| *k == kind).map(|(e, _)| *e);
@@ -320,7 +328,12 @@ impl Artifact {
         let mut headers = Vec::new();
         for (name, value) in &self.headers {
             let value = names(value);
+            // The request's framing is the agent's to say.
+            let framing = ["host", "content-length", "transfer-encoding", "connection"]
+                .iter()
+                .any(|f| name.eq_ignore_ascii_case(f));
             let name_ok = !name.is_empty()
+                && !framing
                 && name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
@@ -541,6 +554,13 @@ mod tests {
         assert!(refused(a.clone()).contains("any, file or dir"));
         a.mode = "any".into();
         a.headers = vec![("X-Token".into(), "a\r\nHost: evil".into())];
-        assert!(refused(a).contains("header \"X-Token\""));
+        assert!(refused(a.clone()).contains("header \"X-Token\""));
+        a.headers = vec![("Transfer-Encoding".into(), "chunked".into())];
+        assert!(refused(a.clone()).contains("header \"Transfer-Encoding\""));
+        a.headers.clear();
+        a.source = "http://h/app.tgz".into();
+        a.destination = "local/app".into();
+        a.mode = "file".into();
+        assert!(refused(a).contains("is an archive of many"));
     }
 }

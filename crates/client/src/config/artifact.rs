@@ -1,6 +1,8 @@
 //! The agent config's `artifact` block, with the names Nomad's client gives its limits
 //! on what a job's `artifact` may fetch: `http_read_timeout` (the whole download),
-//! `http_max_size`, `decompression_size_limit` and `decompression_file_count_limit`.
+//! `http_max_size`, `decompression_size_limit` and `decompression_file_count_limit`; and
+//! berth's `denied_networks`, where no download may connect (by default loopback and
+//! link-local: the agent's own API, Consul, a cloud's metadata service).
 
 use berth_artifact::Limits;
 use berth_hcl::Problem;
@@ -17,6 +19,7 @@ pub(super) fn artifact_limits(block: &BlockNode, problems: &mut Vec<Problem>) ->
             "http_max_size",
             "decompression_size_limit",
             "decompression_file_count_limit",
+            "denied_networks",
         ],
     );
     let defaults = Limits::default();
@@ -33,6 +36,21 @@ pub(super) fn artifact_limits(block: &BlockNode, problems: &mut Vec<Problem>) ->
         max_files: fields
             .number("decompression_file_count_limit", u64::MAX, problems)
             .unwrap_or(defaults.max_files),
+        denied_networks: match fields.attr("denied_networks") {
+            None => defaults.denied_networks,
+            Some(_) => {
+                let mut networks = Vec::new();
+                for text in fields.string_list("denied_networks", problems) {
+                    match text.parse::<berth_artifact::networks::Network>() {
+                        Ok(network) => networks.push(network),
+                        Err(error) => {
+                            fields.problem_with(problems, "denied_networks", error.to_string())
+                        }
+                    }
+                }
+                networks.into()
+            }
+        },
     };
     fields.finish(problems);
     limits

@@ -61,9 +61,7 @@ impl TaskHook for ArtifactHook {
                     ctx.report(EventKind::ArtifactDownloadFailed, message.clone());
                     self.fail(message)
                 };
-                let plan = artifact
-                    .plan(&names)
-                    .map_err(|e| failed(format!("{}: {e}", artifact.source)))?;
+                let plan = artifact.plan(&names).map_err(|e| failed(e.to_string()))?;
                 let give: Option<berth_artifact::Give> = match (artifact.chown, user) {
                     (true, Some(user)) => {
                         let sys = ctx.sys.clone();
@@ -78,10 +76,13 @@ impl TaskHook for ArtifactHook {
                             failed(match error {
                                 // It names the URL itself.
                                 berth_artifact::ArtifactError::Download(_) => error.to_string(),
-                                other => format!("{}: {other}", plan.url),
+                                other => format!(
+                                    "{}: {other}",
+                                    berth_artifact::download::shown(&plan.url)
+                                ),
                             })
                         })?;
-                tracing::info!(task = %ctx.task.name, url = %plan.url, bytes = fetched.downloaded,
+                tracing::info!(task = %ctx.task.name, url = %berth_artifact::download::shown(&plan.url), bytes = fetched.downloaded,
                     entries = fetched.entries, "artifact fetched");
             }
             if let Some(store) = store

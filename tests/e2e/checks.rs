@@ -35,7 +35,7 @@ const JOB: &str = r#"job "checked" {
           type     = "script"
           command  = "/bin/sh"
           args     = ["-c", "echo checking as $(id -u); test -f /local/healthy"]
-          interval = "500ms"
+          interval = "1s"
           timeout  = "2s"
           check_restart {
             limit = 2
@@ -45,13 +45,13 @@ const JOB: &str = r#"job "checked" {
           name     = "index"
           type     = "http"
           path     = "/once"
-          interval = "500ms"
+          interval = "1s"
           timeout  = "2s"
         }
         check {
           name     = "port"
           type     = "tcp"
-          interval = "500ms"
+          interval = "1s"
           timeout  = "2s"
         }
       }

@@ -190,7 +190,7 @@ impl AccessPolicy {
             return Err((StatusCode::FORBIDDEN, "the token is not valid".into()));
         };
         if token.scope == TokenScope::Read
-            && crate::routes::scope_of(method, matched) != Scope::Read
+            && crate::routes::scope_of(method, matched) == Scope::Submit
         {
             return Err((
                 StatusCode::FORBIDDEN,
@@ -499,6 +499,11 @@ mod tests {
         assert_eq!(
             code_at(Method::POST, None, &read_token),
             Err(StatusCode::FORBIDDEN)
+        );
+        // A client that always sends its read token reads the JWKS too.
+        assert_eq!(
+            code_at(Method::GET, Some("/.well-known/jwks.json"), &read_token),
+            token("viewer")
         );
         // Only a token of scope "plugin" may run plugin jobs.
         assert_eq!(

@@ -66,6 +66,10 @@ impl CheckResults {
             .unwrap_or_default()
     }
 
+    pub fn forget_alloc(&self, alloc: &str) {
+        self.0.lock().unwrap().remove(alloc);
+    }
+
     /// Forgets a task's results (it stopped; a restart runs its checks anew).
     pub fn forget_task(&self, alloc: &str, task: &str) {
         let mut all = self.0.lock().unwrap();

@@ -30,6 +30,9 @@ pub enum IdentityError {
     Interrupted,
 }
 
+/// A key's `kid` and its Ed25519 public key, base64url (a JWK's `x`).
+pub type PublicKey = (String, String);
+
 struct Current {
     period: u64,
     kid: String,
@@ -41,6 +44,8 @@ pub struct Keyring {
     cluster: Option<Arc<Cluster>>,
     rotation: Duration,
     current: Mutex<Option<Current>>,
+    /// The public keys last read, and when.
+    published: Mutex<Option<(std::time::Instant, Vec<PublicKey>)>>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -68,6 +73,7 @@ impl Keyring {
                 rotation
             },
             current: Mutex::new(None),
+            published: Mutex::new(None),
         }
     }
 
@@ -77,6 +83,7 @@ impl Keyring {
             cluster: None,
             rotation: crate::config::keyring::DEFAULT_ROTATION,
             current: Mutex::new(None),
+            published: Mutex::new(None),
         }
     }
 
@@ -94,8 +101,8 @@ impl Keyring {
         {
             return Ok((current.kid.clone(), current.pair.clone()));
         }
-        let id = cluster.cluster_id();
-        let kid = format!("{}-{period}", &id[..id.len().min(8)]);
+        let id: String = cluster.cluster_id().chars().take(8).collect();
+        let kid = format!("{id}-{period}");
         let find = |keys: Vec<SigningKeyRecord>| keys.into_iter().find(|k| k.kid == kid);
         let record = match find(cluster.signing_keys()?) {
             Some(record) => record,
@@ -134,17 +141,32 @@ impl Keyring {
     }
 
     /// Every key of the keyring as `(kid, public key)`, the public key base64url (a
-    /// JWK's `x`), oldest first. Blocks on the store.
+    /// JWK's `x`, derived from the key pair, not taken from the record), oldest first.
+    /// Read from the store at most once a second (the JWKS route needs no token).
+    /// Blocks on the store.
     pub fn public_keys(&self) -> Result<Vec<(String, String)>, IdentityError> {
         let cluster = self.cluster.as_ref().ok_or(IdentityError::Detached)?;
+        if let Some((at, keys)) = &*self.published.lock().unwrap()
+            && at.elapsed() < Duration::from_secs(1)
+        {
+            return Ok(keys.clone());
+        }
         // Making the current period's key first: a JWKS read before any token verifies
         // the first token.
         self.current()?;
-        Ok(cluster
+        let keys: Vec<(String, String)> = cluster
             .signing_keys()?
-            .into_iter()
-            .map(|key| (key.kid, key.public))
-            .collect())
+            .iter()
+            .filter_map(|record| {
+                let pair = key_pair(record).ok()?;
+                Some((
+                    record.kid.clone(),
+                    URL_SAFE_NO_PAD.encode(pair.public_key().as_ref()),
+                ))
+            })
+            .collect();
+        *self.published.lock().unwrap() = Some((std::time::Instant::now(), keys.clone()));
+        Ok(keys)
     }
 }
 

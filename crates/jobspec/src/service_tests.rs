@@ -10,6 +10,9 @@ fn script_checks_and_check_restart_are_read_and_what_cannot_run_is_refused() {
         format!(
             r#"job "web" {{
   group "g" {{
+    network {{
+      port "http" {{}}
+    }}
 {group_service}
     task "t" {{
       driver = "exec"
@@ -33,7 +36,7 @@ fn script_checks_and_check_restart_are_read_and_what_cannot_run_is_refused() {
         }}
         check {{
           type     = "tcp"
-          port     = 80
+          port     = "http"
           interval = "5s"
           timeout  = "1s"
           check_restart {{
@@ -175,5 +178,66 @@ fn identities_are_read_and_what_cannot_be_given_is_refused() {
     assert!(refused("identity {\n  change_mode = \"signal\"\n}").contains("needs a change_signal"));
     assert!(
         refused("identity {\n  filepath = \"/etc/t\"\n}").contains("filepath is not supported")
+    );
+}
+
+/// What would let a job author aim the agent's checks elsewhere is refused, and so are
+/// checks more often than each second.
+#[test]
+fn a_nomad_services_checks_reach_only_the_allocs_own_ports_at_most_each_second() {
+    let source = |service_extra: &str, check: &str| {
+        format!(
+            r#"job "web" {{
+  group "g" {{
+    network {{
+      port "http" {{}}
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/true"
+      }}
+      service {{
+        name     = "web"
+        port     = "http"
+        provider = "nomad"
+        {service_extra}
+        check {{
+          interval = "5s"
+          timeout  = "1s"
+          {check}
+        }}
+      }}
+    }}
+  }}
+}}
+"#
+        )
+    };
+    let refused = |extra: &str, check: &str| {
+        parse("job.hcl", &source(extra, check))
+            .unwrap_err()
+            .to_string()
+    };
+    parse(
+        "job.hcl",
+        &source("", "type = \"http\"\npath = \"/health\""),
+    )
+    .unwrap();
+    assert!(refused("", "type = \"tcp\"\nport = 8500").contains("not a port number"));
+    assert!(
+        refused("address = \"169.254.169.254\"", "type = \"tcp\"")
+            .contains("has the alloc's address")
+    );
+    assert!(refused("", "type = \"http\"\npath = \"@169.254.169.254/x\"").contains("with no @"));
+    assert!(
+        refused("", "type = \"http\"\npath = \"/\"\nmethod = \"PUT\"").contains("GET or HEAD only")
+    );
+    let fast = source("", "type = \"tcp\"").replace("interval = \"5s\"", "interval = \"0s\"");
+    assert!(
+        parse("job.hcl", &fast)
+            .unwrap_err()
+            .to_string()
+            .contains("interval: must be at least 1s")
     );
 }

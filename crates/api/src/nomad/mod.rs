@@ -598,10 +598,14 @@ fn this_member(node: &ThisNode) -> AgentMember {
 pub(crate) async fn jwks(
     State(agent): State<Arc<Agent>>,
 ) -> Result<axum::Json<berth_nomad_api::agent::JsonWebKeySet>, NomadError> {
-    let keys = agent
-        .identity_keys()
-        .await
-        .map_err(|error| NomadError(StatusCode::SERVICE_UNAVAILABLE, error.to_string()))?;
+    let keys = agent.identity_keys().await.map_err(|error| {
+        // The reason may name the store; the caller needs no token.
+        tracing::warn!(%error, "serving the JWKS");
+        NomadError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the keyring cannot be read now".into(),
+        )
+    })?;
     Ok(axum::Json(berth_nomad_api::agent::JsonWebKeySet {
         keys: keys
             .into_iter()

@@ -305,6 +305,7 @@ impl ServiceClient {
 
     /// Everything an alloc registered (its tasks' and its group's) goes.
     pub fn remove_alloc(&self, alloc: &str) {
+        self.checks.forget_alloc(alloc);
         self.registry.lock().unwrap().expected.remove(alloc);
         let owners: BTreeSet<Owner> = self
             .registry

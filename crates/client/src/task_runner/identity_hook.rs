@@ -106,6 +106,12 @@ impl TaskHook for IdentityHook {
     }
 }
 
+impl Drop for IdentityHook {
+    fn drop(&mut self) {
+        self.stop_renewing();
+    }
+}
+
 impl IdentityHook {
     /// A renewer per identity with a `ttl` and a file.
     fn renew(&self, ctx: &TaskHookContext) {
@@ -136,6 +142,9 @@ struct RenewContext {
     owner: Option<berth_model::driver::TaskUser>,
     sys: Arc<dyn berth_sys::Sys>,
     control: Option<TaskControl>,
+    /// Restarts under the task's restart policy (a renewal every second cannot restart
+    /// it without end).
+    restart: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     events: Option<super::events::TaskEvents>,
 }
 
@@ -151,6 +160,7 @@ impl RenewContext {
             owner: ctx.task_user().ok().flatten(),
             sys: ctx.sys.clone(),
             control: ctx.control.clone(),
+            restart: ctx.restart.clone(),
             events: ctx.events.clone(),
         }
     }
@@ -209,23 +219,25 @@ impl Renewer {
                 ));
                 continue;
             }
-            let Some(control) = &ctx.control else {
-                continue;
-            };
-            let told = match &self.identity.change_mode {
-                IdentityChange::Noop => Ok(()),
-                IdentityChange::Signal(signal) => control.signal(signal).await,
-                IdentityChange::Restart => {
-                    control
-                        .restart_for(&format!("identity {:?} renewed", self.identity.name))
-                        .await
+            match &self.identity.change_mode {
+                IdentityChange::Noop => {}
+                IdentityChange::Signal(signal) => {
+                    if let Some(control) = &ctx.control
+                        && let Err(error) = control.signal(signal).await
+                    {
+                        ctx.event(format!(
+                            "identity {:?} renewed: {error}",
+                            self.identity.name
+                        ));
+                    }
                 }
-            };
-            if let Err(error) = told {
-                ctx.event(format!(
-                    "identity {:?} renewed: {error}",
-                    self.identity.name
-                ));
+                IdentityChange::Restart => {
+                    if let Some(restart) = &ctx.restart {
+                        let _ = restart.send(format!("identity {:?} renewed", self.identity.name));
+                    }
+                    // The next run renews anew.
+                    return;
+                }
             }
         }
     }

@@ -208,6 +208,8 @@ impl TaskRunner {
             (self.ctx.task.restart.clone()).unwrap_or_else(|| self.ctx.group.restart.clone());
         let mut restarts_in_interval: Vec<Instant> = Vec::new();
         loop {
+            // Asked of the run before (two checks failing at once): not of this one.
+            while self.restart_requests.try_recv().is_ok() {}
             let exit = match self.run_once().await {
                 RunOnce::Exited(exit) => exit,
                 RunOnce::Stopped => return self.finish(Outcome::Stopped),

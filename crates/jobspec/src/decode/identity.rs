@@ -73,6 +73,9 @@ fn identity(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
     let env = fields.bool("env", problems).unwrap_or(false);
     let file = fields.bool("file", problems).unwrap_or(false);
     let ttl = fields.duration("ttl", problems).filter(|t| !t.is_zero());
+    if ttl.is_some_and(|t| t < std::time::Duration::from_secs(1)) {
+        fields.problem_with(problems, "ttl", "must be at least 1s".into());
+    }
     let signal = fields.string("change_signal", problems);
     let change_mode = match fields.string("change_mode", problems).as_deref() {
         None | Some("noop") => IdentityChange::Noop,

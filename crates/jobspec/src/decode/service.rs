@@ -9,6 +9,12 @@ use super::ignored::scheduler_level;
 use super::network::port_value;
 use crate::spec::*;
 
+/// Nomad's floor for a check's interval and timeout.
+const MIN_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The most checks a service may have.
+const MAX_CHECKS: usize = 16;
+
 pub(super) fn service(
     parent: &str,
     block: &BlockNode,
@@ -125,8 +131,16 @@ pub(super) fn service(
     let service_restart = fields
         .single_block("check_restart", problems)
         .map(|b| check_restart(&path, b, problems));
-    let mut checks: Vec<ServiceCheck> = fields
-        .blocks("check")
+    let check_blocks = fields.blocks("check");
+    if let Some(extra) = check_blocks.get(MAX_CHECKS) {
+        fields.problem(
+            problems,
+            "check",
+            extra.at,
+            format!("a service has at most {MAX_CHECKS} checks"),
+        );
+    }
+    let mut checks: Vec<ServiceCheck> = check_blocks
         .into_iter()
         .filter_map(|b| check(&path, b, problems))
         .collect();
@@ -152,6 +166,29 @@ pub(super) fn service(
             && matches!(&check.kind, CheckKind::Http { protocol, .. } if protocol != "http")
         {
             Some("berth runs a provider \"nomad\" service's http checks over plain http only")
+        } else if provider == ServiceProvider::Nomad
+            && matches!(&check.kind, CheckKind::Http { method: Some(m), .. }
+                if !m.eq_ignore_ascii_case("GET") && !m.eq_ignore_ascii_case("HEAD"))
+        {
+            Some("a provider \"nomad\" service's http check may use GET or HEAD only")
+        } else if provider == ServiceProvider::Nomad
+            && !script
+            && check
+                .port
+                .as_ref()
+                .or(port.as_ref())
+                .is_none_or(|p| p.parse::<u16>().is_ok())
+        {
+            // berth (root, on the host's network) reaches only the alloc's own ports.
+            Some(
+                "a provider \"nomad\" service's http or tcp check reaches a port label of the \
+                 group's network (its own port, or the service's), not a port number",
+            )
+        } else if provider == ServiceProvider::Nomad && !script && address.is_some() {
+            Some(
+                "a provider \"nomad\" service with http or tcp checks has the alloc's address; \
+                 berth checks no other address",
+            )
         } else {
             None
         };
@@ -313,6 +350,23 @@ pub(super) fn check(
         if value.is_none() && fields.attr(required).is_none() {
             fields.problem(problems, required, block.at, "is required".into());
         }
+        // Nomad's floor: a check more often than each second is a load, not a check.
+        if value.is_some_and(|v| v < MIN_CHECK_PERIOD) {
+            fields.problem_with(
+                problems,
+                required,
+                format!("must be at least {MIN_CHECK_PERIOD:?}"),
+            );
+        }
+    }
+    if let Some(path) = &path
+        && (!path.starts_with('/') || path.contains(['@', ' ', '#', '\\']))
+    {
+        fields.problem_with(
+            problems,
+            "path",
+            format!("path {path:?} must be an absolute URL path (\"/health\"), with no @"),
+        );
     }
     scheduler_level(
         &mut fields,

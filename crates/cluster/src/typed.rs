@@ -22,7 +22,9 @@ use berth_jobspec::{Job, JobspecError};
 /// 3: a group's `dns` and `hostname`, a service's and a check's `address_mode`.
 /// 4: a template's change mode, splay, wait, delimiters, owner ids,
 /// `error_on_missing_key` and `once`.
-pub const JOB_SCHEMA: u32 = 4;
+/// 5: a task's `artifacts`, `identities` and `max_run_duration`; a check's
+/// `check_restart`, `task` and the `script` kind.
+pub const JOB_SCHEMA: u32 = 5;
 
 /// A job stored typed, with the schema it was written in. The job is kept as JSON in
 /// the record, so a record whose typed job this agent cannot read is still read as a

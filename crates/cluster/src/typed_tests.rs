@@ -88,6 +88,7 @@ fn the_stored_shape_is_the_one_of_job_schema() {
         (2, "c22ad45232853cd4"),
         (3, "4d48172534b0b2fe"),
         (4, "bf37173bc8145f26"),
+        (5, "4f868eb34196d60e"),
     ];
     let recorded = SHAPES.iter().find(|(schema, _)| *schema == JOB_SCHEMA);
     assert_eq!(

@@ -11,8 +11,9 @@
 //! The cases: a static port another job holds, resources exhausted, infeasible
 //! constraints and volumes, `job plan` of a new and of a changed job, purge then
 //! resubmit, a system job, a failed alloc rescheduled, a periodic launch missed
-//! while every agent was down, made once they are back, and a template's change script
-//! run inside its task when a service joins the catalog.
+//! while every agent was down, made once they are back, a template's change script
+//! run inside its task when a service joins the catalog, and a task that brings an
+//! artifact, gets an identity and is restarted once by its failing script check.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -29,8 +30,66 @@ struct Plane {
 }
 
 fn agent(name: &str, datacenter: &str, cluster: &str) -> AgentProcess {
-    let config = format!("name = \"{name}\"\ndatacenter = \"{datacenter}\"\n{cluster}");
+    // The artifact case's server is on loopback, which agents deny by default.
+    let config = format!(
+        "name = \"{name}\"\ndatacenter = \"{datacenter}\"\n{cluster}\
+         artifact {{\n  denied_networks = []\n}}\n"
+    );
     AgentProcess::production(move |_, _| config)
+}
+
+/// A task that brings its artifact, gets its identity, and is restarted once by its
+/// script check: the check fails until the task's second start makes it pass.
+fn equipped(artifact_url: &str, sum: &str) -> String {
+    format!(
+        r#"job "equipped" {{
+  datacenters = ["scenario"]
+  group "g" {{
+    restart {{
+      attempts = 2
+      delay    = "0s"
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "exec"
+      artifact {{
+        source = "{artifact_url}"
+        options {{
+          checksum = "sha256:{sum}"
+        }}
+      }}
+      identity {{
+        env = true
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "if [ -f local/once ]; then touch local/ready; fi; touch local/once; exec sleep 300"]
+      }}
+      service {{
+        name     = "equipped"
+        provider = "nomad"
+        check {{
+          name     = "ready"
+          type     = "script"
+          command  = "/bin/sh"
+          args     = ["-c", "test -n \"$NOMAD_TOKEN\" && test -f /local/hello.txt && test -f /local/ready"]
+          interval = "1s"
+          timeout  = "2s"
+          check_restart {{
+            limit = 1
+            grace = "2s"
+          }}
+        }}
+      }}
+      resources {{
+        cpu    = 20
+        memory = 32
+      }}
+    }}
+  }}
+}}
+"#
+    )
 }
 
 /// An alloc's status as the planes are compared on: a `running` alloc whose tasks have
@@ -548,6 +607,47 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
         })
         .await;
     seen.insert("template change script", json!(events));
+    // An artifact, an identity and a script check that restarts its task once: the same
+    // hooks on both planes, and the cluster's keyring (a lone agent's one-node one).
+    let server = berth_testkit::file_server::FileServer::start();
+    let text = b"hello from the artifact\n";
+    let sum: String = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(text)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let url = server.serve(
+        "/hello.txt",
+        vec![berth_testkit::file_server::Answer::body(&text[..])],
+    );
+    plane.submit("equipped", &equipped(&url, &sum)).await;
+    let kept = ["Downloading Artifacts", "Restart Signaled", "Started"];
+    let events = plane
+        .until(
+            "the check restarts the task once, and it runs again",
+            || async {
+                let events = task_events(plane, "equipped").await;
+                let started = events.iter().filter(|e| e.starts_with("Started")).count();
+                (started == 2).then_some(events)
+            },
+        )
+        .await;
+    let kept: Vec<&String> = events
+        .iter()
+        .filter(|e| kept.iter().any(|k| e.starts_with(k)))
+        .collect();
+    let jwks = plane.get("/.well-known/jwks.json").await;
+    seen.insert(
+        "artifact, identity and check",
+        json!({
+            "events": kept,
+            "jwks": jwks["keys"].as_array().map(|keys| {
+                keys.iter().map(|k| json!([k["kty"], k["crv"], k["alg"]])).collect::<Vec<_>>()
+            }),
+        }),
+    );
     seen
 }
 
@@ -683,5 +783,17 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
             .unwrap()
             .len(),
         1
+    );
+    assert_eq!(
+        seen("artifact, identity and check", &[]),
+        json!({
+            "events": [
+                "Downloading Artifacts: Client is downloading artifacts",
+                "Started: Task started by client",
+                "Restart Signaled: healthcheck: check \"ready\" unhealthy",
+                "Started: Task started by client",
+            ],
+            "jwks": [["OKP", "Ed25519", "EdDSA"]],
+        })
     );
 }

@@ -126,6 +126,14 @@ async fn a_failing_script_check_restarts_its_task_and_every_check_shows_its_resu
     // Healthy since: no second restart.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(agent.alloc(&alloc).await.tasks["t"].restarts, 1);
+    // `service list` shows how the checks stand.
+    let (code, stdout, stderr) = agent.cli(&["service", "list"]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains(" passing "), "{stdout}");
     let (code, _, stderr) = agent.cli(&["job", "stop", "checked"]);
     assert_eq!(code, 0, "{stderr}");
 }

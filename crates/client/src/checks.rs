@@ -70,6 +70,31 @@ impl CheckResults {
         self.0.lock().unwrap().remove(alloc);
     }
 
+    /// How the checks of service `service` of `alloc` (of `task`, or its group's) stand:
+    /// "passing", or the first that is not ("warning: x", "critical: x"); `None` when
+    /// berth runs none for it.
+    pub fn summary(&self, alloc: &str, service: &str, task: Option<&str>) -> Option<String> {
+        let all = self.0.lock().unwrap();
+        let results: Vec<&CheckResult> = all
+            .get(alloc)?
+            .values()
+            .filter(|r| r.service == service && task.is_none_or(|t| r.task == t))
+            .collect();
+        if results.is_empty() {
+            return None;
+        }
+        let worst = results.iter().max_by_key(|r| match r.outcome.health {
+            Health::Passing => 0,
+            Health::Warning => 1,
+            Health::Critical => 2,
+        })?;
+        Some(match worst.outcome.health {
+            Health::Passing => "passing".into(),
+            Health::Warning => format!("warning: {}", worst.check),
+            Health::Critical => format!("critical: {}", worst.check),
+        })
+    }
+
     /// Forgets a task's results (it stopped; a restart runs its checks anew).
     pub fn forget_task(&self, alloc: &str, task: &str) {
         let mut all = self.0.lock().unwrap();

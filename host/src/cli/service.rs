@@ -37,23 +37,26 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
         return Ok(ExitCode::SUCCESS);
     }
     print_line!(
-        "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} Tags",
+        "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} {:<20} Tags",
         "Name",
         "Provider",
         "State",
         "Address",
         "Alloc",
-        "Task"
+        "Task",
+        "Checks"
     );
     for service in &status.services {
         print_line!(
-            "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} {}",
+            "{:<20} {:<8} {:<10} {:<22} {:<10} {:<12} {:<20} {}",
             super::output::one_line(&service.name),
             service.provider,
             service.state,
             format!("{}:{}", service.address, service.port),
             service.alloc.get(..8).unwrap_or(&service.alloc),
             service.task.as_deref().unwrap_or("(group)"),
+            // Berth's own checks; a Consul service's are Consul's to show.
+            super::output::one_line(service.checks.as_deref().unwrap_or("-")),
             super::output::one_line(&service.tags.join(","))
         );
     }

@@ -138,6 +138,10 @@ pub struct ServiceView {
     /// "registered"; "pending" while Consul does not hold it as berth wants; "local"
     /// for berth's own list.
     pub state: String,
+    /// The checks berth runs for it (a provider "nomad" service's): "passing", or the
+    /// first failing one, "critical: ready"; `None` when berth runs none.
+    #[serde(default)]
+    pub checks: Option<String>,
 }
 
 /// What `GET /v1/services` answers.
@@ -472,6 +476,11 @@ impl ServiceClient {
                         (_, false) => "pending",
                     }
                     .into(),
+                    checks: self.checks.summary(
+                        &d.owner.alloc,
+                        &d.registration.name,
+                        d.owner.task.as_deref(),
+                    ),
                 })
                 .collect(),
             failures: registry.failures,

@@ -208,8 +208,10 @@ impl ArtifactProblem {
 }
 
 impl Artifact {
-    /// The plan, with `names` applied to each string first (`${NOMAD_META_version}`).
+    /// The plan, with `names` applied to each string first (`${NOMAD_META_version}`),
+    /// after the task's own directories are given their task-relative names.
     pub fn plan(&self, names: &dyn Fn(&str) -> String) -> Result<FetchPlan, ArtifactProblem> {
+        let names = |text: &str| names(&task_relative(text));
         let source = names(&self.source);
         let (getter, rest) = match source.split_once("::") {
             Some((getter, rest)) if !getter.contains('/') => (Some(getter), rest),
@@ -363,6 +365,14 @@ impl ArchiveKind {
     }
 }
 
+/// `${NOMAD_TASK_DIR}` and `${NOMAD_SECRETS_DIR}` as the destination is checked
+/// against (`local`, `secrets`): inside the task they are absolute paths, which no
+/// destination may be.
+pub(crate) fn task_relative(text: &str) -> String {
+    text.replace("${NOMAD_TASK_DIR}", "local")
+        .replace("${NOMAD_SECRETS_DIR}", "secrets")
+}
+
 fn archive_of(file: &str) -> Option<ArchiveKind> {
     let lower = file.to_ascii_lowercase();
     EXTENSIONS
@@ -478,7 +488,7 @@ mod tests {
     }
 
     fn plan(a: &Artifact) -> Result<FetchPlan, ArtifactProblem> {
-        a.plan(&|s: &str| s.replace("${NOMAD_TASK_DIR}", "local"))
+        a.plan(&|s: &str| s.to_string())
     }
 
     #[test]

@@ -49,13 +49,7 @@ impl TaskHook for ArtifactHook {
             // `chown = true` gives the files to the task's user.
             let user = ctx.task_user().map_err(|e| self.fail(e))?;
             let lookup = runtime_names(ctx, &prepare.env);
-            // The task's own directories by the names the destination is checked against.
-            let names = |text: &str| {
-                let text = text
-                    .replace("${NOMAD_TASK_DIR}", "local")
-                    .replace("${NOMAD_SECRETS_DIR}", "secrets");
-                interpolate(&text, &lookup)
-            };
+            let names = |text: &str| interpolate(text, &lookup);
             for artifact in artifacts {
                 let failed = |message: String| {
                     ctx.report(EventKind::ArtifactDownloadFailed, message.clone());

@@ -46,13 +46,9 @@ pub(super) fn artifact(
         chown,
         at: block.at,
     };
-    // The task's directories by their task-relative names; any other name is known only
-    // when the task starts.
-    let dirs = |s: &str| {
-        s.replace("${NOMAD_TASK_DIR}", "local")
-            .replace("${NOMAD_SECRETS_DIR}", "secrets")
-    };
-    let unknown_names = |s: &str| dirs(s).contains("${");
+    // The task's directories have their task-relative names; any other name is known
+    // only when the task starts.
+    let unknown_names = |s: &str| crate::artifact::task_relative(s).contains("${");
     let later = unknown_names(&artifact.source)
         || unknown_names(&artifact.destination)
         || artifact
@@ -74,7 +70,7 @@ pub(super) fn artifact(
         }
         blank.plan(&|s: &str| s.to_string()).map(|_| ())
     } else {
-        artifact.plan(&dirs).map(|_| ())
+        artifact.plan(&|s: &str| s.to_string()).map(|_| ())
     };
     if let Err(problem) = checked {
         fields.problem_with(problems, problem.field(), problem.to_string());

@@ -663,7 +663,18 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
         !task_saw.contains(&format!("mnt={}", agents_mnt.display())),
         "{task_saw}"
     );
-    let status = agent.alloc(&reloader).await;
+    // The script's file is written before the script ends; its event follows its end.
+    let script_event = "Template successfully ran script /local/reload.sh with arguments: [\\\"--graceful\\\"]. Exit code: 0";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let status = agent.alloc(&reloader).await;
+        let events = format!("{:#?}", status.tasks["reloaded"].events);
+        if events.contains(script_event) {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{events}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let at = |text: &str| {
         status.tasks["reloaded"]
             .events
@@ -677,14 +688,6 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
             ran - rendered
         );
     }
-    let events = |task: &str| format!("{:#?}", status.tasks[task].events);
-    assert!(
-        events("reloaded").contains(
-            "Template successfully ran script /local/reload.sh with arguments: [\\\"--graceful\\\"]. Exit code: 0"
-        ),
-        "{}",
-        events("reloaded")
-    );
     // The slow script was killed at its timeout; its task runs on.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -9,6 +9,7 @@ mod support;
 mod agent;
 mod agent_limits;
 mod alloc_actions;
+mod alloc_exec;
 mod artifacts;
 mod bridge_network;
 mod checks;

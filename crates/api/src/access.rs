@@ -189,16 +189,26 @@ impl AccessPolicy {
         else {
             return Err((StatusCode::FORBIDDEN, "the token is not valid".into()));
         };
-        if token.scope == TokenScope::Read
-            && crate::routes::scope_of(method, matched) == Scope::Submit
-        {
+        let needed = crate::routes::scope_of(method, matched);
+        let allowed = match needed {
+            Scope::Public | Scope::Read => true,
+            Scope::Submit => token.scope != TokenScope::Read,
+            Scope::Exec => matches!(token.scope, TokenScope::AllocExec | TokenScope::Plugin),
+        };
+        if !allowed {
+            let has = match token.scope {
+                TokenScope::Read => "read",
+                TokenScope::Submit => "submit",
+                TokenScope::AllocExec => "alloc-exec",
+                TokenScope::Plugin => "plugin",
+            };
             return Err((
                 StatusCode::FORBIDDEN,
                 format!(
-                    "token {:?} has scope \"read\"; {method} {} needs a token of scope \
-                     \"submit\"",
+                    "token {:?} has scope {has:?}; {method} {} needs a token of scope {:?}",
                     token.name,
-                    matched.unwrap_or("this path")
+                    matched.unwrap_or("this path"),
+                    needed.as_str(),
                 ),
             ));
         }
@@ -426,6 +436,7 @@ mod tests {
                 token("ci", "submit-secret-0123456789", TokenScope::Submit),
                 token("viewer", "read-secret-0123456789", TokenScope::Read),
                 token("csi", "plugin-secret-0123456789", TokenScope::Plugin),
+                token("ops", "exec-secret-0123456789", TokenScope::AllocExec),
             ],
             false,
         );
@@ -499,6 +510,26 @@ mod tests {
         assert_eq!(
             code_at(Method::POST, None, &read_token),
             Err(StatusCode::FORBIDDEN)
+        );
+        // alloc exec needs a token of scope alloc-exec (or plugin), whatever its method.
+        let exec = Some("/v1/client/allocation/{id}/exec");
+        for (secret, allowed) in [
+            ("read-secret-0123456789", false),
+            ("submit-secret-0123456789", false),
+            ("exec-secret-0123456789", true),
+            ("plugin-secret-0123456789", true),
+        ] {
+            let presented = [("x-berth-token", secret)];
+            let answer = code_at(Method::GET, exec, &presented);
+            assert_eq!(answer.is_ok(), allowed, "{secret}: {answer:?}");
+        }
+        assert_eq!(
+            code_at(
+                Method::POST,
+                Some("/v1/jobs"),
+                &[("x-berth-token", "exec-secret-0123456789")]
+            ),
+            token("ops")
         );
         // A client that always sends its read token reads the JWKS too.
         assert_eq!(

@@ -200,18 +200,7 @@ impl Client {
             return Ok(response);
         }
         let body = self.collect(response).await?;
-        let error = serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| {
-            let text = String::from_utf8_lossy(&body).trim().to_string();
-            ApiError {
-                error: if text.is_empty() {
-                    status.to_string()
-                } else {
-                    text
-                },
-                problems: Vec::new(),
-            }
-        });
-        Err(ClientError::Api(error, status))
+        Err(api_error(status, &body))
     }
 
     async fn send<B: Serialize>(
@@ -270,6 +259,77 @@ impl Client {
             .send_request(request)
             .await
             .map_err(|e| unreachable(root_cause(&e)))
+    }
+}
+
+/// An error answer's body: berth's own JSON error, or the plain text of Nomad's API.
+fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+    let error = serde_json::from_slice::<ApiError>(body).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(body).trim().to_string();
+        ApiError {
+            error: if text.is_empty() {
+                status.to_string()
+            } else {
+                text
+            },
+            problems: Vec::new(),
+        }
+    });
+    ClientError::Api(error, status)
+}
+
+/// A stream to the agent, whichever its endpoint.
+pub trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for T {}
+
+pub use tokio_tungstenite::tungstenite::Message as WebSocketMessage;
+
+/// A websocket to the agent (`alloc exec`).
+pub type WebSocket = tokio_tungstenite::WebSocketStream<Box<dyn Connection>>;
+
+impl Client {
+    /// Opens a websocket at `path` (with the query). A refusal before the upgrade is the
+    /// agent's error, as for any request.
+    pub async fn websocket(&self, path: &str) -> Result<WebSocket, ClientError> {
+        use tokio_tungstenite::tungstenite;
+        use tungstenite::client::IntoClientRequest as _;
+        let unreachable = |reason: String| ClientError::Unreachable {
+            address: self.address.clone(),
+            reason,
+            hint: "is the agent running, and is the address right?",
+        };
+        let (stream, host): (Box<dyn Connection>, &str) = match &self.endpoint {
+            Endpoint::Unix(socket) => {
+                let stream = tokio::net::UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                (Box::new(stream), "localhost")
+            }
+            Endpoint::Tcp(authority) => {
+                let stream = tokio::net::TcpStream::connect(authority)
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                (Box::new(stream), authority.as_str())
+            }
+        };
+        let mut request = format!("ws://{host}{path}")
+            .into_client_request()
+            .map_err(|e| self.garbled(e.to_string()))?;
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| self.garbled("the token is not a header value".into()))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        match tokio_tungstenite::client_async(request, stream).await {
+            Ok((socket, _)) => Ok(socket),
+            Err(tungstenite::Error::Http(response)) => {
+                let status = response.status();
+                let body = response.into_body().unwrap_or_default();
+                Err(api_error(status, &body))
+            }
+            Err(error) => Err(unreachable(error.to_string())),
+        }
     }
 }
 

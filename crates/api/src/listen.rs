@@ -304,7 +304,9 @@ pub async fn serve(
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
-                .serve_connection(io, service);
+                .serve_connection(io, service)
+                // `alloc exec`'s websocket takes the connection over.
+                .with_upgrades();
             match &gate {
                 None => {
                     let _ = connection.await;

@@ -30,16 +30,21 @@ pub enum Scope {
     Public,
     /// Any token: the route reads and changes nothing.
     Read,
-    /// A token of scope `submit` (or `plugin`): the route changes something.
+    /// A token of scope `submit` (or `alloc-exec`, or `plugin`): the route changes
+    /// something.
     Submit,
+    /// A token of scope `alloc-exec` (or `plugin`): the route runs commands inside
+    /// allocs (Nomad's `alloc-exec` capability).
+    Exec,
 }
 
 impl Scope {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scope::Public => "none",
             Scope::Read => "read",
             Scope::Submit => "submit",
+            Scope::Exec => "alloc-exec",
         }
     }
 }
@@ -94,7 +99,7 @@ where
 /// Every route the API serves.
 pub fn table() -> Vec<Route> {
     use crate::nomad as n;
-    use Scope::{Public, Read, Submit};
+    use Scope::{Exec, Public, Read, Submit};
     vec![
         // Jobs.
         route(
@@ -242,6 +247,13 @@ pub fn table() -> Vec<Route> {
             Submit,
             "signal an alloc's tasks (`Signal`, `Task`)",
             alloc_actions::signal,
+        ),
+        route(
+            GET,
+            "/v1/client/allocation/{id}/exec",
+            Exec,
+            "a websocket: a command run inside an alloc's task (`task`, `command`, `tty`)",
+            n::alloc_exec::exec,
         ),
         route(
             GET,

@@ -16,6 +16,7 @@ pub mod agent;
 pub mod allocs;
 pub mod csi;
 pub mod evals;
+pub mod exec;
 pub mod jobs;
 pub mod nodes;
 pub mod services;

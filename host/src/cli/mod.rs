@@ -1,5 +1,6 @@
 //! The `berth` command line, in Nomad's shape.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -8,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod alloc;
 mod driver;
+mod exec;
 mod hook;
 mod job;
 mod node;
@@ -338,6 +340,24 @@ enum AllocCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Run a command inside a running task of the alloc, in its confinement (its user,
+    /// namespaces, root, cgroup and seccomp filter), as Nomad's alloc exec. Needs a
+    /// token of scope alloc-exec that owns the job, or the operator.
+    Exec {
+        /// The task; may be left out when the alloc has one.
+        #[arg(long)]
+        task: Option<String>,
+        /// Pass stdin to the command (-i=false: do not).
+        #[arg(short = 'i', num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+        stdin: Option<bool>,
+        /// Run the command on a terminal (the default when stdin is one; -t=false: not).
+        #[arg(short = 't', num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+        tty: Option<bool>,
+        id: String,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
     /// List a directory of the alloc, or print a file of it (PATH relative to the
     /// alloc's directory, its root by default); -stat shows what the path is.
     Fs {
@@ -369,6 +389,55 @@ enum DriverCommand {
     },
 }
 
+/// Nomad spells its flags with one dash (`nomad agent -dev`); that spelling is taken
+/// too. Not in the command `alloc exec` runs: what follows its alloc id is the
+/// command's own.
+fn nomad_spellings(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    const ONE_DASH: &[&str] = &[
+        "-dev",
+        "-var",
+        "-var-file",
+        "-detach",
+        "-stderr",
+        "-meta",
+        "-plugin",
+        "-force",
+        "-all-tasks",
+        "-task",
+    ];
+    let mut spelled = Vec::new();
+    // Where `alloc exec` stands: its words so far, and whether the next is a value.
+    let mut in_exec = false;
+    let mut value_next = false;
+    let mut command_started = false;
+    for arg in args {
+        if command_started {
+            spelled.push(arg);
+            continue;
+        }
+        let was_value = std::mem::take(&mut value_next);
+        if in_exec && !was_value {
+            let flag = arg.to_str().is_some_and(|a| a.starts_with('-'));
+            value_next = arg == "-task" || arg == "--task";
+            if !flag {
+                // The alloc id: what comes after it is the command.
+                command_started = true;
+            }
+        }
+        if !in_exec && arg == "exec" && spelled.last().is_some_and(|last| last == "alloc") {
+            in_exec = true;
+        }
+        if ONE_DASH.iter().any(|f| arg == *f) {
+            let mut long = OsString::from("-");
+            long.push(&arg);
+            spelled.push(long);
+        } else {
+            spelled.push(arg);
+        }
+    }
+    spelled
+}
+
 pub fn main() -> ExitCode {
     output::start_log(
         tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| {
@@ -378,30 +447,7 @@ pub fn main() -> ExitCode {
             if agent { "info" } else { "warn" }.into()
         }),
     );
-    // Nomad spells its flags with one dash (`nomad agent -dev`); accept that spelling.
-    let args = std::env::args_os().map(|arg| {
-        if [
-            "-dev",
-            "-var",
-            "-var-file",
-            "-detach",
-            "-stderr",
-            "-meta",
-            "-plugin",
-            "-force",
-            "-all-tasks",
-        ]
-        .iter()
-        .any(|f| arg == *f)
-        {
-            let mut long = std::ffi::OsString::from("-");
-            long.push(&arg);
-            long
-        } else {
-            arg
-        }
-    });
-    let cli = Cli::parse_from(args);
+    let cli = Cli::parse_from(nomad_spellings(std::env::args_os()));
     if !matches!(cli.command, Command::Agent { .. } | Command::Run { .. }) {
         // A client command whose reader goes away (`berth job status | head -1`) ends
         // quietly, as Unix tools do, instead of panicking on the broken pipe. The agent
@@ -611,6 +657,25 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
         Command::Alloc {
             command: AllocCommand::Fs { id, path, stat },
         } => alloc::fs(&client, id, path.as_deref(), *stat).await,
+        Command::Alloc {
+            command:
+                AllocCommand::Exec {
+                    task,
+                    stdin,
+                    tty,
+                    id,
+                    command,
+                },
+        } => {
+            let args = exec::ExecArgs {
+                id,
+                task: task.as_deref(),
+                stdin: stdin.unwrap_or(true),
+                tty: *tty,
+                command,
+            };
+            exec::exec(&client, args).await
+        }
         Command::Volume { command } => match command {
             VolumeCommand::Register { spec } => volume::register(&client, spec, false).await,
             VolumeCommand::Create { spec } => volume::register(&client, spec, true).await,
@@ -751,5 +816,54 @@ mod tests {
         rustix::fs::chown(&socket, Some(rustix::process::geteuid()), None).unwrap();
         rustix::fs::chown(&dir, other, None).unwrap();
         assert!(!trusted_socket(&socket), "in another user's directory");
+    }
+
+    /// Nomad's one-dash flags are read as such, but not inside the command `alloc exec`
+    /// runs, which is the command's own.
+    #[test]
+    fn one_dash_flags_stop_at_the_command_alloc_exec_runs() {
+        let spell = |line: &str| {
+            let args = line.split(' ').map(OsString::from);
+            nomad_spellings(args)
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            spell("berth job stop -detach web"),
+            "berth job stop --detach web"
+        );
+        assert_eq!(
+            spell("berth alloc exec -task web -i=false 1234 rm -force -task x"),
+            "berth alloc exec --task web -i=false 1234 rm -force -task x"
+        );
+        assert_eq!(
+            spell("berth alloc exec 1234 sh -detach"),
+            "berth alloc exec 1234 sh -detach"
+        );
+        let cli = Cli::try_parse_from(nomad_spellings(
+            "berth alloc exec -task web -t=false 12 ls -la"
+                .split(' ')
+                .map(OsString::from),
+        ))
+        .unwrap();
+        let Command::Alloc {
+            command:
+                AllocCommand::Exec {
+                    task,
+                    stdin,
+                    tty,
+                    id,
+                    command,
+                },
+        } = cli.command
+        else {
+            panic!("not alloc exec");
+        };
+        assert_eq!(task.as_deref(), Some("web"));
+        assert_eq!((stdin, tty), (None, Some(false)));
+        assert_eq!(id, "12");
+        assert_eq!(command, ["ls", "-la"]);
     }
 }

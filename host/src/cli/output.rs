@@ -164,6 +164,31 @@ pub(super) fn write_task_output(bytes: &[u8]) -> std::io::Result<()> {
     out.flush()
 }
 
+/// `berth alloc exec`: a command's output. A terminal session's goes as it is (its
+/// escapes drive the user's terminal, as over ssh); without one, as [`write_task_output`]
+/// writes a task's, and stderr's to stderr.
+pub(super) fn write_session_output(
+    bytes: &[u8],
+    to_stderr: bool,
+    terminal: bool,
+) -> std::io::Result<()> {
+    if to_stderr {
+        let mut err = std::io::stderr().lock();
+        if !terminal && std::io::IsTerminal::is_terminal(&err) {
+            write!(err, "{}", text(&String::from_utf8_lossy(bytes)))?;
+        } else {
+            err.write_all(bytes)?;
+        }
+        return err.flush();
+    }
+    if !terminal {
+        return write_task_output(bytes);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
+}
+
 /// An error at the CLI's edge: `Error: ` and its chain joined by `: ` (as anyhow's
 /// `{:#}`), each part escaped to one line, except the line breaks of a problem list
 /// (a jobspec's or the agent config's), whose problems are escaped one by one.

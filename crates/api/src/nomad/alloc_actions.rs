@@ -106,7 +106,7 @@ pub(super) fn runner(
     Ok(runner)
 }
 
-fn action_error(error: ActionError) -> NomadError {
+pub(super) fn action_error(error: ActionError) -> NomadError {
     let status = match &error {
         ActionError::NoSuchTask { .. } => StatusCode::NOT_FOUND,
         ActionError::NothingRunning { .. } | ActionError::Task(ControlError::NotRunning { .. }) => {

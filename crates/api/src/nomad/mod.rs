@@ -24,6 +24,7 @@
 //! the tests and tools written against them.
 
 pub mod alloc_actions;
+pub mod alloc_exec;
 pub mod alloc_fs;
 pub mod checks;
 pub(crate) mod cluster;

@@ -101,6 +101,8 @@ pub enum JobAction {
     StopAlloc,
     RestartAlloc,
     SignalAlloc,
+    /// Run a command inside an alloc's task (`alloc exec`).
+    ExecAlloc,
 }
 
 impl fmt::Display for JobAction {
@@ -114,6 +116,7 @@ impl fmt::Display for JobAction {
             JobAction::StopAlloc => "stop an alloc of",
             JobAction::RestartAlloc => "restart an alloc of",
             JobAction::SignalAlloc => "signal an alloc of",
+            JobAction::ExecAlloc => "run commands inside an alloc of",
         })
     }
 }

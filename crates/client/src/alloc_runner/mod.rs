@@ -760,6 +760,21 @@ impl AllocRunner {
         Self::all_done(signals).await
     }
 
+    /// Starts an interactive command inside running task `task` (Nomad's `alloc
+    /// exec`), in its confinement; answers once the command executes, with its streams.
+    pub async fn start_session(
+        &self,
+        task: &str,
+        command: crate::task_runner::SessionCommand,
+    ) -> Result<berth_sys::process::session::Session, ActionError> {
+        let running = self.running_tasks(Some(task))?;
+        let Some(control) = running.into_iter().next() else {
+            let task = task.to_string();
+            return Err(ControlError::NotRunning { task }.into());
+        };
+        Ok(control.start_session(command).await?)
+    }
+
     /// What each running task's cgroup counts as used now (Nomad's alloc stats).
     /// Blocking: small cgroupfs reads.
     pub fn task_usage(&self) -> BTreeMap<String, berth_model::usage::CgroupUsage> {

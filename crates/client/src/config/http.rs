@@ -79,10 +79,16 @@ pub(super) fn http_config(block: &BlockNode, problems: &mut Vec<Problem>) -> Htt
             &[
                 ("read", TokenScope::Read),
                 ("submit", TokenScope::Submit),
+                ("alloc-exec", TokenScope::AllocExec),
                 ("plugin", TokenScope::Plugin),
             ],
             problems,
-            |other| format!("unknown scope {other:?} (use \"read\", \"submit\" or \"plugin\")"),
+            |other| {
+                format!(
+                    "unknown scope {other:?} (use \"read\", \"submit\", \"alloc-exec\" or \
+                     \"plugin\")"
+                )
+            },
         );
         token_fields.finish(problems);
         if let (Some(secret), Some(scope), true) = (secret, scope, long_enough) {

@@ -121,8 +121,9 @@
 //!   token_file   = "/var/lib/berth/api-token"  # created 0600 at first start (submit scope)
 //!   token "ci-reader" {
 //!     secret = "at least 16 characters"
-//!     scope  = "read"                  # or "submit", or "plugin" (submit, and jobs
-//!                                      # that run CSI plugins)
+//!     scope  = "read"                  # or "submit"; "alloc-exec" (submit, and
+//!                                      # alloc exec into its own jobs' allocs); "plugin"
+//!                                      # (all that, and jobs that run CSI plugins)
 //!   }
 //! }
 //! ```
@@ -393,12 +394,16 @@ impl std::fmt::Debug for ApiToken {
 }
 
 /// What a token allows: `read` (the routes that only read, GET; `berth-api`'s route
-/// table gives each route's scope), `submit` (everything but plugin jobs) or `plugin`
-/// (everything).
+/// table gives each route's scope), `submit` (everything but `alloc exec` and plugin
+/// jobs), `alloc-exec` (submit, and commands run inside the allocs of the jobs it owns)
+/// or `plugin` (everything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenScope {
     Read,
     Submit,
+    /// Submit, and `alloc exec` into the allocs of its own jobs (Nomad's `alloc-exec`
+    /// capability).
+    AllocExec,
     /// Submit, and jobs that run CSI plugins (Nomad's `csi-register-plugin`
     /// capability): a plugin task sees every volume it serves, and one the operator grants
     /// mounting mounts on the node.

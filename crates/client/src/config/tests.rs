@@ -458,3 +458,31 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn token_scopes_are_read_by_name_and_an_unknown_one_is_named() {
+    let config = |scope: &str| {
+        AgentConfig::parse(
+            "agent.hcl",
+            &format!(
+                "http {{\n  address = \"127.0.0.1:4646\"\n  token \"t\" {{\n    secret = \"t-secret-0123456789\"\n    scope = \"{scope}\"\n  }}\n}}\n"
+            ),
+        )
+    };
+    for (name, scope) in [
+        ("read", TokenScope::Read),
+        ("submit", TokenScope::Submit),
+        ("alloc-exec", TokenScope::AllocExec),
+        ("plugin", TokenScope::Plugin),
+    ] {
+        let parsed = config(name).unwrap();
+        assert_eq!(parsed.http.tokens[0].scope, scope, "{name}");
+    }
+    let refused = config("exec").unwrap_err().to_string();
+    assert!(
+        refused.contains(
+            "unknown scope \"exec\" (use \"read\", \"submit\", \"alloc-exec\" or \"plugin\")"
+        ),
+        "{refused}"
+    );
+}

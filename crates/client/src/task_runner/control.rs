@@ -1,12 +1,30 @@
-//! What a user asks of a running task through its alloc runner (Nomad's alloc restart and
-//! signal): a request travels to the task runner, which alone holds the task's driver
-//! handle, and the answer comes back once the runner has acted.
+//! What a user asks of a running task through its alloc runner (Nomad's alloc restart,
+//! signal and exec): a request travels to the task runner, which alone holds the task's
+//! driver handle, and the answer comes back once the runner has acted.
+//!
+//! A command run inside the task (a script, or an `alloc exec` session) gets the
+//! environment and user the task's run started with, its cgroup, and the driver's
+//! confinement; it runs on a tokio task of its own, so the runner goes on waiting on
+//! (and stopping) the task meanwhile.
 //!
 //! A user restart is not a failure: the runner kills the run and starts the task again
 //! at once, and the restart policy's `attempts` do not count it (as in Nomad, where the
 //! restart tracker treats a signaled restart apart from a failed exit).
 
+use berth_model::driver::TaskHandle;
+use berth_sys::process::enter::EnterSpec;
+use berth_sys::process::session::{Session, WindowSize};
 use tokio::sync::{mpsc, oneshot};
+
+use super::{TaskRunner, run_context};
+
+/// The most output of a command run inside a task that is kept (Consul keeps 4 KiB of a
+/// check's output).
+const EXEC_OUTPUT_LIMIT: usize = 4096;
+
+/// How long an interactive session's command has to start inside the task (the task's
+/// processes can stop it on its way in).
+const SESSION_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why a request to a task could not be carried out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,6 +42,14 @@ pub enum ControlError {
 pub struct TaskCommand {
     pub argv: Vec<String>,
     pub timeout: std::time::Duration,
+}
+
+/// An interactive command to start inside a running task (`alloc exec`).
+#[derive(Debug, Clone)]
+pub struct SessionCommand {
+    pub argv: Vec<String>,
+    /// A terminal of this size (`-t`), or pipes.
+    pub terminal: Option<WindowSize>,
 }
 
 /// How a command inside a task ended.
@@ -51,6 +77,11 @@ pub(super) enum TaskRequest {
     Exec {
         command: TaskCommand,
         done: oneshot::Sender<Result<Ran, ControlError>>,
+    },
+    /// Start an interactive command inside the running task.
+    Session {
+        command: SessionCommand,
+        done: oneshot::Sender<Result<Session, ControlError>>,
     },
 }
 
@@ -102,6 +133,13 @@ impl TaskControl {
         self.ask(|done| TaskRequest::Exec { command, done }).await
     }
 
+    /// Starts an interactive command inside the running task, as [`TaskControl::exec`]
+    /// does; answers once it executes, with its streams.
+    pub async fn start_session(&self, command: SessionCommand) -> Result<Session, ControlError> {
+        self.ask(|done| TaskRequest::Session { command, done })
+            .await
+    }
+
     async fn ask<T>(
         &self,
         request: impl FnOnce(oneshot::Sender<Result<T, ControlError>>) -> TaskRequest,
@@ -116,5 +154,102 @@ impl TaskControl {
         // A runner that ends before it got to the request drops it: the task is not
         // running any more.
         answer.await.map_err(|_| not_running())?
+    }
+}
+
+impl TaskRunner {
+    /// Runs a command inside the running task, on a task of its own; the answer goes
+    /// to `done`.
+    pub(super) fn exec(
+        &self,
+        handle: &TaskHandle,
+        command: TaskCommand,
+        done: oneshot::Sender<Result<Ran, ControlError>>,
+    ) {
+        let spec = match self.enter_spec(command.argv, EXEC_OUTPUT_LIMIT, command.timeout) {
+            Ok(spec) => spec,
+            Err(refusal) => {
+                let _ = done.send(Err(refusal));
+                return;
+            }
+        };
+        let failed = self.exec_failed();
+        let driver = self.ctx.driver.clone();
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let ran = driver.run_in_task(&handle, &spec).await;
+            let _ = done.send(ran.map_err(|error| failed(error.to_string())));
+        });
+    }
+
+    /// Starts an interactive command inside the running task, on a task of its own;
+    /// the session goes to `done` once its command executes.
+    pub(super) fn start_session(
+        &self,
+        handle: &TaskHandle,
+        command: SessionCommand,
+        done: oneshot::Sender<Result<Session, ControlError>>,
+    ) {
+        let spec = match self.enter_spec(command.argv, 0, SESSION_START_TIMEOUT) {
+            Ok(spec) => spec,
+            Err(refusal) => {
+                let _ = done.send(Err(refusal));
+                return;
+            }
+        };
+        let failed = self.exec_failed();
+        let driver = self.ctx.driver.clone();
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let started = driver
+                .start_session_in_task(&handle, &spec, command.terminal)
+                .await;
+            // A caller gone meanwhile drops the session, which ends its command.
+            let _ = done.send(started.map_err(|error| failed(error.to_string())));
+        });
+    }
+
+    fn exec_failed(&self) -> impl Fn(String) -> ControlError + Send + 'static {
+        let task = self.ctx.task.name.clone();
+        move |message: String| ControlError::Exec {
+            task: task.clone(),
+            message,
+        }
+    }
+
+    /// What a command inside the running task gets: the environment and user its run
+    /// started with, its cgroup, its task directory (for an unconfined task).
+    fn enter_spec(
+        &self,
+        argv: Vec<String>,
+        output_limit: usize,
+        timeout: std::time::Duration,
+    ) -> Result<EnterSpec, ControlError> {
+        let run = match &self.run {
+            Some(run) => run.clone(),
+            // Started before an agent restart that lost the record: as the config says.
+            None => match self.ctx.task_user() {
+                Ok(user) => run_context::RunContext {
+                    env: Vec::new(),
+                    user,
+                },
+                Err(refusal) => return Err(self.exec_failed()(refusal.to_string())),
+            },
+        };
+        Ok(EnterSpec {
+            argv,
+            env: run.env,
+            user: run.user,
+            cgroup_procs: self
+                .cgroup
+                .as_ref()
+                .map(|cgroup| cgroup.procs_files().to_vec())
+                .unwrap_or_default(),
+            host_cwd: self.ctx.alloc_dir.task_dir(&self.ctx.task.name),
+            output_limit,
+            timeout,
+            // The driver decides (only raw_exec's unconfined tasks may be entered).
+            unconfined_allowed: false,
+        })
     }
 }

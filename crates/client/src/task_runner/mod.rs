@@ -16,7 +16,7 @@ mod checks_hook;
 mod connect_hook;
 pub use connect_hook::revoke_tokens;
 mod control;
-pub use control::{ControlError, TaskControl};
+pub use control::{ControlError, SessionCommand, TaskControl};
 mod csi_plugin_supervisor_hook;
 mod events;
 pub use events::{EventSink, TaskEvents};
@@ -88,10 +88,6 @@ pub struct TaskRunner {
     /// it (recorded: an agent restarted while it runs reads them back).
     run: Option<run_context::RunContext>,
 }
-
-/// The most output of a command run inside a task that is kept (Consul keeps 4 KiB of a
-/// check's output).
-const EXEC_OUTPUT_LIMIT: usize = 4096;
 
 /// How a task run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,57 +299,10 @@ impl TaskRunner {
             control::TaskRequest::Exec { done, .. } => {
                 let _ = done.send(Err(not_running()));
             }
+            control::TaskRequest::Session { done, .. } => {
+                let _ = done.send(Err(not_running()));
+            }
         }
-    }
-
-    /// Runs a command inside the running task, on a task of its own, so the runner goes
-    /// on waiting on the task (and stopping it) meanwhile; the answer goes to `done`.
-    fn exec(
-        &self,
-        handle: &TaskHandle,
-        command: control::TaskCommand,
-        done: tokio::sync::oneshot::Sender<Result<control::Ran, ControlError>>,
-    ) {
-        let task = self.ctx.task.name.clone();
-        let failed = move |message: String| ControlError::Exec {
-            task: task.clone(),
-            message,
-        };
-        let run = match &self.run {
-            Some(run) => run.clone(),
-            // Started before an agent restart that lost the record: as the config says.
-            None => match self.ctx.task_user() {
-                Ok(user) => run_context::RunContext {
-                    env: Vec::new(),
-                    user,
-                },
-                Err(refusal) => {
-                    let _ = done.send(Err(failed(refusal.to_string())));
-                    return;
-                }
-            },
-        };
-        let spec = berth_sys::process::enter::EnterSpec {
-            argv: command.argv,
-            env: run.env,
-            user: run.user,
-            cgroup_procs: self
-                .cgroup
-                .as_ref()
-                .map(|cgroup| cgroup.procs_files().to_vec())
-                .unwrap_or_default(),
-            host_cwd: self.ctx.alloc_dir.task_dir(&self.ctx.task.name),
-            output_limit: EXEC_OUTPUT_LIMIT,
-            timeout: command.timeout,
-            // The driver decides (only raw_exec's unconfined tasks may be entered).
-            unconfined_allowed: false,
-        };
-        let driver = self.ctx.driver.clone();
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            let ran = driver.run_in_task(&handle, &spec).await;
-            let _ = done.send(ran.map_err(|error| failed(error.to_string())));
-        });
     }
 
     /// Sends the running task a user's signal through its driver.
@@ -635,6 +584,9 @@ impl TaskRunner {
                     }
                     control::TaskRequest::Exec { command, done } => {
                         self.exec(&handle, command, done);
+                    }
+                    control::TaskRequest::Session { command, done } => {
+                        self.start_session(&handle, command, done);
                     }
                     control::TaskRequest::Kill { reason, done } => {
                         self.emit(EventKind::Killing, reason);

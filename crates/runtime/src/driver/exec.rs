@@ -1,5 +1,5 @@
-//! Running a command inside a running task (a template's change script, later script
-//! checks and `alloc exec`). A task's process is the host's own, spawned for the driver
+//! Running a command inside a running task (a template's change script, a script
+//! check, and `alloc exec`'s interactive sessions). A task's process is the host's own, spawned for the driver
 //! through `berth:host/process`, so the host enters it itself
 //! ([`berth_sys::process::enter`]); the driver only says, by declaring the `exec`
 //! capability, that its tasks may be entered.
@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use berth_model::driver::TaskHandle;
-use berth_sys::process::ProcessError;
 use berth_sys::process::enter::{EnterSpec, Ran};
+use berth_sys::process::session::{Session, WindowSize};
+use berth_sys::process::{ProcessError, ProcessRef};
 
 use super::Driver;
 use crate::host_api::process::{MAX_ARG_BYTES, MAX_ARGS};
@@ -47,6 +48,37 @@ impl Driver {
         handle: &TaskHandle,
         spec: &EnterSpec,
     ) -> Result<Ran, ExecError> {
+        let (owner, target, spec) = self.entry(handle, spec)?;
+        Ok(self
+            .runtime
+            .processes()
+            .run_inside(&owner, target, &spec)
+            .await?)
+    }
+
+    /// Starts `spec` inside the task of `handle` as an interactive session (`alloc
+    /// exec`), on a terminal of `terminal`'s size or on pipes.
+    pub async fn start_session_in_task(
+        &self,
+        handle: &TaskHandle,
+        spec: &EnterSpec,
+        terminal: Option<WindowSize>,
+    ) -> Result<Session, ExecError> {
+        let (owner, target, spec) = self.entry(handle, spec)?;
+        Ok(self
+            .runtime
+            .processes()
+            .start_session(&owner, target, &spec, terminal)
+            .await?)
+    }
+
+    /// Whether and where a command may enter the task of `handle`: the process, and
+    /// the spec as the driver allows it.
+    fn entry(
+        &self,
+        handle: &TaskHandle,
+        spec: &EnterSpec,
+    ) -> Result<(Arc<str>, ProcessRef, EnterSpec), ExecError> {
         let driver = self.name().to_string();
         if !self.capabilities().exec {
             return Err(ExecError::NotSupported { driver });
@@ -65,7 +97,7 @@ impl Driver {
             });
         }
         // Only the built-in raw_exec's tasks run unconfined whatever their job names.
-        let spec = &EnterSpec {
+        let spec = EnterSpec {
             unconfined_allowed: matches!(self.origin(), super::DriverOrigin::Builtin)
                 && driver == "raw_exec",
             ..spec.clone()
@@ -75,11 +107,6 @@ impl Driver {
             (None, [only]) => *only,
             _ => return Err(ExecError::NoProcess { driver }),
         };
-        let owner: Arc<str> = driver.as_str().into();
-        Ok(self
-            .runtime
-            .processes()
-            .run_inside(&owner, target, spec)
-            .await?)
+        Ok((driver.as_str().into(), target, spec))
     }
 }

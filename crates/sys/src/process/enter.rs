@@ -160,15 +160,76 @@ fn exited(pidfd: &OwnedFd) -> bool {
     unsafe { libc::poll(&mut poll, 1, 0) > 0 }
 }
 
+/// A keeper's plan to enter a task, ready to start.
+pub(super) struct Entering {
+    pub(super) keeper: PathBuf,
+    pub(super) plan: SpawnPlan,
+    pub(super) handed: Handed,
+    /// The program, for errors.
+    pub(super) program: String,
+    /// The multiplexer of the task's own devpts, for a terminal (a confined task's).
+    pub(super) task_ptmx: Option<OwnedFd>,
+}
+
+/// The devpts instance's magic number (`statfs(2)`).
+const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
+
+/// Opens `/dev/pts/ptmx` in the root of the task of `target`: no link followed on the
+/// way (the task's files are the task's), and it must be a devpts multiplexer (5:2 on
+/// a devpts), whatever the task put there.
+fn open_task_ptmx(target: ProcessRef) -> Result<OwnedFd, ProcessError> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let path = PathBuf::from(format!("/proc/{}/root/dev/pts/ptmx", target.pid));
+    let failed = |source: std::io::Error| ProcessError::Output {
+        source: std::io::Error::new(
+            source.kind(),
+            format!(
+                "opening the task's terminal multiplexer {}: {source}",
+                path.display()
+            ),
+        ),
+    };
+    let root = rustix::fs::open(
+        format!("/proc/{}/root", target.pid),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| failed(e.into()))?;
+    let ptmx = rustix::fs::openat2(
+        &root,
+        "dev/pts/ptmx",
+        OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| failed(e.into()))?;
+    let stat = rustix::fs::fstat(&ptmx).map_err(|e| failed(e.into()))?;
+    let on = rustix::fs::fstatfs(&ptmx).map_err(|e| failed(e.into()))?;
+    let is_char =
+        rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::CharacterDevice;
+    let rdev = stat.st_rdev;
+    if !is_char
+        || (rustix::fs::major(rdev), rustix::fs::minor(rdev)) != (5, 2)
+        || on.f_type as i64 != DEVPTS_SUPER_MAGIC
+    {
+        return Err(failed(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a devpts multiplexer",
+        )));
+    }
+    Ok(ptmx)
+}
+
 impl ProcessTable {
-    /// Runs `spec` inside the task whose process `target` driver `owner` spawned, and
-    /// waits for it (at most its timeout). Must be called within a tokio runtime.
-    pub async fn run_inside(
+    /// The plan to run `spec` inside the task whose process `target` driver `owner`
+    /// spawned; `terminal`: its stdin is a terminal it takes as its controlling one.
+    pub(super) fn entering(
         &self,
         owner: &Arc<str>,
         target: ProcessRef,
         spec: &EnterSpec,
-    ) -> Result<Ran, ProcessError> {
+        terminal: bool,
+    ) -> Result<Entering, ProcessError> {
         let keeper = self.keeper.as_ref().ok_or(ProcessError::NoKeeper)?;
         let (pidfd, exit) = self.lookup(owner, target, |t| (t.pidfd.clone(), t.exit.clone()))?;
         let Some(pidfd) = pidfd.filter(|_| exit.borrow().is_none()) else {
@@ -179,6 +240,18 @@ impl ProcessTable {
         if !confined && !spec.unconfined_allowed {
             return Err(ProcessError::UnconfinedTask);
         }
+        // A confined task's terminal comes from its own devpts, so that its name
+        // (`tty`, ttyname(3)) is one the command can find in its root.
+        let task_ptmx = match terminal && confined {
+            true => {
+                let ptmx = open_task_ptmx(target)?;
+                if exited(&pidfd) {
+                    return Err(ProcessError::Gone(target.pid));
+                }
+                Some(ptmx)
+            }
+            false => None,
+        };
         let program = spec.argv.first().cloned().unwrap_or_default();
         let (argv, env) = c_strings(&program, &spec.argv, &spec.env)?;
         let mut handed = Handed::default();
@@ -221,7 +294,35 @@ impl ProcessTable {
             mount_warden: None,
             exit_record: None,
             open_files_limit: open_files::node_limit(),
+            controlling_terminal: terminal,
         };
+        Ok(Entering {
+            keeper: keeper.clone(),
+            plan,
+            handed,
+            program,
+            task_ptmx,
+        })
+    }
+}
+
+impl ProcessTable {
+    /// Runs `spec` inside the task whose process `target` driver `owner` spawned, and
+    /// waits for it (at most its timeout). Must be called within a tokio runtime.
+    pub async fn run_inside(
+        &self,
+        owner: &Arc<str>,
+        target: ProcessRef,
+        spec: &EnterSpec,
+    ) -> Result<Ran, ProcessError> {
+        let Entering {
+            keeper,
+            plan,
+            handed,
+            program,
+            ..
+        } = self.entering(owner, target, spec, false)?;
+        let keeper = &keeper;
         let output_failed = |source| ProcessError::Output { source };
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| output_failed(e.into()))?;
@@ -236,7 +337,7 @@ impl ProcessTable {
         let deadline = tokio::time::sleep_until(deadline_at);
         tokio::pin!(deadline);
         let (pid, report) = plan
-            .start(keeper, write, stderr, handed)
+            .start(keeper, None, write, stderr, handed)
             .map_err(keeper_error)?;
         let raw_pid = pid_of(pid as u32)?;
         let keeper_pidfd = rustix::process::pidfd_open(raw_pid, PidfdFlags::NONBLOCK)
@@ -302,13 +403,13 @@ impl ProcessTable {
 }
 
 /// The keeper that became the command's shim.
-struct Shim {
-    pid: rustix::process::Pid,
-    pidfd: Option<Arc<OwnedFd>>,
+pub(super) struct Shim {
+    pub(super) pid: rustix::process::Pid,
+    pub(super) pidfd: Option<Arc<OwnedFd>>,
 }
 
 impl Shim {
-    fn signal(&self, signal: Signal) {
+    pub(super) fn signal(&self, signal: Signal) {
         match &self.pidfd {
             Some(pidfd) => {
                 let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), signal);
@@ -323,9 +424,9 @@ impl Shim {
     /// whole process group ([`super::shim::Role::Shim`]); a shim that does not end
     /// within [`SHIM_GRACE`] (stopped, say) is killed, and the command with it (its
     /// parent-death signal).
-    async fn end(
+    pub(super) async fn end(
         &self,
-        mut exited: std::pin::Pin<&mut impl std::future::Future<Output = ExitStatus>>,
+        mut exited: std::pin::Pin<&mut (impl std::future::Future<Output = ExitStatus> + ?Sized)>,
     ) -> ExitStatus {
         self.signal(Signal::TERM);
         tokio::select! {

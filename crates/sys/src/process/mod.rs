@@ -21,6 +21,7 @@ pub mod logmon;
 pub mod mount_warden;
 mod open_files;
 pub mod seccomp;
+pub mod session;
 pub mod shim;
 pub mod spawn_plan;
 pub mod users;
@@ -123,6 +124,8 @@ pub enum ProcessError {
     TaskNamespace { path: PathBuf, source: io::Error },
     #[error("reading the command's output: {source}")]
     Output { source: io::Error },
+    #[error("{program:?} did not start inside the task within {after:?}")]
+    StartTimedOut { program: String, after: Duration },
     #[error(
         "the task runs in the host's namespaces, unconfined, and berth runs commands only \
          inside confined tasks (or raw_exec's, which run any command their job names)"
@@ -262,6 +265,7 @@ impl ProcessTable {
             mount_warden,
             exit_record,
             open_files_limit: open_files::node_limit(),
+            controlling_terminal: false,
         };
         let forget_record = || {
             if let Some(path) = &pending_record {

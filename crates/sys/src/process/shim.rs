@@ -90,8 +90,13 @@ pub enum Role {
     /// otherwise the task itself. Writes the exit record to `record` (-1: none).
     /// `entering`: the child runs a command inside a running task
     /// ([`super::enter`]); it leads a new session and process group, signals go to the
-    /// whole group, and SIGTERM (the agent's timeout) kills it.
-    Shim { record: RawFd, entering: bool },
+    /// whole group, and SIGTERM (the agent's timeout) kills it. `terminal`: its stdin
+    /// is a terminal, which becomes its session's controlling terminal.
+    Shim {
+        record: RawFd,
+        entering: bool,
+        terminal: bool,
+    },
     /// pid 1: the child is the task.
     Init,
 }
@@ -162,7 +167,12 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
             return Err(error);
         }
         if child == 0 {
-            if let Role::Shim { record, entering } = role {
+            if let Role::Shim {
+                record,
+                entering,
+                terminal,
+            } = role
+            {
                 libc::close(status_pipe[0]);
                 if record >= 0 {
                     libc::close(record);
@@ -172,13 +182,19 @@ pub unsafe fn fork(role: Role) -> io::Result<()> {
                 if entering && libc::setsid() < 0 {
                     return Err(io::Error::last_os_error());
                 }
+                // Job control and ^C reach the command through the terminal it leads.
+                if terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             die_with_parent()?;
             libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
             return Ok(());
         }
         let (status_from, status_to, record) = match role {
-            Role::Shim { record, entering } => {
+            Role::Shim {
+                record, entering, ..
+            } => {
                 libc::close(status_pipe[1]);
                 ENTERING.store(entering, Ordering::Relaxed);
                 (status_pipe[0], -1, record)

@@ -65,9 +65,9 @@ struct Build {
 
 impl Build {
     fn this() -> Build {
-        // 5: the namespaces of a running task, joined.
+        // 6: a controlling terminal for a command entering a task.
         Build {
-            format: 5,
+            format: 6,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -114,6 +114,9 @@ pub struct SpawnPlan {
     /// The open-files limit (soft, hard) the task gets: the node's, which the agent
     /// raised for itself.
     pub open_files_limit: Option<(u64, u64)>,
+    /// The command entering a task (`entering`) takes its stdin, a terminal, as its
+    /// controlling terminal (`alloc exec -t`).
+    pub controlling_terminal: bool,
 }
 
 /// Which namespace of a running task a descriptor of [`SpawnPlan::joined`] is.
@@ -226,15 +229,16 @@ impl SpawnPlan {
         stderr: OwnedFd,
         handed: Handed,
     ) -> io::Result<(i32, Report)> {
-        let (pid, report) = self.start(keeper, stdout, stderr, handed)?;
+        let (pid, report) = self.start(keeper, None, stdout, stderr, handed)?;
         Ok((pid, read_report(report)))
     }
 
-    /// Starts `keeper` on this plan; returns its pid and the report pipe to read
-    /// ([`read_report_async`]).
+    /// Starts `keeper` on this plan (stdin `/dev/null` unless given); returns its pid
+    /// and the report pipe to read ([`read_report_async`]).
     pub fn start(
         &self,
         keeper: &std::path::Path,
+        stdin: Option<OwnedFd>,
         stdout: OwnedFd,
         stderr: OwnedFd,
         handed: Handed,
@@ -254,7 +258,11 @@ impl SpawnPlan {
             keeper,
             COMMAND,
             &[],
-            [None, Some(stdout.as_fd()), Some(stderr.as_fd())],
+            [
+                stdin.as_ref().map(|fd| fd.as_fd()),
+                Some(stdout.as_fd()),
+                Some(stderr.as_fd()),
+            ],
             &fds,
         )?;
         // Only the keeper's copies may hold the pipe open now: its end of file is the
@@ -310,8 +318,12 @@ impl SpawnPlan {
             let record = self.exit_record.unwrap_or(-1);
             // SAFETY: the keeper has one thread; with a pid namespace, after unsharing it
             // (the first steps of `before_fork`).
-            let entering = self.entering;
-            unsafe { shim::fork(shim::Role::Shim { record, entering }) }.map_err(|e| (index, e))?;
+            let role = shim::Role::Shim {
+                record,
+                entering: self.entering,
+                terminal: self.entering && self.controlling_terminal,
+            };
+            unsafe { shim::fork(role) }.map_err(|e| (index, e))?;
         }
         index += 1;
         for step in &self.after_fork {
@@ -661,6 +673,7 @@ mod tests {
             mount_warden: None,
             exit_record: Some(7),
             open_files_limit: Some((1024, 4096)),
+            controlling_terminal: false,
         }
     }
 

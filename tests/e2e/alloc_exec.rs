@@ -112,12 +112,38 @@ fn stdin(bytes: &[u8]) -> ExecStreamingInput {
     }
 }
 
+fn stdin_closed() -> ExecStreamingInput {
+    ExecStreamingInput {
+        stdin: Some(ExecStreamingIoOperation {
+            data: Vec::new(),
+            close: true,
+        }),
+        tty_size: None,
+    }
+}
+
 /// A session's output so far, and its exit code once it came.
 #[derive(Default, Debug)]
 struct Seen {
     stdout: String,
     stderr: String,
     exit: Option<i32>,
+}
+
+impl Seen {
+    /// The end of what was seen, for a failure's message.
+    fn tail(&self) -> String {
+        let start = self.stdout.len().saturating_sub(600);
+        let start = (start..=self.stdout.len())
+            .find(|i| self.stdout.is_char_boundary(*i))
+            .unwrap_or(0);
+        format!(
+            "stdout ...{:?} stderr {:?} exit {:?}",
+            &self.stdout[start..],
+            self.stderr,
+            self.exit
+        )
+    }
 }
 
 /// Reads frames until `done` holds of what was seen (or the deadline).
@@ -127,14 +153,14 @@ async fn read_until(socket: &mut WebSocket, seen: &mut Seen, done: impl Fn(&Seen
         let left = deadline.saturating_duration_since(Instant::now());
         let message = tokio::time::timeout(left, socket.next())
             .await
-            .unwrap_or_else(|_| panic!("nothing more came: {seen:?}"));
+            .unwrap_or_else(|_| panic!("nothing more came: {}", seen.tail()));
         let text = match message {
             Some(Ok(WebSocketMessage::Text(text))) => text,
             Some(Ok(WebSocketMessage::Close(_))) | None => {
-                panic!("closed before it was done: {seen:?}")
+                panic!("closed before it was done: {}", seen.tail())
             }
             Some(Ok(_)) => continue,
-            Some(Err(error)) => panic!("{error}: {seen:?}"),
+            Some(Err(error)) => panic!("{error}: {}", seen.tail()),
         };
         let frame: ExecStreamingOutput = serde_json::from_str(text.as_str()).unwrap();
         if let Some(out) = frame.stdout {
@@ -271,17 +297,7 @@ async fn alloc_exec_runs_inside_the_task_and_a_terminal_session_works_over_the_w
         .await
         .unwrap();
     send(&mut socket, stdin(b"piped\n")).await;
-    send(
-        &mut socket,
-        ExecStreamingInput {
-            stdin: Some(ExecStreamingIoOperation {
-                data: Vec::new(),
-                close: true,
-            }),
-            tty_size: None,
-        },
-    )
-    .await;
+    send(&mut socket, stdin_closed()).await;
     let mut seen = Seen::default();
     read_until(&mut socket, &mut seen, |s| s.exit.is_some()).await;
     assert_eq!(
@@ -390,4 +406,180 @@ async fn alloc_exec_needs_its_scope_and_the_job_and_a_closed_socket_kills_the_co
         ClientStatus::Running
     );
     agent.terminate(Duration::from_secs(30));
+}
+
+/// `alloc exec` asked of a cluster member that does not run the alloc reaches the node
+/// that does, through the store: the same command inside the same task, a terminal
+/// session with its resizes and exit code, the owner checked where it was asked, the
+/// node's refusals answered as HTTP, and a client that goes away still takes the
+/// command with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn alloc_exec_asked_of_another_member_runs_on_the_node_that_runs_the_alloc() {
+    let etcd = berth_testkit::etcd::EtcdServer::start();
+    let endpoint = etcd.endpoint();
+    let member = |name: &str| {
+        let (name, endpoint) = (name.to_string(), endpoint.clone());
+        AgentProcess::production(move |port, _| {
+            format!(
+                "name = \"{name}\"\ncluster {{\n  store = \"etcd\"\n  endpoints = [\"{endpoint}\"]\n  \
+                 prefix = \"/exec\"\n  heartbeat_ttl = \"5s\"\n}}\n{}",
+                token_config(port)
+            )
+        })
+    };
+    let mut nodes = [member("exec-a"), member("exec-b")];
+    for node in &mut nodes {
+        node.start().await;
+    }
+    let request = SubmitRequest {
+        source_name: "far.hcl".into(),
+        source: job("far"),
+        variables: Default::default(),
+    };
+    let _: Submitted = client(&nodes[0], OWNER)
+        .post("/v1/berth/jobs", &request)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", nodes[0].output()));
+    crate::cluster::wait_allocs(
+        &nodes[0],
+        "far",
+        "a running alloc",
+        Duration::from_secs(60),
+        |allocs| allocs.iter().any(|a| a.3 == "running"),
+    )
+    .await;
+    let allocs = crate::cluster::allocs(&nodes[0], "far").await;
+    let (alloc, _, node, _) = allocs.iter().find(|a| a.3 == "running").unwrap().clone();
+    let (runs, asked) = match node.as_str() {
+        "exec-a" => (&nodes[0], &nodes[1]),
+        "exec-b" => (&nodes[1], &nodes[0]),
+        other => panic!("an alloc on {other}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !runs.task_stdout(&alloc, "t").contains("seen ") {
+        assert!(
+            Instant::now() < deadline,
+            "the task never said what it sees"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let task_saw = seen_line(&runs.task_stdout(&alloc, "t"));
+
+    // The CLI against the member that does not run it: the task's own view.
+    let (code, out, err) =
+        asked.cli(&["alloc", "exec", "-task", "t", &alloc, "/bin/sh", "-c", SEEN]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(seen_line(&out), task_saw);
+    let (code, out, err) = asked.cli(&[
+        "alloc",
+        "exec",
+        "-task",
+        "t",
+        &alloc,
+        "/bin/sh",
+        "-c",
+        "echo out; echo err >&2; exit 7",
+    ]);
+    assert_eq!((code, out.as_str(), err.as_str()), (7, "out\n", "err\n"));
+
+    // A terminal session through the other member, with the owner's token.
+    let owner = client(asked, OWNER);
+    let mut socket = owner
+        .websocket(&exec_path(&alloc, "t", &["/bin/sh"], true))
+        .await
+        .unwrap();
+    let size = |height, width| ExecStreamingInput {
+        stdin: None,
+        tty_size: Some(TerminalSize { height, width }),
+    };
+    send(&mut socket, size(33, 90)).await;
+    send(&mut socket, stdin(b"stty size; tty; echo $((6*7))x\n")).await;
+    let mut seen = Seen::default();
+    read_until(&mut socket, &mut seen, |s| s.stdout.contains("42x")).await;
+    assert!(seen.stdout.contains("33 90"), "{seen:?}");
+    assert!(seen.stdout.contains("/dev/pts/"), "{seen:?}");
+    send(&mut socket, stdin(b"exit 4\n")).await;
+    read_until(&mut socket, &mut seen, |s| s.exit.is_some()).await;
+    assert_eq!(seen.exit, Some(4));
+    // Much more stdin than one relayed frame holds arrives whole, and in order.
+    let mut socket = owner
+        .websocket(&exec_path(&alloc, "t", &["/bin/sh", "-c", "md5sum"], false))
+        .await
+        .unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|n| (n % 251) as u8).collect();
+    send(&mut socket, stdin(&big)).await;
+    send(&mut socket, stdin_closed()).await;
+    let mut seen = Seen::default();
+    read_until(&mut socket, &mut seen, |s| s.exit.is_some()).await;
+    let expected = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(&big)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(seen.stdout, String::from_utf8(expected.stdout).unwrap());
+    // Carried by the member asked, started by the node that runs the alloc.
+    assert!(
+        asked
+            .output()
+            .contains("alloc exec session opened on another node"),
+        "{}",
+        asked.output()
+    );
+    assert!(runs.output().contains("alloc exec started"));
+
+    // Ownership is checked where the session is asked; the node's refusal is the answer.
+    let refusal = |result: Result<WebSocket, berth_api::client::ClientError>| match result {
+        Ok(_) => panic!("the session was opened"),
+        Err(berth_api::client::ClientError::Api(error, status)) => (status.as_u16(), error.error),
+        Err(other) => panic!("{other}"),
+    };
+    let (status, error) = refusal(
+        client(asked, OTHER)
+            .websocket(&exec_path(&alloc, "t", &["id"], false))
+            .await,
+    );
+    assert_eq!(status, 403, "{error}");
+    assert!(error.contains("belongs to token \"owner\""), "{error}");
+    let (status, error) = refusal(
+        owner
+            .websocket(&exec_path(&alloc, "nope", &["id"], false))
+            .await,
+    );
+    assert_eq!(status, 404, "{error}");
+    assert!(error.contains("has no task \"nope\""), "{error}");
+
+    // The client goes away: the command on the other node goes too.
+    let marker = "sleep 4343";
+    let mut socket = owner
+        .websocket(&exec_path(
+            &alloc,
+            "t",
+            &["/bin/sh", "-c", "sleep 4343 & sleep 4343; wait"],
+            false,
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_running(marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    socket.close(None).await.unwrap();
+    drop(socket);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes_running(marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the command outlived its session: {:?}",
+            processes_running(marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, out, err) = nodes[0].cli(&["job", "stop", "far"]);
+    assert_eq!(code, 0, "{out}{err}");
 }

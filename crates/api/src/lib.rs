@@ -245,6 +245,8 @@ pub struct Listeners {
 /// Serves every listener, each behind its own access policy and connection limits, until
 /// one fails.
 pub async fn serve(listeners: Listeners, agent: Arc<Agent>) -> std::io::Result<()> {
+    // `alloc exec` sessions other members ask of this node's allocs.
+    nomad::exec_session::serve_remote_sessions(&agent);
     let guarded = |policy: Arc<access::AccessPolicy>| {
         router(agent.clone()).layer(axum::middleware::from_fn_with_state(
             policy,

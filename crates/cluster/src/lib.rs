@@ -34,6 +34,7 @@ pub mod lost_claims;
 pub mod pace;
 mod parsed;
 mod records;
+pub mod relay;
 pub mod scheduler;
 pub mod services;
 pub mod state;

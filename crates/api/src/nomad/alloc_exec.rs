@@ -18,41 +18,46 @@
 //! alloc or task, a task not running, a bad command), before the websocket is opened,
 //! so a refusal is a plain HTTP answer. A client that goes away takes its command with
 //! it: a closed socket kills the command's whole process group.
+//!
+//! Asked of a member that does not run the alloc, as Nomad's servers forward to the
+//! client that does: this member checks the token and the job's owner, then carries
+//! the frames to and from the node through the store ([`berth_cluster::relay`]); the
+//! node starts the command ([`super::exec_session`]), and a refusal there is still the
+//! HTTP answer here.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
-use berth_nomad_api::exec::{
-    ExecStreamingExitResult, ExecStreamingInput, ExecStreamingIoOperation, ExecStreamingOutput,
-};
+use berth_cluster::relay::Relay;
+use berth_nomad_api::exec::{ExecStreamingInput, ExecStreamingOutput};
 use futures_util::{SinkExt as _, StreamExt as _};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::alloc_actions::{action_error, runner};
+use super::exec_session::{Down, FromClient, Opening, ToClient};
 use super::{NomadError, bad_request};
 use berth_client::agent::{Agent, JobAction, Submitter};
-use berth_client::task_runner::SessionCommand;
-use berth_sys::process::ExitStatus;
-use berth_sys::process::session::{Session, SessionInput, SessionOutput, WindowSize};
 
 /// The largest frame a client may send (its stdin, a few KiB at a time in practice).
 const MAX_INPUT_FRAME: usize = 1 << 20;
 
-/// The most bytes of output one frame carries.
-const OUTPUT_CHUNK: usize = 16 << 10;
-
-/// A terminal's size until the client says (Nomad's CLI sends it first thing).
-const DEFAULT_SIZE: WindowSize = WindowSize { rows: 24, cols: 80 };
+/// The most bytes of stdin one frame relayed to another node carries (its frames are
+/// bounded by the store's).
+const RELAYED_INPUT_CHUNK: usize = 16 << 10;
 
 /// How often a session pings its client.
-const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+const PING_EVERY: Duration = Duration::from_secs(10);
 
 /// The most arguments of a command, before the driver's own bounds.
 const MAX_COMMAND_ARGS: usize = 4096;
+
+/// How long the node that runs the alloc has to take a session asked of another member.
+const RELAY_TAKEN_WITHIN: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Deserialize)]
 pub struct ExecQuery {
@@ -82,36 +87,142 @@ pub async fn exec(
             )));
         }
     };
-    let runner = runner(&agent, &id, submitter.clone(), JobAction::ExecAlloc)?;
-    let task = match query.task.as_str() {
-        "" => match runner.group.tasks.as_slice() {
-            [only] => only.name.clone(),
-            tasks => {
-                let names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
-                return Err(bad_request(format!(
-                    "alloc {} has {} tasks ({}): name one (task=, or -task in the CLI)",
-                    runner.id,
-                    names.len(),
-                    names.join(", ")
-                )));
-            }
-        },
-        named => named.to_string(),
-    };
-    let command = SessionCommand {
-        argv: argv.clone(),
-        terminal: tty.then_some(DEFAULT_SIZE),
-    };
-    let session = runner
-        .start_session(&task, command)
-        .await
-        .map_err(action_error)?;
-    let who = super::submission::submitter_of(submitter);
-    tracing::info!(alloc = %runner.id, task, ?argv, tty, submitter = ?who, "alloc exec started");
-    Ok(upgrade
+    let who = super::submission::submitter_of(submitter.clone());
+    let upgrade = upgrade
         .max_message_size(MAX_INPUT_FRAME)
-        .max_frame_size(MAX_INPUT_FRAME)
-        .on_upgrade(move |socket| carry(socket, session)))
+        .max_frame_size(MAX_INPUT_FRAME);
+    let local = super::alloc_actions::runner(&agent, &id, submitter, JobAction::ExecAlloc);
+    let runner = match local {
+        Ok(runner) => runner,
+        Err(NomadError(StatusCode::NOT_FOUND, not_here)) => {
+            let opening = Opening {
+                alloc_id: id,
+                task: query.task,
+                argv,
+                tty,
+            };
+            return remote(&agent, &who, opening, upgrade, not_here).await;
+        }
+        Err(refused) => return Err(refused),
+    };
+    let opening = Opening {
+        alloc_id: runner.id.clone(),
+        task: query.task,
+        argv,
+        tty,
+    };
+    let session = super::exec_session::start(&runner, &opening).await?;
+    tracing::info!(alloc = %runner.id, submitter = ?who, "alloc exec session opened");
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        let (sink, stream) = socket.split();
+        let (from_client, inputs) = mpsc::channel(4);
+        let (outputs, to_client) = mpsc::channel(4);
+        let reader = tokio::spawn(read_client(stream, from_client, None));
+        let writer = tokio::spawn(write_client(sink, to_client, None));
+        super::exec_session::run(session, inputs, outputs).await;
+        let _ = writer.await;
+        reader.abort();
+    }))
+}
+
+/// A session for an alloc another member runs: the node is asked through the store,
+/// and its refusal, if any, is the answer here.
+async fn remote(
+    agent: &Arc<Agent>,
+    who: &Submitter,
+    opening: Opening,
+    upgrade: WebSocketUpgrade,
+    not_here: String,
+) -> Result<Response, NomadError> {
+    let failed = |error: String| NomadError(StatusCode::INTERNAL_SERVER_ERROR, error);
+    let node = match agent
+        .alloc_elsewhere(who, &opening.alloc_id, JobAction::ExecAlloc)
+        .await
+    {
+        Ok(Ok(Some(node))) => node,
+        Ok(Ok(None)) => return Err(NomadError(StatusCode::NOT_FOUND, not_here)),
+        Ok(Err(refused)) => return Err(refused.into()),
+        Err(error) => {
+            return Err(failed(format!(
+                "finding alloc {}: {error}",
+                opening.alloc_id
+            )));
+        }
+    };
+    let bytes = serde_json::to_vec(&opening).map_err(|e| failed(e.to_string()))?;
+    let mut relay = agent
+        .cluster()
+        .open_relay(&node, bytes, RELAY_TAKEN_WITHIN)
+        .await
+        .map_err(|e| {
+            NomadError(
+                StatusCode::BAD_GATEWAY,
+                format!("reaching node {node:?}, which runs the alloc: {e}"),
+            )
+        })?;
+    let first = tokio::time::timeout(RELAY_TAKEN_WITHIN * 3, relay.frames.recv()).await;
+    let gone = || {
+        NomadError(
+            StatusCode::BAD_GATEWAY,
+            format!("node {node:?}, which runs the alloc, did not start the command"),
+        )
+    };
+    let first: Down = match first {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|_| gone())?,
+        _ => return Err(gone()),
+    };
+    match first {
+        Down::Started => {}
+        Down::Refused { status, message } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            return Err(NomadError(status, message));
+        }
+        Down::Output(_) | Down::Refuse(_) => return Err(gone()),
+    }
+    tracing::info!(alloc = %opening.alloc_id, node, submitter = ?who,
+        "alloc exec session opened on another node");
+    Ok(upgrade.on_upgrade(move |socket| bridge(socket, relay)))
+}
+
+/// Carries a websocket's frames to a relay and back.
+async fn bridge(socket: WebSocket, relay: Relay) {
+    let Relay { send, mut frames } = relay;
+    let (sink, stream) = socket.split();
+    let (from_client, mut inputs) = mpsc::channel(4);
+    let (outputs, to_client) = mpsc::channel(4);
+    let reader = tokio::spawn(read_client(stream, from_client, Some(RELAYED_INPUT_CHUNK)));
+    let gone_reason = "the node that runs the alloc went away";
+    let writer = tokio::spawn(write_client(sink, to_client, Some(gone_reason)));
+    let upward = tokio::spawn(async move {
+        while let Some(frame) = inputs.recv().await {
+            match frame {
+                FromClient::Input(input) => {
+                    let Ok(bytes) = serde_json::to_vec(&input) else {
+                        return;
+                    };
+                    if send.send(bytes).await.is_err() {
+                        return;
+                    }
+                }
+                // Dropping the relay's sender ends the session there.
+                FromClient::Bad(_) => return,
+            }
+        }
+    });
+    while let Some(bytes) = frames.recv().await {
+        let out = match serde_json::from_slice::<Down>(&bytes) {
+            Ok(Down::Output(frame)) => ToClient::Output(frame),
+            Ok(Down::Refuse(reason)) => ToClient::Refuse(reason),
+            Ok(Down::Started | Down::Refused { .. }) | Err(_) => continue,
+        };
+        if outputs.send(out).await.is_err() {
+            break;
+        }
+    }
+    drop(outputs);
+    let _ = writer.await;
+    upward.abort();
+    reader.abort();
 }
 
 /// The command line from `command=`: a JSON array of strings, not empty.
@@ -137,226 +248,113 @@ fn command_of(text: &str) -> Result<Vec<String>, NomadError> {
     }
 }
 
-/// Why the client's side ended before the command did.
-enum ClientEnd {
-    /// It closed the socket, or the connection broke.
-    Gone,
-    /// It sent a frame that is not Nomad's.
-    BadFrame(String),
+type Sink = futures_util::stream::SplitSink<WebSocket, Message>;
+
+/// The client's websocket frames, parsed, until it goes (the channel ends) or sends one
+/// that is not Nomad's. Stdin larger than `chunk` is cut into frames of it.
+async fn read_client(
+    mut stream: futures_util::stream::SplitStream<WebSocket>,
+    from_client: mpsc::Sender<FromClient>,
+    chunk: Option<usize>,
+) {
+    loop {
+        let text = match stream.next().await {
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Binary(_))) => {
+                let bad = FromClient::Bad("frames are JSON text, as Nomad's".into());
+                let _ = from_client.send(bad).await;
+                return;
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+        };
+        let frame: ExecStreamingInput = match serde_json::from_str(text.as_str()) {
+            Ok(frame) => frame,
+            Err(error) => {
+                let bad = FromClient::Bad(format!("not an exec input frame: {error}"));
+                let _ = from_client.send(bad).await;
+                return;
+            }
+        };
+        for frame in cut(frame, chunk) {
+            if from_client.send(FromClient::Input(frame)).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
-/// Carries the session's streams over `socket` until the command exits (then its exit
-/// is the last frame) or the client goes (then the command is killed).
-async fn carry(socket: WebSocket, session: Session) {
-    let Session {
-        input,
-        output,
-        errors,
-        mut end,
-    } = session;
-    let (mut output, mut errors) = (Some(output), errors);
-    let (mut sink, stream) = socket.split();
-    let (ended, mut client_end) = mpsc::channel(1);
-    // The client's frames are read on a task of their own: a command that does not read
-    // its stdin holds up only that task, never the output.
-    let reader = tokio::spawn(read_input(stream, input, ended));
-    let mut out_buffer = vec![0u8; OUTPUT_CHUNK];
-    let mut err_buffer = vec![0u8; OUTPUT_CHUNK];
-    let mut exit = None;
+/// A frame whose stdin is larger than `chunk`, as frames of at most `chunk` bytes.
+fn cut(frame: ExecStreamingInput, chunk: Option<usize>) -> Vec<ExecStreamingInput> {
+    let (Some(chunk), Some(stdin)) = (chunk, frame.stdin.as_ref()) else {
+        return vec![frame];
+    };
+    if stdin.data.len() <= chunk {
+        return vec![frame];
+    }
+    let mut frames: Vec<ExecStreamingInput> = stdin
+        .data
+        .chunks(chunk)
+        .map(|part| ExecStreamingInput {
+            stdin: Some(berth_nomad_api::exec::ExecStreamingIoOperation {
+                data: part.to_vec(),
+                close: false,
+            }),
+            tty_size: None,
+        })
+        .collect();
+    if let Some(last) = frames.last_mut().and_then(|f| f.stdin.as_mut()) {
+        last.close = stdin.close;
+    }
+    if let Some(first) = frames.first_mut() {
+        first.tty_size = frame.tty_size;
+    }
+    frames
+}
+
+/// Writes a session's frames to the client, pinging it meanwhile; closes the socket at
+/// the end: normally after the command's exit, with the reason after a bad frame, or
+/// with `cut_reason` when the session ended without an exit (its node went away).
+async fn write_client(
+    mut sink: Sink,
+    mut to_client: mpsc::Receiver<ToClient>,
+    cut_reason: Option<&'static str>,
+) {
     // A quiet session is not an idle connection: pings keep bytes moving both ways (the
     // client answers them), within the listener's idle limit.
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
-    let outcome = loop {
-        let frame = tokio::select! {
+    let mut exited = false;
+    let close = loop {
+        tokio::select! {
             _ = ping.tick() => {
                 if sink.send(Message::Ping(Default::default())).await.is_err() {
-                    break Err(ClientEnd::Gone);
+                    return;
                 }
-                continue;
             }
-            read = read_some(&mut output, &mut out_buffer) => {
-                stream_frame(&mut output, read, &out_buffer, |op| ExecStreamingOutput {
-                    stdout: Some(op),
-                    ..Default::default()
-                })
-            }
-            read = read_some(&mut errors, &mut err_buffer) => {
-                stream_frame(&mut errors, read, &err_buffer, |op| ExecStreamingOutput {
-                    stderr: Some(op),
-                    ..Default::default()
-                })
-            }
-            status = end.wait(), if exit.is_none() => {
-                exit = Some(status);
-                // What it left running may hold its output open: not for long.
-                let grace = tokio::time::sleep(std::time::Duration::from_millis(500));
-                tokio::pin!(grace);
-                drain(&mut output, &mut errors, &mut sink, &mut grace).await;
-                break Ok(());
-            }
-            why = client_end.recv() => break Err(why.unwrap_or(ClientEnd::Gone)),
-        };
-        if let Some(frame) = frame
-            && send(&mut sink, &frame).await.is_err()
-        {
-            break Err(ClientEnd::Gone);
+            out = to_client.recv() => match out {
+                Some(ToClient::Output(frame)) => {
+                    exited |= frame.exited;
+                    if send(&mut sink, &frame).await.is_err() {
+                        return;
+                    }
+                }
+                Some(ToClient::Refuse(reason)) => break (close_code::INVALID, reason),
+                None if exited => break (close_code::NORMAL, String::new()),
+                None => break (close_code::ERROR, cut_reason.unwrap_or("the session ended").to_string()),
+            },
         }
     };
-    reader.abort();
-    match outcome {
-        Ok(()) => {
-            let status = exit.unwrap_or(ExitStatus {
-                code: None,
-                signal: None,
-            });
-            let last = ExecStreamingOutput {
-                exited: true,
-                result: Some(ExecStreamingExitResult {
-                    exit_code: exit_code(status),
-                }),
-                ..Default::default()
-            };
-            let _ = send(&mut sink, &last).await;
-            let _ = sink
-                .send(Message::Close(Some(CloseFrame {
-                    code: close_code::NORMAL,
-                    reason: "".into(),
-                })))
-                .await;
-        }
-        Err(why) => {
-            end.kill().await;
-            if let ClientEnd::BadFrame(reason) = why {
-                let _ = sink
-                    .send(Message::Close(Some(CloseFrame {
-                        code: close_code::INVALID,
-                        reason: reason.into(),
-                    })))
-                    .await;
-            }
-        }
-    }
-}
-
-type Sink = futures_util::stream::SplitSink<WebSocket, Message>;
-
-/// After the exit: sends what is left of both outputs, until they end or `grace` runs
-/// out.
-async fn drain(
-    output: &mut Option<SessionOutput>,
-    errors: &mut Option<SessionOutput>,
-    sink: &mut Sink,
-    grace: &mut std::pin::Pin<&mut tokio::time::Sleep>,
-) {
-    let mut out_buffer = vec![0u8; OUTPUT_CHUNK];
-    let mut err_buffer = vec![0u8; OUTPUT_CHUNK];
-    while output.is_some() || errors.is_some() {
-        let frame = tokio::select! {
-            read = read_some(output, &mut out_buffer) => {
-                stream_frame(output, read, &out_buffer, |op| ExecStreamingOutput {
-                    stdout: Some(op),
-                    ..Default::default()
-                })
-            }
-            read = read_some(errors, &mut err_buffer) => {
-                stream_frame(errors, read, &err_buffer, |op| ExecStreamingOutput {
-                    stderr: Some(op),
-                    ..Default::default()
-                })
-            }
-            () = grace.as_mut() => return,
-        };
-        if let Some(frame) = frame
-            && send(sink, &frame).await.is_err()
-        {
-            return;
-        }
-    }
-}
-
-/// Reads from a stream still open; never ready for one that ended.
-async fn read_some(stream: &mut Option<SessionOutput>, buffer: &mut [u8]) -> Option<usize> {
-    match stream {
-        Some(stream) => stream.read(buffer).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The frame for what a read gave: bytes, or the stream's close (and it is forgotten).
-fn stream_frame(
-    stream: &mut Option<SessionOutput>,
-    read: Option<usize>,
-    buffer: &[u8],
-    frame: impl Fn(ExecStreamingIoOperation) -> ExecStreamingOutput,
-) -> Option<ExecStreamingOutput> {
-    match read {
-        Some(n) => Some(frame(ExecStreamingIoOperation {
-            data: buffer[..n].to_vec(),
-            close: false,
-        })),
-        None => {
-            *stream = None;
-            Some(frame(ExecStreamingIoOperation {
-                data: Vec::new(),
-                close: true,
-            }))
-        }
-    }
+    let (code, reason) = close;
+    let _ = sink
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })))
+        .await;
 }
 
 async fn send(sink: &mut Sink, frame: &ExecStreamingOutput) -> Result<(), ()> {
     let text = serde_json::to_string(frame).map_err(|_| ())?;
     sink.send(Message::Text(text.into())).await.map_err(|_| ())
-}
-
-/// The client's frames, until it goes or sends one that is not Nomad's.
-async fn read_input(
-    mut stream: futures_util::stream::SplitStream<WebSocket>,
-    mut input: SessionInput,
-    ended: mpsc::Sender<ClientEnd>,
-) {
-    let why = loop {
-        let frame = match stream.next().await {
-            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break ClientEnd::Gone,
-            Some(Ok(Message::Text(text))) => text,
-            Some(Ok(Message::Binary(_))) => {
-                break ClientEnd::BadFrame("frames are JSON text, as Nomad's".into());
-            }
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-        };
-        let frame: ExecStreamingInput = match serde_json::from_str(frame.as_str()) {
-            Ok(frame) => frame,
-            Err(error) => break ClientEnd::BadFrame(format!("not an exec input frame: {error}")),
-        };
-        if let Some(size) = frame.tty_size
-            && size.height > 0
-            && size.width > 0
-        {
-            // A command that already ended has nothing to resize.
-            let _ = input.resize(WindowSize {
-                rows: size.height,
-                cols: size.width,
-            });
-        }
-        if let Some(stdin) = frame.stdin {
-            // Input for a command that stopped reading is dropped, as a closed pipe's.
-            if !stdin.data.is_empty() {
-                let _ = input.write(&stdin.data).await;
-            }
-            if stdin.close {
-                let _ = input.close().await;
-            }
-        }
-    };
-    let _ = ended.send(why).await;
-}
-
-/// The exit code a shell would report: the code, or 128 + the signal.
-fn exit_code(status: ExitStatus) -> i32 {
-    match (status.code, status.signal) {
-        (Some(code), _) => code,
-        (None, Some(signal)) => 128 + signal,
-        (None, None) => -1,
-    }
 }

@@ -31,6 +31,7 @@ pub(crate) mod cluster;
 pub mod csi;
 pub(crate) mod evaluations;
 pub(crate) mod event_stream;
+pub mod exec_session;
 pub(crate) mod follow_logs;
 pub(crate) mod job_actions;
 pub mod metrics;

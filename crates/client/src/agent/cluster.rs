@@ -443,6 +443,35 @@ impl Agent {
         .map_err(|e| ClusterError::Local(e.to_string()))?
     }
 
+    /// The node that runs alloc `alloc_id`, when it is another's and `submitter` may
+    /// `action` its job's allocs (the job's owner, or the operator). `Ok(Ok(None))`:
+    /// the cluster has no report of it on another node.
+    pub async fn alloc_elsewhere(
+        &self,
+        submitter: &Submitter,
+        alloc_id: &str,
+        action: JobAction,
+    ) -> Result<Result<Option<String>, NotOwner>, ClusterError> {
+        let cluster = self.cluster.clone();
+        let alloc_id = alloc_id.to_string();
+        let submitter = submitter.clone();
+        tokio::task::spawn_blocking(move || {
+            let Some(report) = cluster.report_of(&alloc_id)? else {
+                return Ok(Ok(None));
+            };
+            if report.node_name == cluster.node_name() {
+                return Ok(Ok(None));
+            }
+            let owner = cluster.job(&report.job_id)?.and_then(|(job, _)| job.owner);
+            if let Err(refused) = submitter.may_change(&report.job_id, owner.as_deref(), action) {
+                return Ok(Err(refused));
+            }
+            Ok(Ok(Some(report.node_name)))
+        })
+        .await
+        .map_err(|e| ClusterError::Local(e.to_string()))?
+    }
+
     /// Nomad's `alloc stop`, from any agent: the alloc's placement (on the node its
     /// report names) is marked, with an evaluation of its job, for the scheduler to stop
     /// it and place the group's alloc again, when `submitter` may change the job's allocs.

@@ -1,7 +1,11 @@
 //! Compiles the protocol definitions with tonic/prost. The `.proto` files are parsed by
 //! protox, a protobuf compiler written in Rust, so the build needs no system `protoc`.
 
-const PROTOS: &[&str] = &["berth/bench/v1/plugin.proto", "csi/v1/csi.proto"];
+const PROTOS: &[&str] = &[
+    "berth/bench/v1/plugin.proto",
+    "csi/v1/csi.proto",
+    "grpc/health/v1/health.proto",
+];
 
 /// etcd's v3 API, under its own include root (its files import each other as `etcd/...`).
 const ETCD_ROOT: &str = "etcd-v3";
@@ -21,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("cargo:rerun-if-changed=berth");
     println!("cargo:rerun-if-changed=csi");
+    println!("cargo:rerun-if-changed=grpc");
     println!("cargo:rerun-if-changed={ETCD_ROOT}");
     Ok(())
 }

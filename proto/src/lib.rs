@@ -22,6 +22,17 @@ pub mod csi {
     tonic::include_proto!("csi.v1");
 }
 
+/// The gRPC health checking protocol, `grpc.health.v1` (what a `grpc` check asks).
+pub mod health {
+    #![allow(
+        missing_docs,
+        clippy::all,
+        clippy::allow_attributes_without_reason,
+        reason = "generated code"
+    )]
+    tonic::include_proto!("grpc.health.v1");
+}
+
 /// The well-known types the generated code uses (`Timestamp`), for servers that build
 /// messages.
 pub use prost_types;

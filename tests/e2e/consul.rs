@@ -54,6 +54,13 @@ const SHOP: &str = r#"job "shop" {
         name = "api"
         port = "http"
         tags = ["a"]
+        check {
+          type         = "grpc"
+          grpc_service = "api.v1"
+          grpc_use_tls = true
+          interval     = "10s"
+          timeout      = "2s"
+        }
       }
     }
   }
@@ -143,6 +150,25 @@ async fn services_are_registered_kept_by_anti_entropy_and_deregistered_at_stop()
     assert_eq!(register.body["Checks"][0]["Interval"], json!("10s"));
     let api = id_of(&consul, "api").unwrap();
     assert_eq!(consul.services()[&api]["EnableTagOverride"], json!(false));
+    // A grpc check is Consul's to run, with the service it asks about and TLS.
+    let register = consul
+        .requests()
+        .into_iter()
+        .find(|r| r.path.starts_with("/v1/agent/service/register") && r.body["ID"] == json!(api))
+        .unwrap();
+    let grpc = &register.body["Checks"][0];
+    assert_eq!(
+        (&grpc["GRPC"], &grpc["GRPCUseTLS"]),
+        (&json!("127.0.0.1:18080/api.v1"), &json!(true)),
+        "{grpc:#}"
+    );
+    let checks = consul.checks();
+    assert!(
+        checks
+            .values()
+            .any(|c| c["ServiceID"] == json!(api) && c["Type"] == json!("grpc")),
+        "{checks:#?}"
+    );
 
     // An operator edits both services' tags in the catalog. Consul's own anti-entropy
     // keeps the edit only where tag override is on (the agent takes the catalog's tags);
@@ -310,7 +336,8 @@ async fn a_consul_service_without_a_consul_block_is_refused_and_provider_nomad_i
          \"127.0.0.1:8500\" } to the agent config, or set provider = \"nomad\" to keep the \
          service in berth's own list"
     );
-    let local = SHOP.replace(
+    // TLS is for Consul's grpc checks; berth's own speak plaintext.
+    let local = SHOP.replace("          grpc_use_tls = true\n", "").replace(
         "name = \"api\"",
         "name = \"api\"\n        provider = \"nomad\"",
     );

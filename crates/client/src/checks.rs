@@ -1,6 +1,7 @@
 //! The checks berth runs itself (every check of a provider "nomad" service, as Nomad's
 //! client does): an http check is a GET (2xx passes, 429 warns, anything else fails), a
-//! tcp check a connection, a script check a command run inside its task (the task
+//! tcp check a connection, a grpc check the gRPC health protocol's Check (SERVING
+//! passes), a script check a command run inside its task (the task
 //! runner's `checks_hook`: exit 0 passes, 1 warns, anything else or its timeout fails).
 //! Their latest results are kept per alloc, as Nomad's `GET
 //! /v1/client/allocation/:id/checks` shows them.
@@ -213,6 +214,30 @@ pub async fn tcp(address: &str, timeout: Duration) -> Outcome {
         Err(_) => critical(format!(
             "TCP connect {address}: no answer within {timeout:?}"
         )),
+    }
+}
+
+/// A gRPC health check of `service` at `address` (`host:port`, plaintext gRPC):
+/// SERVING passes; any other answer, or none within `timeout`, fails.
+pub async fn grpc(address: &str, service: &str, timeout: Duration) -> Outcome {
+    use berth_csi::grpc_health::{Serving, check};
+    let Ok(target) = address.parse::<std::net::SocketAddr>() else {
+        return critical(format!(
+            "gRPC check of {address:?}: not an address and port"
+        ));
+    };
+    let shown = match service {
+        "" => address.to_string(),
+        service => format!("{address}/{service}"),
+    };
+    match check(target, service, timeout).await {
+        Ok(Serving::Serving) => Outcome {
+            health: Health::Passing,
+            output: format!("gRPC check {shown}: success"),
+            status_code: None,
+        },
+        Ok(other) => critical(format!("gRPC check {shown}: {other:?}")),
+        Err(error) => critical(format!("gRPC check {shown}: {error}")),
     }
 }
 

@@ -11,12 +11,16 @@
 //!         ─► ControllerPublish? ─► NodeStage (once per volume+usage) ─► NodePublish
 //! ```
 //!
+//! Beside it, the gRPC health protocol's client for `grpc` checks ([`grpc_health`]):
+//! this crate is where berth speaks gRPC.
+//!
 //! Host paths (what the agent mounts and binds) and plugin paths (what the plugin sees
 //! inside its own mount namespace) are kept apart by [`layout::PluginDirs`].
 
 pub mod client;
 #[cfg(test)]
 pub mod fake;
+pub mod grpc_health;
 pub mod host_mounts;
 pub mod layout;
 pub mod manager;

@@ -241,3 +241,71 @@ fn a_nomad_services_checks_reach_only_the_allocs_own_ports_at_most_each_second()
             .contains("interval: must be at least 1s")
     );
 }
+
+/// A grpc check names the service it asks about (none: the server's own health); TLS is
+/// Consul's to speak, so a provider "nomad" service's grpc check over TLS is refused.
+#[test]
+fn grpc_checks_are_read_and_tls_is_for_consul_services_only() {
+    let source = |provider: &str, extra: &str| {
+        format!(
+            r#"job "web" {{
+  group "g" {{
+    network {{
+      port "grpc" {{}}
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/true"
+      }}
+      service {{
+        name     = "web"
+        port     = "grpc"
+        provider = "{provider}"
+        check {{
+          type     = "grpc"
+          interval = "5s"
+          timeout  = "1s"
+          {extra}
+        }}
+      }}
+    }}
+  }}
+}}
+"#
+        )
+    };
+    let kind = |job: &Job| job.groups[0].tasks[0].services[0].checks[0].kind.clone();
+    let plain = parse("job.hcl", &source("nomad", "")).unwrap();
+    assert_eq!(
+        kind(&plain),
+        CheckKind::Grpc {
+            service: String::new(),
+            use_tls: false
+        }
+    );
+    let named = parse("job.hcl", &source("nomad", "grpc_service = \"web.v1\"")).unwrap();
+    assert_eq!(
+        kind(&named),
+        CheckKind::Grpc {
+            service: "web.v1".into(),
+            use_tls: false
+        }
+    );
+    let tls = "grpc_use_tls = true";
+    let consul = parse("job.hcl", &source("consul", tls)).unwrap();
+    assert_eq!(
+        kind(&consul),
+        CheckKind::Grpc {
+            service: String::new(),
+            use_tls: true
+        }
+    );
+    let refused = parse("job.hcl", &source("nomad", tls))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("grpc checks over plaintext gRPC only"),
+        "{refused}"
+    );
+}

@@ -579,6 +579,12 @@ pub enum CheckKind {
         command: String,
         args: Vec<String>,
     },
+    /// The gRPC health protocol's Check of `service` ("": the server's own health):
+    /// SERVING passes, anything else fails.
+    Grpc {
+        service: String,
+        use_tls: bool,
+    },
 }
 
 /// A port of the group's `network` block: its label, its number on the host when

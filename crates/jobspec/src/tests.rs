@@ -507,11 +507,11 @@ fn service_ports_and_checks_say_what_berth_can_register() {
         cni.warnings
     );
 
-    let grpc = source.replace("type     = \"tcp\"", "type     = \"grpc\"");
-    let error = parse("job.hcl", &grpc).unwrap_err().to_string();
+    let udp = source.replace("type     = \"tcp\"", "type     = \"udp\"");
+    let error = parse("job.hcl", &udp).unwrap_err().to_string();
     assert!(
         error.contains(
-            "check type \"grpc\" is not supported: berth's checks are of type \"http\", \"tcp\" or \"script\""
+            "check type \"udp\" is not supported: berth's checks are of type \"http\", \"tcp\", \"grpc\" or \"script\""
         ),
         "{error}"
     );

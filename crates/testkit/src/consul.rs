@@ -519,8 +519,11 @@ async fn register(
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| format!("service:{id}:{}", index + 1));
-        let kind = if check.get("HTTP").is_some_and(|v| !v.is_null()) {
+        let set = |field: &str| check.get(field).is_some_and(|v| !v.is_null());
+        let kind = if set("HTTP") {
             "http"
+        } else if set("GRPC") {
+            "grpc"
         } else {
             "tcp"
         };

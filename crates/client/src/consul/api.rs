@@ -127,6 +127,15 @@ pub struct CheckRegistration {
     pub method: Option<String>,
     #[serde(rename = "TCP", skip_serializing_if = "Option::is_none", default)]
     pub tcp: Option<String>,
+    /// `host:port` or `host:port/service`.
+    #[serde(rename = "GRPC", skip_serializing_if = "Option::is_none", default)]
+    pub grpc: Option<String>,
+    #[serde(
+        rename = "GRPCUseTLS",
+        skip_serializing_if = "std::ops::Not::not",
+        default
+    )]
+    pub grpc_use_tls: bool,
 }
 
 /// A service as `GET /v1/agent/services` shows it (`AgentService`), and as an instance

@@ -113,6 +113,7 @@ fn registration(
         } else {
             check_address
         };
+        let (mut grpc, mut grpc_use_tls) = (None, false);
         let (http, method, tcp) = match &check.kind {
             CheckKind::Http {
                 path,
@@ -124,6 +125,16 @@ fn registration(
                 None,
             ),
             CheckKind::Tcp => (None, None, Some(format!("{address}:{check_port}"))),
+            // Consul's form: host:port, then /service when one is named.
+            CheckKind::Grpc { service, use_tls } => {
+                let service = interpolate(service);
+                grpc = Some(match service.is_empty() {
+                    true => format!("{address}:{check_port}"),
+                    false => format!("{address}:{check_port}/{service}"),
+                });
+                grpc_use_tls = *use_tls;
+                (None, None, None)
+            }
             // Run by berth inside its task (a provider "nomad" service's only).
             CheckKind::Script { .. } => (None, None, None),
         };
@@ -139,6 +150,8 @@ fn registration(
             http,
             method,
             tcp,
+            grpc,
+            grpc_use_tls,
         };
         // The ID changes with the definition, so a changed check is a missing one.
         let digest = Sha256::digest(serde_json::to_vec(&(&id, &registration)).unwrap_or_default());

@@ -26,6 +26,7 @@ pub struct ChecksHook {
 enum Probe {
     Http { url: String, method: Option<String> },
     Tcp { address: String },
+    Grpc { address: String, service: String },
     Script { argv: Vec<String> },
 }
 
@@ -82,6 +83,15 @@ fn watched(ctx: &TaskHookContext) -> Result<Vec<Watched>, crate::consul::build::
                     CheckKind::Tcp => Probe::Tcp {
                         address: made.tcp.clone().unwrap_or_default(),
                     },
+                    CheckKind::Grpc { .. } => {
+                        let target = made.grpc.clone().unwrap_or_default();
+                        // Consul's form, `host:port[/service]`; the host is an address.
+                        let (address, service) = match target.split_once('/') {
+                            Some((address, service)) => (address.to_string(), service.to_string()),
+                            None => (target, String::new()),
+                        };
+                        Probe::Grpc { address, service }
+                    }
                     CheckKind::Script { command, args } => Probe::Script {
                         argv: std::iter::once(command.clone())
                             .chain(args.iter().cloned())
@@ -197,6 +207,9 @@ impl Watcher {
                 crate::checks::http(url, method.as_deref(), check.timeout).await
             }
             Probe::Tcp { address } => crate::checks::tcp(address, check.timeout).await,
+            Probe::Grpc { address, service } => {
+                crate::checks::grpc(address, service, check.timeout).await
+            }
             Probe::Script { argv } => {
                 let Some(control) = &self.control else {
                     return crate::checks::script_not_run("the task cannot be entered");

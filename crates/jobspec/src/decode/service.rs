@@ -167,6 +167,13 @@ pub(super) fn service(
         {
             Some("berth runs a provider \"nomad\" service's http checks over plain http only")
         } else if provider == ServiceProvider::Nomad
+            && matches!(&check.kind, CheckKind::Grpc { use_tls: true, .. })
+        {
+            Some(
+                "berth runs a provider \"nomad\" service's grpc checks over plaintext gRPC only \
+                 (grpc_use_tls = true needs a Consul service, whose checks Consul runs)",
+            )
+        } else if provider == ServiceProvider::Nomad
             && matches!(&check.kind, CheckKind::Http { method: Some(m), .. }
                 if !m.eq_ignore_ascii_case("GET") && !m.eq_ignore_ascii_case("HEAD"))
         {
@@ -181,13 +188,13 @@ pub(super) fn service(
         {
             // berth (root, on the host's network) reaches only the alloc's own ports.
             Some(
-                "a provider \"nomad\" service's http or tcp check reaches a port label of the \
-                 group's network (its own port, or the service's), not a port number",
+                "a provider \"nomad\" service's http, tcp or grpc check reaches a port label of \
+                 the group's network (its own port, or the service's), not a port number",
             )
         } else if provider == ServiceProvider::Nomad && !script && address.is_some() {
             Some(
-                "a provider \"nomad\" service with http or tcp checks has the alloc's address; \
-                 berth checks no other address",
+                "a provider \"nomad\" service with http, tcp or grpc checks has the alloc's \
+                 address; berth checks no other address",
             )
         } else {
             None
@@ -329,8 +336,12 @@ pub(super) fn check(
             "success_before_passing",
             "failures_before_critical",
             "expose",
+            "grpc_service",
+            "grpc_use_tls",
         ],
     );
+    let grpc_service = fields.string("grpc_service", problems);
+    let grpc_use_tls = fields.bool("grpc_use_tls", problems);
     let kind_name = fields.required_string("type", problems);
     let name = fields.string("name", problems);
     let path = fields.string("path", problems);
@@ -407,6 +418,10 @@ pub(super) fn check(
             }
         }
         Some("tcp") => CheckKind::Tcp,
+        Some("grpc") => CheckKind::Grpc {
+            service: grpc_service.unwrap_or_default(),
+            use_tls: grpc_use_tls.unwrap_or(false),
+        },
         Some("script") => {
             let Some(command) = command else {
                 fields.problem(
@@ -426,7 +441,7 @@ pub(super) fn check(
                 "type",
                 format!(
                     "check type {other:?} is not supported: berth's checks are of type \
-                     \"http\", \"tcp\" or \"script\""
+                     \"http\", \"tcp\", \"grpc\" or \"script\""
                 ),
             );
             fields.finish(problems);

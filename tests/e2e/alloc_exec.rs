@@ -389,6 +389,9 @@ async fn alloc_exec_needs_its_scope_and_the_job_and_a_closed_socket_kills_the_co
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Stdin it never reads fills its pipe first: the write that waits on it does not
+    // keep the session alive.
+    send(&mut socket, stdin(&vec![b'y'; 300_000])).await;
     socket.close(None).await.unwrap();
     drop(socket);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -569,6 +572,9 @@ async fn alloc_exec_asked_of_another_member_runs_on_the_node_that_runs_the_alloc
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Stdin it never reads fills its pipe first: the write that waits on it does not
+    // keep the session alive.
+    send(&mut socket, stdin(&vec![b'y'; 300_000])).await;
     socket.close(None).await.unwrap();
     drop(socket);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -582,4 +588,56 @@ async fn alloc_exec_asked_of_another_member_runs_on_the_node_that_runs_the_alloc
     }
     let (code, out, err) = nodes[0].cli(&["job", "stop", "far"]);
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// A session keeps its connection's place in the listener's limits for as long as it
+/// runs (an upgraded connection is handed off, not gone): sessions cannot pile up past
+/// `max_connections`, and a place comes back when a session ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_hold_their_connections_places_in_the_listeners_limits() {
+    let mut agent = AgentProcess::production(|port, _| {
+        token_config(port).replacen(
+            "http {\n",
+            "http {\n  max_connections = 4\n  max_connections_per_client = 2\n",
+            1,
+        )
+    });
+    let alloc = start(&mut agent, "limited").await;
+    let owner = client(&agent, OWNER);
+    let path = exec_path(&alloc, "t", &["/bin/sleep", "300"], false);
+    // Two ordinary places and the two of the reserve kept for token holders.
+    let mut sessions = Vec::new();
+    for n in 0..4 {
+        let socket = owner
+            .websocket(&path)
+            .await
+            .unwrap_or_else(|e| panic!("session {n}: {e}"));
+        sessions.push(socket);
+    }
+    let refused = owner.websocket(&path).await;
+    assert!(
+        matches!(
+            refused,
+            Err(berth_api::client::ClientError::Unreachable { .. })
+        ),
+        "a fifth connection was served: {:?}",
+        refused.err()
+    );
+    // One ends: its place is free again.
+    let mut ended = sessions.pop().unwrap();
+    ended.close(None).await.unwrap();
+    drop(ended);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match owner.websocket(&path).await {
+            Ok(socket) => {
+                sessions.push(socket);
+                break;
+            }
+            Err(error) => assert!(Instant::now() < deadline, "{error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(sessions);
+    agent.terminate(Duration::from_secs(30));
 }

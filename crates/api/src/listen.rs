@@ -217,6 +217,15 @@ impl TokenGate {
     }
 }
 
+/// What keeps a connection's place taken (its ordinary place, or its gate in the
+/// reserve). The connection holds it, and so does what takes the connection over: an
+/// upgraded connection (`alloc exec`'s websocket) counts against the limits for as long
+/// as it lives, not only until it is handed off.
+#[derive(Clone)]
+pub struct ConnectionPlace(
+    #[allow(dead_code, reason = "held, not read")] Arc<dyn std::any::Any + Send + Sync>,
+);
+
 /// One of the ordinary places, and its client's share (`None`: a Unix socket's), held
 /// while the connection lives.
 struct OrdinaryPlace {
@@ -292,6 +301,10 @@ pub async fn serve(
             (None, None) => continue,
         };
         let router = router.clone();
+        let held = ConnectionPlace(Arc::new((
+            place,
+            gate.as_ref().map(|(gate, _)| gate.clone()),
+        )));
         tokio::spawn(async move {
             let busy = Arc::new(AtomicUsize::new(0));
             let service = hyper_util::service::TowerToHyperService::new(CountBusy {
@@ -299,6 +312,7 @@ pub async fn serve(
                 busy: busy.clone(),
                 body_deadline: limits.idle_timeout,
                 gate: gate.as_ref().map(|(gate, _)| gate.clone()),
+                place: held.clone(),
             });
             let io = hyper_util::rt::TokioIo::new(IdleLimit::new(io, limits.idle_timeout, busy));
             let connection = hyper::server::conn::http1::Builder::new()
@@ -320,7 +334,7 @@ pub async fn serve(
                     }
                 }
             }
-            drop(place);
+            drop(held);
         });
     }
 }
@@ -344,6 +358,8 @@ struct CountBusy {
     body_deadline: Duration,
     /// A connection in the reserve: its first request must carry a token.
     gate: Option<Arc<TokenGate>>,
+    /// Handed to every request, for a handler that takes the connection over.
+    place: ConnectionPlace,
 }
 
 impl<B> tower::Service<axum::http::Request<B>> for CountBusy
@@ -359,10 +375,11 @@ where
         tower::Service::<axum::http::Request<B>>::poll_ready(&mut self.inner, cx)
     }
 
-    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
         if let Some(refusal) = self.gate.as_ref().and_then(|g| g.check(request.headers())) {
             return Box::pin(std::future::ready(Ok(refusal)));
         }
+        request.extensions_mut().insert(self.place.clone());
         self.busy.fetch_add(1, Ordering::SeqCst);
         // Counted back when the answer is sent, or dropped unsent.
         let busy = Busy(self.busy.clone());

@@ -59,6 +59,17 @@ pub enum RelayError {
 pub struct Relay {
     pub send: mpsc::Sender<Vec<u8>>,
     pub frames: mpsc::Receiver<Vec<u8>>,
+    /// Ready once the other side is gone (done, or its lease expired), before its last
+    /// frames are read: for a side that stops on it whatever is left to read.
+    pub peer_gone: oneshot::Receiver<()>,
+}
+
+/// Notes that the other side is gone, and says so once.
+fn gone(their_gone: &mut bool, peer_gone: &mut Option<oneshot::Sender<()>>) {
+    *their_gone = true;
+    if let Some(told) = peer_gone.take() {
+        let _ = told.send(());
+    }
 }
 
 /// What serves this node's relays: the opening, and this side's ends.
@@ -136,6 +147,7 @@ impl Cluster {
         let (send, outbox) = mpsc::channel(WINDOW);
         let (inbox, frames) = mpsc::channel(WINDOW);
         let (taken, answer) = oneshot::channel();
+        let (peer_gone_tx, peer_gone) = oneshot::channel();
         let store = self.store.clone();
         let node = node.to_string();
         self.store.spawn(async move {
@@ -163,14 +175,27 @@ impl Cluster {
                 not_taken,
                 request_key,
             };
-            pump(&store, side, from, outbox, inbox, Some(waiting)).await;
+            pump(
+                &store,
+                side,
+                from,
+                outbox,
+                inbox,
+                Some(waiting),
+                peer_gone_tx,
+            )
+            .await;
         });
         answer.await.unwrap_or_else(|_| {
             Err(RelayError::Store(EtcdError::Refused(
                 "the cluster store client stopped".into(),
             )))
         })?;
-        Ok(Relay { send, frames })
+        Ok(Relay {
+            send,
+            frames,
+            peer_gone,
+        })
     }
 
     /// Serves the relays addressed to this node with `handler`, for as long as the
@@ -178,7 +203,7 @@ impl Cluster {
     pub fn serve_relays(self: &Arc<Self>, handler: RelayHandler) {
         let prefix = self.relays_prefix(&self.node_name);
         let store = self.store.clone();
-        let own_lease = self.lease();
+        let cluster = self.clone();
         let settings_prefix = self.settings.prefix.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_RELAYS));
         self.store.spawn(async move {
@@ -192,14 +217,19 @@ impl Cluster {
                     }
                 };
                 let take = |entry: super::etcd::Entry| {
+                    // At its limit, the node leaves an opening to its caller's deadline
+                    // rather than holding it: nothing waits in memory.
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tracing::warn!(key = %entry.key, "at the limit of relays served; not taken");
+                        return;
+                    };
                     let store = store.clone();
                     let handler = handler.clone();
-                    let slots = slots.clone();
                     let prefix = settings_prefix.clone();
+                    // This node's lease now (it is another after the node joined again).
+                    let own_lease = cluster.lease();
                     tokio::spawn(async move {
-                        let Ok(_slot) = slots.acquire_owned().await else {
-                            return;
-                        };
+                        let _slot = slot;
                         serve_one(&store, &prefix, own_lease, entry, handler).await;
                     });
                 };
@@ -274,8 +304,14 @@ async fn serve_one(
     };
     let (send, outbox) = mpsc::channel(WINDOW);
     let (inbox, frames) = mpsc::channel(WINDOW);
-    let served = tokio::spawn(handler(opening.value, Relay { send, frames }));
-    pump(store, side, from, outbox, inbox, None).await;
+    let (peer_gone_tx, peer_gone) = oneshot::channel();
+    let relay = Relay {
+        send,
+        frames,
+        peer_gone,
+    };
+    let served = tokio::spawn(handler(opening.value, relay));
+    pump(store, side, from, outbox, inbox, None, peer_gone_tx).await;
     let _ = served.await;
 }
 
@@ -297,7 +333,9 @@ async fn pump(
     mut outbox: mpsc::Receiver<Vec<u8>>,
     inbox: mpsc::Sender<Vec<u8>>,
     mut waiting: Option<Waiting>,
+    peer_gone: oneshot::Sender<()>,
 ) {
+    let mut peer_gone = Some(peer_gone);
     let mine = side.keys.frames(side.mine);
     let theirs = side.keys.frames(side.theirs);
     let mut changes = store.watch(&side.keys.base, from + 1);
@@ -339,7 +377,7 @@ async fn pump(
                         if store.put(&key, frame, side.frames_lease).await.is_err() {
                             // The caller's lease is gone, or the store: nothing more
                             // can be carried.
-                            their_gone = true;
+                            gone(&mut their_gone, &mut peer_gone);
                             pending.clear();
                             continue;
                         }
@@ -380,7 +418,7 @@ async fn pump(
                 }
                 Some(Change::Delete { key, .. }) => {
                     if key == side.their_presence {
-                        their_gone = true;
+                        gone(&mut their_gone, &mut peer_gone);
                     } else if sequence(&key, &mine).is_some() {
                         outstanding = outstanding.saturating_sub(1);
                     }
@@ -395,7 +433,7 @@ async fn pump(
                                     let _ = waiting.taken.send(Ok(()));
                                 }
                             } else if waiting.is_none() {
-                                their_gone = true;
+                                gone(&mut their_gone, &mut peer_gone);
                             }
                             changes = store.watch(&side.keys.base, revision + 1);
                         }
@@ -406,7 +444,7 @@ async fn pump(
                     }
                 }
                 None => {
-                    their_gone = true;
+                    gone(&mut their_gone, &mut peer_gone);
                     pending.clear();
                 }
             },

@@ -41,6 +41,7 @@ use tokio::sync::mpsc;
 
 use super::exec_session::{Down, FromClient, Opening, ToClient};
 use super::{NomadError, bad_request};
+use crate::listen::ConnectionPlace;
 use berth_client::agent::{Agent, JobAction, Submitter};
 
 /// The largest frame a client may send (its stdin, a few KiB at a time in practice).
@@ -75,6 +76,7 @@ pub async fn exec(
     submitter: Option<Extension<Submitter>>,
     Path(id): Path<String>,
     Query(query): Query<ExecQuery>,
+    place: Option<Extension<ConnectionPlace>>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, NomadError> {
     let argv = command_of(&query.command)?;
@@ -101,7 +103,7 @@ pub async fn exec(
                 argv,
                 tty,
             };
-            return remote(&agent, &who, opening, upgrade, not_here).await;
+            return remote(&agent, &who, opening, upgrade, place, not_here).await;
         }
         Err(refused) => return Err(refused),
     };
@@ -111,15 +113,18 @@ pub async fn exec(
         argv,
         tty,
     };
-    let session = super::exec_session::start(&runner, &opening).await?;
+    let (session, permit) = super::exec_session::start(&runner, &opening).await?;
     tracing::info!(alloc = %runner.id, submitter = ?who, "alloc exec session opened");
     Ok(upgrade.on_upgrade(move |socket| async move {
+        // The connection counts against the listener's limits while the session runs.
+        let _held = (place, permit);
         let (sink, stream) = socket.split();
         let (from_client, inputs) = mpsc::channel(4);
         let (outputs, to_client) = mpsc::channel(4);
-        let reader = tokio::spawn(read_client(stream, from_client, None));
+        let (gone, client_gone) = tokio::sync::oneshot::channel();
+        let reader = tokio::spawn(read_client(stream, from_client, None, gone));
         let writer = tokio::spawn(write_client(sink, to_client, None));
-        super::exec_session::run(session, inputs, outputs).await;
+        super::exec_session::run(session, inputs, outputs, client_gone).await;
         let _ = writer.await;
         reader.abort();
     }))
@@ -132,6 +137,7 @@ async fn remote(
     who: &Submitter,
     opening: Opening,
     upgrade: WebSocketUpgrade,
+    place: Option<Extension<ConnectionPlace>>,
     not_here: String,
 ) -> Result<Response, NomadError> {
     let failed = |error: String| NomadError(StatusCode::INTERNAL_SERVER_ERROR, error);
@@ -181,16 +187,29 @@ async fn remote(
     }
     tracing::info!(alloc = %opening.alloc_id, node, submitter = ?who,
         "alloc exec session opened on another node");
-    Ok(upgrade.on_upgrade(move |socket| bridge(socket, relay)))
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        let _held = place;
+        bridge(socket, relay).await;
+    }))
 }
 
 /// Carries a websocket's frames to a relay and back.
 async fn bridge(socket: WebSocket, relay: Relay) {
-    let Relay { send, mut frames } = relay;
+    // The node's end (`peer_gone`) is read as the end of its frames: every frame it
+    // sent is delivered first.
+    let Relay {
+        send, mut frames, ..
+    } = relay;
     let (sink, stream) = socket.split();
     let (from_client, mut inputs) = mpsc::channel(4);
     let (outputs, to_client) = mpsc::channel(4);
-    let reader = tokio::spawn(read_client(stream, from_client, Some(RELAYED_INPUT_CHUNK)));
+    let (gone, mut client_gone) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(read_client(
+        stream,
+        from_client,
+        Some(RELAYED_INPUT_CHUNK),
+        gone,
+    ));
     let gone_reason = "the node that runs the alloc went away";
     let writer = tokio::spawn(write_client(sink, to_client, Some(gone_reason)));
     let upward = tokio::spawn(async move {
@@ -209,7 +228,16 @@ async fn bridge(socket: WebSocket, relay: Relay) {
             }
         }
     });
-    while let Some(bytes) = frames.recv().await {
+    loop {
+        let bytes = tokio::select! {
+            bytes = frames.recv() => match bytes {
+                Some(bytes) => bytes,
+                None => break,
+            },
+            // The client went: the relay's sender goes with `upward`, which ends the
+            // session on the node, whatever input it was still waiting to send.
+            _ = &mut client_gone => break,
+        };
         let out = match serde_json::from_slice::<Down>(&bytes) {
             Ok(Down::Output(frame)) => ToClient::Output(frame),
             Ok(Down::Refuse(reason)) => ToClient::Refuse(reason),
@@ -256,6 +284,8 @@ async fn read_client(
     mut stream: futures_util::stream::SplitStream<WebSocket>,
     from_client: mpsc::Sender<FromClient>,
     chunk: Option<usize>,
+    // Dropped on the way out: the client is gone (or sent what ends the session).
+    _gone: tokio::sync::oneshot::Sender<()>,
 ) {
     loop {
         let text = match stream.next().await {
@@ -339,7 +369,7 @@ async fn write_client(
                         return;
                     }
                 }
-                Some(ToClient::Refuse(reason)) => break (close_code::INVALID, reason),
+                Some(ToClient::Refuse(reason)) => break (close_code::INVALID, close_reason(&reason)),
                 None if exited => break (close_code::NORMAL, String::new()),
                 None => break (close_code::ERROR, cut_reason.unwrap_or("the session ended").to_string()),
             },
@@ -352,6 +382,16 @@ async fn write_client(
             reason: reason.into(),
         })))
         .await;
+}
+
+/// A close frame's reason: at most 123 bytes (a control frame carries 125, the code 2),
+/// cut at a character's boundary.
+fn close_reason(reason: &str) -> String {
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_string()
 }
 
 async fn send(sink: &mut Sink, frame: &ExecStreamingOutput) -> Result<(), ()> {

@@ -31,6 +31,16 @@ const DEFAULT_SIZE: WindowSize = WindowSize { rows: 24, cols: 80 };
 /// After the command exits, how long what it left running may hold its output open.
 const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
+/// The most sessions this agent runs at once, its own and those asked through other
+/// members; past it a session is refused (503) until one ends.
+pub const MAX_SESSIONS: usize = 128;
+
+/// The sessions running on this node: each holds a permit.
+static SESSIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SESSIONS);
+
+/// A running session's place among [`MAX_SESSIONS`].
+pub(super) type SessionPermit = tokio::sync::SemaphorePermit<'static>;
+
 /// What a client sends a session.
 pub(super) enum FromClient {
     Input(ExecStreamingInput),
@@ -70,8 +80,21 @@ pub(super) enum Down {
     Refuse(String),
 }
 
-/// Starts the command `opening` names in a running task of this node's alloc `runner`.
-pub(super) async fn start(runner: &AllocRunner, opening: &Opening) -> Result<Session, NomadError> {
+/// Starts the command `opening` names in a running task of this node's alloc `runner`;
+/// the permit is the session's place among [`MAX_SESSIONS`], held while it runs.
+pub(super) async fn start(
+    runner: &AllocRunner,
+    opening: &Opening,
+) -> Result<(Session, SessionPermit), NomadError> {
+    let Ok(permit) = SESSIONS.try_acquire() else {
+        return Err(NomadError(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "this node runs {MAX_SESSIONS} alloc exec sessions, its most at once: try \
+                 again when one has ended"
+            ),
+        ));
+    };
     let task = match opening.task.as_str() {
         "" => match runner.group.tasks.as_slice() {
             [only] => only.name.clone(),
@@ -97,7 +120,7 @@ pub(super) async fn start(runner: &AllocRunner, opening: &Opening) -> Result<Ses
         .map_err(action_error)?;
     tracing::info!(alloc = %runner.id, task, argv = ?opening.argv, tty = opening.tty,
         "alloc exec started");
-    Ok(session)
+    Ok((session, permit))
 }
 
 /// Serves the sessions other members ask of this node's allocs (they checked the
@@ -112,7 +135,11 @@ pub fn serve_remote_sessions(agent: &Arc<Agent>) {
 }
 
 async fn serve_relay(agent: &Agent, opening: Vec<u8>, relay: Relay) {
-    let Relay { send, mut frames } = relay;
+    let Relay {
+        send,
+        mut frames,
+        peer_gone,
+    } = relay;
     let refused = |status: u16, message: String| {
         serde_json::to_vec(&Down::Refused { status, message }).unwrap_or_default()
     };
@@ -130,8 +157,8 @@ async fn serve_relay(agent: &Agent, opening: Vec<u8>, relay: Relay) {
         let _ = send.send(refused(404, message)).await;
         return;
     };
-    let session = match start(&runner, &opening).await {
-        Ok(session) => session,
+    let (session, _permit) = match start(&runner, &opening).await {
+        Ok(started) => started,
         Err(NomadError(status, message)) => {
             let _ = send.send(refused(status.as_u16(), message)).await;
             return;
@@ -170,7 +197,9 @@ async fn serve_relay(agent: &Agent, opening: Vec<u8>, relay: Relay) {
             }
         }
     });
-    run(session, inputs, outputs).await;
+    // The caller gone (its client, or the member itself) ends the session at once,
+    // whatever of its input is still on the way.
+    run(session, inputs, outputs, peer_gone).await;
 }
 
 /// Why the client's side ended before the command did.
@@ -186,7 +215,11 @@ pub(super) async fn run(
     session: Session,
     inputs: mpsc::Receiver<FromClient>,
     outputs: mpsc::Sender<ToClient>,
+    client_gone: tokio::sync::oneshot::Receiver<()>,
 ) {
+    // Ready (or dropped) once the client is gone: heard here, not through the input,
+    // which a command that does not read its stdin holds up.
+    let mut client_gone = client_gone;
     let Session {
         input,
         output,
@@ -230,6 +263,8 @@ pub(super) async fn run(
                 break Ok(status);
             }
             why = client_end.recv() => break Err(why.unwrap_or(ClientEnd::Gone)),
+            _ = &mut client_gone => break Err(ClientEnd::Gone),
+            () = outputs.closed() => break Err(ClientEnd::Gone),
         }
     };
     reader.abort();

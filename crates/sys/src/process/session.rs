@@ -14,7 +14,10 @@
 //!
 //! The command has no timeout; it ends when it exits, when its task ends (it was born
 //! in the task's pid namespace), or when its [`SessionEnd`] is ended or dropped: the
-//! shim then kills its whole process group, as at a script's timeout.
+//! shim then kills its whole process group, as at a script's timeout. What the command
+//! moves out of its group (`setsid`, a shell's background jobs) is the task's from then
+//! on: it is in the task's cgroup and pid namespace, and ends with the task, as in
+//! Nomad.
 
 use std::future::Future;
 use std::os::fd::OwnedFd;

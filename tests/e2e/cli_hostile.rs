@@ -374,6 +374,10 @@ async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
         s(&["alloc", "fs", &prints, &hostile]),
         s(&["alloc", "fs", &hostile]),
         s(&["alloc", "stop", &hostile]),
+        // Refused before any session opens, each naming what it was given.
+        s(&["alloc", "exec", &hostile, "id"]),
+        s(&["alloc", "exec", "--task", &hostile, &serves, "id"]),
+        s(&["alloc", "exec", &serves, &hostile]),
         s(&["volume", "register", &path(&refused_volume)]),
         s(&["volume", "create", &path(&refused_volume)]),
         s(&["volume", "status"]),

@@ -1037,3 +1037,114 @@ async fn a_revoke_refused_for_berths_own_unknown_token_keeps_the_accessor() {
         "an unrevoked token's accessor was forgotten"
     );
 }
+
+/// A Consul service's script check: berth registers it as a TTL check, runs the script
+/// inside the task, and sets the check's status and output in Consul after each run
+/// (with the agent's token, under ACLs), as Nomad does; `check_restart` restarts the
+/// task after the script fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consul_services_script_check_is_a_ttl_check_berth_runs_and_updates() {
+    let consul = ConsulDouble::start().await;
+    consul.add_token(
+        "scripted-writer",
+        Policy {
+            service_write: vec!["scripted".into()],
+            service_read: vec![String::new()],
+            key_read: Vec::new(),
+            acl_write: false,
+        },
+    );
+    let mut agent = agent_with(&consul, "  token = \"scripted-writer\"\n");
+    agent.start().await;
+    let job = r#"job "scripted" {
+  group "g" {
+    restart {
+      attempts = 2
+      delay    = "0s"
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "if [ -f local/once ]; then touch local/healthy; else touch local/once; fi; exec sleep 600"]
+      }
+      service {
+        name = "scripted"
+        check {
+          name     = "alive"
+          type     = "script"
+          command  = "/bin/sh"
+          args     = ["-c", "echo checked as $(id -u); test -f /local/healthy || exit 2"]
+          interval = "1s"
+          timeout  = "2s"
+          check_restart {
+            limit = 2
+          }
+        }
+      }
+    }
+  }
+}
+"#;
+    let alloc = agent.run_job("scripted.hcl", job).await;
+    // First run: no healthy file, so critical in Consul and then a restart; after it,
+    // passing.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let check = loop {
+        let status = agent.alloc(&alloc).await;
+        let check = consul
+            .checks()
+            .into_values()
+            .find(|c| c["ServiceName"] == json!("scripted"));
+        if let Some(check) = &check
+            && status.tasks["t"].restarts == 1
+            && check["Status"] == json!("passing")
+        {
+            break check.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{check:#?}\n{:#?}",
+            status.tasks["t"].events
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(check["Type"], json!("ttl"), "{check:#}");
+    let output = check["Output"].as_str().unwrap();
+    assert!(
+        output.starts_with("checked as ") && output != "checked as 0",
+        "the script ran in the task as its user: {check:#}"
+    );
+    // Registered as a TTL check of interval + 31s; updated by its ID with the token.
+    let register = consul
+        .requests()
+        .into_iter()
+        .find(|r| r.path.starts_with("/v1/agent/service/register"))
+        .unwrap();
+    assert_eq!(register.body["Checks"][0]["TTL"], json!("32s"));
+    let check_id = check["CheckID"].as_str().unwrap();
+    let updates: Vec<_> = consul
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == format!("/v1/agent/check/update/{check_id}"))
+        .collect();
+    assert!(updates.iter().all(|u| u.status == 200), "{updates:#?}");
+    assert!(
+        updates
+            .iter()
+            .any(|u| u.body["Status"] == json!("critical")),
+        "the first runs failed: {updates:#?}"
+    );
+    let status = agent.alloc(&alloc).await;
+    assert!(
+        status.tasks["t"]
+            .events
+            .iter()
+            .any(|e| e.message == "healthcheck: check \"alive\" unhealthy"),
+        "{:#?}",
+        status.tasks["t"].events
+    );
+    let (code, _, stderr) = agent.cli(&["job", "stop", "scripted"]);
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -77,9 +77,19 @@ fn script_checks_and_check_restart_are_read_and_what_cannot_run_is_refused() {
         })
     );
     let refused = |source: String| parse("job.hcl", &source).unwrap_err().to_string();
-    assert!(
-        refused(source("consul", "", ""))
-            .contains("a script check of a Consul service is not supported"),
+    // A Consul service's script check is berth's to run too (a TTL check in Consul),
+    // with its check_restart, and no warning about it; its tcp check's is Consul's.
+    let consul = parse("job.hcl", &source("consul", "", "")).unwrap();
+    let consul_checks = &consul.groups[0].tasks[0].services[0].checks;
+    assert!(matches!(consul_checks[0].kind, CheckKind::Script { .. }));
+    let warned: Vec<String> = consul.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warned
+            .iter()
+            .filter(|w| w.contains("check_restart has no effect"))
+            .count(),
+        1,
+        "{warned:#?}"
     );
     assert!(
         refused(source("nomad", "task = \"t\"", ""))
@@ -135,7 +145,7 @@ fn check_restart_of_a_consul_check_is_a_warning_that_says_why() {
     assert!(
         job.warnings.iter().any(|w| w
             .to_string()
-            .contains("check_restart has no effect on a Consul service's check")),
+            .contains("check_restart has no effect on a Consul service's http, tcp or grpc check")),
         "{:#?}",
         job.warnings
     );

@@ -136,6 +136,9 @@ pub struct CheckRegistration {
         default
     )]
     pub grpc_use_tls: bool,
+    /// A TTL check (a Go duration): a script check berth runs and reports.
+    #[serde(rename = "TTL", skip_serializing_if = "Option::is_none", default)]
+    pub ttl: Option<String>,
 }
 
 /// A service as `GET /v1/agent/services` shows it (`AgentService`), and as an instance
@@ -220,6 +223,25 @@ impl ConsulApi {
             &format!("/v1/agent/service/deregister/{}", path_escape(id)),
             Vec::new(),
             &format!("deregistering service ID {id:?}"),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Sets a TTL check's status and output (`PUT /v1/agent/check/update/:check_id`):
+    /// how a script check berth runs for a Consul service reaches Consul.
+    pub async fn update_ttl(
+        &self,
+        check_id: &str,
+        status: &str,
+        output: &str,
+    ) -> Result<(), ConsulError> {
+        let body = serde_json::json!({ "Status": status, "Output": output });
+        self.call(
+            Method::PUT,
+            &format!("/v1/agent/check/update/{}", path_escape(check_id)),
+            body.to_string().into_bytes(),
+            &format!("updating check {check_id:?}"),
         )
         .await
         .map(drop)

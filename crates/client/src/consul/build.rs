@@ -113,7 +113,7 @@ fn registration(
         } else {
             check_address
         };
-        let (mut grpc, mut grpc_use_tls) = (None, false);
+        let (mut grpc, mut grpc_use_tls, mut ttl) = (None, false, None);
         let (http, method, tcp) = match &check.kind {
             CheckKind::Http {
                 path,
@@ -135,8 +135,13 @@ fn registration(
                 grpc_use_tls = *use_tls;
                 (None, None, None)
             }
-            // Run by berth inside its task (a provider "nomad" service's only).
-            CheckKind::Script { .. } => (None, None, None),
+            // Run by berth inside its task; a Consul service's is a TTL check there,
+            // which berth updates after each run (Nomad's `ttlCheckBuffer` on top of
+            // the interval).
+            CheckKind::Script { .. } => {
+                ttl = Some(go_duration(check.interval + SCRIPT_TTL_BUFFER));
+                (None, None, None)
+            }
         };
         let mut registration = CheckRegistration {
             check_id: String::new(),
@@ -152,6 +157,7 @@ fn registration(
             tcp,
             grpc,
             grpc_use_tls,
+            ttl,
         };
         // The ID changes with the definition, so a changed check is a missing one.
         let digest = Sha256::digest(serde_json::to_vec(&(&id, &registration)).unwrap_or_default());
@@ -218,6 +224,10 @@ fn mode_address<'a>(mode: AddressMode, source: &ServiceSource<'a>) -> &'a str {
 }
 
 /// A duration as Go writes it, which Consul parses: "10s", "1500ms".
+/// What a script check's TTL in Consul adds to its interval (Nomad's 31s): a run that
+/// takes up to its timeout still lands before the TTL turns the check critical.
+const SCRIPT_TTL_BUFFER: Duration = Duration::from_secs(31);
+
 fn go_duration(duration: Duration) -> String {
     if duration.subsec_millis() == 0 {
         format!("{}s", duration.as_secs())

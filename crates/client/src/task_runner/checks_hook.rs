@@ -1,7 +1,8 @@
-//! Runs the checks of the task's provider "nomad" services (and a group service's checks
-//! that name this task) while it runs, as Nomad's client does: each at its interval,
-//! its latest result kept for `GET /v1/client/allocation/:id/checks`; a script check
-//! runs inside the task, in its confinement. A check with `check_restart` restarts the
+//! Runs the checks of the task's provider "nomad" services, and its Consul services'
+//! script checks (and a group service's checks that name this task) while it runs, as
+//! Nomad's client does: each at its interval, its latest result kept for `GET
+//! /v1/client/allocation/:id/checks`, or for a Consul service's, set on its TTL check
+//! in Consul; a script check runs inside the task, in its confinement. A check with `check_restart` restarts the
 //! task, under its restart policy, after `limit` unhealthy results in a row once its
 //! `grace` has passed ("healthcheck: check \"x\" unhealthy", Nomad's words).
 
@@ -36,6 +37,9 @@ struct Watched {
     interval: Duration,
     timeout: Duration,
     restart: Option<CheckRestart>,
+    /// A Consul service's script check: its TTL check's ID in Consul, where each
+    /// result goes (Nomad's `GET .../checks` lists provider "nomad" services' only).
+    reported: Option<String>,
 }
 
 /// The checks this task's runner runs, each with where it reaches.
@@ -43,22 +47,29 @@ fn watched(ctx: &TaskHookContext) -> Result<Vec<Watched>, crate::consul::build::
     let lookup = service_names(ctx);
     let address = crate::consul::service_address(ctx.config.consul.as_ref());
     let alloc_address = ctx.resources.network().and_then(|n| n.address);
-    let nomad = |services: &[Service]| -> Vec<Service> {
-        services
-            .iter()
-            .filter(|s| s.provider == ServiceProvider::Nomad)
-            .cloned()
-            .collect()
+    // Every check of a provider "nomad" service, and a Consul service's script checks
+    // (Consul has them as TTL checks, which berth updates).
+    let runs_here = |service: &Service, check: &berth_jobspec::ServiceCheck| {
+        service.provider == ServiceProvider::Nomad || matches!(check.kind, CheckKind::Script { .. })
     };
-    let own = nomad(&ctx.task.services);
+    let own: Vec<Service> = ctx
+        .task
+        .services
+        .iter()
+        .filter(|s| s.checks.iter().any(|c| runs_here(s, c)))
+        .cloned()
+        .collect();
     // A group service's checks that name this task run here, and only those.
-    let group: Vec<Service> = nomad(&ctx.group.services)
-        .into_iter()
-        .map(|mut service| {
-            (service.checks).retain(|c| c.task.as_deref() == Some(ctx.task.name.as_str()));
-            service
+    let group: Vec<Service> = ctx
+        .group
+        .services
+        .iter()
+        .filter(|s| {
+            s.checks
+                .iter()
+                .any(|c| runs_here(s, c) && c.task.as_deref() == Some(ctx.task.name.as_str()))
         })
-        .filter(|service| !service.checks.is_empty())
+        .cloned()
         .collect();
     let mut out = Vec::new();
     for (services, task) in [(own, Some(ctx.task.name.as_str())), (group, None)] {
@@ -72,9 +83,19 @@ fn watched(ctx: &TaskHookContext) -> Result<Vec<Watched>, crate::consul::build::
             alloc_address: alloc_address.as_deref(),
             lookup: &lookup,
         };
+        // Built whole, as the service hook registers them: a check's ID depends on its
+        // place among its service's checks.
         let built = registrations(&services, &source)?;
         for (service, (_, registration)) in services.iter().zip(built) {
             for (check, made) in service.checks.iter().zip(&registration.checks) {
+                let in_group = task.is_none();
+                if !runs_here(service, check)
+                    || (in_group && check.task.as_deref() != Some(ctx.task.name.as_str()))
+                {
+                    continue;
+                }
+                let reported =
+                    (service.provider == ServiceProvider::Consul).then(|| made.check_id.clone());
                 let probe = match &check.kind {
                     CheckKind::Http { method, .. } => Probe::Http {
                         url: made.http.clone().unwrap_or_default(),
@@ -116,6 +137,7 @@ fn watched(ctx: &TaskHookContext) -> Result<Vec<Watched>, crate::consul::build::
                     interval: check.interval,
                     timeout: check.timeout,
                     restart: check.check_restart.clone().filter(|r| r.limit > 0),
+                    reported,
                 });
             }
         }
@@ -172,7 +194,10 @@ impl Watcher {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             check.result.outcome = outcome.clone();
-            self.results().record(&self.alloc, check.result.clone());
+            match &check.reported {
+                None => self.results().record(&self.alloc, check.result.clone()),
+                Some(check_id) => self.report(check_id, &outcome).await,
+            }
             if let Some(restart) = &check.restart
                 && started.elapsed() >= restart.grace
             {
@@ -199,6 +224,22 @@ impl Watcher {
 
     fn results(&self) -> &CheckResults {
         self.services.checks()
+    }
+
+    /// Sets a Consul service's TTL check to a script check's outcome. A failed update is
+    /// logged: the TTL turns the check critical if none gets through.
+    async fn report(&self, check_id: &str, outcome: &Outcome) {
+        let Some(consul) = self.services.api() else {
+            return;
+        };
+        let status = match outcome.health {
+            Health::Passing => "passing",
+            Health::Warning => "warning",
+            Health::Critical => "critical",
+        };
+        if let Err(error) = consul.update_ttl(check_id, status, &outcome.output).await {
+            tracing::warn!(alloc = %self.alloc, check_id, %error, "updating a script check in Consul");
+        }
     }
 
     async fn probe(&self, check: &Watched) -> Outcome {

@@ -152,13 +152,7 @@ pub(super) fn service(
     for (check, block) in checks.iter().zip(fields.blocks("check")) {
         let in_group = !parent.contains(".task.");
         let script = matches!(check.kind, CheckKind::Script { .. });
-        let problem = if script && provider == ServiceProvider::Consul {
-            Some(
-                "a script check of a Consul service is not supported: berth runs the checks of \
-                 provider \"nomad\" services (a Consul service's checks are Consul's, of type \
-                 \"http\" or \"tcp\")",
-            )
-        } else if script && in_group && check.task.is_none() {
+        let problem = if script && in_group && check.task.is_none() {
             Some("a group service's script check needs task = \"<the task it runs in>\"")
         } else if !in_group && check.task.is_some() {
             Some("task is for a group service's check; this check runs in its own task")
@@ -199,13 +193,15 @@ pub(super) fn service(
         } else {
             None
         };
-        if provider == ServiceProvider::Consul && check.check_restart.is_some() {
+        // A Consul service's script check is berth's to run (a TTL check in Consul):
+        // its check_restart holds; Consul's own checks are Consul's.
+        if provider == ServiceProvider::Consul && !script && check.check_restart.is_some() {
             problems.warnings.push(Problem {
                 path: format!("{path}.check.check_restart"),
                 at: Some(block.at),
-                message: "check_restart has no effect on a Consul service's check: berth \
-                          restarts tasks on the checks it runs itself, a provider \"nomad\" \
-                          service's"
+                message: "check_restart has no effect on a Consul service's http, tcp or \
+                          grpc check: berth restarts tasks on the checks it runs itself (a \
+                          provider \"nomad\" service's, and script checks)"
                     .into(),
             });
         }

@@ -7,6 +7,12 @@
 //!   `replace-existing-checks`; a Connect service's sidecar registered as
 //!   `<ID>-sidecar-proxy`), `PUT /v1/agent/service/deregister/:id`,
 //!   `GET /v1/agent/services`, `GET /v1/agent/service/:id`, `GET /v1/agent/checks`;
+//! - TTL checks: a check registered with `TTL` starts critical, takes its status from
+//!   `PUT /v1/agent/check/update/:check_id` (`{"Status", "Output"}`; 400 "Invalid check
+//!   status", 404 "Unknown check ID" for a check that is not there, 403 without
+//!   `service:write` on its service, 500 "does not have associated TTL" for another
+//!   kind; the output kept to Consul's 4 KiB), and turns critical ("TTL expired") when
+//!   no update came within its TTL;
 //! - ACL tokens: `PUT /v1/acl/token`, and `DELETE /v1/acl/token/:accessor`, which
 //!   answers 200 `true` also for a token that is not there (Consul: "the token does not
 //!   exist - return early as there is nothing to do");
@@ -44,6 +50,9 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::{Value, json};
+
+mod ttl;
+use ttl::{expire_ttls, go_duration, update_check};
 
 /// One request the double answered.
 #[derive(Debug, Clone)]
@@ -144,6 +153,8 @@ fn filtered_list(authz: &Authz, list: Value, removed: bool) -> Response {
 struct DoubleState {
     services: BTreeMap<String, Value>,
     checks: BTreeMap<String, Value>,
+    /// The TTL checks: their TTL, and when they turn critical unless updated.
+    ttls: BTreeMap<String, (std::time::Duration, Instant)>,
     /// ACL tokens by accessor.
     tokens: BTreeMap<String, Value>,
     requests: Vec<Recorded>,
@@ -182,6 +193,7 @@ impl ConsulDouble {
             .route("/v1/agent/services", get(services))
             .route("/v1/agent/service/{id}", get(service))
             .route("/v1/agent/checks", get(checks))
+            .route("/v1/agent/check/update/{id}", put(update_check))
             .route("/v1/kv/{*key}", get(kv_get))
             .route("/v1/health/service/{name}", get(health_service))
             .route("/v1/catalog/services", get(catalog_services))
@@ -235,7 +247,9 @@ impl ConsulDouble {
     }
 
     pub fn checks(&self) -> BTreeMap<String, Value> {
-        self.state.lock().unwrap().checks.clone()
+        let mut state = self.state.lock().unwrap();
+        expire_ttls(&mut state);
+        state.checks.clone()
     }
 
     /// The ACL tokens made and not deleted, by accessor.
@@ -524,6 +538,14 @@ async fn register(
             "http"
         } else if set("GRPC") {
             "grpc"
+        } else if set("TTL") {
+            let Some(ttl) = check["TTL"].as_str().and_then(go_duration) else {
+                return (StatusCode::BAD_REQUEST, "Request decode failed: TTL").into_response();
+            };
+            state
+                .ttls
+                .insert(check_id.clone(), (ttl, Instant::now() + ttl));
+            "ttl"
         } else {
             "tcp"
         };
@@ -667,7 +689,11 @@ async fn service(
 
 /// The agent's checks of services the token may read; the others left out, and said so.
 async fn checks(State(state): State<Shared>, Extension(authz): Extension<Authz>) -> Response {
-    let all = state.lock().unwrap().checks.clone();
+    let all = {
+        let mut state = state.lock().unwrap();
+        expire_ttls(&mut state);
+        state.checks.clone()
+    };
     let total = all.len();
     let readable: BTreeMap<String, Value> = all
         .into_iter()
@@ -775,7 +801,8 @@ async fn health_service(
     if !authz.policy.may_read(&name) {
         return filtered_list(&authz, json!([]), true);
     }
-    let state = state.lock().unwrap();
+    let mut state = state.lock().unwrap();
+    expire_ttls(&mut state);
     let tags: Vec<&str> = query
         .iter()
         .filter(|(k, _)| k == "tag")

@@ -250,11 +250,21 @@ async fn templates_are_watched_again_after_an_agent_restart() {
     agent.start().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !out(&agent).contains("port 8002") {
-        assert!(
-            Instant::now() < deadline,
-            "the change made while the agent was down: {}",
-            out(&agent)
-        );
+        if Instant::now() > deadline {
+            let status = agent.alloc(&alloc).await;
+            let log = agent.output();
+            let from = (log.len().saturating_sub(4000)..=log.len())
+                .find(|i| log.is_char_boundary(*i))
+                .unwrap_or(0);
+            let tail = &log[from..];
+            panic!(
+                "the change made while the agent was down: {}
+{:#?}
+...{tail}",
+                out(&agent),
+                status.tasks["app"].events
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     consul.put_key("app/port", "8003");

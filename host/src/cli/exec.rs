@@ -68,12 +68,16 @@ async fn carry(socket: WebSocket, pass_stdin: bool, tty: bool) -> anyhow::Result
         tasks.spawn(send_sizes(frames.clone()));
     }
     tasks.spawn(heartbeats(frames));
+    // A command that exits at once may have its exit, and the agent's close, on the way
+    // while this side still sends (its stdin's end, a heartbeat): a send that fails stops
+    // the sending, and what the agent sent is still read to its end.
+    let mut sending = true;
     let code = loop {
         tokio::select! {
-            Some(frame) = to_send.recv() => {
+            Some(frame) = to_send.recv(), if sending => {
                 let text = serde_json::to_string(&frame)?;
                 if sink.send(WebSocketMessage::Text(text.into())).await.is_err() {
-                    anyhow::bail!("the agent closed the session before the command exited");
+                    sending = false;
                 }
             }
             message = stream.next() => {
@@ -86,7 +90,7 @@ async fn carry(socket: WebSocket, pass_stdin: bool, tty: bool) -> anyhow::Result
                     }
                     Some(Ok(_)) => continue,
                     Some(Err(error)) => anyhow::bail!("the session broke: {error}"),
-                    None => anyhow::bail!("the agent closed the session before the command exited"),
+                    None => anyhow::bail!("the agent's connection ended before the command exited"),
                 };
                 let frame: ExecStreamingOutput = serde_json::from_str(text.as_str())
                     .map_err(|e| anyhow::format_err!("the agent sent a frame that is not Nomad's: {e}"))?;

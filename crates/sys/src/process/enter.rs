@@ -180,14 +180,9 @@ const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
 fn open_task_ptmx(target: ProcessRef) -> Result<OwnedFd, ProcessError> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     let path = PathBuf::from(format!("/proc/{}/root/dev/pts/ptmx", target.pid));
-    let failed = |source: std::io::Error| ProcessError::Output {
-        source: std::io::Error::new(
-            source.kind(),
-            format!(
-                "opening the task's terminal multiplexer {}: {source}",
-                path.display()
-            ),
-        ),
+    let failed = |source: std::io::Error| ProcessError::TaskTerminal {
+        path: path.clone(),
+        source,
     };
     let root = rustix::fs::open(
         format!("/proc/{}/root", target.pid),

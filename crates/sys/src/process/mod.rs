@@ -124,6 +124,8 @@ pub enum ProcessError {
     TaskNamespace { path: PathBuf, source: io::Error },
     #[error("reading the command's output: {source}")]
     Output { source: io::Error },
+    #[error("the task's terminal multiplexer {}: {source}", path.display())]
+    TaskTerminal { path: PathBuf, source: io::Error },
     #[error("{program:?} did not start inside the task within {after:?}")]
     StartTimedOut { program: String, after: Duration },
     #[error(

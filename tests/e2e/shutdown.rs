@@ -145,7 +145,17 @@ async fn a_mount_that_hangs_in_an_alloc_dir_does_not_hold_the_agents_stop() {
         .wait_alloc(&id, "running", |s| s.client_status == ClientStatus::Running)
         .await;
     let status = agent.alloc(&id).await;
-    let task = task_processes(&agent).await;
+    // With their command lines, for a failure to say what each was.
+    let task: Vec<_> = task_processes(&agent)
+        .await
+        .into_iter()
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero()))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default();
+            (pid, cmdline)
+        })
+        .collect();
 
     let hung = HungMount::at(&status.alloc_dir.join("alloc/data/hung"));
     // A request that reads into it waits there, on one of the agent's threads (the
@@ -173,10 +183,10 @@ async fn a_mount_that_hangs_in_an_alloc_dir_does_not_hold_the_agents_stop() {
     let took = took.expect("the agent did not exit at all");
     eprintln!("the agent stopped in {took:?}");
     assert!(took < stop_bound(), "the agent took {took:?} to stop");
-    for pid in task {
+    for (pid, cmdline) in task {
         assert!(
             rustix::process::test_kill_process(pid).is_ok(),
-            "the task's process {pid:?} did not outlive the agent's stop"
+            "the task's process {pid:?} ({cmdline:?}) did not outlive the agent's stop"
         );
     }
 }

@@ -61,8 +61,9 @@ pub struct EtcdServer {
 /// start again on it). It is taken below the kernel's ephemeral range, where the
 /// outgoing connections of every other test get their ports: a port from that range
 /// (the kernel's answer to a bind on port 0) may be taken by some client while its
-/// server restarts, and the restart fails with "address in use". Never the same port
-/// twice in one test process.
+/// server restarts, and the restart fails with "address in use". Below the agents'
+/// dynamic ports too (20000-32000), which other tests' tasks listen on. Never the same
+/// port twice in one test process.
 pub fn free_port() -> u16 {
     use std::collections::HashSet;
     use std::sync::Mutex;
@@ -71,7 +72,9 @@ pub fn free_port() -> u16 {
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
-    let (low, high) = (10_000u16, ephemeral_low.max(10_001));
+    // Below Nomad's dynamic ports (20000-32000) too: a task of another test's agent
+    // listens on one of those, and an agent restarted on its port must find it free.
+    let (low, high) = (10_000u16, ephemeral_low.clamp(10_001, 20_000));
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     let handed_out = handed_out.get_or_insert_with(HashSet::new);
     for _ in 0..1000 {

@@ -108,7 +108,8 @@ async fn carry(socket: WebSocket, pass_stdin: bool, tty: bool) -> anyhow::Result
     };
     tasks.abort_all();
     let _ = sink.send(WebSocketMessage::Close(None)).await;
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    // A code outside a process's (the agent's -1: the command's end unknown) is a failure.
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
 fn stdin_closed() -> ExecStreamingInput {

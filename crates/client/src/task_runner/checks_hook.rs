@@ -2,9 +2,10 @@
 //! script checks (and a group service's checks that name this task) while it runs, as
 //! Nomad's client does: each at its interval, its latest result kept for `GET
 //! /v1/client/allocation/:id/checks`, or for a Consul service's, set on its TTL check
-//! in Consul; a script check runs inside the task, in its confinement. A check with `check_restart` restarts the
-//! task, under its restart policy, after `limit` unhealthy results in a row once its
-//! `grace` has passed ("healthcheck: check \"x\" unhealthy", Nomad's words).
+//! in Consul; a script check runs inside the task, in its confinement. A check with
+//! `check_restart` restarts the task, under its restart policy, after `limit` unhealthy
+//! results in a row once its `grace` has passed ("healthcheck: check \"x\" unhealthy",
+//! Nomad's words).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -307,6 +307,36 @@ async fn alloc_exec_runs_inside_the_task_and_a_terminal_session_works_over_the_w
     agent.terminate(Duration::from_secs(30));
 }
 
+/// A client that leaves a session mid-way (its command's stdin full of what it never
+/// reads) takes the command, and what it started in its group, along.
+async fn leaving_takes_its_command_along(owner: &Client, alloc: &str, sleep_seconds: &str) {
+    let marker = format!("sleep {sleep_seconds}");
+    let script = format!("{marker} & {marker}; wait");
+    let mut socket = owner
+        .websocket(&exec_path(alloc, "t", &["/bin/sh", "-c", &script], false))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_running(&marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Stdin it never reads fills its pipe first: the write that waits on it does not
+    // keep the session alive.
+    send(&mut socket, stdin(&vec![b'y'; 300_000])).await;
+    socket.close(None).await.unwrap();
+    drop(socket);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes_running(&marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the command outlived its session: {:?}",
+            processes_running(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Every process whose command line is `argv`.
 fn processes_running(argv: &str) -> Vec<u32> {
     let wanted: Vec<u8> = argv
@@ -374,35 +404,7 @@ async fn alloc_exec_needs_its_scope_and_the_job_and_a_closed_socket_kills_the_co
     }
 
     // A client that goes away mid-session takes its command (and what it started) along.
-    let marker = "sleep 4242";
-    let mut socket = owner
-        .websocket(&exec_path(
-            &alloc,
-            "t",
-            &["/bin/sh", "-c", "sleep 4242 & sleep 4242; wait"],
-            false,
-        ))
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_running(marker).len() < 2 {
-        assert!(Instant::now() < deadline, "the command never started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Stdin it never reads fills its pipe first: the write that waits on it does not
-    // keep the session alive.
-    send(&mut socket, stdin(&vec![b'y'; 300_000])).await;
-    socket.close(None).await.unwrap();
-    drop(socket);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_running(marker).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the command outlived its session: {:?}",
-            processes_running(marker)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    leaving_takes_its_command_along(&owner, &alloc, "4242").await;
     // The task itself runs on.
     assert_eq!(
         agent.alloc(&alloc).await.client_status,
@@ -557,35 +559,7 @@ async fn alloc_exec_asked_of_another_member_runs_on_the_node_that_runs_the_alloc
     assert!(error.contains("has no task \"nope\""), "{error}");
 
     // The client goes away: the command on the other node goes too.
-    let marker = "sleep 4343";
-    let mut socket = owner
-        .websocket(&exec_path(
-            &alloc,
-            "t",
-            &["/bin/sh", "-c", "sleep 4343 & sleep 4343; wait"],
-            false,
-        ))
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_running(marker).len() < 2 {
-        assert!(Instant::now() < deadline, "the command never started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Stdin it never reads fills its pipe first: the write that waits on it does not
-    // keep the session alive.
-    send(&mut socket, stdin(&vec![b'y'; 300_000])).await;
-    socket.close(None).await.unwrap();
-    drop(socket);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !processes_running(marker).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the command outlived its session: {:?}",
-            processes_running(marker)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    leaving_takes_its_command_along(&owner, &alloc, "4343").await;
     let (code, out, err) = nodes[0].cli(&["job", "stop", "far"]);
     assert_eq!(code, 0, "{out}{err}");
 }

@@ -124,42 +124,53 @@ impl Cluster {
         let store = self.store.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_CALLS));
         self.store.spawn(async move {
-            loop {
-                let (waiting, revision) = match store.list(&prefix).await {
-                    Ok(listed) => listed,
-                    Err(error) => {
-                        tracing::debug!(%error, "listing the calls to this node; trying again");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                let take = |entry: super::etcd::Entry| {
-                    let store = store.clone();
-                    let handler = handler.clone();
-                    let slots = slots.clone();
-                    let answers = answers.clone();
-                    tokio::spawn(async move {
-                        let Ok(_slot) = slots.acquire_owned().await else {
-                            return;
-                        };
-                        serve_one(&store, &answers, entry, handler).await;
-                    });
-                };
-                for entry in waiting {
-                    take(entry);
-                }
-                let mut changes = store.watch(&prefix, revision + 1);
-                loop {
-                    match changes.recv().await {
-                        Some(Change::Put(entry)) => take(entry),
-                        Some(Change::Delete { .. } | Change::Revision(_)) => {}
-                        // Cut: list again (a call taken twice is refused by its claim).
-                        Some(Change::Reset) => break,
-                        None => return,
-                    }
-                }
-            }
+            let take = |entry: super::etcd::Entry| {
+                let store = store.clone();
+                let handler = handler.clone();
+                let slots = slots.clone();
+                let answers = answers.clone();
+                tokio::spawn(async move {
+                    let Ok(_slot) = slots.acquire_owned().await else {
+                        return;
+                    };
+                    serve_one(&store, &answers, entry, handler).await;
+                });
+            };
+            each_arrival(&store.clone(), &prefix, "calls", take).await;
         });
+    }
+}
+
+/// Hands `take` every entry put under `prefix` (`what` names them in logs): those
+/// there now, then each as it arrives, for as long as the store client runs. A cut
+/// watch lists again: an entry handed twice is refused by its taker's transaction.
+pub(super) async fn each_arrival(
+    store: &Store,
+    prefix: &str,
+    what: &str,
+    mut take: impl FnMut(super::etcd::Entry),
+) {
+    loop {
+        let (waiting, revision) = match store.list(prefix).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::debug!(%error, what, "listing what is addressed to this node; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        for entry in waiting {
+            take(entry);
+        }
+        let mut changes = store.watch(prefix, revision + 1);
+        loop {
+            match changes.recv().await {
+                Some(Change::Put(entry)) => take(entry),
+                Some(Change::Delete { .. } | Change::Revision(_)) => {}
+                Some(Change::Reset) => break,
+                None => return,
+            }
+        }
     }
 }
 

@@ -207,45 +207,24 @@ impl Cluster {
         let settings_prefix = self.settings.prefix.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_RELAYS));
         self.store.spawn(async move {
-            loop {
-                let (waiting, revision) = match store.list(&prefix).await {
-                    Ok(listed) => listed,
-                    Err(error) => {
-                        tracing::debug!(%error, "listing the relays to this node; trying again");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
+            let take = |entry: super::etcd::Entry| {
+                // At its limit, the node leaves an opening to its caller's deadline
+                // rather than holding it: nothing waits in memory.
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(key = %entry.key, "at the limit of relays served; not taken");
+                    return;
                 };
-                let take = |entry: super::etcd::Entry| {
-                    // At its limit, the node leaves an opening to its caller's deadline
-                    // rather than holding it: nothing waits in memory.
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(key = %entry.key, "at the limit of relays served; not taken");
-                        return;
-                    };
-                    let store = store.clone();
-                    let handler = handler.clone();
-                    let prefix = settings_prefix.clone();
-                    // This node's lease now (it is another after the node joined again).
-                    let own_lease = cluster.lease();
-                    tokio::spawn(async move {
-                        let _slot = slot;
-                        serve_one(&store, &prefix, own_lease, entry, handler).await;
-                    });
-                };
-                for entry in waiting {
-                    take(entry);
-                }
-                let mut changes = store.watch(&prefix, revision + 1);
-                loop {
-                    match changes.recv().await {
-                        Some(Change::Put(entry)) => take(entry),
-                        Some(Change::Delete { .. } | Change::Revision(_)) => {}
-                        Some(Change::Reset) => break,
-                        None => return,
-                    }
-                }
-            }
+                let store = store.clone();
+                let handler = handler.clone();
+                let prefix = settings_prefix.clone();
+                // This node's lease now (it is another after the node joined again).
+                let own_lease = cluster.lease();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    serve_one(&store, &prefix, own_lease, entry, handler).await;
+                });
+            };
+            super::calls::each_arrival(&store.clone(), &prefix, "relays", take).await;
         });
     }
 }

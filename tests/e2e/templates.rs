@@ -719,7 +719,9 @@ async fn a_change_script_runs_inside_its_task_and_fail_on_error_fails_the_task()
     })
     .await;
     eprintln!("a template with wait.min 3s re-rendered {later:?} after the change");
-    assert!(later >= Duration::from_secs(3), "{later:?}");
+    // Measured from when this test saw the change, which is after the agent saw it: a
+    // little under 3s here is still the 3s wait.
+    assert!(later >= Duration::from_millis(2500), "{later:?}");
     // The killed script is gone, not left in its task.
     let slow_cgroup = format!("{reloader}.slow");
     let left: Vec<String> = std::fs::read_dir("/proc")

@@ -102,13 +102,18 @@ async fn a_template_renders_consul_keys_and_services_and_again_when_they_change(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     eprintln!("Consul's change rendered {:?} after it", changed.elapsed());
-    let status = agent.alloc(&alloc).await;
-    assert_eq!(status.client_status, ClientStatus::Running);
-    let events = format!("{:#?}", status.tasks["app"].events);
-    assert!(
-        events.contains("Template re-rendered: local/app.conf"),
-        "{events}"
-    );
+    // The file is written before its event is recorded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = agent.alloc(&alloc).await;
+        assert_eq!(status.client_status, ClientStatus::Running);
+        let events = format!("{:#?}", status.tasks["app"].events);
+        if events.contains("Template re-rendered: local/app.conf") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{events}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A key the token may not read: Consul's refusal fails the task, named.
     let denied = agent

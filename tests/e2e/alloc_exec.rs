@@ -337,6 +337,24 @@ async fn leaving_takes_its_command_along(owner: &Client, alloc: &str, sleep_seco
     }
 }
 
+/// Runs `argv` in task `task` of `alloc` through `client`'s websocket, without a
+/// terminal and with its stdin closed: its stdout, stderr and exit code.
+pub(crate) async fn exec_once(
+    client: &Client,
+    alloc: &str,
+    task: &str,
+    argv: &[&str],
+) -> (String, String, Option<i32>) {
+    let mut socket = client
+        .websocket(&exec_path(alloc, task, argv, false))
+        .await
+        .unwrap_or_else(|e| panic!("exec in {alloc}: {e}"));
+    send(&mut socket, stdin_closed()).await;
+    let mut seen = Seen::default();
+    read_until(&mut socket, &mut seen, |s| s.exit.is_some()).await;
+    (seen.stdout, seen.stderr, seen.exit)
+}
+
 /// Every process whose command line is `argv`.
 fn processes_running(argv: &str) -> Vec<u32> {
     let wanted: Vec<u8> = argv

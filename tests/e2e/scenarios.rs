@@ -12,8 +12,9 @@
 //! constraints and volumes, `job plan` of a new and of a changed job, purge then
 //! resubmit, a system job, a failed alloc rescheduled, a periodic launch missed
 //! while every agent was down, made once they are back, a template's change script
-//! run inside its task when a service joins the catalog, and a task that brings an
-//! artifact, gets an identity and is restarted once by its failing script check.
+//! run inside its task when a service joins the catalog, a task that brings an
+//! artifact, gets an identity and is restarted once by its failing script check, and
+//! `alloc exec` into that task (on the cluster asked of `b`, carried to `a`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -639,6 +640,23 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
         .filter(|e| kept.iter().any(|k| e.starts_with(k)))
         .collect();
     let jwks = plane.get("/.well-known/jwks.json").await;
+    // `alloc exec` into it, asked of the agent that takes the requests: on the cluster
+    // that is `b`, which carries the session to `a`.
+    let allocs = plane.get("/v1/job/equipped/allocations").await;
+    let alloc = allocs[0]["ID"].as_str().unwrap_or_default().to_string();
+    let script = "cat /local/hello.txt; test -n \"$NOMAD_TOKEN\" && echo has-token; \
+                  echo oops >&2; exit 3";
+    let (stdout, stderr, exit) = crate::alloc_exec::exec_once(
+        &plane.api().client(),
+        &alloc,
+        "t",
+        &["/bin/sh", "-c", script],
+    )
+    .await;
+    seen.insert(
+        "alloc exec",
+        json!({ "stdout": stdout, "stderr": stderr, "exit": exit }),
+    );
     seen.insert(
         "artifact, identity and check",
         json!({
@@ -794,6 +812,14 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
                 "Started: Task started by client",
             ],
             "jwks": [["OKP", "Ed25519", "EdDSA"]],
+        })
+    );
+    assert_eq!(
+        seen("alloc exec", &[]),
+        json!({
+            "stdout": "hello from the artifact\nhas-token\n",
+            "stderr": "oops\n",
+            "exit": 3,
         })
     );
 }

@@ -456,17 +456,13 @@ impl Agent {
         let alloc_id = alloc_id.to_string();
         let submitter = submitter.clone();
         tokio::task::spawn_blocking(move || {
-            let Some(report) = cluster.report_of(&alloc_id)? else {
-                return Ok(Ok(None));
-            };
-            if report.node_name == cluster.node_name() {
-                return Ok(Ok(None));
-            }
-            let owner = cluster.job(&report.job_id)?.and_then(|(job, _)| job.owner);
-            if let Err(refused) = submitter.may_change(&report.job_id, owner.as_deref(), action) {
-                return Ok(Err(refused));
-            }
-            Ok(Ok(Some(report.node_name)))
+            Ok(
+                owned_report(&cluster, &submitter, &alloc_id, action)?.map(|report| {
+                    report
+                        .filter(|report| report.node_name != cluster.node_name())
+                        .map(|report| report.node_name)
+                }),
+            )
         })
         .await
         .map_err(|e| ClusterError::Local(e.to_string()))?
@@ -487,15 +483,12 @@ impl Agent {
         let alloc_id = alloc_id.to_string();
         let submitter = submitter.clone();
         tokio::task::spawn_blocking(move || {
-            let Some(report) = cluster.report_of(&alloc_id)? else {
-                return Ok(Ok(None));
-            };
-            let owner = cluster.job(&report.job_id)?.and_then(|(job, _)| job.owner);
-            if let Err(refused) =
-                submitter.may_change(&report.job_id, owner.as_deref(), JobAction::StopAlloc)
+            let report = match owned_report(&cluster, &submitter, &alloc_id, JobAction::StopAlloc)?
             {
-                return Ok(Err(refused));
-            }
+                Ok(Some(report)) => report,
+                Ok(None) => return Ok(Ok(None)),
+                Err(refused) => return Ok(Err(refused)),
+            };
             for _ in 0..WRITE_TRIES {
                 match cluster.request_alloc_stop(&report.node_id, &alloc_id)? {
                     AllocStopRequest::Requested(eval) => return Ok(Ok(Some(eval))),
@@ -839,4 +832,22 @@ impl Agent {
             }
         }
     }
+}
+
+/// The cluster's report of alloc `alloc_id`, when `submitter` may `action` its job's
+/// allocs (the job's owner, or the operator); `Ok(None)`: the cluster has no report of
+/// it. Blocking: reads the store.
+fn owned_report(
+    cluster: &Cluster,
+    submitter: &Submitter,
+    alloc_id: &str,
+    action: JobAction,
+) -> Result<Result<Option<AllocReport>, NotOwner>, ClusterError> {
+    let Some(report) = cluster.report_of(alloc_id)? else {
+        return Ok(Ok(None));
+    };
+    let owner = cluster.job(&report.job_id)?.and_then(|(job, _)| job.owner);
+    Ok(submitter
+        .may_change(&report.job_id, owner.as_deref(), action)
+        .map(|()| Some(report)))
 }

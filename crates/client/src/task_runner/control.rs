@@ -11,7 +11,10 @@
 //! at once, and the restart policy's `attempts` do not count it (as in Nomad, where the
 //! restart tracker treats a signaled restart apart from a failed exit).
 
+use std::sync::Arc;
+
 use berth_model::driver::TaskHandle;
+use berth_runtime::driver::{Driver, ExecError};
 use berth_sys::process::enter::EnterSpec;
 use berth_sys::process::session::{Session, WindowSize};
 use tokio::sync::{mpsc, oneshot};
@@ -166,31 +169,43 @@ impl TaskRunner {
         command: TaskCommand,
         done: oneshot::Sender<Result<Ran, ControlError>>,
     ) {
-        let spec = match self.enter_spec(command.argv, EXEC_OUTPUT_LIMIT, command.timeout) {
-            Ok(spec) => spec,
-            Err(refusal) => {
-                let _ = done.send(Err(refusal));
-                return;
-            }
-        };
-        let failed = self.exec_failed();
-        let driver = self.ctx.driver.clone();
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            let ran = driver.run_in_task(&handle, &spec).await;
-            let _ = done.send(ran.map_err(|error| failed(error.to_string())));
+        let spec = self.enter_spec(command.argv, EXEC_OUTPUT_LIMIT, command.timeout);
+        self.inside(handle, spec, done, |driver, handle, spec| async move {
+            driver.run_in_task(&handle, &spec).await
         });
     }
 
     /// Starts an interactive command inside the running task, on a task of its own;
-    /// the session goes to `done` once its command executes.
+    /// the session goes to `done` once its command executes (a caller gone meanwhile
+    /// drops it, which ends its command).
     pub(super) fn start_session(
         &self,
         handle: &TaskHandle,
         command: SessionCommand,
         done: oneshot::Sender<Result<Session, ControlError>>,
     ) {
-        let spec = match self.enter_spec(command.argv, 0, SESSION_START_TIMEOUT) {
+        let spec = self.enter_spec(command.argv, 0, SESSION_START_TIMEOUT);
+        self.inside(handle, spec, done, move |driver, handle, spec| async move {
+            driver
+                .start_session_in_task(&handle, &spec, command.terminal)
+                .await
+        });
+    }
+
+    /// Calls `enter` with the driver on a tokio task of its own, so the runner goes on
+    /// waiting on the task meanwhile; its answer, or the refusal of `spec`, goes to
+    /// `done`.
+    fn inside<T, F>(
+        &self,
+        handle: &TaskHandle,
+        spec: Result<EnterSpec, ControlError>,
+        done: oneshot::Sender<Result<T, ControlError>>,
+        enter: impl FnOnce(Arc<Driver>, TaskHandle, EnterSpec) -> F,
+    ) where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, ExecError>> + Send + 'static,
+    {
+        let spec = match spec {
             Ok(spec) => spec,
             Err(refusal) => {
                 let _ = done.send(Err(refusal));
@@ -198,14 +213,9 @@ impl TaskRunner {
             }
         };
         let failed = self.exec_failed();
-        let driver = self.ctx.driver.clone();
-        let handle = handle.clone();
+        let entered = enter(self.ctx.driver.clone(), handle.clone(), spec);
         tokio::spawn(async move {
-            let started = driver
-                .start_session_in_task(&handle, &spec, command.terminal)
-                .await;
-            // A caller gone meanwhile drops the session, which ends its command.
-            let _ = done.send(started.map_err(|error| failed(error.to_string())));
+            let _ = done.send(entered.await.map_err(|error| failed(error.to_string())));
         });
     }
 

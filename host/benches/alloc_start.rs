@@ -454,6 +454,7 @@ async fn confined_spawn(
             privileged: false,
             mount_refusals: None,
             etc_files: Vec::new(),
+            image: None,
         }),
         stdout: root.join("t.stdout.0"),
         stderr: root.join("t.stderr.0"),

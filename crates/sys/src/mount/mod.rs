@@ -189,6 +189,16 @@ pub enum MountStep {
         root: CString,
         relative: CString,
     },
+    /// An overlayfs at `target` (an image's root): `lower` the image's layers, the top
+    /// first, each its own `lowerdir+` (no page-long option string bounds their number);
+    /// `upper` and `work` the task's. `nosuid,nodev`: an image's setuid files and device
+    /// nodes give no one anything.
+    MountOverlay {
+        target: CString,
+        lower: Vec<CString>,
+        upper: CString,
+        work: CString,
+    },
 }
 
 /// Where a mount step acts.
@@ -582,6 +592,33 @@ impl MountStep {
                 let flags = current_mount_flags(target)? | Restriction::READ_ONLY.flags();
                 mount::mount_remount(target, MountFlags::BIND | flags, c"")?;
             }
+            MountStep::MountOverlay {
+                target,
+                lower,
+                upper,
+                work,
+            } => {
+                let fs = mount::fsopen(c"overlay", mount::FsOpenFlags::FSOPEN_CLOEXEC)?;
+                for dir in lower {
+                    mount::fsconfig_set_string(&fs, c"lowerdir+", dir.as_c_str())?;
+                }
+                mount::fsconfig_set_string(&fs, c"upperdir", upper.as_c_str())?;
+                mount::fsconfig_set_string(&fs, c"workdir", work.as_c_str())?;
+                mount::fsconfig_create(&fs)?;
+                let mounted = mount::fsmount(
+                    &fs,
+                    mount::FsMountFlags::FSMOUNT_CLOEXEC,
+                    mount::MountAttrFlags::MOUNT_ATTR_NOSUID
+                        | mount::MountAttrFlags::MOUNT_ATTR_NODEV,
+                )?;
+                mount::move_mount(
+                    &mounted,
+                    c"",
+                    rustix::fs::CWD,
+                    target.as_c_str(),
+                    mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+                )?;
+            }
             MountStep::UnshareIpcUtsPid => {
                 use rustix::thread::UnshareFlags;
                 // SAFETY: as for the mount namespace: only this about-to-exec child.
@@ -635,6 +672,12 @@ impl fmt::Display for MountStep {
             MountStep::UnshareIpcUtsPid => write!(f, "create IPC, UTS and PID namespaces"),
             MountStep::ProtectReadOnly { target } => write!(f, "make {} read-only", show(target)),
             MountStep::MakeDir { path } => write!(f, "create directory {}", show(path)),
+            MountStep::MountOverlay { target, lower, .. } => write!(
+                f,
+                "mount an image of {} layers at {}",
+                lower.len(),
+                show(target)
+            ),
             MountStep::CoverFile {
                 source,
                 root,

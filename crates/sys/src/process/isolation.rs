@@ -74,7 +74,24 @@ pub struct ChrootSpec {
     /// bound read-only over the file of its name in the task's `/etc` (the host's,
     /// bound read-only), a link there included.
     pub etc_files: Vec<PathBuf>,
+    /// The task's root is an image's layers under an overlayfs at `root`, not the task
+    /// directory with the host's system directories.
+    pub image: Option<ImageRoot>,
 }
+
+/// An image's root for one task: the store's layers, read-only and shared, and the
+/// task's own upper and work directories (in its alloc's dir: its writes count against
+/// the alloc's disk and go with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRoot {
+    /// The layers' directories, the top first.
+    pub lower: Vec<PathBuf>,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+/// The files every image root gets in its `/etc`, covered by the group's or the host's.
+pub const IMAGE_ETC_FILES: &[&str] = &["hosts", "resolv.conf"];
 
 /// The steps of a chroot, split where the task's process forks into its pid namespace
 /// ([`super::shim`]): a fresh `/proc` must be mounted from inside that namespace.
@@ -89,6 +106,9 @@ pub struct ChrootPlan {
 /// Prepares the task root on the host (mount point directories, system symlinks) and
 /// returns the steps the child runs after `fork`.
 pub fn prepare(spec: &ChrootSpec) -> io::Result<ChrootPlan> {
+    if let Some(image) = &spec.image {
+        return prepare_image(spec, image);
+    }
     let root = spec
         .root
         .canonicalize()
@@ -130,6 +150,43 @@ pub fn prepare(spec: &ChrootSpec) -> io::Result<ChrootPlan> {
         Vec::new()
     };
     plan(&root, &host_mounts, &system, spec)
+}
+
+/// An image root: its mount points are made in the task's upper directory (the merged
+/// root exists only in the task's namespace), through no link: the task wrote that
+/// directory on an earlier run.
+fn prepare_image(spec: &ChrootSpec, image: &ImageRoot) -> io::Result<ChrootPlan> {
+    use std::os::unix::fs::DirBuilderExt;
+    for dir in [&spec.root, &image.upper, &image.work] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    }
+    for dir in ["dev", "proc", "etc"] {
+        beneath::create(&image.upper, Path::new(dir), false, 0o755)?;
+    }
+    for name in IMAGE_ETC_FILES {
+        beneath::create(&image.upper, &Path::new("etc").join(name), true, 0o644)?;
+    }
+    let cwd = spec.cwd.strip_prefix("/").unwrap_or(&spec.cwd);
+    if !cwd.as_os_str().is_empty() {
+        beneath::create(&image.upper, cwd, false, 0o755)?;
+    }
+    for mount in &spec.mounts {
+        create_mount_point(&image.upper, mount)?;
+    }
+    let bidirectional = spec
+        .mounts
+        .iter()
+        .any(|m| m.propagation == Propagation::Bidirectional);
+    let host_mounts = if bidirectional {
+        mountinfo::read_self()?
+    } else {
+        Vec::new()
+    };
+    plan(&spec.root, &host_mounts, &[], spec)
 }
 
 /// Creates the mount point for `mount` inside `root` without following a link (one
@@ -277,16 +334,30 @@ fn plan(
             flags: slave_rec,
         });
     }
-    // The root becomes a mount point (pivot_root needs one), before anything is mounted
-    // inside it.
-    steps.push(MountStep::BindRecursive {
-        source: Target::Path(root_c.clone()),
-        target: Target::Path(root_c.clone()),
-    });
-    steps.push(MountStep::Restrict {
-        target: Target::Path(root_c.clone()),
-        restrict: Restriction::WRITABLE,
-    });
+    if let Some(image) = &spec.image {
+        // The image's overlay is the root's mount point (and nosuid, nodev).
+        steps.push(MountStep::MountOverlay {
+            target: root_c.clone(),
+            lower: image
+                .lower
+                .iter()
+                .map(c_path)
+                .collect::<io::Result<Vec<_>>>()?,
+            upper: c_path(&image.upper)?,
+            work: c_path(&image.work)?,
+        });
+    } else {
+        // The root becomes a mount point (pivot_root needs one), before anything is
+        // mounted inside it.
+        steps.push(MountStep::BindRecursive {
+            source: Target::Path(root_c.clone()),
+            target: Target::Path(root_c.clone()),
+        });
+        steps.push(MountStep::Restrict {
+            target: Target::Path(root_c.clone()),
+            restrict: Restriction::WRITABLE,
+        });
+    }
     // Every mount point inside the root is resolved when the step runs, through no link:
     // the task writes its root, the alloc's dir and its volumes, and may have planted a
     // link on an earlier run (or a sibling task, through /alloc) to redirect a mount onto
@@ -312,7 +383,7 @@ fn plan(
     for dir in system {
         bind_system(dir)?;
     }
-    if system.iter().any(|dir| dir == Path::new("/etc")) {
+    if spec.image.is_some() || system.iter().any(|dir| dir == Path::new("/etc")) {
         for file in &spec.etc_files {
             let name = file.file_name().ok_or_else(|| {
                 io::Error::new(
@@ -401,6 +472,7 @@ mod tests {
             privileged: false,
             mount_refusals: None,
             etc_files: Vec::new(),
+            image: None,
         };
         let plan = plan(Path::new("/tmp/t"), &host, &[PathBuf::from("/usr")], &spec).unwrap();
         let mut steps: Vec<String> = plan.before_fork.iter().map(ToString::to_string).collect();
@@ -422,6 +494,7 @@ mod tests {
             privileged: false,
             mount_refusals: None,
             etc_files: vec!["/data/allocs/a/etc/hosts".into()],
+            image: None,
         };
         let system = [PathBuf::from("/usr"), PathBuf::from("/etc")];
         let plan = plan(Path::new("/tmp/t"), &[], &system, &spec).unwrap();
@@ -438,6 +511,59 @@ mod tests {
         // Without a bound /etc there is nothing to cover.
         let plan = plan_without_etc(&spec);
         assert!(!plan.iter().any(|s| s.starts_with("cover")), "{plan:#?}");
+    }
+
+    /// An image root is its overlay (no bind of the task dir, no host directory), with
+    /// the group's files over its `/etc` and the task's dirs bound in, then `/proc` and
+    /// the pivot.
+    #[test]
+    fn an_image_root_is_its_overlay_with_the_tasks_dirs_and_no_host_directory() {
+        let spec = ChrootSpec {
+            root: "/a/t/image/root".into(),
+            cwd: "/srv".into(),
+            mounts: vec![VolumeMount {
+                host_path: "/a/t/local".into(),
+                task_path: "/local".into(),
+                ..volume(Propagation::Private, false)
+            }],
+            privileged: false,
+            mount_refusals: None,
+            etc_files: vec!["/a/etc/hosts".into()],
+            image: Some(ImageRoot {
+                lower: vec!["/images/layers/b".into(), "/images/layers/a".into()],
+                upper: "/a/t/image/upper".into(),
+                work: "/a/t/image/work".into(),
+            }),
+        };
+        let plan = plan(Path::new("/a/t/image/root"), &[], &[], &spec).unwrap();
+        let steps: Vec<String> = plan.before_fork.iter().map(ToString::to_string).collect();
+        let MountStep::MountOverlay { lower, .. } = &plan.before_fork[3] else {
+            panic!("{steps:#?}");
+        };
+        assert_eq!(
+            lower[0].to_str().unwrap(),
+            "/images/layers/b",
+            "the top first"
+        );
+        assert!(
+            !steps.iter().any(|s| s.starts_with("bind /a/t/image/root")),
+            "{steps:#?}"
+        );
+        assert!(
+            !steps.iter().any(|s| s.starts_with("bind /usr")),
+            "{steps:#?}"
+        );
+        for expected in [
+            "cover /a/t/image/root/etc/hosts with /a/etc/hosts (read-only)",
+            "bind /a/t/local to /a/t/image/root/local",
+        ] {
+            assert!(
+                steps.iter().any(|s| s == expected),
+                "{expected}: {steps:#?}"
+            );
+        }
+        let last = plan.after_fork.last().unwrap().to_string();
+        assert!(last.contains("/a/t/image/root"), "{last}");
     }
 
     fn plan_without_etc(spec: &ChrootSpec) -> Vec<String> {

@@ -67,7 +67,7 @@ impl Build {
     fn this() -> Build {
         // 6: a controlling terminal for a command entering a task.
         Build {
-            format: 6,
+            format: 7,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }

@@ -100,10 +100,10 @@ pub mod bindings {
     });
 }
 
-/// What the host offers to drivers: logging, timers and processes.
+/// What the host offers to drivers: logging, timers, processes and images.
 #[cfg(feature = "driver")]
 pub mod host {
-    pub use crate::bindings::berth::host::{log, process, timer};
+    pub use crate::bindings::berth::host::{image, log, process, timer};
 
     /// Logs `message` into the agent's log at info level, tagged with the driver's name.
     pub fn info(message: &str) {

@@ -15,6 +15,7 @@ pub mod component_check;
 pub mod driver;
 pub mod hook;
 pub mod host_api;
+pub mod images;
 pub mod sandbox;
 
 use std::path::PathBuf;
@@ -176,6 +177,8 @@ struct RuntimeInner {
     slot_wait: Duration,
     metrics: berth_telemetry::Metrics,
     max_component_bytes: u64,
+    /// The node's image store, once the agent has opened it.
+    images: std::sync::OnceLock<Arc<dyn images::ImageSource>>,
 }
 
 impl Drop for RuntimeInner {
@@ -217,6 +220,7 @@ impl Runtime {
                 slot_wait: config.slot_wait,
                 metrics: config.metrics,
                 max_component_bytes: config.max_component_bytes,
+                images: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -250,6 +254,15 @@ impl Runtime {
         // A file that grew since it was measured is read no further than the limit.
         file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
         Ok(component_check::check_size(bytes.len() as u64, max).map(|()| bytes))
+    }
+
+    /// Gives drivers the node's images (`berth:host/image`); the first store given stays.
+    pub fn set_images(&self, images: Arc<dyn images::ImageSource>) {
+        let _ = self.inner.images.set(images);
+    }
+
+    pub(crate) fn images(&self) -> Option<Arc<dyn images::ImageSource>> {
+        self.inner.images.get().cloned()
     }
 
     pub fn processes(&self) -> &Arc<ProcessTable> {

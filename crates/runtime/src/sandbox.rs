@@ -207,6 +207,10 @@ pub struct PluginCtx {
     pub(crate) task_ends_at_ms: Option<u64>,
     /// What this call may still log through `berth:host/log`.
     pub(crate) log: crate::host_api::log::LogBudget,
+    /// The node's images (`berth:host/image`), when the agent has a store.
+    pub(crate) images: Option<Arc<dyn crate::images::ImageSource>>,
+    /// The images this call pulled: the only ones it may spawn on.
+    pub(crate) pulled: Vec<crate::images::PulledImage>,
 }
 
 impl WasiView for PluginCtx {
@@ -357,6 +361,8 @@ fn build_store(
         spawned: Vec::new(),
         task_ends_with: None,
         task_ends_at_ms: None,
+        images: runtime.images(),
+        pulled: Vec::new(),
     };
     let mut store = Store::new(runtime.engine(), ctx);
     store.limiter(|ctx| &mut ctx.memory);

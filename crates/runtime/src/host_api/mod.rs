@@ -2,6 +2,7 @@
 //! checks the request against the plugin's identity and task scope, then calls into
 //! [`berth_sys::process`]; logic does not live here.
 
+pub(crate) mod image;
 pub mod log;
 pub(crate) mod process;
 
@@ -19,6 +20,7 @@ pub fn add_to_linker(linker: &mut Linker<PluginCtx>) -> wasmtime::Result<()> {
     host::log::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
     host::timer::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
     host::process::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
+    host::image::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
     Ok(())
 }
 

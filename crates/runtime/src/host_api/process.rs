@@ -35,12 +35,7 @@ impl Host for PluginCtx {
                 return Ok(Err(refusal));
             }
         };
-        let (processes, owner) = (self.processes.clone(), self.plugin.name.clone());
-        let spawned = self.clock.exempt_work(|| processes.spawn(&owner, &spec));
-        if let Ok(process) = &spawned {
-            self.spawned.push(*process);
-        }
-        Ok(spawned.map(to_wit_ref).map_err(|e| e.to_string()))
+        Ok(self.spawn_checked(spec))
     }
 
     async fn wait(
@@ -139,7 +134,7 @@ impl Host for PluginCtx {
 /// Why the host refused a driver's spawn request. The guest gets the text; the call is
 /// also failed as a violation, even if the guest ignores the error.
 #[derive(Debug, thiserror::Error)]
-enum SpawnRefusal {
+pub(crate) enum SpawnRefusal {
     #[error("driver {driver:?} may only spawn processes while starting a task")]
     OutsideTaskStart { driver: String },
     #[error(
@@ -225,7 +220,17 @@ pub(crate) const MAX_ARGS: usize = 4096;
 pub(crate) const MAX_ARG_BYTES: usize = 1 << 20;
 
 impl PluginCtx {
-    fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, SpawnRefusal> {
+    /// Spawns what [`PluginCtx::check_spawn`] allowed, recorded as this call's.
+    pub(crate) fn spawn_checked(&mut self, spec: SpawnSpec) -> Result<ProcessRef, String> {
+        let (processes, owner) = (self.processes.clone(), self.plugin.name.clone());
+        let spawned = self.clock.exempt_work(|| processes.spawn(&owner, &spec));
+        if let Ok(process) = &spawned {
+            self.spawned.push(*process);
+        }
+        spawned.map(to_wit_ref).map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, SpawnRefusal> {
         let plugin = &*self.plugin.name;
         let Some(task) = &self.task else {
             return Err(SpawnRefusal::OutsideTaskStart {
@@ -327,6 +332,7 @@ impl PluginCtx {
                         .then(|| berth_sys::alloc_dir::mount_refusals_beside(&task.task_dir))
                         .flatten(),
                     etc_files: task.etc_files.clone(),
+                    image: None,
                 })
             }
         };

@@ -379,7 +379,7 @@ impl ImageStore {
         config_file
             .read_to_end(&mut config_bytes)
             .map_err(store_error(&tmp))?;
-        let config = read_config(&config_bytes).map_err(manifest_error)?;
+        let config = read_config(&config_bytes).map_err(|e| manifest_error(e.0))?;
         let missing: Vec<usize> = (0..layers.len())
             .filter(|i| !self.layer_dir(&layers[*i].digest).is_dir())
             .collect();
@@ -436,10 +436,18 @@ impl ImageStore {
     }
 }
 
+#[derive(Debug, thiserror::Error)]
 enum StoreLayerError {
+    #[error(transparent)]
     Layer(layer::LayerError),
+    #[error(transparent)]
     Io(io::Error),
 }
+
+/// An image config berth cannot use.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ConfigError(String);
 
 /// Unpacks `blob` into a staging directory in `tmp`, syncs it, and renames it to
 /// `target`; on any failure the staging directory is removed.
@@ -573,7 +581,7 @@ impl Manifest {
     }
 }
 
-fn read_config(bytes: &[u8]) -> Result<ImageConfig, String> {
+fn read_config(bytes: &[u8]) -> Result<ImageConfig, ConfigError> {
     #[derive(serde::Deserialize)]
     struct File {
         config: Option<Inner>,
@@ -588,12 +596,12 @@ fn read_config(bytes: &[u8]) -> Result<ImageConfig, String> {
         working_dir: Option<String>,
         user: Option<String>,
     }
-    let file: File =
-        serde_json::from_slice(bytes).map_err(|e| format!("the image config is not JSON: {e}"))?;
+    let file: File = serde_json::from_slice(bytes)
+        .map_err(|e| ConfigError(format!("the image config is not JSON: {e}")))?;
     if let Some(os) = file.os.as_deref()
         && os != "linux"
     {
-        return Err(format!("the image is for {os:?}, not linux"));
+        return Err(ConfigError(format!("the image is for {os:?}, not linux")));
     }
     let inner = file.config.unwrap_or_default();
     Ok(ImageConfig {

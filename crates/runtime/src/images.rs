@@ -33,10 +33,15 @@ pub struct PulledImage {
     pub user: String,
 }
 
+/// Why a pull failed, in words for the task's events.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ImagePullError(pub String);
+
 /// The node's images, as drivers reach them through `berth:host/image`.
 pub trait ImageSource: Send + Sync {
     fn pull(
         &self,
         pull: ImagePull,
-    ) -> Pin<Box<dyn Future<Output = Result<PulledImage, String>> + Send + '_>>;
+    ) -> Pin<Box<dyn Future<Output = Result<PulledImage, ImagePullError>> + Send + '_>>;
 }

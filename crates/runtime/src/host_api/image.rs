@@ -105,7 +105,7 @@ impl Host for PluginCtx {
                 .unwrap_or_default(),
         };
         let pulled = self.clock.exempt(images.pull(pull)).await;
-        Ok(pulled.map(|image| {
+        Ok(pulled.map_err(|e| e.0).map(|image| {
             let config = ImageConfig {
                 digest: image.digest.clone(),
                 entrypoint: image.entrypoint.clone(),
@@ -159,6 +159,6 @@ impl Host for PluginCtx {
                     .collect();
             }
         }
-        Ok(self.spawn_checked(spec))
+        Ok(self.spawn_checked(spec).map_err(|e| e.to_string()))
     }
 }

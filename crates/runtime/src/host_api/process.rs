@@ -35,7 +35,7 @@ impl Host for PluginCtx {
                 return Ok(Err(refusal));
             }
         };
-        Ok(self.spawn_checked(spec))
+        Ok(self.spawn_checked(spec).map_err(|e| e.to_string()))
     }
 
     async fn wait(
@@ -221,13 +221,16 @@ pub(crate) const MAX_ARG_BYTES: usize = 1 << 20;
 
 impl PluginCtx {
     /// Spawns what [`PluginCtx::check_spawn`] allowed, recorded as this call's.
-    pub(crate) fn spawn_checked(&mut self, spec: SpawnSpec) -> Result<ProcessRef, String> {
+    pub(crate) fn spawn_checked(
+        &mut self,
+        spec: SpawnSpec,
+    ) -> Result<ProcessRef, host_process::ProcessError> {
         let (processes, owner) = (self.processes.clone(), self.plugin.name.clone());
         let spawned = self.clock.exempt_work(|| processes.spawn(&owner, &spec));
         if let Ok(process) = &spawned {
             self.spawned.push(*process);
         }
-        spawned.map(to_wit_ref).map_err(|e| e.to_string())
+        spawned.map(to_wit_ref)
     }
 
     pub(crate) fn check_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec, SpawnRefusal> {

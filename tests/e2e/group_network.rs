@@ -51,6 +51,7 @@ async fn confined_view(dir: &Path, network_namespace: Option<&Path>) -> String {
             privileged: false,
             mount_refusals: None,
             etc_files: Vec::new(),
+            image: None,
         }),
         stdout: dir.join("t.stdout.0"),
         stderr: dir.join("t.stderr.0"),

@@ -17,7 +17,8 @@ const NO_LINKS: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS);
 
-fn open_dir(dir: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
+/// Opens the directory `name` in `dir`, through no link.
+pub fn open_dir(dir: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat2(
         dir,
         name,

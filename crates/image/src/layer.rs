@@ -17,6 +17,8 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
+use berth_artifact::tree::open_dir;
+
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 const NO_LINKS: ResolveFlags = ResolveFlags::BENEATH
@@ -348,16 +350,6 @@ fn parts_of(path: &Path) -> Result<Vec<String>, LayerError> {
         return Err(LayerError::TooDeep { entry: shown() });
     }
     Ok(parts)
-}
-
-fn open_dir(dir: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
-    Ok(rustix::fs::openat2(
-        dir,
-        name,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-        NO_LINKS,
-    )?)
 }
 
 /// The directory `parents` below `root`, made (0755, root's) where missing, through no link.

@@ -142,6 +142,11 @@ async fn a_tasks_identity_verifies_against_another_nodes_jwks_and_is_renewed_as_
     // Node b's JWKS, read with no token, verifies node a's token.
     let jwks = jwks_of(b.port());
     let first = verified(&jwks, &env_token, "berth.test", true);
+    let published: Value = serde_json::from_str(&jwks).unwrap();
+    assert!(
+        published["keys"].as_array().unwrap().len() >= 2,
+        "the next period's key is published before it signs: {published:#}"
+    );
     let claims = &first["claims"];
     assert_eq!(claims["nomad_job_id"], "identity");
     assert_eq!(claims["nomad_allocation_id"], alloc.as_str());
@@ -169,8 +174,10 @@ async fn a_tasks_identity_verifies_against_another_nodes_jwks_and_is_renewed_as_
     let renewed = loop {
         let now = std::fs::read_to_string(secrets.join("nomad_token")).unwrap();
         if now != env_token {
+            // Right after the renewal, from either node.
+            let renewed = verified(&jwks_of(b.port()), &now, "berth.test", false);
             let jwks = jwks_of(a.port());
-            let renewed = verified(&jwks, &now, "berth.test", false);
+            verified(&jwks, &now, "berth.test", false);
             assert_eq!(
                 renewed["claims"]["exp"].as_u64().unwrap()
                     - renewed["claims"]["iat"].as_u64().unwrap(),

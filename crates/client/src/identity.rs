@@ -3,6 +3,11 @@
 //! the JWKS of every key at `/.well-known/jwks.json`. The key of the current rotation
 //! period is made by the first node that needs it; all nodes sign with it and serve the
 //! same JWKS, so a token from one node verifies against another's.
+//!
+//! The next period's key is made with the current one and published before any node
+//! signs with it (Nomad's prepublished key), and a node's JWKS read is kept for at most a
+//! second and never across a period: a token signed under a new key verifies against
+//! any node's JWKS read right after it, even with the nodes' clocks a little apart.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,8 +49,8 @@ pub struct Keyring {
     cluster: Option<Arc<Cluster>>,
     rotation: Duration,
     current: Mutex<Option<Current>>,
-    /// The public keys last read, and when.
-    published: Mutex<Option<(std::time::Instant, Vec<PublicKey>)>>,
+    /// The public keys last read: when, in which period, and the keys.
+    published: Mutex<Option<(std::time::Instant, u64, Vec<PublicKey>)>>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -102,19 +107,12 @@ impl Keyring {
             return Ok((current.kid.clone(), current.pair.clone()));
         }
         let id: String = cluster.cluster_id().chars().take(8).collect();
-        let kid = format!("{id}-{period}");
-        let find = |keys: Vec<SigningKeyRecord>| keys.into_iter().find(|k| k.kid == kid);
-        let record = match find(cluster.signing_keys()?) {
-            Some(record) => record,
-            None => {
-                let made = generate(&kid)?;
-                if cluster.add_signing_key(&made)? {
-                    made
-                } else {
-                    find(cluster.signing_keys()?).ok_or(IdentityError::Vanished)?
-                }
-            }
-        };
+        let kid_of = |period: u64| format!("{id}-{period}");
+        let kid = kid_of(period);
+        let record = period_key(cluster, &kid)?;
+        // Prepublished: in every JWKS read from now on, before any node's clock reaches
+        // its period.
+        period_key(cluster, &kid_of(period + 1))?;
         let pair = Arc::new(key_pair(&record)?);
         *self.current.lock().unwrap() = Some(Current {
             period,
@@ -146,13 +144,16 @@ impl Keyring {
     /// Blocks on the store.
     pub fn public_keys(&self) -> Result<Vec<(String, String)>, IdentityError> {
         let cluster = self.cluster.as_ref().ok_or(IdentityError::Detached)?;
-        if let Some((at, keys)) = &*self.published.lock().unwrap()
+        let period = self.period();
+        if let Some((at, read_in, keys)) = &*self.published.lock().unwrap()
             && at.elapsed() < Duration::from_secs(1)
+            && *read_in == period
         {
             return Ok(keys.clone());
         }
-        // Making the current period's key first: a JWKS read before any token verifies
-        // the first token.
+        // Making the current period's key (and the next) first: a JWKS read before any
+        // token verifies the first token, and one read in this period has every key a
+        // token of this period can name.
         self.current()?;
         let keys: Vec<(String, String)> = cluster
             .signing_keys()?
@@ -165,8 +166,23 @@ impl Keyring {
                 ))
             })
             .collect();
-        *self.published.lock().unwrap() = Some((std::time::Instant::now(), keys.clone()));
+        *self.published.lock().unwrap() = Some((std::time::Instant::now(), period, keys.clone()));
         Ok(keys)
+    }
+}
+
+/// The keyring's key `kid`, made and written when it is not there (or the one another
+/// node wrote first).
+fn period_key(cluster: &Cluster, kid: &str) -> Result<SigningKeyRecord, IdentityError> {
+    let find = |keys: Vec<SigningKeyRecord>| keys.into_iter().find(|k| k.kid == kid);
+    if let Some(record) = find(cluster.signing_keys()?) {
+        return Ok(record);
+    }
+    let made = generate(kid)?;
+    if cluster.add_signing_key(&made)? {
+        Ok(made)
+    } else {
+        find(cluster.signing_keys()?).ok_or(IdentityError::Vanished)
     }
 }
 
@@ -225,4 +241,66 @@ pub fn claims(subject: &Subject<'_>, identity: &berth_jobspec::Identity) -> Valu
         claims["exp"] = json!(now + ttl.as_secs().max(1));
     }
     claims
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_cluster::embedded::Embedded;
+    use berth_cluster::store::Store;
+    use berth_model::cluster::ClusterSettings;
+
+    fn member(store: &Store, dir: &std::path::Path, name: &str) -> Arc<Cluster> {
+        let node = berth_cluster::NodeRecord {
+            id: berth_cluster::random_id(),
+            name: name.into(),
+            datacenter: "dc1".into(),
+            node_pool: "default".into(),
+            node_class: String::new(),
+            http_addr: None,
+            attributes: Default::default(),
+            drivers: Default::default(),
+            host_volumes: Vec::new(),
+            host_volume_paths: Default::default(),
+            eligibility: "eligible".into(),
+            drain: false,
+            cpu_mhz: 1000,
+            memory_mb: 1024,
+            disk_mb: 0,
+            reserved: Default::default(),
+            registered_ms: 0,
+        };
+        Cluster::join_store(store.clone(), &ClusterSettings::default(), dir, node).unwrap()
+    }
+
+    fn kid_of(token: &str) -> String {
+        let header = token.split('.').next().unwrap();
+        let header: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).unwrap()).unwrap();
+        header["kid"].as_str().unwrap().to_string()
+    }
+
+    /// Node b's JWKS, read right after node a signs, names a's key, across rotations:
+    /// the key a new period signs with was published in the period before.
+    #[test]
+    fn a_token_signed_under_a_new_key_verifies_against_another_nodes_jwks_read_right_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::embedded(Embedded::in_memory()).unwrap();
+        let rotation = Duration::from_millis(700);
+        let a = Keyring::new(member(&store, dir.path(), "a"), rotation);
+        let b = Keyring::new(member(&store, dir.path(), "b"), rotation);
+        let mut kids = std::collections::BTreeSet::new();
+        let end = std::time::Instant::now() + Duration::from_millis(2500);
+        while std::time::Instant::now() < end {
+            let kid = kid_of(&a.sign(&json!({"sub": "t"})).unwrap());
+            let published = b.public_keys().unwrap();
+            assert!(
+                published.iter().any(|(k, _)| *k == kid),
+                "{kid} not in {published:?}"
+            );
+            kids.insert(kid);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(kids.len() >= 3, "rotated: {kids:?}");
+    }
 }

@@ -12,6 +12,7 @@ use std::process::Command;
 const EMBEDDED: &[(&str, &str)] = &[
     ("EXEC", "berth_driver_exec"),
     ("RAW_EXEC", "berth_driver_raw_exec"),
+    ("DOCKER", "berth_driver_docker"),
     ("MOCK", "berth_driver_mock"),
 ];
 

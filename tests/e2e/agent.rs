@@ -407,9 +407,9 @@ async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
             "broken.hcl:",
         ),
         (
-            "docker.hcl",
-            "job \"x\" {\n  group \"g\" {\n    task \"t\" { driver = \"docker\" }\n  }\n}\n",
-            "unknown driver \"docker\"",
+            "podman.hcl",
+            "job \"x\" {\n  group \"g\" {\n    task \"t\" { driver = \"podman\" }\n  }\n}\n",
+            "unknown driver \"podman\"",
         ),
     ];
     for (name, source, expected) in cases {
@@ -421,14 +421,14 @@ async fn bad_input_gets_one_clear_error_and_the_agent_keeps_its_state() {
         assert!(all.contains(expected), "{name}: {all}");
     }
     // The CLI shows the same problems, and exits 2.
-    std::fs::write(agent.path().join("docker.hcl"), cases[1].1).unwrap();
+    std::fs::write(agent.path().join("podman.hcl"), cases[1].1).unwrap();
     let (code, _, stderr) = agent.cli(&[
         "job",
         "run",
-        agent.path().join("docker.hcl").to_str().unwrap(),
+        agent.path().join("podman.hcl").to_str().unwrap(),
     ]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("unknown driver \"docker\""), "{stderr}");
+    assert!(stderr.contains("unknown driver \"podman\""), "{stderr}");
     let (code, _, stderr) = agent.cli(&["alloc", "status", "nope"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("no alloc matches \"nope\""), "{stderr}");

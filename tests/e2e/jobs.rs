@@ -188,7 +188,7 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
       }
     }
     task "b" {
-      driver = "docker"
+      driver = "podman"
     }
     task "c" {
       driver = "mock"
@@ -251,7 +251,7 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     );
     assert!(stderr.contains("volume_mount \"ro\" uses bidirectional propagation, which needs a read-write volume, but the agent's host_volume \"greetings\" is read-only"), "{stderr}");
     assert!(
-        stderr.contains("unknown driver \"docker\" (this agent has: exec, raw_exec, mock)"),
+        stderr.contains("unknown driver \"podman\" (this agent has: exec, raw_exec, docker, mock)"),
         "{stderr}"
     );
 

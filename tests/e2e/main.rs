@@ -27,6 +27,7 @@ mod crash_points;
 mod csi;
 mod csi_client;
 mod disk_limits;
+mod docker;
 mod drivers;
 mod dynamic_users;
 mod evaluations;

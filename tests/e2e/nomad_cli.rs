@@ -19,7 +19,7 @@ job "planned" {
 const UNPLACEABLE: &str = r#"job "unplaceable" {
   group "web" {
     task "t" {
-      driver = "docker"
+      driver = "podman"
     }
   }
   group "fine" {
@@ -106,7 +106,7 @@ async fn plan_and_dispatch_answer_in_nomads_shapes_and_the_cli_uses_them() {
     assert!(
         reasons
             .iter()
-            .any(|r| r.contains("unknown driver \"docker\"")),
+            .any(|r| r.contains("unknown driver \"podman\"")),
         "{reasons:?}"
     );
     assert!(plan["FailedTGAllocs"].get("fine").is_none(), "{plan:#}");

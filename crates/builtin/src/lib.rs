@@ -17,5 +17,6 @@ pub const OUT_DIR: &str = env!("OUT_DIR");
 pub const DRIVERS: &[(&str, &[u8])] = &[
     ("exec", guests::EXEC),
     ("raw_exec", guests::RAW_EXEC),
+    ("docker", guests::DOCKER),
     ("mock", guests::MOCK),
 ];

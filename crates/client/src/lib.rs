@@ -17,6 +17,7 @@ pub mod consul;
 pub mod driver_set;
 pub mod hook_set;
 pub mod identity;
+pub mod images;
 pub mod node;
 pub mod task_runner;
 pub mod validate;

@@ -66,7 +66,7 @@ pub fn wants_dynamic_user(
         .csi_plugin
         .as_ref()
         .is_some_and(|p| config.csi_privileged(&p.id, job));
-    task.user.is_none() && !privileged && isolation == FsIsolation::Chroot
+    task.user.is_none() && !privileged && isolation.confines()
 }
 
 /// The user `task` runs as (name and ids), or `None` for the agent's own user (root):
@@ -99,7 +99,7 @@ pub fn task_user(
     let name = match &task.user {
         Some(user) => Some(user.clone()),
         None if privileged => None,
-        None if isolation == FsIsolation::Chroot => Some(DEFAULT_TASK_USER.to_string()),
+        None if isolation.confines() => Some(DEFAULT_TASK_USER.to_string()),
         None => None,
     };
     let user = match &name {

@@ -166,7 +166,7 @@ impl Registry {
         digest: &str,
         file: &mut std::fs::File,
         limit: u64,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut (dyn FnMut(u64) + Send),
     ) -> Result<u64, RegistryError> {
         let url = format!("{}/v2/{}/blobs/{digest}", self.base, self.repository);
         let response = self.get(&url, None).await?;

@@ -47,6 +47,15 @@ pub enum FsIsolation {
     Image,
 }
 
+impl FsIsolation {
+    /// Whether the driver's tasks see a root of their own (the task dir, or an image)
+    /// rather than the host's: their dirs are at `/local`, `/alloc`, … and they run as
+    /// a user of their own.
+    pub fn confines(self) -> bool {
+        matches!(self, FsIsolation::Chroot | FsIsolation::Image)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Capabilities {
     pub send_signals: bool,

@@ -9,6 +9,8 @@
 //!   strict as the real one: its refusals and its ACL filtering included.
 //! - [`file_server`]: a loopback HTTP server of fixed answers (artifacts).
 //! - [`net`]: the host's address, and an HTTP GET to a forwarded port.
+//! - [`registry`]: a real OCI registry on loopback, and images built and pushed with
+//!   `umoci` and `skopeo`.
 //! - [`nomad_fixtures`]: Nomad's documented JSON shapes and the comparison that holds
 //!   berth's answers and types to them.
 
@@ -18,5 +20,6 @@ pub mod fake_sys;
 pub mod file_server;
 pub mod net;
 pub mod nomad_fixtures;
+pub mod registry;
 
 pub use fake_sys::FakeSys;

@@ -523,6 +523,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         runtime_config.max_instances = instances;
     }
     let runtime = Runtime::with_processes(runtime_config, std::sync::Arc::new(processes))?;
+    // The image store, for drivers that run tasks on images (docker), where tasks run.
+    if matches!(cli.command, Command::Run { .. } | Command::Agent { .. }) {
+        let images = berth_client::images::NodeImages::open(&data_dir, &config.image)
+            .map_err(|e| anyhow::anyhow!("opening the image store: {e}"))?;
+        runtime.set_images(std::sync::Arc::new(images));
+    }
     let (drivers, problems) =
         DriverSet::load(&runtime, plugin_dir.as_deref(), &config.driver_pins()).await;
     for problem in &problems {

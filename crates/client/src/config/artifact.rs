@@ -4,7 +4,10 @@
 //! berth's `denied_networks`, where no download may connect (by default loopback and
 //! link-local: the agent's own API, Consul, a cloud's metadata service).
 
+use std::sync::Arc;
+
 use berth_artifact::Limits;
+use berth_artifact::networks::Network;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
@@ -36,22 +39,27 @@ pub(super) fn artifact_limits(block: &BlockNode, problems: &mut Vec<Problem>) ->
         max_files: fields
             .number("decompression_file_count_limit", u64::MAX, problems)
             .unwrap_or(defaults.max_files),
-        denied_networks: match fields.attr("denied_networks") {
-            None => defaults.denied_networks,
-            Some(_) => {
-                let mut networks = Vec::new();
-                for text in fields.string_list("denied_networks", problems) {
-                    match text.parse::<berth_artifact::networks::Network>() {
-                        Ok(network) => networks.push(network),
-                        Err(error) => {
-                            fields.problem_with(problems, "denied_networks", error.to_string())
-                        }
-                    }
-                }
-                networks.into()
-            }
-        },
+        denied_networks: denied_networks(&mut fields, defaults.denied_networks, problems),
     };
     fields.finish(problems);
     limits
+}
+
+/// `denied_networks`, CIDRs (`169.254.0.0/16`) or addresses; `default` when not set.
+pub(super) fn denied_networks(
+    fields: &mut Fields,
+    default: Arc<[Network]>,
+    problems: &mut Vec<Problem>,
+) -> Arc<[Network]> {
+    if fields.attr("denied_networks").is_none() {
+        return default;
+    }
+    let mut networks = Vec::new();
+    for text in fields.string_list("denied_networks", problems) {
+        match text.parse::<Network>() {
+            Ok(network) => networks.push(network),
+            Err(error) => fields.problem_with(problems, "denied_networks", error.to_string()),
+        }
+    }
+    networks.into()
 }

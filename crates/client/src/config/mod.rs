@@ -133,12 +133,14 @@ mod cgroups;
 mod cluster;
 mod consul;
 mod http;
+mod image;
 pub mod keyring;
 mod network;
 mod plugins;
 mod template;
 #[cfg(test)]
 mod tests;
+mod users;
 
 use std::path::{Path, PathBuf};
 
@@ -154,9 +156,11 @@ use cgroups::cgroup_settings;
 use cluster::cluster_settings;
 use consul::consul_settings;
 use http::http_config;
+pub use image::ImageSettings;
 use plugins::{hook_spec, plugin_config};
 pub use template::TemplateSettings;
 use template::template_settings;
+pub use users::{DEFAULT_DYNAMIC_RANGE, MAX_DYNAMIC_ID, UserPolicy};
 
 /// Nomad's default `max_kill_timeout`.
 pub const DEFAULT_MAX_KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -199,6 +203,8 @@ pub struct AgentConfig {
     pub artifact: berth_artifact::Limits,
     /// `keyring { root_key_rotation_threshold }`: how long a signing key is the one used.
     pub keyring_rotation: std::time::Duration,
+    /// `image { ... }`: where images may be pulled from, and the limits on their layers.
+    pub image: ImageSettings,
     /// `user { denylist, checked_drivers }`: which users tasks may not run as.
     pub users: UserPolicy,
     /// The bridge network of groups in `network { mode = "bridge" }`.
@@ -217,44 +223,6 @@ impl AgentConfig {
     /// holds of the node) for as long as they like.
     pub fn kill_timeout_of(&self, asked: std::time::Duration) -> std::time::Duration {
         asked.min(self.max_kill_timeout.unwrap_or(DEFAULT_MAX_KILL_TIMEOUT))
-    }
-}
-
-/// Nomad's `user.denylist` and `user.checked_drivers` (client config): a task of a
-/// checked driver may not run as a denied user. The defaults are Nomad's, so `exec`
-/// tasks are refused `root` unless the operator says otherwise.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserPolicy {
-    pub denylist: Vec<String>,
-    pub checked_drivers: Vec<String>,
-    /// `dynamic_range`: the uids and gids of `exec` tasks whose job names no user (one
-    /// per task, one per alloc for `/alloc`); no host user or group may hold one.
-    pub dynamic_range: std::ops::RangeInclusive<u32>,
-}
-
-/// `user { dynamic_range }` when the operator sets none (Nomad's default).
-pub const DEFAULT_DYNAMIC_RANGE: std::ops::RangeInclusive<u32> = 80_000..=89_999;
-
-/// Parses `"80000-89999"`; refuses 0 (root), reversed and half ranges.
-fn dynamic_range(text: &str) -> Option<std::ops::RangeInclusive<u32>> {
-    let (first, last) = text.split_once('-')?;
-    let first: u32 = first.trim().parse().ok()?;
-    let last: u32 = last.trim().parse().ok()?;
-    (first != 0 && first <= last && last <= MAX_DYNAMIC_ID).then_some(first..=last)
-}
-
-/// The highest id a dynamic range may hold: uid_t is 32 bits, but `-1` (4294967295)
-/// means "unchanged" to setuid(2) and chown(2), and many programs treat ids past
-/// 2^31 - 1 as negative.
-pub const MAX_DYNAMIC_ID: u32 = i32::MAX as u32;
-
-impl Default for UserPolicy {
-    fn default() -> Self {
-        UserPolicy {
-            denylist: vec!["root".into(), "Administrator".into()],
-            checked_drivers: vec!["exec".into(), "java".into(), "qemu".into()],
-            dynamic_range: DEFAULT_DYNAMIC_RANGE,
-        }
     }
 }
 
@@ -560,6 +528,7 @@ impl AgentConfig {
                 "template",
                 "artifact",
                 "keyring",
+                "image",
                 "user",
                 "name",
                 "datacenter",
@@ -767,52 +736,16 @@ impl AgentConfig {
             .map_or(keyring::DEFAULT_ROTATION, |b| {
                 keyring::rotation(b, &mut problems)
             });
-        let users = match fields.single_block("user", &mut problems) {
-            Some(block) => {
-                let mut settings = Fields::new(
-                    &block.body,
-                    "config.user".into(),
-                    block.at,
-                    &["denylist", "checked_drivers", "dynamic_range"],
-                );
-                let defaults = UserPolicy::default();
-                let mut list = |name: &'static str, default: Vec<String>| {
-                    if settings.attr(name).is_some() {
-                        settings.string_list(name, &mut problems)
-                    } else {
-                        default
-                    }
-                };
-                let denylist = list("denylist", defaults.denylist);
-                let checked_drivers = list("checked_drivers", defaults.checked_drivers);
-                let range = settings.string("dynamic_range", &mut problems);
-                let dynamic_range = match range.as_deref().map(|r| (r, dynamic_range(r))) {
-                    None => defaults.dynamic_range,
-                    Some((_, Some(range))) => range,
-                    Some((text, None)) => {
-                        let at = settings.attr("dynamic_range").map_or(block.at, |v| v.at);
-                        settings.problem(
-                            &mut problems,
-                            "dynamic_range",
-                            at,
-                            format!(
-                                "{text:?} is not a range of uids: expected \"<first>-<last>\" \
-                                 with 0 < first <= last <= {MAX_DYNAMIC_ID}, as \"80000-89999\""
-                            ),
-                        );
-                        defaults.dynamic_range
-                    }
-                };
-                let policy = UserPolicy {
-                    denylist,
-                    checked_drivers,
-                    dynamic_range,
-                };
-                settings.finish(&mut problems);
-                policy
-            }
-            None => UserPolicy::default(),
-        };
+        let users = fields
+            .single_block("user", &mut problems)
+            .map_or_else(UserPolicy::default, |b| {
+                users::user_policy(b, &mut problems)
+            });
+        let image = fields
+            .single_block("image", &mut problems)
+            .map_or_else(ImageSettings::default, |b| {
+                image::settings(b, &mut problems)
+            });
         let name = fields.string("name", &mut problems);
         let datacenter = fields.string("datacenter", &mut problems);
         let cluster = match fields.single_block("cluster", &mut problems) {
@@ -846,6 +779,7 @@ impl AgentConfig {
             template,
             artifact,
             keyring_rotation,
+            image,
             users,
             bridge,
         })

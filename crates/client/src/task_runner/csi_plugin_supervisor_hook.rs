@@ -22,7 +22,7 @@ use berth_csi::layout::{self, PluginDirs};
 use berth_csi::registry::PluginRegistration;
 use berth_jobspec::{CsiPlugin, CsiPluginType};
 use berth_model::csi::{PluginKind, Timeouts, check_plugin_id};
-use berth_model::driver::{ExitResult, FsIsolation};
+use berth_model::driver::ExitResult;
 use berth_model::events::EventKind;
 use berth_model::mount::{HandedMount, Propagation};
 
@@ -48,7 +48,7 @@ struct PluginPlaces {
 
 fn places(ctx: &TaskHookContext, plugin: &CsiPlugin) -> PluginPlaces {
     let socket_dir = layout::socket_dir(&ctx.csi.root, &ctx.alloc_id);
-    let chrooted = ctx.driver.capabilities().fs_isolation == FsIsolation::Chroot;
+    let chrooted = ctx.driver.capabilities().fs_isolation.confines();
     let mut dirs = PluginDirs::new(&ctx.csi.root, &plugin.id, &plugin.stage_publish_base_dir);
     let endpoint = if chrooted {
         PathBuf::from(&plugin.mount_dir).join(layout::SOCKET_NAME)

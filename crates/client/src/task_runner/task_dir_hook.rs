@@ -1,5 +1,6 @@
 //! Builds the task's directory and its environment. Chrooted tasks also get the alloc's
-//! shared directory at `/alloc`.
+//! shared directory at `/alloc`; a task on an image, whose root is the image and not its
+//! task dir, also gets its `local` and `secrets` at `/local` and `/secrets`.
 
 use std::path::PathBuf;
 
@@ -23,21 +24,35 @@ impl TaskHook for TaskDirHook {
             let fail = |e: std::io::Error| self.fail(format!("building the task directory: {e}"));
             ctx.alloc_dir.build().map_err(fail)?;
             let task_dir = ctx.alloc_dir.build_task(&ctx.task.name).map_err(fail)?;
-            let chrooted = ctx.driver.capabilities().fs_isolation == FsIsolation::Chroot;
+            let isolation = ctx.driver.capabilities().fs_isolation;
+            let chrooted = isolation.confines();
             let (task_view, alloc_view) = if chrooted {
                 (PathBuf::from("/local"), PathBuf::from("/alloc"))
             } else {
                 (task_dir.join("local"), ctx.alloc_dir.shared())
             };
+            let handed = |host_path: PathBuf, task_path: &str| HandedMount {
+                host_path,
+                task_path: task_path.into(),
+                read_only: false,
+                propagation: Propagation::Private,
+                allow_setuid: false,
+                source_below: None,
+            };
             if chrooted {
-                prepare.mounts.push(HandedMount {
-                    host_path: ctx.alloc_dir.shared(),
-                    task_path: "/alloc".into(),
-                    read_only: false,
-                    propagation: Propagation::Private,
-                    allow_setuid: false,
-                    source_below: None,
-                });
+                prepare
+                    .mounts
+                    .push(handed(ctx.alloc_dir.shared(), "/alloc"));
+            }
+            if isolation == FsIsolation::Image {
+                for dir in ["local", "secrets"] {
+                    prepare.mounts.push(HandedMount {
+                        // Resolved from the task dir through no link: the task writes
+                        // inside these two.
+                        source_below: Some(task_dir.clone()),
+                        ..handed(task_dir.join(dir), &format!("/{dir}"))
+                    });
+                }
             }
             let show = |p: &PathBuf| p.display().to_string();
             let mut env = vec![(

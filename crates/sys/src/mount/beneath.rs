@@ -86,6 +86,24 @@ pub fn open_file_for_writing(
     Ok(file)
 }
 
+/// Whether something is at `relative` inside `root` (a link included, or a link on the
+/// way, which is never followed). Not async-signal-safe.
+pub fn something_at(root: &Path, relative: &Path) -> bool {
+    let (Ok(root), Ok(relative)) = (
+        std::ffi::CString::new(root.as_os_str().as_encoded_bytes()),
+        std::ffi::CString::new(relative.as_os_str().as_encoded_bytes()),
+    ) else {
+        return false;
+    };
+    let Ok(root) = open_root(&root) else {
+        return false;
+    };
+    match open_unfollowed(&root, &relative) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::EXDEV),
+    }
+}
+
 /// Opens the directory `root` itself (`O_PATH`), to resolve paths below it.
 pub fn open_root(root: &CStr) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(

@@ -173,8 +173,12 @@ fn prepare_image(spec: &ChrootSpec, image: &ImageRoot) -> io::Result<ChrootPlan>
     for name in IMAGE_ETC_FILES {
         beneath::create(&image.upper, &Path::new("etc").join(name), true, 0o644)?;
     }
+    // The working dir is made only when the image has none there, as Docker makes a
+    // missing one: a dir made in the upper dir would hide the image's own (its mode,
+    // `/tmp`'s 1777 say).
     let cwd = spec.cwd.strip_prefix("/").unwrap_or(&spec.cwd);
-    if !cwd.as_os_str().is_empty() {
+    let in_image = |lower: &PathBuf| beneath::something_at(lower, cwd);
+    if !cwd.as_os_str().is_empty() && !image.lower.iter().any(in_image) {
         beneath::create(&image.upper, cwd, false, 0o755)?;
     }
     for mount in &spec.mounts {
@@ -558,6 +562,47 @@ mod tests {
         }
         let last = plan.after_fork.last().unwrap().to_string();
         assert!(last.contains("/a/t/image/root"), "{last}");
+    }
+
+    #[test]
+    fn an_image_keeps_its_own_working_dir_and_a_missing_one_is_made_in_the_upper_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let lower = dir.path().join("layer");
+        std::fs::create_dir_all(lower.join("tmp")).unwrap();
+        std::fs::set_permissions(lower.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .unwrap();
+        std::os::unix::fs::symlink("/etc", lower.join("link")).unwrap();
+        let image = ImageRoot {
+            lower: vec![lower],
+            upper: dir.path().join("t/image/upper"),
+            work: dir.path().join("t/image/work"),
+        };
+        let spec = |cwd: &str| ChrootSpec {
+            root: dir.path().join("t/image/root"),
+            cwd: cwd.into(),
+            mounts: Vec::new(),
+            privileged: false,
+            mount_refusals: None,
+            etc_files: Vec::new(),
+            image: Some(image.clone()),
+        };
+        for cwd in ["/tmp", "/link/deeper", "/srv/app"] {
+            prepare_image(&spec(cwd), &image).unwrap();
+        }
+        let upper = &image.upper;
+        assert!(
+            !upper.join("tmp").exists(),
+            "the image's /tmp (1777) is not hidden"
+        );
+        assert!(
+            !upper.join("link").exists(),
+            "nor is anything behind its links"
+        );
+        assert!(
+            upper.join("srv/app").is_dir(),
+            "a missing working dir is made"
+        );
     }
 
     fn plan_without_etc(spec: &ChrootSpec) -> Vec<String> {

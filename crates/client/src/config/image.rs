@@ -1,0 +1,93 @@
+//! The agent config's `image` block: where the docker driver's images may be pulled
+//! from, and the limits on what a layer may hold.
+//!
+//! ```hcl
+//! image {
+//!   insecure_registries = ["registry.internal:5000"]  # plain HTTP (loopback always is)
+//!   denied_networks     = ["169.254.0.0/16"]          # no pull connects there
+//!   max_layer_size      = "8GiB"                      # a layer's blob, compressed
+//!   max_unpacked_size   = "16GiB"                     # a layer, unpacked
+//!   max_layer_entries   = 1048576                     # files in a layer
+//! }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use berth_artifact::networks::Network;
+use berth_hcl::Problem;
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::BlockNode;
+use berth_image::{LayerLimits, StoreConfig};
+
+/// The operator's word on images; the store's root is the data dir's `images/`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageSettings {
+    pub insecure_registries: Vec<String>,
+    pub denied_networks: Arc<[Network]>,
+    pub max_layer_bytes: u64,
+    pub layer_limits: LayerLimits,
+}
+
+impl Default for ImageSettings {
+    fn default() -> Self {
+        let defaults = StoreConfig::new(PathBuf::new());
+        ImageSettings {
+            insecure_registries: defaults.insecure_registries,
+            denied_networks: defaults.denied_networks,
+            max_layer_bytes: defaults.max_layer_bytes,
+            layer_limits: defaults.layer_limits,
+        }
+    }
+}
+
+impl ImageSettings {
+    /// The store at `root` (`<data_dir>/images`) under these settings.
+    pub fn store_config(&self, root: PathBuf) -> StoreConfig {
+        StoreConfig {
+            root,
+            insecure_registries: self.insecure_registries.clone(),
+            denied_networks: self.denied_networks.clone(),
+            max_layer_bytes: self.max_layer_bytes,
+            layer_limits: self.layer_limits,
+        }
+    }
+}
+
+pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageSettings {
+    let mut fields = Fields::new(
+        &block.body,
+        "config.image".into(),
+        block.at,
+        &[
+            "insecure_registries",
+            "denied_networks",
+            "max_layer_size",
+            "max_unpacked_size",
+            "max_layer_entries",
+        ],
+    );
+    let defaults = ImageSettings::default();
+    let insecure_registries = fields.string_list("insecure_registries", problems);
+    let settings = ImageSettings {
+        insecure_registries,
+        denied_networks: super::artifact::denied_networks(
+            &mut fields,
+            defaults.denied_networks.clone(),
+            problems,
+        ),
+        max_layer_bytes: fields
+            .size("max_layer_size", problems)
+            .unwrap_or(defaults.max_layer_bytes),
+        layer_limits: LayerLimits {
+            max_unpacked: fields
+                .size("max_unpacked_size", problems)
+                .unwrap_or(defaults.layer_limits.max_unpacked),
+            max_entries: fields
+                .number("max_layer_entries", u64::MAX, problems)
+                .unwrap_or(defaults.layer_limits.max_entries),
+        },
+    };
+    fields.finish(problems);
+    settings
+}

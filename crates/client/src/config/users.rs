@@ -1,0 +1,88 @@
+//! The agent config's `user` block: Nomad's `denylist` and `checked_drivers`, and the
+//! `dynamic_range` tasks of confining drivers take their own ids from.
+
+use berth_hcl::Problem;
+use berth_hcl::fields::Fields;
+use berth_hcl::tree::BlockNode;
+
+/// Nomad's `user.denylist` and `user.checked_drivers` (client config): a task of a
+/// checked driver may not run as a denied user. The defaults are Nomad's, so `exec`
+/// tasks are refused `root` unless the operator says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserPolicy {
+    pub denylist: Vec<String>,
+    pub checked_drivers: Vec<String>,
+    /// `dynamic_range`: the uids and gids of `exec` tasks whose job names no user (one
+    /// per task, one per alloc for `/alloc`); no host user or group may hold one.
+    pub dynamic_range: std::ops::RangeInclusive<u32>,
+}
+
+/// `user { dynamic_range }` when the operator sets none (Nomad's default).
+pub const DEFAULT_DYNAMIC_RANGE: std::ops::RangeInclusive<u32> = 80_000..=89_999;
+
+/// Parses `"80000-89999"`; refuses 0 (root), reversed and half ranges.
+fn dynamic_range(text: &str) -> Option<std::ops::RangeInclusive<u32>> {
+    let (first, last) = text.split_once('-')?;
+    let first: u32 = first.trim().parse().ok()?;
+    let last: u32 = last.trim().parse().ok()?;
+    (first != 0 && first <= last && last <= MAX_DYNAMIC_ID).then_some(first..=last)
+}
+
+/// The highest id a dynamic range may hold: uid_t is 32 bits, but `-1` (4294967295)
+/// means "unchanged" to setuid(2) and chown(2), and many programs treat ids past
+/// 2^31 - 1 as negative.
+pub const MAX_DYNAMIC_ID: u32 = i32::MAX as u32;
+
+impl Default for UserPolicy {
+    fn default() -> Self {
+        UserPolicy {
+            denylist: vec!["root".into(), "Administrator".into()],
+            checked_drivers: vec!["exec".into(), "java".into(), "qemu".into()],
+            dynamic_range: DEFAULT_DYNAMIC_RANGE,
+        }
+    }
+}
+
+pub(super) fn user_policy(block: &BlockNode, problems: &mut Vec<Problem>) -> UserPolicy {
+    let mut settings = Fields::new(
+        &block.body,
+        "config.user".into(),
+        block.at,
+        &["denylist", "checked_drivers", "dynamic_range"],
+    );
+    let defaults = UserPolicy::default();
+    let mut list = |name: &'static str, default: Vec<String>| {
+        if settings.attr(name).is_some() {
+            settings.string_list(name, problems)
+        } else {
+            default
+        }
+    };
+    let denylist = list("denylist", defaults.denylist);
+    let checked_drivers = list("checked_drivers", defaults.checked_drivers);
+    let range = settings.string("dynamic_range", problems);
+    let dynamic_range = match range.as_deref().map(|r| (r, dynamic_range(r))) {
+        None => defaults.dynamic_range,
+        Some((_, Some(range))) => range,
+        Some((text, None)) => {
+            let at = settings.attr("dynamic_range").map_or(block.at, |v| v.at);
+            settings.problem(
+                problems,
+                "dynamic_range",
+                at,
+                format!(
+                    "{text:?} is not a range of uids: expected \"<first>-<last>\" \
+                     with 0 < first <= last <= {MAX_DYNAMIC_ID}, as \"80000-89999\""
+                ),
+            );
+            defaults.dynamic_range
+        }
+    };
+    let policy = UserPolicy {
+        denylist,
+        checked_drivers,
+        dynamic_range,
+    };
+    settings.finish(problems);
+    policy
+}

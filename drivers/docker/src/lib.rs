@@ -1,0 +1,304 @@
+//! The `docker` driver: Nomad's docker jobs on OCI images, with no daemon. The image is
+//! pulled through the host's store (`berth:host/image`) and the task runs on it as its
+//! root, confined as an `exec` task is (its own mount, pid, ipc and uts namespaces,
+//! cgroup, seccomp filter and user), with the task's `local/`, `secrets/` and the
+//! alloc's dir at `/local`, `/secrets` and `/alloc`.
+//!
+//! The image's Entrypoint, Cmd, Env and WorkingDir are the defaults, as in Docker:
+//! `entrypoint` replaces the image's (and drops its Cmd), `command` (with `args`)
+//! replaces its Cmd, and `args` alone replace its Cmd. The task's env wins over the
+//! image's, except `PATH`, which the image sets when it has one.
+//!
+//! Fields of Nomad's docker config that change nothing here are accepted: `labels` (no
+//! daemon keeps them), `ports` (the group's ports are the task's: the host's in a
+//! host-mode group, mapped to `to` in a bridge-mode one), `cap_drop` (the task has no
+//! capabilities to drop), `hostname` (the task's uts namespace keeps the host's name),
+//! `logging` (berth keeps the task's logs itself), `auth_soft_fail` and
+//! `auth.server_address`/`auth.email`. Fields that would give a task more than an `exec`
+//! task has are refused by name (`privileged`, `cap_add`); so are Docker's own ways to
+//! reach the host (`volumes`, `mount`, `devices`, …), each saying what to use instead,
+//! and every field berth does not know.
+
+use berth_plugin_sdk::host::image::{self, Credentials, PullRequest};
+use berth_plugin_sdk::host::process::{BindMount, Isolation, SpawnRequest};
+use berth_plugin_sdk::{
+    DriverCapabilities, DriverFingerprint, DriverInfo, FsIsolation, HealthState, MountConfigs,
+    ProcessDriver, TaskConfig, TaskHandle, export_driver, process_task,
+};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Auth {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    server_address: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    email: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DockerConfig {
+    image: String,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    entrypoint: Option<Vec<String>>,
+    work_dir: Option<String>,
+    auth: Option<Auth>,
+    #[serde(default)]
+    force_pull: bool,
+    image_pull_timeout: Option<String>,
+    network_mode: Option<String>,
+    privileged: Option<bool>,
+    cap_add: Option<Vec<String>>,
+    // Accepted, and change nothing here (see the module's docs).
+    #[serde(default)]
+    #[allow(dead_code)]
+    labels: Option<serde_json::Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    ports: Option<Vec<String>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    cap_drop: Option<Vec<String>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    hostname: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    logging: Option<serde_json::Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    auth_soft_fail: Option<bool>,
+}
+
+/// Fields of Nomad's docker driver berth's refuses, and why (or what to use instead).
+const REFUSED: &[(&str, &str)] = &[
+    (
+        "volumes",
+        "a task reaches host directories through the group's volume (a host_volume the \
+         operator configured) and the task's volume_mount",
+    ),
+    (
+        "mount",
+        "a task reaches host directories through the group's volume and volume_mount",
+    ),
+    ("mounts", "a task reaches host directories through the group's volume and volume_mount"),
+    ("devices", "berth gives tasks no host devices"),
+    ("security_opt", "every task runs under berth's own seccomp filter"),
+    ("pid_mode", "every task has its own pid namespace"),
+    ("ipc_mode", "every task has its own ipc namespace"),
+    ("userns_mode", "the task's user is berth's choice, not the job's"),
+    ("sysctl", "berth sets no sysctls for a task"),
+    ("runtime", "berth runs images itself, with no OCI runtime"),
+];
+
+fn parse_config(json: &str) -> Result<DockerConfig, String> {
+    let fields: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(json).map_err(|e| format!("invalid docker config: {e}"))?;
+    if let Some((field, why)) = REFUSED.iter().find(|(f, _)| fields.contains_key(*f)) {
+        return Err(format!(
+            "docker config: {field} is not supported by berth's docker driver: {why}"
+        ));
+    }
+    let config: DockerConfig = serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| format!("invalid docker config: {e}"))?;
+    if config.image.trim().is_empty() {
+        return Err("invalid docker config: image is empty".into());
+    }
+    if config.privileged == Some(true) {
+        return Err(
+            "docker config: privileged = true is not allowed: berth runs no task with the \
+             host's devices and every capability"
+                .into(),
+        );
+    }
+    if config.cap_add.as_ref().is_some_and(|caps| !caps.is_empty()) {
+        return Err(
+            "docker config: cap_add is not allowed: berth's docker tasks run with no \
+             capabilities, as exec tasks do"
+                .into(),
+        );
+    }
+    match config.network_mode.as_deref() {
+        None | Some("host") | Some("") => {}
+        Some(mode) => {
+            return Err(format!(
+                "docker config: network_mode {mode:?} is not supported: a docker task is in \
+                 its group's network (\"host\"); for a network of its own, give the group \
+                 network {{ mode = \"bridge\" }}"
+            ));
+        }
+    }
+    if let Some(timeout) = &config.image_pull_timeout {
+        duration_millis(timeout)?;
+    }
+    if let Some(dir) = &config.work_dir
+        && !dir.starts_with('/')
+    {
+        return Err(format!(
+            "docker config: work_dir {dir:?} must be an absolute path in the image"
+        ));
+    }
+    Ok(config)
+}
+
+/// A Go duration as Nomad writes them (`"5m"`, `"1m30s"`, `"300ms"`), in milliseconds.
+fn duration_millis(text: &str) -> Result<u64, String> {
+    let bad = || format!("docker config: image_pull_timeout {text:?} is not a duration (\"5m\")");
+    let mut total: u64 = 0;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            _ => return Err(bad()),
+        };
+        total = number
+            .checked_mul(scale)
+            .and_then(|n| total.checked_add(n))
+            .ok_or_else(bad)?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// The container's argv, as Docker makes it from the image and the task's config.
+fn argv(config: &DockerConfig, image: &image::ImageConfig) -> Result<Vec<String>, String> {
+    let entrypoint = config
+        .entrypoint
+        .clone()
+        .unwrap_or_else(|| image.entrypoint.clone());
+    let cmd = match (&config.command, config.args.is_empty()) {
+        (Some(command), _) => std::iter::once(command.clone())
+            .chain(config.args.iter().cloned())
+            .collect(),
+        (None, false) => config.args.clone(),
+        // A new entrypoint drops the image's Cmd, as `docker run --entrypoint` does.
+        (None, true) if config.entrypoint.is_some() => Vec::new(),
+        (None, true) => image.cmd.clone(),
+    };
+    let argv: Vec<String> = entrypoint.into_iter().chain(cmd).collect();
+    if argv.is_empty() {
+        return Err(format!(
+            "image {:?} has no Entrypoint or Cmd, and the task gives no command",
+            config.image
+        ));
+    }
+    Ok(argv)
+}
+
+/// The image's env, then the task's over it (except `PATH`, when the image has one).
+fn environment(image: &image::ImageConfig, task: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = image
+        .env
+        .iter()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let image_has_path = env.iter().any(|(k, _)| k == "PATH");
+    for (key, value) in task {
+        if key == "PATH" && image_has_path {
+            continue;
+        }
+        match env.iter_mut().find(|(k, _)| k == key) {
+            Some(existing) => existing.1 = value.clone(),
+            None => env.push((key.clone(), value.clone())),
+        }
+    }
+    env
+}
+
+struct Docker;
+
+impl ProcessDriver for Docker {
+    fn plugin_info() -> DriverInfo {
+        DriverInfo {
+            name: "docker".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    fn capabilities() -> DriverCapabilities {
+        DriverCapabilities {
+            send_signals: true,
+            // `alloc exec` and change scripts enter the task the host spawned.
+            exec: true,
+            fs_isolation: FsIsolation::Image,
+            mount_configs: MountConfigs::All,
+        }
+    }
+
+    fn fingerprint() -> DriverFingerprint {
+        DriverFingerprint {
+            health: HealthState::Healthy,
+            health_description: "healthy".into(),
+            attributes: vec![("driver.docker".into(), "1".into())],
+        }
+    }
+
+    fn validate_task_config(config: String) -> Result<(), String> {
+        parse_config(&config).map(|_| ())
+    }
+
+    fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
+        let docker = parse_config(&config.config)?;
+        let pulled = image::pull(&PullRequest {
+            reference: docker.image.clone(),
+            credentials: docker.auth.as_ref().map(|auth| Credentials {
+                username: auth.username.clone(),
+                password: auth.password.clone(),
+            }),
+            force: docker.force_pull,
+            timeout_millis: match &docker.image_pull_timeout {
+                Some(text) => Some(duration_millis(text)?),
+                None => None,
+            },
+        })?;
+        let argv = argv(&docker, &pulled)?;
+        let cwd = docker
+            .work_dir
+            .clone()
+            .or_else(|| Some(pulled.working_dir.clone()).filter(|d| d.starts_with('/')))
+            .unwrap_or_else(|| "/".into());
+        let mounts = config
+            .mounts
+            .iter()
+            .map(|m| BindMount {
+                host_path: m.host_path.clone(),
+                task_path: m.task_path.clone(),
+                read_only: m.read_only,
+                propagation: m.propagation,
+            })
+            .collect();
+        let process = image::spawn(
+            &pulled.digest,
+            &SpawnRequest {
+                argv,
+                env: environment(&pulled, &config.env),
+                cwd: Some(cwd),
+                isolation: Isolation::Chroot,
+                mounts,
+            },
+        )?;
+        Ok(process_task::handle(config.id, process))
+    }
+}
+
+export_driver!(Docker);

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export BERTH_BENCH_SMALL=1
-for bench in driver_call alloc_start hook_pipeline csi_volume density restore cluster template_render artifact_fetch; do
+for bench in driver_call alloc_start hook_pipeline csi_volume density restore cluster template_render artifact_fetch image_pull; do
   echo "== bench $bench (small)"
   cargo test -p berth --bench "$bench"
 done

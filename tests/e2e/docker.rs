@@ -265,3 +265,253 @@ async fn two_images_that_share_a_layer_unpack_it_once_and_a_port_and_a_volume_re
         .count();
     assert_eq!(layers, 2);
 }
+
+/// An OCI layout's blob by digest.
+fn blob(layout: &std::path::Path, digest: &str) -> Vec<u8> {
+    std::fs::read(layout.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn images_load_from_an_oci_archive_and_a_docker_save_archive_and_run_with_no_registry() {
+    let layout = OciLayout::new();
+    base_image(&layout);
+    let work = tempfile::tempdir().unwrap();
+    // An OCI layout archive, as `skopeo copy … oci-archive:` writes one.
+    let oci_archive = work.path().join("oci.tar");
+    let tar = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&oci_archive)
+        .arg("-C")
+        .arg(layout.path())
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    // The same image as `docker save` writes it: manifest.json, the config, and each
+    // layer as a plain tar in a directory of its own.
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.path().join("index.json")).unwrap()).unwrap();
+    let manifest_digest = index["manifests"][0]["digest"].as_str().unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&blob(&layout.path(), manifest_digest)).unwrap();
+    let saved = work.path().join("saved");
+    std::fs::create_dir_all(saved.join("l0")).unwrap();
+    std::fs::write(
+        saved.join("config.json"),
+        blob(
+            &layout.path(),
+            manifest["config"]["digest"].as_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    let gzipped = layout
+        .path()
+        .join("blobs/sha256")
+        .join(&manifest["layers"][0]["digest"].as_str().unwrap()["sha256:".len()..]);
+    let plain = std::process::Command::new("gzip")
+        .arg("-dc")
+        .arg(gzipped)
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    std::fs::write(saved.join("l0/layer.tar"), plain.stdout).unwrap();
+    std::fs::write(
+        saved.join("manifest.json"),
+        r#"[{"Config":"config.json","RepoTags":["saved/busybox:2"],"Layers":["l0/layer.tar"]}]"#,
+    )
+    .unwrap();
+    let docker_archive = work.path().join("docker.tar");
+    let tar = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&docker_archive)
+        .arg("-C")
+        .arg(&saved)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+
+    let mut agent = AgentProcess::new();
+    // The OCI layout names its image `base` only: a tag with no repository, so the
+    // reference is given.
+    let (code, _, stderr) = agent.cli(&["image", "load", oci_archive.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tags no image"), "{stderr}");
+    let (code, out, stderr) = agent.cli(&[
+        "image",
+        "load",
+        oci_archive.to_str().unwrap(),
+        "local/busybox:1",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(out.contains("loaded docker.io/local/busybox:1"), "{out}");
+    let (code, out, stderr) = agent.cli(&["image", "load", docker_archive.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(out.contains("loaded docker.io/saved/busybox:2"), "{out}");
+    let (_, listed, _) = agent.cli(&["image", "list"]);
+    assert!(
+        listed.contains("docker.io/local/busybox:1")
+            && listed.contains("docker.io/saved/busybox:2"),
+        "{listed}"
+    );
+    // A layer that is not what the archive says is refused.
+    let lying = work.path().join("lying");
+    std::fs::create_dir_all(&lying).unwrap();
+    let copy = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", layout.path().display()))
+        .arg(&lying)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let layer_digest = manifest["layers"][0]["digest"].as_str().unwrap();
+    std::fs::write(
+        lying
+            .join("blobs/sha256")
+            .join(&layer_digest["sha256:".len()..]),
+        b"not the layer",
+    )
+    .unwrap();
+    let lying_archive = work.path().join("lying.tar");
+    let tar = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&lying_archive)
+        .arg("-C")
+        .arg(&lying)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let (code, _, stderr) = agent.cli(&[
+        "image",
+        "load",
+        lying_archive.to_str().unwrap(),
+        "local/lying:1",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("does not match its digest"), "{stderr}");
+
+    // No registry anywhere: both run from the store.
+    agent.start().await;
+    for image in ["local/busybox:1", "saved/busybox:2"] {
+        let job = batch(
+            "loaded",
+            &docker_task("t", &format!("        image = \"{image}\"\n")),
+        );
+        let submitted = agent.submit("loaded.hcl", &job).await.unwrap();
+        let status = agent.finished(&submitted.alloc_ids[0]).await;
+        assert!(
+            stdout(&status, "t").starts_with("default FOO=from-image\n/data\n"),
+            "{image}: {}",
+            events(&status, "t")
+        );
+    }
+    // Two layers: `docker save` writes the layer as a plain tar, which is its own blob
+    // (its digest is the image's diff id), not the gzipped one the layout holds.
+    let layers = std::fs::read_dir(agent.path().join("data/images/layers"))
+        .unwrap()
+        .count();
+    assert_eq!(layers, 2);
+}
+
+/// A loopback TCP proxy to `target` whose answers trickle at about `bytes_per_second`
+/// while `slow` is set: a registry on a slow link.
+fn slow_proxy(
+    target: String,
+    bytes_per_second: usize,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(&target) else {
+                continue;
+            };
+            let (mut to_server, mut from_client) = (server.try_clone().unwrap(), client);
+            let mut to_client = from_client.try_clone().unwrap();
+            let mut from_server = server;
+            std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
+            let slow = slow.clone();
+            std::thread::spawn(move || {
+                let mut buffer = vec![0u8; bytes_per_second / 10];
+                loop {
+                    let Ok(read) = from_server.read(&mut buffer) else {
+                        break;
+                    };
+                    if read == 0 || to_client.write_all(&buffer[..read]).is_err() {
+                        break;
+                    }
+                    if slow.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                let _ = to_client.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_killed_during_a_pull_leaves_no_partial_layer_and_the_task_starts_after_restart() {
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    base_image(&layout);
+    // 4 MiB that do not compress: some seconds at the proxy's pace.
+    layout.layer("base", "big", |root| {
+        let mut noise = vec![0u8; 4 << 20];
+        rustix::rand::getrandom(&mut noise, rustix::rand::GetRandomFlags::empty()).unwrap();
+        std::fs::write(root.join("data/noise"), noise).unwrap();
+    });
+    registry.push(&layout, "big", "tools/big:1");
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let proxy = slow_proxy(registry.address.clone(), 256 << 10, slow.clone());
+
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let job = batch(
+        "big",
+        &docker_task("t", &format!("        image = \"{proxy}/tools/big:1\"\n")),
+    );
+    let submitted = agent.submit("big.hcl", &job).await.unwrap();
+    let alloc = submitted.alloc_ids[0].clone();
+    let store = agent.path().join("data/images");
+    // Killed while a layer is downloading (something in tmp/, the record not written).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let downloading = std::fs::read_dir(store.join("tmp"))
+            .map(|d| d.count() > 0)
+            .unwrap_or(false);
+        let layers = std::fs::read_dir(store.join("layers"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if downloading || layers > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", agent.output());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agent.kill9();
+    assert_eq!(
+        std::fs::read_dir(store.join("manifests")).unwrap().count(),
+        0,
+        "no image is recorded before all its layers are in the store"
+    );
+
+    // The link is fast again; the restarted agent empties tmp/ and pulls what is missing.
+    slow.store(false, std::sync::atomic::Ordering::Relaxed);
+    agent.start().await;
+    let status = agent.finished(&alloc).await;
+    assert_eq!(
+        status.client_status,
+        ClientStatus::Complete,
+        "{}\n{}",
+        events(&status, "t"),
+        agent.output()
+    );
+    assert!(stdout(&status, "t").starts_with("default FOO=from-image\n"));
+    assert_eq!(std::fs::read_dir(store.join("tmp")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(store.join("layers")).unwrap().count(), 2);
+}

@@ -2,10 +2,12 @@
 //! (`berth:host/image`): a pull by reference, answered with the image's layers on disk
 //! and its config. Opened at `<data_dir>/images` under the agent config's `image` block.
 
+use std::collections::HashSet;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use berth_image::{ImageError, ImageStore, PullOptions, PullProgress, Reference};
 use berth_runtime::images::{ImagePull, ImagePullError, ImageSource, PulledImage};
@@ -30,6 +32,52 @@ impl NodeImages {
     pub fn store(&self) -> &Arc<ImageStore> {
         &self.store
     }
+
+    /// Collects the store's garbage now and then from now on (at most every minute, and
+    /// more often for a shorter `delay`), keeping every layer a task dir on the node
+    /// stands on. Needs a tokio runtime; ends with it.
+    pub fn collect_garbage_every(self: &Arc<Self>, data_dir: PathBuf, delay: Duration) {
+        let images = self.clone();
+        let every = delay.clamp(Duration::from_secs(1), Duration::from_secs(60));
+        tokio::spawn(async move {
+            loop {
+                let (store, dir) = (images.store.clone(), data_dir.clone());
+                let collected = tokio::task::spawn_blocking(move || {
+                    store.collect_garbage(&layers_in_use(&dir), delay)
+                })
+                .await;
+                if let Ok(collected) = collected
+                    && (!collected.images.is_empty() || collected.layers > 0)
+                {
+                    tracing::info!(
+                        images = ?collected.images,
+                        layers = collected.layers,
+                        "removed images no task used for {delay:?}"
+                    );
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+}
+
+/// The layers the task dirs on the node stand on (`allocs/*/tasks/*/image/layers`,
+/// written at each start): the alloc's dir keeps its layers until it is collected.
+pub fn layers_in_use(data_dir: &Path) -> HashSet<PathBuf> {
+    let mut in_use = HashSet::new();
+    let dirs = |path: PathBuf| std::fs::read_dir(path).into_iter().flatten().flatten();
+    for alloc in dirs(data_dir.join("allocs")) {
+        for task in dirs(alloc.path().join("tasks")) {
+            let listed = task
+                .path()
+                .join("image")
+                .join(berth_sys::process::isolation::IMAGE_LAYERS_FILE);
+            if let Ok(text) = std::fs::read_to_string(listed) {
+                in_use.extend(text.lines().map(PathBuf::from));
+            }
+        }
+    }
+    in_use
 }
 
 impl ImageSource for NodeImages {

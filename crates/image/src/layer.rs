@@ -319,7 +319,9 @@ fn scan(stream: Box<dyn Read>, limits: LayerLimits) -> Result<(), LayerError> {
                 limit: limits.max_entries,
             });
         }
-        if kind.is_file() {
+        // Every entry's data is read (and decompressed) whatever its kind, so every
+        // entry's size counts: a directory claiming gigabytes costs as much as a file.
+        {
             declared = declared.saturating_add(size);
             if declared > limits.max_unpacked {
                 return Err(LayerError::TooLarge {

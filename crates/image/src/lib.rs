@@ -17,6 +17,8 @@
 //! start, and the next pull takes up where the layers stop. Tasks pulling the same
 //! reference at once share one pull, and a layer two images share is unpacked once.
 
+pub mod archive;
+pub mod gc;
 pub mod layer;
 pub mod reference;
 pub mod registry;
@@ -147,6 +149,12 @@ pub enum ImageError {
         #[source]
         error: layer::LayerError,
     },
+    #[error("loading {path}: {error}")]
+    Archive {
+        path: String,
+        #[source]
+        error: archive::ArchiveError,
+    },
     #[error("pulling {reference}: no answer within {after:?} (the task's image_pull_timeout)")]
     TimedOut { reference: String, after: Duration },
     #[error("the image store at {path}: {error}")]
@@ -275,7 +283,10 @@ impl ImageStore {
                 .then(|| self.local(reference))
                 .flatten();
             match cached {
-                Some(image) => Ok(image),
+                Some(image) => {
+                    self.mark_used(&image);
+                    Ok(image)
+                }
                 None => {
                     let pulling = self.pull_from_registry(reference, options, progress);
                     match tokio::time::timeout(options.timeout, pulling).await {
@@ -332,6 +343,12 @@ impl ImageStore {
                     manifest.platforms()
                 ))
             })?;
+            // Only by digest: a tag here would let the image under a pinned index change.
+            if !reference::is_digest(&chosen) {
+                return Err(manifest_error(format!(
+                    "the index names its manifest {chosen:?}, which is not a sha256 digest"
+                )));
+            }
             let (body, _, chosen_digest) =
                 registry.manifest(&chosen).await.map_err(registry_error)?;
             manifest = serde_json::from_slice(&body)
@@ -383,10 +400,18 @@ impl ImageStore {
         let missing: Vec<usize> = (0..layers.len())
             .filter(|i| !self.layer_dir(&layers[*i].digest).is_dir())
             .collect();
+        // The layers it already has are in use again from now: no collection takes them
+        // before the record that names them is written.
+        for layer in &layers {
+            gc::touch(&self.layer_dir(&layer.digest));
+        }
         progress(PullProgress::Resolved {
             layers: layers.len(),
             missing: missing.len(),
-            bytes: missing.iter().map(|i| layers[*i].size.unwrap_or(0)).sum(),
+            bytes: missing
+                .iter()
+                .map(|i| layers[*i].size.unwrap_or(0))
+                .fold(0, u64::saturating_add),
         });
         for index in missing {
             let layer = &layers[index];
@@ -426,13 +451,37 @@ impl ImageStore {
             config,
             layers: layers.iter().map(|l| l.digest.clone()).collect(),
         };
-        let record =
-            serde_json::to_vec(&image).map_err(|e| store_error(&tmp)(io::Error::other(e)))?;
-        write_atomically(&tmp, &self.manifest_record(&digest), &record)?;
-        if reference.digest.is_none() {
-            write_atomically(&tmp, &self.ref_record(reference), digest.as_bytes())?;
+        self.record(&image, std::slice::from_ref(reference))?;
+        // Pinned by an index's digest: recorded under it too, so the next start finds it
+        // without asking the registry.
+        if let Some(pinned) = reference.digest.as_ref().filter(|p| **p != digest) {
+            let record =
+                serde_json::to_vec(&image).map_err(|e| store_error(&tmp)(io::Error::other(e)))?;
+            write_atomically(&tmp, &self.manifest_record(pinned), &record)?;
         }
         Ok(image)
+    }
+}
+
+impl ImageStore {
+    /// Marks `image` and its layers used now, so garbage collection leaves them.
+    fn mark_used(&self, image: &Image) {
+        gc::touch(&self.manifest_record(&image.digest));
+        for layer in &image.layers {
+            gc::touch(&self.layer_dir(layer));
+        }
+    }
+
+    /// Writes `image`'s record, then each of `tags`' (a tag names its last image).
+    fn record(&self, image: &Image, tags: &[Reference]) -> Result<(), ImageError> {
+        let tmp = self.config.root.join("tmp");
+        let record =
+            serde_json::to_vec(image).map_err(|e| store_error(&tmp)(io::Error::other(e)))?;
+        write_atomically(&tmp, &self.manifest_record(&image.digest), &record)?;
+        for tag in tags.iter().filter(|t| t.digest.is_none()) {
+            write_atomically(&tmp, &self.ref_record(tag), image.digest.as_bytes())?;
+        }
+        Ok(())
     }
 }
 
@@ -527,6 +576,8 @@ struct Descriptor {
     digest: String,
     size: Option<u64>,
     platform: Option<Platform>,
+    /// An OCI layout's names for its images (`org.opencontainers.image.ref.name`).
+    annotations: Option<HashMap<String, String>>,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]

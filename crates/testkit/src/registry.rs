@@ -168,7 +168,9 @@ impl OciLayout {
         self.configure(tag, spec);
     }
 
-    fn layer(&self, from: &str, to: &str, change: impl FnOnce(&Path)) {
+    /// Tag `to`: `from` with one more layer, made by `change` on its root filesystem
+    /// (its config is `from`'s).
+    pub fn layer(&self, from: &str, to: &str, change: impl FnOnce(&Path)) {
         let bundle = self.dir.path().join(format!("bundle-{to}"));
         run(Command::new("umoci").args([
             "unpack",

@@ -11,6 +11,7 @@ mod alloc;
 mod driver;
 mod exec;
 mod hook;
+mod image;
 mod job;
 mod node;
 mod nomad_shapes;
@@ -121,6 +122,11 @@ enum Command {
     Node {
         #[command(subcommand)]
         command: NodeCommand,
+    },
+    /// This node's images (docker tasks): list, pull, load an archive.
+    Image {
+        #[command(subcommand)]
+        command: image::ImageCommand,
     },
 }
 
@@ -504,6 +510,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Some(result) = run_client_command(&cli, &data_dir).await {
         return result;
     }
+    if let Command::Image { command } = cli.command {
+        return image::run(command, &data_dir, &config).await;
+    }
     let plugin_dir = cli.plugin_dir.clone().or(config.plugin_dir.clone());
     // Exit records let an agent restarted after `kill -9` report how tasks that ended
     // meanwhile ended.
@@ -527,7 +536,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if matches!(cli.command, Command::Run { .. } | Command::Agent { .. }) {
         let images = berth_client::images::NodeImages::open(&data_dir, &config.image)
             .map_err(|e| anyhow::anyhow!("opening the image store: {e}"))?;
-        runtime.set_images(std::sync::Arc::new(images));
+        let images = std::sync::Arc::new(images);
+        if config.image.gc && matches!(cli.command, Command::Agent { .. }) {
+            images.collect_garbage_every(data_dir.clone(), config.image.image_delay);
+        }
+        runtime.set_images(images);
     }
     let (drivers, problems) =
         DriverSet::load(&runtime, plugin_dir.as_deref(), &config.driver_pins()).await;
@@ -580,6 +593,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Plugin { .. }
         | Command::System { .. }
         | Command::Service { .. }
+        | Command::Image { .. }
         | Command::Node { .. } => unreachable!("handled above"),
     }
 }
@@ -599,6 +613,7 @@ async fn run_client_command(cli: &Cli, data_dir: &Path) -> Option<anyhow::Result
             | Command::Agent { .. }
             | Command::Driver { .. }
             | Command::Hook { .. }
+            | Command::Image { .. }
     );
     if !is_client {
         return None;

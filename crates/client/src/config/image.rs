@@ -8,11 +8,14 @@
 //!   max_layer_size      = "8GiB"                      # a layer's blob, compressed
 //!   max_unpacked_size   = "16GiB"                     # a layer, unpacked
 //!   max_layer_entries   = 1048576                     # files in a layer
+//!   gc                  = true   # Nomad's docker gc { image, image_delay }: an image
+//!   image_delay         = "3m"   # no task on the node used for this long is removed
 //! }
 //! ```
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use berth_artifact::networks::Network;
 use berth_hcl::Problem;
@@ -27,7 +30,13 @@ pub struct ImageSettings {
     pub denied_networks: Arc<[Network]>,
     pub max_layer_bytes: u64,
     pub layer_limits: LayerLimits,
+    /// Whether images no task uses are removed, and after how long unused.
+    pub gc: bool,
+    pub image_delay: Duration,
 }
+
+/// Nomad's docker driver's `image_delay`.
+pub const DEFAULT_IMAGE_DELAY: Duration = Duration::from_secs(180);
 
 impl Default for ImageSettings {
     fn default() -> Self {
@@ -37,6 +46,8 @@ impl Default for ImageSettings {
             denied_networks: defaults.denied_networks,
             max_layer_bytes: defaults.max_layer_bytes,
             layer_limits: defaults.layer_limits,
+            gc: true,
+            image_delay: DEFAULT_IMAGE_DELAY,
         }
     }
 }
@@ -65,6 +76,8 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             "max_layer_size",
             "max_unpacked_size",
             "max_layer_entries",
+            "gc",
+            "image_delay",
         ],
     );
     let defaults = ImageSettings::default();
@@ -87,6 +100,10 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
                 .number("max_layer_entries", u64::MAX, problems)
                 .unwrap_or(defaults.layer_limits.max_entries),
         },
+        gc: fields.bool("gc", problems).unwrap_or(defaults.gc),
+        image_delay: fields
+            .duration("image_delay", problems)
+            .unwrap_or(defaults.image_delay),
     };
     fields.finish(problems);
     settings

@@ -86,7 +86,7 @@
 //!
 //! user {
 //!   denylist        = ["root", "Administrator"]  # Nomad's defaults: users tasks of the
-//!   checked_drivers = ["exec", "java", "qemu"]   # checked drivers may not run as
+//!   checked_drivers = ["exec", "docker", "java", "qemu"]  # may not run as
 //!   dynamic_range   = "80000-89999"  # an exec task naming no user gets a uid of its own
 //! }                                  # from here; no host user or group may hold one
 //!

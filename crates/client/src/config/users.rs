@@ -37,7 +37,7 @@ impl Default for UserPolicy {
     fn default() -> Self {
         UserPolicy {
             denylist: vec!["root".into(), "Administrator".into()],
-            checked_drivers: vec!["exec".into(), "java".into(), "qemu".into()],
+            checked_drivers: vec!["exec".into(), "docker".into(), "java".into(), "qemu".into()],
             dynamic_range: DEFAULT_DYNAMIC_RANGE,
         }
     }

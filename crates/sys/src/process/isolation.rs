@@ -158,8 +158,33 @@ fn host_mounts_if_needed(spec: &ChrootSpec) -> io::Result<Vec<MountEntry>> {
 /// An image root: its mount points are made in the task's upper directory (the merged
 /// root exists only in the task's namespace), through no link: the task wrote that
 /// directory on an earlier run.
+/// The file in a task's image dir (`<task dir>/image/`) listing the layers it uses.
+pub const IMAGE_LAYERS_FILE: &str = "layers";
+
 fn prepare_image(spec: &ChrootSpec, image: &ImageRoot) -> io::Result<ChrootPlan> {
     use std::os::unix::fs::DirBuilderExt;
+    // The image's dir (`<task dir>/image`) is the agent's alone: a setuid file the task
+    // copies up lands in its upper dir, and no host user may reach it there. The
+    // overlay reaches it with its mounter's (root's) credentials.
+    if let Some(dir) = image.upper.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        let dir = crate::alloc_dir::open_dir_nofollow(dir)?;
+        rustix::fs::fchmod(&dir, rustix::fs::Mode::from_raw_mode(0o700))?;
+        // The layers this task stands on, one per line: the image store's garbage
+        // collection keeps them while the task's dir is on the node.
+        let mut list = String::new();
+        for lower in &image.lower {
+            list.push_str(&lower.to_string_lossy());
+            list.push('\n');
+        }
+        let file = beneath::open_file_for_writing(&dir, IMAGE_LAYERS_FILE, 0o600)
+            .map_err(|e| io::Error::other(format!("{IMAGE_LAYERS_FILE}: {e}")))?;
+        io::Write::write_all(&mut std::fs::File::from(file), list.as_bytes())?;
+    }
     for dir in [&spec.root, &image.upper, &image.work] {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -602,6 +627,16 @@ mod tests {
         assert!(
             upper.join("srv/app").is_dir(),
             "a missing working dir is made"
+        );
+        let listed = std::fs::read_to_string(dir.path().join("t/image/layers")).unwrap();
+        assert_eq!(listed, format!("{}\n", image.lower[0].display()));
+        let mode = std::fs::metadata(dir.path().join("t/image"))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            mode.mode() & 0o777,
+            0o700,
+            "no host user reaches the upper dir"
         );
     }
 

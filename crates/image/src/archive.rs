@@ -1,0 +1,308 @@
+//! `berth image load`: images from an archive, for nodes without a registry. Two shapes:
+//! an OCI image layout (`oci-layout`, `index.json`, `blobs/sha256/…`, as `skopeo copy …
+//! oci-archive:` and Docker 25+ write), and `docker save`'s own (`manifest.json` naming
+//! each image's config, tags and layer tars). Each blob is checked against its digest
+//! where the archive names one; a layer is unpacked as a pulled one is, keyed by its
+//! digest, so an image loaded and one pulled share the layers they have in common.
+//!
+//! The archive is read once, entry by entry: only the names those two shapes use are
+//! kept (as unnamed files), each at most the operator's layer size, and at most
+//! [`MAX_ENTRIES`] of them; nothing is written under a name the archive chose.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek};
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use sha2::Digest;
+
+use crate::{Image, ImageError, ImageStore, Manifest, Reference, reference, registry};
+
+/// The most files an archive may hold.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// Why an archive was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("reading the archive: {0}")]
+    Read(#[source] io::Error),
+    #[error("the archive is neither an OCI image layout nor a `docker save` archive")]
+    Unknown,
+    #[error("the archive holds more than {MAX_ENTRIES} files")]
+    TooManyEntries,
+    #[error("{name} in the archive is larger than the operator's max_layer_size ({limit} bytes)")]
+    TooLarge { name: String, limit: u64 },
+    #[error("the archive names {name}, which it does not hold")]
+    Missing { name: String },
+    #[error("{name} in the archive does not match its digest (it is {actual})")]
+    DigestMismatch { name: String, actual: String },
+    #[error("{0}")]
+    Format(String),
+    #[error(
+        "the archive tags no image; give the reference to load it as (berth image load FILE REFERENCE)"
+    )]
+    Untagged,
+}
+
+/// The files of an archive berth reads, by their name in it.
+struct Entries {
+    files: HashMap<String, File>,
+}
+
+impl Entries {
+    fn read(archive: &Path, tmp: &Path, limit: u64) -> Result<Entries, ArchiveError> {
+        let tmp_dir = File::open(tmp).map_err(ArchiveError::Read)?;
+        let file = File::open(archive).map_err(ArchiveError::Read)?;
+        let mut tar = tar::Archive::new(file);
+        let mut files = HashMap::new();
+        let mut seen = 0usize;
+        for entry in tar.entries().map_err(ArchiveError::Read)? {
+            let mut entry = entry.map_err(ArchiveError::Read)?;
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                return Err(ArchiveError::TooManyEntries);
+            }
+            if !entry.header().entry_type().is_file() {
+                continue;
+            }
+            let name = entry
+                .path()
+                .map_err(ArchiveError::Read)?
+                .to_string_lossy()
+                .trim_start_matches("./")
+                .to_string();
+            let wanted = matches!(name.as_str(), "index.json" | "manifest.json" | "oci-layout")
+                || name.starts_with("blobs/sha256/")
+                || name.ends_with("/layer.tar")
+                || (name.ends_with(".json") && !name.contains('/'));
+            if !wanted {
+                continue;
+            }
+            if entry.size() > limit {
+                return Err(ArchiveError::TooLarge { name, limit });
+            }
+            let mut kept =
+                berth_artifact::tree::unnamed_file(tmp_dir.as_fd()).map_err(ArchiveError::Read)?;
+            io::copy(&mut (&mut entry).take(limit), &mut kept).map_err(ArchiveError::Read)?;
+            files.insert(name, kept);
+        }
+        Ok(Entries { files })
+    }
+
+    fn file(&mut self, name: &str) -> Result<&mut File, ArchiveError> {
+        let file = self
+            .files
+            .get_mut(name)
+            .ok_or_else(|| ArchiveError::Missing {
+                name: name.to_string(),
+            })?;
+        file.rewind().map_err(ArchiveError::Read)?;
+        Ok(file)
+    }
+
+    /// A small JSON file (at most a manifest's size).
+    fn json<T: serde::de::DeserializeOwned>(&mut self, name: &str) -> Result<T, ArchiveError> {
+        let bytes = self.bytes(name)?;
+        serde_json::from_slice(&bytes).map_err(|e| ArchiveError::Format(format!("{name}: {e}")))
+    }
+
+    fn bytes(&mut self, name: &str) -> Result<Vec<u8>, ArchiveError> {
+        let mut bytes = Vec::new();
+        self.file(name)?
+            .take(registry::MAX_MANIFEST)
+            .read_to_end(&mut bytes)
+            .map_err(ArchiveError::Read)?;
+        Ok(bytes)
+    }
+
+    /// The sha256 of a file, as `sha256:<hex>`.
+    fn digest(&mut self, name: &str) -> Result<String, ArchiveError> {
+        let file = self.file(name)?;
+        let mut hasher = sha2::Sha256::new();
+        io::copy(file, &mut hasher).map_err(ArchiveError::Read)?;
+        Ok(format!("sha256:{}", registry::hex(&hasher.finalize())))
+    }
+
+    /// The blob `digest` of an OCI layout, checked against it.
+    fn blob(&mut self, digest: &str) -> Result<String, ArchiveError> {
+        if !reference::is_digest(digest) {
+            return Err(ArchiveError::Format(format!(
+                "{digest:?} is not a sha256 digest"
+            )));
+        }
+        let name = format!("blobs/sha256/{}", &digest["sha256:".len()..]);
+        let actual = self.digest(&name)?;
+        if actual != digest {
+            return Err(ArchiveError::DigestMismatch { name, actual });
+        }
+        Ok(name)
+    }
+}
+
+/// One image of the archive: its tags, its config's bytes, its layers (name in the
+/// archive, digest), and its identity.
+struct Found {
+    tags: Vec<String>,
+    digest: String,
+    config: Vec<u8>,
+    layers: Vec<(String, String)>,
+}
+
+#[derive(serde::Deserialize)]
+struct DockerSaveEntry {
+    #[serde(rename = "Config")]
+    config: String,
+    #[serde(rename = "RepoTags", default)]
+    repo_tags: Option<Vec<String>>,
+    #[serde(rename = "Layers", default)]
+    layers: Vec<String>,
+}
+
+fn oci_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError> {
+    let index: Manifest = entries.json("index.json")?;
+    let mut found = Vec::new();
+    for descriptor in index.manifests.clone().unwrap_or_default() {
+        let name = entries.blob(&descriptor.digest)?;
+        let mut digest = descriptor.digest.clone();
+        let mut manifest: Manifest = entries.json(&name)?;
+        if manifest.is_index("") {
+            let chosen = manifest.for_this_platform().ok_or_else(|| {
+                ArchiveError::Format(format!(
+                    "the archive's image has no manifest for linux/{}; it has {}",
+                    crate::platform_arch(),
+                    manifest.platforms()
+                ))
+            })?;
+            let name = entries.blob(&chosen)?;
+            manifest = entries.json(&name)?;
+            digest = chosen;
+        }
+        let config = manifest
+            .config
+            .as_ref()
+            .ok_or_else(|| ArchiveError::Format("a manifest names no config".into()))?;
+        let config_name = entries.blob(&config.digest)?;
+        let mut layers = Vec::new();
+        for layer in manifest.layers.clone().unwrap_or_default() {
+            layers.push((entries.blob(&layer.digest)?, layer.digest));
+        }
+        let tags = descriptor
+            .annotations
+            .iter()
+            .flat_map(|a| {
+                [
+                    "io.containerd.image.name",
+                    "org.opencontainers.image.ref.name",
+                ]
+                .iter()
+                .filter_map(|key| a.get(*key).cloned())
+            })
+            // A bare `ref.name` (`latest`) is a tag with no repository: not a name.
+            .filter(|tag| tag.contains([':', '/']) && Reference::parse(tag).is_ok())
+            .take(1)
+            .collect();
+        found.push(Found {
+            tags,
+            digest,
+            config: entries.bytes(&config_name)?,
+            layers,
+        });
+    }
+    Ok(found)
+}
+
+fn docker_save_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError> {
+    let listed: Vec<DockerSaveEntry> = entries.json("manifest.json")?;
+    let mut found = Vec::new();
+    for image in listed {
+        let mut layers = Vec::new();
+        for name in &image.layers {
+            // A layer tar of the old shape has no digest of its own: its content's is it.
+            let digest = entries.digest(name)?;
+            layers.push((name.clone(), digest));
+        }
+        let config = entries.bytes(&image.config)?;
+        // Docker's image ID: the digest of its config.
+        let digest = format!("sha256:{}", registry::hex(&sha2::Sha256::digest(&config)));
+        found.push(Found {
+            tags: image.repo_tags.unwrap_or_default(),
+            digest,
+            config,
+            layers,
+        });
+    }
+    Ok(found)
+}
+
+impl ImageStore {
+    /// Loads every image of the archive at `path` (an OCI layout or a `docker save`
+    /// tar) into the store, tagged as the archive tags it, or as `tag` when given.
+    /// Blocking: run it off the async threads.
+    pub fn load(&self, path: &Path, tag: Option<&Reference>) -> Result<Vec<Image>, ImageError> {
+        let tmp = self.config.root.join("tmp");
+        let refused = |error: ArchiveError| ImageError::Archive {
+            path: path.display().to_string(),
+            error,
+        };
+        let mut entries =
+            Entries::read(path, &tmp, self.config.max_layer_bytes).map_err(refused)?;
+        let found = if entries.files.contains_key("index.json") {
+            oci_images(&mut entries)
+        } else if entries.files.contains_key("manifest.json") {
+            docker_save_images(&mut entries)
+        } else {
+            Err(ArchiveError::Unknown)
+        }
+        .map_err(refused)?;
+        let mut loaded = Vec::new();
+        for image in found {
+            let tags: Vec<Reference> = match tag {
+                Some(tag) => vec![tag.clone()],
+                None => image
+                    .tags
+                    .iter()
+                    .map(|t| Reference::parse(t))
+                    .collect::<Result<_, _>>()?,
+            };
+            let Some(first) = tags.first() else {
+                return Err(refused(ArchiveError::Untagged));
+            };
+            let config = crate::read_config(&image.config)
+                .map_err(|e| refused(ArchiveError::Format(e.0)))?;
+            if image.layers.is_empty() || image.layers.len() > 127 {
+                return Err(refused(ArchiveError::Format(format!(
+                    "an image has {} layers; berth stacks 1 to 127",
+                    image.layers.len()
+                ))));
+            }
+            for (name, digest) in &image.layers {
+                let target = self.layer_dir(digest);
+                if target.is_dir() {
+                    continue;
+                }
+                let blob = entries.file(name).map_err(refused)?.try_clone();
+                let blob = blob.map_err(|e| refused(ArchiveError::Read(e)))?;
+                crate::store_layer(blob, &tmp, &target, self.config.layer_limits).map_err(
+                    |error| match error {
+                        crate::StoreLayerError::Layer(error) => ImageError::Layer {
+                            reference: first.to_string(),
+                            digest: digest.clone(),
+                            error,
+                        },
+                        crate::StoreLayerError::Io(error) => crate::store_error(&tmp)(error),
+                    },
+                )?;
+            }
+            let record = Image {
+                reference: first.to_string(),
+                digest: image.digest.clone(),
+                config,
+                layers: image.layers.iter().map(|(_, d)| d.clone()).collect(),
+            };
+            self.record(&record, &tags)?;
+            loaded.push(record);
+        }
+        Ok(loaded)
+    }
+}

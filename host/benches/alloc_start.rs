@@ -22,6 +22,10 @@
 //!   `network { mode = "bridge" }`: its namespace made and attached to the node's
 //!   bridge by the CNI reference plugins (loopback, bridge, firewall, portmap) before the
 //!   task starts; the detach (DEL) is outside the timing. Only where the plugins are.
+//! - **berth, docker driver**: the same alloc with the `docker` driver on a busybox image
+//!   the node's store already holds (pulled in the warm-up rounds from a loopback
+//!   registry): the cached pull, the image's overlayfs root (its layer as the lower dir,
+//!   the task's upper and work dirs made), then the exec task's confinement.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
 //!
@@ -118,6 +122,22 @@ async fn run() {
         processes.clone(),
     )
     .unwrap();
+    // The docker task's image, in a registry on loopback, pulled into the node's store
+    // by the first (warm-up) round.
+    let registry = berth_testkit::registry::Registry::start();
+    let layout = berth_testkit::registry::OciLayout::new();
+    layout.busybox(
+        "base",
+        &[],
+        &berth_testkit::registry::ImageSpec {
+            entrypoint: &["/bin/true"],
+            ..Default::default()
+        },
+    );
+    registry.push(&layout, "base", "bench/busybox:1");
+    let images = berth_client::images::NodeImages::open(scratch.path(), &Default::default())
+        .expect("the image store opens");
+    runtime.set_images(Arc::new(images));
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let config = Arc::new(AgentConfig {
         host_volumes: vec![HostVolume {
@@ -162,6 +182,10 @@ async fn run() {
     let image_node = common::with_image_disks(node(&on_disk), &cgroups);
     let mock_job = parse(&job("mock", "run_for = \"0s\""));
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
+    let docker_job = parse(&job(
+        "docker",
+        &format!("image = \"{}/bench/busybox:1\"", registry.address),
+    ));
     // The exec alloc in bridge mode: a network namespace made and attached by the CNI
     // plugins (ADD) before the task starts; its DEL is outside the timing. Measured only
     // where the plugins are installed.
@@ -193,6 +217,7 @@ async fn run() {
         let mock = alloc_start(&mock_job, &on_disk_node, index).await;
         let mock_memory = alloc_start(&mock_job, &in_memory_node, index).await;
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
+        let docker = alloc_start(&docker_job, &on_disk_node, index).await;
         let exec_image = alloc_start(&exec_job, &image_node, index).await;
         let exec_bridge = if cni {
             Some(alloc_start(&bridge_job, &on_disk_node, index).await)
@@ -206,6 +231,7 @@ async fn run() {
             rounds.push(mock, mock_memory, exec, spawn, bare);
             rounds.uncgrouped.push(uncgrouped.total);
             rounds.exec_image.push(exec_image);
+            rounds.docker.push(docker);
             rounds.exec_bridge.extend(exec_bridge);
         }
     }
@@ -220,7 +246,9 @@ async fn run() {
         bare,
         exec_image,
         exec_bridge,
+        docker,
     } = rounds;
+    let docker = median(docker);
     let exec_bridge = (!exec_bridge.is_empty()).then(|| median(exec_bridge));
     let exec_image = median(exec_image);
     let uncgrouped = median(uncgrouped);
@@ -256,6 +284,10 @@ async fn run() {
     println!(
         "  berth, exec driver, disk an image             {:>9.1} µs",
         micros(exec_image)
+    );
+    println!(
+        "  berth, docker driver (image root, cached)     {:>9.1} µs",
+        micros(docker)
     );
     match exec_bridge {
         Some(bridge) => println!(
@@ -317,6 +349,8 @@ async fn run() {
         micros(exec_image.saturating_sub(exec)),
     );
     summary("exec_disk_image_over_exec", ratio(exec_image, exec));
+    summary("docker_alloc_start_us", micros(docker));
+    summary("docker_over_exec", ratio(docker, exec));
     if let Some(bridge) = exec_bridge {
         summary("exec_alloc_start_bridge_us", micros(bridge));
         summary(
@@ -356,6 +390,7 @@ struct Rounds {
     bare: Vec<Duration>,
     exec_image: Vec<Duration>,
     exec_bridge: Vec<Duration>,
+    docker: Vec<Duration>,
 }
 
 impl Rounds {
@@ -397,12 +432,15 @@ async fn alloc_start(
     let alloc = AllocRunner::new(job.clone(), 0, index as u32, node).unwrap();
     let running = tokio::spawn(alloc.clone().run());
     let mut start_time = None;
-    while let Ok(event) = events.recv().await {
+    let mut seen = Vec::new();
+    while let Ok(Ok(event)) = tokio::time::timeout(Duration::from_secs(60), events.recv()).await {
         if event.event.kind == EventKind::Started {
             start_time = Some(started.elapsed());
             break;
         }
+        seen.push(event.event.message.clone());
     }
+    assert!(start_time.is_some(), "the task never started: {seen:?}");
     running.await.unwrap();
     let root = alloc.alloc_dir.root();
     let mut remove = || std::fs::remove_dir_all(root);

@@ -515,3 +515,43 @@ async fn an_agent_killed_during_a_pull_leaves_no_partial_layer_and_the_task_star
     assert_eq!(std::fs::read_dir(store.join("tmp")).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(store.join("layers")).unwrap().count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_image_in_the_store_runs_only_for_jobs_the_registry_gives_it_to() {
+    let registry = Registry::with_credentials("deploy", "s3cret-pass");
+    let layout = OciLayout::new();
+    base_image(&layout);
+    registry.push(&layout, "base", "team/private:1");
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let image = format!("{}/team/private:1", registry.address);
+    let with_auth = |password: &str| {
+        format!(
+            "        image = \"{image}\"\n        auth {{\n          username = \"deploy\"\n          password = \"{password}\"\n        }}\n"
+        )
+    };
+    let cases = [
+        ("owner", with_auth("s3cret-pass"), true),
+        // The image is in the store now; these jobs still cannot have it.
+        ("anonymous", format!("        image = \"{image}\"\n"), false),
+        ("guessing", with_auth("wrong"), false),
+        ("owner-again", with_auth("s3cret-pass"), true),
+    ];
+    for (name, config, runs) in cases {
+        let job = batch(name, &docker_task("t", &config));
+        let submitted = agent.submit(&format!("{name}.hcl"), &job).await.unwrap();
+        let status = agent.finished(&submitted.alloc_ids[0]).await;
+        let said = events(&status, "t");
+        if runs {
+            assert_eq!(
+                status.client_status,
+                ClientStatus::Complete,
+                "{name}: {said}"
+            );
+        } else {
+            assert_eq!(status.client_status, ClientStatus::Failed, "{name}: {said}");
+            assert!(said.contains("401"), "{name}: {said}");
+            assert_eq!(stdout(&status, "t"), "", "{name}");
+        }
+    }
+}

@@ -299,6 +299,7 @@ impl ImageStore {
                 digest: image.digest.clone(),
                 config,
                 layers: image.layers.iter().map(|(_, d)| d.clone()).collect(),
+                private: false,
             };
             self.record(&record, &tags)?;
             loaded.push(record);

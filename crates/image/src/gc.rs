@@ -127,6 +127,7 @@ mod tests {
                 digest: digest(*image),
                 config: ImageConfig::default(),
                 layers: layers.iter().map(|l| digest(*l)).collect(),
+                private: false,
             };
             let tag = crate::Reference::parse(&record.reference).unwrap();
             store.record(&record, &[tag]).unwrap();

@@ -417,6 +417,8 @@ mod tests {
         Symlink(&'a str, &'a str),
         HardLink(&'a str, &'a str),
         Device(&'a str),
+        /// A directory entry that carries data anyway.
+        FatDir(&'a str, &'a [u8]),
     }
 
     /// A tar, gzip-compressed, of `entries` (raw names: `..` included).
@@ -434,6 +436,7 @@ mod tests {
                     Entry::Symlink(n, t) => (n, tar::EntryType::Symlink, 0o777, b"", Some(t)),
                     Entry::HardLink(n, t) => (n, tar::EntryType::Link, 0o644, b"", Some(t)),
                     Entry::Device(n) => (n, tar::EntryType::Char, 0o666, b"", None),
+                    Entry::FatDir(n, d) => (n, tar::EntryType::Directory, 0o755, d, None),
                 };
             header.set_entry_type(kind);
             header.set_mode(mode);
@@ -545,6 +548,14 @@ mod tests {
         let entries: Vec<Entry<'_>> = many.iter().map(|n| Entry::File(n, 0o644, b"")).collect();
         let (dir, result) = unpack_into(&entries);
         assert!(matches!(result, Err(LayerError::TooManyEntries { .. })));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // Data an entry of another kind carries is read (and decompressed) all the same,
+        // so it counts too.
+        let (dir, result) = unpack_into(&[Entry::FatDir("fat", &big)]);
+        assert!(
+            matches!(result, Err(LayerError::TooLarge { .. })),
+            "{result:?}"
+        );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

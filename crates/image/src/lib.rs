@@ -95,6 +95,10 @@ pub struct Image {
     pub config: ImageConfig,
     /// The layers' blob digests, the base first.
     pub layers: Vec<String>,
+    /// Pulled with credentials the registry asked for: another task uses it from the
+    /// store only once the registry took its own credentials.
+    #[serde(default)]
+    pub private: bool,
 }
 
 impl Image {
@@ -283,6 +287,20 @@ impl ImageStore {
                 .then(|| self.local(reference))
                 .flatten();
             match cached {
+                Some(image) if image.private => {
+                    let asked = self.may_use_private(reference, options);
+                    match tokio::time::timeout(options.timeout, asked).await {
+                        Ok(Ok(())) => {
+                            self.mark_used(&image);
+                            Ok(image)
+                        }
+                        Ok(Err(error)) => Err(error),
+                        Err(_) => Err(ImageError::TimedOut {
+                            reference: key.clone(),
+                            after: options.timeout,
+                        }),
+                    }
+                }
                 Some(image) => {
                     self.mark_used(&image);
                     Ok(image)
@@ -304,6 +322,31 @@ impl ImageStore {
             pulls.remove(&key);
         }
         result
+    }
+
+    /// Whether the registry gives `reference` to this pull's credentials: asked of the
+    /// registry (the manifest, read again) before a private image is used from the store.
+    async fn may_use_private(
+        &self,
+        reference: &Reference,
+        options: &PullOptions,
+    ) -> Result<(), ImageError> {
+        let registry_error = |error| ImageError::Registry {
+            reference: reference.to_string(),
+            error,
+        };
+        let mut registry = Registry::new(
+            reference,
+            options.credentials.clone(),
+            &self.config.insecure_registries,
+            self.config.denied_networks.clone(),
+        )
+        .map_err(registry_error)?;
+        registry
+            .manifest(reference.manifest_ref())
+            .await
+            .map_err(registry_error)?;
+        Ok(())
     }
 
     async fn pull_from_registry(
@@ -450,6 +493,7 @@ impl ImageStore {
             digest: digest.clone(),
             config,
             layers: layers.iter().map(|l| l.digest.clone()).collect(),
+            private: registry.sent_credentials(),
         };
         self.record(&image, std::slice::from_ref(reference))?;
         // Pinned by an index's digest: recorded under it too, so the next start finds it

@@ -83,6 +83,9 @@ pub struct Registry {
     credentials: Option<Credentials>,
     /// `Authorization` for the registry, once a challenge was answered.
     authorization: Option<String>,
+    /// Whether the registry asked for authentication and the task's credentials were
+    /// given: the image may be private to who holds them.
+    sent_credentials: bool,
     denied: Arc<[Network]>,
 }
 
@@ -129,8 +132,15 @@ impl Registry {
             repository: reference.repository.clone(),
             credentials,
             authorization: None,
+            sent_credentials: false,
             denied,
         })
+    }
+
+    /// Whether the registry asked for authentication and was given the task's
+    /// credentials.
+    pub fn sent_credentials(&self) -> bool {
+        self.sent_credentials
     }
 
     /// The manifest (or index) `reference` names, its media type and its digest (taken
@@ -237,6 +247,7 @@ impl Registry {
                     .unwrap_or("")
                     .to_string();
                 self.authorization = Some(self.answer(&current, &challenge).await?);
+                self.sent_credentials |= self.credentials.is_some();
                 continue;
             }
             if status.is_redirection() {

@@ -13,11 +13,46 @@ pub struct Registry {
     pub address: String,
     child: Child,
     dir: tempfile::TempDir,
+    /// `user:password` when it asks for them (Basic, from an htpasswd file).
+    credentials: Option<String>,
 }
 
 impl Registry {
     pub fn start() -> Registry {
+        Registry::start_with(None)
+    }
+
+    /// A registry that serves only `user` with `password` (Basic authentication from a
+    /// bcrypt htpasswd file, as an operator sets one up).
+    pub fn with_credentials(user: &str, password: &str) -> Registry {
+        Registry::start_with(Some((user, password)))
+    }
+
+    fn start_with(credentials: Option<(&str, &str)>) -> Registry {
         let dir = tempfile::tempdir().unwrap();
+        let auth = match credentials {
+            None => String::new(),
+            Some((user, password)) => {
+                let hash = Command::new("python3")
+                    .args([
+                        "-W",
+                        "ignore",
+                        "-c",
+                        "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                        password,
+                    ])
+                    .output()
+                    .unwrap();
+                assert!(hash.status.success(), "bcrypt from python3's crypt");
+                let htpasswd = dir.path().join("htpasswd");
+                let line = format!("{user}:{}", String::from_utf8_lossy(&hash.stdout));
+                std::fs::write(&htpasswd, line).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: berth-test\n    path: {}\n",
+                    htpasswd.display()
+                )
+            }
+        };
         let port = crate::etcd::free_port();
         let address = format!("127.0.0.1:{port}");
         let config = dir.path().join("config.yml");
@@ -25,7 +60,7 @@ impl Registry {
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    \
-                 rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n",
+                 rootdirectory: {}\n  delete:\n    enabled: true\n{auth}http:\n  addr: {address}\n",
                 dir.path().join("data").display()
             ),
         )
@@ -41,6 +76,7 @@ impl Registry {
             address,
             child,
             dir,
+            credentials: credentials.map(|(user, password)| format!("{user}:{password}")),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(&registry.address).is_err() {
@@ -61,13 +97,19 @@ impl Registry {
     /// Pushes `image` (an [`OciLayout`] tag) as `<address>/<name>`; the manifest's digest.
     pub fn push(&self, layout: &OciLayout, tag: &str, name: &str) -> String {
         let digest_file = layout.dir.path().join("pushed-digest");
-        run(Command::new("skopeo").args([
+        let mut copy = Command::new("skopeo");
+        copy.args([
             "copy",
             "--quiet",
             "--insecure-policy",
             "--dest-tls-verify=false",
             "--digestfile",
             digest_file.to_str().unwrap(),
+        ]);
+        if let Some(credentials) = &self.credentials {
+            copy.args(["--dest-creds", credentials]);
+        }
+        run(copy.args([
             &format!("oci:{}:{tag}", layout.path().display()),
             &format!("docker://{}/{name}", self.address),
         ]));
@@ -112,7 +154,7 @@ pub struct ImageSpec<'a> {
 /// The busybox applets the test images link.
 const APPLETS: &[&str] = &[
     "sh", "echo", "cat", "sleep", "id", "ls", "pwd", "touch", "httpd", "env", "stat", "wc", "head",
-    "printf", "test",
+    "printf", "test", "true",
 ];
 
 impl Default for OciLayout {

@@ -89,11 +89,14 @@ pub(super) async fn run(
                     missing,
                     bytes,
                 } => print_line!(
-                    "{reference}: {layers} layers, {missing} to download ({} KiB)",
+                    "{}: {} layers, {} to download ({} KiB)",
+                    reference,
+                    layers,
+                    missing,
                     bytes >> 10
                 ),
                 PullProgress::LayerDone { index, of, bytes } => {
-                    print_line!("  layer {index}/{of}: {} KiB", bytes >> 10)
+                    print_line!("  layer {}/{}: {} KiB", index, of, bytes >> 10)
                 }
             };
             let image = store.pull(&reference, &options, &progress).await?;

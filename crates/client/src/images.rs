@@ -42,11 +42,12 @@ impl NodeImages {
         tokio::spawn(async move {
             loop {
                 let (store, dir) = (images.store.clone(), data_dir.clone());
+                // A round whose in-use set cannot be read whole is skipped.
                 let collected = tokio::task::spawn_blocking(move || {
-                    store.collect_garbage(&layers_in_use(&dir), delay)
+                    layers_in_use(&dir).map(|in_use| store.collect_garbage(&in_use, delay))
                 })
                 .await;
-                if let Ok(collected) = collected
+                if let Ok(Some(collected)) = collected
                     && (!collected.images.is_empty() || collected.layers > 0)
                 {
                     tracing::info!(
@@ -61,23 +62,41 @@ impl NodeImages {
     }
 }
 
-/// The layers the task dirs on the node stand on (`allocs/*/tasks/*/image/layers`,
-/// written at each start): the alloc's dir keeps its layers until it is collected.
-pub fn layers_in_use(data_dir: &Path) -> HashSet<PathBuf> {
+/// The layers (digests' hex) the task dirs on the node stand on
+/// (`allocs/*/tasks/*/image/layers`, written at each start): an alloc's dir keeps its
+/// layers until it is collected. `None` when something could not be read (the caller
+/// then collects nothing): a layer missed here would be taken from a running task.
+pub fn layers_in_use(data_dir: &Path) -> Option<HashSet<String>> {
+    use std::io::Read;
     let mut in_use = HashSet::new();
-    let dirs = |path: PathBuf| std::fs::read_dir(path).into_iter().flatten().flatten();
-    for alloc in dirs(data_dir.join("allocs")) {
-        for task in dirs(alloc.path().join("tasks")) {
-            let listed = task
-                .path()
-                .join("image")
-                .join(berth_sys::process::isolation::IMAGE_LAYERS_FILE);
-            if let Ok(text) = std::fs::read_to_string(listed) {
-                in_use.extend(text.lines().map(PathBuf::from));
+    let dirs = |path: PathBuf| -> Option<Vec<PathBuf>> {
+        match std::fs::read_dir(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),
+            Err(_) => None,
+            Ok(entries) => entries.map(|e| e.ok().map(|e| e.path())).collect(),
+        }
+    };
+    for alloc in dirs(data_dir.join("allocs"))? {
+        for task in dirs(alloc.join("tasks"))? {
+            let image = task.join("image");
+            if !image.is_dir() {
+                continue;
             }
+            // Written by the agent in a directory only it reaches; read bounded all the
+            // same. An image dir without its list keeps every layer.
+            let file =
+                std::fs::File::open(image.join(berth_sys::process::isolation::IMAGE_LAYERS_FILE))
+                    .ok()?;
+            let mut text = String::new();
+            file.take(1 << 20).read_to_string(&mut text).ok()?;
+            in_use.extend(
+                text.lines()
+                    .filter_map(|line| Path::new(line).file_name())
+                    .map(|name| name.to_string_lossy().into_owned()),
+            );
         }
     }
-    in_use
+    Some(in_use)
 }
 
 impl ImageSource for NodeImages {

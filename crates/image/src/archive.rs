@@ -21,6 +21,8 @@ use crate::{Image, ImageError, ImageStore, Manifest, Reference, reference, regis
 
 /// The most files an archive may hold.
 pub const MAX_ENTRIES: usize = 4096;
+/// The most images an archive's index may list.
+const MAX_IMAGES: usize = 64;
 
 /// Why an archive was refused.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +50,8 @@ pub enum ArchiveError {
 /// The files of an archive berth reads, by their name in it.
 struct Entries {
     files: HashMap<String, File>,
+    /// Each file's digest, taken once.
+    digests: HashMap<String, String>,
 }
 
 impl Entries {
@@ -87,7 +91,10 @@ impl Entries {
             io::copy(&mut (&mut entry).take(limit), &mut kept).map_err(ArchiveError::Read)?;
             files.insert(name, kept);
         }
-        Ok(Entries { files })
+        Ok(Entries {
+            files,
+            digests: HashMap::new(),
+        })
     }
 
     fn file(&mut self, name: &str) -> Result<&mut File, ArchiveError> {
@@ -118,10 +125,15 @@ impl Entries {
 
     /// The sha256 of a file, as `sha256:<hex>`.
     fn digest(&mut self, name: &str) -> Result<String, ArchiveError> {
+        if let Some(digest) = self.digests.get(name) {
+            return Ok(digest.clone());
+        }
         let file = self.file(name)?;
         let mut hasher = sha2::Sha256::new();
         io::copy(file, &mut hasher).map_err(ArchiveError::Read)?;
-        Ok(format!("sha256:{}", registry::hex(&hasher.finalize())))
+        let digest = format!("sha256:{}", registry::hex(&hasher.finalize()));
+        self.digests.insert(name.to_string(), digest.clone());
+        Ok(digest)
     }
 
     /// The blob `digest` of an OCI layout, checked against it.
@@ -161,8 +173,15 @@ struct DockerSaveEntry {
 
 fn oci_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError> {
     let index: Manifest = entries.json("index.json")?;
+    let listed = index.manifests.clone().unwrap_or_default();
+    if listed.len() > MAX_IMAGES {
+        return Err(ArchiveError::Format(format!(
+            "the index lists {} images; berth loads at most {MAX_IMAGES} at once",
+            listed.len()
+        )));
+    }
     let mut found = Vec::new();
-    for descriptor in index.manifests.clone().unwrap_or_default() {
+    for descriptor in listed {
         let name = entries.blob(&descriptor.digest)?;
         let mut digest = descriptor.digest.clone();
         let mut manifest: Manifest = entries.json(&name)?;
@@ -183,8 +202,15 @@ fn oci_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError> {
             .as_ref()
             .ok_or_else(|| ArchiveError::Format("a manifest names no config".into()))?;
         let config_name = entries.blob(&config.digest)?;
+        let listed = manifest.layers.clone().unwrap_or_default();
+        if listed.is_empty() || listed.len() > 127 {
+            return Err(ArchiveError::Format(format!(
+                "an image has {} layers; berth stacks 1 to 127",
+                listed.len()
+            )));
+        }
         let mut layers = Vec::new();
-        for layer in manifest.layers.clone().unwrap_or_default() {
+        for layer in listed {
             layers.push((entries.blob(&layer.digest)?, layer.digest));
         }
         let tags = descriptor
@@ -214,8 +240,20 @@ fn oci_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError> {
 
 fn docker_save_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError> {
     let listed: Vec<DockerSaveEntry> = entries.json("manifest.json")?;
+    if listed.len() > MAX_IMAGES {
+        return Err(ArchiveError::Format(format!(
+            "manifest.json lists {} images; berth loads at most {MAX_IMAGES} at once",
+            listed.len()
+        )));
+    }
     let mut found = Vec::new();
     for image in listed {
+        if image.layers.is_empty() || image.layers.len() > 127 {
+            return Err(ArchiveError::Format(format!(
+                "an image has {} layers; berth stacks 1 to 127",
+                image.layers.len()
+            )));
+        }
         let mut layers = Vec::new();
         for name in &image.layers {
             // A layer tar of the old shape has no digest of its own: its content's is it.
@@ -223,8 +261,22 @@ fn docker_save_images(entries: &mut Entries) -> Result<Vec<Found>, ArchiveError>
             layers.push((name.clone(), digest));
         }
         let config = entries.bytes(&image.config)?;
-        // Docker's image ID: the digest of its config.
-        let digest = format!("sha256:{}", registry::hex(&sha2::Sha256::digest(&config)));
+        // The digest of the OCI manifest these make: never another image's (a config
+        // that is a copy of some manifest's bytes gets this digest, not that one's).
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": format!("sha256:{}", registry::hex(&sha2::Sha256::digest(&config))),
+                "size": config.len(),
+            },
+            "layers": layers.iter().map(|(_, digest)| serde_json::json!({
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": digest,
+            })).collect::<Vec<_>>(),
+        });
+        let digest = registry::digest_of(manifest.to_string().as_bytes());
         found.push(Found {
             tags: image.repo_tags.unwrap_or_default(),
             digest,
@@ -240,11 +292,13 @@ impl ImageStore {
     /// tar) into the store, tagged as the archive tags it, or as `tag` when given.
     /// Blocking: run it off the async threads.
     pub fn load(&self, path: &Path, tag: Option<&Reference>) -> Result<Vec<Image>, ImageError> {
-        let tmp = self.config.root.join("tmp");
+        let tmp = self.tmp().to_path_buf();
         let refused = |error: ArchiveError| ImageError::Archive {
             path: path.display().to_string(),
             error,
         };
+        // No collection while this load decides what it has and writes what it got.
+        let _not_collected = self.collecting.blocking_read();
         let mut entries =
             Entries::read(path, &tmp, self.config.max_layer_bytes).map_err(refused)?;
         let found = if entries.files.contains_key("index.json") {
@@ -294,6 +348,9 @@ impl ImageStore {
                     },
                 )?;
             }
+            for (_, digest) in &image.layers {
+                crate::gc::touch(&self.layer_dir(digest));
+            }
             let record = Image {
                 reference: first.to_string(),
                 digest: image.digest.clone(),
@@ -305,5 +362,74 @@ impl ImageStore {
             loaded.push(record);
         }
         Ok(loaded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreConfig;
+
+    fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, data) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_uid(0);
+            header.set_gid(0);
+            header.set_mtime(0);
+            header.set_cksum();
+            builder.append_data(&mut header, name, *data).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    /// A `docker save` archive whose config is a copy of another image's manifest
+    /// bytes does not take that manifest's digest (and with it every job pinned to it).
+    #[test]
+    fn a_docker_save_image_never_takes_another_images_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(StoreConfig::new(dir.path().join("images"))).unwrap();
+        let layer = tar_of(&[("hello", b"hi\n")]);
+        // Someone's manifest, as bytes anyone can fetch; also a config berth can read.
+        let victim = br#"{"schemaVersion":2,"config":{"digest":"sha256:00"},"layers":[]}"#;
+        let archive = tar_of(&[
+            (
+                "manifest.json",
+                br#"[{"Config":"config.json","RepoTags":["evil/x:1"],"Layers":["l/layer.tar"]}]"#,
+            ),
+            ("config.json", victim),
+            ("l/layer.tar", &layer),
+        ]);
+        let path = dir.path().join("archive.tar");
+        std::fs::write(&path, archive).unwrap();
+        let loaded = store.load(&path, None).unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_ne!(loaded[0].digest, registry::digest_of(victim));
+        assert!(
+            store
+                .layer_dir(&loaded[0].layers[0])
+                .join("hello")
+                .is_file()
+        );
+    }
+
+    /// Another store opened on the same directory (a `berth image` command beside the
+    /// agent) leaves what the first is staging alone; once the first is gone, its
+    /// staging is removed at the next open.
+    #[test]
+    fn a_store_opened_beside_another_leaves_its_staging_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("images");
+        let first = ImageStore::open(StoreConfig::new(root.clone())).unwrap();
+        std::fs::write(first.tmp().join("half-a-layer"), b"...").unwrap();
+        let second = ImageStore::open(StoreConfig::new(root.clone())).unwrap();
+        assert!(first.tmp().join("half-a-layer").exists());
+        let staged = first.tmp().to_path_buf();
+        drop(first);
+        drop(second);
+        let _third = ImageStore::open(StoreConfig::new(root)).unwrap();
+        assert!(!staged.exists());
     }
 }

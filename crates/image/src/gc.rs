@@ -1,13 +1,14 @@
 //! Garbage collection of the store, as Nomad's docker driver does it (`gc { image,
 //! image_delay }`): an image no task has used for the delay is removed, and with it each
 //! of its layers no other image has. What is in use is the caller's word (the layers of
-//! every task dir still on the node); a use is a pull, cached or not, which touches the
-//! image's record and its layers, so an image being pulled, or pulled again, is never
-//! taken from under it.
+//! every task dir still on the node, by digest); a use is a pull, cached or not, which
+//! touches the image's record and its layers. A collection waits for every pull under
+//! way and pulls wait for it (`ImageStore::collecting`), and a layer leaves `layers/`
+//! in one rename before it is removed: a pull never finds half a layer.
 
 use std::collections::HashSet;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use crate::{Image, ImageStore, hex_of};
@@ -35,9 +36,11 @@ fn idle_for(path: &Path, delay: Duration) -> bool {
 }
 
 impl ImageStore {
-    /// Removes the images unused for `delay` none of whose layers is in `in_use`, then
-    /// the layers no image names, unused for `delay` and not in use. Blocking.
-    pub fn collect_garbage(&self, in_use: &HashSet<PathBuf>, delay: Duration) -> Collected {
+    /// Removes the images unused for `delay` none of whose layers is in `in_use` (layer
+    /// digests' hex), then the layers no image names, unused for `delay` and not in
+    /// use. Blocking: not on an async thread.
+    pub fn collect_garbage(&self, in_use: &HashSet<String>, delay: Duration) -> Collected {
+        let _no_pull = self.collecting.blocking_write();
         let root = self.config.root.clone();
         let mut collected = Collected::default();
         let mut kept_layers: HashSet<String> = HashSet::new();
@@ -57,7 +60,7 @@ impl ImageStore {
             let used = image
                 .layers
                 .iter()
-                .any(|layer| in_use.contains(&self.layer_dir(layer)));
+                .any(|layer| in_use.contains(hex_of(layer)));
             if used || !idle_for(&path, delay) {
                 kept_layers.extend(image.layers.iter().map(|l| hex_of(l).to_string()));
                 continue;
@@ -80,16 +83,19 @@ impl ImageStore {
             }
         }
         let layers = root.join("layers");
-        let Ok(layers_dir) = std::fs::File::open(&layers) else {
+        let Ok(tmp_dir) = std::fs::File::open(self.tmp()) else {
             return collected;
         };
         for entry in std::fs::read_dir(&layers).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
-            if kept_layers.contains(&name) || in_use.contains(&path) || !idle_for(&path, delay) {
+            if kept_layers.contains(&name) || in_use.contains(&name) || !idle_for(&path, delay) {
                 continue;
             }
-            if berth_artifact::tree::remove_tree(layers_dir.as_fd(), &name).is_ok() {
+            // Out of `layers/` whole first, then removed where no one looks.
+            let doomed = berth_artifact::tree::hidden_name("collected");
+            if std::fs::rename(&path, self.tmp().join(&doomed)).is_ok() {
+                let _ = berth_artifact::tree::remove_tree(tmp_dir.as_fd(), &doomed);
                 collected.layers += 1;
             }
         }
@@ -141,7 +147,7 @@ mod tests {
             aged(&store.layer_dir(&digest(n)), old);
         }
         // A task stands on image 2's own layer.
-        let in_use: HashSet<PathBuf> = [store.layer_dir(&digest(12))].into();
+        let in_use: HashSet<String> = [hex_of(&digest(12)).to_string()].into();
         let collected = store.collect_garbage(&in_use, Duration::from_secs(180));
         assert_eq!(collected.images, ["docker.io/library/i1:1"]);
         assert_eq!(collected.layers, 1, "only 11: 10 is image 2's too");

@@ -174,6 +174,12 @@ pub struct ImageStore {
     config: StoreConfig,
     /// One lock per reference being pulled: tasks waiting for the same image share a pull.
     pulls: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// This store's staging directory in `tmp/`, and the lock that says it is open.
+    tmp: PathBuf,
+    _tmp_lock: std::fs::File,
+    /// Held shared by every pull and load, exclusively by a garbage collection: nothing
+    /// is collected while a pull is deciding what it has or writing what it got.
+    collecting: tokio::sync::RwLock<()>,
 }
 
 fn store_error(path: &Path) -> impl FnOnce(io::Error) -> ImageError + '_ {
@@ -188,8 +194,10 @@ fn hex_of(digest: &str) -> &str {
 }
 
 impl ImageStore {
-    /// Opens (making it, 0700) the store, and empties what an earlier agent left in
-    /// `tmp/`.
+    /// Opens (making it, 0700) the store. Each open store (an agent, a `berth image`
+    /// command) stages its work in a directory of its own in `tmp/`, locked while it is
+    /// open; what a store no longer open left there is removed, and nothing another
+    /// one is writing.
     pub fn open(config: StoreConfig) -> Result<ImageStore, ImageError> {
         use std::os::unix::fs::DirBuilderExt;
         for dir in ["", "layers", "manifests", "refs", "tmp"] {
@@ -204,17 +212,39 @@ impl ImageStore {
         let dir = std::fs::File::open(&tmp).map_err(store_error(&tmp))?;
         for entry in std::fs::read_dir(&tmp).map_err(store_error(&tmp))? {
             let name = entry.map_err(store_error(&tmp))?.file_name();
-            if let Some(name) = name.to_str() {
+            let Some(name) = name.to_str() else { continue };
+            // A store still open holds its directory's lock.
+            let live = std::fs::File::open(tmp.join(name)).is_ok_and(|held| {
+                rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                    .is_err()
+            });
+            if !live {
                 let _ = berth_artifact::tree::remove_tree(dir.as_fd(), name).or_else(|_| {
                     rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty())
                         .map_err(io::Error::from)
                 });
             }
         }
+        let own = tmp.join(berth_artifact::tree::hidden_name("open"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&own)
+            .map_err(store_error(&own))?;
+        let held = std::fs::File::open(&own).map_err(store_error(&own))?;
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| store_error(&own)(e.into()))?;
         Ok(ImageStore {
             config,
             pulls: Mutex::new(HashMap::new()),
+            tmp: own,
+            _tmp_lock: held,
+            collecting: tokio::sync::RwLock::new(()),
         })
+    }
+
+    /// This open store's own staging directory.
+    fn tmp(&self) -> &Path {
+        &self.tmp
     }
 
     pub fn root(&self) -> &Path {
@@ -268,7 +298,8 @@ impl ImageStore {
         images
     }
 
-    /// The image `reference` names, from the store or else pulled.
+    /// The image `reference` names, from the store or else pulled, all within
+    /// `options.timeout` (waiting for another task's pull of it included).
     pub async fn pull(
         &self,
         reference: &Reference,
@@ -280,42 +311,34 @@ impl ImageStore {
             let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
             pulls.entry(key.clone()).or_default().clone()
         };
-        let result = {
+        let pulling = async {
             let _pulling = lock.lock().await;
+            // No collection while this pull decides what it has and writes what it got.
+            let _not_collected = self.collecting.read().await;
             // A digest names one image forever: it is never pulled again.
             let cached = (!options.force || reference.digest.is_some())
                 .then(|| self.local(reference))
                 .flatten();
             match cached {
-                Some(image) if image.private => {
-                    let asked = self.may_use_private(reference, options);
-                    match tokio::time::timeout(options.timeout, asked).await {
-                        Ok(Ok(())) => {
-                            self.mark_used(&image);
-                            Ok(image)
-                        }
-                        Ok(Err(error)) => Err(error),
-                        Err(_) => Err(ImageError::TimedOut {
-                            reference: key.clone(),
-                            after: options.timeout,
-                        }),
-                    }
-                }
                 Some(image) => {
+                    if image.private {
+                        // Asked of the registry it came from, whatever this job named.
+                        let own = Reference::parse(&image.reference)?;
+                        self.may_use_private(&own, options.credentials.clone())
+                            .await?;
+                    }
                     self.mark_used(&image);
                     Ok(image)
                 }
-                None => {
-                    let pulling = self.pull_from_registry(reference, options, progress);
-                    match tokio::time::timeout(options.timeout, pulling).await {
-                        Ok(result) => result,
-                        Err(_) => Err(ImageError::TimedOut {
-                            reference: key.clone(),
-                            after: options.timeout,
-                        }),
-                    }
-                }
+                None => self.pull_from_registry(reference, options, progress).await,
             }
+        };
+        let result = match tokio::time::timeout(options.timeout, pulling).await {
+            Ok(result) => result,
+            Err(_) => Err(ImageError::TimedOut {
+                reference: key.clone(),
+                after: options.timeout,
+            }),
         };
         let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
         if Arc::strong_count(&lock) <= 2 {
@@ -329,7 +352,7 @@ impl ImageStore {
     async fn may_use_private(
         &self,
         reference: &Reference,
-        options: &PullOptions,
+        credentials: Option<Credentials>,
     ) -> Result<(), ImageError> {
         let registry_error = |error| ImageError::Registry {
             reference: reference.to_string(),
@@ -337,7 +360,7 @@ impl ImageStore {
         };
         let mut registry = Registry::new(
             reference,
-            options.credentials.clone(),
+            credentials,
             &self.config.insecure_registries,
             self.config.denied_networks.clone(),
         )
@@ -420,7 +443,7 @@ impl ImageStore {
                 )));
             }
         }
-        let tmp = self.config.root.join("tmp");
+        let tmp = self.tmp().to_path_buf();
         let tmp_dir = std::fs::File::open(&tmp).map_err(store_error(&tmp))?;
         // The config: small, read into memory.
         let mut config_file =
@@ -443,11 +466,6 @@ impl ImageStore {
         let missing: Vec<usize> = (0..layers.len())
             .filter(|i| !self.layer_dir(&layers[*i].digest).is_dir())
             .collect();
-        // The layers it already has are in use again from now: no collection takes them
-        // before the record that names them is written.
-        for layer in &layers {
-            gc::touch(&self.layer_dir(&layer.digest));
-        }
         progress(PullProgress::Resolved {
             layers: layers.len(),
             missing: missing.len(),
@@ -493,8 +511,16 @@ impl ImageStore {
             digest: digest.clone(),
             config,
             layers: layers.iter().map(|l| l.digest.clone()).collect(),
-            private: registry.sent_credentials(),
+            // Private only when the registry would not give it to anyone: an anonymous
+            // read of it (Docker Hub challenges even those) is refused.
+            private: registry.sent_credentials()
+                && self.may_use_private(reference, None).await.is_err(),
         };
+        // Used now, every layer, the ones it had and the ones it stored: no collection
+        // takes one before the record that names it is written.
+        for layer in &image.layers {
+            gc::touch(&self.layer_dir(layer));
+        }
         self.record(&image, std::slice::from_ref(reference))?;
         // Pinned by an index's digest: recorded under it too, so the next start finds it
         // without asking the registry.
@@ -518,7 +544,7 @@ impl ImageStore {
 
     /// Writes `image`'s record, then each of `tags`' (a tag names its last image).
     fn record(&self, image: &Image, tags: &[Reference]) -> Result<(), ImageError> {
-        let tmp = self.config.root.join("tmp");
+        let tmp = self.tmp().to_path_buf();
         let record =
             serde_json::to_vec(image).map_err(|e| store_error(&tmp)(io::Error::other(e)))?;
         write_atomically(&tmp, &self.manifest_record(&image.digest), &record)?;

@@ -109,7 +109,7 @@ impl Registry {
         insecure: &[String],
         denied: Arc<[Network]>,
     ) -> Result<Registry, RegistryError> {
-        let plain = reference.is_loopback() || insecure.iter().any(|r| *r == reference.registry);
+        let plain = reference.is_loopback() || insecure.contains(&reference.registry);
         let scheme = if plain { "http" } else { "https" };
         let mut http =
             hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(Guarded {

@@ -90,12 +90,21 @@ const REFUSED: &[(&str, &str)] = &[
         "mount",
         "a task reaches host directories through the group's volume and volume_mount",
     ),
-    ("mounts", "a task reaches host directories through the group's volume and volume_mount"),
+    (
+        "mounts",
+        "a task reaches host directories through the group's volume and volume_mount",
+    ),
     ("devices", "berth gives tasks no host devices"),
-    ("security_opt", "every task runs under berth's own seccomp filter"),
+    (
+        "security_opt",
+        "every task runs under berth's own seccomp filter",
+    ),
     ("pid_mode", "every task has its own pid namespace"),
     ("ipc_mode", "every task has its own ipc namespace"),
-    ("userns_mode", "the task's user is berth's choice, not the job's"),
+    (
+        "userns_mode",
+        "the task's user is berth's choice, not the job's",
+    ),
     ("sysctl", "berth sets no sysctls for a task"),
     ("runtime", "berth runs images itself, with no OCI runtime"),
 ];
@@ -162,7 +171,9 @@ fn duration_millis(text: &str) -> Result<u64, String> {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ms" => 1,
             "s" => 1_000,

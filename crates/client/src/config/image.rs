@@ -105,6 +105,9 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             .duration("image_delay", problems)
             .unwrap_or(defaults.image_delay),
     };
+    if settings.image_delay < Duration::from_secs(1) {
+        fields.problem_with(problems, "image_delay", "must be at least 1s".into());
+    }
     fields.finish(problems);
     settings
 }

@@ -402,6 +402,11 @@ async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
         s(&["node", "drain", "--enable", &hostile]),
         s(&["driver", "list"]),
         s(&["hook", "list"]),
+        // The node's image store: a hostile reference, archive path and tag.
+        s(&["image", "list"]),
+        s(&["image", "pull", &hostile]),
+        s(&["image", "load", &hostile]),
+        s(&["image", "load", &path(&job_file), &hostile]),
     ];
     let commands = every_command();
     let global = vec![

@@ -811,7 +811,8 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
                 "Restart Signaled: healthcheck: check \"ready\" unhealthy",
                 "Started: Task started by client",
             ],
-            "jwks": [["OKP", "Ed25519", "EdDSA"]],
+            // The current key, and the next one, published a period early.
+            "jwks": [["OKP", "Ed25519", "EdDSA"], ["OKP", "Ed25519", "EdDSA"]],
         })
     );
     assert_eq!(

@@ -325,6 +325,20 @@ pub mod process_task {
     use crate::host::process::{self, ProcessRef};
     use crate::{ExitResult, TaskHandle, TaskState, TaskStatus};
 
+    /// The mounts the host handed the task, as a spawn asks for them: all of them, as
+    /// handed (a spawn may only ask for what was handed, or less).
+    pub fn bind_mounts(mounts: &[crate::MountConfig]) -> Vec<process::BindMount> {
+        mounts
+            .iter()
+            .map(|m| process::BindMount {
+                host_path: m.host_path.clone(),
+                task_path: m.task_path.clone(),
+                read_only: m.read_only,
+                propagation: m.propagation,
+            })
+            .collect()
+    }
+
     /// Encodes the process in the handle's driver state (`"<pid> <start-time>"`).
     pub fn handle(task_id: String, process: ProcessRef) -> TaskHandle {
         TaskHandle {

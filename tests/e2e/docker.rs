@@ -97,7 +97,7 @@ async fn a_docker_job_runs_an_image_from_a_registry_with_its_defaults_and_with_o
     let overrides = batch(
         "overrides",
         &format!(
-            "    task \"t\" {{\n      driver = \"docker\"\n      env {{\n        FOO = \"from-task\"\n      }}\n      config {{\n        image = \"{}/tools/busybox@{digest}\"\n        entrypoint = [\"/bin/sh\"]\n        command = \"-c\"\n        args = [\"echo \\\"override FOO=$FOO\\\"; pwd; echo written > /tmp/w && cat /tmp/w\"]\n        work_dir = \"/tmp\"\n      }}\n    }}\n",
+            "    task \"t\" {{\n      driver = \"docker\"\n      env {{\n        FOO = \"from-task\"\n      }}\n      config {{\n        image = \"{}/tools/busybox@{digest}\"\n        entrypoint = [\"/bin/sh\"]\n        command = \"-c\"\n        args = [\"echo \\\"override FOO=$FOO\\\"; pwd; echo written > /tmp/w && cat /tmp/w\"]\n        work_dir = \"/tmp\"\n        image_pull_timeout = \"1m30.5s\"\n      }}\n    }}\n",
             registry.address
         ),
     );
@@ -561,4 +561,89 @@ async fn a_private_image_in_the_store_runs_only_for_jobs_the_registry_gives_it_t
             assert_eq!(stdout(&status, "t"), "", "{name}");
         }
     }
+}
+
+/// The digest of the (only) layer of `tag` in `layout`.
+fn only_layer(layout: &OciLayout, tag: &str) -> String {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.path().join("index.json")).unwrap()).unwrap();
+    let manifest = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&blob(&layout.path(), &manifest)).unwrap();
+    manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_layer_in_the_store_is_not_given_to_a_manifest_that_only_names_it() {
+    let private = Registry::with_credentials("deploy", "s3cret-pass");
+    let layout = OciLayout::new();
+    base_image(&layout);
+    private.push(&layout, "base", "team/private:1");
+    // A registry whose manifest names the private layer without having its bytes.
+    let lister = Registry::start();
+    lister.push(&layout, "base", "thief/copy:1");
+    lister.forget_blob(&only_layer(&layout, "base"));
+    // And one that has them: an honest public copy of the same image.
+    let public = Registry::start();
+    public.push(&layout, "base", "mirror/busybox:1");
+
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let run = |name: &'static str, config: String| {
+        let agent = &agent;
+        async move {
+            let job = batch(name, &docker_task("t", &config));
+            let submitted = agent.submit(&format!("{name}.hcl"), &job).await.unwrap();
+            agent.finished(&submitted.alloc_ids[0]).await
+        }
+    };
+    let owner = run(
+        "owner",
+        format!(
+            "        image = \"{}/team/private:1\"\n        auth {{\n          username = \"deploy\"\n          password = \"s3cret-pass\"\n        }}\n",
+            private.address
+        ),
+    )
+    .await;
+    assert_eq!(
+        owner.client_status,
+        ClientStatus::Complete,
+        "{}",
+        events(&owner, "t")
+    );
+    let thief = run(
+        "thief",
+        format!("        image = \"{}/thief/copy:1\"\n", lister.address),
+    )
+    .await;
+    assert_eq!(
+        thief.client_status,
+        ClientStatus::Failed,
+        "{}",
+        events(&thief, "t")
+    );
+    assert_eq!(stdout(&thief, "t"), "");
+    // A registry that has the bytes shows it by serving them: its image runs.
+    let mirror = run(
+        "mirror",
+        format!("        image = \"{}/mirror/busybox:1\"\n", public.address),
+    )
+    .await;
+    assert_eq!(
+        mirror.client_status,
+        ClientStatus::Complete,
+        "{}",
+        events(&mirror, "t")
+    );
 }

@@ -200,7 +200,7 @@ impl ImageStore {
     /// one is writing.
     pub fn open(config: StoreConfig) -> Result<ImageStore, ImageError> {
         use std::os::unix::fs::DirBuilderExt;
-        for dir in ["", "layers", "manifests", "refs", "tmp"] {
+        for dir in ["", "layers", "manifests", "refs", "tmp", "private"] {
             let path = config.root.join(dir);
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -253,6 +253,13 @@ impl ImageStore {
 
     pub fn layer_dir(&self, digest: &str) -> PathBuf {
         self.config.root.join("layers").join(hex_of(digest))
+    }
+
+    /// Marks a layer a private pull brought: another pull that names it downloads it
+    /// (its digest checked) before using the store's copy, so no job gets a private
+    /// layer by naming its digest in a manifest of its own.
+    fn private_marker(&self, digest: &str) -> PathBuf {
+        self.config.root.join("private").join(hex_of(digest))
     }
 
     fn manifest_record(&self, digest: &str) -> PathBuf {
@@ -466,6 +473,26 @@ impl ImageStore {
         let missing: Vec<usize> = (0..layers.len())
             .filter(|i| !self.layer_dir(&layers[*i].digest).is_dir())
             .collect();
+        // Layers in the store that a private pull brought: this registry shows it has
+        // their bytes (a download checked against the digest) before they are used.
+        for layer in &layers {
+            if !self.layer_dir(&layer.digest).is_dir()
+                || !self.private_marker(&layer.digest).exists()
+            {
+                continue;
+            }
+            let mut blob =
+                berth_artifact::tree::unnamed_file(tmp_dir.as_fd()).map_err(store_error(&tmp))?;
+            registry
+                .blob(
+                    &layer.digest,
+                    &mut blob,
+                    self.config.max_layer_bytes,
+                    &mut |_| {},
+                )
+                .await
+                .map_err(registry_error)?;
+        }
         progress(PullProgress::Resolved {
             layers: layers.len(),
             missing: missing.len(),
@@ -474,7 +501,7 @@ impl ImageStore {
                 .map(|i| layers[*i].size.unwrap_or(0))
                 .fold(0, u64::saturating_add),
         });
-        for index in missing {
+        for &index in &missing {
             let layer = &layers[index];
             let mut blob =
                 berth_artifact::tree::unnamed_file(tmp_dir.as_fd()).map_err(store_error(&tmp))?;
@@ -520,6 +547,17 @@ impl ImageStore {
         // takes one before the record that names it is written.
         for layer in &image.layers {
             gc::touch(&self.layer_dir(layer));
+        }
+        if image.private {
+            for &index in &missing {
+                let marker = self.private_marker(&layers[index].digest);
+                std::fs::write(&marker, b"").map_err(store_error(&marker))?;
+            }
+        } else {
+            // Anyone may read these now: this pull had them, anonymously.
+            for layer in &image.layers {
+                let _ = std::fs::remove_file(self.private_marker(layer));
+            }
         }
         self.record(&image, std::slice::from_ref(reference))?;
         // Pinned by an index's digest: recorded under it too, so the next start finds it

@@ -90,6 +90,20 @@ impl Registry {
         registry
     }
 
+    /// Removes the bytes of blob `digest` from the registry's storage, leaving the
+    /// manifests that name it: a registry that lists a layer it cannot serve.
+    pub fn forget_blob(&self, digest: &str) {
+        let hex = digest.trim_start_matches("sha256:");
+        let data = self
+            .dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data");
+        std::fs::remove_file(&data).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
     }

@@ -20,7 +20,7 @@
 //! and every field berth does not know.
 
 use berth_plugin_sdk::host::image::{self, Credentials, PullRequest};
-use berth_plugin_sdk::host::process::{BindMount, Isolation, SpawnRequest};
+use berth_plugin_sdk::host::process::{Isolation, SpawnRequest};
 use berth_plugin_sdk::{
     DriverCapabilities, DriverFingerprint, DriverInfo, FsIsolation, HealthState, MountConfigs,
     ProcessDriver, TaskConfig, TaskHandle, export_driver, process_task,
@@ -159,35 +159,40 @@ fn parse_config(json: &str) -> Result<DockerConfig, String> {
     Ok(config)
 }
 
-/// A Go duration as Nomad writes them (`"5m"`, `"1m30s"`, `"300ms"`), in milliseconds.
+/// A Go duration as Nomad writes them (`"5m"`, `"1m30s"`, `"1.5s"`, `"300ms"`), in
+/// milliseconds (rounded up).
 fn duration_millis(text: &str) -> Result<u64, String> {
     let bad = || format!("docker config: image_pull_timeout {text:?} is not a duration (\"5m\")");
-    let mut total: u64 = 0;
+    let mut total = 0f64;
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(bad());
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
+        let number_len = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
+        rest = &rest[number_len..];
         let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
+            .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
+        let millis_per_unit = match &rest[..unit_len] {
+            "ns" => 1e-6,
+            "us" | "µs" => 1e-3,
+            "ms" => 1.0,
+            "s" => 1e3,
+            "m" => 60e3,
+            "h" => 3_600e3,
             _ => return Err(bad()),
         };
-        total = number
-            .checked_mul(scale)
-            .and_then(|n| total.checked_add(n))
-            .ok_or_else(bad)?;
+        total += number * millis_per_unit;
         rest = &rest[unit_len..];
     }
-    Ok(total)
+    if !total.is_finite() || total >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(total.ceil() as u64)
 }
 
 /// The container's argv, as Docker makes it from the image and the task's config.
@@ -288,16 +293,7 @@ impl ProcessDriver for Docker {
             .clone()
             .or_else(|| Some(pulled.working_dir.clone()).filter(|d| d.starts_with('/')))
             .unwrap_or_else(|| "/".into());
-        let mounts = config
-            .mounts
-            .iter()
-            .map(|m| BindMount {
-                host_path: m.host_path.clone(),
-                task_path: m.task_path.clone(),
-                read_only: m.read_only,
-                propagation: m.propagation,
-            })
-            .collect();
+        let mounts = process_task::bind_mounts(&config.mounts);
         let process = image::spawn(
             &pulled.digest,
             &SpawnRequest {

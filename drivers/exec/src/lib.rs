@@ -2,7 +2,7 @@
 //! directory with the host's system directories bound read-only, and honours volume
 //! mounts (mount-configs `all`).
 
-use berth_plugin_sdk::host::process::{self, BindMount, Isolation, SpawnRequest};
+use berth_plugin_sdk::host::process::{self, Isolation, SpawnRequest};
 use berth_plugin_sdk::{
     DriverCapabilities, DriverFingerprint, DriverInfo, FsIsolation, HealthState, MountConfigs,
     ProcessDriver, TaskConfig, TaskHandle, export_driver, process_task,
@@ -71,16 +71,7 @@ impl ProcessDriver for Exec {
         let exec = parse_config(&config.config)?;
         let mut argv = vec![exec.command];
         argv.extend(exec.args);
-        let mounts = config
-            .mounts
-            .iter()
-            .map(|m| BindMount {
-                host_path: m.host_path.clone(),
-                task_path: m.task_path.clone(),
-                read_only: m.read_only,
-                propagation: m.propagation,
-            })
-            .collect();
+        let mounts = process_task::bind_mounts(&config.mounts);
         let process = process::spawn(&SpawnRequest {
             argv,
             env: config.env,

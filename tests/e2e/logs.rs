@@ -117,9 +117,10 @@ async fn a_task_cannot_turn_its_log_into_a_link_to_a_host_file() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "host secret\n");
     let (code, out, err) = agent.cli(&["alloc", "logs", &id[..8], "t"]);
     assert_eq!(code, 0, "{err}");
-    // The first run's line is gone with the file it removed, unless the collector wrote
-    // it after the task had put its link there (under load it starts after the task
-    // ran): it then wrote a fresh file of its own, never through the link.
+    // The first run's line is gone with the file it removed, unless the collector
+    // opened its file after the task had put its link there (under load it can start
+    // after the task ran): it then skipped the link for the next file, `t.stdout.1`,
+    // which the second run appends to. Never through the link.
     assert!(
         out == "second run\n" || out == "first run\nsecond run\n",
         "{out:?}"

@@ -379,6 +379,29 @@ impl ImageStore {
         Ok(())
     }
 
+    /// Layer blob `digest` of `reference`, into an unnamed file in this store's staging
+    /// dir, checked against its digest and bounded by the operator's layer size; and
+    /// its size.
+    async fn download(
+        &self,
+        registry: &mut Registry,
+        reference: &str,
+        digest: &str,
+        tmp: &Path,
+    ) -> Result<(std::fs::File, u64), ImageError> {
+        let tmp_dir = std::fs::File::open(tmp).map_err(store_error(tmp))?;
+        let mut blob =
+            berth_artifact::tree::unnamed_file(tmp_dir.as_fd()).map_err(store_error(tmp))?;
+        let bytes = registry
+            .blob(digest, &mut blob, self.config.max_layer_bytes, &mut |_| {})
+            .await
+            .map_err(|error| ImageError::Registry {
+                reference: reference.to_string(),
+                error,
+            })?;
+        Ok((blob, bytes))
+    }
+
     async fn pull_from_registry(
         &self,
         reference: &Reference,
@@ -481,17 +504,8 @@ impl ImageStore {
             {
                 continue;
             }
-            let mut blob =
-                berth_artifact::tree::unnamed_file(tmp_dir.as_fd()).map_err(store_error(&tmp))?;
-            registry
-                .blob(
-                    &layer.digest,
-                    &mut blob,
-                    self.config.max_layer_bytes,
-                    &mut |_| {},
-                )
-                .await
-                .map_err(registry_error)?;
+            self.download(&mut registry, &shown, &layer.digest, &tmp)
+                .await?;
         }
         progress(PullProgress::Resolved {
             layers: layers.len(),
@@ -503,17 +517,9 @@ impl ImageStore {
         });
         for &index in &missing {
             let layer = &layers[index];
-            let mut blob =
-                berth_artifact::tree::unnamed_file(tmp_dir.as_fd()).map_err(store_error(&tmp))?;
-            let bytes = registry
-                .blob(
-                    &layer.digest,
-                    &mut blob,
-                    self.config.max_layer_bytes,
-                    &mut |_| {},
-                )
-                .await
-                .map_err(registry_error)?;
+            let (blob, bytes) = self
+                .download(&mut registry, &shown, &layer.digest, &tmp)
+                .await?;
             let (target, limits) = (self.layer_dir(&layer.digest), self.config.layer_limits);
             let (tmp_path, digest_shown) = (tmp.clone(), layer.digest.clone());
             tokio::task::spawn_blocking(move || store_layer(blob, &tmp_path, &target, limits))

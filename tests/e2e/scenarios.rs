@@ -514,6 +514,38 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
         .await;
     seen.insert("system job", plane.observe("everywhere").await);
 
+    // A docker job: its image pulled from a registry into the node's store, and run.
+    let registry = berth_testkit::registry::Registry::start();
+    let layout = berth_testkit::registry::OciLayout::new();
+    layout.busybox(
+        "base",
+        &[],
+        &berth_testkit::registry::ImageSpec {
+            entrypoint: &["/bin/sh", "-c"],
+            cmd: &["test -f /data/from-image && test -d /local && echo ran"],
+            ..Default::default()
+        },
+    );
+    registry.push(&layout, "base", "scenario/busybox:1");
+    let container = format!(
+        "job \"container\" {{\n  type        = \"batch\"\n  datacenters = [\"scenario\"]\n  \
+         group \"g\" {{\n    restart {{\n      attempts = 0\n      mode = \"fail\"\n    }}\n    \
+         task \"t\" {{\n      driver = \"docker\"\n      config {{\n        \
+         image = \"{}/scenario/busybox:1\"\n      }}\n      resources {{\n        \
+         cpu    = 20\n        memory = 16\n      }}\n    }}\n  }}\n}}\n",
+        registry.address
+    );
+    plane.submit("container", &container).await;
+    plane
+        .allocs_are("container", &[("container.g[0]", "complete")])
+        .await;
+    // The registry's address differs between the planes: the job's own record is not
+    // compared, what became of it is.
+    seen.insert(
+        "docker job",
+        json!({ "events": task_events(plane, "container").await }),
+    );
+
     // A failed alloc is placed again after the delay, once; then the job is dead.
     plane.submit("flaky", FLAKY).await;
     plane
@@ -801,6 +833,19 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
             .unwrap()
             .len(),
         1
+    );
+    assert_eq!(
+        seen("docker job", &["events"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|e| e.starts_with("Started") || e.starts_with("Terminated"))
+            .collect::<Vec<_>>(),
+        [
+            "Started: Task started by client",
+            "Terminated: Exit Code: 0"
+        ]
     );
     assert_eq!(
         seen("artifact, identity and check", &[]),

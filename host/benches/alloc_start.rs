@@ -498,6 +498,7 @@ async fn confined_spawn(
         stderr: root.join("t.stderr.0"),
         logs: Default::default(),
         user: None,
+        user_namespace: None,
         cgroup_procs: cgroup.procs_files().to_vec(),
         collector_cgroup_procs: Vec::new(),
         network_namespace: None,

@@ -49,6 +49,7 @@ fn base_image(layout: &OciLayout) {
                     ls -d /local /secrets /alloc; echo \"alloc $NOMAD_ALLOC_ID\""],
             env: &["FOO=from-image", "PATH=/bin"],
             working_dir: Some("/data"),
+            user: None,
         },
     );
 }
@@ -83,10 +84,9 @@ async fn a_docker_job_runs_an_image_from_a_registry_with_its_defaults_and_with_o
     assert_eq!(lines[0], "default FOO=from-image");
     assert_eq!(lines[1], "/data", "the image's WorkingDir");
     assert_eq!(lines[2], "hello from the image");
-    let uid: u32 = lines[3].parse().unwrap();
-    assert!(
-        (80_000..=89_999).contains(&uid),
-        "root in no image is root on the host: runs as its own uid, {uid}"
+    assert_eq!(
+        lines[3], "0",
+        "root in the image (in its own user namespace)"
     );
     assert_eq!(&lines[4..7], ["/alloc", "/local", "/secrets"]);
     assert_eq!(lines[7], format!("alloc {}", status.id));
@@ -117,6 +117,133 @@ async fn a_docker_job_runs_an_image_from_a_registry_with_its_defaults_and_with_o
         .unwrap()
         .count();
     assert_eq!(layers, 1);
+}
+
+/// The host's owner (uid, gid) of `path`.
+fn owner(path: &std::path::Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta =
+        std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (meta.uid(), meta.gid())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn root_in_an_image_is_the_tasks_own_uid_and_the_images_users_are_its_subordinate_ids() {
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    layout.busybox(
+        "app",
+        &[
+            (
+                "etc/passwd",
+                "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n",
+                0o644,
+            ),
+            ("etc/group", "root:x:0:\napp:x:1001:\n", 0o644),
+        ],
+        &ImageSpec {
+            entrypoint: &["/bin/sh", "-c"],
+            cmd: &["id -u; id -g; id -G"],
+            env: &["PATH=/bin"],
+            user: Some("app"),
+            ..ImageSpec::default()
+        },
+    );
+    // The app's home, owned by it in the image.
+    layout.layer("app", "app", |rootfs| {
+        let home = rootfs.join("home/app");
+        std::fs::create_dir_all(&home).unwrap();
+        std::os::unix::fs::chown(&home, Some(1000), Some(1001)).unwrap();
+    });
+    registry.push(&layout, "app", "tools/app:1");
+    let image = format!("{}/tools/app:1", registry.address);
+    let volume = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        volume.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(volume.path().join("owned-by-root"), "root's\n").unwrap();
+    let mut agent = AgentProcess::with_config(&format!(
+        "host_volume \"guarded\" {{\n  path = \"{}\"\n}}\n",
+        volume.path().display()
+    ));
+    agent.start().await;
+
+    // The image's User, from the image's own /etc/passwd: uid 1000, gid 1001, and the
+    // alloc's group (65536 inside) for /alloc.
+    let job = batch(
+        "as-app",
+        &docker_task("t", &format!("        image = \"{image}\"\n")),
+    );
+    let submitted = agent.submit("as-app.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(
+        stdout(&status, "t"),
+        "1000\n1001\n1001 65536\n",
+        "{}",
+        events(&status, "t")
+    );
+
+    // The job's `user` is a user of the image: root here, which is not the host's.
+    let job = format!(
+        r#"job "as-root" {{
+  type = "batch"
+  group "g" {{
+    restart {{
+      attempts = 0
+    }}
+    volume "guarded" {{
+      type   = "host"
+      source = "guarded"
+    }}
+    task "t" {{
+      driver = "docker"
+      user   = "root"
+      volume_mount {{
+        volume      = "guarded"
+        destination = "/guarded"
+      }}
+      config {{
+        image = "{image}"
+        args  = ["id -u; echo mine >> /guarded/owned-by-root || echo refused; touch /etc/made && chown 1000:1001 /etc/made && echo chowned; touch /home/app/by-root && echo in-home; touch /made-at-the-root && echo at-the-root"]
+      }}
+    }}
+  }}
+}}
+"#
+    );
+    let submitted = agent.submit("as-root.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(
+        stdout(&status, "t"),
+        "0\nrefused\nchowned\nin-home\nat-the-root\n",
+        "root inside owns the image's files and may chown to the image's users, and \
+         is nobody to the host's\n{}",
+        events(&status, "t")
+    );
+    assert_eq!(
+        std::fs::read_to_string(volume.path().join("owned-by-root")).unwrap(),
+        "root's\n"
+    );
+    // On the host: root's files are the task's dynamic uid (and its gid block's first),
+    // the image's user 1000 one of its subordinate ids, far from every host user.
+    let upper = status.alloc_dir.join("tasks/t/image/upper");
+    let (root_uid, root_gid) = owner(&upper.join("made-at-the-root"));
+    assert!((80_000..=89_999).contains(&root_uid), "{root_uid}");
+    let block = u64::from(root_uid - 80_000) * 65_536 + 1_000_000_000;
+    assert_eq!(u64::from(root_gid), block, "gid 0 is the block's first id");
+    let (app_uid, app_gid) = owner(&upper.join("etc/made"));
+    assert_eq!(
+        (u64::from(app_uid), u64::from(app_gid)),
+        (block + 1000, block + 1001)
+    );
+    assert_eq!(
+        owner(&upper.join("home/app/by-root")),
+        (root_uid, root_gid),
+        "written in a dir of the image's user, copied up under its ids"
+    );
+    assert_eq!(owner(&upper.join("home/app")), (app_uid, app_gid));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -57,6 +57,7 @@ async fn confined_view(dir: &Path, network_namespace: Option<&Path>) -> String {
         stderr: dir.join("t.stderr.0"),
         logs: Default::default(),
         user: None,
+        user_namespace: None,
         cgroup_procs: Vec::new(),
         collector_cgroup_procs: Vec::new(),
         network_namespace: network_namespace.map(Path::to_path_buf),

@@ -113,6 +113,7 @@ impl TaskDir {
             collector_cgroup_procs: Vec::new(),
             network_namespace: None,
             etc_files: Vec::new(),
+            image_user_namespace: None,
         }
     }
 

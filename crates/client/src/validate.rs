@@ -66,7 +66,10 @@ pub fn wants_dynamic_user(
         .csi_plugin
         .as_ref()
         .is_some_and(|p| config.csi_privileged(&p.id, job));
-    task.user.is_none() && !privileged && isolation.confines()
+    // A task on an image with a namespace of its own runs as its ids whatever its job's
+    // `user`, which names a user of the image.
+    let image_namespace = isolation == FsIsolation::Image && config.image.private_user_namespaces;
+    (task.user.is_none() || image_namespace) && !privileged && isolation.confines()
 }
 
 /// The user `task` runs as (name and ids), or `None` for the agent's own user (root):
@@ -96,6 +99,11 @@ pub fn task_user(
         .csi_plugin
         .as_ref()
         .is_some_and(|p| config.csi_privileged(&p.id, job));
+    if isolation == FsIsolation::Image && config.image.private_user_namespaces && !privileged {
+        // Its `user` is one of the image's, found in the image when the task starts; on
+        // the host it runs as the ids its alloc takes (none yet at submit).
+        return Ok(None);
+    }
     let name = match &task.user {
         Some(user) => Some(user.clone()),
         None if privileged => None,

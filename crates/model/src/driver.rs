@@ -139,6 +139,19 @@ pub struct TaskRequest {
     /// Files the host wrote for the group (`resolv.conf`, `hosts`), which a confined
     /// spawn sees over the host's in its `/etc`. Not the driver's to choose.
     pub etc_files: Vec<PathBuf>,
+    /// A task on an image runs in a user namespace of its own (the agent's `image {
+    /// userns = "private" }`): `user` is then its ids on the host, and this the rest.
+    pub image_user_namespace: Option<ImageUserNamespace>,
+}
+
+/// What the host decided for an image task's user namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageUserNamespace {
+    /// The first of the task's 65536 subordinate ids.
+    pub subordinate: u32,
+    /// The job's `user`: a user of the image (`name`, `uid`, `user:group`), in place of
+    /// the image's own `User`.
+    pub user: Option<String>,
 }
 
 /// What a driver returns for a started task; persisted by the host.

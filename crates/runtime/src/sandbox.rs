@@ -57,6 +57,8 @@ pub struct TaskScope {
     pub network_namespace: Option<PathBuf>,
     /// The group's own `/etc` files, over the host's in every confined spawn.
     pub etc_files: Vec<PathBuf>,
+    /// An image task's own user namespace.
+    pub image_user_namespace: Option<berth_model::driver::ImageUserNamespace>,
 }
 
 /// Guest time bookkeeping for one call: the CPU time the guest's thread spent running

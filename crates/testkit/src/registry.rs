@@ -163,12 +163,14 @@ pub struct ImageSpec<'a> {
     pub cmd: &'a [&'a str],
     pub env: &'a [&'a str],
     pub working_dir: Option<&'a str>,
+    /// Docker's `User`: `name`, `uid`, `name:group`.
+    pub user: Option<&'a str>,
 }
 
 /// The busybox applets the test images link.
 const APPLETS: &[&str] = &[
     "sh", "echo", "cat", "sleep", "id", "ls", "pwd", "touch", "httpd", "env", "stat", "wc", "head",
-    "printf", "test", "true",
+    "printf", "test", "true", "chown", "mkdir",
 ];
 
 impl Default for OciLayout {
@@ -257,6 +259,9 @@ impl OciLayout {
         }
         if let Some(dir) = spec.working_dir {
             args.extend(["--config.workingdir".into(), dir.into()]);
+        }
+        if let Some(user) = spec.user {
+            args.extend(["--config.user".into(), user.into()]);
         }
         if args.len() == 3 {
             return;

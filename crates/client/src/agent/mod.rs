@@ -162,7 +162,13 @@ impl Agent {
         let mut notices = Vec::new();
         // Before anything runs: a range a host user or group holds would make tasks that.
         let range = options.config.users.dynamic_range.clone();
-        berth_sys::process::dynamic_users::check_host(&range)?;
+        berth_sys::process::dynamic_users::check_host(&range, "dynamic_range")?;
+        if options.config.image.private_user_namespaces
+            && let Some(ids) = options.config.users.subordinate_ids()
+        {
+            // Tasks on images become these in their user namespaces.
+            berth_sys::process::dynamic_users::check_host(&ids, "subordinate_base")?;
+        }
         let disk = berth_sys::disk::DiskLimits::detect(
             &options.data_dir,
             options.config.ephemeral_disk_inodes_per_mb,

@@ -10,6 +10,7 @@
 //!   max_layer_entries   = 1048576                     # files in a layer
 //!   gc                  = true   # Nomad's docker gc { image, image_delay }: an image
 //!   image_delay         = "3m"   # no task on the node used for this long is removed
+//!   userns              = "private"  # root in an image is not root on the host; "host": it is
 //! }
 //! ```
 
@@ -33,6 +34,11 @@ pub struct ImageSettings {
     /// Whether images no task uses are removed, and after how long unused.
     pub gc: bool,
     pub image_delay: Duration,
+    /// `userns = "private"` (the default): each task on an image runs in a user
+    /// namespace of its own, root in it being the task's dynamic uid and every other
+    /// id one of its subordinate ids (`user { subordinate_base }`). `"host"`: tasks run
+    /// as their dynamic uid in the host's, and an image's `User` is not used.
+    pub private_user_namespaces: bool,
 }
 
 /// Nomad's docker driver's `image_delay`.
@@ -48,6 +54,7 @@ impl Default for ImageSettings {
             layer_limits: defaults.layer_limits,
             gc: true,
             image_delay: DEFAULT_IMAGE_DELAY,
+            private_user_namespaces: true,
         }
     }
 }
@@ -78,6 +85,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             "max_layer_entries",
             "gc",
             "image_delay",
+            "userns",
         ],
     );
     let defaults = ImageSettings::default();
@@ -104,6 +112,23 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
         image_delay: fields
             .duration("image_delay", problems)
             .unwrap_or(defaults.image_delay),
+        private_user_namespaces: true,
+    };
+    let private_user_namespaces = match fields.string("userns", problems).as_deref() {
+        None | Some("private") => true,
+        Some("host") => false,
+        Some(other) => {
+            fields.problem_with(
+                problems,
+                "userns",
+                format!("{other:?} is no user namespace mode: \"private\" or \"host\""),
+            );
+            true
+        }
+    };
+    let settings = ImageSettings {
+        private_user_namespaces,
+        ..settings
     };
     if settings.image_delay < Duration::from_secs(1) {
         fields.problem_with(problems, "image_delay", "must be at least 1s".into());

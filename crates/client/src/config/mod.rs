@@ -736,15 +736,15 @@ impl AgentConfig {
             .map_or(keyring::DEFAULT_ROTATION, |b| {
                 keyring::rotation(b, &mut problems)
             });
-        let users = fields
-            .single_block("user", &mut problems)
-            .map_or_else(UserPolicy::default, |b| {
-                users::user_policy(b, &mut problems)
-            });
         let image = fields
             .single_block("image", &mut problems)
             .map_or_else(ImageSettings::default, |b| {
                 image::settings(b, &mut problems)
+            });
+        let users = fields
+            .single_block("user", &mut problems)
+            .map_or_else(UserPolicy::default, |b| {
+                users::user_policy(b, image.private_user_namespaces, &mut problems)
             });
         let name = fields.string("name", &mut problems);
         let datacenter = fields.string("datacenter", &mut problems);

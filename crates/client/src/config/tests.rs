@@ -275,7 +275,53 @@ fn a_dynamic_range_past_2_pow_31_is_refused() {
         let error = parse(bad).unwrap_err().to_string();
         assert!(error.contains("is not a range of uids"), "{bad}: {error}");
     }
-    assert!(parse("1-2147483647").is_ok());
+    let wide = "user {\n  dynamic_range = \"1-2147483647\"\n}\nimage {\n  userns = \"host\"\n}\n";
+    assert!(AgentConfig::parse("agent.hcl", wide).is_ok());
+}
+
+/// Each dynamic uid's block of 65536 subordinate ids (a task on an image's, in its own
+/// user namespace) must fit below 2^31 and beside the dynamic range.
+#[test]
+fn subordinate_ids_follow_the_dynamic_range_and_must_fit() {
+    let parse = |text: &str| AgentConfig::parse("agent.hcl", text);
+    let defaults = parse("").unwrap();
+    assert!(defaults.image.private_user_namespaces);
+    assert_eq!(
+        defaults.users.subordinate_ids(),
+        Some(1_000_000_000..=1_655_359_999)
+    );
+    assert_eq!(
+        defaults.users.subordinate_block(80_000),
+        Some(1_000_000_000)
+    );
+    assert_eq!(
+        defaults.users.subordinate_block(80_002),
+        Some(1_000_131_072)
+    );
+    assert_eq!(defaults.users.subordinate_block(79_999), None);
+    let error = parse("user {\n  dynamic_range = \"80000-199999\"\n}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("each of the 120000 ids of dynamic_range gets a block of 65536")
+            && error.contains("image { userns = \"host\" }"),
+        "{error}"
+    );
+    let overlapping = parse("user {\n  subordinate_base = 50000\n}\n").unwrap_err();
+    assert!(
+        overlapping.to_string().contains("subordinate_base"),
+        "{overlapping}"
+    );
+    let moved = parse("user {\n  subordinate_base = 100000\n}\n").unwrap();
+    assert_eq!(moved.users.subordinate_block(80_001), Some(165_536));
+    let host = parse("image {\n  userns = \"host\"\n}\n").unwrap();
+    assert!(!host.image.private_user_namespaces);
+    let bad = parse("image {\n  userns = \"shared\"\n}\n").unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("\"shared\" is no user namespace mode"),
+        "{bad}"
+    );
 }
 
 #[test]

@@ -500,6 +500,7 @@ impl TaskRunner {
             // The group's namespace (bridge mode), once the network hook attached it.
             network_namespace,
             etc_files: self.ctx.alloc_dir.group_etc_files(),
+            image_user_namespace: self.image_user_namespace(user),
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,
@@ -724,6 +725,31 @@ impl TaskRunner {
     }
 
     /// Kills what is left in the run's cgroup and removes it.
+    /// An image task's own user namespace, by the agent's `image { userns }`: its block
+    /// of subordinate ids follows from its dynamic uid; the job's `user` is the image's.
+    fn image_user_namespace(
+        &self,
+        user: Option<berth_model::driver::TaskUser>,
+    ) -> Option<berth_model::driver::ImageUserNamespace> {
+        let config = &self.ctx.config;
+        let isolation = self.ctx.driver.capabilities().fs_isolation;
+        if isolation != berth_model::driver::FsIsolation::Image
+            || !config.image.private_user_namespaces
+        {
+            return None;
+        }
+        // Only over the task's own ids: a CSI plugin keeping root never gets here.
+        let dynamic = self
+            .ctx
+            .dynamic_user
+            .filter(|dynamic| user == Some(*dynamic))?;
+        let subordinate = config.users.subordinate_block(dynamic.uid)?;
+        Some(berth_model::driver::ImageUserNamespace {
+            subordinate,
+            user: self.ctx.task.user.clone(),
+        })
+    }
+
     fn release_cgroup(&mut self) {
         let Some(cgroup) = self.cgroup.take() else {
             return;

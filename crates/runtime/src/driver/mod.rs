@@ -313,6 +313,7 @@ impl Driver {
             collector_cgroup_procs: request.collector_cgroup_procs.clone(),
             network_namespace: request.network_namespace.clone(),
             etc_files: request.etc_files.clone(),
+            image_user_namespace: request.image_user_namespace.clone(),
         };
         let config = wit::TaskConfig::from(request);
         let (

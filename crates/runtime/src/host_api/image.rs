@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use crate::bindings::host::image::{Host, ImageConfig, PullRequest};
 use crate::bindings::host::process::{Isolation as WitIsolation, ProcessRef, SpawnRequest};
-use crate::images::ImagePull;
+use crate::images::{ImagePull, PulledImage};
 use crate::sandbox::PluginCtx;
 use berth_model::driver::FsIsolation;
 use berth_sys::process::Isolation;
 use berth_sys::process::isolation::{IMAGE_ETC_FILES, ImageRoot};
+use berth_sys::process::user_namespace::UserNamespace;
 
 /// The longest a pull may take: start-task's own wall budget is 5 minutes.
 pub const MAX_PULL: Duration = Duration::from_secs(240);
@@ -67,6 +68,28 @@ impl PluginCtx {
         let refusal = refusal.to_string();
         self.violations.push(refusal.clone());
         refusal
+    }
+}
+
+impl PluginCtx {
+    /// The task's own user namespace, when the host gave it one: its user is the job's
+    /// `user` or else the image's, found in the image's own files.
+    fn image_user_namespace(&self, image: &PulledImage) -> Result<Option<UserNamespace>, String> {
+        let Some(task) = &self.task else {
+            return Ok(None);
+        };
+        let (Some(decided), Some(host)) = (&task.image_user_namespace, task.user) else {
+            return Ok(None);
+        };
+        let (spec, whose) = match &decided.user {
+            Some(user) => (user.as_str(), "the task's user"),
+            None => (image.user.as_str(), "the image's User"),
+        };
+        let inside = berth_sys::process::image_user::resolve(&image.lower, spec)
+            .map_err(|e| format!("{whose} {spec:?}: {e}"))?;
+        UserNamespace::for_image_task(host, decided.subordinate, inside)
+            .map(Some)
+            .map_err(|e| format!("{whose} {spec:?}: {e}"))
     }
 }
 
@@ -142,6 +165,14 @@ impl Host for PluginCtx {
                 return Ok(Err(refusal));
             }
         };
+        let user_namespace = match self.image_user_namespace(&image) {
+            Ok(namespace) => namespace,
+            Err(message) => return Ok(Err(message)),
+        };
+        let owner = user_namespace
+            .as_ref()
+            .and_then(UserNamespace::root_on_host);
+        spec.user_namespace = user_namespace;
         if let Isolation::Chroot(chroot) = &mut spec.isolation {
             let dir = chroot.root.join("image");
             chroot.root = dir.join("root");
@@ -149,6 +180,7 @@ impl Host for PluginCtx {
                 lower: image.lower,
                 upper: dir.join("upper"),
                 work: dir.join("work"),
+                owner,
             });
             // On the host's network an image gets the host's resolver and hosts, as
             // Docker gives them; in a group's network, the group's.

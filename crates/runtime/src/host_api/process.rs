@@ -353,6 +353,7 @@ impl PluginCtx {
             stderr: task.stderr.clone(),
             logs: task.logs,
             user: task.user,
+            user_namespace: None,
             cgroup_procs: task.cgroup_procs.clone(),
             collector_cgroup_procs: task.collector_cgroup_procs.clone(),
             network_namespace: task.network_namespace.clone(),

@@ -19,6 +19,7 @@ pub mod shared;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use berth_model::mount::Propagation;
 use rustix::mount::{MountFlags, MountPropagationFlags};
@@ -192,12 +193,15 @@ pub enum MountStep {
     /// An overlayfs at `target` (an image's root): `lower` the image's layers, the top
     /// first, each its own `lowerdir+` (no page-long option string bounds their number);
     /// `upper` and `work` the task's. `nosuid,nodev`: an image's setuid files and device
-    /// nodes give no one anything.
+    /// nodes give no one anything. `idmapped`: each layer is mounted through the task's
+    /// user namespace first ([`crate::process::user_namespace`]), so its files are owned
+    /// inside as the image says and on the host by the task's ids.
     MountOverlay {
         target: CString,
         lower: Vec<CString>,
         upper: CString,
         work: CString,
+        idmapped: bool,
     },
 }
 
@@ -353,13 +357,21 @@ pub(crate) fn set_attributes(
     propagation: u64,
     recursive: bool,
 ) -> Result<(), rustix::io::Errno> {
-    use std::os::fd::AsRawFd as _;
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clear,
         propagation,
         userns_fd: 0,
     };
+    mount_setattr(fd, &attr, recursive)
+}
+
+fn mount_setattr(
+    fd: &impl std::os::fd::AsFd,
+    attr: &MountAttr,
+    recursive: bool,
+) -> Result<(), rustix::io::Errno> {
+    use std::os::fd::AsRawFd as _;
     let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
     if recursive {
         flags |= libc::AT_RECURSIVE as libc::c_uint;
@@ -372,7 +384,7 @@ pub(crate) fn set_attributes(
             fd.as_fd().as_raw_fd(),
             c"".as_ptr(),
             flags,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
@@ -460,6 +472,11 @@ mod propagation_bits {
 impl MountStep {
     /// Runs the step. Async-signal-safe: no allocation, no locks.
     pub fn execute(&self) -> io::Result<()> {
+        self.execute_in(None)
+    }
+
+    /// Runs the step; an idmapped overlay maps its layers through `user_namespace`.
+    pub fn execute_in(&self, user_namespace: Option<BorrowedFd<'_>>) -> io::Result<()> {
         use rustix::mount;
         match self {
             MountStep::UnshareNamespace => {
@@ -597,14 +614,32 @@ impl MountStep {
                 lower,
                 upper,
                 work,
+                idmapped,
             } => {
                 let fs = mount::fsopen(c"overlay", mount::FsOpenFlags::FSOPEN_CLOEXEC)?;
+                // Each clone lives until the overlay is made: closing its descriptor
+                // dissolves it, and overlayfs could then not take it as a layer. (The
+                // keeper has one thread: allocating here is safe.)
+                let mut clones = Vec::new();
                 for dir in lower {
-                    mount::fsconfig_set_string(&fs, c"lowerdir+", dir.as_c_str())?;
+                    if *idmapped {
+                        let namespace = user_namespace.ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                "idmapped layers without a user namespace",
+                            )
+                        })?;
+                        let layer = idmapped_clone(dir, namespace)?;
+                        mount::fsconfig_set_fd(&fs, c"lowerdir+", &layer)?;
+                        clones.push(layer);
+                    } else {
+                        mount::fsconfig_set_string(&fs, c"lowerdir+", dir.as_c_str())?;
+                    }
                 }
                 mount::fsconfig_set_string(&fs, c"upperdir", upper.as_c_str())?;
                 mount::fsconfig_set_string(&fs, c"workdir", work.as_c_str())?;
                 mount::fsconfig_create(&fs)?;
+                drop(clones);
                 let mounted = mount::fsmount(
                     &fs,
                     mount::FsMountFlags::FSMOUNT_CLOEXEC,
@@ -631,6 +666,28 @@ impl MountStep {
         }
         Ok(())
     }
+}
+
+/// A detached clone of the mount at `dir`, idmapped through `user_namespace`
+/// (`open_tree(OPEN_TREE_CLONE)`, then `mount_setattr(MOUNT_ATTR_IDMAP)`), read-only.
+/// Async-signal-safe: raw system calls.
+fn idmapped_clone(dir: &CStr, user_namespace: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd as _;
+    let tree = rustix::mount::open_tree(
+        rustix::fs::CWD,
+        dir,
+        rustix::mount::OpenTreeFlags::OPEN_TREE_CLONE
+            | rustix::mount::OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )?;
+    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: user_namespace.as_raw_fd() as u64,
+    };
+    mount_setattr(&tree, &attr, false)?;
+    Ok(tree)
 }
 
 impl fmt::Display for MountStep {

@@ -17,11 +17,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RangeError {
     #[error(
-        "user {{ dynamic_range = \"{first}-{last}\" }} overlaps {what} {name:?} (id {id}) of \
+        "user {{ {setting} }} ({first}-{last}) overlaps {what} {name:?} (id {id}) of \
          {file}: tasks would share that identity; choose a range no user or group of this \
          host uses"
     )]
     Owned {
+        setting: &'static str,
         first: u32,
         last: u32,
         what: &'static str,
@@ -30,11 +31,12 @@ pub enum RangeError {
         file: &'static str,
     },
     #[error(
-        "user {{ dynamic_range = \"{first}-{last}\" }} overlaps the ids {start}-{end} that \
+        "user {{ {setting} }} ({first}-{last}) overlaps the ids {start}-{end} that \
          {file} gives {name:?}: that user may become them in a user namespace; choose a range \
          outside every subordinate range"
     )]
     Subordinate {
+        setting: &'static str,
         first: u32,
         last: u32,
         name: String,
@@ -42,24 +44,25 @@ pub enum RangeError {
         end: u64,
         file: &'static str,
     },
-    #[error("reading {file} to check user {{ dynamic_range }}: {error}")]
+    #[error("reading {file} to check the agent's user ids: {error}")]
     Read { file: &'static str, error: String },
 }
 
 /// Refuses a range in which the host's `/etc/passwd` or `/etc/group` names anyone: a
 /// task given that id would be that user (its files, its processes) or in that group.
-pub fn check_host(range: &RangeInclusive<u32>) -> Result<(), RangeError> {
+/// `setting` names the range in errors (`dynamic_range`, `subordinate_base`).
+pub fn check_host(range: &RangeInclusive<u32>, setting: &'static str) -> Result<(), RangeError> {
     for (file, what) in [("/etc/passwd", "user"), ("/etc/group", "group")] {
         let text = std::fs::read_to_string(file).map_err(|e| RangeError::Read {
             file,
             error: e.to_string(),
         })?;
-        check_database(range, &text, file, what)?;
+        check_database(range, &text, file, what, setting)?;
     }
     // Subordinate ids (newuidmap, rootless containers): a host user may be them.
     for file in ["/etc/subuid", "/etc/subgid"] {
         match std::fs::read_to_string(file) {
-            Ok(text) => check_subordinates(range, &text, file)?,
+            Ok(text) => check_subordinates(range, &text, file, setting)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(RangeError::Read {
@@ -77,6 +80,7 @@ fn check_subordinates(
     range: &RangeInclusive<u32>,
     text: &str,
     file: &'static str,
+    setting: &'static str,
 ) -> Result<(), RangeError> {
     for line in text.lines() {
         let mut fields = line.split(':');
@@ -94,6 +98,7 @@ fn check_subordinates(
         let end = start.saturating_add(count - 1);
         if start <= u64::from(*range.end()) && u64::from(*range.start()) <= end {
             return Err(RangeError::Subordinate {
+                setting,
                 first: *range.start(),
                 last: *range.end(),
                 name: name.to_string(),
@@ -112,6 +117,7 @@ fn check_database(
     text: &str,
     file: &'static str,
     what: &'static str,
+    setting: &'static str,
 ) -> Result<(), RangeError> {
     // Users' uids first, then the gids (a user's primary group, or a group's): the
     // holder named is the one an operator looks for (`nobody`, not `sync` whose group
@@ -124,6 +130,7 @@ fn check_database(
                 && range.contains(&id)
             {
                 return Err(RangeError::Owned {
+                    setting,
                     first: *range.start(),
                     last: *range.end(),
                     what,
@@ -659,16 +666,40 @@ mod tests {
     #[test]
     fn a_range_holding_a_host_user_or_group_is_refused() {
         let passwd = "root:x:0:0::/root:/bin/sh\nsync:x:4:65534::/bin:/bin/sync\nnobody:x:65534:65534::/:/sbin/nologin\nbad\n";
-        let error = check_database(&(65_000..=65_535), passwd, "/etc/passwd", "user")
-            .unwrap_err()
-            .to_string();
+        let error = check_database(
+            &(65_000..=65_535),
+            passwd,
+            "/etc/passwd",
+            "user",
+            "dynamic_range",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             error.contains("overlaps user \"nobody\" (id 65534)"),
             "{error}"
         );
-        assert!(check_database(&(80_000..=89_999), passwd, "/etc/passwd", "user").is_ok());
+        assert!(
+            check_database(
+                &(80_000..=89_999),
+                passwd,
+                "/etc/passwd",
+                "user",
+                "dynamic_range"
+            )
+            .is_ok()
+        );
         let group = "staff:x:81000:\n";
-        assert!(check_database(&(80_000..=89_999), group, "/etc/group", "group").is_err());
+        assert!(
+            check_database(
+                &(80_000..=89_999),
+                group,
+                "/etc/group",
+                "group",
+                "dynamic_range"
+            )
+            .is_err()
+        );
     }
 
     /// A pool of `range` whose every change is written to the returned list.
@@ -700,16 +731,23 @@ mod tests {
     fn a_range_overlapping_a_subordinate_range_is_refused() {
         let subuid = "alice:100000:65536\nbad line\nbob:300000:0\n";
         let range = 80_000..=89_999;
-        assert!(check_subordinates(&range, subuid, "/etc/subuid").is_ok());
-        let error = check_subordinates(&(150_000..=150_009), subuid, "/etc/subuid")
-            .unwrap_err()
-            .to_string();
+        assert!(check_subordinates(&range, subuid, "/etc/subuid", "dynamic_range").is_ok());
+        let error =
+            check_subordinates(&(150_000..=150_009), subuid, "/etc/subuid", "dynamic_range")
+                .unwrap_err()
+                .to_string();
         assert!(
             error.contains("overlaps the ids 100000-165535 that /etc/subuid gives \"alice\""),
             "{error}"
         );
-        assert!(check_subordinates(&(165_536..=170_000), subuid, "/etc/subuid").is_ok());
-        assert!(check_subordinates(&(300_000..=300_000), subuid, "/etc/subuid").is_ok());
+        assert!(
+            check_subordinates(&(165_536..=170_000), subuid, "/etc/subuid", "dynamic_range")
+                .is_ok()
+        );
+        assert!(
+            check_subordinates(&(300_000..=300_000), subuid, "/etc/subuid", "dynamic_range")
+                .is_ok()
+        );
     }
 
     #[test]

@@ -285,6 +285,7 @@ impl ProcessTable {
             after_fork,
             confine,
             user: spec.user,
+            user_namespace: None,
             filter,
             mount_warden: None,
             exit_record: None,

@@ -88,6 +88,10 @@ pub struct ImageRoot {
     pub lower: Vec<PathBuf>,
     pub upper: PathBuf,
     pub work: PathBuf,
+    /// The host's ids of root in the task's user namespace, when it has one: the layers
+    /// are then mounted idmapped through it, and what the host makes in the upper
+    /// directory (its root, `etc/`, mount points) is root's inside.
+    pub owner: Option<berth_model::driver::TaskUser>,
 }
 
 /// The files every image root gets in its `/etc`, covered by the group's or the host's.
@@ -192,11 +196,15 @@ fn prepare_image(spec: &ChrootSpec, image: &ImageRoot) -> io::Result<ChrootPlan>
             .create(dir)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     }
+    let mut made = vec![PathBuf::from(".")];
     for dir in ["dev", "proc", "etc"] {
         beneath::create(&image.upper, Path::new(dir), false, 0o755)?;
+        made.push(dir.into());
     }
     for name in IMAGE_ETC_FILES {
-        beneath::create(&image.upper, &Path::new("etc").join(name), true, 0o644)?;
+        let file = Path::new("etc").join(name);
+        beneath::create(&image.upper, &file, true, 0o644)?;
+        made.push(file);
     }
     // The working dir is made only when the image has none there, as Docker makes a
     // missing one: a dir made in the upper dir would hide the image's own (its mode,
@@ -205,9 +213,30 @@ fn prepare_image(spec: &ChrootSpec, image: &ImageRoot) -> io::Result<ChrootPlan>
     let in_image = |lower: &PathBuf| beneath::something_at(lower, cwd);
     if !cwd.as_os_str().is_empty() && !image.lower.iter().any(in_image) {
         beneath::create(&image.upper, cwd, false, 0o755)?;
+        made.extend(
+            cwd.ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .map(Path::to_path_buf),
+        );
     }
     for mount in &spec.mounts {
         create_mount_point(&image.upper, mount)?;
+    }
+    if let Some(owner) = image.owner {
+        // In the upper dir these hide the image's own: root's inside, as the image's are
+        // (a mount point only shows while its mount covers it).
+        let upper = c_path(&image.upper)?;
+        let upper = beneath::open_root(&upper)?;
+        for relative in &made {
+            let entry = beneath::open_unfollowed(&upper, &c_path(relative)?)?;
+            rustix::fs::chownat(
+                &entry,
+                "",
+                Some(rustix::fs::Uid::from_raw(owner.uid)),
+                Some(rustix::fs::Gid::from_raw(owner.gid)),
+                rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
     }
     plan(&spec.root, &host_mounts_if_needed(spec)?, &[], spec)
 }
@@ -368,6 +397,7 @@ fn plan(
                 .collect::<io::Result<Vec<_>>>()?,
             upper: c_path(&image.upper)?,
             work: c_path(&image.work)?,
+            idmapped: image.owner.is_some(),
         });
     } else {
         // The root becomes a mount point (pivot_root needs one), before anything is
@@ -556,6 +586,7 @@ mod tests {
                 lower: vec!["/images/layers/b".into(), "/images/layers/a".into()],
                 upper: "/a/t/image/upper".into(),
                 work: "/a/t/image/work".into(),
+                owner: None,
             }),
         };
         let plan = plan(Path::new("/a/t/image/root"), &[], &[], &spec).unwrap();
@@ -602,6 +633,7 @@ mod tests {
             lower: vec![lower],
             upper: dir.path().join("t/image/upper"),
             work: dir.path().join("t/image/work"),
+            owner: None,
         };
         let spec = |cwd: &str| ChrootSpec {
             root: dir.path().join("t/image/root"),

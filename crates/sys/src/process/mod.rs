@@ -15,6 +15,7 @@
 pub mod confine;
 pub mod dynamic_users;
 pub mod enter;
+pub mod image_user;
 pub mod isolation;
 pub mod keeper;
 pub mod logmon;
@@ -24,6 +25,7 @@ pub mod seccomp;
 pub mod session;
 pub mod shim;
 pub mod spawn_plan;
+pub mod user_namespace;
 pub mod users;
 
 use std::collections::HashMap;
@@ -68,6 +70,9 @@ pub struct SpawnSpec {
     /// Runs as this user, from before the seccomp filter on (the kernel then clears its
     /// capabilities).
     pub user: Option<users::TaskUser>,
+    /// The task's own user namespace (a task on an image): it runs as its user inside,
+    /// and `user` is then its ids on the host.
+    pub user_namespace: Option<user_namespace::UserNamespace>,
     /// The `cgroup.procs` files of the task's cgroup: the process joins them first, so
     /// everything it does and forks is limited and accounted.
     pub cgroup_procs: Vec<PathBuf>,
@@ -263,6 +268,7 @@ impl ProcessTable {
             after_fork,
             confine,
             user: spec.user,
+            user_namespace: spec.user_namespace.clone(),
             filter,
             mount_warden,
             exit_record,

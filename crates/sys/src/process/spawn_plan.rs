@@ -30,6 +30,7 @@ use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use serde::{Deserialize, Serialize};
 
+use super::user_namespace::{self, UserNamespace};
 use super::{confine, keeper, mount_warden, seccomp, shim};
 use crate::mount::MountStep;
 use berth_model::driver::TaskUser;
@@ -65,9 +66,9 @@ struct Build {
 
 impl Build {
     fn this() -> Build {
-        // 6: a controlling terminal for a command entering a task.
+        // 6: a controlling terminal for a command entering a task; 8: a user namespace.
         Build {
-            format: 7,
+            format: 8,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -104,6 +105,10 @@ pub struct SpawnPlan {
     /// ([`confine`]); `None` for an unconfined task.
     pub confine: Option<confine::Confinement>,
     pub user: Option<TaskUser>,
+    /// The task's own user namespace (an image task's): made before anything else,
+    /// its layers mounted idmapped through it, entered before the capability drop; the
+    /// task then becomes its user inside, not [`SpawnPlan::user`].
+    pub user_namespace: Option<UserNamespace>,
     pub filter: Option<seccomp::TaskFilter>,
     /// The mount warden that makes a mounting plugin's binds ([`mount_warden`]); its
     /// filter hands them over.
@@ -201,6 +206,7 @@ impl SpawnPlan {
             "start the mount warden".to_string(),
             "join the group's network namespace".to_string(),
             "join the task's namespaces".to_string(),
+            "make the task's user namespace".to_string(),
         ];
         names.extend(self.before_fork.iter().map(ToString::to_string));
         names.push(if self.pid_namespace {
@@ -209,6 +215,7 @@ impl SpawnPlan {
             "fork the task's shim".into()
         });
         names.extend(self.after_fork.iter().map(ToString::to_string));
+        names.push("enter the task's user namespace".into());
         names.push("drop capabilities and set no_new_privs".into());
         names.push("switch to the task's user".into());
         names.push("install the seccomp filter".into());
@@ -309,9 +316,14 @@ impl SpawnPlan {
             rustix::thread::move_into_link_name_space(file, Some(namespace.kind()))
                 .map_err(|e| (3, e.into()))?;
         }
-        let mut index = 4;
+        let user_namespace = match &self.user_namespace {
+            Some(namespace) => Some(namespace.create().map_err(|e| (4, e))?),
+            None => None,
+        };
+        let mut index = 5;
         for step in &self.before_fork {
-            step.execute().map_err(|e| (index, e))?;
+            step.execute_in(user_namespace.as_ref().map(|fd| fd.as_fd()))
+                .map_err(|e| (index, e))?;
             index += 1;
         }
         if self.forks_shim() {
@@ -330,16 +342,24 @@ impl SpawnPlan {
             step.execute().map_err(|e| (index, e))?;
             index += 1;
         }
+        if let Some(namespace) = &user_namespace {
+            // Last: the mounts above needed root of the host's namespace.
+            user_namespace::enter(namespace.as_fd()).map_err(|e| (index, e))?;
+        }
+        drop(user_namespace);
+        index += 1;
         if let Some(confinement) = self.confine {
             confine::drop_privileges(confinement).map_err(|e| (index, e))?;
         }
         index += 1;
-        if let Some(user) = self.user {
-            confine::become_user(user).map_err(|e| (index, e))?;
-            if self.forks_shim() {
-                // Changing user cleared the parent-death signal: set it again.
-                shim::die_with_parent().map_err(|e| (index, e))?;
-            }
+        let became = match (&self.user_namespace, self.user) {
+            (Some(namespace), _) => namespace.become_inside().map(|()| true),
+            (None, Some(user)) => confine::become_user(user).map(|()| true),
+            (None, None) => Ok(false),
+        };
+        if became.map_err(|e| (index, e))? && self.forks_shim() {
+            // Changing user cleared the parent-death signal: set it again.
+            shim::die_with_parent().map_err(|e| (index, e))?;
         }
         index += 1;
         let listener = match &self.filter {
@@ -669,6 +689,7 @@ mod tests {
                 uid: 65534,
                 gid: 65534,
             }),
+            user_namespace: None,
             filter: None,
             mount_warden: None,
             exit_record: Some(7),

@@ -91,6 +91,23 @@ async fn a_docker_job_runs_an_image_from_a_registry_with_its_defaults_and_with_o
     assert_eq!(&lines[4..7], ["/alloc", "/local", "/secrets"]);
     assert_eq!(lines[7], format!("alloc {}", status.id));
     assert_eq!(status.client_status, ClientStatus::Complete);
+    // The pull, as the task's "Driver" events, as Nomad's docker driver shows it.
+    let driver_events: Vec<&str> = status.tasks["t"]
+        .events
+        .iter()
+        .filter(|e| e.kind == berth_model::events::EventKind::Driver)
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(driver_events.len(), 2, "{driver_events:?}");
+    assert!(
+        driver_events[0].starts_with(&format!("Downloading image {image}: 1 of its 1 layers (")),
+        "{driver_events:?}"
+    );
+    assert!(
+        driver_events[1].starts_with("Downloaded layer 1 of 1 (")
+            && driver_events[1].ends_with(" MB)"),
+        "{driver_events:?}"
+    );
 
     // Nomad's overrides: entrypoint, command with args, work_dir, the task's env over
     // the image's; and the same image by its digest.

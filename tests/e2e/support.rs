@@ -114,6 +114,7 @@ impl TaskDir {
             network_namespace: None,
             etc_files: Vec::new(),
             image_user_namespace: None,
+            progress: None,
         }
     }
 

@@ -99,6 +99,28 @@ pub fn layers_in_use(data_dir: &Path) -> Option<HashSet<String>> {
     Some(in_use)
 }
 
+/// The task event a pull starts with, as Nomad's docker driver says it.
+fn pull_message(reference: &str, layers: usize, missing: usize, bytes: u64) -> String {
+    if missing == 0 {
+        format!("Image {reference} is on the node ({layers} layers)")
+    } else {
+        format!(
+            "Downloading image {reference}: {missing} of its {layers} layers ({})",
+            size(bytes)
+        )
+    }
+}
+
+/// Bytes as people read them: `1.1 MB`.
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} B"),
+        1_000..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
+        _ => format!("{:.1} GB", bytes as f64 / 1e9),
+    }
+}
+
 impl ImageSource for NodeImages {
     fn pull(
         &self,
@@ -115,14 +137,25 @@ impl ImageSource for NodeImages {
                 timeout: pull.timeout,
             };
             let task = pull.task_id.clone();
-            let progress = move |step: PullProgress| match step {
-                PullProgress::Resolved {
-                    layers,
-                    missing,
-                    bytes,
-                } => tracing::info!(task = %task, layers, missing, bytes, "pulling an image"),
-                PullProgress::LayerDone { index, of, bytes } => {
-                    tracing::info!(task = %task, index, of, bytes, "pulled an image layer")
+            let events = pull.progress.clone();
+            let shown = reference.to_string();
+            let progress = move |step: PullProgress| {
+                let message = match step {
+                    PullProgress::Resolved {
+                        layers,
+                        missing,
+                        bytes,
+                    } => {
+                        tracing::info!(task = %task, layers, missing, bytes, "pulling an image");
+                        pull_message(&shown, layers, missing, bytes)
+                    }
+                    PullProgress::LayerDone { index, of, bytes } => {
+                        tracing::info!(task = %task, index, of, bytes, "pulled an image layer");
+                        format!("Downloaded layer {index} of {of} ({})", size(bytes))
+                    }
+                };
+                if let Some(events) = &events {
+                    (events.0)(message);
                 }
             };
             let image = self

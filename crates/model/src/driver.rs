@@ -142,6 +142,19 @@ pub struct TaskRequest {
     /// A task on an image runs in a user namespace of its own (the agent's `image {
     /// userns = "private" }`): `user` is then its ids on the host, and this the rest.
     pub image_user_namespace: Option<ImageUserNamespace>,
+    /// Where what the host does for the driver while it starts the task (an image's
+    /// pull) goes: the task's events.
+    pub progress: Option<TaskProgress>,
+}
+
+/// A task's "Driver" events, as the host reports them while a driver starts it.
+#[derive(Clone)]
+pub struct TaskProgress(pub std::sync::Arc<dyn Fn(String) + Send + Sync>);
+
+impl std::fmt::Debug for TaskProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TaskProgress")
+    }
 }
 
 /// What the host decided for an image task's user namespace.

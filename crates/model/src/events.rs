@@ -49,6 +49,9 @@ pub enum EventKind {
     DownloadingArtifacts,
     #[serde(rename = "Failed Artifact Download")]
     ArtifactDownloadFailed,
+    /// What the task's driver did on its way (Nomad's docker driver's "Downloading
+    /// image"): an image's pull, layer by layer.
+    Driver,
 }
 
 impl fmt::Display for EventKind {

@@ -17,6 +17,8 @@ pub struct ImagePull {
     pub timeout: Duration,
     /// The task pulling (`<alloc id>/<task>`), for the agent's log and events.
     pub task_id: String,
+    /// The task's events: the pull's progress goes there.
+    pub progress: Option<berth_model::driver::TaskProgress>,
 }
 
 /// An image in the store, ready to be a task's root.

@@ -59,6 +59,8 @@ pub struct TaskScope {
     pub etc_files: Vec<PathBuf>,
     /// An image task's own user namespace.
     pub image_user_namespace: Option<berth_model::driver::ImageUserNamespace>,
+    /// The task's events, for what the host does while the driver starts it.
+    pub progress: Option<berth_model::driver::TaskProgress>,
 }
 
 /// Guest time bookkeeping for one call: the CPU time the guest's thread spent running

@@ -501,6 +501,12 @@ impl TaskRunner {
             network_namespace,
             etc_files: self.ctx.alloc_dir.group_etc_files(),
             image_user_namespace: self.image_user_namespace(user),
+            progress: Some({
+                let events = self.task_events.clone();
+                berth_model::driver::TaskProgress(std::sync::Arc::new(move |message| {
+                    events.emit(EventKind::Driver, message)
+                }))
+            }),
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

@@ -314,6 +314,7 @@ impl Driver {
             network_namespace: request.network_namespace.clone(),
             etc_files: request.etc_files.clone(),
             image_user_namespace: request.image_user_namespace.clone(),
+            progress: request.progress.clone(),
         };
         let config = wit::TaskConfig::from(request);
         let (

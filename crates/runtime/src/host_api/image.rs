@@ -126,6 +126,7 @@ impl Host for PluginCtx {
                 .as_ref()
                 .map(|t| t.task_id.clone())
                 .unwrap_or_default(),
+            progress: self.task.as_ref().and_then(|t| t.progress.clone()),
         };
         let pulled = self.clock.exempt(images.pull(pull)).await;
         Ok(pulled.map_err(|e| e.0).map(|image| {

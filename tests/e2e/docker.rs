@@ -667,6 +667,116 @@ async fn an_agent_killed_during_a_pull_leaves_no_partial_layer_and_the_task_star
     assert_eq!(std::fs::read_dir(store.join("layers")).unwrap().count(), 2);
 }
 
+/// A proxy to `target` whose first `failures` connections get a 503 (and are closed).
+fn failing_proxy(target: String, failures: usize) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for (n, mut client) in listener.incoming().flatten().enumerate() {
+            if n < failures {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).is_ok_and(|r| r == 1) {
+                    head.push(byte[0]);
+                }
+                let _ = client.write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            let Ok(server) = std::net::TcpStream::connect(&target) else {
+                continue;
+            };
+            let (mut to_server, mut from_client) = (server.try_clone().unwrap(), client);
+            let (mut to_client, mut from_server) = (from_client.try_clone().unwrap(), server);
+            std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_server, &mut to_client);
+                let _ = to_client.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_that_fails_for_a_while_is_tried_again_and_one_that_keeps_failing_is_given_up() {
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    base_image(&layout);
+    registry.push(&layout, "base", "tools/busybox:1");
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let retries = |status: &AllocStatus| -> Vec<String> {
+        status.tasks["t"]
+            .events
+            .iter()
+            .filter(|e| e.message.starts_with("Attempt "))
+            .map(|e| e.message.clone())
+            .collect()
+    };
+
+    // Two 503s, then the registry: the third attempt pulls, after 1s and 2s.
+    let flaky = failing_proxy(registry.address.clone(), 2);
+    let job = batch(
+        "flaky",
+        &docker_task(
+            "t",
+            &format!("        image = \"{flaky}/tools/busybox:1\"\n"),
+        ),
+    );
+    let submitted = agent.submit("flaky.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(
+        status.client_status,
+        ClientStatus::Complete,
+        "{}",
+        events(&status, "t")
+    );
+    let retried = retries(&status);
+    assert_eq!(retried.len(), 2, "{retried:?}");
+    assert!(
+        retried[0].starts_with("Attempt 1 of 3 failed: pulling ")
+            && retried[0].contains("503")
+            && retried[0].ends_with("; trying again in 1s"),
+        "{retried:?}"
+    );
+    assert!(retried[1].ends_with("; trying again in 2s"), "{retried:?}");
+
+    // Always 503: three attempts, then a failure that says so.
+    let down = failing_proxy(registry.address.clone(), usize::MAX);
+    let job = batch(
+        "down",
+        &docker_task(
+            "t",
+            &format!("        image = \"{down}/tools/busybox:1\"\n"),
+        ),
+    );
+    let submitted = agent.submit("down.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    assert_eq!(retries(&status).len(), 2);
+    let all = events(&status, "t");
+    assert!(
+        all.contains("503") && all.contains("(gave up after 3 attempts)"),
+        "{all}"
+    );
+
+    // A refusal is not tried again: an unknown image fails at once.
+    let job = batch(
+        "unknown",
+        &docker_task(
+            "t",
+            &format!("        image = \"{}/tools/none:1\"\n", registry.address),
+        ),
+    );
+    let submitted = agent.submit("unknown.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    assert!(retries(&status).is_empty(), "{}", events(&status, "t"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_private_image_in_the_store_runs_only_for_jobs_the_registry_gives_it_to() {
     let registry = Registry::with_credentials("deploy", "s3cret-pass");

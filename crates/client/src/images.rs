@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_image::{ImageError, ImageStore, PullOptions, PullProgress, Reference};
+use berth_image::{ImageError, ImageStore, PULL_ATTEMPTS, PullOptions, PullProgress, Reference};
 use berth_runtime::images::{ImagePull, ImagePullError, ImageSource, PulledImage};
 
 use crate::config::ImageSettings;
@@ -152,6 +152,17 @@ impl ImageSource for NodeImages {
                     PullProgress::LayerDone { index, of, bytes } => {
                         tracing::info!(task = %task, index, of, bytes, "pulled an image layer");
                         format!("Downloaded layer {index} of {of} ({})", size(bytes))
+                    }
+                    PullProgress::Retrying {
+                        attempt,
+                        wait,
+                        error,
+                    } => {
+                        tracing::warn!(task = %task, attempt, %error, "retrying an image pull");
+                        format!(
+                            "Attempt {attempt} of {PULL_ATTEMPTS} failed: {error}; trying again in {}s",
+                            wait.as_secs()
+                        )
                     }
                 };
                 if let Some(events) = &events {

@@ -132,7 +132,20 @@ pub enum PullProgress {
     },
     /// One layer is in the store (`index` counts from 1).
     LayerDone { index: usize, of: usize, bytes: u64 },
+    /// Attempt `attempt` of [`PULL_ATTEMPTS`] failed on something that may pass (the
+    /// registry unreachable, or answering 429 or 5xx): the next starts after `wait`.
+    Retrying {
+        attempt: u32,
+        wait: Duration,
+        error: String,
+    },
 }
+
+/// How many times a pull is tried when the registry fails in a way that may pass.
+pub const PULL_ATTEMPTS: u32 = 3;
+
+/// The wait before the second attempt; it doubles for each after.
+pub const FIRST_RETRY_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -161,12 +174,36 @@ pub enum ImageError {
     },
     #[error("pulling {reference}: no answer within {after:?} (the task's image_pull_timeout)")]
     TimedOut { reference: String, after: Duration },
+    #[error("{error} (gave up after {attempts} attempts)")]
+    GaveUp {
+        attempts: u32,
+        #[source]
+        error: Box<ImageError>,
+    },
     #[error("the image store at {path}: {error}")]
     Store {
         path: String,
         #[source]
         error: io::Error,
     },
+}
+
+impl ImageError {
+    /// A failure another attempt may not meet: the registry unreachable or cut off, or
+    /// answering "too many requests" or a server error. Never a refusal, a digest that
+    /// does not match or a limit.
+    pub fn may_pass(&self) -> bool {
+        match self {
+            ImageError::Registry { error, .. } => match error {
+                registry::RegistryError::Failed { .. } => true,
+                registry::RegistryError::Status { status, .. } => {
+                    *status == 429 || (500..=599).contains(status)
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 /// The node's images.
@@ -337,7 +374,7 @@ impl ImageStore {
                     self.mark_used(&image);
                     Ok(image)
                 }
-                None => self.pull_from_registry(reference, options, progress).await,
+                None => self.pull_with_retries(reference, options, progress).await,
             }
         };
         let result = match tokio::time::timeout(options.timeout, pulling).await {
@@ -352,6 +389,40 @@ impl ImageStore {
             pulls.remove(&key);
         }
         result
+    }
+
+    /// [`ImageStore::pull_from_registry`], again after a wait that doubles when the
+    /// registry failed in a way that may pass, up to [`PULL_ATTEMPTS`] in all. A retry
+    /// downloads only the layers the store still lacks.
+    async fn pull_with_retries(
+        &self,
+        reference: &Reference,
+        options: &PullOptions,
+        progress: &(dyn Fn(PullProgress) + Send + Sync),
+    ) -> Result<Image, ImageError> {
+        let mut wait = FIRST_RETRY_WAIT;
+        let mut attempt = 1;
+        loop {
+            match self.pull_from_registry(reference, options, progress).await {
+                Err(error) if attempt < PULL_ATTEMPTS && error.may_pass() => {
+                    progress(PullProgress::Retrying {
+                        attempt,
+                        wait,
+                        error: error.to_string(),
+                    });
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                    attempt += 1;
+                }
+                Err(error) if attempt > 1 => {
+                    return Err(ImageError::GaveUp {
+                        attempts: attempt,
+                        error: Box::new(error),
+                    });
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Whether the registry gives `reference` to this pull's credentials: asked of the

@@ -98,6 +98,16 @@ pub(super) async fn run(
                 PullProgress::LayerDone { index, of, bytes } => {
                     print_line!("  layer {}/{}: {} KiB", index, of, bytes >> 10)
                 }
+                PullProgress::Retrying {
+                    attempt,
+                    wait,
+                    error,
+                } => print_line!(
+                    "  attempt {} failed: {}; trying again in {}s",
+                    attempt,
+                    error,
+                    wait.as_secs()
+                ),
             };
             let image = store.pull(&reference, &options, &progress).await?;
             print_line!("{} {}", image.reference, image.digest);

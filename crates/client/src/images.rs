@@ -9,7 +9,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_image::{ImageError, ImageStore, PULL_ATTEMPTS, PullOptions, PullProgress, Reference};
+use berth_image::{
+    ImageError, ImageStore, PULL_ATTEMPTS, PullOptions, PullProgress, Reference, docker_config,
+};
 use berth_runtime::images::{ImagePull, ImagePullError, ImageSource, PulledImage};
 
 use crate::config::ImageSettings;
@@ -17,6 +19,8 @@ use crate::config::ImageSettings;
 /// The store, shared by every driver of the agent.
 pub struct NodeImages {
     store: Arc<ImageStore>,
+    /// The operator's Docker `config.json`, for pulls whose job has no `auth`.
+    auth_config: Option<PathBuf>,
 }
 
 impl NodeImages {
@@ -26,6 +30,7 @@ impl NodeImages {
         let store = ImageStore::open(settings.store_config(data_dir.join("images")))?;
         Ok(NodeImages {
             store: Arc::new(store),
+            auth_config: settings.auth_config.clone(),
         })
     }
 
@@ -99,6 +104,33 @@ pub fn layers_in_use(data_dir: &Path) -> Option<HashSet<String>> {
     Some(in_use)
 }
 
+impl NodeImages {
+    /// `registry`'s credentials in the operator's `image { auth_config }`, if any.
+    fn operator_credentials(
+        &self,
+        registry: &str,
+    ) -> Result<Option<berth_image::Credentials>, ImagePullError> {
+        use std::io::Read as _;
+        let Some(path) = &self.auth_config else {
+            return Ok(None);
+        };
+        let failed = |why: String| {
+            ImagePullError(format!(
+                "the agent's image {{ auth_config }} file {}: {why}",
+                path.display()
+            ))
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|file| {
+                file.take(docker_config::MAX_CONFIG)
+                    .read_to_string(&mut text)
+            })
+            .map_err(|e| failed(e.to_string()))?;
+        docker_config::credentials_for(&text, registry).map_err(|e| failed(e.to_string()))
+    }
+}
+
 /// The task event a pull starts with, as Nomad's docker driver says it.
 fn pull_message(reference: &str, layers: usize, missing: usize, bytes: u64) -> String {
     if missing == 0 {
@@ -129,10 +161,12 @@ impl ImageSource for NodeImages {
         Box::pin(async move {
             let reference =
                 Reference::parse(&pull.reference).map_err(|e| ImagePullError(e.to_string()))?;
+            let credentials = match pull.credentials {
+                Some((username, password)) => Some(berth_image::Credentials { username, password }),
+                None => self.operator_credentials(&reference.registry)?,
+            };
             let options = PullOptions {
-                credentials: pull
-                    .credentials
-                    .map(|(username, password)| berth_image::Credentials { username, password }),
+                credentials,
                 force: pull.force,
                 timeout: pull.timeout,
             };

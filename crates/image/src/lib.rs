@@ -18,6 +18,7 @@
 //! reference at once share one pull, and a layer two images share is unpacked once.
 
 pub mod archive;
+pub mod docker_config;
 pub mod gc;
 pub mod layer;
 pub mod reference;

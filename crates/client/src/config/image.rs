@@ -11,6 +11,7 @@
 //!   gc                  = true   # Nomad's docker gc { image, image_delay }: an image
 //!   image_delay         = "3m"   # no task on the node used for this long is removed
 //!   userns              = "private"  # root in an image is not root on the host; "host": it is
+//!   auth_config         = "/root/.docker/config.json"  # credentials for jobs with no auth
 //! }
 //! ```
 
@@ -39,6 +40,10 @@ pub struct ImageSettings {
     /// id one of its subordinate ids (`user { subordinate_base }`). `"host"`: tasks run
     /// as their dynamic uid in the host's, and an image's `User` is not used.
     pub private_user_namespaces: bool,
+    /// `auth_config`: Docker's `config.json` (Nomad's docker plugin `auth { config }`),
+    /// whose `auths` give the credentials for a pull whose job has no `auth`. Read at
+    /// each such pull.
+    pub auth_config: Option<PathBuf>,
 }
 
 /// Nomad's docker driver's `image_delay`.
@@ -55,6 +60,7 @@ impl Default for ImageSettings {
             gc: true,
             image_delay: DEFAULT_IMAGE_DELAY,
             private_user_namespaces: true,
+            auth_config: None,
         }
     }
 }
@@ -86,6 +92,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             "gc",
             "image_delay",
             "userns",
+            "auth_config",
         ],
     );
     let defaults = ImageSettings::default();
@@ -113,6 +120,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             .duration("image_delay", problems)
             .unwrap_or(defaults.image_delay),
         private_user_namespaces: true,
+        auth_config: None,
     };
     let private_user_namespaces = match fields.string("userns", problems).as_deref() {
         None | Some("private") => true,
@@ -128,6 +136,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
     };
     let settings = ImageSettings {
         private_user_namespaces,
+        auth_config: fields.string("auth_config", problems).map(PathBuf::from),
         ..settings
     };
     if settings.image_delay < Duration::from_secs(1) {

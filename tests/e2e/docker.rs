@@ -160,7 +160,7 @@ async fn root_in_an_image_is_the_tasks_own_uid_and_the_images_users_are_its_subo
         ],
         &ImageSpec {
             entrypoint: &["/bin/sh", "-c"],
-            cmd: &["id -u; id -g; id -G"],
+            cmd: &["id -u; id -g; id -G; touch /local/mine /secrets/mine /home/app/mine && echo own-dirs"],
             env: &["PATH=/bin"],
             user: Some("app"),
             ..ImageSpec::default()
@@ -197,7 +197,7 @@ async fn root_in_an_image_is_the_tasks_own_uid_and_the_images_users_are_its_subo
     let status = agent.finished(&submitted.alloc_ids[0]).await;
     assert_eq!(
         stdout(&status, "t"),
-        "1000\n1001\n1001 65536\n",
+        "1000\n1001\n1001 65536\nown-dirs\n",
         "{}",
         events(&status, "t")
     );
@@ -261,6 +261,39 @@ async fn root_in_an_image_is_the_tasks_own_uid_and_the_images_users_are_its_subo
         "written in a dir of the image's user, copied up under its ids"
     );
     assert_eq!(owner(&upper.join("home/app")), (app_uid, app_gid));
+    // In a group's own network every port is the group's: root in the image binds 80
+    // there, though its capabilities do not reach the namespace (the host's).
+    let job = format!(
+        r#"job "low-port" {{
+  type = "batch"
+  group "g" {{
+    network {{
+      mode = "bridge"
+    }}
+    restart {{
+      attempts = 0
+    }}
+    task "t" {{
+      driver = "docker"
+      user   = "root"
+      config {{
+        image = "{image}"
+        args  = ["httpd -p 80 -h /etc && echo bound"]
+      }}
+    }}
+  }}
+}}
+"#
+    );
+    let submitted = agent.submit("low-port.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(
+        stdout(&status, "t"),
+        "bound\n",
+        "{}\n{}",
+        events(&status, "t"),
+        std::fs::read_to_string(status.alloc_dir.join("alloc/logs/t.stderr.0")).unwrap_or_default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -81,16 +81,20 @@ pub fn wants_dynamic_user(
 /// before every start (a job accepted earlier may be restored under a stricter config).
 /// Users are found with `lookup` (the runners pass their `Sys`'s). `dynamic`: the
 /// ids the alloc took for this task from `user { dynamic_range }`, which it runs as in
-/// place of [`DEFAULT_TASK_USER`] (`None` at submit, before the alloc has any).
+/// place of [`DEFAULT_TASK_USER`] ([`DynamicIds::NotYet`] at submit).
 pub fn task_user(
     job: &Job,
     task: &Task,
     isolation: FsIsolation,
     config: &AgentConfig,
     lookup: &dyn Fn(&str) -> Result<TaskUser, berth_sys::process::users::UserError>,
-    dynamic: Option<TaskUser>,
+    dynamic: DynamicIds,
 ) -> Result<Option<(String, TaskUser)>, UserRefusal> {
-    if let Some(user) = dynamic.filter(|_| wants_dynamic_user(job, task, isolation, config)) {
+    let taken = match dynamic {
+        DynamicIds::NotYet => None,
+        DynamicIds::Taken(taken) => taken,
+    };
+    if let Some(user) = taken.filter(|_| wants_dynamic_user(job, task, isolation, config)) {
         // Its own ids, which no host user holds (checked at agent start): nothing to
         // look up, and never a denied user.
         return Ok(Some((format!("dynamic uid {}", user.uid), user)));
@@ -101,8 +105,14 @@ pub fn task_user(
         .is_some_and(|p| config.csi_privileged(&p.id, job));
     if isolation == FsIsolation::Image && config.image.private_user_namespaces && !privileged {
         // Its `user` is one of the image's, found in the image when the task starts; on
-        // the host it runs as the ids its alloc takes (none yet at submit).
-        return Ok(None);
+        // the host it runs as the ids its alloc takes. Never as the agent's (root) for
+        // want of them (attack review: an alloc recorded before namespaces were on).
+        return match dynamic {
+            DynamicIds::NotYet => Ok(None),
+            DynamicIds::Taken(_) => Err(UserRefusal::NoIdsForImage {
+                task: task.name.clone(),
+            }),
+        };
     }
     let name = match &task.user {
         Some(user) => Some(user.clone()),
@@ -147,9 +157,24 @@ pub fn task_user(
     Ok(name.zip(user))
 }
 
+/// The ids an alloc took for a task, as [`task_user`] is told them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DynamicIds {
+    /// At submit: the alloc has taken none yet.
+    NotYet,
+    /// When the task runs: what its alloc took for it, if anything.
+    Taken(Option<TaskUser>),
+}
+
 /// Why a task may not run as its user.
 #[derive(Debug, thiserror::Error)]
 pub enum UserRefusal {
+    #[error(
+        "task {task:?} runs on an image in a user namespace of its own, and its alloc holds \
+         no user id for it (the alloc was placed before the agent's image {{ userns }} was \
+         \"private\"): stop the alloc and run the job again"
+    )]
+    NoIdsForImage { task: String },
     #[error("task {task:?}: {source}")]
     Unknown {
         task: String,
@@ -600,7 +625,7 @@ async fn check_task(
             driver.capabilities().fs_isolation,
             config,
             &berth_sys::process::users::lookup,
-            None,
+            DynamicIds::NotYet,
         )
     {
         problems.push(Problem {
@@ -645,5 +670,55 @@ async fn check_task(
                 message: refusal,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task on an image runs as ids of its own or not at all: never as the agent's
+    /// root for want of them (attack review: an alloc whose users were recorded before
+    /// namespaces were on held none for it).
+    #[test]
+    fn an_image_task_runs_as_its_own_ids_or_is_refused() {
+        let job = berth_jobspec::parse(
+            "j.hcl",
+            "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"docker\"\n      user = \"root\"\n      config {\n        image = \"busybox\"\n      }\n    }\n  }\n}\n",
+        )
+        .unwrap();
+        let task = &job.groups[0].tasks[0];
+        let config = AgentConfig::default();
+        let lookup = berth_sys::process::users::lookup;
+        let user = |ids| task_user(&job, task, FsIsolation::Image, &config, &lookup, ids);
+        assert!(
+            matches!(user(DynamicIds::NotYet), Ok(None)),
+            "at submit: root is the image's, not refused"
+        );
+        let own = TaskUser {
+            uid: 80_001,
+            gid: 80_000,
+        };
+        assert_eq!(
+            user(DynamicIds::Taken(Some(own))).unwrap().map(|(_, u)| u),
+            Some(own)
+        );
+        let refused = user(DynamicIds::Taken(None)).unwrap_err().to_string();
+        assert!(refused.contains("holds no user id for it"), "{refused}");
+        // With the host's namespace, the job's user is the host's, and root is denied.
+        let mut host = AgentConfig::default();
+        host.image.private_user_namespaces = false;
+        let denied = task_user(
+            &job,
+            task,
+            FsIsolation::Image,
+            &host,
+            &lookup,
+            DynamicIds::NotYet,
+        );
+        assert!(
+            matches!(denied, Err(UserRefusal::Denied { .. })),
+            "{denied:?}"
+        );
     }
 }

@@ -299,6 +299,7 @@ fn subordinate_ids_follow_the_dynamic_range_and_must_fit() {
         Some(1_000_131_072)
     );
     assert_eq!(defaults.users.subordinate_block(79_999), None);
+    assert_eq!(defaults.users.subordinate_block(90_000), None);
     let error = parse("user {\n  dynamic_range = \"80000-199999\"\n}\n")
         .unwrap_err()
         .to_string();

@@ -31,11 +31,16 @@ impl UserPolicy {
     pub fn subordinate_ids(&self) -> Option<std::ops::RangeInclusive<u32>> {
         let ids = u64::from(*self.dynamic_range.end() - *self.dynamic_range.start()) + 1;
         let last = u64::from(self.subordinate_base) + ids * u64::from(NAMESPACE_IDS) - 1;
-        (last <= u64::from(MAX_DYNAMIC_ID)).then(|| self.subordinate_base..=last as u32)
+        (last <= u64::from(MAX_DYNAMIC_ID)).then_some(self.subordinate_base..=last as u32)
     }
 
-    /// The first of the subordinate ids of the task with dynamic uid `uid`.
+    /// The first of the subordinate ids of the task with dynamic uid `uid`; `None` for a
+    /// uid outside the range (one a restored alloc took under another config), whose
+    /// block no check at start covered.
     pub fn subordinate_block(&self, uid: u32) -> Option<u32> {
+        if !self.dynamic_range.contains(&uid) {
+            return None;
+        }
         let index = uid.checked_sub(*self.dynamic_range.start())?;
         let first = u64::from(self.subordinate_base) + u64::from(index) * u64::from(NAMESPACE_IDS);
         u32::try_from(first).ok()

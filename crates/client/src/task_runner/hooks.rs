@@ -76,7 +76,7 @@ impl TaskHookContext {
             self.driver.capabilities().fs_isolation,
             &self.config,
             &|name| self.sys.lookup_user(name),
-            self.dynamic_user,
+            crate::validate::DynamicIds::Taken(self.dynamic_user),
         )?;
         Ok(user.map(|(_, user)| user))
     }

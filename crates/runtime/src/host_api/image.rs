@@ -78,6 +78,14 @@ impl PluginCtx {
         let Some(task) = &self.task else {
             return Ok(None);
         };
+        if task.user.is_none() && !task.privileged {
+            // The host gives every image task a user of its own; without one it would run
+            // as the agent's (root).
+            return Err(format!(
+                "task {} has no user of its own to run its image as",
+                task.task_id
+            ));
+        }
         let (Some(decided), Some(host)) = (&task.image_user_namespace, task.user) else {
             return Ok(None);
         };

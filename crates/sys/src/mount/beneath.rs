@@ -160,15 +160,37 @@ pub fn create(root: &Path, relative: &Path, file: bool, mode: u32) -> io::Result
     for (index, name) in parts.iter().enumerate() {
         let last = index + 1 == parts.len();
         if last && file {
+            // Never blocking: a FIFO the task left here (attack review) would hold the
+            // open, and the thread, until something read it.
+            let not_a_file = || {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is not a regular file (a FIFO, a device or a socket)",
+                        relative.display()
+                    ),
+                )
+            };
             match rustix::fs::openat(
                 &dir,
                 *name,
-                OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                OFlags::CREATE
+                    | OFlags::WRONLY
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK
+                    | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o644),
             ) {
-                Ok(_) => {}
-                // An existing link or FIFO is not a file berth made: refused.
+                Ok(fd) => {
+                    let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+                    if kind != rustix::fs::FileType::RegularFile {
+                        return Err(not_a_file());
+                    }
+                }
+                // An existing link is not a file berth made: refused.
                 Err(rustix::io::Errno::LOOP) => return Err(link_refused(relative)),
+                // A FIFO no one reads, or a socket.
+                Err(rustix::io::Errno::NXIO) => return Err(not_a_file()),
                 Err(e) => return Err(e.into()),
             }
             // What is there now must be a regular file, not a link.
@@ -308,5 +330,31 @@ mod tests {
         assert!(open(&dir, c"link").is_err());
         assert!(open(&dir, c"link/x").is_err());
         assert!(open(&dir, c"../x").is_err());
+    }
+
+    /// A task that left a FIFO where a file mount point goes (its `/etc/hosts`) must not
+    /// hold the agent's thread in the open (attack review).
+    #[test]
+    fn a_fifo_where_a_file_goes_is_refused_at_once() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.path().join("etc/hosts"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let (done, result) = std::sync::mpsc::channel();
+        let path = root.path().to_path_buf();
+        std::thread::spawn(move || {
+            let _ = done.send(create(&path, Path::new("etc/hosts"), true, 0o755));
+        });
+        let error = result
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the open blocked on the FIFO")
+            .unwrap_err();
+        assert!(error.to_string().contains("not a regular file"), "{error}");
     }
 }

@@ -83,6 +83,11 @@ impl NetNs {
                 // thread, which shares no descriptor table change with anyone (FILES is
                 // not among the flags).
                 unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET)? };
+                // Every port of the group's namespace is the group's, as Docker makes a
+                // container's: root in an image, whose capabilities its user namespace
+                // does not carry over to this namespace, binds port 80. (The sysctl is
+                // this thread's namespace's.)
+                std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")?;
                 ns_mount::bind_namespace(Path::new("/proc/thread-self/ns/net"), &target)
             })
             .map_err(io("start the thread that makes"))?

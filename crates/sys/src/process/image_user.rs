@@ -34,7 +34,7 @@ pub fn resolve(layers: &[PathBuf], spec: &str) -> Result<TaskUser, ImageUserErro
     };
     let passwd = || read_merged(layers, "etc/passwd").unwrap_or_default();
     let (uid, primary) = match (user, user.parse::<u32>()) {
-        ("", _) => (0, find(&passwd(), 0, "0", 3).unwrap_or(0)),
+        ("", _) => (0, find(&passwd(), 2, "0", 3).unwrap_or(0)),
         (_, Ok(uid)) => (uid, find(&passwd(), 2, user, 3).unwrap_or(0)),
         (name, Err(_)) => {
             let passwd = passwd();

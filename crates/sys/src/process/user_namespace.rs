@@ -1,21 +1,23 @@
 //! A task's own user namespace, for tasks on an image: root in the image is not root on
 //! the host (as Podman's rootless mode and Docker's `userns-remap`).
 //!
-//! Inside, the task has the 65536 ids a container expects. Outside, uid 0 is the task's
-//! dynamic uid (so the task's own directories, `local/` and `secrets/`, are root's
-//! inside) and every other id is one of the task's **subordinate ids**, a block no
-//! other task and no host user holds; gid 65536 is the alloc's group, every task's
-//! supplementary group, for `/alloc`:
+//! Inside, the task has the 65536 ids a container expects. Outside, the task's user
+//! (the image's `User`, or the job's; root by default) is the task's dynamic uid, so
+//! the task's own directories, `local/` and `secrets/`, are its inside, and every other
+//! id is one of the task's **subordinate ids**, a block no other task and no host user
+//! holds; gid 65536 is the alloc's group, every task's supplementary group, for
+//! `/alloc`. For root:
 //!
 //! ```text
 //! uid  0 ─► the task's dynamic uid     1..65535 ─► subordinate + 1..65535
 //! gid  0..65535 ─► subordinate + 0..65535          65536 ─► the alloc's gid
 //! ```
 //!
+//! (for user 1000, uid 1000 is the dynamic uid and 0..999 are subordinate + 0..999).
 //! The image's layers are mounted **idmapped** through the same namespace: a file the
-//! image gives uid 0 is the task's dynamic uid on the host, and one it gives uid 999 is
-//! subordinate + 999, so inside they are owned as the image says, and what the task
-//! writes lands in its upper directory under those host ids. A host file (a volume's)
+//! image gives the task's user is the task's dynamic uid on the host, and one it gives
+//! uid 999 is subordinate + 999, so inside they are owned as the image says, and what
+//! the task writes lands in its upper directory under those host ids. A host file (a volume's)
 //! owned by an id outside the map is nobody's inside: root in the image has no
 //! capability over it, and no more than "other" access.
 //!
@@ -90,19 +92,30 @@ impl UserNamespace {
         if inside.gid != 0 {
             groups.push(inside.gid);
         }
+        // The task's user is its dynamic uid, whoever it is inside: the task's own
+        // directories are its; every other id is the block's.
+        let mut uid_map = Vec::with_capacity(3);
+        if inside.uid > 0 {
+            uid_map.push(IdMap {
+                inside: 0,
+                outside: subordinate,
+                count: inside.uid,
+            });
+        }
+        uid_map.push(IdMap {
+            inside: inside.uid,
+            outside: host.uid,
+            count: 1,
+        });
+        if inside.uid + 1 < NAMESPACE_IDS {
+            uid_map.push(IdMap {
+                inside: inside.uid + 1,
+                outside: subordinate + inside.uid + 1,
+                count: NAMESPACE_IDS - inside.uid - 1,
+            });
+        }
         Ok(UserNamespace {
-            uid_map: vec![
-                IdMap {
-                    inside: 0,
-                    outside: host.uid,
-                    count: 1,
-                },
-                IdMap {
-                    inside: 1,
-                    outside: subordinate + 1,
-                    count: NAMESPACE_IDS - 1,
-                },
-            ],
+            uid_map,
             gid_map: vec![
                 IdMap {
                     inside: 0,
@@ -277,6 +290,24 @@ mod tests {
         };
         let ns = UserNamespace::for_image_task(HOST, 1_000_065_536, app).unwrap();
         assert_eq!(ns.groups, vec![ALLOC_GROUP_INSIDE, 1000]);
+        assert_eq!(
+            map_text(&ns.uid_map),
+            "0 1000065536 1000\n1000 80001 1\n1001 1000066537 64535\n",
+            "the image's user is the dynamic uid; root one of the block"
+        );
+        assert_eq!(
+            ns.root_on_host(),
+            Some(TaskUser {
+                uid: 1_000_065_536,
+                gid: 1_000_065_536
+            })
+        );
+        let last = TaskUser {
+            uid: 65_535,
+            gid: 0,
+        };
+        let ns = UserNamespace::for_image_task(HOST, 1_000_065_536, last).unwrap();
+        assert_eq!(map_text(&ns.uid_map), "0 1000065536 65535\n65535 80001 1\n");
     }
 
     #[test]

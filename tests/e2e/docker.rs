@@ -811,6 +811,81 @@ async fn a_registry_that_fails_for_a_while_is_tried_again_and_one_that_keeps_fai
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_operators_docker_config_gives_credentials_to_jobs_without_auth() {
+    use base64::Engine as _;
+    let registry = Registry::with_credentials("deploy", "s3cret-pass");
+    let layout = OciLayout::new();
+    base_image(&layout);
+    registry.push(&layout, "base", "team/private:1");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    let auth = base64::engine::general_purpose::STANDARD.encode("deploy:s3cret-pass");
+    std::fs::write(
+        &config,
+        format!(
+            "{{\"auths\": {{\"http://{}\": {{\"auth\": \"{auth}\"}}}}}}",
+            registry.address
+        ),
+    )
+    .unwrap();
+    let mut agent = AgentProcess::with_config(&format!(
+        "image {{\n  auth_config = \"{}\"\n}}\n",
+        config.display()
+    ));
+    agent.start().await;
+    let image = format!("{}/team/private:1", registry.address);
+    let job = batch(
+        "no-auth",
+        &docker_task("t", &format!("        image = \"{image}\"\n")),
+    );
+    let submitted = agent.submit("no-auth.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(
+        status.client_status,
+        ClientStatus::Complete,
+        "{}",
+        events(&status, "t")
+    );
+    // The job's own auth wins over the operator's.
+    let job = batch(
+        "own-auth",
+        &docker_task(
+            "t",
+            &format!(
+                "        image = \"{image}\"\n        force_pull = true\n        auth {{\n          username = \"deploy\"\n          password = \"wrong\"\n        }}\n"
+            ),
+        ),
+    );
+    let submitted = agent.submit("own-auth.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    assert!(
+        events(&status, "t").contains("401"),
+        "{}",
+        events(&status, "t")
+    );
+    // A config that is no config says so.
+    std::fs::write(&config, "not json").unwrap();
+    let job = batch(
+        "broken",
+        &docker_task(
+            "t",
+            &format!("        image = \"{image}\"\n        force_pull = true\n"),
+        ),
+    );
+    let submitted = agent.submit("broken.hcl", &job).await.unwrap();
+    let status = agent.finished(&submitted.alloc_ids[0]).await;
+    let said = events(&status, "t");
+    assert!(
+        said.contains(&format!(
+            "the agent's image {{ auth_config }} file {}: is not Docker's config.json",
+            config.display()
+        )),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_private_image_in_the_store_runs_only_for_jobs_the_registry_gives_it_to() {
     let registry = Registry::with_credentials("deploy", "s3cret-pass");
     let layout = OciLayout::new();

@@ -261,6 +261,60 @@ async fn root_in_an_image_is_the_tasks_own_uid_and_the_images_users_are_its_subo
         "written in a dir of the image's user, copied up under its ids"
     );
     assert_eq!(owner(&upper.join("home/app")), (app_uid, app_gid));
+    // `alloc exec` runs as the task runs: its user, in its namespace.
+    let job = format!(
+        r#"job "entered" {{
+  group "g" {{
+    task "t" {{
+      driver = "docker"
+      config {{
+        image = "{image}"
+        args  = ["sleep 300"]
+      }}
+    }}
+  }}
+}}
+"#
+    );
+    let submitted = agent.submit("entered.hcl", &job).await.unwrap();
+    let alloc = submitted.alloc_ids[0].clone();
+    let client = agent.client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (out, err, exit) = loop {
+        let status = agent.alloc(&alloc).await;
+        if status
+            .tasks
+            .get("t")
+            .is_some_and(|t| t.state == berth_model::events::TaskStateKind::Running)
+        {
+            break crate::alloc_exec::exec_once(
+                &client,
+                &alloc,
+                "t",
+                &["/bin/sh", "-c", "id -u; id -G; touch /home/app/by-exec && echo wrote; echo x > /etc/by-exec || echo not-root"],
+            )
+            .await;
+        }
+        assert!(Instant::now() < deadline, "{}", events(&status, "t"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (out.as_str(), exit),
+        ("1000\n1001 65536\nwrote\nnot-root\n", Some(0)),
+        "{err}"
+    );
+    let status = agent.alloc(&alloc).await;
+    let made = status
+        .alloc_dir
+        .join("tasks/t/image/upper/home/app/by-exec");
+    assert_eq!(
+        owner(&made).0,
+        owner(&status.alloc_dir.join("tasks/t/local")).0,
+        "the task's user is its dynamic uid on the host, in the task or entering it"
+    );
+    let (code, _, stopped) = agent.cli(&["job", "stop", "entered"]);
+    assert_eq!(code, 0, "{stopped}");
+
     // In a group's own network every port is the group's: root in the image binds 80
     // there, though its capabilities do not reach the namespace (the host's).
     let job = format!(

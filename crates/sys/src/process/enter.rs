@@ -107,6 +107,9 @@ const NAMESPACES: &[(&str, Option<JoinedNamespace>)] = &[
 struct TaskNamespaces {
     network: Option<File>,
     joined: Vec<(File, JoinedNamespace)>,
+    /// The task's user inside its own user namespace (the last of `joined`), if it has
+    /// one.
+    inside: Option<(TaskUser, Vec<u32>)>,
 }
 
 impl TaskNamespaces {
@@ -114,6 +117,7 @@ impl TaskNamespaces {
         let mut namespaces = TaskNamespaces {
             network: None,
             joined: Vec::new(),
+            inside: None,
         };
         for (name, kind) in NAMESPACES {
             let path = PathBuf::from(format!("/proc/{}/ns/{name}", process.pid));
@@ -132,6 +136,29 @@ impl TaskNamespaces {
                 Some(kind) => namespaces.joined.push((theirs, *kind)),
             }
         }
+        // A task on an image entered its user namespace after its shim forked it: the
+        // namespace is its init's, the shim's child. Joined last, and the command is
+        // the task's user in it.
+        if let Some(init) = shim_child(process.pid) {
+            let path = PathBuf::from(format!("/proc/{init}/ns/user"));
+            let failed = |source| ProcessError::TaskNamespace {
+                path: path.clone(),
+                source,
+            };
+            let theirs = File::open(&path).map_err(failed)?;
+            let ours = std::fs::metadata("/proc/self/ns/user").map_err(failed)?;
+            let their_meta = theirs.metadata().map_err(failed)?;
+            if (their_meta.dev(), their_meta.ino()) != (ours.dev(), ours.ino()) {
+                let inside = super::user_namespace::identity_inside(init).map_err(failed)?;
+                // Still the shim's child once read: the namespace and the ids are the
+                // task's, not a recycled pid's.
+                if shim_child(process.pid) != Some(init) {
+                    return Err(ProcessError::Gone(process.pid));
+                }
+                namespaces.joined.push((theirs, JoinedNamespace::User));
+                namespaces.inside = Some(inside);
+            }
+        }
         // Opened by pid: they are the task's only if the process was still alive after
         // (a pid is not reused while its process lives).
         if exited(pidfd) {
@@ -146,6 +173,16 @@ impl TaskNamespaces {
             .iter()
             .any(|(_, kind)| *kind == JoinedNamespace::Mount)
     }
+}
+
+/// The first child of `shim` (a task's init), from `/proc/<shim>/task/<shim>/children`.
+fn shim_child(shim: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{shim}/task/{shim}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A pidfd reads as readable once its process has exited.
@@ -230,7 +267,7 @@ impl ProcessTable {
         let Some(pidfd) = pidfd.filter(|_| exit.borrow().is_none()) else {
             return Err(ProcessError::Gone(target.pid));
         };
-        let namespaces = TaskNamespaces::open(target, &pidfd)?;
+        let mut namespaces = TaskNamespaces::open(target, &pidfd)?;
         let confined = namespaces.confined();
         if !confined && !spec.unconfined_allowed {
             return Err(ProcessError::UnconfinedTask);
@@ -251,6 +288,7 @@ impl ProcessTable {
         let (argv, env) = c_strings(&program, &spec.argv, &spec.env)?;
         let mut handed = Handed::default();
         let cgroup_procs = handed.add_cgroup_files(&spec.cgroup_procs)?;
+        let joined_as = namespaces.inside.take();
         let network_namespace = namespaces.network.map(|file| handed.add(file.into()));
         let joined = namespaces
             .joined
@@ -286,6 +324,7 @@ impl ProcessTable {
             confine,
             user: spec.user,
             user_namespace: None,
+            joined_as,
             filter,
             mount_warden: None,
             exit_record: None,

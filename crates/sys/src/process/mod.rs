@@ -269,6 +269,7 @@ impl ProcessTable {
             confine,
             user: spec.user,
             user_namespace: spec.user_namespace.clone(),
+            joined_as: None,
             filter,
             mount_warden,
             exit_record,

@@ -66,9 +66,10 @@ struct Build {
 
 impl Build {
     fn this() -> Build {
-        // 6: a controlling terminal for a command entering a task; 8: a user namespace.
+        // 6: a controlling terminal for a command entering a task; 8: a user namespace;
+        // 9: joining one.
         Build {
-            format: 8,
+            format: 9,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -109,6 +110,9 @@ pub struct SpawnPlan {
     /// its layers mounted idmapped through it, entered before the capability drop; the
     /// task then becomes its user inside, not [`SpawnPlan::user`].
     pub user_namespace: Option<UserNamespace>,
+    /// Who a command entering a task that has its own user namespace
+    /// ([`JoinedNamespace::User`]) becomes inside it, with its groups: the task's user.
+    pub joined_as: Option<(TaskUser, Vec<u32>)>,
     pub filter: Option<seccomp::TaskFilter>,
     /// The mount warden that makes a mounting plugin's binds ([`mount_warden`]); its
     /// filter hands them over.
@@ -133,6 +137,9 @@ pub enum JoinedNamespace {
     /// The task's own (`/proc/<pid>/ns/pid_for_children` of its shim): only the
     /// keeper's children are born in it.
     Pid,
+    /// The task's own user namespace (a task on an image), joined last: the others
+    /// need root of the host's.
+    User,
 }
 
 impl JoinedNamespace {
@@ -143,6 +150,7 @@ impl JoinedNamespace {
             JoinedNamespace::Ipc => Kind::InterProcessCommunication,
             JoinedNamespace::Uts => Kind::HostNameAndNISDomainName,
             JoinedNamespace::Pid => Kind::ProcessID,
+            JoinedNamespace::User => Kind::User,
         }
     }
 }
@@ -352,10 +360,13 @@ impl SpawnPlan {
             confine::drop_privileges(confinement).map_err(|e| (index, e))?;
         }
         index += 1;
-        let became = match (&self.user_namespace, self.user) {
-            (Some(namespace), _) => namespace.become_inside().map(|()| true),
-            (None, Some(user)) => confine::become_user(user).map(|()| true),
-            (None, None) => Ok(false),
+        let became = match (&self.user_namespace, &self.joined_as, self.user) {
+            (Some(namespace), _, _) => namespace.become_inside().map(|()| true),
+            (None, Some((user, groups)), _) => {
+                user_namespace::become_inside(*user, groups).map(|()| true)
+            }
+            (None, None, Some(user)) => confine::become_user(user).map(|()| true),
+            (None, None, None) => Ok(false),
         };
         if became.map_err(|e| (index, e))? && self.forks_shim() {
             // Changing user cleared the parent-death signal: set it again.
@@ -690,6 +701,7 @@ mod tests {
                 gid: 65534,
             }),
             user_namespace: None,
+            joined_as: None,
             filter: None,
             mount_warden: None,
             exit_record: Some(7),

@@ -202,33 +202,104 @@ impl UserNamespace {
     }
 
     /// Becomes the task's user inside (after [`enter`] and the capability drop):
-    /// groups, gid, uid; a user other than root keeps no capability, as under Docker.
-    /// Async-signal-safe: raw system calls on data read before the fork.
+    /// [`become_inside`].
     pub fn become_inside(&self) -> io::Result<()> {
-        let mut groups = [rustix::process::Gid::ROOT; 2];
-        let count = self.groups.len().min(groups.len());
-        for (slot, gid) in groups.iter_mut().zip(&self.groups) {
-            *slot = rustix::process::Gid::from_raw(*gid);
-        }
-        rustix::thread::set_thread_groups(&groups[..count])?;
-        let gid = rustix::process::Gid::from_raw(self.user.gid);
-        rustix::thread::set_thread_res_gid(gid, gid, gid)?;
-        let uid = rustix::process::Uid::from_raw(self.user.uid);
-        rustix::thread::set_thread_res_uid(uid, uid, uid)?;
-        if self.user.uid != 0 {
-            // Entering the namespace was not being root in it: the kernel clears nothing
-            // on this change of user, so it is done here.
-            rustix::thread::set_capabilities(
-                None,
-                rustix::thread::CapabilitySets {
-                    effective: rustix::thread::CapabilitySet::empty(),
-                    permitted: rustix::thread::CapabilitySet::empty(),
-                    inheritable: rustix::thread::CapabilitySet::empty(),
-                },
-            )?;
-        }
-        Ok(())
+        become_inside(self.user, &self.groups)
     }
+}
+
+/// Who a process of a task is inside the task's user namespace: read from its
+/// `/proc/<pid>/status` (as the host sees its ids) through its `uid_map` and `gid_map`,
+/// for a command run inside the task as the task runs ([`super::enter`]).
+pub fn identity_inside(pid: u32) -> io::Result<(TaskUser, Vec<u32>)> {
+    let read = |file: &str| std::fs::read_to_string(format!("/proc/{pid}/{file}"));
+    let uid_map = parse_map(&read("uid_map")?);
+    let gid_map = parse_map(&read("gid_map")?);
+    let status = read("status")?;
+    let field = |name: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .filter_map(|id| id.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let unmapped = |what: &str, id: u32| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the task's {what} {id} is outside its user namespace's map"),
+        )
+    };
+    // Real ids: what the task's user is, whatever it set its effective ids to.
+    let uid = *field("Uid:")
+        .first()
+        .ok_or_else(|| unmapped("uid", u32::MAX))?;
+    let gid = *field("Gid:")
+        .first()
+        .ok_or_else(|| unmapped("gid", u32::MAX))?;
+    let user = TaskUser {
+        uid: inside(&uid_map, uid).ok_or_else(|| unmapped("uid", uid))?,
+        gid: inside(&gid_map, gid).ok_or_else(|| unmapped("gid", gid))?,
+    };
+    let groups = field("Groups:")
+        .into_iter()
+        .filter_map(|gid| inside(&gid_map, gid))
+        .collect();
+    Ok((user, groups))
+}
+
+/// A `uid_map` or `gid_map` as the host reads it: `inside outside count` lines.
+fn parse_map(text: &str) -> Vec<IdMap> {
+    text.lines()
+        .filter_map(|line| {
+            let mut ids = line.split_whitespace().map(|id| id.parse::<u32>().ok());
+            Some(IdMap {
+                inside: ids.next()??,
+                outside: ids.next()??,
+                count: ids.next()??,
+            })
+        })
+        .collect()
+}
+
+/// The id inside of host id `outside` under `map`.
+fn inside(map: &[IdMap], outside: u32) -> Option<u32> {
+    map.iter().find_map(|line| {
+        let offset = outside.checked_sub(line.outside)?;
+        (offset < line.count).then(|| line.inside + offset)
+    })
+}
+
+/// Becomes `user` with `groups` inside a user namespace the caller entered (after the
+/// capability drop); a user other than root keeps no capability. Async-signal-safe: raw
+/// system calls on data read before the fork.
+pub fn become_inside(user: TaskUser, groups: &[u32]) -> io::Result<()> {
+    let mut kept = [rustix::process::Gid::ROOT; 8];
+    let count = groups.len().min(kept.len());
+    for (slot, gid) in kept.iter_mut().zip(groups) {
+        *slot = rustix::process::Gid::from_raw(*gid);
+    }
+    rustix::thread::set_thread_groups(&kept[..count])?;
+    let gid = rustix::process::Gid::from_raw(user.gid);
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    let uid = rustix::process::Uid::from_raw(user.uid);
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    if user.uid != 0 {
+        // Entering the namespace was not being root in it: the kernel clears nothing on
+        // this change of user, so it is done here.
+        rustix::thread::set_capabilities(
+            None,
+            rustix::thread::CapabilitySets {
+                effective: rustix::thread::CapabilitySet::empty(),
+                permitted: rustix::thread::CapabilitySet::empty(),
+                inheritable: rustix::thread::CapabilitySet::empty(),
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// Enters the namespace `fd` (made by [`UserNamespace::create`]): the caller then has
@@ -308,6 +379,12 @@ mod tests {
         };
         let ns = UserNamespace::for_image_task(HOST, 1_000_065_536, last).unwrap();
         assert_eq!(map_text(&ns.uid_map), "0 1000065536 65535\n65535 80001 1\n");
+        // Read back as the host reads a task's map.
+        let read =
+            parse_map("         0      80001          1\n         1 1000065537      65535\n");
+        assert_eq!(inside(&read, 80_001), Some(0));
+        assert_eq!(inside(&read, 1_000_066_535), Some(999));
+        assert_eq!(inside(&read, 80_000), None);
     }
 
     #[test]

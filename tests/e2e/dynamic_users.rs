@@ -422,7 +422,7 @@ fn a_range_that_a_host_user_holds_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "user { dynamic_range = \"65000-65535\" } overlaps user \"nobody\" (id 65534) of \
+            "user { dynamic_range } (65000-65535) overlaps user \"nobody\" (id 65534) of \
              /etc/passwd"
         ),
         "{stderr}"

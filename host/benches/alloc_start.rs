@@ -499,6 +499,7 @@ async fn confined_spawn(
         logs: Default::default(),
         user: None,
         user_namespace: None,
+        capabilities: None,
         cgroup_procs: cgroup.procs_files().to_vec(),
         collector_cgroup_procs: Vec::new(),
         network_namespace: None,

@@ -754,6 +754,94 @@ async fn an_agent_killed_during_a_pull_leaves_no_partial_layer_and_the_task_star
     assert_eq!(std::fs::read_dir(store.join("layers")).unwrap().count(), 2);
 }
 
+/// The `CapEff` line of a task's `/proc/self/status`, as bits.
+fn effective_capabilities(status: &str) -> Option<u64> {
+    let hex = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cap_drop_and_cap_add_change_a_tasks_capabilities_within_what_the_operator_allows() {
+    use berth_sys::process::confine::TASK_CAPABILITIES;
+    use rustix::thread::CapabilitySet;
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    base_image(&layout);
+    registry.push(&layout, "base", "tools/busybox:1");
+    let image = format!("{}/tools/busybox:1", registry.address);
+    let mut agent =
+        AgentProcess::with_config("image {\n  allow_caps = [\"chown\", \"CAP_FSETID\"]\n}\n");
+    agent.start().await;
+    let run = |name: &'static str, caps: &'static str| {
+        let job = batch(
+            name,
+            &docker_task(
+                "t",
+                &format!(
+                    "        image = \"{image}\"\n        args  = [\"cat /proc/self/status\"]\n{caps}"
+                ),
+            ),
+        );
+        let agent = &agent;
+        async move {
+            let submitted = agent.submit(&format!("{name}.hcl"), &job).await.unwrap();
+            agent.finished(&submitted.alloc_ids[0]).await
+        }
+    };
+    let status = run("default", "").await;
+    assert_eq!(
+        effective_capabilities(&stdout(&status, "t")),
+        Some(TASK_CAPABILITIES.bits()),
+        "root in the image: Nomad's exec set, in its own namespace\n{}",
+        events(&status, "t")
+    );
+    let status = run("none", "        cap_drop = [\"all\"]\n").await;
+    assert_eq!(effective_capabilities(&stdout(&status, "t")), Some(0));
+    let status = run(
+        "swapped",
+        "        cap_drop = [\"chown\"]\n        cap_add  = [\"fsetid\"]\n",
+    )
+    .await;
+    let mut expected = TASK_CAPABILITIES;
+    expected.remove(CapabilitySet::CHOWN);
+    expected.insert(CapabilitySet::FSETID);
+    assert_eq!(
+        effective_capabilities(&stdout(&status, "t")),
+        Some(expected.bits()),
+        "{}",
+        events(&status, "t")
+    );
+    // Docker's default set, but not the operator's allow_caps: refused at the start.
+    let status = run("not-allowed", "        cap_add = [\"mknod\"]\n").await;
+    assert_eq!(status.client_status, ClientStatus::Failed);
+    assert!(
+        events(&status, "t").contains(
+            "CAP_MKNOD (cap_add) is not among the capabilities the operator lets jobs add"
+        ),
+        "{}",
+        events(&status, "t")
+    );
+    assert_eq!(stdout(&status, "t"), "");
+    // What no task in its own user namespace could use: refused at submit.
+    let job = batch(
+        "net-admin",
+        &docker_task(
+            "t",
+            &format!("        image = \"{image}\"\n        cap_add = [\"NET_ADMIN\"]\n"),
+        ),
+    );
+    let refused = format!(
+        "{:?}",
+        agent.submit("net-admin.hcl", &job).await.unwrap_err()
+    );
+    assert!(
+        refused.contains("cap_add \\\"NET_ADMIN\\\" is not one berth gives"),
+        "{refused}"
+    );
+}
+
 /// A proxy to `target` whose first `failures` connections get a 503 (and are closed).
 fn failing_proxy(target: String, failures: usize) -> String {
     use std::io::{Read, Write};

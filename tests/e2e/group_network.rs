@@ -58,6 +58,7 @@ async fn confined_view(dir: &Path, network_namespace: Option<&Path>) -> String {
         logs: Default::default(),
         user: None,
         user_namespace: None,
+        capabilities: None,
         cgroup_procs: Vec::new(),
         collector_cgroup_procs: Vec::new(),
         network_namespace: network_namespace.map(Path::to_path_buf),

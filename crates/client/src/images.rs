@@ -21,6 +21,8 @@ pub struct NodeImages {
     store: Arc<ImageStore>,
     /// The operator's Docker `config.json`, for pulls whose job has no `auth`.
     auth_config: Option<PathBuf>,
+    /// What a job's `cap_add` may name (`image { allow_caps }`).
+    allow_caps: u64,
 }
 
 impl NodeImages {
@@ -31,6 +33,7 @@ impl NodeImages {
         Ok(NodeImages {
             store: Arc::new(store),
             auth_config: settings.auth_config.clone(),
+            allow_caps: settings.allow_caps,
         })
     }
 
@@ -154,6 +157,10 @@ fn size(bytes: u64) -> String {
 }
 
 impl ImageSource for NodeImages {
+    fn allowed_capabilities(&self) -> u64 {
+        self.allow_caps
+    }
+
     fn pull(
         &self,
         pull: ImagePull,

@@ -9,7 +9,7 @@
     reason = "generated code"
 )]
 
-/// `berth:driver/plugin@0.2.0`, which also generates the host-side `berth:host@0.1.3` traits
+/// `berth:driver/plugin@0.2.0`, which also generates the host-side `berth:host@0.1.4` traits
 /// and the driver types every version shares.
 pub mod driver_v0_2 {
     wasmtime::component::bindgen!({
@@ -21,8 +21,8 @@ pub mod driver_v0_2 {
 }
 
 /// `berth:driver/plugin@0.1.0`: the same functions without `capabilities`, importing
-/// `berth:host@0.1.0`, which 0.1.3 extends. Its types are structurally those of 0.2.0,
-/// so they map onto the same Rust types; the linker's 0.1.3 functions serve its 0.1.0
+/// `berth:host@0.1.0`, which 0.1.4 extends. Its types are structurally those of 0.2.0,
+/// so they map onto the same Rust types; the linker's 0.1.4 functions serve its 0.1.0
 /// imports.
 pub mod driver_v0_1 {
     wasmtime::component::bindgen!({

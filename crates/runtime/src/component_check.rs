@@ -1,6 +1,6 @@
 //! What a component imports and exports, read from its bytes before it is compiled, and
 //! held against what this agent offers: so a mismatch is named plainly ("imports
-//! berth:host/process@0.2.0; this agent offers @0.1.3"), at no compile cost, instead of
+//! berth:host/process@0.2.0; this agent offers @0.1.4"), at no compile cost, instead of
 //! wasmtime's "function implementation is missing" after seconds of compiling, and a
 //! hook dropped where drivers go is called a hook.
 //!
@@ -43,7 +43,7 @@ impl Role {
 
 /// The `berth:host` interfaces this agent offers, at the newest version of each line it
 /// serves (a guest built against an older patch of a line links).
-const HOST_VERSION: &str = "0.1.3";
+const HOST_VERSION: &str = "0.1.4";
 
 /// Why a component is refused before it is compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -296,7 +296,7 @@ mod tests {
             check(&with(&["berth:host/process@0.2.0"], &driver), Role::Driver)
                 .unwrap_err()
                 .to_string(),
-            "imports berth:host/process@0.2.0; this agent offers @0.1.3"
+            "imports berth:host/process@0.2.0; this agent offers @0.1.4"
         );
         // Older patches of the line link.
         assert!(check(&with(&["berth:host/timer@0.1.0"], &driver), Role::Driver).is_ok());

@@ -46,4 +46,8 @@ pub trait ImageSource: Send + Sync {
         &self,
         pull: ImagePull,
     ) -> Pin<Box<dyn Future<Output = Result<PulledImage, ImagePullError>> + Send + '_>>;
+
+    /// The capabilities the operator lets a job add to a task on an image (`image {
+    /// allow_caps }`), as `CapabilitySet` bits.
+    fn allowed_capabilities(&self) -> u64;
 }

@@ -9,15 +9,16 @@
 //! replaces its Cmd, and `args` alone replace its Cmd. The task's env wins over the
 //! image's, except `PATH`, which the image sets when it has one.
 //!
-//! Fields of Nomad's docker config that change nothing here are accepted: `labels` (no
-//! daemon keeps them), `ports` (the group's ports are the task's: the host's in a
-//! host-mode group, mapped to `to` in a bridge-mode one), `cap_drop` (the task has no
-//! capabilities to drop), `hostname` (the task's uts namespace keeps the host's name),
+//! `cap_drop` and `cap_add` change the task's capabilities as Docker's do (the host
+//! checks `cap_add` against the operator's `allow_caps` and refuses what a task in its
+//! own user namespace could not use). Fields of Nomad's docker config that change
+//! nothing here are accepted: `labels` (no daemon keeps them), `ports` (the group's
+//! ports are the task's: the host's in a host-mode group, mapped to `to` in a
+//! bridge-mode one), `hostname` (the task's uts namespace keeps the host's name),
 //! `logging` (berth keeps the task's logs itself), `auth_soft_fail` and
-//! `auth.server_address`/`auth.email`. Fields that would give a task more than an `exec`
-//! task has are refused by name (`privileged`, `cap_add`); so are Docker's own ways to
-//! reach the host (`volumes`, `mount`, `devices`, …), each saying what to use instead,
-//! and every field berth does not know.
+//! `auth.server_address`/`auth.email`. `privileged` is refused by name; so are Docker's
+//! own ways to reach the host (`volumes`, `mount`, `devices`, …), each saying what to
+//! use instead, and every field berth does not know.
 
 use berth_plugin_sdk::host::image::{self, Credentials, PullRequest};
 use berth_plugin_sdk::host::process::{Isolation, SpawnRequest};
@@ -57,7 +58,10 @@ struct DockerConfig {
     image_pull_timeout: Option<String>,
     network_mode: Option<String>,
     privileged: Option<bool>,
-    cap_add: Option<Vec<String>>,
+    #[serde(default)]
+    cap_add: Vec<String>,
+    #[serde(default)]
+    cap_drop: Vec<String>,
     // Accepted, and change nothing here (see the module's docs).
     #[serde(default)]
     #[allow(dead_code)]
@@ -65,9 +69,6 @@ struct DockerConfig {
     #[serde(default)]
     #[allow(dead_code)]
     ports: Option<Vec<String>>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    cap_drop: Option<Vec<String>>,
     #[serde(default)]
     #[allow(dead_code)]
     hostname: Option<String>,
@@ -78,6 +79,24 @@ struct DockerConfig {
     #[allow(dead_code)]
     auth_soft_fail: Option<bool>,
 }
+
+/// Docker's default capabilities: all `cap_add` may name here (the host also checks
+/// the operator's `allow_caps`).
+const DOCKER_DEFAULT_CAPABILITIES: &[&str] = &[
+    "audit_write",
+    "chown",
+    "dac_override",
+    "fowner",
+    "fsetid",
+    "kill",
+    "mknod",
+    "net_bind_service",
+    "setfcap",
+    "setgid",
+    "setpcap",
+    "setuid",
+    "sys_chroot",
+];
 
 /// Fields of Nomad's docker driver berth's refuses, and why (or what to use instead).
 const REFUSED: &[(&str, &str)] = &[
@@ -125,16 +144,24 @@ fn parse_config(json: &str) -> Result<DockerConfig, String> {
     if config.privileged == Some(true) {
         return Err(
             "docker config: privileged = true is not allowed: berth runs no task with the \
-             host's devices and every capability"
+             host's devices and every capability (cap_add names the ones a task needs)"
                 .into(),
         );
     }
-    if config.cap_add.as_ref().is_some_and(|caps| !caps.is_empty()) {
-        return Err(
-            "docker config: cap_add is not allowed: berth's docker tasks run with no \
-             capabilities, as exec tasks do"
-                .into(),
-        );
+    if let Some(name) = config.cap_add.iter().find(|name| {
+        let upper = name.trim().to_ascii_uppercase();
+        let bare = upper
+            .strip_prefix("CAP_")
+            .unwrap_or(&upper)
+            .to_ascii_lowercase();
+        !DOCKER_DEFAULT_CAPABILITIES.contains(&bare.as_str())
+    }) {
+        return Err(format!(
+            "docker config: cap_add {name:?} is not one berth gives: a docker task's network, \
+             mount and other namespaces are the host's, not its user namespace's, so only \
+             Docker's default capabilities ({}) would do anything",
+            DOCKER_DEFAULT_CAPABILITIES.join(", ")
+        ));
     }
     match config.network_mode.as_deref() {
         None | Some("host") | Some("") => {}
@@ -294,16 +321,22 @@ impl ProcessDriver for Docker {
             .or_else(|| Some(pulled.working_dir.clone()).filter(|d| d.starts_with('/')))
             .unwrap_or_else(|| "/".into());
         let mounts = process_task::bind_mounts(&config.mounts);
-        let process = image::spawn(
-            &pulled.digest,
-            &SpawnRequest {
-                argv,
-                env: environment(&pulled, &config.env),
-                cwd: Some(cwd),
-                isolation: Isolation::Chroot,
-                mounts,
-            },
-        )?;
+        let request = SpawnRequest {
+            argv,
+            env: environment(&pulled, &config.env),
+            cwd: Some(cwd),
+            isolation: Isolation::Chroot,
+            mounts,
+        };
+        let process = if docker.cap_add.is_empty() && docker.cap_drop.is_empty() {
+            image::spawn(&pulled.digest, &request)?
+        } else {
+            let capabilities = image::Capabilities {
+                add: docker.cap_add.clone(),
+                drop: docker.cap_drop.clone(),
+            };
+            image::spawn_with_capabilities(&pulled.digest, &request, &capabilities)?
+        };
         Ok(process_task::handle(config.id, process))
     }
 }

@@ -12,6 +12,7 @@
 //!   image_delay         = "3m"   # no task on the node used for this long is removed
 //!   userns              = "private"  # root in an image is not root on the host; "host": it is
 //!   auth_config         = "/root/.docker/config.json"  # credentials for jobs with no auth
+//!   allow_caps          = ["audit_write", "chown", ...]  # what a job's cap_add may name
 //! }
 //! ```
 
@@ -44,6 +45,21 @@ pub struct ImageSettings {
     /// whose `auths` give the credentials for a pull whose job has no `auth`. Read at
     /// each such pull.
     pub auth_config: Option<PathBuf>,
+    /// `allow_caps` (Nomad's docker plugin option): the capabilities a job's `cap_add`
+    /// may name, as `CapabilitySet` bits. Nomad's default: Docker's default set.
+    pub allow_caps: u64,
+}
+
+fn capability_bits(names: &[impl AsRef<str>]) -> Result<u64, String> {
+    names.iter().try_fold(0, |bits, name| {
+        let name = name.as_ref();
+        if name.trim().eq_ignore_ascii_case("all") {
+            return Ok(u64::MAX);
+        }
+        berth_sys::process::confine::capability_by_name(name)
+            .map(|cap| bits | cap.bits())
+            .ok_or_else(|| format!("{name:?} is not a Linux capability"))
+    })
 }
 
 /// Nomad's docker driver's `image_delay`.
@@ -61,6 +77,8 @@ impl Default for ImageSettings {
             image_delay: DEFAULT_IMAGE_DELAY,
             private_user_namespaces: true,
             auth_config: None,
+            // Nomad's default: Docker's default set.
+            allow_caps: berth_sys::process::confine::IMAGE_TASK_CAPABILITIES.bits(),
         }
     }
 }
@@ -93,6 +111,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             "image_delay",
             "userns",
             "auth_config",
+            "allow_caps",
         ],
     );
     let defaults = ImageSettings::default();
@@ -121,6 +140,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             .unwrap_or(defaults.image_delay),
         private_user_namespaces: true,
         auth_config: None,
+        allow_caps: defaults.allow_caps,
     };
     let private_user_namespaces = match fields.string("userns", problems).as_deref() {
         None | Some("private") => true,
@@ -134,9 +154,22 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
             true
         }
     };
+    let allow_caps = if fields.attr("allow_caps").is_some() {
+        let names = fields.string_list("allow_caps", problems);
+        match capability_bits(&names) {
+            Ok(bits) => bits,
+            Err(why) => {
+                fields.problem_with(problems, "allow_caps", why);
+                defaults.allow_caps
+            }
+        }
+    } else {
+        defaults.allow_caps
+    };
     let settings = ImageSettings {
         private_user_namespaces,
         auth_config: fields.string("auth_config", problems).map(PathBuf::from),
+        allow_caps,
         ..settings
     };
     if settings.image_delay < Duration::from_secs(1) {

@@ -9,14 +9,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::bindings::host::image::{Host, ImageConfig, PullRequest};
+use crate::bindings::host::image::{Capabilities, Host, ImageConfig, PullRequest};
 use crate::bindings::host::process::{Isolation as WitIsolation, ProcessRef, SpawnRequest};
 use crate::images::{ImagePull, PulledImage};
 use crate::sandbox::PluginCtx;
 use berth_model::driver::FsIsolation;
 use berth_sys::process::Isolation;
+use berth_sys::process::confine::{IMAGE_TASK_CAPABILITIES, TASK_CAPABILITIES, capability_by_name};
 use berth_sys::process::isolation::{IMAGE_ETC_FILES, ImageRoot};
 use berth_sys::process::user_namespace::UserNamespace;
+use rustix::thread::CapabilitySet;
 
 /// The longest a pull may take: start-task's own wall budget is 5 minutes.
 pub const MAX_PULL: Duration = Duration::from_secs(240);
@@ -156,32 +158,123 @@ impl Host for PluginCtx {
         digest: String,
         request: SpawnRequest,
     ) -> wasmtime::Result<Result<ProcessRef, String>> {
+        Ok(self.spawn_on_image(digest, request, None))
+    }
+
+    async fn spawn_with_capabilities(
+        &mut self,
+        digest: String,
+        request: SpawnRequest,
+        capabilities: Capabilities,
+    ) -> wasmtime::Result<Result<ProcessRef, String>> {
         if let Some(refusal) = self.image_refusal() {
             return Ok(Err(self.refuse(refusal)));
         }
+        let allowed = self.images.as_ref().map_or(0, |i| i.allowed_capabilities());
+        let kept = match task_capabilities(&capabilities, CapabilitySet::from_bits_retain(allowed))
+        {
+            Ok(kept) => kept,
+            Err(refusal) => return Ok(Err(refusal.to_string())),
+        };
+        Ok(self.spawn_on_image(digest, request, Some(kept.bits())))
+    }
+}
+
+/// Why a job's `cap_add` or `cap_drop` cannot be.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+enum CapabilityRefusal {
+    #[error("{0:?} is not a Linux capability")]
+    Unknown(String),
+    #[error(
+        "{0} (cap_add) is not among the capabilities the operator lets jobs add (the agent's \
+         image {{ allow_caps }})"
+    )]
+    NotAllowed(String),
+    #[error(
+        "{0} (cap_add) would give the task nothing: its network, mount and other namespaces \
+         are the host's, not its user namespace's; berth adds only Docker's default \
+         capabilities"
+    )]
+    NoEffect(String),
+    #[error("more than {MAX_CAPABILITY_NAMES} capability names")]
+    TooMany,
+}
+
+const MAX_CAPABILITY_NAMES: usize = 64;
+
+/// A capability by Docker's name (`net_raw`, `CAP_NET_RAW`, any case).
+fn capability(name: &str) -> Result<CapabilitySet, CapabilityRefusal> {
+    capability_by_name(name)
+        .ok_or_else(|| CapabilityRefusal::Unknown(name.chars().take(64).collect()))
+}
+
+/// The task's capabilities: the host's default for tasks, less `drop` (`all`: every
+/// one), plus `add`, each within `allowed` (the operator's) and what a task in its own
+/// user namespace can use ([`IMAGE_TASK_CAPABILITIES`]).
+fn task_capabilities(
+    asked: &Capabilities,
+    allowed: CapabilitySet,
+) -> Result<CapabilitySet, CapabilityRefusal> {
+    if asked.add.len() + asked.drop.len() > MAX_CAPABILITY_NAMES {
+        return Err(CapabilityRefusal::TooMany);
+    }
+    let mut kept = TASK_CAPABILITIES;
+    for name in &asked.drop {
+        if name.trim().eq_ignore_ascii_case("all") {
+            kept = CapabilitySet::empty();
+        } else {
+            kept.remove(capability(name)?);
+        }
+    }
+    for name in &asked.add {
+        let cap = capability(name)?;
+        let shown = format!(
+            "CAP_{}",
+            name.trim().to_ascii_uppercase().trim_start_matches("CAP_")
+        );
+        if !IMAGE_TASK_CAPABILITIES.contains(cap) {
+            return Err(CapabilityRefusal::NoEffect(shown));
+        }
+        if !allowed.contains(cap) {
+            return Err(CapabilityRefusal::NotAllowed(shown));
+        }
+        kept.insert(cap);
+    }
+    Ok(kept)
+}
+
+impl PluginCtx {
+    /// `image.spawn`, with the task's capabilities when the job changed them.
+    fn spawn_on_image(
+        &mut self,
+        digest: String,
+        request: SpawnRequest,
+        capabilities: Option<u64>,
+    ) -> Result<ProcessRef, String> {
+        if let Some(refusal) = self.image_refusal() {
+            return Err(self.refuse(refusal));
+        }
         let driver = self.plugin.name.to_string();
         let Some(image) = self.pulled.iter().find(|i| i.digest == digest).cloned() else {
-            return Ok(Err(self.refuse(ImageRefusal::NotPulled { driver, digest })));
+            return Err(self.refuse(ImageRefusal::NotPulled { driver, digest }));
         };
         if request.isolation != WitIsolation::Chroot {
-            return Ok(Err(self.refuse(ImageRefusal::NotIsolated { driver })));
+            return Err(self.refuse(ImageRefusal::NotIsolated { driver }));
         }
         let mut spec = match self.check_spawn(request) {
             Ok(spec) => spec,
             Err(refusal) => {
                 let refusal = refusal.to_string();
                 self.violations.push(refusal.clone());
-                return Ok(Err(refusal));
+                return Err(refusal);
             }
         };
-        let user_namespace = match self.image_user_namespace(&image) {
-            Ok(namespace) => namespace,
-            Err(message) => return Ok(Err(message)),
-        };
+        let user_namespace = self.image_user_namespace(&image)?;
         let owner = user_namespace
             .as_ref()
             .and_then(UserNamespace::root_on_host);
         spec.user_namespace = user_namespace;
+        spec.capabilities = capabilities;
         if let Isolation::Chroot(chroot) = &mut spec.isolation {
             let dir = chroot.root.join("image");
             chroot.root = dir.join("root");
@@ -200,6 +293,56 @@ impl Host for PluginCtx {
                     .collect();
             }
         }
-        Ok(self.spawn_checked(spec).map_err(|e| e.to_string()))
+        self.spawn_checked(spec).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(add: &[&str], drop: &[&str]) -> Capabilities {
+        Capabilities {
+            add: add.iter().map(|s| s.to_string()).collect(),
+            drop: drop.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_jobs_capabilities_are_the_default_less_what_it_drops_plus_what_it_may_add() {
+        let all = IMAGE_TASK_CAPABILITIES;
+        assert_eq!(
+            task_capabilities(&asked(&[], &[]), all),
+            Ok(TASK_CAPABILITIES)
+        );
+        assert_eq!(
+            task_capabilities(&asked(&[], &["ALL"]), all),
+            Ok(CapabilitySet::empty())
+        );
+        assert_eq!(
+            task_capabilities(&asked(&["CAP_MKNOD"], &["all"]), all),
+            Ok(CapabilitySet::MKNOD),
+            "a drop of all, then an add, as Docker reads them"
+        );
+        let mut expected = TASK_CAPABILITIES;
+        expected.remove(CapabilitySet::KILL);
+        assert_eq!(task_capabilities(&asked(&[], &["kill"]), all), Ok(expected));
+        assert_eq!(
+            task_capabilities(&asked(&["sys_admin"], &[]), all),
+            Err(CapabilityRefusal::NoEffect("CAP_SYS_ADMIN".into()))
+        );
+        assert_eq!(
+            task_capabilities(&asked(&["setfcap"], &[]), CapabilitySet::CHOWN),
+            Err(CapabilityRefusal::NotAllowed("CAP_SETFCAP".into()))
+        );
+        assert_eq!(
+            task_capabilities(&asked(&[], &["cap_nonsense"]), all),
+            Err(CapabilityRefusal::Unknown("cap_nonsense".into()))
+        );
+        let many: Vec<&str> = std::iter::repeat_n("chown", 65).collect();
+        assert_eq!(
+            task_capabilities(&asked(&many, &[]), all),
+            Err(CapabilityRefusal::TooMany)
+        );
     }
 }

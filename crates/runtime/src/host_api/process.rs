@@ -354,6 +354,7 @@ impl PluginCtx {
             logs: task.logs,
             user: task.user,
             user_namespace: None,
+            capabilities: None,
             cgroup_procs: task.cgroup_procs.clone(),
             collector_cgroup_procs: task.collector_cgroup_procs.clone(),
             network_namespace: task.network_namespace.clone(),

@@ -43,6 +43,25 @@ pub const TASK_CAPABILITIES: CapabilitySet = CapabilitySet::AUDIT_WRITE
 pub const MOUNTING_PLUGIN_CAPABILITIES: CapabilitySet =
     TASK_CAPABILITIES.union(CapabilitySet::SYS_ADMIN);
 
+/// What a task on an image may be given with `cap_add`: Docker's default set, which
+/// is [`TASK_CAPABILITIES`] and `MKNOD`, `SETFCAP` and `FSETID`. In the task's own user
+/// namespace these reach only what that namespace maps: `MKNOD` makes no device node
+/// (the filesystems are the host's namespace's), a file capability `SETFCAP` writes
+/// holds only in that namespace, and `FSETID` keeps a setgid bit only on the task's
+/// own ids' files. Capabilities over a namespace (`NET_ADMIN`, `SYS_ADMIN`) would do
+/// nothing: the task's network, mount and other namespaces are the host's.
+pub const IMAGE_TASK_CAPABILITIES: CapabilitySet = TASK_CAPABILITIES
+    .union(CapabilitySet::MKNOD)
+    .union(CapabilitySet::SETFCAP)
+    .union(CapabilitySet::FSETID);
+
+/// A capability by Docker's name (`net_raw`, `CAP_NET_RAW`, any case).
+pub fn capability_by_name(name: &str) -> Option<CapabilitySet> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+    CapabilitySet::from_name(bare).filter(|_| !bare.is_empty())
+}
+
 /// How much of root a confined task keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Confinement {
@@ -64,7 +83,12 @@ impl Confinement {
 /// Drops every capability outside `confinement`'s for good and sets `no_new_privs`.
 /// Async-signal-safe: raw syscalls, no allocation; runs between `fork` and `exec`.
 pub fn drop_privileges(confinement: Confinement) -> io::Result<()> {
-    let kept = confinement.capabilities();
+    drop_privileges_to(confinement.capabilities())
+}
+
+/// [`drop_privileges`] to `kept` (a task on an image whose job changed its set, within
+/// [`IMAGE_TASK_CAPABILITIES`]).
+pub fn drop_privileges_to(kept: CapabilitySet) -> io::Result<()> {
     for bit in 0..64 {
         let capability = CapabilitySet::from_bits_retain(1 << bit);
         if kept.contains(capability) {

@@ -325,6 +325,7 @@ impl ProcessTable {
             user: spec.user,
             user_namespace: None,
             joined_as,
+            capabilities: None,
             filter,
             mount_warden: None,
             exit_record: None,

@@ -73,6 +73,10 @@ pub struct SpawnSpec {
     /// The task's own user namespace (a task on an image): it runs as its user inside,
     /// and `user` is then its ids on the host.
     pub user_namespace: Option<user_namespace::UserNamespace>,
+    /// The capabilities a confined task keeps, in place of its confinement's
+    /// (`CapabilitySet` bits): a task on an image whose job changed them, within
+    /// [`confine::IMAGE_TASK_CAPABILITIES`].
+    pub capabilities: Option<u64>,
     /// The `cgroup.procs` files of the task's cgroup: the process joins them first, so
     /// everything it does and forks is limited and accounted.
     pub cgroup_procs: Vec<PathBuf>,
@@ -270,6 +274,7 @@ impl ProcessTable {
             user: spec.user,
             user_namespace: spec.user_namespace.clone(),
             joined_as: None,
+            capabilities: spec.capabilities,
             filter,
             mount_warden,
             exit_record,

@@ -67,9 +67,9 @@ struct Build {
 impl Build {
     fn this() -> Build {
         // 6: a controlling terminal for a command entering a task; 8: a user namespace;
-        // 9: joining one.
+        // 9: joining one; 10: a task's own capabilities.
         Build {
-            format: 9,
+            format: 10,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -113,6 +113,9 @@ pub struct SpawnPlan {
     /// Who a command entering a task that has its own user namespace
     /// ([`JoinedNamespace::User`]) becomes inside it, with its groups: the task's user.
     pub joined_as: Option<(TaskUser, Vec<u32>)>,
+    /// The capabilities the task keeps in place of its confinement's (a task on an
+    /// image whose job dropped or added some), as `CapabilitySet` bits.
+    pub capabilities: Option<u64>,
     pub filter: Option<seccomp::TaskFilter>,
     /// The mount warden that makes a mounting plugin's binds ([`mount_warden`]); its
     /// filter hands them over.
@@ -223,7 +226,7 @@ impl SpawnPlan {
             "fork the task's shim".into()
         });
         names.extend(self.after_fork.iter().map(ToString::to_string));
-        names.push("enter the task's user namespace".into());
+        names.push("enter the task's user namespace as its user".into());
         names.push("drop capabilities and set no_new_privs".into());
         names.push("switch to the task's user".into());
         names.push("install the seccomp filter".into());
@@ -355,18 +358,33 @@ impl SpawnPlan {
             user_namespace::enter(namespace.as_fd()).map_err(|e| (index, e))?;
         }
         drop(user_namespace);
-        index += 1;
-        if let Some(confinement) = self.confine {
-            confine::drop_privileges(confinement).map_err(|e| (index, e))?;
+        // In a user namespace (made or joined), the task's user is taken while every
+        // capability in it is still there (setgroups needs CAP_SETGID, which a task's
+        // `cap_drop` may remove); the kernel then clears nothing, so a user other than
+        // root loses its capabilities below, after the bounding set is cut.
+        let inside = match (&self.user_namespace, &self.joined_as) {
+            (Some(namespace), _) => Some((namespace.user, namespace.groups.as_slice())),
+            (None, Some((user, groups))) => Some((*user, groups.as_slice())),
+            (None, None) => None,
+        };
+        if let Some((user, groups)) = inside {
+            user_namespace::become_inside(user, groups).map_err(|e| (index, e))?;
         }
         index += 1;
-        let became = match (&self.user_namespace, &self.joined_as, self.user) {
-            (Some(namespace), _, _) => namespace.become_inside().map(|()| true),
-            (None, Some((user, groups)), _) => {
-                user_namespace::become_inside(*user, groups).map(|()| true)
+        if let Some(confinement) = self.confine {
+            let kept = match self.capabilities {
+                Some(bits) => rustix::thread::CapabilitySet::from_bits_retain(bits),
+                None => confinement.capabilities(),
+            };
+            confine::drop_privileges_to(kept).map_err(|e| (index, e))?;
+        }
+        index += 1;
+        let became = match (inside, self.user) {
+            (Some((user, _)), _) => {
+                user_namespace::keep_capabilities_only_as_root(user).map(|()| true)
             }
-            (None, None, Some(user)) => confine::become_user(user).map(|()| true),
-            (None, None, None) => Ok(false),
+            (None, Some(user)) => confine::become_user(user).map(|()| true),
+            (None, None) => Ok(false),
         };
         if became.map_err(|e| (index, e))? && self.forks_shim() {
             // Changing user cleared the parent-death signal: set it again.
@@ -702,6 +720,7 @@ mod tests {
             }),
             user_namespace: None,
             joined_as: None,
+            capabilities: None,
             filter: None,
             mount_warden: None,
             exit_record: Some(7),

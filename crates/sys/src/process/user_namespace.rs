@@ -200,12 +200,6 @@ impl UserNamespace {
         unsafe { libc::waitpid(child, &mut status, 0) };
         made
     }
-
-    /// Becomes the task's user inside (after [`enter`] and the capability drop):
-    /// [`become_inside`].
-    pub fn become_inside(&self) -> io::Result<()> {
-        become_inside(self.user, &self.groups)
-    }
 }
 
 /// Who a process of a task is inside the task's user namespace: read from its
@@ -273,9 +267,9 @@ fn inside(map: &[IdMap], outside: u32) -> Option<u32> {
     })
 }
 
-/// Becomes `user` with `groups` inside a user namespace the caller entered (after the
-/// capability drop); a user other than root keeps no capability. Async-signal-safe: raw
-/// system calls on data read before the fork.
+/// Becomes `user` with `groups` inside a user namespace the caller entered, while it
+/// still has every capability in it ([`keep_capabilities_only_as_root`] comes after the
+/// capability drop). Async-signal-safe: raw system calls on data read before the fork.
 pub fn become_inside(user: TaskUser, groups: &[u32]) -> io::Result<()> {
     let mut kept = [rustix::process::Gid::ROOT; 8];
     let count = groups.len().min(kept.len());
@@ -287,9 +281,14 @@ pub fn become_inside(user: TaskUser, groups: &[u32]) -> io::Result<()> {
     rustix::thread::set_thread_res_gid(gid, gid, gid)?;
     let uid = rustix::process::Uid::from_raw(user.uid);
     rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
+}
+
+/// A user other than root in the namespace keeps no capability, as under Docker:
+/// entering the namespace was not being root in it, so the kernel cleared nothing when
+/// the user changed. Async-signal-safe.
+pub fn keep_capabilities_only_as_root(user: TaskUser) -> io::Result<()> {
     if user.uid != 0 {
-        // Entering the namespace was not being root in it: the kernel clears nothing on
-        // this change of user, so it is done here.
         rustix::thread::set_capabilities(
             None,
             rustix::thread::CapabilitySets {

@@ -50,7 +50,12 @@ pub struct ImageSettings {
     pub allow_caps: u64,
 }
 
-fn capability_bits(names: &[impl AsRef<str>]) -> Result<u64, String> {
+/// A name in `allow_caps` that names no capability.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a Linux capability")]
+struct UnknownCapability(String);
+
+fn capability_bits(names: &[impl AsRef<str>]) -> Result<u64, UnknownCapability> {
     names.iter().try_fold(0, |bits, name| {
         let name = name.as_ref();
         if name.trim().eq_ignore_ascii_case("all") {
@@ -58,7 +63,7 @@ fn capability_bits(names: &[impl AsRef<str>]) -> Result<u64, String> {
         }
         berth_sys::process::confine::capability_by_name(name)
             .map(|cap| bits | cap.bits())
-            .ok_or_else(|| format!("{name:?} is not a Linux capability"))
+            .ok_or_else(|| UnknownCapability(name.to_string()))
     })
 }
 
@@ -159,7 +164,7 @@ pub(super) fn settings(block: &BlockNode, problems: &mut Vec<Problem>) -> ImageS
         match capability_bits(&names) {
             Ok(bits) => bits,
             Err(why) => {
-                fields.problem_with(problems, "allow_caps", why);
+                fields.problem_with(problems, "allow_caps", why.to_string());
                 defaults.allow_caps
             }
         }

@@ -76,17 +76,19 @@ impl PluginCtx {
 impl PluginCtx {
     /// The task's own user namespace, when the host gave it one: its user is the job's
     /// `user` or else the image's, found in the image's own files.
-    fn image_user_namespace(&self, image: &PulledImage) -> Result<Option<UserNamespace>, String> {
+    fn image_user_namespace(
+        &self,
+        image: &PulledImage,
+    ) -> Result<Option<UserNamespace>, ImageSpawnError> {
         let Some(task) = &self.task else {
             return Ok(None);
         };
         if task.user.is_none() && !task.privileged {
             // The host gives every image task a user of its own; without one it would run
             // as the agent's (root).
-            return Err(format!(
-                "task {} has no user of its own to run its image as",
-                task.task_id
-            ));
+            return Err(ImageSpawnError::NoUser {
+                task: task.task_id.clone(),
+            });
         }
         let (Some(decided), Some(host)) = (&task.image_user_namespace, task.user) else {
             return Ok(None);
@@ -95,12 +97,44 @@ impl PluginCtx {
             Some(user) => (user.as_str(), "the task's user"),
             None => (image.user.as_str(), "the image's User"),
         };
+        let user = |source| ImageSpawnError::User {
+            whose,
+            spec: spec.to_string(),
+            source,
+        };
         let inside = berth_sys::process::image_user::resolve(&image.lower, spec)
-            .map_err(|e| format!("{whose} {spec:?}: {e}"))?;
+            .map_err(|e| user(UserProblem::NotInImage(e)))?;
         UserNamespace::for_image_task(host, decided.subordinate, inside)
             .map(Some)
-            .map_err(|e| format!("{whose} {spec:?}: {e}"))
+            .map_err(|e| user(UserProblem::Namespace(e)))
     }
+}
+
+/// Why a task could not be spawned on its image.
+#[derive(Debug, thiserror::Error)]
+enum ImageSpawnError {
+    /// Refused as a violation of what the driver was handed (recorded as such).
+    #[error("{0}")]
+    Refused(String),
+    #[error("task {task} has no user of its own to run its image as")]
+    NoUser { task: String },
+    #[error("{whose} {spec:?}: {source}")]
+    User {
+        whose: &'static str,
+        spec: String,
+        source: UserProblem,
+    },
+    #[error(transparent)]
+    Spawn(#[from] berth_sys::process::ProcessError),
+}
+
+/// What is wrong with the user an image task would run as.
+#[derive(Debug, thiserror::Error)]
+enum UserProblem {
+    #[error(transparent)]
+    NotInImage(berth_sys::process::image_user::ImageUserError),
+    #[error(transparent)]
+    Namespace(berth_sys::process::user_namespace::NamespaceError),
 }
 
 impl Host for PluginCtx {
@@ -158,7 +192,9 @@ impl Host for PluginCtx {
         digest: String,
         request: SpawnRequest,
     ) -> wasmtime::Result<Result<ProcessRef, String>> {
-        Ok(self.spawn_on_image(digest, request, None))
+        Ok(self
+            .spawn_on_image(digest, request, None)
+            .map_err(|e| e.to_string()))
     }
 
     async fn spawn_with_capabilities(
@@ -176,7 +212,9 @@ impl Host for PluginCtx {
             Ok(kept) => kept,
             Err(refusal) => return Ok(Err(refusal.to_string())),
         };
-        Ok(self.spawn_on_image(digest, request, Some(kept.bits())))
+        Ok(self
+            .spawn_on_image(digest, request, Some(kept.bits()))
+            .map_err(|e| e.to_string()))
     }
 }
 
@@ -250,23 +288,27 @@ impl PluginCtx {
         digest: String,
         request: SpawnRequest,
         capabilities: Option<u64>,
-    ) -> Result<ProcessRef, String> {
+    ) -> Result<ProcessRef, ImageSpawnError> {
         if let Some(refusal) = self.image_refusal() {
-            return Err(self.refuse(refusal));
+            return Err(ImageSpawnError::Refused(self.refuse(refusal)));
         }
         let driver = self.plugin.name.to_string();
         let Some(image) = self.pulled.iter().find(|i| i.digest == digest).cloned() else {
-            return Err(self.refuse(ImageRefusal::NotPulled { driver, digest }));
+            return Err(ImageSpawnError::Refused(
+                self.refuse(ImageRefusal::NotPulled { driver, digest }),
+            ));
         };
         if request.isolation != WitIsolation::Chroot {
-            return Err(self.refuse(ImageRefusal::NotIsolated { driver }));
+            return Err(ImageSpawnError::Refused(
+                self.refuse(ImageRefusal::NotIsolated { driver }),
+            ));
         }
         let mut spec = match self.check_spawn(request) {
             Ok(spec) => spec,
             Err(refusal) => {
                 let refusal = refusal.to_string();
                 self.violations.push(refusal.clone());
-                return Err(refusal);
+                return Err(ImageSpawnError::Refused(refusal));
             }
         };
         let user_namespace = self.image_user_namespace(&image)?;
@@ -293,7 +335,7 @@ impl PluginCtx {
                     .collect();
             }
         }
-        self.spawn_checked(spec).map_err(|e| e.to_string())
+        Ok(self.spawn_checked(spec)?)
     }
 }
 

@@ -15,6 +15,7 @@
 pub mod confine;
 pub mod dynamic_users;
 pub mod enter;
+mod host_ids;
 pub mod image_user;
 pub mod isolation;
 pub mod keeper;

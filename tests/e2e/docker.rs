@@ -824,6 +824,36 @@ async fn cap_drop_and_cap_add_change_a_tasks_capabilities_within_what_the_operat
         events(&status, "t")
     );
     assert_eq!(stdout(&status, "t"), "");
+    // A command run inside the task (alloc exec, a check) has no more than the task.
+    let job = format!(
+        "job \"kept\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"docker\"\n      config {{\n        image = \"{image}\"\n        args  = [\"sleep 300\"]\n        cap_drop = [\"chown\"]\n      }}\n    }}\n  }}\n}}\n"
+    );
+    let submitted = agent.submit("kept.hcl", &job).await.unwrap();
+    let alloc = submitted.alloc_ids[0].clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (out, err, _) = loop {
+        let status = agent.alloc(&alloc).await;
+        let running = status
+            .tasks
+            .get("t")
+            .is_some_and(|t| t.state == berth_model::events::TaskStateKind::Running);
+        if running {
+            let argv = ["/bin/cat", "/proc/self/status"];
+            break crate::alloc_exec::exec_once(&agent.client(), &alloc, "t", &argv).await;
+        }
+        assert!(Instant::now() < deadline, "{}", events(&status, "t"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut without_chown = TASK_CAPABILITIES;
+    without_chown.remove(CapabilitySet::CHOWN);
+    assert_eq!(
+        effective_capabilities(&out),
+        Some(without_chown.bits()),
+        "{err}"
+    );
+    let (code, _, stopped) = agent.cli(&["job", "stop", "kept"]);
+    assert_eq!(code, 0, "{stopped}");
+
     // What no task in its own user namespace could use: refused at submit.
     let job = batch(
         "net-admin",

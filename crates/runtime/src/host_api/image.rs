@@ -15,7 +15,9 @@ use crate::images::{ImagePull, PulledImage};
 use crate::sandbox::PluginCtx;
 use berth_model::driver::FsIsolation;
 use berth_sys::process::Isolation;
-use berth_sys::process::confine::{IMAGE_TASK_CAPABILITIES, TASK_CAPABILITIES, capability_by_name};
+use berth_sys::process::confine::{
+    IMAGE_TASK_CAPABILITIES, MOUNTING_PLUGIN_CAPABILITIES, TASK_CAPABILITIES, capability_by_name,
+};
 use berth_sys::process::isolation::{IMAGE_ETC_FILES, ImageRoot};
 use berth_sys::process::user_namespace::UserNamespace;
 use rustix::thread::CapabilitySet;
@@ -126,6 +128,8 @@ enum ImageSpawnError {
     },
     #[error(transparent)]
     Spawn(#[from] berth_sys::process::ProcessError),
+    #[error(transparent)]
+    Capabilities(#[from] CapabilityRefusal),
 }
 
 /// What is wrong with the user an image task would run as.
@@ -203,17 +207,8 @@ impl Host for PluginCtx {
         request: SpawnRequest,
         capabilities: Capabilities,
     ) -> wasmtime::Result<Result<ProcessRef, String>> {
-        if let Some(refusal) = self.image_refusal() {
-            return Ok(Err(self.refuse(refusal)));
-        }
-        let allowed = self.images.as_ref().map_or(0, |i| i.allowed_capabilities());
-        let kept = match task_capabilities(&capabilities, CapabilitySet::from_bits_retain(allowed))
-        {
-            Ok(kept) => kept,
-            Err(refusal) => return Ok(Err(refusal.to_string())),
-        };
         Ok(self
-            .spawn_on_image(digest, request, Some(kept.bits()))
+            .spawn_on_image(digest, request, Some(&capabilities))
             .map_err(|e| e.to_string()))
     }
 }
@@ -236,6 +231,11 @@ enum CapabilityRefusal {
     NoEffect(String),
     #[error("more than {MAX_CAPABILITY_NAMES} capability names")]
     TooMany,
+    #[error(
+        "cap_add needs the task's own user namespace (the agent's image {{ userns = \"private\" \
+         }}), and this task has none: what it added would be the host's"
+    )]
+    NoNamespace,
 }
 
 const MAX_CAPABILITY_NAMES: usize = 64;
@@ -246,17 +246,24 @@ fn capability(name: &str) -> Result<CapabilitySet, CapabilityRefusal> {
         .ok_or_else(|| CapabilityRefusal::Unknown(name.chars().take(64).collect()))
 }
 
-/// The task's capabilities: the host's default for tasks, less `drop` (`all`: every
-/// one), plus `add`, each within `allowed` (the operator's) and what a task in its own
-/// user namespace can use ([`IMAGE_TASK_CAPABILITIES`]).
+/// The task's capabilities: `base` (its confinement's), less `drop` (`all`: every one),
+/// plus `add`, each within `allowed` (the operator's) and what a task in its own user
+/// namespace can use ([`IMAGE_TASK_CAPABILITIES`]); with no namespace of its own
+/// (`in_namespace` false), nothing is added (attack review: a privileged plugin's
+/// `cap_add = ["mknod"]` was the host's).
 fn task_capabilities(
     asked: &Capabilities,
+    base: CapabilitySet,
     allowed: CapabilitySet,
+    in_namespace: bool,
 ) -> Result<CapabilitySet, CapabilityRefusal> {
     if asked.add.len() + asked.drop.len() > MAX_CAPABILITY_NAMES {
         return Err(CapabilityRefusal::TooMany);
     }
-    let mut kept = TASK_CAPABILITIES;
+    if !asked.add.is_empty() && !in_namespace {
+        return Err(CapabilityRefusal::NoNamespace);
+    }
+    let mut kept = base;
     for name in &asked.drop {
         if name.trim().eq_ignore_ascii_case("all") {
             kept = CapabilitySet::empty();
@@ -287,7 +294,7 @@ impl PluginCtx {
         &mut self,
         digest: String,
         request: SpawnRequest,
-        capabilities: Option<u64>,
+        capabilities: Option<&Capabilities>,
     ) -> Result<ProcessRef, ImageSpawnError> {
         if let Some(refusal) = self.image_refusal() {
             return Err(ImageSpawnError::Refused(self.refuse(refusal)));
@@ -315,8 +322,17 @@ impl PluginCtx {
         let owner = user_namespace
             .as_ref()
             .and_then(UserNamespace::root_on_host);
+        if let Some(asked) = capabilities {
+            let base = match spec.isolation {
+                Isolation::Chroot(ref chroot) if chroot.privileged => MOUNTING_PLUGIN_CAPABILITIES,
+                _ => TASK_CAPABILITIES,
+            };
+            let allowed = self.images.as_ref().map_or(0, |i| i.allowed_capabilities());
+            let allowed = CapabilitySet::from_bits_retain(allowed);
+            let kept = task_capabilities(asked, base, allowed, user_namespace.is_some())?;
+            spec.capabilities = Some(kept.bits());
+        }
         spec.user_namespace = user_namespace;
-        spec.capabilities = capabilities;
         if let Isolation::Chroot(chroot) = &mut spec.isolation {
             let dir = chroot.root.join("image");
             chroot.root = dir.join("root");
@@ -353,38 +369,48 @@ mod tests {
     #[test]
     fn a_jobs_capabilities_are_the_default_less_what_it_drops_plus_what_it_may_add() {
         let all = IMAGE_TASK_CAPABILITIES;
+        let caps = |asked: &Capabilities, allowed| {
+            task_capabilities(asked, TASK_CAPABILITIES, allowed, true)
+        };
+        assert_eq!(caps(&asked(&[], &[]), all), Ok(TASK_CAPABILITIES));
+        assert_eq!(caps(&asked(&[], &["ALL"]), all), Ok(CapabilitySet::empty()));
         assert_eq!(
-            task_capabilities(&asked(&[], &[]), all),
-            Ok(TASK_CAPABILITIES)
-        );
-        assert_eq!(
-            task_capabilities(&asked(&[], &["ALL"]), all),
-            Ok(CapabilitySet::empty())
-        );
-        assert_eq!(
-            task_capabilities(&asked(&["CAP_MKNOD"], &["all"]), all),
+            caps(&asked(&["CAP_MKNOD"], &["all"]), all),
             Ok(CapabilitySet::MKNOD),
             "a drop of all, then an add, as Docker reads them"
         );
         let mut expected = TASK_CAPABILITIES;
         expected.remove(CapabilitySet::KILL);
-        assert_eq!(task_capabilities(&asked(&[], &["kill"]), all), Ok(expected));
+        assert_eq!(caps(&asked(&[], &["kill"]), all), Ok(expected));
         assert_eq!(
-            task_capabilities(&asked(&["sys_admin"], &[]), all),
+            caps(&asked(&["sys_admin"], &[]), all),
             Err(CapabilityRefusal::NoEffect("CAP_SYS_ADMIN".into()))
         );
         assert_eq!(
-            task_capabilities(&asked(&["setfcap"], &[]), CapabilitySet::CHOWN),
+            caps(&asked(&["setfcap"], &[]), CapabilitySet::CHOWN),
             Err(CapabilityRefusal::NotAllowed("CAP_SETFCAP".into()))
         );
         assert_eq!(
-            task_capabilities(&asked(&[], &["cap_nonsense"]), all),
+            caps(&asked(&[], &["cap_nonsense"]), all),
             Err(CapabilityRefusal::Unknown("cap_nonsense".into()))
         );
         let many: Vec<&str> = std::iter::repeat_n("chown", 65).collect();
         assert_eq!(
-            task_capabilities(&asked(&many, &[]), all),
+            caps(&asked(&many, &[]), all),
             Err(CapabilityRefusal::TooMany)
+        );
+        // Without a namespace of its own (a plugin keeping root): nothing is added, and
+        // a drop is from its own set.
+        let plugin = MOUNTING_PLUGIN_CAPABILITIES;
+        assert_eq!(
+            task_capabilities(&asked(&["mknod"], &[]), plugin, all, false),
+            Err(CapabilityRefusal::NoNamespace)
+        );
+        let mut dropped = plugin;
+        dropped.remove(CapabilitySet::CHOWN);
+        assert_eq!(
+            task_capabilities(&asked(&[], &["chown"]), plugin, all, false),
+            Ok(dropped)
         );
     }
 }

@@ -109,7 +109,7 @@ struct TaskNamespaces {
     joined: Vec<(File, JoinedNamespace)>,
     /// The task's user inside its own user namespace (the last of `joined`), if it has
     /// one.
-    inside: Option<(TaskUser, Vec<u32>)>,
+    inside: Option<super::user_namespace::Identity>,
 }
 
 impl TaskNamespaces {
@@ -139,7 +139,13 @@ impl TaskNamespaces {
         // A task on an image entered its user namespace after its shim forked it: the
         // namespace is its init's, the shim's child. Joined last, and the command is
         // the task's user in it.
-        if let Some(init) = shim_child(process.pid) {
+        // Only a confined task's: an unconfined one's first child is the task itself,
+        // whose namespace would be its own choice (attack review).
+        let confined = namespaces
+            .joined
+            .iter()
+            .any(|(_, kind)| *kind == JoinedNamespace::Mount);
+        if let Some(init) = shim_child(process.pid).filter(|_| confined) {
             let path = PathBuf::from(format!("/proc/{init}/ns/user"));
             let failed = |source| ProcessError::TaskNamespace {
                 path: path.clone(),
@@ -288,7 +294,10 @@ impl ProcessTable {
         let (argv, env) = c_strings(&program, &spec.argv, &spec.env)?;
         let mut handed = Handed::default();
         let cgroup_procs = handed.add_cgroup_files(&spec.cgroup_procs)?;
-        let joined_as = namespaces.inside.take();
+        // The task's user, and the capabilities the task kept (its cap_drop applied).
+        let inside = namespaces.inside.take();
+        let task_capabilities = inside.as_ref().map(|identity| identity.capabilities);
+        let joined_as = inside.map(|identity| (identity.user, identity.groups));
         let network_namespace = namespaces.network.map(|file| handed.add(file.into()));
         let joined = namespaces
             .joined
@@ -325,7 +334,7 @@ impl ProcessTable {
             user: spec.user,
             user_namespace: None,
             joined_as,
-            capabilities: None,
+            capabilities: task_capabilities,
             filter,
             mount_warden: None,
             exit_record: None,

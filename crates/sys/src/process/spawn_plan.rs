@@ -373,7 +373,23 @@ impl SpawnPlan {
         index += 1;
         if let Some(confinement) = self.confine {
             let kept = match self.capabilities {
-                Some(bits) => rustix::thread::CapabilitySet::from_bits_retain(bits),
+                // More than the confinement's only in a user namespace of the task's own,
+                // whatever the agent asked (attack review).
+                Some(bits) => {
+                    let kept = rustix::thread::CapabilitySet::from_bits_retain(bits);
+                    let ceiling = match inside {
+                        Some(_) => confine::IMAGE_TASK_CAPABILITIES,
+                        None => confinement.capabilities(),
+                    };
+                    if !ceiling.contains(kept) {
+                        let wider = io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "capabilities past what the task may have",
+                        );
+                        return Err((index, wider));
+                    }
+                    kept
+                }
                 None => confinement.capabilities(),
             };
             confine::drop_privileges_to(kept).map_err(|e| (index, e))?;

@@ -202,10 +202,19 @@ impl UserNamespace {
     }
 }
 
-/// Who a process of a task is inside the task's user namespace: read from its
-/// `/proc/<pid>/status` (as the host sees its ids) through its `uid_map` and `gid_map`,
-/// for a command run inside the task as the task runs ([`super::enter`]).
-pub fn identity_inside(pid: u32) -> io::Result<(TaskUser, Vec<u32>)> {
+/// Who a process of a task is inside the task's user namespace, for a command run
+/// inside the task as the task runs ([`super::enter`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub user: TaskUser,
+    pub groups: Vec<u32>,
+    /// Its capability bounding set (`CapBnd`): the task's own, its `cap_drop` applied.
+    pub capabilities: u64,
+}
+
+/// [`Identity`] of `pid`: its `/proc/<pid>/status` (as the host sees its ids) read
+/// through its `uid_map` and `gid_map`.
+pub fn identity_inside(pid: u32) -> io::Result<Identity> {
     let read = |file: &str| std::fs::read_to_string(format!("/proc/{pid}/{file}"));
     let uid_map = parse_map(&read("uid_map")?);
     let gid_map = parse_map(&read("gid_map")?);
@@ -242,7 +251,16 @@ pub fn identity_inside(pid: u32) -> io::Result<(TaskUser, Vec<u32>)> {
         .into_iter()
         .filter_map(|gid| inside(&gid_map, gid))
         .collect();
-    Ok((user, groups))
+    let capabilities = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapBnd:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .ok_or_else(|| unmapped("capability bounding set", u32::MAX))?;
+    Ok(Identity {
+        user,
+        groups,
+        capabilities,
+    })
 }
 
 /// A `uid_map` or `gid_map` as the host reads it: `inside outside count` lines.

@@ -405,6 +405,7 @@ async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
         // The node's image store: a hostile reference, archive path and tag.
         s(&["image", "list"]),
         s(&["image", "pull", &hostile]),
+        s(&["image", "rm", &hostile]),
         s(&["image", "load", &hostile]),
         s(&["image", "load", &path(&job_file), &hostile]),
     ];

@@ -655,6 +655,47 @@ async fn images_load_from_an_oci_archive_and_a_docker_save_archive_and_run_with_
         .unwrap()
         .count();
     assert_eq!(layers, 2);
+
+    // `image rm`: refused while a task's dir stands on the image (the second job's: the
+    // first's alloc went when the job changed); an unused tag goes, and a layer a task
+    // uses stays.
+    let (code, _, stderr) = agent.cli(&["image", "rm", "saved/busybox:2"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("is used by a task on this node"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = agent.cli(&[
+        "image",
+        "load",
+        oci_archive.to_str().unwrap(),
+        "unused/busybox:3",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // The same image as local/busybox:1: only the tag goes.
+    let (code, out, stderr) = agent.cli(&["image", "rm", "unused/busybox:3"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        out.trim(),
+        "untagged docker.io/unused/busybox:3 (the image has other tags)"
+    );
+    // Then the image, and its layer, which no task stands on now.
+    let (code, out, stderr) = agent.cli(&["image", "rm", "local/busybox:1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        out.trim(),
+        "removed docker.io/local/busybox:1 (1 layers only it had)"
+    );
+    let (_, list, _) = agent.cli(&["image", "list"]);
+    assert!(
+        !list.contains("busybox:1") && !list.contains("busybox:3"),
+        "{list}"
+    );
+    assert!(list.contains("saved/busybox:2"), "{list}");
+    let layers = std::fs::read_dir(agent.path().join("data/images/layers"))
+        .unwrap()
+        .count();
+    assert_eq!(layers, 1, "the saved image's layer stays");
 }
 
 /// A loopback TCP proxy to `target` whose answers trickle at about `bytes_per_second`

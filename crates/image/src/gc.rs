@@ -103,6 +103,100 @@ impl ImageStore {
     }
 }
 
+impl ImageStore {
+    /// `berth image rm`: removes the image `reference` names, every tag naming it, and
+    /// its layers no other image has and no task dir uses (`in_use`: layer digests'
+    /// hex). Refused while a task dir on the node stands on one of its layers: that
+    /// task's root would lose it. A tag the image has others besides is only untagged
+    /// (`Collected::images` is then empty), as `docker rmi` does. Blocking: not on an
+    /// async thread.
+    pub fn remove(
+        &self,
+        reference: &crate::Reference,
+        in_use: &HashSet<String>,
+    ) -> Result<Collected, crate::ImageError> {
+        let _no_pull = self.collecting.blocking_write();
+        let shown = reference.to_string();
+        let digest = match &reference.digest {
+            Some(digest) => digest.clone(),
+            None => std::fs::read_to_string(self.ref_record(reference))
+                .map(|digest| digest.trim().to_string())
+                .map_err(|_| crate::ImageError::NotInStore {
+                    reference: shown.clone(),
+                })?,
+        };
+        if reference.digest.is_none() {
+            let tagged = std::fs::read_dir(self.config.root.join("refs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|entry| {
+                    std::fs::read_to_string(entry.path()).is_ok_and(|named| named.trim() == digest)
+                })
+                .count();
+            if tagged > 1 {
+                let tag = self.ref_record(reference);
+                std::fs::remove_file(&tag).map_err(crate::store_error(&tag))?;
+                return Ok(Collected::default());
+            }
+        }
+        let record = self.manifest_record(&digest);
+        let image: Image = std::fs::read(&record)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or_else(|| crate::ImageError::NotInStore {
+                reference: shown.clone(),
+            })?;
+        if image.layers.iter().any(|l| in_use.contains(hex_of(l))) {
+            return Err(crate::ImageError::InUse { reference: shown });
+        }
+        let root = self.config.root.clone();
+        std::fs::remove_file(&record).map_err(crate::store_error(&record))?;
+        for entry in std::fs::read_dir(root.join("refs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let names_it = std::fs::read_to_string(entry.path())
+                .is_ok_and(|named| named.trim() == image.digest);
+            if names_it {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        // Layers another image still names stay.
+        let mut named: HashSet<String> = HashSet::new();
+        for entry in std::fs::read_dir(root.join("manifests"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Some(other) = std::fs::read(entry.path())
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Image>(&bytes).ok())
+            {
+                named.extend(other.layers.iter().map(|l| hex_of(l).to_string()));
+            }
+        }
+        let mut removed = Collected {
+            images: vec![shown],
+            layers: 0,
+        };
+        let tmp_dir = std::fs::File::open(self.tmp()).map_err(crate::store_error(self.tmp()))?;
+        for layer in &image.layers {
+            let hex = hex_of(layer);
+            if named.contains(hex) || in_use.contains(hex) {
+                continue;
+            }
+            let doomed = berth_artifact::tree::hidden_name("removed");
+            if std::fs::rename(self.layer_dir(layer), self.tmp().join(&doomed)).is_ok() {
+                let _ = berth_artifact::tree::remove_tree(tmp_dir.as_fd(), &doomed);
+                removed.layers += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +269,55 @@ mod tests {
                 .local(&crate::Reference::parse("i3:1").unwrap())
                 .is_some()
         );
+    }
+
+    #[test]
+    fn an_image_is_removed_with_its_tags_and_the_layers_only_it_has_unless_a_task_uses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(StoreConfig::new(dir.path().join("images"))).unwrap();
+        for (image, layers) in [(1u8, [10u8, 11]), (2, [10, 12])] {
+            for layer in layers {
+                std::fs::create_dir_all(store.layer_dir(&digest(layer)).join("bin")).unwrap();
+            }
+            let record = Image {
+                reference: format!("docker.io/library/i{image}:1"),
+                digest: digest(image),
+                config: ImageConfig::default(),
+                layers: layers.iter().map(|l| digest(*l)).collect(),
+                private: false,
+            };
+            let tag = crate::Reference::parse(&record.reference).unwrap();
+            store.record(&record, &[tag]).unwrap();
+        }
+        let one = crate::Reference::parse("i1:1").unwrap();
+        let in_use: HashSet<String> = [hex_of(&digest(11)).to_string()].into();
+        let refused = store.remove(&one, &in_use).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("is used by a task on this node"),
+            "{refused}"
+        );
+        assert!(store.local(&one).is_some(), "kept while in use");
+        let removed = store.remove(&one, &HashSet::new()).unwrap();
+        assert_eq!(removed.layers, 1, "layer 10 is image 2's too");
+        assert!(store.local(&one).is_none());
+        assert!(!store.layer_dir(&digest(11)).exists());
+        assert!(store.layer_dir(&digest(10)).exists());
+        let two = crate::Reference::parse("i2:1").unwrap();
+        assert!(store.local(&two).is_some());
+        let gone = store.remove(&one, &HashSet::new()).unwrap_err();
+        assert_eq!(
+            gone.to_string(),
+            "no image docker.io/library/i1:1 in the store"
+        );
+        // A second tag of image 2: removing one tag only untags it.
+        let image = store.local(&two).unwrap();
+        let other = crate::Reference::parse("i2:other").unwrap();
+        store.record(&image, std::slice::from_ref(&other)).unwrap();
+        let untagged = store.remove(&other, &HashSet::new()).unwrap();
+        assert!(untagged.images.is_empty());
+        assert!(store.local(&other).is_none());
+        assert!(store.local(&two).is_some());
     }
 }

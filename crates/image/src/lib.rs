@@ -181,6 +181,13 @@ pub enum ImageError {
         #[source]
         error: Box<ImageError>,
     },
+    #[error("no image {reference} in the store")]
+    NotInStore { reference: String },
+    #[error(
+        "image {reference} is used by a task on this node (its alloc dir stands on the \
+         image's layers): stop and collect that alloc first"
+    )]
+    InUse { reference: String },
     #[error("the image store at {path}: {error}")]
     Store {
         path: String,

@@ -1,4 +1,4 @@
-//! `berth image list|pull|load`: the node's image store (`<data_dir>/images`), read and
+//! `berth image list|pull|rm|load`: the node's image store (`<data_dir>/images`), read and
 //! filled on this machine as the agent's docker tasks fill it, under the agent config's
 //! `image` block. `load` is for nodes without a registry: a `docker save` archive or an
 //! OCI image layout archive.
@@ -32,6 +32,12 @@ pub(super) enum ImageCommand {
         /// The registry user; the password is read from BERTH_REGISTRY_PASSWORD.
         #[arg(long)]
         username: Option<String>,
+    },
+    /// Remove an image, its tags and the layers only it has. Refused while a task on
+    /// this node stands on it.
+    Rm {
+        /// `[registry/]repository[:tag][@sha256:…]`, as `image list` shows it.
+        reference: String,
     },
     /// Load the images of a `docker save` archive or an OCI layout archive.
     Load {
@@ -111,6 +117,31 @@ pub(super) async fn run(
             };
             let image = store.pull(&reference, &options, &progress).await?;
             print_line!("{} {}", image.reference, image.digest);
+        }
+        ImageCommand::Rm { reference } => {
+            let reference = Reference::parse(&reference)?;
+            let reference_shown = reference.to_string();
+            let data_dir = data_dir.to_path_buf();
+            let removed = tokio::task::spawn_blocking(move || {
+                // A task dir's layers whose list cannot be read keep the image.
+                let in_use = berth_client::images::layers_in_use(&data_dir).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the task dirs under {} could not all be read: nothing removed",
+                        data_dir.display()
+                    )
+                })?;
+                anyhow::Ok(store.remove(&reference, &in_use)?)
+            })
+            .await??;
+            if removed.images.is_empty() {
+                print_line!("untagged {} (the image has other tags)", reference_shown);
+            } else {
+                print_line!(
+                    "removed {} ({} layers only it had)",
+                    removed.images.join(", "),
+                    removed.layers
+                );
+            }
         }
         ImageCommand::Load { archive, reference } => {
             let reference = reference.as_deref().map(Reference::parse).transpose()?;

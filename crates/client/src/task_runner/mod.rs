@@ -730,7 +730,6 @@ impl TaskRunner {
             .existing_cgroup(&self.cgroup_name(), &self.limits())
     }
 
-    /// Kills what is left in the run's cgroup and removes it.
     /// An image task's own user namespace, by the agent's `image { userns }`: its block
     /// of subordinate ids follows from its dynamic uid; the job's `user` is the image's.
     fn image_user_namespace(
@@ -756,6 +755,7 @@ impl TaskRunner {
         })
     }
 
+    /// Kills what is left in the run's cgroup and removes it.
     fn release_cgroup(&mut self) {
         let Some(cgroup) = self.cgroup.take() else {
             return;

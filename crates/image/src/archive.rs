@@ -299,6 +299,7 @@ impl ImageStore {
         };
         // No collection while this load decides what it has and writes what it got.
         let _not_collected = self.collecting.blocking_read();
+        let _nor_elsewhere = crate::lock_store(&self.config.root, false)?;
         let mut entries =
             Entries::read(path, &tmp, self.config.max_layer_bytes).map_err(refused)?;
         let found = if entries.files.contains_key("index.json") {

@@ -3,7 +3,8 @@
 //! of its layers no other image has. What is in use is the caller's word (the layers of
 //! every task dir still on the node, by digest); a use is a pull, cached or not, which
 //! touches the image's record and its layers. A collection waits for every pull under
-//! way and pulls wait for it (`ImageStore::collecting`), and a layer leaves `layers/`
+//! way and pulls wait for it (`ImageStore::collecting`, and across processes an `flock`
+//! of the store's `.lock`), and a layer leaves `layers/`
 //! in one rename before it is removed: a pull never finds half a layer.
 
 use std::collections::HashSet;
@@ -43,6 +44,10 @@ impl ImageStore {
         let _no_pull = self.collecting.blocking_write();
         let root = self.config.root.clone();
         let mut collected = Collected::default();
+        // Nor another process's (a `berth image` command's) pull or load.
+        let Ok(_nor_elsewhere) = crate::lock_store(&root, true) else {
+            return collected;
+        };
         let mut kept_layers: HashSet<String> = HashSet::new();
         let mut removed_digests: HashSet<String> = HashSet::new();
         let records = std::fs::read_dir(root.join("manifests"))
@@ -116,6 +121,8 @@ impl ImageStore {
         in_use: &HashSet<String>,
     ) -> Result<Collected, crate::ImageError> {
         let _no_pull = self.collecting.blocking_write();
+        // Nor another process's (the agent's) pull or load.
+        let _nor_elsewhere = crate::lock_store(&self.config.root, true)?;
         let shown = reference.to_string();
         let digest = match &reference.digest {
             Some(digest) => digest.clone(),
@@ -319,5 +326,40 @@ mod tests {
         assert!(untagged.images.is_empty());
         assert!(store.local(&other).is_none());
         assert!(store.local(&two).is_some());
+    }
+
+    /// A removal from one process (`berth image rm`) waits for a pull or load another
+    /// process (the agent) has under way: that one may have just chosen to reuse a layer.
+    #[test]
+    fn a_removal_waits_for_another_processs_pull() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("images");
+        let agent = ImageStore::open(StoreConfig::new(root.clone())).unwrap();
+        let command = ImageStore::open(StoreConfig::new(root.clone())).unwrap();
+        std::fs::create_dir_all(agent.layer_dir(&digest(20)).join("bin")).unwrap();
+        let record = Image {
+            reference: "docker.io/library/busy:1".into(),
+            digest: digest(5),
+            config: ImageConfig::default(),
+            layers: vec![digest(20)],
+            private: false,
+        };
+        let tag = crate::Reference::parse(&record.reference).unwrap();
+        agent.record(&record, std::slice::from_ref(&tag)).unwrap();
+        let pulling = crate::lock_store(&root, false).unwrap();
+        let (done, removed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(command.remove(&tag, &HashSet::new()).map(|r| r.layers));
+        });
+        assert!(
+            removed.recv_timeout(Duration::from_millis(300)).is_err(),
+            "removed during another process's pull"
+        );
+        drop(pulling);
+        let removed = removed
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap()
+            .unwrap();
+        assert_eq!(removed, 1);
     }
 }

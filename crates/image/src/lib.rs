@@ -223,8 +223,36 @@ pub struct ImageStore {
     tmp: PathBuf,
     _tmp_lock: std::fs::File,
     /// Held shared by every pull and load, exclusively by a garbage collection: nothing
-    /// is collected while a pull is deciding what it has or writing what it got.
+    /// is collected while a pull is deciding what it has or writing what it got. Across
+    /// processes (an agent, a `berth image` command), the same with `flock` on
+    /// [`STORE_LOCK`] ([`ImageStore::lock_store`]).
     collecting: tokio::sync::RwLock<()>,
+}
+
+/// The file in the store's root every open store locks: shared by a pull or a load,
+/// exclusively by a collection or a removal.
+pub const STORE_LOCK: &str = ".lock";
+
+/// Locks the store at `root` against other processes' (an agent's, a `berth image`
+/// command's) collections and removals, or (`exclusive`) against their pulls and loads
+/// too; released when the file is dropped. Blocks until it has the lock.
+fn lock_store(root: &Path, exclusive: bool) -> Result<std::fs::File, ImageError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = root.join(STORE_LOCK);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
+        .map_err(store_error(&path))?;
+    let how = match exclusive {
+        true => rustix::fs::FlockOperation::LockExclusive,
+        false => rustix::fs::FlockOperation::LockShared,
+    };
+    rustix::fs::flock(&file, how).map_err(|e| store_error(&path)(e.into()))?;
+    Ok(file)
 }
 
 fn store_error(path: &Path) -> impl FnOnce(io::Error) -> ImageError + '_ {
@@ -367,6 +395,10 @@ impl ImageStore {
             let _pulling = lock.lock().await;
             // No collection while this pull decides what it has and writes what it got.
             let _not_collected = self.collecting.read().await;
+            let root = self.config.root.clone();
+            let _nor_elsewhere = tokio::task::spawn_blocking(move || lock_store(&root, false))
+                .await
+                .map_err(|e| store_error(&self.config.root)(io::Error::other(e.to_string())))??;
             // A digest names one image forever: it is never pulled again.
             let cached = (!options.force || reference.digest.is_some())
                 .then(|| self.local(reference))

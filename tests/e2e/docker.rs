@@ -136,6 +136,28 @@ async fn a_docker_job_runs_an_image_from_a_registry_with_its_defaults_and_with_o
     assert_eq!(layers, 1);
 }
 
+/// Runs `argv` in task `t` of `alloc` (`alloc exec`) once the task runs: its stdout,
+/// stderr and exit code.
+async fn exec_when_running(
+    agent: &AgentProcess,
+    alloc: &str,
+    argv: &[&str],
+) -> (String, String, Option<i32>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = agent.alloc(alloc).await;
+        let running = status
+            .tasks
+            .get("t")
+            .is_some_and(|t| t.state == berth_model::events::TaskStateKind::Running);
+        if running {
+            return crate::alloc_exec::exec_once(&agent.client(), alloc, "t", argv).await;
+        }
+        assert!(Instant::now() < deadline, "{}", events(&status, "t"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The host's owner (uid, gid) of `path`.
 fn owner(path: &std::path::Path) -> (u32, u32) {
     use std::os::unix::fs::MetadataExt as _;
@@ -278,26 +300,12 @@ async fn root_in_an_image_is_the_tasks_own_uid_and_the_images_users_are_its_subo
     );
     let submitted = agent.submit("entered.hcl", &job).await.unwrap();
     let alloc = submitted.alloc_ids[0].clone();
-    let client = agent.client();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (out, err, exit) = loop {
-        let status = agent.alloc(&alloc).await;
-        if status
-            .tasks
-            .get("t")
-            .is_some_and(|t| t.state == berth_model::events::TaskStateKind::Running)
-        {
-            break crate::alloc_exec::exec_once(
-                &client,
-                &alloc,
-                "t",
-                &["/bin/sh", "-c", "id -u; id -G; touch /home/app/by-exec && echo wrote; echo x > /etc/by-exec || echo not-root"],
-            )
-            .await;
-        }
-        assert!(Instant::now() < deadline, "{}", events(&status, "t"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (out, err, exit) = exec_when_running(
+        &agent,
+        &alloc,
+        &["/bin/sh", "-c", "id -u; id -G; touch /home/app/by-exec && echo wrote; echo x > /etc/by-exec || echo not-root"],
+    )
+    .await;
     assert_eq!(
         (out.as_str(), exit),
         ("1000\n1001 65536\nwrote\nnot-root\n", Some(0)),
@@ -871,20 +879,7 @@ async fn cap_drop_and_cap_add_change_a_tasks_capabilities_within_what_the_operat
     );
     let submitted = agent.submit("kept.hcl", &job).await.unwrap();
     let alloc = submitted.alloc_ids[0].clone();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (out, err, _) = loop {
-        let status = agent.alloc(&alloc).await;
-        let running = status
-            .tasks
-            .get("t")
-            .is_some_and(|t| t.state == berth_model::events::TaskStateKind::Running);
-        if running {
-            let argv = ["/bin/cat", "/proc/self/status"];
-            break crate::alloc_exec::exec_once(&agent.client(), &alloc, "t", &argv).await;
-        }
-        assert!(Instant::now() < deadline, "{}", events(&status, "t"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (out, err, _) = exec_when_running(&agent, &alloc, &["/bin/cat", "/proc/self/status"]).await;
     let mut without_chown = TASK_CAPABILITIES;
     without_chown.remove(CapabilitySet::CHOWN);
     assert_eq!(

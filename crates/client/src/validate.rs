@@ -68,8 +68,16 @@ pub fn wants_dynamic_user(
         .is_some_and(|p| config.csi_privileged(&p.id, job));
     // A task on an image with a namespace of its own runs as its ids whatever its job's
     // `user`, which names a user of the image.
-    let image_namespace = isolation == FsIsolation::Image && config.image.private_user_namespaces;
-    (task.user.is_none() || image_namespace) && !privileged && isolation.confines()
+    (task.user.is_none() || has_own_user_namespace(isolation, config))
+        && !privileged
+        && isolation.confines()
+}
+
+/// Whether a task of a driver with `isolation` runs in a user namespace of its own: a
+/// task on an image, unless the operator set `image { userns = "host" }` (a CSI plugin
+/// the operator lets keep root aside).
+pub fn has_own_user_namespace(isolation: FsIsolation, config: &AgentConfig) -> bool {
+    isolation == FsIsolation::Image && config.image.private_user_namespaces
 }
 
 /// The user `task` runs as (name and ids), or `None` for the agent's own user (root):
@@ -103,7 +111,7 @@ pub fn task_user(
         .csi_plugin
         .as_ref()
         .is_some_and(|p| config.csi_privileged(&p.id, job));
-    if isolation == FsIsolation::Image && config.image.private_user_namespaces && !privileged {
+    if has_own_user_namespace(isolation, config) && !privileged {
         // Its `user` is one of the image's, found in the image when the task starts; on
         // the host it runs as the ids its alloc takes. Never as the agent's (root) for
         // want of them (attack review: an alloc recorded before namespaces were on).

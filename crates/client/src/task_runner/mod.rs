@@ -738,9 +738,7 @@ impl TaskRunner {
     ) -> Option<berth_model::driver::ImageUserNamespace> {
         let config = &self.ctx.config;
         let isolation = self.ctx.driver.capabilities().fs_isolation;
-        if isolation != berth_model::driver::FsIsolation::Image
-            || !config.image.private_user_namespaces
-        {
+        if !crate::validate::has_own_user_namespace(isolation, config) {
             return None;
         }
         // Only over the task's own ids: a CSI plugin keeping root never gets here.

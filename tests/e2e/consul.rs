@@ -1041,7 +1041,10 @@ async fn a_revoke_refused_for_berths_own_unknown_token_keeps_the_accessor() {
 /// A Consul service's script check: berth registers it as a TTL check, runs the script
 /// inside the task, and sets the check's status and output in Consul after each run
 /// (with the agent's token, under ACLs), as Nomad does; `check_restart` restarts the
-/// task after the script fails.
+/// task after the script fails. No update is sent before Consul holds the check (the
+/// first run, and the first after a restart, end before the registration), and one
+/// that finds the check gone has it registered again at once, not at the next
+/// anti-entropy pass.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consul_services_script_check_is_a_ttl_check_berth_runs_and_updates() {
     let consul = ConsulDouble::start().await;
@@ -1054,7 +1057,11 @@ async fn a_consul_services_script_check_is_a_ttl_check_berth_runs_and_updates() 
             acl_write: false,
         },
     );
-    let mut agent = agent_with(&consul, "  token = \"scripted-writer\"\n");
+    // Anti-entropy far apart: what re-registers below is the failed update.
+    let mut agent = AgentProcess::with_config(&format!(
+        "consul {{\n  address = \"{}\"\n  sync_interval = \"600s\"\n  service_address = \"127.0.0.1\"\n  token = \"scripted-writer\"\n}}\n",
+        consul.address()
+    ));
     agent.start().await;
     let job = r#"job "scripted" {
   group "g" {
@@ -1129,7 +1136,10 @@ async fn a_consul_services_script_check_is_a_ttl_check_berth_runs_and_updates() 
         .into_iter()
         .filter(|r| r.path == format!("/v1/agent/check/update/{check_id}"))
         .collect();
-    assert!(updates.iter().all(|u| u.status == 200), "{updates:#?}");
+    assert!(
+        updates.iter().all(|u| u.status == 200),
+        "no update before the registration: {updates:#?}"
+    );
     assert!(
         updates
             .iter()
@@ -1144,6 +1154,44 @@ async fn a_consul_services_script_check_is_a_ttl_check_berth_runs_and_updates() 
             .any(|e| e.message == "healthcheck: check \"alive\" unhealthy"),
         "{:#?}",
         status.tasks["t"].events
+    );
+
+    // Consul loses the service (restarted without its data): the next update finds no
+    // check, berth registers the service again and sends the update once more.
+    let service_id = check["ServiceID"].as_str().unwrap().to_string();
+    let registered_before = consul
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/agent/service/register"))
+        .count();
+    consul.forget_service(&service_id);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let back = consul.checks().get(check_id).cloned();
+        if back
+            .as_ref()
+            .is_some_and(|c| c["Status"] == json!("passing"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the check is registered again and updated: {back:#?}\n{:#?}",
+            consul.requests()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let requests = consul.requests();
+    let registered_after = requests
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/agent/service/register"))
+        .count();
+    assert_eq!(registered_after, registered_before + 1, "{requests:#?}");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path == format!("/v1/agent/check/update/{check_id}") && r.status == 404),
+        "the update that found no check: {requests:#?}"
     );
     let (code, _, stderr) = agent.cli(&["job", "stop", "scripted"]);
     assert_eq!(code, 0, "{stderr}");

@@ -42,6 +42,20 @@ impl ConsulError {
     pub fn is_permission(&self) -> bool {
         matches!(self, ConsulError::Refused { status: 403, .. })
     }
+
+    /// Whether a TTL update named a check the Consul agent does not hold: 404 today;
+    /// a 500 that says so before Consul 1.11.
+    pub fn is_unknown_check(&self) -> bool {
+        match self {
+            ConsulError::Refused { status: 404, .. } => true,
+            ConsulError::Refused {
+                status: 500,
+                message,
+                ..
+            } => message.contains("does not have associated TTL"),
+            _ => false,
+        }
+    }
 }
 
 /// A service as berth registers it: `PUT /v1/agent/service/register`'s body.

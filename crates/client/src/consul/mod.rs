@@ -171,6 +171,9 @@ pub struct ServiceClient {
     changes: tokio::sync::watch::Sender<u64>,
     /// The latest results of the checks berth runs itself (`checks`).
     checks: crate::checks::CheckResults,
+    /// Bumped each time Consul is found to hold a registration as berth wants it: what
+    /// a script check waits on before its first update.
+    registered: tokio::sync::watch::Sender<u64>,
 }
 
 /// Why the cluster's service catalog could not be read.
@@ -220,6 +223,7 @@ impl ServiceClient {
             catalog_wake: Notify::new(),
             changes: tokio::sync::watch::Sender::new(0),
             checks: Default::default(),
+            registered: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -305,6 +309,53 @@ impl ServiceClient {
     /// The latest results of the checks berth runs itself.
     pub fn checks(&self) -> &crate::checks::CheckResults {
         &self.checks
+    }
+
+    /// Waits, at most `within`, until Consul holds the service whose check is
+    /// `check_id` as berth wants it. A TTL check can only be updated once it is
+    /// registered: Consul answers an earlier update with 404. `false`: not yet.
+    pub async fn check_registered(&self, check_id: &str, within: Duration) -> bool {
+        let mut changes = self.registered.subscribe();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            changes.borrow_and_update();
+            if self.holds_check(check_id) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .map_or(true, |changed| changed.is_err())
+            {
+                return self.holds_check(check_id);
+            }
+        }
+    }
+
+    /// Consul no longer has the service whose check is `check_id` (an update found no
+    /// such check: Consul restarted, or someone deregistered it): it is registered
+    /// again at once.
+    pub fn check_missing(&self, check_id: &str) {
+        let mut registry = self.registry.lock().unwrap();
+        for wanted in registry.desired.values_mut() {
+            if wanted
+                .registration
+                .checks
+                .iter()
+                .any(|c| c.check_id == check_id)
+            {
+                wanted.in_sync = false;
+            }
+        }
+        drop(registry);
+        self.wake.notify_one();
+    }
+
+    fn holds_check(&self, check_id: &str) -> bool {
+        self.registry.lock().unwrap().desired.values().any(|d| {
+            d.provider == ServiceProvider::Consul
+                && d.in_sync
+                && d.registration.checks.iter().any(|c| c.check_id == check_id)
+        })
     }
 
     /// Everything an alloc registered (its tasks' and its group's) goes.
@@ -625,8 +676,10 @@ impl ServiceClient {
         let mut registry = self.registry.lock().unwrap();
         if let Some(wanted) = registry.desired.get_mut(&registration.id)
             && wanted.registration == *registration
+            && !wanted.in_sync
         {
             wanted.in_sync = true;
+            self.registered.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 }

@@ -197,7 +197,7 @@ impl Watcher {
             check.result.outcome = outcome.clone();
             match &check.reported {
                 None => self.results().record(&self.alloc, check.result.clone()),
-                Some(check_id) => self.report(check_id, &outcome).await,
+                Some(check_id) => self.report(check_id, &outcome, check.interval).await,
             }
             if let Some(restart) = &check.restart
                 && started.elapsed() >= restart.grace
@@ -227,9 +227,13 @@ impl Watcher {
         self.services.checks()
     }
 
-    /// Sets a Consul service's TTL check to a script check's outcome. A failed update is
-    /// logged: the TTL turns the check critical if none gets through.
-    async fn report(&self, check_id: &str, outcome: &Outcome) {
+    /// Sets a Consul service's TTL check to a script check's outcome, once Consul holds
+    /// the check: the first run ends before the service is registered, and a restarted
+    /// task's before it is registered again. Waits at most `patience` (the check's
+    /// interval: the next run brings a newer outcome). An update that finds no such
+    /// check has the service registered again and is sent once more. A failed update
+    /// is logged: the TTL turns the check critical if none gets through.
+    async fn report(&self, check_id: &str, outcome: &Outcome, patience: Duration) {
         let Some(consul) = self.services.api() else {
             return;
         };
@@ -238,8 +242,21 @@ impl Watcher {
             Health::Warning => "warning",
             Health::Critical => "critical",
         };
-        if let Err(error) = consul.update_ttl(check_id, status, &outcome.output).await {
-            tracing::warn!(alloc = %self.alloc, check_id, %error, "updating a script check in Consul");
+        for attempt in 0..2 {
+            if !self.services.check_registered(check_id, patience).await {
+                tracing::debug!(alloc = %self.alloc, check_id, "a script check's service is not registered yet; its outcome waits for the next run");
+                return;
+            }
+            match consul.update_ttl(check_id, status, &outcome.output).await {
+                Ok(()) => return,
+                Err(error) if error.is_unknown_check() && attempt == 0 => {
+                    self.services.check_missing(check_id);
+                }
+                Err(error) => {
+                    tracing::warn!(alloc = %self.alloc, check_id, %error, "updating a script check in Consul");
+                    return;
+                }
+            }
         }
     }
 

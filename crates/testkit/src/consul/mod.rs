@@ -270,6 +270,17 @@ impl ConsulDouble {
         );
     }
 
+    /// Drops a service and its checks, as a Consul agent restarted without its data
+    /// dir, or an operator's `consul services deregister`, would; the request log is
+    /// untouched.
+    pub fn forget_service(&self, id: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.services.remove(id);
+        state
+            .checks
+            .retain(|_, check| check["ServiceID"] != json!(id));
+    }
+
     /// A check of service `service_id` that something other than berth registered.
     pub fn add_check(&self, check_id: &str, service_id: &str) {
         let mut state = self.state.lock().unwrap();

@@ -125,6 +125,7 @@ async fn run() {
         events: None,
         restart: None,
         control: None,
+        own_network: None,
     };
     let prepare = TaskPrepare {
         task_dir,

@@ -349,7 +349,11 @@ pub(crate) async fn exec_once(
         .websocket(&exec_path(alloc, task, argv, false))
         .await
         .unwrap_or_else(|e| panic!("exec in {alloc}: {e}"));
-    send(&mut socket, stdin_closed()).await;
+    // A command that reads no stdin may have ended, and the agent closed the session,
+    // before this is sent (a busy node's upstream run: EPIPE): what it said is still
+    // there to read.
+    let closing = serde_json::to_string(&stdin_closed()).unwrap();
+    let _ = socket.send(WebSocketMessage::Text(closing.into())).await;
     let mut seen = Seen::default();
     read_until(&mut socket, &mut seen, |s| s.exit.is_some()).await;
     (seen.stdout, seen.stderr, seen.exit)

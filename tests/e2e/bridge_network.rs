@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use berth_harness::AgentProcess;
 
 /// The host's address, or on a node without a global one the bridge's own.
-fn host_address() -> String {
+pub(crate) fn host_address() -> String {
     berth_testkit::net::host_address(&[" nomad ", "berthtest"], "172.26.64.1")
 }
 
@@ -92,7 +92,7 @@ fn printed(agent: &AgentProcess, alloc: &str, name: &str) -> String {
 /// as they name them (`utils.MustFormatChainNameWithPrefix`: `CNI-`, a prefix, then the
 /// hex of sha512(network + id), 28 characters in all): the bridge plugin's masquerade
 /// chain and portmap's DNAT chain.
-fn cni_chains(alloc: &str) -> [String; 2] {
+pub(crate) fn cni_chains(alloc: &str) -> [String; 2] {
     use sha2::Digest as _;
     let digest: String = sha2::Sha512::digest(format!("nomad{alloc}"))
         .iter()
@@ -104,7 +104,7 @@ fn cni_chains(alloc: &str) -> [String; 2] {
 /// What is left on the host of `allocs` (with their addresses `ips`): their namespaces,
 /// veths linked to them, their CNI chains, NAT rules naming them, firewall rules naming
 /// their addresses, leased addresses.
-fn leftovers(allocs: &[String], ips: &[String]) -> Vec<String> {
+pub(crate) fn leftovers(allocs: &[String], ips: &[String]) -> Vec<String> {
     let run = |program: &str, args: &[&str]| {
         let out = std::process::Command::new(program)
             .args(args)

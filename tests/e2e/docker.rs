@@ -475,10 +475,13 @@ async fn two_images_that_share_a_layer_unpack_it_once_and_a_port_and_a_volume_re
     );
     let submitted = agent.submit("web.hcl", &job).await.unwrap();
     let alloc = submitted.alloc_ids[0].clone();
+    // The web task's own network (Docker's default) forwards the port from the host's
+    // addresses, not its loopback.
+    let host = crate::bridge_network::host_address();
     let deadline = Instant::now() + Duration::from_secs(60);
     let page = loop {
         let page = std::process::Command::new("curl")
-            .args(["-sf", &format!("http://127.0.0.1:{port}/index.html")])
+            .args(["-sf", &format!("http://{host}:{port}/index.html")])
             .output()
             .unwrap();
         if page.status.success() {

@@ -28,6 +28,7 @@ mod csi;
 mod csi_client;
 mod disk_limits;
 mod docker;
+mod docker_network;
 mod drivers;
 mod dynamic_users;
 mod evaluations;

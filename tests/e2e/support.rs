@@ -115,6 +115,7 @@ impl TaskDir {
             etc_files: Vec::new(),
             image_user_namespace: None,
             progress: None,
+            own_network: None,
         }
     }
 

@@ -172,16 +172,43 @@ pub fn remove_user_id_leases(data_dir: &Path) {
     }
 }
 
-/// The bridge networks of the allocs under `data_dir/allocs`: a killed agent leaves its
-/// running allocs' namespaces, as it leaves their tasks. See [`remove_networks_of`].
+/// The bridge networks of the allocs under `data_dir/allocs`, and their docker tasks'
+/// own (`<alloc id>.<n>`): a killed agent leaves its running allocs' namespaces, as it
+/// leaves their tasks. See [`remove_networks_of`].
 pub fn remove_alloc_networks(data_dir: &Path) {
     let Ok(allocs) = std::fs::read_dir(data_dir.join("allocs")) else {
         return;
     };
-    let ids: Vec<String> = allocs
+    let allocs: Vec<String> = allocs
         .flatten()
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .collect();
+    // A task's namespace or lease, by its name or holder.
+    let settings = berth_client::config::BridgeSettings::default();
+    let leases = Path::new("/var/lib/cni/networks").join(&settings.name);
+    let names: Vec<String> = std::fs::read_dir(berth_sys::network::netns::NETNS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .chain(
+            std::fs::read_dir(&leases)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|lease| {
+                    let holder = std::fs::read_to_string(lease.path()).ok()?;
+                    Some(holder.lines().next()?.trim().to_string())
+                }),
+        )
+        .collect();
+    let mut ids = allocs.clone();
+    for alloc in &allocs {
+        let task = format!("{alloc}.");
+        ids.extend(names.iter().filter(|n| n.starts_with(&task)).cloned());
+    }
+    ids.sort();
+    ids.dedup();
     remove_networks_of(&ids);
 }
 

@@ -712,7 +712,11 @@ job "web" {{
         .to_string();
     assert!(error.contains("-2 is out of range (0 to 65535)"), "{error}");
     let host = parse("job.hcl", &source("host")).unwrap();
-    assert_eq!(host.groups[0].ports[0].to, None);
+    assert_eq!(
+        host.groups[0].ports[0].to,
+        Some(8080),
+        "kept for a docker task"
+    );
     assert_eq!(
         host.groups[0].ports[0].inside(NetworkMode::Host),
         Some(8000)
@@ -723,6 +727,18 @@ job "web" {{
             .contains("to has no effect on a single berth node: in mode \"host\" a task listens on the host's port itself")),
         "{:#?}",
         host.warnings
+    );
+    // A group with a docker task: its own network forwards the port to its `to`.
+    let docker = source("host").replace("driver = \"exec\"", "driver = \"docker\"");
+    assert_ne!(docker, source("host"));
+    let docker = parse("job.hcl", &docker).unwrap();
+    assert!(
+        !docker
+            .warnings
+            .iter()
+            .any(|w| w.to_string().contains("to has no effect")),
+        "{:#?}",
+        docker.warnings
     );
 }
 

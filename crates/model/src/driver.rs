@@ -145,7 +145,39 @@ pub struct TaskRequest {
     /// Where what the host does for the driver while it starts the task (an image's
     /// pull) goes: the task's events.
     pub progress: Option<TaskProgress>,
+    /// Gives an image task a network namespace of its own (Docker's default bridge
+    /// network), in a host-mode group; `None` in a bridge-mode group.
+    pub own_network: Option<TaskNetworkMaker>,
 }
+
+/// Makes (or finds, on a restart) a task's own network namespace on the node's bridge,
+/// with the group ports named (by label) forwarded to it.
+#[derive(Clone)]
+pub struct TaskNetworkMaker(
+    pub std::sync::Arc<dyn Fn(&[String]) -> Result<TaskNetwork, TaskNetworkRefusal> + Send + Sync>,
+);
+
+impl std::fmt::Debug for TaskNetworkMaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TaskNetworkMaker")
+    }
+}
+
+/// A task's own network namespace, attached to the node's bridge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskNetwork {
+    /// The namespace's file (`/run/netns/<name>`), which every spawn of the task joins.
+    pub path: PathBuf,
+    /// The ports forwarded to it: by label, the port the task listens on inside.
+    pub ports: Vec<(String, u16)>,
+    /// Its own `hosts` and `resolv.conf`, over the image's in the task's `/etc`.
+    pub etc_files: Vec<PathBuf>,
+}
+
+/// Why a task's own network could not be made, in words for the job's author.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TaskNetworkRefusal(pub String);
 
 /// A task's "Driver" events, as the host reports them while a driver starts it.
 #[derive(Clone)]

@@ -21,15 +21,21 @@ pub struct MountedVolume {
 #[derive(Debug, Default)]
 pub struct HookResources {
     inner: Mutex<Inner>,
+    /// Held from a snapshot to the end of its write ([`HookResources::persist`]): two
+    /// writers (task runners making their own networks) never put an older snapshot
+    /// over a newer one.
+    persisting: Mutex<()>,
 }
 
-/// A group's own network (bridge mode): its namespace, and what attaching it made.
+/// A group's own network (bridge mode), or an image task's (Docker's default bridge in a
+/// host-mode group): its namespace, and what attaching it made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupNetwork {
-    /// The namespace's name (`/run/netns/<name>`): the alloc's id.
+    /// The namespace's name (`/run/netns/<name>`): the alloc's id (a task's: the alloc's
+    /// id and the task's place in the group).
     pub namespace: String,
     pub path: PathBuf,
-    /// The alloc's address on the bridge, once attached.
+    /// The alloc's (or the task's) address on the bridge, once attached.
     #[serde(default)]
     pub address: Option<String>,
     /// The CNI ADD's result, which its DEL is given; `None` until the ADD succeeded.
@@ -39,6 +45,18 @@ pub struct GroupNetwork {
     /// goes to the same network even if the operator renamed it since.
     #[serde(default)]
     pub bridge: Option<(String, String)>,
+    /// A task's network: the group ports forwarded to it (the group's forwards are its
+    /// ports').
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forwarded: Vec<ForwardedPort>,
+}
+
+/// A group port forwarded from the host to a task's own network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardedPort {
+    pub label: String,
+    pub host: u16,
+    pub inside: u16,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -46,6 +64,10 @@ struct Inner {
     csi_mounts: BTreeMap<String, MountedVolume>,
     #[serde(default)]
     network: Option<GroupNetwork>,
+    /// Image tasks' own networks (Docker's default bridge, in a host-mode group), by
+    /// task name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    task_networks: BTreeMap<String, GroupNetwork>,
 }
 
 impl HookResources {
@@ -71,6 +93,27 @@ impl HookResources {
         self.inner.lock().unwrap().network.clone()
     }
 
+    /// Sets (or with `None` forgets) task `task`'s own network.
+    pub fn set_task_network(&self, task: &str, network: Option<GroupNetwork>) {
+        let mut inner = self.inner.lock().unwrap();
+        match network {
+            Some(network) => inner.task_networks.insert(task.to_string(), network),
+            None => inner.task_networks.remove(task),
+        };
+    }
+
+    /// The image tasks' own networks, by task name.
+    pub fn task_networks(&self) -> BTreeMap<String, GroupNetwork> {
+        self.inner.lock().unwrap().task_networks.clone()
+    }
+
+    /// Writes everything with `write`, one writer at a time, each with a snapshot
+    /// taken once the writer before it is done.
+    pub fn persist<E>(&self, write: impl FnOnce(&[u8]) -> Result<(), E>) -> Result<(), E> {
+        let _turn = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
+        write(&self.to_bytes())
+    }
+
     /// Everything, as bytes for the state store.
     pub fn to_bytes(&self) -> Vec<u8> {
         let inner = self.inner.lock().unwrap().clone();
@@ -83,6 +126,7 @@ impl HookResources {
             inner: Mutex::new(
                 serde_json::from_slice(bytes).map_err(|e| UnreadableResources(e.to_string()))?,
             ),
+            persisting: Mutex::new(()),
         })
     }
 }

@@ -61,6 +61,9 @@ pub struct TaskScope {
     pub image_user_namespace: Option<berth_model::driver::ImageUserNamespace>,
     /// The task's events, for what the host does while the driver starts it.
     pub progress: Option<berth_model::driver::TaskProgress>,
+    /// Makes the task's own network (an image task's Docker default, in a host-mode
+    /// group).
+    pub own_network: Option<berth_model::driver::TaskNetworkMaker>,
 }
 
 /// Guest time bookkeeping for one call: the CPU time the guest's thread spent running

@@ -170,7 +170,7 @@ pub struct ImageSpec<'a> {
 /// The busybox applets the test images link.
 const APPLETS: &[&str] = &[
     "sh", "echo", "cat", "sleep", "id", "ls", "pwd", "touch", "httpd", "env", "stat", "wc", "head",
-    "printf", "test", "true", "chown", "mkdir",
+    "printf", "test", "true", "chown", "mkdir", "readlink", "grep", "ip",
 ];
 
 impl Default for OciLayout {

@@ -11,10 +11,16 @@
 //!
 //! `cap_drop` and `cap_add` change the task's capabilities as Docker's do (the host
 //! checks `cap_add` against the operator's `allow_caps` and refuses what a task in its
-//! own user namespace could not use). Fields of Nomad's docker config that change
-//! nothing here are accepted: `labels` (no daemon keeps them), `ports` (the group's
-//! ports are the task's: the host's in a host-mode group, mapped to `to` in a
-//! bridge-mode one), `hostname` (the task's uts namespace keeps the host's name),
+//! own user namespace could not use).
+//!
+//! The network is Docker's: by default (`network_mode` unset, `bridge` or `default`) a
+//! task in a host-mode group gets a network namespace of its own on the node's bridge,
+//! with the group ports `ports` names forwarded from their host port to their `to`;
+//! `network_mode = "host"` keeps it on its group's network. In a bridge-mode group
+//! every task is on the group's namespace, whose ports the group forwards.
+//!
+//! Fields of Nomad's docker config that change nothing here are accepted: `labels`
+//! (no daemon keeps them), `hostname` (the task's uts namespace keeps the host's name),
 //! `logging` (berth keeps the task's logs itself), `auth_soft_fail` and
 //! `auth.server_address`/`auth.email`. `privileged` is refused by name; so are Docker's
 //! own ways to reach the host (`volumes`, `mount`, `devices`, …), each saying what to
@@ -66,8 +72,8 @@ struct DockerConfig {
     #[serde(default)]
     #[allow(dead_code)]
     labels: Option<serde_json::Value>,
+    /// The group ports forwarded to the task's own network (Docker's `ports`).
     #[serde(default)]
-    #[allow(dead_code)]
     ports: Option<Vec<String>>,
     #[serde(default)]
     #[allow(dead_code)]
@@ -164,12 +170,13 @@ fn parse_config(json: &str) -> Result<DockerConfig, String> {
         ));
     }
     match config.network_mode.as_deref() {
-        None | Some("host") | Some("") => {}
+        None | Some("") | Some("bridge") | Some("default") | Some("host") => {}
         Some(mode) => {
             return Err(format!(
-                "docker config: network_mode {mode:?} is not supported: a docker task is in \
-                 its group's network (\"host\"); for a network of its own, give the group \
-                 network {{ mode = \"bridge\" }}"
+                "docker config: network_mode {mode:?} is not supported: a docker task has \
+                 a network of its own on the node's bridge (\"bridge\", the default) or, \
+                 with \"host\", its group's (the host's, or in a group with network {{ mode \
+                 = \"bridge\" }} the group's)"
             ));
         }
     }
@@ -328,15 +335,18 @@ impl ProcessDriver for Docker {
             isolation: Isolation::Chroot,
             mounts,
         };
-        let process = if docker.cap_add.is_empty() && docker.cap_drop.is_empty() {
-            image::spawn(&pulled.digest, &request)?
-        } else {
-            let capabilities = image::Capabilities {
+        let options = image::SpawnOptions {
+            capabilities: image::Capabilities {
                 add: docker.cap_add.clone(),
                 drop: docker.cap_drop.clone(),
-            };
-            image::spawn_with_capabilities(&pulled.digest, &request, &capabilities)?
+            },
+            network: match docker.network_mode.as_deref() {
+                Some("host") => image::Network::Group,
+                // Docker's default: `bridge` (or its other name, `default`).
+                _ => image::Network::Bridge(docker.ports.clone().unwrap_or_default()),
+            },
         };
+        let process = image::spawn_with_options(&pulled.digest, &request, &options)?;
         Ok(process_task::handle(config.id, process))
     }
 }

@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use berth_jobspec::NetworkMode;
+use berth_jobspec::{Group, NetworkMode};
 use berth_sys::alloc_dir::GROUP_ETC_FILES;
 
 use super::{AllocHook, AllocRunner};
@@ -31,7 +31,7 @@ pub(super) struct EtcFilesHook;
 
 /// Why the group's own `/etc` files could not be given to it.
 #[derive(Debug, thiserror::Error)]
-enum EtcFilesError {
+pub(super) enum EtcFilesError {
     #[error(
         "the group's network {{ dns }} needs an /etc/resolv.conf on the node to cover, and it has none"
     )]
@@ -78,12 +78,32 @@ fn group_files(
     address: Option<&str>,
 ) -> Result<Vec<(&'static str, String)>, EtcFilesError> {
     let bridge = alloc.group.network_mode == NetworkMode::Bridge;
+    files_for(&alloc.group, &alloc.id, bridge, address)
+}
+
+/// An image task's own network's files (Docker's default bridge, in a host-mode
+/// group), as a bridge group's: a resolver a namespace on the bridge can reach, and
+/// `hosts` with the task's address.
+pub(super) fn own_network_files(
+    group: &Group,
+    alloc_id: &str,
+    address: Option<&str>,
+) -> Result<Vec<(&'static str, String)>, EtcFilesError> {
+    files_for(group, alloc_id, true, address)
+}
+
+fn files_for(
+    group: &Group,
+    alloc_id: &str,
+    bridge: bool,
+    address: Option<&str>,
+) -> Result<Vec<(&'static str, String)>, EtcFilesError> {
     let on_host = |name: &str| std::fs::symlink_metadata(Path::new("/etc").join(name)).is_ok();
     let mut files = Vec::new();
     let linked = std::fs::symlink_metadata(HOST_RESOLV_CONF).is_ok_and(|m| m.is_symlink());
-    if alloc.group.dns.is_some() || bridge || linked {
+    if group.dns.is_some() || bridge || linked {
         let host = host_resolver(bridge);
-        let resolv = match &alloc.group.dns {
+        let resolv = match &group.dns {
             Some(dns) => {
                 if !on_host("resolv.conf") {
                     return Err(EtcFilesError::NoHostResolvConf);
@@ -100,12 +120,11 @@ fn group_files(
         && let Some(address) = address
         && on_host("hosts")
     {
-        let name = alloc
-            .group
+        let name = group
             .hostname
             .clone()
             .filter(|name| berth_jobspec::names::is_host_name(name))
-            .unwrap_or_else(|| alloc.id.chars().take(8).collect());
+            .unwrap_or_else(|| alloc_id.chars().take(8).collect());
         files.push(("hosts", hosts(address, &name)));
     }
     Ok(files)
@@ -172,7 +191,7 @@ fn only_loopback_servers(resolv_conf: &str) -> bool {
 /// Writes `files` in `dir` (made 0755 if missing), each 0644 and replaced whole (a task
 /// starting meanwhile sees the old one or the new one), and removes the others of
 /// [`GROUP_ETC_FILES`]: a restarted agent's group never sees another run's.
-fn write_all(dir: &Path, files: &[(&'static str, String)]) -> std::io::Result<()> {
+pub(super) fn write_all(dir: &Path, files: &[(&'static str, String)]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     if files.is_empty() && std::fs::symlink_metadata(dir).is_err() {
         // The common case (host mode, no dns block): nothing to write or remove.

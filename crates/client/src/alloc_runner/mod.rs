@@ -20,6 +20,7 @@ mod etc_files;
 mod lifecycle;
 mod network;
 pub mod ports;
+mod task_network;
 pub mod users;
 
 use std::collections::BTreeMap;
@@ -501,14 +502,7 @@ impl AllocRunner {
     }
 
     fn save_resources(&self, commit: Commit) {
-        if let Err(error) = self.node.store.put_hook_state(
-            &self.id,
-            HOOK_RESOURCES_KEY,
-            &self.resources.to_bytes(),
-            commit,
-        ) {
-            tracing::error!(alloc = %self.id, %error, "recording hook resources");
-        }
+        save_resources(&self.node.store, &self.id, &self.resources, commit);
     }
 
     /// Forgets the alloc's mounts of CSI volume `volume_id`, which an operator detached
@@ -677,6 +671,7 @@ impl AllocRunner {
             events: None,
             restart: None,
             control: None,
+            own_network: self.own_network_maker(&task.name),
         };
         let sink = EventSink {
             alloc_id: self.id.clone(),
@@ -874,6 +869,16 @@ pub fn new_alloc_id() -> String {
         &hex[16..20],
         &hex[20..]
     )
+}
+
+/// Records an alloc's hook resources; a failure is logged (what was done stays done, and
+/// is found again by what it left on the node).
+fn save_resources(store: &StateStore, alloc_id: &str, resources: &HookResources, commit: Commit) {
+    let written = resources
+        .persist(|bytes| store.put_hook_state(alloc_id, HOOK_RESOURCES_KEY, bytes, commit));
+    if let Err(error) = written {
+        tracing::error!(alloc = %alloc_id, %error, "recording hook resources");
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use crate::config::BridgeSettings;
 use berth_jobspec::NetworkMode;
 use berth_model::hook_resources::GroupNetwork;
 use berth_sys::network::cni::{self, Attachment, Cni, PortMapping};
@@ -25,17 +26,16 @@ const IFNAME: &str = "eth0";
 
 pub(super) struct NetworkHook;
 
-/// The host ports this process forwards into a group's namespace, with the alloc each
-/// goes to. A forward takes every connection to a local address on its port (the
-/// portmap plugin's DNAT comes before any listener), so one port goes to one alloc.
+/// The host ports this process forwards into a namespace (a group's, or an image task's
+/// own), with what each goes to ("alloc <id>", or a task of one). A forward takes
+/// every connection to a local address on its port (the portmap plugin's DNAT comes
+/// before any listener), so one port goes to one namespace.
 static FORWARDED: Mutex<BTreeMap<u16, String>> = Mutex::new(BTreeMap::new());
 
-/// Why the group's network could not be made.
+/// Why a network could not be made.
 #[derive(Debug, thiserror::Error)]
-enum SetupError {
-    #[error(
-        "host port {port} is forwarded to alloc {holder} already: one host port goes to one alloc"
-    )]
+pub(super) enum SetupError {
+    #[error("host port {port} is forwarded to {holder} already: one host port goes to one network")]
     Forwarded { port: u16, holder: String },
     #[error(
         "host port {port} is in use on this node: forwarding it would take the traffic of what listens there"
@@ -54,16 +54,14 @@ impl AllocHook for NetworkHook {
 
     fn prerun<'a>(&'a self, alloc: &'a AllocRunner) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
+            alloc.restore_task_networks();
             if alloc.group.network_mode != NetworkMode::Bridge {
                 return Ok(());
             }
             if let Some(recorded) = alloc.resources.network() {
                 if recorded.attached.is_some() && NetNs::existing(&recorded.namespace).is_some() {
                     tracing::info!("keeping the group's network namespace after an agent restart");
-                    let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
-                    for port in host_ports(alloc) {
-                        forwarded.insert(port, alloc.id.clone());
-                    }
+                    hold_ports(&group_holder(alloc), &host_ports(alloc));
                     return Ok(());
                 }
                 // Half made when the agent stopped: undone, then made again.
@@ -80,7 +78,8 @@ impl AllocHook for NetworkHook {
                 hook: "network".into(),
                 message,
             };
-            claim_host_ports(alloc).map_err(|e| fail(e.to_string()))?;
+            claim_ports(&group_holder(alloc), &host_ports(alloc))
+                .map_err(|e| fail(e.to_string()))?;
             let name = alloc.id.clone();
             let mut network = GroupNetwork {
                 namespace: name.clone(),
@@ -91,6 +90,7 @@ impl AllocHook for NetworkHook {
                     alloc.node.config.bridge.name.clone(),
                     alloc.node.config.bridge.subnet.clone(),
                 )),
+                forwarded: Vec::new(),
             };
             // The intent first: a restarted agent undoes what this leaves half made.
             alloc.resources.set_network(Some(network.clone()));
@@ -99,7 +99,7 @@ impl AllocHook for NetworkHook {
                 let namespace = NetNs::create(&name)?;
                 let ports = port_mappings(alloc);
                 let attachment = attachment(&namespace, &ports);
-                let (cni, list) = bridge(alloc);
+                let (cni, list) = bridge(&alloc.node.config.bridge);
                 Ok(cni.add(&list, &attachment)?)
             });
             match made {
@@ -115,7 +115,7 @@ impl AllocHook for NetworkHook {
                     let mut message = format!("the group's bridge network: {why}");
                     match release(alloc, &network) {
                         Ok(()) => {
-                            free_host_ports(alloc);
+                            free_ports(&group_holder(alloc));
                             alloc.resources.set_network(None);
                             alloc.save_resources(berth_state::Commit::Durable);
                         }
@@ -137,8 +137,8 @@ impl AllocHook for NetworkHook {
 }
 
 impl AllocRunner {
-    /// Detaches and removes the group's network namespace, if one is recorded: for an
-    /// alloc that ended while the agent was down (restore).
+    /// Detaches and removes the group's network namespace, if one is recorded, and the
+    /// tasks' own: for an alloc that ended while the agent was down (restore).
     pub fn release_network(&self) {
         release_network(self);
     }
@@ -148,13 +148,14 @@ impl AllocRunner {
 /// One whose DEL fails stays recorded, its host ports held (another alloc given one of
 /// them would sit behind the forward left), for a restarted agent to try again.
 fn release_network(alloc: &AllocRunner) {
+    alloc.release_task_networks();
     let Some(recorded) = alloc.resources.network() else {
         return;
     };
     if release(alloc, &recorded).is_err() {
         return;
     }
-    free_host_ports(alloc);
+    free_ports(&group_holder(alloc));
     alloc.resources.set_network(None);
     alloc.save_resources(berth_state::Commit::Durable);
 }
@@ -164,18 +165,22 @@ fn host_ports(alloc: &AllocRunner) -> Vec<u16> {
     alloc.group.ports.iter().filter_map(|p| p.number).collect()
 }
 
-/// Takes the group's host ports for the alloc: none may be forwarded to another alloc,
-/// nor listened on by anything on the host (the agent's own API, sshd, …), which the
+/// What the group's forwards are held for.
+fn group_holder(alloc: &AllocRunner) -> String {
+    format!("alloc {}", alloc.id)
+}
+
+/// Takes host ports for `holder`: none may be forwarded to another namespace, nor
+/// listened on by anything on the host (the agent's own API, sshd, …), which the
 /// forward would silently take over. All or none.
-fn claim_host_ports(alloc: &AllocRunner) -> Result<(), SetupError> {
+pub(super) fn claim_ports(holder: &str, ports: &[u16]) -> Result<(), SetupError> {
     let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
-    let ports = host_ports(alloc);
-    for &port in &ports {
+    for &port in ports {
         match forwarded.get(&port) {
-            Some(holder) if *holder != alloc.id => {
+            Some(other) if other != holder => {
                 return Err(SetupError::Forwarded {
                     port,
-                    holder: holder.clone(),
+                    holder: other.clone(),
                 });
             }
             Some(_) => {}
@@ -183,15 +188,23 @@ fn claim_host_ports(alloc: &AllocRunner) -> Result<(), SetupError> {
             None => {}
         }
     }
-    for port in ports {
-        forwarded.insert(port, alloc.id.clone());
+    for &port in ports {
+        forwarded.insert(port, holder.to_string());
     }
     Ok(())
 }
 
-fn free_host_ports(alloc: &AllocRunner) {
+/// Holds `ports` for `holder` again, as a restarted agent finds them forwarded.
+pub(super) fn hold_ports(holder: &str, ports: &[u16]) {
     let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
-    forwarded.retain(|_, holder| *holder != alloc.id);
+    for &port in ports {
+        forwarded.insert(port, holder.to_string());
+    }
+}
+
+pub(super) fn free_ports(holder: &str) {
+    let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
+    forwarded.retain(|_, other| other != holder);
 }
 
 /// CNI DEL on the network it was attached to (given the ADD's result when there was
@@ -200,44 +213,54 @@ fn free_host_ports(alloc: &AllocRunner) {
 /// masquerade rules from inside the namespace); the removal runs even when the DEL
 /// failed, and the DEL's error is returned.
 fn release(alloc: &AllocRunner, recorded: &GroupNetwork) -> Result<(), SetupError> {
+    let ports = port_mappings(alloc);
+    release_recorded(&alloc.node.config.bridge, recorded, &ports)
+}
+
+/// Detaches `recorded` (CNI DEL, with the forwards its ADD was given) and removes its
+/// namespace: a group's or a task's.
+pub(super) fn release_recorded(
+    settings: &BridgeSettings,
+    recorded: &GroupNetwork,
+    ports: &[PortMapping],
+) -> Result<(), SetupError> {
     berth_sys::blocking::run(|| {
-        let ports = port_mappings(alloc);
         let (cni, list) = match &recorded.bridge {
-            Some((name, subnet)) => network_list(alloc, name, subnet),
-            None => bridge(alloc),
+            Some((name, subnet)) => network_list(settings, name, subnet),
+            None => bridge(settings),
         };
         let attachment = Attachment {
             container_id: &recorded.namespace,
             netns: &recorded.path,
             ifname: IFNAME,
-            port_mappings: &ports,
+            port_mappings: ports,
         };
         let detached = cni.del(&list, &attachment, recorded.attached.as_ref());
         if let Err(error) = &detached {
-            tracing::error!(%error, "detaching the group's network namespace");
+            tracing::error!(%error, namespace = %recorded.namespace, "detaching a network namespace");
         }
         if let Err(error) =
             NetNs::named(&recorded.namespace).and_then(|namespace| namespace.remove())
         {
-            tracing::error!(%error, "removing the group's network namespace");
+            tracing::error!(%error, namespace = %recorded.namespace, "removing a network namespace");
         }
         Ok(detached?)
     })
 }
 
-fn bridge(alloc: &AllocRunner) -> (Cni, cni::NetworkList) {
-    let settings = &alloc.node.config.bridge;
-    network_list(alloc, &settings.name, &settings.subnet)
+/// The node's bridge network as the operator configured it now.
+pub(super) fn bridge(settings: &BridgeSettings) -> (Cni, cni::NetworkList) {
+    network_list(settings, &settings.name, &settings.subnet)
 }
 
-fn network_list(alloc: &AllocRunner, name: &str, subnet: &str) -> (Cni, cni::NetworkList) {
+fn network_list(settings: &BridgeSettings, name: &str, subnet: &str) -> (Cni, cni::NetworkList) {
     (
-        Cni::new(&alloc.node.config.bridge.cni_path),
+        Cni::new(&settings.cni_path),
         cni::bridge_network(name, name, subnet, ADMIN_CHAIN),
     )
 }
 
-fn attachment<'a>(namespace: &'a NetNs, ports: &'a [PortMapping]) -> Attachment<'a> {
+pub(super) fn attachment<'a>(namespace: &'a NetNs, ports: &'a [PortMapping]) -> Attachment<'a> {
     Attachment {
         container_id: namespace.name(),
         netns: namespace.path(),

@@ -62,6 +62,9 @@ pub struct TaskHookContext {
     /// Set by the task runner: what a user may ask of the task (a restart outside the
     /// policy, a signal), for hooks that act on a running task (templates).
     pub control: Option<super::control::TaskControl>,
+    /// Makes the task's own network when its driver asks for one (an image task's
+    /// Docker default, in a host-mode group).
+    pub own_network: Option<berth_model::driver::TaskNetworkMaker>,
 }
 
 impl TaskHookContext {

@@ -507,6 +507,7 @@ impl TaskRunner {
                     events.emit(EventKind::Driver, message)
                 }))
             }),
+            own_network: self.ctx.own_network.clone(),
         };
         let handle = match self.ctx.driver.start_task(&request).await {
             Ok(handle) => handle,

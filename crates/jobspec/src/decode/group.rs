@@ -129,6 +129,14 @@ pub(super) fn group(
         .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
     tasks.extend(proxies);
+    // A docker task's own network (Docker's default bridge) forwards the group's ports
+    // to their `to` in a host-mode group too.
+    if network_mode == NetworkMode::Host && tasks.iter().any(|t| t.driver == "docker") {
+        let ports = format!("{path}.network.port.");
+        problems
+            .warnings
+            .retain(|w| !(w.path.starts_with(&ports) && w.path.ends_with(".to")));
+    }
     if tasks.is_empty() && !block.body.writes_block(schema::group::TASK.hcl) {
         fields.problem(
             problems,

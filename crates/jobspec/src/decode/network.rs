@@ -85,7 +85,8 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Netwo
         if mode == NetworkMode::Host {
             ignored.push((
                 "to",
-                "in mode \"host\" a task listens on the host's port itself",
+                "in mode \"host\" a task listens on the host's port itself (only a docker \
+                 task's own network forwards it to its to)",
             ));
         }
         scheduler_level(&mut p, &port.body, &ignored, problems);
@@ -93,7 +94,8 @@ pub(super) fn network(fields: &mut Fields<'_>, problems: &mut Findings) -> Netwo
         ports.push(PortLabel {
             label,
             number,
-            to: to.filter(|_| mode == NetworkMode::Bridge),
+            // Kept in host mode too: a docker task's own network forwards to it.
+            to,
         });
     }
     let dns = network

@@ -315,6 +315,7 @@ impl Driver {
             etc_files: request.etc_files.clone(),
             image_user_namespace: request.image_user_namespace.clone(),
             progress: request.progress.clone(),
+            own_network: request.own_network.clone(),
         };
         let config = wit::TaskConfig::from(request);
         let (

@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::bindings::host::image::{Capabilities, Host, ImageConfig, PullRequest};
+use crate::bindings::host::image::{
+    Capabilities, Host, ImageConfig, Network, PullRequest, SpawnOptions,
+};
 use crate::bindings::host::process::{Isolation as WitIsolation, ProcessRef, SpawnRequest};
 use crate::images::{ImagePull, PulledImage};
 use crate::sandbox::PluginCtx;
@@ -51,6 +53,10 @@ enum ImageRefusal {
     NotPulled { driver: String, digest: String },
     #[error("driver {driver:?} asked to spawn on an image without isolation \"chroot\"")]
     NotIsolated { driver: String },
+    #[error(
+        "driver {driver:?} asked for a network forwarding more than {MAX_FORWARDED_PORTS} ports, or a port label longer than {MAX_PORT_LABEL} bytes"
+    )]
+    TooManyPorts { driver: String },
 }
 
 impl PluginCtx {
@@ -130,7 +136,13 @@ enum ImageSpawnError {
     Spawn(#[from] berth_sys::process::ProcessError),
     #[error(transparent)]
     Capabilities(#[from] CapabilityRefusal),
+    #[error("the task's own network: {0}")]
+    Network(#[from] berth_model::driver::TaskNetworkRefusal),
 }
+
+/// The most group ports a task's own network forwards, and the longest label read.
+const MAX_FORWARDED_PORTS: usize = 64;
+const MAX_PORT_LABEL: usize = 128;
 
 /// What is wrong with the user an image task would run as.
 #[derive(Debug, thiserror::Error)]
@@ -197,18 +209,24 @@ impl Host for PluginCtx {
         request: SpawnRequest,
     ) -> wasmtime::Result<Result<ProcessRef, String>> {
         Ok(self
-            .spawn_on_image(digest, request, None)
+            .spawn_on_image(digest, request, None, None)
             .map_err(|e| e.to_string()))
     }
 
-    async fn spawn_with_capabilities(
+    async fn spawn_with_options(
         &mut self,
         digest: String,
         request: SpawnRequest,
-        capabilities: Capabilities,
+        options: SpawnOptions,
     ) -> wasmtime::Result<Result<ProcessRef, String>> {
+        let changed = !options.capabilities.add.is_empty() || !options.capabilities.drop.is_empty();
+        let capabilities = changed.then_some(&options.capabilities);
+        let ports = match &options.network {
+            Network::Group => None,
+            Network::Bridge(ports) => Some(ports.as_slice()),
+        };
         Ok(self
-            .spawn_on_image(digest, request, Some(&capabilities))
+            .spawn_on_image(digest, request, capabilities, ports)
             .map_err(|e| e.to_string()))
     }
 }
@@ -289,12 +307,15 @@ fn task_capabilities(
 }
 
 impl PluginCtx {
-    /// `image.spawn`, with the task's capabilities when the job changed them.
+    /// `image.spawn`, with the task's capabilities when the job changed them, and in a
+    /// network of its own (Docker's default) forwarding `own_network`'s ports when the
+    /// driver asked for one and the group has none.
     fn spawn_on_image(
         &mut self,
         digest: String,
         request: SpawnRequest,
         capabilities: Option<&Capabilities>,
+        own_network: Option<&[String]>,
     ) -> Result<ProcessRef, ImageSpawnError> {
         if let Some(refusal) = self.image_refusal() {
             return Err(ImageSpawnError::Refused(self.refuse(refusal)));
@@ -333,6 +354,19 @@ impl PluginCtx {
             spec.capabilities = Some(kept.bits());
         }
         spec.user_namespace = user_namespace;
+        let own_network = match own_network {
+            Some(ports) if spec.network_namespace.is_none() => Some(self.own_network(ports)?),
+            // In a bridge-mode group, the group's namespace is Docker's bridge.
+            _ => None,
+        };
+        if let Some(network) = &own_network {
+            spec.network_namespace = Some(network.path.clone());
+            for (label, inside) in &network.ports {
+                let name = format!("NOMAD_PORT_{label}");
+                spec.env.retain(|(key, _)| *key != name);
+                spec.env.push((name, inside.to_string()));
+            }
+        }
         if let Isolation::Chroot(chroot) = &mut spec.isolation {
             let dir = chroot.root.join("image");
             chroot.root = dir.join("root");
@@ -343,8 +377,10 @@ impl PluginCtx {
                 owner,
             });
             // On the host's network an image gets the host's resolver and hosts, as
-            // Docker gives them; in a group's network, the group's.
-            if chroot.etc_files.is_empty() {
+            // Docker gives them; in a group's network, the group's; in its own, its own.
+            if let Some(network) = &own_network {
+                chroot.etc_files = network.etc_files.clone();
+            } else if chroot.etc_files.is_empty() {
                 chroot.etc_files = IMAGE_ETC_FILES
                     .iter()
                     .map(|name| Path::new("/etc").join(name))
@@ -352,6 +388,28 @@ impl PluginCtx {
             }
         }
         Ok(self.spawn_checked(spec)?)
+    }
+
+    /// The task's own network namespace, made by the host (or found again on a
+    /// restart) with the group ports `ports` names forwarded to it.
+    fn own_network(
+        &mut self,
+        ports: &[String],
+    ) -> Result<berth_model::driver::TaskNetwork, ImageSpawnError> {
+        let driver = self.plugin.name.to_string();
+        if ports.len() > MAX_FORWARDED_PORTS || ports.iter().any(|p| p.len() > MAX_PORT_LABEL) {
+            return Err(ImageSpawnError::Refused(
+                self.refuse(ImageRefusal::TooManyPorts { driver }),
+            ));
+        }
+        let Some(maker) = self.task.as_ref().and_then(|t| t.own_network.clone()) else {
+            return Err(ImageSpawnError::Network(
+                berth_model::driver::TaskNetworkRefusal(
+                    "this agent gives no task a network of its own".into(),
+                ),
+            ));
+        };
+        Ok(berth_sys::blocking::run(|| (maker.0)(ports))?)
     }
 }
 

@@ -160,6 +160,18 @@ impl Cni {
         }
     }
 
+    /// Whether every plugin of `list` is in the CNI path: the first that is not.
+    pub fn check(&self, list: &NetworkList) -> Result<(), CniError> {
+        for plugin in &list.plugins {
+            let kind = plugin
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            self.find(kind)?;
+        }
+        Ok(())
+    }
+
     /// Attaches the namespace: ADD through every plugin of `list`, in order.
     pub fn add(&self, list: &NetworkList, attachment: &Attachment) -> Result<AddResult, CniError> {
         let mut previous: Option<Value> = None;

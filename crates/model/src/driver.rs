@@ -153,9 +153,11 @@ pub struct TaskRequest {
 /// Makes (or finds, on a restart) a task's own network namespace on the node's bridge,
 /// with the group ports named (by label) forwarded to it.
 #[derive(Clone)]
-pub struct TaskNetworkMaker(
-    pub std::sync::Arc<dyn Fn(&[String]) -> Result<TaskNetwork, TaskNetworkRefusal> + Send + Sync>,
-);
+pub struct TaskNetworkMaker(pub std::sync::Arc<MakeTaskNetwork>);
+
+/// What a [`TaskNetworkMaker`] calls: the group ports to forward, by label.
+pub type MakeTaskNetwork =
+    dyn Fn(&[String]) -> Result<TaskNetwork, TaskNetworkRefusal> + Send + Sync;
 
 impl std::fmt::Debug for TaskNetworkMaker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

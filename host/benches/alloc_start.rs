@@ -24,8 +24,13 @@
 //!   task starts; the detach (DEL) is outside the timing. Only where the plugins are.
 //! - **berth, docker driver**: the same alloc with the `docker` driver on a busybox image
 //!   the node's store already holds (pulled in the warm-up rounds from a loopback
-//!   registry): the cached pull, the image's overlayfs root (its layer as the lower dir,
-//!   the task's upper and work dirs made), then the exec task's confinement.
+//!   registry), on the host's network (`network_mode = "host"`): the cached pull, the
+//!   image's overlayfs root (its layer as the lower dir, the task's upper and work dirs
+//!   made), then the exec task's confinement.
+//! - **berth, docker driver, its own network**: the same with Docker's default network,
+//!   the task's own namespace made and attached by the CNI plugins at its spawn (what a
+//!   docker task in a host-mode group gets unless it asks for the host's). Only where
+//!   the plugins are.
 //! - **bare**: fork, `unshare(CLONE_NEWNS)`, make `/` rslave, one bind mount, exec
 //!   `/bin/true`, wait: the least a task start with one volume costs.
 //!
@@ -184,6 +189,13 @@ async fn run() {
     let exec_job = parse(&job("exec", "command = \"/bin/true\""));
     let docker_job = parse(&job(
         "docker",
+        &format!(
+            "\n        image = \"{}/bench/busybox:1\"\n        network_mode = \"host\"\n",
+            registry.address
+        ),
+    ));
+    let docker_own_job = parse(&job(
+        "docker",
         &format!("image = \"{}/bench/busybox:1\"", registry.address),
     ));
     // The exec alloc in bridge mode: a network namespace made and attached by the CNI
@@ -219,10 +231,13 @@ async fn run() {
         let exec = alloc_start(&exec_job, &on_disk_node, index).await;
         let docker = alloc_start(&docker_job, &on_disk_node, index).await;
         let exec_image = alloc_start(&exec_job, &image_node, index).await;
-        let exec_bridge = if cni {
-            Some(alloc_start(&bridge_job, &on_disk_node, index).await)
+        let (exec_bridge, docker_own) = if cni {
+            (
+                Some(alloc_start(&bridge_job, &on_disk_node, index).await),
+                Some(alloc_start(&docker_own_job, &on_disk_node, index).await),
+            )
         } else {
-            None
+            (None, None)
         };
         let spawn = confined_spawn(processes.as_ref(), &cgroups, &spawn_root, &source).await;
         let uncgrouped = confined_spawn(processes.as_ref(), &none, &spawn_root, &source).await;
@@ -233,6 +248,7 @@ async fn run() {
             rounds.exec_image.push(exec_image);
             rounds.docker.push(docker);
             rounds.exec_bridge.extend(exec_bridge);
+            rounds.docker_own.extend(docker_own);
         }
     }
     let Rounds {
@@ -247,8 +263,10 @@ async fn run() {
         exec_image,
         exec_bridge,
         docker,
+        docker_own,
     } = rounds;
     let docker = median(docker);
+    let docker_own = (!docker_own.is_empty()).then(|| median(docker_own));
     let exec_bridge = (!exec_bridge.is_empty()).then(|| median(exec_bridge));
     let exec_image = median(exec_image);
     let uncgrouped = median(uncgrouped);
@@ -289,6 +307,12 @@ async fn run() {
         "  berth, docker driver (image root, cached)     {:>9.1} µs",
         micros(docker)
     );
+    if let Some(own) = docker_own {
+        println!(
+            "  berth, docker driver, its own network         {:>9.1} µs",
+            micros(own)
+        );
+    }
     match exec_bridge {
         Some(bridge) => println!(
             "  berth, exec driver, bridge network            {:>9.1} µs",
@@ -351,6 +375,14 @@ async fn run() {
     summary("exec_disk_image_over_exec", ratio(exec_image, exec));
     summary("docker_alloc_start_us", micros(docker));
     summary("docker_over_exec", ratio(docker, exec));
+    if let Some(own) = docker_own {
+        summary("docker_own_network_alloc_start_us", micros(own));
+        summary(
+            "own_network_added_per_alloc_us",
+            micros(own.saturating_sub(docker)),
+        );
+        summary("docker_own_network_over_docker", ratio(own, docker));
+    }
     if let Some(bridge) = exec_bridge {
         summary("exec_alloc_start_bridge_us", micros(bridge));
         summary(
@@ -391,6 +423,7 @@ struct Rounds {
     exec_image: Vec<Duration>,
     exec_bridge: Vec<Duration>,
     docker: Vec<Duration>,
+    docker_own: Vec<Duration>,
 }
 
 impl Rounds {

@@ -72,6 +72,17 @@ async fn a_docker_task_in_a_host_mode_group_has_its_own_network_with_its_ports_f
         args  = ["{SAYS}; exec httpd -f -p $NOMAD_PORT_http -h /www"]
         ports = ["http"]
       }}
+      service {{
+        name     = "web"
+        port     = "http"
+        provider = "nomad"
+        check {{
+          type     = "http"
+          path     = "/index.html"
+          interval = "1s"
+          timeout  = "2s"
+        }}
+      }}
     }}
     task "beside" {{
       driver = "docker"
@@ -131,6 +142,23 @@ async fn a_docker_task_in_a_host_mode_group_has_its_own_network_with_its_ports_f
         "{page}\n{}",
         agent.output()
     );
+    // The service's check, run by the agent on the host's address and port, reaches it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let checks: serde_json::Value = agent
+            .client()
+            .get(&format!("/v1/client/allocation/{alloc}/checks"))
+            .await
+            .unwrap();
+        if checks
+            .as_object()
+            .is_some_and(|c| c.len() == 1 && c.values().all(|r| r["Status"] == "success"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{checks:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let running = leftovers(std::slice::from_ref(&namespace), &[]);
     for chain in cni_chains(&namespace) {
         assert!(

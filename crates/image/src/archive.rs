@@ -50,8 +50,39 @@ pub enum ArchiveError {
 /// The files of an archive berth reads, by their name in it.
 struct Entries {
     files: HashMap<String, File>,
+    /// Names that are links to another entry (`docker save` before Docker 25 links a
+    /// layer tar whose content another has: `b/layer.tar -> ../a/layer.tar`), with the
+    /// archive name each leads to. Only followed to a file the archive holds.
+    links: HashMap<String, String>,
     /// Each file's digest, taken once.
     digests: HashMap<String, String>,
+}
+
+/// The most links followed to reach a file.
+const MAX_LINK_HOPS: usize = 8;
+
+/// `target` of a link at `name`, as an archive name: a symlink's is relative to the
+/// link's directory, a hard link's is the archive's own. `None` when it leads out of
+/// the archive.
+fn link_target(name: &str, target: &str, symbolic: bool) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    if symbolic {
+        if target.starts_with('/') {
+            return None;
+        }
+        parts.extend(name.split('/'));
+        parts.pop();
+    }
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 impl Entries {
@@ -60,6 +91,7 @@ impl Entries {
         let file = File::open(archive).map_err(ArchiveError::Read)?;
         let mut tar = tar::Archive::new(file);
         let mut files = HashMap::new();
+        let mut links = HashMap::new();
         let mut seen = 0usize;
         for entry in tar.entries().map_err(ArchiveError::Read)? {
             let mut entry = entry.map_err(ArchiveError::Read)?;
@@ -67,7 +99,8 @@ impl Entries {
             if seen > MAX_ENTRIES {
                 return Err(ArchiveError::TooManyEntries);
             }
-            if !entry.header().entry_type().is_file() {
+            let kind = entry.header().entry_type();
+            if !kind.is_file() && !kind.is_symlink() && !kind.is_hard_link() {
                 continue;
             }
             let name = entry
@@ -83,6 +116,16 @@ impl Entries {
             if !wanted {
                 continue;
             }
+            if !kind.is_file() {
+                let target = entry
+                    .link_name()
+                    .map_err(ArchiveError::Read)?
+                    .map(|t| t.to_string_lossy().into_owned());
+                if let Some(to) = target.and_then(|t| link_target(&name, &t, kind.is_symlink())) {
+                    links.insert(name, to);
+                }
+                continue;
+            }
             if entry.size() > limit {
                 return Err(ArchiveError::TooLarge { name, limit });
             }
@@ -93,14 +136,28 @@ impl Entries {
         }
         Ok(Entries {
             files,
+            links,
             digests: HashMap::new(),
         })
     }
 
+    /// The name of the file `name` is, through its links.
+    fn resolve(&self, name: &str) -> String {
+        let mut name = name.to_string();
+        for _ in 0..MAX_LINK_HOPS {
+            match self.links.get(&name) {
+                Some(to) if !self.files.contains_key(&name) => name = to.clone(),
+                _ => break,
+            }
+        }
+        name
+    }
+
     fn file(&mut self, name: &str) -> Result<&mut File, ArchiveError> {
+        let resolved = self.resolve(name);
         let file = self
             .files
-            .get_mut(name)
+            .get_mut(&resolved)
             .ok_or_else(|| ArchiveError::Missing {
                 name: name.to_string(),
             })?;
@@ -125,14 +182,15 @@ impl Entries {
 
     /// The sha256 of a file, as `sha256:<hex>`.
     fn digest(&mut self, name: &str) -> Result<String, ArchiveError> {
-        if let Some(digest) = self.digests.get(name) {
+        let resolved = self.resolve(name);
+        if let Some(digest) = self.digests.get(&resolved) {
             return Ok(digest.clone());
         }
         let file = self.file(name)?;
         let mut hasher = sha2::Sha256::new();
         io::copy(file, &mut hasher).map_err(ArchiveError::Read)?;
         let digest = format!("sha256:{}", registry::hex(&hasher.finalize()));
-        self.digests.insert(name.to_string(), digest.clone());
+        self.digests.insert(resolved, digest.clone());
         Ok(digest)
     }
 
@@ -384,6 +442,54 @@ mod tests {
             builder.append_data(&mut header, name, *data).unwrap();
         }
         builder.into_inner().unwrap()
+    }
+
+    /// `docker save` before Docker 25 links a layer tar whose content another has; a
+    /// link is followed to the file the archive holds, never out of the archive.
+    #[test]
+    fn a_docker_save_layer_linked_to_another_loads_and_a_link_out_of_the_archive_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(StoreConfig::new(dir.path().join("images"))).unwrap();
+        let layer = tar_of(&[("hello", b"hi\n")]);
+        let archive = |second: &str| {
+            let mut builder = tar::Builder::new(Vec::new());
+            let manifest = br#"[{"Config":"config.json","RepoTags":["t/linked:1"],"Layers":["a/layer.tar","b/layer.tar","c/layer.tar"]}]"#;
+            for (name, data) in [
+                ("manifest.json", &manifest[..]),
+                ("config.json", br#"{"config":{}}"#),
+                ("a/layer.tar", &layer),
+            ] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_cksum();
+                builder.append_data(&mut header, name, data).unwrap();
+            }
+            for (name, target, kind) in [
+                ("b/layer.tar", second, tar::EntryType::Symlink),
+                ("c/layer.tar", "a/layer.tar", tar::EntryType::Link),
+            ] {
+                let mut header = tar::Header::new_gnu();
+                header.set_entry_type(kind);
+                header.set_size(0);
+                header.set_mode(0o777);
+                builder.append_link(&mut header, name, target).unwrap();
+            }
+            builder.into_inner().unwrap()
+        };
+        let path = dir.path().join("linked.tar");
+        std::fs::write(&path, archive("../a/layer.tar")).unwrap();
+        let loaded = store.load(&path, None).unwrap();
+        assert_eq!(loaded[0].layers.len(), 3);
+        assert!(loaded[0].layers.iter().all(|l| *l == loaded[0].layers[0]));
+        for out in ["../../a/layer.tar", "/etc/passwd"] {
+            std::fs::write(&path, archive(out)).unwrap();
+            let error = store.load(&path, None).unwrap_err().to_string();
+            assert!(
+                error.contains("the archive names b/layer.tar, which it does not hold"),
+                "{out}: {error}"
+            );
+        }
     }
 
     /// A `docker save` archive whose config is a copy of another image's manifest

@@ -45,6 +45,10 @@ pub enum ArchiveError {
         "the archive tags no image; give the reference to load it as (berth image load FILE REFERENCE)"
     )]
     Untagged,
+    #[error(
+        "the archive holds {0} images and one reference names one: load it without a reference, each image with its own tags"
+    )]
+    OneReferenceForMany(usize),
 }
 
 /// The files of an archive berth reads, by their name in it.
@@ -368,6 +372,9 @@ impl ImageStore {
             Err(ArchiveError::Unknown)
         }
         .map_err(refused)?;
+        if tag.is_some() && found.len() > 1 {
+            return Err(refused(ArchiveError::OneReferenceForMany(found.len())));
+        }
         let mut loaded = Vec::new();
         for image in found {
             let tags: Vec<Reference> = match tag {
@@ -445,7 +452,8 @@ mod tests {
     }
 
     /// `docker save` before Docker 25 links a layer tar whose content another has; a
-    /// link is followed to the file the archive holds, never out of the archive.
+    /// link is followed to the file the archive holds, never out of the archive. An
+    /// archive of two images takes no single reference.
     #[test]
     fn a_docker_save_layer_linked_to_another_loads_and_a_link_out_of_the_archive_does_not() {
         let dir = tempfile::tempdir().unwrap();
@@ -482,6 +490,29 @@ mod tests {
         let loaded = store.load(&path, None).unwrap();
         assert_eq!(loaded[0].layers.len(), 3);
         assert!(loaded[0].layers.iter().all(|l| *l == loaded[0].layers[0]));
+        // Two images, one reference: which one it names is not for berth to guess.
+        let two = br#"[{"Config":"config.json","RepoTags":["t/one:1"],"Layers":["a/layer.tar"]},{"Config":"config.json","RepoTags":["t/two:1"],"Layers":["b/layer.tar"]}]"#;
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, data) in [
+            ("manifest.json", &two[..]),
+            ("config.json", br#"{"config":{}}"#),
+            ("a/layer.tar", &layer),
+            ("b/layer.tar", &layer),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder.append_data(&mut header, name, data).unwrap();
+        }
+        std::fs::write(&path, builder.into_inner().unwrap()).unwrap();
+        let one = Reference::parse("t/which:1").unwrap();
+        let error = store.load(&path, Some(&one)).unwrap_err().to_string();
+        assert!(
+            error.contains("holds 2 images and one reference"),
+            "{error}"
+        );
+        assert_eq!(store.load(&path, None).unwrap().len(), 2);
         for out in ["../../a/layer.tar", "/etc/passwd"] {
             std::fs::write(&path, archive(out)).unwrap();
             let error = store.load(&path, None).unwrap_err().to_string();

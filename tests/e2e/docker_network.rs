@@ -308,3 +308,59 @@ async fn without_the_cni_plugins_a_docker_task_is_told_what_its_network_needs() 
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
     assert_eq!(agent.task_stdout(&host.alloc_ids[0], "t"), "ran\n");
 }
+
+/// A static port is never shared: one another job's alloc holds on the node (a dynamic
+/// one included), or one the operator reserved, is refused at placement, saying which
+/// (attack review: a docker task's forward took another alloc's traffic).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_static_port_another_alloc_or_the_operator_holds_is_refused_at_placement() {
+    let reserved = berth_testkit::etcd::free_port();
+    let mut agent = AgentProcess::with_config(&format!(
+        "reserved {{\n  reserved_ports = \"{reserved}\"\n}}\n"
+    ));
+    agent.start().await;
+    let job = |name: &str, port: &str| {
+        format!(
+            "job \"{name}\" {{\n  group \"g\" {{\n    network {{\n      port \"http\" {{{port}}}\n    }}\n    task \"t\" {{\n      driver = \"exec\"\n      config {{\n        command = \"/bin/sh\"\n        args    = [\"-c\", \"echo $NOMAD_HOST_PORT_http; exec sleep 600\"]\n      }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let victim = agent.run_job("victim.hcl", &job("victim", "")).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let taken: u16 = loop {
+        if let Ok(port) = agent.task_stdout(&victim, "t").trim().parse() {
+            break port;
+        }
+        assert!(Instant::now() < deadline, "{}", agent.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for (name, port, why) in [
+        ("thief", taken, "is held by another alloc on this node"),
+        (
+            "squatter",
+            reserved,
+            "is reserved by the operator (reserved { reserved_ports })",
+        ),
+    ] {
+        let spec = job(name, &format!("\n        static = {port}\n      "));
+        agent.submit(&format!("{name}.hcl"), &spec).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let listed: serde_json::Value = agent
+                .client()
+                .get(&format!("/v1/job/{name}/allocations"))
+                .await
+                .unwrap();
+            let said = listed[0]["ClientDescription"].as_str().unwrap_or_default();
+            if listed[0]["ClientStatus"] == "failed" {
+                assert_eq!(
+                    said,
+                    format!("group \"g\": static port {port} {why}"),
+                    "{listed:#}"
+                );
+                break;
+            }
+            assert!(Instant::now() < deadline, "{listed:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

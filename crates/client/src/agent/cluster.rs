@@ -728,6 +728,27 @@ impl Agent {
             )));
         };
         let mut in_use = self.ports_in_use();
+        let reserved = &self.node.config.reserved_ports;
+        // A static port another job's alloc here holds (its dynamic ones included), or
+        // the operator keeps for the node: refused, never shared (attack review: a
+        // forward to this alloc took the other's traffic from the host's addresses).
+        // An older version of this job, being replaced, gives its ports up.
+        let others = self.ports_held_by_others(Some(&job.name));
+        for port in group.ports.iter().filter_map(|p| p.number) {
+            let whose = if reserved.contains(&port) {
+                "reserved by the operator (reserved { reserved_ports })"
+            } else if others.contains(&port) {
+                "held by another alloc on this node"
+            } else {
+                continue;
+            };
+            return Err(SubmitError::Refused(format!(
+                "group {:?}: static port {port} is {whose}",
+                group.name
+            )));
+        }
+        in_use.extend(reserved.iter().copied());
+        in_use.extend(group.ports.iter().filter_map(|p| p.number));
         let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)
             .map_err(|e| SubmitError::Refused(format!("group {:?}: {e}", group.name)))?;
         let mut alloc =

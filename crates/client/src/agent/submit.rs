@@ -106,9 +106,15 @@ impl Agent {
 
     /// The ports this node's running allocs hold (static and dynamic).
     pub(super) fn ports_in_use(&self) -> BTreeSet<u16> {
+        self.ports_held_by_others(None)
+    }
+
+    /// [`Agent::ports_in_use`], but those of job `besides`' allocs (older versions of
+    /// it, being replaced) when named.
+    pub(super) fn ports_held_by_others(&self, besides: Option<&str>) -> BTreeSet<u16> {
         let mut in_use = BTreeSet::new();
         for entry in self.allocs.lock().unwrap().values() {
-            if *entry.finished.borrow() {
+            if *entry.finished.borrow() || Some(entry.runner.job.name.as_str()) == besides {
                 continue;
             }
             in_use.extend(entry.runner.group.ports.iter().filter_map(|p| p.number));

@@ -142,6 +142,7 @@ mod template;
 mod tests;
 mod users;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use berth_hcl::fields::Fields;
@@ -195,6 +196,10 @@ pub struct AgentConfig {
     /// `reserved { cpu, memory, disk }`: what the node keeps for itself, out of what
     /// allocs are placed against (Nomad's client `reserved`).
     pub reserved: NodeResources,
+    /// `reserved { reserved_ports = "22,80,8500-8600" }`: host ports no alloc gets, as a
+    /// static port or a dynamic one, and none is forwarded from (the node's own
+    /// services').
+    pub reserved_ports: BTreeSet<u16>,
     /// The local Consul agent services are registered with; `None`: no `consul` block.
     pub consul: Option<ConsulSettings>,
     /// `template { function_denylist }`: what job authors' templates may not call.
@@ -687,14 +692,28 @@ impl AgentConfig {
             }
             None => GcSettings::default(),
         };
+        let mut reserved_ports = BTreeSet::new();
         let reserved = match fields.single_block("reserved", &mut problems) {
             Some(block) => {
                 let mut settings = Fields::new(
                     &block.body,
                     "config.reserved".into(),
                     block.at,
-                    &["cpu", "memory", "disk"],
+                    &["cpu", "memory", "disk", "reserved_ports"],
                 );
+                if let Some(text) = settings.string("reserved_ports", &mut problems) {
+                    match port_list(&text) {
+                        Some(ports) => reserved_ports = ports,
+                        None => settings.problem_with(
+                            &mut problems,
+                            "reserved_ports",
+                            format!(
+                                "reserved_ports {text:?} is not a list of ports and ranges \
+                                 (\"22,80,8500-8600\")"
+                            ),
+                        ),
+                    }
+                }
                 // Bounds far past any node: the start checks them against this one.
                 let reserved = NodeResources {
                     cpu_mhz: settings.number("cpu", 1 << 40, &mut problems).unwrap_or(0),
@@ -775,6 +794,7 @@ impl AgentConfig {
             max_kill_timeout,
             gc,
             reserved,
+            reserved_ports,
             consul,
             template,
             artifact,
@@ -823,4 +843,23 @@ impl AgentConfig {
         })?;
         Self::parse(&file, &source)
     }
+}
+
+/// Nomad's port list (`"22,80,8500-8600"`): ports and inclusive ranges, comma-separated.
+fn port_list(text: &str) -> Option<BTreeSet<u16>> {
+    let mut ports = BTreeSet::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (first, last): (u16, u16) = match part.split_once('-') {
+            Some((first, last)) => (first.trim().parse().ok()?, last.trim().parse().ok()?),
+            None => {
+                let port = part.parse().ok()?;
+                (port, port)
+            }
+        };
+        if first == 0 || first > last {
+            return None;
+        }
+        ports.extend(first..=last);
+    }
+    Some(ports)
 }

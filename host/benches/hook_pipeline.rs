@@ -126,6 +126,7 @@ async fn run() {
         restart: None,
         control: None,
         own_network: None,
+        release_own_network: None,
     };
     let prepare = TaskPrepare {
         task_dir,

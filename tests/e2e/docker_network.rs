@@ -364,3 +364,86 @@ async fn a_static_port_another_alloc_or_the_operator_holds_is_refused_at_placeme
         }
     }
 }
+
+/// A docker task over for good (a prestart task that ran to completion) gives its own
+/// network back at once, not at the alloc's end: the main task may forward the same
+/// port (attack review).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_prestart_docker_task_gives_its_network_and_ports_back_to_the_main_task() {
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    layout.busybox(
+        "web",
+        &[("www/index.html", "the main task\n", 0o644)],
+        &ImageSpec {
+            entrypoint: &["/bin/sh", "-c"],
+            cmd: &[],
+            env: &["PATH=/bin"],
+            working_dir: None,
+            user: None,
+        },
+    );
+    registry.push(&layout, "web", "tools/web:1");
+    let mut agent = AgentProcess::new();
+    agent.start().await;
+    let job = format!(
+        r#"job "staged" {{
+  group "g" {{
+    network {{
+      port "http" {{
+        to = 8080
+      }}
+    }}
+    task "init" {{
+      driver = "docker"
+      lifecycle {{
+        hook    = "prestart"
+        sidecar = false
+      }}
+      config {{
+        image = "{registry}/tools/web:1"
+        args  = ["echo prepared"]
+        ports = ["http"]
+      }}
+    }}
+    task "web" {{
+      driver = "docker"
+      config {{
+        image = "{registry}/tools/web:1"
+        args  = ["echo $NOMAD_HOST_PORT_http; exec httpd -f -p 8080 -h /www"]
+        ports = ["http"]
+      }}
+    }}
+  }}
+}}
+"#,
+        registry = registry.address
+    );
+    let alloc = agent.run_job("staged.hcl", &job).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let port: u16 = loop {
+        if let Ok(port) = agent.task_stdout(&alloc, "web").trim().parse() {
+            break port;
+        }
+        let status = agent.alloc(&alloc).await;
+        assert!(
+            Instant::now() < deadline && !status.client_status.is_terminal(),
+            "{status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let page = berth_testkit::net::http_get(
+        &format!("{}:{port}", host_address()),
+        Duration::from_secs(20),
+    );
+    assert_eq!(page, "the main task\n");
+    assert_eq!(agent.task_stdout(&alloc, "init"), "prepared\n");
+    let init = format!("{alloc}.0");
+    assert!(
+        leftovers(std::slice::from_ref(&init), &[]).is_empty(),
+        "the prestart task's network is gone while the alloc runs"
+    );
+    let (code, _, stderr) = agent.cli(&["job", "stop", "staged"]);
+    assert_eq!(code, 0, "{stderr}");
+    agent.finished(&alloc).await;
+}

@@ -21,6 +21,7 @@ mod lifecycle;
 mod network;
 pub mod ports;
 mod task_network;
+pub use task_network::ReleaseOwnNetwork;
 pub mod users;
 
 use std::collections::BTreeMap;
@@ -672,6 +673,7 @@ impl AllocRunner {
             restart: None,
             control: None,
             own_network: self.own_network_maker(&task.name),
+            release_own_network: self.own_network_releaser(&task.name),
         };
         let sink = EventSink {
             alloc_id: self.id.clone(),

@@ -83,16 +83,45 @@ impl AllocRunner {
     /// At the alloc's end: every task's own network is detached and removed. One whose
     /// DEL fails stays recorded, its ports held, for a restarted agent to try again.
     pub(super) fn release_task_networks(&self) {
-        for (task, recorded) in self.resources.task_networks() {
-            if release_recorded(&self.node.config.bridge, &recorded, &mappings(&recorded)).is_err()
-            {
-                continue;
-            }
-            free_ports(&holder(&self.id, &task));
-            self.resources.set_task_network(&task, None);
-            self.save_resources(Commit::Durable);
+        for task in self.resources.task_networks().keys() {
+            release_one(&self.node, &self.id, &self.resources, task);
         }
     }
+
+    /// What releases task `task`'s own network once the task is over for good (no
+    /// restart to come), before its alloc ends: its forwards then lead nowhere, and a
+    /// later task of the alloc may forward the same ports (attack review).
+    pub(super) fn own_network_releaser(&self, task: &str) -> Option<ReleaseOwnNetwork> {
+        if self.group.network_mode != berth_jobspec::NetworkMode::Host {
+            return None;
+        }
+        let (node, id, resources, task) = (
+            self.node.clone(),
+            self.id.clone(),
+            self.resources.clone(),
+            task.to_string(),
+        );
+        Some(Arc::new(move || {
+            berth_sys::blocking::run(|| release_one(&node, &id, &resources, &task))
+        }))
+    }
+}
+
+/// Releases what a task's own network release does ([`AllocRunner::own_network_releaser`]).
+pub type ReleaseOwnNetwork = Arc<dyn Fn() + Send + Sync>;
+
+/// Detaches and removes task `task`'s own network, if it has one recorded, and forgets
+/// it; one whose DEL fails stays recorded, its ports held.
+fn release_one(node: &super::NodeContext, alloc_id: &str, resources: &HookResources, task: &str) {
+    let Some(recorded) = resources.task_networks().remove(task) else {
+        return;
+    };
+    if release_recorded(&node.config.bridge, &recorded, &mappings(&recorded)).is_err() {
+        return;
+    }
+    free_ports(&holder(alloc_id, task));
+    resources.set_task_network(task, None);
+    super::save_resources(&node.store, alloc_id, resources, Commit::Durable);
 }
 
 /// What a task's forwards are held for.

@@ -65,6 +65,8 @@ pub struct TaskHookContext {
     /// Makes the task's own network when its driver asks for one (an image task's
     /// Docker default, in a host-mode group).
     pub own_network: Option<berth_model::driver::TaskNetworkMaker>,
+    /// Releases that network once the task is over for good.
+    pub release_own_network: Option<crate::alloc_runner::ReleaseOwnNetwork>,
 }
 
 impl TaskHookContext {

@@ -264,6 +264,10 @@ impl TaskRunner {
 
     fn finish(&self, outcome: Outcome) -> Outcome {
         self.set_state(TaskStateKind::Dead, outcome == Outcome::Failed);
+        // Over for good: its own network (a docker task's) goes now, not at the alloc's end.
+        if let Some(release) = &self.ctx.release_own_network {
+            release();
+        }
         outcome
     }
 

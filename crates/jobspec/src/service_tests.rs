@@ -319,3 +319,47 @@ fn grpc_checks_are_read_and_tls_is_for_consul_services_only() {
         "{refused}"
     );
 }
+
+/// A connect sidecar_task named as a task of its group is refused: the two would share
+/// a directory, records and a network (attack review).
+#[test]
+fn a_sidecar_task_named_as_a_task_of_its_group_is_refused() {
+    let source = |sidecar: &str| {
+        format!(
+            r#"job "j" {{
+  group "g" {{
+    network {{
+      mode = "bridge"
+    }}
+    service {{
+      name = "api"
+      port = "9090"
+      connect {{
+        sidecar_service {{}}
+        sidecar_task {{
+          name   = "{sidecar}"
+          driver = "raw_exec"
+          config {{
+            command = "/usr/bin/envoy"
+          }}
+        }}
+      }}
+    }}
+    task "web" {{
+      driver = "exec"
+      config {{
+        command = "/bin/true"
+      }}
+    }}
+  }}
+}}
+"#
+        )
+    };
+    assert!(parse("job.hcl", &source("proxy")).is_ok());
+    let error = parse("job.hcl", &source("web")).unwrap_err().to_string();
+    assert!(
+        error.contains("the connect sidecar_task \"web\" has the name of a task of the group"),
+        "{error}"
+    );
+}

@@ -218,6 +218,9 @@ pub struct PluginCtx {
     pub(crate) images: Option<Arc<dyn crate::images::ImageSource>>,
     /// The images this call pulled: the only ones it may spawn on.
     pub(crate) pulled: Vec<crate::images::PulledImage>,
+    /// The task's own network as this call was given it, with the ports asked for
+    /// (sorted): every later spawn of the call gets the same, or is refused.
+    pub(crate) own_network: Option<(Vec<String>, berth_model::driver::TaskNetwork)>,
 }
 
 impl WasiView for PluginCtx {
@@ -370,6 +373,7 @@ fn build_store(
         task_ends_at_ms: None,
         images: runtime.images(),
         pulled: Vec::new(),
+        own_network: None,
     };
     let mut store = Store::new(runtime.engine(), ctx);
     store.limiter(|ctx| &mut ctx.memory);

@@ -180,6 +180,20 @@ fn parse_config(json: &str) -> Result<DockerConfig, String> {
             ));
         }
     }
+    if let Some(ports) = &config.ports {
+        // The host's own bounds, said at submit rather than at the task's start.
+        if ports.len() > 64 {
+            return Err(format!(
+                "docker config: ports names {} ports; a task forwards at most 64",
+                ports.len()
+            ));
+        }
+        if let Some(label) = ports.iter().find(|l| l.is_empty() || l.len() > 128) {
+            return Err(format!(
+                "docker config: ports names {label:?}, which is no port label (1 to 128 bytes)"
+            ));
+        }
+    }
     if let Some(timeout) = &config.image_pull_timeout {
         duration_millis(timeout)?;
     }

@@ -305,6 +305,17 @@ impl Agent {
         if !status.client_status.is_terminal() {
             return false;
         }
+        let networks = |runner: &crate::alloc_runner::AllocRunner| {
+            runner.resources.network().is_some() || !runner.resources.task_networks().is_empty()
+        };
+        if networks(&entry.runner) {
+            // A network whose release failed at the alloc's end: tried again, and the
+            // record that says what to release is kept until it goes (attack review).
+            entry.runner.release_network();
+            if networks(&entry.runner) {
+                return false;
+            }
+        }
         if let Err(error) = berth_sys::blocking::run(|| self.cluster.report(&report)) {
             tracing::warn!(alloc = %id, %error, "not collecting a finished alloc: its end is not recorded in the cluster yet");
             return false;

@@ -18,7 +18,7 @@ use berth_model::driver::{TaskNetwork, TaskNetworkMaker, TaskNetworkRefusal};
 use berth_model::hook_resources::{ForwardedPort, GroupNetwork, HookResources};
 use berth_state::{Commit, StateStore};
 use berth_sys::network::cni::{self, PortMapping};
-use berth_sys::network::netns::{NETNS_DIR, NetNs};
+use berth_sys::network::netns::{NETNS_DIR, NetNs, NetnsError};
 
 use super::AllocRunner;
 use super::network::{
@@ -176,6 +176,17 @@ impl TaskNetworkSetup {
         let hosts: Vec<u16> = forwarded.iter().map(|p| p.host).collect();
         claim_ports(&holder, &hosts).map_err(|e| refusal(e.to_string()))?;
         let name = format!("{}.{}", self.alloc_id, self.index);
+        // Never another task's (an alloc restored against a job whose tasks moved).
+        let records = self.resources.task_networks();
+        if let Some((other, _)) = records
+            .iter()
+            .find(|(task, n)| **task != self.task && n.namespace == name)
+        {
+            free_ports(&holder);
+            return Err(refusal(format!(
+                "its namespace {name} is task {other:?}'s already"
+            )));
+        }
         let mut network = GroupNetwork {
             namespace: name.clone(),
             path: std::path::Path::new(NETNS_DIR).join(&name),
@@ -202,6 +213,15 @@ impl TaskNetworkSetup {
                     .set_task_network(&self.task, Some(network.clone()));
                 self.save(Commit::Durable);
                 self.given(&network)
+            }
+            Err(SetupError::Namespace(NetnsError::Exists { name })) => {
+                // Not this attempt's to undo: what is there stays (attack review).
+                free_ports(&holder);
+                self.resources.set_task_network(&self.task, None);
+                self.save(Commit::Durable);
+                Err(refusal(format!(
+                    "network namespace {name:?} exists already"
+                )))
             }
             Err(why) => {
                 let mut message = format!("attaching it to the node's bridge: {why}");
@@ -249,6 +269,9 @@ impl TaskNetworkSetup {
                 inside: port.to.unwrap_or(host),
             });
         }
+        // In one order, whatever the driver's: a restart asking the same ports finds
+        // the namespace it had.
+        forwarded.sort_by(|a, b| a.label.cmp(&b.label));
         Ok(forwarded)
     }
 

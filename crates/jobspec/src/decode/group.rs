@@ -128,6 +128,22 @@ pub(super) fn group(
         .into_iter()
         .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
+    // A connect sidecar_task named as a task of the group: two tasks of one name would
+    // share its directory, records and network (attack review).
+    for proxy in &proxies {
+        if tasks.iter().any(|t| t.name == proxy.name) {
+            fields.problem(
+                problems,
+                "",
+                block.at,
+                format!(
+                    "the connect sidecar_task {:?} has the name of a task of the group: \
+                     give it another",
+                    proxy.name
+                ),
+            );
+        }
+    }
     tasks.extend(proxies);
     // A docker task's own network (Docker's default bridge) forwards the group's ports
     // to their `to` in a host-mode group too.

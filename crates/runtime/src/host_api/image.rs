@@ -57,6 +57,10 @@ enum ImageRefusal {
         "driver {driver:?} asked for a network forwarding more than {MAX_FORWARDED_PORTS} ports, or a port label longer than {MAX_PORT_LABEL} bytes"
     )]
     TooManyPorts { driver: String },
+    #[error(
+        "driver {driver:?} asked for its task's network again with other ports: a task has one network, with the ports its first spawn named"
+    )]
+    OtherPorts { driver: String },
 }
 
 impl PluginCtx {
@@ -402,6 +406,19 @@ impl PluginCtx {
                 self.refuse(ImageRefusal::TooManyPorts { driver }),
             ));
         }
+        let mut asked: Vec<String> = ports.to_vec();
+        asked.sort();
+        asked.dedup();
+        // Made once a call: a driver alternating its ports would have the host tear
+        // the namespace down and make it again, for as long as its start may take.
+        if let Some((given, network)) = &self.own_network {
+            if *given == asked {
+                return Ok(network.clone());
+            }
+            return Err(ImageSpawnError::Refused(
+                self.refuse(ImageRefusal::OtherPorts { driver }),
+            ));
+        }
         let Some(maker) = self.task.as_ref().and_then(|t| t.own_network.clone()) else {
             return Err(ImageSpawnError::Network(
                 berth_model::driver::TaskNetworkRefusal(
@@ -409,7 +426,12 @@ impl PluginCtx {
                 ),
             ));
         };
-        Ok(berth_sys::blocking::run(|| (maker.0)(ports))?)
+        // The host's work (namespace, CNI plugins, state writes), not the guest's.
+        let network = self
+            .clock
+            .exempt_work(|| berth_sys::blocking::run(|| (maker.0)(&asked)))?;
+        self.own_network = Some((asked, network.clone()));
+        Ok(network)
     }
 }
 

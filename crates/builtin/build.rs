@@ -20,6 +20,7 @@ const EMBEDDED: &[(&str, &str)] = &[
 const TEST_ONLY: &[(&str, &str)] = &[
     ("LEGACY_V01", "berth_test_legacy_v01"),
     ("MISBEHAVE", "berth_test_misbehave"),
+    ("IMAGE_MISBEHAVE", "berth_test_image_misbehave"),
     ("SLOW_INFO", "berth_test_slow_info"),
     ("HOSTILE_HOOK", "berth_hook_hostile_hook"),
     ("INJECT_ENV_HOOK", "berth_hook_inject_env"),

@@ -447,3 +447,66 @@ async fn a_finished_prestart_docker_task_gives_its_network_and_ports_back_to_the
     assert_eq!(code, 0, "{stderr}");
     agent.finished(&alloc).await;
 }
+
+/// A driver is given one network per start of a task, with the ports its first spawn
+/// named: one asking other ports on its next spawn is refused (not a namespace torn down
+/// and made again at each spawn), and one asking past the host's bounds too; what the
+/// refused start spawned and made goes (attack review).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_asking_its_tasks_network_again_with_other_ports_or_too_many_is_refused() {
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    layout.busybox("tool", &[], &ImageSpec::default());
+    registry.push(&layout, "tool", "tools/tool:1");
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        berth_builtin::test_components::IMAGE_MISBEHAVE,
+        plugins.path().join("image-misbehave.wasm"),
+    )
+    .unwrap();
+    let mut agent =
+        AgentProcess::with_config(&format!("plugin_dir = \"{}\"\n", plugins.path().display()));
+    agent.start().await;
+    for (behave, said) in [
+        (
+            "other-ports",
+            "driver \"image-misbehave\" asked for its task's network again with other ports",
+        ),
+        (
+            "many-ports",
+            "driver \"image-misbehave\" asked for a network forwarding more than 64 ports",
+        ),
+    ] {
+        let job = format!(
+            "job \"{behave}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n    }}\n    network {{\n      port \"http\" {{}}\n      port \"admin\" {{}}\n    }}\n    task \"t\" {{\n      driver = \"image-misbehave\"\n      config {{\n        image  = \"{}/tools/tool:1\"\n        behave = \"{behave}\"\n      }}\n    }}\n  }}\n}}\n",
+            registry.address
+        );
+        let alloc = agent
+            .submit(&format!("{behave}.hcl"), &job)
+            .await
+            .unwrap()
+            .alloc_ids[0]
+            .clone();
+        let status = agent.finished(&alloc).await;
+        assert_eq!(status.client_status, ClientStatus::Failed, "{behave}");
+        let events: Vec<&str> = status.tasks["t"]
+            .events
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect();
+        assert!(
+            events.iter().any(|m| m.contains(said)),
+            "{behave}: {events:#?}"
+        );
+        let namespace = format!("{alloc}.0");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = leftovers(std::slice::from_ref(&namespace), &[]);
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{behave}: {left:#?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -20,6 +20,26 @@ const SAYS: &str = "echo \"port=$NOMAD_PORT_http host=$NOMAD_HOST_PORT_http\"; \
     echo \"links=$links\"; \
     if grep -q \"${NOMAD_ALLOC_ID%%-*}\" /etc/hosts; then echo hosts=own; else echo hosts=other; fi";
 
+/// A registry on loopback holding `tools/<tag>:1`: busybox with `files`, `/bin/sh -c` as
+/// its entrypoint and `cmd` as its Cmd.
+fn shell_image(tag: &str, files: &[(&str, &str, u32)], cmd: &[&str]) -> Registry {
+    let registry = Registry::start();
+    let layout = OciLayout::new();
+    layout.busybox(
+        tag,
+        files,
+        &ImageSpec {
+            entrypoint: &["/bin/sh", "-c"],
+            cmd,
+            env: &["PATH=/bin"],
+            working_dir: None,
+            user: None,
+        },
+    );
+    registry.push(&layout, tag, &format!("tools/{tag}:1"));
+    registry
+}
+
 fn line(stdout: &str, key: &str) -> Option<String> {
     stdout
         .lines()
@@ -40,20 +60,11 @@ async fn a_docker_task_in_a_host_mode_group_has_its_own_network_with_its_ports_f
         Path::new("/usr/lib/cni/bridge").is_file(),
         "the CNI reference plugins are needed: apt-get install containernetworking-plugins iptables"
     );
-    let registry = Registry::start();
-    let layout = OciLayout::new();
-    layout.busybox(
+    let registry = shell_image(
         "web",
         &[("www/index.html", "served from its own network\n", 0o644)],
-        &ImageSpec {
-            entrypoint: &["/bin/sh", "-c"],
-            cmd: &[],
-            env: &["PATH=/bin"],
-            working_dir: None,
-            user: None,
-        },
+        &[],
     );
-    registry.push(&layout, "web", "tools/web:1");
     let mut agent = AgentProcess::new();
     agent.start().await;
     let job = format!(
@@ -257,20 +268,7 @@ async fn a_docker_task_in_a_host_mode_group_has_its_own_network_with_its_ports_f
 /// saying what it needs and how to do without; with `network_mode = "host"` it runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_the_cni_plugins_a_docker_task_is_told_what_its_network_needs() {
-    let registry = Registry::start();
-    let layout = OciLayout::new();
-    layout.busybox(
-        "tool",
-        &[],
-        &ImageSpec {
-            entrypoint: &["/bin/sh", "-c"],
-            cmd: &["echo ran"],
-            env: &["PATH=/bin"],
-            working_dir: None,
-            user: None,
-        },
-    );
-    registry.push(&layout, "tool", "tools/tool:1");
+    let registry = shell_image("tool", &[], &["echo ran"]);
     let empty = tempfile::tempdir().unwrap();
     let mut agent =
         AgentProcess::with_config(&format!("cni_path = \"{}\"\n", empty.path().display()));
@@ -370,20 +368,7 @@ async fn a_static_port_another_alloc_or_the_operator_holds_is_refused_at_placeme
 /// port (attack review).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_finished_prestart_docker_task_gives_its_network_and_ports_back_to_the_main_task() {
-    let registry = Registry::start();
-    let layout = OciLayout::new();
-    layout.busybox(
-        "web",
-        &[("www/index.html", "the main task\n", 0o644)],
-        &ImageSpec {
-            entrypoint: &["/bin/sh", "-c"],
-            cmd: &[],
-            env: &["PATH=/bin"],
-            working_dir: None,
-            user: None,
-        },
-    );
-    registry.push(&layout, "web", "tools/web:1");
+    let registry = shell_image("web", &[("www/index.html", "the main task\n", 0o644)], &[]);
     let mut agent = AgentProcess::new();
     agent.start().await;
     let job = format!(

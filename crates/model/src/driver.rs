@@ -165,6 +165,9 @@ impl std::fmt::Debug for TaskNetworkMaker {
     }
 }
 
+/// Releases a task's own network once the task is over for good (no restart to come).
+pub type ReleaseTaskNetwork = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// A task's own network namespace, attached to the node's bridge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskNetwork {

@@ -21,7 +21,6 @@ mod lifecycle;
 mod network;
 pub mod ports;
 mod task_network;
-pub use task_network::ReleaseOwnNetwork;
 pub mod users;
 
 use std::collections::BTreeMap;

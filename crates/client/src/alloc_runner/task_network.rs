@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use berth_jobspec::Group;
-use berth_model::driver::{TaskNetwork, TaskNetworkMaker, TaskNetworkRefusal};
+use berth_model::driver::{ReleaseTaskNetwork, TaskNetwork, TaskNetworkMaker, TaskNetworkRefusal};
 use berth_model::hook_resources::{ForwardedPort, GroupNetwork, HookResources};
 use berth_state::{Commit, StateStore};
 use berth_sys::network::cni::{self, PortMapping};
@@ -91,7 +91,7 @@ impl AllocRunner {
     /// What releases task `task`'s own network once the task is over for good (no
     /// restart to come), before its alloc ends: its forwards then lead nowhere, and a
     /// later task of the alloc may forward the same ports (attack review).
-    pub(super) fn own_network_releaser(&self, task: &str) -> Option<ReleaseOwnNetwork> {
+    pub(super) fn own_network_releaser(&self, task: &str) -> Option<ReleaseTaskNetwork> {
         if self.group.network_mode != berth_jobspec::NetworkMode::Host {
             return None;
         }
@@ -106,9 +106,6 @@ impl AllocRunner {
         }))
     }
 }
-
-/// Releases what a task's own network release does ([`AllocRunner::own_network_releaser`]).
-pub type ReleaseOwnNetwork = Arc<dyn Fn() + Send + Sync>;
 
 /// Detaches and removes task `task`'s own network, if it has one recorded, and forgets
 /// it; one whose DEL fails stays recorded, its ports held.

@@ -66,7 +66,7 @@ pub struct TaskHookContext {
     /// Docker default, in a host-mode group).
     pub own_network: Option<berth_model::driver::TaskNetworkMaker>,
     /// Releases that network once the task is over for good.
-    pub release_own_network: Option<crate::alloc_runner::ReleaseOwnNetwork>,
+    pub release_own_network: Option<berth_model::driver::ReleaseTaskNetwork>,
 }
 
 impl TaskHookContext {

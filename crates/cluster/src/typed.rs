@@ -24,7 +24,8 @@ use berth_jobspec::{Job, JobspecError};
 /// `error_on_missing_key` and `once`.
 /// 5: a task's `artifacts`, `identities` and `max_run_duration`; a check's
 /// `check_restart`, `task` and the `script` kind.
-pub const JOB_SCHEMA: u32 = 5;
+/// 6: a port's `to` kept in host mode too (a docker task's own network forwards to it).
+pub const JOB_SCHEMA: u32 = 6;
 
 /// A job stored typed, with the schema it was written in. The job is kept as JSON in
 /// the record, so a record whose typed job this agent cannot read is still read as a

@@ -96,6 +96,8 @@ fn the_stored_shape_is_the_one_of_job_schema() {
         // author's free-form maps (a driver's `config`, `meta`), over a corpus that
         // has the first jobs with volumes (the docker jobspecs).
         (5, "4c646c8c130e92b1"),
+        // Over a corpus with a docker job whose host-mode ports have a `to`.
+        (6, "140b2bc4888aa487"),
     ];
     let recorded = SHAPES.iter().find(|(schema, _)| *schema == JOB_SCHEMA);
     assert_eq!(

@@ -6,9 +6,10 @@
 //! as a bridge group's, forwards each port from its host number to its `to`, and gives
 //! the task its own `hosts` and `resolv.conf`.
 //!
-//! It is recorded before it is made, as the group's is, and lasts as long as the alloc:
-//! the task's restarts find it again, the alloc's end (or a restarted agent that finds
-//! the alloc ended, or it half made) detaches and removes it.
+//! It is recorded before it is made, as the group's is: the task's restarts find it
+//! again; the task's end for good, the alloc's end, or a restarted agent that finds the
+//! alloc ended (or the network half made) detaches and removes it. One start call gets
+//! one network (`host_api::image` refuses a second with other ports).
 
 use std::path::PathBuf;
 use std::sync::Arc;

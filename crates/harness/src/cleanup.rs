@@ -216,7 +216,7 @@ pub fn remove_alloc_networks(data_dir: &Path) {
 /// host-local leased each, which the firewall plugin's DEL needs) and removes their
 /// namespaces, as the agent's own release does.
 pub fn remove_networks_of(ids: &[String]) {
-    use berth_sys::network::cni::{Attachment, Cni, bridge_network};
+    use berth_sys::network::cni::{Attachment, Cni, bridge_network, leased_result};
     use berth_sys::network::netns::{NETNS_DIR, NetNs};
     let settings = berth_client::config::BridgeSettings::default();
     let cni = Cni::new(&settings.cni_path);
@@ -226,45 +226,28 @@ pub fn remove_networks_of(ids: &[String]) {
         &settings.subnet,
         "NOMAD-ADMIN",
     );
-    let prefix = settings.subnet.split('/').nth(1).unwrap_or("20");
-    let leases = Path::new("/var/lib/cni/networks").join(&settings.name);
+    // portmap's DEL does nothing without a mapping; with any, it removes the alloc's
+    // chains by their names (its id's).
+    let any_mapping = [berth_sys::network::cni::PortMapping {
+        host_port: 1,
+        container_port: 1,
+        protocol: "tcp".into(),
+        host_ip: None,
+    }];
     for id in ids {
         let namespace = NetNs::existing(id);
-        let leased = std::fs::read_dir(&leases)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find_map(|lease| {
-                let holder = std::fs::read_to_string(lease.path()).ok()?;
-                (holder.lines().next()?.trim() == id.as_str())
-                    .then(|| lease.file_name().to_string_lossy().into_owned())
-            });
-        if namespace.is_none() && leased.is_none() {
-            continue;
-        }
         let path = Path::new(NETNS_DIR).join(id);
-        let added = leased.map(|address| {
-            serde_json::json!({
-                "cniVersion": list.cni_version,
-                "interfaces": [{ "name": "eth0", "sandbox": path }],
-                "ips": [{ "address": format!("{address}/{prefix}"), "interface": 0 }],
-            })
-        });
-        // portmap's DEL does nothing without a mapping; with any, it removes the
-        // alloc's chains by their names (its id's).
-        let any_mapping = [berth_sys::network::cni::PortMapping {
-            host_port: 1,
-            container_port: 1,
-            protocol: "tcp".into(),
-            host_ip: None,
-        }];
         let attachment = Attachment {
             container_id: id,
             netns: &path,
             ifname: "eth0",
             port_mappings: &any_mapping,
         };
-        let _ = cni.del(&list, &attachment, added.as_ref());
+        if namespace.is_none() && leased_result(&list, &attachment).is_none() {
+            continue;
+        }
+        // Without the ADD's result, DEL takes the one the lease says.
+        let _ = cni.del(&list, &attachment, None);
         if let Some(namespace) = namespace {
             let _ = namespace.remove();
         }

@@ -196,3 +196,46 @@ fn a_namespace_on_nomads_bridge_answers_on_its_forwarded_port_and_leaves_nothing
         .is_err()
     );
 }
+
+/// A DEL whose ADD's result was never recorded (an agent killed between the two) still
+/// removes the firewall plugin's rules for the namespace's address: the address comes
+/// from host-local's lease (attack review: they were left in `CNI-FORWARD`).
+#[test]
+fn a_del_without_the_adds_result_leaves_no_firewall_rule() {
+    assert!(
+        Path::new(CNI_PATH).join("bridge").is_file(),
+        "the CNI reference plugins are needed in {CNI_PATH}: apt-get install containernetworking-plugins iptables"
+    );
+    let name = format!("berth-cni-unrecorded-{}", std::process::id());
+    let mut attached = Attached {
+        cni: Cni::new(CNI_PATH),
+        list: bridge_network(NETWORK, BRIDGE, SUBNET, "BERTH-TEST-ADMIN"),
+        netns: NetNs::create(&name).expect("the namespace is made"),
+        ports: Vec::new(),
+        added: None,
+        server: None,
+    };
+    let added = attached
+        .cni
+        .add(&attached.list, &attached.attachment())
+        .expect("ADD succeeds");
+    let address = added
+        .address()
+        .and_then(|a| a.split('/').next())
+        .expect("ADD gave the namespace an address")
+        .to_string();
+    let naming = || -> Vec<String> {
+        output("iptables-save", &[])
+            .lines()
+            .filter(|l| l.contains(&format!("{address}/32")))
+            .map(String::from)
+            .collect()
+    };
+    assert!(
+        !naming().is_empty(),
+        "the firewall plugin's rules name the address while attached"
+    );
+    // The result is not kept: `attached.added` stays `None`, as a killed agent's record.
+    attached.detach();
+    assert_eq!(naming(), Vec::<String>::new(), "rules left for {address}");
+}

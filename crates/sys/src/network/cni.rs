@@ -190,14 +190,20 @@ impl Cni {
     }
 
     /// Detaches the namespace: DEL through every plugin of `list`, in reverse, each given
-    /// `added` (the ADD's result, when it is known). Every plugin is called; the first
-    /// error is returned.
+    /// `added` (the ADD's result, when it is known; else what host-local's lease says,
+    /// [`leased_result`]). Every plugin is called; the first error is returned.
     pub fn del(
         &self,
         list: &NetworkList,
         attachment: &Attachment,
         added: Option<&Value>,
     ) -> Result<(), CniError> {
+        // No recorded ADD result: the one its lease still says (attack review).
+        let leased = added
+            .is_none()
+            .then(|| leased_result(list, attachment))
+            .flatten();
+        let added = added.or(leased.as_ref());
         let mut first_error = None;
         for plugin in list.plugins.iter().rev() {
             if let Err(error) = self.call("DEL", list, plugin, attachment, added) {
@@ -422,6 +428,52 @@ pub fn bridge_network(name: &str, bridge: &str, subnet: &str, admin_chain: &str)
             })),
         ],
     }
+}
+
+/// Where host-local keeps its leases (its default `dataDir`): a file per address, named
+/// by it, whose first line is the container id holding it.
+const HOST_LOCAL_LEASES: &str = "/var/lib/cni/networks";
+
+/// The ADD result a DEL is given, rebuilt from host-local's lease of the attachment's
+/// container on `list` (its address, with the subnet's prefix), for a DEL whose ADD's
+/// own result was never recorded (an agent killed between the two): without one, the
+/// firewall plugin's DEL finds no address and leaves the container's accept rules.
+/// `None`: no lease (nothing was leased, or it is gone).
+pub fn leased_result(list: &NetworkList, attachment: &Attachment) -> Option<Value> {
+    let prefix = list
+        .plugins
+        .iter()
+        .find_map(|p| {
+            p.get("ipam")?
+                .get("ranges")?
+                .get(0)?
+                .get(0)?
+                .get("subnet")?
+                .as_str()
+        })
+        .and_then(|subnet| subnet.split_once('/'))
+        .map(|(_, prefix)| prefix.to_string())?;
+    let leases = Path::new(HOST_LOCAL_LEASES).join(&list.name);
+    let address = std::fs::read_dir(leases)
+        .ok()?
+        .flatten()
+        .find_map(|lease| {
+            let mut holder = String::new();
+            std::fs::File::open(lease.path())
+                .ok()?
+                .take(4096)
+                .read_to_string(&mut holder)
+                .ok()?;
+            let name = lease.file_name().to_string_lossy().into_owned();
+            (holder.lines().next()?.trim() == attachment.container_id
+                && name.parse::<std::net::IpAddr>().is_ok())
+            .then_some(name)
+        })?;
+    Some(serde_json::json!({
+        "cniVersion": list.cni_version,
+        "interfaces": [{ "name": attachment.ifname, "sandbox": attachment.netns }],
+        "ips": [{ "address": format!("{address}/{prefix}"), "interface": 0 }],
+    }))
 }
 
 #[cfg(test)]

@@ -359,7 +359,30 @@ fn a_sidecar_task_named_as_a_task_of_its_group_is_refused() {
     assert!(parse("job.hcl", &source("proxy")).is_ok());
     let error = parse("job.hcl", &source("web")).unwrap_err().to_string();
     assert!(
-        error.contains("the connect sidecar_task \"web\" has the name of a task of the group"),
+        error.contains("the connect sidecar_task \"web\" has the name of another task"),
+        "{error}"
+    );
+    // Two sidecars of one name (a second helper review).
+    let second = r#"    service {
+      name = "db"
+      port = "9091"
+      connect {
+        sidecar_service {}
+        sidecar_task {
+          name   = "proxy"
+          driver = "raw_exec"
+          config {
+            command = "/usr/bin/envoy"
+          }
+        }
+      }
+    }
+    task "web" {"#;
+    let twice = source("proxy").replacen("    task \"web\" {", second, 1);
+    assert_ne!(twice, source("proxy"));
+    let error = parse("job.hcl", &twice).unwrap_err().to_string();
+    assert!(
+        error.contains("the connect sidecar_task \"proxy\" has the name of another task"),
         "{error}"
     );
 }

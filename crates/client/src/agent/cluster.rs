@@ -734,11 +734,22 @@ impl Agent {
         // forward to this alloc took the other's traffic from the host's addresses).
         // An older version of this job, being replaced, gives its ports up.
         let others = self.ports_held_by_others(Some(&job.name));
+        // Forwards stand until their release succeeds, a finished alloc's too.
+        let forwarded = crate::alloc_runner::forwarded_ports();
+        let this_jobs: BTreeSet<String> = (self.allocs.lock().unwrap().values())
+            .filter(|entry| entry.runner.job.name == job.name)
+            .map(|entry| entry.runner.id.clone())
+            .collect();
         for port in group.ports.iter().filter_map(|p| p.number) {
             let whose = if reserved.contains(&port) {
-                "reserved by the operator (reserved { reserved_ports })"
+                "reserved by the operator (reserved { reserved_ports })".to_string()
             } else if others.contains(&port) {
-                "held by another alloc on this node"
+                "held by another alloc on this node".to_string()
+            } else if let Some(holder) = forwarded
+                .get(&port)
+                .filter(|holder| !this_jobs.contains(&holder.alloc))
+            {
+                format!("forwarded to {holder}, whose network is not released yet")
             } else {
                 continue;
             };
@@ -747,6 +758,7 @@ impl Agent {
                 group.name
             )));
         }
+        in_use.extend(forwarded.keys().copied());
         in_use.extend(reserved.iter().copied());
         in_use.extend(group.ports.iter().filter_map(|p| p.number));
         let ports = crate::alloc_runner::ports::allocate(&group.ports, &mut in_use)

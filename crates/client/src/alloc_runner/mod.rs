@@ -19,6 +19,7 @@ mod disk;
 mod etc_files;
 mod lifecycle;
 mod network;
+pub use network::{Holder, forwarded_ports};
 pub mod ports;
 mod task_network;
 pub mod users;

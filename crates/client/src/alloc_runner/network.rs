@@ -30,13 +30,35 @@ pub(super) struct NetworkHook;
 /// own), with what each goes to ("alloc <id>", or a task of one). A forward takes
 /// every connection to a local address on its port (the portmap plugin's DNAT comes
 /// before any listener), so one port goes to one namespace.
-static FORWARDED: Mutex<BTreeMap<u16, String>> = Mutex::new(BTreeMap::new());
+static FORWARDED: Mutex<BTreeMap<u16, Holder>> = Mutex::new(BTreeMap::new());
+
+/// What a forwarded host port goes to: an alloc's group, or one of its tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub alloc: String,
+    pub task: Option<String>,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.task {
+            Some(task) => write!(f, "task {task:?} of alloc {}", self.alloc),
+            None => write!(f, "alloc {}", self.alloc),
+        }
+    }
+}
+
+/// The host ports forwarded now, with what each goes to: also those of finished allocs
+/// whose release failed, whose forwards stand until it succeeds.
+pub fn forwarded_ports() -> BTreeMap<u16, Holder> {
+    FORWARDED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
 
 /// Why a network could not be made.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum SetupError {
     #[error("host port {port} is forwarded to {holder} already: one host port goes to one network")]
-    Forwarded { port: u16, holder: String },
+    Forwarded { port: u16, holder: Holder },
     #[error(
         "host port {port} is in use on this node: forwarding it would take the traffic of what listens there"
     )]
@@ -166,14 +188,17 @@ fn host_ports(alloc: &AllocRunner) -> Vec<u16> {
 }
 
 /// What the group's forwards are held for.
-fn group_holder(alloc: &AllocRunner) -> String {
-    format!("alloc {}", alloc.id)
+fn group_holder(alloc: &AllocRunner) -> Holder {
+    Holder {
+        alloc: alloc.id.clone(),
+        task: None,
+    }
 }
 
 /// Takes host ports for `holder`: none may be forwarded to another namespace, nor
 /// listened on by anything on the host (the agent's own API, sshd, …), which the
 /// forward would silently take over. All or none.
-pub(super) fn claim_ports(holder: &str, ports: &[u16]) -> Result<(), SetupError> {
+pub(super) fn claim_ports(holder: &Holder, ports: &[u16]) -> Result<(), SetupError> {
     let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
     for &port in ports {
         match forwarded.get(&port) {
@@ -189,20 +214,20 @@ pub(super) fn claim_ports(holder: &str, ports: &[u16]) -> Result<(), SetupError>
         }
     }
     for &port in ports {
-        forwarded.insert(port, holder.to_string());
+        forwarded.insert(port, holder.clone());
     }
     Ok(())
 }
 
 /// Holds `ports` for `holder` again, as a restarted agent finds them forwarded.
-pub(super) fn hold_ports(holder: &str, ports: &[u16]) {
+pub(super) fn hold_ports(holder: &Holder, ports: &[u16]) {
     let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
     for &port in ports {
-        forwarded.insert(port, holder.to_string());
+        forwarded.insert(port, holder.clone());
     }
 }
 
-pub(super) fn free_ports(holder: &str) {
+pub(super) fn free_ports(holder: &Holder) {
     let mut forwarded = FORWARDED.lock().unwrap_or_else(|p| p.into_inner());
     forwarded.retain(|_, other| other != holder);
 }

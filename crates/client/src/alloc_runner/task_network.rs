@@ -23,7 +23,7 @@ use berth_sys::network::netns::{NETNS_DIR, NetNs, NetnsError};
 
 use super::AllocRunner;
 use super::network::{
-    SetupError, attachment, bridge, claim_ports, free_ports, hold_ports, release_recorded,
+    Holder, SetupError, attachment, bridge, claim_ports, free_ports, hold_ports, release_recorded,
 };
 use crate::config::AgentConfig;
 
@@ -123,8 +123,11 @@ fn release_one(node: &super::NodeContext, alloc_id: &str, resources: &HookResour
 }
 
 /// What a task's forwards are held for.
-fn holder(alloc_id: &str, task: &str) -> String {
-    format!("task {task:?} of alloc {alloc_id}")
+fn holder(alloc_id: &str, task: &str) -> Holder {
+    Holder {
+        alloc: alloc_id.to_string(),
+        task: Some(task.to_string()),
+    }
 }
 
 /// A recorded network's forwards, TCP and UDP, as its ADD was given them.

@@ -187,9 +187,13 @@ impl TaskRunner {
         if self.restored {
             let recorded = self.state.lock().unwrap().clone();
             if recorded.state == TaskStateKind::Dead {
-                // A crash may have come between the task's end and its cgroup's removal.
+                // A crash may have come between the task's end and its cgroup's removal,
+                // or its own network's release.
                 self.cgroup = Some(self.existing_cgroup());
                 self.release_cgroup();
+                if let Some(release) = &self.ctx.release_own_network {
+                    release();
+                }
                 return if recorded.failed {
                     Outcome::Failed
                 } else {

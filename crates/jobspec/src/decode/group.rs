@@ -128,23 +128,26 @@ pub(super) fn group(
         .into_iter()
         .map(|(name, block)| task(&path, &name, block, &restart, &ports, problems))
         .collect();
-    // A connect sidecar_task named as a task of the group: two tasks of one name would
-    // share its directory, records and network (attack review).
-    for proxy in &proxies {
-        if tasks.iter().any(|t| t.name == proxy.name) {
+    // A connect sidecar_task named as a task of the group, or as another sidecar_task:
+    // two tasks of one name would share a directory, records and network (attack
+    // review). Two `task` blocks of one name are refused where they are read.
+    let written = tasks.len();
+    tasks.extend(proxies);
+    let mut seen = std::collections::BTreeSet::new();
+    for (at, task) in tasks.iter().enumerate() {
+        if !seen.insert(task.name.as_str()) && at >= written {
             fields.problem(
                 problems,
                 "",
                 block.at,
                 format!(
-                    "the connect sidecar_task {:?} has the name of a task of the group: \
-                     give it another",
-                    proxy.name
+                    "the connect sidecar_task {:?} has the name of another task of the \
+                     group: give it another",
+                    task.name
                 ),
             );
         }
     }
-    tasks.extend(proxies);
     // A docker task's own network (Docker's default bridge) forwards the group's ports
     // to their `to` in a host-mode group too.
     if network_mode == NetworkMode::Host && tasks.iter().any(|t| t.driver == "docker") {

@@ -68,6 +68,7 @@ fn node(index: usize) -> NodeRecord {
         memory_mb: 256 * 1024,
         disk_mb: 0,
         reserved: Default::default(),
+        reserved_ports: Vec::new(),
         registered_ms: 0,
     }
 }

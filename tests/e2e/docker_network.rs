@@ -308,14 +308,12 @@ async fn without_the_cni_plugins_a_docker_task_is_told_what_its_network_needs() 
 }
 
 /// A static port is never shared: one another job's alloc holds on the node (a dynamic
-/// one included), or one the operator reserved, is refused at placement, saying which
-/// (attack review: a docker task's forward took another alloc's traffic).
+/// one included, which the scheduler does not know) is refused at placement, saying so
+/// (attack review: a docker task's forward took another alloc's traffic). One the
+/// operator reserved is kept off the node by the scheduler (`scenarios`).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_static_port_another_alloc_or_the_operator_holds_is_refused_at_placement() {
-    let reserved = berth_testkit::etcd::free_port();
-    let mut agent = AgentProcess::with_config(&format!(
-        "reserved {{\n  reserved_ports = \"{reserved}\"\n}}\n"
-    ));
+async fn a_static_port_another_alloc_holds_is_refused_at_placement() {
+    let mut agent = AgentProcess::new();
     agent.start().await;
     let job = |name: &str, port: &str| {
         format!(
@@ -331,14 +329,7 @@ async fn a_static_port_another_alloc_or_the_operator_holds_is_refused_at_placeme
         assert!(Instant::now() < deadline, "{}", agent.output());
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    for (name, port, why) in [
-        ("thief", taken, "is held by another alloc on this node"),
-        (
-            "squatter",
-            reserved,
-            "is reserved by the operator (reserved { reserved_ports })",
-        ),
-    ] {
+    for (name, port, why) in [("thief", taken, "is held by another alloc on this node")] {
         let spec = job(name, &format!("\n        static = {port}\n      "));
         agent.submit(&format!("{name}.hcl"), &spec).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);

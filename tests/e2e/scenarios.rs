@@ -31,10 +31,12 @@ struct Plane {
 }
 
 fn agent(name: &str, datacenter: &str, cluster: &str) -> AgentProcess {
-    // The artifact case's server is on loopback, which agents deny by default.
+    // The artifact case's server is on loopback, which agents deny by default; the
+    // reserved port case's port is kept from allocs.
     let config = format!(
         "name = \"{name}\"\ndatacenter = \"{datacenter}\"\n{cluster}\
-         artifact {{\n  denied_networks = []\n}}\n"
+         artifact {{\n  denied_networks = []\n}}\n\
+         reserved {{\n  reserved_ports = \"24690-24691\"\n}}\n"
     );
     AgentProcess::production(move |_, _| config)
 }
@@ -425,6 +427,12 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
         .submit("clasher", &job("clasher", "service", PORT, "", "1h"))
         .await;
     seen.insert("static port clash", plane.observe("clasher").await);
+    // A static port the operator reserved on the node: the job waits the same way.
+    let reserved = PORT.replace("24680", "24691");
+    plane
+        .submit("squatter", &job("squatter", "service", &reserved, "", "1h"))
+        .await;
+    seen.insert("reserved port", plane.observe("squatter").await);
 
     // More memory than the node has: accepted, pending, "Resources exhausted".
     let huge = job("huge", "service", "", "", "1h").replace("memory = 16", "memory = 1000000");
@@ -768,6 +776,11 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
         json!({"network: reserved port collision 24680": 1})
     );
     assert_eq!(seen("static port clash", &["job", "Status"]), "pending");
+    assert_eq!(
+        failed("reserved port")["DimensionExhausted"],
+        json!({"network: reserved port collision 24691": 1})
+    );
+    assert_eq!(seen("reserved port", &["job", "Status"]), "pending");
     assert_eq!(
         failed("resources exhausted")["DimensionExhausted"],
         json!({"memory": 1})

@@ -268,6 +268,7 @@ mod tests {
             memory_mb: 1024,
             disk_mb: 0,
             reserved: Default::default(),
+            reserved_ports: Vec::new(),
             registered_ms: 0,
         };
         Cluster::join_store(store.clone(), &ClusterSettings::default(), dir, node).unwrap()

@@ -135,6 +135,10 @@ pub struct NodeRecord {
     /// What the operator keeps for the node itself (`reserved` in its config).
     #[serde(default)]
     pub reserved: berth_model::limits::NodeResources,
+    /// The host ports no alloc gets here (`reserved { reserved_ports }`), as inclusive
+    /// ranges.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_ports: Vec<(u16, u16)>,
     /// When the agent registered (ms since the epoch).
     #[serde(default)]
     pub registered_ms: u64,
@@ -158,6 +162,13 @@ impl NodeRecord {
     }
 
     /// What allocs may be placed against: the node's totals less what it reserves.
+    /// Whether the operator keeps `port` from allocs on this node.
+    pub fn reserves_port(&self, port: u16) -> bool {
+        self.reserved_ports
+            .iter()
+            .any(|(first, last)| (*first..=*last).contains(&port))
+    }
+
     pub fn available(&self) -> berth_model::limits::NodeResources {
         berth_model::limits::NodeResources {
             cpu_mhz: self.cpu_mhz.saturating_sub(self.reserved.cpu_mhz),

@@ -40,6 +40,7 @@ pub(super) fn node(name: &str) -> NodeRecord {
         memory_mb: 1024,
         disk_mb: 0,
         reserved: Default::default(),
+        reserved_ports: Vec::new(),
         registered_ms: 0,
     }
 }

@@ -205,6 +205,7 @@ pub fn node_record(
         memory_mb: totals.memory_mb,
         disk_mb: totals.disk_mb,
         reserved: config.reserved,
+        reserved_ports: port_ranges(&config.reserved_ports),
         registered_ms: super::now_ms(),
     }
 }
@@ -741,9 +742,8 @@ impl Agent {
             .map(|entry| entry.runner.id.clone())
             .collect();
         for port in group.ports.iter().filter_map(|p| p.number) {
-            let whose = if reserved.contains(&port) {
-                "reserved by the operator (reserved { reserved_ports })".to_string()
-            } else if others.contains(&port) {
+            // A reserved one never gets here: the scheduler keeps it off this node.
+            let whose = if others.contains(&port) {
                 "held by another alloc on this node".to_string()
             } else if let Some(holder) = forwarded
                 .get(&port)
@@ -883,4 +883,16 @@ fn owned_report(
     Ok(submitter
         .may_change(&report.job_id, owner.as_deref(), action)
         .map(|()| Some(report)))
+}
+
+/// `ports` as inclusive ranges, in order.
+fn port_ranges(ports: &BTreeSet<u16>) -> Vec<(u16, u16)> {
+    let mut ranges: Vec<(u16, u16)> = Vec::new();
+    for &port in ports {
+        match ranges.last_mut() {
+            Some((_, last)) if u32::from(*last) + 1 == u32::from(port) => *last = port,
+            _ => ranges.push((port, port)),
+        }
+    }
+    ranges
 }

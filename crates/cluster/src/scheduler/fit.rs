@@ -201,7 +201,13 @@ pub(super) fn no_room(
     if record.disk_mb > 0 && usage.disk_mb + needs.disk_mb > available.disk_mb {
         return Some(exhausted("disk", available.disk_mb, usage.disk_mb));
     }
-    if let Some(port) = needs.static_ports.iter().find(|p| usage.ports.contains(p)) {
+    // Another placement's static port, or one the operator reserved on the node: Nomad's
+    // "reserved port collision".
+    if let Some(port) = needs
+        .static_ports
+        .iter()
+        .find(|p| usage.ports.contains(p) || record.reserves_port(**p))
+    {
         return Some(NoRoom {
             why: format!("port {port} in use"),
             free: None,

@@ -31,6 +31,7 @@ fn node(name: &str, memory_mb: u64) -> NodeView {
             memory_mb,
             disk_mb: 0,
             reserved: Default::default(),
+            reserved_ports: Vec::new(),
             registered_ms: 0,
         },
         status: "ready",

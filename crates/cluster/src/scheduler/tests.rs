@@ -28,6 +28,7 @@ pub(crate) mod tests_support {
                 memory_mb,
                 disk_mb: 0,
                 reserved: Default::default(),
+                reserved_ports: Vec::new(),
                 registered_ms: 0,
             },
             status: "ready",

@@ -31,6 +31,9 @@
 //! struct Hello;
 //!
 //! impl Driver for Hello {
+//!     // No config: a task naming any field in its `config` block is refused at validate.
+//!     type Config = berth_plugin_sdk::config::NoConfig;
+//!
 //!     fn plugin_info() -> DriverInfo {
 //!         DriverInfo { name: "hello".into(), version: "0.1.0".into() }
 //!     }
@@ -86,13 +89,15 @@
 //! export_driver!(Hello);
 //! ```
 
+pub mod config;
+
 /// The generated bindings for the driver world. Prefer the re-exports at the crate root.
 #[cfg(feature = "driver")]
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "berth:driver/plugin@0.2.0",
-        path: ["../wit/host", "../wit/driver"],
+        path: ["wit/host", "wit/driver"],
         pub_export_macro: true,
         export_macro_name: "__export_driver_world",
         default_bindings_module: "berth_plugin_sdk::bindings",
@@ -126,6 +131,15 @@ pub use bindings::berth::driver::types::{
 /// simple driver. Export the type with [`export_driver!`].
 #[cfg(feature = "driver")]
 pub trait Driver {
+    /// The task's `config` block, as this driver reads it. [`validate_task_config`]
+    /// reads it strictly by default ([`config::parse`]): a field the type does not name
+    /// is refused at `job validate`, with the closest name it has. A driver without
+    /// config says [`config::NoConfig`]; one that reads config loosely says
+    /// `serde_json::Value`.
+    ///
+    /// [`validate_task_config`]: Driver::validate_task_config
+    type Config: serde::de::DeserializeOwned;
+
     /// Name and version, as shown by `berth driver list`.
     fn plugin_info() -> DriverInfo;
 
@@ -139,13 +153,14 @@ pub trait Driver {
     /// Health and attributes of the driver on this node.
     fn fingerprint() -> DriverFingerprint;
 
-    /// Checks a task's `config` block (JSON) at job submit. The default accepts anything.
+    /// Checks a task's `config` block (JSON) at job submit. The default reads it as
+    /// [`Driver::Config`], strictly; override it to check more than the type can say.
     fn validate_task_config(config: String) -> Result<(), String> {
-        let _ = config;
-        Ok(())
+        config::parse::<Self::Config>(&config).map(drop)
     }
 
-    /// Starts the task and returns the handle the host persists.
+    /// Starts the task and returns the handle the host persists. Read the config with
+    /// [`config::of_task`].
     fn start_task(config: TaskConfig) -> Result<TaskHandle, String>;
 
     /// Re-attaches to a task after an agent restart. The default fails, which makes the
@@ -196,6 +211,9 @@ pub fn default_capabilities() -> DriverCapabilities {
 /// `ProcessDriver` is a [`Driver`]; export it with [`export_driver!`].
 #[cfg(feature = "driver")]
 pub trait ProcessDriver {
+    /// As [`Driver::Config`]: the task's `config` block, read strictly by default.
+    type Config: serde::de::DeserializeOwned;
+
     /// Name and version, as shown by `berth driver list`.
     fn plugin_info() -> DriverInfo;
 
@@ -207,10 +225,10 @@ pub trait ProcessDriver {
     /// Health and attributes of the driver on this node.
     fn fingerprint() -> DriverFingerprint;
 
-    /// Checks a task's `config` block (JSON) at job submit. The default accepts anything.
+    /// As [`Driver::validate_task_config`]: the default reads the config as
+    /// [`ProcessDriver::Config`], strictly.
     fn validate_task_config(config: String) -> Result<(), String> {
-        let _ = config;
-        Ok(())
+        config::parse::<Self::Config>(&config).map(drop)
     }
 
     /// Spawns the task's process and returns [`process_task::handle`] for it. The task
@@ -221,6 +239,8 @@ pub trait ProcessDriver {
 
 #[cfg(feature = "driver")]
 impl<T: ProcessDriver> Driver for T {
+    type Config = <T as ProcessDriver>::Config;
+
     fn plugin_info() -> DriverInfo {
         <T as ProcessDriver>::plugin_info()
     }
@@ -458,7 +478,7 @@ pub mod hook {
     pub mod bindings {
         wit_bindgen::generate!({
             world: "berth:hook/hook@0.1.0",
-            path: ["../wit/host", "../wit/hook"],
+            path: ["wit/host", "wit/hook"],
             pub_export_macro: true,
             export_macro_name: "__export_hook_world",
             default_bindings_module: "berth_plugin_sdk::hook::bindings",

@@ -55,6 +55,7 @@ mod planted_links;
 mod plugin_grants;
 mod readme_curl;
 mod scenarios;
+mod sdk_out_of_tree;
 mod shutdown;
 mod slots;
 mod system_jobs;

@@ -142,8 +142,8 @@ fn parse_config(json: &str) -> Result<DockerConfig, String> {
             "docker config: {field} is not supported by berth's docker driver: {why}"
         ));
     }
-    let config: DockerConfig = serde_json::from_value(serde_json::Value::Object(fields))
-        .map_err(|e| format!("invalid docker config: {e}"))?;
+    let config: DockerConfig =
+        berth_plugin_sdk::config::parse(json).map_err(|e| format!("invalid docker config: {e}"))?;
     if config.image.trim().is_empty() {
         return Err("invalid docker config: image is empty".into());
     }
@@ -292,6 +292,8 @@ fn environment(image: &image::ImageConfig, task: &[(String, String)]) -> Vec<(St
 struct Docker;
 
 impl ProcessDriver for Docker {
+    type Config = DockerConfig;
+
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "docker".into(),

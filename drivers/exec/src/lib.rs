@@ -19,7 +19,7 @@ struct ExecConfig {
 
 fn parse_config(json: &str) -> Result<ExecConfig, String> {
     let config: ExecConfig =
-        serde_json::from_str(json).map_err(|e| format!("invalid exec config: {e}"))?;
+        berth_plugin_sdk::config::parse(json).map_err(|e| format!("invalid exec config: {e}"))?;
     // A bare name is looked up in the task's PATH inside its chroot, as Nomad does; a
     // relative path would depend on a working directory the task does not choose.
     if config.command.is_empty()
@@ -37,6 +37,8 @@ fn parse_config(json: &str) -> Result<ExecConfig, String> {
 struct Exec;
 
 impl ProcessDriver for Exec {
+    type Config = ExecConfig;
+
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "exec".into(),

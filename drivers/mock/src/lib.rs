@@ -80,7 +80,7 @@ fn parse_duration_ms(text: &str) -> Result<u64, String> {
 
 fn parse_config(json: &str) -> Result<MockConfig, String> {
     let config: MockConfig =
-        serde_json::from_str(json).map_err(|e| format!("invalid mock config: {e}"))?;
+        berth_plugin_sdk::config::parse(json).map_err(|e| format!("invalid mock config: {e}"))?;
     for duration in [&config.run_for, &config.start_block_for]
         .into_iter()
         .flatten()
@@ -113,6 +113,8 @@ fn exit_result(state: &MockState) -> ExitResult {
 struct Mock;
 
 impl Driver for Mock {
+    type Config = MockConfig;
+
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "mock".into(),

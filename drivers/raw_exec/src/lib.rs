@@ -17,8 +17,8 @@ struct RawExecConfig {
 }
 
 fn parse_config(json: &str) -> Result<RawExecConfig, String> {
-    let config: RawExecConfig =
-        serde_json::from_str(json).map_err(|e| format!("invalid raw_exec config: {e}"))?;
+    let config: RawExecConfig = berth_plugin_sdk::config::parse(json)
+        .map_err(|e| format!("invalid raw_exec config: {e}"))?;
     if config.command.is_empty() {
         return Err("command must not be empty".into());
     }
@@ -28,6 +28,8 @@ fn parse_config(json: &str) -> Result<RawExecConfig, String> {
 struct RawExec;
 
 impl ProcessDriver for RawExec {
+    type Config = RawExecConfig;
+
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "raw_exec".into(),

@@ -42,6 +42,8 @@ fn spawn_forwarding(digest: &str, ports: Vec<String>) -> Result<image::ProcessRe
 struct ImageMisbehave;
 
 impl ProcessDriver for ImageMisbehave {
+    type Config = Config;
+
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "image-misbehave".into(),

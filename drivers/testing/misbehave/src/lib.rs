@@ -87,6 +87,8 @@ const WAIT_IN_GUEST: &[u8] = b"wait-in-guest";
 struct Misbehave;
 
 impl Driver for Misbehave {
+    type Config = Config;
+
     fn plugin_info() -> DriverInfo {
         DriverInfo {
             name: "misbehave".into(),

@@ -10,6 +10,8 @@ use berth_plugin_sdk::{
 struct SlowInfo;
 
 impl Driver for SlowInfo {
+    type Config = berth_plugin_sdk::config::NoConfig;
+
     fn plugin_info() -> DriverInfo {
         for _ in 0..120 {
             berth_plugin_sdk::host::timer::sleep(1000);

@@ -115,14 +115,19 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
       meta { tier = "gold" }
       config {
         command = "/bin/sh"
-        args    = ["-c", "echo env=$APP_TIER; cat /local/conf/app.conf"]
+        args    = ["-c", "echo env=$APP_TIER; cat /local/conf/app.conf; echo \"$0\"", "config=${APP_TIER}"]
       }
     }
 "#;
     let status = run(&h, &batch("hooked", task)).await;
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
     let stdout = std::fs::read_to_string(status.alloc_dir.join("alloc/logs/app.stdout.0")).unwrap();
-    assert_eq!(stdout, "env=gold\njob=hooked tier=gold seen=gold\n");
+    // The last line is the driver config's `${APP_TIER}`, which only the hook defines:
+    // the config is interpolated with the env the hooks added to, as Nomad's task env.
+    assert_eq!(
+        stdout,
+        "env=gold\njob=hooked tier=gold seen=gold\nconfig=gold\n"
+    );
     let events = messages(&status, "app");
     assert!(
         events.contains(&"Task Hook: hook \"inject-env\": injected 1 variable(s) from meta".into()),

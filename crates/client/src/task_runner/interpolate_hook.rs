@@ -1,12 +1,13 @@
-//! Run-time interpolation of the task's env and driver config (Nomad's
-//! `${NOMAD_ALLOC_DIR}`, `${attr.*}`, `${node.*}`, `${meta.*}`, `${env["X"]}`), after the
-//! task's directory, volumes and CSI endpoint are known and before the operator's WASM
-//! hooks see the task.
+//! Run-time interpolation of the task's env (Nomad's `${NOMAD_ALLOC_DIR}`, `${attr.*}`,
+//! `${node.*}`, `${meta.*}`, `${env["X"]}`), after the task's directory, volumes and CSI
+//! endpoint are known and before the operator's WASM hooks see the task. The driver
+//! config is interpolated later, with the env every hook has added to
+//! (`driver_config_hook.rs`).
 
 use std::collections::BTreeMap;
 
 use super::hooks::{Prestart, TaskHook, TaskHookContext, TaskPrepare};
-use berth_jobspec::interpolate::{interpolate, interpolate_json};
+use berth_jobspec::interpolate::interpolate;
 
 pub struct InterpolateHook;
 
@@ -49,7 +50,6 @@ impl TaskHook for InterpolateHook {
             for (_, value) in prepare.env.iter_mut() {
                 *value = interpolate(value, &lookup);
             }
-            prepare.config = Some(interpolate_json(&ctx.task.config, &lookup));
             Ok(())
         })
     }

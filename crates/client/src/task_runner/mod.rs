@@ -18,6 +18,7 @@ pub use connect_hook::revoke_tokens;
 mod control;
 pub use control::{ControlError, SessionCommand, TaskControl};
 mod csi_plugin_supervisor_hook;
+mod driver_config_hook;
 mod events;
 pub use events::{EventSink, TaskEvents};
 mod artifact_hook;
@@ -64,6 +65,7 @@ fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(identity_hook::IdentityHook::default()),
         Box::new(template_hook::TemplateHook::default()),
         Box::new(wasm_hooks::WasmHooks),
+        Box::new(driver_config_hook::DriverConfigHook),
         Box::new(services_hook::ServicesHook),
         Box::new(checks_hook::ChecksHook::default()),
     ]

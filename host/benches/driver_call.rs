@@ -40,7 +40,10 @@ async fn run() {
         .unwrap()
         .1;
 
-    let component = runtime.cache().load(runtime.engine(), bytes).unwrap();
+    let (component, _) = runtime
+        .cache()
+        .load(runtime.engine(), bytes, "mock")
+        .unwrap();
     let mut linker = Linker::new(runtime.engine());
     berth_runtime::host_api::add_to_linker(&mut linker).unwrap();
     let pre = PluginPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();

@@ -475,3 +475,107 @@ fn berth_run_says_each_refusal_once() {
     assert_eq!(said.matches("refused a hook: ").count(), 1, "{said}");
     assert!(output.status.success(), "{said}");
 }
+
+/// `driver inspect` shows one driver whole, with the limits the operator set; a name no
+/// driver has is an error naming the drivers there are.
+#[test]
+fn driver_inspect_shows_one_driver_and_an_unknown_name_lists_the_loaded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), dir.path().join("component-cache")).unwrap();
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(&config, "max_plugin_instances = 16\n").unwrap();
+    let inspect = |args: &[&str]| {
+        let output = berth_without_env()
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["driver", "inspect"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let (code, stdout, stderr) = inspect(&["exec"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    for line in [
+        "Name           exec",
+        "World          berth:driver@0.2.0",
+        "Origin         built-in",
+        "Mount configs  all",
+        "FS isolation   chroot",
+        "Exec           yes",
+        "Instances      16 at once, shared by every driver and hook (2 kept for checks)",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    assert!(
+        stdout.contains("Compiled       loaded from the compile cache")
+            || stdout.contains("Compiled       compiled in "),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = inspect(&["exec", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let shown: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(shown["world"], "berth:driver@0.2.0", "{shown:#}");
+    assert_eq!(shown["capabilities"]["fs_isolation"], "chroot", "{shown:#}");
+    assert_eq!(shown["limits"]["max_instances"], 16, "{shown:#}");
+    assert_eq!(shown["sha256"].as_str().unwrap().len(), 64, "{shown:#}");
+
+    let (code, _, stderr) = inspect(&["exce"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "no driver \"exce\" is loaded (this agent has: exec, raw_exec, docker, mock)"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A large component (the 18 MB Python hook) compiles for seconds the first time: the
+/// CLI says so, once, and where it keeps the result; the next load reads that and says
+/// nothing.
+#[test]
+fn a_large_components_first_compile_says_so_and_a_cached_load_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(
+        &config,
+        format!(
+            "hook \"deny-list\" {{\n  path = \"{}\"\n}}\n",
+            support::python_hook().display()
+        ),
+    )
+    .unwrap();
+    let list = || {
+        let output = berth_without_env()
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["hook", "list"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(output.status.success(), "{stderr}");
+        stderr
+    };
+    let first = list();
+    let said = format!(
+        "for this machine; once: it is kept in {}",
+        dir.path().join("component-cache").display()
+    );
+    assert_eq!(
+        first.matches("==> Compiling hook \"deny-list\"").count(),
+        1,
+        "{first}"
+    );
+    assert_eq!(first.matches(&said).count(), 1, "{first}");
+    let second = list();
+    assert!(!second.contains("Compiling"), "{second}");
+}

@@ -11,40 +11,115 @@ use wasmtime::component::Component;
 
 pub struct ComponentCache {
     dir: Option<PathBuf>,
+    progress: Option<CompileProgress>,
+}
+
+/// Told before a large component is compiled (an 18 MB Python hook takes seconds), so
+/// the one waiting sees why: the CLI prints a line, the agent logs it.
+#[derive(Clone)]
+pub struct CompileProgress(pub std::sync::Arc<dyn Fn(&CompileNotice) + Send + Sync>);
+
+impl std::fmt::Debug for CompileProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompileProgress")
+    }
+}
+
+/// A compile about to start.
+#[derive(Debug, Clone)]
+pub struct CompileNotice {
+    /// The component, as its loader names it (a path, or `hook "policy"`).
+    pub label: String,
+    pub bytes: u64,
+    /// Where the result will be kept (`None`: compiled in memory, every time).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// From this size on, a compile is announced: smaller ones take well under a second.
+pub const ANNOUNCED_COMPILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How a component was had: from the cache, or compiled now (and how long that took).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compiled {
+    FromCache,
+    Now(std::time::Duration),
+}
+
+impl std::fmt::Display for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compiled::FromCache => f.write_str("loaded from the compile cache"),
+            Compiled::Now(took) => write!(f, "compiled in {} ms", took.as_millis()),
+        }
+    }
 }
 
 impl ComponentCache {
-    pub fn new(dir: Option<PathBuf>) -> Self {
-        ComponentCache { dir }
+    pub fn new(dir: Option<PathBuf>, progress: Option<CompileProgress>) -> Self {
+        ComponentCache { dir, progress }
     }
 
-    /// Compiles `bytes`, or loads the artifact compiled from them earlier.
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, CacheError> {
+    /// Compiles `bytes`, or loads the artifact compiled from them earlier. `label` names
+    /// the component in the progress notice of a large compile.
+    pub fn load(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        label: &str,
+    ) -> Result<(Component, Compiled), CacheError> {
         check_header(bytes)?;
         let Some(dir) = &self.dir else {
-            return Component::new(engine, bytes).map_err(compile_error);
+            let start = self.announce(label, bytes);
+            let component = Component::new(engine, bytes).map_err(compile_error)?;
+            return Ok((component, Compiled::Now(start.elapsed())));
         };
         let artifact = dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
         if artifact.exists() {
             // SAFETY: the file was written by `precompile_component` of an engine with
             // the same compatibility hash (it is part of the name) into our own cache.
             match unsafe { Component::deserialize_file(engine, &artifact) } {
-                Ok(component) => return Ok(component),
+                Ok(component) => return Ok((component, Compiled::FromCache)),
                 Err(error) => {
                     tracing::warn!(artifact = %artifact.display(), %error, "recompiling a stale cache entry");
                 }
             }
         }
+        let start = self.announce(label, bytes);
         let compiled = engine.precompile_component(bytes).map_err(compile_error)?;
+        let took = Compiled::Now(start.elapsed());
         if let Err(error) = write_atomically(dir, &artifact, &compiled) {
             // A cache that cannot be written costs a compile next time, nothing more.
             tracing::warn!(artifact = %artifact.display(), %error,
                 "the component cache is not writable; using the compiled component from memory");
             // SAFETY: `compiled` was produced by this engine a moment ago.
-            return unsafe { Component::deserialize(engine, &compiled) }.map_err(compile_error);
+            let component =
+                unsafe { Component::deserialize(engine, &compiled) }.map_err(compile_error)?;
+            return Ok((component, took));
         }
         // SAFETY: as above; we just wrote it.
-        unsafe { Component::deserialize_file(engine, &artifact) }.map_err(compile_error)
+        let component =
+            unsafe { Component::deserialize_file(engine, &artifact) }.map_err(compile_error)?;
+        Ok((component, took))
+    }
+
+    /// Tells the progress callback (and the log) about a large compile; the start time.
+    fn announce(&self, label: &str, bytes: &[u8]) -> std::time::Instant {
+        let size = bytes.len() as u64;
+        if size >= ANNOUNCED_COMPILE_BYTES {
+            tracing::info!(
+                component = label,
+                bytes = size,
+                "compiling a large component"
+            );
+            if let Some(progress) = &self.progress {
+                (progress.0)(&CompileNotice {
+                    label: label.to_string(),
+                    bytes: size,
+                    cache_dir: self.dir.clone(),
+                });
+            }
+        }
+        std::time::Instant::now()
     }
 }
 
@@ -111,12 +186,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let blocked = dir.path().join("cache");
         std::fs::write(&blocked, "a file where the cache dir should be").unwrap();
-        let cache = ComponentCache::new(Some(blocked));
+        let cache = ComponentCache::new(Some(blocked), None);
         let (_, mock) = berth_builtin::DRIVERS
             .iter()
             .find(|(name, _)| *name == "mock")
             .unwrap();
         let engine = Engine::default();
-        assert!(cache.load(&engine, mock).is_ok());
+        assert!(cache.load(&engine, mock, "mock").is_ok());
     }
 }

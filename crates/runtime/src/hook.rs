@@ -196,9 +196,10 @@ impl Hook {
             path: spec.path.clone(),
             reason,
         };
-        let component = runtime
+        let label = format!("hook {:?} ({})", spec.name, spec.path.display());
+        let (component, _) = runtime
             .cache()
-            .load(runtime.engine(), &bytes)
+            .load(runtime.engine(), &bytes, &label)
             .map_err(|e| invalid(format!("{e:#}")))?;
         let mut linker: Linker<PluginCtx> = Linker::new(runtime.engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)

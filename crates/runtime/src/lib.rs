@@ -130,6 +130,8 @@ pub struct RuntimeConfig {
     /// The largest component file read and compiled (`max_component_size`): past it, a
     /// file is refused with its size before it is read.
     pub max_component_bytes: u64,
+    /// Told before a large component is compiled.
+    pub compile_progress: Option<cache::CompileProgress>,
 }
 
 /// The default `max_component_size`: far past a Python hook (18 MB) or a JavaScript
@@ -145,6 +147,7 @@ impl RuntimeConfig {
             slot_wait: DEFAULT_SLOT_WAIT,
             metrics: berth_telemetry::Metrics::default(),
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            compile_progress: None,
         }
     }
 }
@@ -204,7 +207,7 @@ impl Runtime {
             Engine::new(&engine_config(&config)).map_err(|e| EngineError(format!("{e:#}")))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(&engine, ticker_stop.clone());
-        let cache = ComponentCache::new(config.cache_dir.clone());
+        let cache = ComponentCache::new(config.cache_dir.clone(), config.compile_progress.clone());
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 engine,
@@ -235,6 +238,16 @@ impl Runtime {
 
     pub fn limits(&self) -> &SandboxLimits {
         &self.inner.limits
+    }
+
+    /// Instances that may exist at once (`max_plugin_instances`).
+    pub fn max_instances(&self) -> u32 {
+        self.inner.max_instances
+    }
+
+    /// How long a call waits for a free instance slot before it fails.
+    pub fn slot_wait(&self) -> Duration {
+        self.inner.slot_wait
     }
 
     /// Reads a component file, refused with its size past `max_component_size`, before

@@ -1,11 +1,165 @@
-//! `berth driver list`.
+//! `berth driver list` and `berth driver inspect`, and the line a large compile prints.
 
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 
 use super::output::print_line;
 use berth_client::driver_set::DriverSet;
-use berth_model::driver::{MountConfigs, WorldVersion};
+use berth_model::driver::{Capabilities, MountConfigs, WorldVersion};
+use berth_runtime::Runtime;
+use berth_runtime::cache::CompileNotice;
 use berth_runtime::driver::Driver;
+
+#[derive(clap::Subcommand)]
+pub(super) enum DriverCommand {
+    /// List the loaded drivers with their capabilities and health.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one driver: its world, capabilities, origin, digest, how it was compiled and
+    /// the limits its calls run under.
+    Inspect {
+        /// The driver's name, as `driver list` shows it.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A large component (an 18 MB Python hook) compiles for seconds on its first load: the
+/// CLI says so on stderr, with where the result is kept.
+pub(super) fn compile_progress() -> berth_runtime::cache::CompileProgress {
+    berth_runtime::cache::CompileProgress(std::sync::Arc::new(|notice: &CompileNotice| {
+        super::output::eprint_line!("{}", compile_line(notice));
+    }))
+}
+
+/// What `berth` prints before it compiles a large component.
+fn compile_line(notice: &CompileNotice) -> String {
+    let size = format!("{:.1} MB", notice.bytes as f64 / 1_000_000.0);
+    match &notice.cache_dir {
+        Some(dir) => format!(
+            "==> Compiling {} ({size}) for this machine; once: it is kept in {}",
+            notice.label,
+            dir.display()
+        ),
+        None => format!("==> Compiling {} ({size}) for this machine", notice.label),
+    }
+}
+
+/// `berth driver inspect NAME`: one driver, all that is known of it.
+pub(super) async fn driver_inspect(
+    drivers: &DriverSet,
+    runtime: &Runtime,
+    name: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let Some(driver) = drivers.get(name) else {
+        let known: Vec<&str> = drivers.iter().map(|d| d.name()).collect();
+        anyhow::bail!(
+            "no driver {name:?} is loaded (this agent has: {})",
+            known.join(", ")
+        );
+    };
+    let health = match driver.fingerprint().await {
+        Ok(fingerprint) => {
+            let state = serde_json::to_value(fingerprint.health)?;
+            let state = state.as_str().unwrap_or_default().to_string();
+            match fingerprint.description.as_str() {
+                "" => state,
+                said => format!("{state} ({})", super::output::one_line(said)),
+            }
+        }
+        Err(error) => format!("unhealthy: {error}"),
+    };
+    let caps = driver.capabilities();
+    let limits = runtime.limits();
+    let kept = berth_runtime::slots_kept_for_checks(runtime.max_instances());
+    if json {
+        super::output::print_json(&serde_json::json!({
+            "name": driver.info().name,
+            "version": driver.info().version,
+            "world": format!("berth:driver@{}", driver.world().as_str()),
+            "origin": driver.origin().to_string(),
+            "sha256": driver.digest(),
+            "compiled": driver.compiled().to_string(),
+            "health": health,
+            "capabilities": caps,
+            "limits": {
+                "call_deadline_ms": limits.call_deadline.as_millis() as u64,
+                "memory_max_bytes": limits.memory_max,
+                "max_instances": runtime.max_instances(),
+                "instances_kept_for_checks": kept,
+                "slot_wait_ms": runtime.slot_wait().as_millis() as u64,
+            },
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = [
+        ("Name", driver.info().name.clone()),
+        // A driver chooses its version string: print it escaped.
+        (
+            "Version",
+            super::output::one_line(&driver.info().version).into_owned(),
+        ),
+        ("World", format!("berth:driver@{}", driver.world().as_str())),
+        ("Origin", driver.origin().to_string()),
+        ("SHA-256", driver.digest().to_string()),
+        ("Compiled", driver.compiled().to_string()),
+        ("Health", health),
+        ("Mount configs", mount_configs(caps).to_string()),
+        ("FS isolation", fs_isolation(caps)),
+        ("Signals", yes_no(caps.send_signals)),
+        ("Exec", yes_no(caps.exec)),
+        (
+            "Call deadline",
+            format!(
+                "{} ms of guest compute per call (time blocked in the host does not count)",
+                limits.call_deadline.as_millis()
+            ),
+        ),
+        (
+            "Memory",
+            format!("{} MiB per instance", limits.memory_max >> 20),
+        ),
+        (
+            "Instances",
+            format!(
+                "{} at once, shared by every driver and hook ({kept} kept for checks); a call \
+                 waits up to {} ms for one",
+                runtime.max_instances(),
+                runtime.slot_wait().as_millis()
+            ),
+        ),
+    ];
+    for (label, value) in rows {
+        print_line!("{:<14} {}", label, value);
+    }
+    print_line!(
+        "\nTo pin it: plugin {:?} {{ sha256 = \"{}\" }}",
+        driver.info().name,
+        driver.digest()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mount_configs(caps: &Capabilities) -> &'static str {
+    match (caps.mount_configs, caps.declared) {
+        (MountConfigs::All, true) => "all",
+        (MountConfigs::None, _) => "none",
+        (MountConfigs::All, false) => "all (default)",
+    }
+}
+
+fn fs_isolation(caps: &Capabilities) -> String {
+    serde_json::to_value(caps.fs_isolation)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
 
 /// `drops`: the log messages each plugin dropped, from the running agent (`None`: no
 /// agent answered).
@@ -61,22 +215,13 @@ pub(super) async fn driver_list(
         .iter()
         .map(|(d, health)| {
             let caps = d.capabilities();
-            let mounts = match (caps.mount_configs, caps.declared) {
-                (MountConfigs::All, true) => "all",
-                (MountConfigs::None, _) => "none",
-                (MountConfigs::All, false) => "all (default)",
-            };
             [
                 d.info().name.clone(),
                 // A driver chooses its version string: print it escaped.
                 super::output::one_line(&d.info().version).into_owned(),
                 d.world().as_str().to_string(),
-                mounts.to_string(),
-                serde_json::to_value(caps.fs_isolation)
-                    .unwrap()
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
+                mount_configs(caps).to_string(),
+                fs_isolation(caps),
                 yes_no(caps.send_signals),
                 yes_no(caps.exec),
                 health.clone(),

@@ -27,6 +27,7 @@ use berth_client::driver_set::DriverSet;
 use berth_client::hook_set::HookSet;
 use berth_runtime::{Runtime, RuntimeConfig};
 use berth_sys::process::ProcessTable;
+use driver::DriverCommand;
 
 #[derive(Parser)]
 #[command(
@@ -385,16 +386,6 @@ enum HookCommand {
     },
 }
 
-#[derive(Subcommand)]
-enum DriverCommand {
-    /// List the loaded drivers with their capabilities and health.
-    List {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
 /// Nomad spells its flags with one dash (`nomad agent -dev`); that spelling is taken
 /// too. Not in the command `alloc exec` runs: what follows its alloc id is the
 /// command's own.
@@ -531,6 +522,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Some(instances) = config.max_plugin_instances {
         runtime_config.max_instances = instances;
     }
+    runtime_config.compile_progress = Some(driver::compile_progress());
     let runtime = Runtime::with_processes(runtime_config, std::sync::Arc::new(processes))?;
     // The image store, for drivers that run tasks on images (docker), where tasks run.
     if matches!(cli.command, Command::Run { .. } | Command::Agent { .. }) {
@@ -571,6 +563,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Driver {
+            command: DriverCommand::Inspect { name, json },
+        } => driver::driver_inspect(&drivers, &runtime, &name, json).await,
         Command::Job {
             command: JobCommand::Validate { jobspec, vars },
         } => job::validate(&jobspec, &vars, &drivers, &hooks, &config).await,

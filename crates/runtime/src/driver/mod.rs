@@ -109,6 +109,8 @@ pub struct Driver {
     capabilities: Capabilities,
     /// The component's SHA-256 (hex), for pins and `berth driver list`.
     digest: String,
+    /// Whether this load compiled it, for `berth driver inspect`.
+    compiled: crate::cache::Compiled,
 }
 
 impl Driver {
@@ -142,14 +144,13 @@ impl Driver {
         let surface = crate::component_check::surface(bytes).map_err(refused)?;
         crate::component_check::check(&surface, crate::component_check::Role::Driver)
             .map_err(refused)?;
-        let component =
-            runtime
-                .cache()
-                .load(runtime.engine(), bytes)
-                .map_err(|e| LoadError::Invalid {
-                    origin: shown.clone(),
-                    reason: format!("{e:#}"),
-                })?;
+        let (component, compiled) = runtime
+            .cache()
+            .load(runtime.engine(), bytes, &shown)
+            .map_err(|e| LoadError::Invalid {
+                origin: shown.clone(),
+                reason: format!("{e:#}"),
+            })?;
         let mut linker = Linker::new(runtime.engine());
         crate::host_api::add_to_linker(&mut linker).map_err(|e| LoadError::Invalid {
             origin: shown.clone(),
@@ -187,6 +188,7 @@ impl Driver {
             },
             capabilities: Capabilities::assumed_for_legacy(),
             digest: berth_model::pins::sha256_hex(bytes),
+            compiled,
         };
         let info: DriverInfo = driver
             .call(
@@ -244,6 +246,11 @@ impl Driver {
     /// The component's SHA-256, as `sha256sum` prints it.
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// Whether loading it compiled it now, or read the compile cache.
+    pub fn compiled(&self) -> crate::cache::Compiled {
+        self.compiled
     }
 
     pub fn origin(&self) -> &DriverOrigin {

@@ -118,6 +118,16 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
         args    = ["-c", "echo env=$APP_TIER; cat /local/conf/app.conf; echo \"$0\"", "config=${APP_TIER}"]
       }
     }
+    task "pinned" {
+      driver = "exec"
+      hooks  = ["inject-env"]
+      meta { tier = "gold" }
+      env { APP_TIER = "set-by-job" }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"env=$APP_TIER $0\"", "config=${APP_TIER}"]
+      }
+    }
 "#;
     let status = run(&h, &batch("hooked", task)).await;
     assert_eq!(status.client_status, ClientStatus::Complete, "{status:#?}");
@@ -128,6 +138,11 @@ async fn example_hooks_inject_env_render_a_file_and_enforce_a_policy() {
         stdout,
         "env=gold\njob=hooked tier=gold seen=gold\nconfig=gold\n"
     );
+    // A name the job defined keeps the job's value in the driver config: a hook (its
+    // author untrusted) fills names nothing defined, and redefines none in the config.
+    let pinned =
+        std::fs::read_to_string(status.alloc_dir.join("alloc/logs/pinned.stdout.0")).unwrap();
+    assert_eq!(pinned, "env=gold config=set-by-job\n");
     let events = messages(&status, "app");
     assert!(
         events.contains(&"Task Hook: hook \"inject-env\": injected 1 variable(s) from meta".into()),

@@ -100,6 +100,10 @@ pub struct TaskPrepare {
     pub mounts: Vec<HandedMount>,
     /// The driver config with run-time names interpolated (`None`: as in the jobspec).
     pub config: Option<serde_json::Value>,
+    /// The env as the interpolation hook left it, before identities, templates and the
+    /// operator's hooks add to it: what berth and the job define, which those later
+    /// additions may not redefine in the driver config.
+    pub interpolated_env: Vec<(String, String)>,
 }
 
 /// A hook's failure; the message is shown in the Setup Failure event.

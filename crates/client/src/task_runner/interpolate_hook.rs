@@ -50,6 +50,7 @@ impl TaskHook for InterpolateHook {
             for (_, value) in prepare.env.iter_mut() {
                 *value = interpolate(value, &lookup);
             }
+            prepare.interpolated_env = prepare.env.clone();
             Ok(())
         })
     }

@@ -60,6 +60,10 @@ pub(super) enum TemplateEnvError {
     Line(#[from] TemplateError),
     #[error("{0:?} is not an environment variable name")]
     Name(String),
+    /// A rendered line may carry another writer's data (a Consul key), so it may not
+    /// replace what berth tells the task about itself, its identity's token included.
+    #[error("{0:?}: NOMAD_* and BERTH_* variables are set by berth; a template may not set them")]
+    Reserved(String),
 }
 
 /// What a render may use: a template is the job author's, rendered by the agent.
@@ -209,6 +213,10 @@ pub(super) fn template_env(text: &str) -> Result<Vec<(String, String)>, Template
         if !valid || value.contains('\0') {
             return Err(TemplateEnvError::Name(key));
         }
+        let upper = key.to_ascii_uppercase();
+        if upper.starts_with("NOMAD_") || upper.starts_with("BERTH_") {
+            return Err(TemplateEnvError::Reserved(key));
+        }
         added.push((key, value));
     }
     Ok(added)
@@ -273,4 +281,31 @@ pub(super) fn write_beneath_for(
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_env_template_sets_its_own_names_and_never_berths() {
+        let added = template_env("APP_DB=db.internal\n# a comment\nAPP_PORT=\"5432\"\n").unwrap();
+        assert_eq!(
+            added,
+            [
+                ("APP_DB".to_string(), "db.internal".to_string()),
+                ("APP_PORT".to_string(), "5432".to_string())
+            ]
+        );
+        // A Consul value with a line break of its own: the second line would replace the
+        // identity's token (in the task's env and in its driver config).
+        let injected = "DB=x\nNOMAD_TOKEN=';id>/alloc/p;'\n";
+        let refused = template_env(injected).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "\"NOMAD_TOKEN\": NOMAD_* and BERTH_* variables are set by berth; a template may not set them"
+        );
+        assert!(template_env("berth_data=1\n").is_err());
+        assert!(template_env("Nomad_Alloc_Dir=/etc\n").is_err());
+    }
 }

@@ -401,6 +401,8 @@ async fn every_command_shows_hostile_text_escaped_on_a_terminal() {
         s(&["node", "eligibility", "--enable", &hostile]),
         s(&["node", "drain", "--enable", &hostile]),
         s(&["driver", "list"]),
+        s(&["driver", "inspect", "mock"]),
+        s(&["driver", "inspect", &hostile]),
         s(&["hook", "list"]),
         // The node's image store: a hostile reference, archive path and tag.
         s(&["image", "list"]),

@@ -135,6 +135,7 @@ async fn run() {
             .collect(),
         mounts: Vec::new(),
         config: None,
+        interpolated_env: Vec::new(),
     };
 
     let build = if cfg!(debug_assertions) {

@@ -42,6 +42,7 @@ mod isolation;
 mod job_owners;
 mod job_shares;
 mod jobs;
+mod js_driver;
 mod launched_jobs;
 mod logs;
 mod metrics;

@@ -228,6 +228,40 @@ pub fn python_hook() -> PathBuf {
     )
 }
 
+/// The JavaScript driver (`tests/fixtures/js-driver`), built once per test run with
+/// componentize-js (`npm ci` in that directory; `.ci/test` does it), as its guide says.
+pub fn js_driver() -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap();
+    if let Some(path) = built.as_ref() {
+        return path.clone();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let fixture = repo.join("tests/fixtures/js-driver");
+    assert!(
+        fixture
+            .join("node_modules/@bytecodealliance/componentize-js")
+            .is_dir(),
+        "componentize-js is needed to build the JavaScript driver: npm ci --prefix {}",
+        fixture.display()
+    );
+    let output = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jsecho.wasm");
+    let built_it = std::process::Command::new("node")
+        .current_dir(&fixture)
+        .arg("build.mjs")
+        .arg(repo.join("wit"))
+        .arg(&output)
+        .output()
+        .expect("node (Node.js 20) is needed to build the JavaScript driver");
+    assert!(
+        built_it.status.success(),
+        "building the JavaScript driver failed:\n{}",
+        String::from_utf8_lossy(&built_it.stderr)
+    );
+    *built = Some(output.clone());
+    output
+}
+
 fn componentize_py(
     built: &Mutex<Option<PathBuf>>,
     wit: &str,

@@ -59,7 +59,8 @@ pub enum Mismatch {
     HostVersion { import: String, offered: String },
     #[error(
         "imports {import}, which plugins cannot use (berth gives them no network); build without it \
-         (componentize-js: `jco componentize --disable http`)"
+         (componentize-js 0.23: `disableFeatures: ['http', 'fetch-event']`, or \
+         `jco componentize --disable http fetch-event`)"
     )]
     Http { import: String },
     #[error(

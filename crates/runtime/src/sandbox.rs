@@ -442,15 +442,35 @@ pub fn classify(error: &wasmtime::Error, ctx: &PluginCtx) -> Fault {
     }
     let stderr = ctx.stderr.contents();
     let stderr = String::from_utf8_lossy(&stderr);
-    let last = stderr
+    let mut lines = stderr
         .lines()
         .rev()
         .map(str::trim)
-        .find(|line| !line.is_empty() && !line.starts_with("note: "));
-    match last {
+        .filter(|line| !line.is_empty() && !line.starts_with("note: "));
+    match lines.next() {
+        Some(line) if line.contains(JS_ABORT) => {
+            // The engine's complaint is its first line; a stack follows it.
+            let first = stderr.lines().map(str::trim).find(|l| !l.is_empty());
+            Fault::Trap(js_abort(first.unwrap_or(line)))
+        }
         Some(line) => Fault::Trap(line.chars().take(500).collect()),
         None => Fault::Trap(format!("{error}")),
     }
+}
+
+/// What StarlingMonkey (componentize-js) prints as it aborts.
+const JS_ABORT: &str = "mozalloc_abort";
+
+/// A JavaScript component aborts when an export that returns a `result` throws
+/// something other than its error value (an `Error`, say: "expected a string, received
+/// [object]"): the author is told what to throw, with what the engine said.
+fn js_abort(said: &str) -> String {
+    let said: String = said.chars().take(300).collect();
+    format!(
+        "the JavaScript engine aborted ({said}): an export that returns a result must throw \
+         its error value, for berth's calls a string (`throw String(error.message)`); see \
+         plugins-sdk/README.md"
+    )
 }
 
 #[cfg(test)]

@@ -244,7 +244,7 @@ fn validate_reports_every_problem_and_the_old_volume_form() {
     assert!(stderr.contains("host volume \"nowhere\" is not configured on this agent (configured: greetings, scratch)"), "{stderr}");
     assert!(
         stderr.contains(
-            "validate-task-config: command \"bin/relative\" must be an absolute path inside \
+            "job.bad.group.g.task.a.config: driver \"exec\" (built-in): command \"bin/relative\" must be an absolute path inside \
              the task's chroot, or a bare name looked up in the task's PATH"
         ),
         "{stderr}"

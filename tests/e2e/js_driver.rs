@@ -64,11 +64,8 @@ fn a_driver_written_in_javascript_runs_a_task_and_its_thrown_errors_reach_the_us
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains(
-            "typo.hcl:11:9: job.js.group.g.task.say.config: driver \"jsecho\" ("
-        ) && stderr.contains(
-            "): validate-task-config: unknown field `mesage`; this driver's config has: `message`"
-        ),
+        stderr.contains("typo.hcl:11:9: job.js.group.g.task.say.config: driver \"jsecho\" (")
+            && stderr.contains("): unknown field `mesage`; this driver's config has: `message`"),
         "{stderr}"
     );
     // An Error thrown past the guide's `guarded` aborts the engine; berth says what to throw.

@@ -574,8 +574,17 @@ async fn check_task(
         }
         Some(driver) => {
             if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
+                // The driver's own refusal reads as the driver's sentence, without the
+                // call's name (the problem's path already says `config`); a fault (a
+                // crash, a deadline) keeps it, since it says where the driver failed.
+                let error = match error {
+                    berth_runtime::driver::DriverError::Refused {
+                        driver, message, ..
+                    } => format!("{driver}: {message}"),
+                    fault => fault.to_string(),
+                };
                 // The driver wrote it: one line, or a line break forges the next problem.
-                let error = berth_model::text::one_line(&error.to_string()).into_owned();
+                let error = berth_model::text::one_line(&error).into_owned();
                 let (at, message) = task.place_config_error(&error);
                 problems.push(Problem {
                     path: format!("{task_path}.config"),

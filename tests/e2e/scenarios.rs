@@ -343,6 +343,39 @@ const FLAKY: &str = r#"job "flaky" {
 }
 "#;
 
+/// A batch task whose template's env (`env = true`) fills `${APP_GREETING}` in its args.
+const TEMPLATE_ENV: &str = r#"job "greeted" {
+  type        = "batch"
+  datacenters = ["scenario"]
+  reschedule {
+    attempts  = 0
+    unlimited = false
+  }
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"$0\"", "config=${APP_GREETING}"]
+      }
+      template {
+        data        = "APP_GREETING=hello from the template\n"
+        destination = "local/app.env"
+        env         = true
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#;
+
 /// A task whose template ranges over the catalog's `scdb`, with a change script.
 const WATCHER: &str = r#"job "watcher" {
   datacenters = ["scenario"]
@@ -458,6 +491,17 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
     );
     plane.submit("novolume", &novolume).await;
     seen.insert("infeasible volume", plane.observe("novolume").await);
+
+    // A typo in a driver's config: refused at submit by the driver, at the field's line,
+    // with the field it meant (the cluster's submit and its placing node check alike).
+    let typo = TEMPLATE_ENV.replace("command = ", "comand = ");
+    let refused = match plane.api().submit("typo.hcl", &typo).await {
+        Err(berth_api::client::ClientError::Api(error, status)) => {
+            json!({ "status": status.as_u16(), "error": error.error, "problems": error.problems })
+        }
+        other => panic!("{}: the typo was not refused: {other:?}", plane.name),
+    };
+    seen.insert("driver config typo", refused);
 
     // Plans: a new job, a changed one (one more alloc, which the port forbids), and
     // one that fits nowhere. Nothing is registered.
@@ -650,6 +694,41 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
         })
         .await;
     seen.insert("template change script", json!(events));
+    // A template's env fills a name in the driver config; a template may not set
+    // berth's own variables (its identity's token among them), and the task fails
+    // saying so.
+    plane.submit("greeted", TEMPLATE_ENV).await;
+    plane
+        .allocs_are("greeted", &[("greeted.g[0]", "complete")])
+        .await;
+    let allocs = plane.get("/v1/job/greeted/allocations").await;
+    let alloc = allocs[0]["ID"].as_str().unwrap_or_default().to_string();
+    // Read from the node that runs it (`a`, in datacenter "scenario"): an agent serves
+    // the files of its own allocs only. The fs endpoints are not yet relayed to the
+    // alloc's node, as `alloc exec` is.
+    let stdout = plane.agents[0]
+        .client()
+        .get_bytes(&format!(
+            "/v1/client/fs/cat/{alloc}?path=alloc/logs/t.stdout.0"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{}: the task's stdout: {e}", plane.name));
+    let forger = TEMPLATE_ENV
+        .replace("job \"greeted\"", "job \"forger\"")
+        .replace("APP_GREETING=", "NOMAD_TOKEN=");
+    plane.submit("forger", &forger).await;
+    plane
+        .allocs_are("forger", &[("forger.g[0]", "failed")])
+        .await;
+    let failure: Vec<String> = task_events(plane, "forger")
+        .await
+        .into_iter()
+        .filter(|e| e.contains("NOMAD_TOKEN"))
+        .collect();
+    seen.insert(
+        "template env in driver config",
+        json!({ "stdout": String::from_utf8_lossy(&stdout), "refused": failure }),
+    );
     // An artifact, an identity and a script check that restarts its task once: the same
     // hooks on both planes, and the cluster's keyring (a lone agent's one-node one).
     let server = berth_testkit::file_server::FileServer::start();
@@ -776,6 +855,27 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
         json!({"network: reserved port collision 24680": 1})
     );
     assert_eq!(seen("static port clash", &["job", "Status"]), "pending");
+    let typo = seen("driver config typo", &[]);
+    assert_eq!(typo["status"], 400, "{typo:#}");
+    let problem = typo["problems"][0].as_str().unwrap_or_default();
+    assert!(
+        problem.starts_with("typo.hcl:16:9: job.greeted.group.g.task.t.config: driver \"exec\" (built-in): invalid exec config: unknown field `comand`")
+            && problem.ends_with("(did you mean `command`?)"),
+        "{typo:#}"
+    );
+    let templated = seen("template env in driver config", &[]);
+    assert_eq!(
+        templated["stdout"], "config=hello from the template\n",
+        "{templated:#}"
+    );
+    assert!(
+        templated["refused"].as_array().into_iter().flatten().any(|event| {
+            event.as_str().unwrap_or_default().contains(
+                "\"NOMAD_TOKEN\": NOMAD_* and BERTH_* variables are set by berth; a template may not set them",
+            )
+        }),
+        "{templated:#}"
+    );
     assert_eq!(
         failed("reserved port")["DimensionExhausted"],
         json!({"network: reserved port collision 24691": 1})

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod mount;
 pub mod pins;
 pub mod status;
+pub mod task_env;
 pub mod text;
 pub mod units;
 pub mod usage;

@@ -452,9 +452,9 @@ const DENIED_ENV: &[&str] = &[
 ];
 
 /// Prefixes a hook may not set: the dynamic loader's (`LD_`, and `DYLD_` for good
-/// measure), glibc's allocator hooks, Python's interpreter settings, and the variables
-/// berth itself gives the task.
-const DENIED_ENV_PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_", "PYTHON", "NOMAD_", "BERTH_"];
+/// measure), glibc's allocator hooks and Python's interpreter settings; and the variables
+/// berth itself gives the task (`berth_model::task_env`).
+const DENIED_ENV_PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_", "PYTHON"];
 
 /// Why a hook may not set environment variable `name`, if it may not.
 pub fn env_refusal(name: &str) -> Option<String> {
@@ -467,6 +467,11 @@ pub fn env_refusal(name: &str) -> Option<String> {
             Bounds::ENV_KEY_BYTES
         ));
     }
+    if let Some(prefix) = berth_model::task_env::set_by_berth(name) {
+        return Some(format!(
+            "{prefix}* variables are set by berth; hooks may not set them"
+        ));
+    }
     let upper = name.to_ascii_uppercase();
     if DENIED_ENV.contains(&upper.as_str()) {
         return Some(
@@ -477,9 +482,11 @@ pub fn env_refusal(name: &str) -> Option<String> {
     DENIED_ENV_PREFIXES
         .iter()
         .find(|prefix| upper.starts_with(*prefix))
-        .map(|prefix| match *prefix {
-            "NOMAD_" | "BERTH_" => format!("{prefix}* variables are set by berth; hooks may not set them"),
-            _ => format!("{prefix}* variables change how the task's loader or runtime starts; hooks may not set them"),
+        .map(|prefix| {
+            format!(
+                "{prefix}* variables change how the task's loader or runtime starts; hooks may \
+                 not set them"
+            )
         })
 }
 

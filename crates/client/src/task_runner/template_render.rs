@@ -213,8 +213,7 @@ pub(super) fn template_env(text: &str) -> Result<Vec<(String, String)>, Template
         if !valid || value.contains('\0') {
             return Err(TemplateEnvError::Name(key));
         }
-        let upper = key.to_ascii_uppercase();
-        if upper.starts_with("NOMAD_") || upper.starts_with("BERTH_") {
+        if berth_model::task_env::set_by_berth(&key).is_some() {
             return Err(TemplateEnvError::Reserved(key));
         }
         added.push((key, value));

@@ -3,6 +3,20 @@
 use super::*;
 
 #[test]
+fn a_hook_may_set_neither_berths_names_nor_the_loaders_whatever_their_case() {
+    for name in ["NOMAD_TOKEN", "nomad_alloc_dir", "Berth_Anything"] {
+        let refusal = env_refusal(name).unwrap_or_else(|| panic!("{name} was allowed"));
+        assert!(
+            refusal.ends_with("variables are set by berth; hooks may not set them"),
+            "{refusal}"
+        );
+    }
+    let loader = env_refusal("ld_preload").unwrap();
+    assert!(loader.starts_with("LD_* variables change how"), "{loader}");
+    assert_eq!(env_refusal("APP_TIER"), None);
+}
+
+#[test]
 fn paths_must_stay_plain_and_relative() {
     assert!(checked_relative("app.conf").is_ok());
     assert!(checked_relative("conf.d/app.conf").is_ok());

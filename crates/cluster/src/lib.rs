@@ -161,7 +161,6 @@ impl NodeRecord {
         }
     }
 
-    /// What allocs may be placed against: the node's totals less what it reserves.
     /// Whether the operator keeps `port` from allocs on this node.
     pub fn reserves_port(&self, port: u16) -> bool {
         self.reserved_ports
@@ -169,6 +168,7 @@ impl NodeRecord {
             .any(|(first, last)| (*first..=*last).contains(&port))
     }
 
+    /// What allocs may be placed against: the node's totals less what it reserves.
     pub fn available(&self) -> berth_model::limits::NodeResources {
         berth_model::limits::NodeResources {
             cpu_mhz: self.cpu_mhz.saturating_sub(self.reserved.cpu_mhz),

@@ -119,12 +119,16 @@ fn threads_waiting_on_fuse(pid: u32) -> usize {
         .count()
 }
 
-/// The agent's task processes, once they are in their roots.
+/// The agent's task processes, once they are in their roots and settled: the same set
+/// twice, 300 ms apart. A snapshot taken while the keeper was still setting the task up
+/// (an alloc reads running before its task starts) held a short-lived process of that
+/// setup, which then "did not outlive" the agent's stop.
 async fn task_processes(agent: &AgentProcess) -> Vec<rustix::process::Pid> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let task = crate::support::processes_rooted_under(agent.path());
-        if !task.is_empty() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if !task.is_empty() && task == crate::support::processes_rooted_under(agent.path()) {
             return task;
         }
         assert!(

@@ -19,6 +19,7 @@ const EMBEDDED: &[(&str, &str)] = &[
 /// Guest crates only tests use; exposed as paths.
 const TEST_ONLY: &[(&str, &str)] = &[
     ("LEGACY_V01", "berth_test_legacy_v01"),
+    ("UNDECLARED_SPAWN", "berth_test_undeclared_spawn"),
     ("MISBEHAVE", "berth_test_misbehave"),
     ("IMAGE_MISBEHAVE", "berth_test_image_misbehave"),
     ("SLOW_INFO", "berth_test_slow_info"),

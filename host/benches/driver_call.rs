@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use berth_proto::bench::driver_plugin_client::DriverPluginClient;
 use berth_proto::bench::driver_plugin_server::{DriverPlugin, DriverPluginServer};
 use berth_proto::bench::{CapabilitiesRequest, CapabilitiesResponse};
-use berth_runtime::bindings::driver_v0_2::PluginPre;
+use berth_runtime::bindings::driver_v0_2_1::PluginPre;
 use berth_runtime::driver::{Driver, DriverOrigin};
 use berth_runtime::sandbox::{self, PluginIdentity};
 use berth_runtime::{Runtime, RuntimeConfig};
@@ -51,6 +51,7 @@ async fn run() {
         name: "mock".into(),
         may_mount: true,
         isolation: berth_model::driver::FsIsolation::None,
+        spawns: Some(Vec::new()),
         adoptable: None,
     };
     let budget = Duration::from_secs(60);

@@ -3,7 +3,7 @@
 //! Drivers: the crate root (feature `driver`, on by default). Hooks: the [`hook`]
 //! module and [`export_hook!`] (feature `hook`).
 //!
-//! A berth task driver is a component that exports the `berth:driver/driver@0.2.0`
+//! A berth task driver is a component that exports the `berth:driver/driver@0.2.1`
 //! interface and imports what the host offers (`berth:host/log`, `timer`, `process`).
 //! This crate generates the bindings once, gives you the [`Driver`] trait with sensible
 //! defaults, and the [`export_driver!`] macro that wires your type to the component's
@@ -96,7 +96,7 @@ pub mod config;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "berth:driver/plugin@0.2.0",
+        world: "berth:driver/plugin@0.2.1",
         path: ["wit/host", "wit/driver"],
         pub_export_macro: true,
         export_macro_name: "__export_driver_world",
@@ -123,9 +123,11 @@ pub mod host {
 
 #[cfg(feature = "driver")]
 pub use bindings::berth::driver::types::{
-    DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation, HealthState,
-    MountConfig, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus,
+    ConfigField, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
+    HealthState, MountConfig, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus,
 };
+#[cfg(feature = "driver")]
+pub use bindings::berth::host::process::Isolation;
 
 /// A task driver. Implement the required methods; the rest have defaults that suit a
 /// simple driver. Export the type with [`export_driver!`].
@@ -148,6 +150,23 @@ pub trait Driver {
     /// declare [`MountConfigs::None`]: the host then rejects jobs that ask it for mounts.
     fn capabilities() -> DriverCapabilities {
         default_capabilities()
+    }
+
+    /// Every [`Isolation`] this driver's [`host::process::spawn`] calls use; the host
+    /// refuses a spawn with any other. Listing [`Isolation::None`] (spawning in the
+    /// host's namespaces, as root) makes `job validate` refuse the driver's tasks unless
+    /// the operator allows it (`allow_unconfined = true` in its plugin block). The
+    /// default follows [`DriverCapabilities::fs_isolation`]: `chroot` for a driver whose
+    /// tasks have a root of their own, else `none`. A driver that spawns nothing says
+    /// `vec![]`.
+    fn spawn_isolation() -> Vec<Isolation> {
+        default_spawn_isolation(&Self::capabilities())
+    }
+
+    /// The fields of the task's `config` block, for `berth driver inspect`. The default
+    /// reads them from [`Driver::Config`] ([`config::schema`]).
+    fn config_schema() -> Option<Vec<ConfigField>> {
+        config::schema::<Self::Config>()
     }
 
     /// Health and attributes of the driver on this node.
@@ -206,6 +225,16 @@ pub fn default_capabilities() -> DriverCapabilities {
     }
 }
 
+/// What [`Driver::spawn_isolation`] is for a driver that does not say: `chroot` when its
+/// tasks have a root of their own (`fs-isolation` `chroot` or `image`), else `none`.
+#[cfg(feature = "driver")]
+pub fn default_spawn_isolation(capabilities: &DriverCapabilities) -> Vec<Isolation> {
+    match capabilities.fs_isolation {
+        FsIsolation::None => vec![Isolation::None],
+        FsIsolation::Chroot | FsIsolation::Image => vec![Isolation::Chroot],
+    }
+}
+
 /// A driver whose task is one host process: implement how to start it, and waiting,
 /// stopping, inspecting, signalling and recovering come from [`process_task`]. Every
 /// `ProcessDriver` is a [`Driver`]; export it with [`export_driver!`].
@@ -220,6 +249,11 @@ pub trait ProcessDriver {
     /// As [`Driver::capabilities`]; the default declares mount-configs `all`.
     fn capabilities() -> DriverCapabilities {
         default_capabilities()
+    }
+
+    /// As [`Driver::spawn_isolation`]: the default follows `fs_isolation`.
+    fn spawn_isolation() -> Vec<Isolation> {
+        default_spawn_isolation(&<Self as ProcessDriver>::capabilities())
     }
 
     /// Health and attributes of the driver on this node.
@@ -246,6 +280,9 @@ impl<T: ProcessDriver> Driver for T {
     }
     fn capabilities() -> DriverCapabilities {
         <T as ProcessDriver>::capabilities()
+    }
+    fn spawn_isolation() -> Vec<Isolation> {
+        <T as ProcessDriver>::spawn_isolation()
     }
     fn fingerprint() -> DriverFingerprint {
         <T as ProcessDriver>::fingerprint()
@@ -295,6 +332,12 @@ macro_rules! export_driver {
                 }
                 fn capabilities() -> $crate::DriverCapabilities {
                     <$driver as $crate::Driver>::capabilities()
+                }
+                fn spawn_isolation() -> Vec<$crate::Isolation> {
+                    <$driver as $crate::Driver>::spawn_isolation()
+                }
+                fn config_schema() -> Option<Vec<$crate::ConfigField>> {
+                    <$driver as $crate::Driver>::config_schema()
                 }
                 fn fingerprint() -> $crate::DriverFingerprint {
                     <$driver as $crate::Driver>::fingerprint()

@@ -32,7 +32,7 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     for (file, why) in [
         (
             "newer.wasm",
-            "exports berth:driver/driver@0.3.0; this agent runs berth:driver/driver@0.2.0 and @0.1.0",
+            "exports berth:driver/driver@0.3.0; this agent runs berth:driver/driver@0.2.1, @0.2.0 and @0.1.0",
         ),
         (
             "inject.wasm",
@@ -56,11 +56,11 @@ fn driver_list_shows_every_driver_with_its_capabilities_and_skips_bad_files() {
     };
     assert_eq!(
         row("exec")[..5],
-        ["exec", "0.1.0", "0.2.0", "all", "chroot"]
+        ["exec", "0.1.0", "0.2.1", "all", "chroot"]
     );
     assert_eq!(
         row("raw_exec")[..5],
-        ["raw_exec", "0.1.0", "0.2.0", "none", "none"]
+        ["raw_exec", "0.1.0", "0.2.1", "none", "none"]
     );
     assert_eq!(row("mock")[3], "all");
     assert_eq!(
@@ -403,7 +403,7 @@ fn hook_list_fails_when_a_hook_was_refused() {
     assert!(!success, "{stdout}");
     assert_eq!(
         stdout
-            .matches("is a task driver, not a hook (it exports berth:driver/driver@0.2.0)")
+            .matches("is a task driver, not a hook (it exports berth:driver/driver@0.2.1)")
             .count(),
         1,
         "{stdout}"
@@ -476,6 +476,65 @@ fn berth_run_says_each_refusal_once() {
     assert!(output.status.success(), "{said}");
 }
 
+/// A driver that says it spawns unconfined (`spawn-isolation` lists `none`) is refused at
+/// `job validate`, at the task's driver line, unless the operator allows that driver to
+/// run unconfined; with the operator's leave, the job validates.
+#[test]
+fn a_driver_that_spawns_unconfined_is_refused_at_validate_without_the_operators_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(support::cache_dir(), dir.path().join("component-cache")).unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let component = plugins.join("undeclared.wasm");
+    std::fs::copy(berth_builtin::test_components::UNDECLARED_SPAWN, &component).unwrap();
+    let job = dir.path().join("job.hcl");
+    std::fs::write(
+        &job,
+        "job \"u\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"undeclared_spawn\"\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let config = dir.path().join("agent.hcl");
+    let validate = |agent_config: &str| {
+        std::fs::write(&config, agent_config).unwrap();
+        let output = berth_without_env()
+            .arg("--config")
+            .arg(&config)
+            .arg("--plugin-dir")
+            .arg(&plugins)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["job", "validate"])
+            .arg(&job)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let (code, stderr) = validate("");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("job.hcl:4:"),
+        "placed at the driver line: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "task \"t\": driver \"undeclared_spawn\" runs its tasks unconfined (as root, in the \
+             host's namespaces: its spawn-isolation lists \"none\"), which the operator has not \
+             allowed for this driver: plugin \"undeclared_spawn\" {{ path = {:?}, \
+             allow_unconfined = true }} in the agent config allows it",
+            component.display().to_string()
+        )),
+        "{stderr}"
+    );
+    let (code, stderr) = validate(&format!(
+        "plugin \"undeclared_spawn\" {{\n  path = {:?}\n  allow_unconfined = true\n}}\n",
+        component.display().to_string()
+    ));
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// `driver inspect` shows one driver whole, with the limits the operator set; a name no
 /// driver has is an error naming the drivers there are.
 #[test]
@@ -504,10 +563,14 @@ fn driver_inspect_shows_one_driver_and_an_unknown_name_lists_the_loaded_ones() {
     assert_eq!(code, Some(0), "{stderr}");
     for line in [
         "Name           exec",
-        "World          berth:driver@0.2.0",
+        "World          berth:driver@0.2.1",
         "Origin         built-in",
         "Mount configs  all",
         "FS isolation   chroot",
+        "Spawns         chroot\n",
+        // Read from the driver's own config type (`ExecConfig`).
+        "Config         command  string  (required)\n",
+        "               args     list(string)\n",
         "Exec           yes",
         "Instances      16 at once, shared by every driver and hook (2 kept for checks)",
     ] {
@@ -522,8 +585,31 @@ fn driver_inspect_shows_one_driver_and_an_unknown_name_lists_the_loaded_ones() {
     let (code, stdout, stderr) = inspect(&["exec", "--json"]);
     assert_eq!(code, Some(0), "{stderr}");
     let shown: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(shown["world"], "berth:driver@0.2.0", "{shown:#}");
+    assert_eq!(shown["world"], "berth:driver@0.2.1", "{shown:#}");
     assert_eq!(shown["capabilities"]["fs_isolation"], "chroot", "{shown:#}");
+    assert_eq!(
+        shown["capabilities"]["spawn_isolation"],
+        serde_json::json!(["chroot"]),
+        "{shown:#}"
+    );
+    assert_eq!(
+        shown["config_schema"][0],
+        serde_json::json!({"name": "command", "hcl_type": "string", "required": true}),
+        "{shown:#}"
+    );
+
+    // raw_exec spawns unconfined, which takes the operator's leave; mock spawns nothing.
+    let (code, stdout, stderr) = inspect(&["raw_exec"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "Spawns         none (unconfined: its tasks need the operator's allow_unconfined)"
+        ),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = inspect(&["mock"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("Spawns         nothing\n"), "{stdout}");
     assert_eq!(shown["limits"]["max_instances"], 16, "{shown:#}");
     assert_eq!(shown["sha256"].as_str().unwrap().len(), 64, "{shown:#}");
 

@@ -517,6 +517,11 @@ async fn a_driver_written_in_python_runs_a_task() {
     let python = support::from_file(&runtime, support::python_driver().to_str().unwrap()).await;
     assert_eq!(python.info().name, "pyexec");
     assert_eq!(python.capabilities().mount_configs, MountConfigs::None);
+    // Built against 0.2.0: it could not say how it spawns, nor describe its config, and
+    // its spawns are held to its fs-isolation and the operator's word alone.
+    assert_eq!(python.world(), WorldVersion::V0_2);
+    assert_eq!(python.capabilities().spawn_isolation, None);
+    assert_eq!(python.config_schema().await.unwrap(), None);
     let fingerprint = python.fingerprint().await.unwrap();
     assert_eq!(
         fingerprint.attributes,

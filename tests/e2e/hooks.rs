@@ -412,7 +412,7 @@ async fn bad_hook_files_are_refused_at_load_and_the_rest_keeps_working() {
     // Named for what it is, before it is compiled.
     assert!(
         reasons[2].ends_with(
-            "is a task driver, not a hook (it exports berth:driver/driver@0.2.0): put it in the plugin dir (`plugin_dir`)"
+            "is a task driver, not a hook (it exports berth:driver/driver@0.2.1): put it in the plugin dir (`plugin_dir`)"
         ),
         "{}",
         reasons[2]

@@ -295,25 +295,61 @@ async fn bad_files_are_refused_at_load_with_the_file_named() {
 }
 
 /// A driver that declared `chroot` asks for a process without any isolation (which, with
-/// the agent as root, would be root on the host): refused, and nothing runs.
+/// the agent as root, would be root on the host), even on a task the operator would let
+/// run unconfined: refused, and nothing runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_driver_cannot_spawn_below_the_isolation_it_declared() {
     let runtime = support::runtime();
     let driver = support::from_file(&runtime, MISBEHAVE).await;
     let task = TaskDir::new();
     let error = driver
-        .start_task(&task.request("t", json!({"behave": "downgrade"}), vec![]))
+        .start_task(&task.unconfined_request("t", json!({"behave": "downgrade"})))
         .await
         .unwrap_err();
     assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
     assert!(
         error.to_string().ends_with(
-            "driver \"misbehave\" declared fs-isolation Chroot but asked to spawn without \
-             isolation: a driver gets at most the isolation it declared, never less"
+            "driver \"misbehave\" asked to spawn with isolation \"none\", which it did not \
+             declare (spawn-isolation [\"chroot\"]): a driver spawns only as it said it would"
         ),
         "{error}"
     );
     assert_nothing_spawned(&runtime, &task);
+}
+
+/// A driver said it spawns unconfined, then spawns chrooted, on a task the operator lets
+/// it run unconfined: every other rule allows that spawn, and its own declaration refuses
+/// it. `job validate` took the declaration at its word; a spawn beyond it runs what
+/// nobody checked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_cannot_spawn_with_an_isolation_it_did_not_declare() {
+    let runtime = support::runtime();
+    let driver =
+        support::from_file(&runtime, berth_builtin::test_components::UNDECLARED_SPAWN).await;
+    assert_eq!(
+        driver.capabilities().spawn_isolation,
+        Some(vec![berth_model::driver::SpawnIsolation::None])
+    );
+    assert!(driver.capabilities().declares_unconfined());
+    let task = TaskDir::new();
+    let error = driver
+        .start_task(&task.unconfined_request("t", json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DriverError::Violation { .. }), "{error:?}");
+    assert!(
+        error.to_string().ends_with(
+            "driver \"undeclared_spawn\" asked to spawn with isolation \"chroot\", which it \
+             did not declare (spawn-isolation [\"none\"]): a driver spawns only as it said it \
+             would"
+        ),
+        "{error}"
+    );
+    assert_eq!(runtime.processes().owned_by("undeclared_spawn"), 0);
+    assert!(
+        !task.stdout().exists(),
+        "a spawn got as far as opening the task's log"
+    );
 }
 
 /// A driver that declared no isolation (raw_exec here, called as a third-party driver

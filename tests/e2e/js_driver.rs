@@ -34,8 +34,18 @@ fn a_driver_written_in_javascript_runs_a_task_and_its_thrown_errors_reach_the_us
     let stderr = String::from_utf8_lossy(&listed.stderr);
     assert!(listed.status.success(), "{stderr}");
     let shown: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(shown["world"], "berth:driver@0.2.0", "{shown:#}");
+    assert_eq!(shown["world"], "berth:driver@0.2.1", "{shown:#}");
     assert_eq!(shown["capabilities"]["fs_isolation"], "chroot", "{shown:#}");
+    assert_eq!(
+        shown["capabilities"]["spawn_isolation"],
+        serde_json::json!(["chroot"]),
+        "{shown:#}"
+    );
+    assert_eq!(
+        shown["config_schema"],
+        serde_json::json!([{"name": "message", "hcl_type": "string", "required": true}]),
+        "{shown:#}"
+    );
     assert_eq!(shown["health"], "healthy (ready)", "{shown:#}");
 
     let job = |config: &str| {

@@ -203,13 +203,15 @@ pub use berth_harness::cleanup::{
 };
 
 /// The Python driver (`tests/fixtures/py-driver`), built once per test run with
-/// componentize-py. Fails with a clear message when componentize-py is missing: CI
-/// installs it (`.ci/run`), so its absence is a broken setup, not a skip.
+/// componentize-py, against `berth:driver@0.2.0`: the suite's driver built before
+/// `spawn-isolation`, as drivers people built then are. Fails with a clear message when
+/// componentize-py is missing: CI installs it (`.ci/run`), so its absence is a broken
+/// setup, not a skip.
 pub fn python_driver() -> PathBuf {
     static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
     componentize_py(
         &BUILT,
-        "wit/driver",
+        "wit/driver-0.2.0",
         "berth:driver/plugin@0.2.0",
         "tests/fixtures/py-driver",
         "pyexec.wasm",

@@ -49,6 +49,41 @@ pub fn disabled_driver_refusal(task: &str, driver: &str, config: &AgentConfig) -
     ))
 }
 
+/// Whether the operator lets `driver`, from the file it was loaded from, spawn unconfined.
+pub fn driver_allows_unconfined(driver: &Driver, config: &AgentConfig) -> bool {
+    let file = match driver.origin() {
+        berth_runtime::driver::DriverOrigin::Builtin => None,
+        berth_runtime::driver::DriverOrigin::File(path) => Some(path.as_path()),
+    };
+    config.allows_unconfined(driver.name(), file)
+}
+
+/// Why a task may not use a driver that said it spawns tasks unconfined (`spawn-isolation`
+/// lists `none`) here: the operator has not allowed that driver to. Known at `job
+/// validate`, so the job is refused there rather than failing at its start. Shared with
+/// the task runner, which checks again before it starts a task (the config may have
+/// changed since the job was accepted).
+pub fn unconfined_refusal(task: &str, driver: &Driver, config: &AgentConfig) -> Option<String> {
+    if !driver.capabilities().declares_unconfined() || driver_allows_unconfined(driver, config) {
+        return None;
+    }
+    let name = driver.name();
+    let grant = match driver.origin() {
+        berth_runtime::driver::DriverOrigin::File(path) => format!(
+            "plugin {name:?} {{ path = {:?}, allow_unconfined = true }}",
+            path.display().to_string()
+        ),
+        berth_runtime::driver::DriverOrigin::Builtin => {
+            format!("plugin {name:?} {{ allow_unconfined = true }}")
+        }
+    };
+    Some(format!(
+        "task {task:?}: driver {name:?} runs its tasks unconfined (as root, in the host's \
+         namespaces: its spawn-isolation lists \"none\"), which the operator has not allowed \
+         for this driver: {grant} in the agent config allows it"
+    ))
+}
+
 /// The user a confining driver runs a task as when its job names none, as Nomad's
 /// `exec` driver does.
 pub const DEFAULT_TASK_USER: &str = "nobody";
@@ -573,6 +608,13 @@ async fn check_task(
             });
         }
         Some(driver) => {
+            if let Some(refusal) = unconfined_refusal(&task.name, driver, config) {
+                problems.push(Problem {
+                    path: format!("{task_path}.driver"),
+                    at: Some(task.driver_at),
+                    message: refusal,
+                });
+            }
             if let Err(error) = driver.validate_task_config(&task.config.to_string()).await {
                 // The driver's own refusal reads as the driver's sentence, without the
                 // call's name (the problem's path already says `config`); a fault (a

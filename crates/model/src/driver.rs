@@ -15,6 +15,8 @@ pub enum WorldVersion {
     V0_1,
     #[serde(rename = "0.2.0")]
     V0_2,
+    #[serde(rename = "0.2.1")]
+    V0_2_1,
 }
 
 impl WorldVersion {
@@ -22,6 +24,7 @@ impl WorldVersion {
         match self {
             WorldVersion::V0_1 => "0.1.0",
             WorldVersion::V0_2 => "0.2.0",
+            WorldVersion::V0_2_1 => "0.2.1",
         }
     }
 }
@@ -56,15 +59,47 @@ impl FsIsolation {
     }
 }
 
+/// How a driver's spawns are confined: in the host's namespaces (`none`), or in a mount
+/// namespace of their own, chrooted into the task's root (`chroot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpawnIsolation {
+    None,
+    Chroot,
+}
+
+impl SpawnIsolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpawnIsolation::None => "none",
+            SpawnIsolation::Chroot => "chroot",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Capabilities {
     pub send_signals: bool,
     pub exec: bool,
     pub fs_isolation: FsIsolation,
     pub mount_configs: MountConfigs,
+    /// Every isolation the driver's spawns use, sorted, without repeats (world 0.2.1's
+    /// `spawn-isolation`); `None` for a driver built before it could say, whose spawns
+    /// are held to `fs_isolation` alone.
+    pub spawn_isolation: Option<Vec<SpawnIsolation>>,
     /// False when the driver predates `capabilities` (world 0.1.0) and these are the
     /// host's defaults.
     pub declared: bool,
+}
+
+impl Capabilities {
+    /// Whether the driver said it spawns tasks unconfined, which takes the operator's
+    /// leave (`allow_unconfined`, or `raw_exec` enabled). A driver that did not say is
+    /// not known to, and is held at its spawn.
+    pub fn declares_unconfined(&self) -> bool {
+        (self.spawn_isolation.as_deref())
+            .is_some_and(|spawns| spawns.contains(&SpawnIsolation::None))
+    }
 }
 
 impl Capabilities {
@@ -76,9 +111,19 @@ impl Capabilities {
             exec: false,
             fs_isolation: FsIsolation::None,
             mount_configs: MountConfigs::All,
+            spawn_isolation: None,
             declared: false,
         }
     }
+}
+
+/// One field of a driver's `config` block, as the driver describes it (world 0.2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigField {
+    pub name: String,
+    /// An HCL type constraint: `string`, `list(string)`, `object({ … })`, `any`.
+    pub hcl_type: String,
+    pub required: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -35,7 +35,7 @@ impl Role {
     /// The interface it must export, and the versions this agent runs.
     fn export(self) -> (&'static str, &'static [&'static str]) {
         match self {
-            Role::Driver => ("berth:driver/driver", &["0.2.0", "0.1.0"]),
+            Role::Driver => ("berth:driver/driver", &["0.2.1", "0.2.0", "0.1.0"]),
             Role::Hook => ("berth:hook/lifecycle", &["0.1.0"]),
         }
     }
@@ -169,6 +169,15 @@ fn line(version: &str) -> &str {
     }
 }
 
+/// `0.2.1, @0.2.0 and @0.1.0`, after the message's first `@`.
+fn offered(versions: &[&str]) -> String {
+    match versions {
+        [] => String::new(),
+        [only] => (*only).to_string(),
+        [rest @ .., last] => format!("{} and @{last}", rest.join(", @")),
+    }
+}
+
 /// Checks `surface` against what this agent offers a `role`: first what it is (the
 /// interface it exports), then every import.
 pub fn check(surface: &Surface, role: Role) -> Result<(), Mismatch> {
@@ -184,7 +193,7 @@ fn check_export(surface: &Surface, role: Role) -> Result<(), Mismatch> {
             _ => Err(Mismatch::ExportVersion {
                 export: export.clone(),
                 wanted,
-                offered: versions.join(" and @"),
+                offered: offered(versions),
             }),
         };
     }
@@ -225,7 +234,7 @@ fn check_imports(surface: &Surface, role: Role) -> Result<(), Mismatch> {
                 return Err(Mismatch::ExportVersion {
                     export: import.clone(),
                     wanted,
-                    offered: versions.join(" and @"),
+                    offered: offered(versions),
                 });
             }
         } else if role == Role::Hook
@@ -319,7 +328,7 @@ mod tests {
             check(&with(&[], &["berth:driver/driver@0.3.0"]), Role::Driver)
                 .unwrap_err()
                 .to_string(),
-            "exports berth:driver/driver@0.3.0; this agent runs berth:driver/driver@0.2.0 and @0.1.0"
+            "exports berth:driver/driver@0.3.0; this agent runs berth:driver/driver@0.2.1, @0.2.0 and @0.1.0"
         );
         assert_eq!(
             check(&with(&[], &["berth:hook/lifecycle@0.1.0"]), Role::Driver)

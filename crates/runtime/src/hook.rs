@@ -376,6 +376,7 @@ impl Hook {
             may_mount: false,
             // Hooks cannot spawn at all (no berth:host/process); the strictest anyway.
             isolation: berth_model::driver::FsIsolation::Chroot,
+            spawns: Some(Vec::new()),
             adoptable: None,
         };
         // Declared before the store, so it is given back after the store is gone. Every

@@ -27,6 +27,9 @@ pub struct PluginIdentity {
     pub may_mount: bool,
     /// The isolation the driver declared: it may not spawn with less.
     pub isolation: FsIsolation,
+    /// Every isolation the driver said its spawns use (world 0.2.1): it may spawn with
+    /// no other. `None`: it did not say.
+    pub spawns: Option<Vec<berth_model::driver::SpawnIsolation>>,
     /// Set for `recover-task` after an agent restart, the only time a driver may adopt a
     /// process it did not spawn in this agent's lifetime: the processes the host
     /// recorded spawning for the task being recovered, the only ones it may adopt.

@@ -21,7 +21,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use berth_plugin_sdk::host::{self, timer};
 use berth_plugin_sdk::{
     Driver, DriverCapabilities, DriverFingerprint, DriverInfo, ExitResult, FsIsolation,
-    HealthState, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus, export_driver,
+    HealthState, Isolation, MountConfigs, TaskConfig, TaskHandle, TaskState, TaskStatus,
+    export_driver,
 };
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +130,11 @@ impl Driver for Mock {
             fs_isolation: FsIsolation::None,
             mount_configs: MountConfigs::All,
         }
+    }
+
+    /// It spawns nothing, so no spawn of it is allowed.
+    fn spawn_isolation() -> Vec<Isolation> {
+        Vec::new()
     }
 
     fn fingerprint() -> DriverFingerprint {

@@ -76,6 +76,8 @@ pub(super) async fn driver_inspect(
         Err(error) => format!("unhealthy: {error}"),
     };
     let caps = driver.capabilities();
+    // A driver that fails to describe its config is still inspected: the failure is shown.
+    let schema = driver.config_schema().await;
     let limits = runtime.limits();
     let kept = berth_runtime::slots_kept_for_checks(runtime.max_instances());
     if json {
@@ -88,6 +90,10 @@ pub(super) async fn driver_inspect(
             "compiled": driver.compiled().to_string(),
             "health": health,
             "capabilities": caps,
+            "config_schema": match &schema {
+                Ok(fields) => serde_json::to_value(fields)?,
+                Err(error) => serde_json::json!({ "error": error.to_string() }),
+            },
             "limits": {
                 "call_deadline_ms": limits.call_deadline.as_millis() as u64,
                 "memory_max_bytes": limits.memory_max,
@@ -112,6 +118,7 @@ pub(super) async fn driver_inspect(
         ("Health", health),
         ("Mount configs", mount_configs(caps).to_string()),
         ("FS isolation", fs_isolation(caps)),
+        ("Spawns", spawns(caps)),
         ("Signals", yes_no(caps.send_signals)),
         ("Exec", yes_no(caps.exec)),
         (
@@ -138,6 +145,9 @@ pub(super) async fn driver_inspect(
     for (label, value) in rows {
         print_line!("{:<14} {}", label, value);
     }
+    for (index, line) in config_lines(&schema).iter().enumerate() {
+        print_line!("{:<14} {}", if index == 0 { "Config" } else { "" }, line);
+    }
     print_line!(
         "\nTo pin it: plugin {:?} {{ sha256 = \"{}\" }}",
         driver.info().name,
@@ -152,6 +162,54 @@ fn mount_configs(caps: &Capabilities) -> &'static str {
         (MountConfigs::None, _) => "none",
         (MountConfigs::All, false) => "all (default)",
     }
+}
+
+/// How the driver said its spawns are confined, and what that takes of the operator.
+fn spawns(caps: &Capabilities) -> String {
+    let Some(spawns) = &caps.spawn_isolation else {
+        return "not declared (built before berth:driver@0.2.1; held to its FS isolation)".into();
+    };
+    if spawns.is_empty() {
+        return "nothing".into();
+    }
+    let names: Vec<&str> = spawns.iter().map(|s| s.as_str()).collect();
+    let mut shown = names.join(", ");
+    if caps.declares_unconfined() {
+        shown.push_str(" (unconfined: its tasks need the operator's allow_unconfined)");
+    }
+    shown
+}
+
+/// The driver's config fields, a line each (`name  type  required`).
+fn config_lines(
+    schema: &Result<
+        Option<Vec<berth_model::driver::ConfigField>>,
+        berth_runtime::driver::DriverError,
+    >,
+) -> Vec<String> {
+    let fields = match schema {
+        Err(error) => return vec![format!("unreadable: {error}")],
+        Ok(None) => {
+            return vec!["not described (the driver reads its config block loosely)".into()];
+        }
+        Ok(Some(fields)) if fields.is_empty() => {
+            return vec!["none (a config block must be empty)".into()];
+        }
+        Ok(Some(fields)) => fields,
+    };
+    let width = fields
+        .iter()
+        .map(|f| f.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    fields
+        .iter()
+        .map(|field| {
+            // The driver wrote these: the runtime made each one line and clipped it.
+            let required = if field.required { "  (required)" } else { "" };
+            format!("{:<width$}  {}{required}", field.name, field.hcl_type)
+        })
+        .collect()
 }
 
 fn fs_isolation(caps: &Capabilities) -> String {

@@ -43,7 +43,7 @@ use tokio::sync::watch;
 
 use tracing::Instrument;
 
-use crate::validate::disabled_driver_refusal;
+use crate::validate::{disabled_driver_refusal, driver_allows_unconfined, unconfined_refusal};
 use berth_jobspec::RestartMode;
 use berth_model::driver::{ExitResult, TaskHandle, TaskRequest};
 use berth_model::events::{EventKind, TaskState, TaskStateKind};
@@ -393,7 +393,9 @@ impl TaskRunner {
     /// reported started.
     async fn start(&mut self) -> Result<TaskHandle, RunOnce> {
         let task = &self.ctx.task;
-        if let Some(refusal) = disabled_driver_refusal(&task.name, &task.driver, &self.ctx.config) {
+        let refusal = disabled_driver_refusal(&task.name, &task.driver, &self.ctx.config)
+            .or_else(|| unconfined_refusal(&task.name, &self.ctx.driver, &self.ctx.config));
+        if let Some(refusal) = refusal {
             self.emit(EventKind::SetupFailure, refusal);
             return Err(RunOnce::SetupFailed);
         }
@@ -694,13 +696,7 @@ impl TaskRunner {
     /// Whether the operator lets this task's driver, from the file it was loaded from,
     /// spawn unconfined.
     fn allows_unconfined(&self) -> bool {
-        let file = match self.ctx.driver.origin() {
-            berth_runtime::driver::DriverOrigin::Builtin => None,
-            berth_runtime::driver::DriverOrigin::File(path) => Some(path.as_path()),
-        };
-        self.ctx
-            .config
-            .allows_unconfined(self.ctx.driver.name(), file)
+        driver_allows_unconfined(&self.ctx.driver, &self.ctx.config)
     }
 
     /// The task's limits: `resources` and the operator's cgroup settings.

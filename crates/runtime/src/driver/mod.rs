@@ -3,10 +3,12 @@
 //!
 //! # Versions
 //!
-//! A component is tried against `berth:driver@0.2.0` first and `@0.1.0` second; both
-//! checks happen before anything is instantiated. A 0.1.0 driver has no `capabilities`
-//! function, and the host assumes mount-configs `all` for it ("supports all"), so
-//! community drivers built before capabilities keep working.
+//! A component is tried against `berth:driver@0.2.1`, `@0.2.0` and `@0.1.0`, in that
+//! order; the checks happen before anything is instantiated. A 0.1.0 driver has no
+//! `capabilities` function, and the host assumes mount-configs `all` for it ("supports
+//! all"), so community drivers built before capabilities keep working. One built before
+//! 0.2.1 has no `spawn-isolation`: its spawns are held to its `fs-isolation` alone, and
+//! `job validate` cannot tell whether it will spawn unconfined.
 
 mod error;
 mod exec;
@@ -24,12 +26,12 @@ use wasmtime::component::Linker;
 pub use error::{DriverError, LoadError};
 pub use exec::ExecError;
 
-use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2};
+use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2, driver_v0_2_1};
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
 use super::{Runtime, SlotUse};
 use berth_model::driver::{
-    Capabilities, DriverInfo, ExitResult, Fingerprint, MountConfigs, ProcessRef, TaskHandle,
-    TaskRequest, TaskStatus, WorldVersion,
+    Capabilities, ConfigField, DriverInfo, ExitResult, Fingerprint, FsIsolation, MountConfigs,
+    ProcessRef, SpawnIsolation, TaskHandle, TaskRequest, TaskStatus, WorldVersion,
 };
 
 /// What a call may do besides its own work.
@@ -50,6 +52,9 @@ struct Spawned {
     ends_with: Option<ProcessRef>,
     ends_at_ms: Option<u64>,
 }
+
+/// The most config fields a driver may describe (`config-schema`).
+pub const MAX_CONFIG_FIELDS: usize = 256;
 
 /// Largest driver state the host persists per task.
 pub const MAX_DRIVER_STATE: usize = 1 << 20;
@@ -81,11 +86,13 @@ impl std::fmt::Display for DriverOrigin {
 }
 
 enum DriverPre {
+    V0_2_1(driver_v0_2_1::PluginPre<PluginCtx>),
     V0_2(driver_v0_2::PluginPre<PluginCtx>),
     V0_1(driver_v0_1::PluginPre<PluginCtx>),
 }
 
 enum Bindings {
+    V0_2_1(driver_v0_2_1::Plugin),
     V0_2(driver_v0_2::Plugin),
     V0_1(driver_v0_1::Plugin),
 }
@@ -94,6 +101,7 @@ enum Bindings {
 macro_rules! on_driver {
     ($bindings:expr, $store:expr, $method:ident($($arg:expr),*)) => {
         match $bindings {
+            Bindings::V0_2_1(b) => b.berth_driver_driver().$method($store, $($arg),*).await,
             Bindings::V0_2(b) => b.berth_driver_driver().$method($store, $($arg),*).await,
             Bindings::V0_1(b) => b.berth_driver_driver().$method($store, $($arg),*).await,
         }
@@ -163,19 +171,23 @@ impl Driver {
                     origin: shown.clone(),
                     reason: format!("it imports something the host does not offer: {e:#}"),
                 })?;
-        let pre = match driver_v0_2::PluginPre::new(instance_pre.clone()) {
-            Ok(pre) => DriverPre::V0_2(pre),
-            Err(newest) => match driver_v0_1::PluginPre::new(instance_pre) {
+        let pre = if let Ok(pre) = driver_v0_2_1::PluginPre::new(instance_pre.clone()) {
+            DriverPre::V0_2_1(pre)
+        } else if let Ok(pre) = driver_v0_2::PluginPre::new(instance_pre.clone()) {
+            DriverPre::V0_2(pre)
+        } else {
+            match driver_v0_1::PluginPre::new(instance_pre) {
                 Ok(pre) => DriverPre::V0_1(pre),
-                Err(_) => {
+                Err(oldest) => {
                     return Err(LoadError::WrongWorld {
                         origin: shown,
                         reason: format!(
-                            "it exports neither berth:driver/driver@0.2.0 nor @0.1.0 ({newest:#})"
+                            "it exports none of berth:driver/driver@0.2.1, @0.2.0 and @0.1.0 \
+                             ({oldest:#})"
                         ),
                     });
                 }
-            },
+            }
         };
         // Name and capabilities are asked once, under a provisional identity.
         let mut driver = Driver {
@@ -209,7 +221,11 @@ impl Driver {
             problem: problem.to_string(),
         })?;
         driver.info = info;
-        if matches!(driver.pre, DriverPre::V0_2(_)) {
+        let call_failed = |e| LoadError::Call {
+            origin: shown.clone(),
+            source: Box::new(e),
+        };
+        if !matches!(driver.pre, DriverPre::V0_1(_)) {
             driver.capabilities = driver
                 .call(
                     "capabilities",
@@ -217,18 +233,87 @@ impl Driver {
                     CallScope::Plain,
                     Some(LOAD_CALL_WALL),
                     async |store, b| match b {
+                        Bindings::V0_2_1(b) => {
+                            b.berth_driver_driver().call_capabilities(store).await
+                        }
                         Bindings::V0_2(b) => b.berth_driver_driver().call_capabilities(store).await,
                         Bindings::V0_1(_) => unreachable!("checked above"),
                     },
                 )
                 .await
-                .map_err(|e| LoadError::Call {
-                    origin: shown.clone(),
-                    source: Box::new(e),
-                })?
+                .map_err(call_failed)?
                 .into();
         }
+        if matches!(driver.pre, DriverPre::V0_2_1(_)) {
+            let listed = driver
+                .call(
+                    "spawn-isolation",
+                    SlotUse::Check,
+                    CallScope::Plain,
+                    Some(LOAD_CALL_WALL),
+                    async |store, b| match b {
+                        Bindings::V0_2_1(b) => {
+                            b.berth_driver_driver().call_spawn_isolation(store).await
+                        }
+                        Bindings::V0_2(_) | Bindings::V0_1(_) => unreachable!("checked above"),
+                    },
+                )
+                .await
+                .map_err(call_failed)?;
+            let spawns =
+                spawn_isolation(&listed, driver.capabilities.fs_isolation).map_err(|problem| {
+                    LoadError::Nonsense {
+                        origin: shown.clone(),
+                        problem,
+                    }
+                })?;
+            driver.capabilities.spawn_isolation = Some(spawns);
+        }
         Ok(driver)
+    }
+
+    /// The fields of a task's `config` block the driver reads, as it describes them
+    /// (world 0.2.1); `None` when it reads the block loosely or predates 0.2.1. Each name
+    /// and type is one line, clipped; more than [`MAX_CONFIG_FIELDS`] is nonsense.
+    pub async fn config_schema(&self) -> Result<Option<Vec<ConfigField>>, DriverError> {
+        if !matches!(self.pre, DriverPre::V0_2_1(_)) {
+            return Ok(None);
+        }
+        let fields = self
+            .call(
+                "config-schema",
+                SlotUse::Check,
+                CallScope::Plain,
+                Some(QUICK_CALL_WALL),
+                async |store, b| match b {
+                    Bindings::V0_2_1(b) => b.berth_driver_driver().call_config_schema(store).await,
+                    Bindings::V0_2(_) | Bindings::V0_1(_) => unreachable!("checked above"),
+                },
+            )
+            .await?;
+        let Some(fields) = fields else {
+            return Ok(None);
+        };
+        if fields.len() > MAX_CONFIG_FIELDS {
+            return Err(self.nonsense(
+                "config-schema",
+                &format!(
+                    "{} config fields (at most {MAX_CONFIG_FIELDS} are shown)",
+                    fields.len()
+                ),
+            ));
+        }
+        let line = |text: &str, max| clip(&berth_model::text::one_line(text), max);
+        Ok(Some(
+            fields
+                .into_iter()
+                .map(|field| ConfigField {
+                    name: line(&field.name, 128),
+                    hcl_type: line(&field.hcl_type, 1024),
+                    required: field.required,
+                })
+                .collect(),
+        ))
     }
 
     pub fn name(&self) -> &str {
@@ -259,6 +344,7 @@ impl Driver {
 
     pub fn world(&self) -> WorldVersion {
         match self.pre {
+            DriverPre::V0_2_1(_) => WorldVersion::V0_2_1,
             DriverPre::V0_2(_) => WorldVersion::V0_2,
             DriverPre::V0_1(_) => WorldVersion::V0_1,
         }
@@ -572,6 +658,7 @@ impl Driver {
             name: self.info.name.as_str().into(),
             may_mount: self.capabilities.mount_configs == MountConfigs::All,
             isolation: self.capabilities.fs_isolation,
+            spawns: self.capabilities.spawn_isolation.clone(),
             adoptable,
         };
         // Declared before the store, so it is given back after the store is gone.
@@ -592,6 +679,9 @@ impl Driver {
         );
         let run = async {
             let bindings = match &self.pre {
+                DriverPre::V0_2_1(pre) => {
+                    Bindings::V0_2_1(pre.instantiate_async(&mut store).await?)
+                }
                 DriverPre::V0_2(pre) => Bindings::V0_2(pre.instantiate_async(&mut store).await?),
                 DriverPre::V0_1(pre) => Bindings::V0_1(pre.instantiate_async(&mut store).await?),
             };
@@ -694,6 +784,45 @@ enum InfoProblem {
 }
 
 /// Names must be usable in jobspecs and paths.
+/// The driver's `spawn-isolation` list, checked against its `fs-isolation`: a driver whose
+/// tasks have a root of their own cannot spawn in the host's. Sorted, without repeats.
+fn spawn_isolation(
+    listed: &[wit::Isolation],
+    fs_isolation: FsIsolation,
+) -> Result<Vec<SpawnIsolation>, String> {
+    // Two kinds exist; a longer list is a driver's mistake, not something to hold.
+    if listed.len() > 16 {
+        return Err(format!(
+            "spawn isolation: a list of {} (there are two kinds)",
+            listed.len()
+        ));
+    }
+    let mut spawns: Vec<SpawnIsolation> = (listed.iter())
+        .map(|isolation| match isolation {
+            wit::Isolation::None => SpawnIsolation::None,
+            wit::Isolation::Chroot => SpawnIsolation::Chroot,
+        })
+        .collect();
+    spawns.sort();
+    spawns.dedup();
+    if fs_isolation.confines() && spawns.contains(&SpawnIsolation::None) {
+        return Err(format!(
+            "spawn isolation: it lists \"none\" but declares fs-isolation {:?}, whose tasks \
+             have a root of their own",
+            fs_isolation_name(fs_isolation)
+        ));
+    }
+    Ok(spawns)
+}
+
+fn fs_isolation_name(isolation: FsIsolation) -> &'static str {
+    match isolation {
+        FsIsolation::None => "none",
+        FsIsolation::Chroot => "chroot",
+        FsIsolation::Image => "image",
+    }
+}
+
 fn check_info(info: &DriverInfo) -> Result<(), InfoProblem> {
     let valid_name = !info.name.is_empty()
         && info.name.len() <= 64
@@ -708,4 +837,41 @@ fn check_info(info: &DriverInfo) -> Result<(), InfoProblem> {
         return Err(InfoProblem::Version(info.version.clone()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawn_isolation_list_is_sorted_without_repeats_and_bounded() {
+        let listed = [
+            wit::Isolation::Chroot,
+            wit::Isolation::None,
+            wit::Isolation::Chroot,
+        ];
+        assert_eq!(
+            spawn_isolation(&listed, FsIsolation::None),
+            Ok(vec![SpawnIsolation::None, SpawnIsolation::Chroot])
+        );
+        assert_eq!(spawn_isolation(&[], FsIsolation::Chroot), Ok(vec![]));
+        let long = vec![wit::Isolation::Chroot; 17];
+        assert_eq!(
+            spawn_isolation(&long, FsIsolation::Chroot),
+            Err("spawn isolation: a list of 17 (there are two kinds)".to_string())
+        );
+    }
+
+    /// A driver whose tasks have a root of their own cannot say it spawns in the host's:
+    /// the two declarations contradict each other, and the driver is refused at load.
+    #[test]
+    fn unconfined_spawns_contradict_a_root_of_the_tasks_own() {
+        for fs_isolation in [FsIsolation::Chroot, FsIsolation::Image] {
+            let refused = spawn_isolation(&[wit::Isolation::None], fs_isolation).unwrap_err();
+            assert!(
+                refused.contains("lists \"none\" but declares fs-isolation"),
+                "{refused}"
+            );
+        }
+    }
 }

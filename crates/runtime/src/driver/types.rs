@@ -33,6 +33,8 @@ impl From<wit::DriverCapabilities> for Capabilities {
                 wit::MountConfigs::All => MountConfigs::All,
                 wit::MountConfigs::None => MountConfigs::None,
             },
+            // Asked separately (`spawn-isolation`), of drivers that have it.
+            spawn_isolation: None,
             declared: true,
         }
     }

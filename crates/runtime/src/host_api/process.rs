@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::bindings::host::process::{self as wit, ExitStatus, Host, ProcessRef, SpawnRequest};
 use crate::sandbox::PluginCtx;
-use berth_model::driver::FsIsolation;
+use berth_model::driver::{FsIsolation, SpawnIsolation};
 use berth_model::mount::{HandedMount, Propagation};
 use berth_sys::process::isolation::{ChrootSpec, VolumeMount};
 use berth_sys::process::{self as host_process, Isolation, SpawnSpec};
@@ -196,6 +196,15 @@ pub(crate) enum SpawnRefusal {
         declared: FsIsolation,
     },
     #[error(
+        "driver {driver:?} asked to spawn with isolation {asked:?}, which it did not declare \
+         (spawn-isolation {declared}): a driver spawns only as it said it would"
+    )]
+    Undeclared {
+        driver: String,
+        asked: &'static str,
+        declared: String,
+    },
+    #[error(
         "driver {driver:?} asked to spawn without isolation (as root, in the host's \
          namespaces), which the operator has not allowed for this driver: plugin \
          {driver:?} {{ allow_unconfined = true }} allows it (for raw_exec, \
@@ -294,6 +303,20 @@ impl PluginCtx {
                 driver: plugin.to_string(),
                 host_path: first.host_path.clone(),
                 task_path: first.task_path.clone(),
+            });
+        }
+        let asked = match request.isolation {
+            wit::Isolation::None => SpawnIsolation::None,
+            wit::Isolation::Chroot => SpawnIsolation::Chroot,
+        };
+        if let Some(declared) = (self.plugin.spawns.as_ref()).filter(|d| !d.contains(&asked)) {
+            let declared: Vec<String> = (declared.iter())
+                .map(|d| format!("{:?}", d.as_str()))
+                .collect();
+            return Err(SpawnRefusal::Undeclared {
+                driver: plugin.to_string(),
+                asked: asked.as_str(),
+                declared: format!("[{}]", declared.join(", ")),
             });
         }
         let isolation = match request.isolation {

@@ -15,7 +15,27 @@
 //! with the driver's [`Driver::Config`](crate::Driver::Config), so a driver gets this by
 //! declaring its config type. `start_task` reads the same type with [`of_task`].
 
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::de::DeserializeOwned;
+
+mod schema;
+
+/// The fields of a task's `config` block as `C` reads them, for the driver's
+/// `config-schema` (what `berth driver inspect` shows): each with its HCL type and
+/// whether a task must set it. `None` when `C` reads the block loosely (it is no struct).
+#[cfg(feature = "driver")]
+pub fn schema<C: DeserializeOwned>() -> Option<Vec<crate::ConfigField>> {
+    let fields = schema::fields::<C>()?;
+    Some(
+        fields
+            .into_iter()
+            .map(|field| crate::ConfigField {
+                name: field.name,
+                hcl_type: field.hcl_type,
+                required: field.required,
+            })
+            .collect(),
+    )
+}
 
 /// The config of a driver that takes none: an empty `config` block, or none at all.
 /// Any field in it is refused.
@@ -122,38 +142,9 @@ fn closest<'a>(typed: &str, candidates: &[&'a str]) -> Option<&'a str> {
 }
 
 /// The field names of `C` when it is a struct (what `#[derive(Deserialize)]` declares),
-/// or none. Found by asking `C` to deserialize from a reader that records the names a
-/// struct asks for, then stops.
+/// or none.
 fn field_names<C: DeserializeOwned>() -> &'static [&'static str] {
-    let mut names: &'static [&'static str] = &[];
-    let _ = C::deserialize(FieldNames(&mut names));
-    names
-}
-
-struct FieldNames<'a>(&'a mut &'static [&'static str]);
-
-impl<'de> Deserializer<'de> for FieldNames<'_> {
-    type Error = de::value::Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Self::Error> {
-        Err(de::Error::custom("not a struct"))
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        fields: &'static [&'static str],
-        _visitor: V,
-    ) -> Result<V::Value, Self::Error> {
-        *self.0 = fields;
-        Err(de::Error::custom("field names recorded"))
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-        ignored_any
-    }
+    schema::struct_fields::<C>().unwrap_or_default()
 }
 
 #[cfg(test)]

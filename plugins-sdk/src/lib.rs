@@ -46,6 +46,11 @@
 //!         }
 //!     }
 //!
+//!     // It spawns in the host's namespaces, which the operator must allow.
+//!     fn spawn_isolation() -> Vec<host::process::Isolation> {
+//!         vec![host::process::Isolation::None]
+//!     }
+//!
 //!     fn start_task(config: TaskConfig) -> Result<TaskHandle, String> {
 //!         let process = host::process::spawn(&host::process::SpawnRequest {
 //!             argv: vec!["/bin/echo".into(), format!("hello from {}", config.name)],
@@ -153,18 +158,18 @@ pub trait Driver {
     }
 
     /// Every [`Isolation`] this driver's [`host::process::spawn`] calls use; the host
-    /// refuses a spawn with any other. Listing [`Isolation::None`] (spawning in the
-    /// host's namespaces, as root) makes `job validate` refuse the driver's tasks unless
-    /// the operator allows it (`allow_unconfined = true` in its plugin block). The
-    /// default follows [`DriverCapabilities::fs_isolation`]: `chroot` for a driver whose
-    /// tasks have a root of their own, else `none`. A driver that spawns nothing says
+    /// refuses a spawn with any other. The default is `[Isolation::Chroot]`. A driver that
+    /// spawns in the host's namespaces ([`Isolation::None`], as the agent's user) says
+    /// so, and `job validate` then refuses its tasks unless the operator allows it
+    /// (`allow_unconfined = true` in its plugin block); one that spawns nothing says
     /// `vec![]`.
     fn spawn_isolation() -> Vec<Isolation> {
-        default_spawn_isolation(&Self::capabilities())
+        vec![Isolation::Chroot]
     }
 
     /// The fields of the task's `config` block, for `berth driver inspect`. The default
-    /// reads them from [`Driver::Config`] ([`config::schema`]).
+    /// reads them from [`Driver::Config`] ([`config::schema`]); a driver that reads its
+    /// config by hand describes it here, or says `None`.
     fn config_schema() -> Option<Vec<ConfigField>> {
         config::schema::<Self::Config>()
     }
@@ -225,16 +230,6 @@ pub fn default_capabilities() -> DriverCapabilities {
     }
 }
 
-/// What [`Driver::spawn_isolation`] is for a driver that does not say: `chroot` when its
-/// tasks have a root of their own (`fs-isolation` `chroot` or `image`), else `none`.
-#[cfg(feature = "driver")]
-pub fn default_spawn_isolation(capabilities: &DriverCapabilities) -> Vec<Isolation> {
-    match capabilities.fs_isolation {
-        FsIsolation::None => vec![Isolation::None],
-        FsIsolation::Chroot | FsIsolation::Image => vec![Isolation::Chroot],
-    }
-}
-
 /// A driver whose task is one host process: implement how to start it, and waiting,
 /// stopping, inspecting, signalling and recovering come from [`process_task`]. Every
 /// `ProcessDriver` is a [`Driver`]; export it with [`export_driver!`].
@@ -251,9 +246,14 @@ pub trait ProcessDriver {
         default_capabilities()
     }
 
-    /// As [`Driver::spawn_isolation`]: the default follows `fs_isolation`.
+    /// As [`Driver::spawn_isolation`]: the default is `[Isolation::Chroot]`.
     fn spawn_isolation() -> Vec<Isolation> {
-        default_spawn_isolation(&<Self as ProcessDriver>::capabilities())
+        vec![Isolation::Chroot]
+    }
+
+    /// As [`Driver::config_schema`]: the default reads [`ProcessDriver::Config`].
+    fn config_schema() -> Option<Vec<ConfigField>> {
+        config::schema::<Self::Config>()
     }
 
     /// Health and attributes of the driver on this node.
@@ -283,6 +283,9 @@ impl<T: ProcessDriver> Driver for T {
     }
     fn spawn_isolation() -> Vec<Isolation> {
         <T as ProcessDriver>::spawn_isolation()
+    }
+    fn config_schema() -> Option<Vec<ConfigField>> {
+        <T as ProcessDriver>::config_schema()
     }
     fn fingerprint() -> DriverFingerprint {
         <T as ProcessDriver>::fingerprint()

@@ -520,9 +520,9 @@ fn a_driver_that_spawns_unconfined_is_refused_at_validate_without_the_operators_
     );
     assert!(
         stderr.contains(&format!(
-            "task \"t\": driver \"undeclared_spawn\" runs its tasks unconfined (as root, in the \
-             host's namespaces: its spawn-isolation lists \"none\"), which the operator has not \
-             allowed for this driver: plugin \"undeclared_spawn\" {{ path = {:?}, \
+            "task \"t\": driver \"undeclared_spawn\" runs its tasks unconfined (as the agent's \
+             user, in the host's namespaces: its spawn-isolation lists \"none\"), which the \
+             operator has not allowed for this driver: plugin \"undeclared_spawn\" {{ path = {:?}, \
              allow_unconfined = true }} in the agent config allows it",
             component.display().to_string()
         )),
@@ -603,7 +603,7 @@ fn driver_inspect_shows_one_driver_and_an_unknown_name_lists_the_loaded_ones() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stdout.contains(
-            "Spawns         none (unconfined: its tasks need the operator's allow_unconfined)"
+            "Spawns         none (unconfined: its tasks run only where the operator allows it)"
         ),
         "{stdout}"
     );

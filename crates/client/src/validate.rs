@@ -73,14 +73,15 @@ pub fn unconfined_refusal(task: &str, driver: &Driver, config: &AgentConfig) -> 
             "plugin {name:?} {{ path = {:?}, allow_unconfined = true }}",
             path.display().to_string()
         ),
+        // Only raw_exec among the built-in drivers spawns unconfined.
         berth_runtime::driver::DriverOrigin::Builtin => {
-            format!("plugin {name:?} {{ allow_unconfined = true }}")
+            format!("plugin {name:?} {{ config {{ enabled = true }} }}")
         }
     };
     Some(format!(
-        "task {task:?}: driver {name:?} runs its tasks unconfined (as root, in the host's \
-         namespaces: its spawn-isolation lists \"none\"), which the operator has not allowed \
-         for this driver: {grant} in the agent config allows it"
+        "task {task:?}: driver {name:?} runs its tasks unconfined (as the agent's user, in the \
+         host's namespaces: its spawn-isolation lists \"none\"), which the operator has not \
+         allowed for this driver: {grant} in the agent config allows it"
     ))
 }
 

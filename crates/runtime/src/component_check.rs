@@ -169,6 +169,15 @@ fn line(version: &str) -> &str {
     }
 }
 
+/// The version of `berth:driver/driver` the component exports, if it exports one.
+pub fn driver_export_version(surface: &Surface) -> Option<&str> {
+    let (wanted, _) = Role::Driver.export();
+    (surface.exports.iter())
+        .map(|export| split(export))
+        .find(|(interface, _)| *interface == wanted)
+        .and_then(|(_, version)| version)
+}
+
 /// `0.2.1, @0.2.0 and @0.1.0`, after the message's first `@`.
 fn offered(versions: &[&str]) -> String {
     match versions {

@@ -48,6 +48,11 @@ impl ProcessDriver for RawExec {
         }
     }
 
+    /// Its tasks run in the host's namespaces: only where the operator enabled it.
+    fn spawn_isolation() -> Vec<Isolation> {
+        vec![Isolation::None]
+    }
+
     fn fingerprint() -> DriverFingerprint {
         DriverFingerprint {
             health: HealthState::Healthy,

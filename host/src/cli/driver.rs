@@ -175,7 +175,7 @@ fn spawns(caps: &Capabilities) -> String {
     let names: Vec<&str> = spawns.iter().map(|s| s.as_str()).collect();
     let mut shown = names.join(", ");
     if caps.declares_unconfined() {
-        shown.push_str(" (unconfined: its tasks need the operator's allow_unconfined)");
+        shown.push_str(" (unconfined: its tasks run only where the operator allows it)");
     }
     shown
 }
@@ -190,7 +190,7 @@ fn config_lines(
     let fields = match schema {
         Err(error) => return vec![format!("unreadable: {error}")],
         Ok(None) => {
-            return vec!["not described (the driver reads its config block loosely)".into()];
+            return vec!["not described by the driver".into()];
         }
         Ok(Some(fields)) if fields.is_empty() => {
             return vec!["none (a config block must be empty)".into()];

@@ -328,11 +328,18 @@ impl<'de> Deserializer<'de> for Probe<'_> {
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
+        mut self,
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Error> {
-        visitor.visit_newtype_struct(self)
+        // Counted as a level: `struct R(Box<R>)` would otherwise never end.
+        if let Some(error) = self.too_deep() {
+            return Err(error);
+        }
+        visitor.visit_newtype_struct(Probe {
+            shape: self.shape,
+            depth: self.depth + 1,
+        })
     }
 
     fn deserialize_seq<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, Error> {
@@ -627,6 +634,22 @@ mod tests {
             "{}",
             fields[1].hcl_type.len()
         );
+    }
+
+    #[test]
+    fn a_recursive_newtype_ends() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Wrapped(Box<Wrapped>);
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Config {
+            wrapped: Wrapped,
+            label: String,
+        }
+        let fields = fields::<Config>().expect("a struct");
+        assert_eq!(fields[0].hcl_type, "any");
+        assert_eq!(fields[1].hcl_type, "string");
     }
 
     #[test]

@@ -178,12 +178,14 @@ pub fn node_record(
         node_class: String::new(),
         http_addr: config.http.address.map(|a| a.to_string()),
         attributes,
-        // A driver the operator turned off (raw_exec or mock unless enabled) is detected
-        // but unhealthy: the scheduler places nothing on it.
+        // A driver the operator turned off (raw_exec or mock unless enabled), or one that
+        // spawns unconfined where the operator has not allowed it, is detected but
+        // unusable: the scheduler places nothing on it here.
         drivers: drivers
             .iter()
             .map(|driver| {
-                let usable = config.driver_enabled(driver.name());
+                let usable = config.driver_enabled(driver.name())
+                    && crate::validate::unconfined_refusal("", driver, config).is_none();
                 (driver.name().to_string(), usable)
             })
             .collect(),

@@ -10,6 +10,7 @@
 //! 0.2.1 has no `spawn-isolation`: its spawns are held to its `fs-isolation` alone, and
 //! `job validate` cannot tell whether it will spawn unconfined.
 
+mod declarations;
 mod error;
 mod exec;
 mod types;
@@ -30,9 +31,10 @@ use super::bindings::{driver_types as wit, driver_v0_1, driver_v0_2, driver_v0_2
 use super::sandbox::{self, PluginCtx, PluginIdentity, TaskScope};
 use super::{Runtime, SlotUse};
 use berth_model::driver::{
-    Capabilities, ConfigField, DriverInfo, ExitResult, Fingerprint, FsIsolation, MountConfigs,
-    ProcessRef, SpawnIsolation, TaskHandle, TaskRequest, TaskStatus, WorldVersion,
+    Capabilities, ConfigField, DriverInfo, ExitResult, Fingerprint, MountConfigs, ProcessRef,
+    TaskHandle, TaskRequest, TaskStatus, WorldVersion,
 };
+use declarations::{is_attribute_name, one_spaced_line, spawn_isolation};
 
 /// What a call may do besides its own work.
 enum CallScope {
@@ -171,24 +173,22 @@ impl Driver {
                     origin: shown.clone(),
                     reason: format!("it imports something the host does not offer: {e:#}"),
                 })?;
-        let pre = if let Ok(pre) = driver_v0_2_1::PluginPre::new(instance_pre.clone()) {
-            DriverPre::V0_2_1(pre)
-        } else if let Ok(pre) = driver_v0_2::PluginPre::new(instance_pre.clone()) {
-            DriverPre::V0_2(pre)
-        } else {
-            match driver_v0_1::PluginPre::new(instance_pre) {
-                Ok(pre) => DriverPre::V0_1(pre),
-                Err(oldest) => {
-                    return Err(LoadError::WrongWorld {
-                        origin: shown,
-                        reason: format!(
-                            "it exports none of berth:driver/driver@0.2.1, @0.2.0 and @0.1.0 \
-                             ({oldest:#})"
-                        ),
-                    });
-                }
-            }
-        };
+        // The bindings of the version it says it exports, and only those: wasmtime finds
+        // an export by a semver-compatible name, so a broken 0.2.1 export would otherwise
+        // pass as 0.2.0 and lose its declarations without a word.
+        let exported = crate::component_check::driver_export_version(&surface);
+        let pre = match exported {
+            Some("0.2.1") => driver_v0_2_1::PluginPre::new(instance_pre).map(DriverPre::V0_2_1),
+            Some("0.2.0") => driver_v0_2::PluginPre::new(instance_pre).map(DriverPre::V0_2),
+            _ => driver_v0_1::PluginPre::new(instance_pre).map(DriverPre::V0_1),
+        }
+        .map_err(|error| LoadError::WrongWorld {
+            origin: shown.clone(),
+            reason: format!(
+                "its berth:driver/driver@{} export does not match that version's WIT ({error:#})",
+                exported.unwrap_or("0.1.0")
+            ),
+        })?;
         // Name and capabilities are asked once, under a provisional identity.
         let mut driver = Driver {
             runtime: runtime.clone(),
@@ -264,7 +264,7 @@ impl Driver {
                 spawn_isolation(&listed, driver.capabilities.fs_isolation).map_err(|problem| {
                     LoadError::Nonsense {
                         origin: shown.clone(),
-                        problem,
+                        problem: problem.to_string(),
                     }
                 })?;
             driver.capabilities.spawn_isolation = Some(spawns);
@@ -298,18 +298,28 @@ impl Driver {
             return Err(self.nonsense(
                 "config-schema",
                 &format!(
-                    "{} config fields (at most {MAX_CONFIG_FIELDS} are shown)",
+                    "{} config fields (a driver may describe at most {MAX_CONFIG_FIELDS})",
                     fields.len()
                 ),
             ));
         }
-        let line = |text: &str, max| clip(&berth_model::text::one_line(text), max);
+        // A name is a jobspec attribute name; anything else is no field of a config block,
+        // and could be padded to draw rows of its own under `driver inspect`.
+        if let Some(field) = fields.iter().find(|f| !is_attribute_name(&f.name)) {
+            return Err(self.nonsense(
+                "config-schema",
+                &format!(
+                    "a config field named {:?} (a name is 1 to 64 letters, digits, '_' and '-')",
+                    clip(&field.name, 64)
+                ),
+            ));
+        }
         Ok(Some(
             fields
                 .into_iter()
                 .map(|field| ConfigField {
-                    name: line(&field.name, 128),
-                    hcl_type: line(&field.hcl_type, 1024),
+                    name: field.name,
+                    hcl_type: one_spaced_line(&field.hcl_type, 1024),
                     required: field.required,
                 })
                 .collect(),
@@ -784,45 +794,6 @@ enum InfoProblem {
 }
 
 /// Names must be usable in jobspecs and paths.
-/// The driver's `spawn-isolation` list, checked against its `fs-isolation`: a driver whose
-/// tasks have a root of their own cannot spawn in the host's. Sorted, without repeats.
-fn spawn_isolation(
-    listed: &[wit::Isolation],
-    fs_isolation: FsIsolation,
-) -> Result<Vec<SpawnIsolation>, String> {
-    // Two kinds exist; a longer list is a driver's mistake, not something to hold.
-    if listed.len() > 16 {
-        return Err(format!(
-            "spawn isolation: a list of {} (there are two kinds)",
-            listed.len()
-        ));
-    }
-    let mut spawns: Vec<SpawnIsolation> = (listed.iter())
-        .map(|isolation| match isolation {
-            wit::Isolation::None => SpawnIsolation::None,
-            wit::Isolation::Chroot => SpawnIsolation::Chroot,
-        })
-        .collect();
-    spawns.sort();
-    spawns.dedup();
-    if fs_isolation.confines() && spawns.contains(&SpawnIsolation::None) {
-        return Err(format!(
-            "spawn isolation: it lists \"none\" but declares fs-isolation {:?}, whose tasks \
-             have a root of their own",
-            fs_isolation_name(fs_isolation)
-        ));
-    }
-    Ok(spawns)
-}
-
-fn fs_isolation_name(isolation: FsIsolation) -> &'static str {
-    match isolation {
-        FsIsolation::None => "none",
-        FsIsolation::Chroot => "chroot",
-        FsIsolation::Image => "image",
-    }
-}
-
 fn check_info(info: &DriverInfo) -> Result<(), InfoProblem> {
     let valid_name = !info.name.is_empty()
         && info.name.len() <= 64
@@ -837,41 +808,4 @@ fn check_info(info: &DriverInfo) -> Result<(), InfoProblem> {
         return Err(InfoProblem::Version(info.version.clone()));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_spawn_isolation_list_is_sorted_without_repeats_and_bounded() {
-        let listed = [
-            wit::Isolation::Chroot,
-            wit::Isolation::None,
-            wit::Isolation::Chroot,
-        ];
-        assert_eq!(
-            spawn_isolation(&listed, FsIsolation::None),
-            Ok(vec![SpawnIsolation::None, SpawnIsolation::Chroot])
-        );
-        assert_eq!(spawn_isolation(&[], FsIsolation::Chroot), Ok(vec![]));
-        let long = vec![wit::Isolation::Chroot; 17];
-        assert_eq!(
-            spawn_isolation(&long, FsIsolation::Chroot),
-            Err("spawn isolation: a list of 17 (there are two kinds)".to_string())
-        );
-    }
-
-    /// A driver whose tasks have a root of their own cannot say it spawns in the host's:
-    /// the two declarations contradict each other, and the driver is refused at load.
-    #[test]
-    fn unconfined_spawns_contradict_a_root_of_the_tasks_own() {
-        for fs_isolation in [FsIsolation::Chroot, FsIsolation::Image] {
-            let refused = spawn_isolation(&[wit::Isolation::None], fs_isolation).unwrap_err();
-            assert!(
-                refused.contains("lists \"none\" but declares fs-isolation"),
-                "{refused}"
-            );
-        }
-    }
 }

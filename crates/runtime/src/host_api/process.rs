@@ -197,7 +197,7 @@ pub(crate) enum SpawnRefusal {
     },
     #[error(
         "driver {driver:?} asked to spawn with isolation {asked:?}, which it did not declare \
-         (spawn-isolation {declared}): a driver spawns only as it said it would"
+         ({declared}): a driver spawns only as it said it would"
     )]
     Undeclared {
         driver: String,
@@ -316,7 +316,11 @@ impl PluginCtx {
             return Err(SpawnRefusal::Undeclared {
                 driver: plugin.to_string(),
                 asked: asked.as_str(),
-                declared: format!("[{}]", declared.join(", ")),
+                declared: if declared.is_empty() {
+                    "it declared that it spawns nothing".to_string()
+                } else {
+                    format!("spawn-isolation [{}]", declared.join(", "))
+                },
             });
         }
         let isolation = match request.isolation {

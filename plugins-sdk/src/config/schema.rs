@@ -6,8 +6,9 @@
 //! placeholder (`""`, `0`, `false`, one element) and write down what was requested: a
 //! `String` asks for a string, a `Vec<u32>` for a sequence of numbers, a struct for its
 //! fields. A field is required when serde itself says it is missing from a block that
-//! has only the fields found required so far. Where a placeholder is refused (a type with
-//! its own parsing), the rest are judged by type: an `Option` is not required.
+//! has only the fields found required so far; a nested block's fields are found the
+//! same way, each block in turn. Where a placeholder is refused (a type with its own
+//! parsing), the fields not yet tried are judged by type: an `Option` is not required.
 
 use serde::de::{
     self, DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer, MapAccess,
@@ -16,8 +17,8 @@ use serde::de::{
 
 type Error = de::value::Error;
 
-/// How deep a type is followed: a recursive type (a struct holding a `Vec` of itself)
-/// would be followed forever.
+/// How deep a type is followed. Past it, an `Option` is `None` and a list or map is
+/// empty, which ends a recursive type (a struct holding a `Vec` of itself).
 const MAX_DEPTH: usize = 12;
 
 /// A field of a config type, as read from the type.
@@ -28,6 +29,13 @@ pub struct Field {
     pub hcl_type: String,
     pub required: bool,
 }
+
+/// Where a struct is in the config type: the field names leading to it, and its name.
+type Key = (Vec<&'static str>, &'static str);
+
+/// The fields one run gives the struct at a key (by index); every other struct gets all
+/// of its fields.
+type Plan = Option<(Key, Vec<usize>)>;
 
 /// The shape a type asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,31 +50,56 @@ enum Shape {
     List(Box<Shape>),
     Tuple(Vec<Shape>),
     Map(Box<Shape>),
-    Object(Vec<(&'static str, Shape)>),
+    Object {
+        key: Key,
+        fields: Vec<ObjectField>,
+    },
     Enum(&'static [&'static str]),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ObjectField {
+    name: &'static str,
+    shape: Shape,
+    required: bool,
 }
 
 impl Shape {
     fn hcl(&self) -> String {
+        self.hcl_within(&mut Vec::new())
+    }
+
+    /// `inside`: the structs this one is nested in; one met again is `any`, so a
+    /// recursive type is written out once.
+    fn hcl_within(&self, inside: &mut Vec<&'static str>) -> String {
         match self {
             Shape::Any | Shape::Null => "any".into(),
             Shape::Bool => "bool".into(),
             Shape::Number => "number".into(),
             Shape::String => "string".into(),
-            Shape::Optional(inner) => inner.hcl(),
-            Shape::List(element) => format!("list({})", element.hcl()),
+            Shape::Optional(inner) => inner.hcl_within(inside),
+            Shape::List(element) => format!("list({})", element.hcl_within(inside)),
             Shape::Tuple(elements) => {
-                let elements: Vec<String> = elements.iter().map(Shape::hcl).collect();
+                let elements: Vec<String> = (elements.iter())
+                    .map(|element| element.hcl_within(inside))
+                    .collect();
                 format!("tuple([{}])", elements.join(", "))
             }
-            Shape::Map(value) => format!("map({})", value.hcl()),
-            Shape::Object(fields) => {
+            Shape::Map(value) => format!("map({})", value.hcl_within(inside)),
+            Shape::Object { key, .. } if inside.contains(&key.1) => "any".into(),
+            Shape::Object { key, fields } => {
+                inside.push(key.1);
                 let fields: Vec<String> = (fields.iter())
-                    .map(|(name, shape)| match shape {
-                        Shape::Optional(inner) => format!("{name} = optional({})", inner.hcl()),
-                        shape => format!("{name} = {}", shape.hcl()),
+                    .map(|field| {
+                        let shape = field.shape.hcl_within(inside);
+                        if field.required {
+                            format!("{} = {shape}", field.name)
+                        } else {
+                            format!("{} = optional({shape})", field.name)
+                        }
                     })
                     .collect();
+                inside.pop();
                 format!("object({{ {} }})", fields.join(", "))
             }
             Shape::Enum(variants) => {
@@ -75,27 +108,51 @@ impl Shape {
             }
         }
     }
+
+    /// Whether a field of this shape may be left out, as far as its type tells.
+    fn optional_by_type(&self) -> bool {
+        matches!(self, Shape::Optional(_) | Shape::Any)
+    }
 }
 
 /// The fields of `C`, in declaration order; `None` when `C` is no struct (a driver that
 /// reads its config as `serde_json::Value`, or a struct with a flattened part).
 pub fn fields<C: DeserializeOwned>() -> Option<Vec<Field>> {
     let names = struct_fields::<C>()?;
-    let shapes: Vec<Shape> = (0..names.len())
-        .map(|index| {
-            let mut shapes = vec![Shape::Any; names.len()];
-            let _ = C::deserialize(Block {
-                names,
-                present: &[index],
-                shapes: &mut shapes,
-            });
-            shapes.swap_remove(index)
-        })
+    // Each field in a run of its own, so one whose placeholder is refused hides no other.
+    let mut shapes: Vec<Shape> = (0..names.len())
+        .map(|index| run::<C>(names, &[index], &None).1.swap_remove(index))
         .collect();
-    let required = required_fields::<C>(names, &shapes);
+    // serde lists a field's aliases among its fields (before or after it): given both,
+    // serde says "duplicate field" and names the field, so the other is the alias.
+    let mut alias = vec![false; names.len()];
+    for later in 0..names.len() {
+        for earlier in (0..later).filter(|&earlier| shapes[earlier] == shapes[later]) {
+            let Err(error) = run::<C>(names, &[earlier, later], &None).0 else {
+                continue;
+            };
+            let message = error.to_string();
+            if message == format!("duplicate field `{}`", names[earlier]) {
+                alias[later] = true;
+            } else if message == format!("duplicate field `{}`", names[later]) {
+                alias[earlier] = true;
+            }
+        }
+    }
+    let present: Vec<usize> = (0..names.len()).collect();
+    let required = required_fields(
+        names.len(),
+        &shapes,
+        |given| run::<C>(names, given, &None).0,
+        |name| names.iter().position(|n| *n == name),
+    );
+    for shape in &mut shapes {
+        required_in_objects::<C>(names, &present, shape);
+    }
     Some(
-        (names.iter().zip(shapes).zip(required))
-            .map(|((name, shape), required)| Field {
+        (names.iter().zip(shapes).zip(required).zip(alias))
+            .filter(|(_, alias)| !alias)
+            .map(|(((name, shape), required), _)| Field {
                 name: (*name).to_string(),
                 hcl_type: shape.hcl(),
                 required,
@@ -104,27 +161,41 @@ pub fn fields<C: DeserializeOwned>() -> Option<Vec<Field>> {
     )
 }
 
-/// Which of `names` serde calls missing: one per try, each try with the ones found so far.
-fn required_fields<C: DeserializeOwned>(
+/// One deserialization of `C` from a block with the top-level fields at `present`,
+/// following `plan`: what serde said, and the shapes it asked for.
+fn run<C: DeserializeOwned>(
     names: &'static [&'static str],
+    present: &[usize],
+    plan: &Plan,
+) -> (Result<C, Error>, Vec<Shape>) {
+    let mut shapes = vec![Shape::Any; names.len()];
+    let outcome = C::deserialize(Block {
+        names,
+        present,
+        shapes: &mut shapes,
+        plan,
+    });
+    (outcome, shapes)
+}
+
+/// Which of `count` fields serde calls missing: one per try, each try (`attempt`) with
+/// the fields found so far. `index_of` finds a field by the name serde gives.
+fn required_fields<T>(
+    count: usize,
     shapes: &[Shape],
+    mut attempt: impl FnMut(&[usize]) -> Result<T, Error>,
+    index_of: impl Fn(&str) -> Option<usize>,
 ) -> Vec<bool> {
-    let mut required = vec![false; names.len()];
+    let mut required = vec![false; count];
     let mut present = Vec::new();
-    for _ in 0..=names.len() {
-        let mut scratch = vec![Shape::Any; names.len()];
-        let outcome = C::deserialize(Block {
-            names,
-            present: &present,
-            shapes: &mut scratch,
-        });
-        let Err(error) = outcome else {
+    for _ in 0..=count {
+        let Err(error) = attempt(&present) else {
             return required;
         };
         let message = error.to_string();
         let missing = (message.strip_prefix("missing field `"))
             .and_then(|rest| rest.strip_suffix('`'))
-            .and_then(|name| names.iter().position(|n| *n == name))
+            .and_then(&index_of)
             .filter(|index| !present.contains(index));
         match missing {
             Some(index) => {
@@ -137,10 +208,46 @@ fn required_fields<C: DeserializeOwned>(
     // A placeholder was refused: the fields not yet tried are judged by their type.
     for (index, shape) in shapes.iter().enumerate() {
         if !present.contains(&index) {
-            required[index] = !matches!(shape, Shape::Optional(_) | Shape::Any);
+            required[index] = !shape.optional_by_type();
         }
     }
     required
+}
+
+/// Which fields of every struct nested in `shape` are required, a struct at a time: the
+/// whole block is given, and that struct only the fields found required so far.
+fn required_in_objects<C: DeserializeOwned>(
+    names: &'static [&'static str],
+    present: &[usize],
+    shape: &mut Shape,
+) {
+    match shape {
+        Shape::Object { key, fields } => {
+            let shapes: Vec<Shape> = fields.iter().map(|f| f.shape.clone()).collect();
+            let required = required_fields(
+                fields.len(),
+                &shapes,
+                |given| {
+                    let plan = Some((key.clone(), given.to_vec()));
+                    run::<C>(names, present, &plan).0
+                },
+                |name| fields.iter().position(|f| f.name == name),
+            );
+            for (field, required) in fields.iter_mut().zip(required) {
+                field.required = required;
+                required_in_objects::<C>(names, present, &mut field.shape);
+            }
+        }
+        Shape::Optional(inner) | Shape::List(inner) | Shape::Map(inner) => {
+            required_in_objects::<C>(names, present, inner);
+        }
+        Shape::Tuple(elements) => {
+            for element in elements {
+                required_in_objects::<C>(names, present, element);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The field names of `C` when it deserializes as a struct.
@@ -181,6 +288,7 @@ struct Block<'a> {
     names: &'static [&'static str],
     present: &'a [usize],
     shapes: &'a mut [Shape],
+    plan: &'a Plan,
 }
 
 impl<'de> Deserializer<'de> for Block<'_> {
@@ -192,7 +300,11 @@ impl<'de> Deserializer<'de> for Block<'_> {
             names: self.names,
             order: present.into_iter(),
             shapes: self.shapes,
-            depth: 0,
+            at: Place {
+                depth: 0,
+                path: Vec::new(),
+                plan: self.plan,
+            },
             next: None,
         })
     }
@@ -204,12 +316,44 @@ impl<'de> Deserializer<'de> for Block<'_> {
     }
 }
 
+/// Where a placeholder is: how deep, under which field names, in which run.
+#[derive(Clone)]
+struct Place<'a> {
+    depth: usize,
+    path: Vec<&'static str>,
+    plan: &'a Plan,
+}
+
+impl<'a> Place<'a> {
+    /// One level down, under `field` when it is a struct's field.
+    fn below(&self, field: Option<&'static str>) -> Place<'a> {
+        let mut path = self.path.clone();
+        path.extend(field);
+        Place {
+            depth: self.depth + 1,
+            path,
+            plan: self.plan,
+        }
+    }
+
+    fn too_deep(&self) -> bool {
+        self.depth > MAX_DEPTH
+    }
+
+    /// Whether what this holds (an `Option`'s value, a list's elements) would be too deep:
+    /// then it holds nothing, which ends a recursive type without an error.
+    fn holds_too_deep(&self) -> bool {
+        self.depth >= MAX_DEPTH
+    }
+}
+
 /// A struct's fields, in `order`, each a placeholder whose shape goes to `shapes`.
 struct Fields<'a, I> {
     names: &'static [&'static str],
     order: I,
     shapes: &'a mut [Shape],
-    depth: usize,
+    /// The struct's own place.
+    at: Place<'a>,
     next: Option<usize>,
 }
 
@@ -230,10 +374,11 @@ impl<'de, I: Iterator<Item = usize>> MapAccess<'de> for Fields<'_, I> {
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
         let index = self.next.take().unwrap_or_default();
+        let name = self.names.get(index).copied();
         match self.shapes.get_mut(index) {
             Some(shape) => seed.deserialize(Probe {
                 shape,
-                depth: self.depth + 1,
+                at: self.at.below(name),
             }),
             None => Err(de::Error::custom("no such field")),
         }
@@ -254,13 +399,11 @@ macro_rules! forward {
 /// A placeholder value that writes down what was asked of it.
 struct Probe<'a> {
     shape: &'a mut Shape,
-    depth: usize,
+    at: Place<'a>,
 }
 
-impl Probe<'_> {
-    fn too_deep(&mut self) -> Option<Error> {
-        (self.depth > MAX_DEPTH).then(|| de::Error::custom("nested too deep"))
-    }
+fn too_deep() -> Error {
+    de::Error::custom("nested too deep")
 }
 
 impl<'de> Deserializer<'de> for Probe<'_> {
@@ -301,14 +444,15 @@ impl<'de> Deserializer<'de> for Probe<'_> {
         visitor.visit_bytes(&[])
     }
 
-    fn deserialize_option<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        if let Some(error) = self.too_deep() {
-            return Err(error);
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        if self.at.holds_too_deep() {
+            *self.shape = Shape::Optional(Box::new(Shape::Any));
+            return visitor.visit_none();
         }
         let mut inner = Shape::Any;
         let outcome = visitor.visit_some(Probe {
             shape: &mut inner,
-            depth: self.depth + 1,
+            at: self.at.below(None),
         });
         *self.shape = Shape::Optional(Box::new(inner));
         outcome
@@ -328,47 +472,42 @@ impl<'de> Deserializer<'de> for Probe<'_> {
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
-        mut self,
+        self,
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Error> {
         // Counted as a level: `struct R(Box<R>)` would otherwise never end.
-        if let Some(error) = self.too_deep() {
-            return Err(error);
+        if self.at.too_deep() {
+            return Err(too_deep());
         }
+        let at = self.at.below(None);
         visitor.visit_newtype_struct(Probe {
             shape: self.shape,
-            depth: self.depth + 1,
+            at,
         })
     }
 
-    fn deserialize_seq<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        if let Some(error) = self.too_deep() {
-            return Err(error);
-        }
-        let mut elements = vec![Shape::Any];
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let given = if self.at.holds_too_deep() { 0 } else { 1 };
+        let mut elements = vec![Shape::Any; given];
         let outcome = visitor.visit_seq(Elements {
             shapes: &mut elements,
             given: 0,
-            depth: self.depth,
+            at: self.at.below(None),
         });
-        *self.shape = Shape::List(Box::new(elements.swap_remove(0)));
+        *self.shape = Shape::List(Box::new(elements.pop().unwrap_or(Shape::Any)));
         outcome
     }
 
-    fn deserialize_tuple<V: Visitor<'de>>(
-        mut self,
-        len: usize,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        if let Some(error) = self.too_deep() {
-            return Err(error);
+    fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, Error> {
+        if self.at.too_deep() {
+            return Err(too_deep());
         }
         let mut elements = vec![Shape::Any; len.min(16)];
         let outcome = visitor.visit_seq(Elements {
             shapes: &mut elements,
             given: 0,
-            depth: self.depth,
+            at: self.at.below(None),
         });
         *self.shape = Shape::Tuple(elements);
         outcome
@@ -383,38 +522,47 @@ impl<'de> Deserializer<'de> for Probe<'_> {
         self.deserialize_tuple(len, visitor)
     }
 
-    fn deserialize_map<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        if let Some(error) = self.too_deep() {
-            return Err(error);
-        }
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         let mut value = Shape::Any;
         let outcome = visitor.visit_map(OneEntry {
             value: &mut value,
-            given: false,
-            depth: self.depth,
+            given: self.at.holds_too_deep(),
+            at: self.at.below(None),
         });
         *self.shape = Shape::Map(Box::new(value));
         outcome
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
-        mut self,
-        _name: &'static str,
+        self,
+        name: &'static str,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        if let Some(error) = self.too_deep() {
-            return Err(error);
+        if self.at.too_deep() {
+            return Err(too_deep());
         }
+        let key: Key = (self.at.path.clone(), name);
+        let order: Vec<usize> = match self.at.plan {
+            Some((planned, given)) if *planned == key => given.clone(),
+            _ => (0..fields.len()).collect(),
+        };
         let mut shapes = vec![Shape::Any; fields.len()];
         let outcome = visitor.visit_map(Fields {
             names: fields,
-            order: 0..fields.len(),
+            order: order.into_iter(),
             shapes: &mut shapes,
-            depth: self.depth,
+            at: self.at.clone(),
             next: None,
         });
-        *self.shape = Shape::Object(fields.iter().copied().zip(shapes).collect());
+        let fields = (fields.iter().zip(shapes))
+            .map(|(name, shape)| ObjectField {
+                name,
+                required: !shape.optional_by_type(),
+                shape,
+            })
+            .collect();
+        *self.shape = Shape::Object { key, fields };
         outcome
     }
 
@@ -445,7 +593,7 @@ impl<'de> Deserializer<'de> for Probe<'_> {
 struct Elements<'a> {
     shapes: &'a mut [Shape],
     given: usize,
-    depth: usize,
+    at: Place<'a>,
 }
 
 impl<'de> SeqAccess<'de> for Elements<'_> {
@@ -461,17 +609,17 @@ impl<'de> SeqAccess<'de> for Elements<'_> {
         self.given += 1;
         seed.deserialize(Probe {
             shape,
-            depth: self.depth + 1,
+            at: self.at.clone(),
         })
         .map(Some)
     }
 }
 
-/// A map of one placeholder entry, whose value's shape is written down.
+/// A map of one placeholder entry (none once `given`), whose value's shape is written down.
 struct OneEntry<'a> {
     value: &'a mut Shape,
     given: bool,
-    depth: usize,
+    at: Place<'a>,
 }
 
 impl<'de> MapAccess<'de> for OneEntry<'_> {
@@ -488,7 +636,7 @@ impl<'de> MapAccess<'de> for OneEntry<'_> {
         let mut key = Shape::Any;
         seed.deserialize(Probe {
             shape: &mut key,
-            depth: self.depth + 1,
+            at: self.at.clone(),
         })
         .map(Some)
     }
@@ -496,7 +644,7 @@ impl<'de> MapAccess<'de> for OneEntry<'_> {
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
         seed.deserialize(Probe {
             shape: self.value,
-            depth: self.depth + 1,
+            at: self.at.clone(),
         })
     }
 }
@@ -600,7 +748,7 @@ mod tests {
                 "args list(string)",
                 "timeout number",
                 "env map(string) (required)",
-                "mounts list(object({ source = string, read_only = bool })) (required)",
+                "mounts list(object({ source = string, read_only = optional(bool) })) (required)",
                 "pull string (\"always\" or \"missing\") (required)",
                 "interactive bool",
             ]
@@ -613,26 +761,87 @@ mod tests {
         assert_eq!(fields::<super::super::NoConfig>(), Some(vec![]));
     }
 
+    /// A recursive type ends where an `Option` is `None` and a list empty, so the fields
+    /// after its recursive one are still read, and it is written out once.
     #[test]
-    fn a_recursive_type_is_followed_only_so_deep() {
+    fn a_recursive_type_is_written_out_once_and_hides_no_field_after_it() {
         #[derive(serde::Deserialize)]
         #[allow(dead_code, reason = "read by serde only")]
         struct Node {
             name: String,
             children: Vec<Node>,
+            parent: Option<Box<Node>>,
+            weight: u32,
         }
-        let fields = fields::<Node>().expect("a struct");
-        assert_eq!(fields[0].hcl_type, "string");
-        assert!(
-            fields[1]
-                .hcl_type
-                .starts_with("list(object({ name = string, children = list(")
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Config {
+            tree: Node,
+            label: String,
+        }
+        let fields = fields::<Config>().expect("a struct");
+        assert_eq!(
+            shown(&fields),
+            [
+                "tree object({ name = string, children = list(any), parent = optional(any), \
+                 weight = number }) (required)",
+                "label string (required)",
+            ]
         );
-        assert!(fields[1].hcl_type.contains("any"), "{}", fields[1].hcl_type);
-        assert!(
-            fields[1].hcl_type.len() < 2048,
-            "{}",
-            fields[1].hcl_type.len()
+    }
+
+    /// A nested block's own fields are required or not as serde says of that block.
+    #[test]
+    fn a_nested_blocks_defaults_are_optional_and_its_other_fields_required() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Port {
+            #[serde(default)]
+            host: u16,
+            container: u16,
+            #[serde(default = "tcp")]
+            protocol: String,
+        }
+        fn tcp() -> String {
+            "tcp".into()
+        }
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Config {
+            #[serde(default)]
+            ports: BTreeMap<String, Port>,
+            image: String,
+        }
+        let fields = fields::<Config>().expect("a struct");
+        assert_eq!(
+            shown(&fields),
+            [
+                "ports map(object({ host = optional(number), container = number, protocol = \
+                 optional(string) }))",
+                "image string (required)",
+            ]
+        );
+    }
+
+    /// serde lists an alias among the fields; it is another name of one, not a field.
+    #[test]
+    fn an_alias_is_not_listed_as_a_field_of_its_own() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Config {
+            #[serde(alias = "cmd")]
+            command: String,
+            #[serde(default)]
+            args: Vec<String>,
+            label: String,
+        }
+        assert_eq!(
+            shown(&fields::<Config>().expect("a struct")),
+            [
+                "command string (required)",
+                "args list(string)",
+                "label string (required)"
+            ]
         );
     }
 

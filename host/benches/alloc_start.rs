@@ -446,7 +446,7 @@ impl Rounds {
 }
 
 fn parse(jobspec: &str) -> Arc<berth_jobspec::Job> {
-    Arc::new(berth_jobspec::parse("bench.hcl", jobspec).unwrap())
+    Arc::new(berth_jobspec_hcl::parse("bench.hcl", jobspec).unwrap())
 }
 
 /// One alloc, from its creation to its task's Started event; then it is run to the end

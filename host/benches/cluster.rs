@@ -128,7 +128,7 @@ fn small_job(id: &str) -> ClusterJob {
         .source
         .replace("job \"bench\"", &format!("job \"{id}\""));
     job.id = id.to_string();
-    let parsed = berth_jobspec::parse(&job.source_name, &job.source).unwrap();
+    let parsed = berth_jobspec_hcl::parse(&job.source_name, &job.source).unwrap();
     job.typed = berth_cluster::typed::TypedJob::of(&parsed);
     job
 }

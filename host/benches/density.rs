@@ -85,7 +85,7 @@ async fn run() {
     // ext4 file of the alloc's 10 MB, loop-mounted at its start.
     let image_node = common::with_image_disks(node.clone(), &cgroups);
     let job = Arc::new(
-        berth_jobspec::parse(
+        berth_jobspec_hcl::parse(
             "density.hcl",
             r#"job "density" {
   group "g" {

@@ -73,7 +73,7 @@ async fn run() {
             .unwrap(),
     );
     let job = Arc::new(
-        berth_jobspec::parse(
+        berth_jobspec_hcl::parse(
             "bench.hcl",
             "job \"bench\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n      meta { tier = \"gold\" }\n    }\n  }\n}\n",
         )

@@ -11,5 +11,7 @@ fn main() -> std::process::ExitCode {
     if let Some(never) = berth_sys::process::logmon::logmon_main() {
         match never {}
     }
+    // The jobspec reader, which the agent's crates parse through without depending on it.
+    berth_jobspec_hcl::install();
     berth::cli::main()
 }

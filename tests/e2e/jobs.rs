@@ -26,6 +26,7 @@ struct Agent {
 
 impl Agent {
     fn new(read_only_greetings: bool) -> Agent {
+        berth_jobspec_hcl::install();
         let dir = tempfile::Builder::new()
             .prefix("berth-e2e-agent")
             .tempdir_in("/tmp")
@@ -271,7 +272,7 @@ async fn start_unvalidated(
     let runtime = support::runtime();
     let (drivers, problems) = DriverSet::load(&runtime, None, &Default::default()).await;
     assert!(problems.is_empty());
-    let job = Arc::new(berth_jobspec::parse("job.hcl", jobspec).unwrap());
+    let job = Arc::new(berth_jobspec_hcl::parse("job.hcl", jobspec).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     let running = tokio::spawn(alloc.clone().run());
     (alloc, running)
@@ -419,7 +420,7 @@ async fn a_read_only_cgroup_hierarchy_fails_the_task_with_an_event_and_leaves_no
         Some(Layout::Legacy { controllers }),
         Default::default(),
     )));
-    let job = berth_jobspec::parse(
+    let job = berth_jobspec_hcl::parse(
         "job.hcl",
         "job \"ro\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sleep\"\n        args = [\"60\"]\n      }\n    }\n  }\n}\n",
     )
@@ -480,7 +481,7 @@ async fn a_hundred_task_runs_leave_no_descriptor_process_or_cgroup_behind() {
     let (drivers, _) = DriverSet::load(&runtime, None, &Default::default()).await;
     let node = agent.node(drivers);
     let job = Arc::new(
-        berth_jobspec::parse(
+        berth_jobspec_hcl::parse(
             "job.hcl",
             "job \"cycle\" {\n  type = \"batch\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config {\n        command = \"/bin/sh\"\n        args = [\"-c\", \"sleep 30 & exit 0\"]\n      }\n    }\n  }\n}\n",
         )
@@ -558,7 +559,7 @@ async fn a_failed_start_leaves_no_process_behind() {
     let runtime = support::runtime();
     let (drivers, problems) = DriverSet::load(&runtime, Some(&plugins), &Default::default()).await;
     assert!(problems.is_empty(), "{problems:?}");
-    let job = berth_jobspec::parse(
+    let job = berth_jobspec_hcl::parse(
         "job.hcl",
         "job \"failing\" {\n  type = \"batch\"\n  group \"g\" {\n    restart {\n      attempts = 0\n    }\n    task \"t\" {\n      driver = \"misbehave\"\n      config {\n        behave = \"spawn-then-fail\"\n      }\n    }\n  }\n}\n",
     )
@@ -707,7 +708,7 @@ async fn lifecycle_tasks_run_in_order_and_sidecars_stop_with_the_main_task() {
     .concat();
     let source =
         format!("job \"order\" {{\n  type = \"batch\"\n  group \"g\" {{\n{tasks}  }}\n}}\n");
-    let job = Arc::new(berth_jobspec::parse("order.hcl", &source).unwrap());
+    let job = Arc::new(berth_jobspec_hcl::parse("order.hcl", &source).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     let status = tokio::time::timeout(std::time::Duration::from_secs(30), alloc.clone().run())
         .await
@@ -759,7 +760,7 @@ async fn a_failed_prestart_task_keeps_the_main_task_from_starting() {
   }
 }
 "#;
-    let job = Arc::new(berth_jobspec::parse("gate.hcl", source).unwrap());
+    let job = Arc::new(berth_jobspec_hcl::parse("gate.hcl", source).unwrap());
     let alloc = AllocRunner::new(job, 0, 0, agent.node(drivers)).unwrap();
     assert_eq!(alloc.clone().run().await, ClientStatus::Failed);
     let status = alloc.status();

@@ -742,7 +742,7 @@ mod tests {
     /// namespaces were on held none for it).
     #[test]
     fn an_image_task_runs_as_its_own_ids_or_is_refused() {
-        let job = berth_jobspec::parse(
+        let job = berth_jobspec_hcl::parse(
             "j.hcl",
             "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"docker\"\n      user = \"root\"\n      config {\n        image = \"busybox\"\n      }\n    }\n  }\n}\n",
         )

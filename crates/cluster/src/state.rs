@@ -95,6 +95,8 @@ impl ClusterJob {
         if let Some(stored) = self.stored() {
             return self.finish(key, stored);
         }
+        #[cfg(test)]
+        berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
         let parsed = berth_jobspec::parse_with(&self.source_name, &self.source, &self.variables);
         self.finish(key, parsed)
     }
@@ -117,6 +119,8 @@ impl ClusterJob {
         if let Some(stored) = self.stored() {
             return self.finish(key, stored);
         }
+        #[cfg(test)]
+        berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
         let parsed =
             berth_jobspec::parse_with_async(&self.source_name, &self.source, &self.variables).await;
         self.finish(key, parsed)

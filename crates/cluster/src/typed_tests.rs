@@ -20,7 +20,7 @@ fn corpus() -> Vec<(String, Job)> {
         .filter_map(|file| {
             let name = file.file_name()?.to_string_lossy().to_string();
             let source = std::fs::read_to_string(file).ok()?;
-            Some((name.clone(), berth_jobspec::parse(&name, &source).ok()?))
+            Some((name.clone(), berth_jobspec_hcl::parse(&name, &source).ok()?))
         })
         .collect();
     assert!(jobs.len() >= 10, "{jobs:?}");

@@ -36,6 +36,8 @@ impl InProcessAgent {
         drivers: DriverSet,
         hooks: HookSet,
     ) -> Result<InProcessAgent, StartError> {
+        // The reader the `berth` binary installs at its start.
+        berth_jobspec_hcl::install();
         let dir = tempfile::Builder::new()
             .prefix(prefix)
             .tempdir_in("/tmp")

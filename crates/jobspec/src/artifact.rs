@@ -368,7 +368,7 @@ impl ArchiveKind {
 /// `${NOMAD_TASK_DIR}` and `${NOMAD_SECRETS_DIR}` as the destination is checked
 /// against (`local`, `secrets`): inside the task they are absolute paths, which no
 /// destination may be.
-pub(crate) fn task_relative(text: &str) -> String {
+pub fn task_relative(text: &str) -> String {
     text.replace("${NOMAD_TASK_DIR}", "local")
         .replace("${NOMAD_SECRETS_DIR}", "secrets")
 }

@@ -828,28 +828,6 @@ impl ReschedulePolicy {
     }
 }
 
-/// What decoding a jobspec found: problems (it is refused) and warnings (it runs, and
-/// the user is told what has no effect). Derefs to the problems, so the field readers
-/// take it where they take a problem list.
-#[derive(Debug, Default)]
-pub(crate) struct Findings {
-    pub problems: Vec<Problem>,
-    pub warnings: Vec<Problem>,
-}
-
-impl std::ops::Deref for Findings {
-    type Target = Vec<Problem>;
-    fn deref(&self) -> &Vec<Problem> {
-        &self.problems
-    }
-}
-
-impl std::ops::DerefMut for Findings {
-    fn deref_mut(&mut self) -> &mut Vec<Problem> {
-        &mut self.problems
-    }
-}
-
 /// Every problem found in one jobspec file: the HCL layer's error, as every HCL file
 /// berth reads has it.
 pub type JobspecError = berth_hcl::FileError;

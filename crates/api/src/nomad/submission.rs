@@ -141,6 +141,8 @@ pub async fn parse(body: Bytes) -> Result<axum::Json<berth_nomad_api::jobs::Job>
             .files
             .push(("Variables".to_string(), request.variables.clone()));
     }
+    #[cfg(test)]
+    berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
     let job = berth_jobspec::parse_with_async(&name, &request.job_hcl, &inputs)
         .await
         .map_err(|e| bad_request(e.to_string()))?;
@@ -204,6 +206,8 @@ async fn matching_submission(body: &Value) -> Option<ToSubmit> {
     }
     let requested = body.get("Job")?;
     let (source_name, variables) = submission.inputs();
+    #[cfg(test)]
+    berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
     let parsed = berth_jobspec::parse_with_async(&source_name, &submission.source, &variables)
         .await
         .ok()?;
@@ -288,7 +292,7 @@ mod tests {
                     continue;
                 }
                 let source = std::fs::read_to_string(&path).unwrap();
-                if berth_jobspec::parse(name, &source).is_ok() {
+                if berth_jobspec_hcl::parse(name, &source).is_ok() {
                     found.push((format!("{dir}/{name}"), source));
                 }
             }
@@ -298,7 +302,7 @@ mod tests {
 
     /// What the CLI sends: parse, then register the parsed job with its source.
     fn cli_register(name: &str, source: &str, variables: &VariableInputs) -> Value {
-        let parsed = berth_jobspec::parse_with(name, source, variables).unwrap();
+        let parsed = berth_jobspec_hcl::parse_with(name, source, variables).unwrap();
         let job = shapes::job(&parsed, None);
         json!({
             "Job": job,
@@ -327,10 +331,13 @@ mod tests {
             assert_eq!(&chosen.source, source, "{name}");
             assert_eq!(&chosen.source_name, name, "{name}");
             assert!(chosen.warnings.is_empty(), "{name}: {:?}", chosen.warnings);
-            let registered =
-                berth_jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
-                    .unwrap();
-            let parsed = berth_jobspec::parse(name, source).unwrap();
+            let registered = berth_jobspec_hcl::parse_with(
+                &chosen.source_name,
+                &chosen.source,
+                &chosen.variables,
+            )
+            .unwrap();
+            let parsed = berth_jobspec_hcl::parse(name, source).unwrap();
             assert_eq!(
                 format!("{registered:?}"),
                 format!("{parsed:?}"),
@@ -400,7 +407,7 @@ job "everything" {
         assert_eq!(chosen.source, EVERYTHING);
         assert_eq!(chosen.variables.args, variables.args);
         let registered =
-            berth_jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+            berth_jobspec_hcl::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
                 .unwrap();
         let group = &registered.groups[0];
         assert_eq!(group.count, 2);
@@ -413,7 +420,7 @@ job "everything" {
 
         // The JSON alone cannot carry the service or the plugin.
         let converted = super::super::register::job_hcl(&body).unwrap();
-        let from_json = berth_jobspec::parse("everything.json", &converted.hcl).unwrap();
+        let from_json = berth_jobspec_hcl::parse("everything.json", &converted.hcl).unwrap();
         assert!(from_json.groups[0].services.is_empty());
         assert!(from_json.groups[0].tasks[0].csi_plugin.is_none());
     }
@@ -433,7 +440,7 @@ job "everything" {
         assert_eq!(chosen.source_name, "everything.json");
         assert_ne!(chosen.source, EVERYTHING);
         let registered =
-            berth_jobspec::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
+            berth_jobspec_hcl::parse_with(&chosen.source_name, &chosen.source, &chosen.variables)
                 .unwrap();
         assert_eq!(registered.groups[0].count, 7);
         assert!(registered.groups[0].services.is_empty());

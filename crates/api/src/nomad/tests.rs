@@ -102,7 +102,7 @@ fn comparable(job: &berth_jobspec::Job) -> Value {
 
 #[test]
 fn a_job_shown_as_nomad_json_registers_back_as_the_same_job() {
-    let job = berth_jobspec::parse("web.nomad.hcl", HCL).unwrap();
+    let job = berth_jobspec_hcl::parse("web.nomad.hcl", HCL).unwrap();
     let json = comparable(&job);
     assert_eq!(json["ID"], "web");
     assert_eq!(
@@ -116,7 +116,7 @@ fn a_job_shown_as_nomad_json_registers_back_as_the_same_job() {
     let converted = job_hcl(&json!({ "Job": json })).unwrap();
     assert_eq!(converted.id, "web");
     assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
-    let again = berth_jobspec::parse("web.json", &converted.hcl)
+    let again = berth_jobspec_hcl::parse("web.json", &converted.hcl)
         .unwrap_or_else(|e| panic!("{e}\n{}", converted.hcl));
     assert_eq!(comparable(&again), comparable(&job), "{}", converted.hcl);
 }
@@ -131,7 +131,7 @@ fn json_strings_stay_literal() {
         "Env": {"DIR": "${NOMAD_TASK_DIR}/x"},
     }]}]}});
     let converted = job_hcl(&body).unwrap();
-    let job = berth_jobspec::parse("lit.json", &converted.hcl)
+    let job = berth_jobspec_hcl::parse("lit.json", &converted.hcl)
         .unwrap_or_else(|e| panic!("{e}\n{}", converted.hcl));
     let task = &job.groups[0].tasks[0];
     assert_eq!(task.config["note"], "${var.nope} %{ if true }x%{ endif }");
@@ -202,7 +202,7 @@ fn a_wrong_type_is_refused_with_its_path() {
 fn names_cannot_inject_hcl() {
     let body = json!({"Job": {"ID": "x\" {\n}\njob \"y", "TaskGroups": []}});
     let converted = job_hcl(&body).unwrap();
-    let error = berth_jobspec::parse("x.json", &converted.hcl)
+    let error = berth_jobspec_hcl::parse("x.json", &converted.hcl)
         .unwrap_err()
         .to_string();
     assert!(error.contains("is not allowed"), "{error}");
@@ -256,7 +256,7 @@ fn no_string_of_a_json_job_is_evaluated() {
             "Meta": {key.clone(): value},
         }]}]}});
         let converted = job_hcl(&body).unwrap();
-        let job = berth_jobspec::parse("lit.json", &converted.hcl)
+        let job = berth_jobspec_hcl::parse("lit.json", &converted.hcl)
             .unwrap_or_else(|e| panic!("{value:?}: {e}\n{}", converted.hcl));
         let task = &job.groups[0].tasks[0];
         assert_eq!(task.config["note"], *value, "{}", converted.hcl);
@@ -358,8 +358,8 @@ fn the_job_json_writes_every_field_of_the_table_by_its_json_name() {
 }
 "#;
     let mut parameterized =
-        comparable(&berth_jobspec::parse("p.nomad.hcl", PARAMETERIZED).unwrap());
-    let periodic = comparable(&berth_jobspec::parse("c.nomad.hcl", PERIODIC).unwrap());
+        comparable(&berth_jobspec_hcl::parse("p.nomad.hcl", PARAMETERIZED).unwrap());
+    let periodic = comparable(&berth_jobspec_hcl::parse("c.nomad.hcl", PERIODIC).unwrap());
     // A job is periodic or parameterized, not both: the job's fields from the two.
     parameterized["Periodic"] = periodic["Periodic"].clone();
     let group = &parameterized["TaskGroups"][0];
@@ -419,7 +419,7 @@ fn a_json_jobs_network_is_its_groups_network() {
     }});
     let converted = job_hcl(&body).unwrap();
     assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
-    let job = berth_jobspec::parse("net.json", &converted.hcl).unwrap();
+    let job = berth_jobspec_hcl::parse("net.json", &converted.hcl).unwrap();
     let group = &job.groups[0];
     assert_eq!(group.network_mode, berth_jobspec::NetworkMode::Bridge);
     assert_eq!(group.hostname.as_deref(), Some("web-1"));
@@ -473,7 +473,7 @@ fn a_json_template_is_its_template_block() {
     }});
     let converted = job_hcl(&body).unwrap();
     assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
-    let job = berth_jobspec::parse("tpl.json", &converted.hcl).unwrap();
+    let job = berth_jobspec_hcl::parse("tpl.json", &converted.hcl).unwrap();
     let template = &job.groups[0].tasks[0].templates[0];
     assert_eq!(
         template.change_mode,
@@ -490,7 +490,7 @@ fn a_json_template_is_its_template_block() {
     // And back: what berth writes reads the same.
     let written = serde_json::to_value(super::shapes::job(&job, None)).unwrap();
     let again = job_hcl(&json!({ "Job": written })).unwrap();
-    let job_again = berth_jobspec::parse("tpl.json", &again.hcl).unwrap();
+    let job_again = berth_jobspec_hcl::parse("tpl.json", &again.hcl).unwrap();
     assert_eq!(
         job_again.groups[0].tasks[0].templates[0].change_mode,
         template.change_mode
@@ -522,7 +522,7 @@ fn json_artifacts_and_max_run_duration_are_their_blocks() {
     }});
     let converted = job_hcl(&body).unwrap();
     assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
-    let job = berth_jobspec::parse("art.json", &converted.hcl).unwrap();
+    let job = berth_jobspec_hcl::parse("art.json", &converted.hcl).unwrap();
     let task = &job.groups[0].tasks[0];
     assert_eq!(
         task.max_run_duration,
@@ -539,7 +539,7 @@ fn json_artifacts_and_max_run_duration_are_their_blocks() {
     assert!(artifact.chown);
     let written = serde_json::to_value(super::shapes::job(&job, None)).unwrap();
     let again = job_hcl(&json!({ "Job": written })).unwrap();
-    let job_again = berth_jobspec::parse("art.json", &again.hcl).unwrap();
+    let job_again = berth_jobspec_hcl::parse("art.json", &again.hcl).unwrap();
     let task_again = &job_again.groups[0].tasks[0];
     assert_eq!(task_again.artifacts.len(), 1);
     assert_eq!(task_again.artifacts[0].options, artifact.options);
@@ -549,7 +549,7 @@ fn json_artifacts_and_max_run_duration_are_their_blocks() {
     git["Job"]["TaskGroups"][0]["Tasks"][0]["Artifacts"][0]["GetterSource"] =
         json!("git::https://example.com/r.git");
     let converted = job_hcl(&git).unwrap();
-    let error = berth_jobspec::parse("art.json", &converted.hcl)
+    let error = berth_jobspec_hcl::parse("art.json", &converted.hcl)
         .unwrap_err()
         .to_string();
     assert!(error.contains("uses the git getter"), "{error}");

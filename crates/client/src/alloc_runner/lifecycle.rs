@@ -193,7 +193,7 @@ job "j" {
   }
 }
 "#;
-        let job = berth_jobspec::parse("j.hcl", source).unwrap();
+        let job = berth_jobspec_hcl::parse("j.hcl", source).unwrap();
         let phases: Vec<(&str, Phase)> = job.groups[0]
             .tasks
             .iter()

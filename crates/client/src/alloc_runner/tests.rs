@@ -82,7 +82,7 @@ fn alloc(node: &Node, restart: &str, tasks: &str) -> Arc<AllocRunner> {
     let source = format!(
         "job \"j\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n{restart}    }}\n{tasks}  }}\n}}\n"
     );
-    let job = Arc::new(berth_jobspec::parse("j.hcl", &source).unwrap());
+    let job = Arc::new(berth_jobspec_hcl::parse("j.hcl", &source).unwrap());
     AllocRunner::new(job, 0, 0, node.node.clone()).unwrap()
 }
 

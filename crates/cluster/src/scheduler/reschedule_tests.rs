@@ -261,7 +261,7 @@ fn attempts_count_within_the_interval_and_then_the_alloc_stays_failed() {
         "{outcome:#?}"
     );
     assert_eq!(outcome.wake_at_ms, None, "nothing to wake for");
-    let group = berth_jobspec::parse("j.hcl", &exhausted.jobs[0].0.source)
+    let group = berth_jobspec_hcl::parse("j.hcl", &exhausted.jobs[0].0.source)
         .unwrap()
         .groups[0]
         .clone();

@@ -1,10 +1,10 @@
 //! An `artifact` block.
 
-use crate::artifact::{Artifact, OPTIONS};
-use crate::fields as schema;
-use crate::spec::Findings;
+use crate::Findings;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
+use berth_jobspec::artifact::{Artifact, OPTIONS};
+use berth_jobspec::fields as schema;
 
 /// An `artifact` block: checked now as far as it can be before the task's names are
 /// known (a `${...}` in a field leaves that field to the fetch).
@@ -48,7 +48,7 @@ pub(super) fn artifact(
     };
     // The task's directories have their task-relative names; any other name is known
     // only when the task starts.
-    let unknown_names = |s: &str| crate::artifact::task_relative(s).contains("${");
+    let unknown_names = |s: &str| berth_jobspec::artifact::task_relative(s).contains("${");
     let later = unknown_names(&artifact.source)
         || unknown_names(&artifact.destination)
         || artifact

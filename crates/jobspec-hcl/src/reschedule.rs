@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
-use super::spec::{DelayFunction, Findings, ReschedulePolicy};
+use crate::Findings;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
+use berth_jobspec::{DelayFunction, ReschedulePolicy};
 
 /// Nomad refuses a shorter delay: a failing alloc is not placed again in a tight loop.
 pub const MIN_DELAY: Duration = Duration::from_secs(5);
@@ -161,7 +162,8 @@ pub(super) fn merged(
 mod tests {
     use std::time::Duration;
 
-    use crate::{DelayFunction, JobType, ReschedulePolicy, parse};
+    use crate::parse;
+    use berth_jobspec::{DelayFunction, JobType, ReschedulePolicy};
 
     fn jobspec(job_type: &str, job_block: &str, group_block: &str) -> String {
         format!(

@@ -1,9 +1,10 @@
 //! The `constraint` blocks of a job, a group or a task.
 
-use crate::fields as schema;
 use berth_hcl::fields::Fields;
+use berth_jobspec::fields as schema;
 
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::*;
 
 /// The operators of Nomad's constraints.
 pub const CONSTRAINT_OPERATORS: &[&str] = &[

@@ -7,7 +7,8 @@ use berth_hcl::tree::BlockNode;
 
 use super::ignored::scheduler_level;
 use super::network::port_value;
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::*;
 
 /// Nomad's floor for a check's interval and timeout.
 const MIN_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
@@ -222,7 +223,7 @@ pub(super) fn service(
         ],
         problems,
     );
-    if !name.contains("${") && !name.is_empty() && !crate::names::is_dns_label(&name) {
+    if !name.contains("${") && !name.is_empty() && !berth_jobspec::names::is_dns_label(&name) {
         fields.problem_with(
             problems,
             "name",

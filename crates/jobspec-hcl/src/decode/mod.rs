@@ -23,8 +23,8 @@ use berth_hcl::Location;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 
-use crate::names::{NameKind, check_name, normalise_task_path};
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::names::{NameKind, check_name, normalise_task_path};
 
 pub(crate) use job::job;
 

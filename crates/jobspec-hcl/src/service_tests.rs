@@ -1,6 +1,6 @@
 //! Services' checks as berth runs them: script checks and `check_restart`.
 
-use crate::*;
+use super::*;
 
 /// Script checks and `check_restart` (a check's own, or its service's for all its
 /// checks); what berth cannot run is refused at the check, with the reason.

@@ -1,7 +1,7 @@
 //! A `task` block, with its `logs`, `dispatch_payload`, `volume_mount`, `csi_plugin` and
 //! `template` blocks.
 
-use crate::fields as schema;
+use berth_jobspec::fields as schema;
 use std::time::Duration;
 
 use berth_hcl::Problem;
@@ -20,8 +20,9 @@ use super::ignored::{
 use super::restart::restart;
 use super::service::service;
 use super::{check_label, task_path};
-use crate::names::NameKind;
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::names::NameKind;
+use berth_jobspec::*;
 
 pub(super) fn task(
     parent: &str,
@@ -84,7 +85,7 @@ pub(super) fn task(
         .map(|b| logs(&path, b, problems))
         .unwrap_or_default();
     let template_blocks = fields.blocks(schema::task::TEMPLATE.hcl);
-    if let Some(extra) = template_blocks.get(crate::template::MAX_TEMPLATES) {
+    if let Some(extra) = template_blocks.get(berth_jobspec::template::MAX_TEMPLATES) {
         fields.problem(
             problems,
             schema::task::TEMPLATE.hcl,
@@ -92,7 +93,7 @@ pub(super) fn task(
             format!(
                 "a task has at most {} templates (each is rendered again on every change \
                  it reads)",
-                crate::template::MAX_TEMPLATES
+                berth_jobspec::template::MAX_TEMPLATES
             ),
         );
     }
@@ -101,14 +102,14 @@ pub(super) fn task(
         .filter_map(|b| template(&path, b, problems))
         .collect();
     let artifact_blocks = fields.blocks(schema::task::ARTIFACT.hcl);
-    if let Some(extra) = artifact_blocks.get(crate::artifact::MAX_ARTIFACTS) {
+    if let Some(extra) = artifact_blocks.get(berth_jobspec::artifact::MAX_ARTIFACTS) {
         fields.problem(
             problems,
             schema::task::ARTIFACT.hcl,
             extra.at,
             format!(
                 "a task has at most {} artifacts",
-                crate::artifact::MAX_ARTIFACTS
+                berth_jobspec::artifact::MAX_ARTIFACTS
             ),
         );
     }
@@ -388,7 +389,7 @@ pub(super) fn volume_mount(
     let destination = fields
         .required_string(schema::volume_mount::DESTINATION.hcl, problems)
         .and_then(|d| {
-            let literal = crate::interpolate::interpolate(&d, &|_| Some("/x".into()));
+            let literal = berth_jobspec::interpolate::interpolate(&d, &|_| Some("/x".into()));
             task_path(
                 &mut fields,
                 schema::volume_mount::DESTINATION.hcl,
@@ -553,12 +554,12 @@ pub(super) fn template(
     let data = fields
         .string(schema::template::DATA.hcl, problems)
         .unwrap_or_default();
-    if let Err(message) = crate::template::check(&data, &delimiters) {
+    if let Err(message) = berth_jobspec::template::check(&data, &delimiters) {
         fields.problem_with(problems, schema::template::DATA.hcl, message.to_string());
     }
     let destination = fields
         .required_string(schema::template::DESTINATION.hcl, problems)
-        .and_then(|d| match crate::template::destination(&d) {
+        .and_then(|d| match berth_jobspec::template::destination(&d) {
             Ok(d) => Some(d),
             Err(message) => {
                 fields.problem_with(
@@ -664,13 +665,13 @@ fn change_mode(path: &str, fields: &mut Fields, problems: &mut Findings) -> Opti
                 );
                 return None;
             };
-            if !crate::template::is_signal(&signal) {
+            if !berth_jobspec::template::is_signal(&signal) {
                 fields.problem_with(
                     problems,
                     schema::template::CHANGE_SIGNAL.hcl,
                     format!(
                         "{signal:?} is not a signal berth sends (one of {})",
-                        crate::template::SIGNALS.join(", ")
+                        berth_jobspec::template::SIGNALS.join(", ")
                     ),
                 );
                 return None;

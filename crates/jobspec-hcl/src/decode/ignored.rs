@@ -6,7 +6,7 @@ use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BodyNode;
 
-use crate::spec::*;
+use crate::Findings;
 
 /// A construct for Nomad's scheduler, and why it has no effect on one node.
 pub(super) type Ignored = (&'static str, &'static str);

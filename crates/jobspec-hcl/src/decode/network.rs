@@ -6,9 +6,10 @@ use berth_hcl::fields::Fields;
 use berth_hcl::tree::Value;
 
 use super::ignored::scheduler_level;
-use crate::fields as schema;
-use crate::names::{is_host_name, is_name_server, is_resolver_option, is_search_domain};
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::fields as schema;
+use berth_jobspec::names::{is_host_name, is_name_server, is_resolver_option, is_search_domain};
+use berth_jobspec::*;
 
 /// What a group's `network` block says.
 #[derive(Debug, Default)]

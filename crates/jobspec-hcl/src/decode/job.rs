@@ -1,11 +1,11 @@
 //! The `job` block: the entry point of decoding, with the job's `periodic` and
 //! `parameterized` blocks.
 
-use crate::fields as schema;
 use berth_hcl::Location;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::{BlockNode, BodyNode};
+use berth_jobspec::fields as schema;
 
 use super::check_label;
 use super::constraints::constraints;
@@ -13,9 +13,10 @@ use super::group::group;
 use super::ignored::{
     JOB_SCHEDULER_LEVEL, JOB_UNSUPPORTED, PLACEMENT, scheduler_level, unsupported, written,
 };
-use crate::names::NameKind;
+use crate::Findings;
 use crate::reschedule;
-use crate::spec::*;
+use berth_jobspec::names::NameKind;
+use berth_jobspec::*;
 
 pub(crate) fn job(tree: &BodyNode, problems: &mut Findings) -> Option<Job> {
     let mut top = Fields::new(tree, "jobspec".into(), Location::default(), &["job"]);
@@ -227,7 +228,7 @@ pub(super) fn periodic(
         crons.truncate(MAX_CRONS);
     }
     for text in &crons {
-        if let Err(error) = text.parse::<crate::cron::CronSpec>() {
+        if let Err(error) = text.parse::<berth_jobspec::cron::CronSpec>() {
             fields.problem_with(
                 problems,
                 written_as,

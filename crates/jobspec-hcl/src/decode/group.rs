@@ -1,9 +1,9 @@
 //! A `group` block, with its `volume` and `ephemeral_disk` blocks.
 
-use crate::fields as schema;
 use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::{BlockNode, Value};
+use berth_jobspec::fields as schema;
 
 use super::check_label;
 use super::connect::connect_proxy;
@@ -15,9 +15,10 @@ use super::network::{NetworkBlock, network};
 use super::restart::restart;
 use super::service::service;
 use super::task::task;
-use crate::names::NameKind;
+use crate::Findings;
 use crate::reschedule;
-use crate::spec::*;
+use berth_jobspec::names::NameKind;
+use berth_jobspec::*;
 
 /// A group of a job of `job_type` (`single`: a system or sysbatch job), under the job's
 /// `reschedule` block.

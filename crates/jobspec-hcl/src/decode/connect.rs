@@ -4,7 +4,8 @@ use berth_hcl::Problem;
 use berth_hcl::tree::{BlockNode, Value};
 
 use super::task::task;
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::*;
 
 /// The sidecar proxy task of a group service with `connect { sidecar_service {} }`, as
 /// Nomad injects it: `connect-proxy-<service>`, a prestart sidecar, from the service's

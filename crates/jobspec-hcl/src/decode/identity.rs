@@ -4,7 +4,8 @@ use berth_hcl::Problem;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
 
-use crate::spec::{Findings, Identity, IdentityChange};
+use crate::Findings;
+use berth_jobspec::{Identity, IdentityChange};
 
 pub(super) fn identities(
     parent: &str,
@@ -81,7 +82,9 @@ fn identity(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
         None | Some("noop") => IdentityChange::Noop,
         Some("restart") => IdentityChange::Restart,
         Some("signal") => match signal {
-            Some(signal) if crate::template::is_signal(&signal) => IdentityChange::Signal(signal),
+            Some(signal) if berth_jobspec::template::is_signal(&signal) => {
+                IdentityChange::Signal(signal)
+            }
             other => {
                 fields.problem_with(
                     problems,
@@ -89,7 +92,7 @@ fn identity(parent: &str, block: &BlockNode, problems: &mut Findings) -> Option<
                     format!(
                         "change_mode = \"signal\" needs a change_signal berth sends (one of {}), \
                          not {other:?}",
-                        crate::template::SIGNALS.join(", ")
+                        berth_jobspec::template::SIGNALS.join(", ")
                     ),
                 );
                 IdentityChange::Noop

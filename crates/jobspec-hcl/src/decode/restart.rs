@@ -1,10 +1,11 @@
 //! A group's or a task's `restart` block, over the job type's defaults.
 
-use crate::fields as schema;
 use berth_hcl::fields::Fields;
 use berth_hcl::tree::BlockNode;
+use berth_jobspec::fields as schema;
 
-use crate::spec::*;
+use crate::Findings;
+use berth_jobspec::*;
 
 /// A `restart` block; what it leaves out comes from `defaults` (Nomad's for the job type
 /// in a group, the group's policy in a task).

@@ -79,6 +79,8 @@ fn allocs() -> usize {
 }
 
 fn main() {
+    // The jobspec reader, as the `berth` binary installs it at its start.
+    berth_jobspec_hcl::install();
     common::block_on(run());
 }
 

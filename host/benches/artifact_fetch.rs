@@ -59,6 +59,8 @@ fn fresh(dir: &Path) {
 }
 
 fn main() {
+    // The jobspec reader, as the `berth` binary installs it at its start.
+    berth_jobspec_hcl::install();
     let files = sized(200, 20);
     let size = sized(240 << 10, 16 << 10);
     let rounds = sized(9, 3);

@@ -264,6 +264,8 @@ async fn clear_placements(cluster: &Arc<Cluster>) {
 }
 
 fn main() {
+    // The jobspec reader, as the `berth` binary installs it at its start.
+    berth_jobspec_hcl::install();
     common::block_on(async {
         let etcd = EtcdServer::start();
         let scratch = tempfile::tempdir().unwrap();

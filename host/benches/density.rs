@@ -35,6 +35,8 @@ use berth_state::StateStore;
 use common::{median, micros, summary};
 
 fn main() {
+    // The jobspec reader, as the `berth` binary installs it at its start.
+    berth_jobspec_hcl::install();
     common::block_on(run());
 }
 

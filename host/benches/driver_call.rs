@@ -28,6 +28,8 @@ fn samples() -> usize {
 const WARM_BATCH: usize = 100;
 
 fn main() {
+    // The jobspec reader, as the `berth` binary installs it at its start.
+    berth_jobspec_hcl::install();
     common::block_on(run());
 }
 

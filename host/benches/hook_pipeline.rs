@@ -53,6 +53,8 @@ impl TaskHook for NativeNoop {
 }
 
 fn main() {
+    // The jobspec reader, as the `berth` binary installs it at its start.
+    berth_jobspec_hcl::install();
     common::block_on(run());
 }
 

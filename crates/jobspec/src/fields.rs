@@ -1,8 +1,8 @@
 //! The jobspec's fields that Nomad's job JSON carries too, each named once: its HCL name
-//! (what `decode/` reads), its JSON name (what `berth-api`'s JSON reader,
+//! (what the reader, `berth-jobspec-hcl`'s `decode/`, reads), its JSON name (what `berth-api`'s JSON reader,
 //! `nomad/register.rs`, turns into it, and what the Nomad types of `berth-nomad-api`
 //! write) and how the JSON value becomes the HCL one. A field berth reads only from HCL
-//! (a `service`, a `csi_plugin`, hooks) is named where `decode/` reads it.
+//! (a `service`, a `csi_plugin`, hooks) is named where the reader reads it.
 //!
 //! The decoder asks for these fields by their constant (`task::KILL_TIMEOUT.hcl`), the
 //! JSON reader copies the tables ([`Field::json`] to [`Field::hcl`]), and tests hold the

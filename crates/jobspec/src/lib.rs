@@ -35,8 +35,9 @@ pub fn parse(file: &str, source: &str) -> Result<Job, JobspecError> {
 /// threads ([`pool`]), this thread waiting. `file` is used in messages only. From async
 /// code, use [`parse_with_async`].
 pub fn parse_with(file: &str, source: &str, inputs: &VariableInputs) -> Result<Job, JobspecError> {
+    let reader = reader::installed();
     let (owned_file, source, inputs) = (file.to_string(), source.to_string(), inputs.clone());
-    pool::run(move || reader::evaluate(&owned_file, &source, &inputs))
+    pool::run(move || reader.evaluate(&owned_file, &source, &inputs))
         .unwrap_or_else(|stopped| Err(stopped_error(file, stopped)))
 }
 
@@ -47,8 +48,9 @@ pub async fn parse_with_async(
     source: &str,
     inputs: &VariableInputs,
 ) -> Result<Job, JobspecError> {
+    let reader = reader::installed();
     let (owned_file, source, inputs) = (file.to_string(), source.to_string(), inputs.clone());
-    pool::run_async(move || reader::evaluate(&owned_file, &source, &inputs))
+    pool::run_async(move || reader.evaluate(&owned_file, &source, &inputs))
         .await
         .unwrap_or_else(|stopped| Err(stopped_error(file, stopped)))
 }

@@ -5,7 +5,6 @@
 
 use std::sync::OnceLock;
 
-use berth_hcl::Problem;
 use berth_hcl::eval::VariableInputs;
 
 use crate::{Job, JobspecError};
@@ -23,29 +22,26 @@ pub trait Reader: Send + Sync {
 
 static READER: OnceLock<&'static dyn Reader> = OnceLock::new();
 
-/// Installs the reader every later parse uses. The first one installed stays.
+/// Installs the reader every later parse uses. The first one installed stays (there is
+/// one reader, `berth-jobspec-hcl`'s).
 pub fn install(reader: &'static dyn Reader) {
     let _ = READER.set(reader);
 }
 
-/// Evaluates with the installed reader; a program that installed none is told so, as a
-/// problem of the jobspec, rather than failing any other way.
-pub(crate) fn evaluate(
-    file: &str,
-    source: &str,
-    inputs: &VariableInputs,
-) -> Result<Job, JobspecError> {
+/// The installed reader.
+///
+/// # Panics
+///
+/// When none is installed: a program built that way can read no jobspec, which is a
+/// fault of the program, not of a jobspec. It is said at once, on the caller's thread:
+/// on the evaluating threads the panic would become a jobspec problem, which a caller
+/// would blame on the jobspec (and the cluster would remember the job as unreadable).
+pub(crate) fn installed() -> &'static dyn Reader {
     match READER.get() {
-        Some(reader) => reader.evaluate(file, source, inputs),
-        None => Err(JobspecError {
-            file: file.to_string(),
-            problems: vec![Problem {
-                path: "jobspec".into(),
-                at: None,
-                message: "this program reads no jobspecs: it installed no reader \
-                          (berth_jobspec_hcl::install)"
-                    .into(),
-            }],
-        }),
+        Some(reader) => *reader,
+        None => panic!(
+            "no jobspec reader is installed: call berth_jobspec_hcl::install() at the \
+             program's start"
+        ),
     }
 }

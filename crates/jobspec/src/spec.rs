@@ -1,6 +1,6 @@
-//! The typed jobspec (`Job`, its groups and tasks), and what decoding one found: what
-//! [`super::decode`] builds and every reader of a job uses. It depends on no other file
-//! of the folder.
+//! The typed jobspec (`Job`, its groups and tasks): what the reader
+//! (`berth-jobspec-hcl`'s `decode/`) builds and every user of a job reads. It depends on
+//! no other file of the folder but `names` and `artifact`.
 
 use std::fmt;
 use std::time::Duration;

@@ -141,8 +141,6 @@ pub async fn parse(body: Bytes) -> Result<axum::Json<berth_nomad_api::jobs::Job>
             .files
             .push(("Variables".to_string(), request.variables.clone()));
     }
-    #[cfg(test)]
-    berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
     let job = berth_jobspec::parse_with_async(&name, &request.job_hcl, &inputs)
         .await
         .map_err(|e| bad_request(e.to_string()))?;
@@ -206,8 +204,6 @@ async fn matching_submission(body: &Value) -> Option<ToSubmit> {
     }
     let requested = body.get("Job")?;
     let (source_name, variables) = submission.inputs();
-    #[cfg(test)]
-    berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
     let parsed = berth_jobspec::parse_with_async(&source_name, &submission.source, &variables)
         .await
         .ok()?;

@@ -78,8 +78,6 @@ impl Agent {
         source: &str,
         variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<JobPlan, SubmitError> {
-        #[cfg(test)]
-        berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
         let mut job = berth_jobspec::parse_with_async(source_name, source, variables)
             .await
             .map_err(SubmitError::Invalid)?;

@@ -23,8 +23,6 @@ impl Agent {
         notices.extend(unreadable.into_iter().map(unreadable_notice));
         let mut jobs = self.jobs.lock().unwrap();
         for record in records {
-            #[cfg(test)]
-            berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
             match berth_jobspec::parse_with(&record.source_name, &record.source, &record.variables)
             {
                 Ok(mut job) => {

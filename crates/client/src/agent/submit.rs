@@ -33,8 +33,6 @@ impl Agent {
         source_name: &str,
         source: &str,
     ) -> Result<(), Vec<String>> {
-        #[cfg(test)]
-        berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
         let job = berth_jobspec::parse_with_async(source_name, source, &Default::default())
             .await
             .map_err(|e| e.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>())?;
@@ -64,8 +62,6 @@ impl Agent {
         source: &str,
         variables: &berth_hcl::eval::VariableInputs,
     ) -> Result<Submitted, SubmitError> {
-        #[cfg(test)]
-        berth_jobspec_hcl::install(); // the reader the `berth` binary installs at start
         let mut job = berth_jobspec::parse_with_async(source_name, source, variables)
             .await
             .map_err(SubmitError::Invalid)?;

@@ -3,12 +3,14 @@
 //!
 //! # Versions
 //!
-//! A component is tried against `berth:driver@0.2.1`, `@0.2.0` and `@0.1.0`, in that
-//! order; the checks happen before anything is instantiated. A 0.1.0 driver has no
-//! `capabilities` function, and the host assumes mount-configs `all` for it ("supports
-//! all"), so community drivers built before capabilities keep working. One built before
-//! 0.2.1 has no `spawn-isolation`: its spawns are held to its `fs-isolation` alone, and
-//! `job validate` cannot tell whether it will spawn unconfined.
+//! A component is bound as the version of `berth:driver/driver` it exports (0.2.1, 0.2.0
+//! or 0.1.0), and refused when its export does not match that version's WIT; the checks
+//! happen before anything is instantiated. A 0.1.0 driver has no `capabilities`
+//! function, and the host assumes mount-configs `all` for it ("supports all"), so
+//! community drivers built before capabilities keep working. One built before 0.2.1 has
+//! no `spawn-isolation`: its spawns are held to its `fs-isolation` and the operator's
+//! `allow_unconfined` alone, and `job validate` cannot tell whether it will spawn
+//! unconfined.
 
 mod declarations;
 mod error;
@@ -273,8 +275,9 @@ impl Driver {
     }
 
     /// The fields of a task's `config` block the driver reads, as it describes them
-    /// (world 0.2.1); `None` when it reads the block loosely or predates 0.2.1. Each name
-    /// and type is one line, clipped; more than [`MAX_CONFIG_FIELDS`] is nonsense.
+    /// (world 0.2.1); `None` when it does not describe them or predates 0.2.1. A name
+    /// must be an attribute name, and a type is made one line with its whitespace runs
+    /// collapsed, and clipped; more than [`MAX_CONFIG_FIELDS`] fields is nonsense.
     pub async fn config_schema(&self) -> Result<Option<Vec<ConfigField>>, DriverError> {
         if !matches!(self.pre, DriverPre::V0_2_1(_)) {
             return Ok(None);

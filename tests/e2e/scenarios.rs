@@ -30,13 +30,32 @@ struct Plane {
     _etcd: Option<EtcdServer>,
 }
 
+/// The plugin dir every agent of both planes loads: a driver that spawns unconfined,
+/// which no agent's operator allows.
+fn plugin_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = berth_harness::binaries::target_tmp()
+            .join(format!("scenario-plugins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(
+            berth_builtin::test_components::UNDECLARED_SPAWN,
+            dir.join("undeclared_spawn.wasm"),
+        )
+        .unwrap();
+        dir
+    })
+}
+
 fn agent(name: &str, datacenter: &str, cluster: &str) -> AgentProcess {
     // The artifact case's server is on loopback, which agents deny by default; the
     // reserved port case's port is kept from allocs.
     let config = format!(
         "name = \"{name}\"\ndatacenter = \"{datacenter}\"\n{cluster}\
+         plugin_dir = {:?}\n\
          artifact {{\n  denied_networks = []\n}}\n\
-         reserved {{\n  reserved_ports = \"24690-24691\"\n}}\n"
+         reserved {{\n  reserved_ports = \"24690-24691\"\n}}\n",
+        plugin_dir().display().to_string()
     );
     AgentProcess::production(move |_, _| config)
 }
@@ -410,6 +429,16 @@ const WATCHER: &str = r#"job "watcher" {
 "#;
 
 /// The event messages of task `t` of job `id`'s first alloc, oldest first.
+/// A submission the plane must refuse: its status, error and problems.
+async fn refused(plane: &Plane, name: &str, source: &str) -> Value {
+    match plane.api().submit(name, source).await {
+        Err(berth_api::client::ClientError::Api(error, status)) => {
+            json!({ "status": status.as_u16(), "error": error.error, "problems": error.problems })
+        }
+        other => panic!("{}: {name} was not refused: {other:?}", plane.name),
+    }
+}
+
 async fn task_events(plane: &Plane, id: &str) -> Vec<String> {
     let allocs = plane.get(&format!("/v1/job/{id}/allocations")).await;
     let Some(alloc) = allocs.as_array().and_then(|a| a.first()) else {
@@ -495,13 +524,20 @@ async fn run(plane: &mut Plane) -> BTreeMap<&'static str, Value> {
     // A typo in a driver's config: refused at submit by the driver, at the field's line,
     // with the field it meant (the cluster's submit and its placing node check alike).
     let typo = TEMPLATE_ENV.replace("command = ", "comand = ");
-    let refused = match plane.api().submit("typo.hcl", &typo).await {
-        Err(berth_api::client::ClientError::Api(error, status)) => {
-            json!({ "status": status.as_u16(), "error": error.error, "problems": error.problems })
-        }
-        other => panic!("{}: the typo was not refused: {other:?}", plane.name),
-    };
-    seen.insert("driver config typo", refused);
+    seen.insert(
+        "driver config typo",
+        refused(plane, "typo.hcl", &typo).await,
+    );
+
+    // A driver that spawns its tasks unconfined, which this agent's operator has not
+    // allowed: refused at submit, at the task's driver line (the cluster's nodes also
+    // report the driver unusable, so nothing would be placed on them).
+    let unconfined = "job \"unconfined\" {\n  type        = \"batch\"\n  datacenters = [\"scenario\"]\n  \
+                      group \"g\" {\n    task \"t\" {\n      driver = \"undeclared_spawn\"\n    }\n  }\n}\n";
+    seen.insert(
+        "driver that spawns unconfined",
+        refused(plane, "unconfined.hcl", unconfined).await,
+    );
 
     // Plans: a new job, a changed one (one more alloc, which the port forbids), and
     // one that fits nowhere. Nothing is registered.
@@ -862,6 +898,15 @@ async fn a_lone_agent_and_a_three_node_cluster_answer_every_scenario_alike() {
         problem.starts_with("typo.hcl:16:9: job.greeted.group.g.task.t.config: driver \"exec\" (built-in): invalid exec config: unknown field `comand`")
             && problem.ends_with("(did you mean `command`?)"),
         "{typo:#}"
+    );
+    let unconfined = seen("driver that spawns unconfined", &[]);
+    assert_eq!(unconfined["status"], 400, "{unconfined:#}");
+    let problem = unconfined["problems"][0].as_str().unwrap_or_default();
+    assert!(
+        problem.contains(
+            ".task.t.driver: task \"t\": driver \"undeclared_spawn\" runs its tasks unconfined"
+        ) && problem.contains("allow_unconfined = true }"),
+        "{unconfined:#}"
     );
     let templated = seen("template env in driver config", &[]);
     assert_eq!(

@@ -58,13 +58,19 @@ pub fn driver_allows_unconfined(driver: &Driver, config: &AgentConfig) -> bool {
     config.allows_unconfined(driver.name(), file)
 }
 
+/// Whether `driver`'s tasks may run on this agent as far as its isolation goes: it did
+/// not say it spawns unconfined, or the operator allows it to.
+pub fn may_run_tasks_here(driver: &Driver, config: &AgentConfig) -> bool {
+    !driver.capabilities().declares_unconfined() || driver_allows_unconfined(driver, config)
+}
+
 /// Why a task may not use a driver that said it spawns tasks unconfined (`spawn-isolation`
 /// lists `none`) here: the operator has not allowed that driver to. Known at `job
 /// validate`, so the job is refused there rather than failing at its start. Shared with
 /// the task runner, which checks again before it starts a task (the config may have
 /// changed since the job was accepted).
 pub fn unconfined_refusal(task: &str, driver: &Driver, config: &AgentConfig) -> Option<String> {
-    if !driver.capabilities().declares_unconfined() || driver_allows_unconfined(driver, config) {
+    if may_run_tasks_here(driver, config) {
         return None;
     }
     let name = driver.name();

@@ -51,6 +51,15 @@ pub enum FsIsolation {
 }
 
 impl FsIsolation {
+    /// Its name as the WIT and the agent's messages write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsIsolation::None => "none",
+            FsIsolation::Chroot => "chroot",
+            FsIsolation::Image => "image",
+        }
+    }
+
     /// Whether the driver's tasks see a root of their own (the task dir, or an image)
     /// rather than the host's: their dirs are at `/local`, `/alloc`, … and they run as
     /// a user of their own.

@@ -117,7 +117,7 @@ pub(super) async fn driver_inspect(
         ("Compiled", driver.compiled().to_string()),
         ("Health", health),
         ("Mount configs", mount_configs(caps).to_string()),
-        ("FS isolation", fs_isolation(caps)),
+        ("FS isolation", caps.fs_isolation.as_str().to_string()),
         ("Spawns", spawns(caps)),
         ("Signals", yes_no(caps.send_signals)),
         ("Exec", yes_no(caps.exec)),
@@ -212,13 +212,6 @@ fn config_lines(
         .collect()
 }
 
-fn fs_isolation(caps: &Capabilities) -> String {
-    serde_json::to_value(caps.fs_isolation)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 /// `drops`: the log messages each plugin dropped, from the running agent (`None`: no
 /// agent answered).
 pub(super) async fn driver_list(
@@ -279,7 +272,7 @@ pub(super) async fn driver_list(
                 super::output::one_line(&d.info().version).into_owned(),
                 d.world().as_str().to_string(),
                 mount_configs(caps).to_string(),
-                fs_isolation(caps),
+                caps.fs_isolation.as_str().to_string(),
                 yes_no(caps.send_signals),
                 yes_no(caps.exec),
                 health.clone(),

@@ -185,7 +185,7 @@ pub fn node_record(
             .iter()
             .map(|driver| {
                 let usable = config.driver_enabled(driver.name())
-                    && crate::validate::unconfined_refusal("", driver, config).is_none();
+                    && crate::validate::may_run_tasks_here(driver, config);
                 (driver.name().to_string(), usable)
             })
             .collect(),

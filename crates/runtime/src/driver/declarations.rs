@@ -26,9 +26,7 @@ pub(super) fn spawn_isolation(
     spawns.sort();
     spawns.dedup();
     if fs_isolation.confines() && spawns.contains(&SpawnIsolation::None) {
-        return Err(SpawnIsolationProblem::Contradicts(fs_isolation_name(
-            fs_isolation,
-        )));
+        return Err(SpawnIsolationProblem::Contradicts(fs_isolation.as_str()));
     }
     Ok(spawns)
 }
@@ -43,14 +41,6 @@ pub(super) enum SpawnIsolationProblem {
          have a root of their own"
     )]
     Contradicts(&'static str),
-}
-
-fn fs_isolation_name(isolation: FsIsolation) -> &'static str {
-    match isolation {
-        FsIsolation::None => "none",
-        FsIsolation::Chroot => "chroot",
-        FsIsolation::Image => "image",
-    }
 }
 
 /// Whether `name` can be an attribute of a jobspec's `config` block.
